@@ -1,0 +1,34 @@
+"""User-facing errors: every problem with its fix, reported together, exit code 2."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the user's input, and how to fix it."""
+
+    message: str
+    hint: str = ""
+
+    def render(self) -> str:
+        text = f"error: {self.message}"
+        if self.hint:
+            text += f"\n  hint: {self.hint}"
+        return text
+
+
+class UserError(Exception):
+    """Bad input (preset, override, layout, environment): reported without a traceback, exit 2."""
+
+    def __init__(self, problems: list[Problem] | Problem | str, hint: str = ""):
+        if isinstance(problems, str):
+            problems = [Problem(problems, hint)]
+        elif isinstance(problems, Problem):
+            problems = [problems]
+        self.problems = list(problems)
+        super().__init__("\n".join(p.message for p in self.problems))
+
+    def render(self) -> str:
+        return "\n".join(p.render() for p in self.problems)
