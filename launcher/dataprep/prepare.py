@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from launcher.dataprep.check import META_FORMAT, META_SUFFIX
 from launcher.dataprep.progress import Progress
 from launcher.dataprep.reader import (
     TEXT_UNITS,
@@ -32,8 +33,6 @@ from launcher.dataprep.reader import (
 from launcher.dataprep.text_tokenizers import TextTokenizer, TokenizerSpec, build_tokenizer
 from launcher.errors import Problem, UserError
 
-META_SUFFIX = ".meta.json"
-META_FORMAT = "megatron-launch/prepare-data/1"
 MAX_REPORTED_ERRORS = 20
 
 
@@ -176,16 +175,6 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
 
 def default_workers() -> int:
     return max(1, min(len(os.sched_getaffinity(0)), 32))
-
-
-def read_meta(prefix: str) -> dict[str, Any] | None:
-    """The metadata written next to a prepared dataset, or None (e.g. made by upstream tools)."""
-    try:
-        with open(prefix + META_SUFFIX, encoding="utf-8") as handle:
-            meta = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
 
 
 def _temp_paths(prefix: str) -> dict[str, str]:
