@@ -30,7 +30,7 @@ from launcher.dataprep.reader import (
     iter_batches,
     unit_text,
 )
-from launcher.dataprep.text_tokenizers import TextTokenizer, TokenizerSpec, build_tokenizer
+from launcher.dataprep.text_tokenizers import TextTokenizer, TokenizerSpec, build_tokenizer, check_spec
 from launcher.errors import Problem, UserError
 
 MAX_REPORTED_ERRORS = 20
@@ -107,7 +107,7 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
                  show_progress: bool = True) -> PrepareResult:
     """Tokenize `inputs` into `output_prefix`.bin/.idx (+ .meta.json); raise UserError on bad input."""
     workers = workers if workers is not None else default_workers()
-    problems = check_request(inputs, output_prefix, overwrite, text_unit, workers)
+    problems = check_request(inputs, output_prefix, overwrite, text_unit, workers) + check_spec(spec)
     if problems:
         raise UserError(problems)
     tokenizer = build_tokenizer(spec)  # in the parent too: bad files are reported once, before any worker starts
