@@ -1,0 +1,104 @@
+"""--build-index: GPTDataset index caches built on CPU with the job's own Megatron arguments, then only read."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+from launcher.dataprep.index_cache import build_index_caches, check_index_request
+from launcher.dataprep.prepare import prepare_data
+from launcher.dataprep.text_tokenizers import TokenizerSpec
+from launcher.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+def needs_megatron(test):
+    test = pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None,
+                              reason="needs megatron-core and torch")(test)
+    return pytest.mark.megatron(test)
+
+
+def megatron_checkout() -> Path | None:
+    for candidate in (os.environ.get("MEGATRON_LM_PATH"), REPO / "third_party" / "megatron-lm"):
+        if candidate and (Path(candidate) / "tools" / "prepare_cache.py").is_file():
+            return Path(candidate)
+    return None
+
+
+def training_args(prefix: Path, cache: Path, train_iters: int, eval_interval: int, eval_iters: int,
+                  global_batch: int) -> list[str]:
+    return [
+        "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
+        "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size", str(global_batch),
+        "--train-iters", str(train_iters), "--eval-interval", str(eval_interval), "--eval-iters", str(eval_iters),
+        "--lr", "1e-3", "--tokenizer-type", "NullTokenizer", "--vocab-size", "257",
+        "--data-path", str(prefix), "--split", "90,8,2", "--data-cache-path", str(cache),
+        "--tensor-model-parallel-size", "2",
+    ]
+
+
+def test_request_needs_real_data_and_a_cache_path():
+    problems = check_index_request({"mock_data": True, "train_iters": 10})
+    text = "\n".join(p.message for p in problems)
+    assert "mock data" in text and "data_cache_path" in text
+    assert check_index_request({"data_path": ["x"], "data_cache_path": "/c", "train_samples": 100}) == []
+
+
+@needs_megatron
+def test_caches_built_once_then_only_read(tmp_path):
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i} " * (i % 40 + 1)}) + "\n" for i in range(600)))
+    prefix = tmp_path / "corpus"
+    prepare_data([str(corpus)], str(prefix), TokenizerSpec("byte"), workers=1, show_progress=False)
+    cache = tmp_path / "cache"
+    train_iters, eval_interval, eval_iters, global_batch = 30, 10, 3, 8
+    args = training_args(prefix, cache, train_iters, eval_interval, eval_iters, global_batch)
+
+    summary = build_index_caches(args, world_size=4, cwd=str(REPO))
+    # Megatron's get_train_valid_test_num_samples
+    assert summary["num_samples"] == [train_iters * global_batch,
+                                      (train_iters // eval_interval + 1) * eval_iters * global_batch,
+                                      eval_iters * global_batch]
+    assert summary["data_parallel_size"] == 2  # world 4 / TP 2
+    assert all(n >= want for n, want in zip(summary["lengths"], summary["num_samples"], strict=True))
+    built = set(os.listdir(cache))
+    assert built == set(summary["new_files"]) and len(built) == 12  # 3 splits x (description + 3 indices)
+
+    again = build_index_caches(args, world_size=4, cwd=str(REPO))
+    assert again["new_files"] == [] and again["lengths"] == summary["lengths"]
+
+    checkout = megatron_checkout()
+    if checkout is None:
+        pytest.skip("no Megatron-LM checkout: upstream tools/prepare_cache.py not compared")
+    # upstream's own cache preparation (same config as pretrain_gpt.py) must find our files and build nothing
+    upstream = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('pc', {str(checkout / 'tools' / 'prepare_cache.py')!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "module.compile_helpers = lambda: None  # the wheel ships the helpers prebuilt\n"
+        "import megatron.training.arguments as arguments\n"
+        "arguments.get_device_arch_version = lambda: 9\n"
+        "sys.argv = ['prepare_cache.py', *sys.argv[1:]]\n"
+        "print('RESULT', module.main())\n"
+    )
+    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "4", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    run = subprocess.run([sys.executable, "-c", upstream, *args], env=env, capture_output=True, text=True,
+                         timeout=300, check=False, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert set(os.listdir(cache)) == built
+    assert "Build and save" not in run.stderr
+    assert f"'train_dataset_length': {summary['lengths'][0]}" in run.stdout
+
+
+@needs_megatron
+def test_megatron_rejecting_the_arguments_is_a_user_error(tmp_path):
+    args = training_args(tmp_path / "none", tmp_path / "cache", 10, 5, 1, 8) + ["--no-such-flag"]
+    with pytest.raises(UserError, match="Megatron rejected"):
+        build_index_caches(args, world_size=2, cwd=str(REPO))
+    assert not (tmp_path / "cache").exists()
