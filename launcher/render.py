@@ -83,7 +83,7 @@ def text(plan: Plan, command: Command, kernels: Kernels) -> str:
     lines = header(plan, command, kernels)
     if any(command.expand):
         lines.append(f"# run this same command on each of the {plan.nodes} nodes; MASTER_ADDR is the first node")
-        lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the first node\'s hostname}"')
+        lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
