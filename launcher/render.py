@@ -6,6 +6,7 @@ import json
 import shlex
 from typing import Any
 
+from launcher import megatron_args
 from launcher.command import Command
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
@@ -74,8 +75,6 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
 
 
 def _flags(dest: str, value: object) -> list[str]:
-    from launcher import megatron_args
-
     return megatron_args.to_flags(megatron_args.catalog()[dest], value)
 
 
