@@ -99,8 +99,15 @@ def cmd_list(argv: list[str]) -> int:
     return 0
 
 
+def cmd_prepare_data(argv: list[str]) -> int:
+    from launcher.dataprep.cli import main as prepare_data_main
+
+    return prepare_data_main(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
+    "prepare-data": cmd_prepare_data,
 }
 
 

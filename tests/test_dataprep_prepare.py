@@ -35,7 +35,9 @@ def make_documents(count: int, seed: int) -> list[str]:
 
 def write_jsonl(path: Path, texts: list[str], key: str = "text") -> Path:
     with open(path, "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps({key: text, "id": number}, ensure_ascii=bool(number % 2)) + "\n" for number, text in enumerate(texts))
+        # every other line keeps non-ASCII characters raw, the rest escape them (both are valid JSON)
+        handle.writelines(json.dumps({key: text, "id": number}, ensure_ascii=bool(number % 2)) + "\n"
+                          for number, text in enumerate(texts))
     return path
 
 

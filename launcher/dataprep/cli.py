@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="override a preset setting (as for `launch PRESET`)")
     index.add_argument("--nodes", type=int, help="nodes of the training job (sets the data-parallel size)")
     index.add_argument("--gpus-per-node", type=int, help="GPUs per node of the training job")
+    index.add_argument("--megatron-path", help="Megatron-LM checkout (as for `launch PRESET`)")
     return parser
 
 
@@ -105,13 +106,17 @@ def _build_index(args: argparse.Namespace) -> int:
         raise UserError("--build-index takes a preset, not input files or --output-prefix",
                         "run tokenization and --build-index as two commands")
     summary = build_index_for_preset(args.build_index, overrides=args.overrides, nodes=args.nodes,
-                                     gpus_per_node=args.gpus_per_node)
+                                     gpus_per_node=args.gpus_per_node, megatron_path_arg=args.megatron_path)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
-        print(f"built index caches in {summary['data_cache_path']} for {summary['num_samples']} "
-              f"(train/valid/test samples) in {summary['seconds']:.1f}s; "
-              f"dataset lengths {summary['lengths']}")
+        train, valid, test = summary["num_samples"]
+        state = f"built {len(summary['new_files'])} files" if summary["new_files"] else "all present already"
+        print(f"index caches in {summary['data_cache_path']}: {state} in {summary['seconds']:.1f}s\n"
+              f"  samples train/valid/test: {train}/{valid}/{test} "
+              f"(world size {summary['world_size']}, data-parallel {summary['data_parallel_size']}, "
+              f"global batch {summary['global_batch_size']})\n"
+              f"  the training job reads them when it runs with the same settings (data_cache_path included)")
     return 0
 
 

@@ -44,18 +44,24 @@ def check_index_request(megatron_args: Mapping[str, Any]) -> list[Problem]:
 
 
 def build_index_for_preset(preset_ref: str, overrides: Sequence[str] = (), nodes: int | None = None,
-                           gpus_per_node: int | None = None) -> dict[str, Any]:
-    """Load the preset as `launch PRESET` would, then build its caches with its exact Megatron arguments."""
+                           gpus_per_node: int | None = None, megatron_path_arg: str | None = None
+                           ) -> dict[str, Any]:
+    """Load and plan the preset as `launch PRESET` would, then build its caches with its exact Megatron flags."""
     from launcher.command import build_command
     from launcher.layout import make_plan
     from launcher.preset import load_preset
+    from launcher.upstream import megatron_path, resolve_kernels
 
-    preset = load_preset(preset_ref, overrides=list(overrides))
+    preset = load_preset(preset_ref, list(overrides))
+    if preset.launcher.entry != "pretrain_gpt":
+        raise UserError(f"preset {preset.name} runs {preset.launcher.entry}, which reads no dataset",
+                        "--build-index is for pretrain_gpt presets with data_path")
     problems = check_index_request(preset.megatron) + check_data(preset.megatron)
     if problems:
         raise UserError(problems)
-    plan = make_plan(preset, nodes=nodes, gpus_per_node=gpus_per_node)
-    command = build_command(plan, preset.launcher.megatron_path)
+    kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+    plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
+    command = build_command(plan, megatron_path(megatron_path_arg, preset.launcher.megatron_path), kernels)
     return build_index_caches(command.script_args, plan.layout.world_size)
 
 

@@ -97,7 +97,8 @@ def check_spec(spec: TokenizerSpec) -> list[Problem]:
         return [Problem(f"unknown tokenizer {spec.kind!r}", f"use one of: {', '.join(TOKENIZER_KINDS)}")]
     if spec.kind == "byte":
         if spec.vocab_file or spec.merge_file or spec.tokenizer_dir:
-            problems.append(Problem("--tokenizer byte takes no files", "drop --vocab-file/--merge-file/--tokenizer-dir"))
+            problems.append(Problem("--tokenizer byte takes no files",
+                                    "drop --vocab-file/--merge-file/--tokenizer-dir"))
         if spec.eod_token:
             problems.append(Problem("--tokenizer byte has a fixed end-of-document id (256)", "drop --eod-token"))
     elif spec.kind == "gpt2":
