@@ -102,3 +102,48 @@ def test_megatron_rejecting_the_arguments_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match="Megatron rejected"):
         build_index_caches(args, world_size=2, cwd=str(REPO))
     assert not (tmp_path / "cache").exists()
+
+
+def run_launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+def test_build_index_refuses_a_preset_without_real_data(tmp_path):
+    mock = run_launch("prepare-data", "--build-index", "345m", cwd=tmp_path)
+    assert mock.returncode == 2 and "Traceback" not in mock.stderr
+    assert "uses mock data" in mock.stderr and "needs data_cache_path" in mock.stderr
+    both = run_launch("prepare-data", "--build-index", "345m", "--set", f"data_path={tmp_path}/none",
+                      "--set", f"data_cache_path={tmp_path}/cache", cwd=tmp_path)
+    assert both.returncode == 2
+    assert "both mock data" in both.stderr and f"{tmp_path}/none.bin" in both.stderr
+    toy = run_launch("prepare-data", "--build-index", "toy", cwd=tmp_path)
+    assert toy.returncode == 2 and "reads no dataset" in toy.stderr
+    assert not (tmp_path / "cache").exists()
+
+
+@needs_megatron
+def test_build_index_through_a_preset_matches_its_training_command(tmp_path):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"line {i} " * (i % 30 + 1) for i in range(800)))
+    prepared = run_launch("prepare-data", str(corpus), "--output-prefix", str(tmp_path / "corpus"),
+                          "--tokenizer", "byte", "--text-unit", "line", "--workers", "2", cwd=tmp_path)
+    assert prepared.returncode == 0, prepared.stderr
+    sets = ["--set", "mock_data=false", "--set", f"data_path={tmp_path / 'corpus'}", "--set", "split=98,2,0",
+            "--set", f"data_cache_path={tmp_path / 'cache'}", "--set", "vocab_size=257",
+            "--set", "train_iters=40", "--set", "seq_length=256", "--set", "max_position_embeddings=256"]
+    built = run_launch("prepare-data", "--build-index", "345m", "--nodes", "2", "--gpus-per-node", "4",
+                       "--format", "json", *sets, cwd=tmp_path)
+    assert built.returncode == 0, built.stderr[-3000:]
+    summary = json.loads(built.stdout)
+    assert summary["world_size"] == 8 and summary["data_parallel_size"] == 8
+    assert summary["num_samples"][0] == 40 * summary["global_batch_size"]
+    assert summary["data_cache_path"] == str(tmp_path / "cache") and summary["new_files"]
+
+    dry = run_launch("345m", "--dry-run", "--format", "json", "--nodes", "2", "--gpus-per-node", "4", *sets,
+                     cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    argv = json.loads(dry.stdout)["argv"]  # the training command reads the caches built above
+    assert argv[argv.index("--data-cache-path") + 1] == str(tmp_path / "cache")
+    assert argv[argv.index("--data-path") + 1] == str(tmp_path / "corpus")

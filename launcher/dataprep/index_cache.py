@@ -29,7 +29,9 @@ from launcher.errors import Problem, UserError
 def check_index_request(megatron_args: Mapping[str, Any]) -> list[Problem]:
     """What --build-index needs beyond check_data: real data, a cache path, sizes in iterations or samples."""
     problems: list[Problem] = []
-    if megatron_args.get("mock_data"):
+    real = any(megatron_args.get(name) for name in ("data_path", "data_args_path", "train_data_path",
+                                                     "valid_data_path", "test_data_path", "per_split_data_args_path"))
+    if megatron_args.get("mock_data") and not real:  # mock and real together is check_data's to report
         problems.append(Problem("the preset uses mock data; there is no index cache to build",
                                 "set data_path=PREFIX (and mock_data=false) to train on real data"))
     if not megatron_args.get("data_cache_path"):
