@@ -277,7 +277,9 @@ def test_cli_existing_prefix_refused_unless_overwrite(tmp_path):
     write_jsonl(tmp_path / "c.jsonl", ["first corpus"])
     first = run_cli("c.jsonl", "--output-prefix", "out", "--tokenizer", "byte", "--no-progress", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert "--set data_path=out --set tokenizer_type=NullTokenizer --set vocab_size=257" in first.stdout
+    assert (f"--set mock_data=false --set data_path={tmp_path / 'out'} --set split=98,2,0 "
+            "--set tokenizer_type=NullTokenizer --set vocab_size=257") in first.stdout
+    assert "Warning" not in first.stderr  # megatron-core's import-time TE/apex warnings are not shown
     before = (tmp_path / "out.bin").read_bytes()
 
     write_jsonl(tmp_path / "c.jsonl", ["second, longer corpus"])

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 from collections.abc import Sequence
 
-from launcher.errors import UserError
+from launcher.errors import Problem, UserError
 
 USAGE_EXAMPLES = """\
 examples:
@@ -75,8 +76,11 @@ def _prepare(args: argparse.Namespace) -> int:
     missing = [flag for flag, value in (("--output-prefix", args.output_prefix), ("--tokenizer", args.tokenizer))
                if not value]
     if missing:
-        raise UserError(f"prepare-data needs {' and '.join(missing)}",
-                        "e.g. launch prepare-data corpus.jsonl --output-prefix data/corpus --tokenizer byte")
+        problems = [Problem(f"prepare-data needs {' and '.join(missing)}",
+                            "e.g. launch prepare-data corpus.jsonl --output-prefix data/corpus --tokenizer byte")]
+        if not args.inputs:
+            problems.append(Problem("no input files given", "pass one or more .jsonl or text files"))
+        raise UserError(problems)
     spec = TokenizerSpec(kind=args.tokenizer, vocab_file=args.vocab_file, merge_file=args.merge_file,
                          tokenizer_dir=args.tokenizer_dir, eod_token=args.eod_token)
     result = prepare_data(args.inputs, args.output_prefix, spec, json_key=args.json_key,
@@ -92,7 +96,8 @@ def _prepare(args: argparse.Namespace) -> int:
     if result.skipped_empty:
         print(f"skipped {result.skipped_empty:,} empty documents")
     sets = " ".join(f"--set {shlex.quote(f'{k}={v}')}" for k, v in
-                    {"data_path": result.prefix, **result.megatron_args}.items())
+                    {"mock_data": "false", "data_path": os.path.abspath(result.prefix), "split": "98,2,0",
+                     **result.megatron_args}.items())
     print(f"train on it: launch PRESET {sets}")
     if args.overwrite:
         print("note: index caches built from the old files are stale; clear their data_cache_path")

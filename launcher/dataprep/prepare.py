@@ -112,7 +112,7 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
         raise UserError(problems)
     tokenizer = build_tokenizer(spec)  # in the parent too: bad files are reported once, before any worker starts
     try:
-        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+        DType, IndexedDatasetBuilder = _import_megatron_builder()
     except ImportError as err:
         raise UserError(f"prepare-data needs megatron-core ({err})",
                         "pip install 'megatron-launch[megatron]' (megatron-core 0.18.0 and torch)") from err
@@ -171,6 +171,18 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
         for path in temps.values():
             if os.path.exists(path):
                 os.unlink(path)
+
+
+def _import_megatron_builder() -> tuple[Any, Any]:
+    """megatron-core's writer; its import warns about TE/apex/CUDA, which says nothing about writing files."""
+    import logging
+    import warnings
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    return DType, IndexedDatasetBuilder
 
 
 def default_workers() -> int:
