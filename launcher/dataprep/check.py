@@ -25,7 +25,7 @@ DTYPE_SIZES = {1: ("uint8", 1), 2: ("int8", 1), 3: ("int16", 2), 4: ("int32", 4)
 META_SUFFIX = ".meta.json"
 META_FORMAT = "megatron-launch/prepare-data/1"
 # Reading every token id to find the largest is only done for data without our .meta.json, and small.
-MAX_SCAN_BYTES = 256 << 20
+MAX_SCAN_BYTES = 64 << 20
 
 # Which tokenizer types read which files (megatron/core/tokenizers/utils/build_tokenizer.py)
 FILE_TOKENIZERS = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer", "TikTokenizer",
