@@ -156,9 +156,9 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
 
 
-def rank_key(c: Candidate) -> tuple[float, int, float]:
-    # Faster first; "tight" after "fits" at equal speed; then less memory.
-    return (round(c.seconds, 6), c.fit != "fits", c.memory.total)
+def rank_key(c: Candidate) -> tuple[float, bool, float]:
+    # Faster first; at equal speed "fits" before "tight", then less memory.
+    return (c.seconds, c.fit != "fits", c.memory.total)
 
 
 def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_node: int,
