@@ -71,10 +71,37 @@ def _get(args: Mapping[str, Any], name: str) -> Any:
 # --------------------------------------------------------------------------------------------------- shape
 
 
-def padded_vocab_size(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
+def pad_vocab(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
     """Megatron's rule (build_tokenizer.vocab_size_with_padding): round up to a multiple of divisor·TP."""
     multiple = divisible_by * tensor_parallel
     return math.ceil(vocab_size / multiple) * multiple
+
+
+def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
+    """The vocabulary the model is built with at TP `tp`: --padded-vocab-size, or padded as Megatron pads."""
+    if args.get("padded_vocab_size"):
+        return int(args["padded_vocab_size"])
+    vocab = args.get("vocab_size")
+    if vocab is None:
+        raise ValueError("vocab_size is not set")
+    if args.get("pad_vocab_size") is False:
+        return int(vocab)
+    return pad_vocab(int(vocab), tp, int(_get(args, "make_vocab_size_divisible_by")))
+
+
+def ffn_hidden_size(args: Mapping[str, Any]) -> int:
+    """Megatron's default MLP width: 4h, or int(8h/3/64)·64 with SwiGLU."""
+    if args.get("ffn_hidden_size"):
+        return int(args["ffn_hidden_size"])
+    hidden = int(args["hidden_size"])
+    return int(8 * hidden / 3 / 64) * 64 if args.get("swiglu") else 4 * hidden
+
+
+def human(count: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.2f}{unit}"
+    return str(int(count))
 
 
 @dataclass(frozen=True)
@@ -113,18 +140,11 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
     heads = int(args["num_attention_heads"])
     tp = int(tensor_parallel or _get(args, "tensor_model_parallel_size"))
     swiglu = bool(_get(args, "swiglu"))
-    ffn = _get(args, "ffn_hidden_size")
-    if ffn is None:
-        ffn = int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden
+    ffn = ffn_hidden_size(args)
     kv_channels = _get(args, "kv_channels") or hidden // heads
     groups = int(_get(args, "num_query_groups")) if _get(args, "group_query_attention") else heads
     vocab = int(_get(args, "vocab_size") or 0)
-    if _get(args, "padded_vocab_size"):
-        padded = int(_get(args, "padded_vocab_size"))
-    elif _get(args, "pad_vocab_size") and vocab:
-        padded = padded_vocab_size(vocab, tp, int(_get(args, "make_vocab_size_divisible_by")))
-    else:
-        padded = vocab
+    padded = padded_vocab_size(args, tp) if vocab or _get(args, "padded_vocab_size") else 0
     seq = int(args["seq_length"])
     learned = _get(args, "position_embedding_type") == "learned_absolute"
     return ModelShape(
@@ -246,9 +266,10 @@ def layer_params(m: ModelShape) -> LayerParams:
     return LayerParams(sharded, replicated)
 
 
-def parameter_count(megatron_args: Mapping[str, Any]) -> int:
-    """Exact parameter count of Megatron's GPT model (local or TE spec, no MoE/MTP), padded vocab included."""
-    m = model_shape(megatron_args)
+def parameter_count(args: Mapping[str, Any], tp: int = 1) -> int:
+    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions included; no
+    MoE/MTP), with the vocabulary padded for TP `tp`."""
+    m = model_shape(args, tp)
     embedding = m.padded_vocab_size * m.hidden_size
     total = m.num_layers * layer_params(m).total + m.norm_size * m.hidden_size
     total += embedding * (2 if m.untied else 1) + m.position_embeddings * m.hidden_size
@@ -644,7 +665,7 @@ def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_nod
         shape=m,
         training=training,
         gpu=gpu,
-        parameters=parameter_count({**args, "tensor_model_parallel_size": training.tp}),
+        parameters=parameter_count(args, training.tp),
         megatron_params=megatron_parameters(m, training),
         flops_per_iteration=flops_per_iteration(m, training.global_batch_size),
         megatron=megatron_memory(m, training),
@@ -656,11 +677,12 @@ def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_nod
 
 
 def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
-            gpus_per_node: int = 8) -> dict[str, Any]:
+            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
     """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
 
     `layout` is launcher.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
-    global_batch_size attributes); the rest is read from the Megatron args.
+    global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
+    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
     """
     g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
     base = training_of(args, int(layout.world_size))
@@ -670,6 +692,8 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
         "vpp": int(getattr(layout, "vpp", None) or 1),
         "micro_batch_size": int(layout.micro_batch_size),
         "global_batch_size": int(layout.global_batch_size),
+        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
+        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
     })
     e = estimate(args, t, g, gpus_per_node)
     return {

@@ -88,7 +88,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         "world_size": world,
         "tokens": tokens,
         "model": {
-            "parameters": est.parameter_count({**args, "tensor_model_parallel_size": training.tp}),
+            "parameters": est.parameter_count(args, training.tp),
             "vocab_size": shape.vocab_size,
             "padded_vocab_size": shape.padded_vocab_size,
             "flops_per_token": est.flops_per_iteration(shape, 1) / shape.seq_length,
@@ -229,8 +229,8 @@ def render_text(plan: dict[str, Any]) -> str:
         s = t["step"]
         lines.append("")
         lines.append(f"  Time at {s['tflops_assumed']:.0f} TFLOP/s per GPU sustained (--tflops to change)")
-        lines.append(f"    per iteration      {s['total']:.3f} s  (compute {s['compute']:.3f}, bubble {s['bubble']:.3f}, "
-                     f"TP comm {s['tensor_comm']:.3f}, DP comm {s['data_comm']:.3f}, PP comm "
+        lines.append(f"    per iteration      {s['total']:.3f} s  (compute {s['compute']:.3f}, "
+                     f"bubble {s['bubble']:.3f}, TP comm {s['tensor_comm']:.3f}, DP comm {s['data_comm']:.3f}, PP comm "
                      f"{s['pipeline_comm']:.3f}, overhead {s['overhead']:.3f})")
         lines.append(f"    throughput         {t['tokens_per_second']:,.0f} tokens/s, "
                      f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")

@@ -17,12 +17,12 @@ from launcher.errors import UserError
 @pytest.mark.parametrize(("tp", "padded"), [(1, 50304), (2, 50432), (4, 50688), (8, 51200)])
 def test_gpt2_vocab_padding_matches_megatron_log(tp: int, padded: int) -> None:
     # Figures from Megatron's "> padded vocab (size: 50257) with K dummy tokens" log lines (reference §1.5).
-    assert est.padded_vocab_size(50257, tp) == padded
+    assert est.pad_vocab(50257, tp) == padded
 
 
 @given(st.integers(1, 300_000), st.sampled_from([1, 2, 3, 4, 8, 16]), st.sampled_from([1, 64, 128]))
 def test_padding_is_the_smallest_multiple_not_below_vocab(vocab: int, tp: int, div: int) -> None:
-    padded = est.padded_vocab_size(vocab, tp, div)
+    padded = est.pad_vocab(vocab, tp, div)
     assert padded % (tp * div) == 0 and vocab <= padded < vocab + tp * div
 
 
@@ -208,7 +208,7 @@ def test_summary_for_the_dry_run_header() -> None:
                              global_batch_size=1536)
     s = est.summary(GPT_175B, layout, "h100-80gb")
     assert s["fits"] == "fits" and s["gpu"] == "h100-80gb"
-    assert s["parameters"] == est.parameter_count(GPT_175B)
+    assert s["parameters"] == est.parameter_count(GPT_175B, tp=8)
     assert 0 < s["memory_per_gpu_gib"] < s["gpu_memory_gib"]
     one_gpu = SimpleNamespace(world_size=8, tp=8, pp=1, cp=1, vpp=None, micro_batch_size=1, global_batch_size=8)
     assert est.summary(GPT_175B, one_gpu, est.GPUS["a100-40gb"])["fits"] == "does not fit"

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from plan_shapes import EXTRA, PRESETS
 
 from launcher import estimate as est
 from launcher import plan_search as ps
-from plan_shapes import EXTRA, PRESETS
 
 pytestmark = pytest.mark.megatron
 
@@ -160,7 +160,7 @@ def test_grid_is_large_and_covers_every_knob() -> None:
 @pytest.mark.parametrize("world", [1, 8, 1536])
 def test_megatron_accepts_every_layout_we_call_valid(world: int) -> None:
     """Our validity predicate never lets through a layout Megatron's validate_args rejects."""
-    for name, (args, _) in PRESETS.items():
+    for args, _ in PRESETS.values():
         if world < args.get("tensor_model_parallel_size", 1):
             continue
         for t in layout_grid(args, world, min(8, world), every=53)[:12]:
