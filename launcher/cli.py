@@ -2,6 +2,7 @@
 
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
     launch list
+    launch plan PRESET [--nodes N --gpus-per-node G | --gpus N] [--gpu NAME] [--top N] [--format text|json]
 """
 
 from __future__ import annotations
@@ -99,8 +100,19 @@ def cmd_list(argv: list[str]) -> int:
     return 0
 
 
+def cmd_plan(argv: list[str]) -> int:
+    from launcher import plan_report
+
+    parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
+                     "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
+    plan_report.add_arguments(parser)
+    sys.stdout.write(plan_report.run(parser.parse_args(argv)))
+    return 0
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
+    "plan": cmd_plan,
 }
 
 

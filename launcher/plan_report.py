@@ -71,12 +71,19 @@ def preset_tokens(args: Mapping[str, Any]) -> float | None:
 
 
 def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
-               tflops: float | None = None, tokens: float | None = None) -> dict[str, Any]:
-    """The whole `launch plan` answer as plain data (the JSON output; the text output renders it)."""
+               tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
+               validate: ps.Validator | None = None, extra_sets: tuple[str, ...] = (),
+               notes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
+
+    `validate` adds launcher.layout's checks; `extra_sets` are --set items every listed layout needs.
+    """
     world = budget.world_size
     training = est.training_of(args, world)
     shape = est.model_shape(args, training.tp)
     problems = ps.layout_problems(shape, training)
+    if not problems and validate is not None:
+        problems = validate(shape, training)
     model_parallel = training.tp * training.pp * training.cp
     tokens = tokens if tokens is not None else preset_tokens(args)
     plan: dict[str, Any] = {
@@ -112,15 +119,16 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
             "fits": e.fit,
         }
         plan["time"] = time_dict(e.step, training, shape, tokens)
-    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops)
+    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, validate)
     if not result.best:
         raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
         "fitting": result.fitting,
-        "notes": result.notes,
-        "best": [candidate_dict(c, name, args, budget, shape.seq_length, tokens) for c in result.best],
+        "notes": list(notes) + result.notes,
+        "best": [candidate_dict(c, name, args, budget, shape.seq_length, tokens, extra_sets)
+                 for c in result.best],
         "alternatives": [asdict(a) for a in result.alternatives],
     }
     return plan
@@ -147,8 +155,8 @@ def time_dict(step: est.StepTime, t: est.Training, m: est.ModelShape, tokens: fl
 
 
 def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: Budget, seq: int,
-                   tokens: float | None) -> dict[str, Any]:
-    sets = ps.overrides(c.training, args)
+                   tokens: float | None, extra_sets: tuple[str, ...] = ()) -> dict[str, Any]:
+    sets = list(extra_sets) + ps.overrides(c.training, args)
     argv = ["launch", name, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
     for item in sets:
         argv += ["--set", item]
@@ -216,14 +224,15 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.append("")
         mem = plan["memory"]
         meg, other, comp = mem["megatron"], mem["megatron_other_optimizer"], mem["complete"]
-        lines.append(f"  Memory per GPU, GiB  {'Megatron':>9} {'complete':>9}   (complete: stage {comp['stage']})")
+        unit, size = ("GiB", GIB) if max(meg["total"], comp["total"]) >= GIB / 10 else ("MiB", est.MB)
+        lines.append(f"  Memory per GPU, {unit}  {'Megatron':>9} {'complete':>9}   (complete: stage {comp['stage']})")
         for key, label in (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
                            ("activations", "activations"), ("total", "total")):
-            lines.append(f"    {label:<18} {meg[key] / GIB:9.2f} {comp[key] / GIB:9.2f}")
+            lines.append(f"    {label:<18} {meg[key] / size:9.2f} {comp[key] / size:9.2f}")
         toggled = "with" if not lay["distributed_optimizer"] else "without"
         lines.append(f"    ({toggled} the distributed optimizer, Megatron's total would be "
-                     f"{other['total'] / GIB:.2f}: optimizer state {other['optimizer'] / GIB:.2f})")
-        lines.append(f"  fits {gpu['name']}?    {mem['fits']} ({comp['total'] / GIB:.1f} of {gpu['memory_gib']} GiB;"
+                     f"{other['total'] / size:.2f} {unit}: optimizer state {other['optimizer'] / size:.2f})")
+        lines.append(f"  fits {gpu['name']}?    {mem['fits']} ({comp['total'] / GIB:.2f} of {gpu['memory_gib']} GiB;"
                      f" 'fits' means ≤ {int(gpu['usable_fraction'] * 100)}%)")
         t = plan["time"]
         s = t["step"]
@@ -241,15 +250,15 @@ def render_text(plan: dict[str, Any]) -> str:
     lines.append(f"Best layouts for {plan['world_size']} × {gpu['name']} ({search['fitting']} of "
                  f"{search['valid']} valid layouts fit; ranked by estimated step time)")
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
-           f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>8}"
+           f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
         head += f" {'to ' + _b(plan['tokens']):>12}"
     lines.append(head)
     for i, c in enumerate(search["best"], 1):
         row = (f"  {i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
                f"{c['num_microbatches']:>5} {'yes' if c['sequence_parallel'] else 'no':>3} {c['recompute']:>9} "
-               f"{'yes' if c['distributed_optimizer'] else 'no':>8} {c['memory_gib']:8.1f} "
-               f"{c['seconds_per_iteration']:8.3f}")
+               f"{'yes' if c['distributed_optimizer'] else 'no':>8} {c['memory_gib']:8.2f} "
+               f"{c['seconds_per_iteration']:9.4f}")
         if "seconds_to_tokens" in c:
             row += f" {_duration(c['seconds_to_tokens']):>12}"
         if c["fits"] == "tight":
@@ -282,31 +291,46 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("preset", help="preset name in configs/ or a path to a YAML file")
     parser.add_argument("--nodes", type=int, help="nodes in the budget (default: the preset's)")
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the preset's)")
-    parser.add_argument("--gpus", type=int, help="total GPUs (whole nodes of the preset's gpus per node)")
-    parser.add_argument("--gpu", default=est.DEFAULT_GPU, help=f"GPU model: {', '.join(sorted(est.GPUS))}")
+    parser.add_argument("--gpus", type=int, help="total GPUs, in whole nodes of the preset's GPUs per node")
+    parser.add_argument("--gpu", default=est.DEFAULT_GPU,
+                        help=f"GPU model (default {est.DEFAULT_GPU}): {', '.join(sorted(est.GPUS))}")
     parser.add_argument("--tflops", type=float, help="sustained model TFLOP/s per GPU (default: per GPU model)")
-    parser.add_argument("--tokens", help="token budget for the time-to-train line, e.g. 300B "
-                                         "(default: the preset's train_samples or train_iters)")
+    parser.add_argument("--tokens", help="token budget for the time-to-train figures, e.g. 300B "
+                                         "(default: what the preset trains for)")
     parser.add_argument("--top", type=int, default=5, help="how many layouts to list (default 5)")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a preset setting first (as for launch)")
+                        help="override a preset setting first, as for launch")
     parser.add_argument("--format", choices=("text", "json"), default="text")
 
 
-def run(ns: Any) -> int:
-    """Entry for the `plan` subcommand: print the plan, return 0 (UserError propagates to the CLI)."""
+def run(ns: Any) -> str:
+    """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
     from launcher.preset import load_preset
+    from launcher.upstream import resolve_kernels
 
     gpu = est.gpu_by_name(ns.gpu)
     if ns.top < 1:
         raise UserError(Problem(f"--top must be at least 1, got {ns.top}"))
     if ns.tflops is not None and ns.tflops <= 0:
         raise UserError(Problem(f"--tflops must be positive, got {ns.tflops}"))
-    preset = load_preset(ns.preset, overrides=list(ns.overrides))
-    launcher = preset.launcher
-    budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus,
-                            int(getattr(launcher, "nodes", 1) or 1), int(getattr(launcher, "gpus_per_node", 8) or 8))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
-    plan = build_plan(preset.name, preset.megatron, budget, gpu, ns.top, ns.tflops, tokens)
-    print(render_json(plan) if ns.format == "json" else render_text(plan))
-    return 0
+    preset = load_preset(ns.preset, list(ns.overrides))
+    settings = preset.launcher
+    budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
+    kernels = resolve_kernels(settings.transformer_engine, settings.apex)
+    args = preset.effective()
+    notes: list[str] = []
+    extra_sets: tuple[str, ...] = ()
+    if not kernels.transformer_engine:
+        args["transformer_impl"] = "local"  # what command.py passes without TE: unfused attention
+        notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local, whose attention "
+                     "stores the s×s scores (counted in 'complete' memory)")
+    if settings.entry == "simple_loop":
+        extra_sets = ("entry=pretrain_gpt",)
+        notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
+                     "through pretrain_gpt.py (entry=pretrain_gpt)")
+    validate = ps.foundation_validator(preset, budget.gpus_per_node, kernels.transformer_engine, kernels.apex)
+    plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
+                      allow_sp=kernels.transformer_engine or kernels.apex, validate=validate,
+                      extra_sets=extra_sets, notes=tuple(notes))
+    return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"

@@ -8,7 +8,7 @@ fastest fitting choice of the other knobs; ranking uses estimate.step_time (its 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -120,15 +120,43 @@ def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
     return est._get(args, "transformer_impl") != "local"
 
 
+Validator = Callable[[est.ModelShape, est.Training], list[str]]
+
+
+def foundation_validator(preset: Any, gpus_per_node: int, te: bool, apex: bool) -> Validator:
+    """launcher.layout's checks (the ones `launch` runs) as a validator for candidate layouts.
+
+    Problems the preset has at its own layout on TP·PP·CP GPUs (e.g. a missing lr) are not the layout's
+    fault and are left out, so they do not reject every candidate.
+    """
+    from dataclasses import replace as replace_preset
+
+    from launcher.layout import check
+
+    own = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * \
+        preset.arg("context_parallel_size")
+    baseline = {p.message for p in check(preset, own, min(own, gpus_per_node), te, apex)[1]}
+
+    def problems(m: est.ModelShape, t: est.Training) -> list[str]:
+        candidate = replace_preset(preset, megatron={**preset.megatron, **settings(t)})
+        found = check(candidate, t.world_size, gpus_per_node, te, apex)[1]
+        return [p.message for p in found if p.message not in baseline]
+
+    return problems
+
+
 def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node: int = 8,
-           top: int = 5, tflops: float | None = None) -> SearchResult:
+           top: int = 5, tflops: float | None = None, allow_sp: bool | None = None,
+           validate: Validator | None = None) -> SearchResult:
+    """Rank the layouts of `args` on world_size GPUs. Candidates must pass layout_problems (cheap, ours)
+    and, when given, `validate` (launcher.layout's checks, see foundation_validator)."""
     m = est.model_shape(args)
     base = est.training_of(args, world_size)
-    allow_sp = sequence_parallel_allowed(args)
+    allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp
     notes = []
     if not allow_sp:
-        notes.append("sequence parallel not tried: the preset uses --transformer-impl local, whose torch "
-                     "LayerNorm cannot do it (needs Transformer Engine or apex)")
+        notes.append("sequence parallel not tried: without Transformer Engine or apex, torch's LayerNorm "
+                     "cannot do it")
     best_by_layout: dict[tuple[int, int, int, int], Candidate] = {}
     considered = valid = fitting = 0
     for layout in structural_layouts(m, base, gpus_per_node):
@@ -138,10 +166,13 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
             shape = est.model_shape(args, t.tp)
             if layout_problems(shape, t):
                 continue
-            valid += 1
             c = evaluate(shape, t, gpu, gpus_per_node, tflops)
             if c.fit == "does not fit":
+                valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
                 continue
+            if validate is not None and validate(shape, t):
+                continue
+            valid += 1
             fitting += 1
             key = (t.tp, t.pp, t.vpp, t.micro_batch_size)
             old = best_by_layout.get(key)
@@ -151,7 +182,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     labels: dict[est.Training, list[str]] = {}
     for label, t in popular_alternatives(args, base, gpus_per_node, ranked):
         labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
-    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops)
+    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, validate)
                     for t, names in labels.items()]
     return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
 
@@ -180,10 +211,12 @@ def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_n
 
 
 def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Candidate], gpu: est.Gpu,
-          gpus_per_node: int, tflops: float | None) -> Alternative:
+          gpus_per_node: int, tflops: float | None, validate: Validator | None = None) -> Alternative:
     shape = est.model_shape(args, t.tp)
     name = f"{label} [{describe(t)}]"
     problems = layout_problems(shape, t)
+    if not problems and validate is not None:
+        problems = validate(shape, t)
     if problems:
         return Alternative(name, "invalid: " + "; ".join(problems))
     c = evaluate(shape, t, gpu, gpus_per_node, tflops)
@@ -222,28 +255,43 @@ def describe(t: est.Training) -> str:
             f"{' SP' if t.sequence_parallel else ''}{' dist-opt' if t.distributed_optimizer else ''}")
 
 
-def overrides(t: est.Training, args: Mapping[str, Any]) -> list[str]:
-    """`--set NAME=VALUE` items that turn the preset into layout `t` (only what differs)."""
+def settings(t: est.Training) -> dict[str, Any]:
+    """The Megatron settings that select layout `t` (dest → value)."""
     wanted: dict[str, Any] = {
         "tensor_model_parallel_size": t.tp,
         "pipeline_model_parallel_size": t.pp,
         "num_virtual_stages_per_pipeline_rank": t.vpp if t.vpp > 1 else None,
+        "num_layers_per_virtual_pipeline_stage": None,
         "micro_batch_size": t.micro_batch_size,
         "sequence_parallel": t.sequence_parallel,
         "recompute_granularity": None if t.recompute == "none" else t.recompute,
+        "recompute_activations": False,
+        "recompute_method": "uniform" if t.recompute == "full" else None,
+        "recompute_num_layers": 1 if t.recompute == "full" else None,
         "use_distributed_optimizer": t.distributed_optimizer,
+        "global_batch_size": t.global_batch_size,
     }
-    if t.recompute == "full":
-        wanted.update(recompute_method="uniform", recompute_num_layers=1)
-    if t.vpp > 1 and args.get("num_layers_per_virtual_pipeline_stage") is not None:
-        wanted["num_layers_per_virtual_pipeline_stage"] = None
+    return wanted
+
+
+def overrides(t: est.Training, args: Mapping[str, Any]) -> list[str]:
+    """`--set NAME=VALUE` items that turn the preset into layout `t` (only what differs)."""
+    wanted = settings(t)
     out = []
     for name, value in wanted.items():
+        if name == "global_batch_size":
+            # Unset, Megatron uses MBS·DP; pin it whenever that would change the batch.
+            given = args.get(name)
+            if given != value and not (given is None and t.micro_batch_size * t.dp == value):
+                out.append(f"{name}={value}")
+            continue
+        if name in ("recompute_activations", "num_layers_per_virtual_pipeline_stage"):
+            if args.get(name) and args.get(name) != value:
+                out.append(f"{name}={format_value(value)}")
+            continue
         current = est._get(args, name)
         if name == "recompute_granularity":
             current = None if est.recompute_of(args) == "none" else est.recompute_of(args)
-            if args.get("recompute_activations") and value != "selective":
-                out.append("recompute_activations=false")
         if name == "num_virtual_stages_per_pipeline_rank":
             current = est.virtual_stages_of(args)
             current = current if current > 1 else None
