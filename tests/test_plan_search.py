@@ -114,3 +114,28 @@ def test_plan_json_and_text() -> None:
     for needle in ("Memory per GPU", "optimizer state", "activations", "per iteration", "Best layouts",
                    "Why not", "--set"):
         assert needle in text
+
+
+@pytest.mark.parametrize(("name", "world"), [("toy", 8), ("345m", 8), ("345m", 32), ("175b", 1536), ("175b", 256)])
+def test_our_quick_rules_agree_with_the_foundation_checks(name: str, world: int) -> None:
+    """The search prefilters with layout_problems and confirms with launcher.layout; they must agree, except
+    for preset settings that are not layout rules (overlap_param_gather needs the distributed optimizer)."""
+    from launcher.preset import load_preset
+
+    preset = load_preset(name)
+    args = preset.effective()
+    validate = ps.foundation_validator(preset, 8, te=True, apex=True)
+    base = est.training_of(args, world)
+    checked = 0
+    for layout in ps.structural_layouts(est.model_shape(args), base, min(8, world)):
+        for t in ps.knob_variants(layout, allow_sp=True):
+            checked += 1
+            if checked % 7:  # every 7th keeps the run short; the grid still spans every knob
+                continue
+            shape = est.model_shape(args, t.tp)
+            ours, theirs = ps.layout_problems(shape, t), validate(shape, t)
+            if ours:
+                assert theirs, f"we reject {ps.describe(t)} ({ours}) but launcher.layout accepts it"
+            else:
+                assert all("overlap_param_gather" in p for p in theirs), (ps.describe(t), theirs)
+    assert checked > 50
