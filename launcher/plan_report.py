@@ -28,23 +28,27 @@ class Budget:
         return self.nodes * self.gpus_per_node
 
 
+GPUS_PER_NODE_FOR_GPUS = 8  # --gpus N alone means nodes of 8 GPUs (HGX/DGX), or one node below 8
+
+
 def resolve_budget(nodes: int | None, gpus_per_node: int | None, gpus: int | None,
                    preset_nodes: int = 1, preset_gpus_per_node: int = 8) -> Budget:
-    """--gpus N, or --nodes/--gpus-per-node, or the preset's own; a bad combination is a UserError."""
-    if gpus is not None and (nodes is not None or gpus_per_node is not None):
-        raise UserError("--gpus cannot be combined with --nodes/--gpus-per-node",
-                        "give either --gpus N or --nodes N --gpus-per-node G")
+    """--gpus N [--gpus-per-node G], or --nodes/--gpus-per-node, or the preset's own; bad ones are UserErrors."""
+    if gpus is not None and nodes is not None:
+        raise UserError("--gpus cannot be combined with --nodes",
+                        "give either --gpus N [--gpus-per-node G] or --nodes N --gpus-per-node G")
     for flag, value in (("--gpus", gpus), ("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
     if gpus is not None:
-        per_node = preset_gpus_per_node
-        if gpus <= per_node:
+        per_node = gpus_per_node or GPUS_PER_NODE_FOR_GPUS
+        if gpus <= per_node and gpus_per_node is None:
             return Budget(1, gpus)
         if gpus % per_node:
+            below = gpus - gpus % per_node
+            options = f"--gpus {below} or {below + per_node}" if below else f"--gpus {per_node}"
             raise UserError(f"{gpus} GPUs are not a whole number of nodes of {per_node} GPUs",
-                            f"use --gpus {gpus - gpus % per_node} or {gpus + per_node - gpus % per_node}, "
-                            "or --nodes N --gpus-per-node G")
+                            f"use {options}, or --nodes N --gpus-per-node G")
         return Budget(gpus // per_node, per_node)
     return Budget(nodes or preset_nodes, gpus_per_node or preset_gpus_per_node)
 
@@ -291,7 +295,7 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("preset", help="preset name in configs/ or a path to a YAML file")
     parser.add_argument("--nodes", type=int, help="nodes in the budget (default: the preset's)")
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the preset's)")
-    parser.add_argument("--gpus", type=int, help="total GPUs, in whole nodes of the preset's GPUs per node")
+    parser.add_argument("--gpus", type=int, help="total GPUs, in nodes of --gpus-per-node (default 8)")
     parser.add_argument("--gpu", default=est.DEFAULT_GPU,
                         help=f"GPU model (default {est.DEFAULT_GPU}): {', '.join(sorted(est.GPUS))}")
     parser.add_argument("--tflops", type=float, help="sustained model TFLOP/s per GPU (default: per GPU model)")

@@ -88,7 +88,9 @@ def test_local_transformer_impl_never_gets_sequence_parallel() -> None:
 
 def test_budget_resolution() -> None:
     assert pr.resolve_budget(None, None, 1024) == pr.Budget(128, 8)
+    assert pr.resolve_budget(None, None, 1024, preset_nodes=1, preset_gpus_per_node=1) == pr.Budget(128, 8)
     assert pr.resolve_budget(None, None, 4) == pr.Budget(1, 4)
+    assert pr.resolve_budget(None, 4, 16) == pr.Budget(4, 4)
     assert pr.resolve_budget(2, 4, None) == pr.Budget(2, 4)
     assert pr.resolve_budget(None, None, None, 192, 8) == pr.Budget(192, 8)
     with pytest.raises(UserError, match="not a whole number of nodes"):
