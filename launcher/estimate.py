@@ -707,3 +707,10 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
         "flops_per_iteration": e.flops_per_iteration,
         "seconds_per_iteration": e.step.total,
     }
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
+    return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
+            f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
+            f"`launch plan` for the breakdown)")

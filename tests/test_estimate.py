@@ -228,6 +228,7 @@ def test_summary_for_the_dry_run_header() -> None:
     assert s["fits"] == "fits" and s["gpu"] == "h100-80gb"
     assert s["parameters"] == est.parameter_count(GPT_175B, tp=8)
     assert 0 < s["memory_per_gpu_gib"] < s["gpu_memory_gib"]
+    assert est.summary_line(s).startswith(f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of 79.1 on h100-80gb: fits")
     one_gpu = SimpleNamespace(world_size=8, tp=8, pp=1, cp=1, vpp=None, micro_batch_size=1, global_batch_size=8)
     assert est.summary(GPT_175B, one_gpu, est.GPUS["a100-40gb"])["fits"] == "does not fit"
 
