@@ -117,6 +117,7 @@ class RunLog:
         self.saved: list[int] = []
         self.loaded: list[int] = []
         self.validation: dict[str, float] = {}
+        self.validation_points: list[lp.Validation] = []
         self.exits: list[lp.ExitLine] = []
         self.errors: list[str] = []
         self.result_failures: list[lp.ResultValidationFailure] = []
@@ -174,6 +175,7 @@ class RunLog:
                 self.start_attempt()
                 self._attempt().loaded_iteration = event.iteration
             case lp.Validation():
+                self.validation_points.append(event)
                 name = "test" if event.split == "test" else "validation"
                 for key, value in event.values.items():
                     self.validation[f"{name} {key}"] = value
