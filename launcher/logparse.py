@@ -277,8 +277,8 @@ _RERUN_RE = re.compile(r"ERROR:megatron\.core\.rerun_state_machine:(?P<msg>.*)")
 _RERUN_ITERATION_RE = re.compile(r"iteration #?(?P<it>\d+)")
 _RERUN_MESSAGE_RE = re.compile(r"\(message='(?P<msg>[^']*)'\)")
 _ERROR_RE = re.compile(
-    r"^Traceback \(most recent call last\):"
-    r"|^\w+(?:\.\w+)*(?:Error|Exception): "
+    r"^\s*Traceback \(most recent call last\):"
+    r"|^\s*\w+(?:\.\w+)*(?:Error|Exception): "
     r"|CUDA out of memory|torch\.OutOfMemoryError"
     r"|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError"
     r"|ADLR autoresume is not available"

@@ -261,7 +261,9 @@ class RunLog:
         if exit_code not in (None, 0):
             failures.append(f"exit code {exit_code}")
         if self.errors:
-            failures.append(f"error in log: {self.errors[0][:160]}")
+            # The exception line says more than the "Traceback (most recent call last):" above it.
+            telling = [e for e in self.errors if not e.startswith("Traceback")] or self.errors
+            failures.append(f"error in log: {telling[0][:160]}")
         if self.result_failures:
             failure = self.result_failures[0]
             where = f" at iteration {failure.iteration}" if failure.iteration else ""
