@@ -283,6 +283,11 @@ _ERROR_RE = re.compile(
     r"|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError"
     r"|ADLR autoresume is not available"
 )
+# examples/run_simple_mcore_train_loop.py: every rank prints this for iterations 0..4, then a reload message.
+_SIMPLE_LOOP_RE = re.compile(r"^Iteration (?P<it>\d+): Losses reduced: (?P<rest>.*)")
+_SIMPLE_LOSS_RE = re.compile(r"'(?P<key>[^']+)': tensor\((?P<num>[-+\w.]+)")
+SIMPLE_LOOP_ITERATIONS = 5
+SIMPLE_LOOP_DONE = "Successfully loaded the model"
 _ARGUMENT_RE = re.compile(r"^  (?P<name>[A-Za-z_]\w*) \.*\s(?P<value>.*)$")
 _ARGS_BEGIN = "------------------------ arguments ------------------------"
 _ARGS_END = "-------------------- end of arguments ---------------------"
@@ -329,6 +334,12 @@ def parse_line(raw: str) -> Event | None:
         it = _RERUN_ITERATION_RE.search(text)
         short = _RERUN_MESSAGE_RE.search(text)
         return ResultValidationFailure(int(it["it"]) if it else None, short["msg"] if short else text)
+    if line.startswith("Iteration ") and (m := _SIMPLE_LOOP_RE.match(line)):
+        losses = {lm["key"]: v for lm in _SIMPLE_LOSS_RE.finditer(m["rest"]) if (v := _to_float(lm["num"])) is not None}
+        # The loop counts from 0; Megatron's own lines count from 1.
+        return IterationLine(iteration=int(m["it"]) + 1, train_iters=SIMPLE_LOOP_ITERATIONS, losses=losses)
+    if line.strip() == SIMPLE_LOOP_DONE:
+        return Milestone("after training is done", None)
     if _ERROR_RE.search(line):
         return ErrorLine(line.strip())
     return None

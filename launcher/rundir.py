@@ -218,7 +218,8 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
     try:
-        (staging / PRESET_FILE).write_text(yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
+        header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
+        (staging / PRESET_FILE).write_text(header + yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
         (staging / COMMAND_FILE).write_text(command_script(argv, env))
         (staging / COMMAND_FILE).chmod(0o755)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
@@ -260,8 +261,9 @@ def create_run_dir(plan: Any, command: Any, overrides: Sequence[str], root: Path
         megatron_path=megatron_path, hosts=hosts or [socket.gethostname()], argv=command.argv,
         env=command.env, checkpoint_dir=megatron_args.get("save"),
     )
-    preset_dict = {"name": preset.name, "megatron": megatron_args,
-                   "launcher": _as_dict(getattr(preset, "launcher", {}))}
+    # Loadable as a preset again (launch --resume reads it): only the keys a preset file may have.
+    preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
+                   "launcher": _as_dict(getattr(preset, "launcher", {})), "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
                          extra_files=extra_files)
 

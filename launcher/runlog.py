@@ -154,7 +154,9 @@ class RunLog:
         match event:
             case lp.IterationLine():
                 attempt = self._attempt()
-                if attempt.lines and event.iteration <= attempt.lines[-1].iteration:
+                if attempt.lines and event.iteration == attempt.lines[-1].iteration:
+                    return None  # the same iteration printed by another rank (the simple loop: every rank)
+                if attempt.lines and event.iteration < attempt.lines[-1].iteration:
                     # Iterations went backwards inside one stream: a restart from a checkpoint.
                     self.attempts.append(Attempt())
                     attempt = self.attempts[-1]

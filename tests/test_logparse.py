@@ -134,3 +134,20 @@ def test_garbage_yields_nothing(log_fixture):
     assert list(lp.parse_lines(log_fixture("garbled.log"))) == []
     assert lp.parse_line("iteration | | : : |||") is None
     assert lp.parse_line(" validation loss at iteration 5 | ") is None
+
+
+def test_upstream_simple_loop_lines():
+    from launcher.runlog import RunLog
+
+    lines = []
+    for i, loss in enumerate([4.6155, 4.6151, 4.6149, 4.6150, 4.6146]):
+        for rank in (0, 1):  # every rank prints
+            lines.append(f"[rank{rank}]:Iteration {i}: Losses reduced: [{{'lm loss': tensor({loss}, "
+                         f"device='cuda:{rank}')}}]")
+    lines.append("[rank0]:Successfully loaded the model")
+    runlog = RunLog()
+    for event in lp.parse_lines(lines):
+        runlog.feed(event)
+    summary = runlog.summary(exit_code=0)
+    assert [line.iteration for line in runlog.iteration_lines] == [1, 2, 3, 4, 5]
+    assert summary.final_loss == pytest.approx(4.6146) and summary.outcome == "success"
