@@ -66,7 +66,7 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
                      allow_partial: bool = False) -> RunLog:
     runlog = RunLog(seq_length=seq_length)
     damage: list[Problem] = []
-    for path in paths:
+    for number, path in enumerate(paths, 1):
         text = _read_log(path)
         runlog.start_attempt()
         before = len(runlog.iteration_lines)
@@ -74,6 +74,9 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
             runlog.feed(event)
         new = runlog.iteration_lines[before:]
         cut = [line for line in new if not line.complete]
+        if number < len(paths) and new and cut == [new[-1]]:
+            cut = []  # an attempt killed mid-line and then resumed: expected, not damage
+            text += "\n"
         if text and not text.endswith("\n") and new:
             damage.append(Problem(
                 f"log {path} is truncated: its last line stops mid-way, after iteration {new[-1].iteration}",

@@ -256,14 +256,17 @@ def create_run_dir(plan: Any, command: Any, overrides: Sequence[str], root: Path
     world = {"nodes": plan.nodes, "gpus_per_node": plan.gpus_per_node,
              "world_size": plan.nodes * plan.gpus_per_node}
     megatron_args = dict(preset.megatron)
-    manifest = build_manifest(
+    manifest = {"entry": getattr(plan, "entry", None), **build_manifest(
         preset_name=preset.name, world=world, layout=getattr(plan, "layout", None), overrides=overrides,
         megatron_path=megatron_path, hosts=hosts or [socket.gethostname()], argv=command.argv,
         env=command.env, checkpoint_dir=megatron_args.get("save"),
-    )
+    )}
     # Loadable as a preset again (launch --resume reads it): only the keys a preset file may have.
+    launcher_settings = _as_dict(getattr(preset, "launcher", {}))
+    if getattr(plan, "entry", None) and isinstance(launcher_settings, dict):
+        launcher_settings["entry"] = plan.entry  # after the plan's fallbacks (toy on one GPU: pretrain_gpt)
     preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
-                   "launcher": _as_dict(getattr(preset, "launcher", {})), "megatron": megatron_args}
+                   "launcher": launcher_settings, "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
                          extra_files=extra_files)
 

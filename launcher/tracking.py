@@ -51,7 +51,7 @@ def prepare_resume(run_dir: str | Path, overrides: list[str]) -> Prepared:
     preset_file = existing.path / rundir.PRESET_FILE
     preset = load_preset(str(preset_file), overrides)
     preset = replace(preset, name=str(existing.manifest.get("preset") or existing.path.name))
-    if preset.launcher.entry == "simple_loop":
+    if existing.manifest.get("entry") == "simple_loop":
         raise UserError(Problem(f"{existing.path} ran upstream's simple training loop, which cannot resume",
                                 "start a new run instead"))
     return Prepared(_with_megatron(preset, existing.resume_megatron_args()), existing.path, existing)
