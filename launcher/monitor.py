@@ -66,7 +66,7 @@ class Monitor:
         if record is not None:
             self._metrics.write(json.dumps(record) + "\n")
             self._metrics.flush()
-        if isinstance(event, lp.IterationLine) and self.tty:
+        if isinstance(event, lp.IterationLine) and self.tty and _have_tqdm():
             self._update_bar(event, record or {})
             return
         self._echo(text)
@@ -120,3 +120,12 @@ class Monitor:
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
         print("\n" + summary.render(), file=self.out, flush=True)
         return summary
+
+
+def _have_tqdm() -> bool:
+    """The live bar needs tqdm; without it the plain progress lines are used."""
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return False
+    return True

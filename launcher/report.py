@@ -143,8 +143,12 @@ def series_from_records(records: list[dict]) -> Series:
 
 
 def _figure(title: str, ylabel: str):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UserError(Problem("launch report draws its plots with matplotlib, which is not installed",
+                                "pip install matplotlib")) from None
 
     figure = Figure(figsize=(7, 4), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
