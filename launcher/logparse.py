@@ -163,9 +163,14 @@ class ResultValidationFailure:
 
 @dataclass(frozen=True)
 class ErrorLine:
-    """A line that signals a crash: a Python traceback, an uncaught exception, CUDA OOM, torchrun failure."""
+    """A line that may signal a crash.
+
+    kind: "traceback" (the header), "exception" (`SomeError: ...`, fatal only after a traceback header),
+    "fatal" (CUDA out of memory, torchrun's ChildFailedError, Megatron's exit for a missing ADLR autoresume).
+    """
 
     text: str
+    kind: str = "fatal"
 
 
 @dataclass(frozen=True)
@@ -276,10 +281,10 @@ _MILESTONE_RE = re.compile(
 _RERUN_RE = re.compile(r"ERROR:megatron\.core\.rerun_state_machine:(?P<msg>.*)")
 _RERUN_ITERATION_RE = re.compile(r"iteration #?(?P<it>\d+)")
 _RERUN_MESSAGE_RE = re.compile(r"\(message='(?P<msg>[^']*)'\)")
-_ERROR_RE = re.compile(
-    r"^\s*Traceback \(most recent call last\):"
-    r"|^\s*\w+(?:\.\w+)*(?:Error|Exception): "
-    r"|CUDA out of memory|torch\.OutOfMemoryError"
+_TRACEBACK_RE = re.compile(r"^\s*Traceback \(most recent call last\):")
+_EXCEPTION_RE = re.compile(r"^\s*\w+(?:\.\w+)*(?:Error|Exception|Interrupt): ")
+_FATAL_RE = re.compile(
+    r"CUDA out of memory|torch\.OutOfMemoryError"
     r"|torch\.distributed\.elastic\.multiprocessing\.errors\.ChildFailedError"
     r"|ADLR autoresume is not available"
 )
@@ -340,8 +345,12 @@ def parse_line(raw: str) -> Event | None:
         return IterationLine(iteration=int(m["it"]) + 1, train_iters=SIMPLE_LOOP_ITERATIONS, losses=losses)
     if line.strip() == SIMPLE_LOOP_DONE:
         return Milestone("after training is done", None)
-    if _ERROR_RE.search(line):
-        return ErrorLine(line.strip())
+    if _FATAL_RE.search(line):
+        return ErrorLine(line.strip(), "fatal")
+    if _TRACEBACK_RE.search(line):
+        return ErrorLine(line.strip(), "traceback")
+    if _EXCEPTION_RE.search(line):
+        return ErrorLine(line.strip(), "exception")
     return None
 
 

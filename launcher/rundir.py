@@ -125,6 +125,16 @@ def git_commit(path: Path) -> dict[str, Any]:
     return {"path": str(path), "commit": commit, "dirty": dirty}
 
 
+def megatron_checkout_version(path: Path) -> str | None:
+    """MAJOR.MINOR.PATCH from the checkout's megatron/core/package_info.py (also works without .git)."""
+    try:
+        text = (path / "megatron" / "core" / "package_info.py").read_text()
+    except OSError:
+        return None
+    parts = [re.search(rf"^{name}\s*=\s*(\d+)", text, re.MULTILINE) for name in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else None
+
+
 def _cuda_version_of_torch() -> str | None:
     """torch.version.cuda, read from torch/version.py without importing torch (seconds and GPU init)."""
     try:
@@ -172,6 +182,7 @@ def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, o
                    env: Mapping[str, str], checkpoint_dir: str | None) -> dict[str, Any]:
     launcher_root = Path(launcher.__file__).resolve().parent.parent
     megatron = git_commit(megatron_path) if megatron_path else {"path": None, "commit": None, "dirty": None}
+    megatron["version"] = megatron_checkout_version(megatron_path) if megatron_path else None
     megatron["expected_commit"] = launcher.MEGATRON_COMMIT
     megatron["matches_pin"] = megatron["commit"] == launcher.MEGATRON_COMMIT if megatron["commit"] else None
     return {

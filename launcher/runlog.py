@@ -122,6 +122,7 @@ class RunLog:
         self.errors: list[str] = []
         self.result_failures: list[lp.ResultValidationFailure] = []
         self.training_done = False
+        self._traceback_seen = False
         self._new_attempt_pending = True
 
     def start_attempt(self) -> None:
@@ -187,8 +188,12 @@ class RunLog:
                 self.training_done = True
             case lp.ResultValidationFailure():
                 self.result_failures.append(event)
-            case lp.ErrorLine(text=text):
-                self.errors.append(text)
+            case lp.ErrorLine(kind="traceback"):
+                self._traceback_seen = True
+            case lp.ErrorLine(text=text, kind=kind):
+                # An exception line alone may be a logged, handled one; after a traceback it is a crash.
+                if kind == "fatal" or self._traceback_seen:
+                    self.errors.append(text)
         return None
 
     def _seq_length(self) -> int | None:
@@ -263,9 +268,7 @@ class RunLog:
         if exit_code not in (None, 0):
             failures.append(f"exit code {exit_code}")
         if self.errors:
-            # The exception line says more than the "Traceback (most recent call last):" above it.
-            telling = [e for e in self.errors if not e.startswith("Traceback")] or self.errors
-            failures.append(f"error in log: {telling[0][:160]}")
+            failures.append(f"error in log: {self.errors[0][:160]}")
         if self.result_failures:
             failure = self.result_failures[0]
             where = f" at iteration {failure.iteration}" if failure.iteration else ""

@@ -124,3 +124,9 @@ def test_a_resume_is_a_new_attempt_in_the_same_run_dir(tmp_path, log_fixture):
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["attempt-1.log", "attempt-2.log"]
     attempts = {json.loads(r).get("attempt") for r in (tmp_path / "metrics.jsonl").read_text().splitlines()}
     assert attempts == {1, None}  # memory records carry no attempt
+
+
+def test_a_logged_exception_without_traceback_is_not_a_crash(log_fixture):
+    lines = log_fixture("toy_fp32_1gpu.log")
+    lines.insert(40, "ValueError: optional fused kernel unavailable, using the fallback")
+    assert summarize(lines, exit_code=0).outcome == "success"
