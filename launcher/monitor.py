@@ -72,7 +72,8 @@ class Monitor:
         self._echo(text)
         if isinstance(event, lp.IterationLine):
             pct = 100.0 * event.iteration / event.train_iters if event.train_iters else 0.0
-            self._echo(f"[launch] {event.iteration}/{event.train_iters} ({pct:.0f}%) | {self._status(event, record or {})}"
+            status = self._status(event, record or {})
+            self._echo(f"[launch] {event.iteration}/{event.train_iters} ({pct:.0f}%) | {status}"
                        f" | ETA {format_eta(self._eta_seconds(event))}")
 
     def _echo(self, text: str) -> None:

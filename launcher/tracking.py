@@ -65,7 +65,8 @@ def execute(prepared: Prepared, plan: Any, command: Any, megatron_path: Path, *,
     out = out or sys.stdout
     local.resolved_argv(command)  # the checks local.run makes, before anything is written
     if shutil.which(command.argv[0]) is None:
-        raise UserError(f"{command.argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+        raise UserError(f"{command.argv[0]} is not on PATH",
+                        "install torch in this environment, or --set torchrun=PATH")
     if prepared.existing is None:
         rundir.create_run_dir(plan, command, list(prepared.preset.overrides), run_dir=prepared.run_dir,
                               megatron_path=megatron_path, extra_files=extra_files)
