@@ -91,8 +91,8 @@ def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[st
     args["save"] = save
     if not megatron.get("load"):
         args["load"] = save
-    if not megatron.get("save_interval") and megatron.get("train_iters"):
-        args["save_interval"] = int(megatron["train_iters"])
+    if not megatron.get("save_interval"):
+        args["save_interval"] = _end_of_training_interval(megatron)
     if not megatron.get("tensorboard_dir"):
         args["tensorboard_dir"] = str(run_dir / TENSORBOARD)
     if megatron.get("wandb_project"):  # W&B only when the preset asks for it
@@ -101,6 +101,19 @@ def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[st
         if not megatron.get("wandb_exp_name"):
             args["wandb_exp_name"] = run_dir.name
     return args
+
+
+def _end_of_training_interval(megatron: Mapping[str, Any]) -> int:
+    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set.
+
+    Long runs should set save_interval (and save_retain_interval: Megatron deletes no old checkpoint without it).
+    """
+    if megatron.get("train_iters"):
+        return int(megatron["train_iters"])
+    samples, batch = megatron.get("train_samples"), megatron.get("global_batch_size")
+    if samples and batch:
+        return -(-int(samples) // int(batch))  # ceil: the iterations of a constant-batch sample budget
+    return 1_000_000_000  # unknown length (batch schedule): larger than any run
 
 
 # ---------------------------------------------------------------------------------------------- manifest

@@ -162,3 +162,11 @@ def test_not_a_run_directory(tmp_path, damage):
             (target / "manifest.json").write_text("{truncated")
     with pytest.raises(UserError, match="run directory"):
         rundir.open_run_dir(target)
+
+
+def test_save_interval_saves_at_the_end_when_the_preset_gives_none(tmp_path):
+    by_iters = rundir.run_dir_megatron_args(tmp_path, {"train_iters": 500})
+    by_samples = rundir.run_dir_megatron_args(tmp_path, {"train_samples": 1001, "global_batch_size": 10})
+    assert (by_iters["save_interval"], by_samples["save_interval"]) == (500, 101)
+    assert rundir.run_dir_megatron_args(tmp_path, {"train_iters": 500, "save_interval": 50}).get(
+        "save_interval") is None  # the preset's own stays
