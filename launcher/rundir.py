@@ -289,6 +289,8 @@ def create_run_dir(plan: Any, command: Any, overrides: Sequence[str], root: Path
     launcher_settings = _as_dict(getattr(preset, "launcher", {}))
     if getattr(plan, "entry", None) and isinstance(launcher_settings, dict):
         launcher_settings["entry"] = plan.entry  # after the plan's fallbacks (toy on one GPU: pretrain_gpt)
+    if isinstance(launcher_settings, dict):  # the world actually used, whatever the preset said
+        launcher_settings.update(nodes=plan.nodes, gpus_per_node=plan.gpus_per_node)
     preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
                    "launcher": launcher_settings, "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,

@@ -249,7 +249,7 @@ class RunLog:
         gbs = last.global_batch_size if last else None
         seq = self._seq_length()
         tokens = gbs * seq / (ms / 1000.0) if (ms and gbs and seq) else None
-        outcome, reasons = self._verdict(last, train_iters, tracker, exit_code)
+        outcome, reasons = self._verdict(last, train_iters, checkpoint_dir, tracker, exit_code)
         return RunSummary(
             outcome=outcome, reasons=reasons,
             last_iteration=last.iteration if last else None, train_iters=train_iters,
@@ -262,8 +262,12 @@ class RunLog:
             validation=dict(self.validation), attempts=len(self.attempts), exit_code=exit_code,
         )
 
-    def _verdict(self, last: lp.IterationLine | None, train_iters: int | None, tracker: str | None,
-                 exit_code: int | None) -> tuple[str, list[str]]:
+    def _checkpoint_failures(self, reached_end: bool, checkpoint_dir: Path | None, tracker: str | None) -> list[str]:
+        save_configured = self.arguments.get("save", "None") != "None"
+        return checkpoint_failures(self.saved, save_configured, reached_end, checkpoint_dir, tracker)
+
+    def _verdict(self, last: lp.IterationLine | None, train_iters: int | None, checkpoint_dir: Path | None,
+                 tracker: str | None, exit_code: int | None) -> tuple[str, list[str]]:
         failures: list[str] = []
         if exit_code not in (None, 0):
             failures.append(f"exit code {exit_code}")
@@ -279,10 +283,7 @@ class RunLog:
             failures.append(f"loss is NaN: {last.nan_iterations} NaN iteration(s) in the last logged interval")
         reached_end = self.training_done or (last is not None and train_iters is not None
                                              and last.iteration >= train_iters)
-        save_dir = self.arguments.get("save")
-        tracker_behind = tracker is not None and tracker.isdigit() and self.saved and int(tracker) < self.saved[-1]
-        if reached_end and save_dir not in (None, "None") and tracker_behind:
-            failures.append(f"the last save ({self.saved[-1]}) never reached {TRACKER_FILE} ({tracker})")
+        failures += self._checkpoint_failures(reached_end, checkpoint_dir, tracker)
         if failures:
             return "failed", failures
         if reached_end:
@@ -293,6 +294,21 @@ class RunLog:
             return "stopped", [f"exited on {how.reason} ({how.detail}), {saved}"]
         return "failed", [f"the log ends at iteration {last.iteration} of {train_iters} without an exit line"
                           if last else "the log ends before training"]
+
+
+def checkpoint_failures(saved: list[int], save_configured: bool, reached_end: bool,
+                              checkpoint_dir: Path | None, tracker: str | None) -> list[str]:
+    """A save the log reports must show in the tracker file, which rank 0 writes only once it is on disk."""
+    if reached_end and save_configured and not saved:
+        return ["training ended with --save set, but the log shows no successful checkpoint save"]
+    if not saved or checkpoint_dir is None or not checkpoint_dir.is_dir():
+        return []  # nothing saved, or the directory is not visible from here (another machine): not checked
+    if tracker is None:
+        return [f"the log reports a checkpoint at iteration {saved[-1]}, but {checkpoint_dir / TRACKER_FILE} "
+                "does not exist"]
+    if tracker.isdigit() and int(tracker) < saved[-1]:
+        return [f"the last save ({saved[-1]}) never reached {TRACKER_FILE} (it says {tracker})"]
+    return []
 
 
 def read_tracker(checkpoint_dir: Path) -> str | None:

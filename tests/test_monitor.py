@@ -103,6 +103,17 @@ def test_success_needs_the_tracker_file_to_follow_the_last_save(tmp_path, log_fi
     behind = summarize(lines, checkpoint_dir=tmp_path)
     assert behind.outcome == "failed" and "latest_checkpointed_iteration.txt" in behind.reasons[0]
     assert summarize(lines, exit_code=1).outcome == "failed"
+    (tmp_path / "latest_checkpointed_iteration.txt").unlink()  # the log says saved, the disk disagrees
+    missing = summarize(lines, checkpoint_dir=tmp_path)
+    assert missing.outcome == "failed" and "does not exist" in missing.reasons[0]
+    # a checkpoint directory not visible from here (another machine's disk) is not held against the run
+    assert summarize(lines, checkpoint_dir=tmp_path / "elsewhere").outcome == "success"
+
+
+def test_end_of_training_without_the_final_save_fails(log_fixture):
+    lines = [line for line in log_fixture("toy_fp32_1gpu.log") if "checkpoint" not in line]
+    summary = summarize(lines)
+    assert summary.outcome == "failed" and "no successful checkpoint save" in summary.reasons[0]
 
 
 def test_traceback_fails_the_run(log_fixture):
