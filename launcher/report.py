@@ -206,6 +206,26 @@ def write_plots(series: Series, out_dir: Path, title: str) -> list[Path]:
 # ---------------------------------------------------------------------------------------------- entry
 
 
+def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> RunSummary:
+    """The end-of-run summary of a run directory or of log files, without drawing plots.
+
+    Partial logs are accepted by default here: a backend (e.g. Slurm) summarising a job that was killed
+    mid-line still wants the verdict.
+    """
+    targets = [Path(targets)] if isinstance(targets, (str, Path)) else [Path(t) for t in targets]
+    if len(targets) == 1 and targets[0].is_dir():
+        run = open_run_dir(targets[0])
+        logs = sorted((run.path / "logs").glob("*.log"), key=_attempt_number)
+        if not logs:
+            raise UserError(Problem(f"{run.path} has no logs: the run never started"))
+        seq = run.preset.get("megatron", {}).get("seq_length")
+        runlog = runlog_from_logs(logs, seq if isinstance(seq, int) else None, allow_partial)
+        return runlog.summary(checkpoint_dir=Path(run.checkpoint_dir))
+    runlog = runlog_from_logs(targets, allow_partial=allow_partial)
+    save = lp.argument_value(runlog.arguments.get("save", "None"))
+    return runlog.summary(checkpoint_dir=Path(save) if isinstance(save, str) else None)
+
+
 def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_partial: bool = False) -> Report:
     """Report on one run directory, or on one or more log files (read in the given order)."""
     if not targets:

@@ -106,3 +106,13 @@ def test_partial_reports_a_truncated_log(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "iterations:         40/100" in result.stdout
     assert_valid_png(tmp_path / "loss.png")
+
+
+def test_summarize_without_plots(tmp_path):
+    from launcher.report import summarize
+
+    run_dir = new_run_dir(tmp_path, "toy_fp32_1gpu.log")
+    assert summarize(run_dir).last_iteration == 100
+    assert not (run_dir / "plots").exists()
+    killed = summarize([FIXTURES / "toy_truncated.log"])  # partial accepted: the verdict is what is wanted
+    assert killed.outcome == "failed" and killed.last_iteration == 40
