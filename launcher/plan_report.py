@@ -328,7 +328,8 @@ def run(ns: Any) -> str:
     if not kernels.transformer_engine:
         args["transformer_impl"] = "local"  # what command.py passes without TE: unfused attention
         notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local, whose attention "
-                     "stores the s×s scores (counted in 'complete' memory)")
+                     "stores the s×s scores (counted in 'complete' memory) and runs slower than the default "
+                     "TFLOP/s assumes (345m on H200 measured 70-140 model TFLOP/s): pass a measured --tflops")
     if settings.entry == "simple_loop":
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
