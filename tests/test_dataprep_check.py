@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,13 @@ def test_tokenizer_files(tmp_path):
     assert "needs tokenizer_model" in messages(problems)
     _, problems = training_tokenizer({"tokenizer_type": "Gpt2"})
     assert "unknown tokenizer_type" in messages(problems)
+
+
+def test_check_data_imports_neither_torch_nor_megatron():
+    code = ("import sys; from launcher.dataprep.check import check_data; "
+            "check_data({'mock_data': True, 'tokenizer_type': 'NullTokenizer', 'vocab_size': 8}); "
+            "assert 'torch' not in sys.modules and 'megatron' not in sys.modules, sorted(sys.modules)")
+    repo = Path(__file__).resolve().parents[1]
+    run = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=False,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    assert run.returncode == 0, run.stderr

@@ -31,7 +31,7 @@ def megatron_checkout() -> Path | None:
     return None
 
 
-def training_args(prefix: Path, cache: Path, train_iters: int, eval_interval: int, eval_iters: int,
+def training_args(prefix: Path, cache: Path, *, train_iters: int, eval_interval: int, eval_iters: int,
                   global_batch: int) -> list[str]:
     return [
         "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
@@ -50,32 +50,44 @@ def test_request_needs_real_data_and_a_cache_path():
     assert check_index_request({"data_path": ["x"], "data_cache_path": "/c", "train_samples": 100}) == []
 
 
-@needs_megatron
-def test_caches_built_once_then_only_read(tmp_path):
-    corpus = tmp_path / "c.jsonl"
+@pytest.fixture(scope="module")
+def built_caches(tmp_path_factory):
+    """A corpus, its training arguments (world 4, TP 2) and the summary of building its caches once."""
+    if find_spec("megatron") is None or find_spec("torch") is None:
+        pytest.skip("needs megatron-core and torch")
+    root = tmp_path_factory.mktemp("index")
+    corpus = root / "c.jsonl"
     corpus.write_text("".join(json.dumps({"text": f"document {i} " * (i % 40 + 1)}) + "\n" for i in range(600)))
-    prefix = tmp_path / "corpus"
+    prefix = root / "corpus"
     prepare_data([str(corpus)], str(prefix), TokenizerSpec("byte"), workers=1, show_progress=False)
-    cache = tmp_path / "cache"
-    train_iters, eval_interval, eval_iters, global_batch = 30, 10, 3, 8
-    args = training_args(prefix, cache, train_iters, eval_interval, eval_iters, global_batch)
-
+    sizes = {"train_iters": 30, "eval_interval": 10, "eval_iters": 3, "global_batch": 8}
+    args = training_args(prefix, root / "cache", **sizes)
     summary = build_index_caches(args, world_size=4, cwd=str(REPO))
+    return root, args, sizes, summary, set(os.listdir(root / "cache"))
+
+
+@needs_megatron
+def test_caches_built_once_then_only_read(built_caches):
+    root, args, sizes, summary, built = built_caches
+    gbs = sizes["global_batch"]
     # Megatron's get_train_valid_test_num_samples
-    assert summary["num_samples"] == [train_iters * global_batch,
-                                      (train_iters // eval_interval + 1) * eval_iters * global_batch,
-                                      eval_iters * global_batch]
+    assert summary["num_samples"] == [sizes["train_iters"] * gbs,
+                                      (sizes["train_iters"] // sizes["eval_interval"] + 1) * sizes["eval_iters"] * gbs,
+                                      sizes["eval_iters"] * gbs]
     assert summary["data_parallel_size"] == 2  # world 4 / TP 2
     assert all(n >= want for n, want in zip(summary["lengths"], summary["num_samples"], strict=True))
-    built = set(os.listdir(cache))
     assert built == set(summary["new_files"]) and len(built) == 12  # 3 splits x (description + 3 indices)
 
     again = build_index_caches(args, world_size=4, cwd=str(REPO))
     assert again["new_files"] == [] and again["lengths"] == summary["lengths"]
 
+
+@needs_megatron
+@pytest.mark.skipif(megatron_checkout() is None, reason="needs a Megatron-LM checkout (tools/prepare_cache.py)")
+def test_upstream_prepare_cache_finds_our_caches(built_caches):
+    root, args, _sizes, summary, built = built_caches
     checkout = megatron_checkout()
-    if checkout is None:
-        pytest.skip("no Megatron-LM checkout: upstream tools/prepare_cache.py not compared")
+    assert checkout is not None
     # upstream's own cache preparation (same config as pretrain_gpt.py) must find our files and build nothing
     upstream = (
         "import importlib.util, sys\n"
@@ -89,16 +101,17 @@ def test_caches_built_once_then_only_read(tmp_path):
     )
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "4", "CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     run = subprocess.run([sys.executable, "-c", upstream, *args], env=env, capture_output=True, text=True,
-                         timeout=300, check=False, cwd=tmp_path)
+                         timeout=300, check=False, cwd=root)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert set(os.listdir(cache)) == built
+    assert set(os.listdir(root / "cache")) == built
     assert "Build and save" not in run.stderr
     assert f"'train_dataset_length': {summary['lengths'][0]}" in run.stdout
 
 
 @needs_megatron
 def test_megatron_rejecting_the_arguments_is_a_user_error(tmp_path):
-    args = training_args(tmp_path / "none", tmp_path / "cache", 10, 5, 1, 8) + ["--no-such-flag"]
+    args = training_args(tmp_path / "none", tmp_path / "cache", train_iters=10, eval_interval=5, eval_iters=1,
+                         global_batch=8) + ["--no-such-flag"]
     with pytest.raises(UserError, match="Megatron rejected"):
         build_index_caches(args, world_size=2, cwd=str(REPO))
     assert not (tmp_path / "cache").exists()
