@@ -124,6 +124,7 @@ def tiny_gpt2_files(directory: Path) -> tuple[Path, Path]:
 
 
 def test_gpt2_bpe_from_local_files(tmp_path):
+    pytest.importorskip("tokenizers")
     vocab_file, merge_file = tiny_gpt2_files(tmp_path)
     vocab = json.loads(vocab_file.read_text())
     corpus = write_jsonl(tmp_path / "c.jsonl", ["hello world", "world hello", "hello"])
@@ -141,6 +142,7 @@ def test_gpt2_bpe_from_local_files(tmp_path):
 
 
 def test_hf_tokenizer_directory_with_configured_eos(tmp_path):
+    pytest.importorskip("tokenizers")
     from tokenizers import Tokenizer, models, pre_tokenizers
 
     words = ["[UNK]", "the", "cat", "sat", "<eos>", "</s>"]
@@ -217,6 +219,7 @@ def test_blend_of_two_corpora(tmp_path):
 
 
 def test_vocabulary_larger_than_the_models(tmp_path):
+    pytest.importorskip("tokenizers")
     vocab_file, merge_file = tiny_gpt2_files(tmp_path)
     corpus = write_jsonl(tmp_path / "c.jsonl", ["hello world"])
     spec = TokenizerSpec("gpt2", vocab_file=str(vocab_file), merge_file=str(merge_file))
