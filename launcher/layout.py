@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from launcher.dataprep.check import check_data
 from launcher.errors import Problem, UserError
 from launcher.preset import Preset
 
@@ -454,10 +455,6 @@ class _Checker:
         mem = self.arg("log_memory_interval")
         if mem is not None and mem % self.arg("log_interval"):
             self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}")
-        sources = [n for n in ("mock_data", "data_path", "data_args_path") if self.arg(n)]
-        per_split = [n for n in ("train_data_path", "valid_data_path", "test_data_path") if self.arg(n)]
-        if len(sources) > 1 or (sources and per_split):
-            self.fail(f"more than one data source is set: {', '.join(sources + per_split)}", "keep one")
         if self.arg("recompute_granularity") == "selective" and self.arg("recompute_method") is not None:
             self.fail("selective recompute cannot be combined with recompute_method")
         if self.arg("recompute_granularity") == "full" and (
@@ -540,6 +537,8 @@ def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | Non
         preset, entry, notes, problems = _simple_loop(preset, world)
     layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available)
     problems += found
+    if entry == "pretrain_gpt":  # the simple loop brings its own mock data
+        problems += check_data(preset.effective())
     if problems or layout is None:
         raise UserError(problems)
     return Plan(preset=preset, layout=layout, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,
