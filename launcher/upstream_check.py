@@ -1,0 +1,187 @@
+"""Ask the pinned Megatron itself whether an argv is valid: its parser, validate_args, microbatch
+calculator and TransformerConfig, run in a subprocess of the interpreter that has megatron-core.
+
+The launcher never imports torch; launcher/upstream_worker.py does, in its own process. One worker serves
+many checks (the import costs ~5-10 s, a check ~35 ms), so a grid of hundreds of layouts takes seconds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Self
+
+from launcher.errors import UserError
+
+WORKER = Path(__file__).with_name("upstream_worker.py")
+# pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
+PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
+# Hopper (H100/H200): validate_args requires CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP > 1 below arch 10.
+DEFAULT_ARCH_MAJOR = 9
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Megatron's answer for one argv: ok, or the stage that failed and Megatron's own message."""
+
+    ok: bool
+    stage: str = "done"
+    error: str = ""
+    facts: dict[str, Any] = field(default_factory=dict)
+    suggestions: dict[str, str] = field(default_factory=dict)
+
+    def render(self) -> str:
+        if self.ok:
+            return "ok"
+        text = f"{self.stage}: {self.error}"
+        for flag, near in self.suggestions.items():
+            text += f"\n  {flag}: did you mean {near}?"
+        return text
+
+
+@dataclass(frozen=True)
+class Request:
+    argv: Sequence[str]
+    world_size: int
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def find_megatron_python() -> str | None:
+    """The interpreter to run Megatron in: $MEGATRON_PYTHON, else this one if it has megatron-core and torch."""
+    explicit = os.environ.get("MEGATRON_PYTHON")
+    if explicit:
+        return explicit
+    try:
+        has_both = importlib.util.find_spec("megatron.training") and importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        has_both = None
+    return sys.executable if has_both else None
+
+
+def unknown_flags(parse_error: str) -> list[str]:
+    """The flags argparse rejected, from 'unrecognized arguments: --num-layerz 24 --fp17'."""
+    match = re.search(r"unrecognized arguments: (.*)", parse_error)
+    if not match:
+        return []
+    return [word for word in match.group(1).split() if word.startswith("--")]
+
+
+def nearest_flag(flag: str, known: Iterable[str]) -> str | None:
+    matches = difflib.get_close_matches(flag, list(known), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+class UpstreamChecker:
+    """A running worker process; use as a context manager, then check() or check_many()."""
+
+    def __init__(self, python: str | None = None, *, megatron_path: str | Path | None = None,
+                 arch_major: int = DEFAULT_ARCH_MAJOR, args_defaults: Mapping[str, Any] | None = None):
+        self.python = python or find_megatron_python()
+        if not self.python:
+            raise UserError(
+                "Megatron's own checks need megatron-core and torch, which this Python cannot import",
+                "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON to a python that has them",
+            )
+        env = dict(os.environ)
+        env["MEGATRON_CHECK_ARCH_MAJOR"] = str(arch_major)
+        env["MEGATRON_CHECK_ARGS_DEFAULTS"] = json.dumps(dict(args_defaults or PRETRAIN_GPT_DEFAULTS))
+        env["NO_VCS_VERSION"] = "1"  # skip the `git rev-parse` megatron runs at import
+        if megatron_path is not None:
+            # pretrain_gpt.py imports `megatron` from its own checkout, so check against that copy.
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(megatron_path), env.get("PYTHONPATH")]))
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
+        self._proc = subprocess.Popen(
+            [self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+            text=True, env=env,
+        )
+        hello = self._read()
+        if "ready" not in hello:
+            self.close()
+            raise UserError(f"Megatron's checks could not start: {hello.get('fatal', hello)}",
+                            "run `launch doctor` to see what is missing")
+        self.known_flags: list[str] = hello.get("flags", [])
+
+    def _read(self) -> dict[str, Any]:
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self._log.seek(0)
+            tail = self._log.read()[-2000:]
+            return {"fatal": f"the worker exited (code {self._proc.wait()}): {tail.strip()}"}
+        return json.loads(line)
+
+    def _verdict(self, reply: Mapping[str, Any]) -> Verdict:
+        if "fatal" in reply:
+            raise RuntimeError(reply["fatal"])
+        suggestions = {}
+        if reply["stage"] == "parse":
+            for flag in unknown_flags(reply["error"]):
+                near = nearest_flag(flag, self.known_flags)
+                if near:
+                    suggestions[flag] = near
+        return Verdict(reply["ok"], reply["stage"], reply["error"], reply.get("facts", {}), suggestions)
+
+    def check_many(self, requests: Sequence[Request]) -> list[Verdict]:
+        """Checks in order; requests are written from a thread so neither pipe can fill up and stall."""
+        assert self._proc.stdin is not None
+        stdin = self._proc.stdin
+
+        def feed() -> None:
+            try:
+                for req in requests:
+                    line = {"argv": list(req.argv), "world_size": req.world_size, "env": dict(req.env)}
+                    stdin.write(json.dumps(line) + "\n")
+                stdin.flush()
+            except BrokenPipeError:
+                pass  # the worker died; _read reports why
+
+        writer = threading.Thread(target=feed, daemon=True)
+        writer.start()
+        verdicts = [self._verdict(self._read()) for _ in requests]
+        writer.join()
+        return verdicts
+
+    def check(self, argv: Sequence[str], world_size: int, env: Mapping[str, str] | None = None) -> Verdict:
+        return self.check_many([Request(argv, world_size, env or {})])[0]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._log.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def default_check_env(argv: Sequence[str]) -> dict[str, str]:
+    """The env Megatron needs on Hopper: CUDA_DEVICE_MAX_CONNECTIONS=1 once TP or CP exceeds 1."""
+    sizes = {"--tensor-model-parallel-size": 1, "--context-parallel-size": 1}
+    for i, word in enumerate(argv[:-1]):
+        if word in sizes:
+            sizes[word] = int(argv[i + 1])
+    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if max(sizes.values()) > 1 else {}
+
+
+def check_argvs(requests: Sequence[Request], python: str | None = None, **kwargs: Any) -> list[Verdict]:
+    """One-shot helper: start a worker, check every request, stop it."""
+    with UpstreamChecker(python, **kwargs) as checker:
+        return checker.check_many(requests)
