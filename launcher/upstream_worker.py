@@ -8,8 +8,9 @@ nothing from the launcher. launcher/upstream_check.py starts it and speaks this 
 
 The stages are the ones pretrain_gpt.py goes through before it touches a GPU: "parse" (argparse),
 "validate" (validate_args), "globals" (set_global_variables: microbatch calculator, tokenizer) and
-"config" (core_transformer_config_from_args, i.e. TransformerConfig.__post_init__). A failure reports the
-stage and Megatron's own message. Importing megatron costs ~5 s, so one process serves many checks and
+"config" (core_transformer_config_from_args, i.e. TransformerConfig.__post_init__), then "runtime": the
+checks Megatron makes only at model build or at the first step (see runtime_checks). A failure reports
+the stage and Megatron's own message. Importing megatron costs ~5 s, so one process serves many checks and
 resets Megatron's global state between them.
 """
 
@@ -77,7 +78,7 @@ def _reset():
 
 
 def _message(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = " ".join(str(exc).split())
     if text:
         return f"{type(exc).__name__}: {text}"
     # Megatron has bare asserts: name the line that failed so the user can find it.
@@ -87,6 +88,37 @@ def _message(exc: BaseException) -> str:
         where = f"{os.path.basename(last.filename)}:{last.lineno}"
         return f"{type(exc).__name__} at {where}: {(last.line or '').strip()}"
     return type(exc).__name__
+
+
+def runtime_checks(args, config, num_microbatches: int) -> None:
+    """Checks Megatron makes only at model build or at the first step, on the GPUs. The layer split runs
+    Megatron's own get_num_layers_to_build and divide(); the rest are transcribed from the cited lines."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.utils import divide
+
+    tp = config.tensor_model_parallel_size
+    pp = config.pipeline_model_parallel_size
+    vp = config.virtual_pipeline_model_parallel_size
+    for pp_rank in range(pp):
+        for vp_stage in range(vp) if vp else [None]:
+            get_num_layers_to_build(config, vp_stage=vp_stage, pp_rank=pp_rank)
+    # ColumnParallelLinear splits the MLP's fc1 output (doubled for gated units) over TP.
+    divide(config.ffn_hidden_size * (2 if config.gated_linear_unit else 1), tp)
+    if config.sequence_parallel and (args.seq_length // config.context_parallel_size) % tp:
+        raise AssertionError("First dimension of the tensor should be divisible by tensor parallel size "
+                             "(tensor_parallel/mappings.py:70: seq_length / CP split over TP)")
+    if config.context_parallel_size > 1 and args.transformer_impl == "local":
+        raise AssertionError("Context parallelism is only supported by TEDotProductAttention! "
+                             "(transformer/dot_product_attention.py:57)")
+    if vp is not None and pp > 1:  # the interleaved schedule, pipeline_parallel/schedules.py:1052-1072
+        group = config.microbatch_group_size_per_vp_stage
+        if group > num_microbatches or group < pp:
+            raise ValueError("The number of contiguous micro-batches in a virtual pipeline stage"
+                             f"should range in [PP={pp} , M={num_microbatches}]")
+        if 0 < num_microbatches % group < pp:
+            raise RuntimeError("The remainder of M (the total micro-batches) divided by N (number of contiguous "
+                               "micro-batches in a virtual pipeline stage) should be 0, or larger than or equal "
+                               f"to the pipeline-parallel size, but it is {num_microbatches % group}.")
 
 
 def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defaults: dict) -> dict:
@@ -123,7 +155,9 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
         facts["num_microbatches"] = get_num_microbatches()
         facts["padded_vocab_size"] = getattr(args, "padded_vocab_size", None)
         stage = "config"
-        arguments.core_transformer_config_from_args(args)
+        config = arguments.core_transformer_config_from_args(args)
+        stage = "runtime"
+        runtime_checks(args, config, facts["num_microbatches"])
         return {"ok": True, "stage": "done", "error": "", "facts": facts}
     except ParseError as exc:
         return {"ok": False, "stage": stage, "error": str(exc), "facts": facts}
