@@ -54,6 +54,7 @@ class Request:
     argv: Sequence[str]
     world_size: int
     env: Mapping[str, str] = field(default_factory=dict)
+    apex: bool = False  # whether the GPU machine has NVIDIA apex (picks Megatron's LayerNorm at model build)
 
 
 def find_megatron_python() -> str | None:
@@ -139,7 +140,8 @@ class UpstreamChecker:
         def feed() -> None:
             try:
                 for req in requests:
-                    line = {"argv": list(req.argv), "world_size": req.world_size, "env": dict(req.env)}
+                    line = {"argv": list(req.argv), "world_size": req.world_size, "env": dict(req.env),
+                            "target": {"apex": req.apex}}
                     stdin.write(json.dumps(line) + "\n")
                 stdin.flush()
             except BrokenPipeError:

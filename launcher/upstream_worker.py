@@ -3,7 +3,8 @@
 This file runs inside the *Megatron* interpreter (megatron-core + torch), as a plain script, so it imports
 nothing from the launcher. launcher/upstream_check.py starts it and speaks this protocol:
 
-    request  (stdin, one line):  {"argv": [...], "world_size": 8, "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}}
+    request  (stdin, one line):  {"argv": [...], "world_size": 8, "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
+                                  "target": {"apex": false}}
     response (stdout, one line): {"ok": true, "stage": "done", "error": "", "facts": {...}}
 
 The stages are the ones pretrain_gpt.py goes through before it touches a GPU: "parse" (argparse),
@@ -90,9 +91,11 @@ def _message(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def runtime_checks(args, config, num_microbatches: int) -> None:
-    """Checks Megatron makes only at model build or at the first step, on the GPUs. The layer split runs
-    Megatron's own get_num_layers_to_build and divide(); the rest are transcribed from the cited lines."""
+def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
+    """Checks Megatron makes only at model build or at the first step, on the GPUs. The layer split, the TP
+    split of the MLP and the torch LayerNorm fallback run Megatron's own code; the rest are transcribed
+    from the cited lines. `target` says what the GPU machine has: {"apex": bool}."""
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
     from megatron.core.transformer.transformer_block import get_num_layers_to_build
     from megatron.core.utils import divide
 
@@ -107,6 +110,9 @@ def runtime_checks(args, config, num_microbatches: int) -> None:
     if config.sequence_parallel and (args.seq_length // config.context_parallel_size) % tp:
         raise AssertionError("First dimension of the tensor should be divisible by tensor parallel size "
                              "(tensor_parallel/mappings.py:70: seq_length / CP split over TP)")
+    if args.transformer_impl == "local" and not target.get("apex", False):
+        # gpt_layer_specs.py falls back to WrappedTorchNorm when apex is missing; build one to run its asserts.
+        WrappedTorchNorm(config, config.hidden_size)
     if config.context_parallel_size > 1 and args.transformer_impl == "local":
         raise AssertionError("Context parallelism is only supported by TEDotProductAttention! "
                              "(transformer/dot_product_attention.py:57)")
@@ -121,7 +127,8 @@ def runtime_checks(args, config, num_microbatches: int) -> None:
                                f"to the pipeline-parallel size, but it is {num_microbatches % group}.")
 
 
-def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defaults: dict) -> dict:
+def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defaults: dict,
+          target: dict) -> dict:
     """Run pretrain_gpt.py's startup checks on one argv; never raises."""
     from megatron.core.num_microbatches_calculator import get_num_microbatches
     from megatron.training import global_vars
@@ -157,7 +164,7 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
         stage = "config"
         config = arguments.core_transformer_config_from_args(args)
         stage = "runtime"
-        runtime_checks(args, config, facts["num_microbatches"])
+        runtime_checks(args, config, facts["num_microbatches"], target)
         return {"ok": True, "stage": "done", "error": "", "facts": facts}
     except ParseError as exc:
         return {"ok": False, "stage": stage, "error": str(exc), "facts": facts}
@@ -195,7 +202,7 @@ def main() -> int:
         sink = io.StringIO()
         with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             result = check(arguments, request["argv"], int(request["world_size"]), request.get("env", {}),
-                           defaults)
+                           defaults, request.get("target", {}))
         protocol.write(json.dumps(result) + "\n")
     return 0
 
