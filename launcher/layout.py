@@ -203,10 +203,17 @@ class _Checker:
             vpp = per_stage // per_vstage
         elif vstages is not None:
             vpp = vstages
-            if first is None and last is None and layers % pp == 0 and (layers // pp) % vstages:
-                self.fail(f"{layers // pp} layers per pipeline rank (num_layers {layers} / PP {pp}) is not "
+            # validate_args checks neither; TransformerBlock's get_num_layers_to_build asserts both at build.
+            if first is None and last is None and counted % pp:
+                self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
+                          f"use pipeline_model_parallel_size in {divisors(counted)}, or set decoder_first_"
+                          "pipeline_num_layers / decoder_last_pipeline_num_layers for uneven stages",
+                          stage="runtime")
+            elif first is None and last is None and pp > 1 and (counted // pp) % vstages:
+                self.fail(f"{counted // pp} layers per pipeline rank ({counted_text} / PP {pp}) is not "
                           f"divisible by num_virtual_stages_per_pipeline_rank {vstages}",
-                          f"use num_virtual_stages_per_pipeline_rank in {divisors(layers // pp)}", stage="runtime")
+                          f"use num_virtual_stages_per_pipeline_rank in {divisors(counted // pp)}",
+                          stage="runtime")
         elif first is None and last is None and counted % pp:
             self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
                       f"use pipeline_model_parallel_size in {divisors(counted)}, or set "
