@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
+from launcher.errors import Problem, UserError
+from launcher.upstream import SUBMODULE, megatron_path
 
 Status = Literal["ok", "warn", "fail"]
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_MEGATRON_PATH = REPO_ROOT / "third_party" / "megatron-lm"
 MEGATRON_URL = "https://github.com/NVIDIA/Megatron-LM.git"
 # Modules built by NVIDIA apex's --cpp_ext/--cuda_ext that Megatron's default fusions import.
 APEX_EXTENSIONS = {
@@ -60,7 +60,7 @@ class Finding:
 class Context:
     """What the checks look at; tests point it at throwaway directories and environments."""
 
-    megatron_path: Path = DEFAULT_MEGATRON_PATH
+    megatron_path: Path = SUBMODULE
     env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     python: str = sys.executable
     torch_probe: bool = False
@@ -139,8 +139,8 @@ def check_megatron_core(ctx: Context) -> list[Finding]:
 
 def check_megatron_checkout(ctx: Context) -> list[Finding]:
     path = ctx.megatron_path
-    clone = (f"git clone {MEGATRON_URL} {path} && git -C {path} checkout {MEGATRON_COMMIT[:12]}"
-             " (or: git submodule update --init)")
+    clone = (f"scripts/fetch-megatron.sh, or git clone {MEGATRON_URL} {path} && git -C {path} checkout "
+             f"{MEGATRON_COMMIT[:12]}; or point at a checkout with --megatron-path DIR / MEGATRON_LM_PATH=DIR")
     if not (path / "pretrain_gpt.py").is_file():
         return [Finding("megatron-lm checkout", "fail", f"no pretrain_gpt.py in {path}", clone)]
     code, head = _run(["git", "-C", str(path), "rev-parse", "HEAD"])
@@ -335,11 +335,14 @@ def run_checks(ctx: Context, names: Iterable[str] | None = None) -> list[Finding
     return findings
 
 
-def preflight(megatron_args: Mapping[str, Any], ctx: Context, *, tensor_parallel: int = 1,
+def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_parallel: int = 1,
               context_parallel: int = 1) -> list[Finding]:
-    """The checks that matter for one run, judged against its Megatron arguments (no torch import)."""
+    """The checks that matter for one run, judged against the Megatron arguments it will pass (absent keys
+    mean Megatron's defaults; None: a script that takes no flags). Never imports torch."""
     findings = run_checks(ctx, ["python", "torch", "megatron-lm", "dataset-helpers"])
     findings += check_cuda_connections(ctx, needs_one=max(tensor_parallel, context_parallel) > 1)
+    if megatron_args is None:
+        return findings
     if megatron_args.get("transformer_impl", "transformer_engine") == "transformer_engine":
         te = check_transformer_engine(ctx)[0]
         if te.status != "ok":
@@ -357,6 +360,27 @@ def preflight(megatron_args: Mapping[str, Any], ctx: Context, *, tensor_parallel
     return findings
 
 
+def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> None:
+    """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok."""
+    from types import SimpleNamespace
+
+    from launcher.command import megatron_settings
+
+    settings: dict[str, Any] | None = None  # the simple loop builds its own model: only the environment matters
+    if plan.entry == "pretrain_gpt":
+        settings, _ = megatron_settings(SimpleNamespace(preset=plan.preset, entry=plan.entry), kernels)
+    ctx = Context(megatron_path=path, env={**os.environ, **command.env})
+    findings = preflight(settings, ctx, tensor_parallel=plan.layout.tp, context_parallel=plan.layout.cp)
+    for finding in findings:
+        if finding.status == "warn":
+            print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)
+    failed = [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in findings if f.status == "fail"]
+    if failed:
+        failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-preflight",
+                             stage="launcher")
+        raise UserError(failed)
+
+
 def worst(findings: Iterable[Finding]) -> Status:
     statuses = {f.status for f in findings}
     return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
@@ -364,14 +388,13 @@ def worst(findings: Iterable[Finding]) -> Status:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="launch doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--megatron-path", type=Path,
-                        default=Path(os.environ.get("MEGATRON_PATH", DEFAULT_MEGATRON_PATH)),
-                        help="Megatron-LM checkout to inspect (default: $MEGATRON_PATH or third_party/megatron-lm)")
+    parser.add_argument("--megatron-path",
+                        help="Megatron-LM checkout to inspect (default: $MEGATRON_LM_PATH or the submodule)")
     parser.add_argument("--torch", action="store_true",
                         help="also import torch and Transformer Engine (slower): CUDA, GPUs, NCCL as torch sees them")
     parser.add_argument("--format", choices=["text", "json"], default="text")
     options = parser.parse_args(argv)
-    ctx = Context(megatron_path=options.megatron_path, torch_probe=options.torch)
+    ctx = Context(megatron_path=megatron_path(options.megatron_path, None), torch_probe=options.torch)
     findings = run_checks(ctx)
     if options.format == "json":
         print(json.dumps([asdict(f) for f in findings], indent=1))

@@ -101,16 +101,23 @@ class UpstreamChecker:
             # pretrain_gpt.py imports `megatron` from its own checkout, so check against that copy.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(megatron_path), env.get("PYTHONPATH")]))
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
-        self._proc = subprocess.Popen(
-            [self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-            text=True, env=env,
-        )
+        try:
+            self._proc = subprocess.Popen(
+                [self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
+                text=True, env=env,
+            )
+        except OSError as exc:
+            self._log.close()
+            raise UserError(f"cannot start {self.python} for Megatron's checks: {exc}",
+                            "set MEGATRON_PYTHON to a python that has megatron-core and torch") from None
         hello = self._read()
         if "ready" not in hello:
             self.close()
             raise UserError(f"Megatron's checks could not start: {hello.get('fatal', hello)}",
                             "run `launch doctor` to see what is missing")
         self.known_flags: list[str] = hello.get("flags", [])
+        self.megatron_version: str = hello.get("version", "?")
+        self.megatron_origin: str = hello.get("origin", "?")  # the directory `megatron` was imported from
 
     def _read(self) -> dict[str, Any]:
         assert self._proc.stdout is not None
@@ -187,3 +194,70 @@ def check_argvs(requests: Sequence[Request], python: str | None = None, **kwargs
     """One-shot helper: start a worker, check every request, stop it."""
     with UpstreamChecker(python, **kwargs) as checker:
         return checker.check_many(requests)
+
+
+# -- `launch PRESET --check` --------------------------------------------------------------------------------
+
+def _layout_line(plan: Any) -> str:
+    lay = plan.layout
+    vpp = f", virtual pipeline {lay.vpp}" if lay.vpp else ""
+    return (f"world {lay.world_size} = {plan.nodes} × {plan.gpus_per_node}: TP {lay.tp} · PP {lay.pp} · "
+            f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
+
+
+def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kernels: Any,
+                 megatron_path: Path | None, output_format: str = "text") -> int:
+    """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept."""
+    from types import SimpleNamespace
+
+    from launcher import command as command_module
+    from launcher.layout import make_plan
+
+    nodes = preset.launcher.nodes if nodes is None else nodes
+    gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
+    plan, problems = None, []
+    try:
+        plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
+    except UserError as exc:
+        problems = exc.problems
+    if plan is not None and plan.entry != "pretrain_gpt":
+        print(f"launcher: ok ({_layout_line(plan)})\nmegatron: not asked: entry {plan.entry} takes no Megatron "
+              "flags (the upstream script hard-codes its model)")
+        return 0
+    if plan is not None:
+        cmd = command_module.build_command(plan, megatron_path or Path("."), kernels)
+        argv, env = cmd.script_args, {k: v for k, v in cmd.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
+    else:  # the launcher refused: still ask Megatron about the flags the preset would produce
+        settings, _ = command_module.megatron_settings(SimpleNamespace(preset=preset, entry="pretrain_gpt"), kernels)
+        argv = command_module.script_args(settings)
+        env = default_check_env(argv)
+    checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
+    with UpstreamChecker(megatron_path=checkout) as checker:
+        verdict = checker.check(argv, nodes * gpus_per_node, env)
+        source = f"megatron-core {checker.megatron_version} from {checker.megatron_origin}"
+    agree = verdict.ok == (plan is not None)
+    if output_format == "json":
+        print(json.dumps({
+            "world_size": nodes * gpus_per_node, "agree": agree,
+            "launcher": {"ok": plan is not None, "layout": plan.layout.as_dict() if plan else None,
+                         "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems]},
+            "megatron": {"ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "facts": verdict.facts,
+                         "suggestions": verdict.suggestions, "source": source},
+            "argv": argv,
+        }, indent=1))
+    else:
+        if plan is not None:
+            print(f"launcher: ok ({_layout_line(plan)})")
+        else:
+            print(f"launcher: {len(problems)} problem(s)")
+            print("\n".join("  " + line for p in problems for line in p.render().splitlines()))
+        stages = "parser, validate_args, microbatch calculator, TransformerConfig, model-build checks"
+        if verdict.ok:
+            print(f"megatron: ok ({stages}: {verdict.facts.get('num_microbatches')} microbatch(es), padded vocab "
+                  f"{verdict.facts.get('padded_vocab_size')})")
+        else:
+            print("megatron: " + verdict.render().replace("\n", "\n  "))
+        print(f"          ({source})")
+        if not agree:
+            print("note: the launcher and Megatron disagree about this layout; please report it with this output")
+    return 0 if plan is not None and verdict.ok else 2

@@ -194,7 +194,11 @@ def main() -> int:
     except Exception as exc:  # noqa: BLE001
         protocol.write(json.dumps({"fatal": f"cannot import megatron.training: {_message(exc)}"}) + "\n")
         return 1
-    protocol.write(json.dumps({"ready": READY, "flags": _known_flags(arguments)}) + "\n")
+    import megatron.core
+
+    hello = {"ready": READY, "flags": _known_flags(arguments), "version": megatron.core.__version__,
+             "origin": os.path.dirname(os.path.dirname(megatron.core.__file__))}
+    protocol.write(json.dumps(hello) + "\n")
     for line in sys.stdin:
         if not line.strip():
             continue
