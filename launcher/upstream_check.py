@@ -160,8 +160,9 @@ class UpstreamChecker:
         writer.join()
         return verdicts
 
-    def check(self, argv: Sequence[str], world_size: int, env: Mapping[str, str] | None = None) -> Verdict:
-        return self.check_many([Request(argv, world_size, env or {})])[0]
+    def check(self, argv: Sequence[str], world_size: int, env: Mapping[str, str] | None = None,
+              apex: bool = False) -> Verdict:
+        return self.check_many([Request(argv, world_size, env or {}, apex)])[0]
 
     def close(self) -> None:
         if self._proc.poll() is None:
