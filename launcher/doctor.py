@@ -201,7 +201,7 @@ def check_helper_build(ctx: Context) -> list[Finding]:
     python3 = shutil.which("python3", path=path_var)
     if python3 is None:
         findings.append(Finding("dataset helpers", "fail", "`python3` not found on PATH",
-                                f"put the training interpreter's bin directory first on PATH ({Path(ctx.python).parent})"))
+                                f"put the training interpreter's directory first on PATH ({Path(ctx.python).parent})"))
     else:
         code, prefix = _run([python3, "-c", "import sys; print(sys.prefix)"], env=ctx.env)
         if code != 0 or Path(prefix).resolve() != Path(sys.prefix).resolve():

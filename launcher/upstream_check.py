@@ -7,6 +7,7 @@ many checks (the import costs ~5-10 s, a check ~35 ms), so a grid of hundreds of
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import importlib.util
 import json
@@ -207,8 +208,12 @@ def _layout_line(plan: Any) -> str:
 
 
 def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kernels: Any,
-                 megatron_path: Path | None, output_format: str = "text") -> int:
-    """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept."""
+                 megatron_path: Path | None, output_format: str = "text",
+                 checker: UpstreamChecker | None = None) -> int:
+    """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
+
+    Megatron is imported from the checkout when there is one (pretrain_gpt.py imports it from there),
+    else from the installed megatron-core. `checker` reuses a running worker."""
     from types import SimpleNamespace
 
     from launcher import command as command_module
@@ -233,9 +238,9 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
         argv = command_module.script_args(settings)
         env = default_check_env(argv)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
-    with UpstreamChecker(megatron_path=checkout) as checker:
-        verdict = checker.check(argv, nodes * gpus_per_node, env)
-        source = f"megatron-core {checker.megatron_version} from {checker.megatron_origin}"
+    with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
+        verdict = worker.check(argv, nodes * gpus_per_node, env, apex=kernels.apex)
+        source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
     agree = verdict.ok == (plan is not None)
     if output_format == "json":
         print(json.dumps({

@@ -178,3 +178,22 @@ def test_doctor_text_output_has_a_status_per_line_and_a_summary():
     assert lines[-1] in ("doctor: ok", "doctor: warn", "doctor: fail")
     assert all(line.split()[0] in ("ok", "warn", "fail") for line in lines[:-1])
     assert proc.returncode == (1 if lines[-1] == "doctor: fail" else 0)
+
+
+def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
+    """A planted fault (no `make` on PATH) stops `launch PRESET` with the fix, before any process starts."""
+    checkout = tmp_path / "megatron"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text("raise SystemExit('must not run')\n")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": str(bare), "MEGATRON_LM_PATH": str(checkout)}
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "345m", "--gpus-per-node", "1"], check=False,
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: dataset helpers: `make` not found on PATH" in proc.stderr
+    assert "--no-preflight" in proc.stderr
+    assert "warning: megatron-lm checkout" in proc.stderr  # not a git checkout: said, but not fatal
+    assert "must not run" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -18,7 +18,13 @@ from launcher.errors import UserError
 from launcher.layout import make_plan
 from launcher.preset import available_presets, load_preset
 from launcher.upstream import Kernels
-from launcher.upstream_check import UpstreamChecker, default_check_env, nearest_flag, unknown_flags
+from launcher.upstream_check import (
+    UpstreamChecker,
+    check_preset,
+    default_check_env,
+    nearest_flag,
+    unknown_flags,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 # (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
@@ -139,10 +145,25 @@ def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
     assert "world size (8) is not divisible" in report["megatron"]["error"]
     assert any("not divisible by TP·PP·CP" in p["message"] for p in report["launcher"]["problems"])
 
-    rc, out, err = launch_cli("345m", "--check", "--gpus-per-node", "2")
-    assert rc == 0, out + err
-    assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2")
-    assert "megatron: ok (" in out
+
+
+@pytest.mark.megatron
+def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
+    kernels = Kernels(False, False, "preset")
+    rc = check_preset(load_preset("345m"), 1, 2, kernels, None, checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)")
+    assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
+
+    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels, None,
+                      checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 2
+    assert "error: num_attention_heads 16 is not a multiple of tensor_model_parallel_size 3" in out
+    assert "megatron: config: ValueError: num_attention_heads (16) must be a multiple of " \
+           "tensor_model_parallel_size (3)." in out
+    assert "disagree" not in out
 
 
 @pytest.fixture
