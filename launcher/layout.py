@@ -142,6 +142,12 @@ class _Checker:
         elif experts is not None and ep > 1 and experts % ep:
             self.fail(f"num_experts {experts} is not a multiple of expert_model_parallel_size {ep}",
                       f"use expert_model_parallel_size in {[d for d in divisors(experts) if d > 1]}")
+        if experts is not None and self.arg("add_bias_linear") and etp > 1:
+            # TransformerConfig.__post_init__: "Bias in Moe is only supported when ETP==1".
+            self.fail(f"MoE ({experts} experts) with linear biases needs expert tensor parallel size 1, got "
+                      f"{etp}" + (" (it defaults to tensor_model_parallel_size)" if
+                                  self.arg("expert_tensor_parallel_size") is None else ""),
+                      "set expert_tensor_parallel_size=1, or add_bias_linear=false (--disable-bias-linear)")
         if (ep > 1 or etp != tp) and self.world % (etp * ep * pp):
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
                       "make ETP·EP·PP divide the world size", stage="runtime")
