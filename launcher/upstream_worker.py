@@ -102,9 +102,12 @@ def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
     tp = config.tensor_model_parallel_size
     pp = config.pipeline_model_parallel_size
     vp = config.virtual_pipeline_model_parallel_size
-    for pp_rank in range(pp):
-        for vp_stage in range(vp) if vp else [None]:
-            get_num_layers_to_build(config, vp_stage=vp_stage, pp_rank=pp_rank)
+    # A --pipeline-model-parallel-layout was validated by TransformerConfig; its per-rank count needs process
+    # groups, so only the even/uneven split is recomputed here.
+    if config.pipeline_model_parallel_layout is None:
+        for pp_rank in range(pp):
+            for vp_stage in range(vp) if vp else [None]:
+                get_num_layers_to_build(config, vp_stage=vp_stage, pp_rank=pp_rank)
     # ColumnParallelLinear splits the MLP's fc1 output (doubled for gated units) over TP.
     divide(config.ffn_hidden_size * (2 if config.gated_linear_unit else 1), tp)
     if config.sequence_parallel and (args.seq_length // config.context_parallel_size) % tp:
