@@ -58,6 +58,18 @@ class Plan:
     warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
 
 
+LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
+
+
+def unroll_pipeline_layout(text: str) -> list[str]:
+    """Megatron's PipelineParallelLayerLayout.parse_str_to_list: drop commas, unroll (…)*n then x*n, split
+    on |. "E|(t|)*3,L" → ["E", "t", "t", "t", "L"]."""
+    text = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    return text.split("|")
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
@@ -186,11 +198,18 @@ class _Checker:
             return None
         vpp = None
         if pp_layout is not None:
-            stages = len(re.split(r"\|", pp_layout.replace(" ", "")))
-            if stages % pp:
-                self.fail(f"pipeline_model_parallel_layout has {stages} stages, not a multiple of PP {pp}")
+            stages = unroll_pipeline_layout(pp_layout)
+            if len(stages) % pp:
+                self.fail(f"pipeline_model_parallel_layout has {len(stages)} stages, not a multiple of PP {pp}",
+                          "write one |-separated stage per pipeline rank (times the virtual pipeline size)")
                 return None
-            vpp = stages // pp
+            if first is not None or last is not None or extra:
+                self.fail("pipeline_model_parallel_layout cannot be combined with decoder_first/last_pipeline_"
+                          "num_layers or account_for_embedding/loss_in_pipeline_split",
+                          "the layout already places every layer: drop the other pipeline settings")
+                return None
+            self.pipeline_layout_contents(pp_layout, "".join(stages), layers)
+            vpp = len(stages) // pp
         elif per_vstage is not None:
             if first is not None or last is not None:
                 self.fail("num_layers_per_virtual_pipeline_stage cannot be combined with uneven first/last "
@@ -236,6 +255,24 @@ class _Checker:
                 self.fail(f"the interleaved schedule without overlap_p2p_comm needs PP > 2, got PP {pp}",
                           "raise pipeline_model_parallel_size or re-enable p2p overlap")
         return vpp
+
+    def pipeline_layout_contents(self, text: str, flat: str, layers: int) -> None:
+        """PipelineParallelLayerLayout: checked when TransformerConfig is built (validate_layer_layout)."""
+        unknown = sorted(set(flat) - set(LAYOUT_LAYERS))
+        if unknown:
+            self.fail(f"pipeline_model_parallel_layout {text!r} has unknown layer characters {unknown}",
+                      "use " + ", ".join(f"{c} ({name})" for c, name in LAYOUT_LAYERS.items()))
+            return
+        decoders, mtp = flat.count("t"), flat.count("m")
+        if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
+            self.fail(f"pipeline_model_parallel_layout {text!r} must start with the embedding E and end with "
+                      "the loss L, each exactly once", 'for example "Et*3|t*4|t*4|t*3L"')
+        if decoders != layers:
+            self.fail(f"pipeline_model_parallel_layout {text!r} places {decoders} transformer layers (t), "
+                      f"but num_layers is {layers}", f"make the layout hold {layers} t's, or set num_layers {decoders}")
+        if mtp != (self.arg("mtp_num_layers") or 0):
+            self.fail(f"pipeline_model_parallel_layout {text!r} has {mtp} MTP layers (m), but mtp_num_layers is "
+                      f"{self.arg('mtp_num_layers')}")
 
     def uneven_stages(self, layers: int, pp: int, vpp: int | None, first: int | None, last: int | None,
                       extra: int) -> None:
