@@ -99,8 +99,38 @@ def _pipeline(rng: random.Random, args: dict[str, Any], layers: int, pp: int) ->
         args["account_for_loss_in_pipeline_split"] = True
         if rng.random() < 0.5:
             args["account_for_embedding_in_pipeline_split"] = True
+    elif kind < 0.48:
+        args["pipeline_model_parallel_layout"] = _layout_string(rng, layers, pp)
     if rng.random() < 0.08:
         args["overlap_p2p_comm"] = False
+    if rng.random() < 0.06:
+        args["microbatch_group_size_per_vp_stage"] = rng.choice([1, 2, 4, 8])
+
+
+def _layout_string(rng: random.Random, layers: int, pp: int) -> str:
+    """A --pipeline-model-parallel-layout in Megatron's syntax, usually right, sometimes a layer or stage off."""
+    stages = pp * rng.choice([1, 1, 2])
+    per_stage, extra = divmod(layers + rng.choice([0, 0, 0, 1, -1]), stages)
+    counts = [per_stage + (1 if i < extra else 0) for i in range(stages)]
+    if rng.random() < 0.5 and len(set(counts)) == 1 and stages > 2:
+        # the repetition syntax: first stage, (t*k|)*n, last stage
+        middle = f"(t*{counts[1]}|)*{stages - 2}" if counts[1] else f"(|)*{stages - 2}"
+        return f"Et*{counts[0]}|{middle}t*{counts[-1]}L"
+    body = "|".join("t" * c for c in counts)
+    if rng.random() < 0.1:
+        body += "|t"  # one stage too many
+    return f"E{body}L"
+
+
+def _experts(rng: random.Random, args: dict[str, Any]) -> None:
+    """Mixture of experts: EP, expert count, and the ETP / bias rule."""
+    experts = rng.choice([4, 6, 8, 16])
+    args["num_experts"] = experts
+    args["expert_model_parallel_size"] = _pick(rng, [e for e in _divisors(experts) if e <= 8], [1, 2, 4, 8])
+    if rng.random() < 0.5:
+        args["expert_tensor_parallel_size"] = rng.choice([1, 1, 2])
+    if rng.random() < 0.4:
+        args["add_bias_linear"] = False
 
 
 def _optimizer(rng: random.Random, args: dict[str, Any]) -> None:
@@ -139,9 +169,15 @@ def generate_cases(seed: int = SEED, count: int = CASES) -> list[Case]:
                                              [1, 2, 3, 4, 8])
         if rng.random() < 0.08:
             args["ffn_hidden_size"] = rng.choice([1000, 3 * hidden, 4 * hidden + 4])
+        elif rng.random() < 0.15:
+            args["swiglu"] = True  # its default ffn_hidden_size is int(8h/3/64)*64, split over TP doubled
+        if rng.random() < 0.03:
+            args["fp16"] = True  # together with bf16: Megatron's bare assert
         if hidden % heads and rng.random() < 0.5:
             args["kv_channels"] = 128
         _optimizer(rng, args)
+        if rng.random() < 0.08:
+            _experts(rng, args)
         nodes, gpus = _world(rng, tp * pp * cp)
         dp = max(1, (nodes * gpus) // (tp * pp * cp))
         batch = rng.random()
