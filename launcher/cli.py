@@ -1,7 +1,10 @@
 """Command line: argument parsing and error display only; the work happens in the pipeline modules.
 
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
+    launch --resume RUN_DIR [--set NAME=VALUE ...]
     launch list
+    launch plan PRESET [--nodes N --gpus-per-node G | --gpus N] [--gpu NAME] [--top N] [--format text|json]
+    launch report RUN_DIR | LOG...
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from launcher import render
 from launcher.errors import UserError
@@ -34,7 +38,10 @@ def _positive(text: str) -> int:
 def run_parser() -> _Parser:
     p = _Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
                 epilog="Other commands: " + ", ".join(f"launch {name}" for name in SUBCOMMANDS))
-    p.add_argument("preset", help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
+    p.add_argument("preset", nargs="?",
+                   help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run directory made by an earlier launch (same preset and checkpoints)")
     p.add_argument("--nodes", type=_positive, help="number of nodes (default: the preset's)")
     p.add_argument("--gpus-per-node", type=_positive,
                    help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
@@ -53,13 +60,24 @@ def run_parser() -> _Parser:
 
 def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
+    from launcher import tracking
     from launcher.backends import local
     from launcher.command import build_command
     from launcher.layout import make_plan
     from launcher.preset import load_preset
     from launcher.upstream import megatron_path, require_checkout, resolve_kernels
 
-    preset = load_preset(args.preset, args.overrides)
+    if (args.preset is None) == (args.resume is None):
+        raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
+                        "--resume runs/toy-20261129T160150Z")
+    if args.resume and args.dry_run:
+        raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
+    prepared = None
+    if args.resume:
+        prepared = tracking.prepare_resume(args.resume, args.overrides)
+        preset = prepared.preset
+    else:
+        preset = load_preset(args.preset, args.overrides)
     gpus = args.gpus_per_node
     nodes = args.nodes
     if not (args.dry_run or args.check) and gpus is None:
@@ -75,19 +93,25 @@ def cmd_run(argv: list[str]) -> int:
 
         return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
+    if not args.dry_run:
+        # Checkout and environment first, so that a failed check leaves no run directory behind.
+        require_checkout(path, plan.entry)
+        if not args.no_preflight:
+            from launcher.doctor import preflight_or_raise
+
+            preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
+        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        preset = prepared.preset
+        plan = replace(plan, preset=preset)
     command = build_command(plan, path, kernels)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(plan, command, kernels))
         return 0
-    require_checkout(path, plan.entry)
-    if not args.no_preflight:
-        from launcher.doctor import preflight_or_raise
-
-        preflight_or_raise(plan, command, path, kernels)
     sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
     sys.stdout.flush()
-    return local.run(command)
+    return tracking.execute(prepared, plan, command, path)
 
 
 def cmd_list(argv: list[str]) -> int:
@@ -118,9 +142,30 @@ def cmd_doctor(argv: list[str]) -> int:
     return doctor.main(argv)
 
 
+def cmd_plan(argv: list[str]) -> int:
+    from launcher import plan_report
+
+    parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
+                     "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
+    plan_report.add_arguments(parser)
+    sys.stdout.write(plan_report.run(parser.parse_args(argv)))
+    return 0
+
+
+def cmd_report(argv: list[str]) -> int:
+    from launcher import report
+
+    parser = _Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
+                     "of a run directory, or of Megatron log files such as a Slurm job's output.")
+    report.add_arguments(parser)
+    return report.run(parser.parse_args(argv))
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
     "doctor": cmd_doctor,
+    "plan": cmd_plan,
+    "report": cmd_report,
 }
 
 

@@ -189,11 +189,14 @@ def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
     bare.mkdir()
     (bare / "python3").symlink_to(sys.executable)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": str(bare), "MEGATRON_LM_PATH": str(checkout)}
+    workdir = tmp_path / "work"
+    workdir.mkdir()
     proc = subprocess.run([sys.executable, "-m", "launcher.cli", "345m", "--gpus-per-node", "1"], check=False,
-                          capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+                          capture_output=True, text=True, env=env, cwd=workdir, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "error: dataset helpers: `make` not found on PATH" in proc.stderr
     assert "--no-preflight" in proc.stderr
     assert "warning: megatron-lm checkout" in proc.stderr  # not a git checkout: said, but not fatal
     assert "must not run" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
+    assert list(workdir.iterdir()) == []  # no run directory was started
