@@ -60,8 +60,7 @@ def run_parser() -> _Parser:
 
 def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
-    from launcher import tracking
-    from launcher.backends import local
+    # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.command import build_command
     from launcher.layout import make_plan
     from launcher.preset import load_preset
@@ -74,6 +73,8 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
     prepared = None
     if args.resume:
+        from launcher import tracking
+
         prepared = tracking.prepare_resume(args.resume, args.overrides)
         preset = prepared.preset
     else:
@@ -81,6 +82,8 @@ def cmd_run(argv: list[str]) -> int:
     gpus = args.gpus_per_node
     nodes = args.nodes
     if not (args.dry_run or args.check) and gpus is None:
+        from launcher.backends import local
+
         gpus = local.visible_gpus()
         if gpus == 0:
             raise UserError("no GPU is visible on this machine",
@@ -101,6 +104,8 @@ def cmd_run(argv: list[str]) -> int:
 
             preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
         # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
+        from launcher import tracking
+
         prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
         preset = prepared.preset
         plan = replace(plan, preset=preset)
