@@ -1,6 +1,7 @@
 """Command line: argument parsing and error display only; the work happens in the pipeline modules.
 
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
+                  [--slurm] [--submit] [--chain K] [--preflight]
     launch list
 """
 
@@ -43,6 +44,18 @@ def run_parser() -> _Parser:
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
     p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
     p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    slurm = p.add_argument_group("Slurm")
+    slurm.add_argument("--slurm", action="store_true",
+                       help="write a Slurm batch script into a new run directory and print its path "
+                            "(with --dry-run: print the script)")
+    slurm.add_argument("--submit", action="store_true", help="write the batch script and submit it with sbatch; "
+                       "prints the job id (implies --slurm)")
+    slurm.add_argument("--chain", type=_positive, metavar="K",
+                       help="K jobs that run one after another (--dependency=singleton), each resuming from "
+                            "the last checkpoint; for runs longer than the partition's time limit")
+    p.add_argument("--preflight", action="store_true",
+                   help="instead of training, run a short all-reduce over every rank with the same torchrun and "
+                        "rendezvous, and report each rank and the bus bandwidth")
     return p
 
 
@@ -55,9 +68,12 @@ def cmd_run(argv: list[str]) -> int:
     from launcher.upstream import megatron_path, require_checkout, resolve_kernels
 
     preset = load_preset(args.preset, args.overrides)
+    on_slurm = args.slurm or args.submit
+    if args.chain and not on_slurm:
+        raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
     gpus = args.gpus_per_node
     nodes = args.nodes
-    if not args.dry_run and gpus is None:
+    if not args.dry_run and not on_slurm and gpus is None:
         gpus = local.visible_gpus()
         if gpus == 0:
             raise UserError("no GPU is visible on this machine",
@@ -66,12 +82,23 @@ def cmd_run(argv: list[str]) -> int:
     kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
+    if on_slurm:
+        from launcher.backends import slurm
+
+        return slurm.launch(plan, path, kernels, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
+                            preflight=args.preflight)
     command = build_command(plan, path, kernels)
+    if args.preflight:
+        from launcher.command import with_entry
+        from launcher.preflight import SCRIPT_PATH
+
+        command = with_entry(command, str(SCRIPT_PATH), [])
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(plan, command, kernels))
         return 0
-    require_checkout(path, plan.entry)
+    if not args.preflight:
+        require_checkout(path, plan.entry)
     sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
     sys.stdout.flush()
     return local.run(command)

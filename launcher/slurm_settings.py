@@ -28,15 +28,17 @@ SHELL_METACHARACTERS = frozenset(";&|<>()$`\\\"'*?[]{}!~\n\r\t ")
 TRAPPABLE_SIGNALS = ("USR1", "USR2")
 # sbatch stores the warning time in 16 bits.
 MAX_SIGNAL_SECONDS = 65535
+# Longest --chain: a guard against a typo submitting thousands of jobs.
+MAX_CHAIN = 100
 
 # Options the launcher writes itself; setting them through `extra` would contradict the script.
 MANAGED_OPTIONS = {
-    "nodes": "--nodes", "ntasks-per-node": "--nodes", "gpus-per-node": "--gpus-per-node",
-    "ntasks": "--nodes", "gres": "--gpus-per-node", "gpus": "--gpus-per-node",
+    "nodes": "--nodes", "ntasks": "--nodes", "ntasks-per-node": "--nodes",
+    "gpus-per-node": "--gpus-per-node", "gres": "--gpus-per-node", "gpus": "--gpus-per-node",
     "job-name": "slurm.job_name", "partition": "slurm.partition", "account": "slurm.account",
     "qos": "slurm.qos", "time": "slurm.time", "exclusive": "slurm.exclusive", "signal": "slurm.signal",
-    "requeue": "slurm.requeue", "no-requeue": "slurm.requeue", "output": "the run directory",
-    "error": "the run directory", "open-mode": "the run directory", "dependency": "--chain",
+    "requeue": "slurm.requeue", "no-requeue": "slurm.requeue", "dependency": "--chain (slurm.chain)",
+    "output": "the run directory", "error": "the run directory", "open-mode": "the run directory",
 }
 
 
@@ -50,13 +52,15 @@ class SlurmSettings:
     time: str | None = None
     job_name: str | None = None
     exclusive: bool = False
-    extra: tuple[str, ...] = ()
+    extra_sbatch: tuple[str, ...] = ()
     signal: str = "USR1"
     signal_seconds: int = 300
     requeue: bool = True
     max_restarts: int = 3
     container_image: str | None = None
     container_mounts: tuple[str, ...] = ()
+    rdzv_port: int | None = None  # default: launcher.master_port
+    chain: int = 1  # jobs submitted one after another (--dependency=singleton); --chain overrides
 
     @property
     def time_limit_seconds(self) -> int | None:
@@ -144,14 +148,14 @@ def _check_name(name: str, value: str, problems: list[Problem]) -> None:
 def _check_extra(option: str, problems: list[Problem]) -> None:
     if not SBATCH_EXTRA.fullmatch(option):
         problems.append(Problem(
-            f"slurm.extra entry {option!r} is not a plain #SBATCH option",
+            f"slurm.extra_sbatch entry {option!r} is not a plain #SBATCH option",
             "write one long option per entry, e.g. --mail-type=END or --constraint=h100; "
             "values may hold letters, digits and _ . , : @ % + = / - only",
         ))
         return
     key = option[2:].split("=", 1)[0]
     if key in MANAGED_OPTIONS:
-        problems.append(Problem(f"slurm.extra entry {option!r} sets an option the launcher writes itself",
+        problems.append(Problem(f"slurm.extra_sbatch entry {option!r} sets an option the launcher writes itself",
                                 f"use {MANAGED_OPTIONS[key]} instead"))
 
 
@@ -169,14 +173,14 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
             continue
         if value is None:
             continue
-        if name in ("extra", "container_mounts"):
+        if name in ("extra_sbatch", "container_mounts"):
             items = _as_tuple(name, value, problems)
             if items is not None:
                 values[name] = items
         elif name in ("exclusive", "requeue"):
             if _check_type(name, value, bool, problems):
                 values[name] = value
-        elif name in ("signal_seconds", "max_restarts"):
+        elif name in ("signal_seconds", "max_restarts", "rdzv_port", "chain"):
             if _check_type(name, value, int, problems):
                 values[name] = value
         elif name == "time" and isinstance(value, int) and not isinstance(value, bool):
@@ -200,7 +204,7 @@ def _check_settings(settings: SlurmSettings) -> list[Problem]:
         value = getattr(settings, name)
         if value is not None:
             _check_name(name, value, problems)
-    for option in settings.extra:
+    for option in settings.extra_sbatch:
         _check_extra(option, problems)
     limit = None
     if settings.time is not None:

@@ -12,15 +12,28 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TextIO
 
 import jinja2
 
+from launcher.command import Command, build_command, with_entry
 from launcher.errors import Problem, UserError
-from launcher.slurm_settings import SlurmSettings, check_environment, check_shell_value
+from launcher.layout import Plan
+from launcher.preflight import SCRIPT_PATH as PREFLIGHT_SCRIPT
+from launcher.slurm_settings import (
+    MAX_CHAIN,
+    SlurmSettings,
+    check_environment,
+    check_shell_value,
+    parse_slurm_settings,
+)
+from launcher.upstream import Kernels, require_checkout
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"
@@ -28,7 +41,7 @@ SCRIPT_NAME = "job.sbatch"
 # Paths on #SBATCH lines: no spaces, quotes or `%` (Slurm's own pattern character).
 SBATCH_PATH = re.compile(r"[A-Za-z0-9_.,:@+=/-]+")
 SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
-MAX_CHAIN = 100
+DEFAULT_SAVE_INTERVAL = 1000
 
 
 @dataclass(frozen=True)
@@ -68,6 +81,79 @@ class BatchJob:
         return [" ".join(words) for words in lines]
 
 
+def new_run_dir(run_root: str, preset_name: str) -> Path:
+    """A fresh, absolute run directory (jobs run elsewhere, so relative paths would mean nothing there)."""
+    root = Path(run_root).expanduser().absolute()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    candidate, n = root / f"{preset_name}-{stamp}", 1
+    while candidate.exists():
+        n += 1
+        candidate = root / f"{preset_name}-{stamp}-{n}"
+    return candidate
+
+
+def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
+    """The Megatron settings a requeued or chained job needs, added where the preset leaves them open.
+
+    The batch script forwards SIGTERM to the ranks before the time limit; Megatron's --exit-signal-handler
+    (default signal SIGTERM) then saves a checkpoint and exits, and the next attempt resumes from --load.
+    So: the handler on, and --load = --save (default: the run directory's checkpoints/). Returns the
+    adjusted plan and notes for the user.
+    """
+    if plan.entry != "pretrain_gpt":
+        return plan, []
+    preset, megatron, notes = plan.preset, dict(plan.preset.megatron), []
+    problems: list[Problem] = []
+    signal_name = preset.arg("exit_signal")
+    if signal_name != "SIGTERM":
+        problems.append(Problem(
+            f"exit_signal={signal_name} would never fire: the batch script forwards SIGTERM to the ranks",
+            "remove exit_signal from the preset (Megatron's default is SIGTERM)",
+        ))
+    if megatron.get("exit_signal_handler") is None:
+        megatron["exit_signal_handler"] = True
+    elif not megatron["exit_signal_handler"]:
+        notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
+    save, load = megatron.get("save"), megatron.get("load")
+    if save is None:
+        save = megatron["save"] = str(run_dir / "checkpoints")
+        notes.append(f"checkpoints go to {save} (set save=DIR to choose)")
+        if not megatron.get("save_interval"):
+            # Megatron requires an interval with --save; signal-triggered saves come on top of it.
+            megatron["save_interval"] = DEFAULT_SAVE_INTERVAL
+            notes.append(f"save_interval={DEFAULT_SAVE_INTERVAL} (set save_interval=N to choose)")
+    if load is None:
+        megatron["load"] = save
+    elif load != save:
+        notes.append(f"load={load} differs from save={save}: a requeued or chained attempt restarts from {load}")
+    if problems:
+        raise UserError(problems)
+    return replace(plan, preset=replace(preset, megatron=megatron)), notes
+
+
+def build_job(plan: Plan, command: Command, settings: SlurmSettings, run_dir: Path,
+              chain: int | None = None, script: str | None = None, script_args: Sequence[str] | None = None,
+              title: str | None = None) -> BatchJob:
+    """The batch job for a plan and its command; `script`/`script_args` swap the entry (e.g. for preflight)."""
+    launcher = plan.preset.launcher
+    name = settings.job_name or f"megatron-{plan.preset.name}"
+    return BatchJob(
+        title=title or f"preset {plan.preset.name}",
+        job_name=name,
+        nodes=plan.nodes,
+        gpus_per_node=plan.gpus_per_node,
+        torchrun=(launcher.torchrun,),
+        script=command.script if script is None else script,
+        script_args=tuple(command.script_args if script_args is None else script_args),
+        run_dir=run_dir,
+        settings=settings,
+        env=dict(command.env),
+        rdzv_port=settings.rdzv_port or launcher.master_port,
+        chain=chain or settings.chain,
+        world_size=plan.layout.world_size,
+    )
+
+
 def _sbatch_filter(value: object) -> str:
     text = str(value)
     if not SBATCH_VALUE.fullmatch(text):
@@ -103,9 +189,11 @@ def check_job(job: BatchJob) -> list[Problem]:
             f"use --nodes {max(1, job.world_size // max(1, job.gpus_per_node))} or change the layout",
         ))
     if not 1 <= job.chain <= MAX_CHAIN:
-        problems.append(Problem(f"--chain {job.chain} is out of range", f"use 1 to {MAX_CHAIN} jobs"))
+        problems.append(Problem(f"chain of {job.chain} jobs (--chain or slurm.chain) is out of range",
+                                f"use 1 to {MAX_CHAIN} jobs"))
     if not 1 <= job.rdzv_port <= 65535:
-        problems.append(Problem(f"rendezvous port {job.rdzv_port} is not a TCP port", "use 1024 to 65535"))
+        problems.append(Problem(f"rendezvous port {job.rdzv_port} (slurm.rdzv_port or master_port) is not a TCP port",
+                                "use 1024 to 65535"))
     if not SBATCH_PATH.fullmatch(str(job.run_dir)):
         problems.append(Problem(
             f"run directory {str(job.run_dir)!r} cannot be written on an #SBATCH --output line",
@@ -163,14 +251,15 @@ def find_sbatch() -> str:
     return sbatch
 
 
-def submit(job: BatchJob, sbatch: str | None = None, extra_args: Sequence[str] = ()) -> list[str]:
+def submit(job: BatchJob, sbatch: str | None = None, extra_args: Sequence[str] = (), text: str | None = None
+           ) -> list[str]:
     """Write the script and submit it `job.chain` times (singleton-chained); returns the job ids.
 
     A refusal by sbatch is reported as a UserError carrying sbatch's own message; the files this call
     created are removed again.
     """
     sbatch = sbatch or find_sbatch()
-    text = render_batch_script(job)
+    text = render_batch_script(job) if text is None else text
     created = not job.run_dir.exists()
     path = write_batch_script(job, text)
     job_ids: list[str] = []
@@ -194,3 +283,65 @@ def _remove(path: Path, run_dir: Path | None) -> None:
     path.unlink(missing_ok=True)
     if run_dir is not None:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path, *, chain: int | None = None,
+                preflight: bool = False) -> tuple[BatchJob, list[str]]:
+    """The batch job for a plan (training, or the preflight check with the same torchrun), and notes for the user.
+
+    Raises UserError listing every problem with the Slurm settings, the environment and the job.
+    """
+    try:
+        settings = parse_slurm_settings(plan.preset.launcher.slurm)
+    except UserError as exc:
+        # Report the environment's problems in the same breath, not one round trip later.
+        raise UserError([*exc.problems, *check_environment(plan.preset.launcher.env)]) from None
+    name = plan.preset.name
+    if preflight:
+        if chain and chain > 1:
+            raise UserError("--chain does not apply to --preflight", "a preflight job runs once; drop --chain")
+        # A failed preflight should just report; it has nothing to resume and must not block a training chain.
+        settings = replace(settings, requeue=False, chain=1,
+                           job_name=f"{settings.job_name or f'megatron-{name}'}-preflight")
+        command = with_entry(build_command(plan, megatron_path, kernels), str(PREFLIGHT_SCRIPT), [])
+        notes, title = [], f"preflight of preset {name} (all-reduce over every rank, no training)"
+    else:
+        plan, notes = resumable(plan, run_dir)
+        command = build_command(plan, megatron_path, kernels)
+        title = f"preset {name}"
+    job = build_job(plan, command, settings, run_dir, chain=chain, title=title)
+    problems = check_job(job)
+    if problems:
+        raise UserError(problems)
+    return job, [*plan.notes, *notes]
+
+
+def launch(plan: Plan, megatron_path: Path, kernels: Kernels, *, dry_run: bool = False, submit_job: bool = False,
+           chain: int | None = None, preflight: bool = False, out: TextIO = sys.stdout,
+           err: TextIO = sys.stderr) -> int:
+    """`launch PRESET --slurm`: print the script (dry-run), write it into a new run directory, or submit it."""
+    run_dir = new_run_dir(plan.preset.launcher.run_root, plan.preset.name)
+    job, notes = prepare_job(plan, megatron_path, kernels, run_dir, chain=chain, preflight=preflight)
+    text = render_batch_script(job)
+    for note in notes:
+        print(f"note: {note}", file=err)
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=err)
+    if dry_run:
+        out.write(text)
+        return 0
+    if not submit_job:
+        path = write_batch_script(job, text)
+        print(path, file=out)
+        if job.chain > 1:
+            print(f"note: submit it {job.chain} times; each waits for the previous (--dependency=singleton)",
+                  file=err)
+        return 0
+    sbatch = find_sbatch()
+    if not preflight:
+        require_checkout(megatron_path, plan.entry)
+    for job_id in submit(job, sbatch, text=text):
+        print(job_id, file=out)
+        print(f"submitted job {job_id}: script {job.script_path}, log {job.run_dir}/slurm-{job_id}.out",
+              file=err)
+    return 0
