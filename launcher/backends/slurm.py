@@ -289,7 +289,7 @@ def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path
                 preflight: bool = False) -> tuple[BatchJob, list[str]]:
     """The batch job for a plan (training, or the preflight check with the same torchrun), and notes for the user.
 
-    Raises UserError listing every problem with the Slurm settings, the environment and the job.
+    Raises UserError for the Slurm settings; the job itself is checked when it is rendered.
     """
     try:
         settings = parse_slurm_settings(plan.preset.launcher.slurm)
@@ -309,11 +309,7 @@ def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path
         plan, notes = resumable(plan, run_dir)
         command = build_command(plan, megatron_path, kernels)
         title = f"preset {name}"
-    job = build_job(plan, command, settings, run_dir, chain=chain, title=title)
-    problems = check_job(job)
-    if problems:
-        raise UserError(problems)
-    return job, [*plan.notes, *notes]
+    return build_job(plan, command, settings, run_dir, chain=chain, title=title), [*plan.notes, *notes]
 
 
 def launch(plan: Plan, megatron_path: Path, kernels: Kernels, *, dry_run: bool = False, submit_job: bool = False,
