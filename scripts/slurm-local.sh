@@ -88,7 +88,7 @@ SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
 # cred_expire also sets how long a requeued job waits before it may start again (default 120 s)
-AuthInfo=socket=$BASE/munge-run/munge.socket.2,cred_expire=10
+AuthInfo=socket=$BASE/munge-run/munge.socket.2,cred_expire=5
 SlurmctldPort=6817
 StateSaveLocation=$BASE/state/ctld
 SlurmdSpoolDir=$BASE/state/slurmd-%n
@@ -103,6 +103,8 @@ JobAcctGatherType=jobacct_gather/none
 AccountingStorageType=accounting_storage/none
 MpiDefault=none
 SchedulerType=sched/backfill
+# run both schedulers every second (defaults 60 s and 30 s), so a requeued job restarts as soon as it may
+SchedulerParameters=sched_interval=1,bf_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
