@@ -142,7 +142,7 @@ class _Checker:
         elif experts is not None and ep > 1 and experts % ep:
             self.fail(f"num_experts {experts} is not a multiple of expert_model_parallel_size {ep}",
                       f"use expert_model_parallel_size in {[d for d in divisors(experts) if d > 1]}")
-        if self.world % (etp * ep * pp):
+        if (ep > 1 or etp != tp) and self.world % (etp * ep * pp):
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
                       "make ETP·EP·PP divide the world size", stage="runtime")
 
@@ -263,8 +263,9 @@ class _Checker:
         if self.arg("group_query_attention"):
             groups = self.arg("num_query_groups")
             if groups % tp and tp % groups:
+                fits = sorted(set(divisors(groups)) | {groups * k for k in (2, 4, 8)})
                 self.fail(f"num_query_groups {groups} must be a multiple or divisor of TP {tp}",
-                          f"use tensor_model_parallel_size in {sorted(set(divisors(groups)) | {groups * k for k in (2, 4, 8)})}")
+                          f"use tensor_model_parallel_size in {fits}")
         if self.arg("kv_channels") is None and hidden % heads:
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
                       f"set kv_channels (head dimension) explicitly, or use hidden_size "

@@ -6,6 +6,7 @@ import json
 import shlex
 from typing import Any
 
+from launcher import megatron_args
 from launcher.command import Command
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
@@ -74,8 +75,6 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
 
 
 def _flags(dest: str, value: object) -> list[str]:
-    from launcher import megatron_args
-
     return megatron_args.to_flags(megatron_args.catalog()[dest], value)
 
 
@@ -83,7 +82,7 @@ def text(plan: Plan, command: Command, kernels: Kernels) -> str:
     lines = header(plan, command, kernels)
     if any(command.expand):
         lines.append(f"# run this same command on each of the {plan.nodes} nodes; MASTER_ADDR is the first node")
-        lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the first node\'s hostname}"')
+        lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
