@@ -9,14 +9,12 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
 from slurm_support import (
     PRESETS,
-    REPO,
     TRAINER,
     cluster_env,
     cluster_shape,
@@ -46,12 +44,6 @@ def two_by_two(cluster) -> dict[str, str]:
     if nodes < 2 or gpus < 2:
         pytest.skip(f"needs 2 nodes with 2 GPUs each, the cluster has {nodes} x {gpus}")
     return cluster
-
-
-def launch(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**env, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
 
 
 def sbatch_test_only(script: Path, env: dict[str, str], *options: str) -> subprocess.CompletedProcess:
@@ -100,14 +92,14 @@ def test_sbatch_refuses_more_nodes_than_the_cluster_has(cluster, tmp_path):
     assert "Requested node configuration is not available" in result.stderr
 
 
-def test_preflight_of_345m_on_two_nodes(two_by_two, tmp_path):
+def test_preflight_of_345m_on_two_nodes(launch, two_by_two, tmp_path):
     """4 ranks on n1 and n2 rendezvous through torchrun (c10d on the first node) and all-reduce with gloo."""
-    result = launch(["345m", "--preflight", "--submit", "--nodes", "2", "--gpus-per-node", "2",
-                     "--set", f"torchrun={venv_torchrun()}", "--set", f"run_root={tmp_path}/runs"],
-                    two_by_two, tmp_path)
-    assert result.returncode == 0, result.stderr
-    job_id = result.stdout.strip()
-    assert job_id.isdigit(), result.stdout
+    code, out, err = launch("345m", "--preflight", "--submit", "--nodes", "2", "--gpus-per-node", "2",
+                            "--set", f"torchrun={venv_torchrun()}", "--set", f"run_root={tmp_path}/runs",
+                            env=two_by_two)
+    assert code == 0, err
+    job_id = out.strip()
+    assert job_id.isdigit(), out
     fields = wait_for_job(job_id, two_by_two, timeout=150)
     (run_dir,) = (tmp_path / "runs").iterdir()
     log = (run_dir / f"slurm-{job_id}.out").read_text()
@@ -124,7 +116,7 @@ def test_preflight_of_345m_on_two_nodes(two_by_two, tmp_path):
     assert bandwidth and float(bandwidth.group(1)) > 0
 
 
-def test_signal_requeues_and_the_next_attempt_resumes(two_by_two, tmp_path):
+def test_signal_requeues_and_the_next_attempt_resumes(launch, two_by_two, tmp_path):
     """The time-limit warning (SIGUSR1 to the batch shell, as --signal=B:USR1@N sends it) → SIGTERM to the ranks
     → checkpoint → requeue → the second attempt has SLURM_RESTART_COUNT=1, resumes from --load, completes.
 
@@ -134,13 +126,13 @@ def test_signal_requeues_and_the_next_attempt_resumes(two_by_two, tmp_path):
     megatron = tmp_path / "megatron-lm"
     megatron.mkdir()
     shutil.copy(TRAINER, megatron / "pretrain_gpt.py")
-    result = launch(["345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path", str(megatron),
-                     "--set", "train_iters=16", "--set", f"torchrun={venv_torchrun()}",
-                     "--set", f"run_root={tmp_path}/runs", "--set", "slurm.max_restarts=1",
-                     "--set", "slurm.time=00:10:00", "--set", "slurm.signal_seconds=60",
-                     "--set", f"slurm.job_name=requeue-{uuid.uuid4().hex[:8]}"], two_by_two, tmp_path)
-    assert result.returncode == 0, result.stderr
-    job_id = result.stdout.strip()
+    code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
+                            str(megatron), "--set", "train_iters=16", "--set", f"torchrun={venv_torchrun()}",
+                            "--set", f"run_root={tmp_path}/runs", "--set", "slurm.max_restarts=1",
+                            "--set", "slurm.time=00:10:00", "--set", "slurm.signal_seconds=60",
+                            "--set", f"slurm.job_name=requeue-{uuid.uuid4().hex[:8]}", env=two_by_two)
+    assert code == 0, err
+    job_id = out.strip()
     (run_dir,) = (tmp_path / "runs").iterdir()
     log_path = run_dir / f"slurm-{job_id}.out"
     wait_for_line(log_path, r"trainer: iteration=3 restart=0", 120, job_id, two_by_two)
@@ -158,17 +150,17 @@ def test_signal_requeues_and_the_next_attempt_resumes(two_by_two, tmp_path):
     assert checkpoint.read_text() == "16"
 
 
-def test_chain_holds_each_job_until_the_previous_ends(two_by_two, tmp_path):
+def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_path):
     name = f"chain-{uuid.uuid4().hex[:8]}"
     megatron = tmp_path / "megatron-lm"
     megatron.mkdir()
     shutil.copy(TRAINER, megatron / "pretrain_gpt.py")
-    result = launch(["345m", "--submit", "--chain", "2", "--nodes", "2", "--gpus-per-node", "2",
-                     "--megatron-path", str(megatron), "--set", f"slurm.job_name={name}",
-                     "--set", f"run_root={tmp_path}/runs"], two_by_two, tmp_path)
-    ids = result.stdout.split()
+    code, out, err = launch("345m", "--submit", "--chain", "2", "--nodes", "2", "--gpus-per-node", "2",
+                            "--megatron-path", str(megatron), "--set", f"slurm.job_name={name}",
+                            "--set", f"run_root={tmp_path}/runs", env=two_by_two)
+    ids = out.split()
     try:
-        assert result.returncode == 0, result.stderr
+        assert code == 0, err
         assert len(ids) == 2
         first, second = (job_fields(job_id, two_by_two) for job_id in ids)
         assert first["JobName"] == second["JobName"] == name

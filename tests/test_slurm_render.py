@@ -10,7 +10,6 @@ import shlex
 import signal
 import stat
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -269,27 +268,19 @@ def test_bad_jobs_are_refused_and_write_nothing(tmp_path, field, value, message)
 
 # -- the command line ------------------------------------------------------------------------------------------
 
-def _launch(args: list[str], cwd: Path, path: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    if path is not None:
-        env["PATH"] = path
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
-
-
-def test_cli_dry_run_prints_the_script_and_writes_nothing(tmp_path):
-    result = _launch(["345m", "--slurm", "--dry-run", "--nodes", "2", "--gpus-per-node", "2",
-                      "--set", "slurm.time=1:00:00", "--set", f"run_root={tmp_path}/runs"], tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("#!/bin/bash\n") and "#SBATCH --time=1:00:00" in result.stdout
+def test_cli_dry_run_prints_the_script_and_writes_nothing(launch, tmp_path):
+    code, out, err = launch("345m", "--slurm", "--dry-run", "--nodes", "2", "--gpus-per-node", "2",
+                            "--set", "slurm.time=1:00:00", "--set", f"run_root={tmp_path}/runs")
+    assert code == 0, err
+    assert out.startswith("#!/bin/bash\n") and "#SBATCH --time=1:00:00" in out
     assert not (tmp_path / "runs").exists()
 
 
-def test_cli_writes_the_script_into_a_new_run_directory(tmp_path):
-    result = _launch(["345m", "--slurm", "--nodes", "2", "--gpus-per-node", "2", "--set",
-                      f"run_root={tmp_path}/runs"], tmp_path)
-    assert result.returncode == 0, result.stderr
-    path = Path(result.stdout.strip())
+def test_cli_writes_the_script_into_a_new_run_directory(launch, tmp_path):
+    code, out, err = launch("345m", "--slurm", "--nodes", "2", "--gpus-per-node", "2", "--set",
+                            f"run_root={tmp_path}/runs")
+    assert code == 0, err
+    path = Path(out.strip())
     assert path.parent.parent == tmp_path / "runs" and path.name == "job.sbatch"
     assert os.access(path, os.X_OK) and f"--output={path.parent}/slurm-%j.out" in path.read_text()
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
@@ -303,25 +294,25 @@ def test_cli_writes_the_script_into_a_new_run_directory(tmp_path):
     (["--chain", "2"], "--chain applies to Slurm jobs only"),
     (["--slurm", "--preflight", "--chain", "2"], "--chain does not apply to --preflight"),
 ])
-def test_cli_bad_input_exits_2_without_files(tmp_path, args, message):
-    result = _launch(["175b", *args, "--set", f"run_root={tmp_path}/runs"], tmp_path)
-    assert result.returncode == 2, result.stdout + result.stderr
-    assert message in result.stderr and "Traceback" not in result.stderr
+def test_cli_bad_input_exits_2_without_files(launch, tmp_path, args, message):
+    code, out, err = launch("175b", *args, "--set", f"run_root={tmp_path}/runs")
+    assert code == 2, out + err
+    assert message in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
 
 
-def test_cli_submit_without_sbatch_exits_2_without_files(tmp_path):
+def test_cli_submit_without_sbatch_exits_2_without_files(launch, tmp_path):
     bare = tmp_path / "bin"
     bare.mkdir()
-    result = _launch(["345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--set",
-                      f"run_root={tmp_path}/runs"], tmp_path, path=str(bare))
-    assert result.returncode == 2
-    assert "sbatch not found" in result.stderr and "Traceback" not in result.stderr
+    code, _, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--set",
+                          f"run_root={tmp_path}/runs", env={"PATH": str(bare)})
+    assert code == 2
+    assert "sbatch not found" in err and "Traceback" not in err
     assert not (tmp_path / "runs").exists()
 
 
-def test_local_preflight_dry_run_uses_the_preflight_script(tmp_path):
-    result = _launch(["345m", "--preflight", "--dry-run", "--gpus-per-node", "2"], tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert shlex.quote(str(REPO / "launcher" / "preflight.py")) in result.stdout
-    assert "pretrain_gpt.py" not in result.stdout and "--num-layers" not in result.stdout
+def test_local_preflight_dry_run_uses_the_preflight_script(launch):
+    code, out, err = launch("345m", "--preflight", "--dry-run", "--gpus-per-node", "2")
+    assert code == 0, err
+    assert shlex.quote(str(REPO / "launcher" / "preflight.py")) in out
+    assert "pretrain_gpt.py" not in out and "--num-layers" not in out
