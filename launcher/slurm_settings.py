@@ -14,11 +14,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.errors import Problem, UserError
+from launcher.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
 SBATCH_NAME = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
 SBATCH_EXTRA = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:@%+=/-]+)?")
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # Characters that mean something to a shell beyond a plain word. `#`, `^`, `,`, `:`, `=`, `@` stay allowed:
 # they are common in NCCL settings (NCCL_SOCKET_IFNAME=^lo) and pyxis images (nvcr.io#nvidia/pytorch:24.01).
 SHELL_METACHARACTERS = frozenset(";&|<>()$`\\\"'*?[]{}!~\n\r\t ")
@@ -31,7 +31,7 @@ MAX_SIGNAL_SECONDS = 65535
 # Longest --chain: a guard against a typo submitting thousands of jobs.
 MAX_CHAIN = 100
 
-# Options the launcher writes itself; setting them through `extra` would contradict the script.
+# Options the launcher writes itself; setting them through `extra_sbatch` would contradict the script.
 MANAGED_OPTIONS = {
     "nodes": "--nodes", "ntasks": "--nodes", "ntasks-per-node": "--nodes",
     "gpus-per-node": "--gpus-per-node", "gres": "--gpus-per-node", "gpus": "--gpus-per-node",
@@ -61,10 +61,6 @@ class SlurmSettings:
     container_mounts: tuple[str, ...] = ()
     rdzv_port: int | None = None  # default: launcher.master_port
     chain: int = 1  # jobs submitted one after another (--dependency=singleton); --chain overrides
-
-    @property
-    def time_limit_seconds(self) -> int | None:
-        return parse_time_limit(self.time) if self.time else None
 
 
 def parse_time_limit(text: str) -> int | None:

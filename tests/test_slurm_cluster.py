@@ -123,9 +123,7 @@ def test_signal_requeues_and_the_next_attempt_resumes(launch, two_by_two, tmp_pa
     The ranks run a stand-in for pretrain_gpt.py (tests/slurm_jobs/resumable_trainer.py) that follows
     Megatron's signal and checkpoint protocol on CPU, given as the Megatron checkout's pretrain_gpt.py.
     """
-    megatron = tmp_path / "megatron-lm"
-    megatron.mkdir()
-    shutil.copy(TRAINER, megatron / "pretrain_gpt.py")
+    megatron = _fake_megatron(tmp_path)
     code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
                             str(megatron), "--set", "train_iters=16", "--set", f"torchrun={venv_torchrun()}",
                             "--set", f"run_root={tmp_path}/runs", "--set", "slurm.max_restarts=1",
@@ -150,11 +148,31 @@ def test_signal_requeues_and_the_next_attempt_resumes(launch, two_by_two, tmp_pa
     assert checkpoint.read_text() == "16"
 
 
+def test_time_limit_warning_reaches_the_batch_shell(launch, two_by_two, tmp_path):
+    """Slurm itself sends the #SBATCH --signal=B:USR1@50 warning of a 1-minute job to the batch shell, which
+    forwards SIGTERM and, with no restarts allowed, reports the spent budget instead of requeueing; the job
+    ends before its limit. (Slurm checks limits about every 30 s, so the warning may come before the ranks
+    have started; the checkpoint on SIGTERM is the requeue test's business.)"""
+    megatron = _fake_megatron(tmp_path)
+    code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
+                            str(megatron), "--set", "train_iters=400", "--set", f"torchrun={venv_torchrun()}",
+                            "--set", f"run_root={tmp_path}/runs", "--set", "slurm.max_restarts=0",
+                            "--set", "slurm.time=1", "--set", "slurm.signal_seconds=50",
+                            "--set", f"slurm.job_name=timelimit-{uuid.uuid4().hex[:8]}", env=two_by_two)
+    assert code == 0, err
+    job_id = out.strip()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    fields = wait_for_job(job_id, two_by_two, timeout=90)
+    log, stderr = (run_dir / f"slurm-{job_id}.out").read_text(), _stderr(run_dir, job_id)
+    assert fields["JobState"] != "TIMEOUT" and fields["Restarts"] == "0", log + stderr
+    assert "megatron-launch: got SIGUSR1, sending SIGTERM to the training processes" in stderr, log + stderr
+    assert "megatron-launch: not requeueing: 0 of 0 restarts used" in stderr
+    assert "trainer: done" not in log
+
+
 def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_path):
     name = f"chain-{uuid.uuid4().hex[:8]}"
-    megatron = tmp_path / "megatron-lm"
-    megatron.mkdir()
-    shutil.copy(TRAINER, megatron / "pretrain_gpt.py")
+    megatron = _fake_megatron(tmp_path)
     code, out, err = launch("345m", "--submit", "--chain", "2", "--nodes", "2", "--gpus-per-node", "2",
                             "--megatron-path", str(megatron), "--set", f"slurm.job_name={name}",
                             "--set", f"run_root={tmp_path}/runs", env=two_by_two)
@@ -168,6 +186,14 @@ def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_pa
         assert second["Reason"] == "Dependency"
     finally:
         subprocess.run(["scancel", *ids], env=two_by_two, check=False)
+
+
+def _fake_megatron(tmp_path: Path) -> Path:
+    """A "Megatron-LM checkout" whose pretrain_gpt.py is the stand-in trainer."""
+    megatron = tmp_path / "megatron-lm"
+    megatron.mkdir()
+    shutil.copy(TRAINER, megatron / "pretrain_gpt.py")
+    return megatron
 
 
 def _stderr(run_dir: Path, job_id: str) -> str:

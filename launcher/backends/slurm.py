@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TextIO
@@ -132,9 +132,8 @@ def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
 
 
 def build_job(plan: Plan, command: Command, settings: SlurmSettings, run_dir: Path,
-              chain: int | None = None, script: str | None = None, script_args: Sequence[str] | None = None,
-              title: str | None = None) -> BatchJob:
-    """The batch job for a plan and its command; `script`/`script_args` swap the entry (e.g. for preflight)."""
+              chain: int | None = None, title: str | None = None) -> BatchJob:
+    """The batch job for a plan and the command its ranks run (the training script, or another entry)."""
     launcher = plan.preset.launcher
     name = settings.job_name or f"megatron-{plan.preset.name}"
     return BatchJob(
@@ -143,8 +142,8 @@ def build_job(plan: Plan, command: Command, settings: SlurmSettings, run_dir: Pa
         nodes=plan.nodes,
         gpus_per_node=plan.gpus_per_node,
         torchrun=(launcher.torchrun,),
-        script=command.script if script is None else script,
-        script_args=tuple(command.script_args if script_args is None else script_args),
+        script=command.script,
+        script_args=tuple(command.script_args),
         run_dir=run_dir,
         settings=settings,
         env=dict(command.env),
@@ -251,8 +250,7 @@ def find_sbatch() -> str:
     return sbatch
 
 
-def submit(job: BatchJob, sbatch: str | None = None, extra_args: Sequence[str] = (), text: str | None = None
-           ) -> list[str]:
+def submit(job: BatchJob, sbatch: str | None = None, text: str | None = None) -> list[str]:
     """Write the script and submit it `job.chain` times (singleton-chained); returns the job ids.
 
     A refusal by sbatch is reported as a UserError carrying sbatch's own message; the files this call
@@ -264,7 +262,7 @@ def submit(job: BatchJob, sbatch: str | None = None, extra_args: Sequence[str] =
     path = write_batch_script(job, text)
     job_ids: list[str] = []
     for _ in range(job.chain):
-        result = subprocess.run([sbatch, "--parsable", *extra_args, str(path)],
+        result = subprocess.run([sbatch, "--parsable", str(path)],
                                 capture_output=True, text=True, check=False)
         if result.returncode != 0:
             if not job_ids:
