@@ -53,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     # Slurm's emulated nodes share one hostname, so the Slurm node name tells them apart.
     node = os.environ.get("SLURMD_NODENAME", "-")
     me = f"rank={rank} local_rank={local_rank} world_size={world_size} host={socket.gethostname()} node={node}"
-    print(f"preflight: {me}", flush=True)
+    # One write per line: ranks share the output, and an unbuffered print writes the newline separately.
+    sys.stdout.write(f"preflight: {me}\n")
+    sys.stdout.flush()
     everyone: list[str | None] = [None] * world_size
     dist.all_gather_object(everyone, me)
 
