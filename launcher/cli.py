@@ -2,7 +2,9 @@
 
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
                   [--slurm] [--submit] [--chain K] [--preflight]
+    launch --resume RUN_DIR [--set NAME=VALUE ...] [--slurm] [--submit]
     launch list
+    launch report RUN_DIR | LOG...
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from launcher import render
 from launcher.errors import UserError
@@ -35,7 +38,10 @@ def _positive(text: str) -> int:
 def run_parser() -> _Parser:
     p = _Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
                 epilog="Other commands: " + ", ".join(f"launch {name}" for name in SUBCOMMANDS))
-    p.add_argument("preset", help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
+    p.add_argument("preset", nargs="?",
+                   help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run directory made by an earlier launch (same preset and checkpoints)")
     p.add_argument("--nodes", type=_positive, help="number of nodes (default: the preset's)")
     p.add_argument("--gpus-per-node", type=_positive,
                    help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
@@ -44,6 +50,9 @@ def run_parser() -> _Parser:
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
     p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
     p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    p.add_argument("--preflight", action="store_true",
+                   help="instead of training, run a short all-reduce over every rank with the same torchrun and "
+                        "rendezvous, and report each rank and the bus bandwidth")
     slurm = p.add_argument_group("Slurm")
     slurm.add_argument("--slurm", action="store_true",
                        help="write a Slurm batch script into a new run directory and print its path "
@@ -53,21 +62,29 @@ def run_parser() -> _Parser:
     slurm.add_argument("--chain", type=_positive, metavar="K",
                        help="K jobs that run one after another (--dependency=singleton), each resuming from "
                             "the last checkpoint; for runs longer than the partition's time limit")
-    p.add_argument("--preflight", action="store_true",
-                   help="instead of training, run a short all-reduce over every rank with the same torchrun and "
-                        "rendezvous, and report each rank and the bus bandwidth")
     return p
 
 
 def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
+    from launcher import tracking
     from launcher.backends import local
     from launcher.command import build_command
     from launcher.layout import make_plan
     from launcher.preset import load_preset
     from launcher.upstream import megatron_path, require_checkout, resolve_kernels
 
-    preset = load_preset(args.preset, args.overrides)
+    if (args.preset is None) == (args.resume is None):
+        raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
+                        "--resume runs/toy-20261129T160150Z")
+    if args.resume and args.dry_run:
+        raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
+    prepared = None
+    if args.resume:
+        prepared = tracking.prepare_resume(args.resume, args.overrides)
+        preset = prepared.preset
+    else:
+        preset = load_preset(args.preset, args.overrides)
     on_slurm = args.slurm or args.submit
     if args.chain and not on_slurm:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
@@ -81,12 +98,18 @@ def cmd_run(argv: list[str]) -> int:
         nodes = nodes or 1
     kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
+    if not args.dry_run or on_slurm:
+        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there. A Slurm dry-run shows
+        # the paths its script would have (nothing is written until the script is).
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        preset = prepared.preset
+        plan = replace(plan, preset=preset)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
     if on_slurm:
         from launcher.backends import slurm
 
-        return slurm.launch(plan, path, kernels, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
-                            preflight=args.preflight)
+        return slurm.launch(plan, path, kernels, prepared, dry_run=args.dry_run, submit_job=args.submit,
+                            chain=args.chain, preflight=args.preflight)
     command = build_command(plan, path, kernels)
     if args.preflight:
         from launcher.command import with_entry
@@ -101,7 +124,9 @@ def cmd_run(argv: list[str]) -> int:
         require_checkout(path, plan.entry)
     sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
     sys.stdout.flush()
-    return local.run(command)
+    if args.preflight:  # a check, not a run: no run directory, no training monitor
+        return local.run(command)
+    return tracking.execute(prepared, plan, command, path)
 
 
 def cmd_list(argv: list[str]) -> int:
@@ -126,8 +151,18 @@ def cmd_list(argv: list[str]) -> int:
     return 0
 
 
+def cmd_report(argv: list[str]) -> int:
+    from launcher import report
+
+    parser = _Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
+                     "of a run directory, or of Megatron log files such as a Slurm job's output.")
+    report.add_arguments(parser)
+    return report.run(parser.parse_args(argv))
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
+    "report": cmd_report,
 }
 
 

@@ -45,7 +45,8 @@ def jsonable(value):
 
 
 def collect() -> dict:
-    import megatron.core
+    from importlib.metadata import version
+
     from megatron.training.arguments import add_megatron_arguments
 
     parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
@@ -68,7 +69,8 @@ def collect() -> dict:
         if action.dest in args:
             raise SystemExit(f"two flags share the dest {action.dest!r}: the launcher assumes one per dest")
         args[action.dest] = entry
-    return {"megatron_core": megatron.core.__version__, "arguments": dict(sorted(args.items()))}
+    # The distribution's version: megatron.core.__version__ appends the git hash of the current directory.
+    return {"megatron_core": version("megatron-core"), "arguments": dict(sorted(args.items()))}
 
 
 def main() -> int:

@@ -21,3 +21,16 @@ def launch():
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
+
+
+FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+@pytest.fixture
+def log_fixture():
+    """Lines of a recorded Megatron log in tests/fixtures/logs (see its README)."""
+
+    def read(name: str) -> list[str]:
+        return (FIXTURE_LOGS / name).read_text(errors="replace").splitlines()
+
+    return read

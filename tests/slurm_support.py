@@ -40,7 +40,7 @@ def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None 
     preset = load_preset(name, list(overrides))
     kernels = preset_kernels(preset)
     plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
-    job, _ = slurm.prepare_job(plan, megatron_path, kernels, run_dir or GOLDEN_RUNS / name, preflight=preflight)
+    job = slurm.prepare_job(plan, megatron_path, kernels, run_dir or GOLDEN_RUNS / name, preflight=preflight).job
     return job, slurm.render_batch_script(job)
 
 

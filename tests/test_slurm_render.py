@@ -5,6 +5,7 @@ Regenerate the golden files after an intended change:  UPDATE_GOLDEN=1 pytest te
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import signal
@@ -282,8 +283,13 @@ def test_cli_writes_the_script_into_a_new_run_directory(launch, tmp_path):
     assert code == 0, err
     path = Path(out.strip())
     assert path.parent.parent == tmp_path / "runs" and path.name == "job.sbatch"
-    assert os.access(path, os.X_OK) and f"--output={path.parent}/slurm-%j.out" in path.read_text()
+    assert f"--output={path.parent}/slurm-%j.out" in path.read_text()
     assert subprocess.run(["bash", "-n", str(path)], check=False).returncode == 0
+    # The run directory records the launch; its command.sh is the submission, and the ranks save into it.
+    manifest = json.loads((path.parent / "manifest.json").read_text())
+    assert manifest["world"] == {"nodes": 2, "gpus_per_node": 2, "world_size": 4}
+    assert (path.parent / "command.sh").read_text().splitlines()[-1] == f"sbatch {path}"
+    assert f"--save {path.parent}/checkpoints" in path.read_text()
 
 
 @pytest.mark.parametrize(("args", "message"), [

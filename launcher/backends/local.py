@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 from launcher.command import MASTER_ADDR_REF, Command
 from launcher.errors import UserError
@@ -38,17 +39,29 @@ def resolved_argv(command: Command) -> list[str]:
     return [w.replace(MASTER_ADDR_REF, addr) if i in command.expand else w for i, w in enumerate(command.argv)]
 
 
-def run(command: Command, cwd: str | None = None, stdout=None) -> int:
-    """Start torchrun, pass SIGINT/SIGTERM/SIGUSR* on to it, return its exit status (128+N if killed)."""
+def run(command: Command, cwd: str | None = None, stdout=None,
+        on_line: Callable[[str], None] | None = None) -> int:
+    """Start torchrun, pass SIGINT/SIGTERM/SIGUSR* on to it, return its exit status (128+N if killed).
+
+    With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
+    instead of going straight to the terminal.
+    """
     argv = resolved_argv(command)
     if shutil.which(argv[0]) is None:
         raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
     env = {**os.environ, **command.env}
     if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
         env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
-    child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
+    if on_line is not None:
+        stdout = subprocess.PIPE
+        env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
+    child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
+                             **({"text": True, "errors": "replace", "bufsize": 1} if on_line else {}))
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
     try:
+        if on_line is not None:
+            for line in child.stdout:
+                on_line(line)
         code = child.wait()
     finally:
         for sig, handler in previous.items():

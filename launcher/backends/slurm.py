@@ -14,7 +14,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TextIO
 
 import jinja2
 
+from launcher import rundir
 from launcher.command import Command, build_command, with_entry
 from launcher.errors import Problem, UserError
 from launcher.layout import Plan
@@ -33,6 +33,7 @@ from launcher.slurm_settings import (
     check_shell_value,
     parse_slurm_settings,
 )
+from launcher.tracking import Prepared
 from launcher.upstream import Kernels, require_checkout
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -41,7 +42,6 @@ SCRIPT_NAME = "job.sbatch"
 # Paths on #SBATCH lines: no spaces, quotes or `%` (Slurm's own pattern character).
 SBATCH_PATH = re.compile(r"[A-Za-z0-9_.,:@+=/-]+")
 SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
-DEFAULT_SAVE_INTERVAL = 1000
 
 
 @dataclass(frozen=True)
@@ -81,53 +81,34 @@ class BatchJob:
         return [" ".join(words) for words in lines]
 
 
-def new_run_dir(run_root: str, preset_name: str) -> Path:
-    """A fresh, absolute run directory (jobs run elsewhere, so relative paths would mean nothing there)."""
-    root = Path(run_root).expanduser().absolute()
-    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    candidate, n = root / f"{preset_name}-{stamp}", 1
-    while candidate.exists():
-        n += 1
-        candidate = root / f"{preset_name}-{stamp}-{n}"
-    return candidate
-
-
 def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
     """The Megatron settings a requeued or chained job needs, added where the preset leaves them open.
 
     The batch script forwards SIGTERM to the ranks before the time limit; Megatron's --exit-signal-handler
     (default signal SIGTERM) then saves a checkpoint and exits, and the next attempt resumes from --load.
-    So: the handler on, and --load = --save (default: the run directory's checkpoints/). Returns the
-    adjusted plan and notes for the user.
+    So: the handler on, and --save = --load in the run directory (rundir's rule, with the save interval Megatron
+    requires). Returns the adjusted plan and notes for the user.
     """
     if plan.entry != "pretrain_gpt":
         return plan, []
-    preset, megatron, notes = plan.preset, dict(plan.preset.megatron), []
-    problems: list[Problem] = []
+    preset, notes = plan.preset, []
     signal_name = preset.arg("exit_signal")
     if signal_name != "SIGTERM":
-        problems.append(Problem(
+        raise UserError(Problem(
             f"exit_signal={signal_name} would never fire: the batch script forwards SIGTERM to the ranks",
             "remove exit_signal from the preset (Megatron's default is SIGTERM)",
         ))
+    megatron = {**preset.megatron, **rundir.run_dir_megatron_args(run_dir, preset.megatron)}
     if megatron.get("exit_signal_handler") is None:
         megatron["exit_signal_handler"] = True
     elif not megatron["exit_signal_handler"]:
         notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
-    save, load = megatron.get("save"), megatron.get("load")
-    if save is None:
-        save = megatron["save"] = str(run_dir / "checkpoints")
-        notes.append(f"checkpoints go to {save} (set save=DIR to choose)")
-        if not megatron.get("save_interval"):
-            # Megatron requires an interval with --save; signal-triggered saves come on top of it.
-            megatron["save_interval"] = DEFAULT_SAVE_INTERVAL
-            notes.append(f"save_interval={DEFAULT_SAVE_INTERVAL} (set save_interval=N to choose)")
-    if load is None:
-        megatron["load"] = save
-    elif load != save:
-        notes.append(f"load={load} differs from save={save}: a requeued or chained attempt restarts from {load}")
-    if problems:
-        raise UserError(problems)
+    if not preset.megatron.get("save_interval"):
+        notes.append(f"save_interval={megatron['save_interval']} (the end of training): checkpoints come only from "
+                     "the time-limit signal and the end; set save_interval=N to survive crashes too")
+    if megatron["load"] != megatron["save"]:
+        notes.append(f"load={megatron['load']} differs from save={megatron['save']}: "
+                     f"a requeued or chained attempt restarts from {megatron['load']}")
     return replace(plan, preset=replace(preset, megatron=megatron)), notes
 
 
@@ -250,41 +231,26 @@ def find_sbatch() -> str:
     return sbatch
 
 
-def submit(job: BatchJob, sbatch: str | None = None, text: str | None = None) -> list[str]:
-    """Write the script and submit it `job.chain` times (singleton-chained); returns the job ids.
-
-    A refusal by sbatch is reported as a UserError carrying sbatch's own message; the files this call
-    created are removed again.
-    """
-    sbatch = sbatch or find_sbatch()
-    text = render_batch_script(job) if text is None else text
-    created = not job.run_dir.exists()
-    path = write_batch_script(job, text)
-    job_ids: list[str] = []
-    for _ in range(job.chain):
-        result = subprocess.run([sbatch, "--parsable", str(path)],
-                                capture_output=True, text=True, check=False)
-        if result.returncode != 0:
-            if not job_ids:
-                _remove(path, job.run_dir if created else None)
-            message = (result.stderr or result.stdout).strip() or f"exit code {result.returncode}"
-            submitted = f" after submitting {', '.join(job_ids)}" if job_ids else ""
-            raise UserError(Problem(f"sbatch refused the job{submitted}: {message}",
-                                    f"check the slurm settings; the script is {path}" if job_ids else
-                                    "check the slurm settings (partition, account, time, GPUs per node)"))
-        # --parsable prints "jobid" or "jobid;cluster".
-        job_ids.append(result.stdout.strip().split(";")[0])
-    return job_ids
+def submit(script: Path, sbatch: str) -> str:
+    """Submit a written batch script; its job id. A refusal is a UserError carrying sbatch's own message."""
+    result = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip() or f"exit code {result.returncode}"
+        raise UserError(Problem(f"sbatch refused the job: {message}",
+                                "check the slurm settings (partition, account, time, GPUs per node)"))
+    # --parsable prints "jobid" or "jobid;cluster".
+    return result.stdout.strip().split(";")[0]
 
 
-def _remove(path: Path, run_dir: Path | None) -> None:
-    path.unlink(missing_ok=True)
-    if run_dir is not None:
-        shutil.rmtree(run_dir, ignore_errors=True)
+@dataclass(frozen=True)
+class PreparedJob:
+    job: BatchJob
+    plan: Plan  # with the Megatron settings the job adds (resumable)
+    notes: list[str]
 
 
 def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path, *, chain: int | None = None,
-                preflight: bool = False) -> tuple[BatchJob, list[str]]:
+                preflight: bool = False) -> PreparedJob:
     """The batch job for a plan (training, or the preflight check with the same torchrun), and notes for the user.
 
     Raises UserError for the Slurm settings; the job itself is checked when it is rendered.
@@ -307,34 +273,58 @@ def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path
         plan, notes = resumable(plan, run_dir)
         command = build_command(plan, megatron_path, kernels)
         title = f"preset {name}"
-    return build_job(plan, command, settings, run_dir, chain=chain, title=title), [*plan.notes, *notes]
+    job = build_job(plan, command, settings, run_dir, chain=chain, title=title)
+    return PreparedJob(job, plan, [*plan.notes, *notes])
 
 
-def launch(plan: Plan, megatron_path: Path, kernels: Kernels, *, dry_run: bool = False, submit_job: bool = False,
-           chain: int | None = None, preflight: bool = False, out: TextIO = sys.stdout,
+def record(prepared: Prepared, made: PreparedJob, text: str, megatron_path: Path) -> None:
+    """Write the run directory (manifest, resolved preset, command.sh = the sbatch call) with the script in it;
+    for a resumed run, add an attempt and replace its script."""
+    submit_command = Command(argv=["sbatch", str(made.job.script_path)], env=dict(made.job.env),
+                             script=str(made.job.script_path), script_args=[])
+    if prepared.existing is None:
+        rundir.create_run_dir(made.plan, submit_command, list(made.plan.preset.overrides), run_dir=made.job.run_dir,
+                              megatron_path=megatron_path, extra_files={SCRIPT_NAME: text})
+    else:
+        rundir.record_attempt(prepared.existing, submit_command.argv, submit_command.env)
+        write_batch_script(made.job, text)
+
+
+def launch(plan: Plan, megatron_path: Path, kernels: Kernels, prepared: Prepared, *, dry_run: bool = False,
+           submit_job: bool = False, chain: int | None = None, preflight: bool = False, out: TextIO = sys.stdout,
            err: TextIO = sys.stderr) -> int:
-    """`launch PRESET --slurm`: print the script (dry-run), write it into a new run directory, or submit it."""
-    run_dir = new_run_dir(plan.preset.launcher.run_root, plan.preset.name)
-    job, notes = prepare_job(plan, megatron_path, kernels, run_dir, chain=chain, preflight=preflight)
+    """`launch PRESET --slurm`: print the script (dry-run), write it into the run directory, or submit it."""
+    made = prepare_job(plan, megatron_path, kernels, prepared.run_dir.absolute(), chain=chain, preflight=preflight)
+    job = made.job
     text = render_batch_script(job)
-    for note in notes:
+    for note in made.notes:
         print(f"note: {note}", file=err)
     for warning in plan.warnings:
         print(f"warning: {warning}", file=err)
     if dry_run:
         out.write(text)
         return 0
+    sbatch = find_sbatch() if submit_job else ""
+    if submit_job and not preflight:
+        require_checkout(megatron_path, plan.entry)
+    record(prepared, made, text, megatron_path)
     if not submit_job:
-        path = write_batch_script(job, text)
-        print(path, file=out)
+        print(job.script_path, file=out)
         if job.chain > 1:
             print(f"note: submit it {job.chain} times; each waits for the previous (--dependency=singleton)",
                   file=err)
         return 0
-    sbatch = find_sbatch()
-    if not preflight:
-        require_checkout(megatron_path, plan.entry)
-    for job_id in submit(job, sbatch, text=text):
+    job_ids: list[str] = []
+    try:
+        for _ in range(job.chain):  # the script's --dependency=singleton orders them
+            job_ids.append(submit(job.script_path, sbatch))
+    except UserError as exc:
+        if job_ids:  # once a job is queued, its directory is its record
+            raise UserError([*exc.problems, Problem(f"already submitted: {', '.join(job_ids)}")]) from None
+        if prepared.existing is None:  # nothing queued: leave nothing behind
+            shutil.rmtree(job.run_dir, ignore_errors=True)
+        raise
+    for job_id in job_ids:
         print(job_id, file=out)
         print(f"submitted job {job_id}: script {job.script_path}, log {job.run_dir}/slurm-{job_id}.out",
               file=err)
