@@ -4,6 +4,7 @@
                   [--slurm] [--submit] [--chain K] [--preflight]
     launch --resume RUN_DIR [--set NAME=VALUE ...] [--slurm] [--submit]
     launch list
+    launch plan PRESET [--nodes N --gpus-per-node G | --gpus N] [--gpu NAME] [--top N] [--format text|json]
     launch report RUN_DIR | LOG...
 """
 
@@ -151,6 +152,16 @@ def cmd_list(argv: list[str]) -> int:
     return 0
 
 
+def cmd_plan(argv: list[str]) -> int:
+    from launcher import plan_report
+
+    parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
+                     "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
+    plan_report.add_arguments(parser)
+    sys.stdout.write(plan_report.run(parser.parse_args(argv)))
+    return 0
+
+
 def cmd_report(argv: list[str]) -> int:
     from launcher import report
 
@@ -162,6 +173,7 @@ def cmd_report(argv: list[str]) -> int:
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
+    "plan": cmd_plan,
     "report": cmd_report,
 }
 

@@ -2,6 +2,7 @@
 # world 1 = 1 node(s) × 1 GPU(s) = TP 1 · PP 1 · CP 1 · DP 1
 # batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
 # parameters 354.87M (354,871,296; padded vocab 50304)
+# memory ~18.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 9.7 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm
 export PYTHONPATH=/opt/megatron-lm
 torchrun --nnodes 1 --nproc-per-node 1 --standalone \
