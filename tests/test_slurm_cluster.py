@@ -124,15 +124,8 @@ def test_signal_requeues_and_the_next_attempt_resumes(launch, two_by_two, tmp_pa
     The ranks run a stand-in for pretrain_gpt.py (tests/slurm_jobs/resumable_trainer.py) that follows
     Megatron's signal and checkpoint protocol on CPU, given as the Megatron checkout's pretrain_gpt.py.
     """
-    megatron = _fake_megatron(tmp_path)
-    code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
-                            str(megatron), "--set", "train_iters=16", "--set", f"torchrun={venv_torchrun()}",
-                            "--set", f"run_root={tmp_path}/runs", "--set", "slurm.max_restarts=1",
-                            "--set", "slurm.time=00:10:00", "--set", "slurm.signal_seconds=60",
-                            "--set", f"slurm.job_name=requeue-{uuid.uuid4().hex[:8]}", env=two_by_two)
-    assert code == 0, err
-    job_id = out.strip()
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    job_id, run_dir = _submit_trainer(launch, two_by_two, tmp_path, "train_iters=16", "slurm.max_restarts=1",
+                                      "slurm.time=00:10:00", "slurm.signal_seconds=60")
     log_path = run_dir / f"slurm-{job_id}.out"
     wait_for_line(log_path, r"trainer: iteration=3 restart=0", 120, job_id, two_by_two)
     subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], env=two_by_two, check=True)
@@ -154,15 +147,8 @@ def test_time_limit_warning_reaches_the_batch_shell(launch, two_by_two, tmp_path
     forwards SIGTERM and, with no restarts allowed, reports the spent budget instead of requeueing; the job
     ends before its limit. (Slurm checks limits about every 30 s, so the warning may come before the ranks
     have started; the checkpoint on SIGTERM is the requeue test's business.)"""
-    megatron = _fake_megatron(tmp_path)
-    code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
-                            str(megatron), "--set", "train_iters=400", "--set", f"torchrun={venv_torchrun()}",
-                            "--set", f"run_root={tmp_path}/runs", "--set", "slurm.max_restarts=0",
-                            "--set", "slurm.time=1", "--set", "slurm.signal_seconds=50",
-                            "--set", f"slurm.job_name=timelimit-{uuid.uuid4().hex[:8]}", env=two_by_two)
-    assert code == 0, err
-    job_id = out.strip()
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    job_id, run_dir = _submit_trainer(launch, two_by_two, tmp_path, "train_iters=400", "slurm.max_restarts=0",
+                                      "slurm.time=1", "slurm.signal_seconds=50")
     fields = wait_for_job(job_id, two_by_two, timeout=90)
     log, stderr = (run_dir / f"slurm-{job_id}.out").read_text(), _stderr(run_dir, job_id)
     assert fields["JobState"] != "TIMEOUT" and fields["Restarts"] == "0", log + stderr
@@ -188,6 +174,18 @@ def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_pa
         assert second["Reason"] == "Dependency"
     finally:
         subprocess.run(["scancel", *ids], env=two_by_two, check=False)
+
+
+def _submit_trainer(launch, env: dict[str, str], tmp_path: Path, *settings: str) -> tuple[str, Path]:
+    """Submit the 345m preset on 2 x 2 with the stand-in trainer as its pretrain_gpt.py; (job id, run dir)."""
+    sets = [word for setting in (f"torchrun={venv_torchrun()}", f"run_root={tmp_path}/runs",
+                                 f"slurm.job_name=trainer-{uuid.uuid4().hex[:8]}", *settings)
+            for word in ("--set", setting)]
+    code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
+                            str(_fake_megatron(tmp_path)), *sets, env=env)
+    assert code == 0, err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return out.strip(), run_dir
 
 
 def _fake_megatron(tmp_path: Path) -> Path:
