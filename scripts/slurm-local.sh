@@ -34,22 +34,28 @@ pid_files() {
     return 0
 }
 
-# The daemons of this BASE that are alive (pid file names a live process).
+# The daemons of this BASE that are alive: the pid file names a live process that is still that daemon
+# (a stale pid file may name a pid the system has since given to something else).
 alive_pids() {
-    local f pid
+    local f pid daemon
     while read -r f; do
         pid=$(cat "$f" 2>/dev/null || true)
-        [[ $pid =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null && printf '%s\n' "$pid"
+        daemon=$(basename "$f" .pid)
+        daemon=${daemon%%-*}
+        [[ $pid =~ ^[0-9]+$ ]] && [[ $(cat "/proc/$pid/comm" 2>/dev/null) == "$daemon" ]] && printf '%s\n' "$pid"
     done < <(pid_files)
     return 0
 }
 
-idle_nodes() { SLURM_CONF=$CONF sinfo -h -t idle -o %D 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+# Nodes in the given states (comma-separated sinfo state names).
+count_nodes() { SLURM_CONF=$CONF sinfo -h -t "$1" -o %D 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
+idle_nodes() { count_nodes idle; }
 
+# Daemons alive and every node serving (idle or running jobs): a busy cluster is a healthy one.
 healthy() {
     [[ -f $CONF ]] || return 1
     [[ $(alive_pids | wc -l) -eq $((NODES + 2)) ]] || return 1
-    [[ $(idle_nodes) -eq $NODES ]]
+    [[ $(count_nodes idle,alloc,mix,comp) -eq $NODES ]]
 }
 
 install_packages() {
@@ -170,7 +176,7 @@ cmd_down() {
 
 cmd_up() {
     if healthy; then
-        log "already up at $BASE ($NODES nodes idle)"
+        log "already up at $BASE ($NODES nodes serving)"
         return 0
     fi
     [[ $(id -u) -eq 0 ]] || die "needs root (it installs packages, runs the daemons as root and edits /etc/hosts)"
