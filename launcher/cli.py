@@ -51,6 +51,11 @@ def run_parser() -> _Parser:
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
     p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
     p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    p.add_argument("--check", action="store_true",
+                   help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
+                        "torch; touches no GPU) and show its verdict next to the launcher's")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="start training without the environment checks of `launch doctor`")
     p.add_argument("--preflight", action="store_true",
                    help="instead of training, run a short all-reduce over every rank with the same torchrun and "
                         "rendezvous, and report each rank and the bus bandwidth")
@@ -91,26 +96,38 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
     gpus = args.gpus_per_node
     nodes = args.nodes
-    if not args.dry_run and not on_slurm and gpus is None:
+    if not (args.dry_run or args.check or on_slurm) and gpus is None:
         gpus = local.visible_gpus()
         if gpus == 0:
             raise UserError("no GPU is visible on this machine",
                             "run on a GPU machine, or use --dry-run to print the command")
         nodes = nodes or 1
     kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
-    plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
-    if not args.dry_run or on_slurm:
-        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there. A Slurm dry-run shows
-        # the paths its script would have (nothing is written until the script is).
-        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
-        preset = prepared.preset
-        plan = replace(plan, preset=preset)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
+    if args.check:
+        from launcher.upstream_check import check_preset
+
+        return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
+    plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
     if on_slurm:
         from launcher.backends import slurm
 
+        # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        plan = replace(plan, preset=prepared.preset)
         return slurm.launch(plan, path, kernels, prepared, dry_run=args.dry_run, submit_job=args.submit,
                             chain=args.chain, preflight=args.preflight)
+    if not args.dry_run and not args.preflight:
+        # Checkout and environment first, so that a failed check leaves no run directory behind.
+        require_checkout(path, plan.entry)
+        if not args.no_preflight:
+            from launcher.doctor import preflight_or_raise
+
+            preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
+        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        preset = prepared.preset
+        plan = replace(plan, preset=preset)
     command = build_command(plan, path, kernels)
     if args.preflight:
         from launcher.command import with_entry
@@ -121,8 +138,6 @@ def cmd_run(argv: list[str]) -> int:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(plan, command, kernels))
         return 0
-    if not args.preflight:
-        require_checkout(path, plan.entry)
     sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
@@ -152,6 +167,12 @@ def cmd_list(argv: list[str]) -> int:
     return 0
 
 
+def cmd_doctor(argv: list[str]) -> int:
+    from launcher import doctor
+
+    return doctor.main(argv)
+
+
 def cmd_plan(argv: list[str]) -> int:
     from launcher import plan_report
 
@@ -171,10 +192,18 @@ def cmd_report(argv: list[str]) -> int:
     return report.run(parser.parse_args(argv))
 
 
+def cmd_prepare_data(argv: list[str]) -> int:
+    from launcher.dataprep.cli import main as prepare_data_main
+
+    return prepare_data_main(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
+    "doctor": cmd_doctor,
     "plan": cmd_plan,
     "report": cmd_report,
+    "prepare-data": cmd_prepare_data,
 }
 
 

@@ -6,9 +6,8 @@ import json
 import shlex
 from typing import Any
 
-from launcher import megatron_args
+from launcher import estimate, megatron_args
 from launcher.command import Command
-from launcher import estimate
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
 from launcher.upstream import Kernels
