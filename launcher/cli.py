@@ -1,7 +1,8 @@
 """Command line: argument parsing and error display only; the work happens in the pipeline modules.
 
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
-    launch --resume RUN_DIR [--set NAME=VALUE ...]
+                  [--slurm] [--submit] [--chain K] [--preflight]
+    launch --resume RUN_DIR [--set NAME=VALUE ...] [--slurm] [--submit]
     launch list
     launch plan PRESET [--nodes N --gpus-per-node G | --gpus N] [--gpu NAME] [--top N] [--format text|json]
     launch report RUN_DIR | LOG...
@@ -53,8 +54,20 @@ def run_parser() -> _Parser:
     p.add_argument("--check", action="store_true",
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
                         "torch; touches no GPU) and show its verdict next to the launcher's")
-    p.add_argument("--no-preflight", action="store_true",
+    p.add_argument("--no-doctor", action="store_true",
                    help="start training without the environment checks of `launch doctor`")
+    p.add_argument("--preflight", action="store_true",
+                   help="instead of training, run a short all-reduce over every rank with the same torchrun and "
+                        "rendezvous, and report each rank and the bus bandwidth")
+    slurm = p.add_argument_group("Slurm")
+    slurm.add_argument("--slurm", action="store_true",
+                       help="write a Slurm batch script into a new run directory and print its path "
+                            "(with --dry-run: print the script)")
+    slurm.add_argument("--submit", action="store_true", help="write the batch script and submit it with sbatch; "
+                       "prints the job id (implies --slurm)")
+    slurm.add_argument("--chain", type=_positive, metavar="K",
+                       help="K jobs that run one after another (--dependency=singleton), each resuming from "
+                            "the last checkpoint; for runs longer than the partition's time limit")
     return p
 
 
@@ -79,9 +92,12 @@ def cmd_run(argv: list[str]) -> int:
         preset = prepared.preset
     else:
         preset = load_preset(args.preset, args.overrides)
+    on_slurm = args.slurm or args.submit
+    if args.chain and not on_slurm:
+        raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
     gpus = args.gpus_per_node
     nodes = args.nodes
-    if not (args.dry_run or args.check) and gpus is None:
+    if not (args.dry_run or args.check or on_slurm) and gpus is None:
         from launcher.backends import local
 
         gpus = local.visible_gpus()
@@ -96,10 +112,20 @@ def cmd_run(argv: list[str]) -> int:
 
         return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
-    if not args.dry_run:
+    if on_slurm:
+        from launcher.backends import slurm
+
+        from launcher import tracking
+
+        # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        plan = replace(plan, preset=prepared.preset)
+        return slurm.launch(plan, path, kernels, prepared, dry_run=args.dry_run, submit_job=args.submit,
+                            chain=args.chain, preflight=args.preflight)
+    if not args.dry_run and not args.preflight:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
         require_checkout(path, plan.entry)
-        if not args.no_preflight:
+        if not args.no_doctor:
             from launcher.doctor import preflight_or_raise
 
             preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
@@ -110,12 +136,21 @@ def cmd_run(argv: list[str]) -> int:
         preset = prepared.preset
         plan = replace(plan, preset=preset)
     command = build_command(plan, path, kernels)
+    if args.preflight:
+        from launcher.command import with_entry
+        from launcher.preflight import SCRIPT_PATH
+
+        command = with_entry(command, str(SCRIPT_PATH), [])
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(plan, command, kernels))
         return 0
     sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
     sys.stdout.flush()
+    if args.preflight:  # a check, not a run: no run directory, no training monitor
+        from launcher.backends import local
+
+        return local.run(command)
     return tracking.execute(prepared, plan, command, path)
 
 

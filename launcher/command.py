@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launcher import megatron_args
@@ -30,6 +30,13 @@ class Command:
     kernel_flags: dict[str, object] = field(default_factory=dict)  # settings added for missing TE/apex
     # argv items holding ${VAR} references to expand in the shell (printed in double quotes, not single)
     expand: frozenset[int] = frozenset()
+
+
+def with_entry(command: Command, script: str, script_args: list[str]) -> Command:
+    """The same torchrun, rendezvous and environment running another script (e.g. the preflight check)."""
+    at = command.argv.index(command.script)
+    return replace(command, argv=[*command.argv[:at], script, *script_args], script=script,
+                   script_args=list(script_args))
 
 
 def megatron_settings(plan: Plan, kernels: Kernels) -> tuple[dict[str, object], dict[str, object]]:

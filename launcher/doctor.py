@@ -376,7 +376,7 @@ def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> Non
             print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)
     failed = [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in findings if f.status == "fail"]
     if failed:
-        failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-preflight",
+        failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-doctor",
                              stage="launcher")
         raise UserError(failed)
 

@@ -26,6 +26,7 @@ SLURM_KEYS = {
     "partition", "account", "time", "qos", "job_name", "exclusive", "extra_sbatch", "container_image",
     "container_mounts", "signal", "signal_seconds", "requeue", "max_restarts", "rdzv_port", "chain",
 }
+SLURM_TEXT_KEYS = {"partition", "account", "time", "qos", "job_name", "container_image", "signal"}
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,8 @@ def _apply_one(layer: _Layer, name: str, raw: str) -> None:
     where = f"--set {name}"
     head, _, rest = name.partition(".")
     if head in ("env", "slurm") and rest:
-        value = raw if head == "env" else _override_value(raw)
+        # Slurm names and times stay text: YAML would read --set slurm.time=1:00:00 as the number 3600.
+        value = raw if head == "env" or rest in SLURM_TEXT_KEYS else _override_value(raw)
         typed = _launcher_value(head, {rest: value}, where)
         _merge_launcher(layer.launcher, {head: typed})
         return

@@ -195,7 +195,7 @@ def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
                           capture_output=True, text=True, env=env, cwd=workdir, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "error: dataset helpers: `make` not found on PATH" in proc.stderr
-    assert "--no-preflight" in proc.stderr
+    assert "--no-doctor" in proc.stderr
     assert "warning: megatron-lm checkout" in proc.stderr  # not a git checkout: said, but not fatal
     assert "must not run" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr

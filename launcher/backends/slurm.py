@@ -1,0 +1,331 @@
+"""Slurm backend: render a batch script (templates/sbatch.sh.j2), write it into the run directory, submit it.
+
+Rendering is a pure function of a BatchJob; only `write_batch_script` and `submit` touch the world. Every
+value reaches the script through the `q` filter (shlex.quote) or, on #SBATCH lines that sbatch parses
+itself and cannot be quoted, through the `sbatch` filter, which refuses anything outside a safe character set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TextIO
+
+import jinja2
+
+from launcher import rundir
+from launcher.command import Command, build_command, with_entry
+from launcher.errors import Problem, UserError
+from launcher.layout import Plan
+from launcher.preflight import SCRIPT_PATH as PREFLIGHT_SCRIPT
+from launcher.slurm_settings import (
+    MAX_CHAIN,
+    SlurmSettings,
+    check_environment,
+    check_shell_value,
+    parse_slurm_settings,
+)
+from launcher.tracking import Prepared
+from launcher.upstream import Kernels, require_checkout
+
+TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATE_NAME = "sbatch.sh.j2"
+SCRIPT_NAME = "job.sbatch"
+# Paths on #SBATCH lines: no spaces, quotes or `%` (Slurm's own pattern character).
+SBATCH_PATH = re.compile(r"[A-Za-z0-9_.,:@+=/-]+")
+SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
+
+
+@dataclass(frozen=True)
+class BatchJob:
+    """Everything the batch script says: what runs (torchrun + script + args + env), where and how long."""
+
+    title: str
+    job_name: str
+    nodes: int
+    gpus_per_node: int
+    torchrun: tuple[str, ...]
+    script: str
+    script_args: tuple[str, ...]
+    run_dir: Path
+    settings: SlurmSettings = field(default_factory=SlurmSettings)
+    env: Mapping[str, str] = field(default_factory=dict)
+    rdzv_port: int = 29500
+    chain: int = 1
+    world_size: int | None = None
+
+    @property
+    def script_path(self) -> Path:
+        return self.run_dir / SCRIPT_NAME
+
+    @property
+    def log_dir(self) -> str:
+        return str(self.run_dir)
+
+    @property
+    def script_arg_lines(self) -> list[str]:
+        """The script's argv as quoted shell words, one `--flag value...` group per line, for reading."""
+        lines: list[list[str]] = []
+        for arg in self.script_args:
+            if arg.startswith("--") or not lines:
+                lines.append([])
+            lines[-1].append(shlex.quote(arg))
+        return [" ".join(words) for words in lines]
+
+
+def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
+    """The Megatron settings a requeued or chained job needs, added where the preset leaves them open.
+
+    The batch script forwards SIGTERM to the ranks before the time limit; Megatron's --exit-signal-handler
+    (default signal SIGTERM) then saves a checkpoint and exits, and the next attempt resumes from --load.
+    So: the handler on, and --save = --load in the run directory (rundir's rule, with the save interval Megatron
+    requires). Returns the adjusted plan and notes for the user.
+    """
+    if plan.entry != "pretrain_gpt":
+        return plan, []
+    preset, notes = plan.preset, []
+    signal_name = preset.arg("exit_signal")
+    if signal_name != "SIGTERM":
+        raise UserError(Problem(
+            f"exit_signal={signal_name} would never fire: the batch script forwards SIGTERM to the ranks",
+            "remove exit_signal from the preset (Megatron's default is SIGTERM)",
+        ))
+    megatron = {**preset.megatron, **rundir.run_dir_megatron_args(run_dir, preset.megatron)}
+    if megatron.get("exit_signal_handler") is None:
+        megatron["exit_signal_handler"] = True
+    elif not megatron["exit_signal_handler"]:
+        notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
+    if not preset.megatron.get("save_interval"):
+        notes.append(f"save_interval={megatron['save_interval']} (the end of training): checkpoints come only from "
+                     "the time-limit signal and the end; set save_interval=N to survive crashes too")
+    if megatron["load"] != megatron["save"]:
+        notes.append(f"load={megatron['load']} differs from save={megatron['save']}: "
+                     f"a requeued or chained attempt restarts from {megatron['load']}")
+    return replace(plan, preset=replace(preset, megatron=megatron)), notes
+
+
+def build_job(plan: Plan, command: Command, settings: SlurmSettings, run_dir: Path,
+              chain: int | None = None, title: str | None = None) -> BatchJob:
+    """The batch job for a plan and the command its ranks run (the training script, or another entry)."""
+    launcher = plan.preset.launcher
+    name = settings.job_name or f"megatron-{plan.preset.name}"
+    return BatchJob(
+        title=title or f"preset {plan.preset.name}",
+        job_name=name,
+        nodes=plan.nodes,
+        gpus_per_node=plan.gpus_per_node,
+        torchrun=(launcher.torchrun,),
+        script=command.script,
+        script_args=tuple(command.script_args),
+        run_dir=run_dir,
+        settings=settings,
+        env=dict(command.env),
+        rdzv_port=settings.rdzv_port or launcher.master_port,
+        chain=chain or settings.chain,
+        world_size=plan.layout.world_size,
+    )
+
+
+def _sbatch_filter(value: object) -> str:
+    text = str(value)
+    if not SBATCH_VALUE.fullmatch(text):
+        # Values are checked before rendering; reaching this means a check is missing, not bad user input.
+        raise ValueError(f"unsafe value for an #SBATCH line: {text!r}")
+    return text
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["sbatch"] = _sbatch_filter
+    return env
+
+
+def check_job(job: BatchJob) -> list[Problem]:
+    """Every problem that would make the script wrong or unsafe, each with its fix."""
+    problems: list[Problem] = []
+    if job.nodes < 1 or job.gpus_per_node < 1:
+        problems.append(Problem(f"a Slurm job needs at least 1 node and 1 GPU per node, "
+                                f"got {job.nodes} node(s) x {job.gpus_per_node} GPU(s)"))
+    if job.world_size is not None and job.nodes * job.gpus_per_node != job.world_size:
+        problems.append(Problem(
+            f"{job.nodes} node(s) x {job.gpus_per_node} GPU(s) = {job.nodes * job.gpus_per_node} ranks, "
+            f"but the layout needs world size {job.world_size}",
+            f"use --nodes {max(1, job.world_size // max(1, job.gpus_per_node))} or change the layout",
+        ))
+    if not 1 <= job.chain <= MAX_CHAIN:
+        problems.append(Problem(f"chain of {job.chain} jobs (--chain or slurm.chain) is out of range",
+                                f"use 1 to {MAX_CHAIN} jobs"))
+    if not 1 <= job.rdzv_port <= 65535:
+        problems.append(Problem(f"rendezvous port {job.rdzv_port} (slurm.rdzv_port or master_port) is not a TCP port",
+                                "use 1024 to 65535"))
+    if not SBATCH_PATH.fullmatch(str(job.run_dir)):
+        problems.append(Problem(
+            f"run directory {str(job.run_dir)!r} cannot be written on an #SBATCH --output line",
+            "use a path of letters, digits and _ . , : @ + = / - only (no spaces, quotes or %)",
+        ))
+    if not SBATCH_VALUE.fullmatch(job.job_name) or "%" in job.job_name:
+        problems.append(Problem(f"job name {job.job_name!r} is not a valid Slurm job name",
+                                "set slurm.job_name to letters, digits and . _ + - only"))
+    problems.extend(check_environment(job.env))
+    for word in job.torchrun:
+        check_shell_value("torchrun", word, problems)
+    check_shell_value("script", job.script, problems)
+    for arg in job.script_args:
+        # Megatron arguments may hold Python expressions (--moe-layer-freq "([1]*3+[0])"); they are quoted,
+        # so only characters that would break the script's lines are refused.
+        if any(ord(ch) < 32 for ch in arg):
+            problems.append(Problem(f"argument {arg!r} contains a control character (newline, tab, ...)"))
+    return problems
+
+
+def render_batch_script(job: BatchJob) -> str:
+    """The batch script's text. Raises UserError (nothing written) when any value is unusable."""
+    problems = check_job(job)
+    if problems:
+        raise UserError(problems)
+    return _environment().get_template(TEMPLATE_NAME).render(job=job, s=job.settings)
+
+
+def write_batch_script(job: BatchJob, text: str | None = None) -> Path:
+    """Render (if needed) and write the script atomically into the run directory; returns its path.
+
+    Rendering happens first, so an error leaves no file and no directory behind.
+    """
+    text = render_batch_script(job) if text is None else text
+    created = not job.run_dir.exists()
+    job.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=job.run_dir, prefix=".job.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, job.script_path)
+    except BaseException:
+        if created:
+            shutil.rmtree(job.run_dir, ignore_errors=True)
+        raise
+    return job.script_path
+
+
+def find_sbatch() -> str:
+    sbatch = shutil.which("sbatch")
+    if sbatch is None:
+        raise UserError(Problem("sbatch not found on PATH, so the job cannot be submitted",
+                                "run on a Slurm login node, or drop --submit to only write the script"))
+    return sbatch
+
+
+def submit(script: Path, sbatch: str) -> str:
+    """Submit a written batch script; its job id. A refusal is a UserError carrying sbatch's own message."""
+    result = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip() or f"exit code {result.returncode}"
+        raise UserError(Problem(f"sbatch refused the job: {message}",
+                                "check the slurm settings (partition, account, time, GPUs per node)"))
+    # --parsable prints "jobid" or "jobid;cluster".
+    return result.stdout.strip().split(";")[0]
+
+
+@dataclass(frozen=True)
+class PreparedJob:
+    job: BatchJob
+    plan: Plan  # with the Megatron settings the job adds (resumable)
+    notes: list[str]
+
+
+def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path, *, chain: int | None = None,
+                preflight: bool = False) -> PreparedJob:
+    """The batch job for a plan (training, or the preflight check with the same torchrun), and notes for the user.
+
+    Raises UserError for the Slurm settings; the job itself is checked when it is rendered.
+    """
+    try:
+        settings = parse_slurm_settings(plan.preset.launcher.slurm)
+    except UserError as exc:
+        # Report the environment's problems in the same breath, not one round trip later.
+        raise UserError([*exc.problems, *check_environment(plan.preset.launcher.env)]) from None
+    name = plan.preset.name
+    if preflight:
+        if chain and chain > 1:
+            raise UserError("--chain does not apply to --preflight", "a preflight job runs once; drop --chain")
+        # A failed preflight should just report; it has nothing to resume and must not block a training chain.
+        settings = replace(settings, requeue=False, chain=1,
+                           job_name=f"{settings.job_name or f'megatron-{name}'}-preflight")
+        command = with_entry(build_command(plan, megatron_path, kernels), str(PREFLIGHT_SCRIPT), [])
+        notes, title = [], f"preflight of preset {name} (all-reduce over every rank, no training)"
+    else:
+        plan, notes = resumable(plan, run_dir)
+        command = build_command(plan, megatron_path, kernels)
+        title = f"preset {name}"
+    job = build_job(plan, command, settings, run_dir, chain=chain, title=title)
+    return PreparedJob(job, plan, [*plan.notes, *notes])
+
+
+def record(prepared: Prepared, made: PreparedJob, text: str, megatron_path: Path) -> None:
+    """Write the run directory (manifest, resolved preset, command.sh = the sbatch call) with the script in it;
+    for a resumed run, add an attempt and replace its script."""
+    submit_command = Command(argv=["sbatch", str(made.job.script_path)], env=dict(made.job.env),
+                             script=str(made.job.script_path), script_args=[])
+    if prepared.existing is None:
+        rundir.create_run_dir(made.plan, submit_command, list(made.plan.preset.overrides), run_dir=made.job.run_dir,
+                              megatron_path=megatron_path, extra_files={SCRIPT_NAME: text})
+    else:
+        rundir.record_attempt(prepared.existing, submit_command.argv, submit_command.env)
+        write_batch_script(made.job, text)
+
+
+def launch(plan: Plan, megatron_path: Path, kernels: Kernels, prepared: Prepared, *, dry_run: bool = False,
+           submit_job: bool = False, chain: int | None = None, preflight: bool = False, out: TextIO = sys.stdout,
+           err: TextIO = sys.stderr) -> int:
+    """`launch PRESET --slurm`: print the script (dry-run), write it into the run directory, or submit it."""
+    made = prepare_job(plan, megatron_path, kernels, prepared.run_dir.absolute(), chain=chain, preflight=preflight)
+    job = made.job
+    text = render_batch_script(job)
+    for note in made.notes:
+        print(f"note: {note}", file=err)
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=err)
+    if dry_run:
+        out.write(text)
+        return 0
+    sbatch = find_sbatch() if submit_job else ""
+    if submit_job and not preflight:
+        require_checkout(megatron_path, plan.entry)
+    record(prepared, made, text, megatron_path)
+    if not submit_job:
+        print(job.script_path, file=out)
+        if job.chain > 1:
+            print(f"note: submit it {job.chain} times; each waits for the previous (--dependency=singleton)",
+                  file=err)
+        return 0
+    job_ids: list[str] = []
+    try:
+        for _ in range(job.chain):  # the script's --dependency=singleton orders them
+            job_ids.append(submit(job.script_path, sbatch))
+    except UserError as exc:
+        if job_ids:  # once a job is queued, its directory is its record
+            raise UserError([*exc.problems, Problem(f"already submitted: {', '.join(job_ids)}")]) from None
+        if prepared.existing is None:  # nothing queued: leave nothing behind
+            shutil.rmtree(job.run_dir, ignore_errors=True)
+        raise
+    for job_id in job_ids:
+        print(job_id, file=out)
+        print(f"submitted job {job_id}: script {job.script_path}, log {job.run_dir}/slurm-{job_id}.out",
+              file=err)
+    return 0
