@@ -113,9 +113,8 @@ def cmd_run(argv: list[str]) -> int:
         return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
     if on_slurm:
-        from launcher.backends import slurm
-
         from launcher import tracking
+        from launcher.backends import slurm
 
         # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
         prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
