@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# The whole test suite on a fresh machine: venv with megatron-core + torch, then pytest.
+# The whole test suite on a fresh machine: venv with megatron-core + torch, a local Slurm cluster
+# (2 emulated nodes, fake GPUs; needs root for apt-get and the daemons), then pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh --full
+if scripts/slurm-local.sh up; then
+    trap 'scripts/slurm-local.sh down' EXIT
+elif [ -n "${CI:-}" ]; then
+    echo "error: the local Slurm cluster did not start" >&2
+    exit 1
+else
+    echo "warning: no local Slurm cluster (needs root); the Slurm cluster tests will be skipped" >&2
+fi
 .venv/bin/python -m pytest -q "$@"
