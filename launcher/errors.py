@@ -11,6 +11,9 @@ class Problem:
 
     message: str
     hint: str = ""
+    # When Megatron itself would fail: "validate" (argument checks before start-up), "runtime" (model build or
+    # mid-training, after minutes on the GPUs), "launcher" (a rule of this launcher, e.g. an entry's limits).
+    stage: str = "validate"
 
     def render(self) -> str:
         text = f"error: {self.message}"

@@ -1,0 +1,1 @@
+"""Backends touch the world: processes here (local) or a Slurm cluster (slurm)."""

@@ -1,0 +1,70 @@
+"""Run torchrun here: signals forwarded to it, its exit status returned."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+from launcher.command import MASTER_ADDR_REF, Command
+from launcher.errors import UserError
+
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def visible_gpus() -> int:
+    """GPUs this machine offers, without importing torch: CUDA_VISIBLE_DEVICES, else nvidia-smi."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    if shutil.which("nvidia-smi") is None:
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "--list-gpus"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def resolved_argv(command: Command) -> list[str]:
+    if not command.expand:
+        return command.argv
+    addr = os.environ.get("MASTER_ADDR")
+    if not addr:
+        raise UserError("a multi-node run needs MASTER_ADDR (the first node's hostname)",
+                        "export MASTER_ADDR=<first node> on every node, or --set master_addr=HOST")
+    return [w.replace(MASTER_ADDR_REF, addr) if i in command.expand else w for i, w in enumerate(command.argv)]
+
+
+def run(command: Command, cwd: str | None = None, stdout=None,
+        on_line: Callable[[str], None] | None = None) -> int:
+    """Start torchrun, pass SIGINT/SIGTERM/SIGUSR* on to it, return its exit status (128+N if killed).
+
+    With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
+    instead of going straight to the terminal.
+    """
+    argv = resolved_argv(command)
+    if shutil.which(argv[0]) is None:
+        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    env = {**os.environ, **command.env}
+    if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
+        env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
+    if on_line is not None:
+        stdout = subprocess.PIPE
+        env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
+    child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
+                             **({"text": True, "errors": "replace", "bufsize": 1} if on_line else {}))
+    previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
+    try:
+        if on_line is not None:
+            for line in child.stdout:
+                on_line(line)
+        code = child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    sys.stdout.flush()
+    return 128 - code if code < 0 else code

@@ -1,0 +1,153 @@
+"""Command line: argument parsing and error display only; the work happens in the pipeline modules.
+
+    launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
+    launch --resume RUN_DIR [--set NAME=VALUE ...]
+    launch list
+    launch report RUN_DIR | LOG...
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+
+from launcher import render
+from launcher.errors import UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as UserError (exit 2, one line), not its own exit."""
+
+    def error(self, message: str):
+        raise UserError(f"{self.prog}: {message}", f"see {self.prog} --help")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def run_parser() -> _Parser:
+    p = _Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
+                epilog="Other commands: " + ", ".join(f"launch {name}" for name in SUBCOMMANDS))
+    p.add_argument("preset", nargs="?",
+                   help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
+    p.add_argument("--resume", metavar="RUN_DIR",
+                   help="continue a run directory made by an earlier launch (same preset and checkpoints)")
+    p.add_argument("--nodes", type=_positive, help="number of nodes (default: the preset's)")
+    p.add_argument("--gpus-per-node", type=_positive,
+                   help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a Megatron setting (its dest name, e.g. lr=3e-4) or a launcher setting")
+    p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
+    p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    return p
+
+
+def cmd_run(argv: list[str]) -> int:
+    args = run_parser().parse_args(argv)
+    from launcher import tracking
+    from launcher.backends import local
+    from launcher.command import build_command
+    from launcher.layout import make_plan
+    from launcher.preset import load_preset
+    from launcher.upstream import megatron_path, require_checkout, resolve_kernels
+
+    if (args.preset is None) == (args.resume is None):
+        raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
+                        "--resume runs/toy-20261129T160150Z")
+    if args.resume and args.dry_run:
+        raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
+    prepared = None
+    if args.resume:
+        prepared = tracking.prepare_resume(args.resume, args.overrides)
+        preset = prepared.preset
+    else:
+        preset = load_preset(args.preset, args.overrides)
+    gpus = args.gpus_per_node
+    nodes = args.nodes
+    if not args.dry_run and gpus is None:
+        gpus = local.visible_gpus()
+        if gpus == 0:
+            raise UserError("no GPU is visible on this machine",
+                            "run on a GPU machine, or use --dry-run to print the command")
+        nodes = nodes or 1
+    kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+    plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
+    if not args.dry_run:
+        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        preset = prepared.preset
+        plan = replace(plan, preset=preset)
+    path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
+    command = build_command(plan, path, kernels)
+    if args.dry_run:
+        out = render.as_json if args.format == "json" else render.text
+        sys.stdout.write(out(plan, command, kernels))
+        return 0
+    require_checkout(path, plan.entry)
+    sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
+    sys.stdout.flush()
+    return tracking.execute(prepared, plan, command, path)
+
+
+def cmd_list(argv: list[str]) -> int:
+    _Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
+    from launcher.estimate import human, parameter_count
+    from launcher.layout import make_plan
+    from launcher.preset import available_presets, load_preset
+    from launcher.upstream import resolve_kernels
+
+    rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
+    for name in available_presets():
+        preset = load_preset(name)
+        kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+        plan = make_plan(preset, te_available=kernels.transformer_engine, apex_available=kernels.apex)
+        lay = plan.layout
+        min_gpus = 2 if plan.entry == "simple_loop" else lay.model_parallel_size
+        rows.append((name, human(parameter_count(preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
+                     str(min_gpus), f"{plan.nodes}×{plan.gpus_per_node}", preset.description))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
+    return 0
+
+
+def cmd_report(argv: list[str]) -> int:
+    from launcher import report
+
+    parser = _Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
+                     "of a run directory, or of Megatron log files such as a Slurm job's output.")
+    report.add_arguments(parser)
+    return report.run(parser.parse_args(argv))
+
+
+SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "list": cmd_list,
+    "report": cmd_report,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        if argv and argv[0] in SUBCOMMANDS:
+            return SUBCOMMANDS[argv[0]](argv[1:])
+        return cmd_run(argv)
+    except UserError as exc:
+        print(exc.render(), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,88 @@
+"""Plan → the exact torchrun argv and environment for pretrain_gpt.py or the upstream simple loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launcher import megatron_args
+from launcher.layout import Plan
+from launcher.upstream import ENTRY_SCRIPTS, Kernels
+
+MASTER_ADDR_REF = "${MASTER_ADDR}"  # multi-node endpoints the user (or Slurm) supplies at run time
+
+# Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns
+# off a default that needs the missing package. Applied only where the preset does not set the value itself.
+WITHOUT_TE = {"transformer_impl": "local"}
+WITHOUT_APEX = {
+    "gradient_accumulation_fusion": False,  # apex's fused_weight_gradient_mlp_cuda, needed even with TE
+    "masked_softmax_fusion": False,  # apex's scaled_masked_softmax_cuda kernels
+    "no_persist_layer_norm": True,  # torch's LayerNorm fallback rejects persistent layer norm
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    argv: list[str]  # torchrun … script … Megatron flags
+    env: dict[str, str]  # exported for every process
+    script: str  # the entry script's path
+    script_args: list[str]  # Megatron flags only (empty for the simple loop, which takes none)
+    kernel_flags: dict[str, object] = field(default_factory=dict)  # settings added for missing TE/apex
+    # argv items holding ${VAR} references to expand in the shell (printed in double quotes, not single)
+    expand: frozenset[int] = frozenset()
+
+
+def megatron_settings(plan: Plan, kernels: Kernels) -> tuple[dict[str, object], dict[str, object]]:
+    """The preset's Megatron settings plus the fallbacks for a missing TE/apex: (all settings, fallbacks)."""
+    settings = dict(plan.preset.megatron)
+    added: dict[str, object] = {}
+    if plan.entry == "pretrain_gpt":
+        fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
+        for dest, value in fallbacks.items():
+            if settings.get(dest) is None:
+                settings[dest] = added[dest] = value
+    return settings, added
+
+
+def script_args(settings: dict[str, object]) -> list[str]:
+    catalog = megatron_args.catalog()
+    argv: list[str] = []
+    for dest, value in settings.items():
+        argv += megatron_args.to_flags(catalog[dest], value)
+    return argv
+
+
+def torchrun_args(plan: Plan) -> tuple[list[str], bool]:
+    """torchrun's own options; one node uses --standalone (a free local port), several a c10d rendezvous."""
+    launcher = plan.preset.launcher
+    head = [launcher.torchrun, "--nnodes", str(plan.nodes), "--nproc-per-node", str(plan.gpus_per_node)]
+    if plan.nodes == 1:
+        return head + ["--standalone"], False
+    addr = MASTER_ADDR_REF if launcher.master_addr == "localhost" else launcher.master_addr
+    endpoint = f"{addr}:{launcher.master_port}"
+    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"megatron-launch-{plan.preset.name}"]
+    return head + rdzv, addr == MASTER_ADDR_REF
+
+
+def environment(plan: Plan, megatron_path: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    layout = plan.layout
+    if plan.entry == "simple_loop" or layout.tp > 1 or layout.cp > 1:
+        # Megatron asserts this on Hopper and older for TP/CP > 1: TP collectives must be queued before the
+        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2.
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
+    # The simple loop lives in examples/ and imports megatron from the checkout root.
+    env["PYTHONPATH"] = str(megatron_path)
+    env.update(plan.preset.launcher.env)
+    return env
+
+
+def build_command(plan: Plan, megatron_path: Path, kernels: Kernels) -> Command:
+    script = str(megatron_path / ENTRY_SCRIPTS[plan.entry])
+    settings, added = megatron_settings(plan, kernels)
+    flags = script_args(settings) if plan.entry == "pretrain_gpt" else []
+    runner, has_ref = torchrun_args(plan)
+    argv = [*runner, script, *flags]
+    expand = frozenset(i for i, word in enumerate(argv) if has_ref and MASTER_ADDR_REF in word)
+    return Command(argv=argv, env=environment(plan, megatron_path), script=script, script_args=flags,
+                   kernel_flags=added, expand=expand)

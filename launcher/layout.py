@@ -1,0 +1,546 @@
+"""The parallel layout and every pre-launch check, mirroring Megatron's own rules at 432d76b2b8bf.
+
+World size = nodes × GPUs per node = TP·PP·CP·DP. Each rule cites where Megatron enforces it
+(arguments.py validate_args, the microbatch calculator, TransformerConfig, or the schedules at run time),
+and each problem names every factor and a fix. All problems are reported at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, replace
+from typing import Any
+
+from launcher.errors import Problem, UserError
+from launcher.preset import Preset
+
+SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
+
+
+@dataclass(frozen=True)
+class Layout:
+    world_size: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    dp: int
+    vpp: int | None
+    micro_batch_size: int
+    global_batch_size: int
+    num_microbatches: int
+    sequence_parallel: bool
+
+    @property
+    def model_parallel_size(self) -> int:
+        """GPUs that hold one copy of the model: TP·PP·CP (EP is carved out of DP, not added)."""
+        return self.tp * self.pp * self.cp
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "tp": self.tp, "pp": self.pp, "cp": self.cp, "ep": self.ep, "dp": self.dp, "vpp": self.vpp,
+            "world_size": self.world_size, "micro_batch_size": self.micro_batch_size,
+            "global_batch_size": self.global_batch_size, "num_microbatches": self.num_microbatches,
+            "sequence_parallel": self.sequence_parallel,
+        }
+
+
+@dataclass(frozen=True)
+class Plan:
+    preset: Preset
+    layout: Layout
+    nodes: int
+    gpus_per_node: int
+    entry: str  # "pretrain_gpt" or "simple_loop" (after the one-GPU fallback)
+    notes: tuple[str, ...] = ()  # said once to the user (fallbacks, resolutions)
+    warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:
+    step = model_parallel // math.gcd(model_parallel, gpus_per_node)
+    first = max(step, math.ceil(at_least / step) * step)
+    options = [first + i * step for i in range(count)]
+    return ", ".join(f"{n} ({n * gpus_per_node} GPUs)" for n in options)
+
+
+def _nearest_multiples(value: int, step: int) -> str:
+    below = (value // step) * step
+    above = below + step
+    return f"{below} or {above}" if below > 0 else f"{above}"
+
+
+class _Checker:
+    """Collects problems while deriving the layout, in the order Megatron would hit them."""
+
+    def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool):
+        self.preset = preset
+        self.world = world_size
+        self.gpus_per_node = gpus_per_node
+        self.te = te_available
+        self.problems: list[Problem] = []
+        self.warnings: list[str] = []
+
+    def arg(self, dest: str) -> Any:
+        return self.preset.arg(dest)
+
+    def fail(self, message: str, hint: str = "", stage: str = "validate") -> None:
+        self.problems.append(Problem(message, hint, stage))
+
+    # -- required values -------------------------------------------------------------------------------------
+    def required(self) -> bool:
+        """Settings pretrain_gpt.py cannot start without; False stops further checks that need them."""
+        ok = True
+        for dest in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
+                     "seq_length", "micro_batch_size"):
+            value = self.arg(dest)
+            if value is None:
+                self.fail(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset")
+                ok = False
+            elif value < 1:
+                self.fail(f"{dest} must be at least 1, got {value}")
+                ok = False
+        for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                     "expert_model_parallel_size"):
+            if self.arg(dest) < 1:
+                self.fail(f"{dest} must be at least 1, got {self.arg(dest)}")
+                ok = False
+        if self.arg("lr") is None:
+            self.fail("lr is not set", "Megatron's LR scheduler needs a learning rate, e.g. --set lr=3e-4",
+                      stage="runtime")
+        if self.arg("eval_interval") is None and not self.arg("skip_train"):
+            self.fail("eval_interval is not set",
+                      "without it pretrain_gpt.py crashes computing sample counts (train_iters // None); "
+                      "set eval_interval, and eval_iters small (its default is 100)", stage="runtime")
+        return ok
+
+    # -- world size and model parallelism --------------------------------------------------------------------
+    def world_size(self, tp: int, pp: int, cp: int) -> bool:
+        model = tp * pp * cp
+        if self.world % model == 0:
+            return True
+        nodes = self.world // self.gpus_per_node
+        self.fail(
+            f"world size {self.world} = {nodes} node(s) × {self.gpus_per_node} GPUs is not divisible by "
+            f"TP·PP·CP = {tp}·{pp}·{cp} = {model}",
+            f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
+            f"whose product divides {self.world}",
+        )
+        return False
+
+    def experts(self, tp: int, pp: int) -> None:
+        ep = self.arg("expert_model_parallel_size")
+        etp = self.arg("expert_tensor_parallel_size") or tp
+        experts = self.arg("num_experts")
+        if ep > 1 and experts is None:
+            self.fail(f"expert_model_parallel_size {ep} needs num_experts", "set num_experts (a multiple of EP)")
+        elif experts is not None and ep > 1 and experts % ep:
+            self.fail(f"num_experts {experts} is not a multiple of expert_model_parallel_size {ep}",
+                      f"use expert_model_parallel_size in {[d for d in divisors(experts) if d > 1]}")
+        if (ep > 1 or etp != tp) and self.world % (etp * ep * pp):
+            self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
+                      "make ETP·EP·PP divide the world size", stage="runtime")
+
+    def context_parallel(self, cp: int, tp: int) -> None:
+        if cp == 1:
+            return
+        seq = self.arg("seq_length")
+        if seq % (2 * cp):
+            self.fail(f"seq_length {seq} is not a multiple of 2·CP = 2·{cp} = {2 * cp}",
+                      f"use a seq_length that is a multiple of {2 * cp}, or context_parallel_size in "
+                      f"{[c for c in divisors(seq // 2) if c <= 16]}")
+        if not self.te:
+            self.fail(f"context_parallel_size {cp} needs Transformer Engine, which is not available",
+                      "Megatron's local attention asserts CP == 1; set context_parallel_size=1 or install TE",
+                      stage="runtime")
+
+    # -- layers vs pipeline ----------------------------------------------------------------------------------
+    def pipeline(self, pp: int) -> int | None:
+        """Returns the virtual pipeline size (None when not interleaved)."""
+        layers = self.arg("num_layers")
+        per_vstage = self.arg("num_layers_per_virtual_pipeline_stage")
+        vstages = self.arg("num_virtual_stages_per_pipeline_rank")
+        pp_layout = self.arg("pipeline_model_parallel_layout")
+        first = self.arg("decoder_first_pipeline_num_layers")
+        last = self.arg("decoder_last_pipeline_num_layers")
+        extra = int(bool(self.arg("account_for_embedding_in_pipeline_split"))) + int(
+            bool(self.arg("account_for_loss_in_pipeline_split")))
+        counted = layers + extra
+        counted_text = f"num_layers {layers}" + (f" + {extra} (embedding/loss accounted)" if extra else "")
+        given = [n for n, v in (("num_layers_per_virtual_pipeline_stage", per_vstage),
+                                ("num_virtual_stages_per_pipeline_rank", vstages),
+                                ("pipeline_model_parallel_layout", pp_layout)) if v is not None]
+        if len(given) > 1:
+            self.fail(f"only one of {', '.join(given)} may be set", "keep one way of choosing the virtual pipeline")
+            return None
+        vpp = None
+        if pp_layout is not None:
+            stages = len(re.split(r"\|", pp_layout.replace(" ", "")))
+            if stages % pp:
+                self.fail(f"pipeline_model_parallel_layout has {stages} stages, not a multiple of PP {pp}")
+                return None
+            vpp = stages // pp
+        elif per_vstage is not None:
+            if first is not None or last is not None:
+                self.fail("num_layers_per_virtual_pipeline_stage cannot be combined with uneven first/last "
+                          "pipeline stages", "use num_virtual_stages_per_pipeline_rank instead")
+                return None
+            if counted % pp:
+                self.fail(f"{counted_text} is not divisible by PP {pp}",
+                          f"use pipeline_model_parallel_size in {divisors(counted)}")
+                return None
+            per_stage = counted // pp
+            if per_stage % per_vstage:
+                self.fail(f"{per_stage} layers per pipeline stage ({counted_text} / PP {pp}) is not divisible "
+                          f"by num_layers_per_virtual_pipeline_stage {per_vstage}",
+                          f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}")
+                return None
+            vpp = per_stage // per_vstage
+        elif vstages is not None:
+            vpp = vstages
+            if first is None and last is None and layers % pp == 0 and (layers // pp) % vstages:
+                self.fail(f"{layers // pp} layers per pipeline rank (num_layers {layers} / PP {pp}) is not "
+                          f"divisible by num_virtual_stages_per_pipeline_rank {vstages}",
+                          f"use num_virtual_stages_per_pipeline_rank in {divisors(layers // pp)}", stage="runtime")
+        elif first is None and last is None and counted % pp:
+            self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
+                      f"use pipeline_model_parallel_size in {divisors(counted)}, or set "
+                      "decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers for uneven stages")
+        if vpp == 1:
+            vpp = None
+        if first is not None or last is not None:
+            self.uneven_stages(layers, pp, vpp, first, last, extra)
+        if vpp is not None:
+            if self.arg("overlap_p2p_comm") and pp <= 1:
+                self.fail(f"the interleaved schedule (virtual pipeline size {vpp}) needs PP > 1, got PP {pp}",
+                          "raise pipeline_model_parallel_size or drop the virtual pipeline setting")
+            elif not self.arg("overlap_p2p_comm") and pp <= 2:
+                self.fail(f"the interleaved schedule without overlap_p2p_comm needs PP > 2, got PP {pp}",
+                          "raise pipeline_model_parallel_size or re-enable p2p overlap")
+        return vpp
+
+    def uneven_stages(self, layers: int, pp: int, vpp: int | None, first: int | None, last: int | None,
+                      extra: int) -> None:
+        if extra:
+            self.fail("uneven first/last pipeline stages cannot be combined with "
+                      "account_for_embedding/loss_in_pipeline_split")
+            return
+        middle_layers, middle_stages = layers, pp
+        for name, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
+            if value is None:
+                continue
+            if value <= 0:
+                self.fail(f"{name} must be larger than 0, got {value}")
+                return
+            if vpp is not None and value % vpp:
+                self.fail(f"{name} {value} is not divisible by the virtual pipeline size {vpp}")
+            middle_layers -= value
+            middle_stages -= 1
+        if bool(middle_layers) != bool(middle_stages):
+            self.fail(f"{middle_layers} middle layers remain for {middle_stages} middle pipeline stages "
+                      f"(num_layers {layers}, PP {pp}, first {first}, last {last})",
+                      "make first + last + middle layers add up with at least one layer per stage")
+        elif middle_stages and middle_layers % middle_stages:
+            self.fail(f"{middle_layers} middle layers are not divisible by {middle_stages} middle stages "
+                      f"(num_layers {layers}, PP {pp}, first {first}, last {last})")
+        elif middle_stages and vpp is not None and (middle_layers // middle_stages) % vpp:
+            self.fail(f"{middle_layers // middle_stages} layers per middle pipeline rank are not divisible by "
+                      f"the virtual pipeline size {vpp}")
+
+    # -- attention shapes vs TP ------------------------------------------------------------------------------
+    def heads(self, tp: int) -> None:
+        heads = self.arg("num_attention_heads")
+        hidden = self.arg("hidden_size")
+        allowed = [t for t in divisors(heads) if t <= 64]
+        if heads % tp:
+            self.fail(f"num_attention_heads {heads} is not a multiple of tensor_model_parallel_size {tp}",
+                      f"use tensor_model_parallel_size in {allowed}")
+        if self.arg("group_query_attention"):
+            groups = self.arg("num_query_groups")
+            if groups % tp and tp % groups:
+                fits = sorted(set(divisors(groups)) | {groups * k for k in (2, 4, 8)})
+                self.fail(f"num_query_groups {groups} must be a multiple or divisor of TP {tp}",
+                          f"use tensor_model_parallel_size in {fits}")
+        if self.arg("kv_channels") is None and hidden % heads:
+            self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
+                      f"set kv_channels (head dimension) explicitly, or use hidden_size "
+                      f"{_nearest_multiples(hidden, heads)}")
+        ffn = self.arg("ffn_hidden_size") or self._default_ffn(hidden)
+        if ffn % tp:
+            self.fail(f"ffn_hidden_size {ffn} is not divisible by TP {tp}",
+                      "Megatron splits the MLP across TP ranks; choose an ffn_hidden_size divisible by TP",
+                      stage="runtime")
+
+    def _default_ffn(self, hidden: int) -> int:
+        if self.arg("swiglu"):
+            return int((4 * hidden * 2 / 3) / 64) * 64
+        return 4 * hidden
+
+    # -- batch sizes -----------------------------------------------------------------------------------------
+    def batches(self, dp: int, pp: int, vpp: int | None) -> tuple[int, int]:
+        mbs = self.arg("micro_batch_size")
+        schedule = self.arg("step_batch_size_schedule")
+        gbs_given = self.preset.megatron.get("global_batch_size")
+        if schedule is not None:
+            if gbs_given is not None:
+                self.fail("global_batch_size cannot be set together with step_batch_size_schedule",
+                          "remove global_batch_size; the schedule's last entry is the final batch size")
+            sizes = self.schedule(schedule, mbs, dp)
+            # Megatron keeps args.global_batch_size at MBS·DP while a schedule drives the real batch.
+            gbs = mbs * dp
+            first = sizes[0] if sizes else gbs
+            return gbs, max(1, first // (mbs * dp))
+        gbs = gbs_given if gbs_given is not None else mbs * dp
+        if gbs < 1:
+            self.fail(f"global_batch_size must be at least 1, got {gbs}")
+            return gbs, 1
+        eval_mbs = self.arg("eval_micro_batch_size") or mbs
+        eval_gbs = self.arg("eval_global_batch_size") or gbs
+        step = mbs * dp
+        if eval_gbs % (eval_mbs * dp):
+            # validate_args checks the eval batch first; with the defaults it is the training batch.
+            self.fail(
+                f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size {dp} "
+                f"= {step}" if (eval_gbs, eval_mbs) == (gbs, mbs) else
+                f"eval_global_batch_size {eval_gbs} is not divisible by eval_micro_batch_size {eval_mbs} × "
+                f"data-parallel size {dp} = {eval_mbs * dp}",
+                f"use global_batch_size {_nearest_multiples(gbs, step)}, or change micro_batch_size or the "
+                f"node count (DP = world {self.world} / model-parallel {self.world // dp})",
+            )
+            return gbs, max(1, gbs // step)
+        if gbs % step:
+            self.fail(f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size "
+                      f"{dp} = {step}", f"use global_batch_size {_nearest_multiples(gbs, step)}")
+            return gbs, max(1, gbs // step)
+        microbatches = gbs // step
+        if vpp is not None:
+            self.interleaved_microbatches(microbatches, pp, vpp, gbs, mbs, dp)
+        return gbs, microbatches
+
+    def interleaved_microbatches(self, m: int, pp: int, vpp: int, gbs: int, mbs: int, dp: int) -> None:
+        """schedules.forward_backward_pipelining_with_interleaving: checked at the first step, not before."""
+        group = self.arg("microbatch_group_size_per_vp_stage") or pp
+        if not pp <= group <= m or (m % group and m % group < pp):
+            want = pp * mbs * dp
+            self.fail(
+                f"the interleaved schedule (PP {pp}, virtual pipeline {vpp}) needs the number of microbatches "
+                f"{m} = global batch {gbs} / (micro batch {mbs} × DP {dp}) to be a multiple of PP {pp}",
+                f"use global_batch_size {_nearest_multiples(max(gbs, want), want)}, or drop the virtual "
+                "pipeline; Megatron only finds this at the first training step",
+                stage="runtime",
+            )
+
+    def schedule(self, text: str, mbs: int, dp: int) -> list[int]:
+        """--step-batch-size-schedule "THRESHOLD:BS ..." (thresholds in tokens, K/M/B/T suffixes)."""
+        entries = [e for e in re.split(r"[,\s]+", text.strip()) if e]
+        units = {"K": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}
+        thresholds, sizes = [], []
+        for entry in entries:
+            threshold, sep, size = entry.partition(":")
+            match = re.fullmatch(r"([0-9.]+)([KMBT]?)", threshold.strip().upper())
+            if not sep or not match or not size.strip().isdigit():
+                self.fail(f"step_batch_size_schedule entry {entry!r} is not THRESHOLD:BATCH",
+                          'for example "0:16 2.4B:320 4.8B:624"')
+                return []
+            thresholds.append(float(match.group(1)) * units.get(match.group(2), 1))
+            sizes.append(int(size))
+        if not entries:
+            self.fail("step_batch_size_schedule is empty")
+            return []
+        if thresholds[0] != 0:
+            self.fail("step_batch_size_schedule must start at threshold 0", f'begin with "0:{sizes[0]}"')
+        if any(b <= a for a, b in zip(thresholds, thresholds[1:])):
+            self.fail("step_batch_size_schedule thresholds must strictly increase")
+        if any(b < a for a, b in zip(sizes, sizes[1:])):
+            self.fail("step_batch_size_schedule batch sizes must not decrease")
+        step = mbs * dp
+        bad = [s for s in sizes if s <= 0 or s % step]
+        if bad:
+            self.fail(f"step_batch_size_schedule batch sizes {bad} are not multiples of micro batch {mbs} × "
+                      f"DP {dp} = {step}", "Megatron checks each size only when it becomes active, mid-run",
+                      stage="runtime")
+        if self.arg("train_iters") is not None:
+            self.warnings.append(
+                "step_batch_size_schedule with iteration-based training sizes the LR schedule and dataset with "
+                "global batch = MBS·DP; use train_samples and lr_*_samples instead")
+        return sizes
+
+    # -- sequence parallel, precision, optimizer flags -------------------------------------------------------
+    def sequence_parallel(self, tp: int, cp: int, apex: bool) -> bool:
+        sp = bool(self.arg("sequence_parallel"))
+        if sp and tp == 1:
+            self.warnings.append("sequence_parallel is ignored with TP 1 (Megatron turns it off)")
+            return False
+        if sp and (self.arg("seq_length") // cp) % tp:
+            self.fail(f"sequence parallel needs seq_length {self.arg('seq_length')} / CP {cp} divisible by TP {tp}",
+                      stage="runtime")
+        if sp and not self.te and not apex:
+            self.fail("sequence_parallel needs Transformer Engine or NVIDIA apex (torch's LayerNorm fallback "
+                      "asserts 'sequence parallel not supported')", "set sequence_parallel=false", stage="runtime")
+        if self.arg("tp_comm_overlap") and not sp:
+            self.fail("tp_comm_overlap needs sequence_parallel", "set sequence_parallel=true")
+        return sp
+
+    def precision(self) -> None:
+        if self.arg("fp16") and self.arg("bf16"):
+            self.fail("fp16 and bf16 are both set", "choose one")
+        if self.arg("fp16_lm_cross_entropy") and not self.arg("fp16"):
+            self.fail("fp16_lm_cross_entropy needs fp16")
+        if self.arg("fp32_residual_connection") and not (self.arg("fp16") or self.arg("bf16")):
+            self.fail("fp32_residual_connection needs fp16 or bf16")
+
+    def optimizer_overlap(self, vpp: int | None) -> None:
+        dist_opt = self.arg("use_distributed_optimizer")
+        if self.arg("overlap_param_gather"):
+            if not (dist_opt or self.arg("use_megatron_fsdp")):
+                self.fail("overlap_param_gather needs use_distributed_optimizer", "set use_distributed_optimizer=true")
+            if not self.arg("overlap_grad_reduce"):
+                self.fail("overlap_param_gather needs overlap_grad_reduce", "set overlap_grad_reduce=true")
+        if self.arg("overlap_param_gather_with_optimizer_step"):
+            if not dist_opt:
+                self.fail("overlap_param_gather_with_optimizer_step needs use_distributed_optimizer")
+            if not self.arg("overlap_param_gather"):
+                self.fail("overlap_param_gather_with_optimizer_step needs overlap_param_gather")
+            if vpp is None:
+                self.fail("overlap_param_gather_with_optimizer_step needs the interleaved pipeline schedule")
+            if self.arg("ckpt_format") != "torch":
+                self.fail("overlap_param_gather_with_optimizer_step needs ckpt_format torch")
+        if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
+            self.fail("fp8_param_gather needs use_distributed_optimizer")
+
+    # -- sequence length, training length, misc --------------------------------------------------------------
+    def lengths(self) -> None:
+        seq, max_pos = self.arg("seq_length"), self.arg("max_position_embeddings")
+        if max_pos < seq:
+            self.fail(f"max_position_embeddings {max_pos} is smaller than seq_length {seq}",
+                      f"set max_position_embeddings to at least {seq}")
+
+    def training_length(self) -> None:
+        iters, samples = self.arg("train_iters"), self.arg("train_samples")
+        if iters is None and samples is None:
+            self.fail("neither train_iters nor train_samples is set", "set exactly one of them", stage="runtime")
+            return
+        if iters is not None and samples is not None:
+            self.fail("train_iters and train_samples are both set", "set exactly one of them")
+            return
+        based, other = ("iters", "samples") if iters is not None else ("samples", "iters")
+        for name in (f"lr_decay_{other}", f"lr_warmup_{other}"):
+            if self.arg(name):
+                self.fail(f"{name} cannot be used with train_{based}", f"use lr_{name.split('_')[1]}_{based}")
+        if self.arg("lr_warmup_fraction") is not None and self.arg(f"lr_warmup_{based}"):
+            self.fail(f"lr_warmup_fraction and lr_warmup_{based} are both set", "keep one")
+        lr, min_lr = self.arg("lr"), self.arg("min_lr")
+        if lr is not None and min_lr > lr:
+            self.fail(f"min_lr {min_lr} is larger than lr {lr}")
+        total = iters if iters is not None else samples
+        decay = self.arg(f"lr_decay_{based}") or total
+        fraction = self.arg("lr_warmup_fraction")
+        warmup = fraction * decay if fraction is not None else self.arg(f"lr_warmup_{based}")
+        if warmup >= decay:
+            self.fail(f"LR warmup ({warmup:g} {based}) must be shorter than LR decay ({decay:g} {based})",
+                      f"shorten lr_warmup_{based} or lengthen lr_decay_{based}", stage="runtime")
+
+    def misc(self) -> None:
+        if self.arg("save") is not None and not self.arg("save_interval"):
+            self.fail("save is set without save_interval", "set save_interval (iterations between checkpoints)")
+        retain = self.arg("save_retain_interval")
+        if retain is not None and self.arg("save_interval") and retain % self.arg("save_interval"):
+            self.fail(f"save_retain_interval {retain} is not a multiple of save_interval {self.arg('save_interval')}")
+        mem = self.arg("log_memory_interval")
+        if mem is not None and mem % self.arg("log_interval"):
+            self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}")
+        sources = [n for n in ("mock_data", "data_path", "data_args_path") if self.arg(n)]
+        per_split = [n for n in ("train_data_path", "valid_data_path", "test_data_path") if self.arg(n)]
+        if len(sources) > 1 or (sources and per_split):
+            self.fail(f"more than one data source is set: {', '.join(sources + per_split)}", "keep one")
+        if self.arg("recompute_granularity") == "selective" and self.arg("recompute_method") is not None:
+            self.fail("selective recompute cannot be combined with recompute_method")
+        if self.arg("recompute_granularity") == "full" and (
+                self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
+            self.fail("full recompute needs recompute_method and recompute_num_layers",
+                      "e.g. recompute_method=uniform recompute_num_layers=1")
+        if self.arg("rampup_batch_size") is not None:
+            self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
+                                 "use step_batch_size_schedule")
+        env_conn = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
+        preset_conn = self.preset.launcher.env.get("CUDA_DEVICE_MAX_CONNECTIONS", env_conn)
+        if (self.arg("tensor_model_parallel_size") > 1 or self.arg("context_parallel_size") > 1) and \
+                preset_conn not in (None, "1"):
+            self.fail(f"CUDA_DEVICE_MAX_CONNECTIONS={preset_conn} with TP/CP > 1",
+                      "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
+
+
+def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
+          apex_available: bool = False) -> tuple[Layout | None, list[Problem], list[str]]:
+    """Every check for one world size: (layout or None, problems, warnings)."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available)
+    if not c.required():
+        return None, c.problems, c.warnings
+    tp = c.arg("tensor_model_parallel_size")
+    pp = c.arg("pipeline_model_parallel_size")
+    cp = c.arg("context_parallel_size")
+    world_ok = c.world_size(tp, pp, cp)
+    dp = world_size // (tp * pp * cp) if world_ok else 1
+    c.experts(tp, pp)
+    c.context_parallel(cp, tp)
+    vpp = c.pipeline(pp)
+    c.heads(tp)
+    gbs, microbatches = c.batches(dp, pp, vpp) if world_ok else (c.arg("global_batch_size") or 0, 0)
+    sp = c.sequence_parallel(tp, cp, apex_available)
+    c.precision()
+    c.optimizer_overlap(vpp)
+    c.lengths()
+    c.training_length()
+    c.misc()
+    layout = Layout(
+        world_size=world_size, tp=tp, pp=pp, cp=cp, ep=c.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
+        micro_batch_size=c.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
+        sequence_parallel=sp,
+    )
+    return layout, c.problems, c.warnings
+
+
+def _simple_loop(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
+    """The upstream simple loop hard-codes TP 2; on one GPU run the same model through pretrain_gpt.py."""
+    tp = preset.arg("tensor_model_parallel_size")
+    if tp != SIMPLE_LOOP_TP:
+        return preset, "simple_loop", [], [Problem(
+            f"entry simple_loop runs upstream run_simple_mcore_train_loop.py, which hard-codes TP "
+            f"{SIMPLE_LOOP_TP}; the preset asks for TP {tp}",
+            "set entry=pretrain_gpt to choose TP yourself", stage="launcher")]
+    if world == 1:
+        megatron = {**preset.megatron, "tensor_model_parallel_size": 1}
+        note = ("one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer "
+                "model trains through pretrain_gpt.py with TP 1")
+        return replace(preset, megatron=megatron), "pretrain_gpt", [note], []
+    if world % SIMPLE_LOOP_TP:
+        return preset, "simple_loop", [], [Problem(
+            f"run_simple_mcore_train_loop.py hard-codes TP {SIMPLE_LOOP_TP}, so it needs an even number of GPUs; "
+            f"world size is {world}", "use --gpus-per-node 2 (or 1 for the pretrain_gpt.py fallback)",
+            stage="launcher")]
+    return preset, "simple_loop", [], []
+
+
+def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None,
+              te_available: bool = False, apex_available: bool = False) -> Plan:
+    nodes = preset.launcher.nodes if nodes is None else nodes
+    gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
+    bad = [Problem(f"{name} must be at least 1, got {value}") for name, value in
+           (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if value < 1]
+    if bad:
+        raise UserError(bad)
+    world = nodes * gpus_per_node
+    entry, notes, problems = preset.launcher.entry, [], []
+    if entry == "simple_loop":
+        preset, entry, notes, problems = _simple_loop(preset, world)
+    layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available)
+    problems += found
+    if problems or layout is None:
+        raise UserError(problems)
+    return Plan(preset=preset, layout=layout, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,
+                notes=tuple(notes), warnings=tuple(warnings))

@@ -1,0 +1,168 @@
+"""Megatron's own argument names and types at the pinned commit, read from data (no torch import).
+
+launcher/data/megatron_args.json is generated from megatron-core's parser by scripts/dump_megatron_args.py;
+a test regenerates it and compares. Presets use Megatron's `dest` names (num_layers, bf16, ...).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from launcher.errors import Problem
+
+
+@dataclass(frozen=True)
+class MegatronArg:
+    dest: str
+    flags: tuple[str, ...]
+    kind: str  # "value" | "true" (store_true) | "false" (store_false) | "bool" (--x/--no-x)
+    type: str = "str"  # for kind "value": "int" | "float" | "str"
+    nargs: int | str | None = None
+    choices: tuple[Any, ...] | None = None
+    default: Any = None
+
+    @property
+    def takes_list(self) -> bool:
+        return self.nargs is not None
+
+
+@cache
+def catalog() -> dict[str, MegatronArg]:
+    raw = json.loads(resources.files("launcher").joinpath("data/megatron_args.json").read_text())
+    return {
+        dest: MegatronArg(
+            dest=dest,
+            flags=tuple(e["flags"]),
+            kind=e["kind"],
+            type=e.get("type", "str"),
+            nargs=e.get("nargs"),
+            choices=tuple(e["choices"]) if "choices" in e else None,
+            default=e.get("default"),
+        )
+        for dest, e in raw["arguments"].items()
+    }
+
+
+@cache
+def flag_aliases() -> dict[str, tuple[str, bool]]:
+    """Flag spellings as names (no_gradient_accumulation_fusion → (gradient_accumulation_fusion, False))."""
+    aliases = {}
+    for arg in catalog().values():
+        for flag in arg.flags:
+            name = flag.removeprefix("--").replace("-", "_")
+            if name == arg.dest:
+                continue
+            if arg.kind == "false" or (arg.kind == "bool" and flag.startswith("--no-")):
+                aliases[name] = (arg.dest, False)
+            elif arg.kind in ("true", "bool"):
+                aliases[name] = (arg.dest, True)
+            else:
+                aliases[name] = (arg.dest, True)
+    return aliases
+
+
+def suggest(name: str, candidates) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.75)
+    return f"did you mean {' or '.join(close)}?" if close else ""
+
+
+def unknown_name_problem(name: str, where: str, extra_names=()) -> Problem:
+    hint = suggest(name, [*catalog(), *extra_names]) or (
+        "Megatron settings use the dest names of pretrain_gpt.py's flags (--num-layers → num_layers)"
+    )
+    return Problem(f"unknown setting '{name}' in {where}", hint)
+
+
+TRUE_WORDS = {"true", "yes", "on", "1"}
+FALSE_WORDS = {"false", "no", "off", "0"}
+
+
+def _scalar(arg: MegatronArg, value: Any, where: str) -> Any:
+    name = f"{arg.dest} ({where})"
+    if arg.type == "int":
+        if isinstance(value, bool) or not _is_int(value):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return int(value)
+    if arg.type == "float":
+        if isinstance(value, bool):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+    if isinstance(value, (dict, list)) or value is None:
+        raise ValueError(f"{name} must be a single value, got {value!r}")
+    return value if isinstance(value, str) else _plain(value)
+
+
+def _plain(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def _is_int(value: Any) -> bool:
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    try:
+        int(str(value), 10)
+        return True
+    except ValueError:
+        return False
+
+
+def coerce(arg: MegatronArg, value: Any, where: str) -> Any:
+    """Type a preset or --set value by Megatron's own argument type; ValueError says what is wrong."""
+    if value is None:
+        return None
+    if arg.kind in ("true", "false", "bool"):
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in TRUE_WORDS:
+            return True
+        if text in FALSE_WORDS:
+            return False
+        raise ValueError(f"{arg.dest} ({where}) is a flag: use true or false, got {value!r}")
+    if arg.takes_list:
+        items = value if isinstance(value, list) else str(value).split()
+        if arg.nargs == "+" and not items:
+            raise ValueError(f"{arg.dest} ({where}) needs at least one value")
+        if isinstance(arg.nargs, int) and len(items) != arg.nargs:
+            raise ValueError(f"{arg.dest} ({where}) takes exactly {arg.nargs} values, got {len(items)}")
+        typed = [_scalar(arg, v, where) for v in items]
+    else:
+        typed = _scalar(arg, value, where)
+    for item in typed if isinstance(typed, list) else [typed]:
+        if arg.choices is not None and item not in arg.choices:
+            raise ValueError(
+                f"{arg.dest} ({where}) must be one of {', '.join(map(str, arg.choices))}; got {item!r}"
+            )
+    return typed
+
+
+def to_flags(arg: MegatronArg, value: Any) -> list[str]:
+    """The argv words for one setting; [] when the value means 'leave Megatron's default'."""
+    if value is None:
+        return []
+    if arg.kind == "true":
+        return [arg.flags[0]] if value else []
+    if arg.kind == "false":
+        return [] if value else [arg.flags[0]]
+    if arg.kind == "bool":
+        positive = next(f for f in arg.flags if not f.startswith("--no-"))
+        negative = next(f for f in arg.flags if f.startswith("--no-"))
+        return [positive if value else negative]
+    values = value if isinstance(value, list) else [value]
+    return [arg.flags[0], *(_format(v) for v in values)]
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

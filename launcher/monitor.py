@@ -1,0 +1,132 @@
+"""Watch a training run's output: log it, record metrics, show progress, and judge the end.
+
+The local backend pipes the child's combined stdout/stderr through `Monitor.feed(line)`:
+- every line goes to `<run_dir>/logs/<attempt>.log` unchanged;
+- iteration and memory lines become records in `<run_dir>/metrics.jsonl` (one JSON object per line);
+- on a TTY, Megatron's iteration lines are replaced by one live tqdm progress line with ETA and the other lines
+  are printed above it; elsewhere (CI, nohup, Slurm) all lines pass through and each iteration adds one plain
+  `[launch] …` progress line;
+- `Monitor.close(exit_code)` writes `summary.json`, prints the summary and returns it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import IO
+
+from launcher import logparse as lp
+from launcher.runlog import RunLog, RunSummary
+
+METRICS_FILE = "metrics.jsonl"
+SUMMARY_FILE = "summary.json"
+LOGS_DIR = "logs"
+
+
+def next_log_path(run_dir: Path) -> Path:
+    """logs/attempt-1.log for a fresh run, attempt-2.log for its first resume, …"""
+    logs = run_dir / LOGS_DIR
+    logs.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while (logs / f"attempt-{n}.log").exists():
+        n += 1
+    return logs / f"attempt-{n}.log"
+
+
+def format_eta(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "?"
+    return str(timedelta(seconds=round(seconds)))
+
+
+class Monitor:
+    """Feed it the child's output line by line; close it with the child's exit code."""
+
+    def __init__(self, run_dir: Path, *, checkpoint_dir: Path | None = None, seq_length: int | None = None,
+                 out: IO[str] | None = None, tty: bool | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.checkpoint_dir = checkpoint_dir
+        self.out = out if out is not None else sys.stdout
+        self.tty = self.out.isatty() if tty is None else tty
+        self.log_path = next_log_path(self.run_dir)
+        self._log = self.log_path.open("a", encoding="utf-8", errors="replace", buffering=1)
+        self._metrics = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
+        self.runlog = RunLog(seq_length=seq_length)
+        self.runlog.start_attempt()
+        self._parser = lp.LogParser()
+        self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+
+    def feed(self, line: str) -> None:
+        text = line.rstrip("\r\n")
+        self._log.write(text + "\n")
+        event = self._parser.feed(text)
+        record = self.runlog.feed(event)
+        if record is not None:
+            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.flush()
+        if isinstance(event, lp.IterationLine) and self.tty and _have_tqdm():
+            self._update_bar(event, record or {})
+            return
+        self._echo(text)
+        if isinstance(event, lp.IterationLine):
+            pct = 100.0 * event.iteration / event.train_iters if event.train_iters else 0.0
+            status = self._status(event, record or {})
+            self._echo(f"[launch] {event.iteration}/{event.train_iters} ({pct:.0f}%) | {status}"
+                       f" | ETA {format_eta(self._eta_seconds(event))}")
+
+    def _echo(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=self.out)
+        else:
+            print(text, file=self.out, flush=True)
+
+    def _eta_seconds(self, event: lp.IterationLine) -> float | None:
+        ms = self.runlog.steady_ms_per_iter()  # None while only start-up-contaminated lines are known
+        return None if ms is None else (event.train_iters - event.iteration) * ms / 1000.0
+
+    def _status(self, event: lp.IterationLine, record: dict) -> str:
+        parts = []
+        if event.lm_loss is not None:
+            parts.append(f"loss {event.lm_loss:.4f}")
+        if record.get("tokens_per_s"):
+            parts.append(f"{record['tokens_per_s']:,.0f} tok/s")
+        if event.tflops_per_gpu is not None:
+            parts.append(f"{event.tflops_per_gpu:.1f} TFLOP/s/GPU")
+        if event.skipped_iterations:
+            parts.append(f"skipped {event.skipped_iterations}")
+        if event.nan_iterations:
+            parts.append(f"NaN {event.nan_iterations}")
+        return " | ".join(parts)
+
+    def _update_bar(self, event: lp.IterationLine, record: dict) -> None:
+        from tqdm import tqdm  # only needed on a TTY
+
+        if self._bar is None:
+            self._bar = tqdm(total=event.train_iters, initial=event.iteration, file=self.out, unit="it",
+                             dynamic_ncols=True,
+                             bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]")
+        self._bar.total = event.train_iters
+        self._bar.update(max(0, event.iteration - self._bar.n))
+        self._bar.set_postfix_str(self._status(event, record), refresh=True)
+
+    def close(self, exit_code: int | None = None) -> RunSummary:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+        self._log.close()
+        self._metrics.close()
+        summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        print("\n" + summary.render(), file=self.out, flush=True)
+        return summary
+
+
+def _have_tqdm() -> bool:
+    """The live bar needs tqdm; without it the plain progress lines are used."""
+    try:
+        import tqdm  # noqa: F401
+    except ImportError:
+        return False
+    return True

@@ -1,0 +1,360 @@
+"""YAML presets → a typed, immutable Preset; layering is base: → file → --set.
+
+A preset has two parts. `megatron:` holds Megatron settings under Megatron's own argument names (the dest
+of each flag: --num-layers → num_layers), optionally grouped into sections for the reader. `launcher:` holds
+what Megatron does not know: nodes, GPUs per node, the entry script, environment, Slurm settings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher import megatron_args
+from launcher.errors import Problem, UserError
+
+CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
+ENTRIES = ("pretrain_gpt", "simple_loop")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Keys a preset's `launcher.slurm:` section may hold; the Slurm backend gives them meaning.
+SLURM_KEYS = {
+    "partition", "account", "time", "qos", "job_name", "exclusive", "extra_sbatch", "container_image",
+    "container_mounts", "signal", "signal_seconds", "requeue", "max_restarts", "rdzv_port", "chain",
+}
+
+
+@dataclass(frozen=True)
+class LauncherSettings:
+    nodes: int = 1
+    gpus_per_node: int = 8
+    entry: str = "pretrain_gpt"
+    env: dict[str, str] = field(default_factory=dict)
+    master_addr: str = "localhost"
+    master_port: int = 29500
+    megatron_path: str | None = None
+    torchrun: str = "torchrun"
+    # "auto": use Transformer Engine / NVIDIA apex when importable, otherwise the flags that work without.
+    transformer_engine: str = "auto"
+    apex: str = "auto"
+    run_root: str = "runs"
+    slurm: dict[str, Any] = field(default_factory=dict)
+
+
+LAUNCHER_FIELDS = {f.name: f for f in fields(LauncherSettings)}
+INT_FIELDS = {"nodes", "gpus_per_node", "master_port"}
+TRISTATE_FIELDS = {"transformer_engine", "apex"}
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    description: str
+    megatron: dict[str, Any]  # Megatron dest → typed value, in preset order; None means Megatron's default
+    launcher: LauncherSettings
+    sources: tuple[str, ...] = ()  # files read, base first
+    overrides: tuple[str, ...] = ()  # --set NAME=VALUE as the user gave them
+
+    def arg(self, dest: str) -> Any:
+        """The value Megatron will see: the preset's, else Megatron's own default."""
+        if dest in self.megatron and self.megatron[dest] is not None:
+            return self.megatron[dest]
+        return megatron_args.catalog()[dest].default
+
+    def effective(self) -> dict[str, Any]:
+        """Every Megatron argument as Megatron will see it (defaults filled in)."""
+        return {dest: self.arg(dest) for dest in megatron_args.catalog()}
+
+
+def available_presets() -> list[str]:
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+
+
+def _resolve(ref: str, relative_to: Path | None = None) -> Path:
+    path = Path(ref)
+    if path.suffix in (".yaml", ".yml") or "/" in ref:
+        if not path.is_absolute() and relative_to is not None and not path.exists():
+            path = relative_to / path
+        return path
+    named = CONFIGS_DIR / f"{ref}.yaml"
+    if not named.exists():
+        raise UserError(
+            f"no preset named '{ref}'",
+            f"shipped presets: {', '.join(available_presets())}; or give a path to a YAML file",
+        )
+    return named
+
+
+def _read_yaml(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise UserError(f"preset file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read preset file {path}: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise UserError(f"{path} is not valid YAML{at}: {reason}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UserError(f"{path} must be a YAML mapping (key: value), not a {type(data).__name__}")
+    return data
+
+
+def _flatten_megatron(section: Any, where: str, problems: list[Problem]) -> dict[str, Any]:
+    """megatron: may group settings into sections ({model: {num_layers: 24}}); flatten to dest → value."""
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        problems.append(Problem(f"'megatron' in {where} must be a mapping of settings"))
+        return {}
+    catalog = megatron_args.catalog()
+    flat: dict[str, Any] = {}
+    for key, value in section.items():
+        key = str(key)
+        if key in catalog or key in megatron_args.flag_aliases():
+            _put(flat, key, value, where, problems)
+        elif isinstance(value, dict):
+            for inner_key, inner_value in value.items():
+                _put(flat, str(inner_key), inner_value, f"{where}, megatron.{key}", problems)
+        else:
+            problems.append(megatron_args.unknown_name_problem(key, where))
+    return flat
+
+
+def _put(flat: dict, key: str, value: Any, where: str, problems: list[Problem]) -> None:
+    try:
+        dest, typed = type_megatron_value(key, value, where)
+    except UserError as exc:
+        problems.extend(exc.problems)
+        return
+    if dest in flat:
+        problems.append(Problem(f"'{dest}' is set twice in {where}", "keep one of them"))
+        return
+    flat[dest] = typed
+
+
+def type_megatron_value(key: str, value: Any, where: str) -> tuple[str, Any]:
+    """Map a name (dest or flag spelling) and value to (dest, typed value) by Megatron's argument types."""
+    catalog = megatron_args.catalog()
+    if key in catalog:
+        arg = catalog[key]
+    elif key in megatron_args.flag_aliases():
+        dest, meaning = megatron_args.flag_aliases()[key]
+        arg = catalog[dest]
+        if arg.kind in ("true", "false", "bool"):
+            try:
+                on = megatron_args.coerce(arg, value, where)
+            except ValueError as exc:
+                raise UserError(str(exc).replace(dest, key, 1)) from None
+            return dest, (None if on is None else (meaning if on else not meaning))
+    else:
+        raise UserError([megatron_args.unknown_name_problem(key, where)])
+    try:
+        return arg.dest, megatron_args.coerce(arg, value, where)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def _launcher_value(name: str, value: Any, where: str) -> Any:
+    """Check and type one launcher setting."""
+    if name in INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"launcher.{name} ({where}) must be an integer, got {value!r}")
+        if value < 1:
+            raise UserError(f"launcher.{name} ({where}) must be at least 1, got {value}")
+        return value
+    if name in TRISTATE_FIELDS:
+        if value in (True, False) or value == "auto":
+            return value
+        raise UserError(f"launcher.{name} ({where}) must be auto, true or false, got {value!r}")
+    if name == "entry":
+        if value not in ENTRIES:
+            raise UserError(f"launcher.entry ({where}) must be one of {', '.join(ENTRIES)}, got {value!r}")
+        return value
+    if name == "env":
+        if not isinstance(value, dict):
+            raise UserError(f"launcher.env ({where}) must be a mapping of variable names to values")
+        return {_env_name(k, where): _env_value(k, v, where) for k, v in value.items()}
+    if name == "slurm":
+        if not isinstance(value, dict):
+            raise UserError(f"launcher.slurm ({where}) must be a mapping")
+        for key in value:
+            if key not in SLURM_KEYS:
+                hint = megatron_args.suggest(str(key), SLURM_KEYS) or f"known: {', '.join(sorted(SLURM_KEYS))}"
+                raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
+        return dict(value)
+    if name == "megatron_path" and value is None:
+        return None
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise UserError(f"launcher.{name} ({where}) must be a string, got {value!r}")
+    return str(value)
+
+
+def _env_name(name: Any, where: str) -> str:
+    if not isinstance(name, str) or not ENV_NAME.match(name):
+        raise UserError(f"'{name}' in launcher.env ({where}) is not a valid environment variable name")
+    return name
+
+
+def _env_value(name: str, value: Any, where: str) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    raise UserError(f"launcher.env.{name} ({where}) must be a single value, got {value!r}")
+
+
+def _launcher_section(section: Any, where: str, problems: list[Problem]) -> dict[str, Any]:
+    if section is None:
+        return {}
+    if not isinstance(section, dict):
+        problems.append(Problem(f"'launcher' in {where} must be a mapping"))
+        return {}
+    out = {}
+    for key, value in section.items():
+        if key not in LAUNCHER_FIELDS:
+            hint = megatron_args.suggest(str(key), LAUNCHER_FIELDS)
+            if not hint and str(key) in megatron_args.catalog():
+                hint = f"{key} is a Megatron setting: put it under megatron:"
+            problems.append(Problem(f"unknown launcher setting '{key}' in {where}", hint))
+            continue
+        try:
+            out[key] = _launcher_value(key, value, where)
+        except UserError as exc:
+            problems.extend(exc.problems)
+    return out
+
+
+@dataclass
+class _Layer:
+    description: str
+    megatron: dict[str, Any]
+    launcher: dict[str, Any]
+    sources: list[str]
+
+
+def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
+    path = path.resolve()
+    if path in seen:
+        chain = " → ".join(p.name for p in (*seen, path))
+        raise UserError(f"preset files include each other in a loop: {chain}")
+    data = _read_yaml(path)
+    where = str(path)
+    problems = []
+    for key in data:
+        if key in TOP_LEVEL_KEYS:
+            continue
+        if str(key) in megatron_args.catalog():
+            problems.append(Problem(f"'{key}' in {where} is a Megatron setting", "put it under megatron:"))
+        else:
+            problems.append(megatron_args.unknown_name_problem(str(key), where, TOP_LEVEL_KEYS))
+    if "base" in data:
+        base_ref = data["base"]
+        if not isinstance(base_ref, str):
+            raise UserError(f"'base' in {where} must be a preset name or path")
+        layer = _load_layer(_resolve(base_ref, path.parent), (*seen, path))
+    else:
+        layer = _Layer("", {}, {}, [])
+    megatron = _flatten_megatron(data.get("megatron"), where, problems)
+    launcher = _launcher_section(data.get("launcher"), where, problems)
+    if problems:
+        raise UserError(problems)
+    layer.megatron.update(megatron)
+    _merge_launcher(layer.launcher, launcher)
+    layer.description = str(data.get("description", layer.description))
+    layer.sources.append(str(path))
+    return layer
+
+
+def _merge_launcher(into: dict[str, Any], layer: dict[str, Any]) -> None:
+    for key, value in layer.items():
+        if key in ("env", "slurm") and key in into:
+            into[key] = {**into[key], **value}
+        else:
+            into[key] = value
+
+
+def parse_override(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise UserError(f"--set {text!r} is not NAME=VALUE", "for example --set tensor_model_parallel_size=4")
+    return name, value
+
+
+def _override_value(raw: str) -> Any:
+    """Scalars typed as YAML would (true, 8, [a, b]); Megatron's types refine them afterwards."""
+    if raw == "":
+        return ""
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def apply_overrides(layer: _Layer, overrides: list[str]) -> None:
+    problems: list[Problem] = []
+    for text in overrides:
+        try:
+            name, raw = parse_override(text)
+            _apply_one(layer, name, raw)
+        except UserError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise UserError(problems)
+
+
+def _apply_one(layer: _Layer, name: str, raw: str) -> None:
+    where = f"--set {name}"
+    head, _, rest = name.partition(".")
+    if head in ("env", "slurm") and rest:
+        value = raw if head == "env" else _override_value(raw)
+        typed = _launcher_value(head, {rest: value}, where)
+        _merge_launcher(layer.launcher, {head: typed})
+        return
+    name = name.removeprefix("launcher.").removeprefix("megatron.")
+    if name in LAUNCHER_FIELDS:
+        value = raw if name in ("master_addr", "megatron_path", "torchrun", "run_root") else _override_value(raw)
+        layer.launcher[name] = _launcher_value(name, value, where)
+        return
+    if name not in megatron_args.catalog() and name not in megatron_args.flag_aliases():
+        raise UserError([megatron_args.unknown_name_problem(name, where, LAUNCHER_FIELDS)])
+    # Megatron's own type decides: lr=3e-4 is a float, data_path="1 a 1 b" a list, tokenizer_type a string.
+    dest, typed = type_megatron_value(name, _megatron_text(name, raw), where)
+    layer.megatron.pop(dest, None)  # an override moves to the end, so the argv shows it last
+    layer.megatron[dest] = typed
+
+
+def _megatron_text(name: str, raw: str) -> Any:
+    stripped = raw.strip()
+    if stripped.startswith("["):
+        return _override_value(stripped)
+    if stripped.lower() in ("null", "none", "~"):
+        return None
+    return stripped
+
+
+def load_preset(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> Preset:
+    path = _resolve(ref)
+    layer = _load_layer(path, ())
+    apply_overrides(layer, list(overrides))
+    name = path.stem
+    launcher = replace(LauncherSettings(), **layer.launcher)
+    return Preset(
+        name=name,
+        description=layer.description,
+        megatron=layer.megatron,
+        launcher=launcher,
+        sources=tuple(layer.sources),
+        overrides=tuple(overrides),
+    )

@@ -1,0 +1,110 @@
+"""Dry-run output: a commented header and a bash script pasteable as is (text), or one JSON object."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from launcher import megatron_args
+from launcher.command import Command
+from launcher.estimate import human, padded_vocab_size, parameter_count
+from launcher.layout import Plan
+from launcher.upstream import Kernels
+
+
+def quote(word: str, expand: bool = False) -> str:
+    """shlex.quote, except words that must expand ${VAR} go in double quotes (they hold no other $, ` or \\)."""
+    if expand:
+        return '"' + word + '"'
+    return shlex.quote(word)
+
+
+def command_lines(command: Command) -> list[str]:
+    """One flag (with its values) per line, continued with backslashes."""
+    words = [quote(w, i in command.expand) for i, w in enumerate(command.argv)]
+    script_at = command.argv.index(command.script)
+    lines = [" ".join(words[:script_at]), words[script_at]]
+    for word, raw in zip(words[script_at + 1:], command.argv[script_at + 1:]):
+        if raw.startswith("--") or not lines[2:]:
+            lines.append(word)
+        else:
+            lines[-1] += " " + word
+    lines = [lines[0]] + ["  " + line for line in lines[1:]]
+    return [line + " \\" for line in lines[:-1]] + [lines[-1]]
+
+
+def summary(plan: Plan, kernels: Kernels) -> dict[str, Any]:
+    args = plan.preset.effective()
+    layout = plan.layout
+    return {
+        "parameters": parameter_count(args, layout.tp),
+        "padded_vocab_size": padded_vocab_size(args, layout.tp),
+        "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
+    }
+
+
+def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
+    p, lay = plan.preset, plan.layout
+    facts = summary(plan, kernels)
+    lines = [f"# megatron-launch: preset {p.name}" + (f" ({p.description})" if p.description else "")]
+    lines.append(
+        f"# world {lay.world_size} = {plan.nodes} node(s) × {plan.gpus_per_node} GPU(s) = "
+        f"TP {lay.tp} · PP {lay.pp} · CP {lay.cp} · DP {lay.dp}" + (f", virtual pipeline {lay.vpp}" if lay.vpp else "")
+    )
+    lines.append(
+        f"# batch {lay.global_batch_size} = micro batch {lay.micro_batch_size} × DP {lay.dp} × "
+        f"{lay.num_microbatches} microbatch(es)"
+    )
+    lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab "
+                 f"{facts['padded_vocab_size']})")
+    if plan.entry == "pretrain_gpt":
+        have = [name for name, on in (("Transformer Engine", kernels.transformer_engine),
+                                      ("NVIDIA apex", kernels.apex)) if on]
+        missing = [name for name, on in (("Transformer Engine", kernels.transformer_engine),
+                                         ("NVIDIA apex", kernels.apex)) if not on]
+        text = f"# kernels ({kernels.how}): " + ", ".join(
+            [f"with {n}" for n in have] + [f"without {n}" for n in missing])
+        if command.kernel_flags:
+            text += " → " + " ".join(
+                w for dest, v in command.kernel_flags.items() for w in _flags(dest, v))
+        lines.append(text)
+    lines += [f"# note: {n}" for n in plan.notes]
+    lines += [f"# warning: {w}" for w in plan.warnings]
+    return lines
+
+
+def _flags(dest: str, value: object) -> list[str]:
+    return megatron_args.to_flags(megatron_args.catalog()[dest], value)
+
+
+def text(plan: Plan, command: Command, kernels: Kernels) -> str:
+    lines = header(plan, command, kernels)
+    if any(command.expand):
+        lines.append(f"# run this same command on each of the {plan.nodes} nodes; MASTER_ADDR is the first node")
+        lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
+    lines += command_lines(command)
+    return "\n".join(lines) + "\n"
+
+
+def as_json(plan: Plan, command: Command, kernels: Kernels) -> str:
+    facts = summary(plan, kernels)
+    data = {
+        "preset": plan.preset.name,
+        "description": plan.preset.description,
+        "entry": plan.entry,
+        "nodes": plan.nodes,
+        "gpus_per_node": plan.gpus_per_node,
+        "layout": plan.layout.as_dict(),
+        **facts,
+        "argv": command.argv,
+        "env": command.env,
+        "script": command.script,
+        "script_args": command.script_args,
+        "notes": list(plan.notes),
+        "warnings": list(plan.warnings),
+        "sources": list(plan.preset.sources),
+        "overrides": list(plan.preset.overrides),
+    }
+    return json.dumps(data, indent=2) + "\n"

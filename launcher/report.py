@@ -1,0 +1,314 @@
+"""`launch report RUN_DIR | LOG...`: plots (loss, throughput, learning rate) and a short summary.
+
+Works on a run directory made by `launch` (its logs/attempt-*.log, or metrics.jsonl when the logs are gone)
+and on plain log files, e.g. a Slurm job's `slurm-<id>.out`; several files are read as consecutive attempts.
+Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher import logparse as lp
+from launcher.errors import Problem, UserError
+from launcher.monitor import METRICS_FILE, SUMMARY_FILE
+from launcher.rundir import open_run_dir
+from launcher.runlog import RunLog, RunSummary, metrics_record
+
+PLOTS_DIR = "plots"
+
+
+@dataclass
+class Series:
+    """What the plots need, per logged iteration."""
+
+    iterations: list[int]
+    loss: list[float | None]
+    lr: list[float | None]
+    tokens_per_s: list[float | None]
+    tflops: list[float | None]
+    warmup: list[bool]
+    validation: list[tuple[int, float]]
+
+
+@dataclass
+class Report:
+    summary: RunSummary
+    plots: list[Path]
+    sources: list[Path]
+
+
+# ---------------------------------------------------------------------------------------------- reading
+
+
+def _attempt_number(path: Path) -> int:
+    match = re.search(r"(\d+)", path.stem)
+    return int(match.group(1)) if match else 0
+
+
+def _read_log(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise UserError(Problem(f"cannot read log {path}: {error.strerror}",
+                                "give a run directory or readable log files")) from None
+    return data.decode("utf-8", errors="replace")
+
+
+def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
+                     allow_partial: bool = False) -> RunLog:
+    runlog = RunLog(seq_length=seq_length)
+    damage: list[Problem] = []
+    for number, path in enumerate(paths, 1):
+        text = _read_log(path)
+        runlog.start_attempt()
+        before = len(runlog.iteration_lines)
+        for event in lp.parse_lines(text.splitlines()):
+            runlog.feed(event)
+        new = runlog.iteration_lines[before:]
+        cut = [line for line in new if not line.complete]
+        if number < len(paths) and new and cut == [new[-1]]:
+            cut = []  # an attempt killed mid-line and then resumed: expected, not damage
+            text += "\n"
+        if text and not text.endswith("\n") and new:
+            damage.append(Problem(
+                f"log {path} is truncated: its last line stops mid-way, after iteration {new[-1].iteration}",
+                "the writer was killed (or is still writing); use --partial to report what is there"))
+        elif cut:
+            damage.append(Problem(
+                f"log {path} has {len(cut)} garbled iteration line(s), first at iteration {cut[0].iteration}",
+                "use --partial to report the readable lines"))
+    if not runlog.iteration_lines:
+        names = ", ".join(str(p) for p in paths)
+        raise UserError(Problem(
+            f"no Megatron iteration lines in {names}",
+            "the file is not a Megatron training log, is garbled, or training never reached iteration 1; "
+            "look at its last lines for the error"))
+    if damage and not allow_partial:
+        raise UserError(damage)
+    return runlog
+
+
+def read_metrics(path: Path) -> list[dict]:
+    records = []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as error:
+        raise UserError(Problem(f"cannot read {path}: {error.strerror}")) from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise UserError(Problem(f"{path} line {number} is not JSON (garbled or truncated)",
+                                    "report from the logs instead: launch report LOG_FILE")) from None
+        if isinstance(record, dict) and record.get("kind") == "iteration":
+            records.append(record)
+    if not records:
+        raise UserError(Problem(f"{path} holds no iteration metrics",
+                                "the run logged no iteration yet; look at its logs/ for the reason"))
+    return records
+
+
+def series_from_runlog(runlog: RunLog) -> Series:
+    records = [metrics_record(line, runlog.seq_length, index, position < 2)
+               for index, block in enumerate(runlog.attempts, 1) for position, line in enumerate(block.lines)]
+    series = series_from_records(records)
+    series.validation = [(v.iteration, v.values.get("lm loss")) for v in runlog.validation_points
+                         if v.split == "validation" and v.values.get("lm loss") is not None]
+    return series
+
+
+def series_from_records(records: list[dict]) -> Series:
+    return Series(
+        iterations=[r["iteration"] for r in records],
+        loss=[r.get("loss") for r in records],
+        lr=[r.get("lr") for r in records],
+        tokens_per_s=[r.get("tokens_per_s") for r in records],
+        tflops=[r.get("tflops_per_gpu") for r in records],
+        warmup=[bool(r.get("warmup")) for r in records],
+        validation=[],
+    )
+
+
+# ---------------------------------------------------------------------------------------------- plots
+
+
+def _figure(title: str, ylabel: str):
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise UserError(Problem("launch report draws its plots with matplotlib, which is not installed",
+                                "pip install matplotlib")) from None
+
+    figure = Figure(figsize=(7, 4), dpi=100, layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    axes.set_title(title)
+    axes.set_xlabel("iteration")
+    axes.set_ylabel(ylabel)
+    axes.grid(True, alpha=0.3)
+    return figure, axes
+
+
+def _points(xs: list[int], ys: list[float | None], keep: list[bool] | None = None) -> tuple[list, list]:
+    pairs = [(x, y) for i, (x, y) in enumerate(zip(xs, ys, strict=True))
+             if y is not None and not math.isnan(y) and (keep is None or keep[i])]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def write_plots(series: Series, out_dir: Path, title: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    figure, axes = _figure(f"{title}: loss", "lm loss")
+    x, y = _points(series.iterations, series.loss)
+    axes.plot(x, y, marker=".", label="training")
+    if series.validation:
+        axes.plot([v[0] for v in series.validation], [v[1] for v in series.validation], "s", label="validation")
+    axes.legend()
+    written.append(out_dir / "loss.png")
+    figure.savefig(written[-1])
+
+    steady = [not w for w in series.warmup]
+    figure, axes = _figure(f"{title}: throughput (start-up lines left out)", "tokens/s")
+    x, y = _points(series.iterations, series.tokens_per_s, steady)
+    handles = axes.plot(x, y, marker=".", color="tab:blue", label="tokens/s")
+    axes.set_ylim(bottom=0)  # from zero, so run-to-run noise does not look like a trend
+    x2, y2 = _points(series.iterations, series.tflops, steady)
+    if y2:
+        twin = axes.twinx()
+        handles += twin.plot(x2, y2, marker=".", color="tab:orange", label="TFLOP/s/GPU")
+        twin.set_ylabel("TFLOP/s per GPU")
+        twin.set_ylim(bottom=0)
+    axes.legend(handles=handles, loc="lower right")
+    written.append(out_dir / "throughput.png")
+    figure.savefig(written[-1])
+
+    figure, axes = _figure(f"{title}: learning rate", "learning rate")
+    x, y = _points(series.iterations, series.lr)
+    axes.plot(x, y, marker=".")
+    axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    written.append(out_dir / "lr.png")
+    figure.savefig(written[-1])
+    return written
+
+
+# ---------------------------------------------------------------------------------------------- entry
+
+
+def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> RunSummary:
+    """The end-of-run summary of a run directory or of log files, without drawing plots.
+
+    Partial logs are accepted by default here: a backend (e.g. Slurm) summarising a job that was killed
+    mid-line still wants the verdict.
+    """
+    targets = [Path(targets)] if isinstance(targets, (str, Path)) else [Path(t) for t in targets]
+    if len(targets) == 1 and targets[0].is_dir():
+        run = open_run_dir(targets[0])
+        logs = sorted((run.path / "logs").glob("*.log"), key=_attempt_number)
+        if not logs:
+            raise UserError(Problem(f"{run.path} has no logs: the run never started"))
+        seq = run.preset.get("megatron", {}).get("seq_length")
+        runlog = runlog_from_logs(logs, seq if isinstance(seq, int) else None, allow_partial)
+        return runlog.summary(checkpoint_dir=Path(run.checkpoint_dir))
+    runlog = runlog_from_logs(targets, allow_partial=allow_partial)
+    save = lp.argument_value(runlog.arguments.get("save", "None"))
+    return runlog.summary(checkpoint_dir=Path(save) if isinstance(save, str) else None)
+
+
+def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_partial: bool = False) -> Report:
+    """Report on one run directory, or on one or more log files (read in the given order)."""
+    if not targets:
+        raise UserError(Problem("nothing to report on", "give a run directory or log files"))
+    targets = [Path(t) for t in targets]
+    first = targets[0]
+    if len(targets) == 1 and first.is_dir():
+        return _report_run_dir(first, output_dir, allow_partial)
+    for target in targets:
+        if target.is_dir():
+            raise UserError(Problem(f"{target} is a directory; give one run directory, or log files only"))
+        if not target.exists():
+            raise UserError(Problem(f"{target} does not exist", "give a run directory or log files"))
+    runlog = runlog_from_logs(targets, allow_partial=allow_partial)
+    save = lp.argument_value(runlog.arguments.get("save", "None"))
+    summary = runlog.summary(checkpoint_dir=Path(save) if isinstance(save, str) else None)
+    out = output_dir or first.parent / f"{first.stem}-report"
+    plots = write_plots(series_from_runlog(runlog), out, first.stem)
+    return Report(summary, plots, targets)
+
+
+def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool) -> Report:
+    run = open_run_dir(run_dir)  # UserError when it is not one
+    seq = run.preset.get("megatron", {}).get("seq_length")
+    logs = sorted((run_dir / "logs").glob("*.log"), key=_attempt_number)
+    out = output_dir or run_dir / PLOTS_DIR
+    checkpoint_dir = Path(run.checkpoint_dir)
+    if logs:
+        runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
+                                  allow_partial=allow_partial)
+        summary = runlog.summary(checkpoint_dir=checkpoint_dir)
+        series = series_from_runlog(runlog)
+    elif (run_dir / METRICS_FILE).exists():
+        series = series_from_records(read_metrics(run_dir / METRICS_FILE))
+        summary = _summary_from_file(run_dir)
+    else:
+        raise UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",
+                                f"relaunch it with --resume {run_dir}"))
+    plots = write_plots(series, out, run_dir.name)
+    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    return Report(summary, plots, logs or [run_dir / METRICS_FILE])
+
+
+def _summary_from_file(run_dir: Path) -> RunSummary:
+    try:
+        return RunSummary(**json.loads((run_dir / SUMMARY_FILE).read_text()))
+    except (OSError, json.JSONDecodeError, TypeError):
+        raise UserError(Problem(f"{run_dir} has no logs and no readable {SUMMARY_FILE}",
+                                "nothing to summarise; the plots need the logs")) from None
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("targets", nargs="+", type=Path, metavar="RUN_DIR_OR_LOG",
+                        help="a run directory made by launch, or Megatron log files (e.g. slurm-123.out)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="where the PNG plots go (default: RUN_DIR/plots, or LOG-report/ beside the log)")
+    parser.add_argument("--partial", action="store_true",
+                        help="report what is readable in a truncated or partly garbled log")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def run(args: argparse.Namespace) -> int:
+    """`launch report`: prints the summary; exit 0 when the report was made (whatever the run's outcome)."""
+    report = make_report(args.targets, args.output_dir, args.partial)
+    if args.format == "json":
+        print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
+                          "sources": [str(s) for s in report.sources]}, indent=2))
+    else:
+        print(report.summary.render())
+        print("plots:              " + ", ".join(str(p) for p in report.plots))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="launch report", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except UserError as error:
+        print(error.render(), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

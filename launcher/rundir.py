@@ -1,0 +1,350 @@
+"""Run directories: `runs/<preset>-<UTC timestamp>/`, one per launch, never overwritten.
+
+Layout:
+    preset.yaml      the resolved preset (after base: layering and --set overrides)
+    command.sh       the exact environment and command, runnable as is
+    manifest.json    versions, commits, hosts, world and layout, overrides, attempts
+    logs/            attempt-1.log, attempt-2.log (after --resume), …
+    checkpoints/     Megatron --save and --load (the same directory, so a relaunch resumes)
+    tensorboard/     Megatron --tensorboard-dir
+    metrics.jsonl, summary.json, plots/   written by the monitor and `launch report`
+
+The directory is built under a hidden temporary name in the same root and renamed into place, so a run
+directory either exists complete or not at all. Nothing here imports torch: versions come from package
+metadata, commits from git.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import getpass
+import importlib.metadata
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import launcher
+from launcher.errors import Problem, UserError
+
+MANIFEST = "manifest.json"
+PRESET_FILE = "preset.yaml"
+COMMAND_FILE = "command.sh"
+CHECKPOINTS = "checkpoints"
+TENSORBOARD = "tensorboard"
+WANDB = "wandb"
+DEFAULT_ROOT = Path("runs")
+
+# Distribution names to report; the first one installed wins (Transformer Engine ships under several names).
+PACKAGES: dict[str, tuple[str, ...]] = {
+    "megatron-core": ("megatron-core", "megatron_core"),
+    "torch": ("torch",),
+    "transformer-engine": ("transformer-engine", "transformer_engine", "transformer-engine-torch",
+                           "transformer_engine_torch"),
+    "apex": ("apex",),
+    "nvidia-resiliency-ext": ("nvidia-resiliency-ext",),
+    "tensorboard": ("tensorboard",),
+    "wandb": ("wandb",),
+}
+_SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+
+
+# ---------------------------------------------------------------------------------------------- naming
+
+
+def run_dir_name(preset_name: str, now: datetime | None = None) -> str:
+    stamp = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(preset_name).stem) or "run"
+    return f"{safe}-{stamp}"
+
+
+def new_run_dir_path(root: Path, preset_name: str, now: datetime | None = None) -> Path:
+    """A path for a new run directory that does not exist yet (same-second launches get -2, -3, …)."""
+    base = run_dir_name(preset_name, now)
+    candidate, n = Path(root) / base, 2
+    while candidate.exists():
+        candidate, n = Path(root) / f"{base}-{n}", n + 1
+    return candidate
+
+
+def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[str, Any]:
+    """Megatron arguments that point a run at its directory; settings the preset made itself are kept.
+
+    Checkpoints: --save and --load are the same directory, so relaunching the run resumes it (reference §9).
+    Megatron requires --save-interval with --save; without one, save once at the end (train_iters).
+    """
+    run_dir = Path(run_dir).absolute()
+    args: dict[str, Any] = {}
+    save = megatron.get("save") or str(run_dir / CHECKPOINTS)
+    args["save"] = save
+    if not megatron.get("load"):
+        args["load"] = save
+    if not megatron.get("save_interval"):
+        args["save_interval"] = _end_of_training_interval(megatron)
+    if not megatron.get("tensorboard_dir"):
+        args["tensorboard_dir"] = str(run_dir / TENSORBOARD)
+    if megatron.get("wandb_project"):  # W&B only when the preset asks for it
+        if not megatron.get("wandb_save_dir"):
+            args["wandb_save_dir"] = str(run_dir / WANDB)
+        if not megatron.get("wandb_exp_name"):
+            args["wandb_exp_name"] = run_dir.name
+    return args
+
+
+def _end_of_training_interval(megatron: Mapping[str, Any]) -> int:
+    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set.
+
+    Long runs should set save_interval (and save_retain_interval: Megatron deletes no old checkpoint without it).
+    """
+    if megatron.get("train_iters"):
+        return int(megatron["train_iters"])
+    samples, batch = megatron.get("train_samples"), megatron.get("global_batch_size")
+    if samples and batch:
+        return -(-int(samples) // int(batch))  # ceil: the iterations of a constant-batch sample budget
+    return 1_000_000_000  # unknown length (batch schedule): larger than any run
+
+
+# ---------------------------------------------------------------------------------------------- manifest
+
+
+def _git(path: Path, *args: str) -> str | None:
+    try:
+        result = subprocess.run(["git", "-C", str(path), *args], check=False, capture_output=True, text=True,
+                                timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def git_commit(path: Path) -> dict[str, Any]:
+    """HEAD commit of the checkout at `path` and whether it has local changes (None when not a checkout)."""
+    commit = _git(path, "rev-parse", "HEAD")
+    dirty = None
+    if commit is not None:
+        status = _git(path, "status", "--porcelain", "--untracked-files=no")
+        dirty = bool(status) if status is not None else None
+    return {"path": str(path), "commit": commit, "dirty": dirty}
+
+
+def megatron_checkout_version(path: Path) -> str | None:
+    """MAJOR.MINOR.PATCH from the checkout's megatron/core/package_info.py (also works without .git)."""
+    try:
+        text = (path / "megatron" / "core" / "package_info.py").read_text()
+    except OSError:
+        return None
+    parts = [re.search(rf"^{name}\s*=\s*(\d+)", text, re.MULTILINE) for name in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) for m in parts) if all(parts) else None
+
+
+def _cuda_version_of_torch() -> str | None:
+    """torch.version.cuda, read from torch/version.py without importing torch (seconds and GPU init)."""
+    try:
+        dist = importlib.metadata.distribution("torch")
+        text = Path(str(dist.locate_file("torch/version.py"))).read_text()
+    except (importlib.metadata.PackageNotFoundError, OSError):
+        return None
+    match = re.search(r"^cuda(?:\s*:\s*\S+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return match.group(1) if match else None
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for label, names in PACKAGES.items():
+        versions[label] = None
+        for name in names:
+            try:
+                versions[label] = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    versions["cuda (torch build)"] = _cuda_version_of_torch()
+    return versions
+
+
+def _as_dict(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _as_dict(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): _as_dict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_dict(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """Environment with secrets (API keys, tokens, passwords) replaced, for files that may be shared."""
+    return {k: ("<redacted>" if _SECRET_RE.search(k) else str(v)) for k, v in env.items()}
+
+
+def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, overrides: Sequence[str],
+                   megatron_path: Path | None, hosts: Sequence[str], argv: Sequence[str],
+                   env: Mapping[str, str], checkpoint_dir: str | None) -> dict[str, Any]:
+    launcher_root = Path(launcher.__file__).resolve().parent.parent
+    megatron = git_commit(megatron_path) if megatron_path else {"path": None, "commit": None, "dirty": None}
+    megatron["version"] = megatron_checkout_version(megatron_path) if megatron_path else None
+    megatron["expected_commit"] = launcher.MEGATRON_COMMIT
+    megatron["matches_pin"] = megatron["commit"] == launcher.MEGATRON_COMMIT if megatron["commit"] else None
+    return {
+        "format": 1,
+        "preset": preset_name,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "launcher": {"version": launcher.__version__, **git_commit(launcher_root)},
+        "megatron_lm": megatron,
+        "packages": package_versions(),
+        "python": platform.python_version(),
+        "hosts": list(hosts),
+        "user": getpass.getuser(),
+        "world": _as_dict(dict(world)),
+        "layout": _as_dict(layout),
+        "overrides": list(overrides),
+        "checkpoint_dir": checkpoint_dir,
+        "launch_argv": list(sys.argv),
+        "attempts": [{"started": datetime.now(UTC).isoformat(timespec="seconds"),
+                      "argv": list(argv), "env": redact_env(env)}],
+    }
+
+
+def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None) -> str:
+    lines = ["#!/usr/bin/env bash", "# Written by megatron-launch: the exact command of this run.", "set -euo pipefail"]
+    if workdir is not None:
+        lines.append(f"cd {shlex.quote(str(workdir))}")
+    for key, value in redact_env(env).items():
+        lines.append(f"export {key}={shlex.quote(value)}")
+    lines.append(shlex.join(argv))
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- create
+
+
+def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping[str, Any],
+                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None
+                  ) -> Path:
+    """Create `run_dir` complete or not at all; refuse if it exists."""
+    run_dir = Path(run_dir)
+    if run_dir.exists():
+        raise UserError(Problem(f"run directory {run_dir} already exists; it is never overwritten",
+                                f"continue it with --resume {run_dir}, or launch again for a new directory"))
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
+    try:
+        header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
+        (staging / PRESET_FILE).write_text(header + yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
+        (staging / COMMAND_FILE).write_text(command_script(argv, env))
+        (staging / COMMAND_FILE).chmod(0o755)
+        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        for sub in ("logs", CHECKPOINTS, TENSORBOARD):
+            (staging / sub).mkdir()
+        for name, text in (extra_files or {}).items():
+            (staging / name).write_text(text)
+        staging.chmod(0o755)  # mkdtemp makes it 0700
+        # rename() fails on a non-empty target, so a directory that appeared meanwhile is not replaced.
+        if run_dir.exists():
+            raise FileExistsError(run_dir)
+        os.rename(staging, run_dir)
+    except FileExistsError:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(Problem(f"run directory {run_dir} appeared while this one was being written",
+                                "launch again for a new directory")) from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return run_dir
+
+
+def create_run_dir(plan: Any, command: Any, overrides: Sequence[str], root: Path | None = None, *,
+                   run_dir: Path | None = None, hosts: Sequence[str] | None = None,
+                   megatron_path: Path | None = None, extra_files: Mapping[str, str] | None = None) -> Path:
+    """Record a launch: `plan` (preset, layout, nodes, gpus_per_node) and `command` (argv, env).
+
+    `run_dir` is the path chosen by `new_run_dir_path` before the command was built (the command already
+    points --save/--load/--tensorboard-dir into it); without one a new path under `root` is chosen.
+    """
+    preset = plan.preset
+    if run_dir is None:
+        run_dir = new_run_dir_path(root or DEFAULT_ROOT, preset.name)
+    world = {"nodes": plan.nodes, "gpus_per_node": plan.gpus_per_node,
+             "world_size": plan.nodes * plan.gpus_per_node}
+    megatron_args = dict(preset.megatron)
+    manifest = {"entry": getattr(plan, "entry", None), **build_manifest(
+        preset_name=preset.name, world=world, layout=getattr(plan, "layout", None), overrides=overrides,
+        megatron_path=megatron_path, hosts=hosts or [socket.gethostname()], argv=command.argv,
+        env=command.env, checkpoint_dir=megatron_args.get("save"),
+    )}
+    # Loadable as a preset again (launch --resume reads it): only the keys a preset file may have.
+    launcher_settings = _as_dict(getattr(preset, "launcher", {}))
+    if getattr(plan, "entry", None) and isinstance(launcher_settings, dict):
+        launcher_settings["entry"] = plan.entry  # after the plan's fallbacks (toy on one GPU: pretrain_gpt)
+    if isinstance(launcher_settings, dict):  # the world actually used, whatever the preset said
+        launcher_settings.update(nodes=plan.nodes, gpus_per_node=plan.gpus_per_node)
+    preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
+                   "launcher": launcher_settings, "megatron": megatron_args}
+    return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
+                         extra_files=extra_files)
+
+
+# ---------------------------------------------------------------------------------------------- resume
+
+
+@dataclasses.dataclass(frozen=True)
+class ExistingRun:
+    path: Path
+    manifest: dict[str, Any]
+    preset: dict[str, Any]
+
+    @property
+    def checkpoint_dir(self) -> str:
+        return self.manifest.get("checkpoint_dir") or str(self.path.absolute() / CHECKPOINTS)
+
+    def resume_megatron_args(self) -> dict[str, Any]:
+        """--save = --load = the run's checkpoint directory, plus its tensorboard dir."""
+        args = {"save": self.checkpoint_dir, "load": self.checkpoint_dir}
+        tensorboard = self.preset.get("megatron", {}).get("tensorboard_dir")
+        if tensorboard:
+            args["tensorboard_dir"] = tensorboard
+        return args
+
+
+def open_run_dir(path: Path) -> ExistingRun:
+    """Read an existing run directory; UserError when `path` is not one."""
+    path = Path(path)
+    hint = "give a directory made by `launch` (it holds manifest.json), e.g. runs/toy-20261129T160150Z"
+    if not path.is_dir():
+        raise UserError(Problem(f"{path} is not a run directory (it does not exist or is not a directory)", hint))
+    try:
+        manifest = json.loads((path / MANIFEST).read_text())
+        preset = yaml.safe_load((path / PRESET_FILE).read_text())
+    except FileNotFoundError as error:
+        raise UserError(Problem(f"{path} is not a run directory: {Path(error.filename).name} is missing",
+                                hint)) from None
+    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as error:
+        raise UserError(Problem(f"{path} is a damaged run directory: {error}",
+                                "launch a new run; the damaged one is left as it is")) from None
+    if not isinstance(manifest, dict) or not isinstance(preset, dict):
+        raise UserError(Problem(f"{path} is a damaged run directory: manifest or preset is not a mapping", hint))
+    return ExistingRun(path=path, manifest=manifest, preset=preset)
+
+
+def record_attempt(run: ExistingRun, argv: Sequence[str], env: Mapping[str, str]) -> None:
+    """Append a resumed attempt to the manifest (replaced atomically)."""
+    manifest = dict(run.manifest)
+    manifest.setdefault("attempts", []).append({
+        "started": datetime.now(UTC).isoformat(timespec="seconds"), "argv": list(argv), "env": redact_env(env),
+    })
+    staging = run.path / f".{MANIFEST}.tmp"
+    staging.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(staging, run.path / MANIFEST)

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Create .venv (Python 3.12, like Megatron itself) and install the launcher into it.
+#   scripts/bootstrap.sh            launcher only (dry-runs, plans, Slurm scripts): a few seconds
+#   scripts/bootstrap.sh --full     + megatron-core 0.18.0, torch and the test tools (~75 s, 5.5 GB)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=""
+[ "${1:-}" = "--full" ] && extras="[megatron,test]"
+
+find_python() {
+    for candidate in python3.12 "$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python3.12" python3; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+           "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
+            echo "$candidate"; return 0
+        fi
+    done
+    echo "error: Python 3.12 not found (Megatron-LM needs >= 3.12); install it or use pyenv" >&2
+    return 1
+}
+
+if [ ! -x .venv/bin/python ]; then
+    "$(find_python)" -m venv .venv
+fi
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e ".$extras"
+echo "ready: .venv/bin/launch ($(.venv/bin/python --version))"

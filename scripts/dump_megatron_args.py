@@ -1,0 +1,91 @@
+"""Write launcher/data/megatron_args.json: every argument of Megatron's own parser at the pinned commit.
+
+The launcher uses this list to know Megatron's argument names and types without importing torch.
+Needs megatron-core 0.18.0 (which ships megatron.training) and torch:
+
+    python scripts/dump_megatron_args.py            # rewrite the file
+    python scripts/dump_megatron_args.py --check    # exit 1 if the file is out of date
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+OUT = Path(__file__).resolve().parent.parent / "launcher" / "data" / "megatron_args.json"
+
+# How a preset value turns into flags: "value" takes an argument, "true"/"false" are store_true/store_false
+# switches, "bool" is an --x/--no-x pair (BooleanOptionalAction).
+KINDS = {
+    argparse._StoreAction: "value",
+    argparse._StoreTrueAction: "true",
+    argparse._StoreFalseAction: "false",
+    argparse.BooleanOptionalAction: "bool",
+}
+
+
+def type_name(action: argparse.Action) -> str:
+    """int, float or str; Megatron's own parsing callables (enums, frequency patterns) take their text as is."""
+    return action.type.__name__ if action.type in (int, float) else "str"
+
+
+def jsonable(value):
+    """Enum members (attention backend, signals) are written by name, as users type them."""
+    if isinstance(value, list):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "name") and hasattr(value, "value"):
+        return value.name
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return repr(value)
+
+
+def collect() -> dict:
+    from importlib.metadata import version
+
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    args = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        kind = KINDS[type(action)]  # a KeyError here means Megatron grew a new kind of action
+        entry = {
+            "flags": [s for s in action.option_strings if s.startswith("--")],
+            "kind": kind,
+            "default": jsonable(action.default),
+        }
+        if kind == "value":
+            entry["type"] = type_name(action)
+            if action.nargs is not None:
+                entry["nargs"] = action.nargs
+            if action.choices is not None:
+                entry["choices"] = [jsonable(c) for c in action.choices]
+        if action.dest in args:
+            raise SystemExit(f"two flags share the dest {action.dest!r}: the launcher assumes one per dest")
+        args[action.dest] = entry
+    # The distribution's version: megatron.core.__version__ appends the git hash of the current directory.
+    return {"megatron_core": version("megatron-core"), "arguments": dict(sorted(args.items()))}
+
+
+def main() -> int:
+    check = "--check" in sys.argv[1:]
+    text = json.dumps(collect(), indent=1, sort_keys=True) + "\n"
+    if check:
+        if OUT.read_text() != text:
+            print(f"{OUT} is out of date: run python scripts/dump_megatron_args.py", file=sys.stderr)
+            return 1
+        print(f"{OUT} matches the installed megatron-core")
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MEGATRON = "/opt/megatron-lm"  # a fixed path, so printed commands are the same on every machine
+
+
+@pytest.fixture
+def launch():
+    """Run the CLI as a user types it: a subprocess, returning (exit code, stdout, stderr)."""
+
+    def run(*args: str, env: dict | None = None, cwd: str | Path | None = None):
+        full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        full_env.pop("MEGATRON_LM_PATH", None)
+        proc = subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
+                              env=full_env, cwd=cwd or REPO, timeout=120)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run
+
+
+FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+@pytest.fixture
+def log_fixture():
+    """Lines of a recorded Megatron log in tests/fixtures/logs (see its README)."""
+
+    def read(name: str) -> list[str]:
+        return (FIXTURE_LOGS / name).read_text(errors="replace").splitlines()
+
+    return read

@@ -1,0 +1,43 @@
+# megatron-launch: preset 175b (GPT-3 175B, TP 8 · PP 16 on 192 nodes × 8 GPUs)
+# world 1536 = 192 node(s) × 8 GPU(s) = TP 8 · PP 16 · CP 1 · DP 12
+# batch 1536 = micro batch 1 × DP 12 × 128 microbatch(es)
+# parameters 174.62B (174,615,846,912; padded vocab 51200)
+# kernels (preset): with Transformer Engine, with NVIDIA apex
+# run this same command on each of the 192 nodes; MASTER_ADDR is the first node
+: "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export PYTHONPATH=/opt/megatron-lm
+torchrun --nnodes 192 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "${MASTER_ADDR}:29500" --rdzv-id megatron-launch-175b \
+  /opt/megatron-lm/pretrain_gpt.py \
+  --num-layers 96 \
+  --hidden-size 12288 \
+  --num-attention-heads 96 \
+  --seq-length 2048 \
+  --max-position-embeddings 2048 \
+  --vocab-size 50257 \
+  --init-method-std 0.006 \
+  --tensor-model-parallel-size 8 \
+  --pipeline-model-parallel-size 16 \
+  --sequence-parallel \
+  --use-distributed-optimizer \
+  --overlap-grad-reduce \
+  --overlap-param-gather \
+  --micro-batch-size 1 \
+  --global-batch-size 1536 \
+  --bf16 \
+  --lr 6e-05 \
+  --min-lr 6e-06 \
+  --lr-decay-style cosine \
+  --train-samples 146484375 \
+  --lr-warmup-samples 183105 \
+  --lr-decay-samples 126953125 \
+  --weight-decay 0.1 \
+  --adam-beta1 0.9 \
+  --adam-beta2 0.95 \
+  --clip-grad 1.0 \
+  --eval-interval 1000 \
+  --eval-iters 10 \
+  --mock-data \
+  --tokenizer-type NullTokenizer \
+  --log-interval 10 \
+  --log-throughput

@@ -1,0 +1,38 @@
+# megatron-launch: preset 345m (GPT-2 medium (345M) on mock data, one GPU)
+# world 2 = 1 node(s) × 2 GPU(s) = TP 2 · PP 1 · CP 1 · DP 1
+# batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
+# parameters 355.00M (355,002,368; padded vocab 50432)
+# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export PYTHONPATH=/opt/megatron-lm
+torchrun --nnodes 1 --nproc-per-node 2 --standalone \
+  /opt/megatron-lm/pretrain_gpt.py \
+  --num-layers 24 \
+  --hidden-size 1024 \
+  --num-attention-heads 16 \
+  --seq-length 1024 \
+  --max-position-embeddings 1024 \
+  --vocab-size 50257 \
+  --pipeline-model-parallel-size 1 \
+  --micro-batch-size 4 \
+  --global-batch-size 32 \
+  --bf16 \
+  --lr 0.00015 \
+  --min-lr 1e-05 \
+  --lr-decay-style cosine \
+  --lr-warmup-fraction 0.01 \
+  --lr-decay-iters 320000 \
+  --train-iters 500000 \
+  --weight-decay 0.01 \
+  --clip-grad 1.0 \
+  --eval-interval 1000 \
+  --eval-iters 10 \
+  --mock-data \
+  --tokenizer-type NullTokenizer \
+  --log-interval 10 \
+  --log-throughput \
+  --tensor-model-parallel-size 2 \
+  --transformer-impl local \
+  --no-gradient-accumulation-fusion \
+  --no-masked-softmax-fusion \
+  --no-persist-layer-norm

@@ -1,0 +1,37 @@
+# megatron-launch: preset 345m (GPT-2 medium (345M) on mock data, one GPU)
+# world 1 = 1 node(s) × 1 GPU(s) = TP 1 · PP 1 · CP 1 · DP 1
+# batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
+# parameters 354.87M (354,871,296; padded vocab 50304)
+# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm
+export PYTHONPATH=/opt/megatron-lm
+torchrun --nnodes 1 --nproc-per-node 1 --standalone \
+  /opt/megatron-lm/pretrain_gpt.py \
+  --num-layers 24 \
+  --hidden-size 1024 \
+  --num-attention-heads 16 \
+  --seq-length 1024 \
+  --max-position-embeddings 1024 \
+  --vocab-size 50257 \
+  --tensor-model-parallel-size 1 \
+  --pipeline-model-parallel-size 1 \
+  --micro-batch-size 4 \
+  --global-batch-size 32 \
+  --bf16 \
+  --lr 0.00015 \
+  --min-lr 1e-05 \
+  --lr-decay-style cosine \
+  --lr-warmup-fraction 0.01 \
+  --lr-decay-iters 320000 \
+  --train-iters 500000 \
+  --weight-decay 0.01 \
+  --clip-grad 1.0 \
+  --eval-interval 1000 \
+  --eval-iters 10 \
+  --mock-data \
+  --tokenizer-type NullTokenizer \
+  --log-interval 10 \
+  --log-throughput \
+  --transformer-impl local \
+  --no-gradient-accumulation-fusion \
+  --no-masked-softmax-fusion \
+  --no-persist-layer-norm

@@ -1,0 +1,30 @@
+# megatron-launch: preset toy (2-layer toy GPT of upstream's simple training loop)
+# world 1 = 1 node(s) × 1 GPU(s) = TP 1 · PP 1 · CP 1 · DP 1
+# batch 8 = micro batch 8 × DP 1 × 1 microbatch(es)
+# parameters 6.10K (6,096; padded vocab 128)
+# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm
+# note: one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer model trains through pretrain_gpt.py with TP 1
+export PYTHONPATH=/opt/megatron-lm
+torchrun --nnodes 1 --nproc-per-node 1 --standalone \
+  /opt/megatron-lm/pretrain_gpt.py \
+  --num-layers 2 \
+  --hidden-size 12 \
+  --num-attention-heads 4 \
+  --seq-length 64 \
+  --max-position-embeddings 64 \
+  --vocab-size 100 \
+  --tensor-model-parallel-size 1 \
+  --pipeline-model-parallel-size 1 \
+  --micro-batch-size 8 \
+  --train-iters 5 \
+  --lr 0.001 \
+  --lr-decay-style constant \
+  --eval-interval 1000 \
+  --eval-iters 0 \
+  --mock-data \
+  --tokenizer-type NullTokenizer \
+  --log-interval 1 \
+  --transformer-impl local \
+  --no-gradient-accumulation-fusion \
+  --no-masked-softmax-fusion \
+  --no-persist-layer-norm

@@ -1,0 +1,8 @@
+# megatron-launch: preset toy (2-layer toy GPT of upstream's simple training loop)
+# world 2 = 1 node(s) × 2 GPU(s) = TP 2 · PP 1 · CP 1 · DP 1
+# batch 8 = micro batch 8 × DP 1 × 1 microbatch(es)
+# parameters 7.63K (7,632; padded vocab 256)
+export CUDA_DEVICE_MAX_CONNECTIONS=1
+export PYTHONPATH=/opt/megatron-lm
+torchrun --nnodes 1 --nproc-per-node 2 --standalone \
+  /opt/megatron-lm/examples/run_simple_mcore_train_loop.py

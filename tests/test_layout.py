@@ -1,0 +1,204 @@
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from launcher.errors import UserError
+from launcher.layout import make_plan
+from launcher.preset import load_preset
+
+
+def plan(preset="345m", overrides=(), nodes=None, gpus=None, te=False, apex=False):
+    return make_plan(load_preset(preset, list(overrides)), nodes, gpus, te, apex)
+
+
+def problems(*args, **kwargs) -> str:
+    with pytest.raises(UserError) as err:
+        plan(*args, **kwargs)
+    return err.value.render()
+
+
+def test_175b_default_world():
+    lay = plan("175b", te=True, apex=True).layout
+    assert (lay.world_size, lay.tp, lay.pp, lay.dp, lay.num_microbatches) == (1536, 8, 16, 12, 128)
+
+
+def test_world_not_divisible_names_every_factor_and_valid_node_counts():
+    text = problems("175b", nodes=1, gpus=8, te=True, apex=True)
+    assert "world size 8 = 1 node(s) × 8 GPUs is not divisible by TP·PP·CP = 8·16·1 = 128" in text
+    assert "--nodes 16 (128 GPUs), 32 (256 GPUs)" in text
+
+
+def test_global_batch_suggests_nearest_valid():
+    text = problems(overrides=["global_batch_size=30"], gpus=8)
+    assert "global batch size 30 is not divisible by micro batch 4 × data-parallel size 8 = 32" in text
+    assert "use global_batch_size 32" in text
+
+
+def test_heads_vs_tp_lists_allowed_values():
+    text = problems(overrides=["tensor_model_parallel_size=3"], gpus=3)
+    assert "num_attention_heads 16 is not a multiple of tensor_model_parallel_size 3" in text
+    assert "[1, 2, 4, 8, 16]" in text
+
+
+def test_layers_vs_pp():
+    text = problems(overrides=["pipeline_model_parallel_size=5"], gpus=5)
+    assert "num_layers 24 is not divisible by pipeline_model_parallel_size 5" in text
+
+
+def test_hidden_vs_heads_unless_kv_channels():
+    assert "hidden_size 1000 is not divisible by num_attention_heads 16" in problems(overrides=["hidden_size=1000"])
+    plan(overrides=["hidden_size=1000", "kv_channels=64", "ffn_hidden_size=4096"])
+
+
+def test_query_groups_multiple_or_divisor_of_tp():
+    base = ["group_query_attention=true", "tensor_model_parallel_size=4"]
+    assert "num_query_groups 3 must be a multiple or divisor of TP 4" in problems(
+        overrides=[*base, "num_query_groups=3"], gpus=4)
+    plan(overrides=[*base, "num_query_groups=2"], gpus=4)
+    plan(overrides=[*base, "num_query_groups=8"], gpus=4)
+
+
+def test_seq_length_vs_max_positions():
+    assert "max_position_embeddings 1024 is smaller than seq_length 2048" in problems(overrides=["seq_length=2048"])
+
+
+def test_virtual_pipeline_and_interleaved_microbatch_rule():
+    ok = plan(overrides=["pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=3"], gpus=4)
+    assert ok.layout.vpp == 2 and ok.layout.num_microbatches == 8
+    text = problems(overrides=["pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=3",
+                               "global_batch_size=24"], gpus=4)
+    assert "needs the number of microbatches 6" in text and "multiple of PP 4" in text
+    assert "per pipeline stage" in problems(
+        overrides=["pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=4"], gpus=4)
+    assert "needs PP > 1" in problems(overrides=["num_virtual_stages_per_pipeline_rank=2"])
+
+
+def test_only_one_virtual_pipeline_option():
+    text = problems(overrides=["pipeline_model_parallel_size=2", "num_layers_per_virtual_pipeline_stage=3",
+                               "num_virtual_stages_per_pipeline_rank=2"], gpus=2)
+    assert "only one of" in text
+
+
+def test_uneven_stages():
+    ok = plan(overrides=["pipeline_model_parallel_size=4", "decoder_first_pipeline_num_layers=3",
+                         "decoder_last_pipeline_num_layers=3"], gpus=4)
+    assert ok.layout.pp == 4
+    assert "middle layers" in problems(overrides=["pipeline_model_parallel_size=4",
+                                                  "decoder_first_pipeline_num_layers=5"], gpus=4)
+
+
+def test_context_parallel_rules():
+    assert "seq_length 1024 is not a multiple of 2·CP = 2·3 = 6" in problems(
+        overrides=["context_parallel_size=3"], gpus=3, te=True)
+    assert "needs Transformer Engine" in problems(overrides=["context_parallel_size=2"], gpus=2)
+    plan(overrides=["context_parallel_size=2"], gpus=2, te=True)
+
+
+def test_sequence_parallel():
+    assert "needs Transformer Engine or NVIDIA apex" in problems(
+        overrides=["tensor_model_parallel_size=2", "sequence_parallel=true"], gpus=2)
+    p = plan(overrides=["sequence_parallel=true"])
+    assert not p.layout.sequence_parallel and any("ignored with TP 1" in w for w in p.warnings)
+
+
+def test_precision_and_optimizer_flags():
+    assert "fp16 and bf16 are both set" in problems(overrides=["fp16=true"])
+    text = problems(overrides=["overlap_param_gather=true"])
+    assert "needs use_distributed_optimizer" in text and "needs overlap_grad_reduce" in text
+
+
+def test_training_length_and_lr_schedule():
+    assert "train_iters and train_samples are both set" in problems(overrides=["train_samples=1000"])
+    assert "lr_decay_samples cannot be used with train_iters" in problems(overrides=["lr_decay_samples=10"])
+    assert "warmup" in problems(overrides=["train_iters=10", "lr_decay_iters=null", "lr_warmup_fraction=null",
+                                           "lr_warmup_iters=20"])
+    assert "min_lr 0.1 is larger than lr" in problems(overrides=["min_lr=0.1"])
+
+
+def test_step_batch_size_schedule():
+    assert "cannot be set together" in problems(overrides=["step_batch_size_schedule=0:16 1M:32"])
+    base = ["global_batch_size=null", "train_iters=null", "lr_decay_iters=null", "train_samples=100000"]
+    assert "must start at threshold 0" in problems(overrides=[*base, "step_batch_size_schedule=5:16 1M:32"])
+    assert "not multiples of micro batch 4" in problems(overrides=[*base, "step_batch_size_schedule=0:16 1M:30"])
+    assert "must not decrease" in problems(overrides=[*base, "step_batch_size_schedule=0:32 1M:16"])
+    plan(overrides=[*base, "step_batch_size_schedule=0:16 2.4B:320"])
+
+
+def test_data_sources_and_required_settings():
+    assert "more than one data source" in problems(overrides=["data_path=/d/x"])
+    assert "eval_interval is not set" in problems(overrides=["eval_interval=null"])
+    assert "lr is not set" in problems(overrides=["lr=null", "min_lr=0"])
+
+
+def test_save_needs_interval():
+    assert "save is set without save_interval" in problems(overrides=["save=/ckpt"])
+
+
+def test_toy_simple_loop_needs_tp2_and_even_gpus():
+    assert plan("toy", gpus=2).entry == "simple_loop"
+    fallback = plan("toy", gpus=1)
+    assert fallback.entry == "pretrain_gpt" and fallback.layout.tp == 1 and fallback.notes
+    assert "hard-codes TP 2" in problems("toy", gpus=3)
+    assert "hard-codes TP 2" in problems("toy", overrides=["tensor_model_parallel_size=4"], gpus=4)
+
+
+def test_every_problem_at_once():
+    with pytest.raises(UserError) as err:
+        plan(overrides=["tensor_model_parallel_size=3", "seq_length=4096", "fp16=true"], gpus=3)
+    assert len(err.value.problems) >= 3
+
+
+# -- properties of the arithmetic ---------------------------------------------------------------------------------
+
+sizes = st.sampled_from([1, 2, 4, 8])
+
+
+@settings(max_examples=150, deadline=None)
+@given(tp=sizes, pp=st.sampled_from([1, 2, 3, 4, 6]), nodes=st.integers(1, 8), gpus=st.sampled_from([1, 2, 4, 8]),
+       mbs=st.sampled_from([1, 2, 4]), gbs=st.integers(1, 256))
+def test_layout_arithmetic(tp, pp, nodes, gpus, mbs, gbs):
+    overrides = [f"tensor_model_parallel_size={tp}", f"pipeline_model_parallel_size={pp}",
+                 f"micro_batch_size={mbs}", f"global_batch_size={gbs}"]
+    world = nodes * gpus
+    valid = world % (tp * pp) == 0 and gbs % (mbs * (world // (tp * pp) or 1)) == 0
+    try:
+        lay = plan(overrides=overrides, nodes=nodes, gpus=gpus).layout
+    except UserError as err:
+        assert not valid, err.render()
+        return
+    assert valid
+    assert lay.tp * lay.pp * lay.cp * lay.dp == world
+    assert lay.micro_batch_size * lay.dp * lay.num_microbatches == gbs
+
+
+@settings(max_examples=60, deadline=None)
+@given(tp=sizes, pp=st.sampled_from([1, 2, 3, 4, 6, 8]), gpus=st.sampled_from([1, 2, 4, 8]))
+def test_suggested_node_counts_are_valid(tp, pp, gpus):
+    overrides = [f"tensor_model_parallel_size={tp}", f"pipeline_model_parallel_size={pp}",
+                 "global_batch_size=null"]
+    try:
+        plan(overrides=overrides, nodes=1, gpus=gpus)
+        return
+    except UserError as err:
+        text = err.render()
+    match = re.search(r"use --nodes ([\d ,()GPUs]+)", text)
+    assert match, text
+    for nodes in re.findall(r"(\d+) \(", match.group(1)):
+        plan(overrides=overrides, nodes=int(nodes), gpus=gpus)
+
+
+@settings(max_examples=60, deadline=None)
+@given(dp=st.sampled_from([1, 2, 3, 4, 8]), mbs=st.sampled_from([1, 2, 4]), gbs=st.integers(1, 200))
+def test_suggested_global_batches_are_valid(dp, mbs, gbs):
+    overrides = [f"micro_batch_size={mbs}", f"global_batch_size={gbs}"]
+    try:
+        plan(overrides=overrides, gpus=dp)
+        return
+    except UserError as err:
+        text = err.render()
+    suggested = re.search(r"use global_batch_size (\d+)(?: or (\d+))?", text)
+    assert suggested, text
+    for value in filter(None, suggested.groups()):
+        plan(overrides=[f"micro_batch_size={mbs}", f"global_batch_size={value}"], gpus=dp)

@@ -1,0 +1,143 @@
+"""The monitor and the end-of-run verdict, fed with the log fixtures line by line."""
+
+import io
+import json
+
+import pytest
+
+from launcher import logparse as lp
+from launcher.monitor import Monitor
+from launcher.runlog import RunLog
+
+
+def summarize(lines, **kwargs):
+    runlog = RunLog()
+    for event in lp.parse_lines(lines):
+        runlog.feed(event)
+    return runlog.summary(**kwargs)
+
+
+def feed_all(monitor, lines):
+    for line in lines:
+        monitor.feed(line + "\n")
+
+
+def test_metrics_jsonl_and_plain_progress(tmp_path, log_fixture):
+    out = io.StringIO()
+    monitor = Monitor(tmp_path, out=out, tty=False)
+    lines = log_fixture("toy_fp32_1gpu.log")
+    feed_all(monitor, lines)
+    summary = monitor.close(exit_code=0)
+
+    records = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    iterations = [r for r in records if r["kind"] == "iteration"]
+    assert [r["iteration"] for r in iterations] == [1, *range(10, 101, 10)]
+    assert [r["warmup"] for r in iterations[:3]] == [True, True, False]
+    # tokens/s = global batch 8 × seq 64 (from the argument dump) / seconds per iteration
+    assert iterations[-1]["tokens_per_s"] == pytest.approx(8 * 64 / 0.0194, rel=1e-3)
+    assert {"lr", "grad_norm", "tflops_per_gpu", "skipped_iterations", "nan_iterations"} <= set(iterations[0])
+    assert [r["max_allocated_mb"] for r in records if r["kind"] == "memory"] == [58.92, 60.07]
+
+    text = out.getvalue()
+    assert "[launch] 100/100 (100%) | loss 4.3120" in text
+    first_progress = next(t for t in text.splitlines() if t.startswith("[launch] 1/100"))
+    assert first_progress.endswith("ETA ?")  # iteration 1 time is start-up: no honest ETA yet
+    assert "outcome:            success" in text
+    assert (tmp_path / "logs" / "attempt-1.log").read_text().splitlines() == lines
+    assert json.loads((tmp_path / "summary.json").read_text())["outcome"] == "success" == summary.outcome
+
+
+def test_tty_progress_bar_replaces_iteration_lines(tmp_path, log_fixture):
+    out = io.StringIO()
+    monitor = Monitor(tmp_path, out=out, tty=True)
+    feed_all(monitor, log_fixture("toy_fp32_1gpu.log"))
+    monitor.close(exit_code=0)
+    text = out.getvalue()
+    assert "iteration       50/     100 |" not in text  # shown as the bar instead
+    assert "100/100" in text and "loss 4.3120" in text and "\r" in text
+    assert "validation loss at iteration 50" in text  # other lines still printed
+
+
+def test_steady_throughput_excludes_the_first_two_lines(log_fixture):
+    summary = summarize(log_fixture("toy_fp32_1gpu.log"))
+    assert summary.steady_ms_per_iter == pytest.approx(19.8, abs=0.3)  # not 18912 ms / 1912 ms start-up
+    assert summary.final_loss == pytest.approx(4.312)
+    assert summary.peak_memory_mb == 60.07 and summary.theoretical_memory_mb == pytest.approx(0.43)
+    assert summary.checkpoints_saved == [100]
+    assert summary.validation == {"validation lm loss": pytest.approx(4.3301), "test lm loss": pytest.approx(4.3356)}
+
+
+def test_two_line_attempt_subtracts_the_first_iteration():
+    def line(it, ms):
+        return lp.IterationLine(iteration=it, train_iters=100, elapsed_ms=ms, global_batch_size=8)
+    runlog = RunLog(seq_length=64)
+    runlog.feed(line(1, 1000.0))
+    runlog.feed(line(10, 118.0))  # 10 iterations averaged, iteration 1 (1000 ms) among them
+    assert runlog.steady_ms_per_iter() == pytest.approx((10 * 118.0 - 1000.0) / 9)
+
+
+def test_fp16_skips_are_not_double_counted(log_fixture):
+    summary = summarize(log_fixture("fp16_8gpu_loss_scale_skips.log"))
+    # per-line counts 1,4,4,0,0,1,0: the first line (iteration 1) is not reset, so the 4 at iteration 5 repeats it
+    assert summary.skipped_iterations == 9
+    assert summary.final_loss == pytest.approx(9.67)
+    assert summary.outcome == "failed" and "without an exit line" in summary.reasons[0]
+
+
+def test_nan_run_fails_even_with_exit_code_zero(log_fixture):
+    summary = summarize(log_fixture("bf16_2gpu_nan.log"), exit_code=0)
+    assert summary.outcome == "failed" and summary.nan_iterations == 3
+    assert any("NaN" in reason for reason in summary.reasons)
+
+
+def test_signal_exit_with_checkpoint_is_stopped(log_fixture):
+    summary = summarize(log_fixture("toy_resume_sigterm.log"), exit_code=0)
+    assert summary.outcome == "stopped" and summary.checkpoints_saved == [83]
+
+
+def test_success_needs_the_tracker_file_to_follow_the_last_save(tmp_path, log_fixture):
+    lines = log_fixture("toy_fp32_1gpu.log")
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("100\n")
+    assert summarize(lines, checkpoint_dir=tmp_path).outcome == "success"
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("50\n")  # async save never finalised
+    behind = summarize(lines, checkpoint_dir=tmp_path)
+    assert behind.outcome == "failed" and "latest_checkpointed_iteration.txt" in behind.reasons[0]
+    assert summarize(lines, exit_code=1).outcome == "failed"
+    (tmp_path / "latest_checkpointed_iteration.txt").unlink()  # the log says saved, the disk disagrees
+    missing = summarize(lines, checkpoint_dir=tmp_path)
+    assert missing.outcome == "failed" and "does not exist" in missing.reasons[0]
+    # a checkpoint directory not visible from here (another machine's disk) is not held against the run
+    assert summarize(lines, checkpoint_dir=tmp_path / "elsewhere").outcome == "success"
+
+
+def test_end_of_training_without_the_final_save_fails(log_fixture):
+    lines = [line for line in log_fixture("toy_fp32_1gpu.log") if "ing checkpoint" not in line and "saved" not in line]
+    summary = summarize(lines)
+    assert summary.outcome == "failed" and "no successful checkpoint save" in summary.reasons[0]
+
+
+def test_traceback_fails_the_run(log_fixture):
+    lines = log_fixture("toy_fp32_1gpu.log")[:60] + [
+        "[rank0]: Traceback (most recent call last):",
+        "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ]
+    summary = summarize(lines, exit_code=0)
+    assert summary.outcome == "failed" and "OutOfMemoryError: CUDA out of memory" in summary.reasons[0]
+
+
+def test_a_resume_is_a_new_attempt_in_the_same_run_dir(tmp_path, log_fixture):
+    first = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    feed_all(first, log_fixture("toy_truncated.log"))
+    first.close(exit_code=1)
+    second = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    feed_all(second, log_fixture("toy_resume_sigterm.log"))
+    second.close(exit_code=0)
+    assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["attempt-1.log", "attempt-2.log"]
+    attempts = {json.loads(r).get("attempt") for r in (tmp_path / "metrics.jsonl").read_text().splitlines()}
+    assert attempts == {1, None}  # memory records carry no attempt
+
+
+def test_a_logged_exception_without_traceback_is_not_a_crash(log_fixture):
+    lines = log_fixture("toy_fp32_1gpu.log")
+    lines.insert(40, "ValueError: optional fused kernel unavailable, using the fallback")
+    assert summarize(lines, exit_code=0).outcome == "success"
