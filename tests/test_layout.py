@@ -31,7 +31,7 @@ def test_world_not_divisible_names_every_factor_and_valid_node_counts():
 
 
 def test_global_batch_suggests_nearest_valid():
-    text = problems(overrides=["global_batch_size=30"], gpus=8)
+    text = problems(overrides=["global_batch_size=30", "micro_batch_size=4"], gpus=8)
     assert "global batch size 30 is not divisible by micro batch 4 × data-parallel size 8 = 32" in text
     assert "use global_batch_size 32" in text
 
