@@ -3,6 +3,7 @@
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
     launch --resume RUN_DIR [--set NAME=VALUE ...]
     launch list
+    launch plan PRESET [--nodes N --gpus-per-node G | --gpus N] [--gpu NAME] [--top N] [--format text|json]
     launch report RUN_DIR | LOG...
 """
 
@@ -49,6 +50,11 @@ def run_parser() -> _Parser:
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
     p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
     p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    p.add_argument("--check", action="store_true",
+                   help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
+                        "torch; touches no GPU) and show its verdict next to the launcher's")
+    p.add_argument("--no-preflight", action="store_true",
+                   help="start training without the environment checks of `launch doctor`")
     return p
 
 
@@ -74,26 +80,35 @@ def cmd_run(argv: list[str]) -> int:
         preset = load_preset(args.preset, args.overrides)
     gpus = args.gpus_per_node
     nodes = args.nodes
-    if not args.dry_run and gpus is None:
+    if not (args.dry_run or args.check) and gpus is None:
         gpus = local.visible_gpus()
         if gpus == 0:
             raise UserError("no GPU is visible on this machine",
                             "run on a GPU machine, or use --dry-run to print the command")
         nodes = nodes or 1
     kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+    path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
+    if args.check:
+        from launcher.upstream_check import check_preset
+
+        return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
     if not args.dry_run:
+        # Checkout and environment first, so that a failed check leaves no run directory behind.
+        require_checkout(path, plan.entry)
+        if not args.no_preflight:
+            from launcher.doctor import preflight_or_raise
+
+            preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
         # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
         prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
         preset = prepared.preset
         plan = replace(plan, preset=preset)
-    path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
     command = build_command(plan, path, kernels)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(plan, command, kernels))
         return 0
-    require_checkout(path, plan.entry)
     sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
     sys.stdout.flush()
     return tracking.execute(prepared, plan, command, path)
@@ -121,6 +136,22 @@ def cmd_list(argv: list[str]) -> int:
     return 0
 
 
+def cmd_doctor(argv: list[str]) -> int:
+    from launcher import doctor
+
+    return doctor.main(argv)
+
+
+def cmd_plan(argv: list[str]) -> int:
+    from launcher import plan_report
+
+    parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
+                     "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
+    plan_report.add_arguments(parser)
+    sys.stdout.write(plan_report.run(parser.parse_args(argv)))
+    return 0
+
+
 def cmd_report(argv: list[str]) -> int:
     from launcher import report
 
@@ -130,9 +161,18 @@ def cmd_report(argv: list[str]) -> int:
     return report.run(parser.parse_args(argv))
 
 
+def cmd_prepare_data(argv: list[str]) -> int:
+    from launcher.dataprep.cli import main as prepare_data_main
+
+    return prepare_data_main(argv)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "list": cmd_list,
+    "doctor": cmd_doctor,
+    "plan": cmd_plan,
     "report": cmd_report,
+    "prepare-data": cmd_prepare_data,
 }
 
 

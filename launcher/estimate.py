@@ -1,54 +1,100 @@
-"""Model size arithmetic, without torch: padded vocabulary and the exact parameter count of Megatron's GPT."""
+"""Parameters, FLOPs, memory per GPU and time for a Megatron GPT run, before anything starts.
+
+Pure functions over Megatron argument names (the `dest` of each flag) and plain ints; no torch, no megatron.
+
+Two memory models live here:
+
+* `megatron_memory`: Megatron's own `theoretical_memory_usage` at 432d76b2b8bf, term for term (reference §3.2).
+  Its figures equal what Megatron prints after the first iterations, and tests hold it to that.
+* `complete_memory`: what a GPU actually has to hold, adding what Megatron's report leaves out:
+  - exact parameters per pipeline stage (biases, learned position embeddings, and the copy of the tied word
+    embedding that the last stage keeps for the output layer when PP > 1), every stage checked, not only the first;
+  - bytes per parameter by precision (fp32 training has no separate master copy: 16 B/param, not 18);
+  - activations per stage from Korthikanti et al. (2022) Table 2 with GQA/SwiGLU/kv_channels widths, the
+    attention-score term (5·a·s²·b) when core attention is not fused (`--transformer-impl local`) and not
+    recomputed, full recompute storing only each layer's input, and fp32 activations at twice the width;
+  - the fp32 logits of the output layer on the last stage.
+"""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
+
+GIB = 1024**3
+MB = 1024**2  # Megatron's "MB" in its memory report is 2**20 bytes.
+
+# Megatron's parser defaults at 432d76b2b8bf for every name read here (checked with its parse_args()).
+MEGATRON_DEFAULTS: dict[str, Any] = {
+    "ffn_hidden_size": None,
+    "kv_channels": None,
+    "group_query_attention": False,
+    "num_query_groups": 1,
+    "swiglu": False,
+    "normalization": "LayerNorm",
+    "position_embedding_type": "learned_absolute",
+    "max_position_embeddings": None,
+    "untie_embeddings_and_output_weights": False,
+    "add_bias_linear": True,
+    "add_qkv_bias": False,
+    "attention_output_gate": False,
+    "make_vocab_size_divisible_by": 128,
+    "padded_vocab_size": None,
+    "pad_vocab_size": True,
+    "vocab_size": None,
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "context_parallel_size": 1,
+    "num_virtual_stages_per_pipeline_rank": None,
+    "num_layers_per_virtual_pipeline_stage": None,
+    "micro_batch_size": 1,
+    "global_batch_size": None,
+    "sequence_parallel": False,
+    "recompute_granularity": None,
+    "recompute_activations": False,
+    "use_distributed_optimizer": False,
+    "bf16": False,
+    "fp16": False,
+    "transformer_impl": "transformer_engine",
+    "attention_dropout": 0.1,
+}
+
+
+def _get(args: Mapping[str, Any], name: str) -> Any:
+    value = args.get(name)
+    return MEGATRON_DEFAULTS.get(name) if value is None else value
+
+
+# --------------------------------------------------------------------------------------------------- shape
+
+
+def pad_vocab(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
+    """Megatron's rule (build_tokenizer.vocab_size_with_padding): round up to a multiple of divisor·TP."""
+    multiple = divisible_by * tensor_parallel
+    return math.ceil(vocab_size / multiple) * multiple
 
 
 def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
-    """Megatron's build_tokenizer padding: up to a multiple of make_vocab_size_divisible_by × TP."""
+    """The vocabulary the model is built with at TP `tp`: --padded-vocab-size, or padded as Megatron pads."""
     if args.get("padded_vocab_size"):
-        return args["padded_vocab_size"]
-    vocab = args["vocab_size"]
+        return int(args["padded_vocab_size"])
+    vocab = args.get("vocab_size")
     if vocab is None:
         raise ValueError("vocab_size is not set")
     if args.get("pad_vocab_size") is False:
-        return vocab
-    multiple = args.get("make_vocab_size_divisible_by", 128) * tp
-    return math.ceil(vocab / multiple) * multiple
+        return int(vocab)
+    return pad_vocab(int(vocab), tp, int(_get(args, "make_vocab_size_divisible_by")))
 
 
 def ffn_hidden_size(args: Mapping[str, Any]) -> int:
+    """Megatron's default MLP width: 4h, or int(8h/3/64)·64 with SwiGLU."""
     if args.get("ffn_hidden_size"):
-        return args["ffn_hidden_size"]
-    hidden = args["hidden_size"]
-    return int((4 * hidden * 2 / 3) / 64) * 64 if args.get("swiglu") else 4 * hidden
-
-
-def parameter_count(args: Mapping[str, Any], tp: int = 1) -> int:
-    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions included)."""
-    h, layers, heads = args["hidden_size"], args["num_layers"], args["num_attention_heads"]
-    head_dim = args.get("kv_channels") or h // heads
-    groups = args.get("num_query_groups", 1) if args.get("group_query_attention") else heads
-    q_width, kv_width = heads * head_dim, 2 * groups * head_dim
-    ffn = ffn_hidden_size(args)
-    bias = args.get("add_bias_linear", True)
-    qkv_bias = bias or args.get("add_qkv_bias", False)
-    norm = h if args.get("normalization") == "RMSNorm" else 2 * h
-    fc1_out = 2 * ffn if args.get("swiglu") else ffn
-
-    attention = h * (q_width + kv_width) + (q_width + kv_width if qkv_bias else 0) + q_width * h + (h if bias else 0)
-    mlp = h * fc1_out + (fc1_out if bias else 0) + ffn * h + (h if bias else 0)
-    per_layer = attention + mlp + 2 * norm
-
-    vocab = padded_vocab_size(args, tp)
-    embedding = vocab * h
-    positions = args["max_position_embeddings"] * h if args.get("position_embedding_type",
-                                                                  "learned_absolute") == "learned_absolute" else 0
-    output = vocab * h if args.get("untie_embeddings_and_output_weights") else 0
-    return layers * per_layer + norm + embedding + positions + output
+        return int(args["ffn_hidden_size"])
+    hidden = int(args["hidden_size"])
+    return int(8 * hidden / 3 / 64) * 64 if args.get("swiglu") else 4 * hidden
 
 
 def human(count: float) -> str:
@@ -56,3 +102,615 @@ def human(count: float) -> str:
         if count >= size:
             return f"{count / size:.2f}{unit}"
     return str(int(count))
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The GPT shape with Megatron's defaults filled in (ffn 4h or SwiGLU's 8h/3, kv_channels h/n, groups)."""
+
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    kv_channels: int
+    num_query_groups: int
+    ffn_hidden_size: int
+    swiglu: bool
+    norm_size: int  # weights per norm per element: 2 for LayerNorm (weight+bias), 1 for RMSNorm
+    vocab_size: int
+    padded_vocab_size: int
+    seq_length: int
+    position_embeddings: int  # rows of the learned position table (0 with RoPE / none)
+    untied: bool
+    linear_bias: bool
+    qkv_bias: bool
+    attention_output_gate: bool
+
+    @property
+    def query_size(self) -> int:
+        return self.kv_channels * self.num_attention_heads
+
+    @property
+    def kv_size(self) -> int:
+        return self.kv_channels * self.num_query_groups
+
+
+def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> ModelShape:
+    """Resolve the model shape from Megatron arguments; TP (for vocab padding) defaults to the args' value."""
+    hidden = int(args["hidden_size"])
+    heads = int(args["num_attention_heads"])
+    tp = int(tensor_parallel or _get(args, "tensor_model_parallel_size"))
+    swiglu = bool(_get(args, "swiglu"))
+    ffn = ffn_hidden_size(args)
+    kv_channels = _get(args, "kv_channels") or hidden // heads
+    groups = int(_get(args, "num_query_groups")) if _get(args, "group_query_attention") else heads
+    vocab = int(_get(args, "vocab_size") or 0)
+    padded = padded_vocab_size(args, tp) if vocab or _get(args, "padded_vocab_size") else 0
+    seq = int(args["seq_length"])
+    learned = _get(args, "position_embedding_type") == "learned_absolute"
+    return ModelShape(
+        num_layers=int(args["num_layers"]),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        kv_channels=int(kv_channels),
+        num_query_groups=groups,
+        ffn_hidden_size=int(ffn),
+        swiglu=swiglu,
+        norm_size=1 if _get(args, "normalization") == "RMSNorm" else 2,
+        vocab_size=vocab,
+        padded_vocab_size=padded,
+        seq_length=seq,
+        position_embeddings=int(_get(args, "max_position_embeddings") or seq) if learned else 0,
+        untied=bool(_get(args, "untie_embeddings_and_output_weights")),
+        linear_bias=bool(_get(args, "add_bias_linear")),
+        qkv_bias=bool(_get(args, "add_bias_linear") or _get(args, "add_qkv_bias")),
+        attention_output_gate=bool(_get(args, "attention_output_gate")),
+    )
+
+
+@dataclass(frozen=True)
+class Training:
+    """The parallel layout and training knobs that change memory and time."""
+
+    world_size: int
+    tp: int = 1
+    pp: int = 1
+    vpp: int = 1  # model chunks per pipeline rank; 1 = not interleaved
+    cp: int = 1
+    micro_batch_size: int = 1
+    global_batch_size: int = 1
+    sequence_parallel: bool = False
+    recompute: str = "none"  # none | selective | full
+    distributed_optimizer: bool = False
+    precision: str = "bf16"  # bf16 | fp16 | fp32
+    fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
+
+    @property
+    def dp(self) -> int:
+        return self.world_size // (self.tp * self.pp * self.cp)
+
+    @property
+    def num_microbatches(self) -> int:
+        return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+
+def recompute_of(args: Mapping[str, Any]) -> str:
+    if _get(args, "recompute_activations"):
+        return "selective"
+    return _get(args, "recompute_granularity") or "none"
+
+
+def precision_of(args: Mapping[str, Any]) -> str:
+    return "bf16" if _get(args, "bf16") else "fp16" if _get(args, "fp16") else "fp32"
+
+
+def virtual_stages_of(args: Mapping[str, Any]) -> int:
+    """Megatron's VPP from either flag (a result of 1 means no interleaving)."""
+    if _get(args, "num_virtual_stages_per_pipeline_rank"):
+        return int(_get(args, "num_virtual_stages_per_pipeline_rank"))
+    per_stage = _get(args, "num_layers_per_virtual_pipeline_stage")
+    if per_stage:
+        pp = int(_get(args, "pipeline_model_parallel_size"))
+        return max(1, int(args["num_layers"]) // pp // int(per_stage))
+    return 1
+
+
+def training_of(args: Mapping[str, Any], world_size: int) -> Training:
+    """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron)."""
+    tp = int(_get(args, "tensor_model_parallel_size"))
+    pp = int(_get(args, "pipeline_model_parallel_size"))
+    cp = int(_get(args, "context_parallel_size"))
+    mbs = int(_get(args, "micro_batch_size"))
+    dp = max(1, world_size // (tp * pp * cp))
+    return Training(
+        world_size=world_size,
+        tp=tp,
+        pp=pp,
+        vpp=virtual_stages_of(args),
+        cp=cp,
+        micro_batch_size=mbs,
+        global_batch_size=int(_get(args, "global_batch_size") or mbs * dp),
+        sequence_parallel=bool(_get(args, "sequence_parallel")) and tp > 1,
+        recompute=recompute_of(args),
+        distributed_optimizer=bool(_get(args, "use_distributed_optimizer")),
+        precision=precision_of(args),
+        fused_attention=_get(args, "transformer_impl") != "local",
+    )
+
+
+# --------------------------------------------------------------------------------------------------- parameters
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """Exact parameters of one transformer layer, split by how TP holds them."""
+
+    sharded: int  # split across TP ranks (QKV/fc1 weights+biases, proj/fc2 weights)
+    replicated: int  # on every TP rank (norms, row-parallel biases)
+
+    @property
+    def total(self) -> int:
+        return self.sharded + self.replicated
+
+
+def layer_params(m: ModelShape) -> LayerParams:
+    h = m.hidden_size
+    qkv_out = m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)
+    fc1_out = m.ffn_hidden_size * (2 if m.swiglu else 1)
+    sharded = h * qkv_out + m.query_size * h + h * fc1_out + m.ffn_hidden_size * h
+    if m.qkv_bias:
+        sharded += qkv_out
+    replicated = 2 * m.norm_size * h  # input norm + pre-MLP norm
+    if m.linear_bias:
+        sharded += fc1_out
+        replicated += 2 * h  # proj and fc2 biases (row-parallel: replicated)
+    return LayerParams(sharded, replicated)
+
+
+def parameter_count(args: Mapping[str, Any], tp: int = 1) -> int:
+    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions included; no
+    MoE/MTP), with the vocabulary padded for TP `tp`."""
+    m = model_shape(args, tp)
+    embedding = m.padded_vocab_size * m.hidden_size
+    total = m.num_layers * layer_params(m).total + m.norm_size * m.hidden_size
+    total += embedding * (2 if m.untied else 1) + m.position_embeddings * m.hidden_size
+    return total
+
+
+@dataclass(frozen=True)
+class StageParams:
+    """Parameters one GPU of a pipeline stage holds (its TP shard)."""
+
+    stage: int
+    layers: int
+    params: float
+
+
+def stage_parameters(m: ModelShape, t: Training) -> tuple[StageParams, ...]:
+    """Exact per-GPU parameters of every pipeline stage (uneven stages not modelled: layers/PP each)."""
+    return _stage_parameters(m, t.tp, t.pp)
+
+
+@lru_cache(maxsize=4096)
+def _stage_parameters(m: ModelShape, tp: int, pp: int) -> tuple[StageParams, ...]:
+    lp = layer_params(m)
+    layers = m.num_layers // pp
+    h = m.hidden_size
+    word = m.padded_vocab_size * h / tp
+    stages = []
+    for stage in range(pp):
+        params = layers * (lp.sharded / tp + lp.replicated)
+        first, last = stage == 0, stage == pp - 1
+        if first:
+            params += word + m.position_embeddings * h
+        if last:
+            params += m.norm_size * h
+            if m.untied or not first:  # tied weights: the last stage keeps its own copy when PP > 1
+                params += word
+        stages.append(StageParams(stage, layers, params))
+    return tuple(stages)
+
+
+@dataclass(frozen=True)
+class MegatronParams:
+    """Megatron's counts as its memory report prints them (biases and position embeddings left out)."""
+
+    transformer_block: float
+    embedding: float
+    total: float
+    most_loaded_shard: float
+
+
+def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
+    """compute_weight_and_optimizer_memory's parameter counts (dense GPT, no MoE/MTP/MLA)."""
+    h = m.hidden_size
+    p = m.query_size / h
+    attention = 2 * h * h * (1 + m.num_query_groups / m.num_attention_heads) * p
+    mlp = 2 * h * m.ffn_hidden_size * (1.5 if m.swiglu else 1)
+    norms = 2 * h * m.norm_size
+    final_norm = m.norm_size * h
+    embedding = h * m.padded_vocab_size
+    block = (attention + mlp + norms) * m.num_layers + final_norm
+    embeddings = 2 * embedding if m.untied else embedding
+    shard = ((attention + mlp) * m.num_layers / t.pp + embedding) / t.tp
+    shard += (norms * m.num_layers + final_norm) / t.pp
+    if m.untied and t.pp == 1:
+        shard += embedding / t.tp
+    return MegatronParams(block, embeddings, block + embeddings, shard)
+
+
+# --------------------------------------------------------------------------------------------------- FLOPs
+
+
+@lru_cache(maxsize=4096)
+def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
+    """Megatron's num_floating_point_operations (training.py:411) for a dense GPT, BSHD, no MoE/MTP/MLA.
+
+    Model FLOPs (forward + both backward GEMMs, recompute not counted), as Megatron logs TFLOP/s from.
+    """
+    tokens = global_batch_size * m.seq_length
+    h = m.hidden_size
+    q, kv = m.query_size, m.kv_size
+    gate = q if m.attention_output_gate else 0
+    ffn_factor = 3 if m.swiglu else 2
+    attention_linear = 6 * (h * (q + 2 * kv + gate) + q * h)
+    attention_core = 6 * q  # ½ causal mask × 2 GEMMs
+    per_token = 6 * h * m.ffn_hidden_size * ffn_factor * m.num_layers + attention_linear * m.num_layers
+    per_token += 6 * h * m.padded_vocab_size
+    return tokens * per_token + global_batch_size * m.seq_length**2 * attention_core * m.num_layers
+
+
+# --------------------------------------------------------------------------------------------------- memory
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes per GPU on the most loaded GPU."""
+
+    weights: float
+    gradients: float
+    optimizer: float
+    activations: float
+    stage: int = 0  # which pipeline stage is the most loaded
+    model: str = "megatron"
+
+    @property
+    def weights_and_optimizer(self) -> float:
+        return self.weights + self.gradients + self.optimizer
+
+    @property
+    def total(self) -> float:
+        return self.weights_and_optimizer + self.activations
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.update(weights_and_optimizer=self.weights_and_optimizer, total=self.total)
+        return d
+
+
+def megatron_activation_bytes(m: ModelShape, t: Training) -> float:
+    """Megatron's compute_activation_memory / _without_sp (first stage), chosen as Megatron chooses."""
+    s, b, h, pp = m.seq_length, t.micro_batch_size, m.hidden_size, t.pp
+    with_sp = t.sequence_parallel and t.recompute == "selective"
+    if with_sp:
+        act = s * b * h * (18 + 4 * m.ffn_hidden_size / h) * m.num_layers
+    else:
+        act = s * b * h * (10 + 24 / t.tp) * m.num_layers
+    act += 8 * s * b * pp + s * b * h * pp
+    if t.vpp > 1:
+        act *= 1 + (pp - 1) / (pp * t.vpp)
+    elif pp > 1:
+        act *= min(1, t.num_microbatches / pp)
+    if with_sp:
+        if pp == 1:
+            act += s * b * h * 4 * (1 + m.padded_vocab_size / h)
+        return act / t.tp
+    if pp == 1:
+        act += 2 * (s * b * m.padded_vocab_size / t.tp + s * b * h)
+    return act * 1.05
+
+
+def megatron_memory(m: ModelShape, t: Training) -> Memory:
+    """Megatron's theoretical memory: bf16 weights (2 B), fp32 main grads (4 B), fp32 master+Adam (12 B, /DP
+    with the distributed optimizer; DP = world/(TP·PP·CP)), and Megatron's activation formula."""
+    shard = megatron_parameters(m, t).most_loaded_shard
+    optimizer = 12 / t.dp if t.distributed_optimizer else 12
+    return Memory(2 * shard, 4 * shard, optimizer * shard, megatron_activation_bytes(m, t), 0, "megatron")
+
+
+def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter with Megatron's mixed-precision Adam."""
+    if t.precision == "fp32":
+        weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
+    else:
+        weights, grads, optimizer = 2, 4, 12  # half params, fp32 main grads, fp32 master + m + v
+    if t.distributed_optimizer:
+        optimizer /= t.dp
+    return weights, grads, optimizer
+
+
+def layer_activation_bytes(m: ModelShape, t: Training) -> float:
+    """One layer, one microbatch, one GPU: Korthikanti et al. Table 2, generalised to GQA/SwiGLU/kv_channels."""
+    s, b, h = m.seq_length, t.micro_batch_size, m.hidden_size
+    w = 4 if t.precision == "fp32" else 2  # bytes per stored activation element
+    # Outside the TP regions: two norm inputs, QKV input, fc1 input (w each), two dropout masks (1 B each).
+    replicated = s * b * h * (4 * w + 2)
+    # Inside: Q, K, V and the proj input; the MLP's activation input (2F wide with SwiGLU) and fc2 input.
+    sharded = w * s * b * (2 * m.query_size + 2 * m.kv_size)
+    sharded += w * s * b * m.ffn_hidden_size * (3 if m.swiglu else 2)
+    if not t.fused_attention and t.recompute == "none":
+        sharded += m.num_attention_heads * s * s * b * (2 * w + 1)  # scores, softmax, dropout mask
+    if t.sequence_parallel:
+        return (replicated + sharded) / t.tp
+    return replicated + sharded / t.tp
+
+
+def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
+    """Activations held by one GPU of `stage` at the peak of the 1F1B / interleaved schedule."""
+    s, b, h = m.seq_length, t.micro_batch_size, m.hidden_size
+    w = 4 if t.precision == "fp32" else 2
+    layers = m.num_layers / t.pp
+    per_layer = layer_activation_bytes(m, t)
+    if t.recompute == "full":
+        # Each layer keeps only its input; one layer's working set is rebuilt at a time.
+        kept = w * s * b * h / (t.tp if t.sequence_parallel else 1)
+        transient = per_layer
+    else:
+        kept, transient = per_layer, 0.0
+    if t.vpp > 1:  # Megatron's interleaved warm-up: chunks of layers/VPP in flight
+        chunks = min((t.pp - stage - 1) * 2 + (t.vpp - 1) * t.pp + 1, t.num_microbatches * t.vpp)
+        in_flight_layers = chunks * layers / t.vpp
+        in_flight = chunks / t.vpp
+    else:
+        in_flight = min(t.pp - stage, t.num_microbatches)
+        in_flight_layers = in_flight * layers
+    act = kept * in_flight_layers + transient
+    if stage == 0:  # embedding output (dropout mask) and token ids, per microbatch in flight
+        act += in_flight * (s * b * h + 8 * s * b)
+    if stage == t.pp - 1:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP
+        act += 2 * 4 * s * b * m.padded_vocab_size / t.tp + w * s * b * h
+    return act
+
+
+def complete_memory(m: ModelShape, t: Training) -> Memory:
+    """The most loaded GPU over all pipeline stages, with exact parameters and per-stage activations."""
+    wb, gb, ob = bytes_per_parameter(t)
+    best: Memory | None = None
+    stages = stage_parameters(m, t)
+    # Middle stages hold no embedding or output layer and fewer microbatches than stage 0: never the peak.
+    for sp in dict.fromkeys((stages[0], stages[-1])):
+        mem = Memory(
+            wb * sp.params, gb * sp.params, ob * sp.params,
+            stage_activation_bytes(m, t, sp.stage), sp.stage, "complete",
+        )
+        if best is None or mem.total > best.total:
+            best = mem
+    assert best is not None
+    return best
+
+
+# --------------------------------------------------------------------------------------------------- GPUs
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU model: memory torch reports, dense bf16 peak, the sustained rate we assume, link speeds."""
+
+    name: str
+    memory_bytes: float
+    peak_tflops: float  # dense bf16, vendor datasheet
+    sustained_tflops: float  # model TFLOP/s per GPU assumed for Megatron at a good layout
+    nvlink_gbps: float  # GB/s per GPU, one direction, inside a node
+    network_gbps: float  # GB/s per GPU between nodes
+    note: str = ""
+
+
+# Sustained figures: about 40-45 % of peak, what Megatron reaches on large models (Narayanan et al. 2021
+# report 138 TFLOP/s/GPU on A100 for GPT-3 175B); on H200 we measured 447 TFLOP/s for the 175b layer shape
+# without Transformer Engine and 135-290 for 345m (reference/gpu-measurements.md). Override with --tflops.
+GPUS: dict[str, Gpu] = {
+    g.name: g
+    for g in [
+        Gpu("a100-40gb", 39.4 * GIB, 312, 140, 300, 25, "A100 SXM4 40GB, 200 Gb/s IB per GPU"),
+        Gpu("a100-80gb", 79.2 * GIB, 312, 140, 300, 25, "A100 SXM4 80GB, 200 Gb/s IB per GPU"),
+        Gpu("h100-80gb", 79.1 * GIB, 989, 400, 450, 50, "H100 SXM5 80GB, 400 Gb/s IB per GPU"),
+        Gpu("h200-141gb", 139.8 * GIB, 989, 420, 450, 50, "H200 SXM 141GB, 400 Gb/s IB per GPU"),
+        Gpu("b200-180gb", 178.4 * GIB, 2250, 900, 900, 50, "B200 180GB, 400 Gb/s IB per GPU"),
+        Gpu("gh200-96gb", 94.5 * GIB, 989, 400, 450, 50, "GH200 Grace Hopper 96GB HBM3"),
+        Gpu("l40s-48gb", 44.4 * GIB, 362, 140, 32, 25, "L40S 48GB, PCIe only"),
+    ]
+}
+DEFAULT_GPU = "h100-80gb"
+# Room left for the CUDA context, NCCL buffers and allocator fragmentation, which no formula above counts.
+USABLE_FRACTION = 0.90
+
+
+def gpu_by_name(name: str) -> Gpu:
+    """Look a GPU up by catalogue name; raises UserError listing the known names."""
+    from launcher.errors import Problem, UserError
+
+    key = name.strip().lower()
+    if key in GPUS:
+        return GPUS[key]
+    raise UserError(Problem(f"unknown GPU {name!r}", f"known GPUs: {', '.join(sorted(GPUS))}"))
+
+
+def fit_status(memory_bytes: float, gpu: Gpu) -> str:
+    """'fits' below USABLE_FRACTION of the GPU, 'tight' up to its full memory, else 'does not fit'."""
+    if memory_bytes <= USABLE_FRACTION * gpu.memory_bytes:
+        return "fits"
+    if memory_bytes <= gpu.memory_bytes:
+        return "tight"
+    return "does not fit"
+
+
+# --------------------------------------------------------------------------------------------------- time
+
+# Fixed small-kernel cost per layer per microbatch (fwd+bwd). Measured on H200 without TE: 345m at micro
+# batch 8 vs 16 (same global batch) differ by ~40 ms per microbatch, i.e. ~1.6 ms per layer; TE fuses more.
+KERNEL_OVERHEAD_S = 1.0e-3
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per iteration, by cause. `total` is what ranking and time-to-budget use."""
+
+    compute: float  # model + recompute FLOPs at the sustained rate
+    bubble: float  # pipeline fill/drain: compute·(PP-1)/(VPP·M)
+    tensor_comm: float  # TP all-reduces (or SP all-gather/reduce-scatter), not overlapped
+    data_comm: float  # gradient reduction (+ param all-gather with the distributed optimizer)
+    pipeline_comm: float  # activations between stages
+    overhead: float  # kernel launches: KERNEL_OVERHEAD_S per layer-microbatch on each GPU
+    tflops_assumed: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.bubble + self.tensor_comm + self.data_comm
+                + self.pipeline_comm + self.overhead)
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+def recompute_flops_factor(m: ModelShape, t: Training) -> float:
+    """Hardware FLOPs / model FLOPs: full recompute repeats each layer's forward (+1/3 of the layers' work);
+    selective repeats the core attention forward."""
+    if t.recompute == "full":
+        layer_share = 1 - 6 * m.hidden_size * m.padded_vocab_size / (
+            flops_per_iteration(m, 1) / m.seq_length)
+        return 1 + layer_share / 3
+    if t.recompute == "selective":
+        core = 6 * m.query_size * m.seq_length * m.num_layers * m.seq_length
+        return 1 + core / 3 / flops_per_iteration(m, 1)
+    return 1.0
+
+
+def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
+              tflops: float | None = None) -> StepTime:
+    """A simple, documented step-time model (for ranking layouts; absolute figures are estimates).
+
+    - compute: FLOPs·recompute_factor / (world · sustained TFLOP/s);
+    - bubble: compute · (PP−1)/(VPP·M) (Narayanan et al. 2021);
+    - TP: 4 all-reduces (2 fwd, 2 bwd) of s·b·h activations per layer per microbatch, ring cost 2(t−1)/t,
+      over NVLink when TP fits in a node else over the network; SP moves the same bytes;
+    - DP: gradient all-reduce 2(d−1)/d of the shard's fp32 grads (reduce-scatter + bf16 param all-gather with
+      the distributed optimizer), over the network when DP spans nodes; counted as not overlapped;
+    - PP: one s·b·h activation each way per microbatch per chunk boundary;
+    - overhead: KERNEL_OVERHEAD_S per layer per microbatch, which favours bigger micro batches.
+    """
+    rate = (tflops or gpu.sustained_tflops) * 1e12
+    flops = flops_per_iteration(m, t.global_batch_size) * recompute_flops_factor(m, t)
+    compute = flops / (t.world_size * rate)
+    M = t.num_microbatches
+    bubble = compute * (t.pp - 1) / (t.vpp * M)
+    s, b, h = m.seq_length, t.micro_batch_size, m.hidden_size
+    act_bytes = (4 if t.precision == "fp32" else 2) * s * b * h
+    layers_here = m.num_layers / t.pp
+    tp_bw = (gpu.nvlink_gbps if t.tp <= gpus_per_node else gpu.network_gbps) * 1e9
+    tensor_comm = 0.0
+    if t.tp > 1:
+        tensor_comm = 4 * layers_here * M * 2 * (t.tp - 1) / t.tp * act_bytes / tp_bw
+    model_group = t.tp * t.pp * t.cp
+    dp_bw = (gpu.nvlink_gbps if model_group * t.dp <= gpus_per_node else gpu.network_gbps) * 1e9
+    shard = max(sp.params for sp in stage_parameters(m, t))
+    data_comm = 0.0
+    if t.dp > 1:
+        grad_bytes = 4 * shard
+        if t.distributed_optimizer:
+            volume = (t.dp - 1) / t.dp * (grad_bytes + (2 if t.precision != "fp32" else 4) * shard)
+        else:
+            volume = 2 * (t.dp - 1) / t.dp * grad_bytes
+        data_comm = volume / dp_bw
+    pipeline_comm = 0.0
+    if t.pp > 1:
+        pp_bw = (gpu.nvlink_gbps if t.tp * t.pp <= gpus_per_node else gpu.network_gbps) * 1e9
+        pipeline_comm = 2 * M * t.vpp * act_bytes / t.tp / pp_bw
+    overhead = KERNEL_OVERHEAD_S * layers_here * M
+    return StepTime(compute, bubble, tensor_comm, data_comm, pipeline_comm, overhead, rate / 1e12)
+
+
+def time_to_tokens(step_seconds: float, global_batch_size: int, seq_length: int, tokens: float) -> float:
+    """Seconds to train `tokens` tokens at `step_seconds` per iteration of global_batch_size·seq_length."""
+    return tokens / (global_batch_size * seq_length) * step_seconds
+
+
+# --------------------------------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything `launch plan` prints for one layout."""
+
+    shape: ModelShape
+    training: Training
+    gpu: Gpu
+    parameters: int
+    megatron_params: MegatronParams
+    flops_per_iteration: float
+    megatron: Memory
+    megatron_other_optimizer: Memory  # the same with the distributed optimizer toggled
+    complete: Memory
+    fit: str
+    step: StepTime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_node: int = 8,
+             tflops: float | None = None) -> Estimate:
+    m = model_shape(args, training.tp)
+    toggled = Training(**{**asdict(training), "distributed_optimizer": not training.distributed_optimizer})
+    complete = complete_memory(m, training)
+    return Estimate(
+        shape=m,
+        training=training,
+        gpu=gpu,
+        parameters=parameter_count(args, training.tp),
+        megatron_params=megatron_parameters(m, training),
+        flops_per_iteration=flops_per_iteration(m, training.global_batch_size),
+        megatron=megatron_memory(m, training),
+        megatron_other_optimizer=megatron_memory(m, toggled),
+        complete=complete,
+        fit=fit_status(complete.total, gpu),
+        step=step_time(m, training, gpu, gpus_per_node, tflops),
+    )
+
+
+def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
+            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
+    """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
+
+    `layout` is launcher.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
+    global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
+    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
+    """
+    g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
+    base = training_of(args, int(layout.world_size))
+    t = Training(**{
+        **asdict(base),
+        "tp": int(layout.tp), "pp": int(layout.pp), "cp": int(getattr(layout, "cp", 1) or 1),
+        "vpp": int(getattr(layout, "vpp", None) or 1),
+        "micro_batch_size": int(layout.micro_batch_size),
+        "global_batch_size": int(layout.global_batch_size),
+        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
+        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
+    })
+    e = estimate(args, t, g, gpus_per_node)
+    return {
+        "gpu": g.name,
+        "parameters": e.parameters,
+        "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
+        "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
+        "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
+        "gpu_memory_gib": round(g.memory_bytes / GIB, 1),
+        "fits": e.fit,
+        "flops_per_iteration": e.flops_per_iteration,
+        "seconds_per_iteration": e.step.total,
+    }
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
+    return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
+            f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
+            f"`launch plan` for the breakdown)")

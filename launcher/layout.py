@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+from launcher.dataprep.check import check_data
 from launcher.errors import Problem, UserError
 from launcher.preset import Preset
 
@@ -56,6 +57,18 @@ class Plan:
     entry: str  # "pretrain_gpt" or "simple_loop" (after the one-GPU fallback)
     notes: tuple[str, ...] = ()  # said once to the user (fallbacks, resolutions)
     warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
+
+
+LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
+
+
+def unroll_pipeline_layout(text: str) -> list[str]:
+    """Megatron's PipelineParallelLayerLayout.parse_str_to_list: drop commas, unroll (…)*n then x*n, split
+    on |. "E|(t|)*3,L" → ["E", "t", "t", "t", "L"]."""
+    text = text.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    return text.split("|")
 
 
 def divisors(n: int) -> list[int]:
@@ -142,6 +155,12 @@ class _Checker:
         elif experts is not None and ep > 1 and experts % ep:
             self.fail(f"num_experts {experts} is not a multiple of expert_model_parallel_size {ep}",
                       f"use expert_model_parallel_size in {[d for d in divisors(experts) if d > 1]}")
+        if experts is not None and self.arg("add_bias_linear") and etp > 1:
+            # TransformerConfig.__post_init__: "Bias in Moe is only supported when ETP==1".
+            self.fail(f"MoE ({experts} experts) with linear biases needs expert tensor parallel size 1, got "
+                      f"{etp}" + (" (it defaults to tensor_model_parallel_size)" if
+                                  self.arg("expert_tensor_parallel_size") is None else ""),
+                      "set expert_tensor_parallel_size=1, or add_bias_linear=false (--disable-bias-linear)")
         if (ep > 1 or etp != tp) and self.world % (etp * ep * pp):
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
                       "make ETP·EP·PP divide the world size", stage="runtime")
@@ -180,11 +199,18 @@ class _Checker:
             return None
         vpp = None
         if pp_layout is not None:
-            stages = len(re.split(r"\|", pp_layout.replace(" ", "")))
-            if stages % pp:
-                self.fail(f"pipeline_model_parallel_layout has {stages} stages, not a multiple of PP {pp}")
+            stages = unroll_pipeline_layout(pp_layout)
+            if len(stages) % pp:
+                self.fail(f"pipeline_model_parallel_layout has {len(stages)} stages, not a multiple of PP {pp}",
+                          "write one |-separated stage per pipeline rank (times the virtual pipeline size)")
                 return None
-            vpp = stages // pp
+            if first is not None or last is not None or extra:
+                self.fail("pipeline_model_parallel_layout cannot be combined with decoder_first/last_pipeline_"
+                          "num_layers or account_for_embedding/loss_in_pipeline_split",
+                          "the layout already places every layer: drop the other pipeline settings")
+                return None
+            self.pipeline_layout_contents(pp_layout, "".join(stages), layers)
+            vpp = len(stages) // pp
         elif per_vstage is not None:
             if first is not None or last is not None:
                 self.fail("num_layers_per_virtual_pipeline_stage cannot be combined with uneven first/last "
@@ -203,10 +229,17 @@ class _Checker:
             vpp = per_stage // per_vstage
         elif vstages is not None:
             vpp = vstages
-            if first is None and last is None and layers % pp == 0 and (layers // pp) % vstages:
-                self.fail(f"{layers // pp} layers per pipeline rank (num_layers {layers} / PP {pp}) is not "
+            # validate_args checks neither; TransformerBlock's get_num_layers_to_build asserts both at build.
+            if first is None and last is None and counted % pp:
+                self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
+                          f"use pipeline_model_parallel_size in {divisors(counted)}, or set decoder_first_"
+                          "pipeline_num_layers / decoder_last_pipeline_num_layers for uneven stages",
+                          stage="runtime")
+            elif first is None and last is None and pp > 1 and (counted // pp) % vstages:
+                self.fail(f"{counted // pp} layers per pipeline rank ({counted_text} / PP {pp}) is not "
                           f"divisible by num_virtual_stages_per_pipeline_rank {vstages}",
-                          f"use num_virtual_stages_per_pipeline_rank in {divisors(layers // pp)}", stage="runtime")
+                          f"use num_virtual_stages_per_pipeline_rank in {divisors(counted // pp)}",
+                          stage="runtime")
         elif first is None and last is None and counted % pp:
             self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
                       f"use pipeline_model_parallel_size in {divisors(counted)}, or set "
@@ -223,6 +256,24 @@ class _Checker:
                 self.fail(f"the interleaved schedule without overlap_p2p_comm needs PP > 2, got PP {pp}",
                           "raise pipeline_model_parallel_size or re-enable p2p overlap")
         return vpp
+
+    def pipeline_layout_contents(self, text: str, flat: str, layers: int) -> None:
+        """PipelineParallelLayerLayout: checked when TransformerConfig is built (validate_layer_layout)."""
+        unknown = sorted(set(flat) - set(LAYOUT_LAYERS))
+        if unknown:
+            self.fail(f"pipeline_model_parallel_layout {text!r} has unknown layer characters {unknown}",
+                      "use " + ", ".join(f"{c} ({name})" for c, name in LAYOUT_LAYERS.items()))
+            return
+        decoders, mtp = flat.count("t"), flat.count("m")
+        if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
+            self.fail(f"pipeline_model_parallel_layout {text!r} must start with the embedding E and end with "
+                      "the loss L, each exactly once", 'for example "Et*3|t*4|t*4|t*3L"')
+        if decoders != layers:
+            self.fail(f"pipeline_model_parallel_layout {text!r} places {decoders} transformer layers (t), "
+                      f"but num_layers is {layers}", f"make the layout hold {layers} t's, or set num_layers {decoders}")
+        if mtp != (self.arg("mtp_num_layers") or 0):
+            self.fail(f"pipeline_model_parallel_layout {text!r} has {mtp} MTP layers (m), but mtp_num_layers is "
+                      f"{self.arg('mtp_num_layers')}")
 
     def uneven_stages(self, layers: int, pp: int, vpp: int | None, first: int | None, last: int | None,
                       extra: int) -> None:
@@ -454,10 +505,6 @@ class _Checker:
         mem = self.arg("log_memory_interval")
         if mem is not None and mem % self.arg("log_interval"):
             self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}")
-        sources = [n for n in ("mock_data", "data_path", "data_args_path") if self.arg(n)]
-        per_split = [n for n in ("train_data_path", "valid_data_path", "test_data_path") if self.arg(n)]
-        if len(sources) > 1 or (sources and per_split):
-            self.fail(f"more than one data source is set: {', '.join(sources + per_split)}", "keep one")
         if self.arg("recompute_granularity") == "selective" and self.arg("recompute_method") is not None:
             self.fail("selective recompute cannot be combined with recompute_method")
         if self.arg("recompute_granularity") == "full" and (
@@ -540,6 +587,8 @@ def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | Non
         preset, entry, notes, problems = _simple_loop(preset, world)
     layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available)
     problems += found
+    if entry == "pretrain_gpt":  # the simple loop brings its own mock data
+        problems += check_data(preset.effective())
     if problems or layout is None:
         raise UserError(problems)
     return Plan(preset=preset, layout=layout, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,

@@ -42,6 +42,7 @@ class LauncherSettings:
     transformer_engine: str = "auto"
     apex: str = "auto"
     run_root: str = "runs"
+    gpu: str = "h100-80gb"  # for the memory estimate in the dry-run header (see `launch plan --gpu`)
     slurm: dict[str, Any] = field(default_factory=dict)
 
 
@@ -195,6 +196,10 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
         return dict(value)
     if name == "megatron_path" and value is None:
         return None
+    if name == "gpu":
+        from launcher.estimate import gpu_by_name
+
+        return gpu_by_name(str(value)).name
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise UserError(f"launcher.{name} ({where}) must be a string, got {value!r}")
     return str(value)
@@ -324,7 +329,7 @@ def _apply_one(layer: _Layer, name: str, raw: str) -> None:
         return
     name = name.removeprefix("launcher.").removeprefix("megatron.")
     if name in LAUNCHER_FIELDS:
-        value = raw if name in ("master_addr", "megatron_path", "torchrun", "run_root") else _override_value(raw)
+        value = raw if name in ("master_addr", "megatron_path", "torchrun", "run_root", "gpu") else _override_value(raw)
         layer.launcher[name] = _launcher_value(name, value, where)
         return
     if name not in megatron_args.catalog() and name not in megatron_args.flag_aliases():

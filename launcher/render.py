@@ -6,7 +6,7 @@ import json
 import shlex
 from typing import Any
 
-from launcher import megatron_args
+from launcher import estimate, megatron_args
 from launcher.command import Command
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
@@ -41,6 +41,8 @@ def summary(plan: Plan, kernels: Kernels) -> dict[str, Any]:
         "parameters": parameter_count(args, layout.tp),
         "padded_vocab_size": padded_vocab_size(args, layout.tp),
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
+        "estimate": estimate.summary(args, layout, plan.preset.launcher.gpu, plan.gpus_per_node,
+                                     kernels.transformer_engine),
     }
 
 
@@ -58,6 +60,7 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
     )
     lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab "
                  f"{facts['padded_vocab_size']})")
+    lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
     if plan.entry == "pretrain_gpt":
         have = [name for name, on in (("Transformer Engine", kernels.transformer_engine),
                                       ("NVIDIA apex", kernels.apex)) if on]

@@ -130,7 +130,7 @@ def test_step_batch_size_schedule():
 
 
 def test_data_sources_and_required_settings():
-    assert "more than one data source" in problems(overrides=["data_path=/d/x"])
+    assert "both mock data (mock_data) and real data (data_path)" in problems(overrides=["data_path=/d/x"])
     assert "eval_interval is not set" in problems(overrides=["eval_interval=null"])
     assert "lr is not set" in problems(overrides=["lr=null", "min_lr=0"])
 

@@ -2,6 +2,7 @@
 # world 1536 = 192 node(s) × 8 GPU(s) = TP 8 · PP 16 · CP 1 · DP 12
 # batch 1536 = micro batch 1 × DP 12 × 128 microbatch(es)
 # parameters 174.62B (174,615,846,912; padded vocab 51200)
+# memory ~19.5 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 40.5 GiB; `launch plan` for the breakdown)
 # kernels (preset): with Transformer Engine, with NVIDIA apex
 # run this same command on each of the 192 nodes; MASTER_ADDR is the first node
 : "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"

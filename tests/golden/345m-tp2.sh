@@ -2,6 +2,7 @@
 # world 2 = 1 node(s) × 2 GPU(s) = TP 2 · PP 1 · CP 1 · DP 1
 # batch 32 = micro batch 32 × DP 1 × 1 microbatch(es)
 # parameters 355.00M (355,002,368; padded vocab 50432)
+# memory ~55.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 22.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch

@@ -2,6 +2,7 @@
 # world 1 = 1 node(s) × 1 GPU(s) = TP 1 · PP 1 · CP 1 · DP 1
 # batch 32 = micro batch 32 × DP 1 × 1 microbatch(es)
 # parameters 354.87M (354,871,296; padded vocab 50304)
+# memory ~103.8 GiB per GPU of 79.1 on h100-80gb: does not fit (Megatron's own estimate 36.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 torchrun --nnodes 1 --nproc-per-node 1 --standalone \

@@ -1,0 +1,346 @@
+"""Pre-launch checks of a preset's data settings, in Megatron's own argument names; no torch, no megatron.
+
+`check_data(megatron_args)` returns every problem: the data source (mock vs real, never both), the blend
+("w1 p1 w2 p2"), the split, each .bin/.idx pair (present, readable, consistent), the tokenizer's type and
+files, and that the data's token ids fit the model's tokenizer vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from launcher.errors import Problem
+
+# Megatron's IndexedDataset .idx layout (megatron/core/datasets/indexed_dataset.py, _IndexWriter)
+INDEX_MAGIC = b"MMIDIDX\x00\x00"
+INDEX_HEADER_BYTES = 34  # magic 9 + version 8 + dtype code 1 + sequence count 8 + document count 8
+DTYPE_SIZES = {1: ("uint8", 1), 2: ("int8", 1), 3: ("int16", 2), 4: ("int32", 4), 5: ("int64", 8),
+               6: ("float64", 8), 7: ("float32", 4), 8: ("uint16", 2)}
+META_SUFFIX = ".meta.json"
+META_FORMAT = "megatron-launch/prepare-data/1"
+# Reading every token id to find the largest is only done for data without our .meta.json, and small.
+MAX_SCAN_BYTES = 64 << 20
+
+# Which tokenizer types read which files (megatron/core/tokenizers/utils/build_tokenizer.py)
+FILE_TOKENIZERS = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer", "TikTokenizer",
+                   "SFTTokenizer"}
+KNOWN_TOKENIZERS = {"HuggingFaceTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer",
+                    "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", *FILE_TOKENIZERS}
+PER_SPLIT_SETTINGS = ("train_data_path", "valid_data_path", "test_data_path")
+
+
+@dataclass(frozen=True)
+class IndexSummary:
+    dtype: str
+    itemsize: int
+    sequences: int
+    documents: int
+    bin_bytes: int  # what the .bin must hold, from the last sequence's pointer and length
+
+
+@dataclass(frozen=True)
+class TrainingTokenizer:
+    """What the model will be built with: the tokenizer's vocabulary (before Megatron pads it) and EOD."""
+
+    tokenizer_type: str
+    vocab_size: int | None
+    eod: int | None
+
+
+def check_data(megatron_args: Mapping[str, Any]) -> list[Problem]:
+    """Every problem with the data and tokenizer settings of a pretrain_gpt run."""
+    problems: list[Problem] = []
+    problems += _check_sources(megatron_args)
+    tokenizer, tokenizer_problems = training_tokenizer(megatron_args)
+    problems += tokenizer_problems
+    for setting, prefixes in _blend_prefixes(megatron_args, problems).items():
+        for prefix in prefixes:
+            problems += check_prefix(prefix, setting, tokenizer, megatron_args)
+    if megatron_args.get("data_path") or megatron_args.get("data_args_path"):
+        split = megatron_args.get("split")
+        if split is not None:
+            problems += check_split(str(split))
+    return problems
+
+
+def _check_sources(args: Mapping[str, Any]) -> list[Problem]:
+    mock = bool(args.get("mock_data"))
+    blended = bool(args.get("data_path")) or bool(args.get("data_args_path"))
+    per_split = any(args.get(name) for name in PER_SPLIT_SETTINGS) or bool(args.get("per_split_data_args_path"))
+    problems = []
+    if mock and (blended or per_split):
+        real = "data_path" if blended else "train/valid/test_data_path"
+        problems.append(Problem(f"both mock data (mock_data) and real data ({real}) are requested",
+                                "keep one: mock_data=false for real data, or drop the data paths"))
+    elif blended and per_split:
+        problems.append(Problem("data_path and train/valid/test_data_path are both set; Megatron takes one source",
+                                "use data_path with split, or the three per-split paths"))
+    elif not (mock or blended or per_split):
+        problems.append(Problem("no training data: neither mock_data nor data_path is set",
+                                "set mock_data=true, or data_path=PREFIX (made by `launch prepare-data`)"))
+    if args.get("data_path") and args.get("data_args_path"):
+        problems.append(Problem("data_path and data_args_path are both set", "keep one of them"))
+    return problems
+
+
+def _blend_prefixes(args: Mapping[str, Any], problems: list[Problem]) -> dict[str, list[str]]:
+    """The dataset prefixes named by each data setting (files named by *_args_path are read)."""
+    found: dict[str, list[str]] = {}
+    values: dict[str, Any] = {name: args.get(name) for name in ("data_path", *PER_SPLIT_SETTINGS)}
+    if args.get("data_args_path"):
+        text = _read_text(str(args["data_args_path"]), "data_args_path", problems)
+        values["data_args_path"] = text.split() if text is not None else None
+    if args.get("per_split_data_args_path"):
+        text = _read_text(str(args["per_split_data_args_path"]), "per_split_data_args_path", problems)
+        if text is not None:
+            try:
+                per_split = json.loads(text)
+                for split in ("train", "valid", "test"):
+                    values[f"per_split_data_args_path[{split}]"] = per_split.get(split)
+            except (ValueError, AttributeError):
+                problems.append(Problem(f"per_split_data_args_path {args['per_split_data_args_path']} is not a "
+                                        'JSON object {"train": …, "valid": …, "test": …}'))
+    for setting, value in values.items():
+        if value is None or value == []:
+            continue
+        prefixes, _weights, blend_problems = parse_blend(value, setting)
+        problems += blend_problems
+        if not blend_problems:  # a malformed list's "prefixes" would only add noise
+            found[setting] = prefixes
+    return found
+
+
+def parse_blend(value: str | Sequence[str], setting: str = "data_path"
+                ) -> tuple[list[str], list[float] | None, list[Problem]]:
+    """Megatron's blend list: "p1 p2 …" (equal weight by size) or "w1 p1 w2 p2 …" (get_blend_from_list)."""
+    items = value.split() if isinstance(value, str) else [str(item) for item in value]
+    if not items:
+        return [], None, [Problem(f"{setting} is empty", "name at least one dataset prefix")]
+    numbers = [_as_float(item) for item in items]
+    if len(items) % 2 == 0 and all(n is not None for n in numbers[0::2]):
+        weights = [float(n) for n in numbers[0::2] if n is not None]
+        prefixes = items[1::2]
+        problems = []
+        if any(n is not None for n in numbers[1::2]):
+            problems.append(Problem(f"{setting} {' '.join(items)!r}: a dataset prefix looks like a number",
+                                    'the format is "weight1 prefix1 weight2 prefix2 …"'))
+        if any(w < 0 for w in weights) or sum(weights) <= 0:
+            problems.append(Problem(f"{setting} weights {weights} must be non-negative with a positive sum"))
+        return prefixes, weights, problems
+    if any(n is not None for n in numbers):
+        return items, None, [Problem(
+            f"{setting} {' '.join(items)!r} mixes weights and prefixes unevenly",
+            'use "prefix1 prefix2 …" or "weight1 prefix1 weight2 prefix2 …" (a weight before every prefix)')]
+    return items, None, []
+
+
+def check_split(split: str) -> list[Problem]:
+    """Megatron's --split: up to three non-negative proportions, e.g. "949,50,1" or "98/2/0"."""
+    parts = [part.strip() for part in re.split(r"[,/]", split)]
+    numbers = [_as_float(part) for part in parts]
+    hint = 'three proportions for train, valid, test, e.g. split="949,50,1"'
+    if len(parts) > 3 or any(n is None for n in numbers):
+        return [Problem(f"split {split!r} is not up to three comma-separated numbers", hint)]
+    if any(n is not None and n < 0 for n in numbers) or sum(n for n in numbers if n is not None) <= 0:
+        return [Problem(f"split {split!r} needs non-negative proportions with a positive sum", hint)]
+    if not numbers[0]:
+        return [Problem(f"split {split!r} leaves no data for training", hint)]
+    return []
+
+
+def read_index(prefix: str) -> IndexSummary:
+    """Header facts of PREFIX.idx; raises ValueError (message for the user) when it is not Megatron's format."""
+    path = prefix + ".idx"
+    with open(path, "rb") as handle:
+        header = handle.read(INDEX_HEADER_BYTES)
+        if len(header) < INDEX_HEADER_BYTES or header[:9] != INDEX_MAGIC:
+            raise ValueError(f"{path} is not a Megatron indexed-dataset index (bad header)")
+        (version,) = struct.unpack("<Q", header[9:17])
+        dtype_code = header[17]
+        sequences, documents = struct.unpack("<QQ", header[18:34])
+        if version != 1 or dtype_code not in DTYPE_SIZES:
+            raise ValueError(f"{path}: unknown index version {version} or dtype code {dtype_code}")
+        expected = INDEX_HEADER_BYTES + 12 * sequences + 8 * documents
+        actual = os.path.getsize(path)
+        if actual not in (expected, expected + sequences):  # + one mode byte per sequence when multimodal
+            raise ValueError(f"{path} is truncated or corrupt: {actual} bytes, expected {expected}")
+        dtype, itemsize = DTYPE_SIZES[dtype_code]
+        bin_bytes = 0
+        if sequences:
+            handle.seek(INDEX_HEADER_BYTES + 4 * (sequences - 1))
+            (last_length,) = struct.unpack("<i", handle.read(4))
+            handle.seek(INDEX_HEADER_BYTES + 4 * sequences + 8 * (sequences - 1))
+            (last_pointer,) = struct.unpack("<q", handle.read(8))
+            bin_bytes = last_pointer + last_length * itemsize
+    return IndexSummary(dtype, itemsize, sequences, documents, bin_bytes)
+
+
+def read_meta(prefix: str) -> dict[str, Any] | None:
+    """PREFIX.meta.json written by `launch prepare-data`, or None (e.g. data made by upstream tools)."""
+    try:
+        with open(prefix + META_SUFFIX, encoding="utf-8") as handle:
+            meta = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
+
+
+def check_prefix(prefix: str, setting: str, tokenizer: TrainingTokenizer | None = None,
+                 megatron_args: Mapping[str, Any] | None = None) -> list[Problem]:
+    """The .bin/.idx pair of one dataset prefix: present, readable, consistent, ids within the vocabulary."""
+    hint = f"make it with: launch prepare-data INPUT… --output-prefix {prefix} --tokenizer …"
+    missing = [prefix + suffix for suffix in (".bin", ".idx") if not os.path.isfile(prefix + suffix)]
+    if missing:
+        where = f" (relative to {os.getcwd()})" if not os.path.isabs(prefix) else ""
+        return [Problem(f"{setting}: dataset {prefix} has no {' or '.join(missing)}{where}", hint)]
+    unreadable = [prefix + s for s in (".bin", ".idx") if not os.access(prefix + s, os.R_OK)]
+    if unreadable:
+        return [Problem(f"{setting}: {', '.join(unreadable)} not readable", "check the file permissions")]
+    try:
+        index = read_index(prefix)
+    except (OSError, ValueError) as err:
+        return [Problem(f"{setting}: {err}", hint)]
+    bin_size = os.path.getsize(prefix + ".bin")
+    if bin_size != index.bin_bytes:
+        return [Problem(f"{setting}: {prefix}.bin has {bin_size} bytes but its .idx describes {index.bin_bytes}",
+                        "the pair is from different runs or truncated; " + hint)]
+    if index.sequences == 0:
+        return [Problem(f"{setting}: dataset {prefix} holds no documents", hint)]
+    if tokenizer is None or tokenizer.vocab_size is None:
+        return []
+    return _check_vocab(prefix, setting, index, tokenizer, megatron_args or {})
+
+
+def _check_vocab(prefix: str, setting: str, index: IndexSummary, tokenizer: TrainingTokenizer,
+                 args: Mapping[str, Any]) -> list[Problem]:
+    assert tokenizer.vocab_size is not None
+    problems: list[Problem] = []
+    meta = read_meta(prefix)
+    if meta is not None:
+        data_vocab = int(meta["tokenizer"]["vocab_size"])
+        data_eod = meta["tokenizer"].get("eod")
+        settings = " ".join(f"{k}={v}" for k, v in meta.get("megatron_args", {}).items())
+        if data_vocab > tokenizer.vocab_size:
+            problems.append(Problem(
+                f"{setting}: {prefix} was tokenized with a vocabulary of {data_vocab} "
+                f"({meta['tokenizer'].get('kind')}) but the model's tokenizer {tokenizer.tokenizer_type} has "
+                f"{tokenizer.vocab_size}: larger token ids would index past the embedding",
+                f"train with the data's tokenizer: --set {settings.replace(' ', ' --set ')}"))
+        uses_eod = any(args.get(flag) for flag in ("eod_mask_loss", "reset_position_ids", "reset_attention_mask"))
+        if uses_eod and tokenizer.eod is not None and data_eod is not None and data_eod != tokenizer.eod:
+            problems.append(Problem(
+                f"{setting}: {prefix} ends documents with id {data_eod} but the model's tokenizer uses EOD "
+                f"{tokenizer.eod}; eod_mask_loss/reset_* would miss every document boundary",
+                f"train with the data's tokenizer: --set {settings.replace(' ', ' --set ')}"))
+        return problems
+    largest = _largest_token(prefix, index)
+    if largest is not None and largest >= tokenizer.vocab_size:
+        problems.append(Problem(
+            f"{setting}: {prefix} holds token id {largest} but the model's tokenizer {tokenizer.tokenizer_type} "
+            f"has a vocabulary of {tokenizer.vocab_size}",
+            "use the tokenizer the data was made with (tokenizer_type and its files, or vocab_size)"))
+    return problems
+
+
+def _largest_token(prefix: str, index: IndexSummary) -> int | None:
+    if index.bin_bytes > MAX_SCAN_BYTES or index.dtype.startswith("float"):
+        return None
+    try:
+        import numpy as np
+    except ImportError:
+        return None
+    tokens = np.fromfile(prefix + ".bin", dtype=index.dtype)
+    return int(tokens.max()) if tokens.size else None
+
+
+def training_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, list[Problem]]:
+    """The tokenizer Megatron will build from these settings, as far as it can be known without building it."""
+    # pretrain_gpt.py passes defaults={"tokenizer_type": "GPT2BPETokenizer"} to validate_args
+    kind = str(args.get("tokenizer_type") or "GPT2BPETokenizer")
+    if kind not in KNOWN_TOKENIZERS:
+        return None, [Problem(f"unknown tokenizer_type {kind!r}",
+                              f"use one of: {', '.join(sorted(KNOWN_TOKENIZERS))}")]
+    if kind == "NullTokenizer":
+        vocab = args.get("vocab_size")
+        if not vocab:
+            return None, [Problem("tokenizer_type NullTokenizer needs vocab_size",
+                                  "e.g. vocab_size=50257 (GPT-2 ids) or 257 (`prepare-data --tokenizer byte`)")]
+        eod = args.get("null_tokenizer_eod_id")
+        return TrainingTokenizer(kind, int(vocab), int(eod) if eod is not None else int(vocab) - 1), []
+    if kind == "GPT2BPETokenizer":
+        return _gpt2_tokenizer(args)
+    if kind == "HuggingFaceTokenizer":
+        return _hf_tokenizer(args)
+    if kind in FILE_TOKENIZERS:
+        model = args.get("tokenizer_model")
+        if not model:
+            return None, [Problem(f"tokenizer_type {kind} needs tokenizer_model", "set tokenizer_model=PATH")]
+        if not os.path.exists(str(model)):
+            return None, [Problem(f"tokenizer_model {model} does not exist")]
+    return TrainingTokenizer(kind, None, None), []
+
+
+def _gpt2_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, list[Problem]]:
+    problems = []
+    unset = [name for name in ("vocab_file", "merge_file") if not args.get(name)]
+    if unset:
+        problems.append(Problem(f"tokenizer_type GPT2BPETokenizer needs {' and '.join(unset)}",
+                                "set vocab_file and merge_file (GPT-2 vocab.json and merges.txt), or use "
+                                "tokenizer_type=NullTokenizer with vocab_size=50257 for GPT-2-tokenized data"))
+    for name in ("vocab_file", "merge_file"):
+        path = args.get(name)
+        if path and (not os.path.isfile(str(path)) or not os.access(str(path), os.R_OK)):
+            problems.append(Problem(f"{name} {path} does not exist or is not readable"))
+    if problems:
+        return None, problems
+    try:
+        with open(str(args["vocab_file"]), encoding="utf-8") as handle:
+            vocab = json.load(handle)
+        size = len(vocab)
+        eod = vocab.get("<|endoftext|>")
+    except (OSError, ValueError, AttributeError) as err:
+        return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: {err}")]
+    return TrainingTokenizer("GPT2BPETokenizer", size, eod), []
+
+
+def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, list[Problem]]:
+    model = args.get("tokenizer_model")
+    if not model:
+        return None, [Problem("tokenizer_type HuggingFaceTokenizer needs tokenizer_model",
+                              "set tokenizer_model to a local tokenizer directory")]
+    tokenizer_json = os.path.join(str(model), "tokenizer.json")
+    if not os.path.isfile(tokenizer_json):  # a hub name: not checkable offline
+        if os.path.isdir(str(model)) or str(model).startswith(("/", ".")):
+            return None, [Problem(f"tokenizer_model {model} has no tokenizer.json")]
+        return TrainingTokenizer("HuggingFaceTokenizer", None, None), []
+    try:
+        with open(tokenizer_json, encoding="utf-8") as handle:
+            spec = json.load(handle)
+        vocab = spec["model"]["vocab"]
+        ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
+        ids += [token["id"] for token in spec.get("added_tokens", [])]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        return None, [Problem(f"cannot read the vocabulary of {tokenizer_json}: {err}")]
+    return TrainingTokenizer("HuggingFaceTokenizer", max(ids) + 1 if ids else None, None), []
+
+
+def _as_float(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def _read_text(path: str, setting: str, problems: list[Problem]) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except OSError as err:
+        problems.append(Problem(f"{setting} {path} cannot be read: {err.strerror}"))
+        return None

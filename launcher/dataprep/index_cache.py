@@ -1,0 +1,211 @@
+"""`launch prepare-data --build-index PRESET`: build the GPTDataset index caches on one CPU machine.
+
+Every rank of a multi-node job that finds no cache builds it (or waits on rank 0 of its own node), and
+nodes race on a shared filesystem (Megatron-LM issues #907, #795). Building the caches once, ahead of
+the job, into the preset's shared `data_cache_path` leaves the GPU job only reading them.
+
+The build runs in a child process that parses the training command's own Megatron arguments with
+Megatron's parser, then does what `tools/prepare_cache.py` (upstream, this commit) does: the sample counts
+of `get_train_valid_test_num_samples`, the `GPTDatasetConfig` of `pretrain_gpt.py`, and
+`BlendedMegatronDatasetBuilder(...).build()`. The cache file names hash that config, so the GPU job finds
+exactly these files. Only `compile_helpers()` is skipped: the wheel ships the helpers prebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from launcher.dataprep.check import check_data
+from launcher.errors import Problem, UserError
+
+
+def check_index_request(megatron_args: Mapping[str, Any]) -> list[Problem]:
+    """What --build-index needs beyond check_data: real data, a cache path, sizes in iterations or samples."""
+    problems: list[Problem] = []
+    real = any(megatron_args.get(name) for name in ("data_path", "data_args_path", "train_data_path",
+                                                     "valid_data_path", "test_data_path", "per_split_data_args_path"))
+    if megatron_args.get("mock_data") and not real:  # mock and real together is check_data's to report
+        problems.append(Problem("the preset uses mock data; there is no index cache to build",
+                                "set data_path=PREFIX (and mock_data=false) to train on real data"))
+    if not megatron_args.get("data_cache_path"):
+        problems.append(Problem("--build-index needs data_cache_path: the directory the job will read caches from",
+                                "--set data_cache_path=/shared/cache (a path every node sees)"))
+    if not (megatron_args.get("train_iters") or megatron_args.get("train_samples")):
+        problems.append(Problem("the number of samples needs train_iters or train_samples"))
+    for unsupported in ("fim_data", "sft", "step_batch_size_schedule"):
+        if megatron_args.get(unsupported):
+            problems.append(Problem(f"--build-index does not support {unsupported} (nor does tools/prepare_cache.py)"))
+    return problems
+
+
+def build_index_for_preset(preset_ref: str, overrides: Sequence[str] = (), nodes: int | None = None,
+                           gpus_per_node: int | None = None, megatron_path_arg: str | None = None
+                           ) -> dict[str, Any]:
+    """Load and plan the preset as `launch PRESET` would, then build its caches with its exact Megatron flags."""
+    from launcher.command import build_command
+    from launcher.layout import make_plan
+    from launcher.preset import load_preset
+    from launcher.upstream import megatron_path, resolve_kernels
+
+    preset = load_preset(preset_ref, list(overrides))
+    if preset.launcher.entry != "pretrain_gpt":
+        raise UserError(f"preset {preset.name} runs {preset.launcher.entry}, which reads no dataset",
+                        "--build-index is for pretrain_gpt presets with data_path")
+    problems = check_index_request(preset.megatron) + check_data(preset.megatron)
+    if problems:
+        raise UserError(problems)
+    kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+    plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
+    command = build_command(plan, megatron_path(megatron_path_arg, preset.launcher.megatron_path), kernels)
+    return build_index_caches(command.script_args, plan.layout.world_size)
+
+
+def build_index_caches(script_args: Sequence[str], world_size: int, python: str = sys.executable,
+                       cwd: str | None = None) -> dict[str, Any]:
+    """Run the build in a child process (Megatron's parser and globals stay out of this one)."""
+    with tempfile.TemporaryDirectory(prefix="launch-index-") as scratch:
+        result_path = os.path.join(scratch, "result.json")
+        argv = [python, "-m", "launcher.dataprep.index_cache", "--world-size", str(world_size),
+                "--result", result_path, "--", *script_args]
+        env = {**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1", "NO_VCS_VERSION": "1"}
+        completed = subprocess.run(argv, cwd=cwd, env=env, check=False)
+        if not os.path.exists(result_path):
+            raise UserError(f"building the index caches failed (exit {completed.returncode}); see the log above")
+        with open(result_path, encoding="utf-8") as handle:
+            result = json.load(handle)
+    if "error" in result:
+        raise UserError(f"Megatron rejected the training arguments: {result['error']}",
+                        "the GPU job would fail the same way; fix the preset or --set values")
+    return result
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="launcher.dataprep.index_cache")
+    parser.add_argument("--world-size", type=int, required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    options = parser.parse_args(argv)
+    script_args = options.script_args[1:] if options.script_args[:1] == ["--"] else options.script_args
+    # Megatron prints to stdout; keep ours for the caller (`--format json` is one JSON document)
+    os.dup2(2, 1)
+    started = time.monotonic()
+    try:
+        summary = _build(script_args, options.world_size)
+    except SystemExit as err:  # Megatron's argparse: an unknown flag or a bad value (message already printed)
+        summary = {"error": f"its argument parser exited with {err.code} (message above)"}
+    except (AssertionError, ValueError, RuntimeError, OSError) as err:
+        summary = {"error": f"{type(err).__name__}: {err}"}
+    summary["seconds"] = round(time.monotonic() - started, 3)
+    with open(options.result, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle)
+    return 0 if "error" not in summary else 2
+
+
+def _build(script_args: Sequence[str], world_size: int) -> dict[str, Any]:
+    os.environ["RANK"], os.environ["WORLD_SIZE"] = "0", str(world_size)
+    from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.tokenizers.utils.build_tokenizer import build_tokenizer
+    from megatron.training import arguments as megatron_arguments
+    from megatron.training import get_train_valid_test_num_samples
+    from megatron.training.global_vars import set_args, unset_global_variables
+    from megatron.training.training import update_train_iters
+    from megatron.training.utils import get_blend_and_blend_per_split
+
+    # No GPU here: validate_args asks the device's architecture for TP/CP > 1; answer "pre-Blackwell",
+    # which only selects the CUDA_DEVICE_MAX_CONNECTIONS check (satisfied in our environment).
+    megatron_arguments.get_device_arch_version = lambda: 9
+    megatron_arguments._print_args = lambda *a, **k: None  # the 44 KB argument dump says nothing new here
+    sys.argv = ["pretrain_gpt.py", *script_args]
+    args = megatron_arguments.parse_args(ignore_unknown_args=False)
+    megatron_arguments.validate_args(args, defaults={"tokenizer_type": "GPT2BPETokenizer"})
+    args.rank = 0
+    # flags that only change how an existing cache is read (tools/prepare_cache.py turns them off too)
+    args.dataloader_fast_cache_load = False
+    args.dataloader_defer_npy_index_mmap = False
+
+    unset_global_variables()
+    set_args(args)
+    try:
+        update_train_iters(args)  # derives train_iters from train_samples, as pretrain() does
+        num_samples = get_train_valid_test_num_samples()
+        config = GPTDatasetConfig(**_gpt_dataset_config_kwargs(args, build_tokenizer(args),
+                                                                get_blend_and_blend_per_split(args)))
+        before = _listing(args.data_cache_path)
+        datasets = BlendedMegatronDatasetBuilder(GPTDataset, num_samples, lambda: True, config).build()
+        after = _listing(args.data_cache_path)
+    finally:
+        unset_global_variables()
+    return {
+        "data_cache_path": os.path.abspath(args.data_cache_path),
+        "world_size": args.world_size,
+        "data_parallel_size": args.data_parallel_size,
+        "global_batch_size": args.global_batch_size,
+        "num_samples": list(num_samples),
+        "lengths": [_length(ds) for ds in datasets],
+        "new_files": sorted(after - before),
+    }
+
+
+def _gpt_dataset_config_kwargs(args: Any, tokenizer: Any, blends: tuple[Any, Any]) -> dict[str, Any]:
+    """The GPTDatasetConfig of pretrain_gpt.py's core_gpt_dataset_config_from_args (no FIM), field by field."""
+    sequences_per_dataset = None
+    if args.per_dataset_sequences_path is not None:
+        with open(args.per_dataset_sequences_path, encoding="utf-8") as handle:
+            sequences_per_dataset = json.load(handle)
+    blend, blend_per_split = blends
+    return {
+        "random_seed": args.seed,
+        "sequence_length": args.seq_length,
+        "blend": blend,
+        "blend_per_split": blend_per_split,
+        "split": args.split,
+        "multiple_validation_sets": args.multiple_validation_sets,
+        "full_validation": args.full_validation,
+        "num_dataset_builder_threads": args.num_dataset_builder_threads,
+        "path_to_cache": args.data_cache_path,
+        "mmap_bin_files": args.mmap_bin_files,
+        "tokenizer": tokenizer,
+        "reset_position_ids": args.reset_position_ids,
+        "reset_attention_mask": args.reset_attention_mask,
+        "eod_mask_loss": args.eod_mask_loss,
+        "create_attention_mask": args.create_attention_mask_in_dataloader,
+        "object_storage_cache_path": args.object_storage_cache_path,
+        "mid_level_dataset_surplus": args.mid_level_dataset_surplus,
+        "allow_ambiguous_pad_tokens": args.allow_ambiguous_pad_tokens,
+        "fast_cache_load": args.dataloader_fast_cache_load,
+        "sequences_per_dataset": sequences_per_dataset,
+        "defer_npy_index_mmap": args.dataloader_defer_npy_index_mmap,
+        "context_parallel_size": args.context_parallel_size,
+        "data_parallel_size": args.data_parallel_size,
+        "sequence_parallel_size": args.tensor_model_parallel_size * args.sequence_parallel,
+        "hybrid_context_parallel": args.hybrid_context_parallel,
+    }
+
+
+def _listing(directory: str) -> set[str]:
+    files = set()
+    for root, _dirs, names in os.walk(directory):
+        files.update(os.path.relpath(os.path.join(root, name), directory) for name in names)
+    return files
+
+
+def _length(dataset: Any) -> Any:
+    if dataset is None:
+        return None
+    if isinstance(dataset, list):
+        return [_length(item) for item in dataset]
+    return len(dataset)
+
+
+if __name__ == "__main__":
+    raise SystemExit(_child_main(sys.argv[1:]))

@@ -1,0 +1,278 @@
+"""`launch prepare-data`: tokenize JSONL/plain-text files into Megatron's `.bin`/`.idx` indexed dataset.
+
+Workers (spawned processes) decode, parse and tokenize batches; the parent writes them in input order with
+megatron-core's own `IndexedDatasetBuilder`, one document per JSON line (or text unit), each ending in EOD
+as `tools/preprocess_data.py --append-eod` does. Everything is written under temporary names and renamed at
+the end, so an error or Ctrl-C leaves no partial dataset behind.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from launcher.dataprep.check import META_FORMAT, META_SUFFIX
+from launcher.dataprep.progress import Progress
+from launcher.dataprep.reader import (
+    TEXT_UNITS,
+    BadDocument,
+    Batch,
+    input_size,
+    is_json_input,
+    iter_batches,
+    unit_text,
+)
+from launcher.dataprep.text_tokenizers import TextTokenizer, TokenizerSpec, build_tokenizer, check_spec
+from launcher.errors import Problem, UserError
+
+MAX_REPORTED_ERRORS = 20
+
+
+def output_paths(prefix: str) -> dict[str, str]:
+    return {"bin": prefix + ".bin", "idx": prefix + ".idx", "meta": prefix + META_SUFFIX}
+
+
+@dataclass(frozen=True)
+class PrepareResult:
+    prefix: str
+    documents: int
+    tokens: int
+    skipped_empty: int
+    vocab_size: int
+    eod: int
+    dtype: str
+    seconds: float
+    megatron_args: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _BatchResult:
+    path: str
+    end_offset: int
+    documents: list[np.ndarray]
+    skipped_empty: int
+    errors: list[tuple[int, str]]
+
+
+def check_request(inputs: Sequence[str], output_prefix: str, overwrite: bool, text_unit: str,
+                  workers: int) -> list[Problem]:
+    """Every problem with the inputs and the output prefix, found before any work is done."""
+    problems: list[Problem] = []
+    if not inputs:
+        problems.append(Problem("no input files given", "pass one or more .jsonl or text files"))
+    for path in inputs:
+        if not os.path.exists(path):
+            problems.append(Problem(f"input {path} does not exist"))
+        elif not os.path.isfile(path):
+            problems.append(Problem(f"input {path} is not a file", "pass files, not directories"))
+        elif not os.access(path, os.R_OK):
+            problems.append(Problem(f"input {path} is not readable"))
+        elif os.path.getsize(path) == 0:
+            problems.append(Problem(f"input {path} is empty"))
+    if text_unit not in TEXT_UNITS:
+        problems.append(Problem(f"unknown text unit {text_unit!r}", f"use one of: {', '.join(TEXT_UNITS)}"))
+    if workers < 1:
+        problems.append(Problem(f"--workers must be at least 1, got {workers}"))
+    if not output_prefix or output_prefix.endswith(os.sep):
+        problems.append(Problem(f"output prefix {output_prefix!r} names no file",
+                                "give a path without suffix, e.g. data/my-corpus"))
+        return problems
+    directory = os.path.dirname(os.path.abspath(output_prefix))
+    if not os.path.isdir(directory):
+        problems.append(Problem(f"output directory {directory} does not exist", f"mkdir -p {directory}"))
+    elif not os.access(directory, os.W_OK):
+        problems.append(Problem(f"output directory {directory} is not writable"))
+    outputs = output_paths(output_prefix)
+    existing = [path for path in outputs.values() if os.path.exists(path)]
+    if existing and not overwrite:
+        problems.append(Problem(f"output prefix {output_prefix} already exists ({', '.join(existing)})",
+                                "choose another --output-prefix, or pass --overwrite"))
+    input_real = {os.path.realpath(path) for path in inputs}
+    for path in outputs.values():
+        if os.path.realpath(path) in input_real:
+            problems.append(Problem(f"output {path} would overwrite an input", "choose another --output-prefix"))
+    return problems
+
+
+def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec, *, json_key: str = "text",
+                 text_unit: str = "file", workers: int | None = None, overwrite: bool = False,
+                 show_progress: bool = True) -> PrepareResult:
+    """Tokenize `inputs` into `output_prefix`.bin/.idx (+ .meta.json); raise UserError on bad input."""
+    workers = workers if workers is not None else default_workers()
+    problems = check_request(inputs, output_prefix, overwrite, text_unit, workers) + check_spec(spec)
+    if problems:
+        raise UserError(problems)
+    tokenizer = build_tokenizer(spec)  # in the parent too: bad files are reported once, before any worker starts
+    try:
+        DType, IndexedDatasetBuilder = _import_megatron_builder()
+    except ImportError as err:
+        raise UserError(f"prepare-data needs megatron-core ({err})",
+                        "pip install 'megatron-launch[megatron]' (megatron-core 0.18.0 and torch)") from err
+
+    dtype = DType.optimal_dtype(tokenizer.vocab_size)
+    outputs = output_paths(output_prefix)
+    temps = _temp_paths(output_prefix)
+    started = time.monotonic()
+    progress = Progress(sum(input_size(path) for path in inputs), enabled=show_progress)
+    documents = tokens = skipped = 0
+    errors: list[Problem] = []
+    error_count = 0
+    try:
+        builder = IndexedDatasetBuilder(temps["bin"], dtype=dtype)
+        done_bytes: dict[str, int] = {}
+        try:
+            for result in _encode_all(inputs, spec, tokenizer, json_key, text_unit, workers, dtype,
+                                      stop_tokenizing=lambda: bool(errors)):
+                for line, message in result.errors:
+                    error_count += 1
+                    if len(errors) < MAX_REPORTED_ERRORS:
+                        errors.append(Problem(f"{result.path}:{line}: {message}"))
+                if errors:
+                    if error_count >= MAX_REPORTED_ERRORS:
+                        break
+                    continue
+                for document in result.documents:
+                    builder.add_document(document, [len(document)])
+                    tokens += len(document)
+                documents += len(result.documents)
+                skipped += result.skipped_empty
+                done_bytes[result.path] = result.end_offset
+                progress.advance(sum(done_bytes.values()), documents, tokens)
+        finally:
+            builder.data_file.close()
+        if errors:
+            progress.interrupt()
+            if error_count >= MAX_REPORTED_ERRORS:
+                errors.append(Problem(f"stopped after {error_count} bad documents; no output was written",
+                                      "fix the input (or choose the field with --json-key) and run again"))
+            raise UserError(errors)
+        if documents == 0:
+            raise UserError(f"no text in {', '.join(inputs)}: every document was empty",
+                            "check --json-key and that the files hold text")
+        builder.finalize(temps["idx"])
+        progress.finish()
+        result = PrepareResult(
+            prefix=output_prefix, documents=documents, tokens=tokens, skipped_empty=skipped,
+            vocab_size=tokenizer.vocab_size, eod=tokenizer.eod, dtype=np.dtype(dtype).name,
+            seconds=time.monotonic() - started, megatron_args=spec.megatron_args(tokenizer.vocab_size))
+        _write_meta(temps["meta"], result, spec, inputs, json_key, text_unit)
+        for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete
+            os.replace(temps[key], outputs[key])
+        return result
+    finally:
+        for path in temps.values():
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def _import_megatron_builder() -> tuple[Any, Any]:
+    """megatron-core's writer; its import warns about TE/apex/CUDA, which says nothing about writing files."""
+    import logging
+    import warnings
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    return DType, IndexedDatasetBuilder
+
+
+def default_workers() -> int:
+    return max(1, min(len(os.sched_getaffinity(0)), 32))
+
+
+def _temp_paths(prefix: str) -> dict[str, str]:
+    directory, name = os.path.split(os.path.abspath(prefix))
+    stem = os.path.join(directory, f".{name}.tmp-{os.getpid()}")
+    return {"bin": stem + ".bin", "idx": stem + ".idx", "meta": stem + META_SUFFIX}
+
+
+def _write_meta(path: str, result: PrepareResult, spec: TokenizerSpec, inputs: Sequence[str], json_key: str,
+                text_unit: str) -> None:
+    meta = {
+        "format": META_FORMAT,
+        "tokenizer": {**spec.describe(), "vocab_size": result.vocab_size, "eod": result.eod},
+        "megatron_args": result.megatron_args,
+        "documents": result.documents,
+        "tokens": result.tokens,
+        "skipped_empty": result.skipped_empty,
+        "dtype": result.dtype,
+        "inputs": [os.path.abspath(p) for p in inputs],
+        "json_key": json_key if any(is_json_input(p) for p in inputs) else None,
+        "text_unit": text_unit if not all(is_json_input(p) for p in inputs) else None,
+    }
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(meta, handle, indent=2)
+        handle.write("\n")
+
+
+# ---- the work: batches in input order, tokenized here (1 worker) or in spawned processes ----
+
+_worker_tokenizer: TextTokenizer | None = None
+
+
+def _init_worker(spec: TokenizerSpec) -> None:
+    # each worker is one core: keep the Rust tokenizer from starting its own thread pool on top
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    global _worker_tokenizer
+    _worker_tokenizer = build_tokenizer(spec)
+
+
+def _encode(batch: Batch, tokenizer: TextTokenizer, json_key: str, dtype: Any, tokenize: bool) -> _BatchResult:
+    texts: list[str] = []
+    errors: list[tuple[int, str]] = []
+    for unit in batch.units:
+        try:
+            texts.append(unit_text(unit, batch.is_json, json_key))
+        except BadDocument as err:
+            errors.append((unit.line, str(err)))
+    if errors or not tokenize:
+        return _BatchResult(batch.path, batch.end_offset, [], 0, errors)
+    documents = []
+    skipped = 0
+    for ids in tokenizer.encode_batch(texts):
+        if not ids:  # as upstream: an empty document gets no EOD and is left out
+            skipped += 1
+            continue
+        document = np.empty(len(ids) + 1, dtype=dtype)
+        document[:-1] = ids
+        document[-1] = tokenizer.eod
+        documents.append(document)
+    return _BatchResult(batch.path, batch.end_offset, documents, skipped, [])
+
+
+def _encode_in_worker(batch: Batch, json_key: str, dtype: Any, tokenize: bool) -> _BatchResult:
+    assert _worker_tokenizer is not None
+    return _encode(batch, _worker_tokenizer, json_key, dtype, tokenize)
+
+
+def _encode_all(inputs: Sequence[str], spec: TokenizerSpec, tokenizer: TextTokenizer, json_key: str,
+                text_unit: str, workers: int, dtype: Any, stop_tokenizing: Any) -> Iterator[_BatchResult]:
+    batches = (batch for path in inputs for batch in iter_batches(path, text_unit))
+    if workers == 1:
+        for batch in batches:
+            yield _encode(batch, tokenizer, json_key, dtype, not stop_tokenizing())
+        return
+    # spawn, not fork: the parent has torch loaded, and forking a threaded process can deadlock
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(workers, initializer=_init_worker, initargs=(spec,)) as pool:
+        # a bounded window of tasks: Pool.imap would read the whole corpus into memory ahead of the workers
+        pending: deque[Any] = deque()
+        for batch in batches:
+            pending.append(pool.apply_async(_encode_in_worker, (batch, json_key, dtype, not stop_tokenizing())))
+            if len(pending) >= 2 * workers + 2:
+                yield pending.popleft().get()
+        while pending:
+            yield pending.popleft().get()
+
+
+def result_as_dict(result: PrepareResult) -> dict[str, Any]:
+    return asdict(result)

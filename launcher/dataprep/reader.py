@@ -1,0 +1,123 @@
+"""Split input files into document units for the tokenizer workers; decoding and parsing happen in the workers.
+
+The parent reads raw bytes (cheap) and ships batches of `Unit`s; a worker decodes, parses JSON, pulls the
+text field and tokenizes, so an error names the file and line where it happened.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
+TEXT_UNITS = ("file", "line", "paragraph")
+BATCH_BYTES = 1 << 20  # ~1 MiB of input per worker task: large enough to amortise IPC, small enough to balance
+BATCH_UNITS = 512
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One would-be document: raw bytes and where they came from (line is 1-based)."""
+
+    line: int
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class Batch:
+    path: str
+    is_json: bool
+    units: tuple[Unit, ...]
+    end_offset: int  # bytes of the (compressed) file consumed when this batch was cut, for the progress bar
+
+
+def is_json_input(path: str) -> bool:
+    name = path.removesuffix(".gz")
+    return name.lower().endswith(JSON_SUFFIXES)
+
+
+def iter_batches(path: str, text_unit: str) -> Iterator[Batch]:
+    """Batches of units of one file: one per JSON line, or per file / line / blank-line paragraph for text."""
+    is_json = is_json_input(path)
+    with open(path, "rb") as raw:
+        stream: BinaryIO = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw  # type: ignore[assignment]
+        units = _json_units(stream) if is_json else _text_units(stream, text_unit)
+        pending: list[Unit] = []
+        size = 0
+        for unit in units:
+            pending.append(unit)
+            size += len(unit.raw)
+            if size >= BATCH_BYTES or len(pending) >= BATCH_UNITS:
+                yield Batch(path, is_json, tuple(pending), raw.tell())
+                pending, size = [], 0
+        yield Batch(path, is_json, tuple(pending), os.path.getsize(path))
+
+
+def _json_units(stream: BinaryIO) -> Iterator[Unit]:
+    for number, line in enumerate(stream, start=1):
+        if line.strip():  # blank lines (e.g. a trailing newline) are not documents
+            yield Unit(number, line)
+
+
+def _text_units(stream: BinaryIO, text_unit: str) -> Iterator[Unit]:
+    if text_unit == "file":
+        yield Unit(1, stream.read())
+        return
+    if text_unit == "line":
+        for number, line in enumerate(stream, start=1):
+            if line.strip():
+                yield Unit(number, line.rstrip(b"\r\n"))
+        return
+    # paragraph: blank lines separate documents; the line number is the paragraph's first line
+    paragraph: list[bytes] = []
+    first = 0
+    for number, line in enumerate(stream, start=1):
+        if line.strip():
+            if not paragraph:
+                first = number
+            paragraph.append(line)
+        elif paragraph:
+            yield Unit(first, b"".join(paragraph).rstrip(b"\r\n"))
+            paragraph = []
+    if paragraph:
+        yield Unit(first, b"".join(paragraph).rstrip(b"\r\n"))
+
+
+class BadDocument(Exception):
+    """A unit that cannot be a document (not UTF-8, not JSON, no text field); the message is for the user."""
+
+
+def unit_text(unit: Unit, is_json: bool, json_key: str) -> str:
+    """The document text of a unit; raises BadDocument with a message fit for the user."""
+    try:
+        text = unit.raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise BadDocument(f"not UTF-8 ({err.reason} at byte {err.start})") from None
+    if not is_json:
+        return text
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadDocument(f"not a JSON line ({err.msg}, column {err.colno})") from None
+    if not isinstance(record, dict):
+        raise BadDocument(f"expected a JSON object with a {json_key!r} field, got {type(record).__name__}")
+    if json_key not in record:
+        keys = ", ".join(map(repr, list(record)[:8])) or "none"
+        raise BadDocument(f"no {json_key!r} field (fields: {keys})")
+    value = record[json_key]
+    if not isinstance(value, str):
+        raise BadDocument(f"field {json_key!r} is {type(value).__name__}, not a string")
+    return value
+
+
+def input_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+

@@ -1,0 +1,209 @@
+"""Tokenizers for `launch prepare-data`, all offline: byte-level, GPT-2 BPE from local files, a HF directory.
+
+Each one is described by a small picklable `TokenizerSpec` so worker processes can rebuild it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from launcher.errors import Problem, UserError
+
+TOKENIZER_KINDS = ("byte", "gpt2", "hf")
+
+# GPT-2's end-of-document token (id 50256 in the released vocabulary).
+GPT2_EOD_TOKEN = "<|endoftext|>"
+# Tried in order when a HF tokenizer directory does not name its eos token.
+COMMON_EOD_TOKENS = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
+
+
+class TextTokenizer(Protocol):
+    vocab_size: int
+    eod: int
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]: ...
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """What to build; picklable, so each worker process builds its own copy."""
+
+    kind: str
+    vocab_file: str | None = None
+    merge_file: str | None = None
+    tokenizer_dir: str | None = None
+    eod_token: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kind": self.kind}
+        for name in ("vocab_file", "merge_file", "tokenizer_dir", "eod_token"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = os.path.abspath(value) if name != "eod_token" else value
+        return out
+
+    def megatron_args(self, vocab_size: int) -> dict[str, Any]:
+        """Megatron settings that train on data made by this tokenizer, offline.
+
+        The byte tokenizer's ids are those of Megatron's NullTokenizer with vocab_size 257 (EOD = 256).
+        GPT2BPETokenizer goes through `transformers` in this Megatron; NullTokenizer with the same vocab
+        size gives the same EOD id (vocab_size - 1 = 50256) without it.
+        """
+        if self.kind == "byte":
+            return {"tokenizer_type": "NullTokenizer", "vocab_size": vocab_size}
+        if self.kind == "gpt2":
+            return {
+                "tokenizer_type": "GPT2BPETokenizer",
+                "vocab_file": os.path.abspath(str(self.vocab_file)),
+                "merge_file": os.path.abspath(str(self.merge_file)),
+            }
+        return {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": os.path.abspath(str(self.tokenizer_dir))}
+
+
+class ByteTokenizer:
+    """UTF-8 bytes are the ids 0..255; 256 is the end of a document. Needs no files."""
+
+    vocab_size = 257
+    eod = 256
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [list(text.encode("utf-8")) for text in texts]
+
+
+@dataclass
+class HFTokenizer:
+    """A `tokenizers.Tokenizer` (Rust, offline) plus the id of its end-of-document token."""
+
+    tokenizer: Any
+    eod: int
+    vocab_size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        return [encoding.ids for encoding in encodings]
+
+
+def check_spec(spec: TokenizerSpec) -> list[Problem]:
+    """Every problem with the tokenizer options and files, without building anything."""
+    problems: list[Problem] = []
+    if spec.kind not in TOKENIZER_KINDS:
+        return [Problem(f"unknown tokenizer {spec.kind!r}", f"use one of: {', '.join(TOKENIZER_KINDS)}")]
+    if spec.kind == "byte":
+        if spec.vocab_file or spec.merge_file or spec.tokenizer_dir:
+            problems.append(Problem("--tokenizer byte takes no files",
+                                    "drop --vocab-file/--merge-file/--tokenizer-dir"))
+        if spec.eod_token:
+            problems.append(Problem("--tokenizer byte has a fixed end-of-document id (256)", "drop --eod-token"))
+    elif spec.kind == "gpt2":
+        for flag, path in (("--vocab-file", spec.vocab_file), ("--merge-file", spec.merge_file)):
+            if not path:
+                problems.append(Problem(f"--tokenizer gpt2 needs {flag}",
+                                        "pass the GPT-2 vocab.json and merges.txt files"))
+            else:
+                problems.extend(_readable_file(path, flag))
+        if spec.tokenizer_dir:
+            problems.append(Problem("--tokenizer-dir is for --tokenizer hf", "drop it, or use --tokenizer hf"))
+    else:
+        if not spec.tokenizer_dir:
+            problems.append(Problem("--tokenizer hf needs --tokenizer-dir",
+                                    "pass a directory that holds tokenizer.json"))
+        elif not os.path.isdir(spec.tokenizer_dir):
+            problems.append(Problem(f"tokenizer directory {spec.tokenizer_dir} does not exist"))
+        else:
+            problems.extend(_readable_file(os.path.join(spec.tokenizer_dir, "tokenizer.json"), "--tokenizer-dir",
+                                           hint="only fast tokenizers (tokenizer.json) are supported"))
+        if spec.vocab_file or spec.merge_file:
+            problems.append(Problem("--vocab-file/--merge-file are for --tokenizer gpt2",
+                                    "drop them, or use --tokenizer gpt2"))
+    return problems
+
+
+def build_tokenizer(spec: TokenizerSpec) -> TextTokenizer:
+    """Build the tokenizer, or raise UserError saying what is wrong with its files."""
+    problems = check_spec(spec)
+    if problems:
+        raise UserError(problems)
+    if spec.kind == "byte":
+        return ByteTokenizer()
+    try:
+        import tokenizers  # noqa: F401  (the Rust tokenizers package: offline, no transformers)
+    except ImportError as err:
+        raise UserError(f"--tokenizer {spec.kind} needs the `tokenizers` package ({err})",
+                        "pip install tokenizers") from err
+    if spec.kind == "gpt2":
+        return _build_gpt2(spec)
+    return _build_hf_dir(spec)
+
+
+def _build_gpt2(spec: TokenizerSpec) -> HFTokenizer:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab_file, merge_file = str(spec.vocab_file), str(spec.merge_file)
+    vocab = _load_json(vocab_file, "--vocab-file")
+    if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
+        raise UserError(f"{vocab_file} is not a GPT-2 vocab.json (a JSON object of token → id)")
+    try:
+        model = models.BPE.from_file(vocab_file, merge_file)
+    except Exception as err:  # the Rust side reports malformed files as plain Exception
+        raise UserError(f"cannot read GPT-2 BPE files {vocab_file} / {merge_file}: {err}") from err
+    tokenizer = Tokenizer(model)
+    # GPT-2: byte-level pre-tokenizer with the GPT-2 split regex, no prefix space.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    eod_token = spec.eod_token or GPT2_EOD_TOKEN
+    if eod_token not in vocab:
+        raise UserError(f"the end-of-document token {eod_token!r} is not in {vocab_file}",
+                        "pass --eod-token with a token the vocabulary has")
+    return HFTokenizer(tokenizer, eod=vocab[eod_token])
+
+
+def _build_hf_dir(spec: TokenizerSpec) -> HFTokenizer:
+    from tokenizers import Tokenizer
+
+    directory = Path(str(spec.tokenizer_dir))
+    try:
+        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+    except Exception as err:
+        raise UserError(f"cannot read {directory / 'tokenizer.json'}: {err}") from err
+    candidates = [spec.eod_token] if spec.eod_token else [*_configured_eos(directory), *COMMON_EOD_TOKENS]
+    for token in candidates:
+        token_id = tokenizer.token_to_id(token)
+        if token_id is not None:
+            return HFTokenizer(tokenizer, eod=token_id)
+    raise UserError(f"no end-of-document token found in {directory}: tried {', '.join(map(repr, candidates))}",
+                    "pass --eod-token with the token that ends a document")
+
+
+def _configured_eos(directory: Path) -> list[str]:
+    """The eos token named by tokenizer_config.json, if any (a string or {"content": …})."""
+    config_path = directory / "tokenizer_config.json"
+    if not config_path.is_file():
+        return []
+    config = _load_json(str(config_path), "tokenizer_config.json")
+    eos = config.get("eos_token") if isinstance(config, dict) else None
+    if isinstance(eos, dict):
+        eos = eos.get("content")
+    return [eos] if isinstance(eos, str) else []
+
+
+def _load_json(path: str, what: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise UserError(f"cannot read {what} {path}: {err}") from err
+
+
+def _readable_file(path: str, flag: str, hint: str = "") -> list[Problem]:
+    if not os.path.isfile(path):
+        return [Problem(f"{flag}: {path} does not exist or is not a file", hint)]
+    if not os.access(path, os.R_OK):
+        return [Problem(f"{flag}: {path} is not readable", hint)]
+    return []

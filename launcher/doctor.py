@@ -1,0 +1,408 @@
+"""`launch doctor`: is this machine ready to run the pinned Megatron? Each check says ok / warn / fail and
+how to fix it.
+
+Fast by design: package versions come from installed metadata and module specs, never from importing
+torch; only the opt-in torch probe (`launch doctor --torch`) imports torch, in a child process.
+`preflight()` is the subset `launch PRESET` runs before training, judged against that preset.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
+from launcher.errors import Problem, UserError
+from launcher.upstream import SUBMODULE, megatron_path
+
+Status = Literal["ok", "warn", "fail"]
+MEGATRON_URL = "https://github.com/NVIDIA/Megatron-LM.git"
+# Modules built by NVIDIA apex's --cpp_ext/--cuda_ext that Megatron's default fusions import.
+APEX_EXTENSIONS = {
+    "fused_weight_gradient_mlp_cuda": "gradient accumulation fusion (pass --no-gradient-accumulation-fusion)",
+    "scaled_masked_softmax_cuda": "masked softmax fusion (pass --no-masked-softmax-fusion)",
+    "scaled_upper_triang_masked_softmax_cuda": "causal masked softmax fusion (--no-masked-softmax-fusion)",
+    "amp_C": "multi-tensor optimizer kernels (torch fallback is slower)",
+    "fused_layer_norm_cuda": "fused layer norm (torch fallback is used)",
+}
+# Files only NVIDIA apex has; the PyPI project called `apex` (a 2013 Pyramid toolkit) has none of them.
+NVIDIA_APEX_MARKERS = ("normalization/fused_layer_norm.py", "optimizers/fused_adam.py", "transformer")
+SUBPROCESS_TIMEOUT_S = 20
+MIN_PYTHON = (3, 12)  # megatron-core 0.18 declares Requires-Python >= 3.12
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    status: Status
+    detail: str
+    fix: str = ""
+
+    def render(self) -> str:
+        text = f"{self.status:4}  {self.check}: {self.detail}"
+        if self.fix and self.status != "ok":
+            text += f"\n      fix: {self.fix}"
+        return text
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the checks look at; tests point it at throwaway directories and environments."""
+
+    megatron_path: Path = SUBMODULE
+    env: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    python: str = sys.executable
+    torch_probe: bool = False
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _run(argv: list[str], cwd: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    try:
+        done = subprocess.run(argv, cwd=cwd, env=None if env is None else dict(env), check=False,
+                              capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return 127, str(exc)
+    return done.returncode, (done.stdout.strip() or done.stderr.strip())
+
+
+def check_python(ctx: Context) -> list[Finding]:
+    version = ".".join(map(str, sys.version_info[:3]))
+    if sys.version_info >= MIN_PYTHON:
+        return [Finding("python", "ok", f"{version} ({sys.executable})")]
+    return [Finding("python", "fail", f"{version}: megatron-core 0.18 requires Python >= 3.12",
+                    "create the environment with python3.12: python3.12 -m venv venv")]
+
+
+def check_torch(ctx: Context) -> list[Finding]:
+    version = _version("torch")
+    if version is None:
+        return [Finding("torch", "fail", "not installed", "pip install 'torch>=2.6'")]
+    major_minor = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+    if major_minor < (2, 6):
+        return [Finding("torch", "fail", f"{version}: megatron-core 0.18 needs torch >= 2.6",
+                        "pip install -U 'torch>=2.6'")]
+    return [Finding("torch", "ok", version)]
+
+
+def check_gpus(ctx: Context) -> list[Finding]:
+    """Visible GPUs from nvidia-smi (no torch import); CUDA_VISIBLE_DEVICES narrows what a job sees."""
+    if shutil.which("nvidia-smi", path=ctx.env.get("PATH")) is None:
+        return [Finding("gpus", "warn", "nvidia-smi not found: no NVIDIA driver on this machine",
+                        "fine on a login node; run `launch doctor` on a compute node (srun launch doctor)")]
+    code, out = _run(["nvidia-smi", "-L"], env=ctx.env)
+    gpus = [line for line in out.splitlines() if line.startswith("GPU ")]
+    if code != 0 or not gpus:
+        return [Finding("gpus", "fail", f"nvidia-smi found no GPU: {out[:200]}",
+                        "check the driver (nvidia-smi) and that the job was given GPUs (--gpus-per-node)")]
+    visible = ctx.env.get("CUDA_VISIBLE_DEVICES")
+    note = f"; CUDA_VISIBLE_DEVICES={visible}" if visible is not None else ""
+    return [Finding("gpus", "ok", f"{len(gpus)} GPU(s): {gpus[0].split(' (UUID')[0]}{note}")]
+
+
+def check_megatron_core(ctx: Context) -> list[Finding]:
+    version = _version("megatron-core")
+    wanted = MEGATRON_CORE_VERSION.rsplit(".", 1)[0]
+    if version is None:
+        return [Finding("megatron-core", "warn", "not installed: `launch --check` cannot ask Megatron itself",
+                        f"pip install 'megatron-core=={MEGATRON_CORE_VERSION}' pyyaml")]
+    if not version.startswith(wanted + "."):
+        return [Finding("megatron-core", "warn",
+                        f"{version}, but the pinned Megatron-LM {MEGATRON_COMMIT[:12]} is {wanted}.x: "
+                        "flag names and checks may differ",
+                        f"pip install 'megatron-core=={MEGATRON_CORE_VERSION}'")]
+    return [Finding("megatron-core", "ok", version)]
+
+
+def check_megatron_checkout(ctx: Context) -> list[Finding]:
+    path = ctx.megatron_path
+    clone = (f"scripts/fetch-megatron.sh, or git clone {MEGATRON_URL} {path} && git -C {path} checkout "
+             f"{MEGATRON_COMMIT[:12]}; or point at a checkout with --megatron-path DIR / MEGATRON_LM_PATH=DIR")
+    if not (path / "pretrain_gpt.py").is_file():
+        return [Finding("megatron-lm checkout", "fail", f"no pretrain_gpt.py in {path}", clone)]
+    code, head = _run(["git", "-C", str(path), "rev-parse", "HEAD"])
+    if code != 0:
+        return [Finding("megatron-lm checkout", "warn", f"{path} is not a git checkout; its commit is unknown",
+                        f"use a git checkout of {MEGATRON_COMMIT[:12]}: {clone}")]
+    if head != MEGATRON_COMMIT:
+        return [Finding("megatron-lm checkout", "fail",
+                        f"{path} is at {head[:12]}, not the pinned {MEGATRON_COMMIT[:12]}: "
+                        "the launcher's flags are proven for the pinned commit only",
+                        f"git -C {path} fetch origin && git -C {path} checkout {MEGATRON_COMMIT[:12]}")]
+    return [Finding("megatron-lm checkout", "ok", f"{path} at {MEGATRON_COMMIT[:12]}")]
+
+
+def check_transformer_engine(ctx: Context) -> list[Finding]:
+    version = _version("transformer-engine") or _version("transformer_engine")
+    if version is None and not _has_module("transformer_engine"):
+        return [Finding("transformer-engine", "warn",
+                        "not installed: use --transformer-impl local and keep context parallel at 1",
+                        "pip install --no-build-isolation 'transformer-engine[pytorch]' (or use an NGC container)")]
+    return [Finding("transformer-engine", "ok", f"{version or 'unknown version'} (installed)")]
+
+
+def check_apex(ctx: Context) -> list[Finding]:
+    spec = importlib.util.find_spec("apex") if _has_module("apex") else None
+    if spec is None:
+        return [Finding("apex", "warn",
+                        "NVIDIA apex not installed: pass --no-gradient-accumulation-fusion "
+                        "--no-masked-softmax-fusion (torch fallbacks are used elsewhere)",
+                        "build NVIDIA apex with --cpp_ext --cuda_ext, or use an NGC container")]
+    roots = [Path(p) for p in (spec.submodule_search_locations or [])]
+    if not any((root / marker).exists() for root in roots for marker in NVIDIA_APEX_MARKERS):
+        where = roots[0] if roots else spec.origin
+        return [Finding("apex", "fail",
+                        f"the `apex` at {where} is not NVIDIA apex (it looks like the unrelated PyPI "
+                        "project of that name) and hides the real one",
+                        "pip uninstall -y apex, then build NVIDIA apex from https://github.com/NVIDIA/apex")]
+    missing = [name for name in APEX_EXTENSIONS if not _has_module(name)]
+    if missing:
+        needs = "; ".join(f"{name}: {APEX_EXTENSIONS[name]}" for name in missing)
+        return [Finding("apex", "warn", f"NVIDIA apex without its CUDA extensions: {needs}",
+                        "rebuild apex: pip install -v --no-build-isolation "
+                        "--config-settings '--build-option=--cpp_ext' --config-settings "
+                        "'--build-option=--cuda_ext' git+https://github.com/NVIDIA/apex")]
+    return [Finding("apex", "ok", f"NVIDIA apex with CUDA extensions ({_version('apex') or 'unknown version'})")]
+
+
+def check_helper_build(ctx: Context) -> list[Finding]:
+    """Global rank 0 runs `make -C megatron/core/datasets`; the Makefile calls `python3 -m pybind11
+    --includes` and `python3-config --extension-suffix`, so those must belong to the training python."""
+    path_var = ctx.env.get("PATH")
+    findings = []
+    for tool, package in (("make", "make"), ("g++", "g++")):
+        if shutil.which(tool, path=path_var) is None:
+            findings.append(Finding("dataset helpers", "fail", f"`{tool}` not found on PATH",
+                                    f"apt-get install {package} (Megatron compiles helpers.cpp at start)"))
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    python3 = shutil.which("python3", path=path_var)
+    if python3 is None:
+        findings.append(Finding("dataset helpers", "fail", "`python3` not found on PATH",
+                                f"put the training interpreter's directory first on PATH ({Path(ctx.python).parent})"))
+    else:
+        code, prefix = _run([python3, "-c", "import sys; print(sys.prefix)"], env=ctx.env)
+        if code != 0 or Path(prefix).resolve() != Path(sys.prefix).resolve():
+            findings.append(Finding("dataset helpers", "fail",
+                                    f"`python3` on PATH ({python3}) is not this interpreter ({sys.prefix})",
+                                    f"activate the environment first: source {Path(sys.prefix) / 'bin/activate'}"))
+        code, out = _run([python3, "-m", "pybind11", "--includes"], env=ctx.env)
+        if code != 0:
+            findings.append(Finding("dataset helpers", "fail", "pybind11 is not importable by python3",
+                                    f"{python3} -m pip install pybind11"))
+    config = shutil.which("python3-config", path=path_var)
+    if config is None:
+        findings.append(Finding("dataset helpers", "fail", "`python3-config` not found on PATH",
+                                "install the Python headers (apt-get install python3-dev, or use a venv of a "
+                                "python built with them)"))
+    else:
+        code, out = _run([config, "--extension-suffix"], env=ctx.env)
+        if code != 0 or out != suffix:
+            findings.append(Finding("dataset helpers", "fail",
+                                    f"python3-config ({config}) is for another python: suffix {out!r}, "
+                                    f"this one is {suffix!r}",
+                                    "put the training interpreter's python3-config first on PATH"))
+    datasets = ctx.megatron_path / "megatron" / "core" / "datasets"
+    if datasets.is_dir() and not os.access(datasets, os.W_OK):
+        built = datasets / f"helpers_cpp{suffix}"
+        if not built.exists():
+            findings.append(Finding("dataset helpers", "fail", f"{datasets} is not writable and not built",
+                                    f"build once where writable: make -C {datasets}"))
+    if not findings:
+        findings.append(Finding("dataset helpers", "ok", "make, g++, pybind11 and python3-config match this python"))
+    return findings
+
+
+def check_nccl(ctx: Context) -> list[Finding]:
+    for dist in ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11"):
+        version = _version(dist)
+        if version:
+            return [Finding("nccl", "ok", f"{dist} {version} (wheel used by torch)")]
+    return [Finding("nccl", "warn", "no nvidia-nccl wheel found; torch may use a system NCCL",
+                    "run `launch doctor --torch` to read the version torch links")]
+
+
+def check_cuda_connections(ctx: Context, needs_one: bool | None = None) -> list[Finding]:
+    """Megatron asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for TP or CP > 1 on GPUs older than Blackwell."""
+    value = ctx.env.get("CUDA_DEVICE_MAX_CONNECTIONS")
+    if value == "1":
+        return [Finding("CUDA_DEVICE_MAX_CONNECTIONS", "ok", "1")]
+    if needs_one:
+        return [Finding("CUDA_DEVICE_MAX_CONNECTIONS", "fail",
+                        f"{value!r}, but tensor/context parallelism on Hopper and older requires 1",
+                        "export CUDA_DEVICE_MAX_CONNECTIONS=1 (or set it under launcher.env in the preset)")]
+    return [Finding("CUDA_DEVICE_MAX_CONNECTIONS", "warn" if value is not None else "ok",
+                    f"{value!r}; runs with TP or CP > 1 need 1 (the launcher sets it for them)",
+                    "unset it, or export CUDA_DEVICE_MAX_CONNECTIONS=1")]
+
+
+TORCH_PROBE = r"""
+import json, importlib
+out = {}
+import torch
+out["torch"] = torch.__version__
+out["cuda_build"] = torch.version.cuda
+out["cuda_available"] = torch.cuda.is_available()
+out["device_count"] = torch.cuda.device_count() if out["cuda_available"] else 0
+out["devices"] = [torch.cuda.get_device_name(i) for i in range(out["device_count"])]
+out["capability"] = list(torch.cuda.get_device_capability(0)) if out["device_count"] else None
+try:
+    out["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+except Exception as exc:
+    out["nccl"] = None
+try:
+    te = importlib.import_module("transformer_engine")
+    importlib.import_module("transformer_engine.pytorch")
+    out["te"] = getattr(te, "__version__", "unknown")
+except Exception as exc:
+    out["te_error"] = f"{type(exc).__name__}: {exc}"
+print(json.dumps(out))
+"""
+
+
+def check_torch_runtime(ctx: Context) -> list[Finding]:
+    """Import torch (and Transformer Engine) in a child process: CUDA, GPUs, NCCL as torch sees them."""
+    _, out = _run([ctx.python, "-c", TORCH_PROBE], env=ctx.env)
+    line = out.splitlines()[-1] if out else ""
+    try:
+        probe: dict[str, Any] = json.loads(line)
+    except json.JSONDecodeError:
+        return [Finding("torch import", "fail", f"importing torch failed: {out[-300:]}",
+                        "reinstall torch for this python: pip install --force-reinstall 'torch>=2.6'")]
+    findings = [Finding("torch import", "ok", f"torch {probe['torch']} built for CUDA {probe['cuda_build']}")]
+    if not probe["cuda_available"]:
+        findings.append(Finding("cuda", "fail", "torch.cuda.is_available() is False: Megatron requires CUDA",
+                                "run on a GPU node with a driver that supports "
+                                f"CUDA {probe['cuda_build']} (nvidia-smi)"))
+    else:
+        major = probe["capability"][0]
+        findings.append(Finding("cuda", "ok", f"{probe['device_count']} GPU(s), {probe['devices'][0]}, "
+                                f"sm_{major}{probe['capability'][1]}"))
+    findings.append(Finding("nccl (torch)", "ok" if probe.get("nccl") else "warn",
+                            probe.get("nccl") or "torch reports no NCCL",
+                            "install a CUDA build of torch (it bundles NCCL)"))
+    if "te" in probe:
+        findings.append(Finding("transformer-engine import", "ok", probe["te"]))
+    elif _version("transformer-engine") or _has_module("transformer_engine"):
+        findings.append(Finding("transformer-engine import", "fail", probe["te_error"][:300],
+                                "reinstall transformer-engine against this torch, or use --transformer-impl local"))
+    return findings
+
+
+Check = Callable[[Context], list[Finding]]
+CHECKS: dict[str, Check] = {
+    "python": check_python,
+    "torch": check_torch,
+    "gpus": check_gpus,
+    "megatron-core": check_megatron_core,
+    "megatron-lm": check_megatron_checkout,
+    "transformer-engine": check_transformer_engine,
+    "apex": check_apex,
+    "dataset-helpers": check_helper_build,
+    "nccl": check_nccl,
+    "cuda-connections": check_cuda_connections,
+}
+
+
+def run_checks(ctx: Context, names: Iterable[str] | None = None) -> list[Finding]:
+    findings: list[Finding] = []
+    for name in names or CHECKS:
+        findings.extend(CHECKS[name](ctx))
+    if ctx.torch_probe:
+        findings.extend(check_torch_runtime(ctx))
+    return findings
+
+
+def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_parallel: int = 1,
+              context_parallel: int = 1) -> list[Finding]:
+    """The checks that matter for one run, judged against the Megatron arguments it will pass (absent keys
+    mean Megatron's defaults; None: a script that takes no flags). Never imports torch."""
+    findings = run_checks(ctx, ["python", "torch", "megatron-lm", "dataset-helpers"])
+    findings += check_cuda_connections(ctx, needs_one=max(tensor_parallel, context_parallel) > 1)
+    if megatron_args is None:
+        return findings
+    if megatron_args.get("transformer_impl", "transformer_engine") == "transformer_engine":
+        te = check_transformer_engine(ctx)[0]
+        if te.status != "ok":
+            findings.append(Finding("transformer-engine", "fail", "the preset uses --transformer-impl "
+                                    "transformer_engine (the default) but Transformer Engine is missing",
+                                    "set transformer_impl: local in the preset, or install Transformer Engine"))
+    fusions = {"gradient_accumulation_fusion": "fused_weight_gradient_mlp_cuda",
+               "masked_softmax_fusion": "scaled_masked_softmax_cuda"}
+    for arg, module in fusions.items():
+        if megatron_args.get(arg, True) and not _has_module(module):
+            flag = "--no-" + arg.replace("_", "-")
+            findings.append(Finding("apex", "fail", f"{arg} is on (Megatron's default) but apex's {module} "
+                                    "extension is missing, so the model build or first step fails",
+                                    f"set {arg}: false in the preset ({flag}), or build NVIDIA apex with --cuda_ext"))
+    return findings
+
+
+def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> None:
+    """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok."""
+    from types import SimpleNamespace
+
+    from launcher.command import megatron_settings
+
+    settings: dict[str, Any] | None = None  # the simple loop builds its own model: only the environment matters
+    if plan.entry == "pretrain_gpt":
+        settings, _ = megatron_settings(SimpleNamespace(preset=plan.preset, entry=plan.entry), kernels)
+    ctx = Context(megatron_path=path, env={**os.environ, **command.env})
+    findings = preflight(settings, ctx, tensor_parallel=plan.layout.tp, context_parallel=plan.layout.cp)
+    for finding in findings:
+        if finding.status == "warn":
+            print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)
+    failed = [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in findings if f.status == "fail"]
+    if failed:
+        failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-preflight",
+                             stage="launcher")
+        raise UserError(failed)
+
+
+def worst(findings: Iterable[Finding]) -> Status:
+    statuses = {f.status for f in findings}
+    return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="launch doctor", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--megatron-path",
+                        help="Megatron-LM checkout to inspect (default: $MEGATRON_LM_PATH or the submodule)")
+    parser.add_argument("--torch", action="store_true",
+                        help="also import torch and Transformer Engine (slower): CUDA, GPUs, NCCL as torch sees them")
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    options = parser.parse_args(argv)
+    ctx = Context(megatron_path=megatron_path(options.megatron_path, None), torch_probe=options.torch)
+    findings = run_checks(ctx)
+    if options.format == "json":
+        print(json.dumps([asdict(f) for f in findings], indent=1))
+    else:
+        print("\n".join(f.render() for f in findings))
+        print(f"doctor: {worst(findings)}")
+    return 1 if worst(findings) == "fail" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

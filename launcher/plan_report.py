@@ -1,0 +1,341 @@
+"""`launch plan`: what a preset costs on a GPU budget, and the best layouts for it (text or JSON).
+
+No torch: everything comes from launcher.estimate and launcher.plan_search over the preset's Megatron args.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from launcher import estimate as est
+from launcher import plan_search as ps
+from launcher.errors import Problem, UserError
+
+GIB = est.GIB
+
+
+@dataclass(frozen=True)
+class Budget:
+    nodes: int
+    gpus_per_node: int
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+
+GPUS_PER_NODE_FOR_GPUS = 8  # --gpus N alone means nodes of 8 GPUs (HGX/DGX), or one node below 8
+
+
+def resolve_budget(nodes: int | None, gpus_per_node: int | None, gpus: int | None,
+                   preset_nodes: int = 1, preset_gpus_per_node: int = 8) -> Budget:
+    """--gpus N [--gpus-per-node G], or --nodes/--gpus-per-node, or the preset's own; bad ones are UserErrors."""
+    if gpus is not None and nodes is not None:
+        raise UserError("--gpus cannot be combined with --nodes",
+                        "give either --gpus N [--gpus-per-node G] or --nodes N --gpus-per-node G")
+    for flag, value in (("--gpus", gpus), ("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
+        if value is not None and value < 1:
+            raise UserError(f"{flag} must be at least 1, got {value}")
+    if gpus is not None:
+        per_node = gpus_per_node or GPUS_PER_NODE_FOR_GPUS
+        if gpus <= per_node and gpus_per_node is None:
+            return Budget(1, gpus)
+        if gpus % per_node:
+            below = gpus - gpus % per_node
+            options = f"--gpus {below} or {below + per_node}" if below else f"--gpus {per_node}"
+            raise UserError(f"{gpus} GPUs are not a whole number of nodes of {per_node} GPUs",
+                            f"use {options}, or --nodes N --gpus-per-node G")
+        return Budget(gpus // per_node, per_node)
+    return Budget(nodes or preset_nodes, gpus_per_node or preset_gpus_per_node)
+
+
+_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parse_tokens(text: str) -> float:
+    """'300B', '1.5T', '2e9' → tokens."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGTkmbgt]?)\s*", text)
+    if not match:
+        raise UserError(f"cannot read a token count from {text!r}", "write e.g. 300B, 1.5T or 2e9")
+    return float(match.group(1)) * _SUFFIX[match.group(2).upper()]
+
+
+def preset_tokens(args: Mapping[str, Any]) -> float | None:
+    """Tokens the preset trains for: train_samples·seq or train_iters·GBS·seq."""
+    seq = int(args["seq_length"])
+    if args.get("train_samples"):
+        return float(args["train_samples"]) * seq
+    if args.get("train_iters") and args.get("global_batch_size"):
+        return float(args["train_iters"]) * int(args["global_batch_size"]) * seq
+    return None
+
+
+def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
+               tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
+               validate: ps.Validator | None = None, extra_sets: tuple[str, ...] = (),
+               notes: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
+
+    `validate` adds launcher.layout's checks; `extra_sets` are --set items every listed layout needs.
+    """
+    world = budget.world_size
+    training = est.training_of(args, world)
+    shape = est.model_shape(args, training.tp)
+    problems = ps.layout_problems(shape, training)
+    if not problems and validate is not None:
+        problems = validate(shape, training)
+    model_parallel = training.tp * training.pp * training.cp
+    tokens = tokens if tokens is not None else preset_tokens(args)
+    plan: dict[str, Any] = {
+        "preset": name,
+        "gpu": asdict(gpu) | {"memory_gib": round(gpu.memory_bytes / GIB, 1),
+                              "usable_fraction": est.USABLE_FRACTION},
+        "nodes": budget.nodes,
+        "gpus_per_node": budget.gpus_per_node,
+        "world_size": world,
+        "tokens": tokens,
+        "model": {
+            "parameters": est.parameter_count(args, training.tp),
+            "vocab_size": shape.vocab_size,
+            "padded_vocab_size": shape.padded_vocab_size,
+            "flops_per_token": est.flops_per_iteration(shape, 1) / shape.seq_length,
+        },
+        "layout": layout_dict(training) | {"valid": not problems, "problems": problems},
+    }
+    if problems and world < model_parallel:
+        plan["layout"]["minimum_gpus"] = model_parallel
+    if not problems:
+        e = est.estimate(args, training, gpu, budget.gpus_per_node, tflops)
+        plan["model"] |= {
+            "megatron_parameters": e.megatron_params.total,
+            "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(shape, training)),
+            "megatron_most_loaded_shard": e.megatron_params.most_loaded_shard,
+            "flops_per_iteration": e.flops_per_iteration,
+        }
+        plan["memory"] = {
+            "megatron": e.megatron.as_dict(),
+            "megatron_other_optimizer": e.megatron_other_optimizer.as_dict(),
+            "complete": e.complete.as_dict(),
+            "fits": e.fit,
+        }
+        plan["time"] = time_dict(e.step, training, shape, tokens)
+    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, validate)
+    if not result.best:
+        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node)
+    plan["search"] = {
+        "considered": result.considered,
+        "valid": result.valid,
+        "fitting": result.fitting,
+        "notes": list(notes) + result.notes,
+        "best": [candidate_dict(c, name, args, budget, shape.seq_length, tokens, extra_sets)
+                 for c in result.best],
+        "alternatives": [asdict(a) for a in result.alternatives],
+    }
+    return plan
+
+
+def layout_dict(t: est.Training) -> dict[str, Any]:
+    d = asdict(t)
+    model = t.tp * t.pp * t.cp
+    d["dp"] = t.dp if t.world_size % model == 0 else None
+    d["num_microbatches"] = t.num_microbatches if d["dp"] else None
+    return d
+
+
+def time_dict(step: est.StepTime, t: est.Training, m: est.ModelShape, tokens: float | None) -> dict[str, Any]:
+    flops = est.flops_per_iteration(m, t.global_batch_size)
+    d: dict[str, Any] = {
+        "step": step.as_dict(),
+        "model_tflops_per_gpu": flops / (step.total * t.world_size) / 1e12,
+        "tokens_per_second": t.global_batch_size * m.seq_length / step.total,
+    }
+    if tokens:
+        d["seconds_to_tokens"] = est.time_to_tokens(step.total, t.global_batch_size, m.seq_length, tokens)
+    return d
+
+
+def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: Budget, seq: int,
+                   tokens: float | None, extra_sets: tuple[str, ...] = ()) -> dict[str, Any]:
+    sets = list(extra_sets) + ps.overrides(c.training, args)
+    argv = ["launch", name, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
+    for item in sets:
+        argv += ["--set", item]
+    d = layout_dict(c.training) | {
+        "memory_gib": c.memory.total / GIB,
+        "megatron_memory_gib": c.megatron.total / GIB,
+        "fits": c.fit,
+        "seconds_per_iteration": c.seconds,
+        "step": c.step.as_dict(),
+        "overrides": sets,
+        "command": argv,
+    }
+    if tokens:
+        d["seconds_to_tokens"] = est.time_to_tokens(c.seconds, c.training.global_batch_size, seq, tokens)
+    return d
+
+
+# --------------------------------------------------------------------------------------------------- text
+
+
+def _b(n: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return f"{n:.0f}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.2f} s"
+
+
+def render_text(plan: dict[str, Any]) -> str:
+    import shlex
+
+    lines = []
+    gpu = plan["gpu"]
+    lay = plan["layout"]
+    model = plan["model"]
+    lines.append(f"{plan['preset']} on {plan['world_size']} × {gpu['name']} "
+                 f"({plan['nodes']} node(s) × {plan['gpus_per_node']} GPUs, {gpu['memory_gib']} GiB each)")
+    lines.append("")
+    lines.append("Model")
+    lines.append(f"  parameters           {_b(model['parameters'])} (vocab {model['vocab_size']} padded to "
+                 f"{model['padded_vocab_size']})")
+    lines.append(f"  FLOPs per token      {model['flops_per_token']:.4g} (Megatron's formula; recompute not counted)")
+    lines.append("")
+    desc = ps.describe(est.Training(**{k: lay[k] for k in est.Training.__dataclass_fields__}))
+    lines.append(f"The preset's layout: {desc}, global batch {lay['global_batch_size']}")
+    if not lay["valid"]:
+        for p in lay["problems"]:
+            lines.append(f"  not possible here: {p}")
+        if lay.get("minimum_gpus"):
+            lines.append(f"  it needs at least TP·PP·CP = {lay['minimum_gpus']} GPUs")
+    else:
+        lines.append(f"  microbatches         {lay['num_microbatches']} per iteration, DP {lay['dp']}")
+        lines.append(f"  parameters per GPU   {_b(model['parameters_most_loaded_gpu'])} on the most loaded GPU "
+                     f"(Megatron's count: {_b(model['megatron_most_loaded_shard'])})")
+        lines.append(f"  FLOPs per iteration  {model['flops_per_iteration']:.4g}")
+        lines.append("")
+        mem = plan["memory"]
+        meg, other, comp = mem["megatron"], mem["megatron_other_optimizer"], mem["complete"]
+        unit, size = ("GiB", GIB) if max(meg["total"], comp["total"]) >= GIB / 10 else ("MiB", est.MB)
+        lines.append(f"  Memory per GPU, {unit}  {'Megatron':>9} {'complete':>9}   (complete: stage {comp['stage']})")
+        for key, label in (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
+                           ("activations", "activations"), ("total", "total")):
+            lines.append(f"    {label:<18} {meg[key] / size:9.2f} {comp[key] / size:9.2f}")
+        toggled = "with" if not lay["distributed_optimizer"] else "without"
+        lines.append(f"    ({toggled} the distributed optimizer, Megatron's total would be "
+                     f"{other['total'] / size:.2f} {unit}: optimizer state {other['optimizer'] / size:.2f})")
+        lines.append(f"  fits {gpu['name']}?    {mem['fits']} ({comp['total'] / GIB:.2f} of {gpu['memory_gib']} GiB;"
+                     f" 'fits' means ≤ {int(gpu['usable_fraction'] * 100)}%)")
+        t = plan["time"]
+        s = t["step"]
+        lines.append("")
+        lines.append(f"  Time at {s['tflops_assumed']:.0f} TFLOP/s per GPU sustained (--tflops to change)")
+        lines.append(f"    per iteration      {s['total']:.3f} s  (compute {s['compute']:.3f}, "
+                     f"bubble {s['bubble']:.3f}, TP comm {s['tensor_comm']:.3f}, DP comm {s['data_comm']:.3f}, PP comm "
+                     f"{s['pipeline_comm']:.3f}, overhead {s['overhead']:.3f})")
+        lines.append(f"    throughput         {t['tokens_per_second']:,.0f} tokens/s, "
+                     f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")
+        if "seconds_to_tokens" in t:
+            lines.append(f"    {_b(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
+    search = plan["search"]
+    lines.append("")
+    lines.append(f"Best layouts for {plan['world_size']} × {gpu['name']} ({search['fitting']} of "
+                 f"{search['valid']} valid layouts fit; ranked by estimated step time)")
+    head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
+           f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
+    if plan["tokens"]:
+        head += f" {'to ' + _b(plan['tokens']):>12}"
+    lines.append(head)
+    for i, c in enumerate(search["best"], 1):
+        row = (f"  {i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
+               f"{c['num_microbatches']:>5} {'yes' if c['sequence_parallel'] else 'no':>3} {c['recompute']:>9} "
+               f"{'yes' if c['distributed_optimizer'] else 'no':>8} {c['memory_gib']:8.2f} "
+               f"{c['seconds_per_iteration']:9.4f}")
+        if "seconds_to_tokens" in c:
+            row += f" {_duration(c['seconds_to_tokens']):>12}"
+        if c["fits"] == "tight":
+            row += "  (tight)"
+        lines.append(row)
+    lines.append("")
+    for i, c in enumerate(search["best"], 1):
+        lines.append(f"  #{i}: {shlex.join(c['command'])}")
+    if search["alternatives"]:
+        lines.append("")
+        lines.append("Why not")
+        for a in search["alternatives"]:
+            lines.append(f"  {a['label']}: {a['verdict']}")
+    for note in search["notes"]:
+        lines.append(f"note: {note}")
+    lines.append("")
+    lines.append("Memory: 'Megatron' is megatron.training.theoretical_memory_usage; 'complete' adds biases, the "
+                 "tied output copy on the last stage, unfused attention scores, fp32 logits and per-stage peaks.")
+    return "\n".join(lines)
+
+
+def render_json(plan: dict[str, Any]) -> str:
+    return json.dumps(plan, indent=2, sort_keys=False)
+
+
+# --------------------------------------------------------------------------------------------------- CLI
+
+
+def add_arguments(parser: Any) -> None:
+    parser.add_argument("preset", help="preset name in configs/ or a path to a YAML file")
+    parser.add_argument("--nodes", type=int, help="nodes in the budget (default: the preset's)")
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the preset's)")
+    parser.add_argument("--gpus", type=int, help="total GPUs, in nodes of --gpus-per-node (default 8)")
+    parser.add_argument("--gpu", default=est.DEFAULT_GPU,
+                        help=f"GPU model (default {est.DEFAULT_GPU}): {', '.join(sorted(est.GPUS))}")
+    parser.add_argument("--tflops", type=float, help="sustained model TFLOP/s per GPU (default: per GPU model)")
+    parser.add_argument("--tokens", help="token budget for the time-to-train figures, e.g. 300B "
+                                         "(default: what the preset trains for)")
+    parser.add_argument("--top", type=int, default=5, help="how many layouts to list (default 5)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a preset setting first, as for launch")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+
+
+def run(ns: Any) -> str:
+    """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
+    from launcher.preset import load_preset
+    from launcher.upstream import resolve_kernels
+
+    gpu = est.gpu_by_name(ns.gpu)
+    if ns.top < 1:
+        raise UserError(Problem(f"--top must be at least 1, got {ns.top}"))
+    if ns.tflops is not None and ns.tflops <= 0:
+        raise UserError(Problem(f"--tflops must be positive, got {ns.tflops}"))
+    tokens = parse_tokens(ns.tokens) if ns.tokens else None
+    preset = load_preset(ns.preset, list(ns.overrides))
+    settings = preset.launcher
+    budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
+    kernels = resolve_kernels(settings.transformer_engine, settings.apex)
+    args = preset.effective()
+    notes: list[str] = []
+    extra_sets: tuple[str, ...] = ()
+    if not kernels.transformer_engine:
+        args["transformer_impl"] = "local"  # what command.py passes without TE: unfused attention
+        notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local, whose attention "
+                     "stores the s×s scores (counted in 'complete' memory) and runs slower than the default "
+                     "TFLOP/s assumes (345m on H200 measured 70-140 model TFLOP/s): pass a measured --tflops")
+    if settings.entry == "simple_loop":
+        extra_sets = ("entry=pretrain_gpt",)
+        notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
+                     "through pretrain_gpt.py (entry=pretrain_gpt)")
+    validate = ps.foundation_validator(preset, budget.gpus_per_node, kernels.transformer_engine, kernels.apex)
+    plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
+                      allow_sp=kernels.transformer_engine or kernels.apex, validate=validate,
+                      extra_sets=extra_sets, notes=tuple(notes))
+    return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"

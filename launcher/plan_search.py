@@ -1,0 +1,339 @@
+"""Search the parallel layouts of a preset for a GPU budget: valid, fitting, ranked by estimated step time.
+
+The space: TP (within a node), PP (dividing the layers), interleaved virtual stages, DP (what is left),
+micro batch, activation recompute (none/selective/full), sequence parallel, distributed optimizer. CP and
+the global batch stay as the preset says. Each structural layout (TP, PP, VPP, MBS) is shown once, with the
+fastest fitting choice of the other knobs; ranking uses estimate.step_time (its docstring says the model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from launcher import estimate as est
+from launcher.errors import Problem, UserError
+
+MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
+RECOMPUTE = ("none", "selective", "full")
+MAX_VPP = 8
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None) -> list[str]:
+    """Megatron's layout rules (reference §1) that a candidate must pass; empty when valid."""
+    problems = []
+    model = t.tp * t.pp * t.cp
+    if t.world_size % model:
+        problems.append(f"world size {t.world_size} is not divisible by TP·PP·CP = {t.tp}·{t.pp}·{t.cp} = {model}")
+        return problems
+    if m.num_attention_heads % t.tp:
+        problems.append(f"attention heads {m.num_attention_heads} are not divisible by TP {t.tp}")
+    if m.num_query_groups % t.tp and t.tp % m.num_query_groups:
+        problems.append(f"query groups {m.num_query_groups} are neither a multiple nor a divisor of TP {t.tp}")
+    if m.ffn_hidden_size % t.tp:
+        problems.append(f"ffn hidden size {m.ffn_hidden_size} is not divisible by TP {t.tp}")
+    if m.num_layers % t.pp:
+        problems.append(f"{m.num_layers} layers are not divisible by PP {t.pp}")
+    elif t.vpp > 1 and (m.num_layers // t.pp) % t.vpp:
+        problems.append(f"{m.num_layers // t.pp} layers per stage are not divisible by VPP {t.vpp}")
+    if t.vpp > 1 and t.pp < 2:
+        problems.append("interleaved pipeline (VPP > 1) needs PP > 1")
+    dp_mbs = t.micro_batch_size * t.dp
+    if t.global_batch_size % dp_mbs:
+        problems.append(f"global batch {t.global_batch_size} is not divisible by micro batch × DP = "
+                        f"{t.micro_batch_size}·{t.dp} = {dp_mbs}")
+    elif t.vpp > 1 and t.num_microbatches % t.pp:
+        problems.append(f"interleaved schedule needs microbatches {t.num_microbatches} to be a multiple of "
+                        f"PP {t.pp}")
+    if t.sequence_parallel and t.tp < 2:
+        problems.append("sequence parallel needs TP > 1")
+    if t.sequence_parallel and (m.seq_length // t.cp) % t.tp:
+        problems.append(f"sequence length {m.seq_length} / CP {t.cp} is not divisible by TP {t.tp}")
+    if t.cp > 1 and m.seq_length % (2 * t.cp):
+        problems.append(f"sequence length {m.seq_length} is not a multiple of 2·CP = {2 * t.cp}")
+    return problems
+
+
+@dataclass(frozen=True)
+class Candidate:
+    training: est.Training
+    memory: est.Memory  # the complete model, most loaded GPU
+    megatron: est.Memory  # Megatron's own figure, for comparison
+    step: est.StepTime
+    fit: str
+
+    @property
+    def seconds(self) -> float:
+        return self.step.total
+
+
+def evaluate(m: est.ModelShape, t: est.Training, gpu: est.Gpu, gpus_per_node: int,
+             tflops: float | None = None) -> Candidate:
+    mem = est.complete_memory(m, t)
+    return Candidate(t, mem, est.megatron_memory(m, t), est.step_time(m, t, gpu, gpus_per_node, tflops),
+                     est.fit_status(mem.total, gpu))
+
+
+def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int) -> Iterable[est.Training]:
+    """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`."""
+    world = base.world_size
+    for tp in divisors(min(world, gpus_per_node)):
+        for pp in divisors(world // tp):
+            if (world // tp) % (pp * base.cp) or m.num_layers % pp:
+                continue
+            vpps = [1] + ([v for v in divisors(m.num_layers // pp) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            for vpp in vpps:
+                for mbs in MICRO_BATCHES:
+                    yield replace(base, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs)
+
+
+def knob_variants(t: est.Training, allow_sp: bool) -> Iterable[est.Training]:
+    for recompute in RECOMPUTE:
+        for sp in ([True, False] if allow_sp and t.tp > 1 else [False]):
+            for dist_opt in ([True, False] if t.dp > 1 else [t.distributed_optimizer]):
+                yield replace(t, recompute=recompute, sequence_parallel=sp, distributed_optimizer=dist_opt)
+
+
+@dataclass(frozen=True)
+class Alternative:
+    label: str
+    verdict: str
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    best: list[Candidate]
+    considered: int
+    valid: int
+    fitting: int
+    alternatives: list[Alternative]
+    notes: list[str]
+
+
+def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
+    # Measured: without TE or apex, torch's LayerNorm asserts "sequence parallel not supported".
+    return est._get(args, "transformer_impl") != "local"
+
+
+Validator = Callable[[est.ModelShape, est.Training], list[str]]
+
+
+def foundation_validator(preset: Any, gpus_per_node: int, te: bool, apex: bool) -> Validator:
+    """launcher.layout's checks (the ones `launch` runs) as a validator for candidate layouts.
+
+    Problems the preset has at its own layout on TP·PP·CP GPUs (e.g. a missing lr) are not the layout's
+    fault and are left out, so they do not reject every candidate.
+    """
+    from dataclasses import replace as replace_preset
+
+    from launcher.layout import check
+
+    own = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * \
+        preset.arg("context_parallel_size")
+    baseline = {p.message for p in check(preset, own, min(own, gpus_per_node), te, apex)[1]}
+
+    def problems(m: est.ModelShape, t: est.Training) -> list[str]:
+        candidate = replace_preset(preset, megatron={**preset.megatron, **settings(t)})
+        found = check(candidate, t.world_size, gpus_per_node, te, apex)[1]
+        return [p.message for p in found if p.message not in baseline]
+
+    return problems
+
+
+def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node: int = 8,
+           top: int = 5, tflops: float | None = None, allow_sp: bool | None = None,
+           validate: Validator | None = None) -> SearchResult:
+    """Rank the layouts of `args` on world_size GPUs. Candidates must pass layout_problems (cheap, ours)
+    and, when given, `validate` (launcher.layout's checks, see foundation_validator)."""
+    m = est.model_shape(args)
+    base = est.training_of(args, world_size)
+    allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp
+    notes = []
+    if not allow_sp:
+        notes.append("sequence parallel not tried: without Transformer Engine or apex, torch's LayerNorm "
+                     "cannot do it")
+    best_by_layout: dict[tuple[int, int, int, int], Candidate] = {}
+    considered = valid = fitting = 0
+    for layout in structural_layouts(m, base, gpus_per_node):
+        for t in knob_variants(layout, allow_sp):
+            considered += 1
+            # The shape (padded vocab) depends on TP.
+            shape = est.model_shape(args, t.tp)
+            if layout_problems(shape, t):
+                continue
+            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
+            if c.fit == "does not fit":
+                valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
+                continue
+            if validate is not None and validate(shape, t):
+                continue
+            valid += 1
+            fitting += 1
+            key = (t.tp, t.pp, t.vpp, t.micro_batch_size)
+            old = best_by_layout.get(key)
+            if old is None or rank_key(c) < rank_key(old):
+                best_by_layout[key] = c
+    ranked = sorted(best_by_layout.values(), key=rank_key)
+    labels: dict[est.Training, list[str]] = {}
+    for label, t in popular_alternatives(args, base, gpus_per_node, ranked):
+        labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
+    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, validate)
+                    for t, names in labels.items()]
+    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
+
+
+def rank_key(c: Candidate) -> tuple[float, bool, float]:
+    # Faster first; at equal speed "fits" before "tight", then less memory.
+    return (c.seconds, c.fit != "fits", c.memory.total)
+
+
+def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_node: int,
+                         ranked: list[Candidate]) -> list[tuple[str, est.Training]]:
+    """The layouts people try first, to say why they lost (or were rejected)."""
+    alts = [("the preset's own layout", base)]
+    alts.append(("pure data parallel (TP1 PP1)", replace(base, tp=1, pp=1, vpp=1, sequence_parallel=False)))
+    alts.append((f"TP{gpus_per_node} (one node), PP1",
+                 replace(base, tp=gpus_per_node, pp=1, vpp=1)))
+    if ranked:
+        top = ranked[0].training
+        if top.recompute != "none":
+            alts.append(("#1 without activation recompute", replace(top, recompute="none")))
+        if top.distributed_optimizer and top.dp > 1:
+            alts.append(("#1 without the distributed optimizer", replace(top, distributed_optimizer=False)))
+        if top.vpp > 1:
+            alts.append(("#1 without interleaving (VPP 1)", replace(top, vpp=1)))
+    return alts
+
+
+def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Candidate], gpu: est.Gpu,
+          gpus_per_node: int, tflops: float | None, validate: Validator | None = None) -> Alternative:
+    shape = est.model_shape(args, t.tp)
+    name = f"{label} [{describe(t)}]"
+    problems = layout_problems(shape, t)
+    if not problems and validate is not None:
+        problems = validate(shape, t)
+    if problems:
+        return Alternative(name, "invalid: " + "; ".join(problems))
+    c = evaluate(shape, t, gpu, gpus_per_node, tflops)
+    if c.fit == "does not fit":
+        return Alternative(name, f"does not fit: needs {c.memory.total / est.GIB:.1f} GiB per GPU "
+                                 f"(stage {c.memory.stage}) > {gpu.memory_bytes / est.GIB:.1f} GiB of {gpu.name}")
+    if not ranked:
+        return Alternative(name, f"fits, {c.seconds:.3f} s/iteration")
+    best = ranked[0].seconds
+    if c.seconds <= best * 1.0005:
+        return Alternative(name, f"as fast as #1 ({c.seconds:.3f} s/iteration)")
+    slower = (c.seconds / best - 1) * 100
+    why = dominant_cost(c.step, ranked[0].step)
+    return Alternative(name, f"{slower:.1f}% slower than #1 ({c.seconds:.3f} vs {best:.3f} s/iteration; "
+                             f"{why})")
+
+
+def dominant_cost(mine: est.StepTime, best: est.StepTime) -> str:
+    parts = {
+        "compute/recompute": mine.compute - best.compute,
+        "pipeline bubble": mine.bubble - best.bubble,
+        "TP communication": mine.tensor_comm - best.tensor_comm,
+        "DP communication": mine.data_comm - best.data_comm,
+        "PP communication": mine.pipeline_comm - best.pipeline_comm,
+        "kernel overhead": mine.overhead - best.overhead,
+    }
+    name, extra = max(parts.items(), key=lambda kv: kv[1])
+    return f"mostly {name}, +{extra:.3f} s"
+
+
+def describe(t: est.Training) -> str:
+    vpp = f" VPP{t.vpp}" if t.vpp > 1 else ""
+    model = t.tp * t.pp * t.cp
+    dp = f" DP{t.dp}" if t.world_size % model == 0 else ""
+    return (f"TP{t.tp} PP{t.pp}{vpp}{dp} MBS{t.micro_batch_size} recompute={t.recompute}"
+            f"{' SP' if t.sequence_parallel else ''}{' dist-opt' if t.distributed_optimizer else ''}")
+
+
+def settings(t: est.Training) -> dict[str, Any]:
+    """The Megatron settings that select layout `t` (dest → value)."""
+    wanted: dict[str, Any] = {
+        "tensor_model_parallel_size": t.tp,
+        "pipeline_model_parallel_size": t.pp,
+        "num_virtual_stages_per_pipeline_rank": t.vpp if t.vpp > 1 else None,
+        "num_layers_per_virtual_pipeline_stage": None,
+        "micro_batch_size": t.micro_batch_size,
+        "sequence_parallel": t.sequence_parallel,
+        "recompute_granularity": None if t.recompute == "none" else t.recompute,
+        "recompute_activations": False,
+        "recompute_method": "uniform" if t.recompute == "full" else None,
+        "recompute_num_layers": 1 if t.recompute == "full" else None,
+        "use_distributed_optimizer": t.distributed_optimizer,
+        "global_batch_size": t.global_batch_size,
+    }
+    return wanted
+
+
+def overrides(t: est.Training, args: Mapping[str, Any]) -> list[str]:
+    """`--set NAME=VALUE` items that turn the preset into layout `t` (only what differs)."""
+    wanted = settings(t)
+    out = []
+    for name, value in wanted.items():
+        if name == "global_batch_size":
+            # Unset, Megatron uses MBS·DP; pin it whenever that would change the batch.
+            given = args.get(name)
+            if given != value and not (given is None and t.micro_batch_size * t.dp == value):
+                out.append(f"{name}={value}")
+            continue
+        if name in ("recompute_activations", "num_layers_per_virtual_pipeline_stage"):
+            if args.get(name) and args.get(name) != value:
+                out.append(f"{name}={format_value(value)}")
+            continue
+        current = est._get(args, name)
+        if name == "recompute_granularity":
+            current = None if est.recompute_of(args) == "none" else est.recompute_of(args)
+        if name == "num_virtual_stages_per_pipeline_rank":
+            current = est.virtual_stages_of(args)
+            current = current if current > 1 else None
+        if current != value:
+            out.append(f"{name}={format_value(value)}")
+    return out
+
+
+def format_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limit: int = 1 << 16) -> int | None:
+    """Fewest GPUs on which some valid layout fits, trying the most memory-frugal knobs (micro batch 1,
+    full recompute, sequence parallel where allowed, distributed optimizer)."""
+    base = est.training_of(args, 1)
+    allow_sp = sequence_parallel_allowed(args)
+    worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
+    for world in worlds:
+        for tp in divisors(min(world, gpus_per_node)):
+            for pp in divisors(world // tp):
+                t = replace(base, world_size=world, tp=tp, pp=pp, vpp=1, micro_batch_size=1, recompute="full",
+                            sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
+                shape = est.model_shape(args, tp)
+                if layout_problems(shape, t):
+                    continue
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) != "does not fit":
+                    return world
+    return None
+
+
+def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int) -> UserError:
+    need = minimum_gpus(args, gpu, gpus_per_node)
+    if need is None:
+        return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
+                                 "check the global batch size: DP must divide it"))
+    nodes = -(-need // gpus_per_node)
+    return UserError(Problem(
+        f"no valid layout of {preset} fits on {world} × {gpu.name}",
+        f"at least {need} GPUs are needed ({nodes} node(s) of {gpus_per_node}); "
+        f"try --gpus {need} or a GPU with more memory"))

@@ -1,0 +1,202 @@
+"""`launch doctor` and the pre-flight subset, each fault planted in a throwaway environment: a PyPI-style
+`apex` on PYTHONPATH, a missing or foreign Megatron-LM checkout (a tmp git repo), a PATH without the
+dataset-helper build tools."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher import MEGATRON_COMMIT
+from launcher.doctor import (
+    Context,
+    check_cuda_connections,
+    check_helper_build,
+    check_megatron_checkout,
+    preflight,
+)
+from launcher.upstream import SUBMODULE
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def doctor(*args: str, pythonpath: list[Path] = (), env: dict | None = None) -> tuple[int, dict[str, dict]]:
+    """Run `launch doctor --format json` as a user would; findings keyed by check name (first of each)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), str(REPO)])
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "doctor", "--format", "json", *args],
+                          check=False, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=120)
+    findings: dict[str, dict] = {}
+    for finding in json.loads(proc.stdout):
+        findings.setdefault(finding["check"], finding)
+    return proc.returncode, findings
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}).stdout.strip()
+
+
+@pytest.fixture
+def foreign_checkout(tmp_path: Path) -> tuple[Path, str]:
+    """A git repo that looks like Megatron-LM (it has pretrain_gpt.py) at some other commit."""
+    repo = tmp_path / "Megatron-LM"
+    repo.mkdir()
+    (repo / "pretrain_gpt.py").write_text("# not the pinned Megatron\n")
+    git(repo, "init", "-q")
+    git(repo, "add", "pretrain_gpt.py")
+    git(repo, "commit", "-q", "-m", "some other commit")
+    return repo, git(repo, "rev-parse", "HEAD")
+
+
+def test_pypi_apex_is_told_apart_from_nvidia_apex(tmp_path):
+    fake = tmp_path / "site"
+    (fake / "apex").mkdir(parents=True)
+    # The PyPI project `apex` 0.9.10dev is a Pyramid toolkit: views and models, no fused kernels.
+    (fake / "apex" / "__init__.py").write_text('"""Pyramid toolkit (Velruse, Flash Messages, CSRF)."""\n')
+    (fake / "apex" / "views.py").write_text("def login(request):\n    return {}\n")
+    rc, findings = doctor(pythonpath=[fake])
+    assert rc == 1
+    apex = findings["apex"]
+    assert apex["status"] == "fail"
+    assert "not NVIDIA apex" in apex["detail"] and str(fake / "apex") in apex["detail"]
+    assert "pip uninstall -y apex" in apex["fix"]
+
+
+def test_nvidia_apex_without_cuda_extensions_is_a_warning(tmp_path):
+    site = tmp_path / "site"
+    (site / "apex" / "normalization").mkdir(parents=True)
+    (site / "apex" / "__init__.py").write_text("")
+    (site / "apex" / "normalization" / "fused_layer_norm.py").write_text("")
+    (site / "amp_C.py").write_text("")  # one extension present, the others missing
+    _, findings = doctor(pythonpath=[site])
+    apex = findings["apex"]
+    assert apex["status"] == "warn"
+    assert "fused_weight_gradient_mlp_cuda" in apex["detail"] and "amp_C:" not in apex["detail"]
+    assert "--cuda_ext" in apex["fix"]
+
+
+def test_missing_megatron_checkout_fails_with_the_fetch_command(tmp_path):
+    rc, findings = doctor("--megatron-path", str(tmp_path / "nowhere"))
+    assert rc == 1
+    checkout = findings["megatron-lm checkout"]
+    assert checkout["status"] == "fail"
+    assert str(tmp_path / "nowhere") in checkout["detail"]
+    assert "scripts/fetch-megatron.sh" in checkout["fix"] and MEGATRON_COMMIT[:12] in checkout["fix"]
+
+
+def test_checkout_at_another_commit_fails_naming_both_commits(foreign_checkout):
+    repo, head = foreign_checkout
+    rc, findings = doctor(env={"MEGATRON_LM_PATH": str(repo)})
+    assert rc == 1
+    checkout = findings["megatron-lm checkout"]
+    assert checkout["status"] == "fail"
+    assert head[:12] in checkout["detail"] and MEGATRON_COMMIT[:12] in checkout["detail"]
+    assert f"git -C {repo} fetch origin && git -C {repo} checkout {MEGATRON_COMMIT[:12]}" == checkout["fix"]
+
+
+def test_checkout_that_is_not_a_git_repo_is_a_warning(tmp_path):
+    (tmp_path / "pretrain_gpt.py").write_text("")
+    (finding,) = check_megatron_checkout(Context(megatron_path=tmp_path))
+    assert finding.status == "warn" and "not a git checkout" in finding.detail
+
+
+@pytest.mark.skipif(not (SUBMODULE / ".git").exists(), reason="the Megatron-LM submodule is not checked out")
+def test_pinned_submodule_is_ok():
+    (finding,) = check_megatron_checkout(Context(megatron_path=SUBMODULE))
+    assert finding.status == "ok", finding
+
+
+def test_helper_build_needs_make_and_gxx_on_path(tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").symlink_to(sys.executable)
+    findings = check_helper_build(Context(megatron_path=tmp_path, env={"PATH": str(bare)}))
+    failed = {f.detail for f in findings if f.status == "fail"}
+    assert "`make` not found on PATH" in failed
+    assert "`g++` not found on PATH" in failed
+    assert "`python3-config` not found on PATH" in failed
+
+
+def test_helper_build_catches_python3_config_of_another_python(tmp_path):
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").symlink_to(sys.executable)
+    config = bare / "python3-config"
+    config.write_text("#!/bin/sh\necho .cpython-39-x86_64-linux-gnu.so\n")
+    config.chmod(0o755)
+    findings = check_helper_build(Context(megatron_path=tmp_path, env={"PATH": str(bare)}))
+    (mismatch,) = [f for f in findings if "python3-config" in f.detail]
+    assert mismatch.status == "fail" and ".cpython-39-x86_64-linux-gnu.so" in mismatch.detail
+
+
+def test_cuda_device_max_connections_must_be_one_for_tensor_parallel():
+    (bad,) = check_cuda_connections(Context(env={"CUDA_DEVICE_MAX_CONNECTIONS": "8"}), needs_one=True)
+    assert bad.status == "fail" and "'8'" in bad.detail
+    (fine,) = check_cuda_connections(Context(env={"CUDA_DEVICE_MAX_CONNECTIONS": "1"}), needs_one=True)
+    assert fine.status == "ok"
+    (unset,) = check_cuda_connections(Context(env={}), needs_one=False)
+    assert unset.status == "ok"
+
+
+def test_preflight_judges_the_runs_own_flags(tmp_path):
+    """Megatron's defaults need TE and apex's kernels; the flags for a machine without them pass."""
+    ctx = Context(megatron_path=tmp_path, env={**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1"})
+    defaults = {f.check: f for f in preflight({}, ctx) if f.status == "fail"}
+    plain = {"transformer_impl": "local", "gradient_accumulation_fusion": False, "masked_softmax_fusion": False}
+    without = [f for f in preflight(plain, ctx) if f.check in ("apex", "transformer-engine") and f.status == "fail"]
+    has_te = any((Path(p) / "transformer_engine").exists() for p in sys.path if p)
+    if not has_te:
+        assert "transformer-engine" in defaults
+        assert "transformer_impl: local" in defaults["transformer-engine"].fix
+    assert not without
+
+
+def test_doctor_is_fast_and_never_imports_torch():
+    code = ("import sys, time\n"
+            "t = time.monotonic()\n"
+            "from launcher import doctor\n"
+            "doctor.run_checks(doctor.Context())\n"
+            "assert 'torch' not in sys.modules, 'doctor imported torch'\n"
+            "print(time.monotonic() - t)\n")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr
+    assert float(proc.stdout) < 5.0
+
+
+def test_doctor_text_output_has_a_status_per_line_and_a_summary():
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "doctor"], check=False, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
+    lines = [line for line in proc.stdout.splitlines() if not line.startswith(" ")]
+    assert lines[-1] in ("doctor: ok", "doctor: warn", "doctor: fail")
+    assert all(line.split()[0] in ("ok", "warn", "fail") for line in lines[:-1])
+    assert proc.returncode == (1 if lines[-1] == "doctor: fail" else 0)
+
+
+def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
+    """A planted fault (no `make` on PATH) stops `launch PRESET` with the fix, before any process starts."""
+    checkout = tmp_path / "megatron"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text("raise SystemExit('must not run')\n")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    (bare / "python3").symlink_to(sys.executable)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": str(bare), "MEGATRON_LM_PATH": str(checkout)}
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "345m", "--gpus-per-node", "1"], check=False,
+                          capture_output=True, text=True, env=env, cwd=workdir, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: dataset helpers: `make` not found on PATH" in proc.stderr
+    assert "--no-preflight" in proc.stderr
+    assert "warning: megatron-lm checkout" in proc.stderr  # not a git checkout: said, but not fatal
+    assert "must not run" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert list(workdir.iterdir()) == []  # no run directory was started

@@ -1,0 +1,69 @@
+"""`launch plan` as a user types it (subprocess)."""
+
+import json
+
+NO_KERNELS = ["--set", "transformer_engine=false", "--set", "apex=false"]
+
+
+def test_plan_175b_json(launch):
+    code, out, err = launch("plan", "175b", "--gpus", "1024", "--tokens", "300B", "--format", "json", "--top", "3")
+    assert code == 0, err
+    data = json.loads(out)
+    assert (data["nodes"], data["gpus_per_node"], data["world_size"]) == (128, 8, 1024)
+    assert data["model"]["padded_vocab_size"] == 51200
+    assert 174e9 < data["model"]["parameters"] < 176e9
+    assert data["layout"]["valid"] and data["layout"]["dp"] == 8
+    for part in ("weights", "gradients", "optimizer", "activations", "total"):
+        assert data["memory"]["megatron"][part] > 0 and data["memory"]["complete"][part] > 0
+    assert data["memory"]["fits"] in ("fits", "tight", "does not fit")
+    assert data["time"]["seconds_to_tokens"] > 86400
+    best = data["search"]["best"]
+    assert len(best) == 3 and best[0]["seconds_per_iteration"] <= best[-1]["seconds_per_iteration"]
+    assert all(c["fits"] != "does not fit" for c in best)
+    assert data["search"]["alternatives"]
+
+
+def test_plan_overrides_reproduce_the_listed_layout(launch):
+    code, out, err = launch("plan", "345m", "--gpus", "8", "--format", "json", "--top", "2", *NO_KERNELS)
+    assert code == 0, err
+    first = json.loads(out)["search"]["best"][0]
+    command = first["command"]
+    assert command[:2] == ["launch", "345m"]
+    # Planning the suggested command again shows that layout as the preset's own.
+    sets = [w for i, w in enumerate(command) if i and command[i - 1] == "--set"]
+    code, out, err = launch("plan", "345m", "--gpus", "8", "--format", "json", *NO_KERNELS,
+                            *[x for s in sets for x in ("--set", s)])
+    assert code == 0, err
+    own = json.loads(out)["layout"]
+    for key in ("tp", "pp", "vpp", "dp", "micro_batch_size", "recompute", "distributed_optimizer",
+                "global_batch_size"):
+        assert own[key] == first[key], key
+
+
+def test_plan_text(launch):
+    code, out, err = launch("plan", "345m", "--gpu", "h200-141gb", *NO_KERNELS)
+    assert code == 0, err
+    for needle in ("parameters", "354.87M", "Memory per GPU", "optimizer state", "activations", "fits h200-141gb?",
+                   "per iteration", "Best layouts", "launch 345m"):
+        assert needle in out, needle
+
+
+def test_unknown_gpu_lists_known_ones(launch):
+    code, out, err = launch("plan", "175b", "--gpu", "h900")
+    assert code == 2 and out == ""
+    assert "unknown GPU 'h900'" in err and "h100-80gb" in err and "b200-180gb" in err
+    assert "Traceback" not in err
+
+
+def test_too_few_gpus_says_the_minimum(launch):
+    code, out, err = launch("plan", "175b", "--gpus", "8")
+    assert code == 2 and out == ""
+    assert "no valid layout of 175b fits on 8 × h100-80gb" in err
+    assert "at least" in err and "GPUs are needed" in err
+
+
+def test_bad_budget_flags(launch):
+    code, _, err = launch("plan", "175b", "--gpus", "12")
+    assert code == 2 and "not a whole number of nodes" in err
+    code, _, err = launch("plan", "175b", "--gpus", "16", "--nodes", "2")
+    assert code == 2 and "cannot be combined" in err

@@ -1,0 +1,178 @@
+"""Every shipped preset, at several world sizes, through Megatron's own parser and checks; typos get a
+suggestion with and without megatron-core; `launch PRESET --check` shows both verdicts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from upstream_support import megatron_request, shared_checker
+
+from launcher import megatron_args
+from launcher.command import build_command
+from launcher.errors import UserError
+from launcher.layout import make_plan
+from launcher.preset import available_presets, load_preset
+from launcher.upstream import Kernels
+from launcher.upstream_check import (
+    UpstreamChecker,
+    check_preset,
+    default_check_env,
+    nearest_flag,
+    unknown_flags,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+# (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
+WORLDS = {
+    "345m": [(1, 1), (1, 2), (1, 4), (1, 8), (2, 4)],  # global batch 32 of micro batch 4: DP up to 8
+    "175b": [(16, 8), (128, 8), (192, 8), (384, 8)],
+    "toy": [(1, 1)],  # one GPU: the toy model runs through pretrain_gpt.py with TP 1
+}
+
+
+def kernel_choices(setting: str | bool) -> list[bool]:
+    """A preset that names its kernels (175B: TE and apex) is checked with them; "auto" with and without."""
+    return [True, False] if setting == "auto" else [bool(setting)]
+
+
+def preset_worlds():
+    for name in available_presets():
+        preset = load_preset(name)
+        worlds = [(preset.launcher.nodes, preset.launcher.gpus_per_node), *WORLDS.get(name, [])]
+        for nodes, gpus in dict.fromkeys(worlds):
+            for te in kernel_choices(preset.launcher.transformer_engine):
+                for apex in kernel_choices(preset.launcher.apex):
+                    yield pytest.param(name, nodes, gpus, Kernels(te, apex, "preset"),
+                                       id=f"{name}-{nodes}x{gpus}-te{int(te)}-apex{int(apex)}")
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))
+def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
+    plan = make_plan(load_preset(name), nodes, gpus, kernels.transformer_engine, kernels.apex)
+    if plan.entry != "pretrain_gpt":
+        pytest.skip(f"entry {plan.entry} takes no Megatron flags at world {nodes * gpus}")
+    command = build_command(plan, Path("/opt/megatron-lm"), kernels)
+    env = {k: v for k, v in command.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
+    verdict = shared_checker().check(command.script_args, plan.layout.world_size, env, apex=kernels.apex)
+    assert verdict.ok, verdict.render()
+    # Megatron derives the same layout the launcher printed.
+    facts = verdict.facts
+    lay = plan.layout
+    assert (facts["data_parallel_size"], facts["num_microbatches"], facts["global_batch_size"]) == (
+        lay.dp, lay.num_microbatches, lay.global_batch_size)
+    assert facts["virtual_pipeline_model_parallel_size"] == lay.vpp
+
+
+@pytest.mark.megatron
+def test_megatron_rejects_what_the_launcher_rejects_for_a_preset():
+    """The 175B preset on one node: both refuse, each in its own words."""
+    preset = load_preset("175b")
+    with pytest.raises(UserError, match="not divisible by TP·PP·CP"):
+        make_plan(preset, 1, 8, True, True)
+    verdict = shared_checker().check_many([megatron_request(preset, 8, te=True, apex=True)])[0]
+    assert not verdict.ok
+    assert verdict.stage == "validate"
+    assert "world size (8) is not divisible by total_model_size (total_model_size=128)" in verdict.error
+
+
+@pytest.mark.megatron
+def test_misspelled_flag_gets_megatrons_nearest_name():
+    plan = make_plan(load_preset("345m"), 1, 8)
+    argv = build_command(plan, Path("/opt/megatron-lm"), Kernels(False, False, "preset")).script_args
+    typo = ["--num-layerz" if word == "--num-layers" else word for word in argv]
+    typo += ["--sequence-paralel"]
+    verdict = shared_checker().check(typo, 8)
+    assert verdict.stage == "parse"
+    assert "unrecognized arguments" in verdict.error
+    assert verdict.suggestions == {"--num-layerz": "--num-layers", "--sequence-paralel": "--sequence-parallel"}
+    # The launcher's catalog of flags is the parser's own.
+    catalog_flags = {f for arg in megatron_args.catalog().values() for f in arg.flags}
+    assert set(shared_checker().known_flags) - {"--help"} == catalog_flags
+
+
+def test_misspelled_key_is_caught_without_megatron_or_torch():
+    """The plain launcher catches the typo from its data file, with both packages made unimportable."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None; sys.modules['megatron'] = None\n"
+        "from launcher.cli import main\n"
+        "rc = main(['345m', '--dry-run', '--set', 'num_layerz=12', '--set', 'hiden_size=512'])\n"
+        "assert 'torch' not in sys.modules or sys.modules['torch'] is None\n"
+        "sys.exit(rc)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=REPO)
+    assert proc.returncode == 2, proc.stderr
+    assert "unknown setting 'num_layerz'" in proc.stderr
+    assert "did you mean num_layers" in proc.stderr
+    assert "did you mean hidden_size" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_unknown_flags_and_nearest_flag_read_argparse_message():
+    message = "unrecognized arguments: --num-layerz 24 --fp17 7"
+    assert unknown_flags(message) == ["--num-layerz", "--fp17"]
+    assert nearest_flag("--fp17", ["--fp16", "--bf16", "--fp8-format"]) == "--fp16"
+    assert nearest_flag("--zzzz", ["--fp16"]) is None
+
+
+def test_check_env_sets_connections_only_for_tensor_or_context_parallel():
+    assert default_check_env(["--tensor-model-parallel-size", "1", "--context-parallel-size", "1"]) == {}
+    assert default_check_env(["--context-parallel-size", "2"]) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert default_check_env(["--tensor-model-parallel-size", "8"]) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+def test_checker_without_a_usable_python_is_a_user_error(tmp_path):
+    with pytest.raises(UserError, match="cannot start"):
+        UpstreamChecker(str(tmp_path / "no-such-python"))
+    with pytest.raises(UserError, match="could not start"):
+        UpstreamChecker("/bin/false")
+
+
+@pytest.mark.megatron
+def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
+    rc, out, err = launch_cli("175b", "--check", "--nodes", "1", "--format", "json")
+    assert rc == 2, err
+    report = json.loads(out)
+    assert report["agree"] is True
+    assert not report["launcher"]["ok"] and not report["megatron"]["ok"]
+    assert "world size (8) is not divisible" in report["megatron"]["error"]
+    assert any("not divisible by TP·PP·CP" in p["message"] for p in report["launcher"]["problems"])
+
+
+
+@pytest.mark.megatron
+def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
+    kernels = Kernels(False, False, "preset")
+    rc = check_preset(load_preset("345m"), 1, 2, kernels, None, checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)")
+    assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
+
+    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels, None,
+                      checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 2
+    assert "error: num_attention_heads 16 is not a multiple of tensor_model_parallel_size 3" in out
+    assert "megatron: config: ValueError: num_attention_heads (16) must be a multiple of " \
+           "tensor_model_parallel_size (3)." in out
+    assert "disagree" not in out
+
+
+@pytest.fixture
+def launch_cli():
+    def run(*args: str):
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env.pop("MEGATRON_LM_PATH", None)
+        proc = subprocess.run([sys.executable, "-m", "launcher.cli", *args], check=False, capture_output=True,
+                              text=True, env=env, cwd=REPO, timeout=300)
+        return proc.returncode, proc.stdout, proc.stderr
+
+    return run

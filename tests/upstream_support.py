@@ -1,0 +1,40 @@
+"""One Megatron worker shared by every test module in the session (its import costs 5-10 s)."""
+
+from __future__ import annotations
+
+import atexit
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from launcher import command
+from launcher.preset import Preset
+from launcher.upstream import Kernels
+from launcher.upstream_check import Request, UpstreamChecker, default_check_env, find_megatron_python
+
+_checker: UpstreamChecker | None = None
+STARTUP_SECONDS: list[float] = []
+
+
+def shared_checker() -> UpstreamChecker:
+    """The session's worker; skips the test when megatron-core and torch are not installed."""
+    global _checker
+    if _checker is None:
+        if find_megatron_python() is None:
+            pytest.skip("needs megatron-core 0.18.0 and torch (pip install -e '.[megatron]')")
+        started = time.monotonic()
+        _checker = UpstreamChecker()
+        STARTUP_SECONDS.append(time.monotonic() - started)
+        atexit.register(_checker.close)
+    return _checker
+
+
+def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> Request:
+    """The argv and environment the launcher would give pretrain_gpt.py for this preset, as a check request.
+
+    Built without a Plan so that presets the launcher rejects can be put to Megatron too."""
+    kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
+    settings, _ = command.megatron_settings(SimpleNamespace(preset=preset, entry="pretrain_gpt"), kernels)
+    argv = command.script_args(settings)
+    return Request(argv, world_size, default_check_env(argv), apex=apex)
