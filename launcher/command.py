@@ -9,11 +9,21 @@ from launcher import megatron_args
 from launcher.layout import Plan
 from launcher.upstream import ENTRY_SCRIPTS, Kernels
 
+# The directory holding this `launcher` package: training processes import launcher.megatron_ext from it.
+LAUNCHER_ROOT = Path(__file__).resolve().parent.parent
 MASTER_ADDR_REF = "${MASTER_ADDR}"  # multi-node endpoints the user (or Slurm) supplies at run time
 
 # Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns
 # off a default that needs the missing package. Applied only where the preset does not set the value itself.
 WITHOUT_TE = {"transformer_impl": "local"}
+# Without TE, upstream's local core attention builds the full [b, heads, s, s] score matrix. This layer spec
+# (shipped in launcher/megatron_ext) swaps in torch's flash SDPA and faster stand-ins for the no-TE/no-apex
+# fallbacks: 1.6x+ on the 345M model (docs/benchmarks.md). SDPA's causal kernel needs no mask tensor, so the
+# dataloader stops building one. Used only where the preset sets no spec of its own.
+SDPA_SPEC = {
+    "spec": ["launcher.megatron_ext.sdpa_spec_fast", "layer_spec"],
+    "create_attention_mask_in_dataloader": False,
+}
 WITHOUT_APEX = {
     "gradient_accumulation_fusion": False,  # apex's fused_weight_gradient_mlp_cuda, needed even with TE
     "masked_softmax_fusion": False,  # apex's scaled_masked_softmax_cuda kernels
@@ -45,6 +55,8 @@ def megatron_settings(plan: Plan, kernels: Kernels) -> tuple[dict[str, object], 
     added: dict[str, object] = {}
     if plan.entry == "pretrain_gpt":
         fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
+        if not kernels.transformer_engine and settings.get("spec") is None:
+            fallbacks.update(SDPA_SPEC)
         for dest, value in fallbacks.items():
             if settings.get(dest) is None:
                 settings[dest] = added[dest] = value
@@ -71,7 +83,12 @@ def torchrun_args(plan: Plan) -> tuple[list[str], bool]:
     return head + rdzv, addr == MASTER_ADDR_REF
 
 
-def environment(plan: Plan, megatron_path: Path) -> dict[str, str]:
+def uses_megatron_ext(settings: dict[str, object]) -> bool:
+    spec = settings.get("spec")
+    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.megatron_ext.")
+
+
+def environment(plan: Plan, megatron_path: Path, settings: dict[str, object] | None = None) -> dict[str, str]:
     env: dict[str, str] = {}
     layout = plan.layout
     if plan.entry == "simple_loop" or layout.tp > 1 or layout.cp > 1:
@@ -80,6 +97,8 @@ def environment(plan: Plan, megatron_path: Path) -> dict[str, str]:
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     # The simple loop lives in examples/ and imports megatron from the checkout root.
     env["PYTHONPATH"] = str(megatron_path)
+    if plan.entry == "pretrain_gpt" and uses_megatron_ext(settings or {}):
+        env["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
     env.update(plan.preset.launcher.env)
     return env
 
@@ -91,5 +110,5 @@ def build_command(plan: Plan, megatron_path: Path, kernels: Kernels) -> Command:
     runner, has_ref = torchrun_args(plan)
     argv = [*runner, script, *flags]
     expand = frozenset(i for i, word in enumerate(argv) if has_ref and MASTER_ADDR_REF in word)
-    return Command(argv=argv, env=environment(plan, megatron_path), script=script, script_args=flags,
+    return Command(argv=argv, env=environment(plan, megatron_path, settings), script=script, script_args=flags,
                    kernel_flags=added, expand=expand)

@@ -269,10 +269,14 @@ class RunLog:
     def _verdict(self, last: lp.IterationLine | None, train_iters: int | None, checkpoint_dir: Path | None,
                  tracker: str | None, exit_code: int | None) -> tuple[str, list[str]]:
         failures: list[str] = []
-        if exit_code not in (None, 0):
+        # A signal passed on to torchrun: Megatron's handler saves and exits 0, but torchrun itself then raises
+        # SignalException and exits 1. That exit code and traceback are the signal's, not a failure.
+        by_signal = bool(self.exits) and self.exits[-1].reason == "signal" and bool(self.saved)
+        errors = [e for e in self.errors if not (by_signal and "SignalException" in e)]
+        if exit_code not in (None, 0) and not (by_signal and not errors):
             failures.append(f"exit code {exit_code}")
-        if self.errors:
-            failures.append(f"error in log: {self.errors[0][:160]}")
+        if errors:
+            failures.append(f"error in log: {errors[0][:160]}")
         if self.result_failures:
             failure = self.result_failures[0]
             where = f" at iteration {failure.iteration}" if failure.iteration else ""

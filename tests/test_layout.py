@@ -31,7 +31,7 @@ def test_world_not_divisible_names_every_factor_and_valid_node_counts():
 
 
 def test_global_batch_suggests_nearest_valid():
-    text = problems(overrides=["global_batch_size=30"], gpus=8)
+    text = problems(overrides=["global_batch_size=30", "micro_batch_size=4"], gpus=8)
     assert "global batch size 30 is not divisible by micro batch 4 × data-parallel size 8 = 32" in text
     assert "use global_batch_size 32" in text
 
@@ -64,14 +64,17 @@ def test_seq_length_vs_max_positions():
     assert "max_position_embeddings 1024 is smaller than seq_length 2048" in problems(overrides=["seq_length=2048"])
 
 
+MBS4 = "micro_batch_size=4"  # the batch arithmetic below was written for micro batch 4
+
+
 def test_virtual_pipeline_and_interleaved_microbatch_rule():
-    ok = plan(overrides=["pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=3"], gpus=4)
+    ok = plan(overrides=[MBS4, "pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=3"], gpus=4)
     assert ok.layout.vpp == 2 and ok.layout.num_microbatches == 8
-    text = problems(overrides=["pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=3",
+    text = problems(overrides=[MBS4, "pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=3",
                                "global_batch_size=24"], gpus=4)
     assert "needs the number of microbatches 6" in text and "multiple of PP 4" in text
     assert "per pipeline stage" in problems(
-        overrides=["pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=4"], gpus=4)
+        overrides=[MBS4, "pipeline_model_parallel_size=4", "num_layers_per_virtual_pipeline_stage=4"], gpus=4)
     assert "needs PP > 1" in problems(overrides=["num_virtual_stages_per_pipeline_rank=2"])
 
 
@@ -119,7 +122,7 @@ def test_training_length_and_lr_schedule():
 
 def test_step_batch_size_schedule():
     assert "cannot be set together" in problems(overrides=["step_batch_size_schedule=0:16 1M:32"])
-    base = ["global_batch_size=null", "train_iters=null", "lr_decay_iters=null", "train_samples=100000"]
+    base = [MBS4, "global_batch_size=null", "train_iters=null", "lr_decay_iters=null", "train_samples=100000"]
     assert "must start at threshold 0" in problems(overrides=[*base, "step_batch_size_schedule=5:16 1M:32"])
     assert "not multiples of micro batch 4" in problems(overrides=[*base, "step_batch_size_schedule=0:16 1M:30"])
     assert "must not decrease" in problems(overrides=[*base, "step_batch_size_schedule=0:32 1M:16"])

@@ -3,9 +3,9 @@
 # batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
 # parameters 355.00M (355,002,368; padded vocab 50432)
 # memory ~9.6 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 5.3 GiB; `launch plan` for the breakdown)
-# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm
+# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
 export CUDA_DEVICE_MAX_CONNECTIONS=1
-export PYTHONPATH=/opt/megatron-lm
+export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   /opt/megatron-lm/pretrain_gpt.py \
   --num-layers 24 \
@@ -36,4 +36,6 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --transformer-impl local \
   --no-gradient-accumulation-fusion \
   --no-masked-softmax-fusion \
-  --no-persist-layer-norm
+  --no-persist-layer-norm \
+  --spec launcher.megatron_ext.sdpa_spec_fast layer_spec \
+  --no-create-attention-mask-in-dataloader

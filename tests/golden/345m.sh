@@ -3,8 +3,8 @@
 # batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
 # parameters 354.87M (354,871,296; padded vocab 50304)
 # memory ~18.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 9.7 GiB; `launch plan` for the breakdown)
-# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm
-export PYTHONPATH=/opt/megatron-lm
+# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   /opt/megatron-lm/pretrain_gpt.py \
   --num-layers 24 \
@@ -35,4 +35,6 @@ torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   --transformer-impl local \
   --no-gradient-accumulation-fusion \
   --no-masked-softmax-fusion \
-  --no-persist-layer-norm
+  --no-persist-layer-norm \
+  --spec launcher.megatron_ext.sdpa_spec_fast layer_spec \
+  --no-create-attention-mask-in-dataloader

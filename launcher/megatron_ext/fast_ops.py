@@ -1,0 +1,186 @@
+"""Faster stand-ins for the pure-PyTorch fallbacks Megatron uses when neither Transformer Engine nor apex is
+installed. Each one is applied only when Megatron is on that fallback, and computes the same thing:
+
+- ``ce``: the TP=1 language-model cross entropy as one ``torch.compile``d kernel pair instead of ~10 passes of
+  fp32 elementwise work over the [tokens, vocab] logits (upstream's ``vocab_parallel_cross_entropy``).
+- ``norm``: the gradient-norm fallback with ``torch._foreach_norm`` instead of one ``.item()`` sync per tensor.
+- ``scale``: the multi-tensor scale/copy fallback (gradient clipping, main->model param copy) with foreach ops.
+- ``adam``: torch's fused AdamW kernel instead of the default multi-tensor (foreach) one.
+- ``nosync``: no host-device synchronisation inside a training step. Gradient clipping keeps the norm on the
+  GPU (Megatron's own path for Transformer Engine's ``multi_tensor_scale_tensor``), and the training loop's
+  model-parallel reductions of the grad norm, the learning rate and the update flag are skipped when the
+  model-parallel group has one rank (a reduction over one rank is the value itself). Without this, four
+  ``.item()`` calls per step leave the GPU idle while the CPU catches up (~7% of a 345M step on an H200).
+
+Used through ``--spec launcher.megatron_ext.sdpa_spec_fast layer_spec``; the environment variable
+``MEGATRON_LAUNCH_FAST_OPS`` (comma list, default all, ``none`` for none) picks which ones.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+import torch
+import torch.nn.functional as F
+
+ALL_OPS = ("ce", "norm", "scale", "adam", "nosync")
+
+
+def selected_ops(value: str | None) -> tuple[str, ...]:
+    """The ops named in a MEGATRON_LAUNCH_FAST_OPS value; unknown names are an error."""
+    if value is None or value.strip() == "":
+        return ALL_OPS
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if names == ("none",):
+        return ()
+    unknown = sorted(set(names) - set(ALL_OPS))
+    if unknown:
+        raise ValueError(f"unknown fast op(s) {unknown}; choose from {list(ALL_OPS)} or 'none'")
+    return names
+
+
+def foreach_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
+    """Drop-in for megatron.core.utils.local_multi_tensor_l2_norm: (norm as a 1-element fp32 tensor, None)."""
+    tensors = [t for t in tensor_lists[0] if t.numel() > 0]
+    if not tensors:
+        return torch.zeros(1, dtype=torch.float, device="cuda"), None
+    norms = torch._foreach_norm(tensors)
+    total = torch.linalg.vector_norm(torch.stack([n.float() for n in norms]))
+    return total.reshape(1), None
+
+
+def foreach_scale(chunk_size, noop_flag, tensor_lists, scale):
+    """Drop-in for megatron.core.utils.local_multi_tensor_scale: dst[i] = src[i] * scale."""
+    sources, targets = list(tensor_lists[0]), list(tensor_lists[1])
+    if not sources:
+        return
+    if all(s is t for s, t in zip(sources, targets)):
+        torch._foreach_mul_(targets, scale)
+        return
+    if scale != 1.0:
+        sources = torch._foreach_mul(sources, scale)
+    torch._foreach_copy_(targets, sources)
+
+
+def foreach_scale_tensor(chunk_size, noop_flag, tensor_lists, scale):
+    """Drop-in for Transformer Engine's multi_tensor_scale_tensor: dst[i] = src[i] * scale (a GPU scalar)."""
+    sources, targets = list(tensor_lists[0]), list(tensor_lists[1])
+    if not sources:
+        return
+    scale = scale.reshape(())
+    if all(s is t for s, t in zip(sources, targets)):
+        torch._foreach_mul_(targets, scale)
+        return
+    torch._foreach_copy_(targets, torch._foreach_mul(sources, scale))
+
+
+def _compiled_cross_entropy():
+    @torch.compile(dynamic=False)
+    def loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+        flat = logits.reshape(-1, logits.size(-1)).float()
+        return F.cross_entropy(flat, target.reshape(-1), reduction="none",
+                               label_smoothing=label_smoothing).view(target.shape)
+
+    return loss
+
+
+def _patch_cross_entropy() -> None:
+    from megatron.core import parallel_state, tensor_parallel
+
+    upstream = tensor_parallel.vocab_parallel_cross_entropy
+    compiled = _compiled_cross_entropy()
+
+    def vocab_parallel_cross_entropy(vocab_parallel_logits, target, label_smoothing=0.0):
+        if parallel_state.get_tensor_model_parallel_world_size() != 1:
+            return upstream(vocab_parallel_logits, target, label_smoothing)
+        return compiled(vocab_parallel_logits, target, float(label_smoothing))
+
+    tensor_parallel.vocab_parallel_cross_entropy = vocab_parallel_cross_entropy
+
+
+def _patch_multi_tensor(ops: Iterable[str]) -> None:
+    from megatron.core import utils as core_utils
+    from megatron.core.optimizer import clip_grads
+    from megatron.core.optimizer import optimizer as optimizer_module
+
+    ops = set(ops)
+    if "norm" in ops and clip_grads.l2_norm_impl is core_utils.local_multi_tensor_l2_norm:
+        clip_grads.l2_norm_impl = foreach_l2_norm
+    if "scale" in ops:
+        for module in (clip_grads, optimizer_module):
+            if module.multi_tensor_scale_impl is core_utils.local_multi_tensor_scale:
+                module.multi_tensor_scale_impl = foreach_scale
+
+
+def _patch_adam() -> None:
+    import megatron.core.optimizer as mcore_optimizer
+
+    if not getattr(mcore_optimizer, "USING_PYTORCH_OPTIMIZER", False):
+        return  # TE's or apex's fused Adam is in use already
+    if getattr(torch.optim.AdamW, "_megatron_launch_fused", False):
+        return
+
+    class FusedAdamW(torch.optim.AdamW):
+        _megatron_launch_fused = True
+
+        def __init__(self, params, *args, **kwargs):
+            if not kwargs.get("capturable") and kwargs.get("foreach") is None:
+                kwargs.setdefault("fused", True)
+            super().__init__(params, *args, **kwargs)
+
+    # Megatron looks torch.optim.AdamW up when it builds the optimizer, after the model (and this spec).
+    torch.optim.AdamW = FusedAdamW
+
+
+def _patch_sync_free_step() -> None:
+    from megatron.core import parallel_state
+    from megatron.core.optimizer import clip_grads
+
+    if clip_grads.multi_tensor_scale_tensor_impl is None:
+        clip_grads.multi_tensor_scale_tensor_impl = foreach_scale_tensor
+    try:
+        from megatron.training import training
+    except ImportError:  # megatron-core alone: no training loop to patch
+        return
+    upstream_and = training.logical_and_across_model_parallel_group
+    upstream_max = training.reduce_max_stat_across_model_parallel_group
+    if getattr(upstream_max, "_megatron_launch_sync_free", False):
+        return
+
+    def model_parallel_alone() -> bool:
+        return parallel_state.get_model_parallel_group().size() == 1
+
+    def logical_and_across_model_parallel_group(value):
+        if not isinstance(value, torch.Tensor) and model_parallel_alone():
+            return bool(value)
+        return upstream_and(value)
+
+    def reduce_max_stat_across_model_parallel_group(stat):
+        if model_parallel_alone():
+            if isinstance(stat, torch.Tensor):
+                return stat.detach().reshape(())  # formatted (synced) only when a log line prints it
+            return stat
+        return upstream_max(stat)
+
+    reduce_max_stat_across_model_parallel_group._megatron_launch_sync_free = True
+    training.logical_and_across_model_parallel_group = logical_and_across_model_parallel_group
+    training.reduce_max_stat_across_model_parallel_group = reduce_max_stat_across_model_parallel_group
+
+
+def apply(ops: Iterable[str]) -> tuple[str, ...]:
+    """Apply the named fast ops to this (training) process; returns the ones applied."""
+    ops = tuple(ops)
+    if "ce" in ops:
+        _patch_cross_entropy()
+    if "norm" in ops or "scale" in ops:
+        _patch_multi_tensor(ops)
+    if "adam" in ops:
+        _patch_adam()
+    if "nosync" in ops:
+        _patch_sync_free_step()
+    return ops
+
+
+def apply_from_environment() -> tuple[str, ...]:
+    return apply(selected_ops(os.environ.get("MEGATRON_LAUNCH_FAST_OPS")))

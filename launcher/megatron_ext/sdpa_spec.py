@@ -1,0 +1,150 @@
+"""A GPT layer spec for Megatron installs without Transformer Engine: the local (pure MCore) layer with
+its core attention replaced by ``torch.nn.functional.scaled_dot_product_attention`` (flash kernel).
+
+Selected in a ``pretrain_gpt.py`` run with ``--spec launcher.megatron_ext.sdpa_spec layer_spec``.
+Megatron's ``gpt_builders.gpt_builder`` imports the module and takes the attribute as it is (it does not call
+it), so ``layer_spec`` is a ModuleSpec built at import time. By then Megatron has parsed its arguments, so the
+spec follows them (normalization, qk-layernorm, MoE experts) exactly like the built-in local spec does.
+
+Upstream's local core attention (``DotProductAttention``) materialises the [b, heads, s, s] score matrix and
+runs an unfused softmax; on an H200 the SDPA flash kernel makes the 345M model ~1.6x faster per step.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from megatron.core import tensor_parallel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.transformer.attention import SelfAttention
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_config import TransformerConfig
+from megatron.core.utils import divide
+
+
+class SDPACoreAttention(MegatronModule):
+    """Drop-in replacement for MCore's local ``DotProductAttention`` (same constructor and forward).
+
+    Tensors come in as [seq, batch, heads, head_dim] and the result goes out as [seq, batch, heads*head_dim],
+    as the local attention does. With a causal mask type the explicit mask is ignored and the kernel's own
+    causal masking is used, as upstream's fused causal softmax kernel does.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: AttnMaskType,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: ProcessGroupCollection | None = None,
+    ):
+        super().__init__(config=config)
+        if config.context_parallel_size != 1:
+            raise ValueError("SDPA core attention does not support context parallelism (needs TE)")
+        if config.window_size is not None:
+            raise ValueError("SDPA core attention does not support sliding-window attention")
+        if getattr(config, "softmax_type", "vanilla") != "vanilla":
+            raise ValueError("SDPA core attention supports only the vanilla softmax")
+        self.layer_number = max(1, layer_number)
+        self.attn_mask_type = attn_mask_type
+        self.attention_type = attention_type
+        if pg_collection is None:
+            pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp"])
+        tp_size = pg_collection.tp.size()
+        projection_size = config.kv_channels * config.num_attention_heads
+        self.hidden_size_per_partition = divide(projection_size, tp_size)
+        self.num_heads_per_partition = divide(config.num_attention_heads, tp_size)
+        self.num_query_groups_per_partition = divide(config.num_query_groups, tp_size)
+        head_dim = divide(projection_size, config.num_attention_heads)
+        # apply_query_key_layer_scaling divides the scale by the layer number and multiplies the scores back
+        # in fp32 inside the softmax: the product is unchanged, so the plain scale is the same attention.
+        self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+        self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: AttnMaskType | None = None,
+        attention_bias: torch.Tensor | None = None,
+        packed_seq_params: Any = None,
+    ) -> torch.Tensor:
+        if packed_seq_params is not None:
+            raise ValueError("packed sequences need Transformer Engine attention")
+        if attention_bias is not None:
+            raise ValueError("attention bias is not supported by SDPA core attention")
+        mask_type = self.attn_mask_type if attn_mask_type is None else attn_mask_type
+        seq_q, seq_k = query.size(0), key.size(0)
+        # [s, b, n, d] -> [b, n, s, d]; a view, the flash kernel only needs the last dim contiguous.
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        is_causal = False
+        sdpa_mask = None
+        if mask_type == AttnMaskType.causal:
+            if seq_q == seq_k:
+                is_causal = True
+            elif seq_q > 1:  # chunked prefill: queries are the last seq_q positions
+                sdpa_mask = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device).tril(seq_k - seq_q)
+        elif attention_mask is not None:
+            sdpa_mask = ~attention_mask  # Megatron's mask is True where attention is NOT allowed
+        dropout_p = self.dropout_p if self.training else 0.0
+        gqa = self.num_heads_per_partition != self.num_query_groups_per_partition
+        if dropout_p > 0.0 and not self.config.sequence_parallel:
+            # Same RNG stream as upstream's local attention dropout (distinct per tensor-parallel rank).
+            with tensor_parallel.get_cuda_rng_tracker().fork():
+                out = self._sdpa(q, k, v, sdpa_mask, dropout_p, is_causal, gqa)
+        else:
+            out = self._sdpa(q, k, v, sdpa_mask, dropout_p, is_causal, gqa)
+        # [b, n, s, d] -> [s, b, n*d]
+        return out.permute(2, 0, 1, 3).reshape(seq_q, out.size(0), self.hidden_size_per_partition)
+
+    def _sdpa(self, q, k, v, mask, dropout_p: float, is_causal: bool, gqa: bool) -> torch.Tensor:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
+            scale=self.softmax_scale, enable_gqa=gqa,
+        )
+
+
+def build_layer_spec(args: Any | None = None) -> ModuleSpec:
+    """The local GPT layer spec for ``args`` (Megatron's parsed arguments, or None for defaults) with
+    SDPA core attention."""
+    options: dict[str, Any] = {}
+    if args is not None:
+        if getattr(args, "multi_latent_attention", False):
+            raise ValueError("the SDPA layer spec does not cover multi-latent attention")
+        options = {
+            "num_experts": getattr(args, "num_experts", None),
+            "moe_grouped_gemm": getattr(args, "moe_grouped_gemm", False),
+            "qk_layernorm": getattr(args, "qk_layernorm", False),
+            "normalization": getattr(args, "normalization", "LayerNorm"),
+            "qk_l2_norm": getattr(args, "qk_l2_norm", False),
+        }
+    spec = get_gpt_layer_local_spec(**options)
+    attention = spec.submodules.self_attention
+    if attention.module is not SelfAttention:
+        raise ValueError(f"unexpected attention module {attention.module.__name__} in the local spec")
+    attention.submodules = replace(attention.submodules, core_attention=SDPACoreAttention)
+    return spec
+
+
+def _training_args() -> Any | None:
+    """Megatron's parsed arguments when this is imported inside a training run, else None."""
+    try:
+        from megatron.training import global_vars
+    except ImportError:
+        return None
+    return getattr(global_vars, "_GLOBAL_ARGS", None)
+
+
+layer_spec: ModuleSpec = build_layer_spec(_training_args())

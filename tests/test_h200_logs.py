@@ -1,0 +1,60 @@
+"""Logs recorded on H200s through `launch` (tests/fixtures/logs/h200_*.log) read back by the run-log parser."""
+
+from __future__ import annotations
+
+from launcher import logparse as lp
+from launcher.runlog import RunLog
+
+
+def summarize(lines, tmp_path, *, tracker: int | None, exit_code: int):
+    log = RunLog(seq_length=1024)
+    log.start_attempt()
+    for event in lp.parse_lines(lines):
+        log.feed(event)
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    if tracker is not None:
+        (checkpoints / "latest_checkpointed_iteration.txt").write_text(f"{tracker}\n")
+    return log.summary(checkpoint_dir=checkpoints, exit_code=exit_code)
+
+
+def iteration_lines(lines):
+    return [e for e in lp.parse_lines(lines) if isinstance(e, lp.IterationLine)]
+
+
+def test_sigterm_that_saved_is_a_stop_not_a_failure(log_fixture, tmp_path):
+    """torchrun, given the SIGTERM too, exits 1 with a SignalException after Megatron saved and exited."""
+    lines = log_fixture("h200_345m_sigterm.log")
+    assert any("SignalException" in line for line in lines)
+    saved = [e.iteration for e in lp.parse_lines(lines) if isinstance(e, lp.CheckpointSaved)]
+    summary = summarize(lines, tmp_path, tracker=saved[-1], exit_code=1)
+    assert summary.outcome == "stopped", summary.reasons
+    assert summary.checkpoints_saved == saved
+
+
+def test_sigterm_without_a_saved_checkpoint_still_fails(log_fixture, tmp_path):
+    lines = [line for line in log_fixture("h200_345m_sigterm.log") if "successfully saved checkpoint" not in line]
+    summary = summarize(lines, tmp_path, tracker=None, exit_code=1)
+    assert summary.outcome == "failed"
+
+
+def test_resumed_run_continues_from_the_saved_iteration(log_fixture):
+    first, second = log_fixture("h200_345m_sigterm.log"), log_fixture("h200_345m_resumed.log")
+    saved = [e.iteration for e in lp.parse_lines(first) if isinstance(e, lp.CheckpointSaved)][-1]
+    loaded = [e for e in lp.parse_lines(second) if isinstance(e, lp.CheckpointLoaded)]
+    assert [e.iteration for e in loaded] == [saved]
+    before, after = iteration_lines(first), iteration_lines(second)
+    assert after[0].iteration == saved + 1
+    assert after[0].lm_loss < before[-1].lm_loss + 0.5  # continuous: no restart from the initial loss
+    assert after[-1].lm_loss < before[0].lm_loss - 1.0
+
+
+def test_345m_preset_log_reports_sdpa_throughput(log_fixture, tmp_path):
+    lines = log_fixture("h200_345m_1gpu.log")
+    assert any("megatron-launch fast ops:" in line for line in lines)
+    summary = summarize(lines, tmp_path, tracker=60, exit_code=0)
+    assert summary.outcome == "success"
+    lines_ = iteration_lines(lines)
+    assert lines_[-1].lm_loss < lines_[0].lm_loss
+    gbs = lines_[-1].global_batch_size
+    assert summary.steady_tokens_per_s == gbs * 1024 / (summary.steady_ms_per_iter / 1000.0)

@@ -1,0 +1,149 @@
+"""The SDPA layer spec and the fast fallback stand-ins, on CPU against the upstream modules they replace."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("megatron.core")
+
+pytestmark = pytest.mark.megatron
+
+
+@pytest.fixture(scope="module")
+def model_parallel_cpu():
+    """One-rank gloo process group, model-parallel state, an RNG tracker, global memory buffer on CPU."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.tensor_parallel.random import initialize_rng_tracker
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29517")
+    created = not dist.is_initialized()
+    if created:
+        dist.init_process_group("gloo", rank=0, world_size=1)
+    parallel_state.initialize_model_parallel()
+    initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
+    current_device = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"  # upstream's attention takes a scratch buffer "on the GPU"
+    yield
+    torch.cuda.current_device = current_device
+    parallel_state.destroy_model_parallel()
+    if created:
+        dist.destroy_process_group()
+
+
+def attention_config(groups: int, dropout: float = 0.0):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, num_query_groups=groups,
+                             attention_dropout=dropout, masked_softmax_fusion=False, use_cpu_initialization=True)
+
+
+@pytest.mark.parametrize("groups", [4, 2, 1], ids=["mha", "gqa", "mqa"])
+def test_sdpa_matches_upstream_local_attention(model_parallel_cpu, groups):
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+
+    config = attention_config(groups)
+    upstream = DotProductAttention(config, 1, AttnMaskType.causal, "self")
+    sdpa = SDPACoreAttention(config, 1, AttnMaskType.causal, "self")
+    torch.manual_seed(0)
+    seq, batch = 10, 3
+    query = torch.randn(seq, batch, 4, 16, requires_grad=True)
+    key = torch.randn(seq, batch, groups, 16, requires_grad=True)
+    value = torch.randn(seq, batch, groups, 16, requires_grad=True)
+    causal_mask = torch.ones(seq, seq, dtype=torch.bool).triu(1)[None, None]  # True = masked, as Megatron's
+    expected = upstream(query, key, value, causal_mask)
+    got = sdpa(query, key, value, causal_mask)
+    assert got.shape == expected.shape == (seq, batch, 64)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    grads = torch.autograd.grad(got.square().sum(), (query, key, value))
+    expected_grads = torch.autograd.grad(expected.square().sum(), (query, key, value))
+    for g, e in zip(grads, expected_grads):
+        torch.testing.assert_close(g, e, atol=1e-4, rtol=1e-4)
+
+
+def test_sdpa_padding_mask_follows_megatron_convention(model_parallel_cpu):
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+
+    config = attention_config(4)
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(6, 2, 4, 16) for _ in range(3))
+    mask = torch.zeros(2, 1, 6, 6, dtype=torch.bool)
+    mask[0, :, :, 4:] = True  # batch 0: the last two keys are padding
+    expected = DotProductAttention(config, 1, AttnMaskType.padding, "self")(q, k, v, mask)
+    got = SDPACoreAttention(config, 1, AttnMaskType.padding, "self")(q, k, v, mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_layer_spec_is_upstream_local_spec_with_sdpa_core_attention():
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention, build_layer_spec
+
+    class Args:
+        normalization = "RMSNorm"
+        qk_layernorm = True
+        num_experts = None
+
+    spec = build_layer_spec(Args())
+    upstream = get_gpt_layer_local_spec(qk_layernorm=True, normalization="RMSNorm")
+    mine, theirs = spec.submodules.self_attention.submodules, upstream.submodules.self_attention.submodules
+    assert mine.core_attention is SDPACoreAttention
+    assert (mine.linear_qkv, mine.linear_proj, mine.q_layernorm) == (
+        theirs.linear_qkv, theirs.linear_proj, theirs.q_layernorm)
+    mlp, upstream_mlp = spec.submodules.mlp, upstream.submodules.mlp  # functools.partial: compare the parts
+    assert (mlp.func, mlp.args, mlp.keywords) == (upstream_mlp.func, upstream_mlp.args, upstream_mlp.keywords)
+    assert spec.submodules.input_layernorm is upstream.submodules.input_layernorm
+    assert spec.module is upstream.module
+
+
+def test_layer_spec_rejects_multi_latent_attention():
+    from launcher.megatron_ext.sdpa_spec import build_layer_spec
+
+    class Args:
+        multi_latent_attention = True
+
+    with pytest.raises(ValueError, match="multi-latent"):
+        build_layer_spec(Args())
+
+
+def test_foreach_norm_and_scale_match_upstream_fallbacks():
+    from megatron.core.utils import local_multi_tensor_scale
+
+    from launcher.megatron_ext.fast_ops import foreach_l2_norm, foreach_scale, foreach_scale_tensor
+
+    torch.manual_seed(2)
+    tensors = [torch.randn(5, 7), torch.randn(3), torch.randn(11, 2)]
+    norm, _ = foreach_l2_norm(0, None, [tensors], False)
+    torch.testing.assert_close(norm, torch.linalg.vector_norm(torch.cat([t.flatten() for t in tensors])).reshape(1))
+
+    mine = [torch.empty_like(t, dtype=torch.bfloat16) for t in tensors]
+    theirs = [torch.empty_like(t, dtype=torch.bfloat16) for t in tensors]
+    foreach_scale(0, None, [tensors, mine], 0.5)
+    local_multi_tensor_scale(0, None, [tensors, theirs], 0.5)
+    for a, b in zip(mine, theirs):
+        assert torch.equal(a, b)
+
+    scaled = [t.clone() for t in tensors]
+    foreach_scale_tensor(0, None, [scaled, scaled], torch.tensor([0.25]))
+    for a, t in zip(scaled, tensors):
+        torch.testing.assert_close(a, t * 0.25)
+
+
+def test_fast_ops_selection():
+    from launcher.megatron_ext.fast_ops import ALL_OPS, selected_ops
+
+    assert selected_ops(None) == ALL_OPS
+    assert selected_ops("ce, norm") == ("ce", "norm")
+    assert selected_ops("none") == ()
+    with pytest.raises(ValueError, match="unknown fast op"):
+        selected_ops("ce,fastest")
