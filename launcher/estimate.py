@@ -214,6 +214,11 @@ def virtual_stages_of(args: Mapping[str, Any]) -> int:
     return 1
 
 
+def _uses_sdpa_spec(args: Mapping[str, Any]) -> bool:
+    spec = args.get("spec")
+    return bool(spec) and str(spec[0]).startswith("launcher.megatron_ext.")
+
+
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
     """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron)."""
     tp = int(_get(args, "tensor_model_parallel_size"))
@@ -233,7 +238,8 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         recompute=recompute_of(args),
         distributed_optimizer=bool(_get(args, "use_distributed_optimizer")),
         precision=precision_of(args),
-        fused_attention=_get(args, "transformer_impl") != "local",
+        # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
+        fused_attention=_get(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
     )
 
 

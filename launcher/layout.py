@@ -573,6 +573,23 @@ def _simple_loop(preset: Preset, world: int) -> tuple[Preset, str, list[str], li
     return preset, "simple_loop", [], []
 
 
+def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Preset, list[str]]:
+    """Fill in micro_batch_size from launcher.max_micro_batch_size when the preset leaves it open."""
+    limit = preset.launcher.max_micro_batch_size
+    if limit is None or preset.megatron.get("micro_batch_size") is not None:
+        return preset, notes
+    model = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * preset.arg(
+        "context_parallel_size")
+    dp = world // model if model > 0 and world % model == 0 else 1
+    gbs = preset.megatron.get("global_batch_size")
+    per_rank = gbs // dp if gbs and gbs % dp == 0 else None
+    micro = max(d for d in divisors(per_rank) if d <= limit) if per_rank else limit
+    note = (f"micro batch {micro}: the largest divisor of global batch {gbs} / DP {dp} up to "
+            f"max_micro_batch_size {limit} (pin it with --set micro_batch_size=N)" if per_rank else
+            f"micro batch {micro} = max_micro_batch_size")
+    return replace(preset, megatron={**preset.megatron, "micro_batch_size": micro}), [*notes, note]
+
+
 def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None,
               te_available: bool = False, apex_available: bool = False) -> Plan:
     nodes = preset.launcher.nodes if nodes is None else nodes
@@ -585,6 +602,7 @@ def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | Non
     entry, notes, problems = preset.launcher.entry, [], []
     if entry == "simple_loop":
         preset, entry, notes, problems = _simple_loop(preset, world)
+    preset, notes = choose_micro_batch(preset, world, notes)
     layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available)
     problems += found
     if entry == "pretrain_gpt":  # the simple loop brings its own mock data

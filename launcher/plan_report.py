@@ -309,6 +309,8 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
+    from launcher.command import SDPA_SPEC
+    from launcher.layout import choose_micro_batch
     from launcher.preset import load_preset
     from launcher.upstream import resolve_kernels
 
@@ -322,14 +324,18 @@ def run(ns: Any) -> str:
     settings = preset.launcher
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     kernels = resolve_kernels(settings.transformer_engine, settings.apex)
+    preset, _ = choose_micro_batch(preset, budget.world_size, [])
     args = preset.effective()
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:
-        args["transformer_impl"] = "local"  # what command.py passes without TE: unfused attention
-        notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local, whose attention "
-                     "stores the s×s scores (counted in 'complete' memory) and runs slower than the default "
-                     "TFLOP/s assumes (345m on H200 measured 70-140 model TFLOP/s): pass a measured --tflops")
+        # what command.py passes without TE: the local layers with the launcher's SDPA (flash) attention
+        args["transformer_impl"] = "local"
+        if args.get("spec") is None:
+            args["spec"] = SDPA_SPEC["spec"]
+        notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local with the launcher's "
+                     "SDPA attention spec, which runs slower than the default TFLOP/s assumes (345m on one H200 "
+                     "measured ~400 model TFLOP/s, docs/benchmarks.md): pass a measured --tflops")
     if settings.entry == "simple_loop":
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "

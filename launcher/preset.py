@@ -44,11 +44,15 @@ class LauncherSettings:
     apex: str = "auto"
     run_root: str = "runs"
     gpu: str = "h100-80gb"  # for the memory estimate in the dry-run header (see `launch plan --gpu`)
+    # Where the preset leaves micro_batch_size unset: the largest divisor of global batch / DP up to this
+    # (one big microbatch is fastest when it fits; docs/benchmarks.md), so any GPU count gets a valid batch.
+    max_micro_batch_size: int | None = None
     slurm: dict[str, Any] = field(default_factory=dict)
 
 
 LAUNCHER_FIELDS = {f.name: f for f in fields(LauncherSettings)}
-INT_FIELDS = {"nodes", "gpus_per_node", "master_port"}
+INT_FIELDS = {"nodes", "gpus_per_node", "master_port", "max_micro_batch_size"}
+OPTIONAL_FIELDS = {"megatron_path", "max_micro_batch_size"}  # None means "not set"
 TRISTATE_FIELDS = {"transformer_engine", "apex"}
 
 
@@ -169,6 +173,8 @@ def type_megatron_value(key: str, value: Any, where: str) -> tuple[str, Any]:
 
 def _launcher_value(name: str, value: Any, where: str) -> Any:
     """Check and type one launcher setting."""
+    if value is None and name in OPTIONAL_FIELDS:
+        return None
     if name in INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
             raise UserError(f"launcher.{name} ({where}) must be an integer, got {value!r}")
@@ -195,8 +201,6 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
                 hint = megatron_args.suggest(str(key), SLURM_KEYS) or f"known: {', '.join(sorted(SLURM_KEYS))}"
                 raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
         return dict(value)
-    if name == "megatron_path" and value is None:
-        return None
     if name == "gpu":
         from launcher.estimate import gpu_by_name
 

@@ -1,9 +1,10 @@
 # megatron-launch: preset 345m (GPT-2 medium (345M) on mock data, one GPU)
 # world 2 = 1 node(s) × 2 GPU(s) = TP 2 · PP 1 · CP 1 · DP 1
-# batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
+# batch 32 = micro batch 32 × DP 1 × 1 microbatch(es)
 # parameters 355.00M (355,002,368; padded vocab 50432)
-# memory ~9.6 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 5.3 GiB; `launch plan` for the breakdown)
+# memory ~25.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 22.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 torchrun --nnodes 1 --nproc-per-node 2 --standalone \
@@ -15,7 +16,6 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --max-position-embeddings 1024 \
   --vocab-size 50257 \
   --pipeline-model-parallel-size 1 \
-  --micro-batch-size 4 \
   --global-batch-size 32 \
   --bf16 \
   --lr 0.00015 \
@@ -26,6 +26,8 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --train-iters 500000 \
   --weight-decay 0.01 \
   --clip-grad 1.0 \
+  --hidden-dropout 0.0 \
+  --attention-dropout 0.0 \
   --eval-interval 1000 \
   --eval-iters 10 \
   --mock-data \
@@ -33,6 +35,7 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --log-interval 10 \
   --log-throughput \
   --tensor-model-parallel-size 2 \
+  --micro-batch-size 32 \
   --transformer-impl local \
   --no-gradient-accumulation-fusion \
   --no-masked-softmax-fusion \

@@ -1,9 +1,10 @@
 # megatron-launch: preset 345m (GPT-2 medium (345M) on mock data, one GPU)
 # world 1 = 1 node(s) × 1 GPU(s) = TP 1 · PP 1 · CP 1 · DP 1
-# batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)
+# batch 32 = micro batch 32 × DP 1 × 1 microbatch(es)
 # parameters 354.87M (354,871,296; padded vocab 50304)
-# memory ~18.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 9.7 GiB; `launch plan` for the breakdown)
+# memory ~43.8 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 36.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   /opt/megatron-lm/pretrain_gpt.py \
@@ -15,7 +16,6 @@ torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   --vocab-size 50257 \
   --tensor-model-parallel-size 1 \
   --pipeline-model-parallel-size 1 \
-  --micro-batch-size 4 \
   --global-batch-size 32 \
   --bf16 \
   --lr 0.00015 \
@@ -26,12 +26,15 @@ torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   --train-iters 500000 \
   --weight-decay 0.01 \
   --clip-grad 1.0 \
+  --hidden-dropout 0.0 \
+  --attention-dropout 0.0 \
   --eval-interval 1000 \
   --eval-iters 10 \
   --mock-data \
   --tokenizer-type NullTokenizer \
   --log-interval 10 \
   --log-throughput \
+  --micro-batch-size 32 \
   --transformer-impl local \
   --no-gradient-accumulation-fusion \
   --no-masked-softmax-fusion \
