@@ -183,6 +183,8 @@ class Training:
     distributed_optimizer: bool = False
     precision: str = "bf16"  # bf16 | fp16 | fp32
     fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
+    # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
+    fused_cross_entropy: bool = False
 
     @property
     def dp(self) -> int:
@@ -214,9 +216,9 @@ def virtual_stages_of(args: Mapping[str, Any]) -> int:
     return 1
 
 
-def _uses_sdpa_spec(args: Mapping[str, Any]) -> bool:
+def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.megatron_ext.") -> bool:
     spec = args.get("spec")
-    return bool(spec) and str(spec[0]).startswith("launcher.megatron_ext.")
+    return bool(spec) and str(spec[0]).startswith(module)
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
@@ -240,6 +242,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         precision=precision_of(args),
         # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
         fused_attention=_get(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
+        fused_cross_entropy=_uses_sdpa_spec(args, "launcher.megatron_ext.sdpa_spec_fast"),
     )
 
 
@@ -473,7 +476,8 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     if stage == 0:  # embedding output (dropout mask) and token ids, per microbatch in flight
         act += in_flight * (s * b * h + 8 * s * b)
     if stage == t.pp - 1:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP
-        act += 2 * 4 * s * b * m.padded_vocab_size / t.tp + w * s * b * h
+        logit_bytes = 2 * w if t.fused_cross_entropy and t.tp == 1 else 2 * 4  # fused: logits + grad in bf16
+        act += logit_bytes * s * b * m.padded_vocab_size / t.tp + w * s * b * h
     return act
 
 

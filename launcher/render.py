@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from launcher import estimate, megatron_args
-from launcher.command import Command, megatron_settings, uses_megatron_ext
+from launcher.command import Command, megatron_settings
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
 from launcher.upstream import Kernels
@@ -35,15 +35,14 @@ def command_lines(command: Command) -> list[str]:
 
 
 def summary(plan: Plan, kernels: Kernels) -> dict[str, Any]:
-    args = plan.preset.effective()
+    # Megatron's view, with the flags the launcher adds for a missing TE/apex (they change attention and memory)
+    args = {**plan.preset.effective(), **megatron_settings(plan, kernels)[0]}
     layout = plan.layout
-    fused = kernels.transformer_engine or uses_megatron_ext(megatron_settings(plan, kernels)[0])
     return {
         "parameters": parameter_count(args, layout.tp),
         "padded_vocab_size": padded_vocab_size(args, layout.tp),
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
-        # Attention is fused with TE or with the launcher's SDPA spec; upstream's local attention is not.
-        "estimate": estimate.summary(args, layout, plan.preset.launcher.gpu, plan.gpus_per_node, fused),
+        "estimate": estimate.summary(args, layout, plan.preset.launcher.gpu, plan.gpus_per_node),
     }
 
 
