@@ -217,10 +217,12 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
     from types import SimpleNamespace
 
     from launcher import command as command_module
-    from launcher.layout import make_plan
+    from launcher.layout import choose_micro_batch, make_plan
 
     nodes = preset.launcher.nodes if nodes is None else nodes
     gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
+    # The micro batch the launcher would choose, also for the flags Megatron sees when the launcher refuses.
+    preset, _ = choose_micro_batch(preset, nodes * gpus_per_node, [])
     plan, problems = None, []
     try:
         plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)

@@ -150,7 +150,7 @@ def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
 @pytest.mark.megatron
 def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     kernels = Kernels(False, False, "preset")
-    rc = check_preset(load_preset("345m"), 1, 2, kernels, None, checker=shared_checker())
+    rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, kernels, None, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)")
