@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
 from launcher.errors import Problem, UserError
-from launcher.upstream import SUBMODULE, megatron_path
+from launcher.upstream import SUBMODULE, has_module, megatron_path
 
 Status = Literal["ok", "warn", "fail"]
 MEGATRON_URL = "https://github.com/NVIDIA/Megatron-LM.git"
@@ -71,13 +71,6 @@ def _version(distribution: str) -> str | None:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _run(argv: list[str], cwd: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[int, str]:
@@ -157,7 +150,7 @@ def check_megatron_checkout(ctx: Context) -> list[Finding]:
 
 def check_transformer_engine(ctx: Context) -> list[Finding]:
     version = _version("transformer-engine") or _version("transformer_engine")
-    if version is None and not _has_module("transformer_engine"):
+    if version is None and not has_module("transformer_engine"):
         return [Finding("transformer-engine", "warn",
                         "not installed: use --transformer-impl local and keep context parallel at 1",
                         "pip install --no-build-isolation 'transformer-engine[pytorch]' (or use an NGC container)")]
@@ -165,7 +158,7 @@ def check_transformer_engine(ctx: Context) -> list[Finding]:
 
 
 def check_apex(ctx: Context) -> list[Finding]:
-    spec = importlib.util.find_spec("apex") if _has_module("apex") else None
+    spec = importlib.util.find_spec("apex") if has_module("apex") else None
     if spec is None:
         return [Finding("apex", "warn",
                         "NVIDIA apex not installed: pass --no-gradient-accumulation-fusion "
@@ -178,7 +171,7 @@ def check_apex(ctx: Context) -> list[Finding]:
                         f"the `apex` at {where} is not NVIDIA apex (it looks like the unrelated PyPI "
                         "project of that name) and hides the real one",
                         "pip uninstall -y apex, then build NVIDIA apex from https://github.com/NVIDIA/apex")]
-    missing = [name for name in APEX_EXTENSIONS if not _has_module(name)]
+    missing = [name for name in APEX_EXTENSIONS if not has_module(name)]
     if missing:
         needs = "; ".join(f"{name}: {APEX_EXTENSIONS[name]}" for name in missing)
         return [Finding("apex", "warn", f"NVIDIA apex without its CUDA extensions: {needs}",
@@ -305,7 +298,7 @@ def check_torch_runtime(ctx: Context) -> list[Finding]:
                             "install a CUDA build of torch (it bundles NCCL)"))
     if "te" in probe:
         findings.append(Finding("transformer-engine import", "ok", probe["te"]))
-    elif _version("transformer-engine") or _has_module("transformer_engine"):
+    elif _version("transformer-engine") or has_module("transformer_engine"):
         findings.append(Finding("transformer-engine import", "fail", probe["te_error"][:300],
                                 "reinstall transformer-engine against this torch, or use --transformer-impl local"))
     return findings
@@ -352,7 +345,7 @@ def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_p
     fusions = {"gradient_accumulation_fusion": "fused_weight_gradient_mlp_cuda",
                "masked_softmax_fusion": "scaled_masked_softmax_cuda"}
     for arg, module in fusions.items():
-        if megatron_args.get(arg, True) and not _has_module(module):
+        if megatron_args.get(arg, True) and not has_module(module):
             flag = "--no-" + arg.replace("_", "-")
             findings.append(Finding("apex", "fail", f"{arg} is on (Megatron's default) but apex's {module} "
                                     "extension is missing, so the model build or first step fails",

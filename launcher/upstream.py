@@ -46,7 +46,8 @@ class Kernels:
     how: str  # "detected" or "preset"
 
 
-def _has_module(name: str) -> bool:
+def has_module(name: str) -> bool:
+    """Importable, judged without importing it (find_spec)."""
     try:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
@@ -58,8 +59,8 @@ def detect_kernels() -> tuple[bool, bool]:
 
     The unrelated PyPI package also named `apex` has no fused_weight_gradient_mlp_cuda, so it counts as absent.
     """
-    te = _has_module("transformer_engine")
-    apex = _has_module("apex") and _has_module("fused_weight_gradient_mlp_cuda") and _has_module(
+    te = has_module("transformer_engine")
+    apex = has_module("apex") and has_module("fused_weight_gradient_mlp_cuda") and has_module(
         "scaled_masked_softmax_cuda")
     return te, apex
 
