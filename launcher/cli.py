@@ -43,7 +43,8 @@ def run_parser() -> _Parser:
                    help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run directory made by an earlier launch (same preset and checkpoints)")
-    p.add_argument("--nodes", type=_positive, help="number of nodes (default: the preset's)")
+    p.add_argument("--nodes", type=_positive,
+                   help="number of nodes (default: the preset's for a dry-run or Slurm, 1 for a run here)")
     p.add_argument("--gpus-per-node", type=_positive,
                    help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
@@ -97,14 +98,15 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
     gpus = args.gpus_per_node
     nodes = args.nodes
-    if not (args.dry_run or args.check or on_slurm) and gpus is None:
-        from launcher.backends import local
-
-        gpus = local.visible_gpus()
-        if gpus == 0:
-            raise UserError("no GPU is visible on this machine",
-                            "run on a GPU machine, or use --dry-run to print the command")
+    if not (args.dry_run or args.check or on_slurm):  # a run here: this machine, its GPUs unless told
         nodes = nodes or 1
+        if gpus is None:
+            from launcher.backends import local
+
+            gpus = local.visible_gpus()
+            if gpus == 0:
+                raise UserError("no GPU is visible on this machine",
+                                "run on a GPU machine, or use --dry-run to print the command")
     kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
     if args.check:

@@ -109,6 +109,7 @@ def build_command(plan: Plan, megatron_path: Path, kernels: Kernels) -> Command:
     flags = script_args(settings) if plan.entry == "pretrain_gpt" else []
     runner, has_ref = torchrun_args(plan)
     argv = [*runner, script, *flags]
-    expand = frozenset(i for i, word in enumerate(argv) if has_ref and MASTER_ADDR_REF in word)
+    # Only torchrun's own endpoint may expand in the shell; user values never do, whatever they contain.
+    expand = frozenset(i for i, word in enumerate(runner) if has_ref and MASTER_ADDR_REF in word)
     return Command(argv=argv, env=environment(plan, megatron_path, settings), script=script, script_args=flags,
                    kernel_flags=added, expand=expand)

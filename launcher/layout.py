@@ -123,6 +123,15 @@ class _Checker:
             if self.arg(dest) < 1:
                 self.fail(f"{dest} must be at least 1, got {self.arg(dest)}")
                 ok = False
+        # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
+        for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
+                            ("num_virtual_stages_per_pipeline_rank", "validate"),
+                            ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
+                            ("eval_interval", "runtime"), ("save_interval", "validate")):
+            value = self.arg(dest)
+            if value is not None and value < 1:
+                self.fail(f"{dest} must be at least 1, got {value}", stage=stage)
+                ok = False
         if self.arg("lr") is None:
             self.fail("lr is not set", "Megatron's LR scheduler needs a learning rate, e.g. --set lr=3e-4",
                       stage="runtime")
@@ -582,7 +591,7 @@ def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Pr
         "context_parallel_size")
     dp = world // model if model > 0 and world % model == 0 else 1
     gbs = preset.megatron.get("global_batch_size")
-    per_rank = gbs // dp if gbs and gbs % dp == 0 else None
+    per_rank = gbs // dp if gbs and gbs > 0 and gbs % dp == 0 else None
     micro = max(d for d in divisors(per_rank) if d <= limit) if per_rank else limit
     note = (f"micro batch {micro}: the largest divisor of global batch {gbs} / DP {dp} up to "
             f"max_micro_batch_size {limit} (pin it with --set micro_batch_size=N)" if per_rank else

@@ -83,7 +83,7 @@ def available_presets() -> list[str]:
 def _resolve(ref: str, relative_to: Path | None = None) -> Path:
     path = Path(ref)
     if path.suffix in (".yaml", ".yml") or "/" in ref:
-        if not path.is_absolute() and relative_to is not None and not path.exists():
+        if not path.is_absolute() and relative_to is not None:  # a base: is relative to the file naming it
             path = relative_to / path
         return path
     named = CONFIGS_DIR / f"{ref}.yaml"
@@ -180,9 +180,11 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
             raise UserError(f"launcher.{name} ({where}) must be an integer, got {value!r}")
         if value < 1:
             raise UserError(f"launcher.{name} ({where}) must be at least 1, got {value}")
+        if name == "master_port" and value > 65535:
+            raise UserError(f"launcher.master_port ({where}) must be a TCP port (1-65535), got {value}")
         return value
     if name in TRISTATE_FIELDS:
-        if value in (True, False) or value == "auto":
+        if isinstance(value, bool) or value == "auto":
             return value
         raise UserError(f"launcher.{name} ({where}) must be auto, true or false, got {value!r}")
     if name == "entry":
@@ -207,6 +209,8 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
         return gpu_by_name(str(value)).name
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise UserError(f"launcher.{name} ({where}) must be a string, got {value!r}")
+    if not str(value).strip():
+        raise UserError(f"launcher.{name} ({where}) must not be empty")
     return str(value)
 
 
@@ -281,7 +285,8 @@ def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
         raise UserError(problems)
     layer.megatron.update(megatron)
     _merge_launcher(layer.launcher, launcher)
-    layer.description = str(data.get("description", layer.description))
+    if data.get("description") is not None:
+        layer.description = str(data["description"])
     layer.sources.append(str(path))
     return layer
 

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from launcher import estimate, megatron_args
-from launcher.command import Command, megatron_settings
+from launcher.command import Command
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
 from launcher.upstream import Kernels
@@ -18,6 +18,11 @@ def quote(word: str, expand: bool = False) -> str:
     if expand:
         return '"' + word + '"'
     return shlex.quote(word)
+
+
+def _one_line(text: object) -> str:
+    """Text for a `#` comment: a newline in a preset's description must not end the comment."""
+    return " ".join(str(text).split())
 
 
 def command_lines(command: Command) -> list[str]:
@@ -34,9 +39,9 @@ def command_lines(command: Command) -> list[str]:
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
-def summary(plan: Plan, kernels: Kernels) -> dict[str, Any]:
+def summary(plan: Plan, command: Command, kernels: Kernels) -> dict[str, Any]:
     # Megatron's view, with the flags the launcher adds for a missing TE/apex (they change attention and memory)
-    args = {**plan.preset.effective(), **megatron_settings(plan, kernels)[0]}
+    args = {**plan.preset.effective(), **command.kernel_flags}
     layout = plan.layout
     return {
         "parameters": parameter_count(args, layout.tp),
@@ -48,8 +53,9 @@ def summary(plan: Plan, kernels: Kernels) -> dict[str, Any]:
 
 def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
     p, lay = plan.preset, plan.layout
-    facts = summary(plan, kernels)
-    lines = [f"# megatron-launch: preset {p.name}" + (f" ({p.description})" if p.description else "")]
+    facts = summary(plan, command, kernels)
+    about = f" ({_one_line(p.description)})" if p.description else ""
+    lines = [f"# megatron-launch: preset {_one_line(p.name)}{about}"]
     lines.append(
         f"# world {lay.world_size} = {plan.nodes} node(s) × {plan.gpus_per_node} GPU(s) = "
         f"TP {lay.tp} · PP {lay.pp} · CP {lay.cp} · DP {lay.dp}" + (f", virtual pipeline {lay.vpp}" if lay.vpp else "")
@@ -72,8 +78,8 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
             text += " → " + " ".join(
                 w for dest, v in command.kernel_flags.items() for w in _flags(dest, v))
         lines.append(text)
-    lines += [f"# note: {n}" for n in plan.notes]
-    lines += [f"# warning: {w}" for w in plan.warnings]
+    lines += [f"# note: {_one_line(n)}" for n in plan.notes]
+    lines += [f"# warning: {_one_line(w)}" for w in plan.warnings]
     return lines
 
 
@@ -92,7 +98,7 @@ def text(plan: Plan, command: Command, kernels: Kernels) -> str:
 
 
 def as_json(plan: Plan, command: Command, kernels: Kernels) -> str:
-    facts = summary(plan, kernels)
+    facts = summary(plan, command, kernels)
     data = {
         "preset": plan.preset.name,
         "description": plan.preset.description,

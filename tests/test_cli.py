@@ -137,3 +137,34 @@ def test_dry_run_is_fast_and_imports_no_torch():
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     assert elapsed < 5  # generous for a loaded CI machine; typically ~0.2 s
+
+
+def test_multi_node_user_values_never_expand(launch, tmp_path):
+    marker = tmp_path / "pwned"
+    evil = "${MASTER_ADDR}$(touch " + str(marker) + ")"
+    code, out, _ = launch("345m", "--nodes", "2", "--dry-run", "--set", f"wandb_project={evil}",
+                          "--megatron-path", MEGATRON)
+    assert code == 0
+    script = tmp_path / "cmd.sh"
+    script.write_text("torchrun() { printf '%s\\n' \"$@\"; }\nMASTER_ADDR=head\n" + out)
+    import subprocess
+
+    words = subprocess.run(["bash", str(script)], capture_output=True, text=True).stdout.splitlines()
+    assert evil in words and "head:29500" in words
+    assert not marker.exists()
+
+
+def test_description_cannot_leave_its_comment(launch, tmp_path):
+    preset = tmp_path / "p.yaml"
+    preset.write_text('base: 345m\ndescription: "demo\\necho INJECTED"\n')
+    code, out, _ = launch(str(preset), "--dry-run", "--megatron-path", MEGATRON)
+    assert code == 0
+    assert all(line.startswith("#") or "INJECTED" not in line for line in out.splitlines())
+
+
+@pytest.mark.parametrize("override", ["global_batch_size=-4", "log_interval=0", "eval_interval=0",
+                                      "make_vocab_size_divisible_by=0", "num_virtual_stages_per_pipeline_rank=0",
+                                      "master_port=99999", "master_addr=", "transformer_engine=1"])
+def test_zero_negative_and_out_of_range_values_exit_2(launch, override):
+    code, out, err = launch("345m", "--dry-run", "--set", override)
+    assert code == 2 and "error:" in err and "Traceback" not in err

@@ -124,3 +124,12 @@ def test_bad_overrides(override, message):
     with pytest.raises(UserError) as err:
         load_preset("345m", [override])
     assert message in err.value.render()
+
+
+def test_relative_base_is_found_next_to_the_file_naming_it(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub", "base: 345m\nmegatron:\n  num_layers: 6\n", "common.yaml")
+    child = write(tmp_path / "sub", "base: common.yaml\n", "child.yaml")
+    write(tmp_path, "megatron:\n  num_layers: 1\n", "common.yaml")  # a decoy in the working directory
+    monkeypatch.chdir(tmp_path)
+    assert load_preset(child).arg("num_layers") == 6

@@ -2,7 +2,7 @@
 # world 1 = 1 node(s) × 1 GPU(s) = TP 1 · PP 1 · CP 1 · DP 1
 # batch 32 = micro batch 32 × DP 1 × 1 microbatch(es)
 # parameters 354.87M (354,871,296; padded vocab 50304)
-# memory ~43.8 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 36.0 GiB; `launch plan` for the breakdown)
+# memory ~37.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 36.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
 # note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
