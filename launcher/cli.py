@@ -15,7 +15,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
-from launcher import render
 from launcher.errors import UserError
 
 
@@ -75,6 +74,7 @@ def run_parser() -> _Parser:
 def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
+    from launcher import render
     from launcher.command import build_command
     from launcher.layout import make_plan
     from launcher.preset import load_preset
@@ -158,7 +158,7 @@ def cmd_run(argv: list[str]) -> int:
 def cmd_list(argv: list[str]) -> int:
     _Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
     from launcher.estimate import human, parameter_count
-    from launcher.layout import make_plan
+    from launcher.layout import SIMPLE_LOOP_TP, make_plan
     from launcher.preset import available_presets, load_preset
     from launcher.upstream import resolve_kernels
 
@@ -168,8 +168,8 @@ def cmd_list(argv: list[str]) -> int:
         kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
         plan = make_plan(preset, te_available=kernels.transformer_engine, apex_available=kernels.apex)
         lay = plan.layout
-        min_gpus = 2 if plan.entry == "simple_loop" else lay.model_parallel_size
-        rows.append((name, human(parameter_count(preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
+        min_gpus = SIMPLE_LOOP_TP if plan.entry == "simple_loop" else lay.model_parallel_size
+        rows.append((name, human(parameter_count(plan.preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
                      str(min_gpus), f"{plan.nodes}×{plan.gpus_per_node}", preset.description))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:

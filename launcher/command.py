@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from launcher import megatron_args
 from launcher.layout import Plan
+from launcher.preset import Preset
 from launcher.upstream import ENTRY_SCRIPTS, Kernels
 
 # The directory holding this `launcher` package: training processes import launcher.megatron_ext from it.
@@ -49,11 +51,11 @@ def with_entry(command: Command, script: str, script_args: list[str]) -> Command
                    script_args=list(script_args))
 
 
-def megatron_settings(plan: Plan, kernels: Kernels) -> tuple[dict[str, object], dict[str, object]]:
+def megatron_settings(preset: Preset, entry: str, kernels: Kernels) -> tuple[dict[str, object], dict[str, object]]:
     """The preset's Megatron settings plus the fallbacks for a missing TE/apex: (all settings, fallbacks)."""
-    settings = dict(plan.preset.megatron)
+    settings = dict(preset.megatron)
     added: dict[str, object] = {}
-    if plan.entry == "pretrain_gpt":
+    if entry == "pretrain_gpt":
         fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
         if not kernels.transformer_engine and settings.get("spec") is None:
             fallbacks.update(SDPA_SPEC)
@@ -69,6 +71,16 @@ def script_args(settings: dict[str, object]) -> list[str]:
     for dest, value in settings.items():
         argv += megatron_args.to_flags(catalog[dest], value)
     return argv
+
+
+def flag_lines(args: list[str]) -> list[str]:
+    """Megatron flags as shell-quoted lines, one `--flag value...` group per line, for reading."""
+    groups: list[list[str]] = []
+    for arg in args:
+        if arg.startswith("--") or not groups:
+            groups.append([])
+        groups[-1].append(shlex.quote(arg))
+    return [" ".join(words) for words in groups]
 
 
 def torchrun_args(plan: Plan) -> tuple[list[str], bool]:
@@ -105,7 +117,7 @@ def environment(plan: Plan, megatron_path: Path, settings: dict[str, object] | N
 
 def build_command(plan: Plan, megatron_path: Path, kernels: Kernels) -> Command:
     script = str(megatron_path / ENTRY_SCRIPTS[plan.entry])
-    settings, added = megatron_settings(plan, kernels)
+    settings, added = megatron_settings(plan.preset, plan.entry, kernels)
     flags = script_args(settings) if plan.entry == "pretrain_gpt" else []
     runner, has_ref = torchrun_args(plan)
     argv = [*runner, script, *flags]

@@ -355,13 +355,11 @@ def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_p
 
 def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> None:
     """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok."""
-    from types import SimpleNamespace
-
     from launcher.command import megatron_settings
 
     settings: dict[str, Any] | None = None  # the simple loop builds its own model: only the environment matters
     if plan.entry == "pretrain_gpt":
-        settings, _ = megatron_settings(SimpleNamespace(preset=plan.preset, entry=plan.entry), kernels)
+        settings, _ = megatron_settings(plan.preset, plan.entry, kernels)
     ctx = Context(megatron_path=path, env={**os.environ, **command.env})
     findings = preflight(settings, ctx, tensor_parallel=plan.layout.tp, context_parallel=plan.layout.cp)
     for finding in findings:

@@ -57,12 +57,8 @@ def flag_aliases() -> dict[str, tuple[str, bool]]:
             name = flag.removeprefix("--").replace("-", "_")
             if name == arg.dest:
                 continue
-            if arg.kind == "false" or (arg.kind == "bool" and flag.startswith("--no-")):
-                aliases[name] = (arg.dest, False)
-            elif arg.kind in ("true", "bool"):
-                aliases[name] = (arg.dest, True)
-            else:
-                aliases[name] = (arg.dest, True)
+            negative = arg.kind == "false" or (arg.kind == "bool" and flag.startswith("--no-"))
+            aliases[name] = (arg.dest, not negative)
     return aliases
 
 

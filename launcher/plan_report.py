@@ -309,7 +309,7 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.command import SDPA_SPEC
+    from launcher.command import megatron_settings
     from launcher.layout import choose_micro_batch
     from launcher.preset import load_preset
     from launcher.upstream import resolve_kernels
@@ -325,14 +325,11 @@ def run(ns: Any) -> str:
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     kernels = resolve_kernels(settings.transformer_engine, settings.apex)
     preset, _ = choose_micro_batch(preset, budget.world_size, [])
-    args = preset.effective()
+    # what the command will pass, e.g. without TE the local layers with the launcher's SDPA (flash) attention
+    args = {**preset.effective(), **megatron_settings(preset, "pretrain_gpt", kernels)[1]}
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:
-        # what command.py passes without TE: the local layers with the launcher's SDPA (flash) attention
-        args["transformer_impl"] = "local"
-        if args.get("spec") is None:
-            args["spec"] = SDPA_SPEC["spec"]
         notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local with the launcher's "
                      "SDPA attention spec, which runs slower than the default TFLOP/s assumes (345m on one H200 "
                      "measured ~400 model TFLOP/s, docs/benchmarks.md): pass a measured --tflops")

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from launcher import estimate, megatron_args
-from launcher.command import Command
+from launcher.command import Command, flag_lines
 from launcher.estimate import human, padded_vocab_size, parameter_count
 from launcher.layout import Plan
 from launcher.upstream import Kernels
@@ -27,15 +27,9 @@ def _one_line(text: object) -> str:
 
 def command_lines(command: Command) -> list[str]:
     """One flag (with its values) per line, continued with backslashes."""
-    words = [quote(w, i in command.expand) for i, w in enumerate(command.argv)]
-    script_at = command.argv.index(command.script)
-    lines = [" ".join(words[:script_at]), words[script_at]]
-    for word, raw in zip(words[script_at + 1:], command.argv[script_at + 1:]):
-        if raw.startswith("--") or not lines[2:]:
-            lines.append(word)
-        else:
-            lines[-1] += " " + word
-    lines = [lines[0]] + ["  " + line for line in lines[1:]]
+    runner = command.argv[:command.argv.index(command.script)]
+    lines = [" ".join(quote(w, i in command.expand) for i, w in enumerate(runner)),
+             *("  " + line for line in [shlex.quote(command.script), *flag_lines(command.script_args)])]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
@@ -68,12 +62,9 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
                  f"{facts['padded_vocab_size']})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
     if plan.entry == "pretrain_gpt":
-        have = [name for name, on in (("Transformer Engine", kernels.transformer_engine),
-                                      ("NVIDIA apex", kernels.apex)) if on]
-        missing = [name for name, on in (("Transformer Engine", kernels.transformer_engine),
-                                         ("NVIDIA apex", kernels.apex)) if not on]
+        found = (("Transformer Engine", kernels.transformer_engine), ("NVIDIA apex", kernels.apex))
         text = f"# kernels ({kernels.how}): " + ", ".join(
-            [f"with {n}" for n in have] + [f"without {n}" for n in missing])
+            [f"with {n}" for n, on in found if on] + [f"without {n}" for n, on in found if not on])
         if command.kernel_flags:
             text += " → " + " ".join(
                 w for dest, v in command.kernel_flags.items() for w in _flags(dest, v))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import difflib
-import importlib.util
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from launcher.errors import UserError
+from launcher.upstream import has_module
 
 WORKER = Path(__file__).with_name("upstream_worker.py")
 # pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
@@ -63,11 +63,7 @@ def find_megatron_python() -> str | None:
     explicit = os.environ.get("MEGATRON_PYTHON")
     if explicit:
         return explicit
-    try:
-        has_both = importlib.util.find_spec("megatron.training") and importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        has_both = None
-    return sys.executable if has_both else None
+    return sys.executable if has_module("megatron.training") and has_module("torch") else None
 
 
 def unknown_flags(parse_error: str) -> list[str]:
@@ -214,8 +210,6 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
 
     Megatron is imported from the checkout when there is one (pretrain_gpt.py imports it from there),
     else from the installed megatron-core. `checker` reuses a running worker."""
-    from types import SimpleNamespace
-
     from launcher import command as command_module
     from launcher.layout import choose_micro_batch, make_plan
 
@@ -236,7 +230,7 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
         cmd = command_module.build_command(plan, megatron_path or Path("."), kernels)
         argv, env = cmd.script_args, {k: v for k, v in cmd.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
     else:  # the launcher refused: still ask Megatron about the flags the preset would produce
-        settings, _ = command_module.megatron_settings(SimpleNamespace(preset=preset, entry="pretrain_gpt"), kernels)
+        settings, _ = command_module.megatron_settings(preset, "pretrain_gpt", kernels)
         argv = command_module.script_args(settings)
         env = default_check_env(argv)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None

@@ -22,7 +22,7 @@ from typing import TextIO
 import jinja2
 
 from launcher import rundir
-from launcher.command import Command, build_command, with_entry
+from launcher.command import Command, build_command, flag_lines, with_entry
 from launcher.errors import Problem, UserError
 from launcher.layout import Plan
 from launcher.preflight import SCRIPT_PATH as PREFLIGHT_SCRIPT
@@ -73,12 +73,7 @@ class BatchJob:
     @property
     def script_arg_lines(self) -> list[str]:
         """The script's argv as quoted shell words, one `--flag value...` group per line, for reading."""
-        lines: list[list[str]] = []
-        for arg in self.script_args:
-            if arg.startswith("--") or not lines:
-                lines.append([])
-            lines[-1].append(shlex.quote(arg))
-        return [" ".join(words) for words in lines]
+        return flag_lines(self.script_args)
 
 
 def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
