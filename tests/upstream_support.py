@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import atexit
 import time
-from types import SimpleNamespace
 
 import pytest
 
@@ -35,6 +34,6 @@ def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> R
 
     Built without a Plan so that presets the launcher rejects can be put to Megatron too."""
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
-    settings, _ = command.megatron_settings(SimpleNamespace(preset=preset, entry="pretrain_gpt"), kernels)
+    settings, _ = command.megatron_settings(preset, "pretrain_gpt", kernels)
     argv = command.script_args(settings)
     return Request(argv, world_size, default_check_env(argv), apex=apex)
