@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
 from launcher.errors import Problem, UserError
+from launcher.rundir import git_commit
 from launcher.upstream import SUBMODULE, has_module, megatron_path
 
 Status = Literal["ok", "warn", "fail"]
@@ -136,9 +137,10 @@ def check_megatron_checkout(ctx: Context) -> list[Finding]:
              f"{MEGATRON_COMMIT[:12]}; or point at a checkout with --megatron-path DIR / MEGATRON_LM_PATH=DIR")
     if not (path / "pretrain_gpt.py").is_file():
         return [Finding("megatron-lm checkout", "fail", f"no pretrain_gpt.py in {path}", clone)]
-    code, head = _run(["git", "-C", str(path), "rev-parse", "HEAD"])
-    if code != 0:
-        return [Finding("megatron-lm checkout", "warn", f"{path} is not a git checkout; its commit is unknown",
+    head = git_commit(path)["commit"]
+    if head is None:
+        return [Finding("megatron-lm checkout", "warn",
+                        f"{path} is not a git checkout of its own; its commit is unknown",
                         f"use a git checkout of {MEGATRON_COMMIT[:12]}: {clone}")]
     if head != MEGATRON_COMMIT:
         return [Finding("megatron-lm checkout", "fail",

@@ -129,8 +129,13 @@ def _git(path: Path, *args: str) -> str | None:
 
 
 def git_commit(path: Path) -> dict[str, Any]:
-    """HEAD commit of the checkout at `path` and whether it has local changes (None when not a checkout)."""
-    commit = _git(path, "rev-parse", "HEAD")
+    """HEAD commit of the checkout at `path` and whether it has local changes (None when not a checkout).
+
+    Only a checkout of its own counts: a plain copy inside another repository (e.g. Megatron-LM files copied into
+    a project folder) would otherwise report that repository's commit."""
+    top = _git(path, "rev-parse", "--show-toplevel")
+    own = top is not None and Path(top).resolve() == Path(path).resolve()
+    commit = _git(path, "rev-parse", "HEAD") if own else None
     dirty = None
     if commit is not None:
         status = _git(path, "status", "--porcelain", "--untracked-files=no")

@@ -107,6 +107,15 @@ def test_checkout_that_is_not_a_git_repo_is_a_warning(tmp_path):
     assert finding.status == "warn" and "not a git checkout" in finding.detail
 
 
+def test_copy_inside_another_repository_is_not_taken_for_that_repositorys_commit(foreign_checkout):
+    repo, _ = foreign_checkout
+    copy = repo / "third_party" / "megatron-lm"  # Megatron's files copied into a project's own git tree
+    copy.mkdir(parents=True)
+    (copy / "pretrain_gpt.py").write_text("")
+    (finding,) = check_megatron_checkout(Context(megatron_path=copy))
+    assert finding.status == "warn" and "not a git checkout of its own" in finding.detail
+
+
 @pytest.mark.skipif(not (SUBMODULE / ".git").exists(), reason="the Megatron-LM submodule is not checked out")
 def test_pinned_submodule_is_ok():
     (finding,) = check_megatron_checkout(Context(megatron_path=SUBMODULE))
