@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import sys
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
@@ -115,7 +116,8 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
         DType, IndexedDatasetBuilder = _import_megatron_builder()
     except ImportError as err:
         raise UserError(f"prepare-data needs megatron-core ({err})",
-                        "pip install 'megatron-launch[megatron]' (megatron-core 0.18.0 and torch)") from err
+                        "pip install 'megatron-launch[megatron]' (megatron-core 0.18.0 and torch), or point "
+                        "MEGATRON_LM_PATH at the Megatron-LM checkout") from err
 
     dtype = DType.optimal_dtype(tokenizer.vocab_size)
     outputs = output_paths(output_prefix)
@@ -181,7 +183,17 @@ def _import_megatron_builder() -> tuple[Any, Any]:
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+        try:
+            from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+        except ImportError:
+            # No megatron-core package: the Megatron-LM checkout the launcher trains with has the same module.
+            from launcher.upstream import megatron_path
+
+            checkout = megatron_path(None, None)
+            if not (checkout / "megatron" / "core" / "datasets" / "indexed_dataset.py").is_file():
+                raise
+            sys.path.append(str(checkout))
+            from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
     return DType, IndexedDatasetBuilder
 
 
