@@ -1,0 +1,185 @@
+"""Megatron's transformer layer with its training math in one ``torch.compile``d function (no TE, TP 1).
+
+Without Transformer Engine, a Megatron layer is ~15 small modules, autograd functions and jit fusions per
+forward and as many in backward. On an H200 the GPU then waits for the host between kernels: that idle time was
+the last ~7 % between the ``345m`` preset and compiled plain PyTorch (docs/benchmarks.md). ``CompiledLayer`` keeps
+Megatron's submodules and parameters (same names, checkpoints, DDP hooks, optimizer) and, where the layer is a
+plain GPT block, runs LayerNorm → QKV → SDPA → projection + residual → LayerNorm → MLP + residual as one compiled
+function; everything else takes Megatron's own forward. ``fast_path_blocker`` says why a layer cannot.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer.attention import SelfAttention
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.identity_op import IdentityOp
+from megatron.core.transformer.mlp import MLP
+from megatron.core.transformer.transformer_layer import TransformerLayer
+from megatron.core.utils import make_viewless_tensor
+
+from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+
+# Keyword arguments of TransformerLayer.forward that the fast path handles only when they are None.
+_UNSUPPORTED_INPUTS = (
+    "context", "context_mask", "rotary_pos_emb", "rotary_pos_cos", "rotary_pos_sin", "rotary_pos_cos_sin",
+    "attention_bias", "inference_context", "packed_seq_params", "sequence_len_offset", "padding_mask",
+    "inference_params",
+)
+
+
+def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
+    # Megatron's bias_gelu fusion is the tanh approximation, with these constants.
+    return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
+
+
+def _norm(x, weight, bias, eps: float, rms: bool):
+    if rms:
+        return F.rms_norm(x, (x.size(-1),), weight, eps)
+    return F.layer_norm(x, (x.size(-1),), weight, bias, eps)
+
+
+def layer_math(
+    x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b,
+    *, eps: float, rms: bool, heads: int, groups: int, head_dim: int, scale: float, activation: str,
+    hidden_dropout: float, attention_dropout: float,
+):
+    """One pre-LayerNorm GPT layer on [seq, batch, hidden], in Megatron's weight layout and operation order."""
+    s, b, _ = x.shape
+    per_group = heads // groups
+    y = _norm(x, ln1_w, ln1_b, eps, rms)
+    # Megatron's fused QKV rows are grouped per query group: [q (per_group heads), k, v] for each group.
+    qkv = F.linear(y, qkv_w, qkv_b).view(s, b, groups, (per_group + 2) * head_dim)
+    q, k, v = torch.split(qkv, [per_group * head_dim, head_dim, head_dim], dim=3)
+    q = q.reshape(s, b, heads, head_dim)
+    attn = F.scaled_dot_product_attention(
+        q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
+        dropout_p=attention_dropout, is_causal=True, scale=scale, enable_gqa=groups != heads,
+    )
+    attn = attn.permute(2, 0, 1, 3).reshape(s, b, heads * head_dim)
+    out = F.linear(attn, proj_w)
+    if proj_b is not None:
+        out = out + proj_b
+    x = x + F.dropout(out, hidden_dropout)
+
+    y = _norm(x, ln2_w, ln2_b, eps, rms)
+    h = F.linear(y, fc1_w, fc1_b)
+    if activation == "gelu_tanh":
+        h = _gelu_tanh(h)
+    elif activation == "gelu":
+        h = F.gelu(h)
+    else:  # swiglu
+        gate, up = torch.chunk(h, 2, dim=-1)
+        h = F.silu(gate) * up
+    out = F.linear(h, fc2_w)
+    if fc2_b is not None:
+        out = out + fc2_b
+    return x + F.dropout(out, hidden_dropout)
+
+
+@functools.cache
+def compiled_layer_math():
+    """``layer_math`` compiled once per process: every layer shares the graph (same shapes and constants; static).
+
+    MEGATRON_LAUNCH_COMPILE_BACKEND picks the torch.compile backend (default inductor; tests use aot_eager)."""
+    backend = os.environ.get("MEGATRON_LAUNCH_COMPILE_BACKEND", "inductor")
+    return torch.compile(layer_math, backend=backend, fullgraph=True, dynamic=False)
+
+
+def _activation(config) -> str | None:
+    if config.gated_linear_unit:
+        return "swiglu" if config.activation_func is F.silu and config.activation_func_clamp_value is None else None
+    if config.activation_func is F.gelu:
+        # With bias_activation_fusion Megatron runs its tanh-approximated bias_gelu (it needs a bias).
+        if config.bias_activation_fusion:
+            return "gelu_tanh" if config.add_bias_linear else None
+        return "gelu"
+    return None
+
+
+def fast_path_blocker(layer: TransformerLayer) -> str | None:
+    """None when ``layer``'s training forward can run as ``layer_math``; else the reason it cannot."""
+    config = layer.config
+    attention, mlp = layer.self_attention, layer.mlp
+    checks = [
+        (isinstance(attention, SelfAttention), "attention is not SelfAttention"),
+        (isinstance(getattr(attention, "core_attention", None), SDPACoreAttention), "core attention is not SDPA"),
+        (isinstance(mlp, MLP), "the MLP is not a dense MLP (experts?)"),
+        (isinstance(layer.cross_attention, IdentityOp), "cross attention"),
+        (isinstance(layer.pre_cross_attn_layernorm, IdentityOp), "cross attention layernorm"),
+        (type(layer.input_layernorm) in (torch.nn.LayerNorm, torch.nn.RMSNorm)
+         and type(layer.pre_mlp_layernorm) in (torch.nn.LayerNorm, torch.nn.RMSNorm), "not torch LayerNorm/RMSNorm"),
+        (config.tensor_model_parallel_size == 1 and config.context_parallel_size == 1
+         and not config.sequence_parallel, "tensor/context/sequence parallelism"),
+        (config.recompute_granularity is None, "activation recomputation"),
+        (not config.fp32_residual_connection and not config.apply_residual_connection_post_layernorm,
+         "fp32 or post-LayerNorm residual"),
+        (not config.fp8 and not config.fp4, "fp8/fp4"),
+        (_activation(config) is not None, "activation function"),
+        (not getattr(config, "attention_output_gate", False), "gated attention"),
+        (config.mlp_chunks_for_training <= 1, "chunked MLP"),
+        (not config.cpu_offloading, "activation offloading"),
+    ]
+    for ok, reason in checks:
+        if not ok:
+            return reason
+    linears = (attention.linear_qkv, attention.linear_proj, mlp.linear_fc1, mlp.linear_fc2)
+    if not all(type(m) in (ColumnParallelLinear, RowParallelLinear) for m in linears):
+        return "linear layers are not Megatron's local ones"
+    if attention.q_layernorm is not None or attention.k_layernorm is not None:
+        return "q/k LayerNorm"
+    if attention.attn_mask_type != AttnMaskType.causal:
+        return "attention mask is not causal"
+    for norm in (layer.input_layernorm, layer.pre_mlp_layernorm):
+        if norm.weight is None or (isinstance(norm, torch.nn.LayerNorm) and norm.bias is None):
+            return "norm without affine parameters"
+    return None
+
+
+@functools.cache
+def announce(blocker: str | None) -> None:
+    """One line in the training log (rank 0) saying whether the layers run compiled, and if not, why."""
+    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        return
+    state = "on" if blocker is None else f"off ({blocker}), Megatron's own layer forward"
+    print(f"> megatron-launch compiled layers: {state}", flush=True)
+
+
+class CompiledLayer(TransformerLayer):
+    """TransformerLayer whose plain-GPT forward runs as one compiled function; otherwise Megatron's forward."""
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.fast_path_blocker = fast_path_blocker(self)
+        announce(self.fast_path_blocker)
+
+    def forward(self, *args: Any, **kwargs: Any):
+        if self.fast_path_blocker is None and not args and all(kwargs.get(k) is None for k in _UNSUPPORTED_INPUTS):
+            hidden_states = kwargs.get("hidden_states")
+            if hidden_states is not None and set(kwargs) <= {"hidden_states", "attention_mask", *_UNSUPPORTED_INPUTS}:
+                return self._fast_forward(hidden_states), None
+        return super().forward(*args, **kwargs)
+
+    def _fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+        attention, mlp, config = self.self_attention, self.mlp, self.config
+        core = attention.core_attention
+        ln1, ln2 = self.input_layernorm, self.pre_mlp_layernorm
+        qkv, proj, fc1, fc2 = attention.linear_qkv, attention.linear_proj, mlp.linear_fc1, mlp.linear_fc2
+        training = self.training
+        out = compiled_layer_math()(
+            x, ln1.weight, getattr(ln1, "bias", None), qkv.weight, qkv.bias, proj.weight, proj.bias,
+            ln2.weight, getattr(ln2, "bias", None), fc1.weight, fc1.bias, fc2.weight, fc2.bias,
+            eps=ln1.eps, rms=isinstance(ln1, torch.nn.RMSNorm),
+            heads=core.num_heads_per_partition, groups=core.num_query_groups_per_partition,
+            head_dim=config.kv_channels, scale=core.softmax_scale, activation=_activation(config),
+            hidden_dropout=self.hidden_dropout if training else 0.0,
+            attention_dropout=core.dropout_p if training else 0.0,
+        )
+        # As upstream's layer does: a compiled graph may return a view, which Megatron's checkpointing rejects.
+        return make_viewless_tensor(inp=out, requires_grad=out.requires_grad, keep_graph=True)
