@@ -69,6 +69,11 @@ def report(label: str, result: dict) -> None:
     print(f"{label:36s} {result['tokens_per_s']:>9,.0f} tokens/s  {result['ms_per_iter']:7.1f} ms/iter", flush=True)
 
 
+def save(out_file: Path, results: dict) -> None:
+    """bench.json after every part, so a run cut short keeps what it measured."""
+    out_file.write_text(json.dumps(results, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--iters", type=int, default=60, help="training iterations of each launch run")
@@ -85,9 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     if "baseline" in parts:
         results["baseline"] = run_baseline(gpus[0], args.out / "baseline.log")
         report("baseline, compiled plain PyTorch:", results["baseline"])
+        save(out_file, results)
     if "1gpu" in parts:
         results["preset_1gpu"] = run_launch(gpus[:1], [], args.iters, args.out / "runs", args.out / "launch-1gpu.log")
         report("345m preset, 1 GPU, via launch:", results["preset_1gpu"])
+    if "baseline" in results and "preset_1gpu" in results:
+        results["ratio_preset_over_baseline"] = results["preset_1gpu"]["tokens_per_s"] / results["baseline"][
+            "tokens_per_s"]
+        print(f"ratio preset / baseline: {results['ratio_preset_over_baseline']:.3f}", flush=True)
+        save(out_file, results)
     if "dp2" in parts:
         if len(gpus) < 2:
             print("dp2: skipped, fewer than 2 GPUs", flush=True)
@@ -95,15 +106,11 @@ def main(argv: list[str] | None = None) -> int:
             results["preset_dp2"] = run_launch(gpus[:2], ["--set", "global_batch_size=64"], args.iters,
                                                args.out / "runs", args.out / "launch-dp2.log")
             report("345m preset, DP 2 (batch 64):", results["preset_dp2"])
-    if "baseline" in results and "preset_1gpu" in results:
-        results["ratio_preset_over_baseline"] = results["preset_1gpu"]["tokens_per_s"] / results["baseline"][
-            "tokens_per_s"]
-        print(f"ratio preset / baseline: {results['ratio_preset_over_baseline']:.3f}")
     if "preset_1gpu" in results and "preset_dp2" in results:
         results["dp2_scaling_efficiency"] = results["preset_dp2"]["tokens_per_s"] / (
             2 * results["preset_1gpu"]["tokens_per_s"])
         print(f"DP 2 scaling efficiency: {results['dp2_scaling_efficiency']:.3f}")
-    out_file.write_text(json.dumps(results, indent=2) + "\n")
+    save(out_file, results)
     return 0
 
 

@@ -58,3 +58,24 @@ def test_345m_preset_log_reports_sdpa_throughput(log_fixture, tmp_path):
     assert lines_[-1].lm_loss < lines_[0].lm_loss
     gbs = lines_[-1].global_batch_size
     assert summary.steady_tokens_per_s == gbs * 1024 / (summary.steady_ms_per_iter / 1000.0)
+
+
+def test_compiled_layer_runs_train_on_one_and_two_gpus(log_fixture, tmp_path):
+    """The final benchmark's runs (docs/benchmarks.md): compiled layers, 1 GPU and data parallel 2."""
+    summaries = {}
+    for name in ("h200_345m_1gpu_compiled.log", "h200_345m_dp2_compiled.log"):
+        lines = log_fixture(name)
+        (tmp_path / name).mkdir()
+        assert any("megatron-launch fast ops:" in line and line.rstrip().endswith(",layer") for line in lines)
+        summary = summaries[name] = summarize(lines, tmp_path / name, tracker=60, exit_code=0)
+        assert summary.outcome == "success" and summary.last_iteration == 60
+        losses = [line.lm_loss for line in iteration_lines(lines)]
+        assert losses[-1] < losses[0] - 1.0
+    one, two = summaries["h200_345m_1gpu_compiled.log"], summaries["h200_345m_dp2_compiled.log"]
+    assert 0.9 < two.steady_tokens_per_s / (2 * one.steady_tokens_per_s) <= 1.0  # DP 2 scaling efficiency
+
+
+def test_175b_shrunk_run_logs_every_iteration(log_fixture, tmp_path):
+    lines = log_fixture("h200_175b_shrunk_tp2_every_iteration.log")
+    assert [line.iteration for line in iteration_lines(lines)] == [1, 2, 3]
+    assert summarize(lines, tmp_path, tracker=3, exit_code=0).outcome == "success"
