@@ -35,6 +35,11 @@ def next_log_path(run_dir: Path) -> Path:
     return logs / f"attempt-{n}.log"
 
 
+def _attempt_number(path: Path) -> int:
+    digits = path.stem.removeprefix("attempt-")
+    return int(digits) if digits.isdigit() else 0
+
+
 def format_eta(seconds: float | None) -> str:
     if seconds is None or seconds < 0:
         return "?"
@@ -54,9 +59,20 @@ class Monitor:
         self._log = self.log_path.open("a", encoding="utf-8", errors="replace", buffering=1)
         self._metrics = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
         self.runlog = RunLog(seq_length=seq_length)
+        self._replay_earlier_attempts()
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
         self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+
+    def _replay_earlier_attempts(self) -> None:
+        """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
+        for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=_attempt_number):
+            if earlier == self.log_path:
+                continue
+            self.runlog.start_attempt()
+            text = earlier.read_text(encoding="utf-8", errors="replace")
+            for event in lp.parse_lines(text.splitlines()):
+                self.runlog.feed(event)
 
     def feed(self, line: str) -> None:
         text = line.rstrip("\r\n")

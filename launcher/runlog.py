@@ -126,8 +126,14 @@ class RunLog:
         self._new_attempt_pending = True
 
     def start_attempt(self) -> None:
-        """Call before feeding the log of a new process start (each log file of a resumed run)."""
+        """Call before feeding the log of a new process start (each log file of a resumed run).
+
+        Numbers (iterations, memory, checkpoints) span all attempts; the verdict is the last attempt's, so an
+        error that a resume got past does not fail the run."""
         self._new_attempt_pending = True
+        self.exits, self.errors, self.result_failures = [], [], []
+        self.training_done = False
+        self._traceback_seen = False
 
     @property
     def iteration_lines(self) -> list[lp.IterationLine]:

@@ -134,10 +134,42 @@ def test_a_resume_is_a_new_attempt_in_the_same_run_dir(tmp_path, log_fixture):
     second.close(exit_code=0)
     assert sorted(p.name for p in (tmp_path / "logs").iterdir()) == ["attempt-1.log", "attempt-2.log"]
     attempts = {json.loads(r).get("attempt") for r in (tmp_path / "metrics.jsonl").read_text().splitlines()}
-    assert attempts == {1, None}  # memory records carry no attempt
+    assert attempts == {1, 2, None}  # each attempt's records carry its number; memory records carry none
 
 
 def test_a_logged_exception_without_traceback_is_not_a_crash(log_fixture):
     lines = log_fixture("toy_fp32_1gpu.log")
     lines.insert(40, "ValueError: optional fused kernel unavailable, using the fallback")
     assert summarize(lines, exit_code=0).outcome == "success"
+
+
+def test_resumed_run_summary_covers_every_attempt(tmp_path, log_fixture):
+    """The H200 SIGTERM + resume pair: summary.json after the resume speaks of the whole run."""
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "attempt-1.log").write_text("\n".join(log_fixture("h200_345m_sigterm.log")) + "\n")
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    (checkpoints / "latest_checkpointed_iteration.txt").write_text("60\n")
+    monitor = Monitor(tmp_path, checkpoint_dir=checkpoints, out=io.StringIO(), tty=False)
+    assert monitor.log_path.name == "attempt-2.log"
+    feed_all(monitor, log_fixture("h200_345m_resumed.log"))
+    summary = monitor.close(exit_code=0)
+    # attempt 1's torchrun SignalException is that attempt's; the run as a whole reached its end
+    assert summary.outcome == "success", summary.reasons
+    assert summary.attempts == 2 and summary.checkpoints_saved == [21, 60]
+    records = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert {r["attempt"] for r in records if r["kind"] == "iteration"} == {2}  # attempt 1's were written then
+
+
+def test_error_a_resume_got_past_does_not_fail_the_run(tmp_path, log_fixture):
+    crashed = [*log_fixture("toy_fp32_1gpu.log")[:60], "Traceback (most recent call last):",
+               "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    runlog = RunLog()
+    runlog.start_attempt()
+    for event in lp.parse_lines(crashed):
+        runlog.feed(event)
+    assert runlog.summary(exit_code=1).outcome == "failed"
+    runlog.start_attempt()
+    for event in lp.parse_lines(log_fixture("toy_fp32_1gpu.log")):
+        runlog.feed(event)
+    assert runlog.summary(exit_code=0).outcome == "success"
