@@ -33,9 +33,10 @@ def layer_pair(**overrides):
     from launcher.megatron_ext.compiled_layer import CompiledLayer
     from launcher.megatron_ext.sdpa_spec import build_layer_spec
 
-    normalization = overrides.pop("normalization", "LayerNorm")
-    config = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
-                               hidden_dropout=0.0, attention_dropout=0.0, normalization=normalization, **overrides)
+    options = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "use_cpu_initialization": True,
+               "hidden_dropout": 0.0, "attention_dropout": 0.0, "normalization": "LayerNorm", **overrides}
+    normalization = options["normalization"]
+    config = TransformerConfig(**options)
     spec = build_layer_spec(types.SimpleNamespace(normalization=normalization))
     torch.manual_seed(0)
     upstream = build_module(spec, config=config, layer_number=1)
@@ -44,14 +45,30 @@ def layer_pair(**overrides):
     return upstream, compiled
 
 
+@pytest.fixture
+def math_calls(monkeypatch):
+    """Counts calls of the compiled function, to prove the fast path ran."""
+    from launcher.megatron_ext import compiled_layer
+
+    calls = []
+    real = compiled_layer.compiled_layer_math
+
+    def counting():
+        calls.append(1)
+        return real()
+
+    monkeypatch.setattr(compiled_layer, "compiled_layer_math", counting)
+    return calls
+
+
 @pytest.mark.parametrize("overrides", [
-    {},
-    {"num_query_groups": 2},
-    {"bias_activation_fusion": False},  # exact GeLU instead of Megatron's tanh-approximated fused one
+    {"bias_activation_fusion": True},  # Megatron's tanh-approximated fused bias-GeLU (pretrain_gpt's default)
+    {"bias_activation_fusion": True, "num_query_groups": 2, "kv_channels": 24},
+    {},  # exact GeLU (TransformerConfig's default: no activation fusion)
     {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "add_bias_linear": False,
      "normalization": "RMSNorm"},
 ], ids=["gpt", "gqa", "exact-gelu", "swiglu-rmsnorm"])
-def test_compiled_layer_matches_megatron_layer(model_parallel_cpu, overrides):  # noqa: F811
+def test_compiled_layer_matches_megatron_layer(model_parallel_cpu, math_calls, overrides):  # noqa: F811
     upstream, compiled = layer_pair(**overrides)
     assert compiled.fast_path_blocker is None
     assert list(dict(compiled.named_parameters())) == list(dict(upstream.named_parameters()))  # same checkpoints
@@ -67,20 +84,55 @@ def test_compiled_layer_matches_megatron_layer(model_parallel_cpu, overrides):  
     torch.testing.assert_close(inputs[1].grad, inputs[0].grad, atol=1e-5, rtol=1e-5)
     for (name, mine), (_, theirs) in zip(compiled.named_parameters(), upstream.named_parameters()):
         torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-4, rtol=1e-4, msg=name)
+    assert math_calls == [1]
 
 
-def test_compiled_layer_leaves_what_it_does_not_cover_to_megatron(model_parallel_cpu, monkeypatch):  # noqa: F811
-    from launcher.megatron_ext import compiled_layer
+def test_compiled_layer_dropout(model_parallel_cpu, math_calls):  # noqa: F811
+    upstream, compiled = layer_pair(bias_activation_fusion=True, hidden_dropout=0.2, attention_dropout=0.2)
+    x = torch.randn(12, 3, 64)
+    upstream.eval()
+    compiled.eval()
+    with torch.no_grad():  # evaluation: no dropout, the same as Megatron's layer
+        torch.testing.assert_close(compiled(hidden_states=x)[0], upstream(hidden_states=x)[0],
+                                   atol=1e-5, rtol=1e-5)
+    compiled.train()
+    evaluated = compiled.eval()(hidden_states=x)[0].detach()
+    trained = compiled.train()(hidden_states=x)[0]
+    assert not torch.allclose(trained, evaluated)  # dropout is applied in training
+    trained.sum().backward()
+    assert all(p.grad is not None for p in compiled.parameters())
+    assert len(math_calls) == 3
 
-    _, layer = layer_pair(fp32_residual_connection=True)
-    assert layer.fast_path_blocker == "fp32 or post-LayerNorm residual"
-    _, layer = layer_pair()
-    math_calls = []
-    monkeypatch.setattr(compiled_layer, "compiled_layer_math", lambda: math_calls.append(1))
+
+@pytest.mark.parametrize(("overrides", "reason"), [
+    ({"fp32_residual_connection": True}, "fp32 or post-LayerNorm residual"),
+    ({"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "glu_linear_offset": 1.0},
+     "activation function"),
+    ({"gated_linear_unit": True, "activation_func": torch.nn.functional.silu,
+      "activation_func_fp8_input_store": True}, "activation function"),
+    ({"test_mode": True}, "test mode"),
+], ids=["fp32-residual", "glu-offset", "fp8-activation-store", "test-mode"])
+def test_what_the_compiled_layer_does_not_cover_is_refused(model_parallel_cpu, overrides, reason):  # noqa: F811
+    _, layer = layer_pair(**overrides)
+    assert layer.fast_path_blocker == reason
+
+
+def test_inputs_the_compiled_layer_does_not_cover_go_to_megatron(model_parallel_cpu, math_calls):  # noqa: F811
+    from launcher.megatron_ext.compiled_layer import input_blocker
+
+    upstream, layer = layer_pair()
     x = torch.randn(4, 2, 64)
-    rotary = torch.zeros(4, 1, 1, 16)
-    out, _ = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=rotary)  # rotary: Megatron's forward
-    assert out.shape == x.shape and not math_calls
+    out, _ = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=torch.zeros(4, 1, 1, 16))
+    assert out.shape == x.shape
+    # Two documents in one sequence (--reset-attention-mask): the mask is more than causal and must be applied.
+    documents = torch.ones(4, 4, dtype=torch.bool).triu(1)
+    documents[2:, :2] = True  # True = masked, as Megatron's
+    mask = documents[None, None]
+    torch.testing.assert_close(layer(hidden_states=x, attention_mask=mask)[0],
+                               upstream(hidden_states=x, attention_mask=mask)[0])
+    assert not math_calls
+    assert input_blocker((), {"hidden_states": x, "attention_mask": mask, "context": None}) == "attention_mask given"
+    assert input_blocker((x,), {}) == "positional arguments"
 
 
 def test_bf16_loss_scale_is_answered_by_the_host():
@@ -93,6 +145,7 @@ def test_bf16_loss_scale_is_answered_by_the_host():
         fast_ops._patch_constant_loss_scale()
         bf16 = types.SimpleNamespace(grad_scaler=None, _scale_one=torch.tensor([1.0]))
         scale = MixedPrecisionOptimizer.get_loss_scale(bf16)
+        assert isinstance(scale, fast_ops.HostKnownTensor) and scale.host_value == 1.0
         assert scale.item() == 1.0 and MixedPrecisionOptimizer.get_loss_scale(bf16) is scale
         scaled = scale * torch.full((3,), 2.0)  # what scale_loss does: a plain tensor comes out
         assert type(scaled) is torch.Tensor and scaled.tolist() == [2.0, 2.0, 2.0]

@@ -84,6 +84,24 @@ def test_sdpa_padding_mask_follows_megatron_convention(model_parallel_cpu):
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
+def test_sdpa_applies_a_document_mask_like_upstream(model_parallel_cpu):
+    """--reset-attention-mask: two documents in one causal sequence; the explicit mask must win."""
+    from megatron.core.transformer.dot_product_attention import DotProductAttention
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+
+    config = attention_config(4)
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(6, 2, 4, 16) for _ in range(3))
+    mask = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    mask[3:, :3] = True  # the second document does not see the first
+    mask = mask[None, None]
+    expected = DotProductAttention(config, 1, AttnMaskType.causal, "self")(q, k, v, mask)
+    got = SDPACoreAttention(config, 1, AttnMaskType.causal, "self")(q, k, v, mask)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_layer_spec_is_upstream_local_spec_with_sdpa_core_attention():
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 

@@ -26,13 +26,6 @@ from megatron.core.utils import make_viewless_tensor
 
 from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
 
-# Keyword arguments of TransformerLayer.forward that the fast path handles only when they are None.
-_UNSUPPORTED_INPUTS = (
-    "context", "context_mask", "rotary_pos_emb", "rotary_pos_cos", "rotary_pos_sin", "rotary_pos_cos_sin",
-    "attention_bias", "inference_context", "packed_seq_params", "sequence_len_offset", "padding_mask",
-    "inference_params",
-)
-
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     # Megatron's bias_gelu fusion is the tanh approximation, with these constants.
@@ -93,8 +86,11 @@ def compiled_layer_math():
 
 
 def _activation(config) -> str | None:
+    if config.activation_func_fp8_input_store:
+        return None  # Megatron keeps the activation input in fp8 for backward; the compiled graph would not
     if config.gated_linear_unit:
-        return "swiglu" if config.activation_func is F.silu and config.activation_func_clamp_value is None else None
+        plain_glu = config.activation_func_clamp_value is None and not config.glu_linear_offset
+        return "swiglu" if config.activation_func is F.silu and plain_glu else None
     if config.activation_func is F.gelu:
         # With bias_activation_fusion Megatron runs its tanh-approximated bias_gelu (it needs a bias).
         if config.bias_activation_fusion:
@@ -124,7 +120,10 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
         (_activation(config) is not None, "activation function"),
         (not getattr(config, "attention_output_gate", False), "gated attention"),
         (config.mlp_chunks_for_training <= 1, "chunked MLP"),
-        (not config.cpu_offloading, "activation offloading"),
+        (not config.cpu_offloading and not getattr(config, "fine_grained_activation_offloading", False),
+         "activation offloading"),
+        (getattr(config, "cuda_graph_impl", "none") == "none", "CUDA graphs"),
+        (not config.test_mode, "test mode"),
     ]
     for ok, reason in checks:
         if not ok:
@@ -144,26 +143,37 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
 
 @functools.cache
 def announce(blocker: str | None) -> None:
-    """One line in the training log (rank 0) saying whether the layers run compiled, and if not, why."""
+    """One line in the training log (rank 0) per outcome: the layers run compiled, or why they do not."""
     if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
         return
     state = "on" if blocker is None else f"off ({blocker}), Megatron's own layer forward"
     print(f"> megatron-launch compiled layers: {state}", flush=True)
 
 
+def input_blocker(args: tuple, kwargs: dict) -> str | None:
+    """None when a forward call passes only hidden states (everything else None); else the reason. An explicit
+    attention mask may be more than causal (--reset-attention-mask); with the SDPA spec the launcher passes none."""
+    if args or kwargs.get("hidden_states") is None:
+        return "positional arguments"
+    given = sorted(k for k, v in kwargs.items() if k != "hidden_states" and v is not None)
+    return f"{', '.join(given)} given" if given else None
+
+
 class CompiledLayer(TransformerLayer):
-    """TransformerLayer whose plain-GPT forward runs as one compiled function; otherwise Megatron's forward."""
+    """TransformerLayer whose plain-GPT forward runs as one compiled function; otherwise Megatron's forward.
+
+    Dropout in the compiled graph draws from torch's default generator, not Megatron's model-parallel RNG
+    tracker: the same distribution at TP 1, not the same bits."""
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fast_path_blocker = fast_path_blocker(self)
-        announce(self.fast_path_blocker)
 
     def forward(self, *args: Any, **kwargs: Any):
-        if self.fast_path_blocker is None and not args and all(kwargs.get(k) is None for k in _UNSUPPORTED_INPUTS):
-            hidden_states = kwargs.get("hidden_states")
-            if hidden_states is not None and set(kwargs) <= {"hidden_states", "attention_mask", *_UNSUPPORTED_INPUTS}:
-                return self._fast_forward(hidden_states), None
+        blocker = self.fast_path_blocker or input_blocker(args, kwargs)
+        announce(blocker)
+        if blocker is None:
+            return self._fast_forward(kwargs["hidden_states"]), None
         return super().forward(*args, **kwargs)
 
     def _fast_forward(self, x: torch.Tensor) -> torch.Tensor:

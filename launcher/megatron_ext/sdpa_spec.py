@@ -33,8 +33,8 @@ class SDPACoreAttention(MegatronModule):
     """Drop-in replacement for MCore's local ``DotProductAttention`` (same constructor and forward).
 
     Tensors come in as [seq, batch, heads, head_dim] and the result goes out as [seq, batch, heads*head_dim],
-    as the local attention does. With a causal mask type the explicit mask is ignored and the kernel's own
-    causal masking is used, as upstream's fused causal softmax kernel does.
+    as the local attention does. An explicit mask is applied as given; without one (the launcher passes
+    --no-create-attention-mask-in-dataloader) a causal mask type uses the flash kernel's own causal masking.
     """
 
     def __init__(
@@ -91,13 +91,15 @@ class SDPACoreAttention(MegatronModule):
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         is_causal = False
         sdpa_mask = None
-        if mask_type == AttnMaskType.causal:
+        if attention_mask is not None:
+            # Megatron's mask is True where attention is NOT allowed. It can be more than causal (documents
+            # reset by --reset-attention-mask), so it wins; without one the flash kernel's causal mode is used.
+            sdpa_mask = ~attention_mask
+        elif mask_type == AttnMaskType.causal:
             if seq_q == seq_k:
                 is_causal = True
             elif seq_q > 1:  # chunked prefill: queries are the last seq_q positions
                 sdpa_mask = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device).tril(seq_k - seq_q)
-        elif attention_mask is not None:
-            sdpa_mask = ~attention_mask  # Megatron's mask is True where attention is NOT allowed
         dropout_p = self.dropout_p if self.training else 0.0
         gqa = self.num_heads_per_partition != self.num_query_groups_per_partition
         if dropout_p > 0.0 and not self.config.sequence_parallel:
