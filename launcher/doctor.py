@@ -138,6 +138,13 @@ def check_megatron_checkout(ctx: Context) -> list[Finding]:
     if not (path / "pretrain_gpt.py").is_file():
         return [Finding("megatron-lm checkout", "fail", f"no pretrain_gpt.py in {path}", clone)]
     head = git_commit(path)["commit"]
+    if head is None and (path / ".git").exists():
+        code, message = _run(["git", "-C", str(path), "rev-parse", "HEAD"])
+        if code != 0:  # a checkout git will not read, e.g. another user's files ("dubious ownership")
+            fix = (f"git config --global --add safe.directory {path}" if "safe.directory" in message
+                   else f"repair or re-clone the checkout: {clone}")
+            return [Finding("megatron-lm checkout", "warn",
+                            f"git cannot read {path}, its commit is unknown: {message.splitlines()[0][:200]}", fix)]
     if head is None:
         return [Finding("megatron-lm checkout", "warn",
                         f"{path} is not a git checkout of its own; its commit is unknown",

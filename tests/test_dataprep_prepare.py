@@ -296,3 +296,42 @@ def test_cli_existing_prefix_refused_unless_overwrite(tmp_path):
     assert json.loads(replaced.stdout)["documents"] == 1
     assert bytes(read_back(tmp_path / "out")[0][:-1]) == b"second, longer corpus"
     assert listing(tmp_path) == {"c.jsonl", "out.bin", "out.idx", "out.meta.json"}
+
+
+HIDE_INSTALLED_MEGATRON = """
+import importlib.machinery, sys
+
+class HideInstalledMegatron:  # as if megatron-core were not installed: only non-site-packages paths are searched
+    def find_spec(self, name, path=None, target=None):
+        if name != "megatron":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, [p for p in sys.path if "-packages" not in p])
+        if spec is None:
+            raise ModuleNotFoundError("No module named 'megatron'", name=name)
+        return spec
+
+sys.meta_path.insert(0, HideInstalledMegatron())
+from launcher.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("with_checkout", [True, False], ids=["checkout", "nothing"])
+def test_without_megatron_core_the_checkouts_copy_is_used(tmp_path, with_checkout):
+    import megatron
+
+    checkout = tmp_path / "Megatron-LM"
+    checkout.mkdir()
+    if with_checkout:  # a checkout's megatron/ package: here the installed one, linked
+        (checkout / "megatron").symlink_to(list(megatron.__path__)[0])
+    corpus = write_jsonl(tmp_path / "c.jsonl", ["hello", "world"])
+    env = {**os.environ, "MEGATRON_LM_PATH": str(checkout), "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", HIDE_INSTALLED_MEGATRON, "prepare-data", str(corpus),
+                             "--output-prefix", str(tmp_path / "out"), "--tokenizer", "byte", "--no-progress"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    if with_checkout:
+        assert result.returncode == 0, result.stderr
+        assert (tmp_path / "out.bin").is_file() and (tmp_path / "out.idx").is_file()
+    else:
+        assert result.returncode == 2 and "prepare-data needs megatron-core" in result.stderr
+        assert "MEGATRON_LM_PATH" in result.stderr and not (tmp_path / "out.bin").exists()

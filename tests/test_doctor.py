@@ -116,6 +116,13 @@ def test_copy_inside_another_repository_is_not_taken_for_that_repositorys_commit
     assert finding.status == "warn" and "not a git checkout of its own" in finding.detail
 
 
+def test_checkout_git_refuses_to_read_names_gits_reason(foreign_checkout, monkeypatch):
+    repo, _ = foreign_checkout
+    monkeypatch.setenv("GIT_DIR", str(repo / "nowhere"))  # git fails inside the checkout, as for another owner
+    (finding,) = check_megatron_checkout(Context(megatron_path=repo))
+    assert finding.status == "warn" and f"git cannot read {repo}" in finding.detail
+
+
 @pytest.mark.skipif(not (SUBMODULE / ".git").exists(), reason="the Megatron-LM submodule is not checked out")
 def test_pinned_submodule_is_ok():
     (finding,) = check_megatron_checkout(Context(megatron_path=SUBMODULE))
