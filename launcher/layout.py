@@ -15,6 +15,7 @@ from typing import Any
 
 from launcher.dataprep.check import check_data
 from launcher.errors import Problem, UserError
+from launcher.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.preset import Preset
 
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
@@ -529,6 +530,11 @@ class _Checker:
                 preset_conn not in (None, "1"):
             self.fail(f"CUDA_DEVICE_MAX_CONNECTIONS={preset_conn} with TP/CP > 1",
                       "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
+        fast_ops = self.preset.launcher.env.get(FAST_OPS_ENV, os.environ.get(FAST_OPS_ENV))
+        try:
+            selected_ops(fast_ops)
+        except ValueError as error:  # would stop every rank at model build
+            self.fail(f"{FAST_OPS_ENV}={fast_ops}: {error}", f"e.g. --set env.{FAST_OPS_ENV}=none", "launcher")
 
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,

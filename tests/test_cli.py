@@ -90,6 +90,7 @@ def test_list(launch):
     (["/nonexistent/preset.yaml"], "does not exist"),
     (["345m", "--format", "xml"], "invalid choice"),
     (["345m", "--bogus"], "unrecognized arguments"),
+    (["345m", "--set", "env.MEGATRON_LAUNCH_FAST_OPS=ce,fastest"], "unknown fast op(s) ['fastest']"),
 ])
 def test_bad_input_exits_2_without_traceback(launch, args, message):
     code, out, err = launch(*args, "--dry-run")

@@ -158,7 +158,7 @@ def test_foreach_norm_and_scale_match_upstream_fallbacks():
 
 
 def test_fast_ops_selection():
-    from launcher.megatron_ext.fast_ops import ALL_OPS, selected_ops
+    from launcher.megatron_ext import ALL_OPS, selected_ops
 
     assert selected_ops(None) == ALL_OPS
     assert selected_ops("ce, norm") == ("ce", "norm")

@@ -5,3 +5,19 @@ Importing the submodules needs megatron-core and torch; this package file import
 
 SDPA_SPEC = ("launcher.megatron_ext.sdpa_spec", "layer_spec")
 SDPA_SPEC_FAST = ("launcher.megatron_ext.sdpa_spec_fast", "layer_spec")
+
+FAST_OPS_ENV = "MEGATRON_LAUNCH_FAST_OPS"
+ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "layer")
+
+
+def selected_ops(value: str | None) -> tuple[str, ...]:
+    """The ops named in a MEGATRON_LAUNCH_FAST_OPS value (see fast_ops); unknown names are an error."""
+    if value is None or value.strip() == "":
+        return ALL_OPS
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    if names == ("none",):
+        return ()
+    unknown = sorted(set(names) - set(ALL_OPS))
+    if unknown:
+        raise ValueError(f"unknown fast op(s) {unknown}; choose from {list(ALL_OPS)} or 'none'")
+    return names

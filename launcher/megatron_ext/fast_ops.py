@@ -26,20 +26,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
-ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "layer")
-
-
-def selected_ops(value: str | None) -> tuple[str, ...]:
-    """The ops named in a MEGATRON_LAUNCH_FAST_OPS value; unknown names are an error."""
-    if value is None or value.strip() == "":
-        return ALL_OPS
-    names = tuple(n.strip() for n in value.split(",") if n.strip())
-    if names == ("none",):
-        return ()
-    unknown = sorted(set(names) - set(ALL_OPS))
-    if unknown:
-        raise ValueError(f"unknown fast op(s) {unknown}; choose from {list(ALL_OPS)} or 'none'")
-    return names
+from launcher.megatron_ext import FAST_OPS_ENV, selected_ops
 
 
 def foreach_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):
@@ -222,4 +209,4 @@ def apply(ops: Iterable[str]) -> tuple[str, ...]:
 
 
 def apply_from_environment() -> tuple[str, ...]:
-    return apply(selected_ops(os.environ.get("MEGATRON_LAUNCH_FAST_OPS")))
+    return apply(selected_ops(os.environ.get(FAST_OPS_ENV)))
