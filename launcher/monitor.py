@@ -69,10 +69,7 @@ class Monitor:
         for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=_attempt_number):
             if earlier == self.log_path:
                 continue
-            self.runlog.start_attempt()
-            text = earlier.read_text(encoding="utf-8", errors="replace")
-            for event in lp.parse_lines(text.splitlines()):
-                self.runlog.feed(event)
+            self.runlog.feed_attempt(earlier.read_text(encoding="utf-8", errors="replace").splitlines())
 
     def feed(self, line: str) -> None:
         text = line.rstrip("\r\n")

@@ -68,10 +68,8 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
     damage: list[Problem] = []
     for number, path in enumerate(paths, 1):
         text = _read_log(path)
-        runlog.start_attempt()
         before = len(runlog.iteration_lines)
-        for event in lp.parse_lines(text.splitlines()):
-            runlog.feed(event)
+        runlog.feed_attempt(text.splitlines())
         new = runlog.iteration_lines[before:]
         cut = [line for line in new if not line.complete]
         if number < len(paths) and new and cut == [new[-1]]:

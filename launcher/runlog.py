@@ -135,6 +135,12 @@ class RunLog:
         self.training_done = False
         self._traceback_seen = False
 
+    def feed_attempt(self, lines: list[str]) -> None:
+        """The whole log of one process start (one file of a resumed run)."""
+        self.start_attempt()
+        for event in lp.parse_lines(lines):
+            self.feed(event)
+
     @property
     def iteration_lines(self) -> list[lp.IterationLine]:
         return [line for attempt in self.attempts for line in attempt.lines]

@@ -48,10 +48,11 @@ def run_baseline(gpu: str, log: Path) -> dict:
             "python scripts/torch_gpt345m.py"}
 
 
-def run_launch(gpus: list[str], extra: list[str], iters: int, run_root: Path, log: Path) -> dict:
+def run_launch(gpus: list[str], extra: list[str], iters: int, run_root: Path, log: Path,
+               env_extra: dict[str, str] | None = None) -> dict:
     args = ["345m", "--gpus-per-node", str(len(gpus)), "--set", f"train_iters={iters}", "--set", "eval_iters=0",
             *extra, "--set", f"run_root={run_root}"]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
     proc = subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, capture_output=True, text=True)
     log.write_text(proc.stdout + proc.stderr)
