@@ -16,7 +16,7 @@ def launch():
     def run(*args: str, env: dict | None = None, cwd: str | Path | None = None):
         full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
         full_env.pop("MEGATRON_LM_PATH", None)
-        proc = subprocess.run([sys.executable, "-m", "launcher.cli", *args], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True,
                               env=full_env, cwd=cwd or REPO, timeout=120)
         return proc.returncode, proc.stdout, proc.stderr
 

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from launcher.backends import slurm
-from launcher.layout import make_plan
-from launcher.preset import available_presets, load_preset
-from launcher.upstream import Kernels
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.layout import make_plan
+from launcher.pipeline.preset import available_presets, load_preset
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slurm"

@@ -20,7 +20,7 @@ def fast_compile(monkeypatch):
     # aot_eager traces the same forward and backward graphs as inductor without generating kernels (seconds,
     # not a minute, on a 2-core machine); the GPU runs in docs/benchmarks.md use inductor.
     monkeypatch.setenv("MEGATRON_LAUNCH_COMPILE_BACKEND", "aot_eager")
-    from launcher.megatron_ext import compiled_layer
+    from launcher.inside.megatron_ext import compiled_layer
 
     compiled_layer.compiled_layer_math.cache_clear()
 
@@ -30,8 +30,8 @@ def layer_pair(**overrides):
     from megatron.core.transformer.spec_utils import build_module
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from launcher.megatron_ext.compiled_layer import CompiledLayer
-    from launcher.megatron_ext.sdpa_spec import build_layer_spec
+    from launcher.inside.megatron_ext.compiled_layer import CompiledLayer
+    from launcher.inside.megatron_ext.sdpa_spec import build_layer_spec
 
     options = {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "use_cpu_initialization": True,
                "hidden_dropout": 0.0, "attention_dropout": 0.0, "normalization": "LayerNorm", **overrides}
@@ -48,7 +48,7 @@ def layer_pair(**overrides):
 @pytest.fixture
 def math_calls(monkeypatch):
     """Counts calls of the compiled function, to prove the fast path ran."""
-    from launcher.megatron_ext import compiled_layer
+    from launcher.inside.megatron_ext import compiled_layer
 
     calls = []
     real = compiled_layer.compiled_layer_math
@@ -118,7 +118,7 @@ def test_what_the_compiled_layer_does_not_cover_is_refused(model_parallel_cpu, o
 
 
 def test_inputs_the_compiled_layer_does_not_cover_go_to_megatron(model_parallel_cpu, math_calls):  # noqa: F811
-    from launcher.megatron_ext.compiled_layer import input_blocker
+    from launcher.inside.megatron_ext.compiled_layer import input_blocker
 
     upstream, layer = layer_pair()
     x = torch.randn(4, 2, 64)
@@ -138,7 +138,7 @@ def test_inputs_the_compiled_layer_does_not_cover_go_to_megatron(model_parallel_
 def test_bf16_loss_scale_is_answered_by_the_host():
     from megatron.core.optimizer.optimizer import MixedPrecisionOptimizer
 
-    from launcher.megatron_ext import fast_ops
+    from launcher.inside.megatron_ext import fast_ops
 
     upstream = MixedPrecisionOptimizer.get_loss_scale
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.dataprep.check import (
+from launcher.checks.data import (
     INDEX_MAGIC,
     check_data,
     check_prefix,
@@ -150,7 +150,7 @@ def test_tokenizer_files(tmp_path):
 
 
 def test_check_data_imports_neither_torch_nor_megatron():
-    code = ("import sys; from launcher.dataprep.check import check_data; "
+    code = ("import sys; from launcher.checks.data import check_data; "
             "check_data({'mock_data': True, 'tokenizer_type': 'NullTokenizer', 'vocab_size': 8}); "
             "assert 'torch' not in sys.modules and 'megatron' not in sys.modules, sorted(sys.modules)")
     repo = Path(__file__).resolve().parents[1]

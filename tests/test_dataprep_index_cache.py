@@ -119,7 +119,7 @@ def test_megatron_rejecting_the_arguments_is_a_user_error(tmp_path):
 
 def run_launch(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args], cwd=cwd, env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600, check=False)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.dataprep.check import check_data, read_meta
+from launcher.checks.data import check_data, read_meta
 from launcher.dataprep.prepare import prepare_data
 from launcher.dataprep.text_tokenizers import TokenizerSpec
 from launcher.errors import UserError

@@ -1,7 +1,7 @@
 """The launcher's verdict on a layout must equal Megatron's own, over a seeded grid of several hundred.
 
 Megatron's verdict is its parser, validate_args, the microbatch calculator and TransformerConfig, plus the
-checks it makes only at model build or the first step (launcher/upstream_worker.py, stage "runtime").
+checks it makes only at model build or the first step (launcher/inside/verdict_worker.py, stage "runtime").
 The launcher's verdict is make_plan raising UserError or not. Every disagreement is listed with both
 messages, so a failure says which rule to mirror.
 """
@@ -17,8 +17,8 @@ import pytest
 from upstream_support import megatron_request, shared_checker
 
 from launcher.errors import Problem, UserError
-from launcher.layout import make_plan
-from launcher.preset import LauncherSettings, Preset
+from launcher.pipeline.layout import make_plan
+from launcher.pipeline.preset import LauncherSettings, Preset
 
 SEED = 432
 CASES = 500

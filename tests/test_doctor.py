@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from launcher import MEGATRON_COMMIT
-from launcher.doctor import (
+from launcher.checks.doctor import (
     Context,
     check_cuda_connections,
     check_helper_build,
     check_megatron_checkout,
     preflight,
 )
-from launcher.upstream import SUBMODULE
+from launcher.megatron.pin import SUBMODULE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -29,7 +29,7 @@ def doctor(*args: str, pythonpath: list[Path] = (), env: dict | None = None) -> 
     """Run `launch doctor --format json` as a user would; findings keyed by check name (first of each)."""
     full_env = {**os.environ, **(env or {})}
     full_env["PYTHONPATH"] = os.pathsep.join([*map(str, pythonpath), str(REPO)])
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "doctor", "--format", "json", *args],
+    proc = subprocess.run([sys.executable, "-m", "launcher", "doctor", "--format", "json", *args],
                           check=False, capture_output=True, text=True, env=full_env, cwd=REPO, timeout=120)
     findings: dict[str, dict] = {}
     for finding in json.loads(proc.stdout):
@@ -177,7 +177,7 @@ def test_preflight_judges_the_runs_own_flags(tmp_path):
 def test_doctor_is_fast_and_never_imports_torch():
     code = ("import sys, time\n"
             "t = time.monotonic()\n"
-            "from launcher import doctor\n"
+            "from launcher.checks import doctor\n"
             "doctor.run_checks(doctor.Context())\n"
             "assert 'torch' not in sys.modules, 'doctor imported torch'\n"
             "print(time.monotonic() - t)\n")
@@ -188,7 +188,7 @@ def test_doctor_is_fast_and_never_imports_torch():
 
 
 def test_doctor_text_output_has_a_status_per_line_and_a_summary():
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "doctor"], check=False, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "launcher", "doctor"], check=False, capture_output=True,
                           text=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=60)
     lines = [line for line in proc.stdout.splitlines() if not line.startswith(" ")]
     assert lines[-1] in ("doctor: ok", "doctor: warn", "doctor: fail")
@@ -207,7 +207,7 @@ def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": str(bare), "MEGATRON_LM_PATH": str(checkout)}
     workdir = tmp_path / "work"
     workdir.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", "345m", "--gpus-per-node", "1"], check=False,
+    proc = subprocess.run([sys.executable, "-m", "launcher", "345m", "--gpus-per-node", "1"], check=False,
                           capture_output=True, text=True, env=env, cwd=workdir, timeout=60)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "error: dataset helpers: `make` not found on PATH" in proc.stderr

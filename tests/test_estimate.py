@@ -1,4 +1,4 @@
-"""Pure tests of launcher.estimate: vocab padding, parameters, FLOPs, memory, fit and time."""
+"""Pure tests of launcher.estimate.formulas: vocab padding, parameters, FLOPs, memory, fit and time."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from plan_shapes import GPT_175B, GPT_345M, LLAMA_LIKE, TOY
 
-from launcher import estimate as est
 from launcher.errors import UserError
+from launcher.estimate import formulas as est
 
 
 @pytest.mark.parametrize(("tp", "padded"), [(1, 50304), (2, 50432), (4, 50688), (8, 51200)])

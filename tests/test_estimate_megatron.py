@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from plan_shapes import EXTRA, PRESETS
 
-from launcher import estimate as est
-from launcher import plan_search as ps
+from launcher.estimate import formulas as est
+from launcher.estimate import search as ps
 
 pytestmark = pytest.mark.megatron
 

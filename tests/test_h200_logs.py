@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from launcher import logparse as lp
-from launcher.runlog import RunLog
+from launcher.runs import logparse as lp
+from launcher.runs.verdict import RunLog
 
 
 def summarize(lines, tmp_path, *, tracker: int | None, exit_code: int):

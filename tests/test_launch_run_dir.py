@@ -43,7 +43,7 @@ def launch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (megatron / "pretrain_gpt.py").touch()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": str(ROOT)}
     # --no-doctor: the stand-in needs none of the build tools and packages `launch doctor` checks for.
-    return subprocess.run([sys.executable, "-m", "launcher.cli", *args, "--megatron-path", str(megatron),
+    return subprocess.run([sys.executable, "-m", "launcher", *args, "--megatron-path", str(megatron),
                            "--no-doctor"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
 
@@ -99,7 +99,7 @@ def test_resume_continues_the_same_directory(tmp_path):
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert len(manifest["attempts"]) == 2
     assert sorted(p.name for p in (run_dir / "logs").iterdir()) == ["attempt-1.log", "attempt-2.log"]
-    report = subprocess.run([sys.executable, "-m", "launcher.cli", "report", str(run_dir)], cwd=ROOT,
+    report = subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir)], cwd=ROOT,
                             capture_output=True, text=True, check=False, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     # attempt 1 was killed mid-line and then resumed: expected, so the report covers both attempts
@@ -119,7 +119,7 @@ def test_toy_on_one_gpu_with_megatron(tmp_path):
     if shutil.which("nvidia-smi") is None or not (megatron / "pretrain_gpt.py").exists():
         pytest.skip("needs a GPU and a Megatron-LM checkout")
     result = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "toy", "--gpus-per-node", "1", "--set", "train_iters=30",
+        [sys.executable, "-m", "launcher", "toy", "--gpus-per-node", "1", "--set", "train_iters=30",
          "--set", "log_interval=5", "--megatron-path", str(megatron)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
         env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": "0"})

@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import UserError
-from launcher.layout import make_plan
-from launcher.preset import load_preset
+from launcher.pipeline.layout import make_plan
+from launcher.pipeline.preset import load_preset
 
 
 def plan(preset="345m", overrides=(), nodes=None, gpus=None, te=False, apex=False):

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from launcher import logparse as lp
+from launcher.runs import logparse as lp
 
 
 def events(lines, kind):
@@ -137,7 +137,7 @@ def test_garbage_yields_nothing(log_fixture):
 
 
 def test_upstream_simple_loop_lines():
-    from launcher.runlog import RunLog
+    from launcher.runs.verdict import RunLog
 
     lines = []
     for i, loss in enumerate([4.6155, 4.6151, 4.6149, 4.6150, 4.6146]):

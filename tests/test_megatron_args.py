@@ -3,8 +3,8 @@ import sys
 
 import pytest
 
-from launcher import megatron_args
-from launcher.preset import LAUNCHER_FIELDS
+from launcher.megatron import args as megatron_args
+from launcher.pipeline.preset import LAUNCHER_FIELDS
 from tests.conftest import REPO
 
 

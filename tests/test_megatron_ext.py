@@ -47,7 +47,7 @@ def test_sdpa_matches_upstream_local_attention(model_parallel_cpu, groups):
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
-    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+    from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention
 
     config = attention_config(groups)
     upstream = DotProductAttention(config, 1, AttnMaskType.causal, "self")
@@ -72,7 +72,7 @@ def test_sdpa_padding_mask_follows_megatron_convention(model_parallel_cpu):
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
-    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+    from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention
 
     config = attention_config(4)
     torch.manual_seed(1)
@@ -89,7 +89,7 @@ def test_sdpa_applies_a_document_mask_like_upstream(model_parallel_cpu):
     from megatron.core.transformer.dot_product_attention import DotProductAttention
     from megatron.core.transformer.enums import AttnMaskType
 
-    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+    from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention
 
     config = attention_config(4)
     torch.manual_seed(3)
@@ -105,7 +105,7 @@ def test_sdpa_applies_a_document_mask_like_upstream(model_parallel_cpu):
 def test_layer_spec_is_upstream_local_spec_with_sdpa_core_attention():
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    from launcher.megatron_ext.sdpa_spec import SDPACoreAttention, build_layer_spec
+    from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention, build_layer_spec
 
     class Args:
         normalization = "RMSNorm"
@@ -125,7 +125,7 @@ def test_layer_spec_is_upstream_local_spec_with_sdpa_core_attention():
 
 
 def test_layer_spec_rejects_multi_latent_attention():
-    from launcher.megatron_ext.sdpa_spec import build_layer_spec
+    from launcher.inside.megatron_ext.sdpa_spec import build_layer_spec
 
     class Args:
         multi_latent_attention = True
@@ -137,7 +137,7 @@ def test_layer_spec_rejects_multi_latent_attention():
 def test_foreach_norm_and_scale_match_upstream_fallbacks():
     from megatron.core.utils import local_multi_tensor_scale
 
-    from launcher.megatron_ext.fast_ops import foreach_l2_norm, foreach_scale, foreach_scale_tensor
+    from launcher.inside.megatron_ext.fast_ops import foreach_l2_norm, foreach_scale, foreach_scale_tensor
 
     torch.manual_seed(2)
     tensors = [torch.randn(5, 7), torch.randn(3), torch.randn(11, 2)]
@@ -158,7 +158,7 @@ def test_foreach_norm_and_scale_match_upstream_fallbacks():
 
 
 def test_fast_ops_selection():
-    from launcher.megatron_ext import ALL_OPS, selected_ops
+    from launcher.inside.megatron_ext import ALL_OPS, selected_ops
 
     assert selected_ops(None) == ALL_OPS
     assert selected_ops("ce, norm") == ("ce", "norm")

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from launcher import logparse as lp
-from launcher.monitor import Monitor
-from launcher.runlog import RunLog
+from launcher.runs import logparse as lp
+from launcher.runs.monitor import Monitor
+from launcher.runs.verdict import RunLog
 
 
 def summarize(lines, **kwargs):

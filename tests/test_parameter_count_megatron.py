@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from launcher import estimate as est
+from launcher.estimate import formulas as est
 
 pytestmark = pytest.mark.megatron
 torch = pytest.importorskip("torch")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from plan_shapes import GPT_175B, GPT_345M, TOY
 
-from launcher import estimate as est
-from launcher import plan_report as pr
-from launcher import plan_search as ps
+from launcher.cli import plan_report as pr
 from launcher.errors import UserError
+from launcher.estimate import formulas as est
+from launcher.estimate import search as ps
 
 H100 = est.GPUS["h100-80gb"]
 
@@ -120,9 +120,9 @@ def test_plan_json_and_text() -> None:
 
 @pytest.mark.parametrize(("name", "world"), [("toy", 8), ("345m", 8), ("345m", 32), ("175b", 1536), ("175b", 256)])
 def test_our_quick_rules_agree_with_the_foundation_checks(name: str, world: int) -> None:
-    """The search prefilters with layout_problems and confirms with launcher.layout; they must agree, except
+    """The search prefilters with layout_problems and confirms with launcher.pipeline.layout; they must agree, except
     for preset settings that are not layout rules (overlap_param_gather needs the distributed optimizer)."""
-    from launcher.preset import load_preset
+    from launcher.pipeline.preset import load_preset
 
     preset = load_preset(name)
     args = preset.effective()
@@ -137,7 +137,7 @@ def test_our_quick_rules_agree_with_the_foundation_checks(name: str, world: int)
             shape = est.model_shape(args, t.tp)
             ours, theirs = ps.layout_problems(shape, t), validate(shape, t)
             if ours:
-                assert theirs, f"we reject {ps.describe(t)} ({ours}) but launcher.layout accepts it"
+                assert theirs, f"we reject {ps.describe(t)} ({ours}) but launcher.pipeline.layout accepts it"
             else:
                 assert all("overlap_param_gather" in p for p in theirs), (ps.describe(t), theirs)
     assert checked > 50

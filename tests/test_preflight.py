@@ -2,7 +2,7 @@
 
 import pytest
 
-from launcher.preflight import bus_bandwidth_gbps
+from launcher.inside.allreduce import bus_bandwidth_gbps
 
 
 @pytest.mark.parametrize(("world", "expected"), [(2, 1.0), (4, 1.5), (8, 1.75)])

@@ -1,7 +1,7 @@
 import pytest
 
 from launcher.errors import UserError
-from launcher.preset import available_presets, load_preset
+from launcher.pipeline.preset import available_presets, load_preset
 
 
 def write(tmp_path, text, name="mine.yaml"):

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher.monitor import Monitor
-from launcher.report import make_report
-from launcher.rundir import write_run_dir
+from launcher.runs.monitor import Monitor
+from launcher.runs.report import make_report
+from launcher.runs.rundir import write_run_dir
 
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +28,7 @@ def assert_valid_png(path: Path) -> None:
 
 
 def report_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.report", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "launcher.runs.report", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=False)
 
 
@@ -109,7 +109,7 @@ def test_partial_reports_a_truncated_log(tmp_path):
 
 
 def test_summarize_without_plots(tmp_path):
-    from launcher.report import summarize
+    from launcher.runs.report import summarize
 
     run_dir = new_run_dir(tmp_path, "toy_fp32_1gpu.log")
     assert summarize(run_dir).last_iteration == 100

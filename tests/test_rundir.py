@@ -10,14 +10,14 @@ import pytest
 import yaml
 
 import launcher
-from launcher import rundir
 from launcher.errors import UserError
+from launcher.runs import rundir
 
 NOW = datetime(2026, 11, 29, 16, 1, 50, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
-class Preset:  # the fields of launcher.preset.Preset that a run directory records
+class Preset:  # the fields of launcher.pipeline.preset.Preset that a run directory records
     name: str
     megatron: dict
     launcher: dict = field(default_factory=dict)
@@ -83,7 +83,7 @@ def test_versions_come_from_metadata_without_importing_torch(tmp_path):
     import subprocess
     import sys
 
-    code = ("import sys, launcher.rundir as r; v = r.package_versions(); "
+    code = ("import sys, launcher.runs.rundir as r; v = r.package_versions(); "
             "assert 'torch' not in sys.modules; print(v['torch'], v['cuda (torch build)'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=launcher_root()).stdout.split()

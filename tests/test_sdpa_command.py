@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from launcher.command import LAUNCHER_ROOT
+from launcher.pipeline.command import LAUNCHER_ROOT
 from tests.conftest import MEGATRON
 
 
@@ -18,12 +18,12 @@ def test_without_te_the_sdpa_spec_is_added_and_importable(launch):
     plan = dry_run_json(launch, "345m", "--set", "transformer_engine=false", "--set", "apex=false")
     argv = plan["argv"]
     at = argv.index("--spec")
-    assert argv[at + 1:at + 3] == ["launcher.megatron_ext.sdpa_spec_fast", "layer_spec"]
+    assert argv[at + 1:at + 3] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
     assert "--no-create-attention-mask-in-dataloader" in argv
     paths = plan["env"]["PYTHONPATH"].split(":")
     assert paths[0] == MEGATRON
     assert str(LAUNCHER_ROOT) in paths
-    assert (LAUNCHER_ROOT / "launcher" / "megatron_ext" / "sdpa_spec_fast.py").is_file()
+    assert (LAUNCHER_ROOT / "launcher" / "inside" / "megatron_ext" / "sdpa_spec_fast.py").is_file()
 
 
 def test_with_te_no_spec_is_added(launch):

@@ -20,7 +20,7 @@ from slurm_support import GOLDEN_DIR, GOLDEN_RUNS, PRESETS, REPO, render_preset
 
 from launcher.backends import slurm
 from launcher.errors import UserError
-from launcher.slurm_settings import parse_slurm_settings, parse_time_limit
+from launcher.pipeline.slurm_settings import parse_slurm_settings, parse_time_limit
 
 # Each golden file: (preset, overrides, nodes, GPUs per node, preflight).
 GOLDEN_CASES = {
@@ -104,7 +104,7 @@ def test_requeue_off_and_chain():
 def test_preflight_runs_the_preflight_script_with_the_same_rendezvous():
     _, train_text = render_preset("345m", (), 2, 2)
     check, check_text = render_preset("345m", (), 2, 2, preflight=True)
-    assert check.script == str(REPO / "launcher" / "preflight.py") and check.script_args == ()
+    assert check.script == str(REPO / "launcher" / "inside" / "allreduce.py") and check.script_args == ()
     assert check.job_name == "megatron-345m-preflight" and "--no-requeue" in _sbatch_options(check_text)
     launch_lines = [line for line in train_text.splitlines() if "--rdzv" in line or "--nnodes" in line]
     assert launch_lines and all(line in check_text.splitlines() for line in launch_lines)
@@ -320,5 +320,5 @@ def test_cli_submit_without_sbatch_exits_2_without_files(launch, tmp_path):
 def test_local_preflight_dry_run_uses_the_preflight_script(launch):
     code, out, err = launch("345m", "--preflight", "--dry-run", "--gpus-per-node", "2")
     assert code == 0, err
-    assert shlex.quote(str(REPO / "launcher" / "preflight.py")) in out
+    assert shlex.quote(str(REPO / "launcher" / "inside" / "allreduce.py")) in out
     assert "pretrain_gpt.py" not in out and "--num-layers" not in out

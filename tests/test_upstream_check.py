@@ -12,19 +12,19 @@ from pathlib import Path
 import pytest
 from upstream_support import megatron_request, shared_checker
 
-from launcher import megatron_args
-from launcher.command import build_command
-from launcher.errors import UserError
-from launcher.layout import make_plan
-from launcher.preset import available_presets, load_preset
-from launcher.upstream import Kernels
-from launcher.upstream_check import (
+from launcher.checks.megatron_verdict import (
     UpstreamChecker,
     check_preset,
     default_check_env,
     nearest_flag,
     unknown_flags,
 )
+from launcher.errors import UserError
+from launcher.megatron import args as megatron_args
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.command import build_command
+from launcher.pipeline.layout import make_plan
+from launcher.pipeline.preset import available_presets, load_preset
 
 REPO = Path(__file__).resolve().parent.parent
 # (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
@@ -171,7 +171,7 @@ def launch_cli():
     def run(*args: str):
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         env.pop("MEGATRON_LM_PATH", None)
-        proc = subprocess.run([sys.executable, "-m", "launcher.cli", *args], check=False, capture_output=True,
+        proc = subprocess.run([sys.executable, "-m", "launcher", *args], check=False, capture_output=True,
                               text=True, env=env, cwd=REPO, timeout=300)
         return proc.returncode, proc.stdout, proc.stderr
 

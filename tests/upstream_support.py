@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from launcher import command
-from launcher.preset import Preset
-from launcher.upstream import Kernels
-from launcher.upstream_check import Request, UpstreamChecker, default_check_env, find_megatron_python
+from launcher.checks.megatron_verdict import Request, UpstreamChecker, default_check_env, find_megatron_python
+from launcher.megatron.pin import Kernels
+from launcher.pipeline import command
+from launcher.pipeline.preset import Preset
 
 _checker: UpstreamChecker | None = None
 STARTUP_SECONDS: list[float] = []

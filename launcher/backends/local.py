@@ -9,8 +9,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
-from launcher.command import MASTER_ADDR_REF, Command
 from launcher.errors import UserError
+from launcher.pipeline.command import MASTER_ADDR_REF, Command
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 

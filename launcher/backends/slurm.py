@@ -21,20 +21,20 @@ from typing import TextIO
 
 import jinja2
 
-from launcher import rundir
-from launcher.command import Command, build_command, flag_lines, with_entry
 from launcher.errors import Problem, UserError
-from launcher.layout import Plan
-from launcher.preflight import SCRIPT_PATH as PREFLIGHT_SCRIPT
-from launcher.slurm_settings import (
+from launcher.inside.allreduce import SCRIPT_PATH as PREFLIGHT_SCRIPT
+from launcher.megatron.pin import Kernels, require_checkout
+from launcher.pipeline.command import Command, build_command, flag_lines, with_entry
+from launcher.pipeline.layout import Plan
+from launcher.pipeline.slurm_settings import (
     MAX_CHAIN,
     SlurmSettings,
     check_environment,
     check_shell_value,
     parse_slurm_settings,
 )
-from launcher.tracking import Prepared
-from launcher.upstream import Kernels, require_checkout
+from launcher.runs import rundir
+from launcher.runs.tracking import Prepared
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"

@@ -22,7 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from launcher.dataprep.check import check_data
+from launcher.checks.data import check_data
 from launcher.errors import Problem, UserError
 
 
@@ -49,10 +49,10 @@ def build_index_for_preset(preset_ref: str, overrides: Sequence[str] = (), nodes
                            gpus_per_node: int | None = None, megatron_path_arg: str | None = None
                            ) -> dict[str, Any]:
     """Load and plan the preset as `launch PRESET` would, then build its caches with its exact Megatron flags."""
-    from launcher.command import build_command
-    from launcher.layout import make_plan
-    from launcher.preset import load_preset
-    from launcher.upstream import megatron_path, resolve_kernels
+    from launcher.megatron.pin import megatron_path, resolve_kernels
+    from launcher.pipeline.command import build_command
+    from launcher.pipeline.layout import make_plan
+    from launcher.pipeline.preset import load_preset
 
     preset = load_preset(preset_ref, list(overrides))
     if preset.launcher.entry != "pretrain_gpt":

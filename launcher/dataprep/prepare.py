@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from launcher.dataprep.check import META_FORMAT, META_SUFFIX
+from launcher.checks.data import META_FORMAT, META_SUFFIX
 from launcher.dataprep.progress import Progress
 from launcher.dataprep.reader import (
     TEXT_UNITS,
@@ -187,7 +187,7 @@ def _import_megatron_builder() -> tuple[Any, Any]:
             from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
         except ImportError:
             # No megatron-core package: the Megatron-LM checkout the launcher trains with has the same module.
-            from launcher.upstream import megatron_path
+            from launcher.megatron.pin import megatron_path
 
             checkout = megatron_path(None, None)
             if not (checkout / "megatron" / "core" / "datasets" / "indexed_dataset.py").is_file():

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from launcher import logparse
 from launcher.backends.local import visible_gpus
-from launcher.upstream import ENTRY_SCRIPTS, megatron_path
+from launcher.megatron.pin import ENTRY_SCRIPTS, megatron_path
+from launcher.runs import logparse
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT_S = int(os.environ.get("GPU_TEST_TIMEOUT_S", "600"))
@@ -72,7 +72,7 @@ def launch_env(gpus: int, run_root: Path) -> dict[str, str]:
 
 
 def launch_argv(*args: str, run_root: Path) -> list[str]:
-    return [sys.executable, "-m", "launcher.cli", *args, "--set", f"run_root={run_root}"]
+    return [sys.executable, "-m", "launcher", *args, "--set", f"run_root={run_root}"]
 
 
 def run_dir_of(stdout: str) -> Path | None:

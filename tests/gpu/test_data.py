@@ -30,7 +30,7 @@ def test_345m_trains_on_prepared_data(launch_gpu, run_root, gpus):
     write_corpus(corpus)
     prefix.parent.mkdir()
     prepare = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "prepare-data", str(corpus), "--output-prefix", str(prefix),
+        [sys.executable, "-m", "launcher", "prepare-data", str(corpus), "--output-prefix", str(prefix),
          "--tokenizer", "byte", "--no-progress"],
         env=launch_env(0, run_root), capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert prepare.returncode == 0, prepare.stdout + prepare.stderr

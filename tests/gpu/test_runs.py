@@ -75,7 +75,7 @@ def test_175b_flags_run_shrunk_to_two_gpus(launch_gpu, gpus):
 
 
 def no_sp_without_kernels() -> list[str]:
-    from launcher.upstream import detect_kernels
+    from launcher.megatron.pin import detect_kernels
 
     te, apex = detect_kernels()
     return [] if (te or apex) else ["--set", "sequence_parallel=false"]

@@ -3,8 +3,8 @@
 Importing the submodules needs megatron-core and torch; this package file imports nothing.
 """
 
-SDPA_SPEC = ("launcher.megatron_ext.sdpa_spec", "layer_spec")
-SDPA_SPEC_FAST = ("launcher.megatron_ext.sdpa_spec_fast", "layer_spec")
+SDPA_SPEC = ("launcher.inside.megatron_ext.sdpa_spec", "layer_spec")
+SDPA_SPEC_FAST = ("launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec")
 
 FAST_OPS_ENV = "MEGATRON_LAUNCH_FAST_OPS"
 ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "layer")

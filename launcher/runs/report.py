@@ -16,11 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher import logparse as lp
 from launcher.errors import Problem, UserError
-from launcher.monitor import METRICS_FILE, SUMMARY_FILE
-from launcher.rundir import open_run_dir
-from launcher.runlog import RunLog, RunSummary, metrics_record
+from launcher.runs import logparse as lp
+from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
+from launcher.runs.rundir import open_run_dir
+from launcher.runs.verdict import RunLog, RunSummary, metrics_record
 
 PLOTS_DIR = "plots"
 

@@ -1,7 +1,7 @@
 """Ask the pinned Megatron itself whether an argv is valid: its parser, validate_args, microbatch
 calculator and TransformerConfig, run in a subprocess of the interpreter that has megatron-core.
 
-The launcher never imports torch; launcher/upstream_worker.py does, in its own process. One worker serves
+The launcher never imports torch; launcher/inside/verdict_worker.py does, in its own process. One worker serves
 many checks (the import costs ~5-10 s, a check ~35 ms), so a grid of hundreds of layouts takes seconds.
 """
 
@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any, Self
 
 from launcher.errors import UserError
-from launcher.upstream import has_module
+from launcher.megatron.pin import has_module
 
-WORKER = Path(__file__).with_name("upstream_worker.py")
+WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
 PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
 # Hopper (H100/H200): validate_args requires CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP > 1 below arch 10.
@@ -210,8 +210,8 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
 
     Megatron is imported from the checkout when there is one (pretrain_gpt.py imports it from there),
     else from the installed megatron-core. `checker` reuses a running worker."""
-    from launcher import command as command_module
-    from launcher.layout import choose_micro_batch, make_plan
+    from launcher.pipeline import command as command_module
+    from launcher.pipeline.layout import choose_micro_batch, make_plan
 
     nodes = preset.launcher.nodes if nodes is None else nodes
     gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher import estimate as est
 from launcher.errors import Problem, UserError
+from launcher.estimate import formulas as est
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE = ("none", "selective", "full")
@@ -124,14 +124,14 @@ Validator = Callable[[est.ModelShape, est.Training], list[str]]
 
 
 def foundation_validator(preset: Any, gpus_per_node: int, te: bool, apex: bool) -> Validator:
-    """launcher.layout's checks (the ones `launch` runs) as a validator for candidate layouts.
+    """launcher.pipeline.layout's checks (the ones `launch` runs) as a validator for candidate layouts.
 
     Problems the preset has at its own layout on TP·PP·CP GPUs (e.g. a missing lr) are not the layout's
     fault and are left out, so they do not reject every candidate.
     """
     from dataclasses import replace as replace_preset
 
-    from launcher.layout import check
+    from launcher.pipeline.layout import check
 
     own = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * \
         preset.arg("context_parallel_size")
@@ -149,7 +149,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
            top: int = 5, tflops: float | None = None, allow_sp: bool | None = None,
            validate: Validator | None = None) -> SearchResult:
     """Rank the layouts of `args` on world_size GPUs. Candidates must pass layout_problems (cheap, ours)
-    and, when given, `validate` (launcher.layout's checks, see foundation_validator)."""
+    and, when given, `validate` (launcher.pipeline.layout's checks, see foundation_validator)."""
     m = est.model_shape(args)
     base = est.training_of(args, world_size)
     allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp

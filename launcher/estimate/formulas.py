@@ -216,7 +216,7 @@ def virtual_stages_of(args: Mapping[str, Any]) -> int:
     return 1
 
 
-def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.megatron_ext.") -> bool:
+def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.megatron_ext.") -> bool:
     spec = args.get("spec")
     return bool(spec) and str(spec[0]).startswith(module)
 
@@ -242,7 +242,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         precision=precision_of(args),
         # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
         fused_attention=_get(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
-        fused_cross_entropy=_uses_sdpa_spec(args, "launcher.megatron_ext.sdpa_spec_fast"),
+        fused_cross_entropy=_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast"),
     )
 
 
@@ -690,7 +690,7 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
             gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
     """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
 
-    `layout` is launcher.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
+    `layout` is launcher.pipeline.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
     global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
     `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
     """

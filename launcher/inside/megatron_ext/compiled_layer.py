@@ -24,7 +24,7 @@ from megatron.core.transformer.mlp import MLP
 from megatron.core.transformer.transformer_layer import TransformerLayer
 from megatron.core.utils import make_viewless_tensor
 
-from launcher.megatron_ext.sdpa_spec import SDPACoreAttention
+from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:

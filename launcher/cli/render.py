@@ -6,11 +6,12 @@ import json
 import shlex
 from typing import Any
 
-from launcher import estimate, megatron_args
-from launcher.command import Command, flag_lines
-from launcher.estimate import human, padded_vocab_size, parameter_count
-from launcher.layout import Plan
-from launcher.upstream import Kernels
+from launcher.estimate import formulas as estimate
+from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
+from launcher.megatron import args as megatron_args
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.command import Command, flag_lines
+from launcher.pipeline.layout import Plan
 
 
 def quote(word: str, expand: bool = False) -> str:

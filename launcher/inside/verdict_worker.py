@@ -1,7 +1,7 @@
 """Run Megatron's own argument checks on many argvs, one per line of JSON on stdin.
 
 This file runs inside the *Megatron* interpreter (megatron-core + torch), as a plain script, so it imports
-nothing from the launcher. launcher/upstream_check.py starts it and speaks this protocol:
+nothing from the launcher. launcher/checks/megatron_verdict.py starts it and speaks this protocol:
 
     request  (stdin, one line):  {"argv": [...], "world_size": 8, "env": {"CUDA_DEVICE_MAX_CONNECTIONS": "1"},
                                   "target": {"apex": false}}

@@ -24,8 +24,8 @@ from typing import Any, Literal
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
 from launcher.errors import Problem, UserError
-from launcher.rundir import git_commit
-from launcher.upstream import SUBMODULE, has_module, megatron_path
+from launcher.megatron.pin import SUBMODULE, has_module, megatron_path
+from launcher.runs.rundir import git_commit
 
 Status = Literal["ok", "warn", "fail"]
 MEGATRON_URL = "https://github.com/NVIDIA/Megatron-LM.git"
@@ -364,7 +364,7 @@ def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_p
 
 def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> None:
     """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok."""
-    from launcher.command import megatron_settings
+    from launcher.pipeline.command import megatron_settings
 
     settings: dict[str, Any] | None = None  # the simple loop builds its own model: only the environment matters
     if plan.entry == "pretrain_gpt":

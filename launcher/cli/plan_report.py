@@ -1,6 +1,6 @@
 """`launch plan`: what a preset costs on a GPU budget, and the best layouts for it (text or JSON).
 
-No torch: everything comes from launcher.estimate and launcher.plan_search over the preset's Megatron args.
+No torch: everything comes from launcher.estimate.formulas and launcher.estimate.search over the preset's Megatron args.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher import estimate as est
-from launcher import plan_search as ps
 from launcher.errors import Problem, UserError
+from launcher.estimate import formulas as est
+from launcher.estimate import search as ps
 
 GIB = est.GIB
 
@@ -80,7 +80,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
                notes: tuple[str, ...] = ()) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
-    `validate` adds launcher.layout's checks; `extra_sets` are --set items every listed layout needs.
+    `validate` adds launcher.pipeline.layout's checks; `extra_sets` are --set items every listed layout needs.
     """
     world = budget.world_size
     training = est.training_of(args, world)
@@ -309,10 +309,10 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.command import megatron_settings
-    from launcher.layout import choose_micro_batch
-    from launcher.preset import load_preset
-    from launcher.upstream import resolve_kernels
+    from launcher.megatron.pin import resolve_kernels
+    from launcher.pipeline.command import megatron_settings
+    from launcher.pipeline.layout import choose_micro_batch
+    from launcher.pipeline.preset import load_preset
 
     gpu = est.gpu_by_name(ns.gpu)
     if ns.top < 1:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.errors import Problem, UserError
-from launcher.preset import ENV_NAME
+from launcher.pipeline.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
 SBATCH_NAME = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")

@@ -12,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
-from launcher import rundir
 from launcher.errors import Problem, UserError
-from launcher.monitor import Monitor
-from launcher.preset import Preset, load_preset
+from launcher.pipeline.preset import Preset, load_preset
+from launcher.runs import rundir
+from launcher.runs.monitor import Monitor
 
 # Exit status when the child exited 0 but its log shows a failure (Megatron exits 0 on several failures).
 EXIT_FAILED_DESPITE_ZERO = 1

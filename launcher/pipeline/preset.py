@@ -14,10 +14,10 @@ from typing import Any
 
 import yaml
 
-from launcher import megatron_args
 from launcher.errors import Problem, UserError
+from launcher.megatron import args as megatron_args
 
-CONFIGS_DIR = Path(__file__).resolve().parent.parent / "configs"
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -204,7 +204,7 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
                 raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
         return dict(value)
     if name == "gpu":
-        from launcher.estimate import gpu_by_name
+        from launcher.estimate.formulas import gpu_by_name
 
         return gpu_by_name(str(value)).name
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):

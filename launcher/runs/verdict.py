@@ -1,6 +1,6 @@
 """What a Megatron log says about a run: metrics per logged iteration and a verdict at the end.
 
-`RunLog` accumulates parsed events (launcher.logparse) for one or more attempts (a resume is a new attempt:
+`RunLog` accumulates parsed events (launcher.runs.logparse) for one or more attempts (a resume is a new attempt:
 its first logged iteration again includes start-up time). `RunLog.summary()` gives the end-of-run facts:
 final loss, steady throughput, peak memory, checkpoints, and success judged from the log and the checkpoint
 tracker file — never from the exit code alone, since Megatron exits 0 on several failures (reference §0.8).
@@ -12,7 +12,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from launcher import logparse as lp
+from launcher.runs import logparse as lp
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 

@@ -17,8 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
-from launcher import logparse as lp
-from launcher.runlog import RunLog, RunSummary
+from launcher.runs import logparse as lp
+from launcher.runs.verdict import RunLog, RunSummary
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"

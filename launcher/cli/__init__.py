@@ -74,11 +74,11 @@ def run_parser() -> _Parser:
 def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
-    from launcher import render
-    from launcher.command import build_command
-    from launcher.layout import make_plan
-    from launcher.preset import load_preset
-    from launcher.upstream import megatron_path, require_checkout, resolve_kernels
+    from launcher.cli import render
+    from launcher.megatron.pin import megatron_path, require_checkout, resolve_kernels
+    from launcher.pipeline.command import build_command
+    from launcher.pipeline.layout import make_plan
+    from launcher.pipeline.preset import load_preset
 
     if (args.preset is None) == (args.resume is None):
         raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
@@ -87,7 +87,7 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
     prepared = None
     if args.resume:
-        from launcher import tracking
+        from launcher.runs import tracking
 
         prepared = tracking.prepare_resume(args.resume, args.overrides)
         preset = prepared.preset
@@ -110,13 +110,13 @@ def cmd_run(argv: list[str]) -> int:
     kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
     if args.check:
-        from launcher.upstream_check import check_preset
+        from launcher.checks.megatron_verdict import check_preset
 
         return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
     plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
     if on_slurm:
-        from launcher import tracking
         from launcher.backends import slurm
+        from launcher.runs import tracking
 
         # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
         prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
@@ -127,19 +127,19 @@ def cmd_run(argv: list[str]) -> int:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
         require_checkout(path, plan.entry)
         if not args.no_doctor:
-            from launcher.doctor import preflight_or_raise
+            from launcher.checks.doctor import preflight_or_raise
 
             preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
         # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
-        from launcher import tracking
+        from launcher.runs import tracking
 
         prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
         preset = prepared.preset
         plan = replace(plan, preset=preset)
     command = build_command(plan, path, kernels)
     if args.preflight:
-        from launcher.command import with_entry
-        from launcher.preflight import SCRIPT_PATH
+        from launcher.inside.allreduce import SCRIPT_PATH
+        from launcher.pipeline.command import with_entry
 
         command = with_entry(command, str(SCRIPT_PATH), [])
     if args.dry_run:
@@ -157,10 +157,10 @@ def cmd_run(argv: list[str]) -> int:
 
 def cmd_list(argv: list[str]) -> int:
     _Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
-    from launcher.estimate import human, parameter_count
-    from launcher.layout import SIMPLE_LOOP_TP, make_plan
-    from launcher.preset import available_presets, load_preset
-    from launcher.upstream import resolve_kernels
+    from launcher.estimate.formulas import human, parameter_count
+    from launcher.megatron.pin import resolve_kernels
+    from launcher.pipeline.layout import SIMPLE_LOOP_TP, make_plan
+    from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
     for name in available_presets():
@@ -178,13 +178,13 @@ def cmd_list(argv: list[str]) -> int:
 
 
 def cmd_doctor(argv: list[str]) -> int:
-    from launcher import doctor
+    from launcher.checks import doctor
 
     return doctor.main(argv)
 
 
 def cmd_plan(argv: list[str]) -> int:
-    from launcher import plan_report
+    from launcher.cli import plan_report
 
     parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
                      "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
@@ -194,7 +194,7 @@ def cmd_plan(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from launcher import report
+    from launcher.runs import report
 
     parser = _Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
                      "of a run directory, or of Megatron log files such as a Slurm job's output.")
@@ -229,6 +229,3 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

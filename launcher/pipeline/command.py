@@ -6,13 +6,13 @@ import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from launcher import megatron_args
-from launcher.layout import Plan
-from launcher.preset import Preset
-from launcher.upstream import ENTRY_SCRIPTS, Kernels
+from launcher.megatron import args as megatron_args
+from launcher.megatron.pin import ENTRY_SCRIPTS, Kernels
+from launcher.pipeline.layout import Plan
+from launcher.pipeline.preset import Preset
 
-# The directory holding this `launcher` package: training processes import launcher.megatron_ext from it.
-LAUNCHER_ROOT = Path(__file__).resolve().parent.parent
+# The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
+LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
 MASTER_ADDR_REF = "${MASTER_ADDR}"  # multi-node endpoints the user (or Slurm) supplies at run time
 
 # Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns
@@ -23,7 +23,7 @@ WITHOUT_TE = {"transformer_impl": "local"}
 # fallbacks: 1.6x+ on the 345M model (docs/benchmarks.md). SDPA's causal kernel needs no mask tensor, so the
 # dataloader stops building one. Used only where the preset sets no spec of its own.
 SDPA_SPEC = {
-    "spec": ["launcher.megatron_ext.sdpa_spec_fast", "layer_spec"],
+    "spec": ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"],
     "create_attention_mask_in_dataloader": False,
 }
 WITHOUT_APEX = {
@@ -97,7 +97,7 @@ def torchrun_args(plan: Plan) -> tuple[list[str], bool]:
 
 def uses_megatron_ext(settings: dict[str, object]) -> bool:
     spec = settings.get("spec")
-    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.megatron_ext.")
+    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
 
 
 def environment(plan: Plan, megatron_path: Path, settings: dict[str, object] | None = None) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """A GPT layer spec for Megatron installs without Transformer Engine: the local (pure MCore) layer with
 its core attention replaced by ``torch.nn.functional.scaled_dot_product_attention`` (flash kernel).
 
-Selected in a ``pretrain_gpt.py`` run with ``--spec launcher.megatron_ext.sdpa_spec layer_spec``.
+Selected in a ``pretrain_gpt.py`` run with ``--spec launcher.inside.megatron_ext.sdpa_spec layer_spec``.
 Megatron's ``gpt_builders.gpt_builder`` imports the module and takes the attribute as it is (it does not call
 it), so ``layer_spec`` is a ModuleSpec built at import time. By then Megatron has parsed its arguments, so the
 spec follows them (normalization, qk-layernorm, MoE experts) exactly like the built-in local spec does.

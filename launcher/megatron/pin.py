@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launcher.errors import UserError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SUBMODULE = REPO_ROOT / "third_party" / "megatron-lm"
 ENV_VAR = "MEGATRON_LM_PATH"
 ENTRY_SCRIPTS = {

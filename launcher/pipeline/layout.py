@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher.dataprep.check import check_data
+from launcher.checks.data import check_data
 from launcher.errors import Problem, UserError
-from launcher.megatron_ext import FAST_OPS_ENV, selected_ops
-from launcher.preset import Preset
+from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.pipeline.preset import Preset
 
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 

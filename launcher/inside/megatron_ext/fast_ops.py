@@ -14,7 +14,7 @@ installed. Each one is applied only when Megatron is on that fallback, and compu
   this, five ``.item()`` calls per step leave the GPU idle while the CPU catches up.
 - ``layer``: each transformer layer's math as one compiled function (compiled_layer.py; applied by the spec).
 
-Used through ``--spec launcher.megatron_ext.sdpa_spec_fast layer_spec``; the environment variable
+Used through ``--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec``; the environment variable
 ``MEGATRON_LAUNCH_FAST_OPS`` (comma list, default all, ``none`` for none) picks which ones.
 """
 
@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import torch
 import torch.nn.functional as F
 
-from launcher.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 
 
 def foreach_l2_norm(chunk_size, noop_flag, tensor_lists, per_tensor, *args):

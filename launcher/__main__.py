@@ -1,0 +1,7 @@
+"""`python -m launcher …` is `launch …`."""
+
+import sys
+
+from launcher.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Pure formulas (shape, parameters, FLOPs, memory, step time) and the layout search of `launch plan`."""
