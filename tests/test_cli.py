@@ -169,3 +169,8 @@ def test_description_cannot_leave_its_comment(launch, tmp_path):
 def test_zero_negative_and_out_of_range_values_exit_2(launch, override):
     code, out, err = launch("345m", "--dry-run", "--set", override)
     assert code == 2 and "error:" in err and "Traceback" not in err
+
+
+def test_a_huge_setting_is_checked_without_walking_every_integer(launch):
+    code, out, err = launch("345m", "--dry-run", "--set", "num_attention_heads=1000000000")
+    assert code == 2 and "not divisible by num_attention_heads 1000000000" in err

@@ -39,6 +39,14 @@ def resolved_argv(command: Command) -> list[str]:
     return [w.replace(MASTER_ADDR_REF, addr) if i in command.expand else w for i, w in enumerate(command.argv)]
 
 
+def runnable_argv(command: Command) -> list[str]:
+    """The argv to start, after the checks that need no child process: MASTER_ADDR, torchrun on PATH."""
+    argv = resolved_argv(command)
+    if shutil.which(argv[0]) is None:
+        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    return argv
+
+
 def run(command: Command, cwd: str | None = None, stdout=None,
         on_line: Callable[[str], None] | None = None) -> int:
     """Start torchrun, pass SIGINT/SIGTERM/SIGUSR* on to it, return its exit status (128+N if killed).
@@ -46,9 +54,7 @@ def run(command: Command, cwd: str | None = None, stdout=None,
     With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
     instead of going straight to the terminal.
     """
-    argv = resolved_argv(command)
-    if shutil.which(argv[0]) is None:
-        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    argv = runnable_argv(command)
     env = {**os.environ, **command.env}
     if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
         env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"

@@ -181,13 +181,6 @@ def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: 
 # --------------------------------------------------------------------------------------------------- text
 
 
-def _b(n: float) -> str:
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f}{unit}"
-    return f"{n:.0f}"
-
-
 def _duration(seconds: float) -> str:
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.1f} days"
@@ -209,7 +202,7 @@ def render_text(plan: dict[str, Any]) -> str:
                  f"({plan['nodes']} node(s) × {plan['gpus_per_node']} GPUs, {gpu['memory_gib']} GiB each)")
     lines.append("")
     lines.append("Model")
-    lines.append(f"  parameters           {_b(model['parameters'])} (vocab {model['vocab_size']} padded to "
+    lines.append(f"  parameters           {est.human(model['parameters'])} (vocab {model['vocab_size']} padded to "
                  f"{model['padded_vocab_size']})")
     lines.append(f"  FLOPs per token      {model['flops_per_token']:.4g} (Megatron's formula; recompute not counted)")
     lines.append("")
@@ -222,8 +215,8 @@ def render_text(plan: dict[str, Any]) -> str:
             lines.append(f"  it needs at least TP·PP·CP = {lay['minimum_gpus']} GPUs")
     else:
         lines.append(f"  microbatches         {lay['num_microbatches']} per iteration, DP {lay['dp']}")
-        lines.append(f"  parameters per GPU   {_b(model['parameters_most_loaded_gpu'])} on the most loaded GPU "
-                     f"(Megatron's count: {_b(model['megatron_most_loaded_shard'])})")
+        lines.append(f"  parameters per GPU   {est.human(model['parameters_most_loaded_gpu'])} on the most loaded GPU "
+                     f"(Megatron's count: {est.human(model['megatron_most_loaded_shard'])})")
         lines.append(f"  FLOPs per iteration  {model['flops_per_iteration']:.4g}")
         lines.append("")
         mem = plan["memory"]
@@ -248,7 +241,7 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.append(f"    throughput         {t['tokens_per_second']:,.0f} tokens/s, "
                      f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")
         if "seconds_to_tokens" in t:
-            lines.append(f"    {_b(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
+            lines.append(f"    {est.human(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
     search = plan["search"]
     lines.append("")
     lines.append(f"Best layouts for {plan['world_size']} × {gpu['name']} ({search['fitting']} of "
@@ -256,7 +249,7 @@ def render_text(plan: dict[str, Any]) -> str:
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
            f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
-        head += f" {'to ' + _b(plan['tokens']):>12}"
+        head += f" {'to ' + est.human(plan['tokens']):>12}"
     lines.append(head)
     for i, c in enumerate(search["best"], 1):
         row = (f"  {i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "

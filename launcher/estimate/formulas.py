@@ -89,19 +89,36 @@ def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
     return pad_vocab(int(vocab), tp, int(_get(args, "make_vocab_size_divisible_by")))
 
 
+def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
+    """Megatron's MLP width when ffn_hidden_size is unset: 4h, or int(8h/3/64)·64 with SwiGLU."""
+    return int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden
+
+
 def ffn_hidden_size(args: Mapping[str, Any]) -> int:
-    """Megatron's default MLP width: 4h, or int(8h/3/64)·64 with SwiGLU."""
     if args.get("ffn_hidden_size"):
         return int(args["ffn_hidden_size"])
-    hidden = int(args["hidden_size"])
-    return int(8 * hidden / 3 / 64) * 64 if args.get("swiglu") else 4 * hidden
+    return default_ffn_hidden_size(int(args["hidden_size"]), bool(args.get("swiglu")))
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of n, ascending; pairs d, n/d up to √n, so a huge value costs √n steps, not n."""
+    small, large = [], []
+    d = 1
+    while d * d <= n:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def human(count: float) -> str:
+    """1.23K, 354.87M, 174.62B: counts of parameters, FLOPs and tokens."""
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if count >= size:
             return f"{count / size:.2f}{unit}"
-    return str(int(count))
+    return f"{count:.0f}"
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,6 @@ RECOMPUTE = ("none", "selective", "full")
 MAX_VPP = 8
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None) -> list[str]:
     """Megatron's layout rules (reference §1) that a candidate must pass; empty when valid."""
     problems = []
@@ -82,11 +78,11 @@ def evaluate(m: est.ModelShape, t: est.Training, gpu: est.Gpu, gpus_per_node: in
 def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int) -> Iterable[est.Training]:
     """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`."""
     world = base.world_size
-    for tp in divisors(min(world, gpus_per_node)):
-        for pp in divisors(world // tp):
+    for tp in est.divisors(min(world, gpus_per_node)):
+        for pp in est.divisors(world // tp):
             if (world // tp) % (pp * base.cp) or m.num_layers % pp:
                 continue
-            vpps = [1] + ([v for v in divisors(m.num_layers // pp) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            vpps = [1] + ([v for v in est.divisors(m.num_layers // pp) if 1 < v <= MAX_VPP] if pp > 1 else [])
             for vpp in vpps:
                 for mbs in MICRO_BATCHES:
                     yield replace(base, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs)
@@ -315,8 +311,8 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     allow_sp = sequence_parallel_allowed(args)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
     for world in worlds:
-        for tp in divisors(min(world, gpus_per_node)):
-            for pp in divisors(world // tp):
+        for tp in est.divisors(min(world, gpus_per_node)):
+            for pp in est.divisors(world // tp):
                 t = replace(base, world_size=world, tp=tp, pp=pp, vpp=1, micro_batch_size=1, recompute="full",
                             sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
                 shape = est.model_shape(args, tp)

@@ -15,6 +15,7 @@ from typing import Any
 
 from launcher.checks.data import check_data
 from launcher.errors import Problem, UserError
+from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline.preset import Preset
 
@@ -70,10 +71,6 @@ def unroll_pipeline_layout(text: str) -> list[str]:
     for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
         text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
     return text.split("|")
-
-
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:
@@ -331,16 +328,11 @@ class _Checker:
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
                       f"set kv_channels (head dimension) explicitly, or use hidden_size "
                       f"{_nearest_multiples(hidden, heads)}")
-        ffn = self.arg("ffn_hidden_size") or self._default_ffn(hidden)
+        ffn = self.arg("ffn_hidden_size") or default_ffn_hidden_size(hidden, bool(self.arg("swiglu")))
         if ffn % tp:
             self.fail(f"ffn_hidden_size {ffn} is not divisible by TP {tp}",
                       "Megatron splits the MLP across TP ranks; choose an ffn_hidden_size divisible by TP",
                       stage="runtime")
-
-    def _default_ffn(self, hidden: int) -> int:
-        if self.arg("swiglu"):
-            return int((4 * hidden * 2 / 3) / 64) * 64
-        return 4 * hidden
 
     # -- batch sizes -----------------------------------------------------------------------------------------
     def batches(self, dp: int, pp: int, vpp: int | None) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from launcher.errors import Problem, UserError
+from launcher.errors import Problem, UserError, did_you_mean
 from launcher.megatron import args as megatron_args
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the package; ./configs links here
@@ -200,7 +200,7 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
             raise UserError(f"launcher.slurm ({where}) must be a mapping")
         for key in value:
             if key not in SLURM_KEYS:
-                hint = megatron_args.suggest(str(key), SLURM_KEYS) or f"known: {', '.join(sorted(SLURM_KEYS))}"
+                hint = did_you_mean(str(key), SLURM_KEYS, n=3, cutoff=0.75) or f"known: {', '.join(sorted(SLURM_KEYS))}"
                 raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
         return dict(value)
     if name == "gpu":
@@ -237,7 +237,7 @@ def _launcher_section(section: Any, where: str, problems: list[Problem]) -> dict
     out = {}
     for key, value in section.items():
         if key not in LAUNCHER_FIELDS:
-            hint = megatron_args.suggest(str(key), LAUNCHER_FIELDS)
+            hint = did_you_mean(str(key), LAUNCHER_FIELDS, n=3, cutoff=0.75)
             if not hint and str(key) in megatron_args.catalog():
                 hint = f"{key} is a Megatron setting: put it under megatron:"
             problems.append(Problem(f"unknown launcher setting '{key}' in {where}", hint))

@@ -7,13 +7,12 @@ additionally may not contain shell metacharacters, so a preset can never smuggle
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from launcher.errors import Problem, UserError
+from launcher.errors import Problem, UserError, did_you_mean
 from launcher.pipeline.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
@@ -163,8 +162,7 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
     values: dict[str, Any] = {}
     for name, value in raw.items():
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean slurm.{close[0]}?" if close else "known: " + ", ".join(sorted(known))
+            hint = did_you_mean(name, known, prefix="slurm.") or "known: " + ", ".join(sorted(known))
             problems.append(Problem(f"unknown Slurm setting slurm.{name}", hint))
             continue
         if value is None:

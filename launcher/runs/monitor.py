@@ -35,7 +35,8 @@ def next_log_path(run_dir: Path) -> Path:
     return logs / f"attempt-{n}.log"
 
 
-def _attempt_number(path: Path) -> int:
+def attempt_number(path: Path) -> int:
+    """N of logs/attempt-N.log (the order of a run's attempts); 0 for any other file name."""
     digits = path.stem.removeprefix("attempt-")
     return int(digits) if digits.isdigit() else 0
 
@@ -66,7 +67,7 @@ class Monitor:
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
-        for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=_attempt_number):
+        for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=attempt_number):
             if earlier == self.log_path:
                 continue
             self.runlog.feed_attempt(earlier.read_text(encoding="utf-8", errors="replace").splitlines())

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
-from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
+from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
 from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import RunLog, RunSummary, metrics_record
 
@@ -44,11 +43,6 @@ class Report:
 
 
 # ---------------------------------------------------------------------------------------------- reading
-
-
-def _attempt_number(path: Path) -> int:
-    match = re.search(r"(\d+)", path.stem)
-    return int(match.group(1)) if match else 0
 
 
 def _read_log(path: Path) -> str:
@@ -211,7 +205,7 @@ def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> Run
     targets = [Path(targets)] if isinstance(targets, (str, Path)) else [Path(t) for t in targets]
     if len(targets) == 1 and targets[0].is_dir():
         run = open_run_dir(targets[0])
-        logs = sorted((run.path / "logs").glob("*.log"), key=_attempt_number)
+        logs = sorted((run.path / "logs").glob("*.log"), key=attempt_number)
         if not logs:
             raise UserError(Problem(f"{run.path} has no logs: the run never started"))
         seq = run.preset.get("megatron", {}).get("seq_length")
@@ -246,7 +240,7 @@ def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_p
 def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool) -> Report:
     run = open_run_dir(run_dir)  # UserError when it is not one
     seq = run.preset.get("megatron", {}).get("seq_length")
-    logs = sorted((run_dir / "logs").glob("*.log"), key=_attempt_number)
+    logs = sorted((run_dir / "logs").glob("*.log"), key=attempt_number)
     out = output_dir or run_dir / PLOTS_DIR
     checkpoint_dir = Path(run.checkpoint_dir)
     if logs:

@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -63,10 +62,7 @@ def execute(prepared: Prepared, plan: Any, command: Any, megatron_path: Path, *,
     from launcher.backends import local
 
     out = out or sys.stdout
-    local.resolved_argv(command)  # the checks local.run makes, before anything is written
-    if shutil.which(command.argv[0]) is None:
-        raise UserError(f"{command.argv[0]} is not on PATH",
-                        "install torch in this environment, or --set torchrun=PATH")
+    local.runnable_argv(command)  # the checks local.run makes, before anything is written
     if prepared.existing is None:
         rundir.create_run_dir(plan, command, list(prepared.preset.overrides), run_dir=prepared.run_dir,
                               megatron_path=megatron_path, extra_files=extra_files)
