@@ -1,6 +1,7 @@
 """Parameters, FLOPs, memory per GPU and time for a Megatron GPT run, before anything starts.
 
-Pure functions over Megatron argument names (the `dest` of each flag) and plain ints; no torch, no megatron.
+Pure functions over Megatron argument names (the `dest` of each flag) and plain ints; no torch, no megatron;
+unset settings take Megatron's defaults from the generated argument catalog (launcher/data/megatron_args.json).
 
 Two memory models live here:
 
@@ -24,48 +25,15 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from launcher.megatron import args as megatron_args
+
 GIB = 1024**3
 MB = 1024**2  # Megatron's "MB" in its memory report is 2**20 bytes.
 
-# Megatron's parser defaults at 432d76b2b8bf for every name read here (checked with its parse_args()).
-MEGATRON_DEFAULTS: dict[str, Any] = {
-    "ffn_hidden_size": None,
-    "kv_channels": None,
-    "group_query_attention": False,
-    "num_query_groups": 1,
-    "swiglu": False,
-    "normalization": "LayerNorm",
-    "position_embedding_type": "learned_absolute",
-    "max_position_embeddings": None,
-    "untie_embeddings_and_output_weights": False,
-    "add_bias_linear": True,
-    "add_qkv_bias": False,
-    "attention_output_gate": False,
-    "make_vocab_size_divisible_by": 128,
-    "padded_vocab_size": None,
-    "pad_vocab_size": True,
-    "vocab_size": None,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "num_virtual_stages_per_pipeline_rank": None,
-    "num_layers_per_virtual_pipeline_stage": None,
-    "micro_batch_size": 1,
-    "global_batch_size": None,
-    "sequence_parallel": False,
-    "recompute_granularity": None,
-    "recompute_activations": False,
-    "use_distributed_optimizer": False,
-    "bf16": False,
-    "fp16": False,
-    "transformer_impl": "transformer_engine",
-    "attention_dropout": 0.1,
-}
-
-
-def _get(args: Mapping[str, Any], name: str) -> Any:
+def megatron_value(args: Mapping[str, Any], name: str) -> Any:
+    """args[name], or Megatron's own default at the pinned commit (from the generated argument catalog)."""
     value = args.get(name)
-    return MEGATRON_DEFAULTS.get(name) if value is None else value
+    return megatron_args.catalog()[name].default if value is None else value
 
 
 # --------------------------------------------------------------------------------------------------- shape
@@ -86,7 +54,7 @@ def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
         raise ValueError("vocab_size is not set")
     if args.get("pad_vocab_size") is False:
         return int(vocab)
-    return pad_vocab(int(vocab), tp, int(_get(args, "make_vocab_size_divisible_by")))
+    return pad_vocab(int(vocab), tp, int(megatron_value(args, "make_vocab_size_divisible_by")))
 
 
 def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
@@ -155,15 +123,15 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
     """Resolve the model shape from Megatron arguments; TP (for vocab padding) defaults to the args' value."""
     hidden = int(args["hidden_size"])
     heads = int(args["num_attention_heads"])
-    tp = int(tensor_parallel or _get(args, "tensor_model_parallel_size"))
-    swiglu = bool(_get(args, "swiglu"))
+    tp = int(tensor_parallel or megatron_value(args, "tensor_model_parallel_size"))
+    swiglu = bool(megatron_value(args, "swiglu"))
     ffn = ffn_hidden_size(args)
-    kv_channels = _get(args, "kv_channels") or hidden // heads
-    groups = int(_get(args, "num_query_groups")) if _get(args, "group_query_attention") else heads
-    vocab = int(_get(args, "vocab_size") or 0)
-    padded = padded_vocab_size(args, tp) if vocab or _get(args, "padded_vocab_size") else 0
+    kv_channels = megatron_value(args, "kv_channels") or hidden // heads
+    groups = int(megatron_value(args, "num_query_groups")) if megatron_value(args, "group_query_attention") else heads
+    vocab = int(megatron_value(args, "vocab_size") or 0)
+    padded = padded_vocab_size(args, tp) if vocab or megatron_value(args, "padded_vocab_size") else 0
     seq = int(args["seq_length"])
-    learned = _get(args, "position_embedding_type") == "learned_absolute"
+    learned = megatron_value(args, "position_embedding_type") == "learned_absolute"
     return ModelShape(
         num_layers=int(args["num_layers"]),
         hidden_size=hidden,
@@ -172,15 +140,15 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
         num_query_groups=groups,
         ffn_hidden_size=int(ffn),
         swiglu=swiglu,
-        norm_size=1 if _get(args, "normalization") == "RMSNorm" else 2,
+        norm_size=1 if megatron_value(args, "normalization") == "RMSNorm" else 2,
         vocab_size=vocab,
         padded_vocab_size=padded,
         seq_length=seq,
-        position_embeddings=int(_get(args, "max_position_embeddings") or seq) if learned else 0,
-        untied=bool(_get(args, "untie_embeddings_and_output_weights")),
-        linear_bias=bool(_get(args, "add_bias_linear")),
-        qkv_bias=bool(_get(args, "add_bias_linear") or _get(args, "add_qkv_bias")),
-        attention_output_gate=bool(_get(args, "attention_output_gate")),
+        position_embeddings=int(megatron_value(args, "max_position_embeddings") or seq) if learned else 0,
+        untied=bool(megatron_value(args, "untie_embeddings_and_output_weights")),
+        linear_bias=bool(megatron_value(args, "add_bias_linear")),
+        qkv_bias=bool(megatron_value(args, "add_bias_linear") or megatron_value(args, "add_qkv_bias")),
+        attention_output_gate=bool(megatron_value(args, "attention_output_gate")),
     )
 
 
@@ -213,22 +181,22 @@ class Training:
 
 
 def recompute_of(args: Mapping[str, Any]) -> str:
-    if _get(args, "recompute_activations"):
+    if megatron_value(args, "recompute_activations"):
         return "selective"
-    return _get(args, "recompute_granularity") or "none"
+    return megatron_value(args, "recompute_granularity") or "none"
 
 
 def precision_of(args: Mapping[str, Any]) -> str:
-    return "bf16" if _get(args, "bf16") else "fp16" if _get(args, "fp16") else "fp32"
+    return "bf16" if megatron_value(args, "bf16") else "fp16" if megatron_value(args, "fp16") else "fp32"
 
 
 def virtual_stages_of(args: Mapping[str, Any]) -> int:
     """Megatron's VPP from either flag (a result of 1 means no interleaving)."""
-    if _get(args, "num_virtual_stages_per_pipeline_rank"):
-        return int(_get(args, "num_virtual_stages_per_pipeline_rank"))
-    per_stage = _get(args, "num_layers_per_virtual_pipeline_stage")
+    if megatron_value(args, "num_virtual_stages_per_pipeline_rank"):
+        return int(megatron_value(args, "num_virtual_stages_per_pipeline_rank"))
+    per_stage = megatron_value(args, "num_layers_per_virtual_pipeline_stage")
     if per_stage:
-        pp = int(_get(args, "pipeline_model_parallel_size"))
+        pp = int(megatron_value(args, "pipeline_model_parallel_size"))
         return max(1, int(args["num_layers"]) // pp // int(per_stage))
     return 1
 
@@ -240,10 +208,10 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
     """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron)."""
-    tp = int(_get(args, "tensor_model_parallel_size"))
-    pp = int(_get(args, "pipeline_model_parallel_size"))
-    cp = int(_get(args, "context_parallel_size"))
-    mbs = int(_get(args, "micro_batch_size"))
+    tp = int(megatron_value(args, "tensor_model_parallel_size"))
+    pp = int(megatron_value(args, "pipeline_model_parallel_size"))
+    cp = int(megatron_value(args, "context_parallel_size"))
+    mbs = int(megatron_value(args, "micro_batch_size") or 1)  # unset, Megatron refuses to start
     dp = max(1, world_size // (tp * pp * cp))
     return Training(
         world_size=world_size,
@@ -252,13 +220,13 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         vpp=virtual_stages_of(args),
         cp=cp,
         micro_batch_size=mbs,
-        global_batch_size=int(_get(args, "global_batch_size") or mbs * dp),
-        sequence_parallel=bool(_get(args, "sequence_parallel")) and tp > 1,
+        global_batch_size=int(megatron_value(args, "global_batch_size") or mbs * dp),
+        sequence_parallel=bool(megatron_value(args, "sequence_parallel")) and tp > 1,
         recompute=recompute_of(args),
-        distributed_optimizer=bool(_get(args, "use_distributed_optimizer")),
+        distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
         precision=precision_of(args),
         # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
-        fused_attention=_get(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
+        fused_attention=megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
         fused_cross_entropy=_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast"),
     )
 

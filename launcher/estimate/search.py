@@ -113,7 +113,7 @@ class SearchResult:
 
 def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
     # Measured: without TE or apex, torch's LayerNorm asserts "sequence parallel not supported".
-    return est._get(args, "transformer_impl") != "local"
+    return est.megatron_value(args, "transformer_impl") != "local"
 
 
 Validator = Callable[[est.ModelShape, est.Training], list[str]]
@@ -285,7 +285,7 @@ def overrides(t: est.Training, args: Mapping[str, Any]) -> list[str]:
             if args.get(name) and args.get(name) != value:
                 out.append(f"{name}={format_value(value)}")
             continue
-        current = est._get(args, name)
+        current = est.megatron_value(args, name)
         if name == "recompute_granularity":
             current = None if est.recompute_of(args) == "none" else est.recompute_of(args)
         if name == "num_virtual_stages_per_pipeline_rank":

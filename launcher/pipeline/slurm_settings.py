@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.errors import Problem, UserError, did_you_mean
+from launcher.pipeline.field_types import fields_allowing
 from launcher.pipeline.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
@@ -167,14 +168,14 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
             continue
         if value is None:
             continue
-        if name in ("extra_sbatch", "container_mounts"):
+        if name in fields_allowing(SlurmSettings, tuple):
             items = _as_tuple(name, value, problems)
             if items is not None:
                 values[name] = items
-        elif name in ("exclusive", "requeue"):
+        elif name in fields_allowing(SlurmSettings, bool):
             if _check_type(name, value, bool, problems):
                 values[name] = value
-        elif name in ("signal_seconds", "max_restarts", "rdzv_port", "chain"):
+        elif name in fields_allowing(SlurmSettings, int):
             if _check_type(name, value, int, problems):
                 values[name] = value
         elif name == "time" and isinstance(value, int) and not isinstance(value, bool):
