@@ -38,6 +38,7 @@ import yaml
 
 import launcher
 from launcher.errors import Problem, UserError
+from launcher.pipeline.shell import shell_words
 
 MANIFEST = "manifest.json"
 PRESET_FILE = "preset.yaml"
@@ -223,13 +224,16 @@ def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, o
     }
 
 
-def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None) -> str:
+def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None,
+                   expand: frozenset[int] = frozenset()) -> str:
+    """command.sh: runnable as written on every node. Words are single-quoted, except the `expand` ones (the
+    launcher's own ${MASTER_ADDR} endpoint), which go in double quotes so that each node fills them in."""
     lines = ["#!/usr/bin/env bash", "# Written by megatron-launch: the exact command of this run.", "set -euo pipefail"]
     if workdir is not None:
         lines.append(f"cd {shlex.quote(str(workdir))}")
     for key, value in redact_env(env).items():
         lines.append(f"export {key}={shlex.quote(value)}")
-    lines.append(shlex.join(argv))
+    lines.append(" ".join(shell_words(argv, expand)))
     return "\n".join(lines) + "\n"
 
 
@@ -237,8 +241,8 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
 
 
 def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping[str, Any],
-                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None
-                  ) -> Path:
+                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None,
+                  expand: frozenset[int] = frozenset()) -> Path:
     """Create `run_dir` complete or not at all; refuse if it exists."""
     run_dir = Path(run_dir)
     if run_dir.exists():
@@ -249,7 +253,7 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
     try:
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
         (staging / PRESET_FILE).write_text(header + yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
-        (staging / COMMAND_FILE).write_text(command_script(argv, env))
+        (staging / COMMAND_FILE).write_text(command_script(argv, env, expand=expand))
         (staging / COMMAND_FILE).chmod(0o755)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
@@ -299,7 +303,7 @@ def create_run_dir(plan: Any, command: Any, overrides: Sequence[str], root: Path
     preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
                    "launcher": launcher_settings, "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
-                         extra_files=extra_files)
+                         extra_files=extra_files, expand=getattr(command, "expand", frozenset()))
 
 
 # ---------------------------------------------------------------------------------------------- resume
