@@ -141,7 +141,8 @@ def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                    unseen_files=tuple(unseen))
 
 
-def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels: Kernels, megatron_path: Path,
+def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels: Kernels = NO_KERNELS,
+                     megatron_path: Path = Path("."),
                      target: Target = HERE, run_dir: Path | None = None,
                      existing: rundir.ExistingRun | None = None, preflight: bool = False
                      ) -> tuple[ResolvedJob, list[Problem]]:
