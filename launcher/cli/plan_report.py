@@ -76,18 +76,18 @@ def preset_tokens(args: Mapping[str, Any]) -> float | None:
 
 def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
                tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
-               validate: ps.Validator | None = None, extra_sets: tuple[str, ...] = (),
+               rules: ps.Rules | None = None, extra_sets: tuple[str, ...] = (),
                notes: tuple[str, ...] = ()) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
-    `validate` adds launcher.pipeline.layout's checks; `extra_sets` are --set items every listed layout needs.
+    `rules` judge layouts (launcher.pipeline.layout's, for the target's kernels); `extra_sets` are --set items
+    every listed layout needs.
     """
     world = budget.world_size
+    rules = rules or ps.Rules(args, budget.gpus_per_node)
     training = est.training_of(args, world)
     shape = est.model_shape(args, training.tp)
-    problems = ps.layout_problems(shape, training)
-    if not problems and validate is not None:
-        problems = validate(shape, training)
+    problems = rules.problems(training)
     model_parallel = training.tp * training.pp * training.cp
     tokens = tokens if tokens is not None else preset_tokens(args)
     plan: dict[str, Any] = {
@@ -123,9 +123,9 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
             "fits": e.fit,
         }
         plan["time"] = time_dict(e.step, training, shape, tokens)
-    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, validate)
+    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, rules)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node)
+        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, rules)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
@@ -330,8 +330,8 @@ def run(ns: Any) -> str:
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
-    validate = ps.foundation_validator(preset, budget.gpus_per_node, kernels.transformer_engine, kernels.apex)
+    rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex)
     plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
-                      allow_sp=kernels.transformer_engine or kernels.apex, validate=validate,
+                      allow_sp=kernels.transformer_engine or kernels.apex, rules=rules,
                       extra_sets=extra_sets, notes=tuple(notes))
     return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"

@@ -8,51 +8,61 @@ fastest fitting choice of the other knobs; ranking uses estimate.step_time (its 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
+from launcher.pipeline import layout as pipeline_layout
+from launcher.pipeline.preset import LauncherSettings, Preset
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE = ("none", "selective", "full")
 MAX_VPP = 8
 
 
-def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None) -> list[str]:
-    """Megatron's layout rules (reference §1) that a candidate must pass; empty when valid."""
-    problems = []
-    model = t.tp * t.pp * t.cp
-    if t.world_size % model:
-        problems.append(f"world size {t.world_size} is not divisible by TP·PP·CP = {t.tp}·{t.pp}·{t.cp} = {model}")
-        return problems
-    if m.num_attention_heads % t.tp:
-        problems.append(f"attention heads {m.num_attention_heads} are not divisible by TP {t.tp}")
-    if m.num_query_groups % t.tp and t.tp % m.num_query_groups:
-        problems.append(f"query groups {m.num_query_groups} are neither a multiple nor a divisor of TP {t.tp}")
-    if m.ffn_hidden_size % t.tp:
-        problems.append(f"ffn hidden size {m.ffn_hidden_size} is not divisible by TP {t.tp}")
-    if m.num_layers % t.pp:
-        problems.append(f"{m.num_layers} layers are not divisible by PP {t.pp}")
-    elif t.vpp > 1 and (m.num_layers // t.pp) % t.vpp:
-        problems.append(f"{m.num_layers // t.pp} layers per stage are not divisible by VPP {t.vpp}")
-    if t.vpp > 1 and t.pp < 2:
-        problems.append("interleaved pipeline (VPP > 1) needs PP > 1")
-    dp_mbs = t.micro_batch_size * t.dp
-    if t.global_batch_size % dp_mbs:
-        problems.append(f"global batch {t.global_batch_size} is not divisible by micro batch × DP = "
-                        f"{t.micro_batch_size}·{t.dp} = {dp_mbs}")
-    elif t.vpp > 1 and t.num_microbatches % t.pp:
-        problems.append(f"interleaved schedule needs microbatches {t.num_microbatches} to be a multiple of "
-                        f"PP {t.pp}")
-    if t.sequence_parallel and t.tp < 2:
-        problems.append("sequence parallel needs TP > 1")
-    if t.sequence_parallel and (m.seq_length // t.cp) % t.tp:
-        problems.append(f"sequence length {m.seq_length} / CP {t.cp} is not divisible by TP {t.tp}")
-    if t.cp > 1 and m.seq_length % (2 * t.cp):
-        problems.append(f"sequence length {m.seq_length} is not a multiple of 2·CP = {2 * t.cp}")
-    return problems
+class Rules:
+    """Which layouts are valid: launcher.pipeline.layout's own layout rules (the ones `launch` checks), for one
+    model on one kind of machine. This is the search's only rule set. Answers are kept per layout, since the
+    knob the rules do not read (activation recompute) multiplies the candidates."""
+
+    def __init__(self, args: Mapping[str, Any], gpus_per_node: int = 8, te: bool = True, apex: bool = True):
+        self.megatron = {name: value for name, value in args.items() if value is not None}
+        self.gpus_per_node = gpus_per_node
+        self.te = te
+        self.apex = apex
+        self._known: dict[tuple[Any, ...], list[str]] = {}
+
+    def problems(self, t: est.Training) -> list[str]:
+        """What `launch` would refuse about layout `t`; empty when valid."""
+        key = (t.world_size, t.tp, t.pp, t.cp, t.vpp, t.micro_batch_size, t.global_batch_size,
+               t.sequence_parallel, t.distributed_optimizer)
+        if key not in self._known:
+            chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
+            preset = Preset(name="candidate", description="", launcher=LauncherSettings(),
+                            megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
+            found = pipeline_layout.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
+                                                    self.te, self.apex)
+            self._known[key] = [p.message for p in found]
+        return self._known[key]
+
+
+def shape_settings(m: est.ModelShape) -> dict[str, Any]:
+    """The Megatron settings of a model shape (for rules asked about a shape alone)."""
+    return {
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
+        "kv_channels": m.kv_channels, "group_query_attention": m.num_query_groups != m.num_attention_heads,
+        "num_query_groups": m.num_query_groups, "ffn_hidden_size": m.ffn_hidden_size, "swiglu": m.swiglu,
+        "seq_length": m.seq_length, "max_position_embeddings": max(m.position_embeddings, m.seq_length),
+        "vocab_size": m.vocab_size,
+    }
+
+
+def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None,
+                    gpus_per_node: int = 8, te: bool = True, apex: bool = True) -> list[str]:
+    """The pipeline's layout rules for model `args` (or shape `m`) at layout `t`; empty when valid."""
+    return Rules(shape_settings(m) if args is None else args, gpus_per_node, te, apex).problems(t)
 
 
 @dataclass(frozen=True)
@@ -116,36 +126,12 @@ def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
     return est.megatron_value(args, "transformer_impl") != "local"
 
 
-Validator = Callable[[est.ModelShape, est.Training], list[str]]
-
-
-def foundation_validator(preset: Any, gpus_per_node: int, te: bool, apex: bool) -> Validator:
-    """launcher.pipeline.layout's checks (the ones `launch` runs) as a validator for candidate layouts.
-
-    Problems the preset has at its own layout on TP·PP·CP GPUs (e.g. a missing lr) are not the layout's
-    fault and are left out, so they do not reject every candidate.
-    """
-    from dataclasses import replace as replace_preset
-
-    from launcher.pipeline.layout import check
-
-    own = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * \
-        preset.arg("context_parallel_size")
-    baseline = {p.message for p in check(preset, own, min(own, gpus_per_node), te, apex)[1]}
-
-    def problems(m: est.ModelShape, t: est.Training) -> list[str]:
-        candidate = replace_preset(preset, megatron={**preset.megatron, **settings(t)})
-        found = check(candidate, t.world_size, gpus_per_node, te, apex)[1]
-        return [p.message for p in found if p.message not in baseline]
-
-    return problems
-
-
 def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node: int = 8,
            top: int = 5, tflops: float | None = None, allow_sp: bool | None = None,
-           validate: Validator | None = None) -> SearchResult:
-    """Rank the layouts of `args` on world_size GPUs. Candidates must pass layout_problems (cheap, ours)
-    and, when given, `validate` (launcher.pipeline.layout's checks, see foundation_validator)."""
+           rules: Rules | None = None) -> SearchResult:
+    """Rank the layouts of `args` on world_size GPUs. Candidates must pass `rules` (the pipeline's layout rules;
+    by default for a machine with Transformer Engine and apex)."""
+    rules = rules or Rules(args, gpus_per_node)
     m = est.model_shape(args)
     base = est.training_of(args, world_size)
     allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp
@@ -160,15 +146,12 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
             considered += 1
             # The shape (padded vocab) depends on TP.
             shape = est.model_shape(args, t.tp)
-            if layout_problems(shape, t):
-                continue
-            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
-            if c.fit == "does not fit":
-                valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
-                continue
-            if validate is not None and validate(shape, t):
+            if rules.problems(t):
                 continue
             valid += 1
+            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
+            if c.fit == "does not fit":
+                continue
             fitting += 1
             key = (t.tp, t.pp, t.vpp, t.micro_batch_size)
             old = best_by_layout.get(key)
@@ -178,7 +161,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     labels: dict[est.Training, list[str]] = {}
     for label, t in popular_alternatives(args, base, gpus_per_node, ranked):
         labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
-    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, validate)
+    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, rules)
                     for t, names in labels.items()]
     return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
 
@@ -207,12 +190,10 @@ def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_n
 
 
 def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Candidate], gpu: est.Gpu,
-          gpus_per_node: int, tflops: float | None, validate: Validator | None = None) -> Alternative:
+          gpus_per_node: int, tflops: float | None, rules: Rules | None = None) -> Alternative:
     shape = est.model_shape(args, t.tp)
     name = f"{label} [{describe(t)}]"
-    problems = layout_problems(shape, t)
-    if not problems and validate is not None:
-        problems = validate(shape, t)
+    problems = (rules or Rules(args, gpus_per_node)).problems(t)
     if problems:
         return Alternative(name, "invalid: " + "; ".join(problems))
     c = evaluate(shape, t, gpu, gpus_per_node, tflops)
@@ -304,9 +285,11 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limit: int = 1 << 16) -> int | None:
+def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limit: int = 1 << 16,
+                 rules: Rules | None = None) -> int | None:
     """Fewest GPUs on which some valid layout fits, trying the most memory-frugal knobs (micro batch 1,
     full recompute, sequence parallel where allowed, distributed optimizer)."""
+    rules = rules or Rules(args, gpus_per_node)
     base = est.training_of(args, 1)
     allow_sp = sequence_parallel_allowed(args)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
@@ -316,15 +299,17 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
                 t = replace(base, world_size=world, tp=tp, pp=pp, vpp=1, micro_batch_size=1, recompute="full",
                             sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
                 shape = est.model_shape(args, tp)
-                if layout_problems(shape, t):
+                # memory first: it is cheaper than the rules, and most small worlds fail it
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) == "does not fit":
                     continue
-                if est.fit_status(est.complete_memory(shape, t).total, gpu) != "does not fit":
+                if not rules.problems(t):
                     return world
     return None
 
 
-def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int) -> UserError:
-    need = minimum_gpus(args, gpu, gpus_per_node)
+def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
+                 rules: Rules | None = None) -> UserError:
+    need = minimum_gpus(args, gpu, gpus_per_node, rules=rules)
     if need is None:
         return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
                                  "check the global batch size: DP must divide it"))

@@ -118,6 +118,10 @@ class _Checker:
             if value is not None and value < 1:
                 self.fail(f"{dest} must be at least 1, got {value}", stage=stage)
                 ok = False
+        return ok
+
+    def training_settings(self) -> None:
+        """Settings every run needs whatever its layout."""
         if self.arg("lr") is None:
             self.fail("lr is not set", "Megatron's LR scheduler needs a learning rate, e.g. --set lr=3e-4",
                       stage="runtime")
@@ -125,7 +129,6 @@ class _Checker:
             self.fail("eval_interval is not set",
                       "without it pretrain_gpt.py crashes computing sample counts (train_iters // None); "
                       "set eval_interval, and eval_iters small (its default is 100)", stage="runtime")
-        return ok
 
     # -- world size and model parallelism --------------------------------------------------------------------
     def world_size(self, tp: int, pp: int, cp: int) -> bool:
@@ -454,6 +457,28 @@ class _Checker:
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
             self.fail("fp8_param_gather needs use_distributed_optimizer")
 
+    # -- the whole layout -------------------------------------------------------------------------------------
+    def layout(self, apex: bool) -> Layout:
+        """Every rule that depends on the parallel layout (sizes, batches, schedule, sequence parallel,
+        optimizer overlap), in the order Megatron meets them."""
+        tp = self.arg("tensor_model_parallel_size")
+        pp = self.arg("pipeline_model_parallel_size")
+        cp = self.arg("context_parallel_size")
+        world_ok = self.world_size(tp, pp, cp)
+        dp = self.world // (tp * pp * cp) if world_ok else 1
+        self.experts(tp, pp)
+        self.context_parallel(cp, tp)
+        vpp = self.pipeline(pp)
+        self.heads(tp)
+        gbs, microbatches = self.batches(dp, pp, vpp) if world_ok else (self.arg("global_batch_size") or 0, 0)
+        sp = self.sequence_parallel(tp, cp, apex)
+        self.optimizer_overlap(vpp)
+        return Layout(
+            world_size=self.world, tp=tp, pp=pp, cp=cp, ep=self.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
+            micro_batch_size=self.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
+            sequence_parallel=sp,
+        )
+
     # -- sequence length, training length, misc --------------------------------------------------------------
     def lengths(self) -> None:
         seq, max_pos = self.arg("seq_length"), self.arg("max_position_embeddings")
@@ -521,30 +546,26 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
           apex_available: bool = False) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings)."""
     c = _Checker(preset, world_size, gpus_per_node, te_available)
-    if not c.required():
+    ok = c.required()
+    c.training_settings()
+    if not ok:
         return None, c.problems, c.warnings
-    tp = c.arg("tensor_model_parallel_size")
-    pp = c.arg("pipeline_model_parallel_size")
-    cp = c.arg("context_parallel_size")
-    world_ok = c.world_size(tp, pp, cp)
-    dp = world_size // (tp * pp * cp) if world_ok else 1
-    c.experts(tp, pp)
-    c.context_parallel(cp, tp)
-    vpp = c.pipeline(pp)
-    c.heads(tp)
-    gbs, microbatches = c.batches(dp, pp, vpp) if world_ok else (c.arg("global_batch_size") or 0, 0)
-    sp = c.sequence_parallel(tp, cp, apex_available)
+    layout = c.layout(apex_available)
     c.precision()
-    c.optimizer_overlap(vpp)
     c.lengths()
     c.training_length()
     c.misc()
-    layout = Layout(
-        world_size=world_size, tp=tp, pp=pp, cp=cp, ep=c.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
-        micro_batch_size=c.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
-        sequence_parallel=sp,
-    )
     return layout, c.problems, c.warnings
+
+
+def layout_problems(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
+                    apex_available: bool = False) -> list[Problem]:
+    """The rules of `check` that depend on the parallel layout (see _Checker.layout): what the layout search
+    (launcher.estimate.search) asks of each candidate. The others judge the preset whatever its layout."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available)
+    if c.required():
+        c.layout(apex_available)
+    return c.problems
 
 
 def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
