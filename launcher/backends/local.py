@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import IO
 
 from launcher.errors import UserError
 from launcher.pipeline.command import MASTER_ADDR_REF, Command
@@ -58,15 +59,19 @@ def run(command: Command, cwd: str | None = None, stdout=None,
     env = {**os.environ, **command.env}
     if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
         env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
+    child: subprocess.Popen[str] | subprocess.Popen[bytes]
+    lines: IO[str] | None = None  # the child's output, when it goes to on_line
     if on_line is not None:
-        stdout = subprocess.PIPE
         env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
-    child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
-                             **({"text": True, "errors": "replace", "bufsize": 1} if on_line else {}))
+        piped = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, errors="replace", bufsize=1)
+        child, lines = piped, piped.stdout
+    else:
+        child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
     try:
-        if on_line is not None:
-            for line in child.stdout:
+        if on_line is not None and lines is not None:
+            for line in lines:
                 on_line(line)
         code = child.wait()
     finally:

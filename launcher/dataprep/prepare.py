@@ -161,14 +161,14 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
                             "check --json-key and that the files hold text")
         builder.finalize(temps["idx"])
         progress.finish()
-        result = PrepareResult(
+        prepared = PrepareResult(
             prefix=output_prefix, documents=documents, tokens=tokens, skipped_empty=skipped,
             vocab_size=tokenizer.vocab_size, eod=tokenizer.eod, dtype=np.dtype(dtype).name,
             seconds=time.monotonic() - started, megatron_args=spec.megatron_args(tokenizer.vocab_size))
-        _write_meta(temps["meta"], result, spec, inputs, json_key, text_unit)
+        _write_meta(temps["meta"], prepared, spec, inputs, json_key, text_unit)
         for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete
             os.replace(temps[key], outputs[key])
-        return result
+        return prepared
     finally:
         for path in temps.values():
             if os.path.exists(path):

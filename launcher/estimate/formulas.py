@@ -203,7 +203,7 @@ def virtual_stages_of(args: Mapping[str, Any]) -> int:
 
 def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.megatron_ext.") -> bool:
     spec = args.get("spec")
-    return bool(spec) and str(spec[0]).startswith(module)
+    return spec is not None and len(spec) > 0 and str(spec[0]).startswith(module)
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
@@ -413,6 +413,7 @@ def megatron_memory(m: ModelShape, t: Training) -> Memory:
 
 def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter with Megatron's mixed-precision Adam."""
+    optimizer: float
     if t.precision == "fp32":
         weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
     else:

@@ -4,6 +4,7 @@ preflight all-reduce. A pure translation: every Megatron setting was decided by 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +41,7 @@ def script_args(settings: dict[str, object]) -> list[str]:
     return argv
 
 
-def flag_lines(args: list[str]) -> list[str]:
+def flag_lines(args: Sequence[str]) -> list[str]:
     """Megatron flags as shell-quoted lines, one `--flag value...` group per line, for reading."""
     groups: list[list[str]] = []
     for arg in args:

@@ -15,7 +15,7 @@ import json
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from launcher.runs import logparse as lp
 from launcher.runs.verdict import RunLog, RunSummary
@@ -63,7 +63,7 @@ class Monitor:
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
-        self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+        self._bar: Any = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""

@@ -112,8 +112,8 @@ def series_from_runlog(runlog: RunLog) -> Series:
     records = [metrics_record(line, runlog.seq_length, index, position < 2)
                for index, block in enumerate(runlog.attempts, 1) for position, line in enumerate(block.lines)]
     series = series_from_records(records)
-    series.validation = [(v.iteration, v.values.get("lm loss")) for v in runlog.validation_points
-                         if v.split == "validation" and v.values.get("lm loss") is not None]
+    series.validation = [(v.iteration, loss) for v in runlog.validation_points
+                         if v.split == "validation" and (loss := v.values.get("lm loss")) is not None]
     return series
 
 
