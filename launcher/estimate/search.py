@@ -190,18 +190,20 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
         notes.append("sequence parallel not tried: without Transformer Engine or apex, torch's LayerNorm "
                      "cannot do it")
     best_by_layout: dict[tuple[int, int], Candidate] = {}
+    shapes: dict[int, est.ModelShape] = {}
     considered = valid = fitting = 0
     for layout in structural_layouts(m, base, gpus_per_node):
+        # The shape (padded vocab) depends on TP.
+        shape = shapes.get(layout.tp) or shapes.setdefault(layout.tp, est.model_shape(args, layout.tp))
         for t in knob_variants(layout, allow_sp):
             considered += 1
-            # The shape (padded vocab) depends on TP.
-            shape = est.model_shape(args, t.tp)
             if layout_problems(shape, t):
                 continue
-            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
-            if c.fit != "fits":  # above the usable fraction: never recommended
+            mem = est.complete_memory(shape, t)
+            if est.fit_status(mem.total, gpu) != "fits":  # above the usable fraction: never recommended
                 valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
                 continue
+            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
             if validate is not None and validate(shape, t):
                 continue
             valid += 1
