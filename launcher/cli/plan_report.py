@@ -14,6 +14,7 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
+from launcher.estimate.steptime import StepTime
 
 GIB = est.GIB
 
@@ -146,7 +147,7 @@ def layout_dict(t: est.Training) -> dict[str, Any]:
     return d
 
 
-def time_dict(step: est.StepTime, t: est.Training, m: est.ModelShape, tokens: float | None) -> dict[str, Any]:
+def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float | None) -> dict[str, Any]:
     flops = est.flops_per_iteration(m, t.global_batch_size)
     d: dict[str, Any] = {
         "step": step.as_dict(),

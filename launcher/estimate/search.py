@@ -17,6 +17,7 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate.stages import SplitError
+from launcher.estimate.steptime import StepTime
 from launcher.pipeline import layout as pipeline_layout
 from launcher.pipeline.preset import LauncherSettings, Preset
 
@@ -73,7 +74,7 @@ class Candidate:
     training: est.Training
     memory: est.Memory  # the complete model, most loaded GPU
     megatron: est.Memory  # Megatron's own figure, for comparison
-    step: est.StepTime
+    step: StepTime
     fit: str
 
     @property
@@ -249,7 +250,7 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
                              f"{why})")
 
 
-def dominant_cost(mine: est.StepTime, best: est.StepTime) -> str:
+def dominant_cost(mine: StepTime, best: StepTime) -> str:
     parts = {
         "compute": mine.compute - best.compute,
         "recompute": mine.recompute - best.recompute,
