@@ -59,6 +59,8 @@ def megatron_settings(preset: Preset, entry: str, kernels: Kernels) -> tuple[dic
         fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
         if not kernels.transformer_engine and settings.get("spec") is None:
             fallbacks.update(SDPA_SPEC)
+            if settings.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
+                del fallbacks["create_attention_mask_in_dataloader"]
         for dest, value in fallbacks.items():
             if settings.get(dest) is None:
                 settings[dest] = added[dest] = value

@@ -17,6 +17,7 @@ from launcher.checks.data import check_data
 from launcher.errors import Problem, UserError
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline.preset import Preset
+from launcher.pipeline.value_rules import check_values
 
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 
@@ -559,6 +560,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     c.lengths()
     c.training_length()
     c.misc()
+    check_values(c.arg, c.fail)
     layout = Layout(
         world_size=world_size, tp=tp, pp=pp, cp=cp, ep=c.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
         micro_batch_size=c.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
