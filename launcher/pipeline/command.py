@@ -57,6 +57,10 @@ def megatron_settings(preset: Preset, entry: str, kernels: Kernels) -> tuple[dic
     added: dict[str, object] = {}
     if entry == "pretrain_gpt":
         fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
+        if not kernels.transformer_engine and (settings.get("position_embedding_type") == "rope"
+                                               or settings.get("use_rotary_position_embeddings")):
+            # The fused RoPE kernel is TE's: TransformerConfig raises "apply_rope_fusion is not available".
+            fallbacks["apply_rope_fusion"] = False
         if not kernels.transformer_engine and settings.get("spec") is None:
             fallbacks.update(SDPA_SPEC)
             if settings.get("reset_attention_mask"):  # its per-document mask is built in the dataloader

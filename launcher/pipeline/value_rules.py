@@ -41,9 +41,10 @@ def value_ranges(arg: Arg, fail: Fail) -> None:
         if not _number(value):
             continue
         bound = f"> {low:g}" if exclusive else f">= {low:g}"
+        example = "1e-5" if dest.startswith("min") else "3e-4" if "lr" in dest else "1"
         if not math.isfinite(value):
             fail(f"{dest} is {value}: it must be a finite number {bound}",
-                 f"set {dest} to a number, e.g. --set {dest}=" + ("3e-4" if "lr" in dest else "1"), "runtime")
+                 f"set {dest} to a number, e.g. --set {dest}={example}", "runtime")
         elif value < low or (exclusive and value == low):
             fail(f"{dest} {value:g} must be {bound}", f"set {dest} to a value {bound}", "runtime")
     for dest, what in PROBABILITIES.items():
@@ -84,6 +85,12 @@ def experts(arg: Arg, fail: Fail) -> None:
              f"{dense}" + (" and expert_model_parallel_size=1" if ep and ep > 1 else "") +
              ", or set a positive number of experts", "runtime")
         return
+    if not arg("swiglu") and arg("bias_gelu_fusion") and arg("add_bias_linear") and not arg("moe_grouped_gemm"):
+        # SequentialMLP passes the router probabilities to each expert's MLP, whose fused bias-GeLU cannot take
+        # them: "Only support fusion of swiglu and quick_gelu with per_token_scale in MLP" at the first forward.
+        fail(f"MoE experts ({count}) with GeLU and the fused bias-GeLU fail at the first forward (Megatron's "
+             "SequentialMLP scales each expert's activation by its router probability; that kernel cannot)",
+             "set bias_gelu_fusion=false (--no-bias-gelu-fusion), or swiglu=true", "runtime")
     if topk is not None and not 1 <= topk <= count:
         fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
              f"e.g. --set moe_router_topk={min(2, count)}", "runtime")

@@ -1,0 +1,86 @@
+"""Values Megatron accepts at parse time but fails on later (or trains on NaN with): refused before launch."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.command import megatron_settings
+from launcher.pipeline.layout import make_plan
+from launcher.pipeline.preset import load_preset
+
+
+def problems(*overrides: str, gpus: int = 1) -> str:
+    with pytest.raises(UserError) as err:
+        make_plan(load_preset("345m", list(overrides)), 1, gpus)
+    return err.value.render()
+
+
+def accepted(*overrides: str, gpus: int = 1) -> None:
+    make_plan(load_preset("345m", list(overrides)), 1, gpus)
+
+
+@pytest.mark.parametrize(("override", "expected"), [
+    ("lr=nan", "error: lr is nan: it must be a finite number > 0"),
+    ("lr=inf", "error: lr is inf: it must be a finite number > 0"),
+    ("lr=0", "error: lr 0 must be > 0"),
+    ("min_lr=nan", "error: min_lr is nan: it must be a finite number >= 0"),
+    ("hidden_dropout=1.5", "error: hidden_dropout 1.5 is a dropout probability and must lie in [0, 1]"),
+    ("attention_dropout=-0.1", "error: attention_dropout -0.1 is a dropout probability"),
+    ("adam_beta2=1.0", "error: adam_beta2 1.0 must lie in [0, 1)"),
+    ("weight_decay=-1", "error: weight_decay -1 must be >= 0"),
+])
+def test_values_out_of_range_are_refused_with_a_fix(override, expected):
+    text = problems(override)
+    assert expected in text
+    assert "hint: " in text
+
+
+def test_query_groups_must_divide_the_heads():
+    text = problems("group_query_attention=true", "num_query_groups=3")
+    assert "num_attention_heads 16 is not divisible by num_query_groups 3" in text
+    assert "use num_query_groups in [1, 2, 4, 8, 16]" in text
+    accepted("group_query_attention=true", "num_query_groups=4")
+
+
+def test_query_groups_vs_tensor_parallel_still_checked():
+    text = problems("group_query_attention=true", "num_query_groups=3", "num_attention_heads=12",
+                    "tensor_model_parallel_size=2", gpus=2)
+    assert "num_query_groups 3 must be a multiple or divisor of TP 2" in text
+
+
+@pytest.mark.parametrize("overrides", [
+    ("num_experts=-4",),
+    ("num_experts=0", "expert_model_parallel_size=2"),
+])
+def test_expert_counts_below_one_are_refused(overrides):
+    text = problems(*overrides, gpus=2)
+    assert "num_experts must be at least 1" in text
+    assert "leave num_experts unset" in text
+
+
+def test_moe_with_fused_bias_gelu_is_refused_and_the_hint_works():
+    text = problems("num_experts=4", "moe_router_topk=2")
+    assert "fused bias-GeLU fail at the first forward" in text
+    assert "bias_gelu_fusion=false" in text
+    accepted("num_experts=4", "moe_router_topk=2", "bias_gelu_fusion=false")
+    accepted("num_experts=4", "moe_router_topk=2", "swiglu=true")
+    assert "moe_router_topk 5 must lie between 1 and num_experts 4" in problems(
+        "num_experts=4", "moe_router_topk=5", "swiglu=true")
+
+
+def test_reset_attention_mask_keeps_the_dataloader_mask():
+    plan = make_plan(load_preset("345m", ["reset_attention_mask=true"]), 1, 1)
+    settings, added = megatron_settings(plan.preset, plan.entry, Kernels(False, False, "preset"))
+    assert "create_attention_mask_in_dataloader" not in added  # the per-document mask is built there
+    text = problems("reset_attention_mask=true", "create_attention_mask_in_dataloader=false")
+    assert "reset_attention_mask needs the attention mask built in the dataloader" in text
+
+
+def test_rope_without_te_turns_the_te_rope_fusion_off():
+    plan = make_plan(load_preset("345m", ["position_embedding_type=rope"]), 1, 1)
+    _, added = megatron_settings(plan.preset, plan.entry, Kernels(False, False, "preset"))
+    assert added["apply_rope_fusion"] is False
+    _, with_te = megatron_settings(plan.preset, plan.entry, Kernels(True, True, "preset"))
+    assert "apply_rope_fusion" not in with_te
