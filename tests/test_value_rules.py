@@ -84,3 +84,9 @@ def test_rope_without_te_turns_the_te_rope_fusion_off():
     assert added["apply_rope_fusion"] is False
     _, with_te = megatron_settings(plan.preset, plan.entry, Kernels(True, True, "preset"))
     assert "apply_rope_fusion" not in with_te
+
+
+def test_async_save_needs_the_persistent_worker():
+    text = problems("async_save=true", "use_persistent_ckpt_worker=false")
+    assert "async_save without use_persistent_ckpt_worker" in text and "use_persistent_ckpt_worker=true" in text
+    accepted()  # the preset ships both

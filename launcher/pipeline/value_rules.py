@@ -105,7 +105,15 @@ def attention_mask(arg: Arg, fail: Fail) -> None:
              "runtime")
 
 
-RULES = (value_ranges, query_groups, experts, attention_mask)
+def async_save(arg: Arg, fail: Fail) -> None:
+    """validate_args turns --async-save off, with only a warning in the log, unless a persistent worker writes."""
+    if arg("async_save") and arg("ckpt_format") != "torch" and not arg("use_persistent_ckpt_worker"):
+        fail("async_save without use_persistent_ckpt_worker: Megatron disables the asynchronous save at start "
+             "(\"Disabling --async-save\" in the log) and every save blocks training",
+             "add use_persistent_ckpt_worker=true", "launcher")
+
+
+RULES = (value_ranges, query_groups, experts, attention_mask, async_save)
 
 
 def check_values(arg: Arg, fail: Fail) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from launcher.runs import logparse as lp
+from launcher.runs.timing import StartupClock
 from launcher.runs.verdict import RunLog, RunSummary
 
 METRICS_FILE = "metrics.jsonl"
@@ -63,6 +64,7 @@ class Monitor:
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
         self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+        self.clock = StartupClock()
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
@@ -76,6 +78,7 @@ class Monitor:
         self._log.write(text + "\n")
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
+        self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
             self._metrics.write(json.dumps(record) + "\n")
             self._metrics.flush()
@@ -131,6 +134,7 @@ class Monitor:
         self._log.close()
         self._metrics.close()
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
+        summary.startup = self.clock.as_dict()
         (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
         print("\n" + summary.render(), file=self.out, flush=True)
         return summary
