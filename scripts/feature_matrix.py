@@ -1,6 +1,6 @@
 """The GPU feature matrix: every row is `launch 345m` (4 layers of its shape) as a user types it, on one GPU.
 
-    python scripts/feature_matrix.py --out DIR [--jobs 3] [--rows NAME,NAME]
+    python scripts/feature_matrix.py --out DIR [--jobs 3] [--rows "NAME;NAME"]
 
 Each row trains 10 iterations with the compiled layers on (the launcher's default without TE) and must either
 train (exit 0, outcome success, loss falls) or be refused by the launcher before launch (exit 2, an `error:`
@@ -219,12 +219,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=3, help="rows at a time on the GPU after the first")
-    parser.add_argument("--rows", default="", help="comma-separated row names (default: all)")
+    parser.add_argument("--rows", default="", help="row names separated by ; (default: all)")
     parser.add_argument("--gpu", default=os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
     parser.add_argument("--launch-arg", action="append", default=[], help="extra `launch` option for every row")
     args = parser.parse_args(argv)
     LAUNCH_ARGS[:] = args.launch_arg
-    rows = [r for r in ROWS if not args.rows or r.name in args.rows.split(",")]
+    rows = [r for r in ROWS if not args.rows or r.name in args.rows.split(";")]
     args.out.mkdir(parents=True, exist_ok=True)
     run_root = (args.out / "runs").absolute()
     start = time.monotonic()

@@ -24,6 +24,8 @@ class StartupClock:
         self.training: float | None = None
         self.first_iteration: float | None = None
         self.save_blocking_s: list[float] = []
+        self.saving: float | None = None  # arrival of the last "saving checkpoint" line
+        self.save_wall_s: float | None = None  # from it to "successfully saved" (the write, even in background)
 
     def observe(self, text: str, is_iteration: bool, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -35,6 +37,10 @@ class StartupClock:
             self.first_iteration = now
         elif "save-checkpoint" in text and (m := _SAVE_TIMER_RE.match(text)):
             self.save_blocking_s.append(float(m["max"]) / 1000.0)
+        elif "saving checkpoint at iteration" in text:
+            self.saving = now
+        elif "successfully saved checkpoint" in text and self.saving is not None:
+            self.save_wall_s = now - self.saving
 
     def as_dict(self) -> dict[str, float | None]:
         def span(a: float | None, b: float | None) -> float | None:
@@ -46,6 +52,7 @@ class StartupClock:
             "first_iteration_s": span(self.training, self.first_iteration),
             "start_to_first_iteration_s": span(self.start, self.first_iteration),
             "last_save_blocking_s": round(self.save_blocking_s[-1], 2) if self.save_blocking_s else None,
+            "last_save_written_s": round(self.save_wall_s, 2) if self.save_wall_s is not None else None,
         }
 
 
@@ -64,5 +71,6 @@ def render(startup: dict | None) -> list[str]:
                      f"{s('start_to_initialized_s')} Megatron initialisation + {s('model_optimizer_data_s')} "
                      f"model, optimizer and data + {s('first_iteration_s')} first iteration")
     if startup.get("last_save_blocking_s") is not None:
-        lines.append(f"checkpoint save:    blocked training {s('last_save_blocking_s')} (the last save)")
+        lines.append(f"checkpoint save:    blocked training {s('last_save_blocking_s')} (the last save; written "
+                     f"{s('last_save_written_s')} after it began)")
     return lines
