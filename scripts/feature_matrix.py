@@ -31,9 +31,11 @@ sys.path.insert(0, str(REPO))
 from launcher.runs import logparse  # noqa: E402
 
 # 4 layers of the 345m shape, batch 8, 10 iterations at a constant-ish LR high enough to see the loss fall.
-# The end-of-run checkpoint is saved in the torch format (fast), except where a row is about checkpoints.
+# The end-of-run checkpoint is saved in the torch format (fast; it has no asynchronous save), except where a
+# row is about checkpoints: torch_dist is the preset's own (asynchronous) save.
 BASE = ["num_layers=4", "global_batch_size=8", "train_iters=10", "eval_iters=0", "log_interval=1", "lr=6e-4",
-        "lr_warmup_fraction=0", "ckpt_format=torch"]
+        "lr_warmup_fraction=0", "ckpt_format=torch", "async_save=false"]
+ASYNC = {"torch_dist": "async_save=true", "torch": "async_save=false"}
 
 
 @dataclass(frozen=True)
@@ -167,10 +169,11 @@ def run_row(row: Row, run_root: Path, gpu: str = "0") -> Outcome:
         code, output, run_dir, out.wall_s = launch(sets, root, gpu)
         judge_training(out, code, output, run_dir)
     else:
-        save = [*BASE, f"ckpt_format={row.checkpoint}", "save_interval=5"]  # saves at 5 and at the end (10)
+        fmt = [f"ckpt_format={row.checkpoint}", ASYNC[row.checkpoint]]
+        save = [*BASE, *fmt, "save_interval=5"]  # saves at 5 and at the end (10)
         code, output, run_dir, wall = launch(save, root, gpu)
         saved = run_dir / "checkpoints" if run_dir else None
-        load = [*BASE, f"ckpt_format={row.checkpoint}", "ckpt_step=5", f"load={saved}"]
+        load = [*BASE, *fmt, "ckpt_step=5", f"load={saved}"]
         out.command = f"{typed(save)}; then {typed(load[:-1])} --set load=<the first run's checkpoints>"
         judge_training(out, code, output, run_dir)
         if out.outcome == "trains":

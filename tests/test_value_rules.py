@@ -90,3 +90,6 @@ def test_async_save_needs_the_persistent_worker():
     text = problems("async_save=true", "use_persistent_ckpt_worker=false")
     assert "async_save without use_persistent_ckpt_worker" in text and "use_persistent_ckpt_worker=true" in text
     accepted()  # the preset ships both
+    text = problems("ckpt_format=torch")
+    assert "async_save with ckpt_format torch" in text and "set async_save=false" in text
+    accepted("ckpt_format=torch", "async_save=false")
