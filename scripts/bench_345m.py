@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -56,16 +57,24 @@ def run_baseline(gpu: str, log: Path, mbs: int = 16, accum: int = 2) -> dict:
 
 
 def launcher_run(args: list[str], gpus: list[str], run_root: Path, log: Path,
-                 env_extra: dict[str, str] | None = None) -> tuple[dict, Path, float]:
+                 env_extra: dict[str, str] | None = None, timeout_s: float = 300) -> tuple[dict, Path, float]:
     """`launch ARGS` as a subprocess: (its summary.json, its run directory, wall seconds from command to exit)."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "launcher", *args, "--set", f"run_root={run_root}"], env=env,
-                          capture_output=True, text=True)
+    # Its own process group, so that a run past its time limit goes with torchrun and the training processes.
+    proc = subprocess.Popen([sys.executable, "-m", "launcher", *args, "--set", f"run_root={run_root}"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        log.write_text(output)
+        raise SystemExit(f"launch {' '.join(args)} still running after {timeout_s} s; see {log}") from None
     wall = time.monotonic() - start
-    log.write_text(proc.stdout + proc.stderr)
-    run_dir = next((line.removeprefix("# run directory: ").strip() for line in proc.stdout.splitlines()
+    log.write_text(output)
+    run_dir = next((line.removeprefix("# run directory: ").strip() for line in output.splitlines()
                     if line.startswith("# run directory: ")), None)
     if proc.returncode != 0 or run_dir is None:
         raise SystemExit(f"launch {' '.join(args)} failed (exit {proc.returncode}); see {log}")
@@ -85,7 +94,7 @@ def run_launch(gpus: list[str], extra: list[str], iters: int, run_root: Path, lo
                env_extra: dict[str, str] | None = None) -> dict:
     args = ["345m", "--gpus-per-node", str(len(gpus)), "--set", f"train_iters={iters}", "--set", "eval_iters=0",
             *extra]
-    summary, run_dir, wall = launcher_run(args, gpus, run_root, log, env_extra)
+    summary, run_dir, wall = launcher_run(args, gpus, run_root, log, env_extra, timeout_s=200)
     return {"ms_per_iter": summary["steady_ms_per_iter"], "tokens_per_s": summary["steady_tokens_per_s"],
             "tflops_per_gpu": summary["steady_tflops_per_gpu"], "peak_memory_mb": summary["peak_memory_mb"],
             "final_loss": summary["final_loss"], "startup": summary.get("startup"), "wall_s": round(wall, 1),
@@ -94,7 +103,7 @@ def run_launch(gpus: list[str], extra: list[str], iters: int, run_root: Path, lo
 
 
 def run_toy(gpu: str, run_root: Path, log: Path) -> dict:
-    summary, run_dir, wall = launcher_run(["toy", "--gpus-per-node", "1"], [gpu], run_root, log)
+    summary, run_dir, wall = launcher_run(["toy", "--gpus-per-node", "1"], [gpu], run_root, log, timeout_s=120)
     return {"wall_s": round(wall, 1), "outcome": summary["outcome"], "startup": summary.get("startup"),
             "megatron_setup_s": megatron_setup_timers(run_dir), "command": "launch toy --gpus-per-node 1"}
 
