@@ -60,14 +60,16 @@ def test_expert_counts_below_one_are_refused(overrides):
     assert "leave num_experts unset" in text
 
 
-def test_moe_with_fused_bias_gelu_is_refused_and_the_hint_works():
+def test_moe_with_linear_biases_is_refused_with_a_fix():
     text = problems("num_experts=4", "moe_router_topk=2")
-    assert "fused bias-GeLU fail at the first forward" in text
-    assert "bias_gelu_fusion=false" in text
-    accepted("num_experts=4", "moe_router_topk=2", "bias_gelu_fusion=false")
-    accepted("num_experts=4", "moe_router_topk=2", "swiglu=true")
+    assert "MoE experts (4) with linear biases fail at the first training step" in text
+    assert "set add_bias_linear=false" in text
+    for also in ((), ("swiglu=true",), ("bias_gelu_fusion=false",)):  # each of these failed on the GPU
+        assert "with linear biases" in problems("num_experts=4", "moe_router_topk=2", *also)
+    accepted("num_experts=4", "moe_router_topk=2", "add_bias_linear=false")
+    make_plan(load_preset("345m", ["num_experts=4", "moe_router_topk=2"]), 1, 1, True, True)  # seen without TE only
     assert "moe_router_topk 5 must lie between 1 and num_experts 4" in problems(
-        "num_experts=4", "moe_router_topk=5", "swiglu=true")
+        "num_experts=4", "moe_router_topk=5", "add_bias_linear=false")
 
 
 def test_reset_attention_mask_keeps_the_dataloader_mask():

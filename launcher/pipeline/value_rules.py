@@ -1,8 +1,8 @@
 """Pre-launch rules on model and optimizer values that Megatron only finds at model build or the first step.
 
-Each function takes the preset's `arg` (the value Megatron will see) and `fail(message, hint, stage)`; layout.check
-calls them all. Megatron parses `--lr nan` or `--hidden-dropout 1.5` without complaint and then trains on NaN or
-crashes in dropout; `--num-query-groups 3` with 16 heads fails only at the first forward.
+Each function takes the preset's `arg` (the value Megatron will see), `fail(message, hint, stage)` and whether TE
+is available; layout.check calls them all. Megatron parses `--lr nan` or `--hidden-dropout 1.5` without complaint
+and then trains on NaN or crashes in dropout; `--num-query-groups 3` with 16 heads fails only at the first forward.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def value_ranges(arg: Arg, fail: Fail) -> None:
+def value_ranges(arg: Arg, fail: Fail, te: bool = False) -> None:
     """Finite learning rates and scales, probabilities in [0, 1], Adam's betas in [0, 1)."""
     for dest, (low, exclusive) in POSITIVE.items():
         value = arg(dest)
@@ -57,7 +57,7 @@ def value_ranges(arg: Arg, fail: Fail) -> None:
             fail(f"{dest} {value} must lie in [0, 1)", f"e.g. --set {dest}=0.9", "runtime")
 
 
-def query_groups(arg: Arg, fail: Fail) -> None:
+def query_groups(arg: Arg, fail: Fail, te: bool = False) -> None:
     """Grouped-query attention: the heads split evenly into the groups (TransformerConfig / the first forward)."""
     if not arg("group_query_attention"):
         return
@@ -73,7 +73,7 @@ def query_groups(arg: Arg, fail: Fail) -> None:
              "needs the same number of heads", f"use num_query_groups in {fits}", "runtime")
 
 
-def experts(arg: Arg, fail: Fail) -> None:
+def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
     """MoE expert counts: positive, at least the router's top-k; expert parallelism only with experts."""
     count, ep, topk = arg("num_experts"), arg("expert_model_parallel_size"), arg("moe_router_topk")
     if count is None:
@@ -85,18 +85,20 @@ def experts(arg: Arg, fail: Fail) -> None:
              f"{dense}" + (" and expert_model_parallel_size=1" if ep and ep > 1 else "") +
              ", or set a positive number of experts", "runtime")
         return
-    if not arg("swiglu") and arg("bias_gelu_fusion") and arg("add_bias_linear") and not arg("moe_grouped_gemm"):
-        # SequentialMLP passes the router probabilities to each expert's MLP, whose fused bias-GeLU cannot take
-        # them: "Only support fusion of swiglu and quick_gelu with per_token_scale in MLP" at the first forward.
-        fail(f"MoE experts ({count}) with GeLU and the fused bias-GeLU fail at the first forward (Megatron's "
-             "SequentialMLP scales each expert's activation by its router probability; that kernel cannot)",
-             "set bias_gelu_fusion=false (--no-bias-gelu-fusion), or swiglu=true", "runtime")
+    if arg("add_bias_linear") and not arg("moe_grouped_gemm") and not te:
+        # Megatron's SequentialMLP passes each expert its router probabilities; with linear biases every path
+        # fails at the first step (measured on an H200, no TE): fused bias-GeLU "Only support fusion of swiglu
+        # and quick_gelu with per_token_scale", unfused "a view ... is being modified inplace" (mlp.py's bias
+        # add), SwiGLU "Bias is not supported for weighted swiglu fusion".
+        fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
+             "experts scale each expert's output by its router probability, which its bias paths cannot)",
+             "set add_bias_linear=false (--disable-bias-linear)", "runtime")
     if topk is not None and not 1 <= topk <= count:
         fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
              f"e.g. --set moe_router_topk={min(2, count)}", "runtime")
 
 
-def attention_mask(arg: Arg, fail: Fail) -> None:
+def attention_mask(arg: Arg, fail: Fail, te: bool = False) -> None:
     """reset_attention_mask changes the mask the dataloader builds; without one Megatron silently ignores it."""
     if arg("reset_attention_mask") and arg("create_attention_mask_in_dataloader") is False:
         fail("reset_attention_mask needs the attention mask built in the dataloader, but "
@@ -108,7 +110,7 @@ def attention_mask(arg: Arg, fail: Fail) -> None:
 ASYNC_FORMATS = ("torch_dist", "torch_dcp", "fsdp_dtensor")
 
 
-def async_save(arg: Arg, fail: Fail) -> None:
+def async_save(arg: Arg, fail: Fail, te: bool = False) -> None:
     """--async-save: validate_args turns it off (a warning in the log) without a persistent writer process, and
     save_checkpoint raises NotImplementedError for the torch format, at the first save."""
     if not arg("async_save"):
@@ -126,6 +128,7 @@ def async_save(arg: Arg, fail: Fail) -> None:
 RULES = (value_ranges, query_groups, experts, attention_mask, async_save)
 
 
-def check_values(arg: Arg, fail: Fail) -> None:
+def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Every rule; `te`: Transformer Engine is available to the training processes."""
     for rule in RULES:
-        rule(arg, fail)
+        rule(arg, fail, te)
