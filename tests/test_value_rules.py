@@ -6,19 +6,26 @@ import pytest
 
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.command import megatron_settings
-from launcher.pipeline.layout import make_plan
+from launcher.pipeline.kernels import fallbacks
 from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
+
+WITHOUT = Kernels(False, False, "preset")
+WITH = Kernels(True, True, "preset")
+
+
+def resolved(*overrides: str, gpus: int = 1, kernels: Kernels = WITHOUT):
+    return resolve(load_preset("345m", list(overrides)), 1, gpus, kernels=kernels)
 
 
 def problems(*overrides: str, gpus: int = 1) -> str:
     with pytest.raises(UserError) as err:
-        make_plan(load_preset("345m", list(overrides)), 1, gpus)
+        resolved(*overrides, gpus=gpus)
     return err.value.render()
 
 
 def accepted(*overrides: str, gpus: int = 1) -> None:
-    make_plan(load_preset("345m", list(overrides)), 1, gpus)
+    resolved(*overrides, gpus=gpus)
 
 
 @pytest.mark.parametrize(("override", "expected"), [
@@ -67,25 +74,23 @@ def test_moe_with_linear_biases_is_refused_with_a_fix():
     for also in ((), ("swiglu=true",), ("bias_gelu_fusion=false",)):  # each of these failed on the GPU
         assert "with linear biases" in problems("num_experts=4", "moe_router_topk=2", *also)
     accepted("num_experts=4", "moe_router_topk=2", "add_bias_linear=false")
-    make_plan(load_preset("345m", ["num_experts=4", "moe_router_topk=2"]), 1, 1, True, True)  # seen without TE only
+    resolved("num_experts=4", "moe_router_topk=2", kernels=WITH)  # seen failing without TE only
     assert "moe_router_topk 5 must lie between 1 and num_experts 4" in problems(
         "num_experts=4", "moe_router_topk=5", "add_bias_linear=false")
 
 
 def test_reset_attention_mask_keeps_the_dataloader_mask():
-    plan = make_plan(load_preset("345m", ["reset_attention_mask=true"]), 1, 1)
-    settings, added = megatron_settings(plan.preset, plan.entry, Kernels(False, False, "preset"))
-    assert "create_attention_mask_in_dataloader" not in added  # the per-document mask is built there
+    assert "create_attention_mask_in_dataloader" not in resolved("reset_attention_mask=true").added
+    assert resolved().added["create_attention_mask_in_dataloader"] is False  # SDPA's causal kernel needs none
     text = problems("reset_attention_mask=true", "create_attention_mask_in_dataloader=false")
     assert "reset_attention_mask needs the attention mask built in the dataloader" in text
 
 
 def test_rope_without_te_turns_the_te_rope_fusion_off():
-    plan = make_plan(load_preset("345m", ["position_embedding_type=rope"]), 1, 1)
-    _, added = megatron_settings(plan.preset, plan.entry, Kernels(False, False, "preset"))
-    assert added["apply_rope_fusion"] is False
-    _, with_te = megatron_settings(plan.preset, plan.entry, Kernels(True, True, "preset"))
-    assert "apply_rope_fusion" not in with_te
+    preset = load_preset("345m", ["position_embedding_type=rope"])
+    assert fallbacks(preset.megatron, WITHOUT)["apply_rope_fusion"] is False
+    assert "apply_rope_fusion" not in fallbacks(preset.megatron, WITH)
+    assert resolved("position_embedding_type=rope").added["apply_rope_fusion"] is False
 
 
 def test_async_save_needs_the_persistent_worker():

@@ -10,42 +10,25 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Callable
-from dataclasses import replace
+from pathlib import Path
 
-from launcher.errors import UserError
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as UserError (exit 2, one line), not its own exit."""
-
-    def error(self, message: str):
-        raise UserError(f"{self.prog}: {message}", f"see {self.prog} --help")
+from launcher.cli.parsing import Parser, positive
+from launcher.errors import UserError, closest
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def run_parser() -> _Parser:
-    p = _Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
+def run_parser() -> Parser:
+    p = Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
                 epilog="Other commands: " + ", ".join(f"launch {name}" for name in SUBCOMMANDS))
     p.add_argument("preset", nargs="?",
                    help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run directory made by an earlier launch (same preset and checkpoints)")
-    p.add_argument("--nodes", type=_positive,
-                   help="number of nodes (default: the preset's for a dry-run or Slurm, 1 for a run here)")
-    p.add_argument("--gpus-per-node", type=_positive,
-                   help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
+    p.add_argument("--nodes", type=positive,
+                   help="number of nodes (default: the preset's)")
+    p.add_argument("--gpus-per-node", type=positive,
+                   help="GPUs per node (default: the preset's; for a one-node job here at most this machine's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override a Megatron setting (its dest name, e.g. lr=3e-4) or a launcher setting")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
@@ -65,7 +48,7 @@ def run_parser() -> _Parser:
                             "(with --dry-run: print the script)")
     slurm.add_argument("--submit", action="store_true", help="write the batch script and submit it with sbatch; "
                        "prints the job id (implies --slurm)")
-    slurm.add_argument("--chain", type=_positive, metavar="K",
+    slurm.add_argument("--chain", type=positive, metavar="K",
                        help="K jobs that run one after another (--dependency=singleton), each resuming from "
                             "the last checkpoint; for runs longer than the partition's time limit")
     return p
@@ -75,102 +58,91 @@ def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
-    from launcher.megatron.pin import megatron_path, require_checkout, resolve_kernels
+    from launcher.megatron.pin import megatron_path, require_checkout
+    from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command
-    from launcher.pipeline.layout import make_plan
     from launcher.pipeline.preset import load_preset
+    from launcher.runs import rundir
 
     if (args.preset is None) == (args.resume is None):
         raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
                         "--resume runs/toy-20261129T160150Z")
     if args.resume and args.dry_run:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
-    prepared = None
-    if args.resume:
-        from launcher.runs import tracking
-
-        prepared = tracking.prepare_resume(args.resume, args.overrides)
-        preset = prepared.preset
-    else:
-        preset = load_preset(args.preset, args.overrides)
     on_slurm = args.slurm or args.submit
     if args.chain and not on_slurm:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
-    gpus = args.gpus_per_node
-    nodes = args.nodes
-    if not (args.dry_run or args.check or on_slurm):  # a run here: this machine, its GPUs unless told
-        nodes = nodes or 1
-        if gpus is None:
-            from launcher.backends import local
+    existing = None
+    if args.resume:
+        from launcher.runs import tracking
 
-            gpus = local.visible_gpus()
-            if gpus == 0:
-                raise UserError("no GPU is visible on this machine",
-                                "run on a GPU machine, or use --dry-run to print the command")
-    kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+        preset, existing = tracking.open_resume(args.resume, args.overrides)
+    else:
+        preset = load_preset(args.preset, args.overrides)
+    gpus_here = 0
+    if not on_slurm:  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
+        from launcher.backends import local
+
+        gpus_here = local.visible_gpus()
+        if gpus_here == 0 and args.gpus_per_node is None and not (args.dry_run or args.check):
+            raise UserError("no GPU is visible on this machine",
+                            "run on a GPU machine, or use --dry-run to print the command")
+    target = resolve.target_for(preset, on_slurm)
+    kernels = resolve.kernels_of(preset, target)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
+    # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
+    run_dir = existing.path if existing else None
+    if run_dir is None and (on_slurm or not args.preflight):
+        run_dir = rundir.new_run_dir_path(Path(preset.launcher.run_root), preset.name)
+    inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
+                  preflight=args.preflight, gpus_here=gpus_here)
     if args.check:
         from launcher.checks.megatron_verdict import check_preset
 
-        return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
-    plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
+        return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format)
+    job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
+    command = build_command(job)
     if on_slurm:
         from launcher.backends import slurm
-        from launcher.runs import tracking
 
-        # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
-        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
-        plan = replace(plan, preset=prepared.preset)
-        return slurm.launch(plan, path, kernels, prepared, dry_run=args.dry_run, submit_job=args.submit,
-                            chain=args.chain, preflight=args.preflight)
-    if not args.dry_run and not args.preflight:
+        return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain)
+    if args.dry_run:
+        out = render.as_json if args.format == "json" else render.text
+        sys.stdout.write(out(job, command))
+        return 0
+    if not args.preflight:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
-        require_checkout(path, plan.entry)
+        require_checkout(path, job.entry)
         if not args.no_doctor:
             from launcher.checks.doctor import preflight_or_raise
 
-            preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
-        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
-        from launcher.runs import tracking
-
-        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
-        preset = prepared.preset
-        plan = replace(plan, preset=preset)
-    command = build_command(plan, path, kernels)
-    if args.preflight:
-        from launcher.inside.allreduce import SCRIPT_PATH
-        from launcher.pipeline.command import with_entry
-
-        command = with_entry(command, str(SCRIPT_PATH), [])
-    if args.dry_run:
-        out = render.as_json if args.format == "json" else render.text
-        sys.stdout.write(out(plan, command, kernels))
-        return 0
-    sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
+            preflight_or_raise(job, command)
+    sys.stdout.write("\n".join(render.header(job)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
         from launcher.backends import local
 
         return local.run(command)
-    return tracking.execute(prepared, plan, command, path)
+    from launcher.runs import tracking
+
+    return tracking.execute(job, command)
 
 
 def cmd_list(argv: list[str]) -> int:
-    _Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
+    Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
     from launcher.estimate.formulas import human, parameter_count
-    from launcher.megatron.pin import resolve_kernels
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP, make_plan
+    from launcher.pipeline import resolve
+    from launcher.pipeline.layout import SIMPLE_LOOP_TP
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
     for name in available_presets():
         preset = load_preset(name)
-        kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
-        plan = make_plan(preset, te_available=kernels.transformer_engine, apex_available=kernels.apex)
-        lay = plan.layout
-        min_gpus = SIMPLE_LOOP_TP if plan.entry == "simple_loop" else lay.model_parallel_size
-        rows.append((name, human(parameter_count(plan.preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
-                     str(min_gpus), f"{plan.nodes}×{plan.gpus_per_node}", preset.description))
+        job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
+        lay = job.layout
+        min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
+        rows.append((name, human(parameter_count(job.preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
+                     str(min_gpus), f"{job.nodes}×{job.gpus_per_node}", preset.description))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
@@ -178,15 +150,34 @@ def cmd_list(argv: list[str]) -> int:
 
 
 def cmd_doctor(argv: list[str]) -> int:
-    from launcher.checks import doctor
+    parser = Parser(prog="launch doctor", description="Is this machine ready to run the pinned Megatron? Each "
+                    "check says ok / warn / fail and how to fix it.")
+    parser.add_argument("--megatron-path",
+                        help="Megatron-LM checkout to inspect (default: $MEGATRON_LM_PATH or the submodule)")
+    parser.add_argument("--torch", action="store_true",
+                        help="also import torch and Transformer Engine (slower): CUDA, GPUs, NCCL as torch sees them")
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    options = parser.parse_args(argv)
+    import json
+    from dataclasses import asdict
 
-    return doctor.main(argv)
+    from launcher.checks import doctor
+    from launcher.megatron.pin import megatron_path
+
+    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None), torch_probe=options.torch)
+    findings = doctor.run_checks(ctx)
+    if options.format == "json":
+        print(json.dumps([asdict(f) for f in findings], indent=1))
+    else:
+        print("\n".join(f.render() for f in findings))
+        print(f"doctor: {doctor.worst(findings)}")
+    return 1 if doctor.worst(findings) == "fail" else 0
 
 
 def cmd_plan(argv: list[str]) -> int:
     from launcher.cli import plan_report
 
-    parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
+    parser = Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
                      "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
     plan_report.add_arguments(parser)
     sys.stdout.write(plan_report.run(parser.parse_args(argv)))
@@ -194,18 +185,35 @@ def cmd_plan(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from launcher.runs import report
+    parser = Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
+                    "of a run directory, or of Megatron log files such as a Slurm job's output.")
+    parser.add_argument("targets", nargs="+", type=Path, metavar="RUN_DIR_OR_LOG",
+                        help="a run directory made by launch, or Megatron log files (e.g. slurm-123.out)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="where the PNG plots go (default: RUN_DIR/plots, or LOG-report/ beside the log)")
+    parser.add_argument("--partial", action="store_true",
+                        help="report what is readable in a truncated or partly garbled log")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    import json
 
-    parser = _Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
-                     "of a run directory, or of Megatron log files such as a Slurm job's output.")
-    report.add_arguments(parser)
-    return report.run(parser.parse_args(argv))
+    from launcher.runs.report import make_report
+
+    # exit 0 when the report was made, whatever the run's outcome
+    report = make_report(args.targets, args.output_dir, args.partial)
+    if args.format == "json":
+        print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
+                          "sources": [str(s) for s in report.sources]}, indent=2))
+    else:
+        print(report.summary.render())
+        print("plots:              " + ", ".join(str(p) for p in report.plots))
+    return 0
 
 
 def cmd_prepare_data(argv: list[str]) -> int:
-    from launcher.dataprep.cli import main as prepare_data_main
+    from launcher.cli import prepare_data
 
-    return prepare_data_main(argv)
+    return prepare_data.run(prepare_data.build_parser().parse_args(argv))
 
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
@@ -217,12 +225,24 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
+def _with_command_hint(exc: UserError, argv: list[str]) -> UserError:
+    """`launch docter` is read as a preset name; when no such preset exists, suggest the command."""
+    near = closest(argv[0], SUBCOMMANDS, cutoff=0.75) if argv and not argv[0].startswith("-") else []
+    if not near or not exc.problems[0].message.startswith("no preset named"):
+        return exc
+    return UserError(f"no command or preset named {argv[0]!r}", f"did you mean launch {near[0]}? "
+                     f"({exc.problems[0].hint})")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv and argv[0] in SUBCOMMANDS:
             return SUBCOMMANDS[argv[0]](argv[1:])
-        return cmd_run(argv)
+        try:
+            return cmd_run(argv)
+        except UserError as exc:
+            raise _with_command_hint(exc, argv) from None
     except UserError as exc:
         print(exc.render(), file=sys.stderr)
         return 2
