@@ -17,6 +17,7 @@ from launcher.checks.megatron_verdict import (
     check_preset,
     default_check_env,
     nearest_flag,
+    target_env,
     unknown_flags,
 )
 from launcher.errors import UserError
@@ -58,8 +59,9 @@ def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
     if plan.entry != "pretrain_gpt":
         pytest.skip(f"entry {plan.entry} takes no Megatron flags at world {nodes * gpus}")
     command = build_command(plan, Path("/opt/megatron-lm"), kernels)
-    env = {k: v for k, v in command.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
-    verdict = shared_checker().check(command.script_args, plan.layout.world_size, env, apex=kernels.apex)
+    env = target_env(plan.preset, command.script_args, command.env)
+    verdict = shared_checker().check(command.script_args, plan.layout.world_size, env, apex=kernels.apex,
+                                     te=kernels.transformer_engine)
     assert verdict.ok, verdict.render()
     # Megatron derives the same layout the launcher printed.
     facts = verdict.facts
@@ -153,7 +155,8 @@ def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, kernels, None, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)")
+    assert out.startswith("assumed: GPU h100-80gb (compute capability 9.0), no Transformer Engine, no apex")
+    assert "\nlauncher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)" in out
     assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
 
     rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels, None,

@@ -57,12 +57,20 @@ def megatron_settings(preset: Preset, entry: str, kernels: Kernels) -> tuple[dic
     added: dict[str, object] = {}
     if entry == "pretrain_gpt":
         fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
-        if not kernels.transformer_engine and settings.get("spec") is None:
-            fallbacks.update(SDPA_SPEC)
+        local = settings.get("transformer_impl") in (None, "local")
+        if not kernels.transformer_engine and settings.get("spec") is None and local:
+            fallbacks.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE impl
+        if not kernels.transformer_engine and uses_rope(settings):
+            fallbacks["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
         for dest, value in fallbacks.items():
             if settings.get(dest) is None:
                 settings[dest] = added[dest] = value
     return settings, added
+
+
+def uses_rope(settings: dict[str, object]) -> bool:
+    """validate_args turns RoPE fusion off unless the position embedding is RoPE (arguments.py:1457-1460)."""
+    return settings.get("position_embedding_type") == "rope" or bool(settings.get("use_rotary_position_embeddings"))
 
 
 def script_args(settings: dict[str, object]) -> list[str]:
@@ -103,9 +111,11 @@ def uses_megatron_ext(settings: dict[str, object]) -> bool:
 def environment(plan: Plan, megatron_path: Path, settings: dict[str, object] | None = None) -> dict[str, str]:
     env: dict[str, str] = {}
     layout = plan.layout
-    if plan.entry == "simple_loop" or layout.tp > 1 or layout.cp > 1:
+    fsdp = bool(plan.preset.arg("use_torch_fsdp2") or plan.preset.arg("use_megatron_fsdp"))
+    if plan.entry == "simple_loop" or ((layout.tp > 1 or layout.cp > 1) and not fsdp):
         # Megatron asserts this on Hopper and older for TP/CP > 1: TP collectives must be queued before the
-        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2.
+        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2. FSDP asserts the
+        # opposite (arguments.py:1027, 1139) and Megatron only warns about TP with FSDP.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     # The simple loop lives in examples/ and imports megatron from the checkout root.
     env["PYTHONPATH"] = str(megatron_path)
