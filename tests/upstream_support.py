@@ -9,6 +9,7 @@ import pytest
 
 from launcher.checks.megatron_verdict import Request, UpstreamChecker, find_megatron_python, target_env
 from launcher.megatron.pin import Kernels
+from launcher.megatron.target import capability
 from launcher.pipeline import command
 from launcher.pipeline.preset import Preset
 
@@ -36,4 +37,5 @@ def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> R
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
     settings, _ = command.megatron_settings(preset, "pretrain_gpt", kernels)
     argv = command.script_args(settings)
-    return Request(argv, world_size, target_env(preset, argv), apex=apex, te=te)
+    return Request(argv, world_size, target_env(preset, argv), apex=apex, te=te,
+                   capability=capability(preset.launcher.gpu))

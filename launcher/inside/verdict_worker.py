@@ -229,14 +229,20 @@ def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
                                f"to the pipeline-parallel size, but it is {num_microbatches % group}.")
 
 
+_FLAG_DESTS: dict[bool, dict[str, str]] = {}
+
+
 def _given_dests(arguments, extra, argv: list[str]) -> dict[str, str]:
     """dest → flag for every flag the argv spells out (to tell the user's settings from derived ones)."""
     import argparse
 
-    parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
-    if extra is not None:
-        parser = extra(parser)
-    by_flag = {flag: action.dest for action in parser._actions for flag in action.option_strings}
+    key = extra is not None
+    if key not in _FLAG_DESTS:  # the parser's shape never changes within a process
+        parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+        if extra is not None:
+            parser = extra(parser)
+        _FLAG_DESTS[key] = {flag: action.dest for action in parser._actions for flag in action.option_strings}
+    by_flag = _FLAG_DESTS[key]
     return {by_flag[word]: word for word in argv if word in by_flag}
 
 

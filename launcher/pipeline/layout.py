@@ -556,7 +556,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     c.lengths()
     c.training_length()
     c.misc()
-    target_rules.check(c, tp, cp)
+    target_rules.check(c, tp, cp, vpp)
     layout = Layout(
         world_size=world_size, tp=tp, pp=pp, cp=cp, ep=c.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
         micro_batch_size=c.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,

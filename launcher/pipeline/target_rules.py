@@ -40,8 +40,10 @@ def gradient_accumulation_fusion(c: Any) -> bool:
     return bool(c.arg("gradient_accumulation_fusion")) and c.apex
 
 
-def check(c: Any, tp: int, cp: int) -> None:
+def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
+    context_parallel_sizes(c, cp)
     connections(c, tp, cp)
+    moe_overlap(c, vpp)
     torch_fsdp2(c)
     megatron_fsdp(c)
     deterministic(c)
@@ -69,6 +71,46 @@ def connections(c: Any, tp: int, cp: int) -> None:
         elif value != "1":
             c.fail(f"{CONNECTIONS}={value} with TP {tp} / CP {cp} > 1 on {c.preset.launcher.gpu}",
                    "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
+
+
+def context_parallel_sizes(c: Any, cp: int) -> None:
+    """arguments.py:578-583 (the sizes may be given as one string "2 2"; the preset splits it)."""
+    sizes = c.arg("hierarchical_context_parallel_sizes")
+    if sizes and _product(sizes) != cp:
+        c.fail(f"hierarchical_context_parallel_sizes {' · '.join(map(str, sizes))} = {_product(sizes)} must "
+               f"multiply to context_parallel_size {cp}")
+    if "a2a+p2p" in (c.arg("cp_comm_type") or []) and not sizes:
+        c.fail("cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes", "e.g. \"2 2\" for CP 4")
+
+
+def _product(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def moe_overlap(c: Any, vpp: int | None) -> None:
+    """TransformerConfig.__post_init__, transformer_config.py:2386-2433."""
+    if not c.arg("overlap_moe_expert_parallel_comm"):
+        return
+    what = "overlap_moe_expert_parallel_comm"
+    if c.arg("pipeline_model_parallel_size") > 1 and vpp is None:
+        c.fail(f"{what} with PP > 1 needs a virtual pipeline", "set num_virtual_stages_per_pipeline_rank")
+    if c.arg("expert_model_parallel_size") <= 1:
+        c.fail(f"{what} needs expert parallelism (expert_model_parallel_size > 1)")
+    if c.arg("moe_token_dispatcher_type") not in ("alltoall", "flex"):
+        c.fail(f"{what} needs moe_token_dispatcher_type alltoall or flex, got {c.arg('moe_token_dispatcher_type')}")
+    if c.arg("recompute_granularity") == "full" or c.arg("recompute_method") is not None or \
+            c.arg("recompute_num_layers") is not None:
+        c.fail(f"{what} cannot be combined with full recomputation / recompute_method / recompute_num_layers")
+    if not (c.arg("bf16") or c.arg("fp16")):
+        c.fail(f"{what} needs bf16 or fp16")
+    if c.arg("moe_shared_expert_overlap"):
+        c.fail(f"{what} cannot be combined with moe_shared_expert_overlap")
+    mtp = c.arg("mtp_num_layers")
+    if mtp not in (None, 1):
+        c.fail(f"{what} supports at most one MTP layer, got mtp_num_layers {mtp}")
 
 
 def torch_fsdp2(c: Any) -> None:
