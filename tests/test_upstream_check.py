@@ -52,6 +52,14 @@ def preset_worlds():
                                        id=f"{name}-{nodes}x{gpus}-te{int(te)}-apex{int(apex)}")
 
 
+
+@pytest.fixture(autouse=True)
+def target_env_only(monkeypatch):
+    """The launcher reads these from the caller's environment too (a local run inherits it); other test modules
+    may set them, so each test here sees only what its preset declares."""
+    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NVTE_CPU_OFFLOAD_V1"):
+        monkeypatch.delenv(name, raising=False)
+
 @pytest.mark.megatron
 @pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))
 def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
