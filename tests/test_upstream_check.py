@@ -24,8 +24,8 @@ from launcher.errors import UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
-from launcher.pipeline.layout import make_plan
 from launcher.pipeline.preset import available_presets, load_preset
+from launcher.pipeline.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 # (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
@@ -63,10 +63,10 @@ def target_env_only(monkeypatch):
 @pytest.mark.megatron
 @pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))
 def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
-    plan = make_plan(load_preset(name), nodes, gpus, kernels.transformer_engine, kernels.apex)
+    plan = resolve(load_preset(name), nodes, gpus, kernels=kernels, megatron_path=Path("/opt/megatron-lm"))
     if plan.entry != "pretrain_gpt":
         pytest.skip(f"entry {plan.entry} takes no Megatron flags at world {nodes * gpus}")
-    command = build_command(plan, Path("/opt/megatron-lm"), kernels)
+    command = build_command(plan)
     env = target_env(plan.preset, command.script_args, command.env)
     verdict = shared_checker().check(command.script_args, plan.layout.world_size, env, apex=kernels.apex,
                                      te=kernels.transformer_engine)
@@ -84,7 +84,7 @@ def test_megatron_rejects_what_the_launcher_rejects_for_a_preset():
     """The 175B preset on one node: both refuse, each in its own words."""
     preset = load_preset("175b")
     with pytest.raises(UserError, match="not divisible by TP·PP·CP"):
-        make_plan(preset, 1, 8, True, True)
+        resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
     verdict = shared_checker().check_many([megatron_request(preset, 8, te=True, apex=True)])[0]
     assert not verdict.ok
     assert verdict.stage == "validate"
@@ -93,8 +93,7 @@ def test_megatron_rejects_what_the_launcher_rejects_for_a_preset():
 
 @pytest.mark.megatron
 def test_misspelled_flag_gets_megatrons_nearest_name():
-    plan = make_plan(load_preset("345m"), 1, 8)
-    argv = build_command(plan, Path("/opt/megatron-lm"), Kernels(False, False, "preset")).script_args
+    argv = build_command(resolve(load_preset("345m"), 1, 8)).script_args
     typo = ["--num-layerz" if word == "--num-layers" else word for word in argv]
     typo += ["--sequence-paralel"]
     verdict = shared_checker().check(typo, 8)
@@ -160,14 +159,14 @@ def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
 @pytest.mark.megatron
 def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     kernels = Kernels(False, False, "preset")
-    rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, kernels, None, checker=shared_checker())
+    rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, {"kernels": kernels}, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert out.startswith("assumed: GPU h100-80gb (compute capability 9.0), no Transformer Engine, no apex")
     assert "\nlauncher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)" in out
     assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
 
-    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels, None,
+    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, {"kernels": kernels},
                       checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 2
@@ -225,7 +224,7 @@ def test_check_judges_the_declared_target_not_this_machine(tmp_path, capsys):
     """NCCL_ALGO from launcher.env, grouped GEMM's capability question, TE's fused RoPE and a ModelOpt flag:
     each failed on this CPU machine before; all are answered for the declared H200 + TE container."""
     preset = load_preset(_preset_file(tmp_path, TARGET_PRESET))
-    rc = check_preset(preset, None, None, Kernels(True, True, "preset"), None, checker=shared_checker())
+    rc = check_preset(preset, None, None, {"kernels": Kernels(True, True, "preset")}, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "assumed: GPU h200-141gb (compute capability 9.0), Transformer Engine 2.14.0" in out
@@ -239,7 +238,8 @@ def test_check_judges_the_declared_target_not_this_machine(tmp_path, capsys):
 @pytest.mark.megatron
 def test_check_forwards_the_presets_own_value_when_the_launcher_refuses(tmp_path, capsys):
     preset = load_preset(_preset_file(tmp_path, TARGET_PRESET), ["env.CUDA_DEVICE_MAX_CONNECTIONS=8"])
-    rc = check_preset(preset, None, None, Kernels(True, True, "preset"), None, "json", checker=shared_checker())
+    rc = check_preset(preset, None, None, {"kernels": Kernels(True, True, "preset")}, "json",
+                      checker=shared_checker())
     report = json.loads(capsys.readouterr().out)
     assert rc == 2 and report["agree"], report
     assert report["assumed"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
@@ -262,13 +262,13 @@ def test_fsdp_never_gets_one_connection_and_fsdp2_needs_untied_embeddings(tmp_pa
     preset = load_preset("345m", ["tensor_model_parallel_size=2", "use_torch_fsdp2=true",
                                   "gradient_accumulation_fusion=false", "micro_batch_size=4"])
     with pytest.raises(UserError, match="requires untie_embeddings_and_output_weights"):
-        make_plan(preset, 1, 8)
-    plan = make_plan(load_preset("345m", [*preset.overrides, "untie_embeddings_and_output_weights=true"]), 1, 8)
-    command = build_command(plan, Path("/opt/megatron-lm"), Kernels(False, False, "preset"))
+        resolve(preset, 1, 8)
+    plan = resolve(load_preset("345m", [*preset.overrides, "untie_embeddings_and_output_weights=true"]), 1, 8)
+    command = build_command(plan)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in command.env
     assert any("FSDP" in w for w in plan.warnings)
     with pytest.raises(UserError, match="FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset"):
-        make_plan(load_preset("345m", [*plan.preset.overrides, "env.CUDA_DEVICE_MAX_CONNECTIONS=1"]), 1, 8)
+        resolve(load_preset("345m", [*plan.preset.overrides, "env.CUDA_DEVICE_MAX_CONNECTIONS=1"]), 1, 8)
 
 
 def test_moe_overlap_only_warns_about_connections():
@@ -276,37 +276,36 @@ def test_moe_overlap_only_warns_about_connections():
                                   "add_bias_linear=false", "overlap_moe_expert_parallel_comm=true",
                                   "moe_token_dispatcher_type=alltoall", "env.CUDA_DEVICE_MAX_CONNECTIONS=32",
                                   "micro_batch_size=4"])
-    plan = make_plan(preset, 1, 8, True, True)
+    plan = resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
     assert any("only warns" in w for w in plan.warnings)
 
 
 def test_without_te_rope_gets_no_fusion_and_the_rest_is_refused_before_launch():
-    kernels = Kernels(False, False, "preset")
-    plan = make_plan(load_preset("345m", ["position_embedding_type=rope"]), 1, 1)
-    assert "--no-rope-fusion" in build_command(plan, Path("/opt/megatron-lm"), kernels).script_args
+    plan = resolve(load_preset("345m", ["position_embedding_type=rope"]), 1, 1)
+    assert "--no-rope-fusion" in build_command(plan).script_args
     for overrides, message in [
         (["position_embedding_type=rope", "apply_rope_fusion=true"], "fused RoPE"),
         (["num_experts=4", "fp8=hybrid", "add_bias_linear=false"], "MoE with fp8 needs Transformer Engine"),
         (["pipeline_model_parallel_size=2", "defer_embedding_wgrad_compute=true"], "needs NVIDIA apex"),
     ]:
         with pytest.raises(UserError, match=message):
-            make_plan(load_preset("345m", overrides), 1, 2)
+            resolve(load_preset("345m", overrides), 1, 2)
 
 
 def test_a_switch_set_to_megatrons_default_is_reported_not_dropped():
-    plan = make_plan(load_preset("345m", ["ckpt_fully_parallel_save=true"]), 1, 1)
+    plan = resolve(load_preset("345m", ["ckpt_fully_parallel_save=true"]), 1, 1)
     assert any("ckpt_fully_parallel_save: true is Megatron's default and emits no flag "
                "(only --no-ckpt-fully-parallel-save exists)" in w for w in plan.warnings)
-    plan = make_plan(load_preset("345m", ["ckpt_fully_parallel_save=false"]), 1, 1)
-    assert "--no-ckpt-fully-parallel-save" in build_command(plan, Path("/m"), Kernels(True, True, "x")).script_args
+    plan = resolve(load_preset("345m", ["ckpt_fully_parallel_save=false"]), 1, 1)
+    assert "--no-ckpt-fully-parallel-save" in build_command(plan).script_args
 
 
 def test_multi_valued_flags_given_as_one_string_are_split(tmp_path):
     preset = load_preset(_preset_file(tmp_path, "base: 345m\nmegatron:\n  context_parallel_size: 4\n"
                                       "  hierarchical_context_parallel_sizes: \"2 2\"\n  cp_comm_type: a2a+p2p\n"))
     assert preset.megatron["hierarchical_context_parallel_sizes"] == [2, 2]
-    plan = make_plan(preset, 1, 4, True, True)
-    argv = build_command(plan, Path("/m"), Kernels(True, True, "x")).script_args
+    plan = resolve(preset, 1, 4, kernels=Kernels(True, True, "preset"))
+    argv = build_command(plan).script_args
     at = argv.index("--hierarchical-context-parallel-sizes")
     assert argv[at + 1:at + 3] == ["2", "2"]
 
@@ -315,5 +314,5 @@ def test_modelopt_arguments_are_in_the_catalog_marked_by_their_provider():
     arg = megatron_args.catalog()["export_te_mcore_model"]
     assert arg.provider == "modelopt" and arg.flags == ("--export-te-mcore-model",)
     assert megatron_args.catalog()["num_layers"].provider == "megatron"
-    plan = make_plan(load_preset("345m", ["export_te_mcore_model=true"]), 1, 1)
-    assert "--export-te-mcore-model" in build_command(plan, Path("/m"), Kernels(True, True, "x")).script_args
+    plan = resolve(load_preset("345m", ["export_te_mcore_model=true"]), 1, 1)
+    assert "--export-te-mcore-model" in build_command(plan).script_args

@@ -11,6 +11,7 @@ from launcher.checks.megatron_verdict import Request, UpstreamChecker, find_mega
 from launcher.megatron.pin import Kernels
 from launcher.megatron.target import capability
 from launcher.pipeline import command
+from launcher.pipeline.kernels import fallbacks
 from launcher.pipeline.preset import Preset
 
 _checker: UpstreamChecker | None = None
@@ -35,7 +36,6 @@ def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> R
 
     Built without a Plan so that presets the launcher rejects can be put to Megatron too."""
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
-    settings, _ = command.megatron_settings(preset, "pretrain_gpt", kernels)
-    argv = command.script_args(settings)
+    argv = command.script_args({**preset.megatron, **fallbacks(preset.megatron, kernels)})
     return Request(argv, world_size, target_env(preset, argv), apex=apex, te=te,
                    capability=capability(preset.launcher.gpu))

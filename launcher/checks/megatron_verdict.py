@@ -241,24 +241,25 @@ def _megatron_notes(verdict: Verdict) -> list[str]:
     return lines
 
 
-def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kernels: Any,
-                 megatron_path: Path | None, output_format: str = "text",
-                 checker: UpstreamChecker | None = None) -> int:
+def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inputs: dict[str, Any],
+                 output_format: str = "text", checker: UpstreamChecker | None = None) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
 
-    Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
-    not this machine. It is imported from the checkout when there is one (pretrain_gpt.py imports it from
-    there), else from the installed megatron-core. `checker` reuses a running worker."""
-    from launcher.pipeline import command as command_module
-    from launcher.pipeline.layout import choose_micro_batch, make_plan
+    `inputs` are resolve's (kernels, megatron_path, target, run directory, …): Megatron is asked about the job
+    exactly as it would run. Megatron is imported from the checkout when there is one (pretrain_gpt.py imports
+    it from there), else from the installed megatron-core. `checker` reuses a running worker.
 
-    nodes = preset.launcher.nodes if nodes is None else nodes
-    gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
-    # The micro batch the launcher would choose, also for the flags Megatron sees when the launcher refuses.
-    preset, _ = choose_micro_batch(preset, nodes * gpus_per_node, [])
+    Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
+    not this machine; the facts assumed are printed first."""
+    from launcher.pipeline import resolve
+    from launcher.pipeline.command import build_command, script_args
+
+    kernels, megatron_path = inputs["kernels"], inputs.get("megatron_path")
+    nodes, gpus_per_node, _ = resolve.world(preset, nodes, gpus_per_node, inputs.get("gpus_here", 0))
+    inputs = {name: value for name, value in inputs.items() if name != "gpus_here"}  # the world is decided
     plan, problems = None, []
     try:
-        plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
+        plan = resolve.resolve(preset, nodes, gpus_per_node, **inputs)
     except UserError as exc:
         problems = exc.problems
     if plan is not None and plan.entry != "pretrain_gpt":
@@ -266,11 +267,11 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
               "flags (the upstream script hard-codes its model)")
         return 0
     if plan is not None:
-        cmd = command_module.build_command(plan, megatron_path or Path("."), kernels)
+        cmd = build_command(plan)
         argv, env = cmd.script_args, target_env(preset, cmd.script_args, cmd.env)
-    else:  # the launcher refused: still ask Megatron about the flags and environment the preset would produce
-        settings, _ = command_module.megatron_settings(preset, "pretrain_gpt", kernels)
-        argv = command_module.script_args(settings)
+    else:  # the launcher refused: still ask Megatron about the flags and environment the job would have
+        unchecked, _ = resolve.resolve_settings(preset, nodes, gpus_per_node, **inputs)
+        argv = script_args(unchecked.preset.megatron)
         env = target_env(preset, argv)
     target = Target(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
@@ -297,22 +298,20 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
         if plan is not None:
             print(f"launcher: ok ({_layout_line(plan)})")
-            print("\n".join(f"  warning: {w}" for w in plan.warnings) or "", end="\n" if plan.warnings else "")
+            print("".join(f"  warning: {w}\n" for w in plan.warnings), end="")
         else:
             print(f"launcher: {len(problems)} problem(s)")
             print("\n".join("  " + line for p in problems for line in p.render().splitlines()))
         stages = "parser, validate_args, microbatch calculator, TransformerConfig, model-build checks"
-        if verdict.ok:
+        if verdict.ok and not verdict.not_checked:
             print(f"megatron: ok ({stages}: {verdict.facts.get('num_microbatches')} microbatch(es), padded vocab "
-                  f"{verdict.facts.get('padded_vocab_size')})" if not verdict.not_checked else
-                  "megatron: ok as far as this machine can tell")
-            print("\n".join(f"  not checked here: {text}" for text in verdict.not_checked) or "",
-                  end="\n" if verdict.not_checked else "")
+                  f"{verdict.facts.get('padded_vocab_size')})")
+        elif verdict.ok:
+            print("megatron: ok as far as this machine can tell")
+            print("".join(f"  not checked here: {text}\n" for text in verdict.not_checked), end="")
         else:
             print("megatron: " + verdict.render().replace("\n", "\n  "))
-        notes = _megatron_notes(verdict)
-        if notes:
-            print("\n".join(notes))
+        print("".join(line + "\n" for line in _megatron_notes(verdict)), end="")
         print(f"          ({source})")
         if not agree:
             print("note: the launcher and Megatron disagree about this layout; please report it with this output")
