@@ -17,11 +17,12 @@ import yaml
 
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
-from launcher.importer.shell import ShellSyntaxError, read_script, show, unresolved_names
+from launcher.importer.shell import MARK, ShellSyntaxError, read_script, show, unresolved_names
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
 DATA_PATHS = ("data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",
               "per_split_data_args_path", "vocab_file", "merge_file", "tokenizer_model")
+SHELL_REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)[^}]*\}|\$([A-Za-z_][A-Za-z0-9_]*)")
 # Upstream's scripts are written for NGC's PyTorch container, which has Transformer Engine and apex.
 KERNELS_NOTE = ("upstream's scripts run in NGC's PyTorch container (Transformer Engine + apex); set auto to "
                 "use what the machine has (the launcher then adds the flags that work without them)")
@@ -101,6 +102,8 @@ def _from_yaml_mapping(data: dict) -> tuple[list[str], dict[str, str], list[str]
         raise UserError("MODEL_ARGS must be a mapping of flags to values")
     for key, value in model_args.items():
         flag = str(key) if str(key).startswith("--") else "--" + str(key).replace("_", "-")
+        if isinstance(value, str):  # ${DATA_PATH} in a test config is filled in by its runner: unknown here
+            value = SHELL_REFERENCE.sub(lambda m: MARK + (m.group(1) or m.group(2)) + MARK, value)
         if value is True or value is None:
             words.append(flag)
         elif value is False:
@@ -235,8 +238,9 @@ def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any
     for dest, value in settings.items():
         sections.setdefault(section_of(dest), []).append(f"    {dest}: {yaml_value(value)}")
     for name in ("model", "parallel", "training", "data", "checkpoint", "logging"):
-        body = [f"    {c}" for c in commented.get(name, [])] + sections.get(name, [])
-        if body:
-            lines.append(f"  {name}:")
-            lines += body
+        notes_here = [f"    {c}" for c in commented.get(name, [])]
+        if sections.get(name):
+            lines += [f"  {name}:", *notes_here, *sections[name]]
+        elif notes_here:  # a section of comments only must still be a mapping
+            lines += [f"  {name}: {{}}", *notes_here]
     return "\n".join(lines) + "\n"

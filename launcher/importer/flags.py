@@ -52,7 +52,7 @@ def read_flags(words: list[str], raw: bool = False) -> Flags:
             j = i
             while j < len(words) and not _is_flag(words[j]):
                 j += 1
-            after = f" after {words[i - 1] if i else 'the script'}'s value"
+            after = " before any flag"
             if i > 0:
                 k = i - 1
                 while k > 0 and not _is_flag(words[k]):
@@ -132,6 +132,9 @@ def split_launch(argv: list[str]) -> Launch:
         word = runner[k]
         if not word.startswith("-"):
             k += 1
+            continue
+        if not word.startswith("--") and runner[0].rsplit("/", 1)[-1].startswith("python"):
+            k += 2 if word == "-m" else 1  # python's own options: -u, -O, -m torch.distributed.run
             continue
         name, eq, inline = word.lstrip("-").partition("=")
         name = name.replace("-", "_")

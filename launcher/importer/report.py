@@ -10,7 +10,6 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.importer.build import Imported
 from launcher.importer.flags import read_flags
-from launcher.megatron.pin import Kernels
 
 
 @dataclass
@@ -24,22 +23,22 @@ class Outcome:
 
 
 def preset_argv(preset: Any) -> tuple[list[str], dict[str, Any], Any, list[Problem]]:
-    """(Megatron flags, settings the launcher added, plan or None, problems) for a preset as declared."""
-    from launcher.megatron.pin import resolve_kernels
-    from launcher.pipeline import command as command_module
-    from launcher.pipeline.layout import make_plan
+    """(Megatron flags, settings the launcher added, resolved job or None, problems) for a preset as declared,
+    as its dry-run would resolve it."""
+    from launcher.pipeline import resolve as resolving
+    from launcher.pipeline.command import build_command, script_args
 
-    kernels: Kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+    kernels = resolving.kernels_of(preset, resolving.HERE)
     try:
-        plan = make_plan(preset, None, None, kernels.transformer_engine, kernels.apex)
+        job = resolving.resolve(preset, kernels=kernels)
     except UserError as exc:
-        settings, added = command_module.megatron_settings(preset, "pretrain_gpt", kernels)
-        return command_module.script_args(settings), added, None, exc.problems
-    command = command_module.build_command(plan, Path("/megatron-lm"), kernels)
-    added = dict(command.kernel_flags)
-    if preset.megatron.get("micro_batch_size") != plan.preset.megatron.get("micro_batch_size"):
-        added["micro_batch_size"] = plan.preset.megatron["micro_batch_size"]
-    return command.script_args, added, plan, []
+        unchecked, _ = resolving.resolve_settings(preset, preset.launcher.nodes, preset.launcher.gpus_per_node,
+                                                  kernels=kernels)
+        return script_args(unchecked.preset.megatron), dict(unchecked.added), None, exc.problems
+    added = dict(job.added)
+    if preset.megatron.get("micro_batch_size") != job.preset.megatron.get("micro_batch_size"):
+        added["micro_batch_size"] = job.preset.megatron["micro_batch_size"]
+    return build_command(job).script_args, added, job, []
 
 
 def round_trip(source_args: list[str], argv: list[str], ignore: set[str]) -> list[str]:

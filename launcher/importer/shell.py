@@ -397,6 +397,7 @@ class Reading:
     commands: list[Command] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why it was not carried)
     shell: Shell = field(default_factory=Shell)
+    depth: int = 0  # sh -c nesting
 
 
 def _statements(tokens: list[Word | Op]) -> Iterator[list[Word | Op]]:
@@ -444,6 +445,8 @@ def read_script(text: str) -> Reading:
 
 
 BLOCK_STARTS = {"if": "fi", "for": "done", "while": "done", "until": "done", "case": "esac"}
+CLOSERS = set(BLOCK_STARTS.values())
+MAX_NESTING = 3  # sh -c "…" inside sh -c "…": read at most this deep
 
 
 def _first(statement: list[Word | Op]) -> str | None:
@@ -478,18 +481,18 @@ def _run_block(statements: list[list[Word | Op]], reading: Reading, active: bool
 
 
 def _block_end(statements: list[list[Word | Op]], start: int) -> int:
-    closer = BLOCK_STARTS[_first(statements[start])]
-    depth = 0
+    """The statement that closes the block opened at `start` (if…fi, for/while/until…done, case…esac)."""
+    open_blocks: list[str] = []
     for j in range(start, len(statements)):
         head = _first(statements[j])
         if head in BLOCK_STARTS:
-            depth += 1
-        for token in statements[j]:
-            if isinstance(token, Word) and token.literal() == closer and (j > start or token is not statements[j][0]):
-                depth -= 1
-                if depth == 0:
-                    return j
-    raise ShellSyntaxError(f"line {_line(statements[start])}: {_first(statements[start])} without {closer}")
+            open_blocks.append(BLOCK_STARTS[head])
+        elif head in CLOSERS and open_blocks:
+            open_blocks.pop()
+        if not open_blocks:
+            return j
+    raise ShellSyntaxError(f"line {_line(statements[start])}: {_first(statements[start])} without "
+                           f"{BLOCK_STARTS[_first(statements[start])]}")
 
 
 def _run_if(block: list[list[Word | Op]], reading: Reading, active: bool) -> None:
@@ -610,8 +613,32 @@ def _run_simple(statement: list[Word | Op], reading: Reading) -> None:
                 shell.exports[name] = shell.scalars[name]
         return
     argv = [f for w in words for f in shell.fields(w)]
+    inner = _shell_c(argv)
+    if inner is not None and reading.depth < MAX_NESTING:  # srun … bash -c "python pretrain_gpt.py …"
+        nested = Reading(shell=shell, depth=reading.depth + 1)
+        try:
+            _run_block(list(_statements(tokenize(inner))), nested, active=True)
+        except ShellSyntaxError as exc:
+            reading.skipped.append((line, f"the command string of {show(' '.join(argv[:2]))} … -c: {exc}"))
+            return
+        reading.commands += [Command(c.argv, line) for c in nested.commands]
+        reading.skipped += [(line, why) for _, why in nested.skipped]
+        return
     if argv:
         reading.commands.append(Command(argv, line))
+
+
+def _shell_c(argv: list[str]) -> str | None:
+    """The command string of `… sh -c STRING` (a launcher such as srun may come first)."""
+    for k, word in enumerate(argv[:-1]):
+        if word.rsplit("/", 1)[-1] in ("sh", "bash"):
+            rest = argv[k + 1:]
+            for m, option in enumerate(rest[:-1]):
+                if option == "-c":
+                    return rest[m + 1]
+                if not option.startswith("-"):
+                    break
+    return None
 
 
 def _assign(statement: list[Word | Op], reading: Reading, exported: bool) -> None:
