@@ -30,6 +30,7 @@ WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
 PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
 # Variables that describe this machine or the launcher's own process, never the job's target.
+TARGET_ENV_PREFIXES = ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_", "NVTE_", "TORCH_NCCL_")
 NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
 
@@ -100,7 +101,8 @@ class UpstreamChecker:
                 "Megatron's own checks need megatron-core and torch, which this Python cannot import",
                 "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON to a python that has them",
             )
-        env = dict(os.environ)
+        # The job's environment comes with each request (the target's); none of it may leak in from this shell.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
         env["MEGATRON_CHECK_EXTRA_ARGS"] = json.dumps(megatron_args.provider_specs())
         env["MEGATRON_CHECK_ARGS_DEFAULTS"] = json.dumps(dict(args_defaults or PRETRAIN_GPT_DEFAULTS))
         env["NO_VCS_VERSION"] = "1"  # skip the `git rev-parse` megatron runs at import
