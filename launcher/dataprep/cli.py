@@ -9,6 +9,7 @@ import shlex
 import sys
 from collections.abc import Sequence
 
+from launcher import interrupts
 from launcher.errors import Problem, UserError
 
 USAGE_EXAMPLES = """\
@@ -67,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as err:
         print(err.render(), file=sys.stderr)
         return 2
+    except KeyboardInterrupt as interrupt:  # prepare_data has stopped its workers and removed its temporary files
+        print(f"error: prepare-data stopped by {interrupts.describe(interrupt)}; nothing was written",
+              file=sys.stderr)
+        return interrupts.exit_status(interrupt)
 
 
 def _prepare(args: argparse.Namespace) -> int:
