@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 
+from launcher import interrupts
 from launcher.errors import UserError
 
 
@@ -119,7 +120,7 @@ def cmd_run(argv: list[str]) -> int:
         from launcher.runs import tracking
 
         # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
-        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
+        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry, reserve=not args.dry_run)
         plan = replace(plan, preset=prepared.preset)
         return slurm.launch(plan, path, kernels, prepared, dry_run=args.dry_run, submit_job=args.submit,
                             chain=args.chain, preflight=args.preflight)
@@ -220,12 +221,13 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv and argv[0] in SUBCOMMANDS:
-            return SUBCOMMANDS[argv[0]](argv[1:])
-        return cmd_run(argv)
+        with interrupts.signals_interrupt():  # SIGTERM/SIGHUP clean up like Ctrl-C (a running child gets them)
+            if argv and argv[0] in SUBCOMMANDS:
+                return SUBCOMMANDS[argv[0]](argv[1:])
+            return cmd_run(argv)
     except UserError as exc:
         print(exc.render(), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as interrupt:
+        return interrupts.exit_status(interrupt)
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
+from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import RunLog, RunSummary, metrics_record
@@ -263,7 +264,7 @@ def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool)
         raise UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",
                                 f"relaunch it with --resume {run_dir}"))
     plots = write_plots(series, out, run_dir.name)
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
     return Report(summary, plots, logs or [run_dir / METRICS_FILE])
 
 

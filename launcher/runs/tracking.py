@@ -37,9 +37,11 @@ def _with_megatron(preset: Preset, extra: dict[str, Any]) -> Preset:
     return replace(preset, megatron={**preset.megatron, **extra})
 
 
-def prepare_new(preset: Preset, entry: str) -> Prepared:
-    """A new run directory path; `entry` is the plan's (toy falls back to pretrain_gpt on one GPU)."""
-    path = rundir.new_run_dir_path(Path(preset.launcher.run_root), preset.name)
+def prepare_new(preset: Preset, entry: str, *, reserve: bool = True) -> Prepared:
+    """A new run directory, reserved (created empty) unless `reserve` is off (a dry-run only shows the path);
+    `entry` is the plan's (toy falls back to pretrain_gpt on one GPU)."""
+    root, name = Path(preset.launcher.run_root), preset.name
+    path = rundir.reserve_run_dir(root, name) if reserve else rundir.new_run_dir_path(root, name)
     if entry == "simple_loop":  # takes no arguments; it checkpoints into $PWD/ckpt
         return Prepared(preset, path, None)
     return Prepared(_with_megatron(preset, rundir.run_dir_megatron_args(path, preset.megatron)), path, None)
@@ -73,16 +75,34 @@ def execute(prepared: Prepared, plan: Any, command: Any, megatron_path: Path, *,
     else:
         rundir.record_attempt(prepared.existing, command.argv, command.env)
     print(f"# run directory: {prepared.run_dir}", file=out, flush=True)
-    monitor = Monitor(prepared.run_dir, checkpoint_dir=prepared.checkpoint_dir,
-                      seq_length=prepared.preset.megatron.get("seq_length"), out=out)
+    try:
+        monitor = Monitor(prepared.run_dir, checkpoint_dir=prepared.checkpoint_dir,
+                          seq_length=prepared.preset.megatron.get("seq_length"), out=out)
+    except OSError as error:
+        raise UserError(rundir.storage_problem(f"cannot write the run's log in {prepared.run_dir}", error)) from None
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
     cwd = str(prepared.run_dir) if plan.entry == "simple_loop" else None
-    code = None
+    code, failure = None, None
     try:
         code = local.run(command, cwd=cwd, on_line=monitor.feed)
+    except OSError as error:  # the log or metrics could not be written; local.run has stopped training
+        failure = error
     finally:
-        summary = monitor.close(code)
-    print(f"# report: launch report {prepared.run_dir}", file=out, flush=True)
+        try:
+            summary = monitor.close(code)
+        except OSError as error:
+            failure = failure or error
+    if failure is not None:
+        raise UserError(rundir.storage_problem(
+            f"cannot write the run's records in {prepared.run_dir}, so training was stopped", failure))
+    _say(f"# report: launch report {prepared.run_dir}", out)
     if code == 0 and summary.outcome == "failed":
         return EXIT_FAILED_DESPITE_ZERO
     return code
+
+
+def _say(text: str, out: IO[str]) -> None:
+    try:
+        print(text, file=out, flush=True)
+    except OSError:  # the terminal is gone (a hangup); the run directory has everything
+        pass
