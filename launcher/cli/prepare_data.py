@@ -1,4 +1,5 @@
-"""`launch prepare-data`: argument parsing and display only; the work is in prepare.py and index_cache.py."""
+"""`launch prepare-data`: argument parsing and display only; the work is in launcher.dataprep (prepare.py,
+index_cache.py)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import json
 import os
 import shlex
 import sys
-from collections.abc import Sequence
 
 from launcher import interrupts
+from launcher.cli.parsing import Parser
 from launcher.errors import Problem, UserError
 
 USAGE_EXAMPLES = """\
@@ -22,8 +23,8 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="launch prepare-data",
         description="Tokenize JSONL or plain-text files into Megatron's indexed dataset (PREFIX.bin/.idx), "
                     "or, with --build-index, build a preset's dataset index caches on this CPU machine.",
@@ -59,15 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    if args.build_index:
+        return _build_index(args)
     try:
-        if args.build_index:
-            return _build_index(args)
         return _prepare(args)
-    except UserError as err:
-        print(err.render(), file=sys.stderr)
-        return 2
     except KeyboardInterrupt as interrupt:  # prepare_data has stopped its workers and removed its temporary files
         print(f"error: prepare-data stopped by {interrupts.describe(interrupt)}; nothing was written",
               file=sys.stderr)
@@ -129,6 +126,3 @@ def _build_index(args: argparse.Namespace) -> int:
               f"  the training job reads them when it runs with the same settings (data_cache_path included)")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
