@@ -216,9 +216,11 @@ def cmd_report(argv: list[str]) -> int:
     report = make_report(args.targets, args.output_dir, args.partial)
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
-                          "sources": [str(s) for s in report.sources]}, indent=2))
+                          "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2))
     else:
         print(report.summary.render())
+        for number, attempt in enumerate(report.attempts):
+            print(("attempts:           " if number == 0 else " " * 20) + attempt)
         print("plots:              " + ", ".join(str(p) for p in report.plots))
     return 0
 

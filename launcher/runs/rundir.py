@@ -96,10 +96,13 @@ def reserve_run_dir(root: Path, preset_name: str, now: datetime | None = None) -
     if root.exists() and not root.is_dir():
         raise UserError(Problem(f"run_root {root} is a file, not a directory",
                                 "set run_root to a directory (--set run_root=PATH)"))
+    created = [path for path in (root, *root.parents) if not path.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise UserError(storage_problem(f"cannot create run_root {root}", error)) from None
+    for path in reversed(created):  # at exit, after the run directory: the folders made for it, if left empty
+        atexit.register(release_run_dir, path)
     for n in range(1, 10_000):
         candidate = root / (base if n == 1 else f"{base}-{n}")
         try:
