@@ -275,3 +275,19 @@ def _outlives_the_wait(pid: int) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+def test_an_interrupted_summary_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from launcher.runs import atomic
+
+    summary = tmp_path / "summary.json"
+    summary.write_text('{"outcome": "stopped"}\n')
+
+    def interrupted(*_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_text_atomic(summary, '{"outcome": "success"}\n')
+    assert summary.read_text() == '{"outcome": "stopped"}\n'
+    assert os.listdir(tmp_path) == ["summary.json"]
