@@ -204,17 +204,19 @@ def test_full_disk_while_logging_stops_training_and_exits_2(tmp_path):
 
 def test_a_log_that_cannot_be_written_stops_training_and_the_summary_is_still_written(tmp_path, monkeypatch):
     """The same fault where only the log fails: summary.json is still written, training is stopped."""
-    from launcher.pipeline.command import Command
-    from launcher.pipeline.layout import make_plan
+    from dataclasses import replace
+
+    from launcher.pipeline import resolve
+    from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
     from launcher.runs import tracking
     from launcher.runs.monitor import Monitor
 
     torchrun = stand_in(tmp_path, lines=500, seconds_per_line=0.01)
-    plan = make_plan(load_preset("toy", [f"run_root={tmp_path / 'runs'}"]), 1, 1, False, False)
-    prepared = tracking.prepare_new(plan.preset, plan.entry)
-    command = Command(argv=[str(torchrun), "--save", str(prepared.run_dir / "checkpoints")], env={},
-                      script=str(torchrun), script_args=[])
+    run_dir = rundir.reserve_run_dir(tmp_path / "runs", "toy")
+    job = resolve.resolve(load_preset("toy", [f"torchrun={torchrun}"]), 1, 1, megatron_path=ROOT, run_dir=run_dir)
+    command = build_command(job)
+    command = replace(command, argv=[str(torchrun), *command.argv[command.argv.index("--save"):]])
     feed, fed = Monitor.feed, []
 
     def feed_until_the_disk_is_full(self, line):
@@ -225,10 +227,10 @@ def test_a_log_that_cannot_be_written_stops_training_and_the_summary_is_still_wr
 
     monkeypatch.setattr(Monitor, "feed", feed_until_the_disk_is_full)
     with pytest.raises(UserError) as caught:
-        tracking.execute(prepared, plan, command, ROOT, out=io.StringIO())
+        tracking.execute(job, command, out=io.StringIO())
     assert "so training was stopped: No space left on device" in caught.value.problems[0].message
     assert (tmp_path / "signalled").read_text() == "SIGTERM"
-    summary = json.loads((prepared.run_dir / "summary.json").read_text())
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["exit_code"] is None
 
 
