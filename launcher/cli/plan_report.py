@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
@@ -309,9 +309,7 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.pipeline import kernels as kernel_rules
     from launcher.pipeline import resolve
-    from launcher.pipeline.layout import choose_micro_batch
     from launcher.pipeline.preset import load_preset
 
     gpu = est.gpu_by_name(ns.gpu)
@@ -324,9 +322,12 @@ def run(ns: Any) -> str:
     settings = preset.launcher
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     kernels = resolve.kernels_of(preset, resolve.HERE)
-    preset, _ = choose_micro_batch(preset, budget.world_size, [])
-    # what the command will pass, e.g. without TE the local layers with the launcher's SDPA (flash) attention
-    args = {**preset.effective(), **kernel_rules.fallbacks(preset.megatron, kernels)}
+    # The settings the job would pass on this budget (through pretrain_gpt.py: the layouts below choose TP), as
+    # resolve decides them for a launch, e.g. without TE the local layers with the launcher's SDPA attention.
+    training = replace(preset, launcher=replace(settings, entry="pretrain_gpt"))
+    job, _ = resolve.resolve_settings(training, budget.nodes, budget.gpus_per_node, kernels=kernels)
+    preset = job.preset
+    args = preset.effective()
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:
