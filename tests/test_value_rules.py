@@ -93,10 +93,9 @@ def test_rope_without_te_turns_the_te_rope_fusion_off():
     assert resolved("position_embedding_type=rope").added["apply_rope_fusion"] is False
 
 
-def test_async_save_needs_the_persistent_worker():
-    text = problems("async_save=true", "use_persistent_ckpt_worker=false")
-    assert "async_save without use_persistent_ckpt_worker" in text and "use_persistent_ckpt_worker=true" in text
-    accepted()  # the preset ships both
+def test_async_save_needs_a_format_megatron_saves_asynchronously():
+    accepted()  # the preset ships async_save with torch_dist and the persistent worker
     text = problems("ckpt_format=torch")
     assert "async_save with ckpt_format torch" in text and "set async_save=false" in text
     accepted("ckpt_format=torch", "async_save=false")
+    assert any("use_persistent_ckpt_worker" in w for w in resolved("use_persistent_ckpt_worker=false").warnings)

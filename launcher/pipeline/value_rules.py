@@ -111,18 +111,12 @@ ASYNC_FORMATS = ("torch_dist", "torch_dcp", "fsdp_dtensor")
 
 
 def async_save(arg: Arg, fail: Fail, te: bool = False) -> None:
-    """--async-save: validate_args turns it off (a warning in the log) without a persistent writer process, and
-    save_checkpoint raises NotImplementedError for the torch format, at the first save."""
-    if not arg("async_save"):
-        return
-    if arg("ckpt_format") not in ASYNC_FORMATS:
+    """--async-save in the torch format: save_checkpoint raises NotImplementedError at the first save. (Without a
+    persistent writer validate_args turns it off: a warning of target_rules.)"""
+    if arg("async_save") and arg("ckpt_format") not in ASYNC_FORMATS:
         fail(f"async_save with ckpt_format {arg('ckpt_format')}: Megatron saves asynchronously only in "
              f"{', '.join(ASYNC_FORMATS)} and raises at the first save", "set async_save=false, or ckpt_format "
              "torch_dist", "runtime")
-    elif not arg("use_persistent_ckpt_worker"):
-        fail("async_save without use_persistent_ckpt_worker: Megatron disables the asynchronous save at start "
-             "(\"Disabling --async-save\" in the log) and every save blocks training",
-             "add use_persistent_ckpt_worker=true", "launcher")
 
 
 RULES = (value_ranges, query_groups, experts, attention_mask, async_save)
