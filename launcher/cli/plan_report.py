@@ -126,7 +126,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         plan["time"] = time_dict(e.step, training, shape, tokens)
     result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, rules)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, rules)
+        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, problems or result.refusals, rules)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
@@ -335,7 +335,7 @@ def run(ns: Any) -> str:
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
-    rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex)
+    rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex, preset.launcher)
     plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
                       allow_sp=kernels.transformer_engine or kernels.apex, rules=rules,
                       extra_sets=extra_sets, notes=tuple(notes))

@@ -11,7 +11,7 @@ ranked); ranking uses steptime.step_time (its docstring says the model).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
@@ -31,8 +31,10 @@ class Rules:
     model on one kind of machine. This is the search's only rule set. Answers are kept per layout, since the
     knob the rules do not read (activation recompute) multiplies the candidates."""
 
-    def __init__(self, args: Mapping[str, Any], gpus_per_node: int = 8, te: bool = True, apex: bool = True):
+    def __init__(self, args: Mapping[str, Any], gpus_per_node: int = 8, te: bool = True, apex: bool = True,
+                 launcher: LauncherSettings | None = None):
         self.megatron = {name: value for name, value in args.items() if value is not None}
+        self.launcher = launcher or LauncherSettings()  # the target (GPU, kernels) some rules depend on
         self.gpus_per_node = gpus_per_node
         self.te = te
         self.apex = apex
@@ -44,7 +46,7 @@ class Rules:
                t.sequence_parallel, t.distributed_optimizer)
         if key not in self._known:
             chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
-            preset = Preset(name="candidate", description="", launcher=LauncherSettings(),
+            preset = Preset(name="candidate", description="", launcher=self.launcher,
                             megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
             found = pipeline_layout.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
                                                     self.te, self.apex)
@@ -152,6 +154,7 @@ class SearchResult:
     fitting: int
     alternatives: list[Alternative]
     notes: list[str]
+    refusals: list[str] = field(default_factory=list)  # why launch's checks refused fitting candidates
 
 
 def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
@@ -174,13 +177,17 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
                      "cannot do it")
     best_by_layout: dict[tuple[int, int], Candidate] = {}
     shapes: dict[int, est.ModelShape] = {}
+    refusals: dict[str, None] = {}
     considered = valid = fitting = 0
     for layout in structural_layouts(m, base, gpus_per_node):
         # The shape (padded vocab) depends on TP.
         shape = shapes.get(layout.tp) or shapes.setdefault(layout.tp, est.model_shape(args, layout.tp))
         for t in knob_variants(layout, allow_sp):
             considered += 1
-            if rules.problems(t):
+            problems = rules.problems(t)
+            if problems:
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) == "fits":
+                    refusals.setdefault(problems[0], None)  # why launch's checks refused a fitting layout
                 continue
             valid += 1
             mem = est.complete_memory(shape, t)
@@ -198,7 +205,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
         labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
     alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, rules)
                     for t, names in labels.items()]
-    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
+    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes, list(refusals))
 
 
 def rank_key(c: Candidate) -> tuple[float, float]:
@@ -267,6 +274,7 @@ def dominant_cost(mine: StepTime, best: StepTime) -> str:
 
 def describe(t: est.Training) -> str:
     vpp = f" VPP{t.vpp}" if t.vpp > 1 else ""
+    vpp += f" CP{t.cp}" if t.cp > 1 else ""
     model = t.tp * t.pp * t.cp
     dp = f" DP{t.dp}" if t.world_size % model == 0 else ""
     return (f"TP{t.tp} PP{t.pp}{vpp}{dp} MBS{t.micro_batch_size} recompute={t.recompute}"
@@ -354,8 +362,14 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
 
 
 def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
-                 rules: Rules | None = None) -> UserError:
+                 problems: list[str] | None = None, rules: Rules | None = None) -> UserError:
+    """Why the search came back empty: too few GPUs (the minimum is given), or, when memory is not the reason,
+    the preset's own problem that every candidate inherits."""
     need = minimum_gpus(args, gpu, gpus_per_node, rules=rules)
+    if problems and need is not None and need <= world:
+        return UserError(Problem(f"no layout of {preset} on {world} × {gpu.name} passes launch's checks: "
+                                 f"{problems[0]}",
+                                 f"fix that setting first (`launch {preset} --dry-run` lists every problem)"))
     if need is None:
         return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
                                  "check the global batch size: DP must divide it"))

@@ -16,7 +16,9 @@ from typing import Any
 from launcher.errors import Problem
 from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.pipeline import target_rules
 from launcher.pipeline.preset import Preset
+from launcher.pipeline.value_rules import check_values
 
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 
@@ -77,11 +79,13 @@ def _nearest_multiples(value: int, step: int) -> str:
 class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
-    def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool):
+    def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
+                 apex_available: bool = False):
         self.preset = preset
         self.world = world_size
         self.gpus_per_node = gpus_per_node
         self.te = te_available
+        self.apex = apex_available
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
 
@@ -529,12 +533,6 @@ class _Checker:
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")
-        env_conn = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
-        preset_conn = self.preset.launcher.env.get("CUDA_DEVICE_MAX_CONNECTIONS", env_conn)
-        if (self.arg("tensor_model_parallel_size") > 1 or self.arg("context_parallel_size") > 1) and \
-                preset_conn not in (None, "1"):
-            self.fail(f"CUDA_DEVICE_MAX_CONNECTIONS={preset_conn} with TP/CP > 1",
-                      "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
         fast_ops = self.preset.launcher.env.get(FAST_OPS_ENV, os.environ.get(FAST_OPS_ENV))
         try:
             selected_ops(fast_ops)
@@ -545,7 +543,7 @@ class _Checker:
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
           apex_available: bool = False) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available)
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available)
     ok = c.required()
     c.training_settings()
     if not ok:
@@ -555,6 +553,8 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     c.lengths()
     c.training_length()
     c.misc()
+    check_values(c.arg, c.fail, c.te)
+    target_rules.check(c, layout.tp, layout.cp, layout.vpp)
     return layout, c.problems, c.warnings
 
 
@@ -562,9 +562,11 @@ def layout_problems(preset: Preset, world_size: int, gpus_per_node: int, te_avai
                     apex_available: bool = False) -> list[Problem]:
     """The rules of `check` that depend on the parallel layout (see _Checker.layout): what the layout search
     (launcher.estimate.search) asks of each candidate. The others judge the preset whatever its layout."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available)
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available)
     if c.required():
-        c.layout(apex_available)
+        layout = c.layout(apex_available)
+        check_values(c.arg, c.fail, c.te)
+        target_rules.check(c, layout.tp, layout.cp, layout.vpp)
     return c.problems
 
 
