@@ -24,6 +24,8 @@ from launcher.pipeline.preset import LauncherSettings, Preset
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE = ("none", "selective", "full")
 MAX_VPP = 8
+# minimum_gpus stops after this many GPU counts on which layouts fit in memory but every one is refused
+REFUSED_WORLDS = 4
 
 
 class Rules:
@@ -344,7 +346,10 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     base = est.training_of(args, 1)
     allow_sp = sequence_parallel_allowed(args)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
+    memory_fits: list[int] = []  # worlds where some layout fits in memory but launch's checks refuse them all
     for world in worlds:
+        if len(memory_fits) == REFUSED_WORLDS:
+            return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
         for tp in est.divisors(min(world, gpus_per_node)):
             for pp in est.divisors(world // tp):
                 shape = est.model_shape(args, tp)
@@ -358,7 +363,9 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
                     continue
                 if not rules.problems(t):
                     return world
-    return None
+                if not memory_fits or memory_fits[-1] != world:
+                    memory_fits.append(world)
+    return memory_fits[0] if memory_fits else None
 
 
 def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
