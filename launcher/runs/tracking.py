@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import dataclass, replace
@@ -14,7 +15,7 @@ from typing import IO, Any
 
 from launcher.errors import Problem, UserError
 from launcher.pipeline.preset import Preset, load_preset
-from launcher.runs import rundir
+from launcher.runs import rundir, secrets
 from launcher.runs.monitor import Monitor
 
 # Exit status when the child exited 0 but its log shows a failure (Megatron exits 0 on several failures).
@@ -51,6 +52,9 @@ def prepare_resume(run_dir: str | Path, overrides: list[str]) -> Prepared:
     preset_file = existing.path / rundir.PRESET_FILE
     preset = load_preset(str(preset_file), overrides)
     preset = replace(preset, name=str(existing.manifest.get("preset") or existing.path.name))
+    # preset.yaml holds <redacted> for secrets: this launch's environment (or a new --set) supplies them.
+    env = secrets.restore_from(preset.launcher.env, os.environ)
+    preset = replace(preset, launcher=replace(preset.launcher, env=env))
     if existing.manifest.get("entry") == "simple_loop":
         raise UserError(Problem(f"{existing.path} ran upstream's simple training loop, which cannot resume",
                                 "start a new run instead"))
