@@ -40,7 +40,9 @@ def summary(plan: Plan, command: Command, kernels: Kernels) -> dict[str, Any]:
     layout = plan.layout
     return {
         "parameters": parameter_count(args, layout.tp),
-        "padded_vocab_size": padded_vocab_size(args, layout.tp),
+        # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)
+        "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
+        or args.get("padded_vocab_size") else None,
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
         "estimate": estimate.summary(args, layout, plan.preset.launcher.gpu, plan.gpus_per_node),
     }
@@ -59,8 +61,8 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
         f"# batch {lay.global_batch_size} = micro batch {lay.micro_batch_size} × DP {lay.dp} × "
         f"{lay.num_microbatches} microbatch(es)"
     )
-    lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab "
-                 f"{facts['padded_vocab_size']})")
+    vocab = facts["padded_vocab_size"] or "unknown: vocab_size is not set"
+    lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab {vocab})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
     if plan.entry == "pretrain_gpt":
         found = (("Transformer Engine", kernels.transformer_engine), ("NVIDIA apex", kernels.apex))

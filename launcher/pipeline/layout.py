@@ -420,8 +420,8 @@ class _Checker:
         thresholds, sizes = [], []
         for entry in entries:
             threshold, sep, size = entry.partition(":")
-            match = re.fullmatch(r"([0-9.]+)([KMBT]?)", threshold.strip().upper())
-            if not sep or not match or not size.strip().isdigit():
+            match = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})([KMBT]?)", threshold.strip().upper())
+            if not sep or not match or not re.fullmatch(r"[0-9]{1,12}", size.strip()):
                 self.fail(f"step_batch_size_schedule entry {entry!r} is not THRESHOLD:BATCH",
                           'for example "0:16 2.4B:320 4.8B:624"')
                 return []

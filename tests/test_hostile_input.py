@@ -1,0 +1,174 @@
+"""Input that is wrong, damaged or built to hurt: exit 2 with a short message, bounded work, never a traceback."""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from launcher import cli, untrusted
+from launcher.errors import UserError
+from launcher.pipeline.layout import unroll_pipeline_layout
+from launcher.pipeline.preset import MAX_BASE_CHAIN, load_preset
+
+# Under 500 bytes that PyYAML builds as shared lists, 9**9 strings wherever the value is walked or printed.
+ALIAS_BOMB = "[" + ", ".join(
+    ['&a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
+    + [f"&{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi")]) + "]"
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def preset_file(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("description: 2024-13-45\n", "line 1"),
+    ("description: !!timestamp foo\n", "timestamp"),
+    ("launcher:\n  nodes: !!int abc\n", "line 2"),
+    ("megatron:\n  num_layers: " + "9" * 5000 + "\n", "as int"),
+    ("description: " + "[" * 5000 + "\n", "nesting deeper"),
+    ("megatron: {num_layers: 2, num_layers: 4}\n", "twice"),
+    ("description: &x [*x]\n", "valid YAML"),
+])
+def test_yaml_pyyaml_cannot_build_is_a_user_error(tmp_path, capsys, text, expected):
+    path = preset_file(tmp_path, text)
+    with pytest.raises(UserError, match=expected):
+        load_preset(str(path))
+    code, _, err = run_cli(capsys, str(path), "--dry-run")
+    assert code == 2 and err.startswith("error:") and "Traceback" not in err
+
+
+def test_repeated_key_names_both_lines(tmp_path):
+    path = preset_file(tmp_path, "base: toy\nlauncher:\n  nodes: 1\n  gpus_per_node: 2\n  nodes: 2\n")
+    with pytest.raises(UserError, match="'nodes' appears twice in one mapping, at line 3 and line 5"):
+        load_preset(str(path))
+
+
+def test_merge_key_override_is_not_a_repeated_key():
+    data = untrusted.load_yaml("base: &b {x: 1, y: 2}\nother:\n  <<: *b\n  x: 3\n", "test")
+    assert data["other"] == {"x": 3, "y": 2}
+
+
+def test_set_value_pyyaml_cannot_build(capsys):
+    code, _, err = run_cli(capsys, "toy", "--set", "nodes=2024-13-45", "--dry-run")
+    assert code == 2 and "must be an integer" in err
+
+
+@pytest.mark.parametrize("where", [
+    "description: BOMB\n",
+    "launcher:\n  env:\n    A: BOMB\n",
+    "megatron:\n  num_layers: BOMB\n",
+    "launcher:\n  slurm:\n    extra_sbatch: BOMB\n",
+    "megatron:\n  data_path: BOMB\n",
+])
+def test_alias_bomb_is_refused_quickly(tmp_path, capsys, where):
+    assert len(ALIAS_BOMB) < 500
+    path = preset_file(tmp_path, "base: toy\n" + where.replace("BOMB", ALIAS_BOMB))
+    code, _, err = run_cli(capsys, str(path), "--dry-run")
+    assert code == 2 and "expands to more than" in err
+    assert len(err) < 2000
+
+
+def test_benign_aliases_still_work(tmp_path):
+    path = preset_file(tmp_path, "base: toy\nlauncher:\n  env:\n    A: &v hello\n    B: *v\n")
+    assert load_preset(str(path)).launcher.env == {"A": "hello", "B": "hello"}
+
+
+def test_huge_values_are_cut_in_messages(tmp_path, capsys):
+    path = preset_file(tmp_path, "base: toy\nmegatron:\n  num_layers: " + "x" * 1_000_000 + "\n")
+    code, _, err = run_cli(capsys, str(path), "--dry-run")
+    assert code == 2 and "characters]" in err and len(err) < 2000
+
+
+@pytest.mark.parametrize("as_base", [False, True])
+def test_devices_and_huge_files_are_not_read(tmp_path, capsys, as_base):
+    target = "/dev/zero"
+    if as_base:
+        target = str(preset_file(tmp_path, "base: /dev/zero\n"))
+    code, _, err = run_cli(capsys, target, "--dry-run")
+    assert code == 2 and "not a regular file" in err
+    big = tmp_path / "big.yaml"
+    with big.open("wb") as handle:
+        handle.truncate(untrusted.MAX_FILE_BYTES + 1)  # sparse: no disk used
+    code, _, err = run_cli(capsys, str(big), "--dry-run")
+    assert code == 2 and "at most" in err
+
+
+def test_a_long_base_chain_is_refused(tmp_path, capsys):
+    previous = "toy"
+    for i in range(1100):
+        preset_file(tmp_path, f"base: {previous}\n", f"p{i}.yaml")
+        previous = f"p{i}.yaml"
+    code, _, err = run_cli(capsys, str(tmp_path / previous), "--dry-run")
+    assert code == 2 and f"more than {MAX_BASE_CHAIN} base: files deep" in err
+
+
+def test_pipeline_layout_is_bounded_before_it_is_unrolled(capsys):
+    with pytest.raises(ValueError, match="unrolls to more than"):
+        unroll_pipeline_layout("E|t*3000000000|L", limit=1000)
+    with pytest.raises(ValueError):
+        unroll_pipeline_layout("E|(t|)*" + "9" * 5000 + "L", limit=1000)
+    assert unroll_pipeline_layout("E|(t|)*3,L") == ["E", "t", "t", "t", "L"]
+    code, _, err = run_cli(capsys, "345m", "--dry-run", "--set", "pipeline_model_parallel_size=2",
+                           "--set", "pipeline_model_parallel_layout=E|t*3000000000|L")
+    assert code == 2 and "pipeline_model_parallel_layout" in err and "unrolls" in err
+
+
+def test_internal_error_is_one_line_and_a_traceback_file(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)
+
+    def broken(argv):
+        raise KeyError("a bug\nwith two lines")
+
+    monkeypatch.setitem(cli.SUBCOMMANDS, "list", broken)
+    code, out, err = run_cli(capsys, "list", "--set", "env.API_KEY=hunter2")
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1 and "internal error" in err
+    (written,) = tmp_path.glob("megatron-launch-crash-*.txt")
+    assert str(written) in err
+    text = written.read_text()
+    assert "Traceback" in text and "KeyError" in text and "hunter2" not in text
+
+
+def test_damaged_manifest_types_on_resume(tmp_path, capsys):
+    run_dir = tmp_path / "runs" / "toy-20260101T000000Z"
+    run_dir.mkdir(parents=True)
+    (run_dir / "preset.yaml").write_text("base: toy\n")
+    for manifest in ({"preset": ["x"], "attempts": 5}, {"checkpoint_dir": 7}, [1, 2], "not json {"):
+        (run_dir / "manifest.json").write_text(json.dumps(manifest) if not isinstance(manifest, str) else manifest)
+        code, _, err = run_cli(capsys, "--resume", str(run_dir))
+        assert code == 2 and "damaged run directory" in err, err
+    (run_dir / "manifest.json").write_text("{}")
+    (run_dir / "preset.yaml").write_text("megatron: 5\n")
+    code, _, err = run_cli(capsys, "--resume", str(run_dir))
+    assert code == 2 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("overrides", [
+    ["global_batch_size=null", "step_batch_size_schedule=0:16 1.2.3B:32"],
+    ["vocab_size=null"],
+])
+def test_odd_override_combinations_exit_2(capsys, overrides):
+    argv = ["toy", "--dry-run"]
+    for text in overrides:
+        argv += ["--set", text]
+    code, _, err = run_cli(capsys, *argv)
+    assert code in (0, 2) and "internal error" not in err, err
+
+
+def test_fifo_is_not_waited_on(tmp_path, capsys):
+    fifo = tmp_path / "p.yaml"
+    os.mkfifo(fifo)
+    code, _, err = run_cli(capsys, str(fifo), "--dry-run")
+    assert code == 2 and "not a regular file" in err
