@@ -10,14 +10,14 @@ from launcher.estimate import formulas as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.command import Command, flag_lines
+from launcher.pipeline.command import Command, HostFromEnv, flag_lines
 from launcher.pipeline.layout import Plan
 
 
-def quote(word: str, expand: bool = False) -> str:
-    """shlex.quote, except words that must expand ${VAR} go in double quotes (they hold no other $, ` or \\)."""
-    if expand:
-        return '"' + word + '"'
+def quote(word: str) -> str:
+    """shlex.quote, except the endpoint the launcher composes (HostFromEnv), whose ${MASTER_ADDR} expands."""
+    if isinstance(word, HostFromEnv):
+        return word.shell()
     return shlex.quote(word)
 
 
@@ -29,7 +29,7 @@ def _one_line(text: object) -> str:
 def command_lines(command: Command) -> list[str]:
     """One flag (with its values) per line, continued with backslashes."""
     runner = command.argv[:command.argv.index(command.script)]
-    lines = [" ".join(quote(w, i in command.expand) for i, w in enumerate(runner)),
+    lines = [" ".join(quote(w) for w in runner),
              *("  " + line for line in [shlex.quote(command.script), *flag_lines(command.script_args)])]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
@@ -83,7 +83,7 @@ def _flags(dest: str, value: object) -> list[str]:
 
 def text(plan: Plan, command: Command, kernels: Kernels) -> str:
     lines = header(plan, command, kernels)
-    if any(command.expand):
+    if command.expand:
         lines.append(f"# run this same command on each of the {plan.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -13,7 +14,32 @@ from launcher.pipeline.preset import Preset
 
 # The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
-MASTER_ADDR_REF = "${MASTER_ADDR}"  # multi-node endpoints the user (or Slurm) supplies at run time
+
+
+class HostFromEnv(str):
+    """The one argv word the shell may expand: the rendezvous endpoint the launcher composes itself,
+    `${MASTER_ADDR}:PORT`, when each node learns the first node's name at run time.
+
+    A distinct type, so a user's value that merely contains "${MASTER_ADDR}" (a torchrun path, a preset name
+    in --rdzv-id) is never mistaken for it: printers quote every other word in single quotes.
+    """
+
+    variable = "MASTER_ADDR"
+
+    def __new__(cls, port: int) -> HostFromEnv:
+        word = super().__new__(cls, f"${{{cls.variable}}}:{int(port)}")
+        word.port = int(port)
+        return word
+
+    def shell(self) -> str:
+        """The word for a bash script: the variable expands, nothing else is there to."""
+        return f'"${{{self.variable}}}:{self.port}"'  # the port is an int: nothing else can expand
+
+    def resolve(self, host: str) -> str:
+        return f"{host}:{self.port}"
+
+
+MASTER_ADDR_REF = "${MASTER_ADDR}"  # how printed scripts name the first node's host (see HostFromEnv)
 
 # Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns
 # off a default that needs the missing package. Applied only where the preset does not set the value itself.
@@ -40,8 +66,11 @@ class Command:
     script: str  # the entry script's path
     script_args: list[str]  # Megatron flags only (empty for the simple loop, which takes none)
     kernel_flags: dict[str, object] = field(default_factory=dict)  # settings added for missing TE/apex
-    # argv items holding ${VAR} references to expand in the shell (printed in double quotes, not single)
-    expand: frozenset[int] = frozenset()
+
+    @property
+    def expand(self) -> frozenset[int]:
+        """Positions of the words the shell expands at run time (HostFromEnv); every other word is quoted."""
+        return frozenset(i for i, word in enumerate(self.argv) if isinstance(word, HostFromEnv))
 
 
 def with_entry(command: Command, script: str, script_args: list[str]) -> Command:
@@ -89,10 +118,15 @@ def torchrun_args(plan: Plan) -> tuple[list[str], bool]:
     head = [launcher.torchrun, "--nnodes", str(plan.nodes), "--nproc-per-node", str(plan.gpus_per_node)]
     if plan.nodes == 1:
         return head + ["--standalone"], False
-    addr = MASTER_ADDR_REF if launcher.master_addr == "localhost" else launcher.master_addr
-    endpoint = f"{addr}:{launcher.master_port}"
-    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"megatron-launch-{plan.preset.name}"]
-    return head + rdzv, addr == MASTER_ADDR_REF
+    from_env = launcher.master_addr == "localhost"
+    endpoint = HostFromEnv(launcher.master_port) if from_env else f"{launcher.master_addr}:{launcher.master_port}"
+    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id(plan.preset.name)]
+    return head + rdzv, from_env
+
+
+def rdzv_id(preset_name: str) -> str:
+    """torchrun's --rdzv-id for a preset: its name in the characters a job id needs, whatever the file is called."""
+    return "megatron-launch-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", preset_name) or "run")
 
 
 def uses_megatron_ext(settings: dict[str, object]) -> bool:
@@ -119,9 +153,7 @@ def build_command(plan: Plan, megatron_path: Path, kernels: Kernels) -> Command:
     script = str(megatron_path / ENTRY_SCRIPTS[plan.entry])
     settings, added = megatron_settings(plan.preset, plan.entry, kernels)
     flags = script_args(settings) if plan.entry == "pretrain_gpt" else []
-    runner, has_ref = torchrun_args(plan)
+    runner, _ = torchrun_args(plan)
     argv = [*runner, script, *flags]
-    # Only torchrun's own endpoint may expand in the shell; user values never do, whatever they contain.
-    expand = frozenset(i for i, word in enumerate(runner) if has_ref and MASTER_ADDR_REF in word)
     return Command(argv=argv, env=environment(plan, megatron_path, settings), script=script, script_args=flags,
-                   kernel_flags=added, expand=expand)
+                   kernel_flags=added)
