@@ -146,8 +146,9 @@ def _expanded_size(root: yaml.Node) -> int:
 
 def load_yaml(text: str, source: str) -> Any:
     """One YAML document from user input; UserError (with the line) for anything PyYAML or the bounds refuse."""
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # its reader already refuses control characters
         node = loader.get_single_node()
         if node is None:
             return None
@@ -158,9 +159,10 @@ def load_yaml(text: str, source: str) -> Any:
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc).splitlines()[0]
         raise UserError(f"{source} is not valid YAML{at}: {reason}") from None
     except RecursionError:
         raise UserError(f"{source} is nested too deeply", f"at most {MAX_DEPTH} levels") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

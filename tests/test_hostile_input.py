@@ -172,3 +172,105 @@ def test_fifo_is_not_waited_on(tmp_path, capsys):
     os.mkfifo(fifo)
     code, _, err = run_cli(capsys, str(fifo), "--dry-run")
     assert code == 2 and "not a regular file" in err
+
+
+def _data_preset(tmp_path: Path, *overrides: str) -> list[str]:
+    argv = ["345m", "--dry-run", "--set", "mock_data=false", "--set", f"data_path={tmp_path}/absent"]
+    for text in overrides:
+        argv += ["--set", text]
+    return argv
+
+
+@pytest.mark.parametrize("vocab", ["12345", "[1, 2]", '{"a": "x"}', "[" * 100_000, "{"])
+def test_vocab_file_that_is_not_a_vocab(tmp_path, capsys, vocab):
+    (tmp_path / "vocab.json").write_text(vocab)
+    (tmp_path / "merges.txt").write_text("")
+    code, _, err = run_cli(capsys, *_data_preset(tmp_path, "tokenizer_type=GPT2BPETokenizer",
+                                                 f"vocab_file={tmp_path}/vocab.json",
+                                                 f"merge_file={tmp_path}/merges.txt"))
+    assert code == 2 and "vocab_file" in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("spec", ['{"model": {"vocab": 5', '[1]', '{"model": {"vocab": {"a": "x"}}}',
+                                  '{"model": {"vocab": {}}, "added_tokens": [{"id": "x"}]}', "[" * 100_000])
+def test_malformed_tokenizer_json(tmp_path, capsys, spec):
+    (tmp_path / "tok").mkdir()
+    (tmp_path / "tok" / "tokenizer.json").write_text(spec)
+    code, _, err = run_cli(capsys, *_data_preset(tmp_path, "tokenizer_type=HuggingFaceTokenizer",
+                                                 f"tokenizer_model={tmp_path}/tok"))
+    assert code == 2 and "tokenizer.json" in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("content", ['{"train": 5}', '{"train": [{"a": 1}]}', "[1]", "[" * 100_000])
+def test_per_split_data_args_with_wrong_types(tmp_path, capsys, content):
+    (tmp_path / "split.json").write_text(content)
+    code, _, err = run_cli(capsys, "345m", "--dry-run", "--set", "mock_data=false",
+                           "--set", f"per_split_data_args_path={tmp_path}/split.json")
+    assert code == 2 and "per_split_data_args_path" in err and "internal error" not in err, err
+
+
+def test_damaged_gzip_input_to_prepare_data(tmp_path, capsys):
+    import gzip
+    import random
+
+    rng = random.Random(1)
+    with gzip.open(tmp_path / "good.jsonl.gz", "wt") as handle:
+        for _ in range(3000):
+            handle.write(json.dumps({"text": "".join(rng.choice("abcdefgh ") for _ in range(200))}) + "\n")
+    data = (tmp_path / "good.jsonl.gz").read_bytes()
+    (tmp_path / "cut.jsonl.gz").write_bytes(data[:len(data) // 2])
+    (tmp_path / "plain.jsonl.gz").write_text('{"text": "not gzip"}\n')
+    for name in ("cut", "plain"):
+        code, _, err = run_cli(capsys, "prepare-data", str(tmp_path / f"{name}.jsonl.gz"), "--output-prefix",
+                               str(tmp_path / f"out-{name}"), "--tokenizer", "byte", "--workers", "1")
+        assert code == 2 and "not a complete gzip file" in err, err
+        assert not list(tmp_path.glob(f"out-{name}*"))
+
+
+FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
+
+
+def _edited_log(tmp_path: Path, pattern: str, replacement: str) -> Path:
+    import re
+
+    text = (FIXTURE_LOGS / "toy_fp32_1gpu.log").read_text()
+    path = tmp_path / "edited.log"
+    path.write_text(re.sub(pattern, replacement, text))
+    return path
+
+
+def test_report_a_log_whose_every_loss_is_nan_is_a_failure(tmp_path, capsys):
+    log = _edited_log(tmp_path, r"lm loss: \S+", "lm loss: NAN")
+    code, out, err = run_cli(capsys, "report", str(log), "--format", "json")
+    assert code == 0, err
+    data = json.loads(out, parse_constant=lambda name: pytest.fail(f"bare {name} in JSON"))
+    assert data["summary"]["outcome"] == "failed" and data["summary"]["final_loss"] is None
+    assert any("loss is nan" in reason for reason in data["summary"]["reasons"])
+
+
+def test_report_ignores_negative_times(tmp_path, capsys):
+    log = _edited_log(tmp_path, r"elapsed time per iteration \(ms\): \S+", "elapsed time per iteration (ms): -5.0")
+    code, out, err = run_cli(capsys, "report", str(log), "--format", "json")
+    assert code == 0, err
+    summary = json.loads(out)["summary"]
+    assert summary["steady_ms_per_iter"] is None and summary["steady_tokens_per_s"] is None
+
+
+def test_report_refuses_devices_and_unwritable_output(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "report", "/dev/zero")
+    assert code == 2 and "not a regular file" in err
+    log = FIXTURE_LOGS / "toy_fp32_1gpu.log"
+    code, _, err = run_cli(capsys, "report", str(log), "--output-dir", "/proc/x")
+    assert code == 2 and "cannot write the plots" in err
+
+
+def test_report_on_damaged_metrics(tmp_path, capsys):
+    run_dir = tmp_path / "toy-20260101T000000Z"
+    (run_dir / "logs").mkdir(parents=True)
+    (run_dir / "manifest.json").write_text("{}")
+    (run_dir / "preset.yaml").write_text("megatron: {seq_length: 64}\n")
+    (run_dir / "metrics.jsonl").write_text(
+        '{"kind": "iteration", "iteration": 1, "loss": "x", "lr": [1]}\n'
+        '{"kind": "iteration", "iteration": "2", "loss": 1.0}\n' + "[" * 100_000 + "\n")
+    code, _, err = run_cli(capsys, "report", str(run_dir))
+    assert code == 2 and "not JSON" in err

@@ -82,8 +82,11 @@ def unroll_pipeline_layout(text: str, limit: int = MAX_LAYOUT_CHARACTERS) -> lis
     return text.split("|")
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
+    """The divisors of n, found by trial up to sqrt(n) but never past `up_to` trials: n comes from user input
+    (num_attention_heads=1000000000), and the lists only feed hints and layout searches."""
+    small = [d for d in range(1, min(math.isqrt(max(n, 0)), up_to) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
 
 
 def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:

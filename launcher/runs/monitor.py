@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO
 
 from launcher.runs import logparse as lp
-from launcher.runs.verdict import RunLog, RunSummary
+from launcher.runs.verdict import RunLog, RunSummary, json_safe
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -77,7 +77,7 @@ class Monitor:
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
         if record is not None:
-            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
             self._metrics.flush()
         if isinstance(event, lp.IterationLine) and self.tty and _have_tqdm():
             self._update_bar(event, record or {})
@@ -131,7 +131,7 @@ class Monitor:
         self._log.close()
         self._metrics.close()
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n")
         print("\n" + summary.render(), file=self.out, flush=True)
         return summary
 
