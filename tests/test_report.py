@@ -28,7 +28,7 @@ def assert_valid_png(path: Path) -> None:
 
 
 def report_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.runs.report", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "launcher", "report", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=120, check=False)
 
 
