@@ -19,7 +19,7 @@ import pytest
 
 from launcher.backends import slurm
 from launcher.errors import UserError
-from launcher.pipeline.command import HostFromEnv
+from launcher.pipeline.command import HostFromEnv, shell_word
 from launcher.pipeline.slurm_settings import SlurmSettings, parse_slurm_settings
 
 PAYLOADS = [
@@ -89,9 +89,8 @@ def test_only_the_composed_endpoint_is_a_shell_expansion():
     word = HostFromEnv(29500)
     assert word == "${MASTER_ADDR}:29500" and word.resolve("n1") == "n1:29500"
     assert word.shell() == '"${MASTER_ADDR}:29500"'
-    from launcher.cli.render import quote
-
-    assert quote("${MASTER_ADDR}:29500") == "'${MASTER_ADDR}:29500'"  # plain text that looks the same
+    assert shell_word(word) == word.shell()
+    assert shell_word("${MASTER_ADDR}:29500") == "'${MASTER_ADDR}:29500'"  # plain text that looks the same
 
 
 def _job(tmp_path: Path, **changes) -> slurm.BatchJob:
@@ -166,3 +165,22 @@ def test_preset_file_name_with_a_newline_stays_in_the_comment(launch, tmp_path):
     text = (run_dir / "job.sbatch").read_text()
     assert "touch PWNED-newline\n" not in text
     run_script(tmp_path, text)
+
+
+def test_command_sh_of_a_multi_node_run_expands_only_the_endpoint(tmp_path):
+    from test_launch_run_dir import launch as launch_here
+    from test_launch_run_dir import only_run_dir, stand_in
+
+    torchrun = stand_in(tmp_path, "toy_fp32_1gpu.log")
+    hostile = tmp_path / "${MASTER_ADDR}$(touch PWNED-sh)"
+    hostile.symlink_to(torchrun)
+    os.environ["MASTER_ADDR"] = "localhost"
+    try:
+        result = launch_here(tmp_path, "345m", "--nodes", "2", "--set", f"torchrun={hostile}")
+    finally:
+        del os.environ["MASTER_ADDR"]
+    assert "--rdzv-endpoint localhost:29500" in result.stdout, result.stderr
+    command = (only_run_dir(tmp_path) / "command.sh").read_text()
+    assert '--rdzv-endpoint "${MASTER_ADDR}:29500"' in command
+    result = run_script(tmp_path, command)  # the stand-in, under its hostile name, prints its argv
+    assert "--rdzv-endpoint x:29500" in result.stdout, result.stderr

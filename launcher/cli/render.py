@@ -10,15 +10,8 @@ from launcher.estimate import formulas as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.command import Command, HostFromEnv, flag_lines
+from launcher.pipeline.command import Command, flag_lines, shell_word
 from launcher.pipeline.layout import Plan
-
-
-def quote(word: str) -> str:
-    """shlex.quote, except the endpoint the launcher composes (HostFromEnv), whose ${MASTER_ADDR} expands."""
-    if isinstance(word, HostFromEnv):
-        return word.shell()
-    return shlex.quote(word)
 
 
 def _one_line(text: object) -> str:
@@ -29,7 +22,7 @@ def _one_line(text: object) -> str:
 def command_lines(command: Command) -> list[str]:
     """One flag (with its values) per line, continued with backslashes."""
     runner = command.argv[:command.argv.index(command.script)]
-    lines = [" ".join(quote(w) for w in runner),
+    lines = [" ".join(shell_word(w) for w in runner),
              *("  " + line for line in [shlex.quote(command.script), *flag_lines(command.script_args)])]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 

@@ -39,6 +39,11 @@ class HostFromEnv(str):
         return f"{host}:{self.port}"
 
 
+def shell_word(word: str) -> str:
+    """One argv word for a bash script: quoted, except the endpoint the launcher composes (HostFromEnv)."""
+    return word.shell() if isinstance(word, HostFromEnv) else shlex.quote(word)
+
+
 MASTER_ADDR_REF = "${MASTER_ADDR}"  # how printed scripts name the first node's host (see HostFromEnv)
 
 # Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns

@@ -39,6 +39,7 @@ import yaml
 import launcher
 from launcher import untrusted
 from launcher.errors import Problem, UserError, shown
+from launcher.pipeline.command import shell_word
 from launcher.runs import secrets
 
 MANIFEST = "manifest.json"
@@ -225,7 +226,8 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
     if workdir is not None:
         lines.append(f"cd {shlex.quote(str(workdir))}")
     lines += [secrets.shell_export(key, str(value), shlex.quote) for key, value in env.items()]
-    lines.append(shlex.join(argv))
+    # The same quoting as the printed dry-run: a multi-node endpoint reads $MASTER_ADDR when the script runs.
+    lines.append(" ".join(shell_word(word) for word in argv))
     return "\n".join(lines) + "\n"
 
 
