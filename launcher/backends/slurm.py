@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,7 +27,7 @@ import jinja2
 from launcher.errors import Problem, UserError
 from launcher.inside.allreduce import SCRIPT_PATH as PREFLIGHT_SCRIPT
 from launcher.megatron.pin import Kernels, require_checkout
-from launcher.pipeline.command import Command, build_command, flag_lines, with_entry
+from launcher.pipeline.command import Command, build_command, flag_lines, shell_comment, with_entry
 from launcher.pipeline.layout import Plan
 from launcher.pipeline.slurm_settings import (
     MAX_CHAIN,
@@ -156,8 +155,7 @@ def _sbatch_filter(value: object) -> ShellSafe:
 
 def _comment_filter(value: object) -> ShellSafe:
     """Text for a `#` comment: a newline (or any control character) must not end the comment."""
-    return ShellSafe(" ".join("".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in str(value))
-                              .split()))
+    return ShellSafe(shell_comment(value))
 
 
 def _finalize(value: object) -> object:

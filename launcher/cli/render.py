@@ -10,13 +10,10 @@ from launcher.estimate import formulas as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.command import Command, flag_lines, shell_word
+from launcher.pipeline.command import Command, flag_lines, shell_comment, shell_word
 from launcher.pipeline.layout import Plan
 
-
-def _one_line(text: object) -> str:
-    """Text for a `#` comment: a newline in a preset's description must not end the comment."""
-    return " ".join(str(text).split())
+_one_line = shell_comment  # a newline in a preset's description must not end the comment
 
 
 def command_lines(command: Command) -> list[str]:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 import shlex
+import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from launcher.errors import MAX_MESSAGE, clip
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS, Kernels
 from launcher.pipeline.layout import Plan
@@ -42,6 +44,13 @@ class HostFromEnv(str):
 def shell_word(word: str) -> str:
     """One argv word for a bash script: quoted, except the endpoint the launcher composes (HostFromEnv)."""
     return word.shell() if isinstance(word, HostFromEnv) else shlex.quote(word)
+
+
+def shell_comment(text: object, limit: int = MAX_MESSAGE) -> str:
+    """Text for a `#` comment line: one line (a newline would end the comment and start a command), no control
+    characters (terminal escapes), cut in the middle when long."""
+    flat = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in str(text))
+    return clip(" ".join(flat.split()), limit)
 
 
 MASTER_ADDR_REF = "${MASTER_ADDR}"  # how printed scripts name the first node's host (see HostFromEnv)
