@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable
 
 from launcher.errors import UserError
-from launcher.pipeline.command import Command, HostFromEnv
+from launcher.pipeline.command import Command
+from launcher.pipeline.shell import HostFromEnv
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 

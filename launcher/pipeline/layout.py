@@ -13,8 +13,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher.checks.data import check_data
-from launcher.errors import Problem, UserError, shown
+from launcher.errors import Problem, shown
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline.preset import Preset
 
@@ -47,17 +46,6 @@ class Layout:
             "global_batch_size": self.global_batch_size, "num_microbatches": self.num_microbatches,
             "sequence_parallel": self.sequence_parallel,
         }
-
-
-@dataclass(frozen=True)
-class Plan:
-    preset: Preset
-    layout: Layout
-    nodes: int
-    gpus_per_node: int
-    entry: str  # "pretrain_gpt" or "simple_loop" (after the one-GPU fallback)
-    notes: tuple[str, ...] = ()  # said once to the user (fallbacks, resolutions)
-    warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
 
 
 LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
@@ -587,8 +575,11 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     return layout, c.problems, c.warnings
 
 
-def _simple_loop(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
-    """The upstream simple loop hard-codes TP 2; on one GPU run the same model through pretrain_gpt.py."""
+def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
+    """The entry script that will run: the preset's, except that the upstream simple loop hard-codes TP 2, so on
+    one GPU the same model runs through pretrain_gpt.py. (preset, entry, notes, problems)"""
+    if preset.launcher.entry != "simple_loop":
+        return preset, preset.launcher.entry, [], []
     tp = preset.arg("tensor_model_parallel_size")
     if tp != SIMPLE_LOOP_TP:
         return preset, "simple_loop", [], [Problem(
@@ -623,26 +614,3 @@ def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Pr
             f"max_micro_batch_size {limit} (pin it with --set micro_batch_size=N)" if per_rank else
             f"micro batch {micro} = max_micro_batch_size")
     return replace(preset, megatron={**preset.megatron, "micro_batch_size": micro}), [*notes, note]
-
-
-def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None,
-              te_available: bool = False, apex_available: bool = False) -> Plan:
-    nodes = preset.launcher.nodes if nodes is None else nodes
-    gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
-    bad = [Problem(f"{name} must be at least 1, got {value}") for name, value in
-           (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if value < 1]
-    if bad:
-        raise UserError(bad)
-    world = nodes * gpus_per_node
-    entry, notes, problems = preset.launcher.entry, [], []
-    if entry == "simple_loop":
-        preset, entry, notes, problems = _simple_loop(preset, world)
-    preset, notes = choose_micro_batch(preset, world, notes)
-    layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available)
-    problems += found
-    if entry == "pretrain_gpt":  # the simple loop brings its own mock data
-        problems += check_data(preset.effective())
-    if problems or layout is None:
-        raise UserError(problems)
-    return Plan(preset=preset, layout=layout, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,
-                notes=tuple(notes), warnings=tuple(warnings))
