@@ -155,16 +155,17 @@ def test_damaged_manifest_types_on_resume(tmp_path, capsys):
     assert code == 2 and "Traceback" not in err
 
 
-@pytest.mark.parametrize("overrides", [
-    ["global_batch_size=null", "step_batch_size_schedule=0:16 1.2.3B:32"],
-    ["vocab_size=null"],
+@pytest.mark.parametrize("overrides, expected", [
+    (["global_batch_size=null", "step_batch_size_schedule=0:16 1.2.3B:32"], 2),
+    (["vocab_size=null"], 0),  # the simple loop brings its own vocabulary; the header says it is unknown
 ])
-def test_odd_override_combinations_exit_2(capsys, overrides):
+def test_odd_override_combinations(capsys, overrides, expected):
     argv = ["toy", "--dry-run"]
     for text in overrides:
         argv += ["--set", text]
-    code, _, err = run_cli(capsys, *argv)
-    assert code in (0, 2) and "internal error" not in err, err
+    code, out, err = run_cli(capsys, *argv)
+    assert code == expected and "internal error" not in err, err
+    assert expected == 2 or "padded vocab unknown" in out
 
 
 def test_fifo_is_not_waited_on(tmp_path, capsys):
