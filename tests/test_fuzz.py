@@ -8,6 +8,7 @@ built from the names they really know. Any other exception is a bug (it would be
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -16,10 +17,10 @@ from hypothesis import strategies as st
 
 from launcher.backends import slurm
 from launcher.errors import UserError
-from launcher.megatron.pin import Kernels
 from launcher.pipeline import preset as preset_module
-from launcher.pipeline.layout import make_plan
+from launcher.pipeline.command import build_command
 from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve, target_for
 from launcher.runs import logparse
 from launcher.runs.verdict import RunLog
 
@@ -50,7 +51,6 @@ scalars = st.one_of(
 values = st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=4),
                                                        st.dictionaries(st.text(max_size=8), inner, max_size=3)),
                       max_leaves=8)
-KINDS = Kernels(False, False, "fuzz")
 
 
 def _load_or_user_error(ref: str, overrides: list[str] = ()):
@@ -62,7 +62,7 @@ def _load_or_user_error(ref: str, overrides: list[str] = ()):
 
 def _plan_or_user_error(preset, nodes=None, gpus=None):
     try:
-        return make_plan(preset, nodes, gpus, False, False)
+        return resolve(preset, nodes, gpus, megatron_path=Path("/opt/megatron-lm"))
     except UserError:
         return None
 
@@ -113,16 +113,11 @@ def test_set_parser_and_layout_any_overrides(overrides, nodes, gpus):
        st.text(max_size=20), st.sampled_from([1, 2, 4]))
 def test_slurm_renderer_any_settings(tmp_path_factory, slurm_section, env, name, nodes):
     try:
-        preset = load_preset("345m")
         overrides = [f"slurm.{k}={v}" for k, v in slurm_section.items()] + [f"env.{k}={v}" for k, v in env.items()]
-        preset = load_preset("345m", overrides)
-        plan = make_plan(preset, nodes, 8, False, False)
-        from dataclasses import replace
-
-        plan = replace(plan, preset=replace(plan.preset, name=name or "x"))
-        run_dir = tmp_path_factory.mktemp("run")
-        made = slurm.prepare_job(plan, Path("/opt/megatron-lm"), KINDS, run_dir)
-        slurm.render_batch_script(made.job)
+        preset = replace(load_preset("345m", overrides), name=name or "x")
+        job = resolve(preset, nodes, 8, megatron_path=Path("/opt/megatron-lm"), target=target_for(preset, slurm=True),
+                      run_dir=tmp_path_factory.mktemp("run"))
+        slurm.render_batch_script(slurm.prepare_job(job, build_command(job)).job)
     except UserError:
         pass
 
