@@ -275,3 +275,14 @@ def test_report_on_damaged_metrics(tmp_path, capsys):
         '{"kind": "iteration", "iteration": "2", "loss": 1.0}\n' + "[" * 100_000 + "\n")
     code, _, err = run_cli(capsys, "report", str(run_dir))
     assert code == 2 and "not JSON" in err
+
+
+def test_divisor_hints_are_bounded_work(capsys):
+    from launcher.estimate.search import divisors as search_divisors
+    from launcher.pipeline.layout import divisors
+
+    assert divisors(12) == search_divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(1_000_000_007) == [1, 1_000_000_007]  # a prime: sqrt(n) trials, not n
+    assert len(divisors(10**9)) == 100
+    code, _, err = run_cli(capsys, "345m", "--dry-run", "--set", "num_attention_heads=1000000000")
+    assert code == 2 and "num_attention_heads" in err
