@@ -298,3 +298,17 @@ def test_every_setting_is_decided_before_the_checks(tmp_path):
     assert preflight.entry == "allreduce" and preflight.run_dir is None
     toy = resolve(load_preset("toy"), 1, 1, run_dir=tmp_path / "toy")
     assert toy.entry == "pretrain_gpt" and toy.preset.megatron["tensor_model_parallel_size"] == 1
+
+
+def test_launch_plan_estimates_the_job_the_dry_run_prints(launch):
+    """Both read the settings resolve decides (micro batch for the world, settings for a missing TE/apex)."""
+    code, out, err = launch("345m", "--gpus-per-node", "2", "--dry-run", "--format", "json", *NO_KERNELS)
+    assert code == 0, err
+    printed = json.loads(out)["estimate"]
+    code, out, err = launch("plan", "345m", "--gpus", "2", *NO_KERNELS, "--format", "json")
+    assert code == 0, err
+    planned = json.loads(out)
+    assert planned["layout"]["micro_batch_size"] == 16
+    gib = 2 ** 30
+    assert round(planned["memory"]["megatron"]["total"] / gib, 2) == printed["megatron_memory_per_gpu_gib"]
+    assert round(planned["memory"]["complete"]["total"] / gib, 2) == printed["memory_per_gpu_gib"]
