@@ -12,12 +12,14 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher import untrusted
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
+from launcher.runs import slurm_log
+from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import RunLog, RunSummary, metrics_record
@@ -44,6 +46,7 @@ class Report:
     summary: RunSummary
     plots: list[Path]
     sources: list[Path]
+    attempts: list[str] = field(default_factory=list)  # a Slurm job's attempts and how each ended
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -228,7 +231,7 @@ def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> Run
         logs = sorted((run.path / "logs").glob("*.log"), key=_attempt_number)
         if not logs:
             raise UserError(Problem(f"{run.path} has no logs: the run never started"))
-        seq = run.preset.get("megatron", {}).get("seq_length")
+        seq = (run.preset.get("megatron") or {}).get("seq_length")
         runlog = runlog_from_logs(logs, seq if isinstance(seq, int) else None, allow_partial)
         return runlog.summary(checkpoint_dir=Path(run.checkpoint_dir))
     runlog = runlog_from_logs(targets, allow_partial=allow_partial)
@@ -259,10 +262,20 @@ def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_p
 
 def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool) -> Report:
     run = open_run_dir(run_dir)  # UserError when it is not one
-    seq = run.preset.get("megatron", {}).get("seq_length")
+    seq = (run.preset.get("megatron") or {}).get("seq_length")
     logs = sorted((run_dir / "logs").glob("*.log"), key=_attempt_number)
     out = output_dir or run_dir / PLOTS_DIR
     checkpoint_dir = Path(run.checkpoint_dir)
+    slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
+    if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
+        attempts = [attempt for path in slurm_logs for attempt in slurm_log.split_attempts(_read_log(path))]
+        runlog = RunLog(seq_length=seq if isinstance(seq, int) else None)
+        for attempt in attempts:
+            runlog.feed_attempt(attempt.lines)
+        summary = runlog.summary(checkpoint_dir=checkpoint_dir)
+        plots = write_plots(series_from_runlog(runlog), out, run_dir.name)
+        _write_summary(run_dir, summary)
+        return Report(summary, plots, slurm_logs, [attempt.describe() for attempt in attempts])
     if logs:
         runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
                                   allow_partial=allow_partial)
@@ -275,11 +288,15 @@ def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool)
         raise UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",
                                 f"relaunch it with --resume {run_dir}"))
     plots = write_plots(series, out, run_dir.name)
+    _write_summary(run_dir, summary)
+    return Report(summary, plots, logs or [run_dir / METRICS_FILE])
+
+
+def _write_summary(run_dir: Path, summary: RunSummary) -> None:
     try:
-        (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n")
+        write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n")
     except OSError as error:  # a read-only run directory: the report is still printed
         print(f"warning: cannot write {run_dir / SUMMARY_FILE}: {error.strerror or error}", file=sys.stderr)
-    return Report(summary, plots, logs or [run_dir / METRICS_FILE])
 
 
 def _summary_from_file(run_dir: Path) -> RunSummary:
