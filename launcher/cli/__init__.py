@@ -226,7 +226,22 @@ def cmd_prepare_data(argv: list[str]) -> int:
     return prepare_data.run(prepare_data.build_parser().parse_args(argv))
 
 
+def cmd_import(argv: list[str]) -> int:
+    parser = Parser(prog="launch import", description="Turn an existing training script (bash, torchrun … "
+                    "pretrain_gpt.py …), a flag list or a YAML mapping of flags (MODEL_ARGS) into a preset, without "
+                    "running it; then check the preset and compare its argv with the script's.")
+    parser.add_argument("source", nargs="+", metavar="SCRIPT_OR_FLAGS",
+                        help="a file, '-' for standard input, or the flags themselves after --")
+    parser.add_argument("-o", "--output", metavar="PRESET.yaml",
+                        help="write the preset here (default: print it; the report goes to standard error)")
+    args = parser.parse_args(argv)
+    from launcher.importer.run import main as import_main
+
+    return import_main(args.source, args.output)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "import": cmd_import,
     "list": cmd_list,
     "doctor": cmd_doctor,
     "plan": cmd_plan,
