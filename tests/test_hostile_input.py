@@ -79,7 +79,8 @@ def test_alias_bomb_is_refused_quickly(tmp_path, capsys, where):
 
 def test_benign_aliases_still_work(tmp_path):
     path = preset_file(tmp_path, "base: toy\nlauncher:\n  env:\n    A: &v hello\n    B: *v\n")
-    assert load_preset(str(path)).launcher.env == {"A": "hello", "B": "hello"}
+    env = load_preset(str(path)).launcher.env
+    assert env["A"] == env["B"] == "hello"
 
 
 def test_huge_values_are_cut_in_messages(tmp_path, capsys):
