@@ -363,11 +363,23 @@ def test_grid_exercises_every_stage_of_megatron(megatron_verdicts):
         assert stages[stage] >= 10, stages
 
 
+# Failures Megatron's CPU verdict cannot see (it builds the model but trains no step), which the GPU feature matrix
+# showed at the first step (docs/benchmarks.md): where the launcher refuses only for these, Megatron's "ok" is not
+# a disagreement.
+BEYOND_THE_CPU_VERDICT = ("is not divisible by num_query_groups", "with linear biases fail at the first training step")
+
+
+def only_beyond_the_cpu_verdict(problems: list[Problem]) -> bool:
+    return bool(problems) and all(any(text in p.message for text in BEYOND_THE_CPU_VERDICT) for p in problems)
+
+
 @pytest.mark.megatron
 def test_launcher_agrees_with_megatron_on_every_layout(megatron_verdicts):
     disagreements = []
     for case, megatron in zip(GRID, megatron_verdicts, strict=True):
         ours = launcher_problems(case)
+        if megatron.ok and only_beyond_the_cpu_verdict(ours):
+            continue
         if (not ours) != megatron.ok:
             disagreements.append(f"{case.describe()}\n  launcher: {render(ours)}\n  megatron: {megatron.render()}")
     assert not disagreements, f"{len(disagreements)} of {len(GRID)} disagree:\n" + "\n".join(disagreements)

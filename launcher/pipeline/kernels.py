@@ -70,6 +70,8 @@ def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     local = megatron.get("transformer_impl") in (None, "local")
     if not kernels.transformer_engine and megatron.get("spec") is None and local:
         wanted.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE one
+        if megatron.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
+            del wanted["create_attention_mask_in_dataloader"]
     if not kernels.transformer_engine and uses_rope(megatron):
         wanted["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}

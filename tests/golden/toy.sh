@@ -7,5 +7,6 @@
 # a launch runs this command inside the run directory
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm
+export MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync
 torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   /opt/megatron-lm/examples/run_simple_mcore_train_loop.py
