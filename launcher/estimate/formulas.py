@@ -69,11 +69,13 @@ def ffn_hidden_size(args: Mapping[str, Any]) -> int:
     return default_ffn_hidden_size(int(args["hidden_size"]), bool(args.get("swiglu")))
 
 
-def divisors(n: int) -> list[int]:
-    """The divisors of n, ascending; pairs d, n/d up to √n, so a huge value costs √n steps, not n."""
-    small, large = [], []
+def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
+    """The divisors of n, ascending; pairs d, n/d up to √n (and never more than `up_to` trials: n comes from
+    user input, e.g. num_attention_heads=1000000000, and the lists only feed hints and layout searches)."""
+    small: list[int] = []
+    large: list[int] = []
     d = 1
-    while d * d <= n:
+    while d * d <= n and d <= up_to:
         if n % d == 0:
             small.append(d)
             if d * d != n:
