@@ -125,7 +125,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         plan["time"] = time_dict(e.step, training, shape, tokens)
     result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, validate)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node)
+        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, problems or result.refusals)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,

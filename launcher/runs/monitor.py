@@ -23,7 +23,8 @@ from typing import IO
 
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
-from launcher.runs.verdict import RunLog, RunSummary
+from launcher.runs.timing import StartupClock
+from launcher.runs.verdict import RunLog, RunSummary, json_safe
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -68,6 +69,7 @@ class Monitor:
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
         self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+        self.clock = StartupClock()
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
@@ -81,8 +83,9 @@ class Monitor:
         self._log.write(text + "\n")
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
+        self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
-            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
             self._metrics.flush()
         if isinstance(event, lp.IterationLine) and self.tty and self.out is not None and _have_tqdm():
             try:
@@ -164,8 +167,10 @@ class Monitor:
             except OSError as error:
                 failures.append(error)
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
+        summary.startup = self.clock.as_dict()
         try:
-            write_text_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+            text = json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
+            write_text_atomic(self.run_dir / SUMMARY_FILE, text)
         except OSError as error:
             failures.append(error)
         self._echo("\n" + summary.render())
