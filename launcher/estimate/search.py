@@ -358,6 +358,8 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
                     continue
                 t = replace(split, tp=tp, micro_batch_size=1, recompute="full",
                             sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
+                if world % (tp * t.pp * t.cp):  # no data-parallel group: not a layout
+                    continue
                 # memory first: it is cheaper than the rules, and most small worlds fail it
                 if est.fit_status(est.complete_memory(shape, t).total, gpu) != "fits":
                     continue
