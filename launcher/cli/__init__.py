@@ -159,7 +159,7 @@ def cmd_list(argv: list[str]) -> int:
     _Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
     from launcher.estimate.formulas import human, parameter_count
     from launcher.megatron.pin import resolve_kernels
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP, make_plan
+    from launcher.pipeline.layout import SIMPLE_LOOP_TP, make_plan, model_args
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
@@ -169,7 +169,7 @@ def cmd_list(argv: list[str]) -> int:
         plan = make_plan(preset, te_available=kernels.transformer_engine, apex_available=kernels.apex)
         lay = plan.layout
         min_gpus = SIMPLE_LOOP_TP if plan.entry == "simple_loop" else lay.model_parallel_size
-        rows.append((name, human(parameter_count(plan.preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
+        rows.append((name, human(parameter_count(model_args(plan), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
                      str(min_gpus), f"{plan.nodes}×{plan.gpus_per_node}", preset.description))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:

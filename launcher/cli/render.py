@@ -11,7 +11,7 @@ from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import Command, flag_lines
-from launcher.pipeline.layout import Plan
+from launcher.pipeline.layout import Plan, model_args
 
 
 def quote(word: str, expand: bool = False) -> str:
@@ -36,7 +36,7 @@ def command_lines(command: Command) -> list[str]:
 
 def summary(plan: Plan, command: Command, kernels: Kernels) -> dict[str, Any]:
     # Megatron's view, with the flags the launcher adds for a missing TE/apex (they change attention and memory)
-    args = {**plan.preset.effective(), **command.kernel_flags}
+    args = model_args(plan, command.kernel_flags)
     layout = plan.layout
     return {
         "parameters": parameter_count(args, layout.tp),

@@ -92,8 +92,10 @@ def _nearest_multiples(value: int, step: int) -> str:
 class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
-    def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool):
+    def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
+                 micro_batch_picked: bool = False):
         self.preset = preset
+        self.micro_batch_picked = micro_batch_picked  # chosen by choose_micro_batch, not by the user
         self.world = world_size
         self.gpus_per_node = gpus_per_node
         self.te = te_available
@@ -363,25 +365,56 @@ class _Checker:
         eval_mbs = self.arg("eval_micro_batch_size") or mbs
         eval_gbs = self.arg("eval_global_batch_size") or gbs
         step = mbs * dp
+        if (eval_gbs, eval_mbs) == (gbs, mbs) and gbs % step:
+            self.fail(*self._batch_problem(gbs, mbs, dp))
+            return gbs, max(1, gbs // step)
         if eval_gbs % (eval_mbs * dp):
             # validate_args checks the eval batch first; with the defaults it is the training batch.
             self.fail(
-                f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size {dp} "
-                f"= {step}" if (eval_gbs, eval_mbs) == (gbs, mbs) else
                 f"eval_global_batch_size {eval_gbs} is not divisible by eval_micro_batch_size {eval_mbs} × "
                 f"data-parallel size {dp} = {eval_mbs * dp}",
-                f"use global_batch_size {_nearest_multiples(gbs, step)}, or change micro_batch_size or the "
-                f"node count (DP = world {self.world} / model-parallel {self.world // dp})",
+                f"use eval_global_batch_size {_nearest_multiples(eval_gbs, eval_mbs * dp)}",
             )
             return gbs, max(1, gbs // step)
         if gbs % step:
-            self.fail(f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size "
-                      f"{dp} = {step}", f"use global_batch_size {_nearest_multiples(gbs, step)}")
+            self.fail(*self._batch_problem(gbs, mbs, dp))
             return gbs, max(1, gbs // step)
         microbatches = gbs // step
         if vpp is not None:
             self.interleaved_microbatches(microbatches, pp, vpp, gbs, mbs, dp)
         return gbs, microbatches
+
+    def _batch_problem(self, gbs: int, mbs: int, dp: int) -> tuple[str, str]:
+        """Global batch vs micro batch × DP, with the smallest changes that work (never blaming a micro batch
+        the user did not choose)."""
+        world_text = f"DP = world {self.world} / model-parallel {self.world // dp}"
+        if self.micro_batch_picked:
+            # No micro batch can help: DP itself does not divide the global batch.
+            return (f"global batch size {gbs} is not divisible by data-parallel size {dp} ({world_text}), so no "
+                    f"micro batch fits (the launcher picks it, up to max_micro_batch_size "
+                    f"{self.preset.launcher.max_micro_batch_size})",
+                    f"use global_batch_size {_nearest_multiples(gbs, dp)}" + self._smaller_world(gbs, dp))
+        options = []
+        if gbs % dp == 0:
+            per_rank = gbs // dp
+            fits = max(d for d in divisors(per_rank) if d <= mbs)
+            options.append(f"micro_batch_size {fits} (global batch {gbs} / DP {dp} = {per_rank} per rank)")
+        options.append(f"global_batch_size {_nearest_multiples(gbs, mbs * dp)}")
+        below = (gbs // dp) * dp
+        nearer = [n for n in (below, below + dp) if n > 0 and n % (mbs * dp) and abs(n - gbs) < mbs * dp]
+        if gbs % dp and nearer:
+            options.append(f"global_batch_size {' or '.join(map(str, nearer))} with micro_batch_size 1")
+        return (f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size {dp} = "
+                f"{mbs * dp}", "use " + ", or ".join(options) + f" ({world_text})")
+
+    def _smaller_world(self, gbs: int, dp: int) -> str:
+        """', or --nodes N' for the largest DP below this one that divides the global batch, if nodes allow it."""
+        model = self.world // dp
+        for d in sorted(divisors(gbs), reverse=True):
+            if d < dp and (d * model) % self.gpus_per_node == 0:
+                nodes = d * model // self.gpus_per_node
+                return f", or --nodes {nodes} ({d * model} GPUs, DP {d})"
+        return ""
 
     def interleaved_microbatches(self, m: int, pp: int, vpp: int, gbs: int, mbs: int, dp: int) -> None:
         """schedules.forward_backward_pipelining_with_interleaving: checked at the first step, not before."""
@@ -538,9 +571,10 @@ class _Checker:
 
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
-          apex_available: bool = False) -> tuple[Layout | None, list[Problem], list[str]]:
+          apex_available: bool = False, micro_batch_picked: bool = False,
+          ) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available)
+    c = _Checker(preset, world_size, gpus_per_node, te_available, micro_batch_picked)
     if not c.required():
         return None, c.problems, c.warnings
     tp = c.arg("tensor_model_parallel_size")
@@ -567,14 +601,54 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     return layout, c.problems, c.warnings
 
 
+# What examples/run_simple_mcore_train_loop.py hard-codes (model_provider, its DataLoader, its loop); it takes no
+# arguments. configs/toy.yaml states exactly these, so the plain toy runs upstream's script; any other Megatron
+# setting can only take effect through pretrain_gpt.py.
+SIMPLE_LOOP_SETTINGS: dict[str, Any] = {
+    "num_layers": 2, "hidden_size": 12, "num_attention_heads": 4, "seq_length": 64,
+    "max_position_embeddings": 64, "vocab_size": 100, "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 1, "micro_batch_size": 8, "train_iters": 5, "lr": 0.001,
+    "lr_decay_style": "constant", "eval_interval": 1000, "eval_iters": 0, "mock_data": True,
+    "tokenizer_type": "NullTokenizer", "log_interval": 1,
+}
+
+
+def simple_loop_differences(preset: Preset) -> list[str]:
+    """Megatron settings of the preset that upstream's simple loop would not apply (it takes no arguments)."""
+    names = dict.fromkeys([*preset.megatron, *SIMPLE_LOOP_SETTINGS])
+    return [name for name in names if preset.megatron.get(name) != SIMPLE_LOOP_SETTINGS.get(name)]
+
+
+def model_args(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The arguments describing the model that will really be built, for parameter and memory estimates.
+
+    Upstream's simple loop builds GPTModel directly: vocabulary 100 as given (no padding) and untied output
+    weights (GPTModel's share_embeddings_and_output_weights defaults to False)."""
+    args = {**plan.preset.effective(), **(extra or {})}
+    if plan.entry == "simple_loop":
+        args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
+    return args
+
+
 def _simple_loop(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
-    """The upstream simple loop hard-codes TP 2; on one GPU run the same model through pretrain_gpt.py."""
-    tp = preset.arg("tensor_model_parallel_size")
-    if tp != SIMPLE_LOOP_TP:
+    """Upstream's simple loop when it would train what the preset says; otherwise the same model through
+    pretrain_gpt.py, where every setting applies (never a setting silently dropped)."""
+    differ = simple_loop_differences(preset)
+    asked_for_loop = any(o.replace(" ", "").startswith(("entry=simple_loop", "launcher.entry=simple_loop"))
+                         for o in preset.overrides)
+    if differ and asked_for_loop:
         return preset, "simple_loop", [], [Problem(
-            f"entry simple_loop runs upstream run_simple_mcore_train_loop.py, which hard-codes TP "
-            f"{SIMPLE_LOOP_TP}; the preset asks for TP {tp}",
-            "set entry=pretrain_gpt to choose TP yourself", stage="launcher")]
+            f"entry simple_loop runs upstream run_simple_mcore_train_loop.py, which takes no arguments: "
+            f"{', '.join(differ)} would not apply",
+            "drop --set entry=simple_loop (the toy then trains through pretrain_gpt.py, where they apply), "
+            "or drop those settings", stage="launcher")]
+    if differ:
+        megatron = dict(preset.megatron)
+        if world == 1 and "tensor_model_parallel_size" not in differ:
+            megatron["tensor_model_parallel_size"] = 1
+        note = (f"{', '.join(differ)} differ from what run_simple_mcore_train_loop.py hard-codes (it takes no "
+                "arguments), so the model trains through pretrain_gpt.py, where they apply")
+        return replace(preset, megatron=megatron), "pretrain_gpt", [note], []
     if world == 1:
         megatron = {**preset.megatron, "tensor_model_parallel_size": 1}
         note = ("one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer "
@@ -598,7 +672,8 @@ def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Pr
     dp = world // model if model > 0 and world % model == 0 else 1
     gbs = preset.megatron.get("global_batch_size")
     per_rank = gbs // dp if gbs and gbs > 0 and gbs % dp == 0 else None
-    micro = max(d for d in divisors(per_rank) if d <= limit) if per_rank else limit
+    # A global batch that DP does not divide has no valid micro batch: 1, and the batch check says why.
+    micro = max(d for d in divisors(per_rank) if d <= limit) if per_rank else (1 if gbs else limit)
     note = (f"micro batch {micro}: the largest divisor of global batch {gbs} / DP {dp} up to "
             f"max_micro_batch_size {limit} (pin it with --set micro_batch_size=N)" if per_rank else
             f"micro batch {micro} = max_micro_batch_size")
@@ -617,8 +692,9 @@ def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | Non
     entry, notes, problems = preset.launcher.entry, [], []
     if entry == "simple_loop":
         preset, entry, notes, problems = _simple_loop(preset, world)
+    picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
     preset, notes = choose_micro_batch(preset, world, notes)
-    layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available)
+    layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available, picked)
     problems += found
     if entry == "pretrain_gpt":  # the simple loop brings its own mock data
         problems += check_data(preset.effective())
