@@ -161,7 +161,7 @@ def test_report_reads_a_slurm_jobs_output_in_its_run_directory(tmp_path):
 
 
 def test_throughput_plot_separates_attempts_and_names_the_run(tmp_path):
-    from launcher.runs.report import PlotInfo, _restarts, series_from_runlog, runlog_from_logs
+    from launcher.runs.report import PlotInfo, _restarts, runlog_from_logs, series_from_runlog
 
     runlog = runlog_from_logs([FIXTURES / "toy_fp32_1gpu.log", FIXTURES / "toy_resume_sigterm.log"], 64)
     series = series_from_runlog(runlog)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.pipeline.command import MASTER_ADDR_REF, Command
@@ -29,6 +31,26 @@ def visible_gpus() -> int:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+def training_path(path_var: str | None) -> str:
+    """PATH for training processes started here: this interpreter's bin directory first when it has torch.
+
+    `.venv/bin/launch` then works without activating .venv: torchrun, and the `python3 -m pybind11` that
+    Megatron's dataset-helper build calls, come from the launcher's own environment; the base Python's bin
+    follows it, because a venv has no `python3-config` (the build's other tool). Without torch here (e.g. a
+    pipx install of the launcher alone) PATH is left as it is."""
+    path_var = path_var if path_var is not None else os.defpath
+    if importlib.util.find_spec("torch") is None:
+        return path_var
+    first = [str(Path(sys.executable).parent)]
+    base_bin = Path(sys.base_prefix) / "bin"
+    if (base_bin / "python3-config").exists() and str(base_bin) not in first:
+        first.append(str(base_bin))
+    parts = path_var.split(os.pathsep) if path_var else []
+    if parts[:len(first)] == first:
+        return path_var
+    return os.pathsep.join(first + [p for p in parts if p not in first])
+
+
 def resolved_argv(command: Command) -> list[str]:
     if not command.expand:
         return command.argv
@@ -47,9 +69,10 @@ def run(command: Command, cwd: str | None = None, stdout=None,
     instead of going straight to the terminal.
     """
     argv = resolved_argv(command)
-    if shutil.which(argv[0]) is None:
-        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
     env = {**os.environ, **command.env}
+    env["PATH"] = training_path(env.get("PATH"))
+    if shutil.which(argv[0], path=env["PATH"]) is None:
+        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
     if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
         env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
     if on_line is not None:

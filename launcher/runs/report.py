@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import install_command
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
@@ -24,7 +25,6 @@ from launcher.runs.verdict import RunLog, RunSummary, metrics_record
 
 PLOTS_DIR = "plots"
 SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
-MATPLOTLIB_HINT = "pip install 'matplotlib>=3.8' (or the launcher's extra: pip install -e '.[report]')"
 
 
 @dataclass
@@ -164,7 +164,7 @@ def _figure(title: str, ylabel: str):
     except ImportError:
         raise UserError(Problem("launch report draws its plots with matplotlib, which is not installed "
                                 "(it is an optional extra: the rest of the launcher does not need it)",
-                                MATPLOTLIB_HINT)) from None
+                                install_command("report"))) from None
 
     figure = Figure(figsize=(7, 4), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
