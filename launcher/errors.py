@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -35,3 +37,14 @@ class UserError(Exception):
 
     def render(self) -> str:
         return "\n".join(p.render() for p in self.problems)
+
+
+def closest(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
+    """The candidates spelled most like `name`, best first (none when nothing is close)."""
+    return difflib.get_close_matches(name, list(candidates), n=n, cutoff=cutoff)
+
+
+def did_you_mean(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6, prefix: str = "") -> str:
+    """'did you mean X?' (or 'X or Y' for n > 1) for a misspelled name; '' when nothing is close."""
+    close = closest(name, candidates, n, cutoff)
+    return f"did you mean {' or '.join(prefix + c for c in close)}?" if close else ""

@@ -54,7 +54,7 @@ def run_launch(gpus: list[str], extra: list[str], iters: int, run_root: Path, lo
             *extra, "--set", f"run_root={run_root}"]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ",".join(gpus), "PYTHONUNBUFFERED": "1", **(env_extra or {})}
     env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
-    proc = subprocess.run([sys.executable, "-m", "launcher.cli", *args], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "launcher", *args], env=env, capture_output=True, text=True)
     log.write_text(proc.stdout + proc.stderr)
     run_dir = next((line.removeprefix("# run directory: ").strip() for line in proc.stdout.splitlines()
                     if line.startswith("# run directory: ")), None)

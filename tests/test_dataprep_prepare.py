@@ -50,7 +50,7 @@ def read_back(prefix: Path) -> list[list[int]]:
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "launcher.dataprep.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "launcher", "prepare-data", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300, check=False)
 
 

@@ -29,7 +29,7 @@ def assert_valid_png(path: Path) -> None:
 
 
 def report_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "launcher.runs.report", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "launcher", "report", *args], capture_output=True, text=True,
                           cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
 
 

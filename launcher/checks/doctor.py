@@ -8,7 +8,6 @@ torch; only the opt-in torch probe (`launch doctor --torch`) imports torch, in a
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata
 import importlib.util
 import json
@@ -19,7 +18,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
 from launcher.errors import Problem, UserError
-from launcher.megatron.pin import SUBMODULE, has_module, megatron_path
+from launcher.megatron.pin import SUBMODULE, has_module
 from launcher.runs.rundir import git_commit
 
 Status = Literal["ok", "warn", "fail"]
@@ -408,7 +407,7 @@ def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> Non
     settings: dict[str, Any] | None = None  # the simple loop builds its own model: only the environment matters
     if plan.entry == "pretrain_gpt":
         settings, _ = megatron_settings(plan.preset, plan.entry, kernels)
-    ctx = Context(megatron_path=path, env=_training_env({**os.environ, **command.env}))
+    ctx = Context(megatron_path=path, env=training_env({**os.environ, **command.env}))
     findings = preflight(settings, ctx, tensor_parallel=plan.layout.tp, context_parallel=plan.layout.cp)
     for finding in findings:
         if finding.status == "warn":
@@ -420,7 +419,7 @@ def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> Non
         raise UserError(failed)
 
 
-def _training_env(env: dict[str, str]) -> dict[str, str]:
+def training_env(env: dict[str, str]) -> dict[str, str]:
     """The environment training processes started by `launch` get (PATH included), for the checks."""
     from launcher.backends.local import training_path
 
@@ -430,26 +429,3 @@ def _training_env(env: dict[str, str]) -> dict[str, str]:
 def worst(findings: Iterable[Finding]) -> Status:
     statuses = {f.status for f in findings}
     return "fail" if "fail" in statuses else "warn" if "warn" in statuses else "ok"
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="launch doctor", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--megatron-path",
-                        help="Megatron-LM checkout to inspect (default: $MEGATRON_LM_PATH or the submodule)")
-    parser.add_argument("--torch", action="store_true",
-                        help="also import torch and Transformer Engine (slower): CUDA, GPUs, NCCL as torch sees them")
-    parser.add_argument("--format", choices=["text", "json"], default="text")
-    options = parser.parse_args(argv)
-    ctx = Context(megatron_path=megatron_path(options.megatron_path, None), env=_training_env(dict(os.environ)),
-                  torch_probe=options.torch)
-    findings = run_checks(ctx)
-    if options.format == "json":
-        print(json.dumps([asdict(f) for f in findings], indent=1))
-    else:
-        print("\n".join(f.render() for f in findings))
-        print(f"doctor: {worst(findings)}")
-    return 1 if worst(findings) == "fail" else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,41 +10,26 @@
 
 from __future__ import annotations
 
-import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
-from launcher.errors import UserError
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as UserError (exit 2, one line), not its own exit."""
-
-    def error(self, message: str):
-        raise UserError(f"{self.prog}: {message}", f"see {self.prog} --help")
+from launcher.cli.parsing import Parser, positive
+from launcher.errors import UserError, closest
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def run_parser() -> _Parser:
-    p = _Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
+def run_parser() -> Parser:
+    p = Parser(prog="launch", description="Validate, print or run Megatron-LM GPT training from a preset.",
                 epilog="Other commands: " + ", ".join(f"launch {name}" for name in SUBCOMMANDS))
     p.add_argument("preset", nargs="?",
                    help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run directory made by an earlier launch (same preset and checkpoints)")
-    p.add_argument("--nodes", type=_positive,
+    p.add_argument("--nodes", type=positive,
                    help="number of nodes (default: the preset's for a dry-run or Slurm, 1 for a run here)")
-    p.add_argument("--gpus-per-node", type=_positive,
+    p.add_argument("--gpus-per-node", type=positive,
                    help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override a Megatron setting (its dest name, e.g. lr=3e-4) or a launcher setting")
@@ -65,7 +50,7 @@ def run_parser() -> _Parser:
                             "(with --dry-run: print the script)")
     slurm.add_argument("--submit", action="store_true", help="write the batch script and submit it with sbatch; "
                        "prints the job id (implies --slurm)")
-    slurm.add_argument("--chain", type=_positive, metavar="K",
+    slurm.add_argument("--chain", type=positive, metavar="K",
                        help="K jobs that run one after another (--dependency=singleton), each resuming from "
                             "the last checkpoint; for runs longer than the partition's time limit")
     return p
@@ -156,7 +141,7 @@ def cmd_run(argv: list[str]) -> int:
 
 
 def cmd_list(argv: list[str]) -> int:
-    _Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
+    Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
     from launcher.estimate.formulas import human, parameter_count
     from launcher.megatron.pin import resolve_kernels
     from launcher.pipeline.layout import SIMPLE_LOOP_TP, make_plan, model_args
@@ -178,15 +163,35 @@ def cmd_list(argv: list[str]) -> int:
 
 
 def cmd_doctor(argv: list[str]) -> int:
-    from launcher.checks import doctor
+    parser = Parser(prog="launch doctor", description="Is this machine ready to run the pinned Megatron? Each "
+                    "check says ok / warn / fail and how to fix it.")
+    parser.add_argument("--megatron-path",
+                        help="Megatron-LM checkout to inspect (default: $MEGATRON_LM_PATH or the submodule)")
+    parser.add_argument("--torch", action="store_true",
+                        help="also import torch and Transformer Engine (slower): CUDA, GPUs, NCCL as torch sees them")
+    parser.add_argument("--format", choices=["text", "json"], default="text")
+    options = parser.parse_args(argv)
+    import json
+    from dataclasses import asdict
 
-    return doctor.main(argv)
+    from launcher.checks import doctor
+    from launcher.megatron.pin import megatron_path
+
+    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None),
+                         env=doctor.training_env(dict(os.environ)), torch_probe=options.torch)
+    findings = doctor.run_checks(ctx)
+    if options.format == "json":
+        print(json.dumps([asdict(f) for f in findings], indent=1))
+    else:
+        print("\n".join(f.render() for f in findings))
+        print(f"doctor: {doctor.worst(findings)}")
+    return 1 if doctor.worst(findings) == "fail" else 0
 
 
 def cmd_plan(argv: list[str]) -> int:
     from launcher.cli import plan_report
 
-    parser = _Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
+    parser = Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
                      "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
     plan_report.add_arguments(parser)
     sys.stdout.write(plan_report.run(parser.parse_args(argv)))
@@ -194,18 +199,36 @@ def cmd_plan(argv: list[str]) -> int:
 
 
 def cmd_report(argv: list[str]) -> int:
-    from launcher.runs import report
+    parser = Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
+                    "of a run directory, or of Megatron log files such as a Slurm job's output.")
+    parser.add_argument("targets", nargs="+", type=Path, metavar="RUN_DIR_OR_LOG",
+                        help="a run directory made by launch, or Megatron log files (e.g. slurm-123.out)")
+    parser.add_argument("--output-dir", type=Path, default=None,
+                        help="where the PNG plots go (default: RUN_DIR/plots for a run directory, "
+                             "./plots/LOG_NAME in the current directory for log files)")
+    parser.add_argument("--partial", action="store_true",
+                        help="report what is readable in a truncated or partly garbled log")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    import json
 
-    parser = _Parser(prog="launch report", description="Plots (loss, throughput, learning rate) and a summary "
-                     "of a run directory, or of Megatron log files such as a Slurm job's output.")
-    report.add_arguments(parser)
-    return report.run(parser.parse_args(argv))
+    from launcher.runs.report import make_report
+
+    # exit 0 when the report was made, whatever the run's outcome
+    report = make_report(args.targets, args.output_dir, args.partial)
+    if args.format == "json":
+        print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
+                          "sources": [str(s) for s in report.sources]}, indent=2))
+    else:
+        print(report.summary.render())
+        print("plots:              " + ", ".join(str(p) for p in report.plots))
+    return 0
 
 
 def cmd_prepare_data(argv: list[str]) -> int:
-    from launcher.dataprep.cli import main as prepare_data_main
+    from launcher.cli import prepare_data
 
-    return prepare_data_main(argv)
+    return prepare_data.run(prepare_data.build_parser().parse_args(argv))
 
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
@@ -217,12 +240,24 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
 }
 
 
+def _with_command_hint(exc: UserError, argv: list[str]) -> UserError:
+    """`launch docter` is read as a preset name; when no such preset exists, suggest the command."""
+    near = closest(argv[0], SUBCOMMANDS, cutoff=0.75) if argv and not argv[0].startswith("-") else []
+    if not near or not exc.problems[0].message.startswith("no preset named"):
+        return exc
+    return UserError(f"no command or preset named {argv[0]!r}", f"did you mean launch {near[0]}? "
+                     f"({exc.problems[0].hint})")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         if argv and argv[0] in SUBCOMMANDS:
             return SUBCOMMANDS[argv[0]](argv[1:])
-        return cmd_run(argv)
+        try:
+            return cmd_run(argv)
+        except UserError as exc:
+            raise _with_command_hint(exc, argv) from None
     except UserError as exc:
         print(exc.render(), file=sys.stderr)
         return 2

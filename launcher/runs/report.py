@@ -7,11 +7,9 @@ Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -377,41 +375,3 @@ def _summary_from_file(run_dir: Path) -> RunSummary:
     except (OSError, json.JSONDecodeError, TypeError):
         raise UserError(Problem(f"{run_dir} has no logs and no readable {SUMMARY_FILE}",
                                 "nothing to summarise; the plots need the logs")) from None
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("targets", nargs="+", type=Path, metavar="RUN_DIR_OR_LOG",
-                        help="a run directory made by launch, or Megatron log files (e.g. slurm-123.out)")
-    parser.add_argument("--output-dir", type=Path, default=None,
-                        help="where the PNG plots go (default: RUN_DIR/plots for a run directory, "
-                             "./plots/LOG_NAME in the current directory for log files)")
-    parser.add_argument("--partial", action="store_true",
-                        help="report what is readable in a truncated or partly garbled log")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
-
-
-def run(args: argparse.Namespace) -> int:
-    """`launch report`: prints the summary; exit 0 when the report was made (whatever the run's outcome)."""
-    report = make_report(args.targets, args.output_dir, args.partial)
-    if args.format == "json":
-        print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
-                          "sources": [str(s) for s in report.sources]}, indent=2))
-    else:
-        print(report.summary.render())
-        print("plots:              " + ", ".join(str(p) for p in report.plots))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="launch report", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except UserError as error:
-        print(error.render(), file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,5 @@
-"""`launch prepare-data`: argument parsing and display only; the work is in prepare.py and index_cache.py."""
+"""`launch prepare-data`: argument parsing and display only; the work is in launcher.dataprep (prepare.py,
+index_cache.py)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ import argparse
 import json
 import os
 import shlex
-import sys
-from collections.abc import Sequence
 
+from launcher.cli.parsing import Parser
 from launcher.errors import Problem, UserError
 
 USAGE_EXAMPLES = """\
@@ -21,8 +21,8 @@ examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+def build_parser() -> Parser:
+    parser = Parser(
         prog="launch prepare-data",
         description="Tokenize JSONL or plain-text files into Megatron's indexed dataset (PREFIX.bin/.idx), "
                     "or, with --build-index, build a preset's dataset index caches on this CPU machine.",
@@ -58,15 +58,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.build_index:
-            return _build_index(args)
-        return _prepare(args)
-    except UserError as err:
-        print(err.render(), file=sys.stderr)
-        return 2
+def run(args: argparse.Namespace) -> int:
+    if args.build_index:
+        return _build_index(args)
+    return _prepare(args)
 
 
 def _prepare(args: argparse.Namespace) -> int:
@@ -124,6 +119,3 @@ def _build_index(args: argparse.Namespace) -> int:
               f"  the training job reads them when it runs with the same settings (data_cache_path included)")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

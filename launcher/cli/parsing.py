@@ -1,0 +1,46 @@
+"""The one argument parser of every `launch` subcommand: its errors are `error:`/`hint:` lines and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import NoReturn
+
+from launcher.errors import UserError, closest, did_you_mean
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose usage errors raise UserError (printed by launcher.cli.main as error/hint, exit 2)
+    instead of printing the usage text and exiting; a misspelled option or choice gets a "did you mean"."""
+
+    def error(self, message: str) -> NoReturn:
+        see = f"see {self.prog} --help"
+        suggestion = self._suggestion(message)
+        raise UserError(f"{self.prog}: {message}", f"{suggestion} ({see})" if suggestion else see)
+
+    def _suggestion(self, message: str) -> str:
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if unknown:
+            # compared without the dashes, which every option shares
+            options = {o.lstrip("-"): o for o in self._option_string_actions if o.startswith("--")}
+            for word in unknown.group(1).split():
+                if word.startswith("-"):
+                    near = closest(word.split("=", 1)[0].lstrip("-"), options, cutoff=0.7)
+                    if near:
+                        return f"did you mean {options[near[0]]}?"
+            return ""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        return ""
+
+
+def positive(text: str) -> int:
+    """argparse type: a whole number of at least 1 (nodes, GPUs, jobs)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
