@@ -268,6 +268,9 @@ def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path
         plan, notes = resumable(plan, run_dir)
         command = build_command(plan, megatron_path, kernels)
         title = f"preset {name}"
+    if not settings.exclusive and settings.cpus_per_task is None:
+        notes.append(f"slurm.exclusive=false without slurm.cpus_per_task: Slurm may give each node's task (a torchrun "
+                     f"with {plan.gpus_per_node} ranks and their data loaders) a single CPU; set slurm.cpus_per_task")
     job = build_job(plan, command, settings, run_dir, chain=chain, title=title)
     return PreparedJob(job, plan, [*plan.notes, *notes])
 

@@ -25,8 +25,9 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 SLURM_KEYS = {
     "partition", "account", "time", "qos", "job_name", "exclusive", "extra_sbatch", "container_image",
     "container_mounts", "signal", "signal_seconds", "requeue", "max_restarts", "rdzv_port", "chain",
+    "cpus_per_task", "mem",
 }
-SLURM_TEXT_KEYS = {"partition", "account", "time", "qos", "job_name", "container_image", "signal"}
+SLURM_TEXT_KEYS = {"partition", "account", "time", "qos", "job_name", "container_image", "signal", "mem"}
 
 
 @dataclass(frozen=True)
@@ -335,6 +336,9 @@ def _apply_one(layer: _Layer, name: str, raw: str) -> None:
     if head in ("env", "slurm") and rest:
         # Slurm names and times stay text: YAML would read --set slurm.time=1:00:00 as the number 3600.
         value = raw if head == "env" or rest in SLURM_TEXT_KEYS else _override_value(raw)
+        if head == "slurm" and raw.strip().lower() in ("null", "none", "~"):
+            value = None  # unset: the setting's default, or nothing requested
+
         typed = _launcher_value(head, {rest: value}, where)
         _merge_launcher(layer.launcher, {head: typed})
         return
