@@ -67,3 +67,15 @@ def test_bad_budget_flags(launch):
     assert code == 2 and "not a whole number of nodes" in err
     code, _, err = launch("plan", "175b", "--gpus", "16", "--nodes", "2")
     assert code == 2 and "cannot be combined" in err
+
+
+def test_plan_shows_what_periodic_checkpoints_cost(launch):
+    code, out, err = launch("plan", "175b", "--format", "json", "--top", "1")
+    assert code == 0, err
+    ckpt = json.loads(out)["checkpoint"]
+    assert ckpt["save_interval"] == 1000 and ckpt["saves"] == 96  # 95,368 iterations
+    assert 2.4e12 < ckpt["bytes"] < 2.5e12  # 174.6B parameters × (2 bf16 weights + 12 fp32 optimizer state)
+    assert ckpt["seconds_per_save"] == ckpt["bytes"] / 20e9 and 0 < ckpt["overhead_fraction"] < 0.1
+    code, out, err = launch("plan", "175b", "--top", "1", "--ckpt-write-gbps", "100")
+    assert code == 0, err
+    assert "checkpoints        2.44 TB each" in out and "at 100 GB/s" in out and "every 1,000 iterations" in out

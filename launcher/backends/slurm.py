@@ -98,9 +98,11 @@ def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
         megatron["exit_signal_handler"] = True
     elif not megatron["exit_signal_handler"]:
         notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
-    if not preset.megatron.get("save_interval"):
-        notes.append(f"save_interval={megatron['save_interval']} (the end of training): checkpoints come only from "
-                     "the time-limit signal and the end; set save_interval=N to survive crashes too")
+    if not preset.megatron.get("save_interval") and megatron["save_interval"] >= rundir.PERIODIC_SAVE_ITERATIONS:
+        retain = megatron.get("save_retain_interval")
+        notes.append(f"a checkpoint every {megatron['save_interval']} iterations (set save_interval=N to change)"
+                     + (f"; of the older ones, only every {retain}th iteration's is kept (save_retain_interval)"
+                        if retain else ""))
     if megatron["load"] != megatron["save"]:
         notes.append(f"load={megatron['load']} differs from save={megatron['save']}: "
                      f"a requeued or chained attempt restarts from {megatron['load']}")
