@@ -172,3 +172,15 @@ def test_throughput_plot_separates_attempts_and_names_the_run(tmp_path):
 
     for plot in write_plots(series, tmp_path, PlotInfo("slurm-42", "345m", "h200-141gb")):
         assert_valid_png(plot)
+
+
+def test_report_without_matplotlib_says_how_to_install_the_extra(tmp_path):
+    """matplotlib is the optional [report] extra: without it, one clear error and the command that adds it."""
+    hide = ("import sys; sys.modules['matplotlib'] = None; from launcher.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", hide, "report", str(FIXTURES / "toy_fp32_1gpu.log"),
+                             "--output-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "matplotlib, which is not installed" in result.stderr
+    assert f"-m pip install -e '{ROOT}[report]'" in result.stderr or f"{ROOT}[report]" in result.stderr
