@@ -17,7 +17,7 @@ import yaml
 from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
 
-CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the package; ./configs links here
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
