@@ -11,7 +11,18 @@ CHECKOUT = Path(__file__).resolve().parents[1]  # the source checkout, when inst
 
 
 def install_command(extra: str) -> str:
-    """The pip command that adds one of the launcher's extras to this interpreter. The launcher is not on a
-    package index: it installs from its checkout (scripts/bootstrap.sh does `pip install -e .`)."""
-    source = str(CHECKOUT) if (CHECKOUT / "pyproject.toml").exists() else "."
-    return f"{shlex.quote(sys.executable)} -m pip install -e {shlex.quote(f'{source}[{extra}]')}"
+    """The pip command that adds one of the launcher's extras to this interpreter. The launcher is on no package
+    index: from a checkout, `pip install -e CHECKOUT[extra]`; installed from a built wheel, the extra's own
+    requirements as this installation's metadata lists them."""
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    if (CHECKOUT / "pyproject.toml").exists():
+        return f"{pip} -e {shlex.quote(f'{CHECKOUT}[{extra}]')}"
+    import importlib.metadata
+
+    try:
+        requires = importlib.metadata.requires("megatron-launch") or []
+    except importlib.metadata.PackageNotFoundError:
+        requires = []
+    marker = f'extra == "{extra}"'
+    wanted = [r.split(";")[0].strip() for r in requires if marker in r.replace("'", '"')]
+    return f"{pip} {' '.join(shlex.quote(w) for w in wanted)}" if wanted else f"{pip} -e 'CHECKOUT[{extra}]'"
