@@ -1,4 +1,5 @@
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,14 @@ def launch():
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
+
+
+RUN_STAMP = re.compile(r"-\d{8}T\d{6}Z(-\d+)?\b")
+
+
+def without_run_stamp(text: str) -> str:
+    """A run directory's UTC timestamp (runs/345m-20261201T132904Z) replaced: the launch decides it, not the test."""
+    return RUN_STAMP.sub("-YYYYMMDDTHHMMSSZ", text)
 
 
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from launcher.backends import slurm
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.layout import make_plan
+from launcher.pipeline.command import build_command
 from launcher.pipeline.preset import available_presets, load_preset
+from launcher.pipeline.resolve import Target, resolve, target_for
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slurm"
@@ -39,8 +40,10 @@ def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None 
                   run_dir: Path | None = None, megatron_path: Path = GOLDEN_MEGATRON) -> tuple[slurm.BatchJob, str]:
     preset = load_preset(name, list(overrides))
     kernels = preset_kernels(preset)
-    plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
-    job = slurm.prepare_job(plan, megatron_path, kernels, run_dir or GOLDEN_RUNS / name, preflight=preflight).job
+    target: Target = target_for(preset, slurm=True)
+    resolved = resolve(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path, target=target,
+                       run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight)
+    job = slurm.prepare_job(resolved, build_command(resolved)).job
     return job, slurm.render_batch_script(job)
 
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MEGATRON, REPO
+from tests.conftest import MEGATRON, REPO, without_run_stamp
 
 GOLDEN = Path(__file__).parent / "golden"
 NO_KERNELS = ["--set", "transformer_engine=false", "--set", "apex=false"]
@@ -23,6 +23,7 @@ def test_dry_run_golden(launch, case):
     code, out, err = launch(*CASES[case], "--dry-run", "--megatron-path", MEGATRON)
     assert code == 0, err
     out = out.replace(str(REPO), "/opt/megatron-launch")  # where this checkout's launcher package lives
+    out = without_run_stamp(out)
     golden = GOLDEN / f"{case}.sh"
     if os.environ.get("UPDATE_GOLDEN"):
         golden.write_text(out)

@@ -2,7 +2,7 @@
 
 Megatron's verdict is its parser, validate_args, the microbatch calculator and TransformerConfig, plus the
 checks it makes only at model build or the first step (launcher/inside/verdict_worker.py, stage "runtime").
-The launcher's verdict is make_plan raising UserError or not. Every disagreement is listed with both
+The launcher's verdict is resolve raising UserError or not. Every disagreement is listed with both
 messages, so a failure says which rule to mirror.
 """
 
@@ -17,8 +17,9 @@ import pytest
 from upstream_support import megatron_request, shared_checker
 
 from launcher.errors import Problem, UserError
-from launcher.pipeline.layout import make_plan
+from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import LauncherSettings, Preset
+from launcher.pipeline.resolve import resolve
 
 SEED = 432
 CASES = 500
@@ -200,7 +201,7 @@ GRID = generate_cases()
 
 def launcher_problems(case: Case) -> list[Problem]:
     try:
-        make_plan(case.preset(), case.nodes, case.gpus_per_node, case.te, case.apex)
+        resolve(case.preset(), case.nodes, case.gpus_per_node, kernels=Kernels(case.te, case.apex, "preset"))
     except UserError as exc:
         return exc.problems
     return []

@@ -5,12 +5,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import UserError
-from launcher.pipeline.layout import make_plan
+from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
 
 
 def plan(preset="345m", overrides=(), nodes=None, gpus=None, te=False, apex=False):
-    return make_plan(load_preset(preset, list(overrides)), nodes, gpus, te, apex)
+    return resolve(load_preset(preset, list(overrides)), nodes, gpus, kernels=Kernels(te, apex, "preset"))
 
 
 def problems(*args, **kwargs) -> str:
@@ -176,7 +177,7 @@ def test_simple_loop_parameters_are_upstream_models():
 
     toy = plan("toy", gpus=2)
     assert toy.entry == "simple_loop"
-    assert parameter_count(model_args(toy), toy.layout.tp) == 6960
+    assert parameter_count(model_args(toy.preset, toy.entry), toy.layout.tp) == 6960
 
 
 def test_batch_hint_never_blames_the_auto_picked_micro_batch():

@@ -23,8 +23,8 @@ from launcher.errors import UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
-from launcher.pipeline.layout import make_plan
 from launcher.pipeline.preset import available_presets, load_preset
+from launcher.pipeline.resolve import resolve
 
 REPO = Path(__file__).resolve().parent.parent
 # (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
@@ -54,10 +54,10 @@ def preset_worlds():
 @pytest.mark.megatron
 @pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))
 def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
-    plan = make_plan(load_preset(name), nodes, gpus, kernels.transformer_engine, kernels.apex)
+    plan = resolve(load_preset(name), nodes, gpus, kernels=kernels, megatron_path=Path("/opt/megatron-lm"))
     if plan.entry != "pretrain_gpt":
         pytest.skip(f"entry {plan.entry} takes no Megatron flags at world {nodes * gpus}")
-    command = build_command(plan, Path("/opt/megatron-lm"), kernels)
+    command = build_command(plan)
     env = {k: v for k, v in command.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
     verdict = shared_checker().check(command.script_args, plan.layout.world_size, env, apex=kernels.apex)
     assert verdict.ok, verdict.render()
@@ -74,7 +74,7 @@ def test_megatron_rejects_what_the_launcher_rejects_for_a_preset():
     """The 175B preset on one node: both refuse, each in its own words."""
     preset = load_preset("175b")
     with pytest.raises(UserError, match="not divisible by TP·PP·CP"):
-        make_plan(preset, 1, 8, True, True)
+        resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
     verdict = shared_checker().check_many([megatron_request(preset, 8, te=True, apex=True)])[0]
     assert not verdict.ok
     assert verdict.stage == "validate"
@@ -83,8 +83,7 @@ def test_megatron_rejects_what_the_launcher_rejects_for_a_preset():
 
 @pytest.mark.megatron
 def test_misspelled_flag_gets_megatrons_nearest_name():
-    plan = make_plan(load_preset("345m"), 1, 8)
-    argv = build_command(plan, Path("/opt/megatron-lm"), Kernels(False, False, "preset")).script_args
+    argv = build_command(resolve(load_preset("345m"), 1, 8)).script_args
     typo = ["--num-layerz" if word == "--num-layers" else word for word in argv]
     typo += ["--sequence-paralel"]
     verdict = shared_checker().check(typo, 8)
@@ -150,13 +149,13 @@ def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
 @pytest.mark.megatron
 def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     kernels = Kernels(False, False, "preset")
-    rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, kernels, None, checker=shared_checker())
+    rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, {"kernels": kernels}, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)")
     assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
 
-    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels, None,
+    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, {"kernels": kernels},
                       checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 2

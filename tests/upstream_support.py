@@ -10,6 +10,7 @@ import pytest
 from launcher.checks.megatron_verdict import Request, UpstreamChecker, default_check_env, find_megatron_python
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import command
+from launcher.pipeline.kernels import fallbacks
 from launcher.pipeline.preset import Preset
 
 _checker: UpstreamChecker | None = None
@@ -34,6 +35,5 @@ def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> R
 
     Built without a Plan so that presets the launcher rejects can be put to Megatron too."""
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
-    settings, _ = command.megatron_settings(preset, "pretrain_gpt", kernels)
-    argv = command.script_args(settings)
+    argv = command.script_args({**preset.megatron, **fallbacks(preset.megatron, kernels)})
     return Request(argv, world_size, default_check_env(argv), apex=apex)

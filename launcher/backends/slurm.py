@@ -22,10 +22,10 @@ from typing import TextIO
 import jinja2
 
 from launcher.errors import Problem, UserError
-from launcher.inside.allreduce import SCRIPT_PATH as PREFLIGHT_SCRIPT
-from launcher.megatron.pin import Kernels, require_checkout
-from launcher.pipeline.command import Command, build_command, flag_lines, with_entry
-from launcher.pipeline.layout import Plan
+from launcher.megatron.pin import require_checkout
+from launcher.pipeline import kernels as kernel_rules
+from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
+from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.slurm_settings import (
     MAX_CHAIN,
     SlurmSettings,
@@ -34,7 +34,6 @@ from launcher.pipeline.slurm_settings import (
     parse_slurm_settings,
 )
 from launcher.runs import rundir
-from launcher.runs.tracking import Prepared
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"
@@ -61,6 +60,10 @@ class BatchJob:
     rdzv_port: int = 29500
     chain: int = 1
     world_size: int | None = None
+    about: tuple[str, ...] = ()  # header comment lines: kernels and where they were judged, warnings
+    unseen_files: tuple[str, ...] = ()  # data files the login node could not see: tested on the node first
+    # (module, the launcher's message when it is missing): the packages the flags assume, checked on every node
+    node_modules: tuple[tuple[str, str], ...] = ()
 
     @property
     def script_path(self) -> Path:
@@ -76,59 +79,54 @@ class BatchJob:
         return flag_lines(self.script_args)
 
 
-def resumable(plan: Plan, run_dir: Path) -> tuple[Plan, list[str]]:
-    """The Megatron settings a requeued or chained job needs, added where the preset leaves them open.
-
-    The batch script forwards SIGTERM to the ranks before the time limit; Megatron's --exit-signal-handler
-    (default signal SIGTERM) then saves a checkpoint and exits, and the next attempt resumes from --load.
-    So: the handler on, and --save = --load in the run directory (rundir's rule, with the save interval Megatron
-    requires). Returns the adjusted plan and notes for the user.
-    """
-    if plan.entry != "pretrain_gpt":
-        return plan, []
-    preset, notes = plan.preset, []
-    signal_name = preset.arg("exit_signal")
-    if signal_name != "SIGTERM":
-        raise UserError(Problem(
-            f"exit_signal={signal_name} would never fire: the batch script forwards SIGTERM to the ranks",
-            "remove exit_signal from the preset (Megatron's default is SIGTERM)",
-        ))
-    megatron = {**preset.megatron, **rundir.run_dir_megatron_args(run_dir, preset.megatron)}
-    if megatron.get("exit_signal_handler") is None:
-        megatron["exit_signal_handler"] = True
-    elif not megatron["exit_signal_handler"]:
-        notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
-    if not preset.megatron.get("save_interval") and megatron["save_interval"] >= rundir.PERIODIC_SAVE_ITERATIONS:
-        retain = megatron.get("save_retain_interval")
-        notes.append(f"a checkpoint every {megatron['save_interval']} iterations (set save_interval=N to change)"
-                     + (f"; of the older ones, only every {retain}th iteration's is kept (save_retain_interval)"
-                        if retain else ""))
-    if megatron["load"] != megatron["save"]:
-        notes.append(f"load={megatron['load']} differs from save={megatron['save']}: "
-                     f"a requeued or chained attempt restarts from {megatron['load']}")
-    return replace(plan, preset=replace(preset, megatron=megatron)), notes
-
-
-def build_job(plan: Plan, command: Command, settings: SlurmSettings, run_dir: Path,
-              chain: int | None = None, title: str | None = None) -> BatchJob:
-    """The batch job for a plan and the command its ranks run (the training script, or another entry)."""
-    launcher = plan.preset.launcher
-    name = settings.job_name or f"megatron-{plan.preset.name}"
+def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain: int | None = None,
+              title: str | None = None) -> BatchJob:
+    """The batch job for a resolved job and the command its ranks run."""
+    launcher = job.preset.launcher
+    name = settings.job_name or f"megatron-{job.preset.name}"
+    assert job.run_dir is not None, "a Slurm job has a run directory"
+    bare_metal = not settings.container_image
+    node_modules = tuple((module, problem.render()) for module, problem in kernel_rules.assumed_modules(
+        job.preset.megatron)) if bare_metal and job.entry == "pretrain_gpt" else ()
+    about = [kernel_summary(job) + ("; each node checks them at job start" if node_modules else "")] \
+        if job.entry == "pretrain_gpt" else []
+    about += [f"warning: {w}" for w in (*job.warnings, *unmounted_paths(job, command, settings))]
     return BatchJob(
-        title=title or f"preset {plan.preset.name}",
+        title=title or f"preset {job.preset.name}",
         job_name=name,
-        nodes=plan.nodes,
-        gpus_per_node=plan.gpus_per_node,
+        nodes=job.nodes,
+        gpus_per_node=job.gpus_per_node,
         torchrun=(launcher.torchrun,),
         script=command.script,
         script_args=tuple(command.script_args),
-        run_dir=run_dir,
+        run_dir=job.run_dir,
         settings=settings,
         env=dict(command.env),
         rdzv_port=settings.rdzv_port or launcher.master_port,
         chain=chain or settings.chain,
-        world_size=plan.layout.world_size,
+        world_size=job.layout.world_size,
+        about=tuple(" ".join(line.split()) for line in about),  # one comment line each, whatever they hold
+        unseen_files=job.unseen_files,
+        node_modules=node_modules,
     )
+
+
+def unmounted_paths(job: ResolvedJob, command: Command, settings: SlurmSettings) -> list[str]:
+    """Paths on this machine that the job reads or writes but the container does not mount."""
+    if not settings.container_image:
+        return []
+    targets = [Path(mount.split(":")[1] if ":" in mount else mount) for mount in settings.container_mounts]
+    needed = {command.script: "the entry script", str(job.megatron_path): "the Megatron-LM checkout",
+              str(job.run_dir): "the run directory"}
+    for entry in filter(None, command.env.get("PYTHONPATH", "").split(":")):
+        needed.setdefault(entry, "the launcher, on PYTHONPATH" if Path(entry) == LAUNCHER_ROOT else "on PYTHONPATH")
+    missing = {path: what for path, what in needed.items()
+               if not any(Path(path).is_relative_to(target) for target in targets)}
+    # one warning per tree: the checkout covers the entry script inside it
+    missing = {path: what for path, what in missing.items()
+               if not any(Path(path).is_relative_to(other) for other in missing if other != path)}
+    return [f"{path} ({what}) is not inside slurm.container_mounts, so the container may not see it; add e.g. "
+            f"{path}:{path}" for path, what in missing.items()]
 
 
 def _sbatch_filter(value: object) -> str:
@@ -242,90 +240,84 @@ def submit(script: Path, sbatch: str) -> str:
 @dataclass(frozen=True)
 class PreparedJob:
     job: BatchJob
-    plan: Plan  # with the Megatron settings the job adds (resumable)
     notes: list[str]
 
 
-def prepare_job(plan: Plan, megatron_path: Path, kernels: Kernels, run_dir: Path, *, chain: int | None = None,
-                preflight: bool = False) -> PreparedJob:
-    """The batch job for a plan (training, or the preflight check with the same torchrun), and notes for the user.
+def prepare_job(job: ResolvedJob, command: Command, *, chain: int | None = None) -> PreparedJob:
+    """The batch job for a resolved job (training, or the preflight check with the same torchrun), and notes.
 
     Raises UserError for the Slurm settings; the job itself is checked when it is rendered.
     """
     try:
-        settings = parse_slurm_settings(plan.preset.launcher.slurm)
+        settings = parse_slurm_settings(job.preset.launcher.slurm)
     except UserError as exc:
         # Report the environment's problems in the same breath, not one round trip later.
-        raise UserError([*exc.problems, *check_environment(plan.preset.launcher.env)]) from None
-    name = plan.preset.name
-    if preflight:
+        raise UserError([*exc.problems, *check_environment(job.preset.launcher.env)]) from None
+    name = job.preset.name
+    title = f"preset {name}"
+    if job.entry == PREFLIGHT:
         if chain and chain > 1:
             raise UserError("--chain does not apply to --preflight", "a preflight job runs once; drop --chain")
         # A failed preflight should just report; it has nothing to resume and must not block a training chain.
         settings = replace(settings, requeue=False, chain=1,
                            job_name=f"{settings.job_name or f'megatron-{name}'}-preflight")
-        command = with_entry(build_command(plan, megatron_path, kernels), str(PREFLIGHT_SCRIPT), [])
-        notes, title = [], f"preflight of preset {name} (all-reduce over every rank, no training)"
-    else:
-        plan, notes = resumable(plan, run_dir)
-        command = build_command(plan, megatron_path, kernels)
-        title = f"preset {name}"
+        title = f"preflight of preset {name} (all-reduce over every rank, no training)"
+    notes = list(job.notes)
     if not settings.exclusive and settings.cpus_per_task is None:
         notes.append(f"slurm.exclusive=false without slurm.cpus_per_task: Slurm may give each node's task (a torchrun "
-                     f"with {plan.gpus_per_node} ranks and their data loaders) a single CPU; set slurm.cpus_per_task")
-    job = build_job(plan, command, settings, run_dir, chain=chain, title=title)
-    return PreparedJob(job, plan, [*plan.notes, *notes])
+                     f"with {job.gpus_per_node} ranks and their data loaders) a single CPU; set slurm.cpus_per_task")
+    return PreparedJob(build_job(job, command, settings, chain=chain, title=title), notes)
 
 
-def record(prepared: Prepared, made: PreparedJob, text: str, megatron_path: Path) -> None:
+def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
     """Write the run directory (manifest, resolved preset, command.sh = the sbatch call) with the script in it;
     for a resumed run, add an attempt and replace its script."""
-    submit_command = Command(argv=["sbatch", str(made.job.script_path)], env=dict(made.job.env),
-                             script=str(made.job.script_path), script_args=[])
-    if prepared.existing is None:
-        rundir.create_run_dir(made.plan, submit_command, list(made.plan.preset.overrides), run_dir=made.job.run_dir,
-                              megatron_path=megatron_path, extra_files={SCRIPT_NAME: text})
+    submit_command = Command(argv=["sbatch", str(batch.script_path)], env=dict(batch.env),
+                             script=str(batch.script_path), script_args=[])
+    if job.existing is None:
+        rundir.create_run_dir(job, submit_command, list(job.preset.overrides), run_dir=batch.run_dir,
+                              megatron_path=job.megatron_path, extra_files={SCRIPT_NAME: text})
     else:
-        rundir.record_attempt(prepared.existing, submit_command.argv, submit_command.env)
-        write_batch_script(made.job, text)
+        rundir.record_attempt(job.existing, submit_command.argv, submit_command.env)
+        write_batch_script(batch, text)
 
 
-def launch(plan: Plan, megatron_path: Path, kernels: Kernels, prepared: Prepared, *, dry_run: bool = False,
-           submit_job: bool = False, chain: int | None = None, preflight: bool = False, out: TextIO = sys.stdout,
-           err: TextIO = sys.stderr) -> int:
+def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,
+           chain: int | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     """`launch PRESET --slurm`: print the script (dry-run), write it into the run directory, or submit it."""
-    made = prepare_job(plan, megatron_path, kernels, prepared.run_dir.absolute(), chain=chain, preflight=preflight)
-    job = made.job
-    text = render_batch_script(job)
+    made = prepare_job(job, command, chain=chain)
+    batch = made.job
+    text = render_batch_script(batch)
     for note in made.notes:
         print(f"note: {note}", file=err)
-    for warning in plan.warnings:
-        print(f"warning: {warning}", file=err)
+    for line in batch.about:
+        if line.startswith("warning: "):
+            print(line, file=err)
     if dry_run:
         out.write(text)
         return 0
     sbatch = find_sbatch() if submit_job else ""
-    if submit_job and not preflight:
-        require_checkout(megatron_path, plan.entry)
-    record(prepared, made, text, megatron_path)
+    if submit_job and job.entry != PREFLIGHT:
+        require_checkout(job.megatron_path, job.entry)
+    record(job, batch, text)
     if not submit_job:
-        print(job.script_path, file=out)
-        if job.chain > 1:
-            print(f"note: submit it {job.chain} times; each waits for the previous (--dependency=singleton)",
+        print(batch.script_path, file=out)
+        if batch.chain > 1:
+            print(f"note: submit it {batch.chain} times; each waits for the previous (--dependency=singleton)",
                   file=err)
         return 0
     job_ids: list[str] = []
     try:
-        for _ in range(job.chain):  # the script's --dependency=singleton orders them
-            job_ids.append(submit(job.script_path, sbatch))
+        for _ in range(batch.chain):  # the script's --dependency=singleton orders them
+            job_ids.append(submit(batch.script_path, sbatch))
     except UserError as exc:
         if job_ids:  # once a job is queued, its directory is its record
             raise UserError([*exc.problems, Problem(f"already submitted: {', '.join(job_ids)}")]) from None
-        if prepared.existing is None:  # nothing queued: leave nothing behind
-            shutil.rmtree(job.run_dir, ignore_errors=True)
+        if job.existing is None:  # nothing queued: leave nothing behind
+            shutil.rmtree(batch.run_dir, ignore_errors=True)
         raise
     for job_id in job_ids:
         print(job_id, file=out)
-        print(f"submitted job {job_id}: script {job.script_path}, log {job.run_dir}/slurm-{job_id}.out",
+        print(f"submitted job {job_id}: script {batch.script_path}, log {batch.run_dir}/slurm-{job_id}.out",
               file=err)
     return 0

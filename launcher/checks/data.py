@@ -69,6 +69,33 @@ def check_data(megatron_args: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
+def data_files(megatron_args: Mapping[str, Any]) -> list[str]:
+    """Every file the data and tokenizer settings name, as given: the .bin/.idx of each dataset prefix, the
+    listing files (*_args_path, not opened here) and the tokenizer's files."""
+    files = [str(megatron_args[name]) for name in ("data_args_path", "per_split_data_args_path", "vocab_file",
+                                                   "merge_file") if megatron_args.get(name)]
+    model = megatron_args.get("tokenizer_model")
+    if model and str(model).startswith(("/", ".")):  # otherwise possibly a hub name, fetched at run time
+        files.append(str(model))
+    for name in ("data_path", *PER_SPLIT_SETTINGS):
+        value = megatron_args.get(name)
+        if value:
+            prefixes, _weights, problems = parse_blend(value, name)
+            files += [prefix + suffix for prefix in ([] if problems else prefixes) for suffix in (".bin", ".idx")]
+    return files
+
+
+def check_data_sources(megatron_args: Mapping[str, Any]) -> list[Problem]:
+    """The checks that need no file: one data source, a well-formed blend and split."""
+    problems = _check_sources(megatron_args)
+    for name in ("data_path", *PER_SPLIT_SETTINGS):
+        if megatron_args.get(name):
+            problems += parse_blend(megatron_args[name], name)[2]
+    if megatron_args.get("data_path") and megatron_args.get("split") is not None:
+        problems += check_split(str(megatron_args["split"]))
+    return problems
+
+
 def _check_sources(args: Mapping[str, Any]) -> list[Problem]:
     mock = bool(args.get("mock_data"))
     blended = bool(args.get("data_path")) or bool(args.get("data_args_path"))

@@ -383,32 +383,27 @@ def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_p
     findings += check_cuda_connections(ctx, needs_one=max(tensor_parallel, context_parallel) > 1)
     if megatron_args is None:
         return findings
-    if megatron_args.get("transformer_impl", "transformer_engine") == "transformer_engine":
-        te = check_transformer_engine(ctx)[0]
-        if te.status != "ok":
-            findings.append(Finding("transformer-engine", "fail", "the preset uses --transformer-impl "
-                                    "transformer_engine (the default) but Transformer Engine is missing",
-                                    "set transformer_impl: local in the preset, or install Transformer Engine"))
-    fusions = {"gradient_accumulation_fusion": "fused_weight_gradient_mlp_cuda",
-               "masked_softmax_fusion": "scaled_masked_softmax_cuda"}
-    for arg, module in fusions.items():
-        if megatron_args.get(arg, True) and not has_module(module):
-            flag = "--no-" + arg.replace("_", "-")
-            findings.append(Finding("apex", "fail", f"{arg} is on (Megatron's default) but apex's {module} "
-                                    "extension is missing, so the model build or first step fails",
-                                    f"set {arg}: false in the preset ({flag}), or build NVIDIA apex with --cuda_ext"))
+    from launcher.pipeline.kernels import assumed_modules
+
+    for module, problem in assumed_modules(megatron_args):  # the same messages as the job's check on a node
+        if module == "transformer_engine":
+            present = check_transformer_engine(ctx)[0].status == "ok"
+        else:
+            present = has_module(module)
+        if not present:
+            findings.append(Finding("transformer-engine" if module == "transformer_engine" else "apex", "fail",
+                                    problem.message, problem.hint))
     return findings
 
 
-def preflight_or_raise(plan: Any, command: Any, path: Path, kernels: Any) -> None:
-    """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok."""
-    from launcher.pipeline.command import megatron_settings
+def preflight_or_raise(job: Any, command: Any) -> None:
+    """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok.
 
-    settings: dict[str, Any] | None = None  # the simple loop builds its own model: only the environment matters
-    if plan.entry == "pretrain_gpt":
-        settings, _ = megatron_settings(plan.preset, plan.entry, kernels)
-    ctx = Context(megatron_path=path, env=training_env({**os.environ, **command.env}))
-    findings = preflight(settings, ctx, tensor_parallel=plan.layout.tp, context_parallel=plan.layout.cp)
+    Judged against the resolved job's settings, exactly as they will be passed."""
+    # the simple loop builds its own model: only the environment matters
+    settings = dict(job.preset.megatron) if job.entry == "pretrain_gpt" else None
+    ctx = Context(megatron_path=job.megatron_path, env=training_env({**os.environ, **command.env}))
+    findings = preflight(settings, ctx, tensor_parallel=job.layout.tp, context_parallel=job.layout.cp)
     for finding in findings:
         if finding.status == "warn":
             print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)

@@ -203,23 +203,22 @@ def _layout_line(plan: Any) -> str:
             f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
 
 
-def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kernels: Any,
-                 megatron_path: Path | None, output_format: str = "text",
-                 checker: UpstreamChecker | None = None) -> int:
+def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inputs: dict[str, Any],
+                 output_format: str = "text", checker: UpstreamChecker | None = None) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
 
-    Megatron is imported from the checkout when there is one (pretrain_gpt.py imports it from there),
-    else from the installed megatron-core. `checker` reuses a running worker."""
-    from launcher.pipeline import command as command_module
-    from launcher.pipeline.layout import choose_micro_batch, make_plan
+    `inputs` are resolve's (kernels, megatron_path, target, run directory, …): Megatron is asked about the job
+    exactly as it would run. Megatron is imported from the checkout when there is one (pretrain_gpt.py imports
+    it from there), else from the installed megatron-core. `checker` reuses a running worker."""
+    from launcher.pipeline import resolve
+    from launcher.pipeline.command import build_command, script_args
 
-    nodes = preset.launcher.nodes if nodes is None else nodes
-    gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
-    # The micro batch the launcher would choose, also for the flags Megatron sees when the launcher refuses.
-    preset, _ = choose_micro_batch(preset, nodes * gpus_per_node, [])
+    kernels, megatron_path = inputs["kernels"], inputs.get("megatron_path")
+    nodes, gpus_per_node, _ = resolve.world(preset, nodes, gpus_per_node, inputs.get("gpus_here", 0))
+    inputs = {name: value for name, value in inputs.items() if name != "gpus_here"}  # the world is decided
     plan, problems = None, []
     try:
-        plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
+        plan = resolve.resolve(preset, nodes, gpus_per_node, **inputs)
     except UserError as exc:
         problems = exc.problems
     if plan is not None and plan.entry != "pretrain_gpt":
@@ -227,11 +226,11 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, kern
               "flags (the upstream script hard-codes its model)")
         return 0
     if plan is not None:
-        cmd = command_module.build_command(plan, megatron_path or Path("."), kernels)
+        cmd = build_command(plan)
         argv, env = cmd.script_args, {k: v for k, v in cmd.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
-    else:  # the launcher refused: still ask Megatron about the flags the preset would produce
-        settings, _ = command_module.megatron_settings(preset, "pretrain_gpt", kernels)
-        argv = command_module.script_args(settings)
+    else:  # the launcher refused: still ask Megatron about the flags the job would pass
+        unchecked, _ = resolve.resolve_settings(preset, nodes, gpus_per_node, **inputs)
+        argv = script_args(unchecked.preset.megatron)
         env = default_check_env(argv)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:

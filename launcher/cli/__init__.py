@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from launcher.cli.parsing import Parser, positive
@@ -28,9 +27,9 @@ def run_parser() -> Parser:
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run directory made by an earlier launch (same preset and checkpoints)")
     p.add_argument("--nodes", type=positive,
-                   help="number of nodes (default: the preset's for a dry-run or Slurm, 1 for a run here)")
+                   help="number of nodes (default: the preset's)")
     p.add_argument("--gpus-per-node", type=positive,
-                   help="GPUs per node (default: the preset's for a dry-run, this machine's for a run)")
+                   help="GPUs per node (default: the preset's; for a one-node job here at most this machine's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                    help="override a Megatron setting (its dest name, e.g. lr=3e-4) or a launcher setting")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
@@ -60,102 +59,92 @@ def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
-    from launcher.megatron.pin import megatron_path, require_checkout, resolve_kernels
+    from launcher.megatron.pin import megatron_path, require_checkout
+    from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command
-    from launcher.pipeline.layout import make_plan
     from launcher.pipeline.preset import load_preset
+    from launcher.runs import rundir
 
     if (args.preset is None) == (args.resume is None):
         raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
                         "--resume runs/toy-20261129T160150Z")
     if args.resume and args.dry_run:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
-    prepared = None
-    if args.resume:
-        from launcher.runs import tracking
-
-        prepared = tracking.prepare_resume(args.resume, args.overrides)
-        preset = prepared.preset
-    else:
-        preset = load_preset(args.preset, args.overrides)
     on_slurm = args.slurm or args.submit
     if args.chain and not on_slurm:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
-    gpus = args.gpus_per_node
-    nodes = args.nodes
-    if not (args.dry_run or args.check or on_slurm):  # a run here: this machine, its GPUs unless told
-        nodes = nodes or 1
-        if gpus is None:
-            from launcher.backends import local
+    existing = None
+    if args.resume:
+        from launcher.runs import tracking
 
-            gpus = local.visible_gpus()
-            if gpus == 0:
-                raise UserError("no GPU is visible on this machine",
-                                "run on a GPU machine, or use --dry-run to print the command")
-    kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
+        preset, existing = tracking.open_resume(args.resume, args.overrides)
+    else:
+        preset = load_preset(args.preset, args.overrides)
+    gpus_here = 0
+    if not on_slurm:  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
+        from launcher.backends import local
+
+        gpus_here = local.visible_gpus()
+        if gpus_here == 0 and args.gpus_per_node is None and not (args.dry_run or args.check):
+            raise UserError("no GPU is visible on this machine",
+                            "run on a GPU machine, or use --dry-run to print the command")
+    target = resolve.target_for(preset, on_slurm)
+    kernels = resolve.kernels_of(preset, target)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
+    # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
+    run_dir = existing.path if existing else None
+    if run_dir is None and (on_slurm or not args.preflight):
+        run_dir = rundir.new_run_dir_path(Path(preset.launcher.run_root), preset.name)
+    inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
+                  preflight=args.preflight, gpus_here=gpus_here)
     if args.check:
         from launcher.checks.megatron_verdict import check_preset
 
-        return check_preset(preset, args.nodes, args.gpus_per_node, kernels, path, args.format)
-    plan = make_plan(preset, nodes, gpus, kernels.transformer_engine, kernels.apex)
+        return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format)
+    job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
+    command = build_command(job)
     if on_slurm:
         from launcher.backends import slurm
-        from launcher.runs import tracking
 
-        # The job's run directory (a dry-run only shows its paths); the checks run on the cluster, not here.
-        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
-        plan = replace(plan, preset=prepared.preset)
-        return slurm.launch(plan, path, kernels, prepared, dry_run=args.dry_run, submit_job=args.submit,
-                            chain=args.chain, preflight=args.preflight)
-    if not args.dry_run and not args.preflight:
+        return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain)
+    if args.dry_run:
+        out = render.as_json if args.format == "json" else render.text
+        sys.stdout.write(out(job, command))
+        return 0
+    if not args.preflight:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
-        require_checkout(path, plan.entry)
+        require_checkout(path, job.entry)
         if not args.no_doctor:
             from launcher.checks.doctor import preflight_or_raise
 
-            preflight_or_raise(plan, build_command(plan, path, kernels), path, kernels)
-        # A real launch gets a run directory: checkpoints, TensorBoard and logs go there.
-        from launcher.runs import tracking
-
-        prepared = prepared or tracking.prepare_new(plan.preset, plan.entry)
-        preset = prepared.preset
-        plan = replace(plan, preset=preset)
-    command = build_command(plan, path, kernels)
-    if args.preflight:
-        from launcher.inside.allreduce import SCRIPT_PATH
-        from launcher.pipeline.command import with_entry
-
-        command = with_entry(command, str(SCRIPT_PATH), [])
-    if args.dry_run:
-        out = render.as_json if args.format == "json" else render.text
-        sys.stdout.write(out(plan, command, kernels))
-        return 0
-    sys.stdout.write("\n".join(render.header(plan, command, kernels)) + "\n")
+            preflight_or_raise(job, command)
+    sys.stdout.write("\n".join(render.header(job)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
         from launcher.backends import local
 
         return local.run(command)
-    return tracking.execute(prepared, plan, command, path)
+    from launcher.runs import tracking
+
+    return tracking.execute(job, command)
 
 
 def cmd_list(argv: list[str]) -> int:
     Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
     from launcher.estimate.formulas import human, parameter_count
-    from launcher.megatron.pin import resolve_kernels
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP, make_plan, model_args
+    from launcher.pipeline import resolve
+    from launcher.pipeline.layout import SIMPLE_LOOP_TP, model_args
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
     for name in available_presets():
         preset = load_preset(name)
-        kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
-        plan = make_plan(preset, te_available=kernels.transformer_engine, apex_available=kernels.apex)
-        lay = plan.layout
-        min_gpus = SIMPLE_LOOP_TP if plan.entry == "simple_loop" else lay.model_parallel_size
-        rows.append((name, human(parameter_count(model_args(plan), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
-                     str(min_gpus), f"{plan.nodes}×{plan.gpus_per_node}", preset.description))
+        job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
+        lay = job.layout
+        min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
+        params = parameter_count(model_args(job.preset, job.entry), lay.tp)
+        rows.append((name, human(params), f"{lay.tp}·{lay.pp}·{lay.cp}", str(min_gpus),
+                     f"{job.nodes}×{job.gpus_per_node}", preset.description))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])

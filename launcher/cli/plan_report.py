@@ -329,8 +329,8 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.megatron.pin import resolve_kernels
-    from launcher.pipeline.command import megatron_settings
+    from launcher.pipeline import kernels as kernel_rules
+    from launcher.pipeline import resolve
     from launcher.pipeline.layout import choose_micro_batch
     from launcher.pipeline.preset import load_preset
 
@@ -345,10 +345,10 @@ def run(ns: Any) -> str:
     preset = load_preset(ns.preset, list(ns.overrides))
     settings = preset.launcher
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
-    kernels = resolve_kernels(settings.transformer_engine, settings.apex)
+    kernels = resolve.kernels_of(preset, resolve.HERE)
     preset, _ = choose_micro_batch(preset, budget.world_size, [])
     # what the command will pass, e.g. without TE the local layers with the launcher's SDPA (flash) attention
-    args = {**preset.effective(), **megatron_settings(preset, "pretrain_gpt", kernels)[1]}
+    args = {**preset.effective(), **kernel_rules.fallbacks(preset.megatron, kernels)}
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:

@@ -8,17 +8,9 @@ from typing import Any
 
 from launcher.estimate import formulas as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
-from launcher.megatron import args as megatron_args
-from launcher.megatron.pin import Kernels
-from launcher.pipeline.command import Command, flag_lines
-from launcher.pipeline.layout import Plan, model_args
-
-
-def quote(word: str, expand: bool = False) -> str:
-    """shlex.quote, except words that must expand ${VAR} go in double quotes (they hold no other $, ` or \\)."""
-    if expand:
-        return '"' + word + '"'
-    return shlex.quote(word)
+from launcher.pipeline.command import Command, flag_lines, kernel_summary
+from launcher.pipeline.layout import model_args
+from launcher.pipeline.resolve import ResolvedJob
 
 
 def _one_line(text: object) -> str:
@@ -28,31 +20,31 @@ def _one_line(text: object) -> str:
 
 def command_lines(command: Command) -> list[str]:
     """One flag (with its values) per line, continued with backslashes."""
-    runner = command.argv[:command.argv.index(command.script)]
-    lines = [" ".join(quote(w, i in command.expand) for i, w in enumerate(runner)),
+    runner = command.shell_words()[:command.argv.index(command.script)]
+    lines = [" ".join(runner),
              *("  " + line for line in [shlex.quote(command.script), *flag_lines(command.script_args)])]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
-def summary(plan: Plan, command: Command, kernels: Kernels) -> dict[str, Any]:
-    # Megatron's view, with the flags the launcher adds for a missing TE/apex (they change attention and memory)
-    args = model_args(plan, command.kernel_flags)
-    layout = plan.layout
+def summary(job: ResolvedJob) -> dict[str, Any]:
+    # Megatron's view of the job as it runs (the no-TE/apex settings change attention and memory)
+    args = model_args(job.preset, job.entry)
+    layout, kernels = job.layout, job.kernels
     return {
         "parameters": parameter_count(args, layout.tp),
         "padded_vocab_size": padded_vocab_size(args, layout.tp),
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
-        "estimate": estimate.summary(args, layout, plan.preset.launcher.gpu, plan.gpus_per_node),
+        "estimate": estimate.summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node),
     }
 
 
-def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
-    p, lay = plan.preset, plan.layout
-    facts = summary(plan, command, kernels)
+def header(job: ResolvedJob) -> list[str]:
+    p, lay = job.preset, job.layout
+    facts = summary(job)
     about = f" ({_one_line(p.description)})" if p.description else ""
     lines = [f"# megatron-launch: preset {_one_line(p.name)}{about}"]
     lines.append(
-        f"# world {lay.world_size} = {plan.nodes} node(s) × {plan.gpus_per_node} GPU(s) = "
+        f"# world {lay.world_size} = {job.nodes} node(s) × {job.gpus_per_node} GPU(s) = "
         f"TP {lay.tp} · PP {lay.pp} · CP {lay.cp} · DP {lay.dp}" + (f", virtual pipeline {lay.vpp}" if lay.vpp else "")
     )
     lines.append(
@@ -62,50 +54,46 @@ def header(plan: Plan, command: Command, kernels: Kernels) -> list[str]:
     lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab "
                  f"{facts['padded_vocab_size']})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
-    if plan.entry == "pretrain_gpt":
-        found = (("Transformer Engine", kernels.transformer_engine), ("NVIDIA apex", kernels.apex))
-        text = f"# kernels ({kernels.how}): " + ", ".join(
-            [f"with {n}" for n, on in found if on] + [f"without {n}" for n, on in found if not on])
-        if command.kernel_flags:
-            text += " → " + " ".join(
-                w for dest, v in command.kernel_flags.items() for w in _flags(dest, v))
-        lines.append(text)
-    lines += [f"# note: {_one_line(n)}" for n in plan.notes]
-    lines += [f"# warning: {_one_line(w)}" for w in plan.warnings]
+    if job.entry == "pretrain_gpt":
+        lines.append("# " + kernel_summary(job))
+    if job.run_dir is not None:
+        made = "the run's" if job.existing else "made at launch, not by a dry-run"
+        lines.append(f"# run directory {_one_line(job.run_dir)} ({made}; its timestamp is the launch's)")
+    lines += [f"# note: {_one_line(n)}" for n in job.notes]
+    lines += [f"# warning: {_one_line(w)}" for w in job.warnings]
     return lines
 
 
-def _flags(dest: str, value: object) -> list[str]:
-    return megatron_args.to_flags(megatron_args.catalog()[dest], value)
-
-
-def text(plan: Plan, command: Command, kernels: Kernels) -> str:
-    lines = header(plan, command, kernels)
+def text(job: ResolvedJob, command: Command) -> str:
+    lines = header(job)
     if any(command.expand):
-        lines.append(f"# run this same command on each of the {plan.nodes} nodes; MASTER_ADDR is the first node")
+        lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 
 
-def as_json(plan: Plan, command: Command, kernels: Kernels) -> str:
-    facts = summary(plan, command, kernels)
+def as_json(job: ResolvedJob, command: Command) -> str:
+    facts = summary(job)
     data = {
-        "preset": plan.preset.name,
-        "description": plan.preset.description,
-        "entry": plan.entry,
-        "nodes": plan.nodes,
-        "gpus_per_node": plan.gpus_per_node,
-        "layout": plan.layout.as_dict(),
+        "preset": job.preset.name,
+        "description": job.preset.description,
+        "entry": job.entry,
+        "target": job.target.describe(),
+        "nodes": job.nodes,
+        "gpus_per_node": job.gpus_per_node,
+        "layout": job.layout.as_dict(),
         **facts,
         "argv": command.argv,
         "env": command.env,
         "script": command.script,
         "script_args": command.script_args,
-        "notes": list(plan.notes),
-        "warnings": list(plan.warnings),
-        "sources": list(plan.preset.sources),
-        "overrides": list(plan.preset.overrides),
+        "run_dir": str(job.run_dir) if job.run_dir is not None else None,
+        "added": dict(job.added),
+        "notes": list(job.notes),
+        "warnings": list(job.warnings),
+        "sources": list(job.preset.sources),
+        "overrides": list(job.preset.overrides),
     }
     return json.dumps(data, indent=2) + "\n"

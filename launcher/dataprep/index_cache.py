@@ -49,9 +49,9 @@ def build_index_for_preset(preset_ref: str, overrides: Sequence[str] = (), nodes
                            gpus_per_node: int | None = None, megatron_path_arg: str | None = None
                            ) -> dict[str, Any]:
     """Load and plan the preset as `launch PRESET` would, then build its caches with its exact Megatron flags."""
-    from launcher.megatron.pin import megatron_path, resolve_kernels
+    from launcher.megatron.pin import megatron_path
+    from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command
-    from launcher.pipeline.layout import make_plan
     from launcher.pipeline.preset import load_preset
 
     preset = load_preset(preset_ref, list(overrides))
@@ -61,10 +61,9 @@ def build_index_for_preset(preset_ref: str, overrides: Sequence[str] = (), nodes
     problems = check_index_request(preset.megatron) + check_data(preset.megatron)
     if problems:
         raise UserError(problems)
-    kernels = resolve_kernels(preset.launcher.transformer_engine, preset.launcher.apex)
-    plan = make_plan(preset, nodes, gpus_per_node, kernels.transformer_engine, kernels.apex)
-    command = build_command(plan, megatron_path(megatron_path_arg, preset.launcher.megatron_path), kernels)
-    return build_index_caches(command.script_args, plan.layout.world_size)
+    job = resolve.resolve(preset, nodes, gpus_per_node, kernels=resolve.kernels_of(preset, resolve.HERE),
+                          megatron_path=megatron_path(megatron_path_arg, preset.launcher.megatron_path))
+    return build_index_caches(build_command(job).script_args, job.world_size)
 
 
 def build_index_caches(script_args: Sequence[str], world_size: int, python: str = sys.executable,

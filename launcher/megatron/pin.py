@@ -43,7 +43,7 @@ class Kernels:
 
     transformer_engine: bool
     apex: bool
-    how: str  # "detected" or "preset"
+    how: str  # "preset" (declared), "detected" (here), "login node" (bare-metal Slurm), "NGC image"
 
 
 def has_module(name: str) -> bool:
@@ -64,10 +64,3 @@ def detect_kernels() -> tuple[bool, bool]:
         "scaled_masked_softmax_cuda")
     return te, apex
 
-
-def resolve_kernels(te_setting: str | bool, apex_setting: str | bool) -> Kernels:
-    te_found, apex_found = detect_kernels() if "auto" in (te_setting, apex_setting) else (False, False)
-    te = te_found if te_setting == "auto" else bool(te_setting)
-    apex = apex_found if apex_setting == "auto" else bool(apex_setting)
-    how = "detected" if "auto" in (te_setting, apex_setting) else "preset"
-    return Kernels(te, apex, how)

@@ -1,36 +1,21 @@
-"""Plan → the exact torchrun argv and environment for pretrain_gpt.py or the upstream simple loop."""
+"""ResolvedJob → the exact torchrun argv and environment: pretrain_gpt.py, the upstream simple loop, or the
+preflight all-reduce. A pure translation: every Megatron setting was decided by resolve."""
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.megatron import args as megatron_args
-from launcher.megatron.pin import ENTRY_SCRIPTS, Kernels
-from launcher.pipeline.layout import Plan
-from launcher.pipeline.preset import Preset
+from launcher.megatron.pin import ENTRY_SCRIPTS
+from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
+from launcher.pipeline.shell import shell_words
 
 # The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
+PREFLIGHT_SCRIPT = LAUNCHER_ROOT / "launcher" / "inside" / "allreduce.py"
 MASTER_ADDR_REF = "${MASTER_ADDR}"  # multi-node endpoints the user (or Slurm) supplies at run time
-
-# Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns
-# off a default that needs the missing package. Applied only where the preset does not set the value itself.
-WITHOUT_TE = {"transformer_impl": "local"}
-# Without TE, upstream's local core attention builds the full [b, heads, s, s] score matrix. This layer spec
-# (shipped in launcher/megatron_ext) swaps in torch's flash SDPA and faster stand-ins for the no-TE/no-apex
-# fallbacks: 1.6x+ on the 345M model (docs/benchmarks.md). SDPA's causal kernel needs no mask tensor, so the
-# dataloader stops building one. Used only where the preset sets no spec of its own.
-SDPA_SPEC = {
-    "spec": ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"],
-    "create_attention_mask_in_dataloader": False,
-}
-WITHOUT_APEX = {
-    "gradient_accumulation_fusion": False,  # apex's fused_weight_gradient_mlp_cuda, needed even with TE
-    "masked_softmax_fusion": False,  # apex's scaled_masked_softmax_cuda kernels
-    "no_persist_layer_norm": True,  # torch's LayerNorm fallback rejects persistent layer norm
-}
 
 
 @dataclass(frozen=True)
@@ -38,31 +23,13 @@ class Command:
     argv: list[str]  # torchrun … script … Megatron flags
     env: dict[str, str]  # exported for every process
     script: str  # the entry script's path
-    script_args: list[str]  # Megatron flags only (empty for the simple loop, which takes none)
-    kernel_flags: dict[str, object] = field(default_factory=dict)  # settings added for missing TE/apex
+    script_args: list[str]  # Megatron flags only (empty for the simple loop and the all-reduce)
     # argv items holding ${VAR} references to expand in the shell (printed in double quotes, not single)
     expand: frozenset[int] = frozenset()
 
-
-def with_entry(command: Command, script: str, script_args: list[str]) -> Command:
-    """The same torchrun, rendezvous and environment running another script (e.g. the preflight check)."""
-    at = command.argv.index(command.script)
-    return replace(command, argv=[*command.argv[:at], script, *script_args], script=script,
-                   script_args=list(script_args))
-
-
-def megatron_settings(preset: Preset, entry: str, kernels: Kernels) -> tuple[dict[str, object], dict[str, object]]:
-    """The preset's Megatron settings plus the fallbacks for a missing TE/apex: (all settings, fallbacks)."""
-    settings = dict(preset.megatron)
-    added: dict[str, object] = {}
-    if entry == "pretrain_gpt":
-        fallbacks = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
-        if not kernels.transformer_engine and settings.get("spec") is None:
-            fallbacks.update(SDPA_SPEC)
-        for dest, value in fallbacks.items():
-            if settings.get(dest) is None:
-                settings[dest] = added[dest] = value
-    return settings, added
+    def shell_words(self) -> list[str]:
+        """argv quoted for a shell; the launcher's own ${MASTER_ADDR} endpoint expands on each node."""
+        return shell_words(self.argv, self.expand)
 
 
 def script_args(settings: dict[str, object]) -> list[str]:
@@ -83,15 +50,15 @@ def flag_lines(args: list[str]) -> list[str]:
     return [" ".join(words) for words in groups]
 
 
-def torchrun_args(plan: Plan) -> tuple[list[str], bool]:
+def torchrun_args(job: ResolvedJob) -> tuple[list[str], bool]:
     """torchrun's own options; one node uses --standalone (a free local port), several a c10d rendezvous."""
-    launcher = plan.preset.launcher
-    head = [launcher.torchrun, "--nnodes", str(plan.nodes), "--nproc-per-node", str(plan.gpus_per_node)]
-    if plan.nodes == 1:
+    launcher = job.preset.launcher
+    head = [launcher.torchrun, "--nnodes", str(job.nodes), "--nproc-per-node", str(job.gpus_per_node)]
+    if job.nodes == 1:
         return head + ["--standalone"], False
     addr = MASTER_ADDR_REF if launcher.master_addr == "localhost" else launcher.master_addr
     endpoint = f"{addr}:{launcher.master_port}"
-    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"megatron-launch-{plan.preset.name}"]
+    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"megatron-launch-{job.preset.name}"]
     return head + rdzv, addr == MASTER_ADDR_REF
 
 
@@ -100,28 +67,41 @@ def uses_megatron_ext(settings: dict[str, object]) -> bool:
     return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
 
 
-def environment(plan: Plan, megatron_path: Path, settings: dict[str, object] | None = None) -> dict[str, str]:
+def environment(job: ResolvedJob) -> dict[str, str]:
     env: dict[str, str] = {}
-    layout = plan.layout
-    if plan.entry == "simple_loop" or layout.tp > 1 or layout.cp > 1:
+    layout = job.layout
+    if job.entry == "simple_loop" or layout.tp > 1 or layout.cp > 1:
         # Megatron asserts this on Hopper and older for TP/CP > 1: TP collectives must be queued before the
         # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     # The simple loop lives in examples/ and imports megatron from the checkout root.
-    env["PYTHONPATH"] = str(megatron_path)
-    if plan.entry == "pretrain_gpt" and uses_megatron_ext(settings or {}):
+    env["PYTHONPATH"] = str(job.megatron_path)
+    if job.entry == "pretrain_gpt" and uses_megatron_ext(job.preset.megatron):
         env["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
-    env.update(plan.preset.launcher.env)
+    env.update(job.preset.launcher.env)
     return env
 
 
-def build_command(plan: Plan, megatron_path: Path, kernels: Kernels) -> Command:
-    script = str(megatron_path / ENTRY_SCRIPTS[plan.entry])
-    settings, added = megatron_settings(plan.preset, plan.entry, kernels)
-    flags = script_args(settings) if plan.entry == "pretrain_gpt" else []
-    runner, has_ref = torchrun_args(plan)
+def entry_script(job: ResolvedJob) -> str:
+    return str(PREFLIGHT_SCRIPT if job.entry == PREFLIGHT else job.megatron_path / ENTRY_SCRIPTS[job.entry])
+
+
+def build_command(job: ResolvedJob) -> Command:
+    script = entry_script(job)
+    flags = script_args(job.preset.megatron) if job.entry == "pretrain_gpt" else []
+    runner, has_ref = torchrun_args(job)
     argv = [*runner, script, *flags]
     # Only torchrun's own endpoint may expand in the shell; user values never do, whatever they contain.
     expand = frozenset(i for i, word in enumerate(runner) if has_ref and MASTER_ADDR_REF in word)
-    return Command(argv=argv, env=environment(plan, megatron_path, settings), script=script, script_args=flags,
-                   kernel_flags=added, expand=expand)
+    return Command(argv=argv, env=environment(job), script=script, script_args=flags, expand=expand)
+
+
+def kernel_summary(job: ResolvedJob) -> str:
+    """`kernels (how): with/without TE and apex → the flags added for what is missing`, for headers."""
+    kernels = job.kernels
+    found = (("Transformer Engine", kernels.transformer_engine), ("NVIDIA apex", kernels.apex))
+    text = f"kernels ({kernels.how}): " + ", ".join(
+        [f"with {n}" for n, on in found if on] + [f"without {n}" for n, on in found if not on])
+    if job.kernel_flags:
+        text += " → " + " ".join(script_args(dict(job.kernel_flags)))
+    return text

@@ -13,8 +13,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from launcher.checks.data import check_data
-from launcher.errors import Problem, UserError
+from launcher.errors import Problem
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline.preset import Preset
 
@@ -47,17 +46,6 @@ class Layout:
             "global_batch_size": self.global_batch_size, "num_microbatches": self.num_microbatches,
             "sequence_parallel": self.sequence_parallel,
         }
-
-
-@dataclass(frozen=True)
-class Plan:
-    preset: Preset
-    layout: Layout
-    nodes: int
-    gpus_per_node: int
-    entry: str  # "pretrain_gpt" or "simple_loop" (after the one-GPU fallback)
-    notes: tuple[str, ...] = ()  # said once to the user (fallbacks, resolutions)
-    warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
 
 
 LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
@@ -619,20 +607,24 @@ def simple_loop_differences(preset: Preset) -> list[str]:
     return [name for name in names if preset.megatron.get(name) != SIMPLE_LOOP_SETTINGS.get(name)]
 
 
-def model_args(plan: Plan, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def model_args(preset: Preset, entry: str) -> dict[str, Any]:
     """The arguments describing the model that will really be built, for parameter and memory estimates.
 
     Upstream's simple loop builds GPTModel directly: vocabulary 100 as given (no padding) and untied output
     weights (GPTModel's share_embeddings_and_output_weights defaults to False)."""
-    args = {**plan.preset.effective(), **(extra or {})}
-    if plan.entry == "simple_loop":
+    args = preset.effective()
+    if entry == "simple_loop":
         args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
     return args
 
 
-def _simple_loop(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
-    """Upstream's simple loop when it would train what the preset says; otherwise the same model through
-    pretrain_gpt.py, where every setting applies (never a setting silently dropped)."""
+def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
+    """The entry script that will run: the preset's, except that upstream's simple loop runs only what it
+    hard-codes, on an even number of GPUs: with other Megatron settings, or on one GPU, the same model trains
+    through pretrain_gpt.py, where every setting applies (never a setting silently dropped).
+    (preset, entry, notes, problems)"""
+    if preset.launcher.entry != "simple_loop":
+        return preset, preset.launcher.entry, [], []
     differ = simple_loop_differences(preset)
     asked_for_loop = any(o.replace(" ", "").startswith(("entry=simple_loop", "launcher.entry=simple_loop"))
                          for o in preset.overrides)
@@ -678,27 +670,3 @@ def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Pr
             f"max_micro_batch_size {limit} (pin it with --set micro_batch_size=N)" if per_rank else
             f"micro batch {micro} = max_micro_batch_size")
     return replace(preset, megatron={**preset.megatron, "micro_batch_size": micro}), [*notes, note]
-
-
-def make_plan(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None,
-              te_available: bool = False, apex_available: bool = False) -> Plan:
-    nodes = preset.launcher.nodes if nodes is None else nodes
-    gpus_per_node = preset.launcher.gpus_per_node if gpus_per_node is None else gpus_per_node
-    bad = [Problem(f"{name} must be at least 1, got {value}") for name, value in
-           (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if value < 1]
-    if bad:
-        raise UserError(bad)
-    world = nodes * gpus_per_node
-    entry, notes, problems = preset.launcher.entry, [], []
-    if entry == "simple_loop":
-        preset, entry, notes, problems = _simple_loop(preset, world)
-    picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
-    preset, notes = choose_micro_batch(preset, world, notes)
-    layout, found, warnings = check(preset, world, gpus_per_node, te_available, apex_available, picked)
-    problems += found
-    if entry == "pretrain_gpt":  # the simple loop brings its own mock data
-        problems += check_data(preset.effective())
-    if problems or layout is None:
-        raise UserError(problems)
-    return Plan(preset=preset, layout=layout, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,
-                notes=tuple(notes), warnings=tuple(warnings))

@@ -38,6 +38,8 @@ import yaml
 
 import launcher
 from launcher.errors import Problem, UserError
+from launcher.pipeline.preset import ENTRIES
+from launcher.pipeline.shell import shell_words
 
 MANIFEST = "manifest.json"
 # Megatron's examples save every 500 to 10,000 iterations; 1,000 of the 175b preset are a few hours on its GPUs.
@@ -238,13 +240,16 @@ def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, o
     }
 
 
-def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None) -> str:
+def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None,
+                   expand: frozenset[int] = frozenset()) -> str:
+    """command.sh: runnable as written on every node. Words are single-quoted, except the `expand` ones (the
+    launcher's own ${MASTER_ADDR} endpoint), which go in double quotes so that each node fills them in."""
     lines = ["#!/usr/bin/env bash", "# Written by megatron-launch: the exact command of this run.", "set -euo pipefail"]
     if workdir is not None:
         lines.append(f"cd {shlex.quote(str(workdir))}")
     for key, value in redact_env(env).items():
         lines.append(f"export {key}={shlex.quote(value)}")
-    lines.append(shlex.join(argv))
+    lines.append(" ".join(shell_words(argv, expand)))
     return "\n".join(lines) + "\n"
 
 
@@ -252,8 +257,8 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
 
 
 def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping[str, Any],
-                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None
-                  ) -> Path:
+                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None,
+                  expand: frozenset[int] = frozenset()) -> Path:
     """Create `run_dir` complete or not at all; refuse if it exists."""
     run_dir = Path(run_dir)
     if run_dir.exists():
@@ -264,7 +269,7 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
     try:
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
         (staging / PRESET_FILE).write_text(header + yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
-        (staging / COMMAND_FILE).write_text(command_script(argv, env))
+        (staging / COMMAND_FILE).write_text(command_script(argv, env, expand=expand))
         (staging / COMMAND_FILE).chmod(0o755)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
@@ -286,35 +291,35 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
     return run_dir
 
 
-def create_run_dir(plan: Any, command: Any, overrides: Sequence[str], root: Path | None = None, *,
+def create_run_dir(job: Any, command: Any, overrides: Sequence[str], root: Path | None = None, *,
                    run_dir: Path | None = None, hosts: Sequence[str] | None = None,
                    megatron_path: Path | None = None, extra_files: Mapping[str, str] | None = None) -> Path:
-    """Record a launch: `plan` (preset, layout, nodes, gpus_per_node) and `command` (argv, env).
+    """Record a launch: `job` (the ResolvedJob: preset, layout, nodes, gpus_per_node, entry) and `command` (argv, env).
 
     `run_dir` is the path chosen by `new_run_dir_path` before the command was built (the command already
     points --save/--load/--tensorboard-dir into it); without one a new path under `root` is chosen.
     """
-    preset = plan.preset
+    preset = job.preset
     if run_dir is None:
         run_dir = new_run_dir_path(root or DEFAULT_ROOT, preset.name)
-    world = {"nodes": plan.nodes, "gpus_per_node": plan.gpus_per_node,
-             "world_size": plan.nodes * plan.gpus_per_node}
+    world = {"nodes": job.nodes, "gpus_per_node": job.gpus_per_node,
+             "world_size": job.nodes * job.gpus_per_node}
     megatron_args = dict(preset.megatron)
-    manifest = {"entry": getattr(plan, "entry", None), **build_manifest(
-        preset_name=preset.name, world=world, layout=getattr(plan, "layout", None), overrides=overrides,
+    manifest = {"entry": getattr(job, "entry", None), **build_manifest(
+        preset_name=preset.name, world=world, layout=getattr(job, "layout", None), overrides=overrides,
         megatron_path=megatron_path, hosts=hosts or [socket.gethostname()], argv=command.argv,
         env=command.env, checkpoint_dir=megatron_args.get("save"),
     )}
     # Loadable as a preset again (launch --resume reads it): only the keys a preset file may have.
     launcher_settings = _as_dict(getattr(preset, "launcher", {}))
-    if getattr(plan, "entry", None) and isinstance(launcher_settings, dict):
-        launcher_settings["entry"] = plan.entry  # after the plan's fallbacks (toy on one GPU: pretrain_gpt)
+    if getattr(job, "entry", None) in ENTRIES and isinstance(launcher_settings, dict):
+        launcher_settings["entry"] = job.entry  # as resolved (toy on one GPU: pretrain_gpt); not a preflight's
     if isinstance(launcher_settings, dict):  # the world actually used, whatever the preset said
-        launcher_settings.update(nodes=plan.nodes, gpus_per_node=plan.gpus_per_node)
+        launcher_settings.update(nodes=job.nodes, gpus_per_node=job.gpus_per_node)
     preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
                    "launcher": launcher_settings, "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
-                         extra_files=extra_files)
+                         extra_files=extra_files, expand=getattr(command, "expand", frozenset()))
 
 
 # ---------------------------------------------------------------------------------------------- resume

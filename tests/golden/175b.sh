@@ -4,6 +4,7 @@
 # parameters 174.62B (174,615,846,912; padded vocab 51200)
 # memory ~19.5 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 40.5 GiB; `launch plan` for the breakdown)
 # kernels (preset): with Transformer Engine, with NVIDIA apex
+# run directory /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # run this same command on each of the 192 nodes; MASTER_ADDR is the first node
 : "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"
 export CUDA_DEVICE_MAX_CONNECTIONS=1
@@ -41,4 +42,9 @@ torchrun --nnodes 192 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "${
   --mock-data \
   --tokenizer-type NullTokenizer \
   --log-interval 10 \
-  --log-throughput
+  --log-throughput \
+  --save /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/checkpoints \
+  --load /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/checkpoints \
+  --save-interval 1000 \
+  --save-retain-interval 10000 \
+  --tensorboard-dir /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/tensorboard

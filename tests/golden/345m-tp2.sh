@@ -4,6 +4,7 @@
 # parameters 355.00M (355,002,368; padded vocab 50432)
 # memory ~25.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 22.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# run directory /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
@@ -41,4 +42,9 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --no-masked-softmax-fusion \
   --no-persist-layer-norm \
   --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec \
-  --no-create-attention-mask-in-dataloader
+  --no-create-attention-mask-in-dataloader \
+  --save /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/checkpoints \
+  --load /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/checkpoints \
+  --save-interval 1000 \
+  --save-retain-interval 10000 \
+  --tensorboard-dir /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/tensorboard

@@ -4,6 +4,7 @@
 # parameters 6.10K (6,096; padded vocab 128)
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer model trains through pretrain_gpt.py with TP 1
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 torchrun --nnodes 1 --nproc-per-node 1 --standalone \
@@ -30,4 +31,8 @@ torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   --no-masked-softmax-fusion \
   --no-persist-layer-norm \
   --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec \
-  --no-create-attention-mask-in-dataloader
+  --no-create-attention-mask-in-dataloader \
+  --save /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/checkpoints \
+  --load /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/checkpoints \
+  --save-interval 5 \
+  --tensorboard-dir /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/tensorboard

@@ -3,6 +3,7 @@
 # batch 8 = micro batch 8 × DP 1 × 1 microbatch(es)
 # parameters 6.96K (6,960; padded vocab 100)
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
+# run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm
 torchrun --nnodes 1 --nproc-per-node 2 --standalone \

@@ -1,0 +1,93 @@
+"""Kernels of the target: which fused-kernel packages (Transformer Engine, NVIDIA apex) the training processes
+will find where the job runs, and the Megatron settings that work without them. No torch imported.
+
+Here and on bare-metal Slurm the packages are looked up in this Python (for Slurm: the login node's, and the
+job checks each node again at start); in a container the image decides: an NGC PyTorch or NeMo image ships
+both, any other image must say what it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.errors import Problem, UserError
+from launcher.megatron.pin import Kernels, detect_kernels
+
+# Images that ship Transformer Engine and a full apex (with its CUDA extensions); enroot writes nvcr.io#nvidia/…
+NGC_IMAGES = ("nvcr.io/nvidia/pytorch", "nvcr.io/nvidia/nemo")
+
+# Measured on H200 without Transformer Engine and apex (shared/reference/gpu-measurements.md): each flag turns
+# off a default that needs the missing package. Applied only where the preset does not set the value itself.
+WITHOUT_TE = {"transformer_impl": "local"}
+# Without TE, upstream's local core attention builds the full [b, heads, s, s] score matrix. This layer spec
+# (shipped in launcher/inside/megatron_ext) swaps in torch's flash SDPA and faster stand-ins for the no-TE/no-apex
+# fallbacks: 1.6x+ on the 345M model (docs/benchmarks.md). SDPA's causal kernel needs no mask tensor, so the
+# dataloader stops building one. Used only where the preset sets no spec of its own.
+SDPA_SPEC = {
+    "spec": ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"],
+    "create_attention_mask_in_dataloader": False,
+}
+WITHOUT_APEX = {
+    "gradient_accumulation_fusion": False,  # apex's fused_weight_gradient_mlp_cuda, needed even with TE
+    "masked_softmax_fusion": False,  # apex's scaled_masked_softmax_cuda kernels
+    "no_persist_layer_norm": True,  # torch's LayerNorm fallback rejects persistent layer norm
+}
+# Megatron settings (absent = Megatron's default) → the module they need at model build or the first step.
+APEX_FUSIONS = {"gradient_accumulation_fusion": "fused_weight_gradient_mlp_cuda",
+                "masked_softmax_fusion": "scaled_masked_softmax_cuda"}
+
+
+def is_ngc_image(image: str) -> bool:
+    name = image.removeprefix("docker://").replace("#", "/", 1)
+    return any(name == ngc or name.startswith((ngc + ":", ngc + "@")) for ngc in NGC_IMAGES)
+
+
+def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool = False,
+                container_image: str | None = None) -> Kernels:
+    """What the job's processes will find; `auto` is answered where the job runs, or refused if it cannot be."""
+    if "auto" not in (te_setting, apex_setting):
+        return Kernels(bool(te_setting), bool(apex_setting), "preset")
+    if container_image and is_ngc_image(container_image):
+        found, how = (True, True), "NGC image"
+    elif container_image:
+        unknown = [name for name, value in (("transformer_engine", te_setting), ("apex", apex_setting))
+                   if value == "auto"]
+        raise UserError(Problem(
+            f"cannot tell whether container image {container_image} has {' and '.join(unknown)} "
+            "(the preset says auto, and only NGC images nvcr.io/nvidia/pytorch and nvcr.io/nvidia/nemo are known)",
+            "declare what the image ships: " + " ".join(f"--set {name}=true|false" for name in unknown)))
+    else:
+        found, how = detect_kernels(), ("login node" if slurm else "detected")
+    te = found[0] if te_setting == "auto" else bool(te_setting)
+    apex = found[1] if apex_setting == "auto" else bool(apex_setting)
+    return Kernels(te, apex, how)
+
+
+def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
+    """The settings a job without TE/apex needs, where the preset leaves them open."""
+    wanted = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
+    if not kernels.transformer_engine and megatron.get("spec") is None:
+        wanted.update(SDPA_SPEC)
+    return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
+
+
+def assumed_modules(megatron: Mapping[str, Any]) -> list[tuple[str, Problem]]:
+    """(module, the problem when it is missing) for each optional package the Megatron settings rely on;
+    absent settings mean Megatron's defaults, which rely on both packages."""
+    needs: list[tuple[str, Problem]] = []
+    if megatron.get("transformer_impl", "transformer_engine") == "transformer_engine":
+        needs.append(("transformer_engine", Problem(
+            "the job uses --transformer-impl transformer_engine (the default) but Transformer Engine is missing",
+            "set transformer_impl: local in the preset (or --set transformer_engine=false), or install "
+            "Transformer Engine", stage="launcher")))
+    for dest, module in APEX_FUSIONS.items():
+        if megatron.get(dest, True):
+            flag = "--no-" + dest.replace("_", "-")
+            needs.append((module, Problem(
+                f"{dest} is on (Megatron's default) but apex's {module} extension is missing, so the model "
+                "build or first step fails",
+                f"set {dest}: false in the preset ({flag}) or --set apex=false, or build NVIDIA apex with "
+                "--cuda_ext", stage="launcher")))
+    return needs
+
