@@ -14,7 +14,7 @@ from launcher.backends import slurm
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
 from launcher.pipeline.preset import available_presets, load_preset
-from launcher.pipeline.resolve import Target, resolve, target_for
+from launcher.pipeline.resolve import Target, kernels_of, resolve, target_for
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slurm"
@@ -39,8 +39,9 @@ def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None 
                   gpus_per_node: int | None = None, preflight: bool = False,
                   run_dir: Path | None = None, megatron_path: Path = GOLDEN_MEGATRON) -> tuple[slurm.BatchJob, str]:
     preset = load_preset(name, list(overrides))
-    kernels = preset_kernels(preset)
     target: Target = target_for(preset, slurm=True)
+    # A container image decides its own kernels (an NGC image: TE and apex); on bare metal, the preset's.
+    kernels = kernels_of(preset, target) if target.container_image else preset_kernels(preset)
     resolved = resolve(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path, target=target,
                        run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight)
     job = slurm.prepare_job(resolved, build_command(resolved)).job

@@ -87,6 +87,8 @@ def layout_args(base: dict[str, Any], t: est.Training) -> dict[str, Any]:
         sequence_parallel=t.sequence_parallel,
         use_distributed_optimizer=t.distributed_optimizer,
         recompute_granularity=None if t.recompute == "none" else t.recompute,
+        account_for_embedding_in_pipeline_split=t.embedding_in_split,
+        account_for_loss_in_pipeline_split=t.loss_in_split,
     )
     if t.recompute == "full":
         args.update(recompute_method="uniform", recompute_num_layers=1)

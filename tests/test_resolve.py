@@ -178,7 +178,7 @@ def _fake_slurm(tmp_path: Path) -> dict[str, str]:
     """srun that runs its command here (options dropped) and scontrol that names one node: the batch script's
     own start-up logic runs for real."""
     bin_dir = tmp_path / "slurm-bin"
-    bin_dir.mkdir()
+    bin_dir.mkdir(exist_ok=True)
     (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ "$1" == --* ]]; do shift; done\nexec "$@"\n')
     (bin_dir / "scontrol").write_text("#!/bin/bash\necho node-0\n")
     (bin_dir / "torchrun").write_text("#!/bin/bash\necho TRAINING STARTED\n")
@@ -196,8 +196,8 @@ def test_bare_metal_job_checks_the_node_has_the_kernels_its_flags_assume(launch,
     assert "# kernels (preset): with Transformer Engine, with NVIDIA apex; each node checks them at job start" in out
     script = tmp_path / "job.sbatch"
     script.write_text(out)
-    job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), capture_output=True, text=True,
-                         timeout=60, check=False)
+    job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, check=False)
     assert job.returncode == 2, job.stdout + job.stderr
     assert "TRAINING STARTED" not in job.stdout
     # the launcher's own message (the one `launch` gives locally before a run), not a stack trace at model build
@@ -223,10 +223,48 @@ def test_cluster_data_is_a_warning_for_slurm_and_checked_at_job_start(launch, tm
     assert f"warning: this machine cannot see the data files {files}" in err
     script = tmp_path / "job.sbatch"
     script.write_text(out)
-    job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), capture_output=True, text=True,
-                         timeout=60, check=False)
+    job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert job.returncode == 2 and "TRAINING STARTED" not in job.stdout
+    # the launcher's own data check, with the message it gives before a run here
+    assert "error: data_path: dataset /cluster/data/web_text_document has no /cluster/data/web_text_document.bin" \
+        in job.stderr
+    # a node that cannot import the launcher still checks that the files are there
+    script.write_text(out.replace("python3 -m launcher.checks.data", "python3 -m not_installed_here.checks.data"))
+    job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, check=False)
     assert job.returncode == 2 and "TRAINING STARTED" not in job.stdout
     assert "error: data file /cluster/data/web_text_document.bin is not readable on" in job.stderr
+
+
+class _Recording(dict):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read: set[str] = set()
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+
+@pytest.mark.parametrize("settings", [
+    {"mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": 8},
+    {"data_path": ["1 /x/a 1 /x/b"], "split": "98,2,0", "tokenizer_type": "GPT2BPETokenizer", "vocab_file": "/v",
+     "merge_file": "/m", "eod_mask_loss": True},
+    {"train_data_path": ["/x/a"], "valid_data_path": ["/x/b"], "tokenizer_type": "HuggingFaceTokenizer",
+     "tokenizer_model": "/t"},
+    {"data_args_path": "/x/list", "per_split_data_args_path": "/x/json", "tokenizer_type": "SentencePieceTokenizer"},
+])
+def test_the_node_gets_every_setting_the_data_check_reads(settings):
+    from launcher.checks.data import DATA_SETTINGS, check_data
+
+    recording = _Recording(settings)
+    check_data(recording)
+    assert recording.read <= set(DATA_SETTINGS)
 
 
 def test_missing_data_is_still_refused_before_a_run_here(launch):
@@ -260,3 +298,17 @@ def test_every_setting_is_decided_before_the_checks(tmp_path):
     assert preflight.entry == "allreduce" and preflight.run_dir is None
     toy = resolve(load_preset("toy"), 1, 1, run_dir=tmp_path / "toy")
     assert toy.entry == "pretrain_gpt" and toy.preset.megatron["tensor_model_parallel_size"] == 1
+
+
+def test_launch_plan_estimates_the_job_the_dry_run_prints(launch):
+    """Both read the settings resolve decides (micro batch for the world, settings for a missing TE/apex)."""
+    code, out, err = launch("345m", "--gpus-per-node", "2", "--dry-run", "--format", "json", *NO_KERNELS)
+    assert code == 0, err
+    printed = json.loads(out)["estimate"]
+    code, out, err = launch("plan", "345m", "--gpus", "2", *NO_KERNELS, "--format", "json")
+    assert code == 0, err
+    planned = json.loads(out)
+    assert planned["layout"]["micro_batch_size"] == 16
+    gib = 2 ** 30
+    assert round(planned["memory"]["megatron"]["total"] / gib, 2) == printed["megatron_memory_per_gpu_gib"]
+    assert round(planned["memory"]["complete"]["total"] / gib, 2) == printed["memory_per_gpu_gib"]

@@ -24,7 +24,7 @@ class Preset:  # the fields of launcher.pipeline.preset.Preset that a run direct
 
 
 @dataclass(frozen=True)
-class Plan:
+class Job:  # the fields of a ResolvedJob that a run directory records
     preset: Preset
     nodes: int = 1
     gpus_per_node: int = 2
@@ -44,8 +44,8 @@ def make(tmp_path, megatron=None):
     argv = ["torchrun", "--nproc-per-node", "2", "pretrain_gpt.py", "--save", megatron["save"],
             "--data-path", "a path with spaces;rm -rf /"]
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "WANDB_API_KEY": "s3cret"}
-    plan = Plan(Preset("toy", megatron, {"entry": "pretrain_gpt"}))
-    made = rundir.create_run_dir(plan, Command(argv, env), ["lr=3e-4"], run_dir=path,
+    job = Job(Preset("toy", megatron, {"entry": "pretrain_gpt"}))
+    made = rundir.create_run_dir(job, Command(argv, env), ["lr=3e-4"], run_dir=path,
                                  megatron_path=launcher_root())
     return made, argv
 

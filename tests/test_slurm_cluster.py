@@ -208,3 +208,35 @@ def _stderr(run_dir: Path, job_id: str) -> str:
     lines = err.read_text(errors="replace").splitlines() if err.exists() else []
     banner = re.compile(r"run\.py:\d+\] (\**|Setting OMP_NUM_THREADS.*)$")
     return "\n--- stderr ---\n" + "\n".join(line for line in lines if not banner.search(line))
+
+
+def _submit_failing_at_start(launch, cluster, tmp_path, *overrides: str) -> tuple[dict[str, str], str]:
+    """Submit a 345m job that must stop before torchrun; (its final scontrol fields, its stderr)."""
+    megatron = tmp_path / "megatron-lm"
+    megatron.mkdir()
+    (megatron / "pretrain_gpt.py").write_text("raise SystemExit('training must not start')\n")
+    code, out, err = launch("345m", "--submit", "--nodes", "1", "--gpus-per-node", "1", *overrides,
+                            "--set", f"torchrun={venv_torchrun()}", "--set", f"run_root={tmp_path}/runs",
+                            "--megatron-path", str(megatron), env=cluster)
+    assert code == 0, err
+    job_id = out.strip()
+    fields = wait_for_job(job_id, cluster, timeout=90)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    return fields, (run_dir / f"slurm-{job_id}.err").read_text()
+
+
+def test_bare_metal_job_stops_at_start_when_a_node_lacks_the_kernels_its_flags_assume(launch, cluster, tmp_path):
+    """The flags say TE; the node has none: the job ends with the launcher's message, before torchrun."""
+    fields, err = _submit_failing_at_start(launch, cluster, tmp_path, "--set", "transformer_engine=true",
+                                           "--set", "apex=false")
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", err
+    assert "error: the job uses --transformer-impl transformer_engine (the default) but Transformer Engine is " \
+           "missing" in err
+    assert "training must not start" not in err
+
+
+def test_job_stops_at_start_when_its_node_cannot_see_the_data(launch, cluster, tmp_path):
+    fields, err = _submit_failing_at_start(launch, cluster, tmp_path, "--set", "mock_data=false",
+                                           "--set", f"data_path={tmp_path}/cluster/web_text_document")
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", err
+    assert f"{tmp_path}/cluster/web_text_document.bin" in err and "training must not start" not in err

@@ -34,8 +34,14 @@ GOLDEN_CASES = {
         "slurm.exclusive=true", "slurm.extra_sbatch=[--mail-type=END, --constraint=h100]",
         "slurm.chain=3", "slurm.signal=USR2", "slurm.signal_seconds=600", "slurm.max_restarts=5",
         "env.NCCL_SOCKET_IFNAME=^lo,docker0", "env.NCCL_DEBUG=WARN", "save=/shared/ckpt/345m",
-        "save_interval=500", "global_batch_size=256",
+        "save_interval=500", "global_batch_size=256", "transformer_engine=false", "apex=false",
     ), 4, 8, False),
+    # An NGC image ships TE and apex; the repo paths the job needs are mounted, the run directory is not.
+    "345m-ngc": ("345m", ("slurm.container_image=nvcr.io/nvidia/pytorch:25.01-py3",
+                          "slurm.container_mounts=[/opt/megatron-lm:/opt/megatron-lm]"), 2, 8, False),
+    # Data on the cluster's file system: checked on the node at job start.
+    "345m-cluster-data": ("345m", ("mock_data=false", "data_path=/cluster/data/web_text_document",
+                                   "split=98,2,0"), None, None, False),
 }
 
 

@@ -54,16 +54,16 @@ def preset_worlds():
 @pytest.mark.megatron
 @pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))
 def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
-    plan = resolve(load_preset(name), nodes, gpus, kernels=kernels, megatron_path=Path("/opt/megatron-lm"))
-    if plan.entry != "pretrain_gpt":
-        pytest.skip(f"entry {plan.entry} takes no Megatron flags at world {nodes * gpus}")
-    command = build_command(plan)
+    job = resolve(load_preset(name), nodes, gpus, kernels=kernels, megatron_path=Path("/opt/megatron-lm"))
+    if job.entry != "pretrain_gpt":
+        pytest.skip(f"entry {job.entry} takes no Megatron flags at world {nodes * gpus}")
+    command = build_command(job)
     env = {k: v for k, v in command.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
-    verdict = shared_checker().check(command.script_args, plan.layout.world_size, env, apex=kernels.apex)
+    verdict = shared_checker().check(command.script_args, job.layout.world_size, env, apex=kernels.apex)
     assert verdict.ok, verdict.render()
     # Megatron derives the same layout the launcher printed.
     facts = verdict.facts
-    lay = plan.layout
+    lay = job.layout
     assert (facts["data_parallel_size"], facts["num_microbatches"], facts["global_batch_size"]) == (
         lay.dp, lay.num_microbatches, lay.global_batch_size)
     assert facts["virtual_pipeline_model_parallel_size"] == lay.vpp

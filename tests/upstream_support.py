@@ -33,7 +33,7 @@ def shared_checker() -> UpstreamChecker:
 def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> Request:
     """The argv and environment the launcher would give pretrain_gpt.py for this preset, as a check request.
 
-    Built without a Plan so that presets the launcher rejects can be put to Megatron too."""
+    Built without resolving the job, so that presets the launcher rejects can be put to Megatron too."""
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
     argv = command.script_args({**preset.megatron, **fallbacks(preset.megatron, kernels)})
     return Request(argv, world_size, default_check_env(argv), apex=apex)

@@ -7,6 +7,7 @@ itself and cannot be quoted, through the `sbatch` filter, which refuses anything
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -21,6 +22,7 @@ from typing import TextIO
 
 import jinja2
 
+from launcher.checks.data import DATA_SETTINGS
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import require_checkout
 from launcher.pipeline import kernels as kernel_rules
@@ -61,7 +63,8 @@ class BatchJob:
     chain: int = 1
     world_size: int | None = None
     about: tuple[str, ...] = ()  # header comment lines: kernels and where they were judged, warnings
-    unseen_files: tuple[str, ...] = ()  # data files the login node could not see: tested on the node first
+    unseen_files: tuple[str, ...] = ()  # data files the login node could not see: checked on the node first
+    data_settings: str = "{}"  # JSON of the settings check_data reads, for the same check on the node
     # (module, the launcher's message when it is missing): the packages the flags assume, checked on every node
     node_modules: tuple[tuple[str, str], ...] = ()
 
@@ -107,6 +110,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         world_size=job.layout.world_size,
         about=tuple(" ".join(line.split()) for line in about),  # one comment line each, whatever they hold
         unseen_files=job.unseen_files,
+        data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.preset.megatron.get(k)) is not None}),
         node_modules=node_modules,
     )
 
@@ -194,7 +198,7 @@ def render_batch_script(job: BatchJob) -> str:
     problems = check_job(job)
     if problems:
         raise UserError(problems)
-    return _environment().get_template(TEMPLATE_NAME).render(job=job, s=job.settings)
+    return _environment().get_template(TEMPLATE_NAME).render(job=job, s=job.settings, launcher_root=LAUNCHER_ROOT)
 
 
 def write_batch_script(job: BatchJob, text: str | None = None) -> Path:

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import struct
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +35,10 @@ FILE_TOKENIZERS = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama
 KNOWN_TOKENIZERS = {"HuggingFaceTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer",
                     "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", *FILE_TOKENIZERS}
 PER_SPLIT_SETTINGS = ("train_data_path", "valid_data_path", "test_data_path")
+# Every Megatron setting check_data reads: what a Slurm job passes to its node to run the same check there.
+DATA_SETTINGS = ("mock_data", "data_path", "data_args_path", *PER_SPLIT_SETTINGS, "per_split_data_args_path", "split",
+                 "tokenizer_type", "tokenizer_model", "vocab_size", "vocab_file", "merge_file", "null_tokenizer_eod_id",
+                 "eod_mask_loss", "reset_position_ids", "reset_attention_mask")
 
 
 @dataclass(frozen=True)
@@ -371,3 +377,16 @@ def _read_text(path: str, setting: str, problems: list[Problem]) -> str | None:
     except OSError as err:
         problems.append(Problem(f"{setting} {path} cannot be read: {err.strerror}"))
         return None
+
+
+def main(argv: list[str]) -> int:
+    """`python -m launcher.checks.data SETTINGS_JSON`: check_data on the machine that runs the job (a Slurm node
+    at job start); every problem as the launcher prints it, exit 2 if any."""
+    problems = check_data(json.loads(argv[0]))
+    for problem in problems:
+        print(f"{socket.gethostname()}: {problem.render()}", file=sys.stderr)
+    return 2 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -196,10 +196,10 @@ def check_argvs(requests: Sequence[Request], python: str | None = None, **kwargs
 
 # -- `launch PRESET --check` --------------------------------------------------------------------------------
 
-def _layout_line(plan: Any) -> str:
-    lay = plan.layout
+def _layout_line(job: Any) -> str:
+    lay = job.layout
     vpp = f", virtual pipeline {lay.vpp}" if lay.vpp else ""
-    return (f"world {lay.world_size} = {plan.nodes} × {plan.gpus_per_node}: TP {lay.tp} · PP {lay.pp} · "
+    return (f"world {lay.world_size} = {job.nodes} × {job.gpus_per_node}: TP {lay.tp} · PP {lay.pp} · "
             f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
 
 
@@ -214,19 +214,19 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
     from launcher.pipeline.command import build_command, script_args
 
     kernels, megatron_path = inputs["kernels"], inputs.get("megatron_path")
-    nodes, gpus_per_node, _ = resolve.world(preset, nodes, gpus_per_node, inputs.get("gpus_here", 0))
+    nodes, gpus_per_node, _ = resolve.world(preset, nodes, gpus_per_node, inputs.get("gpus_here"))
     inputs = {name: value for name, value in inputs.items() if name != "gpus_here"}  # the world is decided
-    plan, problems = None, []
+    job, problems = None, []
     try:
-        plan = resolve.resolve(preset, nodes, gpus_per_node, **inputs)
+        job = resolve.resolve(preset, nodes, gpus_per_node, **inputs)
     except UserError as exc:
         problems = exc.problems
-    if plan is not None and plan.entry != "pretrain_gpt":
-        print(f"launcher: ok ({_layout_line(plan)})\nmegatron: not asked: entry {plan.entry} takes no Megatron "
+    if job is not None and job.entry != "pretrain_gpt":
+        print(f"launcher: ok ({_layout_line(job)})\nmegatron: not asked: entry {job.entry} takes no Megatron "
               "flags (the upstream script hard-codes its model)")
         return 0
-    if plan is not None:
-        cmd = build_command(plan)
+    if job is not None:
+        cmd = build_command(job)
         argv, env = cmd.script_args, {k: v for k, v in cmd.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
     else:  # the launcher refused: still ask Megatron about the flags the job would pass
         unchecked, _ = resolve.resolve_settings(preset, nodes, gpus_per_node, **inputs)
@@ -236,19 +236,19 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=kernels.apex)
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
-    agree = verdict.ok == (plan is not None)
+    agree = verdict.ok == (job is not None)
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,
-            "launcher": {"ok": plan is not None, "layout": plan.layout.as_dict() if plan else None,
+            "launcher": {"ok": job is not None, "layout": job.layout.as_dict() if job else None,
                          "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems]},
             "megatron": {"ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "facts": verdict.facts,
                          "suggestions": verdict.suggestions, "source": source},
             "argv": argv,
         }, indent=1))
     else:
-        if plan is not None:
-            print(f"launcher: ok ({_layout_line(plan)})")
+        if job is not None:
+            print(f"launcher: ok ({_layout_line(job)})")
         else:
             print(f"launcher: {len(problems)} problem(s)")
             print("\n".join("  " + line for p in problems for line in p.render().splitlines()))
@@ -261,4 +261,4 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
         print(f"          ({source})")
         if not agree:
             print("note: the launcher and Megatron disagree about this layout; please report it with this output")
-    return 0 if plan is not None and verdict.ok else 2
+    return 0 if job is not None and verdict.ok else 2

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable
@@ -80,12 +81,12 @@ def cmd_run(argv: list[str]) -> int:
         preset, existing = tracking.open_resume(args.resume, args.overrides)
     else:
         preset = load_preset(args.preset, args.overrides)
-    gpus_here = 0
+    gpus_here = None
     if not on_slurm:  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
         from launcher.backends import local
 
-        gpus_here = local.visible_gpus()
-        if gpus_here == 0 and args.gpus_per_node is None and not (args.dry_run or args.check):
+        gpus_here = functools.cache(local.visible_gpus)
+        if not (args.dry_run or args.check) and args.gpus_per_node is None and gpus_here() == 0:
             raise UserError("no GPU is visible on this machine",
                             "run on a GPU machine, or use --dry-run to print the command")
     target = resolve.target_for(preset, on_slurm)

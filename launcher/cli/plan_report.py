@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
@@ -253,10 +253,11 @@ def render_text(plan: dict[str, Any]) -> str:
         t = plan["time"]
         s = t["step"]
         lines.append("")
-        lines.append(f"  Time at {s['tflops_assumed']:.0f} TFLOP/s per GPU sustained (--tflops to change)")
-        lines.append(f"    per iteration      {s['total']:.3f} s  (compute {s['compute']:.3f}, "
-                     f"bubble {s['bubble']:.3f}, TP comm {s['tensor_comm']:.3f}, DP comm {s['data_comm']:.3f}, PP comm "
-                     f"{s['pipeline_comm']:.3f}, overhead {s['overhead']:.3f})")
+        lines.append("  Time per iteration (steptime model; `--tflops` replaces its compute rate)")
+        lines.append(f"    per iteration      {s['total']:.3f} s  (compute {s['compute']:.3f}, recompute "
+                     f"{s['recompute']:.3f}, bubble {s['bubble']:.3f}, exposed comm: TP {s['tensor_comm']:.3f}, "
+                     f"CP {s['context_comm']:.3f}, PP {s['pipeline_comm']:.3f}, DP {s['data_comm']:.3f}; "
+                     f"optimizer {s['optimizer']:.3f})")
         lines.append(f"    throughput         {t['tokens_per_second']:,.0f} tokens/s, "
                      f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")
         if "seconds_to_tokens" in t:
@@ -269,7 +270,8 @@ def render_text(plan: dict[str, Any]) -> str:
     search = plan["search"]
     lines.append("")
     lines.append(f"Best layouts for {plan['world_size']} × {gpu['name']} ({search['fitting']} of "
-                 f"{search['valid']} valid layouts fit; ranked by estimated step time)")
+                 f"{search['valid']} valid layouts fit within {int(gpu['usable_fraction'] * 100)}% of memory; "
+                 f"each TP·PP once, ranked by estimated step time)")
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
            f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
@@ -282,8 +284,6 @@ def render_text(plan: dict[str, Any]) -> str:
                f"{c['seconds_per_iteration']:9.4f}")
         if "seconds_to_tokens" in c:
             row += f" {_duration(c['seconds_to_tokens']):>12}"
-        if c["fits"] == "tight":
-            row += "  (tight)"
         lines.append(row)
     lines.append("")
     for i, c in enumerate(search["best"], 1):
@@ -312,10 +312,13 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("preset", help="preset name in configs/ or a path to a YAML file")
     parser.add_argument("--nodes", type=int, help="nodes in the budget (default: the preset's)")
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the preset's)")
-    parser.add_argument("--gpus", type=int, help="total GPUs, in nodes of --gpus-per-node (default 8)")
+    parser.add_argument("--gpus", type=int, help="total GPUs, in nodes of --gpus-per-node, or of 8 when that is "
+                                                 "not given (default: the preset's nodes × GPUs per node)")
     parser.add_argument("--gpu", default=est.DEFAULT_GPU,
                         help=f"GPU model (default {est.DEFAULT_GPU}): {', '.join(sorted(est.GPUS))}")
-    parser.add_argument("--tflops", type=float, help="sustained model TFLOP/s per GPU (default: per GPU model)")
+    parser.add_argument("--tflops", type=float, help="measured model TFLOP/s per GPU for the compute; bubble, "
+                                                     "exposed communication and the optimizer step are added "
+                                                     "(default: the calibrated kernel model for --gpu)")
     parser.add_argument("--tokens", help="token budget for the time-to-train figures, e.g. 300B "
                                          "(default: what the preset trains for)")
     parser.add_argument("--top", type=int, default=5, help="how many layouts to list (default 5)")
@@ -329,9 +332,7 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.pipeline import kernels as kernel_rules
     from launcher.pipeline import resolve
-    from launcher.pipeline.layout import choose_micro_batch
     from launcher.pipeline.preset import load_preset
 
     gpu = est.gpu_by_name(ns.gpu)
@@ -346,9 +347,12 @@ def run(ns: Any) -> str:
     settings = preset.launcher
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     kernels = resolve.kernels_of(preset, resolve.HERE)
-    preset, _ = choose_micro_batch(preset, budget.world_size, [])
-    # what the command will pass, e.g. without TE the local layers with the launcher's SDPA (flash) attention
-    args = {**preset.effective(), **kernel_rules.fallbacks(preset.megatron, kernels)}
+    # The settings the job would pass on this budget (through pretrain_gpt.py: the layouts below choose TP), as
+    # resolve decides them for a launch, e.g. without TE the local layers with the launcher's SDPA attention.
+    training = replace(preset, launcher=replace(settings, entry="pretrain_gpt"))
+    job, _ = resolve.resolve_settings(training, budget.nodes, budget.gpus_per_node, kernels=kernels)
+    preset = job.preset
+    args = preset.effective()
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:

@@ -60,6 +60,17 @@ MEGATRON_DEFAULTS: dict[str, Any] = {
     "fp16": False,
     "transformer_impl": "transformer_engine",
     "attention_dropout": 0.1,
+    "expert_model_parallel_size": 1,
+    "overlap_grad_reduce": False,
+    "overlap_param_gather": False,
+    "tp_comm_overlap": False,
+    "grad_reduce_in_bf16": False,
+    "fp8_format": None,
+    "account_for_embedding_in_pipeline_split": False,
+    "account_for_loss_in_pipeline_split": False,
+    "decoder_first_pipeline_num_layers": None,
+    "decoder_last_pipeline_num_layers": None,
+    "pipeline_model_parallel_layout": None,
 }
 
 
@@ -185,10 +196,27 @@ class Training:
     fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
     fused_cross_entropy: bool = False
+    ep: int = 1  # expert parallel (MoE only; dense models keep 1)
+    overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
+    overlap_param_gather: bool = False  # distributed optimizer's parameter all-gather overlapped with forward
+    tp_comm_overlap: bool = False  # TE userbuffers: TP collectives overlapped with the GEMMs
+    grad_reduce_in_bf16: bool = False  # gradients kept and reduced in bf16 (2 B) instead of fp32 (4 B)
+    fp8: bool = False  # TE FP8 GEMMs (--fp8-format)
+    # Uneven pipelines (stages.py): Megatron's four ways to move layers between pipeline ranks.
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+    embedding_in_split: bool = False
+    loss_in_split: bool = False
+    pipeline_layout: str | None = None
 
     @property
     def dp(self) -> int:
         return self.world_size // (self.tp * self.pp * self.cp)
+
+    @property
+    def dp_cp(self) -> int:
+        """The group Megatron reduces gradients over and shards the distributed optimizer across."""
+        return self.dp * self.cp
 
     @property
     def num_microbatches(self) -> int:
@@ -206,7 +234,12 @@ def precision_of(args: Mapping[str, Any]) -> str:
 
 
 def virtual_stages_of(args: Mapping[str, Any]) -> int:
-    """Megatron's VPP from either flag (a result of 1 means no interleaving)."""
+    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving)."""
+    if _get(args, "pipeline_model_parallel_layout"):
+        from launcher.estimate.stages import layout_vpp
+
+        return layout_vpp(str(args["pipeline_model_parallel_layout"]),
+                          int(_get(args, "pipeline_model_parallel_size")))
     if _get(args, "num_virtual_stages_per_pipeline_rank"):
         return int(_get(args, "num_virtual_stages_per_pipeline_rank"))
     per_stage = _get(args, "num_layers_per_virtual_pipeline_stage")
@@ -242,8 +275,32 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         precision=precision_of(args),
         # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
         fused_attention=_get(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
-        fused_cross_entropy=_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast"),
+        fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
+                             or bool(args.get("cross_entropy_loss_fusion"))),
+        ep=int(_get(args, "expert_model_parallel_size")),
+        overlap_grad_reduce=bool(_get(args, "overlap_grad_reduce")),
+        overlap_param_gather=bool(_get(args, "overlap_param_gather")),
+        tp_comm_overlap=bool(_get(args, "tp_comm_overlap")) and tp > 1,
+        grad_reduce_in_bf16=bool(_get(args, "grad_reduce_in_bf16")),
+        fp8=bool(_get(args, "fp8_format")),
+        first_stage_layers=_optional_int(_get(args, "decoder_first_pipeline_num_layers")),
+        last_stage_layers=_optional_int(_get(args, "decoder_last_pipeline_num_layers")),
+        embedding_in_split=bool(_get(args, "account_for_embedding_in_pipeline_split")),
+        loss_in_split=bool(_get(args, "account_for_loss_in_pipeline_split")),
+        pipeline_layout=_get(args, "pipeline_model_parallel_layout") or None,
     )
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def pipeline_stages(m: ModelShape, t: Training) -> tuple[Any, ...]:
+    """Megatron's split of the decoder layers over the pipeline (stages.Stage per rank); SplitError if invalid."""
+    from launcher.estimate.stages import split_layers
+
+    return split_layers(m.num_layers, t.pp, t.vpp, t.first_stage_layers, t.last_stage_layers,
+                        t.embedding_in_split, t.loss_in_split, t.pipeline_layout)
 
 
 # --------------------------------------------------------------------------------------------------- parameters
@@ -295,28 +352,26 @@ class StageParams:
 
 
 def stage_parameters(m: ModelShape, t: Training) -> tuple[StageParams, ...]:
-    """Exact per-GPU parameters of every pipeline stage (uneven stages not modelled: layers/PP each)."""
-    return _stage_parameters(m, t.tp, t.pp)
+    """Exact per-GPU parameters of every pipeline stage, with Megatron's (possibly uneven) split."""
+    return _stage_parameters(m, t.tp, pipeline_stages(m, t))
 
 
 @lru_cache(maxsize=4096)
-def _stage_parameters(m: ModelShape, tp: int, pp: int) -> tuple[StageParams, ...]:
+def _stage_parameters(m: ModelShape, tp: int, stages: tuple[Any, ...]) -> tuple[StageParams, ...]:
     lp = layer_params(m)
-    layers = m.num_layers // pp
     h = m.hidden_size
     word = m.padded_vocab_size * h / tp
-    stages = []
-    for stage in range(pp):
-        params = layers * (lp.sharded / tp + lp.replicated)
-        first, last = stage == 0, stage == pp - 1
-        if first:
+    out = []
+    for st in stages:
+        params = st.layers * (lp.sharded / tp + lp.replicated)
+        if st.embedding:
             params += word + m.position_embeddings * h
-        if last:
+        if st.loss:
             params += m.norm_size * h
-            if m.untied or not first:  # tied weights: the last stage keeps its own copy when PP > 1
+            if m.untied or not st.embedding:  # tied weights: the last stage keeps its own copy when PP > 1
                 params += word
-        stages.append(StageParams(stage, layers, params))
-    return tuple(stages)
+        out.append(StageParams(st.rank, st.layers, params))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -431,33 +486,39 @@ def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     if t.precision == "fp32":
         weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
     else:
-        weights, grads, optimizer = 2, 4, 12  # half params, fp32 main grads, fp32 master + m + v
+        # half params, fp32 main grads (bf16 with grad_reduce_in_bf16), fp32 master + m + v
+        weights, grads, optimizer = 2, (2 if t.grad_reduce_in_bf16 else 4), 12
     if t.distributed_optimizer:
-        optimizer /= t.dp
+        optimizer /= t.dp_cp  # Megatron shards it over the data-parallel group with context parallel
     return weights, grads, optimizer
 
 
 def layer_activation_bytes(m: ModelShape, t: Training) -> float:
-    """One layer, one microbatch, one GPU: Korthikanti et al. Table 2, generalised to GQA/SwiGLU/kv_channels."""
-    s, b, h = m.seq_length, t.micro_batch_size, m.hidden_size
+    """One layer, one microbatch, one GPU: Korthikanti et al. Table 2, generalised to GQA/SwiGLU/kv_channels.
+
+    Context parallelism gives each GPU s/CP of the sequence, so every term is divided by CP."""
+    s, b, h = m.seq_length // t.cp, t.micro_batch_size, m.hidden_size
     w = 4 if t.precision == "fp32" else 2  # bytes per stored activation element
-    # Outside the TP regions: two norm inputs, QKV input, fc1 input (w each), two dropout masks (1 B each).
-    replicated = s * b * h * (4 * w + 2)
-    # Inside: Q, K, V and the proj input; the MLP's activation input (2F wide with SwiGLU) and fc2 input.
-    sharded = w * s * b * (2 * m.query_size + 2 * m.kv_size)
-    sharded += w * s * b * m.ffn_hidden_size * (3 if m.swiglu else 2)
+    g = 1 if t.fp8 else w  # GEMM inputs: Transformer Engine keeps them in FP8 for the backward
+    # Outside the TP regions: two norm inputs (w), QKV and fc1 inputs (g), two dropout masks (1 B each).
+    replicated = s * b * h * (2 * w + 2 * g + 2)
+    # Inside: Q, K, V and the proj input (g); the MLP's activation input (2F wide with SwiGLU) and fc2 input (g).
+    sharded = s * b * (w * (m.query_size + 2 * m.kv_size) + g * m.query_size)
+    sharded += s * b * m.ffn_hidden_size * (w * (2 if m.swiglu else 1) + g)
     if not t.fused_attention and t.recompute == "none":
-        sharded += m.num_attention_heads * s * s * b * (2 * w + 1)  # scores, softmax, dropout mask
+        # scores, softmax, dropout mask: local queries against the whole sequence
+        sharded += m.num_attention_heads * s * m.seq_length * b * (2 * w + 1)
     if t.sequence_parallel:
         return (replicated + sharded) / t.tp
     return replicated + sharded / t.tp
 
 
 def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
-    """Activations held by one GPU of `stage` at the peak of the 1F1B / interleaved schedule."""
-    s, b, h = m.seq_length, t.micro_batch_size, m.hidden_size
+    """Activations held by one GPU of pipeline rank `stage` at the peak of the 1F1B / interleaved schedule."""
+    st = pipeline_stages(m, t)[stage]
+    s, b, h = m.seq_length // t.cp, t.micro_batch_size, m.hidden_size
     w = 4 if t.precision == "fp32" else 2
-    layers = m.num_layers / t.pp
+    layers = st.layers
     per_layer = layer_activation_bytes(m, t)
     if t.recompute == "full":
         # Each layer keeps only its input; one layer's working set is rebuilt at a time.
@@ -473,9 +534,9 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
         in_flight = min(t.pp - stage, t.num_microbatches)
         in_flight_layers = in_flight * layers
     act = kept * in_flight_layers + transient
-    if stage == 0:  # embedding output (dropout mask) and token ids, per microbatch in flight
+    if st.embedding:  # embedding output (dropout mask) and token ids, per microbatch in flight
         act += in_flight * (s * b * h + 8 * s * b)
-    if stage == t.pp - 1:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP
+    if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP
         logit_bytes = 2 * w if t.fused_cross_entropy and t.tp == 1 else 2 * 4  # fused: logits + grad in bf16
         act += logit_bytes * s * b * m.padded_vocab_size / t.tp + w * s * b * h
     return act
@@ -485,13 +546,17 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
     """The most loaded GPU over all pipeline stages, with exact parameters and per-stage activations."""
     wb, gb, ob = bytes_per_parameter(t)
     best: Memory | None = None
-    stages = stage_parameters(m, t)
-    # Middle stages hold no embedding or output layer and fewer microbatches than stage 0: never the peak.
-    for sp in dict.fromkeys((stages[0], stages[-1])):
-        mem = Memory(
-            wb * sp.params, gb * sp.params, ob * sp.params,
-            stage_activation_bytes(m, t, sp.stage), sp.stage, "complete",
-        )
+    stages = pipeline_stages(m, t)
+    params = stage_parameters(m, t)
+    # Later ranks hold fewer microbatches in flight: among ranks alike, the first is the peak.
+    seen: set[tuple[int, bool, bool]] = set()
+    for st in stages:
+        key = (st.layers, st.embedding, st.loss)
+        if key in seen:
+            continue
+        seen.add(key)
+        p = params[st.rank].params
+        mem = Memory(wb * p, gb * p, ob * p, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None
@@ -503,30 +568,30 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
 
 @dataclass(frozen=True)
 class Gpu:
-    """A GPU model: memory torch reports, dense bf16 peak, the sustained rate we assume, link speeds."""
+    """A GPU model: memory torch reports, dense peaks, memory bandwidth, link speeds, kernel family."""
 
     name: str
     memory_bytes: float
-    peak_tflops: float  # dense bf16, vendor datasheet
-    sustained_tflops: float  # model TFLOP/s per GPU assumed for Megatron at a good layout
-    nvlink_gbps: float  # GB/s per GPU, one direction, inside a node
-    network_gbps: float  # GB/s per GPU between nodes
+    peak_tflops: float  # dense bf16/fp16, vendor datasheet (FP8 is twice this where the GPU has it)
+    hbm_tbps: float  # memory bandwidth, TB/s (elementwise kernels and the optimizer step are bound by it)
+    nvlink_gbps: float  # bus bandwidth per GPU NCCL reaches inside a node, GB/s
+    network_gbps: float  # bus bandwidth per GPU between nodes (one NIC per GPU), GB/s
+    family: str  # which kernel-efficiency constants apply (steptime.KERNELS)
     note: str = ""
 
 
-# Sustained figures: about 40-45 % of peak, what Megatron reaches on large models (Narayanan et al. 2021
-# report 138 TFLOP/s/GPU on A100 for GPT-3 175B); on H200 we measured 447 TFLOP/s for the 175b layer shape
-# without Transformer Engine and 135-290 for 345m (reference/gpu-measurements.md). Override with --tflops.
+# Link figures are NCCL bus bandwidths, not link peaks: ~75 % of NVLink (A100 300, H100 450 GB/s per
+# direction) and ~90 % of one 200 / 400 Gb/s InfiniBand NIC per GPU.
 GPUS: dict[str, Gpu] = {
     g.name: g
     for g in [
-        Gpu("a100-40gb", 39.4 * GIB, 312, 140, 300, 25, "A100 SXM4 40GB, 200 Gb/s IB per GPU"),
-        Gpu("a100-80gb", 79.2 * GIB, 312, 140, 300, 25, "A100 SXM4 80GB, 200 Gb/s IB per GPU"),
-        Gpu("h100-80gb", 79.1 * GIB, 989, 400, 450, 50, "H100 SXM5 80GB, 400 Gb/s IB per GPU"),
-        Gpu("h200-141gb", 139.8 * GIB, 989, 420, 450, 50, "H200 SXM 141GB, 400 Gb/s IB per GPU"),
-        Gpu("b200-180gb", 178.4 * GIB, 2250, 900, 900, 50, "B200 180GB, 400 Gb/s IB per GPU"),
-        Gpu("gh200-96gb", 94.5 * GIB, 989, 400, 450, 50, "GH200 Grace Hopper 96GB HBM3"),
-        Gpu("l40s-48gb", 44.4 * GIB, 362, 140, 32, 25, "L40S 48GB, PCIe only"),
+        Gpu("a100-40gb", 39.4 * GIB, 312, 1.56, 230, 23, "ampere", "A100 SXM4 40GB, 200 Gb/s IB per GPU"),
+        Gpu("a100-80gb", 79.2 * GIB, 312, 2.04, 230, 23, "ampere", "A100 SXM4 80GB, 200 Gb/s IB per GPU"),
+        Gpu("h100-80gb", 79.1 * GIB, 989, 3.35, 340, 45, "hopper", "H100 SXM5 80GB, 400 Gb/s IB per GPU"),
+        Gpu("h200-141gb", 139.8 * GIB, 989, 4.8, 340, 45, "hopper", "H200 SXM 141GB, 400 Gb/s IB per GPU"),
+        Gpu("b200-180gb", 178.4 * GIB, 2250, 8.0, 680, 45, "blackwell", "B200 180GB, 400 Gb/s IB per GPU"),
+        Gpu("gh200-96gb", 94.5 * GIB, 989, 4.0, 340, 45, "hopper", "GH200 Grace Hopper 96GB HBM3"),
+        Gpu("l40s-48gb", 44.4 * GIB, 362, 0.86, 24, 23, "ada", "L40S 48GB, PCIe only"),
     ]
 }
 DEFAULT_GPU = "h100-80gb"
@@ -555,89 +620,12 @@ def fit_status(memory_bytes: float, gpu: Gpu) -> str:
 
 # --------------------------------------------------------------------------------------------------- time
 
-# Fixed small-kernel cost per layer per microbatch (fwd+bwd). Measured on H200 without TE: 345m at micro
-# batch 8 vs 16 (same global batch) differ by ~40 ms per microbatch, i.e. ~1.6 ms per layer; TE fuses more.
-KERNEL_OVERHEAD_S = 1.0e-3
 
+def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8, tflops: float | None = None) -> Any:
+    """Seconds per iteration by cause: launcher.estimate.steptime (its docstring is the model)."""
+    from launcher.estimate.steptime import step_time as model
 
-@dataclass(frozen=True)
-class StepTime:
-    """Seconds per iteration, by cause. `total` is what ranking and time-to-budget use."""
-
-    compute: float  # model + recompute FLOPs at the sustained rate
-    bubble: float  # pipeline fill/drain: compute·(PP-1)/(VPP·M)
-    tensor_comm: float  # TP all-reduces (or SP all-gather/reduce-scatter), not overlapped
-    data_comm: float  # gradient reduction (+ param all-gather with the distributed optimizer)
-    pipeline_comm: float  # activations between stages
-    overhead: float  # kernel launches: KERNEL_OVERHEAD_S per layer-microbatch on each GPU
-    tflops_assumed: float = 0.0
-
-    @property
-    def total(self) -> float:
-        return (self.compute + self.bubble + self.tensor_comm + self.data_comm
-                + self.pipeline_comm + self.overhead)
-
-    def as_dict(self) -> dict[str, float]:
-        d = asdict(self)
-        d["total"] = self.total
-        return d
-
-
-def recompute_flops_factor(m: ModelShape, t: Training) -> float:
-    """Hardware FLOPs / model FLOPs: full recompute repeats each layer's forward (+1/3 of the layers' work);
-    selective repeats the core attention forward."""
-    if t.recompute == "full":
-        layer_share = 1 - 6 * m.hidden_size * m.padded_vocab_size / (
-            flops_per_iteration(m, 1) / m.seq_length)
-        return 1 + layer_share / 3
-    if t.recompute == "selective":
-        core = 6 * m.query_size * m.seq_length * m.num_layers * m.seq_length
-        return 1 + core / 3 / flops_per_iteration(m, 1)
-    return 1.0
-
-
-def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
-              tflops: float | None = None) -> StepTime:
-    """A simple, documented step-time model (for ranking layouts; absolute figures are estimates).
-
-    - compute: FLOPs·recompute_factor / (world · sustained TFLOP/s);
-    - bubble: compute · (PP−1)/(VPP·M) (Narayanan et al. 2021);
-    - TP: 4 all-reduces (2 fwd, 2 bwd) of s·b·h activations per layer per microbatch, ring cost 2(t−1)/t,
-      over NVLink when TP fits in a node else over the network; SP moves the same bytes;
-    - DP: gradient all-reduce 2(d−1)/d of the shard's fp32 grads (reduce-scatter + bf16 param all-gather with
-      the distributed optimizer), over the network when DP spans nodes; counted as not overlapped;
-    - PP: one s·b·h activation each way per microbatch per chunk boundary;
-    - overhead: KERNEL_OVERHEAD_S per layer per microbatch, which favours bigger micro batches.
-    """
-    rate = (tflops or gpu.sustained_tflops) * 1e12
-    flops = flops_per_iteration(m, t.global_batch_size) * recompute_flops_factor(m, t)
-    compute = flops / (t.world_size * rate)
-    M = t.num_microbatches
-    bubble = compute * (t.pp - 1) / (t.vpp * M)
-    s, b, h = m.seq_length, t.micro_batch_size, m.hidden_size
-    act_bytes = (4 if t.precision == "fp32" else 2) * s * b * h
-    layers_here = m.num_layers / t.pp
-    tp_bw = (gpu.nvlink_gbps if t.tp <= gpus_per_node else gpu.network_gbps) * 1e9
-    tensor_comm = 0.0
-    if t.tp > 1:
-        tensor_comm = 4 * layers_here * M * 2 * (t.tp - 1) / t.tp * act_bytes / tp_bw
-    model_group = t.tp * t.pp * t.cp
-    dp_bw = (gpu.nvlink_gbps if model_group * t.dp <= gpus_per_node else gpu.network_gbps) * 1e9
-    shard = max(sp.params for sp in stage_parameters(m, t))
-    data_comm = 0.0
-    if t.dp > 1:
-        grad_bytes = 4 * shard
-        if t.distributed_optimizer:
-            volume = (t.dp - 1) / t.dp * (grad_bytes + (2 if t.precision != "fp32" else 4) * shard)
-        else:
-            volume = 2 * (t.dp - 1) / t.dp * grad_bytes
-        data_comm = volume / dp_bw
-    pipeline_comm = 0.0
-    if t.pp > 1:
-        pp_bw = (gpu.nvlink_gbps if t.tp * t.pp <= gpus_per_node else gpu.network_gbps) * 1e9
-        pipeline_comm = 2 * M * t.vpp * act_bytes / t.tp / pp_bw
-    overhead = KERNEL_OVERHEAD_S * layers_here * M
-    return StepTime(compute, bubble, tensor_comm, data_comm, pipeline_comm, overhead, rate / 1e12)
+    return model(m, t, gpu, gpus_per_node, tflops)
 
 
 def time_to_tokens(step_seconds: float, global_batch_size: int, seq_length: int, tokens: float) -> float:
@@ -689,7 +677,7 @@ class Estimate:
     megatron_other_optimizer: Memory  # the same with the distributed optimizer toggled
     complete: Memory
     fit: str
-    step: StepTime
+    step: Any  # steptime.StepTime
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -1,9 +1,11 @@
 """Search the parallel layouts of a preset for a GPU budget: valid, fitting, ranked by estimated step time.
 
-The space: TP (within a node), PP (dividing the layers), interleaved virtual stages, DP (what is left),
-micro batch, activation recompute (none/selective/full), sequence parallel, distributed optimizer. CP and
-the global batch stay as the preset says. Each structural layout (TP, PP, VPP, MBS) is shown once, with the
-fastest fitting choice of the other knobs; ranking uses estimate.step_time (its docstring says the model).
+The space: TP (within a node), PP (dividing the layers, or the layers plus the embedding and/or the loss
+counted as layers), interleaved virtual stages, DP (what is left), micro batch, activation recompute
+(none/selective/full), sequence parallel, distributed optimizer. CP, the overlap and precision knobs and the
+global batch stay as the preset says. Each parallel layout (TP, PP) is shown once, with its fastest choice of
+VPP, micro batch and the other knobs that fits within the usable memory (a layout above it is never
+ranked); ranking uses steptime.step_time (its docstring says the model).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Any
 
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
+from launcher.estimate.stages import SplitError
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE = ("none", "selective", "full")
@@ -37,10 +40,10 @@ def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] 
         problems.append(f"query groups {m.num_query_groups} are neither a multiple nor a divisor of TP {t.tp}")
     if m.ffn_hidden_size % t.tp:
         problems.append(f"ffn hidden size {m.ffn_hidden_size} is not divisible by TP {t.tp}")
-    if m.num_layers % t.pp:
-        problems.append(f"{m.num_layers} layers are not divisible by PP {t.pp}")
-    elif t.vpp > 1 and (m.num_layers // t.pp) % t.vpp:
-        problems.append(f"{m.num_layers // t.pp} layers per stage are not divisible by VPP {t.vpp}")
+    try:
+        est.pipeline_stages(m, t)
+    except SplitError as err:
+        problems.append(str(err))
     if t.vpp > 1 and t.pp < 2:
         problems.append("interleaved pipeline (VPP > 1) needs PP > 1")
     dp_mbs = t.micro_batch_size * t.dp
@@ -80,16 +83,45 @@ def evaluate(m: est.ModelShape, t: est.Training, gpu: est.Gpu, gpus_per_node: in
 
 
 def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int) -> Iterable[est.Training]:
-    """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`."""
+    """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`. Where PP does not divide
+    the layers, the split that counts the embedding and/or the loss as layers (as Megatron can) is tried."""
     world = base.world_size
     for tp in divisors(min(world, gpus_per_node)):
         for pp in divisors(world // tp):
-            if (world // tp) % (pp * base.cp) or m.num_layers % pp:
+            if (world // tp) % (pp * base.cp):
                 continue
-            vpps = [1] + ([v for v in divisors(m.num_layers // pp) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            split = pipeline_split(m, base, pp)
+            if split is None:
+                continue
+            per_rank = max(st.layers + st.embedding * split.embedding_in_split + st.loss * split.loss_in_split
+                           for st in est.pipeline_stages(m, replace(split, vpp=1)))
+            vpps = [1] + ([v for v in divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            if split.pipeline_layout:
+                vpps = [split.vpp]
             for vpp in vpps:
                 for mbs in MICRO_BATCHES:
-                    yield replace(base, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs)
+                    yield replace(split, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs)
+
+
+def pipeline_split(m: est.ModelShape, base: est.Training, pp: int) -> est.Training | None:
+    """`base` at PP `pp` with a split Megatron accepts: the preset's own, else the embedding and/or the loss
+    counted as layers; None when neither divides."""
+    at_pp = replace(base, pp=pp, vpp=1)
+    if base.pipeline_layout and base.pp != pp:
+        at_pp = replace(at_pp, pipeline_layout=None)
+    if at_pp.pipeline_layout:
+        at_pp = replace(at_pp, vpp=base.vpp)
+    tries = [at_pp]
+    if not (at_pp.first_stage_layers or at_pp.last_stage_layers or at_pp.pipeline_layout):
+        tries += [replace(at_pp, embedding_in_split=e, loss_in_split=lo)
+                  for e, lo in ((False, True), (True, True), (False, False))]
+    for t in tries:
+        try:
+            est.pipeline_stages(m, t)
+        except SplitError:
+            continue
+        return t
+    return None
 
 
 def knob_variants(t: est.Training, allow_sp: bool) -> Iterable[est.Training]:
@@ -157,24 +189,26 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     if not allow_sp:
         notes.append("sequence parallel not tried: without Transformer Engine or apex, torch's LayerNorm "
                      "cannot do it")
-    best_by_layout: dict[tuple[int, int, int, int], Candidate] = {}
+    best_by_layout: dict[tuple[int, int], Candidate] = {}
+    shapes: dict[int, est.ModelShape] = {}
     considered = valid = fitting = 0
     for layout in structural_layouts(m, base, gpus_per_node):
+        # The shape (padded vocab) depends on TP.
+        shape = shapes.get(layout.tp) or shapes.setdefault(layout.tp, est.model_shape(args, layout.tp))
         for t in knob_variants(layout, allow_sp):
             considered += 1
-            # The shape (padded vocab) depends on TP.
-            shape = est.model_shape(args, t.tp)
             if layout_problems(shape, t):
                 continue
-            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
-            if c.fit == "does not fit":
+            mem = est.complete_memory(shape, t)
+            if est.fit_status(mem.total, gpu) != "fits":  # above the usable fraction: never recommended
                 valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
                 continue
+            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
             if validate is not None and validate(shape, t):
                 continue
             valid += 1
             fitting += 1
-            key = (t.tp, t.pp, t.vpp, t.micro_batch_size)
+            key = (t.tp, t.pp)
             old = best_by_layout.get(key)
             if old is None or rank_key(c) < rank_key(old):
                 best_by_layout[key] = c
@@ -187,9 +221,9 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
 
 
-def rank_key(c: Candidate) -> tuple[float, bool, float]:
-    # Faster first; at equal speed "fits" before "tight", then less memory.
-    return (c.seconds, c.fit != "fits", c.memory.total)
+def rank_key(c: Candidate) -> tuple[float, float]:
+    # Faster first; at equal speed less memory.
+    return (c.seconds, c.memory.total)
 
 
 def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_node: int,
@@ -223,6 +257,10 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
     if c.fit == "does not fit":
         return Alternative(name, f"does not fit: needs {c.memory.total / est.GIB:.1f} GiB per GPU "
                                  f"(stage {c.memory.stage}) > {gpu.memory_bytes / est.GIB:.1f} GiB of {gpu.name}")
+    if c.fit == "tight":
+        return Alternative(name, f"too tight: {c.memory.total / est.GIB:.1f} GiB per GPU (stage {c.memory.stage}) "
+                                 f"is above {est.USABLE_FRACTION:.0%} of {gpu.memory_bytes / est.GIB:.1f} GiB "
+                                 f"({c.seconds:.3f} s/iteration if it ran)")
     if not ranked:
         return Alternative(name, f"fits, {c.seconds:.3f} s/iteration")
     best = ranked[0].seconds
@@ -236,12 +274,14 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
 
 def dominant_cost(mine: est.StepTime, best: est.StepTime) -> str:
     parts = {
-        "compute/recompute": mine.compute - best.compute,
+        "compute": mine.compute - best.compute,
+        "recompute": mine.recompute - best.recompute,
         "pipeline bubble": mine.bubble - best.bubble,
         "TP communication": mine.tensor_comm - best.tensor_comm,
+        "CP communication": mine.context_comm - best.context_comm,
         "DP communication": mine.data_comm - best.data_comm,
         "PP communication": mine.pipeline_comm - best.pipeline_comm,
-        "kernel overhead": mine.overhead - best.overhead,
+        "optimizer step": mine.optimizer - best.optimizer,
     }
     name, extra = max(parts.items(), key=lambda kv: kv[1])
     return f"mostly {name}, +{extra:.3f} s"
@@ -269,6 +309,8 @@ def settings(t: est.Training) -> dict[str, Any]:
         "recompute_method": "uniform" if t.recompute == "full" else None,
         "recompute_num_layers": 1 if t.recompute == "full" else None,
         "use_distributed_optimizer": t.distributed_optimizer,
+        "account_for_embedding_in_pipeline_split": t.embedding_in_split,
+        "account_for_loss_in_pipeline_split": t.loss_in_split,
         "global_batch_size": t.global_batch_size,
     }
     return wanted
@@ -317,12 +359,15 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     for world in worlds:
         for tp in divisors(min(world, gpus_per_node)):
             for pp in divisors(world // tp):
-                t = replace(base, world_size=world, tp=tp, pp=pp, vpp=1, micro_batch_size=1, recompute="full",
-                            sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
                 shape = est.model_shape(args, tp)
+                split = pipeline_split(shape, replace(base, world_size=world), pp)
+                if split is None:
+                    continue
+                t = replace(split, tp=tp, micro_batch_size=1, recompute="full",
+                            sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
                 if layout_problems(shape, t):
                     continue
-                if est.fit_status(est.complete_memory(shape, t).total, gpu) != "does not fit":
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) == "fits":
                     return world
     return None
 

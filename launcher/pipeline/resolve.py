@@ -15,7 +15,7 @@ changes a Megatron setting: every consumer reads the one ResolvedJob.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -78,18 +78,20 @@ class ResolvedJob:
         return dict(self.preset.megatron)
 
 
-def world(preset: Preset, nodes: int | None, gpus_per_node: int | None, gpus_here: int = 0
-          ) -> tuple[int, int, list[str]]:
+def world(preset: Preset, nodes: int | None, gpus_per_node: int | None,
+          gpus_here: Callable[[], int] | None = None) -> tuple[int, int, list[str]]:
     """Nodes and GPUs per node, the same for a dry-run and a run: as given, else the preset's. A one-node job
-    that runs here (`gpus_here` > 0: this machine's GPUs) takes at most this machine's GPUs. (nodes, GPUs, notes)"""
+    that runs here (`gpus_here` counts this machine's GPUs) takes at most this machine's GPUs. Asked only when it
+    matters, so a 175B dry-run never waits for nvidia-smi. (nodes, GPUs per node, notes)"""
     nodes = preset.launcher.nodes if nodes is None else nodes
     notes = []
     if gpus_per_node is None:
         gpus_per_node = preset.launcher.gpus_per_node
-        if nodes == 1 and 0 < gpus_here < gpus_per_node:
-            notes.append(f"this machine has {gpus_here} GPU(s): {gpus_here} instead of the preset's {gpus_per_node} "
+        here = gpus_here() if gpus_here is not None and nodes == 1 and gpus_per_node > 1 else 0
+        if 0 < here < gpus_per_node:
+            notes.append(f"this machine has {here} GPU(s): {here} instead of the preset's {gpus_per_node} "
                          "(--gpus-per-node N to choose)")
-            gpus_per_node = gpus_here
+            gpus_per_node = here
     bad = [Problem(f"{name} must be at least 1, got {value}") for name, value in
            (("--nodes", nodes), ("--gpus-per-node", gpus_per_node)) if value < 1]
     if bad:
@@ -118,10 +120,10 @@ def kernels_of(preset: Preset, target: Target) -> Kernels:
 def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None, *,
             kernels: Kernels = NO_KERNELS, megatron_path: Path = Path("."), target: Target = HERE,
             run_dir: Path | None = None, existing: rundir.ExistingRun | None = None,
-            preflight: bool = False, gpus_here: int = 0) -> ResolvedJob:
+            preflight: bool = False, gpus_here: Callable[[], int] | None = None) -> ResolvedJob:
     """Decide every setting, then check them all; UserError lists every problem at once.
 
-    `gpus_here`: this machine's GPUs when the job runs here (0: unknown or none)."""
+    `gpus_here` counts this machine's GPUs when the job runs here (see `world`)."""
     nodes, gpus_per_node, world_notes = world(preset, nodes, gpus_per_node, gpus_here)
     job, problems = resolve_settings(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path,
                                      target=target, run_dir=run_dir, existing=existing, preflight=preflight)

@@ -1,0 +1,284 @@
+"""Published Megatron training runs with their layouts and iteration times, and the plan's predictions.
+
+Each run: the Megatron arguments the source states (shape, layout, batch, precision, overlap knobs), the
+GPU budget, and the published iteration time (or the throughput it is derived from, as `derived` says).
+Knobs a source leaves unstated are named in `free`; the prediction takes the plan's fastest fitting choice
+for them. `python -m launcher.estimate.calibration` prints the table in docs/plan.md;
+tests/test_plan_calibration.py holds it to the targets.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from launcher.estimate import formulas as est
+from launcher.estimate import search as ps
+
+SC21 = ("Narayanan et al. 2021 (SC21), Table 1, https://arxiv.org/abs/2104.04473; layouts "
+        "third_party/megatron-lm/examples/academic_paper_scripts/sc21/run_table_1.sh")
+README = "Megatron-LM README.md at 432d76b2b8bf, images/model_table.png (H100 weak scaling)"
+NEMO_LAUNCHER = ("NVIDIA/NeMo-Framework-Launcher README.md §7.1.2 and launcher_scripts/conf/training/gpt3/"
+                 "{5b,175b}.yaml at 80353286b44b")
+NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 24.07, DGX-H100, FP8); "
+             "layouts also NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/perf_recipes/llama/h100/llama3.py")
+BRIDGE_2509 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at ea2990630918 (25.09, DGX-H100, "
+               "FP8-CS); recipe src/megatron/bridge/perf_recipes/llama/h100/llama31.py")
+OURS = "docs/benchmarks.md and shared reference gpu-measurements.md (one H200, no Transformer Engine)"
+
+GPT = dict(vocab_size=50257, max_position_embeddings=2048, seq_length=2048)
+# 2021 Megatron: unfused attention (softmax through HBM), no overlap of any communication.
+SC21_ERA = dict(GPT, fp16=True, recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1,
+                transformer_impl="local")
+MODERN = dict(bf16=True, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)
+LLAMA = dict(group_query_attention=True, num_query_groups=8, swiglu=True, normalization="RMSNorm",
+             untie_embeddings_and_output_weights=True, position_embedding_type="rope", add_bias_linear=False,
+             vocab_size=128256, seq_length=8192, max_position_embeddings=8192)
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    source: str
+    gpu: str
+    world: int
+    args: dict[str, Any]
+    seconds: float  # published (or derived) seconds per iteration
+    derived: str  # how `seconds` follows from the published figure
+    free: tuple[str, ...] = ()  # knobs the source does not state: the plan picks its fastest fitting value
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tp(self) -> int:
+        return int(self.args.get("tensor_model_parallel_size", 1))
+
+    @property
+    def pp(self) -> int:
+        return int(self.args.get("pipeline_model_parallel_size", 1))
+
+
+def sc21_seconds(batch: int, layers: int, hidden: int, gpus: int, tflops: float, seq: int = 2048,
+                 vocab: int = 51200) -> float:
+    """The paper's FLOPs per iteration (§5.1, counts the full recompute): 96·B·s·l·h²·(1 + s/6h + V/16lh)."""
+    flops = 96 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+    return flops / (gpus * tflops * 1e12)
+
+
+def megatron_seconds(args: dict[str, Any], gpus: int, tflops: float) -> float:
+    """Seconds from a model TFLOP/s per GPU that Megatron logs (training.num_floating_point_operations)."""
+    m = est.model_shape(args)
+    return est.flops_per_iteration(m, int(args["global_batch_size"])) / (gpus * tflops * 1e12)
+
+
+def tokens_seconds(batch: int, seq: int, tokens_per_second: float) -> float:
+    return batch * seq / tokens_per_second
+
+
+def _sc21() -> Iterable[Run]:
+    rows = [  # size, heads, hidden, layers, TP, PP, GPUs, batch, micro batch, layers per virtual stage, TFLOP/s
+        ("1.7B", 24, 2304, 24, 1, 1, 32, 512, 16, None, 137),
+        ("3.6B", 32, 3072, 30, 2, 1, 64, 512, 16, None, 138),
+        ("7.5B", 32, 4096, 36, 4, 1, 128, 512, 16, None, 142),
+        ("18B", 48, 6144, 40, 8, 1, 256, 1024, 8, None, 135),
+        ("39B", 64, 8192, 48, 8, 2, 512, 1536, 4, None, 138),
+        ("76B", 80, 10240, 60, 8, 4, 1024, 1792, 2, 5, 140),
+        ("145B", 96, 12288, 80, 8, 8, 1536, 2304, 2, 5, 148),
+        ("310B", 128, 16384, 96, 8, 16, 1920, 2160, 1, 3, 155),
+        ("530B", 128, 20480, 105, 8, 35, 2520, 2520, 1, 1, 163),
+        ("1T", 160, 25600, 128, 8, 64, 3072, 3072, 1, None, 163),
+    ]
+    for size, heads, hidden, layers, tp, pp, gpus, batch, mbs, per_vstage, tflops in rows:
+        args = dict(SC21_ERA, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+                    tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, micro_batch_size=mbs,
+                    global_batch_size=batch, num_layers_per_virtual_pipeline_stage=per_vstage)
+        yield Run(f"SC21 {size}", SC21, "a100-80gb", gpus, args,
+                  sc21_seconds(batch, layers, hidden, gpus, tflops),
+                  f"{tflops} TFLOP/s per GPU (paper's FLOPs, recompute counted)")
+
+
+def _readme() -> Iterable[Run]:
+    rows = [  # size, heads, hidden, layers, TP, PP, GPUs, batch, TFLOP/s
+        ("1.7B", 16, 2048, 24, 1, 1, 48, 192, 408.8),
+        ("7.1B", 32, 4096, 30, 2, 1, 96, 192, 465.9),
+        ("16B", 48, 6144, 32, 4, 1, 192, 192, 489.1),
+        ("32B", 56, 7168, 48, 8, 1, 384, 192, 459.6),
+        ("70B", 64, 8192, 84, 8, 2, 768, 384, 419.7),
+        ("119B", 80, 10240, 92, 8, 4, 1536, 768, 420.5),
+        ("177B", 96, 12288, 96, 8, 6, 2304, 1152, 432.8),
+        ("314B", 128, 16384, 96, 8, 8, 3072, 1536, 474.4),
+        ("462B", 144, 18432, 112, 8, 16, 6144, 3072, 459.9),
+    ]
+    for size, heads, hidden, layers, tp, pp, gpus, batch, tflops in rows:
+        args = dict(MODERN, num_layers=layers, hidden_size=hidden, num_attention_heads=heads, vocab_size=131072,
+                    seq_length=4096, max_position_embeddings=4096, position_embedding_type="rope",
+                    untie_embeddings_and_output_weights=True, tensor_model_parallel_size=tp,
+                    pipeline_model_parallel_size=pp, global_batch_size=batch, micro_batch_size=1,
+                    sequence_parallel=tp > 1, tp_comm_overlap=tp > 1)
+        yield Run(f"Megatron README {size}", README, "h100-80gb", gpus, args, megatron_seconds(args, gpus, tflops),
+                  f"{tflops} model TFLOP/s per GPU", free=("vpp", "recompute", "micro_batch_size"))
+
+
+def _nemo() -> Iterable[Run]:
+    # transformer_engine: False in those configs; the attention's memory says it was not the unfused kind
+    # (5B at micro batch 4 would need 64 GiB for the scores alone): recompute is left to the plan.
+    a100 = dict(GPT, bf16=True, use_distributed_optimizer=True, overlap_grad_reduce=True, overlap_param_gather=True)
+    gpt5b = dict(num_layers=24, hidden_size=4096, num_attention_heads=32)
+    gpt20b = dict(num_layers=44, hidden_size=6144, num_attention_heads=48)
+    gpt175b = dict(num_layers=96, hidden_size=12288, num_attention_heads=96)
+    yield Run("NeMo launcher GPT-3 5B", NEMO_LAUNCHER, "a100-80gb", 128,
+              dict(a100, **gpt5b, micro_batch_size=4, global_batch_size=2048),
+              tokens_seconds(2048, 2048, 659_481), "659,481 tokens/s on 16 nodes", free=("recompute",))
+    yield Run("NeMo launcher GPT-3 175B", NEMO_LAUNCHER, "a100-80gb", 1024,
+              dict(a100, **gpt175b, tensor_model_parallel_size=4, pipeline_model_parallel_size=8,
+                   num_virtual_stages_per_pipeline_rank=12, sequence_parallel=True, micro_batch_size=1,
+                   global_batch_size=2048),
+              tokens_seconds(2048, 2048, 109_684), "109,684 tokens/s on 128 nodes", free=("recompute",))
+    # NVIDIA's performance recipes reduce gradients in bf16 (Megatron-Bridge: grad_reduce_in_fp32: false)
+    # and fuse the cross entropy.
+    fp8 = dict(GPT, **MODERN, fp8_format="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
+    yield Run("NeMo 24.07 GPT-3 5B", NEMO_2407, "h100-80gb", 64,
+              dict(fp8, **gpt5b, micro_batch_size=4, global_batch_size=2048),
+              tokens_seconds(2048, 2048, 22521 * 64), "22,521 tokens/s/GPU")
+    yield Run("NeMo 24.07 GPT-3 20B", NEMO_2407, "h100-80gb", 64,
+              dict(fp8, **gpt20b, tensor_model_parallel_size=2, sequence_parallel=True, tp_comm_overlap=True,
+                   micro_batch_size=2, global_batch_size=256),
+              tokens_seconds(256, 2048, 5851 * 64), "5,851 tokens/s/GPU", free=("recompute",))
+    yield Run("NeMo 24.07 GPT-3 175B", NEMO_2407, "h100-80gb", 128,
+              dict(fp8, **gpt175b, tensor_model_parallel_size=4, pipeline_model_parallel_size=8,
+                   num_virtual_stages_per_pipeline_rank=6, sequence_parallel=True, tp_comm_overlap=True,
+                   micro_batch_size=1, global_batch_size=256),
+              tokens_seconds(256, 2048, 726 * 128), "726 tokens/s/GPU", free=("recompute",))
+    llama = dict(LLAMA, **MODERN, fp8_format="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
+    yield Run("NeMo 24.07 Llama 3 8B (CP 2)", NEMO_2407, "h100-80gb", 8,
+              dict(llama, num_layers=32, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=14336,
+                   context_parallel_size=2, micro_batch_size=1, global_batch_size=128),
+              tokens_seconds(128, 8192, 12036 * 8), "12,036 tokens/s/GPU", free=("recompute",))
+    yield Run("NeMo 24.07 Llama 3 70B (CP 2)", NEMO_2407, "h100-80gb", 64,
+              dict(llama, num_layers=80, hidden_size=8192, num_attention_heads=64, ffn_hidden_size=28672,
+                   tensor_model_parallel_size=4, pipeline_model_parallel_size=4, context_parallel_size=2,
+                   num_virtual_stages_per_pipeline_rank=5, sequence_parallel=True, tp_comm_overlap=True,
+                   micro_batch_size=1, global_batch_size=128),
+              tokens_seconds(128, 8192, 1533 * 64), "1,533 tokens/s/GPU", free=("recompute",))
+    yield Run("Bridge 25.09 Llama 3 70B", BRIDGE_2509, "h100-80gb", 64,
+              dict(llama, num_layers=80, hidden_size=8192, num_attention_heads=64, ffn_hidden_size=28672,
+                   tensor_model_parallel_size=4, pipeline_model_parallel_size=8,
+                   num_virtual_stages_per_pipeline_rank=5, sequence_parallel=True, tp_comm_overlap=True,
+                   micro_batch_size=1, global_batch_size=128),
+              tokens_seconds(128, 8192, 1619 * 64), "1,619 tokens/s/GPU", free=("recompute",))
+    yield Run("Bridge 25.09 Llama 3.1 405B", BRIDGE_2509, "h100-80gb", 1024,
+              dict(llama, num_layers=126, hidden_size=16384, num_attention_heads=128, ffn_hidden_size=53248,
+                   tensor_model_parallel_size=8, pipeline_model_parallel_size=8, context_parallel_size=2,
+                   num_virtual_stages_per_pipeline_rank=8, sequence_parallel=True, tp_comm_overlap=True,
+                   account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True,
+                   micro_batch_size=1, global_batch_size=512),
+              tokens_seconds(512, 8192, 302 * 1024), "302 tokens/s/GPU", free=("recompute",))
+
+
+def _ours() -> Iterable[Run]:
+    gpt345m = dict(num_layers=24, hidden_size=1024, num_attention_heads=16, vocab_size=50257, seq_length=1024,
+                   max_position_embeddings=1024, bf16=True)
+    yield Run("ours: 345m, 1 H200", OURS, "h200-141gb", 1,
+              dict(gpt345m, micro_batch_size=32, global_batch_size=32), 0.1721, "172.1 ms/iteration")
+    yield Run("ours: 175b layer shape, 2 layers, 1 H200", OURS, "h200-141gb", 1,
+              dict(GPT, num_layers=2, hidden_size=12288, num_attention_heads=96, bf16=True,
+                   use_distributed_optimizer=True, micro_batch_size=1, global_batch_size=16),
+              1.656, "1,656 ms/iteration")
+
+
+RUNS: tuple[Run, ...] = (*_sc21(), *_readme(), *_nemo(), *_ours())
+
+
+@dataclass(frozen=True)
+class Result:
+    run: Run
+    predicted: float
+    memory_gib: float
+    fit: str
+    rank: int | None  # 1-based rank of the first listed layout with the published TP·PP; None if not in top
+    top: list[str]
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.run.seconds - 1
+
+    @property
+    def in_top3(self) -> bool:
+        return self.rank is not None and self.rank <= 3
+
+    @property
+    def trivial(self) -> bool:
+        """One GPU: TP1 PP1 is the only layout, so its rank says nothing."""
+        return self.run.world == 1
+
+
+def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Training]:
+    vpps = [t.vpp]
+    if "vpp" in run.free and t.pp > 1:
+        per_rank = m.num_layers // t.pp
+        vpps = [1] + [v for v in range(2, ps.MAX_VPP + 1) if per_rank % v == 0]
+    mbss = ps.MICRO_BATCHES if "micro_batch_size" in run.free else (t.micro_batch_size,)
+    recomputes = ps.RECOMPUTE if "recompute" in run.free else (t.recompute,)
+    for vpp in vpps:
+        for mbs in mbss:
+            for recompute in recomputes:
+                yield replace(t, vpp=vpp, micro_batch_size=mbs, recompute=recompute)
+
+
+def evaluate(run: Run, top: int = 10) -> Result:
+    gpu = est.GPUS[run.gpu]
+    best: ps.Candidate | None = None
+    fallback: ps.Candidate | None = None
+    for t in _choices(run, est.training_of(run.args, run.world), est.model_shape(run.args)):
+        m = est.model_shape(run.args, t.tp)
+        if ps.layout_problems(m, t):
+            continue
+        c = ps.evaluate(m, t, gpu, 8)
+        if fallback is None or c.memory.total < fallback.memory.total:
+            fallback = c
+        if c.fit == "fits" and (best is None or c.seconds < best.seconds):
+            best = c
+    chosen = best or fallback
+    assert chosen is not None, f"{run.name}: the published layout is invalid by our rules"
+    ranked = ps.search(run.args, run.world, gpu, 8, top=top).best
+    labels = [f"TP{c.training.tp} PP{c.training.pp}" for c in ranked]
+    rank = next((i for i, c in enumerate(ranked, 1) if (c.training.tp, c.training.pp) == (run.tp, run.pp)), None)
+    return Result(run, chosen.seconds, chosen.memory.total / est.GIB, chosen.fit, rank, labels[:3])
+
+
+def evaluate_all(runs: Iterable[Run] = RUNS) -> list[Result]:
+    return [evaluate(r) for r in runs]
+
+
+def summary(results: list[Result]) -> dict[str, Any]:
+    errors = [abs(r.error) for r in results]
+    ranked = [r for r in results if not r.trivial]
+    return {
+        "runs": len(results),
+        "median_abs_error": statistics.median(errors),
+        "max_abs_error": max(errors),
+        "top3_hits": sum(r.in_top3 for r in ranked),
+        "top3_runs": len(ranked),
+        "refused": [r.run.name for r in results if r.fit == "does not fit"],
+    }
+
+
+def markdown(results: list[Result]) -> str:
+    lines = ["| run | GPUs | published TP·PP | published s/iter | predicted | error | plan's rank of TP·PP "
+             "| plan's top 3 | memory (GiB) |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        rank = "n/a (1 GPU)" if r.trivial else (str(r.rank) if r.rank else "> 10")
+        lines.append(f"| {r.run.name} | {r.run.world} × {r.run.gpu} | {r.run.tp}·{r.run.pp} | "
+                     f"{r.run.seconds:.3f} ({r.run.derived}) | {r.predicted:.3f} | {r.error:+.1%} | {rank} | "
+                     f"{', '.join(r.top)} | {r.memory_gib:.1f} ({r.fit}) |")
+    s = summary(results)
+    lines.append("")
+    lines.append(f"Median |error| {s['median_abs_error']:.1%} over {s['runs']} runs (max {s['max_abs_error']:.1%}); "
+                 f"published TP·PP in the plan's top 3 for {s['top3_hits']} of {s['top3_runs']} multi-GPU runs; "
+                 f"published layouts judged not to fit: {len(s['refused'])}.")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(markdown(evaluate_all()))

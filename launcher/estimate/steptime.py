@@ -1,0 +1,268 @@
+"""Seconds per training iteration for a Megatron GPT layout, by cause (no torch).
+
+The structure (docs/plan.md has the same with the calibration table):
+
+1. Compute, per pipeline rank and microbatch, layer by layer:
+   - GEMMs: 6·tokens·(linear weights per layer)/TP FLOPs at a shape-dependent fraction of the dense peak,
+     `gemm · w/(w + gemm_width) · T/(T + gemm_tokens)`, w = hidden/TP (the GEMM shard), T = micro batch ·
+     seq/CP (tokens per GEMM); FP8 multiplies the GEMM rate by `fp8_gain`;
+   - core attention: Megatron's 6·q·s FLOPs per token (causal) at the flash-attention fraction `attention`;
+   - elementwise work (norms, residuals, dropout, activation functions, casts): bytes over HBM bandwidth,
+     `elementwise` passes over the hidden-wide tensors (replicated over TP unless sequence parallel) and
+     `elementwise_ffn` over the FFN-wide ones;
+   - the output layer and cross entropy on the rank that holds the loss; the embedding is a gather;
+   - recompute: full repeats each layer's forward (⅓ of GEMM and attention, ½ of elementwise), selective
+     repeats the core attention's forward.
+2. Pipeline (1F1B, or interleaved with VPP chunks): the slowest rank sets the pace, M microbatches of it,
+   plus the fill and drain, (Σ rank times − slowest)/VPP, i.e. (PP−1)/(VPP·M) of the compute when even.
+3. Communication, each with its overlap rule, at bus bandwidths (NVLink inside a node, one NIC per GPU between
+   nodes); which groups cross nodes follows Megatron's rank order tp-cp-ep-dp-pp (TP innermost, PP outermost):
+   - TP: 8 (t−1)/t activation volumes per layer per microbatch (2 all-reduces forward, 2 backward; with
+     sequence parallel the same as all-gathers/reduce-scatters plus 2 all-gathers again in backward); exposed
+     `tp_exposed` of it, or `tp_exposed_overlap` with `tp_comm_overlap` (TE userbuffers);
+   - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
+     backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
+   - EP: MoE all-to-all is not modelled (dense GPT only; EP stays 1);
+   - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
+     plus a latency per transfer; with VPP Megatron overlaps the transfers, so half the bytes are exposed;
+   - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
+     grad_reduce_in_bf16) and all-gather of bf16 parameters with the distributed optimizer, else one
+     all-reduce. With `overlap_grad_reduce` it hides behind the last microbatch's backward and only the part
+     that does not fit, or at least the last bucket, is exposed; with `overlap_param_gather` likewise behind
+     the first microbatch's forward; without them all of it is exposed.
+4. Optimizer step: Adam's bytes per (local) parameter over HBM bandwidth.
+
+No term is counted twice: the constants are kernel-level efficiencies (a GEMM alone, a flash-attention
+kernel alone), calibrated so that the sum matches end-to-end published iteration times
+(launcher/estimate/calibration.py holds the runs; tests/test_plan_calibration.py computes the table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from launcher.estimate.formulas import Gpu, ModelShape, Training, pipeline_stages, stage_parameters
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """Kernel-level efficiencies of one GPU family (fractions of the dense peak or counts of passes)."""
+
+    gemm: float  # a large GEMM's fraction of the dense peak
+    gemm_width: float  # shard width hidden/TP at which GEMM efficiency is half of `gemm`
+    gemm_tokens: float  # tokens per GEMM (micro batch · seq / CP) at which it is half
+    attention: float  # flash attention, forward + backward, fraction of the dense peak
+    attention_unfused: float  # the two batched GEMMs of unfused attention (--transformer-impl local)
+    fp8_gain: float  # GEMM speed-up with FP8
+    elementwise: float  # bytes per element of hidden-wide tensors per layer, forward + backward
+    elementwise_ffn: float  # the same for FFN-wide tensors (activation function)
+    tp_exposed: float  # fraction of TP communication left exposed without tp_comm_overlap
+    tp_exposed_overlap: float  # ... with tp_comm_overlap
+    launch: float  # seconds of fixed cost per layer per microbatch (launches, syncs), forward + backward
+
+
+# Fitted on the runs in calibration.py (coordinate descent on the mean and median |log error|), then rounded.
+KERNELS: dict[str, Kernels] = {
+    "ampere": Kernels(gemm=0.73, gemm_width=200, gemm_tokens=128, attention=0.3, attention_unfused=0.10,
+                      fp8_gain=1.0, elementwise=20, elementwise_ffn=10, tp_exposed=0.55, tp_exposed_overlap=0.15,
+                      launch=1e-4),
+    "hopper": Kernels(gemm=0.68, gemm_width=200, gemm_tokens=512, attention=0.25, attention_unfused=0.10,
+                      fp8_gain=1.85, elementwise=80, elementwise_ffn=10, tp_exposed=0.55, tp_exposed_overlap=0.15,
+                      launch=1e-4),
+}
+KERNELS["blackwell"] = KERNELS["hopper"]  # not calibrated: no published Blackwell run in the table
+KERNELS["ada"] = KERNELS["ampere"]  # not calibrated
+
+P2P_LATENCY_S = 3e-5  # per pipeline send/receive pair
+DDP_BUCKET_PARAMS = 40e6  # Megatron's default DDP bucket (at least 40M parameters)
+ADAM_BYTES_PER_PARAM = 34  # read grad, master, m, v; write master, m, v, bf16 param; the grad-norm pass
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Seconds per iteration, by cause. `total` is what ranking and time-to-budget use."""
+
+    compute: float  # model FLOPs and elementwise work on the slowest pipeline rank, all microbatches
+    recompute: float  # activation recompute on that rank
+    bubble: float  # pipeline fill and drain
+    tensor_comm: float  # exposed TP communication
+    context_comm: float  # exposed CP ring-attention communication
+    pipeline_comm: float  # exposed point-to-point transfers between stages
+    data_comm: float  # exposed DP gradient reduction and parameter all-gather
+    optimizer: float  # the optimizer step
+    model_tflops: float = 0.0  # what Megatron would log: model FLOPs / (total · world)
+
+    @property
+    def total(self) -> float:
+        return (self.compute + self.recompute + self.bubble + self.tensor_comm + self.context_comm
+                + self.pipeline_comm + self.data_comm + self.optimizer)
+
+    def as_dict(self) -> dict[str, float]:
+        d = asdict(self)
+        d["total"] = self.total
+        return d
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Which of a layout's process groups span more than one node (Megatron's rank order tp-cp-ep-dp-pp)."""
+
+    tp: bool
+    cp: bool
+    dp: bool  # the data-parallel group with CP, over which gradients are reduced
+    pp: bool
+    dp_per_node: int = 1  # members of one DP×CP group inside a node: NCCL drives that many NICs at once
+
+
+def placement(t: Training, gpus_per_node: int) -> Placement:
+    """Megatron's default order (--rank-order tp-cp-ep-dp-pp): consecutive ranks fill TP first, then CP,
+    EP, DP; PP is outermost. A group with stride `a` and `n` members lies in one node iff a·n ≤ node."""
+
+    def spans(stride: int, size: int) -> bool:
+        return size > 1 and stride * size > gpus_per_node
+
+    return Placement(
+        tp=spans(1, t.tp),
+        cp=spans(t.tp, t.cp),
+        dp=t.dp_cp > 1 and t.tp * t.cp * t.ep * t.dp > gpus_per_node,
+        pp=spans(t.tp * t.cp * t.ep * t.dp, t.pp),
+        dp_per_node=max(1, min(t.dp_cp, gpus_per_node // (t.tp * t.ep))),
+    )
+
+
+def _bandwidth(gpu: Gpu, crosses: bool) -> float:
+    return (gpu.network_gbps if crosses else gpu.nvlink_gbps) * 1e9
+
+
+@dataclass(frozen=True)
+class _RankTime:
+    compute: float
+    recompute: float
+    tensor_comm: float
+    context_comm: float
+
+    @property
+    def total(self) -> float:
+        return self.compute + self.recompute + self.tensor_comm + self.context_comm
+
+
+def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, embedding: bool, loss: bool,
+               place: Placement, tflops: float | None) -> _RankTime:
+    """One microbatch, forward and backward, on one GPU of a pipeline rank holding `layers` layers."""
+    h, s, tp = m.hidden_size, m.seq_length, t.tp
+    tokens = t.micro_batch_size * s / t.cp
+    peak = gpu.peak_tflops * 1e12
+    hbm = gpu.hbm_tbps * 1e12
+    act = 4 if t.precision == "fp32" else 2
+    linear = h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0))
+    linear += m.query_size * h + h * m.ffn_hidden_size * (3 if m.swiglu else 2)
+    gemm_flops = 6 * tokens * linear / tp
+    attn_flops = 6 * tokens * m.query_size * s / tp
+    if tflops:  # a measured rate replaces the kernel model for all FLOPs
+        rate = tflops * 1e12
+        gemm_rate = attn_rate = rate
+    else:
+        width = h / tp
+        eff = k.gemm * width / (width + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+        gemm_rate = peak * eff * (k.fp8_gain if t.fp8 else 1.0)
+        attn_rate = peak * k.attention
+    gemm = gemm_flops / gemm_rate
+    if not t.fused_attention and not tflops:
+        attn_rate = peak * k.attention_unfused
+    attn = attn_flops / attn_rate
+    if not t.fused_attention:  # scores, softmax and its mask through HBM, forward and backward: ~6 passes
+        attn += 6 * act * t.micro_batch_size * m.num_attention_heads / tp * (s / t.cp) * s / hbm
+    replicated = 1 / tp if t.sequence_parallel or tp == 1 else 1.0
+    elem = act * tokens * (k.elementwise * h * replicated + k.elementwise_ffn * m.ffn_hidden_size / tp) / hbm
+    layer = gemm + attn + elem + k.launch
+    if t.recompute == "full":
+        extra = (gemm + attn) / 3 + elem / 2
+    elif t.recompute == "selective":
+        extra = attn / 3
+    else:
+        extra = 0.0
+    compute = layers * layer
+    if loss:  # output layer (fwd + bwd) and cross entropy over fp32 logits
+        compute += 6 * tokens * h * m.padded_vocab_size / tp / gemm_rate
+        compute += 16 * tokens * m.padded_vocab_size / tp / hbm
+    if embedding:
+        compute += 2 * act * tokens * h / hbm
+    # TP: 8 (t−1)/t activation volumes per layer, 10 with sequence parallel (backward re-gathers inputs).
+    tensor = 0.0
+    if tp > 1:
+        volumes = (10 if t.sequence_parallel else 8) + (4 if t.recompute == "full" else 0)
+        seconds = volumes * (tp - 1) / tp * act * tokens * h / _bandwidth(gpu, place.tp)
+        tensor = layers * seconds * (k.tp_exposed_overlap if t.tp_comm_overlap else k.tp_exposed)
+    # CP ring: K and V of the local chunk travel CP−1 steps forward; K, V and their gradients backward.
+    context = 0.0
+    if t.cp > 1:
+        kv = act * tokens * 2 * m.kv_size / tp
+        ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
+        context = layers * max(0.0, ring - attn)
+    return _RankTime(compute, layers * extra, tensor, context)
+
+
+def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
+              tflops: float | None = None) -> StepTime:
+    """The model in the module docstring; `tflops` (a measured model TFLOP/s per GPU) replaces the kernel
+    efficiencies for the FLOPs, everything else stays."""
+    from launcher.estimate.formulas import flops_per_iteration
+
+    k = KERNELS[gpu.family]
+    place = placement(t, gpus_per_node)
+    stages = pipeline_stages(m, t)
+    times = {}
+    for st in stages:
+        key = (st.layers, st.embedding, st.loss)
+        if key not in times:
+            times[key] = _rank_time(m, t, gpu, k, st.layers, st.embedding, st.loss, place, tflops)
+    per_rank = [times[(st.layers, st.embedding, st.loss)] for st in stages]
+    slowest = max(per_rank, key=lambda r: r.total)
+    M = t.num_microbatches
+    bubble = (sum(r.total for r in per_rank) - slowest.total) / t.vpp
+
+    act = 4 if t.precision == "fp32" else 2
+    tokens = t.micro_batch_size * m.seq_length / t.cp
+    pipeline_comm = 0.0
+    if t.pp > 1:
+        size = act * tokens * m.hidden_size / (t.tp if t.sequence_parallel else 1)
+        exposed = 0.5 if t.vpp > 1 else 1.0
+        transfers = 2 * t.vpp * M
+        pipeline_comm = transfers * (P2P_LATENCY_S + exposed * size / _bandwidth(gpu, place.pp))
+
+    params = stage_parameters(m, t)
+    shard = max(p.params for p in params)
+    data_comm = 0.0
+    group = t.dp_cp
+    if group > 1:
+        # Across nodes NCCL runs one ring per NIC: a group with k members per node moves k NICs' worth.
+        bw = min(gpu.nvlink_gbps, gpu.network_gbps * place.dp_per_node) * 1e9 if place.dp else gpu.nvlink_gbps * 1e9
+        grad_bytes = 4 if t.precision == "fp32" or not t.grad_reduce_in_bf16 else 2
+        backward = 2 / 3 * slowest.total
+        forward = 1 / 3 * slowest.total
+        buckets = max(1.0, shard / max(DDP_BUCKET_PARAMS, 1e6 * group))
+        if t.distributed_optimizer:
+            reduce = (group - 1) / group * shard * grad_bytes / bw
+            gather = (group - 1) / group * shard * act / bw
+        else:
+            reduce, gather = 2 * (group - 1) / group * shard * grad_bytes / bw, 0.0
+        if t.overlap_grad_reduce:
+            reduce = max(reduce / buckets, reduce - backward)
+        if t.overlap_param_gather and t.distributed_optimizer:
+            gather = max(gather / buckets, gather - forward)
+        data_comm = reduce + gather
+    local = shard / group if t.distributed_optimizer else shard
+    optimizer = local * ADAM_BYTES_PER_PARAM / (gpu.hbm_tbps * 1e12)
+
+    step = StepTime(
+        compute=M * slowest.compute, recompute=M * slowest.recompute, bubble=bubble,
+        tensor_comm=M * slowest.tensor_comm, context_comm=M * slowest.context_comm,
+        pipeline_comm=pipeline_comm, data_comm=data_comm, optimizer=optimizer,
+    )
+    model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
+    return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def describe_kernels(gpu: Gpu) -> dict[str, Any]:
+    return asdict(KERNELS[gpu.family])

@@ -1,0 +1,41 @@
+"""The step-time model against published Megatron runs (launcher/estimate/calibration.py): the targets of
+issue 16, and docs/plan.md showing the very table these runs produce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.estimate import calibration as cal
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "plan.md"
+
+
+@pytest.fixture(scope="module")
+def results() -> list[cal.Result]:
+    return cal.evaluate_all()
+
+
+def test_median_error_within_15_percent(results) -> None:
+    assert cal.summary(results)["median_abs_error"] <= 0.15
+
+
+def test_published_layout_in_top3_for_three_in_four(results) -> None:
+    s = cal.summary(results)
+    assert s["top3_hits"] >= 0.75 * s["top3_runs"], [(r.run.name, r.rank) for r in results if not r.in_top3]
+
+
+def test_no_published_layout_is_refused(results) -> None:
+    assert cal.summary(results)["refused"] == []
+    assert all(r.fit == "fits" for r in results), [(r.run.name, r.memory_gib) for r in results if r.fit != "fits"]
+
+
+def test_every_run_names_its_source(results) -> None:
+    for r in results:
+        assert r.run.source and r.run.derived and r.run.seconds > 0
+
+
+def test_docs_show_this_table(results) -> None:
+    """Regenerate with `python -m launcher.estimate.calibration` and paste into docs/plan.md."""
+    assert cal.markdown(results) in DOC.read_text()
