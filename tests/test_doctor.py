@@ -235,13 +235,16 @@ def test_versions_come_from_megatron_cores_own_metadata(monkeypatch):
     assert doc.check_torch(Context())[0].status == "ok"  # the local tag (+cu130) does not confuse it
 
 
-def test_training_path_puts_this_interpreter_first():
+def test_training_path_puts_this_interpreters_python3_first_and_nothing_else(tmp_path):
     from launcher.backends.local import training_path
 
-    here = str(Path(sys.executable).parent)
     path = training_path("/usr/bin:/bin")
-    assert path.split(os.pathsep)[0] == here and path.endswith("/usr/bin:/bin")
-    assert training_path(path) == path  # already first: unchanged
+    first = path.split(os.pathsep)[0]
+    assert path.endswith("/usr/bin:/bin") and training_path(path) == path
+    assert sorted(os.listdir(first)) in (["python3"], ["python3", "python3-config"])  # torchrun: the user's PATH
+    ran = subprocess.run([os.path.join(first, "python3"), "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == sys.prefix  # the venv itself, not its base Python
 
 
 def test_doctor_from_a_venv_that_is_not_activated_gives_one_consistent_fix(tmp_path):
@@ -251,4 +254,4 @@ def test_doctor_from_a_venv_that_is_not_activated_gives_one_consistent_fix(tmp_p
     helpers = found["dataset helpers"]
     assert "activate" not in helpers["fix"] and "is not this interpreter" not in helpers["detail"]
     if helpers["status"] != "ok" and "pybind11" in helpers["detail"]:
-        assert helpers["fix"].startswith(str(Path(sys.executable).parent))
+        assert helpers["fix"].startswith(sys.executable)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -32,23 +35,43 @@ def visible_gpus() -> int:
 
 
 def training_path(path_var: str | None) -> str:
-    """PATH for training processes started here: this interpreter's bin directory first when it has torch.
+    """PATH for training processes started here: a directory whose `python3` is this interpreter (and whose
+    `python3-config` is its base Python's) comes first, when this interpreter has torch.
 
-    `.venv/bin/launch` then works without activating .venv: torchrun, and the `python3 -m pybind11` that
-    Megatron's dataset-helper build calls, come from the launcher's own environment; the base Python's bin
-    follows it, because a venv has no `python3-config` (the build's other tool). Without torch here (e.g. a
-    pipx install of the launcher alone) PATH is left as it is."""
+    Megatron's dataset-helper build runs `python3 -m pybind11` and `python3-config`; with `.venv/bin/launch`
+    and no activated venv those would be another Python's. Only those two names are put first: torchrun and
+    everything else resolve through PATH as the user set it. Without torch here (e.g. a pipx install of the
+    launcher alone) PATH is left as it is."""
     path_var = path_var if path_var is not None else os.defpath
     if importlib.util.find_spec("torch") is None:
         return path_var
-    first = [str(Path(sys.executable).parent)]
-    base_bin = Path(sys.base_prefix) / "bin"
-    if (base_bin / "python3-config").exists() and str(base_bin) not in first:
-        first.append(str(base_bin))
+    shim = _python_dir()
     parts = path_var.split(os.pathsep) if path_var else []
-    if parts[:len(first)] == first:
+    if shim is None or parts[:1] == [shim]:
         return path_var
-    return os.pathsep.join(first + [p for p in parts if p not in first])
+    return os.pathsep.join([shim, *parts])
+
+
+def _python_dir() -> str | None:
+    """A per-interpreter directory with `python3` (exec of this interpreter: a symlink would lose the venv)
+    and `python3-config`; None where it cannot be written."""
+    digest = hashlib.sha1(sys.executable.encode()).hexdigest()[:12]
+    directory = Path(tempfile.gettempdir()) / f"megatron-launch-{os.getuid()}-python-{digest}"
+    config = Path(sys.base_prefix) / "bin" / "python3-config"
+    tools = {"python3": sys.executable, **({"python3-config": str(config)} if config.exists() else {})}
+    try:
+        directory.mkdir(mode=0o755, exist_ok=True)
+        for name, target in tools.items():
+            tool = directory / name
+            text = f'#!/bin/sh\nexec {shlex.quote(target)} "$@"\n'
+            if not tool.exists() or tool.read_text() != text:
+                staging = directory / f".{name}.{os.getpid()}"
+                staging.write_text(text)
+                staging.chmod(0o755)
+                staging.replace(tool)
+    except OSError:
+        return None
+    return str(directory)
 
 
 def resolved_argv(command: Command) -> list[str]:

@@ -249,9 +249,11 @@ def check_helper_build(ctx: Context) -> list[Finding]:
         # training_path), so python3 here is the training's python; the fixes name that one interpreter.
         code, out = _run([python3, "-m", "pybind11", "--includes"], env=ctx.env)
         if code != 0:
+            code, prefix = _run([python3, "-c", "import sys; print(sys.executable)"], env=ctx.env)
+            training = prefix if code == 0 and prefix else python3
             findings.append(Finding("dataset helpers", "fail",
-                                    f"pybind11 is not importable by the training python ({python3})",
-                                    f"{python3} -m pip install 'pybind11>=2.12' (part of the [megatron] extra)"))
+                                    f"pybind11 is not importable by the training python ({training})",
+                                    f"{training} -m pip install 'pybind11>=2.12' (part of the [megatron] extra)"))
     config = shutil.which("python3-config", path=path_var)
     if config is None:
         findings.append(Finding("dataset helpers", "fail", "`python3-config` not found on PATH",
