@@ -114,8 +114,11 @@ def test_precision_and_optimizer_flags():
 
 
 def test_training_length_and_lr_schedule():
-    assert "train_iters and train_samples are both set" in problems(overrides=["train_samples=1000"])
-    assert "lr_decay_samples cannot be used with train_iters" in problems(overrides=["lr_decay_samples=10"])
+    # 345m counts iterations: switching it to samples reports every iterations-based setting at once
+    switched = problems(overrides=["train_samples=1000"])
+    assert "train_samples 1000 is set, so these iters-based settings conflict with it: train_iters 500000, " \
+           "lr_decay_iters 320000" in switched and "--set train_iters=null --set lr_decay_iters=null" in switched
+    assert "conflict with it: lr_decay_samples 10" in problems(overrides=["lr_decay_samples=10"])
     assert "warmup" in problems(overrides=["train_iters=10", "lr_decay_iters=null", "lr_warmup_fraction=null",
                                            "lr_warmup_iters=20"])
     assert "min_lr 0.1 is larger than lr" in problems(overrides=["min_lr=0.1"])

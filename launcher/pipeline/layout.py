@@ -11,6 +11,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem
@@ -508,12 +509,21 @@ class _Checker:
             self.fail("neither train_iters nor train_samples is set", "set exactly one of them", stage="runtime")
             return
         if iters is not None and samples is not None:
-            self.fail("train_iters and train_samples are both set", "set exactly one of them")
+            # The user switched (e.g. 175b: --set train_iters=1000): the one the user set last is the choice.
+            chosen = self._last_overridden("train_iters", "train_samples")
+            if chosen is None:
+                self.fail("train_iters and train_samples are both set", "set exactly one of them (--set "
+                          "train_samples=null or --set train_iters=null unsets the other)")
+                return
+            based = chosen.removeprefix("train_")
+        else:
+            based = "iters" if iters is not None else "samples"
+        other = "samples" if based == "iters" else "iters"
+        conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}")
+                     if self.arg(name)]
+        if conflicts:
+            self._training_length_conflicts(based, other, conflicts)
             return
-        based, other = ("iters", "samples") if iters is not None else ("samples", "iters")
-        for name in (f"lr_decay_{other}", f"lr_warmup_{other}"):
-            if self.arg(name):
-                self.fail(f"{name} cannot be used with train_{based}", f"use lr_{name.split('_')[1]}_{based}")
         if self.arg("lr_warmup_fraction") is not None and self.arg(f"lr_warmup_{based}"):
             self.fail(f"lr_warmup_fraction and lr_warmup_{based} are both set", "keep one")
         lr, min_lr = self.arg("lr"), self.arg("min_lr")
@@ -526,6 +536,40 @@ class _Checker:
         if warmup >= decay:
             self.fail(f"LR warmup ({warmup:g} {based}) must be shorter than LR decay ({decay:g} {based})",
                       f"shorten lr_warmup_{based} or lengthen lr_decay_{based}", stage="runtime")
+
+    def _last_overridden(self, *names: str) -> str | None:
+        given = [o.partition("=")[0].strip().removeprefix("megatron.") for o in self.preset.overrides]
+        for name in reversed(given):
+            if name in names and self.preset.megatron.get(name) is not None:
+                return name
+        return None
+
+    def _training_length_conflicts(self, based: str, other: str, conflicts: list[str]) -> None:
+        """Every setting of the other unit at once, and the one command that unsets them all."""
+        shown = ", ".join(f"{name} {self.arg(name)}" for name in conflicts)
+        unset = [f"{name}=null" for name in conflicts]
+        command = " ".join(["launch", self._preset_ref(), *(f"--set {o}" for o in self.preset.overrides),
+                            *(f"--set {u}" for u in unset)])
+        text = (f"train_{based} {self.arg(f'train_{based}')} is set, so these {other}-based settings conflict "
+                f"with it: {shown}")
+        hint = f"unset them: {command}"
+        gbs = self.preset.megatron.get("global_batch_size")
+        schedule = [n for n in conflicts if n.startswith("lr_")]
+        if schedule and gbs:
+            # the same LR schedule in the other unit, at a constant global batch
+            def convert(value: int) -> int:
+                return -(-value // gbs) if based == "iters" else value * gbs
+            same = " ".join(f"--set {n.replace(other, based)}={convert(self.arg(n))}" for n in schedule)
+            hint += (f" (the LR then decays over train_{based} without warmup; the same schedule in {based} at "
+                     f"global batch {gbs}: {same})")
+        self.fail(text, hint)
+
+    def _preset_ref(self) -> str:
+        from launcher.pipeline.preset import CONFIGS_DIR
+
+        source = self.preset.sources[-1] if self.preset.sources else self.preset.name
+        return self.preset.name if Path(source).resolve() == (CONFIGS_DIR / f"{self.preset.name}.yaml").resolve() \
+            else source
 
     def misc(self) -> None:
         if self.arg("save") is not None and not self.arg("save_interval"):
