@@ -1,6 +1,10 @@
 """Write launcher/data/megatron_args.json: every argument of Megatron's own parser at the pinned commit.
 
 The launcher uses this list to know Megatron's argument names and types without importing torch.
+Besides Megatron's own parser, pretrain_gpt.py passes extra argument providers: ModelOpt's arguments
+(megatron/post_training/arguments.py, added whenever that module imports, i.e. always from a checkout). Those
+come from the checkout ($MEGATRON_LM_PATH or third_party/megatron-lm) and are marked "provider": "modelopt";
+without a checkout the file's existing provider entries are kept.
 Needs megatron-core 0.18.0 (which ships megatron.training) and torch:
 
     python scripts/dump_megatron_args.py            # rewrite the file
@@ -10,11 +14,16 @@ Needs megatron-core 0.18.0 (which ships megatron.training) and torch:
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 
-OUT = Path(__file__).resolve().parent.parent / "launcher" / "data" / "megatron_args.json"
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "launcher" / "data" / "megatron_args.json"
+# pretrain_gpt.py:396 passes add_modelopt_args as extra_args_provider when megatron.post_training imports.
+PROVIDERS = {"modelopt": "megatron/post_training/arguments.py"}
 
 # How a preset value turns into flags: "value" takes an argument, "true"/"false" are store_true/store_false
 # switches, "bool" is an --x/--no-x pair (BooleanOptionalAction).
@@ -44,12 +53,51 @@ def jsonable(value):
         return repr(value)
 
 
+def checkout() -> Path | None:
+    for candidate in (os.environ.get("MEGATRON_LM_PATH"), ROOT / "third_party" / "megatron-lm"):
+        if candidate and (Path(candidate) / "pretrain_gpt.py").is_file():
+            return Path(candidate)
+    return None
+
+
+def provider_parsers() -> dict[str, argparse.ArgumentParser] | None:
+    """Each extra provider's arguments on a parser of their own; None without a checkout."""
+    root = checkout()
+    if root is None:
+        return None
+    parsers = {}
+    for name, relative in PROVIDERS.items():
+        spec = importlib.util.spec_from_file_location(f"_provider_{name}", root / relative)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # plain argparse code: it imports nothing
+        parsers[name] = module.add_modelopt_args(argparse.ArgumentParser(allow_abbrev=False))
+    return parsers
+
+
 def collect() -> dict:
     from importlib.metadata import version
 
     from megatron.training.arguments import add_megatron_arguments
 
     parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    args = entries(parser, "megatron")
+    providers = provider_parsers()
+    if providers is None:  # keep what the file says the providers add
+        old = json.loads(OUT.read_text())["arguments"] if OUT.exists() else {}
+        extra = {dest: e for dest, e in old.items() if e.get("provider", "megatron") != "megatron"}
+    else:
+        extra = {}
+        for name, provider_parser in providers.items():
+            extra.update(entries(provider_parser, name))
+    for dest, entry in extra.items():
+        if dest in args:
+            raise SystemExit(f"provider argument {dest!r} shadows one of Megatron's own")
+        args[dest] = entry
+    # The distribution's version: megatron.core.__version__ appends the git hash of the current directory.
+    return {"megatron_core": version("megatron-core"), "arguments": dict(sorted(args.items()))}
+
+
+def entries(parser: argparse.ArgumentParser, provider: str) -> dict:
     args = {}
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
@@ -66,11 +114,12 @@ def collect() -> dict:
                 entry["nargs"] = action.nargs
             if action.choices is not None:
                 entry["choices"] = [jsonable(c) for c in action.choices]
+        if provider != "megatron":
+            entry["provider"] = provider
         if action.dest in args:
             raise SystemExit(f"two flags share the dest {action.dest!r}: the launcher assumes one per dest")
         args[action.dest] = entry
-    # The distribution's version: megatron.core.__version__ appends the git hash of the current directory.
-    return {"megatron_core": version("megatron-core"), "arguments": dict(sorted(args.items()))}
+    return args
 
 
 def main() -> int:

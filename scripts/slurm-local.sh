@@ -8,6 +8,9 @@
 #
 # BASE defaults to /tmp/megatron-launch-slurm. Sizes come from the environment:
 #   SLURM_LOCAL_NODES (2)  SLURM_LOCAL_GPUS per node (2)  SLURM_LOCAL_CPUS per node (8)  SLURM_LOCAL_MEM MB (64000)
+# A second cluster beside the first (the fault tests kill its nodes) needs its own names and ports:
+#   SLURM_LOCAL_PREFIX node names (n)  SLURM_LOCAL_PORT slurmctld (6817)  SLURM_LOCAL_NODE_PORT first slurmd (17001)
+#   SLURM_LOCAL_SLURMD_TIMEOUT seconds until a silent node is declared down (Slurm's default, 300)
 # `up` and `down` are idempotent: `up` on a healthy cluster does nothing, on a broken one it restarts it.
 # Clients find the cluster through SLURM_CONF=BASE/etc/slurm.conf (the tests also look there by default).
 set -euo pipefail
@@ -18,13 +21,17 @@ NODES=${SLURM_LOCAL_NODES:-2}
 GPUS=${SLURM_LOCAL_GPUS:-2}
 CPUS=${SLURM_LOCAL_CPUS:-8}
 MEM=${SLURM_LOCAL_MEM:-64000}
+PREFIX=${SLURM_LOCAL_PREFIX:-n}
+PORT=${SLURM_LOCAL_PORT:-6817}
+NODE_PORT=${SLURM_LOCAL_NODE_PORT:-17001}
+SLURMD_TIMEOUT=${SLURM_LOCAL_SLURMD_TIMEOUT:-}
 CONF=$BASE/etc/slurm.conf
 HOSTS_TAG="# megatron-launch slurm-local $BASE"
 
 log() { printf '[slurm-local %5ss] %s\n' "$SECONDS" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-node_names() { local i; for ((i = 1; i <= NODES; i++)); do printf 'n%d ' "$i"; done; }
+node_names() { local i; for ((i = 1; i <= NODES; i++)); do printf '%s%d ' "$PREFIX" "$i"; done; }
 
 pid_files() {
     local f
@@ -95,7 +102,8 @@ AuthType=auth/munge
 CredType=cred/munge
 # cred_expire also sets how long a requeued job waits before it may start again (default 120 s)
 AuthInfo=socket=$BASE/munge-run/munge.socket.2,cred_expire=5
-SlurmctldPort=6817
+SlurmctldPort=$PORT
+$([[ -n $SLURMD_TIMEOUT ]] && echo "SlurmdTimeout=$SLURMD_TIMEOUT")
 StateSaveLocation=$BASE/state/ctld
 SlurmdSpoolDir=$BASE/state/slurmd-%n
 SlurmctldPidFile=$BASE/run/slurmctld.pid
@@ -118,12 +126,12 @@ GresTypes=gpu
 ReturnToService=2
 # let emulated nodes advertise more CPUs/memory than the host really has
 SlurmdParameters=config_overrides
-NodeName=n[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[17001-$((17000 + NODES))] CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM Gres=gpu:$GPUS State=UNKNOWN
+NodeName=$PREFIX[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$NODE_PORT-$((NODE_PORT + NODES - 1))] CPUs=$CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$CPUS ThreadsPerCore=1 RealMemory=$MEM Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
     cat >"$BASE/etc/gres.conf" <<EOF
 AutoDetect=off
-NodeName=n[1-$NODES] Name=gpu File=$BASE/fakegpu/nvidia[0-$((GPUS - 1))]
+NodeName=$PREFIX[1-$NODES] Name=gpu File=$BASE/fakegpu/nvidia[0-$((GPUS - 1))]
 EOF
     local g
     for ((g = 0; g < GPUS; g++)); do

@@ -68,10 +68,19 @@ def test_tp2_sets_cuda_device_max_connections(launch):
 
 def test_preset_values_win_over_kernel_fallbacks(launch):
     code, out, _ = launch("345m", "--dry-run", "--format", "json", *NO_KERNELS, "--set",
-                          "transformer_impl=transformer_engine", "--megatron-path", MEGATRON)
+                          "masked_softmax_fusion=true", "--megatron-path", MEGATRON)
+    assert "--no-masked-softmax-fusion" not in json.loads(out)["argv"]
+
+
+def test_explicit_transformer_engine_impl_never_meets_the_sdpa_spec(launch):
+    code, out, _ = launch("345m", "--dry-run", "--format", "json", "--set", "transformer_engine=true", "--set",
+                          "apex=false", "--set", "transformer_impl=transformer_engine", "--megatron-path", MEGATRON)
     argv = json.loads(out)["argv"]
     assert argv[argv.index("--transformer-impl") + 1] == "transformer_engine"
-    assert argv.count("--transformer-impl") == 1
+    assert argv.count("--transformer-impl") == 1 and "--spec" not in argv
+    # Without TE on the target, Megatron could not build that model: the launcher says so first.
+    code, _, err = launch("345m", "--dry-run", *NO_KERNELS, "--set", "transformer_impl=transformer_engine")
+    assert code == 2 and "the target has no Transformer Engine" in err
 
 
 def test_list(launch):

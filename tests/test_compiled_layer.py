@@ -153,3 +153,37 @@ def test_bf16_loss_scale_is_answered_by_the_host():
         assert MixedPrecisionOptimizer.get_loss_scale(fp16) is fp16.grad_scaler.scale
     finally:
         MixedPrecisionOptimizer.get_loss_scale = upstream
+
+
+def test_distributed_optimizer_parameter_gather_overlap_is_waited_for(model_parallel_cpu, math_calls):  # noqa: F811
+    """Megatron's DDP waits for each bucket's overlapped parameter all-gather in its submodules' forward pre-hooks;
+    a compiled forward that skipped them left the handles open (`assert self.param_gather_handle is None` at the
+    next step's start_param_sync: the 175b flags on one GPU crashed at iteration 3)."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    _, layer = layer_pair(bias_activation_fusion=True)
+    ddp_config = DistributedDataParallelConfig(use_distributed_optimizer=True, overlap_grad_reduce=True,
+                                               overlap_param_gather=True, bucket_size=4096)  # several buckets
+    model = DistributedDataParallel(layer.config, ddp_config, layer)
+    assert len(model.bucket_groups) > 1
+    x = torch.randn(12, 3, 64)
+    for _ in range(2):  # each step starts the all-gathers (as the optimizer step does); forward must finish them
+        model.start_param_sync()
+        model(hidden_states=x)
+        assert [g.param_gather_handle for g in model.bucket_groups] == [None] * len(model.bucket_groups)
+    assert len(math_calls) == 2  # and the layer still ran compiled
+
+
+def test_submodule_hooks_run_or_send_the_layer_to_megatron(model_parallel_cpu, math_calls):  # noqa: F811
+    _, layer = layer_pair(bias_activation_fusion=True)
+    seen = []
+    layer.mlp.linear_fc1.register_forward_pre_hook(lambda module, args: seen.append("pre"))
+    layer.self_attention.linear_qkv.register_forward_pre_hook(lambda module, args, kwargs: seen.append("kw"),
+                                                              with_kwargs=True)
+    x = torch.randn(12, 3, 64)
+    layer(hidden_states=x)
+    assert seen == ["kw", "pre"] and len(math_calls) == 1  # forward order, once each, compiled
+    # A forward (post) hook needs the submodule's output, which the compiled function never makes.
+    layer.mlp.linear_fc2.register_forward_hook(lambda module, args, output: seen.append("post"))
+    layer(hidden_states=x)
+    assert seen[-1] == "post" and len(math_calls) == 1

@@ -4,6 +4,10 @@ Megatron's verdict is its parser, validate_args, the microbatch calculator and T
 checks it makes only at model build or the first step (launcher/inside/verdict_worker.py, stage "runtime").
 The launcher's verdict is resolve raising UserError or not. Every disagreement is listed with both
 messages, so a failure says which rule to mirror.
+
+Besides the general grid, families aim at the rules that depend on the target and its environment: FSDP
+variants, MoE with EP overlap and grouped GEMM, ModelOpt's extra arguments, deterministic mode with NCCL_ALGO
+in launcher.env, CP with hierarchical sizes, RoPE; each with and without Transformer Engine on the target.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from upstream_support import megatron_request, shared_checker
 
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.preset import LauncherSettings, Preset
+from launcher.pipeline.preset import LauncherSettings, Preset, type_megatron_value
 from launcher.pipeline.resolve import resolve
 
 SEED = 432
@@ -40,6 +44,9 @@ class Case:
     gpus_per_node: int
     te: bool
     apex: bool
+    env: tuple[tuple[str, str], ...] = ()
+    gpu: str = "h100-80gb"
+    family: str = "grid"
 
     @property
     def world_size(self) -> int:
@@ -47,14 +54,16 @@ class Case:
 
     def preset(self) -> Preset:
         launcher = LauncherSettings(nodes=self.nodes, gpus_per_node=self.gpus_per_node,
-                                    transformer_engine=self.te, apex=self.apex)
+                                    transformer_engine=self.te, apex=self.apex, env=dict(self.env), gpu=self.gpu)
+        # Typed as a preset file types them: "2 2" for a list-valued setting becomes [2, 2].
+        megatron = dict(type_megatron_value(k, v, f"case {self.number}") for k, v in self.megatron.items())
         return Preset(name=f"grid-{self.number}", description="differential grid case",
-                      megatron=dict(self.megatron), launcher=launcher)
+                      megatron=megatron, launcher=launcher)
 
     def describe(self) -> str:
         layout = {k: v for k, v in self.megatron.items() if k not in BASE}
-        return (f"case {self.number}: world {self.nodes}x{self.gpus_per_node}, te={self.te} apex={self.apex}, "
-                f"{layout}")
+        return (f"case {self.number} ({self.family}): world {self.nodes}x{self.gpus_per_node}, te={self.te} "
+                f"apex={self.apex} gpu={self.gpu} env={dict(self.env)}, {layout}")
 
 
 BASE: dict[str, Any] = {
@@ -196,7 +205,126 @@ def generate_cases(seed: int = SEED, count: int = CASES) -> list[Case]:
     return cases
 
 
-GRID = generate_cases()
+FAMILY_CASES = 60  # per family; half with Transformer Engine on the target, half without
+
+
+def _family_base(rng: random.Random) -> dict[str, Any]:
+    layers, hidden, heads = rng.choice([(4, 128, 8), (8, 512, 8), (12, 768, 12), (24, 1024, 16)])
+    seq = rng.choice([256, 1024, 2048])
+    return {**BASE, "num_layers": layers, "hidden_size": hidden, "num_attention_heads": heads, "seq_length": seq,
+            "max_position_embeddings": seq, "micro_batch_size": 1, "tensor_model_parallel_size": rng.choice([1, 2]),
+            "pipeline_model_parallel_size": 1}
+
+
+def _connections(rng: random.Random) -> dict[str, str]:
+    return rng.choice([{}, {}, {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}])
+
+
+def _fsdp(rng: random.Random, args: dict[str, Any]) -> dict[str, str]:
+    if rng.random() < 0.5:
+        args["use_torch_fsdp2"] = True
+        args["ckpt_format"] = rng.choice(["torch_dist", "torch_dist", "torch_dcp", "torch"])
+        args["untie_embeddings_and_output_weights"] = rng.random() < 0.8
+        if rng.random() < 0.5:
+            args["gradient_accumulation_fusion"] = False
+        args["use_distributed_optimizer"] = rng.random() < 0.15
+        args["pipeline_model_parallel_size"] = rng.choice([1, 1, 1, 2])
+    else:
+        args["use_megatron_fsdp"] = True
+        args["ckpt_format"] = rng.choice(["fsdp_dtensor", "fsdp_dtensor", "fsdp_dtensor", "torch_dist"])
+        args["data_parallel_sharding_strategy"] = rng.choice(["no_shard", "optim", "optim_grads",
+                                                              "optim_grads_params"])
+        if rng.random() < 0.3:
+            args["use_distributed_optimizer"] = True
+    if rng.random() < 0.3:
+        args["overlap_grad_reduce"] = True
+    return _connections(rng)
+
+
+def _moe(rng: random.Random, args: dict[str, Any]) -> dict[str, str]:
+    args["num_experts"] = rng.choice([4, 8])
+    args["expert_model_parallel_size"] = rng.choice([1, 2, 4])
+    args["add_bias_linear"] = rng.random() < 0.2
+    args["moe_grouped_gemm"] = rng.random() < 0.6
+    args["sequence_parallel"] = args["tensor_model_parallel_size"] > 1
+    if rng.random() < 0.6:
+        args["overlap_moe_expert_parallel_comm"] = True
+        args["moe_token_dispatcher_type"] = rng.choice(["alltoall", "alltoall", "flex", "allgather"])
+    if rng.random() < 0.25:
+        args["fp8"] = "hybrid"
+    if rng.random() < 0.2:
+        args["pipeline_model_parallel_size"] = 2
+        args["num_layers"] = 8
+        if rng.random() < 0.6:
+            args["num_virtual_stages_per_pipeline_rank"] = 2
+    return _connections(rng)
+
+
+MODELOPT_SETTINGS = [("export_te_mcore_model", True), ("export_legacy_megatron", True),
+                     ("export_model_type", "GPTModel"), ("export_kd_teacher_load", "/ckpt/teacher")]
+
+
+def _modelopt(rng: random.Random, args: dict[str, Any]) -> dict[str, str]:
+    for dest, value in rng.sample(MODELOPT_SETTINGS, rng.choice([1, 2])):
+        args[dest] = value
+    return {}
+
+
+def _deterministic(rng: random.Random, args: dict[str, Any]) -> dict[str, str]:
+    args["deterministic_mode"] = True
+    if rng.random() < 0.15:
+        args["cross_entropy_loss_fusion"] = True
+    algo = rng.choice(["Tree", "Ring", "^NVLS", "NVLS", None])
+    return {"NCCL_ALGO": algo} if algo else {}
+
+
+def _hierarchical_cp(rng: random.Random, args: dict[str, Any]) -> dict[str, str]:
+    cp = rng.choice([2, 4, 4, 8])
+    args["context_parallel_size"] = cp
+    args["seq_length"] = args["max_position_embeddings"] = 2048
+    sizes = rng.choice({2: ["1 2", "2"], 4: ["2 2", "2 2", "4", "2 4"], 8: ["2 4", "4 2", "2 2"]}[cp])
+    if rng.random() < 0.8:
+        args["hierarchical_context_parallel_sizes"] = sizes  # one YAML string, split by the preset
+    args["cp_comm_type"] = rng.choice(["p2p", "a2a+p2p", "a2a+p2p"])
+    return _connections(rng) if rng.random() < 0.3 else {}
+
+
+def _rope(rng: random.Random, args: dict[str, Any]) -> dict[str, str]:
+    args["position_embedding_type"] = rng.choice(["rope", "rope", "learned_absolute"])
+    if rng.random() < 0.3:
+        args["apply_rope_fusion"] = rng.choice([True, False])
+    if rng.random() < 0.3:
+        args["rotary_percent"] = 0.5
+    if rng.random() < 0.3:
+        args["swiglu"] = True
+        args["untie_embeddings_and_output_weights"] = True
+    return {}
+
+
+FAMILIES = {"fsdp": _fsdp, "moe": _moe, "modelopt": _modelopt, "deterministic": _deterministic,
+            "hierarchical_cp": _hierarchical_cp, "rope": _rope}
+
+
+def generate_family_cases(seed: int = SEED, count: int = FAMILY_CASES) -> list[Case]:
+    cases = []
+    for offset, (family, shape) in enumerate(FAMILIES.items()):
+        rng = random.Random(seed * 100 + offset)
+        for i in range(count):
+            args = _family_base(rng)
+            env = shape(rng, args)
+            model = args["tensor_model_parallel_size"] * args["pipeline_model_parallel_size"] * args.get(
+                "context_parallel_size", 1)
+            gpus = rng.choice([4, 8])
+            nodes = rng.choice([n for n in (1, 2, 4) if (n * gpus) % model == 0] or [1])
+            te = i % 2 == 0
+            apex = te if rng.random() < 0.8 else not te
+            gpu = rng.choice(["h100-80gb", "h100-80gb", "b200-180gb", "a100-80gb"])
+            cases.append(Case(CASES + len(cases), args, nodes, gpus, te, apex, tuple(sorted(env.items())), gpu,
+                              family))
+    return cases
+
+
+GRID = generate_cases() + generate_family_cases()
 
 
 def launcher_problems(case: Case) -> list[Problem]:
@@ -218,13 +346,31 @@ def megatron_verdicts():
     return checker.check_many(requests)
 
 
+
+@pytest.fixture(autouse=True)
+def target_env_only(monkeypatch):
+    """The launcher reads these from the caller's environment too (a local run inherits it); other test modules
+    may set them, so each test here sees only what its preset declares."""
+    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NVTE_CPU_OFFLOAD_V1"):
+        monkeypatch.delenv(name, raising=False)
+
 @pytest.mark.megatron
 def test_grid_exercises_every_stage_of_megatron(megatron_verdicts):
     """Guards the grid itself: plenty of valid and invalid layouts, failing at every stage."""
     stages = Counter(v.stage for v in megatron_verdicts)
-    assert stages["done"] >= CASES // 5, stages
+    assert stages["done"] >= len(GRID) // 5, stages
     for stage in ("validate", "config", "runtime"):
         assert stages[stage] >= 10, stages
+
+
+# Failures Megatron's CPU verdict cannot see (it builds the model but trains no step), which the GPU feature matrix
+# showed at the first step (docs/benchmarks.md): where the launcher refuses only for these, Megatron's "ok" is not
+# a disagreement.
+BEYOND_THE_CPU_VERDICT = ("is not divisible by num_query_groups", "with linear biases fail at the first training step")
+
+
+def only_beyond_the_cpu_verdict(problems: list[Problem]) -> bool:
+    return bool(problems) and all(any(text in p.message for text in BEYOND_THE_CPU_VERDICT) for p in problems)
 
 
 @pytest.mark.megatron
@@ -232,6 +378,8 @@ def test_launcher_agrees_with_megatron_on_every_layout(megatron_verdicts):
     disagreements = []
     for case, megatron in zip(GRID, megatron_verdicts, strict=True):
         ours = launcher_problems(case)
+        if megatron.ok and only_beyond_the_cpu_verdict(ours):
+            continue
         if (not ours) != megatron.ok:
             disagreements.append(f"{case.describe()}\n  launcher: {render(ours)}\n  megatron: {megatron.render()}")
     assert not disagreements, f"{len(disagreements)} of {len(GRID)} disagree:\n" + "\n".join(disagreements)

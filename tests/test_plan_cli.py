@@ -107,3 +107,18 @@ def test_plan_uneven_pipeline_from_the_command_line(launch):
     data = json.loads(out)
     assert data["layout"]["valid"], data["layout"]["problems"]
     assert data["layout"]["embedding_in_split"] and data["layout"]["loss_in_split"]
+
+
+def test_plan_names_the_setting_every_layout_inherits(launch):
+    """Memory is not the problem here: the hint must not ask for fewer or more GPUs."""
+    code, out, err = launch("plan", "345m", "--gpus", "16", *NO_KERNELS, "--set", "tp_comm_overlap=true",
+                            "--set", "tensor_model_parallel_size=2", "--set", "sequence_parallel=true")
+    assert code == 2 and out == ""
+    assert "passes launch's checks: tp_comm_overlap" in err and "GPUs are needed" not in err
+    assert "Traceback" not in err
+
+
+def test_plan_shows_context_parallel(launch):
+    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2")
+    assert code == 0, err
+    assert "TP1 PP1 CP2 DP8" in out

@@ -17,6 +17,7 @@ from launcher.checks.megatron_verdict import (
     check_preset,
     default_check_env,
     nearest_flag,
+    target_env,
     unknown_flags,
 )
 from launcher.errors import UserError
@@ -51,6 +52,14 @@ def preset_worlds():
                                        id=f"{name}-{nodes}x{gpus}-te{int(te)}-apex{int(apex)}")
 
 
+
+@pytest.fixture(autouse=True)
+def target_env_only(monkeypatch):
+    """The launcher reads these from the caller's environment too (a local run inherits it); other test modules
+    may set them, so each test here sees only what its preset declares."""
+    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NVTE_CPU_OFFLOAD_V1"):
+        monkeypatch.delenv(name, raising=False)
+
 @pytest.mark.megatron
 @pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))
 def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
@@ -58,8 +67,9 @@ def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
     if job.entry != "pretrain_gpt":
         pytest.skip(f"entry {job.entry} takes no Megatron flags at world {nodes * gpus}")
     command = build_command(job)
-    env = {k: v for k, v in command.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
-    verdict = shared_checker().check(command.script_args, job.layout.world_size, env, apex=kernels.apex)
+    env = target_env(job.preset, command.script_args, command.env)
+    verdict = shared_checker().check(command.script_args, job.layout.world_size, env, apex=kernels.apex,
+                                     te=kernels.transformer_engine)
     assert verdict.ok, verdict.render()
     # Megatron derives the same layout the launcher printed.
     facts = verdict.facts
@@ -152,7 +162,8 @@ def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, {"kernels": kernels}, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
-    assert out.startswith("launcher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)")
+    assert out.startswith("assumed: GPU h100-80gb (compute capability 9.0), no Transformer Engine, no apex")
+    assert "\nlauncher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)" in out
     assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
 
     rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, {"kernels": kernels},
@@ -175,3 +186,133 @@ def launch_cli():
         return proc.returncode, proc.stdout, proc.stderr
 
     return run
+
+
+def _preset_file(tmp_path, text: str) -> str:
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+TARGET_PRESET = """
+base: 345m
+launcher:
+  gpus_per_node: 8
+  transformer_engine: true
+  apex: true
+  gpu: h200-141gb
+  env: {NCCL_ALGO: Tree, NVTE_CPU_OFFLOAD_V1: "1"}
+megatron:
+  tensor_model_parallel_size: 2
+  sequence_parallel: true
+  position_embedding_type: rope
+  num_experts: 8
+  expert_model_parallel_size: 4
+  moe_grouped_gemm: true
+  add_bias_linear: false
+  deterministic_mode: true
+  async_save: true
+  save: /ckpt
+  save_interval: 100
+  export_te_mcore_model: true
+  micro_batch_size: 1
+"""
+
+
+@pytest.mark.megatron
+def test_check_judges_the_declared_target_not_this_machine(tmp_path, capsys):
+    """NCCL_ALGO from launcher.env, grouped GEMM's capability question, TE's fused RoPE and a ModelOpt flag:
+    each failed on this CPU machine before; all are answered for the declared H200 + TE container."""
+    preset = load_preset(_preset_file(tmp_path, TARGET_PRESET))
+    rc = check_preset(preset, None, None, {"kernels": Kernels(True, True, "preset")}, checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "assumed: GPU h200-141gb (compute capability 9.0), Transformer Engine 2.14.0" in out
+    assert "NCCL_ALGO=Tree" in out and "CUDA_DEVICE_MAX_CONNECTIONS=1 (added by the launcher)" in out
+    assert "megatron: ok (" in out
+    # validate_args' silent rewrite, said by both sides
+    assert "rewritten by validate_args: --async-save True → False" in out
+    assert "async_save is disabled by Megatron without use_persistent_ckpt_worker" in out
+
+
+@pytest.mark.megatron
+def test_check_forwards_the_presets_own_value_when_the_launcher_refuses(tmp_path, capsys):
+    preset = load_preset(_preset_file(tmp_path, TARGET_PRESET), ["env.CUDA_DEVICE_MAX_CONNECTIONS=8"])
+    rc = check_preset(preset, None, None, {"kernels": Kernels(True, True, "preset")}, "json",
+                      checker=shared_checker())
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 2 and report["agree"], report
+    assert report["assumed"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS to 1" in report["megatron"]["error"]
+
+
+@pytest.mark.megatron
+def test_what_only_the_gpu_machine_can_answer_is_not_a_rejection():
+    argv = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
+            "--max-position-embeddings", "128", "--micro-batch-size", "1", "--lr", "1e-4", "--train-iters", "10",
+            "--eval-interval", "10", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128",
+            "--position-embedding-type", "rope", "--bf16"]
+    with_te = shared_checker().check(argv, 1, te=True, apex=True)
+    assert with_te.ok, with_te.render()
+    without_te = shared_checker().check(argv + ["--transformer-impl", "local"], 1, te=False)
+    assert not without_te.ok and "apply_rope_fusion is not available" in without_te.error
+
+
+def test_fsdp_never_gets_one_connection_and_fsdp2_needs_untied_embeddings(tmp_path):
+    preset = load_preset("345m", ["tensor_model_parallel_size=2", "use_torch_fsdp2=true",
+                                  "gradient_accumulation_fusion=false", "micro_batch_size=4"])
+    with pytest.raises(UserError, match="requires untie_embeddings_and_output_weights"):
+        resolve(preset, 1, 8)
+    plan = resolve(load_preset("345m", [*preset.overrides, "untie_embeddings_and_output_weights=true"]), 1, 8)
+    command = build_command(plan)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in command.env
+    assert any("FSDP" in w for w in plan.warnings)
+    with pytest.raises(UserError, match="FSDP requires CUDA_DEVICE_MAX_CONNECTIONS > 1 or unset"):
+        resolve(load_preset("345m", [*plan.preset.overrides, "env.CUDA_DEVICE_MAX_CONNECTIONS=1"]), 1, 8)
+
+
+def test_moe_overlap_only_warns_about_connections():
+    preset = load_preset("345m", ["tensor_model_parallel_size=2", "num_experts=8", "expert_model_parallel_size=4",
+                                  "add_bias_linear=false", "overlap_moe_expert_parallel_comm=true",
+                                  "moe_token_dispatcher_type=alltoall", "env.CUDA_DEVICE_MAX_CONNECTIONS=32",
+                                  "micro_batch_size=4"])
+    plan = resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
+    assert any("only warns" in w for w in plan.warnings)
+
+
+def test_without_te_rope_gets_no_fusion_and_the_rest_is_refused_before_launch():
+    plan = resolve(load_preset("345m", ["position_embedding_type=rope"]), 1, 1)
+    assert "--no-rope-fusion" in build_command(plan).script_args
+    for overrides, message in [
+        (["position_embedding_type=rope", "apply_rope_fusion=true"], "fused RoPE"),
+        (["num_experts=4", "fp8=hybrid", "add_bias_linear=false"], "MoE with fp8 needs Transformer Engine"),
+        (["pipeline_model_parallel_size=2", "defer_embedding_wgrad_compute=true"], "needs NVIDIA apex"),
+    ]:
+        with pytest.raises(UserError, match=message):
+            resolve(load_preset("345m", overrides), 1, 2)
+
+
+def test_a_switch_set_to_megatrons_default_is_reported_not_dropped():
+    plan = resolve(load_preset("345m", ["ckpt_fully_parallel_save=true"]), 1, 1)
+    assert any("ckpt_fully_parallel_save: true is Megatron's default and emits no flag "
+               "(only --no-ckpt-fully-parallel-save exists)" in w for w in plan.warnings)
+    plan = resolve(load_preset("345m", ["ckpt_fully_parallel_save=false"]), 1, 1)
+    assert "--no-ckpt-fully-parallel-save" in build_command(plan).script_args
+
+
+def test_multi_valued_flags_given_as_one_string_are_split(tmp_path):
+    preset = load_preset(_preset_file(tmp_path, "base: 345m\nmegatron:\n  context_parallel_size: 4\n"
+                                      "  hierarchical_context_parallel_sizes: \"2 2\"\n  cp_comm_type: a2a+p2p\n"))
+    assert preset.megatron["hierarchical_context_parallel_sizes"] == [2, 2]
+    plan = resolve(preset, 1, 4, kernels=Kernels(True, True, "preset"))
+    argv = build_command(plan).script_args
+    at = argv.index("--hierarchical-context-parallel-sizes")
+    assert argv[at + 1:at + 3] == ["2", "2"]
+
+
+def test_modelopt_arguments_are_in_the_catalog_marked_by_their_provider():
+    arg = megatron_args.catalog()["export_te_mcore_model"]
+    assert arg.provider == "modelopt" and arg.flags == ("--export-te-mcore-model",)
+    assert megatron_args.catalog()["num_layers"].provider == "megatron"
+    plan = resolve(load_preset("345m", ["export_te_mcore_model=true"]), 1, 1)
+    assert "--export-te-mcore-model" in build_command(plan).script_args

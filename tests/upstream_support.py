@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from launcher.checks.megatron_verdict import Request, UpstreamChecker, default_check_env, find_megatron_python
+from launcher.checks.megatron_verdict import Request, UpstreamChecker, find_megatron_python, target_env
 from launcher.megatron.pin import Kernels
+from launcher.megatron.target import capability
 from launcher.pipeline import command
 from launcher.pipeline.kernels import fallbacks
 from launcher.pipeline.preset import Preset
@@ -36,4 +37,5 @@ def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> R
     Built without resolving the job, so that presets the launcher rejects can be put to Megatron too."""
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
     argv = command.script_args({**preset.megatron, **fallbacks(preset.megatron, kernels)})
-    return Request(argv, world_size, default_check_env(argv), apex=apex)
+    return Request(argv, world_size, target_env(preset, argv), apex=apex, te=te,
+                   capability=capability(preset.launcher.gpu))

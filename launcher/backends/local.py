@@ -17,7 +17,10 @@ from pathlib import Path
 from launcher.errors import UserError
 from launcher.pipeline.command import MASTER_ADDR_REF, Command
 
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+# SIGHUP too: a closed terminal must stop training the same way, not kill the launcher and orphan the ranks.
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# After the launcher itself fails (e.g. its log cannot be written): time for torchrun to stop its ranks.
+STOP_GRACE_SECONDS = 30
 
 
 def visible_gpus() -> int:
@@ -86,10 +89,11 @@ def resolved_argv(command: Command) -> list[str]:
 
 def run(command: Command, cwd: str | None = None, stdout=None,
         on_line: Callable[[str], None] | None = None) -> int:
-    """Start torchrun, pass SIGINT/SIGTERM/SIGUSR* on to it, return its exit status (128+N if killed).
+    """Start torchrun, pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its exit status (128+N if killed).
 
     With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
-    instead of going straight to the terminal.
+    instead of going straight to the terminal. If `on_line` raises, the child is stopped before the error
+    goes on: training must not continue unrecorded.
     """
     argv = resolved_argv(command)
     env = {**os.environ, **command.env}
@@ -109,8 +113,25 @@ def run(command: Command, cwd: str | None = None, stdout=None,
             for line in child.stdout:
                 on_line(line)
         code = child.wait()
+    except BaseException:
+        stop(child)
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     sys.stdout.flush()
     return 128 - code if code < 0 else code
+
+
+def stop(child: subprocess.Popen) -> None:
+    """SIGTERM (torchrun passes it to the ranks), then SIGKILL if it is still running after the grace time."""
+    if child.stdout is not None:
+        child.stdout.close()  # a child blocked on a full pipe must not wait for a reader that is gone
+    if child.poll() is not None:
+        return
+    child.terminate()
+    try:
+        child.wait(timeout=STOP_GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()

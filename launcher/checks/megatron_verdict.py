@@ -22,13 +22,16 @@ from pathlib import Path
 from typing import Any, Self
 
 from launcher.errors import UserError
+from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import has_module
+from launcher.megatron.target import Target
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
 PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
-# Hopper (H100/H200): validate_args requires CUDA_DEVICE_MAX_CONNECTIONS=1 for TP/CP > 1 below arch 10.
-DEFAULT_ARCH_MAJOR = 9
+# Variables that describe this machine or the launcher's own process, never the job's target.
+TARGET_ENV_PREFIXES = ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_", "NVTE_", "TORCH_NCCL_")
+NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,13 @@ class Verdict:
     error: str = ""
     facts: dict[str, Any] = field(default_factory=dict)
     suggestions: dict[str, str] = field(default_factory=dict)
+    rewrites: list[dict[str, Any]] = field(default_factory=list)  # flags validate_args changed in place
+    warnings: list[str] = field(default_factory=list)  # what validate_args / TransformerConfig warned
+    not_checked: list[str] = field(default_factory=list)  # needs the target machine itself (CUDA, TE import)
 
     def render(self) -> str:
         if self.ok:
-            return "ok"
+            return "ok" + "".join(f"\n  not checked here: {text}" for text in self.not_checked)
         text = f"{self.stage}: {self.error}"
         for flag, near in self.suggestions.items():
             text += f"\n  {flag}: did you mean {near}?"
@@ -56,6 +62,11 @@ class Request:
     world_size: int
     env: Mapping[str, str] = field(default_factory=dict)
     apex: bool = False  # whether the GPU machine has NVIDIA apex (picks Megatron's LayerNorm at model build)
+    te: bool = False  # whether it has Transformer Engine (answers Megatron's TE version questions)
+    capability: tuple[int, int] = (9, 0)  # its CUDA compute capability (Hopper unless the preset says)
+
+    def target(self) -> dict[str, Any]:
+        return Target("", self.te, self.apex).as_request() | {"capability": list(self.capability)}
 
 
 def find_megatron_python() -> str | None:
@@ -83,15 +94,16 @@ class UpstreamChecker:
     """A running worker process; use as a context manager, then check() or check_many()."""
 
     def __init__(self, python: str | None = None, *, megatron_path: str | Path | None = None,
-                 arch_major: int = DEFAULT_ARCH_MAJOR, args_defaults: Mapping[str, Any] | None = None):
+                 args_defaults: Mapping[str, Any] | None = None):
         self.python = python or find_megatron_python()
         if not self.python:
             raise UserError(
                 "Megatron's own checks need megatron-core and torch, which this Python cannot import",
                 "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON to a python that has them",
             )
-        env = dict(os.environ)
-        env["MEGATRON_CHECK_ARCH_MAJOR"] = str(arch_major)
+        # The job's environment comes with each request (the target's); none of it may leak in from this shell.
+        env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
+        env["MEGATRON_CHECK_EXTRA_ARGS"] = json.dumps(megatron_args.provider_specs())
         env["MEGATRON_CHECK_ARGS_DEFAULTS"] = json.dumps(dict(args_defaults or PRETRAIN_GPT_DEFAULTS))
         env["NO_VCS_VERSION"] = "1"  # skip the `git rev-parse` megatron runs at import
         if megatron_path is not None:
@@ -134,7 +146,8 @@ class UpstreamChecker:
                 near = nearest_flag(flag, self.known_flags)
                 if near:
                     suggestions[flag] = near
-        return Verdict(reply["ok"], reply["stage"], reply["error"], reply.get("facts", {}), suggestions)
+        return Verdict(reply["ok"], reply["stage"], reply["error"], reply.get("facts", {}), suggestions,
+                       reply.get("rewrites", []), reply.get("warnings", []), reply.get("not_checked", []))
 
     def check_many(self, requests: Sequence[Request]) -> list[Verdict]:
         """Checks in order; requests are written from a thread so neither pipe can fill up and stall."""
@@ -145,7 +158,7 @@ class UpstreamChecker:
             try:
                 for req in requests:
                     line = {"argv": list(req.argv), "world_size": req.world_size, "env": dict(req.env),
-                            "target": {"apex": req.apex}}
+                            "target": req.target()}
                     stdin.write(json.dumps(line) + "\n")
                 stdin.flush()
             except BrokenPipeError:
@@ -158,8 +171,8 @@ class UpstreamChecker:
         return verdicts
 
     def check(self, argv: Sequence[str], world_size: int, env: Mapping[str, str] | None = None,
-              apex: bool = False) -> Verdict:
-        return self.check_many([Request(argv, world_size, env or {}, apex)])[0]
+              apex: bool = False, te: bool = False, capability: tuple[int, int] = (9, 0)) -> Verdict:
+        return self.check_many([Request(argv, world_size, env or {}, apex, te, capability)])[0]
 
     def close(self) -> None:
         if self._proc.poll() is None:
@@ -179,13 +192,26 @@ class UpstreamChecker:
         self.close()
 
 
+FSDP_FLAGS = ("--use-megatron-fsdp", "--use-torch-fsdp2")
+
+
 def default_check_env(argv: Sequence[str]) -> dict[str, str]:
-    """The env Megatron needs on Hopper: CUDA_DEVICE_MAX_CONNECTIONS=1 once TP or CP exceeds 1."""
+    """What the launcher exports for these flags: CUDA_DEVICE_MAX_CONNECTIONS=1 once TP or CP exceeds 1 (Megatron
+    asserts it below Blackwell), except with FSDP, which asserts the opposite."""
     sizes = {"--tensor-model-parallel-size": 1, "--context-parallel-size": 1}
     for i, word in enumerate(argv[:-1]):
         if word in sizes:
             sizes[word] = int(argv[i + 1])
+    if any(flag in argv for flag in FSDP_FLAGS):
+        return {}
     return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if max(sizes.values()) > 1 else {}
+
+
+def target_env(preset: Any, argv: Sequence[str], command_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The job's environment as the preset declares it: the launcher's own exports (the command's, or for a
+    refused preset the ones it would make), then every launcher.env variable, which wins."""
+    env = dict(command_env) if command_env is not None else {**default_check_env(argv), **preset.launcher.env}
+    return {k: v for k, v in env.items() if k not in NOT_FORWARDED}
 
 
 def check_argvs(requests: Sequence[Request], python: str | None = None, **kwargs: Any) -> list[Verdict]:
@@ -203,13 +229,30 @@ def _layout_line(job: Any) -> str:
             f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
 
 
+def _assumed_lines(target: Target, kernels: Any, env: Mapping[str, str], preset: Any) -> list[str]:
+    how = "declared by the preset" if kernels.how == "preset" else "auto: as found on this machine"
+    declared_env = set(preset.launcher.env)
+    env_text = " ".join(f"{k}={v}" + ("" if k in declared_env else " (added by the launcher)")
+                        for k, v in sorted(env.items())) or "none"
+    return [f"assumed: {target.describe()} (GPU from launcher.gpu; kernels {how})", f"assumed: environment {env_text}"]
+
+
+def _megatron_notes(verdict: Verdict) -> list[str]:
+    lines = [f"  rewritten by validate_args: {r['flag']} {r['given']} → {r['now']}" for r in verdict.rewrites]
+    lines += [f"  megatron warns: {text}" for text in verdict.warnings]
+    return lines
+
+
 def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inputs: dict[str, Any],
                  output_format: str = "text", checker: UpstreamChecker | None = None) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
 
     `inputs` are resolve's (kernels, megatron_path, target, run directory, …): Megatron is asked about the job
     exactly as it would run. Megatron is imported from the checkout when there is one (pretrain_gpt.py imports
-    it from there), else from the installed megatron-core. `checker` reuses a running worker."""
+    it from there), else from the installed megatron-core. `checker` reuses a running worker.
+
+    Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
+    not this machine; the facts assumed are printed first."""
     from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command, script_args
 
@@ -227,37 +270,50 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
         return 0
     if job is not None:
         cmd = build_command(job)
-        argv, env = cmd.script_args, {k: v for k, v in cmd.env.items() if k == "CUDA_DEVICE_MAX_CONNECTIONS"}
-    else:  # the launcher refused: still ask Megatron about the flags the job would pass
+        argv, env = cmd.script_args, target_env(preset, cmd.script_args, cmd.env)
+    else:  # the launcher refused: still ask Megatron about the flags and environment the job would have
         unchecked, _ = resolve.resolve_settings(preset, nodes, gpus_per_node, **inputs)
         argv = script_args(unchecked.preset.megatron)
-        env = default_check_env(argv)
+        env = target_env(preset, argv)
+    target = Target(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
-        verdict = worker.check(argv, nodes * gpus_per_node, env, apex=kernels.apex)
+        verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
+                               capability=target.capability)
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
     agree = verdict.ok == (job is not None)
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,
+            "assumed": {"gpu": target.gpu, "capability": list(target.capability),
+                        "transformer_engine": target.transformer_engine, "apex": target.apex,
+                        "kernels": kernels.how, "env": env},
             "launcher": {"ok": job is not None, "layout": job.layout.as_dict() if job else None,
-                         "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems]},
+                         "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems],
+                         "warnings": list(job.warnings) if job else []},
             "megatron": {"ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "facts": verdict.facts,
-                         "suggestions": verdict.suggestions, "source": source},
+                         "suggestions": verdict.suggestions, "source": source, "rewrites": verdict.rewrites,
+                         "warnings": verdict.warnings, "not_checked": verdict.not_checked},
             "argv": argv,
         }, indent=1))
     else:
+        print("\n".join(_assumed_lines(target, kernels, env, preset)))
         if job is not None:
             print(f"launcher: ok ({_layout_line(job)})")
+            print("".join(f"  warning: {w}\n" for w in job.warnings), end="")
         else:
             print(f"launcher: {len(problems)} problem(s)")
             print("\n".join("  " + line for p in problems for line in p.render().splitlines()))
         stages = "parser, validate_args, microbatch calculator, TransformerConfig, model-build checks"
-        if verdict.ok:
+        if verdict.ok and not verdict.not_checked:
             print(f"megatron: ok ({stages}: {verdict.facts.get('num_microbatches')} microbatch(es), padded vocab "
                   f"{verdict.facts.get('padded_vocab_size')})")
+        elif verdict.ok:
+            print("megatron: ok as far as this machine can tell")
+            print("".join(f"  not checked here: {text}\n" for text in verdict.not_checked), end="")
         else:
             print("megatron: " + verdict.render().replace("\n", "\n  "))
+        print("".join(line + "\n" for line in _megatron_notes(verdict)), end="")
         print(f"          ({source})")
         if not agree:
             print("note: the launcher and Megatron disagree about this layout; please report it with this output")

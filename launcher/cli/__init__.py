@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from launcher import interrupts
 from launcher.cli.parsing import Parser, positive
 from launcher.errors import UserError, closest
 
@@ -97,9 +98,13 @@ def cmd_run(argv: list[str]) -> int:
     kernels = resolve.kernels_of(preset, target)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
     # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
+    # A launch claims the name at once (mkdir), so launches in the same second never share one; if this launch
+    # ends before writing the directory, the empty claim is removed at exit.
     run_dir = existing.path if existing else None
     if run_dir is None and (on_slurm or not args.preflight):
-        run_dir = rundir.new_run_dir_path(Path(preset.launcher.run_root), preset.name)
+        name_only = args.dry_run or args.check
+        run_dir = (rundir.new_run_dir_path if name_only else rundir.reserve_run_dir)(
+            Path(preset.launcher.run_root), preset.name)
     inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
                   preflight=args.preflight, gpus_here=gpus_here)
     if args.check:
@@ -231,9 +236,11 @@ def cmd_report(argv: list[str]) -> int:
     report = make_report(args.targets, args.output_dir, args.partial)
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
-                          "sources": [str(s) for s in report.sources]}, indent=2))
+                          "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2))
     else:
         print(report.summary.render())
+        for number, attempt in enumerate(report.attempts):
+            print(("attempts:           " if number == 0 else " " * 20) + attempt)
         print("plots:              " + ", ".join(str(p) for p in report.plots))
     return 0
 
@@ -293,7 +300,22 @@ def cmd_prepare_data(argv: list[str]) -> int:
     return prepare_data.run(prepare_data.build_parser().parse_args(argv))
 
 
+def cmd_import(argv: list[str]) -> int:
+    parser = Parser(prog="launch import", description="Turn an existing training script (bash, torchrun … "
+                    "pretrain_gpt.py …), a flag list or a YAML mapping of flags (MODEL_ARGS) into a preset, without "
+                    "running it; then check the preset and compare its argv with the script's.")
+    parser.add_argument("source", nargs="+", metavar="SCRIPT_OR_FLAGS",
+                        help="a file, '-' for standard input, or the flags themselves after --")
+    parser.add_argument("-o", "--output", metavar="PRESET.yaml",
+                        help="write the preset here (default: print it; the report goes to standard error)")
+    args = parser.parse_args(argv)
+    from launcher.importer.run import main as import_main
+
+    return import_main(args.source, args.output)
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "import": cmd_import,
     "list": cmd_list,
     "doctor": cmd_doctor,
     "plan": cmd_plan,
@@ -317,20 +339,21 @@ def _with_command_hint(exc: UserError, argv: list[str]) -> UserError:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
-        if argv and argv[0] in SUBCOMMANDS:
-            return SUBCOMMANDS[argv[0]](argv[1:])
-        try:
-            return cmd_run(argv)
-        except UserError as exc:
-            raise _with_command_hint(exc, argv) from None
+        with interrupts.signals_interrupt():  # SIGTERM/SIGHUP clean up like Ctrl-C (a running child gets them)
+            if argv and argv[0] in SUBCOMMANDS:
+                return SUBCOMMANDS[argv[0]](argv[1:])
+            try:
+                return cmd_run(argv)
+            except UserError as exc:
+                raise _with_command_hint(exc, argv) from None
     except UserError as exc:
         if _wants_json(argv):  # a script asked for JSON: it gets the error as JSON too, where it reads
             print(exc.as_json())
         else:
             print(exc.render(), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        return 130
+    except KeyboardInterrupt as interrupt:
+        return interrupts.exit_status(interrupt)
 
 
 def _wants_json(argv: list[str]) -> bool:

@@ -126,7 +126,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         plan["checkpoint"] = checkpoint_dict(args, plan["model"]["parameters"], e.step.total, ckpt_write_gbps)
     result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, validate)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node)
+        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, problems or result.refusals)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,

@@ -7,7 +7,9 @@ import argparse
 import json
 import os
 import shlex
+import sys
 
+from launcher import interrupts
 from launcher.cli.parsing import Parser
 from launcher.errors import Problem, UserError
 
@@ -61,7 +63,12 @@ def build_parser() -> Parser:
 def run(args: argparse.Namespace) -> int:
     if args.build_index:
         return _build_index(args)
-    return _prepare(args)
+    try:
+        return _prepare(args)
+    except KeyboardInterrupt as interrupt:  # prepare_data has stopped its workers and removed its temporary files
+        print(f"error: prepare-data stopped by {interrupts.describe(interrupt)}; nothing was written",
+              file=sys.stderr)
+        return interrupts.exit_status(interrupt)
 
 
 def _prepare(args: argparse.Namespace) -> int:

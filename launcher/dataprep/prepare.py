@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue as queue_module
+import signal
 import sys
 import time
-from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -34,6 +35,7 @@ from launcher.dataprep.reader import (
 )
 from launcher.dataprep.text_tokenizers import TextTokenizer, TokenizerSpec, build_tokenizer, check_spec
 from launcher.errors import Problem, UserError
+from launcher.interrupts import signals_deferred, signals_interrupt
 
 MAX_REPORTED_ERRORS = 20
 
@@ -107,7 +109,17 @@ def check_request(inputs: Sequence[str], output_prefix: str, overwrite: bool, te
 def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec, *, json_key: str = "text",
                  text_unit: str = "file", workers: int | None = None, overwrite: bool = False,
                  show_progress: bool = True) -> PrepareResult:
-    """Tokenize `inputs` into `output_prefix`.bin/.idx (+ .meta.json); raise UserError on bad input."""
+    """Tokenize `inputs` into `output_prefix`.bin/.idx (+ .meta.json); raise UserError on bad input.
+
+    Ctrl-C, SIGTERM and SIGHUP stop the workers, remove the temporary files and raise Interrupted.
+    """
+    with signals_interrupt():
+        return _prepare_data(inputs, output_prefix, spec, json_key=json_key, text_unit=text_unit,
+                             workers=workers, overwrite=overwrite, show_progress=show_progress)
+
+
+def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec, *, json_key: str,
+                  text_unit: str, workers: int | None, overwrite: bool, show_progress: bool) -> PrepareResult:
     workers = workers if workers is not None else default_workers()
     problems = check_request(inputs, output_prefix, overwrite, text_unit, workers) + check_spec(spec)
     if problems:
@@ -167,9 +179,13 @@ def prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec,
             vocab_size=tokenizer.vocab_size, eod=tokenizer.eod, dtype=np.dtype(dtype).name,
             seconds=time.monotonic() - started, megatron_args=spec.megatron_args(tokenizer.vocab_size))
         _write_meta(temps["meta"], result, spec, inputs, json_key, text_unit)
-        for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete
-            os.replace(temps[key], outputs[key])
+        with signals_deferred():  # an interrupt between the renames would pair a new .bin with an old .idx
+            for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete
+                os.replace(temps[key], outputs[key])
         return result
+    except KeyboardInterrupt:
+        progress.interrupt()
+        raise
     finally:
         for path in temps.values():
             if os.path.exists(path):
@@ -229,14 +245,8 @@ def _write_meta(path: str, result: PrepareResult, spec: TokenizerSpec, inputs: S
 
 # ---- the work: batches in input order, tokenized here (1 worker) or in spawned processes ----
 
-_worker_tokenizer: TextTokenizer | None = None
-
-
-def _init_worker(spec: TokenizerSpec) -> None:
-    # each worker is one core: keep the Rust tokenizer from starting its own thread pool on top
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    global _worker_tokenizer
-    _worker_tokenizer = build_tokenizer(spec)
+# How long the parent waits for a result before it checks that every worker is still alive.
+_WORKER_POLL_SECONDS = 1.0
 
 
 def _encode(batch: Batch, tokenizer: TextTokenizer, json_key: str, dtype: Any, tokenize: bool) -> _BatchResult:
@@ -262,9 +272,19 @@ def _encode(batch: Batch, tokenizer: TextTokenizer, json_key: str, dtype: Any, t
     return _BatchResult(batch.path, batch.end_offset, documents, skipped, [])
 
 
-def _encode_in_worker(batch: Batch, json_key: str, dtype: Any, tokenize: bool) -> _BatchResult:
-    assert _worker_tokenizer is not None
-    return _encode(batch, _worker_tokenizer, json_key, dtype, tokenize)
+def _worker_main(spec: TokenizerSpec, json_key: str, dtype: Any, tasks: Any, results: Any) -> None:
+    """One tokenizer process: (number, batch, tokenize) in, (number, result or exception) out, None ends it."""
+    # Ctrl-C reaches the whole process group; the parent alone decides what it means and then stops us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # each worker is one core: keep the Rust tokenizer from starting its own thread pool on top
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    tokenizer = build_tokenizer(spec)
+    while (task := tasks.get()) is not None:
+        number, batch, tokenize = task
+        try:
+            results.put((number, _encode(batch, tokenizer, json_key, dtype, tokenize)))
+        except Exception as err:  # noqa: BLE001 - handed to the parent, which raises it
+            results.put((number, err))
 
 
 def _encode_all(inputs: Sequence[str], spec: TokenizerSpec, tokenizer: TextTokenizer, json_key: str,
@@ -274,17 +294,64 @@ def _encode_all(inputs: Sequence[str], spec: TokenizerSpec, tokenizer: TextToken
         for batch in batches:
             yield _encode(batch, tokenizer, json_key, dtype, not stop_tokenizing())
         return
+    # Own processes and queues, not multiprocessing.Pool: a Pool's terminate() waits for a lock that a killed
+    # worker may hold, so Ctrl-C or SIGTERM could hang it. Here stopping is kill, join, abandon the queues.
     # spawn, not fork: the parent has torch loaded, and forking a threaded process can deadlock
     context = multiprocessing.get_context("spawn")
-    with context.Pool(workers, initializer=_init_worker, initargs=(spec,)) as pool:
-        # a bounded window of tasks: Pool.imap would read the whole corpus into memory ahead of the workers
-        pending: deque[Any] = deque()
-        for batch in batches:
-            pending.append(pool.apply_async(_encode_in_worker, (batch, json_key, dtype, not stop_tokenizing())))
-            if len(pending) >= 2 * workers + 2:
-                yield pending.popleft().get()
-        while pending:
-            yield pending.popleft().get()
+    tasks, results = context.Queue(), context.Queue()
+    processes = [context.Process(target=_worker_main, args=(spec, json_key, dtype, tasks, results), daemon=True)
+                 for _ in range(workers)]
+    try:
+        for process in processes:
+            process.start()
+        # a bounded window of tasks: reading ahead of the workers would hold the whole corpus in memory
+        window, sent, next_number = 2 * workers + 2, 0, 0
+        finished: dict[int, Any] = {}
+        batch_iter = iter(batches)
+        exhausted = False
+        while True:
+            while not exhausted and sent - next_number < window:
+                batch = next(batch_iter, None)
+                if batch is None:
+                    exhausted = True
+                else:
+                    tasks.put((sent, batch, not stop_tokenizing()))
+                    sent += 1
+            if next_number == sent:
+                break
+            while next_number not in finished:
+                number, outcome = _next_result(results, processes)
+                finished[number] = outcome
+            outcome = finished.pop(next_number)
+            next_number += 1
+            if isinstance(outcome, BaseException):
+                raise outcome
+            yield outcome
+        for _ in processes:
+            tasks.put(None)
+        for process in processes:
+            process.join()
+    finally:  # also on an exception, an interrupt, or the consumer stopping early
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+        for process in processes:
+            if process.pid is not None:
+                process.join(timeout=5)
+        for queue in (tasks, results):
+            queue.cancel_join_thread()  # never block exit on data no worker will read
+            queue.close()
+
+
+def _next_result(results: Any, processes: Sequence[Any]) -> tuple[int, Any]:
+    while True:
+        try:
+            return results.get(timeout=_WORKER_POLL_SECONDS)
+        except queue_module.Empty:
+            dead = [p.exitcode for p in processes if p.exitcode is not None]
+            if dead:
+                raise UserError(f"a tokenizer worker died (exit code {dead[0]}); no output was written",
+                                "the machine may be out of memory: try fewer --workers") from None
 
 
 def result_as_dict(result: PrepareResult) -> dict[str, Any]:

@@ -11,7 +11,7 @@ ranked); ranking uses steptime.step_time (its docstring says the model).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
@@ -145,6 +145,7 @@ class SearchResult:
     fitting: int
     alternatives: list[Alternative]
     notes: list[str]
+    refusals: list[str] = field(default_factory=list)  # why launch's checks refused fitting candidates
 
 
 def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
@@ -191,6 +192,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
                      "cannot do it")
     best_by_layout: dict[tuple[int, int], Candidate] = {}
     shapes: dict[int, est.ModelShape] = {}
+    refusals: dict[str, None] = {}
     considered = valid = fitting = 0
     for layout in structural_layouts(m, base, gpus_per_node):
         # The shape (padded vocab) depends on TP.
@@ -204,7 +206,9 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
                 valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
                 continue
             c = evaluate(shape, t, gpu, gpus_per_node, tflops)
-            if validate is not None and validate(shape, t):
+            rejected = validate(shape, t) if validate is not None else []
+            if rejected:
+                refusals.setdefault(rejected[0], None)
                 continue
             valid += 1
             fitting += 1
@@ -218,7 +222,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
         labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
     alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, validate)
                     for t, names in labels.items()]
-    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes)
+    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes, list(refusals))
 
 
 def rank_key(c: Candidate) -> tuple[float, float]:
@@ -289,6 +293,7 @@ def dominant_cost(mine: est.StepTime, best: est.StepTime) -> str:
 
 def describe(t: est.Training) -> str:
     vpp = f" VPP{t.vpp}" if t.vpp > 1 else ""
+    vpp += f" CP{t.cp}" if t.cp > 1 else ""
     model = t.tp * t.pp * t.cp
     dp = f" DP{t.dp}" if t.world_size % model == 0 else ""
     return (f"TP{t.tp} PP{t.pp}{vpp}{dp} MBS{t.micro_batch_size} recompute={t.recompute}"
@@ -372,8 +377,15 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     return None
 
 
-def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int) -> UserError:
+def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
+                 problems: list[str] | None = None) -> UserError:
+    """Why the search came back empty: too few GPUs (the minimum is given), or, when memory is not the reason,
+    the preset's own problem that every candidate inherits."""
     need = minimum_gpus(args, gpu, gpus_per_node)
+    if problems and need is not None and need <= world:
+        return UserError(Problem(f"no layout of {preset} on {world} × {gpu.name} passes launch's checks: "
+                                 f"{problems[0]}",
+                                 f"fix that setting first (`launch {preset} --dry-run` lists every problem)"))
     if need is None:
         return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
                                  "check the global batch size: DP must divide it"))

@@ -25,6 +25,8 @@ class MegatronArg:
     nargs: int | str | None = None
     choices: tuple[Any, ...] | None = None
     default: Any = None
+    # "megatron" (its own parser) or an extra provider pretrain_gpt.py adds, e.g. "modelopt" (pretrain_gpt.py:396)
+    provider: str = "megatron"
 
     @property
     def takes_list(self) -> bool:
@@ -43,9 +45,17 @@ def catalog() -> dict[str, MegatronArg]:
             nargs=e.get("nargs"),
             choices=tuple(e["choices"]) if "choices" in e else None,
             default=e.get("default"),
+            provider=e.get("provider", "megatron"),
         )
         for dest, e in raw["arguments"].items()
     }
+
+
+def provider_specs() -> list[dict[str, Any]]:
+    """The arguments extra providers add, as data a parser can be built from (for Megatron's own check)."""
+    return [{"dest": a.dest, "flags": list(a.flags), "kind": a.kind, "type": a.type, "nargs": a.nargs,
+             "choices": list(a.choices) if a.choices is not None else None, "default": a.default}
+            for a in catalog().values() if a.provider != "megatron"]
 
 
 @cache

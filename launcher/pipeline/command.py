@@ -70,9 +70,11 @@ def uses_megatron_ext(settings: dict[str, object]) -> bool:
 def environment(job: ResolvedJob) -> dict[str, str]:
     env: dict[str, str] = {}
     layout = job.layout
-    if job.entry == "simple_loop" or layout.tp > 1 or layout.cp > 1:
+    fsdp = bool(job.preset.arg("use_torch_fsdp2") or job.preset.arg("use_megatron_fsdp"))
+    if job.entry == "simple_loop" or ((layout.tp > 1 or layout.cp > 1) and not fsdp):
         # Megatron asserts this on Hopper and older for TP/CP > 1: TP collectives must be queued before the
-        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2.
+        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2. FSDP asserts the
+        # opposite (arguments.py:1027, 1139), and Megatron only warns about TP with FSDP.
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
     # The simple loop lives in examples/ and imports megatron from the checkout root.
     env["PYTHONPATH"] = str(job.megatron_path)

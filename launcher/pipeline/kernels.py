@@ -67,9 +67,19 @@ def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool
 def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     """The settings a job without TE/apex needs, where the preset leaves them open."""
     wanted = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
-    if not kernels.transformer_engine and megatron.get("spec") is None:
-        wanted.update(SDPA_SPEC)
+    local = megatron.get("transformer_impl") in (None, "local")
+    if not kernels.transformer_engine and megatron.get("spec") is None and local:
+        wanted.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE one
+        if megatron.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
+            del wanted["create_attention_mask_in_dataloader"]
+    if not kernels.transformer_engine and uses_rope(megatron):
+        wanted["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
+
+
+def uses_rope(megatron: Mapping[str, Any]) -> bool:
+    """validate_args turns RoPE fusion off unless the position embedding is RoPE (arguments.py:1457-1460)."""
+    return megatron.get("position_embedding_type") == "rope" or bool(megatron.get("use_rotary_position_embeddings"))
 
 
 def assumed_modules(megatron: Mapping[str, Any]) -> list[tuple[str, Problem]]:

@@ -16,7 +16,9 @@ from typing import Any
 
 from launcher.errors import Problem
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.pipeline import target_rules
 from launcher.pipeline.preset import Preset
+from launcher.pipeline.value_rules import check_values
 
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 
@@ -82,12 +84,13 @@ class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
     def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
-                 micro_batch_picked: bool = False):
+                 apex_available: bool = False, micro_batch_picked: bool = False):
         self.preset = preset
         self.micro_batch_picked = micro_batch_picked  # chosen by choose_micro_batch, not by the user
         self.world = world_size
         self.gpus_per_node = gpus_per_node
         self.te = te_available
+        self.apex = apex_available
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
 
@@ -589,12 +592,6 @@ class _Checker:
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")
-        env_conn = os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS")
-        preset_conn = self.preset.launcher.env.get("CUDA_DEVICE_MAX_CONNECTIONS", env_conn)
-        if (self.arg("tensor_model_parallel_size") > 1 or self.arg("context_parallel_size") > 1) and \
-                preset_conn not in (None, "1"):
-            self.fail(f"CUDA_DEVICE_MAX_CONNECTIONS={preset_conn} with TP/CP > 1",
-                      "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
         fast_ops = self.preset.launcher.env.get(FAST_OPS_ENV, os.environ.get(FAST_OPS_ENV))
         try:
             selected_ops(fast_ops)
@@ -606,7 +603,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
           apex_available: bool = False, micro_batch_picked: bool = False,
           ) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available, micro_batch_picked)
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked)
     if not c.required():
         return None, c.problems, c.warnings
     tp = c.arg("tensor_model_parallel_size")
@@ -625,6 +622,8 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     c.lengths()
     c.training_length()
     c.misc()
+    check_values(c.arg, c.fail, c.te)
+    target_rules.check(c, tp, cp, vpp)
     layout = Layout(
         world_size=world_size, tp=tp, pp=pp, cp=cp, ep=c.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
         micro_batch_size=c.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,

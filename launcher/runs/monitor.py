@@ -7,17 +7,23 @@ The local backend pipes the child's combined stdout/stderr through `Monitor.feed
   are printed above it; elsewhere (CI, nohup, Slurm) all lines pass through and each iteration adds one plain
   `[launch] …` progress line;
 - `Monitor.close(exit_code)` writes `summary.json`, prints the summary and returns it.
+
+Writing the log or metrics can fail (a full disk): that error goes to the caller, which stops training. Printing
+can fail too (the terminal was closed: SIGHUP): then the monitor goes on quietly, recording everything.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import IO
 
 from launcher.runs import logparse as lp
+from launcher.runs.atomic import write_text_atomic
+from launcher.runs.timing import StartupClock
 from launcher.runs.verdict import RunLog, RunSummary
 
 METRICS_FILE = "metrics.jsonl"
@@ -63,6 +69,7 @@ class Monitor:
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
         self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+        self.clock = StartupClock()
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
@@ -76,11 +83,15 @@ class Monitor:
         self._log.write(text + "\n")
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
+        self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
             self._metrics.write(json.dumps(record) + "\n")
             self._metrics.flush()
-        if isinstance(event, lp.IterationLine) and self.tty and _have_tqdm():
-            self._update_bar(event, record or {})
+        if isinstance(event, lp.IterationLine) and self.tty and self.out is not None and _have_tqdm():
+            try:
+                self._update_bar(event, record or {})
+            except OSError:
+                self._lost_output()
             return
         self._echo(text)
         if isinstance(event, lp.IterationLine):
@@ -90,10 +101,26 @@ class Monitor:
                        f" | ETA {format_eta(self._eta_seconds(event))}")
 
     def _echo(self, text: str) -> None:
-        if self._bar is not None:
-            self._bar.write(text, file=self.out)
-        else:
-            print(text, file=self.out, flush=True)
+        if self.out is None:
+            return
+        try:
+            if self._bar is not None:
+                self._bar.write(text, file=self.out)
+            else:
+                print(text, file=self.out, flush=True)
+        except OSError:
+            self._lost_output()
+
+    def _lost_output(self) -> None:
+        """The terminal is gone (EIO after a hangup, EPIPE): stop printing, keep recording."""
+        stream, self.out, self._bar = self.out, None, None
+        try:  # later writes to it elsewhere (and Python's own flush at exit) must not fail either
+            if stream is sys.stdout or stream is sys.__stdout__:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+        except (OSError, ValueError):
+            pass
 
     def _eta_seconds(self, event: lp.IterationLine) -> float | None:
         ms = self.runlog.steady_ms_per_iter()  # None while only start-up-contaminated lines are known
@@ -125,14 +152,29 @@ class Monitor:
         self._bar.set_postfix_str(self._status(event, record), refresh=True)
 
     def close(self, exit_code: int | None = None) -> RunSummary:
+        """Write summary.json and print the summary; every step is tried even when one fails (a full disk),
+        then the first file error is raised."""
+        failures: list[OSError] = []
         if self._bar is not None:
-            self._bar.close()
+            try:
+                self._bar.close()
+            except OSError:
+                self._lost_output()
             self._bar = None
-        self._log.close()
-        self._metrics.close()
+        for handle in (self._log, self._metrics):
+            try:
+                handle.close()
+            except OSError as error:
+                failures.append(error)
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
-        (self.run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
-        print("\n" + summary.render(), file=self.out, flush=True)
+        summary.startup = self.clock.as_dict()
+        try:
+            write_text_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+        except OSError as error:
+            failures.append(error)
+        self._echo("\n" + summary.render())
+        if failures:
+            raise failures[0]
         return summary
 
 

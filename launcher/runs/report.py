@@ -11,12 +11,14 @@ import json
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher import install_command
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
+from launcher.runs import slurm_log
+from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import RunLog, RunSummary, metrics_record
@@ -57,6 +59,7 @@ class Report:
     summary: RunSummary
     plots: list[Path]
     sources: list[Path]
+    attempts: list[str] = field(default_factory=list)  # a Slurm job's attempts and how each ended
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -282,9 +285,8 @@ def _gpu_peak(gpu: str | None) -> float | None:
 
 
 def run_logs(run_dir: Path) -> list[Path]:
-    """A run directory's logs in order: logs/attempt-N.log of a run here, or slurm-<job>.out of a Slurm job."""
-    logs = sorted((run_dir / "logs").glob("*.log"), key=_attempt_number)
-    return logs or sorted(run_dir.glob("slurm-*.out"), key=_attempt_number)
+    """A run directory's logs of a run here, logs/attempt-N.log, in order (a Slurm job's: slurm_log)."""
+    return sorted((run_dir / "logs").glob("*.log"), key=_attempt_number)
 
 
 def _never_started(run_dir: Path) -> UserError:
@@ -351,6 +353,16 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     seq = run.preset.get("megatron", {}).get("seq_length")
     logs = run_logs(run_dir)
     checkpoint_dir = Path(run.checkpoint_dir)
+    slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
+    if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
+        attempts = [attempt for path in slurm_logs for attempt in slurm_log.split_attempts(_read_log(path))]
+        runlog = RunLog(seq_length=seq if isinstance(seq, int) else None)
+        for attempt in attempts:
+            runlog.feed_attempt(attempt.lines)
+        summary = runlog.summary(checkpoint_dir=checkpoint_dir)
+        plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
+        write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+        return Report(summary, plots, slurm_logs, [attempt.describe() for attempt in attempts])
     if logs:
         runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
                                   allow_partial=allow_partial)
@@ -361,12 +373,15 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = _summary_from_file(run_dir)
     else:
         raise _never_started(run_dir)
-    launcher_settings = run.preset.get("launcher") or {}
-    info = PlotInfo(run_dir.name, run.manifest.get("preset") or run.preset.get("name"),
-                    launcher_settings.get("gpu") if isinstance(launcher_settings, dict) else None)
-    plots = write_plots(series, out, info)
-    (run_dir / SUMMARY_FILE).write_text(json.dumps(summary.to_dict(), indent=2) + "\n")
+    plots = write_plots(series, out, _plot_info(run))
+    write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
     return Report(summary, plots, logs or [run_dir / METRICS_FILE])
+
+
+def _plot_info(run) -> PlotInfo:
+    settings = run.preset.get("launcher") or {}
+    return PlotInfo(run.path.name, run.manifest.get("preset") or run.preset.get("name"),
+                    settings.get("gpu") if isinstance(settings, dict) else None)
 
 
 def _summary_from_file(run_dir: Path) -> RunSummary:

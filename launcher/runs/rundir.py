@@ -16,7 +16,9 @@ metadata, commits from git.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
+import errno
 import getpass
 import importlib.metadata
 import json
@@ -40,6 +42,7 @@ import launcher
 from launcher.errors import Problem, UserError
 from launcher.pipeline.preset import ENTRIES
 from launcher.pipeline.shell import shell_words
+from launcher.runs.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
 # Megatron's examples save every 500 to 10,000 iterations; 1,000 of the 175b preset are a few hours on its GPUs.
@@ -76,12 +79,65 @@ def run_dir_name(preset_name: str, now: datetime | None = None) -> str:
 
 
 def new_run_dir_path(root: Path, preset_name: str, now: datetime | None = None) -> Path:
-    """A path for a new run directory that does not exist yet (same-second launches get -2, -3, …)."""
+    """A path for a new run directory that does not exist yet (same-second launches get -2, -3, …).
+
+    Only for showing a path (dry-run): a launch reserves its directory with `reserve_run_dir`."""
     base = run_dir_name(preset_name, now)
     candidate, n = Path(root) / base, 2
     while candidate.exists():
         candidate, n = Path(root) / f"{base}-{n}", n + 1
     return candidate
+
+
+def reserve_run_dir(root: Path, preset_name: str, now: datetime | None = None) -> Path:
+    """Create a new, empty run directory and return it; launches in the same second get -2, -3, ….
+
+    mkdir is atomic: of two launches that choose the same name, one gets it and the other takes the next
+    suffix. `write_run_dir` later renames the complete directory onto this empty one; if the launch ends
+    before that (a failed check, Ctrl-C), the empty directory is removed when the process exits.
+    """
+    root = Path(root)
+    base = run_dir_name(preset_name, now)
+    if root.exists() and not root.is_dir():
+        raise UserError(Problem(f"run_root {root} is a file, not a directory",
+                                "set run_root to a directory (--set run_root=PATH)"))
+    created = [path for path in (root, *root.parents) if not path.exists()]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise UserError(storage_problem(f"cannot create run_root {root}", error)) from None
+    for path in reversed(created):  # at exit, after the run directory: the folders made for it, if left empty
+        atexit.register(release_run_dir, path)
+    for n in range(1, 10_000):
+        candidate = root / (base if n == 1 else f"{base}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise UserError(storage_problem(f"cannot create the run directory {candidate}", error)) from None
+        atexit.register(release_run_dir, candidate)
+        return candidate
+    raise UserError(Problem(f"{root} already holds 10,000 run directories named {base}-N",
+                            "set run_root to another directory (--set run_root=PATH)"))
+
+
+def release_run_dir(path: Path) -> None:
+    """Give back a reserved directory that the launch never filled (a filled one stays: it is a record)."""
+    try:
+        Path(path).rmdir()
+    except OSError:
+        pass
+
+
+def storage_problem(what: str, error: OSError) -> Problem:
+    """A file-system failure the user can fix (read-only mount, full disk, a file where a directory should be)."""
+    reason = error.strerror or str(error)
+    if error.errno == errno.ENOSPC or error.errno == errno.EDQUOT:
+        hint = "free space on that file system, or set run_root to another one (--set run_root=PATH)"
+    else:
+        hint = "set run_root to a writable directory (--set run_root=PATH)"
+    return Problem(f"{what}: {reason}", hint)
 
 
 def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[str, Any]:
@@ -259,14 +315,15 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
 def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping[str, Any],
                   argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None,
                   expand: frozenset[int] = frozenset()) -> Path:
-    """Create `run_dir` complete or not at all; refuse if it exists."""
+    """Create `run_dir` complete or not at all; refuse if it exists (empty, it is this launch's reservation)."""
     run_dir = Path(run_dir)
-    if run_dir.exists():
+    if run_dir.exists() and not (run_dir.is_dir() and not any(run_dir.iterdir())):
         raise UserError(Problem(f"run directory {run_dir} already exists; it is never overwritten",
                                 f"continue it with --resume {run_dir}, or launch again for a new directory"))
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
+    staging = None
     try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
         (staging / PRESET_FILE).write_text(header + yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
         (staging / COMMAND_FILE).write_text(command_script(argv, env, expand=expand))
@@ -277,16 +334,17 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
         for name, text in (extra_files or {}).items():
             (staging / name).write_text(text)
         staging.chmod(0o755)  # mkdtemp makes it 0700
-        # rename() fails on a non-empty target, so a directory that appeared meanwhile is not replaced.
-        if run_dir.exists():
-            raise FileExistsError(run_dir)
+        # rename() replaces an empty directory (the reservation) and fails on a non-empty one, so a directory
+        # that was filled meanwhile is never replaced.
         os.rename(staging, run_dir)
-    except FileExistsError:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(Problem(f"run directory {run_dir} appeared while this one was being written",
-                                "launch again for a new directory")) from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as error:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and error.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise UserError(Problem(f"run directory {run_dir} appeared while this one was being written",
+                                    "launch again for a new directory")) from None
+        if isinstance(error, OSError):
+            raise UserError(storage_problem(f"cannot write the run directory {run_dir}", error)) from None
         raise
     return run_dir
 
@@ -370,6 +428,7 @@ def record_attempt(run: ExistingRun, argv: Sequence[str], env: Mapping[str, str]
     manifest.setdefault("attempts", []).append({
         "started": datetime.now(UTC).isoformat(timespec="seconds"), "argv": list(argv), "env": redact_env(env),
     })
-    staging = run.path / f".{MANIFEST}.tmp"
-    staging.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(staging, run.path / MANIFEST)
+    try:
+        write_text_atomic(run.path / MANIFEST, json.dumps(manifest, indent=2) + "\n")
+    except OSError as error:
+        raise UserError(storage_problem(f"cannot record the new attempt in {run.path}", error)) from None

@@ -52,16 +52,34 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
         rundir.record_attempt(job.existing, command.argv, command.env)
     print(f"# run directory: {job.run_dir}", file=out, flush=True)
     save = job.preset.megatron.get("save")
-    monitor = Monitor(job.run_dir, checkpoint_dir=Path(save) if save else None,
-                      seq_length=job.preset.megatron.get("seq_length"), out=out)
+    try:
+        monitor = Monitor(job.run_dir, checkpoint_dir=Path(save) if save else None,
+                          seq_length=job.preset.megatron.get("seq_length"), out=out)
+    except OSError as error:
+        raise UserError(rundir.storage_problem(f"cannot write the run's log in {job.run_dir}", error)) from None
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
     cwd = str(job.run_dir) if job.entry == "simple_loop" else None
-    code = None
+    code, failure = None, None
     try:
         code = local.run(command, cwd=cwd, on_line=monitor.feed)
+    except OSError as error:  # the log or metrics could not be written; local.run has stopped training
+        failure = error
     finally:
-        summary = monitor.close(code)
-    print(f"# report: launch report {job.run_dir}", file=out, flush=True)
+        try:
+            summary = monitor.close(code)
+        except OSError as error:
+            failure = failure or error
+    if failure is not None:
+        raise UserError(rundir.storage_problem(
+            f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))
+    _say(f"# report: launch report {job.run_dir}", out)
     if code == 0 and summary.outcome == "failed":
         return EXIT_FAILED_DESPITE_ZERO
     return code
+
+
+def _say(text: str, out: IO[str]) -> None:
+    try:
+        print(text, file=out, flush=True)
+    except OSError:  # the terminal is gone (a hangup); the run directory has everything
+        pass

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from launcher.runs import logparse as lp
+from launcher.runs import timing
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 
@@ -75,6 +76,7 @@ class RunSummary:
     validation: dict[str, float]
     attempts: int
     exit_code: int | None
+    startup: dict | None = None  # timing.StartupClock.as_dict() of the last attempt (the monitor fills it in)
 
     @property
     def ok(self) -> bool:
@@ -102,6 +104,7 @@ class RunSummary:
             + (f"iteration {self.tracker_iteration} (latest_checkpointed_iteration.txt)" if self.tracker_iteration
                else f"saved at {self.checkpoints_saved[-1]}" if self.checkpoints_saved else "none saved"),
         ]
+        lines += timing.render(self.startup)
         if self.validation:
             lines.append("validation:         " + ", ".join(f"{k} {v:.4f}" for k, v in self.validation.items()))
         return "\n".join(lines)

@@ -33,6 +33,9 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --eval-iters 10 \
   --mock-data \
   --tokenizer-type NullTokenizer \
+  --async-save \
+  --use-persistent-ckpt-worker \
+  --async-strategy mcore \
   --log-interval 10 \
   --log-throughput \
   --tensor-model-parallel-size 2 \

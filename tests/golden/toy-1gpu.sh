@@ -7,6 +7,7 @@
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer model trains through pretrain_gpt.py with TP 1
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
+export MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync
 torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   /opt/megatron-lm/pretrain_gpt.py \
   --num-layers 2 \
@@ -25,6 +26,7 @@ torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   --eval-iters 0 \
   --mock-data \
   --tokenizer-type NullTokenizer \
+  --ckpt-format torch \
   --log-interval 1 \
   --transformer-impl local \
   --no-gradient-accumulation-fusion \

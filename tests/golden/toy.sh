@@ -6,5 +6,6 @@
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm
+export MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync
 torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   /opt/megatron-lm/examples/run_simple_mcore_train_loop.py

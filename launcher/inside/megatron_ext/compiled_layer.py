@@ -6,6 +6,12 @@ the last ~7 % between the ``345m`` preset and compiled plain PyTorch (docs/bench
 Megatron's submodules and parameters (same names, checkpoints, DDP hooks, optimizer) and, where the layer is a
 plain GPT block, runs LayerNorm → QKV → SDPA → projection + residual → LayerNorm → MLP + residual as one compiled
 function; everything else takes Megatron's own forward. ``fast_path_blocker`` says why a layer cannot.
+
+The compiled function calls none of the submodules, so their module hooks would never fire. Megatron's DDP
+registers a forward pre-hook on every module when overlap_param_gather is on: it waits for the parameter
+all-gather of each bucket and starts the next one. The fast path therefore runs the submodules' forward pre-hooks
+itself, in registration (= forward) order, before the compiled function; a submodule with forward (post) or
+backward module hooks, which the fast path cannot honour, sends the layer to Megatron's forward.
 """
 
 from __future__ import annotations
@@ -150,6 +156,28 @@ def announce(blocker: str | None) -> None:
     print(f"> megatron-launch compiled layers: {state}", flush=True)
 
 
+def submodules(layer: torch.nn.Module) -> list[torch.nn.Module]:
+    return [m for m in layer.modules() if m is not layer]
+
+
+def hook_blocker(layer: torch.nn.Module) -> str | None:
+    """None unless a submodule has module hooks the fast path cannot run for it (forward post or backward)."""
+    for module in submodules(layer):
+        if module._forward_hooks or module._backward_hooks or module._backward_pre_hooks:
+            return f"module hooks on {type(module).__name__}"
+    return None
+
+
+def run_forward_pre_hooks(layer: torch.nn.Module) -> None:
+    """Each submodule's forward pre-hooks, as its own call would run them (their inputs are unused here)."""
+    for module in submodules(layer):
+        for hook_id, hook in list(module._forward_pre_hooks.items()):
+            if hook_id in module._forward_pre_hooks_with_kwargs:
+                hook(module, (), {})
+            else:
+                hook(module, ())
+
+
 def input_blocker(args: tuple, kwargs: dict) -> str | None:
     """None when a forward call passes only hidden states (everything else None); else the reason. An explicit
     attention mask may be more than causal (--reset-attention-mask); with the SDPA spec the launcher passes none."""
@@ -170,9 +198,10 @@ class CompiledLayer(TransformerLayer):
         self.fast_path_blocker = fast_path_blocker(self)
 
     def forward(self, *args: Any, **kwargs: Any):
-        blocker = self.fast_path_blocker or input_blocker(args, kwargs)
+        blocker = self.fast_path_blocker or input_blocker(args, kwargs) or hook_blocker(self)
         announce(blocker)
         if blocker is None:
+            run_forward_pre_hooks(self)  # e.g. DDP's wait for the overlapped parameter all-gather
             return self._fast_forward(kwargs["hidden_states"]), None
         return super().forward(*args, **kwargs)
 

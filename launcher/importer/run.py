@@ -1,0 +1,55 @@
+"""`launch import SOURCE [-o preset.yaml]`: read, write the preset, check it, report."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+from launcher.errors import UserError
+from launcher.importer.build import import_source
+from launcher.importer.report import check_import, render
+
+MAX_SOURCE_BYTES = 1_000_000
+
+
+def read_input(words: list[str]) -> tuple[str, str]:
+    """(text, name): one existing file, '-' for stdin, else the words themselves as one command line."""
+    if len(words) == 1 and words[0] == "-":
+        return sys.stdin.read(MAX_SOURCE_BYTES + 1), "standard input"
+    if len(words) == 1 and not words[0].lstrip().startswith("-") and " " not in words[0]:
+        path = Path(words[0])
+        if not path.is_file():
+            raise UserError(f"{path} is not a file", "give a training script, a YAML mapping of flags, or the flags "
+                            "themselves (launch import -- torchrun … pretrain_gpt.py …)")
+        if path.stat().st_size > MAX_SOURCE_BYTES:
+            raise UserError(f"{path} is larger than {MAX_SOURCE_BYTES:,} bytes", "import reads training scripts")
+        try:
+            return path.read_text(), str(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UserError(f"cannot read {path}: {exc}") from None
+    return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given"
+
+
+def main(source: list[str], output: str | None) -> int:
+    text, name = read_input(source)
+    imported = import_source(text, name)
+    if output:
+        target = Path(output)
+        if target.exists() and target.is_dir():
+            raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
+        try:
+            target.write_text(imported.text)
+        except OSError as exc:
+            raise UserError(f"cannot write {target}: {exc}") from None
+        outcome = check_import(imported, target)
+        sys.stdout.write(render(imported, outcome, str(target)))
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            scratch = Path(tmp) / "imported.yaml"
+            scratch.write_text(imported.text)
+            outcome = check_import(imported, scratch)
+        sys.stdout.write(imported.text)
+        sys.stderr.write(render(imported, outcome, "standard output"))
+    return 2 if outcome.problems else 0

@@ -1,0 +1,231 @@
+"""Rules that depend on the target machine: its environment variables, GPU generation and kernels (TE/apex);
+and the settings Megatron's validate_args silently rewrites, said before launch.
+
+Each rule mirrors the cited line of megatron/training/arguments.py (or the config dataclass) at 432d76b2b8bf.
+`check(c, tp, cp)` takes layout's _Checker: it reads settings through c.arg and reports through c.fail and
+c.warnings, so every problem still arrives in one list.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from launcher.megatron import args as megatron_args
+from launcher.megatron.target import capability
+
+CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # arguments.py:1532
+
+
+def env_value(c: Any, name: str) -> str | None:
+    """What a rank sees: the preset's launcher.env, else the caller's environment (a local run inherits it)."""
+    return c.preset.launcher.env.get(name, os.environ.get(name))
+
+
+def uses_fsdp(arg: Any) -> bool:
+    return bool(arg("use_torch_fsdp2") or arg("use_megatron_fsdp"))
+
+
+def launcher_connections(tp: int, cp: int, fsdp: bool) -> str | None:
+    """The CUDA_DEVICE_MAX_CONNECTIONS the launcher exports (command.environment): 1 for TP/CP > 1, which Megatron
+    asserts below Blackwell, except with FSDP, which asserts the opposite."""
+    return "1" if (tp > 1 or cp > 1) and not fsdp else None
+
+
+def gradient_accumulation_fusion(c: Any) -> bool:
+    """As the job will see it: without apex the launcher turns it off unless the preset sets it."""
+    if c.preset.megatron.get("gradient_accumulation_fusion") is not None:
+        return bool(c.preset.megatron["gradient_accumulation_fusion"])
+    return bool(c.arg("gradient_accumulation_fusion")) and c.apex
+
+
+def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
+    context_parallel_sizes(c, cp)
+    connections(c, tp, cp)
+    moe_overlap(c, vpp)
+    torch_fsdp2(c)
+    megatron_fsdp(c)
+    deterministic(c)
+    without_te(c)
+    silent_rewrites(c, tp)
+    no_op_settings(c)
+
+
+def connections(c: Any, tp: int, cp: int) -> None:
+    fsdp = uses_fsdp(c.arg)
+    value = env_value(c, CONNECTIONS) or launcher_connections(tp, cp, fsdp)
+    if fsdp and value == "1":  # arguments.py:1027 (torch FSDP2), :1139 (Megatron-FSDP)
+        which = "use_torch_fsdp2" if c.arg("use_torch_fsdp2") else "use_megatron_fsdp"
+        c.fail(f"{which}: FSDP requires {CONNECTIONS} > 1 or unset, but it is 1",
+               f"remove {CONNECTIONS} from launcher.env (or set it to e.g. 32)")
+    arch = capability(c.preset.launcher.gpu)[0]
+    if (tp > 1 or cp > 1) and arch < 10:  # arguments.py:1398-1425; Blackwell and later need nothing
+        if fsdp:
+            c.warnings.append(f"TP/CP > 1 with FSDP: Megatron warns that TP wants {CONNECTIONS}=1 while FSDP wants "
+                              "it larger; expect slower overlap")
+        elif c.arg("overlap_moe_expert_parallel_comm"):
+            if value != "1":
+                c.warnings.append(f"TP/CP > 1 with overlap_moe_expert_parallel_comm and {CONNECTIONS}={value}: "
+                                  "Megatron only warns; TP communication overlaps less")
+        elif value != "1":
+            c.fail(f"{CONNECTIONS}={value} with TP {tp} / CP {cp} > 1 on {c.preset.launcher.gpu}",
+                   "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
+
+
+def context_parallel_sizes(c: Any, cp: int) -> None:
+    """arguments.py:578-583 (the sizes may be given as one string "2 2"; the preset splits it)."""
+    sizes = c.arg("hierarchical_context_parallel_sizes")
+    if sizes and _product(sizes) != cp:
+        c.fail(f"hierarchical_context_parallel_sizes {' · '.join(map(str, sizes))} = {_product(sizes)} must "
+               f"multiply to context_parallel_size {cp}")
+    if "a2a+p2p" in (c.arg("cp_comm_type") or []) and not sizes:
+        c.fail("cp_comm_type a2a+p2p needs hierarchical_context_parallel_sizes", "e.g. \"2 2\" for CP 4")
+
+
+def _product(values: list[int]) -> int:
+    out = 1
+    for v in values:
+        out *= v
+    return out
+
+
+def moe_overlap(c: Any, vpp: int | None) -> None:
+    """TransformerConfig.__post_init__, transformer_config.py:2386-2433."""
+    if not c.arg("overlap_moe_expert_parallel_comm"):
+        return
+    what = "overlap_moe_expert_parallel_comm"
+    if c.arg("pipeline_model_parallel_size") > 1 and vpp is None:
+        c.fail(f"{what} with PP > 1 needs a virtual pipeline", "set num_virtual_stages_per_pipeline_rank")
+    if c.arg("expert_model_parallel_size") <= 1:
+        c.fail(f"{what} needs expert parallelism (expert_model_parallel_size > 1)")
+    if c.arg("moe_token_dispatcher_type") not in ("alltoall", "flex"):
+        c.fail(f"{what} needs moe_token_dispatcher_type alltoall or flex, got {c.arg('moe_token_dispatcher_type')}")
+    if c.arg("recompute_granularity") == "full" or c.arg("recompute_method") is not None or \
+            c.arg("recompute_num_layers") is not None:
+        c.fail(f"{what} cannot be combined with full recomputation / recompute_method / recompute_num_layers")
+    if not (c.arg("bf16") or c.arg("fp16")):
+        c.fail(f"{what} needs bf16 or fp16")
+    if c.arg("moe_shared_expert_overlap"):
+        c.fail(f"{what} cannot be combined with moe_shared_expert_overlap")
+    mtp = c.arg("mtp_num_layers")
+    if mtp not in (None, 1):
+        c.fail(f"{what} supports at most one MTP layer, got mtp_num_layers {mtp}")
+
+
+def torch_fsdp2(c: Any) -> None:
+    """arguments.py:1010-1027."""
+    if not c.arg("use_torch_fsdp2"):
+        return
+    what = "use_torch_fsdp2"
+    if c.arg("pipeline_model_parallel_size") != 1:
+        c.fail(f"{what} does not support pipeline parallelism (PP {c.arg('pipeline_model_parallel_size')})",
+               "set pipeline_model_parallel_size=1")
+    if c.arg("expert_model_parallel_size") != 1:
+        c.fail(f"{what} does not support expert parallelism", "set expert_model_parallel_size=1")
+    if c.arg("use_distributed_optimizer"):
+        c.fail(f"{what} does not work with Megatron's distributed optimizer", "set use_distributed_optimizer=false")
+    if gradient_accumulation_fusion(c):
+        c.fail(f"{what} does not support gradient accumulation fusion (on by default with apex)",
+               "set gradient_accumulation_fusion=false (--no-gradient-accumulation-fusion)")
+    if c.arg("ckpt_format") not in ("torch_dist", "torch_dcp"):
+        c.fail(f"{what} needs ckpt_format torch_dist or torch_dcp, got {c.arg('ckpt_format')}")
+    if not c.arg("untie_embeddings_and_output_weights"):
+        c.fail(f"{what} requires untie_embeddings_and_output_weights", "set untie_embeddings_and_output_weights=true")
+    if c.arg("fp16"):
+        c.fail(f"{what} does not support fp16 yet", "use bf16")
+
+
+def megatron_fsdp(c: Any) -> None:
+    """arguments.py:1107-1160 and the checkpoint-format checks at :1497-1508."""
+    fsdp = c.arg("use_megatron_fsdp")
+    fmt = c.arg("ckpt_format")
+    if fsdp:
+        if c.arg("optimizer") not in ("sgd", "adam"):
+            c.fail(f"use_megatron_fsdp does not support the {c.arg('optimizer')} optimizer yet")
+        if c.arg("data_parallel_sharding_strategy") == "optim_grads_params" and \
+                c.arg("check_weight_hash_across_dp_replicas_interval") is not None:
+            c.fail("check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params")
+        if fmt != "fsdp_dtensor":
+            c.fail(f"use_megatron_fsdp requires ckpt_format fsdp_dtensor, got {fmt}", "set ckpt_format=fsdp_dtensor")
+        if c.arg("init_model_with_meta_device") and c.arg("data_parallel_sharding_strategy") == "no_shard":
+            c.fail("init_model_with_meta_device is not supported with data_parallel_sharding_strategy no_shard")
+    if c.arg("fsdp_manual_registration") and not fsdp:
+        c.fail("fsdp_manual_registration needs use_megatron_fsdp")
+    if fmt == "fsdp_dtensor" and not fsdp:
+        c.fail("ckpt_format fsdp_dtensor needs use_megatron_fsdp", "set use_megatron_fsdp=true or another format")
+    if fmt == "torch_dcp":
+        if not c.arg("use_torch_fsdp2"):
+            c.fail("ckpt_format torch_dcp needs use_torch_fsdp2")
+        if c.arg("tensor_model_parallel_size") > 1 or c.arg("pipeline_model_parallel_size") > 1:
+            c.fail("ckpt_format torch_dcp is not supported with TP or PP > 1")
+
+
+def deterministic(c: Any) -> None:
+    """arguments.py:1527-1536."""
+    if not c.arg("deterministic_mode"):
+        return
+    if c.arg("use_flash_attn"):
+        c.fail("deterministic_mode cannot use flash attention", "drop use_flash_attn")
+    if c.arg("cross_entropy_loss_fusion"):
+        c.fail("deterministic_mode cannot use cross_entropy_loss_fusion (not deterministic)")
+    algo = env_value(c, "NCCL_ALGO")
+    if algo not in DETERMINISTIC_NCCL_ALGOS:
+        c.fail(f"deterministic_mode needs NCCL_ALGO in {', '.join(DETERMINISTIC_NCCL_ALGOS)}, got {algo}",
+               "e.g. --set env.NCCL_ALGO=Tree")
+
+
+def without_te(c: Any) -> None:
+    """What a target without Transformer Engine (or apex) cannot run, said before launch."""
+    rope = c.arg("position_embedding_type") == "rope" or c.arg("use_rotary_position_embeddings")
+    if not c.te and rope and c.preset.megatron.get("apply_rope_fusion") is True:
+        # transformer_config.py:1947 (the launcher turns it off itself unless the preset insists)
+        c.fail("apply_rope_fusion needs Transformer Engine's fused RoPE, which the target lacks",
+               "drop apply_rope_fusion (the launcher then adds --no-rope-fusion)")
+    if c.arg("num_experts") and c.arg("fp8") and not c.te:  # transformer_config.py:2057
+        c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
+               "drop fp8 (--fp8-format), or run in a Transformer Engine container (transformer_engine: true)")
+    if c.arg("defer_embedding_wgrad_compute"):  # model_parallel_config.py:431-439
+        if c.arg("pipeline_model_parallel_size") == 1:
+            c.fail("defer_embedding_wgrad_compute needs pipeline parallelism (PP > 1)")
+        elif not gradient_accumulation_fusion(c):
+            c.fail("defer_embedding_wgrad_compute needs gradient_accumulation_fusion" +
+                   ("" if c.apex else ", which needs NVIDIA apex (the target has none, so the launcher turns it "
+                                      "off)"), "drop defer_embedding_wgrad_compute")
+    if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
+        if c.arg("transformer_impl") != "transformer_engine" or not c.te:
+            c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")
+        elif env_value(c, "NVTE_CPU_OFFLOAD_V1") != "1":
+            c.fail("fine_grained_activation_offloading with TE >= 2.10 needs NVTE_CPU_OFFLOAD_V1=1",
+                   "--set env.NVTE_CPU_OFFLOAD_V1=1")
+    if c.preset.megatron.get("transformer_impl") == "transformer_engine" and not c.te:
+        c.fail("transformer_impl transformer_engine, but the target has no Transformer Engine",
+               "set transformer_engine: true for a TE container, or drop transformer_impl", stage="runtime")
+
+
+def silent_rewrites(c: Any, tp: int) -> None:
+    """Settings validate_args changes in place with at most a log line; said here so nobody is surprised."""
+    if c.arg("async_save") and c.arg("ckpt_format") != "torch" and not c.arg("use_persistent_ckpt_worker"):
+        c.warnings.append("async_save is disabled by Megatron without use_persistent_ckpt_worker "
+                          "(arguments.py:1621): set use_persistent_ckpt_worker=true for asynchronous saves")
+    if c.arg("use_megatron_fsdp") and not c.arg("use_distributed_optimizer"):
+        c.warnings.append("use_megatron_fsdp turns on use_distributed_optimizer (Megatron-FSDP needs it)")
+    if c.arg("fp16") and not c.arg("loss_scale") and c.preset.megatron.get("check_for_nan_in_loss_and_grad"):
+        c.warnings.append("check_for_nan_in_loss_and_grad is turned off by Megatron with fp16's dynamic loss scaling")
+    if c.arg("mtp_hybrid_override_pattern") is not None:
+        c.warnings.append("mtp_hybrid_override_pattern is ignored for GPT models")
+    if c.arg("nccl_ub") and c.arg("use_megatron_fsdp") and not c.arg("fsdp_manual_registration"):
+        c.warnings.append("nccl_ub with use_megatron_fsdp turns on fsdp_manual_registration")
+
+
+def no_op_settings(c: Any) -> None:
+    """A switch the preset sets to Megatron's own default emits no flag (there is none to emit: e.g. only
+    --no-ckpt-fully-parallel-save exists for ckpt_fully_parallel_save); say so rather than drop it silently."""
+    catalog = megatron_args.catalog()
+    for dest, value in c.preset.megatron.items():
+        arg = catalog.get(dest)
+        if arg is None or arg.kind not in ("true", "false") or value is None or bool(value) != bool(arg.default):
+            continue
+        if arg.kind == "false":  # the only flags turn it off
+            c.warnings.append(f"{dest}: {str(value).lower()} is Megatron's default and emits no flag "
+                              f"(only {arg.flags[0]} exists)")

@@ -1,0 +1,128 @@
+"""Pre-launch rules on model and optimizer values that Megatron only finds at model build or the first step.
+
+Each function takes the preset's `arg` (the value Megatron will see), `fail(message, hint, stage)` and whether TE
+is available; layout.check calls them all. Megatron parses `--lr nan` or `--hidden-dropout 1.5` without complaint
+and then trains on NaN or crashes in dropout; `--num-query-groups 3` with 16 heads fails only at the first forward.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+Arg = Callable[[str], Any]
+Fail = Callable[..., None]
+
+# dest → what it is; each must lie in [0, 1].
+PROBABILITIES = {
+    "hidden_dropout": "a dropout probability",
+    "attention_dropout": "a dropout probability",
+    "lr_warmup_fraction": "a fraction of the LR decay",
+    "rotary_percent": "a fraction of the head dimension",
+    "optimizer_offload_fraction": "a fraction of the optimizer state",
+}
+# dest → (lowest allowed, exclusive?): finite numbers with a lower bound, each only when set.
+POSITIVE = {"lr": (0.0, True), "min_lr": (0.0, False), "adam_eps": (0.0, True), "init_method_std": (0.0, True),
+            "weight_decay": (0.0, False), "clip_grad": (0.0, False), "layernorm_epsilon": (0.0, True),
+            "initial_loss_scale": (0.0, True), "loss_scale": (0.0, True), "min_loss_scale": (0.0, True),
+            "decoupled_lr": (0.0, True), "decoupled_min_lr": (0.0, False), "start_weight_decay": (0.0, False),
+            "end_weight_decay": (0.0, False), "lr_warmup_init": (0.0, False), "moe_aux_loss_coeff": (0.0, False)}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def value_ranges(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Finite learning rates and scales, probabilities in [0, 1], Adam's betas in [0, 1)."""
+    for dest, (low, exclusive) in POSITIVE.items():
+        value = arg(dest)
+        if not _number(value):
+            continue
+        bound = f"> {low:g}" if exclusive else f">= {low:g}"
+        example = "1e-5" if dest.startswith("min") else "3e-4" if "lr" in dest else "1"
+        if not math.isfinite(value):
+            fail(f"{dest} is {value}: it must be a finite number {bound}",
+                 f"set {dest} to a number, e.g. --set {dest}={example}", "runtime")
+        elif value < low or (exclusive and value == low):
+            fail(f"{dest} {value:g} must be {bound}", f"set {dest} to a value {bound}", "runtime")
+    for dest, what in PROBABILITIES.items():
+        value = arg(dest)
+        if _number(value) and not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            fail(f"{dest} {value} is {what} and must lie in [0, 1]", f"e.g. --set {dest}=0.1", "runtime")
+    for dest in ("adam_beta1", "adam_beta2"):
+        value = arg(dest)
+        if _number(value) and not (math.isfinite(value) and 0.0 <= value < 1.0):
+            fail(f"{dest} {value} must lie in [0, 1)", f"e.g. --set {dest}=0.9", "runtime")
+
+
+def query_groups(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Grouped-query attention: the heads split evenly into the groups (TransformerConfig / the first forward)."""
+    if not arg("group_query_attention"):
+        return
+    heads, groups = arg("num_attention_heads"), arg("num_query_groups")
+    if groups is None:
+        fail("group_query_attention needs num_query_groups", "e.g. --set num_query_groups=4", "runtime")
+        return
+    if groups < 1:
+        fail(f"num_query_groups must be at least 1, got {groups}", "", "runtime")
+    elif heads and heads % groups:
+        fits = [g for g in range(1, heads + 1) if heads % g == 0]
+        fail(f"num_attention_heads {heads} is not divisible by num_query_groups {groups}: every query group "
+             "needs the same number of heads", f"use num_query_groups in {fits}", "runtime")
+
+
+def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """MoE expert counts: positive, at least the router's top-k; expert parallelism only with experts."""
+    count, ep, topk = arg("num_experts"), arg("expert_model_parallel_size"), arg("moe_router_topk")
+    if count is None:
+        return
+    if count < 1:
+        dense = "leave num_experts unset (a dense model)"
+        fail(f"num_experts must be at least 1, got {count}" +
+             (f" (with expert_model_parallel_size {ep})" if ep and ep > 1 else ""),
+             f"{dense}" + (" and expert_model_parallel_size=1" if ep and ep > 1 else "") +
+             ", or set a positive number of experts", "runtime")
+        return
+    if arg("add_bias_linear") and not arg("moe_grouped_gemm") and not te:
+        # Megatron's SequentialMLP passes each expert its router probabilities; with linear biases every path
+        # fails at the first step (measured on an H200, no TE): fused bias-GeLU "Only support fusion of swiglu
+        # and quick_gelu with per_token_scale", unfused "a view ... is being modified inplace" (mlp.py's bias
+        # add), SwiGLU "Bias is not supported for weighted swiglu fusion".
+        fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
+             "experts scale each expert's output by its router probability, which its bias paths cannot)",
+             "set add_bias_linear=false (--disable-bias-linear)", "runtime")
+    if topk is not None and not 1 <= topk <= count:
+        fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
+             f"e.g. --set moe_router_topk={min(2, count)}", "runtime")
+
+
+def attention_mask(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """reset_attention_mask changes the mask the dataloader builds; without one Megatron silently ignores it."""
+    if arg("reset_attention_mask") and arg("create_attention_mask_in_dataloader") is False:
+        fail("reset_attention_mask needs the attention mask built in the dataloader, but "
+             "create_attention_mask_in_dataloader is false (Megatron would ignore the reset without a word)",
+             "remove create_attention_mask_in_dataloader=false (the launcher keeps the mask for this setting)",
+             "runtime")
+
+
+ASYNC_FORMATS = ("torch_dist", "torch_dcp", "fsdp_dtensor")
+
+
+def async_save(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """--async-save in the torch format: save_checkpoint raises NotImplementedError at the first save. (Without a
+    persistent writer validate_args turns it off: a warning of target_rules.)"""
+    if arg("async_save") and arg("ckpt_format") not in ASYNC_FORMATS:
+        fail(f"async_save with ckpt_format {arg('ckpt_format')}: Megatron saves asynchronously only in "
+             f"{', '.join(ASYNC_FORMATS)} and raises at the first save", "set async_save=false, or ckpt_format "
+             "torch_dist", "runtime")
+
+
+RULES = (value_ranges, query_groups, experts, attention_mask, async_save)
+
+
+def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Every rule; `te`: Transformer Engine is available to the training processes."""
+    for rule in RULES:
+        rule(arg, fail, te)

@@ -1,0 +1,54 @@
+"""A Slurm job's log (`slurm-<job>.out` in its run directory) split into its attempts.
+
+The batch script (templates/sbatch.sh.j2) opens every attempt with `megatron-launch: job J attempt N on …` and
+closes it with `megatron-launch: attempt N ended: why`; an attempt killed before it could say so (a failed node)
+gets its line from the next attempt. The log is appended to across requeues, so one file holds them all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_START = re.compile(r"^megatron-launch: job (?P<job>\d+) attempt (?P<n>\d+) on ")
+_END = re.compile(r"^megatron-launch: attempt (?P<n>\d+) ended: (?P<why>.*)$")
+
+
+@dataclass
+class SlurmAttempt:
+    job: str
+    number: int
+    lines: list[str] = field(default_factory=list)
+    ended: str | None = None  # None: no word on how it ended (still running, or the log was cut)
+
+    def describe(self) -> str:
+        return f"attempt {self.number} (job {self.job}): {self.ended or 'no end recorded (running, or cut off)'}"
+
+
+def job_logs(run_dir: Path) -> list[Path]:
+    """The run's Slurm logs, oldest job first (a chain or a resubmission adds jobs)."""
+    def job_id(path: Path) -> int:
+        digits = path.stem.removeprefix("slurm-")
+        return int(digits) if digits.isdigit() else 0
+
+    return sorted(Path(run_dir).glob("slurm-*.out"), key=job_id)
+
+
+def split_attempts(text: str) -> list[SlurmAttempt]:
+    """The attempts in one job's log, each with its lines (output before the first start is dropped)."""
+    attempts: list[SlurmAttempt] = []
+    endings: dict[int, str] = {}
+    for line in text.splitlines():
+        start = _START.match(line)
+        if start:
+            attempts.append(SlurmAttempt(start["job"], int(start["n"])))
+            continue
+        end = _END.match(line)
+        if end:
+            endings.setdefault(int(end["n"]), end["why"])
+        elif attempts:
+            attempts[-1].lines.append(line)
+    for attempt in attempts:
+        attempt.ended = endings.get(attempt.number)
+    return attempts
