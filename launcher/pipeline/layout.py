@@ -641,6 +641,7 @@ SIMPLE_LOOP_SETTINGS: dict[str, Any] = {
     "pipeline_model_parallel_size": 1, "micro_batch_size": 8, "train_iters": 5, "lr": 0.001,
     "lr_decay_style": "constant", "eval_interval": 1000, "eval_iters": 0, "mock_data": True,
     "tokenizer_type": "NullTokenizer", "log_interval": 1,
+    "ckpt_format": "torch",  # like the eval and data settings: for the one-GPU pretrain_gpt.py fallback only
 }
 
 
