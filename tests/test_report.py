@@ -153,13 +153,6 @@ def test_report_on_a_slurm_run_directory_never_submitted(tmp_path):
     assert f"sbatch {run_dir}/job.sbatch" in result.stderr and "--resume" not in result.stderr
 
 
-def test_report_reads_a_slurm_jobs_output_in_its_run_directory(tmp_path):
-    run_dir = new_run_dir(tmp_path)
-    shutil.copy(FIXTURES / "toy_fp32_1gpu.log", run_dir / "slurm-4242.out")
-    report = make_report([run_dir])
-    assert report.sources == [run_dir / "slurm-4242.out"] and report.summary.last_iteration is not None
-
-
 def test_throughput_plot_separates_attempts_and_names_the_run(tmp_path):
     from launcher.runs.report import PlotInfo, _restarts, runlog_from_logs, series_from_runlog
 
