@@ -5,6 +5,26 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
+
+MAX_SHOWN = 200  # characters of a user's value quoted in a message
+MAX_MESSAGE = 2000  # characters of one rendered message: a huge value never floods the terminal
+MAX_PROBLEMS = 50  # problems printed at once
+
+
+def shown(value: Any, limit: int = MAX_SHOWN) -> str:
+    """repr(value) for a message, cut in the middle when long (values come from user input of any size)."""
+    if isinstance(value, (list, tuple, dict, set)) and len(value) > limit:
+        return f"<{type(value).__name__} of {len(value):,} items>"
+    text = repr(value) if not isinstance(value, BaseException) else str(value) or type(value).__name__
+    return clip(text, limit)
+
+
+def clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    keep = max(limit // 2 - 10, 1)
+    return f"{text[:keep]} …[{len(text) - 2 * keep:,} characters]… {text[-keep:]}"
 
 
 @dataclass(frozen=True)
@@ -18,9 +38,9 @@ class Problem:
     stage: str = "validate"
 
     def render(self) -> str:
-        text = f"error: {self.message}"
+        text = f"error: {clip(self.message, MAX_MESSAGE)}"
         if self.hint:
-            text += f"\n  hint: {self.hint}"
+            text += f"\n  hint: {clip(self.hint, MAX_MESSAGE)}"
         return text
 
 
@@ -36,7 +56,10 @@ class UserError(Exception):
         super().__init__("\n".join(p.message for p in self.problems))
 
     def render(self) -> str:
-        return "\n".join(p.render() for p in self.problems)
+        lines = [p.render() for p in self.problems[:MAX_PROBLEMS]]
+        if len(self.problems) > MAX_PROBLEMS:
+            lines.append(f"error: … and {len(self.problems) - MAX_PROBLEMS:,} more problems")
+        return "\n".join(lines)
 
     def as_json(self) -> str:
         """One JSON object for --format json: {"error": first message, "problems": [{message, hint, stage}]}."""

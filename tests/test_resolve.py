@@ -33,8 +33,8 @@ def recording_torchrun(tmp_path: Path) -> Path:
         #!{sys.executable}
         import json, os, sys
         with open(os.environ["TORCHRUN_RECORD"], "w") as handle:
-            json.dump({{"argv": ["torchrun", *sys.argv[1:]], "pythonpath": os.environ.get("PYTHONPATH", "")}},
-                      handle)
+            json.dump({{"argv": ["torchrun", *sys.argv[1:]], "pythonpath": os.environ.get("PYTHONPATH", ""),
+                       "cwd": os.getcwd()}}, handle)
         """))
     script.chmod(0o755)
     return script
@@ -44,6 +44,8 @@ def fake_megatron(tmp_path: Path) -> Path:
     megatron = tmp_path / "megatron-lm"
     megatron.mkdir(exist_ok=True)
     (megatron / "pretrain_gpt.py").touch()
+    (megatron / "examples").mkdir(exist_ok=True)
+    (megatron / "examples" / "run_simple_mcore_train_loop.py").touch()
     return megatron
 
 
@@ -77,6 +79,13 @@ def test_a_real_launch_runs_the_argv_its_dry_run_printed(tmp_path):
     assert ran["pythonpath"].startswith(planned["env"]["PYTHONPATH"])
     assert planned["added"]["transformer_impl"] == "local"
     assert planned["added"]["save"] == f"{planned['run_dir']}/checkpoints"
+
+
+def test_the_toy_on_two_gpus_runs_its_dry_run_inside_the_run_directory(tmp_path):
+    """Upstream's simple loop takes no flags and checkpoints into $PWD/ckpt: the same argv, run in the run dir."""
+    planned, ran, run_dir = dry_run_then_run(tmp_path, "toy")
+    assert planned["entry"] == "simple_loop" and planned["script_args"] == []
+    assert ran["argv"] == planned["argv"] and ran["cwd"] == str(run_dir)
 
 
 def test_a_multi_node_launch_with_175b_settings_runs_its_dry_run(tmp_path):

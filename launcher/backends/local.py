@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher.errors import UserError
-from launcher.pipeline.command import MASTER_ADDR_REF, Command
+from launcher.pipeline.command import Command
+from launcher.pipeline.shell import HostFromEnv
 
 # SIGHUP too: a closed terminal must stop training the same way, not kill the launcher and orphan the ranks.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -84,7 +85,7 @@ def resolved_argv(command: Command) -> list[str]:
     if not addr:
         raise UserError("a multi-node run needs MASTER_ADDR (the first node's hostname)",
                         "export MASTER_ADDR=<first node> on every node, or --set master_addr=HOST")
-    return [w.replace(MASTER_ADDR_REF, addr) if i in command.expand else w for i, w in enumerate(command.argv)]
+    return [w.resolve(addr) if isinstance(w, HostFromEnv) else w for w in command.argv]
 
 
 def run(command: Command, cwd: str | None = None, stdout=None,

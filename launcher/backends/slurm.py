@@ -1,8 +1,11 @@
 """Slurm backend: render a batch script (templates/sbatch.sh.j2), write it into the run directory, submit it.
 
 Rendering is a pure function of a BatchJob; only `write_batch_script` and `submit` touch the world. Every
-value reaches the script through the `q` filter (shlex.quote) or, on #SBATCH lines that sbatch parses
-itself and cannot be quoted, through the `sbatch` filter, which refuses anything outside a safe character set.
+value reaches the script through the `q` filter (shlex.quote), on #SBATCH lines that sbatch parses itself and
+cannot be quoted through the `sbatch` filter, which refuses anything outside a safe character set, and in
+comments through `comment` (one line, no control characters). The environment's `finalize` hook lets only
+those filters' output (ShellSafe) and integers into the script: a value left unfiltered fails every render,
+so a forgotten filter is found by the first test, not by a user's hostile file name.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from launcher.megatron.pin import require_checkout
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
+from launcher.pipeline.shell import shell_comment
 from launcher.pipeline.slurm_settings import (
     MAX_CHAIN,
     SlurmSettings,
@@ -35,7 +39,7 @@ from launcher.pipeline.slurm_settings import (
     check_shell_value,
     parse_slurm_settings,
 )
-from launcher.runs import rundir
+from launcher.runs import rundir, secrets
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"
@@ -43,6 +47,14 @@ SCRIPT_NAME = "job.sbatch"
 # Paths on #SBATCH lines: no spaces, quotes or `%` (Slurm's own pattern character).
 SBATCH_PATH = re.compile(r"[A-Za-z0-9_.,:@+=/-]+")
 SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
+
+
+class ShellSafe(str):
+    """Text a template filter has made safe to stand in the batch script where it is placed."""
+
+
+class UnfilteredValue(Exception):
+    """A template let a value through without a filter: a bug in the template, found at the first render."""
 
 
 @dataclass(frozen=True)
@@ -79,7 +91,12 @@ class BatchJob:
     @property
     def script_arg_lines(self) -> list[str]:
         """The script's argv as quoted shell words, one `--flag value...` group per line, for reading."""
-        return flag_lines(self.script_args)
+        return [ShellSafe(line) for line in flag_lines(self.script_args)]
+
+    @property
+    def export_lines(self) -> list[str]:
+        """`export NAME=value` for every rank; a secret is taken from the submitting environment instead."""
+        return [ShellSafe(secrets.shell_export(name, value, shlex.quote)) for name, value in self.env.items()]
 
 
 def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain: int | None = None,
@@ -133,12 +150,23 @@ def unmounted_paths(job: ResolvedJob, command: Command, settings: SlurmSettings)
             f"{path}:{path}" for path, what in missing.items()]
 
 
-def _sbatch_filter(value: object) -> str:
+def _sbatch_filter(value: object) -> ShellSafe:
     text = str(value)
     if not SBATCH_VALUE.fullmatch(text):
         # Values are checked before rendering; reaching this means a check is missing, not bad user input.
         raise ValueError(f"unsafe value for an #SBATCH line: {text!r}")
-    return text
+    return ShellSafe(text)
+
+
+def _comment_filter(value: object) -> ShellSafe:
+    """Text for a `#` comment: a newline (or any control character) must not end the comment."""
+    return ShellSafe(shell_comment(value))
+
+
+def _finalize(value: object) -> object:
+    if isinstance(value, ShellSafe) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise UnfilteredValue(f"{value!r} reached the batch script without a filter (q, sbatch, comment or words)")
 
 
 def _environment() -> jinja2.Environment:
@@ -146,12 +174,15 @@ def _environment() -> jinja2.Environment:
         loader=jinja2.FileSystemLoader(TEMPLATE_DIR),
         undefined=jinja2.StrictUndefined,
         autoescape=False,
+        finalize=_finalize,
         keep_trailing_newline=True,
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["q"] = lambda value: ShellSafe(shlex.quote(str(value)))
+    env.filters["words"] = lambda values: ShellSafe(" ".join(shlex.quote(str(v)) for v in values))
     env.filters["sbatch"] = _sbatch_filter
+    env.filters["comment"] = _comment_filter
     return env
 
 
@@ -230,9 +261,14 @@ def find_sbatch() -> str:
     return sbatch
 
 
-def submit(script: Path, sbatch: str) -> str:
-    """Submit a written batch script; its job id. A refusal is a UserError carrying sbatch's own message."""
-    result = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True, check=False)
+def submit(script: Path, sbatch: str, secret_env: Mapping[str, str] | None = None) -> str:
+    """Submit a written batch script; its job id. A refusal is a UserError carrying sbatch's own message.
+
+    `secret_env` reaches the job through sbatch's environment (it exports the submitter's by default): the
+    script itself names secrets but does not hold them."""
+    env = {**os.environ, **(secret_env or {})}
+    result = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True, check=False,
+                            env=env)
     if result.returncode != 0:
         message = (result.stderr or result.stdout).strip() or f"exit code {result.returncode}"
         raise UserError(Problem(f"sbatch refused the job: {message}",
@@ -311,9 +347,10 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
                   file=err)
         return 0
     job_ids: list[str] = []
+    secret_env = {name: value for name, value in batch.env.items() if secrets.is_secret(name)}
     try:
         for _ in range(batch.chain):  # the script's --dependency=singleton orders them
-            job_ids.append(submit(batch.script_path, sbatch))
+            job_ids.append(submit(batch.script_path, sbatch, secret_env))
     except UserError as exc:
         if job_ids:  # once a job is queued, its directory is its record
             raise UserError([*exc.problems, Problem(f"already submitted: {', '.join(job_ids)}")]) from None

@@ -17,7 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.errors import Problem
+from launcher import untrusted
+from launcher.errors import Problem, UserError, shown
 
 # Megatron's IndexedDataset .idx layout (megatron/core/datasets/indexed_dataset.py, _IndexWriter)
 INDEX_MAGIC = b"MMIDIDX\x00\x00"
@@ -28,6 +29,7 @@ META_SUFFIX = ".meta.json"
 META_FORMAT = "megatron-launch/prepare-data/1"
 # Reading every token id to find the largest is only done for data without our .meta.json, and small.
 MAX_SCAN_BYTES = 64 << 20
+MAX_TOKENIZER_BYTES = 256 << 20  # tokenizer.json of large vocabularies is tens of MB; vocab and blend files less
 
 # Which tokenizer types read which files (megatron/core/tokenizers/utils/build_tokenizer.py)
 FILE_TOKENIZERS = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer", "TikTokenizer",
@@ -134,11 +136,16 @@ def _blend_prefixes(args: Mapping[str, Any], problems: list[Problem]) -> dict[st
         if text is not None:
             try:
                 per_split = json.loads(text)
+            except (ValueError, RecursionError):
+                per_split = None
+            splits = per_split.items() if isinstance(per_split, dict) else []
+            if not isinstance(per_split, dict) or not all(_is_blend(v) for _, v in splits):
+                problems.append(Problem(f"per_split_data_args_path {args['per_split_data_args_path']} is not a "
+                                        'JSON object {"train": …, "valid": …, "test": …} of dataset lists',
+                                        'each split: "weight prefix …" text or a list of them'))
+            else:
                 for split in ("train", "valid", "test"):
                     values[f"per_split_data_args_path[{split}]"] = per_split.get(split)
-            except (ValueError, AttributeError):
-                problems.append(Problem(f"per_split_data_args_path {args['per_split_data_args_path']} is not a "
-                                        'JSON object {"train": …, "valid": …, "test": …}'))
     for setting, value in values.items():
         if value is None or value == []:
             continue
@@ -147,6 +154,14 @@ def _blend_prefixes(args: Mapping[str, Any], problems: list[Problem]) -> dict[st
         if not blend_problems:  # a malformed list's "prefixes" would only add noise
             found[setting] = prefixes
     return found
+
+
+def _is_blend(value: Any) -> bool:
+    """What Megatron takes for one split's data: text, or a list of texts and numbers (or nothing)."""
+    if value is None or isinstance(value, str):
+        return True
+    return isinstance(value, list) and all(isinstance(v, (str, int, float)) and not isinstance(v, bool)
+                                           for v in value)
 
 
 def parse_blend(value: str | Sequence[str], setting: str = "data_path"
@@ -216,12 +231,21 @@ def read_index(prefix: str) -> IndexSummary:
 
 def read_meta(prefix: str) -> dict[str, Any] | None:
     """PREFIX.meta.json written by `launch prepare-data`, or None (e.g. data made by upstream tools)."""
-    try:
-        with open(prefix + META_SUFFIX, encoding="utf-8") as handle:
-            meta = json.load(handle)
-    except (OSError, ValueError):
+    if not os.path.exists(prefix + META_SUFFIX):
         return None
-    return meta if isinstance(meta, dict) and meta.get("format") == META_FORMAT else None
+    try:
+        meta = json.loads(untrusted.read_utf8(prefix + META_SUFFIX, "dataset metadata", 1 << 20))
+    except (UserError, ValueError, RecursionError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
+        return None
+    tokenizer = meta.get("tokenizer")
+    # Damaged or edited by hand: checked as if it were not there (the .idx checks still run).
+    if not isinstance(tokenizer, dict) or not _is_id(tokenizer.get("vocab_size")):
+        return None
+    if not isinstance(meta.get("megatron_args", {}), dict):
+        return None
+    return meta
 
 
 def check_prefix(prefix: str, setting: str, tokenizer: TrainingTokenizer | None = None,
@@ -333,13 +357,19 @@ def _gpt2_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, 
     if problems:
         return None, problems
     try:
-        with open(str(args["vocab_file"]), encoding="utf-8") as handle:
-            vocab = json.load(handle)
-        size = len(vocab)
-        eod = vocab.get("<|endoftext|>")
-    except (OSError, ValueError, AttributeError) as err:
-        return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: {err}")]
-    return TrainingTokenizer("GPT2BPETokenizer", size, eod), []
+        vocab = json.loads(untrusted.read_utf8(str(args["vocab_file"]), "vocab_file", MAX_TOKENIZER_BYTES))
+    except UserError as err:
+        return None, err.problems
+    except (ValueError, RecursionError) as err:
+        return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: {shown(err)}")]
+    if not isinstance(vocab, dict) or not all(_is_id(v) for v in vocab.values()):
+        return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: it must be a JSON "
+                              f"object of token → id, not {shown(vocab, 60)}")]
+    return TrainingTokenizer("GPT2BPETokenizer", len(vocab), vocab.get("<|endoftext|>")), []
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, list[Problem]]:
@@ -353,13 +383,16 @@ def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, li
             return None, [Problem(f"tokenizer_model {model} has no tokenizer.json")]
         return TrainingTokenizer("HuggingFaceTokenizer", None, None), []
     try:
-        with open(tokenizer_json, encoding="utf-8") as handle:
-            spec = json.load(handle)
+        spec = json.loads(untrusted.read_utf8(tokenizer_json, "tokenizer file", MAX_TOKENIZER_BYTES))
         vocab = spec["model"]["vocab"]
         ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
-        ids += [token["id"] for token in spec.get("added_tokens", [])]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        return None, [Problem(f"cannot read the vocabulary of {tokenizer_json}: {err}")]
+        ids += [token["id"] for token in spec.get("added_tokens") or []]
+    except UserError as err:
+        return None, err.problems
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
+        return None, [Problem(f"cannot read the vocabulary of {tokenizer_json}: {shown(err)}")]
+    if not all(_is_id(i) for i in ids):
+        return None, [Problem(f"cannot read the vocabulary of {tokenizer_json}: token ids must be whole numbers")]
     return TrainingTokenizer("HuggingFaceTokenizer", max(ids) + 1 if ids else None, None), []
 
 
@@ -372,10 +405,9 @@ def _as_float(text: str) -> float | None:
 
 def _read_text(path: str, setting: str, problems: list[Problem]) -> str | None:
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except OSError as err:
-        problems.append(Problem(f"{setting} {path} cannot be read: {err.strerror}"))
+        return untrusted.read_utf8(path, setting, MAX_TOKENIZER_BYTES)
+    except UserError as err:
+        problems.extend(err.problems)
         return None
 
 

@@ -236,7 +236,8 @@ def cmd_report(argv: list[str]) -> int:
     report = make_report(args.targets, args.output_dir, args.partial)
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
-                          "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2))
+                          "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2,
+                         allow_nan=False))
     else:
         print(report.summary.render())
         for number, attempt in enumerate(report.attempts):
@@ -354,6 +355,31 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt as interrupt:
         return interrupts.exit_status(interrupt)
+    except Exception as exc:  # noqa: BLE001 - a bug in the launcher: one line here, the traceback in a file
+        print(internal_error_line(exc, argv), file=sys.stderr)
+        return 1
+
+
+def internal_error_line(exc: BaseException, argv: list[str]) -> str:
+    """Write the traceback to a file in the temp directory; the one line that says so."""
+    import tempfile
+    import time
+    import traceback
+
+    from launcher.errors import shown
+    from launcher.runs.secrets import redact_argv
+
+    name = f"megatron-launch-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
+    path = os.path.join(tempfile.gettempdir(), name)
+    try:
+        with open(path, "x", encoding="utf-8") as handle:
+            handle.write(f"launch {' '.join(redact_argv(argv))}\n\n")
+            traceback.print_exception(exc, file=handle)
+        where = f"traceback in {path}"
+    except OSError:
+        where = "the traceback could not be written to a file"
+    return (f"error: internal error in megatron-launch (a bug, not your input): {type(exc).__name__}: "
+            f"{' '.join(shown(exc, 160).split())}; {where}; please report it")
 
 
 def _wants_json(argv: list[str]) -> bool:

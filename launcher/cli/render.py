@@ -11,11 +11,9 @@ from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
+from launcher.pipeline.shell import shell_comment
 
-
-def _one_line(text: object) -> str:
-    """Text for a `#` comment: a newline in a preset's description must not end the comment."""
-    return " ".join(str(text).split())
+_one_line = shell_comment  # a newline in a preset's description must not end the comment
 
 
 def command_lines(command: Command) -> list[str]:
@@ -32,7 +30,9 @@ def summary(job: ResolvedJob) -> dict[str, Any]:
     layout, kernels = job.layout, job.kernels
     return {
         "parameters": parameter_count(args, layout.tp),
-        "padded_vocab_size": padded_vocab_size(args, layout.tp),
+        # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)
+        "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
+        or args.get("padded_vocab_size") else None,
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
         "estimate": estimate.summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node),
     }
@@ -51,14 +51,16 @@ def header(job: ResolvedJob) -> list[str]:
         f"# batch {lay.global_batch_size} = micro batch {lay.micro_batch_size} × DP {lay.dp} × "
         f"{lay.num_microbatches} microbatch(es)"
     )
-    lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab "
-                 f"{facts['padded_vocab_size']})")
+    vocab = facts["padded_vocab_size"] or "unknown: vocab_size is not set"
+    lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab {vocab})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
     if job.entry == "pretrain_gpt":
         lines.append("# " + kernel_summary(job))
     if job.run_dir is not None:
         made = "the run's" if job.existing else "made at launch, not by a dry-run"
         lines.append(f"# run directory {_one_line(job.run_dir)} ({made}; its timestamp is the launch's)")
+        if job.entry == "simple_loop":  # it checkpoints into $PWD/ckpt
+            lines.append("# a launch runs this command inside the run directory")
     lines += [f"# note: {_one_line(n)}" for n in job.notes]
     lines += [f"# warning: {_one_line(w)}" for w in job.warnings]
     return lines
@@ -66,7 +68,7 @@ def header(job: ResolvedJob) -> list[str]:
 
 def text(job: ResolvedJob, command: Command) -> str:
     lines = header(job)
-    if any(command.expand):
+    if command.expand:
         lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]

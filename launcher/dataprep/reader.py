@@ -9,9 +9,12 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
+
+from launcher.errors import UserError
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 TEXT_UNITS = ("file", "line", "paragraph")
@@ -48,12 +51,17 @@ def iter_batches(path: str, text_unit: str) -> Iterator[Batch]:
         units = _json_units(stream) if is_json else _text_units(stream, text_unit)
         pending: list[Unit] = []
         size = 0
-        for unit in units:
-            pending.append(unit)
-            size += len(unit.raw)
-            if size >= BATCH_BYTES or len(pending) >= BATCH_UNITS:
-                yield Batch(path, is_json, tuple(pending), raw.tell())
-                pending, size = [], 0
+        try:
+            for unit in units:
+                pending.append(unit)
+                size += len(unit.raw)
+                if size >= BATCH_BYTES or len(pending) >= BATCH_UNITS:
+                    yield Batch(path, is_json, tuple(pending), raw.tell())
+                    pending, size = [], 0
+        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+            # Not gzip at all, or cut short (a copy that stopped): the documents so far are not the file.
+            raise UserError(f"{path} is not a complete gzip file: {err}",
+                            "check the file (gzip -t); re-download or re-copy it") from None
         yield Batch(path, is_json, tuple(pending), os.path.getsize(path))
 
 
@@ -103,6 +111,8 @@ def unit_text(unit: Unit, is_json: bool, json_key: str) -> str:
         record = json.loads(text)
     except json.JSONDecodeError as err:
         raise BadDocument(f"not a JSON line ({err.msg}, column {err.colno})") from None
+    except RecursionError:
+        raise BadDocument("not a JSON line we can read (nested too deeply)") from None
     if not isinstance(record, dict):
         raise BadDocument(f"expected a JSON object with a {json_key!r} field, got {type(record).__name__}")
     if json_key not in record:

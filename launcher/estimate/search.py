@@ -10,6 +10,7 @@ ranked); ranking uses steptime.step_time (its docstring says the model).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -23,8 +24,11 @@ RECOMPUTE = ("none", "selective", "full")
 MAX_VPP = 8
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
+    """The divisors of n, found by trial up to sqrt(n) but never past `up_to` trials: n comes from user input
+    (num_attention_heads=1000000000), and the lists only feed hints and layout searches."""
+    small = [d for d in range(1, min(math.isqrt(max(n, 0)), up_to) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
 
 
 def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None) -> list[str]:

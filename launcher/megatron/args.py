@@ -13,7 +13,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from launcher.errors import Problem
+from launcher.errors import Problem, shown
 
 
 @dataclass(frozen=True)
@@ -92,17 +92,17 @@ def _scalar(arg: MegatronArg, value: Any, where: str) -> Any:
     name = f"{arg.dest} ({where})"
     if arg.type == "int":
         if isinstance(value, bool) or not _is_int(value):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+            raise ValueError(f"{name} must be an integer, got {shown(value)}")
         return int(value)
     if arg.type == "float":
         if isinstance(value, bool):
-            raise ValueError(f"{name} must be a number, got {value!r}")
+            raise ValueError(f"{name} must be a number, got {shown(value)}")
         try:
             return float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number, got {value!r}") from None
+            raise ValueError(f"{name} must be a number, got {shown(value)}") from None
     if isinstance(value, (dict, list)) or value is None:
-        raise ValueError(f"{name} must be a single value, got {value!r}")
+        raise ValueError(f"{name} must be a single value, got {shown(value)}")
     return value if isinstance(value, str) else _plain(value)
 
 
@@ -134,7 +134,7 @@ def coerce(arg: MegatronArg, value: Any, where: str) -> Any:
             return True
         if text in FALSE_WORDS:
             return False
-        raise ValueError(f"{arg.dest} ({where}) is a flag: use true or false, got {value!r}")
+        raise ValueError(f"{arg.dest} ({where}) is a flag: use true or false, got {shown(value)}")
     if arg.takes_list:
         items = value if isinstance(value, list) else str(value).split()
         if arg.nargs == "+" and not items:
@@ -147,7 +147,7 @@ def coerce(arg: MegatronArg, value: Any, where: str) -> Any:
     for item in typed if isinstance(typed, list) else [typed]:
         if arg.choices is not None and item not in arg.choices:
             raise ValueError(
-                f"{arg.dest} ({where}) must be one of {', '.join(map(str, arg.choices))}; got {item!r}"
+                f"{arg.dest} ({where}) must be one of {', '.join(map(str, arg.choices))}; got {shown(item)}"
             )
     return typed
 

@@ -3,6 +3,7 @@ preflight all-reduce. A pure translation: every Megatron setting was decided by 
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,12 +11,11 @@ from pathlib import Path
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
-from launcher.pipeline.shell import shell_words
+from launcher.pipeline.shell import HostFromEnv, shell_words
 
 # The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT_SCRIPT = LAUNCHER_ROOT / "launcher" / "inside" / "allreduce.py"
-MASTER_ADDR_REF = "${MASTER_ADDR}"  # multi-node endpoints the user (or Slurm) supplies at run time
 
 
 @dataclass(frozen=True)
@@ -24,12 +24,15 @@ class Command:
     env: dict[str, str]  # exported for every process
     script: str  # the entry script's path
     script_args: list[str]  # Megatron flags only (empty for the simple loop and the all-reduce)
-    # argv items holding ${VAR} references to expand in the shell (printed in double quotes, not single)
-    expand: frozenset[int] = frozenset()
+
+    @property
+    def expand(self) -> frozenset[int]:
+        """Positions of the words the shell expands at run time (HostFromEnv); every other word is quoted."""
+        return frozenset(i for i, word in enumerate(self.argv) if isinstance(word, HostFromEnv))
 
     def shell_words(self) -> list[str]:
         """argv quoted for a shell; the launcher's own ${MASTER_ADDR} endpoint expands on each node."""
-        return shell_words(self.argv, self.expand)
+        return shell_words(self.argv)
 
 
 def script_args(settings: dict[str, object]) -> list[str]:
@@ -56,10 +59,15 @@ def torchrun_args(job: ResolvedJob) -> tuple[list[str], bool]:
     head = [launcher.torchrun, "--nnodes", str(job.nodes), "--nproc-per-node", str(job.gpus_per_node)]
     if job.nodes == 1:
         return head + ["--standalone"], False
-    addr = MASTER_ADDR_REF if launcher.master_addr == "localhost" else launcher.master_addr
-    endpoint = f"{addr}:{launcher.master_port}"
-    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", f"megatron-launch-{job.preset.name}"]
-    return head + rdzv, addr == MASTER_ADDR_REF
+    from_env = launcher.master_addr == "localhost"
+    endpoint = HostFromEnv(launcher.master_port) if from_env else f"{launcher.master_addr}:{launcher.master_port}"
+    rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id(job.preset.name)]
+    return head + rdzv, from_env
+
+
+def rdzv_id(preset_name: str) -> str:
+    """torchrun's --rdzv-id for a preset: its name in the characters a job id needs, whatever the file is called."""
+    return "megatron-launch-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", preset_name) or "run")
 
 
 def uses_megatron_ext(settings: dict[str, object]) -> bool:
@@ -91,11 +99,9 @@ def entry_script(job: ResolvedJob) -> str:
 def build_command(job: ResolvedJob) -> Command:
     script = entry_script(job)
     flags = script_args(job.preset.megatron) if job.entry == "pretrain_gpt" else []
-    runner, has_ref = torchrun_args(job)
+    runner, _ = torchrun_args(job)
     argv = [*runner, script, *flags]
-    # Only torchrun's own endpoint may expand in the shell; user values never do, whatever they contain.
-    expand = frozenset(i for i, word in enumerate(runner) if has_ref and MASTER_ADDR_REF in word)
-    return Command(argv=argv, env=environment(job), script=script, script_args=flags, expand=expand)
+    return Command(argv=argv, env=environment(job), script=script, script_args=flags)
 
 
 def kernel_summary(job: ResolvedJob) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import Problem
+from launcher.errors import Problem, shown
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline import target_rules
 from launcher.pipeline.preset import Preset
@@ -54,17 +54,30 @@ class Layout:
 LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
 
 
-def unroll_pipeline_layout(text: str) -> list[str]:
+MAX_LAYOUT_CHARACTERS = 1_000_000  # a layout spells out each layer once; real ones are a few hundred characters
+
+
+def unroll_pipeline_layout(text: str, limit: int = MAX_LAYOUT_CHARACTERS) -> list[str]:
     """Megatron's PipelineParallelLayerLayout.parse_str_to_list: drop commas, unroll (…)*n then x*n, split
-    on |. "E|(t|)*3,L" → ["E", "t", "t", "t", "L"]."""
+    on |. "E|(t|)*3,L" → ["E", "t", "t", "t", "L"]. ValueError, before anything is built, when the unrolled
+    text would be longer than `limit` ("t*3000000000" is 13 characters)."""
     text = text.replace(",", "")
-    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        text = re.sub(pattern, lambda m: m.group(1) * int(m.group(2)), text)
+    for pattern in (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)")):
+        def times(m: re.Match) -> int:
+            return int(m.group(2)) if len(m.group(2)) <= 12 else limit + 1
+
+        length = len(text) + sum(len(m.group(1)) * times(m) - len(m.group(0)) for m in pattern.finditer(text))
+        if length > limit:
+            raise ValueError(f"unrolls to more than {limit:,} characters")
+        text = pattern.sub(lambda m: m.group(1) * times(m), text)
     return text.split("|")
 
 
-def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
+    """The divisors of n, found by trial up to sqrt(n) but never past `up_to` trials: n comes from user input
+    (num_attention_heads=1000000000), and the lists only feed hints and layout searches."""
+    small = [d for d in range(1, min(math.isqrt(max(n, 0)), up_to) + 1) if n % d == 0]
+    return sorted(set(small) | {n // d for d in small})
 
 
 def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:
@@ -203,7 +216,14 @@ class _Checker:
             return None
         vpp = None
         if pp_layout is not None:
-            stages = unroll_pipeline_layout(pp_layout)
+            # One character per layer and stage: a layout far longer than the model is a mistake, not a plan.
+            mtp = self.arg("mtp_num_layers") or 0
+            try:
+                stages = unroll_pipeline_layout(pp_layout, min(MAX_LAYOUT_CHARACTERS, 16 * (layers + mtp + 2) + 1024))
+            except ValueError as exc:
+                self.fail(f"pipeline_model_parallel_layout {shown(pp_layout)} {exc}, for num_layers {layers}",
+                          "write one E, t, m or L per layer; (…)*n and x*n repeat")
+                return None
             if len(stages) % pp:
                 self.fail(f"pipeline_model_parallel_layout has {len(stages)} stages, not a multiple of PP {pp}",
                           "write one |-separated stage per pipeline rank (times the virtual pipeline size)")
@@ -428,8 +448,8 @@ class _Checker:
         thresholds, sizes = [], []
         for entry in entries:
             threshold, sep, size = entry.partition(":")
-            match = re.fullmatch(r"([0-9.]+)([KMBT]?)", threshold.strip().upper())
-            if not sep or not match or not size.strip().isdigit():
+            match = re.fullmatch(r"([0-9]{1,15}(?:\.[0-9]{0,15})?|\.[0-9]{1,15})([KMBT]?)", threshold.strip().upper())
+            if not sep or not match or not re.fullmatch(r"[0-9]{1,12}", size.strip()):
                 self.fail(f"step_batch_size_schedule entry {entry!r} is not THRESHOLD:BATCH",
                           'for example "0:16 2.4B:320 4.8B:624"')
                 return []

@@ -12,12 +12,12 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from launcher.errors import Problem, UserError
+from launcher import untrusted
+from launcher.errors import Problem, UserError, shown
 from launcher.megatron import args as megatron_args
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the package; ./configs links here
+MAX_BASE_CHAIN = 32  # base: files one above another; real presets use one or two
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -97,19 +97,7 @@ def _resolve(ref: str, relative_to: Path | None = None) -> Path:
 
 
 def _read_yaml(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise UserError(f"preset file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"cannot read preset file {path}: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise UserError(f"{path} is not valid YAML{at}: {reason}") from None
+    data = untrusted.load_yaml(untrusted.read_utf8(path, "preset file"), str(path))
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -178,7 +166,7 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
         return None
     if name in INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise UserError(f"launcher.{name} ({where}) must be an integer, got {value!r}")
+            raise UserError(f"launcher.{name} ({where}) must be an integer, got {shown(value)}")
         if value < 1:
             raise UserError(f"launcher.{name} ({where}) must be at least 1, got {value}")
         if name == "master_port" and value > 65535:
@@ -187,10 +175,10 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
     if name in TRISTATE_FIELDS:
         if isinstance(value, bool) or value == "auto":
             return value
-        raise UserError(f"launcher.{name} ({where}) must be auto, true or false, got {value!r}")
+        raise UserError(f"launcher.{name} ({where}) must be auto, true or false, got {shown(value)}")
     if name == "entry":
         if value not in ENTRIES:
-            raise UserError(f"launcher.entry ({where}) must be one of {', '.join(ENTRIES)}, got {value!r}")
+            raise UserError(f"launcher.entry ({where}) must be one of {', '.join(ENTRIES)}, got {shown(value)}")
         return value
     if name == "env":
         if not isinstance(value, dict):
@@ -209,7 +197,7 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
 
         return gpu_by_name(str(value)).name
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-        raise UserError(f"launcher.{name} ({where}) must be a string, got {value!r}")
+        raise UserError(f"launcher.{name} ({where}) must be a string, got {shown(value)}")
     if not str(value).strip():
         raise UserError(f"launcher.{name} ({where}) must not be empty")
     return str(value)
@@ -226,7 +214,7 @@ def _env_value(name: str, value: Any, where: str) -> str:
         return "1" if value else "0"
     if isinstance(value, (str, int, float)):
         return str(value)
-    raise UserError(f"launcher.env.{name} ({where}) must be a single value, got {value!r}")
+    raise UserError(f"launcher.env.{name} ({where}) must be a single value, got {shown(value)}")
 
 
 def _launcher_section(section: Any, where: str, problems: list[Problem]) -> dict[str, Any]:
@@ -262,7 +250,10 @@ def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
     path = path.resolve()
     if path in seen:
         chain = " → ".join(p.name for p in (*seen, path))
-        raise UserError(f"preset files include each other in a loop: {chain}")
+        raise UserError(f"preset files include each other in a loop: {shown(chain)}")
+    if len(seen) >= MAX_BASE_CHAIN:
+        raise UserError(f"{path} is more than {MAX_BASE_CHAIN} base: files deep",
+                        "fold some of the base presets into one file")
     data = _read_yaml(path)
     where = str(path)
     problems = []
@@ -304,7 +295,7 @@ def parse_override(text: str) -> tuple[str, str]:
     name, sep, value = text.partition("=")
     name = name.strip()
     if not sep or not name:
-        raise UserError(f"--set {text!r} is not NAME=VALUE", "for example --set tensor_model_parallel_size=4")
+        raise UserError(f"--set {shown(text)} is not NAME=VALUE", "for example --set tensor_model_parallel_size=4")
     return name, value
 
 
@@ -313,8 +304,8 @@ def _override_value(raw: str) -> Any:
     if raw == "":
         return ""
     try:
-        return yaml.safe_load(raw)
-    except yaml.YAMLError:
+        return untrusted.load_yaml(raw, "--set value")
+    except UserError:  # not YAML (or a value YAML cannot build, like 2024-13-45): the text as given
         return raw
 
 

@@ -1,12 +1,48 @@
 """Shell words for the scripts the launcher writes (dry-run, command.sh, sbatch): every value single-quoted,
-except the words the launcher composed itself to expand on each node (the ${MASTER_ADDR} endpoint)."""
+except the one word the launcher composes itself to expand on each node, the `${MASTER_ADDR}:PORT` endpoint.
+
+That word is a distinct type (HostFromEnv), not recognised by its text: a user's value that merely contains
+"${MASTER_ADDR}" (a torchrun path, a preset file name in --rdzv-id) is quoted like any other.
+"""
 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Collection, Sequence
+import unicodedata
+from collections.abc import Sequence
+
+from launcher.errors import MAX_MESSAGE, clip
 
 
-def shell_words(argv: Sequence[str], expand: Collection[int] = ()) -> list[str]:
-    """`expand` words go in double quotes so that the shell fills in their ${VAR}; they hold no other $, ` or \\."""
-    return [f'"{word}"' if i in expand else shlex.quote(word) for i, word in enumerate(argv)]
+class HostFromEnv(str):
+    """The rendezvous endpoint `${MASTER_ADDR}:PORT`, when each node learns the first node's name at run time."""
+
+    variable = "MASTER_ADDR"
+
+    def __new__(cls, port: int) -> HostFromEnv:
+        word = super().__new__(cls, f"${{{cls.variable}}}:{int(port)}")
+        word.port = int(port)
+        return word
+
+    def shell(self) -> str:
+        """The word for a bash script: the variable expands; the port is an int, so nothing else can."""
+        return f'"${{{self.variable}}}:{self.port}"'
+
+    def resolve(self, host: str) -> str:
+        return f"{host}:{self.port}"
+
+
+def shell_word(word: str) -> str:
+    """One argv word for a bash script: quoted, except the endpoint the launcher composes (HostFromEnv)."""
+    return word.shell() if isinstance(word, HostFromEnv) else shlex.quote(word)
+
+
+def shell_words(argv: Sequence[str]) -> list[str]:
+    return [shell_word(word) for word in argv]
+
+
+def shell_comment(text: object, limit: int = MAX_MESSAGE) -> str:
+    """Text for a `#` comment line: one line (a newline would end the comment and start a command), no control
+    characters (terminal escapes), cut in the middle when long."""
+    flat = "".join(" " if unicodedata.category(ch)[0] in "CZ" else ch for ch in str(text))
+    return clip(" ".join(flat.split()), limit)

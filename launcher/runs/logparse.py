@@ -8,6 +8,7 @@ off mid-line; a line that cannot be understood yields nothing rather than an exc
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from datetime import datetime
 _PREFIX_RE = re.compile(r"^(?:\[(?:rank|default)\d+\]:|\s*\d{1,5}: )+")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+MAX_LINE = 64 * 1024  # Megatron's longest lines are a few KiB; longer ones are not parsed (bounded regex work)
 
 
 def clean_line(line: str) -> str:
@@ -205,6 +207,8 @@ _FLOAT_FIELDS = {
     "num zeros": "num_zeros",
     "params norm": "params_norm",
 }
+# Times and rates cannot be negative (or NaN): such a value is damage, and is left out rather than averaged in.
+_MEASURED = {"elapsed_ms", "tflops_per_gpu", "energy_j_per_gpu", "power_w_per_gpu"}
 _INT_FIELDS = {
     "consumed samples": "consumed_samples",
     "skipped samples": "skipped_samples",
@@ -235,7 +239,7 @@ def parse_iteration_line(line: str) -> IterationLine | None:
             break
         if key in _FLOAT_FIELDS:
             number = _to_float(text)
-            if number is not None:
+            if number is not None and not (_FLOAT_FIELDS[key] in _MEASURED and not 0 <= number < math.inf):
                 values[_FLOAT_FIELDS[key]] = number
         elif key in _INT_FIELDS:
             number = _to_int(text)
@@ -397,7 +401,12 @@ class LogParser:
         elif line.strip() == _ARGS_BEGIN.strip():
             self._in_arguments = True
             return None
-        return parse_line(line)
+        if len(line) > MAX_LINE:
+            return None
+        try:
+            return parse_line(line)
+        except (ValueError, OverflowError):  # digits past int()'s limit, "1.2.3" where [\d.]+ matched: not ours
+            return None
 
 
 def parse_lines(lines: Iterable[str]) -> Iterator[Event]:

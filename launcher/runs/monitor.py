@@ -24,7 +24,7 @@ from typing import IO
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.timing import StartupClock
-from launcher.runs.verdict import RunLog, RunSummary
+from launcher.runs.verdict import RunLog, RunSummary, json_safe
 
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -85,7 +85,7 @@ class Monitor:
         record = self.runlog.feed(event)
         self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
-            self._metrics.write(json.dumps(record) + "\n")
+            self._metrics.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
             self._metrics.flush()
         if isinstance(event, lp.IterationLine) and self.tty and self.out is not None and _have_tqdm():
             try:
@@ -169,7 +169,8 @@ class Monitor:
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
         summary.startup = self.clock.as_dict()
         try:
-            write_text_atomic(self.run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+            text = json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
+            write_text_atomic(self.run_dir / SUMMARY_FILE, text)
         except OSError as error:
             failures.append(error)
         self._echo("\n" + summary.render())

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import install_command
+from launcher import install_command, untrusted
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
 from launcher.runs import slurm_log
@@ -25,6 +26,7 @@ from launcher.runs.verdict import RunLog, RunSummary, metrics_record
 
 PLOTS_DIR = "plots"
 SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
+MAX_LOG_BYTES = 1 << 30  # 1 GiB: months of log_interval=1 lines; anything larger is not a training log
 
 
 @dataclass
@@ -71,12 +73,8 @@ def _attempt_number(path: Path) -> int:
 
 
 def _read_log(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError as error:
-        raise UserError(Problem(f"cannot read log {path}: {error.strerror}",
-                                "give a run directory or readable log files")) from None
-    return data.decode("utf-8", errors="replace")
+    # A regular file of bounded size: /dev/zero or a FIFO given as a log would otherwise be read forever.
+    return untrusted.read_bytes(path, "log", MAX_LOG_BYTES).decode("utf-8", errors="replace")
 
 
 def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
@@ -113,24 +111,31 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
 
 def read_metrics(path: Path) -> list[dict]:
     records = []
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise UserError(Problem(f"cannot read {path}: {error.strerror}")) from None
+    text = untrusted.read_bytes(path, "metrics file", MAX_LOG_BYTES).decode("utf-8", errors="replace")
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise UserError(Problem(f"{path} line {number} is not JSON (garbled or truncated)",
                                     "report from the logs instead: launch report LOG_FILE")) from None
-        if isinstance(record, dict) and record.get("kind") == "iteration":
-            records.append(record)
+        if isinstance(record, dict) and record.get("kind") == "iteration" and _is_count(record.get("iteration")):
+            # A damaged file may hold text where numbers belong: what is not a number is not plotted.
+            records.append({**record, **{key: record[key] if _is_number(record.get(key)) else None
+                                         for key in ("loss", "lr", "tokens_per_s", "tflops_per_gpu")}})
     if not records:
         raise UserError(Problem(f"{path} holds no iteration metrics",
                                 "the run logged no iteration yet; look at its logs/ for the reason"))
     return records
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def series_from_runlog(runlog: RunLog) -> Series:
@@ -211,6 +216,14 @@ def _mark_restarts(axes, restarts: list[int]) -> None:
 
 def write_plots(series: Series, out_dir: Path, info: PlotInfo | str) -> list[Path]:
     info = PlotInfo(info) if isinstance(info, str) else info
+    try:
+        return _draw_plots(series, out_dir, info)
+    except OSError as error:
+        raise UserError(Problem(f"cannot write the plots into {out_dir}: {error.strerror or error}",
+                                "give --output-dir a directory you can write")) from None
+
+
+def _draw_plots(series: Series, out_dir: Path, info: PlotInfo) -> list[Path]:
     title = info.title
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -310,7 +323,7 @@ def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> Run
         logs = run_logs(run.path)
         if not logs:
             raise _never_started(run.path)
-        seq = run.preset.get("megatron", {}).get("seq_length")
+        seq = (run.preset.get("megatron") or {}).get("seq_length")
         runlog = runlog_from_logs(logs, seq if isinstance(seq, int) else None, allow_partial)
         return runlog.summary(checkpoint_dir=Path(run.checkpoint_dir))
     runlog = runlog_from_logs(targets, allow_partial=allow_partial)
@@ -350,7 +363,7 @@ def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_p
 
 def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     run = open_run_dir(run_dir)  # UserError when it is not one
-    seq = run.preset.get("megatron", {}).get("seq_length")
+    seq = (run.preset.get("megatron") or {}).get("seq_length")
     logs = run_logs(run_dir)
     checkpoint_dir = Path(run.checkpoint_dir)
     slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
@@ -361,7 +374,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
             runlog.feed_attempt(attempt.lines)
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
-        write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+        _write_summary(run_dir, summary)
         return Report(summary, plots, slurm_logs, [attempt.describe() for attempt in attempts])
     if logs:
         runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
@@ -374,7 +387,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     else:
         raise _never_started(run_dir)
     plots = write_plots(series, out, _plot_info(run))
-    write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2) + "\n")
+    _write_summary(run_dir, summary)
     return Report(summary, plots, logs or [run_dir / METRICS_FILE])
 
 
@@ -384,9 +397,16 @@ def _plot_info(run) -> PlotInfo:
                     settings.get("gpu") if isinstance(settings, dict) else None)
 
 
+def _write_summary(run_dir: Path, summary: RunSummary) -> None:
+    try:
+        write_text_atomic(run_dir / SUMMARY_FILE, json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n")
+    except OSError as error:  # a read-only run directory: the report is still printed
+        print(f"warning: cannot write {run_dir / SUMMARY_FILE}: {error.strerror or error}", file=sys.stderr)
+
+
 def _summary_from_file(run_dir: Path) -> RunSummary:
     try:
-        return RunSummary(**json.loads((run_dir / SUMMARY_FILE).read_text()))
-    except (OSError, json.JSONDecodeError, TypeError):
+        return RunSummary(**json.loads(untrusted.read_utf8(run_dir / SUMMARY_FILE, "run summary")))
+    except (UserError, json.JSONDecodeError, RecursionError, TypeError):
         raise UserError(Problem(f"{run_dir} has no logs and no readable {SUMMARY_FILE}",
                                 "nothing to summarise; the plots need the logs")) from None

@@ -39,9 +39,11 @@ from typing import Any
 import yaml
 
 import launcher
-from launcher.errors import Problem, UserError
+from launcher import untrusted
+from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.preset import ENTRIES
 from launcher.pipeline.shell import shell_words
+from launcher.runs import secrets
 from launcher.runs.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
@@ -66,7 +68,6 @@ PACKAGES: dict[str, tuple[str, ...]] = {
     "tensorboard": ("tensorboard",),
     "wandb": ("wandb",),
 }
-_SECRET_RE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 
 
 # ---------------------------------------------------------------------------------------------- naming
@@ -263,10 +264,6 @@ def _as_dict(value: Any) -> Any:
     return value
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """Environment with secrets (API keys, tokens, passwords) replaced, for files that may be shared."""
-    return {k: ("<redacted>" if _SECRET_RE.search(k) else str(v)) for k, v in env.items()}
-
 
 def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, overrides: Sequence[str],
                    megatron_path: Path | None, hosts: Sequence[str], argv: Sequence[str],
@@ -288,24 +285,22 @@ def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, o
         "user": getpass.getuser(),
         "world": _as_dict(dict(world)),
         "layout": _as_dict(layout),
-        "overrides": list(overrides),
+        "overrides": secrets.redact_argv(overrides),
         "checkpoint_dir": checkpoint_dir,
-        "launch_argv": list(sys.argv),
+        "launch_argv": secrets.redact_argv(sys.argv),
         "attempts": [{"started": datetime.now(UTC).isoformat(timespec="seconds"),
-                      "argv": list(argv), "env": redact_env(env)}],
+                      "argv": list(argv), "env": secrets.redact_env(env)}],
     }
 
 
-def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None,
-                   expand: frozenset[int] = frozenset()) -> str:
-    """command.sh: runnable as written on every node. Words are single-quoted, except the `expand` ones (the
-    launcher's own ${MASTER_ADDR} endpoint), which go in double quotes so that each node fills them in."""
+def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None) -> str:
+    """command.sh: runnable as written on every node. Words are single-quoted, except the launcher's own
+    ${MASTER_ADDR} endpoint (a HostFromEnv), which goes in double quotes so that each node fills it in."""
     lines = ["#!/usr/bin/env bash", "# Written by megatron-launch: the exact command of this run.", "set -euo pipefail"]
     if workdir is not None:
         lines.append(f"cd {shlex.quote(str(workdir))}")
-    for key, value in redact_env(env).items():
-        lines.append(f"export {key}={shlex.quote(value)}")
-    lines.append(" ".join(shell_words(argv, expand)))
+    lines += [secrets.shell_export(key, str(value), shlex.quote) for key, value in env.items()]
+    lines.append(" ".join(shell_words(argv)))
     return "\n".join(lines) + "\n"
 
 
@@ -313,8 +308,8 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
 
 
 def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping[str, Any],
-                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None,
-                  expand: frozenset[int] = frozenset()) -> Path:
+                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None
+                  ) -> Path:
     """Create `run_dir` complete or not at all; refuse if it exists (empty, it is this launch's reservation)."""
     run_dir = Path(run_dir)
     if run_dir.exists() and not (run_dir.is_dir() and not any(run_dir.iterdir())):
@@ -325,8 +320,9 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
-        (staging / PRESET_FILE).write_text(header + yaml.safe_dump(_as_dict(dict(preset)), sort_keys=False))
-        (staging / COMMAND_FILE).write_text(command_script(argv, env, expand=expand))
+        (staging / PRESET_FILE).write_text(header + yaml.safe_dump(secrets.redact_preset(_as_dict(dict(preset))),
+                                                                sort_keys=False))
+        (staging / COMMAND_FILE).write_text(command_script(argv, env))
         (staging / COMMAND_FILE).chmod(0o755)
         (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
@@ -377,10 +373,20 @@ def create_run_dir(job: Any, command: Any, overrides: Sequence[str], root: Path 
     preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
                    "launcher": launcher_settings, "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
-                         extra_files=extra_files, expand=getattr(command, "expand", frozenset()))
+                         extra_files=extra_files)
 
 
 # ---------------------------------------------------------------------------------------------- resume
+
+
+# What --resume and launch report read from a manifest, and the type each must have.
+_MANIFEST_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "preset": ((str,), "text"),
+    "entry": ((str,), "text"),
+    "checkpoint_dir": ((str,), "text (a path)"),
+    "attempts": ((list,), "a list"),
+    "world": ((dict,), "a mapping"),
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -396,7 +402,7 @@ class ExistingRun:
     def resume_megatron_args(self) -> dict[str, Any]:
         """--save = --load = the run's checkpoint directory, plus its tensorboard dir."""
         args = {"save": self.checkpoint_dir, "load": self.checkpoint_dir}
-        tensorboard = self.preset.get("megatron", {}).get("tensorboard_dir")
+        tensorboard = (self.preset.get("megatron") or {}).get("tensorboard_dir")
         if tensorboard:
             args["tensorboard_dir"] = tensorboard
         return args
@@ -408,17 +414,25 @@ def open_run_dir(path: Path) -> ExistingRun:
     hint = "give a directory made by `launch` (it holds manifest.json), e.g. runs/toy-20261129T160150Z"
     if not path.is_dir():
         raise UserError(Problem(f"{path} is not a run directory (it does not exist or is not a directory)", hint))
+    for name in (MANIFEST, PRESET_FILE):
+        if not (path / name).exists():
+            raise UserError(Problem(f"{path} is not a run directory: {name} is missing", hint))
+    damaged = "launch a new run; the damaged one is left as it is"
+    manifest_text = untrusted.read_utf8(path / MANIFEST, "run manifest")
     try:
-        manifest = json.loads((path / MANIFEST).read_text())
-        preset = yaml.safe_load((path / PRESET_FILE).read_text())
-    except FileNotFoundError as error:
-        raise UserError(Problem(f"{path} is not a run directory: {Path(error.filename).name} is missing",
-                                hint)) from None
-    except (json.JSONDecodeError, yaml.YAMLError, UnicodeDecodeError) as error:
-        raise UserError(Problem(f"{path} is a damaged run directory: {error}",
-                                "launch a new run; the damaged one is left as it is")) from None
+        manifest = json.loads(manifest_text)
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise UserError(Problem(f"{path} is a damaged run directory: {MANIFEST}: {shown(error)}", damaged)) from None
+    preset = untrusted.load_yaml(untrusted.read_utf8(path / PRESET_FILE, "run preset"), str(path / PRESET_FILE))
     if not isinstance(manifest, dict) or not isinstance(preset, dict):
-        raise UserError(Problem(f"{path} is a damaged run directory: manifest or preset is not a mapping", hint))
+        raise UserError(Problem(f"{path} is a damaged run directory: manifest or preset is not a mapping", damaged))
+    problems = [f"{key} is {shown(manifest[key])}, not {kind}" for key, (types, kind) in _MANIFEST_TYPES.items()
+                if manifest.get(key) is not None and not isinstance(manifest[key], types)]
+    megatron = preset.get("megatron")
+    if megatron is not None and not isinstance(megatron, dict):
+        problems.append(f"{PRESET_FILE}: megatron is {shown(megatron)}, not a mapping")
+    if problems:
+        raise UserError(Problem(f"{path} is a damaged run directory: {MANIFEST}: {'; '.join(problems)}", damaged))
     return ExistingRun(path=path, manifest=manifest, preset=preset)
 
 
@@ -426,7 +440,7 @@ def record_attempt(run: ExistingRun, argv: Sequence[str], env: Mapping[str, str]
     """Append a resumed attempt to the manifest (replaced atomically)."""
     manifest = dict(run.manifest)
     manifest.setdefault("attempts", []).append({
-        "started": datetime.now(UTC).isoformat(timespec="seconds"), "argv": list(argv), "env": redact_env(env),
+        "started": datetime.now(UTC).isoformat(timespec="seconds"), "argv": list(argv), "env": secrets.redact_env(env),
     })
     try:
         write_text_atomic(run.path / MANIFEST, json.dumps(manifest, indent=2) + "\n")

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from dataclasses import replace
@@ -16,7 +17,7 @@ from launcher.errors import Problem, UserError
 from launcher.pipeline.command import Command
 from launcher.pipeline.preset import Preset, load_preset
 from launcher.pipeline.resolve import ResolvedJob
-from launcher.runs import rundir
+from launcher.runs import rundir, secrets
 from launcher.runs.monitor import Monitor
 
 # Exit status when the child exited 0 but its log shows a failure (Megatron exits 0 on several failures).
@@ -28,6 +29,9 @@ def open_resume(run_dir: str | Path, overrides: list[str]) -> tuple[Preset, rund
     existing = rundir.open_run_dir(Path(run_dir))
     preset = load_preset(str(existing.path / rundir.PRESET_FILE), overrides)
     preset = replace(preset, name=str(existing.manifest.get("preset") or existing.path.name))
+    # preset.yaml holds <redacted> for secrets: this launch's environment (or a new --set) supplies them.
+    env = secrets.restore_from(preset.launcher.env, os.environ)
+    preset = replace(preset, launcher=replace(preset.launcher, env=env))
     if existing.manifest.get("entry") == "simple_loop":
         raise UserError(Problem(f"{existing.path} ran upstream's simple training loop, which cannot resume",
                                 "start a new run instead"))

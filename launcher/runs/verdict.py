@@ -8,6 +8,7 @@ tracker file — never from the exit code alone, since Megatron exits 0 on sever
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,7 +84,8 @@ class RunSummary:
         return self.outcome == "success"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """As JSON wants it: a NaN or infinite number (a diverged loss) is null, never a bare NaN."""
+        return json_safe(asdict(self))
 
     def render(self) -> str:
         def num(value: float | None, fmt: str, unit: str = "") -> str:
@@ -108,6 +110,17 @@ class RunSummary:
         if self.validation:
             lines.append("validation:         " + ", ".join(f"{k} {v:.4f}" for k, v in self.validation.items()))
         return "\n".join(lines)
+
+
+def json_safe(value):
+    """`value` with every NaN/infinite float as None, for strict JSON (json.dumps(..., allow_nan=False))."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
 
 
 class RunLog:
@@ -292,6 +305,9 @@ class RunLog:
             validation=dict(self.validation), attempts=len(self.attempts), exit_code=exit_code,
         )
 
+    def _last_loss(self) -> float | None:
+        return next((line.lm_loss for line in reversed(self.iteration_lines) if line.lm_loss is not None), None)
+
     def _checkpoint_failures(self, reached_end: bool, checkpoint_dir: Path | None, tracker: str | None) -> list[str]:
         save_configured = self.arguments.get("save", "None") != "None"
         return checkpoint_failures(self.saved, save_configured, reached_end, checkpoint_dir, tracker)
@@ -315,6 +331,8 @@ class RunLog:
             failures.append("no iteration was logged")
         elif last.nan_iterations and last.lm_loss is None:
             failures.append(f"loss is NaN: {last.nan_iterations} NaN iteration(s) in the last logged interval")
+        elif (loss := self._last_loss()) is not None and not math.isfinite(loss):
+            failures.append(f"loss is {loss}: the last logged lm loss is not a number")
         reached = self.reached_iteration
         reached_end = self.training_done or (reached is not None and train_iters is not None
                                              and reached >= train_iters)

@@ -1,0 +1,70 @@
+"""Secrets (API keys, tokens, passwords in environment variables) never reach a file in clear.
+
+One rule, used by every writer: an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD,
+PASSWD or CREDENTIAL is a secret. Files record `<redacted>` in its place (manifest, preset.yaml, the --set list
+and the launch's argv); scripts (command.sh, the sbatch script) take it from the environment they run in, and
+`launch --resume` takes it from the environment it is started in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from launcher.errors import UserError
+
+REDACTED = "<redacted>"
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# How a --set names an environment variable: env.NAME (launcher.env.NAME is the same setting).
+_ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
+
+
+def is_secret(env_name: str) -> bool:
+    return bool(SECRET_NAME.search(env_name))
+
+
+def redact_env(env: Mapping[str, Any]) -> dict[str, str]:
+    """The environment with every secret's value replaced by <redacted>."""
+    return {str(k): (REDACTED if is_secret(str(k)) else str(v)) for k, v in env.items()}
+
+
+def redact_assignment(word: str) -> str:
+    """`env.HF_TOKEN=abc` (a --set, or an argv word holding one) → `env.HF_TOKEN=<redacted>`."""
+    match = _ENV_SETTING.match(word)
+    if match and is_secret(match.group("name")):
+        return word[:match.end()] + REDACTED
+    return word
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    return [redact_assignment(str(word)) for word in argv]
+
+
+def redact_preset(preset: Mapping[str, Any]) -> dict[str, Any]:
+    """A preset mapping (as written to preset.yaml) with launcher.env secrets redacted."""
+    out = dict(preset)
+    launcher = out.get("launcher")
+    if isinstance(launcher, Mapping) and isinstance(launcher.get("env"), Mapping):
+        out["launcher"] = {**launcher, "env": redact_env(launcher["env"])}
+    return out
+
+
+def shell_export(name: str, value: str, quote) -> str:
+    """An `export` line for a script file: a secret is read from the environment the script runs in."""
+    if not ENV_NAME.fullmatch(name):
+        raise UserError(f"{name!r} is not a valid environment variable name")
+    if is_secret(name):
+        return f'export {name}="${{{name}:?{name} is a secret and is not stored in this file: export it first}}"'
+    return f"export {name}={quote(value)}"
+
+
+def restore_from(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a resumed run: each <redacted> secret taken from `environ` (the launcher's own)."""
+    missing = [name for name, value in env.items() if value == REDACTED and not environ.get(name)]
+    if missing:
+        names = ", ".join(missing)
+        raise UserError(f"the run directory does not store the secret(s) {names}",
+                        f"export {missing[0]}=… before launch --resume, or give --set env.{missing[0]}=…")
+    return {name: (environ[name] if value == REDACTED else value) for name, value in env.items()}

@@ -1,0 +1,168 @@
+"""Reading input the launcher does not control: files with a size bound, YAML with bounded work.
+
+Every failure is a UserError naming the file (and line), never a Python exception: a preset, a run directory's
+files and --set values are all user input. YAML anchors and aliases are allowed (they are ordinary YAML), but
+a document may expand to at most MAX_NODES values, so a few hundred bytes of nested aliases ("billion laughs")
+are refused instead of growing into gigabytes wherever the value is later printed or walked.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.errors import UserError, clip, shown
+
+MAX_FILE_BYTES = 8 * 1024 * 1024  # a preset or manifest is a few KiB; this only stops runaway reads
+MAX_DEPTH = 64  # nesting of mappings and lists; presets use three or four levels
+MAX_NODES = 100_000  # values in a document after alias expansion (a data_path blend may list thousands)
+
+
+def read_bytes(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; UserError for anything else (missing, a device
+    such as /dev/zero, a FIFO, a directory, too big)."""
+    name = shown(str(path))
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the check below refuses it anyway.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise UserError(f"{what} {name} does not exist") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"cannot read {what} {name}: not a regular file", "give a file, not a directory or device")
+        if info.st_size > limit:
+            raise UserError(f"{what} {name} is {info.st_size:,} bytes; at most {limit:,} are read",
+                            "is this the right file?")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:  # grew while being read
+                raise UserError(f"{what} {name} is larger than {limit:,} bytes", "is this the right file?")
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+def read_utf8(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """read_bytes, as UTF-8 text."""
+    data = read_bytes(path, what, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {shown(str(path))} is not UTF-8 text (byte {exc.start})") from None
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses repeated keys and deep nesting, and turns a value PyYAML cannot build
+    (2024-13-45 as a date, `!!int abc`, a 5,000-digit number) into a YAML error with its position."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent, index):
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels",
+                                                  self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_object(self, node, deep=False):
+        try:
+            return super().construct_object(node, deep)
+        except (yaml.YAMLError, RecursionError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any constructor failure is the document's fault
+            value = node.value if isinstance(node, yaml.ScalarNode) else node.tag
+            # A ValueError says why (month must be in 1..12); anything else is PyYAML's internals.
+            why = f" ({clip(str(exc).split(';')[0], 100)})" if isinstance(exc, ValueError) else ""
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {shown(value)} as {node.tag.rsplit(':', 1)[-1]}{why}",
+                node.start_mark) from None
+
+    def construct_mapping(self, node, deep=False):
+        # Only the keys written in this mapping: a key that overrides one merged in with `<<: *base` is fine.
+        if isinstance(node, yaml.MappingNode):
+            first: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first.setdefault(key, key_node)
+                except TypeError:
+                    continue  # an unhashable key: the base class reports it
+                if earlier is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {shown(key)} appears twice in one mapping, at line "
+                                    f"{earlier.start_mark.line + 1} and line {key_node.start_mark.line + 1}",
+                        key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+def _expanded_size(root: yaml.Node) -> int:
+    """Values in the document once every alias is expanded; stops counting past MAX_NODES."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_nodes:
+            raise yaml.composer.ComposerError(None, None, "an alias refers to a value that contains it",
+                                              node.start_mark)
+        open_nodes.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_NODES:
+                break
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    return size(root)
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """One YAML document from user input; UserError (with the line) for anything PyYAML or the bounds refuse."""
+    loader = None
+    try:
+        loader = _Loader(text)  # its reader already refuses control characters
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_size(node) > MAX_NODES:
+            raise UserError(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
+                            "write the values out, or use fewer nested aliases")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc).splitlines()[0]
+        raise UserError(f"{source} is not valid YAML{at}: {reason}") from None
+    except RecursionError:
+        raise UserError(f"{source} is nested too deeply", f"at most {MAX_DEPTH} levels") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
