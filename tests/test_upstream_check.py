@@ -212,6 +212,7 @@ megatron:
   add_bias_linear: false
   deterministic_mode: true
   async_save: true
+  use_persistent_ckpt_worker: false   # the 345m preset ships it; without it validate_args turns async_save off
   save: /ckpt
   save_interval: 100
   export_te_mcore_model: true
