@@ -22,7 +22,7 @@ MAX_DEPTH = 64  # nesting of mappings and lists; presets use three or four level
 MAX_NODES = 100_000  # values in a document after alias expansion (a data_path blend may list thousands)
 
 
-def read_bytes(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; UserError for anything else (missing, a device
     such as /dev/zero, a FIFO, a directory, too big)."""
     name = shown(str(path))
@@ -53,7 +53,7 @@ def read_bytes(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
         os.close(fd)
 
 
-def read_utf8(path: Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
     """read_bytes, as UTF-8 text."""
     data = read_bytes(path, what, limit)
     try:

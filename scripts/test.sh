@@ -12,4 +12,5 @@ elif [ -n "${CI:-}" ]; then
 else
     echo "warning: no local Slurm cluster (needs root); the Slurm cluster tests will be skipped" >&2
 fi
+.venv/bin/python -m mypy  # the type check (its settings: [tool.mypy] in pyproject.toml)
 .venv/bin/python -m pytest -q "$@"

@@ -211,3 +211,8 @@ def test_batch_hint_is_the_smallest_change(launch):
     assert "use global_batch_size 64" in err
     code, _, err = launch("345m", "--gpus-per-node", "8", "--set", "global_batch_size=30", "--dry-run")
     assert code == 2 and "use global_batch_size 24 or 32" in err and "256" not in err
+
+
+def test_a_huge_setting_is_checked_without_walking_every_integer(launch):
+    code, out, err = launch("345m", "--dry-run", "--set", "num_attention_heads=1000000000")
+    assert code == 2 and "not divisible by num_attention_heads 1000000000" in err

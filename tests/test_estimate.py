@@ -249,3 +249,19 @@ def test_memory_is_positive_and_sharding_helps(tp: int, pp: int, mbs: int, recom
     more_tp = est.complete_memory(est.model_shape({**args, "tensor_model_parallel_size": 2 * tp}),
                                   replace(t, tp=2 * tp, world_size=2 * t.world_size))
     assert more_tp.weights < mem.weights
+
+
+@given(st.integers(min_value=1, max_value=5000))
+def test_divisors_are_every_divisor_in_order(n):
+    assert est.divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+def test_divisors_of_a_huge_setting_need_only_its_square_root():
+    # A walk over every integer up to 10^9 would not finish; pairs up to √n do.
+    assert est.divisors(1_000_000_000)[:4] == [1, 2, 4, 5] and est.divisors(999_999_937) == [1, 999_999_937]
+
+
+def test_one_default_ffn_width():
+    assert est.ffn_hidden_size({"hidden_size": 1024}) == 4096
+    assert est.ffn_hidden_size({"hidden_size": 4096, "swiglu": True}) == 10880  # int(8·4096/3/64)·64
+    assert est.human(354_871_296) == "354.87M" and est.human(999) == "999"

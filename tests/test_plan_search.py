@@ -29,13 +29,15 @@ def apply_overrides(args: dict[str, Any], items: list[str]) -> dict[str, Any]:
 
 
 def test_layout_problems_name_every_factor() -> None:
+    # The search's rules are launcher.pipeline.layout's, so these are the messages `launch` prints.
     m = est.model_shape(GPT_175B)
     t = est.training_of(GPT_175B, 64)
-    assert ps.layout_problems(m, t) == ["world size 64 is not divisible by TP·PP·CP = 8·16·1 = 128"]
+    assert ps.layout_problems(m, t) == [
+        "world size 64 = 8 node(s) × 8 GPUs is not divisible by TP·PP·CP = 8·16·1 = 128"]
     bad = replace(est.training_of(GPT_175B, 1536), pp=5, tp=3, micro_batch_size=7)
     problems = " | ".join(ps.layout_problems(m, replace(bad, world_size=15 * 64)))
-    assert "96 layers are not divisible by PP 5" in problems
-    assert "global batch 1536 is not divisible by micro batch × DP = 7·64 = 448" in problems
+    assert "num_layers 96 is not divisible by pipeline_model_parallel_size 5" in problems
+    assert "global batch size 1536 is not divisible by micro batch 7 × data-parallel size 64 = 448" in problems
     interleaved = replace(est.training_of(GPT_175B, 1536), vpp=2, global_batch_size=12 * 8)
     assert "multiple of PP 16" in " ".join(ps.layout_problems(m, interleaved))
 
@@ -62,7 +64,8 @@ def test_overrides_select_exactly_the_listed_layout() -> None:
 def test_alternatives_say_why_they_lost() -> None:
     result = ps.search(GPT_175B, 64, H100, 8, top=3)
     verdicts = {a.label.split(" [")[0]: a.verdict for a in result.alternatives}
-    assert verdicts["the preset's own layout"].startswith("invalid: world size 64 is not divisible")
+    assert verdicts["the preset's own layout"].startswith(
+        "invalid: world size 64 = 8 node(s) × 8 GPUs is not divisible")
     assert verdicts["pure data parallel (TP1 PP1)"].startswith("does not fit: needs")
     big = ps.search(GPT_175B, 1536, H100, 8, top=3)
     own = next(a for a in big.alternatives if a.label.startswith("the preset's own layout"))
@@ -119,14 +122,15 @@ def test_plan_json_and_text() -> None:
 
 
 @pytest.mark.parametrize(("name", "world"), [("toy", 8), ("345m", 8), ("345m", 32), ("175b", 1536), ("175b", 256)])
-def test_our_quick_rules_agree_with_the_foundation_checks(name: str, world: int) -> None:
-    """The search prefilters with layout_problems and confirms with launcher.pipeline.layout; they must agree, except
-    for preset settings that are not layout rules (overlap_param_gather needs the distributed optimizer)."""
+def test_the_search_judges_layouts_with_the_pipelines_own_check(name: str, world: int) -> None:
+    """One rule set: a candidate is valid exactly when launcher.pipeline.layout's check, run on the preset with
+    the candidate's --set items, finds no layout problem."""
+    from launcher.pipeline.layout import check
     from launcher.pipeline.preset import load_preset
 
     preset = load_preset(name)
     args = preset.effective()
-    validate = ps.foundation_validator(preset, 8, te=True, apex=True)
+    rules = ps.Rules(args, 8, te=True, apex=True)
     base = est.training_of(args, world)
     checked = 0
     for layout in ps.structural_layouts(est.model_shape(args), base, min(8, world)):
@@ -134,10 +138,9 @@ def test_our_quick_rules_agree_with_the_foundation_checks(name: str, world: int)
             checked += 1
             if checked % 7:  # every 7th keeps the run short; the grid still spans every knob
                 continue
-            shape = est.model_shape(args, t.tp)
-            ours, theirs = ps.layout_problems(shape, t), validate(shape, t)
-            if ours:
-                assert theirs, f"we reject {ps.describe(t)} ({ours}) but launcher.pipeline.layout accepts it"
-            else:
-                assert all("overlap_param_gather" in p for p in theirs), (ps.describe(t), theirs)
+            candidate = load_preset(name, ps.overrides(t, args))
+            layout_messages = {p.message for p in check(candidate, world, min(8, world), True, True)[1]}
+            assert set(rules.problems(t)) <= layout_messages, ps.describe(t)
+            if not rules.problems(t):
+                assert est.training_of(candidate.effective(), world) == t
     assert checked > 50

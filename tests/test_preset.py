@@ -133,3 +133,18 @@ def test_relative_base_is_found_next_to_the_file_naming_it(tmp_path, monkeypatch
     write(tmp_path, "megatron:\n  num_layers: 1\n", "common.yaml")  # a decoy in the working directory
     monkeypatch.chdir(tmp_path)
     assert load_preset(child).arg("num_layers") == 6
+
+
+def test_setting_types_come_from_the_dataclass_annotations():
+    from launcher.pipeline import preset as p
+    from launcher.pipeline.field_types import fields_allowing
+    from launcher.pipeline.slurm_settings import SlurmSettings
+
+    assert p.INT_FIELDS == {"nodes", "gpus_per_node", "master_port", "max_micro_batch_size"}
+    assert p.OPTIONAL_FIELDS == {"megatron_path", "max_micro_batch_size"}
+    assert p.TRISTATE_FIELDS == {"transformer_engine", "apex"}
+    assert fields_allowing(SlurmSettings, str) >= {"partition", "time", "container_image", "signal"}
+    assert fields_allowing(SlurmSettings, tuple) == {"extra_sbatch", "container_mounts"}
+    # text settings stay as written: a torchrun path that YAML would read as a number, a Slurm time as text
+    preset = p.load_preset("toy", ["torchrun=1e3", "slurm.time=1:00:00"])
+    assert preset.launcher.torchrun == "1e3" and preset.launcher.slurm["time"] == "1:00:00"

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 from launcher.errors import UserError
 from launcher.pipeline.command import Command
@@ -88,6 +89,14 @@ def resolved_argv(command: Command) -> list[str]:
     return [w.resolve(addr) if isinstance(w, HostFromEnv) else w for w in command.argv]
 
 
+def runnable_argv(command: Command) -> list[str]:
+    """The argv to start, after the checks that need no child process: MASTER_ADDR, torchrun on PATH."""
+    argv = resolved_argv(command)
+    if shutil.which(argv[0]) is None:
+        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    return argv
+
+
 def run(command: Command, cwd: str | None = None, stdout=None,
         on_line: Callable[[str], None] | None = None) -> int:
     """Start torchrun, pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its exit status (128+N if killed).
@@ -96,22 +105,26 @@ def run(command: Command, cwd: str | None = None, stdout=None,
     instead of going straight to the terminal. If `on_line` raises, the child is stopped before the error
     goes on: training must not continue unrecorded.
     """
-    argv = resolved_argv(command)
+    argv = runnable_argv(command)
     env = {**os.environ, **command.env}
     env["PATH"] = training_path(env.get("PATH"))
     if shutil.which(argv[0], path=env["PATH"]) is None:
         raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
     if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
         env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
+    child: subprocess.Popen[str] | subprocess.Popen[bytes]
+    lines: IO[str] | None = None  # the child's output, when it goes to on_line
     if on_line is not None:
-        stdout = subprocess.PIPE
         env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
-    child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
-                             **({"text": True, "errors": "replace", "bufsize": 1} if on_line else {}))
+        piped = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                 text=True, errors="replace", bufsize=1)
+        child, lines = piped, piped.stdout
+    else:
+        child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
     try:
-        if on_line is not None:
-            for line in child.stdout:
+        if on_line is not None and lines is not None:
+            for line in lines:
                 on_line(line)
         code = child.wait()
     except BaseException:

@@ -8,7 +8,6 @@ many checks (the import costs ~5-10 s, a check ~35 ms), so a grid of hundreds of
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import os
 import re
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-from launcher.errors import UserError
+from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import has_module
 from launcher.megatron.target import Target
@@ -86,8 +85,7 @@ def unknown_flags(parse_error: str) -> list[str]:
 
 
 def nearest_flag(flag: str, known: Iterable[str]) -> str | None:
-    matches = difflib.get_close_matches(flag, list(known), n=1, cutoff=0.6)
-    return matches[0] if matches else None
+    return next(iter(closest(flag, known)), None)
 
 
 class UpstreamChecker:

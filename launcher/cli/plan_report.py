@@ -14,6 +14,7 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
+from launcher.estimate.steptime import StepTime
 
 GIB = est.GIB
 
@@ -76,18 +77,18 @@ def preset_tokens(args: Mapping[str, Any]) -> float | None:
 
 def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
                tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
-               validate: ps.Validator | None = None, extra_sets: tuple[str, ...] = (),
+               rules: ps.Rules | None = None, extra_sets: tuple[str, ...] = (),
                notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
-    `validate` adds launcher.pipeline.layout's checks; `extra_sets` are --set items every listed layout needs.
+    `rules` judge layouts (launcher.pipeline.layout's, for the target's kernels); `extra_sets` are --set items
+    every listed layout needs.
     """
     world = budget.world_size
+    rules = rules or ps.Rules(args, budget.gpus_per_node)
     training = est.training_of(args, world)
     shape = est.model_shape(args, training.tp)
-    problems = ps.layout_problems(shape, training)
-    if not problems and validate is not None:
-        problems = validate(shape, training)
+    problems = rules.problems(training)
     model_parallel = training.tp * training.pp * training.cp
     tokens = tokens if tokens is not None else preset_tokens(args)
     plan: dict[str, Any] = {
@@ -124,9 +125,9 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         }
         plan["time"] = time_dict(e.step, training, shape, tokens)
         plan["checkpoint"] = checkpoint_dict(args, plan["model"]["parameters"], e.step.total, ckpt_write_gbps)
-    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, validate)
+    result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, rules)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, problems or result.refusals)
+        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, result.refusals or problems, rules)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
@@ -147,7 +148,7 @@ def layout_dict(t: est.Training) -> dict[str, Any]:
     return d
 
 
-def time_dict(step: est.StepTime, t: est.Training, m: est.ModelShape, tokens: float | None) -> dict[str, Any]:
+def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float | None) -> dict[str, Any]:
     flops = est.flops_per_iteration(m, t.global_batch_size)
     d: dict[str, Any] = {
         "step": step.as_dict(),
@@ -193,13 +194,6 @@ def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: 
 # --------------------------------------------------------------------------------------------------- text
 
 
-def _b(n: float) -> str:
-    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
-        if n >= size:
-            return f"{n / size:.2f}{unit}"
-    return f"{n:.0f}"
-
-
 def _duration(seconds: float) -> str:
     if seconds >= 2 * 86400:
         return f"{seconds / 86400:.1f} days"
@@ -221,7 +215,7 @@ def render_text(plan: dict[str, Any]) -> str:
                  f"({plan['nodes']} node(s) × {plan['gpus_per_node']} GPUs, {gpu['memory_gib']} GiB each)")
     lines.append("")
     lines.append("Model")
-    lines.append(f"  parameters           {_b(model['parameters'])} (vocab {model['vocab_size']} padded to "
+    lines.append(f"  parameters           {est.human(model['parameters'])} (vocab {model['vocab_size']} padded to "
                  f"{model['padded_vocab_size']})")
     lines.append(f"  FLOPs per token      {model['flops_per_token']:.4g} (Megatron's formula; recompute not counted)")
     lines.append("")
@@ -234,8 +228,8 @@ def render_text(plan: dict[str, Any]) -> str:
             lines.append(f"  it needs at least TP·PP·CP = {lay['minimum_gpus']} GPUs")
     else:
         lines.append(f"  microbatches         {lay['num_microbatches']} per iteration, DP {lay['dp']}")
-        lines.append(f"  parameters per GPU   {_b(model['parameters_most_loaded_gpu'])} on the most loaded GPU "
-                     f"(Megatron's count: {_b(model['megatron_most_loaded_shard'])})")
+        lines.append(f"  parameters per GPU   {est.human(model['parameters_most_loaded_gpu'])} on the most loaded GPU "
+                     f"(Megatron's count: {est.human(model['megatron_most_loaded_shard'])})")
         lines.append(f"  FLOPs per iteration  {model['flops_per_iteration']:.4g}")
         lines.append("")
         mem = plan["memory"]
@@ -261,7 +255,7 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.append(f"    throughput         {t['tokens_per_second']:,.0f} tokens/s, "
                      f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")
         if "seconds_to_tokens" in t:
-            lines.append(f"    {_b(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
+            lines.append(f"    {est.human(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
         c = plan["checkpoint"]
         saves = f", {c['saves']:,} saves: {_duration(c['total_seconds'])} in all" if c["saves"] else ""
         lines.append(f"    checkpoints        {c['bytes'] / 1e12:.2f} TB each, ~{_duration(c['seconds_per_save'])} "
@@ -275,7 +269,7 @@ def render_text(plan: dict[str, Any]) -> str:
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
            f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
-        head += f" {'to ' + _b(plan['tokens']):>12}"
+        head += f" {'to ' + est.human(plan['tokens']):>12}"
     lines.append(head)
     for i, c in enumerate(search["best"], 1):
         row = (f"  {i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
@@ -363,8 +357,8 @@ def run(ns: Any) -> str:
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
-    validate = ps.foundation_validator(preset, budget.gpus_per_node, kernels.transformer_engine, kernels.apex)
+    rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex, preset.launcher)
     plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
-                      allow_sp=kernels.transformer_engine or kernels.apex, validate=validate,
+                      allow_sp=kernels.transformer_engine or kernels.apex, rules=rules,
                       extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps)
     return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"

@@ -210,7 +210,7 @@ def _gpt_dataset_config_kwargs(args: Any, tokenizer: Any, blends: tuple[Any, Any
 
 
 def _listing(directory: str) -> set[str]:
-    files = set()
+    files: set[str] = set()
     for root, _dirs, names in os.walk(directory):
         files.update(os.path.relpath(os.path.join(root, name), directory) for name in names)
     return files

@@ -174,15 +174,15 @@ def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec
                             "check --json-key and that the files hold text")
         builder.finalize(temps["idx"])
         progress.finish()
-        result = PrepareResult(
+        prepared = PrepareResult(
             prefix=output_prefix, documents=documents, tokens=tokens, skipped_empty=skipped,
             vocab_size=tokenizer.vocab_size, eod=tokenizer.eod, dtype=np.dtype(dtype).name,
             seconds=time.monotonic() - started, megatron_args=spec.megatron_args(tokenizer.vocab_size))
-        _write_meta(temps["meta"], result, spec, inputs, json_key, text_unit)
+        _write_meta(temps["meta"], prepared, spec, inputs, json_key, text_unit)
         with signals_deferred():  # an interrupt between the renames would pair a new .bin with an old .idx
             for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete
                 os.replace(temps[key], outputs[key])
-        return result
+        return prepared
     except KeyboardInterrupt:
         progress.interrupt()
         raise
@@ -311,11 +311,11 @@ def _encode_all(inputs: Sequence[str], spec: TokenizerSpec, tokenizer: TextToken
         exhausted = False
         while True:
             while not exhausted and sent - next_number < window:
-                batch = next(batch_iter, None)
-                if batch is None:
+                upcoming = next(batch_iter, None)
+                if upcoming is None:
                     exhausted = True
                 else:
-                    tasks.put((sent, batch, not stop_tokenizing()))
+                    tasks.put((sent, upcoming, not stop_tokenizing()))
                     sent += 1
             if next_number == sent:
                 break

@@ -1,10 +1,13 @@
-"""A small progress bar on stderr: redrawn in place on a terminal, a line every few seconds otherwise."""
+"""Tokenization progress on stderr: on a terminal the same tqdm bar as a training run's monitor, elsewhere (CI,
+Slurm logs) a plain line every few seconds."""
 
 from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
+
+PLAIN_LINE_SECONDS = 10.0
 
 
 class Progress:
@@ -12,42 +15,43 @@ class Progress:
         self.total_bytes = max(total_bytes, 1)
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
-        self.is_tty = enabled and self.stream.isatty()
         self.started = time.monotonic()
-        self.last_drawn = 0.0
+        self.last_line = self.started
         self.bytes_done = 0
         self.documents = 0
         self.tokens = 0
+        self._bar: Any = None
+        if enabled and self.stream.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=self.total_bytes, file=self.stream, unit="B", unit_scale=True,
+                             dynamic_ncols=True, leave=True)
 
     def advance(self, bytes_done: int, documents: int, tokens: int) -> None:
         self.bytes_done = min(bytes_done, self.total_bytes)
         self.documents, self.tokens = documents, tokens
-        now = time.monotonic()
-        # a terminal is redrawn 5 times a second; logs (CI, Slurm) get a line every 10 s
-        if self.enabled and now - self.last_drawn >= (0.2 if self.is_tty else 10.0):
-            self.last_drawn = now
-            self._draw(final=False)
+        if self._bar is not None:
+            self._bar.update(self.bytes_done - self._bar.n)
+            self._bar.set_postfix_str(f"{documents:,} docs, {tokens:,} tokens", refresh=False)
+        elif self.enabled and time.monotonic() - self.last_line >= PLAIN_LINE_SECONDS:
+            self.last_line = time.monotonic()
+            self._line(self.bytes_done / self.total_bytes)
 
     def finish(self) -> None:
-        if self.enabled:
-            self._draw(final=True)
+        if self._bar is not None:
+            self._bar.update(self.total_bytes - self._bar.n)
+            self._bar.close()
+        elif self.enabled:
+            self._line(1.0)
 
     def interrupt(self) -> None:
-        """End an in-place bar with a newline so that error messages start on their own line."""
-        if self.is_tty and self.last_drawn:
-            self.stream.write("\n")
-            self.stream.flush()
+        """End a terminal bar so that error messages start on their own line."""
+        if self._bar is not None:
+            self._bar.close()
 
-    def _draw(self, final: bool) -> None:
+    def _line(self, fraction: float) -> None:
         elapsed = max(time.monotonic() - self.started, 1e-9)
-        fraction = 1.0 if final else self.bytes_done / self.total_bytes
-        filled = int(fraction * 30)
-        bar = "#" * filled + "." * (30 - filled)
         rate = self.bytes_done / elapsed / 1e6
-        text = (f"[{bar}] {fraction:4.0%}  {self.documents:,} docs  {self.tokens:,} tokens  "
-                f"{rate:.1f} MB/s  {elapsed:.1f}s")
-        if self.is_tty:
-            self.stream.write("\r" + text + ("\n" if final else ""))
-        else:
-            self.stream.write(text + "\n")
+        self.stream.write(f"{fraction:4.0%}  {self.documents:,} docs  {self.tokens:,} tokens  {rate:.1f} MB/s  "
+                          f"{elapsed:.1f}s\n")
         self.stream.flush()

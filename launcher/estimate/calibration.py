@@ -137,7 +137,7 @@ def _nemo() -> Iterable[Run]:
               tokens_seconds(2048, 2048, 109_684), "109,684 tokens/s on 128 nodes", free=("recompute",))
     # NVIDIA's performance recipes reduce gradients in bf16 (Megatron-Bridge: grad_reduce_in_fp32: false)
     # and fuse the cross entropy.
-    fp8 = dict(GPT, **MODERN, fp8_format="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
+    fp8 = dict(GPT, **MODERN, fp8="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
     yield Run("NeMo 24.07 GPT-3 5B", NEMO_2407, "h100-80gb", 64,
               dict(fp8, **gpt5b, micro_batch_size=4, global_batch_size=2048),
               tokens_seconds(2048, 2048, 22521 * 64), "22,521 tokens/s/GPU")
@@ -150,7 +150,7 @@ def _nemo() -> Iterable[Run]:
                    num_virtual_stages_per_pipeline_rank=6, sequence_parallel=True, tp_comm_overlap=True,
                    micro_batch_size=1, global_batch_size=256),
               tokens_seconds(256, 2048, 726 * 128), "726 tokens/s/GPU", free=("recompute",))
-    llama = dict(LLAMA, **MODERN, fp8_format="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
+    llama = dict(LLAMA, **MODERN, fp8="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
     yield Run("NeMo 24.07 Llama 3 8B (CP 2)", NEMO_2407, "h100-80gb", 8,
               dict(llama, num_layers=32, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=14336,
                    context_parallel_size=2, micro_batch_size=1, global_batch_size=128),

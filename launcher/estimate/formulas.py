@@ -1,6 +1,7 @@
 """Parameters, FLOPs, memory per GPU and time for a Megatron GPT run, before anything starts.
 
-Pure functions over Megatron argument names (the `dest` of each flag) and plain ints; no torch, no megatron.
+Pure functions over Megatron argument names (the `dest` of each flag) and plain ints; no torch, no megatron;
+unset settings take Megatron's defaults from the generated argument catalog (launcher/data/megatron_args.json).
 
 Two memory models live here:
 
@@ -24,59 +25,16 @@ from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from launcher.megatron import args as megatron_args
+
 GIB = 1024**3
 MB = 1024**2  # Megatron's "MB" in its memory report is 2**20 bytes.
 
-# Megatron's parser defaults at 432d76b2b8bf for every name read here (checked with its parse_args()).
-MEGATRON_DEFAULTS: dict[str, Any] = {
-    "ffn_hidden_size": None,
-    "kv_channels": None,
-    "group_query_attention": False,
-    "num_query_groups": 1,
-    "swiglu": False,
-    "normalization": "LayerNorm",
-    "position_embedding_type": "learned_absolute",
-    "max_position_embeddings": None,
-    "untie_embeddings_and_output_weights": False,
-    "add_bias_linear": True,
-    "add_qkv_bias": False,
-    "attention_output_gate": False,
-    "make_vocab_size_divisible_by": 128,
-    "padded_vocab_size": None,
-    "pad_vocab_size": True,
-    "vocab_size": None,
-    "tensor_model_parallel_size": 1,
-    "pipeline_model_parallel_size": 1,
-    "context_parallel_size": 1,
-    "num_virtual_stages_per_pipeline_rank": None,
-    "num_layers_per_virtual_pipeline_stage": None,
-    "micro_batch_size": 1,
-    "global_batch_size": None,
-    "sequence_parallel": False,
-    "recompute_granularity": None,
-    "recompute_activations": False,
-    "use_distributed_optimizer": False,
-    "bf16": False,
-    "fp16": False,
-    "transformer_impl": "transformer_engine",
-    "attention_dropout": 0.1,
-    "expert_model_parallel_size": 1,
-    "overlap_grad_reduce": False,
-    "overlap_param_gather": False,
-    "tp_comm_overlap": False,
-    "grad_reduce_in_bf16": False,
-    "fp8_format": None,
-    "account_for_embedding_in_pipeline_split": False,
-    "account_for_loss_in_pipeline_split": False,
-    "decoder_first_pipeline_num_layers": None,
-    "decoder_last_pipeline_num_layers": None,
-    "pipeline_model_parallel_layout": None,
-}
 
-
-def _get(args: Mapping[str, Any], name: str) -> Any:
+def megatron_value(args: Mapping[str, Any], name: str) -> Any:
+    """args[name], or Megatron's own default at the pinned commit (from the generated argument catalog)."""
     value = args.get(name)
-    return MEGATRON_DEFAULTS.get(name) if value is None else value
+    return megatron_args.catalog()[name].default if value is None else value
 
 
 # --------------------------------------------------------------------------------------------------- shape
@@ -97,22 +55,41 @@ def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
         raise ValueError("vocab_size is not set")
     if args.get("pad_vocab_size") is False:
         return int(vocab)
-    return pad_vocab(int(vocab), tp, int(_get(args, "make_vocab_size_divisible_by")))
+    return pad_vocab(int(vocab), tp, int(megatron_value(args, "make_vocab_size_divisible_by")))
+
+
+def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
+    """Megatron's MLP width when ffn_hidden_size is unset: 4h, or int(8h/3/64)·64 with SwiGLU."""
+    return int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden
 
 
 def ffn_hidden_size(args: Mapping[str, Any]) -> int:
-    """Megatron's default MLP width: 4h, or int(8h/3/64)·64 with SwiGLU."""
     if args.get("ffn_hidden_size"):
         return int(args["ffn_hidden_size"])
-    hidden = int(args["hidden_size"])
-    return int(8 * hidden / 3 / 64) * 64 if args.get("swiglu") else 4 * hidden
+    return default_ffn_hidden_size(int(args["hidden_size"]), bool(args.get("swiglu")))
+
+
+def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
+    """The divisors of n, ascending; pairs d, n/d up to √n (and never more than `up_to` trials: n comes from
+    user input, e.g. num_attention_heads=1000000000, and the lists only feed hints and layout searches)."""
+    small: list[int] = []
+    large: list[int] = []
+    d = 1
+    while d * d <= n and d <= up_to:
+        if n % d == 0:
+            small.append(d)
+            if d * d != n:
+                large.append(n // d)
+        d += 1
+    return small + large[::-1]
 
 
 def human(count: float) -> str:
+    """1.23K, 354.87M, 174.62B: counts of parameters, FLOPs and tokens."""
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if count >= size:
             return f"{count / size:.2f}{unit}"
-    return str(int(count))
+    return f"{count:.0f}"
 
 
 @dataclass(frozen=True)
@@ -149,15 +126,15 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
     """Resolve the model shape from Megatron arguments; TP (for vocab padding) defaults to the args' value."""
     hidden = int(args["hidden_size"])
     heads = int(args["num_attention_heads"])
-    tp = int(tensor_parallel or _get(args, "tensor_model_parallel_size"))
-    swiglu = bool(_get(args, "swiglu"))
+    tp = int(tensor_parallel or megatron_value(args, "tensor_model_parallel_size"))
+    swiglu = bool(megatron_value(args, "swiglu"))
     ffn = ffn_hidden_size(args)
-    kv_channels = _get(args, "kv_channels") or hidden // heads
-    groups = int(_get(args, "num_query_groups")) if _get(args, "group_query_attention") else heads
-    vocab = int(_get(args, "vocab_size") or 0)
-    padded = padded_vocab_size(args, tp) if vocab or _get(args, "padded_vocab_size") else 0
+    kv_channels = megatron_value(args, "kv_channels") or hidden // heads
+    groups = int(megatron_value(args, "num_query_groups")) if megatron_value(args, "group_query_attention") else heads
+    vocab = int(megatron_value(args, "vocab_size") or 0)
+    padded = padded_vocab_size(args, tp) if vocab or megatron_value(args, "padded_vocab_size") else 0
     seq = int(args["seq_length"])
-    learned = _get(args, "position_embedding_type") == "learned_absolute"
+    learned = megatron_value(args, "position_embedding_type") == "learned_absolute"
     return ModelShape(
         num_layers=int(args["num_layers"]),
         hidden_size=hidden,
@@ -166,15 +143,15 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
         num_query_groups=groups,
         ffn_hidden_size=int(ffn),
         swiglu=swiglu,
-        norm_size=1 if _get(args, "normalization") == "RMSNorm" else 2,
+        norm_size=1 if megatron_value(args, "normalization") == "RMSNorm" else 2,
         vocab_size=vocab,
         padded_vocab_size=padded,
         seq_length=seq,
-        position_embeddings=int(_get(args, "max_position_embeddings") or seq) if learned else 0,
-        untied=bool(_get(args, "untie_embeddings_and_output_weights")),
-        linear_bias=bool(_get(args, "add_bias_linear")),
-        qkv_bias=bool(_get(args, "add_bias_linear") or _get(args, "add_qkv_bias")),
-        attention_output_gate=bool(_get(args, "attention_output_gate")),
+        position_embeddings=int(megatron_value(args, "max_position_embeddings") or seq) if learned else 0,
+        untied=bool(megatron_value(args, "untie_embeddings_and_output_weights")),
+        linear_bias=bool(megatron_value(args, "add_bias_linear")),
+        qkv_bias=bool(megatron_value(args, "add_bias_linear") or megatron_value(args, "add_qkv_bias")),
+        attention_output_gate=bool(megatron_value(args, "attention_output_gate")),
     )
 
 
@@ -224,42 +201,42 @@ class Training:
 
 
 def recompute_of(args: Mapping[str, Any]) -> str:
-    if _get(args, "recompute_activations"):
+    if megatron_value(args, "recompute_activations"):
         return "selective"
-    return _get(args, "recompute_granularity") or "none"
+    return megatron_value(args, "recompute_granularity") or "none"
 
 
 def precision_of(args: Mapping[str, Any]) -> str:
-    return "bf16" if _get(args, "bf16") else "fp16" if _get(args, "fp16") else "fp32"
+    return "bf16" if megatron_value(args, "bf16") else "fp16" if megatron_value(args, "fp16") else "fp32"
 
 
 def virtual_stages_of(args: Mapping[str, Any]) -> int:
     """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving)."""
-    if _get(args, "pipeline_model_parallel_layout"):
+    if megatron_value(args, "pipeline_model_parallel_layout"):
         from launcher.estimate.stages import layout_vpp
 
         return layout_vpp(str(args["pipeline_model_parallel_layout"]),
-                          int(_get(args, "pipeline_model_parallel_size")))
-    if _get(args, "num_virtual_stages_per_pipeline_rank"):
-        return int(_get(args, "num_virtual_stages_per_pipeline_rank"))
-    per_stage = _get(args, "num_layers_per_virtual_pipeline_stage")
+                          int(megatron_value(args, "pipeline_model_parallel_size")))
+    if megatron_value(args, "num_virtual_stages_per_pipeline_rank"):
+        return int(megatron_value(args, "num_virtual_stages_per_pipeline_rank"))
+    per_stage = megatron_value(args, "num_layers_per_virtual_pipeline_stage")
     if per_stage:
-        pp = int(_get(args, "pipeline_model_parallel_size"))
+        pp = int(megatron_value(args, "pipeline_model_parallel_size"))
         return max(1, int(args["num_layers"]) // pp // int(per_stage))
     return 1
 
 
 def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.megatron_ext.") -> bool:
     spec = args.get("spec")
-    return bool(spec) and str(spec[0]).startswith(module)
+    return spec is not None and len(spec) > 0 and str(spec[0]).startswith(module)
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
     """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron)."""
-    tp = int(_get(args, "tensor_model_parallel_size"))
-    pp = int(_get(args, "pipeline_model_parallel_size"))
-    cp = int(_get(args, "context_parallel_size"))
-    mbs = int(_get(args, "micro_batch_size"))
+    tp = int(megatron_value(args, "tensor_model_parallel_size"))
+    pp = int(megatron_value(args, "pipeline_model_parallel_size"))
+    cp = int(megatron_value(args, "context_parallel_size"))
+    mbs = int(megatron_value(args, "micro_batch_size") or 1)  # unset, Megatron refuses to start
     dp = max(1, world_size // (tp * pp * cp))
     return Training(
         world_size=world_size,
@@ -268,26 +245,26 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         vpp=virtual_stages_of(args),
         cp=cp,
         micro_batch_size=mbs,
-        global_batch_size=int(_get(args, "global_batch_size") or mbs * dp),
-        sequence_parallel=bool(_get(args, "sequence_parallel")) and tp > 1,
+        global_batch_size=int(megatron_value(args, "global_batch_size") or mbs * dp),
+        sequence_parallel=bool(megatron_value(args, "sequence_parallel")) and tp > 1,
         recompute=recompute_of(args),
-        distributed_optimizer=bool(_get(args, "use_distributed_optimizer")),
+        distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
         precision=precision_of(args),
         # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
-        fused_attention=_get(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
+        fused_attention=megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
-        ep=int(_get(args, "expert_model_parallel_size")),
-        overlap_grad_reduce=bool(_get(args, "overlap_grad_reduce")),
-        overlap_param_gather=bool(_get(args, "overlap_param_gather")),
-        tp_comm_overlap=bool(_get(args, "tp_comm_overlap")) and tp > 1,
-        grad_reduce_in_bf16=bool(_get(args, "grad_reduce_in_bf16")),
-        fp8=bool(_get(args, "fp8_format")),
-        first_stage_layers=_optional_int(_get(args, "decoder_first_pipeline_num_layers")),
-        last_stage_layers=_optional_int(_get(args, "decoder_last_pipeline_num_layers")),
-        embedding_in_split=bool(_get(args, "account_for_embedding_in_pipeline_split")),
-        loss_in_split=bool(_get(args, "account_for_loss_in_pipeline_split")),
-        pipeline_layout=_get(args, "pipeline_model_parallel_layout") or None,
+        ep=int(megatron_value(args, "expert_model_parallel_size")),
+        overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
+        overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),
+        tp_comm_overlap=bool(megatron_value(args, "tp_comm_overlap")) and tp > 1,
+        grad_reduce_in_bf16=bool(megatron_value(args, "grad_reduce_in_bf16")),
+        fp8=bool(megatron_value(args, "fp8")),  # dest of --fp8-format
+        first_stage_layers=_optional_int(megatron_value(args, "decoder_first_pipeline_num_layers")),
+        last_stage_layers=_optional_int(megatron_value(args, "decoder_last_pipeline_num_layers")),
+        embedding_in_split=bool(megatron_value(args, "account_for_embedding_in_pipeline_split")),
+        loss_in_split=bool(megatron_value(args, "account_for_loss_in_pipeline_split")),
+        pipeline_layout=megatron_value(args, "pipeline_model_parallel_layout") or None,
     )
 
 
@@ -483,6 +460,7 @@ def megatron_memory(m: ModelShape, t: Training) -> Memory:
 
 def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter with Megatron's mixed-precision Adam."""
+    optimizer: float
     if t.precision == "fp32":
         weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
     else:
@@ -641,9 +619,9 @@ CHECKPOINT_WRITE_GBPS = 20.0
 def checkpoint_bytes(parameters: float, args: Mapping[str, Any]) -> float:
     """Bytes of one Megatron checkpoint with the Adam optimizer: the model's weights (2 bytes each in bf16/fp16,
     4 in fp32) plus the optimizer's fp32 state (main weights in mixed precision, and two moments)."""
-    mixed = bool(_get(args, "bf16") or _get(args, "fp16"))
+    mixed = bool(args.get("bf16") or args.get("fp16"))
     weights = 2 if mixed else 4
-    optimizer = (4 if mixed else 0) + 8 if _get(args, "optimizer") in (None, "adam") else (4 if mixed else 0)
+    optimizer = (4 if mixed else 0) + 8 if args.get("optimizer") in (None, "adam") else (4 if mixed else 0)
     return parameters * (weights + optimizer)
 
 

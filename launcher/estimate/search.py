@@ -10,60 +10,67 @@ ranked); ranking uses steptime.step_time (its docstring says the model).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate.stages import SplitError
+from launcher.estimate.steptime import StepTime
+from launcher.pipeline import layout as pipeline_layout
+from launcher.pipeline.preset import LauncherSettings, Preset
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE = ("none", "selective", "full")
 MAX_VPP = 8
+# minimum_gpus stops after this many GPU counts on which layouts fit in memory but every one is refused
+REFUSED_WORLDS = 4
 
 
-def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
-    """The divisors of n, found by trial up to sqrt(n) but never past `up_to` trials: n comes from user input
-    (num_attention_heads=1000000000), and the lists only feed hints and layout searches."""
-    small = [d for d in range(1, min(math.isqrt(max(n, 0)), up_to) + 1) if n % d == 0]
-    return sorted(set(small) | {n // d for d in small})
+class Rules:
+    """Which layouts are valid: launcher.pipeline.layout's own layout rules (the ones `launch` checks), for one
+    model on one kind of machine. This is the search's only rule set. Answers are kept per layout, since the
+    knob the rules do not read (activation recompute) multiplies the candidates."""
+
+    def __init__(self, args: Mapping[str, Any], gpus_per_node: int = 8, te: bool = True, apex: bool = True,
+                 launcher: LauncherSettings | None = None):
+        self.megatron = {name: value for name, value in args.items() if value is not None}
+        self.launcher = launcher or LauncherSettings()  # the target (GPU, kernels) some rules depend on
+        self.gpus_per_node = gpus_per_node
+        self.te = te
+        self.apex = apex
+        self._known: dict[tuple[Any, ...], list[str]] = {}
+
+    def problems(self, t: est.Training) -> list[str]:
+        """What `launch` would refuse about layout `t`; empty when valid."""
+        key = (t.world_size, t.tp, t.pp, t.cp, t.vpp, t.micro_batch_size, t.global_batch_size,
+               t.sequence_parallel, t.distributed_optimizer)
+        if key not in self._known:
+            chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
+            preset = Preset(name="candidate", description="", launcher=self.launcher,
+                            megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
+            found = pipeline_layout.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
+                                                    self.te, self.apex)
+            self._known[key] = [p.message for p in found]
+        return self._known[key]
 
 
-def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None) -> list[str]:
-    """Megatron's layout rules (reference §1) that a candidate must pass; empty when valid."""
-    problems = []
-    model = t.tp * t.pp * t.cp
-    if t.world_size % model:
-        problems.append(f"world size {t.world_size} is not divisible by TP·PP·CP = {t.tp}·{t.pp}·{t.cp} = {model}")
-        return problems
-    if m.num_attention_heads % t.tp:
-        problems.append(f"attention heads {m.num_attention_heads} are not divisible by TP {t.tp}")
-    if m.num_query_groups % t.tp and t.tp % m.num_query_groups:
-        problems.append(f"query groups {m.num_query_groups} are neither a multiple nor a divisor of TP {t.tp}")
-    if m.ffn_hidden_size % t.tp:
-        problems.append(f"ffn hidden size {m.ffn_hidden_size} is not divisible by TP {t.tp}")
-    try:
-        est.pipeline_stages(m, t)
-    except SplitError as err:
-        problems.append(str(err))
-    if t.vpp > 1 and t.pp < 2:
-        problems.append("interleaved pipeline (VPP > 1) needs PP > 1")
-    dp_mbs = t.micro_batch_size * t.dp
-    if t.global_batch_size % dp_mbs:
-        problems.append(f"global batch {t.global_batch_size} is not divisible by micro batch × DP = "
-                        f"{t.micro_batch_size}·{t.dp} = {dp_mbs}")
-    elif t.vpp > 1 and t.num_microbatches % t.pp:
-        problems.append(f"interleaved schedule needs microbatches {t.num_microbatches} to be a multiple of "
-                        f"PP {t.pp}")
-    if t.sequence_parallel and t.tp < 2:
-        problems.append("sequence parallel needs TP > 1")
-    if t.sequence_parallel and (m.seq_length // t.cp) % t.tp:
-        problems.append(f"sequence length {m.seq_length} / CP {t.cp} is not divisible by TP {t.tp}")
-    if t.cp > 1 and m.seq_length % (2 * t.cp):
-        problems.append(f"sequence length {m.seq_length} is not a multiple of 2·CP = {2 * t.cp}")
-    return problems
+def shape_settings(m: est.ModelShape) -> dict[str, Any]:
+    """The Megatron settings of a model shape (for rules asked about a shape alone)."""
+    return {
+        "num_layers": m.num_layers, "hidden_size": m.hidden_size, "num_attention_heads": m.num_attention_heads,
+        "kv_channels": m.kv_channels, "group_query_attention": m.num_query_groups != m.num_attention_heads,
+        "num_query_groups": m.num_query_groups, "ffn_hidden_size": m.ffn_hidden_size, "swiglu": m.swiglu,
+        "seq_length": m.seq_length, "max_position_embeddings": max(m.position_embeddings, m.seq_length),
+        "vocab_size": m.vocab_size,
+    }
+
+
+def layout_problems(m: est.ModelShape, t: est.Training, args: Mapping[str, Any] | None = None,
+                    gpus_per_node: int = 8, te: bool = True, apex: bool = True) -> list[str]:
+    """The pipeline's layout rules for model `args` (or shape `m`) at layout `t`; empty when valid."""
+    return Rules(shape_settings(m) if args is None else args, gpus_per_node, te, apex).problems(t)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class Candidate:
     training: est.Training
     memory: est.Memory  # the complete model, most loaded GPU
     megatron: est.Memory  # Megatron's own figure, for comparison
-    step: est.StepTime
+    step: StepTime
     fit: str
 
     @property
@@ -90,8 +97,8 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
     """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`. Where PP does not divide
     the layers, the split that counts the embedding and/or the loss as layers (as Megatron can) is tried."""
     world = base.world_size
-    for tp in divisors(min(world, gpus_per_node)):
-        for pp in divisors(world // tp):
+    for tp in est.divisors(min(world, gpus_per_node)):
+        for pp in est.divisors(world // tp):
             if (world // tp) % (pp * base.cp):
                 continue
             split = pipeline_split(m, base, pp)
@@ -99,7 +106,7 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
                 continue
             per_rank = max(st.layers + st.embedding * split.embedding_in_split + st.loss * split.loss_in_split
                            for st in est.pipeline_stages(m, replace(split, vpp=1)))
-            vpps = [1] + ([v for v in divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            vpps = [1] + ([v for v in est.divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
             if split.pipeline_layout:
                 vpps = [split.vpp]
             for vpp in vpps:
@@ -154,39 +161,15 @@ class SearchResult:
 
 def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
     # Measured: without TE or apex, torch's LayerNorm asserts "sequence parallel not supported".
-    return est._get(args, "transformer_impl") != "local"
-
-
-Validator = Callable[[est.ModelShape, est.Training], list[str]]
-
-
-def foundation_validator(preset: Any, gpus_per_node: int, te: bool, apex: bool) -> Validator:
-    """launcher.pipeline.layout's checks (the ones `launch` runs) as a validator for candidate layouts.
-
-    Problems the preset has at its own layout on TP·PP·CP GPUs (e.g. a missing lr) are not the layout's
-    fault and are left out, so they do not reject every candidate.
-    """
-    from dataclasses import replace as replace_preset
-
-    from launcher.pipeline.layout import check
-
-    own = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * \
-        preset.arg("context_parallel_size")
-    baseline = {p.message for p in check(preset, own, min(own, gpus_per_node), te, apex)[1]}
-
-    def problems(m: est.ModelShape, t: est.Training) -> list[str]:
-        candidate = replace_preset(preset, megatron={**preset.megatron, **settings(t)})
-        found = check(candidate, t.world_size, gpus_per_node, te, apex)[1]
-        return [p.message for p in found if p.message not in baseline]
-
-    return problems
+    return est.megatron_value(args, "transformer_impl") != "local"
 
 
 def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node: int = 8,
            top: int = 5, tflops: float | None = None, allow_sp: bool | None = None,
-           validate: Validator | None = None) -> SearchResult:
-    """Rank the layouts of `args` on world_size GPUs. Candidates must pass layout_problems (cheap, ours)
-    and, when given, `validate` (launcher.pipeline.layout's checks, see foundation_validator)."""
+           rules: Rules | None = None) -> SearchResult:
+    """Rank the layouts of `args` on world_size GPUs. Candidates must pass `rules` (the pipeline's layout rules;
+    by default for a machine with Transformer Engine and apex)."""
+    rules = rules or Rules(args, gpus_per_node)
     m = est.model_shape(args)
     base = est.training_of(args, world_size)
     allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp
@@ -203,18 +186,16 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
         shape = shapes.get(layout.tp) or shapes.setdefault(layout.tp, est.model_shape(args, layout.tp))
         for t in knob_variants(layout, allow_sp):
             considered += 1
-            if layout_problems(shape, t):
-                continue
-            mem = est.complete_memory(shape, t)
-            if est.fit_status(mem.total, gpu) != "fits":  # above the usable fraction: never recommended
-                valid += 1  # counted as valid by our rules; the full check runs on fitting ones only
-                continue
-            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
-            rejected = validate(shape, t) if validate is not None else []
-            if rejected:
-                refusals.setdefault(rejected[0], None)
+            problems = rules.problems(t)
+            if problems:
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) == "fits":
+                    refusals.setdefault(problems[0], None)  # why launch's checks refused a fitting layout
                 continue
             valid += 1
+            mem = est.complete_memory(shape, t)
+            if est.fit_status(mem.total, gpu) != "fits":  # above the usable fraction: never recommended
+                continue
+            c = evaluate(shape, t, gpu, gpus_per_node, tflops)
             fitting += 1
             key = (t.tp, t.pp)
             old = best_by_layout.get(key)
@@ -224,7 +205,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     labels: dict[est.Training, list[str]] = {}
     for label, t in popular_alternatives(args, base, gpus_per_node, ranked):
         labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
-    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, validate)
+    alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, rules)
                     for t, names in labels.items()]
     return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes, list(refusals))
 
@@ -253,12 +234,10 @@ def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_n
 
 
 def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Candidate], gpu: est.Gpu,
-          gpus_per_node: int, tflops: float | None, validate: Validator | None = None) -> Alternative:
+          gpus_per_node: int, tflops: float | None, rules: Rules | None = None) -> Alternative:
     shape = est.model_shape(args, t.tp)
     name = f"{label} [{describe(t)}]"
-    problems = layout_problems(shape, t)
-    if not problems and validate is not None:
-        problems = validate(shape, t)
+    problems = (rules or Rules(args, gpus_per_node)).problems(t)
     if problems:
         return Alternative(name, "invalid: " + "; ".join(problems))
     c = evaluate(shape, t, gpu, gpus_per_node, tflops)
@@ -280,7 +259,7 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
                              f"{why})")
 
 
-def dominant_cost(mine: est.StepTime, best: est.StepTime) -> str:
+def dominant_cost(mine: StepTime, best: StepTime) -> str:
     parts = {
         "compute": mine.compute - best.compute,
         "recompute": mine.recompute - best.recompute,
@@ -340,7 +319,7 @@ def overrides(t: est.Training, args: Mapping[str, Any]) -> list[str]:
             if args.get(name) and args.get(name) != value:
                 out.append(f"{name}={format_value(value)}")
             continue
-        current = est._get(args, name)
+        current = est.megatron_value(args, name)
         if name == "recompute_granularity":
             current = None if est.recompute_of(args) == "none" else est.recompute_of(args)
         if name == "num_virtual_stages_per_pipeline_rank":
@@ -359,33 +338,41 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
-def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limit: int = 1 << 16) -> int | None:
+def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limit: int = 1 << 16,
+                 rules: Rules | None = None) -> int | None:
     """Fewest GPUs on which some valid layout fits, trying the most memory-frugal knobs (micro batch 1,
     full recompute, sequence parallel where allowed, distributed optimizer)."""
+    rules = rules or Rules(args, gpus_per_node)
     base = est.training_of(args, 1)
     allow_sp = sequence_parallel_allowed(args)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
+    memory_fits: list[int] = []  # worlds where some layout fits in memory but launch's checks refuse them all
     for world in worlds:
-        for tp in divisors(min(world, gpus_per_node)):
-            for pp in divisors(world // tp):
+        if len(memory_fits) == REFUSED_WORLDS:
+            return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
+        for tp in est.divisors(min(world, gpus_per_node)):
+            for pp in est.divisors(world // tp):
                 shape = est.model_shape(args, tp)
                 split = pipeline_split(shape, replace(base, world_size=world), pp)
                 if split is None:
                     continue
                 t = replace(split, tp=tp, micro_batch_size=1, recompute="full",
                             sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
-                if layout_problems(shape, t):
+                # memory first: it is cheaper than the rules, and most small worlds fail it
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) != "fits":
                     continue
-                if est.fit_status(est.complete_memory(shape, t).total, gpu) == "fits":
+                if not rules.problems(t):
                     return world
-    return None
+                if not memory_fits or memory_fits[-1] != world:
+                    memory_fits.append(world)
+    return memory_fits[0] if memory_fits else None
 
 
 def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
-                 problems: list[str] | None = None) -> UserError:
+                 problems: list[str] | None = None, rules: Rules | None = None) -> UserError:
     """Why the search came back empty: too few GPUs (the minimum is given), or, when memory is not the reason,
     the preset's own problem that every candidate inherits."""
-    need = minimum_gpus(args, gpu, gpus_per_node)
+    need = minimum_gpus(args, gpu, gpus_per_node, rules=rules)
     if problems and need is not None and need <= world:
         return UserError(Problem(f"no layout of {preset} on {world} × {gpu.name} passes launch's checks: "
                                  f"{problems[0]}",

@@ -93,7 +93,7 @@ def _comment(text: str) -> str:
 
 # -- sources ----------------------------------------------------------------------------------------------------
 
-def _from_yaml_mapping(data: dict) -> tuple[list[str], dict[str, str], list[str], list[str]]:
+def _from_yaml_mapping(data: dict) -> tuple[list[str], list[str], dict[str, str], list[str]]:
     """MODEL_ARGS: {--flag: value|true|false|[values]} (+ ENV_VARS) → (runner, script words, env, notes)."""
     words: list[str] = []
     notes: list[str] = []

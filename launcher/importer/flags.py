@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.errors import UserError
+from launcher.errors import UserError, did_you_mean
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
 
@@ -68,7 +68,7 @@ def read_flags(words: list[str], raw: bool = False) -> Flags:
             j = i + 1
             while j < len(words) and not _is_flag(words[j]):
                 j += 1
-            near = megatron_args.suggest(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog())
+            near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3, cutoff=0.75)
             out.unknown.append(" ".join(words[i:j]) + ": not an argument of pretrain_gpt.py at the pin"
                                + (f" ({near})" if near else ""))
             i = j

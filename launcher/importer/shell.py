@@ -268,7 +268,7 @@ class Shell:
             value = self.lookup(name)
             unset = value is None or (colon and value == "")
             if op in "-=":
-                if not unset:
+                if value is not None and not unset:
                     return value
                 text = self.expand_text(word)
                 if op == "=" and not name.isdigit():
@@ -276,7 +276,7 @@ class Shell:
                 return text
             if op == "+":
                 return "" if unset else self.expand_text(word)
-            return value if not unset else MARK + name + MARK
+            return value if value is not None and not unset else MARK + name + MARK
         if NAME.fullmatch(inner) or inner.isdigit() or inner in "@*#?$!-":
             value = self.lookup(inner)
             return value if value is not None else MARK + inner + MARK
@@ -491,8 +491,8 @@ def _block_end(statements: list[list[Word | Op]], start: int) -> int:
             open_blocks.pop()
         if not open_blocks:
             return j
-    raise ShellSyntaxError(f"line {_line(statements[start])}: {_first(statements[start])} without "
-                           f"{BLOCK_STARTS[_first(statements[start])]}")
+    opener = _first(statements[start]) or ""
+    raise ShellSyntaxError(f"line {_line(statements[start])}: {opener} without {BLOCK_STARTS.get(opener, 'its end')}")
 
 
 def _run_if(block: list[list[Word | Op]], reading: Reading, active: bool) -> None:
@@ -523,10 +523,10 @@ def _run_if(block: list[list[Word | Op]], reading: Reading, active: bool) -> Non
                 branches[-1][1].append(body_start)
     if not active:
         return
-    for cond, body in branches:
-        verdict = True if cond is None else _condition(cond, reading.shell)
-        if verdict is None:
-            reading.skipped.append((_line(block[0]), f"if {_text(cond)}: the condition cannot be decided without "
+    for condition, body in branches:
+        verdict = True if condition is None else _condition(condition, reading.shell)
+        if verdict is None and condition is not None:
+            reading.skipped.append((_line(block[0]), f"if {_text(condition)}: the condition cannot be decided without "
                                                      "running the script; no branch carried"))
             return
         if verdict:

@@ -6,14 +6,13 @@ a test regenerates it and compares. Presets use Megatron's `dest` names (num_lay
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from launcher.errors import Problem, shown
+from launcher.errors import Problem, did_you_mean, shown
 
 
 @dataclass(frozen=True)
@@ -72,13 +71,8 @@ def flag_aliases() -> dict[str, tuple[str, bool]]:
     return aliases
 
 
-def suggest(name: str, candidates) -> str:
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.75)
-    return f"did you mean {' or '.join(close)}?" if close else ""
-
-
 def unknown_name_problem(name: str, where: str, extra_names=()) -> Problem:
-    hint = suggest(name, [*catalog(), *extra_names]) or (
+    hint = did_you_mean(name, [*catalog(), *extra_names], n=3, cutoff=0.75) or (
         "Megatron settings use the dest names of pretrain_gpt.py's flags (--num-layers → num_layers)"
     )
     return Problem(f"unknown setting '{name}' in {where}", hint)

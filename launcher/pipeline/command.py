@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def script_args(settings: dict[str, object]) -> list[str]:
     return argv
 
 
-def flag_lines(args: list[str]) -> list[str]:
+def flag_lines(args: Sequence[str]) -> list[str]:
     """Megatron flags as shell-quoted lines, one `--flag value...` group per line, for reading."""
     groups: list[list[str]] = []
     for arg in args:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem, shown
+from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline import target_rules
 from launcher.pipeline.preset import Preset
@@ -71,13 +72,6 @@ def unroll_pipeline_layout(text: str, limit: int = MAX_LAYOUT_CHARACTERS) -> lis
             raise ValueError(f"unrolls to more than {limit:,} characters")
         text = pattern.sub(lambda m: m.group(1) * times(m), text)
     return text.split("|")
-
-
-def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
-    """The divisors of n, found by trial up to sqrt(n) but never past `up_to` trials: n comes from user input
-    (num_attention_heads=1000000000), and the lists only feed hints and layout searches."""
-    small = [d for d in range(1, min(math.isqrt(max(n, 0)), up_to) + 1) if n % d == 0]
-    return sorted(set(small) | {n // d for d in small})
 
 
 def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:
@@ -140,6 +134,10 @@ class _Checker:
             if value is not None and value < 1:
                 self.fail(f"{dest} must be at least 1, got {value}", stage=stage)
                 ok = False
+        return ok
+
+    def training_settings(self) -> None:
+        """Settings every run needs whatever its layout."""
         if self.arg("lr") is None:
             self.fail("lr is not set", "Megatron's LR scheduler needs a learning rate, e.g. --set lr=3e-4",
                       stage="runtime")
@@ -147,7 +145,6 @@ class _Checker:
             self.fail("eval_interval is not set",
                       "without it pretrain_gpt.py crashes computing sample counts (train_iters // None); "
                       "set eval_interval, and eval_iters small (its default is 100)", stage="runtime")
-        return ok
 
     # -- world size and model parallelism --------------------------------------------------------------------
     def world_size(self, tp: int, pp: int, cp: int) -> bool:
@@ -345,16 +342,11 @@ class _Checker:
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
                       f"set kv_channels (head dimension) explicitly, or use hidden_size "
                       f"{_nearest_multiples(hidden, heads)}")
-        ffn = self.arg("ffn_hidden_size") or self._default_ffn(hidden)
+        ffn = self.arg("ffn_hidden_size") or default_ffn_hidden_size(hidden, bool(self.arg("swiglu")))
         if ffn % tp:
             self.fail(f"ffn_hidden_size {ffn} is not divisible by TP {tp}",
                       "Megatron splits the MLP across TP ranks; choose an ffn_hidden_size divisible by TP",
                       stage="runtime")
-
-    def _default_ffn(self, hidden: int) -> int:
-        if self.arg("swiglu"):
-            return int((4 * hidden * 2 / 3) / 64) * 64
-        return 4 * hidden
 
     # -- batch sizes -----------------------------------------------------------------------------------------
     def batches(self, dp: int, pp: int, vpp: int | None) -> tuple[int, int]:
@@ -519,6 +511,28 @@ class _Checker:
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
             self.fail("fp8_param_gather needs use_distributed_optimizer")
 
+    # -- the whole layout -------------------------------------------------------------------------------------
+    def layout(self, apex: bool) -> Layout:
+        """Every rule that depends on the parallel layout (sizes, batches, schedule, sequence parallel,
+        optimizer overlap), in the order Megatron meets them."""
+        tp = self.arg("tensor_model_parallel_size")
+        pp = self.arg("pipeline_model_parallel_size")
+        cp = self.arg("context_parallel_size")
+        world_ok = self.world_size(tp, pp, cp)
+        dp = self.world // (tp * pp * cp) if world_ok else 1
+        self.experts(tp, pp)
+        self.context_parallel(cp, tp)
+        vpp = self.pipeline(pp)
+        self.heads(tp)
+        gbs, microbatches = self.batches(dp, pp, vpp) if world_ok else (self.arg("global_batch_size") or 0, 0)
+        sp = self.sequence_parallel(tp, cp, apex)
+        self.optimizer_overlap(vpp)
+        return Layout(
+            world_size=self.world, tp=tp, pp=pp, cp=cp, ep=self.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
+            micro_batch_size=self.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
+            sequence_parallel=sp,
+        )
+
     # -- sequence length, training length, misc --------------------------------------------------------------
     def lengths(self) -> None:
         seq, max_pos = self.arg("seq_length"), self.arg("max_position_embeddings")
@@ -624,31 +638,17 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
           ) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings)."""
     c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked)
-    if not c.required():
+    ok = c.required()
+    c.training_settings()
+    if not ok:
         return None, c.problems, c.warnings
-    tp = c.arg("tensor_model_parallel_size")
-    pp = c.arg("pipeline_model_parallel_size")
-    cp = c.arg("context_parallel_size")
-    world_ok = c.world_size(tp, pp, cp)
-    dp = world_size // (tp * pp * cp) if world_ok else 1
-    c.experts(tp, pp)
-    c.context_parallel(cp, tp)
-    vpp = c.pipeline(pp)
-    c.heads(tp)
-    gbs, microbatches = c.batches(dp, pp, vpp) if world_ok else (c.arg("global_batch_size") or 0, 0)
-    sp = c.sequence_parallel(tp, cp, apex_available)
+    layout = c.layout(apex_available)
     c.precision()
-    c.optimizer_overlap(vpp)
     c.lengths()
     c.training_length()
     c.misc()
     check_values(c.arg, c.fail, c.te)
-    target_rules.check(c, tp, cp, vpp)
-    layout = Layout(
-        world_size=world_size, tp=tp, pp=pp, cp=cp, ep=c.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
-        micro_batch_size=c.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
-        sequence_parallel=sp,
-    )
+    target_rules.check(c, layout.tp, layout.cp, layout.vpp)
     return layout, c.problems, c.warnings
 
 
@@ -680,6 +680,18 @@ def model_args(preset: Preset, entry: str) -> dict[str, Any]:
     if entry == "simple_loop":
         args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
     return args
+
+
+def layout_problems(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
+                    apex_available: bool = False) -> list[Problem]:
+    """The rules of `check` that depend on the parallel layout (see _Checker.layout): what the layout search
+    (launcher.estimate.search) asks of each candidate. The others judge the preset whatever its layout."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available)
+    if c.required():
+        layout = c.layout(apex_available)
+        check_values(c.arg, c.fail, c.te)
+        target_rules.check(c, layout.tp, layout.cp, layout.vpp)
+    return c.problems
 
 
 def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:

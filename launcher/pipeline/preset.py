@@ -10,24 +10,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from launcher import untrusted
-from launcher.errors import Problem, UserError, shown
+from launcher.errors import Problem, UserError, did_you_mean, shown
 from launcher.megatron import args as megatron_args
+from launcher.pipeline.field_types import field_types, fields_allowing
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the package; ./configs links here
 MAX_BASE_CHAIN = 32  # base: files one above another; real presets use one or two
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Keys a preset's `launcher.slurm:` section may hold; the Slurm backend gives them meaning.
-SLURM_KEYS = {
-    "partition", "account", "time", "qos", "job_name", "exclusive", "extra_sbatch", "container_image",
-    "container_mounts", "signal", "signal_seconds", "requeue", "max_restarts", "rdzv_port", "chain",
-    "cpus_per_task", "mem",
-}
-SLURM_TEXT_KEYS = {"partition", "account", "time", "qos", "job_name", "container_image", "signal", "mem"}
 
 
 @dataclass(frozen=True)
@@ -41,8 +35,8 @@ class LauncherSettings:
     megatron_path: str | None = None
     torchrun: str = "torchrun"
     # "auto": use Transformer Engine / NVIDIA apex when importable, otherwise the flags that work without.
-    transformer_engine: str = "auto"
-    apex: str = "auto"
+    transformer_engine: bool | Literal["auto"] = "auto"
+    apex: bool | Literal["auto"] = "auto"
     run_root: str = "runs"
     gpu: str = "h100-80gb"  # for the memory estimate in the dry-run header (see `launch plan --gpu`)
     # Where the preset leaves micro_batch_size unset: the largest divisor of global batch / DP up to this
@@ -52,9 +46,19 @@ class LauncherSettings:
 
 
 LAUNCHER_FIELDS = {f.name: f for f in fields(LauncherSettings)}
-INT_FIELDS = {"nodes", "gpus_per_node", "master_port", "max_micro_batch_size"}
-OPTIONAL_FIELDS = {"megatron_path", "max_micro_batch_size"}  # None means "not set"
-TRISTATE_FIELDS = {"transformer_engine", "apex"}
+# Each setting's type comes from its annotation above.
+INT_FIELDS = fields_allowing(LauncherSettings, int)
+OPTIONAL_FIELDS = fields_allowing(LauncherSettings, type(None))  # None means "not set"
+TRISTATE_FIELDS = fields_allowing(LauncherSettings, Literal)  # true, false or auto
+TEXT_FIELDS = fields_allowing(LauncherSettings, str)  # a --set value is taken as written, not read as YAML
+
+
+def _slurm_fields() -> tuple[frozenset[str], frozenset[str]]:
+    """Keys a preset's `launcher.slurm:` section may hold, and those that are text; the Slurm settings'
+    dataclass declares them (imported here, not above: it imports this module)."""
+    from launcher.pipeline.slurm_settings import SlurmSettings
+
+    return frozenset(field_types(SlurmSettings)), fields_allowing(SlurmSettings, str)
 
 
 @dataclass(frozen=True)
@@ -187,9 +191,10 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
     if name == "slurm":
         if not isinstance(value, dict):
             raise UserError(f"launcher.slurm ({where}) must be a mapping")
+        known, _ = _slurm_fields()
         for key in value:
-            if key not in SLURM_KEYS:
-                hint = megatron_args.suggest(str(key), SLURM_KEYS) or f"known: {', '.join(sorted(SLURM_KEYS))}"
+            if key not in known:
+                hint = did_you_mean(str(key), known, n=3, cutoff=0.75) or f"known: {', '.join(sorted(known))}"
                 raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
         return dict(value)
     if name == "gpu":
@@ -226,7 +231,7 @@ def _launcher_section(section: Any, where: str, problems: list[Problem]) -> dict
     out = {}
     for key, value in section.items():
         if key not in LAUNCHER_FIELDS:
-            hint = megatron_args.suggest(str(key), LAUNCHER_FIELDS)
+            hint = did_you_mean(str(key), LAUNCHER_FIELDS, n=3, cutoff=0.75)
             if not hint and str(key) in megatron_args.catalog():
                 hint = f"{key} is a Megatron setting: put it under megatron:"
             problems.append(Problem(f"unknown launcher setting '{key}' in {where}", hint))
@@ -326,16 +331,15 @@ def _apply_one(layer: _Layer, name: str, raw: str) -> None:
     head, _, rest = name.partition(".")
     if head in ("env", "slurm") and rest:
         # Slurm names and times stay text: YAML would read --set slurm.time=1:00:00 as the number 3600.
-        value = raw if head == "env" or rest in SLURM_TEXT_KEYS else _override_value(raw)
+        value = raw if head == "env" or rest in _slurm_fields()[1] else _override_value(raw)
         if head == "slurm" and raw.strip().lower() in ("null", "none", "~"):
             value = None  # unset: the setting's default, or nothing requested
-
         typed = _launcher_value(head, {rest: value}, where)
         _merge_launcher(layer.launcher, {head: typed})
         return
     name = name.removeprefix("launcher.").removeprefix("megatron.")
     if name in LAUNCHER_FIELDS:
-        value = raw if name in ("master_addr", "megatron_path", "torchrun", "run_root", "gpu") else _override_value(raw)
+        value = raw if name in TEXT_FIELDS else _override_value(raw)
         layer.launcher[name] = _launcher_value(name, value, where)
         return
     if name not in megatron_args.catalog() and name not in megatron_args.flag_aliases():

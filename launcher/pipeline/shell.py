@@ -18,6 +18,7 @@ class HostFromEnv(str):
     """The rendezvous endpoint `${MASTER_ADDR}:PORT`, when each node learns the first node's name at run time."""
 
     variable = "MASTER_ADDR"
+    port: int
 
     def __new__(cls, port: int) -> HostFromEnv:
         word = super().__new__(cls, f"${{{cls.variable}}}:{int(port)}")

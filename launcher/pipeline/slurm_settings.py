@@ -7,13 +7,13 @@ additionally may not contain shell metacharacters, so a preset can never smuggle
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from launcher.errors import Problem, UserError
+from launcher.errors import Problem, UserError, did_you_mean
+from launcher.pipeline.field_types import fields_allowing
 from launcher.pipeline.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
@@ -171,24 +171,23 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
     values: dict[str, Any] = {}
     for name, value in raw.items():
         if name not in known:
-            close = difflib.get_close_matches(name, known, n=1)
-            hint = f"did you mean slurm.{close[0]}?" if close else "known: " + ", ".join(sorted(known))
+            hint = did_you_mean(name, known, prefix="slurm.") or "known: " + ", ".join(sorted(known))
             problems.append(Problem(f"unknown Slurm setting slurm.{name}", hint))
             continue
         if value is None:
             if name in ("mem", "cpus_per_task"):
                 values[name] = None  # `--set slurm.mem=null`: request nothing, the cluster decides
             continue
-        if name in ("extra_sbatch", "container_mounts"):
+        if name in fields_allowing(SlurmSettings, tuple):
             items = _as_tuple(name, value, problems)
             if items is not None:
                 values[name] = items
-        elif name in ("exclusive", "requeue"):
+        elif name in fields_allowing(SlurmSettings, bool):
             if _check_type(name, value, bool, problems):
                 values[name] = value
         elif name == "mem" and isinstance(value, int) and not isinstance(value, bool):
             values[name] = str(value)  # YAML reads mem: 0 as a number; Slurm's unit default is MB
-        elif name in ("signal_seconds", "max_restarts", "rdzv_port", "chain", "cpus_per_task"):
+        elif name in fields_allowing(SlurmSettings, int):
             if _check_type(name, value, int, problems):
                 values[name] = value
         elif name == "time" and isinstance(value, int) and not isinstance(value, bool):

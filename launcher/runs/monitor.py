@@ -19,7 +19,7 @@ import os
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
@@ -41,7 +41,8 @@ def next_log_path(run_dir: Path) -> Path:
     return logs / f"attempt-{n}.log"
 
 
-def _attempt_number(path: Path) -> int:
+def attempt_number(path: Path) -> int:
+    """N of logs/attempt-N.log (the order of a run's attempts); 0 for any other file name."""
     digits = path.stem.removeprefix("attempt-")
     return int(digits) if digits.isdigit() else 0
 
@@ -68,12 +69,12 @@ class Monitor:
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
-        self._bar = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+        self._bar: Any = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
         self.clock = StartupClock()
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
-        for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=_attempt_number):
+        for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=attempt_number):
             if earlier == self.log_path:
                 continue
             self.runlog.feed_attempt(earlier.read_text(encoding="utf-8", errors="replace").splitlines())
@@ -115,7 +116,7 @@ class Monitor:
         """The terminal is gone (EIO after a hangup, EPIPE): stop printing, keep recording."""
         stream, self.out, self._bar = self.out, None, None
         try:  # later writes to it elsewhere (and Python's own flush at exit) must not fail either
-            if stream is sys.stdout or stream is sys.__stdout__:
+            if stream is not None and any(stream is std for std in (sys.stdout, sys.__stdout__)):
                 devnull = os.open(os.devnull, os.O_WRONLY)
                 os.dup2(devnull, stream.fileno())
                 os.close(devnull)

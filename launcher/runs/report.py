@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
 from launcher.runs import slurm_log
 from launcher.runs.atomic import write_text_atomic
-from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
+from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
 from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import RunLog, RunSummary, metrics_record
 
@@ -65,11 +64,6 @@ class Report:
 
 
 # ---------------------------------------------------------------------------------------------- reading
-
-
-def _attempt_number(path: Path) -> int:
-    match = re.search(r"(\d+)", path.stem)
-    return int(match.group(1)) if match else 0
 
 
 def _read_log(path: Path) -> str:
@@ -142,8 +136,8 @@ def series_from_runlog(runlog: RunLog) -> Series:
     records = [metrics_record(line, runlog.seq_length, index, position < 2)
                for index, block in enumerate(runlog.attempts, 1) for position, line in enumerate(block.lines)]
     series = series_from_records(records)
-    series.validation = [(v.iteration, v.values.get("lm loss")) for v in runlog.validation_points
-                         if v.split == "validation" and v.values.get("lm loss") is not None]
+    series.validation = [(v.iteration, loss) for v in runlog.validation_points
+                         if v.split == "validation" and (loss := v.values.get("lm loss")) is not None]
     return series
 
 
@@ -299,7 +293,7 @@ def _gpu_peak(gpu: str | None) -> float | None:
 
 def run_logs(run_dir: Path) -> list[Path]:
     """A run directory's logs of a run here, logs/attempt-N.log, in order (a Slurm job's: slurm_log)."""
-    return sorted((run_dir / "logs").glob("*.log"), key=_attempt_number)
+    return sorted((run_dir / "logs").glob("*.log"), key=attempt_number)
 
 
 def _never_started(run_dir: Path) -> UserError:

@@ -224,7 +224,8 @@ def megatron_checkout_version(path: Path) -> str | None:
     except OSError:
         return None
     parts = [re.search(rf"^{name}\s*=\s*(\d+)", text, re.MULTILINE) for name in ("MAJOR", "MINOR", "PATCH")]
-    return ".".join(m.group(1) for m in parts) if all(parts) else None
+    numbers = [m.group(1) for m in parts if m]
+    return ".".join(numbers) if len(numbers) == len(parts) else None
 
 
 def _cuda_version_of_torch() -> str | None:
@@ -269,7 +270,8 @@ def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, o
                    megatron_path: Path | None, hosts: Sequence[str], argv: Sequence[str],
                    env: Mapping[str, str], checkpoint_dir: str | None) -> dict[str, Any]:
     launcher_root = Path(launcher.__file__).resolve().parent.parent
-    megatron = git_commit(megatron_path) if megatron_path else {"path": None, "commit": None, "dirty": None}
+    megatron: dict[str, Any] = (git_commit(megatron_path) if megatron_path else
+                                {"path": None, "commit": None, "dirty": None})
     megatron["version"] = megatron_checkout_version(megatron_path) if megatron_path else None
     megatron["expected_commit"] = launcher.MEGATRON_COMMIT
     megatron["matches_pin"] = megatron["commit"] == launcher.MEGATRON_COMMIT if megatron["commit"] else None

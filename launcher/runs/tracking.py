@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -45,10 +44,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
 
     assert job.run_dir is not None, "a training run has a run directory"
     out = out or sys.stdout
-    local.resolved_argv(command)  # the checks local.run makes, before anything is written
-    if shutil.which(command.argv[0]) is None:
-        raise UserError(f"{command.argv[0]} is not on PATH",
-                        "install torch in this environment, or --set torchrun=PATH")
+    local.runnable_argv(command)  # the checks local.run makes, before anything is written
     if job.existing is None:
         rundir.create_run_dir(job, command, list(job.preset.overrides), run_dir=job.run_dir,
                               megatron_path=job.megatron_path, extra_files=extra_files)
@@ -77,6 +73,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
         raise UserError(rundir.storage_problem(
             f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))
     _say(f"# report: launch report {job.run_dir}", out)
+    assert code is not None, "local.run returned, or its failure was raised above"
     if code == 0 and summary.outcome == "failed":
         return EXIT_FAILED_DESPITE_ZERO
     return code

@@ -29,6 +29,11 @@ class Attempt:
     finished: list[int] = field(default_factory=list)
 
 
+def _timed_lines(attempt: Attempt) -> list[tuple[int, float]]:
+    """(iteration, ms per iteration) of the attempt's lines that report a time."""
+    return [(line.iteration, line.elapsed_ms) for line in attempt.lines if line.elapsed_ms is not None]
+
+
 def metrics_record(line: lp.IterationLine, seq_length: int | None, attempt: int, first: bool) -> dict:
     """The metrics.jsonl record of one iteration line."""
     tokens_per_s = None
@@ -223,8 +228,8 @@ class RunLog:
             case lp.Validation():
                 self.validation_points.append(event)
                 name = "test" if event.split == "test" else "validation"
-                for key, value in event.values.items():
-                    self.validation[f"{name} {key}"] = value
+                for metric, amount in event.values.items():
+                    self.validation[f"{name} {metric}"] = amount
             case lp.ExitLine():
                 self.exits.append(event)
             case lp.Milestone(name="after training is done"):
@@ -256,16 +261,16 @@ class RunLog:
         """
         steady: list[float] = []
         for attempt in self.attempts:
-            timed = [line for line in attempt.lines if line.elapsed_ms is not None]
-            steady += [line.elapsed_ms for line in timed[2:]]
+            steady += [ms for _, ms in _timed_lines(attempt)][2:]
         if steady:
             return statistics.median(steady)
         for attempt in reversed(self.attempts):
-            timed = [line for line in attempt.lines if line.elapsed_ms is not None]
+            timed = _timed_lines(attempt)
             if len(timed) == 2:
-                (first, second), n = timed, timed[1].iteration - timed[0].iteration + 1
+                (first_iteration, first_ms), (second_iteration, second_ms) = timed
+                n = second_iteration - first_iteration + 1
                 if n > 1:
-                    estimate = (n * second.elapsed_ms - first.elapsed_ms) / (n - 1)
+                    estimate = (n * second_ms - first_ms) / (n - 1)
                     if estimate > 0:
                         return estimate
         return None
