@@ -67,10 +67,10 @@ def names(kind: str) -> list[str]:
         return available_presets()
     if kind == "settings":
         from launcher.megatron import args as megatron_args
-        from launcher.pipeline.preset import LAUNCHER_FIELDS, SLURM_KEYS
+        from launcher.pipeline.preset import LAUNCHER_FIELDS, _slurm_fields
 
         launcher = [name for name in LAUNCHER_FIELDS if name not in ("env", "slurm")]
-        return sorted({*megatron_args.catalog(), *launcher, *(f"slurm.{key}" for key in SLURM_KEYS)})
+        return sorted({*megatron_args.catalog(), *launcher, *(f"slurm.{key}" for key in _slurm_fields()[0])})
     if kind == "options":
         from launcher.cli import run_parser
 
