@@ -119,6 +119,15 @@ def test_plan_names_the_setting_every_layout_inherits(launch):
 
 
 def test_plan_shows_context_parallel(launch):
-    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2")
+    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2",
+                            "--set", "transformer_engine=true", "--set", "apex=true")
     assert code == 0, err
     assert "TP1 PP1 CP2 DP8" in out
+
+
+def test_plan_without_te_names_context_parallel_as_the_reason(launch):
+    # CP needs Transformer Engine: on a target without it the plan says so instead of crashing on DP 0
+    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2",
+                            "--set", "transformer_engine=false")
+    assert code == 2 and out == ""
+    assert "context_parallel_size 2 needs Transformer Engine" in err and "Traceback" not in err
