@@ -61,6 +61,14 @@ class UserError(Exception):
             lines.append(f"error: … and {len(self.problems) - MAX_PROBLEMS:,} more problems")
         return "\n".join(lines)
 
+    def as_json(self) -> str:
+        """One JSON object for --format json: {"error": first message, "problems": [{message, hint, stage}]}."""
+        import json
+
+        return json.dumps({"error": self.problems[0].message if self.problems else "", "exit_code": 2,
+                           "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage}
+                                        for p in self.problems]}, indent=2)
+
 
 def closest(name: str, candidates: Iterable[str], n: int = 1, cutoff: float = 0.6) -> list[str]:
     """The candidates spelled most like `name`, best first (none when nothing is close)."""

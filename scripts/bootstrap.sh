@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.12, like Megatron itself) and install the launcher into it.
 #   scripts/bootstrap.sh            launcher only (dry-runs, plans, Slurm scripts): a few seconds
-#   scripts/bootstrap.sh --full     + megatron-core 0.18.0, torch and the test tools (~75 s, 5.5 GB)
+#   scripts/bootstrap.sh --full     + megatron-core 0.18.0, torch, matplotlib and the test tools (~75 s, 5.5 GB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
-[ "${1:-}" = "--full" ] && extras="[megatron,test]"
+[ "${1:-}" = "--full" ] && extras="[megatron,report,test]"
 
 find_python() {
     for candidate in python3.12 "$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python3.12" python3; do
@@ -22,5 +22,7 @@ if [ ! -x .venv/bin/python ]; then
     "$(find_python)" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -e ".$extras"
-echo "ready: .venv/bin/launch ($(.venv/bin/python --version))"
+# setuptools prints a 9-line box on every editable install ("folders ... with the same name as your package"):
+# true of any checkout, and nothing to act on.
+PYTHONWARNINGS="ignore:Editable installation" .venv/bin/python -m pip install --quiet -e ".$extras"
+echo "ready: .venv/bin/launch ($(.venv/bin/python --version)); for a bare \`launch\`: source .venv/bin/activate"

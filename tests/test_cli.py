@@ -181,6 +181,38 @@ def test_zero_negative_and_out_of_range_values_exit_2(launch, override):
     assert code == 2 and "error:" in err and "Traceback" not in err
 
 
+def test_toy_overrides_apply_through_pretrain_gpt(launch):
+    """run_simple_mcore_train_loop.py takes no arguments: overrides must apply, never silently vanish."""
+    code, out, err = launch("toy", "--gpus-per-node", "2", "--set", "num_layers=4", "--set", "lr=0.5",
+                            "--dry-run", "--format", "json", "--megatron-path", MEGATRON)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["entry"] == "pretrain_gpt" and data["script"].endswith("pretrain_gpt.py")
+    argv = data["argv"]
+    assert argv[argv.index("--num-layers") + 1] == "4" and argv[argv.index("--lr") + 1] == "0.5"
+    assert any("num_layers, lr" in note for note in data["notes"])
+    code, out, err = launch("toy", "--set", "entry=simple_loop", "--set", "lr=0.5", "--dry-run")
+    assert code == 2 and "lr would not apply" in err
+
+
+def test_list_gives_the_toy_upstreams_parameter_count(launch):
+    code, out, _ = launch("list")
+    assert code == 0
+    toy = next(line for line in out.splitlines() if line.startswith("toy "))
+    assert "6.96K" in toy  # GPTModel(vocab 100, untied) as run_simple_mcore_train_loop.py builds it
+    code, out, _ = launch("toy", "--dry-run", "--format", "json", "--megatron-path", MEGATRON)
+    data = json.loads(out)
+    assert (data["parameters"], data["padded_vocab_size"]) == (6960, 100)
+
+
+def test_batch_hint_is_the_smallest_change(launch):
+    code, _, err = launch("345m", "--nodes", "8", "--gpus-per-node", "8", "--dry-run")
+    assert code == 2 and "micro batch 32" not in err
+    assert "use global_batch_size 64" in err
+    code, _, err = launch("345m", "--gpus-per-node", "8", "--set", "global_batch_size=30", "--dry-run")
+    assert code == 2 and "use global_batch_size 24 or 32" in err and "256" not in err
+
+
 def test_a_huge_setting_is_checked_without_walking_every_integer(launch):
     code, out, err = launch("345m", "--dry-run", "--set", "num_attention_heads=1000000000")
     assert code == 2 and "not divisible by num_attention_heads 1000000000" in err

@@ -153,6 +153,10 @@ def test_build_index_through_a_preset_matches_its_training_command(tmp_path):
     assert summary["world_size"] == 8 and summary["data_parallel_size"] == 8
     assert summary["num_samples"][0] == 40 * summary["global_batch_size"]
     assert summary["data_cache_path"] == str(tmp_path / "cache") and summary["new_files"]
+    again = run_launch("prepare-data", "--build-index", "345m", "--nodes", "2", "--gpus-per-node", "4", *sets,
+                       cwd=tmp_path)  # text: split 98,2,0 has no test split, and says so
+    assert again.returncode == 0 and "all present already" in again.stdout, again.stderr[-3000:]
+    assert "test none (test: split 98,2,0 gives it no documents" in again.stdout
 
     dry = run_launch("345m", "--dry-run", "--format", "json", "--nodes", "2", "--gpus-per-node", "4", *sets,
                      cwd=tmp_path)
@@ -160,3 +164,14 @@ def test_build_index_through_a_preset_matches_its_training_command(tmp_path):
     argv = json.loads(dry.stdout)["argv"]  # the training command reads the caches built above
     assert argv[argv.index("--data-cache-path") + 1] == str(tmp_path / "cache")
     assert argv[argv.index("--data-path") + 1] == str(tmp_path / "corpus")
+
+
+def test_samples_line_names_a_split_without_documents():
+    from launcher.dataprep.index_cache import samples_line
+
+    summary = {"num_samples": [3200, 320, 320], "lengths": [3305, 331, None], "split": "98,2,0"}
+    line = samples_line(summary)
+    assert line.startswith("samples train 3,200, valid 320, test none")
+    assert "test: split 98,2,0 gives it no documents" in line and "/320" not in line
+    full = samples_line({**summary, "lengths": [3305, 331, 400]})
+    assert full == "samples train 3,200, valid 320, test 320"

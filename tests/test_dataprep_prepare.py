@@ -335,3 +335,7 @@ def test_without_megatron_core_the_checkouts_copy_is_used(tmp_path, with_checkou
     else:
         assert result.returncode == 2 and "prepare-data needs megatron-core" in result.stderr
         assert "MEGATRON_LM_PATH" in result.stderr and not (tmp_path / "out.bin").exists()
+        # a command that works: the launcher installs from its checkout, it is on no package index
+        assert f"-m pip install -e '{REPO}[megatron]'" in result.stderr or \
+            f"-m pip install -e {REPO}[megatron]" in result.stderr
+        assert "megatron-launch[megatron]" not in result.stderr

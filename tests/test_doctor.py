@@ -216,3 +216,42 @@ def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
     assert "must not run" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert list(workdir.iterdir()) == []  # no run directory was started
+
+
+def test_versions_come_from_megatron_cores_own_metadata(monkeypatch):
+    """Python and torch requirements are read from megatron-core's metadata (packaging compares them)."""
+    import importlib.metadata
+
+    from launcher.checks import doctor as doc
+
+    python, torch = doc._megatron_core_requirements()
+    meta = importlib.metadata.distribution("megatron-core").metadata
+    assert str(python) == meta["Requires-Python"]
+    assert torch.contains("2.6.0") and not torch.contains("2.5.1")
+    monkeypatch.setattr(doc, "_version", lambda name: "2.5.1+cu121" if name == "torch" else None)
+    (finding,) = doc.check_torch(Context())
+    assert finding.status == "fail" and "needs torch>=2.6" in finding.detail
+    monkeypatch.setattr(doc, "_version", lambda name: "2.14.1+cu130" if name == "torch" else None)
+    assert doc.check_torch(Context())[0].status == "ok"  # the local tag (+cu130) does not confuse it
+
+
+def test_training_path_puts_this_interpreters_python3_first_and_nothing_else(tmp_path):
+    from launcher.backends.local import training_path
+
+    path = training_path("/usr/bin:/bin")
+    first = path.split(os.pathsep)[0]
+    assert path.endswith("/usr/bin:/bin") and training_path(path) == path
+    assert sorted(os.listdir(first)) in (["python3"], ["python3", "python3-config"])  # torchrun: the user's PATH
+    ran = subprocess.run([os.path.join(first, "python3"), "-c", "import sys; print(sys.prefix)"],
+                         capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == sys.prefix  # the venv itself, not its base Python
+
+
+def test_doctor_from_a_venv_that_is_not_activated_gives_one_consistent_fix(tmp_path):
+    """`.venv/bin/launch doctor` with PATH lacking the venv: the training's python3 is this interpreter (the
+    launcher puts it first), so there is no 'activate' advice and no pip for some other python3."""
+    code, found = doctor(env={"PATH": "/usr/bin:/bin"})
+    helpers = found["dataset helpers"]
+    assert "activate" not in helpers["fix"] and "is not this interpreter" not in helpers["detail"]
+    if helpers["status"] != "ok" and "pybind11" in helpers["detail"]:
+        assert helpers["fix"].startswith(sys.executable)

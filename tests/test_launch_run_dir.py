@@ -104,7 +104,7 @@ def test_resume_continues_the_same_directory(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     # attempt 1 was killed mid-line and then resumed: expected, so the report covers both attempts
     assert report.returncode == 0, report.stderr
-    assert "iterations:         80/100 in 2 attempts" in report.stdout
+    assert "iterations:         83/100 in 2 attempts" in report.stdout  # saved at 83 on SIGTERM, logged up to 80
 
 
 def test_resume_of_something_else_is_refused(tmp_path):

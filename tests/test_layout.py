@@ -114,8 +114,11 @@ def test_precision_and_optimizer_flags():
 
 
 def test_training_length_and_lr_schedule():
-    assert "train_iters and train_samples are both set" in problems(overrides=["train_samples=1000"])
-    assert "lr_decay_samples cannot be used with train_iters" in problems(overrides=["lr_decay_samples=10"])
+    # 345m counts iterations: switching it to samples reports every iterations-based setting at once
+    switched = problems(overrides=["train_samples=1000"])
+    assert "train_samples 1000 is set, so these iters-based settings conflict with it: train_iters 500000, " \
+           "lr_decay_iters 320000" in switched and "--set train_iters=null --set lr_decay_iters=null" in switched
+    assert "conflict with it: lr_decay_samples 10" in problems(overrides=["lr_decay_samples=10"])
     assert "warmup" in problems(overrides=["train_iters=10", "lr_decay_iters=null", "lr_warmup_fraction=null",
                                            "lr_warmup_iters=20"])
     assert "min_lr 0.1 is larger than lr" in problems(overrides=["min_lr=0.1"])
@@ -145,7 +148,55 @@ def test_toy_simple_loop_needs_tp2_and_even_gpus():
     fallback = plan("toy", gpus=1)
     assert fallback.entry == "pretrain_gpt" and fallback.layout.tp == 1 and fallback.notes
     assert "hard-codes TP 2" in problems("toy", gpus=3)
-    assert "hard-codes TP 2" in problems("toy", overrides=["tensor_model_parallel_size=4"], gpus=4)
+    # Another TP is a Megatron override: it applies through pretrain_gpt.py (the simple loop takes no arguments).
+    routed = plan("toy", overrides=["tensor_model_parallel_size=4"], gpus=4)
+    assert (routed.entry, routed.layout.tp) == ("pretrain_gpt", 4)
+
+
+def test_toy_yaml_states_exactly_what_the_simple_loop_hard_codes():
+    from launcher.pipeline.layout import SIMPLE_LOOP_SETTINGS
+
+    assert load_preset("toy").megatron == SIMPLE_LOOP_SETTINGS
+
+
+def test_toy_overrides_route_through_pretrain_gpt_with_a_note():
+    routed = plan("toy", overrides=["num_layers=4", "lr=0.5"], gpus=2)
+    assert routed.entry == "pretrain_gpt"
+    assert routed.preset.arg("num_layers") == 4 and routed.preset.arg("lr") == 0.5
+    assert any("num_layers, lr" in note and "pretrain_gpt.py" in note for note in routed.notes)
+    one_gpu = plan("toy", overrides=["num_layers=4"], gpus=1)
+    assert (one_gpu.entry, one_gpu.layout.tp) == ("pretrain_gpt", 1)
+
+
+def test_toy_overrides_with_an_explicit_simple_loop_are_refused():
+    text = problems("toy", overrides=["entry=simple_loop", "lr=0.5"], gpus=2)
+    assert "takes no arguments: lr would not apply" in text
+
+
+def test_simple_loop_parameters_are_upstream_models():
+    """GPTModel as upstream's script builds it: vocabulary 100 unpadded, output layer untied (6,960)."""
+    from launcher.estimate.formulas import parameter_count
+    from launcher.pipeline.layout import model_args
+
+    toy = plan("toy", gpus=2)
+    assert toy.entry == "simple_loop"
+    assert parameter_count(model_args(toy.preset, toy.entry), toy.layout.tp) == 6960
+
+
+def test_batch_hint_never_blames_the_auto_picked_micro_batch():
+    text = problems(nodes=8, gpus=8)  # 345m: global batch 32 on DP 64
+    assert "micro batch 32" not in text
+    assert "not divisible by data-parallel size 64" in text
+    assert "use global_batch_size 64" in text and "--nodes 4 (32 GPUs, DP 32)" in text
+    text = problems(overrides=["global_batch_size=30"], gpus=8)
+    assert "use global_batch_size 24 or 32" in text and "256" not in text
+
+
+def test_batch_hint_offers_a_micro_batch_that_divides():
+    text = problems(overrides=["global_batch_size=64", "micro_batch_size=3"], gpus=8)
+    assert "use micro_batch_size 2 (global batch 64 / DP 8 = 8 per rank), or global_batch_size 48 or 72" in text
+    text = problems(overrides=["global_batch_size=32", "micro_batch_size=32"], nodes=8, gpus=8)
+    assert "global_batch_size 64 with micro_batch_size 1" in text
 
 
 def test_every_problem_at_once():
@@ -202,7 +253,13 @@ def test_suggested_global_batches_are_valid(dp, mbs, gbs):
         return
     except UserError as err:
         text = err.render()
-    suggested = re.search(r"use global_batch_size (\d+)(?: or (\d+))?", text)
-    assert suggested, text
-    for value in filter(None, suggested.groups()):
-        plan(overrides=[f"micro_batch_size={mbs}", f"global_batch_size={value}"], gpus=dp)
+    hint = text.split("hint: use ", 1)[1]
+    options = 0
+    for option in hint.split(", or "):  # every option works, changing only what it names
+        micro = re.search(r"micro_batch_size (\d+)", option)
+        batches = re.search(r"global_batch_size (\d+)(?: or (\d+))?", option)
+        for value in filter(None, batches.groups()) if batches else [gbs]:
+            plan(overrides=[f"micro_batch_size={micro.group(1) if micro else mbs}", f"global_batch_size={value}"],
+                 gpus=dp)
+            options += 1
+    assert options, text

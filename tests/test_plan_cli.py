@@ -78,6 +78,18 @@ def test_bad_budget_flags(launch):
     assert code == 2 and "cannot be combined" in err
 
 
+def test_plan_shows_what_periodic_checkpoints_cost(launch):
+    code, out, err = launch("plan", "175b", "--format", "json", "--top", "1")
+    assert code == 0, err
+    ckpt = json.loads(out)["checkpoint"]
+    assert ckpt["save_interval"] == 1000 and ckpt["saves"] == 96  # 95,368 iterations
+    assert 2.4e12 < ckpt["bytes"] < 2.5e12  # 174.6B parameters × (2 bf16 weights + 12 fp32 optimizer state)
+    assert ckpt["seconds_per_save"] == ckpt["bytes"] / 20e9 and 0 < ckpt["overhead_fraction"] < 0.1
+    code, out, err = launch("plan", "175b", "--top", "1", "--ckpt-write-gbps", "100")
+    assert code == 0, err
+    assert "checkpoints        2.44 TB each" in out and "at 100 GB/s" in out and "every 1,000 iterations" in out
+
+
 def test_plan_help_says_gpus_default_is_the_presets(launch):
     code, out, _ = launch("plan", "--help")
     assert code == 0
@@ -107,6 +119,15 @@ def test_plan_names_the_setting_every_layout_inherits(launch):
 
 
 def test_plan_shows_context_parallel(launch):
-    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2")
+    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2",
+                            "--set", "transformer_engine=true", "--set", "apex=true")
     assert code == 0, err
     assert "TP1 PP1 CP2 DP8" in out
+
+
+def test_plan_without_te_names_context_parallel_as_the_reason(launch):
+    # CP needs Transformer Engine: on a target without it the plan says so instead of crashing on DP 0
+    code, out, err = launch("plan", "345m", "--gpus", "16", "--top", "1", "--set", "context_parallel_size=2",
+                            "--set", "transformer_engine=false")
+    assert code == 2 and out == ""
+    assert "context_parallel_size 2 needs Transformer Engine" in err and "Traceback" not in err

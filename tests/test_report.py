@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,9 +28,9 @@ def assert_valid_png(path: Path) -> None:
     assert pixels.std() > 0  # something was drawn
 
 
-def report_cli(*args: str) -> subprocess.CompletedProcess:
+def report_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "launcher", "report", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120, check=False)
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
 
 
 def new_run_dir(tmp_path: Path, *logs: str) -> Path:
@@ -50,21 +51,22 @@ def test_plots_from_a_run_directory_with_two_attempts(tmp_path):
     for plot in report.plots:
         assert plot.parent == run_dir / "plots"
         assert_valid_png(plot)
-    assert report.summary.attempts == 2 and report.summary.last_iteration == 80
+    # logged every 10 iterations up to 80, then saved at 83 on SIGTERM: it reached 83
+    assert report.summary.attempts == 2 and report.summary.last_iteration == 83
     assert json.loads((run_dir / "summary.json").read_text())["attempts"] == 2
 
 
 def test_cli_on_slurm_style_log_files(tmp_path):
     log = tmp_path / "slurm-4242.out"
     shutil.copy(FIXTURES / "fp16_8gpu_loss_scale_skips.log", log)
-    result = report_cli(str(log), "--format", "json")
+    result = report_cli(str(log), "--format", "json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["summary"]["skipped_iterations"] == 9
     assert data["summary"]["steady_tokens_per_s"] == pytest.approx(64 * 1024 / 0.5505, rel=1e-3)
     for plot in data["plots"]:
-        assert Path(plot).parent == tmp_path / "slurm-4242-report"
-        assert_valid_png(Path(plot))
+        assert tmp_path / plot == tmp_path / "plots" / "slurm-4242" / Path(plot).name
+        assert_valid_png(tmp_path / plot)
 
 
 def test_cli_text_summary(tmp_path):
@@ -116,3 +118,62 @@ def test_summarize_without_plots(tmp_path):
     assert not (run_dir / "plots").exists()
     killed = summarize([FIXTURES / "toy_truncated.log"])  # partial accepted: the verdict is what is wanted
     assert killed.outcome == "failed" and killed.last_iteration == 40
+
+
+def launch_cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+
+
+def test_peak_memory_counts_the_save_reports_and_iterations_the_saved_one(tmp_path):
+    """The shrunk 175b log prints memory before/after save_checkpoint (higher than after iteration 1), and
+    logs iteration 1 only, then saves at 3: it reached 3 of 3."""
+    result = launch_cli("report", str(FIXTURES / "h200_175b_shrunk_tp2.log"), "--format", "json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)["summary"]
+    assert summary["peak_memory_mb"] == 39341.67
+    assert (summary["last_iteration"], summary["train_iters"]) == (3, 3)
+
+
+def test_plots_of_log_files_go_to_plots_in_the_current_directory(tmp_path):
+    result = launch_cli("report", str(FIXTURES / "toy_fp32_1gpu.log"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in (tmp_path / "plots" / "toy_fp32_1gpu").iterdir()) == [
+        "loss.png", "lr.png", "throughput.png"]
+    assert not (FIXTURES / "toy_fp32_1gpu-report").exists()
+
+
+def test_report_on_a_slurm_run_directory_never_submitted(tmp_path):
+    made = launch_cli("toy", "--slurm", "--set", f"run_root={tmp_path}", "--megatron-path", str(tmp_path))
+    assert made.returncode == 0, made.stderr
+    run_dir = Path(made.stdout.strip()).parent
+    result = launch_cli("report", str(run_dir))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "Slurm batch script that has not run" in result.stderr
+    assert f"sbatch {run_dir}/job.sbatch" in result.stderr and "--resume" not in result.stderr
+
+
+def test_throughput_plot_separates_attempts_and_names_the_run(tmp_path):
+    from launcher.runs.report import PlotInfo, _restarts, runlog_from_logs, series_from_runlog
+
+    runlog = runlog_from_logs([FIXTURES / "toy_fp32_1gpu.log", FIXTURES / "toy_resume_sigterm.log"], 64)
+    series = series_from_runlog(runlog)
+    assert _restarts(series) == [51]  # the resumed attempt starts again after its checkpoint at 50
+    assert PlotInfo("toy-20261129T160150Z", "toy").title == "toy-20261129T160150Z"
+    assert PlotInfo("slurm-42", "345m", "h200-141gb").title == "slurm-42 (preset 345m)"
+    from launcher.runs.report import write_plots
+
+    for plot in write_plots(series, tmp_path, PlotInfo("slurm-42", "345m", "h200-141gb")):
+        assert_valid_png(plot)
+
+
+def test_report_without_matplotlib_says_how_to_install_the_extra(tmp_path):
+    """matplotlib is the optional [report] extra: without it, one clear error and the command that adds it."""
+    hide = ("import sys; sys.modules['matplotlib'] = None; from launcher.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    result = subprocess.run([sys.executable, "-c", hide, "report", str(FIXTURES / "toy_fp32_1gpu.log"),
+                             "--output-dir", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "matplotlib, which is not installed" in result.stderr
+    assert f"-m pip install -e '{ROOT}[report]'" in result.stderr or f"{ROOT}[report]" in result.stderr

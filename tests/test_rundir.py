@@ -164,7 +164,15 @@ def test_not_a_run_directory(tmp_path, damage):
         rundir.open_run_dir(target)
 
 
-def test_save_interval_saves_at_the_end_when_the_preset_gives_none(tmp_path):
+def test_long_runs_save_periodically_and_keep_every_tenth(tmp_path):
+    """175b as shipped: 95,368 iterations would otherwise save only at the end (a node failure loses days)."""
+    long = rundir.run_dir_megatron_args(tmp_path, {"train_samples": 146484375, "global_batch_size": 1536})
+    assert (long["save_interval"], long["save_retain_interval"]) == (1000, 10000)
+    kept = rundir.run_dir_megatron_args(tmp_path, {"train_iters": 50000, "save_retain_interval": 5000})
+    assert kept["save_interval"] == 1000 and "save_retain_interval" not in kept  # the preset's own stays
+
+
+def test_short_runs_save_at_the_end_when_the_preset_gives_no_interval(tmp_path):
     by_iters = rundir.run_dir_megatron_args(tmp_path, {"train_iters": 500})
     by_samples = rundir.run_dir_megatron_args(tmp_path, {"train_samples": 1001, "global_batch_size": 10})
     assert (by_iters["save_interval"], by_samples["save_interval"]) == (500, 101)

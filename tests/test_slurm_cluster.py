@@ -93,11 +93,17 @@ def test_sbatch_refuses_more_nodes_than_the_cluster_has(cluster, tmp_path):
     assert "Requested node configuration is not available" in result.stderr
 
 
+# Jobs that run share the two emulated nodes with other test runs (whole-node jobs would wait for each other);
+# test_sbatch_accepts_every_preset submits the default whole-node request (--exclusive, --mem=0) for real.
+SHARED_NODES = ("slurm.exclusive=false", "slurm.cpus_per_task=1", "slurm.mem=500M")
+SHARED = tuple(word for setting in SHARED_NODES for word in ("--set", setting))
+
+
 def test_preflight_of_345m_on_two_nodes(launch, two_by_two, tmp_path):
     """4 ranks on n1 and n2 rendezvous through torchrun (c10d on the first node) and all-reduce with gloo."""
     code, out, err = launch("345m", "--preflight", "--submit", "--nodes", "2", "--gpus-per-node", "2",
                             "--set", f"torchrun={venv_torchrun()}", "--set", f"run_root={tmp_path}/runs",
-                            env=two_by_two)
+                            *SHARED, env=two_by_two)
     assert code == 0, err
     job_id = out.strip()
     assert job_id.isdigit(), out
@@ -163,7 +169,7 @@ def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_pa
     megatron = _fake_megatron(tmp_path)
     code, out, err = launch("345m", "--submit", "--chain", "2", "--nodes", "2", "--gpus-per-node", "2",
                             "--megatron-path", str(megatron), "--set", f"slurm.job_name={name}",
-                            "--set", f"run_root={tmp_path}/runs", env=two_by_two)
+                            "--set", f"run_root={tmp_path}/runs", *SHARED, env=two_by_two)
     ids = out.split()
     try:
         assert code == 0, err
@@ -179,7 +185,7 @@ def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_pa
 def _submit_trainer(launch, env: dict[str, str], tmp_path: Path, *settings: str) -> tuple[str, Path]:
     """Submit the 345m preset on 2 x 2 with the stand-in trainer as its pretrain_gpt.py; (job id, run dir)."""
     sets = [word for setting in (f"torchrun={venv_torchrun()}", f"run_root={tmp_path}/runs",
-                                 f"slurm.job_name=trainer-{uuid.uuid4().hex[:8]}", *settings)
+                                 f"slurm.job_name=trainer-{uuid.uuid4().hex[:8]}", *SHARED_NODES, *settings)
             for word in ("--set", setting)]
     code, out, err = launch("345m", "--submit", "--nodes", "2", "--gpus-per-node", "2", "--megatron-path",
                             str(_fake_megatron(tmp_path)), *sets, env=env)

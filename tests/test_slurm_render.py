@@ -11,6 +11,7 @@ import shlex
 import signal
 import stat
 import subprocess
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -328,3 +329,36 @@ def test_local_preflight_dry_run_uses_the_preflight_script(launch):
     assert code == 0, err
     assert shlex.quote(str(REPO / "launcher" / "inside" / "allreduce.py")) in out
     assert "pretrain_gpt.py" not in out and "--num-layers" not in out
+
+
+def _launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True, cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120, check=False)
+
+
+def test_jobs_ask_for_the_whole_nodes_cpus_and_memory_by_default():
+    result = _launch("345m", "--slurm", "--dry-run", "--megatron-path", "/opt/megatron-lm")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "#SBATCH --exclusive" in lines and "#SBATCH --mem=0" in lines
+
+
+def test_shared_nodes_request_cpus_and_memory_and_are_warned_without_cpus():
+    shared = _launch("345m", "--slurm", "--dry-run", "--megatron-path", "/opt/megatron-lm",
+                     "--set", "slurm.exclusive=false", "--set", "slurm.cpus_per_task=32", "--set", "slurm.mem=480G")
+    lines = shared.stdout.splitlines()
+    assert "#SBATCH --exclusive" not in lines
+    assert "#SBATCH --cpus-per-task=32" in lines and "#SBATCH --mem=480G" in lines
+    bare = _launch("345m", "--slurm", "--dry-run", "--megatron-path", "/opt/megatron-lm",
+                   "--set", "slurm.exclusive=false", "--set", "slurm.mem=null")
+    assert bare.returncode == 0 and "--mem" not in bare.stdout
+    assert "without slurm.cpus_per_task" in bare.stderr
+
+
+def test_memory_and_cpus_are_validated_and_not_smuggled_through_extra_sbatch():
+    with pytest.raises(UserError) as err:
+        parse_slurm_settings({"mem": "lots", "cpus_per_task": 0, "extra_sbatch": ["--cpus-per-task=4"]})
+    text = err.value.render()
+    assert "slurm.mem='lots' is not a Slurm memory size" in text and "cpus_per_task=0" in text
+    assert "use slurm.cpus_per_task instead" in text
+    assert parse_slurm_settings({"mem": 0}).mem == "0"

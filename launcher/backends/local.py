@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 from launcher.errors import UserError
@@ -32,6 +37,46 @@ def visible_gpus() -> int:
     except (OSError, subprocess.TimeoutExpired):
         return 0
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def training_path(path_var: str | None) -> str:
+    """PATH for training processes started here: a directory whose `python3` is this interpreter (and whose
+    `python3-config` is its base Python's) comes first, when this interpreter has torch.
+
+    Megatron's dataset-helper build runs `python3 -m pybind11` and `python3-config`; with `.venv/bin/launch`
+    and no activated venv those would be another Python's. Only those two names are put first: torchrun and
+    everything else resolve through PATH as the user set it. Without torch here (e.g. a pipx install of the
+    launcher alone) PATH is left as it is."""
+    path_var = path_var if path_var is not None else os.defpath
+    if importlib.util.find_spec("torch") is None:
+        return path_var
+    shim = _python_dir()
+    parts = path_var.split(os.pathsep) if path_var else []
+    if shim is None or parts[:1] == [shim]:
+        return path_var
+    return os.pathsep.join([shim, *parts])
+
+
+def _python_dir() -> str | None:
+    """A per-interpreter directory with `python3` (exec of this interpreter: a symlink would lose the venv)
+    and `python3-config`; None where it cannot be written."""
+    digest = hashlib.sha1(sys.executable.encode()).hexdigest()[:12]
+    directory = Path(tempfile.gettempdir()) / f"megatron-launch-{os.getuid()}-python-{digest}"
+    config = Path(sys.base_prefix) / "bin" / "python3-config"
+    tools = {"python3": sys.executable, **({"python3-config": str(config)} if config.exists() else {})}
+    try:
+        directory.mkdir(mode=0o755, exist_ok=True)
+        for name, target in tools.items():
+            tool = directory / name
+            text = f'#!/bin/sh\nexec {shlex.quote(target)} "$@"\n'
+            if not tool.exists() or tool.read_text() != text:
+                staging = directory / f".{name}.{os.getpid()}"
+                staging.write_text(text)
+                staging.chmod(0o755)
+                staging.replace(tool)
+    except OSError:
+        return None
+    return str(directory)
 
 
 def resolved_argv(command: Command) -> list[str]:
@@ -62,6 +107,9 @@ def run(command: Command, cwd: str | None = None, stdout=None,
     """
     argv = runnable_argv(command)
     env = {**os.environ, **command.env}
+    env["PATH"] = training_path(env.get("PATH"))
+    if shutil.which(argv[0], path=env["PATH"]) is None:
+        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
     if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
         env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
     child: subprocess.Popen[str] | subprocess.Popen[bytes]

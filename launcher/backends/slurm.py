@@ -302,7 +302,11 @@ def prepare_job(job: ResolvedJob, command: Command, *, chain: int | None = None)
         settings = replace(settings, requeue=False, chain=1,
                            job_name=f"{settings.job_name or f'megatron-{name}'}-preflight")
         title = f"preflight of preset {name} (all-reduce over every rank, no training)"
-    return PreparedJob(build_job(job, command, settings, chain=chain, title=title), list(job.notes))
+    notes = list(job.notes)
+    if not settings.exclusive and settings.cpus_per_task is None:
+        notes.append(f"slurm.exclusive=false without slurm.cpus_per_task: Slurm may give each node's task (a torchrun "
+                     f"with {job.gpus_per_node} ranks and their data loaders) a single CPU; set slurm.cpus_per_task")
+    return PreparedJob(build_job(job, command, settings, chain=chain, title=title), notes)
 
 
 def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:

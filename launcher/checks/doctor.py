@@ -12,6 +12,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
 from launcher.errors import Problem, UserError
@@ -39,7 +44,10 @@ APEX_EXTENSIONS = {
 # Files only NVIDIA apex has; the PyPI project called `apex` (a 2013 Pyramid toolkit) has none of them.
 NVIDIA_APEX_MARKERS = ("normalization/fused_layer_norm.py", "optimizers/fused_adam.py", "transformer")
 SUBPROCESS_TIMEOUT_S = 20
-MIN_PYTHON = (3, 12)  # megatron-core 0.18 declares Requires-Python >= 3.12
+# Only when neither megatron-core nor this launcher is installed with metadata (a bare checkout on PYTHONPATH):
+# what megatron-core 0.18.0's metadata says.
+FALLBACK_PYTHON = ">=3.12"
+FALLBACK_TORCH = ">=2.6.0"
 
 
 @dataclass(frozen=True)
@@ -73,6 +81,13 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def _release(version: str) -> tuple[int, ...]:
+    try:
+        return Version(version).release
+    except InvalidVersion:
+        return ()
+
+
 def _run(argv: list[str], cwd: Path | None = None, env: Mapping[str, str] | None = None) -> tuple[int, str]:
     try:
         done = subprocess.run(argv, cwd=cwd, env=None if env is None else dict(env), check=False,
@@ -82,22 +97,48 @@ def _run(argv: list[str], cwd: Path | None = None, env: Mapping[str, str] | None
     return done.returncode, (done.stdout.strip() or done.stderr.strip())
 
 
+def _megatron_core_requirements() -> tuple[SpecifierSet, SpecifierSet]:
+    """(Requires-Python, torch's specifier) as megatron-core's installed metadata states them, else as the
+    launcher's own metadata states them for the pinned release (no hand-kept copies of upstream's numbers)."""
+    for dist in ("megatron-core", "megatron-launch"):
+        try:
+            meta = importlib.metadata.distribution(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        python = SpecifierSet(meta.metadata.get("Requires-Python") or "")
+        torch = SpecifierSet()
+        for text in meta.requires or []:
+            requirement = Requirement(text)
+            # megatron-core's own torch line has no marker; the launcher's sits in its [megatron] extra
+            extra_ok = requirement.marker is None or requirement.marker.evaluate({"extra": "megatron"})
+            if requirement.name == "torch" and extra_ok:
+                torch &= requirement.specifier
+        return python, torch
+    return SpecifierSet(FALLBACK_PYTHON), SpecifierSet(FALLBACK_TORCH)
+
+
 def check_python(ctx: Context) -> list[Finding]:
-    version = ".".join(map(str, sys.version_info[:3]))
-    if sys.version_info >= MIN_PYTHON:
+    version = platform.python_version()
+    wanted, _ = _megatron_core_requirements()
+    if wanted.contains(version, prereleases=True):
         return [Finding("python", "ok", f"{version} ({sys.executable})")]
-    return [Finding("python", "fail", f"{version}: megatron-core 0.18 requires Python >= 3.12",
-                    "create the environment with python3.12: python3.12 -m venv venv")]
+    return [Finding("python", "fail", f"{version}: megatron-core {MEGATRON_CORE_VERSION} requires Python {wanted}",
+                    "create the environment with python3.12: python3.12 -m venv .venv (scripts/bootstrap.sh)")]
 
 
 def check_torch(ctx: Context) -> list[Finding]:
     version = _version("torch")
+    _, wanted = _megatron_core_requirements()
     if version is None:
-        return [Finding("torch", "fail", "not installed", "pip install 'torch>=2.6'")]
-    major_minor = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
-    if major_minor < (2, 6):
-        return [Finding("torch", "fail", f"{version}: megatron-core 0.18 needs torch >= 2.6",
-                        "pip install -U 'torch>=2.6'")]
+        return [Finding("torch", "fail", "not installed", f"pip install 'torch{wanted}'")]
+    try:
+        # a local build tag (+cu130, +cpu) says how it was built, not which release it is
+        fits = wanted.contains(Version(version).public, prereleases=True)
+    except InvalidVersion:
+        return [Finding("torch", "warn", f"{version}: not a version number this check can compare")]
+    if not fits:
+        return [Finding("torch", "fail", f"{version}: megatron-core {MEGATRON_CORE_VERSION} needs torch{wanted}",
+                        f"pip install 'torch{wanted}'")]
     return [Finding("torch", "ok", version)]
 
 
@@ -118,11 +159,11 @@ def check_gpus(ctx: Context) -> list[Finding]:
 
 def check_megatron_core(ctx: Context) -> list[Finding]:
     version = _version("megatron-core")
-    wanted = MEGATRON_CORE_VERSION.rsplit(".", 1)[0]
+    wanted = ".".join(map(str, Version(MEGATRON_CORE_VERSION).release[:2]))
     if version is None:
         return [Finding("megatron-core", "warn", "not installed: `launch --check` cannot ask Megatron itself",
                         f"pip install 'megatron-core=={MEGATRON_CORE_VERSION}' pyyaml")]
-    if not version.startswith(wanted + "."):
+    if _release(version)[:2] != Version(MEGATRON_CORE_VERSION).release[:2]:
         return [Finding("megatron-core", "warn",
                         f"{version}, but the pinned Megatron-LM {MEGATRON_COMMIT[:12]} is {wanted}.x: "
                         "flag names and checks may differ",
@@ -204,15 +245,15 @@ def check_helper_build(ctx: Context) -> list[Finding]:
         findings.append(Finding("dataset helpers", "fail", "`python3` not found on PATH",
                                 f"put the training interpreter's directory first on PATH ({Path(ctx.python).parent})"))
     else:
-        code, prefix = _run([python3, "-c", "import sys; print(sys.prefix)"], env=ctx.env)
-        if code != 0 or Path(prefix).resolve() != Path(sys.prefix).resolve():
-            findings.append(Finding("dataset helpers", "fail",
-                                    f"`python3` on PATH ({python3}) is not this interpreter ({sys.prefix})",
-                                    f"activate the environment first: source {Path(sys.prefix) / 'bin/activate'}"))
+        # launch puts this interpreter first on the training's PATH when it has torch (backends.local
+        # training_path), so python3 here is the training's python; the fixes name that one interpreter.
         code, out = _run([python3, "-m", "pybind11", "--includes"], env=ctx.env)
         if code != 0:
-            findings.append(Finding("dataset helpers", "fail", "pybind11 is not importable by python3",
-                                    f"{python3} -m pip install pybind11"))
+            code, prefix = _run([python3, "-c", "import sys; print(sys.executable)"], env=ctx.env)
+            training = prefix if code == 0 and prefix else python3
+            findings.append(Finding("dataset helpers", "fail",
+                                    f"pybind11 is not importable by the training python ({training})",
+                                    f"{training} -m pip install 'pybind11>=2.12' (part of the [megatron] extra)"))
     config = shutil.which("python3-config", path=path_var)
     if config is None:
         findings.append(Finding("dataset helpers", "fail", "`python3-config` not found on PATH",
@@ -363,7 +404,7 @@ def preflight_or_raise(job: Any, command: Any) -> None:
     Judged against the resolved job's settings, exactly as they will be passed."""
     # the simple loop builds its own model: only the environment matters
     settings = dict(job.preset.megatron) if job.entry == "pretrain_gpt" else None
-    ctx = Context(megatron_path=job.megatron_path, env={**os.environ, **command.env})
+    ctx = Context(megatron_path=job.megatron_path, env=training_env({**os.environ, **command.env}))
     findings = preflight(settings, ctx, tensor_parallel=job.layout.tp, context_parallel=job.layout.cp)
     for finding in findings:
         if finding.status == "warn":
@@ -373,6 +414,13 @@ def preflight_or_raise(job: Any, command: Any) -> None:
         failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-doctor",
                              stage="launcher")
         raise UserError(failed)
+
+
+def training_env(env: dict[str, str]) -> dict[str, str]:
+    """The environment training processes started by `launch` get (PATH included), for the checks."""
+    from launcher.backends.local import training_path
+
+    return {**env, "PATH": training_path(env.get("PATH"))}
 
 
 def worst(findings: Iterable[Finding]) -> Status:

@@ -33,9 +33,13 @@ def run_parser() -> Parser:
     p.add_argument("--gpus-per-node", type=positive,
                    help="GPUs per node (default: the preset's; for a one-node job here at most this machine's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a Megatron setting (its dest name, e.g. lr=3e-4) or a launcher setting")
+                   help="override a Megatron setting (its dest name, e.g. lr=3e-4) or a launcher setting; "
+                        "NAME=null unsets it (Megatron's default applies), e.g. --set train_samples=null")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
-    p.add_argument("--format", choices=("text", "json"), default="text", help="dry-run output format")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="dry-run output format; with json, errors are a JSON object on stdout too")
+    p.add_argument("--version", action="version", version=version_text(),
+                   help="the launcher's version and the Megatron-LM it is pinned to")
     p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
     p.add_argument("--check", action="store_true",
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
@@ -135,21 +139,41 @@ def cmd_run(argv: list[str]) -> int:
     return tracking.execute(job, command)
 
 
+def version_text() -> str:
+    from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, __version__
+
+    return f"megatron-launch {__version__} (Megatron-LM {MEGATRON_COMMIT[:12]}, megatron-core {MEGATRON_CORE_VERSION})"
+
+
 def cmd_list(argv: list[str]) -> int:
-    Parser(prog="launch list", description="Show the shipped presets.").parse_args(argv)
+    parser = Parser(prog="launch list", description="Show the shipped presets: parameters, layout, the fewest "
+                    "GPUs and the default world of each.")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
     from launcher.estimate.formulas import human, parameter_count
     from launcher.pipeline import resolve
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP
+    from launcher.pipeline.layout import SIMPLE_LOOP_TP, model_args
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
+    records = []
     for name in available_presets():
         preset = load_preset(name)
         job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
         lay = job.layout
         min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
-        rows.append((name, human(parameter_count(job.preset.effective(), lay.tp)), f"{lay.tp}·{lay.pp}·{lay.cp}",
-                     str(min_gpus), f"{job.nodes}×{job.gpus_per_node}", preset.description))
+        params = parameter_count(model_args(job.preset, job.entry), lay.tp)
+        rows.append((name, human(params), f"{lay.tp}·{lay.pp}·{lay.cp}", str(min_gpus),
+                     f"{job.nodes}×{job.gpus_per_node}", preset.description))
+        records.append({"preset": name, "parameters": params, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
+                        "entry": job.entry, "min_gpus": min_gpus, "nodes": job.nodes,
+                        "gpus_per_node": job.gpus_per_node, "description": preset.description,
+                        "source": preset.sources[-1]})
+    if args.format == "json":
+        import json
+
+        print(json.dumps(records, indent=2))
+        return 0
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[-1])
@@ -171,7 +195,8 @@ def cmd_doctor(argv: list[str]) -> int:
     from launcher.checks import doctor
     from launcher.megatron.pin import megatron_path
 
-    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None), torch_probe=options.torch)
+    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None),
+                         env=doctor.training_env(dict(os.environ)), torch_probe=options.torch)
     findings = doctor.run_checks(ctx)
     if options.format == "json":
         print(json.dumps([asdict(f) for f in findings], indent=1))
@@ -197,7 +222,8 @@ def cmd_report(argv: list[str]) -> int:
     parser.add_argument("targets", nargs="+", type=Path, metavar="RUN_DIR_OR_LOG",
                         help="a run directory made by launch, or Megatron log files (e.g. slurm-123.out)")
     parser.add_argument("--output-dir", type=Path, default=None,
-                        help="where the PNG plots go (default: RUN_DIR/plots, or LOG-report/ beside the log)")
+                        help="where the PNG plots go (default: RUN_DIR/plots for a run directory, "
+                             "./plots/LOG_NAME in the current directory for log files)")
     parser.add_argument("--partial", action="store_true",
                         help="report what is readable in a truncated or partly garbled log")
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -217,6 +243,55 @@ def cmd_report(argv: list[str]) -> int:
         for number, attempt in enumerate(report.attempts):
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
         print("plots:              " + ", ".join(str(p) for p in report.plots))
+    return 0
+
+
+def cmd_show(argv: list[str]) -> int:
+    parser = Parser(prog="launch show", description="The resolved preset (base: files and --set applied), its "
+                    "launcher settings, and the Megatron flags that differ from Megatron's own defaults, including "
+                    "those the launcher decides (entry, micro batch, settings for a missing TE/apex).")
+    parser.add_argument("preset", help="a preset name or a path to a YAML file")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a setting first, as for launch (NAME=null unsets it)")
+    parser.add_argument("--nodes", type=positive, help="number of nodes (default: the preset's)")
+    parser.add_argument("--gpus-per-node", type=positive, help="GPUs per node (default: the preset's)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    from launcher.cli.show import show
+
+    sys.stdout.write(show(args.preset, args.overrides, args.nodes, args.gpus_per_node, args.format))
+    return 0
+
+
+def cmd_diff(argv: list[str]) -> int:
+    parser = Parser(prog="launch diff", description="Two presets or run directories side by side: every "
+                    "Megatron setting (as Megatron sees it, defaults filled in) and launcher setting that differs.")
+    parser.add_argument("a", metavar="A", help="a preset name, a preset file, or a run directory")
+    parser.add_argument("b", metavar="B", help="the same, to compare with A")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    from launcher.cli.show import diff
+
+    sys.stdout.write(diff(args.a, args.b, args.format))
+    return 0
+
+
+def cmd_completion(argv: list[str]) -> int:
+    from launcher.cli import completion
+
+    parser = Parser(prog="launch completion", description="Print a shell completion script for commands, "
+                    "presets, options and setting names: source <(launch completion bash), or zsh.")
+    parser.add_argument("shell", nargs="?", choices=("bash", "zsh"))
+    parser.add_argument("--names", choices=completion.NAME_KINDS,
+                        help="print the names the script completes, one a line (what the script calls)")
+    args = parser.parse_args(argv)
+    if args.names:
+        print("\n".join(completion.names(args.names)))
+        return 0
+    if args.shell is None:
+        raise UserError("launch completion needs a shell: bash or zsh",
+                        "for example: source <(launch completion bash)")
+    sys.stdout.write(completion.script(args.shell))
     return 0
 
 
@@ -247,6 +322,9 @@ SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plan": cmd_plan,
     "report": cmd_report,
     "prepare-data": cmd_prepare_data,
+    "show": cmd_show,
+    "diff": cmd_diff,
+    "completion": cmd_completion,
 }
 
 
@@ -270,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
             except UserError as exc:
                 raise _with_command_hint(exc, argv) from None
     except UserError as exc:
-        print(exc.render(), file=sys.stderr)
+        if _wants_json(argv):  # a script asked for JSON: it gets the error as JSON too, where it reads
+            print(exc.as_json())
+        else:
+            print(exc.render(), file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
         return interrupts.exit_status(interrupt)
@@ -299,4 +380,9 @@ def internal_error_line(exc: BaseException, argv: list[str]) -> str:
         where = "the traceback could not be written to a file"
     return (f"error: internal error in megatron-launch (a bug, not your input): {type(exc).__name__}: "
             f"{' '.join(shown(exc, 160).split())}; {where}; please report it")
+
+
+def _wants_json(argv: list[str]) -> bool:
+    """--format json (or --format=json) anywhere on the command line, even where parsing itself failed."""
+    return "--format=json" in argv or any(a == "--format" and b == "json" for a, b in zip(argv, argv[1:]))
 

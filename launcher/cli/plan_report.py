@@ -78,7 +78,7 @@ def preset_tokens(args: Mapping[str, Any]) -> float | None:
 def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
                tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
                rules: ps.Rules | None = None, extra_sets: tuple[str, ...] = (),
-               notes: tuple[str, ...] = ()) -> dict[str, Any]:
+               notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
     `rules` judge layouts (launcher.pipeline.layout's, for the target's kernels); `extra_sets` are --set items
@@ -124,6 +124,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
             "fits": e.fit,
         }
         plan["time"] = time_dict(e.step, training, shape, tokens)
+        plan["checkpoint"] = checkpoint_dict(args, plan["model"]["parameters"], e.step.total, ckpt_write_gbps)
     result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, rules)
     if not result.best:
         raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, result.refusals or problems, rules)
@@ -157,6 +158,17 @@ def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float 
     if tokens:
         d["seconds_to_tokens"] = est.time_to_tokens(step.total, t.global_batch_size, m.seq_length, tokens)
     return d
+
+
+def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: float,
+                    write_gbps: float) -> dict[str, Any]:
+    """The periodic saves a run of this preset makes (its save_interval, else the launcher's default)."""
+    from launcher.runs.rundir import _end_of_training_interval, default_save_settings
+
+    interval = args.get("save_interval") or default_save_settings(args)["save_interval"]
+    end = _end_of_training_interval(args)
+    total = end if end < 1_000_000_000 else None
+    return est.save_cost(parameters, args, step_seconds, int(interval), total, write_gbps)
 
 
 def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: Budget, seq: int,
@@ -244,6 +256,11 @@ def render_text(plan: dict[str, Any]) -> str:
                      f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")
         if "seconds_to_tokens" in t:
             lines.append(f"    {est.human(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
+        c = plan["checkpoint"]
+        saves = f", {c['saves']:,} saves: {_duration(c['total_seconds'])} in all" if c["saves"] else ""
+        lines.append(f"    checkpoints        {c['bytes'] / 1e12:.2f} TB each, ~{_duration(c['seconds_per_save'])} "
+                     f"per save at {c['write_gbps']:g} GB/s (--ckpt-write-gbps); every {c['save_interval']:,} "
+                     f"iterations = +{100 * c['overhead_fraction']:.1f} % time{saves}")
     search = plan["search"]
     lines.append("")
     lines.append(f"Best layouts for {plan['world_size']} × {gpu['name']} ({search['fitting']} of "
@@ -299,6 +316,9 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--tokens", help="token budget for the time-to-train figures, e.g. 300B "
                                          "(default: what the preset trains for)")
     parser.add_argument("--top", type=int, default=5, help="how many layouts to list (default 5)")
+    parser.add_argument("--ckpt-write-gbps", type=float, default=est.CHECKPOINT_WRITE_GBPS,
+                        help="aggregate checkpoint write rate in GB/s, for the save times "
+                             f"(default {est.CHECKPOINT_WRITE_GBPS:g})")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset setting first, as for launch")
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -314,6 +334,8 @@ def run(ns: Any) -> str:
         raise UserError(Problem(f"--top must be at least 1, got {ns.top}"))
     if ns.tflops is not None and ns.tflops <= 0:
         raise UserError(Problem(f"--tflops must be positive, got {ns.tflops}"))
+    if ns.ckpt_write_gbps <= 0:
+        raise UserError(Problem(f"--ckpt-write-gbps must be positive, got {ns.ckpt_write_gbps}"))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
     settings = preset.launcher
@@ -338,5 +360,5 @@ def run(ns: Any) -> str:
     rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex, preset.launcher)
     plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
                       allow_sp=kernels.transformer_engine or kernels.apex, rules=rules,
-                      extra_sets=extra_sets, notes=tuple(notes))
+                      extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps)
     return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"

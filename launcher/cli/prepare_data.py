@@ -107,7 +107,7 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _build_index(args: argparse.Namespace) -> int:
-    from launcher.dataprep.index_cache import build_index_for_preset
+    from launcher.dataprep.index_cache import build_index_for_preset, samples_line
 
     if args.inputs or args.output_prefix:
         raise UserError("--build-index takes a preset, not input files or --output-prefix",
@@ -117,10 +117,9 @@ def _build_index(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:
-        train, valid, test = summary["num_samples"]
         state = f"built {len(summary['new_files'])} files" if summary["new_files"] else "all present already"
         print(f"index caches in {summary['data_cache_path']}: {state} in {summary['seconds']:.1f}s\n"
-              f"  samples train/valid/test: {train}/{valid}/{test} "
+              f"  {samples_line(summary)} "
               f"(world size {summary['world_size']}, data-parallel {summary['data_parallel_size']}, "
               f"global batch {summary['global_batch_size']})\n"
               f"  the training job reads them when it runs with the same settings (data_cache_path included)")

@@ -9,6 +9,7 @@ from typing import Any
 from launcher.estimate import formulas as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
+from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.pipeline.shell import shell_comment
 
@@ -25,7 +26,7 @@ def command_lines(command: Command) -> list[str]:
 
 def summary(job: ResolvedJob) -> dict[str, Any]:
     # Megatron's view of the job as it runs (the no-TE/apex settings change attention and memory)
-    args = job.preset.effective()
+    args = model_args(job.preset, job.entry)
     layout, kernels = job.layout, job.kernels
     return {
         "parameters": parameter_count(args, layout.tp),

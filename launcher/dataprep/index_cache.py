@@ -150,9 +150,27 @@ def _build(script_args: Sequence[str], world_size: int) -> dict[str, Any]:
         "data_parallel_size": args.data_parallel_size,
         "global_batch_size": args.global_batch_size,
         "num_samples": list(num_samples),
-        "lengths": [_length(ds) for ds in datasets],
+        "lengths": [_length(ds) for ds in datasets],  # None: that split has no dataset
+        "split": args.split,
+        "per_split_paths": get_blend_and_blend_per_split(args)[1] is not None,
         "new_files": sorted(after - before),
     }
+
+
+def samples_line(summary: dict[str, Any]) -> str:
+    """Samples each split will draw, naming a split that has no dataset (split=98,2,0 has no test set)
+    instead of printing the count Megatron would ask of it."""
+    names = ("train", "valid", "test")
+    lengths = summary.get("lengths") or [0, 0, 0]
+    missing = [name for name, length in zip(names, lengths) if length is None]
+    parts = [f"{name} none" if length is None else f"{name} {wanted:,}"
+             for name, wanted, length in zip(names, summary["num_samples"], lengths)]
+    line = "samples " + ", ".join(parts)
+    if missing:
+        why = ("no data path is given for it" if summary.get("per_split_paths")
+               else f"split {summary.get('split')} gives it no documents")
+        line += f" ({'/'.join(missing)}: {why}, so Megatron builds and evaluates none)"
+    return line
 
 
 def _gpt_dataset_config_kwargs(args: Any, tokenizer: Any, blends: tuple[Any, Any]) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from launcher import install_command
 from launcher.checks.data import META_FORMAT, META_SUFFIX
 from launcher.dataprep.progress import Progress
 from launcher.dataprep.reader import (
@@ -128,7 +129,7 @@ def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec
         DType, IndexedDatasetBuilder = _import_megatron_builder()
     except ImportError as err:
         raise UserError(f"prepare-data needs megatron-core ({err})",
-                        "pip install 'megatron-launch[megatron]' (megatron-core 0.18.0 and torch), or point "
+                        f"{install_command('megatron')} (megatron-core 0.18.0 and torch), or point "
                         "MEGATRON_LM_PATH at the Megatron-LM checkout") from err
 
     dtype = DType.optimal_dtype(tokenizer.vocab_size)

@@ -611,6 +611,33 @@ def time_to_tokens(step_seconds: float, global_batch_size: int, seq_length: int,
     return tokens / (global_batch_size * seq_length) * step_seconds
 
 
+# Aggregate write rate to the checkpoint file system assumed for save times: all ranks write their shards in
+# parallel (torch_dist); a mid-size Lustre/GPFS gives tens of GB/s. `launch plan --ckpt-write-gbps` changes it.
+CHECKPOINT_WRITE_GBPS = 20.0
+
+
+def checkpoint_bytes(parameters: float, args: Mapping[str, Any]) -> float:
+    """Bytes of one Megatron checkpoint with the Adam optimizer: the model's weights (2 bytes each in bf16/fp16,
+    4 in fp32) plus the optimizer's fp32 state (main weights in mixed precision, and two moments)."""
+    mixed = bool(args.get("bf16") or args.get("fp16"))
+    weights = 2 if mixed else 4
+    optimizer = (4 if mixed else 0) + 8 if args.get("optimizer") in (None, "adam") else (4 if mixed else 0)
+    return parameters * (weights + optimizer)
+
+
+def save_cost(parameters: float, args: Mapping[str, Any], step_seconds: float, save_interval: int,
+              total_iterations: int | None, write_gbps: float = CHECKPOINT_WRITE_GBPS) -> dict[str, float | None]:
+    """What periodic checkpoints cost: seconds per save, and the share of training time they add."""
+    size = checkpoint_bytes(parameters, args)
+    seconds = size / (write_gbps * 1e9)
+    saves = -(-total_iterations // save_interval) if total_iterations else None
+    return {
+        "bytes": size, "write_gbps": write_gbps, "seconds_per_save": seconds, "save_interval": save_interval,
+        "saves": saves, "overhead_fraction": seconds / (save_interval * step_seconds),
+        "total_seconds": seconds * saves if saves else None,
+    }
+
+
 # --------------------------------------------------------------------------------------------------- summary
 
 

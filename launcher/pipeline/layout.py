@@ -11,6 +11,7 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem, shown
@@ -90,8 +91,9 @@ class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
     def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
-                 apex_available: bool = False):
+                 apex_available: bool = False, micro_batch_picked: bool = False):
         self.preset = preset
+        self.micro_batch_picked = micro_batch_picked  # chosen by choose_micro_batch, not by the user
         self.world = world_size
         self.gpus_per_node = gpus_per_node
         self.te = te_available
@@ -367,25 +369,56 @@ class _Checker:
         eval_mbs = self.arg("eval_micro_batch_size") or mbs
         eval_gbs = self.arg("eval_global_batch_size") or gbs
         step = mbs * dp
+        if (eval_gbs, eval_mbs) == (gbs, mbs) and gbs % step:
+            self.fail(*self._batch_problem(gbs, mbs, dp))
+            return gbs, max(1, gbs // step)
         if eval_gbs % (eval_mbs * dp):
             # validate_args checks the eval batch first; with the defaults it is the training batch.
             self.fail(
-                f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size {dp} "
-                f"= {step}" if (eval_gbs, eval_mbs) == (gbs, mbs) else
                 f"eval_global_batch_size {eval_gbs} is not divisible by eval_micro_batch_size {eval_mbs} × "
                 f"data-parallel size {dp} = {eval_mbs * dp}",
-                f"use global_batch_size {_nearest_multiples(gbs, step)}, or change micro_batch_size or the "
-                f"node count (DP = world {self.world} / model-parallel {self.world // dp})",
+                f"use eval_global_batch_size {_nearest_multiples(eval_gbs, eval_mbs * dp)}",
             )
             return gbs, max(1, gbs // step)
         if gbs % step:
-            self.fail(f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size "
-                      f"{dp} = {step}", f"use global_batch_size {_nearest_multiples(gbs, step)}")
+            self.fail(*self._batch_problem(gbs, mbs, dp))
             return gbs, max(1, gbs // step)
         microbatches = gbs // step
         if vpp is not None:
             self.interleaved_microbatches(microbatches, pp, vpp, gbs, mbs, dp)
         return gbs, microbatches
+
+    def _batch_problem(self, gbs: int, mbs: int, dp: int) -> tuple[str, str]:
+        """Global batch vs micro batch × DP, with the smallest changes that work (never blaming a micro batch
+        the user did not choose)."""
+        world_text = f"DP = world {self.world} / model-parallel {self.world // dp}"
+        if self.micro_batch_picked:
+            # No micro batch can help: DP itself does not divide the global batch.
+            return (f"global batch size {gbs} is not divisible by data-parallel size {dp} ({world_text}), so no "
+                    f"micro batch fits (the launcher picks it, up to max_micro_batch_size "
+                    f"{self.preset.launcher.max_micro_batch_size})",
+                    f"use global_batch_size {_nearest_multiples(gbs, dp)}" + self._smaller_world(gbs, dp))
+        options = []
+        if gbs % dp == 0:
+            per_rank = gbs // dp
+            fits = max(d for d in divisors(per_rank) if d <= mbs)
+            options.append(f"micro_batch_size {fits} (global batch {gbs} / DP {dp} = {per_rank} per rank)")
+        options.append(f"global_batch_size {_nearest_multiples(gbs, mbs * dp)}")
+        below = (gbs // dp) * dp
+        nearer = [n for n in (below, below + dp) if n > 0 and n % (mbs * dp) and abs(n - gbs) < mbs * dp]
+        if gbs % dp and nearer:
+            options.append(f"global_batch_size {' or '.join(map(str, nearer))} with micro_batch_size 1")
+        return (f"global batch size {gbs} is not divisible by micro batch {mbs} × data-parallel size {dp} = "
+                f"{mbs * dp}", "use " + ", or ".join(options) + f" ({world_text})")
+
+    def _smaller_world(self, gbs: int, dp: int) -> str:
+        """', or --nodes N' for the largest DP below this one that divides the global batch, if nodes allow it."""
+        model = self.world // dp
+        for d in sorted(divisors(gbs), reverse=True):
+            if d < dp and (d * model) % self.gpus_per_node == 0:
+                nodes = d * model // self.gpus_per_node
+                return f", or --nodes {nodes} ({d * model} GPUs, DP {d})"
+        return ""
 
     def interleaved_microbatches(self, m: int, pp: int, vpp: int, gbs: int, mbs: int, dp: int) -> None:
         """schedules.forward_backward_pipelining_with_interleaving: checked at the first step, not before."""
@@ -513,12 +546,21 @@ class _Checker:
             self.fail("neither train_iters nor train_samples is set", "set exactly one of them", stage="runtime")
             return
         if iters is not None and samples is not None:
-            self.fail("train_iters and train_samples are both set", "set exactly one of them")
+            # The user switched (e.g. 175b: --set train_iters=1000): the one the user set last is the choice.
+            chosen = self._last_overridden("train_iters", "train_samples")
+            if chosen is None:
+                self.fail("train_iters and train_samples are both set", "set exactly one of them (--set "
+                          "train_samples=null or --set train_iters=null unsets the other)")
+                return
+            based = chosen.removeprefix("train_")
+        else:
+            based = "iters" if iters is not None else "samples"
+        other = "samples" if based == "iters" else "iters"
+        conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}")
+                     if self.arg(name)]
+        if conflicts:
+            self._training_length_conflicts(based, other, conflicts)
             return
-        based, other = ("iters", "samples") if iters is not None else ("samples", "iters")
-        for name in (f"lr_decay_{other}", f"lr_warmup_{other}"):
-            if self.arg(name):
-                self.fail(f"{name} cannot be used with train_{based}", f"use lr_{name.split('_')[1]}_{based}")
         if self.arg("lr_warmup_fraction") is not None and self.arg(f"lr_warmup_{based}"):
             self.fail(f"lr_warmup_fraction and lr_warmup_{based} are both set", "keep one")
         lr, min_lr = self.arg("lr"), self.arg("min_lr")
@@ -531,6 +573,40 @@ class _Checker:
         if warmup >= decay:
             self.fail(f"LR warmup ({warmup:g} {based}) must be shorter than LR decay ({decay:g} {based})",
                       f"shorten lr_warmup_{based} or lengthen lr_decay_{based}", stage="runtime")
+
+    def _last_overridden(self, *names: str) -> str | None:
+        given = [o.partition("=")[0].strip().removeprefix("megatron.") for o in self.preset.overrides]
+        for name in reversed(given):
+            if name in names and self.preset.megatron.get(name) is not None:
+                return name
+        return None
+
+    def _training_length_conflicts(self, based: str, other: str, conflicts: list[str]) -> None:
+        """Every setting of the other unit at once, and the one command that unsets them all."""
+        shown = ", ".join(f"{name} {self.arg(name)}" for name in conflicts)
+        unset = [f"{name}=null" for name in conflicts]
+        command = " ".join(["launch", self._preset_ref(), *(f"--set {o}" for o in self.preset.overrides),
+                            *(f"--set {u}" for u in unset)])
+        text = (f"train_{based} {self.arg(f'train_{based}')} is set, so these {other}-based settings conflict "
+                f"with it: {shown}")
+        hint = f"unset them: {command}"
+        gbs = self.preset.megatron.get("global_batch_size")
+        schedule = [n for n in conflicts if n.startswith("lr_")]
+        if schedule and gbs:
+            # the same LR schedule in the other unit, at a constant global batch
+            def convert(value: int) -> int:
+                return -(-value // gbs) if based == "iters" else value * gbs
+            same = " ".join(f"--set {n.replace(other, based)}={convert(self.arg(n))}" for n in schedule)
+            hint += (f" (the LR then decays over train_{based} without warmup; the same schedule in {based} at "
+                     f"global batch {gbs}: {same})")
+        self.fail(text, hint)
+
+    def _preset_ref(self) -> str:
+        from launcher.pipeline.preset import CONFIGS_DIR
+
+        source = self.preset.sources[-1] if self.preset.sources else self.preset.name
+        return self.preset.name if Path(source).resolve() == (CONFIGS_DIR / f"{self.preset.name}.yaml").resolve() \
+            else source
 
     def misc(self) -> None:
         if self.arg("save") is not None and not self.arg("save_interval"):
@@ -558,9 +634,10 @@ class _Checker:
 
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
-          apex_available: bool = False) -> tuple[Layout | None, list[Problem], list[str]]:
+          apex_available: bool = False, micro_batch_picked: bool = False,
+          ) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available)
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked)
     ok = c.required()
     c.training_settings()
     if not ok:
@@ -573,6 +650,36 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     check_values(c.arg, c.fail, c.te)
     target_rules.check(c, layout.tp, layout.cp, layout.vpp)
     return layout, c.problems, c.warnings
+
+
+# What examples/run_simple_mcore_train_loop.py hard-codes (model_provider, its DataLoader, its loop); it takes no
+# arguments. configs/toy.yaml states exactly these, so the plain toy runs upstream's script; any other Megatron
+# setting can only take effect through pretrain_gpt.py.
+SIMPLE_LOOP_SETTINGS: dict[str, Any] = {
+    "num_layers": 2, "hidden_size": 12, "num_attention_heads": 4, "seq_length": 64,
+    "max_position_embeddings": 64, "vocab_size": 100, "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 1, "micro_batch_size": 8, "train_iters": 5, "lr": 0.001,
+    "lr_decay_style": "constant", "eval_interval": 1000, "eval_iters": 0, "mock_data": True,
+    "tokenizer_type": "NullTokenizer", "log_interval": 1,
+    "ckpt_format": "torch",  # like the eval and data settings: for the one-GPU pretrain_gpt.py fallback only
+}
+
+
+def simple_loop_differences(preset: Preset) -> list[str]:
+    """Megatron settings of the preset that upstream's simple loop would not apply (it takes no arguments)."""
+    names = dict.fromkeys([*preset.megatron, *SIMPLE_LOOP_SETTINGS])
+    return [name for name in names if preset.megatron.get(name) != SIMPLE_LOOP_SETTINGS.get(name)]
+
+
+def model_args(preset: Preset, entry: str) -> dict[str, Any]:
+    """The arguments describing the model that will really be built, for parameter and memory estimates.
+
+    Upstream's simple loop builds GPTModel directly: vocabulary 100 as given (no padding) and untied output
+    weights (GPTModel's share_embeddings_and_output_weights defaults to False)."""
+    args = preset.effective()
+    if entry == "simple_loop":
+        args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
+    return args
 
 
 def layout_problems(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
@@ -588,16 +695,28 @@ def layout_problems(preset: Preset, world_size: int, gpus_per_node: int, te_avai
 
 
 def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], list[Problem]]:
-    """The entry script that will run: the preset's, except that the upstream simple loop hard-codes TP 2, so on
-    one GPU the same model runs through pretrain_gpt.py. (preset, entry, notes, problems)"""
+    """The entry script that will run: the preset's, except that upstream's simple loop runs only what it
+    hard-codes, on an even number of GPUs: with other Megatron settings, or on one GPU, the same model trains
+    through pretrain_gpt.py, where every setting applies (never a setting silently dropped).
+    (preset, entry, notes, problems)"""
     if preset.launcher.entry != "simple_loop":
         return preset, preset.launcher.entry, [], []
-    tp = preset.arg("tensor_model_parallel_size")
-    if tp != SIMPLE_LOOP_TP:
+    differ = simple_loop_differences(preset)
+    asked_for_loop = any(o.replace(" ", "").startswith(("entry=simple_loop", "launcher.entry=simple_loop"))
+                         for o in preset.overrides)
+    if differ and asked_for_loop:
         return preset, "simple_loop", [], [Problem(
-            f"entry simple_loop runs upstream run_simple_mcore_train_loop.py, which hard-codes TP "
-            f"{SIMPLE_LOOP_TP}; the preset asks for TP {tp}",
-            "set entry=pretrain_gpt to choose TP yourself", stage="launcher")]
+            f"entry simple_loop runs upstream run_simple_mcore_train_loop.py, which takes no arguments: "
+            f"{', '.join(differ)} would not apply",
+            "drop --set entry=simple_loop (the toy then trains through pretrain_gpt.py, where they apply), "
+            "or drop those settings", stage="launcher")]
+    if differ:
+        megatron = dict(preset.megatron)
+        if world == 1 and "tensor_model_parallel_size" not in differ:
+            megatron["tensor_model_parallel_size"] = 1
+        note = (f"{', '.join(differ)} differ from what run_simple_mcore_train_loop.py hard-codes (it takes no "
+                "arguments), so the model trains through pretrain_gpt.py, where they apply")
+        return replace(preset, megatron=megatron), "pretrain_gpt", [note], []
     if world == 1:
         megatron = {**preset.megatron, "tensor_model_parallel_size": 1}
         note = ("one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer "
@@ -621,7 +740,8 @@ def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Pr
     dp = world // model if model > 0 and world % model == 0 else 1
     gbs = preset.megatron.get("global_batch_size")
     per_rank = gbs // dp if gbs and gbs > 0 and gbs % dp == 0 else None
-    micro = max(d for d in divisors(per_rank) if d <= limit) if per_rank else limit
+    # A global batch that DP does not divide has no valid micro batch: 1, and the batch check says why.
+    micro = max(d for d in divisors(per_rank) if d <= limit) if per_rank else (1 if gbs else limit)
     note = (f"micro batch {micro}: the largest divisor of global batch {gbs} / DP {dp} up to "
             f"max_micro_batch_size {limit} (pin it with --set micro_batch_size=N)" if per_rank else
             f"micro batch {micro} = max_micro_batch_size")

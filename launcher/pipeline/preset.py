@@ -332,6 +332,8 @@ def _apply_one(layer: _Layer, name: str, raw: str) -> None:
     if head in ("env", "slurm") and rest:
         # Slurm names and times stay text: YAML would read --set slurm.time=1:00:00 as the number 3600.
         value = raw if head == "env" or rest in _slurm_fields()[1] else _override_value(raw)
+        if head == "slurm" and raw.strip().lower() in ("null", "none", "~"):
+            value = None  # unset: the setting's default, or nothing requested
         typed = _launcher_value(head, {rest: value}, where)
         _merge_launcher(layer.launcher, {head: typed})
         return

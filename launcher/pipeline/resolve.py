@@ -127,8 +127,10 @@ def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     nodes, gpus_per_node, world_notes = world(preset, nodes, gpus_per_node, gpus_here)
     job, problems = resolve_settings(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path,
                                      target=target, run_dir=run_dir, existing=existing, preflight=preflight)
+    # a micro batch the launcher picked is never blamed in a batch hint: the user did not choose it
+    picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
     layout, found, warnings = check(job.preset, job.world_size, gpus_per_node, kernels.transformer_engine,
-                                    kernels.apex)
+                                    kernels.apex, micro_batch_picked=picked)
     problems += found
     unseen: list[str] = []
     if job.entry == "pretrain_gpt":  # the simple loop brings its own mock data; the all-reduce reads none
@@ -202,9 +204,11 @@ def _time_limit_settings(given: Mapping[str, Any], megatron: Mapping[str, Any]
         settings["exit_signal_handler"] = True
     elif not megatron["exit_signal_handler"]:
         notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
-    if not given.get("save_interval"):
-        notes.append(f"save_interval={megatron['save_interval']} (the end of training): checkpoints come only from "
-                     "the time-limit signal and the end; set save_interval=N to survive crashes too")
+    if not given.get("save_interval") and megatron["save_interval"] >= rundir.PERIODIC_SAVE_ITERATIONS:
+        retain = megatron.get("save_retain_interval")
+        notes.append(f"a checkpoint every {megatron['save_interval']} iterations (set save_interval=N to change)"
+                     + (f"; of the older ones, only every {retain}th iteration's is kept (save_retain_interval)"
+                        if retain else ""))
     if megatron["load"] != megatron["save"]:
         notes.append(f"load={megatron['load']} differs from save={megatron['save']}: "
                      f"a requeued or chained attempt restarts from {megatron['load']}")

@@ -18,6 +18,7 @@ from launcher.pipeline.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
 SBATCH_NAME = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
+SBATCH_MEMORY = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
 SBATCH_EXTRA = re.compile(r"--[a-z][a-z0-9-]*(=[A-Za-z0-9_.,:@%+=/-]+)?")
 # Characters that mean something to a shell beyond a plain word. `#`, `^`, `,`, `:`, `=`, `@` stay allowed:
 # they are common in NCCL settings (NCCL_SOCKET_IFNAME=^lo) and pyxis images (nvcr.io#nvidia/pytorch:24.01).
@@ -37,6 +38,8 @@ MANAGED_OPTIONS = {
     "gpus-per-node": "--gpus-per-node", "gres": "--gpus-per-node", "gpus": "--gpus-per-node",
     "job-name": "slurm.job_name", "partition": "slurm.partition", "account": "slurm.account",
     "qos": "slurm.qos", "time": "slurm.time", "exclusive": "slurm.exclusive", "signal": "slurm.signal",
+    "cpus-per-task": "slurm.cpus_per_task", "mem": "slurm.mem", "mem-per-cpu": "slurm.mem",
+    "mem-per-gpu": "slurm.mem",
     "requeue": "slurm.requeue", "no-requeue": "slurm.requeue", "dependency": "--chain (slurm.chain)",
     "output": "the run directory", "error": "the run directory", "open-mode": "the run directory",
 }
@@ -51,7 +54,12 @@ class SlurmSettings:
     qos: str | None = None
     time: str | None = None
     job_name: str | None = None
-    exclusive: bool = False
+    # Resources of the one task per node (a torchrun with all its ranks and their data loaders). By default the
+    # whole node: --exclusive gives every CPU, --mem=0 all the memory (without them Slurm may hand out 1 CPU).
+    # On clusters that share nodes: exclusive=false with cpus_per_task (and mem) sized for the ranks.
+    exclusive: bool = True
+    cpus_per_task: int | None = None
+    mem: str | None = "0"  # --mem: all of the node's memory; e.g. "480G"; null to leave it to the cluster
     extra_sbatch: tuple[str, ...] = ()
     signal: str = "USR1"
     signal_seconds: int = 300
@@ -167,6 +175,8 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
             problems.append(Problem(f"unknown Slurm setting slurm.{name}", hint))
             continue
         if value is None:
+            if name in ("mem", "cpus_per_task"):
+                values[name] = None  # `--set slurm.mem=null`: request nothing, the cluster decides
             continue
         if name in fields_allowing(SlurmSettings, tuple):
             items = _as_tuple(name, value, problems)
@@ -175,6 +185,8 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
         elif name in fields_allowing(SlurmSettings, bool):
             if _check_type(name, value, bool, problems):
                 values[name] = value
+        elif name == "mem" and isinstance(value, int) and not isinstance(value, bool):
+            values[name] = str(value)  # YAML reads mem: 0 as a number; Slurm's unit default is MB
         elif name in fields_allowing(SlurmSettings, int):
             if _check_type(name, value, int, problems):
                 values[name] = value
@@ -201,6 +213,12 @@ def _check_settings(settings: SlurmSettings) -> list[Problem]:
             _check_name(name, value, problems)
     for option in settings.extra_sbatch:
         _check_extra(option, problems)
+    if settings.mem is not None and not SBATCH_MEMORY.fullmatch(settings.mem):
+        problems.append(Problem(f"slurm.mem={settings.mem!r} is not a Slurm memory size",
+                                'use a number with an optional unit K, M, G or T (e.g. "480G"), or "0" for all of '
+                                "the node's memory"))
+    if settings.cpus_per_task is not None and settings.cpus_per_task < 1:
+        problems.append(Problem(f"slurm.cpus_per_task={settings.cpus_per_task} must be at least 1"))
     limit = None
     if settings.time is not None:
         try:

@@ -257,7 +257,9 @@ def parse_iteration_line(line: str) -> IterationLine | None:
 # ---------------------------------------------------------------------------------------------- other lines
 
 _MEMORY_RE = re.compile(
-    r"\[Rank (?P<rank>\d+)\] \(after (?P<it>\d+) iterations\) memory \(MB\)"
+    # "(after N iterations)" from training_log, "(before/after save_checkpoint for iteration N)" around saves
+    r"\[Rank (?P<rank>\d+)\] \((?:after (?P<it>\d+) iterations|(?:before|after) save_checkpoint for iteration "
+    r"(?P<save_it>\d+))\) memory \(MB\)"
     r" \| allocated: (?P<alloc>[\d.]+) \| max allocated: (?P<max_alloc>[\d.]+)"
     r"(?: \| reserved: (?P<res>[\d.]+))?(?: \| max reserved: (?P<max_res>[\d.]+))?"
     r"(?: \| total device memory used: (?P<used>[\d.]+))?"
@@ -311,7 +313,7 @@ def parse_line(raw: str) -> Event | None:
             return parsed
     if "memory (MB)" in line and (m := _MEMORY_RE.search(line)):
         return MemoryReport(
-            rank=int(m["rank"]), after_iterations=int(m["it"]),
+            rank=int(m["rank"]), after_iterations=int(m["it"] or m["save_it"]),
             allocated_mb=float(m["alloc"]), max_allocated_mb=float(m["max_alloc"]),
             reserved_mb=_opt_float(m["res"]), max_reserved_mb=_opt_float(m["max_res"]),
             device_used_mb=_opt_float(m["used"]),

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher import untrusted
+from launcher import install_command, untrusted
 from launcher.errors import Problem, UserError
 from launcher.runs import logparse as lp
 from launcher.runs import slurm_log
@@ -24,6 +24,7 @@ from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import RunLog, RunSummary, metrics_record
 
 PLOTS_DIR = "plots"
+SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
 MAX_LOG_BYTES = 1 << 30  # 1 GiB: months of log_interval=1 lines; anything larger is not a training log
 
 
@@ -38,6 +39,20 @@ class Series:
     tflops: list[float | None]
     warmup: list[bool]
     validation: list[tuple[int, float]]
+    attempts: list[int]  # which process start logged each line; a change marks a restart
+
+
+@dataclass(frozen=True)
+class PlotInfo:
+    """What the plot titles and reference lines say about the run."""
+
+    name: str  # the run directory's or the log's name
+    preset: str | None = None
+    gpu: str | None = None  # a catalogue GPU name (launch plan --gpu), for the peak TFLOP/s line
+
+    @property
+    def title(self) -> str:
+        return f"{self.name} (preset {self.preset})" if self.preset and self.preset not in self.name else self.name
 
 
 @dataclass
@@ -135,6 +150,7 @@ def series_from_records(records: list[dict]) -> Series:
         tflops=[r.get("tflops_per_gpu") for r in records],
         warmup=[bool(r.get("warmup")) for r in records],
         validation=[],
+        attempts=[int(r.get("attempt") or 1) for r in records],
     )
 
 
@@ -146,8 +162,9 @@ def _figure(title: str, ylabel: str):
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
-        raise UserError(Problem("launch report draws its plots with matplotlib, which is not installed",
-                                "pip install matplotlib")) from None
+        raise UserError(Problem("launch report draws its plots with matplotlib, which is not installed "
+                                "(it is an optional extra: the rest of the launcher does not need it)",
+                                install_command("report"))) from None
 
     figure = Figure(figsize=(7, 4), dpi=100, layout="constrained")
     FigureCanvasAgg(figure)
@@ -165,52 +182,127 @@ def _points(xs: list[int], ys: list[float | None], keep: list[bool] | None = Non
     return [p[0] for p in pairs], [p[1] for p in pairs]
 
 
-def write_plots(series: Series, out_dir: Path, title: str) -> list[Path]:
+def _restarts(series: Series) -> list[int]:
+    """The first iteration of every attempt after the first (a resumed or requeued run)."""
+    return [series.iterations[i] for i in range(1, len(series.iterations))
+            if series.attempts[i] != series.attempts[i - 1]]
+
+
+def _plot_attempts(axes, series: Series, values: list[float | None], keep: list[bool] | None = None,
+                   **style) -> list[float]:
+    """One line per attempt (a resumed run repeats iterations since its checkpoint); the values drawn."""
+    drawn: list[float] = []
+    label = style.pop("label", None)
+    for attempt in dict.fromkeys(series.attempts):
+        mask = [a == attempt and (keep is None or keep[i]) for i, a in enumerate(series.attempts)]
+        x, y = _points(series.iterations, values, mask)
+        if y:
+            axes.plot(x, y, marker=".", label=label if not drawn else None, **style)
+            drawn += y
+    return drawn
+
+
+def _mark_restarts(axes, restarts: list[int]) -> None:
+    for number, iteration in enumerate(restarts):
+        axes.axvline(iteration, color="tab:gray", linestyle=":", linewidth=1,
+                     label="restart (resumed)" if number == 0 else None)
+
+
+def write_plots(series: Series, out_dir: Path, info: PlotInfo | str) -> list[Path]:
+    info = PlotInfo(info) if isinstance(info, str) else info
     try:
-        return _draw_plots(series, out_dir, title)
+        return _draw_plots(series, out_dir, info)
     except OSError as error:
         raise UserError(Problem(f"cannot write the plots into {out_dir}: {error.strerror or error}",
                                 "give --output-dir a directory you can write")) from None
 
 
-def _draw_plots(series: Series, out_dir: Path, title: str) -> list[Path]:
+def _draw_plots(series: Series, out_dir: Path, info: PlotInfo) -> list[Path]:
+    title = info.title
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    restarts = _restarts(series)
 
     figure, axes = _figure(f"{title}: loss", "lm loss")
-    x, y = _points(series.iterations, series.loss)
-    axes.plot(x, y, marker=".", label="training")
+    _plot_attempts(axes, series, series.loss, color="tab:blue", label="training")
     if series.validation:
         axes.plot([v[0] for v in series.validation], [v[1] for v in series.validation], "s", label="validation")
+    _mark_restarts(axes, restarts)
     axes.legend()
     written.append(out_dir / "loss.png")
     figure.savefig(written[-1])
 
-    steady = [not w for w in series.warmup]
-    figure, axes = _figure(f"{title}: throughput (start-up lines left out)", "tokens/s")
-    x, y = _points(series.iterations, series.tokens_per_s, steady)
-    handles = axes.plot(x, y, marker=".", color="tab:blue", label="tokens/s")
-    axes.set_ylim(bottom=0)  # from zero, so run-to-run noise does not look like a trend
-    x2, y2 = _points(series.iterations, series.tflops, steady)
-    if y2:
-        twin = axes.twinx()
-        handles += twin.plot(x2, y2, marker=".", color="tab:orange", label="TFLOP/s/GPU")
-        twin.set_ylabel("TFLOP/s per GPU")
-        twin.set_ylim(bottom=0)
-    axes.legend(handles=handles, loc="lower right")
-    written.append(out_dir / "throughput.png")
-    figure.savefig(written[-1])
+    written.append(_throughput_plot(series, out_dir, info, restarts))
 
     figure, axes = _figure(f"{title}: learning rate", "learning rate")
-    x, y = _points(series.iterations, series.lr)
-    axes.plot(x, y, marker=".")
+    _plot_attempts(axes, series, series.lr, color="tab:blue")
     axes.ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    _mark_restarts(axes, restarts)
+    if restarts:
+        axes.legend()
     written.append(out_dir / "lr.png")
     figure.savefig(written[-1])
     return written
 
 
+def _throughput_plot(series: Series, out_dir: Path, info: PlotInfo, restarts: list[int]) -> Path:
+    """Tokens/s above, TFLOP/s per GPU below against the GPU's peak (and MFU), each on its own axis from zero:
+    two quantities on proportional twin axes would draw one line on top of the other."""
+    figure, axes = _figure(f"{info.title}: throughput (start-up lines left out)", "tokens/s")
+    steady = [not w for w in series.warmup]
+    if _points(series.iterations, series.tflops, steady)[1]:
+        axes.remove()
+        tokens_axes, flops_axes = figure.subplots(2, 1, sharex=True)
+        tokens_axes.set_title(f"{info.title}: throughput (start-up lines left out)")
+    else:
+        tokens_axes, flops_axes = axes, None
+    _plot_attempts(tokens_axes, series, series.tokens_per_s, steady, color="tab:blue", label="tokens/s")
+    tokens_axes.set_ylabel("tokens/s")
+    tokens_axes.set_ylim(bottom=0)  # from zero, so run-to-run noise does not look like a trend
+    tokens_axes.grid(True, alpha=0.3)
+    _mark_restarts(tokens_axes, restarts)
+    tokens_axes.legend(loc="lower right")
+    if flops_axes is not None:
+        y2 = _plot_attempts(flops_axes, series, series.tflops, steady, color="tab:orange", label="TFLOP/s per GPU")
+        flops_axes.set_ylabel("TFLOP/s per GPU")
+        flops_axes.set_xlabel("iteration")
+        flops_axes.grid(True, alpha=0.3)
+        peak = _gpu_peak(info.gpu)
+        if peak:
+            mean = sum(y2) / len(y2)
+            flops_axes.axhline(peak, color="tab:red", linestyle="--",
+                               label=f"{info.gpu} dense bf16 peak {peak:g} (MFU {100 * mean / peak:.0f} %)")
+        flops_axes.set_ylim(bottom=0)
+        _mark_restarts(flops_axes, restarts)
+        flops_axes.legend(loc="lower right")
+    else:
+        tokens_axes.set_xlabel("iteration")
+    path = out_dir / "throughput.png"
+    figure.savefig(path)
+    return path
+
+
+def _gpu_peak(gpu: str | None) -> float | None:
+    from launcher.estimate.formulas import GPUS
+
+    return GPUS[gpu].peak_tflops if gpu in GPUS else None
+
+
 # ---------------------------------------------------------------------------------------------- entry
+
+
+def run_logs(run_dir: Path) -> list[Path]:
+    """A run directory's logs of a run here, logs/attempt-N.log, in order (a Slurm job's: slurm_log)."""
+    return sorted((run_dir / "logs").glob("*.log"), key=attempt_number)
+
+
+def _never_started(run_dir: Path) -> UserError:
+    if (run_dir / SLURM_SCRIPT).exists():  # written by `launch --slurm`; a job writes slurm-<id>.out at start
+        return UserError(Problem(
+            f"{run_dir} holds a Slurm batch script that has not run: no slurm-*.out and no {METRICS_FILE}",
+            f"submit it with: sbatch {run_dir / SLURM_SCRIPT} (if it is queued already, squeue --me shows it)"))
+    return UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",
+                             f"start it with: launch --resume {run_dir}"))
 
 
 def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> RunSummary:
@@ -222,9 +314,9 @@ def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> Run
     targets = [Path(targets)] if isinstance(targets, (str, Path)) else [Path(t) for t in targets]
     if len(targets) == 1 and targets[0].is_dir():
         run = open_run_dir(targets[0])
-        logs = sorted((run.path / "logs").glob("*.log"), key=attempt_number)
+        logs = run_logs(run.path)
         if not logs:
-            raise UserError(Problem(f"{run.path} has no logs: the run never started"))
+            raise _never_started(run.path)
         seq = (run.preset.get("megatron") or {}).get("seq_length")
         runlog = runlog_from_logs(logs, seq if isinstance(seq, int) else None, allow_partial)
         return runlog.summary(checkpoint_dir=Path(run.checkpoint_dir))
@@ -233,14 +325,24 @@ def summarize(targets: Sequence[Path] | Path, allow_partial: bool = True) -> Run
     return runlog.summary(checkpoint_dir=Path(save) if isinstance(save, str) else None)
 
 
+def default_output_dir(targets: Sequence[Path]) -> Path:
+    """RUN_DIR/plots for a run directory; plots/<first log's name> in the current directory for log files
+    (a log's own folder may be read-only or shared)."""
+    first = Path(targets[0])
+    if len(targets) == 1 and first.is_dir():
+        return first / PLOTS_DIR
+    return Path(PLOTS_DIR) / first.stem
+
+
 def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_partial: bool = False) -> Report:
     """Report on one run directory, or on one or more log files (read in the given order)."""
     if not targets:
         raise UserError(Problem("nothing to report on", "give a run directory or log files"))
     targets = [Path(t) for t in targets]
     first = targets[0]
+    out = output_dir or default_output_dir(targets)
     if len(targets) == 1 and first.is_dir():
-        return _report_run_dir(first, output_dir, allow_partial)
+        return _report_run_dir(first, out, allow_partial)
     for target in targets:
         if target.is_dir():
             raise UserError(Problem(f"{target} is a directory; give one run directory, or log files only"))
@@ -249,16 +351,14 @@ def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_p
     runlog = runlog_from_logs(targets, allow_partial=allow_partial)
     save = lp.argument_value(runlog.arguments.get("save", "None"))
     summary = runlog.summary(checkpoint_dir=Path(save) if isinstance(save, str) else None)
-    out = output_dir or first.parent / f"{first.stem}-report"
-    plots = write_plots(series_from_runlog(runlog), out, first.stem)
+    plots = write_plots(series_from_runlog(runlog), out, PlotInfo(first.stem))
     return Report(summary, plots, targets)
 
 
-def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool) -> Report:
+def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     run = open_run_dir(run_dir)  # UserError when it is not one
     seq = (run.preset.get("megatron") or {}).get("seq_length")
-    logs = sorted((run_dir / "logs").glob("*.log"), key=attempt_number)
-    out = output_dir or run_dir / PLOTS_DIR
+    logs = run_logs(run_dir)
     checkpoint_dir = Path(run.checkpoint_dir)
     slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
     if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
@@ -267,7 +367,7 @@ def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool)
         for attempt in attempts:
             runlog.feed_attempt(attempt.lines)
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
-        plots = write_plots(series_from_runlog(runlog), out, run_dir.name)
+        plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
         _write_summary(run_dir, summary)
         return Report(summary, plots, slurm_logs, [attempt.describe() for attempt in attempts])
     if logs:
@@ -279,11 +379,16 @@ def _report_run_dir(run_dir: Path, output_dir: Path | None, allow_partial: bool)
         series = series_from_records(read_metrics(run_dir / METRICS_FILE))
         summary = _summary_from_file(run_dir)
     else:
-        raise UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",
-                                f"relaunch it with --resume {run_dir}"))
-    plots = write_plots(series, out, run_dir.name)
+        raise _never_started(run_dir)
+    plots = write_plots(series, out, _plot_info(run))
     _write_summary(run_dir, summary)
     return Report(summary, plots, logs or [run_dir / METRICS_FILE])
+
+
+def _plot_info(run) -> PlotInfo:
+    settings = run.preset.get("launcher") or {}
+    return PlotInfo(run.path.name, run.manifest.get("preset") or run.preset.get("name"),
+                    settings.get("gpu") if isinstance(settings, dict) else None)
 
 
 def _write_summary(run_dir: Path, summary: RunSummary) -> None:

@@ -47,6 +47,9 @@ from launcher.runs import secrets
 from launcher.runs.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
+# Megatron's examples save every 500 to 10,000 iterations; 1,000 of the 175b preset are a few hours on its GPUs.
+PERIODIC_SAVE_ITERATIONS = 1000
+RETAINED_SAVES = 10
 PRESET_FILE = "preset.yaml"
 COMMAND_FILE = "command.sh"
 CHECKPOINTS = "checkpoints"
@@ -151,7 +154,7 @@ def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[st
     if not megatron.get("load"):
         args["load"] = save
     if not megatron.get("save_interval"):
-        args["save_interval"] = _end_of_training_interval(megatron)
+        args.update(default_save_settings(megatron))
     if not megatron.get("tensorboard_dir"):
         args["tensorboard_dir"] = str(run_dir / TENSORBOARD)
     if megatron.get("wandb_project"):  # W&B only when the preset asks for it
@@ -162,11 +165,23 @@ def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[st
     return args
 
 
-def _end_of_training_interval(megatron: Mapping[str, Any]) -> int:
-    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set.
+def default_save_settings(megatron: Mapping[str, Any]) -> dict[str, int]:
+    """Where the preset sets no save_interval: a checkpoint every PERIODIC_SAVE_ITERATIONS (as Megatron's own
+    examples do), or once at the end of a shorter run. A node failure then costs at most that many iterations.
+    Megatron keeps every checkpoint unless save_retain_interval is set; then it deletes each older one that is
+    not a multiple of it once a newer one is saved: keep every RETAINED_SAVES-th, so a long run does not fill
+    the file system (175B: ~2.4 TB per checkpoint)."""
+    end = _end_of_training_interval(megatron)
+    if end <= PERIODIC_SAVE_ITERATIONS:
+        return {"save_interval": end}
+    settings = {"save_interval": PERIODIC_SAVE_ITERATIONS}
+    if megatron.get("save_retain_interval") is None:
+        settings["save_retain_interval"] = PERIODIC_SAVE_ITERATIONS * RETAINED_SAVES
+    return settings
 
-    Long runs should set save_interval (and save_retain_interval: Megatron deletes no old checkpoint without it).
-    """
+
+def _end_of_training_interval(megatron: Mapping[str, Any]) -> int:
+    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set."""
     if megatron.get("train_iters"):
         return int(megatron["train_iters"])
     samples, batch = megatron.get("train_samples"), megatron.get("global_batch_size")

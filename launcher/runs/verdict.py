@@ -25,6 +25,8 @@ class Attempt:
 
     lines: list[lp.IterationLine] = field(default_factory=list)
     loaded_iteration: int | None = None
+    # Iterations proven done by a checkpoint save or memory report (lines come only every log_interval).
+    finished: list[int] = field(default_factory=list)
 
 
 def _timed_lines(attempt: Attempt) -> list[tuple[int, float]]:
@@ -175,6 +177,15 @@ class RunLog:
         return value if isinstance(value, int) else None
 
     @property
+    def reached_iteration(self) -> int | None:
+        """The furthest iteration the run is known to have finished: logged lines come every log_interval,
+        but a checkpoint or memory report after a later iteration proves it was reached too."""
+        attempt = next((a for a in reversed(self.attempts) if a.lines), None)
+        if attempt is None:
+            return None
+        return max([attempt.lines[-1].iteration, *attempt.finished])
+
+    @property
     def peak_memory_mb(self) -> float | None:
         return max((m.max_allocated_mb for m in self.memory), default=None)
 
@@ -201,11 +212,15 @@ class RunLog:
                 self.arguments[name] = value
             case lp.MemoryReport():
                 self.memory.append(event)
+                if self.attempts:
+                    self.attempts[-1].finished.append(event.after_iterations)
                 return {"kind": "memory", **asdict(event)}
             case lp.TheoreticalMemory():
                 self.theoretical = event
             case lp.CheckpointSaved():
                 self.saved.append(event.iteration)
+                if self.attempts:
+                    self.attempts[-1].finished.append(event.iteration)
             case lp.CheckpointLoaded():
                 self.loaded.append(event.iteration)
                 self.start_attempt()
@@ -285,7 +300,7 @@ class RunLog:
         outcome, reasons = self._verdict(last, train_iters, checkpoint_dir, tracker, exit_code)
         return RunSummary(
             outcome=outcome, reasons=reasons,
-            last_iteration=last.iteration if last else None, train_iters=train_iters,
+            last_iteration=self.reached_iteration, train_iters=train_iters,
             final_loss=final_loss, steady_ms_per_iter=ms, steady_tokens_per_s=tokens,
             steady_tflops_per_gpu=self._steady_tflops(), peak_memory_mb=self.peak_memory_mb,
             theoretical_memory_mb=self.theoretical.total_mb if self.theoretical else None,
@@ -323,8 +338,9 @@ class RunLog:
             failures.append(f"loss is NaN: {last.nan_iterations} NaN iteration(s) in the last logged interval")
         elif (loss := self._last_loss()) is not None and not math.isfinite(loss):
             failures.append(f"loss is {loss}: the last logged lm loss is not a number")
-        reached_end = self.training_done or (last is not None and train_iters is not None
-                                             and last.iteration >= train_iters)
+        reached = self.reached_iteration
+        reached_end = self.training_done or (reached is not None and train_iters is not None
+                                             and reached >= train_iters)
         failures += self._checkpoint_failures(reached_end, checkpoint_dir, tracker)
         if failures:
             return "failed", failures

@@ -45,5 +45,6 @@ torchrun --nnodes 192 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "${
   --log-throughput \
   --save /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/checkpoints \
   --load /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/checkpoints \
-  --save-interval 95368 \
+  --save-interval 1000 \
+  --save-retain-interval 10000 \
   --tensorboard-dir /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/tensorboard

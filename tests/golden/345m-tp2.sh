@@ -48,5 +48,6 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --no-create-attention-mask-in-dataloader \
   --save /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/checkpoints \
   --load /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/checkpoints \
-  --save-interval 500000 \
+  --save-interval 1000 \
+  --save-retain-interval 10000 \
   --tensorboard-dir /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/tensorboard

@@ -1,7 +1,7 @@
 # megatron-launch: preset toy (2-layer toy GPT of upstream's simple training loop)
 # world 2 = 1 node(s) × 2 GPU(s) = TP 2 · PP 1 · CP 1 · DP 1
 # batch 8 = micro batch 8 × DP 1 × 1 microbatch(es)
-# parameters 7.63K (7,632; padded vocab 256)
+# parameters 6.96K (6,960; padded vocab 100)
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # a launch runs this command inside the run directory
