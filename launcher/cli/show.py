@@ -67,10 +67,11 @@ def show(preset_ref: str, overrides: list[str], nodes: int | None, gpus_per_node
     rows = differing_from_defaults(job.preset.megatron)
     for row in rows:
         row["by"] = "launcher" if row["dest"] in job.added or row["dest"] not in preset.megatron else "preset"
-    data = {
+    settings = launcher_settings(preset)
+    data: dict[str, Any] = {
         "preset": preset.name, "description": preset.description, "sources": list(preset.sources),
         "overrides": list(preset.overrides), "entry": job.entry, "nodes": nodes, "gpus_per_node": gpus_per_node,
-        "launcher": launcher_settings(preset), "megatron": {k: _plain(v) for k, v in job.preset.megatron.items()},
+        "launcher": settings, "megatron": {k: _plain(v) for k, v in job.preset.megatron.items()},
         "differs_from_megatron_defaults": rows, "notes": list(job.notes),
         "problems": [p.render() for p in problems],
     }
@@ -85,8 +86,8 @@ def show(preset_ref: str, overrides: list[str], nodes: int | None, gpus_per_node
     lines += [f"# problem: {' '.join(p.message.split())}" for p in problems]
     lines.append("")
     lines.append("launcher settings:")
-    width = max(len(name) for name in data["launcher"])
-    lines += [f"  {name:<{width}}  {value}" for name, value in data["launcher"].items()]
+    width = max(len(name) for name in settings)
+    lines += [f"  {name:<{width}}  {value}" for name, value in settings.items()]
     lines.append("")
     lines.append(f"Megatron flags that differ from Megatron's defaults ({len(rows)}; 'launcher' = decided by the "
                  "launcher):")

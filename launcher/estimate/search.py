@@ -352,8 +352,6 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
             return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
         for tp in est.divisors(min(world, gpus_per_node)):
             for pp in est.divisors(world // tp):
-                if world % (tp * pp * base.cp):
-                    continue  # the preset's context parallel size must divide the world too
                 shape = est.model_shape(args, tp)
                 split = pipeline_split(shape, replace(base, world_size=world), pp)
                 if split is None:
