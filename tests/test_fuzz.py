@@ -17,10 +17,11 @@ from hypothesis import strategies as st
 
 from launcher.backends import slurm
 from launcher.errors import UserError
-from launcher.pipeline import preset as preset_module
 from launcher.pipeline.command import build_command
+from launcher.pipeline.field_types import field_types
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve, target_for
+from launcher.pipeline.slurm_settings import SlurmSettings
 from launcher.runs import logparse
 from launcher.runs.verdict import RunLog
 
@@ -39,7 +40,7 @@ LAYOUT_NAMES = ["num_layers", "hidden_size", "num_attention_heads", "num_query_g
                 "tokenizer_type", "mtp_num_layers", "make_vocab_size_divisible_by"]
 LAUNCHER_NAMES = ["nodes", "gpus_per_node", "entry", "master_addr", "master_port", "torchrun", "run_root",
                   "transformer_engine", "apex", "gpu", "max_micro_batch_size", "megatron_path"]
-SLURM_NAMES = sorted(preset_module.SLURM_KEYS)
+SLURM_NAMES = sorted(field_types(SlurmSettings))
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(10**12), max_value=10**12),

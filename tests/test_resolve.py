@@ -120,17 +120,23 @@ def test_command_sh_replays_on_every_node(tmp_path):
 def test_command_sh_keeps_a_user_address_literal(tmp_path):
     """Only the endpoint the launcher composes expands; a user's master_addr stays single-quoted."""
     recording_torchrun(tmp_path)
-    hostile = "$(touch pwned)"
     result = cli(tmp_path, "345m", "--nodes", "2", "--gpus-per-node", "1", "--no-doctor", *NO_KERNELS,
-                 "--set", f"master_addr={hostile}")
+                 "--set", "master_addr=node-7")
     assert (tmp_path / "record.json").exists(), result.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     command_sh = (run_dir / "command.sh").read_text()
-    assert "'$(touch pwned):29500'" in command_sh and '"$(' not in command_sh
-    subprocess.run(["bash", str(run_dir / "command.sh")], cwd=tmp_path, capture_output=True, check=False,
-                   env={**os.environ, "TORCHRUN_RECORD": str(tmp_path / "record.json"),
-                        "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"})
-    assert not (tmp_path / "pwned").exists()
+    assert "--rdzv-endpoint node-7:29500 " in command_sh and "MASTER_ADDR}" not in command_sh
+
+
+@pytest.mark.parametrize("hostile", ["$(touch pwned)", "a;touch pwned", "node 7", "`id`"])
+def test_a_master_addr_that_is_no_host_is_refused_before_anything_is_written(tmp_path, hostile):
+    recording_torchrun(tmp_path)
+    result = cli(tmp_path, "345m", "--nodes", "2", "--gpus-per-node", "1", "--no-doctor", *NO_KERNELS,
+                 "--set", f"master_addr={hostile}")
+    assert result.returncode == 2 and "must be a host name or IP address" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "record.json").exists() and not (tmp_path / "pwned").exists()
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 # -- kernels of the target -------------------------------------------------------------------------------------

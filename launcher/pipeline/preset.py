@@ -21,6 +21,7 @@ CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the 
 MAX_BASE_CHAIN = 32  # base: files one above another; real presets use one or two
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
+HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -197,6 +198,10 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
                 hint = did_you_mean(str(key), known, n=3, cutoff=0.75) or f"known: {', '.join(sorted(known))}"
                 raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
         return dict(value)
+    if name == "master_addr" and not HOST_NAME.fullmatch(str(value)):
+        # it becomes torchrun's rendezvous endpoint on every node: a host name or an IPv4/IPv6 address
+        raise UserError(f"launcher.master_addr ({where}) must be a host name or IP address, got {shown(value)}",
+                        "e.g. --set master_addr=node001 or --set master_addr=10.0.0.1")
     if name == "gpu":
         from launcher.estimate.formulas import gpu_by_name
 
