@@ -106,7 +106,7 @@ def cmd_run(argv: list[str]) -> int:
         run_dir = (rundir.new_run_dir_path if name_only else rundir.reserve_run_dir)(
             Path(preset.launcher.run_root), preset.name)
     inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
-                  preflight=args.preflight, gpus_here=gpus_here)
+                  preflight=args.preflight, gpus_here=gpus_here, inherited_env=dict(os.environ))
     if args.check:
         from launcher.checks.megatron_verdict import check_preset
 
@@ -125,15 +125,16 @@ def cmd_run(argv: list[str]) -> int:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
         require_checkout(path, job.entry)
         if not args.no_doctor:
-            from launcher.checks.doctor import preflight_or_raise
+            from launcher.backends import local
+            from launcher.checks.doctor import check_before_launch
 
-            preflight_or_raise(job, command)
+            check_before_launch(job, local.process_environment(job.environment))
     sys.stdout.write("\n".join(render.header(job)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
         from launcher.backends import local
 
-        return local.run(command)
+        return local.run(command, local.process_environment(job.environment))
     from launcher.runs import tracking
 
     return tracking.execute(job, command)
@@ -192,11 +193,13 @@ def cmd_doctor(argv: list[str]) -> int:
     import json
     from dataclasses import asdict
 
+    from launcher.backends.local import training_path
     from launcher.checks import doctor
     from launcher.megatron.pin import megatron_path
 
-    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None),
-                         env=doctor.training_env(dict(os.environ)), torch_probe=options.torch)
+    # what training processes started here would get (PATH with this interpreter first)
+    env = {**os.environ, "PATH": training_path(os.environ.get("PATH"))}
+    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None), env=env, torch_probe=options.torch)
     findings = doctor.run_checks(ctx)
     if options.format == "json":
         print(json.dumps([asdict(f) for f in findings], indent=1))

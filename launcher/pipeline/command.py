@@ -7,15 +7,13 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS
+from launcher.pipeline.environment import LAUNCHER_ROOT
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv, shell_words
 
-# The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
-LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT_SCRIPT = LAUNCHER_ROOT / "launcher" / "inside" / "allreduce.py"
 
 
@@ -71,28 +69,6 @@ def rdzv_id(preset_name: str) -> str:
     return "megatron-launch-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", preset_name) or "run")
 
 
-def uses_megatron_ext(settings: dict[str, object]) -> bool:
-    spec = settings.get("spec")
-    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
-
-
-def environment(job: ResolvedJob) -> dict[str, str]:
-    env: dict[str, str] = {}
-    layout = job.layout
-    fsdp = bool(job.preset.arg("use_torch_fsdp2") or job.preset.arg("use_megatron_fsdp"))
-    if job.entry == "simple_loop" or ((layout.tp > 1 or layout.cp > 1) and not fsdp):
-        # Megatron asserts this on Hopper and older for TP/CP > 1: TP collectives must be queued before the
-        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2. FSDP asserts the
-        # opposite (arguments.py:1027, 1139), and Megatron only warns about TP with FSDP.
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    # The simple loop lives in examples/ and imports megatron from the checkout root.
-    env["PYTHONPATH"] = str(job.megatron_path)
-    if job.entry == "pretrain_gpt" and uses_megatron_ext(job.preset.megatron):
-        env["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
-    env.update(job.preset.launcher.env)
-    return env
-
-
 def entry_script(job: ResolvedJob) -> str:
     return str(PREFLIGHT_SCRIPT if job.entry == PREFLIGHT else job.megatron_path / ENTRY_SCRIPTS[job.entry])
 
@@ -102,7 +78,7 @@ def build_command(job: ResolvedJob) -> Command:
     flags = script_args(job.preset.megatron) if job.entry == "pretrain_gpt" else []
     runner, _ = torchrun_args(job)
     argv = [*runner, script, *flags]
-    return Command(argv=argv, env=environment(job), script=script, script_args=flags)
+    return Command(argv=argv, env=dict(job.environment.exported), script=script, script_args=flags)
 
 
 def kernel_summary(job: ResolvedJob) -> str:

@@ -8,7 +8,6 @@ and each problem names every factor and a fix. All problems are reported at once
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -18,6 +17,7 @@ from launcher.errors import Problem, shown
 from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline import target_rules
+from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.value_rules import check_values
 
@@ -91,8 +91,14 @@ class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
     def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
-                 apex_available: bool = False, micro_batch_picked: bool = False):
+                 apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None):
         self.preset = preset
+        # what every rank's environment holds; for a preset judged on its own (the layout search), the launcher's
+        # exports for it and nothing inherited
+        self.env = env if env is not None else job_environment(
+            entry=preset.launcher.entry, tp=preset.arg("tensor_model_parallel_size"),
+            cp=preset.arg("context_parallel_size"), fsdp=uses_fsdp(preset.arg), megatron_path=Path("."),
+            settings=preset.megatron, preset_env=preset.launcher.env)
         self.micro_batch_picked = micro_batch_picked  # chosen by choose_micro_batch, not by the user
         self.world = world_size
         self.gpus_per_node = gpus_per_node
@@ -626,7 +632,7 @@ class _Checker:
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")
-        fast_ops = self.preset.launcher.env.get(FAST_OPS_ENV, os.environ.get(FAST_OPS_ENV))
+        fast_ops = self.env.get(FAST_OPS_ENV)
         try:
             selected_ops(fast_ops)
         except ValueError as error:  # would stop every rank at model build
@@ -634,10 +640,10 @@ class _Checker:
 
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
-          apex_available: bool = False, micro_batch_picked: bool = False,
+          apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None,
           ) -> tuple[Layout | None, list[Problem], list[str]]:
-    """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked)
+    """Every check for one world size: (layout or None, problems, warnings). `env`: the job's environment."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, env)
     ok = c.required()
     c.training_settings()
     if not ok:

@@ -15,14 +15,15 @@ from typing import Any, Literal
 from launcher import untrusted
 from launcher.errors import Problem, UserError, did_you_mean, shown
 from launcher.megatron import args as megatron_args
+from launcher.pipeline.environment import is_env_name
 from launcher.pipeline.field_types import field_types, fields_allowing
+from launcher.pipeline.slurm_settings import SlurmSettings
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the package; ./configs links here
 MAX_BASE_CHAIN = 32  # base: files one above another; real presets use one or two
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -56,9 +57,7 @@ TEXT_FIELDS = fields_allowing(LauncherSettings, str)  # a --set value is taken a
 
 def _slurm_fields() -> tuple[frozenset[str], frozenset[str]]:
     """Keys a preset's `launcher.slurm:` section may hold, and those that are text; the Slurm settings'
-    dataclass declares them (imported here, not above: it imports this module)."""
-    from launcher.pipeline.slurm_settings import SlurmSettings
-
+    dataclass declares them."""
     return frozenset(field_types(SlurmSettings)), fields_allowing(SlurmSettings, str)
 
 
@@ -214,8 +213,9 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
 
 
 def _env_name(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not ENV_NAME.match(name):
-        raise UserError(f"'{name}' in launcher.env ({where}) is not a valid environment variable name")
+    if not is_env_name(name):
+        raise UserError(f"{shown(name)} in launcher.env ({where}) is not a valid environment variable name",
+                        "use letters, digits and underscores, not starting with a digit")
     return name
 
 

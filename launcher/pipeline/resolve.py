@@ -24,6 +24,7 @@ from launcher.checks.data import check_data, check_data_sources, data_files
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
+from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.layout import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.preset import Preset
 from launcher.runs import rundir
@@ -61,6 +62,7 @@ class ResolvedJob:
     kernels: Kernels  # as found where the job runs
     megatron_path: Path
     target: Target = HERE
+    environment: JobEnvironment = field(default_factory=JobEnvironment)  # every rank's, decided before the checks
     run_dir: Path | None = None  # checkpoints, TensorBoard and logs go here (None: a preflight run here)
     existing: rundir.ExistingRun | None = None  # set when resuming that run
     added: Mapping[str, Any] = field(default_factory=dict)  # Megatron settings the launcher added: dest → value
@@ -120,17 +122,20 @@ def kernels_of(preset: Preset, target: Target) -> Kernels:
 def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None, *,
             kernels: Kernels = NO_KERNELS, megatron_path: Path = Path("."), target: Target = HERE,
             run_dir: Path | None = None, existing: rundir.ExistingRun | None = None,
-            preflight: bool = False, gpus_here: Callable[[], int] | None = None) -> ResolvedJob:
+            preflight: bool = False, gpus_here: Callable[[], int] | None = None,
+            inherited_env: Mapping[str, str] | None = None) -> ResolvedJob:
     """Decide every setting, then check them all; UserError lists every problem at once.
 
-    `gpus_here` counts this machine's GPUs when the job runs here (see `world`)."""
+    `gpus_here` counts this machine's GPUs when the job runs here (see `world`); `inherited_env` is the
+    environment the launch starts in, which the ranks inherit (a local run's; sbatch exports the submitter's)."""
     nodes, gpus_per_node, world_notes = world(preset, nodes, gpus_per_node, gpus_here)
     job, problems = resolve_settings(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path,
-                                     target=target, run_dir=run_dir, existing=existing, preflight=preflight)
+                                     target=target, run_dir=run_dir, existing=existing, preflight=preflight,
+                                     inherited_env=inherited_env)
     # a micro batch the launcher picked is never blamed in a batch hint: the user did not choose it
     picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
     layout, found, warnings = check(job.preset, job.world_size, gpus_per_node, kernels.transformer_engine,
-                                    kernels.apex, micro_batch_picked=picked)
+                                    kernels.apex, micro_batch_picked=picked, env=job.environment)
     problems += found
     unseen: list[str] = []
     if job.entry == "pretrain_gpt":  # the simple loop brings its own mock data; the all-reduce reads none
@@ -148,8 +153,8 @@ def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
 def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels: Kernels = NO_KERNELS,
                      megatron_path: Path = Path("."),
                      target: Target = HERE, run_dir: Path | None = None,
-                     existing: rundir.ExistingRun | None = None, preflight: bool = False
-                     ) -> tuple[ResolvedJob, list[Problem]]:
+                     existing: rundir.ExistingRun | None = None, preflight: bool = False,
+                     inherited_env: Mapping[str, str] | None = None) -> tuple[ResolvedJob, list[Problem]]:
     """Every setting decided, nothing checked yet: the job (its layout still a placeholder) and the problems
     found while deciding. `launch --check` puts these settings to Megatron even when the launcher refuses."""
     world_size = nodes * gpus_per_node
@@ -176,8 +181,12 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             megatron.update(signal_settings)
             notes, problems = [*notes, *more_notes], [*problems, *signal_problems]
         preset = replace(preset, megatron=megatron)
+    environment = job_environment(
+        entry=entry, tp=preset.arg("tensor_model_parallel_size"), cp=preset.arg("context_parallel_size"),
+        fsdp=uses_fsdp(preset.arg), megatron_path=megatron_path, settings=preset.megatron,
+        preset_env=preset.launcher.env, inherited=inherited_env)
     job = ResolvedJob(preset=preset, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,
-                      kernels=kernels, megatron_path=megatron_path, target=target,
+                      kernels=kernels, megatron_path=megatron_path, target=target, environment=environment,
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes))
     return job, problems

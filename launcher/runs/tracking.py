@@ -61,7 +61,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     cwd = str(job.run_dir) if job.entry == "simple_loop" else None
     code, failure = None, None
     try:
-        code = local.run(command, cwd=cwd, on_line=monitor.feed)
+        code = local.run(command, local.process_environment(job.environment), cwd=cwd, on_line=monitor.feed)
     except OSError as error:  # the log or metrics could not be written; local.run has stopped training
         failure = error
     finally:
