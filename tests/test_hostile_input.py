@@ -8,7 +8,7 @@ import pytest
 
 from launcher import cli, untrusted
 from launcher.errors import UserError
-from launcher.pipeline.layout import unroll_pipeline_layout
+from launcher.pipeline.pipeline_layout import unroll_pipeline_layout
 from launcher.pipeline.preset import MAX_BASE_CHAIN, load_preset
 
 # Under 500 bytes that PyYAML builds as shared lists, 9**9 strings wherever the value is walked or printed.

@@ -327,6 +327,7 @@ def add_arguments(parser: Any) -> None:
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
     from launcher.pipeline import resolve
+    from launcher.pipeline.pipeline_layout import layout_string_problem
     from launcher.pipeline.preset import load_preset
 
     gpu = est.gpu_by_name(ns.gpu)
@@ -338,6 +339,9 @@ def run(ns: Any) -> str:
         raise UserError(Problem(f"--ckpt-write-gbps must be positive, got {ns.ckpt_write_gbps}"))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
+    too_long = layout_string_problem(preset.arg)  # the checker's own words, before any estimate unrolls it
+    if too_long is not None:
+        raise UserError(too_long)
     settings = preset.launcher
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     kernels = resolve.kernels_of(preset, resolve.HERE)

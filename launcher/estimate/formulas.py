@@ -26,6 +26,7 @@ from functools import lru_cache
 from typing import Any
 
 from launcher.megatron import args as megatron_args
+from launcher.pipeline.pipeline_layout import virtual_pipeline_size
 
 GIB = 1024**3
 MB = 1024**2  # Megatron's "MB" in its memory report is 2**20 bytes.
@@ -211,19 +212,9 @@ def precision_of(args: Mapping[str, Any]) -> str:
 
 
 def virtual_stages_of(args: Mapping[str, Any]) -> int:
-    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving)."""
-    if megatron_value(args, "pipeline_model_parallel_layout"):
-        from launcher.estimate.stages import layout_vpp
-
-        return layout_vpp(str(args["pipeline_model_parallel_layout"]),
-                          int(megatron_value(args, "pipeline_model_parallel_size")))
-    if megatron_value(args, "num_virtual_stages_per_pipeline_rank"):
-        return int(megatron_value(args, "num_virtual_stages_per_pipeline_rank"))
-    per_stage = megatron_value(args, "num_layers_per_virtual_pipeline_stage")
-    if per_stage:
-        pp = int(megatron_value(args, "pipeline_model_parallel_size"))
-        return max(1, int(args["num_layers"]) // pp // int(per_stage))
-    return 1
+    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving): the
+    pipeline's one derivation."""
+    return virtual_pipeline_size(lambda name: megatron_value(args, name))
 
 
 def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.megatron_ext.") -> bool:

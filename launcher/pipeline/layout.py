@@ -13,11 +13,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import Problem, shown
+from launcher.errors import Problem
 from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.pipeline import target_rules
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.pipeline_layout import (
+    LAYER_LETTERS,
+    layout_limit,
+    layout_string_problem,
+    unroll_pipeline_layout,
+    virtual_pipeline_size,
+)
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.value_rules import check_values
 
@@ -50,28 +57,6 @@ class Layout:
             "global_batch_size": self.global_batch_size, "num_microbatches": self.num_microbatches,
             "sequence_parallel": self.sequence_parallel,
         }
-
-
-LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
-
-
-MAX_LAYOUT_CHARACTERS = 1_000_000  # a layout spells out each layer once; real ones are a few hundred characters
-
-
-def unroll_pipeline_layout(text: str, limit: int = MAX_LAYOUT_CHARACTERS) -> list[str]:
-    """Megatron's PipelineParallelLayerLayout.parse_str_to_list: drop commas, unroll (…)*n then x*n, split
-    on |. "E|(t|)*3,L" → ["E", "t", "t", "t", "L"]. ValueError, before anything is built, when the unrolled
-    text would be longer than `limit` ("t*3000000000" is 13 characters)."""
-    text = text.replace(",", "")
-    for pattern in (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)")):
-        def times(m: re.Match) -> int:
-            return int(m.group(2)) if len(m.group(2)) <= 12 else limit + 1
-
-        length = len(text) + sum(len(m.group(1)) * times(m) - len(m.group(0)) for m in pattern.finditer(text))
-        if length > limit:
-            raise ValueError(f"unrolls to more than {limit:,} characters")
-        text = pattern.sub(lambda m: m.group(1) * times(m), text)
-    return text.split("|")
 
 
 def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:
@@ -219,14 +204,11 @@ class _Checker:
             return None
         vpp = None
         if pp_layout is not None:
-            # One character per layer and stage: a layout far longer than the model is a mistake, not a plan.
-            mtp = self.arg("mtp_num_layers") or 0
-            try:
-                stages = unroll_pipeline_layout(pp_layout, min(MAX_LAYOUT_CHARACTERS, 16 * (layers + mtp + 2) + 1024))
-            except ValueError as exc:
-                self.fail(f"pipeline_model_parallel_layout {shown(pp_layout)} {exc}, for num_layers {layers}",
-                          "write one E, t, m or L per layer; (…)*n and x*n repeat")
+            too_long = layout_string_problem(self.arg)
+            if too_long is not None:
+                self.problems.append(too_long)
                 return None
+            stages = unroll_pipeline_layout(pp_layout, layout_limit(layers, self.arg("mtp_num_layers") or 0))
             if len(stages) % pp:
                 self.fail(f"pipeline_model_parallel_layout has {len(stages)} stages, not a multiple of PP {pp}",
                           "write one |-separated stage per pipeline rank (times the virtual pipeline size)")
@@ -237,7 +219,7 @@ class _Checker:
                           "the layout already places every layer: drop the other pipeline settings")
                 return None
             self.pipeline_layout_contents(pp_layout, "".join(stages), layers)
-            vpp = len(stages) // pp
+            vpp = virtual_pipeline_size(self.arg)
         elif per_vstage is not None:
             if first is not None or last is not None:
                 self.fail("num_layers_per_virtual_pipeline_stage cannot be combined with uneven first/last "
@@ -253,9 +235,9 @@ class _Checker:
                           f"by num_layers_per_virtual_pipeline_stage {per_vstage}",
                           f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}")
                 return None
-            vpp = per_stage // per_vstage
+            vpp = virtual_pipeline_size(self.arg)
         elif vstages is not None:
-            vpp = vstages
+            vpp = virtual_pipeline_size(self.arg)
             # validate_args checks neither; TransformerBlock's get_num_layers_to_build asserts both at build.
             if first is None and last is None and counted % pp:
                 self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
@@ -271,7 +253,7 @@ class _Checker:
             self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
                       f"use pipeline_model_parallel_size in {divisors(counted)}, or set "
                       "decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers for uneven stages")
-        if vpp == 1:
+        if vpp == 1:  # Megatron's virtual_pipeline_model_parallel_size: None when not interleaved
             vpp = None
         if first is not None or last is not None:
             self.uneven_stages(layers, pp, vpp, first, last, extra)
@@ -286,10 +268,10 @@ class _Checker:
 
     def pipeline_layout_contents(self, text: str, flat: str, layers: int) -> None:
         """PipelineParallelLayerLayout: checked when TransformerConfig is built (validate_layer_layout)."""
-        unknown = sorted(set(flat) - set(LAYOUT_LAYERS))
+        unknown = sorted(set(flat) - set(LAYER_LETTERS))
         if unknown:
             self.fail(f"pipeline_model_parallel_layout {text!r} has unknown layer characters {unknown}",
-                      "use " + ", ".join(f"{c} ({name})" for c, name in LAYOUT_LAYERS.items()))
+                      "use " + ", ".join(f"{c} ({name})" for c, name in LAYER_LETTERS.items()))
             return
         decoders, mtp = flat.count("t"), flat.count("m")
         if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
