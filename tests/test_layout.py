@@ -180,7 +180,7 @@ def test_simple_loop_parameters_are_upstream_models():
 
     toy = plan("toy", gpus=2)
     assert toy.entry == "simple_loop"
-    assert parameter_count(model_args(toy.preset, toy.entry), toy.layout.tp) == 6960
+    assert parameter_count(model_args(toy.effective(), toy.entry), toy.layout.tp) == 6960
 
 
 def test_batch_hint_never_blames_the_auto_picked_micro_batch():

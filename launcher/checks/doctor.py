@@ -383,7 +383,7 @@ def job_connections(job: Any) -> Finding:
     """CUDA_DEVICE_MAX_CONNECTIONS as the job's ranks get it: resolve decided and judged it (environment.py)."""
     value = job.environment.get(CONNECTIONS)
     if value is None:
-        why = " (FSDP wants it unset or > 1)" if uses_fsdp(job.preset.arg) else ""
+        why = " (FSDP wants it unset or > 1)" if uses_fsdp(job.arg) else ""
         return Finding(CONNECTIONS, "ok", f"unset, as the job leaves it{why}")
     return Finding(CONNECTIONS, "ok", f"{value}, as the job sets it")
 
@@ -395,7 +395,7 @@ def job_findings(job: Any, ctx: Context) -> list[Finding]:
     findings.append(job_connections(job))
     if job.entry != "pretrain_gpt":  # the simple loop builds its own model: only the environment matters
         return findings
-    for module, problem in assumed_modules(job.preset.megatron):  # the same messages as the job's check on a node
+    for module, problem in assumed_modules(job.megatron):  # the same messages as the job's check on a node
         if module == "transformer_engine":
             present = check_transformer_engine(ctx)[0].status == "ok"
         else:

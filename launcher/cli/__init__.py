@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable
@@ -65,11 +64,10 @@ def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
-    from launcher.megatron.pin import megatron_path, require_checkout
-    from launcher.pipeline import resolve
+    from launcher.cli.job import JobRequest, job_for, local_gpus
+    from launcher.megatron.pin import require_checkout
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
-    from launcher.runs import rundir
 
     if (args.preset is None) == (args.resume is None):
         raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
@@ -86,32 +84,22 @@ def cmd_run(argv: list[str]) -> int:
         preset, existing = tracking.open_resume(args.resume, args.overrides)
     else:
         preset = load_preset(args.preset, args.overrides)
-    gpus_here = None
-    if not on_slurm:  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
-        from launcher.backends import local
-
-        gpus_here = functools.cache(local.visible_gpus)
-        if not (args.dry_run or args.check) and args.gpus_per_node is None and gpus_here() == 0:
-            raise UserError("no GPU is visible on this machine",
-                            "run on a GPU machine, or use --dry-run to print the command")
-    target = resolve.target_for(preset, on_slurm)
-    kernels = resolve.kernels_of(preset, target)
-    path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
-    # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
-    # A launch claims the name at once (mkdir), so launches in the same second never share one; if this launch
-    # ends before writing the directory, the empty claim is removed at exit.
-    run_dir = existing.path if existing else None
-    if run_dir is None and (on_slurm or not args.preflight):
-        name_only = args.dry_run or args.check
-        run_dir = (rundir.new_run_dir_path if name_only else rundir.reserve_run_dir)(
-            Path(preset.launcher.run_root), preset.name)
-    inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
-                  preflight=args.preflight, gpus_here=gpus_here, inherited_env=dict(os.environ))
+    name_only = args.dry_run or args.check
+    if not on_slurm and not name_only and args.gpus_per_node is None and local_gpus() == 0:
+        raise UserError("no GPU is visible on this machine",
+                        "run on a GPU machine, or use --dry-run to print the command")
+    # A launch claims its run directory's name at once (mkdir), so launches in the same second never share one; if
+    # this launch ends before writing the directory, the empty claim is removed at exit.
+    request = JobRequest(args.nodes, args.gpus_per_node, slurm=on_slurm, preflight=args.preflight,
+                         megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only)
+    job, problems = job_for(preset, request)
     if args.check:
         from launcher.checks.megatron_verdict import check_preset
 
-        return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format)
-    job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
+        return check_preset(job, problems, args.format)
+    if problems:
+        raise UserError(problems)
+    path = job.megatron_path
     command = build_command(job)
     if on_slurm:
         from launcher.backends import slurm
@@ -163,7 +151,7 @@ def cmd_list(argv: list[str]) -> int:
         job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
         lay = job.layout
         min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
-        params = parameter_count(model_args(job.preset, job.entry), lay.tp)
+        params = parameter_count(model_args(job.effective(), job.entry), lay.tp)
         rows.append((name, human(params), f"{lay.tp}·{lay.pp}·{lay.cp}", str(min_gpus),
                      f"{job.nodes}×{job.gpus_per_node}", preset.description))
         records.append({"preset": name, "parameters": params, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
@@ -259,10 +247,16 @@ def cmd_show(argv: list[str]) -> int:
     parser.add_argument("--nodes", type=positive, help="number of nodes (default: the preset's)")
     parser.add_argument("--gpus-per-node", type=positive, help="GPUs per node (default: the preset's)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
     args = parser.parse_args(argv)
+    from launcher.cli.job import JobRequest, job_for
     from launcher.cli.show import show
+    from launcher.pipeline.preset import load_preset
 
-    sys.stdout.write(show(args.preset, args.overrides, args.nodes, args.gpus_per_node, args.format))
+    # the job a dry-run of the same arguments resolves (its run directory named, not made)
+    job, problems = job_for(load_preset(args.preset, args.overrides),
+                            JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path))
+    sys.stdout.write(show(job, problems, args.format))
     return 0
 
 
@@ -313,9 +307,10 @@ def cmd_import(argv: list[str]) -> int:
     parser.add_argument("-o", "--output", metavar="PRESET.yaml",
                         help="write the preset here (default: print it; the report goes to standard error)")
     args = parser.parse_args(argv)
+    from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
 
-    return import_main(args.source, args.output)
+    return import_main(args.source, args.output, job_as_declared)
 
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {

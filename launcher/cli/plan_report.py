@@ -163,10 +163,10 @@ def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float 
 def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: float,
                     write_gbps: float) -> dict[str, Any]:
     """The periodic saves a run of this preset makes (its save_interval, else the launcher's default)."""
-    from launcher.runs.rundir import _end_of_training_interval, default_save_settings
+    from launcher.pipeline.run_paths import default_save_settings, end_of_training_interval
 
     interval = args.get("save_interval") or default_save_settings(args)["save_interval"]
-    end = _end_of_training_interval(args)
+    end = end_of_training_interval(args)
     total = end if end < 1_000_000_000 else None
     return est.save_cost(parameters, args, step_seconds, int(interval), total, write_gbps)
 
@@ -326,7 +326,7 @@ def add_arguments(parser: Any) -> None:
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.pipeline import resolve
+    from launcher.cli.job import JobRequest, job_for
     from launcher.pipeline.pipeline_layout import layout_string_problem
     from launcher.pipeline.preset import load_preset
 
@@ -344,13 +344,13 @@ def run(ns: Any) -> str:
         raise UserError(too_long)
     settings = preset.launcher
     budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
-    kernels = resolve.kernels_of(preset, resolve.HERE)
     # The settings the job would pass on this budget (through pretrain_gpt.py: the layouts below choose TP), as
     # resolve decides them for a launch, e.g. without TE the local layers with the launcher's SDPA attention.
     training = replace(preset, launcher=replace(settings, entry="pretrain_gpt"))
-    job, _ = resolve.resolve_settings(training, budget.nodes, budget.gpus_per_node, kernels=kernels)
-    preset = job.preset
-    args = preset.effective()
+    job, _ = job_for(training, JobRequest(budget.nodes, budget.gpus_per_node, run_dir=False, local=False))
+    kernels = job.kernels
+    preset = job.as_checked()
+    args = job.effective()
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:

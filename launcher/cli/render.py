@@ -26,7 +26,7 @@ def command_lines(command: Command) -> list[str]:
 
 def summary(job: ResolvedJob) -> dict[str, Any]:
     # Megatron's view of the job as it runs (the no-TE/apex settings change attention and memory)
-    args = model_args(job.preset, job.entry)
+    args = model_args(job.effective(), job.entry)
     layout, kernels = job.layout, job.kernels
     return {
         "parameters": parameter_count(args, layout.tp),
@@ -88,7 +88,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "layout": job.layout.as_dict(),
         **facts,
         "argv": command.argv,
-        "env": command.env,
+        "env": job.environment.shown(),
         "script": command.script,
         "script_args": command.script_args,
         "run_dir": str(job.run_dir) if job.run_dir is not None else None,

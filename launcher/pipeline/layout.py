@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -659,12 +660,13 @@ def simple_loop_differences(preset: Preset) -> list[str]:
     return [name for name in names if preset.megatron.get(name) != SIMPLE_LOOP_SETTINGS.get(name)]
 
 
-def model_args(preset: Preset, entry: str) -> dict[str, Any]:
-    """The arguments describing the model that will really be built, for parameter and memory estimates.
+def model_args(effective: Mapping[str, Any], entry: str) -> dict[str, Any]:
+    """The arguments describing the model that will really be built, for parameter and memory estimates, from
+    every argument as Megatron sees it (ResolvedJob.effective()).
 
     Upstream's simple loop builds GPTModel directly: vocabulary 100 as given (no padding) and untied output
     weights (GPTModel's share_embeddings_and_output_weights defaults to False)."""
-    args = preset.effective()
+    args = dict(effective)
     if entry == "simple_loop":
         args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
     return args

@@ -51,10 +51,10 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     else:
         rundir.record_attempt(job.existing, command.argv, command.env)
     print(f"# run directory: {job.run_dir}", file=out, flush=True)
-    save = job.preset.megatron.get("save")
+    save = job.megatron.get("save")
     try:
         monitor = Monitor(job.run_dir, checkpoint_dir=Path(save) if save else None,
-                          seq_length=job.preset.megatron.get("seq_length"), out=out)
+                          seq_length=job.megatron.get("seq_length"), out=out)
     except OSError as error:
         raise UserError(rundir.storage_problem(f"cannot write the run's log in {job.run_dir}", error)) from None
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
