@@ -15,6 +15,7 @@ from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
 from launcher.estimate.steptime import StepTime
+from launcher.estimate.summary import estimate
 
 GIB = est.GIB
 
@@ -110,7 +111,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     if problems and world < model_parallel:
         plan["layout"]["minimum_gpus"] = model_parallel
     if not problems:
-        e = est.estimate(args, training, gpu, budget.gpus_per_node, tflops)
+        e = estimate(args, training, gpu, budget.gpus_per_node, tflops)
         plan["model"] |= {
             "megatron_parameters": e.megatron_params.total,
             "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(shape, training)),

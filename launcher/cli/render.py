@@ -6,12 +6,13 @@ import json
 import shlex
 from typing import Any
 
-from launcher.estimate import formulas as estimate
+from launcher.estimate import summary as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.pipeline.shell import shell_comment
+from launcher.runs.secrets import redact_argv, shell_export
 
 _one_line = shell_comment  # a newline in a preset's description must not end the comment
 
@@ -71,7 +72,8 @@ def text(job: ResolvedJob, command: Command) -> str:
     if command.expand:
         lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
+    # a secret is taken from the shell that runs the script, as command.sh and the sbatch script do
+    lines += [shell_export(name, value, shlex.quote) for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 
@@ -96,6 +98,6 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "notes": list(job.notes),
         "warnings": list(job.warnings),
         "sources": list(job.preset.sources),
-        "overrides": list(job.preset.overrides),
+        "overrides": redact_argv(job.preset.overrides),
     }
     return json.dumps(data, indent=2) + "\n"

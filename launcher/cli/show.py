@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +17,7 @@ from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import Preset, load_preset
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs.rundir import MANIFEST, PRESET_FILE
+from launcher.runs.secrets import redact_argv
 
 NOT_SET = "(not set)"
 
@@ -36,8 +37,9 @@ def _plain(value: Any) -> Any:
 def launcher_settings(preset: Preset) -> dict[str, Any]:
     """The launcher's settings flattened: env and slurm entries as env.NAME and slurm.NAME."""
     flat: dict[str, Any] = {}
-    for name, value in asdict(preset.launcher).items():
-        if isinstance(value, dict):
+    for name in (f.name for f in fields(preset.launcher)):
+        value = getattr(preset.launcher, name)
+        if isinstance(value, Mapping):
             flat.update({f"{name}.{key}": _plain(inner) for key, inner in value.items()})
         else:
             flat[name] = value
@@ -75,7 +77,7 @@ def show_data(job: ResolvedJob, problems: list[Problem]) -> dict[str, Any]:
         row["by"] = "launcher" if row["dest"] in job.added else "preset"
     return {
         "preset": preset.name, "description": preset.description, "sources": list(preset.sources),
-        "overrides": list(preset.overrides), "entry": job.entry, "target": job.target.describe(),
+        "overrides": redact_argv(preset.overrides), "entry": job.entry, "target": job.target.describe(),
         "nodes": job.nodes, "gpus_per_node": job.gpus_per_node,
         "layout": job.layout.as_dict() if not problems else None,
         "launcher": job_launcher_settings(job), "env": job.environment.shown(),
@@ -98,7 +100,7 @@ def show(job: ResolvedJob, problems: list[Problem], fmt: str) -> str:
     lines = [f"# preset {preset.name}" + (f": {' '.join(preset.description.split())}" if preset.description else "")]
     lines += [f"# from {source}" for source in preset.sources]
     if preset.overrides:
-        lines.append("# overrides: " + " ".join(f"--set {o}" for o in preset.overrides))
+        lines.append("# overrides: " + " ".join(f"--set {o}" for o in data["overrides"]))
     lines.append(f"# entry {job.entry}; world {job.nodes} node(s) × {job.gpus_per_node} GPU(s)")
     lines += [f"# note: {' '.join(n.split())}" for n in job.notes]
     lines += [f"# warning: {' '.join(w.split())}" for w in job.warnings]

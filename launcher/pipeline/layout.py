@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem
-from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.megatron.args import default_ffn_hidden_size
 from launcher.pipeline import target_rules
+from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.pipeline_layout import (
     LAYER_LETTERS,

@@ -8,12 +8,15 @@ what Megatron does not know: nodes, GPUs per node, the entry script, environment
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from launcher import untrusted
 from launcher.errors import Problem, UserError, did_you_mean, shown
+from launcher.gpus import gpu_by_name
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.environment import is_env_name
 from launcher.pipeline.field_types import field_types, fields_allowing
@@ -31,7 +34,7 @@ class LauncherSettings:
     nodes: int = 1
     gpus_per_node: int = 8
     entry: str = "pretrain_gpt"
-    env: dict[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
     master_addr: str = "localhost"
     master_port: int = 29500
     megatron_path: str | None = None
@@ -44,7 +47,11 @@ class LauncherSettings:
     # Where the preset leaves micro_batch_size unset: the largest divisor of global batch / DP up to this
     # (one big microbatch is fastest when it fits; docs/benchmarks.md), so any GPU count gets a valid batch.
     max_micro_batch_size: int | None = None
-    slurm: dict[str, Any] = field(default_factory=dict)
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # immutable all the way down: a job's settings cannot change after resolve
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "slurm", MappingProxyType(dict(self.slurm)))
 
 
 LAUNCHER_FIELDS = {f.name: f for f in fields(LauncherSettings)}
@@ -65,10 +72,14 @@ def _slurm_fields() -> tuple[frozenset[str], frozenset[str]]:
 class Preset:
     name: str
     description: str
-    megatron: dict[str, Any]  # Megatron dest → typed value, in preset order; None means Megatron's default
+    megatron: Mapping[str, Any]  # as written: Megatron dest → typed value, in preset order; None: Megatron's default
     launcher: LauncherSettings
     sources: tuple[str, ...] = ()  # files read, base first
     overrides: tuple[str, ...] = ()  # --set NAME=VALUE as the user gave them
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "megatron", MappingProxyType(dict(self.megatron)))
+        object.__setattr__(self, "overrides", tuple(self.overrides))
 
     def arg(self, dest: str) -> Any:
         """The value Megatron will see: the preset's, else Megatron's own default."""
@@ -202,8 +213,6 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
         raise UserError(f"launcher.master_addr ({where}) must be a host name or IP address, got {shown(value)}",
                         "e.g. --set master_addr=node001 or --set master_addr=10.0.0.1")
     if name == "gpu":
-        from launcher.estimate.formulas import gpu_by_name
-
         return gpu_by_name(str(value)).name
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise UserError(f"launcher.{name} ({where}) must be a string, got {shown(value)}")
