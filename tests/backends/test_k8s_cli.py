@@ -46,6 +46,20 @@ def test_k8s_writes_the_manifest_into_a_new_run_directory(launch, tmp_path):
     assert f"note: apply it with: kubectl apply --server-side --field-manager=megatron-launch -f {path}" in err
 
 
+def test_resume_writes_a_new_jobset_for_the_same_run_directory(launch, tmp_path):
+    code, out, err = launch("345m", "--k8s", *REQUIRED, "--set", "k8s.name=train", "--set",
+                            f"run_root={tmp_path}/runs")
+    assert code == 0, err
+    path = Path(out.strip())
+    code, out, err = launch("--resume", str(path.parent), "--k8s")
+    assert code == 0, err
+    obj = yaml.safe_load(path.read_text())
+    assert obj["metadata"]["name"] == "train-r2"  # a JobSet's name is its identity: a new attempt, a new JobSet
+    args = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--load") + 1] == args[args.index("--save") + 1] == str(path.parent / "checkpoints")
+    assert len(json.loads((path.parent / "manifest.json").read_text())["attempts"]) == 2
+
+
 def _fake_kubectl(tmp_path: Path, exit_code: int = 0) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
