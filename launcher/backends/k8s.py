@@ -66,9 +66,16 @@ for path in "${@:1:files}"; do
 done
 ((status == 0)) || exit 2
 shift "$files"
+resolves() {  # glibc's resolver, as torchrun will use it; python's where the image has no getent
+    if command -v getent >/dev/null; then
+        getent hosts "$1" >/dev/null
+    else
+        python3 -c 'import socket, sys; socket.getaddrinfo(sys.argv[1], None)' "$1" 2>/dev/null
+    fi
+}
 if ((NNODES > 1)); then
     ((deadline = SECONDS + MEGATRON_LAUNCH_DNS_TIMEOUT))
-    until getent hosts "$MASTER_ADDR" >/dev/null; do
+    until resolves "$MASTER_ADDR"; do
         if ((SECONDS >= deadline)); then
             echo "error: $MASTER_ADDR did not resolve in $MEGATRON_LAUNCH_DNS_TIMEOUT s (k8s.dns_timeout)" >&2
             exit 1
