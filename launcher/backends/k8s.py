@@ -269,7 +269,7 @@ def jobset(job: JobSetJob) -> dict[str, Any]:
             # the old pods are gone (their checkpoint saved) before the new ones start and load it
             "restartStrategy": "BlockingRecreate",
             # exit 2 (bad input, PodFailurePolicy above): restarting cannot help
-            "rules": [{"name": "input-error", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+            "rules": [{"name": "InputError", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
         },
         "successPolicy": {"operator": "All"},
         "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job_spec}}],

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,44 @@ def schema_errors(obj: Mapping[str, Any]) -> list[str]:
     for i, replicated in enumerate((obj.get("spec") or {}).get("replicatedJobs") or []):
         found += lines(job_template, replicated.get("template"), "core", f"jobset.spec.replicatedJobs[{i}].template")
     return found
+
+
+# JobSet v0.12.0's admission webhook (pkg/webhooks/jobset_webhook.go, ValidateCreate): the rules that concern
+# the fields the launcher writes, reimplemented here; the CRD schema does not hold them.
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_RULE_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+_JOB_FAILURE_REASONS = ("BackoffLimitExceeded", "DeadlineExceeded", "FailedIndexes", "MaxFailedIndexesExceeded",
+                        "PodFailurePolicy")
+
+
+def _dns1035(value: str) -> bool:
+    return len(value) <= 63 and bool(_DNS1035.fullmatch(value))
+
+
+def webhook_errors(obj: Mapping[str, Any]) -> list[str]:
+    name, spec = obj["metadata"]["name"], obj["spec"]
+    errors = []
+    subdomain = spec.get("network", {}).get("subdomain") or name
+    if not _dns1035(subdomain):
+        errors.append(f"spec.network.subdomain {subdomain!r} is not a DNS-1035 label")
+    for rjob in spec["replicatedJobs"]:
+        job = rjob["template"]["spec"]
+        longest_job = f"{name}-{rjob['name']}-{rjob['replicas'] - 1}"
+        if not _dns1035(longest_job):
+            errors.append(f"job name {longest_job!r} is not a DNS-1035 label")
+        if job.get("completionMode") == "Indexed" and job.get("completions"):
+            longest_pod = f"{longest_job}-{job['completions'] - 1}-abcde"
+            if not _dns1035(longest_pod):
+                errors.append(f"pod name {longest_pod!r} is not a DNS-1035 label")
+    for rule in spec.get("failurePolicy", {}).get("rules", []):
+        if not (1 <= len(rule["name"]) <= 128 and _RULE_NAME.fullmatch(rule["name"])):
+            errors.append(f"failure policy rule name {rule['name']!r} is invalid")
+        errors += [f"job failure reason {r!r} is not recognized" for r in rule.get("onJobFailureReasons", [])
+                   if r not in _JOB_FAILURE_REASONS]
+    if "coordinator" in spec:
+        c = spec["coordinator"]
+        label = f"{name}-{c['replicatedJob']}-{c['jobIndex']}-{c['podIndex']}.{subdomain}"
+        if not (len(label) <= 63 and _LABEL_VALUE.fullmatch(label)):
+            errors.append(f"coordinator label value {label!r} is invalid")
+    return errors

@@ -17,7 +17,14 @@ from hypothesis import strategies as st
 from launcher.backends import k8s
 from launcher.errors import UserError
 from launcher.pipeline.shell import HostFromEnv
-from tests.backends.k8s_support import GOLDEN_DIR, expand, render_preset, resolve_preset, schema_errors
+from tests.backends.k8s_support import (
+    GOLDEN_DIR,
+    expand,
+    render_preset,
+    resolve_preset,
+    schema_errors,
+    webhook_errors,
+)
 
 pytest.importorskip("jsonschema")
 
@@ -65,6 +72,26 @@ def test_every_golden_file_has_a_case():
 @pytest.mark.parametrize("golden", sorted(GOLDEN_DIR.glob("*.yaml")), ids=lambda p: p.stem)
 def test_golden_jobsets_validate_against_the_pinned_schemas(golden):
     assert schema_errors(yaml.safe_load(golden.read_text())) == []
+
+
+@pytest.mark.parametrize("golden", sorted(GOLDEN_DIR.glob("*.yaml")), ids=lambda p: p.stem)
+def test_golden_jobsets_pass_the_jobset_webhooks_rules(golden):
+    assert webhook_errors(yaml.safe_load(golden.read_text())) == []
+
+
+def test_the_longest_names_pass_the_jobset_webhooks_rules(tmp_path):
+    run_dir = tmp_path / ("x" * 200 + "-20261201T213125Z-12")
+    made, _ = render_preset("175b", ("k8s.name=" + "a" * 22,), run_dir=run_dir)  # the longest name allowed
+    assert webhook_errors(made.obj) == []
+    made, _ = render_preset("175b", run_dir=run_dir)
+    assert len(made.job.name) == 22 and webhook_errors(made.obj) == []
+
+
+def test_the_webhook_rules_reject_a_name_too_long_for_the_coordinator_label():
+    made, _ = render_preset("345m", nodes=2)
+    obj = copy.deepcopy(made.obj)
+    obj["metadata"]["name"] = obj["spec"]["network"]["subdomain"] = "a" * 27
+    assert webhook_errors(obj) == [f"coordinator label value '{'a' * 27}-node-0-0.{'a' * 27}' is invalid"]
 
 
 def test_175b_is_one_indexed_job_of_192_pods_with_8_gpus_each():
