@@ -166,6 +166,9 @@ def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
         problems.append(Problem(
             f"launcher.master_addr={resolved.preset.launcher.master_addr} does not apply to a Kubernetes job",
             "drop it: the rendezvous host is the JobSet's pod 0, named by its headless service"))
+    if Path(job.mount_path) in (Path("/"), Path("/dev"), Path("/dev/shm")):
+        problems.append(Problem(f"the run root {job.mount_path} cannot be the PVC's mount point in the pods",
+                                "set run_root to a directory of its own, e.g. --set run_root=/runs"))
     for name in job.env:
         if name in MANAGED_ENV:
             problems.append(Problem(f"env.{name} is set by the Kubernetes backend itself", "remove it from env"))
@@ -186,6 +189,9 @@ def warnings_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
         path = resolved.preset.megatron.get(dest)
         if isinstance(path, str) and not Path(path).is_relative_to(mount):
             found.append(f"{dest}={path} is not on the PVC (mounted at {mount}): a restarted pod will not find it")
+    if resolved.megatron_path.absolute().is_relative_to(mount):
+        found.append(f"Megatron-LM at {resolved.megatron_path} is below the PVC's mount point {mount}: the pods "
+                     "run the copy on the PVC, not the image's")
     if str(LAUNCHER_ROOT) in job.env.get("PYTHONPATH", "").split(":"):
         found.append(f"the job imports the launcher's layer spec from {LAUNCHER_ROOT}: the image must hold this "
                      "launcher there (or use an image with Transformer Engine)")

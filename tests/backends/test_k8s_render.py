@@ -253,6 +253,14 @@ def test_a_checkpoint_directory_outside_the_pvc_is_warned_about():
         in made.warnings
 
 
+def test_megatron_below_the_pvc_is_warned_about_and_the_root_is_refused_as_mount_point():
+    made, _ = render_preset("345m", run_dir=Path("/opt/345m"))
+    assert "Megatron-LM at /opt/megatron-lm is below the PVC's mount point /opt: the pods run the copy on the PVC, " \
+        "not the image's" in made.warnings
+    with pytest.raises(UserError, match="the run root / cannot be the PVC's mount point in the pods"):
+        render_preset("345m", run_dir=Path("/345m"))
+
+
 def test_names_come_from_the_run_directory_and_fit_the_coordinator_label():
     assert k8s.default_name(Path("/r/345m-20261201T213125Z")) == "m345m-261201213125"
     assert k8s.default_name(Path("/r/My Preset!-20261201T213125Z-3")) == "my-pres-261201213125-3"
