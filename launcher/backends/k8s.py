@@ -28,8 +28,8 @@ from typing import Any, TextIO
 import yaml
 
 from launcher.errors import Problem, UserError
-from launcher.pipeline.command import LAUNCHER_ROOT, Command, kernel_summary
-from launcher.pipeline.k8s_settings import MAX_NAME, K8sSettings, deadline_seconds, parse_k8s_settings
+from launcher.pipeline.command import LAUNCHER_ROOT, Command, entry_script, kernel_summary
+from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds, parse_k8s_settings
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv
 from launcher.runs import rundir, secrets
@@ -196,6 +196,16 @@ def warnings_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
         found.append(f"the job imports the launcher's layer spec from {LAUNCHER_ROOT}: the image must hold this "
                      "launcher there (or use an image with Transformer Engine)")
     return found
+
+
+def notes_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
+    s = job.settings
+    notes = [f"the pods run {entry_script(resolved)} from the image {s.image} (or the PVC): --megatron-path names "
+             "Megatron-LM's directory there"]
+    if s.pvc == DEFAULT_PVC:
+        notes.append(f"the run directory and checkpoints go to the ReadWriteMany claim {DEFAULT_PVC} (k8s.pvc), "
+                     f"which must exist in namespace {s.namespace}")
+    return notes
 
 
 def _env_entry(name: str, value: str, settings: K8sSettings) -> dict[str, Any]:
@@ -374,7 +384,7 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
     """`launch PRESET --k8s`: print the JobSet (dry-run), write it into the run directory, or apply it."""
     made = prepare(job, command)
     text = render_yaml(made.obj, made.job.about)
-    for note in job.notes:
+    for note in (*job.notes, *notes_of(made.job, job)):
         print(f"note: {note}", file=err)
     for warning in made.warnings:
         print(f"warning: {warning}", file=err)

@@ -37,6 +37,8 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 # most), so a JobSet name may have (63 - len("-node-0-0.")) // 2 characters; a few more are kept for --resume's
 # `-rN` suffix.
 MAX_NAME = 22
+DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+DEFAULT_PVC = "megatron-runs"
 MAX_RESTARTS = 1000  # failurePolicy.maxRestarts is an int32; a typo of thousands of restarts is refused
 MAX_SECONDS = 2**31 - 1  # int32 fields (grace period, TTL, deadline)
 
@@ -45,8 +47,10 @@ MAX_SECONDS = 2**31 - 1  # int32 fields (grace period, TTL, deadline)
 class K8sSettings:
     """Where and how a job runs on Kubernetes. Every field can be set in `launcher.k8s:` or by --set k8s.NAME=…"""
 
-    image: str | None = None  # the container image: it holds torchrun, Megatron-LM at megatron_path, the kernels
-    pvc: str | None = None  # an existing ReadWriteMany claim, mounted at the run root in every pod
+    # The container image: it holds torchrun and the kernels (an NGC image: TE and apex), and Megatron-LM at
+    # megatron_path unless that is on the PVC. The default is the NGC image the Slurm examples use.
+    image: str | None = DEFAULT_IMAGE
+    pvc: str | None = DEFAULT_PVC  # an existing ReadWriteMany claim, mounted at the run root in every pod
     namespace: str = "default"
     name: str | None = None  # the JobSet's name (default: from the run directory's name)
     image_pull_policy: str | None = None
@@ -112,8 +116,8 @@ def check_settings(s: K8sSettings) -> list[Problem]:
     label = "lower-case letters, digits and -, starting and ending with a letter or digit, at most 63 characters"
     if s.image is None:
         problems.append(Problem("a Kubernetes job needs a container image (k8s.image)",
-                                "e.g. --set k8s.image=nvcr.io/nvidia/pytorch:25.01-py3 (it must hold torchrun and "
-                                "Megatron-LM at --megatron-path)"))
+                                f"e.g. --set k8s.image={DEFAULT_IMAGE} (it must hold torchrun, and Megatron-LM at "
+                                "--megatron-path unless that is on the PVC)"))
     _check_pattern(problems, "image", s.image, IMAGE, "a container image reference",
                    "registry/repository:tag or …@sha256:digest: letters, digits and . _ / : @ + - only", 4096)
     if s.pvc is None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.backends.k8s_support import schema_errors, webhook_errors
 from tests.conftest import without_run_stamp
 
 REQUIRED = ("--set", "k8s.image=nvcr.io/nvidia/pytorch:25.01-py3", "--set", "k8s.pvc=training-runs")
@@ -29,6 +30,15 @@ def test_dry_run_prints_the_jobset_and_json_prints_the_same_object(launch, tmp_p
     # the two runs' directories differ by their time stamps only
     assert without_run_stamp(out_json) == without_run_stamp(json.dumps(obj, indent=2) + "\n")
     assert not (tmp_path / "runs").exists()
+
+
+def test_175b_dry_run_with_the_default_settings_prints_a_jobset_the_pinned_schemas_accept(launch):
+    pytest.importorskip("jsonschema")
+    code, out, err = launch("175b", "--k8s", "--dry-run")
+    assert code == 0, err
+    assert schema_errors(yaml.safe_load(out)) == [] and webhook_errors(yaml.safe_load(out)) == []
+    assert "note: the run directory and checkpoints go to the ReadWriteMany claim megatron-runs (k8s.pvc), which " \
+           "must exist in namespace default" in err
 
 
 def test_k8s_writes_the_manifest_into_a_new_run_directory(launch, tmp_path):
@@ -112,9 +122,8 @@ def test_submit_without_kubectl_exits_2_without_files(launch, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ((), "error: a Kubernetes job needs a container image (k8s.image)"),
-    (("--set", "k8s.image=nvcr.io/nvidia/pytorch:25.01-py3"), "error: a Kubernetes job needs a ReadWriteMany "
-                                                               "PersistentVolumeClaim"),
+    (("--set", "k8s.image=null"), "error: a Kubernetes job needs a container image (k8s.image)"),
+    (("--set", "k8s.pvc=null"), "error: a Kubernetes job needs a ReadWriteMany PersistentVolumeClaim"),
     ((*REQUIRED, "--set", "k8s.namespace=Team_A"), "error: k8s.namespace='Team_A' is not a namespace name "
                                                     "(DNS-1123 label)"),
     ((*REQUIRED, "--set", "k8s.shm_size=lots"), "error: k8s.shm_size='lots' is not a Kubernetes quantity"),
