@@ -6,6 +6,8 @@ Regenerate the golden files after an intended change:  UPDATE_GOLDEN=1 pytest te
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 import os
 from pathlib import Path
 
@@ -194,6 +196,24 @@ def test_hostile_values_stay_values_and_add_no_field_or_command(tmp_path):
     assert args[args.index("--tokenizer-model") + 1] == HOSTILE
     assert set(container(reread)) == {"name", "image", "command", "args", "env", "resources", "volumeMounts"}
     assert container(reread)["command"][:2] == ["bash", "-c"] and container(reread)["command"][2] == k8s.ENTRY_SCRIPT
+
+
+@functools.cache
+def _base_job():
+    return render_preset("345m", nodes=2)[0].job
+
+
+@settings(max_examples=30, deadline=None)
+@given(value=st.text(st.characters(blacklist_categories=("Cs",)), max_size=80),
+       word=st.text(st.characters(blacklist_categories=("Cs",)), max_size=80))
+def test_any_text_in_an_env_value_or_an_argument_comes_back_unchanged_and_adds_nothing(value, word):
+    job = dataclasses.replace(_base_job(), env={"ANY": value}, argv=(*_base_job().argv, "--tokenizer-model", word))
+    obj = k8s.jobset(job)
+    reread = yaml.safe_load(k8s.render_yaml(obj))
+    assert reread == obj
+    env = {e["name"]: e for e in container(reread)["env"]}
+    assert expand(env["ANY"]["value"], {"MASTER_ADDR": "evil"}) == value
+    assert expand(container(reread)["args"][-1], {"MASTER_ADDR": "evil"}) == word
 
 
 @pytest.mark.parametrize(("setting", "message"), [
