@@ -29,6 +29,7 @@ class JobRequest:
     nodes: int | None = None
     gpus_per_node: int | None = None
     slurm: bool = False
+    k8s: bool = False
     preflight: bool = False
     megatron_path: str | None = None  # --megatron-path
     existing: ResumedRun | None = None  # --resume
@@ -48,13 +49,14 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     from launcher.runs import rundir
 
     # a job here (run, dry-run, show or --check): this machine's GPUs bound a one-node job
-    gpus_here = functools.cache(local_gpus) if request.local and not request.slurm else None
-    target = resolve.target_for(preset, request.slurm)
+    remote = request.slurm or request.k8s
+    gpus_here = functools.cache(local_gpus) if request.local and not remote else None
+    target = resolve.target_for(preset, request.slurm, request.k8s)
     kernels = resolve.kernels_of(preset, target)
     path = megatron_path(request.megatron_path, preset.launcher.megatron_path)
     # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
     run_dir = request.existing.path if request.existing else None
-    if run_dir is None and request.run_dir and (request.slurm or not request.preflight):
+    if run_dir is None and request.run_dir and (remote or not request.preflight):
         name = rundir.reserve_run_dir if request.reserve_run_dir else rundir.new_run_dir_path
         run_dir = name(Path(preset.launcher.run_root), preset.name)
     return resolve.attempt(preset, request.nodes, request.gpus_per_node, kernels=kernels, megatron_path=path,

@@ -26,6 +26,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.layout import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
@@ -34,21 +35,31 @@ from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, p
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
 NO_KERNELS = Kernels(False, False, "preset")
 # The data check that needs files (launcher.checks.data.check_job_data), given by the caller: (every Megatron
-# argument as Megatron sees it, whether the job runs on Slurm) → (problems, data files this machine cannot see).
+# argument as Megatron sees it, whether the job runs on a cluster's nodes) → (problems, data files this machine
+# cannot see).
 DataCheck = Callable[[Mapping[str, Any], bool], tuple[list[Problem], list[str]]]
 
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the job runs: here, on Slurm's nodes as they are, or on Slurm's nodes inside a container image;
-    for Slurm, its settings, parsed once (launcher.slurm)."""
+    """Where the job runs: here, on Slurm's nodes as they are, on Slurm's nodes inside a container image, or in a
+    Kubernetes JobSet's pods (always an image); for Slurm and Kubernetes, their settings, parsed once."""
 
     slurm: bool = False
     container_image: str | None = None
     container_mounts: tuple[str, ...] = ()
     slurm_settings: SlurmSettings | None = None
+    kubernetes: bool = False
+    k8s_settings: K8sSettings | None = None
+
+    @property
+    def remote(self) -> bool:
+        """A batch job on a cluster's nodes: it may be stopped, restarted and resumed from its checkpoints."""
+        return self.slurm or self.kubernetes
 
     def describe(self) -> str:
+        if self.kubernetes:
+            return f"Kubernetes, container image {self.container_image}"
         if self.container_image:
             return f"Slurm, container image {self.container_image}"
         return "Slurm" if self.slurm else "here"
@@ -139,8 +150,11 @@ def world(preset: Preset, nodes: int | None, gpus_per_node: int | None,
     return nodes, gpus_per_node, notes
 
 
-def target_for(preset: Preset, slurm: bool) -> Placement:
-    """Where the job runs; for Slurm, its settings parsed (the only place they are)."""
+def target_for(preset: Preset, slurm: bool, kubernetes: bool = False) -> Placement:
+    """Where the job runs; for Slurm or Kubernetes, its settings parsed (the only place they are)."""
+    if kubernetes:
+        k8s = parse_k8s_settings(preset.launcher.k8s)
+        return Placement(kubernetes=True, container_image=k8s.image, k8s_settings=k8s)
     if not slurm:
         return HERE
     try:
@@ -194,7 +208,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     problems += found
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
-        found, unseen = data_check(job.effective(), target.slurm)
+        found, unseen = data_check(job.effective(), target.remote)
         problems += found
         if unseen:
             warnings.append("this machine cannot see the data files " + ", ".join(unseen) + "; the job checks "
@@ -231,7 +245,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             megatron.update(existing.resume_megatron_args())
         if run_dir is not None:
             megatron.update(run_dir_megatron_args(run_dir, megatron))
-        if target.slurm and run_dir is not None:
+        if target.remote and run_dir is not None:
             signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)
             notes, problems = [*notes, *more_notes], [*problems, *signal_problems]
@@ -256,16 +270,18 @@ _NO_LAYOUT = Layout(world_size=0, tp=0, pp=0, cp=0, ep=0, dp=0, vpp=None, micro_
 
 def _time_limit_settings(given: Mapping[str, Any], megatron: Mapping[str, Any]
                          ) -> tuple[dict[str, Any], list[str], list[Problem]]:
-    """What a requeued or chained Slurm job needs to checkpoint at its time limit, where the preset leaves it open.
+    """What a requeued or chained Slurm job (or a restarted Kubernetes JobSet) needs to checkpoint when it is
+    stopped, where the preset leaves it open.
 
-    The batch script forwards SIGTERM to the ranks before the limit; Megatron's --exit-signal-handler (default
-    signal SIGTERM) then saves a checkpoint and exits, and the next attempt resumes from --load."""
+    The batch script forwards SIGTERM to the ranks before the limit (on Kubernetes the kubelet sends it, and
+    torchrun forwards it); Megatron's --exit-signal-handler (default signal SIGTERM) then saves a checkpoint and
+    exits, and the next attempt resumes from --load."""
     settings: dict[str, Any] = {}
     notes: list[str] = []
     signal_name = megatron.get("exit_signal") or "SIGTERM"
     if signal_name != "SIGTERM":
         return settings, notes, [Problem(
-            f"exit_signal={signal_name} would never fire: the batch script forwards SIGTERM to the ranks",
+            f"exit_signal={signal_name} would never fire: the ranks are stopped with SIGTERM",
             "remove exit_signal from the preset (Megatron's default is SIGTERM)")]
     if megatron.get("exit_signal_handler") is None:
         settings["exit_signal_handler"] = True
