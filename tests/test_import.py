@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.job import job_as_declared
+from launcher.importer.bash_subset import ShellSyntaxError, read_script, show
 from launcher.importer.build import import_source
 from launcher.importer.flags import read_flags
 from launcher.importer.report import check_import
-from launcher.importer.shell import ShellSyntaxError, read_script, show
 
 REPO = Path(__file__).resolve().parent.parent
 MOCK = "--mock-data --tokenizer-type NullTokenizer --vocab-size 50257"

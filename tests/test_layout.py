@@ -154,7 +154,7 @@ def test_toy_simple_loop_needs_tp2_and_even_gpus():
 
 
 def test_toy_yaml_states_exactly_what_the_simple_loop_hard_codes():
-    from launcher.pipeline.layout import SIMPLE_LOOP_SETTINGS
+    from launcher.pipeline.checker import SIMPLE_LOOP_SETTINGS
 
     assert load_preset("toy").megatron == SIMPLE_LOOP_SETTINGS
 
@@ -176,7 +176,7 @@ def test_toy_overrides_with_an_explicit_simple_loop_are_refused():
 def test_simple_loop_parameters_are_upstream_models():
     """GPTModel as upstream's script builds it: vocabulary 100 unpadded, output layer untied (6,960)."""
     from launcher.estimate.formulas import parameter_count
-    from launcher.pipeline.layout import model_args
+    from launcher.pipeline.checker import model_args
 
     toy = plan("toy", gpus=2)
     assert toy.entry == "simple_loop"
@@ -202,7 +202,12 @@ def test_batch_hint_offers_a_micro_batch_that_divides():
 def test_every_problem_at_once():
     with pytest.raises(UserError) as err:
         plan(overrides=["tensor_model_parallel_size=3", "seq_length=4096", "fp16=true"], gpus=3)
-    assert len(err.value.problems) >= 3
+    assert [p.message for p in err.value.problems] == [
+        "num_attention_heads 16 is not a multiple of tensor_model_parallel_size 3",
+        "ffn_hidden_size 4096 is not divisible by TP 3",
+        "fp16 and bf16 are both set",
+        "max_position_embeddings 1024 is smaller than seq_length 4096",
+    ]
 
 
 # -- properties of the arithmetic ---------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Self
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import has_module
-from launcher.megatron.target import Target
+from launcher.megatron.target import AssumedMachine
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
@@ -65,7 +65,7 @@ class Request:
     capability: tuple[int, int] = (9, 0)  # its CUDA compute capability (Hopper unless the preset says)
 
     def target(self) -> dict[str, Any]:
-        return Target("", self.te, self.apex).as_request() | {"capability": list(self.capability)}
+        return AssumedMachine("", self.te, self.apex).as_request() | {"capability": list(self.capability)}
 
 
 def find_megatron_python() -> str | None:
@@ -211,7 +211,7 @@ def _layout_line(job: Any) -> str:
             f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
 
 
-def _assumed_lines(target: Target, kernels: Any, env: Mapping[str, str], preset: Any) -> list[str]:
+def _assumed_lines(target: AssumedMachine, kernels: Any, env: Mapping[str, str], preset: Any) -> list[str]:
     how = "declared by the preset" if kernels.how == "preset" else "auto: as found on this machine"
     declared_env = set(preset.launcher.env)
     env_text = " ".join(f"{k}={v}" + ("" if k in declared_env else " (added by the launcher)")
@@ -245,7 +245,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     preset, kernels, megatron_path = job.preset, job.kernels, job.megatron_path
     nodes, gpus_per_node = job.nodes, job.gpus_per_node
     argv, env = script_args(dict(job.megatron)), target_env(job)  # the command's flags, also when refused
-    target = Target(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
+    target = AssumedMachine(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,

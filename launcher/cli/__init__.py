@@ -152,7 +152,7 @@ def cmd_list(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     from launcher.estimate.formulas import human, parameter_count
     from launcher.pipeline import resolve
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP, model_args
+    from launcher.pipeline.checker import SIMPLE_LOOP_TP, model_args
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]

@@ -82,7 +82,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
                notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
-    `rules` judge layouts (launcher.pipeline.layout's, for the target's kernels); `extra_sets` are --set items
+    `rules` judge layouts (launcher.pipeline.checker's, for the target's kernels); `extra_sets` are --set items
     every listed layout needs.
     """
     world = budget.world_size

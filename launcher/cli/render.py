@@ -8,8 +8,8 @@ from typing import Any
 
 from launcher.estimate import summary as estimate
 from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
+from launcher.pipeline.checker import model_args
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
-from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.pipeline.shell import shell_comment
 from launcher.runs.secrets import redact_argv, shell_export

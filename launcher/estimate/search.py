@@ -18,7 +18,7 @@ from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate.stages import SplitError
 from launcher.estimate.steptime import StepTime, step_time
-from launcher.pipeline import layout as pipeline_layout
+from launcher.pipeline import checker as pipeline_checker
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.preset import LauncherSettings, Preset
 
@@ -30,7 +30,7 @@ REFUSED_WORLDS = 4
 
 
 class Rules:
-    """Which layouts are valid: launcher.pipeline.layout's own layout rules (the ones `launch` checks), for one
+    """Which layouts are valid: launcher.pipeline.checker's own layout rules (the ones `launch` checks), for one
     model on one kind of machine. This is the search's only rule set. Answers are kept per layout, since the
     knob the rules do not read (activation recompute) multiplies the candidates."""
 
@@ -51,7 +51,7 @@ class Rules:
             chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
             preset = Preset(name="candidate", description="", launcher=self.launcher,
                             megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
-            found = pipeline_layout.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
+            found = pipeline_checker.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
                                                     self.te, self.apex)
             self._known[key] = [p.message for p in found]
         return self._known[key]

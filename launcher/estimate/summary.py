@@ -74,7 +74,7 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
             gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
     """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
 
-    `layout` is launcher.pipeline.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
+    `layout` is launcher.pipeline.checker.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
     global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
     `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
     """

@@ -22,7 +22,7 @@ def capability(gpu: str) -> tuple[int, int]:
 
 
 @dataclass(frozen=True)
-class Target:
+class AssumedMachine:
     """What the GPU machine has: the facts --check assumes instead of asking this machine."""
 
     gpu: str

@@ -25,9 +25,9 @@ from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
+from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
-from launcher.pipeline.layout import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings

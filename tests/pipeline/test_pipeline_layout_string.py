@@ -9,7 +9,7 @@ import pytest
 
 from launcher.estimate import formulas
 from launcher.estimate.stages import SplitError, split_layers
-from launcher.pipeline.layout import check
+from launcher.pipeline.checker import check
 from launcher.pipeline.pipeline_layout import virtual_pipeline_size
 from launcher.pipeline.preset import load_preset
 from tests.conftest import REPO
