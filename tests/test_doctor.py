@@ -222,6 +222,7 @@ def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
     assert list(workdir.iterdir()) == []  # no run directory was started
 
 
+@pytest.mark.megatron
 def test_versions_come_from_megatron_cores_own_metadata(monkeypatch):
     """Python and torch requirements are read from megatron-core's metadata (packaging compares them)."""
     import importlib.metadata

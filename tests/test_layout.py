@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from launcher.checks.data import check_job_data
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
@@ -11,7 +12,8 @@ from launcher.pipeline.resolve import resolve
 
 
 def plan(preset="345m", overrides=(), nodes=None, gpus=None, te=False, apex=False):
-    return resolve(load_preset(preset, list(overrides)), nodes, gpus, kernels=Kernels(te, apex, "preset"))
+    return resolve(load_preset(preset, list(overrides)), nodes, gpus, kernels=Kernels(te, apex, "preset"),
+                   data_check=check_job_data)
 
 
 def problems(*args, **kwargs) -> str:

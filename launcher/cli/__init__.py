@@ -150,8 +150,8 @@ def cmd_list(argv: list[str]) -> int:
                     "GPUs and the default world of each.")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
+    from launcher.cli.job import JobRequest, checked_job
     from launcher.estimate.formulas import human, parameter_count
-    from launcher.pipeline import resolve
     from launcher.pipeline.checker import SIMPLE_LOOP_TP, model_args
     from launcher.pipeline.preset import available_presets, load_preset
 
@@ -159,7 +159,7 @@ def cmd_list(argv: list[str]) -> int:
     records = []
     for name in available_presets():
         preset = load_preset(name)
-        job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
+        job = checked_job(preset, JobRequest(run_dir=False, local=False))  # the preset's own world
         lay = job.layout
         min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
         params = parameter_count(model_args(job.effective(), job.entry), lay.tp)
