@@ -92,6 +92,14 @@ def human(count: float) -> str:
     return f"{count:.0f}"
 
 
+def human_bytes(count: float) -> str:
+    """2.44 TB, 5.68 GB, 106.88 kB: decimal units (as file systems' GB/s rates are), chosen by size."""
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count:.0f} B"
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """The GPT shape with Megatron's defaults filled in (ffn 4h or SwiGLU's 8h/3, kv_channels h/n, groups)."""
@@ -458,6 +466,48 @@ def megatron_memory(m: ModelShape, t: Training) -> Memory:
     return Memory(2 * shard, 4 * shard, optimizer * shard, megatron_activation_bytes(m, t), 0, "megatron")
 
 
+@dataclass(frozen=True)
+class MemoryDifference:
+    """One named reason why the complete model's total differs from Megatron's report (bytes, signed)."""
+
+    what: str
+    bytes: float
+    why: str
+
+
+def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
+    """complete_memory − megatron_memory, term by term; the terms add up to the difference exactly.
+
+    Megatron's report (theoretical_memory_usage) uses its sequence-parallel formula only together with
+    selective recompute; otherwise it counts the 10·s·b·h per layer outside the TP regions on every TP rank
+    and adds 5 % for temporaries. The complete model shards by TP whenever sequence parallel is on, and
+    leaves temporaries to the usable-memory margin (USABLE_FRACTION)."""
+    megatron, complete = megatron_memory(m, t), complete_memory(m, t)
+    params = complete.weights_and_optimizer - megatron.weights_and_optimizer
+    sp_formula = t.sequence_parallel and t.recompute == "selective"
+    margin = 0.0 if sp_formula else -(megatron.activations - megatron.activations / 1.05)
+    sp = 0.0
+    if t.sequence_parallel and not sp_formula:
+        s, b, h, pp = m.seq_length, t.micro_batch_size, m.hidden_size, t.pp
+        unsharded = s * b * h * 10 * m.num_layers * (1 - 1 / t.tp)
+        if t.vpp > 1:
+            unsharded *= 1 + (pp - 1) / (pp * t.vpp)
+        elif pp > 1:
+            unsharded *= min(1, t.num_microbatches / pp)
+        sp = -unsharded
+    rest = complete.activations - megatron.activations - margin - sp
+    return [
+        MemoryDifference("parameters", params, "exact per-stage count (biases, learned positions, the tied "
+                         "output copy on the last stage) at bytes per parameter by precision"),
+        MemoryDifference("sequence parallel", sp, "Megatron's report uses its sequence-parallel formula only "
+                         f"with selective recompute; the run shards norms and dropouts over TP {t.tp}"),
+        MemoryDifference("Megatron's 5 % margin", margin, "Megatron adds 5 % for temporaries; the complete "
+                         f"model leaves them to the {USABLE_FRACTION:.0%} fit rule"),
+        MemoryDifference("activation terms", rest, f"the most loaded stage ({complete.stage}), Korthikanti Table 2 "
+                         "widened for GQA/SwiGLU, attention scores when unfused, fp32 logits, recompute"),
+    ]
+
+
 def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter with Megatron's mixed-precision Adam."""
     optimizer: float
@@ -677,6 +727,14 @@ def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_nod
         fit=fit_status(complete.total, gpu),
         step=step_time(m, training, gpu, gpus_per_node, tflops),
     )
+
+
+def built_model_parameters(preset: Any, entry: str, tp: int) -> int:
+    """The one parameter count `launch list`, the dry-run and `launch plan` print: of the model that `entry`
+    builds from `preset` (the simple loop builds its own: unpadded vocabulary, untied output)."""
+    from launcher.pipeline.layout import model_args
+
+    return parameter_count(model_args(preset, entry), tp)
 
 
 def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
