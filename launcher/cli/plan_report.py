@@ -338,6 +338,17 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset setting first, as for launch")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    measure = parser.add_argument_group("measuring on this machine")
+    measure.add_argument("--measure", action="store_true",
+                         help="run the best layouts that fit this machine for a few iterations each (as `launch` "
+                              "would run them), rank them by the measured step time, print measured vs "
+                              "predicted and store the measurements for refitting")
+    measure.add_argument("--measure-layouts", type=int, default=4, metavar="N",
+                         help="how many layouts to run (default 4)")
+    measure.add_argument("--measure-iters", type=int, default=10, metavar="N",
+                         help="iterations per layout (default 10; the first 3 are warm-up and not timed)")
+    measure.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    measure.add_argument("--no-doctor", action="store_true", help="skip the environment checks before the runs")
 
 
 @dataclass(frozen=True)
