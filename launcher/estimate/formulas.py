@@ -120,6 +120,14 @@ class ModelShape:
     linear_bias: bool
     qkv_bias: bool
     attention_output_gate: bool
+    # Mixture of experts (0 experts: a dense GPT): `moe_layers` decoder layers (moe_layer_freq) have an MoE MLP
+    # of `num_experts` experts of width moe_ffn_hidden_size,
+    # `moe_topk` routed per token, plus a shared expert of width `shared_expert_size` (0: none).
+    num_experts: int = 0
+    moe_ffn_hidden_size: int = 0
+    moe_topk: int = 0
+    shared_expert_size: int = 0
+    moe_layers: int = 0
 
     @property
     def query_size(self) -> int:
@@ -160,7 +168,29 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
         linear_bias=bool(megatron_value(args, "add_bias_linear")),
         qkv_bias=bool(megatron_value(args, "add_bias_linear") or megatron_value(args, "add_qkv_bias")),
         attention_output_gate=bool(megatron_value(args, "attention_output_gate")),
+        **moe_shape(args, int(args["num_layers"]), int(ffn)),
     )
+
+
+def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, int]:
+    """The MoE fields of ModelShape from Megatron's flags (moe_layer_freq an int N: every N-th layer, or a
+    list of 0/1 per layer, as Megatron reads it); nothing for a dense model."""
+    experts = int(megatron_value(args, "num_experts") or 0)
+    if not experts:
+        return {}
+    freq = megatron_value(args, "moe_layer_freq")
+    if isinstance(freq, list | tuple):
+        layers = sum(1 for x in freq if x)
+    else:
+        every = max(1, int(freq or 1))
+        layers = sum(1 for i in range(min(num_layers, 1 << 20)) if i % every == 0)
+    return {
+        "num_experts": experts,
+        "moe_ffn_hidden_size": int(megatron_value(args, "moe_ffn_hidden_size") or ffn),
+        "moe_topk": int(megatron_value(args, "moe_router_topk")),
+        "shared_expert_size": int(megatron_value(args, "moe_shared_expert_intermediate_size") or 0),
+        "moe_layers": layers,
+    }
 
 
 @dataclass(frozen=True)
@@ -182,6 +212,8 @@ class Training:
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
     fused_cross_entropy: bool = False
     ep: int = 1  # expert parallel (MoE only; dense models keep 1)
+    etp: int | None = None  # expert tensor parallel (Megatron's default: TP)
+    moe_dispatcher: str = "allgather"  # moe_token_dispatcher_type: allgather | alltoall | flex
     overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
     overlap_param_gather: bool = False  # distributed optimizer's parameter all-gather overlapped with forward
     tp_comm_overlap: bool = False  # TE userbuffers: TP collectives overlapped with the GEMMs
@@ -206,6 +238,15 @@ class Training:
     @property
     def num_microbatches(self) -> int:
         return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """The group Megatron reduces expert gradients over and shards their optimizer state across."""
+        return max(1, self.world_size // (self.pp * self.ep * self.expert_tp))
 
 
 def recompute_of(args: Mapping[str, Any]) -> str:
@@ -263,6 +304,8 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
         ep=int(megatron_value(args, "expert_model_parallel_size")),
+        etp=_optional_int(megatron_value(args, "expert_tensor_parallel_size")),
+        moe_dispatcher=str(megatron_value(args, "moe_token_dispatcher_type")),
         overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
         overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),
         tp_comm_overlap=bool(megatron_value(args, "tp_comm_overlap")) and tp > 1,
@@ -317,12 +360,38 @@ def layer_params(m: ModelShape) -> LayerParams:
     return LayerParams(sharded, replicated)
 
 
+@dataclass(frozen=True)
+class MoeLayerParams:
+    """What an MoE layer has instead of the dense MLP: routed experts (sharded over EP·ETP), the router and
+    the shared expert (sharded over TP like a dense MLP)."""
+
+    experts: int  # all routed experts of the layer
+    router: int  # replicated
+    shared: int  # the shared expert (TP-sharded)
+
+
+def moe_layer_params(m: ModelShape) -> MoeLayerParams:
+    h = m.hidden_size
+    per_expert = h * m.moe_ffn_hidden_size * (3 if m.swiglu else 2)
+    shared = h * m.shared_expert_size * (3 if m.swiglu else 2) if m.shared_expert_size else 0
+    return MoeLayerParams(m.num_experts * per_expert, h * m.num_experts, shared)
+
+
+def dense_mlp_params(m: ModelShape) -> int:
+    """The dense MLP's weights (and fc1 bias) that an MoE layer replaces."""
+    fc1_out = m.ffn_hidden_size * (2 if m.swiglu else 1)
+    return m.hidden_size * fc1_out + m.ffn_hidden_size * m.hidden_size + (fc1_out if m.linear_bias else 0)
+
+
 def parameter_count(args: Mapping[str, Any], tp: int = 1) -> int:
-    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions included; no
-    MoE/MTP), with the vocabulary padded for TP `tp`."""
+    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions and MoE experts
+    included; no MTP), with the vocabulary padded for TP `tp`."""
     m = model_shape(args, tp)
     embedding = m.padded_vocab_size * m.hidden_size
     total = m.num_layers * layer_params(m).total + m.norm_size * m.hidden_size
+    if m.num_experts:
+        moe = moe_layer_params(m)
+        total += m.moe_layers * (moe.experts + moe.router + moe.shared - dense_mlp_params(m))
     total += embedding * (2 if m.untied else 1) + m.position_embeddings * m.hidden_size
     return total
 
@@ -333,29 +402,37 @@ class StageParams:
 
     stage: int
     layers: int
-    params: float
+    params: float  # all of them, expert weights included
+    expert_params: float = 0.0  # of which routed-expert weights (their optimizer state shards over expert DP)
 
 
 def stage_parameters(m: ModelShape, t: Training) -> tuple[StageParams, ...]:
     """Exact per-GPU parameters of every pipeline stage, with Megatron's (possibly uneven) split."""
-    return _stage_parameters(m, t.tp, pipeline_stages(m, t))
+    return _stage_parameters(m, t.tp, pipeline_stages(m, t), t.ep, t.expert_tp)
 
 
 @lru_cache(maxsize=4096)
-def _stage_parameters(m: ModelShape, tp: int, stages: tuple[Any, ...]) -> tuple[StageParams, ...]:
+def _stage_parameters(m: ModelShape, tp: int, stages: tuple[Any, ...], ep: int = 1,
+                      etp: int = 1) -> tuple[StageParams, ...]:
     lp = layer_params(m)
     h = m.hidden_size
     word = m.padded_vocab_size * h / tp
     out = []
+    moe_share = m.moe_layers / m.num_layers if m.num_experts and m.num_layers else 0.0
     for st in stages:
         params = st.layers * (lp.sharded / tp + lp.replicated)
+        experts = 0.0
+        if moe_share:  # the dense MLP out; the stage's share of experts (EP·ETP), shared expert, router in
+            moe = moe_layer_params(m)
+            experts = st.layers * moe_share * moe.experts / (ep * etp)
+            params += experts + st.layers * moe_share * (moe.shared / tp + moe.router - dense_mlp_params(m) / tp)
         if st.embedding:
             params += word + m.position_embeddings * h
         if st.loss:
             params += m.norm_size * h
             if m.untied or not st.embedding:  # tied weights: the last stage keeps its own copy when PP > 1
                 params += word
-        out.append(StageParams(st.rank, st.layers, params))
+        out.append(StageParams(st.rank, st.layers, params, experts))
     return tuple(out)
 
 
@@ -392,7 +469,8 @@ def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
 
 @lru_cache(maxsize=4096)
 def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
-    """Megatron's num_floating_point_operations (training.py:411) for a dense GPT, BSHD, no MoE/MTP/MLA.
+    """Megatron's num_floating_point_operations (training.py:411) for a GPT, BSHD, dense or MoE (top-k routed
+    plus shared experts per MoE layer), no MTP/MLA.
 
     Model FLOPs (forward + both backward GEMMs, recompute not counted), as Megatron logs TFLOP/s from.
     """
@@ -403,7 +481,10 @@ def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
     ffn_factor = 3 if m.swiglu else 2
     attention_linear = 6 * (h * (q + 2 * kv + gate) + q * h)
     attention_core = 6 * q  # ½ causal mask × 2 GEMMs
-    per_token = 6 * h * m.ffn_hidden_size * ffn_factor * m.num_layers + attention_linear * m.num_layers
+    dense_layers = m.num_layers - (m.moe_layers if m.num_experts else 0)
+    per_token = 6 * h * m.ffn_hidden_size * ffn_factor * dense_layers + attention_linear * m.num_layers
+    if m.num_experts:  # routed experts (top-k of them per token) and the shared expert, as Megatron counts
+        per_token += 6 * h * (m.moe_ffn_hidden_size * m.moe_topk + m.shared_expert_size) * ffn_factor * m.moe_layers
     per_token += 6 * h * m.padded_vocab_size
     return tokens * per_token + global_batch_size * m.seq_length**2 * attention_core * m.num_layers
 
@@ -541,6 +622,27 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     return replicated + sharded / t.tp
 
 
+def moe_layer_activation_delta(m: ModelShape, t: Training) -> float:
+    """An MoE layer's activations minus the dense MLP's it replaces, one microbatch, one GPU.
+
+    Per GPU the experts see (s/CP)·b·topk·ETP/TP token-expert pairs of width F_moe/ETP, i.e. the dense MLP's
+    terms with F → topk·F_moe (+ the shared expert's width), sharded by TP; the dispatcher keeps the permuted
+    hidden states (GEMM input, g bytes) and the combine's input (w bytes) of each pair, and the router its
+    fp32 logits over the experts."""
+    if not m.num_experts:
+        return 0.0
+    s, b, h = m.seq_length // t.cp, t.micro_batch_size, m.hidden_size
+    w = 4 if t.precision == "fp32" else 2
+    g = 1 if t.fp8 else w
+    per_width = s * b * (w * (2 if m.swiglu else 1) + g)
+    moe_width = m.moe_topk * m.moe_ffn_hidden_size + m.shared_expert_size
+    mlp = per_width * (moe_width - m.ffn_hidden_size) / t.tp
+    pairs = s * b * m.moe_topk * t.expert_tp / t.tp
+    buffers = pairs * h * (g + w)
+    router = 4 * s * b * m.num_experts / (t.tp if t.sequence_parallel else 1)
+    return mlp + buffers + router
+
+
 def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     """Activations held by one GPU of pipeline rank `stage` at the peak of the 1F1B / interleaved schedule."""
     st = pipeline_stages(m, t)[stage]
@@ -548,6 +650,8 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     w = 4 if t.precision == "fp32" else 2
     layers = st.layers
     per_layer = layer_activation_bytes(m, t)
+    if m.num_experts and m.num_layers:  # the MoE layers' share of the stage's layers
+        per_layer += moe_layer_activation_delta(m, t) * m.moe_layers / m.num_layers
     if t.recompute == "full":
         # Each layer keeps only its input; one layer's working set is rebuilt at a time.
         kept = w * s * b * h / (t.tp if t.sequence_parallel else 1)
@@ -583,8 +687,11 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
         if key in seen:
             continue
         seen.add(key)
-        p = params[st.rank].params
-        mem = Memory(wb * p, gb * p, ob * p, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
+        p, experts = params[st.rank].params, params[st.rank].expert_params
+        optimizer = ob * p
+        if experts and t.distributed_optimizer:  # expert state shards over expert DP, not DP×CP
+            optimizer += ob * experts * (t.dp_cp / t.expert_dp - 1)
+        mem = Memory(wb * p, gb * p, optimizer, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None
