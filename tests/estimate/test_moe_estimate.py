@@ -4,6 +4,7 @@ num_floating_point_operations, and the expert sharding of memory and time over E
 from __future__ import annotations
 
 from dataclasses import replace
+
 import pytest
 
 from launcher.estimate import formulas as est
@@ -66,7 +67,8 @@ def test_moe_flops_equal_megatrons_num_floating_point_operations() -> None:
 
 
 @pytest.mark.megatron
-def test_moe_parameter_count_equals_the_model_megatron_builds(model_parallel) -> None:
+@pytest.mark.usefixtures("model_parallel")
+def test_moe_parameter_count_equals_the_model_megatron_builds() -> None:
     pytest.importorskip("torch")
     import torch.nn.functional as F
     from megatron.core.models.gpt import GPTModel
@@ -81,7 +83,8 @@ def test_moe_parameter_count_equals_the_model_megatron_builds(model_parallel) ->
         num_moe_experts=a["num_experts"], moe_ffn_hidden_size=a["moe_ffn_hidden_size"],
         moe_router_topk=a["moe_router_topk"], moe_shared_expert_intermediate_size=96,
         moe_layer_freq=a["moe_layer_freq"])
-    model = GPTModel(config=config, transformer_layer_spec=get_gpt_decoder_block_spec(config, use_transformer_engine=False),
+    spec = get_gpt_decoder_block_spec(config, use_transformer_engine=False)
+    model = GPTModel(config=config, transformer_layer_spec=spec,
                      vocab_size=est.padded_vocab_size(a, 1), max_sequence_length=a["max_position_embeddings"],
                      position_embedding_type="rope", share_embeddings_and_output_weights=True)
     assert est.parameter_count(a) == sum(p.numel() for p in model.parameters())
