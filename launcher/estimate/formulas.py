@@ -214,6 +214,8 @@ class Training:
     ep: int = 1  # expert parallel (MoE only; dense models keep 1)
     etp: int | None = None  # expert tensor parallel (Megatron's default: TP)
     moe_dispatcher: str = "allgather"  # moe_token_dispatcher_type: allgather | alltoall | flex
+    # selective recompute's modules (Megatron's default: core_attn); layernorm and moe_act change memory here
+    recompute_modules: tuple[str, ...] = ("core_attn",)
     overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
     overlap_param_gather: bool = False  # distributed optimizer's parameter all-gather overlapped with forward
     tp_comm_overlap: bool = False  # TE userbuffers: TP collectives overlapped with the GEMMs
@@ -306,6 +308,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         ep=int(megatron_value(args, "expert_model_parallel_size")),
         etp=_optional_int(megatron_value(args, "expert_tensor_parallel_size")),
         moe_dispatcher=str(megatron_value(args, "moe_token_dispatcher_type")),
+        recompute_modules=tuple(megatron_value(args, "recompute_modules") or ("core_attn",)),
         overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
         overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),
         tp_comm_overlap=bool(megatron_value(args, "tp_comm_overlap")) and tp > 1,
@@ -611,6 +614,8 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     g = 1 if t.fp8 else w  # GEMM inputs: Transformer Engine keeps them in FP8 for the backward
     # Outside the TP regions: two norm inputs (w), QKV and fc1 inputs (g), two dropout masks (1 B each).
     replicated = s * b * h * (2 * w + 2 * g + 2)
+    if t.recompute == "selective" and "layernorm" in t.recompute_modules:
+        replicated -= s * b * h * 2 * g  # the norms' outputs (QKV and fc1 inputs) are recomputed
     # Inside: Q, K, V and the proj input (g); the MLP's activation input (2F wide with SwiGLU) and fc2 input (g).
     sharded = s * b * (w * (m.query_size + 2 * m.kv_size) + g * m.query_size)
     sharded += s * b * m.ffn_hidden_size * (w * (2 if m.swiglu else 1) + g)
@@ -639,6 +644,10 @@ def moe_layer_activation_delta(m: ModelShape, t: Training) -> float:
     mlp = per_width * (moe_width - m.ffn_hidden_size) / t.tp
     pairs = s * b * m.moe_topk * t.expert_tp / t.tp
     buffers = pairs * h * (g + w)
+    if t.recompute == "selective" and "moe_act" in t.recompute_modules:  # the experts' fc2 input
+        mlp -= pairs * m.moe_ffn_hidden_size / t.expert_tp * g
+    if t.recompute == "selective" and "moe" in t.recompute_modules:  # the whole MoE layer: only its input kept
+        mlp, buffers = -per_width * m.ffn_hidden_size / t.tp, 0.0
     router = 4 * s * b * m.num_experts / (t.tp if t.sequence_parallel else 1)
     return mlp + buffers + router
 

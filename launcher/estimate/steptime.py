@@ -22,7 +22,8 @@ The structure (docs/plan.md has the same with the calibration table):
      `tp_exposed` of it, or `tp_exposed_overlap` with `tp_comm_overlap` (TE userbuffers);
    - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
      backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
-   - EP: MoE all-to-all is not modelled (dense GPT only; EP stays 1);
+   - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
+     of it exposed; the expert GEMMs run at `grouped_gemm` of the dense shape efficiency (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; with VPP Megatron overlaps the transfers, so half the bytes are exposed;
    - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
@@ -60,10 +61,12 @@ class Kernels:
     tp_exposed: float  # fraction of TP communication left exposed without tp_comm_overlap
     tp_exposed_overlap: float  # ... with tp_comm_overlap
     launch: float  # seconds of fixed cost per layer per microbatch (launches, syncs), forward + backward
-    # MoE (fitted on the MoE runs in calibration.py): grouped-GEMM efficiency relative to a dense GEMM of
-    # the same shape, and the fraction of the token dispatch (all-to-all / all-gather) left exposed
-    grouped_gemm: float = 0.7
-    dispatch_exposed: float = 0.5
+    # MoE, fitted on the fitted part's Hopper MoE runs (`python -m launcher.estimate.calibration --fit`;
+    # Ampere borrows them): grouped-GEMM efficiency relative to a dense GEMM of the same shape, FP8's speed-up
+    # of the grouped GEMMs (fitted apart from fp8_gain), the fraction of the token dispatch left exposed
+    grouped_gemm: float = 0.8
+    grouped_fp8_gain: float = 1.0
+    dispatch_exposed: float = 0.4
 
 
 # Fitted on the runs in calibration.py (coordinate descent on the mean and median |log error|), then rounded.
@@ -236,7 +239,7 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     width = m.moe_ffn_hidden_size / t.expert_tp
     per_expert = pairs / max(1, m.num_experts // t.ep)
     eff = k.gemm * width / (width + k.gemm_width) * per_expert / (per_expert + k.gemm_tokens) * k.grouped_gemm
-    expert_rate = rate or peak * eff * (k.fp8_gain if t.fp8 else 1.0)
+    expert_rate = rate or peak * eff * (k.grouped_fp8_gain if t.fp8 else 1.0)
     seconds = 6 * pairs * h * width * factor / expert_rate
     if m.shared_expert_size:
         shared_w = h / tp
