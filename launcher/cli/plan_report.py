@@ -29,6 +29,7 @@ class Budget:
         return self.nodes * self.gpus_per_node
 
 
+MAX_GPUS = 1 << 20  # a million GPUs: more than any cluster, and the search's work stays bounded
 GPUS_PER_NODE_FOR_GPUS = 8  # --gpus N alone means nodes of 8 GPUs (HGX/DGX), or one node below 8
 
 
@@ -41,6 +42,9 @@ def resolve_budget(nodes: int | None, gpus_per_node: int | None, gpus: int | Non
     for flag, value in (("--gpus", gpus), ("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
+        if value is not None and value > MAX_GPUS:  # bounded work: the layout search walks the divisors
+            raise UserError(f"{flag} {value} is more GPUs than the plan searches (at most {MAX_GPUS:,})",
+                            f"give a budget of at most {MAX_GPUS:,} GPUs")
     if gpus is not None:
         per_node = gpus_per_node or GPUS_PER_NODE_FOR_GPUS
         if gpus <= per_node and gpus_per_node is None:
@@ -51,7 +55,11 @@ def resolve_budget(nodes: int | None, gpus_per_node: int | None, gpus: int | Non
             raise UserError(f"{gpus} GPUs are not a whole number of nodes of {per_node} GPUs",
                             f"use {options}, or --nodes N --gpus-per-node G")
         return Budget(gpus // per_node, per_node)
-    return Budget(nodes or preset_nodes, gpus_per_node or preset_gpus_per_node)
+    budget = Budget(nodes or preset_nodes, gpus_per_node or preset_gpus_per_node)
+    if budget.world_size > MAX_GPUS:
+        raise UserError(f"{budget.nodes} nodes × {budget.gpus_per_node} GPUs is more GPUs than the plan searches "
+                        f"(at most {MAX_GPUS:,})", f"give a budget of at most {MAX_GPUS:,} GPUs")
+    return budget
 
 
 _SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}

@@ -447,24 +447,34 @@ class MegatronParams:
     embedding: float
     total: float
     most_loaded_shard: float
+    expert_shard: float = 0.0  # of which routed experts (their optimizer state shards over expert DP)
 
 
 def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
-    """compute_weight_and_optimizer_memory's parameter counts (dense GPT, no MoE/MTP/MLA)."""
+    """compute_weight_and_optimizer_memory's parameter counts (dense or MoE GPT, no MTP/MLA)."""
     h = m.hidden_size
     p = m.query_size / h
+    gated = 1.5 if m.swiglu else 1
     attention = 2 * h * h * (1 + m.num_query_groups / m.num_attention_heads) * p
-    mlp = 2 * h * m.ffn_hidden_size * (1.5 if m.swiglu else 1)
+    mlp = 2 * h * m.ffn_hidden_size * gated
     norms = 2 * h * m.norm_size
     final_norm = m.norm_size * h
     embedding = h * m.padded_vocab_size
-    block = (attention + mlp + norms) * m.num_layers + final_norm
+    moe_layers = m.moe_layers if m.num_experts else 0
+    dense_layers = m.num_layers - moe_layers
+    shared = 2 * h * m.shared_expert_size * gated
+    routed = 2 * h * m.moe_ffn_hidden_size * m.num_experts * gated
+    router = h * m.num_experts + (m.num_experts if m.linear_bias else 0) if m.num_experts else 0
+    block = ((attention + mlp + norms) * dense_layers + (attention + shared + routed + norms + router) * moe_layers
+             + final_norm)
     embeddings = 2 * embedding if m.untied else embedding
-    shard = ((attention + mlp) * m.num_layers / t.pp + embedding) / t.tp
-    shard += (norms * m.num_layers + final_norm) / t.pp
+    tp_sharded = (attention + mlp) * dense_layers + (attention + shared) * moe_layers
+    replicated = norms * m.num_layers + router * moe_layers + final_norm
+    shard = (tp_sharded / t.pp + embedding) / t.tp + replicated / t.pp
     if m.untied and t.pp == 1:
         shard += embedding / t.tp
-    return MegatronParams(block, embeddings, block + embeddings, shard)
+    experts = routed * moe_layers / t.pp / (t.expert_tp * t.ep)
+    return MegatronParams(block, embeddings, block + embeddings, shard + experts, experts)
 
 
 # --------------------------------------------------------------------------------------------------- FLOPs
@@ -545,9 +555,10 @@ def megatron_activation_bytes(m: ModelShape, t: Training) -> float:
 def megatron_memory(m: ModelShape, t: Training) -> Memory:
     """Megatron's theoretical memory: bf16 weights (2 B), fp32 main grads (4 B), fp32 master+Adam (12 B, /DP
     with the distributed optimizer; DP = world/(TP·PP·CP)), and Megatron's activation formula."""
-    shard = megatron_parameters(m, t).most_loaded_shard
-    optimizer = 12 / t.dp if t.distributed_optimizer else 12
-    return Memory(2 * shard, 4 * shard, optimizer * shard, megatron_activation_bytes(m, t), 0, "megatron")
+    counts = megatron_parameters(m, t)
+    shard, experts = counts.most_loaded_shard, counts.expert_shard
+    optimizer = 12 / t.dp * (shard - experts) + 12 / t.expert_dp * experts if t.distributed_optimizer else 12 * shard
+    return Memory(2 * shard, 4 * shard, optimizer, megatron_activation_bytes(m, t), 0, "megatron")
 
 
 @dataclass(frozen=True)

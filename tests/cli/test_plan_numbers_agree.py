@@ -80,3 +80,10 @@ def test_plan_with_a_huge_model_setting_exits_2_quickly(launch, setting):
     assert time.monotonic() - start < 20
     assert "error: no layout of 345m fits on any number of h100-80gb GPUs" in err
     assert "Traceback" not in err
+
+
+def test_plan_refuses_a_budget_beyond_a_million_gpus(launch):
+    code, out, err = launch("plan", "345m", "--gpus", "1000000000000000")
+    assert code == 2
+    assert "error: --gpus 1000000000000000 is more GPUs than the plan searches (at most 1,048,576)" in err
+    assert "hint: give a budget of at most 1,048,576 GPUs" in err

@@ -67,6 +67,20 @@ def test_moe_flops_equal_megatrons_num_floating_point_operations() -> None:
 
 
 @pytest.mark.megatron
+def test_moe_weight_and_optimizer_memory_equal_megatrons_report() -> None:
+    from tests.test_estimate_megatron import megatron_args, tmu
+
+    for ep, dist_opt in ((1, False), (4, True), (8, True)):
+        args = {**QWEN3_30B, "num_layers": 8, "expert_model_parallel_size": ep, "micro_batch_size": 1,
+                "global_batch_size": 16, "use_distributed_optimizer": dist_opt}
+        ns = megatron_args(args, 16)
+        t = est.training_of(args, 16)
+        m = est.model_shape({**args, "padded_vocab_size": ns.padded_vocab_size})
+        expected = tmu.compute_weight_and_optimizer_memory(ns)
+        assert est.megatron_memory(m, t).weights_and_optimizer == pytest.approx(expected, rel=1e-9), (ep, dist_opt)
+
+
+@pytest.mark.megatron
 @pytest.mark.usefixtures("model_parallel")
 def test_moe_parameter_count_equals_the_model_megatron_builds() -> None:
     pytest.importorskip("torch")
