@@ -242,7 +242,9 @@ def run(ns: Any) -> int:
     quiet = open(os.devnull, "w")  # noqa: SIM115 - the runs' own logs are in their run directories
     try:
         for i, trial in enumerate(chosen, 1):
-            print(f"# measuring {i}/{len(chosen)}: {trial.label} ({iterations} iterations)", flush=True)
+            # progress on stderr: stdout is the table, or one JSON document
+            print(f"# measuring {i}/{len(chosen)}: {trial.label} ({iterations} iterations)", file=sys.stderr,
+                  flush=True)
             results.append(run_trial(ns, trial, inputs, iterations, quiet))
     finally:
         quiet.close()

@@ -55,7 +55,8 @@ def test_measure_ranks_by_the_measured_step_time_and_stores_it(launch, machine):
     code, out, err = launch("plan", "345m", "--measure", "--gpu", "h200-141gb", "--measure-layouts", "3",
                             "--format", "json", *flags, env=env)
     assert code == 0, err
-    measured = json.loads(out[out.index("{"):])["measurements"]
+    measured = json.loads(out)["measurements"]  # progress went to stderr
+    assert "# measuring 1/3: TP1 PP1 DP1 MBS32 recompute=none (10 iterations)" in err
     # ranked by the stub's step times (the first 3 iterations are warm-up), not by the prediction
     assert [(m["trial"]["label"], m["step_s"], m["peak_gib"]) for m in measured] == [
         ("TP1 PP1 DP1 MBS16 recompute=none", pytest.approx(0.33875, abs=1e-4), 16.0),

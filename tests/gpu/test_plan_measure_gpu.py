@@ -17,7 +17,7 @@ def test_measure_345m_on_one_gpu_ranks_by_measurement(tmp_path):
                        "--measure-iters", "12", "--format", "json", run_root=tmp_path / "runs")
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=4 * RUN_TIMEOUT_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    measured = json.loads(proc.stdout[proc.stdout.index("{"):])["measurements"]
+    measured = json.loads(proc.stdout)["measurements"]
     steps = [m["step_s"] for m in measured]
     assert all(s is not None for s in steps) and steps == sorted(steps)
     assert all(m["peak_gib"] and m["peak_gib"] < 139.8 for m in measured)
