@@ -51,9 +51,10 @@ def test_report_on_a_slurm_run_directory_lists_the_attempts(tmp_path):
                             manifest={"checkpoint_dir": str(tmp_path / "ckpt")}, argv=["sbatch", "job.sbatch"],
                             env={})
     (run_dir / "slurm-7.out").write_text(JOB_LOG)
+    # no sacct on PATH: the states come from the log alone (tests/runs/test_report_job_states.py adds sacct's)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(tmp_path / "no-sacct")}
     result = subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir), "--format", "json"],
-                            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False, env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["summary"]["attempts"] == 3 and report["summary"]["last_iteration"] == 6
@@ -63,8 +64,7 @@ def test_report_on_a_slurm_run_directory_lists_the_attempts(tmp_path):
         "attempt 2 (job 7): training failed with exit status 1; requeued",
         "attempt 3 (job 7): training finished"]
     text = subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+                          text=True, cwd=ROOT, timeout=120, check=False, env=env).stdout
     assert "in 3 attempts" in text and "attempts:           attempt 1 (job 7): killed without a word" in text
 
 
