@@ -14,6 +14,7 @@
 #   SLURM_LOCAL_SLURMD_TIMEOUT seconds until a silent node is declared down (Slurm's default, 300)
 #   SLURM_LOCAL_DBD_PORT slurmdbd (slurmctld's port + 2). MariaDB listens on a socket in BASE/run only.
 #   SLURM_LOCAL_ACCOUNTING=0 runs no slurmdbd/MariaDB (sacct then says accounting is disabled)
+#   SLURM_LOCAL_DEBUG the daemons' log level (info; debug logs every kill and launch request)
 # `up` and `down` are idempotent: `up` on a healthy cluster does nothing, on a broken one it restarts it.
 # Clients find the cluster through SLURM_CONF=BASE/etc/slurm.conf (the tests also look there by default).
 set -euo pipefail
@@ -128,6 +129,8 @@ SlurmdPidFile=$BASE/run/slurmd-%n.pid
 SlurmctldLogFile=$BASE/log/slurmctld.log
 SlurmdLogFile=$BASE/log/slurmd-%n.log
 MailProg=/bin/true
+SlurmdDebug=${SLURM_LOCAL_DEBUG:-info}
+SlurmctldDebug=${SLURM_LOCAL_DEBUG:-info}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -191,9 +194,9 @@ start_munged() {
         --log-file="$BASE/log/munged.log" --pid-file="$BASE/run/munged.pid" --seed-file="$BASE/munge/munge.seed"
 }
 
-# An empty MariaDB data directory, made once per machine (mariadb-install-db takes seconds) and copied for every
-# cluster; root's own directory under /var/lib, so no other user can plant one.
-DB_TEMPLATE=/var/lib/megatron-launch/mariadb-$(mariadbd --version 2>/dev/null | awk '{print $3}')
+# An empty MariaDB data directory, made once per machine and MariaDB version (mariadb-install-db takes seconds)
+# and copied for every cluster: root's own directory under /var/lib, so no other user can plant one.
+db_template() { printf '/var/lib/megatron-launch/mariadb-%s' "$(mariadbd --version | awk '{print $3}')"; }
 
 make_db_template() {
     [[ -d $DB_TEMPLATE/mysql ]] && return 0
@@ -211,6 +214,7 @@ make_db_template() {
 start_accounting() {
     mkdir -p "$BASE/run" "$BASE/log"
     if [[ ! -d $BASE/db/mysql ]]; then
+        DB_TEMPLATE=$(db_template)
         make_db_template
         rm -rf "$BASE/db" "$BASE/db.new"
         cp -a "$DB_TEMPLATE" "$BASE/db.new" && mv "$BASE/db.new" "$BASE/db"

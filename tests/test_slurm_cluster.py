@@ -29,8 +29,8 @@ from slurm_support import (
 from launcher.errors import UserError
 
 pytestmark = pytest.mark.slurm
-# Bound on a job that runs twice (a requeue) on a 2-core machine that other work keeps busy: the tests wait for
-# states (a line the job wrote, scontrol's job state), and this only ends one that would otherwise hang.
+# Bound on any job here (a requeued one included) on a 2-core machine that other work keeps busy: the tests wait
+# for states (a line the job wrote, scontrol's job state), and this only ends one that would otherwise hang.
 JOB_SECONDS = 600
 
 
@@ -110,7 +110,7 @@ def test_preflight_of_345m_on_two_nodes(launch, two_by_two, tmp_path):
     assert code == 0, err
     job_id = out.strip()
     assert job_id.isdigit(), out
-    fields = wait_for_job(job_id, two_by_two, timeout=150)
+    fields = wait_for_job(job_id, two_by_two, timeout=JOB_SECONDS)
     (run_dir,) = (tmp_path / "runs").iterdir()
     log = (run_dir / f"slurm-{job_id}.out").read_text()
     assert fields["JobState"] == "COMPLETED" and fields["ExitCode"] == "0:0", log + _stderr(run_dir, job_id)
@@ -159,7 +159,7 @@ def test_time_limit_warning_reaches_the_batch_shell(launch, two_by_two, tmp_path
     on SIGTERM is the requeue test's business.)"""
     job_id, run_dir = _submit_trainer(launch, two_by_two, tmp_path, "train_iters=400", "slurm.max_restarts=0",
                                       "slurm.time=2", "slurm.signal_seconds=110")
-    fields = wait_for_job(job_id, two_by_two, timeout=180)
+    fields = wait_for_job(job_id, two_by_two, timeout=JOB_SECONDS)
     log, stderr = (run_dir / f"slurm-{job_id}.out").read_text(), _stderr(run_dir, job_id)
     assert fields["JobState"] != "TIMEOUT" and fields["Restarts"] == "0", log + stderr
     assert "megatron-launch: got SIGUSR1, sending SIGTERM to the training processes" in stderr, log + stderr
@@ -224,7 +224,7 @@ def _submit_failing_at_start(launch, cluster, tmp_path, *overrides: str) -> tupl
                             "--megatron-path", str(megatron), env=cluster)
     assert code == 0, err
     job_id = out.strip()
-    fields = wait_for_job(job_id, cluster, timeout=90)
+    fields = wait_for_job(job_id, cluster, timeout=JOB_SECONDS)
     (run_dir,) = (tmp_path / "runs").iterdir()
     return fields, (run_dir / f"slurm-{job_id}.err").read_text()
 

@@ -165,10 +165,14 @@ def test_a_node_that_dies_fails_the_job_as_node_fail_and_it_resumes_after_requeu
     assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", log
     # Slurm's accounting: the first attempt ended as NODE_FAIL, the second completed
     assert wait_for_sacct(job_id, env, 2, JOB_SECONDS) == ["NODE_FAIL", "COMPLETED"], sacct_states(job_id, env)
-    saved = re.findall(r"trainer: saved checkpoint iteration=(\d+) \((\w+)\) restart=0", log)
-    # rank 0 saved on Slurm's SIGTERM where it survived, or the interval checkpoint is the last one
-    last_saved = saved[-1][0]
-    assert int(last_saved) >= 4 and f"trainer: start iteration={last_saved} world_size=4 restart=1" in log, log
+    # Attempt 2 resumed from a complete checkpoint no older than the last interval save of attempt 1: rank 0
+    # saved on Slurm's SIGTERM where it survived (its last lines may be missing from the log when the node that
+    # died ran the batch script, which relays the output), or the interval checkpoint is the last one.
+    saved = [int(n) for n in re.findall(r"trainer: saved checkpoint iteration=(\d+) \(\w+\) restart=0", log)]
+    start = re.search(r"trainer: start iteration=(\d+) world_size=4 restart=1", log)
+    assert saved and start and int(start.group(1)) >= max(saved) >= 4, log
+    resumed = run_dir / "checkpoints" / f"iter_{int(start.group(1)):07d}"
+    assert sorted(path.name for path in resumed.glob("*.done")) == [f"rank_{r:02d}.done" for r in range(4)]
     # the batch shell got Slurm's SIGTERM, or (on the dead node, or killed before it could say so) the next
     # attempt says it
     assert re.search(r"megatron-launch: attempt 1 ended: (stopped by Slurm|killed without a word)", log), log
