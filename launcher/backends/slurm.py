@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from launcher.megatron.pin import require_checkout
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
-from launcher.pipeline.shell import shell_comment
+from launcher.pipeline.shell import shell_comment, shell_word
 from launcher.pipeline.slurm_settings import (
     MAX_CHAIN,
     SlurmSettings,
@@ -96,7 +95,7 @@ class BatchJob:
     @property
     def export_lines(self) -> list[str]:
         """`export NAME=value` for every rank; a secret is taken from the submitting environment instead."""
-        return [ShellSafe(secrets.shell_export(name, value, shlex.quote)) for name, value in self.env.items()]
+        return [ShellSafe(secrets.shell_export(name, value, shell_word)) for name, value in self.env.items()]
 
 
 def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain: int | None = None,
@@ -179,8 +178,8 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["q"] = lambda value: ShellSafe(shlex.quote(str(value)))
-    env.filters["words"] = lambda values: ShellSafe(" ".join(shlex.quote(str(v)) for v in values))
+    env.filters["q"] = lambda value: ShellSafe(shell_word(str(value)))
+    env.filters["words"] = lambda values: ShellSafe(" ".join(shell_word(str(v)) for v in values))
     env.filters["sbatch"] = _sbatch_filter
     env.filters["comment"] = _comment_filter
     return env

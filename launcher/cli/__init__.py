@@ -339,6 +339,20 @@ def _with_command_hint(exc: UserError, argv: list[str]) -> UserError:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Every output passes the one secret rule (and loses raw terminal controls) on its way out.
+    from launcher.redaction import RedactingStream
+
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)  # type: ignore[assignment]
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: list[str]) -> int:
     try:
         with interrupts.signals_interrupt():  # SIGTERM/SIGHUP clean up like Ctrl-C (a running child gets them)
             if argv and argv[0] in SUBCOMMANDS:

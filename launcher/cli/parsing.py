@@ -11,7 +11,14 @@ from launcher.errors import UserError, closest, did_you_mean
 
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors raise UserError (printed by launcher.cli.main as error/hint, exit 2)
-    instead of printing the usage text and exiting; a misspelled option or choice gets a "did you mean"."""
+    instead of printing the usage text and exiting; a misspelled option or choice gets a "did you mean".
+
+    No abbreviations: `--se=env.HF_TOKEN=…` would be read as --set and escape the redaction of what --set
+    holds; an option is spelled out or refused (with its "did you mean")."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         see = f"see {self.prog} --help"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from launcher.estimate import formulas as estimate
@@ -11,7 +10,8 @@ from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
-from launcher.pipeline.shell import shell_comment
+from launcher.pipeline.shell import shell_comment, shell_word
+from launcher.runs import secrets
 
 _one_line = shell_comment  # a newline in a preset's description must not end the comment
 
@@ -20,7 +20,7 @@ def command_lines(command: Command) -> list[str]:
     """One flag (with its values) per line, continued with backslashes."""
     runner = command.shell_words()[:command.argv.index(command.script)]
     lines = [" ".join(runner),
-             *("  " + line for line in [shlex.quote(command.script), *flag_lines(command.script_args)])]
+             *("  " + line for line in [shell_word(command.script), *flag_lines(command.script_args)])]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
@@ -71,7 +71,8 @@ def text(job: ResolvedJob, command: Command) -> str:
     if command.expand:
         lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
+    # as command.sh has them: a secret is taken from the environment the script runs in, never printed
+    lines += [secrets.shell_export(name, value, shell_word) for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 
@@ -87,8 +88,8 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "gpus_per_node": job.gpus_per_node,
         "layout": job.layout.as_dict(),
         **facts,
-        "argv": command.argv,
-        "env": command.env,
+        "argv": secrets.redact_argv(command.argv),
+        "env": secrets.redact_env(command.env),
         "script": command.script,
         "script_args": command.script_args,
         "run_dir": str(job.run_dir) if job.run_dir is not None else None,
@@ -96,6 +97,6 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "notes": list(job.notes),
         "warnings": list(job.warnings),
         "sources": list(job.preset.sources),
-        "overrides": list(job.preset.overrides),
+        "overrides": secrets.redact_argv(job.preset.overrides),
     }
     return json.dumps(data, indent=2) + "\n"

@@ -14,6 +14,7 @@ from typing import Any
 from launcher.errors import UserError
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import Preset, load_preset
+from launcher.runs import secrets
 from launcher.runs.rundir import MANIFEST, PRESET_FILE
 
 NOT_SET = "(not set)"
@@ -35,6 +36,8 @@ def launcher_settings(preset: Preset) -> dict[str, Any]:
     """The launcher's settings flattened: env and slurm entries as env.NAME and slurm.NAME."""
     flat: dict[str, Any] = {}
     for name, value in asdict(preset.launcher).items():
+        if name == "env":  # the one secret rule: a secret's value is never shown
+            value = secrets.redact_env(value)
         if isinstance(value, dict):
             flat.update({f"{name}.{key}": _plain(inner) for key, inner in value.items()})
         else:
@@ -70,7 +73,7 @@ def show(preset_ref: str, overrides: list[str], nodes: int | None, gpus_per_node
     settings = launcher_settings(preset)
     data: dict[str, Any] = {
         "preset": preset.name, "description": preset.description, "sources": list(preset.sources),
-        "overrides": list(preset.overrides), "entry": job.entry, "nodes": nodes, "gpus_per_node": gpus_per_node,
+        "overrides": secrets.redact_argv(preset.overrides), "entry": job.entry, "nodes": nodes, "gpus_per_node": gpus_per_node,
         "launcher": settings, "megatron": {k: _plain(v) for k, v in job.preset.megatron.items()},
         "differs_from_megatron_defaults": rows, "notes": list(job.notes),
         "problems": [p.render() for p in problems],
@@ -80,7 +83,7 @@ def show(preset_ref: str, overrides: list[str], nodes: int | None, gpus_per_node
     lines = [f"# preset {preset.name}" + (f": {' '.join(preset.description.split())}" if preset.description else "")]
     lines += [f"# from {source}" for source in preset.sources]
     if preset.overrides:
-        lines.append("# overrides: " + " ".join(f"--set {o}" for o in preset.overrides))
+        lines.append("# overrides: " + " ".join(f"--set {o}" for o in secrets.redact_argv(preset.overrides)))
     lines.append(f"# entry {job.entry}; world {nodes} node(s) × {gpus_per_node} GPU(s)")
     lines += [f"# note: {' '.join(n.split())}" for n in job.notes]
     lines += [f"# problem: {' '.join(p.message.split())}" for p in problems]

@@ -4,7 +4,6 @@ preflight all-reduce. A pure translation: every Megatron setting was decided by 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +11,7 @@ from pathlib import Path
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
-from launcher.pipeline.shell import HostFromEnv, shell_words
+from launcher.pipeline.shell import HostFromEnv, shell_word, shell_words
 
 # The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
@@ -50,7 +49,7 @@ def flag_lines(args: Sequence[str]) -> list[str]:
     for arg in args:
         if arg.startswith("--") or not groups:
             groups.append([])
-        groups[-1].append(shlex.quote(arg))
+        groups[-1].append(shell_word(arg))
     return [" ".join(words) for words in groups]
 
 
