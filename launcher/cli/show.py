@@ -73,7 +73,8 @@ def show(preset_ref: str, overrides: list[str], nodes: int | None, gpus_per_node
     settings = launcher_settings(preset)
     data: dict[str, Any] = {
         "preset": preset.name, "description": preset.description, "sources": list(preset.sources),
-        "overrides": secrets.redact_argv(preset.overrides), "entry": job.entry, "nodes": nodes, "gpus_per_node": gpus_per_node,
+        "overrides": secrets.redact_argv(preset.overrides), "entry": job.entry, "nodes": nodes,
+        "gpus_per_node": gpus_per_node,
         "launcher": settings, "megatron": {k: _plain(v) for k, v in job.preset.megatron.items()},
         "differs_from_megatron_defaults": rows, "notes": list(job.notes),
         "problems": [p.render() for p in problems],

@@ -215,7 +215,8 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
 
 def _env_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
-        raise UserError(f"'{name}' in launcher.env ({where}) is not a valid environment variable name")
+        raise UserError(f"{shown(name)} in launcher.env ({where}) is not a valid environment variable name",
+                        "letters, digits and _, not starting with a digit")
     return name
 
 
