@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,21 +23,65 @@ MAX_DEPTH = 64  # nesting of mappings and lists; presets use three or four level
 MAX_NODES = 100_000  # values in a document after alias expansion (a data_path blend may list thousands)
 
 
-def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes; UserError for anything else (missing, a device
-    such as /dev/zero, a FIFO, a directory, too big)."""
+MAX_LINE_BYTES = 1 << 20  # one line of a log as read; the rest of a longer one is dropped (no log line is a MiB)
+
+
+def _open_regular(path: str | Path, what: str) -> int:
+    """A descriptor of a regular file opened for reading; UserError for anything else (missing, a device such
+    as /dev/zero, a FIFO, a directory)."""
     name = shown(str(path))
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer; the check below refuses it anyway.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise UserError(f"{what} {name} does not exist") from None
     except OSError as exc:
         raise UserError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"cannot read {what} {name}: not a regular file", "give a file, not a directory or device")
+    os.set_blocking(fd, True)
+    return fd
+
+
+class Lines:
+    """The lines of a regular file of at most `limit` bytes, read as they are needed (memory: one line),
+    each at most MAX_LINE_BYTES; `ended_with_newline` tells, after the last line, whether the file did."""
+
+    def __init__(self, path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> None:
+        self.path, self.what, self.limit = path, what, limit
+        self.ended_with_newline = True
+        self.empty = True
+
+    def __iter__(self) -> Iterator[str]:
+        fd = _open_regular(self.path, self.what)
+        size = 0
+        with os.fdopen(fd, "rb") as handle:
+            while True:
+                raw = handle.readline(MAX_LINE_BYTES)
+                if not raw:
+                    return
+                size += len(raw)
+                if size > self.limit:
+                    raise UserError(f"{self.what} {shown(str(self.path))} is larger than {self.limit:,} bytes",
+                                    "is this the right file?")
+                self.empty = False
+                self.ended_with_newline = raw.endswith(b"\n")
+                if not self.ended_with_newline and len(raw) == MAX_LINE_BYTES:
+                    while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                        size += len(rest)  # the rest of an overlong line is skipped, still counted
+                    size += len(rest)
+                    self.ended_with_newline = bool(rest)
+                yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes; UserError for anything else (missing, a device
+    such as /dev/zero, a FIFO, a directory, too big)."""
+    name = shown(str(path))
+    fd = _open_regular(path, what)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"cannot read {what} {name}: not a regular file", "give a file, not a directory or device")
         if info.st_size > limit:
             raise UserError(f"{what} {name} is {info.st_size:,} bytes; at most {limit:,} are read",
                             "is this the right file?")

@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     from launcher.redaction import RedactingStream
 
     stdout, stderr = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
     try:
         return _main(argv)
     finally:
