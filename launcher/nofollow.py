@@ -28,17 +28,12 @@ def _symlink_error(path: Path, what: str) -> UserError:
 
 
 def real_dir(path: str | Path, what: str = "directory", create: bool = True) -> Path:
-    """`path` as a directory that is not a symbolic link, made (with its parents) when missing."""
+    """`path` as a directory that is not a symbolic link, made (with its parents) when missing. OSError when it
+    cannot be made (the caller says what for); UserError for a link or a file in its place."""
     path = Path(path)
     if create and not os.path.lexists(path):
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UserError(f"cannot create {what} {shown(str(path))}: {exc.strerror or exc}") from None
-    try:
-        info = os.lstat(path)
-    except OSError as exc:
-        raise UserError(f"cannot use {what} {shown(str(path))}: {exc.strerror or exc}") from None
+        path.mkdir(parents=True, exist_ok=True)
+    info = os.lstat(path)
     if stat.S_ISLNK(info.st_mode):
         raise _symlink_error(path, what)
     if not stat.S_ISDIR(info.st_mode):

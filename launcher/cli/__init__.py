@@ -83,7 +83,8 @@ def cmd_run(argv: list[str]) -> int:
     if args.resume:
         from launcher.runs import tracking
 
-        preset, existing = tracking.open_resume(args.resume, args.overrides)
+        preset, existing = tracking.open_resume(args.resume, args.overrides,
+                                                megatron_path_given=args.megatron_path is not None)
     else:
         preset = load_preset(args.preset, args.overrides)
     gpus_here = None

@@ -25,7 +25,7 @@ from launcher.errors import Problem, UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.layout import Layout, check, choose_entry, choose_micro_batch
-from launcher.pipeline.preset import Preset
+from launcher.pipeline.preset import Preset, parse_override
 from launcher.runs import rundir
 
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
@@ -163,9 +163,12 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
         kernel_flags = kernel_rules.fallbacks(preset.megatron, kernels)
         added.update(kernel_flags)
         megatron = {**preset.megatron, **kernel_flags}
-        if existing is not None:  # --save = --load = the run's own checkpoints
-            added.update(existing.resume_megatron_args())
-            megatron.update(existing.resume_megatron_args())
+        if existing is not None:  # --save = --load = the run's own checkpoints, unless this --set moves them
+            given = {parse_override(text)[0].removeprefix("megatron.") for text in preset.overrides}
+            paths = {k: v for k, v in existing.resume_megatron_args().items() if k not in given}
+            added.update(paths)
+            megatron.update(paths)
+            notes = [*notes, resume_note(existing, megatron)]
         if run_dir is not None:
             paths = rundir.run_dir_megatron_args(run_dir, megatron)
             added.update(paths)
@@ -181,6 +184,17 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes))
     return job, problems
+
+
+def resume_note(existing: rundir.ExistingRun, megatron: Mapping[str, Any]) -> str:
+    """What a resumed run takes from its directory, and where it reads and writes outside it."""
+    inside = Path(existing.path).absolute()
+    paths = {name: megatron.get(name) for name in ("load", "save", "tensorboard_dir")}
+    outside = [f"{name} {value}" for name, value in paths.items()
+               if value and not Path(str(value)).absolute().is_relative_to(inside)]
+    return (f"resuming {existing.path}: its preset.yaml gives the settings, its manifest the checkpoint directory "
+            f"(load {paths['load']}, save {paths['save']})"
+            + (f"; outside the run directory: {', '.join(outside)}" if outside else ""))
 
 
 _NO_LAYOUT = Layout(world_size=0, tp=0, pp=0, cp=0, ep=0, dp=0, vpp=None, micro_batch_size=0, global_batch_size=0,

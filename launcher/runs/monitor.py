@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher import nofollow, untrusted
+from launcher.errors import UserError, shown
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.timing import StartupClock
@@ -78,6 +79,9 @@ class Monitor:
         for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=attempt_number):
             if earlier == self.log_path:
                 continue
+            if earlier.is_symlink():  # a run's logs are its own files; a link leads elsewhere
+                raise UserError(f"earlier attempt log {shown(str(earlier))} is a symbolic link",
+                                "a run directory's logs are files; remove the link, then resume again")
             # streamed, from a regular file only: a FIFO or /dev/zero named attempt-1.log is refused, not read
             self.runlog.feed_attempt(untrusted.Lines(earlier, "earlier attempt log", MAX_ATTEMPT_LOG_BYTES))
 
