@@ -28,7 +28,8 @@ def _dry_run(capsys, *args: str) -> tuple[int, str, str]:
 
 
 def test_a_list_setting_given_as_one_string_never_puts_a_flag_into_the_argv(tmp_path, capsys):
-    preset = _preset(tmp_path, 'megatron: {special_tokens: "a --tensor-model-parallel-size 8 --spec evil_module evil_fn"}')
+    preset = _preset(tmp_path,
+                     'megatron: {special_tokens: "a --tensor-model-parallel-size 8 --spec evil_module evil_fn"}')
     code, out, err = _dry_run(capsys, preset)
     assert (code, out) == (2, "")
     assert err.splitlines()[0] == ("error: special_tokens (" + preset + "): the value '--tensor-model-parallel-size' "
