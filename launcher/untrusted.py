@@ -149,7 +149,7 @@ class _Constructor(yaml.constructor.SafeConstructor):
 
 # libyaml's parser when PyYAML has it: the pure-Python scanner takes ~1.4 µs a character (11 s for a file at
 # MAX_FILE_BYTES); the C one reads the same in a fraction of a second. Both refuse control characters.
-_Parser: Any = getattr(yaml, "CParser", None) if yaml.__with_libyaml__ else None
+_Parser: Any = getattr(getattr(yaml, "cyaml", None), "CParser", None) if yaml.__with_libyaml__ else None
 
 
 if _Parser is not None:
