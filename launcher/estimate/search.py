@@ -346,10 +346,9 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     base = est.training_of(args, 1)
     allow_sp = sequence_parallel_allowed(args)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
-    memory_fits: list[int] = []  # worlds where some layout fits in memory but launch's checks refuse them all
-    for world in worlds:
-        if len(memory_fits) == REFUSED_WORLDS:
-            return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
+
+    def frugal_layouts(world: int) -> Iterable[est.Training]:
+        """The most memory-frugal layout of each (TP, PP) on `world` GPUs that fits in memory."""
         for tp in est.divisors(min(world, gpus_per_node)):
             for pp in est.divisors(world // tp):
                 shape = est.model_shape(args, tp)
@@ -360,13 +359,22 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
                             sequence_parallel=allow_sp and tp > 1, distributed_optimizer=True)
                 if world % (tp * t.pp * t.cp):  # no data-parallel group: not a layout
                     continue
-                # memory first: it is cheaper than the rules, and most small worlds fail it
-                if est.fit_status(est.complete_memory(shape, t).total, gpu) != "fits":
-                    continue
-                if not rules.problems(t):
-                    return world
-                if not memory_fits or memory_fits[-1] != world:
-                    memory_fits.append(world)
+                if est.fit_status(est.complete_memory(shape, t).total, gpu) == "fits":
+                    yield t
+
+    # Bounded before the search: more GPUs only shard more, so a model that fits on none of the largest world's
+    # layouts (10^9 layers, a 10^9-token sequence) is answered at once, not after every smaller world.
+    if next(iter(frugal_layouts(worlds[-1])), None) is None:
+        return None
+    memory_fits: list[int] = []  # worlds where some layout fits in memory but launch's checks refuse them all
+    for world in worlds:
+        if len(memory_fits) == REFUSED_WORLDS:
+            return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
+        for t in frugal_layouts(world):  # memory first: it is cheaper than the rules; most small worlds fail it
+            if not rules.problems(t):
+                return world
+            if not memory_fits or memory_fits[-1] != world:
+                memory_fits.append(world)
     return memory_fits[0] if memory_fits else None
 
 
@@ -381,7 +389,8 @@ def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu,
                                  f"fix that setting first (`launch {preset} --dry-run` lists every problem)"))
     if need is None:
         return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
-                                 "check the global batch size: DP must divide it"))
+                                 "check the model's size (num_layers, hidden_size, seq_length: it may fit on no number "
+                                 "of GPUs) and the global batch size (data parallelism must divide it)"))
     nodes = -(-need // gpus_per_node)
     return UserError(Problem(
         f"no valid layout of {preset} fits on {world} × {gpu.name}",
