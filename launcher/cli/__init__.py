@@ -382,14 +382,15 @@ def internal_error_line(exc: BaseException, argv: list[str]) -> str:
     import traceback
 
     from launcher.errors import shown
+    from launcher.redaction import scrub
     from launcher.runs.secrets import redact_argv
 
     name = f"megatron-launch-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
     path = os.path.join(tempfile.gettempdir(), name)
     try:
-        with open(path, "x", encoding="utf-8") as handle:
+        with open(path, "x", encoding="utf-8") as handle:  # "x": O_EXCL, never through a planted link
             handle.write(f"launch {' '.join(redact_argv(argv))}\n\n")
-            traceback.print_exception(exc, file=handle)
+            handle.write(scrub("".join(traceback.format_exception(exc))))  # a secret's value in a frame's text
         where = f"traceback in {path}"
     except OSError:
         where = "the traceback could not be written to a file"
