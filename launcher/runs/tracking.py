@@ -15,7 +15,7 @@ from typing import IO
 from launcher import lock
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.command import Command
-from launcher.pipeline.preset import Preset, load_preset, parse_override
+from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, parse_override
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir, secrets
 from launcher.runs.monitor import Monitor
@@ -61,7 +61,9 @@ def refuse_untrusted_changes(preset: Preset, run: rundir.ExistingRun, given: set
     env: dict = first["env"] if isinstance(first.get("env"), dict) else {}
     megatron_lm: dict = run.manifest["megatron_lm"] if isinstance(run.manifest.get("megatron_lm"), dict) else {}
     launched: dict[str, object] = {
-        "torchrun": argv[0] if argv else None,
+        # torchrun is the word before its --nnodes; a record without one (a Kubernetes attempt: kubectl …) ran
+        # the default
+        "torchrun": argv[argv.index("--nnodes") - 1] if "--nnodes" in argv[1:] else LauncherSettings().torchrun,
         "entry": run.manifest.get("entry"),
         "megatron_path": megatron_lm.get("path"),
         "spec": _flag_values(argv, "--spec"),
