@@ -15,7 +15,7 @@ from typing import IO
 from launcher import lock
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.command import Command
-from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, parse_override
+from launcher.pipeline.preset import Preset, load_preset, parse_override
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir, secrets
 from launcher.runs.monitor import Monitor
@@ -60,21 +60,23 @@ def refuse_untrusted_changes(preset: Preset, run: rundir.ExistingRun, given: set
     argv = [str(word) for word in first.get("argv") or []] if isinstance(first.get("argv"), list) else []
     env: dict = first["env"] if isinstance(first.get("env"), dict) else {}
     megatron_lm: dict = run.manifest["megatron_lm"] if isinstance(run.manifest.get("megatron_lm"), dict) else {}
+    # What a local attempt records is torchrun's own argv and environment; a Slurm or Kubernetes attempt records
+    # its submit command (sbatch …, kubectl …), which shows neither: those are compared where recorded.
+    ran_torchrun = "--nnodes" in argv[1:]
     launched: dict[str, object] = {
-        # torchrun is the word before its --nnodes; a record without one (a Kubernetes attempt: kubectl …) ran
-        # the default
-        "torchrun": argv[argv.index("--nnodes") - 1] if "--nnodes" in argv[1:] else LauncherSettings().torchrun,
         "entry": run.manifest.get("entry"),
         "megatron_path": megatron_lm.get("path"),
-        "spec": _flag_values(argv, "--spec"),
     }
     settings = preset.launcher
-    now: dict[str, object] = {"torchrun": settings.torchrun, "entry": settings.entry,
-                              "megatron_path": settings.megatron_path, "spec": preset.megatron.get("spec")}
+    now: dict[str, object] = {"entry": settings.entry, "megatron_path": settings.megatron_path}
+    if ran_torchrun:
+        launched.update(torchrun=argv[argv.index("--nnodes") - 1], spec=_flag_values(argv, "--spec"))
+        now.update(torchrun=settings.torchrun, spec=preset.megatron.get("spec"))
     changed = [(name, now[name], launched[name]) for name in now
                if name not in given and now[name] is not None and now[name] != launched[name]]
-    changed += [(f"env.{name}", value, env.get(name)) for name, value in settings.env.items()
-                if f"env.{name}" not in given and value != secrets.REDACTED and env.get(name) != value]
+    if ran_torchrun:
+        changed += [(f"env.{name}", value, env.get(name)) for name, value in settings.env.items()
+                    if f"env.{name}" not in given and value != secrets.REDACTED and env.get(name) != value]
     if changed:
         where = run.path / rundir.PRESET_FILE
         raise UserError([Problem(
