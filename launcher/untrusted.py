@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,23 +21,70 @@ from launcher.errors import UserError, clip, shown
 MAX_FILE_BYTES = 8 * 1024 * 1024  # a preset or manifest is a few KiB; this only stops runaway reads
 MAX_DEPTH = 64  # nesting of mappings and lists; presets use three or four levels
 MAX_NODES = 100_000  # values in a document after alias expansion (a data_path blend may list thousands)
+# characters of all scalars after alias expansion: one 7 MB string aliased 99,000 times is within MAX_NODES but
+# would be 700 GB wherever it is printed or passed on
+MAX_EXPANDED_CHARS = 2 * MAX_FILE_BYTES
+
+
+MAX_LINE_BYTES = 1 << 20  # one line of a log as read; the rest of a longer one is dropped (no log line is a MiB)
+
+
+def _open_regular(path: str | Path, what: str) -> int:
+    """A descriptor of a regular file opened for reading; UserError for anything else (missing, a device such
+    as /dev/zero, a FIFO, a directory)."""
+    name = shown(str(path))
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the check below refuses it anyway.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise UserError(f"{what} {name} does not exist") from None
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"cannot read {what} {name}: not a regular file", "give a file, not a directory or device")
+    os.set_blocking(fd, True)
+    return fd
+
+
+class Lines:
+    """The lines of a regular file of at most `limit` bytes, read as they are needed (memory: one line),
+    each at most MAX_LINE_BYTES; `ended_with_newline` tells, after the last line, whether the file did."""
+
+    def __init__(self, path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> None:
+        self.path, self.what, self.limit = path, what, limit
+        self.ended_with_newline = True
+        self.empty = True
+
+    def __iter__(self) -> Iterator[str]:
+        fd = _open_regular(self.path, self.what)
+        size = 0
+        with os.fdopen(fd, "rb") as handle:
+            while True:
+                raw = handle.readline(MAX_LINE_BYTES)
+                if not raw:
+                    return
+                size += len(raw)
+                if size > self.limit:
+                    raise UserError(f"{self.what} {shown(str(self.path))} is larger than {self.limit:,} bytes",
+                                    "is this the right file?")
+                self.empty = False
+                self.ended_with_newline = raw.endswith(b"\n")
+                if not self.ended_with_newline and len(raw) == MAX_LINE_BYTES:
+                    while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                        size += len(rest)  # the rest of an overlong line is skipped, still counted
+                    size += len(rest)
+                    self.ended_with_newline = bool(rest)
+                yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
     """The bytes of a regular file of at most `limit` bytes; UserError for anything else (missing, a device
     such as /dev/zero, a FIFO, a directory, too big)."""
     name = shown(str(path))
-    try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; the check below refuses it anyway.
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise UserError(f"{what} {name} does not exist") from None
-    except OSError as exc:
-        raise UserError(f"cannot read {what} {name}: {exc.strerror or exc}") from None
+    fd = _open_regular(path, what)
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"cannot read {what} {name}: not a regular file", "give a file, not a directory or device")
         if info.st_size > limit:
             raise UserError(f"{what} {name} is {info.st_size:,} bytes; at most {limit:,} are read",
                             "is this the right file?")
@@ -62,23 +110,9 @@ def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         raise UserError(f"{what} {shown(str(path))} is not UTF-8 text (byte {exc.start})") from None
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses repeated keys and deep nesting, and turns a value PyYAML cannot build
-    (2024-13-45 as a date, `!!int abc`, a 5,000-digit number) into a YAML error with its position."""
-
-    def __init__(self, stream: str) -> None:
-        super().__init__(stream)
-        self._depth = 0
-
-    def compose_node(self, parent, index):
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels",
-                                                  self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+class _Constructor(yaml.constructor.SafeConstructor):
+    """SafeConstructor that refuses repeated keys, and turns a value PyYAML cannot build (2024-13-45 as a date,
+    `!!int abc`, a 5,000-digit number) into a YAML error with its position."""
 
     def construct_object(self, node, deep=False):
         try:
@@ -113,12 +147,53 @@ class _Loader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
-def _expanded_size(root: yaml.Node) -> int:
-    """Values in the document once every alias is expanded; stops counting past MAX_NODES."""
-    sizes: dict[int, int] = {}
+# libyaml's parser when PyYAML has it: the pure-Python scanner takes ~1.4 µs a character (11 s for a file at
+# MAX_FILE_BYTES); the C one reads the same in a fraction of a second. Both refuse control characters.
+_Parser: Any = getattr(getattr(yaml, "cyaml", None), "CParser", None) if yaml.__with_libyaml__ else None
+
+
+if _Parser is not None:
+    class _Loader(_Parser, _Constructor, yaml.resolver.Resolver):
+        def __init__(self, stream: str) -> None:
+            _Parser.__init__(self, stream)
+            _Constructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+else:  # pragma: no cover - PyYAML without libyaml
+    class _Loader(yaml.reader.Reader, yaml.scanner.Scanner, yaml.parser.Parser,  # type: ignore[no-redef]
+                  yaml.composer.Composer, _Constructor, yaml.resolver.Resolver):
+        def __init__(self, stream: str) -> None:
+            yaml.reader.Reader.__init__(self, stream)
+            yaml.scanner.Scanner.__init__(self)
+            yaml.parser.Parser.__init__(self)
+            yaml.composer.Composer.__init__(self)
+            _Constructor.__init__(self)
+            yaml.resolver.Resolver.__init__(self)
+
+
+def _refuse_deep(root: yaml.Node) -> None:
+    """Nesting deeper than MAX_DEPTH is refused (walked without recursion: the document is still untrusted)."""
+    stack = [(root, 1)]
+    deepest: dict[int, int] = {}  # a node shared through aliases is walked again only when reached deeper
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", node.start_mark)
+        if deepest.get(id(node), 0) >= depth:
+            continue
+        deepest[id(node)] = depth
+        if isinstance(node, yaml.SequenceNode):
+            stack += [(child, depth + 1) for child in node.value]
+        elif isinstance(node, yaml.MappingNode):
+            stack += [(child, depth + 1) for pair in node.value for child in pair]
+
+
+def _expanded_size(root: yaml.Node) -> tuple[int, int]:
+    """(values, characters of scalars) in the document once every alias is expanded; stops counting past
+    MAX_NODES values or MAX_EXPANDED_CHARS characters."""
+    sizes: dict[int, tuple[int, int]] = {}
     open_nodes: set[int] = set()
 
-    def size(node: yaml.Node) -> int:
+    def size(node: yaml.Node) -> tuple[int, int]:
         key = id(node)
         if key in sizes:
             return sizes[key]
@@ -126,20 +201,21 @@ def _expanded_size(root: yaml.Node) -> int:
             raise yaml.composer.ComposerError(None, None, "an alias refers to a value that contains it",
                                               node.start_mark)
         open_nodes.add(key)
-        total = 1
+        total, chars = 1, 0
         if isinstance(node, yaml.SequenceNode):
             children = node.value
         elif isinstance(node, yaml.MappingNode):
             children = [n for pair in node.value for n in pair]
         else:
-            children = []
+            children, chars = [], len(str(node.value))
         for child in children:
-            total += size(child)
-            if total > MAX_NODES:
+            values, text = size(child)
+            total, chars = total + values, chars + text
+            if total > MAX_NODES or chars > MAX_EXPANDED_CHARS:
                 break
         open_nodes.discard(key)
-        sizes[key] = total
-        return total
+        sizes[key] = (total, chars)
+        return total, chars
 
     return size(root)
 
@@ -152,9 +228,14 @@ def load_yaml(text: str, source: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        if _expanded_size(node) > MAX_NODES:
+        _refuse_deep(node)
+        values, chars = _expanded_size(node)
+        if values > MAX_NODES:
             raise UserError(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
                             "write the values out, or use fewer nested aliases")
+        if chars > MAX_EXPANDED_CHARS:
+            raise UserError(f"{source} expands to more than {MAX_EXPANDED_CHARS:,} characters of values (a long "
+                            "value repeated through aliases?)", "write the values out, or use fewer aliases")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
@@ -162,7 +243,7 @@ def load_yaml(text: str, source: str) -> Any:
         reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc).splitlines()[0]
         raise UserError(f"{source} is not valid YAML{at}: {reason}") from None
     except RecursionError:
-        raise UserError(f"{source} is nested too deeply", f"at most {MAX_DEPTH} levels") from None
+        raise UserError(f"{source} is not valid YAML: nesting deeper than {MAX_DEPTH} levels") from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -163,7 +163,8 @@ def interleaved(gpu: str, iters: int, out: Path, results: dict, out_file: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--iters", type=int, default=60, help="training iterations of each launch run")
     parser.add_argument("--parts", default="toy,interleaved,dp2", help="which measurements, comma-separated")
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="logs, run dirs and bench.json")

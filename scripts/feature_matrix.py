@@ -222,7 +222,8 @@ def write(out: Path, outcomes: list[Outcome]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=3, help="rows at a time on the GPU after the first")
     parser.add_argument("--rows", default="", help="row names separated by ; (default: all)")

@@ -10,7 +10,8 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "launcher"
 # Later stages have higher ranks; a module may import its own stage or an earlier (lower) one.
 RANKS = {
-    "errors": 0, "untrusted": 0, "interrupts": 0, "gpus": 0, "": 0,  # launcher/__init__.py
+    "errors": 0, "untrusted": 0, "interrupts": 0, "gpus": 0, "redaction": 0, "nofollow": 0, "lock": 0,
+    "": 0,  # launcher/__init__.py
     "megatron": 1, "inside": 1,
     "pipeline": 2,
     "estimate": 3, "importer": 3,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import atexit
+import functools
 import importlib.util
 import os
 import shlex
@@ -58,23 +59,25 @@ def training_path(path_var: str | None) -> str:
     return os.pathsep.join([shim, *parts])
 
 
+@functools.cache
 def _python_dir() -> str | None:
-    """A per-interpreter directory with `python3` (exec of this interpreter: a symlink would lose the venv)
-    and `python3-config`; None where it cannot be written."""
-    digest = hashlib.sha1(sys.executable.encode()).hexdigest()[:12]
-    directory = Path(tempfile.gettempdir()) / f"megatron-launch-{os.getuid()}-python-{digest}"
+    """A directory of this process's own with `python3` (exec of this interpreter: a symlink would lose the venv)
+    and `python3-config`; None where it cannot be written.
+
+    It is made fresh by mkdtemp (mode 0700, so no other user can plant or change a program in it) and removed when
+    the launcher exits: a directory with a predictable name in a shared $TMPDIR could be someone else's."""
     config = Path(sys.base_prefix) / "bin" / "python3-config"
     tools = {"python3": sys.executable, **({"python3-config": str(config)} if config.exists() else {})}
     try:
-        directory.mkdir(mode=0o755, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix="megatron-launch-python-"))
+    except OSError:
+        return None
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    try:
         for name, target in tools.items():
             tool = directory / name
-            text = f'#!/bin/sh\nexec {shlex.quote(target)} "$@"\n'
-            if not tool.exists() or tool.read_text() != text:
-                staging = directory / f".{name}.{os.getpid()}"
-                staging.write_text(text)
-                staging.chmod(0o755)
-                staging.replace(tool)
+            tool.write_text(f'#!/bin/sh\nexec {shlex.quote(target)} "$@"\n')
+            tool.chmod(0o700)
     except OSError:
         return None
     return str(directory)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -95,7 +94,7 @@ class BatchJob:
     @property
     def export_lines(self) -> list[str]:
         """`export NAME=value` for every rank; a secret is taken from the submitting environment instead."""
-        return [ShellSafe(secrets.shell_export(name, value, shlex.quote)) for name, value in self.env.items()]
+        return [ShellSafe(secrets.shell_export(name, value, shell_word)) for name, value in self.env.items()]
 
 
 def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain: int | None = None,
@@ -177,8 +176,8 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["q"] = lambda value: ShellSafe(shlex.quote(str(value)))
-    env.filters["words"] = lambda values: ShellSafe(" ".join(shlex.quote(str(v)) for v in values))
+    env.filters["q"] = lambda value: ShellSafe(shell_word(str(value)))
+    env.filters["words"] = lambda values: ShellSafe(" ".join(shell_word(str(v)) for v in values))
     env.filters["sbatch"] = _sbatch_filter
     env.filters["comment"] = _comment_filter
     return env

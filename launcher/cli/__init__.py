@@ -88,7 +88,8 @@ def cmd_run(argv: list[str]) -> int:
     if args.resume:
         from launcher.runs import tracking
 
-        preset, existing = tracking.open_resume(args.resume, args.overrides)
+        preset, existing = tracking.open_resume(args.resume, args.overrides,
+                                                megatron_path_given=args.megatron_path is not None)
     else:
         preset = load_preset(args.preset, args.overrides)
     name_only = args.dry_run or args.check
@@ -356,6 +357,20 @@ def _with_command_hint(exc: UserError, argv: list[str]) -> UserError:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Every output passes the one secret rule (and loses raw terminal controls) on its way out.
+    from launcher.redaction import RedactingStream
+
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
+    try:
+        return _main(argv)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: list[str]) -> int:
     try:
         with interrupts.signals_interrupt():  # SIGTERM/SIGHUP clean up like Ctrl-C (a running child gets them)
             if argv and argv[0] in SUBCOMMANDS:
@@ -384,14 +399,15 @@ def internal_error_line(exc: BaseException, argv: list[str]) -> str:
     import traceback
 
     from launcher.errors import shown
+    from launcher.redaction import scrub
     from launcher.runs.secrets import redact_argv
 
     name = f"megatron-launch-crash-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.txt"
     path = os.path.join(tempfile.gettempdir(), name)
     try:
-        with open(path, "x", encoding="utf-8") as handle:
+        with open(path, "x", encoding="utf-8") as handle:  # "x": O_EXCL, never through a planted link
             handle.write(f"launch {' '.join(redact_argv(argv))}\n\n")
-            traceback.print_exception(exc, file=handle)
+            handle.write(scrub("".join(traceback.format_exception(exc))))  # a secret's value in a frame's text
         where = f"traceback in {path}"
     except OSError:
         where = "the traceback could not be written to a file"

@@ -11,7 +11,39 @@ from launcher.errors import UserError, closest, did_you_mean
 
 class Parser(argparse.ArgumentParser):
     """argparse whose usage errors raise UserError (printed by launcher.cli.main as error/hint, exit 2)
-    instead of printing the usage text and exiting; a misspelled option or choice gets a "did you mean"."""
+    instead of printing the usage text and exiting; a misspelled option or choice gets a "did you mean".
+
+    No abbreviations: `--se=env.HF_TOKEN=…` would be read as --set and escape the redaction of what --set
+    holds; an option is spelled out or refused (with its "did you mean")."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def parse_args(self, args=None, namespace=None):
+        """--set NAME=VALUE words are taken out first, in one pass: argparse's own handling of a repeated
+        option grows with the square of their number (30,000 --set took minutes)."""
+        action = self._option_string_actions.get("--set")
+        if action is None or not isinstance(action, argparse._AppendAction) or args is None:
+            return super().parse_args(args, namespace)
+        rest, values = [], []
+        words = iter(args)
+        for word in words:
+            if word == "--":
+                rest += [word, *words]
+                break
+            if word == "--set":
+                value = next(words, None)
+                if value is None:
+                    self.error("argument --set: expected one argument")
+                values.append(value)
+            elif word.startswith("--set="):
+                values.append(word.removeprefix("--set="))
+            else:
+                rest.append(word)
+        parsed = super().parse_args(rest, namespace)
+        setattr(parsed, action.dest, [*(getattr(parsed, action.dest) or []), *values])
+        return parsed
 
     def error(self, message: str) -> NoReturn:
         see = f"see {self.prog} --help"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 from launcher.estimate import summary as estimate
@@ -11,7 +10,7 @@ from launcher.estimate.formulas import built_model_parameters, human, padded_voc
 from launcher.pipeline.checker import model_args
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import ResolvedJob
-from launcher.pipeline.shell import shell_comment
+from launcher.pipeline.shell import shell_comment, shell_word
 from launcher.runs.secrets import redact_argv, shell_export
 
 _one_line = shell_comment  # a newline in a preset's description must not end the comment
@@ -21,7 +20,7 @@ def command_lines(command: Command) -> list[str]:
     """One flag (with its values) per line, continued with backslashes."""
     runner = command.shell_words()[:command.argv.index(command.script)]
     lines = [" ".join(runner),
-             *("  " + line for line in [shlex.quote(command.script), *flag_lines(command.script_args)])]
+             *("  " + line for line in [shell_word(command.script), *flag_lines(command.script_args)])]
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
@@ -73,7 +72,7 @@ def text(job: ResolvedJob, command: Command) -> str:
         lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     # a secret is taken from the shell that runs the script, as command.sh and the sbatch script do
-    lines += [shell_export(name, value, shlex.quote) for name, value in command.env.items()]
+    lines += [shell_export(name, value, shell_word) for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 
@@ -89,7 +88,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "gpus_per_node": job.gpus_per_node,
         "layout": job.layout.as_dict(),
         **facts,
-        "argv": command.argv,
+        "argv": redact_argv(command.argv),
         "env": job.environment.shown(),
         "script": command.script,
         "script_args": command.script_args,

@@ -17,7 +17,7 @@ from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import Preset, load_preset
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs.rundir import MANIFEST, PRESET_FILE
-from launcher.runs.secrets import redact_argv
+from launcher.runs.secrets import redact_argv, redact_env
 
 NOT_SET = "(not set)"
 
@@ -39,6 +39,8 @@ def launcher_settings(preset: Preset) -> dict[str, Any]:
     flat: dict[str, Any] = {}
     for name in (f.name for f in fields(preset.launcher)):
         value = getattr(preset.launcher, name)
+        if name == "env":  # the one secret rule: a secret's value is never shown
+            value = redact_env(value)
         if isinstance(value, Mapping):
             flat.update({f"{name}.{key}": _plain(inner) for key, inner in value.items()})
         else:

@@ -84,7 +84,7 @@ def build_index_caches(script_args: Sequence[str], world_size: int, python: str 
 def _child_main(argv: Sequence[str]) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="launcher.dataprep.index_cache")
+    parser = argparse.ArgumentParser(prog="launcher.dataprep.index_cache", allow_abbrev=False)
     parser.add_argument("--world-size", type=int, required=True)
     parser.add_argument("--result", required=True)
     parser.add_argument("script_args", nargs=argparse.REMAINDER)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from launcher import install_command
+from launcher import install_command, lock
 from launcher.checks.data import META_FORMAT, META_SUFFIX
 from launcher.dataprep.progress import Progress
 from launcher.dataprep.reader import (
@@ -38,6 +38,7 @@ from launcher.errors import Problem, UserError
 from launcher.interrupts import signals_deferred, signals_interrupt
 
 MAX_REPORTED_ERRORS = 20
+LOCK_SUFFIX = ".lock"
 
 
 def output_paths(prefix: str) -> dict[str, str]:
@@ -122,6 +123,21 @@ def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec
                   text_unit: str, workers: int | None, overwrite: bool, show_progress: bool) -> PrepareResult:
     workers = workers if workers is not None else default_workers()
     problems = check_request(inputs, output_prefix, overwrite, text_unit, workers) + check_spec(spec)
+    if problems:
+        raise UserError(problems)
+    # one writer per prefix: a second run would pass the "exists" check above too, and replace this one's output
+    lock.hold(output_prefix + LOCK_SUFFIX, f"output prefix {output_prefix}",
+              "another launch prepare-data is writing it; wait for it to end, or choose another --output-prefix")
+    try:
+        return _prepare_locked(inputs, output_prefix, spec, json_key=json_key, text_unit=text_unit,
+                               workers=workers, overwrite=overwrite, show_progress=show_progress)
+    finally:
+        lock.release(output_prefix + LOCK_SUFFIX, remove=True)
+
+
+def _prepare_locked(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec, *, json_key: str,
+                    text_unit: str, workers: int, overwrite: bool, show_progress: bool) -> PrepareResult:
+    problems = check_request(inputs, output_prefix, overwrite, text_unit, workers)  # as it is now, locked
     if problems:
         raise UserError(problems)
     tokenizer = build_tokenizer(spec)  # in the parent too: bad files are reported once, before any worker starts

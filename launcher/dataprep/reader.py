@@ -20,6 +20,9 @@ JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 TEXT_UNITS = ("file", "line", "paragraph")
 BATCH_BYTES = 1 << 20  # ~1 MiB of input per worker task: large enough to amortise IPC, small enough to balance
 BATCH_UNITS = 512
+# One document's bytes: a book is ~1 MB. A longer one (a 1 GB file with no newline) is reported, not read:
+# tokenizing it would need ~10x its size in memory at once.
+MAX_DOCUMENT_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,7 @@ class Unit:
 
     line: int
     raw: bytes
-
+    too_long: bool = False  # longer than MAX_DOCUMENT_BYTES: raw is empty, the rest was skipped unread
 
 @dataclass(frozen=True)
 class Batch:
@@ -65,34 +68,58 @@ def iter_batches(path: str, text_unit: str) -> Iterator[Batch]:
         yield Batch(path, is_json, tuple(pending), os.path.getsize(path))
 
 
+def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, line) of a stream, each line read with a bound: None for a line longer than
+    MAX_DOCUMENT_BYTES (its rest is skipped in bounded pieces, never held)."""
+    number = 0
+    while line := stream.readline(MAX_DOCUMENT_BYTES + 1):
+        number += 1
+        if len(line) > MAX_DOCUMENT_BYTES and not line.endswith(b"\n"):
+            while (rest := stream.readline(1 << 20)) and not rest.endswith(b"\n"):
+                pass
+            yield number, None
+        else:
+            yield number, line
+
+
 def _json_units(stream: BinaryIO) -> Iterator[Unit]:
-    for number, line in enumerate(stream, start=1):
-        if line.strip():  # blank lines (e.g. a trailing newline) are not documents
+    for number, line in _lines(stream):
+        if line is None:
+            yield Unit(number, b"", too_long=True)
+        elif line.strip():  # blank lines (e.g. a trailing newline) are not documents
             yield Unit(number, line)
 
 
 def _text_units(stream: BinaryIO, text_unit: str) -> Iterator[Unit]:
     if text_unit == "file":
-        yield Unit(1, stream.read())
+        whole = stream.read(MAX_DOCUMENT_BYTES + 1)
+        yield Unit(1, b"", too_long=True) if len(whole) > MAX_DOCUMENT_BYTES else Unit(1, whole)
         return
     if text_unit == "line":
-        for number, line in enumerate(stream, start=1):
-            if line.strip():
+        for number, line in _lines(stream):
+            if line is None:
+                yield Unit(number, b"", too_long=True)
+            elif line.strip():
                 yield Unit(number, line.rstrip(b"\r\n"))
         return
     # paragraph: blank lines separate documents; the line number is the paragraph's first line
     paragraph: list[bytes] = []
-    first = 0
-    for number, line in enumerate(stream, start=1):
-        if line.strip():
-            if not paragraph:
+    first, size, too_long = 0, 0, False
+    for number, line in _lines(stream):
+        if line is None or line.strip():
+            if not paragraph and not too_long:
                 first = number
-            paragraph.append(line)
-        elif paragraph:
-            yield Unit(first, b"".join(paragraph).rstrip(b"\r\n"))
-            paragraph = []
-    if paragraph:
-        yield Unit(first, b"".join(paragraph).rstrip(b"\r\n"))
+            size += len(line) if line is not None else MAX_DOCUMENT_BYTES + 1
+            too_long = too_long or size > MAX_DOCUMENT_BYTES
+            if not too_long and line is not None:
+                paragraph.append(line)
+            else:
+                paragraph = []
+        elif paragraph or too_long:
+            yield Unit(first, b"", too_long=True) if too_long else Unit(first, b"".join(paragraph).rstrip(b"\r\n"))
+            paragraph, size, too_long = [], 0, False
+    if paragraph or too_long:
+        yield Unit(first, b"", too_long=True) if too_long else Unit(first, b"".join(paragraph).rstrip(b"\r\n"))
 
 
 class BadDocument(Exception):
@@ -101,6 +128,9 @@ class BadDocument(Exception):
 
 def unit_text(unit: Unit, is_json: bool, json_key: str) -> str:
     """The document text of a unit; raises BadDocument with a message fit for the user."""
+    if unit.too_long:
+        raise BadDocument(f"longer than {MAX_DOCUMENT_BYTES:,} bytes (one document); split it into documents "
+                          "(a line each, or --text-unit line/paragraph)")
     try:
         text = unit.raw.decode("utf-8")
     except UnicodeDecodeError as err:

@@ -15,9 +15,11 @@ from typing import Any
 
 import yaml
 
+from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import MARK, ShellSyntaxError, read_script, show, unresolved_names
+from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
 DATA_PATHS = ("data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",
@@ -88,7 +90,8 @@ def _missing(value: Any) -> list[str]:
 
 
 def _comment(text: str) -> str:
-    return " ".join(show(text).split())
+    """One line for a `#` comment: unresolved parts as ${NAME}, no newline or control character."""
+    return shell_comment(show(text))
 
 
 # -- sources ----------------------------------------------------------------------------------------------------
@@ -211,36 +214,68 @@ def import_source(text: str, source_name: str) -> Imported:
         if isinstance(value, str) and ("'" in value or '"' in value):
             notes.append(f"{flags.flag_of.get(dest, dest)} {value}: the value holds quote characters; bash passes "
                          "them on like this (quotes inside an array element are not removed)")
-    env_ok = {k: v for k, v in env.items() if not unresolved_names(v)}
-    for k in set(env) - set(env_ok):
-        notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
+    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k)}
+    for k in env:
+        if redaction.is_secret(k):
+            redaction.remember(k, env[k])  # nor in the report or any other output
+            notes.append(f"export {k}: a secret, not copied into the preset (export it before launch)")
+        elif k not in env_ok:
+            notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
+    for key in [k for k, v in launcher.items() if _missing(v)]:
+        notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
     text = render_preset(source_name, settings, launcher, env_ok, commented, notes)
     return Imported(text, words, settings, launcher, env_ok, replaced, notes)
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],
                   commented: dict[str, list[str]], notes: list[str]) -> str:
+    """The preset's text. Every key and value is written by the YAML serializer (never pasted into the text), the
+    comments are single flattened lines, and the text is read back and compared with what was meant: a value of the
+    script (an ENV_VARS key with a newline and a colon, a list item with quotes) can only be that value."""
     lines = [f"# Imported by `launch import` from {_comment(source)}. Nothing of it was run.",
              "# Not carried (each thing of the source that this preset does not hold, and why):"]
     lines += [f"#   {_comment(n)}" for n in notes] or ["#   nothing"]
-    lines.append(f"description: {yaml_value('imported from ' + source.rsplit('/', 1)[-1])}")
-    lines.append("launcher:")
-    for key in ("nodes", "gpus_per_node", "master_addr", "master_port"):
-        if key in launcher and not (key == "master_addr" and launcher[key] == "localhost"):
-            lines.append(f"  {key}: {yaml_value(launcher[key])}")
-    lines.append(f"  transformer_engine: true   # {KERNELS_NOTE}")
-    lines.append("  apex: true")
+    description = "imported from " + show(source).rsplit("/", 1)[-1]
+    lines += _dump({"description": description}, 0)
+    carried = [key for key in ("nodes", "gpus_per_node", "master_addr", "master_port") if key in launcher]
+    meant_launcher: dict[str, Any] = {key: launcher[key] for key in carried
+                                      if not (key == "master_addr" and launcher[key] == "localhost")}
+    meant_launcher.update(transformer_engine=True, apex=True)
     if env:
-        lines.append("  env:")
-        lines += [f"    {k}: {json.dumps(v)}" for k, v in env.items()]
-    lines.append("megatron:")
-    sections: dict[str, list[str]] = {}
+        meant_launcher["env"] = dict(env)
+    lines += ["launcher:", f"  # transformer_engine, apex: {_comment(KERNELS_NOTE)}", *_dump(meant_launcher, 2)]
+    sections: dict[str, dict[str, Any]] = {}
     for dest, value in settings.items():
-        sections.setdefault(section_of(dest), []).append(f"    {dest}: {yaml_value(value)}")
+        sections.setdefault(section_of(dest), {})[dest] = value
+    lines.append("megatron:")
+    meant_megatron: dict[str, Any] = {}
     for name in ("model", "parallel", "training", "data", "checkpoint", "logging"):
-        notes_here = [f"    {c}" for c in commented.get(name, [])]
+        notes_here = [f"    # {_comment(c.removeprefix('# '))}" for c in commented.get(name, [])]
         if sections.get(name):
-            lines += [f"  {name}:", *notes_here, *sections[name]]
+            lines += [f"  {name}:", *notes_here, *_dump(sections[name], 4)]
+            meant_megatron[name] = sections[name]
         elif notes_here:  # a section of comments only must still be a mapping
             lines += [f"  {name}: {{}}", *notes_here]
-    return "\n".join(lines) + "\n"
+            meant_megatron[name] = {}
+    if not meant_megatron:
+        lines[-1] = "megatron: {}"
+    text = "\n".join(lines) + "\n"
+    meant = {"description": description, "launcher": meant_launcher, "megatron": meant_megatron}
+    if untrusted.load_yaml(text, "the imported preset") != meant:
+        raise RuntimeError("launch import wrote a preset that does not read back as the settings it meant")
+    return text
+
+
+def _dump(mapping: dict[str, Any], indent: int) -> list[str]:
+    """`mapping` as YAML lines by the serializer, indented; lists of scalars in flow style ([a, b])."""
+    text = yaml.dump(mapping, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False,
+                     width=1 << 30)
+    return [" " * indent + line for line in text.splitlines()]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block mappings, and lists in one line ([a, b]) as a reader of a preset expects them."""
+
+
+_Dumper.add_representer(list, lambda dumper, value: dumper.represent_sequence(
+    "tag:yaml.org,2002:seq", value, flow_style=True))

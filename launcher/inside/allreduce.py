@@ -23,7 +23,7 @@ SCRIPT_PATH = Path(__file__).resolve()
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--size-mb", type=float, default=None,
                         help="all-reduce message size for bandwidth in MiB (default: 256 on GPUs, 16 on CPU)")
     parser.add_argument("--iters", type=int, default=5, help="timed all-reduce iterations")

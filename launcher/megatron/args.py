@@ -7,6 +7,7 @@ a test regenerates it and compares. Presets use Megatron's `dest` names (num_lay
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -79,6 +80,9 @@ def unknown_name_problem(name: str, where: str, extra_names=()) -> Problem:
 
 
 TRUE_WORDS = {"true", "yes", "on", "1"}
+# Megatron stores integers in int64 tensors and loops over sizes: a larger integer is never a setting.
+INT_LIMIT = 2**63 - 1
+NEGATIVE_NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?|-\.\d+([eE][-+]?\d+)?")
 FALSE_WORDS = {"false", "no", "off", "0"}
 
 
@@ -87,6 +91,8 @@ def _scalar(arg: MegatronArg, value: Any, where: str) -> Any:
     if arg.type == "int":
         if isinstance(value, bool) or not _is_int(value):
             raise ValueError(f"{name} must be an integer, got {shown(value)}")
+        if abs(int(value)) > INT_LIMIT:
+            raise ValueError(f"{name} is {shown(value)}: at most {INT_LIMIT:,} (a 64-bit integer)")
         return int(value)
     if arg.type == "float":
         if isinstance(value, bool):
@@ -97,7 +103,17 @@ def _scalar(arg: MegatronArg, value: Any, where: str) -> Any:
             raise ValueError(f"{name} must be a number, got {shown(value)}") from None
     if isinstance(value, (dict, list)) or value is None:
         raise ValueError(f"{name} must be a single value, got {shown(value)}")
-    return value if isinstance(value, str) else _plain(value)
+    text = value if isinstance(value, str) else _plain(value)
+    if looks_like_flag(text):
+        # Megatron's parser would read the word as an option: a value must never become a flag of the argv
+        raise ValueError(f"{name}: the value {shown(text)} starts with '-', which Megatron's parser reads as a "
+                         "flag, not a value")
+    return text
+
+
+def looks_like_flag(word: str) -> bool:
+    """Whether argparse would take `word` for an option (a leading '-' that is not a negative number)."""
+    return word.startswith("-") and not NEGATIVE_NUMBER.fullmatch(word)
 
 
 def _plain(value: Any) -> str:
@@ -109,6 +125,8 @@ def _is_int(value: Any) -> bool:
         return True
     if isinstance(value, float):
         return value.is_integer()
+    if isinstance(value, str) and len(value) > 40:  # int() of a 10,000-digit text is slow; no setting has 40
+        return False
     try:
         int(str(value), 10)
         return True

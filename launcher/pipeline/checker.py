@@ -122,7 +122,8 @@ class _Checker:
         for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
                             ("num_virtual_stages_per_pipeline_rank", "validate"),
                             ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
-                            ("eval_interval", "runtime"), ("save_interval", "validate")):
+                            ("eval_interval", "runtime"), ("save_interval", "validate"),
+                            ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate")):
             value = self.arg(dest)
             if value is not None and value < 1:
                 self.fail(f"{dest} must be at least 1, got {value}", stage=stage)

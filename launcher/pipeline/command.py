@@ -4,15 +4,15 @@ preflight all-reduce. A pure translation: every Megatron setting was decided by 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from launcher.errors import Problem, UserError, clip
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS
 from launcher.pipeline.environment import LAUNCHER_ROOT
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
-from launcher.pipeline.shell import HostFromEnv, SlurmWord, expands, shell_words
+from launcher.pipeline.shell import HostFromEnv, SlurmWord, expands, shell_word, shell_words
 
 PREFLIGHT_SCRIPT = LAUNCHER_ROOT / "launcher" / "inside" / "allreduce.py"
 
@@ -48,7 +48,7 @@ def flag_lines(args: Sequence[str]) -> list[str]:
     for arg in args:
         if arg.startswith("--") or not groups:
             groups.append([])
-        groups[-1].append(shlex.quote(arg))
+        groups[-1].append(shell_word(arg))
     return [" ".join(words) for words in groups]
 
 
@@ -90,7 +90,42 @@ def build_command(job: ResolvedJob) -> Command:
     flags = script_args(job.megatron) if job.entry == "pretrain_gpt" else []
     runner, _ = torchrun_args(job)
     argv = [*runner, script, *flags]
-    return Command(argv=argv, env=dict(job.environment.exported), script=script, script_args=flags)
+    env = dict(job.environment.exported)
+    check_exec_limits(argv, env)
+    return Command(argv=argv, env=env, script=script, script_args=flags)
+
+
+# Linux's bound on one argv word or one NAME=value of the environment (MAX_ARG_STRLEN: 32 pages, with its NUL);
+# exec fails with E2BIG ("Argument list too long") past it, whatever ARG_MAX says.
+MAX_EXEC_STRING = 32 * 4096 - 1
+# Of ARG_MAX (argv + environment together), what the launcher's own words may take: the rest is left to the
+# environment the job inherits.
+MAX_EXEC_TOTAL = 1 << 20
+
+
+def check_exec_limits(argv: Sequence[str], env: dict[str, str]) -> None:
+    """Refuse, naming the setting, an argv or environment that exec would refuse with E2BIG at launch."""
+    problems = []
+    for name, value in env.items():
+        size = len(f"{name}={value}".encode("utf-8", "surrogateescape"))
+        if size > MAX_EXEC_STRING:
+            problems.append(Problem(
+                f"env.{name} is {size:,} bytes; the system passes at most {MAX_EXEC_STRING:,} bytes per environment "
+                "variable to a program (MAX_ARG_STRLEN)", f"put the value in a file and pass its path in env.{name}"))
+    for word in argv:
+        size = len(str(word).encode("utf-8", "surrogateescape"))
+        if size > MAX_EXEC_STRING:
+            problems.append(Problem(
+                f"the argument {clip(str(word), 60)!r} is {size:,} bytes; the system passes at most "
+                f"{MAX_EXEC_STRING:,} bytes per argument to a program (MAX_ARG_STRLEN)",
+                "shorten that setting's value (a long list belongs in a file, e.g. data_args_path)"))
+    total = sum(len(str(w).encode("utf-8", "surrogateescape")) + 1 for w in argv) + sum(
+        len(f"{k}={v}".encode("utf-8", "surrogateescape")) + 1 for k, v in env.items())
+    if not problems and total > MAX_EXEC_TOTAL:
+        problems.append(Problem(f"the command and its environment are {total:,} bytes; at most {MAX_EXEC_TOTAL:,} "
+                                "are passed on safely (ARG_MAX)", "move long values into files (e.g. data_args_path)"))
+    if problems:
+        raise UserError(problems)
 
 
 def kernel_summary(job: ResolvedJob) -> str:

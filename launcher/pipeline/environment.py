@@ -16,11 +16,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from launcher.redaction import REDACTED, is_secret
+
 CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# One rule for every writer and printer: a variable whose name says it holds a credential is a secret.
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-MASKED = "<redacted>"
+MASKED = REDACTED  # the one secret rule is launcher.redaction's
 # The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,10 +29,6 @@ def is_env_name(name: object) -> bool:
     """A name a shell can export: letters, digits and _, not starting with a digit (the whole name: "FOO\\n" is
     not one)."""
     return isinstance(name, str) and ENV_NAME.fullmatch(name) is not None
-
-
-def is_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
 
 
 def masked(env: Mapping[str, str]) -> dict[str, str]:

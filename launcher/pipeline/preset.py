@@ -14,7 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from launcher import untrusted
+from launcher import redaction, untrusted
 from launcher.errors import Problem, UserError, did_you_mean, shown
 from launcher.gpus import gpu_by_name
 from launcher.megatron import args as megatron_args
@@ -238,6 +238,7 @@ def _env_value(name: str, value: Any, where: str) -> str:
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, (str, int, float)):
+        redaction.remember(name, value)
         return str(value)
     raise UserError(f"launcher.env.{name} ({where}) must be a single value, got {shown(value)}")
 
@@ -303,6 +304,10 @@ def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
     layer.megatron.update(megatron)
     _merge_launcher(layer.launcher, launcher)
     if data.get("description") is not None:
+        if isinstance(data["description"], (bytes, bytearray)) or not isinstance(data["description"],
+                                                                                 (str, int, float)):
+            raise UserError(f"description in {where} must be text, got {type(data['description']).__name__}",
+                            "write the description as a plain string")
         layer.description = str(data["description"])
     layer.sources.append(str(path))
     return layer
@@ -379,10 +384,29 @@ def _megatron_text(name: str, raw: str) -> Any:
     return stripped
 
 
+def _refuse_nul(layer: _Layer) -> None:
+    """A NUL byte ends a C string: in a path, an argv word or an environment value it cannot be passed on (exec and
+    open refuse it), so a setting holding one is refused here, before anything is created."""
+    values: list[tuple[str, Any]] = [("description", layer.description)]
+    values += [(f"megatron.{k}", v) for k, v in layer.megatron.items()]
+    for key, value in layer.launcher.items():
+        if isinstance(value, dict):
+            values += [(f"launcher.{key}.{k}", v) for k, v in value.items()]
+            values += [(f"launcher.{key} name {k!r}", k) for k in value]
+        else:
+            values.append((f"launcher.{key}", value))
+    bad = [name for name, value in values
+           if any("\0" in str(item) for item in (value if isinstance(value, list) else [value]))]
+    if bad:
+        raise UserError([Problem(f"{name} holds a NUL byte (\\0), which no path, argument or environment "
+                                 "value can hold", "remove the \\0 from the preset") for name in bad])
+
+
 def load_preset(ref: str, overrides: list[str] | tuple[str, ...] = ()) -> Preset:
     path = _resolve(ref)
     layer = _load_layer(path, ())
     apply_overrides(layer, list(overrides))
+    _refuse_nul(layer)
     name = path.stem
     launcher = replace(LauncherSettings(), **layer.launcher)
     return Preset(

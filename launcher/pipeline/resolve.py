@@ -28,7 +28,7 @@ from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
-from launcher.pipeline.preset import Preset
+from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
 
@@ -241,8 +241,10 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     elif entry == "pretrain_gpt":
         kernel_flags = kernel_rules.fallbacks(megatron, kernels)
         megatron.update(kernel_flags)
-        if existing is not None:  # --save = --load = the run's own checkpoints
-            megatron.update(existing.resume_megatron_args())
+        if existing is not None:  # --save = --load = the run's own checkpoints, unless this --set moves them
+            given = {parse_override(text)[0].removeprefix("megatron.") for text in preset.overrides}
+            megatron.update({k: v for k, v in existing.resume_megatron_args().items() if k not in given})
+            notes = [*notes, resume_note(existing, megatron)]
         if run_dir is not None:
             megatron.update(run_dir_megatron_args(run_dir, megatron))
         if target.remote and run_dir is not None:
@@ -262,6 +264,17 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes))
     return job, problems
+
+
+def resume_note(existing: ResumedRun, megatron: Mapping[str, Any]) -> str:
+    """What a resumed run takes from its directory, and where it reads and writes outside it."""
+    inside = Path(existing.path).absolute()
+    paths = {name: megatron.get(name) for name in ("load", "save", "tensorboard_dir")}
+    outside = [f"{name} {value}" for name, value in paths.items()
+               if value and not Path(str(value)).absolute().is_relative_to(inside)]
+    return (f"resuming {existing.path}: its preset.yaml gives the settings, its manifest the checkpoint directory "
+            f"(load {paths['load']}, save {paths['save']})"
+            + (f"; outside the run directory: {', '.join(outside)}" if outside else ""))
 
 
 _NO_LAYOUT = Layout(world_size=0, tp=0, pp=0, cp=0, ep=0, dp=0, vpp=None, micro_batch_size=0, global_batch_size=0,

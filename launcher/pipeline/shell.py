@@ -55,8 +55,23 @@ def expands(word: str) -> bool:
 
 
 def shell_word(word: str) -> str:
-    """One argv word for a bash script: quoted, except the words the launcher composes to expand at run time."""
-    return word.shell() if isinstance(word, (HostFromEnv, SlurmWord)) else shlex.quote(word)
+    """One argv word for a bash script: quoted, except the words the launcher composes to expand at run time
+    (HostFromEnv, SlurmWord). A word with control characters (a terminal escape, a newline) is written in bash's
+    $'…' quoting, with each of them as \\xNN of its UTF-8 bytes: the script shows nothing raw, and bash still
+    passes exactly the word."""
+    if isinstance(word, (HostFromEnv, SlurmWord)):
+        return word.shell()
+    if any(unicodedata.category(ch) == "Cc" for ch in word):
+        return "$'" + "".join(_ansi_c(ch) for ch in word) + "'"
+    return shlex.quote(word)
+
+
+def _ansi_c(ch: str) -> str:
+    if ch in "\\'":
+        return "\\" + ch
+    if unicodedata.category(ch) != "Cc":
+        return ch
+    return "".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8"))  # C1 controls are two UTF-8 bytes
 
 
 def shell_words(argv: Sequence[str]) -> list[str]:

@@ -21,6 +21,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
+from launcher import nofollow, untrusted
+from launcher.errors import UserError, shown
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.timing import StartupClock
@@ -29,14 +31,14 @@ from launcher.runs.verdict import RunLog, RunSummary, json_safe
 METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 LOGS_DIR = "logs"
+MAX_ATTEMPT_LOG_BYTES = 1 << 30  # as `launch report` reads a log
 
 
 def next_log_path(run_dir: Path) -> Path:
     """logs/attempt-1.log for a fresh run, attempt-2.log for its first resume, …"""
-    logs = run_dir / LOGS_DIR
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = nofollow.real_dir(run_dir / LOGS_DIR, "the run's logs directory")
     n = 1
-    while (logs / f"attempt-{n}.log").exists():
+    while os.path.lexists(logs / f"attempt-{n}.log"):  # a dangling link is taken too: never written through
         n += 1
     return logs / f"attempt-{n}.log"
 
@@ -63,8 +65,8 @@ class Monitor:
         self.out = out if out is not None else sys.stdout
         self.tty = self.out.isatty() if tty is None else tty
         self.log_path = next_log_path(self.run_dir)
-        self._log = self.log_path.open("a", encoding="utf-8", errors="replace", buffering=1)
-        self._metrics = (self.run_dir / METRICS_FILE).open("a", encoding="utf-8")
+        self._log = nofollow.open_file(self.log_path, "x", what="attempt log", errors="replace", buffering=1)
+        self._metrics = nofollow.open_file(self.run_dir / METRICS_FILE, "a", what="metrics file")
         self.runlog = RunLog(seq_length=seq_length)
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
@@ -77,7 +79,11 @@ class Monitor:
         for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=attempt_number):
             if earlier == self.log_path:
                 continue
-            self.runlog.feed_attempt(earlier.read_text(encoding="utf-8", errors="replace").splitlines())
+            if earlier.is_symlink():  # a run's logs are its own files; a link leads elsewhere
+                raise UserError(f"earlier attempt log {shown(str(earlier))} is a symbolic link",
+                                "a run directory's logs are files; remove the link, then resume again")
+            # streamed, from a regular file only: a FIFO or /dev/zero named attempt-1.log is refused, not read
+            self.runlog.feed_attempt(untrusted.Lines(earlier, "earlier attempt log", MAX_ATTEMPT_LOG_BYTES))
 
     def feed(self, line: str) -> None:
         text = line.rstrip("\r\n")

@@ -7,14 +7,16 @@ Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from launcher import install_command, untrusted
+from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
 from launcher.runs import k8s_log, slurm_accounting, slurm_log
 from launcher.runs import logparse as lp
@@ -77,15 +79,17 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
     runlog = RunLog(seq_length=seq_length)
     damage: list[Problem] = []
     for number, path in enumerate(paths, 1):
-        text = _read_log(path)
+        # streamed from a regular file of bounded size: /dev/zero or a FIFO given as a log is refused
+        lines = untrusted.Lines(path, "log", MAX_LOG_BYTES)
         before = len(runlog.iteration_lines)
-        runlog.feed_attempt(text.splitlines())
+        runlog.feed_attempt(lines)
         new = runlog.iteration_lines[before:]
         cut = [line for line in new if not line.complete]
+        truncated = not lines.empty and not lines.ended_with_newline
         if number < len(paths) and new and cut == [new[-1]]:
             cut = []  # an attempt killed mid-line and then resumed: expected, not damage
-            text += "\n"
-        if text and not text.endswith("\n") and new:
+            truncated = False
+        if truncated and new:
             damage.append(Problem(
                 f"log {path} is truncated: its last line stops mid-way, after iteration {new[-1].iteration}",
                 "the writer was killed (or is still writing); use --partial to report what is there"))
@@ -106,8 +110,7 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
 
 def read_metrics(path: Path) -> list[dict]:
     records = []
-    text = untrusted.read_bytes(path, "metrics file", MAX_LOG_BYTES).decode("utf-8", errors="replace")
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(untrusted.Lines(path, "metrics file", MAX_LOG_BYTES), 1):
         if not line.strip():
             continue
         try:
@@ -220,7 +223,7 @@ def write_plots(series: Series, out_dir: Path, info: PlotInfo | str) -> list[Pat
 
 def _draw_plots(series: Series, out_dir: Path, info: PlotInfo) -> list[Path]:
     title = info.title
-    out_dir.mkdir(parents=True, exist_ok=True)
+    nofollow.real_dir(out_dir, "plot directory")  # a symlinked plots/ or --output-dir is refused
     written: list[Path] = []
     restarts = _restarts(series)
 
@@ -231,7 +234,7 @@ def _draw_plots(series: Series, out_dir: Path, info: PlotInfo) -> list[Path]:
     _mark_restarts(axes, restarts)
     axes.legend()
     written.append(out_dir / "loss.png")
-    figure.savefig(written[-1])
+    _save(figure, written[-1])
 
     written.append(_throughput_plot(series, out_dir, info, restarts))
 
@@ -242,8 +245,15 @@ def _draw_plots(series: Series, out_dir: Path, info: PlotInfo) -> list[Path]:
     if restarts:
         axes.legend()
     written.append(out_dir / "lr.png")
-    figure.savefig(written[-1])
+    _save(figure, written[-1])
     return written
+
+
+def _save(figure: Any, path: Path) -> None:
+    """A PNG written whole, never through a symbolic link planted at its name (launcher.nofollow)."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png")
+    nofollow.write_atomic(path, buffer.getvalue(), what="plot")
 
 
 def _throughput_plot(series: Series, out_dir: Path, info: PlotInfo, restarts: list[int]) -> Path:
@@ -279,7 +289,7 @@ def _throughput_plot(series: Series, out_dir: Path, info: PlotInfo, restarts: li
     else:
         tokens_axes.set_xlabel("iteration")
     path = out_dir / "throughput.png"
-    figure.savefig(path)
+    _save(figure, path)
     return path
 
 

@@ -44,7 +44,7 @@ from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.preset import ENTRIES
 from launcher.pipeline.resolve import ResumedRun
 from launcher.pipeline.run_paths import CHECKPOINTS, TENSORBOARD
-from launcher.pipeline.shell import shell_words
+from launcher.pipeline.shell import shell_word, shell_words
 from launcher.runs import secrets
 from launcher.runs.atomic import write_text_atomic
 
@@ -248,7 +248,7 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
     lines = ["#!/usr/bin/env bash", "# Written by megatron-launch: the exact command of this run.", "set -euo pipefail"]
     if workdir is not None:
         lines.append(f"cd {shlex.quote(str(workdir))}")
-    lines += [secrets.shell_export(key, str(value), shlex.quote) for key, value in env.items()]
+    lines += [secrets.shell_export(key, str(value), shell_word) for key, value in env.items()]
     lines.append(" ".join(shell_words(argv)))
     return "\n".join(lines) + "\n"
 

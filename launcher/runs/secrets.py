@@ -1,9 +1,10 @@
 """Secrets (API keys, tokens, passwords in environment variables) never reach a file in clear.
 
-One rule, used by every writer: an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD,
-PASSWD or CREDENTIAL is a secret. Files record `<redacted>` in its place (manifest, preset.yaml, the --set list
-and the launch's argv); scripts (command.sh, the sbatch script) take it from the environment they run in, and
-`launch --resume` takes it from the environment it is started in.
+One rule (launcher.redaction, which also scrubs every output), used by every writer: an environment variable
+whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD or CREDENTIAL is a secret. Files record `<redacted>`
+in its place (manifest, preset.yaml, the --set list and the launch's argv); scripts (command.sh, the sbatch
+script) take it from the environment they run in, and `launch --resume` takes it from the environment it is
+started in.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.errors import UserError
-from launcher.pipeline.environment import MASKED as REDACTED
-from launcher.pipeline.environment import is_env_name, is_secret
+from launcher.pipeline.environment import is_env_name
+from launcher.redaction import REDACTED, is_secret, remember
 
 # How a --set names an environment variable: env.NAME (launcher.env.NAME is the same setting).
 _ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
@@ -62,4 +63,7 @@ def restore_from(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str
         names = ", ".join(missing)
         raise UserError(f"the run directory does not store the secret(s) {names}",
                         f"export {missing[0]}=… before launch --resume, or give --set env.{missing[0]}=…")
+    for name, value in env.items():
+        if value == REDACTED:
+            remember(name, environ[name])
     return {name: (environ[name] if value == REDACTED else value) for name, value in env.items()}

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from launcher import untrusted
 from launcher.runs import logparse as lp
 from launcher.runs import timing
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
+MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") and nothing else
 
 
 @dataclass
@@ -158,7 +161,7 @@ class RunLog:
         self.training_done = False
         self._traceback_seen = False
 
-    def feed_attempt(self, lines: list[str]) -> None:
+    def feed_attempt(self, lines: Iterable[str]) -> None:
         """The whole log of one process start (one file of a resumed run)."""
         self.start_attempt()
         for event in lp.parse_lines(lines):
@@ -371,8 +374,9 @@ def checkpoint_failures(saved: list[int], save_configured: bool, reached_end: bo
 
 def read_tracker(checkpoint_dir: Path) -> str | None:
     """The iteration in <save>/latest_checkpointed_iteration.txt (or "release"), None without one."""
-    try:
-        text = (checkpoint_dir / TRACKER_FILE).read_text().strip()
-    except OSError:
+    path = checkpoint_dir / TRACKER_FILE
+    if not path.exists():
         return None
+    # a few bytes of a regular file: a FIFO or /dev/zero planted there is refused, never read forever
+    text = untrusted.read_bytes(path, "checkpoint tracker", MAX_TRACKER_BYTES).decode("utf-8", "replace").strip()
     return text or None

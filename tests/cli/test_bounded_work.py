@@ -1,0 +1,57 @@
+"""Work bounded whatever the input's size: each of these took from 20 s to minutes (or ran out of memory) before
+its bound; the limits here are generous for a loaded 2-core machine and far below the old times."""
+
+from __future__ import annotations
+
+import time
+
+from launcher.cli import main, run_parser
+from launcher.errors import UserError
+
+
+def test_thirty_thousand_set_options_parse_in_linear_time():
+    words = [w for i in range(30_000) for w in ("--set", f"lr={i}e-5")]
+    started = time.monotonic()
+    args = run_parser().parse_args(["345m", "--dry-run", *words])
+    assert time.monotonic() - started < 5  # argparse's own handling: 34 s to minutes
+    assert len(args.overrides) == 30_000 and args.overrides[-1] == "lr=29999e-5"
+
+
+def test_set_keeps_its_place_among_other_options():
+    args = run_parser().parse_args(["345m", "--set=a=1", "--nodes", "2", "--set", "b=2"])
+    assert args.overrides == ["a=1", "b=2"] and args.nodes == 2
+
+
+def test_one_long_string_aliased_many_times_is_refused_quickly(tmp_path, capsys):
+    path = tmp_path / "alias.yaml"
+    path.write_text('base: 345m\nmegatron:\n  data_cache_path: &x "' + "a" * 7_000_000 + '"\n  special_tokens: ['
+                    + ", ".join(["*x"] * 99_000) + "]\n")
+    started = time.monotonic()
+    code = main([str(path), "--dry-run"])
+    _, err = capsys.readouterr()
+    assert time.monotonic() - started < 10  # > 20 s, and MemoryError in show
+    assert code == 2
+    assert err.splitlines()[0] == (f"error: {path} expands to more than 16,777,216 characters of values (a long "
+                                   "value repeated through aliases?)")
+
+
+def test_plan_of_a_model_that_fits_nowhere_answers_before_searching_every_world(capsys):
+    started = time.monotonic()
+    code = main(["plan", "345m", "--set", "num_layers=1000000000", "--gpus", "8"])
+    _, err = capsys.readouterr()
+    assert time.monotonic() - started < 15  # ~60 s
+    assert code == 2
+    assert err.splitlines()[0] == "error: no layout of 345m fits on any number of h100-80gb GPUs tried"
+
+
+def test_a_file_at_the_byte_cap_is_parsed_in_seconds(tmp_path):
+    from launcher import untrusted
+
+    text = "description: " + "b" * (untrusted.MAX_FILE_BYTES - 100) + "\n"
+    started = time.monotonic()
+    assert len(untrusted.load_yaml(text, "big")["description"]) == untrusted.MAX_FILE_BYTES - 100
+    assert time.monotonic() - started < 5  # the pure-Python scanner: ~11 s
+    try:
+        untrusted.load_yaml("a: [" * 100 + "]" * 100, "deep")
+    except UserError as exc:
+        assert "nesting deeper than 64 levels" in str(exc)

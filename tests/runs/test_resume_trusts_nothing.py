@@ -1,0 +1,158 @@
+"""`launch --resume RUN_DIR` treats the directory as data: no program, environment, write target or hang comes
+from it; it says what it takes from it; one resume at a time; --set save/tensorboard_dir are honoured."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.test_launch_run_dir import launch, only_run_dir, stand_in
+
+
+@pytest.fixture
+def first_run(tmp_path: Path) -> tuple[Path, Path]:
+    """A run directory whose first attempt (a replaying torchrun stand-in) saved at iteration 50; and the stand-in."""
+    torchrun = stand_in(tmp_path, "toy_truncated.log", exit_code=1, tracker="50")
+    assert launch(tmp_path, "toy", "--set", f"torchrun={torchrun}").returncode == 1
+    return only_run_dir(tmp_path), torchrun
+
+
+def _edit_preset(run_dir: Path, change) -> None:
+    path = run_dir / "preset.yaml"
+    data = yaml.safe_load(path.read_text())
+    change(data)
+    path.write_text(yaml.safe_dump(data))
+
+
+def _evil_program(tmp_path: Path) -> tuple[Path, Path]:
+    marker = tmp_path / "evil-ran"
+    evil = tmp_path / "evil"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    return evil, marker
+
+
+def test_a_torchrun_planted_in_the_run_preset_is_refused_and_never_runs(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    evil, marker = _evil_program(tmp_path)
+    _edit_preset(run_dir, lambda d: d["launcher"].update(torchrun=str(evil)))
+    result = launch(tmp_path, "--resume", str(run_dir))
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (
+        f"error: {run_dir}/preset.yaml sets torchrun='{evil}', but the run's first attempt ran with '{torchrun}' "
+        "(manifest.json): a resumed run does not take a program or its environment from the run directory")
+    assert not marker.exists()
+
+
+def test_an_ld_preload_planted_in_the_run_preset_is_refused(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    _edit_preset(run_dir, lambda d: d["launcher"].setdefault("env", {}).update(LD_PRELOAD="/tmp/evil.so"))
+    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={torchrun}")
+    assert result.returncode == 2
+    assert (f"error: {run_dir}/preset.yaml sets env.LD_PRELOAD='/tmp/evil.so', but the run's first attempt ran "
+            "with no env.LD_PRELOAD (manifest.json)") in result.stderr
+
+
+def test_a_setting_given_again_on_the_command_line_is_taken(first_run, tmp_path):
+    run_dir, _ = first_run
+    other = stand_in(tmp_path, "toy_resume_sigterm.log", tracker="83")
+    _edit_preset(run_dir, lambda d: d["launcher"].update(torchrun="/nowhere/torchrun"))
+    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={other}")
+    assert result.returncode == 0, result.stderr
+
+
+def test_resume_honours_set_save_and_tensorboard_dir_and_says_where_it_writes(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    save, board = tmp_path / "elsewhere" / "ckpt", tmp_path / "elsewhere" / "tb"
+    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"save={save}", "--set", f"tensorboard_dir={board}")
+    assert result.returncode in (0, 1), result.stderr
+    argv_line = next(line for line in result.stdout.splitlines() if line.startswith("argv:"))
+    assert f"--save {save}" in argv_line and f"--tensorboard-dir {board}" in argv_line
+    assert f"--load {run_dir / 'checkpoints'}" in argv_line  # it continues from the run's own checkpoints
+    assert (f"# note: resuming {run_dir}: its preset.yaml gives the settings, its manifest the checkpoint "
+            f"directory (load {run_dir / 'checkpoints'}, save {save}); outside the run directory: save {save}, "
+            f"tensorboard_dir {board}") in result.stdout
+
+
+def test_a_checkpoint_dir_moved_in_the_manifest_is_shown(first_run, tmp_path):
+    run_dir, _ = first_run
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    manifest["checkpoint_dir"] = str(tmp_path / "other-ckpt")
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    result = launch(tmp_path, "--resume", str(run_dir))
+    assert f"outside the run directory: load {tmp_path / 'other-ckpt'}, save {tmp_path / 'other-ckpt'}" in \
+        result.stdout
+
+
+def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(first_run, tmp_path):
+    run_dir, _ = first_run
+    fd = os.open(run_dir / ".launch.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, b"4242\n")
+        result = launch(tmp_path, "--resume", str(run_dir))
+    finally:
+        os.close(fd)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[0] == (f"error: run directory {run_dir} is in use by process 4242 "
+                                             f"(lock {run_dir}/.launch.lock)")
+    assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 1
+
+
+def test_every_attempt_is_recorded(first_run, tmp_path):
+    run_dir, _ = first_run
+    for _ in range(2):
+        launch(tmp_path, "--resume", str(run_dir))
+    assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 3
+
+
+def test_a_dangling_attempt_log_link_is_never_written_through(first_run, tmp_path):
+    run_dir, _ = first_run
+    outside = tmp_path / "outside.txt"
+    (run_dir / "logs" / "attempt-2.log").symlink_to(outside)
+    result = launch(tmp_path, "--resume", str(run_dir))
+    assert result.returncode == 2
+    assert f"error: earlier attempt log '{run_dir}/logs/attempt-2.log' is a symbolic link" in result.stderr
+    assert not outside.exists()
+
+
+def test_a_symlinked_metrics_file_is_refused(first_run, tmp_path):
+    run_dir, _ = first_run
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("mine\n")
+    (run_dir / "metrics.jsonl").unlink()
+    (run_dir / "metrics.jsonl").symlink_to(outside)
+    result = launch(tmp_path, "--resume", str(run_dir))
+    assert result.returncode == 2
+    assert f"error: metrics file '{run_dir}/metrics.jsonl' is a symbolic link" in result.stderr
+    assert outside.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("where", ["checkpoints/latest_checkpointed_iteration.txt", "logs/attempt-1.log"])
+def test_a_fifo_in_the_run_directory_does_not_hang_a_resume(first_run, tmp_path, where):
+    run_dir, _ = first_run
+    (run_dir / where).unlink()
+    os.mkfifo(run_dir / where)
+    quiet = stand_in(tmp_path, "toy_resume_sigterm.log", tracker=None)  # it writes no tracker itself
+    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={quiet}")  # times out after 120 s
+    assert result.returncode == 2
+    assert "not a regular file" in result.stderr
+
+
+def test_a_resumed_attempt_that_printed_nothing_is_not_a_success(first_run, tmp_path):
+    run_dir, _ = first_run
+    silent = tmp_path / "silent"
+    silent.write_text(textwrap.dedent(f"""\
+        #!{sys.executable}
+        """))
+    silent.chmod(0o755)
+    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={silent}")
+    assert result.returncode == 1, result.stdout
+    assert json.loads((run_dir / "summary.json").read_text())["outcome"] != "success"
