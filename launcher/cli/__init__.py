@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -65,7 +67,7 @@ def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
-    from launcher.megatron.pin import megatron_path, require_checkout
+    from launcher.megatron.pin import checkout_warning, megatron_path, require_checkout
     from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
@@ -113,10 +115,19 @@ def cmd_run(argv: list[str]) -> int:
         return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format)
     job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
     command = build_command(job)
+    # A printed or written job whose entry script is missing here: said, not refused (a Slurm job may run from a
+    # cluster path this machine cannot see; --submit and a run here refuse it below).
+    missing = checkout_warning(path, job.entry)
     if on_slurm:
         from launcher.backends import slurm
 
-        return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain)
+        return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
+                            as_json=args.format == "json", warnings=[missing] if missing else [])
+    if args.dry_run and missing:
+        if args.format == "json":
+            job = dataclasses.replace(job, warnings=(*job.warnings, missing))
+        else:
+            print(f"warning: {missing}", file=sys.stderr)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(job, command))
@@ -315,7 +326,49 @@ def cmd_import(argv: list[str]) -> int:
     return import_main(args.source, args.output)
 
 
+def cmd_fetch_megatron(argv: list[str]) -> int:
+    from launcher import MEGATRON_COMMIT
+    from launcher.megatron import fetch, pin
+
+    parser = Parser(prog="launch fetch-megatron", description=f"Fetch the pinned Megatron-LM "
+                    f"({MEGATRON_COMMIT[:12]}) and remember it: every later launch uses it where no "
+                    "--megatron-path, launcher.megatron_path or $MEGATRON_LM_PATH says otherwise.")
+    parser.add_argument("directory", nargs="?", type=Path, metavar="DIR",
+                        help=f"where it goes (default: {pin.default_fetch_dir()})")
+    parser.add_argument("--source", metavar="URL_OR_PATH",
+                        help=f"a git repository (URL or local) or a .tar.gz of the commit (URL or file); default "
+                             f"${fetch.SOURCE_ENV}, else GitHub ({fetch.GIT_SOURCE}, or its tarball without git)")
+    args = parser.parse_args(argv)
+    from launcher.runs.atomic import write_text_atomic
+    from launcher.runs.rundir import git_commit
+
+    directory = (args.directory or pin.default_fetch_dir()).expanduser().absolute()
+    if directory.exists():
+        at = git_commit(directory)["commit"]
+        marker = directory / pin.COMMIT_MARKER
+        if not at and marker.is_file():
+            at = marker.read_text(encoding="utf-8").strip()
+        if at != MEGATRON_COMMIT or not (directory / pin.ENTRY_SCRIPTS["pretrain_gpt"]).is_file():
+            raise UserError(f"{directory} exists and is not a Megatron-LM checkout of {MEGATRON_COMMIT[:12]}",
+                            "give another DIR, or remove it first")
+        print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is already in {directory}")
+    else:
+        how = fetch.fetch(directory, args.source or fetch.default_source())
+        print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is in {directory} ({how})")
+    config = pin.config_file()
+    try:
+        config.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(config, json.dumps({"megatron_path": str(directory)}, indent=1) + "\n")
+    except OSError as err:
+        raise UserError(f"cannot remember the checkout in {config}: {err.strerror or err}",
+                        f"use --megatron-path {directory} or {pin.ENV_VAR}={directory} instead") from None
+    print(f"remembered in {config}: launches use it unless --megatron-path, launcher.megatron_path or "
+          f"${pin.ENV_VAR} names another")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "fetch-megatron": cmd_fetch_megatron,
     "import": cmd_import,
     "list": cmd_list,
     "doctor": cmd_doctor,
