@@ -17,6 +17,7 @@ from typing import Any
 from launcher.errors import Problem, shown
 from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.megatron import args as megatron_args
 from launcher.pipeline import target_rules
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.value_rules import check_values
@@ -623,6 +624,10 @@ class _Checker:
                 self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
             self.fail("full recompute needs recompute_method and recompute_num_layers",
                       "e.g. recompute_method=uniform recompute_num_layers=1")
+        for dest, value in self.preset.megatron.items():
+            warning = megatron_args.deprecation_warning(dest) if value not in (None, False) else None
+            if warning:
+                self.warnings.append(warning)
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")
