@@ -241,20 +241,22 @@ def cmd_report(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import json
 
-    from launcher.runs.report import make_report
+    from launcher.runs.report import make_report, plots_unavailable
 
-    # exit 0 when the report was made, whatever the run's outcome
     report = make_report(args.targets, args.output_dir, args.partial)
+    no_plots = plots_unavailable()
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
+                          **({"plots_unavailable": no_plots} if no_plots else {}),
                           "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2,
                          allow_nan=False))
     else:
         print(report.summary.render())
         for number, attempt in enumerate(report.attempts):
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
-        print("plots:              " + ", ".join(str(p) for p in report.plots))
-    return 0
+        print("plots:              " + (", ".join(str(p) for p in report.plots) or f"none ({no_plots})"))
+    # the report was made; its exit status says how the run went, as the run's own exit did
+    return 1 if report.summary.outcome == "failed" else 0
 
 
 def cmd_show(argv: list[str]) -> int:
