@@ -293,16 +293,24 @@ def cmd_completion(argv: list[str]) -> int:
     from launcher.cli import completion
 
     parser = Parser(prog="launch completion", description="Print a shell completion script for commands, "
-                    "presets, options and setting names: source <(launch completion bash), or zsh.")
-    parser.add_argument("shell", nargs="?", choices=("bash", "zsh"))
+                    "presets, each command's options and their values, and setting names: "
+                    "source <(launch completion bash), or zsh; launch completion fish | source.")
+    parser.add_argument("shell", nargs="?", choices=completion.SHELLS)
     parser.add_argument("--names", choices=completion.NAME_KINDS,
-                        help="print the names the script completes, one a line (what the script calls)")
+                        help="print the names of one kind, one a line")
+    parser.add_argument("--complete", nargs="*", metavar="WORDS",
+                        help="print what Tab offers for this command line (what the scripts call; everything "
+                             "after it is the line): launch completion --complete -- launch plan --g")
+    if argv[:1] == ["--complete"]:  # the words are the user's command line, never options of this command
+        words = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+        print("\n".join(completion.complete(words)))
+        return 0
     args = parser.parse_args(argv)
     if args.names:
         print("\n".join(completion.names(args.names)))
         return 0
     if args.shell is None:
-        raise UserError("launch completion needs a shell: bash or zsh",
+        raise UserError("launch completion needs a shell: bash, zsh or fish",
                         "for example: source <(launch completion bash)")
     sys.stdout.write(completion.script(args.shell))
     return 0
