@@ -70,7 +70,7 @@ def parser_of(command: str | None) -> argparse.ArgumentParser:
     def hand_over(self, *_args, **_kwargs):
         raise _Built(self)
 
-    Parser.parse_args = hand_over  # type: ignore[method-assign,assignment]
+    Parser.parse_args = hand_over  # type: ignore[method-assign]
     try:
         SUBCOMMANDS[command]([])
     except _Built as built:
