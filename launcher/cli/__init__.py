@@ -64,7 +64,11 @@ def run_parser() -> Parser:
 
 
 def cmd_run(argv: list[str]) -> int:
-    args = run_parser().parse_args(argv)
+    parser = run_parser()
+    if not argv:  # a bare `launch` asks what it can do
+        sys.stdout.write(parser.format_help())
+        return 0
+    args = parser.parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
     from launcher.megatron.pin import checkout_warning, megatron_path, require_checkout
@@ -73,9 +77,12 @@ def cmd_run(argv: list[str]) -> int:
     from launcher.pipeline.preset import load_preset
     from launcher.runs import rundir
 
-    if (args.preset is None) == (args.resume is None):
-        raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
-                        "--resume runs/toy-20261129T160150Z")
+    if args.preset is None and args.resume is None:
+        raise UserError("no preset given", "for example: launch toy --dry-run (launch list shows the presets; "
+                        "launch --help the options), or launch --resume RUN_DIR")
+    if args.preset is not None and args.resume is not None:
+        raise UserError("give a preset or --resume RUN_DIR, not both", "a resumed run keeps its own preset; "
+                        "change settings with --set")
     if args.resume and args.dry_run:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
     on_slurm = args.slurm or args.submit
@@ -377,8 +384,26 @@ def cmd_fetch_megatron(argv: list[str]) -> int:
     return 0
 
 
+def cmd_runs(argv: list[str]) -> int:
+    from launcher.pipeline.preset import LauncherSettings
+    from launcher.runs import listing
+
+    parser = Parser(prog="launch runs", description="The run directories under the run root (newest first): "
+                    "preset, start, state (running, succeeded, failed, preempted, submitted), last iteration, "
+                    "tokens/s. Also `launch ls`.")
+    parser.add_argument("--run-root", type=Path, default=Path(LauncherSettings().run_root),
+                        help="where the run directories are (default: ./runs, the launcher's run_root)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    rows = listing.list_runs(args.run_root)
+    sys.stdout.write(listing.as_json(rows) if args.format == "json" else listing.render(rows))
+    return 0
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
     "fetch-megatron": cmd_fetch_megatron,
+    "runs": cmd_runs,
+    "ls": cmd_runs,
     "import": cmd_import,
     "list": cmd_list,
     "doctor": cmd_doctor,

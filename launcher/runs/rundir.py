@@ -52,6 +52,7 @@ PERIODIC_SAVE_ITERATIONS = 1000
 RETAINED_SAVES = 10
 PRESET_FILE = "preset.yaml"
 COMMAND_FILE = "command.sh"
+RUNNING_FILE = "running.json"  # the launcher's pid and host while a job runs here (`launch runs` reads it)
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 WANDB = "wandb"
