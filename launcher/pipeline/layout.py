@@ -155,11 +155,27 @@ class _Checker:
         nodes = self.world // self.gpus_per_node
         self.fail(
             f"world size {self.world} = {nodes} node(s) × {self.gpus_per_node} GPUs is not divisible by "
-            f"TP·PP·CP = {tp}·{pp}·{cp} = {model}",
-            f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
-            f"whose product divides {self.world}",
-        )
+            f"TP·PP·CP = {tp}·{pp}·{cp} = {model}", self._world_fixes(nodes, tp, pp, cp))
         return False
+
+    def _world_fixes(self, nodes: int, tp: int, pp: int, cp: int) -> str:
+        """Fixes that work: more nodes only when the model needs more GPUs than the world has; otherwise the
+        same GPUs with fewer per node, or a tensor-parallel size that divides the world (and the heads)."""
+        model = tp * pp * cp
+        if model > self.world:
+            return (f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
+                    f"whose product divides {self.world}")
+        fixes = []
+        fewer = next((g for g in range(self.gpus_per_node - 1, 0, -1) if (nodes * g) % model == 0), None)
+        if fewer is not None:
+            fixes.append(f"--gpus-per-node {fewer} (world {nodes * fewer})")
+        heads = self.arg("num_attention_heads") or 0
+        if self.world % (pp * cp) == 0:
+            smaller = [t for t in divisors(self.world // (pp * cp)) if t != tp and heads % t == 0]
+            if smaller:
+                fixes.append(" or ".join(f"--set tensor_model_parallel_size={t}" for t in smaller))
+        return f"use {', or '.join(fixes)}" if fixes else (
+            f"use parallel sizes whose product divides {self.world}")
 
     def experts(self, tp: int, pp: int) -> None:
         ep = self.arg("expert_model_parallel_size")

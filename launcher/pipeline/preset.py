@@ -94,9 +94,11 @@ def _resolve(ref: str, relative_to: Path | None = None) -> Path:
         return path
     named = CONFIGS_DIR / f"{ref}.yaml"
     if not named.exists():
+        near = did_you_mean(ref, available_presets(), prefix="")
         raise UserError(
             f"no preset named '{ref}'",
-            f"shipped presets: {', '.join(available_presets())}; or give a path to a YAML file",
+            (f"{near} " if near else "")
+            + f"shipped presets: {', '.join(available_presets())}; or give a path to a YAML file",
         )
     return named
 
@@ -289,6 +291,8 @@ def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
     _merge_launcher(layer.launcher, launcher)
     if data.get("description") is not None:
         layer.description = str(data["description"])
+    elif "base" in data and layer.description:  # the base's words describe the base, not this preset
+        layer.description = f"based on {Path(str(data['base'])).stem}: {layer.description}"
     layer.sources.append(str(path))
     return layer
 
