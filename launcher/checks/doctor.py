@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -212,7 +213,8 @@ def check_transformer_engine(ctx: Context) -> list[Finding]:
     if version is None and not has_module("transformer_engine"):
         return [Finding("transformer-engine", "warn",
                         "not installed: use --transformer-impl local and keep context parallel at 1",
-                        "pip install --no-build-isolation 'transformer-engine[pytorch]' (or use an NGC container)")]
+                        f"{shlex.quote(sys.executable)} -m pip install --no-build-isolation "
+                        "'transformer-engine[pytorch]' (or use an NGC container)")]
     return [Finding("transformer-engine", "ok", f"{version or 'unknown version'} (installed)")]
 
 
@@ -276,7 +278,8 @@ def check_helper_build(ctx: Context) -> list[Finding]:
             findings.append(Finding("dataset helpers", "fail",
                                     f"python3-config ({config}) is for another python: suffix {out!r}, "
                                     f"this one is {suffix!r}",
-                                    "put the training interpreter's python3-config first on PATH"))
+                                    f"{_megatron_extra()} (with torch in this environment, launch puts "
+                                    "this interpreter's python3 and python3-config first on the training's PATH)"))
     datasets = ctx.megatron_path / "megatron" / "core" / "datasets"
     if datasets.is_dir() and not os.access(datasets, os.W_OK):
         built = datasets / f"helpers_cpp{suffix}"

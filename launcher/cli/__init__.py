@@ -42,7 +42,8 @@ def run_parser() -> Parser:
                    help="dry-run output format; with json, errors are a JSON object on stdout too")
     p.add_argument("--version", action="version", version=version_text(),
                    help="the launcher's version and the Megatron-LM it is pinned to")
-    p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    p.add_argument("--megatron-path", help="Megatron-LM checkout (default: launcher.megatron_path, "
+                   "$MEGATRON_LM_PATH, the submodule, or the one `launch fetch-megatron` fetched)")
     p.add_argument("--check", action="store_true",
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
                         "torch; touches no GPU) and show its verdict next to the launcher's")
@@ -391,11 +392,15 @@ def cmd_runs(argv: list[str]) -> int:
     parser = Parser(prog="launch runs", description="The run directories under the run root (newest first): "
                     "preset, start, state (running, succeeded, failed, preempted, submitted), last iteration, "
                     "tokens/s. Also `launch ls`.")
-    parser.add_argument("--run-root", type=Path, default=Path(LauncherSettings().run_root),
+    parser.add_argument("--run-root", type=Path, default=None,
                         help="where the run directories are (default: ./runs, the launcher's run_root)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
-    rows = listing.list_runs(args.run_root)
+    root = args.run_root or Path(LauncherSettings().run_root)
+    if args.run_root is None and not root.exists():  # nothing launched from here yet: not an error
+        sys.stdout.write("[]\n" if args.format == "json" else f"no runs under {root}/ yet\n")
+        return 0
+    rows = listing.list_runs(root)
     sys.stdout.write(listing.as_json(rows) if args.format == "json" else listing.render(rows))
     return 0
 

@@ -79,10 +79,11 @@ def process_alive(pid: int, host: str | None) -> bool | None:
         return True
     except OSError:
         return False
-    try:  # a reused pid belongs to some other program
-        return b"launch" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    try:  # a reused pid belongs to some other program (an empty command line says nothing: a process mid-exec)
+        command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return True
+    return not command_line or b"launch" in command_line
 
 
 def _number(value: Any) -> int | float | None:

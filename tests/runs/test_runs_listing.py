@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ def summary(outcome: str, last: int, total: int, speed: float | None) -> dict:
 def live_launcher():
     """A process whose command line says launch, as a running `launch 345m` does."""
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "launch"])
+    deadline = time.monotonic() + 30
+    while b"launch" not in Path(f"/proc/{process.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # until it runs as itself
     yield process.pid
     process.kill()
     process.wait()
@@ -102,3 +106,9 @@ def test_a_missing_run_root_is_an_error_with_a_hint(tmp_path):
     assert done.returncode == 2
     assert done.stderr == (f"error: no run directory root at {tmp_path / 'none'}\n  hint: runs go under ./runs by "
                            "default; give another with --run-root DIR\n")
+
+
+def test_no_runs_yet_under_the_default_root_is_not_an_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "launcher", "runs"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False, env=ENV)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "no runs under runs/ yet\n", "")
