@@ -12,7 +12,8 @@ def test_bare_launch_prints_usage(launch):
     code, out, err = launch()
     assert code == 0 and err == ""
     assert out.startswith("usage: launch [-h] [--resume RUN_DIR]")
-    assert "Other commands: launch fetch-megatron, launch import, launch list" in " ".join(out.split())
+    assert "Other commands: launch fetch-megatron, launch runs, launch ls, launch import, launch list" in " ".join(
+        out.split())
 
 
 def test_options_without_a_preset_say_so(launch):
