@@ -213,7 +213,8 @@ def _shown_on_a_terminal(run_dir, lines, columns: int) -> str:
 @pytest.mark.parametrize("columns", [120, 0])
 def test_progress_line_follows_whether_the_output_is_a_terminal(tmp_path, log_fixture, columns):
     """Not told, the monitor asks its output: a terminal gets the one live line (iteration, loss, tokens/s,
-    ETA, redrawn with \\r), also one that reports no width; a pipe or file gets plain [launch] lines."""
+    ETA, redrawn with \\r), also one that reports no width; a pipe or file gets plain [launch] lines. (A check that
+    the feature works as the README says; it passes on the main this branch started from.)"""
     pytest.importorskip("tqdm")
     lines = log_fixture("toy_fp32_1gpu.log")
     plain = io.StringIO()

@@ -145,11 +145,8 @@ class Monitor:
         from tqdm import tqdm  # only needed on a TTY
 
         if self._bar is None:
-            # A terminal that reports no width (a pty nobody sized, e.g. under `script` or CI) would get a
-            # zero-width, empty line from tqdm: give it a fixed width instead.
-            sized = _terminal_columns(self.out) > 0
             self._bar = tqdm(total=event.train_iters, initial=event.iteration, file=self.out, unit="it",
-                             dynamic_ncols=sized, ncols=None if sized else 100,
+                             dynamic_ncols=True,
                              bar_format="{l_bar}{bar}| {n}/{total} [{elapsed}<{remaining}{postfix}]")
         self._bar.total = event.train_iters
         self._bar.update(max(0, event.iteration - self._bar.n))
@@ -190,10 +187,3 @@ def _have_tqdm() -> bool:
     except ImportError:
         return False
     return True
-
-
-def _terminal_columns(stream: IO[str]) -> int:
-    try:
-        return os.get_terminal_size(stream.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        return 0
