@@ -241,7 +241,11 @@ def load_yaml(text: str, source: str) -> Any:
         where = getattr(exc, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
         reason = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc).splitlines()[0]
-        raise UserError(f"{source} is not valid YAML{at}: {reason}") from None
+        lines = text.splitlines()
+        line = lines[where.line] if where is not None and where.line < len(lines) else ""
+        tab = "\t" in reason or "\t" in line  # PyYAML's "found character '\t' that cannot start any token"
+        raise UserError(f"{source} is not valid YAML{at}: {reason}",
+                        "YAML indents with spaces, never tabs: use spaces" if tab else "") from None
     except RecursionError:
         raise UserError(f"{source} is not valid YAML: nesting deeper than {MAX_DEPTH} levels") from None
     finally:

@@ -130,7 +130,7 @@ def test_local_run_without_gpu_explains(launch):
 
 def test_local_run_without_checkout_explains(launch, tmp_path):
     code, out, err = launch("345m", "--gpus-per-node", "1", "--megatron-path", str(tmp_path))
-    assert code == 2 and "no Megatron-LM checkout" in err and "fetch-megatron.sh" in err
+    assert code == 2 and "no Megatron-LM checkout" in err and "launch fetch-megatron" in err
 
 
 def test_dry_run_is_fast_and_imports_no_torch():

@@ -138,7 +138,7 @@ def test_gpt2_bpe_from_local_files(tmp_path):
         [vocab["w"], vocab["or"], vocab["l"], vocab["d"], vocab["Ġ"], vocab["hello"], eod],
         [vocab["hello"], eod],
     ]
-    assert result.megatron_args["tokenizer_type"] == "GPT2BPETokenizer"
+    assert result.megatron_args == {"tokenizer_type": "NullTokenizer", "vocab_size": len(vocab)}
 
 
 def test_hf_tokenizer_directory_with_configured_eos(tmp_path):
@@ -227,7 +227,7 @@ def test_vocabulary_larger_than_the_models(tmp_path):
     args = {"data_path": [str(tmp_path / "out")], "split": "1", "tokenizer_type": "NullTokenizer"}
     problems = check_data({**args, "vocab_size": result.vocab_size - 1})
     assert len(problems) == 1 and f"vocabulary of {result.vocab_size}" in problems[0].message
-    assert "--set tokenizer_type=GPT2BPETokenizer" in problems[0].hint
+    assert f"--set tokenizer_type=NullTokenizer --set vocab_size={result.vocab_size}" in problems[0].hint
     assert check_data({**args, "vocab_size": result.vocab_size}) == []
 
 

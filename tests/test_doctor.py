@@ -88,7 +88,7 @@ def test_missing_megatron_checkout_fails_with_the_fetch_command(tmp_path):
     checkout = findings["megatron-lm checkout"]
     assert checkout["status"] == "fail"
     assert str(tmp_path / "nowhere") in checkout["detail"]
-    assert "scripts/fetch-megatron.sh" in checkout["fix"] and MEGATRON_COMMIT[:12] in checkout["fix"]
+    assert "launch fetch-megatron" in checkout["fix"] and MEGATRON_COMMIT[:12] in checkout["fix"]
 
 
 def test_checkout_at_another_commit_fails_naming_both_commits(foreign_checkout):

@@ -246,9 +246,21 @@ def test_suggested_node_counts_are_valid(tp, pp, gpus):
     except UserError as err:
         text = err.render()
     match = re.search(r"use --nodes ([\d ,()GPUs]+)", text)
-    assert match, text
-    for nodes in re.findall(r"(\d+) \(", match.group(1)):
-        plan(overrides=overrides, nodes=int(nodes), gpus=gpus)
+    if match:  # the model needs more GPUs than the world has
+        assert tp * pp > gpus, text
+        for nodes in re.findall(r"(\d+) \(", match.group(1)):
+            plan(overrides=overrides, nodes=int(nodes), gpus=gpus)
+        return
+    # the world is large enough: the same GPUs, fewer per node, or a TP that divides; each fix works
+    fixes = [("gpus", int(g)) for g in re.findall(r"--gpus-per-node (\d+)", text)]
+    fixes += [("tp", int(t)) for t in re.findall(r"--set tensor_model_parallel_size=(\d+)", text)]
+    assert fixes and tp * pp < gpus, text
+    for kind, value in fixes:
+        fixed = [*overrides[1:], f"tensor_model_parallel_size={value}"] if kind == "tp" else overrides
+        try:
+            plan(overrides=fixed, nodes=1, gpus=value if kind == "gpus" else gpus)
+        except UserError as still:
+            assert "is not divisible by TP·PP·CP" not in still.render(), (kind, value, still.render())
 
 
 @settings(max_examples=60, deadline=None)

@@ -173,3 +173,57 @@ def test_error_a_resume_got_past_does_not_fail_the_run(tmp_path, log_fixture):
     for event in lp.parse_lines(log_fixture("toy_fp32_1gpu.log")):
         runlog.feed(event)
     assert runlog.summary(exit_code=0).outcome == "success"
+
+
+def _shown_on_a_terminal(run_dir, lines, columns: int) -> str:
+    """What a pseudo-terminal of `columns` columns (0: one nobody sized) shows of a run's output."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+    import threading
+
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    shown: list[bytes] = []
+
+    def read() -> None:  # drain as it is written: a full pty buffer would block the monitor
+        while True:
+            try:
+                chunk = os.read(leader, 1 << 16)
+            except OSError:
+                return
+            if not chunk:
+                return
+            shown.append(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    with os.fdopen(follower, "w", buffering=1) as terminal:
+        monitor = Monitor(run_dir, out=terminal)
+        assert monitor.tty
+        feed_all(monitor, lines)
+        monitor.close(exit_code=0)
+    reader.join(5)
+    os.close(leader)
+    return b"".join(shown).decode("utf-8", errors="replace")
+
+
+@pytest.mark.parametrize("columns", [120, 0])
+def test_progress_line_follows_whether_the_output_is_a_terminal(tmp_path, log_fixture, columns):
+    """Not told, the monitor asks its output: a terminal gets the one live line (iteration, loss, tokens/s,
+    ETA, redrawn with \\r), also one that reports no width; a pipe or file gets plain [launch] lines. (A check that
+    the feature works as the README says; it passes on the main this branch started from.)"""
+    pytest.importorskip("tqdm")
+    lines = log_fixture("toy_fp32_1gpu.log")
+    plain = io.StringIO()
+    monitor = Monitor(tmp_path / "plain", out=plain)
+    feed_all(monitor, lines)
+    monitor.close(exit_code=0)
+    assert "\r" not in plain.getvalue() and "[launch] 100/100 (100%) | loss 4.3120" in plain.getvalue()
+
+    text = _shown_on_a_terminal(tmp_path / "tty", lines, columns)
+    bar = [part for part in text.split("\r") if "100/100 [" in part]
+    assert bar and "loss 4.3120 | " in bar[-1] and " tok/s" in bar[-1], text[-2000:]
+    assert "[launch] 100/100" not in text  # the plain line is for pipes only

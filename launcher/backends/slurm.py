@@ -17,10 +17,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import jinja2
 
@@ -315,24 +315,37 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
 
 
 def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,
-           chain: int | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
-    """`launch PRESET --slurm`: print the script (dry-run), write it into the run directory, or submit it."""
+           chain: int | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr, as_json: bool = False,
+           warnings: Sequence[str] = ()) -> int:
+    """`launch PRESET --slurm`: print the script (dry-run), write it into the run directory, or submit it.
+    With `as_json`, one JSON object on `out` (script or its path, job ids, notes, warnings) instead of text;
+    `warnings` are the caller's (e.g. a Megatron-LM checkout missing here), said like the job's own."""
     made = prepare_job(job, command, chain=chain)
     batch = made.job
     text = render_batch_script(batch)
-    for note in made.notes:
-        print(f"note: {note}", file=err)
-    for line in batch.about:
-        if line.startswith("warning: "):
-            print(line, file=err)
+    said_warnings = [*(line.removeprefix("warning: ") for line in batch.about if line.startswith("warning: ")),
+                     *warnings]
+    result: dict[str, Any] = {"run_dir": str(batch.run_dir), "script_path": str(batch.script_path),
+                              "chain": batch.chain, "notes": list(made.notes), "warnings": said_warnings}
+    if not as_json:
+        for note in made.notes:
+            print(f"note: {note}", file=err)
+        for warning in said_warnings:
+            print(f"warning: {warning}", file=err)
     if dry_run:
-        out.write(text)
+        if as_json:
+            out.write(json.dumps({**result, "dry_run": True, "script": text}, indent=2) + "\n")
+        else:
+            out.write(text)
         return 0
     sbatch = find_sbatch() if submit_job else ""
     if submit_job and job.entry != PREFLIGHT:
         require_checkout(job.megatron_path, job.entry)
     record(job, batch, text)
     if not submit_job:
+        if as_json:
+            out.write(json.dumps({**result, "dry_run": False, "submitted": []}, indent=2) + "\n")
+            return 0
         print(batch.script_path, file=out)
         if batch.chain > 1:
             print(f"note: submit it {batch.chain} times; each waits for the previous (--dependency=singleton)",
@@ -349,6 +362,10 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
         if job.existing is None:  # nothing queued: leave nothing behind
             shutil.rmtree(batch.run_dir, ignore_errors=True)
         raise
+    if as_json:
+        logs = [str(batch.run_dir / f"slurm-{job_id}.out") for job_id in job_ids]
+        out.write(json.dumps({**result, "dry_run": False, "submitted": job_ids, "logs": logs}, indent=2) + "\n")
+        return 0
     for job_id in job_ids:
         print(job_id, file=out)
         print(f"submitted job {job_id}: script {batch.script_path}, log {batch.run_dir}/slurm-{job_id}.out",

@@ -7,6 +7,7 @@ files, and that the data's token ids fit the model's tokenizer vocabulary.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -61,12 +62,15 @@ class TrainingTokenizer:
     eod: int | None
 
 
-def check_data(megatron_args: Mapping[str, Any]) -> list[Problem]:
-    """Every problem with the data and tokenizer settings of a pretrain_gpt run."""
+def check_data(megatron_args: Mapping[str, Any], python_here: bool = True) -> list[Problem]:
+    """Every problem with the data and tokenizer settings of a pretrain_gpt run. `python_here`: the training
+    runs this Python (locally, on a node at job start), so the packages the tokenizer needs are checked too."""
     problems: list[Problem] = []
     problems += _check_sources(megatron_args)
     tokenizer, tokenizer_problems = training_tokenizer(megatron_args)
     problems += tokenizer_problems
+    if python_here:
+        problems += tokenizer_package_problems(megatron_args)
     for setting, prefixes in _blend_prefixes(megatron_args, problems).items():
         for prefix in prefixes:
             problems += check_prefix(prefix, setting, tokenizer, megatron_args)
@@ -93,15 +97,17 @@ def data_files(megatron_args: Mapping[str, Any]) -> list[str]:
     return files
 
 
-def check_job_data(args: Mapping[str, Any], remote: bool) -> tuple[list[Problem], list[str]]:
+def check_job_data(args: Mapping[str, Any], remote: bool, python_here: bool = True
+                   ) -> tuple[list[Problem], list[str]]:
     """resolve's data check (its `data_check`). Here, every data check (exit 2 before launch). On a cluster
     (Slurm, Kubernetes), the same when this machine sees the files; otherwise only the checks that need no file,
-    and the files this machine cannot see (the job checks them on its first node)."""
+    and the files this machine cannot see (the job checks them on its first node). A container brings its own
+    packages (the node checks them at job start); elsewhere this Python answers (`python_here`)."""
     if remote:
         unseen = [path for path in data_files(args) if not os.path.exists(path)]
         if unseen:
             return check_data_sources(args), unseen
-    return check_data(args), []
+    return check_data(args, python_here=python_here), []
 
 
 def check_data_sources(megatron_args: Mapping[str, Any]) -> list[Problem]:
@@ -352,6 +358,31 @@ def training_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | Non
         if not os.path.exists(str(model)):
             return None, [Problem(f"tokenizer_model {model} does not exist")]
     return TrainingTokenizer(kind, None, None), []
+
+
+# Tokenizer types Megatron at the pin builds through transformers' AutoTokenizer
+# (megatron/core/tokenizers/text/libraries/huggingface_tokenizer.py, megatron_hf_tokenizer.py).
+AUTOTOKENIZER_TYPES = {"HuggingFaceTokenizer", "GPT2BPETokenizer", "BertWordPieceLowerCase", "BertWordPieceCase"}
+
+
+def tokenizer_package_problems(args: Mapping[str, Any]) -> list[Problem]:
+    """A tokenizer this Python cannot build offline: Megatron would fail at start-up (`name 'AutoTokenizer' is
+    not defined`) or ask the Hugging Face hub for the tokenizer's files."""
+    kind = str(args.get("tokenizer_type") or "GPT2BPETokenizer")
+    if kind not in AUTOTOKENIZER_TYPES:
+        return []
+    offline = ("tokenizer_type=NullTokenizer with vocab_size=N (and null_tokenizer_eod_id=ID), which pretraining "
+               "needs no file for: `launch prepare-data` prints it")
+    hub = ""
+    if kind != "HuggingFaceTokenizer":  # MegatronHFTokenizer: AutoTokenizer.from_pretrained("gpt2", vocab_file=…)
+        hub = (f"; and Megatron builds {kind} from the Hugging Face hub's "
+               f"{'gpt2' if kind == 'GPT2BPETokenizer' else 'bert-large'} files even with vocab_file set, "
+               "which needs the network (or the hub's cache)")
+    if importlib.util.find_spec("transformers") is None:
+        return [Problem(f"tokenizer_type {kind} needs the transformers package, which this Python "
+                        f"({sys.executable}) lacks{hub}",
+                        f"use {offline}; or `pip install transformers`")]
+    return []
 
 
 def _gpt2_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, list[Problem]]:

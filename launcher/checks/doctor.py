@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,15 +27,15 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
+from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, install_command
 from launcher.errors import Problem, UserError
-from launcher.megatron.pin import SUBMODULE, has_module
+from launcher.megatron.fetch import GIT_SOURCE as MEGATRON_URL
+from launcher.megatron.pin import COMMIT_MARKER, SUBMODULE, default_fetch_dir, has_module
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.pipeline.kernels import assumed_modules
 from launcher.runs.rundir import git_commit
 
 Status = Literal["ok", "warn", "fail"]
-MEGATRON_URL = "https://github.com/NVIDIA/Megatron-LM.git"
 # Modules built by NVIDIA apex's --cpp_ext/--cuda_ext that Megatron's default fusions import.
 APEX_EXTENSIONS = {
     "fused_weight_gradient_mlp_cuda": "gradient accumulation fusion (pass --no-gradient-accumulation-fusion)",
@@ -119,6 +120,11 @@ def _megatron_core_requirements() -> tuple[SpecifierSet, SpecifierSet]:
     return SpecifierSet(FALLBACK_PYTHON), SpecifierSet(FALLBACK_TORCH)
 
 
+def _megatron_extra() -> str:
+    """The README's install of megatron-core, torch, tokenizers and pybind11, into this launcher's own Python."""
+    return install_command("megatron")
+
+
 def check_python(ctx: Context) -> list[Finding]:
     version = platform.python_version()
     wanted, _ = _megatron_core_requirements()
@@ -132,7 +138,7 @@ def check_torch(ctx: Context) -> list[Finding]:
     version = _version("torch")
     _, wanted = _megatron_core_requirements()
     if version is None:
-        return [Finding("torch", "fail", "not installed", f"pip install 'torch{wanted}'")]
+        return [Finding("torch", "fail", "not installed", _megatron_extra())]
     try:
         # a local build tag (+cu130, +cpu) says how it was built, not which release it is
         fits = wanted.contains(Version(version).public, prereleases=True)
@@ -140,7 +146,7 @@ def check_torch(ctx: Context) -> list[Finding]:
         return [Finding("torch", "warn", f"{version}: not a version number this check can compare")]
     if not fits:
         return [Finding("torch", "fail", f"{version}: megatron-core {MEGATRON_CORE_VERSION} needs torch{wanted}",
-                        f"pip install 'torch{wanted}'")]
+                        _megatron_extra())]
     return [Finding("torch", "ok", version)]
 
 
@@ -164,19 +170,20 @@ def check_megatron_core(ctx: Context) -> list[Finding]:
     wanted = ".".join(map(str, Version(MEGATRON_CORE_VERSION).release[:2]))
     if version is None:
         return [Finding("megatron-core", "warn", "not installed: `launch --check` cannot ask Megatron itself",
-                        f"pip install 'megatron-core=={MEGATRON_CORE_VERSION}' pyyaml")]
+                        _megatron_extra())]
     if _release(version)[:2] != Version(MEGATRON_CORE_VERSION).release[:2]:
         return [Finding("megatron-core", "warn",
                         f"{version}, but the pinned Megatron-LM {MEGATRON_COMMIT[:12]} is {wanted}.x: "
                         "flag names and checks may differ",
-                        f"pip install 'megatron-core=={MEGATRON_CORE_VERSION}'")]
+                        _megatron_extra())]
     return [Finding("megatron-core", "ok", version)]
 
 
 def check_megatron_checkout(ctx: Context) -> list[Finding]:
     path = ctx.megatron_path
-    clone = (f"scripts/fetch-megatron.sh, or git clone {MEGATRON_URL} {path} && git -C {path} checkout "
-             f"{MEGATRON_COMMIT[:12]}; or point at a checkout with --megatron-path DIR / MEGATRON_LM_PATH=DIR")
+    clone = (f"launch fetch-megatron (the pinned commit into {default_fetch_dir()}, remembered), or git clone "
+             f"{MEGATRON_URL} DIR && git -C DIR checkout {MEGATRON_COMMIT[:12]} and point at it with "
+             "--megatron-path DIR / MEGATRON_LM_PATH=DIR")
     if not (path / "pretrain_gpt.py").is_file():
         return [Finding("megatron-lm checkout", "fail", f"no pretrain_gpt.py in {path}", clone)]
     head = git_commit(path)["commit"]
@@ -187,6 +194,10 @@ def check_megatron_checkout(ctx: Context) -> list[Finding]:
                    else f"repair or re-clone the checkout: {clone}")
             return [Finding("megatron-lm checkout", "warn",
                             f"git cannot read {path}, its commit is unknown: {message.splitlines()[0][:200]}", fix)]
+    marker = path / COMMIT_MARKER
+    if head is None and marker.is_file() and marker.read_text(errors="replace").strip() == MEGATRON_COMMIT:
+        return [Finding("megatron-lm checkout", "ok", f"{path} at {MEGATRON_COMMIT[:12]} (launch fetch-megatron's "
+                        "tarball)")]
     if head is None:
         return [Finding("megatron-lm checkout", "warn",
                         f"{path} is not a git checkout of its own; its commit is unknown",
@@ -204,7 +215,8 @@ def check_transformer_engine(ctx: Context) -> list[Finding]:
     if version is None and not has_module("transformer_engine"):
         return [Finding("transformer-engine", "warn",
                         "not installed: use --transformer-impl local and keep context parallel at 1",
-                        "pip install --no-build-isolation 'transformer-engine[pytorch]' (or use an NGC container)")]
+                        f"{shlex.quote(sys.executable)} -m pip install --no-build-isolation "
+                        "'transformer-engine[pytorch]' (or use an NGC container)")]
     return [Finding("transformer-engine", "ok", f"{version or 'unknown version'} (installed)")]
 
 
@@ -253,9 +265,10 @@ def check_helper_build(ctx: Context) -> list[Finding]:
         if code != 0:
             code, prefix = _run([python3, "-c", "import sys; print(sys.executable)"], env=ctx.env)
             training = prefix if code == 0 and prefix else python3
+            # with the extra in this launcher's environment, launch puts its python first for training
             findings.append(Finding("dataset helpers", "fail",
                                     f"pybind11 is not importable by the training python ({training})",
-                                    f"{training} -m pip install 'pybind11>=2.12' (part of the [megatron] extra)"))
+                                    _megatron_extra()))
     config = shutil.which("python3-config", path=path_var)
     if config is None:
         findings.append(Finding("dataset helpers", "fail", "`python3-config` not found on PATH",
@@ -267,7 +280,8 @@ def check_helper_build(ctx: Context) -> list[Finding]:
             findings.append(Finding("dataset helpers", "fail",
                                     f"python3-config ({config}) is for another python: suffix {out!r}, "
                                     f"this one is {suffix!r}",
-                                    "put the training interpreter's python3-config first on PATH"))
+                                    f"{_megatron_extra()} (with torch in this environment, launch puts "
+                                    "this interpreter's python3 and python3-config first on the training's PATH)"))
     datasets = ctx.megatron_path / "megatron" / "core" / "datasets"
     if datasets.is_dir() and not os.access(datasets, os.W_OK):
         built = datasets / f"helpers_cpp{suffix}"
@@ -334,7 +348,7 @@ def check_torch_runtime(ctx: Context) -> list[Finding]:
         probe: dict[str, Any] = json.loads(line)
     except json.JSONDecodeError:
         return [Finding("torch import", "fail", f"importing torch failed: {out[-300:]}",
-                        "reinstall torch for this python: pip install --force-reinstall 'torch>=2.6'")]
+                        f"reinstall torch for this python: {_megatron_extra()} --force-reinstall")]
     findings = [Finding("torch import", "ok", f"torch {probe['torch']} built for CUDA {probe['cuda_build']}")]
     if not probe["cuda_available"]:
         findings.append(Finding("cuda", "fail", "torch.cuda.is_available() is False: Megatron requires CUDA",

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
+from launcher import install_command
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import has_module
@@ -97,7 +98,8 @@ class UpstreamChecker:
         if not self.python:
             raise UserError(
                 "Megatron's own checks need megatron-core and torch, which this Python cannot import",
-                "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON to a python that has them",
+                f"{install_command('megatron')} (the README's `pip install -e '.[megatron]'`), or set "
+                "MEGATRON_PYTHON to a python that has them",
             )
         # The job's environment comes with each request (the target's); none of it may leak in from this shell.
         env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -39,7 +41,8 @@ def run_parser() -> Parser:
                    help="dry-run output format; with json, errors are a JSON object on stdout too")
     p.add_argument("--version", action="version", version=version_text(),
                    help="the launcher's version and the Megatron-LM it is pinned to")
-    p.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    p.add_argument("--megatron-path", help="Megatron-LM checkout (default: launcher.megatron_path, "
+                   "$MEGATRON_LM_PATH, the submodule, or the one `launch fetch-megatron` fetched)")
     p.add_argument("--check", action="store_true",
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
                         "torch; touches no GPU) and show its verdict next to the launcher's")
@@ -65,17 +68,24 @@ def run_parser() -> Parser:
 
 
 def cmd_run(argv: list[str]) -> int:
-    args = run_parser().parse_args(argv)
+    parser = run_parser()
+    if not argv:  # a bare `launch` asks what it can do
+        sys.stdout.write(parser.format_help())
+        return 0
+    args = parser.parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
     from launcher.cli.job import JobRequest, job_for, local_gpus
-    from launcher.megatron.pin import require_checkout
+    from launcher.megatron.pin import checkout_warning, require_checkout
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
 
-    if (args.preset is None) == (args.resume is None):
-        raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
-                        "--resume runs/toy-20261129T160150Z")
+    if args.preset is None and args.resume is None:
+        raise UserError("no preset given", "for example: launch toy --dry-run (launch list shows the presets; "
+                        "launch --help the options), or launch --resume RUN_DIR")
+    if args.preset is not None and args.resume is not None:
+        raise UserError("give a preset or --resume RUN_DIR, not both", "a resumed run keeps its own preset; "
+                        "change settings with --set")
     if args.resume and args.dry_run:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
     on_k8s = args.k8s
@@ -109,14 +119,23 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError(problems)
     path = job.megatron_path
     command = build_command(job)
-    if on_k8s:
+    if on_k8s:  # the pods run Megatron-LM from their image, not from a checkout here
         from launcher.backends import k8s
 
         return k8s.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, output_format=args.format)
+    # A printed or written job whose entry script is missing here: said, not refused (a Slurm job may run from a
+    # cluster path this machine cannot see; --submit and a run here refuse it below).
+    missing = checkout_warning(path, job.entry)
     if on_slurm:
         from launcher.backends import slurm
 
-        return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain)
+        return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
+                            as_json=args.format == "json", warnings=[missing] if missing else [])
+    if args.dry_run and missing:
+        if args.format == "json":
+            job = dataclasses.replace(job, warnings=(*job.warnings, missing))
+        else:
+            print(f"warning: {missing}", file=sys.stderr)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(job, command))
@@ -238,12 +257,13 @@ def cmd_report(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     import json
 
-    from launcher.runs.report import make_report
+    from launcher.runs.report import make_report, plots_unavailable
 
-    # exit 0 when the report was made, whatever the run's outcome
     report = make_report(args.targets, args.output_dir, args.partial)
+    no_plots = plots_unavailable()
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
+                          **({"plots_unavailable": no_plots} if no_plots else {}),
                           "sources": [str(s) for s in report.sources], "attempts": report.attempts,
                           "job_states": report.job_states}, indent=2,
                          allow_nan=False))
@@ -253,8 +273,9 @@ def cmd_report(argv: list[str]) -> int:
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
         if report.job_states:
             print("job states:         " + report.job_states)
-        print("plots:              " + ", ".join(str(p) for p in report.plots))
-    return 0
+        print("plots:              " + (", ".join(str(p) for p in report.plots) or f"none ({no_plots})"))
+    # the report was made; its exit status says how the run went, as the run's own exit did
+    return 1 if report.summary.outcome == "failed" else 0
 
 
 def cmd_show(argv: list[str]) -> int:
@@ -297,16 +318,24 @@ def cmd_completion(argv: list[str]) -> int:
     from launcher.cli import completion
 
     parser = Parser(prog="launch completion", description="Print a shell completion script for commands, "
-                    "presets, options and setting names: source <(launch completion bash), or zsh.")
-    parser.add_argument("shell", nargs="?", choices=("bash", "zsh"))
+                    "presets, each command's options and their values, and setting names: "
+                    "source <(launch completion bash), or zsh; launch completion fish | source.")
+    parser.add_argument("shell", nargs="?", choices=completion.SHELLS)
     parser.add_argument("--names", choices=completion.NAME_KINDS,
-                        help="print the names the script completes, one a line (what the script calls)")
+                        help="print the names of one kind, one a line")
+    parser.add_argument("--complete", nargs="*", metavar="WORDS",
+                        help="print what Tab offers for this command line (what the scripts call; everything "
+                             "after it is the line): launch completion --complete -- launch plan --g")
+    if argv[:1] == ["--complete"]:  # the words are the user's command line, never options of this command
+        words = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+        print("\n".join(completion.complete(words)))
+        return 0
     args = parser.parse_args(argv)
     if args.names:
         print("\n".join(completion.names(args.names)))
         return 0
     if args.shell is None:
-        raise UserError("launch completion needs a shell: bash or zsh",
+        raise UserError("launch completion needs a shell: bash, zsh or fish",
                         "for example: source <(launch completion bash)")
     sys.stdout.write(completion.script(args.shell))
     return 0
@@ -333,7 +362,71 @@ def cmd_import(argv: list[str]) -> int:
     return import_main(args.source, args.output, job_as_declared)
 
 
+def cmd_fetch_megatron(argv: list[str]) -> int:
+    from launcher import MEGATRON_COMMIT
+    from launcher.megatron import fetch, pin
+
+    parser = Parser(prog="launch fetch-megatron", description=f"Fetch the pinned Megatron-LM "
+                    f"({MEGATRON_COMMIT[:12]}) and remember it: every later launch uses it where no "
+                    "--megatron-path, launcher.megatron_path or $MEGATRON_LM_PATH says otherwise.")
+    parser.add_argument("directory", nargs="?", type=Path, metavar="DIR",
+                        help=f"where it goes (default: {pin.default_fetch_dir()})")
+    parser.add_argument("--source", metavar="URL_OR_PATH",
+                        help=f"a git repository (URL or local) or a .tar.gz of the commit (URL or file); default "
+                             f"${fetch.SOURCE_ENV}, else GitHub ({fetch.GIT_SOURCE}, or its tarball without git)")
+    args = parser.parse_args(argv)
+    from launcher.runs.atomic import write_text_atomic
+    from launcher.runs.rundir import git_commit
+
+    directory = (args.directory or pin.default_fetch_dir()).expanduser().absolute()
+    if directory.exists():
+        at = git_commit(directory)["commit"]
+        marker = directory / pin.COMMIT_MARKER
+        if not at and marker.is_file():
+            at = marker.read_text(encoding="utf-8").strip()
+        if at != MEGATRON_COMMIT or not (directory / pin.ENTRY_SCRIPTS["pretrain_gpt"]).is_file():
+            raise UserError(f"{directory} exists and is not a Megatron-LM checkout of {MEGATRON_COMMIT[:12]}",
+                            "give another DIR, or remove it first")
+        print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is already in {directory}")
+    else:
+        how = fetch.fetch(directory, args.source or fetch.default_source())
+        print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is in {directory} ({how})")
+    config = pin.config_file()
+    try:
+        config.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(config, json.dumps({"megatron_path": str(directory)}, indent=1) + "\n")
+    except OSError as err:
+        raise UserError(f"cannot remember the checkout in {config}: {err.strerror or err}",
+                        f"use --megatron-path {directory} or {pin.ENV_VAR}={directory} instead") from None
+    print(f"remembered in {config}: launches use it unless --megatron-path, launcher.megatron_path or "
+          f"${pin.ENV_VAR} names another")
+    return 0
+
+
+def cmd_runs(argv: list[str]) -> int:
+    from launcher.pipeline.preset import LauncherSettings
+    from launcher.runs import listing
+
+    parser = Parser(prog="launch runs", description="The run directories under the run root (newest first): "
+                    "preset, start, state (running, succeeded, failed, preempted, submitted), last iteration, "
+                    "tokens/s. Also `launch ls`.")
+    parser.add_argument("--run-root", type=Path, default=None,
+                        help="where the run directories are (default: ./runs, the launcher's run_root)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    args = parser.parse_args(argv)
+    root = args.run_root or Path(LauncherSettings().run_root)
+    if args.run_root is None and not root.exists():  # nothing launched from here yet: not an error
+        sys.stdout.write("[]\n" if args.format == "json" else f"no runs under {root}/ yet\n")
+        return 0
+    rows = listing.list_runs(root)
+    sys.stdout.write(listing.as_json(rows) if args.format == "json" else listing.render(rows))
+    return 0
+
+
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "fetch-megatron": cmd_fetch_megatron,
+    "runs": cmd_runs,
+    "ls": cmd_runs,
     "import": cmd_import,
     "list": cmd_list,
     "doctor": cmd_doctor,

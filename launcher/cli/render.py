@@ -60,7 +60,8 @@ def header(job: ResolvedJob) -> list[str]:
         made = "the run's" if job.existing else "made at launch, not by a dry-run"
         lines.append(f"# run directory {_one_line(job.run_dir)} ({made}; its timestamp is the launch's)")
         if job.entry == "simple_loop":  # it checkpoints into $PWD/ckpt
-            lines.append("# a launch runs this command inside the run directory")
+            lines.append("# a launch runs this command with the run directory as its working directory "
+                         "(upstream's loop writes ./ckpt); pasted, ./ckpt is made in the current directory")
     lines += [f"# note: {_one_line(n)}" for n in job.notes]
     lines += [f"# warning: {_one_line(w)}" for w in job.warnings]
     return lines

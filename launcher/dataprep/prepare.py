@@ -193,7 +193,8 @@ def _prepare_locked(inputs: Sequence[str], output_prefix: str, spec: TokenizerSp
         prepared = PrepareResult(
             prefix=output_prefix, documents=documents, tokens=tokens, skipped_empty=skipped,
             vocab_size=tokenizer.vocab_size, eod=tokenizer.eod, dtype=np.dtype(dtype).name,
-            seconds=time.monotonic() - started, megatron_args=spec.megatron_args(tokenizer.vocab_size))
+            seconds=time.monotonic() - started,
+            megatron_args=spec.megatron_args(tokenizer.vocab_size, tokenizer.eod))
         _write_meta(temps["meta"], prepared, spec, inputs, json_key, text_unit)
         with signals_deferred():  # an interrupt between the renames would pair a new .bin with an old .idx
             for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete

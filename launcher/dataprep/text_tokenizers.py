@@ -46,22 +46,18 @@ class TokenizerSpec:
                 out[name] = os.path.abspath(value) if name != "eod_token" else value
         return out
 
-    def megatron_args(self, vocab_size: int) -> dict[str, Any]:
-        """Megatron settings that train on data made by this tokenizer, offline.
+    def megatron_args(self, vocab_size: int, eod: int) -> dict[str, Any]:
+        """Megatron settings that train on data made by this tokenizer, offline, with what the README installs.
 
-        The byte tokenizer's ids are those of Megatron's NullTokenizer with vocab_size 257 (EOD = 256).
-        GPT2BPETokenizer goes through `transformers` in this Megatron; NullTokenizer with the same vocab
-        size gives the same EOD id (vocab_size - 1 = 50256) without it.
+        Pretraining reads only token ids, the vocabulary size and the end-of-document id, which Megatron's
+        NullTokenizer gives without any file or package. Megatron at the pin builds GPT2BPETokenizer and
+        HuggingFaceTokenizer through `transformers`' AutoTokenizer (GPT2BPETokenizer asks the Hugging Face hub
+        for "gpt2" even with local vocab and merges files: megatron_hf_tokenizer.py), which no extra installs.
         """
-        if self.kind == "byte":
-            return {"tokenizer_type": "NullTokenizer", "vocab_size": vocab_size}
-        if self.kind == "gpt2":
-            return {
-                "tokenizer_type": "GPT2BPETokenizer",
-                "vocab_file": os.path.abspath(str(self.vocab_file)),
-                "merge_file": os.path.abspath(str(self.merge_file)),
-            }
-        return {"tokenizer_type": "HuggingFaceTokenizer", "tokenizer_model": os.path.abspath(str(self.tokenizer_dir))}
+        args: dict[str, Any] = {"tokenizer_type": "NullTokenizer", "vocab_size": vocab_size}
+        if eod != vocab_size - 1:  # NullTokenizer's default EOD is the last id
+            args["null_tokenizer_eod_id"] = eod
+        return args
 
 
 class ByteTokenizer:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import operator
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 MAX_SCRIPT_CHARS = 1_000_000
@@ -437,8 +437,12 @@ def _text(statement: list[Word | Op]) -> str:
     return " ".join(words)
 
 
-def read_script(text: str) -> Reading:
+def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
+    """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given."""
     reading = Reading()
+    reading.shell.scalars.update({str(number): value for number, value in enumerate(positional, start=1)})
+    if positional:  # without any, $# stays unknown: a script run by hand would usually be given some
+        reading.shell.scalars["#"] = str(len(positional))
     statements = list(_statements(tokenize(text)))
     _run_block(statements, reading, active=True)
     return reading

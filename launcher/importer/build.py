@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,38 @@ class Imported:
     env: dict[str, str]
     replaced: dict[str, str] = field(default_factory=dict)  # dest → why its value is not the script's
     not_carried: list[str] = field(default_factory=list)  # one line per thing the preset does not hold
+    warnings: list[str] = field(default_factory=list)  # where the preset's model is not the script's
+
+
+GPT2_VOCAB = 50257
+TOKENIZER_SETTINGS = ("tokenizer_type", "tokenizer_model", "vocab_file", "merge_file", "vocab_size")
+# len(tokenizer), which Megatron's HuggingFaceTokenizer reports, of hub tokenizers whose size is fixed by their
+# release: every Llama 3.x model shares one tokenizer (128,000 + 256 special tokens), Llama 2 has 32,000.
+HUB_VOCAB_SIZES = (
+    (re.compile(r"meta-llama/(meta-)?llama-3(\.\d)?-\d+b(-instruct)?", re.I), 128256),
+    (re.compile(r"meta-llama/llama-2-\d+b(-chat)?(-hf)?", re.I), 32000),
+    (re.compile(r"(openai-community/)?gpt2(-medium|-large|-xl)?", re.I), GPT2_VOCAB),
+)
+
+
+def tokenizer_vocab(settings: dict[str, Any]) -> tuple[int | None, str]:
+    """(vocabulary size, which tokenizer) where the script's tokenizer settings say it reliably: vocab_size,
+    a readable local tokenizer (the launcher's own reading of its files), or a hub name of a fixed release."""
+    kind = str(settings.get("tokenizer_type") or "GPT2BPETokenizer")
+    model = settings.get("tokenizer_model")
+    whose = f"{kind} {model}" if model else kind
+    if isinstance(settings.get("vocab_size"), int):
+        return settings["vocab_size"], whose
+    if kind == "GPT2BPETokenizer" and not settings.get("vocab_file"):
+        return GPT2_VOCAB, whose
+    if isinstance(model, str) and kind == "HuggingFaceTokenizer":
+        for pattern, size in HUB_VOCAB_SIZES:
+            if pattern.fullmatch(model.strip("/")):
+                return size, whose
+    from launcher.checks.data import training_tokenizer
+
+    tokenizer, problems = training_tokenizer(settings)
+    return (tokenizer.vocab_size if tokenizer and not problems else None), whose
 
 
 def yaml_value(value: Any) -> str:
@@ -123,8 +156,10 @@ def _from_yaml_mapping(data: dict) -> tuple[list[str], list[str], dict[str, str]
     return [], words, env, notes
 
 
-def read_source(text: str) -> tuple[list[str], list[str], dict[str, str], list[str]]:
-    """(runner words, Megatron words, exported environment, lines not carried) from any accepted source."""
+def read_source(text: str, positional: Sequence[str] = ()
+                ) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+    """(runner words, Megatron words, exported environment, lines not carried) from any accepted source;
+    `positional`: the arguments a bash script is run with ($1 …)."""
     stripped = text.lstrip()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:
@@ -132,9 +167,12 @@ def read_source(text: str) -> tuple[list[str], list[str], dict[str, str], list[s
         except yaml.YAMLError:
             data = None
         if isinstance(data, dict) and ("MODEL_ARGS" in data or all(str(k).startswith("--") for k in data)):
+            if positional:
+                raise UserError("arguments after the source apply to a bash script, not a YAML mapping of flags",
+                                "give only the YAML file")
             return _from_yaml_mapping(data)
     try:
-        reading = read_script(text)
+        reading = read_script(text, positional)
     except ShellSyntaxError as exc:
         raise UserError(f"cannot read the script: {exc}", "import reads bash scripts, one command line, or a "
                         "YAML mapping of flags (MODEL_ARGS)") from None
@@ -163,8 +201,8 @@ def read_source(text: str) -> tuple[list[str], list[str], dict[str, str], list[s
 
 # -- the preset -------------------------------------------------------------------------------------------------
 
-def import_source(text: str, source_name: str) -> Imported:
-    runner, words, env, notes = read_source(text)
+def import_source(text: str, source_name: str, positional: Sequence[str] = ()) -> Imported:
+    runner, words, env, notes = read_source(text, positional)
     launcher: dict[str, Any] = {}
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
@@ -180,6 +218,7 @@ def import_source(text: str, source_name: str) -> Imported:
     settings = dict(flags.settings)
     replaced: dict[str, str] = {}
     commented: dict[str, list[str]] = {}  # section → commented-out lines
+    warnings: list[str] = []  # what changes the model the preset describes
 
     def comment_out(dest: str, value: Any, why: str) -> None:
         commented.setdefault(section_of(dest), []).append(f"# {dest}: {_comment(yaml_value(value))}   # {why}")
@@ -196,6 +235,7 @@ def import_source(text: str, source_name: str) -> Imported:
             comment_out(dest, value, f"{names} unknown; a launch saves into its run directory")
         else:
             comment_out(dest, value, f"{names} unknown; set it if the script relies on it")
+    tokenizer_settings = {d: v for d, v in settings.items() if d in TOKENIZER_SETTINGS}
     if data_missing:
         for dest in ("data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",
                      "per_split_data_args_path", "vocab_file", "merge_file", "tokenizer_model", "tokenizer_type",
@@ -203,11 +243,19 @@ def import_source(text: str, source_name: str) -> Imported:
             if dest in settings and dest not in unresolved:
                 comment_out(dest, settings.pop(dest), "belongs to the data to fill in")
                 replaced[dest] = "belongs to the script's data, replaced by mock data"
-        stand_ins = {"mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": 50257}
+        vocab, whose = tokenizer_vocab(tokenizer_settings)
+        stand_ins = {"mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": vocab or GPT2_VOCAB}
         for dest, value in stand_ins.items():
             if dest not in settings:
                 settings[dest] = value
                 replaced[dest] = "stands in for the data to fill in"
+        if "vocab_size" in replaced and vocab:
+            notes.append(f"vocab_size {vocab}: the vocabulary of the script's tokenizer ({whose}), so the model "
+                         "keeps its shape on mock data")
+        elif "vocab_size" in replaced:
+            warnings.append(f"vocab_size {GPT2_VOCAB} (GPT-2's) stands in for the vocabulary of the script's "
+                            f"tokenizer ({whose}), which is unknown here: parameters, memory and plans describe "
+                            "that vocabulary, not the script's model; set vocab_size to the tokenizer's")
         notes.append(f"data: {', '.join(data_missing)} could not be resolved; the preset trains on mock data with "
                      "a NullTokenizer until you fill them in (see the commented lines under data:)")
     for dest, value in settings.items():
@@ -223,8 +271,8 @@ def import_source(text: str, source_name: str) -> Imported:
             notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
-    text = render_preset(source_name, settings, launcher, env_ok, commented, notes)
-    return Imported(text, words, settings, launcher, env_ok, replaced, notes)
+    text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings)
+    return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings)
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],

@@ -69,6 +69,7 @@ def render(imported: Imported, outcome: Outcome, where: str) -> str:
         lines += [f"  {n}" for n in imported.not_carried]
     if imported.replaced:
         lines.append("replaced: " + ", ".join(sorted(imported.replaced)))
+    lines += [f"warning: {w}" for w in imported.warnings]
     if outcome.problems:
         lines.append(f"launcher checks: {len(outcome.problems)} problem(s)")
         lines += ["  " + line for p in outcome.problems for line in p.render().splitlines()]

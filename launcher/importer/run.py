@@ -14,11 +14,14 @@ from launcher.importer.report import ResolveJob, check_import, render
 MAX_SOURCE_BYTES = 1_000_000
 
 
-def read_input(words: list[str]) -> tuple[str, str]:
-    """(text, name): one existing file, '-' for stdin, else the words themselves as one command line."""
-    if len(words) == 1 and words[0] == "-":
-        return sys.stdin.read(MAX_SOURCE_BYTES + 1), "standard input"
-    if len(words) == 1 and not words[0].lstrip().startswith("-") and " " not in words[0]:
+def read_input(words: list[str]) -> tuple[str, str, list[str]]:
+    """(text, name, positional arguments): an existing file with the arguments a user runs it with
+    (`launch import train.sh /ckpt /tb tok /data`: $1 … $4), '-' for stdin, else the words themselves as one
+    command line."""
+    if words and words[0] == "-":
+        return sys.stdin.read(MAX_SOURCE_BYTES + 1), "standard input", words[1:]
+    script_with_args = len(words) > 1 and Path(words[0]).is_file() and not words[0].startswith("-")
+    if script_with_args or (len(words) == 1 and not words[0].lstrip().startswith("-") and " " not in words[0]):
         path = Path(words[0])
         if not path.is_file():
             raise UserError(f"{path} is not a file", "give a training script, a YAML mapping of flags, or the flags "
@@ -26,16 +29,16 @@ def read_input(words: list[str]) -> tuple[str, str]:
         if path.stat().st_size > MAX_SOURCE_BYTES:
             raise UserError(f"{path} is larger than {MAX_SOURCE_BYTES:,} bytes", "import reads training scripts")
         try:
-            return path.read_text(), str(path)
+            return path.read_text(), str(path), words[1:]
         except (OSError, UnicodeDecodeError) as exc:
             raise UserError(f"cannot read {path}: {exc}") from None
-    return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given"
+    return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given", []
 
 
 def main(source: list[str], output: str | None, resolve_job: ResolveJob) -> int:
     """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import."""
-    text, name = read_input(source)
-    imported = import_source(text, name)
+    text, name, positional = read_input(source)
+    imported = import_source(text, name, positional)
     if output:
         target = Path(output)
         if target.exists() and target.is_dir():

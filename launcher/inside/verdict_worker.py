@@ -51,6 +51,10 @@ def _setup():
     argparse.ArgumentParser.error = _raise_parse_error
     # RANK != 0 keeps validate_args from printing its 44 KB table of arguments; its warnings are captured.
     os.environ["RANK"] = "1"
+    # The tokenizer is built at the "globals" stage: offline, as every recipe the launcher prints must train,
+    # so a tokenizer that would fetch from the Hugging Face hub fails here instead of downloading.
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     from megatron.training import argument_utils, arguments
 
     # parse_args rebuilds the parser every call and re-reads dataclass sources for help text (~0.3 s);

@@ -189,3 +189,40 @@ def _format(value: Any) -> str:
 def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
     """Megatron's MLP width when ffn_hidden_size is unset: 4h, or int(8h/3/64)·64 with SwiGLU."""
     return int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden
+
+
+# Flags the pinned Megatron keeps only for old scripts: parsed, then ignored or redirected (arguments.py at
+# 432d76b2b8bf, line numbers cited). Catalog entries whose dest says "deprecated" are added by `deprecated()`.
+_DEPRECATED_NOTES: dict[str, str] = {
+    "deprecated_use_mcore_models": "ignored: megatron-core models are the only ones (arguments.py:2596)",
+    "use_flash_attn": "read nowhere but a deterministic-mode assert (arguments.py:1530): attention is chosen by "
+                      "--attention-backend",
+    "ckpt_fully_parallel_save_deprecated": "no effect (arguments.py:1592); see --no-ckpt-fully-parallel-save",
+    "use_dist_ckpt_deprecated": "no effect (arguments.py:1604); see --ckpt-format",
+    "dist_ckpt_format_deprecated": "no effect (arguments.py:1607); see --ckpt-format",
+    "disable_msc_deprecated": "to be removed (arguments.py:158)",
+    "cuda_graph_scope_deprecated": "use --cuda-graph-modules (arguments.py:631)",
+    "enable_cuda_graph": "use --cuda-graph-impl local (arguments.py:619)",
+    "external_cuda_graph": "use --cuda-graph-impl transformer_engine (arguments.py:625)",
+    "recompute_activations": "rewritten to --recompute-granularity selective (arguments.py:604)",
+    "hybrid_override_pattern": "use --hybrid-layer-pattern (arguments.py:735)",
+}
+
+
+@cache
+def deprecated() -> dict[str, str]:
+    """dest → what the pinned Megatron does with that old flag, for every deprecated flag it still parses."""
+    known = catalog()
+    found = {dest: note for dest, note in _DEPRECATED_NOTES.items() if dest in known}
+    for dest in known:
+        if "deprecated" in dest and dest not in found:
+            found[dest] = "deprecated at the pinned commit"
+    return found
+
+
+def deprecation_warning(dest: str) -> str | None:
+    note = deprecated().get(dest)
+    if note is None:
+        return None
+    flag = catalog()[dest].flags[0]
+    return f"{flag} is deprecated in the pinned Megatron: {note}"

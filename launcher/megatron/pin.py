@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher import MEGATRON_COMMIT
 from launcher.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -18,12 +20,45 @@ ENTRY_SCRIPTS = {
 }
 
 
+# `launch fetch-megatron` writes the commit into a tarball's tree (it has no .git to say it).
+COMMIT_MARKER = ".megatron-launch-commit"
+FETCH_HINT = "run `launch fetch-megatron` (the pinned commit into your data directory, remembered)"
+
+
+def _xdg(name: str, fallback: str) -> Path:
+    value = os.environ.get(name)
+    return Path(value) if value and os.path.isabs(value) else Path.home() / fallback
+
+
+def config_file() -> Path:
+    """Where `launch fetch-megatron` remembers the checkout: $XDG_CONFIG_HOME/megatron-launch/config.json."""
+    return _xdg("XDG_CONFIG_HOME", ".config") / "megatron-launch" / "config.json"
+
+
+def default_fetch_dir() -> Path:
+    """$XDG_DATA_HOME/megatron-launch/megatron-lm-432d76b (~/.local/share/… without XDG_DATA_HOME)."""
+    return _xdg("XDG_DATA_HOME", ".local/share") / "megatron-launch" / f"megatron-lm-{MEGATRON_COMMIT[:7]}"
+
+
+def remembered_path() -> Path | None:
+    """The checkout `launch fetch-megatron` fetched last, if its config file names one."""
+    try:
+        with open(config_file(), encoding="utf-8") as handle:
+            value = json.load(handle).get("megatron_path")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return Path(value) if isinstance(value, str) and os.path.isabs(value) else None
+
+
 def megatron_path(cli_value: str | None, preset_value: str | None) -> Path:
-    """--megatron-path, then the preset's launcher.megatron_path, then $MEGATRON_LM_PATH, then the submodule."""
+    """--megatron-path, then the preset's launcher.megatron_path, then $MEGATRON_LM_PATH, then the submodule of a
+    source checkout when it is populated, then the checkout `launch fetch-megatron` remembered."""
     for value in (cli_value, preset_value, os.environ.get(ENV_VAR)):
         if value:
             return Path(value).expanduser().absolute()
-    return SUBMODULE
+    if (SUBMODULE / ENTRY_SCRIPTS["pretrain_gpt"]).is_file():
+        return SUBMODULE
+    return remembered_path() or SUBMODULE
 
 
 def require_checkout(path: Path, entry: str) -> Path:
@@ -31,10 +66,18 @@ def require_checkout(path: Path, entry: str) -> Path:
     if not script.is_file():
         raise UserError(
             f"no Megatron-LM checkout at {path} ({ENTRY_SCRIPTS[entry]} is missing)",
-            "run scripts/fetch-megatron.sh, or point the launcher at a checkout of 432d76b2b8bf with "
+            f"{FETCH_HINT}, or point the launcher at a checkout of {MEGATRON_COMMIT[:12]} with "
             f"--megatron-path DIR or {ENV_VAR}=DIR",
         )
     return script
+
+
+def checkout_warning(path: Path, entry: str) -> str | None:
+    """For a printed or written job: the entry script the command names does not exist on this machine."""
+    if entry not in ENTRY_SCRIPTS or (path / ENTRY_SCRIPTS[entry]).is_file():
+        return None
+    return (f"{path / ENTRY_SCRIPTS[entry]} does not exist here: the command needs a Megatron-LM checkout of "
+            f"{MEGATRON_COMMIT[:12]} there; {FETCH_HINT}, or give --megatron-path DIR")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher.errors import Problem
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.megatron import args as megatron_args
 from launcher.megatron.args import default_ffn_hidden_size
 from launcher.pipeline import target_rules
 from launcher.pipeline.divisors import divisors
@@ -148,11 +149,27 @@ class _Checker:
         nodes = self.world // self.gpus_per_node
         self.fail(
             f"world size {self.world} = {nodes} node(s) × {self.gpus_per_node} GPUs is not divisible by "
-            f"TP·PP·CP = {tp}·{pp}·{cp} = {model}",
-            f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
-            f"whose product divides {self.world}",
-        )
+            f"TP·PP·CP = {tp}·{pp}·{cp} = {model}", self._world_fixes(nodes, tp, pp, cp))
         return False
+
+    def _world_fixes(self, nodes: int, tp: int, pp: int, cp: int) -> str:
+        """Fixes that work: more nodes only when the model needs more GPUs than the world has; otherwise the
+        same GPUs with fewer per node, or a tensor-parallel size that divides the world (and the heads)."""
+        model = tp * pp * cp
+        if model > self.world:
+            return (f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
+                    f"whose product divides {self.world}")
+        fixes = []
+        fewer = next((g for g in range(self.gpus_per_node - 1, 0, -1) if (nodes * g) % model == 0), None)
+        if fewer is not None:
+            fixes.append(f"--gpus-per-node {fewer} (world {nodes * fewer})")
+        heads = self.arg("num_attention_heads") or 0
+        if self.world % (pp * cp) == 0:
+            smaller = [t for t in divisors(self.world // (pp * cp)) if t != tp and heads % t == 0]
+            if smaller:
+                fixes.append(" or ".join(f"--set tensor_model_parallel_size={t}" for t in smaller))
+        return f"use {', or '.join(fixes)}" if fixes else (
+            f"use parallel sizes whose product divides {self.world}")
 
     def experts(self, tp: int, pp: int) -> None:
         ep = self.arg("expert_model_parallel_size")
@@ -614,6 +631,10 @@ class _Checker:
                 self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
             self.fail("full recompute needs recompute_method and recompute_num_layers",
                       "e.g. recompute_method=uniform recompute_num_layers=1")
+        for dest, value in self.preset.megatron.items():
+            warning = megatron_args.deprecation_warning(dest) if value not in (None, False) else None
+            if warning:
+                self.warnings.append(warning)
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")

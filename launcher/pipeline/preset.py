@@ -110,9 +110,11 @@ def _resolve(ref: str, relative_to: Path | None = None) -> Path:
         return path
     named = CONFIGS_DIR / f"{ref}.yaml"
     if not named.exists():
+        near = did_you_mean(ref, available_presets(), prefix="")
         raise UserError(
             f"no preset named '{ref}'",
-            f"shipped presets: {', '.join(available_presets())}; or give a path to a YAML file",
+            (f"{near} " if near else "")
+            + f"shipped presets: {', '.join(available_presets())}; or give a path to a YAML file",
         )
     return named
 
@@ -309,6 +311,8 @@ def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
             raise UserError(f"description in {where} must be text, got {type(data['description']).__name__}",
                             "write the description as a plain string")
         layer.description = str(data["description"])
+    elif "base" in data and layer.description:  # the base's words describe the base, not this preset
+        layer.description = f"based on {Path(str(data['base'])).stem}: {layer.description}"
     layer.sources.append(str(path))
     return layer
 

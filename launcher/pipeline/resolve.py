@@ -35,9 +35,9 @@ from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, p
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
 NO_KERNELS = Kernels(False, False, "preset")
 # The data check that needs files (launcher.checks.data.check_job_data), given by the caller: (every Megatron
-# argument as Megatron sees it, whether the job runs on a cluster's nodes) → (problems, data files this machine
-# cannot see).
-DataCheck = Callable[[Mapping[str, Any], bool], tuple[list[Problem], list[str]]]
+# argument as Megatron sees it, whether the job runs on a cluster's nodes, whether this Python is the job's: not
+# in a container image) → (problems, data files this machine cannot see).
+DataCheck = Callable[[Mapping[str, Any], bool, bool], tuple[list[Problem], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -208,7 +208,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     problems += found
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
-        found, unseen = data_check(job.effective(), target.remote)
+        found, unseen = data_check(job.effective(), target.remote, not target.container_image)
         problems += found
         if unseen:
             warnings.append("this machine cannot see the data files " + ", ".join(unseen) + "; the job checks "

@@ -7,10 +7,13 @@ Plots are drawn with matplotlib's Agg canvas (no display, no global pyplot state
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
+import logging
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,10 +215,24 @@ def _mark_restarts(axes, restarts: list[int]) -> None:
                      label="restart (resumed)" if number == 0 else None)
 
 
+def plots_unavailable() -> str:
+    """Why no plots can be drawn here ("" when they can): matplotlib is the optional [report] extra."""
+    if importlib.util.find_spec("matplotlib") is not None:
+        return ""
+    return f"plots need matplotlib, the [report] extra: {install_command('report')}"
+
+
 def write_plots(series: Series, out_dir: Path, info: PlotInfo | str) -> list[Path]:
+    """The PNG plots; none without matplotlib (the summary does not need it). matplotlib's own warnings (an empty
+    legend, a font cache being built) say nothing about the run and stay out of the report."""
+    if plots_unavailable():
+        return []
     info = PlotInfo(info) if isinstance(info, str) else info
     try:
-        return _draw_plots(series, out_dir, info)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logging.getLogger("matplotlib").setLevel(logging.ERROR)
+            return _draw_plots(series, out_dir, info)
     except OSError as error:
         raise UserError(Problem(f"cannot write the plots into {out_dir}: {error.strerror or error}",
                                 "give --output-dir a directory you can write")) from None

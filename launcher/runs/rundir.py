@@ -51,6 +51,7 @@ from launcher.runs.atomic import write_text_atomic
 MANIFEST = "manifest.json"
 PRESET_FILE = "preset.yaml"
 COMMAND_FILE = "command.sh"
+RUNNING_FILE = "running.json"  # the launcher's pid and host while a job runs here (`launch runs` reads it)
 DEFAULT_ROOT = Path("runs")
 
 # Distribution names to report; the first one installed wins (Transformer Engine ships under several names).

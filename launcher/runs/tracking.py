@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
+import json
 import os
+import socket
 import sys
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
@@ -18,6 +21,7 @@ from launcher.pipeline.command import Command
 from launcher.pipeline.preset import Preset, load_preset, parse_override
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir, secrets
+from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import Monitor
 
 # Exit status when the child exited 0 but its log shows a failure (Megatron exits 0 on several failures).
@@ -119,6 +123,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
     cwd = str(job.run_dir) if job.entry == "simple_loop" else None
     code, failure = None, None
+    running = _mark_running(job.run_dir)
     try:
         code = local.run(command, local.process_environment(job.environment), cwd=cwd, on_line=monitor.feed)
     except OSError as error:  # the log or metrics could not be written; local.run has stopped training
@@ -128,6 +133,8 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
             summary = monitor.close(code)
         except OSError as error:
             failure = failure or error
+        if running is not None:
+            running.unlink(missing_ok=True)
     if failure is not None:
         raise UserError(rundir.storage_problem(
             f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))
@@ -136,6 +143,19 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     if code == 0 and summary.outcome == "failed":
         return EXIT_FAILED_DESPITE_ZERO
     return code
+
+
+def _mark_running(run_dir: Path) -> Path | None:
+    """running.json: this launcher's pid and host while it runs the job (`launch runs` shows it running, or
+    failed once that process is gone without a summary). Best effort: the run does not depend on it."""
+    path = run_dir / rundir.RUNNING_FILE
+    record = {"pid": os.getpid(), "host": socket.gethostname(),
+              "started": datetime.now(UTC).isoformat(timespec="seconds")}
+    try:
+        write_text_atomic(path, json.dumps(record) + "\n")
+    except OSError:
+        return None
+    return path
 
 
 def _say(text: str, out: IO[str]) -> None:

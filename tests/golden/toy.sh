@@ -4,7 +4,7 @@
 # parameters 6.96K (6,960; padded vocab 100)
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
-# a launch runs this command inside the run directory
+# a launch runs this command with the run directory as its working directory (upstream's loop writes ./ckpt); pasted, ./ckpt is made in the current directory
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm
 export MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync

@@ -1,0 +1,120 @@
+"""`launch fetch-megatron`: the pinned Megatron-LM commit into a directory, by git or as a tarball of that commit.
+
+The source is GitHub unless told otherwise (`--source`, $MEGATRON_LAUNCH_MEGATRON_SOURCE): a git URL or local
+repository, or a .tar.gz of the commit (GitHub's `archive/<commit>.tar.gz`, a URL or a local file). Everything
+lands in a temporary directory beside the destination and is renamed into place only when complete, so an
+interrupt or a failed download leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from launcher import MEGATRON_COMMIT
+from launcher.errors import UserError, shown
+from launcher.megatron.pin import COMMIT_MARKER, ENTRY_SCRIPTS
+
+GIT_SOURCE = "https://github.com/NVIDIA/Megatron-LM.git"
+TARBALL_SOURCE = f"https://github.com/NVIDIA/Megatron-LM/archive/{MEGATRON_COMMIT}.tar.gz"
+SOURCE_ENV = "MEGATRON_LAUNCH_MEGATRON_SOURCE"
+MAX_TARBALL_BYTES = 2 << 30  # the commit's tarball is ~10 MB; a runaway download stops here
+TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
+
+
+def default_source() -> str:
+    """$MEGATRON_LAUNCH_MEGATRON_SOURCE, else GitHub: by git where git is installed, else the commit's tarball."""
+    return os.environ.get(SOURCE_ENV) or (GIT_SOURCE if shutil.which("git") else TARBALL_SOURCE)
+
+
+def is_tarball(source: str) -> bool:
+    return source.split("?")[0].endswith(TARBALL_SUFFIXES)
+
+
+def fetch(destination: Path, source: str, log=print) -> str:
+    """Put the pinned commit at `destination` (which must not exist); returns how ("git" or "tarball")."""
+    destination = destination.absolute()
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=destination.parent, prefix=f".{destination.name}.partial-"))
+    try:
+        how = "tarball" if is_tarball(source) else "git"
+        tree = staging / "megatron-lm"
+        if how == "tarball":
+            _from_tarball(source, staging, tree, log)
+        else:
+            _from_git(source, tree, log)
+        if not (tree / ENTRY_SCRIPTS["pretrain_gpt"]).is_file():
+            raise UserError(f"{source} holds no {ENTRY_SCRIPTS['pretrain_gpt']}: not a Megatron-LM source",
+                            f"give --source a Megatron-LM repository or a tarball of {MEGATRON_COMMIT[:12]}")
+        os.replace(tree, destination)
+        return how
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _git(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}  # never wait for a password on a terminal
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
+
+
+def _from_git(source: str, tree: Path, log) -> None:
+    if shutil.which("git") is None:
+        raise UserError("git is not installed", f"install git, or fetch the tarball: --source {TARBALL_SOURCE}")
+    log(f"fetching Megatron-LM {MEGATRON_COMMIT[:12]} from {source} (git)")
+    tree.mkdir()
+    _git("init", "--quiet", cwd=tree)
+    # Only the pinned commit, without history; a server that refuses to fetch a commit by id gets a full clone.
+    shallow = _git("fetch", "--quiet", "--depth", "1", source, MEGATRON_COMMIT, cwd=tree)
+    if shallow.returncode != 0:
+        full = _git("fetch", "--quiet", source, cwd=tree)
+        if full.returncode != 0:
+            raise UserError(f"git cannot fetch {source}: {_last_line(full.stderr or shallow.stderr)}",
+                            f"check the network or the URL; or give a local copy: --source DIR_OR_TARBALL "
+                            f"(or {SOURCE_ENV})")
+    checkout = _git("-c", "advice.detachedHead=false", "checkout", "--quiet", MEGATRON_COMMIT, cwd=tree)
+    if checkout.returncode != 0:
+        raise UserError(f"{source} does not have the pinned commit {MEGATRON_COMMIT[:12]}: "
+                        f"{_last_line(checkout.stderr)}", f"use NVIDIA's repository ({GIT_SOURCE}) or a mirror of it")
+
+
+def _from_tarball(source: str, staging: Path, tree: Path, log) -> None:
+    archive = staging / "source.tar.gz"
+    if os.path.exists(source):
+        shutil.copyfile(source, archive)
+    else:
+        log(f"downloading Megatron-LM {MEGATRON_COMMIT[:12]} from {source}")
+        try:
+            with urllib.request.urlopen(source, timeout=60) as response, open(archive, "wb") as out:
+                copied = 0
+                while chunk := response.read(1 << 20):
+                    copied += len(chunk)
+                    if copied > MAX_TARBALL_BYTES:
+                        raise UserError(f"{source} is larger than {MAX_TARBALL_BYTES >> 30} GiB: not the tarball of "
+                                        "one Megatron-LM commit")
+                    out.write(chunk)
+        except (OSError, ValueError) as err:
+            raise UserError(f"cannot download {source}: {shown(err)}",
+                            "check the network or the URL; or download it elsewhere and give the file: "
+                            "--source FILE.tar.gz") from None
+    try:
+        with tarfile.open(archive) as tar:
+            tops = {member.name.split("/")[0] for member in tar.getmembers()}
+            tar.extractall(staging / "unpacked", filter="data")  # no links out, no device files, no absolute paths
+    except (tarfile.TarError, OSError, EOFError) as err:
+        raise UserError(f"{source} is not a readable tarball: {shown(err)}") from None
+    # GitHub's tarball holds one folder, Megatron-LM-<commit>/
+    root = staging / "unpacked" / tops.pop() if len(tops) == 1 else staging / "unpacked"
+    os.replace(root, tree)
+    (tree / COMMIT_MARKER).write_text(MEGATRON_COMMIT + "\n", encoding="utf-8")
+    if MEGATRON_COMMIT not in source and MEGATRON_COMMIT[:12] not in source:
+        log(f"note: {source} does not name the commit; the launcher takes it as {MEGATRON_COMMIT[:12]}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else "no message"

@@ -1,0 +1,114 @@
+"""`launch runs` / `launch ls`: every run directory under the run root with its preset, start, state, last
+iteration and tokens/s, as a table and as JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.runs.listing import describe
+from launcher.runs.rundir import write_run_dir
+
+REPO = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def make_run(root: Path, name: str, started: str, *, summary: dict | None = None, running: dict | None = None,
+             metrics: list[dict] | None = None, sbatch: bool = False) -> Path:
+    run_dir = write_run_dir(root / name, preset={"name": "toy"}, argv=["x"], env={},
+                            manifest={"preset": name.split("-")[0], "created": started,
+                                      "attempts": [{"started": started}]},
+                            extra_files={"job.sbatch": "#!/bin/bash\n"} if sbatch else None)
+    if summary is not None:
+        (run_dir / "summary.json").write_text(json.dumps(summary))
+    if running is not None:
+        (run_dir / "running.json").write_text(json.dumps(running))
+    if metrics is not None:
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    return run_dir
+
+
+def summary(outcome: str, last: int, total: int, speed: float | None) -> dict:
+    return {"outcome": outcome, "last_iteration": last, "train_iters": total, "steady_tokens_per_s": speed}
+
+
+@pytest.fixture
+def live_launcher():
+    """A process whose command line says launch, as a running `launch 345m` does."""
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "launch"])
+    deadline = time.monotonic() + 30
+    while b"launch" not in Path(f"/proc/{process.pid}/cmdline").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)  # until it runs as itself
+    yield process.pid
+    process.kill()
+    process.wait()
+
+
+def finished_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_states_from_summary_pid_and_slurm_script(tmp_path, live_launcher):
+    host = socket.gethostname()
+    make_run(tmp_path, "345m-20261201T100000Z", "2026-12-01T10:00:00+00:00",
+             summary=summary("success", 1000, 1000, 188430.4))
+    make_run(tmp_path, "345m-20261201T110000Z", "2026-12-01T11:00:00+00:00", summary=summary("failed", 37, 200, None))
+    make_run(tmp_path, "345m-20261201T120000Z", "2026-12-01T12:00:00+00:00",
+             summary=summary("stopped", 500, 1000, 150000.0))
+    make_run(tmp_path, "toy-20261201T130000Z", "2026-12-01T13:00:00+00:00",
+             running={"pid": live_launcher, "host": host},
+             metrics=[{"kind": "iteration", "iteration": 3, "train_iters": 5, "tokens_per_s": 1234.5}])
+    make_run(tmp_path, "toy-20261201T140000Z", "2026-12-01T14:00:00+00:00",
+             running={"pid": finished_pid(), "host": host})
+    make_run(tmp_path, "175b-20261201T150000Z", "2026-12-01T15:00:00+00:00", sbatch=True)
+    (tmp_path / "not-a-run").mkdir()
+    done = subprocess.run([sys.executable, "-m", "launcher", "runs", "--run-root", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, check=False, env=ENV)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "run                    preset  started                    state      iteration  tokens/s",
+        "175b-20261201T150000Z  175b    2026-12-01T15:00:00+00:00  submitted  -          -",
+        "toy-20261201T140000Z   toy     2026-12-01T14:00:00+00:00  failed     -          -",
+        "toy-20261201T130000Z   toy     2026-12-01T13:00:00+00:00  running    3/5        1,234",
+        "345m-20261201T120000Z  345m    2026-12-01T12:00:00+00:00  preempted  500/1000   150,000",
+        "345m-20261201T110000Z  345m    2026-12-01T11:00:00+00:00  failed     37/200     -",
+        "345m-20261201T100000Z  345m    2026-12-01T10:00:00+00:00  succeeded  1000/1000  188,430",
+    ]
+    listed = subprocess.run([sys.executable, "-m", "launcher", "ls", "--run-root", str(tmp_path), "--format",
+                             "json"], capture_output=True, text=True, timeout=120, check=False, env=ENV)
+    rows = {Path(row["run_dir"]).name: row for row in json.loads(listed.stdout)}
+    assert rows["toy-20261201T140000Z"]["why"].endswith("is gone without a summary")
+    assert rows["345m-20261201T100000Z"] == {
+        "run_dir": str(tmp_path / "345m-20261201T100000Z"), "preset": "345m",
+        "started": "2026-12-01T10:00:00+00:00", "state": "succeeded", "last_iteration": 1000, "train_iters": 1000,
+        "tokens_per_s": 188430.4, "why": ""}
+
+
+def test_a_resumed_run_that_is_running_is_running_despite_its_old_summary(tmp_path, live_launcher):
+    run_dir = make_run(tmp_path, "345m-20261201T100000Z", "2026-12-01T10:00:00+00:00",
+                       summary=summary("stopped", 500, 1000, 1.0),
+                       running={"pid": live_launcher, "host": socket.gethostname()})
+    assert describe(run_dir).state == "running"
+
+
+def test_a_missing_run_root_is_an_error_with_a_hint(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "launcher", "runs", "--run-root", str(tmp_path / "none")],
+                          capture_output=True, text=True, timeout=120, check=False, env=ENV)
+    assert done.returncode == 2
+    assert done.stderr == (f"error: no run directory root at {tmp_path / 'none'}\n  hint: runs go under ./runs by "
+                           "default; give another with --run-root DIR\n")
+
+
+def test_no_runs_yet_under_the_default_root_is_not_an_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "launcher", "runs"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, check=False, env=ENV)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "no runs under runs/ yet\n", "")
