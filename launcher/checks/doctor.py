@@ -385,16 +385,27 @@ def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_p
     findings += check_cuda_connections(ctx, needs_one=max(tensor_parallel, context_parallel) > 1)
     if megatron_args is None:
         return findings
-    from launcher.pipeline.kernels import assumed_modules
+    findings += requirement_findings(megatron_args, ctx)
+    return findings
 
-    for module, problem in assumed_modules(megatron_args):  # the same messages as the job's check on a node
-        if module == "transformer_engine":
-            present = check_transformer_engine(ctx)[0].status == "ok"
-        else:
-            present = has_module(module)
+
+def requirement_findings(megatron_args: Mapping[str, Any], ctx: Context) -> list[Finding]:
+    """What the settings need (the requirements table) against this machine's installation: the same messages
+    as the job's check on a node. Megatron's effective settings decide (async_save off ⇒ no nvrx needed)."""
+    from launcher.megatron import requirements
+    from launcher.megatron.effective import effective_settings
+
+    settings = effective_settings(megatron_args).settings
+    here = requirements.Inventory(te=check_transformer_engine(ctx)[0].status == "ok", apex=has_module("apex"),
+                                  te_version=requirements.te_version_here(), packages=requirements.packages_here(),
+                                  apex_modules=requirements.apex_modules_here())
+    findings = []
+    for row in requirements.applicable(settings, requirements.PACKAGE_KINDS):
+        present, found = here.has(row)
         if not present:
-            findings.append(Finding("transformer-engine" if module == "transformer_engine" else "apex", "fail",
-                                    problem.message, problem.hint))
+            problem = requirements.missing_problem(row, settings, megatron_args, found)
+            name = {"te": "transformer-engine", "apex": "apex"}.get(row.kind, row.package)
+            findings.append(Finding(name, "fail", problem.message, problem.hint))
     return findings
 
 

@@ -17,6 +17,8 @@ from typing import Any
 from launcher.errors import Problem, shown
 from launcher.estimate.formulas import default_ffn_hidden_size, divisors
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.megatron.effective import Effective, effective_settings
+from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.value_rules import check_values
@@ -91,17 +93,24 @@ class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
     def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
-                 apex_available: bool = False, micro_batch_picked: bool = False):
+                 apex_available: bool = False, micro_batch_picked: bool = False, te_version: str | None = None):
         self.preset = preset
         self.micro_batch_picked = micro_batch_picked  # chosen by choose_micro_batch, not by the user
         self.world = world_size
         self.gpus_per_node = gpus_per_node
         self.te = te_available
         self.apex = apex_available
+        self.te_version = (te_version or DECLARED_TE_VERSION) if te_available else None
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
+        # Megatron's settings after its silent rewrites, once the virtual pipeline size is known (layout());
+        # until then the rules that run first (sizes, shapes) read the job's values, which no rewrite touches.
+        self.effective: Effective | None = None
 
     def arg(self, dest: str) -> Any:
+        """The value Megatron will use: after validate_args' rewrites (launcher.megatron.effective)."""
+        if self.effective is not None:
+            return self.effective[dest] if dest in self.effective.settings else self.preset.arg(dest)
         return self.preset.arg(dest)
 
     def fail(self, message: str, hint: str = "", stage: str = "validate") -> None:
@@ -470,18 +479,20 @@ class _Checker:
 
     # -- sequence parallel, precision, optimizer flags -------------------------------------------------------
     def sequence_parallel(self, tp: int, cp: int, apex: bool) -> bool:
-        sp = bool(self.arg("sequence_parallel"))
-        if sp and tp == 1:
-            self.warnings.append("sequence_parallel is ignored with TP 1 (Megatron turns it off)")
-            return False
+        sp = bool(self.arg("sequence_parallel"))  # off at TP 1: Megatron's rewrite, warned by target_rules
         if sp and (self.arg("seq_length") // cp) % tp:
             self.fail(f"sequence parallel needs seq_length {self.arg('seq_length')} / CP {cp} divisible by TP {tp}",
                       stage="runtime")
         if sp and not self.te and not apex:
             self.fail("sequence_parallel needs Transformer Engine or NVIDIA apex (torch's LayerNorm fallback "
                       "asserts 'sequence parallel not supported')", "set sequence_parallel=false", stage="runtime")
-        if self.arg("tp_comm_overlap") and not sp:
-            self.fail("tp_comm_overlap needs sequence_parallel", "set sequence_parallel=true")
+        if self.arg("tp_comm_overlap") and not sp:  # arguments.py:1386, after SP is turned off at TP 1
+            if tp == 1:
+                self.fail("tp_comm_overlap needs sequence_parallel, which Megatron turns off at TP 1 "
+                          "(arguments.py:1384) before it asserts that TP overlap needs it",
+                          "set tp_comm_overlap=false (there is no TP communication to overlap at TP 1)")
+            else:
+                self.fail("tp_comm_overlap needs sequence_parallel", "set sequence_parallel=true")
         return sp
 
     def precision(self) -> None:
@@ -523,6 +534,7 @@ class _Checker:
         self.experts(tp, pp)
         self.context_parallel(cp, tp)
         vpp = self.pipeline(pp)
+        self.effective = effective_settings(self.preset.megatron, vpp)
         self.heads(tp)
         gbs, microbatches = self.batches(dp, pp, vpp) if world_ok else (self.arg("global_batch_size") or 0, 0)
         sp = self.sequence_parallel(tp, cp, apex)
@@ -634,10 +646,11 @@ class _Checker:
 
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
-          apex_available: bool = False, micro_batch_picked: bool = False,
+          apex_available: bool = False, micro_batch_picked: bool = False, te_version: str | None = None,
           ) -> tuple[Layout | None, list[Problem], list[str]]:
-    """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked)
+    """Every check for one world size: (layout or None, problems, warnings). `te_version`: the target's TE
+    (None with TE: the declared NGC container's)."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, te_version)
     ok = c.required()
     c.training_settings()
     if not ok:
