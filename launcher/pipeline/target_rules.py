@@ -214,22 +214,21 @@ def silent_rewrites(c: Any, tp: int) -> None:
 
 def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
     """The requirements table's rows the kernels, settings and layout decide (launcher.megatron.requirements);
-    Python packages are checked where they are installed: before a local launch, on the node, in --check."""
+    Python packages and apex's extensions are checked where they are installed: before a local launch, on each
+    node at job start, and (packages) in --check against what the target declares."""
     settings = c.effective.settings if c.effective is not None else c.preset.effective()
     inventory = requirements.Inventory(te=c.te, apex=c.apex, te_version=c.te_version)
-    for row in requirements.applicable(settings, ("te", "apex", "setting", "layout", "unsupported")):
+    for row in requirements.applicable(settings, ("te", "setting", "layout", "unsupported")):
         if row.enforced_by:
             continue  # a rule above says it in its own words
-        if row.kind == "apex" and any(c.preset.megatron.get(dest) is None for dest in row.when):
-            continue  # Megatron's default: the launcher turns the fusion off without apex (kernels.fallbacks)
         condition = row.condition(settings, c.preset.megatron)
-        if row.kind in ("te", "apex"):
+        if row.kind == "te":
             present, found = inventory.has(row)
             if not present:
                 where = f"the target has {found}" if found else "the target lacks it"
                 c.fail(f"{condition} needs {row.wanted()}, and {where} ({row.cite})",
-                       row.fix if row.kind == "apex" or not c.te else
-                       f"{row.fix}; or use Transformer Engine >= {row.min_version}", stage="runtime")
+                       f"{row.fix}; or use Transformer Engine >= {row.min_version}" if found else row.fix,
+                       stage="runtime")
         elif row.kind == "setting":
             wrong = {dest: value for dest, value in row.needs["setting"].items() if settings.get(dest) != value}
             if wrong:
