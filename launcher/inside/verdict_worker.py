@@ -347,6 +347,8 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
             stage = "validate"
             arguments.validate_args(args, defaults)
             rewrites = _rewrites(given, before, args)
+            changed = {dest: _plain(getattr(args, dest, None)) for dest, old in before.items()
+                       if _plain(old) != _plain(getattr(args, dest, None))}
             facts = {
                 "data_parallel_size": args.data_parallel_size,
                 "tensor_model_parallel_size": args.tensor_model_parallel_size,
@@ -358,6 +360,7 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
                 "sequence_parallel": args.sequence_parallel,
                 "ffn_hidden_size": args.ffn_hidden_size,
                 "kv_channels": args.kv_channels,
+                "changed_by_validate_args": changed,  # every setting it rewrote, given or defaulted
             }
             stage = "globals"
             global_vars.set_global_variables(args)

@@ -142,7 +142,9 @@ def _async_strategy(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any],
 
 
 def _mtp_pattern(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any], str]:
-    if s["mtp_hybrid_override_pattern"] is not None:
+    """The legacy MTP pattern moves into hybrid_layer_pattern (a hybrid model's; a GPT model ignores both)."""
+    if s["mtp_hybrid_override_pattern"] is not None and (s["mtp_num_layers"] or 0) > 0 and \
+            "/" not in (s["hybrid_layer_pattern"] or ""):
         return {"mtp_hybrid_override_pattern": None}, "mtp_hybrid_override_pattern is ignored for GPT models"
     return {}, ""
 

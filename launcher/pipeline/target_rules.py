@@ -210,6 +210,8 @@ def silent_rewrites(c: Any, tp: int) -> None:
     for the settings the preset gave, so nobody is surprised."""
     if c.effective is not None:
         c.warnings.extend(c.effective.warnings(c.preset.megatron))
+    if c.arg("mtp_hybrid_override_pattern") is not None:  # kept by validate_args without MTP layers; unused
+        c.warnings.append("mtp_hybrid_override_pattern is ignored for GPT models")
 
 
 def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
