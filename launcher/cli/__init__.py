@@ -124,10 +124,9 @@ def cmd_run(argv: list[str]) -> int:
     if not args.preflight:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
         require_checkout(path, job.entry)
-        if not args.no_doctor:
-            from launcher.checks.doctor import preflight_or_raise
+        from launcher.checks.doctor import preflight_or_raise
 
-            preflight_or_raise(job, command)
+        preflight_or_raise(job, command, doctor=not args.no_doctor)  # --no-doctor: what the settings need only
     sys.stdout.write("\n".join(render.header(job)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
