@@ -353,6 +353,25 @@ def check_torch_runtime(ctx: Context) -> list[Finding]:
     return findings
 
 
+def check_setting_packages(ctx: Context) -> list[Finding]:
+    """The Python packages of the requirements table (from Megatron's source): which settings need each, and
+    whether this Python has it. A missing one is a warning here; a job whose settings need it stops before launch."""
+    from launcher.megatron import requirements
+
+    here = requirements.packages_here()
+    needed: dict[str, list[str]] = {}
+    for row in requirements.table():
+        if row.kind == "package":
+            needed.setdefault(row.package, []).append(row.condition(row.when_example()))
+    present = [f"{package} {here[package]}".strip() for package in needed if package in here]
+    missing = [f"{package} (for {'; '.join(settings)})" for package, settings in needed.items() if package not in here]
+    if not missing:
+        return [Finding("setting packages", "ok", ", ".join(present))]
+    return [Finding("setting packages", "warn", "not installed: " + ", ".join(missing) +
+                    (f"; installed: {', '.join(present)}" if present else ""),
+                    "pip install the ones your settings need; a job that needs a missing one stops before launch")]
+
+
 Check = Callable[[Context], list[Finding]]
 CHECKS: dict[str, Check] = {
     "python": check_python,
@@ -365,6 +384,7 @@ CHECKS: dict[str, Check] = {
     "dataset-helpers": check_helper_build,
     "nccl": check_nccl,
     "cuda-connections": check_cuda_connections,
+    "setting-packages": check_setting_packages,
 }
 
 

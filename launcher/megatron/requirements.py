@@ -78,6 +78,16 @@ class Requirement:
             parts.append(text)
         return " with ".join(parts)
 
+    def when_example(self) -> dict[str, Any]:
+        """Settings that make the row apply (the first choice of each `in`), to describe it."""
+        out: dict[str, Any] = {}
+        for dest, test in self.when.items():
+            if isinstance(test, dict):
+                out[dest] = "/".join(map(str, test["in"])) if "in" in test else f"> {test.get('gt', '')}"
+            else:
+                out[dest] = test
+        return out
+
     def wanted(self) -> str:
         """'nvidia-resiliency-ext >= 0.6.0', 'Transformer Engine', "apex's scaled_masked_softmax_cuda"."""
         if self.kind == "apex":

@@ -187,6 +187,9 @@ def without_te(c: Any) -> None:
     if c.arg("num_experts") and c.arg("fp8") and not c.te:  # transformer_config.py:2057
         c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
                "drop fp8 (--fp8-format), or run in a Transformer Engine container (transformer_engine: true)")
+    if c.arg("fp8") and not c.arg("num_experts") and not c.te:  # fp8_utils.py:680: a null context without TE
+        c.warnings.append("fp8 has no effect without Transformer Engine (Megatron's fp8 context is a no-op then): "
+                          "the job trains in its other precision settings")
     if c.arg("defer_embedding_wgrad_compute"):  # model_parallel_config.py:431-439
         if c.arg("pipeline_model_parallel_size") == 1:
             c.fail("defer_embedding_wgrad_compute needs pipeline parallelism (PP > 1)")
