@@ -429,26 +429,22 @@ def requirement_findings(megatron_args: Mapping[str, Any], ctx: Context) -> list
     return findings
 
 
-def preflight_or_raise(job: Any, command: Any, doctor: bool = True) -> None:
+def preflight_or_raise(job: Any, command: Any) -> None:
     """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok.
 
-    Judged against the resolved job's settings, exactly as they will be passed. Without `doctor` (--no-doctor),
-    only what the settings need (the requirements table) is checked."""
+    Judged against the resolved job's settings, exactly as they will be passed (what they need on this machine:
+    the requirements table, requirement_findings)."""
     # the simple loop builds its own model: only the environment matters
     settings = dict(job.preset.megatron) if job.entry == "pretrain_gpt" else None
     ctx = Context(megatron_path=job.megatron_path, env=training_env({**os.environ, **command.env}))
-    environment = preflight(None, ctx, tensor_parallel=job.layout.tp, context_parallel=job.layout.cp) \
-        if doctor else []
-    needs = requirement_findings(settings, ctx) if settings is not None else []
-    for finding in environment:
+    findings = preflight(settings, ctx, tensor_parallel=job.layout.tp, context_parallel=job.layout.cp)
+    for finding in findings:
         if finding.status == "warn":
             print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)
-    failed = [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in environment if f.status == "fail"]
-    if failed:  # the environment's checks may be skipped; what the settings need may not
+    failed = [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in findings if f.status == "fail"]
+    if failed:
         failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-doctor",
                              stage="launcher")
-    failed += [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in needs if f.status == "fail"]
-    if failed:
         raise UserError(failed)
 
 

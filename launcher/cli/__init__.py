@@ -135,9 +135,10 @@ def cmd_run(argv: list[str]) -> int:
     if not args.preflight:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
         require_checkout(path, job.entry)
-        from launcher.checks.doctor import preflight_or_raise
+        if not args.no_doctor:
+            from launcher.checks.doctor import preflight_or_raise
 
-        preflight_or_raise(job, command, doctor=not args.no_doctor)  # --no-doctor: what the settings need only
+            preflight_or_raise(job, command)
     sys.stdout.write("\n".join(render.header(job)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
