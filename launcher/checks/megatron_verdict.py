@@ -22,12 +22,11 @@ from typing import Any, Self
 
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
+from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
 from launcher.megatron.pin import has_module
 from launcher.megatron.target import Target
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
-# pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
-PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
 # Variables that describe this machine or the launcher's own process, never the job's target.
 TARGET_ENV_PREFIXES = ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_", "NVTE_", "TORCH_NCCL_")
 NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}

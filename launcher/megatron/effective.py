@@ -16,6 +16,9 @@ from typing import Any
 from launcher.megatron import args as megatron_args
 
 EMERGING_OPTIMIZERS = ("muon", "dist_muon", "lion", "soap", "adaptive_muon")
+# pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}): its
+# defaults where the argv leaves a setting unset.
+PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,9 @@ def effective_settings(given: Mapping[str, Any], vpp: int | None = None) -> Effe
     """Megatron's settings after its silent rewrites. `given`: the job's Megatron settings as passed (absent or
     None = Megatron's default); `vpp`: the virtual pipeline size validate_args derives (None: not interleaved)."""
     settings = with_defaults(given)
+    for dest, value in PRETRAIN_GPT_DEFAULTS.items():
+        if settings.get(dest) is None:
+            settings[dest] = value
     rewrites: list[Rewrite] = []
     for cite, always, step in STEPS:
         changes, message = step(settings, vpp)

@@ -70,3 +70,12 @@ def test_the_effective_settings_are_what_validate_args_leaves(given):
     megatron = {dest: now for dest, now in verdict.facts["changed_by_validate_args"].items() if dest in REWRITTEN}
     ours = {r.dest: r.now for r in effective_settings(settings).rewrites if r.dest in REWRITTEN}
     assert ours == megatron
+
+
+def test_pretrain_gpt_defaults_the_tokenizer_to_gpt2_bpe_which_needs_transformers():
+    from launcher.megatron import requirements
+
+    settings = effective_settings({}).settings
+    assert settings["tokenizer_type"] == "GPT2BPETokenizer"
+    assert "tokenizer-transformers" in [row.id for row in requirements.applicable(settings)]
+    assert effective_settings({"tokenizer_type": "NullTokenizer"})["tokenizer_type"] == "NullTokenizer"
