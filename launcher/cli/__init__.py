@@ -161,9 +161,9 @@ def cmd_list(argv: list[str]) -> int:
                     "GPUs and the default world of each.")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
-    from launcher.estimate.formulas import human, parameter_count
+    from launcher.estimate.formulas import built_model_parameters, human
     from launcher.pipeline import resolve
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP, model_args
+    from launcher.pipeline.layout import SIMPLE_LOOP_TP
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
@@ -173,7 +173,7 @@ def cmd_list(argv: list[str]) -> int:
         job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
         lay = job.layout
         min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
-        params = parameter_count(model_args(job.preset, job.entry), lay.tp)
+        params = built_model_parameters(job.preset, job.entry, lay.tp)
         rows.append((name, human(params), f"{lay.tp}·{lay.pp}·{lay.cp}", str(min_gpus),
                      f"{job.nodes}×{job.gpus_per_node}", preset.description))
         records.append({"preset": name, "parameters": params, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
@@ -223,7 +223,12 @@ def cmd_plan(argv: list[str]) -> int:
     parser = Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
                      "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
     plan_report.add_arguments(parser)
-    sys.stdout.write(plan_report.run(parser.parse_args(argv)))
+    ns = parser.parse_args(argv)
+    if ns.measure:
+        from launcher.cli import plan_measure
+
+        return plan_measure.run(ns)
+    sys.stdout.write(plan_report.run(ns))
     return 0
 
 

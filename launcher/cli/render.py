@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from launcher.estimate import formulas as estimate
-from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
+from launcher.estimate.formulas import built_model_parameters, human, padded_vocab_size
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
@@ -29,7 +29,7 @@ def summary(job: ResolvedJob) -> dict[str, Any]:
     args = model_args(job.preset, job.entry)
     layout, kernels = job.layout, job.kernels
     return {
-        "parameters": parameter_count(args, layout.tp),
+        "parameters": built_model_parameters(job.preset, job.entry, layout.tp),
         # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)
         "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
         or args.get("padded_vocab_size") else None,

@@ -345,7 +345,11 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     rules = rules or Rules(args, gpus_per_node)
     base = est.training_of(args, 1)
     allow_sp = sequence_parallel_allowed(args)
+    floor = memory_floor(args, base, gpu, gpus_per_node, allow_sp)
+    if floor.fewest_gpus is None or floor.fewest_gpus > limit:
+        return None  # no world up to the limit can hold it: say so before trying any (bounded work)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
+    worlds = [w for w in worlds if w >= floor.fewest_gpus]
     memory_fits: list[int] = []  # worlds where some layout fits in memory but launch's checks refuse them all
     for world in worlds:
         if len(memory_fits) == REFUSED_WORLDS:
@@ -370,6 +374,34 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     return memory_fits[0] if memory_fits else None
 
 
+@dataclass(frozen=True)
+class MemoryFloor:
+    """What no layout can get below: the bytes some GPU always holds, whatever the world size (one layer's
+    working set at micro batch 1 with full recompute and TP = one node; the last stage's logits and their
+    gradient, 2 bytes each with the fused loss), and the model state (at least 12 bytes per parameter
+    somewhere), hence the fewest GPUs worth trying."""
+
+    per_gpu: float
+    state: float
+    fewest_gpus: int | None  # None: not even one layer fits, on any number of GPUs
+
+
+def memory_floor(args: Mapping[str, Any], base: est.Training, gpu: est.Gpu, gpus_per_node: int,
+                 allow_sp: bool) -> MemoryFloor:
+    tp = gpus_per_node
+    shape = est.model_shape(args, tp)
+    t = replace(base, world_size=tp * base.cp, tp=tp, pp=1, vpp=1, micro_batch_size=1, recompute="full",
+                sequence_parallel=allow_sp, pipeline_layout=None, first_stage_layers=None, last_stage_layers=None)
+    layer = est.layer_activation_bytes(shape, t)
+    logits = 2 * 2 * shape.seq_length / t.cp * shape.padded_vocab_size / tp
+    per_gpu = max(layer, logits)
+    state = 12.0 * est.parameter_count(args, tp)
+    room = est.USABLE_FRACTION * gpu.memory_bytes - per_gpu
+    if room <= 0:
+        return MemoryFloor(per_gpu, state, None)
+    return MemoryFloor(per_gpu, state, max(1, int(min(state / room, 1e18))))
+
+
 def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
                  problems: list[str] | None = None, rules: Rules | None = None) -> UserError:
     """Why the search came back empty: too few GPUs (the minimum is given), or, when memory is not the reason,
@@ -380,8 +412,16 @@ def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu,
                                  f"{problems[0]}",
                                  f"fix that setting first (`launch {preset} --dry-run` lists every problem)"))
     if need is None:
-        return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
-                                 "check the global batch size: DP must divide it"))
+        floor = memory_floor(args, est.training_of(args, 1), gpu, gpus_per_node, sequence_parallel_allowed(args))
+        if floor.fewest_gpus is None:
+            why = (f"one layer's activations or the logits alone need {floor.per_gpu / est.GIB:,.1f} GiB per GPU "
+                   f"(micro batch 1, full recompute, TP {gpus_per_node}); check the model's settings")
+        elif floor.fewest_gpus > 1 << 16:
+            why = (f"its weights, gradients and optimizer state alone need {floor.state / est.GIB:,.0f} GiB, more "
+                   f"than 65,536 GPUs hold; check the model's settings")
+        else:
+            why = "check the global batch size: DP must divide it"
+        return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried", why))
     nodes = -(-need // gpus_per_node)
     return UserError(Problem(
         f"no valid layout of {preset} fits on {world} × {gpu.name}",
