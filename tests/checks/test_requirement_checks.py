@@ -35,7 +35,7 @@ needs_absent = pytest.mark.skipif(
 @needs_absent
 def test_a_local_launch_refuses_nvrx_async_saves_without_nvidia_resiliency_ext(tmp_path):
     given = {"async_save": True, "use_persistent_ckpt_worker": True, "transformer_impl": "local",
-             "gradient_accumulation_fusion": False, "masked_softmax_fusion": False}
+             "gradient_accumulation_fusion": False, "masked_softmax_fusion": False, "tokenizer_type": "NullTokenizer"}
     (finding,) = requirement_findings(given, Context(megatron_path=tmp_path))
     assert (finding.check, finding.status, finding.detail, finding.fix) == (
         "nvidia-resiliency-ext", "fail", NVRX.format(where=""),
