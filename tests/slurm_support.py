@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 from launcher.backends import slurm
+from launcher.checks.data import check_job_data
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
 from launcher.pipeline.preset import available_presets, load_preset
-from launcher.pipeline.resolve import Target, kernels_of, resolve, target_for
+from launcher.pipeline.resolve import Placement, kernels_of, resolve, target_for
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slurm"
@@ -39,11 +40,11 @@ def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None 
                   gpus_per_node: int | None = None, preflight: bool = False,
                   run_dir: Path | None = None, megatron_path: Path = GOLDEN_MEGATRON) -> tuple[slurm.BatchJob, str]:
     preset = load_preset(name, list(overrides))
-    target: Target = target_for(preset, slurm=True)
+    target: Placement = target_for(preset, slurm=True)
     # A container image decides its own kernels (an NGC image: TE and apex); on bare metal, the preset's.
     kernels = kernels_of(preset, target) if target.container_image else preset_kernels(preset)
     resolved = resolve(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path, target=target,
-                       run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight)
+                       run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight, data_check=check_job_data)
     job = slurm.prepare_job(resolved, build_command(resolved)).job
     return job, slurm.render_batch_script(job)
 

@@ -132,8 +132,8 @@ def read_log(path: Path) -> tuple[float | None, float | None, int]:
 def run_trial(ns: Any, trial: Trial, inputs: plan_report.PlanInputs, iterations: int, out: Any) -> Measured:
     """The layout run as `launch` runs it, through the local backend; its log read back."""
     from launcher.backends import local
-    from launcher.megatron.pin import megatron_path, require_checkout
-    from launcher.pipeline import resolve
+    from launcher.cli.job import JobRequest, checked_job
+    from launcher.megatron.pin import require_checkout
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
     from launcher.runs import rundir, tracking
@@ -143,21 +143,20 @@ def run_trial(ns: Any, trial: Trial, inputs: plan_report.PlanInputs, iterations:
         measuring += [f"{name}=null" for name in SAMPLE_SCHEDULE if inputs.preset.megatron.get(name) is not None]
     preset = load_preset(ns.preset, [*ns.overrides, *trial.sets, *measuring])
     budget = inputs.budget
-    path = megatron_path(ns.megatron_path, preset.launcher.megatron_path)
-    run_dir = rundir.reserve_run_dir(Path(preset.launcher.run_root), preset.name)
-    job = resolve.resolve(preset, budget.nodes, budget.gpus_per_node, kernels=inputs.kernels, megatron_path=path,
-                          target=resolve.HERE, run_dir=run_dir, gpus_here=local.visible_gpus)
+    # resolved as `launch PRESET` on this budget resolves it (its run directory claimed now)
+    job = checked_job(preset, JobRequest(budget.nodes, budget.gpus_per_node, megatron_path=ns.megatron_path,
+                                         reserve_run_dir=True))
     command = build_command(job)
-    require_checkout(path, job.entry)
+    require_checkout(job.megatron_path, job.entry)
     if not ns.no_doctor:
-        from launcher.checks.doctor import preflight_or_raise
+        from launcher.checks.doctor import check_before_launch
 
-        preflight_or_raise(job, command)
+        check_before_launch(job, local.process_environment(job.environment))
     assert job.run_dir is not None
     code = tracking.execute(job, command, out=out)
     step, peak, count = read_log(job.run_dir / "logs" / "attempt-1.log")
     checkpoints = job.run_dir / rundir.CHECKPOINTS
-    if job.preset.megatron.get("save") == str(checkpoints) and checkpoints.is_dir():
+    if job.megatron.get("save") == str(checkpoints) and checkpoints.is_dir():
         shutil.rmtree(checkpoints)  # a measurement's final save: the run's own directory, never kept
     return Measured(trial, code, str(job.run_dir), step, peak, count)
 

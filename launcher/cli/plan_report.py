@@ -15,6 +15,7 @@ from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
 from launcher.estimate.steptime import StepTime
+from launcher.estimate.summary import estimate
 
 GIB = est.GIB
 
@@ -97,7 +98,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
                built_parameters: int | None = None, built_padded_vocab: int | None = None) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
-    `rules` judge layouts (launcher.pipeline.layout's, for the target's kernels); `extra_sets` are --set items
+    `rules` judge layouts (launcher.pipeline.checker's, for the target's kernels); `extra_sets` are --set items
     every listed layout needs. `built_parameters` / `built_padded_vocab`: the model the preset's own launch
     builds (est.built_model_parameters), when its entry builds another model than the one `args` describe.
     """
@@ -127,7 +128,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     if problems and world < model_parallel:
         plan["layout"]["minimum_gpus"] = model_parallel
     if not problems:
-        e = est.estimate(args, training, gpu, budget.gpus_per_node, tflops)
+        e = estimate(args, training, gpu, budget.gpus_per_node, tflops)
         plan["model"] |= {
             "megatron_parameters": e.megatron_params.total,
             "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(shape, training)),
@@ -181,10 +182,10 @@ def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float 
 def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: float,
                     write_gbps: float) -> dict[str, Any]:
     """The periodic saves a run of this preset makes (its save_interval, else the launcher's default)."""
-    from launcher.runs.rundir import _end_of_training_interval, default_save_settings
+    from launcher.pipeline.run_paths import default_save_settings, end_of_training_interval
 
     interval = args.get("save_interval") or default_save_settings(args)["save_interval"]
-    end = _end_of_training_interval(args)
+    end = end_of_training_interval(args)
     total = end if end < 1_000_000_000 else None
     return est.save_cost(parameters, args, step_seconds, int(interval), total, write_gbps)
 
@@ -381,8 +382,9 @@ def run(ns: Any) -> str:
 
 def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], PlanInputs]:
     """The plan for parsed arguments (on `budget` if given, else the flags' or the preset's) and its inputs."""
-    from launcher.pipeline import resolve
-    from launcher.pipeline.layout import model_args
+    from launcher.cli.job import JobRequest, job_for
+    from launcher.pipeline.checker import model_args
+    from launcher.pipeline.pipeline_layout import layout_string_problem
     from launcher.pipeline.preset import load_preset
 
     gpu = est.gpu_by_name(ns.gpu)
@@ -394,21 +396,25 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         raise UserError(Problem(f"--ckpt-write-gbps must be positive, got {ns.ckpt_write_gbps}"))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
+    too_long = layout_string_problem(preset.arg)  # the checker's own words, before any estimate unrolls it
+    if too_long is not None:
+        raise UserError(too_long)
     settings = preset.launcher
     budget = budget or resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     given = preset
-    kernels = resolve.kernels_of(preset, resolve.HERE)
     # The settings the job would pass on this budget (through pretrain_gpt.py: the layouts below choose TP), as
     # resolve decides them for a launch, e.g. without TE the local layers with the launcher's SDPA attention.
+    on_budget = JobRequest(budget.nodes, budget.gpus_per_node, run_dir=False, local=False)
     training = replace(preset, launcher=replace(settings, entry="pretrain_gpt"))
-    job, _ = resolve.resolve_settings(training, budget.nodes, budget.gpus_per_node, kernels=kernels)
+    job, _ = job_for(training, on_budget)
     # The model the preset's own launch builds (its entry may be the simple loop, which builds its own)
-    own, _ = resolve.resolve_settings(preset, budget.nodes, budget.gpus_per_node, kernels=kernels)
-    preset = job.preset
-    args = preset.effective()
+    own, _ = job_for(preset, on_budget)
+    kernels = job.kernels
+    preset = job.as_checked()
+    args = job.effective()
     tp = int(est.megatron_value(args, "tensor_model_parallel_size"))
-    own_args = model_args(own.preset, own.entry)
-    built = est.built_model_parameters(own.preset, own.entry, tp)
+    own_args = model_args(own.effective(), own.entry)
+    built = est.built_model_parameters(own.effective(), own.entry, tp)
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:
@@ -419,7 +425,7 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
-    layouts_build = est.built_model_parameters(job.preset, job.entry, tp)
+    layouts_build = est.built_model_parameters(job.effective(), job.entry, tp)
     if layouts_build != built:
         differ = []
         if est.padded_vocab_size(own_args, tp) != est.padded_vocab_size(args, tp):

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
+from launcher.gpus import DEFAULT_GPU, GIB, GPUS, Gpu, gpu_by_name  # noqa: F401 - the one catalogue (launcher/gpus.py)
 from launcher.megatron import args as megatron_args
+from launcher.megatron.args import default_ffn_hidden_size
+from launcher.pipeline.checker import model_args
+from launcher.pipeline.pipeline_layout import virtual_pipeline_size
 
-GIB = 1024**3
 MB = 1024**2  # Megatron's "MB" in its memory report is 2**20 bytes.
 
 
@@ -58,30 +61,10 @@ def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
     return pad_vocab(int(vocab), tp, int(megatron_value(args, "make_vocab_size_divisible_by")))
 
 
-def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
-    """Megatron's MLP width when ffn_hidden_size is unset: 4h, or int(8h/3/64)·64 with SwiGLU."""
-    return int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden
-
-
 def ffn_hidden_size(args: Mapping[str, Any]) -> int:
     if args.get("ffn_hidden_size"):
         return int(args["ffn_hidden_size"])
     return default_ffn_hidden_size(int(args["hidden_size"]), bool(args.get("swiglu")))
-
-
-def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
-    """The divisors of n, ascending; pairs d, n/d up to √n (and never more than `up_to` trials: n comes from
-    user input, e.g. num_attention_heads=1000000000, and the lists only feed hints and layout searches)."""
-    small: list[int] = []
-    large: list[int] = []
-    d = 1
-    while d * d <= n and d <= up_to:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 def human(count: float) -> str:
@@ -262,19 +245,9 @@ def precision_of(args: Mapping[str, Any]) -> str:
 
 
 def virtual_stages_of(args: Mapping[str, Any]) -> int:
-    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving)."""
-    if megatron_value(args, "pipeline_model_parallel_layout"):
-        from launcher.estimate.stages import layout_vpp
-
-        return layout_vpp(str(args["pipeline_model_parallel_layout"]),
-                          int(megatron_value(args, "pipeline_model_parallel_size")))
-    if megatron_value(args, "num_virtual_stages_per_pipeline_rank"):
-        return int(megatron_value(args, "num_virtual_stages_per_pipeline_rank"))
-    per_stage = megatron_value(args, "num_layers_per_virtual_pipeline_stage")
-    if per_stage:
-        pp = int(megatron_value(args, "pipeline_model_parallel_size"))
-        return max(1, int(args["num_layers"]) // pp // int(per_stage))
-    return 1
+    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving): the
+    pipeline's one derivation."""
+    return virtual_pipeline_size(lambda name: megatron_value(args, name))
 
 
 def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.megatron_ext.") -> bool:
@@ -721,47 +694,8 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
 # --------------------------------------------------------------------------------------------------- GPUs
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """A GPU model: memory torch reports, dense peaks, memory bandwidth, link speeds, kernel family."""
-
-    name: str
-    memory_bytes: float
-    peak_tflops: float  # dense bf16/fp16, vendor datasheet (FP8 is twice this where the GPU has it)
-    hbm_tbps: float  # memory bandwidth, TB/s (elementwise kernels and the optimizer step are bound by it)
-    nvlink_gbps: float  # bus bandwidth per GPU NCCL reaches inside a node, GB/s
-    network_gbps: float  # bus bandwidth per GPU between nodes (one NIC per GPU), GB/s
-    family: str  # which kernel-efficiency constants apply (steptime.KERNELS)
-    note: str = ""
-
-
-# Link figures are NCCL bus bandwidths, not link peaks: ~75 % of NVLink (A100 300, H100 450 GB/s per
-# direction) and ~90 % of one 200 / 400 Gb/s InfiniBand NIC per GPU.
-GPUS: dict[str, Gpu] = {
-    g.name: g
-    for g in [
-        Gpu("a100-40gb", 39.4 * GIB, 312, 1.56, 230, 23, "ampere", "A100 SXM4 40GB, 200 Gb/s IB per GPU"),
-        Gpu("a100-80gb", 79.2 * GIB, 312, 2.04, 230, 23, "ampere", "A100 SXM4 80GB, 200 Gb/s IB per GPU"),
-        Gpu("h100-80gb", 79.1 * GIB, 989, 3.35, 340, 45, "hopper", "H100 SXM5 80GB, 400 Gb/s IB per GPU"),
-        Gpu("h200-141gb", 139.8 * GIB, 989, 4.8, 340, 45, "hopper", "H200 SXM 141GB, 400 Gb/s IB per GPU"),
-        Gpu("b200-180gb", 178.4 * GIB, 2250, 8.0, 680, 45, "blackwell", "B200 180GB, 400 Gb/s IB per GPU"),
-        Gpu("gh200-96gb", 94.5 * GIB, 989, 4.0, 340, 45, "hopper", "GH200 Grace Hopper 96GB HBM3"),
-        Gpu("l40s-48gb", 44.4 * GIB, 362, 0.86, 24, 23, "ada", "L40S 48GB, PCIe only"),
-    ]
-}
-DEFAULT_GPU = "h100-80gb"
 # Room left for the CUDA context, NCCL buffers and allocator fragmentation, which no formula above counts.
 USABLE_FRACTION = 0.90
-
-
-def gpu_by_name(name: str) -> Gpu:
-    """Look a GPU up by catalogue name; raises UserError listing the known names."""
-    from launcher.errors import Problem, UserError
-
-    key = name.strip().lower()
-    if key in GPUS:
-        return GPUS[key]
-    raise UserError(Problem(f"unknown GPU {name!r}", f"known GPUs: {', '.join(sorted(GPUS))}"))
 
 
 def fit_status(memory_bytes: float, gpu: Gpu) -> str:
@@ -774,13 +708,6 @@ def fit_status(memory_bytes: float, gpu: Gpu) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- time
-
-
-def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8, tflops: float | None = None) -> Any:
-    """Seconds per iteration by cause: launcher.estimate.steptime (its docstring is the model)."""
-    from launcher.estimate.steptime import step_time as model
-
-    return model(m, t, gpu, gpus_per_node, tflops)
 
 
 def time_to_tokens(step_seconds: float, global_batch_size: int, seq_length: int, tokens: float) -> float:
@@ -815,90 +742,8 @@ def save_cost(parameters: float, args: Mapping[str, Any], step_seconds: float, s
     }
 
 
-# --------------------------------------------------------------------------------------------------- summary
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Everything `launch plan` prints for one layout."""
-
-    shape: ModelShape
-    training: Training
-    gpu: Gpu
-    parameters: int
-    megatron_params: MegatronParams
-    flops_per_iteration: float
-    megatron: Memory
-    megatron_other_optimizer: Memory  # the same with the distributed optimizer toggled
-    complete: Memory
-    fit: str
-    step: Any  # steptime.StepTime
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_node: int = 8,
-             tflops: float | None = None) -> Estimate:
-    m = model_shape(args, training.tp)
-    toggled = Training(**{**asdict(training), "distributed_optimizer": not training.distributed_optimizer})
-    complete = complete_memory(m, training)
-    return Estimate(
-        shape=m,
-        training=training,
-        gpu=gpu,
-        parameters=parameter_count(args, training.tp),
-        megatron_params=megatron_parameters(m, training),
-        flops_per_iteration=flops_per_iteration(m, training.global_batch_size),
-        megatron=megatron_memory(m, training),
-        megatron_other_optimizer=megatron_memory(m, toggled),
-        complete=complete,
-        fit=fit_status(complete.total, gpu),
-        step=step_time(m, training, gpu, gpus_per_node, tflops),
-    )
-
-
-def built_model_parameters(preset: Any, entry: str, tp: int) -> int:
+def built_model_parameters(effective: Mapping[str, Any], entry: str, tp: int) -> int:
     """The one parameter count `launch list`, the dry-run and `launch plan` print: of the model that `entry`
-    builds from `preset` (the simple loop builds its own: unpadded vocabulary, untied output)."""
-    from launcher.pipeline.layout import model_args
-
-    return parameter_count(model_args(preset, entry), tp)
-
-
-def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
-            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
-    """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
-
-    `layout` is launcher.pipeline.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
-    global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
-    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
-    """
-    g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
-    base = training_of(args, int(layout.world_size))
-    t = Training(**{
-        **asdict(base),
-        "tp": int(layout.tp), "pp": int(layout.pp), "cp": int(getattr(layout, "cp", 1) or 1),
-        "vpp": int(getattr(layout, "vpp", None) or 1),
-        "micro_batch_size": int(layout.micro_batch_size),
-        "global_batch_size": int(layout.global_batch_size),
-        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
-        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
-    })
-    e = estimate(args, t, g, gpus_per_node)
-    return {
-        "gpu": g.name,
-        "parameters": e.parameters,
-        "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
-        "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
-        "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
-        "gpu_memory_gib": round(g.memory_bytes / GIB, 1),
-        "fits": e.fit,
-        "flops_per_iteration": e.flops_per_iteration,
-        "seconds_per_iteration": e.step.total,
-    }
-
-
-def summary_line(s: Mapping[str, Any]) -> str:
-    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
-    return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
-            f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
-            f"`launch plan` for the breakdown)")
+    builds from every argument as Megatron sees it (ResolvedJob.effective(); the simple loop builds its own:
+    unpadded vocabulary, untied output)."""
+    return parameter_count(model_args(effective, entry), tp)

@@ -17,8 +17,9 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate.stages import SplitError
-from launcher.estimate.steptime import StepTime
-from launcher.pipeline import layout as pipeline_layout
+from launcher.estimate.steptime import StepTime, step_time
+from launcher.pipeline import checker as pipeline_checker
+from launcher.pipeline.divisors import divisors
 from launcher.pipeline.preset import LauncherSettings, Preset
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -29,7 +30,7 @@ REFUSED_WORLDS = 4
 
 
 class Rules:
-    """Which layouts are valid: launcher.pipeline.layout's own layout rules (the ones `launch` checks), for one
+    """Which layouts are valid: launcher.pipeline.checker's own layout rules (the ones `launch` checks), for one
     model on one kind of machine. This is the search's only rule set. Answers are kept per layout, since the
     knob the rules do not read (activation recompute) multiplies the candidates."""
 
@@ -50,7 +51,7 @@ class Rules:
             chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
             preset = Preset(name="candidate", description="", launcher=self.launcher,
                             megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
-            found = pipeline_layout.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
+            found = pipeline_checker.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
                                                     self.te, self.apex)
             self._known[key] = [p.message for p in found]
         return self._known[key]
@@ -89,7 +90,7 @@ class Candidate:
 def evaluate(m: est.ModelShape, t: est.Training, gpu: est.Gpu, gpus_per_node: int,
              tflops: float | None = None) -> Candidate:
     mem = est.complete_memory(m, t)
-    return Candidate(t, mem, est.megatron_memory(m, t), est.step_time(m, t, gpu, gpus_per_node, tflops),
+    return Candidate(t, mem, est.megatron_memory(m, t), step_time(m, t, gpu, gpus_per_node, tflops),
                      est.fit_status(mem.total, gpu))
 
 
@@ -97,8 +98,8 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
     """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`. Where PP does not divide
     the layers, the split that counts the embedding and/or the loss as layers (as Megatron can) is tried."""
     world = base.world_size
-    for tp in est.divisors(min(world, gpus_per_node)):
-        for pp in est.divisors(world // tp):
+    for tp in divisors(min(world, gpus_per_node)):
+        for pp in divisors(world // tp):
             if (world // tp) % (pp * base.cp):
                 continue
             split = pipeline_split(m, base, pp)
@@ -106,7 +107,7 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
                 continue
             per_rank = max(st.layers + st.embedding * split.embedding_in_split + st.loss * split.loss_in_split
                            for st in est.pipeline_stages(m, replace(split, vpp=1)))
-            vpps = [1] + ([v for v in est.divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            vpps = [1] + ([v for v in divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
             if split.pipeline_layout:
                 vpps = [split.vpp]
             for vpp in vpps:
@@ -354,8 +355,8 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     for world in worlds:
         if len(memory_fits) == REFUSED_WORLDS:
             return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
-        for tp in est.divisors(min(world, gpus_per_node)):
-            for pp in est.divisors(world // tp):
+        for tp in divisors(min(world, gpus_per_node)):
+            for pp in divisors(world // tp):
                 shape = est.model_shape(args, tp)
                 split = pipeline_split(shape, replace(base, world_size=world), pp)
                 if split is None:

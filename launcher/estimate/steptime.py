@@ -43,7 +43,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher.estimate.formulas import Gpu, ModelShape, Training, pipeline_stages, stage_parameters
+from launcher.estimate.formulas import (
+    Gpu,
+    ModelShape,
+    Training,
+    flops_per_iteration,
+    pipeline_stages,
+    stage_parameters,
+)
 
 
 @dataclass(frozen=True)
@@ -263,7 +270,6 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
               tflops: float | None = None) -> StepTime:
     """The model in the module docstring; `tflops` (a measured model TFLOP/s per GPU) replaces the kernel
     efficiencies for the FLOPs, everything else stays."""
-    from launcher.estimate.formulas import flops_per_iteration
 
     k = KERNELS[gpu.family]
     place = placement(t, gpus_per_node)

@@ -283,7 +283,7 @@ def _throughput_plot(series: Series, out_dir: Path, info: PlotInfo, restarts: li
 
 
 def _gpu_peak(gpu: str | None) -> float | None:
-    from launcher.estimate.formulas import GPUS
+    from launcher.gpus import GPUS
 
     return GPUS[gpu].peak_tflops if gpu in GPUS else None
 

@@ -15,11 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from launcher.checks.doctor import Context, preflight_or_raise, requirement_findings
+from launcher.checks.doctor import Context, check_before_launch, requirement_findings
 from launcher.errors import UserError
 from launcher.megatron import requirements
 from launcher.megatron.pin import Kernels
-from launcher.pipeline.command import build_command
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
 
@@ -49,7 +48,7 @@ def test_a_local_launch_refuses_nvrx_async_saves_without_nvidia_resiliency_ext(t
 def test_a_local_launch_stops_before_torchrun_with_the_message():
     job = resolve(load_preset("345m", ["optimizer=muon"]), kernels=Kernels(False, False, "preset"))
     with pytest.raises(UserError) as err:
-        preflight_or_raise(job, build_command(job))
+        check_before_launch(job, dict(os.environ))
     assert MUON.format(where="").replace("error: ", "error: emerging-optimizers: ", 1) in err.value.render()
 
 
@@ -124,16 +123,19 @@ def test_check_judges_the_packages_the_target_declares(capsys):
     from upstream_support import shared_checker
 
     from launcher.checks.megatron_verdict import check_preset
+    from launcher.pipeline.resolve import attempt
 
     checker = shared_checker()
-    inputs = {"kernels": Kernels(False, False, "preset"), "megatron_path": Path("/opt/megatron-lm")}
-    preset = load_preset("345m", ["async_strategy=nvrx"])
-    assert check_preset(preset, None, None, inputs, checker=checker) == 2
+    def check(overrides: list[str]) -> int:
+        job, problems = attempt(load_preset("345m", overrides), kernels=Kernels(False, False, "preset"),
+                                megatron_path=Path("/opt/megatron-lm"))
+        return check_preset(job, problems, checker=checker)
+
+    assert check(["async_strategy=nvrx"]) == 2
     out = capsys.readouterr().out
     assert "no apex, no other packages (GPU from launcher.gpu; kernels declared by the preset)" in out
     assert ("  error: " + NVRX.format(where=" on the target").replace(" (Megatron's default)", "") +
             "\n    hint: set async_strategy=mcore or install nvidia-resiliency-ext; or, if the target has it, "
             "declare it: launcher.packages: [nvidia-resiliency-ext]") in out
-    declared = load_preset("345m", ["async_strategy=nvrx", "packages=nvidia-resiliency-ext"])
-    assert check_preset(declared, None, None, inputs, checker=checker) == 0
+    assert check(["async_strategy=nvrx", "packages=nvidia-resiliency-ext"]) == 0
     assert "no apex, nvidia-resiliency-ext (GPU from launcher.gpu" in capsys.readouterr().out
