@@ -120,3 +120,22 @@ def wait_for_line(path: Path, pattern: str, timeout: float, job_id: str, env: di
         time.sleep(0.3)
     text = path.read_text(errors="replace") if path.exists() else "(no log)"
     raise AssertionError(f"{pattern!r} not in {path} ({state}):\n{text}")
+
+
+def sacct_states(job_id: str, env: dict[str, str]) -> list[str]:
+    """The job's state in Slurm's accounting, one per attempt, oldest first ("CANCELLED by 0" is CANCELLED)."""
+    out = subprocess.run(["sacct", "-j", job_id, "--duplicates", "--allocations", "--noheader", "--parsable2",
+                          "--format=Start,State"], env=env, capture_output=True, text=True, timeout=30, check=False)
+    records = sorted(line.split("|") for line in out.stdout.splitlines() if "|" in line)
+    return [state.split()[0] for _, state in records if state]
+
+
+def wait_for_sacct(job_id: str, env: dict[str, str], attempts: int, timeout: float) -> list[str]:
+    """The accounting of a finished job that ran `attempts` times: slurmctld sends it to slurmdbd on its own
+    time, so wait until every attempt's record is there, the last with a final state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = sacct_states(job_id, env)
+        if len(states) >= attempts and states[-1] in FINISHED_STATES or time.monotonic() > deadline:
+            return states
+        time.sleep(0.3)

@@ -132,6 +132,7 @@ def _stub_bin(tmp_path: Path) -> Path:
         "srun": 'printf "%s\\0" "$@" > "$RECORD/argv"; printf "%s" "$NCCL_SOCKET_IFNAME" > "$RECORD/ifname"',
         "scontrol": 'if [ "$1" = show ]; then echo n1; echo n2; else echo "$*" >> "$RECORD/scontrol"; fi',
         "scancel": 'echo "$*" >> "$RECORD/scancel"',
+        "squeue": 'echo "$*" >> "$RECORD/squeue"',  # no step left running: the requeue may go ahead
     }
     for name, body in stubs.items():
         path = bin_dir / name

@@ -243,12 +243,15 @@ def cmd_report(argv: list[str]) -> int:
     report = make_report(args.targets, args.output_dir, args.partial)
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
-                          "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2,
+                          "sources": [str(s) for s in report.sources], "attempts": report.attempts,
+                          "job_states": report.job_states}, indent=2,
                          allow_nan=False))
     else:
         print(report.summary.render())
         for number, attempt in enumerate(report.attempts):
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
+        if report.job_states:
+            print("job states:         " + report.job_states)
         print("plots:              " + ", ".join(str(p) for p in report.plots))
     return 0
 
