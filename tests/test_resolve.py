@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -148,13 +149,13 @@ def test_a_master_addr_that_is_no_host_is_refused_before_anything_is_written(tmp
                                    "docker://nvcr.io/nvidia/pytorch:24.01-py3"])
 def test_ngc_images_ship_te_and_apex(image):
     assert is_ngc_image(image)
-    assert kernels_for("auto", "auto", slurm=True, container_image=image) == Kernels(True, True, "NGC image")
+    assert kernels_for("auto", "auto", slurm=True, container_image=image) == Kernels(True, True, "NGC image", "2.14.0")
 
 
 def test_other_images_and_declared_kernels():
     assert not is_ngc_image("nvcr.io/nvidia/pytorch-lookalike:1") and not is_ngc_image("docker.io/me/train:1")
     assert kernels_for(True, False, slurm=True, container_image="docker.io/me/train:1") == Kernels(True, False,
-                                                                                                 "preset")
+                                                                                                 "preset", "2.14.0")
     assert kernels_for("auto", "auto", slurm=True).how == "login node"
 
 
@@ -163,12 +164,15 @@ def test_ngc_container_job_uses_te_and_apex_and_warns_about_mounts(launch):
                             "--set", f"slurm.container_image={NGC}",
                             "--megatron-path", "/opt/megatron-lm")
     assert code == 0, err
-    assert "# kernels (NGC image): with Transformer Engine, with NVIDIA apex\n" in out
+    assert ("# kernels (NGC image): with Transformer Engine, with NVIDIA apex; each node checks what the settings "
+            "need at job start\n") in out
+    training = out[out.index("--kill-on-bad-exit=1"):]  # the node check's hints name such flags as fixes
     for flag in ("--transformer-impl", "--no-gradient-accumulation-fusion", "--spec"):
-        assert flag not in out
+        assert flag not in training
     assert "# warning: /opt/megatron-lm (the Megatron-LM checkout) is not inside slurm.container_mounts" in out
     assert "warning: /opt/megatron-lm (the Megatron-LM checkout)" in err
-    assert "has_module" not in out  # the image decides, not the login node: no bare-metal node check
+    # the image decides, not the login node: the nodes check what the settings need inside the container
+    assert f'--ntasks-per-node=1 --container-image={NGC} python3 -c "$node_check"' in out
 
 
 def test_mounted_paths_are_not_warned_about(launch, tmp_path):
@@ -215,7 +219,8 @@ def test_bare_metal_job_checks_the_node_has_the_kernels_its_flags_assume(launch,
     code, out, err = launch("345m", "--slurm", "--dry-run", "--set", "transformer_engine=true", "--set", "apex=true",
                             "--set", f"run_root={tmp_path}/runs")
     assert code == 0, err
-    assert "# kernels (preset): with Transformer Engine, with NVIDIA apex; each node checks them at job start" in out
+    assert ("# kernels (preset): with Transformer Engine, with NVIDIA apex; each node checks what the settings need "
+            "at job start") in out
     script = tmp_path / "job.sbatch"
     script.write_text(out)
     job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), cwd=tmp_path, capture_output=True,
@@ -223,8 +228,9 @@ def test_bare_metal_job_checks_the_node_has_the_kernels_its_flags_assume(launch,
     assert job.returncode == 2, job.stdout + job.stderr
     assert "TRAINING STARTED" not in job.stdout
     # the launcher's own message (the one `launch` gives locally before a run), not a stack trace at model build
-    assert ("error: the job uses --transformer-impl transformer_engine (the default) but Transformer Engine is "
-            "missing") in job.stderr
+    assert (f"error: transformer_impl transformer_engine (Megatron's default) needs Transformer Engine, which is not "
+            f"installed on {socket.gethostname()} (megatron/core/models/gpt/gpt_layer_specs.py:") in job.stderr
+    assert "megatron-launch: attempt 1 ended: not started, a node lacks what the settings need" in job.stdout
 
 
 def test_bare_metal_auto_kernels_say_they_come_from_the_login_node(launch):

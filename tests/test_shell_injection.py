@@ -113,7 +113,8 @@ def _hostile_jobs(tmp_path: Path, payload: str):
     yield "env name", _job(tmp_path, env={payload: "1"})
     yield "about", _job(tmp_path, about=(payload,))
     yield "unseen_files", _job(tmp_path, unseen_files=(payload,))
-    yield "node_modules", _job(tmp_path, node_modules=((payload, payload),))
+    yield "node_requirements", _job(tmp_path, node_requirements=json.dumps([{"modules": [payload],
+                                                                             "missing": payload}]))
     for field in ("partition", "account", "qos", "time", "job_name", "container_image", "signal", "extra_sbatch",
                   "container_mounts"):
         try:  # settings reach a job only through their parser, as from a preset

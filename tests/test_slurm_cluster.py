@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -234,8 +235,22 @@ def test_bare_metal_job_stops_at_start_when_a_node_lacks_the_kernels_its_flags_a
     fields, err = _submit_failing_at_start(launch, cluster, tmp_path, "--set", "transformer_engine=true",
                                            "--set", "apex=false")
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", err
-    assert "error: the job uses --transformer-impl transformer_engine (the default) but Transformer Engine is " \
-           "missing" in err
+    assert "error: transformer_impl transformer_engine (Megatron's default) needs Transformer Engine, which is " \
+           "not installed on " in err
+    assert "training must not start" not in err
+
+
+def test_job_stops_at_start_when_a_node_lacks_a_package_its_settings_need(launch, cluster, tmp_path):
+    """345m saves asynchronously with a persistent writer; Megatron's default strategy (nvrx) needs
+    nvidia-resiliency-ext, which the nodes lack: the launcher's message at job start, not an exception at the
+    first save hours later."""
+    started = time.monotonic()
+    fields, err = _submit_failing_at_start(launch, cluster, tmp_path, "--set", "async_strategy=nvrx")
+    assert time.monotonic() - started < 60 + 30  # the job itself ends within 60 s; submission and polling aside
+    assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "2:0", err
+    assert "error: async_save with async_strategy nvrx needs nvidia-resiliency-ext >= 0.6.0, which is not " \
+           "installed on " in err
+    assert "hint: set async_strategy=mcore or install nvidia-resiliency-ext" in err
     assert "training must not start" not in err
 
 

@@ -265,7 +265,14 @@ def test_fsdp_never_gets_one_connection_and_fsdp2_needs_untied_embeddings(tmp_pa
                                   "gradient_accumulation_fusion=false", "micro_batch_size=4"])
     with pytest.raises(UserError, match="requires untie_embeddings_and_output_weights"):
         resolve(preset, 1, 8)
-    plan = resolve(load_preset("345m", [*preset.overrides, "untie_embeddings_and_output_weights=true"]), 1, 8)
+    with pytest.raises(UserError) as err:  # then the one problem left: its finish_grad_sync TypeError at this pin
+        resolve(load_preset("345m", [*preset.overrides, "untie_embeddings_and_output_weights=true"]), 1, 8)
+    assert [p.message.split(" (")[0] for p in err.value.problems] == [
+        "use_torch_fsdp2 cannot train at this Megatron pin"]
+    # Megatron-FSDP, which trains, gets the same connections treatment
+    plan = resolve(load_preset("345m", ["tensor_model_parallel_size=2", "use_megatron_fsdp=true",
+                                        "ckpt_format=fsdp_dtensor", "gradient_accumulation_fusion=false",
+                                        "micro_batch_size=4"]), 1, 8)
     command = build_command(plan)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in command.env
     assert any("FSDP" in w for w in plan.warnings)

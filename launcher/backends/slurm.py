@@ -26,8 +26,9 @@ import jinja2
 
 from launcher.checks.data import DATA_SETTINGS
 from launcher.errors import Problem, UserError
+from launcher.megatron import requirements
+from launcher.megatron.effective import effective_settings
 from launcher.megatron.pin import require_checkout
-from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import expands, shell_comment, shell_word
@@ -70,8 +71,9 @@ class BatchJob:
     about: tuple[str, ...] = ()  # header comment lines: kernels and where they were judged, warnings
     unseen_files: tuple[str, ...] = ()  # data files the login node could not see: checked on the node first
     data_settings: str = "{}"  # JSON of the settings check_data reads, for the same check on the node
-    # (module, the launcher's message when it is missing): the packages the flags assume, checked on every node
-    node_modules: tuple[tuple[str, str], ...] = ()
+    # JSON of launcher.megatron.requirements.node_items: the packages (and versions) the settings need, which
+    # every node checks at job start with NODE_CHECK; "" when there are none
+    node_requirements: str = ""
 
     @property
     def script_path(self) -> Path:
@@ -102,10 +104,9 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
     """The batch job for a resolved job and the command its ranks run."""
     name = settings.job_name or f"megatron-{job.preset.name}"
     assert job.run_dir is not None, "a Slurm job has a run directory"
-    bare_metal = not settings.container_image
-    node_modules = tuple((module, problem.render()) for module, problem in kernel_rules.assumed_modules(
-        job.megatron)) if bare_metal and job.entry == "pretrain_gpt" else ()
-    about = [kernel_summary(job) + ("; each node checks them at job start" if node_modules else "")] \
+    items = requirements.node_items(effective_settings(job.megatron, job.layout.vpp).settings,
+                                    job.megatron) if job.entry == "pretrain_gpt" else []
+    about = [kernel_summary(job) + ("; each node checks what the settings need at job start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
     about += [f"warning: {w}" for w in (*job.warnings, *unmounted_paths(job, command, settings))]
     return BatchJob(
@@ -125,7 +126,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         about=tuple(" ".join(line.split()) for line in about),  # one comment line each, whatever they hold
         unseen_files=job.unseen_files,
         data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.megatron.get(k)) is not None}),
-        node_modules=node_modules,
+        node_requirements=json.dumps(items) if items else "",
     )
 
 
@@ -227,7 +228,8 @@ def render_batch_script(job: BatchJob) -> str:
     problems = check_job(job)
     if problems:
         raise UserError(problems)
-    return _environment().get_template(TEMPLATE_NAME).render(job=job, s=job.settings, launcher_root=LAUNCHER_ROOT)
+    return _environment().get_template(TEMPLATE_NAME).render(job=job, s=job.settings, launcher_root=LAUNCHER_ROOT,
+                                                                node_check=requirements.NODE_CHECK)
 
 
 def write_batch_script(job: BatchJob, text: str | None = None) -> Path:

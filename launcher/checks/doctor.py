@@ -32,7 +32,6 @@ from launcher.errors import Problem, UserError
 from launcher.megatron.fetch import GIT_SOURCE as MEGATRON_URL
 from launcher.megatron.pin import COMMIT_MARKER, SUBMODULE, default_fetch_dir, has_module
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
-from launcher.pipeline.kernels import assumed_modules
 from launcher.runs.rundir import git_commit
 
 Status = Literal["ok", "warn", "fail"]
@@ -369,6 +368,25 @@ def check_torch_runtime(ctx: Context) -> list[Finding]:
     return findings
 
 
+def check_setting_packages(ctx: Context) -> list[Finding]:
+    """The Python packages of the requirements table (from Megatron's source): which settings need each, and
+    whether this Python has it. A missing one is a warning here; a job whose settings need it stops before launch."""
+    from launcher.megatron import requirements
+
+    here = requirements.packages_here()
+    needed: dict[str, list[str]] = {}
+    for row in requirements.table():
+        if row.kind == "package":
+            needed.setdefault(row.package, []).append(row.condition(row.when_example()))
+    present = [f"{package} {here[package]}".strip() for package in needed if package in here]
+    missing = [f"{package} (for {'; '.join(settings)})" for package, settings in needed.items() if package not in here]
+    if not missing:
+        return [Finding("setting packages", "ok", ", ".join(present))]
+    return [Finding("setting packages", "warn", "not installed: " + ", ".join(missing) +
+                    (f"; installed: {', '.join(present)}" if present else ""),
+                    "pip install the ones your settings need; a job that needs a missing one stops before launch")]
+
+
 Check = Callable[[Context], list[Finding]]
 CHECKS: dict[str, Check] = {
     "python": check_python,
@@ -381,6 +399,7 @@ CHECKS: dict[str, Check] = {
     "dataset-helpers": check_helper_build,
     "nccl": check_nccl,
     "cuda-connections": check_cuda_connections,
+    "setting-packages": check_setting_packages,
 }
 
 
@@ -409,20 +428,33 @@ def job_findings(job: Any, ctx: Context) -> list[Finding]:
     findings.append(job_connections(job))
     if job.entry != "pretrain_gpt":  # the simple loop builds its own model: only the environment matters
         return findings
-    for module, problem in assumed_modules(job.megatron):  # the same messages as the job's check on a node
-        if module == "transformer_engine":
-            present = check_transformer_engine(ctx)[0].status == "ok"
-        else:
-            present = has_module(module)
+    return findings + requirement_findings(job.megatron, ctx)  # the same messages as the job's check on a node
+
+
+def requirement_findings(megatron_args: Mapping[str, Any], ctx: Context) -> list[Finding]:
+    """What the settings need (the requirements table) against this machine's installation: the same messages
+    as the job's check on a node. Megatron's effective settings decide (async_save off ⇒ no nvrx needed)."""
+    from launcher.megatron import requirements
+    from launcher.megatron.effective import effective_settings
+
+    settings = effective_settings(megatron_args).settings
+    here = requirements.Inventory(te=check_transformer_engine(ctx)[0].status == "ok", apex=has_module("apex"),
+                                  te_version=requirements.te_version_here(), packages=requirements.packages_here(),
+                                  apex_modules=requirements.apex_modules_here())
+    findings = []
+    for row in requirements.applicable(settings, requirements.PACKAGE_KINDS):
+        present, found = here.has(row)
         if not present:
-            findings.append(Finding("transformer-engine" if module == "transformer_engine" else "apex", "fail",
-                                    problem.message, problem.hint))
+            problem = requirements.missing_problem(row, settings, megatron_args, found)
+            name = {"te": "transformer-engine", "apex": "apex"}.get(row.kind, row.package)
+            findings.append(Finding(name, "fail", problem.message, problem.hint))
     return findings
 
 
 def check_before_launch(job: Any, process_env: Mapping[str, str]) -> None:
     """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok.
-    `process_env` is what the training processes will get (the local backend's process_environment)."""
+    `process_env` is what the training processes will get (the local backend's process_environment); what the
+    settings need on this machine is the requirements table (requirement_findings)."""
     findings = job_findings(job, Context(megatron_path=job.megatron_path, env=process_env))
     for finding in findings:
         if finding.status == "warn":

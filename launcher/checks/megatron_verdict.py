@@ -16,19 +16,18 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
 from launcher import install_command
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
+from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
 from launcher.megatron.pin import has_module
 from launcher.megatron.target import AssumedMachine
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
-# pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
-PRETRAIN_GPT_DEFAULTS = {"tokenizer_type": "GPT2BPETokenizer"}
 # Variables that describe this machine or the launcher's own process, never the job's target.
 TARGET_ENV_PREFIXES = ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_", "NVTE_", "TORCH_NCCL_")
 NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
@@ -64,9 +63,11 @@ class Request:
     apex: bool = False  # whether the GPU machine has NVIDIA apex (picks Megatron's LayerNorm at model build)
     te: bool = False  # whether it has Transformer Engine (answers Megatron's TE version questions)
     capability: tuple[int, int] = (9, 0)  # its CUDA compute capability (Hopper unless the preset says)
+    packages: tuple[str, ...] = ()  # other Python distributions the target has (a failure importing one: not here)
 
     def target(self) -> dict[str, Any]:
-        return AssumedMachine("", self.te, self.apex).as_request() | {"capability": list(self.capability)}
+        return AssumedMachine("", self.te, self.apex, self.packages).as_request() | {
+            "capability": list(self.capability)}
 
 
 def find_megatron_python() -> str | None:
@@ -171,8 +172,9 @@ class UpstreamChecker:
         return verdicts
 
     def check(self, argv: Sequence[str], world_size: int, env: Mapping[str, str] | None = None,
-              apex: bool = False, te: bool = False, capability: tuple[int, int] = (9, 0)) -> Verdict:
-        return self.check_many([Request(argv, world_size, env or {}, apex, te, capability)])[0]
+              apex: bool = False, te: bool = False, capability: tuple[int, int] = (9, 0),
+              packages: tuple[str, ...] = ()) -> Verdict:
+        return self.check_many([Request(argv, world_size, env or {}, apex, te, capability, packages)])[0]
 
     def close(self) -> None:
         if self._proc.poll() is None:
@@ -213,6 +215,32 @@ def _layout_line(job: Any) -> str:
             f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
 
 
+def target_packages(preset: Any, kernels: Any) -> tuple[str, ...]:
+    """The Python packages the target has: launcher.packages, and where the kernels were looked up on this
+    machine (a run here, a bare-metal Slurm login node), what this machine has of the table's packages."""
+    from launcher.megatron import requirements
+
+    found = requirements.packages_here() if kernels.how in ("detected", "login node") else {}
+    return tuple(dict.fromkeys([*preset.launcher.packages, *found]))
+
+
+def package_problems(job: Any, target: AssumedMachine) -> list[Any]:
+    """The requirements table's Python packages the job's settings need and the target lacks."""
+    from launcher.megatron import requirements
+    from launcher.megatron.effective import effective_settings
+
+    settings = effective_settings(job.megatron, job.layout.vpp).settings
+    inventory = requirements.Inventory(target.transformer_engine, target.apex,
+                                       packages={name: "" for name in target.packages})
+    problems = []
+    for row in requirements.applicable(settings, ["package"]):
+        if not inventory.has(row)[0]:
+            problem = requirements.missing_problem(row, settings, job.megatron, None, " on the target")
+            problems.append(replace(problem, hint=f"{problem.hint}; or, if the target has it, declare it: "
+                                                  f"launcher.packages: [{row.package}]"))
+    return problems
+
+
 def _assumed_lines(target: AssumedMachine, kernels: Any, env: Mapping[str, str], preset: Any) -> list[str]:
     how = "declared by the preset" if kernels.how == "preset" else "auto: as found on this machine"
     declared_env = set(preset.launcher.env)
@@ -247,20 +275,24 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     preset, kernels, megatron_path = job.preset, job.kernels, job.megatron_path
     nodes, gpus_per_node = job.nodes, job.gpus_per_node
     argv, env = script_args(dict(job.megatron)), target_env(job)  # the command's flags, also when refused
-    target = AssumedMachine(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
+    target = AssumedMachine(preset.launcher.gpu, kernels.transformer_engine, kernels.apex,
+                            target_packages(preset, kernels))
+    missing = package_problems(job, target)  # the launcher's own verdict on the target's packages
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
-                               capability=target.capability)
+                               capability=target.capability, packages=target.packages)
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
     agree = verdict.ok == accepted
+    problems = [*problems, *missing]
+    launcher_ok = accepted and not missing
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,
             "assumed": {"gpu": target.gpu, "capability": list(target.capability),
                         "transformer_engine": target.transformer_engine, "apex": target.apex,
-                        "kernels": kernels.how, "env": env},
-            "launcher": {"ok": accepted, "layout": job.layout.as_dict() if accepted else None,
+                        "packages": list(target.packages), "kernels": kernels.how, "env": env},
+            "launcher": {"ok": launcher_ok, "layout": job.layout.as_dict() if accepted else None,
                          "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems],
                          "warnings": list(job.warnings) if accepted else []},
             "megatron": {"ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "facts": verdict.facts,
@@ -270,7 +302,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
-        if accepted:
+        if launcher_ok:
             print(f"launcher: ok ({_layout_line(job)})")
             print("".join(f"  warning: {w}\n" for w in job.warnings), end="")
         else:
@@ -289,4 +321,4 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         print(f"          ({source})")
         if not agree:
             print("note: the launcher and Megatron disagree about this layout; please report it with this output")
-    return 0 if accepted and verdict.ok else 2
+    return 0 if launcher_ok and verdict.ok else 2

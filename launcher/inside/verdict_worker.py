@@ -153,6 +153,9 @@ APEX_ONLY = ("No module named 'apex'", "No module named 'amp_C'", "fused_weight_
 def only_this_machine(message: str, target: dict) -> bool:
     if any(text in message for text in MACHINE_ONLY):
         return True
+    declared = {name.replace("-", "_") for name in target.get("packages") or []}
+    if any(f"No module named '{module}" in message for module in declared):
+        return True  # a package the target declares (launcher.packages) that this machine lacks
     if target.get("te") and any(text in message for text in TE_ONLY):
         return True
     return bool(target.get("apex")) and any(text in message for text in APEX_ONLY)
@@ -222,6 +225,26 @@ def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
     if config.context_parallel_size > 1 and args.transformer_impl == "local":
         raise AssertionError("Context parallelism is only supported by TEDotProductAttention! "
                              "(transformer/dot_product_attention.py:57)")
+    if args.tp_comm_overlap and not target.get("te", False):  # training/initialize.py:_initialize_tp_communicators
+        raise RuntimeError("Tensor Parallel Communication/GEMM Overlap optimization needs 'yaml' and "
+                           "'transformer_engine' packages")
+    instances = args.num_distributed_optimizer_instances
+    if instances > 1:  # parallel_state.initialize_model_parallel (:829, :1248)
+        if (args.data_parallel_size * config.context_parallel_size) % instances:
+            raise AssertionError("Data parallel size should be divisible by partial DistOpt shard factor")
+        etp = args.expert_tensor_parallel_size or tp
+        if (args.world_size // (etp * args.expert_model_parallel_size * pp)) % instances:
+            raise AssertionError("Expert data parallel size should be divisible by partial DistOpt shard factor")
+    if args.use_torch_fsdp2:
+        # finalize_model_grads calls finish_grad_sync(force_all_reduce=...) on every model chunk at each step;
+        # Megatron's own class answers whether its torch-FSDP2 wrapper takes it.
+        import inspect
+
+        from megatron.core.distributed.torch_fully_sharded_data_parallel import TorchFullyShardedDataParallel
+
+        if "force_all_reduce" not in inspect.signature(TorchFullyShardedDataParallel.finish_grad_sync).parameters:
+            raise TypeError("TorchFullyShardedDataParallel.finish_grad_sync() got an unexpected keyword argument "
+                            "'force_all_reduce' (finalize_model_grads.py, at the first training step)")
     if vp is not None and pp > 1:  # the interleaved schedule, pipeline_parallel/schedules.py:1052-1072
         group = config.microbatch_group_size_per_vp_stage
         if group > num_microbatches or group < pp:
@@ -328,6 +351,8 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
             stage = "validate"
             arguments.validate_args(args, defaults)
             rewrites = _rewrites(given, before, args)
+            changed = {dest: _plain(getattr(args, dest, None)) for dest, old in before.items()
+                       if _plain(old) != _plain(getattr(args, dest, None))}
             facts = {
                 "data_parallel_size": args.data_parallel_size,
                 "tensor_model_parallel_size": args.tensor_model_parallel_size,
@@ -339,6 +364,7 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
                 "sequence_parallel": args.sequence_parallel,
                 "ffn_hidden_size": args.ffn_hidden_size,
                 "kv_channels": args.kv_channels,
+                "changed_by_validate_args": changed,  # every setting it rewrote, given or defaulted
             }
             stage = "globals"
             global_vars.set_global_variables(args)

@@ -87,6 +87,8 @@ class Kernels:
     transformer_engine: bool
     apex: bool
     how: str  # "preset" (declared), "detected" (here), "login node" (bare-metal Slurm), "NGC image"
+    # None: not known. A declared TE (and an NGC image's) is the NGC container's, launcher.megatron.target.
+    te_version: str | None = None
 
 
 def has_module(name: str) -> bool:

@@ -2,8 +2,11 @@
 Transformer Engine / apex a preset declares. No torch: these are facts the preset states, not this machine's.
 
 The pin was tested in NGC's nvcr.io/nvidia/pytorch:26.04-py3 (docker/.ngc_version.dev at 432d76b) with Transformer
-Engine built from a git revision (pyproject.toml); the newest TE version the pin's checks ask for is 2.14.0, so a
-declared TE answers every `is_te_min_version` question of the pin as that container would.
+Engine built from a git revision (pyproject.toml); the newest TE version the pin's checks ask for is 2.14.0 (the
+requirements table's scan of every `is_te_min_version` call, launcher/data/megatron_requirements.json: a test keeps
+the two equal), so `transformer_engine: true` means that container's TE 2.14.0 and answers every TE version
+question of the pin as that container would. Where the job really runs, each node checks the minimum the job's
+settings need (the requirements table), not 2.14.0 itself.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class AssumedMachine:
     gpu: str
     transformer_engine: bool
     apex: bool
+    packages: tuple[str, ...] = ()  # other Python distributions it has (launcher.packages, or found here)
 
     @property
     def capability(self) -> tuple[int, int]:
@@ -35,10 +39,13 @@ class AssumedMachine:
 
     def as_request(self) -> dict:
         return {"te": self.transformer_engine, "apex": self.apex, "capability": list(self.capability),
-                "te_version": DECLARED_TE_VERSION if self.transformer_engine else None}
+                "te_version": DECLARED_TE_VERSION if self.transformer_engine else None,
+                "packages": list(self.packages)}
 
     def describe(self) -> str:
         major, minor = self.capability
         te = f"Transformer Engine {DECLARED_TE_VERSION} ({NGC_IMAGE})" if self.transformer_engine else \
             "no Transformer Engine"
-        return f"GPU {self.gpu} (compute capability {major}.{minor}), {te}, {'with' if self.apex else 'no'} apex"
+        packages = ", ".join(self.packages) or "no other packages"
+        return (f"GPU {self.gpu} (compute capability {major}.{minor}), {te}, {'with' if self.apex else 'no'} apex, "
+                f"{packages}")

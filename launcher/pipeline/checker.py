@@ -18,6 +18,8 @@ from launcher.errors import Problem
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.megatron import args as megatron_args
 from launcher.megatron.args import default_ffn_hidden_size
+from launcher.megatron.effective import Effective, effective_settings
+from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
@@ -79,7 +81,8 @@ class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
     def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
-                 apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None):
+                 apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None,
+                 te_version: str | None = None):
         self.preset = preset
         # what every rank's environment holds; for a preset judged on its own (the layout search), the launcher's
         # exports for it and nothing inherited
@@ -92,10 +95,17 @@ class _Checker:
         self.gpus_per_node = gpus_per_node
         self.te = te_available
         self.apex = apex_available
+        self.te_version = (te_version or DECLARED_TE_VERSION) if te_available else None
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
+        # Megatron's settings after its silent rewrites, once the virtual pipeline size is known (layout());
+        # until then the rules that run first (sizes, shapes) read the job's values, which no rewrite touches.
+        self.effective: Effective | None = None
 
     def arg(self, dest: str) -> Any:
+        """The value Megatron will use: after validate_args' rewrites (launcher.megatron.effective)."""
+        if self.effective is not None:
+            return self.effective[dest] if dest in self.effective.settings else self.preset.arg(dest)
         return self.preset.arg(dest)
 
     def fail(self, message: str, hint: str = "", stage: str = "validate") -> None:
@@ -478,18 +488,20 @@ class _Checker:
 
     # -- sequence parallel, precision, optimizer flags -------------------------------------------------------
     def sequence_parallel(self, tp: int, cp: int, apex: bool) -> bool:
-        sp = bool(self.arg("sequence_parallel"))
-        if sp and tp == 1:
-            self.warnings.append("sequence_parallel is ignored with TP 1 (Megatron turns it off)")
-            return False
+        sp = bool(self.arg("sequence_parallel"))  # off at TP 1: Megatron's rewrite, warned by target_rules
         if sp and (self.arg("seq_length") // cp) % tp:
             self.fail(f"sequence parallel needs seq_length {self.arg('seq_length')} / CP {cp} divisible by TP {tp}",
                       stage="runtime")
         if sp and not self.te and not apex:
             self.fail("sequence_parallel needs Transformer Engine or NVIDIA apex (torch's LayerNorm fallback "
                       "asserts 'sequence parallel not supported')", "set sequence_parallel=false", stage="runtime")
-        if self.arg("tp_comm_overlap") and not sp:
-            self.fail("tp_comm_overlap needs sequence_parallel", "set sequence_parallel=true")
+        if self.arg("tp_comm_overlap") and not sp:  # arguments.py:1386, after SP is turned off at TP 1
+            if tp == 1:
+                self.fail("tp_comm_overlap needs sequence_parallel, which Megatron turns off at TP 1 "
+                          "(arguments.py:1384) before it asserts that TP overlap needs it",
+                          "set tp_comm_overlap=false (there is no TP communication to overlap at TP 1)")
+            else:
+                self.fail("tp_comm_overlap needs sequence_parallel", "set sequence_parallel=true")
         return sp
 
     def precision(self) -> None:
@@ -531,6 +543,7 @@ class _Checker:
         self.experts(tp, pp)
         self.context_parallel(cp, tp)
         vpp = self.pipeline(pp)
+        self.effective = effective_settings(self.preset.megatron, vpp)
         self.heads(tp)
         gbs, microbatches = self.batches(dp, pp, vpp) if world_ok else (self.arg("global_batch_size") or 0, 0)
         sp = self.sequence_parallel(tp, cp, apex)
@@ -647,9 +660,11 @@ class _Checker:
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
           apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None,
-          ) -> tuple[Layout | None, list[Problem], list[str]]:
-    """Every check for one world size: (layout or None, problems, warnings). `env`: the job's environment."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, env)
+          te_version: str | None = None) -> tuple[Layout | None, list[Problem], list[str]]:
+    """Every check for one world size: (layout or None, problems, warnings). `env`: the job's environment;
+    `te_version`: the target's TE (None with TE: the declared NGC container's)."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, env,
+                 te_version)
     ok = c.required()
     c.training_settings()
     if not ok:

@@ -12,7 +12,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from launcher.errors import Problem, UserError
+from launcher.megatron import requirements
 from launcher.megatron.pin import Kernels, detect_kernels
+from launcher.megatron.target import DECLARED_TE_VERSION
 
 # Images that ship Transformer Engine and a full apex (with its CUDA extensions); enroot writes nvcr.io#nvidia/…
 NGC_IMAGES = ("nvcr.io/nvidia/pytorch", "nvcr.io/nvidia/nemo")
@@ -33,9 +35,6 @@ WITHOUT_APEX = {
     "masked_softmax_fusion": False,  # apex's scaled_masked_softmax_cuda kernels
     "no_persist_layer_norm": True,  # torch's LayerNorm fallback rejects persistent layer norm
 }
-# Megatron settings (absent = Megatron's default) → the module they need at model build or the first step.
-APEX_FUSIONS = {"gradient_accumulation_fusion": "fused_weight_gradient_mlp_cuda",
-                "masked_softmax_fusion": "scaled_masked_softmax_cuda"}
 
 
 def is_ngc_image(image: str) -> bool:
@@ -47,7 +46,8 @@ def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool
                 container_image: str | None = None) -> Kernels:
     """What the job's processes will find; `auto` is answered where the job runs, or refused if it cannot be."""
     if "auto" not in (te_setting, apex_setting):
-        return Kernels(bool(te_setting), bool(apex_setting), "preset")
+        return Kernels(bool(te_setting), bool(apex_setting), "preset", DECLARED_TE_VERSION if te_setting else None)
+    te_version: str | None = DECLARED_TE_VERSION
     if container_image and is_ngc_image(container_image):
         found, how = (True, True), "NGC image"
     elif container_image:
@@ -59,9 +59,10 @@ def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool
             "declare what the image ships: " + " ".join(f"--set {name}=true|false" for name in unknown)))
     else:
         found, how = detect_kernels(), ("login node" if slurm else "detected")
+        te_version = requirements.te_version_here() if te_setting == "auto" else DECLARED_TE_VERSION
     te = found[0] if te_setting == "auto" else bool(te_setting)
     apex = found[1] if apex_setting == "auto" else bool(apex_setting)
-    return Kernels(te, apex, how)
+    return Kernels(te, apex, how, te_version if te else None)
 
 
 def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
@@ -80,24 +81,3 @@ def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
 def uses_rope(megatron: Mapping[str, Any]) -> bool:
     """validate_args turns RoPE fusion off unless the position embedding is RoPE (arguments.py:1457-1460)."""
     return megatron.get("position_embedding_type") == "rope" or bool(megatron.get("use_rotary_position_embeddings"))
-
-
-def assumed_modules(megatron: Mapping[str, Any]) -> list[tuple[str, Problem]]:
-    """(module, the problem when it is missing) for each optional package the Megatron settings rely on;
-    absent settings mean Megatron's defaults, which rely on both packages."""
-    needs: list[tuple[str, Problem]] = []
-    if megatron.get("transformer_impl", "transformer_engine") == "transformer_engine":
-        needs.append(("transformer_engine", Problem(
-            "the job uses --transformer-impl transformer_engine (the default) but Transformer Engine is missing",
-            "set transformer_impl: local in the preset (or --set transformer_engine=false), or install "
-            "Transformer Engine", stage="launcher")))
-    for dest, module in APEX_FUSIONS.items():
-        if megatron.get(dest, True):
-            flag = "--no-" + dest.replace("_", "-")
-            needs.append((module, Problem(
-                f"{dest} is on (Megatron's default) but apex's {module} extension is missing, so the model "
-                "build or first step fails",
-                f"set {dest}: false in the preset ({flag}) or --set apex=false, or build NVIDIA apex with "
-                "--cuda_ext", stage="launcher")))
-    return needs
-

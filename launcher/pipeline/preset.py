@@ -50,6 +50,9 @@ class LauncherSettings:
     max_micro_batch_size: int | None = None
     slurm: Mapping[str, Any] = field(default_factory=dict)
     k8s: Mapping[str, Any] = field(default_factory=dict)  # Kubernetes (JobSet) settings: pipeline/k8s_settings.py
+    # Python packages the target has besides TE and apex (distribution names, e.g. nvidia-resiliency-ext), for
+    # `launch --check` and container images; a local launch and each Slurm node look them up themselves.
+    packages: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:  # immutable all the way down: a job's settings cannot change after resolve
         for name in ("env", "slurm", "k8s"):
@@ -216,6 +219,8 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
                 hint = did_you_mean(str(key), known, n=3, cutoff=0.75) or f"known: {', '.join(sorted(known))}"
                 raise UserError(f"unknown {SECTIONS[name]} setting '{key}' in {where}", hint)
         return dict(value)
+    if name == "packages":
+        return _package_names(value, where)
     if name == "master_addr" and not HOST_NAME.fullmatch(str(value)):
         # it becomes torchrun's rendezvous endpoint on every node: a host name or an IPv4/IPv6 address
         raise UserError(f"launcher.master_addr ({where}) must be a host name or IP address, got {shown(value)}",
@@ -227,6 +232,23 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
     if not str(value).strip():
         raise UserError(f"launcher.{name} ({where}) must not be empty")
     return str(value)
+
+
+MAX_PACKAGES = 64
+PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def _package_names(value: Any, where: str) -> tuple[str, ...]:
+    """launcher.packages: a list of distribution names, or one string of them ("a b" / "a,b")."""
+    items = value if isinstance(value, list) else re.split(r"[,\s]+", str(value).strip()) if value else []
+    names = [str(item) for item in items if str(item)]
+    if len(names) > MAX_PACKAGES:
+        raise UserError(f"launcher.packages ({where}) lists {len(names)} packages; at most {MAX_PACKAGES}")
+    bad = [shown(n) for n in names if not PACKAGE_NAME.fullmatch(n)]
+    if bad:
+        raise UserError(f"launcher.packages ({where}) holds names that are not Python distribution names: "
+                        f"{', '.join(bad)}", "e.g. --set packages=nvidia-resiliency-ext,emerging-optimizers")
+    return tuple(dict.fromkeys(n.lower().replace("_", "-") for n in names))
 
 
 def _env_name(name: Any, where: str) -> str:

@@ -204,7 +204,8 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     # a micro batch the launcher picked is never blamed in a batch hint: the user did not choose it
     picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
     layout, found, warnings = check(job.as_checked(), job.world_size, gpus_per_node, kernels.transformer_engine,
-                                    kernels.apex, micro_batch_picked=picked, env=job.environment)
+                                    kernels.apex, micro_batch_picked=picked, env=job.environment,
+                                    te_version=kernels.te_version)
     problems += found
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from launcher.megatron import args as megatron_args
+from launcher.megatron import requirements
 from launcher.megatron.target import capability
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 
@@ -38,6 +39,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     megatron_fsdp(c)
     deterministic(c)
     without_te(c)
+    needs_of_the_table(c, tp, cp)
     silent_rewrites(c, tp)
     no_op_settings(c)
 
@@ -175,6 +177,9 @@ def without_te(c: Any) -> None:
     if c.arg("num_experts") and c.arg("fp8") and not c.te:  # transformer_config.py:2057
         c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
                "drop fp8 (--fp8-format), or run in a Transformer Engine container (transformer_engine: true)")
+    if c.arg("fp8") and not c.arg("num_experts") and not c.te:  # fp8_utils.py:680: a null context without TE
+        c.warnings.append("fp8 has no effect without Transformer Engine (Megatron's fp8 context is a no-op then): "
+                          "the job trains in its other precision settings")
     if c.arg("defer_embedding_wgrad_compute"):  # model_parallel_config.py:431-439
         if c.arg("pipeline_model_parallel_size") == 1:
             c.fail("defer_embedding_wgrad_compute needs pipeline parallelism (PP > 1)")
@@ -194,18 +199,67 @@ def without_te(c: Any) -> None:
 
 
 def silent_rewrites(c: Any, tp: int) -> None:
-    """Settings validate_args changes in place with at most a log line; said here so nobody is surprised."""
-    if c.arg("async_save") and c.arg("ckpt_format") != "torch" and not c.arg("use_persistent_ckpt_worker"):
-        c.warnings.append("async_save is disabled by Megatron without use_persistent_ckpt_worker "
-                          "(arguments.py:1621): set use_persistent_ckpt_worker=true for asynchronous saves")
-    if c.arg("use_megatron_fsdp") and not c.arg("use_distributed_optimizer"):
-        c.warnings.append("use_megatron_fsdp turns on use_distributed_optimizer (Megatron-FSDP needs it)")
-    if c.arg("fp16") and not c.arg("loss_scale") and c.preset.megatron.get("check_for_nan_in_loss_and_grad"):
-        c.warnings.append("check_for_nan_in_loss_and_grad is turned off by Megatron with fp16's dynamic loss scaling")
-    if c.arg("mtp_hybrid_override_pattern") is not None:
+    """Settings validate_args changes in place with at most a log line (launcher.megatron.effective): said here,
+    for the settings the preset gave, so nobody is surprised."""
+    if c.effective is not None:
+        c.warnings.extend(c.effective.warnings(c.preset.megatron))
+    if c.arg("mtp_hybrid_override_pattern") is not None:  # kept by validate_args without MTP layers; unused
         c.warnings.append("mtp_hybrid_override_pattern is ignored for GPT models")
-    if c.arg("nccl_ub") and c.arg("use_megatron_fsdp") and not c.arg("fsdp_manual_registration"):
-        c.warnings.append("nccl_ub with use_megatron_fsdp turns on fsdp_manual_registration")
+
+
+def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
+    """The requirements table's rows the kernels, settings and layout decide (launcher.megatron.requirements);
+    Python packages and apex's extensions are checked where they are installed: before a local launch, on each
+    node at job start, and (packages) in --check against what the target declares."""
+    settings = c.effective.settings if c.effective is not None else c.preset.effective()
+    inventory = requirements.Inventory(te=c.te, apex=c.apex, te_version=c.te_version)
+    for row in requirements.applicable(settings, ("te", "setting", "layout", "unsupported")):
+        if row.enforced_by:
+            continue  # a rule above says it in its own words
+        condition = row.condition(settings, c.preset.megatron)
+        if row.kind == "te":
+            present, found = inventory.has(row)
+            if not present:
+                where = f"the target has {found}" if found else "the target lacks it"
+                c.fail(f"{condition} needs {row.wanted()}, and {where} ({row.cite})",
+                       f"{row.fix}; or use Transformer Engine >= {row.min_version}" if found else row.fix,
+                       stage="runtime")
+        elif row.kind == "setting":
+            wrong = {dest: value for dest, value in row.needs["setting"].items() if settings.get(dest) != value}
+            if wrong:
+                now = ", ".join(f"{dest} is {_word(settings.get(dest))}" for dest in wrong)
+                c.fail(f"{condition} needs {' and '.join(f'{d} {_word(v)}' for d, v in wrong.items())}, but {now} "
+                       f"({row.cite}): {row.why}", row.fix)
+        elif row.kind == "layout":
+            distributed_optimizer_instances(c, row, condition, tp, cp)
+        else:
+            c.fail(f"{condition} cannot train at this Megatron pin ({row.cite}): {row.why}", row.fix, stage="runtime")
+
+
+def _word(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def distributed_optimizer_instances(c: Any, row: Any, condition: str, tp: int, cp: int) -> None:
+    """parallel_state.py: the instances split DP·CP (:829) and the expert data-parallel size (:1248)."""
+    instances = c.arg("num_distributed_optimizer_instances")
+    pp, ep = c.arg("pipeline_model_parallel_size"), c.arg("expert_model_parallel_size")
+    etp = c.arg("expert_tensor_parallel_size") or tp
+    if c.world % (tp * pp * cp) or c.world % (etp * ep * pp):
+        return  # the world size rule already says why
+    dp = c.world // (tp * pp * cp)
+    expert_dp = c.world // (etp * ep * pp)
+    if (dp * cp) % instances:
+        c.fail(f"{condition} does not divide DP·CP = {dp}·{cp} = {dp * cp} ({row.cite})",
+               f"use num_distributed_optimizer_instances in {_divisors(dp * cp)}", stage="runtime")
+    elif expert_dp % instances:
+        c.fail(f"{condition} does not divide the expert data-parallel size {expert_dp} = world {c.world} / "
+               f"(ETP·EP·PP = {etp}·{ep}·{pp}) (parallel_state.py:1248)",
+               f"use num_distributed_optimizer_instances in {_divisors(expert_dp)}", stage="runtime")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def no_op_settings(c: Any) -> None:

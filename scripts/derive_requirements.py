@@ -1,0 +1,410 @@
+"""Derive what each Megatron setting needs on the target from the pinned Megatron source itself.
+
+    python scripts/derive_requirements.py                 # writes launcher/data/megatron_requirements.json
+    python scripts/derive_requirements.py --check         # exit 1 when the committed file is out of date
+    python scripts/derive_requirements.py --source /work/main/third_party/megatron-lm   # a checkout instead
+
+The source is megatron/core and megatron/training: by default the installed megatron-core wheel (what CI has;
+the pinned checkout's copies of these files are 0.18.0's), read as text and AST, never imported.
+
+Two parts come out:
+- `requirements`: the curated rules below (RULES), each located in the source by an anchor: the line that raises
+  or asserts, and the line that names the minimum version. Line numbers and versions are read from the source,
+  never typed here, so a pin that moves a line moves the citation and a pin that drops a check fails loudly
+  ("anchor not found: re-curate rule X").
+- `guards`: an inventory found by scanning: every optional-import guard (a try/except ImportError around an
+  import, usually setting a HAVE_* flag), by top-level package, and every `is_te_min_version("x")` call. Each
+  guarded package must be classified in PACKAGES (a rule of the table, or why no setting needs it), and the
+  highest TE version any check asks for is recorded: a declared Transformer Engine (the NGC container's) must
+  meet it. A new pin that adds a guarded package or a newer TE check changes this file, and the test
+  (tests/megatron/test_requirements_table.py) says what changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+OUTPUT = Path(__file__).resolve().parents[1] / "launcher" / "data" / "megatron_requirements.json"
+TE = {"package": "transformer-engine", "module": "transformer_engine"}
+NVRX = {"package": "nvidia-resiliency-ext", "module": "nvidia_resiliency_ext"}
+
+
+def rule(id: str, when: dict[str, Any], needs: dict[str, Any], cite: tuple[str, str], why: str, fix: str,
+         version: tuple[str, str] | None = None, enforced_by: str | None = None) -> dict[str, Any]:
+    """One curated row: `when` holds on Megatron's effective settings ⇒ the target needs `needs`.
+
+    cite/version: (file under megatron/, regex matching one line there); a `version` regex has a group `v`."""
+    return {"id": id, "when": when, "needs": needs, "cite": cite, "version": version, "why": why, "fix": fix,
+            "enforced_by": enforced_by}
+
+
+# The curation: which setting reaches which guard. Everything else (lines, versions) is read from the source.
+RULES = [
+    # -- Python packages ---------------------------------------------------------------------------------------
+    rule("async-save-nvrx", {"async_save": True, "async_strategy": "nvrx"}, NVRX,
+         ("core/dist_checkpointing/strategies/torch.py", r"A compatible `nvidia-resiliency-ext` installation"),
+         "asynchronous saves with async_strategy nvrx (Megatron's default) import nvidia-resiliency-ext at the "
+         "first save", "set async_strategy=mcore or install nvidia-resiliency-ext",
+         version=("core/dist_checkpointing/strategies/nvrx.py", r'NVRX_MIN_VERSION = "(?P<v>[\d.]+)"')),
+    rule("local-checkpoint-nvrx", {"non_persistent_ckpt_type": "local"}, NVRX,
+         ("training/arguments.py", r"nvidia_resiliency_ext is required for local checkpointing"),
+         "local non-persistent checkpoints use nvidia-resiliency-ext's checkpoint manager",
+         "set non_persistent_ckpt_type=global or install nvidia-resiliency-ext"),
+    rule("fault-tolerance-nvrx", {"enable_ft_package": True}, NVRX,
+         ("training/ft_integration.py", r"from nvidia_resiliency_ext\.fault_tolerance import RankMonitorClient"),
+         "the fault-tolerance package is nvidia-resiliency-ext's", "drop enable_ft_package or install "
+         "nvidia-resiliency-ext"),
+    rule("inprocess-restart-nvrx", {"inprocess_restart": True}, NVRX,
+         ("training/inprocess_restart.py", r'import_module\("nvidia_resiliency_ext\.inprocess"\)'),
+         "in-process restart is nvidia-resiliency-ext's", "drop inprocess_restart or install nvidia-resiliency-ext"),
+    rule("emerging-optimizer", {"optimizer": {"in": ["muon", "dist_muon", "lion", "soap", "adaptive_muon"]}},
+         {"package": "emerging-optimizers", "module": "emerging_optimizers"},
+         ("core/optimizer/__init__.py", r"emerging-optimizers package is required for optimizer="),
+         "Megatron's muon, lion, soap and adaptive_muon optimizers are the emerging-optimizers package's",
+         "set optimizer=adam or install emerging-optimizers",
+         version=("core/optimizer/__init__.py", r"HAVE_EMERGING_OPTIMIZERS = _eo_ver >= \((?P<v>\d+, *\d+)\)")),
+    rule("tokenizer-transformers", {"tokenizer_type": {"in": ["GPT2BPETokenizer", "BertWordPieceLowerCase",
+                                                              "BertWordPieceCase", "HuggingFaceTokenizer"]}},
+         {"package": "transformers", "module": "transformers"},
+         ("core/tokenizers/text/libraries/huggingface_tokenizer.py", r"from transformers import AutoTokenizer"),
+         "these tokenizers are built through Hugging Face transformers (build_tokenizer.py's megatron and "
+         "huggingface libraries)", "use tokenizer_type NullTokenizer with mock data, or install transformers"),
+    rule("tokenizer-sentencepiece", {"tokenizer_type": {"in": ["SentencePieceTokenizer", "GPTSentencePieceTokenizer",
+                                                               "Llama2Tokenizer"]}},
+         {"package": "sentencepiece", "module": "sentencepiece"},
+         ("core/tokenizers/text/libraries/sentencepiece_tokenizer.py", r"^\s+import sentencepiece"),
+         "SentencePiece tokenizers", "install sentencepiece"),
+    rule("tokenizer-tiktoken", {"tokenizer_type": "TikTokenizer"}, {"package": "tiktoken", "module": "tiktoken"},
+         ("core/tokenizers/text/libraries/tiktoken_tokenizer.py", r"^\s+import tiktoken"),
+         "TikTokenizer", "install tiktoken"),
+    # -- Transformer Engine -------------------------------------------------------------------------------------
+    rule("transformer-impl-te", {"transformer_impl": "transformer_engine"}, TE,
+         ("core/models/gpt/gpt_layer_specs.py", r"^if HAVE_TE:"),
+         "the job uses --transformer-impl transformer_engine (the default): the TE layer spec",
+         "set transformer_impl: local in the preset (or --set transformer_engine=false), or install "
+         "Transformer Engine", enforced_by="target_rules.without_te"),
+    rule("context-parallel-te", {"context_parallel_size": {"gt": 1}}, TE,
+         ("core/transformer/dot_product_attention.py", r"Context parallelism is only supported by TEDot"),
+         "context parallelism is TE's attention", "set context_parallel_size=1 or install Transformer Engine",
+         enforced_by="layout.context_parallel"),
+    rule("tp-comm-overlap-te", {"tp_comm_overlap": True}, TE,
+         ("training/initialize.py", r"Overlap optimization needs 'yaml' and"),
+         "TP communication/GEMM overlap is TE's userbuffers", "set tp_comm_overlap=false or install "
+         "Transformer Engine"),
+    rule("moe-permute-fusion-te", {"moe_permute_fusion": True}, TE,
+         ("core/transformer/transformer_config.py", r"fused permutation is not available"),
+         "MoE permute fusion is TE's fused permutation", "set moe_permute_fusion=false or install Transformer "
+         "Engine", version=("core/transformer/transformer_config.py",
+                            r"fused permutation is not available\. Please install TE >= (?P<v>\d+\.\d+\.\d+)")),
+    rule("delay-wgrad-te", {"delay_wgrad_compute": True}, TE,
+         ("training/arguments.py", r"Delaying wgrad compute is only supported with transformer_engine"),
+         "delay_wgrad_compute is TE's (its linear layers split off the weight-gradient GEMM)",
+         "set delay_wgrad_compute=false or install Transformer Engine",
+         version=("core/extensions/transformer_engine.py", r"Only TE with version >=(?P<v>[\d.]+) supports "
+                                                           r"delay_wgrad_compute")),
+    rule("delay-wgrad-no-fusion-te", {"delay_wgrad_compute": True, "gradient_accumulation_fusion": False}, TE,
+         ("training/arguments.py", r"disabling gradient_accumulation_fusion is only supported with TE"),
+         "delay_wgrad_compute without gradient accumulation fusion", "set delay_wgrad_compute=false",
+         version=("training/arguments.py", r"disabling gradient_accumulation_fusion is only supported with TE >= "
+                                           r"(?P<v>[\d.]+)")),
+    rule("delay-wgrad-overlap-grad-te", {"delay_wgrad_compute": True, "overlap_grad_reduce": True}, TE,
+         ("training/arguments.py", r"overlap_grad_reduce is only supported with TE >= [\d.]+ when enabling"),
+         "delay_wgrad_compute with overlap_grad_reduce", "set delay_wgrad_compute=false",
+         version=("training/arguments.py", r"overlap_grad_reduce is only supported with TE >= (?P<v>[\d.]+)")),
+    rule("delay-wgrad-moe-overlap", {"delay_wgrad_compute": True},
+         {"setting": {"overlap_moe_expert_parallel_comm": True}},
+         ("core/transformer/transformer_config.py",
+          r"overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"),
+         "delay_wgrad_compute overlaps the weight gradients with MoE expert-parallel communication",
+         "set delay_wgrad_compute=false, or overlap_moe_expert_parallel_comm=true"),
+    # -- NVIDIA apex's CUDA extensions --------------------------------------------------------------------------
+    rule("gradient-accumulation-fusion-apex", {"gradient_accumulation_fusion": True},
+         {"apex": "fused_weight_gradient_mlp_cuda"},
+         ("core/tensor_parallel/layers.py", r"^\s+import fused_weight_gradient_mlp_cuda"),
+         "gradient_accumulation_fusion is on (Megatron's default): apex's fused_weight_gradient_mlp_cuda",
+         "set gradient_accumulation_fusion: false in the preset (--no-gradient-accumulation-fusion) or "
+         "--set apex=false, or build NVIDIA apex with --cuda_ext"),
+    rule("masked-softmax-fusion-apex", {"masked_softmax_fusion": True}, {"apex": "scaled_masked_softmax_cuda"},
+         ("core/fusions/fused_softmax.py", r"^\s+import scaled_masked_softmax_cuda"),
+         "masked_softmax_fusion is on (Megatron's default): apex's scaled_masked_softmax_cuda",
+         "set masked_softmax_fusion: false in the preset (--no-masked-softmax-fusion) or --set apex=false, or "
+         "build NVIDIA apex with --cuda_ext"),
+    # -- settings and layouts that only the model build or the first step meets ----------------------------------
+    rule("p2p-warmup-flush-overlap", {"overlap_p2p_comm_warmup_flush": True},
+         {"setting": {"overlap_p2p_comm": True}},
+         ("core/model_parallel_config.py", r"Pipeline parallel communication overlapping in warmup and flush"),
+         "overlap_p2p_comm_warmup_flush needs overlap_p2p_comm, which Megatron keeps only for the interleaved "
+         "pipeline schedule (PP > 1 with a virtual pipeline; batch_p2p_comm is its negation, argument_utils.py)",
+         "drop overlap_p2p_comm_warmup_flush, or use PP > 1 with num_virtual_stages_per_pipeline_rank"),
+    rule("distopt-instances-dp", {"num_distributed_optimizer_instances": {"gt": 1}},
+         {"layout": "dp_divisible_by_instances"},
+         ("core/parallel_state.py", r"Data parallel size should be divisible by partial DistOpt shard factor"),
+         "the distributed optimizer's instances split the data-parallel ranks (DP·CP, and the expert DP)",
+         "use a num_distributed_optimizer_instances that divides DP·CP and the expert data-parallel size"),
+    rule("torch-fsdp2-finish-grad-sync", {"use_torch_fsdp2": True}, {"unsupported": "finish_grad_sync"},
+         ("core/distributed/finalize_model_grads.py", r"model_chunk\.finish_grad_sync\(force_all_reduce="),
+         "finalize_model_grads calls finish_grad_sync(force_all_reduce=…) on every model chunk, but torch-FSDP2's "
+         "TorchFullyShardedDataParallel inherits _BaseDataParallel.finish_grad_sync(self), which takes no "
+         "arguments: a TypeError at the first training step",
+         "use use_megatron_fsdp (with ckpt_format fsdp_dtensor) or plain data parallelism"),
+]
+
+# Every package the scan finds behind an optional-import guard: a rule id of RULES that covers it, or why no
+# Megatron setting of a GPT job needs it on the target. A new pin's new guarded package fails the test until
+# it is classified here.
+PACKAGES = {
+    "transformer_engine": "rules: transformer-impl-te, context-parallel-te, tp-comm-overlap-te, "
+                          "moe-permute-fusion-te, delay-wgrad-*",
+    "apex": "rules: gradient-accumulation-fusion-apex, masked-softmax-fusion-apex (other apex kernels fall back "
+            "to torch)",
+    "fused_weight_gradient_mlp_cuda": "rule: gradient-accumulation-fusion-apex",
+    "scaled_masked_softmax_cuda": "rule: masked-softmax-fusion-apex",
+    "scaled_upper_triang_masked_softmax_cuda": "rule: masked-softmax-fusion-apex (the same fusion)",
+    "scaled_softmax_cuda": "rule: masked-softmax-fusion-apex (the same fusion)",
+    "nvidia_resiliency_ext": "rules: async-save-nvrx, local-checkpoint-nvrx, fault-tolerance-nvrx, "
+                             "inprocess-restart-nvrx",
+    "emerging_optimizers": "rule: emerging-optimizer",
+    "transformers": "rule: tokenizer-transformers",
+    "sentencepiece": "rule: tokenizer-sentencepiece",
+    "tiktoken": "rule: tokenizer-tiktoken",
+}
+NOT_A_SETTING = {
+    "triton": "ships with CUDA torch wheels (a hard import of training.py)",
+    "einops": "Megatron-FSDP and hyper-comm grids only; a dependency of its FSDP extra",
+    "packaging": "a dependency of megatron-core itself",
+    "yaml": "PyYAML, a hard import of megatron.training",
+    "tqdm": "progress bars; optional",
+    "flashinfer": "inference only",
+    "zmq": "inference only",
+    "msgpack": "inference only",
+    "flask": "inference text-generation server only",
+    "flask_restful": "inference text-generation server only",
+    "trtllm": "inference only",
+    "tensorrt_llm": "inference only",
+    "nvshmem": "experimental MoE dispatch kernels",
+    "cupy": "experimental kernels",
+    "torch_memory_saver": "RL / inference memory offload",
+    "psutil": "optional diagnostics",
+    "mamba_ssm": "Mamba/hybrid models, not GPT",
+    "causal_conv1d": "Mamba/hybrid models, not GPT",
+    "kitchen": "NVIDIA-internal quantization kitchen",
+    "nv_one_logger": "one_logger telemetry: a warning when absent",
+    "one_logger": "one_logger telemetry: a warning when absent",
+    "wandb": "only with --wandb-project; a lazy import",
+    "wget": "tokenizer download helper",
+    "modelopt": "ModelOpt post-training (megatron/post_training, outside megatron-core)",
+    "flash_attn": "only with --use-flash-attn on the local spec or inference",
+    "flash_attn_interface": "flash-attention 3, inference",
+    "flash_mla": "inference only",
+    "deep_ep": "MoE flex dispatcher (moe_token_dispatcher_type flex); a GPU-build package",
+    "grouped_gemm": "legacy GroupedMLP; TE's grouped GEMM is used with TE",
+    "multistorageclient": "only with --enable-msc",
+    "pynvml": "only with --log-energy",
+    "nvtx": "profiling ranges",
+    "opentelemetry": "telemetry",
+    "torch": "megatron-core's own dependency",
+    "numpy": "megatron-core's own dependency",
+    "tensorboard": "only with --tensorboard-dir (a warning when absent)",
+    "torchvision": "vision models",
+    "PIL": "vision models",
+    "datasets": "data preparation tools",
+    "nltk": "data preparation tools",
+    "omegaconf": "config utilities; try/except",
+    "hydra": "config utilities",
+    "dill": "optional pickling",
+    "cuda": "cuda-python: experimental kernels",
+    "cutlass": "experimental kernels",
+    "cudnn": "experimental kernels",
+    "nemo": "NeMo integration",
+    "megatron": "Megatron's own subpackages",
+    "transformer_engine_torch": "part of Transformer Engine",
+    "te_kernels": "part of Transformer Engine",
+    "sonic": "experimental kernels",
+    "amp_C": "apex's multi-tensor kernels: Megatron falls back to torch's",
+    "absl": "inference tooling",
+    "boto3": "object-storage checkpoints (multistorageclient)",
+    "botocore": "object-storage checkpoints (multistorageclient)",
+    "fast_hadamard_transform": "experimental quantization kernels",
+    "fla": "flash-linear-attention: linear-attention models, not GPT",
+    "flash_attn_3": "flash-attention 3, inference",
+    "flashattn_hopper": "flash-attention 3, inference",
+    "flashinfer_cubin": "inference only",
+    "flashinfer_jit_cache": "inference only",
+    "hypercorn": "inference server only",
+    "quart": "inference server only",
+    "orjson": "inference server only",
+    "nvidia_kitchen": "NVIDIA-internal quantization kitchen",
+    "userlib": "NVIDIA-internal autoresume (--adlr-autoresume)",
+    "workload_inspector": "NVIDIA-internal profiling",
+    "importlib": "standard library (a guard around a version lookup)",
+    "inspect": "standard library",
+    "threading": "standard library",
+}
+
+
+def default_source() -> Path:
+    """The installed megatron-core's `megatron` directory, found without importing it."""
+    spec = importlib.util.find_spec("megatron")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("megatron-core is not installed here; pass --source DIR")
+    for location in spec.submodule_search_locations:
+        if (Path(location) / "core").is_dir():
+            return Path(location)
+    raise SystemExit("no megatron/core found; pass --source DIR")
+
+
+def megatron_dir(source: Path) -> Path:
+    return source / "megatron" if (source / "megatron" / "core").is_dir() else source
+
+
+def version_of(root: Path) -> str:
+    text = (root / "core" / "package_info.py").read_text()
+    parts = [re.search(rf"^{name} = (\d+)", text, re.M) for name in ("MAJOR", "MINOR", "PATCH")]
+    return ".".join(m.group(1) if m else "?" for m in parts)
+
+
+def locate(root: Path, where: tuple[str, str], rule_id: str) -> tuple[int, re.Match[str]]:
+    path, pattern = where
+    lines = (root / path).read_text().splitlines()
+    for number, line in enumerate(lines, 1):
+        match = re.search(pattern, line)
+        if match:
+            return number, match
+    raise SystemExit(f"anchor not found for rule {rule_id}: /{pattern}/ in megatron/{path}; re-curate it")
+
+
+def derive_rules(root: Path) -> list[dict[str, Any]]:
+    out = []
+    for row in RULES:
+        line, _ = locate(root, row["cite"], row["id"])
+        entry = {"id": row["id"], "when": row["when"], "needs": dict(row["needs"]),
+                 "cite": f"megatron/{row['cite'][0]}:{line}", "why": row["why"], "fix": row["fix"]}
+        if row["version"]:
+            vline, match = locate(root, row["version"], row["id"])
+            entry["needs"]["min_version"] = ".".join(p.strip() for p in match.group("v").split(","))
+            entry["version_cite"] = f"megatron/{row['version'][0]}:{vline}"
+        if row["enforced_by"]:
+            entry["enforced_by"] = row["enforced_by"]
+        if row["needs"].get("unsupported") == "finish_grad_sync" and not fsdp2_finish_grad_sync_breaks(root):
+            continue  # the pin fixed it: the rule goes, and the test shows the change
+        out.append(entry)
+    return out
+
+
+def fsdp2_finish_grad_sync_breaks(root: Path) -> bool:
+    """True when TorchFullyShardedDataParallel cannot take finalize_model_grads' force_all_reduce: it does not
+    define finish_grad_sync and the base class's takes no such argument."""
+    torch_fsdp = ast.parse((root / "core/distributed/torch_fully_sharded_data_parallel.py").read_text())
+    base = ast.parse((root / "core/distributed/data_parallel_base.py").read_text())
+
+    def method(tree: ast.Module, cls: str) -> ast.FunctionDef | None:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name == cls:
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == "finish_grad_sync":
+                        return item
+        return None
+
+    if method(torch_fsdp, "TorchFullyShardedDataParallel") is not None:
+        return False
+    inherited = method(base, "_BaseDataParallel")
+    if inherited is None:
+        return False
+    names = [a.arg for a in (*inherited.args.args, *inherited.args.kwonlyargs)]
+    return "force_all_reduce" not in names and inherited.args.kwarg is None
+
+
+def _imported(node: ast.AST) -> list[str]:
+    names = []
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Import):
+            names += [a.name.split(".")[0] for a in sub.names]
+        elif isinstance(sub, ast.ImportFrom) and sub.level == 0 and sub.module:
+            names.append(sub.module.split(".")[0])
+        elif isinstance(sub, ast.Call) and getattr(sub.func, "attr", getattr(sub.func, "id", "")) in (
+                "import_module",) and sub.args and isinstance(sub.args[0], ast.Constant) and \
+                isinstance(sub.args[0].value, str):
+            names.append(sub.args[0].value.split(".")[0])
+    return names
+
+
+def _catches_import_error(handler: ast.ExceptHandler) -> bool:
+    kinds = handler.type
+    if kinds is None:
+        return True
+    names = [kinds] if not isinstance(kinds, ast.Tuple) else list(kinds.elts)
+    return any(getattr(n, "id", getattr(n, "attr", "")) in ("ImportError", "ModuleNotFoundError", "Exception")
+               for n in names)
+
+
+def scan_guards(root: Path) -> dict[str, Any]:
+    """Optional-import guards by package (files where they are) and every is_te_min_version("x") call."""
+    packages: dict[str, set[str]] = {}
+    te_versions: dict[str, set[str]] = {}
+    for path in sorted([*(root / "core").rglob("*.py"), *(root / "training").rglob("*.py")]):
+        relative = f"megatron/{path.relative_to(root).as_posix()}"
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Try) and any(_catches_import_error(h) for h in node.handlers):
+                for name in _imported(ast.Module(body=node.body, type_ignores=[])):
+                    packages.setdefault(name, set()).add(relative)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", "")) == \
+                    "is_te_min_version" and node.args and isinstance(node.args[0], ast.Constant):
+                te_versions.setdefault(str(node.args[0].value), set()).add(relative)
+    guarded = {name: sorted(files) for name, files in sorted(packages.items()) if name != "megatron"}
+    return {
+        "packages": {name: {"files": files, "classified": PACKAGES.get(name) or NOT_A_SETTING.get(name)}
+                     for name, files in guarded.items()},
+        "te_min_versions": {v: sorted(files) for v, files in sorted(te_versions.items(), key=lambda i: _key(i[0]))},
+        "highest_te_version": max(te_versions, key=_key) if te_versions else None,
+    }
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", version)[:3])
+
+
+def derive(source: Path) -> dict[str, Any]:
+    root = megatron_dir(source)
+    return {
+        "_generated_by": "python scripts/derive_requirements.py (from megatron/core and megatron/training)",
+        "megatron_core": version_of(root),
+        "requirements": derive_rules(root),
+        "guards": scan_guards(root),
+    }
+
+
+def render(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=1, sort_keys=False) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", type=Path, help="a Megatron-LM checkout or a megatron/ directory")
+    parser.add_argument("--check", action="store_true", help="compare with the committed file instead of writing")
+    parser.add_argument("--output", type=Path, default=OUTPUT)
+    args = parser.parse_args(argv)
+    text = render(derive(args.source or default_source()))
+    if args.check:
+        current = args.output.read_text() if args.output.exists() else ""
+        if current != text:
+            print(f"{args.output} is out of date: run python scripts/derive_requirements.py", file=sys.stderr)
+            return 1
+        return 0
+    args.output.write_text(text)
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""The rules the requirements table adds for crashes outside validate_args (model build, the first step,
+process-group set-up), and the rules that now judge Megatron's effective settings. Each names the exact message."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
+
+
+def refused(overrides: list[str], nodes: int | None = None, gpus: int | None = None, te: bool = False,
+            apex: bool = False, te_version: str | None = None) -> str:
+    with pytest.raises(UserError) as err:
+        resolve(load_preset("345m", overrides), nodes, gpus, kernels=Kernels(te, apex, "preset", te_version))
+    return err.value.render()
+
+
+def test_tp_comm_overlap_is_refused_after_megatron_turns_sequence_parallel_off_at_tp_1():
+    text = refused(["tp_comm_overlap=true", "sequence_parallel=true"], te=True, apex=True)
+    assert ("error: tp_comm_overlap needs sequence_parallel, which Megatron turns off at TP 1 (arguments.py:1384) "
+            "before it asserts that TP overlap needs it\n"
+            "  hint: set tp_comm_overlap=false (there is no TP communication to overlap at TP 1)") in text
+
+
+def test_tp_comm_overlap_needs_transformer_engine():
+    text = refused(["tp_comm_overlap=true", "sequence_parallel=true", "tensor_model_parallel_size=2"], 1, 2,
+                   apex=True)
+    assert ("error: tp_comm_overlap needs Transformer Engine, and the target lacks it "
+            "(megatron/training/initialize.py:179)\n  hint: set tp_comm_overlap=false or install Transformer Engine"
+            ) in text
+
+
+def test_delay_wgrad_compute_without_te_names_the_te_versions_megatron_asks_for():
+    text = refused(["delay_wgrad_compute=true"])
+    assert ("error: delay_wgrad_compute needs Transformer Engine >= 2.3.0, and the target lacks it "
+            "(megatron/training/arguments.py:1685)\n"
+            "  hint: set delay_wgrad_compute=false or install Transformer Engine") in text
+    assert ("error: delay_wgrad_compute with gradient_accumulation_fusion false needs Transformer Engine >= 2.7.0, "
+            "and the target lacks it (megatron/training/arguments.py:1711)") in text
+
+
+def test_delay_wgrad_compute_needs_moe_expert_parallel_overlap_even_with_te():
+    text = refused(["delay_wgrad_compute=true"], te=True, apex=True)
+    assert ("error: delay_wgrad_compute needs overlap_moe_expert_parallel_comm true, but "
+            "overlap_moe_expert_parallel_comm is false (megatron/core/transformer/transformer_config.py:2457)") in text
+    assert "Transformer Engine >=" not in text  # the declared TE (2.14.0) is new enough
+
+
+MOE = ["moe_permute_fusion=true", "num_experts=4", "add_bias_linear=false"]
+
+
+def test_moe_permute_fusion_needs_te_2_1():
+    assert ("error: moe_permute_fusion needs Transformer Engine >= 2.1.0, and the target lacks it "
+            "(megatron/core/transformer/transformer_config.py:2397)\n"
+            "  hint: set moe_permute_fusion=false or install Transformer Engine") in refused(MOE)
+    old = refused(MOE, te=True, apex=True, te_version="2.0.0")
+    assert ("error: moe_permute_fusion needs Transformer Engine >= 2.1.0, and the target has 2.0.0 "
+            "(megatron/core/transformer/transformer_config.py:2397)\n  hint: set moe_permute_fusion=false or install "
+            "Transformer Engine; or use Transformer Engine >= 2.1.0") in old
+    resolve(load_preset("345m", MOE), kernels=Kernels(True, True, "preset", "2.1.0"))  # new enough: accepted
+
+
+def test_p2p_warmup_flush_without_the_interleaved_schedule():
+    assert ("error: overlap_p2p_comm_warmup_flush needs overlap_p2p_comm true, but overlap_p2p_comm is false "
+            "(megatron/core/model_parallel_config.py:459)") in refused(["overlap_p2p_comm_warmup_flush=true"])
+
+
+def test_distributed_optimizer_instances_must_divide_dp():
+    text = refused(["num_distributed_optimizer_instances=3", "use_distributed_optimizer=true"], 1, 4)
+    assert ("error: num_distributed_optimizer_instances 3 does not divide DP·CP = 4·1 = 4 "
+            "(megatron/core/parallel_state.py:830)\n  hint: use num_distributed_optimizer_instances in [1, 2, 4]"
+            ) in text
+    resolve(load_preset("345m", ["num_distributed_optimizer_instances=2", "use_distributed_optimizer=true"]), 1, 4)
+
+
+def test_torch_fsdp2_is_refused_for_its_finish_grad_sync_type_error():
+    text = refused(["use_torch_fsdp2=true", "untie_embeddings_and_output_weights=true"], 1, 2)
+    assert ("error: use_torch_fsdp2 cannot train at this Megatron pin "
+            "(megatron/core/distributed/finalize_model_grads.py:498): finalize_model_grads calls "
+            "finish_grad_sync(force_all_reduce=…) on every model chunk, but torch-FSDP2's "
+            "TorchFullyShardedDataParallel inherits _BaseDataParallel.finish_grad_sync(self), which takes no "
+            "arguments: a TypeError at the first training step\n"
+            "  hint: use use_megatron_fsdp (with ckpt_format fsdp_dtensor) or plain data parallelism") in text
+
+
+def test_sequence_parallel_at_tp_1_is_a_warning_from_the_effective_settings():
+    job = resolve(load_preset("345m", ["sequence_parallel=true"]))
+    assert "sequence_parallel is ignored with TP 1 (Megatron turns it off)" in job.warnings
+    assert job.layout.sequence_parallel is False
