@@ -12,22 +12,24 @@ from launcher.pipeline.environment import CONNECTIONS, is_env_name
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.slurm_settings import check_environment
 
-# 345m with torch FSDP2 and TP 2 (issue 23, item 1): Megatron wants CUDA_DEVICE_MAX_CONNECTIONS unset or > 1
-FSDP2_TP2 = ["use_torch_fsdp2=true", "tensor_model_parallel_size=2", "untie_embeddings_and_output_weights=true"]
+# 345m with FSDP and TP 2 (issue 23, item 1): Megatron wants CUDA_DEVICE_MAX_CONNECTIONS unset or > 1. Megatron-FSDP:
+# torch FSDP2 is refused outright at this pin (its finish_grad_sync TypeError), before this rule matters.
+FSDP_TP2 = ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "gradient_accumulation_fusion=false",
+             "tensor_model_parallel_size=2"]
 
 
-def fsdp2_tp2_job(**inputs):
-    return resolve.resolve(load_preset("345m", FSDP2_TP2), 1, 2, **inputs)
+def fsdp_tp2_job(**inputs):
+    return resolve.resolve(load_preset("345m", FSDP_TP2), 1, 2, **inputs)
 
 
-def test_fsdp2_with_tp2_exports_no_connections_setting():
-    job = fsdp2_tp2_job()
+def test_fsdp_with_tp2_exports_no_connections_setting():
+    job = fsdp_tp2_job()
     assert CONNECTIONS not in job.environment.exported
     assert CONNECTIONS not in build_command(job).env
 
 
-def test_doctor_agrees_with_the_job_on_connections_for_fsdp2_with_tp2(tmp_path):
-    job = fsdp2_tp2_job(inherited_env={"PATH": "/usr/bin"})
+def test_doctor_agrees_with_the_job_on_connections_for_fsdp_with_tp2(tmp_path):
+    job = fsdp_tp2_job(inherited_env={"PATH": "/usr/bin"})
     ctx = doctor.Context(megatron_path=tmp_path, env=job.environment.for_process())
     findings = [f for f in doctor.job_findings(job, ctx) if f.check == CONNECTIONS]
     assert [(f.status, f.detail) for f in findings] == [
@@ -43,9 +45,9 @@ def test_doctor_finds_what_tp2_needs_set_by_the_job(tmp_path):
 
 def test_an_inherited_connections_value_is_judged_before_launch():
     with pytest.raises(UserError) as caught:
-        fsdp2_tp2_job(inherited_env={CONNECTIONS: "1"})
+        fsdp_tp2_job(inherited_env={CONNECTIONS: "1"})
     assert [p.message for p in caught.value.problems] == [
-        f"use_torch_fsdp2: FSDP requires {CONNECTIONS} > 1 or unset, but it is 1"]
+        f"use_megatron_fsdp: FSDP requires {CONNECTIONS} > 1 or unset, but it is 1"]
 
 
 def test_an_inherited_variable_the_launcher_exports_is_overridden_not_judged():
