@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS
+from launcher.pipeline.kernels import uses_megatron_ext
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv, shell_words
 
@@ -69,11 +70,6 @@ def torchrun_args(job: ResolvedJob) -> tuple[list[str], bool]:
 def rdzv_id(preset_name: str) -> str:
     """torchrun's --rdzv-id for a preset: its name in the characters a job id needs, whatever the file is called."""
     return "megatron-launch-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", preset_name) or "run")
-
-
-def uses_megatron_ext(settings: dict[str, object]) -> bool:
-    spec = settings.get("spec")
-    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
 
 
 def environment(job: ResolvedJob) -> dict[str, str]:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launcher.errors import Problem, UserError
+from launcher.inside.megatron_ext import coverage
 from launcher.megatron.pin import Kernels, detect_kernels
 
 # Images that ship Transformer Engine and a full apex (with its CUDA extensions); enroot writes nvcr.io#nvidia/…
@@ -67,14 +68,47 @@ def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool
 def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     """The settings a job without TE/apex needs, where the preset leaves them open."""
     wanted = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
-    local = megatron.get("transformer_impl") in (None, "local")
-    if not kernels.transformer_engine and megatron.get("spec") is None and local:
+    if uses_sdpa_spec(megatron, kernels):
         wanted.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE one
         if megatron.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
             del wanted["create_attention_mask_in_dataloader"]
     if not kernels.transformer_engine and uses_rope(megatron):
         wanted["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
+
+
+def uses_sdpa_spec(megatron: Mapping[str, Any], kernels: Kernels) -> bool:
+    """Whether the launcher gives this job its SDPA layer spec: no TE, the local implementation, no spec of the
+    preset's own, and no feature the spec does not cover (inside/megatron_ext/coverage.py)."""
+    local = megatron.get("transformer_impl") in (None, "local")
+    return (not kernels.transformer_engine and megatron.get("spec") is None and local
+            and not coverage.sdpa_spec_gaps(megatron))
+
+
+def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
+    """Said before launch when a job without TE trains on Megatron's plain local spec instead of the SDPA one."""
+    local = megatron.get("transformer_impl") in (None, "local")
+    gaps = coverage.sdpa_spec_gaps(megatron)
+    if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps:
+        return []
+    return [f"the SDPA fast path does not cover {coverage.describe(gaps)}: Megatron's local layer spec is used "
+            "(it trains, but slower)"]
+
+
+def fast_path_problems(megatron: Mapping[str, Any]) -> list[Problem]:
+    """A preset that names the SDPA spec itself for a model it does not cover: refused here, not in training."""
+    gaps = coverage.sdpa_spec_gaps(megatron) if uses_megatron_ext(megatron) else []
+    if not gaps:
+        return []
+    return [Problem(f"spec {' '.join(map(str, megatron['spec']))} does not cover {coverage.describe(gaps)}",
+                    "remove spec from the preset (--set spec=null): without Transformer Engine the launcher then "
+                    "uses Megatron's local layer spec", stage="launcher")]
+
+
+def uses_megatron_ext(settings: Mapping[str, Any]) -> bool:
+    """Whether the job's --spec is one of launcher/inside/megatron_ext's."""
+    spec = settings.get("spec")
+    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
 
 
 def uses_rope(megatron: Mapping[str, Any]) -> bool:

@@ -161,6 +161,8 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
         entry = PREFLIGHT
     elif entry == "pretrain_gpt":
         kernel_flags = kernel_rules.fallbacks(preset.megatron, kernels)
+        notes = [*notes, *kernel_rules.fast_path_notes(preset.megatron, kernels)]
+        problems = [*problems, *kernel_rules.fast_path_problems(preset.megatron)]
         added.update(kernel_flags)
         megatron = {**preset.megatron, **kernel_flags}
         if existing is not None:  # --save = --load = the run's own checkpoints
