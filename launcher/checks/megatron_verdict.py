@@ -242,7 +242,7 @@ def _megatron_notes(verdict: Verdict) -> list[str]:
 
 
 def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inputs: dict[str, Any],
-                 output_format: str = "text", checker: UpstreamChecker | None = None) -> int:
+                 output_format: str = "text", checker: UpstreamChecker | None = None, rehearse: bool = False) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
 
     `inputs` are resolve's (kernels, megatron_path, target, run directory, …): Megatron is asked about the job
@@ -250,7 +250,8 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
     it from there), else from the installed megatron-core. `checker` reuses a running worker.
 
     Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
-    not this machine; the facts assumed are printed first."""
+    not this machine; the facts assumed are printed first. With `rehearse`, a job both accept is also built at a
+    tiny size on this CPU and trained one step (checks/rehearsal.py); 0 only when that works too."""
     from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command, script_args
 
@@ -280,6 +281,11 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
                                capability=target.capability)
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
     agree = verdict.ok == (job is not None)
+    rehearsal = None
+    if rehearse and job is not None and verdict.ok:
+        from launcher.checks.rehearsal import rehearse_job
+
+        rehearsal = rehearse_job(preset, job, inputs, env)
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,
@@ -293,6 +299,7 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
                          "suggestions": verdict.suggestions, "source": source, "rewrites": verdict.rewrites,
                          "warnings": verdict.warnings, "not_checked": verdict.not_checked},
             "argv": argv,
+            **({"rehearsal": rehearsal.as_dict()} if rehearsal else {}),
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
@@ -315,4 +322,8 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
         print(f"          ({source})")
         if not agree:
             print("note: the launcher and Megatron disagree about this layout; please report it with this output")
-    return 0 if job is not None and verdict.ok else 2
+        if rehearsal is not None:
+            print("\n".join(rehearsal.render()))
+        elif rehearse:
+            print("rehearsal: not run (the launcher or Megatron refused the job)")
+    return 0 if job is not None and verdict.ok and (rehearsal is None or rehearsal.ok) else 2

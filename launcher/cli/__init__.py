@@ -44,6 +44,10 @@ def run_parser() -> Parser:
     p.add_argument("--check", action="store_true",
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
                         "torch; touches no GPU) and show its verdict next to the launcher's")
+    p.add_argument("--rehearse", action="store_true",
+                   help="with --check (implied): also build the job's model and optimizer at a tiny size on this "
+                        "CPU through pretrain_gpt.py's model provider and run one training step (needs the "
+                        "Megatron-LM checkout); says what it could not rehearse")
     p.add_argument("--no-doctor", action="store_true",
                    help="start training without the environment checks of `launch doctor`")
     p.add_argument("--preflight", action="store_true",
@@ -91,7 +95,7 @@ def cmd_run(argv: list[str]) -> int:
         from launcher.backends import local
 
         gpus_here = functools.cache(local.visible_gpus)
-        if not (args.dry_run or args.check) and args.gpus_per_node is None and gpus_here() == 0:
+        if not (args.dry_run or args.check or args.rehearse) and args.gpus_per_node is None and gpus_here() == 0:
             raise UserError("no GPU is visible on this machine",
                             "run on a GPU machine, or use --dry-run to print the command")
     target = resolve.target_for(preset, on_slurm)
@@ -102,15 +106,15 @@ def cmd_run(argv: list[str]) -> int:
     # ends before writing the directory, the empty claim is removed at exit.
     run_dir = existing.path if existing else None
     if run_dir is None and (on_slurm or not args.preflight):
-        name_only = args.dry_run or args.check
+        name_only = args.dry_run or args.check or args.rehearse
         run_dir = (rundir.new_run_dir_path if name_only else rundir.reserve_run_dir)(
             Path(preset.launcher.run_root), preset.name)
     inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
                   preflight=args.preflight, gpus_here=gpus_here)
-    if args.check:
+    if args.check or args.rehearse:
         from launcher.checks.megatron_verdict import check_preset
 
-        return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format)
+        return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format, rehearse=args.rehearse)
     job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
     command = build_command(job)
     if on_slurm:

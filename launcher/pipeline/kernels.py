@@ -89,20 +89,31 @@ def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
     """Said before launch when a job without TE trains on Megatron's plain local spec instead of the SDPA one."""
     local = megatron.get("transformer_impl") in (None, "local")
     gaps = coverage.sdpa_spec_gaps(megatron)
-    if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps:
+    if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps \
+            or coverage.refused(gaps):
         return []
     return [f"the SDPA fast path does not cover {coverage.describe(gaps)}: Megatron's local layer spec is used "
             "(it trains, but slower)"]
 
 
-def fast_path_problems(megatron: Mapping[str, Any]) -> list[Problem]:
-    """A preset that names the SDPA spec itself for a model it does not cover: refused here, not in training."""
-    gaps = coverage.sdpa_spec_gaps(megatron) if uses_megatron_ext(megatron) else []
-    if not gaps:
-        return []
-    return [Problem(f"spec {' '.join(map(str, megatron['spec']))} does not cover {coverage.describe(gaps)}",
-                    "remove spec from the preset (--set spec=null): without Transformer Engine the launcher then "
-                    "uses Megatron's local layer spec", stage="launcher")]
+def fast_path_problems(megatron: Mapping[str, Any], kernels: Kernels) -> list[Problem]:
+    """Refused here, not in training: a preset that names the SDPA spec itself for a model it does not cover, and
+    (without TE) a model that no local layer spec builds."""
+    gaps = coverage.sdpa_spec_gaps(megatron)
+    problems = []
+    if uses_megatron_ext(megatron) and gaps:
+        problems.append(Problem(
+            f"spec {' '.join(map(str, megatron['spec']))} does not cover {coverage.describe(gaps)}",
+            "remove spec from the preset (--set spec=null): without Transformer Engine the launcher then uses "
+            "Megatron's local layer spec", stage="launcher"))
+    local = megatron.get("transformer_impl") in (None, "local")
+    if local and not kernels.transformer_engine:
+        for gap in coverage.refused(gaps):
+            problems.append(Problem(
+                f"{gap.what} ({gap.setting}) needs Transformer Engine: {gap.local_spec}",
+                f"use a target with Transformer Engine (--set transformer_engine=true), or unset {gap.setting}",
+                stage="launcher"))
+    return problems
 
 
 def uses_megatron_ext(settings: Mapping[str, Any]) -> bool:

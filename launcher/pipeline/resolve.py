@@ -162,7 +162,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     elif entry == "pretrain_gpt":
         kernel_flags = kernel_rules.fallbacks(preset.megatron, kernels)
         notes = [*notes, *kernel_rules.fast_path_notes(preset.megatron, kernels)]
-        problems = [*problems, *kernel_rules.fast_path_problems(preset.megatron)]
+        problems = [*problems, *kernel_rules.fast_path_problems(preset.megatron, kernels)]
         added.update(kernel_flags)
         megatron = {**preset.megatron, **kernel_flags}
         if existing is not None:  # --save = --load = the run's own checkpoints

@@ -40,7 +40,15 @@ def test_every_gap_has_an_example():
     assert {gap.setting for gap in SDPA_SPEC_GAPS} == set(GAP_EXAMPLES)
 
 
-@pytest.mark.parametrize("setting", sorted(GAP_EXAMPLES))
+REFUSED = {gap.setting for gap in SDPA_SPEC_GAPS if gap.local_spec}
+MOVED = sorted(set(GAP_EXAMPLES) - REFUSED)
+
+
+def test_multi_latent_attention_is_the_gap_no_local_spec_builds():
+    assert REFUSED == {"multi_latent_attention"}
+
+
+@pytest.mark.parametrize("setting", MOVED)
 def test_a_feature_the_spec_does_not_cover_gets_megatrons_local_spec_with_a_note(setting):
     settings = GAP_EXAMPLES[setting]
     assert "spec" not in fallbacks(settings, WITHOUT)
@@ -60,19 +68,34 @@ def test_a_covered_feature_keeps_the_sdpa_spec(settings):
 
 def test_a_preset_naming_the_spec_for_a_model_it_does_not_cover_is_refused_before_launch():
     with pytest.raises(UserError) as err:
-        resolve(load_preset("345m", ["multi_latent_attention=true",
+        resolve(load_preset("345m", ["softmax_type=learnable",
                                      "spec=launcher.inside.megatron_ext.sdpa_spec_fast layer_spec"]),
                 1, 1, kernels=WITHOUT)
     text = err.value.render()
-    assert ("error: spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec does not cover multi-latent "
-            "attention (multi_latent_attention)") in text
+    assert ("error: spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec does not cover softmax types "
+            "other than vanilla (softmax_type)") in text
     assert "hint: remove spec from the preset (--set spec=null)" in text
 
 
+def test_multi_latent_attention_without_transformer_engine_is_refused_before_launch(launch):
+    code, out, err = launch("345m", "--dry-run", "--set", "multi_latent_attention=true",
+                            "--set", "transformer_engine=false")
+    assert code == 2 and out == ""
+    assert ("error: multi-latent attention (multi_latent_attention) needs Transformer Engine: MLASelfAttention "
+            "passes k_channels/v_channels to the core attention") in err
+    assert "hint: use a target with Transformer Engine (--set transformer_engine=true), or unset " \
+           "multi_latent_attention" in err
+
+
+def test_multi_latent_attention_with_transformer_engine_is_no_fast_path_question():
+    job = resolve(load_preset("345m", ["multi_latent_attention=true"]), 1, 1, kernels=Kernels(True, True, "preset"))
+    assert "spec" not in job.megatron
+
+
 def test_the_dry_run_says_which_spec_the_job_gets(launch):
-    code, out, err = launch("345m", "--dry-run", "--set", "multi_latent_attention=true")
+    code, out, err = launch("345m", "--dry-run", "--set", "window_size=(64,0)", "--set", "transformer_engine=false")
     assert code == 0, err
-    assert "# note: the SDPA fast path does not cover multi-latent attention (multi_latent_attention)" in out
+    assert "# note: the SDPA fast path does not cover sliding-window attention (window_size)" in out
     assert "--spec" not in out
 
 

@@ -7,7 +7,8 @@ layer and skips its own choice, so anything that choice would have done differen
 
 - ``experimental_attention_variant``, ``heterogeneous_layers_config_*``: a block spec of their own;
 - ``moe_layer_freq`` other than 1 with experts: the decoder block spec's mix of dense and MoE layers;
-- ``multi_latent_attention``: MLASelfAttention instead of SelfAttention (a different layer);
+- ``multi_latent_attention``: MLASelfAttention instead of SelfAttention (a different layer), which Megatron's
+  local spec cannot build either (found by the CPU rehearsal): refused without Transformer Engine;
 - ``window_size``, ``softmax_type`` other than vanilla: upstream's local DotProductAttention implements them
   (FusedScaleMaskSoftmax's window, the softmax offset), torch's SDPA does not.
 
@@ -31,6 +32,7 @@ class Gap:
     setting: str
     what: str  # "the SDPA layer spec does not cover <what>"
     applies: Callable[[Mapping[str, Any]], bool]  # over the job's Megatron settings (absent = Megatron's default)
+    local_spec: str = ""  # why Megatron's plain local spec cannot build it either ("" when it can): refused then
 
 
 def _given(dest: str) -> Callable[[Mapping[str, Any]], bool]:
@@ -42,7 +44,9 @@ def _mixed_moe_layers(settings: Mapping[str, Any]) -> bool:
 
 
 SDPA_SPEC_GAPS: tuple[Gap, ...] = (
-    Gap("multi_latent_attention", "multi-latent attention", _given("multi_latent_attention")),
+    Gap("multi_latent_attention", "multi-latent attention", _given("multi_latent_attention"),
+        local_spec="MLASelfAttention passes k_channels/v_channels to the core attention, which only Transformer "
+                   "Engine's takes (the local DotProductAttention fails at model build)"),
     Gap("experimental_attention_variant", "experimental attention variants",
         _given("experimental_attention_variant")),
     Gap("heterogeneous_layers_config_path", "heterogeneous layers", _given("heterogeneous_layers_config_path")),
@@ -58,6 +62,11 @@ SDPA_SPEC_GAPS: tuple[Gap, ...] = (
 def sdpa_spec_gaps(settings: Mapping[str, Any]) -> list[Gap]:
     """The gaps these Megatron settings fall into; empty when the SDPA spec builds this model as upstream would."""
     return [gap for gap in SDPA_SPEC_GAPS if gap.applies(settings)]
+
+
+def refused(gaps: list[Gap]) -> list[Gap]:
+    """The gaps no layer spec without Transformer Engine builds: such a job is refused before launch."""
+    return [gap for gap in gaps if gap.local_spec]
 
 
 def describe(gaps: list[Gap]) -> str:
