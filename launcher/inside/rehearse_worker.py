@@ -36,7 +36,7 @@ def _message(exc: BaseException) -> tuple[str, str]:
     text = " ".join(str(exc).split())
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if f"{os.sep}megatron{os.sep}" in f.filename or "megatron_ext" in f.filename]
-    frame = (ours or frames or [None])[-1]
+    frame = (ours or frames)[-1] if (ours or frames) else None
     where = f"{os.path.basename(frame.filename)}:{frame.lineno}" if frame else ""
     if not text and frame is not None:
         text = (frame.line or "").strip()
@@ -128,7 +128,7 @@ def _setup():
     os.environ.setdefault("MEGATRON_LAUNCH_COMPILE_BACKEND", "aot_eager")
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": PORT})
-    import pretrain_gpt  # the checkout's: forward_step, and through it gpt_builder and model_provider
+    import pretrain_gpt  # type: ignore[import-not-found]  # the checkout's: forward_step, and through it gpt_builder and model_provider
     from megatron.core.transformer import transformer_block
 
     if not torch.distributed.is_initialized():
