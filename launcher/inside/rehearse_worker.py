@@ -259,18 +259,15 @@ def main() -> int:
         if not line.strip():
             continue
         request = json.loads(line)
-        saved_env = {k: os.environ.get(k) for k in request.get("env", {})}
+        saved_env = dict(os.environ)  # Megatron writes some itself (NVTE_*_ATTN for the attention backend)
         os.environ.update(request.get("env", {}))
         sink = io.StringIO()
         try:
             with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
                 result = rehearse(pretrain_gpt, request["argv"])
         finally:
-            for key, value in saved_env.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+            os.environ.clear()
+            os.environ.update(saved_env)
             _reset(saved)
         result["log_tail"] = sink.getvalue()[-2000:]
         protocol.write(json.dumps(result) + "\n")
