@@ -104,7 +104,7 @@ def rehearse_all(rows_jobs: list[tuple[Row, object]], checkout: Path) -> None:
     envs: dict[tuple, dict] = {}
     for row, job in rows_jobs:
         settings, not_rehearsed = tiny_settings(job.megatron)  # type: ignore[attr-defined]
-        env = dict(job.preset.launcher.env)  # type: ignore[attr-defined]
+        env = dict(job.preset.launcher.env)  # type: ignore[attr-defined]  (validate_args reads NCCL_ALGO)
         key = (tuple(script_args(settings)), tuple(sorted(env.items())))
         requests.setdefault(key, []).append(row)
         notes[key], envs[key] = not_rehearsed, env
@@ -173,6 +173,16 @@ def markdown(rows: list[Row], command: str, seconds: float) -> str:
         f"of the accepted, {len(accepted) - len(crashed)} rehearse a training step and **{len(crashed)} crash in "
         "the rehearsal**.",
         "",
+    ]
+    classes: dict[str, int] = {}
+    for r in crashed:
+        text = r.reason.split(" (")[0]
+        classes[text[:160]] = classes.get(text[:160], 0) + 1
+    if classes:
+        lines += ["Crashes after acceptance, by message:", ""]
+        lines += [f"- {count} × {text}" for text, count in sorted(classes.items(), key=lambda item: -item[1])]
+        lines.append("")
+    lines += [
         "| configuration | launcher | rehearsal | " + ("GPU | " if gpu else "") + "reason |",
         "|---|---|---|" + ("---|" if gpu else "") + "---|",
     ]

@@ -27,6 +27,7 @@ LAUNCHER_ROOT = Path(__file__).resolve().parents[2]  # training processes import
 # torch.compile's backend in the rehearsal: the same graphs (forward and backward), no kernels generated.
 COMPILE_BACKEND = "aot_eager"
 
+REHEARSAL_SAVE = "/nonexistent/megatron-launch-rehearsal"
 # The tiny model: every size a feature is defined by stays given or absent, only its value shrinks.
 HEADS, HIDDEN, HEAD_DIM, FFN, SEQ, VOCAB, EXPERTS = 4, 64, 16, 128, 64, 128, 4
 TINY = {"hidden_size": HIDDEN, "num_attention_heads": HEADS, "seq_length": SEQ, "max_position_embeddings": SEQ,
@@ -58,15 +59,19 @@ DROPPED = ("load", "pretrained_checkpoint", "data_path", "train_data_path", "val
            "wandb_save_dir", "wandb_entity", "rampup_batch_size", "step_batch_size_schedule",
            "use_checkpoint_args", "exit_interval", "exit_duration_in_mins")
 CPU_ONLY_NOT = {  # setting → why it is switched off for the rehearsal (what the GPU run keeps)
-    "use_distributed_optimizer": "the distributed optimizer (its buffers need CUDA tensors): rehearsed with "
-                                 "Megatron's plain optimizer",
-    "overlap_param_gather": "overlap_param_gather (needs the distributed optimizer)",
-    "overlap_param_gather_with_optimizer_step": "overlap_param_gather_with_optimizer_step",
     "use_megatron_fsdp": "Megatron FSDP (CUDA only)",
     "cuda_graph_impl": "CUDA graphs",
     "external_cuda_graph": "CUDA graphs",
     "enable_cuda_graph": "CUDA graphs",
     "use_torch_fsdp2": "torch FSDP2 over NCCL",
+}
+
+# Settings Megatron allows only next to one switched off above: left out with it (their own checks need it).
+DEPENDS_ON = {
+    "use_megatron_fsdp": ("data_parallel_sharding_strategy", "ckpt_format", "fsdp_double_buffer",
+                          "use_nccl_ub", "init_model_with_meta_device"),
+    "cuda_graph_impl": ("rl_training_cuda_graphs", "cuda_graph_scope", "cuda_graph_modules",
+                        "cuda_graph_warmup_steps"),
 }
 
 
@@ -124,6 +129,8 @@ def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False) -> tupl
                              "the settings of those groups left out)")
     for dest in DROPPED:
         settings.pop(dest, None)
+    if settings.get("save"):  # never written (validate_args only asks whether there is one): one name for all
+        settings["save"] = REHEARSAL_SAVE
     settings.update(TINY)
     for dest, value in SHRUNK_IF_GIVEN.items():
         if settings.get(dest) is not None:
@@ -135,6 +142,8 @@ def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False) -> tupl
         if _given(settings, dest) and settings[dest] != "none":
             settings[dest] = "none" if dest == "cuda_graph_impl" else False
             not_rehearsed.append(why)
+            for dependent in DEPENDS_ON.get(dest, ()):
+                settings.pop(dependent, None)
     if settings.get("transformer_impl", "transformer_engine") == "transformer_engine" and not te_here:
         settings["transformer_impl"] = "local"
         not_rehearsed.append("Transformer Engine (the target's, not installed here): rehearsed with Megatron's "

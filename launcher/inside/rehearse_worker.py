@@ -9,7 +9,8 @@ serves many requests (importing Megatron takes seconds, a rehearsal well under o
     response (stdout): {"ok": false, "stage": "model", "error": "AssertionError: ...", "where": "file.py:12",
                         "seconds": 0.4, "facts": {"parameters": 123456, "loss": 4.8}}
 
-Stages: "args" (parse_and_validate_args, as pretrain_gpt.py calls it), "model" (setup_model_and_optimizer's model:
+Stages: "args" (parse_and_validate_args, as pretrain_gpt.py calls it), "init" (the model-parallel groups, as
+Megatron's initialisation makes them), "model" (setup_model_and_optimizer's model:
 get_model → model_provider → gpt_builder with the job's --spec), "optimizer" (its optimizer and LR scheduler),
 "step" (Megatron's train_step: forward, backward, finalize grads, optimizer step). On a CPU, CUDA tensors are
 redirected to the CPU (shared/reference/megatron-core-on-cpu.md; tensors also name their type as CUDA's,
@@ -98,14 +99,28 @@ class CudaOnCpu:
         self.torch, self.mode = torch, Redirect()
         # one function object per name: torch.compile's rule table refuses one object under two torch names
         self.stand_ins = {"current_device": lambda: "cpu", "synchronize": lambda *a, **k: None,
+                          # the target's GPU (Hopper), as --check answers it; RNG states are the CPU's
+                          "get_device_capability": lambda *a, **k: (9, 0),
+                          "get_rng_state": lambda *a, **k: torch.get_rng_state(),
+                          "set_rng_state": lambda state, *a, **k: torch.set_rng_state(state),
                           "set_device": lambda *a, **k: None, "device_count": lambda: 1, "Stream": _Stream,
                           "Event": _Event,
                           "current_stream": lambda *a, **k: _Stream(), "stream": lambda *a: contextlib.nullcontext()}
         self.saved = {name: getattr(torch.cuda, name) for name in self.stand_ins}
 
+        # activation recomputation saves and restores "the GPU's" RNG state: the CPU generator's here
+        from megatron.core.tensor_parallel import random as tp_random
+
+        self.random = tp_random
+        self.random_stand_ins = {"_get_cuda_rng_state": lambda *a, **k: torch.get_rng_state(),
+                                 "_set_cuda_rng_state": lambda state, *a, **k: torch.set_rng_state(state)}
+        self.random_saved = {name: getattr(tp_random, name) for name in self.random_stand_ins}
+
     def __enter__(self):
         for name, value in self.stand_ins.items():
             setattr(self.torch.cuda, name, value)
+        for name, value in self.random_stand_ins.items():
+            setattr(self.random, name, value)
         self.mode.__enter__()
         return self
 
@@ -113,6 +128,8 @@ class CudaOnCpu:
         self.mode.__exit__(*exc)
         for name, value in self.saved.items():
             setattr(self.torch.cuda, name, value)
+        for name, value in self.random_saved.items():
+            setattr(self.random, name, value)
 
 
 def _setup():
@@ -136,6 +153,22 @@ def _setup():
     return pretrain_gpt, {"LayerNormImpl": transformer_block.LayerNormImpl}
 
 
+def _destroy_subgroups():
+    """Every process group but the world's: destroy_model_parallel only forgets Megatron's, and each gloo group
+    keeps its threads and sockets (thousands after a hundred rehearsals)."""
+    import gc
+
+    import torch.distributed as dist
+    from torch.distributed import distributed_c10d
+
+    gc.collect()  # the last job's model, DDP buffers and optimizer hold groups too
+    world = dist.group.WORLD
+    for group in list(distributed_c10d._world.pg_map):
+        if group is not world:
+            with contextlib.suppress(Exception):
+                dist.destroy_process_group(group)
+
+
 def _reset(saved):
     """Megatron's process-wide state back to nothing, so the next request starts clean."""
     from megatron.core import parallel_state
@@ -146,6 +179,7 @@ def _reset(saved):
     global_vars.destroy_global_vars()
     destroy_num_microbatches_calculator()
     parallel_state.destroy_model_parallel()
+    _destroy_subgroups()
     with contextlib.suppress(Exception):
         from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
@@ -194,10 +228,21 @@ def rehearse(pretrain_gpt, argv: list[str]) -> dict:
     sys.argv = ["pretrain_gpt.py", *argv]
     try:
         with CudaOnCpu():
-            args = parse_and_validate_args(extra_args_provider=None,
+            # as pretrain_gpt.py's __main__ does: ModelOpt's arguments when they import
+            extra = pretrain_gpt.add_modelopt_args if pretrain_gpt.has_nvidia_modelopt else None
+            args = parse_and_validate_args(extra_args_provider=extra,
                                            args_defaults={"tokenizer_type": "GPT2BPETokenizer"})
             initialize_rerun_state_machine()
-            parallel_state.initialize_model_parallel()
+            stage = "init"
+            parallel_state.initialize_model_parallel(  # as initialize._initialize_distributed calls it
+                args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+                args.virtual_pipeline_model_parallel_size, context_parallel_size=args.context_parallel_size,
+                hierarchical_context_parallel_sizes=args.hierarchical_context_parallel_sizes,
+                expert_model_parallel_size=args.expert_model_parallel_size,
+                num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
+                expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+                order="tp-cp-ep-dp-pp" if not args.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
+                create_gloo_process_groups=args.use_gloo_process_groups)
             torch.manual_seed(args.seed)
             tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
             stage = "model"
@@ -228,6 +273,7 @@ def rehearse(pretrain_gpt, argv: list[str]) -> dict:
             facts["loss"] = float(loss) if loss is not None else None
             facts["skipped_iteration"] = bool(result[1]) if len(result) > 1 else None
             facts["num_microbatches"] = get_num_microbatches()
+            facts["threads"] = len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else None
         return {"ok": True, "stage": "done", "error": "", "where": "", "facts": facts,
                 "seconds": round(time.monotonic() - start, 2)}
     except SystemExit as exc:

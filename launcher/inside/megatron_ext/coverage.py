@@ -5,7 +5,8 @@ note) and by the spec itself inside training (it refuses a job that names it any
 Megatron's model builder (gpt_builders.gpt_builder at the pin) takes a ``--spec`` as the layer spec for every
 layer and skips its own choice, so anything that choice would have done differently is a gap here:
 
-- ``experimental_attention_variant``, ``heterogeneous_layers_config_*``: a block spec of their own;
+- ``experimental_attention_variant``: a block spec of its own, which asserts Transformer Engine: refused without;
+- ``heterogeneous_layers_config_*``: a block spec of their own;
 - ``moe_layer_freq`` other than 1 with experts: the decoder block spec's mix of dense and MoE layers;
 - ``multi_latent_attention``: MLASelfAttention instead of SelfAttention (a different layer), which Megatron's
   local spec cannot build either (found by the CPU rehearsal): refused without Transformer Engine;
@@ -48,7 +49,9 @@ SDPA_SPEC_GAPS: tuple[Gap, ...] = (
         local_spec="MLASelfAttention passes k_channels/v_channels to the core attention, which only Transformer "
                    "Engine's takes (the local DotProductAttention fails at model build)"),
     Gap("experimental_attention_variant", "experimental attention variants",
-        _given("experimental_attention_variant")),
+        _given("experimental_attention_variant"),
+        local_spec="Megatron's experimental-attention block spec asserts the Transformer Engine implementation "
+                   "(experimental_attention_variant_module_specs.py)"),
     Gap("heterogeneous_layers_config_path", "heterogeneous layers", _given("heterogeneous_layers_config_path")),
     Gap("heterogeneous_layers_config_encoded_json", "heterogeneous layers",
         _given("heterogeneous_layers_config_encoded_json")),
