@@ -1,8 +1,8 @@
 """Command line: argument parsing and error display only; the work happens in the pipeline modules.
 
     launch PRESET [--nodes N] [--gpus-per-node G] [--set NAME=VALUE ...] [--dry-run] [--format text|json]
-                  [--slurm] [--submit] [--chain K] [--preflight]
-    launch --resume RUN_DIR [--set NAME=VALUE ...] [--slurm] [--submit]
+                  [--slurm] [--submit] [--chain K] [--preflight] [--k8s]
+    launch --resume RUN_DIR [--set NAME=VALUE ...] [--slurm | --k8s] [--submit]
     launch list
     launch plan PRESET [--nodes N --gpus-per-node G | --gpus N] [--gpu NAME] [--top N] [--format text|json]
     launch report RUN_DIR | LOG...
@@ -62,6 +62,10 @@ def run_parser() -> Parser:
     slurm.add_argument("--chain", type=positive, metavar="K",
                        help="K jobs that run one after another (--dependency=singleton), each resuming from "
                             "the last checkpoint; for runs longer than the partition's time limit")
+    p.add_argument_group("Kubernetes").add_argument(
+        "--k8s", action="store_true", help="write the job as a JobSet manifest (jobset.yaml) into a new run directory "
+        "and print its path; --dry-run prints it (--format json: as JSON), --submit applies it with kubectl "
+        "(server-side apply); settings under launcher.k8s")
     return p
 
 
@@ -80,7 +84,10 @@ def cmd_run(argv: list[str]) -> int:
                         "--resume runs/toy-20261129T160150Z")
     if args.resume and args.dry_run:
         raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
-    on_slurm = args.slurm or args.submit
+    on_k8s = args.k8s
+    if on_k8s and args.slurm:
+        raise UserError("--k8s and --slurm are two different clusters", "choose one")
+    on_slurm = (args.slurm or args.submit) and not on_k8s
     if args.chain and not on_slurm:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
     existing = None
@@ -91,21 +98,21 @@ def cmd_run(argv: list[str]) -> int:
     else:
         preset = load_preset(args.preset, args.overrides)
     gpus_here = None
-    if not on_slurm:  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
+    if not (on_slurm or on_k8s):  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
         from launcher.backends import local
 
         gpus_here = functools.cache(local.visible_gpus)
         if not (args.dry_run or args.check or args.rehearse) and args.gpus_per_node is None and gpus_here() == 0:
             raise UserError("no GPU is visible on this machine",
                             "run on a GPU machine, or use --dry-run to print the command")
-    target = resolve.target_for(preset, on_slurm)
+    target = resolve.target_for(preset, on_slurm, on_k8s)
     kernels = resolve.kernels_of(preset, target)
     path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
     # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
     # A launch claims the name at once (mkdir), so launches in the same second never share one; if this launch
     # ends before writing the directory, the empty claim is removed at exit.
     run_dir = existing.path if existing else None
-    if run_dir is None and (on_slurm or not args.preflight):
+    if run_dir is None and (on_slurm or on_k8s or not args.preflight):
         name_only = args.dry_run or args.check or args.rehearse
         run_dir = (rundir.new_run_dir_path if name_only else rundir.reserve_run_dir)(
             Path(preset.launcher.run_root), preset.name)
@@ -117,6 +124,10 @@ def cmd_run(argv: list[str]) -> int:
         return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format, rehearse=args.rehearse)
     job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
     command = build_command(job)
+    if on_k8s:
+        from launcher.backends import k8s
+
+        return k8s.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, output_format=args.format)
     if on_slurm:
         from launcher.backends import slurm
 

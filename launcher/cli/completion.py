@@ -69,8 +69,9 @@ def names(kind: str) -> list[str]:
         from launcher.megatron import args as megatron_args
         from launcher.pipeline.preset import LAUNCHER_FIELDS, _slurm_fields
 
-        launcher = [name for name in LAUNCHER_FIELDS if name not in ("env", "slurm")]
-        return sorted({*megatron_args.catalog(), *launcher, *(f"slurm.{key}" for key in _slurm_fields()[0])})
+        launcher = [name for name in LAUNCHER_FIELDS if name not in ("env", "slurm", "k8s")]
+        return sorted({*megatron_args.catalog(), *launcher, *(f"slurm.{key}" for key in _slurm_fields()[0]),
+                       *(f"k8s.{key}" for key in _slurm_fields("k8s")[0])})
     if kind == "options":
         from launcher.cli import run_parser
 

@@ -44,6 +44,7 @@ class LauncherSettings:
     # (one big microbatch is fastest when it fits; docs/benchmarks.md), so any GPU count gets a valid batch.
     max_micro_batch_size: int | None = None
     slurm: dict[str, Any] = field(default_factory=dict)
+    k8s: dict[str, Any] = field(default_factory=dict)  # Kubernetes (JobSet) settings: pipeline/k8s_settings.py
 
 
 LAUNCHER_FIELDS = {f.name: f for f in fields(LauncherSettings)}
@@ -54,12 +55,17 @@ TRISTATE_FIELDS = fields_allowing(LauncherSettings, Literal)  # true, false or a
 TEXT_FIELDS = fields_allowing(LauncherSettings, str)  # a --set value is taken as written, not read as YAML
 
 
-def _slurm_fields() -> tuple[frozenset[str], frozenset[str]]:
-    """Keys a preset's `launcher.slurm:` section may hold, and those that are text; the Slurm settings'
-    dataclass declares them (imported here, not above: it imports this module)."""
+SECTIONS = {"slurm": "Slurm", "k8s": "Kubernetes"}  # launcher settings that are mappings of a backend's settings
+
+
+def _slurm_fields(section: str = "slurm") -> tuple[frozenset[str], frozenset[str]]:
+    """Keys a preset's `launcher.slurm:` (or `launcher.k8s:`) section may hold, and those that are text; the
+    backend settings' dataclass declares them (imported here, not above: it imports this module)."""
+    from launcher.pipeline.k8s_settings import K8sSettings
     from launcher.pipeline.slurm_settings import SlurmSettings
 
-    return frozenset(field_types(SlurmSettings)), fields_allowing(SlurmSettings, str)
+    cls = K8sSettings if section == "k8s" else SlurmSettings
+    return frozenset(field_types(cls)), fields_allowing(cls, str)
 
 
 @dataclass(frozen=True)
@@ -189,14 +195,14 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise UserError(f"launcher.env ({where}) must be a mapping of variable names to values")
         return {_env_name(k, where): _env_value(k, v, where) for k, v in value.items()}
-    if name == "slurm":
+    if name in SECTIONS:
         if not isinstance(value, dict):
-            raise UserError(f"launcher.slurm ({where}) must be a mapping")
-        known, _ = _slurm_fields()
+            raise UserError(f"launcher.{name} ({where}) must be a mapping")
+        known, _ = _slurm_fields(name)
         for key in value:
             if key not in known:
                 hint = did_you_mean(str(key), known, n=3, cutoff=0.75) or f"known: {', '.join(sorted(known))}"
-                raise UserError(f"unknown Slurm setting '{key}' in {where}", hint)
+                raise UserError(f"unknown {SECTIONS[name]} setting '{key}' in {where}", hint)
         return dict(value)
     if name == "master_addr" and not HOST_NAME.fullmatch(str(value)):
         # it becomes torchrun's rendezvous endpoint on every node: a host name or an IPv4/IPv6 address
@@ -295,7 +301,7 @@ def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
 
 def _merge_launcher(into: dict[str, Any], layer: dict[str, Any]) -> None:
     for key, value in layer.items():
-        if key in ("env", "slurm") and key in into:
+        if key in ("env", *SECTIONS) and key in into:
             into[key] = {**into[key], **value}
         else:
             into[key] = value
@@ -334,10 +340,10 @@ def apply_overrides(layer: _Layer, overrides: list[str]) -> None:
 def _apply_one(layer: _Layer, name: str, raw: str) -> None:
     where = f"--set {name}"
     head, _, rest = name.partition(".")
-    if head in ("env", "slurm") and rest:
+    if head in ("env", *SECTIONS) and rest:
         # Slurm names and times stay text: YAML would read --set slurm.time=1:00:00 as the number 3600.
-        value = raw if head == "env" or rest in _slurm_fields()[1] else _override_value(raw)
-        if head == "slurm" and raw.strip().lower() in ("null", "none", "~"):
+        value = raw if head == "env" or rest in _slurm_fields(head)[1] else _override_value(raw)
+        if head in SECTIONS and raw.strip().lower() in ("null", "none", "~"):
             value = None  # unset: the setting's default, or nothing requested
         typed = _launcher_value(head, {rest: value}, where)
         _merge_launcher(layer.launcher, {head: typed})

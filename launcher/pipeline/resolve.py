@@ -34,13 +34,22 @@ NO_KERNELS = Kernels(False, False, "preset")
 
 @dataclass(frozen=True)
 class Target:
-    """Where the job runs: here, on Slurm's nodes as they are, or on Slurm's nodes inside a container image."""
+    """Where the job runs: here, on Slurm's nodes as they are, on Slurm's nodes inside a container image, or in a
+    Kubernetes JobSet's pods (always an image)."""
 
     slurm: bool = False
     container_image: str | None = None
     container_mounts: tuple[str, ...] = ()
+    kubernetes: bool = False
+
+    @property
+    def remote(self) -> bool:
+        """A batch job on a cluster's nodes: it may be stopped, restarted and resumed from its checkpoints."""
+        return self.slurm or self.kubernetes
 
     def describe(self) -> str:
+        if self.kubernetes:
+            return f"Kubernetes, container image {self.container_image}"
         if self.container_image:
             return f"Slurm, container image {self.container_image}"
         return "Slurm" if self.slurm else "here"
@@ -99,7 +108,11 @@ def world(preset: Preset, nodes: int | None, gpus_per_node: int | None,
     return nodes, gpus_per_node, notes
 
 
-def target_for(preset: Preset, slurm: bool) -> Target:
+def target_for(preset: Preset, slurm: bool, kubernetes: bool = False) -> Target:
+    if kubernetes:
+        from launcher.pipeline.k8s_settings import parse_k8s_settings
+
+        return Target(kubernetes=True, container_image=parse_k8s_settings(preset.launcher.k8s).image)
     if not slurm:
         return HERE
     from launcher.pipeline.slurm_settings import check_environment, parse_slurm_settings
@@ -172,7 +185,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             paths = rundir.run_dir_megatron_args(run_dir, megatron)
             added.update(paths)
             megatron.update(paths)
-        if target.slurm and run_dir is not None:
+        if target.remote and run_dir is not None:
             signal_settings, more_notes, signal_problems = _time_limit_settings(preset.megatron, megatron)
             added.update(signal_settings)
             megatron.update(signal_settings)
@@ -191,16 +204,18 @@ _NO_LAYOUT = Layout(world_size=0, tp=0, pp=0, cp=0, ep=0, dp=0, vpp=None, micro_
 
 def _time_limit_settings(given: Mapping[str, Any], megatron: Mapping[str, Any]
                          ) -> tuple[dict[str, Any], list[str], list[Problem]]:
-    """What a requeued or chained Slurm job needs to checkpoint at its time limit, where the preset leaves it open.
+    """What a requeued or chained Slurm job (or a restarted Kubernetes JobSet) needs to checkpoint when it is
+    stopped, where the preset leaves it open.
 
-    The batch script forwards SIGTERM to the ranks before the limit; Megatron's --exit-signal-handler (default
-    signal SIGTERM) then saves a checkpoint and exits, and the next attempt resumes from --load."""
+    The batch script forwards SIGTERM to the ranks before the limit (on Kubernetes the kubelet sends it, and
+    torchrun forwards it); Megatron's --exit-signal-handler (default signal SIGTERM) then saves a checkpoint and
+    exits, and the next attempt resumes from --load."""
     settings: dict[str, Any] = {}
     notes: list[str] = []
     signal_name = megatron.get("exit_signal") or "SIGTERM"
     if signal_name != "SIGTERM":
         return settings, notes, [Problem(
-            f"exit_signal={signal_name} would never fire: the batch script forwards SIGTERM to the ranks",
+            f"exit_signal={signal_name} would never fire: the ranks are stopped with SIGTERM",
             "remove exit_signal from the preset (Megatron's default is SIGTERM)")]
     if megatron.get("exit_signal_handler") is None:
         settings["exit_signal_handler"] = True
@@ -220,7 +235,7 @@ def _time_limit_settings(given: Mapping[str, Any], megatron: Mapping[str, Any]
 def _check_data(args: Mapping[str, Any], target: Target) -> tuple[list[Problem], list[str]]:
     """Here, every data check (exit 2 before launch). For Slurm, the same when this machine sees the files;
     otherwise only the checks that need no file, and the files this machine cannot see."""
-    if target.slurm:
+    if target.remote:
         unseen = [path for path in data_files(args) if not os.path.exists(path)]
         if unseen:
             return check_data_sources(args), unseen

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from launcher import install_command, untrusted
 from launcher.errors import Problem, UserError
+from launcher.runs import k8s_log, slurm_log
 from launcher.runs import logparse as lp
-from launcher.runs import slurm_log
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
 from launcher.runs.rundir import open_run_dir
@@ -292,8 +292,9 @@ def _gpu_peak(gpu: str | None) -> float | None:
 
 
 def run_logs(run_dir: Path) -> list[Path]:
-    """A run directory's logs of a run here, logs/attempt-N.log, in order (a Slurm job's: slurm_log)."""
-    return sorted((run_dir / "logs").glob("*.log"), key=attempt_number)
+    """A run directory's logs of a run here, logs/attempt-N.log, in order (a Slurm job's: slurm_log); a JobSet's,
+    one per attempt from its pods' logs (k8s_log)."""
+    return sorted((run_dir / "logs").glob("*.log"), key=attempt_number) or k8s_log.attempt_logs(run_dir)
 
 
 def _never_started(run_dir: Path) -> UserError:
@@ -301,6 +302,11 @@ def _never_started(run_dir: Path) -> UserError:
         return UserError(Problem(
             f"{run_dir} holds a Slurm batch script that has not run: no slurm-*.out and no {METRICS_FILE}",
             f"submit it with: sbatch {run_dir / SLURM_SCRIPT} (if it is queued already, squeue --me shows it)"))
+    if (run_dir / "jobset.yaml").exists():  # written by `launch --k8s`; its pods write logs/k8s/ when they start
+        return UserError(Problem(
+            f"{run_dir} holds a Kubernetes JobSet whose pods have written no log yet (logs/k8s/)",
+            f"apply it with: kubectl apply --server-side -f {run_dir / 'jobset.yaml'}; if it is applied, "
+            "kubectl get jobsets -A -l app.kubernetes.io/managed-by=megatron-launch shows it"))
     return UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",
                              f"start it with: launch --resume {run_dir}"))
 
