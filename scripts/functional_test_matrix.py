@@ -118,7 +118,9 @@ def rehearse_all(rows_jobs: list[tuple[Row, object]], checkout: Path) -> None:
             for row in requests[key]:
                 if result.ok:
                     row.rehearsal = "ok"
-                    row.reason = f"one step, loss {result.facts.get('loss') or float('nan'):.2f}"
+                    layers = result.facts.get("compiled_layers")
+                    row.reason = f"one step, loss {result.facts.get('loss') or float('nan'):.2f}" + (
+                        f"; compiled layers {layers}" if layers else "")
                 else:
                     row.rehearsal = "crashed"
                     row.reason = f"{result.stage}: {result.error[:300]}" + (f" ({result.where})" if result.where

@@ -23,6 +23,7 @@ def fast_compile(monkeypatch):
     from launcher.inside.megatron_ext import compiled_layer
 
     compiled_layer.compiled_layer_math.cache_clear()
+    torch._dynamo.reset()  # each case compiles afresh: all of them share one code object's recompile limit (8)
 
 
 def layer_pair(**overrides):

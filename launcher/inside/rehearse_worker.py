@@ -29,7 +29,7 @@ import time
 import traceback
 
 READY = "megatron-rehearse-worker ready"
-PORT = os.environ.get("MASTER_PORT", "29533")
+ANNOUNCED = "> megatron-launch compiled layers: "  # compiled_layer.announce
 
 
 def _message(exc: BaseException) -> tuple[str, str]:
@@ -55,6 +55,9 @@ class _Stream:
 
     def wait_event(self, *_args):
         return None
+
+    def record_event(self, *_args):
+        return _Event()
 
     def synchronize(self):
         return None
@@ -143,14 +146,17 @@ def _setup():
 
     argparse.ArgumentParser.error = raise_parse_error
     os.environ.setdefault("MEGATRON_LAUNCH_COMPILE_BACKEND", "aot_eager")
-    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": PORT})
+    os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
     import pretrain_gpt  # type: ignore[import-not-found]  # the checkout's: forward_step, and through it gpt_builder and model_provider
     from megatron.core.transformer import transformer_block
 
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    if not torch.distributed.is_initialized():  # an in-memory store: no port that two workers could share
+        torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
     return pretrain_gpt, {"LayerNormImpl": transformer_block.LayerNormImpl}
+
+
+# Built from the job's arguments at import (the spec), or holding its classes (the compiled layer checks them).
+JOB_MODULES = ("launcher.inside.megatron_ext.sdpa_spec", "launcher.inside.megatron_ext.compiled_layer")
 
 
 def _destroy_subgroups():
@@ -185,7 +191,10 @@ def _reset(saved):
 
         destroy_rerun_state_machine()
     transformer_block.LayerNormImpl = saved["LayerNormImpl"]  # the SDPA spec swaps it (sdpa_spec.py)
-    for name in [m for m in sys.modules if m.startswith("launcher.inside.megatron_ext.sdpa_spec")]:
+    import torch
+
+    torch._dynamo.reset()  # each job compiles as in its own process (and no recompile limit builds up across jobs)
+    for name in [m for m in sys.modules if m.startswith(JOB_MODULES)]:
         # Megatron imports --spec once per process; each job builds its own (the package keeps the submodule
         # as an attribute, which `from package import sdpa_spec` would take without importing it again)
         del sys.modules[name]
@@ -315,7 +324,10 @@ def main() -> int:
             os.environ.clear()
             os.environ.update(saved_env)
             _reset(saved)
-        result["log_tail"] = sink.getvalue()[-2000:]
+        log = sink.getvalue()
+        said = [line.split(": ", 1)[1] for line in log.splitlines() if line.startswith(ANNOUNCED)]
+        result.setdefault("facts", {})["compiled_layers"] = said[-1] if said else None  # the spec's own line
+        result["log_tail"] = log[-2000:]
         protocol.write(json.dumps(result) + "\n")
     return 0
 
