@@ -43,3 +43,18 @@ def log_fixture():
         return (FIXTURE_LOGS / name).read_text(errors="replace").splitlines()
 
     return read
+
+
+# What each marker needs installed: a marked test skips cleanly without it (CI with every extra runs them all).
+MARKER_NEEDS = {"megatron": ("megatron.training", "torch"), "matplotlib": ("matplotlib",)}
+
+
+def pytest_collection_modifyitems(config, items):
+    import importlib.util
+
+    missing = {marker: [m for m in modules if importlib.util.find_spec(m) is None]
+               for marker, modules in MARKER_NEEDS.items()}
+    for item in items:
+        for marker, absent in missing.items():
+            if absent and item.get_closest_marker(marker):
+                item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(absent)} (marker {marker})"))

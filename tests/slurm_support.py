@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 
 from launcher.backends import slurm
+from launcher.checks.data import check_job_data
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
 from launcher.pipeline.preset import available_presets, load_preset
-from launcher.pipeline.resolve import Target, kernels_of, resolve, target_for
+from launcher.pipeline.resolve import Placement, kernels_of, resolve, target_for
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden" / "slurm"
@@ -39,11 +40,11 @@ def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None 
                   gpus_per_node: int | None = None, preflight: bool = False,
                   run_dir: Path | None = None, megatron_path: Path = GOLDEN_MEGATRON) -> tuple[slurm.BatchJob, str]:
     preset = load_preset(name, list(overrides))
-    target: Target = target_for(preset, slurm=True)
+    target: Placement = target_for(preset, slurm=True)
     # A container image decides its own kernels (an NGC image: TE and apex); on bare metal, the preset's.
     kernels = kernels_of(preset, target) if target.container_image else preset_kernels(preset)
     resolved = resolve(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path, target=target,
-                       run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight)
+                       run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight, data_check=check_job_data)
     job = slurm.prepare_job(resolved, build_command(resolved)).job
     return job, slurm.render_batch_script(job)
 
@@ -119,3 +120,22 @@ def wait_for_line(path: Path, pattern: str, timeout: float, job_id: str, env: di
         time.sleep(0.3)
     text = path.read_text(errors="replace") if path.exists() else "(no log)"
     raise AssertionError(f"{pattern!r} not in {path} ({state}):\n{text}")
+
+
+def sacct_states(job_id: str, env: dict[str, str]) -> list[str]:
+    """The job's state in Slurm's accounting, one per attempt, oldest first ("CANCELLED by 0" is CANCELLED)."""
+    out = subprocess.run(["sacct", "-j", job_id, "--duplicates", "--allocations", "--noheader", "--parsable2",
+                          "--format=Start,State"], env=env, capture_output=True, text=True, timeout=30, check=False)
+    records = sorted(line.split("|") for line in out.stdout.splitlines() if "|" in line)
+    return [state.split()[0] for _, state in records if state]
+
+
+def wait_for_sacct(job_id: str, env: dict[str, str], attempts: int, timeout: float) -> list[str]:
+    """The accounting of a finished job that ran `attempts` times: slurmctld sends it to slurmdbd on its own
+    time, so wait until every attempt's record is there, the last with a final state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = sacct_states(job_id, env)
+        if len(states) >= attempts and states[-1] in FINISHED_STATES or time.monotonic() > deadline:
+            return states
+        time.sleep(0.3)

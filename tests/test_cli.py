@@ -41,9 +41,8 @@ def test_json_contract(launch):
     code, out, _ = launch("175b", "--dry-run", "--format", "json", "--megatron-path", MEGATRON)
     assert code == 0
     data = json.loads(out)
-    assert data["layout"] | {} == data["layout"]
-    for key in ("tp", "pp", "cp", "dp", "vpp", "world_size", "num_microbatches"):
-        assert key in data["layout"]
+    assert set(data["layout"]) == {"tp", "pp", "cp", "ep", "dp", "vpp", "world_size", "micro_batch_size",
+                                   "global_batch_size", "num_microbatches", "sequence_parallel"}
     assert (data["layout"]["tp"], data["layout"]["pp"], data["layout"]["dp"]) == (8, 16, 12)
     assert data["layout"]["world_size"] == 1536
     assert 174e9 < data["parameters"] < 176e9

@@ -18,9 +18,9 @@ from launcher.checks.doctor import (
     check_cuda_connections,
     check_helper_build,
     check_megatron_checkout,
-    preflight,
+    job_findings,
 )
-from launcher.megatron.pin import SUBMODULE
+from launcher.megatron.pin import SUBMODULE, Kernels
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -161,12 +161,16 @@ def test_cuda_device_max_connections_must_be_one_for_tensor_parallel():
     assert unset.status == "ok"
 
 
-def test_preflight_judges_the_runs_own_flags(tmp_path):
+def test_job_findings_judge_the_runs_own_flags(tmp_path):
     """Megatron's defaults need TE and apex's kernels; the flags for a machine without them pass."""
-    ctx = Context(megatron_path=tmp_path, env={**os.environ, "CUDA_DEVICE_MAX_CONNECTIONS": "1"})
-    defaults = {f.check: f for f in preflight({}, ctx) if f.status == "fail"}
-    plain = {"transformer_impl": "local", "gradient_accumulation_fusion": False, "masked_softmax_fusion": False}
-    without = [f for f in preflight(plain, ctx) if f.check in ("apex", "transformer-engine") and f.status == "fail"]
+    from launcher.pipeline import resolve
+    from launcher.pipeline.preset import load_preset
+
+    ctx = Context(megatron_path=tmp_path, env=dict(os.environ))
+    with_kernels = resolve.resolve(load_preset("345m"), 1, 1, kernels=Kernels(True, True, "preset"))
+    defaults = {f.check: f for f in job_findings(with_kernels, ctx) if f.status == "fail"}
+    plain = resolve.resolve(load_preset("345m"), 1, 1, kernels=Kernels(False, False, "preset"))
+    without = [f for f in job_findings(plain, ctx) if f.check in ("apex", "transformer-engine") and f.status == "fail"]
     has_te = any((Path(p) / "transformer_engine").exists() for p in sys.path if p)
     if not has_te:
         assert "transformer-engine" in defaults
@@ -218,6 +222,7 @@ def test_launch_stops_before_torchrun_when_preflight_fails(tmp_path):
     assert list(workdir.iterdir()) == []  # no run directory was started
 
 
+@pytest.mark.megatron
 def test_versions_come_from_megatron_cores_own_metadata(monkeypatch):
     """Python and torch requirements are read from megatron-core's metadata (packaging compares them)."""
     import importlib.metadata

@@ -12,6 +12,8 @@ from plan_shapes import GPT_175B, GPT_345M, LLAMA_LIKE, TOY
 
 from launcher.errors import UserError
 from launcher.estimate import formulas as est
+from launcher.estimate import steptime, summary
+from launcher.pipeline.divisors import divisors
 
 
 @pytest.mark.parametrize(("tp", "padded"), [(1, 50304), (2, 50432), (4, 50688), (8, 51200)])
@@ -206,16 +208,16 @@ def test_step_time_parts() -> None:
     m = est.model_shape(GPT_175B)
     t = est.training_of(GPT_175B, 1536)
     gpu = est.GPUS["h100-80gb"]
-    step = est.step_time(m, t, gpu)
+    step = steptime.step_time(m, t, gpu)
     # Even stages: the fill and drain are (PP−1)/(VPP·M) of the slowest rank's work.
     work = step.compute + step.recompute + step.tensor_comm + step.context_comm
     assert step.bubble == pytest.approx(work * 15 / t.num_microbatches, rel=0.05)  # first/last ranks differ
-    assert est.step_time(m, replace(t, vpp=2), gpu).bubble == pytest.approx(step.bubble / 2, rel=1e-3)
-    assert est.step_time(m, replace(t, recompute="full"), gpu).recompute > step.recompute == 0
+    assert steptime.step_time(m, replace(t, vpp=2), gpu).bubble == pytest.approx(step.bubble / 2, rel=1e-3)
+    assert steptime.step_time(m, replace(t, recompute="full"), gpu).recompute > step.recompute == 0
     assert step.total == pytest.approx(sum(v for k, v in step.as_dict().items()
                                            if k not in ("total", "model_tflops")))
-    measured = est.step_time(m, t, gpu, tflops=400)
-    assert measured.compute < est.step_time(m, t, gpu, tflops=200).compute
+    measured = steptime.step_time(m, t, gpu, tflops=400)
+    assert measured.compute < steptime.step_time(m, t, gpu, tflops=200).compute
 
 
 def test_time_to_tokens() -> None:
@@ -226,13 +228,13 @@ def test_time_to_tokens() -> None:
 def test_summary_for_the_dry_run_header() -> None:
     layout = SimpleNamespace(world_size=1536, tp=8, pp=16, cp=1, vpp=None, micro_batch_size=1,
                              global_batch_size=1536)
-    s = est.summary(GPT_175B, layout, "h100-80gb")
+    s = summary.summary(GPT_175B, layout, "h100-80gb")
     assert s["fits"] == "fits" and s["gpu"] == "h100-80gb"
     assert s["parameters"] == est.parameter_count(GPT_175B, tp=8)
     assert 0 < s["memory_per_gpu_gib"] < s["gpu_memory_gib"]
-    assert est.summary_line(s).startswith(f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of 79.1 on h100-80gb: fits")
+    assert summary.summary_line(s).startswith(f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of 79.1 on h100-80gb: fits")
     one_gpu = SimpleNamespace(world_size=8, tp=8, pp=1, cp=1, vpp=None, micro_batch_size=1, global_batch_size=8)
-    assert est.summary(GPT_175B, one_gpu, est.GPUS["a100-40gb"])["fits"] == "does not fit"
+    assert summary.summary(GPT_175B, one_gpu, est.GPUS["a100-40gb"])["fits"] == "does not fit"
 
 
 @settings(max_examples=50)
@@ -253,12 +255,12 @@ def test_memory_is_positive_and_sharding_helps(tp: int, pp: int, mbs: int, recom
 
 @given(st.integers(min_value=1, max_value=5000))
 def test_divisors_are_every_divisor_in_order(n):
-    assert est.divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+    assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
 
 
 def test_divisors_of_a_huge_setting_need_only_its_square_root():
     # A walk over every integer up to 10^9 would not finish; pairs up to √n do.
-    assert est.divisors(1_000_000_000)[:4] == [1, 2, 4, 5] and est.divisors(999_999_937) == [1, 999_999_937]
+    assert divisors(1_000_000_000)[:4] == [1, 2, 4, 5] and divisors(999_999_937) == [1, 999_999_937]
 
 
 def test_one_default_ffn_width():

@@ -8,7 +8,7 @@ import pytest
 
 from launcher import cli, untrusted
 from launcher.errors import UserError
-from launcher.pipeline.layout import unroll_pipeline_layout
+from launcher.pipeline.pipeline_layout import unroll_pipeline_layout
 from launcher.pipeline.preset import MAX_BASE_CHAIN, load_preset
 
 # Under 500 bytes that PyYAML builds as shared lists, 9**9 strings wherever the value is walked or printed.
@@ -280,7 +280,7 @@ def test_report_on_damaged_metrics(tmp_path, capsys):
 
 
 def test_divisor_hints_are_bounded_work(capsys):
-    from launcher.estimate.formulas import divisors  # the one divisors: layout rules and search both use it
+    from launcher.pipeline.divisors import divisors  # the one divisors: layout rules and search both use it
 
     assert divisors(12) == [1, 2, 3, 4, 6, 12]
     assert divisors(1_000_000_007) == [1, 1_000_000_007]  # a prime: sqrt(n) trials, not n

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from launcher.cli.job import job_as_declared
+from launcher.importer.bash_subset import ShellSyntaxError, read_script, show
 from launcher.importer.build import import_source
 from launcher.importer.flags import read_flags
 from launcher.importer.report import check_import
-from launcher.importer.shell import ShellSyntaxError, read_script, show
 
 REPO = Path(__file__).resolve().parent.parent
 MOCK = "--mock-data --tokenizer-type NullTokenizer --vocab-size 50257"
@@ -176,7 +177,7 @@ def imported(tmp_path: Path, text: str, name: str = "train.sh"):
     result = import_source(text, name)
     path = tmp_path / "imported.yaml"
     path.write_text(result.text)
-    return result, path, check_import(result, path)
+    return result, path, check_import(result, path, job_as_declared)
 
 
 def dry_run_json(path: Path) -> dict:

@@ -86,6 +86,7 @@ def test_child_exit_code_is_kept(tmp_path):
     assert launch(tmp_path, "toy", "--set", f"torchrun={torchrun}").returncode == 3
 
 
+@pytest.mark.matplotlib  # its end runs launch report (plots)
 def test_resume_continues_the_same_directory(tmp_path):
     first = stand_in(tmp_path, "toy_truncated.log", exit_code=1, tracker="50")
     assert launch(tmp_path, "toy", "--set", f"torchrun={first}").returncode == 1

@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from launcher.checks.data import check_job_data
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
@@ -11,7 +12,8 @@ from launcher.pipeline.resolve import resolve
 
 
 def plan(preset="345m", overrides=(), nodes=None, gpus=None, te=False, apex=False):
-    return resolve(load_preset(preset, list(overrides)), nodes, gpus, kernels=Kernels(te, apex, "preset"))
+    return resolve(load_preset(preset, list(overrides)), nodes, gpus, kernels=Kernels(te, apex, "preset"),
+                   data_check=check_job_data)
 
 
 def problems(*args, **kwargs) -> str:
@@ -154,7 +156,7 @@ def test_toy_simple_loop_needs_tp2_and_even_gpus():
 
 
 def test_toy_yaml_states_exactly_what_the_simple_loop_hard_codes():
-    from launcher.pipeline.layout import SIMPLE_LOOP_SETTINGS
+    from launcher.pipeline.checker import SIMPLE_LOOP_SETTINGS
 
     assert load_preset("toy").megatron == SIMPLE_LOOP_SETTINGS
 
@@ -176,11 +178,11 @@ def test_toy_overrides_with_an_explicit_simple_loop_are_refused():
 def test_simple_loop_parameters_are_upstream_models():
     """GPTModel as upstream's script builds it: vocabulary 100 unpadded, output layer untied (6,960)."""
     from launcher.estimate.formulas import parameter_count
-    from launcher.pipeline.layout import model_args
+    from launcher.pipeline.checker import model_args
 
     toy = plan("toy", gpus=2)
     assert toy.entry == "simple_loop"
-    assert parameter_count(model_args(toy.preset, toy.entry), toy.layout.tp) == 6960
+    assert parameter_count(model_args(toy.effective(), toy.entry), toy.layout.tp) == 6960
 
 
 def test_batch_hint_never_blames_the_auto_picked_micro_batch():
@@ -202,7 +204,12 @@ def test_batch_hint_offers_a_micro_batch_that_divides():
 def test_every_problem_at_once():
     with pytest.raises(UserError) as err:
         plan(overrides=["tensor_model_parallel_size=3", "seq_length=4096", "fp16=true"], gpus=3)
-    assert len(err.value.problems) >= 3
+    assert [p.message for p in err.value.problems] == [
+        "num_attention_heads 16 is not a multiple of tensor_model_parallel_size 3",
+        "ffn_hidden_size 4096 is not divisible by TP 3",
+        "fp16 and bf16 are both set",
+        "max_position_embeddings 1024 is smaller than seq_length 4096",
+    ]
 
 
 # -- properties of the arithmetic ---------------------------------------------------------------------------------

@@ -123,7 +123,7 @@ def test_uneven_pipeline_in_memory_and_time() -> None:
     assert not ps.layout_problems(m, t)
     layers = [s.layers for s in est.stage_parameters(m, t)]
     assert layers == [15] + [16] * 6 + [15]
-    step = est.step_time(m, t, H100)
+    step = steptime.step_time(m, t, H100)
     assert step.total > 0 and step.context_comm >= 0
     # The search finds the split by itself: 126 layers do not divide by 8.
     found = ps.search(LLAMA_405B | {"context_parallel_size": 2}, 1024, H100, top=20).best
@@ -133,25 +133,25 @@ def test_uneven_pipeline_in_memory_and_time() -> None:
 def test_overlap_rules() -> None:
     m = est.model_shape(GPT_175B, 8)
     t = est.training_of(GPT_175B, 1536)
-    plain = est.step_time(m, t, H100)
-    grads = est.step_time(m, replace(t, overlap_grad_reduce=True), H100)
-    both = est.step_time(m, replace(t, overlap_grad_reduce=True, overlap_param_gather=True), H100)
+    plain = steptime.step_time(m, t, H100)
+    grads = steptime.step_time(m, replace(t, overlap_grad_reduce=True), H100)
+    both = steptime.step_time(m, replace(t, overlap_grad_reduce=True, overlap_param_gather=True), H100)
     assert both.data_comm < grads.data_comm < plain.data_comm
     assert both.data_comm > 0  # at least the last bucket stays exposed
     # The parameter all-gather exists only with the distributed optimizer.
     no_dist = replace(t, distributed_optimizer=False, overlap_grad_reduce=True, overlap_param_gather=True)
-    assert est.step_time(m, no_dist, H100).data_comm == pytest.approx(
-        est.step_time(m, replace(no_dist, overlap_param_gather=False), H100).data_comm)
-    assert est.step_time(m, replace(t, tp_comm_overlap=True), H100).tensor_comm < plain.tensor_comm
-    assert est.step_time(m, replace(t, grad_reduce_in_bf16=True), H100).data_comm < plain.data_comm
-    assert est.step_time(m, replace(t, fp8=True), H100).compute < plain.compute
+    assert steptime.step_time(m, no_dist, H100).data_comm == pytest.approx(
+        steptime.step_time(m, replace(no_dist, overlap_param_gather=False), H100).data_comm)
+    assert steptime.step_time(m, replace(t, tp_comm_overlap=True), H100).tensor_comm < plain.tensor_comm
+    assert steptime.step_time(m, replace(t, grad_reduce_in_bf16=True), H100).data_comm < plain.data_comm
+    assert steptime.step_time(m, replace(t, fp8=True), H100).compute < plain.compute
 
 
 def test_context_parallel_ring_hides_behind_attention() -> None:
     m = est.model_shape(LLAMA_LIKE)
     t = est.Training(world_size=16, tp=1, cp=2, micro_batch_size=1, global_batch_size=16)
-    assert est.step_time(m, t, H100).context_comm == 0  # inside a node, 4096 tokens: attention is longer
-    slow = est.step_time(m, replace(t, cp=16, world_size=16), est.GPUS["l40s-48gb"], gpus_per_node=1)
+    assert steptime.step_time(m, t, H100).context_comm == 0  # inside a node, 4096 tokens: attention is longer
+    slow = steptime.step_time(m, replace(t, cp=16, world_size=16), est.GPUS["l40s-48gb"], gpus_per_node=1)
     assert slow.context_comm > 0
 
 

@@ -29,7 +29,7 @@ def apply_overrides(args: dict[str, Any], items: list[str]) -> dict[str, Any]:
 
 
 def test_layout_problems_name_every_factor() -> None:
-    # The search's rules are launcher.pipeline.layout's, so these are the messages `launch` prints.
+    # The search's rules are launcher.pipeline.checker's, so these are the messages `launch` prints.
     m = est.model_shape(GPT_175B)
     t = est.training_of(GPT_175B, 64)
     assert ps.layout_problems(m, t) == [
@@ -123,9 +123,9 @@ def test_plan_json_and_text() -> None:
 
 @pytest.mark.parametrize(("name", "world"), [("toy", 8), ("345m", 8), ("345m", 32), ("175b", 1536), ("175b", 256)])
 def test_the_search_judges_layouts_with_the_pipelines_own_check(name: str, world: int) -> None:
-    """One rule set: a candidate is valid exactly when launcher.pipeline.layout's check, run on the preset with
+    """One rule set: a candidate is valid exactly when launcher.pipeline.checker's check, run on the preset with
     the candidate's --set items, finds no layout problem."""
-    from launcher.pipeline.layout import check
+    from launcher.pipeline.checker import check
     from launcher.pipeline.preset import load_preset
 
     preset = load_preset(name)

@@ -14,6 +14,8 @@ from launcher.runs.monitor import Monitor
 from launcher.runs.report import make_report
 from launcher.runs.rundir import write_run_dir
 
+pytestmark = pytest.mark.matplotlib  # every report here draws its plots
+
 FIXTURES = Path(__file__).parent / "fixtures" / "logs"
 ROOT = Path(__file__).resolve().parent.parent
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

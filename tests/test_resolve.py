@@ -15,10 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from launcher.checks.data import check_job_data
+from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.kernels import is_ngc_image, kernels_for
 from launcher.pipeline.preset import load_preset
-from launcher.pipeline.resolve import HERE, Target, resolve
+from launcher.pipeline.resolve import HERE, Placement, resolve
 from tests.conftest import REPO, without_run_stamp
 
 NO_KERNELS = ["--set", "transformer_engine=false", "--set", "apex=false"]
@@ -294,8 +296,8 @@ def test_a_slurm_job_whose_data_is_visible_here_is_fully_checked(tmp_path):
     (tmp_path / "corpus.bin").write_bytes(b"")
     (tmp_path / "corpus.idx").write_bytes(b"not an index")
     preset = load_preset("345m", ["mock_data=false", f"data_path={prefix}"])
-    with pytest.raises(Exception, match="not a Megatron indexed-dataset index"):
-        resolve(preset, 1, 8, target=Target(slurm=True), run_dir=tmp_path / "run")
+    with pytest.raises(UserError, match="not a Megatron indexed-dataset index"):
+        resolve(preset, 1, 8, target=Placement(slurm=True), run_dir=tmp_path / "run", data_check=check_job_data)
 
 
 # -- everything decided before the checks ----------------------------------------------------------------------
@@ -304,15 +306,15 @@ def test_a_slurm_job_whose_data_is_visible_here_is_fully_checked(tmp_path):
 def test_every_setting_is_decided_before_the_checks(tmp_path):
     preset = load_preset("345m")
     here = resolve(preset, 1, 8, target=HERE, run_dir=tmp_path / "run")
-    assert here.preset.megatron["transformer_impl"] == "local"  # no TE: the fallback is part of the job
-    assert here.preset.megatron["save"] == str(tmp_path / "run" / "checkpoints")
-    assert "exit_signal_handler" not in here.preset.megatron
-    slurm = resolve(preset, 1, 8, target=Target(slurm=True), run_dir=tmp_path / "run")
-    assert slurm.preset.megatron["exit_signal_handler"] is True
+    assert here.megatron["transformer_impl"] == "local"  # no TE: the fallback is part of the job
+    assert here.megatron["save"] == str(tmp_path / "run" / "checkpoints")
+    assert "exit_signal_handler" not in here.megatron
+    slurm = resolve(preset, 1, 8, target=Placement(slurm=True), run_dir=tmp_path / "run")
+    assert slurm.megatron["exit_signal_handler"] is True
     preflight = resolve(preset, 1, 8, preflight=True)
     assert preflight.entry == "allreduce" and preflight.run_dir is None
     toy = resolve(load_preset("toy"), 1, 1, run_dir=tmp_path / "toy")
-    assert toy.entry == "pretrain_gpt" and toy.preset.megatron["tensor_model_parallel_size"] == 1
+    assert toy.entry == "pretrain_gpt" and toy.megatron["tensor_model_parallel_size"] == 1
 
 
 def test_launch_plan_estimates_the_job_the_dry_run_prints(launch):

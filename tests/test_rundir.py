@@ -11,6 +11,7 @@ import yaml
 
 import launcher
 from launcher.errors import UserError
+from launcher.pipeline.run_paths import run_dir_megatron_args
 from launcher.runs import rundir
 
 NOW = datetime(2026, 11, 29, 16, 1, 50, tzinfo=UTC)
@@ -40,7 +41,7 @@ class Command:
 def make(tmp_path, megatron=None):
     megatron = megatron or {"num_layers": 2, "train_iters": 100, "seq_length": 64}
     path = rundir.new_run_dir_path(tmp_path / "runs", "toy", NOW)
-    megatron = {**megatron, **rundir.run_dir_megatron_args(path, megatron)}
+    megatron = {**megatron, **run_dir_megatron_args(path, megatron)}
     argv = ["torchrun", "--nproc-per-node", "2", "pretrain_gpt.py", "--save", megatron["save"],
             "--data-path", "a path with spaces;rm -rf /"]
     env = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "WANDB_API_KEY": "s3cret"}
@@ -144,9 +145,9 @@ def test_preset_checkpoint_dir_is_kept(tmp_path):
 
 
 def test_wandb_flags_only_when_the_preset_configures_it(tmp_path):
-    plain = rundir.run_dir_megatron_args(tmp_path / "r", {"train_iters": 1})
+    plain = run_dir_megatron_args(tmp_path / "r", {"train_iters": 1})
     assert not any(key.startswith("wandb") for key in plain)
-    wandb = rundir.run_dir_megatron_args(tmp_path / "r", {"train_iters": 1, "wandb_project": "gpt"})
+    wandb = run_dir_megatron_args(tmp_path / "r", {"train_iters": 1, "wandb_project": "gpt"})
     assert wandb["wandb_save_dir"].endswith("/r/wandb") and wandb["wandb_exp_name"] == "r"
 
 
@@ -166,15 +167,15 @@ def test_not_a_run_directory(tmp_path, damage):
 
 def test_long_runs_save_periodically_and_keep_every_tenth(tmp_path):
     """175b as shipped: 95,368 iterations would otherwise save only at the end (a node failure loses days)."""
-    long = rundir.run_dir_megatron_args(tmp_path, {"train_samples": 146484375, "global_batch_size": 1536})
+    long = run_dir_megatron_args(tmp_path, {"train_samples": 146484375, "global_batch_size": 1536})
     assert (long["save_interval"], long["save_retain_interval"]) == (1000, 10000)
-    kept = rundir.run_dir_megatron_args(tmp_path, {"train_iters": 50000, "save_retain_interval": 5000})
+    kept = run_dir_megatron_args(tmp_path, {"train_iters": 50000, "save_retain_interval": 5000})
     assert kept["save_interval"] == 1000 and "save_retain_interval" not in kept  # the preset's own stays
 
 
 def test_short_runs_save_at_the_end_when_the_preset_gives_no_interval(tmp_path):
-    by_iters = rundir.run_dir_megatron_args(tmp_path, {"train_iters": 500})
-    by_samples = rundir.run_dir_megatron_args(tmp_path, {"train_samples": 1001, "global_batch_size": 10})
+    by_iters = run_dir_megatron_args(tmp_path, {"train_iters": 500})
+    by_samples = run_dir_megatron_args(tmp_path, {"train_samples": 1001, "global_batch_size": 10})
     assert (by_iters["save_interval"], by_samples["save_interval"]) == (500, 101)
-    assert rundir.run_dir_megatron_args(tmp_path, {"train_iters": 500, "save_interval": 50}).get(
+    assert run_dir_megatron_args(tmp_path, {"train_iters": 500, "save_interval": 50}).get(
         "save_interval") is None  # the preset's own stays

@@ -51,9 +51,10 @@ def test_report_on_a_slurm_run_directory_lists_the_attempts(tmp_path):
                             manifest={"checkpoint_dir": str(tmp_path / "ckpt")}, argv=["sbatch", "job.sbatch"],
                             env={})
     (run_dir / "slurm-7.out").write_text(JOB_LOG)
+    # no sacct on PATH: the states come from the log alone (tests/runs/test_report_job_states.py adds sacct's)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": str(tmp_path / "no-sacct")}
     result = subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir), "--format", "json"],
-                            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)})
+                            capture_output=True, text=True, cwd=ROOT, timeout=120, check=False, env=env)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["summary"]["attempts"] == 3 and report["summary"]["last_iteration"] == 6
@@ -63,14 +64,14 @@ def test_report_on_a_slurm_run_directory_lists_the_attempts(tmp_path):
         "attempt 2 (job 7): training failed with exit status 1; requeued",
         "attempt 3 (job 7): training finished"]
     text = subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir)], capture_output=True,
-                          text=True, cwd=ROOT, timeout=120, check=False,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+                          text=True, cwd=ROOT, timeout=120, check=False, env=env).stdout
     assert "in 3 attempts" in text and "attempts:           attempt 1 (job 7): killed without a word" in text
 
 
 # ---- the batch script's own bookkeeping, run by bash with stand-ins for srun and scontrol ----
 
-def run_batch_script(tmp_path: Path, restart_count: int, srun_status: int = 0) -> subprocess.CompletedProcess:
+def run_batch_script(tmp_path: Path, restart_count: int, srun_status: int = 0,
+                     squeue: str = "exit 0") -> subprocess.CompletedProcess:
     from slurm_support import render_preset
 
     _, text = render_preset("345m", (), 2, 2, run_dir=tmp_path)
@@ -80,7 +81,7 @@ def run_batch_script(tmp_path: Path, restart_count: int, srun_status: int = 0) -
     bin_dir.mkdir(exist_ok=True)
     for name, body in {"srun": f'echo srun >> {tmp_path}/calls; exit {srun_status}',
                        "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && echo n1; exit 0',
-                       "scancel": "exit 0"}.items():
+                       "scancel": "exit 0", "squeue": squeue}.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
@@ -112,6 +113,16 @@ def test_a_failed_attempt_is_requeued_within_the_budget_and_the_next_one_says_so
     assert second.returncode == 0, second.stderr
     attempts = slurm_log.split_attempts((tmp_path / "slurm-7.out").read_text())
     assert [a.ended for a in attempts] == ["training failed with exit status 1; requeued", "training finished"]
+
+
+def test_the_requeue_waits_until_slurm_lists_no_step_of_the_job_but_the_batch_script(tmp_path):
+    """srun may return while its step still stops on another node; a requeue then would start the next attempt's
+    step 7.0 beside the old 7.0 there. squeue lists the step for its first three calls here."""
+    squeue = (f'echo squeue >> {tmp_path}/calls; n=$(grep -c squeue {tmp_path}/calls); echo 7.batch; '
+              '[ "$n" -le 3 ] && echo 7.0; exit 0')
+    result = run_batch_script(tmp_path, restart_count=0, srun_status=1, squeue=squeue)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path) == ["scontrol show hostnames n[1-2]", "srun", *["squeue"] * 4, "scontrol requeue 7"]
 
 
 def test_an_attempt_that_left_no_word_is_recorded_by_the_next(tmp_path):

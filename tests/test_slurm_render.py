@@ -21,6 +21,7 @@ from slurm_support import GOLDEN_DIR, GOLDEN_RUNS, PRESETS, REPO, render_preset
 
 from launcher.backends import slurm
 from launcher.errors import UserError
+from launcher.pipeline.command import slurm_torchrun
 from launcher.pipeline.slurm_settings import parse_slurm_settings, parse_time_limit
 
 # Each golden file: (preset, overrides, nodes, GPUs per node, preflight).
@@ -131,6 +132,7 @@ def _stub_bin(tmp_path: Path) -> Path:
         "srun": 'printf "%s\\0" "$@" > "$RECORD/argv"; printf "%s" "$NCCL_SOCKET_IFNAME" > "$RECORD/ifname"',
         "scontrol": 'if [ "$1" = show ]; then echo n1; echo n2; else echo "$*" >> "$RECORD/scontrol"; fi',
         "scancel": 'echo "$*" >> "$RECORD/scancel"',
+        "squeue": 'echo "$*" >> "$RECORD/squeue"',  # no step left running: the requeue may go ahead
     }
     for name, body in stubs.items():
         path = bin_dir / name
@@ -141,7 +143,8 @@ def _stub_bin(tmp_path: Path) -> Path:
 
 def test_every_value_reaches_srun_verbatim_and_nothing_runs(tmp_path):
     job = slurm.BatchJob(
-        title="quoting", job_name="quoting", nodes=2, gpus_per_node=2, torchrun=("/opt/venv/bin/torchrun",),
+        title="quoting", job_name="quoting", nodes=2, gpus_per_node=2,
+        torchrun=tuple(slurm_torchrun("/opt/venv/bin/torchrun", 2)),
         script="/opt/megatron-lm/pretrain_gpt.py", script_args=NASTY_ARGS, run_dir=tmp_path / "run",
         env={"NCCL_SOCKET_IFNAME": "^lo,docker0"}, rdzv_port=29511,
     )
@@ -167,7 +170,8 @@ def test_every_value_reaches_srun_verbatim_and_nothing_runs(tmp_path):
 def test_signal_is_forwarded_and_the_job_requeued_within_budget(tmp_path):
     """The trap: SIGUSR1 to the batch shell → scancel --signal=TERM to the steps → requeue (budget permitting)."""
     job = slurm.BatchJob(
-        title="trap", job_name="trap", nodes=1, gpus_per_node=1, torchrun=("torchrun",), script="train.py",
+        title="trap", job_name="trap", nodes=1, gpus_per_node=1, torchrun=tuple(slurm_torchrun("torchrun", 1)),
+        script="train.py",
         script_args=(), run_dir=tmp_path / "run", settings=parse_slurm_settings({"max_restarts": 2}),
     )
     path = slurm.write_batch_script(job)
@@ -263,7 +267,8 @@ def test_signal_must_come_before_the_time_limit():
     ("torchrun", ("torchrun;id",), "torchrun='torchrun;id' contains shell metacharacters"),
 ])
 def test_bad_jobs_are_refused_and_write_nothing(tmp_path, field, value, message):
-    good = slurm.BatchJob(title="t", job_name="t", nodes=2, gpus_per_node=2, torchrun=("torchrun",),
+    good = slurm.BatchJob(title="t", job_name="t", nodes=2, gpus_per_node=2,
+                          torchrun=tuple(slurm_torchrun("torchrun", 2)),
                           script="/m/pretrain_gpt.py", script_args=("--lr", "1"), run_dir=tmp_path / "run",
                           world_size=4)
     slurm.render_batch_script(good)

@@ -15,7 +15,6 @@ from upstream_support import megatron_request, shared_checker
 from launcher.checks.megatron_verdict import (
     UpstreamChecker,
     check_preset,
-    default_check_env,
     nearest_flag,
     target_env,
     unknown_flags,
@@ -24,8 +23,9 @@ from launcher.errors import UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
+from launcher.pipeline.environment import launcher_connections
 from launcher.pipeline.preset import available_presets, load_preset
-from launcher.pipeline.resolve import resolve
+from launcher.pipeline.resolve import attempt, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 # (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
@@ -67,7 +67,7 @@ def test_preset_passes_megatrons_own_checks(name, nodes, gpus, kernels):
     if job.entry != "pretrain_gpt":
         pytest.skip(f"entry {job.entry} takes no Megatron flags at world {nodes * gpus}")
     command = build_command(job)
-    env = target_env(job.preset, command.script_args, command.env)
+    env = target_env(job)
     verdict = shared_checker().check(command.script_args, job.layout.world_size, env, apex=kernels.apex,
                                      te=kernels.transformer_engine)
     assert verdict.ok, verdict.render()
@@ -132,9 +132,10 @@ def test_unknown_flags_and_nearest_flag_read_argparse_message():
 
 
 def test_check_env_sets_connections_only_for_tensor_or_context_parallel():
-    assert default_check_env(["--tensor-model-parallel-size", "1", "--context-parallel-size", "1"]) == {}
-    assert default_check_env(["--context-parallel-size", "2"]) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
-    assert default_check_env(["--tensor-model-parallel-size", "8"]) == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    assert launcher_connections("pretrain_gpt", 1, 1, fsdp=False) is None
+    assert launcher_connections("pretrain_gpt", 1, 2, fsdp=False) == "1"
+    assert launcher_connections("pretrain_gpt", 8, 1, fsdp=False) == "1"
+    assert launcher_connections("pretrain_gpt", 8, 1, fsdp=True) is None
 
 
 def test_checker_without_a_usable_python_is_a_user_error(tmp_path):
@@ -159,14 +160,15 @@ def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
 @pytest.mark.megatron
 def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     kernels = Kernels(False, False, "preset")
-    rc = check_preset(load_preset("345m", ["micro_batch_size=4"]), 1, 2, {"kernels": kernels}, checker=shared_checker())
+    rc = check_preset(*attempt(load_preset("345m", ["micro_batch_size=4"]), 1, 2, kernels=kernels),
+                      checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert out.startswith("assumed: GPU h100-80gb (compute capability 9.0), no Transformer Engine, no apex")
     assert "\nlauncher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)" in out
     assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
 
-    rc = check_preset(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, {"kernels": kernels},
+    rc = check_preset(*attempt(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels=kernels),
                       checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 2
@@ -225,7 +227,7 @@ def test_check_judges_the_declared_target_not_this_machine(tmp_path, capsys):
     """NCCL_ALGO from launcher.env, grouped GEMM's capability question, TE's fused RoPE and a ModelOpt flag:
     each failed on this CPU machine before; all are answered for the declared H200 + TE container."""
     preset = load_preset(_preset_file(tmp_path, TARGET_PRESET))
-    rc = check_preset(preset, None, None, {"kernels": Kernels(True, True, "preset")}, checker=shared_checker())
+    rc = check_preset(*attempt(preset, kernels=Kernels(True, True, "preset")), checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "assumed: GPU h200-141gb (compute capability 9.0), Transformer Engine 2.14.0" in out
@@ -239,8 +241,7 @@ def test_check_judges_the_declared_target_not_this_machine(tmp_path, capsys):
 @pytest.mark.megatron
 def test_check_forwards_the_presets_own_value_when_the_launcher_refuses(tmp_path, capsys):
     preset = load_preset(_preset_file(tmp_path, TARGET_PRESET), ["env.CUDA_DEVICE_MAX_CONNECTIONS=8"])
-    rc = check_preset(preset, None, None, {"kernels": Kernels(True, True, "preset")}, "json",
-                      checker=shared_checker())
+    rc = check_preset(*attempt(preset, kernels=Kernels(True, True, "preset")), "json", checker=shared_checker())
     report = json.loads(capsys.readouterr().out)
     assert rc == 2 and report["agree"], report
     assert report["assumed"]["env"]["CUDA_DEVICE_MAX_CONNECTIONS"] == "8"

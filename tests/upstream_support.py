@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -11,8 +12,8 @@ from launcher.checks.megatron_verdict import Request, UpstreamChecker, find_mega
 from launcher.megatron.pin import Kernels
 from launcher.megatron.target import capability
 from launcher.pipeline import command
-from launcher.pipeline.kernels import fallbacks
 from launcher.pipeline.preset import Preset
+from launcher.pipeline.resolve import resolve_settings
 
 _checker: UpstreamChecker | None = None
 STARTUP_SECONDS: list[float] = []
@@ -34,8 +35,9 @@ def shared_checker() -> UpstreamChecker:
 def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> Request:
     """The argv and environment the launcher would give pretrain_gpt.py for this preset, as a check request.
 
-    Built without resolving the job, so that presets the launcher rejects can be put to Megatron too."""
+    The job's settings decided but not checked, so that presets the launcher rejects can be put to Megatron too."""
     kernels = Kernels(transformer_engine=te, apex=apex, how="preset")
-    argv = command.script_args({**preset.megatron, **fallbacks(preset.megatron, kernels)})
-    return Request(argv, world_size, target_env(preset, argv), apex=apex, te=te,
-                   capability=capability(preset.launcher.gpu))
+    job, _ = resolve_settings(replace(preset, launcher=replace(preset.launcher, entry="pretrain_gpt")), 1,
+                              world_size, kernels=kernels, inherited_env={})
+    argv = command.script_args(job.megatron)
+    return Request(argv, world_size, target_env(job), apex=apex, te=te, capability=capability(preset.launcher.gpu))

@@ -29,7 +29,7 @@ import yaml
 
 from launcher.errors import Problem, UserError
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, entry_script, kernel_summary
-from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds, parse_k8s_settings
+from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv
 from launcher.runs import rundir, secrets
@@ -186,7 +186,7 @@ def warnings_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
     found = list(resolved.warnings)
     mount = Path(job.mount_path)
     for dest in ("save", "load", "tensorboard_dir"):
-        path = resolved.preset.megatron.get(dest)
+        path = resolved.megatron.get(dest)
         if isinstance(path, str) and not Path(path).is_relative_to(mount):
             found.append(f"{dest}={path} is not on the PVC (mounted at {mount}): a restarted pod will not find it")
     if resolved.megatron_path.absolute().is_relative_to(mount):
@@ -335,7 +335,8 @@ def prepare(job: ResolvedJob, command: Command) -> Prepared:
     if job.entry == PREFLIGHT:
         raise UserError("--preflight is not available with --k8s yet",
                         "run the preflight on Slurm or here; the JobSet's torchrun is the same as the training's")
-    made = build_job(job, command, parse_k8s_settings(job.preset.launcher.k8s))
+    assert job.target.k8s_settings is not None, "a Kubernetes job is resolved for Kubernetes (resolve.target_for)"
+    made = build_job(job, command, job.target.k8s_settings)
     problems = check_job(made, job)
     if problems:
         raise UserError(problems)

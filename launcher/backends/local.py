@@ -11,12 +11,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
 from launcher.errors import UserError
 from launcher.pipeline.command import Command
+from launcher.pipeline.environment import JobEnvironment
 from launcher.pipeline.shell import HostFromEnv
 
 # SIGHUP too: a closed terminal must stop training the same way, not kill the launcher and orphan the ranks.
@@ -79,6 +80,12 @@ def _python_dir() -> str | None:
     return str(directory)
 
 
+def process_environment(environment: JobEnvironment) -> dict[str, str]:
+    """The whole environment of the training processes started here: the job's (environment.for_process),
+    with PATH from training_path."""
+    return environment.for_process(training_path(environment.inherited.get("PATH")))
+
+
 def resolved_argv(command: Command) -> list[str]:
     if not command.expand:
         return command.argv
@@ -97,21 +104,19 @@ def runnable_argv(command: Command) -> list[str]:
     return argv
 
 
-def run(command: Command, cwd: str | None = None, stdout=None,
+def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout=None,
         on_line: Callable[[str], None] | None = None) -> int:
     """Start torchrun, pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its exit status (128+N if killed).
 
     With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
     instead of going straight to the terminal. If `on_line` raises, the child is stopped before the error
-    goes on: training must not continue unrecorded.
+    goes on: training must not continue unrecorded. `env` is the processes' whole environment (the job's:
+    process_environment).
     """
     argv = runnable_argv(command)
-    env = {**os.environ, **command.env}
-    env["PATH"] = training_path(env.get("PATH"))
-    if shutil.which(argv[0], path=env["PATH"]) is None:
+    env = dict(env)
+    if shutil.which(argv[0], path=env.get("PATH")) is None:
         raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
-    if os.environ.get("PYTHONPATH") and "PYTHONPATH" in command.env:
-        env["PYTHONPATH"] = f"{command.env['PYTHONPATH']}:{os.environ['PYTHONPATH']}"
     child: subprocess.Popen[str] | subprocess.Popen[bytes]
     lines: IO[str] | None = None  # the child's output, when it goes to on_line
     if on_line is not None:

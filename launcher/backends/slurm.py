@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
@@ -31,14 +31,8 @@ from launcher.megatron.pin import require_checkout
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
-from launcher.pipeline.shell import shell_comment
-from launcher.pipeline.slurm_settings import (
-    MAX_CHAIN,
-    SlurmSettings,
-    check_environment,
-    check_shell_value,
-    parse_slurm_settings,
-)
+from launcher.pipeline.shell import expands, shell_comment, shell_word
+from launcher.pipeline.slurm_settings import MAX_CHAIN, SlurmSettings, check_environment, check_shell_value
 from launcher.runs import rundir, secrets
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
@@ -65,7 +59,7 @@ class BatchJob:
     job_name: str
     nodes: int
     gpus_per_node: int
-    torchrun: tuple[str, ...]
+    torchrun: tuple[str, ...]  # the command's torchrun and its options, up to the entry script
     script: str
     script_args: tuple[str, ...]
     run_dir: Path
@@ -94,6 +88,11 @@ class BatchJob:
         return [ShellSafe(line) for line in flag_lines(self.script_args)]
 
     @property
+    def torchrun_words(self) -> list[str]:
+        """The command's torchrun words for the script, one a line; Slurm's own expand on the node."""
+        return [ShellSafe(shell_word(word)) for word in self.torchrun]
+
+    @property
     def export_lines(self) -> list[str]:
         """`export NAME=value` for every rank; a secret is taken from the submitting environment instead."""
         return [ShellSafe(secrets.shell_export(name, value, shlex.quote)) for name, value in self.env.items()]
@@ -102,12 +101,11 @@ class BatchJob:
 def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain: int | None = None,
               title: str | None = None) -> BatchJob:
     """The batch job for a resolved job and the command its ranks run."""
-    launcher = job.preset.launcher
     name = settings.job_name or f"megatron-{job.preset.name}"
     assert job.run_dir is not None, "a Slurm job has a run directory"
     bare_metal = not settings.container_image
     node_modules = tuple((module, problem.render()) for module, problem in kernel_rules.assumed_modules(
-        job.preset.megatron)) if bare_metal and job.entry == "pretrain_gpt" else ()
+        job.megatron)) if bare_metal and job.entry == "pretrain_gpt" else ()
     about = [kernel_summary(job) + ("; each node checks them at job start" if node_modules else "")] \
         if job.entry == "pretrain_gpt" else []
     about += [f"warning: {w}" for w in (*job.warnings, *unmounted_paths(job, command, settings))]
@@ -116,18 +114,18 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         job_name=name,
         nodes=job.nodes,
         gpus_per_node=job.gpus_per_node,
-        torchrun=(launcher.torchrun,),
+        torchrun=tuple(command.argv[:command.argv.index(command.script)]),
         script=command.script,
         script_args=tuple(command.script_args),
         run_dir=job.run_dir,
         settings=settings,
         env=dict(command.env),
-        rdzv_port=settings.rdzv_port or launcher.master_port,
+        rdzv_port=job.rdzv_port,
         chain=chain or settings.chain,
         world_size=job.layout.world_size,
         about=tuple(" ".join(line.split()) for line in about),  # one comment line each, whatever they hold
         unseen_files=job.unseen_files,
-        data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.preset.megatron.get(k)) is not None}),
+        data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.megatron.get(k)) is not None}),
         node_modules=node_modules,
     )
 
@@ -214,7 +212,8 @@ def check_job(job: BatchJob) -> list[Problem]:
                                 "set slurm.job_name to letters, digits and . _ + - only"))
     problems.extend(check_environment(job.env))
     for word in job.torchrun:
-        check_shell_value("torchrun", word, problems)
+        if not expands(word):  # the launcher's own run-time words ($SLURM_NNODES, …) are not values
+            check_shell_value("torchrun", word, problems)
     check_shell_value("script", job.script, problems)
     for arg in job.script_args:
         # Megatron arguments may hold Python expressions (--moe-layer-freq "([1]*3+[0])"); they are quoted,
@@ -288,19 +287,13 @@ def prepare_job(job: ResolvedJob, command: Command, *, chain: int | None = None)
 
     Raises UserError for the Slurm settings; the job itself is checked when it is rendered.
     """
-    try:
-        settings = parse_slurm_settings(job.preset.launcher.slurm)
-    except UserError as exc:
-        # Report the environment's problems in the same breath, not one round trip later.
-        raise UserError([*exc.problems, *check_environment(job.preset.launcher.env)]) from None
+    settings = job.target.slurm_settings
+    assert settings is not None, "a Slurm job is resolved for Slurm (resolve.target_for)"
     name = job.preset.name
     title = f"preset {name}"
-    if job.entry == PREFLIGHT:
+    if job.entry == PREFLIGHT:  # resolve gave it settings that run once (no requeue, no chain)
         if chain and chain > 1:
             raise UserError("--chain does not apply to --preflight", "a preflight job runs once; drop --chain")
-        # A failed preflight should just report; it has nothing to resume and must not block a training chain.
-        settings = replace(settings, requeue=False, chain=1,
-                           job_name=f"{settings.job_name or f'megatron-{name}'}-preflight")
         title = f"preflight of preset {name} (all-reduce over every rank, no training)"
     notes = list(job.notes)
     if not settings.exclusive and settings.cpus_per_task is None:

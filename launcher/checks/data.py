@@ -93,6 +93,17 @@ def data_files(megatron_args: Mapping[str, Any]) -> list[str]:
     return files
 
 
+def check_job_data(args: Mapping[str, Any], remote: bool) -> tuple[list[Problem], list[str]]:
+    """resolve's data check (its `data_check`). Here, every data check (exit 2 before launch). On a cluster
+    (Slurm, Kubernetes), the same when this machine sees the files; otherwise only the checks that need no file,
+    and the files this machine cannot see (the job checks them on its first node)."""
+    if remote:
+        unseen = [path for path in data_files(args) if not os.path.exists(path)]
+        if unseen:
+            return check_data_sources(args), unseen
+    return check_data(args), []
+
+
 def check_data_sources(megatron_args: Mapping[str, Any]) -> list[Problem]:
     """The checks that need no file: one data source, a well-formed blend and split."""
     problems = _check_sources(megatron_args)

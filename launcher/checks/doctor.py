@@ -3,7 +3,7 @@ how to fix it.
 
 Fast by design: package versions come from installed metadata and module specs, never from importing
 torch; only the opt-in torch probe (`launch doctor --torch`) imports torch, in a child process.
-`preflight()` is the subset `launch PRESET` runs before training, judged against that preset.
+`job_findings()` is the subset `launch PRESET` runs before training, judged against its resolved job.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ from packaging.version import InvalidVersion, Version
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import SUBMODULE, has_module
+from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
+from launcher.pipeline.kernels import assumed_modules
 from launcher.runs.rundir import git_commit
 
 Status = Literal["ok", "warn", "fail"]
@@ -377,17 +379,23 @@ def run_checks(ctx: Context, names: Iterable[str] | None = None) -> list[Finding
     return findings
 
 
-def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_parallel: int = 1,
-              context_parallel: int = 1) -> list[Finding]:
-    """The checks that matter for one run, judged against the Megatron arguments it will pass (absent keys
-    mean Megatron's defaults; None: a script that takes no flags). Never imports torch."""
-    findings = run_checks(ctx, ["python", "torch", "megatron-lm", "dataset-helpers"])
-    findings += check_cuda_connections(ctx, needs_one=max(tensor_parallel, context_parallel) > 1)
-    if megatron_args is None:
-        return findings
-    from launcher.pipeline.kernels import assumed_modules
+def job_connections(job: Any) -> Finding:
+    """CUDA_DEVICE_MAX_CONNECTIONS as the job's ranks get it: resolve decided and judged it (environment.py)."""
+    value = job.environment.get(CONNECTIONS)
+    if value is None:
+        why = " (FSDP wants it unset or > 1)" if uses_fsdp(job.arg) else ""
+        return Finding(CONNECTIONS, "ok", f"unset, as the job leaves it{why}")
+    return Finding(CONNECTIONS, "ok", f"{value}, as the job sets it")
 
-    for module, problem in assumed_modules(megatron_args):  # the same messages as the job's check on a node
+
+def job_findings(job: Any, ctx: Context) -> list[Finding]:
+    """The checks that matter for one resolved job, judged against the settings and environment it will run with
+    (`ctx.env`: its processes' environment). Never imports torch."""
+    findings = run_checks(ctx, ["python", "torch", "megatron-lm", "dataset-helpers"])
+    findings.append(job_connections(job))
+    if job.entry != "pretrain_gpt":  # the simple loop builds its own model: only the environment matters
+        return findings
+    for module, problem in assumed_modules(job.megatron):  # the same messages as the job's check on a node
         if module == "transformer_engine":
             present = check_transformer_engine(ctx)[0].status == "ok"
         else:
@@ -398,14 +406,10 @@ def preflight(megatron_args: Mapping[str, Any] | None, ctx: Context, *, tensor_p
     return findings
 
 
-def preflight_or_raise(job: Any, command: Any) -> None:
+def check_before_launch(job: Any, process_env: Mapping[str, str]) -> None:
     """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok.
-
-    Judged against the resolved job's settings, exactly as they will be passed."""
-    # the simple loop builds its own model: only the environment matters
-    settings = dict(job.preset.megatron) if job.entry == "pretrain_gpt" else None
-    ctx = Context(megatron_path=job.megatron_path, env=training_env({**os.environ, **command.env}))
-    findings = preflight(settings, ctx, tensor_parallel=job.layout.tp, context_parallel=job.layout.cp)
+    `process_env` is what the training processes will get (the local backend's process_environment)."""
+    findings = job_findings(job, Context(megatron_path=job.megatron_path, env=process_env))
     for finding in findings:
         if finding.status == "warn":
             print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)
@@ -414,13 +418,6 @@ def preflight_or_raise(job: Any, command: Any) -> None:
         failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-doctor",
                              stage="launcher")
         raise UserError(failed)
-
-
-def training_env(env: dict[str, str]) -> dict[str, str]:
-    """The environment training processes started by `launch` get (PATH included), for the checks."""
-    from launcher.backends.local import training_path
-
-    return {**env, "PATH": training_path(env.get("PATH"))}
 
 
 def worst(findings: Iterable[Finding]) -> Status:

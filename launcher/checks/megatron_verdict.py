@@ -23,7 +23,7 @@ from typing import Any, Self
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import has_module
-from launcher.megatron.target import Target
+from launcher.megatron.target import AssumedMachine
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # pretrain_gpt.py calls parse_and_validate_args(args_defaults={'tokenizer_type': 'GPT2BPETokenizer'}).
@@ -65,7 +65,7 @@ class Request:
     capability: tuple[int, int] = (9, 0)  # its CUDA compute capability (Hopper unless the preset says)
 
     def target(self) -> dict[str, Any]:
-        return Target("", self.te, self.apex).as_request() | {"capability": list(self.capability)}
+        return AssumedMachine("", self.te, self.apex).as_request() | {"capability": list(self.capability)}
 
 
 def find_megatron_python() -> str | None:
@@ -190,26 +190,10 @@ class UpstreamChecker:
         self.close()
 
 
-FSDP_FLAGS = ("--use-megatron-fsdp", "--use-torch-fsdp2")
-
-
-def default_check_env(argv: Sequence[str]) -> dict[str, str]:
-    """What the launcher exports for these flags: CUDA_DEVICE_MAX_CONNECTIONS=1 once TP or CP exceeds 1 (Megatron
-    asserts it below Blackwell), except with FSDP, which asserts the opposite."""
-    sizes = {"--tensor-model-parallel-size": 1, "--context-parallel-size": 1}
-    for i, word in enumerate(argv[:-1]):
-        if word in sizes:
-            sizes[word] = int(argv[i + 1])
-    if any(flag in argv for flag in FSDP_FLAGS):
-        return {}
-    return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"} if max(sizes.values()) > 1 else {}
-
-
-def target_env(preset: Any, argv: Sequence[str], command_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The job's environment as the preset declares it: the launcher's own exports (the command's, or for a
-    refused preset the ones it would make), then every launcher.env variable, which wins."""
-    env = dict(command_env) if command_env is not None else {**default_check_env(argv), **preset.launcher.env}
-    return {k: v for k, v in env.items() if k not in NOT_FORWARDED}
+def target_env(job: Any) -> dict[str, str]:
+    """The environment Megatron's checks see: the job's exports (resolve decided them, launcher.env included),
+    without what torchrun sets per rank or what only finds the checkout."""
+    return {k: v for k, v in job.environment.exported.items() if k not in NOT_FORWARDED}
 
 
 def check_argvs(requests: Sequence[Request], python: str | None = None, **kwargs: Any) -> list[Verdict]:
@@ -227,7 +211,7 @@ def _layout_line(job: Any) -> str:
             f"CP {lay.cp} · DP {lay.dp}{vpp}; {lay.num_microbatches} microbatch(es) of {lay.micro_batch_size}")
 
 
-def _assumed_lines(target: Target, kernels: Any, env: Mapping[str, str], preset: Any) -> list[str]:
+def _assumed_lines(target: AssumedMachine, kernels: Any, env: Mapping[str, str], preset: Any) -> list[str]:
     how = "declared by the preset" if kernels.how == "preset" else "auto: as found on this machine"
     declared_env = set(preset.launcher.env)
     env_text = " ".join(f"{k}={v}" + ("" if k in declared_env else " (added by the launcher)")
@@ -241,60 +225,48 @@ def _megatron_notes(verdict: Verdict) -> list[str]:
     return lines
 
 
-def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inputs: dict[str, Any],
-                 output_format: str = "text", checker: UpstreamChecker | None = None, rehearse: bool = False) -> int:
+def check_preset(job: Any, problems: list[Any], output_format: str = "text",
+                 checker: UpstreamChecker | None = None, rehearse: bool = False) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
 
-    `inputs` are resolve's (kernels, megatron_path, target, run directory, …): Megatron is asked about the job
-    exactly as it would run. Megatron is imported from the checkout when there is one (pretrain_gpt.py imports
-    it from there), else from the installed megatron-core. `checker` reuses a running worker.
+    `job` and `problems` are resolve.attempt's: Megatron is asked about the job exactly as it would run, even
+    when the launcher refuses it. Megatron is imported from the checkout when there is one (pretrain_gpt.py
+    imports it from there), else from the installed megatron-core. `checker` reuses a running worker.
 
     Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
     not this machine; the facts assumed are printed first. With `rehearse`, a job both accept is also built at a
     tiny size on this CPU and trained one step (checks/rehearsal.py); 0 only when that works too."""
-    from launcher.pipeline import resolve
-    from launcher.pipeline.command import build_command, script_args
+    from launcher.pipeline.command import script_args
 
-    kernels, megatron_path = inputs["kernels"], inputs.get("megatron_path")
-    nodes, gpus_per_node, _ = resolve.world(preset, nodes, gpus_per_node, inputs.get("gpus_here"))
-    inputs = {name: value for name, value in inputs.items() if name != "gpus_here"}  # the world is decided
-    job, problems = None, []
-    try:
-        job = resolve.resolve(preset, nodes, gpus_per_node, **inputs)
-    except UserError as exc:
-        problems = exc.problems
-    if job is not None and job.entry != "pretrain_gpt":
+    accepted = not problems
+    if accepted and job.entry != "pretrain_gpt":
         print(f"launcher: ok ({_layout_line(job)})\nmegatron: not asked: entry {job.entry} takes no Megatron "
               "flags (the upstream script hard-codes its model)")
         return 0
-    if job is not None:
-        cmd = build_command(job)
-        argv, env = cmd.script_args, target_env(preset, cmd.script_args, cmd.env)
-    else:  # the launcher refused: still ask Megatron about the flags and environment the job would have
-        unchecked, _ = resolve.resolve_settings(preset, nodes, gpus_per_node, **inputs)
-        argv = script_args(unchecked.preset.megatron)
-        env = target_env(preset, argv)
-    target = Target(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
+    preset, kernels, megatron_path = job.preset, job.kernels, job.megatron_path
+    nodes, gpus_per_node = job.nodes, job.gpus_per_node
+    argv, env = script_args(dict(job.megatron)), target_env(job)  # the command's flags, also when refused
+    target = AssumedMachine(preset.launcher.gpu, kernels.transformer_engine, kernels.apex)
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
                                capability=target.capability)
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
-    agree = verdict.ok == (job is not None)
+    agree = verdict.ok == accepted
     rehearsal = None
-    if rehearse and job is not None and verdict.ok:
+    if rehearse and accepted and verdict.ok:
         from launcher.checks.rehearsal import rehearse_job
 
-        rehearsal = rehearse_job(preset, job, inputs, env)
+        rehearsal = rehearse_job(job, env)
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,
             "assumed": {"gpu": target.gpu, "capability": list(target.capability),
                         "transformer_engine": target.transformer_engine, "apex": target.apex,
                         "kernels": kernels.how, "env": env},
-            "launcher": {"ok": job is not None, "layout": job.layout.as_dict() if job else None,
+            "launcher": {"ok": accepted, "layout": job.layout.as_dict() if accepted else None,
                          "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems],
-                         "warnings": list(job.warnings) if job else []},
+                         "warnings": list(job.warnings) if accepted else []},
             "megatron": {"ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "facts": verdict.facts,
                          "suggestions": verdict.suggestions, "source": source, "rewrites": verdict.rewrites,
                          "warnings": verdict.warnings, "not_checked": verdict.not_checked},
@@ -303,7 +275,7 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
-        if job is not None:
+        if accepted:
             print(f"launcher: ok ({_layout_line(job)})")
             print("".join(f"  warning: {w}\n" for w in job.warnings), end="")
         else:
@@ -326,4 +298,4 @@ def check_preset(preset: Any, nodes: int | None, gpus_per_node: int | None, inpu
             print("\n".join(rehearsal.render()))
         elif rehearse:
             print("rehearsal: not run (the launcher or Megatron refused the job)")
-    return 0 if job is not None and verdict.ok and (rehearsal is None or rehearsal.ok) else 2
+    return 0 if accepted and verdict.ok and (rehearsal is None or rehearsal.ok) else 2

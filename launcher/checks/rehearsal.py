@@ -16,7 +16,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Self
 
@@ -279,33 +279,30 @@ def verdict(reply: Mapping[str, Any], not_rehearsed: Sequence[str]) -> Rehearsal
                      reply.get("traceback", ""))
 
 
-def rehearse_job(preset: Any, job: Any, inputs: Mapping[str, Any], env: Mapping[str, str]) -> Rehearsal:
+def rehearse_job(job: Any, env: Mapping[str, str]) -> Rehearsal:
     """Rehearse a resolved job here. Where its target has Transformer Engine or apex and this machine lacks them,
-    the job is resolved again for a target without them (the launcher's own fallbacks: local implementation, the
-    SDPA spec), and the rehearsal says so. A missing checkout or Megatron is a failed rehearsal with its fix."""
-    from dataclasses import replace
-
+    the launcher's own settings for a target without them are applied (kernels.fallbacks: the local
+    implementation, the SDPA spec, apex's fusions off), and the rehearsal says so. A missing checkout or Megatron
+    is a rehearsal not run, with its fix."""
     from launcher.megatron.pin import Kernels, detect_kernels
-    from launcher.pipeline import resolve
+    from launcher.pipeline import kernels as kernel_rules
 
     te_here, apex_here = detect_kernels()
     kernels = job.kernels
     here = Kernels(kernels.transformer_engine and te_here, kernels.apex and apex_here, kernels.how)
+    megatron = dict(job.megatron)
     notes = []
     if here != kernels:
         missing = [name for name, target, local in (("Transformer Engine", kernels.transformer_engine, te_here),
                                                      ("NVIDIA apex", kernels.apex, apex_here)) if target and not local]
         notes.append(f"{' and '.join(missing)} (the target's, not installed here): rehearsed with the settings the "
                      "launcher gives a target without them")
-        try:
-            job = resolve.resolve(preset, job.nodes, job.gpus_per_node,
-                                  **{**{k: v for k, v in inputs.items() if k != "gpus_here"}, "kernels": here})
-        except UserError as exc:
-            return Rehearsal(False, "launcher", "without " + " and ".join(missing) + ": " +
-                             "; ".join(p.message for p in exc.problems), not_rehearsed=tuple(notes))
+        if megatron.get("transformer_impl") == "transformer_engine" and not here.transformer_engine:
+            del megatron["transformer_impl"]
+        megatron.update(kernel_rules.fallbacks(megatron, here))
     try:
         with Rehearser(Path(job.megatron_path)) as worker:
-            result = worker.rehearse(job.megatron, env)
+            result = worker.rehearse(megatron, env)
     except UserError as exc:
         problem = exc.problems[0]
         return Rehearsal(False, "setup", f"{problem.message} (hint: {problem.hint})" if problem.hint else

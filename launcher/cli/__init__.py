@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from collections.abc import Callable
@@ -73,11 +72,10 @@ def cmd_run(argv: list[str]) -> int:
     args = run_parser().parse_args(argv)
     # Run-directory and process modules load only for real runs: a dry-run stays fast.
     from launcher.cli import render
-    from launcher.megatron.pin import megatron_path, require_checkout
-    from launcher.pipeline import resolve
+    from launcher.cli.job import JobRequest, job_for, local_gpus
+    from launcher.megatron.pin import require_checkout
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
-    from launcher.runs import rundir
 
     if (args.preset is None) == (args.resume is None):
         raise UserError("give a preset, or --resume RUN_DIR (not both)", "for example: launch toy, or launch "
@@ -97,32 +95,22 @@ def cmd_run(argv: list[str]) -> int:
         preset, existing = tracking.open_resume(args.resume, args.overrides)
     else:
         preset = load_preset(args.preset, args.overrides)
-    gpus_here = None
-    if not (on_slurm or on_k8s):  # a job here (run, dry-run or --check): this machine's GPUs bound a one-node job
-        from launcher.backends import local
-
-        gpus_here = functools.cache(local.visible_gpus)
-        if not (args.dry_run or args.check or args.rehearse) and args.gpus_per_node is None and gpus_here() == 0:
-            raise UserError("no GPU is visible on this machine",
-                            "run on a GPU machine, or use --dry-run to print the command")
-    target = resolve.target_for(preset, on_slurm, on_k8s)
-    kernels = resolve.kernels_of(preset, target)
-    path = megatron_path(args.megatron_path, preset.launcher.megatron_path)
-    # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
-    # A launch claims the name at once (mkdir), so launches in the same second never share one; if this launch
-    # ends before writing the directory, the empty claim is removed at exit.
-    run_dir = existing.path if existing else None
-    if run_dir is None and (on_slurm or on_k8s or not args.preflight):
-        name_only = args.dry_run or args.check or args.rehearse
-        run_dir = (rundir.new_run_dir_path if name_only else rundir.reserve_run_dir)(
-            Path(preset.launcher.run_root), preset.name)
-    inputs = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=existing,
-                  preflight=args.preflight, gpus_here=gpus_here)
+    name_only = args.dry_run or args.check or args.rehearse
+    if not (on_slurm or on_k8s) and not name_only and args.gpus_per_node is None and local_gpus() == 0:
+        raise UserError("no GPU is visible on this machine",
+                        "run on a GPU machine, or use --dry-run to print the command")
+    # A launch claims its run directory's name at once (mkdir), so launches in the same second never share one; if
+    # this launch ends before writing the directory, the empty claim is removed at exit.
+    request = JobRequest(args.nodes, args.gpus_per_node, slurm=on_slurm, k8s=on_k8s, preflight=args.preflight,
+                         megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only)
+    job, problems = job_for(preset, request)
     if args.check or args.rehearse:
         from launcher.checks.megatron_verdict import check_preset
 
-        return check_preset(preset, args.nodes, args.gpus_per_node, inputs, args.format, rehearse=args.rehearse)
-    job = resolve.resolve(preset, args.nodes, args.gpus_per_node, **inputs)
+        return check_preset(job, problems, args.format, rehearse=args.rehearse)
+    if problems:
+        raise UserError(problems)
+    path = job.megatron_path
     command = build_command(job)
     if on_k8s:
         from launcher.backends import k8s
@@ -140,15 +128,16 @@ def cmd_run(argv: list[str]) -> int:
         # Checkout and environment first, so that a failed check leaves no run directory behind.
         require_checkout(path, job.entry)
         if not args.no_doctor:
-            from launcher.checks.doctor import preflight_or_raise
+            from launcher.backends import local
+            from launcher.checks.doctor import check_before_launch
 
-            preflight_or_raise(job, command)
+            check_before_launch(job, local.process_environment(job.environment))
     sys.stdout.write("\n".join(render.header(job)) + "\n")
     sys.stdout.flush()
     if args.preflight:  # a check, not a run: no run directory, no training monitor
         from launcher.backends import local
 
-        return local.run(command)
+        return local.run(command, local.process_environment(job.environment))
     from launcher.runs import tracking
 
     return tracking.execute(job, command)
@@ -165,19 +154,19 @@ def cmd_list(argv: list[str]) -> int:
                     "GPUs and the default world of each.")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     args = parser.parse_args(argv)
-    from launcher.estimate.formulas import human, parameter_count
-    from launcher.pipeline import resolve
-    from launcher.pipeline.layout import SIMPLE_LOOP_TP, model_args
+    from launcher.cli.job import JobRequest, checked_job
+    from launcher.estimate.formulas import built_model_parameters, human
+    from launcher.pipeline.checker import SIMPLE_LOOP_TP
     from launcher.pipeline.preset import available_presets, load_preset
 
     rows = [("preset", "parameters", "layout (TP·PP·CP)", "min GPUs", "default world", "description")]
     records = []
     for name in available_presets():
         preset = load_preset(name)
-        job = resolve.resolve(preset, kernels=resolve.kernels_of(preset, resolve.HERE))
+        job = checked_job(preset, JobRequest(run_dir=False, local=False))  # the preset's own world
         lay = job.layout
         min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
-        params = parameter_count(model_args(job.preset, job.entry), lay.tp)
+        params = built_model_parameters(job.effective(), job.entry, lay.tp)
         rows.append((name, human(params), f"{lay.tp}·{lay.pp}·{lay.cp}", str(min_gpus),
                      f"{job.nodes}×{job.gpus_per_node}", preset.description))
         records.append({"preset": name, "parameters": params, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
@@ -207,11 +196,13 @@ def cmd_doctor(argv: list[str]) -> int:
     import json
     from dataclasses import asdict
 
+    from launcher.backends.local import training_path
     from launcher.checks import doctor
     from launcher.megatron.pin import megatron_path
 
-    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None),
-                         env=doctor.training_env(dict(os.environ)), torch_probe=options.torch)
+    # what training processes started here would get (PATH with this interpreter first)
+    env = {**os.environ, "PATH": training_path(os.environ.get("PATH"))}
+    ctx = doctor.Context(megatron_path=megatron_path(options.megatron_path, None), env=env, torch_probe=options.torch)
     findings = doctor.run_checks(ctx)
     if options.format == "json":
         print(json.dumps([asdict(f) for f in findings], indent=1))
@@ -227,7 +218,12 @@ def cmd_plan(argv: list[str]) -> int:
     parser = Parser(prog="launch plan", description="Parameters, FLOPs, memory per GPU and time of a preset "
                      "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
     plan_report.add_arguments(parser)
-    sys.stdout.write(plan_report.run(parser.parse_args(argv)))
+    ns = parser.parse_args(argv)
+    if ns.measure:
+        from launcher.cli import plan_measure
+
+        return plan_measure.run(ns)
+    sys.stdout.write(plan_report.run(ns))
     return 0
 
 
@@ -251,12 +247,15 @@ def cmd_report(argv: list[str]) -> int:
     report = make_report(args.targets, args.output_dir, args.partial)
     if args.format == "json":
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
-                          "sources": [str(s) for s in report.sources], "attempts": report.attempts}, indent=2,
+                          "sources": [str(s) for s in report.sources], "attempts": report.attempts,
+                          "job_states": report.job_states}, indent=2,
                          allow_nan=False))
     else:
         print(report.summary.render())
         for number, attempt in enumerate(report.attempts):
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
+        if report.job_states:
+            print("job states:         " + report.job_states)
         print("plots:              " + ", ".join(str(p) for p in report.plots))
     return 0
 
@@ -271,10 +270,16 @@ def cmd_show(argv: list[str]) -> int:
     parser.add_argument("--nodes", type=positive, help="number of nodes (default: the preset's)")
     parser.add_argument("--gpus-per-node", type=positive, help="GPUs per node (default: the preset's)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
     args = parser.parse_args(argv)
+    from launcher.cli.job import JobRequest, job_for
     from launcher.cli.show import show
+    from launcher.pipeline.preset import load_preset
 
-    sys.stdout.write(show(args.preset, args.overrides, args.nodes, args.gpus_per_node, args.format))
+    # the job a dry-run of the same arguments resolves (its run directory named, not made)
+    job, problems = job_for(load_preset(args.preset, args.overrides),
+                            JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path))
+    sys.stdout.write(show(job, problems, args.format))
     return 0
 
 
@@ -325,9 +330,10 @@ def cmd_import(argv: list[str]) -> int:
     parser.add_argument("-o", "--output", metavar="PRESET.yaml",
                         help="write the preset here (default: print it; the report goes to standard error)")
     args = parser.parse_args(argv)
+    from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
 
-    return import_main(args.source, args.output)
+    return import_main(args.source, args.output, job_as_declared)
 
 
 SUBCOMMANDS: dict[str, Callable[[list[str]], int]] = {

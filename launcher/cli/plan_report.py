@@ -15,6 +15,7 @@ from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
 from launcher.estimate.steptime import StepTime
+from launcher.estimate.summary import estimate
 
 GIB = est.GIB
 
@@ -29,6 +30,7 @@ class Budget:
         return self.nodes * self.gpus_per_node
 
 
+MAX_GPUS = 1 << 20  # a million GPUs: more than any cluster, and the search's work stays bounded
 GPUS_PER_NODE_FOR_GPUS = 8  # --gpus N alone means nodes of 8 GPUs (HGX/DGX), or one node below 8
 
 
@@ -41,6 +43,9 @@ def resolve_budget(nodes: int | None, gpus_per_node: int | None, gpus: int | Non
     for flag, value in (("--gpus", gpus), ("--nodes", nodes), ("--gpus-per-node", gpus_per_node)):
         if value is not None and value < 1:
             raise UserError(f"{flag} must be at least 1, got {value}")
+        if value is not None and value > MAX_GPUS:  # bounded work: the layout search walks the divisors
+            raise UserError(f"{flag} {value} is more GPUs than the plan searches (at most {MAX_GPUS:,})",
+                            f"give a budget of at most {MAX_GPUS:,} GPUs")
     if gpus is not None:
         per_node = gpus_per_node or GPUS_PER_NODE_FOR_GPUS
         if gpus <= per_node and gpus_per_node is None:
@@ -51,18 +56,29 @@ def resolve_budget(nodes: int | None, gpus_per_node: int | None, gpus: int | Non
             raise UserError(f"{gpus} GPUs are not a whole number of nodes of {per_node} GPUs",
                             f"use {options}, or --nodes N --gpus-per-node G")
         return Budget(gpus // per_node, per_node)
-    return Budget(nodes or preset_nodes, gpus_per_node or preset_gpus_per_node)
+    budget = Budget(nodes or preset_nodes, gpus_per_node or preset_gpus_per_node)
+    if budget.world_size > MAX_GPUS:
+        raise UserError(f"{budget.nodes} nodes × {budget.gpus_per_node} GPUs is more GPUs than the plan searches "
+                        f"(at most {MAX_GPUS:,})", f"give a budget of at most {MAX_GPUS:,} GPUs")
+    return budget
 
 
-_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+_SUFFIX = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
 def parse_tokens(text: str) -> float:
-    """'300B', '1.5T', '2e9' → tokens."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMBGTkmbgt]?)\s*", text)
+    """'300B', '1.5T', '2e9' → tokens. A bare number (`300`) is refused: it is almost always 300B meant."""
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)([eE][+-]?[0-9]+)?\s*([KMBGTkmbgt]?)\s*", text)
     if not match:
-        raise UserError(f"cannot read a token count from {text!r}", "write e.g. 300B, 1.5T or 2e9")
-    return float(match.group(1)) * _SUFFIX[match.group(2).upper()]
+        raise UserError(f"cannot read a token count from --tokens {text!r}", "write e.g. 300B, 1.5T or 2e9")
+    number, exponent, unit = match.groups()
+    if not exponent and not unit:
+        raise UserError(f"--tokens {number} has no unit",
+                        f"write {number}B for {number} billion tokens (units K, M, B or T; or {number}e9)")
+    tokens = float(number + (exponent or "")) * (_SUFFIX[unit.upper()] if unit else 1)
+    if not 0 < tokens < 1e18:
+        raise UserError(f"--tokens {text.strip()} is not a token budget", "give a positive count below 1e18")
+    return tokens
 
 
 def preset_tokens(args: Mapping[str, Any]) -> float | None:
@@ -78,11 +94,13 @@ def preset_tokens(args: Mapping[str, Any]) -> float | None:
 def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
                tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
                rules: ps.Rules | None = None, extra_sets: tuple[str, ...] = (),
-               notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS) -> dict[str, Any]:
+               notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS,
+               built_parameters: int | None = None, built_padded_vocab: int | None = None) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
-    `rules` judge layouts (launcher.pipeline.layout's, for the target's kernels); `extra_sets` are --set items
-    every listed layout needs.
+    `rules` judge layouts (launcher.pipeline.checker's, for the target's kernels); `extra_sets` are --set items
+    every listed layout needs. `built_parameters` / `built_padded_vocab`: the model the preset's own launch
+    builds (est.built_model_parameters), when its entry builds another model than the one `args` describe.
     """
     world = budget.world_size
     rules = rules or ps.Rules(args, budget.gpus_per_node)
@@ -100,9 +118,9 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         "world_size": world,
         "tokens": tokens,
         "model": {
-            "parameters": est.parameter_count(args, training.tp),
+            "parameters": built_parameters if built_parameters is not None else est.parameter_count(args, training.tp),
             "vocab_size": shape.vocab_size,
-            "padded_vocab_size": shape.padded_vocab_size,
+            "padded_vocab_size": built_padded_vocab or shape.padded_vocab_size,
             "flops_per_token": est.flops_per_iteration(shape, 1) / shape.seq_length,
         },
         "layout": layout_dict(training) | {"valid": not problems, "problems": problems},
@@ -110,7 +128,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     if problems and world < model_parallel:
         plan["layout"]["minimum_gpus"] = model_parallel
     if not problems:
-        e = est.estimate(args, training, gpu, budget.gpus_per_node, tflops)
+        e = estimate(args, training, gpu, budget.gpus_per_node, tflops)
         plan["model"] |= {
             "megatron_parameters": e.megatron_params.total,
             "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(shape, training)),
@@ -121,6 +139,7 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
             "megatron": e.megatron.as_dict(),
             "megatron_other_optimizer": e.megatron_other_optimizer.as_dict(),
             "complete": e.complete.as_dict(),
+            "difference": [asdict(d) for d in est.memory_difference(shape, training)],
             "fits": e.fit,
         }
         plan["time"] = time_dict(e.step, training, shape, tokens)
@@ -163,10 +182,10 @@ def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float 
 def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: float,
                     write_gbps: float) -> dict[str, Any]:
     """The periodic saves a run of this preset makes (its save_interval, else the launcher's default)."""
-    from launcher.runs.rundir import _end_of_training_interval, default_save_settings
+    from launcher.pipeline.run_paths import default_save_settings, end_of_training_interval
 
     interval = args.get("save_interval") or default_save_settings(args)["save_interval"]
-    end = _end_of_training_interval(args)
+    end = end_of_training_interval(args)
     total = end if end < 1_000_000_000 else None
     return est.save_cost(parameters, args, step_seconds, int(interval), total, write_gbps)
 
@@ -215,8 +234,9 @@ def render_text(plan: dict[str, Any]) -> str:
                  f"({plan['nodes']} node(s) × {plan['gpus_per_node']} GPUs, {gpu['memory_gib']} GiB each)")
     lines.append("")
     lines.append("Model")
-    lines.append(f"  parameters           {est.human(model['parameters'])} (vocab {model['vocab_size']} padded to "
-                 f"{model['padded_vocab_size']})")
+    vocab = (f"vocab {model['vocab_size']}, not padded" if model["padded_vocab_size"] == model["vocab_size"]
+             else f"vocab {model['vocab_size']} padded to {model['padded_vocab_size']}")
+    lines.append(f"  parameters           {est.human(model['parameters'])} ({vocab})")
     lines.append(f"  FLOPs per token      {model['flops_per_token']:.4g} (Megatron's formula; recompute not counted)")
     lines.append("")
     desc = ps.describe(est.Training(**{k: lay[k] for k in est.Training.__dataclass_fields__}))
@@ -242,6 +262,11 @@ def render_text(plan: dict[str, Any]) -> str:
         toggled = "with" if not lay["distributed_optimizer"] else "without"
         lines.append(f"    ({toggled} the distributed optimizer, Megatron's total would be "
                      f"{other['total'] / size:.2f} {unit}: optimizer state {other['optimizer'] / size:.2f})")
+        gap = comp["total"] - meg["total"]
+        lines.append(f"    complete − Megatron = {gap / size:+.2f} {unit}:")
+        for d in mem["difference"]:
+            if abs(d["bytes"]) >= size / 200:
+                lines.append(f"      {d['what']} {d['bytes'] / size:+.2f} {unit}: {d['why']}")
         lines.append(f"  fits {gpu['name']}?    {mem['fits']} ({comp['total'] / GIB:.2f} of {gpu['memory_gib']} GiB;"
                      f" 'fits' means ≤ {int(gpu['usable_fraction'] * 100)}%)")
         t = plan["time"]
@@ -258,7 +283,7 @@ def render_text(plan: dict[str, Any]) -> str:
             lines.append(f"    {est.human(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
         c = plan["checkpoint"]
         saves = f", {c['saves']:,} saves: {_duration(c['total_seconds'])} in all" if c["saves"] else ""
-        lines.append(f"    checkpoints        {c['bytes'] / 1e12:.2f} TB each, ~{_duration(c['seconds_per_save'])} "
+        lines.append(f"    checkpoints        {est.human_bytes(c['bytes'])} each, ~{_duration(c['seconds_per_save'])} "
                      f"per save at {c['write_gbps']:g} GB/s (--ckpt-write-gbps); every {c['save_interval']:,} "
                      f"iterations = +{100 * c['overhead_fraction']:.1f} % time{saves}")
     search = plan["search"]
@@ -290,8 +315,8 @@ def render_text(plan: dict[str, Any]) -> str:
     for note in search["notes"]:
         lines.append(f"note: {note}")
     lines.append("")
-    lines.append("Memory: 'Megatron' is megatron.training.theoretical_memory_usage; 'complete' adds biases, the "
-                 "tied output copy on the last stage, unfused attention scores, fp32 logits and per-stage peaks.")
+    lines.append("Memory: 'Megatron' is megatron.training.theoretical_memory_usage; 'complete' is the launcher's "
+                 "model of the most loaded GPU (docs/plan.md); 'complete − Megatron' names what they differ by.")
     return "\n".join(lines)
 
 
@@ -322,11 +347,44 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                         help="override a preset setting first, as for launch")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    measure = parser.add_argument_group("measuring on this machine")
+    measure.add_argument("--measure", action="store_true",
+                         help="run the best layouts that fit this machine for a few iterations each (as `launch` "
+                              "would run them), rank them by the measured step time, print measured vs "
+                              "predicted and store the measurements for refitting")
+    measure.add_argument("--measure-layouts", type=int, default=4, metavar="N",
+                         help="how many layouts to run (default 4)")
+    measure.add_argument("--measure-iters", type=int, default=10, metavar="N",
+                         help="iterations per layout (default 10; the first 3 are warm-up and not timed)")
+    measure.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
+    measure.add_argument("--no-doctor", action="store_true", help="skip the environment checks before the runs")
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan was computed from (for `--measure`, which runs its layouts)."""
+
+    preset: Any  # launcher.pipeline.preset.Preset, as given (its own entry)
+    args: dict[str, Any]  # the Megatron settings the layouts are judged on
+    budget: Budget
+    gpu: est.Gpu
+    rules: ps.Rules
+    kernels: Any  # launcher.megatron.pin.Kernels
+    allow_sp: bool
+    extra_sets: tuple[str, ...]
 
 
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
-    from launcher.pipeline import resolve
+    plan, _ = plan_for(ns)
+    return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"
+
+
+def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], PlanInputs]:
+    """The plan for parsed arguments (on `budget` if given, else the flags' or the preset's) and its inputs."""
+    from launcher.cli.job import JobRequest, job_for
+    from launcher.pipeline.checker import model_args
+    from launcher.pipeline.pipeline_layout import layout_string_problem
     from launcher.pipeline.preset import load_preset
 
     gpu = est.gpu_by_name(ns.gpu)
@@ -338,15 +396,25 @@ def run(ns: Any) -> str:
         raise UserError(Problem(f"--ckpt-write-gbps must be positive, got {ns.ckpt_write_gbps}"))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
+    too_long = layout_string_problem(preset.arg)  # the checker's own words, before any estimate unrolls it
+    if too_long is not None:
+        raise UserError(too_long)
     settings = preset.launcher
-    budget = resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
-    kernels = resolve.kernels_of(preset, resolve.HERE)
+    budget = budget or resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
+    given = preset
     # The settings the job would pass on this budget (through pretrain_gpt.py: the layouts below choose TP), as
     # resolve decides them for a launch, e.g. without TE the local layers with the launcher's SDPA attention.
+    on_budget = JobRequest(budget.nodes, budget.gpus_per_node, run_dir=False, local=False)
     training = replace(preset, launcher=replace(settings, entry="pretrain_gpt"))
-    job, _ = resolve.resolve_settings(training, budget.nodes, budget.gpus_per_node, kernels=kernels)
-    preset = job.preset
-    args = preset.effective()
+    job, _ = job_for(training, on_budget)
+    # The model the preset's own launch builds (its entry may be the simple loop, which builds its own)
+    own, _ = job_for(preset, on_budget)
+    kernels = job.kernels
+    preset = job.as_checked()
+    args = job.effective()
+    tp = int(est.megatron_value(args, "tensor_model_parallel_size"))
+    own_args = model_args(own.effective(), own.entry)
+    built = est.built_model_parameters(own.effective(), own.entry, tp)
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if not kernels.transformer_engine:
@@ -357,8 +425,20 @@ def run(ns: Any) -> str:
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
+    layouts_build = est.built_model_parameters(job.effective(), job.entry, tp)
+    if layouts_build != built:
+        differ = []
+        if est.padded_vocab_size(own_args, tp) != est.padded_vocab_size(args, tp):
+            differ.append(f"vocabulary padded to {est.padded_vocab_size(args, tp)}")
+        if bool(own_args.get("untie_embeddings_and_output_weights")) != bool(
+                args.get("untie_embeddings_and_output_weights")):
+            differ.append("output layer untied" if args.get("untie_embeddings_and_output_weights")
+                          else "output layer tied to the embedding")
+        notes.append(f"the layouts below run through pretrain_gpt.py, which builds {est.human(layouts_build)} "
+                     f"parameters ({', '.join(differ)})")
     rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex, preset.launcher)
-    plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens,
-                      allow_sp=kernels.transformer_engine or kernels.apex, rules=rules,
-                      extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps)
-    return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"
+    allow_sp = kernels.transformer_engine or kernels.apex
+    plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
+                      extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
+                      built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp))
+    return plan, PlanInputs(given, args, budget, gpu, rules, kernels, allow_sp, extra_sets)

@@ -107,13 +107,19 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _build_index(args: argparse.Namespace) -> int:
-    from launcher.dataprep.index_cache import build_index_for_preset, samples_line
+    from launcher.cli.job import JobRequest, checked_job
+    from launcher.dataprep.index_cache import build_index_for_job, check_index_preset, samples_line
+    from launcher.pipeline.preset import load_preset
 
     if args.inputs or args.output_prefix:
         raise UserError("--build-index takes a preset, not input files or --output-prefix",
                         "run tokenization and --build-index as two commands")
-    summary = build_index_for_preset(args.build_index, overrides=args.overrides, nodes=args.nodes,
-                                     gpus_per_node=args.gpus_per_node, megatron_path_arg=args.megatron_path)
+    preset = load_preset(args.build_index, list(args.overrides))
+    check_index_preset(preset)
+    # the job `launch PRESET` runs on that world (the cache names hash its settings), without a run directory
+    job = checked_job(preset, JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path,
+                                         run_dir=False, local=False))
+    summary = build_index_for_job(job)
     if args.format == "json":
         print(json.dumps(summary, indent=2))
     else:

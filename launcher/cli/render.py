@@ -6,12 +6,13 @@ import json
 import shlex
 from typing import Any
 
-from launcher.estimate import formulas as estimate
-from launcher.estimate.formulas import human, padded_vocab_size, parameter_count
+from launcher.estimate import summary as estimate
+from launcher.estimate.formulas import built_model_parameters, human, padded_vocab_size
+from launcher.pipeline.checker import model_args
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
-from launcher.pipeline.layout import model_args
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.pipeline.shell import shell_comment
+from launcher.runs.secrets import redact_argv, shell_export
 
 _one_line = shell_comment  # a newline in a preset's description must not end the comment
 
@@ -26,10 +27,10 @@ def command_lines(command: Command) -> list[str]:
 
 def summary(job: ResolvedJob) -> dict[str, Any]:
     # Megatron's view of the job as it runs (the no-TE/apex settings change attention and memory)
-    args = model_args(job.preset, job.entry)
+    args = model_args(job.effective(), job.entry)
     layout, kernels = job.layout, job.kernels
     return {
-        "parameters": parameter_count(args, layout.tp),
+        "parameters": built_model_parameters(job.effective(), job.entry, layout.tp),
         # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)
         "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
         or args.get("padded_vocab_size") else None,
@@ -71,7 +72,8 @@ def text(job: ResolvedJob, command: Command) -> str:
     if command.expand:
         lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
-    lines += [f"export {name}={shlex.quote(value)}" for name, value in command.env.items()]
+    # a secret is taken from the shell that runs the script, as command.sh and the sbatch script do
+    lines += [shell_export(name, value, shlex.quote) for name, value in command.env.items()]
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 
@@ -88,7 +90,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "layout": job.layout.as_dict(),
         **facts,
         "argv": command.argv,
-        "env": command.env,
+        "env": job.environment.shown(),
         "script": command.script,
         "script_args": command.script_args,
         "run_dir": str(job.run_dir) if job.run_dir is not None else None,
@@ -96,6 +98,6 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "notes": list(job.notes),
         "warnings": list(job.warnings),
         "sources": list(job.preset.sources),
-        "overrides": list(job.preset.overrides),
+        "overrides": redact_argv(job.preset.overrides),
     }
     return json.dumps(data, indent=2) + "\n"

@@ -7,14 +7,17 @@ Megatron's own defaults from the argument catalog (launcher/data/megatron_args.j
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from collections.abc import Mapping
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import UserError
+from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import Preset, load_preset
+from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs.rundir import MANIFEST, PRESET_FILE
+from launcher.runs.secrets import redact_argv
 
 NOT_SET = "(not set)"
 
@@ -34,15 +37,27 @@ def _plain(value: Any) -> Any:
 def launcher_settings(preset: Preset) -> dict[str, Any]:
     """The launcher's settings flattened: env and slurm entries as env.NAME and slurm.NAME."""
     flat: dict[str, Any] = {}
-    for name, value in asdict(preset.launcher).items():
-        if isinstance(value, dict):
+    for name in (f.name for f in fields(preset.launcher)):
+        value = getattr(preset.launcher, name)
+        if isinstance(value, Mapping):
             flat.update({f"{name}.{key}": _plain(inner) for key, inner in value.items()})
         else:
             flat[name] = value
     return flat
 
 
-def differing_from_defaults(megatron: dict[str, Any]) -> list[dict[str, Any]]:
+def job_launcher_settings(job: ResolvedJob) -> dict[str, Any]:
+    """The launcher's settings as the job runs them: its world and entry (which resolve may have changed: a
+    one-GPU machine, --nodes, the toy's fallback), secrets masked."""
+    flat = launcher_settings(job.preset)
+    flat.update(nodes=job.nodes, gpus_per_node=job.gpus_per_node, entry=job.entry)
+    for name, value in job.environment.shown().items():
+        if f"env.{name}" in flat:
+            flat[f"env.{name}"] = value
+    return flat
+
+
+def differing_from_defaults(megatron: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Each Megatron setting whose value differs from Megatron's default: dest, value, default, flags."""
     catalog = megatron_args.catalog()
     rows = []
@@ -54,35 +69,41 @@ def differing_from_defaults(megatron: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def show(preset_ref: str, overrides: list[str], nodes: int | None, gpus_per_node: int | None,
-         fmt: str) -> str:
-    """The resolved preset: its sources, launcher settings, and the Megatron flags that differ from Megatron's
-    defaults, including what the launcher decides for it (entry, micro batch, settings for a missing TE/apex)."""
-    from launcher.pipeline import resolve
-
-    preset = load_preset(preset_ref, overrides)
-    nodes, gpus_per_node, _ = resolve.world(preset, nodes, gpus_per_node)
-    kernels = resolve.kernels_of(preset, resolve.HERE)
-    job, problems = resolve.resolve_settings(preset, nodes, gpus_per_node, kernels=kernels)
-    rows = differing_from_defaults(job.preset.megatron)
+def show_data(job: ResolvedJob, problems: list[Problem]) -> dict[str, Any]:
+    """Everything `show` says about a job; the fields it shares with the dry-run's JSON hold the same values."""
+    preset = job.preset
+    rows = differing_from_defaults(job.megatron)
     for row in rows:
-        row["by"] = "launcher" if row["dest"] in job.added or row["dest"] not in preset.megatron else "preset"
-    settings = launcher_settings(preset)
-    data: dict[str, Any] = {
+        row["by"] = "launcher" if row["dest"] in job.added else "preset"
+    return {
         "preset": preset.name, "description": preset.description, "sources": list(preset.sources),
-        "overrides": list(preset.overrides), "entry": job.entry, "nodes": nodes, "gpus_per_node": gpus_per_node,
-        "launcher": settings, "megatron": {k: _plain(v) for k, v in job.preset.megatron.items()},
-        "differs_from_megatron_defaults": rows, "notes": list(job.notes),
+        "overrides": redact_argv(preset.overrides), "entry": job.entry, "target": job.target.describe(),
+        "nodes": job.nodes, "gpus_per_node": job.gpus_per_node,
+        "layout": job.layout.as_dict() if not problems else None,
+        "launcher": job_launcher_settings(job), "env": job.environment.shown(),
+        "megatron": {k: _plain(v) for k, v in job.megatron.items()}, "added": {k: _plain(v) for k, v in
+                                                                             job.added.items()},
+        "differs_from_megatron_defaults": rows, "notes": list(job.notes), "warnings": list(job.warnings),
+        "run_dir": str(job.run_dir) if job.run_dir is not None else None,
         "problems": [p.render() for p in problems],
     }
+
+
+def show(job: ResolvedJob, problems: list[Problem], fmt: str) -> str:
+    """The resolved job: its sources, launcher settings, and the Megatron flags that differ from Megatron's
+    defaults, including what the launcher decides for it (entry, micro batch, settings for a missing TE/apex).
+    `job` and `problems` are resolve.attempt's for the arguments a dry-run would get (cli.job.job_for)."""
+    data = show_data(job, problems)
     if fmt == "json":
         return json.dumps(data, indent=2, default=str) + "\n"
+    preset, rows, settings = job.preset, data["differs_from_megatron_defaults"], data["launcher"]
     lines = [f"# preset {preset.name}" + (f": {' '.join(preset.description.split())}" if preset.description else "")]
     lines += [f"# from {source}" for source in preset.sources]
     if preset.overrides:
-        lines.append("# overrides: " + " ".join(f"--set {o}" for o in preset.overrides))
-    lines.append(f"# entry {job.entry}; world {nodes} node(s) × {gpus_per_node} GPU(s)")
+        lines.append("# overrides: " + " ".join(f"--set {o}" for o in data["overrides"]))
+    lines.append(f"# entry {job.entry}; world {job.nodes} node(s) × {job.gpus_per_node} GPU(s)")
     lines += [f"# note: {' '.join(n.split())}" for n in job.notes]
+    lines += [f"# warning: {' '.join(w.split())}" for w in job.warnings]
     lines += [f"# problem: {' '.join(p.message.split())}" for p in problems]
     lines.append("")
     lines.append("launcher settings:")

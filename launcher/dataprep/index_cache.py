@@ -45,24 +45,20 @@ def check_index_request(megatron_args: Mapping[str, Any]) -> list[Problem]:
     return problems
 
 
-def build_index_for_preset(preset_ref: str, overrides: Sequence[str] = (), nodes: int | None = None,
-                           gpus_per_node: int | None = None, megatron_path_arg: str | None = None
-                           ) -> dict[str, Any]:
-    """Load and plan the preset as `launch PRESET` would, then build its caches with its exact Megatron flags."""
-    from launcher.megatron.pin import megatron_path
-    from launcher.pipeline import resolve
-    from launcher.pipeline.command import build_command
-    from launcher.pipeline.preset import load_preset
-
-    preset = load_preset(preset_ref, list(overrides))
+def check_index_preset(preset: Any) -> None:
+    """What --build-index needs of the preset before it is resolved; UserError with every problem."""
     if preset.launcher.entry != "pretrain_gpt":
         raise UserError(f"preset {preset.name} runs {preset.launcher.entry}, which reads no dataset",
                         "--build-index is for pretrain_gpt presets with data_path")
     problems = check_index_request(preset.megatron) + check_data(preset.megatron)
     if problems:
         raise UserError(problems)
-    job = resolve.resolve(preset, nodes, gpus_per_node, kernels=resolve.kernels_of(preset, resolve.HERE),
-                          megatron_path=megatron_path(megatron_path_arg, preset.launcher.megatron_path))
+
+
+def build_index_for_job(job: Any) -> dict[str, Any]:
+    """Build the caches of a resolved job (as `launch PRESET` resolves it) with its exact Megatron flags."""
+    from launcher.pipeline.command import build_command
+
     return build_index_caches(build_command(job).script_args, job.world_size)
 
 

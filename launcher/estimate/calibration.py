@@ -5,6 +5,11 @@ GPU budget, and the published iteration time (or the throughput it is derived fr
 Knobs a source leaves unstated are named in `free`; the prediction takes the plan's fastest fitting choice
 for them. `python -m launcher.estimate.calibration` prints the table in docs/plan.md;
 tests/test_plan_calibration.py holds it to the targets.
+
+Two parts: the runs the constants were fitted on (`held_back` False), and a held-back part the fit never
+sees (`fit_moe` and the dense constants were fixed before those runs were added), reported separately.
+`python -m launcher.estimate.calibration --fit` refits the MoE constants on the fitted part's MoE runs and
+prints every fitted run's residual by precision.
 """
 
 from __future__ import annotations
@@ -27,6 +32,16 @@ NEMO_2407 = ("NVIDIA/NeMo docs/source/performance/performance_summary.md (NeMo 2
 BRIDGE_2509 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at ea2990630918 (25.09, DGX-H100, "
                "FP8-CS); recipe src/megatron/bridge/perf_recipes/llama/h100/llama31.py")
 OURS = "docs/benchmarks.md and shared reference gpu-measurements.md (one H200, no Transformer Engine)"
+NEMO_2407_MORE = ("NVIDIA/NeMo docs/source/performance/performance_summary.md at 070a0bb168d4 (NeMo 24.07, "
+                  "DGX-H100, FP8): the rows not in the fitted part; Llama 2 shapes from Touvron et al. 2023, "
+                  "https://arxiv.org/abs/2307.09288")
+MOE_ZOO = ("yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md at c1ad0b5c89f4 (256 H100, BF16, "
+           "step time) with model_configs/benchmarking/Qwen3-235B-A22B.yaml")
+BRIDGE_2511_MOE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660be025 (25.11, DGX-H100, "
+                   "FP8-CS, token-dropless); shapes from Megatron-MoE-ModelZoo model_configs/benchmarking/"
+                   "Qwen3-{30B-A3B,235B-A22B}.yaml")
+BRIDGE_2509_MOE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.09 section (DGX-H100, FP8, "
+                   "token drop); shapes as for 25.11")
 
 GPT = dict(vocab_size=50257, max_position_embeddings=2048, seq_length=2048)
 # 2021 Megatron: unfused attention (softmax through HBM), no overlap of any communication.
@@ -49,6 +64,19 @@ class Run:
     derived: str  # how `seconds` follows from the published figure
     free: tuple[str, ...] = ()  # knobs the source does not state: the plan picks its fastest fitting value
     extra: dict[str, Any] = field(default_factory=dict)
+    held_back: bool = False  # in the part the fit never sees
+
+    @property
+    def part(self) -> str:
+        return "held back" if self.held_back else "fit"
+
+    @property
+    def precision(self) -> str:
+        return "fp8" if self.args.get("fp8") else est.precision_of(self.args)
+
+    @property
+    def moe(self) -> bool:
+        return bool(self.args.get("num_experts"))
 
     @property
     def tp(self) -> int:
@@ -187,7 +215,81 @@ def _ours() -> Iterable[Run]:
               1.656, "1,656 ms/iteration")
 
 
-RUNS: tuple[Run, ...] = (*_sc21(), *_readme(), *_nemo(), *_ours())
+def _held_back_dense() -> Iterable[Run]:
+    """NeMo 24.07's rows that the dense constants were not fitted on."""
+    fp8 = dict(GPT, **MODERN, fp8="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
+    yield Run("NeMo 24.07 GPT-3 175B (512 GPUs)", NEMO_2407_MORE, "h100-80gb", 512,
+              dict(fp8, num_layers=96, hidden_size=12288, num_attention_heads=96, tensor_model_parallel_size=4,
+                   pipeline_model_parallel_size=8, num_virtual_stages_per_pipeline_rank=6, sequence_parallel=True,
+                   tp_comm_overlap=True, micro_batch_size=2, global_batch_size=2048),
+              tokens_seconds(2048, 2048, 782 * 512), "782 tokens/s/GPU", free=("recompute",), held_back=True)
+    llama2 = dict(MODERN, swiglu=True, normalization="RMSNorm", untie_embeddings_and_output_weights=True,
+                  position_embedding_type="rope", add_bias_linear=False, vocab_size=32000, seq_length=4096,
+                  max_position_embeddings=4096, fp8="hybrid", grad_reduce_in_bf16=True,
+                  cross_entropy_loss_fusion=True, micro_batch_size=1, global_batch_size=128)
+    rows = [  # size, layers, hidden, heads, query groups, ffn, GPUs, TP, PP, VP, tokens/s/GPU
+        ("7B", 32, 4096, 32, None, 11008, 8, 1, 1, None, 16847),
+        ("13B", 40, 5120, 40, None, 13824, 16, 1, 4, 10, 8646),
+        ("70B", 80, 8192, 64, 8, 28672, 64, 4, 4, 20, 1707),
+    ]
+    for size, layers, hidden, heads, groups, ffn, gpus, tp, pp, vp, rate in rows:
+        args = dict(llama2, num_layers=layers, hidden_size=hidden, num_attention_heads=heads, ffn_hidden_size=ffn,
+                    group_query_attention=groups is not None, num_query_groups=groups,
+                    tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                    num_virtual_stages_per_pipeline_rank=vp, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1)
+        yield Run(f"NeMo 24.07 Llama 2 {size}", NEMO_2407_MORE, "h100-80gb", gpus, args,
+                  tokens_seconds(128, 4096, rate * gpus), f"{rate:,} tokens/s/GPU", free=("recompute",),
+                  held_back=True)
+
+
+# Qwen3 MoE shapes (Megatron-MoE-ModelZoo model_configs/benchmarking): GQA 4 groups of 128 channels, SwiGLU
+# experts, 128 experts top-8, no shared expert; the vocabulary (151,936) padded by multiples of 1187·TP.
+QWEN3 = dict(MODERN, swiglu=True, normalization="RMSNorm", untie_embeddings_and_output_weights=True,
+             position_embedding_type="rope", add_bias_linear=False, group_query_attention=True, num_query_groups=4,
+             kv_channels=128, qk_layernorm=True, vocab_size=151936, make_vocab_size_divisible_by=1187,
+             seq_length=4096, max_position_embeddings=40960, num_experts=128, moe_router_topk=8,
+             moe_grouped_gemm=True, cross_entropy_loss_fusion=True)
+QWEN3_30B = dict(QWEN3, num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
+                 moe_ffn_hidden_size=768)
+QWEN3_235B = dict(QWEN3, num_layers=94, hidden_size=4096, ffn_hidden_size=12288, num_attention_heads=64,
+                  moe_ffn_hidden_size=1536, account_for_embedding_in_pipeline_split=True,
+                  account_for_loss_in_pipeline_split=True)
+
+
+def _moe() -> Iterable[Run]:
+    def layout(tp: int, pp: int, vp: int | None, ep: int, mbs: int, gbs: int, dispatcher: str) -> dict[str, Any]:
+        return dict(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                    num_virtual_stages_per_pipeline_rank=vp, expert_model_parallel_size=ep,
+                    expert_tensor_parallel_size=1, sequence_parallel=tp > 1, micro_batch_size=mbs,
+                    global_batch_size=gbs, moe_token_dispatcher_type=dispatcher)
+
+    selective = dict(recompute_granularity="selective", recompute_modules=["layernorm", "moe_act"])  # "norm, act"
+    zoo = [  # dispatcher, TP, PP, VPP, EP, recompute, step seconds, held back
+        ("flex", 2, 8, 4, 32, selective, 19.7, False),
+        ("alltoall", 2, 32, 3, 8, selective, 24.2, False),
+        ("flex", 4, 8, 4, 8, {}, 29.0, True),
+    ]
+    for dispatcher, tp, pp, vp, ep, recompute, seconds, held in zoo:
+        name = f"MoE zoo Qwen3 235B TP{tp} PP{pp} EP{ep} ({'DeepEP' if dispatcher == 'flex' else 'A2A'})"
+        yield Run(name, MOE_ZOO, "h100-80gb", 256,
+                  dict(QWEN3_235B, **layout(tp, pp, vp, ep, 1, 2048, dispatcher), **recompute),
+                  seconds, f"{seconds} s/step", held_back=held)
+    fp8 = dict(fp8="e4m3", grad_reduce_in_bf16=True)
+    yield Run("Bridge 25.11 Qwen3 30B-A3B", BRIDGE_2511_MOE, "h100-80gb", 16,
+              dict(QWEN3_30B, **fp8, **layout(1, 2, 24, 8, 2, 512, "alltoall")),
+              tokens_seconds(512, 4096, 5275 * 16), "5,275 tokens/s/GPU", free=("recompute",), held_back=True)
+    yield Run("Bridge 25.11 Qwen3 235B-A22B", BRIDGE_2511_MOE, "h100-80gb", 256,
+              dict(QWEN3_235B, **fp8, **layout(2, 8, 4, 32, 1, 2048, "alltoall")),
+              tokens_seconds(2048, 4096, 1575 * 256), "1,575 tokens/s/GPU", free=("recompute",), held_back=True)
+    yield Run("Bridge 25.09 Qwen3 30B-A3B (token drop)", BRIDGE_2509_MOE, "h100-80gb", 16,
+              dict(QWEN3_30B, **fp8, **layout(1, 2, 24, 8, 2, 512, "alltoall")),
+              tokens_seconds(512, 4096, 10494 * 16), "10,494 tokens/s/GPU", free=("recompute",))
+    yield Run("Bridge 25.09 Qwen3 235B-A22B (token drop)", BRIDGE_2509_MOE, "h100-80gb", 256,
+              dict(QWEN3_235B, **fp8, **layout(2, 8, 4, 32, 1, 2048, "alltoall")),
+              tokens_seconds(2048, 4096, 1204 * 256), "1,204 tokens/s/GPU", free=("recompute",))
+
+
+RUNS: tuple[Run, ...] = (*_sc21(), *_readme(), *_nemo(), *_ours(), *_held_back_dense(), *_moe())
 
 
 @dataclass(frozen=True)
@@ -226,7 +328,8 @@ def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Train
                 yield replace(t, vpp=vpp, micro_batch_size=mbs, recompute=recompute)
 
 
-def evaluate(run: Run, top: int = 10) -> Result:
+def chosen(run: Run) -> ps.Candidate:
+    """The published layout with the plan's fastest fitting choice of the knobs the source leaves open."""
     gpu = est.GPUS[run.gpu]
     best: ps.Candidate | None = None
     fallback: ps.Candidate | None = None
@@ -239,12 +342,18 @@ def evaluate(run: Run, top: int = 10) -> Result:
             fallback = c
         if c.fit == "fits" and (best is None or c.seconds < best.seconds):
             best = c
-    chosen = best or fallback
-    assert chosen is not None, f"{run.name}: the published layout is invalid by our rules"
+    pick = best or fallback
+    assert pick is not None, f"{run.name}: the published layout is invalid by our rules"
+    return pick
+
+
+def evaluate(run: Run, top: int = 10) -> Result:
+    gpu = est.GPUS[run.gpu]
+    pick = chosen(run)
     ranked = ps.search(run.args, run.world, gpu, 8, top=top).best
     labels = [f"TP{c.training.tp} PP{c.training.pp}" for c in ranked]
     rank = next((i for i, c in enumerate(ranked, 1) if (c.training.tp, c.training.pp) == (run.tp, run.pp)), None)
-    return Result(run, chosen.seconds, chosen.memory.total / est.GIB, chosen.fit, rank, labels[:3])
+    return Result(run, pick.seconds, pick.memory.total / est.GIB, pick.fit, rank, labels[:3])
 
 
 def evaluate_all(runs: Iterable[Run] = RUNS) -> list[Result]:
@@ -257,19 +366,42 @@ def summary(results: list[Result]) -> dict[str, Any]:
     return {
         "runs": len(results),
         "median_abs_error": statistics.median(errors),
+        "p90_abs_error": percentile(errors, 0.9),
         "max_abs_error": max(errors),
+        "top1_hits": sum(r.rank == 1 for r in ranked),
         "top3_hits": sum(r.in_top3 for r in ranked),
         "top3_runs": len(ranked),
         "refused": [r.run.name for r in results if r.fit == "does not fit"],
     }
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile with linear interpolation (statistics.quantiles' 'inclusive' method)."""
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def part_summary_line(label: str, results: list[Result]) -> str:
+    s = summary(results)
+    ranked = s["top3_runs"] or 1
+    return (f"{label}: {s['runs']} runs, median |error| {s['median_abs_error']:.1%}, 90th percentile "
+            f"{s['p90_abs_error']:.1%} (max {s['max_abs_error']:.1%}); published TP·PP first for {s['top1_hits']} "
+            f"and in the top 3 for {s['top3_hits']} of {s['top3_runs']} multi-GPU runs "
+            f"({s['top1_hits'] / ranked:.0%} / {s['top3_hits'] / ranked:.0%}); judged not to fit: "
+            f"{len(s['refused'])}.")
+
+
 def markdown(results: list[Result]) -> str:
-    lines = ["| run | GPUs | published TP·PP | published s/iter | predicted | error | plan's rank of TP·PP "
-             "| plan's top 3 | memory (GiB) |", "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | part | GPUs | published TP·PP | published s/iter | predicted | error | plan's rank of TP·PP "
+             "| plan's top 3 | memory (GiB) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         rank = "n/a (1 GPU)" if r.trivial else (str(r.rank) if r.rank else "> 10")
-        lines.append(f"| {r.run.name} | {r.run.world} × {r.run.gpu} | {r.run.tp}·{r.run.pp} | "
+        lines.append(f"| {r.run.name} | {r.run.part} | {r.run.world} × {r.run.gpu} | {r.run.tp}·{r.run.pp} | "
                      f"{r.run.seconds:.3f} ({r.run.derived}) | {r.predicted:.3f} | {r.error:+.1%} | {rank} | "
                      f"{', '.join(r.top)} | {r.memory_gib:.1f} ({r.fit}) |")
     s = summary(results)
@@ -277,8 +409,79 @@ def markdown(results: list[Result]) -> str:
     lines.append(f"Median |error| {s['median_abs_error']:.1%} over {s['runs']} runs (max {s['max_abs_error']:.1%}); "
                  f"published TP·PP in the plan's top 3 for {s['top3_hits']} of {s['top3_runs']} multi-GPU runs; "
                  f"published layouts judged not to fit: {len(s['refused'])}.")
+    lines.append("")
+    for label, part in (("Fitted part", [r for r in results if not r.run.held_back]),
+                        ("Held-back part", [r for r in results if r.run.held_back]),
+                        ("MoE runs", [r for r in results if r.run.moe])):
+        if part:
+            lines.append("- " + part_summary_line(label, part))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------- the MoE fit
+
+MOE_GRID: dict[str, tuple[float, ...]] = {
+    "grouped_gemm": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+    "grouped_fp8_gain": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.85),
+    "dispatch_exposed": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
+}
+
+
+def fit_moe(runs: Iterable[Run] = RUNS, rounds: int = 3) -> tuple[dict[str, float], list[tuple[Run, float]]]:
+    """Coordinate descent of the MoE constants (MOE_GRID) on the fitted part's MoE runs (never the held-back
+    part), minimising the mean |log error| at each run's chosen knobs; (constants, residual per fitted run)."""
+    import math
+
+    from launcher.estimate import steptime
+
+    fitted = [r for r in runs if r.moe and not r.held_back]
+    picks = [(r, chosen(r).training, est.model_shape(r.args, chosen(r).training.tp)) for r in fitted]
+    families = {est.GPUS[r.gpu].family for r in fitted}
+    saved = {f: steptime.KERNELS[f] for f in families}
+
+    def errors() -> list[float]:
+        return [steptime.step_time(m, t, est.GPUS[r.gpu]).total / r.seconds - 1 for r, t, m in picks]
+
+    def loss() -> float:
+        return statistics.fmean(abs(math.log1p(e)) for e in errors())
+
+    try:
+        for _ in range(rounds):
+            for name, grid in MOE_GRID.items():
+                scores = []
+                for value in grid:
+                    for f in families:
+                        steptime.KERNELS[f] = replace(steptime.KERNELS[f], **{name: value})
+                    scores.append((loss(), value))
+                best = min(scores)[1]
+                for f in families:
+                    steptime.KERNELS[f] = replace(steptime.KERNELS[f], **{name: best})
+        k = steptime.KERNELS[next(iter(families))]
+        constants = {name: getattr(k, name) for name in MOE_GRID}
+        return constants, list(zip(fitted, errors(), strict=True))
+    finally:
+        steptime.KERNELS.update(saved)
+
+
+def residuals_text(runs: Iterable[Run] = RUNS) -> str:
+    """The fit's residuals: each fitted-part run's error at the current constants, grouped by precision, and
+    the MoE constants the fit finds."""
+    lines = []
+    fitted = [r for r in runs if not r.held_back]
+    for precision in sorted({r.precision for r in fitted}):
+        group = [(r, chosen(r).seconds / r.seconds - 1) for r in fitted if r.precision == precision]
+        errors = [abs(e) for _, e in group]
+        lines.append(f"{precision}: {len(group)} fitted runs, median |error| {statistics.median(errors):.1%}, "
+                     f"mean signed {statistics.fmean(e for _, e in group):+.1%}")
+        lines += [f"  {e:+6.1%}  {r.name}" for r, e in group]
+    constants, moe = fit_moe(runs)
+    lines.append("MoE constants fitted on the fitted part's MoE runs: "
+                 + ", ".join(f"{k} {v:g}" for k, v in constants.items()))
+    lines += [f"  {e:+6.1%}  {r.name} (at the fitted constants)" for r, e in moe]
     return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    print(markdown(evaluate_all()))
+    import sys
+
+    print(residuals_text() if "--fit" in sys.argv[1:] else markdown(evaluate_all()))

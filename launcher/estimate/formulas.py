@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
+from launcher.gpus import DEFAULT_GPU, GIB, GPUS, Gpu, gpu_by_name  # noqa: F401 - the one catalogue (launcher/gpus.py)
 from launcher.megatron import args as megatron_args
+from launcher.megatron.args import default_ffn_hidden_size
+from launcher.pipeline.checker import model_args
+from launcher.pipeline.pipeline_layout import virtual_pipeline_size
 
-GIB = 1024**3
 MB = 1024**2  # Megatron's "MB" in its memory report is 2**20 bytes.
 
 
@@ -58,30 +61,10 @@ def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
     return pad_vocab(int(vocab), tp, int(megatron_value(args, "make_vocab_size_divisible_by")))
 
 
-def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
-    """Megatron's MLP width when ffn_hidden_size is unset: 4h, or int(8h/3/64)·64 with SwiGLU."""
-    return int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden
-
-
 def ffn_hidden_size(args: Mapping[str, Any]) -> int:
     if args.get("ffn_hidden_size"):
         return int(args["ffn_hidden_size"])
     return default_ffn_hidden_size(int(args["hidden_size"]), bool(args.get("swiglu")))
-
-
-def divisors(n: int, up_to: int = 1 << 20) -> list[int]:
-    """The divisors of n, ascending; pairs d, n/d up to √n (and never more than `up_to` trials: n comes from
-    user input, e.g. num_attention_heads=1000000000, and the lists only feed hints and layout searches)."""
-    small: list[int] = []
-    large: list[int] = []
-    d = 1
-    while d * d <= n and d <= up_to:
-        if n % d == 0:
-            small.append(d)
-            if d * d != n:
-                large.append(n // d)
-        d += 1
-    return small + large[::-1]
 
 
 def human(count: float) -> str:
@@ -90,6 +73,14 @@ def human(count: float) -> str:
         if count >= size:
             return f"{count / size:.2f}{unit}"
     return f"{count:.0f}"
+
+
+def human_bytes(count: float) -> str:
+    """2.44 TB, 5.68 GB, 106.88 kB: decimal units (as file systems' GB/s rates are), chosen by size."""
+    for unit, size in (("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= size:
+            return f"{count / size:.2f} {unit}"
+    return f"{count:.0f} B"
 
 
 @dataclass(frozen=True)
@@ -112,6 +103,14 @@ class ModelShape:
     linear_bias: bool
     qkv_bias: bool
     attention_output_gate: bool
+    # Mixture of experts (0 experts: a dense GPT): `moe_layers` decoder layers (moe_layer_freq) have an MoE MLP
+    # of `num_experts` experts of width moe_ffn_hidden_size,
+    # `moe_topk` routed per token, plus a shared expert of width `shared_expert_size` (0: none).
+    num_experts: int = 0
+    moe_ffn_hidden_size: int = 0
+    moe_topk: int = 0
+    shared_expert_size: int = 0
+    moe_layers: int = 0
 
     @property
     def query_size(self) -> int:
@@ -152,7 +151,29 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
         linear_bias=bool(megatron_value(args, "add_bias_linear")),
         qkv_bias=bool(megatron_value(args, "add_bias_linear") or megatron_value(args, "add_qkv_bias")),
         attention_output_gate=bool(megatron_value(args, "attention_output_gate")),
+        **moe_shape(args, int(args["num_layers"]), int(ffn)),
     )
+
+
+def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, int]:
+    """The MoE fields of ModelShape from Megatron's flags (moe_layer_freq an int N: every N-th layer, or a
+    list of 0/1 per layer, as Megatron reads it); nothing for a dense model."""
+    experts = int(megatron_value(args, "num_experts") or 0)
+    if not experts:
+        return {}
+    freq = megatron_value(args, "moe_layer_freq")
+    if isinstance(freq, list | tuple):
+        layers = sum(1 for x in freq if x)
+    else:
+        every = max(1, int(freq or 1))
+        layers = sum(1 for i in range(min(num_layers, 1 << 20)) if i % every == 0)
+    return {
+        "num_experts": experts,
+        "moe_ffn_hidden_size": int(megatron_value(args, "moe_ffn_hidden_size") or ffn),
+        "moe_topk": int(megatron_value(args, "moe_router_topk")),
+        "shared_expert_size": int(megatron_value(args, "moe_shared_expert_intermediate_size") or 0),
+        "moe_layers": layers,
+    }
 
 
 @dataclass(frozen=True)
@@ -174,6 +195,10 @@ class Training:
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
     fused_cross_entropy: bool = False
     ep: int = 1  # expert parallel (MoE only; dense models keep 1)
+    etp: int | None = None  # expert tensor parallel (Megatron's default: TP)
+    moe_dispatcher: str = "allgather"  # moe_token_dispatcher_type: allgather | alltoall | flex
+    # selective recompute's modules (Megatron's default: core_attn); layernorm and moe_act change memory here
+    recompute_modules: tuple[str, ...] = ("core_attn",)
     overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
     overlap_param_gather: bool = False  # distributed optimizer's parameter all-gather overlapped with forward
     tp_comm_overlap: bool = False  # TE userbuffers: TP collectives overlapped with the GEMMs
@@ -199,6 +224,15 @@ class Training:
     def num_microbatches(self) -> int:
         return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
 
+    @property
+    def expert_tp(self) -> int:
+        return self.etp or self.tp
+
+    @property
+    def expert_dp(self) -> int:
+        """The group Megatron reduces expert gradients over and shards their optimizer state across."""
+        return max(1, self.world_size // (self.pp * self.ep * self.expert_tp))
+
 
 def recompute_of(args: Mapping[str, Any]) -> str:
     if megatron_value(args, "recompute_activations"):
@@ -211,19 +245,9 @@ def precision_of(args: Mapping[str, Any]) -> str:
 
 
 def virtual_stages_of(args: Mapping[str, Any]) -> int:
-    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving)."""
-    if megatron_value(args, "pipeline_model_parallel_layout"):
-        from launcher.estimate.stages import layout_vpp
-
-        return layout_vpp(str(args["pipeline_model_parallel_layout"]),
-                          int(megatron_value(args, "pipeline_model_parallel_size")))
-    if megatron_value(args, "num_virtual_stages_per_pipeline_rank"):
-        return int(megatron_value(args, "num_virtual_stages_per_pipeline_rank"))
-    per_stage = megatron_value(args, "num_layers_per_virtual_pipeline_stage")
-    if per_stage:
-        pp = int(megatron_value(args, "pipeline_model_parallel_size"))
-        return max(1, int(args["num_layers"]) // pp // int(per_stage))
-    return 1
+    """Megatron's VPP from either flag or an explicit layout (a result of 1 means no interleaving): the
+    pipeline's one derivation."""
+    return virtual_pipeline_size(lambda name: megatron_value(args, name))
 
 
 def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.megatron_ext.") -> bool:
@@ -255,6 +279,9 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
         ep=int(megatron_value(args, "expert_model_parallel_size")),
+        etp=_optional_int(megatron_value(args, "expert_tensor_parallel_size")),
+        moe_dispatcher=str(megatron_value(args, "moe_token_dispatcher_type")),
+        recompute_modules=tuple(megatron_value(args, "recompute_modules") or ("core_attn",)),
         overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
         overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),
         tp_comm_overlap=bool(megatron_value(args, "tp_comm_overlap")) and tp > 1,
@@ -309,12 +336,38 @@ def layer_params(m: ModelShape) -> LayerParams:
     return LayerParams(sharded, replicated)
 
 
+@dataclass(frozen=True)
+class MoeLayerParams:
+    """What an MoE layer has instead of the dense MLP: routed experts (sharded over EP·ETP), the router and
+    the shared expert (sharded over TP like a dense MLP)."""
+
+    experts: int  # all routed experts of the layer
+    router: int  # replicated
+    shared: int  # the shared expert (TP-sharded)
+
+
+def moe_layer_params(m: ModelShape) -> MoeLayerParams:
+    h = m.hidden_size
+    per_expert = h * m.moe_ffn_hidden_size * (3 if m.swiglu else 2)
+    shared = h * m.shared_expert_size * (3 if m.swiglu else 2) if m.shared_expert_size else 0
+    return MoeLayerParams(m.num_experts * per_expert, h * m.num_experts, shared)
+
+
+def dense_mlp_params(m: ModelShape) -> int:
+    """The dense MLP's weights (and fc1 bias) that an MoE layer replaces."""
+    fc1_out = m.ffn_hidden_size * (2 if m.swiglu else 1)
+    return m.hidden_size * fc1_out + m.ffn_hidden_size * m.hidden_size + (fc1_out if m.linear_bias else 0)
+
+
 def parameter_count(args: Mapping[str, Any], tp: int = 1) -> int:
-    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions included; no
-    MoE/MTP), with the vocabulary padded for TP `tp`."""
+    """Total parameters of the GPT model pretrain_gpt.py builds (biases, norms, positions and MoE experts
+    included; no MTP), with the vocabulary padded for TP `tp`."""
     m = model_shape(args, tp)
     embedding = m.padded_vocab_size * m.hidden_size
     total = m.num_layers * layer_params(m).total + m.norm_size * m.hidden_size
+    if m.num_experts:
+        moe = moe_layer_params(m)
+        total += m.moe_layers * (moe.experts + moe.router + moe.shared - dense_mlp_params(m))
     total += embedding * (2 if m.untied else 1) + m.position_embeddings * m.hidden_size
     return total
 
@@ -325,29 +378,37 @@ class StageParams:
 
     stage: int
     layers: int
-    params: float
+    params: float  # all of them, expert weights included
+    expert_params: float = 0.0  # of which routed-expert weights (their optimizer state shards over expert DP)
 
 
 def stage_parameters(m: ModelShape, t: Training) -> tuple[StageParams, ...]:
     """Exact per-GPU parameters of every pipeline stage, with Megatron's (possibly uneven) split."""
-    return _stage_parameters(m, t.tp, pipeline_stages(m, t))
+    return _stage_parameters(m, t.tp, pipeline_stages(m, t), t.ep, t.expert_tp)
 
 
 @lru_cache(maxsize=4096)
-def _stage_parameters(m: ModelShape, tp: int, stages: tuple[Any, ...]) -> tuple[StageParams, ...]:
+def _stage_parameters(m: ModelShape, tp: int, stages: tuple[Any, ...], ep: int = 1,
+                      etp: int = 1) -> tuple[StageParams, ...]:
     lp = layer_params(m)
     h = m.hidden_size
     word = m.padded_vocab_size * h / tp
     out = []
+    moe_share = m.moe_layers / m.num_layers if m.num_experts and m.num_layers else 0.0
     for st in stages:
         params = st.layers * (lp.sharded / tp + lp.replicated)
+        experts = 0.0
+        if moe_share:  # the dense MLP out; the stage's share of experts (EP·ETP), shared expert, router in
+            moe = moe_layer_params(m)
+            experts = st.layers * moe_share * moe.experts / (ep * etp)
+            params += experts + st.layers * moe_share * (moe.shared / tp + moe.router - dense_mlp_params(m) / tp)
         if st.embedding:
             params += word + m.position_embeddings * h
         if st.loss:
             params += m.norm_size * h
             if m.untied or not st.embedding:  # tied weights: the last stage keeps its own copy when PP > 1
                 params += word
-        out.append(StageParams(st.rank, st.layers, params))
+        out.append(StageParams(st.rank, st.layers, params, experts))
     return tuple(out)
 
 
@@ -359,24 +420,34 @@ class MegatronParams:
     embedding: float
     total: float
     most_loaded_shard: float
+    expert_shard: float = 0.0  # of which routed experts (their optimizer state shards over expert DP)
 
 
 def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
-    """compute_weight_and_optimizer_memory's parameter counts (dense GPT, no MoE/MTP/MLA)."""
+    """compute_weight_and_optimizer_memory's parameter counts (dense or MoE GPT, no MTP/MLA)."""
     h = m.hidden_size
     p = m.query_size / h
+    gated = 1.5 if m.swiglu else 1
     attention = 2 * h * h * (1 + m.num_query_groups / m.num_attention_heads) * p
-    mlp = 2 * h * m.ffn_hidden_size * (1.5 if m.swiglu else 1)
+    mlp = 2 * h * m.ffn_hidden_size * gated
     norms = 2 * h * m.norm_size
     final_norm = m.norm_size * h
     embedding = h * m.padded_vocab_size
-    block = (attention + mlp + norms) * m.num_layers + final_norm
+    moe_layers = m.moe_layers if m.num_experts else 0
+    dense_layers = m.num_layers - moe_layers
+    shared = 2 * h * m.shared_expert_size * gated
+    routed = 2 * h * m.moe_ffn_hidden_size * m.num_experts * gated
+    router = h * m.num_experts + (m.num_experts if m.linear_bias else 0) if m.num_experts else 0
+    block = ((attention + mlp + norms) * dense_layers + (attention + shared + routed + norms + router) * moe_layers
+             + final_norm)
     embeddings = 2 * embedding if m.untied else embedding
-    shard = ((attention + mlp) * m.num_layers / t.pp + embedding) / t.tp
-    shard += (norms * m.num_layers + final_norm) / t.pp
+    tp_sharded = (attention + mlp) * dense_layers + (attention + shared) * moe_layers
+    replicated = norms * m.num_layers + router * moe_layers + final_norm
+    shard = (tp_sharded / t.pp + embedding) / t.tp + replicated / t.pp
     if m.untied and t.pp == 1:
         shard += embedding / t.tp
-    return MegatronParams(block, embeddings, block + embeddings, shard)
+    experts = routed * moe_layers / t.pp / (t.expert_tp * t.ep)
+    return MegatronParams(block, embeddings, block + embeddings, shard + experts, experts)
 
 
 # --------------------------------------------------------------------------------------------------- FLOPs
@@ -384,7 +455,8 @@ def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
 
 @lru_cache(maxsize=4096)
 def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
-    """Megatron's num_floating_point_operations (training.py:411) for a dense GPT, BSHD, no MoE/MTP/MLA.
+    """Megatron's num_floating_point_operations (training.py:411) for a GPT, BSHD, dense or MoE (top-k routed
+    plus shared experts per MoE layer), no MTP/MLA.
 
     Model FLOPs (forward + both backward GEMMs, recompute not counted), as Megatron logs TFLOP/s from.
     """
@@ -395,7 +467,10 @@ def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
     ffn_factor = 3 if m.swiglu else 2
     attention_linear = 6 * (h * (q + 2 * kv + gate) + q * h)
     attention_core = 6 * q  # ½ causal mask × 2 GEMMs
-    per_token = 6 * h * m.ffn_hidden_size * ffn_factor * m.num_layers + attention_linear * m.num_layers
+    dense_layers = m.num_layers - (m.moe_layers if m.num_experts else 0)
+    per_token = 6 * h * m.ffn_hidden_size * ffn_factor * dense_layers + attention_linear * m.num_layers
+    if m.num_experts:  # routed experts (top-k of them per token) and the shared expert, as Megatron counts
+        per_token += 6 * h * (m.moe_ffn_hidden_size * m.moe_topk + m.shared_expert_size) * ffn_factor * m.moe_layers
     per_token += 6 * h * m.padded_vocab_size
     return tokens * per_token + global_batch_size * m.seq_length**2 * attention_core * m.num_layers
 
@@ -453,9 +528,52 @@ def megatron_activation_bytes(m: ModelShape, t: Training) -> float:
 def megatron_memory(m: ModelShape, t: Training) -> Memory:
     """Megatron's theoretical memory: bf16 weights (2 B), fp32 main grads (4 B), fp32 master+Adam (12 B, /DP
     with the distributed optimizer; DP = world/(TP·PP·CP)), and Megatron's activation formula."""
-    shard = megatron_parameters(m, t).most_loaded_shard
-    optimizer = 12 / t.dp if t.distributed_optimizer else 12
-    return Memory(2 * shard, 4 * shard, optimizer * shard, megatron_activation_bytes(m, t), 0, "megatron")
+    counts = megatron_parameters(m, t)
+    shard, experts = counts.most_loaded_shard, counts.expert_shard
+    optimizer = 12 / t.dp * (shard - experts) + 12 / t.expert_dp * experts if t.distributed_optimizer else 12 * shard
+    return Memory(2 * shard, 4 * shard, optimizer, megatron_activation_bytes(m, t), 0, "megatron")
+
+
+@dataclass(frozen=True)
+class MemoryDifference:
+    """One named reason why the complete model's total differs from Megatron's report (bytes, signed)."""
+
+    what: str
+    bytes: float
+    why: str
+
+
+def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
+    """complete_memory − megatron_memory, term by term; the terms add up to the difference exactly.
+
+    Megatron's report (theoretical_memory_usage) uses its sequence-parallel formula only together with
+    selective recompute; otherwise it counts the 10·s·b·h per layer outside the TP regions on every TP rank
+    and adds 5 % for temporaries. The complete model shards by TP whenever sequence parallel is on, and
+    leaves temporaries to the usable-memory margin (USABLE_FRACTION)."""
+    megatron, complete = megatron_memory(m, t), complete_memory(m, t)
+    params = complete.weights_and_optimizer - megatron.weights_and_optimizer
+    sp_formula = t.sequence_parallel and t.recompute == "selective"
+    margin = 0.0 if sp_formula else -(megatron.activations - megatron.activations / 1.05)
+    sp = 0.0
+    if t.sequence_parallel and not sp_formula:
+        s, b, h, pp = m.seq_length, t.micro_batch_size, m.hidden_size, t.pp
+        unsharded = s * b * h * 10 * m.num_layers * (1 - 1 / t.tp)
+        if t.vpp > 1:
+            unsharded *= 1 + (pp - 1) / (pp * t.vpp)
+        elif pp > 1:
+            unsharded *= min(1, t.num_microbatches / pp)
+        sp = -unsharded
+    rest = complete.activations - megatron.activations - margin - sp
+    return [
+        MemoryDifference("parameters", params, "exact per-stage count (biases, learned positions, the tied "
+                         "output copy on the last stage) at bytes per parameter by precision"),
+        MemoryDifference("sequence parallel", sp, "Megatron's report uses its sequence-parallel formula only "
+                         f"with selective recompute; the run shards norms and dropouts over TP {t.tp}"),
+        MemoryDifference("Megatron's 5 % margin", margin, "Megatron adds 5 % for temporaries; the complete "
+                         f"model leaves them to the {USABLE_FRACTION:.0%} fit rule"),
+        MemoryDifference("activation terms", rest, f"the most loaded stage ({complete.stage}), Korthikanti Table 2 "
+                         "widened for GQA/SwiGLU, attention scores when unfused, fp32 logits, recompute"),
+    ]
 
 
 def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
@@ -480,6 +598,8 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     g = 1 if t.fp8 else w  # GEMM inputs: Transformer Engine keeps them in FP8 for the backward
     # Outside the TP regions: two norm inputs (w), QKV and fc1 inputs (g), two dropout masks (1 B each).
     replicated = s * b * h * (2 * w + 2 * g + 2)
+    if t.recompute == "selective" and "layernorm" in t.recompute_modules:
+        replicated -= s * b * h * 2 * g  # the norms' outputs (QKV and fc1 inputs) are recomputed
     # Inside: Q, K, V and the proj input (g); the MLP's activation input (2F wide with SwiGLU) and fc2 input (g).
     sharded = s * b * (w * (m.query_size + 2 * m.kv_size) + g * m.query_size)
     sharded += s * b * m.ffn_hidden_size * (w * (2 if m.swiglu else 1) + g)
@@ -491,6 +611,31 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     return replicated + sharded / t.tp
 
 
+def moe_layer_activation_delta(m: ModelShape, t: Training) -> float:
+    """An MoE layer's activations minus the dense MLP's it replaces, one microbatch, one GPU.
+
+    Per GPU the experts see (s/CP)·b·topk·ETP/TP token-expert pairs of width F_moe/ETP, i.e. the dense MLP's
+    terms with F → topk·F_moe (+ the shared expert's width), sharded by TP; the dispatcher keeps the permuted
+    hidden states (GEMM input, g bytes) and the combine's input (w bytes) of each pair, and the router its
+    fp32 logits over the experts."""
+    if not m.num_experts:
+        return 0.0
+    s, b, h = m.seq_length // t.cp, t.micro_batch_size, m.hidden_size
+    w = 4 if t.precision == "fp32" else 2
+    g = 1 if t.fp8 else w
+    per_width = s * b * (w * (2 if m.swiglu else 1) + g)
+    moe_width = m.moe_topk * m.moe_ffn_hidden_size + m.shared_expert_size
+    mlp = per_width * (moe_width - m.ffn_hidden_size) / t.tp
+    pairs = s * b * m.moe_topk * t.expert_tp / t.tp
+    buffers = pairs * h * (g + w)
+    if t.recompute == "selective" and "moe_act" in t.recompute_modules:  # the experts' fc2 input
+        mlp -= pairs * m.moe_ffn_hidden_size / t.expert_tp * g
+    if t.recompute == "selective" and "moe" in t.recompute_modules:  # the whole MoE layer: only its input kept
+        mlp, buffers = -per_width * m.ffn_hidden_size / t.tp, 0.0
+    router = 4 * s * b * m.num_experts / (t.tp if t.sequence_parallel else 1)
+    return mlp + buffers + router
+
+
 def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     """Activations held by one GPU of pipeline rank `stage` at the peak of the 1F1B / interleaved schedule."""
     st = pipeline_stages(m, t)[stage]
@@ -498,6 +643,8 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     w = 4 if t.precision == "fp32" else 2
     layers = st.layers
     per_layer = layer_activation_bytes(m, t)
+    if m.num_experts and m.num_layers:  # the MoE layers' share of the stage's layers
+        per_layer += moe_layer_activation_delta(m, t) * m.moe_layers / m.num_layers
     if t.recompute == "full":
         # Each layer keeps only its input; one layer's working set is rebuilt at a time.
         kept = w * s * b * h / (t.tp if t.sequence_parallel else 1)
@@ -533,8 +680,11 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
         if key in seen:
             continue
         seen.add(key)
-        p = params[st.rank].params
-        mem = Memory(wb * p, gb * p, ob * p, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
+        p, experts = params[st.rank].params, params[st.rank].expert_params
+        optimizer = ob * p
+        if experts and t.distributed_optimizer:  # expert state shards over expert DP, not DP×CP
+            optimizer += ob * experts * (t.dp_cp / t.expert_dp - 1)
+        mem = Memory(wb * p, gb * p, optimizer, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None
@@ -544,47 +694,8 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
 # --------------------------------------------------------------------------------------------------- GPUs
 
 
-@dataclass(frozen=True)
-class Gpu:
-    """A GPU model: memory torch reports, dense peaks, memory bandwidth, link speeds, kernel family."""
-
-    name: str
-    memory_bytes: float
-    peak_tflops: float  # dense bf16/fp16, vendor datasheet (FP8 is twice this where the GPU has it)
-    hbm_tbps: float  # memory bandwidth, TB/s (elementwise kernels and the optimizer step are bound by it)
-    nvlink_gbps: float  # bus bandwidth per GPU NCCL reaches inside a node, GB/s
-    network_gbps: float  # bus bandwidth per GPU between nodes (one NIC per GPU), GB/s
-    family: str  # which kernel-efficiency constants apply (steptime.KERNELS)
-    note: str = ""
-
-
-# Link figures are NCCL bus bandwidths, not link peaks: ~75 % of NVLink (A100 300, H100 450 GB/s per
-# direction) and ~90 % of one 200 / 400 Gb/s InfiniBand NIC per GPU.
-GPUS: dict[str, Gpu] = {
-    g.name: g
-    for g in [
-        Gpu("a100-40gb", 39.4 * GIB, 312, 1.56, 230, 23, "ampere", "A100 SXM4 40GB, 200 Gb/s IB per GPU"),
-        Gpu("a100-80gb", 79.2 * GIB, 312, 2.04, 230, 23, "ampere", "A100 SXM4 80GB, 200 Gb/s IB per GPU"),
-        Gpu("h100-80gb", 79.1 * GIB, 989, 3.35, 340, 45, "hopper", "H100 SXM5 80GB, 400 Gb/s IB per GPU"),
-        Gpu("h200-141gb", 139.8 * GIB, 989, 4.8, 340, 45, "hopper", "H200 SXM 141GB, 400 Gb/s IB per GPU"),
-        Gpu("b200-180gb", 178.4 * GIB, 2250, 8.0, 680, 45, "blackwell", "B200 180GB, 400 Gb/s IB per GPU"),
-        Gpu("gh200-96gb", 94.5 * GIB, 989, 4.0, 340, 45, "hopper", "GH200 Grace Hopper 96GB HBM3"),
-        Gpu("l40s-48gb", 44.4 * GIB, 362, 0.86, 24, 23, "ada", "L40S 48GB, PCIe only"),
-    ]
-}
-DEFAULT_GPU = "h100-80gb"
 # Room left for the CUDA context, NCCL buffers and allocator fragmentation, which no formula above counts.
 USABLE_FRACTION = 0.90
-
-
-def gpu_by_name(name: str) -> Gpu:
-    """Look a GPU up by catalogue name; raises UserError listing the known names."""
-    from launcher.errors import Problem, UserError
-
-    key = name.strip().lower()
-    if key in GPUS:
-        return GPUS[key]
-    raise UserError(Problem(f"unknown GPU {name!r}", f"known GPUs: {', '.join(sorted(GPUS))}"))
 
 
 def fit_status(memory_bytes: float, gpu: Gpu) -> str:
@@ -597,13 +708,6 @@ def fit_status(memory_bytes: float, gpu: Gpu) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- time
-
-
-def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8, tflops: float | None = None) -> Any:
-    """Seconds per iteration by cause: launcher.estimate.steptime (its docstring is the model)."""
-    from launcher.estimate.steptime import step_time as model
-
-    return model(m, t, gpu, gpus_per_node, tflops)
 
 
 def time_to_tokens(step_seconds: float, global_batch_size: int, seq_length: int, tokens: float) -> float:
@@ -638,82 +742,8 @@ def save_cost(parameters: float, args: Mapping[str, Any], step_seconds: float, s
     }
 
 
-# --------------------------------------------------------------------------------------------------- summary
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Everything `launch plan` prints for one layout."""
-
-    shape: ModelShape
-    training: Training
-    gpu: Gpu
-    parameters: int
-    megatron_params: MegatronParams
-    flops_per_iteration: float
-    megatron: Memory
-    megatron_other_optimizer: Memory  # the same with the distributed optimizer toggled
-    complete: Memory
-    fit: str
-    step: Any  # steptime.StepTime
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_node: int = 8,
-             tflops: float | None = None) -> Estimate:
-    m = model_shape(args, training.tp)
-    toggled = Training(**{**asdict(training), "distributed_optimizer": not training.distributed_optimizer})
-    complete = complete_memory(m, training)
-    return Estimate(
-        shape=m,
-        training=training,
-        gpu=gpu,
-        parameters=parameter_count(args, training.tp),
-        megatron_params=megatron_parameters(m, training),
-        flops_per_iteration=flops_per_iteration(m, training.global_batch_size),
-        megatron=megatron_memory(m, training),
-        megatron_other_optimizer=megatron_memory(m, toggled),
-        complete=complete,
-        fit=fit_status(complete.total, gpu),
-        step=step_time(m, training, gpu, gpus_per_node, tflops),
-    )
-
-
-def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
-            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
-    """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
-
-    `layout` is launcher.pipeline.layout.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
-    global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
-    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
-    """
-    g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
-    base = training_of(args, int(layout.world_size))
-    t = Training(**{
-        **asdict(base),
-        "tp": int(layout.tp), "pp": int(layout.pp), "cp": int(getattr(layout, "cp", 1) or 1),
-        "vpp": int(getattr(layout, "vpp", None) or 1),
-        "micro_batch_size": int(layout.micro_batch_size),
-        "global_batch_size": int(layout.global_batch_size),
-        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
-        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
-    })
-    e = estimate(args, t, g, gpus_per_node)
-    return {
-        "gpu": g.name,
-        "parameters": e.parameters,
-        "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
-        "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
-        "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
-        "gpu_memory_gib": round(g.memory_bytes / GIB, 1),
-        "fits": e.fit,
-        "flops_per_iteration": e.flops_per_iteration,
-        "seconds_per_iteration": e.step.total,
-    }
-
-
-def summary_line(s: Mapping[str, Any]) -> str:
-    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
-    return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
-            f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
-            f"`launch plan` for the breakdown)")
+def built_model_parameters(effective: Mapping[str, Any], entry: str, tp: int) -> int:
+    """The one parameter count `launch list`, the dry-run and `launch plan` print: of the model that `entry`
+    builds from every argument as Megatron sees it (ResolvedJob.effective(); the simple loop builds its own:
+    unpadded vocabulary, untied output)."""
+    return parameter_count(model_args(effective, entry), tp)

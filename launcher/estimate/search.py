@@ -17,8 +17,9 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate.stages import SplitError
-from launcher.estimate.steptime import StepTime
-from launcher.pipeline import layout as pipeline_layout
+from launcher.estimate.steptime import StepTime, step_time
+from launcher.pipeline import checker as pipeline_checker
+from launcher.pipeline.divisors import divisors
 from launcher.pipeline.preset import LauncherSettings, Preset
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -29,7 +30,7 @@ REFUSED_WORLDS = 4
 
 
 class Rules:
-    """Which layouts are valid: launcher.pipeline.layout's own layout rules (the ones `launch` checks), for one
+    """Which layouts are valid: launcher.pipeline.checker's own layout rules (the ones `launch` checks), for one
     model on one kind of machine. This is the search's only rule set. Answers are kept per layout, since the
     knob the rules do not read (activation recompute) multiplies the candidates."""
 
@@ -50,7 +51,7 @@ class Rules:
             chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
             preset = Preset(name="candidate", description="", launcher=self.launcher,
                             megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
-            found = pipeline_layout.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
+            found = pipeline_checker.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
                                                     self.te, self.apex)
             self._known[key] = [p.message for p in found]
         return self._known[key]
@@ -89,7 +90,7 @@ class Candidate:
 def evaluate(m: est.ModelShape, t: est.Training, gpu: est.Gpu, gpus_per_node: int,
              tflops: float | None = None) -> Candidate:
     mem = est.complete_memory(m, t)
-    return Candidate(t, mem, est.megatron_memory(m, t), est.step_time(m, t, gpu, gpus_per_node, tflops),
+    return Candidate(t, mem, est.megatron_memory(m, t), step_time(m, t, gpu, gpus_per_node, tflops),
                      est.fit_status(mem.total, gpu))
 
 
@@ -97,8 +98,8 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
     """Every (TP, PP, VPP, MBS) with TP inside a node; other knobs as in `base`. Where PP does not divide
     the layers, the split that counts the embedding and/or the loss as layers (as Megatron can) is tried."""
     world = base.world_size
-    for tp in est.divisors(min(world, gpus_per_node)):
-        for pp in est.divisors(world // tp):
+    for tp in divisors(min(world, gpus_per_node)):
+        for pp in divisors(world // tp):
             if (world // tp) % (pp * base.cp):
                 continue
             split = pipeline_split(m, base, pp)
@@ -106,7 +107,7 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
                 continue
             per_rank = max(st.layers + st.embedding * split.embedding_in_split + st.loss * split.loss_in_split
                            for st in est.pipeline_stages(m, replace(split, vpp=1)))
-            vpps = [1] + ([v for v in est.divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
+            vpps = [1] + ([v for v in divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
             if split.pipeline_layout:
                 vpps = [split.vpp]
             for vpp in vpps:
@@ -345,13 +346,17 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     rules = rules or Rules(args, gpus_per_node)
     base = est.training_of(args, 1)
     allow_sp = sequence_parallel_allowed(args)
+    floor = memory_floor(args, base, gpu, gpus_per_node, allow_sp)
+    if floor.fewest_gpus is None or floor.fewest_gpus > limit:
+        return None  # no world up to the limit can hold it: say so before trying any (bounded work)
     worlds = [w for w in (1, 2, 4) if w < gpus_per_node] + list(range(gpus_per_node, limit + 1, gpus_per_node))
+    worlds = [w for w in worlds if w >= floor.fewest_gpus]
     memory_fits: list[int] = []  # worlds where some layout fits in memory but launch's checks refuse them all
     for world in worlds:
         if len(memory_fits) == REFUSED_WORLDS:
             return memory_fits[0]  # the refusal is the preset's own, whatever the GPU count: the caller names it
-        for tp in est.divisors(min(world, gpus_per_node)):
-            for pp in est.divisors(world // tp):
+        for tp in divisors(min(world, gpus_per_node)):
+            for pp in divisors(world // tp):
                 shape = est.model_shape(args, tp)
                 split = pipeline_split(shape, replace(base, world_size=world), pp)
                 if split is None:
@@ -370,6 +375,34 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     return memory_fits[0] if memory_fits else None
 
 
+@dataclass(frozen=True)
+class MemoryFloor:
+    """What no layout can get below: the bytes some GPU always holds, whatever the world size (one layer's
+    working set at micro batch 1 with full recompute and TP = one node; the last stage's logits and their
+    gradient, 2 bytes each with the fused loss), and the model state (at least 12 bytes per parameter
+    somewhere), hence the fewest GPUs worth trying."""
+
+    per_gpu: float
+    state: float
+    fewest_gpus: int | None  # None: not even one layer fits, on any number of GPUs
+
+
+def memory_floor(args: Mapping[str, Any], base: est.Training, gpu: est.Gpu, gpus_per_node: int,
+                 allow_sp: bool) -> MemoryFloor:
+    tp = gpus_per_node
+    shape = est.model_shape(args, tp)
+    t = replace(base, world_size=tp * base.cp, tp=tp, pp=1, vpp=1, micro_batch_size=1, recompute="full",
+                sequence_parallel=allow_sp, pipeline_layout=None, first_stage_layers=None, last_stage_layers=None)
+    layer = est.layer_activation_bytes(shape, t)
+    logits = 2 * 2 * shape.seq_length / t.cp * shape.padded_vocab_size / tp
+    per_gpu = max(layer, logits)
+    state = 12.0 * est.parameter_count(args, tp)
+    room = est.USABLE_FRACTION * gpu.memory_bytes - per_gpu
+    if room <= 0:
+        return MemoryFloor(per_gpu, state, None)
+    return MemoryFloor(per_gpu, state, max(1, int(min(state / room, 1e18))))
+
+
 def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu, gpus_per_node: int,
                  problems: list[str] | None = None, rules: Rules | None = None) -> UserError:
     """Why the search came back empty: too few GPUs (the minimum is given), or, when memory is not the reason,
@@ -380,8 +413,16 @@ def no_fit_error(args: Mapping[str, Any], preset: str, world: int, gpu: est.Gpu,
                                  f"{problems[0]}",
                                  f"fix that setting first (`launch {preset} --dry-run` lists every problem)"))
     if need is None:
-        return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried",
-                                 "check the global batch size: DP must divide it"))
+        floor = memory_floor(args, est.training_of(args, 1), gpu, gpus_per_node, sequence_parallel_allowed(args))
+        if floor.fewest_gpus is None:
+            why = (f"one layer's activations or the logits alone need {floor.per_gpu / est.GIB:,.1f} GiB per GPU "
+                   f"(micro batch 1, full recompute, TP {gpus_per_node}); check the model's settings")
+        elif floor.fewest_gpus > 1 << 16:
+            why = (f"its weights, gradients and optimizer state alone need {floor.state / est.GIB:,.0f} GiB, more "
+                   f"than 65,536 GPUs hold; check the model's settings")
+        else:
+            why = "check the global batch size: DP must divide it"
+        return UserError(Problem(f"no layout of {preset} fits on any number of {gpu.name} GPUs tried", why))
     nodes = -(-need // gpus_per_node)
     return UserError(Problem(
         f"no valid layout of {preset} fits on {world} × {gpu.name}",

@@ -15,9 +15,10 @@ and pipeline_parallel_layer_layout.py):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
+
+from launcher.pipeline.pipeline_layout import parse_pipeline_layout
 
 
 @dataclass(frozen=True)
@@ -36,20 +37,6 @@ class Stage:
 
 class SplitError(ValueError):
     """The layout cannot be split as asked; the message says why (Megatron asserts the same)."""
-
-
-def parse_layout(layout: str) -> list[str]:
-    """Megatron's PipelineParallelLayerLayout.parse_str_to_list, as strings of layer letters per stage."""
-    text = layout.replace(",", "")
-    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
-        text = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), text)
-    stages = text.split("|")
-    for stage in stages:
-        bad = set(stage) - set("ELtm")
-        if bad:
-            raise SplitError(f"pipeline layout {layout!r} has unknown layer letters {''.join(sorted(bad))!r} "
-                             "(known: E, t, L, m)")
-    return stages
 
 
 def split_layers(num_layers: int, pp: int, vpp: int = 1, first: int | None = None, last: int | None = None,
@@ -101,7 +88,10 @@ def _split(num_layers: int, pp: int, vpp: int, first: int | None, last: int | No
 
 
 def _from_layout(layout: str, num_layers: int, pp: int) -> tuple[Stage, ...]:
-    stages = parse_layout(layout)
+    try:  # the pipeline's one parser, bounded by the model's size
+        stages = parse_pipeline_layout(layout, num_layers)
+    except ValueError as exc:
+        raise SplitError(f"pipeline layout {layout[:80]!r} {exc}") from None
     if len(stages) % pp:
         raise SplitError(f"pipeline layout has {len(stages)} stages, not a multiple of PP {pp}")
     vpp = len(stages) // pp
@@ -114,8 +104,3 @@ def _from_layout(layout: str, num_layers: int, pp: int) -> tuple[Stage, ...]:
         out.append(Stage(rank, tuple(s.count("t") for s in mine), any("E" in s for s in mine),
                          any("L" in s for s in mine)))
     return tuple(out)
-
-
-def layout_vpp(layout: str, pp: int) -> int:
-    """Model chunks per rank that an explicit layout implies."""
-    return max(1, len(parse_layout(layout)) // pp)

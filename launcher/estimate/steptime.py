@@ -22,7 +22,8 @@ The structure (docs/plan.md has the same with the calibration table):
      `tp_exposed` of it, or `tp_exposed_overlap` with `tp_comm_overlap` (TE userbuffers);
    - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
      backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
-   - EP: MoE all-to-all is not modelled (dense GPT only; EP stays 1);
+   - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
+     of it exposed; the expert GEMMs run at `grouped_gemm` of the dense shape efficiency (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; with VPP Megatron overlaps the transfers, so half the bytes are exposed;
    - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
@@ -42,7 +43,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher.estimate.formulas import Gpu, ModelShape, Training, pipeline_stages, stage_parameters
+from launcher.estimate.formulas import (
+    Gpu,
+    ModelShape,
+    Training,
+    flops_per_iteration,
+    pipeline_stages,
+    stage_parameters,
+)
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,12 @@ class Kernels:
     tp_exposed: float  # fraction of TP communication left exposed without tp_comm_overlap
     tp_exposed_overlap: float  # ... with tp_comm_overlap
     launch: float  # seconds of fixed cost per layer per microbatch (launches, syncs), forward + backward
+    # MoE, fitted on the fitted part's Hopper MoE runs (`python -m launcher.estimate.calibration --fit`;
+    # Ampere borrows them): grouped-GEMM efficiency relative to a dense GEMM of the same shape, FP8's speed-up
+    # of the grouped GEMMs (fitted apart from fp8_gain), the fraction of the token dispatch left exposed
+    grouped_gemm: float = 0.8
+    grouped_fp8_gain: float = 1.0
+    dispatch_exposed: float = 0.4
 
 
 # Fitted on the runs in calibration.py (coordinate descent on the mean and median |log error|), then rounded.
@@ -113,6 +127,7 @@ class Placement:
     dp: bool  # the data-parallel group with CP, over which gradients are reduced
     pp: bool
     dp_per_node: int = 1  # members of one DP×CP group inside a node: NCCL drives that many NICs at once
+    ep: bool = False  # the expert-parallel group (stride TP·CP)
 
 
 def placement(t: Training, gpus_per_node: int) -> Placement:
@@ -128,6 +143,7 @@ def placement(t: Training, gpus_per_node: int) -> Placement:
         dp=t.dp_cp > 1 and t.tp * t.cp * t.ep * t.dp > gpus_per_node,
         pp=spans(t.tp * t.cp * t.ep * t.dp, t.pp),
         dp_per_node=max(1, min(t.dp_cp, gpus_per_node // (t.tp * t.ep))),
+        ep=spans(t.tp * t.cp, t.ep),
     )
 
 
@@ -155,8 +171,11 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     peak = gpu.peak_tflops * 1e12
     hbm = gpu.hbm_tbps * 1e12
     act = 4 if t.precision == "fp32" else 2
-    linear = h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0))
+    linear: float = h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0))
     linear += m.query_size * h + h * m.ffn_hidden_size * (3 if m.swiglu else 2)
+    moe_share = m.moe_layers / m.num_layers if m.num_experts and m.num_layers else 0.0
+    if moe_share:  # the MoE layers' MLP is not the dense one: experts and dispatch are added below
+        linear -= moe_share * h * m.ffn_hidden_size * (3 if m.swiglu else 2)
     gemm_flops = 6 * tokens * linear / tp
     attn_flops = 6 * tokens * m.query_size * s / tp
     if tflops:  # a measured rate replaces the kernel model for all FLOPs
@@ -176,6 +195,11 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     replicated = 1 / tp if t.sequence_parallel or tp == 1 else 1.0
     elem = act * tokens * (k.elementwise * h * replicated + k.elementwise_ffn * m.ffn_hidden_size / tp) / hbm
     layer = gemm + attn + elem + k.launch
+    dispatch = 0.0
+    if moe_share:
+        experts, dispatch = _moe_time(m, t, gpu, k, tokens, gemm_rate if tflops else None, place.ep)
+        layer += moe_share * experts
+        dispatch *= moe_share
     if t.recompute == "full":
         extra = (gemm + attn) / 3 + elem / 2
     elif t.recompute == "selective":
@@ -200,14 +224,52 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         kv = act * tokens * 2 * m.kv_size / tp
         ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
         context = layers * max(0.0, ring - attn)
+    tensor += layers * dispatch  # the token dispatch is communication too; reported with TP's
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
+              rate: float | None, crosses: bool) -> tuple[float, float]:
+    """One MoE layer, one microbatch, forward + backward: (expert GEMMs + permutation, exposed dispatch).
+
+    Expert GEMMs: 6·(token-expert pairs)·h·F_moe·(3 with SwiGLU, else 2)/ETP FLOPs per GPU, pairs = tokens ·
+    topk · ETP/TP, at the dense GEMM's shape efficiency (width F_moe/ETP, tokens per local expert) times
+    `grouped_gemm`; the shared expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
+    the same): all-to-all moves each pair's hidden state once, (EP−1)/EP of it off the GPU; all-gather
+    gathers every EP rank's tokens; over NVLink when the EP group (stride TP·CP) is in one node, else one
+    NIC per GPU."""
+    h, tp = m.hidden_size, t.tp
+    act = 4 if t.precision == "fp32" else 2
+    factor = 3 if m.swiglu else 2
+    peak = gpu.peak_tflops * 1e12
+    pairs = tokens * m.moe_topk * t.expert_tp / tp
+    width = m.moe_ffn_hidden_size / t.expert_tp
+    per_expert = pairs / max(1, m.num_experts // t.ep)
+    eff = k.gemm * width / (width + k.gemm_width) * per_expert / (per_expert + k.gemm_tokens) * k.grouped_gemm
+    expert_rate = rate or peak * eff * (k.grouped_fp8_gain if t.fp8 else 1.0)
+    seconds = 6 * pairs * h * width * factor / expert_rate
+    if m.shared_expert_size:
+        shared_w = h / tp
+        shared_eff = k.gemm * shared_w / (shared_w + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+        seconds += 6 * tokens * h * m.shared_expert_size * factor / tp / (rate or peak * shared_eff)
+    seconds += 8 * act * pairs * h / (gpu.hbm_tbps * 1e12)  # permute / unpermute, forward and backward
+    dispatch = 0.0
+    if t.ep > 1:
+        local = tokens / tp if t.sequence_parallel or tp == 1 else tokens
+        if t.moe_dispatcher == "allgather":
+            volume = (t.ep - 1) * local * h * act
+        else:
+            volume = (t.ep - 1) / t.ep * local * m.moe_topk * h * act
+        bw = (gpu.network_gbps if crosses else gpu.nvlink_gbps) * 1e9
+        dispatch = 4 * volume / bw * k.dispatch_exposed
+    return seconds, dispatch
+
 
 
 def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
               tflops: float | None = None) -> StepTime:
     """The model in the module docstring; `tflops` (a measured model TFLOP/s per GPU) replaces the kernel
     efficiencies for the FLOPs, everything else stays."""
-    from launcher.estimate.formulas import flops_per_iteration
 
     k = KERNELS[gpu.family]
     place = placement(t, gpus_per_node)
@@ -252,7 +314,8 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
         if t.overlap_param_gather and t.distributed_optimizer:
             gather = max(gather / buckets, gather - forward)
         data_comm = reduce + gather
-    local = shard / group if t.distributed_optimizer else shard
+    experts = max(p.expert_params for p in params)
+    local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer else shard
     optimizer = local * ADAM_BYTES_PER_PARAM / (gpu.hbm_tbps * 1e12)
 
     step = StepTime(

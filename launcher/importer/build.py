@@ -17,7 +17,7 @@ import yaml
 
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
-from launcher.importer.shell import MARK, ShellSyntaxError, read_script, show, unresolved_names
+from launcher.importer.bash_subset import MARK, ShellSyntaxError, read_script, show, unresolved_names
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
 DATA_PATHS = ("data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",

@@ -3,13 +3,17 @@ source's, flag by flag, apart from what the launcher adds on purpose or the impo
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import Problem, UserError
+from launcher.errors import Problem
 from launcher.importer.build import Imported
 from launcher.importer.flags import read_flags
+
+# a preset → (its job as a dry-run resolves it, every problem); given by the command line (cli.job.job_for)
+ResolveJob = Callable[[Any], tuple[Any, list[Problem]]]
 
 
 @dataclass
@@ -22,23 +26,12 @@ class Outcome:
     differences: list[str] = field(default_factory=list)  # round-trip differences beyond those
 
 
-def preset_argv(preset: Any) -> tuple[list[str], dict[str, Any], Any, list[Problem]]:
-    """(Megatron flags, settings the launcher added, resolved job or None, problems) for a preset as declared,
-    as its dry-run would resolve it."""
-    from launcher.pipeline import resolve as resolving
-    from launcher.pipeline.command import build_command, script_args
+def preset_argv(job: Any, problems: list[Problem]) -> tuple[list[str], dict[str, Any], Any, list[Problem]]:
+    """(Megatron flags, settings the launcher added, the job when it passes its checks else None, problems) for
+    a preset as its dry-run resolves it (resolve.attempt's job and problems)."""
+    from launcher.pipeline.command import script_args
 
-    kernels = resolving.kernels_of(preset, resolving.HERE)
-    try:
-        job = resolving.resolve(preset, kernels=kernels)
-    except UserError as exc:
-        unchecked, _ = resolving.resolve_settings(preset, preset.launcher.nodes, preset.launcher.gpus_per_node,
-                                                  kernels=kernels)
-        return script_args(unchecked.preset.megatron), dict(unchecked.added), None, exc.problems
-    added = dict(job.added)
-    if preset.megatron.get("micro_batch_size") != job.preset.megatron.get("micro_batch_size"):
-        added["micro_batch_size"] = job.preset.megatron["micro_batch_size"]
-    return build_command(job).script_args, added, job, []
+    return script_args(job.megatron), dict(job.added), None if problems else job, problems
 
 
 def round_trip(source_args: list[str], argv: list[str], ignore: set[str]) -> list[str]:
@@ -52,11 +45,11 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str]) -> lis
     return out
 
 
-def check_import(imported: Imported, preset_path: Path) -> Outcome:
+def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob) -> Outcome:
+    """`resolve_job` turns the written preset into the job its dry-run would run (cli.job.job_for)."""
     from launcher.pipeline.preset import load_preset
 
-    preset = load_preset(str(preset_path))
-    argv, added, plan, problems = preset_argv(preset)
+    argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
     outcome = Outcome(problems=problems, argv=argv, added=added)
     if plan is not None:
         lay = plan.layout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.importer.build import import_source
-from launcher.importer.report import check_import, render
+from launcher.importer.report import ResolveJob, check_import, render
 
 MAX_SOURCE_BYTES = 1_000_000
 
@@ -32,7 +32,8 @@ def read_input(words: list[str]) -> tuple[str, str]:
     return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given"
 
 
-def main(source: list[str], output: str | None) -> int:
+def main(source: list[str], output: str | None, resolve_job: ResolveJob) -> int:
+    """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import."""
     text, name = read_input(source)
     imported = import_source(text, name)
     if output:
@@ -43,13 +44,13 @@ def main(source: list[str], output: str | None) -> int:
             target.write_text(imported.text)
         except OSError as exc:
             raise UserError(f"cannot write {target}: {exc}") from None
-        outcome = check_import(imported, target)
+        outcome = check_import(imported, target, resolve_job)
         sys.stdout.write(render(imported, outcome, str(target)))
     else:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / "imported.yaml"
             scratch.write_text(imported.text)
-            outcome = check_import(imported, scratch)
+            outcome = check_import(imported, scratch, resolve_job)
         sys.stdout.write(imported.text)
         sys.stderr.write(render(imported, outcome, "standard output"))
     return 2 if outcome.problems else 0

@@ -99,7 +99,7 @@ def extra_args_provider():
     return add_from_catalog
 
 
-class Target:
+class MachinePatch:
     """Answers Megatron's questions about the GPU machine for the declared target, then puts things back."""
 
     def __init__(self, arguments):
@@ -288,7 +288,7 @@ class _Recorder:
 
 
 def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defaults: dict,
-          target: dict, machine: Target | None = None) -> dict:
+          target: dict, machine: MachinePatch | None = None) -> dict:
     """Run pretrain_gpt.py's startup checks on one argv; never raises."""
     import warnings
 
@@ -374,7 +374,7 @@ def main() -> int:
     defaults = json.loads(os.environ.get("MEGATRON_CHECK_ARGS_DEFAULTS", "{}"))
     try:
         arguments = _setup()
-        machine = Target(arguments)
+        machine = MachinePatch(arguments)
     except Exception as exc:  # noqa: BLE001
         protocol.write(json.dumps({"fatal": f"cannot import megatron.training: {_message(exc)}"}) + "\n")
         return 1

@@ -166,3 +166,8 @@ def _format(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def default_ffn_hidden_size(hidden: int, swiglu: bool) -> int:
+    """Megatron's MLP width when ffn_hidden_size is unset: 4h, or int(8h/3/64)·64 with SwiGLU."""
+    return int(8 * hidden / 3 / 64) * 64 if swiglu else 4 * hidden

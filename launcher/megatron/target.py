@@ -10,23 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from launcher.gpus import GPUS
+
 NGC_IMAGE = "nvcr.io/nvidia/pytorch:26.04-py3"
 DECLARED_TE_VERSION = "2.14.0"
 
-# CUDA compute capability by the GPU names of `launch plan --gpu` / launcher.gpu.
-CAPABILITY = {
-    "a100": (8, 0), "l40s": (8, 9), "h100": (9, 0), "h200": (9, 0), "gh200": (9, 0), "b200": (10, 0),
-}
-
-
 def capability(gpu: str) -> tuple[int, int]:
-    """Compute capability of a catalogue GPU (h200-141gb → (9, 0)); Hopper when the family is unknown."""
-    family = gpu.lower().split("-")[0]
-    return CAPABILITY.get(family, (9, 0))
+    """Compute capability of a catalogue GPU (h200-141gb → (9, 0)); Hopper when the name is unknown."""
+    known = GPUS.get(gpu.strip().lower())
+    return known.capability if known is not None else (9, 0)
 
 
 @dataclass(frozen=True)
-class Target:
+class AssumedMachine:
     """What the GPU machine has: the facts --check assumes instead of asking this machine."""
 
     gpu: str

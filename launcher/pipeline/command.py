@@ -5,18 +5,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import ENTRY_SCRIPTS
-from launcher.pipeline.kernels import uses_megatron_ext
+from launcher.pipeline.environment import LAUNCHER_ROOT
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
-from launcher.pipeline.shell import HostFromEnv, shell_words
+from launcher.pipeline.shell import HostFromEnv, SlurmWord, expands, shell_words
 
-# The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
-LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
 PREFLIGHT_SCRIPT = LAUNCHER_ROOT / "launcher" / "inside" / "allreduce.py"
 
 
@@ -30,14 +27,14 @@ class Command:
     @property
     def expand(self) -> frozenset[int]:
         """Positions of the words the shell expands at run time (HostFromEnv); every other word is quoted."""
-        return frozenset(i for i, word in enumerate(self.argv) if isinstance(word, HostFromEnv))
+        return frozenset(i for i, word in enumerate(self.argv) if expands(word))
 
     def shell_words(self) -> list[str]:
         """argv quoted for a shell; the launcher's own ${MASTER_ADDR} endpoint expands on each node."""
         return shell_words(self.argv)
 
 
-def script_args(settings: dict[str, object]) -> list[str]:
+def script_args(settings: Mapping[str, object]) -> list[str]:
     catalog = megatron_args.catalog()
     argv: list[str] = []
     for dest, value in settings.items():
@@ -56,37 +53,32 @@ def flag_lines(args: Sequence[str]) -> list[str]:
 
 
 def torchrun_args(job: ResolvedJob) -> tuple[list[str], bool]:
-    """torchrun's own options; one node uses --standalone (a free local port), several a c10d rendezvous."""
+    """torchrun's own options; one node here uses --standalone (a free local port), several a c10d rendezvous on
+    job.rdzv_port. On Slurm, the batch script's one torchrun per node learns the node count, the first node and
+    the job id from the allocation. (options, whether a word expands at run time)"""
     launcher = job.preset.launcher
+    if job.target.slurm:
+        return slurm_torchrun(launcher.torchrun, job.gpus_per_node), True
     head = [launcher.torchrun, "--nnodes", str(job.nodes), "--nproc-per-node", str(job.gpus_per_node)]
     if job.nodes == 1:
         return head + ["--standalone"], False
     from_env = launcher.master_addr == "localhost"
-    endpoint = HostFromEnv(launcher.master_port) if from_env else f"{launcher.master_addr}:{launcher.master_port}"
+    endpoint = HostFromEnv(job.rdzv_port) if from_env else f"{launcher.master_addr}:{job.rdzv_port}"
     rdzv = ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id(job.preset.name)]
     return head + rdzv, from_env
+
+
+def slurm_torchrun(torchrun: str, gpus_per_node: int) -> list[str]:
+    """torchrun in a Slurm batch script, one per node: the node count, the first node ($head_node, with the
+    script's $rdzv_port) and the job id come from the allocation."""
+    return [torchrun, SlurmWord("--nnodes", "$SLURM_NNODES"), f"--nproc-per-node={gpus_per_node}",
+            "--rdzv-backend=c10d", SlurmWord("--rdzv-endpoint", "$head_node:$rdzv_port"),
+            SlurmWord("--rdzv-id", "$SLURM_JOB_ID")]
 
 
 def rdzv_id(preset_name: str) -> str:
     """torchrun's --rdzv-id for a preset: its name in the characters a job id needs, whatever the file is called."""
     return "megatron-launch-" + (re.sub(r"[^A-Za-z0-9._-]+", "_", preset_name) or "run")
-
-
-def environment(job: ResolvedJob) -> dict[str, str]:
-    env: dict[str, str] = {}
-    layout = job.layout
-    fsdp = bool(job.preset.arg("use_torch_fsdp2") or job.preset.arg("use_megatron_fsdp"))
-    if job.entry == "simple_loop" or ((layout.tp > 1 or layout.cp > 1) and not fsdp):
-        # Megatron asserts this on Hopper and older for TP/CP > 1: TP collectives must be queued before the
-        # GEMMs they overlap with (megatron-432d76b.md §2.3). The simple loop runs TP 2. FSDP asserts the
-        # opposite (arguments.py:1027, 1139), and Megatron only warns about TP with FSDP.
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "1"
-    # The simple loop lives in examples/ and imports megatron from the checkout root.
-    env["PYTHONPATH"] = str(job.megatron_path)
-    if job.entry == "pretrain_gpt" and uses_megatron_ext(job.preset.megatron):
-        env["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
-    env.update(job.preset.launcher.env)
-    return env
 
 
 def entry_script(job: ResolvedJob) -> str:
@@ -95,10 +87,10 @@ def entry_script(job: ResolvedJob) -> str:
 
 def build_command(job: ResolvedJob) -> Command:
     script = entry_script(job)
-    flags = script_args(job.preset.megatron) if job.entry == "pretrain_gpt" else []
+    flags = script_args(job.megatron) if job.entry == "pretrain_gpt" else []
     runner, _ = torchrun_args(job)
     argv = [*runner, script, *flags]
-    return Command(argv=argv, env=environment(job), script=script, script_args=flags)
+    return Command(argv=argv, env=dict(job.environment.exported), script=script, script_args=flags)
 
 
 def kernel_summary(job: ResolvedJob) -> str:

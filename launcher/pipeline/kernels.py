@@ -14,6 +14,7 @@ from typing import Any
 from launcher.errors import Problem, UserError
 from launcher.inside.megatron_ext import coverage
 from launcher.megatron.pin import Kernels, detect_kernels
+from launcher.pipeline.environment import uses_megatron_ext
 
 # Images that ship Transformer Engine and a full apex (with its CUDA extensions); enroot writes nvcr.io#nvidia/…
 NGC_IMAGES = ("nvcr.io/nvidia/pytorch", "nvcr.io/nvidia/nemo")
@@ -114,12 +115,6 @@ def fast_path_problems(megatron: Mapping[str, Any], kernels: Kernels) -> list[Pr
                 f"use a target with Transformer Engine (--set transformer_engine=true), or unset {gap.setting}",
                 stage="launcher"))
     return problems
-
-
-def uses_megatron_ext(settings: Mapping[str, Any]) -> bool:
-    """Whether the job's --spec is one of launcher/inside/megatron_ext's."""
-    spec = settings.get("spec")
-    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
 
 
 def uses_rope(megatron: Mapping[str, Any]) -> bool:

@@ -8,21 +8,26 @@ what Megatron does not know: nodes, GPUs per node, the entry script, environment
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
 from launcher import untrusted
 from launcher.errors import Problem, UserError, did_you_mean, shown
+from launcher.gpus import gpu_by_name
 from launcher.megatron import args as megatron_args
+from launcher.pipeline.environment import is_env_name
 from launcher.pipeline.field_types import field_types, fields_allowing
+from launcher.pipeline.k8s_settings import K8sSettings
+from launcher.pipeline.slurm_settings import SlurmSettings
 
 CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the package; ./configs links here
 MAX_BASE_CHAIN = 32  # base: files one above another; real presets use one or two
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -30,7 +35,7 @@ class LauncherSettings:
     nodes: int = 1
     gpus_per_node: int = 8
     entry: str = "pretrain_gpt"
-    env: dict[str, str] = field(default_factory=dict)
+    env: Mapping[str, str] = field(default_factory=dict)
     master_addr: str = "localhost"
     master_port: int = 29500
     megatron_path: str | None = None
@@ -43,8 +48,12 @@ class LauncherSettings:
     # Where the preset leaves micro_batch_size unset: the largest divisor of global batch / DP up to this
     # (one big microbatch is fastest when it fits; docs/benchmarks.md), so any GPU count gets a valid batch.
     max_micro_batch_size: int | None = None
-    slurm: dict[str, Any] = field(default_factory=dict)
-    k8s: dict[str, Any] = field(default_factory=dict)  # Kubernetes (JobSet) settings: pipeline/k8s_settings.py
+    slurm: Mapping[str, Any] = field(default_factory=dict)
+    k8s: Mapping[str, Any] = field(default_factory=dict)  # Kubernetes (JobSet) settings: pipeline/k8s_settings.py
+
+    def __post_init__(self) -> None:  # immutable all the way down: a job's settings cannot change after resolve
+        for name in ("env", "slurm", "k8s"):
+            object.__setattr__(self, name, MappingProxyType(dict(getattr(self, name))))
 
 
 LAUNCHER_FIELDS = {f.name: f for f in fields(LauncherSettings)}
@@ -60,10 +69,7 @@ SECTIONS = {"slurm": "Slurm", "k8s": "Kubernetes"}  # launcher settings that are
 
 def _slurm_fields(section: str = "slurm") -> tuple[frozenset[str], frozenset[str]]:
     """Keys a preset's `launcher.slurm:` (or `launcher.k8s:`) section may hold, and those that are text; the
-    backend settings' dataclass declares them (imported here, not above: it imports this module)."""
-    from launcher.pipeline.k8s_settings import K8sSettings
-    from launcher.pipeline.slurm_settings import SlurmSettings
-
+    backend settings' dataclass declares them."""
     cls = K8sSettings if section == "k8s" else SlurmSettings
     return frozenset(field_types(cls)), fields_allowing(cls, str)
 
@@ -72,10 +78,14 @@ def _slurm_fields(section: str = "slurm") -> tuple[frozenset[str], frozenset[str
 class Preset:
     name: str
     description: str
-    megatron: dict[str, Any]  # Megatron dest → typed value, in preset order; None means Megatron's default
+    megatron: Mapping[str, Any]  # as written: Megatron dest → typed value, in preset order; None: Megatron's default
     launcher: LauncherSettings
     sources: tuple[str, ...] = ()  # files read, base first
     overrides: tuple[str, ...] = ()  # --set NAME=VALUE as the user gave them
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "megatron", MappingProxyType(dict(self.megatron)))
+        object.__setattr__(self, "overrides", tuple(self.overrides))
 
     def arg(self, dest: str) -> Any:
         """The value Megatron will see: the preset's, else Megatron's own default."""
@@ -209,8 +219,6 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
         raise UserError(f"launcher.master_addr ({where}) must be a host name or IP address, got {shown(value)}",
                         "e.g. --set master_addr=node001 or --set master_addr=10.0.0.1")
     if name == "gpu":
-        from launcher.estimate.formulas import gpu_by_name
-
         return gpu_by_name(str(value)).name
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise UserError(f"launcher.{name} ({where}) must be a string, got {shown(value)}")
@@ -220,8 +228,9 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
 
 
 def _env_name(name: Any, where: str) -> str:
-    if not isinstance(name, str) or not ENV_NAME.match(name):
-        raise UserError(f"'{name}' in launcher.env ({where}) is not a valid environment variable name")
+    if not is_env_name(name):
+        raise UserError(f"{shown(name)} in launcher.env ({where}) is not a valid environment variable name",
+                        "use letters, digits and underscores, not starting with a digit")
     return name
 
 

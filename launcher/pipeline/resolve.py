@@ -18,29 +18,39 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Protocol
 
-from launcher.checks.data import check_data, check_data_sources, data_files
 from launcher.errors import Problem, UserError
+from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
-from launcher.pipeline.layout import Layout, check, choose_entry, choose_micro_batch
+from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
+from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.preset import Preset
-from launcher.runs import rundir
+from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
+from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
 
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
 NO_KERNELS = Kernels(False, False, "preset")
+# The data check that needs files (launcher.checks.data.check_job_data), given by the caller: (every Megatron
+# argument as Megatron sees it, whether the job runs on a cluster's nodes) → (problems, data files this machine
+# cannot see).
+DataCheck = Callable[[Mapping[str, Any], bool], tuple[list[Problem], list[str]]]
 
 
 @dataclass(frozen=True)
-class Target:
+class Placement:
     """Where the job runs: here, on Slurm's nodes as they are, on Slurm's nodes inside a container image, or in a
-    Kubernetes JobSet's pods (always an image)."""
+    Kubernetes JobSet's pods (always an image); for Slurm and Kubernetes, their settings, parsed once."""
 
     slurm: bool = False
     container_image: str | None = None
     container_mounts: tuple[str, ...] = ()
+    slurm_settings: SlurmSettings | None = None
     kubernetes: bool = False
+    k8s_settings: K8sSettings | None = None
 
     @property
     def remote(self) -> bool:
@@ -55,36 +65,68 @@ class Target:
         return "Slurm" if self.slurm else "here"
 
 
-HERE = Target()
+HERE = Placement()
+
+
+class ResumedRun(Protocol):
+    """The run directory a job resumes (launcher.runs.rundir.ExistingRun): what resolve and the recorders read."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def manifest(self) -> dict[str, Any]: ...
+
+    def resume_megatron_args(self) -> dict[str, Any]: ...
+
+
+def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
+    return MappingProxyType(dict(mapping))
 
 
 @dataclass(frozen=True)
 class ResolvedJob:
     """The job as it will run; what the checks saw is what every consumer prints, records and runs."""
 
-    preset: Preset  # its megatron: every setting the job passes to Megatron, exactly as passed
+    preset: Preset  # as written (base:, file, --set): resolve never changes it
+    megatron: Mapping[str, Any]  # every setting the job passes to Megatron, in argv order, exactly as passed
     layout: Layout
     nodes: int
     gpus_per_node: int
     entry: str  # "pretrain_gpt", "simple_loop", or "allreduce" (--preflight)
     kernels: Kernels  # as found where the job runs
     megatron_path: Path
-    target: Target = HERE
+    target: Placement = HERE
+    environment: JobEnvironment = field(default_factory=JobEnvironment)  # every rank's, decided before the checks
+    rdzv_port: int = 29500  # torchrun's c10d rendezvous on the first node (several nodes)
     run_dir: Path | None = None  # checkpoints, TensorBoard and logs go here (None: a preflight run here)
-    existing: rundir.ExistingRun | None = None  # set when resuming that run
-    added: Mapping[str, Any] = field(default_factory=dict)  # Megatron settings the launcher added: dest → value
+    existing: ResumedRun | None = None  # set when resuming that run
+    added: Mapping[str, Any] = field(default_factory=dict)  # what the launcher decided: dest → value as passed
     kernel_flags: Mapping[str, Any] = field(default_factory=dict)  # the part of `added` for a missing TE/apex
     notes: tuple[str, ...] = ()  # said once to the user (fallbacks, resolutions)
     warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
     unseen_files: tuple[str, ...] = ()  # data files this machine cannot see: checked on the node at job start
 
+    def __post_init__(self) -> None:
+        for name in ("megatron", "added", "kernel_flags"):  # immutable all the way down, not only frozen
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
     @property
     def world_size(self) -> int:
         return self.nodes * self.gpus_per_node
 
-    @property
-    def megatron(self) -> dict[str, Any]:
-        return dict(self.preset.megatron)
+    def arg(self, dest: str) -> Any:
+        """The value Megatron will see: the job's, else Megatron's own default."""
+        value = self.megatron.get(dest)
+        return megatron_args.catalog()[dest].default if value is None else value
+
+    def effective(self) -> dict[str, Any]:
+        """Every Megatron argument as Megatron will see it (defaults filled in)."""
+        return {dest: self.arg(dest) for dest in megatron_args.catalog()}
+
+    def as_checked(self) -> Preset:
+        """The preset with every setting the job passes: what the rules judge."""
+        return replace(self.preset, megatron=dict(self.megatron))
 
 
 def world(preset: Preset, nodes: int | None, gpus_per_node: int | None,
@@ -108,91 +150,117 @@ def world(preset: Preset, nodes: int | None, gpus_per_node: int | None,
     return nodes, gpus_per_node, notes
 
 
-def target_for(preset: Preset, slurm: bool, kubernetes: bool = False) -> Target:
+def target_for(preset: Preset, slurm: bool, kubernetes: bool = False) -> Placement:
+    """Where the job runs; for Slurm or Kubernetes, its settings parsed (the only place they are)."""
     if kubernetes:
-        from launcher.pipeline.k8s_settings import parse_k8s_settings
-
-        return Target(kubernetes=True, container_image=parse_k8s_settings(preset.launcher.k8s).image)
+        k8s = parse_k8s_settings(preset.launcher.k8s)
+        return Placement(kubernetes=True, container_image=k8s.image, k8s_settings=k8s)
     if not slurm:
         return HERE
-    from launcher.pipeline.slurm_settings import check_environment, parse_slurm_settings
-
     try:
         settings = parse_slurm_settings(preset.launcher.slurm)
     except UserError as exc:  # the environment's problems in the same breath, not one round trip later
         raise UserError([*exc.problems, *check_environment(preset.launcher.env)]) from None
-    return Target(True, settings.container_image, settings.container_mounts)
+    return Placement(True, settings.container_image, settings.container_mounts, settings)
 
 
-def kernels_of(preset: Preset, target: Target) -> Kernels:
+def kernels_of(preset: Preset, target: Placement) -> Kernels:
     launcher = preset.launcher
     return kernel_rules.kernels_for(launcher.transformer_engine, launcher.apex, slurm=target.slurm,
                                     container_image=target.container_image)
 
 
 def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None, *,
-            kernels: Kernels = NO_KERNELS, megatron_path: Path = Path("."), target: Target = HERE,
-            run_dir: Path | None = None, existing: rundir.ExistingRun | None = None,
-            preflight: bool = False, gpus_here: Callable[[], int] | None = None) -> ResolvedJob:
-    """Decide every setting, then check them all; UserError lists every problem at once.
+            kernels: Kernels = NO_KERNELS, megatron_path: Path = Path("."), target: Placement = HERE,
+            run_dir: Path | None = None, existing: ResumedRun | None = None,
+            preflight: bool = False, gpus_here: Callable[[], int] | None = None,
+            inherited_env: Mapping[str, str] | None = None, data_check: DataCheck | None = None) -> ResolvedJob:
+    """Decide every setting, then check them all; UserError lists every problem at once (see `attempt`)."""
+    job, problems = attempt(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path,
+                            target=target, run_dir=run_dir, existing=existing, preflight=preflight,
+                            gpus_here=gpus_here, inherited_env=inherited_env, data_check=data_check)
+    if problems:
+        raise UserError(problems)
+    return job
 
-    `gpus_here` counts this machine's GPUs when the job runs here (see `world`)."""
+
+def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None, *,
+            kernels: Kernels = NO_KERNELS, megatron_path: Path = Path("."), target: Placement = HERE,
+            run_dir: Path | None = None, existing: ResumedRun | None = None,
+            preflight: bool = False, gpus_here: Callable[[], int] | None = None,
+            inherited_env: Mapping[str, str] | None = None, data_check: DataCheck | None = None
+            ) -> tuple[ResolvedJob, list[Problem]]:
+    """Decide every setting, then check them all: the job and every problem (none: it may run). `launch show` and
+    `launch --check` show the job the launcher would run even when it refuses.
+
+    `gpus_here` counts this machine's GPUs when the job runs here (see `world`); `inherited_env` is the
+    environment the launch starts in, which the ranks inherit (a local run's; sbatch exports the submitter's;
+    None: this process's);
+    `data_check` checks the data files where this machine can see them."""
     nodes, gpus_per_node, world_notes = world(preset, nodes, gpus_per_node, gpus_here)
     job, problems = resolve_settings(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path,
-                                     target=target, run_dir=run_dir, existing=existing, preflight=preflight)
+                                     target=target, run_dir=run_dir, existing=existing, preflight=preflight,
+                                     inherited_env=inherited_env)
     # a micro batch the launcher picked is never blamed in a batch hint: the user did not choose it
     picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
-    layout, found, warnings = check(job.preset, job.world_size, gpus_per_node, kernels.transformer_engine,
-                                    kernels.apex, micro_batch_picked=picked)
+    layout, found, warnings = check(job.as_checked(), job.world_size, gpus_per_node, kernels.transformer_engine,
+                                    kernels.apex, micro_batch_picked=picked, env=job.environment)
     problems += found
     unseen: list[str] = []
-    if job.entry == "pretrain_gpt":  # the simple loop brings its own mock data; the all-reduce reads none
-        found, unseen = _check_data(job.preset.effective(), target)
+    if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
+        found, unseen = data_check(job.effective(), target.remote)
         problems += found
         if unseen:
             warnings.append("this machine cannot see the data files " + ", ".join(unseen) + "; the job checks "
                             "them on its first node at start")
-    if problems or layout is None:
-        raise UserError(problems)
-    return replace(job, layout=layout, notes=(*world_notes, *job.notes), warnings=(*job.warnings, *warnings),
-                   unseen_files=tuple(unseen))
+    if layout is None and not problems:
+        problems.append(Problem("the layout could not be derived"))  # check() says why; a guard, not a rule
+    return replace(job, layout=layout or job.layout, notes=(*world_notes, *job.notes),
+                   warnings=(*job.warnings, *warnings), unseen_files=tuple(unseen)), problems
 
 
 def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels: Kernels = NO_KERNELS,
                      megatron_path: Path = Path("."),
-                     target: Target = HERE, run_dir: Path | None = None,
-                     existing: rundir.ExistingRun | None = None, preflight: bool = False
-                     ) -> tuple[ResolvedJob, list[Problem]]:
+                     target: Placement = HERE, run_dir: Path | None = None,
+                     existing: ResumedRun | None = None, preflight: bool = False,
+                     inherited_env: Mapping[str, str] | None = None) -> tuple[ResolvedJob, list[Problem]]:
     """Every setting decided, nothing checked yet: the job (its layout still a placeholder) and the problems
-    found while deciding. `launch --check` puts these settings to Megatron even when the launcher refuses."""
+    found while deciding."""
     world_size = nodes * gpus_per_node
-    preset, entry, notes, problems = choose_entry(preset, world_size)
-    preset, notes = choose_micro_batch(preset, world_size, notes)
-    added: dict[str, Any] = {}
+    written = preset.megatron
+    chosen, entry, notes, problems = choose_entry(preset, world_size)
+    chosen, notes = choose_micro_batch(chosen, world_size, notes)
+    megatron: dict[str, Any] = dict(chosen.megatron)
     kernel_flags: dict[str, Any] = {}
     if preflight:
         entry = PREFLIGHT
+        if target.slurm_settings is not None:  # runs once and just reports: nothing to resume, no chain to block
+            settings = target.slurm_settings
+            name = f"{settings.job_name or f'megatron-{preset.name}'}-preflight"
+            target = replace(target, slurm_settings=replace(settings, requeue=False, chain=1, job_name=name))
     elif entry == "pretrain_gpt":
-        kernel_flags = kernel_rules.fallbacks(preset.megatron, kernels)
-        notes = [*notes, *kernel_rules.fast_path_notes(preset.megatron, kernels)]
-        problems = [*problems, *kernel_rules.fast_path_problems(preset.megatron, kernels)]
-        added.update(kernel_flags)
-        megatron = {**preset.megatron, **kernel_flags}
+        kernel_flags = kernel_rules.fallbacks(megatron, kernels)
+        notes = [*notes, *kernel_rules.fast_path_notes(megatron, kernels)]
+        problems = [*problems, *kernel_rules.fast_path_problems(megatron, kernels)]
+        megatron.update(kernel_flags)
         if existing is not None:  # --save = --load = the run's own checkpoints
-            added.update(existing.resume_megatron_args())
             megatron.update(existing.resume_megatron_args())
         if run_dir is not None:
-            paths = rundir.run_dir_megatron_args(run_dir, megatron)
-            added.update(paths)
-            megatron.update(paths)
+            megatron.update(run_dir_megatron_args(run_dir, megatron))
         if target.remote and run_dir is not None:
-            signal_settings, more_notes, signal_problems = _time_limit_settings(preset.megatron, megatron)
-            added.update(signal_settings)
+            signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)
             notes, problems = [*notes, *more_notes], [*problems, *signal_problems]
-        preset = replace(preset, megatron=megatron)
-    job = ResolvedJob(preset=preset, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node, entry=entry,
-                      kernels=kernels, megatron_path=megatron_path, target=target,
+    added = {dest: value for dest, value in megatron.items() if dest not in written or written[dest] != value}
+    arg = replace(preset, megatron=megatron).arg
+    environment = job_environment(
+        entry=entry, tp=arg("tensor_model_parallel_size"), cp=arg("context_parallel_size"), fsdp=uses_fsdp(arg),
+        megatron_path=megatron_path, settings=megatron, preset_env=preset.launcher.env,
+        inherited=dict(os.environ) if inherited_env is None else inherited_env)
+    slurm_port = target.slurm_settings.rdzv_port if target.slurm_settings is not None else None
+    job = ResolvedJob(preset=preset, megatron=megatron, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node,
+                      entry=entry, kernels=kernels, megatron_path=megatron_path, target=target,
+                      environment=environment, rdzv_port=slurm_port or preset.launcher.master_port,
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes))
     return job, problems
@@ -221,7 +289,7 @@ def _time_limit_settings(given: Mapping[str, Any], megatron: Mapping[str, Any]
         settings["exit_signal_handler"] = True
     elif not megatron["exit_signal_handler"]:
         notes.append("exit_signal_handler is off: at the time limit the ranks stop without saving a checkpoint")
-    if not given.get("save_interval") and megatron["save_interval"] >= rundir.PERIODIC_SAVE_ITERATIONS:
+    if not given.get("save_interval") and megatron["save_interval"] >= PERIODIC_SAVE_ITERATIONS:
         retain = megatron.get("save_retain_interval")
         notes.append(f"a checkpoint every {megatron['save_interval']} iterations (set save_interval=N to change)"
                      + (f"; of the older ones, only every {retain}th iteration's is kept (save_retain_interval)"
@@ -230,13 +298,3 @@ def _time_limit_settings(given: Mapping[str, Any], megatron: Mapping[str, Any]
         notes.append(f"load={megatron['load']} differs from save={megatron['save']}: "
                      f"a requeued or chained attempt restarts from {megatron['load']}")
     return settings, notes, []
-
-
-def _check_data(args: Mapping[str, Any], target: Target) -> tuple[list[Problem], list[str]]:
-    """Here, every data check (exit 2 before launch). For Slurm, the same when this machine sees the files;
-    otherwise only the checks that need no file, and the files this machine cannot see."""
-    if target.remote:
-        unseen = [path for path in data_files(args) if not os.path.exists(path)]
-        if unseen:
-            return check_data_sources(args), unseen
-    return check_data(args), []

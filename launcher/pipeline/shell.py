@@ -33,9 +33,30 @@ class HostFromEnv(str):
         return f"{host}:{self.port}"
 
 
+class SlurmWord(str):
+    """An option whose value the batch shell expands where the job runs: Slurm's node count and job id, the first
+    node of the allocation. Its text is fixed by the launcher (never a user's value)."""
+
+    def __new__(cls, option: str, variables: str) -> SlurmWord:
+        word = super().__new__(cls, f"{option}={variables}")
+        word.option, word.variables = option, variables
+        return word
+
+    option: str
+    variables: str
+
+    def shell(self) -> str:
+        return f'{self.option}="{self.variables}"'
+
+
+def expands(word: str) -> bool:
+    """Whether a word is one the shell expands at run time (the launcher's own, never a user's)."""
+    return isinstance(word, (HostFromEnv, SlurmWord))
+
+
 def shell_word(word: str) -> str:
-    """One argv word for a bash script: quoted, except the endpoint the launcher composes (HostFromEnv)."""
-    return word.shell() if isinstance(word, HostFromEnv) else shlex.quote(word)
+    """One argv word for a bash script: quoted, except the words the launcher composes to expand at run time."""
+    return word.shell() if isinstance(word, (HostFromEnv, SlurmWord)) else shlex.quote(word)
 
 
 def shell_words(argv: Sequence[str]) -> list[str]:

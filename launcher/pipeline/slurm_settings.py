@@ -13,8 +13,8 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.errors import Problem, UserError, did_you_mean
+from launcher.pipeline.environment import is_env_name
 from launcher.pipeline.field_types import fields_allowing
-from launcher.pipeline.preset import ENV_NAME
 
 # Slurm names (partition, account, qos, job name) and #SBATCH option values.
 SBATCH_NAME = re.compile(r"[A-Za-z0-9_.+-]+(,[A-Za-z0-9_.+-]+)*")
@@ -117,7 +117,7 @@ def check_environment(env: Mapping[str, str]) -> list[Problem]:
     """Problems with environment variables the batch script exports on every node."""
     problems: list[Problem] = []
     for name, value in env.items():
-        if not ENV_NAME.fullmatch(name):
+        if not is_env_name(name):
             problems.append(Problem(f"environment variable name {name!r} is not a valid shell name",
                                     "use letters, digits and underscores, not starting with a digit"))
         check_shell_value(f"env.{name}", str(value), problems)

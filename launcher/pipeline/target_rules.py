@@ -8,29 +8,19 @@ c.warnings, so every problem still arrives in one list.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from launcher.megatron import args as megatron_args
 from launcher.megatron.target import capability
+from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 
-CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # arguments.py:1532
 
 
 def env_value(c: Any, name: str) -> str | None:
-    """What a rank sees: the preset's launcher.env, else the caller's environment (a local run inherits it)."""
-    return c.preset.launcher.env.get(name, os.environ.get(name))
-
-
-def uses_fsdp(arg: Any) -> bool:
-    return bool(arg("use_torch_fsdp2") or arg("use_megatron_fsdp"))
-
-
-def launcher_connections(tp: int, cp: int, fsdp: bool) -> str | None:
-    """The CUDA_DEVICE_MAX_CONNECTIONS the launcher exports (command.environment): 1 for TP/CP > 1, which Megatron
-    asserts below Blackwell, except with FSDP, which asserts the opposite."""
-    return "1" if (tp > 1 or cp > 1) and not fsdp else None
+    """What a rank sees: the job's environment (the launcher's exports, launcher.env, then the inherited one)."""
+    value: str | None = c.env.get(name)
+    return value
 
 
 def gradient_accumulation_fusion(c: Any) -> bool:
@@ -54,7 +44,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
 
 def connections(c: Any, tp: int, cp: int) -> None:
     fsdp = uses_fsdp(c.arg)
-    value = env_value(c, CONNECTIONS) or launcher_connections(tp, cp, fsdp)
+    value = env_value(c, CONNECTIONS)
     if fsdp and value == "1":  # arguments.py:1027 (torch FSDP2), :1139 (Megatron-FSDP)
         which = "use_torch_fsdp2" if c.arg("use_torch_fsdp2") else "use_megatron_fsdp"
         c.fail(f"{which}: FSDP requires {CONNECTIONS} > 1 or unset, but it is 1",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from launcher import install_command, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import k8s_log, slurm_log
+from launcher.runs import k8s_log, slurm_accounting, slurm_log
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
@@ -61,6 +61,7 @@ class Report:
     plots: list[Path]
     sources: list[Path]
     attempts: list[str] = field(default_factory=list)  # a Slurm job's attempts and how each ended
+    job_states: str | None = None  # a Slurm job's: where the attempts' states come from (sacct, or the log only)
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -283,7 +284,7 @@ def _throughput_plot(series: Series, out_dir: Path, info: PlotInfo, restarts: li
 
 
 def _gpu_peak(gpu: str | None) -> float | None:
-    from launcher.estimate.formulas import GPUS
+    from launcher.gpus import GPUS
 
     return GPUS[gpu].peak_tflops if gpu in GPUS else None
 
@@ -375,7 +376,9 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
         _write_summary(run_dir, summary)
-        return Report(summary, plots, slurm_logs, [attempt.describe() for attempt in attempts])
+        accounting = slurm_accounting.job_accounting(list(dict.fromkeys(attempt.job for attempt in attempts)))
+        return Report(summary, plots, slurm_logs, [_with_record(attempt, accounting) for attempt in attempts],
+                      accounting.describe())
     if logs:
         runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
                                   allow_partial=allow_partial)
@@ -389,6 +392,11 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     plots = write_plots(series, out, _plot_info(run))
     _write_summary(run_dir, summary)
     return Report(summary, plots, logs or [run_dir / METRICS_FILE])
+
+
+def _with_record(attempt: slurm_log.SlurmAttempt, accounting: slurm_accounting.Accounting) -> str:
+    record = accounting.attempt(attempt.job, attempt.number)
+    return attempt.describe() + (f" ({record.describe()})" if record else "")
 
 
 def _plot_info(run) -> PlotInfo:

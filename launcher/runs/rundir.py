@@ -42,19 +42,15 @@ import launcher
 from launcher import untrusted
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.preset import ENTRIES
+from launcher.pipeline.resolve import ResumedRun
+from launcher.pipeline.run_paths import CHECKPOINTS, TENSORBOARD
 from launcher.pipeline.shell import shell_words
 from launcher.runs import secrets
 from launcher.runs.atomic import write_text_atomic
 
 MANIFEST = "manifest.json"
-# Megatron's examples save every 500 to 10,000 iterations; 1,000 of the 175b preset are a few hours on its GPUs.
-PERIODIC_SAVE_ITERATIONS = 1000
-RETAINED_SAVES = 10
 PRESET_FILE = "preset.yaml"
 COMMAND_FILE = "command.sh"
-CHECKPOINTS = "checkpoints"
-TENSORBOARD = "tensorboard"
-WANDB = "wandb"
 DEFAULT_ROOT = Path("runs")
 
 # Distribution names to report; the first one installed wins (Transformer Engine ships under several names).
@@ -139,55 +135,6 @@ def storage_problem(what: str, error: OSError) -> Problem:
     else:
         hint = "set run_root to a writable directory (--set run_root=PATH)"
     return Problem(f"{what}: {reason}", hint)
-
-
-def run_dir_megatron_args(run_dir: Path, megatron: Mapping[str, Any]) -> dict[str, Any]:
-    """Megatron arguments that point a run at its directory; settings the preset made itself are kept.
-
-    Checkpoints: --save and --load are the same directory, so relaunching the run resumes it (reference §9).
-    Megatron requires --save-interval with --save; without one, save once at the end (train_iters).
-    """
-    run_dir = Path(run_dir).absolute()
-    args: dict[str, Any] = {}
-    save = megatron.get("save") or str(run_dir / CHECKPOINTS)
-    args["save"] = save
-    if not megatron.get("load"):
-        args["load"] = save
-    if not megatron.get("save_interval"):
-        args.update(default_save_settings(megatron))
-    if not megatron.get("tensorboard_dir"):
-        args["tensorboard_dir"] = str(run_dir / TENSORBOARD)
-    if megatron.get("wandb_project"):  # W&B only when the preset asks for it
-        if not megatron.get("wandb_save_dir"):
-            args["wandb_save_dir"] = str(run_dir / WANDB)
-        if not megatron.get("wandb_exp_name"):
-            args["wandb_exp_name"] = run_dir.name
-    return args
-
-
-def default_save_settings(megatron: Mapping[str, Any]) -> dict[str, int]:
-    """Where the preset sets no save_interval: a checkpoint every PERIODIC_SAVE_ITERATIONS (as Megatron's own
-    examples do), or once at the end of a shorter run. A node failure then costs at most that many iterations.
-    Megatron keeps every checkpoint unless save_retain_interval is set; then it deletes each older one that is
-    not a multiple of it once a newer one is saved: keep every RETAINED_SAVES-th, so a long run does not fill
-    the file system (175B: ~2.4 TB per checkpoint)."""
-    end = _end_of_training_interval(megatron)
-    if end <= PERIODIC_SAVE_ITERATIONS:
-        return {"save_interval": end}
-    settings = {"save_interval": PERIODIC_SAVE_ITERATIONS}
-    if megatron.get("save_retain_interval") is None:
-        settings["save_retain_interval"] = PERIODIC_SAVE_ITERATIONS * RETAINED_SAVES
-    return settings
-
-
-def _end_of_training_interval(megatron: Mapping[str, Any]) -> int:
-    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set."""
-    if megatron.get("train_iters"):
-        return int(megatron["train_iters"])
-    samples, batch = megatron.get("train_samples"), megatron.get("global_batch_size")
-    if samples and batch:
-        return -(-int(samples) // int(batch))  # ceil: the iterations of a constant-batch sample budget
-    return 1_000_000_000  # unknown length (batch schedule): larger than any run
 
 
 # ---------------------------------------------------------------------------------------------- manifest
@@ -360,7 +307,7 @@ def create_run_dir(job: Any, command: Any, overrides: Sequence[str], root: Path 
         run_dir = new_run_dir_path(root or DEFAULT_ROOT, preset.name)
     world = {"nodes": job.nodes, "gpus_per_node": job.gpus_per_node,
              "world_size": job.nodes * job.gpus_per_node}
-    megatron_args = dict(preset.megatron)
+    megatron_args = dict(getattr(job, "megatron", preset.megatron))  # every setting passed, as the job runs
     manifest = {"entry": getattr(job, "entry", None), **build_manifest(
         preset_name=preset.name, world=world, layout=getattr(job, "layout", None), overrides=overrides,
         megatron_path=megatron_path, hosts=hosts or [socket.gethostname()], argv=command.argv,
@@ -438,7 +385,7 @@ def open_run_dir(path: Path) -> ExistingRun:
     return ExistingRun(path=path, manifest=manifest, preset=preset)
 
 
-def record_attempt(run: ExistingRun, argv: Sequence[str], env: Mapping[str, str]) -> None:
+def record_attempt(run: ResumedRun, argv: Sequence[str], env: Mapping[str, str]) -> None:
     """Append a resumed attempt to the manifest (replaced atomically)."""
     manifest = dict(run.manifest)
     manifest.setdefault("attempts", []).append({

@@ -13,16 +13,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.errors import UserError
+from launcher.pipeline.environment import MASKED as REDACTED
+from launcher.pipeline.environment import is_env_name, is_secret
 
-REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 # How a --set names an environment variable: env.NAME (launcher.env.NAME is the same setting).
 _ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
-
-
-def is_secret(env_name: str) -> bool:
-    return bool(SECRET_NAME.search(env_name))
 
 
 def redact_env(env: Mapping[str, Any]) -> dict[str, str]:
@@ -53,7 +48,7 @@ def redact_preset(preset: Mapping[str, Any]) -> dict[str, Any]:
 
 def shell_export(name: str, value: str, quote) -> str:
     """An `export` line for a script file: a secret is read from the environment the script runs in."""
-    if not ENV_NAME.fullmatch(name):
+    if not is_env_name(name):
         raise UserError(f"{name!r} is not a valid environment variable name")
     if is_secret(name):
         return f'export {name}="${{{name}:?{name} is a secret and is not stored in this file: export it first}}"'

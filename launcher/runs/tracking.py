@@ -51,17 +51,17 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     else:
         rundir.record_attempt(job.existing, command.argv, command.env)
     print(f"# run directory: {job.run_dir}", file=out, flush=True)
-    save = job.preset.megatron.get("save")
+    save = job.megatron.get("save")
     try:
         monitor = Monitor(job.run_dir, checkpoint_dir=Path(save) if save else None,
-                          seq_length=job.preset.megatron.get("seq_length"), out=out)
+                          seq_length=job.megatron.get("seq_length"), out=out)
     except OSError as error:
         raise UserError(rundir.storage_problem(f"cannot write the run's log in {job.run_dir}", error)) from None
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
     cwd = str(job.run_dir) if job.entry == "simple_loop" else None
     code, failure = None, None
     try:
-        code = local.run(command, cwd=cwd, on_line=monitor.feed)
+        code = local.run(command, local.process_environment(job.environment), cwd=cwd, on_line=monitor.feed)
     except OSError as error:  # the log or metrics could not be written; local.run has stopped training
         failure = error
     finally:

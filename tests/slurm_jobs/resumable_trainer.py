@@ -7,11 +7,16 @@ It takes the flags the Slurm backend relies on (--save, --load, --save-interval,
   complete), then the iteration into <save>/latest_checkpointed_iteration.txt (the tracker file), replaced
   whole; so the tracker never names a checkpoint that a crash left half-written. Rank 0 writes every part
   (the stand-in's ranks share no barrier);
-- a new start resumes from the checkpoint <load>'s tracker names, and refuses one whose files are incomplete.
+- a new start resumes from the checkpoint <load>'s tracker names, and refuses one whose files are incomplete;
+- the ranks move in lockstep, as Megatron's do through their collectives: an iteration ends when every rank has
+  reached it (a file per rank and iteration), so a rank whose peer died waits, as it would in a collective,
+  until SIGTERM or Slurm's kill; and they leave together: the others wait for rank 0's "left" marker (written
+  after its last save), never for a time.
 Its log lines have Megatron's format (iteration, saved/loaded checkpoint, exit), so `launch report` reads them.
 
 Knobs for fault tests, from the environment: TRAINER_SECONDS_PER_ITER (0.5), TRAINER_CHECKPOINT_SECONDS (time
-spent writing one checkpoint's files, 0). Each rank writes its pid to <save>/../trainer-pids/rank-N.
+spent writing one checkpoint's files, 0). Each rank writes its pid to <save>/../trainer-pids/rank-N; the lockstep
+and leave markers are under <save>/../trainer-sync/restart-R/.
 
 It imports no torch on purpose: torchrun (which does) still starts, rendezvouses and signals it, while the
 job starts in seconds on a 2-core machine. The collective itself is what the preflight test exercises.
@@ -47,10 +52,9 @@ def main() -> int:
         signal.signal(signal.SIGTERM, lambda signum, _frame: received.append(signum))
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-    if args.save:
-        pids = Path(args.save).parent / "trainer-pids"
-        pids.mkdir(parents=True, exist_ok=True)
-        (pids / f"rank-{rank}").write_text(str(os.getpid()))
+    pids = Path(args.save or args.load or ".").parent / "trainer-pids"
+    pids.mkdir(parents=True, exist_ok=True)
+    (pids / f"rank-{rank}").write_text(str(os.getpid()))
 
     def say(text: str) -> None:
         if rank == 0:
@@ -61,7 +65,7 @@ def main() -> int:
             print(f" [{datetime.now().isoformat(sep=' ')}] {text}", flush=True)
 
     def save(iteration: int, why: str) -> None:
-        if rank == 0 and args.save:  # stands for every rank's part; the ranks need no barrier this way
+        if rank == 0 and args.save:  # stands for every rank's part; the others wait in leave()
             directory = Path(args.save) / f"iter_{iteration:07d}"
             directory.mkdir(parents=True, exist_ok=True)
             say(f"writing checkpoint iteration={iteration} ({why})")
@@ -78,14 +82,50 @@ def main() -> int:
             megatron(f"successfully saved checkpoint from iteration {iteration:7d} to {args.save} [ t 1/1, p 1/1 ]")
         say(f"saved checkpoint iteration={iteration} ({why})")
 
-    def wait_for_save(since: float) -> None:
-        """Megatron's ranks leave a save together; here the others wait until rank 0 has named a checkpoint."""
-        tracker_file = Path(args.save or "/nonexistent") / TRACKER
-        deadline = time.monotonic() + 120
-        while rank != 0 and args.save and time.monotonic() < deadline:
-            if tracker_file.exists() and tracker_file.stat().st_mtime >= since:
-                return
+    sync = Path(args.save or args.load or ".").parent / "trainer-sync" / f"restart-{restart}"
+    sync.mkdir(parents=True, exist_ok=True)
+    left = sync / "left"
+    # Bounds that only end a stand-in whose peers are gone for good (Slurm kills a job's leftovers long before).
+    give_up = 600
+
+    def together(iteration: int) -> bool:
+        """The iteration's collective: True once every rank has reached it; False when SIGTERM came or rank 0
+        left first (the job is ending)."""
+        (sync / f"iter-{iteration}.rank-{rank}").touch()
+        deadline = time.monotonic() + give_up
+        while time.monotonic() < deadline:
+            if len(list(sync.glob(f"iter-{iteration}.rank-*"))) == world:
+                return True
+            if received or left.exists():
+                return False
             time.sleep(0.05)
+        return False
+
+    def leave() -> None:
+        """Rank 0 says it has saved and leaves; the others wait for that (Megatron's ranks leave a save together),
+        or until rank 0's process is gone (killed: there is no save to wait for)."""
+        if rank == 0:
+            left.touch()
+            return
+        deadline = time.monotonic() + give_up
+        while not left.exists() and rank_0_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def rank_0_alive() -> bool:
+        """(The stand-in's ranks share one host, so one may look at another's process.)"""
+        try:
+            os.kill(int((pids / "rank-0").read_text()), 0)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def stop(iteration: int) -> int:
+        """SIGTERM (or a peer gone for good): rank 0 saves the last complete iteration; all leave after it, exit 0."""
+        save(iteration, "SIGTERM")
+        leave()
+        say("exiting program after receiving SIGTERM.")
+        megatron("[exiting program after receiving SIGTERM.]")
+        return 0
 
     start = 0
     tracker = Path(args.load or "/nonexistent") / TRACKER
@@ -100,23 +140,19 @@ def main() -> int:
     say(f"start iteration={start} world_size={world}")
     for iteration in range(start + 1, args.train_iters + 1):
         time.sleep(seconds_per_iter)
+        if not together(iteration):  # the job is ending: save what the last complete iteration left
+            return stop(iteration - 1)
         megatron(f"iteration {iteration:8d}/{args.train_iters:8d} | consumed samples: {iteration * 8:12d} | "
                  f"elapsed time per iteration (ms): {seconds_per_iter * 1000:.1f} | learning rate: 1.0E-04 | "
                  f"global batch size:     8 | lm loss: {10.0 / iteration:.6E} | loss scale: 1.0 | "
                  f"number of skipped iterations:   0 | number of nan iterations:   0 |")
         say(f"iteration={iteration}")
         if received:
-            since = time.time()
-            save(iteration, "SIGTERM")
-            wait_for_save(since)
-            say("exiting program after receiving SIGTERM.")
-            megatron("[exiting program after receiving SIGTERM.]")
-            return 0
+            return stop(iteration)
         if args.save_interval and iteration % args.save_interval == 0 and iteration < args.train_iters:
             save(iteration, "interval")
-    since = time.time()
     save(args.train_iters, "end of training")
-    wait_for_save(since)
+    leave()
     say(f"done iteration={args.train_iters}")
     return 0
 

@@ -385,7 +385,7 @@ class Shell:
 # -- statements -----------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Command:
+class ScriptCommand:
     argv: list[str]
     line: int
 
@@ -394,7 +394,7 @@ class Command:
 class Reading:
     """What the script does, as far as it can be known without running it."""
 
-    commands: list[Command] = field(default_factory=list)
+    commands: list[ScriptCommand] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why it was not carried)
     shell: Shell = field(default_factory=Shell)
     depth: int = 0  # sh -c nesting
@@ -621,11 +621,11 @@ def _run_simple(statement: list[Word | Op], reading: Reading) -> None:
         except ShellSyntaxError as exc:
             reading.skipped.append((line, f"the command string of {show(' '.join(argv[:2]))} … -c: {exc}"))
             return
-        reading.commands += [Command(c.argv, line) for c in nested.commands]
+        reading.commands += [ScriptCommand(c.argv, line) for c in nested.commands]
         reading.skipped += [(line, why) for _, why in nested.skipped]
         return
     if argv:
-        reading.commands.append(Command(argv, line))
+        reading.commands.append(ScriptCommand(argv, line))
 
 
 def _shell_c(argv: list[str]) -> str | None:

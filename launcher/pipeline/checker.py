@@ -8,16 +8,25 @@ and each problem names every factor and a fix. All problems are reported at once
 from __future__ import annotations
 
 import math
-import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import Problem, shown
-from launcher.estimate.formulas import default_ffn_hidden_size, divisors
+from launcher.errors import Problem
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.megatron.args import default_ffn_hidden_size
 from launcher.pipeline import target_rules
+from launcher.pipeline.divisors import divisors
+from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.pipeline_layout import (
+    LAYER_LETTERS,
+    layout_limit,
+    layout_string_problem,
+    unroll_pipeline_layout,
+    virtual_pipeline_size,
+)
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.value_rules import check_values
 
@@ -52,28 +61,6 @@ class Layout:
         }
 
 
-LAYOUT_LAYERS = {"E": "embedding", "t": "transformer layer", "m": "MTP layer", "L": "loss"}
-
-
-MAX_LAYOUT_CHARACTERS = 1_000_000  # a layout spells out each layer once; real ones are a few hundred characters
-
-
-def unroll_pipeline_layout(text: str, limit: int = MAX_LAYOUT_CHARACTERS) -> list[str]:
-    """Megatron's PipelineParallelLayerLayout.parse_str_to_list: drop commas, unroll (…)*n then x*n, split
-    on |. "E|(t|)*3,L" → ["E", "t", "t", "t", "L"]. ValueError, before anything is built, when the unrolled
-    text would be longer than `limit` ("t*3000000000" is 13 characters)."""
-    text = text.replace(",", "")
-    for pattern in (re.compile(r"\(([^)]+)\)\*(\d+)"), re.compile(r"(.)\*(\d+)")):
-        def times(m: re.Match) -> int:
-            return int(m.group(2)) if len(m.group(2)) <= 12 else limit + 1
-
-        length = len(text) + sum(len(m.group(1)) * times(m) - len(m.group(0)) for m in pattern.finditer(text))
-        if length > limit:
-            raise ValueError(f"unrolls to more than {limit:,} characters")
-        text = pattern.sub(lambda m: m.group(1) * times(m), text)
-    return text.split("|")
-
-
 def _valid_node_counts(gpus_per_node: int, model_parallel: int, at_least: int = 1, count: int = 3) -> str:
     step = model_parallel // math.gcd(model_parallel, gpus_per_node)
     first = max(step, math.ceil(at_least / step) * step)
@@ -91,8 +78,14 @@ class _Checker:
     """Collects problems while deriving the layout, in the order Megatron would hit them."""
 
     def __init__(self, preset: Preset, world_size: int, gpus_per_node: int, te_available: bool,
-                 apex_available: bool = False, micro_batch_picked: bool = False):
+                 apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None):
         self.preset = preset
+        # what every rank's environment holds; for a preset judged on its own (the layout search), the launcher's
+        # exports for it and nothing inherited
+        self.env = env if env is not None else job_environment(
+            entry=preset.launcher.entry, tp=preset.arg("tensor_model_parallel_size"),
+            cp=preset.arg("context_parallel_size"), fsdp=uses_fsdp(preset.arg), megatron_path=Path("."),
+            settings=preset.megatron, preset_env=preset.launcher.env)
         self.micro_batch_picked = micro_batch_picked  # chosen by choose_micro_batch, not by the user
         self.world = world_size
         self.gpus_per_node = gpus_per_node
@@ -213,14 +206,11 @@ class _Checker:
             return None
         vpp = None
         if pp_layout is not None:
-            # One character per layer and stage: a layout far longer than the model is a mistake, not a plan.
-            mtp = self.arg("mtp_num_layers") or 0
-            try:
-                stages = unroll_pipeline_layout(pp_layout, min(MAX_LAYOUT_CHARACTERS, 16 * (layers + mtp + 2) + 1024))
-            except ValueError as exc:
-                self.fail(f"pipeline_model_parallel_layout {shown(pp_layout)} {exc}, for num_layers {layers}",
-                          "write one E, t, m or L per layer; (…)*n and x*n repeat")
+            too_long = layout_string_problem(self.arg)
+            if too_long is not None:
+                self.problems.append(too_long)
                 return None
+            stages = unroll_pipeline_layout(pp_layout, layout_limit(layers, self.arg("mtp_num_layers") or 0))
             if len(stages) % pp:
                 self.fail(f"pipeline_model_parallel_layout has {len(stages)} stages, not a multiple of PP {pp}",
                           "write one |-separated stage per pipeline rank (times the virtual pipeline size)")
@@ -231,7 +221,7 @@ class _Checker:
                           "the layout already places every layer: drop the other pipeline settings")
                 return None
             self.pipeline_layout_contents(pp_layout, "".join(stages), layers)
-            vpp = len(stages) // pp
+            vpp = virtual_pipeline_size(self.arg)
         elif per_vstage is not None:
             if first is not None or last is not None:
                 self.fail("num_layers_per_virtual_pipeline_stage cannot be combined with uneven first/last "
@@ -247,9 +237,9 @@ class _Checker:
                           f"by num_layers_per_virtual_pipeline_stage {per_vstage}",
                           f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}")
                 return None
-            vpp = per_stage // per_vstage
+            vpp = virtual_pipeline_size(self.arg)
         elif vstages is not None:
-            vpp = vstages
+            vpp = virtual_pipeline_size(self.arg)
             # validate_args checks neither; TransformerBlock's get_num_layers_to_build asserts both at build.
             if first is None and last is None and counted % pp:
                 self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
@@ -265,7 +255,7 @@ class _Checker:
             self.fail(f"{counted_text} is not divisible by pipeline_model_parallel_size {pp}",
                       f"use pipeline_model_parallel_size in {divisors(counted)}, or set "
                       "decoder_first_pipeline_num_layers / decoder_last_pipeline_num_layers for uneven stages")
-        if vpp == 1:
+        if vpp == 1:  # Megatron's virtual_pipeline_model_parallel_size: None when not interleaved
             vpp = None
         if first is not None or last is not None:
             self.uneven_stages(layers, pp, vpp, first, last, extra)
@@ -280,10 +270,10 @@ class _Checker:
 
     def pipeline_layout_contents(self, text: str, flat: str, layers: int) -> None:
         """PipelineParallelLayerLayout: checked when TransformerConfig is built (validate_layer_layout)."""
-        unknown = sorted(set(flat) - set(LAYOUT_LAYERS))
+        unknown = sorted(set(flat) - set(LAYER_LETTERS))
         if unknown:
             self.fail(f"pipeline_model_parallel_layout {text!r} has unknown layer characters {unknown}",
-                      "use " + ", ".join(f"{c} ({name})" for c, name in LAYOUT_LAYERS.items()))
+                      "use " + ", ".join(f"{c} ({name})" for c, name in LAYER_LETTERS.items()))
             return
         decoders, mtp = flat.count("t"), flat.count("m")
         if not flat.startswith("E") or not flat.endswith("L") or flat.count("E") != 1 or flat.count("L") != 1:
@@ -626,7 +616,7 @@ class _Checker:
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")
-        fast_ops = self.preset.launcher.env.get(FAST_OPS_ENV, os.environ.get(FAST_OPS_ENV))
+        fast_ops = self.env.get(FAST_OPS_ENV)
         try:
             selected_ops(fast_ops)
         except ValueError as error:  # would stop every rank at model build
@@ -634,10 +624,10 @@ class _Checker:
 
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
-          apex_available: bool = False, micro_batch_picked: bool = False,
+          apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None,
           ) -> tuple[Layout | None, list[Problem], list[str]]:
-    """Every check for one world size: (layout or None, problems, warnings)."""
-    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked)
+    """Every check for one world size: (layout or None, problems, warnings). `env`: the job's environment."""
+    c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, env)
     ok = c.required()
     c.training_settings()
     if not ok:
@@ -671,12 +661,13 @@ def simple_loop_differences(preset: Preset) -> list[str]:
     return [name for name in names if preset.megatron.get(name) != SIMPLE_LOOP_SETTINGS.get(name)]
 
 
-def model_args(preset: Preset, entry: str) -> dict[str, Any]:
-    """The arguments describing the model that will really be built, for parameter and memory estimates.
+def model_args(effective: Mapping[str, Any], entry: str) -> dict[str, Any]:
+    """The arguments describing the model that will really be built, for parameter and memory estimates, from
+    every argument as Megatron sees it (ResolvedJob.effective()).
 
     Upstream's simple loop builds GPTModel directly: vocabulary 100 as given (no padding) and untied output
     weights (GPTModel's share_embeddings_and_output_weights defaults to False)."""
-    args = preset.effective()
+    args = dict(effective)
     if entry == "simple_loop":
         args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
     return args

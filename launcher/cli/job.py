@@ -1,0 +1,78 @@
+"""The one way a command line becomes a ResolvedJob: `launch PRESET` (run, dry-run, --check, --slurm), `launch show`,
+`launch import`'s check, `launch prepare-data --build-index` and `launch plan` all resolve through `job_for`, so
+the same arguments give the same job everywhere (`launch show X` = `launch X --dry-run`).
+
+What this machine contributes is decided here, once: its GPU count (a one-node job here takes at most these), the
+kernels it has, the Megatron-LM checkout, the run directory's name, the environment the ranks inherit, and the
+data files it can see.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.checks.data import check_job_data
+from launcher.errors import Problem, UserError
+from launcher.megatron.pin import megatron_path
+from launcher.pipeline import resolve
+from launcher.pipeline.preset import Preset
+from launcher.pipeline.resolve import ResolvedJob, ResumedRun
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """What the command line asks besides the preset."""
+
+    nodes: int | None = None
+    gpus_per_node: int | None = None
+    slurm: bool = False
+    k8s: bool = False
+    preflight: bool = False
+    megatron_path: str | None = None  # --megatron-path
+    existing: ResumedRun | None = None  # --resume
+    run_dir: bool = True  # a training job names its run directory (save/load/tensorboard point into it)
+    reserve_run_dir: bool = False  # a real launch claims the name at once (mkdir); a dry-run only names it
+    local: bool = True  # a one-node job here takes at most this machine's GPUs (not for import's check, plan, list)
+
+
+def local_gpus() -> int:
+    from launcher.backends import local
+
+    return local.visible_gpus()
+
+
+def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[ResolvedJob, list[Problem]]:
+    """The job these arguments resolve to and every problem with it (resolve.attempt)."""
+    from launcher.runs import rundir
+
+    # a job here (run, dry-run, show or --check): this machine's GPUs bound a one-node job
+    remote = request.slurm or request.k8s
+    gpus_here = functools.cache(local_gpus) if request.local and not remote else None
+    target = resolve.target_for(preset, request.slurm, request.k8s)
+    kernels = resolve.kernels_of(preset, target)
+    path = megatron_path(request.megatron_path, preset.launcher.megatron_path)
+    # A training run's directory is named now (the dry-run shows it) and made at launch; a preflight here has none.
+    run_dir = request.existing.path if request.existing else None
+    if run_dir is None and request.run_dir and (remote or not request.preflight):
+        name = rundir.reserve_run_dir if request.reserve_run_dir else rundir.new_run_dir_path
+        run_dir = name(Path(preset.launcher.run_root), preset.name)
+    return resolve.attempt(preset, request.nodes, request.gpus_per_node, kernels=kernels, megatron_path=path,
+                           target=target, run_dir=run_dir, existing=request.existing, preflight=request.preflight,
+                           gpus_here=gpus_here, inherited_env=dict(os.environ), data_check=check_job_data)
+
+
+def checked_job(preset: Preset, request: JobRequest = JobRequest()) -> ResolvedJob:
+    """The job, or UserError with every problem at once."""
+    job, problems = job_for(preset, request)
+    if problems:
+        raise UserError(problems)
+    return job
+
+
+def job_as_declared(preset: Preset) -> tuple[ResolvedJob, list[Problem]]:
+    """The job on the preset's own world, whatever this machine has, without a run directory: what `launch import`
+    checks and compares with the script it read."""
+    return job_for(preset, JobRequest(run_dir=False, local=False))

@@ -1,0 +1,110 @@
+"""Memory and time of one layout together: `launch plan`'s Estimate and the dry-run header's summary.
+
+Apart from formulas.py (shape, parameters, FLOPs, memory) and steptime.py (seconds per iteration), which it
+combines, so that neither imports the other's caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from launcher.estimate.formulas import (
+    DEFAULT_GPU,
+    GIB,
+    Gpu,
+    MegatronParams,
+    Memory,
+    ModelShape,
+    Training,
+    complete_memory,
+    fit_status,
+    flops_per_iteration,
+    gpu_by_name,
+    megatron_memory,
+    megatron_parameters,
+    model_shape,
+    parameter_count,
+    stage_parameters,
+    training_of,
+)
+from launcher.estimate.steptime import StepTime, step_time
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Everything `launch plan` prints for one layout."""
+
+    shape: ModelShape
+    training: Training
+    gpu: Gpu
+    parameters: int
+    megatron_params: MegatronParams
+    flops_per_iteration: float
+    megatron: Memory
+    megatron_other_optimizer: Memory  # the same with the distributed optimizer toggled
+    complete: Memory
+    fit: str
+    step: StepTime
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_node: int = 8,
+             tflops: float | None = None) -> Estimate:
+    m = model_shape(args, training.tp)
+    toggled = Training(**{**asdict(training), "distributed_optimizer": not training.distributed_optimizer})
+    complete = complete_memory(m, training)
+    return Estimate(
+        shape=m,
+        training=training,
+        gpu=gpu,
+        parameters=parameter_count(args, training.tp),
+        megatron_params=megatron_parameters(m, training),
+        flops_per_iteration=flops_per_iteration(m, training.global_batch_size),
+        megatron=megatron_memory(m, training),
+        megatron_other_optimizer=megatron_memory(m, toggled),
+        complete=complete,
+        fit=fit_status(complete.total, gpu),
+        step=step_time(m, training, gpu, gpus_per_node, tflops),
+    )
+
+
+def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
+            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
+    """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
+
+    `layout` is launcher.pipeline.checker.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
+    global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
+    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
+    """
+    g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
+    base = training_of(args, int(layout.world_size))
+    t = Training(**{
+        **asdict(base),
+        "tp": int(layout.tp), "pp": int(layout.pp), "cp": int(getattr(layout, "cp", 1) or 1),
+        "vpp": int(getattr(layout, "vpp", None) or 1),
+        "micro_batch_size": int(layout.micro_batch_size),
+        "global_batch_size": int(layout.global_batch_size),
+        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
+        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
+    })
+    e = estimate(args, t, g, gpus_per_node)
+    return {
+        "gpu": g.name,
+        "parameters": e.parameters,
+        "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
+        "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
+        "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
+        "gpu_memory_gib": round(g.memory_bytes / GIB, 1),
+        "fits": e.fit,
+        "flops_per_iteration": e.flops_per_iteration,
+        "seconds_per_iteration": e.step.total,
+    }
+
+
+def summary_line(s: Mapping[str, Any]) -> str:
+    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
+    return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
+            f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
+            f"`launch plan` for the breakdown)")

@@ -1,0 +1,106 @@
+"""The environment of every training process, decided once (by resolve, before any check) and read by all.
+
+`job_environment` is the one place that says what the launcher exports: CUDA_DEVICE_MAX_CONNECTIONS, the
+PYTHONPATH the entry script needs, then the preset's launcher.env (NCCL_*, NVTE_*, …), which wins. The ranks also
+inherit the environment the launch starts in (a local run's, or the submitting shell's: sbatch exports it), so the
+checks judge `JobEnvironment.get`, what a rank sees. The local backend, the Slurm script, the doctor and the
+dry-run all read the same JobEnvironment; what is shown masks secrets.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# One rule for every writer and printer: a variable whose name says it holds a credential is a secret.
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+MASKED = "<redacted>"
+# The directory holding this `launcher` package: training processes import launcher.inside.megatron_ext from it.
+LAUNCHER_ROOT = Path(__file__).resolve().parents[2]
+
+
+def is_env_name(name: object) -> bool:
+    """A name a shell can export: letters, digits and _, not starting with a digit (the whole name: "FOO\\n" is
+    not one)."""
+    return isinstance(name, str) and ENV_NAME.fullmatch(name) is not None
+
+
+def is_secret(name: str) -> bool:
+    return bool(SECRET_NAME.search(name))
+
+
+def masked(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment as it may be shown: each secret's value replaced."""
+    return {name: (MASKED if is_secret(name) else value) for name, value in env.items()}
+
+
+def uses_fsdp(arg: Callable[[str], Any]) -> bool:
+    """`arg(dest)` reads a setting as Megatron sees it."""
+    return bool(arg("use_torch_fsdp2") or arg("use_megatron_fsdp"))
+
+
+def uses_megatron_ext(settings: Mapping[str, object]) -> bool:
+    spec = settings.get("spec")
+    return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
+
+
+def launcher_connections(entry: str, tp: int, cp: int, fsdp: bool) -> str | None:
+    """The CUDA_DEVICE_MAX_CONNECTIONS the launcher exports: 1 for TP/CP > 1, which Megatron asserts below
+    Blackwell (megatron-432d76b.md §2.3: TP collectives must be queued before the GEMMs they overlap with), and for
+    the simple loop (it runs TP 2); none with FSDP, which asserts the opposite (arguments.py:1027, 1139)."""
+    return "1" if entry == "simple_loop" or ((tp > 1 or cp > 1) and not fsdp) else None
+
+
+@dataclass(frozen=True)
+class JobEnvironment:
+    """What every rank's environment holds: `exported` by the launcher over `inherited` from where it starts."""
+
+    exported: Mapping[str, str] = field(default_factory=dict)
+    inherited: Mapping[str, str] = field(default_factory=dict)
+    chosen: tuple[str, ...] = ()  # names in `exported` the launcher decided (not the preset's launcher.env)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "exported", MappingProxyType(dict(self.exported)))
+        object.__setattr__(self, "inherited", MappingProxyType(dict(self.inherited)))
+
+    def get(self, name: str) -> str | None:
+        """The value a rank sees."""
+        return self.exported.get(name, self.inherited.get(name))
+
+    def shown(self) -> dict[str, str]:
+        """`exported` for printing: secrets masked."""
+        return masked(self.exported)
+
+    def for_process(self, path: str | None = None) -> dict[str, str]:
+        """The whole environment of a process started here: inherited, then exported; the launcher's PYTHONPATH
+        first and the inherited one after it; PATH as given (the local backend's, with this interpreter first)."""
+        env = {**self.inherited, **self.exported}
+        inherited_path = self.inherited.get("PYTHONPATH")
+        if inherited_path and "PYTHONPATH" in self.exported:
+            env["PYTHONPATH"] = f"{self.exported['PYTHONPATH']}:{inherited_path}"
+        if path is not None:
+            env["PATH"] = path
+        return env
+
+
+def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: Path,
+                    settings: Mapping[str, object], preset_env: Mapping[str, str],
+                    inherited: Mapping[str, str] | None = None) -> JobEnvironment:
+    """Every variable the launcher exports for a job, in the order a script writes them."""
+    chosen: dict[str, str] = {}
+    connections = launcher_connections(entry, tp, cp, fsdp)
+    if connections is not None:
+        chosen[CONNECTIONS] = connections
+    # The simple loop lives in examples/ and imports megatron from the checkout root.
+    chosen["PYTHONPATH"] = str(megatron_path)
+    if entry == "pretrain_gpt" and uses_megatron_ext(settings):
+        chosen["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
+    exported = {**chosen, **preset_env}
+    return JobEnvironment(exported, inherited or {},
+                          tuple(name for name in chosen if name not in preset_env))
