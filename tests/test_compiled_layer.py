@@ -23,6 +23,7 @@ def fast_compile(monkeypatch):
     from launcher.inside.megatron_ext import compiled_layer
 
     compiled_layer.compiled_layer_math.cache_clear()
+    torch._dynamo.reset()  # each case compiles afresh: all of them share one code object's recompile limit (8)
 
 
 def layer_pair(**overrides):
@@ -67,7 +68,10 @@ def math_calls(monkeypatch):
     {},  # exact GeLU (TransformerConfig's default: no activation fusion)
     {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "add_bias_linear": False,
      "normalization": "RMSNorm"},
-], ids=["gpt", "gqa", "exact-gelu", "swiglu-rmsnorm"])
+    {"bias_activation_fusion": True, "layernorm_zero_centered_gamma": True},  # --apply-layernorm-1p
+    {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "add_bias_linear": False,
+     "normalization": "RMSNorm", "layernorm_zero_centered_gamma": True},
+], ids=["gpt", "gqa", "exact-gelu", "swiglu-rmsnorm", "zero-centered-layernorm", "zero-centered-rmsnorm"])
 def test_compiled_layer_matches_megatron_layer(model_parallel_cpu, math_calls, overrides):  # noqa: F811
     upstream, compiled = layer_pair(**overrides)
     assert compiled.fast_path_blocker is None

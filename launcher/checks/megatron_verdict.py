@@ -256,7 +256,7 @@ def _megatron_notes(verdict: Verdict) -> list[str]:
 
 
 def check_preset(job: Any, problems: list[Any], output_format: str = "text",
-                 checker: UpstreamChecker | None = None) -> int:
+                 checker: UpstreamChecker | None = None, rehearse: bool = False) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
 
     `job` and `problems` are resolve.attempt's: Megatron is asked about the job exactly as it would run, even
@@ -264,7 +264,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     imports it from there), else from the installed megatron-core. `checker` reuses a running worker.
 
     Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
-    not this machine; the facts assumed are printed first."""
+    not this machine; the facts assumed are printed first. With `rehearse`, a job both accept is also built at a
+    tiny size on this CPU and trained one step (checks/rehearsal.py); 0 only when that works too."""
     from launcher.pipeline.command import script_args
 
     accepted = not problems
@@ -286,6 +287,11 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     agree = verdict.ok == accepted
     problems = [*problems, *missing]
     launcher_ok = accepted and not missing
+    rehearsal = None
+    if rehearse and launcher_ok and verdict.ok:
+        from launcher.checks.rehearsal import rehearse_job
+
+        rehearsal = rehearse_job(job, env)
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,
@@ -299,6 +305,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                          "suggestions": verdict.suggestions, "source": source, "rewrites": verdict.rewrites,
                          "warnings": verdict.warnings, "not_checked": verdict.not_checked},
             "argv": argv,
+            **({"rehearsal": rehearsal.as_dict()} if rehearsal else {}),
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
@@ -321,4 +328,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         print(f"          ({source})")
         if not agree:
             print("note: the launcher and Megatron disagree about this layout; please report it with this output")
-    return 0 if launcher_ok and verdict.ok else 2
+        if rehearsal is not None:
+            print("\n".join(rehearsal.render()))
+        elif rehearse:
+            print("rehearsal: not run (the launcher or Megatron refused the job)")
+    return 0 if launcher_ok and verdict.ok and (rehearsal is None or rehearsal.ok) else 2

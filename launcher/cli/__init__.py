@@ -46,6 +46,10 @@ def run_parser() -> Parser:
     p.add_argument("--check", action="store_true",
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
                         "torch; touches no GPU) and show its verdict next to the launcher's")
+    p.add_argument("--rehearse", action="store_true",
+                   help="with --check (implied): also build the job's model and optimizer at a tiny size on this "
+                        "CPU through pretrain_gpt.py's model provider and run one training step (needs the "
+                        "Megatron-LM checkout); says what it could not rehearse")
     p.add_argument("--no-doctor", action="store_true",
                    help="start training without the environment checks of `launch doctor`")
     p.add_argument("--preflight", action="store_true",
@@ -102,7 +106,7 @@ def cmd_run(argv: list[str]) -> int:
                                                 megatron_path_given=args.megatron_path is not None)
     else:
         preset = load_preset(args.preset, args.overrides)
-    name_only = args.dry_run or args.check
+    name_only = args.dry_run or args.check or args.rehearse
     if not (on_slurm or on_k8s) and not name_only and args.gpus_per_node is None and local_gpus() == 0:
         raise UserError("no GPU is visible on this machine",
                         "run on a GPU machine, or use --dry-run to print the command")
@@ -111,10 +115,10 @@ def cmd_run(argv: list[str]) -> int:
     request = JobRequest(args.nodes, args.gpus_per_node, slurm=on_slurm, k8s=on_k8s, preflight=args.preflight,
                          megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only)
     job, problems = job_for(preset, request)
-    if args.check:
+    if args.check or args.rehearse:
         from launcher.checks.megatron_verdict import check_preset
 
-        return check_preset(job, problems, args.format)
+        return check_preset(job, problems, args.format, rehearse=args.rehearse)
     if problems:
         raise UserError(problems)
     path = job.megatron_path

@@ -12,9 +12,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from launcher.errors import Problem, UserError
+from launcher.inside.megatron_ext import coverage
 from launcher.megatron import requirements
 from launcher.megatron.pin import Kernels, detect_kernels
 from launcher.megatron.target import DECLARED_TE_VERSION
+from launcher.pipeline.environment import uses_megatron_ext
 
 # Images that ship Transformer Engine and a full apex (with its CUDA extensions); enroot writes nvcr.io#nvidia/…
 NGC_IMAGES = ("nvcr.io/nvidia/pytorch", "nvcr.io/nvidia/nemo")
@@ -68,14 +70,52 @@ def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool
 def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     """The settings a job without TE/apex needs, where the preset leaves them open."""
     wanted = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
-    local = megatron.get("transformer_impl") in (None, "local")
-    if not kernels.transformer_engine and megatron.get("spec") is None and local:
+    if uses_sdpa_spec(megatron, kernels):
         wanted.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE one
         if megatron.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
             del wanted["create_attention_mask_in_dataloader"]
     if not kernels.transformer_engine and uses_rope(megatron):
         wanted["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
+
+
+def uses_sdpa_spec(megatron: Mapping[str, Any], kernels: Kernels) -> bool:
+    """Whether the launcher gives this job its SDPA layer spec: no TE, the local implementation, no spec of the
+    preset's own, and no feature the spec does not cover (inside/megatron_ext/coverage.py)."""
+    local = megatron.get("transformer_impl") in (None, "local")
+    return (not kernels.transformer_engine and megatron.get("spec") is None and local
+            and not coverage.sdpa_spec_gaps(megatron))
+
+
+def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
+    """Said before launch when a job without TE trains on Megatron's plain local spec instead of the SDPA one."""
+    local = megatron.get("transformer_impl") in (None, "local")
+    gaps = coverage.sdpa_spec_gaps(megatron)
+    if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps \
+            or coverage.refused(gaps):
+        return []
+    return [f"the SDPA fast path does not cover {coverage.describe(gaps)}: Megatron's local layer spec is used "
+            "(it trains, but slower)"]
+
+
+def fast_path_problems(megatron: Mapping[str, Any], kernels: Kernels) -> list[Problem]:
+    """Refused here, not in training: a preset that names the SDPA spec itself for a model it does not cover, and
+    (without TE) a model that no local layer spec builds."""
+    gaps = coverage.sdpa_spec_gaps(megatron)
+    problems = []
+    if uses_megatron_ext(megatron) and gaps:
+        problems.append(Problem(
+            f"spec {' '.join(map(str, megatron['spec']))} does not cover {coverage.describe(gaps)}",
+            "remove spec from the preset (--set spec=null): without Transformer Engine the launcher then uses "
+            "Megatron's local layer spec", stage="launcher"))
+    local = megatron.get("transformer_impl") in (None, "local")
+    if local and not kernels.transformer_engine:
+        for gap in coverage.refused(gaps):
+            problems.append(Problem(
+                f"{gap.what} ({gap.setting}) needs Transformer Engine: {gap.local_spec}",
+                f"use a target with Transformer Engine (--set transformer_engine=true), or unset {gap.setting}",
+                stage="launcher"))
+    return problems
 
 
 def uses_rope(megatron: Mapping[str, Any]) -> bool:

@@ -241,6 +241,8 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             target = replace(target, slurm_settings=replace(settings, requeue=False, chain=1, job_name=name))
     elif entry == "pretrain_gpt":
         kernel_flags = kernel_rules.fallbacks(megatron, kernels)
+        notes = [*notes, *kernel_rules.fast_path_notes(megatron, kernels)]
+        problems = [*problems, *kernel_rules.fast_path_problems(megatron, kernels)]
         megatron.update(kernel_flags)
         if existing is not None:  # --save = --load = the run's own checkpoints, unless this --set moves them
             given = {parse_override(text)[0].removeprefix("megatron.") for text in preset.overrides}

@@ -30,7 +30,11 @@ from megatron.core.transformer.mlp import MLP
 from megatron.core.transformer.transformer_layer import TransformerLayer
 from megatron.core.utils import make_viewless_tensor
 
-from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention
+from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention, ZeroCenteredLayerNorm, ZeroCenteredRMSNorm
+
+# The norm modules layer_math implements: (is RMSNorm, weight stored as gamma - 1).
+NORMS = {torch.nn.LayerNorm: (False, False), torch.nn.RMSNorm: (True, False),
+         ZeroCenteredLayerNorm: (False, True), ZeroCenteredRMSNorm: (True, True)}
 
 
 def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
@@ -38,7 +42,9 @@ def _gelu_tanh(x: torch.Tensor) -> torch.Tensor:
     return x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x)))
 
 
-def _norm(x, weight, bias, eps: float, rms: bool):
+def _norm(x, weight, bias, eps: float, rms: bool, zero_centered: bool):
+    if zero_centered:
+        weight = weight + 1
     if rms:
         return F.rms_norm(x, (x.size(-1),), weight, eps)
     return F.layer_norm(x, (x.size(-1),), weight, bias, eps)
@@ -46,13 +52,13 @@ def _norm(x, weight, bias, eps: float, rms: bool):
 
 def layer_math(
     x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b,
-    *, eps: float, rms: bool, heads: int, groups: int, head_dim: int, scale: float, activation: str,
-    hidden_dropout: float, attention_dropout: float,
+    *, eps: float, rms: bool, zero_centered: bool, heads: int, groups: int, head_dim: int, scale: float,
+    activation: str, hidden_dropout: float, attention_dropout: float,
 ):
     """One pre-LayerNorm GPT layer on [seq, batch, hidden], in Megatron's weight layout and operation order."""
     s, b, _ = x.shape
     per_group = heads // groups
-    y = _norm(x, ln1_w, ln1_b, eps, rms)
+    y = _norm(x, ln1_w, ln1_b, eps, rms, zero_centered)
     # Megatron's fused QKV rows are grouped per query group: [q (per_group heads), k, v] for each group.
     qkv = F.linear(y, qkv_w, qkv_b).view(s, b, groups, (per_group + 2) * head_dim)
     q, k, v = torch.split(qkv, [per_group * head_dim, head_dim, head_dim], dim=3)
@@ -67,7 +73,7 @@ def layer_math(
         out = out + proj_b
     x = x + F.dropout(out, hidden_dropout)
 
-    y = _norm(x, ln2_w, ln2_b, eps, rms)
+    y = _norm(x, ln2_w, ln2_b, eps, rms, zero_centered)
     h = F.linear(y, fc1_w, fc1_b)
     if activation == "gelu_tanh":
         h = _gelu_tanh(h)
@@ -115,8 +121,8 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
         (isinstance(mlp, MLP), "the MLP is not a dense MLP (experts?)"),
         (isinstance(layer.cross_attention, IdentityOp), "cross attention"),
         (isinstance(layer.pre_cross_attn_layernorm, IdentityOp), "cross attention layernorm"),
-        (type(layer.input_layernorm) in (torch.nn.LayerNorm, torch.nn.RMSNorm)
-         and type(layer.pre_mlp_layernorm) in (torch.nn.LayerNorm, torch.nn.RMSNorm), "not torch LayerNorm/RMSNorm"),
+        (type(layer.input_layernorm) in NORMS and type(layer.pre_mlp_layernorm) is type(layer.input_layernorm),
+         "not torch LayerNorm/RMSNorm"),
         (config.tensor_model_parallel_size == 1 and config.context_parallel_size == 1
          and not config.sequence_parallel, "tensor/context/sequence parallelism"),
         (config.recompute_granularity is None, "activation recomputation"),
@@ -214,7 +220,7 @@ class CompiledLayer(TransformerLayer):
         out = compiled_layer_math()(
             x, ln1.weight, getattr(ln1, "bias", None), qkv.weight, qkv.bias, proj.weight, proj.bias,
             ln2.weight, getattr(ln2, "bias", None), fc1.weight, fc1.bias, fc2.weight, fc2.bias,
-            eps=ln1.eps, rms=isinstance(ln1, torch.nn.RMSNorm),
+            eps=ln1.eps, rms=NORMS[type(ln1)][0], zero_centered=NORMS[type(ln1)][1],
             heads=core.num_heads_per_partition, groups=core.num_query_groups_per_partition,
             head_dim=config.kv_channels, scale=core.softmax_scale, activation=_activation(config),
             hidden_dropout=self.hidden_dropout if training else 0.0,

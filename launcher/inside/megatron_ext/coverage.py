@@ -1,0 +1,77 @@
+"""What the SDPA fast spec (sdpa_spec.py, with compiled_layer.py) does not implement: one table, read by the
+launcher's pipeline before launch (launcher/pipeline/kernels.py picks Megatron's plain local spec instead, with a
+note) and by the spec itself inside training (it refuses a job that names it anyway). Imports no torch.
+
+Megatron's model builder (gpt_builders.gpt_builder at the pin) takes a ``--spec`` as the layer spec for every
+layer and skips its own choice, so anything that choice would have done differently is a gap here:
+
+- ``experimental_attention_variant``: a block spec of its own, which asserts Transformer Engine: refused without;
+- ``heterogeneous_layers_config_*``: a block spec of their own;
+- ``moe_layer_freq`` other than 1 with experts: the decoder block spec's mix of dense and MoE layers;
+- ``multi_latent_attention``: MLASelfAttention instead of SelfAttention (a different layer), which Megatron's
+  local spec cannot build either (found by the CPU rehearsal): refused without Transformer Engine;
+- ``window_size``, ``softmax_type`` other than vanilla: upstream's local DotProductAttention implements them
+  (FusedScaleMaskSoftmax's window, the softmax offset), torch's SDPA does not.
+
+What the spec does implement beyond upstream's torch fallback (zero-centered gamma, memory-efficient LayerNorm
+as plain LayerNorm math) is in sdpa_spec.TorchNorm; the compiled layer sends a layer it cannot run to Megatron's
+own forward (compiled_layer.fast_path_blocker), so it adds no gap. Context parallelism is refused for every
+local spec before launch (pipeline/layout.py), so it is no gap of this spec either.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A Megatron setting (argparse dest) whose value the SDPA spec does not implement."""
+
+    setting: str
+    what: str  # "the SDPA layer spec does not cover <what>"
+    applies: Callable[[Mapping[str, Any]], bool]  # over the job's Megatron settings (absent = Megatron's default)
+    local_spec: str = ""  # why Megatron's plain local spec cannot build it either ("" when it can): refused then
+
+
+def _given(dest: str) -> Callable[[Mapping[str, Any]], bool]:
+    return lambda settings: settings.get(dest) not in (None, False)
+
+
+def _mixed_moe_layers(settings: Mapping[str, Any]) -> bool:
+    return bool(settings.get("num_experts")) and str(settings.get("moe_layer_freq", 1)).strip() not in ("1", "None")
+
+
+SDPA_SPEC_GAPS: tuple[Gap, ...] = (
+    Gap("multi_latent_attention", "multi-latent attention", _given("multi_latent_attention"),
+        local_spec="MLASelfAttention passes k_channels/v_channels to the core attention, which only Transformer "
+                   "Engine's takes (the local DotProductAttention fails at model build)"),
+    Gap("experimental_attention_variant", "experimental attention variants",
+        _given("experimental_attention_variant"),
+        local_spec="Megatron's experimental-attention block spec asserts the Transformer Engine implementation "
+                   "(experimental_attention_variant_module_specs.py)"),
+    Gap("heterogeneous_layers_config_path", "heterogeneous layers", _given("heterogeneous_layers_config_path")),
+    Gap("heterogeneous_layers_config_encoded_json", "heterogeneous layers",
+        _given("heterogeneous_layers_config_encoded_json")),
+    Gap("moe_layer_freq", "a mix of dense and MoE layers", _mixed_moe_layers),
+    Gap("window_size", "sliding-window attention", _given("window_size")),
+    Gap("softmax_type", "softmax types other than vanilla",
+        lambda settings: settings.get("softmax_type") not in (None, "vanilla")),
+)
+
+
+def sdpa_spec_gaps(settings: Mapping[str, Any]) -> list[Gap]:
+    """The gaps these Megatron settings fall into; empty when the SDPA spec builds this model as upstream would."""
+    return [gap for gap in SDPA_SPEC_GAPS if gap.applies(settings)]
+
+
+def refused(gaps: list[Gap]) -> list[Gap]:
+    """The gaps no layer spec without Transformer Engine builds: such a job is refused before launch."""
+    return [gap for gap in gaps if gap.local_spec]
+
+
+def describe(gaps: list[Gap]) -> str:
+    """'multi-latent attention (multi_latent_attention)', joined: names the settings the user can change."""
+    return ", ".join(dict.fromkeys(f"{gap.what} ({gap.setting})" for gap in gaps))

@@ -1,0 +1,255 @@
+"""Megatron-LM's own functional-test configurations, moved to one GPU without TE/apex as a user would, judged.
+
+    python scripts/functional_test_matrix.py --megatron-path DIR --out DIR [--doc docs/functional-test-matrix.md]
+    python scripts/functional_test_matrix.py --megatron-path DIR --out DIR --gpu     # on a machine with a GPU
+
+Every tests/functional_tests/test_cases/{gpt,moe}/*/model_config.yaml of the checkout goes through `launch import`
+(the same reader), then the moves a user makes for one GPU: one node, one GPU, every parallel size 1 (and the
+settings that name pipeline stages dropped), 4 layers, 4 iterations (the sample-based schedule unset),
+transformer_impl dropped, transformer_engine=false and apex=false; the async checkpoint settings stay as the
+configuration has them. For each: the launcher's verdict (accepted, or refused with its `error:` lines), and for an
+accepted one the CPU rehearsal (launcher/checks/rehearsal.py: the model and optimizer at a tiny size through
+pretrain_gpt.py's model provider, one training step) in ONE worker process; identical rehearsal argvs are
+rehearsed once. With --gpu, each accepted configuration also trains its 4 iterations through `launch` on the GPU
+and must end with a finite loss no higher than it started (+0.05). Writes matrix.json into --out and the table
+(configuration, launcher verdict, rehearsal verdict, reason) into --doc.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from launcher.checks.rehearsal import Rehearser, tiny_settings, verdict  # noqa: E402
+from launcher.errors import UserError  # noqa: E402
+from launcher.importer.build import import_source  # noqa: E402
+from launcher.megatron.pin import Kernels  # noqa: E402
+from launcher.pipeline.command import script_args  # noqa: E402
+from launcher.pipeline.preset import load_preset  # noqa: E402
+from launcher.pipeline.resolve import resolve  # noqa: E402
+from launcher.runs import logparse  # noqa: E402
+
+SUITES = ("gpt", "moe")
+NO_KERNELS = Kernels(False, False, "preset")
+PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "expert_model_parallel_size", "expert_tensor_parallel_size")
+# Settings that name pipeline stages or virtual stages: meaningless at PP 1, so a user moving to one GPU drops them.
+STAGE_SETTINGS = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
+                  "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
+                  "decoder_last_pipeline_num_layers")
+SAMPLE_SCHEDULE = ("train_samples", "lr_decay_samples", "lr_warmup_samples", "lr_wsd_decay_samples")
+
+
+@dataclass
+class Row:
+    config: str  # suite/name
+    launcher: str = ""  # accepted | refused
+    rehearsal: str = ""  # ok | crashed | not run
+    reason: str = ""
+    gpu: str = ""  # trains | failed | (empty: not run)
+    gpu_reason: str = ""
+    overrides: tuple[str, ...] = ()
+
+
+def configurations(checkout: Path) -> list[Path]:
+    root = checkout / "tests" / "functional_tests" / "test_cases"
+    return sorted(p for suite in SUITES for p in (root / suite).glob("*/model_config.yaml"))
+
+
+def one_gpu_overrides(settings: dict) -> list[str]:
+    """The `--set`s a user types to move the imported preset to one GPU without TE/apex."""
+    sets = ["nodes=1", "gpus_per_node=1", "transformer_engine=false", "apex=false", "num_layers=4",
+            "train_iters=4", "transformer_impl=null"]
+    sets += [f"{dest}=1" for dest in PARALLEL_SIZES if dest in settings]
+    sets += [f"{dest}=null" for dest in (*STAGE_SETTINGS, *SAMPLE_SCHEDULE) if dest in settings]
+    return sets
+
+
+def imported_preset(config: Path, workdir: Path) -> tuple[Path, dict]:
+    imported = import_source(config.read_text(), str(config))
+    name = f"{config.parent.parent.name}-{config.parent.name}"
+    path = workdir / f"{name}.yaml"
+    path.write_text(imported.text)
+    return path, imported.settings
+
+
+def judge_launcher(row: Row, preset_path: Path, checkout: Path, run_root: Path):
+    """The launcher's verdict, in process: the same resolve a dry-run runs. Returns the job when accepted."""
+    try:
+        preset = load_preset(str(preset_path), list(row.overrides))
+        job = resolve(preset, 1, 1, kernels=NO_KERNELS, megatron_path=checkout, run_dir=run_root / preset.name)
+    except UserError as exc:
+        row.launcher = "refused"
+        row.reason = "; ".join(p.message for p in exc.problems)
+        return None
+    row.launcher = "accepted"
+    return job
+
+
+def rehearse_all(rows_jobs: list[tuple[Row, object]], checkout: Path) -> None:
+    """Every accepted job's rehearsal in one worker; identical argvs once."""
+    requests: dict[tuple, list[Row]] = {}
+    notes: dict[tuple, list[str]] = {}
+    envs: dict[tuple, dict] = {}
+    for row, job in rows_jobs:
+        settings, not_rehearsed = tiny_settings(job.megatron)  # type: ignore[attr-defined]
+        env = dict(job.preset.launcher.env)  # type: ignore[attr-defined]  (validate_args reads NCCL_ALGO)
+        key = (tuple(script_args(settings)), tuple(sorted(env.items())))
+        requests.setdefault(key, []).append(row)
+        notes[key], envs[key] = not_rehearsed, env
+    keys = list(requests)
+    print(f"rehearsing {len(keys)} distinct jobs for {len(rows_jobs)} accepted configurations", flush=True)
+    start = time.monotonic()
+    with Rehearser(checkout) as worker:
+        for i, key in enumerate(keys):
+            reply = worker.rehearse_many([(list(key[0]), envs[key])])[0]
+            result = verdict(reply, notes[key])
+            for row in requests[key]:
+                if result.ok:
+                    row.rehearsal = "ok"
+                    layers = result.facts.get("compiled_layers")
+                    row.reason = f"one step, loss {result.facts.get('loss') or float('nan'):.2f}" + (
+                        f"; compiled layers {layers}" if layers else "")
+                else:
+                    row.rehearsal = "crashed"
+                    row.reason = f"{result.stage}: {result.error[:300]}" + (f" ({result.where})" if result.where
+                                                                             else "")
+            print(f"  [{i + 1}/{len(keys)}] {requests[key][0].config}: {requests[key][0].rehearsal} "
+                  f"{result.seconds:.1f} s {'' if result.ok else requests[key][0].reason[:150]}", flush=True)
+    print(f"rehearsals took {time.monotonic() - start:.0f} s", flush=True)
+
+
+def train_on_gpu(row: Row, preset_path: Path, run_root: Path) -> None:
+    """4 iterations through `launch` as a user types it; the loss must be finite and not rise."""
+    argv = [sys.executable, "-m", "launcher", str(preset_path), *(w for s in row.overrides for w in ("--set", s)),
+            "--set", f"run_root={run_root}"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(argv, env=env, cwd=run_root, capture_output=True, text=True, timeout=900)
+    run_dir = next((Path(line.removeprefix("# run directory: ").strip()) for line in proc.stdout.splitlines()
+                    if line.startswith("# run directory: ")), None)
+    log = run_dir / "logs" / "attempt-1.log" if run_dir else None
+    lines = log.read_text(errors="replace").splitlines() if log and log.is_file() else []
+    losses = [e.lm_loss for e in logparse.parse_lines(lines)
+              if isinstance(e, logparse.IterationLine) and e.lm_loss is not None]
+    finite = bool(losses) and all(math.isfinite(x) for x in losses)
+    if proc.returncode == 0 and finite and losses[-1] <= losses[0] + 0.05:
+        row.gpu, row.gpu_reason = "trains", f"loss {losses[0]:.2f} → {losses[-1]:.2f}"
+    else:
+        row.gpu = "failed"
+        row.gpu_reason = f"exit {proc.returncode}, losses {losses}: " + " ".join(
+            (proc.stdout + proc.stderr).splitlines()[-3:])[:300]
+
+
+def markdown(rows: list[Row], command: str, seconds: float) -> str:
+    accepted = [r for r in rows if r.launcher == "accepted"]
+    crashed = [r for r in accepted if r.rehearsal == "crashed"]
+    gpu = any(r.gpu for r in rows)
+    lines = [
+        "# Megatron-LM's functional-test configurations on one GPU without TE/apex",
+        "",
+        "Every `tests/functional_tests/test_cases/{gpt,moe}/*/model_config.yaml` of the pinned Megatron-LM, read by "
+        "`launch import` and moved to one GPU as a user would (one node, one GPU, every parallel size 1, the settings "
+        "that name pipeline stages dropped, 4 layers, 4 iterations, `transformer_impl` dropped, "
+        "`transformer_engine=false apex=false`; async checkpoint settings as the configuration has them). "
+        "**Launcher**: the verdict of a dry-run (accepted, or refused before launch with exit 2). **Rehearsal**: "
+        "for an accepted one, `launch --check --rehearse`'s CPU rehearsal (the model and optimizer at a tiny size "
+        "through pretrain_gpt.py's model provider and the job's `--spec`, one training step)."
+        + (" **GPU**: 4 iterations through `launch` on one GPU." if gpu else
+           " The GPU column (`--gpu`: train 4 iterations, finite loss that does not rise) was not run: no GPU "
+           "this session."),
+        "",
+        f"Made by `{command}` in {seconds:.0f} s on a 2-core machine.",
+        "",
+        f"{len(rows)} configurations: {len(accepted)} accepted, {len(rows) - len(accepted)} refused before launch; "
+        f"of the accepted, {len(accepted) - len(crashed)} rehearse a training step and **{len(crashed)} crash in "
+        "the rehearsal**.",
+        "",
+    ]
+    classes: dict[str, int] = {}
+    for r in crashed:
+        text = r.reason.split(" (")[0]
+        classes[text[:160]] = classes.get(text[:160], 0) + 1
+    if classes:
+        lines += ["Crashes after acceptance, by message:", ""]
+        lines += [f"- {count} × {text}" for text, count in sorted(classes.items(), key=lambda item: -item[1])]
+        lines.append("")
+    lines += [
+        "| configuration | launcher | rehearsal | " + ("GPU | " if gpu else "") + "reason |",
+        "|---|---|---|" + ("---|" if gpu else "") + "---|",
+    ]
+    for r in rows:
+        reason = (r.reason + (f"; GPU: {r.gpu_reason}" if r.gpu_reason else "")).replace("|", "/").replace("\n", " ")
+        lines.append(f"| {r.config} | {r.launcher} | {r.rehearsal or '–'} | " + (f"{r.gpu or '–'} | " if gpu else "")
+                     + f"{reason[:400]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--megatron-path", type=Path, default=os.environ.get("MEGATRON_LM_PATH"), required=False)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--doc", type=Path, help="write the markdown table here (e.g. docs/functional-test-matrix.md)")
+    parser.add_argument("--only", default="", help="configurations whose name contains this text")
+    parser.add_argument("--gpu", action="store_true", help="also train each accepted configuration on the GPU")
+    args = parser.parse_args(argv)
+    if args.megatron_path is None or not (args.megatron_path / "pretrain_gpt.py").is_file():
+        parser.error("--megatron-path (or MEGATRON_LM_PATH) must be a Megatron-LM checkout")
+    checkout = args.megatron_path.resolve()
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    rows: list[Row] = []
+    accepted = []
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        run_root = (args.out / "runs").absolute()
+        for config in configurations(checkout):
+            name = f"{config.parent.parent.name}/{config.parent.name}"
+            if args.only and args.only not in name:
+                continue
+            row = Row(name)
+            rows.append(row)
+            try:
+                preset_path, settings = imported_preset(config, workdir)
+            except UserError as exc:
+                row.launcher, row.reason = "refused", "import: " + "; ".join(p.message for p in exc.problems)
+                continue
+            row.overrides = tuple(one_gpu_overrides(settings))
+            job = judge_launcher(row, preset_path, checkout, run_root)
+            if job is not None:
+                accepted.append((row, job, preset_path))
+        print(f"launcher: {len(accepted)} of {len(rows)} accepted in {time.monotonic() - start:.0f} s", flush=True)
+        if accepted:
+            rehearse_all([(row, job) for row, job, _ in accepted], checkout)
+        if args.gpu:
+            run_root.mkdir(parents=True, exist_ok=True)
+            for row, _job, preset_path in accepted:
+                train_on_gpu(row, preset_path, run_root)
+                print(f"  GPU {row.config}: {row.gpu} {row.gpu_reason[:150]}", flush=True)
+    seconds = time.monotonic() - start
+    (args.out / "matrix.json").write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
+    command = "python scripts/functional_test_matrix.py --megatron-path third_party/megatron-lm --out OUT " \
+              + (f"--doc {args.doc}" if args.doc else "") + (" --gpu" if args.gpu else "") \
+              + (f" --only {args.only}" if args.only else "")
+    text = markdown(rows, command, seconds)
+    if args.doc:
+        args.doc.write_text(text)
+    crashed = [r.config for r in rows if r.launcher == "accepted" and r.rehearsal == "crashed"]
+    failed = [r.config for r in rows if r.gpu == "failed"]
+    print(f"{len(rows)} configurations, {len(crashed)} accepted but crash in the rehearsal: {crashed}; "
+          f"{len(failed)} failed on the GPU", flush=True)
+    return 1 if crashed or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""scripts/functional_test_matrix.py: a functional-test configuration moved to one GPU as a user would, then the
+launcher's verdict (the rehearsal's needs the checkout and is covered by tests/checks/test_rehearsal.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+import functional_test_matrix as matrix  # noqa: E402
+
+CONFIG = """\
+ENV_VARS:
+  CUDA_DEVICE_MAX_CONNECTIONS: 1
+MODEL_ARGS:
+  --num-layers: 12
+  --hidden-size: 512
+  --num-attention-heads: 8
+  --seq-length: 1024
+  --max-position-embeddings: 1024
+  --micro-batch-size: 4
+  --global-batch-size: 32
+  --train-samples: 100000
+  --lr-decay-samples: 90000
+  --lr: 1e-4
+  --tensor-model-parallel-size: 2
+  --pipeline-model-parallel-size: 2
+  --num-layers-per-virtual-pipeline-stage: 3
+  --transformer-impl: transformer_engine
+  --data-path: ${DATA_PATH}/text
+  --save: ${CHECKPOINT_SAVE_PATH}
+  --async-save: true
+  --use-persistent-ckpt-worker: true
+  --ckpt-format: torch_dist
+  --eval-interval: 1000
+  --bf16: true
+"""
+
+
+def test_a_configuration_moves_to_one_gpu_as_a_user_would(tmp_path):
+    config = tmp_path / "gpt" / "gpt3_tp2_pp2_vp" / "model_config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(CONFIG)
+    preset_path, settings = matrix.imported_preset(config, tmp_path)
+    overrides = matrix.one_gpu_overrides(settings)
+    assert overrides == ["nodes=1", "gpus_per_node=1", "transformer_engine=false", "apex=false", "num_layers=4",
+                         "train_iters=4", "transformer_impl=null", "tensor_model_parallel_size=1",
+                         "pipeline_model_parallel_size=1", "num_layers_per_virtual_pipeline_stage=null",
+                         "train_samples=null", "lr_decay_samples=null"]
+    row = matrix.Row("gpt/gpt3_tp2_pp2_vp", overrides=tuple(overrides))
+    job = matrix.judge_launcher(row, preset_path, tmp_path, tmp_path / "runs")
+    assert (row.launcher, row.reason) == ("accepted", "")
+    assert job.megatron["async_save"] is True  # the configuration's async checkpointing is kept
+    assert job.megatron["spec"] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
+
+
+def test_a_refused_configuration_carries_the_launchers_reason(tmp_path):
+    config = tmp_path / "moe" / "mla" / "model_config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(CONFIG + "  --multi-latent-attention: true\n")
+    preset_path, settings = matrix.imported_preset(config, tmp_path)
+    row = matrix.Row("moe/mla", overrides=tuple(matrix.one_gpu_overrides(settings)))
+    assert matrix.judge_launcher(row, preset_path, tmp_path, tmp_path / "runs") is None
+    assert row.launcher == "refused"
+    assert row.reason.startswith("multi-latent attention (multi_latent_attention) needs Transformer Engine")
+
+
+def test_the_table_counts_crashes_after_acceptance():
+    rows = [matrix.Row("gpt/a", "accepted", "ok", "one step, loss 4.85"),
+            matrix.Row("gpt/b", "accepted", "crashed", "model: AssertionError: x (file.py:1)"),
+            matrix.Row("moe/c", "refused", "", "lr is not set")]
+    text = matrix.markdown(rows, "python scripts/functional_test_matrix.py …", 12.0)
+    assert ("3 configurations: 2 accepted, 1 refused before launch; of the accepted, 1 rehearse a training step "
+            "and **1 crash in the rehearsal**.") in text
+    assert "| gpt/b | accepted | crashed | model: AssertionError: x (file.py:1) |" in text
+    assert "| moe/c | refused | – | lr is not set |" in text

@@ -1,0 +1,117 @@
+"""The CPU rehearsal (`launch PRESET --check --rehearse`): the job's model and optimizer at a tiny size, built
+through pretrain_gpt.py's own model provider and spec, one training step; model-build crashes surface here."""
+
+from __future__ import annotations
+
+import os
+from importlib.util import find_spec
+from pathlib import Path
+
+import pytest
+
+from launcher.checks.rehearsal import HIDDEN, Rehearser, tiny_settings
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.command import script_args
+from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def megatron_checkout() -> Path | None:
+    for candidate in (os.environ.get("MEGATRON_LM_PATH"), REPO / "third_party" / "megatron-lm",
+                      Path("/work/main/third_party/megatron-lm")):
+        if candidate and (Path(candidate) / "pretrain_gpt.py").is_file():
+            return Path(candidate)
+    return None
+
+
+def needs_checkout(test):
+    test = pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None,
+                              reason="needs megatron-core and torch")(test)
+    test = pytest.mark.skipif(megatron_checkout() is None,
+                              reason="needs a Megatron-LM checkout (pretrain_gpt.py)")(test)
+    return pytest.mark.megatron(test)
+
+
+def test_the_175b_job_is_rehearsed_at_a_tiny_size_and_says_what_it_leaves_out():
+    job = resolve(load_preset("175b", []), kernels=Kernels(True, True, "preset"))
+    settings, not_rehearsed = tiny_settings(job.megatron)
+    assert (settings["num_layers"], settings["hidden_size"], settings["num_attention_heads"]) == (2, HIDDEN, 4)
+    assert settings["tensor_model_parallel_size"] == settings["pipeline_model_parallel_size"] == 1
+    assert "num_layers_per_virtual_pipeline_stage" not in settings and "sequence_parallel" not in settings
+    assert settings["use_distributed_optimizer"] is True and "load" not in settings  # it runs on the CPU too
+    assert not_rehearsed[0].startswith("TP 8, PP 16: one CPU process plays a world of one")
+
+
+def test_a_per_layer_pattern_keeps_the_number_of_layers():
+    settings, _ = tiny_settings({"num_layers": 8, "num_experts": 64, "moe_layer_freq": "([0]*2+[1]*6)",
+                                 "moe_router_topk": 6, "num_query_groups": 8, "num_attention_heads": 32})
+    assert (settings["num_layers"], settings["num_experts"], settings["moe_router_topk"]) == (8, 4, 4)
+    assert settings["num_query_groups"] == 2
+
+
+@pytest.fixture(scope="module")
+def rehearser():
+    with Rehearser(megatron_checkout()) as worker:
+        yield worker
+
+
+def rehearse_raw(worker: Rehearser, megatron: dict) -> dict:
+    settings, _ = tiny_settings(megatron)
+    return worker.rehearse_many([(script_args(settings), {})])[0]
+
+
+def job_settings(*overrides: str) -> dict:
+    return resolve(load_preset("345m", list(overrides)), 1, 1, kernels=Kernels(False, False, "preset")).megatron
+
+
+@needs_checkout
+def test_the_345m_job_builds_and_trains_one_step_on_the_cpu(rehearser):
+    result = rehearser.rehearse(job_settings(), {})
+    assert result.ok, result.traceback
+    assert result.facts["parameters"] > 0 and 0 < result.facts["loss"] < 10
+
+
+@needs_checkout
+def test_the_sdpa_spec_refusing_multi_latent_attention_is_caught_at_model_build(rehearser):
+    """The crash issue 22 saw inside training (the launcher now picks the local spec; the raw argv forces the
+    SDPA spec to show the rehearsal would have caught it in seconds)."""
+    reply = rehearse_raw(rehearser, {**job_settings(), "multi_latent_attention": True})
+    assert (reply["ok"], reply["stage"]) == (False, "model")
+    assert reply["error"].startswith("ValueError: the SDPA layer spec does not cover multi-latent attention")
+    assert reply["seconds"] < 60
+
+
+@needs_checkout
+def test_torch_layernorm_refusing_zero_centered_gamma_is_caught_at_model_build(rehearser):
+    """Megatron's own local spec without apex (no --spec): WrappedTorchNorm asserts, as it did inside the
+    compiled layer before the SDPA spec brought its own norm."""
+    settings = {k: v for k, v in job_settings("layernorm_zero_centered_gamma=true").items()
+                if k not in ("spec", "create_attention_mask_in_dataloader")}
+    reply = rehearse_raw(rehearser, settings)
+    assert (reply["ok"], reply["stage"]) == (False, "model")
+    assert reply["error"] == ("AssertionError: zero_centered_gamma not supported by torch LayerNorm when "
+                              "instantiating TransformerLayer")
+    assert reply["where"].startswith("torch_norm.py:")
+
+
+@needs_checkout
+@pytest.mark.parametrize("overrides", [
+    ["layernorm_zero_centered_gamma=true"],  # the SDPA spec's own norm, compiled layers on
+    ["window_size=(16,0)"],  # Megatron's local spec (the SDPA one does not cover it)
+    ["softmax_type=learnable"],
+    ["num_experts=4", "moe_layer_freq=([0]*1+[1]*1)", "add_bias_linear=false", "num_layers=2"],
+], ids=["zero-centered-gamma", "window", "learnable-softmax", "dense-and-moe-layers"])
+def test_what_the_launcher_resolves_for_a_fast_path_gap_trains_one_step(rehearser, overrides):
+    result = rehearser.rehearse(job_settings(*overrides), {})
+    assert result.ok, (result.error, result.traceback)
+
+
+@pytest.mark.megatron
+@pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None, reason="needs megatron-core")
+def test_without_a_checkout_the_rehearsal_is_not_run_and_says_why(launch, tmp_path):
+    code, out, err = launch("345m", "--check", "--rehearse", "--megatron-path", str(tmp_path))
+    assert code == 2, err
+    assert (f"rehearsal: not run: the rehearsal builds the model through pretrain_gpt.py's model provider, and "
+            f"{tmp_path} is not a Megatron-LM checkout") in out
