@@ -4,7 +4,7 @@ Each run: the Megatron arguments the source states (shape, layout, batch, precis
 GPU budget, and the published iteration time (or the throughput it is derived from, as `derived` says).
 Knobs a source leaves unstated are named in `free`; the prediction takes the plan's fastest fitting choice
 for them. `python -m launcher.estimate.calibration` prints the table in docs/plan.md;
-tests/test_plan_calibration.py holds it to the targets.
+tests/estimate/test_plan_calibration.py holds it to the targets.
 
 Two parts: the runs the constants were fitted on (`held_back` False), and a held-back part the fit never
 sees (`fit_moe` and the dense constants were fixed before those runs were added), reported separately.

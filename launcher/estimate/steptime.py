@@ -35,7 +35,7 @@ The structure (docs/plan.md has the same with the calibration table):
 
 No term is counted twice: the constants are kernel-level efficiencies (a GEMM alone, a flash-attention
 kernel alone), calibrated so that the sum matches end-to-end published iteration times
-(launcher/estimate/calibration.py holds the runs; tests/test_plan_calibration.py computes the table).
+(launcher/estimate/calibration.py holds the runs; tests/estimate/test_plan_calibration.py computes the table).
 """
 
 from __future__ import annotations

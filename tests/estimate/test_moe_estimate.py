@@ -9,7 +9,7 @@ import pytest
 
 from launcher.estimate import formulas as est
 from launcher.estimate import steptime
-from tests.test_parameter_count_megatron import model_parallel  # noqa: F401 - the fixture
+from tests.estimate.test_parameter_count_megatron import model_parallel  # noqa: F401 - the fixture
 
 # Qwen3-30B-A3B as Megatron-MoE-ModelZoo's model_configs/benchmarking/Qwen3-30B-A3B.yaml states it
 QWEN3_30B = dict(num_layers=48, hidden_size=2048, ffn_hidden_size=6144, num_attention_heads=32,
@@ -57,7 +57,7 @@ def test_moe_step_time_counts_the_dispatch_only_with_expert_parallelism() -> Non
 
 @pytest.mark.megatron
 def test_moe_flops_equal_megatrons_num_floating_point_operations() -> None:
-    from tests.test_estimate_megatron import megatron_args, training_mod
+    from tests.estimate.test_estimate_megatron import megatron_args, training_mod
 
     for args in (QWEN3_30B | {"num_layers": 4}, TINY_MOE):
         ns = megatron_args({**args, "micro_batch_size": 1, "global_batch_size": 8}, 1)
@@ -68,7 +68,7 @@ def test_moe_flops_equal_megatrons_num_floating_point_operations() -> None:
 
 @pytest.mark.megatron
 def test_moe_weight_and_optimizer_memory_equal_megatrons_report() -> None:
-    from tests.test_estimate_megatron import megatron_args, tmu
+    from tests.estimate.test_estimate_megatron import megatron_args, tmu
 
     for ep, dist_opt in ((1, False), (4, True), (8, True)):
         args = {**QWEN3_30B, "num_layers": 8, "expert_model_parallel_size": ep, "micro_batch_size": 1,

@@ -1,7 +1,7 @@
 """`launch report` on a Slurm run directory takes each attempt's state from Slurm's accounting (sacct) where it
 can, and says where the states came from. sacct here is a stand-in on PATH that prints what a cluster with
 slurmdbd prints (`sacct --duplicates` gives one record per attempt), or fails as sacct does without accounting;
-tests/test_slurm_faults.py sees the real one report NODE_FAIL."""
+tests/backends/test_slurm_faults.py sees the real one report NODE_FAIL."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_slurm_attempts import JOB_LOG
+from tests.backends.test_slurm_attempts import JOB_LOG
 
 from launcher.runs.rundir import write_run_dir
 

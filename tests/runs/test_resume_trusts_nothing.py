@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.test_launch_run_dir import launch, only_run_dir, stand_in
+from tests.runs.test_launch_run_dir import launch, only_run_dir, stand_in
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 from launcher.runs import slurm_log
 from launcher.runs.rundir import write_run_dir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def iteration(n: int, total: int) -> str:

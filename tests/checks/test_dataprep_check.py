@@ -153,7 +153,7 @@ def test_check_data_imports_neither_torch_nor_megatron():
     code = ("import sys; from launcher.checks.data import check_data; "
             "check_data({'mock_data': True, 'tokenizer_type': 'NullTokenizer', 'vocab_size': 8}); "
             "assert 'torch' not in sys.modules and 'megatron' not in sys.modules, sorted(sys.modules)")
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     run = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=False,
                          env={**os.environ, "PYTHONPATH": str(repo)})
     assert run.returncode == 0, run.stderr

@@ -20,7 +20,7 @@ pytestmark = [
     pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None,
                        reason="needs megatron-core and torch"),
 ]
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # Enough text that two workers are still busy when the signal comes (a few seconds of tokenizing).
 CORPUS_LINES = 120_000
 STARTUP_SECONDS = 120  # torch and megatron-core imports on a busy machine

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "launcher"
+PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
 # Later stages have higher ranks; a module may import its own stage or an earlier (lower) one.
 RANKS = {
     "errors": 0, "untrusted": 0, "interrupts": 0, "gpus": 0, "redaction": 0, "nofollow": 0, "lock": 0,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "logs"
 
 
 def stand_in(tmp_path: Path, log: str, exit_code: int = 0, tracker: str | None = "100") -> Path:

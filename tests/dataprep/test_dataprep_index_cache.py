@@ -16,7 +16,7 @@ from launcher.dataprep.prepare import prepare_data
 from launcher.dataprep.text_tokenizers import TokenizerSpec
 from launcher.errors import UserError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 def needs_megatron(test):
     test = pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None,

@@ -230,7 +230,7 @@ def test_damaged_gzip_input_to_prepare_data(tmp_path, capsys):
         assert not list(tmp_path.glob(f"out-{name}*"))
 
 
-FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
+FIXTURE_LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 
 
 def _edited_log(tmp_path: Path, pattern: str, replacement: str) -> Path:

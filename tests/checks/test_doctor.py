@@ -22,7 +22,7 @@ from launcher.checks.doctor import (
 )
 from launcher.megatron.pin import SUBMODULE, Kernels
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def doctor(*args: str, pythonpath: list[Path] = (), env: dict | None = None) -> tuple[int, dict[str, dict]]:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_launch_run_dir import launch, only_run_dir, stand_in
+from tests.runs.test_launch_run_dir import launch, only_run_dir, stand_in
 
 from launcher.runs import secrets
 
@@ -53,7 +53,7 @@ def test_resume_takes_secrets_from_the_environment(tmp_path):
 
 
 def test_slurm_script_names_secrets_without_holding_them(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     result = subprocess.run([sys.executable, "-m", "launcher", "345m", "--slurm", "--megatron-path",
                              "/opt/megatron-lm", "--set", f"env.HF_TOKEN={SECRET}"], cwd=tmp_path, env=env,
                             capture_output=True, text=True, timeout=120, check=False)

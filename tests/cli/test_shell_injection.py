@@ -173,8 +173,8 @@ def test_preset_file_name_with_a_newline_stays_in_the_comment(launch, tmp_path):
 
 
 def test_command_sh_of_a_multi_node_run_expands_only_the_endpoint(tmp_path):
-    from test_launch_run_dir import launch as launch_here
-    from test_launch_run_dir import only_run_dir, stand_in
+    from tests.runs.test_launch_run_dir import launch as launch_here
+    from tests.runs.test_launch_run_dir import only_run_dir, stand_in
 
     torchrun = stand_in(tmp_path, "toy_fp32_1gpu.log")
     hostile = tmp_path / "${MASTER_ADDR}$(touch PWNED-sh)"

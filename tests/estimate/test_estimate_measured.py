@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import MEGATRON
 
-LOGS = Path(__file__).parent / "fixtures" / "logs"
+LOGS = Path(__file__).parents[1] / "fixtures" / "logs"
 SHRUNK_175B = ["--nodes", "1", "--gpus-per-node", "2", "--set", "num_layers=2", "--set", "tensor_model_parallel_size=2",
                "--set", "pipeline_model_parallel_size=1", "--set", "global_batch_size=16", "--set", "train_samples=48",
                "--set", "sequence_parallel=false"]

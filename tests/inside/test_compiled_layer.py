@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from tests.test_megatron_ext import model_parallel_cpu  # noqa: E402,F401  (fixture)
+from tests.inside.test_megatron_ext import model_parallel_cpu  # noqa: E402,F401  (fixture)
 
 pytestmark = pytest.mark.megatron
 

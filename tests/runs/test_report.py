@@ -16,8 +16,8 @@ from launcher.runs.rundir import write_run_dir
 
 pytestmark = pytest.mark.matplotlib  # every report here draws its plots
 
-FIXTURES = Path(__file__).parent / "fixtures" / "logs"
-ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "logs"
+ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import MEGATRON, REPO, without_run_stamp
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 NO_KERNELS = ["--set", "transformer_engine=false", "--set", "apex=false"]
 CASES = {
     "toy": ["toy", *NO_KERNELS],

@@ -27,7 +27,7 @@ from launcher.pipeline.environment import launcher_connections
 from launcher.pipeline.preset import available_presets, load_preset
 from launcher.pipeline.resolve import attempt, resolve
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # (nodes, gpus per node) beyond each preset's own; the launcher must accept them for the test to mean much.
 WORLDS = {
     "345m": [(1, 1), (1, 2), (1, 4), (1, 8), (2, 4)],  # global batch 32 of micro batch 4: DP up to 8

@@ -24,7 +24,7 @@ import pytest
 from launcher.errors import UserError
 from launcher.runs import rundir
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOW = rundir.datetime(2026, 11, 29, 16, 1, 50, tzinfo=rundir.UTC)
 WAIT_SECONDS = 60  # generous bounds: what these catch is a hang or a launcher that never ends
 

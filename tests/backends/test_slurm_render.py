@@ -1,6 +1,6 @@
 """Slurm batch scripts without a cluster: rendering, golden files, quoting, validation, no partial files.
 
-Regenerate the golden files after an intended change:  UPDATE_GOLDEN=1 pytest tests/test_slurm_render.py
+Regenerate the golden files after an intended change:  UPDATE_GOLDEN=1 pytest tests/backends/test_slurm_render.py
 """
 
 from __future__ import annotations

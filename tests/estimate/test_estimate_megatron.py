@@ -29,7 +29,7 @@ tmu = pytest.importorskip("megatron.training.theoretical_memory_usage")
 training_mod = pytest.importorskip("megatron.training.training")
 
 # The pinned Megatron-LM tree: the submodule, or MEGATRON_PATH where the submodule is not checked out.
-_TREE = Path(os.environ.get("MEGATRON_PATH") or Path(__file__).resolve().parents[1] / "third_party" / "megatron-lm")
+_TREE = Path(os.environ.get("MEGATRON_PATH") or Path(__file__).resolve().parents[2] / "third_party" / "megatron-lm")
 PINNED = _TREE / "megatron" / "training"
 
 # validate_args asks cuda:0 for its architecture when TP > 1; answer "Hopper" and satisfy its env check.

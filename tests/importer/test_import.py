@@ -19,7 +19,7 @@ from launcher.importer.build import import_source
 from launcher.importer.flags import read_flags
 from launcher.importer.report import check_import
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 MOCK = "--mock-data --tokenizer-type NullTokenizer --vocab-size 50257"
 
 SCRIPT_175B_SHAPE = r"""#!/bin/bash

@@ -24,7 +24,7 @@ pytestmark = [
                        reason="needs megatron-core and torch"),
 ]
 BYTE = TokenizerSpec("byte")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def make_documents(count: int, seed: int) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 
 from launcher.estimate import calibration as cal
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "plan.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "plan.md"
 
 
 @pytest.fixture(scope="module")
