@@ -11,9 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.backends.test_slurm_attempts import JOB_LOG
-
 from launcher.runs.rundir import write_run_dir
+from tests.backends.test_slurm_attempts import JOB_LOG
 
 ROOT = Path(__file__).resolve().parents[2]
 # what sacct --duplicates --allocations --noheader --parsable2 prints for job 7 (newest first, as it may)

@@ -7,9 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.runs.test_launch_run_dir import launch, only_run_dir, stand_in
-
 from launcher.runs import secrets
+from tests.runs.test_launch_run_dir import launch, only_run_dir, stand_in
 
 SECRET = "s3cr3t-value-7f1c"
 OTHER = "an0ther-s3cr3t-99"
