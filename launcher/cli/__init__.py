@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import sys
@@ -127,19 +126,16 @@ def cmd_run(argv: list[str]) -> int:
         from launcher.backends import k8s
 
         return k8s.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, output_format=args.format)
-    # A printed or written job whose entry script is missing here: said, not refused (a Slurm job may run from a
-    # cluster path this machine cannot see; --submit and a run here refuse it below).
-    missing = checkout_warning(path, job.entry)
     if on_slurm:
         from launcher.backends import slurm
 
         return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
-                            as_json=args.format == "json", warnings=[missing] if missing else [])
-    if args.dry_run and missing:
-        if args.format == "json":
-            job = dataclasses.replace(job, warnings=(*job.warnings, missing))
-        else:
-            print(f"warning: {missing}", file=sys.stderr)
+                            as_json=args.format == "json")
+    # A missing checkout is among the job's warnings (cli.job); a pasted script's `# warning:` lines are easily
+    # missed, so a text dry-run says it on stderr too.
+    missing = checkout_warning(path, job.entry)
+    if args.dry_run and missing and args.format != "json":
+        print(f"warning: {missing}", file=sys.stderr)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
         sys.stdout.write(out(job, command))

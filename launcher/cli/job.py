@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.checks.data import check_job_data
 from launcher.errors import Problem, UserError
-from launcher.megatron.pin import megatron_path
+from launcher.megatron.pin import checkout_warning, megatron_path
 from launcher.pipeline import resolve
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.resolve import ResolvedJob, ResumedRun
@@ -59,9 +59,16 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     if run_dir is None and request.run_dir and (remote or not request.preflight):
         name = rundir.reserve_run_dir if request.reserve_run_dir else rundir.new_run_dir_path
         run_dir = name(Path(preset.launcher.run_root), preset.name)
-    return resolve.attempt(preset, request.nodes, request.gpus_per_node, kernels=kernels, megatron_path=path,
-                           target=target, run_dir=run_dir, existing=request.existing, preflight=request.preflight,
-                           gpus_here=gpus_here, inherited_env=dict(os.environ), data_check=check_job_data)
+    job, problems = resolve.attempt(preset, request.nodes, request.gpus_per_node, kernels=kernels,
+                                    megatron_path=path, target=target, run_dir=run_dir, existing=request.existing,
+                                    preflight=request.preflight, gpus_here=gpus_here,
+                                    inherited_env=dict(os.environ), data_check=check_job_data)
+    # Said, not refused: a Slurm job may run from a cluster path this machine cannot see (a run here refuses it at
+    # launch). Kubernetes pods run Megatron-LM from their image.
+    missing = None if request.k8s else checkout_warning(job.megatron_path, job.entry)
+    if missing:
+        job = replace(job, warnings=(*job.warnings, missing))
+    return job, problems
 
 
 def checked_job(preset: Preset, request: JobRequest = JobRequest()) -> ResolvedJob:

@@ -280,15 +280,16 @@ def _outlives_the_wait(pid: int) -> bool:
 
 
 def test_an_interrupted_summary_write_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from launcher import nofollow
     from launcher.runs import atomic
 
     summary = tmp_path / "summary.json"
     summary.write_text('{"outcome": "stopped"}\n')
 
-    def interrupted(*_args):
+    def interrupted(*_args, **_kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    monkeypatch.setattr(nofollow.os, "replace", interrupted)  # the rename every atomic write ends with
     with pytest.raises(KeyboardInterrupt):
         atomic.write_text_atomic(summary, '{"outcome": "success"}\n')
     assert summary.read_text() == '{"outcome": "stopped"}\n'
