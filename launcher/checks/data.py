@@ -333,6 +333,12 @@ def _largest_token(prefix: str, index: IndexSummary) -> int | None:
     return int(tokens.max()) if tokens.size else None
 
 
+def tokenizer_vocab_size(args: Mapping[str, Any]) -> int | None:
+    """The vocabulary size of the tokenizer these settings build, where its local files tell it (else None)."""
+    tokenizer, problems = training_tokenizer(args)
+    return tokenizer.vocab_size if tokenizer and not problems else None
+
+
 def training_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, list[Problem]]:
     """The tokenizer Megatron will build from these settings, as far as it can be known without building it."""
     # pretrain_gpt.py passes defaults={"tokenizer_type": "GPT2BPETokenizer"} to validate_args

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,15 +20,14 @@ from pathlib import Path
 from typing import Any, Self
 
 from launcher import install_command
+from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, find_megatron_python
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
 from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
-from launcher.megatron.pin import has_module
 from launcher.megatron.target import AssumedMachine
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
-# Variables that describe this machine or the launcher's own process, never the job's target.
-TARGET_ENV_PREFIXES = ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_", "NVTE_", "TORCH_NCCL_")
+# The launcher's own process variables: never forwarded to Megatron's checks.
 NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
 
 
@@ -68,14 +66,6 @@ class Request:
     def target(self) -> dict[str, Any]:
         return AssumedMachine("", self.te, self.apex, self.packages).as_request() | {
             "capability": list(self.capability)}
-
-
-def find_megatron_python() -> str | None:
-    """The interpreter to run Megatron in: $MEGATRON_PYTHON, else this one if it has megatron-core and torch."""
-    explicit = os.environ.get("MEGATRON_PYTHON")
-    if explicit:
-        return explicit
-    return sys.executable if has_module("megatron.training") and has_module("torch") else None
 
 
 def unknown_flags(parse_error: str) -> list[str]:

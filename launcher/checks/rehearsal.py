@@ -188,7 +188,7 @@ class Rehearser:
     """A running rehearse worker; a context manager, then rehearse() per job."""
 
     def __init__(self, megatron_path: Path, python: str | None = None):
-        from launcher.checks.megatron_verdict import TARGET_ENV_PREFIXES, find_megatron_python
+        from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, find_megatron_python
 
         self.python = python or find_megatron_python()
         if not self.python:

@@ -356,10 +356,11 @@ def cmd_import(argv: list[str]) -> int:
     parser.add_argument("-o", "--output", metavar="PRESET.yaml",
                         help="write the preset here (default: print it; the report goes to standard error)")
     args = parser.parse_args(argv)
+    from launcher.checks.data import tokenizer_vocab_size
     from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
 
-    return import_main(args.source, args.output, job_as_declared)
+    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size)
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,9 +78,14 @@ HUB_VOCAB_SIZES = (
 )
 
 
-def tokenizer_vocab(settings: dict[str, Any]) -> tuple[int | None, str]:
+# Reads a local tokenizer's vocabulary size from its files (launcher.checks.data.tokenizer_vocab_size, given by the
+# command line: the importer comes before the checks).
+VocabReader = Callable[[Mapping[str, Any]], int | None]
+
+
+def tokenizer_vocab(settings: dict[str, Any], read_local: VocabReader | None = None) -> tuple[int | None, str]:
     """(vocabulary size, which tokenizer) where the script's tokenizer settings say it reliably: vocab_size,
-    a readable local tokenizer (the launcher's own reading of its files), or a hub name of a fixed release."""
+    a readable local tokenizer (`read_local`), or a hub name of a fixed release."""
     kind = str(settings.get("tokenizer_type") or "GPT2BPETokenizer")
     model = settings.get("tokenizer_model")
     whose = f"{kind} {model}" if model else kind
@@ -92,10 +97,7 @@ def tokenizer_vocab(settings: dict[str, Any]) -> tuple[int | None, str]:
         for pattern, size in HUB_VOCAB_SIZES:
             if pattern.fullmatch(model.strip("/")):
                 return size, whose
-    from launcher.checks.data import training_tokenizer
-
-    tokenizer, problems = training_tokenizer(settings)
-    return (tokenizer.vocab_size if tokenizer and not problems else None), whose
+    return (read_local(settings) if read_local is not None else None), whose
 
 
 def yaml_value(value: Any) -> str:
@@ -201,7 +203,8 @@ def read_source(text: str, positional: Sequence[str] = ()
 
 # -- the preset -------------------------------------------------------------------------------------------------
 
-def import_source(text: str, source_name: str, positional: Sequence[str] = ()) -> Imported:
+def import_source(text: str, source_name: str, positional: Sequence[str] = (),
+                  read_local: VocabReader | None = None) -> Imported:
     runner, words, env, notes = read_source(text, positional)
     launcher: dict[str, Any] = {}
     if runner:
@@ -243,7 +246,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = ()) -
             if dest in settings and dest not in unresolved:
                 comment_out(dest, settings.pop(dest), "belongs to the data to fill in")
                 replaced[dest] = "belongs to the script's data, replaced by mock data"
-        vocab, whose = tokenizer_vocab(tokenizer_settings)
+        vocab, whose = tokenizer_vocab(tokenizer_settings, read_local)
         stand_ins = {"mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": vocab or GPT2_VOCAB}
         for dest, value in stand_ins.items():
             if dest not in settings:

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from launcher.errors import UserError
-from launcher.importer.build import import_source
+from launcher.importer.build import VocabReader, import_source
 from launcher.importer.report import ResolveJob, check_import, render
 
 MAX_SOURCE_BYTES = 1_000_000
@@ -35,10 +35,11 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
     return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given", []
 
 
-def main(source: list[str], output: str | None, resolve_job: ResolveJob) -> int:
-    """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import."""
+def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None) -> int:
+    """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import;
+    `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size)."""
     text, name, positional = read_input(source)
-    imported = import_source(text, name, positional)
+    imported = import_source(text, name, positional, read_local)
     if output:
         target = Path(output)
         if target.exists() and target.is_dir():

@@ -19,7 +19,8 @@ FSDP_TP2 = ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "gradient_accu
 
 
 def fsdp_tp2_job(**inputs):
-    return resolve.resolve(load_preset("345m", FSDP_TP2), 1, 2, **inputs)
+    """The job as resolved in a clean environment unless the test gives the inherited one."""
+    return resolve.resolve(load_preset("345m", FSDP_TP2), 1, 2, **{"inherited_env": {}, **inputs})
 
 
 def test_fsdp_with_tp2_exports_no_connections_setting():
