@@ -17,10 +17,10 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
 from launcher import install_command
-from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, find_megatron_python
+from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, find_megatron_python
 from launcher.errors import UserError, closest
 from launcher.megatron import args as megatron_args
 from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
@@ -80,7 +80,7 @@ def nearest_flag(flag: str, known: Iterable[str]) -> str | None:
     return next(iter(closest(flag, known)), None)
 
 
-class UpstreamChecker:
+class UpstreamChecker(WorkerProcess):
     """A running worker process; use as a context manager, then check() or check_many()."""
 
     def __init__(self, python: str | None = None, *, megatron_path: str | Path | None = None,
@@ -165,23 +165,6 @@ class UpstreamChecker:
               apex: bool = False, te: bool = False, capability: tuple[int, int] = (9, 0),
               packages: tuple[str, ...] = ()) -> Verdict:
         return self.check_many([Request(argv, world_size, env or {}, apex, te, capability, packages)])[0]
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._log.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def target_env(job: Any) -> dict[str, str]:

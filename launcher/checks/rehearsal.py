@@ -18,8 +18,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Self
+from typing import Any
 
+from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, find_megatron_python
 from launcher.errors import UserError
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "rehearse_worker.py"
@@ -184,11 +185,10 @@ def _shrink_experts(settings: dict[str, Any]) -> None:
 
 # -- the worker ------------------------------------------------------------------------------------------------
 
-class Rehearser:
+class Rehearser(WorkerProcess):
     """A running rehearse worker; a context manager, then rehearse() per job."""
 
     def __init__(self, megatron_path: Path, python: str | None = None):
-        from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, find_megatron_python
 
         self.python = python or find_megatron_python()
         if not self.python:
@@ -252,23 +252,6 @@ class Rehearser:
         settings, not_rehearsed = tiny_settings(megatron, te_here=te_here)
         reply = self.rehearse_many([(script_args(settings), env)])[0]
         return verdict(reply, not_rehearsed)
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._log.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def verdict(reply: Mapping[str, Any], not_rehearsed: Sequence[str]) -> Rehearsal:
