@@ -45,6 +45,13 @@ def rule(id: str, when: dict[str, Any], needs: dict[str, Any], cite: tuple[str, 
             "enforced_by": enforced_by}
 
 
+# What `from megatron.rl import rl_utils` (training.py's guarded import) needs beyond megatron-core's own
+# dependencies: the third-party modules imported at the top of megatron/rl/__init__.py, rl_utils.py and the
+# megatron.rl modules they import (module, distribution). tests/megatron_pin checks it against the checkout.
+RL_PACKAGES = (("fastapi", "fastapi"), ("httpx", "httpx"), ("openai", "openai"), ("pydantic", "pydantic"),
+               ("uvicorn", "uvicorn"), ("wandb", "wandb"))
+
+
 # The curation: which setting reaches which guard. Everything else (lines, versions) is read from the source.
 RULES = [
     # -- Python packages ---------------------------------------------------------------------------------------
@@ -84,6 +91,10 @@ RULES = [
     rule("tokenizer-tiktoken", {"tokenizer_type": "TikTokenizer"}, {"package": "tiktoken", "module": "tiktoken"},
          ("core/tokenizers/text/libraries/tiktoken_tokenizer.py", r"^\s+import tiktoken"),
          "TikTokenizer", "install tiktoken"),
+    rule("wandb-project", {"wandb_project": True}, {"package": "wandb", "module": "wandb"},
+         ("training/global_vars.py", r"^\s+import wandb$"),
+         "Weights & Biases logging (wandb_project) imports wandb on the last rank at start-up",
+         "drop wandb_project (--set wandb_project=null) or install wandb"),
     # -- Transformer Engine -------------------------------------------------------------------------------------
     rule("transformer-impl-te", {"transformer_impl": "transformer_engine"}, TE,
          ("core/models/gpt/gpt_layer_specs.py", r"^if HAVE_TE:"),
@@ -148,6 +159,12 @@ RULES = [
          ("core/parallel_state.py", r"Data parallel size should be divisible by partial DistOpt shard factor"),
          "the distributed optimizer's instances split the data-parallel ranks (DP·CP, and the expert DP)",
          "use a num_distributed_optimizer_instances that divides DP·CP and the expert data-parallel size"),
+    *(rule(f"rl-step-{module}", {"perform_rl_step": True}, {"package": package, "module": module},
+           ("training/training.py", r"RL cannot run without the megatron\.rl package"),
+           f"RL training (perform_rl_step) imports megatron.rl, which imports {package} (the Megatron-LM "
+           "checkout's megatron/rl; megatron-core's wheel has none of it)",
+           f"install {package} (every one of {', '.join(p for _, p in RL_PACKAGES)}), or drop perform_rl_step")
+      for module, package in RL_PACKAGES),
     rule("torch-fsdp2-finish-grad-sync", {"use_torch_fsdp2": True}, {"unsupported": "finish_grad_sync"},
          ("core/distributed/finalize_model_grads.py", r"model_chunk\.finish_grad_sync\(force_all_reduce="),
          "finalize_model_grads calls finish_grad_sync(force_all_reduce=…) on every model chunk, but torch-FSDP2's "
@@ -174,6 +191,7 @@ PACKAGES = {
     "transformers": "rule: tokenizer-transformers",
     "sentencepiece": "rule: tokenizer-sentencepiece",
     "tiktoken": "rule: tokenizer-tiktoken",
+    "wandb": "rules: wandb-project, rl-step-wandb",
 }
 NOT_A_SETTING = {
     "triton": "ships with CUDA torch wheels (a hard import of training.py)",
@@ -197,7 +215,6 @@ NOT_A_SETTING = {
     "kitchen": "NVIDIA-internal quantization kitchen",
     "nv_one_logger": "one_logger telemetry: a warning when absent",
     "one_logger": "one_logger telemetry: a warning when absent",
-    "wandb": "only with --wandb-project; a lazy import",
     "wget": "tokenizer download helper",
     "modelopt": "ModelOpt post-training (megatron/post_training, outside megatron-core)",
     "flash_attn": "only with --use-flash-attn on the local spec or inference",
@@ -368,6 +385,40 @@ def scan_guards(root: Path) -> dict[str, Any]:
         "te_min_versions": {v: sorted(files) for v, files in sorted(te_versions.items(), key=lambda i: _key(i[0]))},
         "highest_te_version": max(te_versions, key=_key) if te_versions else None,
     }
+
+
+def rl_imports(root: Path) -> set[str]:
+    """Third-party top-level modules that importing megatron.rl.rl_utils runs into (module-level imports of it,
+    its packages' __init__ and the megatron.rl modules they import). Needs a checkout: the wheel has no rl/."""
+    seen: set[str] = set()
+    found: set[str] = set()
+
+    def visit(module: str) -> None:
+        if module in seen:
+            return
+        seen.add(module)
+        base = root.parent.joinpath(*module.split("."))
+        path = base.with_suffix(".py") if base.with_suffix(".py").is_file() else base / "__init__.py"
+        if not path.is_file():
+            return
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                prefix = package[:len(package) - node.level + 1] if node.level else []
+                names = [".".join([*prefix, *([node.module] if node.module else [])])]
+            else:
+                continue
+            for name in names:
+                if name.startswith("megatron.rl"):
+                    visit(name)
+                elif not name.startswith("megatron"):
+                    found.add(name.split(".")[0])
+
+    for module in ("megatron.rl", "megatron.rl.rl_utils"):
+        visit(module)
+    return found - set(sys.stdlib_module_names) - {"torch", "numpy", "yaml", "typing_extensions"}
 
 
 def _key(version: str) -> tuple[int, ...]:

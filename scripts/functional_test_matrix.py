@@ -1,7 +1,8 @@
 """Megatron-LM's own functional-test configurations, moved to one GPU without TE/apex as a user would, judged.
 
     python scripts/functional_test_matrix.py --megatron-path DIR --out DIR [--doc docs/functional-test-matrix.md]
-    python scripts/functional_test_matrix.py --megatron-path DIR --out DIR --gpu     # on a machine with a GPU
+    python scripts/functional_test_matrix.py --megatron-path DIR --out DIR --gpu --no-rehearsal --jobs 6 \
+        [--part 1/2] [--previous OUT/matrix.json ...]                                  # on a machine with a GPU
 
 Every tests/functional_tests/test_cases/{gpt,moe}/*/model_config.yaml of the checkout goes through `launch import`
 (the same reader), then the moves a user makes for one GPU: one node, one GPU, every parallel size 1 (and the
@@ -11,8 +12,12 @@ configuration has them. For each: the launcher's verdict (accepted, or refused w
 accepted one the CPU rehearsal (launcher/checks/rehearsal.py: the model and optimizer at a tiny size through
 pretrain_gpt.py's model provider, one training step) in ONE worker process; identical rehearsal argvs are
 rehearsed once. With --gpu, each accepted configuration also trains its 4 iterations through `launch` on the GPU
-and must end with a finite loss no higher than it started (+0.05). Writes matrix.json into --out and the table
-(configuration, launcher verdict, rehearsal verdict, reason) into --doc.
+and must end with a finite loss no higher than it started (+0.05); configurations whose Megatron command is the
+same after the move train once, `--jobs` at a time after the first (which builds the dataset helpers alone), each
+in its own process group under a hard timeout. `--part i/n` trains the i-th of n slices of those distinct commands
+(a matrix too big for one GPU session), `--previous` folds earlier matrix.json files in (their GPU and rehearsal
+verdicts where this run has none). Writes matrix.json into --out and the table (configuration, launcher verdict,
+rehearsal verdict, GPU verdict, reason) into --doc.
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ import argparse
 import json
 import math
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -32,12 +41,13 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from launcher.checks.rehearsal import Rehearser, tiny_settings, verdict  # noqa: E402
+from launcher.cli.render import summary  # noqa: E402
 from launcher.errors import UserError  # noqa: E402
 from launcher.importer.build import import_source  # noqa: E402
 from launcher.megatron.pin import Kernels  # noqa: E402
 from launcher.pipeline.command import script_args  # noqa: E402
 from launcher.pipeline.preset import load_preset  # noqa: E402
-from launcher.pipeline.resolve import resolve  # noqa: E402
+from launcher.pipeline.resolve import ResolvedJob, resolve  # noqa: E402
 from launcher.runs import logparse  # noqa: E402
 
 SUITES = ("gpt", "moe")
@@ -49,6 +59,7 @@ STAGE_SETTINGS = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_p
                   "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers")
 SAMPLE_SCHEDULE = ("train_samples", "lr_decay_samples", "lr_warmup_samples", "lr_wsd_decay_samples")
+GPU_BUDGET_GIB = 110.0  # runs share one GPU: start one only while the estimates of those running leave room
 
 
 @dataclass
@@ -59,6 +70,7 @@ class Row:
     reason: str = ""
     gpu: str = ""  # trains | failed | (empty: not run)
     gpu_reason: str = ""
+    gpu_seconds: float = 0.0
     overrides: tuple[str, ...] = ()
 
 
@@ -97,14 +109,14 @@ def judge_launcher(row: Row, preset_path: Path, checkout: Path, run_root: Path):
     return job
 
 
-def rehearse_all(rows_jobs: list[tuple[Row, object]], checkout: Path) -> None:
+def rehearse_all(rows_jobs: list[tuple[Row, ResolvedJob]], checkout: Path) -> None:
     """Every accepted job's rehearsal in one worker; identical argvs once."""
     requests: dict[tuple, list[Row]] = {}
     notes: dict[tuple, list[str]] = {}
     envs: dict[tuple, dict] = {}
     for row, job in rows_jobs:
-        settings, not_rehearsed = tiny_settings(job.megatron)  # type: ignore[attr-defined]
-        env = dict(job.preset.launcher.env)  # type: ignore[attr-defined]  (validate_args reads NCCL_ALGO)
+        settings, not_rehearsed = tiny_settings(job.megatron)
+        env = dict(job.preset.launcher.env)  # validate_args reads NCCL_ALGO
         key = (tuple(script_args(settings)), tuple(sorted(env.items())))
         requests.setdefault(key, []).append(row)
         notes[key], envs[key] = not_rehearsed, env
@@ -130,25 +142,127 @@ def rehearse_all(rows_jobs: list[tuple[Row, object]], checkout: Path) -> None:
     print(f"rehearsals took {time.monotonic() - start:.0f} s", flush=True)
 
 
-def train_on_gpu(row: Row, preset_path: Path, run_root: Path) -> None:
+def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) -> None:
     """4 iterations through `launch` as a user types it; the loss must be finite and not rise."""
     argv = [sys.executable, "-m", "launcher", str(preset_path), *(w for s in row.overrides for w in ("--set", s)),
             "--set", f"run_root={run_root}"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run(argv, env=env, cwd=run_root, capture_output=True, text=True, timeout=900)
-    run_dir = next((Path(line.removeprefix("# run directory: ").strip()) for line in proc.stdout.splitlines()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+           "PYTHONUNBUFFERED": "1"}
+    start = time.monotonic()
+    proc = subprocess.Popen(argv, env=env, cwd=run_root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout_s)
+        returncode = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        returncode = -1
+    row.gpu_seconds = round(time.monotonic() - start, 1)
+    run_dir = next((Path(line.removeprefix("# run directory: ").strip()) for line in stdout.splitlines()
                     if line.startswith("# run directory: ")), None)
     log = run_dir / "logs" / "attempt-1.log" if run_dir else None
     lines = log.read_text(errors="replace").splitlines() if log and log.is_file() else []
     losses = [e.lm_loss for e in logparse.parse_lines(lines)
               if isinstance(e, logparse.IterationLine) and e.lm_loss is not None]
     finite = bool(losses) and all(math.isfinite(x) for x in losses)
-    if proc.returncode == 0 and finite and losses[-1] <= losses[0] + 0.05:
-        row.gpu, row.gpu_reason = "trains", f"loss {losses[0]:.2f} → {losses[-1]:.2f}"
+    if run_dir is not None:  # the verdict is in; checkpoints of 124 runs would fill the disk
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    if returncode == 0 and finite and losses[-1] <= losses[0] + 0.05:
+        row.gpu, row.gpu_reason = "trains", f"loss {losses[0]:.2f} → {losses[-1]:.2f} ({row.gpu_seconds:.0f} s)"
+    elif returncode == 0 and not losses and "fp16 starts its dynamic loss scale" in stdout + stderr:
+        row.gpu = "no update"  # every step skipped while the loss scale came down, as the launcher warned
+        row.gpu_reason = "exit 0; every iteration skipped by fp16's loss scale warm-up (the launcher's warning)"
+    elif returncode == 2 and "error:" in stderr:
+        row.gpu = "refused"  # at launch (the doctor on the target): before any GPU work
+        row.gpu_reason = " ".join(line for line in stderr.splitlines() if line.startswith(("error:", "hint:")))[:300]
     else:
-        row.gpu = "failed"
-        row.gpu_reason = f"exit {proc.returncode}, losses {losses}: " + " ".join(
-            (proc.stdout + proc.stderr).splitlines()[-3:])[:300]
+        row.gpu = "failed" if returncode != -1 else "timeout"
+        tail = [line for line in (stdout + stderr + "\n".join(lines[-40:])).splitlines()
+                if "Error" in line or "error" in line or "Traceback" in line][-3:]
+        row.gpu_reason = f"exit {returncode}, losses {losses}: " + " ".join(tail)[:300]
+        with (run_root.parent / "gpu-failures.txt").open("a") as out:  # the whole story, for the one who fixes it
+            out.write(f"===== {row.config}: {row.gpu} (exit {returncode})\n$ {' '.join(argv)}\n"
+                      + "\n".join((stdout + stderr).splitlines()[-30:] + lines[-60:]) + "\n")
+
+
+def train_distinct(accepted: list[tuple[Row, ResolvedJob, Path]], run_root: Path, jobs: int, part: tuple[int, int],
+                   progress: Path, deadline: float, timeout_s: float, also: tuple[str, ...] = ()) -> None:
+    """One GPU run per distinct Megatron command (the first alone), the others take its verdict. Each verdict is
+    appended to `progress` (JSON lines) as it comes, and no run starts after `deadline` (time.monotonic()).
+    A command whose configurations all have a GPU verdict already (from --previous) is not run again."""
+    groups: dict[tuple, list[tuple[Row, Path]]] = {}
+    jobs_of: dict[tuple, ResolvedJob] = {}
+    for row, job, preset_path in accepted:
+        run_dir = str(run_root / job.preset.name)  # the only place two moved configurations may differ harmlessly
+        argv = tuple(arg.replace(run_dir, "RUN") for arg in script_args(job.megatron))
+        key = (argv, tuple(sorted(job.preset.launcher.env.items())))
+        groups.setdefault(key, []).append((row, preset_path))
+        jobs_of.setdefault(key, job)
+    keys = [key for key, members in groups.items() if not all(row.gpu for row, _ in members)]
+    index, count = part
+    keys = keys[index - 1::count]
+    print(f"GPU: {len(keys)} distinct commands (part {index}/{count}), {jobs} at a time", flush=True)
+
+    need = {key: max(4.0, 1.5 * summary(jobs_of[key])["estimate"]["memory_per_gpu_gib"]) for key in keys}
+    free = [GPU_BUDGET_GIB]
+    room = threading.Condition()
+
+    def one(key: tuple) -> None:
+        with room:
+            room.wait_for(lambda: free[0] >= min(need[key], GPU_BUDGET_GIB))
+            free[0] -= need[key]
+        try:
+            if time.monotonic() > deadline:
+                return
+            (first, preset_path), *same = groups[key]
+            train_on_gpu(first, preset_path, run_root, timeout_s)
+        finally:
+            with room:
+                free[0] += need[key]
+                room.notify_all()
+        if also:
+            first.gpu_reason = f"with {' '.join(also)}: {first.gpu_reason}"
+        for row, _ in same:
+            row.gpu, row.gpu_reason, row.gpu_seconds = first.gpu, f"as {first.config}: {first.gpu_reason}", 0.0
+        with progress.open("a") as out:
+            out.writelines(json.dumps(asdict(r)) + "\n" for r in (first, *(row for row, _ in same)))
+        print(f"  GPU {first.config} (+{len(same)}): {first.gpu} {first.gpu_reason[:200]}", flush=True)
+
+    done = 0
+    while done < len(keys):  # alone until one run got past the checks: it builds the dataset helpers
+        one(keys[done])
+        done += 1
+        if groups[keys[done - 1]][0][0].gpu not in ("refused", ""):
+            break
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        list(pool.map(one, keys[done:]))
+
+
+def _json_line(line: str) -> dict | None:
+    try:
+        return json.loads(line)
+    except ValueError:  # a line cut off (a full disk, a kill)
+        return None
+
+
+def fold_previous(rows: list[Row], paths: list[Path], rerun_refused: bool) -> None:
+    """Earlier parts' verdicts where this run has none (same configuration name); with rerun_refused, a GPU
+    "refused" is not taken (those train again, e.g. with the hint followed through --also)."""
+    by_name = {r.config: r for r in rows}
+    for path in paths:
+        text = path.read_text()
+        olds = json.loads(text) if path.suffix == ".json" else list(filter(None, map(_json_line, text.splitlines())))
+        for old in olds:
+            row = by_name.get(str(old.get("config")))
+            if row is None:
+                continue
+            if not row.gpu and old.get("gpu") and not (rerun_refused and old["gpu"] == "refused"):
+                row.gpu, row.gpu_reason, row.gpu_seconds = old["gpu"], old["gpu_reason"], old.get("gpu_seconds", 0.0)
+            if not row.rehearsal and old.get("rehearsal"):
+                row.rehearsal = old["rehearsal"]
+                if row.launcher == "accepted" and old.get("launcher") == "accepted":
+                    row.reason = old.get("reason", row.reason)
 
 
 def markdown(rows: list[Row], command: str, seconds: float) -> str:
@@ -165,7 +279,9 @@ def markdown(rows: list[Row], command: str, seconds: float) -> str:
         "**Launcher**: the verdict of a dry-run (accepted, or refused before launch with exit 2). **Rehearsal**: "
         "for an accepted one, `launch --check --rehearse`'s CPU rehearsal (the model and optimizer at a tiny size "
         "through pretrain_gpt.py's model provider and the job's `--spec`, one training step)."
-        + (" **GPU**: 4 iterations through `launch` on one GPU." if gpu else
+        + (" **GPU**: 4 iterations through `launch` on one H200 (trains: exit 0 and a finite loss that does not rise; "
+           "refused: exit 2 at launch, before any GPU work; a configuration whose Megatron command equals another's "
+           "after the move takes that one's verdict, `as …`)." if gpu else
            " The GPU column (`--gpu`: train 4 iterations, finite loss that does not rise) was not run: no GPU "
            "this session."),
         "",
@@ -176,6 +292,11 @@ def markdown(rows: list[Row], command: str, seconds: float) -> str:
         "the rehearsal**.",
         "",
     ]
+    if gpu:
+        ran = [r for r in accepted if r.gpu]
+        tally = {v: sum(r.gpu == v for r in ran) for v in ("trains", "refused", "no update", "failed", "timeout")}
+        lines += [f"GPU: {len(ran)} of the {len(accepted)} accepted run; " + ", ".join(
+            f"{count} {name}" for name, count in tally.items()) + ".", ""]
     classes: dict[str, int] = {}
     for r in crashed:
         text = r.reason.split(" (")[0]
@@ -202,6 +323,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, help="write the markdown table here (e.g. docs/functional-test-matrix.md)")
     parser.add_argument("--only", default="", help="configurations whose name contains this text")
     parser.add_argument("--gpu", action="store_true", help="also train each accepted configuration on the GPU")
+    parser.add_argument("--no-rehearsal", action="store_true", help="skip the CPU rehearsal (e.g. on the GPU host)")
+    parser.add_argument("--jobs", type=int, default=1, help="GPU runs at a time (after the first)")
+    parser.add_argument("--part", default="1/1", help="i/n: train only the i-th of n slices of the distinct commands")
+    parser.add_argument("--previous", type=Path, nargs="*", default=[],
+                        help="earlier matrix.json (or gpu-progress.jsonl) files to fold in")
+    parser.add_argument("--deadline-s", type=float, default=float("inf"), help="start no GPU run after this long")
+    parser.add_argument("--also", action="append", default=[],
+                        help="one more --set for every configuration (e.g. a hint followed: async_strategy=mcore)")
+    parser.add_argument("--rerun-refused", action="store_true", help="train again what --previous says was refused")
+    parser.add_argument("--run-timeout-s", type=float, default=420, help="kill a GPU run (its process group) after")
     args = parser.parse_args(argv)
     if args.megatron_path is None or not (args.megatron_path / "pretrain_gpt.py").is_file():
         parser.error("--megatron-path (or MEGATRON_LM_PATH) must be a Megatron-LM checkout")
@@ -224,28 +355,33 @@ def main(argv: list[str] | None = None) -> int:
             except UserError as exc:
                 row.launcher, row.reason = "refused", "import: " + "; ".join(p.message for p in exc.problems)
                 continue
-            row.overrides = tuple(one_gpu_overrides(settings))
+            row.overrides = tuple(one_gpu_overrides(settings)) + tuple(args.also)
             job = judge_launcher(row, preset_path, checkout, run_root)
             if job is not None:
                 accepted.append((row, job, preset_path))
         print(f"launcher: {len(accepted)} of {len(rows)} accepted in {time.monotonic() - start:.0f} s", flush=True)
-        if accepted:
+        if accepted and not args.no_rehearsal:
             rehearse_all([(row, job) for row, job, _ in accepted], checkout)
+        fold_previous(rows, args.previous, args.rerun_refused)
         if args.gpu:
             run_root.mkdir(parents=True, exist_ok=True)
-            for row, _job, preset_path in accepted:
-                train_on_gpu(row, preset_path, run_root)
-                print(f"  GPU {row.config}: {row.gpu} {row.gpu_reason[:150]}", flush=True)
+            index, count = (int(x) for x in args.part.split("/"))
+            train_distinct(accepted, run_root, args.jobs, (index, count), args.out / "gpu-progress.jsonl",
+                           start + args.deadline_s, args.run_timeout_s, tuple(args.also))
     seconds = time.monotonic() - start
     (args.out / "matrix.json").write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     command = "python scripts/functional_test_matrix.py --megatron-path third_party/megatron-lm --out OUT " \
               + (f"--doc {args.doc}" if args.doc else "") + (" --gpu" if args.gpu else "") \
+              + (" --no-rehearsal" if args.no_rehearsal else "") + (f" --jobs {args.jobs}" if args.gpu else "") \
+              + (f" --part {args.part}" if args.part != "1/1" else "") \
+              + "".join(f" --also {extra}" for extra in args.also) \
+              + (" --rerun-refused" if args.rerun_refused else "") \
               + (f" --only {args.only}" if args.only else "")
     text = markdown(rows, command, seconds)
     if args.doc:
         args.doc.write_text(text)
     crashed = [r.config for r in rows if r.launcher == "accepted" and r.rehearsal == "crashed"]
-    failed = [r.config for r in rows if r.gpu == "failed"]
+    failed = [r.config for r in rows if r.gpu in ("failed", "timeout")]
     print(f"{len(rows)} configurations, {len(crashed)} accepted but crash in the rehearsal: {crashed}; "
           f"{len(failed)} failed on the GPU", flush=True)
     return 1 if crashed or failed else 0

@@ -293,6 +293,7 @@ def _worker_main(spec: TokenizerSpec, json_key: str, dtype: Any, tasks: Any, res
     """One tokenizer process: (number, batch, tokenize) in, (number, result or exception) out, None ends it."""
     # Ctrl-C reaches the whole process group; the parent alone decides what it means and then stops us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})  # blocked from birth by the parent (see below)
     # each worker is one core: keep the Rust tokenizer from starting its own thread pool on top
     os.environ["TOKENIZERS_PARALLELISM"] = "false"
     tokenizer = build_tokenizer(spec)
@@ -319,8 +320,15 @@ def _encode_all(inputs: Sequence[str], spec: TokenizerSpec, tokenizer: TextToken
     processes = [context.Process(target=_worker_main, args=(spec, json_key, dtype, tasks, results), daemon=True)
                  for _ in range(workers)]
     try:
-        for process in processes:
-            process.start()
+        # A Ctrl-C during a worker's start-up (unpickling, imports) would print its KeyboardInterrupt traceback
+        # before it can ignore SIGINT: it is born with SIGINT blocked (the mask survives exec) and unblocks it
+        # once ignored. The parent's own Ctrl-C waits, pending, until the workers are started.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            for process in processes:
+                process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
         # a bounded window of tasks: reading ahead of the workers would hold the whole corpus in memory
         window, sent, next_number = 2 * workers + 2, 0, 0
         finished: dict[int, Any] = {}

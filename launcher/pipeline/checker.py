@@ -511,6 +511,23 @@ class _Checker:
             self.fail("fp16_lm_cross_entropy needs fp16")
         if self.arg("fp32_residual_connection") and not (self.arg("fp16") or self.arg("bf16")):
             self.fail("fp32_residual_connection needs fp16 or bf16")
+        self.fp16_warm_up()
+
+    def fp16_warm_up(self) -> None:
+        """fp16's dynamic loss scale starts at 2^32 and halves on every overflow, skipping that step; grads of
+        order 1-10 stop overflowing near 2^12, so about log2(scale) - 12 steps update nothing (seen: a 4-iteration
+        fp16 run skipped all 4 and reported no loss)."""
+        scale, iters = self.arg("initial_loss_scale"), self.arg("train_iters")
+        if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1:
+            return
+        skipped = max(0, int(math.log2(scale)) - 12)
+        shown = f"2^{int(math.log2(scale))}" if math.log2(scale).is_integer() else f"{scale:g}"
+        if iters <= skipped:
+            self.warnings.append(
+                f"fp16 starts its dynamic loss scale at initial_loss_scale {shown} and halves it on each step whose "
+                f"gradients overflow, skipping that step: the first ~{skipped} iterations usually update nothing, so "
+                f"train_iters {iters} may end without one weight update (set initial_loss_scale, e.g. 4096, or "
+                "train longer)")
 
     def optimizer_overlap(self, vpp: int | None) -> None:
         dist_opt = self.arg("use_distributed_optimizer")
@@ -648,6 +665,15 @@ class _Checker:
             warning = megatron_args.deprecation_warning(dest) if value not in (None, False) else None
             if warning:
                 self.warnings.append(warning)
+        if self.arg("fim_data") and self.arg("mock_data"):
+            self.fail("fim_data needs a real dataset: Megatron's mock dataset has no fill-in-the-middle variant "
+                      "(arguments.py:1523)", "set data_path to a prepared dataset (launch prepare-data), or drop "
+                      "fim_data")
+        if self.arg("error_injection_rate") and self.arg("rerun_mode") != "disabled":
+            self.warnings.append(
+                f"error_injection_rate {self.arg('error_injection_rate')} injects a {self.arg('error_injection_type')} "
+                "into the loss on purpose (Megatron's rerun tests): the rerun state machine then re-runs the step and "
+                "may stop the job with exit code 17, to be resumed from the last checkpoint")
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")

@@ -52,6 +52,20 @@ def test_a_local_launch_stops_before_torchrun_with_the_message():
     assert MUON.format(where="").replace("error: ", "error: emerging-optimizers: ", 1) in err.value.render()
 
 
+
+@pytest.mark.skipif(importlib.util.find_spec("pydantic") is not None, reason="this Python has pydantic")
+def test_rl_training_names_every_package_megatron_rl_imports(tmp_path):
+    # NVIDIA's GRPO configurations crashed at the first step: training.py guards `from megatron.rl import
+    # rl_utils`, which imports pydantic (and more) that neither megatron-core nor torch brings
+    given = {"perform_rl_step": True, "transformer_impl": "local", "gradient_accumulation_fusion": False,
+             "masked_softmax_fusion": False, "tokenizer_type": "NullTokenizer"}
+    findings = {f.check: f for f in requirement_findings(given, Context(megatron_path=tmp_path))}
+    assert "pydantic" in findings and findings["pydantic"].status == "fail"
+    assert "perform_rl_step needs pydantic" in findings["pydantic"].detail
+    assert "fastapi, httpx, openai, pydantic, uvicorn, wandb" in findings["pydantic"].fix
+    assert requirement_findings({**given, "perform_rl_step": False}, Context(megatron_path=tmp_path)) == []
+
+
 def _node_check(items: list[dict]) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", requirements.NODE_CHECK, json.dumps(items)], capture_output=True,
                           text=True, timeout=60, check=False)

@@ -96,3 +96,23 @@ def _session_processes(session: int) -> list[str]:
             if int(fields[3]) == session and fields[0] != "Z":  # fields[3]: the session id
                 left.append(f"{entry.name} {command!r}")
     return left
+
+
+def test_workers_are_started_with_ctrl_c_held_back(monkeypatch):
+    # A Ctrl-C that reached a worker while it was still starting (before it ignores SIGINT) printed that
+    # worker's KeyboardInterrupt traceback: the workers start with SIGINT blocked, the parent's mask restored after.
+    import multiprocessing.context
+
+    from launcher.dataprep import prepare
+
+    masks = []
+
+    def start(process):
+        masks.append(signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+        raise KeyboardInterrupt  # stop here: no real worker is needed to see the mask
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        next(prepare._encode_all(["unused"], None, None, "text", "document", 2, None, lambda: False))
+    assert masks == [True]
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, set())

@@ -79,3 +79,11 @@ def test_the_anchors_hold_in_the_pinned_checkout():
     for row in requirements.table():
         assert row.id in from_checkout, f"{row.id}: not found in the checkout at {checkout}"
         assert from_checkout[row.id]["needs"] == dict(row.needs), row.id  # the same versions at the pin
+
+
+def test_the_rl_packages_are_what_megatron_rl_imports_in_the_checkout():
+    checkout = megatron_path(None, None)
+    if not (checkout / "megatron" / "rl").is_dir():
+        pytest.skip("no Megatron-LM checkout with megatron/rl (set MEGATRON_LM_PATH)")
+    derive = _deriver()
+    assert derive.rl_imports(checkout / "megatron") == {module for module, _ in derive.RL_PACKAGES}
