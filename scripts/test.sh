@@ -13,4 +13,6 @@ else
     echo "warning: no local Slurm cluster (needs root); the Slurm cluster tests will be skipped" >&2
 fi
 .venv/bin/python -m mypy  # the type check (its settings: [tool.mypy] in pyproject.toml)
-.venv/bin/python -m pytest -q "$@"
+# Two workers (this machine's 2 cores); tests/conftest.py puts each file, and all the Slurm cluster tests, in one
+# group that one worker runs in order. `scripts/test.sh -n 0` runs in one process.
+.venv/bin/python -m pytest -q -n 2 --dist loadgroup "$@"

@@ -49,6 +49,13 @@ def log_fixture():
 MARKER_NEEDS = {"megatron": ("megatron.training", "torch"), "matplotlib": ("matplotlib",)}
 
 
+# Under pytest-xdist (scripts/test.sh runs `-n 2 --dist loadgroup`) a group runs on one worker, in file order.
+# Each file is one group unless it names its own, so a module's fixtures are built once and its tests keep their
+# order; every test of the local Slurm clusters is one group, so no two of them share the machine at once.
+SERIAL_MARKERS = ("slurm",)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config, items):
     import importlib.util
 
@@ -58,3 +65,8 @@ def pytest_collection_modifyitems(config, items):
         for marker, absent in missing.items():
             if absent and item.get_closest_marker(marker):
                 item.add_marker(pytest.mark.skip(reason=f"needs {', '.join(absent)} (marker {marker})"))
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue  # a file that names its own group (files sharing a session fixture)
+        serial = next((marker for marker in SERIAL_MARKERS if item.get_closest_marker(marker)), None)
+        item.add_marker(pytest.mark.xdist_group(serial or item.nodeid.split("::", 1)[0]))

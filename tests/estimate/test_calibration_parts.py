@@ -8,10 +8,12 @@ import pytest
 
 from launcher.estimate import calibration as cal
 
+pytestmark = pytest.mark.xdist_group("calibration")  # one worker evaluates the runs once for both files
 
-@pytest.fixture(scope="module")
-def results() -> list[cal.Result]:
-    return cal.evaluate_all()
+
+@pytest.fixture
+def results(calibration_results) -> list[cal.Result]:
+    return list(calibration_results)
 
 
 def _held_back(results):

@@ -12,9 +12,12 @@ from launcher.estimate import calibration as cal
 DOC = Path(__file__).resolve().parents[2] / "docs" / "plan.md"
 
 
-@pytest.fixture(scope="module")
-def results() -> list[cal.Result]:
-    return cal.evaluate_all()
+pytestmark = pytest.mark.xdist_group("calibration")  # one worker evaluates the runs once for both files
+
+
+@pytest.fixture
+def results(calibration_results) -> list[cal.Result]:
+    return list(calibration_results)
 
 
 def test_median_error_within_15_percent(results) -> None:
