@@ -317,7 +317,8 @@ def markdown(rows: list[Row], command: str, seconds: float, provenance: str = ""
         "|---|---|---|" + ("---|" if gpu else "") + "---|",
     ]
     for r in rows:
-        reason = (r.reason + (f"; GPU: {r.gpu_reason}" if r.gpu_reason else "")).replace("|", "/").replace("\n", " ")
+        reason = "; ".join(filter(None, [r.reason, f"GPU: {r.gpu_reason}" if r.gpu_reason else ""]))
+        reason = reason.replace("|", "/").replace("\n", " ")
         lines.append(f"| {r.config} | {r.launcher} | {r.rehearsal or '–'} | " + (f"{r.gpu or '–'} | " if gpu else "")
                      + f"{reason[:400]} |")
     return "\n".join(lines) + "\n"
