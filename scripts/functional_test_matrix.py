@@ -40,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from launcher.checks.rehearsal import Rehearser, tiny_settings, verdict  # noqa: E402
+from launcher.checks.rehearsal import Rehearser, packages_absent_here, tiny_settings, verdict  # noqa: E402
 from launcher.cli.render import summary  # noqa: E402
 from launcher.errors import UserError  # noqa: E402
 from launcher.importer.build import import_source  # noqa: E402
@@ -115,6 +115,10 @@ def rehearse_all(rows_jobs: list[tuple[Row, ResolvedJob]], checkout: Path) -> No
     notes: dict[tuple, list[str]] = {}
     envs: dict[tuple, dict] = {}
     for row, job in rows_jobs:
+        absent = packages_absent_here(job)
+        if absent:  # as `launch --check --rehearse` says: not this machine's to rehearse
+            row.rehearsal, row.reason = "not run", "not rehearsed: this machine lacks " + "; ".join(absent)
+            continue
         settings, not_rehearsed = tiny_settings(job.megatron)
         env = dict(job.preset.launcher.env)  # validate_args reads NCCL_ALGO
         key = (tuple(script_args(settings)), tuple(sorted(env.items())))
@@ -265,9 +269,10 @@ def fold_previous(rows: list[Row], paths: list[Path], rerun_refused: bool) -> No
                     row.reason = old.get("reason", row.reason)
 
 
-def markdown(rows: list[Row], command: str, seconds: float) -> str:
+def markdown(rows: list[Row], command: str, seconds: float, provenance: str = "") -> str:
     accepted = [r for r in rows if r.launcher == "accepted"]
     crashed = [r for r in accepted if r.rehearsal == "crashed"]
+    not_run = [r for r in accepted if r.rehearsal == "not run"]
     gpu = any(r.gpu for r in rows)
     lines = [
         "# Megatron-LM's functional-test configurations on one GPU without TE/apex",
@@ -287,9 +292,11 @@ def markdown(rows: list[Row], command: str, seconds: float) -> str:
         "",
         f"Made by `{command}` in {seconds:.0f} s on a 2-core machine.",
         "",
+        *([provenance.strip(), ""] if provenance else []),
         f"{len(rows)} configurations: {len(accepted)} accepted, {len(rows) - len(accepted)} refused before launch; "
-        f"of the accepted, {len(accepted) - len(crashed)} rehearse a training step and **{len(crashed)} crash in "
-        "the rehearsal**.",
+        f"of the accepted, {len(accepted) - len(crashed) - len(not_run)} rehearse a training step, {len(not_run)} "
+        f"are not rehearsed (a package the job needs is not installed on this machine) and **{len(crashed)} crash "
+        "in the rehearsal**.",
         "",
     ]
     if gpu:
@@ -310,7 +317,8 @@ def markdown(rows: list[Row], command: str, seconds: float) -> str:
         "|---|---|---|" + ("---|" if gpu else "") + "---|",
     ]
     for r in rows:
-        reason = (r.reason + (f"; GPU: {r.gpu_reason}" if r.gpu_reason else "")).replace("|", "/").replace("\n", " ")
+        reason = "; ".join(filter(None, [r.reason, f"GPU: {r.gpu_reason}" if r.gpu_reason else ""]))
+        reason = reason.replace("|", "/").replace("\n", " ")
         lines.append(f"| {r.config} | {r.launcher} | {r.rehearsal or '–'} | " + (f"{r.gpu or '–'} | " if gpu else "")
                      + f"{reason[:400]} |")
     return "\n".join(lines) + "\n"
@@ -371,13 +379,17 @@ def main(argv: list[str] | None = None) -> int:
     seconds = time.monotonic() - start
     (args.out / "matrix.json").write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     command = "python scripts/functional_test_matrix.py --megatron-path third_party/megatron-lm --out OUT " \
+              + "".join(f"--previous {path} " for path in args.previous) \
               + (f"--doc {args.doc}" if args.doc else "") + (" --gpu" if args.gpu else "") \
               + (" --no-rehearsal" if args.no_rehearsal else "") + (f" --jobs {args.jobs}" if args.gpu else "") \
               + (f" --part {args.part}" if args.part != "1/1" else "") \
               + "".join(f" --also {extra}" for extra in args.also) \
               + (" --rerun-refused" if args.rerun_refused else "") \
               + (f" --only {args.only}" if args.only else "")
-    text = markdown(rows, command, seconds)
+    # how an earlier GPU part was made: a .md beside its .jsonl, quoted verbatim
+    provenance = "\n\n".join(path.with_suffix(".md").read_text() for path in args.previous
+                               if path.with_suffix(".md").is_file())
+    text = markdown(rows, command, seconds, provenance)
     if args.doc:
         args.doc.write_text(text)
     crashed = [r.config for r in rows if r.launcher == "accepted" and r.rehearsal == "crashed"]

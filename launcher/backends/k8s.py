@@ -28,6 +28,7 @@ from typing import Any, TextIO
 import yaml
 
 from launcher.errors import Problem, UserError
+from launcher.megatron import requirements
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, entry_script, kernel_summary
 from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
@@ -45,10 +46,10 @@ RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MULTUS = "k8s.v1.cni.cncf.io/networks"
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-# Each pod: log into the run directory, check the data files, wait (bounded) until the rendezvous host's name
-# resolves, then become torchrun (exec: PID 1, so the kubelet's SIGTERM reaches it and it forwards it to the
-# ranks). Arguments: the number of data files, the files, then torchrun's argv. No `$(` and no `$$` in it:
-# Kubernetes would expand them.
+# Each pod: log into the run directory, check the data files and the packages the settings need, wait
+# (bounded) until the rendezvous host's name resolves, then become torchrun (exec: PID 1, so the kubelet's
+# SIGTERM reaches it and it forwards it to the ranks). Arguments: the number of data files, the files, then
+# torchrun's argv. No `$(` and no `$$` in it: Kubernetes would expand them.
 ENTRY_SCRIPT = """\
 set -u
 trap 'echo "megatron-launch: SIGTERM before training started" >&2; exit 143' TERM
@@ -66,6 +67,9 @@ for path in "${@:1:files}"; do
 done
 ((status == 0)) || exit 2
 shift "$files"
+if [[ -n ${MEGATRON_LAUNCH_NODE_ITEMS:-} ]]; then  # what the settings need, as on a Slurm node
+    python3 -c "$MEGATRON_LAUNCH_NODE_CHECK" "$MEGATRON_LAUNCH_NODE_ITEMS" || exit 2
+fi
 resolves() {  # glibc's resolver, as torchrun will use it; python's where the image has no getent
     if command -v getent >/dev/null; then
         getent hosts "$1" >/dev/null
@@ -88,7 +92,8 @@ exec "$@"
 # Exit status 2 means bad input (a data file missing, Megatron's argument parser): no restart can fix it.
 INPUT_ERROR = 2
 MANAGED_ENV = ("NNODES", "NODE_RANK", "RESTART_ATTEMPT", "MASTER_ADDR", "MEGATRON_LAUNCH_DNS_TIMEOUT",
-               "MEGATRON_LAUNCH_LOG_DIR", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")
+               "MEGATRON_LAUNCH_LOG_DIR", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "MEGATRON_LAUNCH_NODE_CHECK",
+               "MEGATRON_LAUNCH_NODE_ITEMS")
 _EXPANDED = re.compile(r"\$(?=[$(])")
 
 
@@ -128,6 +133,7 @@ class JobSetJob:
     run_dir: Path
     settings: K8sSettings
     data_files: tuple[str, ...] = ()  # files this machine cannot see: each pod checks them before torchrun
+    node_requirements: str = ""  # JSON of requirements.job_node_items: each pod checks them before torchrun
     preset: str = ""
     about: tuple[str, ...] = ()
 
@@ -146,11 +152,13 @@ def build_job(job: ResolvedJob, command: Command, settings: K8sSettings) -> JobS
     name = settings.name or default_name(job.run_dir)
     if job.existing is not None:  # a JobSet's name is its identity: a new attempt is a new JobSet
         name = f"{name}-r{len(job.existing.manifest.get('attempts') or []) + 1}"
-    about = [kernel_summary(job)] if job.entry == "pretrain_gpt" else []
+    items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
+    about = [kernel_summary(job) + ("; each pod checks what the settings need at start" if items else "")] \
+        if job.entry == "pretrain_gpt" else []
     return JobSetJob(name=name, namespace=settings.namespace, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
                      world_size=job.layout.world_size, argv=tuple(command.argv), env=dict(command.env),
                      run_dir=job.run_dir, settings=settings, data_files=job.unseen_files, preset=job.preset.name,
-                     about=tuple(about))
+                     about=tuple(about), node_requirements=json.dumps(items) if items else "")
 
 
 def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
@@ -230,6 +238,9 @@ def jobset(job: JobSetJob) -> dict[str, Any]:
         {"name": "MEGATRON_LAUNCH_LOG_DIR", "value": k8s_word(str(job.run_dir / "logs" / "k8s"))},
         # torchrun's grace between forwarding SIGTERM to its ranks and killing them: time to save a checkpoint
         {"name": "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "value": str(s.grace_seconds)},
+        *([{"name": "MEGATRON_LAUNCH_NODE_CHECK", "value": k8s_word(requirements.NODE_CHECK)},
+           {"name": "MEGATRON_LAUNCH_NODE_ITEMS", "value": k8s_word(job.node_requirements)}]
+          if job.node_requirements else []),
         *(_env_entry(name, value, s) for name, value in job.env.items()),
     ]
     limits: dict[str, Any] = {"nvidia.com/gpu": job.gpus_per_node}

@@ -27,7 +27,6 @@ import jinja2
 from launcher.checks.data import DATA_SETTINGS
 from launcher.errors import Problem, UserError
 from launcher.megatron import requirements
-from launcher.megatron.effective import effective_settings
 from launcher.megatron.pin import require_checkout
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
@@ -104,8 +103,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
     """The batch job for a resolved job and the command its ranks run."""
     name = settings.job_name or f"megatron-{job.preset.name}"
     assert job.run_dir is not None, "a Slurm job has a run directory"
-    items = requirements.node_items(effective_settings(job.megatron, job.layout.vpp).settings,
-                                    job.megatron) if job.entry == "pretrain_gpt" else []
+    items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
     about = [kernel_summary(job) + ("; each node checks what the settings need at job start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
     about += [f"warning: {w}" for w in (*job.warnings, *unmounted_paths(job, command, settings))]

@@ -283,6 +283,10 @@ def rehearse_job(job: Any, env: Mapping[str, str]) -> Rehearsal:
         if megatron.get("transformer_impl") == "transformer_engine" and not here.transformer_engine:
             del megatron["transformer_impl"]
         megatron.update(kernel_rules.fallbacks(megatron, here))
+    absent = packages_absent_here(job)
+    if absent:  # the target's (declared), not this machine's: building the model here would only crash on them
+        return Rehearsal(False, "setup", "this machine lacks what the job needs: " + "; ".join(absent),
+                         not_rehearsed=tuple(notes))
     try:
         with Rehearser(Path(job.megatron_path)) as worker:
             result = worker.rehearse(megatron, env)
@@ -291,3 +295,21 @@ def rehearse_job(job: Any, env: Mapping[str, str]) -> Rehearsal:
         return Rehearsal(False, "setup", f"{problem.message} (hint: {problem.hint})" if problem.hint else
                          problem.message, not_rehearsed=tuple(notes))
     return replace(result, not_rehearsed=(*notes, *result.not_rehearsed))
+
+
+# The requirement rows whose package the rehearsal itself imports (it builds the model and the optimizer and takes
+# one step; it saves nothing, reads mock data with a NullTokenizer and starts no RL or logging services).
+REHEARSAL_IMPORTS = frozenset({"emerging-optimizer"})
+
+
+def packages_absent_here(job: Any) -> list[str]:
+    """The requirement table's Python packages the rehearsal of this job would import (on Megatron's effective
+    settings) that this interpreter lacks, each as its one-line message."""
+    from launcher.megatron import requirements
+    from launcher.megatron.effective import effective_settings
+
+    settings = effective_settings(job.megatron, job.layout.vpp).settings
+    here = requirements.Inventory(te=False, apex=False, packages=requirements.packages_here())
+    return [problem.message for row in requirements.applicable(settings, ["package"])
+            if row.id in REHEARSAL_IMPORTS and not here.has(row)[0]
+            for problem in [requirements.missing_problem(row, settings, job.megatron, None, " here")]]

@@ -26,22 +26,17 @@ from launcher.cli import plan_report
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
+from launcher.megatron.pin import data_dir
 
 WARMUP_ITERATIONS = 3  # the first iterations compile, allocate and fill caches: not timed
 MAX_RECORDS = 10_000  # the measurements file keeps the newest this many
 MAX_LOG_LINES = 200_000  # a measurement log is read at most this far (bounded work whatever the run printed)
-DATA_DIR_ENV = "MEGATRON_LAUNCH_DATA_DIR"
 # Megatron refuses a schedule in samples together with train_iters
 SAMPLE_SCHEDULE = ("train_samples", "lr_warmup_samples", "lr_decay_samples", "lr_wsd_decay_samples")
 
 
 def measurements_path() -> Path:
-    """$MEGATRON_LAUNCH_DATA_DIR, else $XDG_DATA_HOME/megatron-launch, else ~/.local/share/megatron-launch."""
-    root = os.environ.get(DATA_DIR_ENV)
-    if not root:
-        xdg = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        root = str(Path(xdg) / "megatron-launch")
-    return Path(root) / "measurements.json"
+    return data_dir() / "measurements.json"
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,19 @@ def config_file() -> Path:
     return _xdg("XDG_CONFIG_HOME", ".config") / "megatron-launch" / "config.json"
 
 
+DATA_DIR_ENV = "MEGATRON_LAUNCH_DATA_DIR"
+
+
+def data_dir() -> Path:
+    """The launcher's own data (the fetched checkout, plan --measure's measurements): $MEGATRON_LAUNCH_DATA_DIR,
+    else $XDG_DATA_HOME/megatron-launch, else ~/.local/share/megatron-launch."""
+    value = os.environ.get(DATA_DIR_ENV)
+    return Path(value).expanduser().absolute() if value else _xdg("XDG_DATA_HOME", ".local/share") / "megatron-launch"
+
+
 def default_fetch_dir() -> Path:
-    """$XDG_DATA_HOME/megatron-launch/megatron-lm-432d76b (~/.local/share/… without XDG_DATA_HOME)."""
-    return _xdg("XDG_DATA_HOME", ".local/share") / "megatron-launch" / f"megatron-lm-{MEGATRON_COMMIT[:7]}"
+    """<data_dir>/megatron-lm-432d76b."""
+    return data_dir() / f"megatron-lm-{MEGATRON_COMMIT[:7]}"
 
 
 def remembered_path() -> Path | None:

@@ -233,6 +233,16 @@ def package_problems(settings: Mapping[str, Any], inventory: Inventory, given: M
     return problems
 
 
+def job_node_items(megatron: Mapping[str, Any], vpp: int | None, entry: str) -> list[dict[str, Any]]:
+    """What every node (a Slurm node, a Kubernetes pod) of a job checks at start, from Megatron's effective
+    settings; none for the simple loop and the all-reduce, which take no Megatron settings."""
+    if entry != "pretrain_gpt":
+        return []
+    from launcher.megatron.effective import effective_settings
+
+    return node_items(effective_settings(megatron, vpp).settings, megatron)
+
+
 def node_items(settings: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
     """What every node checks at job start: each installed-package row of the job, with its messages (the
     missing one, and the too-old one whose {found} the node fills in)."""

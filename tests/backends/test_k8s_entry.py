@@ -19,7 +19,11 @@ HOST = "train-node-0-0.train"
 PRINT_ARGV = [sys.executable, "-c", "import json, sys; print(json.dumps(sys.argv[1:]))"]
 
 
-def _pod(tmp_path: Path, nodes: int = 2, overrides: tuple[str, ...] = ()):
+# The image's kernels are the target's; this machine has neither, so the pod's package check would stop here
+NO_KERNELS = ("transformer_engine=false", "apex=false")
+
+
+def _pod(tmp_path: Path, nodes: int = 2, overrides: tuple[str, ...] = NO_KERNELS):
     made, _ = render_preset("345m", ("k8s.name=train", "k8s.dns_timeout=3", *overrides), nodes=nodes,
                             gpus_per_node=1, run_dir=tmp_path / "runs" / "train")
     container = made.obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
@@ -57,7 +61,7 @@ def _with_stand_in(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def test_the_pod_waits_for_the_rendezvous_name_then_runs_the_resolved_argv(tmp_path):
-    command, args, env = _pod(tmp_path, overrides=("env.HOSTILE=$(id) `id` 'x' \"y\"\nz",))
+    command, args, env = _pod(tmp_path, overrides=(*NO_KERNELS, "env.HOSTILE=$(id) `id` 'x' \"y\"\nz"))
     args, expected = _with_stand_in(args)
     result = _run(command, args, env, _getent(tmp_path, failures=1))
     assert result.returncode == 0, result.stderr
@@ -113,3 +117,15 @@ def test_sigterm_during_the_wait_ends_the_pod_at_once(tmp_path):
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == 143
     assert "megatron-launch: SIGTERM before training started" in out + err
+
+
+def test_a_pod_lacking_a_package_the_settings_need_fails_with_exit_2_before_torchrun(tmp_path):
+    # the same check, with the same message, as every Slurm node runs at job start
+    command, args, env = _pod(tmp_path, overrides=("transformer_engine=false", "apex=false",
+                                                   "optimizer=muon"))
+    assert json.loads(env["MEGATRON_LAUNCH_NODE_ITEMS"])[0]["distributions"] == ["emerging-optimizers"]
+    args, _ = _with_stand_in(args)
+    result = _run(command, args, env, _getent(tmp_path, failures=0))
+    assert result.returncode == k8s.INPUT_ERROR
+    assert "error: optimizer muon needs emerging-optimizers >= 0.2, which is not installed on " in result.stdout
+    assert '["' not in result.stdout  # the stand-in torchrun never ran

@@ -71,7 +71,26 @@ def test_the_table_counts_crashes_after_acceptance():
             matrix.Row("gpt/b", "accepted", "crashed", "model: AssertionError: x (file.py:1)"),
             matrix.Row("moe/c", "refused", "", "lr is not set")]
     text = matrix.markdown(rows, "python scripts/functional_test_matrix.py …", 12.0)
-    assert ("3 configurations: 2 accepted, 1 refused before launch; of the accepted, 1 rehearse a training step "
-            "and **1 crash in the rehearsal**.") in text
+    assert ("3 configurations: 2 accepted, 1 refused before launch; of the accepted, 1 rehearse a training step, "
+            "0 are not rehearsed (a package the job needs is not installed on this machine) and **1 crash in the "
+            "rehearsal**.") in text
     assert "| gpt/b | accepted | crashed | model: AssertionError: x (file.py:1) |" in text
     assert "| moe/c | refused | – | lr is not set |" in text
+
+
+def test_gpu_parts_fold_in_and_are_counted(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    part = tmp_path / "gpu-progress.jsonl"
+    trained = matrix.Row("gpt/a", "accepted", "", "", gpu="trains", gpu_reason="loss 10.92 → 10.90 (55 s)")
+    refused = matrix.Row("gpt/b", "accepted", "", "", gpu="refused", gpu_reason="error: nvidia-resiliency-ext: …")
+    part.write_text(json.dumps(asdict(trained)) + "\n" + json.dumps(asdict(refused)) + "\n" + '{"config": "gpt/c", "gp')
+    rows = [matrix.Row("gpt/a", "accepted"), matrix.Row("gpt/b", "accepted"), matrix.Row("gpt/c", "accepted")]
+    matrix.fold_previous(rows, [part], rerun_refused=True)  # the cut-off last line (a full disk) is skipped
+    assert [(r.gpu, r.gpu_reason) for r in rows] == [("trains", "loss 10.92 → 10.90 (55 s)"), ("", ""), ("", "")]
+    matrix.fold_previous(rows, [part], rerun_refused=False)
+    assert rows[1].gpu == "refused"
+    text = matrix.markdown(rows, "python scripts/functional_test_matrix.py …", 1.0)
+    assert "GPU: 2 of the 3 accepted run; 1 trains, 1 refused, 0 no update, 0 failed, 0 timeout." in text
+    assert "| gpt/a | accepted | – | trains | GPU: loss 10.92 → 10.90 (55 s) |" in text

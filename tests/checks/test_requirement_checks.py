@@ -153,3 +153,23 @@ def test_check_judges_the_packages_the_target_declares(capsys):
             "declare it: launcher.packages: [nvidia-resiliency-ext]") in out
     assert check(["async_strategy=nvrx", "packages=nvidia-resiliency-ext"]) == 0
     assert "no apex, nvidia-resiliency-ext (GPU from launcher.gpu" in capsys.readouterr().out
+
+
+@needs_absent
+def test_the_rehearsal_is_not_run_where_this_machine_lacks_a_package_the_target_declares():
+    # the target has emerging-optimizers (declared); building muon here would only crash on the import
+    from launcher.checks.rehearsal import rehearse_job
+
+    job = resolve(load_preset("345m", ["optimizer=muon", "launcher.packages=[emerging-optimizers]"]),
+                  kernels=Kernels(False, False, "preset"))
+    rehearsal = rehearse_job(job, {})
+    assert rehearsal.render() == [
+        "rehearsal: not run: this machine lacks what the job needs: optimizer muon needs emerging-optimizers >= 0.2, "
+        "which is not installed here (megatron/core/optimizer/__init__.py:757)"]
+    # and only where the rehearsal meets the package: an nvrx async save is never made by it
+    from launcher.checks.rehearsal import REHEARSAL_IMPORTS, packages_absent_here
+
+    assert REHEARSAL_IMPORTS <= {row.id for row in requirements.table()}
+    saving = resolve(load_preset("345m", ["async_save=true", "use_persistent_ckpt_worker=true"]),
+                     kernels=Kernels(False, False, "preset"))
+    assert packages_absent_here(saving) == []

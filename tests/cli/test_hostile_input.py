@@ -242,7 +242,8 @@ def _edited_log(tmp_path: Path, pattern: str, replacement: str) -> Path:
     return path
 
 
-def test_report_a_log_whose_every_loss_is_nan_is_a_failure(tmp_path, capsys):
+def test_report_a_log_whose_every_loss_is_nan_is_a_failure(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a log's plots go to ./plots/<name>: never into the repository
     log = _edited_log(tmp_path, r"lm loss: \S+", "lm loss: NAN")
     code, out, err = run_cli(capsys, "report", str(log), "--format", "json")
     assert code == 1, err  # the report is made; a failed run's report exits 1
@@ -251,7 +252,8 @@ def test_report_a_log_whose_every_loss_is_nan_is_a_failure(tmp_path, capsys):
     assert any("loss is nan" in reason for reason in data["summary"]["reasons"])
 
 
-def test_report_ignores_negative_times(tmp_path, capsys):
+def test_report_ignores_negative_times(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     log = _edited_log(tmp_path, r"elapsed time per iteration \(ms\): \S+", "elapsed time per iteration (ms): -5.0")
     code, out, err = run_cli(capsys, "report", str(log), "--format", "json")
     assert code == 0, err

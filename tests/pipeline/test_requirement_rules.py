@@ -90,3 +90,34 @@ def test_sequence_parallel_at_tp_1_is_a_warning_from_the_effective_settings():
     job = resolve(load_preset("345m", ["sequence_parallel=true"]))
     assert "sequence_parallel is ignored with TP 1 (Megatron turns it off)" in job.warnings
     assert job.layout.sequence_parallel is False
+
+
+# -- what NVIDIA's configurations met on one H200 (docs/functional-test-matrix.md) ---------------------------------
+
+def test_fim_data_with_the_mock_dataset_is_refused_before_launch():
+    assert ("error: fim_data needs a real dataset: Megatron's mock dataset has no fill-in-the-middle variant "
+            "(arguments.py:1523)\n  hint: set data_path to a prepared dataset (launch prepare-data), or drop "
+            "fim_data") in refused(["fim_data=true"])
+
+
+def warnings_of(overrides: list[str]) -> tuple[str, ...]:
+    return resolve(load_preset("345m", overrides), kernels=Kernels(False, False, "preset")).warnings
+
+
+def test_a_short_fp16_run_is_warned_that_the_loss_scale_warm_up_may_skip_every_step():
+    # seen: 4 fp16 iterations, all skipped (loss scale 2^32 → 2^28), no loss logged, outcome "success"
+    fp16 = ["fp16=true", "bf16=false"]
+    assert ("fp16 starts its dynamic loss scale at initial_loss_scale 2^32 and halves it on each step whose "
+            "gradients overflow, skipping that step: the first ~20 iterations usually update nothing, so "
+            "train_iters 4 may end without one weight update (set initial_loss_scale, e.g. 4096, or train longer)"
+            ) in warnings_of([*fp16, "train_iters=4"])
+    assert not any("loss scale" in w for w in warnings_of([*fp16, "train_iters=4", "initial_loss_scale=4096"]))
+    assert not any("loss scale" in w for w in warnings_of([*fp16, "train_iters=100"]))
+    assert not any("loss scale" in w for w in warnings_of(["train_iters=4"]))  # bf16 has no loss scale
+
+
+def test_error_injection_is_warned_to_stop_the_job_with_exit_17():
+    (warning,) = [w for w in warnings_of(["error_injection_rate=5"]) if "error_injection" in w]
+    assert warning == ("error_injection_rate 5 injects a transient_error into the loss on purpose (Megatron's rerun "
+                       "tests): the rerun state machine then re-runs the step and may stop the job with exit code 17, "
+                       "to be resumed from the last checkpoint")
