@@ -4,12 +4,14 @@ It must end promptly, say why, exit 128 + the signal's number and leave no file 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -43,10 +45,11 @@ def test_a_signal_stops_the_workers_and_leaves_no_file(tmp_path, corpus, signum,
     out = tmp_path / "out"
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "launcher", "prepare-data", str(corpus), "--output-prefix",
-                             str(out / "corpus"), "--tokenizer", "byte", "--workers", "2", "--no-progress"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, preexec_fn=_as_a_terminal_starts_it)
+    with _ctrl_c_as_in_a_terminal():
+        proc = subprocess.Popen([sys.executable, "-m", "launcher", "prepare-data", str(corpus), "--output-prefix",
+                                 str(out / "corpus"), "--tokenizer", "byte", "--workers", "2", "--no-progress"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
     try:
         _wait_until_writing(out, proc)
         (os.killpg if whole_group else os.kill)(proc.pid, signum)
@@ -63,11 +66,17 @@ def test_a_signal_stops_the_workers_and_leaves_no_file(tmp_path, corpus, signum,
     _assert_no_process_left(proc.pid)
 
 
-def _as_a_terminal_starts_it() -> None:
-    # A shell without job control starts background commands with SIGINT ignored, and Python keeps an ignored
-    # SIGINT: a launcher started that way rightly ignores Ctrl-C (seen: pytest run with `&`, exit 0 here).
-    # In a terminal's foreground SIGINT has its default action.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+@contextlib.contextmanager
+def _ctrl_c_as_in_a_terminal() -> Iterator[None]:
+    """The launcher starts with SIGINT at its default, as a terminal's foreground job does. A test session started
+    in a shell's background (`pytest &`, nohup) ignores SIGINT, an ignored signal stays ignored across exec, and that
+    launcher would rightly never see the Ctrl-C (seen: exit 0). A handler, unlike SIG_IGN, is reset at exec; no
+    code runs between fork and exec (the xdist worker has threads)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _wait_until_writing(out: Path, proc: subprocess.Popen) -> None:
