@@ -3,11 +3,15 @@ variables of the launcher's environment describe the job's target rather than th
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
-from typing import IO, Self
+import tempfile
+from pathlib import Path
+from typing import IO, Any, Self
 
+from launcher.errors import UserError
 from launcher.megatron.pin import has_module
 
 # Variables whose value in the launcher's own environment describes this machine, never the job's target: the
@@ -29,6 +33,33 @@ class WorkerProcess:
 
     _proc: subprocess.Popen
     _log: IO
+    python: str
+
+    def _start(self, worker: Path, env: dict[str, str], what: str, cwd: str | None = None) -> dict[str, Any]:
+        """Start `worker` under self.python and return its hello; `what` names it in the errors ("the rehearsal")."""
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
+        try:
+            self._proc = subprocess.Popen([self.python, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=self._log, text=True, env=env, cwd=cwd)
+        except OSError as exc:
+            self._log.close()
+            raise UserError(f"cannot start {self.python} for {what}: {exc}",
+                            "set MEGATRON_PYTHON to a python that has megatron-core and torch") from None
+        hello = self._read()
+        if "ready" not in hello:
+            self.close()
+            raise UserError(f"{what} could not start: {hello.get('fatal', hello)}",
+                            "run `launch doctor` to see what is missing")
+        return hello
+
+    def _read(self) -> dict[str, Any]:
+        """One reply; a worker that exited answers with its exit code and the end of its log."""
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline()
+        if not line:
+            self._log.seek(0)
+            return {"fatal": f"the worker exited (code {self._proc.wait()}): {self._log.read()[-2000:].strip()}"}
+        return json.loads(line)
 
     def close(self) -> None:
         if self._proc.poll() is None:

@@ -11,8 +11,6 @@ import contextlib
 import json
 import os
 import re
-import subprocess
-import tempfile
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -85,13 +83,14 @@ class UpstreamChecker(WorkerProcess):
 
     def __init__(self, python: str | None = None, *, megatron_path: str | Path | None = None,
                  args_defaults: Mapping[str, Any] | None = None):
-        self.python = python or find_megatron_python()
-        if not self.python:
+        found = python or find_megatron_python()
+        if not found:
             raise UserError(
                 "Megatron's own checks need megatron-core and torch, which this Python cannot import",
                 f"{install_command('megatron')} (the README's `pip install -e '.[megatron]'`), or set "
                 "MEGATRON_PYTHON to a python that has them",
             )
+        self.python = found
         # The job's environment comes with each request (the target's); none of it may leak in from this shell.
         env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
         env["MEGATRON_CHECK_EXTRA_ARGS"] = json.dumps(megatron_args.provider_specs())
@@ -100,33 +99,10 @@ class UpstreamChecker(WorkerProcess):
         if megatron_path is not None:
             # pretrain_gpt.py imports `megatron` from its own checkout, so check against that copy.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(megatron_path), env.get("PYTHONPATH")]))
-        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
-        try:
-            self._proc = subprocess.Popen(
-                [self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
-                text=True, env=env,
-            )
-        except OSError as exc:
-            self._log.close()
-            raise UserError(f"cannot start {self.python} for Megatron's checks: {exc}",
-                            "set MEGATRON_PYTHON to a python that has megatron-core and torch") from None
-        hello = self._read()
-        if "ready" not in hello:
-            self.close()
-            raise UserError(f"Megatron's checks could not start: {hello.get('fatal', hello)}",
-                            "run `launch doctor` to see what is missing")
+        hello = self._start(WORKER, env, "Megatron's checks")
         self.known_flags: list[str] = hello.get("flags", [])
         self.megatron_version: str = hello.get("version", "?")
         self.megatron_origin: str = hello.get("origin", "?")  # the directory `megatron` was imported from
-
-    def _read(self) -> dict[str, Any]:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            self._log.seek(0)
-            tail = self._log.read()[-2000:]
-            return {"fatal": f"the worker exited (code {self._proc.wait()}): {tail.strip()}"}
-        return json.loads(line)
 
     def _verdict(self, reply: Mapping[str, Any]) -> Verdict:
         if "fatal" in reply:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import tempfile
 import threading
 from collections.abc import Mapping, Sequence
@@ -189,11 +188,11 @@ class Rehearser(WorkerProcess):
     """A running rehearse worker; a context manager, then rehearse() per job."""
 
     def __init__(self, megatron_path: Path, python: str | None = None):
-
-        self.python = python or find_megatron_python()
-        if not self.python:
+        found = python or find_megatron_python()
+        if not found:
             raise UserError("the rehearsal needs megatron-core and torch, which this Python cannot import",
                             "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON")
+        self.python = found
         if not (megatron_path / "pretrain_gpt.py").is_file():
             raise UserError(
                 f"the rehearsal builds the model through pretrain_gpt.py's model provider, and {megatron_path} "
@@ -204,28 +203,8 @@ class Rehearser(WorkerProcess):
         env["NO_VCS_VERSION"] = "1"
         env["MEGATRON_LAUNCH_COMPILE_BACKEND"] = COMPILE_BACKEND
         env.setdefault("OMP_NUM_THREADS", "1")
-        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
-        try:
-            self._proc = subprocess.Popen([self.python, str(WORKER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=self._log, text=True, env=env, cwd=tempfile.gettempdir())
-        except OSError as exc:
-            self._log.close()
-            raise UserError(f"cannot start {self.python} for the rehearsal: {exc}",
-                            "set MEGATRON_PYTHON to a python that has megatron-core and torch") from None
-        hello = self._read()
-        if "ready" not in hello:
-            self.close()
-            raise UserError(f"the rehearsal could not start: {hello.get('fatal', hello)}",
-                            "run `launch doctor` to see what is missing")
+        hello = self._start(WORKER, env, "the rehearsal", cwd=tempfile.gettempdir())
         self.megatron_origin: str = hello.get("origin", "?")
-
-    def _read(self) -> dict[str, Any]:
-        assert self._proc.stdout is not None
-        line = self._proc.stdout.readline()
-        if not line:
-            self._log.seek(0)
-            return {"fatal": f"the worker exited (code {self._proc.wait()}): {self._log.read()[-2000:].strip()}"}
-        return json.loads(line)
 
     def rehearse_many(self, requests: Sequence[tuple[Sequence[str], Mapping[str, str]]]) -> list[dict[str, Any]]:
         """Raw replies in order; requests are written from a thread so neither pipe can fill up and stall."""
