@@ -41,3 +41,12 @@ def megatron_request(preset: Preset, world_size: int, te: bool, apex: bool) -> R
                               world_size, kernels=kernels, inherited_env={})
     argv = command.script_args(job.megatron)
     return Request(argv, world_size, target_env(job), apex=apex, te=te, capability=capability(preset.launcher.gpu))
+
+
+# Imported by the modules that compare with Megatron (autouse there, not in every test):
+@pytest.fixture(autouse=True)
+def target_env_only(monkeypatch):
+    """The launcher reads these from the caller's environment too (a local run inherits it); other test modules
+    may set them, so each test of an importing module sees only what its preset declares."""
+    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NVTE_CPU_OFFLOAD_V1"):
+        monkeypatch.delenv(name, raising=False)

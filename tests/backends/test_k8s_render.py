@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +26,7 @@ from tests.backends.k8s_support import (
     schema_errors,
     webhook_errors,
 )
+from tests.golden_files import assert_matches_golden
 
 pytest.importorskip("jsonschema")
 
@@ -59,12 +59,7 @@ def container(obj):
 def test_golden_jobsets(case):
     name, overrides, nodes, gpus = GOLDEN_CASES[case]
     _, text = render_preset(name, overrides, nodes, gpus)
-    golden = GOLDEN_DIR / f"{case}.yaml"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"no golden file {golden}; run UPDATE_GOLDEN=1 pytest {__file__}"
-    assert text == golden.read_text(), f"{case}: rendered JobSet differs from {golden}"
+    assert_matches_golden(text, GOLDEN_DIR / f"{case}.yaml", f"{case}: rendered JobSet", __file__)
 
 
 def test_every_golden_file_has_a_case():

@@ -23,6 +23,7 @@ from launcher.backends import slurm
 from launcher.errors import UserError
 from launcher.pipeline.command import slurm_torchrun
 from launcher.pipeline.slurm_settings import parse_slurm_settings, parse_time_limit
+from tests.golden_files import assert_matches_golden
 
 # Each golden file: (preset, overrides, nodes, GPUs per node, preflight).
 GOLDEN_CASES = {
@@ -51,12 +52,7 @@ def test_golden_scripts(case):
     name, overrides, nodes, gpus, preflight = GOLDEN_CASES[case]
     _, text = render_preset(name, overrides, nodes, gpus, preflight=preflight)
     text = text.replace(str(REPO), "/opt/megatron-launch")  # where this checkout is must not matter
-    golden = GOLDEN_DIR / f"{case}.sbatch"
-    if os.environ.get("UPDATE_GOLDEN"):
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(text)
-    assert golden.exists(), f"no golden file {golden}; run UPDATE_GOLDEN=1 pytest {__file__}"
-    assert text == golden.read_text(), f"{case}: rendered script differs from {golden}"
+    assert_matches_golden(text, GOLDEN_DIR / f"{case}.sbatch", f"{case}: rendered script", __file__)
 
 
 @pytest.mark.parametrize("golden", sorted(GOLDEN_DIR.glob("*.sbatch")), ids=lambda p: p.stem)

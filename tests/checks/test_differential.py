@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from upstream_support import megatron_request, shared_checker
+from upstream_support import megatron_request, shared_checker, target_env_only  # noqa: F401 (autouse)
 
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import Kernels
@@ -346,13 +346,6 @@ def megatron_verdicts():
     return checker.check_many(requests)
 
 
-
-@pytest.fixture(autouse=True)
-def target_env_only(monkeypatch):
-    """The launcher reads these from the caller's environment too (a local run inherits it); other test modules
-    may set them, so each test here sees only what its preset declares."""
-    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NVTE_CPU_OFFLOAD_V1"):
-        monkeypatch.delenv(name, raising=False)
 
 @pytest.mark.megatron
 def test_grid_exercises_every_stage_of_megatron(megatron_verdicts):

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from upstream_support import megatron_request, shared_checker
+from upstream_support import megatron_request, shared_checker, target_env_only  # noqa: F401 (autouse)
 
 from launcher.checks.megatron_verdict import (
     UpstreamChecker,
@@ -52,13 +52,6 @@ def preset_worlds():
                                        id=f"{name}-{nodes}x{gpus}-te{int(te)}-apex{int(apex)}")
 
 
-
-@pytest.fixture(autouse=True)
-def target_env_only(monkeypatch):
-    """The launcher reads these from the caller's environment too (a local run inherits it); other test modules
-    may set them, so each test here sees only what its preset declares."""
-    for name in ("CUDA_DEVICE_MAX_CONNECTIONS", "NCCL_ALGO", "NVTE_CPU_OFFLOAD_V1"):
-        monkeypatch.delenv(name, raising=False)
 
 @pytest.mark.megatron
 @pytest.mark.parametrize(("name", "nodes", "gpus", "kernels"), list(preset_worlds()))

@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 
+from tests.cli.completion_support import bash_complete
 from tests.conftest import MEGATRON, REPO
 
 
@@ -74,12 +75,7 @@ def test_completion_completes_presets_and_setting_names(launch, tmp_path):
     path.write_text(script)
 
     def complete(*words: str) -> list[str]:
-        line = " ".join(f"'{w}'" for w in words)
-        probe = (f"source {path}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _megatron_launch; "
-                 'printf "%s\\n" "${COMPREPLY[@]}"')
-        done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
-        return done.stdout.split()
+        return bash_complete(path, *words)
 
     assert "175b" in complete("launch", "17") and "plan" in complete("launch", "pl")
     assert "num_layers=" in complete("launch", "345m", "--set", "num_lay")

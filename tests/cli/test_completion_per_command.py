@@ -3,13 +3,12 @@ function every shell's script calls (`launch completion --complete -- WORDS…`)
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from launcher.cli.completion import complete
+from tests.cli.completion_support import bash_complete
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,21 +34,14 @@ def test_gpu_names_come_from_the_gpu_catalogue():
     assert complete(["launch", "plan", "175b", "--gpu", ""]) == sorted(GPUS)
 
 
-def _bash_complete(script: Path, *words: str) -> list[str]:
-    line = " ".join(f"'{w}'" for w in words)
-    probe = (f"source {script}; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _megatron_launch; "
-             'printf "%s\\n" "${COMPREPLY[@]}"')
-    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    return done.stdout.split()
 
 
 def test_bash_script_completes_a_subcommands_options(launch, tmp_path):
     code, script, err = launch("completion", "bash")
     assert code == 0, err
     (tmp_path / "launch.bash").write_text(script)
-    assert _bash_complete(tmp_path / "launch.bash", "launch", "plan", "--g") == ["--gpu", "--gpus", "--gpus-per-node"]
-    assert _bash_complete(tmp_path / "launch.bash", "launch", "plan", "345m", "--gpu", "a100") == [
+    assert bash_complete(tmp_path / "launch.bash", "launch", "plan", "--g") == ["--gpu", "--gpus", "--gpus-per-node"]
+    assert bash_complete(tmp_path / "launch.bash", "launch", "plan", "345m", "--gpu", "a100") == [
         "a100-40gb", "a100-80gb"]
 
 
