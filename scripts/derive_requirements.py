@@ -55,10 +55,17 @@ RL_PACKAGES = (("fastapi", "fastapi"), ("httpx", "httpx"), ("openai", "openai"),
 # The curation: which setting reaches which guard. Everything else (lines, versions) is read from the source.
 RULES = [
     # -- Python packages ---------------------------------------------------------------------------------------
-    rule("async-save-nvrx", {"async_save": True, "async_strategy": "nvrx"}, NVRX,
-         ("core/dist_checkpointing/strategies/torch.py", r"A compatible `nvidia-resiliency-ext` installation"),
+    rule("async-save-nvrx", {"async_save": True, "async_strategy": "nvrx", "ckpt_format": {"not": "fsdp_dtensor"}},
+         NVRX, ("core/dist_checkpointing/strategies/torch.py", r"A compatible `nvidia-resiliency-ext` installation"),
          "asynchronous saves with async_strategy nvrx (Megatron's default) import nvidia-resiliency-ext at the "
          "first save", "set async_strategy=mcore or install nvidia-resiliency-ext",
+         version=("core/dist_checkpointing/strategies/nvrx.py", r'NVRX_MIN_VERSION = "(?P<v>[\d.]+)"')),
+    # fsdp_dtensor's async save works with nvrx only (the next rule), so its fix cannot be async_strategy=mcore
+    rule("async-save-nvrx-fsdp-dtensor", {"async_save": True, "async_strategy": "nvrx", "ckpt_format": "fsdp_dtensor"},
+         NVRX, ("core/dist_checkpointing/strategies/torch.py", r"A compatible `nvidia-resiliency-ext` installation"),
+         "asynchronous saves with async_strategy nvrx (Megatron's default) import nvidia-resiliency-ext at the "
+         "first save, and fsdp_dtensor's async save works with no other strategy",
+         "install nvidia-resiliency-ext or set async_save=false",
          version=("core/dist_checkpointing/strategies/nvrx.py", r'NVRX_MIN_VERSION = "(?P<v>[\d.]+)"')),
     rule("local-checkpoint-nvrx", {"non_persistent_ckpt_type": "local"}, NVRX,
          ("training/arguments.py", r"nvidia_resiliency_ext is required for local checkpointing"),
@@ -165,6 +172,14 @@ RULES = [
            "checkout's megatron/rl; megatron-core's wheel has none of it)",
            f"install {package} (every one of {', '.join(p for _, p in RL_PACKAGES)}), or drop perform_rl_step")
       for module, package in RL_PACKAGES),
+    rule("fsdp-dtensor-async-mcore", {"ckpt_format": "fsdp_dtensor", "async_save": True, "async_strategy": "mcore"},
+         {"unsupported": "save_state_dict_async_plan(enable_cache=…)"},
+         ("training/checkpointing.py", r"planner=planner, enable_cache=args\.ckpt_assume_constant_structure"),
+         "fsdp_dtensor's async save calls the strategy's save_state_dict_async_plan(…, enable_cache=…), which only "
+         "nvidia-resiliency-ext's takes; megatron-core's own (async_strategy mcore, "
+         "dist_checkpointing/strategies/state_dict_saver.py) has no such parameter: a TypeError at the first save "
+         "(seen on an H200)",
+         "set async_save=false, or async_strategy=nvrx with nvidia-resiliency-ext installed"),
     rule("torch-fsdp2-finish-grad-sync", {"use_torch_fsdp2": True}, {"unsupported": "finish_grad_sync"},
          ("core/distributed/finalize_model_grads.py", r"model_chunk\.finish_grad_sync\(force_all_reduce="),
          "finalize_model_grads calls finish_grad_sync(force_all_reduce=…) on every model chunk, but torch-FSDP2's "
@@ -185,8 +200,8 @@ PACKAGES = {
     "scaled_masked_softmax_cuda": "rule: masked-softmax-fusion-apex",
     "scaled_upper_triang_masked_softmax_cuda": "rule: masked-softmax-fusion-apex (the same fusion)",
     "scaled_softmax_cuda": "rule: masked-softmax-fusion-apex (the same fusion)",
-    "nvidia_resiliency_ext": "rules: async-save-nvrx, local-checkpoint-nvrx, fault-tolerance-nvrx, "
-                             "inprocess-restart-nvrx",
+    "nvidia_resiliency_ext": "rules: async-save-nvrx, async-save-nvrx-fsdp-dtensor, local-checkpoint-nvrx, "
+                             "fault-tolerance-nvrx, inprocess-restart-nvrx",
     "emerging_optimizers": "rule: emerging-optimizer",
     "transformers": "rule: tokenizer-transformers",
     "sentencepiece": "rule: tokenizer-sentencepiece",

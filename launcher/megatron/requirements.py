@@ -68,9 +68,12 @@ class Requirement:
         return all(_holds(settings.get(dest), test) for dest, test in self.when.items())
 
     def condition(self, settings: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> str:
-        """'async_save with async_strategy nvrx (Megatron's default)': the settings that make the row apply."""
+        """'async_save with async_strategy nvrx (Megatron's default)': the settings that make the row apply (an
+        exclusion, `{"not": …}`, is no cause and is not named)."""
         parts = []
-        for dest in self.when:
+        for dest, test in self.when.items():
+            if isinstance(test, dict) and "not" in test:
+                continue
             value = settings.get(dest)
             text = dest if value is True else f"{dest} {_shown(value)}"
             if given is not None and given.get(dest) is None:

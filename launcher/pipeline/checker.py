@@ -673,7 +673,8 @@ class _Checker:
             self.warnings.append(
                 f"error_injection_rate {self.arg('error_injection_rate')} injects a {self.arg('error_injection_type')} "
                 "into the loss on purpose (Megatron's rerun tests): the rerun state machine then re-runs the step and "
-                "may stop the job with exit code 17, to be resumed from the last checkpoint")
+                "may stop the job with exit code 16 (a persistent error: it saves a checkpoint, to be resumed on "
+                "another GPU) or 17 (result validation failed), to be resumed from the last checkpoint")
         if self.arg("rampup_batch_size") is not None:
             self.warnings.append("rampup_batch_size is parsed but ignored by Megatron at this commit; "
                                  "use step_batch_size_schedule")

@@ -116,8 +116,41 @@ def test_a_short_fp16_run_is_warned_that_the_loss_scale_warm_up_may_skip_every_s
     assert not any("loss scale" in w for w in warnings_of(["train_iters=4"]))  # bf16 has no loss scale
 
 
-def test_error_injection_is_warned_to_stop_the_job_with_exit_17():
+def test_error_injection_is_warned_to_stop_the_job_with_exit_16_or_17():
     (warning,) = [w for w in warnings_of(["error_injection_rate=5"]) if "error_injection" in w]
     assert warning == ("error_injection_rate 5 injects a transient_error into the loss on purpose (Megatron's rerun "
-                       "tests): the rerun state machine then re-runs the step and may stop the job with exit code 17, "
-                       "to be resumed from the last checkpoint")
+                       "tests): the rerun state machine then re-runs the step and may stop the job with exit code 16 "
+                       "(a persistent error: it saves a checkpoint, to be resumed on another GPU) or 17 (result "
+                       "validation failed), to be resumed from the last checkpoint")
+
+
+FSDP_DTENSOR = ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "gradient_accumulation_fusion=false"]
+
+
+def test_fsdp_dtensor_async_saves_with_megatron_cores_strategy_are_refused():
+    # seen on the H200 (gpt3_mcore_te_tp2_zp_z3_resume_fsdp_dtensor with the nvrx hint followed): a TypeError at
+    # the first save, save_state_dict_async_plan() got an unexpected keyword argument 'enable_cache'
+    text = refused([*FSDP_DTENSOR, "async_save=true", "use_persistent_ckpt_worker=true", "async_strategy=mcore"])
+    assert ("error: ckpt_format fsdp_dtensor with async_save with async_strategy mcore cannot train at this Megatron "
+            "pin (megatron/training/checkpointing.py:723): fsdp_dtensor's async save calls the strategy's "
+            "save_state_dict_async_plan(…, enable_cache=…), which only nvidia-resiliency-ext's takes") in text
+    assert "hint: set async_save=false, or async_strategy=nvrx with nvidia-resiliency-ext installed" in text
+    resolve(load_preset("345m", [*FSDP_DTENSOR, "async_save=false"]), kernels=Kernels(False, False, "preset"))
+
+
+def test_the_nvrx_hint_never_leads_an_fsdp_dtensor_job_to_the_strategy_that_crashes():
+    from launcher.megatron import requirements
+
+    given = {"async_save": True, "use_persistent_ckpt_worker": True, "ckpt_format": "fsdp_dtensor"}
+    settings = {"async_strategy": "nvrx", **given}
+    rows = [r for r in requirements.applicable(settings) if r.package == "nvidia-resiliency-ext"]
+    assert [(r.id, r.fix) for r in rows] == [
+        ("async-save-nvrx-fsdp-dtensor", "install nvidia-resiliency-ext or set async_save=false")]
+    assert rows[0].condition(settings, given) == ("async_save with async_strategy nvrx (Megatron's default) with "
+                                                  "ckpt_format fsdp_dtensor")
+    other = {**settings, "ckpt_format": "torch_dist"}
+    assert [r.id for r in requirements.applicable(other) if r.package == "nvidia-resiliency-ext"] == [
+        "async-save-nvrx"]
+    # an exclusion is no cause: the message names the settings that make the row apply
+    (row,) = [r for r in requirements.table() if r.id == "async-save-nvrx"]
+    assert row.condition(other, given) == "async_save with async_strategy nvrx (Megatron's default)"
