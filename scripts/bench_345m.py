@@ -1,6 +1,6 @@
 """Benchmark: the shipped 345m preset through `launch` against the best-tuned compiled plain PyTorch, on one GPU.
 
-    python scripts/bench_345m.py [--iters 60] [--parts toy,interleaved,dp2] [--out DIR]
+    python scripts/bench_345m.py [--iters 60] [--parts toy,interleaved,micro,dp2] [--out DIR]
 
 1. toy: `launch toy --gpus-per-node 1` (the one-GPU fallback), wall time from command to summary and its start-up;
 2. interleaved, back to back on the first GPU: the baseline scripts/torch_gpt345m.py (GPT-2 345M in plain
@@ -8,7 +8,9 @@
    batch 32 (32 × 1, 16 × 2, 8 × 4), with `launch 345m` runs between them, so drift shows: baseline 32 × 1,
    preset, baseline 16 × 2, preset with async_save=false (the synchronous save, for comparison; the save comes
    after the measured iterations), baseline 8 × 4. The ratio is the best preset run over the best baseline;
-3. dp2: `launch 345m` on two GPUs with the global batch doubled to 64 (same micro batch and work per GPU),
+3. micro: `launch 345m` at each micro batch of the global batch 32 (32, 16, 8, 4), back to back: the fastest is
+   what `launch plan 345m --measure` must rank first (its trials are shorter);
+4. dp2: `launch 345m` on two GPUs with the global batch doubled to 64 (same micro batch and work per GPU),
    for the data-parallel scaling efficiency = tokens/s(DP2) / (2 × tokens/s(1 GPU)).
 Prints every figure (throughput, start-up breakdown, blocking save time) and writes bench.json into --out.
 Needs CUDA GPUs, torch, and the Megatron-LM checkout (MEGATRON_LM_PATH or the submodule).
@@ -162,11 +164,34 @@ def interleaved(gpu: str, iters: int, out: Path, results: dict, out_file: Path) 
         results["preset_1gpu"] = best_preset
 
 
+MICRO_BATCHES = (32, 16, 8, 4)
+
+
+def micro_batches(gpu: str, iters: int, out: Path, results: dict, out_file: Path) -> None:
+    runs = results.setdefault("micro_batches", [])
+    for mbs in MICRO_BATCHES:
+        label = f"preset, micro batch {mbs}"
+        try:
+            result = run_launch([gpu], ["--set", f"micro_batch_size={mbs}"], iters, out / "runs",
+                                out / f"micro-{mbs}.log")
+        except SystemExit as failure:
+            print(f"{label}: {failure}", flush=True)
+            runs.append({"label": label, "micro_batch_size": mbs, "failed": str(failure)})
+            continue
+        runs.append({"label": label, "micro_batch_size": mbs, **result})
+        report(f"{label}:", result)
+        save(out_file, results)
+    done = [r for r in runs if "failed" not in r]
+    if done:
+        results["fastest_micro_batch"] = max(done, key=lambda r: r["tokens_per_s"])["micro_batch_size"]
+        print(f"fastest micro batch: {results['fastest_micro_batch']}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--iters", type=int, default=60, help="training iterations of each launch run")
-    parser.add_argument("--parts", default="toy,interleaved,dp2", help="which measurements, comma-separated")
+    parser.add_argument("--parts", default="toy,interleaved,micro,dp2", help="which measurements, comma-separated")
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="logs, run dirs and bench.json")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -188,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         save(out_file, results)
     if "interleaved" in parts:
         interleaved(gpus[0], args.iters, args.out, results, out_file)
+    if "micro" in parts:
+        micro_batches(gpus[0], args.iters, args.out, results, out_file)
     if "dp2" in parts:
         if len(gpus) < 2:
             print("dp2: skipped, fewer than 2 GPUs", flush=True)
