@@ -26,6 +26,7 @@ import argparse
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -59,6 +60,11 @@ STAGE_SETTINGS = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_p
                   "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers")
 SAMPLE_SCHEDULE = ("train_samples", "lr_decay_samples", "lr_warmup_samples", "lr_wsd_decay_samples")
+# trains: exit 0, a finite loss that does not rise; refused: exit 2 at launch; no update: fp16's warm-up skipped
+# every step (warned); fault: stopped by the fault its error_injection_rate injects (warned); failed; timeout
+GPU_VERDICTS = ("trains", "refused", "no update", "fault", "failed", "timeout")
+# Megatron's rerun state machine stops a job whose injected fault it caught (rerun_state_machine.py:37-40)
+INJECTED_FAULT_EXIT_CODES = (16, 17)
 GPU_BUDGET_GIB = 110.0  # runs share one GPU: start one only while the estimates of those running leave room
 
 
@@ -68,7 +74,7 @@ class Row:
     launcher: str = ""  # accepted | refused
     rehearsal: str = ""  # ok | crashed | not run
     reason: str = ""
-    gpu: str = ""  # trains | failed | (empty: not run)
+    gpu: str = ""  # one of GPU_VERDICTS (empty: not run)
     gpu_reason: str = ""
     gpu_seconds: float = 0.0
     overrides: tuple[str, ...] = ()
@@ -146,6 +152,13 @@ def rehearse_all(rows_jobs: list[tuple[Row, ResolvedJob]], checkout: Path) -> No
     print(f"rehearsals took {time.monotonic() - start:.0f} s", flush=True)
 
 
+def injected_fault_exits(output: str, log_lines: list[str]) -> list[int]:
+    """The exit codes of training processes (torchrun's `exitcode : N` report) that mean "stopped on an injected
+    fault"; torchrun itself then exits 1."""
+    text = output + "\n" + "\n".join(log_lines)
+    return [code for code in map(int, re.findall(r"exitcode\s*:\s*(-?\d+)", text)) if code in INJECTED_FAULT_EXIT_CODES]
+
+
 def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) -> None:
     """4 iterations through `launch` as a user types it; the loss must be finite and not rise."""
     argv = [sys.executable, "-m", "launcher", str(preset_path), *(w for s in row.overrides for w in ("--set", s)),
@@ -177,6 +190,10 @@ def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) 
     elif returncode == 0 and not losses and "fp16 starts its dynamic loss scale" in stdout + stderr:
         row.gpu = "no update"  # every step skipped while the loss scale came down, as the launcher warned
         row.gpu_reason = "exit 0; every iteration skipped by fp16's loss scale warm-up (the launcher's warning)"
+    elif "error_injection_rate" in stdout + stderr and (faults := injected_fault_exits(stdout + stderr, lines)):
+        row.gpu = "fault"  # the configuration asked for it, and the launcher's warning said so
+        row.gpu_reason = (f"the training process exited {faults[0]} (Megatron's rerun state machine on the injected "
+                          f"fault, as the launcher warned), torchrun {returncode}; losses {losses}")
     elif returncode == 2 and "error:" in stderr:
         row.gpu = "refused"  # at launch (the doctor on the target): before any GPU work
         row.gpu_reason = " ".join(line for line in stderr.splitlines() if line.startswith(("error:", "hint:")))[:300]
@@ -208,7 +225,11 @@ def train_distinct(accepted: list[tuple[Row, ResolvedJob, Path]], run_root: Path
     keys = keys[index - 1::count]
     print(f"GPU: {len(keys)} distinct commands (part {index}/{count}), {jobs} at a time", flush=True)
 
-    need = {key: max(4.0, 1.5 * summary(jobs_of[key])["estimate"]["memory_per_gpu_gib"]) for key in keys}
+    estimates = {key: summary(jobs_of[key])["estimate"] for key in keys}
+    need = {key: max(4.0, 1.5 * estimates[key]["memory_per_gpu_gib"]) for key in keys}
+    # the first runs alone (below): the shortest; then the longest first, so that few stragglers end the pass
+    keys.sort(key=lambda key: -estimates[key]["seconds_per_iteration"])
+    keys = keys[-1:] + keys[:-1]
     free = [GPU_BUDGET_GIB]
     room = threading.Condition()
 
@@ -250,9 +271,10 @@ def _json_line(line: str) -> dict | None:
         return None
 
 
-def fold_previous(rows: list[Row], paths: list[Path], rerun_refused: bool) -> None:
-    """Earlier parts' verdicts where this run has none (same configuration name); with rerun_refused, a GPU
-    "refused" is not taken (those train again, e.g. with the hint followed through --also)."""
+def fold_previous(rows: list[Row], paths: list[Path], rerun: tuple[str, ...] = ()) -> None:
+    """Earlier parts' verdicts where this run has none (same configuration name); a GPU verdict named in `rerun`
+    is not taken (those train again: "refused" with the hint followed through --also, "timeout" with a longer
+    --run-timeout-s)."""
     by_name = {r.config: r for r in rows}
     for path in paths:
         text = path.read_text()
@@ -261,7 +283,7 @@ def fold_previous(rows: list[Row], paths: list[Path], rerun_refused: bool) -> No
             row = by_name.get(str(old.get("config")))
             if row is None:
                 continue
-            if not row.gpu and old.get("gpu") and not (rerun_refused and old["gpu"] == "refused"):
+            if not row.gpu and old.get("gpu") and old["gpu"] not in rerun:
                 row.gpu, row.gpu_reason, row.gpu_seconds = old["gpu"], old["gpu_reason"], old.get("gpu_seconds", 0.0)
             if not row.rehearsal and old.get("rehearsal"):
                 row.rehearsal = old["rehearsal"]
@@ -301,7 +323,7 @@ def markdown(rows: list[Row], command: str, seconds: float, provenance: str = ""
     ]
     if gpu:
         ran = [r for r in accepted if r.gpu]
-        tally = {v: sum(r.gpu == v for r in ran) for v in ("trains", "refused", "no update", "failed", "timeout")}
+        tally = {v: sum(r.gpu == v for r in ran) for v in GPU_VERDICTS}
         lines += [f"GPU: {len(ran)} of the {len(accepted)} accepted run; " + ", ".join(
             f"{count} {name}" for name, count in tally.items()) + ".", ""]
     classes: dict[str, int] = {}
@@ -339,7 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=float("inf"), help="start no GPU run after this long")
     parser.add_argument("--also", action="append", default=[],
                         help="one more --set for every configuration (e.g. a hint followed: async_strategy=mcore)")
-    parser.add_argument("--rerun-refused", action="store_true", help="train again what --previous says was refused")
+    parser.add_argument("--rerun", action="append", default=[], choices=GPU_VERDICTS,
+                        help="train again what --previous gave this GPU verdict (repeatable; e.g. refused, timeout)")
     parser.add_argument("--run-timeout-s", type=float, default=420, help="kill a GPU run (its process group) after")
     args = parser.parse_args(argv)
     if args.megatron_path is None or not (args.megatron_path / "pretrain_gpt.py").is_file():
@@ -370,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launcher: {len(accepted)} of {len(rows)} accepted in {time.monotonic() - start:.0f} s", flush=True)
         if accepted and not args.no_rehearsal:
             rehearse_all([(row, job) for row, job, _ in accepted], checkout)
-        fold_previous(rows, args.previous, args.rerun_refused)
+        fold_previous(rows, args.previous, tuple(args.rerun))
         if args.gpu:
             run_root.mkdir(parents=True, exist_ok=True)
             index, count = (int(x) for x in args.part.split("/"))
@@ -384,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
               + (" --no-rehearsal" if args.no_rehearsal else "") + (f" --jobs {args.jobs}" if args.gpu else "") \
               + (f" --part {args.part}" if args.part != "1/1" else "") \
               + "".join(f" --also {extra}" for extra in args.also) \
-              + (" --rerun-refused" if args.rerun_refused else "") \
+              + "".join(f" --rerun {verdict}" for verdict in args.rerun) \
               + (f" --only {args.only}" if args.only else "")
     # how an earlier GPU part was made: a .md beside its .jsonl, quoted verbatim
     provenance = "\n\n".join(path.with_suffix(".md").read_text() for path in args.previous

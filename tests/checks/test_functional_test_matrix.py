@@ -87,10 +87,10 @@ def test_gpu_parts_fold_in_and_are_counted(tmp_path):
     refused = matrix.Row("gpt/b", "accepted", "", "", gpu="refused", gpu_reason="error: nvidia-resiliency-ext: …")
     part.write_text(json.dumps(asdict(trained)) + "\n" + json.dumps(asdict(refused)) + "\n" + '{"config": "gpt/c", "gp')
     rows = [matrix.Row("gpt/a", "accepted"), matrix.Row("gpt/b", "accepted"), matrix.Row("gpt/c", "accepted")]
-    matrix.fold_previous(rows, [part], rerun_refused=True)  # the cut-off last line (a full disk) is skipped
+    matrix.fold_previous(rows, [part], rerun=("refused",))  # the cut-off last line (a full disk) is skipped
     assert [(r.gpu, r.gpu_reason) for r in rows] == [("trains", "loss 10.92 → 10.90 (55 s)"), ("", ""), ("", "")]
-    matrix.fold_previous(rows, [part], rerun_refused=False)
+    matrix.fold_previous(rows, [part])
     assert rows[1].gpu == "refused"
     text = matrix.markdown(rows, "python scripts/functional_test_matrix.py …", 1.0)
-    assert "GPU: 2 of the 3 accepted run; 1 trains, 1 refused, 0 no update, 0 failed, 0 timeout." in text
+    assert "GPU: 2 of the 3 accepted run; 1 trains, 1 refused, 0 no update, 0 fault, 0 failed, 0 timeout." in text
     assert "| gpt/a | accepted | – | trains | GPU: loss 10.92 → 10.90 (55 s) |" in text
