@@ -154,3 +154,58 @@ def test_the_nvrx_hint_never_leads_an_fsdp_dtensor_job_to_the_strategy_that_cras
     # an exclusion is no cause: the message names the settings that make the row apply
     (row,) = [r for r in requirements.table() if r.id == "async-save-nvrx"]
     assert row.condition(other, given) == "async_save with async_strategy nvrx (Megatron's default)"
+
+
+# -- a hint is a way out, never a way into another crash -------------------------------------------------------
+
+def _fix_alternatives(fix: str) -> list[dict[str, object]]:
+    """The `set a=b` choices a row's hint offers ('set x=false, or y=true' → [{x: False}, {y: True}])."""
+    import re
+
+    import yaml
+
+    if not fix.startswith(("set ", "drop ")) and " set " not in fix:
+        return []
+    from launcher.megatron import args as megatron_args
+
+    catalog = megatron_args.catalog()  # the launcher's own settings (transformer_engine=false) are other rules'
+    return [{dest: yaml.safe_load(value)} for dest, value in re.findall(r"\b([a-z_]+)=([\w.]+)", fix)
+            if dest in catalog]
+
+
+def _an_example(test: object) -> object:
+    if isinstance(test, dict):
+        return test["in"][0] if "in" in test else test["gt"] + 1 if "gt" in test else None
+    return test
+
+
+def test_following_a_rows_hint_never_leads_into_a_row_that_cannot_train():
+    # found on the H200: the nvrx row's "set async_strategy=mcore" took an fsdp_dtensor job into a TypeError
+    from launcher.megatron import requirements
+    from launcher.megatron.effective import effective_settings
+
+    def blocks(row: requirements.Requirement, settings: dict) -> bool:
+        if row.kind == "setting":  # it applies, and its setting is not what it needs
+            return row.applies(settings) and any(settings.get(d) != v for d, v in row.needs["setting"].items())
+        return row.applies(settings)
+
+    blocking = ("setting", "layout", "unsupported")
+    table = requirements.table()
+    base = dict(load_preset("345m").megatron)  # a job as people write it: async saves with their persistent worker
+    checked = 0
+    for row in table:
+        for fix in _fix_alternatives(row.fix):
+            for other in table:  # the row's settings together with another row's, less what the fix sets
+                given = {**base, **{dest: _an_example(test) for dest, test in other.when.items() if dest not in fix}}
+                given.update({dest: _an_example(test) for dest, test in row.when.items()})
+                given = {dest: value for dest, value in given.items() if value is not None}
+                before = effective_settings(given).settings
+                if not blocks(row, before):
+                    continue
+                after = effective_settings({**given, **fix}).settings
+                now_blocked = [r.id for r in table if r.kind in blocking and blocks(r, after)
+                               and not blocks(r, before)]
+                assert not blocks(row, after), (row.id, fix)
+                assert now_blocked == [], f"{row.id}'s hint {fix} with {other.id}'s settings leads to {now_blocked}"
+                checked += 1
+    assert checked > 20
