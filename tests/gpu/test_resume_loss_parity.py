@@ -11,7 +11,7 @@ iteration, with Megatron's carry-over of the first iteration after a start taken
 - Megatron's defaults (not deterministic): every loss agrees to 1e-3 relative (the feature matrix saw 6 and 8-10
   agree to 0.001 on an H200).
 
-Not run in the session that wrote it (no GPU was lent); skipped without CUDA or the Megatron-LM checkout.
+Passed on one H200 on 2026-12-02 (docs/loss-after-resume.md); skipped without CUDA or the Megatron-LM checkout.
 """
 
 from __future__ import annotations
