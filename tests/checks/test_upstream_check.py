@@ -265,7 +265,7 @@ def test_fsdp_never_gets_one_connection_and_fsdp2_needs_untied_embeddings(tmp_pa
     # Megatron-FSDP, which trains, gets the same connections treatment
     plan = resolve(load_preset("345m", ["tensor_model_parallel_size=2", "use_megatron_fsdp=true",
                                         "ckpt_format=fsdp_dtensor", "gradient_accumulation_fusion=false",
-                                        "micro_batch_size=4"]), 1, 8)
+                                        "micro_batch_size=4", "async_save=false"]), 1, 8)
     command = build_command(plan)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in command.env
     assert any("FSDP" in w for w in plan.warnings)

@@ -14,8 +14,9 @@ from launcher.pipeline.slurm_settings import check_environment
 
 # 345m with FSDP and TP 2 (issue 23, item 1): Megatron wants CUDA_DEVICE_MAX_CONNECTIONS unset or > 1. Megatron-FSDP:
 # torch FSDP2 is refused outright at this pin (its finish_grad_sync TypeError), before this rule matters.
+# async_save off: fsdp_dtensor's async save needs nvidia-resiliency-ext's planner (row fsdp-dtensor-async-mcore).
 FSDP_TP2 = ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "gradient_accumulation_fusion=false",
-             "tensor_model_parallel_size=2"]
+             "tensor_model_parallel_size=2", "async_save=false"]
 
 
 def fsdp_tp2_job(**inputs):
