@@ -1,11 +1,14 @@
 """The one secret rule, for every output: a secret's value never reaches stdout, stderr, JSON or a file.
 
-A secret is an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD or CREDENTIAL.
-Its value is remembered where the launcher first reads it (a preset's or --set's launcher.env, `launch import`'s
-exports); `scrub` then replaces each remembered value (also as JSON, repr() and shell quoting would spell it)
-with <redacted> in any text. `launch`'s stdout and stderr pass through `scrub` (RedactingStream), so an error
-message, a dry-run or a Slurm refusal that quotes a value cannot print a secret; writers of files call
-launcher.runs.secrets, which redacts by name, and scrub what they copy from elsewhere (logs, tracebacks).
+A secret is an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE or
+CREDENTIAL, or has PASS, PAT, AUTH, COOKIE, DSN, WEBHOOK or PRIVATE as a word of it (DB_PASS, GH_PAT), or whose
+value has the form of a well-known credential whatever the name (hf_…, ghp_…, github_pat_…, glpat-…, sk-…,
+xox?-…, AKIA…/ASIA…, AIza…, nvapi-…). Its value is remembered where the launcher first reads it (a preset's or
+--set's launcher.env, `launch import`'s exports); `scrub` then replaces each remembered value (also as JSON,
+repr() and shell quoting would spell it), and any credential-shaped word, with <redacted> in any text.
+`launch`'s stdout and stderr pass through `scrub` (RedactingStream), so an error message, a dry-run or a Slurm
+refusal that quotes a value cannot print a secret; writers of files call launcher.runs.secrets, which redacts
+by this rule, and scrub what they copy from elsewhere (logs, tracebacks).
 """
 
 from __future__ import annotations
@@ -16,37 +19,48 @@ import shlex
 from typing import Any, TextIO
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL"
+                         r"|(?:^|_)(?:PASS|PAT|AUTH|COOKIE|DSN|WEBHOOK|PRIVATE)(?:_|$)", re.IGNORECASE)
+# Credentials recognisable by their form (Hugging Face, GitHub, GitLab, OpenAI-style, Slack, AWS, Google, NVIDIA
+# NGC): such a value is a secret under any variable name.
+SECRET_VALUE = re.compile(r"(?<![\w/.-])(?:hf_[A-Za-z0-9]{30,40}|gh[pousr]_[A-Za-z0-9]{36}|github_pat_\w{60,}"
+                          r"|glpat-[\w-]{20}|sk-(?:proj-)?[\w-]{32,}|xox[abprs]-[\w-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
+                          r"|AIza[\w-]{35}|nvapi-[\w-]{40,})(?![\w-])")
 # A shorter value ("1", "on") would redact ordinary words everywhere; no real key or token is that short.
 MIN_SECRET_CHARS = 4
 MAX_REMEMBERED = 1000
 
 _remembered: set[str] = set()
+_secret_names: set[str] = set()  # variables made secrets by their value (remember), for checks by name later
 
 
-def is_secret(env_name: str) -> bool:
-    return bool(SECRET_NAME.search(env_name))
+def is_secret(env_name: str, value: Any = None) -> bool:
+    """Whether the variable `env_name` (holding `value`, where the caller has it) is a secret."""
+    return bool(SECRET_NAME.search(env_name)) or env_name in _secret_names or (
+        value is not None and SECRET_VALUE.search(str(value)) is not None)
 
 
 def remember(name: str, value: Any) -> None:
-    """Note `value` as a secret when `name` is a secret's name, in each spelling an output may give it."""
+    """Note `value` as a secret when the variable is one (by its name or its value), in each spelling an output
+    may give it; a variable that is a secret by its value is a secret by its name from then on."""
     text = str(value)
-    if not is_secret(str(name)) or len(text) < MIN_SECRET_CHARS or text == REDACTED:
+    if not is_secret(str(name), text) or len(text) < MIN_SECRET_CHARS or text == REDACTED:
         return
     if len(_remembered) >= MAX_REMEMBERED:
         return
+    _secret_names.add(str(name))
     _remembered.update({text, json.dumps(text)[1:-1], repr(text)[1:-1], shlex.quote(text)})
 
 
 def scrub(text: str) -> str:
     """`text` with every remembered secret value replaced by <redacted> (longest first: a value that contains
-    another is replaced whole)."""
-    if not _remembered or not text:
+    another is replaced whole), and any credential-shaped word (SECRET_VALUE) too, wherever it came from."""
+    if not text:
         return text
     for secret in sorted(_remembered, key=len, reverse=True):
         if len(secret) >= MIN_SECRET_CHARS and secret in text:
             text = text.replace(secret, REDACTED)
-    return text
+    return SECRET_VALUE.sub(REDACTED, text)
 
 
 # C0/C1 control characters other than newline and tab: a value holding ESC [ … could recolour, retitle or

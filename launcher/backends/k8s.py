@@ -180,7 +180,7 @@ def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
     for name in job.env:
         if name in MANAGED_ENV:
             problems.append(Problem(f"env.{name} is set by the Kubernetes backend itself", "remove it from env"))
-    hidden = [name for name in job.env if secrets.is_secret(name)]
+    hidden = [name for name, value in job.env.items() if secrets.is_secret(name, value)]
     if hidden and s.secret is None:
         problems.append(Problem(
             f"env.{hidden[0]} is a secret: a Kubernetes job reads it from a Secret, never from the manifest",
@@ -217,7 +217,7 @@ def notes_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
 
 
 def _env_entry(name: str, value: str, settings: K8sSettings) -> dict[str, Any]:
-    if secrets.is_secret(name):
+    if secrets.is_secret(name, value):
         return {"name": name, "valueFrom": {"secretKeyRef": {"name": settings.secret, "key": name}}}
     return {"name": name, "value": k8s_word(value)}
 
@@ -392,8 +392,10 @@ def record(job: ResolvedJob, made: JobSetJob, text: str, kubectl: str) -> None:
 
 
 def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,
-           output_format: str = "text", out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+           output_format: str = "text", out: TextIO | None = None, err: TextIO | None = None) -> int:
     """`launch PRESET --k8s`: print the JobSet (dry-run), write it into the run directory, or apply it."""
+    # the streams of the moment (the launcher's redacting ones), not those of import time
+    out, err = out or sys.stdout, err or sys.stderr
     made = prepare(job, command)
     text = render_yaml(made.obj, made.job.about)
     for note in (*job.notes, *notes_of(made.job, job)):

@@ -315,11 +315,13 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
 
 
 def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,
-           chain: int | None = None, out: TextIO = sys.stdout, err: TextIO = sys.stderr, as_json: bool = False,
+           chain: int | None = None, out: TextIO | None = None, err: TextIO | None = None, as_json: bool = False,
            warnings: Sequence[str] = ()) -> int:
     """`launch PRESET --slurm`: print the script (dry-run), write it into the run directory, or submit it.
     With `as_json`, one JSON object on `out` (script or its path, job ids, notes, warnings) instead of text;
     `warnings` are the caller's (e.g. a Megatron-LM checkout missing here), said like the job's own."""
+    # the streams of the moment (the launcher's redacting ones), not those of import time
+    out, err = out or sys.stdout, err or sys.stderr
     made = prepare_job(job, command, chain=chain)
     batch = made.job
     text = render_batch_script(batch)
@@ -352,7 +354,7 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
                   file=err)
         return 0
     job_ids: list[str] = []
-    secret_env = {name: value for name, value in batch.env.items() if secrets.is_secret(name)}
+    secret_env = {name: value for name, value in batch.env.items() if secrets.is_secret(name, value)}
     try:
         for _ in range(batch.chain):  # the script's --dependency=singleton orders them
             job_ids.append(submit(batch.script_path, sbatch, secret_env))

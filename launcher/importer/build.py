@@ -265,9 +265,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         if isinstance(value, str) and ("'" in value or '"' in value):
             notes.append(f"{flags.flag_of.get(dest, dest)} {value}: the value holds quote characters; bash passes "
                          "them on like this (quotes inside an array element are not removed)")
-    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k)}
+    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k, v)}
     for k in env:
-        if redaction.is_secret(k):
+        if redaction.is_secret(k, env[k]):
             redaction.remember(k, env[k])  # nor in the report or any other output
             notes.append(f"export {k}: a secret, not copied into the preset (export it before launch)")
         elif k not in env_ok:

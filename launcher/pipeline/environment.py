@@ -33,7 +33,7 @@ def is_env_name(name: object) -> bool:
 
 def masked(env: Mapping[str, str]) -> dict[str, str]:
     """The environment as it may be shown: each secret's value replaced."""
-    return {name: (MASKED if is_secret(name) else value) for name, value in env.items()}
+    return {name: (MASKED if is_secret(name, value) else value) for name, value in env.items()}
 
 
 def uses_fsdp(arg: Callable[[str], Any]) -> bool:

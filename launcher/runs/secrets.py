@@ -1,10 +1,10 @@
 """Secrets (API keys, tokens, passwords in environment variables) never reach a file in clear.
 
 One rule (launcher.redaction, which also scrubs every output), used by every writer: an environment variable
-whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD or CREDENTIAL is a secret. Files record `<redacted>`
-in its place (manifest, preset.yaml, the --set list and the launch's argv); scripts (command.sh, the sbatch
-script) take it from the environment they run in, and `launch --resume` takes it from the environment it is
-started in.
+whose name contains KEY, TOKEN, SECRET, PASSWORD, … or whose value has a credential's form is a secret. Files
+record `<redacted>` in its place (manifest, preset.yaml, the --set list and the launch's argv); scripts
+(command.sh, the sbatch script) take it from the environment they run in, and `launch --resume` takes it from
+the environment it is started in.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ _ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
 
 def redact_env(env: Mapping[str, Any]) -> dict[str, str]:
     """The environment with every secret's value replaced by <redacted>."""
-    return {str(k): (REDACTED if is_secret(str(k)) else str(v)) for k, v in env.items()}
+    return {str(k): (REDACTED if is_secret(str(k), v) else str(v)) for k, v in env.items()}
 
 
 def redact_assignment(word: str) -> str:
     """`env.HF_TOKEN=abc` (a --set, or an argv word holding one) → `env.HF_TOKEN=<redacted>`."""
     match = _ENV_SETTING.match(word)
-    if match and is_secret(match.group("name")):
+    if match and is_secret(match.group("name"), word[match.end():]):
         return word[:match.end()] + REDACTED
     return word
 
@@ -51,7 +51,7 @@ def shell_export(name: str, value: str, quote) -> str:
     """An `export` line for a script file: a secret is read from the environment the script runs in."""
     if not is_env_name(name):
         raise UserError(f"{name!r} is not a valid environment variable name")
-    if is_secret(name):
+    if is_secret(name, value):
         return f'export {name}="${{{name}:?{name} is a secret and is not stored in this file: export it first}}"'
     return f"export {name}={quote(value)}"
 

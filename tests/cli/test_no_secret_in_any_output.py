@@ -90,3 +90,49 @@ def test_a_crash_file_holds_no_secret(tmp_path, capsys, monkeypatch):
     assert code == 1 and SECRET not in err
     (crash,) = Path(tmp_path).glob("megatron-launch-crash-*.txt")
     assert SECRET not in crash.read_text()
+
+
+# A credential is recognised by its form too, whatever the variable is called, and by more names.
+TOKEN_SHAPED = "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123"
+
+
+@pytest.mark.parametrize("argv", [
+    ("345m", "--dry-run"),
+    ("345m", "--dry-run", "--format", "json"),
+    ("345m", "--dry-run", "--slurm"),
+    ("show", "345m"),
+])
+def test_a_credential_shaped_value_is_a_secret_under_any_name(capsys, argv):
+    code, out, err = _run(capsys, *argv, "--set", f"env.MY_SETTING={TOKEN_SHAPED}")
+    assert code == 0 and TOKEN_SHAPED not in out + err
+
+
+def test_a_credential_shaped_value_is_exported_from_the_environment_not_printed(capsys):
+    code, out, _ = _run(capsys, "345m", "--dry-run", "--set", "env.SOME_ID=ghp_0123456789abcdefghijABCDEFGHIJ012345")
+    assert code == 0
+    assert 'export SOME_ID="${SOME_ID:?SOME_ID is a secret and is not stored in this file: export it first}"' \
+        in out.splitlines()
+
+
+def test_an_error_message_never_shows_a_credential_shaped_word(capsys):
+    key = "nvapi-" + "0123456789abcdefghijKLMNOPQRSTUVWXYZ" * 2
+    code, out, err = _run(capsys, "345m", "--dry-run", "--set", f"lr={key}")
+    assert code == 2 and key not in out + err and "<redacted>" in err
+
+
+@pytest.mark.parametrize(("name", "secret"), [
+    ("DB_PASS", True), ("GH_PAT", True), ("HF_AUTH", True), ("SENTRY_DSN", True), ("SLACK_WEBHOOK_URL", True),
+    ("SSH_PASSPHRASE", True), ("BYPASS_CACHE", False), ("PATH_PREFIX", False), ("NCCL_DEBUG", False),
+])
+def test_secret_names_include_pass_pat_auth_and_friends_as_words(name, secret):
+    from launcher.redaction import is_secret
+
+    assert is_secret(name) is secret
+
+
+@pytest.mark.parametrize("text", ["/data/sk-abcdefghijklmnopqrstuvwxyz0123456789", "hf_checkpointsLlama3Instruct8B/x",
+                                  "--data-path /corpora/ghp_like_name_but_a_path"])
+def test_paths_that_only_resemble_a_credential_are_left_alone(text):
+    from launcher.redaction import scrub
+
+    assert scrub(text) == text
