@@ -92,7 +92,7 @@ def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
     local = megatron.get("transformer_impl") in (None, "local")
     gaps = coverage.sdpa_spec_gaps(megatron)
     if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps \
-            or coverage.refused(gaps):
+            or coverage.refused(gaps, megatron):
         return []
     return [f"the SDPA fast path does not cover {coverage.describe(gaps)}: Megatron's local layer spec is used "
             "(it trains, but slower)"]
@@ -110,9 +110,12 @@ def fast_path_problems(megatron: Mapping[str, Any], kernels: Kernels) -> list[Pr
             "Megatron's local layer spec", stage="launcher"))
     local = megatron.get("transformer_impl") in (None, "local")
     if local and not kernels.transformer_engine:
-        for gap in coverage.refused(gaps):
+        for gap in coverage.refused(gaps, megatron):
+            why = gap.local_spec if gap in gaps else (
+                f"the launcher's SDPA spec builds it without TE but does not cover {coverage.describe(gaps)}, and "
+                f"Megatron's local spec cannot build it: {gap.local_spec}")
             problems.append(Problem(
-                f"{gap.what} ({gap.setting}) needs Transformer Engine: {gap.local_spec}",
+                f"{gap.what} ({gap.setting}) needs Transformer Engine: {why}",
                 f"use a target with Transformer Engine (--set transformer_engine=true), or unset {gap.setting}",
                 stage="launcher"))
     return problems

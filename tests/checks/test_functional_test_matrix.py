@@ -56,14 +56,15 @@ def test_a_configuration_moves_to_one_gpu_as_a_user_would(tmp_path):
 
 
 def test_a_refused_configuration_carries_the_launchers_reason(tmp_path):
-    config = tmp_path / "moe" / "mla" / "model_config.yaml"
+    config = tmp_path / "gpt" / "variant" / "model_config.yaml"
     config.parent.mkdir(parents=True)
-    config.write_text(CONFIG + "  --multi-latent-attention: true\n")
+    config.write_text(CONFIG + "  --experimental-attention-variant: gated_delta_net\n")
     preset_path, settings = matrix.imported_preset(config, tmp_path)
-    row = matrix.Row("moe/mla", overrides=tuple(matrix.one_gpu_overrides(settings)))
+    row = matrix.Row("gpt/variant", overrides=tuple(matrix.one_gpu_overrides(settings)))
     assert matrix.judge_launcher(row, preset_path, tmp_path, tmp_path / "runs") is None
     assert row.launcher == "refused"
-    assert row.reason.startswith("multi-latent attention (multi_latent_attention) needs Transformer Engine")
+    assert row.reason.startswith("experimental attention variants (experimental_attention_variant) needs "
+                                 "Transformer Engine")
 
 
 def test_the_table_counts_crashes_after_acceptance():

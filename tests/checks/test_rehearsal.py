@@ -74,13 +74,24 @@ def test_the_345m_job_builds_and_trains_one_step_on_the_cpu(rehearser):
 
 
 @needs_checkout
-def test_the_sdpa_spec_refusing_multi_latent_attention_is_caught_at_model_build(rehearser):
-    """The crash issue 22 saw inside training (the launcher now picks the local spec; the raw argv forces the
-    SDPA spec to show the rehearsal would have caught it in seconds)."""
-    reply = rehearse_raw(rehearser, {**job_settings(), "multi_latent_attention": True})
+def test_multi_latent_attention_builds_and_trains_one_step_on_the_sdpa_spec(rehearser):
+    """Issue 22 saw MLA crash inside training on the SDPA spec, and upstream's local spec cannot build it without
+    TE either: the spec's core attention now takes MLA's head sizes."""
+    settings = job_settings("multi_latent_attention=true")
+    assert settings["spec"] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
+    result = rehearser.rehearse(settings, {})
+    assert result.ok, result.traceback
+    assert 0 < result.facts["loss"] < 10
+
+
+@needs_checkout
+def test_megatrons_local_spec_cannot_build_multi_latent_attention(rehearser):
+    """Why MLA with another gap (which sends a job to Megatron's local spec) is refused before launch."""
+    settings = {k: v for k, v in job_settings("multi_latent_attention=true").items()
+                if k not in ("spec", "create_attention_mask_in_dataloader")}
+    reply = rehearse_raw(rehearser, settings)
     assert (reply["ok"], reply["stage"]) == (False, "model")
-    assert reply["error"].startswith("ValueError: the SDPA layer spec does not cover multi-latent attention")
-    assert reply["seconds"] < 60
+    assert "k_channels" in reply["error"]
 
 
 @needs_checkout

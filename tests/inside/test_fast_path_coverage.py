@@ -18,7 +18,6 @@ WITHOUT = Kernels(False, False, "preset")
 
 # One Megatron setting per gap that falls into it (a new gap without an example fails the first test).
 GAP_EXAMPLES = {
-    "multi_latent_attention": {"multi_latent_attention": True},
     "experimental_attention_variant": {"experimental_attention_variant": "gated_delta_net"},
     "heterogeneous_layers_config_path": {"heterogeneous_layers_config_path": "/tmp/layers.json"},
     "heterogeneous_layers_config_encoded_json": {"heterogeneous_layers_config_encoded_json": "{}"},
@@ -33,6 +32,7 @@ COVERED = [
     {"num_experts": 4, "moe_layer_freq": 1},
     {"qk_layernorm": True},
     {"softmax_type": "vanilla"},
+    {"multi_latent_attention": True},
 ]
 
 
@@ -45,8 +45,16 @@ MOVED = sorted(set(GAP_EXAMPLES) - REFUSED)
 
 
 def test_the_gaps_no_local_spec_builds_are_those_the_rehearsal_found():
-    # functional-test matrix: MLASelfAttention and the experimental-attention block spec fail without TE
-    assert REFUSED == {"multi_latent_attention", "experimental_attention_variant"}
+    # functional-test matrix: the experimental-attention block spec fails without TE (MLA builds on the SDPA spec)
+    assert REFUSED == {"experimental_attention_variant"}
+
+
+def test_multi_latent_attention_that_another_gap_sends_to_the_local_spec_is_refused():
+    with pytest.raises(UserError) as err:
+        resolve(load_preset("345m", ["multi_latent_attention=true", "window_size=(128, 0)"]), 1, 1, kernels=WITHOUT)
+    assert ("error: multi-latent attention (multi_latent_attention) needs Transformer Engine: the launcher's SDPA "
+            "spec builds it without TE but does not cover sliding-window attention (window_size), and Megatron's "
+            "local spec cannot build it") in err.value.render()
 
 
 @pytest.mark.parametrize("setting", MOVED)
@@ -78,14 +86,11 @@ def test_a_preset_naming_the_spec_for_a_model_it_does_not_cover_is_refused_befor
     assert "hint: remove spec from the preset (--set spec=null)" in text
 
 
-def test_multi_latent_attention_without_transformer_engine_is_refused_before_launch(launch):
+def test_multi_latent_attention_without_transformer_engine_takes_the_sdpa_spec(launch):
     code, out, err = launch("345m", "--dry-run", "--set", "multi_latent_attention=true",
                             "--set", "transformer_engine=false")
-    assert code == 2 and out == ""
-    assert ("error: multi-latent attention (multi_latent_attention) needs Transformer Engine: MLASelfAttention "
-            "passes k_channels/v_channels to the core attention") in err
-    assert "hint: use a target with Transformer Engine (--set transformer_engine=true), or unset " \
-           "multi_latent_attention" in err
+    assert code == 0 and "error:" not in err
+    assert "--multi-latent-attention" in out and "--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec" in out
 
 
 def test_multi_latent_attention_with_transformer_engine_is_no_fast_path_question():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import socket
 
 import pytest
 
@@ -19,11 +19,12 @@ def model_parallel_cpu():
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel.random import initialize_rng_tracker
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29517")
     created = not dist.is_initialized()
-    if created:
-        dist.init_process_group("gloo", rank=0, world_size=1)
+    if created:  # a free port: two test files using this fixture may run at once on two workers
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     parallel_state.initialize_model_parallel()
     initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
     current_device = torch.cuda.current_device
@@ -130,15 +131,41 @@ def test_layer_spec_is_upstream_local_spec_with_sdpa_core_attention():
     assert spec.module is upstream.module
 
 
-def test_layer_spec_rejects_multi_latent_attention():
-    from launcher.inside.megatron_ext.sdpa_spec import build_layer_spec
+def test_layer_spec_builds_multi_latent_attention_with_sdpa_core_attention():
+    from megatron.core.transformer.multi_latent_attention import MLASelfAttention
+
+    from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention, TorchNorm, build_layer_spec
 
     class Args:
         multi_latent_attention = True
+        qk_layernorm = True
+        normalization = "RMSNorm"
 
-    with pytest.raises(ValueError, match="does not cover multi-latent attention .multi_latent_attention.; leave "
-                                         "spec unset"):
-        build_layer_spec(Args())
+    attention = build_layer_spec(Args()).submodules.self_attention
+    assert attention.module is MLASelfAttention
+    assert attention.submodules.core_attention is SDPACoreAttention
+    assert (attention.submodules.q_layernorm, attention.submodules.kv_layernorm) == (TorchNorm, TorchNorm)
+
+
+def test_sdpa_takes_multi_latent_attentions_head_sizes(model_parallel_cpu):
+    """MLA's query/key heads (qk_head_dim + qk_pos_emb_head_dim) are wider than its value heads: softmax(q·kᵀ·scale)·v
+    with the scale it gives, out as [s, b, heads × v_head_dim] (what upstream's local attention cannot take)."""
+    from megatron.core.transformer.enums import AttnMaskType
+
+    from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention
+
+    config = attention_config(4)
+    sdpa = SDPACoreAttention(config, 1, AttnMaskType.causal, "self", softmax_scale=0.1, k_channels=24, v_channels=8)
+    torch.manual_seed(2)
+    seq, batch = 7, 2
+    q, k = torch.randn(seq, batch, 4, 24), torch.randn(seq, batch, 4, 24)
+    v = torch.randn(seq, batch, 4, 8)
+    scores = torch.einsum("sbhd,tbhd->bhst", q, k) * 0.1
+    scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), float("-inf"))
+    expected = torch.einsum("bhst,tbhd->sbhd", scores.softmax(-1), v).reshape(seq, batch, 4 * 8)
+    got = sdpa(q, k, v, None)
+    assert got.shape == (seq, batch, 32)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
 
 
 def test_foreach_norm_and_scale_match_upstream_fallbacks():

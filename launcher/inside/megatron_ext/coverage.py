@@ -8,15 +8,17 @@ layer and skips its own choice, so anything that choice would have done differen
 - ``experimental_attention_variant``: a block spec of its own, which asserts Transformer Engine: refused without;
 - ``heterogeneous_layers_config_*``: a block spec of their own;
 - ``moe_layer_freq`` other than 1 with experts: the decoder block spec's mix of dense and MoE layers;
-- ``multi_latent_attention``: MLASelfAttention instead of SelfAttention (a different layer), which Megatron's
-  local spec cannot build either (found by the CPU rehearsal): refused without Transformer Engine;
 - ``window_size``, ``softmax_type`` other than vanilla: upstream's local DotProductAttention implements them
   (FusedScaleMaskSoftmax's window, the softmax offset), torch's SDPA does not.
 
-What the spec does implement beyond upstream's torch fallback (zero-centered gamma, memory-efficient LayerNorm
-as plain LayerNorm math) is in sdpa_spec.TorchNorm; the compiled layer sends a layer it cannot run to Megatron's
-own forward (compiled_layer.fast_path_blocker), so it adds no gap. Context parallelism is refused for every
-local spec before launch (pipeline/layout.py), so it is no gap of this spec either.
+What the spec does implement beyond upstream's torch fallback: zero-centered gamma and memory-efficient LayerNorm
+as plain LayerNorm math (sdpa_spec.TorchNorm), and multi-latent attention, whose MLASelfAttention gives the core
+attention different query/key and value head sizes that upstream's local DotProductAttention does not take
+(found by the CPU rehearsal). So MLA without Transformer Engine trains on this spec only: with a gap above, which
+sends the job to Megatron's local spec, it is refused (LOCAL_SPEC_ONLY_GAPS). The compiled layer sends a layer it
+cannot run (MLA's too) to Megatron's own forward (compiled_layer.fast_path_blocker), so it adds no gap. Context
+parallelism is refused for every local spec before launch (pipeline/layout.py), so it is no gap of this spec
+either.
 """
 
 from __future__ import annotations
@@ -45,9 +47,6 @@ def _mixed_moe_layers(settings: Mapping[str, Any]) -> bool:
 
 
 SDPA_SPEC_GAPS: tuple[Gap, ...] = (
-    Gap("multi_latent_attention", "multi-latent attention", _given("multi_latent_attention"),
-        local_spec="MLASelfAttention passes k_channels/v_channels to the core attention, which only Transformer "
-                   "Engine's takes (the local DotProductAttention fails at model build)"),
     Gap("experimental_attention_variant", "experimental attention variants",
         _given("experimental_attention_variant"),
         local_spec="Megatron's experimental-attention block spec asserts the Transformer Engine implementation "
@@ -62,14 +61,25 @@ SDPA_SPEC_GAPS: tuple[Gap, ...] = (
 )
 
 
+# What the SDPA spec builds but Megatron's plain local spec does not: refused when a gap moves the job there.
+LOCAL_SPEC_ONLY_GAPS: tuple[Gap, ...] = (
+    Gap("multi_latent_attention", "multi-latent attention", _given("multi_latent_attention"),
+        local_spec="MLASelfAttention passes k_channels/v_channels to the core attention, which only the launcher's "
+                   "SDPA spec and Transformer Engine's take (the local DotProductAttention fails at model build)"),
+)
+
+
 def sdpa_spec_gaps(settings: Mapping[str, Any]) -> list[Gap]:
     """The gaps these Megatron settings fall into; empty when the SDPA spec builds this model as upstream would."""
     return [gap for gap in SDPA_SPEC_GAPS if gap.applies(settings)]
 
 
-def refused(gaps: list[Gap]) -> list[Gap]:
-    """The gaps no layer spec without Transformer Engine builds: such a job is refused before launch."""
-    return [gap for gap in gaps if gap.local_spec]
+def refused(gaps: list[Gap], settings: Mapping[str, Any]) -> list[Gap]:
+    """The gaps no layer spec without Transformer Engine builds: such a job is refused before launch. `gaps`:
+    those of `settings` (sdpa_spec_gaps); any of them sends the job to Megatron's local spec, which then has to
+    build what only the SDPA spec does too."""
+    local_only = [gap for gap in LOCAL_SPEC_ONLY_GAPS if gap.applies(settings)] if gaps else []
+    return [gap for gap in gaps if gap.local_spec] + local_only
 
 
 def describe(gaps: list[Gap]) -> str:

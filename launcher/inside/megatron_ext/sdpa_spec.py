@@ -26,6 +26,7 @@ from megatron.core.transformer import transformer_block
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.multi_latent_attention import MLASelfAttention
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_config import TransformerConfig
@@ -86,7 +87,8 @@ class TorchNorm:
 
 
 class SDPACoreAttention(MegatronModule):
-    """Drop-in replacement for MCore's local ``DotProductAttention`` (same constructor and forward).
+    """Drop-in replacement for MCore's local ``DotProductAttention`` (same constructor and forward; plus the
+    query/key and value head sizes multi-latent attention gives, as TE's attention takes them).
 
     Tensors come in as [seq, batch, heads, head_dim] and the result goes out as [seq, batch, heads*head_dim],
     as the local attention does. An explicit mask is applied as given; without one (the launcher passes
@@ -103,6 +105,8 @@ class SDPACoreAttention(MegatronModule):
         softmax_scale: float | None = None,
         cp_comm_type: str | None = None,
         pg_collection: ProcessGroupCollection | None = None,
+        k_channels: int | None = None,  # TE's attention takes these too; multi-latent attention passes them
+        v_channels: int | None = None,
     ):
         super().__init__(config=config)
         if config.context_parallel_size != 1:
@@ -117,11 +121,12 @@ class SDPACoreAttention(MegatronModule):
         if pg_collection is None:
             pg_collection = ProcessGroupCollection.use_mpu_process_groups(required_pgs=["tp"])
         tp_size = pg_collection.tp.size()
-        projection_size = config.kv_channels * config.num_attention_heads
-        self.hidden_size_per_partition = divide(projection_size, tp_size)
+        # multi-latent attention gives its query/key and value head sizes (they differ: e.g. 192 and 128)
+        head_dim = k_channels if k_channels is not None else config.kv_channels
+        value_dim = v_channels if v_channels is not None else config.kv_channels
+        self.hidden_size_per_partition = divide(value_dim * config.num_attention_heads, tp_size)
         self.num_heads_per_partition = divide(config.num_attention_heads, tp_size)
         self.num_query_groups_per_partition = divide(config.num_query_groups, tp_size)
-        head_dim = divide(projection_size, config.num_attention_heads)
         # apply_query_key_layer_scaling divides the scale by the layer number and multiplies the scores back
         # in fp32 inside the softmax: the product is unchanged, so the plain scale is the same attention.
         self.softmax_scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
@@ -157,7 +162,7 @@ class SDPACoreAttention(MegatronModule):
             elif seq_q > 1:  # chunked prefill: queries are the last seq_q positions
                 sdpa_mask = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device).tril(seq_k - seq_q)
         dropout_p = self.dropout_p if self.training else 0.0
-        gqa = self.num_heads_per_partition != self.num_query_groups_per_partition
+        gqa = q.size(1) != k.size(1)  # fewer key/value heads than query heads (MLA has as many)
         if dropout_p > 0.0 and not self.config.sequence_parallel:
             # Same RNG stream as upstream's local attention dropout (distinct per tensor-parallel rank).
             with tensor_parallel.get_cuda_rng_tracker().fork():
@@ -203,6 +208,7 @@ def build_layer_spec(args: Any | None = None) -> ModuleSpec:
             raise ValueError(f"the SDPA layer spec does not cover {describe(gaps)}; leave spec unset so the "
                              "launcher picks Megatron's local spec")
         options = {
+            "multi_latent_attention": bool(getattr(args, "multi_latent_attention", False)),
             "num_experts": getattr(args, "num_experts", None),
             "moe_grouped_gemm": getattr(args, "moe_grouped_gemm", False),
             "qk_layernorm": getattr(args, "qk_layernorm", False),
@@ -211,10 +217,10 @@ def build_layer_spec(args: Any | None = None) -> ModuleSpec:
         }
     spec = get_gpt_layer_local_spec(**options)
     attention = spec.submodules.self_attention
-    if attention.module is not SelfAttention:
+    if attention.module not in (SelfAttention, MLASelfAttention):
         raise ValueError(f"unexpected attention module {attention.module.__name__} in the local spec")
-    norms = {name: TorchNorm for name in ("q_layernorm", "k_layernorm")
-             if getattr(attention.submodules, name) is WrappedTorchNorm}
+    norms = {name: TorchNorm for name in ("q_layernorm", "k_layernorm", "kv_layernorm")
+             if getattr(attention.submodules, name, None) is WrappedTorchNorm}
     attention.submodules = replace(attention.submodules, core_attention=SDPACoreAttention, **norms)
     layer_norms = {name: TorchNorm for name in ("input_layernorm", "pre_mlp_layernorm")
                    if getattr(spec.submodules, name) is WrappedTorchNorm}
