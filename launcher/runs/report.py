@@ -26,7 +26,7 @@ from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
 from launcher.runs.rundir import open_run_dir
-from launcher.runs.verdict import RunLog, RunSummary, metrics_record
+from launcher.runs.verdict import LineCounts, RunLog, RunSummary
 
 PLOTS_DIR = "plots"
 SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
@@ -45,6 +45,7 @@ class Series:
     warmup: list[bool]
     validation: list[tuple[int, float]]
     attempts: list[int]  # which process start logged each line; a change marks a restart
+    restarts: list[int] | None = None  # the first iteration of every later attempt, where known (else: attempts)
 
 
 @dataclass(frozen=True)
@@ -84,23 +85,23 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
     for number, path in enumerate(paths, 1):
         # streamed from a regular file of bounded size: /dev/zero or a FIFO given as a log is refused
         lines = untrusted.Lines(path, "log", MAX_LOG_BYTES)
-        before = len(runlog.iteration_lines)
+        runlog.counts = LineCounts()
         runlog.feed_attempt(lines)
-        new = runlog.iteration_lines[before:]
-        cut = [line for line in new if not line.complete]
+        new = runlog.counts
+        cut, first_cut = new.cut, new.first_cut
         truncated = not lines.empty and not lines.ended_with_newline
-        if number < len(paths) and new and cut == [new[-1]]:
-            cut = []  # an attempt killed mid-line and then resumed: expected, not damage
+        if number < len(paths) and new.last is not None and cut == 1 and not new.last.complete:
+            cut = 0  # an attempt killed mid-line and then resumed: expected, not damage
             truncated = False
-        if truncated and new:
+        if truncated and new.last is not None:
             damage.append(Problem(
-                f"log {path} is truncated: its last line stops mid-way, after iteration {new[-1].iteration}",
+                f"log {path} is truncated: its last line stops mid-way, after iteration {new.last.iteration}",
                 "the writer was killed (or is still writing); use --partial to report what is there"))
         elif cut:
             damage.append(Problem(
-                f"log {path} has {len(cut)} garbled iteration line(s), first at iteration {cut[0].iteration}",
+                f"log {path} has {cut} garbled iteration line(s), first at iteration {first_cut}",
                 "use --partial to report the readable lines"))
-    if not runlog.iteration_lines:
+    if not runlog.line_count:
         names = ", ".join(str(p) for p in paths)
         raise UserError(Problem(
             f"no Megatron iteration lines in {names}",
@@ -140,12 +141,28 @@ def _is_number(value: object) -> bool:
 
 
 def series_from_runlog(runlog: RunLog) -> Series:
-    records = [metrics_record(line, runlog.seq_length, index, position < 2)
-               for index, block in enumerate(runlog.attempts, 1) for position, line in enumerate(block.lines)]
-    series = series_from_records(records)
-    series.validation = [(v.iteration, loss) for v in runlog.validation_points
-                         if v.split == "validation" and (loss := v.values.get("lm loss")) is not None]
-    return series
+    """The plotted series: all lines of a log of up to verdict.PLOT_POINTS of them, an even sample (and the last
+    line) of a longer one; every restart's first iteration (up to verdict.PLOT_RESTARTS of them)."""
+    seq = runlog.seq_length
+    points = runlog.points.items()
+    return Series(
+        iterations=[p.iteration for p in points],
+        loss=[p.loss for p in points],
+        lr=[p.lr for p in points],
+        tokens_per_s=[_tokens_per_s(p.global_batch_size, seq, p.ms_per_iter) for p in points],
+        tflops=[p.tflops_per_gpu for p in points],
+        warmup=[p.warmup for p in points],
+        validation=runlog.validation_curve.items(),
+        attempts=[p.attempt for p in points],
+        restarts=runlog.restarts.items(),
+    )
+
+
+def _tokens_per_s(global_batch_size: int | None, seq_length: int | None, ms: float | None) -> float | None:
+    """As verdict.metrics_record works it out for metrics.jsonl."""
+    if seq_length and global_batch_size and ms:
+        return round(global_batch_size * seq_length / (ms / 1000.0), 1)
+    return None
 
 
 def series_from_records(records: list[dict]) -> Series:
@@ -191,6 +208,8 @@ def _points(xs: list[int], ys: list[float | None], keep: list[bool] | None = Non
 
 def _restarts(series: Series) -> list[int]:
     """The first iteration of every attempt after the first (a resumed or requeued run)."""
+    if series.restarts is not None:
+        return series.restarts
     return [series.iterations[i] for i in range(1, len(series.iterations))
             if series.attempts[i] != series.attempts[i - 1]]
 
@@ -198,14 +217,18 @@ def _restarts(series: Series) -> list[int]:
 def _plot_attempts(axes, series: Series, values: list[float | None], keep: list[bool] | None = None,
                    **style) -> list[float]:
     """One line per attempt (a resumed run repeats iterations since its checkpoint); the values drawn."""
+    by_attempt: dict[int, tuple[list[int], list[float]]] = {}
+    for i, (attempt, x, y) in enumerate(zip(series.attempts, series.iterations, values, strict=True)):
+        kept_x, kept_y = by_attempt.setdefault(attempt, ([], []))
+        if y is not None and not math.isnan(y) and (keep is None or keep[i]):
+            kept_x.append(x)
+            kept_y.append(y)
     drawn: list[float] = []
     label = style.pop("label", None)
-    for attempt in dict.fromkeys(series.attempts):
-        mask = [a == attempt and (keep is None or keep[i]) for i, a in enumerate(series.attempts)]
-        x, y = _points(series.iterations, values, mask)
-        if y:
-            axes.plot(x, y, marker=".", label=label if not drawn else None, **style)
-            drawn += y
+    for xs, ys in by_attempt.values():
+        if ys:
+            axes.plot(xs, ys, marker=".", label=label if not drawn else None, **style)
+            drawn += ys
     return drawn
 
 
