@@ -56,6 +56,66 @@ class Thinned[T]:
         return list(self._kept)
 
 
+class Median:
+    """statistics.median of the numbers added, exactly, without keeping each: a count per distinct value (Megatron
+    prints times and rates with a digit or two after the point, so a long log holds few). Past MAX_DISTINCT
+    distinct values (a hostile log), the numbers themselves, 8 bytes each. Numbers are not NaN (logparse leaves a
+    NaN time or rate out)."""
+
+    MAX_DISTINCT = 1 << 16
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._counts: dict[float, int] | None = {}
+        # 0.0 and -0.0 are one dict key but print differently; sorted() keeps them in the order added, so do we
+        self._zeros = array("d")
+        self._numbers = array("d")  # every number, once there are too many distinct ones
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        counts = self._counts
+        if counts is None:
+            self._numbers.append(value)
+        elif value == 0:
+            self._zeros.append(value)
+        else:
+            counts[value] = counts.get(value, 0) + 1
+            if len(counts) > self.MAX_DISTINCT:
+                self._numbers = array("d", self._zeros)
+                for number, times in counts.items():
+                    self._numbers.extend([number] * times)
+                self._counts, self._zeros = None, array("d")
+
+    def median(self) -> float:
+        if self._counts is None:
+            return statistics.median(self._numbers)
+        if not self.count:
+            raise statistics.StatisticsError("no median for empty data")
+        half = self.count // 2
+        if self.count % 2:
+            return self._nth(half)
+        return (self._nth(half - 1) + self._nth(half)) / 2
+
+    def _nth(self, index: int) -> float:
+        """The number at `index` of the numbers sorted (sorted() is stable: the zeros in the order added)."""
+        counts = cast(dict[float, int], self._counts)
+        position = 0
+        zeros_placed = False
+        for value in sorted(counts):
+            if value > 0 and not zeros_placed:
+                if index < position + len(self._zeros):
+                    return self._zeros[index - position]
+                position += len(self._zeros)
+                zeros_placed = True
+            position += counts[value]
+            if index < position:
+                return value
+        return self._zeros[index - position]  # no positive number: the zeros come last
+
+
 class PlotPoint(NamedTuple):
     """What the plots need of one iteration line (tokens/s is worked out when the series is made)."""
 
@@ -208,8 +268,8 @@ class LineCounts:
 class RunLog:
     """Accumulates events of a run; `feed` returns a metrics record for each iteration line.
 
-    Memory does not grow with the number of lines, except by 8 bytes per line for the two exact medians (ms per
-    iteration, TFLOP/s): what the summary needs is folded in as lines come, and the plots get a bounded sample."""
+    Memory does not grow with the number of lines: what the summary needs is folded in as lines come (the two
+    medians as counts per distinct value, see Median), and the plots get a bounded sample (Thinned)."""
 
     def __init__(self, seq_length: int | None = None) -> None:
         self.seq_length = seq_length
@@ -224,8 +284,8 @@ class RunLog:
         self.points: Thinned[PlotPoint] = Thinned(PLOT_POINTS)
         self.restarts: Thinned[int] = Thinned(PLOT_RESTARTS)  # the first iteration of every later attempt
         self._last_loss: float | None = None
-        self._steady_ms = array("d")  # ms of the 3rd and later timed lines of each attempt
-        self._tflops_values = array("d")  # TFLOP/s (when not 0) of the 3rd and later lines of each attempt
+        self._steady_ms = Median()  # ms of the 3rd and later timed lines of each attempt
+        self._tflops_values = Median()  # TFLOP/s (when not 0) of the 3rd and later lines of each attempt
         self._earlier_estimate: float | None = None  # the latest earlier attempt's Attempt.two_line_estimate()
         self._skipped = 0
         self._nan = 0
@@ -313,10 +373,10 @@ class RunLog:
             if attempt.timed_count < 2:
                 attempt.first_timed.append((line.iteration, line.elapsed_ms))
             else:
-                self._steady_ms.append(line.elapsed_ms)
+                self._steady_ms.add(line.elapsed_ms)
             attempt.timed_count += 1
         if position >= 2 and line.tflops_per_gpu:
-            self._tflops_values.append(line.tflops_per_gpu)
+            self._tflops_values.add(line.tflops_per_gpu)
         # Per-interval counts: the first line of an attempt is not reset, so the second repeats it.
         skipped, nan = line.skipped_iterations or 0, line.nan_iterations or 0
         if position == 0:
@@ -397,13 +457,13 @@ class RunLog:
         """Median ms/iter over lines that exclude start-up (3rd and later timed lines of each attempt, reference
         §4); without any, the latest attempt's estimate from two lines (Attempt.two_line_estimate)."""
         if self._steady_ms:
-            return statistics.median(self._steady_ms)
+            return self._steady_ms.median()
         if self.attempt is not None and (estimate := self.attempt.two_line_estimate()) is not None:
             return estimate
         return self._earlier_estimate
 
     def _steady_tflops(self) -> float | None:
-        return statistics.median(self._tflops_values) if self._tflops_values else None
+        return self._tflops_values.median() if self._tflops_values else None
 
     def summary(self, checkpoint_dir: Path | None = None, exit_code: int | None = None) -> RunSummary:
         last = self.last_line
