@@ -14,19 +14,19 @@ import logging
 import math
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import k8s_log, slurm_accounting, slurm_log
+from launcher.runs import k8s_log, slurm_accounting, slurm_log, verdict
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
 from launcher.runs.rundir import open_run_dir
-from launcher.runs.verdict import LineCounts, RunLog, RunSummary
+from launcher.runs.verdict import LineCounts, RunLog, RunSummary, Thinned
 
 PLOTS_DIR = "plots"
 SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
@@ -73,9 +73,11 @@ class Report:
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def _read_log(path: Path) -> str:
-    # A regular file of bounded size: /dev/zero or a FIFO given as a log would otherwise be read forever.
-    return untrusted.read_bytes(path, "log", MAX_LOG_BYTES).decode("utf-8", errors="replace")
+def _split_lines(path: Path) -> Iterator[str]:
+    """A log's lines as str.splitlines() splits its text (a carriage return ends one too), read as they are
+    needed from a regular file of bounded size (untrusted.Lines: a line of at most 1 MiB is read)."""
+    for line in untrusted.Lines(path, "log", MAX_LOG_BYTES):
+        yield from line.splitlines() or [""]
 
 
 def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
@@ -113,7 +115,14 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
 
 
 def read_metrics(path: Path) -> list[dict]:
-    records = []
+    records = list(_metric_records(path))
+    if not records:
+        raise _no_metrics(path)
+    return records
+
+
+def _metric_records(path: Path) -> Iterator[dict]:
+    """The iteration records of a metrics.jsonl, read as they are needed."""
     for number, line in enumerate(untrusted.Lines(path, "metrics file", MAX_LOG_BYTES), 1):
         if not line.strip():
             continue
@@ -124,12 +133,13 @@ def read_metrics(path: Path) -> list[dict]:
                                     "report from the logs instead: launch report LOG_FILE")) from None
         if isinstance(record, dict) and record.get("kind") == "iteration" and _is_count(record.get("iteration")):
             # A damaged file may hold text where numbers belong: what is not a number is not plotted.
-            records.append({**record, **{key: record[key] if _is_number(record.get(key)) else None
-                                         for key in ("loss", "lr", "tokens_per_s", "tflops_per_gpu")}})
-    if not records:
-        raise UserError(Problem(f"{path} holds no iteration metrics",
-                                "the run logged no iteration yet; look at its logs/ for the reason"))
-    return records
+            yield {**record, **{key: record[key] if _is_number(record.get(key)) else None
+                                for key in ("loss", "lr", "tokens_per_s", "tflops_per_gpu")}}
+
+
+def _no_metrics(path: Path) -> UserError:
+    return UserError(Problem(f"{path} holds no iteration metrics",
+                             "the run logged no iteration yet; look at its logs/ for the reason"))
 
 
 def _is_count(value: object) -> bool:
@@ -175,6 +185,36 @@ def series_from_records(records: list[dict]) -> Series:
         warmup=[bool(r.get("warmup")) for r in records],
         validation=[],
         attempts=[int(r.get("attempt") or 1) for r in records],
+    )
+
+
+def series_from_metrics(path: Path) -> Series:
+    """series_from_records(read_metrics(path)), with the records read as they come and thinned as the lines of a
+    log are (verdict.Thinned): a metrics file of millions of records is not kept."""
+    points: Thinned[tuple[int, float | None, float | None, float | None, float | None, bool, int]] = \
+        Thinned(verdict.PLOT_POINTS)
+    restarts: Thinned[int] = Thinned(verdict.PLOT_RESTARTS)
+    previous: int | None = None
+    failure: Exception | None = None  # raised once the file is read, as series_from_records would
+    for r in _metric_records(path):
+        try:
+            attempt = int(r.get("attempt") or 1)
+        except (TypeError, ValueError, OverflowError) as error:
+            failure, attempt = failure or error, 0
+        if previous is not None and attempt != previous:
+            restarts.add(r["iteration"])
+        previous = attempt
+        points.add((r["iteration"], r.get("loss"), r.get("lr"), r.get("tokens_per_s"), r.get("tflops_per_gpu"),
+                    bool(r.get("warmup")), attempt))
+    if not points.seen:
+        raise _no_metrics(path)
+    if failure is not None:
+        raise failure
+    kept = points.items()
+    return Series(
+        iterations=[p[0] for p in kept], loss=[p[1] for p in kept], lr=[p[2] for p in kept],
+        tokens_per_s=[p[3] for p in kept], tflops=[p[4] for p in kept], warmup=[p[5] for p in kept],
+        validation=[], attempts=[p[6] for p in kept], restarts=restarts.items(),
     )
 
 
@@ -419,10 +459,20 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     checkpoint_dir = Path(run.checkpoint_dir)
     slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
     if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
-        attempts = [attempt for path in slurm_logs for attempt in slurm_log.split_attempts(_read_log(path))]
         runlog = RunLog(seq_length=seq if isinstance(seq, int) else None)
-        for attempt in attempts:
-            runlog.feed_attempt(attempt.lines)
+        parser = lp.LogParser()
+
+        def start(_: slurm_log.SlurmAttempt) -> None:  # as RunLog.feed_attempt does for each attempt's lines
+            nonlocal parser
+            runlog.start_attempt()
+            parser = lp.LogParser()
+
+        def take(line: str) -> None:
+            if (event := parser.feed(line)) is not None:
+                runlog.feed(event)
+
+        attempts = [attempt for path in slurm_logs
+                    for attempt in slurm_log.read_attempts(_split_lines(path), start, take)]
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
         _write_summary(run_dir, summary)
@@ -435,7 +485,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         series = series_from_runlog(runlog)
     elif (run_dir / METRICS_FILE).exists():
-        series = series_from_records(read_metrics(run_dir / METRICS_FILE))
+        series = series_from_metrics(run_dir / METRICS_FILE)
         summary = _summary_from_file(run_dir)
     else:
         raise _never_started(run_dir)

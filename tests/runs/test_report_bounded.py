@@ -3,6 +3,7 @@
 value, a bounded sample for the plots. It used to keep every parsed line (about 1.2 KB each)."""
 
 import gc
+import json
 import random
 import statistics
 import tracemalloc
@@ -12,7 +13,14 @@ import pytest
 
 from launcher.runs import logparse as lp
 from launcher.runs import verdict
-from launcher.runs.report import _restarts, runlog_from_logs, series_from_runlog
+from launcher.runs.report import (
+    _restarts,
+    read_metrics,
+    runlog_from_logs,
+    series_from_metrics,
+    series_from_records,
+    series_from_runlog,
+)
 from launcher.runs.verdict import Median, RunLog, Thinned
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "logs"
@@ -130,3 +138,22 @@ def test_a_long_log_gives_the_same_summary_and_a_bounded_plot(tmp_path, monkeypa
     assert 256 <= len(series.iterations) <= 513
     assert series.iterations[0] == 1 and series.iterations[-1] == n and series.loss[-1] == pytest.approx(4.0)
     assert series.warmup[:2] == [True, False] and not any(series.warmup[2:])
+
+
+def test_a_long_metrics_file_is_plotted_from_a_bounded_sample(tmp_path, monkeypatch):
+    """A run directory whose logs are gone is plotted from metrics.jsonl: read as it goes, thinned the same way."""
+    monkeypatch.setattr(verdict, "PLOT_POINTS", 256)
+    path = tmp_path / "metrics.jsonl"
+    with path.open("w") as out:
+        for index in range(20_000):
+            attempt = 1 + index // 7_000  # restarts at records 7,000 and 14,000
+            out.write(json.dumps({"kind": "iteration", "attempt": attempt, "iteration": index + 1 - 100 * (attempt - 1),
+                                  "loss": 5.0, "warmup": index % 7_000 < 2}) + "\n")
+            if index % 1000 == 0:
+                out.write(json.dumps({"kind": "memory", "rank": 0}) + "\n")
+    series = series_from_metrics(path)
+    every = series_from_records(read_metrics(path))
+    assert len(every.iterations) == 20_000 and len(series.iterations) <= 257
+    assert series.iterations[0] == 1 and series.iterations[-1] == every.iterations[-1] == 20_000 - 200
+    assert _restarts(series) == _restarts(every) == [7_001 - 100, 14_001 - 200]
+    assert set(series.attempts) == {1, 2, 3} and series.warmup[0]
