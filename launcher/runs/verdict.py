@@ -8,6 +8,8 @@ tracker file — never from the exit code alone, since Megatron exits 0 on sever
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import statistics
 from array import array
@@ -59,10 +61,11 @@ class Thinned[T]:
 class Median:
     """statistics.median of the numbers added, exactly, without keeping each: a count per distinct value (Megatron
     prints times and rates with a digit or two after the point, so a long log holds few). Past MAX_DISTINCT
-    distinct values (a hostile log), the numbers themselves, 8 bytes each. Numbers are not NaN (logparse leaves a
-    NaN time or rate out)."""
+    distinct values (a hostile log), the numbers themselves, 8 bytes each (and as much again while the median is
+    worked out). Numbers are not NaN (logparse leaves a NaN time or rate out)."""
 
     MAX_DISTINCT = 1 << 16
+    SORT_CHUNK = 1 << 16  # numbers sorted at a time, past MAX_DISTINCT
 
     def __init__(self) -> None:
         self.count = 0
@@ -91,13 +94,25 @@ class Median:
 
     def median(self) -> float:
         if self._counts is None:
-            return statistics.median(self._numbers)
+            return self._merged_median()
         if not self.count:
             raise statistics.StatisticsError("no median for empty data")
         half = self.count // 2
         if self.count % 2:
             return self._nth(half)
         return (self._nth(half - 1) + self._nth(half)) / 2
+
+    def _merged_median(self) -> float:
+        """statistics.median of the numbers kept, without its list of them all (32 bytes a number): sorted a chunk
+        at a time, then merged as needed. heapq.merge takes equal numbers in chunk order, so the order is sorted()'s
+        (0.0 and -0.0 as added)."""
+        numbers, chunk = self._numbers, self.SORT_CHUNK
+        merged = heapq.merge(*(array("d", sorted(numbers[i:i + chunk])) for i in range(0, len(numbers), chunk)))
+        half = len(numbers) // 2
+        if len(numbers) % 2:
+            return next(itertools.islice(merged, half, None))
+        below = next(itertools.islice(merged, half - 1, None))
+        return (below + next(merged)) / 2
 
     def _nth(self, index: int) -> float:
         """The number at `index` of the numbers sorted (sorted() is stable: the zeros in the order added)."""

@@ -42,10 +42,12 @@ def test_thinned_keeps_all_below_its_cap_then_an_even_spread_and_always_the_last
         assert steps == {thinned.stride}  # evenly spread (the last item may come sooner)
 
 
-@pytest.mark.parametrize("max_distinct", [Median.MAX_DISTINCT, 3])
-def test_median_is_statistics_median_to_the_bit(max_distinct, monkeypatch):
-    """Counts per distinct value, or (past MAX_DISTINCT of them) the numbers: the same median, -0.0 included."""
+@pytest.mark.parametrize(("max_distinct", "sort_chunk"), [(Median.MAX_DISTINCT, Median.SORT_CHUNK), (3, 4), (3, 1)])
+def test_median_is_statistics_median_to_the_bit(max_distinct, sort_chunk, monkeypatch):
+    """Counts per distinct value, or (past MAX_DISTINCT of them) the numbers sorted in chunks and merged: the same
+    median, -0.0 included."""
     monkeypatch.setattr(Median, "MAX_DISTINCT", max_distinct)
+    monkeypatch.setattr(Median, "SORT_CHUNK", sort_chunk)
     rng = random.Random(24)
     pool = [0.0, -0.0, 19.4, 19.5, 20.0, 1e-9, 18912.4, -1.0]
     for _ in range(500):
