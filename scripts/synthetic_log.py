@@ -1,10 +1,11 @@
 """A long synthetic Megatron log, for measuring `launch report` on it (docs/hostile-input.md, "Measured").
 
-    python scripts/synthetic_log.py LINES OUT.log
+    python scripts/synthetic_log.py LINES OUT.log [--distinct-times]
 
 tests/fixtures/logs/toy_fp32_1gpu.log's start (argument dump and set-up), then LINES iteration lines in its format
 (log_interval 1, train_iters LINES; about 360 bytes each), a checkpoint save at the end and the end-of-training
-line. Times vary over 200 values, losses decrease with some noise: a plot and a summary have something to show.
+line. Times vary over 200 values (with --distinct-times, each line has its own, printed with 6 decimals: the
+worst case for the median), losses decrease with some noise: a plot and a summary have something to show.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "logs" / 
 
 
 def main(argv: list[str]) -> int:
+    distinct = "--distinct-times" in argv
+    argv = [word for word in argv if word != "--distinct-times"]
     if len(argv) != 2 or not argv[0].isdigit():
         print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
         return 2
@@ -26,10 +29,11 @@ def main(argv: list[str]) -> int:
     with out_path.open("w") as out:
         out.writelines(line + "\n" for line in start[:first])
         for it in range(1, n + 1):
-            ms = 18912.4 if it == 1 else 19.0 + (it * 7919 % 200) / 100
+            ms = 18912.4 if it == 1 else 19.0 + (it * 1e-6 if distinct else (it * 7919 % 200) / 100)
             loss = 4.8 * math.exp(-it / n) + (it * 104729 % 1000) / 1e5
             out.write(f" [2026-11-29 16:02:50.030432] iteration {it:>8}/{n:>8} | consumed samples: {8 * it:>12} | "
-                      f"elapsed time per iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 0.1 | "
+                      f"elapsed time per iteration (ms): {ms:.{6 if distinct else 1}f} | "
+                      "throughput per GPU (TFLOP/s/GPU): 0.1 | "
                       f"learning rate: {1e-3 * (1 - it / n):.6E} | global batch size:     8 | "
                       f"lm loss: {loss:.6E} | loss scale: 1.0 | grad norm: 0.379 | "
                       "number of skipped iterations:   0 | number of nan iterations:   0 |\n")
