@@ -26,9 +26,13 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") and nothing else
 
 
+# The settings of Megatron's argument dump that the verdict and the report read.
+KEPT_ARGUMENTS = frozenset({"save", "seq_length", "train_iters"})
+
 # What the plots keep of a run's iteration lines: at most this many, evenly spread, and always the last one.
 PLOT_POINTS = 4096
 PLOT_RESTARTS = 1024  # restart markers kept the same way (a log that restarts at every line would draw a wall)
+
 
 class Thinned[T]:
     """At most `cap` of the items added, evenly spread: every `stride`-th, the stride doubling (and every other
@@ -288,7 +292,7 @@ class RunLog:
 
     def __init__(self, seq_length: int | None = None) -> None:
         self.seq_length = seq_length
-        self.arguments: dict[str, str] = {}
+        self.arguments: dict[str, str] = {}  # the argument dump's values of KEPT_ARGUMENTS
         self.attempt: Attempt | None = None  # the latest process start
         self.attempt_count = 0
         self._with_lines: Attempt | None = None  # the latest process start that logged an iteration
@@ -421,7 +425,8 @@ class RunLog:
             case lp.IterationLine():
                 return self._take(event)
             case lp.Argument(name=name, value=value):
-                self.arguments[name] = value
+                if name in KEPT_ARGUMENTS:  # a hostile "dump" of millions of names is not kept
+                    self.arguments[name] = value
             case lp.MemoryReport():
                 if self.peak_memory_mb is None or event.max_allocated_mb > self.peak_memory_mb:
                     self.peak_memory_mb = event.max_allocated_mb

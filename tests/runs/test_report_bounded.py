@@ -159,3 +159,13 @@ def test_a_long_metrics_file_is_plotted_from_a_bounded_sample(tmp_path, monkeypa
     assert series.iterations[0] == 1 and series.iterations[-1] == every.iterations[-1] == 20_000 - 200
     assert _restarts(series) == _restarts(every) == [7_001 - 100, 14_001 - 200]
     assert set(series.attempts) == {1, 2, 3} and series.warmup[0]
+
+
+def test_a_hostile_argument_dump_is_not_kept():
+    """Only the settings the verdict reads are kept of the argument dump: a "dump" of 50,000 names costs nothing."""
+    runlog = RunLog()
+    runlog.feed_attempt(["------------------------ arguments ------------------------",
+                         *(f"  name_{i} ........................ {i}" for i in range(50_000)),
+                         "  seq_length ...................... 64", "  save ............................ /ckpt",
+                         "-------------------- end of arguments ---------------------"])
+    assert runlog.arguments == {"seq_length": "64", "save": "/ckpt"}
