@@ -14,19 +14,19 @@ import logging
 import math
 import sys
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import k8s_log, slurm_accounting, slurm_log
+from launcher.runs import k8s_log, slurm_accounting, slurm_log, verdict
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
 from launcher.runs.rundir import open_run_dir
-from launcher.runs.verdict import RunLog, RunSummary, metrics_record
+from launcher.runs.verdict import LineCounts, RunLog, RunSummary, Thinned
 
 PLOTS_DIR = "plots"
 SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
@@ -45,6 +45,7 @@ class Series:
     warmup: list[bool]
     validation: list[tuple[int, float]]
     attempts: list[int]  # which process start logged each line; a change marks a restart
+    restarts: list[int] | None = None  # the first iteration of every later attempt, where known (else: attempts)
 
 
 @dataclass(frozen=True)
@@ -72,9 +73,11 @@ class Report:
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def _read_log(path: Path) -> str:
-    # A regular file of bounded size: /dev/zero or a FIFO given as a log would otherwise be read forever.
-    return untrusted.read_bytes(path, "log", MAX_LOG_BYTES).decode("utf-8", errors="replace")
+def _split_lines(path: Path) -> Iterator[str]:
+    """A log's lines as str.splitlines() splits its text (a carriage return ends one too), read as they are
+    needed from a regular file of bounded size (untrusted.Lines: a line of at most 1 MiB is read)."""
+    for line in untrusted.Lines(path, "log", MAX_LOG_BYTES):
+        yield from line.splitlines() or [""]
 
 
 def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
@@ -84,23 +87,23 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
     for number, path in enumerate(paths, 1):
         # streamed from a regular file of bounded size: /dev/zero or a FIFO given as a log is refused
         lines = untrusted.Lines(path, "log", MAX_LOG_BYTES)
-        before = len(runlog.iteration_lines)
+        runlog.counts = LineCounts()
         runlog.feed_attempt(lines)
-        new = runlog.iteration_lines[before:]
-        cut = [line for line in new if not line.complete]
+        new = runlog.counts
+        cut, first_cut = new.cut, new.first_cut
         truncated = not lines.empty and not lines.ended_with_newline
-        if number < len(paths) and new and cut == [new[-1]]:
-            cut = []  # an attempt killed mid-line and then resumed: expected, not damage
+        if number < len(paths) and new.last is not None and cut == 1 and not new.last.complete:
+            cut = 0  # an attempt killed mid-line and then resumed: expected, not damage
             truncated = False
-        if truncated and new:
+        if truncated and new.last is not None:
             damage.append(Problem(
-                f"log {path} is truncated: its last line stops mid-way, after iteration {new[-1].iteration}",
+                f"log {path} is truncated: its last line stops mid-way, after iteration {new.last.iteration}",
                 "the writer was killed (or is still writing); use --partial to report what is there"))
         elif cut:
             damage.append(Problem(
-                f"log {path} has {len(cut)} garbled iteration line(s), first at iteration {cut[0].iteration}",
+                f"log {path} has {cut} garbled iteration line(s), first at iteration {first_cut}",
                 "use --partial to report the readable lines"))
-    if not runlog.iteration_lines:
+    if not runlog.line_count:
         names = ", ".join(str(p) for p in paths)
         raise UserError(Problem(
             f"no Megatron iteration lines in {names}",
@@ -112,7 +115,14 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
 
 
 def read_metrics(path: Path) -> list[dict]:
-    records = []
+    records = list(_metric_records(path))
+    if not records:
+        raise _no_metrics(path)
+    return records
+
+
+def _metric_records(path: Path) -> Iterator[dict]:
+    """The iteration records of a metrics.jsonl, read as they are needed."""
     for number, line in enumerate(untrusted.Lines(path, "metrics file", MAX_LOG_BYTES), 1):
         if not line.strip():
             continue
@@ -123,12 +133,13 @@ def read_metrics(path: Path) -> list[dict]:
                                     "report from the logs instead: launch report LOG_FILE")) from None
         if isinstance(record, dict) and record.get("kind") == "iteration" and _is_count(record.get("iteration")):
             # A damaged file may hold text where numbers belong: what is not a number is not plotted.
-            records.append({**record, **{key: record[key] if _is_number(record.get(key)) else None
-                                         for key in ("loss", "lr", "tokens_per_s", "tflops_per_gpu")}})
-    if not records:
-        raise UserError(Problem(f"{path} holds no iteration metrics",
-                                "the run logged no iteration yet; look at its logs/ for the reason"))
-    return records
+            yield {**record, **{key: record[key] if _is_number(record.get(key)) else None
+                                for key in ("loss", "lr", "tokens_per_s", "tflops_per_gpu")}}
+
+
+def _no_metrics(path: Path) -> UserError:
+    return UserError(Problem(f"{path} holds no iteration metrics",
+                             "the run logged no iteration yet; look at its logs/ for the reason"))
 
 
 def _is_count(value: object) -> bool:
@@ -140,12 +151,28 @@ def _is_number(value: object) -> bool:
 
 
 def series_from_runlog(runlog: RunLog) -> Series:
-    records = [metrics_record(line, runlog.seq_length, index, position < 2)
-               for index, block in enumerate(runlog.attempts, 1) for position, line in enumerate(block.lines)]
-    series = series_from_records(records)
-    series.validation = [(v.iteration, loss) for v in runlog.validation_points
-                         if v.split == "validation" and (loss := v.values.get("lm loss")) is not None]
-    return series
+    """The plotted series: all lines of a log of up to verdict.PLOT_POINTS of them, an even sample (and the last
+    line) of a longer one; every restart's first iteration (up to verdict.PLOT_RESTARTS of them)."""
+    seq = runlog.seq_length
+    points = runlog.points.items()
+    return Series(
+        iterations=[p.iteration for p in points],
+        loss=[p.loss for p in points],
+        lr=[p.lr for p in points],
+        tokens_per_s=[_tokens_per_s(p.global_batch_size, seq, p.ms_per_iter) for p in points],
+        tflops=[p.tflops_per_gpu for p in points],
+        warmup=[p.warmup for p in points],
+        validation=runlog.validation_curve.items(),
+        attempts=[p.attempt for p in points],
+        restarts=runlog.restarts.items(),
+    )
+
+
+def _tokens_per_s(global_batch_size: int | None, seq_length: int | None, ms: float | None) -> float | None:
+    """As verdict.metrics_record works it out for metrics.jsonl."""
+    if seq_length and global_batch_size and ms:
+        return round(global_batch_size * seq_length / (ms / 1000.0), 1)
+    return None
 
 
 def series_from_records(records: list[dict]) -> Series:
@@ -158,6 +185,36 @@ def series_from_records(records: list[dict]) -> Series:
         warmup=[bool(r.get("warmup")) for r in records],
         validation=[],
         attempts=[int(r.get("attempt") or 1) for r in records],
+    )
+
+
+def series_from_metrics(path: Path) -> Series:
+    """series_from_records(read_metrics(path)), with the records read as they come and thinned as the lines of a
+    log are (verdict.Thinned): a metrics file of millions of records is not kept."""
+    points: Thinned[tuple[int, float | None, float | None, float | None, float | None, bool, int]] = \
+        Thinned(verdict.PLOT_POINTS)
+    restarts: Thinned[int] = Thinned(verdict.PLOT_RESTARTS)
+    previous: int | None = None
+    failure: Exception | None = None  # raised once the file is read, as series_from_records would
+    for r in _metric_records(path):
+        try:
+            attempt = int(r.get("attempt") or 1)
+        except (TypeError, ValueError, OverflowError) as error:
+            failure, attempt = failure or error, 0
+        if previous is not None and attempt != previous:
+            restarts.add(r["iteration"])
+        previous = attempt
+        points.add((r["iteration"], r.get("loss"), r.get("lr"), r.get("tokens_per_s"), r.get("tflops_per_gpu"),
+                    bool(r.get("warmup")), attempt))
+    if not points.seen:
+        raise _no_metrics(path)
+    if failure is not None:
+        raise failure
+    kept = points.items()
+    return Series(
+        iterations=[p[0] for p in kept], loss=[p[1] for p in kept], lr=[p[2] for p in kept],
+        tokens_per_s=[p[3] for p in kept], tflops=[p[4] for p in kept], warmup=[p[5] for p in kept],
+        validation=[], attempts=[p[6] for p in kept], restarts=restarts.items(),
     )
 
 
@@ -191,6 +248,8 @@ def _points(xs: list[int], ys: list[float | None], keep: list[bool] | None = Non
 
 def _restarts(series: Series) -> list[int]:
     """The first iteration of every attempt after the first (a resumed or requeued run)."""
+    if series.restarts is not None:
+        return series.restarts
     return [series.iterations[i] for i in range(1, len(series.iterations))
             if series.attempts[i] != series.attempts[i - 1]]
 
@@ -198,14 +257,18 @@ def _restarts(series: Series) -> list[int]:
 def _plot_attempts(axes, series: Series, values: list[float | None], keep: list[bool] | None = None,
                    **style) -> list[float]:
     """One line per attempt (a resumed run repeats iterations since its checkpoint); the values drawn."""
+    by_attempt: dict[int, tuple[list[int], list[float]]] = {}
+    for i, (attempt, x, y) in enumerate(zip(series.attempts, series.iterations, values, strict=True)):
+        kept_x, kept_y = by_attempt.setdefault(attempt, ([], []))
+        if y is not None and not math.isnan(y) and (keep is None or keep[i]):
+            kept_x.append(x)
+            kept_y.append(y)
     drawn: list[float] = []
     label = style.pop("label", None)
-    for attempt in dict.fromkeys(series.attempts):
-        mask = [a == attempt and (keep is None or keep[i]) for i, a in enumerate(series.attempts)]
-        x, y = _points(series.iterations, values, mask)
-        if y:
-            axes.plot(x, y, marker=".", label=label if not drawn else None, **style)
-            drawn += y
+    for xs, ys in by_attempt.values():
+        if ys:
+            axes.plot(xs, ys, marker=".", label=label if not drawn else None, **style)
+            drawn += ys
     return drawn
 
 
@@ -396,10 +459,20 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     checkpoint_dir = Path(run.checkpoint_dir)
     slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
     if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
-        attempts = [attempt for path in slurm_logs for attempt in slurm_log.split_attempts(_read_log(path))]
         runlog = RunLog(seq_length=seq if isinstance(seq, int) else None)
-        for attempt in attempts:
-            runlog.feed_attempt(attempt.lines)
+        parser = lp.LogParser()
+
+        def start(_: slurm_log.SlurmAttempt) -> None:  # as RunLog.feed_attempt does for each attempt's lines
+            nonlocal parser
+            runlog.start_attempt()
+            parser = lp.LogParser()
+
+        def take(line: str) -> None:
+            if (event := parser.feed(line)) is not None:
+                runlog.feed(event)
+
+        attempts = [attempt for path in slurm_logs
+                    for attempt in slurm_log.read_attempts(_split_lines(path), start, take)]
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
         _write_summary(run_dir, summary)
@@ -412,7 +485,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         series = series_from_runlog(runlog)
     elif (run_dir / METRICS_FILE).exists():
-        series = series_from_records(read_metrics(run_dir / METRICS_FILE))
+        series = series_from_metrics(run_dir / METRICS_FILE)
         summary = _summary_from_file(run_dir)
     else:
         raise _never_started(run_dir)

@@ -8,6 +8,7 @@ gets its line from the next attempt. The log is appended to across requeues, so 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,18 +38,30 @@ def job_logs(run_dir: Path) -> list[Path]:
 
 def split_attempts(text: str) -> list[SlurmAttempt]:
     """The attempts in one job's log, each with its lines (output before the first start is dropped)."""
+    return read_attempts(text.splitlines())
+
+
+def read_attempts(lines: Iterable[str], on_start: Callable[[SlurmAttempt], None] | None = None,
+                  on_line: Callable[[str], None] | None = None) -> list[SlurmAttempt]:
+    """split_attempts on lines as they are read: with `on_line`, each line of an attempt goes there instead of
+    into its SlurmAttempt.lines (a log of millions of lines is then not kept); `on_start` is told of each start."""
     attempts: list[SlurmAttempt] = []
     endings: dict[int, str] = {}
-    for line in text.splitlines():
+    for line in lines:
         start = _START.match(line)
         if start:
             attempts.append(SlurmAttempt(start["job"], int(start["n"])))
+            if on_start is not None:
+                on_start(attempts[-1])
             continue
         end = _END.match(line)
         if end:
             endings.setdefault(int(end["n"]), end["why"])
         elif attempts:
-            attempts[-1].lines.append(line)
+            if on_line is None:
+                attempts[-1].lines.append(line)
+            else:
+                on_line(line)
     for attempt in attempts:
         attempt.ended = endings.get(attempt.number)
     return attempts

@@ -8,11 +8,15 @@ tracker file — never from the exit code alone, since Megatron exits 0 on sever
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import statistics
+from array import array
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import NamedTuple, cast
 
 from launcher import untrusted
 from launcher.runs import logparse as lp
@@ -22,19 +26,158 @@ TRACKER_FILE = "latest_checkpointed_iteration.txt"
 MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") and nothing else
 
 
-@dataclass
+# The settings of Megatron's argument dump that the verdict and the report read.
+KEPT_ARGUMENTS = frozenset({"save", "seq_length", "train_iters"})
+
+# What the plots keep of a run's iteration lines: at most this many, evenly spread, and always the last one.
+PLOT_POINTS = 4096
+PLOT_RESTARTS = 1024  # restart markers kept the same way (a log that restarts at every line would draw a wall)
+
+
+class Thinned[T]:
+    """At most `cap` of the items added, evenly spread: every `stride`-th, the stride doubling (and every other
+    item kept dropped) when `cap` is reached; the last item added is always in `items()`. Memory does not grow
+    with the number of items, so a log of millions of lines costs what one of a few thousand does."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(2, cap)
+        self.stride = 1
+        self.seen = 0
+        self._kept: list[T] = []
+        self._last: T | None = None
+
+    def add(self, item: T) -> None:
+        if self.seen % self.stride == 0:
+            self._kept.append(item)
+            if len(self._kept) >= self.cap:
+                self._kept = self._kept[::2]
+                self.stride *= 2
+        self._last = item
+        self.seen += 1
+
+    def items(self) -> list[T]:
+        """The kept items in the order added; the last one added too, if its index was not kept."""
+        if self.seen and (self.seen - 1) % self.stride != 0:
+            return [*self._kept, cast(T, self._last)]
+        return list(self._kept)
+
+
+class Median:
+    """statistics.median of the numbers added, exactly, without keeping each: a count per distinct value (Megatron
+    prints times and rates with a digit or two after the point, so a long log holds few). Past MAX_DISTINCT
+    distinct values (a hostile log), the numbers themselves, 8 bytes each (and as much again while the median is
+    worked out). Numbers are not NaN (logparse leaves a NaN time or rate out)."""
+
+    MAX_DISTINCT = 1 << 16
+    SORT_CHUNK = 1 << 16  # numbers sorted at a time, past MAX_DISTINCT
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._counts: dict[float, int] | None = {}
+        # 0.0 and -0.0 are one dict key but print differently; sorted() keeps them in the order added, so do we
+        self._zeros = array("d")
+        self._numbers = array("d")  # every number, once there are too many distinct ones
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        counts = self._counts
+        if counts is None:
+            self._numbers.append(value)
+        elif value == 0:
+            self._zeros.append(value)
+        else:
+            counts[value] = counts.get(value, 0) + 1
+            if len(counts) > self.MAX_DISTINCT:
+                self._numbers = array("d", self._zeros)
+                for number, times in counts.items():
+                    self._numbers.extend([number] * times)
+                self._counts, self._zeros = None, array("d")
+
+    def median(self) -> float:
+        if self._counts is None:
+            return self._merged_median()
+        if not self.count:
+            raise statistics.StatisticsError("no median for empty data")
+        half = self.count // 2
+        if self.count % 2:
+            return self._nth(half)
+        return (self._nth(half - 1) + self._nth(half)) / 2
+
+    def _merged_median(self) -> float:
+        """statistics.median of the numbers kept, without its list of them all (32 bytes a number): sorted a chunk
+        at a time, then merged as needed. heapq.merge takes equal numbers in chunk order, so the order is sorted()'s
+        (0.0 and -0.0 as added)."""
+        numbers, chunk = self._numbers, self.SORT_CHUNK
+        merged = heapq.merge(*(array("d", sorted(numbers[i:i + chunk])) for i in range(0, len(numbers), chunk)))
+        half = len(numbers) // 2
+        if len(numbers) % 2:
+            return next(itertools.islice(merged, half, None))
+        below = next(itertools.islice(merged, half - 1, None))
+        return (below + next(merged)) / 2
+
+    def _nth(self, index: int) -> float:
+        """The number at `index` of the numbers sorted (sorted() is stable: the zeros in the order added)."""
+        counts = cast(dict[float, int], self._counts)
+        position = 0
+        zeros_placed = False
+        for value in sorted(counts):
+            if value > 0 and not zeros_placed:
+                if index < position + len(self._zeros):
+                    return self._zeros[index - position]
+                position += len(self._zeros)
+                zeros_placed = True
+            position += counts[value]
+            if index < position:
+                return value
+        return self._zeros[index - position]  # no positive number: the zeros come last
+
+
+class PlotPoint(NamedTuple):
+    """What the plots need of one iteration line (tokens/s is worked out when the series is made)."""
+
+    iteration: int
+    attempt: int
+    warmup: bool
+    loss: float | None
+    lr: float | None
+    global_batch_size: int | None
+    ms_per_iter: float | None
+    tflops_per_gpu: float | None
+
+
+@dataclass(slots=True)
 class Attempt:
-    """One process start: the iteration lines it logged, in order."""
+    """One process start: what the verdict needs of its iteration lines, not the lines (a log may hold millions).
 
-    lines: list[lp.IterationLine] = field(default_factory=list)
+    The lines' other numbers are folded into RunLog as they come (medians, sums, the last loss), and a bounded
+    sample of them is kept for the plots (RunLog.points)."""
+
+    number: int  # 1 for the first process start
     loaded_iteration: int | None = None
-    # Iterations proven done by a checkpoint save or memory report (lines come only every log_interval).
-    finished: list[int] = field(default_factory=list)
+    line_count: int = 0
+    last_iteration: int | None = None
+    # The furthest iteration proven done by a checkpoint save or memory report (lines come only every log_interval).
+    finished: int | None = None
+    timed_count: int = 0  # lines that report a time
+    first_timed: list[tuple[int, float]] = field(default_factory=list)  # the first two: (iteration, ms per iteration)
+    first_skipped: int = 0  # the first line's counts, which the second line repeats (see RunLog._interval_total)
+    first_nan: int = 0
 
-
-def _timed_lines(attempt: Attempt) -> list[tuple[int, float]]:
-    """(iteration, ms per iteration) of the attempt's lines that report a time."""
-    return [(line.iteration, line.elapsed_ms) for line in attempt.lines if line.elapsed_ms is not None]
+    def two_line_estimate(self) -> float | None:
+        """With only two timed lines, the second line's average still contains iteration 1, so subtract it:
+        line 2 covers iterations a..b (n = b-a+1) at mean t2, line 1 is iteration a alone at t1."""
+        if self.timed_count != 2:
+            return None
+        (first_iteration, first_ms), (second_iteration, second_ms) = self.first_timed
+        n = second_iteration - first_iteration + 1
+        if n > 1:
+            estimate = (n * second_ms - first_ms) / (n - 1)
+            if estimate > 0:
+                return estimate
+        return None
 
 
 def metrics_record(line: lp.IterationLine, seq_length: int | None, attempt: int, first: bool) -> dict:
@@ -131,22 +274,49 @@ def json_safe(value):
     return value
 
 
+@dataclass
+class LineCounts:
+    """Iteration lines taken since RunLog.counts was last reset (a report resets it for each log file)."""
+
+    lines: int = 0
+    cut: int = 0  # lines cut before their last field (IterationLine.complete False)
+    first_cut: int | None = None  # the first such line's iteration
+    last: lp.IterationLine | None = None
+
+
 class RunLog:
-    """Accumulates events of a run; `feed` returns a metrics record for each iteration line."""
+    """Accumulates events of a run; `feed` returns a metrics record for each iteration line.
+
+    Memory does not grow with the number of lines: what the summary needs is folded in as lines come (the two
+    medians as counts per distinct value, see Median), and the plots get a bounded sample (Thinned)."""
 
     def __init__(self, seq_length: int | None = None) -> None:
         self.seq_length = seq_length
-        self.arguments: dict[str, str] = {}
-        self.attempts: list[Attempt] = []
-        self.memory: list[lp.MemoryReport] = []
+        self.arguments: dict[str, str] = {}  # the argument dump's values of KEPT_ARGUMENTS
+        self.attempt: Attempt | None = None  # the latest process start
+        self.attempt_count = 0
+        self._with_lines: Attempt | None = None  # the latest process start that logged an iteration
+        self.line_count = 0
+        self.last_line: lp.IterationLine | None = None
+        self._last_attempt_number = 0  # the attempt of the latest line
+        self.counts = LineCounts()
+        self.points: Thinned[PlotPoint] = Thinned(PLOT_POINTS)
+        self.restarts: Thinned[int] = Thinned(PLOT_RESTARTS)  # the first iteration of every later attempt
+        self._last_loss: float | None = None
+        self._steady_ms = Median()  # ms of the 3rd and later timed lines of each attempt
+        self._tflops_values = Median()  # TFLOP/s (when not 0) of the 3rd and later lines of each attempt
+        self._earlier_estimate: float | None = None  # the latest earlier attempt's Attempt.two_line_estimate()
+        self._skipped = 0
+        self._nan = 0
+        self.peak_memory_mb: float | None = None  # max allocated over ranks and reports
         self.theoretical: lp.TheoreticalMemory | None = None
         self.saved: list[int] = []
-        self.loaded: list[int] = []
         self.validation: dict[str, float] = {}
-        self.validation_points: list[lp.Validation] = []
-        self.exits: list[lp.ExitLine] = []
-        self.errors: list[str] = []
-        self.result_failures: list[lp.ResultValidationFailure] = []
+        self.validation_curve: Thinned[tuple[int, float]] = Thinned(PLOT_POINTS)  # (iteration, lm loss)
+        self.last_exit: lp.ExitLine | None = None
+        self.first_error: str | None = None
+        self.first_other_error: str | None = None  # the first that is not torchrun's SignalException
+        self.first_result_failure: lp.ResultValidationFailure | None = None
         self.training_done = False
         self._traceback_seen = False
         self._new_attempt_pending = True
@@ -157,7 +327,7 @@ class RunLog:
         Numbers (iterations, memory, checkpoints) span all attempts; the verdict is the last attempt's, so an
         error that a resume got past does not fail the run."""
         self._new_attempt_pending = True
-        self.exits, self.errors, self.result_failures = [], [], []
+        self.last_exit = self.first_error = self.first_other_error = self.first_result_failure = None
         self.training_done = False
         self._traceback_seen = False
 
@@ -168,14 +338,9 @@ class RunLog:
             self.feed(event)
 
     @property
-    def iteration_lines(self) -> list[lp.IterationLine]:
-        return [line for attempt in self.attempts for line in attempt.lines]
-
-    @property
     def train_iters(self) -> int | None:
-        lines = self.iteration_lines
-        if lines:
-            return lines[-1].train_iters
+        if self.last_line is not None:
+            return self.last_line.train_iters
         value = lp.argument_value(self.arguments.get("train_iters", "None"))
         return value if isinstance(value, int) else None
 
@@ -183,68 +348,120 @@ class RunLog:
     def reached_iteration(self) -> int | None:
         """The furthest iteration the run is known to have finished: logged lines come every log_interval,
         but a checkpoint or memory report after a later iteration proves it was reached too."""
-        attempt = next((a for a in reversed(self.attempts) if a.lines), None)
-        if attempt is None:
+        attempt = self._with_lines
+        if attempt is None or attempt.last_iteration is None:
             return None
-        return max([attempt.lines[-1].iteration, *attempt.finished])
+        if attempt.finished is None:
+            return attempt.last_iteration
+        return max(attempt.last_iteration, attempt.finished)
 
-    @property
-    def peak_memory_mb(self) -> float | None:
-        return max((m.max_allocated_mb for m in self.memory), default=None)
+    def _new_attempt(self) -> Attempt:
+        if self.attempt is not None and (estimate := self.attempt.two_line_estimate()) is not None:
+            self._earlier_estimate = estimate
+        self.attempt_count += 1
+        self.attempt = Attempt(self.attempt_count)
+        return self.attempt
 
     def _attempt(self) -> Attempt:
-        if self._new_attempt_pending or not self.attempts:
-            self.attempts.append(Attempt())
+        if self._new_attempt_pending or self.attempt is None:
             self._new_attempt_pending = False
-        return self.attempts[-1]
+            return self._new_attempt()
+        return self.attempt
+
+    def _finished(self, iteration: int) -> None:
+        if self.attempt is not None:
+            finished = self.attempt.finished
+            self.attempt.finished = iteration if finished is None else max(finished, iteration)
+
+    def _take(self, line: lp.IterationLine) -> dict | None:
+        attempt = self._attempt()
+        if attempt.last_iteration is not None and line.iteration == attempt.last_iteration:
+            return None  # the same iteration printed by another rank (the simple loop: every rank)
+        if attempt.last_iteration is not None and line.iteration < attempt.last_iteration:
+            # Iterations went backwards inside one stream: a restart from a checkpoint.
+            attempt = self._new_attempt()
+        position = attempt.line_count
+        first = position < 2
+        if self.line_count and self._last_attempt_number != attempt.number:
+            self.restarts.add(line.iteration)
+        self._last_attempt_number = attempt.number
+        attempt.line_count += 1
+        attempt.last_iteration = line.iteration
+        self._with_lines = attempt
+        if line.elapsed_ms is not None:
+            if attempt.timed_count < 2:
+                attempt.first_timed.append((line.iteration, line.elapsed_ms))
+            else:
+                self._steady_ms.add(line.elapsed_ms)
+            attempt.timed_count += 1
+        if position >= 2 and line.tflops_per_gpu:
+            self._tflops_values.add(line.tflops_per_gpu)
+        # Per-interval counts: the first line of an attempt is not reset, so the second repeats it.
+        skipped, nan = line.skipped_iterations or 0, line.nan_iterations or 0
+        if position == 0:
+            attempt.first_skipped, attempt.first_nan = skipped, nan
+        elif position == 1:
+            self._skipped -= attempt.first_skipped
+            self._nan -= attempt.first_nan
+        self._skipped += skipped
+        self._nan += nan
+        if line.lm_loss is not None:
+            self._last_loss = line.lm_loss
+        self.line_count += 1
+        self.last_line = line
+        counts = self.counts
+        counts.lines += 1
+        counts.last = line
+        if not line.complete:
+            counts.cut += 1
+            if counts.first_cut is None:
+                counts.first_cut = line.iteration
+        self.points.add(PlotPoint(line.iteration, attempt.number, first, line.lm_loss, line.learning_rate,
+                                  line.global_batch_size, line.elapsed_ms, line.tflops_per_gpu))
+        return metrics_record(line, self._seq_length(), attempt.number, first)
 
     def feed(self, event: lp.Event | None) -> dict | None:
         match event:
             case lp.IterationLine():
-                attempt = self._attempt()
-                if attempt.lines and event.iteration == attempt.lines[-1].iteration:
-                    return None  # the same iteration printed by another rank (the simple loop: every rank)
-                if attempt.lines and event.iteration < attempt.lines[-1].iteration:
-                    # Iterations went backwards inside one stream: a restart from a checkpoint.
-                    self.attempts.append(Attempt())
-                    attempt = self.attempts[-1]
-                first = len(attempt.lines) < 2
-                attempt.lines.append(event)
-                return metrics_record(event, self._seq_length(), len(self.attempts), first)
+                return self._take(event)
             case lp.Argument(name=name, value=value):
-                self.arguments[name] = value
+                if name in KEPT_ARGUMENTS:  # a hostile "dump" of millions of names is not kept
+                    self.arguments[name] = value
             case lp.MemoryReport():
-                self.memory.append(event)
-                if self.attempts:
-                    self.attempts[-1].finished.append(event.after_iterations)
+                if self.peak_memory_mb is None or event.max_allocated_mb > self.peak_memory_mb:
+                    self.peak_memory_mb = event.max_allocated_mb
+                self._finished(event.after_iterations)
                 return {"kind": "memory", **asdict(event)}
             case lp.TheoreticalMemory():
                 self.theoretical = event
             case lp.CheckpointSaved():
                 self.saved.append(event.iteration)
-                if self.attempts:
-                    self.attempts[-1].finished.append(event.iteration)
+                self._finished(event.iteration)
             case lp.CheckpointLoaded():
-                self.loaded.append(event.iteration)
                 self.start_attempt()
                 self._attempt().loaded_iteration = event.iteration
             case lp.Validation():
-                self.validation_points.append(event)
                 name = "test" if event.split == "test" else "validation"
+                if event.split == "validation" and (loss := event.values.get("lm loss")) is not None:
+                    self.validation_curve.add((event.iteration, loss))
                 for metric, amount in event.values.items():
                     self.validation[f"{name} {metric}"] = amount
             case lp.ExitLine():
-                self.exits.append(event)
+                self.last_exit = event
             case lp.Milestone(name="after training is done"):
                 self.training_done = True
             case lp.ResultValidationFailure():
-                self.result_failures.append(event)
+                if self.first_result_failure is None:
+                    self.first_result_failure = event
             case lp.ErrorLine(kind="traceback"):
                 self._traceback_seen = True
             case lp.ErrorLine(text=text, kind=kind):
                 # An exception line alone may be a logged, handled one; after a traceback it is a crash.
                 if kind == "fatal" or self._traceback_seen:
-                    self.errors.append(text)
+                    if self.first_error is None:
+                        self.first_error = text
+                    if self.first_other_error is None and "SignalException" not in text:
+                        self.first_other_error = text
         return None
 
     def _seq_length(self) -> int | None:
@@ -257,45 +474,21 @@ class RunLog:
     # ------------------------------------------------------------------------------------------ summary
 
     def steady_ms_per_iter(self) -> float | None:
-        """Median ms/iter over lines that exclude start-up (3rd and later of each attempt, reference §4).
-
-        With only two lines in an attempt, the second line's average still contains iteration 1, so subtract it:
-        line 2 covers iterations a..b (n = b-a+1) at mean t2, line 1 is iteration a alone at t1.
-        """
-        steady: list[float] = []
-        for attempt in self.attempts:
-            steady += [ms for _, ms in _timed_lines(attempt)][2:]
-        if steady:
-            return statistics.median(steady)
-        for attempt in reversed(self.attempts):
-            timed = _timed_lines(attempt)
-            if len(timed) == 2:
-                (first_iteration, first_ms), (second_iteration, second_ms) = timed
-                n = second_iteration - first_iteration + 1
-                if n > 1:
-                    estimate = (n * second_ms - first_ms) / (n - 1)
-                    if estimate > 0:
-                        return estimate
-        return None
+        """Median ms/iter over lines that exclude start-up (3rd and later timed lines of each attempt, reference
+        §4); without any, the latest attempt's estimate from two lines (Attempt.two_line_estimate)."""
+        if self._steady_ms:
+            return self._steady_ms.median()
+        if self.attempt is not None and (estimate := self.attempt.two_line_estimate()) is not None:
+            return estimate
+        return self._earlier_estimate
 
     def _steady_tflops(self) -> float | None:
-        values = [line.tflops_per_gpu for a in self.attempts for line in a.lines[2:] if line.tflops_per_gpu]
-        return statistics.median(values) if values else None
-
-    def _interval_total(self, attribute: str) -> int:
-        """Sum per-interval counts; the first line of an attempt is not reset, so the next line repeats it."""
-        total = 0
-        for attempt in self.attempts:
-            counts = [getattr(line, attribute) or 0 for line in attempt.lines]
-            total += sum(counts[1:]) if len(counts) > 1 else sum(counts)
-        return total
+        return self._tflops_values.median() if self._tflops_values else None
 
     def summary(self, checkpoint_dir: Path | None = None, exit_code: int | None = None) -> RunSummary:
-        lines = self.iteration_lines
-        last = lines[-1] if lines else None
+        last = self.last_line
         train_iters = self.train_iters
         tracker = read_tracker(checkpoint_dir) if checkpoint_dir else None
-        final_loss = next((line.lm_loss for line in reversed(lines) if line.lm_loss is not None), None)
         ms = self.steady_ms_per_iter()
         gbs = last.global_batch_size if last else None
         seq = self._seq_length()
@@ -304,17 +497,13 @@ class RunLog:
         return RunSummary(
             outcome=outcome, reasons=reasons,
             last_iteration=self.reached_iteration, train_iters=train_iters,
-            final_loss=final_loss, steady_ms_per_iter=ms, steady_tokens_per_s=tokens,
+            final_loss=self._last_loss, steady_ms_per_iter=ms, steady_tokens_per_s=tokens,
             steady_tflops_per_gpu=self._steady_tflops(), peak_memory_mb=self.peak_memory_mb,
             theoretical_memory_mb=self.theoretical.total_mb if self.theoretical else None,
             checkpoints_saved=list(self.saved), tracker_iteration=tracker,
-            skipped_iterations=self._interval_total("skipped_iterations"),
-            nan_iterations=self._interval_total("nan_iterations"),
-            validation=dict(self.validation), attempts=len(self.attempts), exit_code=exit_code,
+            skipped_iterations=self._skipped, nan_iterations=self._nan,
+            validation=dict(self.validation), attempts=self.attempt_count, exit_code=exit_code,
         )
-
-    def _last_loss(self) -> float | None:
-        return next((line.lm_loss for line in reversed(self.iteration_lines) if line.lm_loss is not None), None)
 
     def _checkpoint_failures(self, reached_end: bool, checkpoint_dir: Path | None, tracker: str | None) -> list[str]:
         save_configured = self.arguments.get("save", "None") != "None"
@@ -325,21 +514,21 @@ class RunLog:
         failures: list[str] = []
         # A signal passed on to torchrun: Megatron's handler saves and exits 0, but torchrun itself then raises
         # SignalException and exits 1. That exit code and traceback are the signal's, not a failure.
-        by_signal = bool(self.exits) and self.exits[-1].reason == "signal" and bool(self.saved)
-        errors = [e for e in self.errors if not (by_signal and "SignalException" in e)]
-        if exit_code not in (None, 0) and not (by_signal and not errors):
+        by_signal = self.last_exit is not None and self.last_exit.reason == "signal" and bool(self.saved)
+        error = self.first_other_error if by_signal else self.first_error
+        if exit_code not in (None, 0) and not (by_signal and not error):
             failures.append(f"exit code {exit_code}")
-        if errors:
-            failures.append(f"error in log: {errors[0][:160]}")
-        if self.result_failures:
-            failure = self.result_failures[0]
+        if error:
+            failures.append(f"error in log: {error[:160]}")
+        if self.first_result_failure:
+            failure = self.first_result_failure
             where = f" at iteration {failure.iteration}" if failure.iteration else ""
             failures.append(f"result validation failed{where}: {failure.message[:120]}")
         if last is None:
             failures.append("no iteration was logged")
         elif last.nan_iterations and last.lm_loss is None:
             failures.append(f"loss is NaN: {last.nan_iterations} NaN iteration(s) in the last logged interval")
-        elif (loss := self._last_loss()) is not None and not math.isfinite(loss):
+        elif (loss := self._last_loss) is not None and not math.isfinite(loss):
             failures.append(f"loss is {loss}: the last logged lm loss is not a number")
         reached = self.reached_iteration
         reached_end = self.training_done or (reached is not None and train_iters is not None
@@ -349,8 +538,8 @@ class RunLog:
             return "failed", failures
         if reached_end:
             return "success", []
-        if self.exits:
-            how = self.exits[-1]
+        if self.last_exit:
+            how = self.last_exit
             saved = f"checkpoint at {self.saved[-1]}" if self.saved else "no checkpoint saved"
             return "stopped", [f"exited on {how.reason} ({how.detail}), {saved}"]
         return "failed", [f"the log ends at iteration {last.iteration} of {train_iters} without an exit line"

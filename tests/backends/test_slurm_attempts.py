@@ -46,6 +46,23 @@ def test_attempts_and_how_each_ended():
     assert len(attempts[1].lines) == 4  # the load line and two iterations, and the requeue note
 
 
+def test_read_attempts_hands_the_lines_on_and_keeps_none(tmp_path):
+    """`launch report` reads a Slurm log as it goes (it may hold millions of lines), split as str.splitlines()
+    splits the whole text: a carriage return, CRLF, a form feed end a line too; a line may be empty."""
+    from launcher.runs.report import _split_lines
+
+    tricky = JOB_LOG.replace("\n", "\r\n", 3) + "\n\nprogress 1%\rprogress 2%\x0cpage\x85next\n" + iteration(7, 6)
+    (tmp_path / "slurm-7.out").write_bytes(tricky.encode())
+    assert list(_split_lines(tmp_path / "slurm-7.out")) == tricky.splitlines()
+    starts: list[tuple[str, int]] = []
+    taken: list[str] = []
+    attempts = slurm_log.read_attempts(tricky.splitlines(), lambda a: starts.append((a.job, a.number)), taken.append)
+    kept = slurm_log.split_attempts(tricky)
+    assert [(a.job, a.number, a.ended) for a in attempts] == [(a.job, a.number, a.ended) for a in kept]
+    assert starts == [("7", 1), ("7", 2), ("7", 3)] and all(not a.lines for a in attempts)
+    assert taken == [line for a in kept for line in a.lines]
+
+
 def test_report_on_a_slurm_run_directory_lists_the_attempts(tmp_path):
     run_dir = write_run_dir(tmp_path / "runs" / "345m-20261201T100000Z", preset={"name": "345m", "megatron": {}},
                             manifest={"checkpoint_dir": str(tmp_path / "ckpt")}, argv=["sbatch", "job.sbatch"],

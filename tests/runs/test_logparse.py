@@ -149,5 +149,6 @@ def test_upstream_simple_loop_lines():
     for event in lp.parse_lines(lines):
         runlog.feed(event)
     summary = runlog.summary(exit_code=0)
-    assert [line.iteration for line in runlog.iteration_lines] == [1, 2, 3, 4, 5]
+    # the lines kept for the plots: all of them, below verdict.PLOT_POINTS
+    assert runlog.line_count == 5 and [point.iteration for point in runlog.points.items()] == [1, 2, 3, 4, 5]
     assert summary.final_loss == pytest.approx(4.6146) and summary.outcome == "success"

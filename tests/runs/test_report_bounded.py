@@ -1,0 +1,171 @@
+"""`launch report` keeps what it needs of a log's iteration lines in memory that does not grow with their number
+(docs/hostile-input.md, "Measured"): running numbers for the summary, the two exact medians as counts per distinct
+value, a bounded sample for the plots. It used to keep every parsed line (about 1.2 KB each)."""
+
+import gc
+import json
+import random
+import statistics
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from launcher.runs import logparse as lp
+from launcher.runs import verdict
+from launcher.runs.report import (
+    _restarts,
+    read_metrics,
+    runlog_from_logs,
+    series_from_metrics,
+    series_from_records,
+    series_from_runlog,
+)
+from launcher.runs.verdict import Median, RunLog, Thinned
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "logs"
+
+
+def test_thinned_keeps_all_below_its_cap_then_an_even_spread_and_always_the_last():
+    small: Thinned[int] = Thinned(8)
+    for i in range(7):
+        small.add(i)
+    assert small.items() == list(range(7))
+    for n in (8, 9, 100, 1001, 4096, 65537):
+        thinned: Thinned[int] = Thinned(64)
+        for i in range(n):
+            thinned.add(i)
+        kept = thinned.items()
+        assert kept[0] == 0 and kept[-1] == n - 1 and kept == sorted(set(kept))
+        assert min(n, 32) <= len(kept) <= 65  # all, or between half the cap and the cap, and the last item
+        steps = {b - a for a, b in zip(kept[:-2], kept[1:-1], strict=True)}
+        assert steps == {thinned.stride}  # evenly spread (the last item may come sooner)
+
+
+@pytest.mark.parametrize(("max_distinct", "sort_chunk"), [(Median.MAX_DISTINCT, Median.SORT_CHUNK), (3, 4), (3, 1)])
+def test_median_is_statistics_median_to_the_bit(max_distinct, sort_chunk, monkeypatch):
+    """Counts per distinct value, or (past MAX_DISTINCT of them) the numbers sorted in chunks and merged: the same
+    median, -0.0 included."""
+    monkeypatch.setattr(Median, "MAX_DISTINCT", max_distinct)
+    monkeypatch.setattr(Median, "SORT_CHUNK", sort_chunk)
+    rng = random.Random(24)
+    pool = [0.0, -0.0, 19.4, 19.5, 20.0, 1e-9, 18912.4, -1.0]
+    for _ in range(500):
+        numbers = [rng.choice(pool) if rng.random() < 0.8 else rng.uniform(0, 40) for _ in range(rng.randrange(1, 40))]
+        median = Median()
+        for number in numbers:
+            median.add(number)
+        assert repr(median.median()) == repr(statistics.median(numbers)), numbers
+    assert not Median()
+    with pytest.raises(statistics.StatisticsError):
+        Median().median()
+
+
+def iteration_events(n: int, train_iters: int, restart_every: int = 0):
+    """n lines as parse_lines gives them (log_interval 1); with restart_every, a resume from a checkpoint
+    restart_every // 2 iterations back every restart_every lines."""
+    iteration = 0
+    for index in range(n):
+        iteration += 1
+        if restart_every and index and index % restart_every == 0:
+            iteration -= restart_every // 2
+        yield lp.IterationLine(
+            iteration=iteration, train_iters=train_iters, elapsed_ms=19.0 + index % 7, consumed_samples=8 * iteration,
+            tflops_per_gpu=0.1 + index % 3, learning_rate=1e-3, global_batch_size=8,
+            losses={"lm loss": 5.0 - iteration / train_iters}, loss_scale=1.0, grad_norm=0.5,
+            skipped_iterations=(index + 1) % 2, nan_iterations=0)
+
+
+def retained_bytes(n: int) -> tuple[int, RunLog]:
+    """What a RunLog fed n iteration lines holds on to (traced memory once the feeding is done)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        runlog = RunLog(seq_length=64)
+        runlog.start_attempt()
+        for event in iteration_events(n, n, restart_every=1000):
+            runlog.feed(event)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0], runlog
+    finally:
+        tracemalloc.stop()
+
+
+def test_runlog_memory_does_not_grow_with_the_number_of_iteration_lines(monkeypatch):
+    monkeypatch.setattr(verdict, "PLOT_POINTS", 256)  # a small sample, so that its size does not hide a trend
+    monkeypatch.setattr(verdict, "PLOT_RESTARTS", 16)
+    small, _ = retained_bytes(5_000)
+    large, runlog = retained_bytes(50_000)
+    per_line = (large - small) / 45_000
+    # nothing per line (the old code kept the lines: 560 bytes each here)
+    assert per_line < 2, f"{per_line:.1f} bytes retained per iteration line"
+    assert large < 500_000
+    series = series_from_runlog(runlog)
+    assert len(series.iterations) <= 257 and series.iterations[-1] == runlog.last_line.iteration
+    assert len(series.loss) == len(series.tokens_per_s) == len(series.attempts) == len(series.iterations)
+    assert len(_restarts(series)) <= 17 and runlog.restarts.seen == 49
+    summary = runlog.summary()
+    assert summary.attempts == 50 and summary.last_iteration == 50_000 - 49 * 500
+    assert summary.steady_ms_per_iter == 22.0 and summary.steady_tflops_per_gpu == pytest.approx(1.1)
+    # 1 skipped on every other line, the first line of each attempt among them; its second repeats it: less 50
+    assert summary.skipped_iterations == 25_000 - 50
+
+
+def test_a_long_log_gives_the_same_summary_and_a_bounded_plot(tmp_path, monkeypatch):
+    """An 8,000-line log: the summary as the lines say, the plots get at most PLOT_POINTS of them and the last."""
+    monkeypatch.setattr(verdict, "PLOT_POINTS", 512)
+    text = (FIXTURES / "toy_fp32_1gpu.log").read_text().splitlines(keepends=True)
+    first = next(i for i, line in enumerate(text) if "iteration        1/" in line)
+    template = text[first]
+    n = 8_000
+    with (tmp_path / "long.log").open("w") as out:
+        out.writelines(text[:first])
+        for it in range(1, n + 1):
+            out.write(template.replace("iteration        1/     100", f"iteration {it:>8}/{n:>8}")
+                      .replace("18912.4", "18912.4" if it == 1 else f"{19 + it % 5}.0")
+                      .replace("4.831200E+00", f"{5 - it / n:.6E}"))
+        out.write(f"  successfully saved checkpoint from iteration {n:>7} to /runs/ckpt [ t 1/1, p 1/1 ]\n")
+        out.write("[after training is done] datetime: 2026-11-29 16:02:35.013381 \n")
+    tracemalloc.start()
+    try:
+        runlog = runlog_from_logs([tmp_path / "long.log"], 64)
+        series = series_from_runlog(runlog)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3_000_000, f"peak {peak:,} bytes"  # the old line objects alone: about 10 MB
+    summary = runlog.summary()
+    assert summary.outcome == "success" and summary.last_iteration == n and summary.final_loss == pytest.approx(4.0)
+    assert summary.steady_ms_per_iter == 21.0
+    assert 256 <= len(series.iterations) <= 513
+    assert series.iterations[0] == 1 and series.iterations[-1] == n and series.loss[-1] == pytest.approx(4.0)
+    assert series.warmup[:2] == [True, False] and not any(series.warmup[2:])
+
+
+def test_a_long_metrics_file_is_plotted_from_a_bounded_sample(tmp_path, monkeypatch):
+    """A run directory whose logs are gone is plotted from metrics.jsonl: read as it goes, thinned the same way."""
+    monkeypatch.setattr(verdict, "PLOT_POINTS", 256)
+    path = tmp_path / "metrics.jsonl"
+    with path.open("w") as out:
+        for index in range(20_000):
+            attempt = 1 + index // 7_000  # restarts at records 7,000 and 14,000
+            out.write(json.dumps({"kind": "iteration", "attempt": attempt, "iteration": index + 1 - 100 * (attempt - 1),
+                                  "loss": 5.0, "warmup": index % 7_000 < 2}) + "\n")
+            if index % 1000 == 0:
+                out.write(json.dumps({"kind": "memory", "rank": 0}) + "\n")
+    series = series_from_metrics(path)
+    every = series_from_records(read_metrics(path))
+    assert len(every.iterations) == 20_000 and len(series.iterations) <= 257
+    assert series.iterations[0] == 1 and series.iterations[-1] == every.iterations[-1] == 20_000 - 200
+    assert _restarts(series) == _restarts(every) == [7_001 - 100, 14_001 - 200]
+    assert set(series.attempts) == {1, 2, 3} and series.warmup[0]
+
+
+def test_a_hostile_argument_dump_is_not_kept():
+    """Only the settings the verdict reads are kept of the argument dump: a "dump" of 50,000 names costs nothing."""
+    runlog = RunLog()
+    runlog.feed_attempt(["------------------------ arguments ------------------------",
+                         *(f"  name_{i} ........................ {i}" for i in range(50_000)),
+                         "  seq_length ...................... 64", "  save ............................ /ckpt",
+                         "-------------------- end of arguments ---------------------"])
+    assert runlog.arguments == {"seq_length": "64", "save": "/ckpt"}
