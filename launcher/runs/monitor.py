@@ -15,8 +15,10 @@ can fail too (the terminal was closed: SIGHUP): then the monitor goes on quietly
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
@@ -32,6 +34,7 @@ METRICS_FILE = "metrics.jsonl"
 SUMMARY_FILE = "summary.json"
 LOGS_DIR = "logs"
 MAX_ATTEMPT_LOG_BYTES = 1 << 30  # as `launch report` reads a log
+ETA_REFRESH_S = 1.0  # the progress line's ETA: its median step time recomputed at most this often
 
 
 def next_log_path(run_dir: Path) -> Path:
@@ -72,6 +75,8 @@ class Monitor:
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
         self._bar: Any = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
+        self._steady_ms: float | None = None  # the ETA's step time, and when it was worked out
+        self._steady_ms_at = -math.inf
         self.clock = StartupClock()
 
     def _replay_earlier_attempts(self) -> None:
@@ -130,7 +135,12 @@ class Monitor:
             pass
 
     def _eta_seconds(self, event: lp.IterationLine) -> float | None:
-        ms = self.runlog.steady_ms_per_iter()  # None while only start-up-contaminated lines are known
+        # The median is worked out again at most once a second: a log of many short lines stays linear.
+        now = time.monotonic()
+        if self._steady_ms is None or now - self._steady_ms_at >= ETA_REFRESH_S:
+            self._steady_ms = self.runlog.steady_ms_per_iter()  # None while only start-up lines are known
+            self._steady_ms_at = now
+        ms = self._steady_ms
         return None if ms is None else (event.train_iters - event.iteration) * ms / 1000.0
 
     def _status(self, event: lp.IterationLine, record: dict) -> str:

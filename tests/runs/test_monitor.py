@@ -227,3 +227,22 @@ def test_progress_line_follows_whether_the_output_is_a_terminal(tmp_path, log_fi
     bar = [part for part in text.split("\r") if "100/100 [" in part]
     assert bar and "loss 4.3120 | " in bar[-1] and " tok/s" in bar[-1], text[-2000:]
     assert "[launch] 100/100" not in text  # the plain line is for pipes only
+
+
+def test_the_progress_eta_works_out_its_median_at_most_once_a_second(tmp_path, monkeypatch):
+    # a log of many short lines, each with its own time, must stay linear (the median is over every line so far)
+    from launcher.runs import monitor as monitor_module
+
+    clock = iter(range(10**6))
+    monkeypatch.setattr(monitor_module.time, "monotonic", lambda: next(clock) * 0.001)  # a line every 1 ms
+    monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    calls = []
+    real = monitor.runlog.steady_ms_per_iter
+    monkeypatch.setattr(monitor.runlog, "steady_ms_per_iter", lambda: calls.append(1) or real())
+    for i in range(1, 3001):
+        monitor.feed(f" [2026-11-29 16:03:09.153432] iteration {i:>8}/    3000 | consumed samples: {8 * i:>12} | "
+                     f"elapsed time per iteration (ms): {1000 + i / 7:.4f} | learning rate: 9.755283E-04 | "
+                     "global batch size:     8 | lm loss: 4.720100E+00 | loss scale: 1.0 | grad norm: 0.379 | "
+                     "number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+    assert monitor.runlog.line_count == 3000
+    assert 3 <= len(calls) <= 10  # the first lines (no steady time yet), then once per simulated second
