@@ -135,7 +135,8 @@ def test_fsdp_dtensor_async_saves_with_megatron_cores_strategy_are_refused():
             "pin (megatron/training/checkpointing.py:723): fsdp_dtensor's async save calls the strategy's "
             "save_state_dict_async_plan(…, enable_cache=…), which only nvidia-resiliency-ext's takes") in text
     assert "hint: set async_save=false, or async_strategy=nvrx with nvidia-resiliency-ext installed" in text
-    resolve(load_preset("345m", [*FSDP_DTENSOR, "async_save=false"]), kernels=Kernels(False, False, "preset"))
+    resolve(load_preset("345m", [*FSDP_DTENSOR, "async_save=false"]), kernels=Kernels(False, False, "preset"),
+            inherited_env={})  # FSDP's connections rule reads the environment; this test's is not the point
 
 
 def test_the_nvrx_hint_never_leads_an_fsdp_dtensor_job_to_the_strategy_that_crashes():
