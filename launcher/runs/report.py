@@ -45,7 +45,7 @@ class Series:
     warmup: list[bool]
     validation: list[tuple[int, float]]
     attempts: list[int]  # which process start logged each line; a change marks a restart
-    restarts: list[int] | None = None  # the first iteration of every later attempt, where known (else: attempts)
+    restarts: list[int]  # the first iteration of every attempt after the first (a resumed or requeued run)
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,6 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
     return runlog
 
 
-def read_metrics(path: Path) -> list[dict]:
-    records = list(_metric_records(path))
-    if not records:
-        raise _no_metrics(path)
-    return records
-
-
 def _metric_records(path: Path) -> Iterator[dict]:
     """The iteration records of a metrics.jsonl, read as they are needed."""
     for number, line in enumerate(untrusted.Lines(path, "metrics file", MAX_LOG_BYTES), 1):
@@ -175,27 +168,14 @@ def _tokens_per_s(global_batch_size: int | None, seq_length: int | None, ms: flo
     return None
 
 
-def series_from_records(records: list[dict]) -> Series:
-    return Series(
-        iterations=[r["iteration"] for r in records],
-        loss=[r.get("loss") for r in records],
-        lr=[r.get("lr") for r in records],
-        tokens_per_s=[r.get("tokens_per_s") for r in records],
-        tflops=[r.get("tflops_per_gpu") for r in records],
-        warmup=[bool(r.get("warmup")) for r in records],
-        validation=[],
-        attempts=[int(r.get("attempt") or 1) for r in records],
-    )
-
-
 def series_from_metrics(path: Path) -> Series:
-    """series_from_records(read_metrics(path)), with the records read as they come and thinned as the lines of a
-    log are (verdict.Thinned): a metrics file of millions of records is not kept."""
+    """The plotted series of a metrics.jsonl (a run directory whose logs are gone), its records read as they come
+    and thinned as the lines of a log are (verdict.Thinned): a metrics file of millions of records is not kept."""
     points: Thinned[tuple[int, float | None, float | None, float | None, float | None, bool, int]] = \
         Thinned(verdict.PLOT_POINTS)
     restarts: Thinned[int] = Thinned(verdict.PLOT_RESTARTS)
     previous: int | None = None
-    failure: Exception | None = None  # raised once the file is read, as series_from_records would
+    failure: Exception | None = None  # a damaged attempt number: raised once the whole file is read
     for r in _metric_records(path):
         try:
             attempt = int(r.get("attempt") or 1)
@@ -244,14 +224,6 @@ def _points(xs: list[int], ys: list[float | None], keep: list[bool] | None = Non
     pairs = [(x, y) for i, (x, y) in enumerate(zip(xs, ys, strict=True))
              if y is not None and not math.isnan(y) and (keep is None or keep[i])]
     return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def _restarts(series: Series) -> list[int]:
-    """The first iteration of every attempt after the first (a resumed or requeued run)."""
-    if series.restarts is not None:
-        return series.restarts
-    return [series.iterations[i] for i in range(1, len(series.iterations))
-            if series.attempts[i] != series.attempts[i - 1]]
 
 
 def _plot_attempts(axes, series: Series, values: list[float | None], keep: list[bool] | None = None,
@@ -305,7 +277,7 @@ def _draw_plots(series: Series, out_dir: Path, info: PlotInfo) -> list[Path]:
     title = info.title
     nofollow.real_dir(out_dir, "plot directory")  # a symlinked plots/ or --output-dir is refused
     written: list[Path] = []
-    restarts = _restarts(series)
+    restarts = series.restarts
 
     figure, axes = _figure(f"{title}: loss", "lm loss")
     _plot_attempts(axes, series, series.loss, color="tab:blue", label="training")

@@ -157,11 +157,11 @@ def test_report_on_a_slurm_run_directory_never_submitted(tmp_path):
 
 
 def test_throughput_plot_separates_attempts_and_names_the_run(tmp_path):
-    from launcher.runs.report import PlotInfo, _restarts, runlog_from_logs, series_from_runlog
+    from launcher.runs.report import PlotInfo, runlog_from_logs, series_from_runlog
 
     runlog = runlog_from_logs([FIXTURES / "toy_fp32_1gpu.log", FIXTURES / "toy_resume_sigterm.log"], 64)
     series = series_from_runlog(runlog)
-    assert _restarts(series) == [51]  # the resumed attempt starts again after its checkpoint at 50
+    assert series.restarts == [51]  # the resumed attempt starts again after its checkpoint at 50
     assert PlotInfo("toy-20261129T160150Z", "toy").title == "toy-20261129T160150Z"
     assert PlotInfo("slurm-42", "345m", "h200-141gb").title == "slurm-42 (preset 345m)"
     from launcher.runs.report import write_plots
