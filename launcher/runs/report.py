@@ -152,20 +152,13 @@ def series_from_runlog(runlog: RunLog) -> Series:
         iterations=[p.iteration for p in points],
         loss=[p.loss for p in points],
         lr=[p.lr for p in points],
-        tokens_per_s=[_tokens_per_s(p.global_batch_size, seq, p.ms_per_iter) for p in points],
+        tokens_per_s=[verdict.tokens_per_s(p.global_batch_size, seq, p.ms_per_iter) for p in points],
         tflops=[p.tflops_per_gpu for p in points],
         warmup=[p.warmup for p in points],
         validation=runlog.validation_curve.items(),
         attempts=[p.attempt for p in points],
         restarts=runlog.restarts.items(),
     )
-
-
-def _tokens_per_s(global_batch_size: int | None, seq_length: int | None, ms: float | None) -> float | None:
-    """As verdict.metrics_record works it out for metrics.jsonl."""
-    if seq_length and global_batch_size and ms:
-        return round(global_batch_size * seq_length / (ms / 1000.0), 1)
-    return None
 
 
 def series_from_metrics(path: Path) -> Series:

@@ -180,11 +180,15 @@ class Attempt:
         return None
 
 
+def tokens_per_s(global_batch_size: int | None, seq_length: int | None, ms_per_iter: float | None) -> float | None:
+    """Tokens a second of one iteration line (None where a number is missing)."""
+    if seq_length and global_batch_size and ms_per_iter:
+        return round(global_batch_size * seq_length / (ms_per_iter / 1000.0), 1)
+    return None
+
+
 def metrics_record(line: lp.IterationLine, seq_length: int | None, attempt: int, first: bool) -> dict:
     """The metrics.jsonl record of one iteration line."""
-    tokens_per_s = None
-    if seq_length and line.global_batch_size and line.elapsed_ms:
-        tokens_per_s = round(line.global_batch_size * seq_length / (line.elapsed_ms / 1000.0), 1)
     return {
         "kind": "iteration",
         "attempt": attempt,
@@ -197,7 +201,7 @@ def metrics_record(line: lp.IterationLine, seq_length: int | None, attempt: int,
         "grad_norm": line.grad_norm,
         "loss_scale": line.loss_scale,
         "ms_per_iter": line.elapsed_ms,
-        "tokens_per_s": tokens_per_s,
+        "tokens_per_s": tokens_per_s(line.global_batch_size, seq_length, line.elapsed_ms),
         "tflops_per_gpu": line.tflops_per_gpu,
         "global_batch_size": line.global_batch_size,
         "consumed_samples": line.consumed_samples,
