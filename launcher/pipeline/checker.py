@@ -522,6 +522,16 @@ class _Checker:
             return
         skipped = max(0, int(math.log2(scale)) - 12)
         shown = f"2^{int(math.log2(scale))}" if math.log2(scale).is_integer() else f"{scale:g}"
+        first_save = min(self.arg("save_interval") or iters, iters) if self.arg("save") else None
+        if (first_save is not None and first_save <= skipped and self.arg("use_distributed_optimizer")
+                and not self.te and not self.apex):
+            # seen on one H200: fp16 + distributed optimizer, 4 iterations all skipped, then the save asserted
+            self.fail(f"fp16's loss scale warm-up (initial_loss_scale {shown}) skips about the first {skipped} "
+                      f"iterations, and the first checkpoint comes at iteration {first_save}: the distributed "
+                      "optimizer without Transformer Engine or apex cannot save before its first step "
+                      "(distrib_optimizer.py:793 asserts one Adam step count among no states)",
+                      f"set initial_loss_scale=4096, or save_interval above {skipped}, or use bf16", stage="runtime")
+            return
         if iters <= skipped:
             self.warnings.append(
                 f"fp16 starts its dynamic loss scale at initial_loss_scale {shown} and halves it on each step whose "

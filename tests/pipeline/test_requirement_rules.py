@@ -116,6 +116,28 @@ def test_a_short_fp16_run_is_warned_that_the_loss_scale_warm_up_may_skip_every_s
     assert not any("loss scale" in w for w in warnings_of(["train_iters=4"]))  # bf16 has no loss scale
 
 
+def test_fp16_with_the_distributed_optimizer_is_refused_when_its_first_save_falls_in_the_warm_up(tmp_path):
+    # seen on one H200 (docs/functional-test-matrix.md): 4 fp16 iterations all skipped, then the first save of the
+    # distributed optimizer without TE/apex asserted (no Adam step count to save)
+    def judged(overrides: list[str], apex: bool = False) -> str:
+        try:
+            resolve(load_preset("345m", overrides), kernels=Kernels(False, apex, "preset"), run_dir=tmp_path / "run")
+        except UserError as err:
+            return err.render()
+        return "accepted"
+
+    fp16 = ["fp16=true", "bf16=false", "use_distributed_optimizer=true", "train_iters=4"]
+    assert ("error: fp16's loss scale warm-up (initial_loss_scale 2^32) skips about the first 20 iterations, and the "
+            "first checkpoint comes at iteration 4: the distributed optimizer without Transformer Engine or apex "
+            "cannot save before its first step (distrib_optimizer.py:793 asserts one Adam step count among no "
+            "states)\n  hint: set initial_loss_scale=4096, or save_interval above 20, or use bf16") in judged(fp16)
+    assert "first checkpoint comes at iteration 10" in judged([*fp16[:3], "train_iters=100", "save_interval=10"])
+    for fine in (["initial_loss_scale=4096"], ["use_distributed_optimizer=false"], ["train_iters=100"],
+                 ["train_iters=100", "save_interval=30"]):
+        assert judged([*fp16, *fine]) == "accepted", fine
+    assert judged(fp16, apex=True) == "accepted"  # apex's Adam keeps its own step count
+
+
 def test_error_injection_is_warned_to_stop_the_job_with_exit_16_or_17():
     (warning,) = [w for w in warnings_of(["error_injection_rate=5"]) if "error_injection" in w]
     assert warning == ("error_injection_rate 5 injects a transient_error into the loss on purpose (Megatron's rerun "
