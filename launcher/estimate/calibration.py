@@ -40,6 +40,10 @@ MOE_ZOO = ("yanring/Megatron-MoE-ModelZoo best_practice/Qwen3/readme.md at c1ad0
 BRIDGE_2511_MOE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660be025 (25.11, DGX-H100, "
                    "FP8-CS, token-dropless); shapes from Megatron-MoE-ModelZoo model_configs/benchmarking/"
                    "Qwen3-{30B-A3B,235B-A22B}.yaml")
+BRIDGE_26 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at 067f987df (DGX-H100, FP8): every "
+             "pre-training row of the 26.02.01-26.06 containers whose model the plan describes (Llama 3, Qwen3 MoE; "
+             "not GPT-OSS's sliding-window attention, Nemotron-H's Mamba layers) and whose layout is in no other "
+             "row, each at its latest release; MoE dispatchers from the recipes at 4a6450755^ and 067f987df")
 BRIDGE_2509_MOE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.09 section (DGX-H100, FP8, "
                    "token drop); shapes as for 25.11")
 
@@ -289,7 +293,41 @@ def _moe() -> Iterable[Run]:
               tokens_seconds(2048, 4096, 1204 * 256), "1,204 tokens/s/GPU", free=("recompute",))
 
 
-RUNS: tuple[Run, ...] = (*_sc21(), *_readme(), *_nemo(), *_ours(), *_held_back_dense(), *_moe())
+def _held_back_bridge_26() -> Iterable[Run]:
+    """Runs published after the constants were fixed (added 2026-12-02, never fitted): one per layout."""
+    llama = dict(LLAMA, **MODERN, fp8="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True,
+                 sequence_parallel=True, tp_comm_overlap=True, micro_batch_size=1)
+    yield Run("Bridge 26.04.01 Llama 3 70B (GBS 256)", BRIDGE_26, "h100-80gb", 64,
+              dict(llama, num_layers=80, hidden_size=8192, num_attention_heads=64, ffn_hidden_size=28672,
+                   tensor_model_parallel_size=4, pipeline_model_parallel_size=8,
+                   num_virtual_stages_per_pipeline_rank=5, global_batch_size=256),
+              tokens_seconds(256, 8192, 1664 * 64), "1,664 tokens/s/GPU", free=("recompute",), held_back=True)
+    yield Run("Bridge 26.06 Llama 3.1 405B (GBS 1536)", BRIDGE_26, "h100-80gb", 1024,
+              dict(llama, num_layers=126, hidden_size=16384, num_attention_heads=128, ffn_hidden_size=53248,
+                   tensor_model_parallel_size=8, pipeline_model_parallel_size=8, context_parallel_size=2,
+                   num_virtual_stages_per_pipeline_rank=8, account_for_embedding_in_pipeline_split=True,
+                   account_for_loss_in_pipeline_split=True, global_batch_size=1536),
+              tokens_seconds(1536, 8192, 326 * 1024), "326 tokens/s/GPU", free=("recompute",), held_back=True)
+    fp8 = dict(fp8="e4m3", grad_reduce_in_bf16=True)
+    moe = [  # name, shape, GPUs, TP, PP, VP, EP, dispatcher, the recipe's moe_a2a_overlap, tokens/s/GPU
+        ("26.06 Qwen3 30B-A3B EP16", QWEN3_30B, 16, 1, 1, None, 16, "flex", False, 8826),
+        ("26.02.01 Qwen3 30B-A3B PP2 EP8", QWEN3_30B, 16, 1, 2, 12, 8, "flex", True, 9058),
+        ("26.04.01 Qwen3 235B-A22B (GBS 8192)", QWEN3_235B, 256, 2, 8, 4, 32, "alltoall", True, 1712),
+    ]
+    for name, shape, gpus, tp, pp, vp, ep, dispatcher, a2a_overlap, rate in moe:
+        gbs = 8192 if gpus == 256 else 1024
+        yield Run(f"Bridge {name}", BRIDGE_26, "h100-80gb", gpus,
+                  dict(shape, **fp8, tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp,
+                       num_virtual_stages_per_pipeline_rank=vp, expert_model_parallel_size=ep,
+                       expert_tensor_parallel_size=1, sequence_parallel=tp > 1, micro_batch_size=1,
+                       global_batch_size=gbs, moe_token_dispatcher_type=dispatcher,
+                       overlap_moe_expert_parallel_comm=a2a_overlap),
+                  tokens_seconds(gbs, 4096, rate * gpus), f"{rate:,} tokens/s/GPU", free=("recompute",),
+                  held_back=True)
+
+
+RUNS: tuple[Run, ...] = (*_sc21(), *_readme(), *_nemo(), *_ours(), *_held_back_dense(), *_moe(),
+                         *_held_back_bridge_26())
 
 
 @dataclass(frozen=True)
