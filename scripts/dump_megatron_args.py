@@ -35,9 +35,16 @@ KINDS = {
 }
 
 
+# Megatron's per-layer pattern parsers (arguments.py: an int, or a list expression it evals); the launcher reads
+# those values with launcher/megatron/layer_pattern.py.
+PATTERN_TYPES = ("moe_freq_type", "no_rope_freq_type", "la_freq_type")
+
+
 def type_name(action: argparse.Action) -> str:
-    """int, float or str; Megatron's own parsing callables (enums, frequency patterns) take their text as is."""
-    return action.type.__name__ if action.type in (int, float) else "str"
+    """int, float, layer_pattern or str; Megatron's other parsing callables (enums) take their text as is."""
+    if action.type in (int, float):
+        return action.type.__name__
+    return "layer_pattern" if getattr(action.type, "__name__", "") in PATTERN_TYPES else "str"
 
 
 def jsonable(value):

@@ -27,6 +27,7 @@ from typing import Any
 
 from launcher.gpus import DEFAULT_GPU, GIB, GPUS, Gpu, gpu_by_name  # noqa: F401 - the one catalogue (launcher/gpus.py)
 from launcher.megatron import args as megatron_args
+from launcher.megatron import layer_pattern
 from launcher.megatron.args import default_ffn_hidden_size
 from launcher.pipeline.checker import model_args
 from launcher.pipeline.pipeline_layout import virtual_pipeline_size
@@ -162,10 +163,11 @@ def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, i
     if not experts:
         return {}
     freq = megatron_value(args, "moe_layer_freq")
-    if isinstance(freq, list | tuple):
-        layers = sum(1 for x in freq if x)
+    pattern = layer_pattern.parse(freq) if not isinstance(freq, list | tuple) else list(freq)
+    if isinstance(pattern, list):
+        layers = sum(1 for x in pattern if x)
     else:
-        every = max(1, int(freq or 1))
+        every = max(1, pattern)
         layers = sum(1 for i in range(min(num_layers, 1 << 20)) if i % every == 0)
     return {
         "num_experts": experts,

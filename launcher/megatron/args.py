@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Any
 
 from launcher.errors import Problem, did_you_mean, shown
+from launcher.megatron import layer_pattern
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,13 @@ def _scalar(arg: MegatronArg, value: Any, where: str) -> Any:
             return float(value)
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be a number, got {shown(value)}") from None
+    if arg.type == "layer_pattern":  # read, never evaluated; Megatron gets the text (an int stays an int)
+        text = "[" + ",".join(map(str, value)) + "]" if isinstance(value, list) else value
+        try:
+            layer_pattern.parse(text)
+        except ValueError as err:
+            raise ValueError(f"{name} is not a layer pattern: {err}") from None
+        return text
     if isinstance(value, (dict, list)) or value is None:
         raise ValueError(f"{name} must be a single value, got {shown(value)}")
     text = value if isinstance(value, str) else _plain(value)

@@ -17,6 +17,7 @@ from typing import Any
 from launcher.errors import Problem
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.megatron import args as megatron_args
+from launcher.megatron import layer_pattern
 from launcher.megatron.args import default_ffn_hidden_size
 from launcher.megatron.effective import Effective, effective_settings
 from launcher.megatron.target import DECLARED_TE_VERSION
@@ -190,6 +191,12 @@ class _Checker:
         elif experts is not None and ep > 1 and experts % ep:
             self.fail(f"num_experts {experts} is not a multiple of expert_model_parallel_size {ep}",
                       f"use expert_model_parallel_size in {[d for d in divisors(experts) if d > 1]}")
+        pattern = layer_pattern.parse(self.arg("moe_layer_freq") or 1) if experts else 1
+        if isinstance(pattern, list) and len(pattern) != self.arg("num_layers"):
+            # gpt_layer_specs.py:648 asserts it at model build; validate_args does not look
+            self.fail(f"moe_layer_freq lists {len(pattern)} layers, and the model has num_layers "
+                      f"{self.arg('num_layers')}", "give one 0 (dense) or 1 (MoE) per layer, e.g. "
+                      f"([0]*1+[1]*{self.arg('num_layers') - 1})", stage="runtime")
         if experts is not None and self.arg("add_bias_linear") and etp > 1:
             # TransformerConfig.__post_init__: "Bias in Moe is only supported when ETP==1".
             self.fail(f"MoE ({experts} experts) with linear biases needs expert tensor parallel size 1, got "

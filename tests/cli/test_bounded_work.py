@@ -55,3 +55,30 @@ def test_a_file_at_the_byte_cap_is_parsed_in_seconds(tmp_path):
         untrusted.load_yaml("a: [" * 100 + "]" * 100, "deep")
     except UserError as exc:
         assert "nesting deeper than 64 levels" in str(exc)
+
+
+def test_a_layer_pattern_is_read_not_evaluated_and_bounded(capsys):
+    # Megatron evals --moe-layer-freq after a character filter that [0]*10**12 passes; the launcher reads the syntax
+    cases = {
+        "[0]*10**12": "a layer pattern has only integers, [lists], + and * (and parentheses)",
+        "[0]*65536*65536": "the pattern is longer than 65,536 layers",
+        "__import__('os').system('id')": "expected an integer or a list expression such as ([0]*1+[1]*3)",
+        "(" * 3000 + "[1]" + ")" * 3000: "is not a list expression such as ([0]*1+[1]*3)",
+    }
+    for value, reason in cases.items():
+        started = time.monotonic()
+        code = main(["345m", "--dry-run", "--set", "num_experts=4", "--set", f"moe_layer_freq={value}"])
+        err = capsys.readouterr().err
+        assert time.monotonic() - started < 10 and code == 2, err
+        assert err.startswith("error: moe_layer_freq (--set moe_layer_freq) is not a layer pattern: ") and reason in err
+
+
+def test_a_moe_pattern_that_does_not_name_every_layer_is_refused_before_launch(capsys):
+    # gpt_layer_specs asserts the length at model build, after validate_args has passed it
+    moe = ["--set", "num_experts=4", "--set", "add_bias_linear=false"]
+    code = main(["345m", "--dry-run", *moe, "--set", "moe_layer_freq=([0]*1+[1]*3)"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert ("error: moe_layer_freq lists 4 layers, and the model has num_layers 24\n"
+            "  hint: give one 0 (dense) or 1 (MoE) per layer, e.g. ([0]*1+[1]*23)") in err
+    assert main(["345m", "--dry-run", *moe, "--set", "moe_layer_freq=([0]*1+[1]*23)"]) == 0
