@@ -233,7 +233,9 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
                                capability=target.capability, packages=target.packages)
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
-    agree = verdict.ok == accepted
+    # Megatron's checks reach its argument validation and config; a refusal of the launcher's for what comes
+    # later (model build, the first step, a save: stage "runtime"/"launcher") is no disagreement.
+    agree = not accepted if not verdict.ok else not any(p.stage == "validate" for p in problems)
     problems = [*problems, *missing]
     launcher_ok = accepted and not missing
     rehearsal = None

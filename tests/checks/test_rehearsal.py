@@ -85,6 +85,29 @@ def test_multi_latent_attention_builds_and_trains_one_step_on_the_sdpa_spec(rehe
 
 
 @needs_checkout
+def test_dense_and_moe_layers_with_mla_build_and_train_one_step_on_the_sdpa_spec(rehearser):
+    """DeepSeek's shape (a dense first layer, then MoE; MLA): each layer of the one --spec picks dense or MoE by its
+    number as Megatron's decoder block spec would; before, such a job went to the local spec, which cannot
+    build MLA, and was refused."""
+    settings = job_settings("multi_latent_attention=true", "num_experts=4", "moe_layer_freq=([0]*1+[1]*1)",
+                            "add_bias_linear=false", "num_layers=2")
+    assert settings["spec"] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
+    result = rehearser.rehearse(settings, {})
+    assert result.ok, result.traceback
+    assert 0 < result.facts["loss"] < 10
+
+
+@needs_checkout
+def test_any_spec_with_multi_token_prediction_fails_in_megatrons_builder(rehearser):
+    """Why MTP sends a job to Megatron's local spec (no --spec): gpt_builder binds use_te only without one."""
+    settings = dict(job_settings("position_embedding_type=rope"), mtp_num_layers=1,
+                    spec=["megatron.core.models.gpt.gpt_layer_specs", "get_gpt_layer_local_spec"])
+    reply = rehearse_raw(rehearser, settings)
+    assert (reply["ok"], reply["stage"]) == (False, "model")
+    assert "use_te" in reply["error"]
+
+
+@needs_checkout
 def test_megatrons_local_spec_cannot_build_multi_latent_attention(rehearser):
     """Why MLA with another gap (which sends a job to Megatron's local spec) is refused before launch."""
     settings = {k: v for k, v in job_settings("multi_latent_attention=true").items()
@@ -112,8 +135,9 @@ def test_torch_layernorm_refusing_zero_centered_gamma_is_caught_at_model_build(r
     ["layernorm_zero_centered_gamma=true"],  # the SDPA spec's own norm, compiled layers on
     ["window_size=(16,0)"],  # Megatron's local spec (the SDPA one does not cover it)
     ["softmax_type=learnable"],
-    ["num_experts=4", "moe_layer_freq=([0]*1+[1]*1)", "add_bias_linear=false", "num_layers=2"],
-], ids=["zero-centered-gamma", "window", "learnable-softmax", "dense-and-moe-layers"])
+    ["num_experts=4", "moe_layer_freq=([0]*1+[1]*1)", "add_bias_linear=false", "num_layers=2"],  # now covered
+    ["mtp_num_layers=1", "position_embedding_type=rope"],  # Megatron's local spec
+], ids=["zero-centered-gamma", "window", "learnable-softmax", "dense-and-moe-layers", "multi-token-prediction"])
 def test_what_the_launcher_resolves_for_a_fast_path_gap_trains_one_step(rehearser, overrides):
     result = rehearser.rehearse(job_settings(*overrides), {})
     assert result.ok, (result.error, result.traceback)

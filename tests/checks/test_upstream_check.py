@@ -171,6 +171,18 @@ def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
     assert "disagree" not in out
 
 
+@pytest.mark.megatron
+def test_a_refusal_of_what_megatron_meets_after_its_checks_is_no_disagreement(capsys):
+    # multi-token prediction with MLA and no TE: Megatron's argument checks pass, its model build would fail
+    mla = ["multi_latent_attention=true", "position_embedding_type=rope", "mtp_num_layers=1"]
+    rc = check_preset(*attempt(load_preset("345m", mla), 1, 1, kernels=Kernels(False, False, "preset")),
+                      checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 2 and "megatron: ok (" in out
+    assert "error: multi-latent attention (multi_latent_attention) needs Transformer Engine" in out
+    assert "disagree" not in out
+
+
 @pytest.fixture
 def launch_cli():
     def run(*args: str):

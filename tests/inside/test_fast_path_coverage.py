@@ -21,7 +21,7 @@ GAP_EXAMPLES = {
     "experimental_attention_variant": {"experimental_attention_variant": "gated_delta_net"},
     "heterogeneous_layers_config_path": {"heterogeneous_layers_config_path": "/tmp/layers.json"},
     "heterogeneous_layers_config_encoded_json": {"heterogeneous_layers_config_encoded_json": "{}"},
-    "moe_layer_freq": {"num_experts": 4, "moe_layer_freq": "([0]*1+[1]*23)", "add_bias_linear": False},
+    "mtp_num_layers": {"mtp_num_layers": 1, "position_embedding_type": "rope"},
     "window_size": {"window_size": "(128, 0)"},
     "softmax_type": {"softmax_type": "learnable"},
 }
@@ -30,6 +30,8 @@ COVERED = [
     {"layernorm_zero_centered_gamma": True},
     {"normalization": "RMSNorm", "layernorm_zero_centered_gamma": True},
     {"num_experts": 4, "moe_layer_freq": 1},
+    {"num_experts": 4, "moe_layer_freq": "([0]*1+[1]*23)", "add_bias_linear": False},
+    {"num_experts": 4, "moe_layer_freq": 2, "multi_latent_attention": True, "add_bias_linear": False},
     {"qk_layernorm": True},
     {"softmax_type": "vanilla"},
     {"multi_latent_attention": True},
@@ -55,6 +57,15 @@ def test_multi_latent_attention_that_another_gap_sends_to_the_local_spec_is_refu
     assert ("error: multi-latent attention (multi_latent_attention) needs Transformer Engine: the launcher's SDPA "
             "spec builds it without TE but does not cover sliding-window attention (window_size), and Megatron's "
             "local spec cannot build it") in err.value.render()
+
+
+def test_multi_token_prediction_with_multi_latent_attention_is_refused_without_te():
+    # any --spec fails with MTP in Megatron's builder (use_te unbound), and the local spec cannot build MLA
+    with pytest.raises(UserError) as err:
+        resolve(load_preset("345m", ["multi_latent_attention=true", "mtp_num_layers=1",
+                                     "position_embedding_type=rope"]), 1, 1, kernels=WITHOUT)
+    assert "does not cover multi-token prediction (mtp_num_layers), and Megatron's local spec cannot build it" in (
+        err.value.render())
 
 
 @pytest.mark.parametrize("setting", MOVED)
@@ -124,8 +135,18 @@ def test_the_spec_builds_each_covered_feature(settings):
     pytest.importorskip("megatron.core")
     from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention, build_layer_spec
 
-    spec = build_layer_spec(types.SimpleNamespace(**settings))
+    spec = build_layer_spec(types.SimpleNamespace(**_parsed(settings)))
     assert spec.submodules.self_attention.submodules.core_attention is SDPACoreAttention
+    dense = spec.params.get("dense_submodules")
+    if dense is not None:  # a mix of dense and MoE layers: both with the SDPA attention, only one with experts
+        assert dense.self_attention.submodules.core_attention is SDPACoreAttention
+        assert "MoELayer" in repr(spec.submodules.mlp) and "MoELayer" not in repr(dense.mlp)
+
+
+def _parsed(settings: dict) -> dict:
+    """Settings as Megatron's parser leaves them: moe_layer_freq's pattern evaluated to a list."""
+    freq = settings.get("moe_layer_freq")
+    return dict(settings, moe_layer_freq=eval(freq)) if isinstance(freq, str) else settings  # noqa: S307
 
 
 @pytest.mark.megatron
@@ -153,3 +174,17 @@ def test_zero_centered_gamma_norm_is_one_plus_the_stored_weight(normalization):
             plain.bias.copy_(norm.bias)
     torch.testing.assert_close(norm(x), plain(x))
     assert list(dict(norm.named_parameters())) == list(dict(plain.named_parameters()))  # same checkpoint keys
+
+
+@pytest.mark.megatron
+def test_a_layer_has_experts_where_megatrons_moe_layer_freq_pattern_says():
+    pytest.importorskip("megatron.core")
+    from launcher.inside.megatron_ext.sdpa_spec import is_moe_layer
+
+    def moe_layers(freq, layers=6):
+        return [n for n in range(1, layers + 1) if is_moe_layer(types.SimpleNamespace(moe_layer_freq=freq), n)]
+
+    assert moe_layers(1) == [1, 2, 3, 4, 5, 6]
+    assert moe_layers(2) == [1, 3, 5]  # every N-th from the first, as gpt_layer_specs counts
+    assert moe_layers([0, 1, 1, 0, 1, 1]) == [2, 3, 5, 6]
+

@@ -30,7 +30,12 @@ from megatron.core.transformer.mlp import MLP
 from megatron.core.transformer.transformer_layer import TransformerLayer
 from megatron.core.utils import make_viewless_tensor
 
-from launcher.inside.megatron_ext.sdpa_spec import SDPACoreAttention, ZeroCenteredLayerNorm, ZeroCenteredRMSNorm
+from launcher.inside.megatron_ext.sdpa_spec import (
+    DenseOrMoE,
+    SDPACoreAttention,
+    ZeroCenteredLayerNorm,
+    ZeroCenteredRMSNorm,
+)
 
 # The norm modules layer_math implements: (is RMSNorm, weight stored as gamma - 1).
 NORMS = {torch.nn.LayerNorm: (False, False), torch.nn.RMSNorm: (True, False),
@@ -228,3 +233,7 @@ class CompiledLayer(TransformerLayer):
         )
         # As upstream's layer does: a compiled graph may return a view, which Megatron's checkpointing rejects.
         return make_viewless_tensor(inp=out, requires_grad=out.requires_grad, keep_graph=True)
+
+
+class CompiledDenseOrMoELayer(DenseOrMoE, CompiledLayer):
+    """A CompiledLayer built dense or with experts by its number (moe_layer_freq; sdpa_spec.DenseOrMoE)."""

@@ -7,12 +7,16 @@ layer and skips its own choice, so anything that choice would have done differen
 
 - ``experimental_attention_variant``: a block spec of its own, which asserts Transformer Engine: refused without;
 - ``heterogeneous_layers_config_*``: a block spec of their own;
-- ``moe_layer_freq`` other than 1 with experts: the decoder block spec's mix of dense and MoE layers;
+- ``mtp_num_layers``: gpt_builders.gpt_builder at the pin fails with any ``--spec`` and multi-token prediction
+  (``use_te`` is only bound when no spec is given: UnboundLocalError at model build, found by the CPU
+  rehearsal); Megatron's local spec (no ``--spec``) builds it;
 - ``window_size``, ``softmax_type`` other than vanilla: upstream's local DotProductAttention implements them
   (FusedScaleMaskSoftmax's window, the softmax offset), torch's SDPA does not.
 
 What the spec does implement beyond upstream's torch fallback: zero-centered gamma and memory-efficient LayerNorm
-as plain LayerNorm math (sdpa_spec.TorchNorm), and multi-latent attention, whose MLASelfAttention gives the core
+as plain LayerNorm math (sdpa_spec.TorchNorm), a mix of dense and MoE layers (``moe_layer_freq``: each layer
+picks its MLP by its global number, sdpa_spec.DenseOrMoE, as Megatron's decoder block spec does), and
+multi-latent attention, whose MLASelfAttention gives the core
 attention different query/key and value head sizes that upstream's local DotProductAttention does not take
 (found by the CPU rehearsal). So MLA without Transformer Engine trains on this spec only: with a gap above, which
 sends the job to Megatron's local spec, it is refused (LOCAL_SPEC_ONLY_GAPS). The compiled layer sends a layer it
@@ -42,10 +46,6 @@ def _given(dest: str) -> Callable[[Mapping[str, Any]], bool]:
     return lambda settings: settings.get(dest) not in (None, False)
 
 
-def _mixed_moe_layers(settings: Mapping[str, Any]) -> bool:
-    return bool(settings.get("num_experts")) and str(settings.get("moe_layer_freq", 1)).strip() not in ("1", "None")
-
-
 SDPA_SPEC_GAPS: tuple[Gap, ...] = (
     Gap("experimental_attention_variant", "experimental attention variants",
         _given("experimental_attention_variant"),
@@ -54,7 +54,7 @@ SDPA_SPEC_GAPS: tuple[Gap, ...] = (
     Gap("heterogeneous_layers_config_path", "heterogeneous layers", _given("heterogeneous_layers_config_path")),
     Gap("heterogeneous_layers_config_encoded_json", "heterogeneous layers",
         _given("heterogeneous_layers_config_encoded_json")),
-    Gap("moe_layer_freq", "a mix of dense and MoE layers", _mixed_moe_layers),
+    Gap("mtp_num_layers", "multi-token prediction", lambda settings: bool(settings.get("mtp_num_layers"))),
     Gap("window_size", "sliding-window attention", _given("window_size")),
     Gap("softmax_type", "softmax types other than vanilla",
         lambda settings: settings.get("softmax_type") not in (None, "vanilla")),

@@ -30,7 +30,12 @@ from megatron.core.transformer.multi_latent_attention import MLASelfAttention
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_config import TransformerConfig
-from megatron.core.utils import divide
+from megatron.core.transformer.transformer_layer import (
+    TransformerLayer,
+    TransformerLayerSubmodules,
+    get_transformer_layer_offset,
+)
+from megatron.core.utils import divide, get_pg_rank
 
 from launcher.inside.megatron_ext.coverage import describe, sdpa_spec_gaps
 
@@ -198,9 +203,38 @@ class Attributes(Mapping[str, Any]):
         return len(dir(self._args))
 
 
+def is_moe_layer(config: TransformerConfig, layer_number: int) -> bool:
+    """Whether decoder layer `layer_number` (1-based, global) has experts: Megatron's moe_layer_freq pattern
+    (gpt_layer_specs.get_gpt_decoder_layer_specs: an int N, every N-th layer from the first; a list, per layer)."""
+    freq = config.moe_layer_freq
+    if isinstance(freq, int):
+        return (layer_number - 1) % freq == 0
+    return bool(freq[layer_number - 1])
+
+
+class DenseOrMoE:
+    """Mixin before a TransformerLayer class: the layer is built dense or with experts as moe_layer_freq says
+    for its global number, so that one ``--spec`` serves a block that mixes them (Megatron's builder takes a
+    --spec as every layer's spec). The global number is TransformerLayer's own: the local number plus this
+    pipeline stage's offset."""
+
+    def __init__(self, config: TransformerConfig, submodules: TransformerLayerSubmodules, layer_number: int = 1,
+                 *args: Any, dense_submodules: TransformerLayerSubmodules, **kwargs: Any):
+        pg_collection = kwargs.get("pg_collection") or ProcessGroupCollection.use_mpu_process_groups()
+        number = layer_number + get_transformer_layer_offset(config, kwargs.get("vp_stage"),
+                                                             get_pg_rank(pg_collection.pp))
+        chosen = submodules if is_moe_layer(config, number) else dense_submodules
+        super().__init__(config, chosen, layer_number, *args, **kwargs)  # type: ignore[call-arg]
+
+
+class DenseOrMoELayer(DenseOrMoE, TransformerLayer):
+    """Megatron's TransformerLayer, dense or MoE by its number (DenseOrMoE)."""
+
+
 def build_layer_spec(args: Any | None = None) -> ModuleSpec:
     """The local GPT layer spec for ``args`` (Megatron's parsed arguments, or None for defaults) with
-    SDPA core attention."""
+    SDPA core attention; with experts on only some layers (moe_layer_freq), a DenseOrMoELayer spec that
+    carries the dense layer's submodules too."""
     options: dict[str, Any] = {}
     if args is not None:
         gaps = sdpa_spec_gaps(Attributes(args))
@@ -215,7 +249,21 @@ def build_layer_spec(args: Any | None = None) -> ModuleSpec:
             "normalization": getattr(args, "normalization", "LayerNorm"),
             "qk_l2_norm": getattr(args, "qk_l2_norm", False),
         }
-    spec = get_gpt_layer_local_spec(**options)
+    spec = _with_sdpa(get_gpt_layer_local_spec(**options))
+    if options.get("num_experts") and _mixed(getattr(args, "moe_layer_freq", 1)):
+        dense = _with_sdpa(get_gpt_layer_local_spec(**dict(options, num_experts=None, moe_grouped_gemm=False)))
+        return ModuleSpec(module=DenseOrMoELayer, submodules=spec.submodules,
+                          params={"dense_submodules": dense.submodules})
+    return spec
+
+
+def _mixed(moe_layer_freq: Any) -> bool:
+    """Whether Megatron's parsed moe_layer_freq leaves some layers dense."""
+    return moe_layer_freq != 1 if isinstance(moe_layer_freq, int) else not all(moe_layer_freq)
+
+
+def _with_sdpa(spec: ModuleSpec) -> ModuleSpec:
+    """Megatron's local layer spec with SDPA core attention and the norms of TorchNorm."""
     attention = spec.submodules.self_attention
     if attention.module not in (SelfAttention, MLASelfAttention):
         raise ValueError(f"unexpected attention module {attention.module.__name__} in the local spec")

@@ -13,9 +13,10 @@ applied_fast_ops = fast_ops.apply_from_environment()
 print(f"> megatron-launch fast ops: {','.join(applied_fast_ops) or 'none'}", flush=True)
 
 if "layer" in applied_fast_ops:
-    from launcher.inside.megatron_ext.compiled_layer import CompiledLayer
+    from launcher.inside.megatron_ext.compiled_layer import CompiledDenseOrMoELayer, CompiledLayer
 
-    layer_spec = replace(sdpa_spec.layer_spec, module=CompiledLayer)
+    mixed = sdpa_spec.layer_spec.module is sdpa_spec.DenseOrMoELayer
+    layer_spec = replace(sdpa_spec.layer_spec, module=CompiledDenseOrMoELayer if mixed else CompiledLayer)
 else:
     layer_spec = sdpa_spec.layer_spec
 
