@@ -56,6 +56,7 @@ NO_KERNELS = Kernels(False, False, "preset")
 PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                   "expert_model_parallel_size", "expert_tensor_parallel_size")
 # Settings that name pipeline stages or virtual stages: meaningless at PP 1, so a user moving to one GPU drops them.
+PATTERN_SETTINGS = ("moe_layer_freq", "no_rope_freq", "linear_attention_freq", "window_attn_skip_freq")
 STAGE_SETTINGS = ("num_layers_per_virtual_pipeline_stage", "num_virtual_stages_per_pipeline_rank",
                   "pipeline_model_parallel_layout", "decoder_first_pipeline_num_layers",
                   "decoder_last_pipeline_num_layers")
@@ -87,8 +88,10 @@ def configurations(checkout: Path) -> list[Path]:
 
 def one_gpu_overrides(settings: dict) -> list[str]:
     """The `--set`s a user types to move the imported preset to one GPU without TE/apex."""
-    sets = ["nodes=1", "gpus_per_node=1", "transformer_engine=false", "apex=false", "num_layers=4",
-            "train_iters=4", "transformer_impl=null"]
+    # 4 layers, unless a per-layer pattern names every layer (its length must stay the layer count)
+    patterned = any("[" in str(settings.get(dest) or "") for dest in PATTERN_SETTINGS)
+    sets = ["nodes=1", "gpus_per_node=1", "transformer_engine=false", "apex=false",
+            *([] if patterned else ["num_layers=4"]), "train_iters=4", "transformer_impl=null"]
     sets += [f"{dest}=1" for dest in PARALLEL_SIZES if dest in settings]
     sets += [f"{dest}=null" for dest in (*STAGE_SETTINGS, *SAMPLE_SCHEDULE) if dest in settings]
     return sets

@@ -48,6 +48,9 @@ def test_a_configuration_moves_to_one_gpu_as_a_user_would(tmp_path):
                          "train_iters=4", "transformer_impl=null", "tensor_model_parallel_size=1",
                          "pipeline_model_parallel_size=1", "num_layers_per_virtual_pipeline_stage=null",
                          "train_samples=null", "lr_decay_samples=null"]
+    # a per-layer pattern names every layer: the layer count it names stays (4 layers would not match it)
+    patterned = matrix.one_gpu_overrides(dict(settings, moe_layer_freq="([0]*1+[1]*1)"))
+    assert "num_layers=4" not in patterned and "train_iters=4" in patterned
     row = matrix.Row("gpt/gpt3_tp2_pp2_vp", overrides=tuple(overrides))
     job = matrix.judge_launcher(row, preset_path, tmp_path, tmp_path / "runs")
     assert (row.launcher, row.reason) == ("accepted", "")
