@@ -20,6 +20,7 @@ from typing import Any
 from launcher import install_command
 from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, find_megatron_python
 from launcher.errors import UserError, closest
+from launcher.inside.megatron_ext.coverage import NORM_FEATURES, builds_its_own_norm
 from launcher.megatron import args as megatron_args
 from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
 from launcher.megatron.target import AssumedMachine
@@ -60,10 +61,11 @@ class Request:
     te: bool = False  # whether it has Transformer Engine (answers Megatron's TE version questions)
     capability: tuple[int, int] = (9, 0)  # its CUDA compute capability (Hopper unless the preset says)
     packages: tuple[str, ...] = ()  # other Python distributions the target has (a failure importing one: not here)
+    norm_features: tuple[str, ...] = ()  # what the job's --spec implements in its own norm (coverage.NORM_FEATURES)
 
     def target(self) -> dict[str, Any]:
         return AssumedMachine("", self.te, self.apex, self.packages).as_request() | {
-            "capability": list(self.capability)}
+            "capability": list(self.capability), "norm_features": list(self.norm_features)}
 
 
 def unknown_flags(parse_error: str) -> list[str]:
@@ -139,8 +141,9 @@ class UpstreamChecker(WorkerProcess):
 
     def check(self, argv: Sequence[str], world_size: int, env: Mapping[str, str] | None = None,
               apex: bool = False, te: bool = False, capability: tuple[int, int] = (9, 0),
-              packages: tuple[str, ...] = ()) -> Verdict:
-        return self.check_many([Request(argv, world_size, env or {}, apex, te, capability, packages)])[0]
+              packages: tuple[str, ...] = (), norm_features: tuple[str, ...] = ()) -> Verdict:
+        return self.check_many([Request(argv, world_size, env or {}, apex, te, capability, packages,
+                                        norm_features)])[0]
 
 
 def target_env(job: Any) -> dict[str, str]:
@@ -231,7 +234,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
-                               capability=target.capability, packages=target.packages)
+                               capability=target.capability, packages=target.packages,
+                               norm_features=NORM_FEATURES if builds_its_own_norm(job.megatron.get("spec")) else ())
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
     # Megatron's checks reach its argument validation and config; a refusal of the launcher's for what comes
     # later (model build, the first step, a save: stage "runtime"/"launcher") is no disagreement.

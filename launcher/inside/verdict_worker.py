@@ -27,6 +27,7 @@ resets Megatron's global state between them.
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import os
@@ -220,8 +221,12 @@ def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
         raise AssertionError("transformer_impl transformer_engine needs Transformer Engine, which the target "
                              "lacks (gpt_layer_specs.get_gpt_layer_with_transformer_engine_spec)")
     if args.transformer_impl == "local" and not target.get("apex", False):
-        # gpt_layer_specs.py falls back to WrappedTorchNorm when apex is missing; build one to run its asserts.
-        WrappedTorchNorm(config, config.hidden_size)
+        # gpt_layer_specs.py falls back to WrappedTorchNorm when apex is missing; build one to run its asserts,
+        # less those the job's --spec lifts by implementing the feature in its own norm (target "norm_features").
+        norm_config = copy.copy(config)
+        for feature in target.get("norm_features", []):
+            setattr(norm_config, feature, False)
+        WrappedTorchNorm(norm_config, config.hidden_size)
     if config.context_parallel_size > 1 and args.transformer_impl == "local":
         raise AssertionError("Context parallelism is only supported by TEDotProductAttention! "
                              "(transformer/dot_product_attention.py:57)")

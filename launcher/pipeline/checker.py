@@ -564,6 +564,8 @@ class _Checker:
                 self.fail("overlap_param_gather_with_optimizer_step needs ckpt_format torch")
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
             self.fail("fp8_param_gather needs use_distributed_optimizer")
+        if self.arg("fp8_param_gather") and not self.arg("fp8"):  # TransformerConfig: fp8_param needs fp8 mode
+            self.fail("fp8_param_gather needs fp8 (fp8_format)", "set fp8_param_gather=false, or set fp8_format")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:

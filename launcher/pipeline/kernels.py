@@ -92,7 +92,7 @@ def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
     local = megatron.get("transformer_impl") in (None, "local")
     gaps = coverage.sdpa_spec_gaps(megatron)
     if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps \
-            or coverage.refused(gaps, megatron):
+            or coverage.refused(gaps, megatron, kernels.apex):
         return []
     return [f"the SDPA fast path does not cover {coverage.describe(gaps)}: Megatron's local layer spec is used "
             "(it trains, but slower)"]
@@ -110,14 +110,16 @@ def fast_path_problems(megatron: Mapping[str, Any], kernels: Kernels) -> list[Pr
             "Megatron's local layer spec", stage="launcher"))
     local = megatron.get("transformer_impl") in (None, "local")
     if local and not kernels.transformer_engine:
-        for gap in coverage.refused(gaps, megatron):
+        for gap in coverage.refused(gaps, megatron, kernels.apex):
             why = gap.local_spec if gap in gaps else (
                 f"the launcher's SDPA spec builds it without TE but does not cover {coverage.describe(gaps)}, and "
-                f"Megatron's local spec cannot build it: {gap.local_spec}")
+                f"Megatron's local spec cannot build it{' without apex' if gap.apex_builds else ''}: "
+                f"{gap.local_spec}")
+            needs, targets = (("Transformer Engine or NVIDIA apex", "--set transformer_engine=true or apex=true")
+                              if gap.apex_builds else ("Transformer Engine", "--set transformer_engine=true"))
             problems.append(Problem(
-                f"{gap.what} ({gap.setting}) needs Transformer Engine: {why}",
-                f"use a target with Transformer Engine (--set transformer_engine=true), or unset {gap.setting}",
-                stage="launcher"))
+                f"{gap.what} ({gap.setting}) needs {needs}: {why}",
+                f"use a target with {needs} ({targets}), or unset {gap.setting}", stage="launcher"))
     return problems
 
 

@@ -176,7 +176,8 @@ def without_te(c: Any) -> None:
                "drop apply_rope_fusion (the launcher then adds --no-rope-fusion)")
     if c.arg("num_experts") and c.arg("fp8") and not c.te:  # transformer_config.py:2057
         c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
-               "drop fp8 (--fp8-format), or run in a Transformer Engine container (transformer_engine: true)")
+               "drop fp8 (--fp8-format" + (", and fp8_param_gather with it" if c.arg("fp8_param_gather") else "")
+               + "), or run in a Transformer Engine container (transformer_engine: true)")
     if c.arg("fp8") and not c.arg("num_experts") and not c.te:  # fp8_utils.py:680: a null context without TE
         c.warnings.append("fp8 has no effect without Transformer Engine (Megatron's fp8 context is a no-op then): "
                           "the job trains in its other precision settings")

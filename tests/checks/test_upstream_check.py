@@ -183,6 +183,16 @@ def test_a_refusal_of_what_megatron_meets_after_its_checks_is_no_disagreement(ca
     assert "disagree" not in out
 
 
+@pytest.mark.megatron
+def test_zero_centered_gamma_on_the_sdpa_spec_passes_megatrons_model_build_checks(capsys):
+    # its own norm implements it; Megatron's torch fallback (the local spec without apex) would assert
+    kernels = Kernels(False, False, "preset")
+    rc = check_preset(*attempt(load_preset("345m", ["layernorm_zero_centered_gamma=true"]), 1, 1, kernels=kernels),
+                      checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 0 and "megatron: ok (" in out, out
+
+
 @pytest.fixture
 def launch_cli():
     def run(*args: str):

@@ -68,6 +68,24 @@ def test_multi_token_prediction_with_multi_latent_attention_is_refused_without_t
         err.value.render())
 
 
+def test_zero_centered_gamma_that_a_gap_sends_to_the_local_spec_is_refused_without_apex():
+    # seen through `launch --check`: Megatron's torch norm fallback asserts at model build
+    overrides = ["layernorm_zero_centered_gamma=true", "window_size=(128, 0)"]
+    with pytest.raises(UserError) as err:
+        resolve(load_preset("345m", overrides), 1, 1, kernels=WITHOUT)
+    assert ("needs Transformer Engine or NVIDIA apex: the launcher's SDPA spec builds it without TE but does not "
+            "cover sliding-window attention (window_size), and Megatron's local spec cannot build it without apex"
+            ) in err.value.render()
+    job = resolve(load_preset("345m", overrides), 1, 1, kernels=Kernels(False, True, "preset"))  # apex's norm
+    assert "spec" not in job.megatron
+
+
+def test_the_norm_features_are_those_the_specs_norm_implements():
+    from launcher.inside.megatron_ext.coverage import LOCAL_SPEC_ONLY_GAPS, NORM_FEATURES
+
+    assert {gap.setting for gap in LOCAL_SPEC_ONLY_GAPS if gap.apex_builds} <= set(NORM_FEATURES)
+
+
 @pytest.mark.parametrize("setting", MOVED)
 def test_a_feature_the_spec_does_not_cover_gets_megatrons_local_spec_with_a_note(setting):
     settings = GAP_EXAMPLES[setting]

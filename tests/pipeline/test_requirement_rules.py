@@ -100,6 +100,15 @@ def test_fim_data_with_the_mock_dataset_is_refused_before_launch():
             "fim_data") in refused(["fim_data=true"])
 
 
+def test_fp8_param_gather_without_fp8_is_refused_as_megatrons_config_would():
+    # seen on gpt-oss's example moved off TE with the MoE-fp8 hint followed: TransformerConfig's ValueError
+    assert ("error: fp8_param_gather needs fp8 (fp8_format)\n  hint: set fp8_param_gather=false, or set "
+            "fp8_format") in refused(["fp8_param_gather=true", "use_distributed_optimizer=true"])
+    hint = refused(["num_experts=4", "add_bias_linear=false", "fp8_format=e4m3", "fp8_param_gather=true",
+                    "use_distributed_optimizer=true"])
+    assert "hint: drop fp8 (--fp8-format, and fp8_param_gather with it)" in hint
+
+
 def warnings_of(overrides: list[str]) -> tuple[str, ...]:
     return resolve(load_preset("345m", overrides), kernels=Kernels(False, False, "preset")).warnings
 

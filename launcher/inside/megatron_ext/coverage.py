@@ -40,6 +40,7 @@ class Gap:
     what: str  # "the SDPA layer spec does not cover <what>"
     applies: Callable[[Mapping[str, Any]], bool]  # over the job's Megatron settings (absent = Megatron's default)
     local_spec: str = ""  # why Megatron's plain local spec cannot build it either ("" when it can): refused then
+    apex_builds: bool = False  # the local spec builds it with apex (its norm); without apex it is refused
 
 
 def _given(dest: str) -> Callable[[Mapping[str, Any]], bool]:
@@ -61,24 +62,42 @@ SDPA_SPEC_GAPS: tuple[Gap, ...] = (
 )
 
 
-# What the SDPA spec builds but Megatron's plain local spec does not: refused when a gap moves the job there.
+# TransformerConfig fields whose assert in Megatron's torch norm fallback (WrappedTorchNorm) the spec's own norm
+# lifts by implementing them (sdpa_spec.TorchNorm); Megatron's checks read them as off for a job on this spec.
+NORM_FEATURES = ("layernorm_zero_centered_gamma", "memory_efficient_layer_norm")
+
+
+def builds_its_own_norm(spec: Any) -> bool:
+    """Whether a job's --spec (Megatron's [module, attribute]) is this package's SDPA spec, with TorchNorm."""
+    module = spec[0] if isinstance(spec, list | tuple) and spec else str(spec or "")
+    return module.startswith("launcher.inside.megatron_ext.sdpa_spec")
+
+
+_TORCH_NORM = "Megatron's torch norm fallback (WrappedTorchNorm, taken without apex) asserts '{} not supported by " \
+              "torch LayerNorm' at model build"
+
+# What the SDPA spec builds but Megatron's plain local spec does not (zero-centered gamma: not without apex;
+# memory_efficient_layer_norm is no flag at the pin, only a TransformerConfig field):
+# refused when a gap moves the job there.
 LOCAL_SPEC_ONLY_GAPS: tuple[Gap, ...] = (
     Gap("multi_latent_attention", "multi-latent attention", _given("multi_latent_attention"),
         local_spec="MLASelfAttention passes k_channels/v_channels to the core attention, which only the launcher's "
                    "SDPA spec and Transformer Engine's take (the local DotProductAttention fails at model build)"),
+    Gap("layernorm_zero_centered_gamma", "zero-centered gamma", _given("layernorm_zero_centered_gamma"),
+        local_spec=_TORCH_NORM.format("zero_centered_gamma"), apex_builds=True),
 )
-
 
 def sdpa_spec_gaps(settings: Mapping[str, Any]) -> list[Gap]:
     """The gaps these Megatron settings fall into; empty when the SDPA spec builds this model as upstream would."""
     return [gap for gap in SDPA_SPEC_GAPS if gap.applies(settings)]
 
 
-def refused(gaps: list[Gap], settings: Mapping[str, Any]) -> list[Gap]:
+def refused(gaps: list[Gap], settings: Mapping[str, Any], apex: bool = False) -> list[Gap]:
     """The gaps no layer spec without Transformer Engine builds: such a job is refused before launch. `gaps`:
     those of `settings` (sdpa_spec_gaps); any of them sends the job to Megatron's local spec, which then has to
-    build what only the SDPA spec does too."""
-    local_only = [gap for gap in LOCAL_SPEC_ONLY_GAPS if gap.applies(settings)] if gaps else []
+    build what only the SDPA spec does too (with `apex`, its norm builds the norm features)."""
+    local_only = [gap for gap in LOCAL_SPEC_ONLY_GAPS
+                  if gap.applies(settings) and not (apex and gap.apex_builds)] if gaps else []
     return [gap for gap in gaps if gap.local_spec] + local_only
 
 

@@ -37,7 +37,7 @@ from megatron.core.transformer.transformer_layer import (
 )
 from megatron.core.utils import divide, get_pg_rank
 
-from launcher.inside.megatron_ext.coverage import describe, sdpa_spec_gaps
+from launcher.inside.megatron_ext.coverage import NORM_FEATURES, describe, sdpa_spec_gaps
 
 
 class ZeroCenteredLayerNorm(torch.nn.LayerNorm):
@@ -70,8 +70,8 @@ class _NormConfig:
 
     def __init__(self, config: TransformerConfig):
         self._config = config
-        self.layernorm_zero_centered_gamma = False
-        self.memory_efficient_layer_norm = False  # apex's memory saving; the math is plain LayerNorm
+        for feature in NORM_FEATURES:  # zero-centered gamma; apex's memory saving (the math is plain LayerNorm)
+            setattr(self, feature, False)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._config, name)
