@@ -19,7 +19,8 @@ picks its MLP by its global number, sdpa_spec.DenseOrMoE, as Megatron's decoder 
 multi-latent attention, whose MLASelfAttention gives the core
 attention different query/key and value head sizes that upstream's local DotProductAttention does not take
 (found by the CPU rehearsal). So MLA without Transformer Engine trains on this spec only: with a gap above, which
-sends the job to Megatron's local spec, it is refused (LOCAL_SPEC_ONLY_GAPS). The compiled layer sends a layer it
+sends the job to Megatron's local spec, it is refused (LOCAL_SPEC_ONLY_GAPS), as zero-centered gamma is without
+apex (the local spec's torch norm asserts). The compiled layer sends a layer it
 cannot run (MLA's too) to Megatron's own forward (compiled_layer.fast_path_blocker), so it adds no gap. Context
 parallelism is refused for every local spec before launch (pipeline/layout.py), so it is no gap of this spec
 either.
@@ -86,6 +87,7 @@ LOCAL_SPEC_ONLY_GAPS: tuple[Gap, ...] = (
     Gap("layernorm_zero_centered_gamma", "zero-centered gamma", _given("layernorm_zero_centered_gamma"),
         local_spec=_TORCH_NORM.format("zero_centered_gamma"), apex_builds=True),
 )
+
 
 def sdpa_spec_gaps(settings: Mapping[str, Any]) -> list[Gap]:
     """The gaps these Megatron settings fall into; empty when the SDPA spec builds this model as upstream would."""
