@@ -194,6 +194,7 @@ class Training:
     distributed_optimizer: bool = False
     precision: str = "bf16"  # bf16 | fp16 | fp32
     fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
+    softmax_fusion: bool = True  # --masked-softmax-fusion (apex's kernels): the unfused scores' softmax in place
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
     fused_cross_entropy: bool = False
     ep: int = 1  # expert parallel (MoE only; dense models keep 1)
@@ -278,6 +279,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         precision=precision_of(args),
         # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
         fused_attention=megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
+        softmax_fusion=bool(megatron_value(args, "masked_softmax_fusion")),
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
         ep=int(megatron_value(args, "expert_model_parallel_size")),
@@ -591,6 +593,12 @@ def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     return weights, grads, optimizer
 
 
+# Per score element of the one layer whose unfused attention is being computed (forward or backward): torch's
+# softmax takes an fp32 copy and returns fp32 probabilities beside the bf16 scores, probabilities and gradients;
+# apex's fused kernel works on the bf16 scores in place.
+UNFUSED_ATTENTION_BYTES = {"torch softmax": 16, "fused softmax": 6}
+
+
 def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     """One layer, one microbatch, one GPU: Korthikanti et al. Table 2, generalised to GQA/SwiGLU/kv_channels.
 
@@ -661,6 +669,12 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
         in_flight = min(t.pp - stage, t.num_microbatches)
         in_flight_layers = in_flight * layers
     act = kept * in_flight_layers + transient
+    if not t.fused_attention:
+        # Upstream's local attention works on one layer's [b, heads, s, s] scores at a time, also when recompute
+        # keeps none: bf16 scores, their fp32 copy and softmax, bf16 probabilities, and in the backward their
+        # gradients (seen on one H200: 64 heads at sequence 8192, 72 GiB at the peak where this term was missing)
+        per_score = UNFUSED_ATTENTION_BYTES["fused softmax" if t.softmax_fusion else "torch softmax"]
+        act += per_score * m.num_attention_heads / t.tp * s * m.seq_length * b
     if st.embedding:  # embedding output (dropout mask) and token ids, per microbatch in flight
         act += in_flight * (s * b * h + 8 * s * b)
     if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP

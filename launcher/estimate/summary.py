@@ -103,6 +103,18 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
     }
 
 
+def memory_warning(s: Mapping[str, Any]) -> str | None:
+    """Said before launch when the estimate leaves less than the margin CUDA's context, NCCL and the allocator's
+    fragmentation need (fit_status): such a job runs out of memory at its first steps, after the queue."""
+    if s["fits"] == "fits":
+        return None
+    where = "above" if s["fits"] == "does not fit" else "within 10 % of"
+    return (f"the memory estimate, ~{s['memory_per_gpu_gib']:.1f} GiB per GPU, is {where} the "
+            f"{s['gpu_memory_gib']} GiB of {s['gpu']}: the job will likely run out of memory (seen on one H200: "
+            "an estimate of 135.9 of 139.8 GiB ran out before its first iteration); lower micro_batch_size, "
+            "recompute activations, or use more TP/PP (`launch plan` lists layouts that fit)")
+
+
 def summary_line(s: Mapping[str, Any]) -> str:
     """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
     return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "

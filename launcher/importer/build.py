@@ -203,6 +203,10 @@ def read_source(text: str, positional: Sequence[str] = ()
 
 # -- the preset -------------------------------------------------------------------------------------------------
 
+# What a run writes: the launcher puts each into the run directory unless the preset gives a path of its own.
+RUN_OUTPUTS = ("save", "load", "tensorboard_dir")
+
+
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                   read_local: VocabReader | None = None) -> Imported:
     runner, words, env, notes = read_source(text, positional)
@@ -238,6 +242,12 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             comment_out(dest, value, f"{names} unknown; a launch saves into its run directory")
         else:
             comment_out(dest, value, f"{names} unknown; set it if the script relies on it")
+    for dest in RUN_OUTPUTS:  # relative to where the script ran, e.g. ${1:-"checkpoints/llama3_8b_fp8"}
+        value = settings.get(dest)
+        if isinstance(value, str) and not value.startswith("/"):
+            del settings[dest]
+            replaced[dest] = "a path relative to where the script ran"
+            comment_out(dest, value, "relative to where the script ran; a launch writes into its run directory")
     tokenizer_settings = {d: v for d, v in settings.items() if d in TOKENIZER_SETTINGS}
     if data_missing:
         for dest in ("data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",

@@ -352,3 +352,17 @@ def test_every_upstream_gpt_training_script_imports(script, tmp_path):
         assert type(exc).__name__ == "UserError", exc
         pytest.skip(str(exc))
     assert not outcome.differences, outcome.differences
+
+
+def test_a_relative_output_path_goes_to_the_run_directory(tmp_path):
+    # seen on one H200: Llama 3's example (CHECKPOINT_PATH=${1:-"checkpoints/llama3_8b_fp8"}) wrote its checkpoint
+    # under the launch's working directory, outside the run
+    script = ('CKPT=${1:-"checkpoints/x"}\ntorchrun pretrain_gpt.py --num-layers 2 --hidden-size 64 '
+              '--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 '
+              '--global-batch-size 8 --train-iters 4 --save $CKPT --load $CKPT --tensorboard-dir tb/x '
+              '--save-interval 2 --mock-data --tokenizer-type NullTokenizer --vocab-size 128\n')
+    result = import_source(script, "train.sh")
+    assert not {"save", "load", "tensorboard_dir"} & set(result.settings)
+    assert "# save: checkpoints/x # relative to where the script ran; a launch writes into its run directory" in (
+        result.text)
+    assert import_source(script.replace("checkpoints/x", "/ckpt/x"), "train.sh").settings["save"] == "/ckpt/x"
