@@ -4,7 +4,8 @@
 Megatron ``eval``s the expression after a character filter (arguments.py:_eval_pattern), so ``[0]*10**12``
 passes its filter and exhausts memory. Here the expression is read from its syntax tree instead: integers, lists
 of them, ``+`` and ``*``, with every list's length known before it is built and bounded, so a hostile value costs
-nothing and nothing is evaluated. The launcher reads a pattern only through this module.
+nothing and nothing is evaluated. The launcher reads a pattern only through this module; the argument catalog
+gives these arguments the type "layer_pattern" (scripts/dump_megatron_args.py, by Megatron's parser function).
 """
 
 from __future__ import annotations
@@ -12,10 +13,6 @@ from __future__ import annotations
 import ast
 
 MAX_LAYERS = 1 << 16  # longer than any model's layer count; a pattern beyond it is refused, not built
-
-# What the argument catalog calls these arguments' type (scripts/dump_megatron_args.py), by Megatron's parser
-# function for them at the pin.
-MEGATRON_TYPES = ("moe_freq_type", "no_rope_freq_type", "la_freq_type")
 
 
 def parse(value: int | str) -> int | list[int]:
