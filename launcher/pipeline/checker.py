@@ -523,7 +523,8 @@ class _Checker:
     def fp16_warm_up(self) -> None:
         """fp16's dynamic loss scale starts at 2^32 and halves on every overflow, skipping that step; grads of
         order 1-10 stop overflowing near 2^12, so about log2(scale) - 12 steps update nothing (seen: a 4-iteration
-        fp16 run skipped all 4 and reported no loss)."""
+        fp16 run skipped all 4 and reported no loss). A checkpoint inside those steps is refused where it crashes
+        (the distributed optimizer without TE/apex), else a run no longer than them is warned."""
         scale, iters = self.arg("initial_loss_scale"), self.arg("train_iters")
         if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1:
             return
