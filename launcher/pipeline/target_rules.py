@@ -174,6 +174,11 @@ def without_te(c: Any) -> None:
         # transformer_config.py:1947 (the launcher turns it off itself unless the preset insists)
         c.fail("apply_rope_fusion needs Transformer Engine's fused RoPE, which the target lacks",
                "drop apply_rope_fusion (the launcher then adds --no-rope-fusion)")
+    if c.arg("cross_entropy_loss_fusion") and c.arg("cross_entropy_fusion_impl") == "te" and not c.te:
+        # language_module.py:179, at the first step (seen: gpt3_15b_8t_release_gb200 with its TP-overlap hint taken)
+        c.fail("cross_entropy_fusion_impl te needs Transformer Engine's fused cross entropy, which the target lacks: "
+               "Megatron raises 'Trying to use a TE block when it's not present' at the first step",
+               "set cross_entropy_fusion_impl=native (Megatron's own fused cross entropy)", stage="runtime")
     if c.arg("num_experts") and c.arg("fp8") and not c.te:  # transformer_config.py:2057
         c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
                "drop fp8 (--fp8-format" + (", and fp8_param_gather with it" if c.arg("fp8_param_gather") else "")

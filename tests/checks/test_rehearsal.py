@@ -4,12 +4,15 @@ through pretrain_gpt.py's own model provider and spec, one training step; model-
 from __future__ import annotations
 
 import os
+import re
+import sys
 from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
 from launcher.checks.rehearsal import HIDDEN, Rehearser, tiny_settings
+from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import script_args
 from launcher.pipeline.preset import load_preset
@@ -150,3 +153,45 @@ def test_without_a_checkout_the_rehearsal_is_not_run_and_says_why(launch, tmp_pa
     assert code == 2, err
     assert (f"rehearsal: not run: the rehearsal builds the model through pretrain_gpt.py's model provider, and "
             f"{tmp_path} is not a Megatron-LM checkout") in out
+
+
+SET_HINT = re.compile(r"\bset ([a-z_][a-z0-9_.]*)=([^\s,;)]+)")
+
+
+@needs_checkout
+def test_following_the_launchers_set_hints_on_nvidias_configurations_leads_to_a_job_that_trains(rehearser,
+                                                                                                  tmp_path):
+    """Every functional-test configuration moved to one GPU (scripts/functional_test_matrix.py) whose refusal hints
+    `set X=V`: take the first such fix of each problem, up to three rounds; a job accepted that way must rehearse a
+    step. Found: gpt3_15b_8t_release_gb200 with its TP-overlap hint taken crashed at its first step
+    (cross_entropy_fusion_impl te without TE), now refused with its own hint."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    import functional_test_matrix as matrix
+
+    checkout = megatron_checkout()
+    assert checkout is not None
+    followed = []
+    for config in matrix.configurations(checkout):
+        try:
+            path, settings = matrix.imported_preset(config, tmp_path)
+        except UserError:
+            continue  # not a configuration the import reads (the matrix lists these too)
+        overrides, fixes = matrix.one_gpu_overrides(settings), []
+        for _ in range(3):
+            try:
+                job = resolve(load_preset(str(path), [*overrides, *fixes]), 1, 1, kernels=matrix.NO_KERNELS,
+                              megatron_path=checkout, run_dir=tmp_path / "runs" / path.stem)
+            except UserError as err:
+                new = [f"{m[1]}={m[2]}" for p in err.problems if (m := SET_HINT.search(p.hint))]
+                new = [fix for fix in dict.fromkeys(new) if fix not in fixes]
+                if not new:
+                    break
+                fixes += new
+            else:
+                if fixes:
+                    followed.append((config.parent.name, fixes, job))
+                break
+    assert len(followed) >= 3  # the fp16 save, the two gb200 ones, the fp8 TP-overlap one (at the pin)
+    for name, fixes, job in followed:
+        result = rehearser.rehearse(job.megatron, dict(job.preset.launcher.env))
+        assert result.ok, (name, fixes, result.error)

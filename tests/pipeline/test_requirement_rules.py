@@ -100,6 +100,15 @@ def test_fim_data_with_the_mock_dataset_is_refused_before_launch():
             "fim_data") in refused(["fim_data=true"])
 
 
+def test_te_cross_entropy_fusion_without_te_is_refused_before_its_first_step():
+    te_ce = ["cross_entropy_loss_fusion=true", "cross_entropy_fusion_impl=te"]
+    assert ("error: cross_entropy_fusion_impl te needs Transformer Engine's fused cross entropy, which the target "
+            "lacks: Megatron raises 'Trying to use a TE block when it's not present' at the first step\n"
+            "  hint: set cross_entropy_fusion_impl=native") in refused(te_ce)
+    resolve(load_preset("345m", [*te_ce, "cross_entropy_fusion_impl=native"]), kernels=Kernels(False, False, "preset"))
+    resolve(load_preset("345m", te_ce), kernels=Kernels(True, True, "preset", "2.14.0"))
+
+
 def test_fp8_param_gather_without_fp8_is_refused_as_megatrons_config_would():
     # seen on gpt-oss's example moved off TE with the MoE-fp8 hint followed: TransformerConfig's ValueError
     assert ("error: fp8_param_gather needs fp8 (fp8_format)\n  hint: set fp8_param_gather=false, or set "
