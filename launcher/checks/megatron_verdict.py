@@ -20,10 +20,11 @@ from typing import Any
 from launcher import install_command
 from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, find_megatron_python
 from launcher.errors import UserError, closest
-from launcher.inside.megatron_ext.coverage import NORM_FEATURES, builds_its_own_norm
+from launcher.inside.megatron_ext.coverage import NORM_FEATURES
 from launcher.megatron import args as megatron_args
 from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
 from launcher.megatron.target import AssumedMachine
+from launcher.pipeline.environment import uses_megatron_ext
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # The launcher's own process variables: never forwarded to Megatron's checks.
@@ -235,7 +236,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
                                capability=target.capability, packages=target.packages,
-                               norm_features=NORM_FEATURES if builds_its_own_norm(job.megatron.get("spec")) else ())
+                               norm_features=NORM_FEATURES if uses_megatron_ext(job.megatron) else ())
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
     # Megatron's checks reach its argument validation and config; a refusal of the launcher's for what comes
     # later (model build, the first step, a save: stage "runtime"/"launcher") is no disagreement.

@@ -68,12 +68,6 @@ SDPA_SPEC_GAPS: tuple[Gap, ...] = (
 NORM_FEATURES = ("layernorm_zero_centered_gamma", "memory_efficient_layer_norm")
 
 
-def builds_its_own_norm(spec: Any) -> bool:
-    """Whether a job's --spec (Megatron's [module, attribute]) is this package's SDPA spec, with TorchNorm."""
-    module = spec[0] if isinstance(spec, list | tuple) and spec else str(spec or "")
-    return module.startswith("launcher.inside.megatron_ext.sdpa_spec")
-
-
 _TORCH_NORM = "Megatron's torch norm fallback (WrappedTorchNorm, taken without apex) asserts '{} not supported by " \
               "torch LayerNorm' at model build"
 
