@@ -77,23 +77,18 @@ def test_the_345m_job_builds_and_trains_one_step_on_the_cpu(rehearser):
 
 
 @needs_checkout
-def test_multi_latent_attention_builds_and_trains_one_step_on_the_sdpa_spec(rehearser):
-    """Issue 22 saw MLA crash inside training on the SDPA spec, and upstream's local spec cannot build it without
-    TE either: the spec's core attention now takes MLA's head sizes."""
-    settings = job_settings("multi_latent_attention=true")
-    assert settings["spec"] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
-    result = rehearser.rehearse(settings, {})
-    assert result.ok, result.traceback
-    assert 0 < result.facts["loss"] < 10
-
-
-@needs_checkout
-def test_dense_and_moe_layers_with_mla_build_and_train_one_step_on_the_sdpa_spec(rehearser):
-    """DeepSeek's shape (a dense first layer, then MoE; MLA): each layer of the one --spec picks dense or MoE by its
-    number as Megatron's decoder block spec would; before, such a job went to the local spec, which cannot
-    build MLA, and was refused."""
-    settings = job_settings("multi_latent_attention=true", "num_experts=4", "moe_layer_freq=([0]*1+[1]*1)",
-                            "add_bias_linear=false", "num_layers=2")
+@pytest.mark.parametrize("overrides", [
+    # Issue 22 saw MLA crash inside training on the SDPA spec, and upstream's local spec cannot build it without TE
+    # either: the spec's core attention now takes MLA's head sizes.
+    ["multi_latent_attention=true"],
+    # DeepSeek's shape (a dense first layer, then MoE; MLA): each layer of the one --spec picks dense or MoE by its
+    # number as Megatron's decoder block spec would; before, such a job went to the local spec, which cannot build
+    # MLA, and was refused.
+    ["multi_latent_attention=true", "num_experts=4", "moe_layer_freq=([0]*1+[1]*1)", "add_bias_linear=false",
+     "num_layers=2"],
+], ids=["mla", "mla-dense-and-moe-layers"])
+def test_multi_latent_attention_builds_and_trains_one_step_on_the_sdpa_spec(rehearser, overrides):
+    settings = job_settings(*overrides)
     assert settings["spec"] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
     result = rehearser.rehearse(settings, {})
     assert result.ok, result.traceback

@@ -150,20 +150,22 @@ def test_check_cli_shows_megatrons_verdict_next_to_ours(launch_cli):
 
 
 
+def check_text(capsys, overrides: list[str], gpus: int) -> tuple[int, str]:
+    """`launch 345m --check` on one node of `gpus` GPUs without TE or apex: (exit code, text output)."""
+    rc = check_preset(*attempt(load_preset("345m", overrides), 1, gpus, kernels=Kernels(False, False, "preset")),
+                      checker=shared_checker())
+    return rc, capsys.readouterr().out
+
+
 @pytest.mark.megatron
 def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
-    kernels = Kernels(False, False, "preset")
-    rc = check_preset(*attempt(load_preset("345m", ["micro_batch_size=4"]), 1, 2, kernels=kernels),
-                      checker=shared_checker())
-    out = capsys.readouterr().out
+    rc, out = check_text(capsys, ["micro_batch_size=4"], 2)
     assert rc == 0, out
     assert out.startswith("assumed: GPU h100-80gb (compute capability 9.0), no Transformer Engine, no apex")
     assert "\nlauncher: ok (world 2 = 1 × 2: TP 1 · PP 1 · CP 1 · DP 2; 4 microbatch(es) of 4)" in out
     assert "megatron: ok (" in out and "4 microbatch(es), padded vocab 50304" in out
 
-    rc = check_preset(*attempt(load_preset("345m", ["tensor_model_parallel_size=3"]), 1, 3, kernels=kernels),
-                      checker=shared_checker())
-    out = capsys.readouterr().out
+    rc, out = check_text(capsys, ["tensor_model_parallel_size=3"], 3)
     assert rc == 2
     assert "error: num_attention_heads 16 is not a multiple of tensor_model_parallel_size 3" in out
     assert "megatron: config: ValueError: num_attention_heads (16) must be a multiple of " \
@@ -174,10 +176,7 @@ def test_check_text_output_for_a_good_and_a_bad_layout(capsys):
 @pytest.mark.megatron
 def test_a_refusal_of_what_megatron_meets_after_its_checks_is_no_disagreement(capsys):
     # multi-token prediction with MLA and no TE: Megatron's argument checks pass, its model build would fail
-    mla = ["multi_latent_attention=true", "position_embedding_type=rope", "mtp_num_layers=1"]
-    rc = check_preset(*attempt(load_preset("345m", mla), 1, 1, kernels=Kernels(False, False, "preset")),
-                      checker=shared_checker())
-    out = capsys.readouterr().out
+    rc, out = check_text(capsys, ["multi_latent_attention=true", "position_embedding_type=rope", "mtp_num_layers=1"], 1)
     assert rc == 2 and "megatron: ok (" in out
     assert "error: multi-latent attention (multi_latent_attention) needs Transformer Engine" in out
     assert "disagree" not in out
@@ -186,10 +185,7 @@ def test_a_refusal_of_what_megatron_meets_after_its_checks_is_no_disagreement(ca
 @pytest.mark.megatron
 def test_zero_centered_gamma_on_the_sdpa_spec_passes_megatrons_model_build_checks(capsys):
     # its own norm implements it; Megatron's torch fallback (the local spec without apex) would assert
-    kernels = Kernels(False, False, "preset")
-    rc = check_preset(*attempt(load_preset("345m", ["layernorm_zero_centered_gamma=true"]), 1, 1, kernels=kernels),
-                      checker=shared_checker())
-    out = capsys.readouterr().out
+    rc, out = check_text(capsys, ["layernorm_zero_centered_gamma=true"], 1)
     assert rc == 0 and "megatron: ok (" in out, out
 
 
