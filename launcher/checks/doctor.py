@@ -21,20 +21,21 @@ import sysconfig
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, install_command
+from launcher.checks.capacity import capacity_findings
+from launcher.checks.finding import Finding, Status
 from launcher.errors import Problem, UserError
 from launcher.megatron.fetch import GIT_SOURCE as MEGATRON_URL
 from launcher.megatron.pin import COMMIT_MARKER, SUBMODULE, default_fetch_dir, has_module
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.runs.rundir import git_commit
 
-Status = Literal["ok", "warn", "fail"]
 # Modules built by NVIDIA apex's --cpp_ext/--cuda_ext that Megatron's default fusions import.
 APEX_EXTENSIONS = {
     "fused_weight_gradient_mlp_cuda": "gradient accumulation fusion (pass --no-gradient-accumulation-fusion)",
@@ -50,20 +51,6 @@ SUBPROCESS_TIMEOUT_S = 20
 # what megatron-core 0.18.0's metadata says.
 FALLBACK_PYTHON = ">=3.12"
 FALLBACK_TORCH = ">=2.6.0"
-
-
-@dataclass(frozen=True)
-class Finding:
-    check: str
-    status: Status
-    detail: str
-    fix: str = ""
-
-    def render(self) -> str:
-        text = f"{self.status:4}  {self.check}: {self.detail}"
-        if self.fix and self.status != "ok":
-            text += f"\n      fix: {self.fix}"
-        return text
 
 
 @dataclass(frozen=True)
@@ -426,6 +413,7 @@ def job_findings(job: Any, ctx: Context) -> list[Finding]:
     (`ctx.env`: its processes' environment). Never imports torch."""
     findings = run_checks(ctx, ["python", "torch", "megatron-lm", "dataset-helpers"])
     findings.append(job_connections(job))
+    findings += capacity_findings(job, ctx.env)
     if job.entry != "pretrain_gpt":  # the simple loop builds its own model: only the environment matters
         return findings
     return findings + requirement_findings(job.megatron, ctx)  # the same messages as the job's check on a node

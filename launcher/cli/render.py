@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from launcher.estimate import summary as estimate
-from launcher.estimate.formulas import built_model_parameters, human, padded_vocab_size
-from launcher.pipeline.checker import model_args
+from launcher.estimate.formulas import human
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.pipeline.shell import shell_comment, shell_word
@@ -24,23 +22,9 @@ def command_lines(command: Command) -> list[str]:
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
-def summary(job: ResolvedJob) -> dict[str, Any]:
-    # Megatron's view of the job as it runs (the no-TE/apex settings change attention and memory)
-    args = model_args(job.effective(), job.entry)
-    layout, kernels = job.layout, job.kernels
-    return {
-        "parameters": built_model_parameters(job.effective(), job.entry, layout.tp),
-        # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)
-        "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
-        or args.get("padded_vocab_size") else None,
-        "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
-        "estimate": estimate.summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node),
-    }
-
-
 def header(job: ResolvedJob) -> list[str]:
     p, lay = job.preset, job.layout
-    facts = summary(job)
+    facts = estimate.job_facts(job)
     about = f" ({_one_line(p.description)})" if p.description else ""
     lines = [f"# megatron-launch: preset {_one_line(p.name)}{about}"]
     lines.append(
@@ -81,7 +65,7 @@ def text(job: ResolvedJob, command: Command) -> str:
 
 
 def as_json(job: ResolvedJob, command: Command) -> str:
-    facts = summary(job)
+    facts = estimate.job_facts(job)
     data = {
         "preset": job.preset.name,
         "description": job.preset.description,

@@ -738,11 +738,12 @@ CHECKPOINT_WRITE_GBPS = 20.0
 
 def checkpoint_bytes(parameters: float, args: Mapping[str, Any]) -> float:
     """Bytes of one Megatron checkpoint with the Adam optimizer: the model's weights (2 bytes each in bf16/fp16,
-    4 in fp32) plus the optimizer's fp32 state (main weights in mixed precision, and two moments)."""
+    4 in fp32) plus the optimizer's fp32 state (main weights in mixed precision, and two moments) unless
+    --no-save-optim leaves it out."""
     mixed = bool(args.get("bf16") or args.get("fp16"))
     weights = 2 if mixed else 4
     optimizer = (4 if mixed else 0) + 8 if args.get("optimizer") in (None, "adam") else (4 if mixed else 0)
-    return parameters * (weights + optimizer)
+    return parameters * (weights + (0 if args.get("no_save_optim") else optimizer))
 
 
 def save_cost(parameters: float, args: Mapping[str, Any], step_seconds: float, save_interval: int,

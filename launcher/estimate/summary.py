@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.estimate.formulas import (
     DEFAULT_GPU,
@@ -18,6 +18,8 @@ from launcher.estimate.formulas import (
     Memory,
     ModelShape,
     Training,
+    built_model_parameters,
+    checkpoint_bytes,
     complete_memory,
     fit_status,
     flops_per_iteration,
@@ -25,11 +27,16 @@ from launcher.estimate.formulas import (
     megatron_memory,
     megatron_parameters,
     model_shape,
+    padded_vocab_size,
     parameter_count,
     stage_parameters,
     training_of,
 )
 from launcher.estimate.steptime import StepTime, step_time
+from launcher.pipeline.checker import model_args
+
+if TYPE_CHECKING:
+    from launcher.pipeline.resolve import ResolvedJob
 
 
 @dataclass(frozen=True)
@@ -120,3 +127,21 @@ def summary_line(s: Mapping[str, Any]) -> str:
     return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
             f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
             f"`launch plan` for the breakdown)")
+
+
+def job_facts(job: ResolvedJob) -> dict[str, Any]:
+    """The one estimate of a resolved job: the dry-run prints it, the checks before launch hold this machine's
+    GPU memory and disk to it. Megatron's view of the job as it runs (the no-TE/apex settings change attention
+    and memory)."""
+    args = model_args(job.effective(), job.entry)
+    layout, kernels = job.layout, job.kernels
+    parameters = built_model_parameters(job.effective(), job.entry, layout.tp)
+    return {
+        "parameters": parameters,
+        # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)
+        "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
+        or args.get("padded_vocab_size") else None,
+        "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
+        "estimate": summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node),
+        "checkpoint_bytes": checkpoint_bytes(parameters, args),
+    }

@@ -1,0 +1,125 @@
+"""Before a launch on this machine: do the job's memory per GPU and its checkpoints fit what is here?
+
+Both figures are the dry-run's (`estimate.summary.job_facts`): the memory per GPU it printed, and one checkpoint's
+bytes. Seen on one H200: an imported Mixtral 8x22B moved to one GPU, estimated at 184 GiB, ran out of memory at
+its first step; the 8x7B one trained (estimated 109.1 GiB, peak 109.0 GiB allocated) and then its first save
+(~87 GB of weights and Adam state) failed on a 64 GiB disk and hung the run. Both are known before any GPU work.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from launcher.checks.finding import Finding, Status
+from launcher.estimate.formulas import GIB, human_bytes
+from launcher.estimate.summary import job_facts
+
+SUBPROCESS_TIMEOUT_S = 20
+# The estimate leaves out the CUDA context, NCCL buffers and the allocator's fragmentation: within this share of
+# the GPU it is a warning, above the GPU a refusal (an estimate of 97 % of an H200 ran out of memory there).
+TIGHT_FRACTION = 0.9
+
+
+def gpu_memory_bytes(env: Mapping[str, str]) -> int | None:
+    """The smallest memory of the GPUs a job here sees (CUDA_VISIBLE_DEVICES by index narrows them), from
+    nvidia-smi; None without nvidia-smi or when it answers nothing readable."""
+    if shutil.which("nvidia-smi", path=env.get("PATH")) is None:
+        return None
+    try:
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+                              env=dict(env), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    sizes: dict[str, int] = {}
+    for line in done.stdout.splitlines()[:1024]:
+        index, _, mib = (part.strip() for part in line.partition(","))
+        if index.isdigit() and mib.isdigit():
+            sizes[index] = int(mib) * 1024**2
+    visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible and all(d.isdigit() for d in visible):  # UUIDs or MIG names: every GPU listed counts
+        sizes = {i: b for i, b in sizes.items() if i in visible}
+    return min(sizes.values()) if done.returncode == 0 and sizes else None
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system that holds `path` (its nearest existing ancestor: the run makes the rest)."""
+    for candidate in (path, *path.parents):
+        try:
+            return shutil.disk_usage(candidate).free
+        except OSError:
+            continue
+    return None
+
+
+def unmodelled_memory_settings(arg: Callable[[str], Any]) -> list[str]:
+    """Settings that take memory off the GPU in ways the estimate does not count (docs/plan.md): with one of
+    them an estimate above the GPU is only a warning."""
+    names = ["use_torch_fsdp2", "use_megatron_fsdp", "optimizer_cpu_offload", "fine_grained_activation_offloading"]
+    found = [name for name in names if arg(name)]
+    return found + (["cpu_offloading_num_layers"] if (arg("cpu_offloading_num_layers") or 0) > 0 else [])
+
+
+def memory_finding(needed_gib: float, have: int | None,
+                   unmodelled: Sequence[str] = ()) -> tuple[Status, str, str] | None:
+    """(status, detail, fix) for the memory per GPU, or None when there is no GPU here to hold it to."""
+    if have is None:
+        return None
+    have_gib = have / GIB
+    detail = (f"the job needs ~{needed_gib:.1f} GiB per GPU (the dry-run's estimate); the GPU here has "
+              f"{have_gib:.1f} GiB")
+    fix = ("lower micro_batch_size, recompute activations (recompute_granularity=full), use the distributed "
+           "optimizer or more TP/PP; `launch plan` lists layouts that fit")
+    if needed_gib * GIB > have and unmodelled:
+        return "warn", detail + f", but the estimate does not count what {', '.join(unmodelled)} saves", fix
+    if needed_gib * GIB > have:
+        return "fail", detail + ": it would run out of memory at its first step", fix
+    if needed_gib * GIB > TIGHT_FRACTION * have:
+        return "warn", detail + f": above {TIGHT_FRACTION:.0%}, where CUDA's context and fragmentation may not fit", fix
+    return "ok", detail, ""
+
+
+def checkpoint_finding(save: str, checkpoint: float, kept: int, free: int | None) -> tuple[Status, str, str] | None:
+    """(status, detail, fix) for the `kept` checkpoints under --save, or None when the free space is unknown."""
+    if free is None:
+        return None
+    detail = (f"one checkpoint (weights and optimizer state) is ~{human_bytes(checkpoint)}; the file system of "
+              f"{save} has {human_bytes(free)} free")
+    fix = ("free space there, point save at a larger file system (--set save=PATH), or save the weights without "
+           "the optimizer state (--set no_save_optim=true: ~1/7 of the size; a resume then restarts Adam)")
+    if checkpoint > free:
+        return "fail", detail + ": the first save would fail (and leave a broken checkpoint)", fix
+    if kept > 1 and kept * checkpoint > free:
+        return ("warn", detail + f": room for {int(free // checkpoint)} of the {kept} checkpoints this run keeps",
+                "set save_retain_interval (older checkpoints are deleted), a longer save_interval, or free space")
+    return "ok", detail, ""
+
+
+def kept_checkpoints(job: Any) -> int:
+    """How many checkpoints the run leaves on disk: one per save_interval, or with save_retain_interval the
+    multiples of it and the newest."""
+    iterations = job.arg("train_iters") or 0
+    interval = job.arg("save_interval") or iterations or 1
+    saves = max(1, -(-iterations // interval)) if iterations else 1
+    retain = job.arg("save_retain_interval")
+    if not retain or not iterations:
+        return saves
+    return min(saves, iterations // retain + (1 if iterations % retain else 0))
+
+
+def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
+    """GPU memory and checkpoint space on this machine, for the job."""
+    facts = job_facts(job)
+    found = []
+    needed = facts["estimate"]["memory_per_gpu_gib"]
+    if (memory := memory_finding(needed, gpu_memory_bytes(env), unmodelled_memory_settings(job.arg))) is not None:
+        found.append(Finding("gpu memory", *memory))
+    save = job.megatron.get("save")
+    if save:
+        disk = checkpoint_finding(str(save), facts["checkpoint_bytes"], kept_checkpoints(job), free_bytes(Path(save)))
+        if disk is not None:
+            found.append(Finding("checkpoint space", *disk))
+    return found

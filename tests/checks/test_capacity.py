@@ -1,0 +1,129 @@
+"""Before a launch here: the job's memory per GPU against this machine's GPUs (nvidia-smi), and its checkpoints
+against the free space where they are saved. Faults planted: a fake nvidia-smi reporting a small GPU, a file
+system reported full."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.checks import capacity
+from launcher.checks.doctor import Context, job_findings
+from launcher.estimate.formulas import GIB
+from launcher.megatron.pin import Kernels
+from launcher.pipeline import resolve
+from launcher.pipeline.preset import load_preset
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def fake_nvidia_smi(bin_dir: Path, mib: list[int]) -> Path:
+    """An nvidia-smi that lists GPUs of the given memory (MiB) and answers the memory query."""
+    bin_dir.mkdir(exist_ok=True)
+    listing = "\\n".join(f"GPU {i}: NVIDIA Fake (UUID: GPU-{i})" for i in range(len(mib)))
+    query = "\\n".join(f"{i}, {m}" for i, m in enumerate(mib))
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\n"
+                      f'case "$*" in *--query-gpu*) printf "{query}\\n";; *) printf "{listing}\\n";; esac\n')
+    script.chmod(0o755)
+    return bin_dir
+
+
+def test_the_smallest_visible_gpu_is_the_one_that_counts(tmp_path):
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [143771, 81559, 143771])
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    assert capacity.gpu_memory_bytes(env) == 81559 * 1024**2
+    assert capacity.gpu_memory_bytes({**env, "CUDA_VISIBLE_DEVICES": "0,2"}) == 143771 * 1024**2
+    assert capacity.gpu_memory_bytes({**env, "CUDA_VISIBLE_DEVICES": "GPU-0"}) == 81559 * 1024**2  # UUIDs: all
+    assert capacity.gpu_memory_bytes({"PATH": str(tmp_path / "nothing")}) is None
+
+
+@pytest.mark.parametrize(("needed_gib", "status"), [(184.2, "fail"), (135.9, "warn"), (109.1, "ok")])
+def test_memory_above_the_gpu_is_refused_and_near_it_warned(needed_gib, status):
+    """184.2 GiB: the Mixtral 8x22B moved to one H200 that ran out of memory; 135.9: the 175B example at 4
+    layers that ran out of memory before its first iteration; 109.1: the 8x7B one that trained (peak 109.0)."""
+    found = capacity.memory_finding(needed_gib, 143771 * 1024**2)
+    assert found is not None and found[0] == status
+    assert capacity.memory_finding(needed_gib, None) is None
+
+
+def test_memory_the_estimate_does_not_count_turns_the_refusal_into_a_warning():
+    """FSDP and CPU offloading take memory off the GPU; the estimate does not model them (docs/plan.md)."""
+    found = capacity.memory_finding(184.2, 143771 * 1024**2, ["use_megatron_fsdp"])
+    assert found is not None and found[0] == "warn" and "use_megatron_fsdp" in found[1]
+    assert capacity.unmodelled_memory_settings(job("optimizer_cpu_offload=true").arg) == ["optimizer_cpu_offload"]
+    assert capacity.unmodelled_memory_settings(job().arg) == []
+
+
+def test_a_checkpoint_larger_than_the_free_space_is_refused_and_too_many_warned():
+    size = 87e9
+    fail = capacity.checkpoint_finding("/ckpt", size, 1, int(60 * GIB))
+    assert fail is not None and fail[0] == "fail" and "the first save would fail" in fail[1]
+    warn = capacity.checkpoint_finding("/ckpt", size, 10, int(300e9))
+    assert warn is not None and warn[0] == "warn" and "room for 3 of the 10 checkpoints" in warn[1]
+    ok = capacity.checkpoint_finding("/ckpt", size, 1, int(300e9))
+    assert ok is not None and ok[0] == "ok"
+
+
+def job(*overrides: str):
+    return resolve.resolve(load_preset("345m", overrides), 1, 1, kernels=Kernels(False, False, "preset"),
+                           run_dir=Path("/nonexistent/run"))
+
+
+@pytest.mark.parametrize(("overrides", "kept"), [
+    (("train_iters=10000", "save_interval=1000"), 10),
+    (("train_iters=10000", "save_interval=1000", "save_retain_interval=5000"), 2),
+    (("train_iters=10500", "save_interval=500", "save_retain_interval=5000"), 3),
+    (("train_iters=100",), 1),
+])
+def test_kept_checkpoints_follow_save_and_retain_intervals(overrides, kept):
+    assert capacity.kept_checkpoints(job(*overrides)) == kept
+
+
+def test_the_launch_checks_hold_the_job_to_the_disk_and_the_gpu(tmp_path, monkeypatch):
+    """The same figures as the dry-run's header: its memory per GPU and one checkpoint's bytes."""
+    from launcher.estimate.summary import job_facts
+
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [16 * 1024])
+    monkeypatch.setattr(capacity, "free_bytes", lambda path: 10**9)
+    the_job = job("train_iters=100")
+    ctx = Context(megatron_path=tmp_path, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    found = {f.check: f for f in job_findings(the_job, ctx)}
+    facts = job_facts(the_job)
+    assert found["gpu memory"].status == "fail"
+    assert f"~{facts['estimate']['memory_per_gpu_gib']:.1f} GiB per GPU" in found["gpu memory"].detail
+    assert found["checkpoint space"].status == "fail"
+    assert "the first save would fail" in found["checkpoint space"].detail
+    assert "no_save_optim=true" in found["checkpoint space"].fix
+
+
+def test_no_save_optim_makes_the_checkpoint_the_weights_only():
+    from launcher.estimate.summary import job_facts
+
+    full, weights = job_facts(job()), job_facts(job("no_save_optim=true"))
+    assert weights["checkpoint_bytes"] == pytest.approx(full["checkpoint_bytes"] * 2 / 14)
+
+
+def test_launch_on_a_gpu_too_small_stops_before_torchrun(tmp_path):
+    """`launch 345m` where nvidia-smi reports a 16 GiB GPU: exit 2 with the estimate and the fix, nothing run."""
+    checkout = tmp_path / "megatron"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text("raise SystemExit('must not run')\n")
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [16 * 1024])
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+           "MEGATRON_LM_PATH": str(checkout)}
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "launcher", "345m", "--gpus-per-node", "1",
+                           "--set", f"run_root={workdir / 'runs'}"], check=False, capture_output=True, text=True,
+                          env=env, cwd=workdir, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "error: gpu memory: the job needs ~" in proc.stderr
+    assert "the GPU here has 16.0 GiB: it would run out of memory at its first step" in proc.stderr
+    assert "must not run" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())
