@@ -22,6 +22,9 @@ SUBPROCESS_TIMEOUT_S = 20
 # The estimate leaves out the CUDA context, NCCL buffers and the allocator's fragmentation: within this share of
 # the GPU it is a warning, above the GPU a refusal (an estimate of 97 % of an H200 ran out of memory there).
 TIGHT_FRACTION = 0.9
+# Docker's default /dev/shm is 64 MiB: data-loader workers die with a bus error and NCCL's intra-node transport
+# fails there; NVIDIA's containers ask for --ipc=host or --shm-size of gigabytes.
+SMALL_SHM_BYTES = 1024**3
 
 
 def gpu_memory_bytes(env: Mapping[str, str]) -> int | None:
@@ -110,13 +113,34 @@ def kept_checkpoints(job: Any) -> int:
     return min(saves, iterations // retain + (1 if iterations % retain else 0))
 
 
+def shared_memory_finding(total: int | None, workers: int, gpus: int) -> tuple[Status, str, str] | None:
+    """(status, detail, fix) for /dev/shm, or None when it is unknown or nothing of the job uses it."""
+    if total is None or (workers <= 0 and gpus <= 1):
+        return None
+    if total >= SMALL_SHM_BYTES:
+        return "ok", f"/dev/shm has {human_bytes(total)}", ""
+    users = " and ".join(([f"{workers} data-loader worker(s) per rank"] if workers > 0 else [])
+                         + (["NCCL between this node's GPUs"] if gpus > 1 else []))
+    return ("warn", f"/dev/shm has only {human_bytes(total)}, which {users} share: a bus error or an NCCL error is "
+            "likely", "in a container run it with --ipc=host or --shm-size=16g; or set num_workers=0")
+
+
+def shm_bytes() -> int | None:
+    try:
+        return shutil.disk_usage("/dev/shm").total
+    except OSError:
+        return None
+
+
 def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
-    """GPU memory and checkpoint space on this machine, for the job."""
+    """GPU memory, shared memory and checkpoint space on this machine, for the job."""
     facts = job_facts(job)
     found = []
     needed = facts["estimate"]["memory_per_gpu_gib"]
     if (memory := memory_finding(needed, gpu_memory_bytes(env), unmodelled_memory_settings(job.arg))) is not None:
         found.append(Finding("gpu memory", *memory))
+    if (shm := shared_memory_finding(shm_bytes(), int(job.arg("num_workers") or 0), job.gpus_per_node)) is not None:
+        found.append(Finding("shared memory", *shm))
     save = job.megatron.get("save")
     if save:
         disk = checkpoint_finding(str(save), facts["checkpoint_bytes"], kept_checkpoints(job), free_bytes(Path(save)))

@@ -127,3 +127,13 @@ def test_launch_on_a_gpu_too_small_stops_before_torchrun(tmp_path):
     assert "must not run" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())
+
+
+def test_a_docker_sized_shared_memory_is_warned_when_workers_or_nccl_use_it():
+    small = capacity.shared_memory_finding(64 * 1024**2, 2, 8)
+    assert small is not None and small[0] == "warn"
+    assert "2 data-loader worker(s) per rank and NCCL between this node's GPUs" in small[1]
+    assert "--shm-size" in small[2]
+    big = capacity.shared_memory_finding(64 * GIB, 2, 8)
+    assert big is not None and big[0] == "ok"
+    assert capacity.shared_memory_finding(64 * 1024**2, 0, 1) is None  # nothing of the job uses it
