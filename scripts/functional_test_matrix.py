@@ -4,8 +4,8 @@
     python scripts/functional_test_matrix.py --megatron-path DIR --out DIR --gpu --no-rehearsal --jobs 6 \
         [--part 1/2] [--previous OUT/matrix.json ...]                                  # on a machine with a GPU
 
-Every tests/functional_tests/test_cases/{gpt,moe}/*/model_config.yaml of the checkout goes through `launch import`
-(the same reader), then the moves a user makes for one GPU: one node, one GPU, every parallel size 1 (and the
+Every tests/functional_tests/test_cases/{gpt,moe,mixtral}/*/model_config.yaml of the checkout goes through `launch
+import` (the same reader), then the moves a user makes for one GPU: one node, one GPU, every parallel size 1 (and the
 settings that name pipeline stages dropped), 4 layers, 4 iterations (the sample-based schedule unset),
 transformer_impl dropped, transformer_engine=false and apex=false; the async checkpoint settings stay as the
 configuration has them. For each: the launcher's verdict (accepted, or refused with its `error:` lines), and for an
@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from launcher.checks.rehearsal import Rehearser, packages_absent_here, tiny_settings, verdict  # noqa: E402
-from launcher.cli.render import summary  # noqa: E402
 from launcher.errors import UserError  # noqa: E402
+from launcher.estimate.summary import job_facts  # noqa: E402
 from launcher.importer.build import import_source  # noqa: E402
 from launcher.megatron.pin import Kernels  # noqa: E402
 from launcher.pipeline.command import script_args  # noqa: E402
@@ -51,7 +51,7 @@ from launcher.pipeline.preset import load_preset  # noqa: E402
 from launcher.pipeline.resolve import ResolvedJob, resolve  # noqa: E402
 from launcher.runs import logparse  # noqa: E402
 
-SUITES = ("gpt", "moe")
+SUITES = ("gpt", "moe", "mixtral")
 NO_KERNELS = Kernels(False, False, "preset")
 PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                   "expert_model_parallel_size", "expert_tensor_parallel_size")
@@ -228,7 +228,7 @@ def train_distinct(accepted: list[tuple[Row, ResolvedJob, Path]], run_root: Path
     keys = keys[index - 1::count]
     print(f"GPU: {len(keys)} distinct commands (part {index}/{count}), {jobs} at a time", flush=True)
 
-    estimates = {key: summary(jobs_of[key])["estimate"] for key in keys}
+    estimates = {key: job_facts(jobs_of[key])["estimate"] for key in keys}
     need = {key: max(4.0, 1.5 * estimates[key]["memory_per_gpu_gib"]) for key in keys}
     # the first runs alone (below): the shortest; then the longest first, so that few stragglers end the pass
     keys.sort(key=lambda key: -estimates[key]["seconds_per_iteration"])
@@ -302,9 +302,9 @@ def markdown(rows: list[Row], command: str, seconds: float, provenance: str = ""
     lines = [
         "# Megatron-LM's functional-test configurations on one GPU without TE/apex",
         "",
-        "Every `tests/functional_tests/test_cases/{gpt,moe}/*/model_config.yaml` of the pinned Megatron-LM, read by "
-        "`launch import` and moved to one GPU as a user would (one node, one GPU, every parallel size 1, the settings "
-        "that name pipeline stages dropped, 4 layers, 4 iterations, `transformer_impl` dropped, "
+        "Every `tests/functional_tests/test_cases/{gpt,moe,mixtral}/*/model_config.yaml` of the pinned Megatron-LM, "
+        "read by `launch import` and moved to one GPU as a user would (one node, one GPU, every parallel size 1, the "
+        "settings that name pipeline stages dropped, 4 layers, 4 iterations, `transformer_impl` dropped, "
         "`transformer_engine=false apex=false`; async checkpoint settings as the configuration has them). "
         "**Launcher**: the verdict of a dry-run (accepted, or refused before launch with exit 2). **Rehearsal**: "
         "for an accepted one, `launch --check --rehearse`'s CPU rehearsal (the model and optimizer at a tiny size "
