@@ -20,6 +20,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron import layer_pattern
 from launcher.megatron.args import default_ffn_hidden_size
 from launcher.megatron.effective import Effective, effective_settings
+from launcher.megatron.model_families import other_families
 from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
 from launcher.pipeline.divisors import divisors
@@ -111,6 +112,17 @@ class _Checker:
 
     def fail(self, message: str, hint: str = "", stage: str = "validate") -> None:
         self.problems.append(Problem(message, hint, stage))
+
+    def model_family(self) -> None:
+        """A configuration made for another Megatron model (launcher.megatron.model_families): pretrain_gpt.py
+        would build a GPT model that ignores what makes it that model."""
+        catalog = megatron_args.catalog()
+        for family, names in other_families(self.preset.megatron, lambda d: getattr(catalog.get(d), "default", None)
+                                            ).items():
+            them = "them" if len(names) > 1 else "it"
+            self.fail(f"{', '.join(names)}: read only by {family}; pretrain_gpt.py, which the launcher runs, would "
+                      f"build a GPT model that ignores {them}", "the launcher trains GPT models: use that model's "
+                      f"own script, or drop {them} if {them} came along by mistake", "launcher")
 
     # -- required values -------------------------------------------------------------------------------------
     def required(self) -> bool:
@@ -712,6 +724,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     `te_version`: the target's TE (None with TE: the declared NGC container's)."""
     c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, env,
                  te_version)
+    c.model_family()
     ok = c.required()
     c.training_settings()
     if not ok:
