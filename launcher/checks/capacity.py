@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,25 +28,34 @@ TIGHT_FRACTION = 0.9
 SMALL_SHM_BYTES = 1024**3
 
 
-def gpu_memory_bytes(env: Mapping[str, str]) -> int | None:
-    """The smallest memory of the GPUs a job here sees (CUDA_VISIBLE_DEVICES by index narrows them), from
-    nvidia-smi; None without nvidia-smi or when it answers nothing readable."""
+@dataclass(frozen=True)
+class GpuMemory:
+    total: int  # bytes of the smallest visible GPU
+    used: int  # bytes other processes hold on the fullest visible GPU
+
+
+def gpu_memory(env: Mapping[str, str]) -> GpuMemory | None:
+    """The memory of the GPUs a job here sees (CUDA_VISIBLE_DEVICES by index narrows them), from nvidia-smi; None
+    without nvidia-smi or when it answers nothing readable."""
     if shutil.which("nvidia-smi", path=env.get("PATH")) is None:
         return None
     try:
-        done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
-                              env=dict(env), capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False)
+        done = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.total,memory.used",
+                               "--format=csv,noheader,nounits"], env=dict(env), capture_output=True, text=True,
+                              timeout=SUBPROCESS_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    sizes: dict[str, int] = {}
+    sizes: dict[str, tuple[int, int]] = {}
     for line in done.stdout.splitlines()[:1024]:
-        index, _, mib = (part.strip() for part in line.partition(","))
-        if index.isdigit() and mib.isdigit():
-            sizes[index] = int(mib) * 1024**2
+        index, total, used = ([*(part.strip() for part in line.split(",")), "", ""])[:3]
+        if index.isdigit() and total.isdigit():
+            sizes[index] = (int(total) * 1024**2, int(used) * 1024**2 if used.isdigit() else 0)
     visible = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if visible and all(d.isdigit() for d in visible):  # UUIDs or MIG names: every GPU listed counts
         sizes = {i: b for i, b in sizes.items() if i in visible}
-    return min(sizes.values()) if done.returncode == 0 and sizes else None
+    if done.returncode != 0 or not sizes:
+        return None
+    return GpuMemory(min(t for t, _ in sizes.values()), max(u for _, u in sizes.values()))
 
 
 def free_bytes(path: Path) -> int | None:
@@ -66,12 +76,12 @@ def unmodelled_memory_settings(arg: Callable[[str], Any]) -> list[str]:
     return found + (["cpu_offloading_num_layers"] if (arg("cpu_offloading_num_layers") or 0) > 0 else [])
 
 
-def memory_finding(needed_gib: float, have: int | None,
+def memory_finding(needed_gib: float, gpu: GpuMemory | None,
                    unmodelled: Sequence[str] = ()) -> tuple[Status, str, str] | None:
     """(status, detail, fix) for the memory per GPU, or None when there is no GPU here to hold it to."""
-    if have is None:
+    if gpu is None:
         return None
-    have_gib = have / GIB
+    have, have_gib = gpu.total, gpu.total / GIB
     detail = (f"the job needs ~{needed_gib:.1f} GiB per GPU (the dry-run's estimate); the GPU here has "
               f"{have_gib:.1f} GiB")
     fix = ("lower micro_batch_size, recompute activations (recompute_granularity=full), use the distributed "
@@ -82,6 +92,9 @@ def memory_finding(needed_gib: float, have: int | None,
         return "fail", detail + ": it would run out of memory at its first step", fix
     if needed_gib * GIB > TIGHT_FRACTION * have:
         return "warn", detail + f": above {TIGHT_FRACTION:.0%}, where CUDA's context and fragmentation may not fit", fix
+    if needed_gib * GIB > have - gpu.used:
+        return ("warn", detail + f", of which other processes use {gpu.used / GIB:.1f} GiB now: the job fits only "
+                "once they end", "see nvidia-smi for the processes, or choose other GPUs (CUDA_VISIBLE_DEVICES)")
     return "ok", detail, ""
 
 
@@ -137,7 +150,7 @@ def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
     facts = job_facts(job)
     found = []
     needed = facts["estimate"]["memory_per_gpu_gib"]
-    if (memory := memory_finding(needed, gpu_memory_bytes(env), unmodelled_memory_settings(job.arg))) is not None:
+    if (memory := memory_finding(needed, gpu_memory(env), unmodelled_memory_settings(job.arg))) is not None:
         found.append(Finding("gpu memory", *memory))
     if (shm := shared_memory_finding(shm_bytes(), int(job.arg("num_workers") or 0), job.gpus_per_node)) is not None:
         found.append(Finding("shared memory", *shm))

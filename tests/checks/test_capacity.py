@@ -19,13 +19,14 @@ from launcher.pipeline import resolve
 from launcher.pipeline.preset import load_preset
 
 REPO = Path(__file__).resolve().parents[2]
+H200 = capacity.GpuMemory(143771 * 1024**2, 0)
 
 
-def fake_nvidia_smi(bin_dir: Path, mib: list[int]) -> Path:
-    """An nvidia-smi that lists GPUs of the given memory (MiB) and answers the memory query."""
+def fake_nvidia_smi(bin_dir: Path, mib: list[int], used: list[int] | None = None) -> Path:
+    """An nvidia-smi that lists GPUs of the given memory (MiB; `used` by other processes) and answers the query."""
     bin_dir.mkdir(exist_ok=True)
     listing = "\\n".join(f"GPU {i}: NVIDIA Fake (UUID: GPU-{i})" for i in range(len(mib)))
-    query = "\\n".join(f"{i}, {m}" for i, m in enumerate(mib))
+    query = "\\n".join(f"{i}, {m}, {(used or [0] * len(mib))[i]}" for i, m in enumerate(mib))
     script = bin_dir / "nvidia-smi"
     script.write_text("#!/bin/sh\n"
                       f'case "$*" in *--query-gpu*) printf "{query}\\n";; *) printf "{listing}\\n";; esac\n')
@@ -34,26 +35,33 @@ def fake_nvidia_smi(bin_dir: Path, mib: list[int]) -> Path:
 
 
 def test_the_smallest_visible_gpu_is_the_one_that_counts(tmp_path):
-    bin_dir = fake_nvidia_smi(tmp_path / "bin", [143771, 81559, 143771])
+    bin_dir = fake_nvidia_smi(tmp_path / "bin", [143771, 81559, 143771], used=[0, 0, 2048])
     env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    assert capacity.gpu_memory_bytes(env) == 81559 * 1024**2
-    assert capacity.gpu_memory_bytes({**env, "CUDA_VISIBLE_DEVICES": "0,2"}) == 143771 * 1024**2
-    assert capacity.gpu_memory_bytes({**env, "CUDA_VISIBLE_DEVICES": "GPU-0"}) == 81559 * 1024**2  # UUIDs: all
-    assert capacity.gpu_memory_bytes({"PATH": str(tmp_path / "nothing")}) is None
+    assert capacity.gpu_memory(env) == capacity.GpuMemory(81559 * 1024**2, 2048 * 1024**2)
+    assert capacity.gpu_memory({**env, "CUDA_VISIBLE_DEVICES": "0,2"}) == capacity.GpuMemory(143771 * 1024**2,
+                                                                                              2048 * 1024**2)
+    assert capacity.gpu_memory({**env, "CUDA_VISIBLE_DEVICES": "GPU-0"}).total == 81559 * 1024**2  # UUIDs: all
+    assert capacity.gpu_memory({"PATH": str(tmp_path / "nothing")}) is None
 
 
 @pytest.mark.parametrize(("needed_gib", "status"), [(184.2, "fail"), (135.9, "warn"), (109.1, "ok")])
 def test_memory_above_the_gpu_is_refused_and_near_it_warned(needed_gib, status):
     """184.2 GiB: the Mixtral 8x22B moved to one H200 that ran out of memory; 135.9: the 175B example at 4
     layers that ran out of memory before its first iteration; 109.1: the 8x7B one that trained (peak 109.0)."""
-    found = capacity.memory_finding(needed_gib, 143771 * 1024**2)
+    found = capacity.memory_finding(needed_gib, H200)
     assert found is not None and found[0] == status
     assert capacity.memory_finding(needed_gib, None) is None
 
 
+def test_memory_other_processes_hold_now_is_warned():
+    """Seen on the H200: a run started beside another that held 108 GiB ran out of memory."""
+    found = capacity.memory_finding(51.4, capacity.GpuMemory(H200.total, 108 * GIB))
+    assert found is not None and found[0] == "warn" and "other processes use 108.0 GiB" in found[1]
+
+
 def test_memory_the_estimate_does_not_count_turns_the_refusal_into_a_warning():
     """FSDP and CPU offloading take memory off the GPU; the estimate does not model them (docs/plan.md)."""
-    found = capacity.memory_finding(184.2, 143771 * 1024**2, ["use_megatron_fsdp"])
+    found = capacity.memory_finding(184.2, H200, ["use_megatron_fsdp"])
     assert found is not None and found[0] == "warn" and "use_megatron_fsdp" in found[1]
     assert capacity.unmodelled_memory_settings(job("optimizer_cpu_offload=true").arg) == ["optimizer_cpu_offload"]
     assert capacity.unmodelled_memory_settings(job().arg) == []
