@@ -155,7 +155,7 @@ def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
     if (shm := shared_memory_finding(shm_bytes(), int(job.arg("num_workers") or 0), job.gpus_per_node)) is not None:
         found.append(Finding("shared memory", *shm))
     save = job.megatron.get("save")
-    if save:
+    if save and "://" not in str(save):  # object storage (Megatron's msc:// paths) is not this machine's disk
         disk = checkpoint_finding(str(save), facts["checkpoint_bytes"], kept_checkpoints(job), free_bytes(Path(save)))
         if disk is not None:
             found.append(Finding("checkpoint space", *disk))

@@ -145,3 +145,9 @@ def test_a_docker_sized_shared_memory_is_warned_when_workers_or_nccl_use_it():
     big = capacity.shared_memory_finding(64 * GIB, 2, 8)
     assert big is not None and big[0] == "ok"
     assert capacity.shared_memory_finding(64 * 1024**2, 0, 1) is None  # nothing of the job uses it
+
+
+def test_a_checkpoint_on_object_storage_is_not_held_to_this_machines_disk(monkeypatch):
+    monkeypatch.setattr(capacity, "free_bytes", lambda path: 10**9)
+    found = {f.check for f in capacity.capacity_findings(job("save=msc://bucket/run"), {"PATH": "/nonexistent"})}
+    assert "checkpoint space" not in found
