@@ -24,6 +24,7 @@ from typing import Any, TextIO
 
 import jinja2
 
+from launcher.checks.capacity import checkpoint_space
 from launcher.checks.data import DATA_SETTINGS
 from launcher.errors import Problem, UserError
 from launcher.megatron import requirements
@@ -37,6 +38,9 @@ from launcher.runs import rundir, secrets
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"
 SCRIPT_NAME = "job.sbatch"
+# How far above `save` a directory must exist on the submitting node for its free space to be judged: the run
+# directory's checkpoints (run_root/RUN/checkpoints) are two levels below run_root, which exists.
+SAVE_LEVELS = 2
 # Paths on #SBATCH lines: no spaces, quotes or `%` (Slurm's own pattern character).
 SBATCH_PATH = re.compile(r"[A-Za-z0-9_.,:@+=/-]+")
 SBATCH_VALUE = re.compile(r"[A-Za-z0-9_.,:@%+=/-]+")
@@ -314,6 +318,17 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
         write_batch_script(batch, text)
 
 
+def check_checkpoint_space(job: ResolvedJob, err: TextIO) -> None:
+    """Before sbatch: the checkpoints against the free space under `save` as this node sees it, when it sees that
+    file system (a shared one; SAVE_LEVELS): a first save that cannot fit would end the job after its queue wait
+    and its first interval of training (175B: ~2.4 TB per checkpoint)."""
+    found = checkpoint_space(job, levels=SAVE_LEVELS)
+    if found is not None and found.status == "fail":
+        raise UserError(Problem(f"{found.check}: {found.detail}", found.fix))
+    if found is not None and found.status == "warn":
+        print(f"warning: {found.check}: {found.detail}", file=err)
+
+
 def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,
            chain: int | None = None, out: TextIO | None = None, err: TextIO | None = None, as_json: bool = False,
            warnings: Sequence[str] = ()) -> int:
@@ -343,6 +358,7 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
     sbatch = find_sbatch() if submit_job else ""
     if submit_job and job.entry != PREFLIGHT:
         require_checkout(job.megatron_path, job.entry)
+        check_checkpoint_space(job, err)
     record(job, batch, text)
     if not submit_job:
         if as_json:

@@ -58,9 +58,10 @@ def gpu_memory(env: Mapping[str, str]) -> GpuMemory | None:
     return GpuMemory(min(t for t, _ in sizes.values()), max(u for _, u in sizes.values()))
 
 
-def free_bytes(path: Path) -> int | None:
-    """Free bytes on the file system that holds `path` (its nearest existing ancestor: the run makes the rest)."""
-    for candidate in (path, *path.parents):
+def free_bytes(path: Path, levels: int | None = None) -> int | None:
+    """Free bytes on the file system that holds `path` (its nearest existing ancestor: the run makes the rest),
+    looking at most `levels` directories up (None: up to the root)."""
+    for candidate in (path, *path.parents)[:None if levels is None else levels + 1]:
         try:
             return shutil.disk_usage(candidate).free
         except OSError:
@@ -154,9 +155,18 @@ def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
         found.append(Finding("gpu memory", *memory))
     if (shm := shared_memory_finding(shm_bytes(), int(job.arg("num_workers") or 0), job.gpus_per_node)) is not None:
         found.append(Finding("shared memory", *shm))
-    save = job.megatron.get("save")
-    if save and "://" not in str(save):  # object storage (Megatron's msc:// paths) is not this machine's disk
-        disk = checkpoint_finding(str(save), facts["checkpoint_bytes"], kept_checkpoints(job), free_bytes(Path(save)))
-        if disk is not None:
-            found.append(Finding("checkpoint space", *disk))
+    if (disk := checkpoint_space(job, facts["checkpoint_bytes"])) is not None:
+        found.append(disk)
     return found
+
+
+def checkpoint_space(job: Any, checkpoint: float | None = None, levels: int | None = None) -> Finding | None:
+    """The checkpoints under the job's `save` against the free space there, or None when that is not known here:
+    no `save`, object storage (Megatron's msc:// paths), or no existing directory within `levels` of it (a login
+    node may not have a compute node's local disk)."""
+    save = job.megatron.get("save")
+    if not save or "://" in str(save):
+        return None
+    size = job_facts(job)["checkpoint_bytes"] if checkpoint is None else checkpoint
+    disk = checkpoint_finding(str(save), size, kept_checkpoints(job), free_bytes(Path(save), levels))
+    return None if disk is None else Finding("checkpoint space", *disk)

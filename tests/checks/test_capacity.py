@@ -97,7 +97,7 @@ def test_the_launch_checks_hold_the_job_to_the_disk_and_the_gpu(tmp_path, monkey
     from launcher.estimate.summary import job_facts
 
     bin_dir = fake_nvidia_smi(tmp_path / "bin", [16 * 1024])
-    monkeypatch.setattr(capacity, "free_bytes", lambda path: 10**9)
+    monkeypatch.setattr(capacity, "free_bytes", lambda path, levels=None: 10**9)
     the_job = job("train_iters=100")
     ctx = Context(megatron_path=tmp_path, env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
     found = {f.check: f for f in job_findings(the_job, ctx)}
@@ -148,6 +148,29 @@ def test_a_docker_sized_shared_memory_is_warned_when_workers_or_nccl_use_it():
 
 
 def test_a_checkpoint_on_object_storage_is_not_held_to_this_machines_disk(monkeypatch):
-    monkeypatch.setattr(capacity, "free_bytes", lambda path: 10**9)
+    monkeypatch.setattr(capacity, "free_bytes", lambda path, levels=None: 10**9)
     found = {f.check for f in capacity.capacity_findings(job("save=msc://bucket/run"), {"PATH": "/nonexistent"})}
     assert "checkpoint space" not in found
+
+
+def test_free_space_is_looked_up_only_as_far_up_as_asked(tmp_path):
+    assert capacity.free_bytes(tmp_path / "run" / "checkpoints", levels=2) is not None  # tmp_path exists
+    assert capacity.free_bytes(tmp_path / "a" / "b" / "c", levels=2) is None  # a compute node's disk, unseen here
+    assert capacity.free_bytes(tmp_path / "a" / "b" / "c") is not None
+
+
+def test_slurm_submit_stops_before_sbatch_when_the_first_save_cannot_fit(tmp_path, monkeypatch):
+    """175B: ~2.4 TB per checkpoint; the login node sees the shared file system under run_root."""
+    import io
+
+    from launcher.backends import slurm
+    from launcher.errors import UserError
+
+    big = resolve.resolve(load_preset("175b", [f"run_root={tmp_path}"]), kernels=Kernels(True, True, "preset"),
+                          run_dir=tmp_path / "175b-run")
+    monkeypatch.setattr(capacity, "free_bytes", lambda path, levels=None: 500 * 10**9)
+    with pytest.raises(UserError) as caught:
+        slurm.check_checkpoint_space(big, io.StringIO())
+    assert "checkpoint space: one checkpoint (weights and optimizer state) is ~2.4" in str(caught.value)
+    monkeypatch.setattr(capacity, "free_bytes", lambda path, levels=None: None)  # not visible from here
+    slurm.check_checkpoint_space(big, io.StringIO())
