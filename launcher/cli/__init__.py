@@ -235,6 +235,9 @@ def cmd_plan(argv: list[str]) -> int:
                      "on a GPU budget, and the best parallel layouts for it. Needs no GPU and no torch.")
     plan_report.add_arguments(parser)
     ns = parser.parse_args(argv)
+    if ns.measure and ns.refit:
+        raise UserError("--refit and --measure go one after the other",
+                        "measure first (launch plan PRESET --measure), then plan with --refit")
     if ns.measure:
         from launcher.cli import plan_measure
 

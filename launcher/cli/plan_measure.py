@@ -163,12 +163,16 @@ def ranked(results: Iterable[Measured]) -> list[Measured]:
     return sorted(done, key=lambda r: r.step_s or 0.0) + failed
 
 
-def records(results: list[Measured], inputs: plan_report.PlanInputs, preset: str) -> list[dict[str, Any]]:
+def records(results: list[Measured], inputs: plan_report.PlanInputs, preset: str,
+            settings: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """One record per run: what `launch plan --refit` predicts again (preset, the user's --set `settings`, the
+    layout's `overrides`) and what was measured."""
     from launcher import MEGATRON_COMMIT, __version__
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     return [{
-        "time": stamp, "preset": preset, "gpu": inputs.gpu.name, "gpus": inputs.budget.world_size,
+        "time": stamp, "preset": preset, "settings": list(settings), "gpu": inputs.gpu.name,
+        "gpus": inputs.budget.world_size,
         "label": r.trial.label, "overrides": list(r.trial.sets), "predicted_s": r.trial.predicted_s,
         "predicted_gib": r.trial.predicted_gib, "measured_s": r.step_s, "measured_peak_gib": r.peak_gib,
         "iterations": r.iterations, "exit_code": r.exit_code, "run_dir": r.run_dir,
@@ -243,7 +247,7 @@ def run(ns: Any) -> int:
     finally:
         quiet.close()
     path = measurements_path()
-    store(records(results, inputs, ns.preset), path)
+    store(records(results, inputs, ns.preset, ns.overrides), path)
     if ns.format == "json":
         print(json.dumps({"measurements": [asdict(r) | {"error": r.error} for r in ranked(results)],
                           "stored": str(path)}, indent=2))

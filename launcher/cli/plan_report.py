@@ -8,7 +8,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem, UserError
@@ -358,6 +360,10 @@ def add_arguments(parser: Any) -> None:
                          help="iterations per layout (default 10; the first 3 are warm-up and not timed)")
     measure.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")
     measure.add_argument("--no-doctor", action="store_true", help="skip the environment checks before the runs")
+    measure.add_argument("--refit", action="store_true",
+                         help="rank with step-time constants refitted on the runs --measure stored for --gpu")
+    measure.add_argument("--measurements", type=Path, metavar="FILE",
+                         help="the measurements file for --refit (default: the one --measure writes)")
 
 
 @dataclass(frozen=True)
@@ -438,7 +444,21 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
                      f"parameters ({', '.join(differ)})")
     rules = ps.Rules(args, budget.gpus_per_node, kernels.transformer_engine, kernels.apex, preset.launcher)
     allow_sp = kernels.transformer_engine or kernels.apex
-    plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
-                      extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
-                      built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp))
+    refitted: dict[str, Any] | None = None
+    constants: AbstractContextManager[None] = nullcontext()
+    if ns.refit:  # this machine's measured speed (launch plan --measure) in place of the published runs' constants
+        from launcher.cli import plan_measure, plan_refit
+
+        path = ns.measurements or plan_measure.measurements_path()
+        result, runs = plan_refit.refit_for(path, gpu)
+        notes.insert(0, plan_refit.describe(result, runs, path, gpu))
+        refitted = {"runs": runs, "file": str(path), "constants": {k: v[1] for k, v in result.changed().items()},
+                    "errors_before": list(result.errors_before), "errors_after": list(result.errors_after)}
+        constants = plan_refit.kernels_installed(gpu.family, result.after)
+    with constants:
+        plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
+                          extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
+                          built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp))
+    if refitted is not None:
+        plan["refit"] = refitted
     return plan, PlanInputs(given, args, budget, gpu, rules, kernels, allow_sp, extra_sets)

@@ -267,11 +267,11 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
 
 
 def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
-              tflops: float | None = None) -> StepTime:
+              tflops: float | None = None, kernels: Kernels | None = None) -> StepTime:
     """The model in the module docstring; `tflops` (a measured model TFLOP/s per GPU) replaces the kernel
-    efficiencies for the FLOPs, everything else stays."""
+    efficiencies for the FLOPs, everything else stays; `kernels` replaces the GPU family's constants."""
 
-    k = KERNELS[gpu.family]
+    k = kernels or KERNELS[gpu.family]
     place = placement(t, gpus_per_node)
     stages = pipeline_stages(m, t)
     times = {}

@@ -1,0 +1,98 @@
+"""`launch plan PRESET --refit`: the plan with step-time constants refitted on the runs `launch plan --measure`
+measured for that GPU (launcher/estimate/refit.py), so that the layouts are ranked at this machine's speed.
+
+Each stored run is predicted again exactly as the plan predicted it (its preset, the user's --set and the layout's
+settings, resolved on its GPU count), so the shipped constants reproduce the stored prediction.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import Problem, UserError
+from launcher.estimate import formulas as est
+from launcher.estimate import refit as fit
+from launcher.estimate import steptime
+
+MAX_READ_BYTES = 16 * 1024 * 1024  # a measurements file is read at most this far (bounded whatever is there)
+
+
+def load_records(path: Path) -> list[dict[str, Any]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.loads(f.read(MAX_READ_BYTES))
+    except FileNotFoundError:
+        raise UserError(Problem(f"no measurements at {path}", "measure first: launch plan PRESET --measure "
+                                "(on the GPU machine), or name a file with --measurements FILE")) from None
+    except (OSError, ValueError) as exc:
+        raise UserError(Problem(f"cannot read the measurements {path}: {exc}",
+                                "name a measurements file written by launch plan --measure")) from None
+    if not isinstance(data, list):
+        raise UserError(Problem(f"{path} is not a list of measurements",
+                                "name a measurements file written by launch plan --measure"))
+    return [r for r in data if isinstance(r, dict)]
+
+
+def case_of(record: dict[str, Any], gpu: est.Gpu) -> fit.Case | None:
+    """The stored run as a case of the step-time model, or None when it cannot be one (another GPU, a failed run,
+    the compiled-ops choice the model does not tell apart, a preset that no longer loads)."""
+    from launcher.cli.job import JobRequest, job_for
+    from launcher.pipeline.preset import load_preset
+
+    sets = [str(s) for s in record.get("settings", []) + record.get("overrides", [])]
+    measured, gpus = record.get("measured_s"), record.get("gpus")
+    if record.get("gpu") != gpu.name or record.get("exit_code") != 0 or not isinstance(measured, (int, float)) \
+            or measured <= 0 or not isinstance(gpus, int) or gpus < 1 or any(s.startswith("env.") for s in sets):
+        return None
+    try:
+        preset = load_preset(str(record.get("preset")), sets)
+        preset = replace(preset, launcher=replace(preset.launcher, entry="pretrain_gpt"))
+        job, problems = job_for(preset, JobRequest(1, gpus, run_dir=False, local=False))
+    except UserError:
+        return None
+    if problems:
+        return None
+    args = job.effective()
+    t = est.training_of(args, gpus)
+    return fit.Case(str(record.get("label", "")), est.model_shape(args, t.tp), t, gpu, gpus, float(measured))
+
+
+def refit_for(path: Path, gpu: est.Gpu) -> tuple[fit.Refit, int]:
+    """The refit on the stored runs of `gpu` (the newest per layout), and how many runs it used."""
+    newest: dict[tuple, fit.Case] = {}
+    for record in load_records(path):
+        case = case_of(record, gpu)
+        if case is not None:
+            newest[(case.shape, case.training)] = case
+    cases = list(newest.values())
+    if len(cases) < fit.MIN_RUNS:
+        raise UserError(Problem(f"{path} holds {len(cases)} usable run(s) on {gpu.name}; a refit needs at least "
+                                f"{fit.MIN_RUNS}", f"measure on that GPU: launch plan PRESET --measure --gpu "
+                                f"{gpu.name}"))
+    return fit.refit(cases), len(cases)
+
+
+@contextmanager
+def kernels_installed(family: str, kernels: steptime.Kernels) -> Iterator[None]:
+    """The plan's step times with these constants for `family`, then the shipped ones again."""
+    saved = steptime.KERNELS[family]
+    steptime.KERNELS[family] = kernels
+    try:
+        yield
+    finally:
+        steptime.KERNELS[family] = saved
+
+
+def describe(result: fit.Refit, runs: int, path: Path, gpu: est.Gpu) -> str:
+    import statistics
+
+    changed = ", ".join(f"{name} {old:g} → {new:g}" for name, (old, new) in result.changed().items()) or "unchanged"
+    before = statistics.median(abs(e) for e in result.errors_before)
+    after = statistics.median(abs(e) for e in result.errors_after)
+    return (f"step-time constants refitted on {runs} run(s) measured on {gpu.name} ({path}): {changed}; their "
+            f"median |error| {before:.1%} → {after:.1%}")
