@@ -5,7 +5,7 @@ local backend (a run directory under the run root, the monitor writing its log).
 are read back from that log (launcher.runs.logparse): the median `elapsed time per iteration` after the
 warm-up iterations, and the largest `max allocated` of Megatron's memory reports. The layouts are ranked by
 the measurement, printed beside the model's prediction, and appended to a JSON file in the user's data
-directory (`measurements_path`) so that the step-time constants can be refitted from real runs.
+directory (`plan_refit.measurements_path`) so that the step-time constants can be refitted from real runs.
 """
 
 from __future__ import annotations
@@ -22,21 +22,16 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.cli import plan_report
+from launcher.cli import plan_refit, plan_report
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
-from launcher.megatron.pin import data_dir
 
 WARMUP_ITERATIONS = 3  # the first iterations compile, allocate and fill caches: not timed
 MAX_RECORDS = 10_000  # the measurements file keeps the newest this many
 MAX_LOG_LINES = 200_000  # a measurement log is read at most this far (bounded work whatever the run printed)
 # Megatron refuses a schedule in samples together with train_iters
 SAMPLE_SCHEDULE = ("train_samples", "lr_warmup_samples", "lr_decay_samples", "lr_wsd_decay_samples")
-
-
-def measurements_path() -> Path:
-    return data_dir() / "measurements.json"
 
 
 @dataclass(frozen=True)
@@ -246,7 +241,7 @@ def run(ns: Any) -> int:
             results.append(run_trial(ns, trial, inputs, iterations, quiet))
     finally:
         quiet.close()
-    path = measurements_path()
+    path = plan_refit.measurements_path()
     store(records(results, inputs, ns.preset, ns.overrides), path)
     if ns.format == "json":
         print(json.dumps({"measurements": [asdict(r) | {"error": r.error} for r in ranked(results)],

@@ -22,6 +22,13 @@ from launcher.estimate import steptime
 MAX_READ_BYTES = 16 * 1024 * 1024  # a measurements file is read at most this far (bounded whatever is there)
 
 
+def measurements_path() -> Path:
+    """Where `launch plan --measure` appends its runs: the launcher's data directory."""
+    from launcher.megatron.pin import data_dir
+
+    return data_dir() / "measurements.json"
+
+
 def load_records(path: Path) -> list[dict[str, Any]]:
     try:
         with open(path, encoding="utf-8") as f:

@@ -447,9 +447,9 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     refitted: dict[str, Any] | None = None
     constants: AbstractContextManager[None] = nullcontext()
     if ns.refit:  # this machine's measured speed (launch plan --measure) in place of the published runs' constants
-        from launcher.cli import plan_measure, plan_refit
+        from launcher.cli import plan_refit
 
-        path = ns.measurements or plan_measure.measurements_path()
+        path = ns.measurements or plan_refit.measurements_path()
         result, runs = plan_refit.refit_for(path, gpu)
         notes.insert(0, plan_refit.describe(result, runs, path, gpu))
         refitted = {"runs": runs, "file": str(path), "constants": {k: v[1] for k, v in result.changed().items()},

@@ -182,6 +182,12 @@ def test_chain_holds_each_job_until_the_previous_ends(launch, two_by_two, tmp_pa
         first, second = (job_fields(job_id, two_by_two) for job_id in ids)
         assert first["JobName"] == second["JobName"] == name
         assert second["Dependency"].startswith("singleton") and second["JobState"] == "PENDING"
+        # Slurm names the dependency as the reason once its scheduler has looked at the job; on a busy machine it
+        # may first say Resources (the first job's nodes are still another test's)
+        deadline = time.monotonic() + 30
+        while second["Reason"] != "Dependency" and time.monotonic() < deadline:
+            time.sleep(1)
+            second = job_fields(ids[1], two_by_two)
         assert second["Reason"] == "Dependency"
     finally:
         subprocess.run(["scancel", *ids], env=two_by_two, check=False)

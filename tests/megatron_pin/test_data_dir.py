@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.cli.plan_measure import measurements_path
+from launcher.cli.plan_refit import measurements_path
 from launcher.megatron.pin import data_dir, default_fetch_dir
 
 
