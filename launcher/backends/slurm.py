@@ -318,15 +318,15 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
         write_batch_script(batch, text)
 
 
-def check_checkpoint_space(job: ResolvedJob, err: TextIO) -> None:
+def check_checkpoint_space(job: ResolvedJob) -> str | None:
     """Before sbatch: the checkpoints against the free space under `save` as this node sees it, when it sees that
     file system (a shared one; SAVE_LEVELS): a first save that cannot fit would end the job after its queue wait
-    and its first interval of training (175B: ~2.4 TB per checkpoint)."""
+    and its first interval of training (175B: ~2.4 TB per checkpoint). Raises UserError then; a warning's text
+    when not all the checkpoints the run keeps fit."""
     found = checkpoint_space(job, levels=SAVE_LEVELS)
     if found is not None and found.status == "fail":
         raise UserError(Problem(f"{found.check}: {found.detail}", found.fix))
-    if found is not None and found.status == "warn":
-        print(f"warning: {found.check}: {found.detail}", file=err)
+    return f"{found.check}: {found.detail}" if found is not None and found.status == "warn" else None
 
 
 def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,
@@ -358,7 +358,10 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
     sbatch = find_sbatch() if submit_job else ""
     if submit_job and job.entry != PREFLIGHT:
         require_checkout(job.megatron_path, job.entry)
-        check_checkpoint_space(job, err)
+        if (space := check_checkpoint_space(job)) is not None:
+            result["warnings"].append(space)
+            if not as_json:
+                print(f"warning: {space}", file=err)
     record(job, batch, text)
     if not submit_job:
         if as_json:

@@ -117,8 +117,11 @@ class _Checker:
         """A configuration made for another Megatron model (launcher.megatron.model_families): pretrain_gpt.py
         would build a GPT model that ignores what makes it that model."""
         catalog = megatron_args.catalog()
-        for family, names in other_families(self.preset.megatron, lambda d: getattr(catalog.get(d), "default", None)
-                                            ).items():
+
+        def default(dest: str) -> Any:
+            return catalog[dest].default if dest in catalog else None
+
+        for family, names in other_families(self.preset.megatron, default).items():
             them = "them" if len(names) > 1 else "it"
             self.fail(f"{', '.join(names)}: read only by {family}; pretrain_gpt.py, which the launcher runs, would "
                       f"build a GPT model that ignores {them}", "the launcher trains GPT models: use that model's "

@@ -161,8 +161,6 @@ def test_free_space_is_looked_up_only_as_far_up_as_asked(tmp_path):
 
 def test_slurm_submit_stops_before_sbatch_when_the_first_save_cannot_fit(tmp_path, monkeypatch):
     """175B: ~2.4 TB per checkpoint; the login node sees the shared file system under run_root."""
-    import io
-
     from launcher.backends import slurm
     from launcher.errors import UserError
 
@@ -170,7 +168,7 @@ def test_slurm_submit_stops_before_sbatch_when_the_first_save_cannot_fit(tmp_pat
                           run_dir=tmp_path / "175b-run")
     monkeypatch.setattr(capacity, "free_bytes", lambda path, levels=None: 500 * 10**9)
     with pytest.raises(UserError) as caught:
-        slurm.check_checkpoint_space(big, io.StringIO())
+        slurm.check_checkpoint_space(big)
     assert "checkpoint space: one checkpoint (weights and optimizer state) is ~2.4" in str(caught.value)
     monkeypatch.setattr(capacity, "free_bytes", lambda path, levels=None: None)  # not visible from here
-    slurm.check_checkpoint_space(big, io.StringIO())
+    assert slurm.check_checkpoint_space(big) is None
