@@ -5,18 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.errors import UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.model_families import FAMILY_SETTINGS, other_families
-from launcher.megatron.pin import Kernels
-from launcher.pipeline import resolve
-from launcher.pipeline.preset import load_preset
-
-
-def refusal(*overrides: str) -> str:
-    with pytest.raises(UserError) as caught:
-        resolve.resolve(load_preset("345m", overrides), 1, 1, kernels=Kernels(False, False, "preset"))
-    return str(caught.value)
+from tests.pipeline.refusals import refused
 
 
 @pytest.mark.parametrize(("setting", "family"), [
@@ -27,7 +18,7 @@ def refusal(*overrides: str) -> str:
     ("img_h=336", "vision-language"),
 ])
 def test_a_setting_only_another_model_reads_is_refused_by_name(setting, family):
-    text = refusal(setting)
+    text = refused([setting], 1, 1)
     assert f"{setting.split('=')[0]}: read only by a" in text and family in text
     assert "would build a GPT model that ignores it" in text
 

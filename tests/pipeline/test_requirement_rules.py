@@ -3,19 +3,11 @@ process-group set-up), and the rules that now judge Megatron's effective setting
 
 from __future__ import annotations
 
-import pytest
-
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
-
-
-def refused(overrides: list[str], nodes: int | None = None, gpus: int | None = None, te: bool = False,
-            apex: bool = False, te_version: str | None = None) -> str:
-    with pytest.raises(UserError) as err:
-        resolve(load_preset("345m", overrides), nodes, gpus, kernels=Kernels(te, apex, "preset", te_version))
-    return err.value.render()
+from tests.pipeline.refusals import refused
 
 
 def test_tp_comm_overlap_is_refused_after_megatron_turns_sequence_parallel_off_at_tp_1():

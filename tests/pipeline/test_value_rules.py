@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.kernels import fallbacks
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
+from tests.pipeline.refusals import refused
 
 WITHOUT = Kernels(False, False, "preset")
 WITH = Kernels(True, True, "preset")
@@ -19,9 +19,7 @@ def resolved(*overrides: str, gpus: int = 1, kernels: Kernels = WITHOUT):
 
 
 def problems(*overrides: str, gpus: int = 1) -> str:
-    with pytest.raises(UserError) as err:
-        resolved(*overrides, gpus=gpus)
-    return err.value.render()
+    return refused(overrides, 1, gpus)
 
 
 def accepted(*overrides: str, gpus: int = 1) -> None:
