@@ -132,6 +132,9 @@ def save(out_file: Path, results: dict) -> None:
 INTERLEAVED = [
     ("baseline 32x1", (32, 1)), ("preset", []), ("baseline 16x2", (16, 2)),
     ("preset, async_save=false", ["--set", "async_save=false"]), ("baseline 8x4", (8, 4)),
+    # the launcher's two sync-free defaults undone: what they are worth, in the same command
+    ("without the launcher's defaults (rerun_mode validate_results, TensorBoard every step)",
+     ["--set", "rerun_mode=validate_results", "--set", "tensorboard_log_interval=1"]),
 ]
 
 

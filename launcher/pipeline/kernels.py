@@ -32,6 +32,12 @@ SDPA_SPEC = {
     "spec": ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"],
     "create_attention_mask_in_dataloader": False,
 }
+# Megatron's default rerun mode (validate_results) answers each NaN/Inf check on the host, twice per microbatch
+# between forward and backward; in disabled mode the spec's deferred checks (megatron_ext/deferred_checks.py)
+# keep the same fatal checks without a per-step sync (+3 % with the tensorboard interval on 345M, H200:
+# docs/benchmarks.md). What a rerun would add, re-running a failing step to tell a flaky GPU from bad numerics,
+# is for large jobs with TE, which never take this path; a preset that sets rerun_mode keeps its own.
+FAST_PATH_DEFAULTS = {"rerun_mode": "disabled"}
 WITHOUT_APEX = {
     "gradient_accumulation_fusion": False,  # apex's fused_weight_gradient_mlp_cuda, needed even with TE
     "masked_softmax_fusion": False,  # apex's scaled_masked_softmax_cuda kernels
@@ -72,11 +78,19 @@ def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     wanted = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
     if uses_sdpa_spec(megatron, kernels):
         wanted.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE one
+        if keeps_rerun_default(megatron):
+            wanted.update(FAST_PATH_DEFAULTS)
         if megatron.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
             del wanted["create_attention_mask_in_dataloader"]
     if not kernels.transformer_engine and uses_rope(megatron):
         wanted["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
+
+
+def keeps_rerun_default(megatron: Mapping[str, Any]) -> bool:
+    """Whether FAST_PATH_DEFAULTS' rerun mode applies: not where the NaN check is off (nothing to defer), nor
+    where the preset asks for the rerun machinery itself (error injection works only in its other modes)."""
+    return megatron.get("check_for_nan_in_loss_and_grad") is not False and not megatron.get("error_injection_rate")
 
 
 def uses_sdpa_spec(megatron: Mapping[str, Any], kernels: Kernels) -> bool:
@@ -91,6 +105,10 @@ def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
     """Said before launch when a job without TE trains on Megatron's plain local spec instead of the SDPA one."""
     local = megatron.get("transformer_impl") in (None, "local")
     gaps = coverage.sdpa_spec_gaps(megatron)
+    if uses_sdpa_spec(megatron, kernels) and megatron.get("rerun_mode") is None and keeps_rerun_default(megatron):
+        return ["rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks of loss "
+                "and gradients still stop the run, read back at most 2 steps late and before every save instead "
+                "of a host sync in each step; --set rerun_mode=validate_results for Megatron's re-run diagnosis"]
     if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps \
             or coverage.refused(gaps, megatron, kernels.apex):
         return []

@@ -249,7 +249,12 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             megatron.update({k: v for k, v in existing.resume_megatron_args().items() if k not in given})
             notes = [*notes, resume_note(existing, megatron)]
         if run_dir is not None:
-            megatron.update(run_dir_megatron_args(run_dir, megatron))
+            run_args = run_dir_megatron_args(run_dir, megatron)
+            megatron.update(run_args)
+            if "tensorboard_log_interval" in run_args:
+                notes = [*notes, f"TensorBoard every {run_args['tensorboard_log_interval']} iterations, the log "
+                         "interval (Megatron's default of 1 waits for the GPU in every step; set "
+                         "tensorboard_log_interval=N to choose)"]
         if target.remote and run_dir is not None:
             signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)

@@ -5,6 +5,7 @@
 # memory ~19.5 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 40.5 GiB; `launch plan` for the breakdown)
 # kernels (preset): with Transformer Engine, with NVIDIA apex
 # run directory /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
+# note: TensorBoard every 10 iterations, the log interval (Megatron's default of 1 waits for the GPU in every step; set tensorboard_log_interval=N to choose)
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR
 # run this same command on each of the 192 nodes; MASTER_ADDR is the first node
 : "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"
@@ -48,4 +49,5 @@ torchrun --nnodes 192 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "${
   --load /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/checkpoints \
   --save-interval 1000 \
   --save-retain-interval 10000 \
-  --tensorboard-dir /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/tensorboard
+  --tensorboard-dir /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/tensorboard \
+  --tensorboard-log-interval 10
