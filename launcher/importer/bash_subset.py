@@ -188,6 +188,9 @@ class _Reader:
         self.under: tuple[Undecided, ...] = ()
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
+        self.noted_arguments = False
+        self.current_line = 1
+        self.script_names: set[str] = set()  # every name the script assigns, anywhere
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
 
@@ -233,6 +236,7 @@ class _Reader:
         self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
         try:
             tree = _parser().parse(self.src)
+            self.script_names |= _assigned_names(tree.root_node, self.src)
             self.deeper()
             try:
                 self.block(tree.root_node.children)
@@ -249,6 +253,7 @@ class _Reader:
 
     def statement(self, node: Any) -> None:
         self.step()
+        self.current_line = self.line(node)
         kind = node.type
         self.deeper()
         try:
@@ -519,7 +524,8 @@ class _Reader:
         elif self.positional is not None:
             words = list(self.positional)
         else:
-            words = [_unknown("@")]
+            self.without_arguments()
+            words = []
         if body is None:
             return
         if any(unresolved_names(w) for w in words) or len(words) > MAX_LOOP:
@@ -615,13 +621,18 @@ class _Reader:
                 _set_state(base, name, states[0])
                 continue
             before = tuple(self.shell.uncertain.get(name, ()))
-            if name in base.arrays or any(name in s.arrays for s in outcomes):
-                pass  # an array keeps what it held before; its value depends on the branch (recorded below)
-            else:
-                base.scalars[name] = _unknown(name)
-                base.arrays.pop(name, None)
-            if name in base.exports or any(name in s.exports for s in outcomes):
-                base.exports[name] = _unknown(name)
+            if not _only_appended(_state_of(base, name), states):
+                # the branches give different values: none is chosen
+                if name in base.arrays or any(name in s.arrays for s in outcomes):
+                    base.arrays[name] = [_unknown(name)]
+                    base.scalars.pop(name, None)
+                else:
+                    base.scalars[name] = _unknown(name)
+                    base.arrays.pop(name, None)
+                if name in base.exports or any(name in s.exports for s in outcomes):
+                    base.exports[name] = _unknown(name)
+            # else: a branch only adds to it (ARGS+=(--wandb-project x)): what it held before stays, and what the
+            # branches add is named with the construct (its flags)
             base.uncertain[name] = (*before, decided)
         for s in outcomes:
             for fname, fbody in s.functions.items():
@@ -1147,16 +1158,30 @@ class _Reader:
     def variable(self, name: str, quoted: bool) -> tuple[str, str | list[str], bool]:
         if name in self.shell.uncertain and self.touched is not None:
             self.touched.update(self.shell.uncertain[name])
+        if name in ("@", "*", "#") and self.positional is None:
+            self.without_arguments()
         if name in ("@", "*"):
             if self.positional is None:
-                return ("val", _unknown(name), quoted)
+                return ("list", [], quoted) if name == "@" else ("val", "", quoted)
             if name == "@":
                 return ("list", list(self.positional), quoted)
             return ("val", " ".join(self.positional), quoted)
         if name == "#" and self.positional is None:
-            return ("val", _unknown("#"), quoted)
+            return ("val", "0", quoted)
         value = self.shell.lookup(name)
-        return ("val", value if value is not None else _unknown(name), quoted)
+        return ("val", value if value is not None else self.unset(name), quoted)
+
+    def unset(self, name: str) -> str:
+        """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
+        left it unset, as bash would), else unknown (the caller's environment may set it)."""
+        return "" if name in self.script_names else _unknown(name)
+
+    def without_arguments(self) -> None:
+        """$#, $@ and $* of a script read without arguments are bash's: 0 and nothing (say so once)."""
+        if not self.noted_arguments:
+            self.noted_arguments = True
+            self.reading.skipped.append((self.current_line, "read as `bash SCRIPT` without arguments ($# is 0); "
+                                         "give the script's arguments after its name to read it with them"))
 
     def expansion(self, node: Any, quoted: bool) -> tuple[str, str | list[str], bool]:
         """${…}: the name part is read from the text, operands (defaults, patterns) from the tree."""
@@ -1191,10 +1216,7 @@ class _Reader:
                     elements = [_unknown(name)]
             return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
         value = self.lookup_value(name, index)
-        is_set = not (value == _unknown(name) and self.shell.lookup(name) is None and not name.isdigit()) or \
-            name in self.shell.scalars or name in self.shell.arrays
-        if name.isdigit() and self.positional is None and name != "0":
-            is_set = False
+        is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
         if not rest:
             return ("val", value, quoted)
         op_match = re.match(r":[-=+?]|[-=+?]|##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,|:|@", rest)
@@ -1205,8 +1227,6 @@ class _Reader:
         known = not unresolved_names(value)
         if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
             empty = not is_set or (op.startswith(":") and known and value == "")
-            if not is_set and name in self.shell.uncertain:
-                empty = False
             if op[-1] in "-=":
                 if not empty:
                     return ("val", value, quoted)
@@ -1257,8 +1277,9 @@ class _Reader:
     def lookup_value(self, name: str, index: str | None) -> str:
         if name in self.shell.uncertain and self.touched is not None:
             self.touched.update(self.shell.uncertain[name])
-        if name == "#" and self.positional is None:
-            return _unknown("#")
+        if name in ("#", "@", "*") and self.positional is None:
+            self.without_arguments()
+            return "0" if name == "#" else ""
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]
             try:
@@ -1269,7 +1290,7 @@ class _Reader:
                 return array[k]
             return ""
         value = self.shell.lookup(name)
-        return value if value is not None else _unknown(name)
+        return value if value is not None else self.unset(name)
 
     def operand(self, node: Any, start: int, pattern: bool = False, end: int | None = None) -> str:
         """The word after an operator inside ${…} (up to `end`), expanded, not split."""
@@ -1393,6 +1414,26 @@ class _Reader:
 
 # -- helpers --------------------------------------------------------------------------------------------------
 
+def _assigned_names(root: Any, src: bytes) -> set[str]:
+    """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion."""
+    names: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in ("variable_assignment", "for_statement"):
+            target = node.child_by_field_name("name") or node.child_by_field_name("variable")
+            if target is not None and target.type == "subscript":
+                target = target.child_by_field_name("name")
+            if target is not None:
+                names.add(src[target.start_byte:target.end_byte].decode("utf-8", "replace"))
+        elif node.type == "command":
+            words = [src[c.start_byte:c.end_byte].decode("utf-8", "replace") for c in node.named_children]
+            if words and words[0] == "read":
+                names.update(w for w in words[1:] if NAME.fullmatch(w))
+        stack.extend(node.named_children)
+    return names
+
+
 def _runner(block: Callable[[list[Any]], None], body: list[Any]) -> Callable[[], None]:
     return lambda: block(body)
 
@@ -1417,6 +1458,21 @@ def _set_state(shell: Shell, name: str, state: tuple[Any, ...]) -> None:
         shell.arrays[name] = list(array)
     if export is not None:
         shell.exports[name] = export
+
+
+def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bool:
+    """Every possible value is the one before with something added at its end (or unchanged)."""
+    scalar, array, _ = before
+    if array is not None:
+        return all(s[1] is not None and s[1][:len(array)] == array for s in states)
+    if scalar is not None and scalar != _unknown_like(scalar):
+        return all(s[0] is not None and s[0].startswith(scalar) for s in states)
+    return False
+
+
+def _unknown_like(value: str) -> str:
+    """The value itself when it is one unknown and nothing else (then nothing of it is known to keep)."""
+    return value if UNRESOLVED.fullmatch(value) else MARK
 
 
 def _wrap(value: int) -> int:
