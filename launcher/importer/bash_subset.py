@@ -209,9 +209,13 @@ class _Reader:
         return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
     def start(self, node: Any) -> int:
-        """Where a node's own text begins (the grammar counts the blank before `$X` inside a string as its)."""
+        """Where a node's own text begins (the grammar counts the blanks and line continuation before `$X` inside a
+        string as its)."""
+        if node.type not in EXPANSIONS or node.type in ("string", "raw_string", "concatenation"):
+            return int(node.start_byte)
         head = self.src[node.start_byte:node.end_byte]
-        return node.start_byte + len(head) - len(head.lstrip(b" \t"))
+        found = [k for k in (head.find(b"$"), head.find(b"`"), head.find(b"<("), head.find(b">(")) if k >= 0]
+        return node.start_byte + (min(found) if found else 0)
 
     def first_line(self, node: Any) -> str:
         text = self.text(node).strip().splitlines()[0] if self.text(node).strip() else ""
@@ -755,7 +759,7 @@ class _Reader:
         touched = self.begin_touch()
         try:
             if value_node is not None and value_node.type == "array":
-                elements = [w for c in value_node.named_children for w in self.fields(c)]
+                elements = [w for c in value_node.named_children if c.type != "comment" for w in self.fields(c)]
                 self.shell.arrays[name] = (self.shell.arrays.get(name, []) if append else []) + elements
                 self.shell.scalars.pop(name, None)
                 _bound(self.shell.arrays[name], self.line(node))
@@ -1185,7 +1189,8 @@ class _Reader:
 
     def expansion(self, node: Any, quoted: bool) -> tuple[str, str | list[str], bool]:
         """${…}: the name part is read from the text, operands (defaults, patterns) from the tree."""
-        inner = self.src[node.start_byte + 2:node.end_byte - 1].decode("utf-8", "replace")
+        begin = self.start(node)
+        inner = self.src[begin + 2:node.end_byte - 1].decode("utf-8", "replace")
         match = re.match(r"(#|!)?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(\[([^\]]*)\])?", inner)
         if not match:
             return ("val", _unknown(inner), quoted)
@@ -1223,7 +1228,7 @@ class _Reader:
         if not op_match:
             return ("val", _unknown(inner), quoted)
         op = op_match.group(0)
-        operand_start = node.start_byte + 2 + len((inner[:match.end()] + op).encode("utf-8", "surrogateescape"))
+        operand_start = begin + 2 + len((inner[:match.end()] + op).encode("utf-8", "surrogateescape"))
         known = not unresolved_names(value)
         if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
             empty = not is_set or (op.startswith(":") and known and value == "")
@@ -1322,7 +1327,7 @@ class _Reader:
     def substitute(self, node: Any) -> str:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
         body = [c for c in node.named_children]
-        text = self.text(node)
+        text = self.text(node).strip()
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
         if node.children and node.children[0].type == "`" and not body and label.strip():
             saved_capture = self.capture

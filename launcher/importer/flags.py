@@ -14,7 +14,8 @@ from launcher.pipeline.preset import type_megatron_value
 ENTRY_SCRIPTS = ("pretrain_gpt.py",)
 # torchrun / torch.distributed.run options → launcher settings (both spellings, --opt=value too)
 TORCHRUN_SETTINGS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes", "master_addr": "master_addr",
-                     "master_port": "master_port"}
+                     "master_port": "master_port",
+                     "num_gpus": "gpus_per_node", "num_nodes": "nodes"}  # the last two: the deepspeed launcher's
 TORCHRUN_DROPPED = {"node_rank": "the launcher gives each node its rank (torchrun rendezvous)",
                     "rdzv_endpoint": "the launcher sets the rendezvous endpoint",
                     "rdzv_backend": "the launcher sets the rendezvous backend",
