@@ -307,7 +307,8 @@ class _Reader:
 
     def st_declaration_command(self, node: Any) -> None:
         keyword = node.children[0].type
-        export = keyword == "export"
+        options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c).startswith("-")]
+        export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
         for child in node.named_children:
             if child.type == "variable_assignment":
