@@ -27,7 +27,7 @@ from typing import Any
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
-MAX_STEPS = 300_000  # nodes evaluated over the whole reading (loops, functions and eval included)
+MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
 MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
@@ -99,8 +99,9 @@ class Shell:
     uncertain: dict[str, tuple[Undecided, ...]] = field(default_factory=dict)  # variable → what its value needs
 
     def copy(self) -> Shell:
-        return Shell(dict(self.scalars), {k: list(v) for k, v in self.arrays.items()}, dict(self.exports),
-                     dict(self.functions), dict(self.uncertain))
+        # arrays are never changed in place (each change makes a new list), so a copy may share them
+        return Shell(dict(self.scalars), dict(self.arrays), dict(self.exports), dict(self.functions),
+                     dict(self.uncertain))
 
     def lookup(self, name: str) -> str | None:
         if name in self.arrays:
@@ -116,6 +117,7 @@ class Reading:
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why it was not carried)
     undecided: list[Undecided] = field(default_factory=list)  # branches that hold something and were not chosen
     shell: Shell = field(default_factory=Shell)
+    stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -129,7 +131,17 @@ def _parser() -> Any:
 
 
 class _Exit(Exception):
-    pass
+    def __init__(self, line: int = 0, why: str = ""):
+        super().__init__(why)
+        self.line, self.why = line, why
+
+
+class _Break(Exception):
+    """break / continue (continue: `again`)."""
+
+    def __init__(self, again: bool):
+        super().__init__()
+        self.again = again
 
 
 class _Return(Exception):
@@ -160,7 +172,9 @@ def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
     reader = _Reader(reading, positional)
     try:
         reader.run_source(text, line_offset=0)
-    except _Exit:
+    except _Exit as exc:
+        reading.stopped = (exc.line, exc.why) if exc.line else None
+    except (_Break, _Return):
         pass
     except RecursionError:
         raise ShellSyntaxError("the script nests more deeply than can be read") from None
@@ -190,7 +204,8 @@ class _Reader:
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
         self.current_line = 1
-        self.script_names: set[str] = set()  # every name the script assigns, anywhere
+        self.names_seen: set[str] = set()  # every name the script assigns, anywhere (see script_names)
+        self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
 
@@ -240,7 +255,7 @@ class _Reader:
         self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
         try:
             tree = _parser().parse(self.src)
-            self.script_names |= _assigned_names(tree.root_node, self.src)
+            self.pending_names.append((tree, self.src))
             self.deeper()
             try:
                 self.block(tree.root_node.children)
@@ -252,8 +267,30 @@ class _Reader:
     # -- statements -------------------------------------------------------------------------------------------
     def block(self, nodes: Sequence[Any]) -> None:
         for node in nodes:
-            if node.is_named:
-                self.statement(node)
+            if not node.is_named:
+                continue
+            if node.has_error:
+                self.unparsable(node)
+                continue
+            self.statement(node)
+
+    def unparsable(self, node: Any) -> None:
+        """A command bash cannot parse (`CKPT=<Specify path>` in a template): bash stops the script there. It is
+        read on as if the line were fixed, loudly: the line is named, and what it assigns is unknown."""
+        line = self.line(node)
+        names = tuple(sorted(_assigned_names(node, self.src)))
+        item = Undecided(line, f"a line bash cannot parse ({self.first_line(node)})", names)
+        self.skip(node, f"bash cannot parse this (a syntax error: bash stops the script here); read on as if it "
+                        f"were fixed{', with ' + ', '.join(names) + ' unknown' if names else ''}: "
+                        f"{self.first_line(node)}")
+        if self.reading.stopped is None:
+            self.reading.stopped = (line, "a syntax error")
+        for name in names:
+            self.shell.scalars[name] = _unknown(name)
+            self.shell.arrays.pop(name, None)
+            self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
+        if names:
+            self.reading.undecided.append(item)
 
     def statement(self, node: Any) -> None:
         self.step()
@@ -368,23 +405,19 @@ class _Reader:
             return
         quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
         text = self.text(body) if quoted else self.expand_heredoc(body)
-        line = self.line(body)
-        self.deeper()
-        try:
-            self.run_source(text, line_offset=line - 1)
+        try:  # the here-document is its own script: an exit there ends only that one
+            self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:
             pass
-        finally:
-            self.depth -= 1
 
     def expand_heredoc(self, body: Any) -> str:
         out, at = [], body.start_byte
         for child in body.named_children:
             if child.type in EXPANSIONS:
-                out.append(self.src[at:self.start(child)].decode("utf-8", "replace"))
+                out.append(_unescape_heredoc(self.src[at:self.start(child)].decode("utf-8", "replace")))
                 out.append(self.joined(child))
                 at = child.end_byte
-        out.append(self.src[at:body.end_byte].decode("utf-8", "replace"))
+        out.append(_unescape_heredoc(self.src[at:body.end_byte].decode("utf-8", "replace")))
         return "".join(out)
 
     def st_list(self, node: Any) -> None:
@@ -487,12 +520,17 @@ class _Reader:
             return
         for item in items:
             for pattern in self.case_patterns(item):
+                try:
+                    matched = not unresolved_names(pattern) and _glob_match(value, pattern)
+                except _Unknown:
+                    pattern = _unknown(pattern)
+                    matched = False
                 if unresolved_names(pattern):
                     self.undecided_fork(node, [_runner(self.block, self.case_body(i))
                                                for i in items[items.index(item):]],
                                         include_nothing=True, what=self.first_line(node))
                     return
-                if _glob_match(value, pattern):
+                if matched:
                     self.block(self.case_body(item))
                     return
 
@@ -542,7 +580,8 @@ class _Reader:
         for word in words:
             self.shell.scalars[name] = word
             self.shell.arrays.pop(name, None)
-            self.block(body.children)
+            if not self.loop_body(body):
+                return
 
     def st_while_statement(self, node: Any) -> None:
         conditions = [c for k, c in enumerate(node.children)
@@ -561,8 +600,17 @@ class _Reader:
                 self.undecided_fork(node, [lambda: self.block(body.children)], include_nothing=True,
                                     what=self.first_line(node))
                 return
-            self.block(body.children)
+            if not self.loop_body(body):
+                return
         self.skip(node, f"a loop runs more than {MAX_LOOP} times; the rest is not read: {self.first_line(node)}")
+
+    def loop_body(self, body: Any) -> bool:
+        """One iteration; False after `break`."""
+        try:
+            self.block(body.children)
+        except _Break as exc:
+            return exc.again
+        return True
 
     def st_c_style_for_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
@@ -577,7 +625,8 @@ class _Reader:
             for _ in range(MAX_LOOP):
                 if condition is not None and self.arith_node(condition) == 0:
                     return
-                self.block(body.children)
+                if not self.loop_body(body):
+                    return
                 if update is not None:
                     self.arith_node(update)
         except _Unknown:
@@ -598,18 +647,21 @@ class _Reader:
         exited = 0
         try:
             for branch in branches:
+                self.steps += (len(base.scalars) + len(base.arrays)) // 20  # a copy (and its merge) costs its size
                 self.shell = base.copy()
                 try:
                     branch()
                     outcomes.append(self.shell)
                 except _Exit:
                     exited += 1
+                except (_Break, _Return):
+                    outcomes.append(self.shell)  # the branch leaves its loop or function here
         finally:
             self.under = saved_under
             self.shell = base
         if not outcomes:
-            raise _Exit()
-        names = sorted({n for s in outcomes for n in (*s.scalars, *s.arrays, *s.exports)})
+            raise _Exit(label.line, "every branch ends the script")
+        names = sorted(_changed(base, outcomes))
         differing = [n for n in names if len({_state_of(s, n) for s in outcomes}) > 1]
         flags = sorted(set(FLAG.findall(self.text(node))))
         arguments = bool(re.search(r"\$\{?([0-9#@*]|[A-Za-z_]*ARG)", what)) and self.positional is None
@@ -772,17 +824,19 @@ class _Reader:
         finally:
             self.end_touch()
         if index is not None:  # A[3]=x
-            array = self.shell.arrays.setdefault(name, [])
+            array = list(self.shell.arrays.get(name, []))
             if re.fullmatch(r"\d+", index) and int(index) < MAX_LOOP:
                 array.extend([""] * (int(index) + 1 - len(array)))
                 array[int(index)] = value
+            self.shell.arrays[name] = array
+            self.shell.scalars.pop(name, None)
             self.note_uncertain(name, touched, keep=True)
             return
         if UNRESOLVED.fullmatch(value) and (not value.startswith(MARK + "$(") or value.startswith(MARK + "$((")):
             value = _unknown(name)  # DATA_PATH=$5: name the variable the script's reader knows
         if append:
             if name in self.shell.arrays:
-                self.shell.arrays[name].append(value)
+                self.shell.arrays[name] = [*self.shell.arrays[name], value]
                 return
             value = (self.shell.scalars.get(name) or "") + value
         _bound([value], self.line(node))
@@ -879,8 +933,10 @@ class _Reader:
         if program == "eval":
             self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
-        if program in ("exit",):
-            raise _Exit()
+        if program == "exit":
+            raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
+        if program in ("break", "continue"):
+            raise _Break(program == "continue")
         if program == "return":
             raise _Return()
         if program == "shift":
@@ -916,13 +972,17 @@ class _Reader:
             return
         inner = _shell_c(argv)
         if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
-            self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+            try:  # its own bash: an exit there ends only that one
+                self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+            except _Exit:
+                pass
             return
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends))
 
-    def nested(self, node: Any, text: str, what: str) -> None:
-        """eval STRING, bash -c STRING: the string is a script read here, on the outer line. An unknown part of
-        it (a marker) is read as a variable that holds it, so that it stays one unknown word, with what it needs."""
+    def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
+        """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
+        unknown part of it (a marker) is read as a variable that holds it, so that it stays one unknown word, with
+        what it needs."""
         if not text.replace(MARK, "").strip():
             self.skip(node, f"{what}: the command string is not known")
             return
@@ -940,7 +1000,10 @@ class _Reader:
         text = UNRESOLVED.sub(hold, text).replace(MARK, "")
         self.deeper()
         try:
-            self.run_source(text, line_offset=0, fixed_line=self.line(node))
+            if line_offset is None:
+                self.run_source(text, line_offset=0, fixed_line=self.line(node))
+            else:
+                self.run_source(text, line_offset=line_offset)
         finally:
             self.depth -= 1
             for holder in holders:
@@ -1176,6 +1239,14 @@ class _Reader:
         value = self.shell.lookup(name)
         return ("val", value if value is not None else self.unset(name), quoted)
 
+    @property
+    def script_names(self) -> set[str]:
+        """The names the script assigns anywhere; scanned once, when an unset variable is first read."""
+        while self.pending_names:
+            tree, src = self.pending_names.pop()
+            self.names_seen |= _assigned_names(tree.root_node, src)
+        return self.names_seen
+
     def unset(self, name: str) -> str:
         """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
         left it unset, as bash would), else unknown (the caller's environment may set it)."""
@@ -1249,7 +1320,10 @@ class _Reader:
             pattern = self.operand(node, operand_start, pattern=True)
             if unresolved_names(pattern) or len(value) > 10_000:
                 return ("val", _unknown(name), quoted)
-            return ("val", _trim(value, pattern, op), quoted)
+            try:
+                return ("val", _trim(value, pattern, op), quoted)
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
         if op in ("/", "//", "/#", "/%"):
             slash = next((c for c in node.children if c.start_byte >= operand_start and c.type == "/"), None)
             end = slash.start_byte if slash is not None else node.end_byte - 1
@@ -1257,7 +1331,10 @@ class _Reader:
             replacement = self.operand(node, slash.end_byte) if slash is not None else ""
             if unresolved_names(pattern) or unresolved_names(replacement) or len(value) > 10_000:
                 return ("val", _unknown(name), quoted)
-            return ("val", _replace(value, pattern, replacement, op), quoted)
+            try:
+                return ("val", _replace(value, pattern, replacement, op), quoted)
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
         if op in ("^^", ",,", "^", ","):
             changed = {"^^": value.upper(), ",,": value.lower(), "^": value[:1].upper() + value[1:],
                        ",": value[:1].lower() + value[1:]}[op]
@@ -1286,6 +1363,8 @@ class _Reader:
         if name in ("#", "@", "*") and self.positional is None:
             self.without_arguments()
             return "0" if name == "#" else ""
+        if index in ("@", "*"):
+            return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]
             try:
@@ -1350,7 +1429,7 @@ class _Reader:
         saved_commands = len(self.reading.commands)
         try:
             self.block(body)
-        except (_Exit, _Return):
+        except (_Exit, _Return, _Break):
             pass
         finally:
             self.capture = saved_capture
@@ -1449,6 +1528,18 @@ def _bound(values: list[str], line: int) -> None:
         raise ShellSyntaxError(f"line {line}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
 
 
+def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
+    """The names some outcome holds differently from `base` (set operations on the tables, not a walk by name)."""
+    out: set[str] = set()
+    for shell in outcomes:
+        out |= {name for name, _ in shell.scalars.items() ^ base.scalars.items()}
+        out |= {name for name, _ in shell.exports.items() ^ base.exports.items()}
+        out |= {name for name in shell.arrays.keys() ^ base.arrays.keys()}
+        out |= {name for name in shell.arrays.keys() & base.arrays.keys()
+                if shell.arrays[name] is not base.arrays[name]}
+    return out
+
+
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:
     return (shell.scalars.get(name), tuple(shell.arrays[name]) if name in shell.arrays else None,
             shell.exports.get(name))
@@ -1535,6 +1626,10 @@ def _unescape_double(text: str) -> str:
     return re.sub(r"\\([\"\\$`\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
 
 
+def _unescape_heredoc(text: str) -> str:
+    return re.sub(r"\\([\\$`\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
 def _ansi_c(text: str) -> str:
     escapes = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"', "r": "\r", "a": "\a", "e": "\x1b"}
     return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
@@ -1544,7 +1639,14 @@ def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"[\1]", text) if MARK not in text else text
 
 
+def _tame_regex(pattern: str) -> bool:
+    """A short pattern with few repetitions and none applied to a group: matched in bounded time."""
+    return len(pattern) <= 200 and len(re.findall(r"[*+?{]", pattern)) <= 4 and not re.search(r"\)[*+?{]", pattern)
+
+
 def _glob_regex(pattern: str) -> re.Pattern[str]:
+    if pattern.count("*") > 8:
+        raise _Unknown(pattern)  # each star is a .* the matcher may try at every position
     return re.compile(fnmatch.translate(pattern), re.S)
 
 
@@ -1571,6 +1673,7 @@ def _trim(value: str, pattern: str, op: str) -> str:
 def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
     if not pattern:
         return value
+    _glob_regex(pattern)  # refuses a pattern too costly to match
     body = fnmatch.translate(pattern)[4:-3]  # (?s:…)\Z → …
     try:
         regex = re.compile(("^" if op == "/#" else "") + "(?:" + body + ")" + ("$" if op == "/%" else ""), re.S)
@@ -1593,6 +1696,8 @@ def _echo(argv: list[str]) -> str | None:
 
 
 def _printf(argv: list[str]) -> str | None:
+    if argv[1:2] == ["--"]:
+        argv = argv[:1] + argv[2:]
     if len(argv) < 2 or argv[1] == "-v":
         return None
     form, args = _ansi_c(argv[1]), argv[2:]
@@ -1721,6 +1826,8 @@ class _Test:
             return same != (op == "!=")
         right = self.operand(right)
         if op == "=~":
+            if not _tame_regex(right) or len(left) > 1_000:
+                raise _Unknown(right)  # Python's matcher can backtrack without end on such a pattern
             try:
                 return re.search(right, left) is not None
             except re.error:

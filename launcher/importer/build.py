@@ -179,8 +179,8 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
     stripped = text.lstrip()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
+            data = untrusted.load_yaml(text, "the source")  # bounded: a script is not YAML, and may be hostile
+        except UserError:
             data = None
         if isinstance(data, dict) and ("MODEL_ARGS" in data or all(str(k).startswith("--") for k in data)):
             if positional:
@@ -200,8 +200,11 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
         bare = [c for c in reading.commands if c.argv and c.argv[0].startswith("--")]
         if not bare:
             training_command.refuse_other_entry(reading)
-            raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags",
-                            "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python pretrain_gpt.py)")
+            stop = (f"; bash stops at line {reading.stopped[0]} ({_comment(reading.stopped[1])}) before reaching one"
+                    if reading.stopped else "")
+            raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
+                            + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
+                            "pretrain_gpt.py); give the script's arguments after its name if it needs them")
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
         others = [c for c in reading.commands if c not in bare]
