@@ -78,7 +78,8 @@ def test_a_command_that_only_prints_the_training_line_is_not_it():
 
 def test_a_here_document_given_to_sbatch_is_the_script_that_runs():
     model = MODEL.replace("2 ", "$LAYERS ", 1)
-    imported = carried(f"LAYERS=2\nsbatch <<EOF\n#!/bin/bash\nsrun python pretrain_gpt.py {model} 2>&1 | tee \\$LOG\nEOF\n")
+    imported = carried(f"LAYERS=2\nsbatch <<EOF\n#!/bin/bash\nsrun python pretrain_gpt.py {model} 2>&1 | "
+                       "tee \\$LOG\nEOF\n")
     assert imported.settings["num_layers"] == 2
 
 
