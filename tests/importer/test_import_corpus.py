@@ -40,6 +40,8 @@ def test_each_script_imports_with_its_settings(name, tmp_path):
         assert imported.settings.get(setting) == value, (setting, imported.settings.get(setting))
     for setting, value in entry.get("launcher", {}).items():
         assert imported.launcher.get(setting) == value, setting
+    for setting in entry.get("unknown_launcher", []):  # e.g. GPUs counted by a command at run time
+        assert setting not in imported.launcher, setting
     said = " ".join([*imported.not_carried, *getattr(imported, "lost", [])])
     for setting in entry.get("unknown", []):  # decided at run time: not carried, and said so
         flag = "--" + setting.replace("_", "-")
