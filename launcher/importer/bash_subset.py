@@ -266,10 +266,12 @@ class _Reader:
 
     # -- statements -------------------------------------------------------------------------------------------
     def block(self, nodes: Sequence[Any]) -> None:
-        for node in nodes:
-            if not node.is_named:
-                continue
-            if node.has_error:
+        named = [node for node in nodes if node.is_named]
+        for k, node in enumerate(named):
+            after = named[k + 1] if k + 1 < len(named) else None
+            # the grammar may end a command early and put the rest of its line in an ERROR beside it
+            glued = after is not None and after.type == "ERROR" and after.start_point[0] == node.end_point[0]
+            if node.has_error or glued:
                 self.unparsable(node)
                 continue
             self.statement(node)
