@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
-from launcher.importer.bash_subset import Reading, ScriptCommand, Undecided, show
+from launcher.importer.bash_subset import UNRESOLVED, Reading, ScriptCommand, Undecided, show
 
 # Programs that print, filter or copy their words: `echo torchrun pretrain_gpt.py …` shows the command, it does not
 # run it.
@@ -64,7 +65,10 @@ def refuse_other_entry(reading: Reading) -> None:
 
 
 def flag_at(argv: list[str], index: int) -> str:
-    """The flag a word of the command belongs to: itself, or the nearest flag before it."""
+    """The flag a word of the command belongs to: itself, or the nearest flag before it; an unknown word that does
+    not follow a flag directly may be flags itself (`$EXTRA`), and is named as it is."""
+    if UNRESOLVED.fullmatch(argv[index]) and index > 0 and not argv[index - 1].startswith("-"):
+        return show(argv[index])
     for k in range(index, -1, -1):
         if argv[k].startswith("-") and not re.fullmatch(r"-?\d[\d.eE+-]*", argv[k]):
             return argv[k].partition("=")[0]
@@ -85,3 +89,24 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
         affected[item].update(f for f in item.flags if f in flag_reader.flag_table())
     return [dataclasses.replace(item, flags=tuple(sorted(affected[item])))
             for item in sorted(affected, key=lambda u: u.line)]
+
+
+# torchrun's options that set the world the layout is checked against
+LAYOUT_RUNNER_OPTIONS = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--num_gpus", "--num_nodes"}
+HARMLESS_SECTIONS = ("data", "checkpoint", "logging")
+
+
+def losses(undecided: list[Undecided], section_of: Callable[[str], str]) -> list[str]:
+    """One line per undecided construct that decides the model, its numerics or its parallel layout (by the
+    sections `section_of` gives Megatron settings; data, checkpoint and logging paths are not such): what an import
+    must not carry silently."""
+    table = flag_reader.flag_table()
+    out = []
+    for item in undecided:
+        deciding = [flag for flag in item.flags if flag in LAYOUT_RUNNER_OPTIONS or flag == "the training command" or
+                    (flag in table and section_of(table[flag].dest) not in HARMLESS_SECTIONS)]
+        if deciding:
+            out.append(f"line {item.line}: {item.what}: cannot be decided without running the script, and it decides "
+                       f"{', '.join(deciding)}" + (" (give the script's arguments after its name)"
+                                                   if item.arguments else ""))
+    return out

@@ -255,3 +255,17 @@ def test_hostile_variations_end_with_an_answer_or_an_error(name):
     except UserError:
         pass
     assert time.monotonic() - started < 30, name
+
+
+def test_undecided_constructs_that_decide_the_layout_are_losses_and_logging_is_not():
+    from launcher.importer.build import section_of
+    from launcher.importer.training_command import losses
+
+    imported = carried(f'if [ "$NODES" -gt 1 ]; then TP=4; else TP=1; fi\n'
+                       f'if [ -n "$WANDB_API_KEY" ]; then W="--wandb-project p"; fi\n'
+                       f"torchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP $W\n")
+    assert [item.line for item in imported.undecided] == [1, 2]
+    assert {flag for item in imported.undecided for flag in item.flags} == {
+        "--tensor-model-parallel-size", "${W}", "--wandb-project"}
+    (loss,) = losses(imported.undecided, section_of)
+    assert loss.startswith("line 1: if [ \"$NODES\" -gt 1 ]") and "--tensor-model-parallel-size" in loss
