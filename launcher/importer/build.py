@@ -223,6 +223,8 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
             notes.append(f"the script runs pretrain_gpt.py {len(training)} times; the last (line {command.line}) "
                          "is imported")
     for c in others:
+        if training_command.program(c.argv) in ("echo", "printf", ":", "true"):
+            continue  # prints only: nothing of the run depends on it
         notes.append(f"line {c.line}: not carried (not the training command): {_comment(' '.join(c.argv))}")
     return Source(runner, words, env, notes, undecided)
 
