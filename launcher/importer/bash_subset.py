@@ -203,6 +203,7 @@ class _Reader:
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
+        self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
         self.current_line = 1
         self.names_seen: set[str] = set()  # every name the script assigns, anywhere (see script_names)
         self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
@@ -666,7 +667,9 @@ class _Reader:
         names = sorted(_changed(base, outcomes))
         differing = [n for n in names if len({_state_of(s, n) for s in outcomes}) > 1]
         flags = sorted(set(FLAG.findall(self.text(node))))
-        arguments = bool(re.search(r"\$\{?([0-9#@*]|[A-Za-z_]*ARG)", what)) and self.positional is None
+        referenced = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[#@*])", what)
+        arguments = self.positional is None and any(n.isdigit() or n in "#@*" or n in self.from_arguments
+                                                     for n in referenced)
         decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments)
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
@@ -835,6 +838,8 @@ class _Reader:
             self.note_uncertain(name, touched, keep=True)
             return
         if UNRESOLVED.fullmatch(value) and (not value.startswith(MARK + "$(") or value.startswith(MARK + "$((")):
+            if UNRESOLVED.fullmatch(value).group(1).isdigit():  # type: ignore[union-attr]
+                self.from_arguments.add(name)  # MODEL_SIZE=$3: decided by the script's arguments
             value = _unknown(name)  # DATA_PATH=$5: name the variable the script's reader knows
         if append:
             if name in self.shell.arrays:
