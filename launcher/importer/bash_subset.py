@@ -934,6 +934,12 @@ class _Reader:
             if k < len(argv):
                 self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
             return
+        if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1:
+            k = 1  # these run the command that follows (exec -a NAME, time -p)
+            while k < len(argv) - 1 and argv[k] in ("-a", "-c", "-l", "-p", "-v", "--"):
+                k += 2 if argv[k] == "-a" else 1
+            self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
+            return
         if program in self.shell.functions and self.capture is None or argv[0] in self.shell.functions:
             self.call(argv)
             return

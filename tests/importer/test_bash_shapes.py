@@ -49,6 +49,13 @@ def test_wrappers_are_named_and_the_runner_read(wrapper):
     assert any(f"runs under `{wrapper}`" in n for n in imported.not_carried)
 
 
+@pytest.mark.parametrize("prefix", ["exec", "nohup", "command", "time -p"])
+def test_commands_that_run_the_command_after_them(prefix):
+    imported = carried(f"{prefix} torchrun --nproc_per_node 2 pretrain_gpt.py {MODEL} > log 2>&1 &\nwait\n")
+    assert imported.launcher == {"gpus_per_node": 2}
+    assert not any("runs under" in n for n in imported.not_carried)
+
+
 def test_bash_c_with_assignments_and_a_wrapper_inside():
     imported = carried(f"TP=2\nsrun -l bash -c 'RANK=$SLURM_PROCID numactl -N 0 python3 pretrain_gpt.py {MODEL} "
                        f"--tensor-model-parallel-size '$TP\n")
