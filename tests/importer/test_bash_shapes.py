@@ -42,7 +42,7 @@ def test_assignment_prefixes_and_env_become_the_environment():
 
 
 @pytest.mark.parametrize("wrapper", ["numactl --cpunodebind=0 --membind=0", "nsys profile -o prof -t cuda,nvtx",
-                                     "taskset -c 0-15", "/usr/bin/time -v"])
+                                     "taskset -c 0-15", "stdbuf -oL -eL"])
 def test_wrappers_are_named_and_the_runner_read(wrapper):
     imported = carried(f"{wrapper} python -m torch.distributed.launch --nproc_per_node 4 pretrain_gpt.py {MODEL}\n")
     assert imported.launcher["gpus_per_node"] == 4 and imported.settings["num_layers"] == 2
