@@ -269,13 +269,29 @@ class _Reader:
     def block(self, nodes: Sequence[Any]) -> None:
         named = [node for node in nodes if node.is_named]
         for k, node in enumerate(named):
+            if node.type == "ERROR" and not self.real_error(node):
+                continue
             after = named[k + 1] if k + 1 < len(named) else None
             # the grammar may end a command early and put the rest of its line in an ERROR beside it
-            glued = after is not None and after.type == "ERROR" and after.start_point[0] == node.end_point[0]
-            if node.has_error or glued:
+            glued = after is not None and after.type == "ERROR" and after.start_point[0] == node.end_point[0] and \
+                self.real_error(after)
+            if self.real_error(node) or glued:
                 self.unparsable(node)
                 continue
             self.statement(node)
+
+    def real_error(self, node: Any) -> bool:
+        """A syntax error bash would report: not a line continuation at the end of the file (bash accepts that, the
+        grammar makes it an ERROR)."""
+        if not node.has_error and node.type != "ERROR":
+            return False
+        stack = [node]
+        while stack:
+            child = stack.pop()
+            if child.is_missing or (child.type == "ERROR" and self.text(child).replace("\\", "").strip()):
+                return True
+            stack.extend(child.children)
+        return False
 
     def unparsable(self, node: Any) -> None:
         """A command bash cannot parse (`CKPT=<Specify path>` in a template): bash stops the script there. It is

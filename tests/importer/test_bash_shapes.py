@@ -83,6 +83,18 @@ def test_a_command_that_only_prints_the_training_line_is_not_it():
     assert imported.settings["num_layers"] == 2
 
 
+def test_a_line_continuation_at_the_end_of_the_file_is_not_a_syntax_error():
+    imported = carried(f"torchrun pretrain_gpt.py {MODEL} \\\n")  # bash accepts it; the grammar calls it an error
+    assert imported.settings["num_layers"] == 2 and not any("cannot parse" in n for n in imported.not_carried)
+    try:  # bash stops at the placeholder: either the import says so, or it reads on and names the line
+        template = carried(f"CKPT=<Specify path>\ntorchrun pretrain_gpt.py {MODEL} --save $CKPT\n")
+    except UserError as refused:
+        assert "bash stops at line 1 (a syntax error)" in refused.problems[0].message
+    else:
+        assert any(n.startswith("line 1: bash cannot parse this") for n in template.not_carried)
+        assert "save" not in template.settings
+
+
 def test_a_here_document_given_to_sbatch_is_the_script_that_runs():
     model = MODEL.replace("2 ", "$LAYERS ", 1)
     imported = carried(f"LAYERS=2\nsbatch <<EOF\n#!/bin/bash\nsrun python pretrain_gpt.py {model} 2>&1 | "
