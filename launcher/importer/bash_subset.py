@@ -294,16 +294,22 @@ class _Reader:
         return False
 
     def unparsable(self, node: Any) -> None:
-        """A command bash cannot parse (`CKPT=<Specify path>` in a template): bash stops the script there. It is
-        read on as if the line were fixed, loudly: the line is named, and what it assigns is unknown."""
+        """A command the grammar cannot parse. Where bash cannot either (`CKPT=<Specify path>` in a template), bash
+        stops the script there; where bash can (a construct the grammar lacks), the line is not read. Either way the
+        rest is read on, loudly: the line is named, and what it assigns is unknown."""
         line = self.line(node)
         names = tuple(sorted(_assigned_names(node, self.src)))
-        item = Undecided(line, f"a line bash cannot parse ({self.first_line(node)})", names)
-        self.skip(node, f"bash cannot parse this (a syntax error: bash stops the script here); read on as if it "
-                        f"were fixed{', with ' + ', '.join(names) + ' unknown' if names else ''}: "
-                        f"{self.first_line(node)}")
-        if self.reading.stopped is None:
-            self.reading.stopped = (line, "a syntax error")
+        unknown = f", with {', '.join(names)} unknown" if names else ""
+        if _bash_accepts(self.src):
+            item = Undecided(line, f"a line the grammar cannot read ({self.first_line(node)})", names)
+            self.skip(node, f"not read: bash accepts this, the grammar this import reads bash with does not"
+                            f"{unknown}: {self.first_line(node)}")
+        else:
+            item = Undecided(line, f"a line bash cannot parse ({self.first_line(node)})", names)
+            self.skip(node, f"bash cannot parse this (a syntax error: bash stops the script here); read on as if it "
+                            f"were fixed{unknown}: {self.first_line(node)}")
+            if self.reading.stopped is None:
+                self.reading.stopped = (line, "a syntax error")
         for name in names:
             self.shell.scalars[name] = _unknown(name)
             self.shell.arrays.pop(name, None)
@@ -1546,6 +1552,24 @@ def _assigned_names(root: Any, src: bytes) -> set[str]:
                 names.update(w for w in words[1:] if NAME.fullmatch(w))
         stack.extend(node.named_children)
     return names
+
+
+@lru_cache(maxsize=16)
+def _bash_accepts(source: bytes) -> bool:
+    """Whether bash itself parses the text (`bash -n`: read, never run), where bash is installed; without it, the
+    grammar's verdict stands."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        return False
+    try:
+        done = subprocess.run([bash, "--norc", "--noprofile", "-n"], input=source, capture_output=True, timeout=10,
+                              check=False, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
 
 
 def _runner(block: Callable[[list[Any]], None], body: list[Any]) -> Callable[[], None]:
