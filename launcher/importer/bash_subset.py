@@ -1,30 +1,41 @@
-"""Read the subset of bash that training scripts are written in, without executing anything.
+"""Read what `bash SCRIPT` would run, without running anything.
 
-Assignments (scalars, arrays `A=(…)`, `A+=(…)`), `export`, `$VAR`, `${VAR}`, `${VAR:-default}`, `${A[@]}`,
-`$((…))` arithmetic, quoting, comments, line continuations and `if [[ … ]]` blocks whose condition compares
-known strings are understood; every other line is reported as not carried, with the reason. Word expansion
-follows bash: unquoted expansions split on whitespace and keep any quote characters inside the value
-("--split '99,1,0'" in an array reaches the program with the quotes), quoted ones do not split.
+The syntax is tree-sitter-bash's (a maintained, complete grammar: pipelines, redirections, lists, compound
+commands, functions, here-documents, every expansion); this module owns only the evaluation of what can be known
+without running the script: assignments (scalars, arrays, `export A=1 B=2`, `NAME=v cmd` prefixes, `env A=1 cmd`),
+parameter expansions (`${X:-d}`, `${X//a/b}`, `${X#p}`, `${#X}`, `${X:0:3}`, `${X^^}`, `${!X}`, arrays), arithmetic
+(`$((…))`, `$[…]`, `((…))`, 64-bit as bash), tests (`[ ]`, `[[ ]]`, `test`: strings, globs, `-eq -lt …`), `if`,
+`case`, `&&`/`||`, `for` over known words, functions the script defines (their `echo`/`printf` output is what
+`$(f)` gives), `eval` of a string the script built and `bash -c '…'` (read as the script they are).
 
-Positional parameters ($1 …) and unset variables without a default stay unresolved: they expand to a
-marker that names them, so callers can tell a path the user must fill in from a value.
-Work is bounded: input size, value length and arithmetic are capped.
+Whatever needs the world (a file test, a command's output, a variable the caller sets, `$1` when no argument is
+given) is unknown: it expands to a marker that names it (MARK + name + MARK), and a branch that depends on it is
+never chosen. Its line is recorded in `Reading.undecided` with the variables whose value then depends on it (they
+become unknown) and the flags written in its branches, so that the import can name what it could not carry.
+
+Work is bounded: input size, value length, evaluation steps, loop iterations and nesting are capped.
 """
 
 from __future__ import annotations
 
-import ast
-import operator
+import fnmatch
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
-MARK = "\x00"  # an unresolved ${NAME} expands to MARK + NAME + MARK
+MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
+MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
+MAX_LOOP = 1_000  # iterations of one loop
+MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-ASSIGNMENT = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)(\+?)=")
+FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
+WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
+INT64 = 1 << 64
 
 
 class ShellSyntaxError(ValueError):
@@ -32,209 +43,51 @@ class ShellSyntaxError(ValueError):
 
 
 def unresolved_names(text: str) -> list[str]:
-    return UNRESOLVED.findall(text)
+    names = UNRESOLVED.findall(text)
+    if not names and MARK in text:  # a marker split apart: still unknown, never a value
+        return ["?"]
+    return names
 
 
 def show(text: str) -> str:
-    """A value for people: unresolved parts as ${NAME}."""
-    return UNRESOLVED.sub(lambda m: "${" + m.group(1) + "}", text)
+    """A value for people: unknown parts as ${NAME}."""
+    return UNRESOLVED.sub(lambda m: "${" + m.group(1) + "}", text).replace(MARK, "")
 
 
-# -- tokens ---------------------------------------------------------------------------------------------------
-
-@dataclass
-class Part:
-    kind: str  # "lit" | "var" (text = what is inside ${…} or the name) | "arith" | "cmd" (command substitution)
-    text: str
-    quoted: bool
+def _unknown(name: str) -> str:
+    return MARK + re.sub(r"\s+", " ", name.replace(MARK, "")).strip()[:80] + MARK
 
 
-@dataclass
-class Word:
-    parts: list[Part]
+# -- the result -------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Undecided:
+    """A construct whose outcome needs the world (a file, a command's output, the caller's environment)."""
+
     line: int
+    what: str  # the construct as written (its first line), e.g. `if [ "$NODES" -gt 1 ]`
+    names: tuple[str, ...] = ()  # variables whose value depends on it (now unknown)
+    flags: tuple[str, ...] = ()  # --flags written in its branches
+    arguments: bool = False  # it depends on the script's arguments ($1 …, $#)
 
-    def literal(self) -> str | None:
-        """The word's text when it holds no expansion (quotes removed), else None."""
-        if any(p.kind != "lit" for p in self.parts):
-            return None
-        return "".join(p.text for p in self.parts)
-
-    def raw_prefix(self) -> str:
-        """Unquoted literal text at the start (to recognise NAME= assignments)."""
-        out = ""
-        for p in self.parts:
-            if p.kind != "lit" or p.quoted:
-                break
-            out += p.text
+    def describe(self) -> str:
+        out = f"line {self.line}: {self.what}: cannot be decided without running the script"
+        if self.arguments:
+            out += " (it depends on the script's arguments: give them after the script's name)"
+        if self.names:
+            out += "; it sets " + ", ".join(self.names)
+        if self.flags:
+            out += "; its branches give " + " ".join(self.flags)
         return out
 
 
-@dataclass
-class Op:
-    text: str  # "\n", ";", "&&", "||", "|", "&", "(", ")", redirections
+@dataclass(frozen=True)
+class ScriptCommand:
+    argv: list[str]
     line: int
-
-
-def _matching(text: str, start: int, open_: str, close: str) -> int:
-    """Index just past the bracket that closes the one before `start` (nesting and quotes respected)."""
-    depth, i = 1, start
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\":
-            i += 2
-            continue
-        if ch == "'" :
-            end = text.find("'", i + 1)
-            i = len(text) if end < 0 else end + 1
-            continue
-        if ch == open_:
-            depth += 1
-        elif ch == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    raise ShellSyntaxError(f"unclosed {open_!r}")
-
-
-def _dollar(text: str, i: int, quoted: bool) -> tuple[Part, int]:
-    """The expansion starting at text[i] == '$'."""
-    if text.startswith("$((", i):
-        end = _matching(text, i + 3, "(", ")")
-        if end >= len(text) or text[end] != ")":
-            raise ShellSyntaxError("unclosed $((")
-        return Part("arith", text[i + 3:end - 1], quoted), end + 1
-    if text.startswith("$(", i):
-        end = _matching(text, i + 2, "(", ")")
-        return Part("cmd", text[i + 2:end - 1], quoted), end
-    if text.startswith("${", i):
-        end = _matching(text, i + 2, "{", "}")
-        return Part("var", text[i + 2:end - 1], quoted), end
-    match = NAME.match(text, i + 1)
-    if match:
-        return Part("var", match.group(0), quoted), match.end()
-    if i + 1 < len(text) and (text[i + 1].isdigit() or text[i + 1] in "@*#?$!-"):
-        return Part("var", text[i + 1], quoted), i + 2
-    return Part("lit", "$", quoted), i + 1
-
-
-def tokenize(text: str) -> list[Word | Op]:
-    if len(text) > MAX_SCRIPT_CHARS:
-        raise ShellSyntaxError(f"the script has {len(text):,} characters; at most {MAX_SCRIPT_CHARS:,} are read")
-    tokens: list[Word | Op] = []
-    i, line = 0, 1
-    parts: list[Part] = []
-    start_line = 1
-
-    def end_word() -> None:
-        nonlocal parts
-        if parts:
-            tokens.append(Word(parts, start_line))
-            parts = []
-
-    while i < len(text):
-        ch = text[i]
-        if ch == "\\" and text.startswith("\\\n", i):  # line continuation
-            i, line = i + 2, line + 1
-            continue
-        if ch in " \t\r":
-            end_word()
-            i += 1
-            continue
-        if ch == "\n":
-            end_word()
-            tokens.append(Op("\n", line))
-            i, line = i + 1, line + 1
-            continue
-        if ch == "#" and not parts:  # a comment starts only at the beginning of a word
-            end = text.find("\n", i)
-            i = len(text) if end < 0 else end
-            continue
-        if not parts:
-            start_line = line
-        if ch in ";&|()<>":
-            end_word()
-            for op in ("&&", "||", ";;", ">>", "2>&1", "&>", ";", "&", "|", "(", ")", "<", ">"):
-                if text.startswith(op, i):
-                    tokens.append(Op(op, line))
-                    i += len(op)
-                    break
-            continue
-        if ch == "'":
-            end = text.find("'", i + 1)
-            if end < 0:
-                raise ShellSyntaxError(f"line {line}: unclosed single quote")
-            parts.append(Part("lit", text[i + 1:end], True))
-            line += text.count("\n", i, end)
-            i = end + 1
-            continue
-        if ch == '"':
-            i += 1
-            buf = ""
-            while True:
-                if i >= len(text):
-                    raise ShellSyntaxError(f"line {line}: unclosed double quote")
-                c = text[i]
-                if c == '"':
-                    i += 1
-                    break
-                if c == "\\" and i + 1 < len(text) and text[i + 1] in '"\\$`\n':
-                    if text[i + 1] != "\n":
-                        buf += text[i + 1]
-                    else:
-                        line += 1
-                    i += 2
-                    continue
-                if c == "$":
-                    if buf:
-                        parts.append(Part("lit", buf, True))
-                        buf = ""
-                    part, i = _dollar(text, i, True)
-                    parts.append(part)
-                    continue
-                if c == "`":
-                    end = text.find("`", i + 1)
-                    if end < 0:
-                        raise ShellSyntaxError(f"line {line}: unclosed backquote")
-                    parts.append(Part("cmd", text[i + 1:end], True))
-                    i = end + 1
-                    continue
-                if c == "\n":
-                    line += 1
-                buf += c
-                i += 1
-            parts.append(Part("lit", buf, True))
-            continue
-        if ch == "\\":
-            parts.append(Part("lit", text[i + 1:i + 2], True))
-            i += 2
-            continue
-        if ch == "$":
-            part, i = _dollar(text, i, False)
-            parts.append(part)
-            continue
-        if ch == "`":
-            end = text.find("`", i + 1)
-            if end < 0:
-                raise ShellSyntaxError(f"line {line}: unclosed backquote")
-            parts.append(Part("cmd", text[i + 1:end], False))
-            i = end + 1
-            continue
-        j = i
-        while j < len(text) and text[j] not in " \t\r\n;&|()<>'\"\\$`":
-            j += 1
-        parts.append(Part("lit", text[i:j], False))
-        i = j
-    end_word()
-    tokens.append(Op("\n", line))
-    return tokens
-
-
-# -- expansion ------------------------------------------------------------------------------------------------
-
-ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv,
-             ast.Div: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+    env: dict[str, str] = field(default_factory=dict)  # NAME=value prefixes and `env NAME=value`
+    under: tuple[Undecided, ...] = ()  # undecided branches the command sits in
+    depends: dict[int, tuple[Undecided, ...]] = field(default_factory=dict)  # argv index → what its value needs
 
 
 @dataclass
@@ -242,152 +95,18 @@ class Shell:
     scalars: dict[str, str] = field(default_factory=dict)
     arrays: dict[str, list[str]] = field(default_factory=dict)
     exports: dict[str, str] = field(default_factory=dict)
+    functions: dict[str, Any] = field(default_factory=dict)  # name → body node
+    uncertain: dict[str, tuple[Undecided, ...]] = field(default_factory=dict)  # variable → what its value needs
+
+    def copy(self) -> Shell:
+        # arrays are never changed in place (each change makes a new list), so a copy may share them
+        return Shell(dict(self.scalars), dict(self.arrays), dict(self.exports), dict(self.functions),
+                     dict(self.uncertain))
 
     def lookup(self, name: str) -> str | None:
         if name in self.arrays:
             return self.arrays[name][0] if self.arrays[name] else ""
         return self.scalars.get(name)
-
-    def var(self, inner: str) -> list[str] | str:
-        """${inner}: a list for array-all expansions ("${A[@]}"), else a string (unresolved → marker)."""
-        array = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[[@*]\]", inner)
-        if array:
-            name = array.group(1)
-            if name in self.arrays:
-                return list(self.arrays[name])
-            value = self.scalars.get(name)
-            return [value] if value is not None else []
-        count = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?", inner)
-        if count:
-            name = count.group(1)
-            return str(len(self.arrays[name])) if count.group(2) and name in self.arrays else \
-                str(len(self.lookup(name) or ""))
-        default = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(:?)([-=+?])(.*)", inner, re.S)
-        if default:
-            name, colon, op, word = default.groups()
-            value = self.lookup(name)
-            unset = value is None or (colon and value == "")
-            if op in "-=":
-                if value is not None and not unset:
-                    return value
-                text = self.expand_text(word)
-                if op == "=" and not name.isdigit():
-                    self.scalars[name] = text
-                return text
-            if op == "+":
-                return "" if unset else self.expand_text(word)
-            return value if value is not None and not unset else MARK + name + MARK
-        if NAME.fullmatch(inner) or inner.isdigit() or inner in "@*#?$!-":
-            value = self.lookup(inner)
-            return value if value is not None else MARK + inner + MARK
-        return MARK + inner + MARK  # ${X/a/b}, ${X:0:3}, …: not evaluated
-
-    def expand_text(self, text: str) -> str:
-        """A default word inside ${X:-word}: expanded, quotes removed, not split."""
-        tokens = [t for t in tokenize(text) if isinstance(t, Word)]
-        return " ".join(self.assign_value(t) for t in tokens)
-
-    def arith(self, expression: str) -> str:
-        text = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", r"\1", expression)
-        try:
-            tree = ast.parse(text.strip(), mode="eval")
-            return str(self._arith_node(tree.body))
-        except (SyntaxError, ValueError, ZeroDivisionError, KeyError, OverflowError):
-            return MARK + f"(({expression.strip()}))" + MARK
-
-    def _arith_node(self, node: ast.AST) -> int:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int):
-            return node.value
-        if isinstance(node, ast.Name):
-            value = self.lookup(node.id)
-            if value is None or not re.fullmatch(r"-?\d+", value.strip()):
-                raise KeyError(node.id)
-            return int(value)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -self._arith_node(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in ARITH_OPS:
-            left, right = self._arith_node(node.left), self._arith_node(node.right)
-            if isinstance(node.op, ast.Pow) and (right > 64 or abs(left) > 2 ** 20):
-                raise ValueError("exponent too large")
-            return ARITH_OPS[type(node.op)](left, right)
-        raise ValueError("not arithmetic")
-
-    def fields(self, word: Word) -> list[str]:
-        """Bash word expansion: quoted parts stay together; unquoted expansions split on whitespace."""
-        out: list[str] = []
-        current: str | None = None  # None: no field started yet
-
-        def add(text: str) -> None:
-            nonlocal current
-            current = (current or "") + text
-
-        for part in word.parts:
-            if part.kind == "lit":
-                add(part.text)
-                continue
-            if part.kind == "arith":
-                value: list[str] | str = self.arith(part.text)
-            elif part.kind == "cmd":
-                value = MARK + "$(" + part.text.strip() + ")" + MARK
-            else:
-                value = self.var(part.text)
-            if isinstance(value, list):  # "${A[@]}" (one field per element) or unquoted ${A[@]} (then split)
-                pieces = value if part.quoted else [w for v in value for w in v.split()]
-                for k, piece in enumerate(pieces):
-                    if k:
-                        out.append(current or "")
-                        current = ""
-                    add(piece)
-                if not pieces and part.quoted and current is None:
-                    pass
-                continue
-            if part.quoted:
-                add(value)
-                continue
-            pieces = value.split()
-            if not pieces:
-                continue
-            if value[:1].isspace() and current is not None:
-                out.append(current)
-                current = None
-            for k, piece in enumerate(pieces):
-                if k:
-                    out.append(current or "")
-                    current = ""
-                add(piece)
-            if value[-1:].isspace():
-                out.append(current or "")
-                current = None
-        if current is not None:
-            out.append(current)
-        if sum(map(len, out)) > MAX_VALUE_CHARS:
-            raise ShellSyntaxError(f"line {word.line}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
-        return out
-
-    def assign_value(self, word: Word) -> str:
-        """The right-hand side of NAME=value: expanded but not split."""
-        text = ""
-        for part in word.parts:
-            if part.kind == "lit":
-                text += part.text
-            elif part.kind == "arith":
-                text += self.arith(part.text)
-            elif part.kind == "cmd":
-                text += MARK + "$(" + part.text.strip() + ")" + MARK
-            else:
-                value = self.var(part.text)
-                text += " ".join(value) if isinstance(value, list) else value
-        if len(text) > MAX_VALUE_CHARS:
-            raise ShellSyntaxError(f"line {word.line}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
-        return text
-
-
-# -- statements -----------------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ScriptCommand:
-    argv: list[str]
-    line: int
 
 
 @dataclass
@@ -396,293 +115,1782 @@ class Reading:
 
     commands: list[ScriptCommand] = field(default_factory=list)
     skipped: list[tuple[int, str]] = field(default_factory=list)  # (line, why it was not carried)
+    undecided: list[Undecided] = field(default_factory=list)  # branches that hold something and were not chosen
     shell: Shell = field(default_factory=Shell)
-    depth: int = 0  # sh -c nesting
+    stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
 
 
-def _statements(tokens: list[Word | Op]) -> Iterator[list[Word | Op]]:
-    """Split at newlines and ';' (keeping && / || inside a statement); an array assignment spans lines."""
-    current: list[Word | Op] = []
-    depth = 0
-    for token in tokens:
-        if isinstance(token, Op) and token.text == "(":
-            depth += 1
-        elif isinstance(token, Op) and token.text == ")":
-            depth = max(0, depth - 1)
-        if isinstance(token, Op) and token.text in ("\n", ";") and depth == 0:
-            if current:
-                yield current
-            current = []
-            continue
-        if isinstance(token, Op) and token.text == "\n":
-            continue  # a newline inside ( … )
-        current.append(token)
-    if current:
-        yield current
+# -- parsing --------------------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def _parser() -> Any:
+    import tree_sitter
+    import tree_sitter_bash
+
+    return tree_sitter.Parser(tree_sitter.Language(tree_sitter_bash.language()))
 
 
-def _line(statement: list[Word | Op]) -> int:
-    return statement[0].line
+class _Exit(Exception):
+    def __init__(self, line: int = 0, why: str = ""):
+        super().__init__(why)
+        self.line, self.why = line, why
 
 
-def _text(statement: list[Word | Op]) -> str:
-    words = []
-    for token in statement:
-        if isinstance(token, Op):
-            words.append(token.text)
-        else:
-            words.append("".join(("$" + ("{" + p.text + "}" if p.kind == "var" else "((" + p.text + "))"
-                                  if p.kind == "arith" else "(" + p.text + ")")) if p.kind != "lit" else p.text
-                                 for p in token.parts))
-    return " ".join(words)
+class _Break(Exception):
+    """break / continue (continue: `again`)."""
+
+    def __init__(self, again: bool):
+        super().__init__()
+        self.again = again
+
+
+class _Return(Exception):
+    pass
+
+
+class _Unknown(Exception):
+    """An arithmetic or test operand that is not known."""
+
+
+WORDISH = {"word", "number", "string", "raw_string", "ansi_c_string", "translated_string", "concatenation",
+           "simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "process_substitution",
+           "extglob_pattern", "regex", "brace_expression", "special_variable_name", "variable_name",
+           "test_operator"}
+EXPANSIONS = {"string", "raw_string", "ansi_c_string", "translated_string", "simple_expansion", "expansion",
+              "command_substitution", "arithmetic_expansion", "process_substitution", "concatenation"}
+DECLARATIONS = ("export", "declare", "local", "readonly", "typeset")
+SHELLS = ("sh", "bash", "dash", "zsh")
 
 
 def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given."""
+    if len(text) > MAX_SCRIPT_CHARS:
+        raise ShellSyntaxError(f"the script has {len(text):,} characters; at most {MAX_SCRIPT_CHARS:,} are read")
+    if MARK in text:
+        raise ShellSyntaxError("the script holds a NUL byte (a binary file?)")
     reading = Reading()
-    reading.shell.scalars.update({str(number): value for number, value in enumerate(positional, start=1)})
-    if positional:  # without any, $# stays unknown: a script run by hand would usually be given some
-        reading.shell.scalars["#"] = str(len(positional))
-    statements = list(_statements(tokenize(text)))
-    _run_block(statements, reading, active=True)
+    reader = _Reader(reading, positional)
+    try:
+        reader.run_source(text, line_offset=0)
+    except _Exit as exc:
+        reading.stopped = (exc.line, exc.why) if exc.line else None
+    except (_Break, _Return):
+        pass
+    except RecursionError:
+        raise ShellSyntaxError("the script nests more deeply than can be read") from None
     return reading
 
 
-BLOCK_STARTS = {"if": "fi", "for": "done", "while": "done", "until": "done", "case": "esac"}
-CLOSERS = set(BLOCK_STARTS.values())
-MAX_NESTING = 3  # sh -c "…" inside sh -c "…": read at most this deep
+@dataclass
+class _Capture:
+    out: list[str] = field(default_factory=list)
+    known: bool = True
+    why: str = ""
 
 
-def _first(statement: list[Word | Op]) -> str | None:
-    return statement[0].literal() if isinstance(statement[0], Word) else None
+class _Reader:
+    def __init__(self, reading: Reading, positional: Sequence[str]):
+        self.reading = reading
+        self.shell = reading.shell
+        self.positional: list[str] | None = list(positional) if positional else None
+        self.steps = 0
+        self.depth = 0
+        self.src = b""
+        self.line_offset = 0
+        self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
+        self.capture: _Capture | None = None
+        self.under: tuple[Undecided, ...] = ()
+        self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
+        self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
+        self.noted_arguments = False
+        self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
+        self.current_line = 1
+        self.names_seen: set[str] = set()  # every name the script assigns, anywhere (see script_names)
+        self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
+        if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
+            self.set_positional(self.positional)
 
+    # -- bookkeeping ------------------------------------------------------------------------------------------
+    def step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise ShellSyntaxError(f"reading the script takes more than {MAX_STEPS:,} steps (a loop or recursion?)")
 
-def _run_block(statements: list[list[Word | Op]], reading: Reading, active: bool) -> None:
-    i = 0
-    while i < len(statements):
-        statement = statements[i]
-        head = _first(statement)
-        if head in BLOCK_STARTS:
-            end = _block_end(statements, i)
-            if head == "if":
-                _run_if(statements[i:end + 1], reading, active)
-            elif active:
-                reading.skipped.append((_line(statement), f"a {head} loop is not run: {_text(statement)}"))
-            i = end + 1
-            continue
-        if head and NAME.fullmatch(head) and len(statement) >= 3 and isinstance(statement[1], Op) and \
-                statement[1].text == "(" and isinstance(statement[2], Op) and statement[2].text == ")":  # name() {
-            end = i
-            while end < len(statements) and _first(statements[end]) != "}":
-                end += 1
-            if active:
-                reading.skipped.append((_line(statement), f"function {head} is not run"))
-            i = end + 1
-            continue
-        if active:
-            _run_simple(statement, reading)
-        i += 1
+    def line(self, node: Any) -> int:
+        if self.fixed_line is not None:
+            return self.fixed_line
+        return node.start_point[0] + 1 + self.line_offset
 
+    def text(self, node: Any) -> str:
+        return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
 
-def _block_end(statements: list[list[Word | Op]], start: int) -> int:
-    """The statement that closes the block opened at `start` (if…fi, for/while/until…done, case…esac)."""
-    open_blocks: list[str] = []
-    for j in range(start, len(statements)):
-        head = _first(statements[j])
-        if head in BLOCK_STARTS:
-            open_blocks.append(BLOCK_STARTS[head])
-        elif head in CLOSERS and open_blocks:
-            open_blocks.pop()
-        if not open_blocks:
-            return j
-    opener = _first(statements[start]) or ""
-    raise ShellSyntaxError(f"line {_line(statements[start])}: {opener} without {BLOCK_STARTS.get(opener, 'its end')}")
+    def start(self, node: Any) -> int:
+        """Where a node's own text begins (the grammar counts the blanks and line continuation before `$X` inside a
+        string as its)."""
+        if node.type not in EXPANSIONS or node.type in ("string", "raw_string", "concatenation"):
+            return int(node.start_byte)
+        head = self.src[node.start_byte:node.end_byte]
+        found = [k for k in (head.find(b"$"), head.find(b"`"), head.find(b"<("), head.find(b">(")) if k >= 0]
+        return node.start_byte + (min(found) if found else 0)
 
+    def first_line(self, node: Any) -> str:
+        text = self.text(node).strip().splitlines()[0] if self.text(node).strip() else ""
+        return show(text[:120])
 
-def _run_if(block: list[list[Word | Op]], reading: Reading, active: bool) -> None:
-    """if COND; then …; [elif COND; then …;] [else …;] fi — only conditions on known strings are decided."""
-    branches: list[tuple[list[Word | Op] | None, list[list[Word | Op]]]] = []
-    depth = 0
-    for statement in block:
-        head = _first(statement)
-        body_start = statement
-        if depth == 0 and head in ("if", "elif"):
-            cond, rest = _split_then(statement[1:])
-            branches.append((cond, []))
-            body_start = rest
-        elif depth == 0 and head == "else":
-            branches.append((None, []))
-            body_start = statement[1:]
-        elif depth == 0 and head == "fi":
-            break
-        else:
-            if head in BLOCK_STARTS:
-                depth += 1
-            if head in BLOCK_STARTS.values():
-                depth -= 1
-        if body_start:
-            if _first(body_start) == "then":
-                body_start = body_start[1:]
-            if body_start:
-                branches[-1][1].append(body_start)
-    if not active:
-        return
-    for condition, body in branches:
-        verdict = True if condition is None else _condition(condition, reading.shell)
-        if verdict is None and condition is not None:
-            reading.skipped.append((_line(block[0]), f"if {_text(condition)}: the condition cannot be decided without "
-                                                     "running the script; no branch carried"))
-            return
-        if verdict:
-            _run_block(body, reading, active=True)
-            return
+    def skip(self, node: Any, why: str) -> None:
+        self.reading.skipped.append((self.line(node), why))
 
+    def deeper(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            self.depth -= 1
+            raise ShellSyntaxError(f"the script nests more than {MAX_DEPTH} levels deep")
 
-def _split_then(tokens: list[Word | Op]) -> tuple[list[Word | Op], list[Word | Op]]:
-    for k, token in enumerate(tokens):
-        if isinstance(token, Word) and token.literal() == "then":
-            return tokens[:k], tokens[k + 1:]
-    return tokens, []
-
-
-def _condition(tokens: list[Word | Op], shell: Shell) -> bool | None:
-    """[[ a == b ]], [ -n x ], [ -z x ], !, &&, || over known strings; None when undecidable."""
-    result: bool | None = None
-    pending = None
-    group: list[Word | Op] = []
-
-    def decide(group: list[Word | Op]) -> bool | None:
-        words = [shell.assign_value(t) if isinstance(t, Word) else t.text for t in group]
-        negate = False
-        while words and words[0] == "!":
-            negate, words = not negate, words[1:]
-        if words[:1] in (["[["], ["["]) and words[-1:] in (["]]"], ["]"]):
-            words = words[1:-1]
-        else:
-            return None
-        if any(unresolved_names(w) for w in words):
-            return None
-        value: bool | None
-        if len(words) == 3 and words[1] in ("==", "=", "!="):
-            value = (words[0] == words[2]) != (words[1] == "!=")
-        elif len(words) == 2 and words[0] in ("-n", "-z"):
-            value = bool(words[1]) == (words[0] == "-n")
-        elif len(words) == 1:
-            value = bool(words[0])
-        else:
-            return None
-        return value != negate
-
-    for token in [*tokens, Op("end", 0)]:
-        if isinstance(token, Op) and token.text in ("&&", "||", "end"):
-            value = decide(group)
-            group = []
-            if pending is None:
-                result = value
-            elif pending == "&&":
-                result = None if None in (result, value) and not (result is False or value is False) else \
-                    bool(result and value)
-            else:
-                result = None if None in (result, value) and not (result is True or value is True) else \
-                    bool(result or value)
-            pending = token.text
-        else:
-            group.append(token)
-    return result
-
-
-def _run_simple(statement: list[Word | Op], reading: Reading) -> None:
-    shell = reading.shell
-    line = _line(statement)
-    words = [t for t in statement if isinstance(t, Word)]
-    if any(isinstance(t, Op) and t.text not in ("(", ")") for t in statement):
-        reading.skipped.append((line, f"not carried (pipes, redirections and command lists are not run): "
-                                      f"{show(_text(statement))}"))
-        return
-    exported = False
-    if words and words[0].literal() in ("export", "declare", "local", "readonly", "typeset"):
-        exported = words[0].literal() == "export"
-        words = words[1:]
-        statement = statement[1:]
-        while words and (words[0].literal() or "").startswith("-"):
-            words, statement = words[1:], statement[1:]
-    first = statement[0] if statement else None
-    if isinstance(first, Word) and ASSIGNMENT.match(first.raw_prefix()):
-        _assign(statement, reading, exported)
-        return
-    if exported:
-        for word in words:
-            name = word.literal()
-            if name and name in shell.scalars:
-                shell.exports[name] = shell.scalars[name]
-        return
-    argv = [f for w in words for f in shell.fields(w)]
-    inner = _shell_c(argv)
-    if inner is not None and reading.depth < MAX_NESTING:  # srun … bash -c "python pretrain_gpt.py …"
-        nested = Reading(shell=shell, depth=reading.depth + 1)
+    # -- sources ----------------------------------------------------------------------------------------------
+    def run_source(self, text: str, line_offset: int, fixed_line: int | None = None) -> None:
+        """Parse `text` and run it here (the script, an eval'd string, a bash -c string)."""
+        if len(text) > MAX_SCRIPT_CHARS:
+            raise ShellSyntaxError(f"a command string grows beyond {MAX_SCRIPT_CHARS:,} characters")
+        saved = (self.src, self.line_offset, self.fixed_line)
+        self.src = text.encode("utf-8", "surrogateescape")
+        self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
         try:
-            _run_block(list(_statements(tokenize(inner))), nested, active=True)
-        except ShellSyntaxError as exc:
-            reading.skipped.append((line, f"the command string of {show(' '.join(argv[:2]))} … -c: {exc}"))
+            tree = _parser().parse(self.src)
+            self.pending_names.append((tree, self.src))
+            self.deeper()
+            try:
+                self.block(tree.root_node.children)
+            finally:
+                self.depth -= 1
+        finally:
+            self.src, self.line_offset, self.fixed_line = saved
+
+    # -- statements -------------------------------------------------------------------------------------------
+    def block(self, nodes: Sequence[Any]) -> None:
+        named = [node for node in nodes if node.is_named]
+        for k, node in enumerate(named):
+            if node.type == "ERROR" and not self.real_error(node):
+                continue
+            after = named[k + 1] if k + 1 < len(named) else None
+            # the grammar may end a command early and put the rest of its line in an ERROR beside it
+            glued = after is not None and after.type == "ERROR" and after.start_point[0] == node.end_point[0] and \
+                self.real_error(after)
+            if self.real_error(node) or glued:
+                self.unparsable(node)
+                continue
+            self.statement(node)
+
+    def real_error(self, node: Any) -> bool:
+        """A syntax error bash would report: not a line continuation at the end of the file (bash accepts that, the
+        grammar makes it an ERROR)."""
+        if not node.has_error and node.type != "ERROR":
+            return False
+        stack = [node]
+        while stack:
+            child = stack.pop()
+            if child.is_missing or (child.type == "ERROR" and self.text(child).replace("\\", "").strip()):
+                return True
+            stack.extend(child.children)
+        return False
+
+    def unparsable(self, node: Any) -> None:
+        """A command the grammar cannot parse. Where bash cannot either (`CKPT=<Specify path>` in a template), bash
+        stops the script there; where bash can (a construct the grammar lacks), the line is not read. Either way the
+        rest is read on, loudly: the line is named, and what it assigns is unknown."""
+        line = self.line(node)
+        names = tuple(sorted(_assigned_names(node, self.src)))
+        unknown = f", with {', '.join(names)} unknown" if names else ""
+        if _bash_accepts(self.src):
+            item = Undecided(line, f"a line the grammar cannot read ({self.first_line(node)})", names)
+            self.skip(node, f"not read: bash accepts this, the grammar this import reads bash with does not"
+                            f"{unknown}: {self.first_line(node)}")
+        else:
+            item = Undecided(line, f"a line bash cannot parse ({self.first_line(node)})", names)
+            self.skip(node, f"bash cannot parse this (a syntax error: bash stops the script here); read on as if it "
+                            f"were fixed{unknown}: {self.first_line(node)}")
+            if self.reading.stopped is None:
+                self.reading.stopped = (line, "a syntax error")
+        for name in names:
+            self.shell.scalars[name] = _unknown(name)
+            self.shell.arrays.pop(name, None)
+            self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
+        if names:
+            self.reading.undecided.append(item)
+
+    def statement(self, node: Any) -> None:
+        self.step()
+        self.current_line = self.line(node)
+        kind = node.type
+        self.deeper()
+        try:
+            handler = getattr(self, "st_" + kind, None)
+            if handler is not None:
+                handler(node)
+            elif kind in ("comment", "heredoc_body", "heredoc_start", "heredoc_end"):
+                pass
+            elif kind == "ERROR" or node.is_missing:
+                self.skip(node, f"bash cannot parse this: {self.first_line(node)}")
+            elif kind in ("test_command", "negated_command"):
+                pass  # a test alone changes nothing
+            else:
+                self.skip(node, f"not carried ({kind.replace('_', ' ')}): {self.first_line(node)}")
+        finally:
+            self.depth -= 1
+
+    def st_compound_statement(self, node: Any) -> None:
+        if node.children and node.children[0].type == "((":
+            self.arith_statement(node)
             return
-        reading.commands += [ScriptCommand(c.argv, line) for c in nested.commands]
-        reading.skipped += [(line, why) for _, why in nested.skipped]
-        return
-    if argv:
-        reading.commands.append(ScriptCommand(argv, line))
+        self.block(node.children)
+
+    def st_program(self, node: Any) -> None:
+        self.block(node.children)
+
+    def st_subshell(self, node: Any) -> None:
+        saved = self.shell.copy()
+        try:
+            self.block(node.children)
+        except _Exit:
+            pass
+        finally:
+            self.restore(saved)
+
+    def restore(self, saved: Shell) -> None:
+        self.shell.scalars, self.shell.arrays, self.shell.exports = saved.scalars, saved.arrays, saved.exports
+        self.shell.functions, self.shell.uncertain = saved.functions, saved.uncertain
+
+    def st_variable_assignment(self, node: Any) -> None:
+        self.assign(node, export=False)
+
+    def st_variable_assignments(self, node: Any) -> None:
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                self.assign(child, export=False)
+
+    def st_declaration_command(self, node: Any) -> None:
+        keyword = node.children[0].type
+        options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c).startswith("-")]
+        export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
+        is_local = keyword == "local" and bool(self.locals)
+        for child in node.named_children:
+            if child.type == "variable_assignment":
+                if is_local:
+                    self.make_local(self.assignment_name(child)[0])
+                self.assign(child, export=export)
+            elif child.type in WORDISH:
+                for word in self.fields(child):
+                    if word.startswith("-"):
+                        continue
+                    if is_local:
+                        self.make_local(word)
+                    if export and NAME.fullmatch(word):
+                        value = self.shell.lookup(word)
+                        self.shell.exports[word] = value if value is not None else _unknown(word)
+
+    def make_local(self, name: str) -> None:
+        scope = self.locals[-1]
+        if name not in scope:
+            scope[name] = (self.shell.scalars.get(name), self.shell.arrays.get(name))
+
+    def st_unset_command(self, node: Any) -> None:
+        for child in node.named_children:
+            for word in self.fields(child):
+                for table in (self.shell.scalars, self.shell.arrays, self.shell.exports, self.shell.functions):
+                    table.pop(word, None)
+
+    def st_function_definition(self, node: Any) -> None:
+        name = node.child_by_field_name("name")
+        body = node.child_by_field_name("body")
+        if name is not None and body is not None:
+            self.shell.functions[self.text(name)] = (body, self.src, self.line_offset)
+
+    def st_pipeline(self, node: Any) -> None:
+        for child in node.named_children:  # `torchrun … |& tee log`: each part runs
+            self.statement(child)
+
+    def st_redirected_statement(self, node: Any) -> None:
+        body = node.child_by_field_name("body")
+        heredoc = next((c for c in node.named_children if c.type == "heredoc_redirect"), None)
+        if body is not None and heredoc is not None and body.type == "command" and self.heredoc_is_script(body):
+            self.run_heredoc(body, heredoc)
+            return
+        if body is not None:
+            self.statement(body)
+
+    def heredoc_is_script(self, command: Any) -> bool:
+        name = command.child_by_field_name("name")
+        words = self.fields(name) if name is not None else []
+        return bool(words) and words[0].rsplit("/", 1)[-1] in (*SHELLS, "sbatch")
+
+    def run_heredoc(self, command: Any, heredoc: Any) -> None:
+        """`sbatch <<EOF … EOF`, `bash <<EOF`: the here-document is the script that runs."""
+        body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+        start = next((c for c in heredoc.named_children if c.type == "heredoc_start"), None)
+        if body is None:
+            return
+        quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+        text = self.text(body) if quoted else self.expand_heredoc(body)
+        try:  # the here-document is its own script: an exit there ends only that one
+            self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
+        except _Exit:
+            pass
+
+    def expand_heredoc(self, body: Any) -> str:
+        out, at = [], body.start_byte
+        for child in body.named_children:
+            if child.type in EXPANSIONS:
+                out.append(_unescape_heredoc(self.src[at:self.start(child)].decode("utf-8", "replace")))
+                out.append(self.joined(child))
+                at = child.end_byte
+        out.append(_unescape_heredoc(self.src[at:body.end_byte].decode("utf-8", "replace")))
+        return "".join(out)
+
+    def st_list(self, node: Any) -> None:
+        """a && b, a || b: a test decides whether the right side runs; after a command, `&&` runs it (the
+        command is taken to succeed) and `||` does not."""
+        children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
+        left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
+        verdict = self.condition([left]) if self.is_test(left) else None
+        if not self.is_test(left):
+            self.statement(left)
+            if op == "&&":
+                self.statement(right)
+            return
+        if verdict is None:
+            self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
+                                what=self.first_line(node))
+        elif verdict == (op == "&&"):
+            self.statement(right)
+
+    def is_test(self, node: Any) -> bool:
+        if node.type in ("test_command", "negated_command") or (node.type == "compound_statement" and
+                                                                node.children and node.children[0].type == "(("):
+            return True
+        if node.type == "list":
+            return all(self.is_test(c) for c in node.named_children)
+        if node.type == "command":
+            name = node.child_by_field_name("name")
+            return name is not None and self.text(name) in ("test", "[", "true", "false", ":")
+        return False
+
+    def st_negated_command(self, node: Any) -> None:
+        for child in node.named_children:
+            if not self.is_test(child):
+                self.statement(child)
+
+    # -- if / case / loops ------------------------------------------------------------------------------------
+    def st_if_statement(self, node: Any) -> None:
+        branches: list[tuple[list[Any] | None, list[Any]]] = []
+        conditions: list[Any] = []
+        body: list[Any] = []
+        state = "cond"
+        for child in node.children:
+            if child.type == "if":
+                continue
+            if child.type == "then":
+                state = "body"
+                continue
+            if child.type in ("fi",):
+                break
+            if child.type in ("elif_clause", "else_clause"):
+                if state in ("body", "cond"):
+                    branches.append((conditions, body))
+                    conditions, body, state = [], [], "done"
+                branches.extend(self.clause(child))
+                continue
+            if not child.is_named:
+                continue
+            (conditions if state == "cond" else body).append(child)
+        if state != "done":
+            branches.append((conditions, body))
+        self.choose(node, branches)
+
+    def clause(self, node: Any) -> list[tuple[list[Any] | None, list[Any]]]:
+        if node.type == "else_clause":
+            return [(None, [c for c in node.children if c.is_named])]
+        conditions: list[Any] = []
+        body: list[Any] = []
+        state = "cond"
+        for child in node.children:
+            if child.type == "then":
+                state = "body"
+            elif child.is_named:
+                (conditions if state == "cond" else body).append(child)
+        return [(conditions, body)]
+
+    def choose(self, node: Any, branches: list[tuple[list[Any] | None, list[Any]]]) -> None:
+        """The first branch whose condition holds runs; once a condition cannot be decided, that branch and every
+        later one are possible: none is chosen (each is read on a copy and the results merged)."""
+        for k, (conditions, body) in enumerate(branches):
+            verdict = True if conditions is None else self.condition(conditions)
+            if verdict is None:
+                rest = branches[k:]
+                has_else = rest[-1][0] is None
+                self.undecided_fork(node, [_runner(self.block, b) for _, b in rest],
+                                    include_nothing=not has_else, what=self.first_line(node))
+                return
+            if verdict:
+                self.block(body)
+                return
+
+    def st_case_statement(self, node: Any) -> None:
+        value_node = node.child_by_field_name("value")
+        value = self.joined(value_node) if value_node is not None else ""
+        items = [c for c in node.named_children if c.type == "case_item"]
+        if unresolved_names(value):
+            bodies = [self.case_body(item) for item in items]
+            catch_all = any(self.case_patterns(item) == ["*"] for item in items)
+            self.undecided_fork(node, [_runner(self.block, b) for b in bodies], include_nothing=not catch_all,
+                                what=self.first_line(node))
+            return
+        for item in items:
+            for pattern in self.case_patterns(item):
+                try:
+                    matched = not unresolved_names(pattern) and _glob_match(value, pattern)
+                except _Unknown:
+                    pattern = _unknown(pattern)
+                    matched = False
+                if unresolved_names(pattern):
+                    self.undecided_fork(node, [_runner(self.block, self.case_body(i))
+                                               for i in items[items.index(item):]],
+                                        include_nothing=True, what=self.first_line(node))
+                    return
+                if matched:
+                    self.block(self.case_body(item))
+                    return
+
+    def case_patterns(self, item: Any) -> list[str]:
+        out = []
+        for k, child in enumerate(item.children):
+            if child.type == ")":
+                break
+            if item.field_name_for_child(k) == "value" and child.is_named:
+                out.append(self.pattern(child))
+        return out
+
+    def case_body(self, item: Any) -> list[Any]:
+        seen = False
+        body = []
+        for k, child in enumerate(item.children):
+            if child.type == ")" and not seen:
+                seen = True
+                continue
+            if seen and child.is_named and item.field_name_for_child(k) != "value":
+                body.append(child)
+        return body
+
+    def st_for_statement(self, node: Any) -> None:
+        variable = node.child_by_field_name("variable")
+        body = node.child_by_field_name("body")
+        values = [c for k, c in enumerate(node.children) if node.field_name_for_child(k) == "value"]
+        name = self.text(variable) if variable is not None else ""
+        has_in = any(c.type == "in" for c in node.children)
+        words: list[str] = []
+        if has_in:
+            for value in values:
+                words += self.fields(value)
+        elif self.positional is not None:
+            words = list(self.positional)
+        else:
+            self.without_arguments()
+            words = []
+        if body is None:
+            return
+        if any(unresolved_names(w) for w in words) or len(words) > MAX_LOOP:
+            def once() -> None:
+                self.shell.scalars[name] = _unknown(name)
+                self.block(body.children)
+            self.undecided_fork(node, [once], include_nothing=True, what=self.first_line(node))
+            return
+        for word in words:
+            self.shell.scalars[name] = word
+            self.shell.arrays.pop(name, None)
+            if not self.loop_body(body):
+                return
+
+    def st_while_statement(self, node: Any) -> None:
+        conditions = [c for k, c in enumerate(node.children)
+                      if node.field_name_for_child(k) == "condition" and c.is_named]
+        body = node.child_by_field_name("body")
+        until = node.children[0].type == "until"
+        if body is None:
+            return
+        for _ in range(MAX_LOOP):
+            verdict = self.condition(conditions)
+            if verdict is not None and until:
+                verdict = not verdict
+            if verdict is False:
+                return
+            if verdict is None:
+                self.undecided_fork(node, [lambda: self.block(body.children)], include_nothing=True,
+                                    what=self.first_line(node))
+                return
+            if not self.loop_body(body):
+                return
+        self.skip(node, f"a loop runs more than {MAX_LOOP} times; the rest is not read: {self.first_line(node)}")
+
+    def loop_body(self, body: Any) -> bool:
+        """One iteration; False after `break`."""
+        try:
+            self.block(body.children)
+        except _Break as exc:
+            return exc.again
+        return True
+
+    def st_c_style_for_statement(self, node: Any) -> None:
+        body = node.child_by_field_name("body")
+        initializer = node.child_by_field_name("initializer")
+        condition = node.child_by_field_name("condition")
+        update = node.child_by_field_name("update")
+        if body is None:
+            return
+        try:
+            if initializer is not None:
+                self.arith_node(initializer)
+            for _ in range(MAX_LOOP):
+                if condition is not None and self.arith_node(condition) == 0:
+                    return
+                if not self.loop_body(body):
+                    return
+                if update is not None:
+                    self.arith_node(update)
+        except _Unknown:
+            self.undecided_fork(node, [lambda: self.block(body.children)], include_nothing=True,
+                                what=self.first_line(node))
+            return
+        self.skip(node, f"a loop runs more than {MAX_LOOP} times; the rest is not read: {self.first_line(node)}")
+
+    def undecided_fork(self, node: Any, branches: list[Callable[[], None]], include_nothing: bool, what: str) -> None:
+        """Read each possible branch on a copy of the shell; what all the branches that go on agree on is kept,
+        a variable they disagree on becomes unknown, and the construct is recorded with its line."""
+        base = self.shell
+        label = Undecided(self.line(node), what)
+        outcomes: list[Shell] = [base.copy()] if include_nothing else []
+        commands_before = len(self.reading.commands)
+        saved_under = self.under
+        self.under = (*saved_under, label)
+        exited = 0
+        try:
+            for branch in branches:
+                self.steps += (len(base.scalars) + len(base.arrays)) // 20  # a copy (and its merge) costs its size
+                self.shell = base.copy()
+                try:
+                    branch()
+                    outcomes.append(self.shell)
+                except _Exit:
+                    exited += 1
+                except (_Break, _Return):
+                    outcomes.append(self.shell)  # the branch leaves its loop or function here
+        finally:
+            self.under = saved_under
+            self.shell = base
+        if not outcomes:
+            raise _Exit(label.line, "every branch ends the script")
+        names = sorted(_changed(base, outcomes))
+        differing = [n for n in names if len({_state_of(s, n) for s in outcomes}) > 1]
+        flags = sorted(set(FLAG.findall(self.text(node))))
+        referenced = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[#@*])", what)
+        arguments = self.positional is None and any(n.isdigit() or n in "#@*" or n in self.from_arguments
+                                                     for n in referenced)
+        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments)
+        # the commands read under the branches carry the finished record
+        for k in range(commands_before, len(self.reading.commands)):
+            command = self.reading.commands[k]
+            self.reading.commands[k] = ScriptCommand(command.argv, command.line, command.env,
+                                                     tuple(decided if u is label else u for u in command.under),
+                                                     command.depends)
+        for name in names:
+            states = [_state_of(s, name) for s in outcomes]
+            if len(set(states)) == 1:
+                _set_state(base, name, states[0])
+                continue
+            before = tuple(self.shell.uncertain.get(name, ()))
+            if not _only_appended(_state_of(base, name), states):
+                # the branches give different values: none is chosen
+                if name in base.arrays or any(name in s.arrays for s in outcomes):
+                    base.arrays[name] = [_unknown(name)]
+                    base.scalars.pop(name, None)
+                else:
+                    base.scalars[name] = _unknown(name)
+                    base.arrays.pop(name, None)
+                if name in base.exports or any(name in s.exports for s in outcomes):
+                    base.exports[name] = _unknown(name)
+            # else: a branch only adds to it (ARGS+=(--wandb-project x)): what it held before stays, and what the
+            # branches add is named with the construct (its flags)
+            base.uncertain[name] = (*before, decided)
+        for s in outcomes:
+            for fname, fbody in s.functions.items():
+                base.functions.setdefault(fname, fbody)
+        why = decided.describe()
+        if exited:
+            why += f"; {exited} of its branches end the script"
+        self.reading.skipped.append((decided.line, why.split(": ", 1)[1]))
+        if differing or flags or len(self.reading.commands) > commands_before:
+            self.reading.undecided.append(decided)
+
+    # -- conditions -------------------------------------------------------------------------------------------
+    def condition(self, nodes: list[Any]) -> bool | None:
+        """The verdict of the last of the condition's statements, when it can be known."""
+        verdict: bool | None = None
+        for node in nodes:
+            verdict = self.verdict(node)
+        return verdict
+
+    def verdict(self, node: Any) -> bool | None:
+        self.step()
+        kind = node.type
+        if kind == "test_command":
+            if node.children and node.children[0].type == "((":
+                return self.arith_verdict(node)
+            return self.test_words(self.test_tokens(node), double=node.children[0].type == "[[")
+        if kind == "compound_statement" and node.children and node.children[0].type == "((":
+            return self.arith_verdict(node)
+        if kind == "negated_command":
+            inner = [c for c in node.named_children]
+            value = self.condition(inner)
+            return None if value is None else not value
+        if kind == "list":
+            children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
+            left = self.verdict(children[0])
+            right = self.verdict(children[-1])
+            if children[1].type == "&&":
+                return False if False in (left, right) else (None if None in (left, right) else True)
+            return True if True in (left, right) else (None if None in (left, right) else False)
+        if kind == "command":
+            name = node.child_by_field_name("name")
+            words = [w for c in node.children if c.is_named and c.type != "variable_assignment"
+                     for w in self.fields(c)]
+            if name is None or not words:
+                return None
+            if words[0] in ("true", ":"):
+                return True
+            if words[0] == "false":
+                return False
+            if words[0] == "test":
+                return self.test_words(words[1:], double=False)
+            if words[0] == "[" and words[-1:] == ["]"]:
+                return self.test_words(words[1:-1], double=False)
+            return None  # a command's success is not known without running it
+        if kind in ("variable_assignment",):
+            self.statement(node)
+            return True
+        return None
+
+    def arith_verdict(self, node: Any) -> bool | None:
+        inner = [c for c in node.named_children]
+        try:
+            value = 0
+            for child in inner:
+                value = self.arith_node(child)
+            return value != 0
+        except _Unknown:
+            return None
+
+    def test_tokens(self, node: Any) -> list[str]:
+        """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded, not split); the
+        grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
+        out: list[str] = []
+
+        def walk(n: Any) -> None:
+            self.step()
+            if n.type in ("[", "]", "[[", "]]"):
+                return
+            if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
+                          "ternary_expression") or (not n.is_named and n.child_count):
+                for child in n.children:
+                    walk(child)
+                return
+            if not n.is_named or n.type == "test_operator":
+                out.append(self.text(n))
+                return
+            if n.type in ("extglob_pattern", "regex"):
+                out.append("\x01" + self.pattern(n))  # a pattern, not a string
+                return
+            out.append(self.joined(n))
+
+        for child in node.children:
+            walk(child)
+        return out
+
+    def test_words(self, words: list[str], double: bool) -> bool | None:
+        try:
+            value, rest = _Test(words, double).parse()
+        except _Unknown:
+            return None
+        return value if not rest else None
+
+    # -- assignments ------------------------------------------------------------------------------------------
+    def assignment_name(self, node: Any) -> tuple[str, str | None]:
+        name_node = node.child_by_field_name("name")
+        if name_node is None:
+            return "", None
+        if name_node.type == "subscript":
+            base = name_node.child_by_field_name("name")
+            index = name_node.child_by_field_name("index")
+            return (self.text(base) if base is not None else "", self.joined(index) if index is not None else "")
+        return self.text(name_node), None
+
+    def assign(self, node: Any, export: bool) -> None:
+        name, index = self.assignment_name(node)
+        if not name:
+            return
+        append = any(c.type == "+=" for c in node.children)
+        value_node = node.child_by_field_name("value")
+        touched = self.begin_touch()
+        try:
+            if value_node is not None and value_node.type == "array":
+                elements = [w for c in value_node.named_children if c.type != "comment" for w in self.fields(c)]
+                self.shell.arrays[name] = (self.shell.arrays.get(name, []) if append else []) + elements
+                self.shell.scalars.pop(name, None)
+                _bound(self.shell.arrays[name], self.line(node))
+                if export:
+                    self.shell.exports[name] = elements[0] if elements else ""
+                self.note_uncertain(name, touched, keep=append)
+                return
+            value = self.joined(value_node) if value_node is not None else ""
+        finally:
+            self.end_touch()
+        if index is not None:  # A[3]=x
+            array = list(self.shell.arrays.get(name, []))
+            if re.fullmatch(r"\d+", index) and int(index) < MAX_LOOP:
+                array.extend([""] * (int(index) + 1 - len(array)))
+                array[int(index)] = value
+            self.shell.arrays[name] = array
+            self.shell.scalars.pop(name, None)
+            self.note_uncertain(name, touched, keep=True)
+            return
+        if UNRESOLVED.fullmatch(value) and (not value.startswith(MARK + "$(") or value.startswith(MARK + "$((")):
+            if UNRESOLVED.fullmatch(value).group(1).isdigit():  # type: ignore[union-attr]
+                self.from_arguments.add(name)  # MODEL_SIZE=$3: decided by the script's arguments
+            value = _unknown(name)  # DATA_PATH=$5: name the variable the script's reader knows
+        if append:
+            if name in self.shell.arrays:
+                self.shell.arrays[name] = [*self.shell.arrays[name], value]
+                return
+            value = (self.shell.scalars.get(name) or "") + value
+        _bound([value], self.line(node))
+        self.shell.scalars[name] = value
+        self.shell.arrays.pop(name, None)
+        if export or name in self.shell.exports:
+            self.shell.exports[name] = value
+        self.note_uncertain(name, touched, keep=append)
+
+    def note_uncertain(self, name: str, touched: set[Undecided], keep: bool) -> None:
+        before = self.shell.uncertain.get(name, ()) if keep else ()
+        combined = tuple(dict.fromkeys((*before, *sorted(touched, key=lambda u: u.line))))
+        if combined:
+            self.shell.uncertain[name] = combined
+        else:
+            self.shell.uncertain.pop(name, None)
+
+    def begin_touch(self) -> set[Undecided]:
+        self._touch_stack = getattr(self, "_touch_stack", [])
+        self._touch_stack.append(self.touched)
+        self.touched = set()
+        return self.touched
+
+    def end_touch(self) -> None:
+        inner = self.touched or set()
+        self.touched = self._touch_stack.pop()
+        if self.touched is not None:
+            self.touched |= inner
+
+    # -- commands ---------------------------------------------------------------------------------------------
+    def st_command(self, node: Any) -> None:
+        prefixes = [c for c in node.children if c.type == "variable_assignment"]
+        name = node.child_by_field_name("name")
+        if prefixes and name is not None and self.newline_between(prefixes[-1], name):
+            # the grammar joins `A=1 B=${X}` and the next line's command; bash runs them apart
+            for prefix in prefixes:
+                self.assign(prefix, export=False)
+            prefixes = []
+        argv: list[str] = []
+        depends: dict[int, tuple[Undecided, ...]] = {}
+        for child in node.children:
+            if not child.is_named or child.type in ("variable_assignment", "file_redirect", "herestring_redirect",
+                                                    "heredoc_redirect", "comment"):
+                continue
+            target = child.named_children[0] if child.type == "command_name" and child.named_children else child
+            touched = self.begin_touch()
+            try:
+                words = self.fields(target)
+            finally:
+                self.end_touch()
+            for word in words:
+                if touched:
+                    depends[len(argv)] = tuple(sorted(touched, key=lambda u: u.line))
+                argv.append(word)
+        if not argv:
+            for prefix in prefixes:
+                self.assign(prefix, export=False)
+            return
+        env: dict[str, str] = {}
+        for prefix in prefixes:
+            pname, _ = self.assignment_name(prefix)
+            value_node = prefix.child_by_field_name("value")
+            env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
+        _bound(argv, self.line(node))
+        self.run_argv(node, argv, env, depends)
+
+    def newline_between(self, before: Any, after: Any) -> bool:
+        gap = self.src[before.end_byte:after.start_byte].replace(b"\\\n", b"")
+        return b"\n" in gap
+
+    def run_argv(self, node: Any, argv: list[str], env: dict[str, str],
+                 depends: dict[int, tuple[Undecided, ...]]) -> None:
+        program = argv[0].rsplit("/", 1)[-1]
+        if program == "env":  # env [-i] [-u NAME] NAME=value … command …
+            k = 1
+            while k < len(argv):
+                word = argv[k]
+                if word in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"):
+                    k += 2
+                elif word.startswith("-"):
+                    k += 1
+                elif re.match(r"[A-Za-z_][A-Za-z0-9_]*=", word):
+                    key, _, value = word.partition("=")
+                    env[key] = value
+                    k += 1
+                else:
+                    break
+            if k < len(argv):
+                self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
+            return
+        if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1:
+            k = 1  # these run the command that follows (exec -a NAME, time -p)
+            while k < len(argv) - 1 and argv[k] in ("-a", "-c", "-l", "-p", "-v", "--"):
+                k += 2 if argv[k] == "-a" else 1
+            self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
+            return
+        if program in self.shell.functions and self.capture is None or argv[0] in self.shell.functions:
+            self.call(argv)
+            return
+        if program == "eval":
+            self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
+            return
+        if program == "exit":
+            raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
+        if program in ("break", "continue"):
+            raise _Break(program == "continue")
+        if program == "return":
+            raise _Return()
+        if program == "shift":
+            count = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 1
+            if self.positional is not None:
+                self.positional = self.positional[count:]
+                self.set_positional(self.positional)
+            return
+        if program in ("source", "."):
+            self.skip(node, f"{show(' '.join(argv[:2]))}: the file is not read (reading is not running); what it "
+                            "sets is unknown")
+            return
+        if program in ("set", "true", ":", "false", "wait", "trap", "ulimit", "umask", "shopt", "hash"):
+            if program == "set" and "--" in argv:
+                self.positional = argv[argv.index("--") + 1:]
+                self.set_positional(self.positional)
+            return
+        if program == "read":
+            for word in argv[1:]:
+                if NAME.fullmatch(word):
+                    self.shell.scalars[word] = _unknown(word)
+            return
+        if self.capture is not None:
+            if program in ("echo", "printf"):
+                printed = _echo(argv) if program == "echo" else _printf(argv)
+                if printed is None:
+                    self.capture.known = False
+                else:
+                    self.capture.out.append(printed)
+                return
+            self.capture.known = False
+            self.capture.why = self.capture.why or program
+            return
+        inner = _shell_c(argv)
+        if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
+            try:  # its own bash: an exit there ends only that one
+                self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+            except _Exit:
+                pass
+            return
+        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends))
+
+    def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
+        """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
+        unknown part of it (a marker) is read as a variable that holds it, so that it stays one unknown word, with
+        what it needs."""
+        if not text.replace(MARK, "").strip():
+            self.skip(node, f"{what}: the command string is not known")
+            return
+        holders: list[str] = []
+
+        def hold(match: re.Match[str]) -> str:
+            holder = f"__launch_unknown_{len(holders)}"
+            holders.append(holder)
+            self.shell.scalars[holder] = match.group(0)
+            needs = self.shell.uncertain.get(match.group(1), ())
+            if needs:
+                self.shell.uncertain[holder] = needs
+            return "${" + holder + "}"
+
+        text = UNRESOLVED.sub(hold, text).replace(MARK, "")
+        self.deeper()
+        try:
+            if line_offset is None:
+                self.run_source(text, line_offset=0, fixed_line=self.line(node))
+            else:
+                self.run_source(text, line_offset=line_offset)
+        finally:
+            self.depth -= 1
+            for holder in holders:
+                self.shell.scalars.pop(holder, None)
+                self.shell.uncertain.pop(holder, None)
+
+    def call(self, argv: list[str]) -> None:
+        body, src, offset = self.shell.functions[argv[0]]
+        saved_positional = self.positional
+        saved = (self.src, self.line_offset)
+        self.positional = argv[1:]
+        self.set_positional(self.positional)
+        self.src, self.line_offset = src, offset
+        self.locals.append({})
+        self.deeper()
+        try:
+            self.statement(body)
+        except _Return:
+            pass
+        finally:
+            self.depth -= 1
+            self.src, self.line_offset = saved
+            for name, (scalar, array) in self.locals.pop().items():
+                self.shell.scalars.pop(name, None)
+                self.shell.arrays.pop(name, None)
+                if scalar is not None:
+                    self.shell.scalars[name] = scalar
+                if array is not None:
+                    self.shell.arrays[name] = array
+            self.positional = saved_positional
+            self.set_positional(saved_positional or [])
+            if saved_positional is None:
+                self.shell.scalars.pop("#", None)
+
+    def set_positional(self, values: list[str]) -> None:
+        for key in [k for k in self.shell.scalars if k.isdigit() and k != "0"]:
+            del self.shell.scalars[key]
+        self.shell.scalars.update({str(n): v for n, v in enumerate(values, start=1)})
+        self.shell.scalars["#"] = str(len(values))
+
+    # -- arithmetic -------------------------------------------------------------------------------------------
+    def arith_statement(self, node: Any) -> None:
+        try:
+            for child in node.named_children:
+                self.arith_node(child)
+        except _Unknown:
+            for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", self.text(node)):
+                self.shell.scalars[name] = _unknown(name)
+
+    def arith_text(self, text: str) -> int:
+        """A variable's value used in arithmetic is itself an expression (X=2*3; $((X+1)) is 7)."""
+        text = text.strip()
+        if re.fullmatch(r"-?\d+", text):
+            return _wrap(int(text))
+        if not text:
+            return 0
+        self.deeper()
+        try:
+            saved = self.src
+            self.src = ("$((" + text + "))").encode("utf-8", "surrogateescape")
+            try:
+                tree = _parser().parse(self.src)
+                node = tree.root_node
+                while node.named_children and node.type != "arithmetic_expansion":
+                    node = node.named_children[0]
+                if node.type != "arithmetic_expansion" or tree.root_node.has_error:
+                    raise _Unknown(text)
+                value = 0
+                for child in node.named_children:
+                    value = self.arith_node(child)
+                return value
+            finally:
+                self.src = saved
+        finally:
+            self.depth -= 1
+
+    def arith_variable(self, name: str) -> int:
+        if name in self.shell.uncertain and self.touched is not None:
+            self.touched.update(self.shell.uncertain[name])
+        value = self.shell.lookup(name)
+        if value is None or unresolved_names(value):
+            raise _Unknown(name)
+        return self.arith_text(value)
+
+    def arith_node(self, node: Any) -> int:
+        self.step()
+        self.deeper()
+        try:
+            return self._arith(node)
+        except ShellSyntaxError:
+            raise _Unknown("too deep") from None
+        finally:
+            self.depth -= 1
+
+    def _arith(self, node: Any) -> int:
+        kind = node.type
+        if kind == "number":
+            return _number(self.text(node))
+        if kind in ("variable_name", "word"):
+            text = self.text(node)
+            if NAME.fullmatch(text):
+                return self.arith_variable(text)
+            return _number(text)
+        if kind in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "string",
+                    "raw_string", "concatenation"):
+            text = self.joined(node)
+            if unresolved_names(text):
+                raise _Unknown(text)
+            return self.arith_text(text)
+        if kind == "parenthesized_expression":
+            result = 0
+            for child in node.named_children:
+                result = self.arith_node(child)
+            return result
+        if kind == "unary_expression":
+            op = node.children[0].type
+            operand = self.arith_node(node.named_children[-1])
+            if op in ("++", "--"):
+                return self.arith_update(node.named_children[-1], 1 if op == "++" else -1, prefix=True)
+            return _wrap({"-": -operand, "+": operand, "!": int(not operand), "~": ~operand}.get(op, operand))
+        if kind == "postfix_expression":
+            op = node.children[-1].type
+            return self.arith_update(node.named_children[0], 1 if op == "++" else -1, prefix=False)
+        if kind == "ternary_expression":
+            cond = node.child_by_field_name("condition")
+            cons = node.child_by_field_name("consequence")
+            alt = node.child_by_field_name("alternative")
+            if cond is None or cons is None or alt is None:
+                raise _Unknown("?:")
+            return self.arith_node(cons) if self.arith_node(cond) else self.arith_node(alt)
+        if kind == "binary_expression":
+            left = node.child_by_field_name("left")
+            right = node.child_by_field_name("right")
+            op_node = node.child_by_field_name("operator")
+            if left is None or right is None or op_node is None:
+                raise _Unknown("expression")
+            op = op_node.type
+            if op in ("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="):
+                target = self.text(left)
+                if not NAME.fullmatch(target):
+                    raise _Unknown(target)
+                number = self.arith_node(right)
+                if op != "=":
+                    number = _binary(op[:-1], self.arith_variable(target), number)
+                self.shell.scalars[target] = str(number)
+                return number
+            if op == "&&":
+                return int(bool(self.arith_node(left)) and bool(self.arith_node(right)))
+            if op == "||":
+                return int(bool(self.arith_node(left)) or bool(self.arith_node(right)))
+            if op == ",":
+                self.arith_node(left)
+                return self.arith_node(right)
+            return _binary(op, self.arith_node(left), self.arith_node(right))
+        raise _Unknown(kind)
+
+    def arith_update(self, target: Any, delta: int, prefix: bool) -> int:
+        name = self.text(target)
+        if not NAME.fullmatch(name):
+            raise _Unknown(name)
+        old = self.arith_variable(name)
+        self.shell.scalars[name] = str(_wrap(old + delta))
+        return _wrap(old + delta) if prefix else old
+
+    # -- words ------------------------------------------------------------------------------------------------
+    def parts(self, node: Any, quoted: bool = False) -> list[tuple[str, str | list[str], bool]]:
+        """A word as (kind, value, quoted) pieces: "lit" text, "val" a string, "list" one field per element."""
+        self.step()
+        kind = node.type
+        if kind in ("word", "number", "extglob_pattern", "regex", "special_variable_name", "variable_name",
+                    "test_operator", "brace_expression"):
+            return [("lit", _unescape_unquoted(self.text(node)), quoted)]
+        if kind == "raw_string":
+            return [("lit", self.text(node)[1:-1], True)]
+        if kind == "ansi_c_string":
+            return [("lit", _ansi_c(self.text(node)[2:-1]), True)]
+        if kind in ("string", "translated_string"):
+            out: list[tuple[str, str | list[str], bool]] = []
+            start = node.start_byte + (2 if kind == "translated_string" else 1)
+            at = start
+            for child in node.named_children:
+                if child.type in EXPANSIONS:
+                    out.append(("lit", _unescape_double(self.src[at:self.start(child)].decode("utf-8", "replace")),
+                                True))
+                    out += self.parts(child, quoted=True)
+                    at = child.end_byte
+            end = max(at, node.end_byte - 1)
+            out.append(("lit", _unescape_double(self.src[at:end].decode("utf-8", "replace")), True))
+            return out
+        if kind == "concatenation":
+            out = []
+            at = node.start_byte
+            for child in node.children:
+                if self.start(child) > at:
+                    out.append(("lit", _unescape_unquoted(self.src[at:self.start(child)].decode("utf-8", "replace")),
+                                quoted))
+                out += self.parts(child, quoted) if child.is_named else [("lit", self.text(child), quoted)]
+                at = child.end_byte
+            return out
+        if kind == "simple_expansion":
+            name_node = next((c for c in node.named_children), None)
+            name = self.text(name_node) if name_node is not None else self.text(node).strip()[1:]
+            return [self.variable(name, quoted)]
+        if kind == "expansion":
+            return [self.expansion(node, quoted)]
+        if kind == "arithmetic_expansion":
+            try:
+                value = 0
+                for child in node.named_children:
+                    value = self.arith_node(child)
+                return [("val", str(value), quoted)]
+            except _Unknown:
+                return [("val", _unknown(self.text(node)), quoted)]
+        if kind == "command_substitution":
+            return [("val", self.substitute(node), quoted)]
+        if kind == "process_substitution":
+            return [("val", _unknown(self.text(node)), quoted)]
+        return [("lit", self.text(node), quoted)]
+
+    def variable(self, name: str, quoted: bool) -> tuple[str, str | list[str], bool]:
+        if name in self.shell.uncertain and self.touched is not None:
+            self.touched.update(self.shell.uncertain[name])
+        if name in ("@", "*", "#") and self.positional is None:
+            self.without_arguments()
+        if name in ("@", "*"):
+            if self.positional is None:
+                return ("list", [], quoted) if name == "@" else ("val", "", quoted)
+            if name == "@":
+                return ("list", list(self.positional), quoted)
+            return ("val", " ".join(self.positional), quoted)
+        if name == "#" and self.positional is None:
+            return ("val", "0", quoted)
+        value = self.shell.lookup(name)
+        return ("val", value if value is not None else self.unset(name), quoted)
+
+    @property
+    def script_names(self) -> set[str]:
+        """The names the script assigns anywhere; scanned once, when an unset variable is first read."""
+        while self.pending_names:
+            tree, src = self.pending_names.pop()
+            self.names_seen |= _assigned_names(tree.root_node, src)
+        return self.names_seen
+
+    def unset(self, name: str) -> str:
+        """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
+        left it unset, as bash would), else unknown (the caller's environment may set it)."""
+        return "" if name in self.script_names else _unknown(name)
+
+    def without_arguments(self) -> None:
+        """$#, $@ and $* of a script read without arguments are bash's: 0 and nothing (say so once)."""
+        if not self.noted_arguments:
+            self.noted_arguments = True
+            self.reading.skipped.append((self.current_line, "read as `bash SCRIPT` without arguments ($# is 0); "
+                                         "give the script's arguments after its name to read it with them"))
+
+    def expansion(self, node: Any, quoted: bool) -> tuple[str, str | list[str], bool]:
+        """${…}: the name part is read from the text, operands (defaults, patterns) from the tree."""
+        begin = self.start(node)
+        inner = self.src[begin + 2:node.end_byte - 1].decode("utf-8", "replace")
+        match = re.match(r"(#|!)?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])(\[([^\]]*)\])?", inner)
+        if not match:
+            return ("val", _unknown(inner), quoted)
+        prefix, name, subscript, index = match.group(1), match.group(2), match.group(3), match.group(4)
+        rest = inner[match.end():]
+        if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
+            if subscript and index in ("@", "*"):
+                return ("val", str(len(self.shell.arrays.get(name, []))), quoted)
+            value = self.lookup_value(name, index)
+            return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
+        if prefix == "!" and not subscript and not rest:
+            target = self.lookup_value(name, None)
+            if unresolved_names(target) or not NAME.fullmatch(target):
+                return ("val", _unknown("!" + name), quoted)
+            name = target
+        if prefix == "!" and subscript:  # ${!A[@]}: indices
+            return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
+        if subscript and index in ("@", "*") and not rest:
+            if name in self.shell.uncertain and self.touched is not None:
+                self.touched.update(self.shell.uncertain[name])
+            if name in self.shell.arrays:
+                elements = list(self.shell.arrays[name])
+            elif name in self.shell.scalars:
+                elements = [self.shell.scalars[name]]
+            else:
+                elements = [] if name.isupper() or True else []
+                if name not in self.shell.arrays and name not in self.shell.scalars and name in self.unknown_names():
+                    elements = [_unknown(name)]
+            return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
+        value = self.lookup_value(name, index)
+        is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
+        if not rest:
+            return ("val", value, quoted)
+        op_match = re.match(r":[-=+?]|[-=+?]|##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,|:|@", rest)
+        if not op_match:
+            return ("val", _unknown(inner), quoted)
+        op = op_match.group(0)
+        operand_start = begin + 2 + len((inner[:match.end()] + op).encode("utf-8", "surrogateescape"))
+        known = not unresolved_names(value)
+        if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
+            empty = not is_set or (op.startswith(":") and known and value == "")
+            if op[-1] in "-=":
+                if not empty:
+                    return ("val", value, quoted)
+                word = self.operand(node, operand_start)
+                if op[-1] == "=" and not name.isdigit():
+                    self.shell.scalars[name] = word
+                return ("val", word, quoted)
+            if op[-1] == "+":
+                return ("val", "" if empty else self.operand(node, operand_start), quoted)
+            return ("val", value if not empty else _unknown(name), quoted)
+        if not known:
+            return ("val", _unknown(name), quoted)
+        if op in ("#", "##", "%", "%%"):
+            pattern = self.operand(node, operand_start, pattern=True)
+            if unresolved_names(pattern) or len(value) > 10_000:
+                return ("val", _unknown(name), quoted)
+            try:
+                return ("val", _trim(value, pattern, op), quoted)
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
+        if op in ("/", "//", "/#", "/%"):
+            slash = next((c for c in node.children if c.start_byte >= operand_start and c.type == "/"), None)
+            end = slash.start_byte if slash is not None else node.end_byte - 1
+            pattern = self.operand(node, operand_start, pattern=True, end=end)
+            replacement = self.operand(node, slash.end_byte) if slash is not None else ""
+            if unresolved_names(pattern) or unresolved_names(replacement) or len(value) > 10_000:
+                return ("val", _unknown(name), quoted)
+            try:
+                return ("val", _replace(value, pattern, replacement, op), quoted)
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
+        if op in ("^^", ",,", "^", ","):
+            changed = {"^^": value.upper(), ",,": value.lower(), "^": value[:1].upper() + value[1:],
+                       ",": value[:1].lower() + value[1:]}[op]
+            return ("val", changed, quoted)
+        if op == ":":
+            spec = self.operand(node, operand_start)
+            numbers = spec.split(":")
+            try:
+                offset = self.arith_text(numbers[0])
+                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
+            start = offset if offset >= 0 else max(0, len(value) + offset)
+            if length is None:
+                return ("val", value[start:], quoted)
+            stop = start + length if length >= 0 else len(value) + length
+            return ("val", value[start:stop], quoted)
+        return ("val", _unknown(inner), quoted)
+
+    def unknown_names(self) -> set[str]:
+        return set()
+
+    def lookup_value(self, name: str, index: str | None) -> str:
+        if name in self.shell.uncertain and self.touched is not None:
+            self.touched.update(self.shell.uncertain[name])
+        if name in ("#", "@", "*") and self.positional is None:
+            self.without_arguments()
+            return "0" if name == "#" else ""
+        if index in ("@", "*"):
+            return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
+        if index is not None and name in self.shell.arrays:
+            array = self.shell.arrays[name]
+            try:
+                k = self.arith_text(index)
+            except _Unknown:
+                return _unknown(name)
+            if -len(array) <= k < len(array):
+                return array[k]
+            return ""
+        value = self.shell.lookup(name)
+        return value if value is not None else self.unset(name)
+
+    def operand(self, node: Any, start: int, pattern: bool = False, end: int | None = None) -> str:
+        """The word after an operator inside ${…} (up to `end`), expanded, not split."""
+        stop = node.end_byte - 1 if end is None else end
+        out, at = [], start
+        for child in node.children:
+            if child.start_byte < start or child.end_byte > stop or not child.is_named:
+                continue
+            if child.type in EXPANSIONS:
+                out.append(self.src[at:self.start(child)].decode("utf-8", "replace"))
+                for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
+                    text = " ".join(value) if isinstance(value, list) else value
+                    out.append(_glob_escape(text) if pattern and quoted_part and child.type in (
+                        "string", "raw_string") else text)
+                at = child.end_byte
+        tail = self.src[at:stop].decode("utf-8", "replace") if stop > at else ""
+        out.append(tail)
+        text = "".join(out)
+        return text if pattern else _unescape_unquoted(text)
+
+    def pattern(self, node: Any) -> str:
+        """A glob pattern as written: quoted parts match literally."""
+        out = []
+        for _kind, value, quoted in self.parts(node):
+            text = " ".join(value) if isinstance(value, list) else value
+            out.append(_glob_escape(text) if quoted else text)
+        return "".join(out)
+
+    def substitute(self, node: Any) -> str:
+        """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
+        body = [c for c in node.named_children]
+        text = self.text(node).strip()
+        label = text[2:-1] if text.startswith("$(") else text[1:-1]
+        if node.children and node.children[0].type == "`" and not body and label.strip():
+            saved_capture = self.capture
+            self.capture = _Capture()
+            saved_shell = self.shell.copy()
+            try:
+                self.nested(node, label, "`…`")
+            except _Exit:
+                pass
+            finally:
+                captured, self.capture = self.capture, saved_capture
+                self.restore(saved_shell)
+            if captured.known:
+                return "".join(captured.out).rstrip("\n")
+            return _unknown("$(" + label.strip() + ")")
+        capture = _Capture()
+        saved_capture, self.capture = self.capture, capture
+        saved_shell = self.shell.copy()
+        saved_commands = len(self.reading.commands)
+        try:
+            self.block(body)
+        except (_Exit, _Return, _Break):
+            pass
+        finally:
+            self.capture = saved_capture
+            self.restore(saved_shell)
+            del self.reading.commands[saved_commands:]
+        if capture.known:
+            return "".join(capture.out).rstrip("\n")
+        return _unknown("$(" + label.strip() + ")")
+
+    def fields(self, node: Any) -> list[str]:
+        """Bash word expansion: quoted parts stay together; unquoted expansions split on whitespace."""
+        out: list[str] = []
+        current: str | None = None
+
+        def add(text: str) -> None:
+            nonlocal current
+            current = (current or "") + text
+
+        pieces = self.parts(node)
+        for kind, value, quoted in pieces:
+            if kind == "lit":
+                assert isinstance(value, str)
+                add(value)
+                continue
+            if isinstance(value, list):
+                items = value if quoted else [w for v in value for w in WORD_SPLIT.findall(v)]
+                for k, item in enumerate(items):
+                    if k:
+                        out.append(current or "")
+                        current = ""
+                    add(item)
+                continue
+            if quoted:
+                add(value)
+                continue
+            words = WORD_SPLIT.findall(value)
+            if not words:
+                continue
+            if value[:1].isspace() and current is not None:
+                out.append(current)
+                current = None
+            for k, word in enumerate(words):
+                if k:
+                    out.append(current or "")
+                    current = ""
+                add(word)
+            if value[-1:].isspace():
+                out.append(current or "")
+                current = None
+        if current is not None:
+            out.append(current)
+        if any(kind == "list" and quoted and not value for kind, value, quoted in pieces) and out == [""] and \
+                all(kind == "list" or (kind == "lit" and not value) for kind, value, _ in pieces):
+            out = []  # "${EMPTY[@]}" gives no field
+        _bound(out, self.line(node))
+        return out
+
+    def joined(self, node: Any) -> str:
+        """A word expanded without splitting (an assignment's value, a test's operand)."""
+        text = ""
+        for _kind, value, _quoted in self.parts(node):
+            text += " ".join(value) if isinstance(value, list) else value
+        if len(text) > MAX_VALUE_CHARS:
+            raise ShellSyntaxError(f"line {self.line(node)}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
+        return text
+
+
+# -- helpers --------------------------------------------------------------------------------------------------
+
+def _assigned_names(root: Any, src: bytes) -> set[str]:
+    """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion."""
+    names: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in ("variable_assignment", "for_statement"):
+            target = node.child_by_field_name("name") or node.child_by_field_name("variable")
+            if target is not None and target.type == "subscript":
+                target = target.child_by_field_name("name")
+            if target is not None:
+                names.add(src[target.start_byte:target.end_byte].decode("utf-8", "replace"))
+        elif node.type == "command":
+            words = [src[c.start_byte:c.end_byte].decode("utf-8", "replace") for c in node.named_children]
+            if words and words[0] == "read":
+                names.update(w for w in words[1:] if NAME.fullmatch(w))
+        stack.extend(node.named_children)
+    return names
+
+
+@lru_cache(maxsize=16)
+def _bash_accepts(source: bytes) -> bool:
+    """Whether bash itself parses the text (`bash -n`: read, never run), where bash is installed; without it, the
+    grammar's verdict stands."""
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        return False
+    try:
+        done = subprocess.run([bash, "--norc", "--noprofile", "-n"], input=source, capture_output=True, timeout=10,
+                              check=False, env={"PATH": "/usr/bin:/bin"})
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
+def _runner(block: Callable[[list[Any]], None], body: list[Any]) -> Callable[[], None]:
+    return lambda: block(body)
+
+
+def _bound(values: list[str], line: int) -> None:
+    if sum(map(len, values)) > MAX_VALUE_CHARS:
+        raise ShellSyntaxError(f"line {line}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
+
+
+def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
+    """The names some outcome holds differently from `base` (set operations on the tables, not a walk by name)."""
+    out: set[str] = set()
+    for shell in outcomes:
+        out |= {name for name, _ in shell.scalars.items() ^ base.scalars.items()}
+        out |= {name for name, _ in shell.exports.items() ^ base.exports.items()}
+        out |= {name for name in shell.arrays.keys() ^ base.arrays.keys()}
+        out |= {name for name in shell.arrays.keys() & base.arrays.keys()
+                if shell.arrays[name] is not base.arrays[name]}
+    return out
+
+
+def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:
+    return (shell.scalars.get(name), tuple(shell.arrays[name]) if name in shell.arrays else None,
+            shell.exports.get(name))
+
+
+def _set_state(shell: Shell, name: str, state: tuple[Any, ...]) -> None:
+    scalar, array, export = state
+    for table in (shell.scalars, shell.arrays, shell.exports):
+        table.pop(name, None)
+    if scalar is not None:
+        shell.scalars[name] = scalar
+    if array is not None:
+        shell.arrays[name] = list(array)
+    if export is not None:
+        shell.exports[name] = export
+
+
+def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bool:
+    """Every possible value is the one before with something added at its end (or unchanged)."""
+    scalar, array, _ = before
+    if array is not None:
+        return all(s[1] is not None and s[1][:len(array)] == array for s in states)
+    if scalar is not None and scalar != _unknown_like(scalar):
+        return all(s[0] is not None and s[0].startswith(scalar) for s in states)
+    return False
+
+
+def _unknown_like(value: str) -> str:
+    """The value itself when it is one unknown and nothing else (then nothing of it is known to keep)."""
+    return value if UNRESOLVED.fullmatch(value) else MARK
+
+
+def _wrap(value: int) -> int:
+    """64-bit two's complement, as bash; a value that needed more is not a setting anyone means."""
+    if not -(1 << 63) <= value < (1 << 63):
+        raise _Unknown("overflow")
+    return value
+
+
+def _number(text: str) -> int:
+    text = text.strip()
+    try:
+        if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
+            return _wrap(int(text, 16))
+        if re.fullmatch(r"-?0[0-7]+", text):
+            return _wrap(int(text, 8))
+        if re.fullmatch(r"-?\d+", text):
+            return _wrap(int(text))
+        based = re.fullmatch(r"(\d+)#([0-9A-Za-z@_]+)", text)
+        if based and 2 <= int(based.group(1)) <= 36:
+            return _wrap(int(based.group(2), int(based.group(1))))
+    except ValueError:
+        pass
+    raise _Unknown(text)
+
+
+def _binary(op: str, left: int, right: int) -> int:
+    if op in ("/", "%") and right == 0:
+        raise _Unknown("division by zero")
+    if op == "**":
+        if right < 0 or (right > 64 and abs(left) > 1):
+            raise _Unknown("exponent")
+        return _wrap(left ** right)
+    if op in ("<<", ">>") and not 0 <= right < 64:
+        raise _Unknown("shift")
+    table: dict[str, Callable[[int, int], int]] = {
+        "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+        "/": lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1),
+        "%": lambda a, b: abs(a) % abs(b) * (1 if a >= 0 else -1),
+        "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b, "&": lambda a, b: a & b, "|": lambda a, b: a | b,
+        "^": lambda a, b: a ^ b, "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
+        "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
+        ">=": lambda a, b: int(a >= b)}
+    if op not in table:
+        raise _Unknown(op)
+    return _wrap(table[op](left, right))
+
+
+def _unescape_unquoted(text: str) -> str:
+    return re.sub(r"\\(\n|.)", lambda m: "" if m.group(1) == "\n" else m.group(1), text, flags=re.S)
+
+
+def _unescape_double(text: str) -> str:
+    return re.sub(r"\\([\"\\$`\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _unescape_heredoc(text: str) -> str:
+    return re.sub(r"\\([\\$`\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
+
+
+def _ansi_c(text: str) -> str:
+    escapes = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"', "r": "\r", "a": "\a", "e": "\x1b"}
+    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"[\1]", text) if MARK not in text else text
+
+
+def _tame_regex(pattern: str) -> bool:
+    """A short pattern with few repetitions and none applied to a group: matched in bounded time."""
+    return len(pattern) <= 200 and len(re.findall(r"[*+?{]", pattern)) <= 4 and not re.search(r"\)[*+?{]", pattern)
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    if pattern.count("*") > 8:
+        raise _Unknown(pattern)  # each star is a .* the matcher may try at every position
+    return re.compile(fnmatch.translate(pattern), re.S)
+
+
+def _glob_match(value: str, pattern: str) -> bool:
+    if pattern.startswith("\x01"):
+        pattern = pattern[1:]
+    return bool(_glob_regex(pattern).match(value))
+
+
+def _trim(value: str, pattern: str, op: str) -> str:
+    regex = _glob_regex(pattern)
+    lengths = range(len(value) + 1)
+    if op in ("#", "##"):
+        for k in (lengths if op == "#" else reversed(lengths)):
+            if regex.match(value[:k]):
+                return value[k:]
+        return value
+    for k in (reversed(lengths) if op == "%" else lengths):
+        if regex.match(value[k:]):
+            return value[:k]
+    return value
+
+
+def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
+    if not pattern:
+        return value
+    _glob_regex(pattern)  # refuses a pattern too costly to match
+    body = fnmatch.translate(pattern)[4:-3]  # (?s:…)\Z → …
+    try:
+        regex = re.compile(("^" if op == "/#" else "") + "(?:" + body + ")" + ("$" if op == "/%" else ""), re.S)
+    except re.error:
+        return value
+    return regex.sub(lambda _: replacement, value, count=0 if op == "//" else 1)
+
+
+def _echo(argv: list[str]) -> str | None:
+    words = argv[1:]
+    newline, escapes = True, False
+    while words and re.fullmatch(r"-[neE]+", words[0]):
+        newline = newline and "n" not in words[0]
+        escapes = "e" in words[0]
+        words = words[1:]
+    text = " ".join(words)
+    if escapes:
+        text = _ansi_c(text)
+    return text + ("\n" if newline else "")
+
+
+def _printf(argv: list[str]) -> str | None:
+    if argv[1:2] == ["--"]:
+        argv = argv[:1] + argv[2:]
+    if len(argv) < 2 or argv[1] == "-v":
+        return None
+    form, args = _ansi_c(argv[1]), argv[2:]
+    if re.search(r"%(?![sd%])", form):
+        return None
+    slots = len(re.findall(r"%[sd]", form))
+    out = []
+    while True:  # the format is reused until the arguments are consumed, as printf(1)
+        chunk, args = args[:slots], args[slots:]
+        out.append(_fill(form, iter(chunk)))
+        if not args or not slots:
+            break
+    return "".join(out)
+
+
+def _fill(form: str, values: Any) -> str:
+    return re.sub(r"%[sd%]", lambda m: "%" if m.group(0) == "%%" else next(values, ""), form)
 
 
 def _shell_c(argv: list[str]) -> str | None:
     """The command string of `… sh -c STRING` (a launcher such as srun may come first)."""
     for k, word in enumerate(argv[:-1]):
-        if word.rsplit("/", 1)[-1] in ("sh", "bash"):
+        if word.rsplit("/", 1)[-1] in SHELLS:
             rest = argv[k + 1:]
             for m, option in enumerate(rest[:-1]):
-                if option == "-c":
+                if option == "-c" or (option.startswith("-") and not option.startswith("--") and
+                                      option.endswith("c")):
                     return rest[m + 1]
                 if not option.startswith("-"):
                     break
     return None
 
 
-def _assign(statement: list[Word | Op], reading: Reading, exported: bool) -> None:
-    shell = reading.shell
-    first = statement[0]
-    assert isinstance(first, Word)
-    match = ASSIGNMENT.match(first.raw_prefix())
-    assert match
-    name, append = match.group(1), bool(match.group(2))
-    rest = statement[1:]
-    if isinstance(first, Word) and len(first.raw_prefix()) == match.end() and len(first.parts) == 1 and \
-            rest and isinstance(rest[0], Op) and rest[0].text == "(":
-        elements = [f for t in rest[1:] if isinstance(t, Word) for f in shell.fields(t)]
-        shell.arrays[name] = (shell.arrays.get(name, []) if append else []) + elements
-        shell.scalars.pop(name, None)
-        return
-    # NAME=value: strip the NAME= prefix from the first literal part
-    consumed = match.end()
-    parts = []
-    for part in first.parts:
-        if consumed > 0 and part.kind == "lit" and not part.quoted:
-            take = min(consumed, len(part.text))
-            consumed -= take
-            if part.text[take:]:
-                parts.append(Part("lit", part.text[take:], False))
-            continue
-        parts.append(part)
-    value = shell.assign_value(Word(parts, first.line))
-    if UNRESOLVED.fullmatch(value) and not value.startswith(MARK + "$("):
-        value = MARK + name + MARK  # DATA_PATH=$5: name the variable the script's reader knows
-    if append:
-        if name in shell.arrays:
-            shell.arrays[name].append(value)
-            return
-        value = (shell.scalars.get(name) or "") + value
-    shell.scalars[name] = value
-    shell.arrays.pop(name, None)
-    if exported:
-        shell.exports[name] = value
-    elif name in shell.exports:
-        shell.exports[name] = value
-    if len(rest) > 0:
-        reading.skipped.append((first.line, f"a command after an assignment is not run: {show(_text(statement))}"))
+class _Test:
+    """test(1) / [[ ]] over words already expanded; unknown operands make the verdict unknown (_Unknown)."""
+
+    UNARY_FILE = {"-e", "-f", "-d", "-r", "-w", "-x", "-s", "-L", "-h", "-p", "-S", "-b", "-c", "-g", "-u", "-k",
+                  "-O", "-G", "-N", "-t", "-a"}
+    INT_OPS = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
+               "-ge": int.__ge__}
+
+    def __init__(self, words: list[str], double: bool):
+        self.words, self.double, self.at = words, double, 0
+
+    def parse(self) -> tuple[bool, bool]:
+        if not self.words:
+            return False, False
+        value = self.or_()
+        return value, self.at < len(self.words)
+
+    def peek(self) -> str | None:
+        return self.words[self.at] if self.at < len(self.words) else None
+
+    def take(self) -> str:
+        word = self.words[self.at]
+        self.at += 1
+        return word
+
+    def or_(self) -> bool:
+        value = self.and_()
+        while self.peek() in ("||", "-o"):
+            self.take()
+            right = self.and_()
+            value = value or right
+        return value
+
+    def and_(self) -> bool:
+        value = self.not_()
+        while self.peek() in ("&&", "-a") and self.at + 1 < len(self.words):
+            self.take()
+            right = self.not_()
+            value = value and right
+        return value
+
+    def not_(self) -> bool:
+        if self.peek() == "!" and self.at + 1 < len(self.words):
+            self.take()
+            return not self.not_()
+        return self.primary()
+
+    def primary(self) -> bool:
+        word = self.peek()
+        if word is None:
+            raise _Unknown("empty")
+        if word == "(":
+            self.take()
+            value = self.or_()
+            if self.peek() == ")":
+                self.take()
+            return value
+        following = self.words[self.at + 1] if self.at + 1 < len(self.words) else None
+        if following is not None and self.at + 2 < len(self.words) and self._binary_op(following):
+            left, op, right = self.take(), self.take(), self.take()
+            return self.binary(left, op, right)
+        if word in ("-n", "-z") and following is not None:
+            self.take()
+            operand = self.operand(self.take())
+            return bool(operand) == (word == "-n")
+        if word in self.UNARY_FILE or word == "-v":
+            self.take()
+            if following is not None:
+                self.take()
+            raise _Unknown(word)  # the file system / environment is not read
+        self.take()
+        return bool(self.operand(word))
+
+    def _binary_op(self, word: str) -> bool:
+        return word in ("=", "==", "!=", "=~", "<", ">") or word in self.INT_OPS or word in (
+            "-nt", "-ot", "-ef")
+
+    def operand(self, word: str) -> str:
+        word = word[1:] if word.startswith("\x01") else word
+        if unresolved_names(word):
+            raise _Unknown(word)
+        return word
+
+    def binary(self, left: str, op: str, right: str) -> bool:
+        left = self.operand(left)
+        if op in ("=", "==", "!="):
+            if right.startswith("\x01") and self.double:
+                if unresolved_names(right):
+                    raise _Unknown(right)
+                same = _glob_match(left, right[1:])
+            else:
+                same = left == self.operand(right)
+            return same != (op == "!=")
+        right = self.operand(right)
+        if op == "=~":
+            if not _tame_regex(right) or len(left) > 1_000:
+                raise _Unknown(right)  # Python's matcher can backtrack without end on such a pattern
+            try:
+                return re.search(right, left) is not None
+            except re.error:
+                raise _Unknown(right) from None
+        if op in ("<", ">"):
+            return (left < right) if op == "<" else (left > right)
+        if op in self.INT_OPS:
+            try:
+                a, b = _number(left), _number(right)
+            except _Unknown:
+                raise
+            return bool(self.INT_OPS[op](a, b))
+        raise _Unknown(op)

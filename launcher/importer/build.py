@@ -19,7 +19,8 @@ import yaml
 from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
-from launcher.importer.bash_subset import MARK, ShellSyntaxError, read_script, show, unresolved_names
+from launcher.importer import training_command
+from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -65,6 +66,9 @@ class Imported:
     replaced: dict[str, str] = field(default_factory=dict)  # dest → why its value is not the script's
     not_carried: list[str] = field(default_factory=list)  # one line per thing the preset does not hold
     warnings: list[str] = field(default_factory=list)  # where the preset's model is not the script's
+    # the constructs (if/case/loop lines) the training command depends on that cannot be decided without running
+    # the script, each with the command's flags it decides (Undecided.flags)
+    undecided: list[Undecided] = field(default_factory=list)
 
 
 GPT2_VOCAB = 50257
@@ -158,47 +162,71 @@ def _from_yaml_mapping(data: dict) -> tuple[list[str], list[str], dict[str, str]
     return [], words, env, notes
 
 
-def read_source(text: str, positional: Sequence[str] = ()
-                ) -> tuple[list[str], list[str], dict[str, str], list[str]]:
-    """(runner words, Megatron words, exported environment, lines not carried) from any accepted source;
-    `positional`: the arguments a bash script is run with ($1 …)."""
+@dataclass
+class Source:
+    """What a source gives: the runner (torchrun …), the Megatron words, the environment, what was not carried."""
+
+    runner: list[str]
+    words: list[str]
+    env: dict[str, str]
+    notes: list[str]
+    undecided: list[Undecided] = field(default_factory=list)
+
+
+def read_source(text: str, positional: Sequence[str] = ()) -> Source:
+    """The training command's runner and Megatron words, the exported environment and what was not carried, from
+    any accepted source; `positional`: the arguments a bash script is run with ($1 …)."""
     stripped = text.lstrip()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError:
+            data = untrusted.load_yaml(text, "the source")  # bounded: a script is not YAML, and may be hostile
+        except UserError:
             data = None
         if isinstance(data, dict) and ("MODEL_ARGS" in data or all(str(k).startswith("--") for k in data)):
             if positional:
                 raise UserError("arguments after the source apply to a bash script, not a YAML mapping of flags",
                                 "give only the YAML file")
-            return _from_yaml_mapping(data)
+            return Source(*_from_yaml_mapping(data))
     try:
         reading = read_script(text, positional)
     except ShellSyntaxError as exc:
         raise UserError(f"cannot read the script: {exc}", "import reads bash scripts, one command line, or a "
                         "YAML mapping of flags (MODEL_ARGS)") from None
     notes = [f"line {line}: {_comment(why)}" for line, why in reading.skipped]
-    training = [c for c in reading.commands if flag_reader.find_entry(c.argv) is not None]
+    training = training_command.training_commands(reading)
+    undecided: list[Undecided] = []
+    env = dict(reading.shell.exports)
     if not training:
         bare = [c for c in reading.commands if c.argv and c.argv[0].startswith("--")]
         if not bare:
-            raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags",
-                            "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python pretrain_gpt.py)")
+            training_command.refuse_other_entry(reading)
+            stop = (f"; bash stops at line {reading.stopped[0]} ({_comment(reading.stopped[1])}) before reaching one"
+                    if reading.stopped else "")
+            raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
+                            + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
+                            "pretrain_gpt.py); give the script's arguments after its name if it needs them")
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
         others = [c for c in reading.commands if c not in bare]
     else:
         command = training[-1]
-        launch = flag_reader.split_launch(command.argv)
-        runner, words = launch.runner + [launch.script], launch.script_args
+        at = flag_reader.find_entry(command.argv)
+        assert at is not None
+        runner, words = command.argv[:at + 1], command.argv[at + 1:]
         others = [c for c in reading.commands if c is not command]
+        env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
+        undecided = training_command.undecided_for(command)
+        for item in undecided:
+            notes.append(_comment(f"line {item.line}: {item.what}: cannot be decided without running the script, "
+                                  f"and the training command's {', '.join(item.flags)} depend(s) on it"))
         if len(training) > 1:
             notes.append(f"the script runs pretrain_gpt.py {len(training)} times; the last (line {command.line}) "
                          "is imported")
     for c in others:
+        if training_command.program(c.argv) in ("echo", "printf", ":", "true"):
+            continue  # prints only: nothing of the run depends on it
         notes.append(f"line {c.line}: not carried (not the training command): {_comment(' '.join(c.argv))}")
-    return runner, words, dict(reading.shell.exports), notes
+    return Source(runner, words, env, notes, undecided)
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -209,13 +237,14 @@ RUN_OUTPUTS = ("save", "load", "tensorboard_dir")
 
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                   read_local: VocabReader | None = None) -> Imported:
-    runner, words, env, notes = read_source(text, positional)
+    source = read_source(text, positional)
+    runner, words, env, notes = source.runner, source.words, source.env, source.notes
     launcher: dict[str, Any] = {}
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         launcher.update(launch.launcher)
         notes += [f"{runner[0]} {_comment(d)}" for d in launch.dropped]
-        if flag_reader.find_entry(runner) is not None and runner[0] in ("python", "python3") and "-m" not in runner:
+        if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")
     flags = flag_reader.read_flags(words)
@@ -285,7 +314,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
     text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings)
-    return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings)
+    return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, undecided=source.undecided)
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],

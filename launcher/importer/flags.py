@@ -14,7 +14,8 @@ from launcher.pipeline.preset import type_megatron_value
 ENTRY_SCRIPTS = ("pretrain_gpt.py",)
 # torchrun / torch.distributed.run options → launcher settings (both spellings, --opt=value too)
 TORCHRUN_SETTINGS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes", "master_addr": "master_addr",
-                     "master_port": "master_port"}
+                     "master_port": "master_port",
+                     "num_gpus": "gpus_per_node", "num_nodes": "nodes"}  # the last two: the deepspeed launcher's
 TORCHRUN_DROPPED = {"node_rank": "the launcher gives each node its rank (torchrun rendezvous)",
                     "rdzv_endpoint": "the launcher sets the rendezvous endpoint",
                     "rdzv_backend": "the launcher sets the rendezvous backend",
@@ -106,13 +107,23 @@ def read_flags(words: list[str], raw: bool = False) -> Flags:
 
 @dataclass
 class Launch:
-    """A training command split into its runner (torchrun …), entry script and the script's words."""
+    """A training command split into its wrappers (numactl …, srun …), runner (torchrun …), entry script and the
+    script's words."""
 
     runner: list[str]
     script: str
     script_args: list[str]
     launcher: dict[str, Any] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
+    wrapper: list[str] = field(default_factory=list)
+
+
+# the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
+RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed)")
+# Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
+PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node"}
+NODE_OPTIONS = {"-N", "--nodes"}
+TOTAL_OPTIONS = {"-np", "-n", "--np", "--ntasks"}
 
 
 def find_entry(argv: list[str]) -> int | None:
@@ -125,7 +136,12 @@ def find_entry(argv: list[str]) -> int | None:
 def split_launch(argv: list[str]) -> Launch:
     at = find_entry(argv)
     assert at is not None
-    launch = Launch(argv[:at], argv[at], argv[at + 1:])
+    starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
+    start = starts[-1] if starts else 0
+    launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start])
+    if launch.wrapper:
+        launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
+                              "(the launcher starts torchrun itself)")
     runner = launch.runner
     k = 0
     while k < len(runner):
@@ -155,4 +171,36 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{word} {value}: {TORCHRUN_DROPPED[name]}".strip())
         else:
             launch.dropped.append(f"{word} {value}: a {runner[0]} option the launcher does not carry".strip())
+    if runner and runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in runner:
+        launch.launcher.update(_process_counts(launch.wrapper))
     return launch
+
+
+def _process_counts(wrapper: list[str]) -> dict[str, int]:
+    """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
+    where each process is one GPU's rank."""
+    found: dict[str, int] = {}
+    for k, word in enumerate(wrapper):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (wrapper[k + 1] if k + 1 < len(wrapper) else "")
+        ppr = re.fullmatch(r"ppr:(\d+):node", value) if name == "--map-by" else None
+        if ppr:
+            found["per_node"] = int(ppr.group(1))
+        if not re.fullmatch(r"\d+", value):
+            continue
+        if name in PER_NODE_OPTIONS:
+            found["per_node"] = int(value)
+        elif name in NODE_OPTIONS:
+            found["nodes"] = int(value)
+        elif name in TOTAL_OPTIONS:
+            found["total"] = int(value)
+    out: dict[str, int] = {}
+    if "per_node" in found:
+        out["gpus_per_node"] = found["per_node"]
+    if "nodes" in found:
+        out["nodes"] = found["nodes"]
+    elif "total" in found and "per_node" in found and found["per_node"] and found["total"] % found["per_node"] == 0:
+        out["nodes"] = found["total"] // found["per_node"]
+    elif "total" in found and "per_node" not in found and found["total"] <= 8:
+        out["gpus_per_node"] = found["total"]
+    return out

@@ -1,0 +1,112 @@
+"""Which command of a read script is the training run, and what of it the reading could not decide.
+
+A script runs many commands (mkdir, echo, tee, …); the training command is the one whose program starts
+pretrain_gpt.py (`torchrun … pretrain_gpt.py`, `numactl … python pretrain_gpt.py`, `srun … python …`). A command
+that only prints or copies the words (`echo torchrun pretrain_gpt.py …`) does not run it. A script whose command
+runs another entry (a fork's `pretrain_llm360.py`, upstream's `pretrain_bert.py`) is named with what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+
+from launcher.errors import UserError
+from launcher.importer import flags as flag_reader
+from launcher.importer.bash_subset import UNRESOLVED, Reading, ScriptCommand, Undecided, show
+
+# Programs that print, filter or copy their words: `echo torchrun pretrain_gpt.py …` shows the command, it does not
+# run it.
+NOT_RUNNERS = {"echo", "printf", "cat", "tee", "grep", "egrep", "sed", "awk", "ls", "cp", "mv", "rm", "ln", "wget",
+               "curl", "git", "mkdir", "chmod", "touch", "test", "[", "head", "tail", "sort", "basename", "dirname",
+               "realpath", "readlink", "find", "scp", "rsync", "logger", "wc", "stat", "du", "vim", "nano", "less"}
+ENTRY_LIKE = re.compile(r"(?:^|/)((?:pretrain|train|finetune)_?[A-Za-z0-9_.-]*\.py)$")
+# upstream's entry scripts for other model families (the launcher trains GPT models through pretrain_gpt.py)
+OTHER_FAMILIES = {"pretrain_bert.py": "BERT", "pretrain_t5.py": "T5", "pretrain_mamba.py": "Mamba",
+                  "pretrain_hybrid.py": "hybrid Mamba", "pretrain_vlm.py": "vision-language",
+                  "pretrain_retro.py": "RETRO", "pretrain_ict.py": "ICT", "pretrain_vision_classify.py": "vision",
+                  "pretrain_vision_dino.py": "vision", "pretrain_vision_inpaint.py": "vision"}
+MEGATRON_LOOKING = ("--num-layers", "--hidden-size", "--tensor-model-parallel-size", "--micro-batch-size",
+                    "--num-attention-heads", "--global-batch-size", "--seq-length")
+
+
+def program(argv: list[str]) -> str:
+    return argv[0].rsplit("/", 1)[-1] if argv else ""
+
+
+def training_commands(reading: Reading) -> list[ScriptCommand]:
+    return [c for c in reading.commands if program(c.argv) not in NOT_RUNNERS and
+            flag_reader.find_entry(c.argv) is not None]
+
+
+def refuse_other_entry(reading: Reading) -> None:
+    """No command runs pretrain_gpt.py: if one runs another Megatron entry, say which and what to do."""
+    for command in reversed(reading.commands):
+        if program(command.argv) in NOT_RUNNERS:
+            continue
+        for k, word in enumerate(command.argv):
+            match = ENTRY_LIKE.search(word)
+            if not match:
+                continue
+            script = match.group(1)
+            looks = any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:])
+            if script in OTHER_FAMILIES:
+                raise UserError(f"line {command.line} runs {show(script)} (Megatron's {OTHER_FAMILIES[script]} "
+                                "training), not pretrain_gpt.py",
+                                "the launcher trains GPT models with pretrain_gpt.py; import a GPT training script")
+            if script.startswith("pretrain_") or looks:
+                raise UserError(
+                    f"line {command.line} runs {show(script)}, not pretrain_gpt.py: a renamed or forked entry "
+                    "script (Megatron-DeepSpeed, Pai-Megatron-Patch and others keep their own copy)",
+                    f"if {show(script)} is pretrain_gpt.py with other defaults (its model provider, dataset), import "
+                    f"the command with pretrain_gpt.py in its place (edit line {command.line}, or "
+                    "`launch import -- torchrun pretrain_gpt.py FLAGS…`); its fork-only flags are then listed")
+
+
+def flag_at(argv: list[str], index: int) -> str:
+    """The flag a word of the command belongs to: itself, or the nearest flag before it; an unknown word that does
+    not follow a flag directly may be flags itself (`$EXTRA`), and is named as it is."""
+    if UNRESOLVED.fullmatch(argv[index]) and index > 0 and not argv[index - 1].startswith("-"):
+        return show(argv[index])
+    for k in range(index, -1, -1):
+        if argv[k].startswith("-") and not re.fullmatch(r"-?\d[\d.eE+-]*", argv[k]):
+            return argv[k].partition("=")[0]
+        if k < index and flag_reader.find_entry([argv[k]]) is not None:
+            break
+    return show(argv[index])
+
+
+def undecided_for(command: ScriptCommand) -> list[Undecided]:
+    """The undecided constructs the training command depends on, each with the command's flags it decides."""
+    affected: dict[Undecided, set[str]] = {}
+    for index, needs in command.depends.items():
+        for item in needs:
+            affected.setdefault(item, set()).add(flag_at(command.argv, index))
+    for item in command.under:  # the training command itself sits in a branch that was not chosen
+        affected.setdefault(item, set()).update(item.flags or ("the training command",))
+    for item in list(affected):
+        affected[item].update(f for f in item.flags if f in flag_reader.flag_table())
+    return [dataclasses.replace(item, flags=tuple(sorted(affected[item])))
+            for item in sorted(affected, key=lambda u: u.line)]
+
+
+# torchrun's options that set the world the layout is checked against
+LAYOUT_RUNNER_OPTIONS = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--num_gpus", "--num_nodes"}
+HARMLESS_SECTIONS = ("data", "checkpoint", "logging")
+
+
+def losses(undecided: list[Undecided], section_of: Callable[[str], str]) -> list[str]:
+    """One line per undecided construct that decides the model, its numerics or its parallel layout (by the
+    sections `section_of` gives Megatron settings; data, checkpoint and logging paths are not such): what an import
+    must not carry silently."""
+    table = flag_reader.flag_table()
+    out = []
+    for item in undecided:
+        deciding = [flag for flag in item.flags if flag in LAYOUT_RUNNER_OPTIONS or flag == "the training command" or
+                    (flag in table and section_of(table[flag].dest) not in HARMLESS_SECTIONS)]
+        if deciding:
+            out.append(f"line {item.line}: {item.what}: cannot be decided without running the script, and it decides "
+                       f"{', '.join(deciding)}" + (" (give the script's arguments after its name)"
+                                                   if item.arguments else ""))
+    return out

@@ -1,0 +1,300 @@
+"""The shapes real training scripts are written in: `launch import` finds the command bash would run, carries what
+is knowable and names, with its line, what is not; hostile variations of each shape end in bounded time with an
+answer or an `error:`, never a traceback."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.importer.bash_subset import MARK, ShellSyntaxError, read_script, show
+from launcher.importer.build import import_source
+
+MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
+         "--micro-batch-size 1 --global-batch-size 8 --train-iters 4 --mock-data --tokenizer-type NullTokenizer "
+         "--vocab-size 128")
+
+
+def carried(script: str, *args: str):
+    imported = import_source(script, "train.sh", args)
+    assert MARK not in imported.text
+    return imported
+
+
+# -- where the training command sits ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("after", ["|& tee log.txt", "2>&1 | tee log.txt", "> log 2>&1", "&> log", "&>> log &",
+                                   "2>&1 | tee -a $LOG | grep -v warn", "< /dev/null"])
+def test_pipes_and_redirections_after_the_training_command(after):
+    imported = carried(f"LOG=x.log\ntorchrun --nproc_per_node 2 pretrain_gpt.py {MODEL} --tensor-model-parallel-size 2 "
+                       f"{after}\n")
+    assert imported.settings["tensor_model_parallel_size"] == 2 and imported.launcher["gpus_per_node"] == 2
+
+
+def test_assignment_prefixes_and_env_become_the_environment():
+    imported = carried(f"OMP_NUM_THREADS=4 NCCL_DEBUG=WARN python -m torch.distributed.run --nproc_per_node 8 "
+                       f"pretrain_gpt.py {MODEL}\n")
+    assert imported.env == {"OMP_NUM_THREADS": "4", "NCCL_DEBUG": "WARN"}
+    imported = carried(f"env -u X CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun pretrain_gpt.py {MODEL}\n")
+    assert imported.env == {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+
+
+@pytest.mark.parametrize("wrapper", ["numactl --cpunodebind=0 --membind=0", "nsys profile -o prof -t cuda,nvtx",
+                                     "taskset -c 0-15", "stdbuf -oL -eL"])
+def test_wrappers_are_named_and_the_runner_read(wrapper):
+    imported = carried(f"{wrapper} python -m torch.distributed.launch --nproc_per_node 4 pretrain_gpt.py {MODEL}\n")
+    assert imported.launcher["gpus_per_node"] == 4 and imported.settings["num_layers"] == 2
+    assert any(f"runs under `{wrapper}`" in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize("prefix", ["exec", "nohup", "command", "time -p"])
+def test_commands_that_run_the_command_after_them(prefix):
+    imported = carried(f"{prefix} torchrun --nproc_per_node 2 pretrain_gpt.py {MODEL} > log 2>&1 &\nwait\n")
+    assert imported.launcher == {"gpus_per_node": 2}
+    assert not any("runs under" in n for n in imported.not_carried)
+
+
+def test_bash_c_with_assignments_and_a_wrapper_inside():
+    imported = carried(f"TP=2\nsrun -l bash -c 'RANK=$SLURM_PROCID numactl -N 0 python3 pretrain_gpt.py {MODEL} "
+                       f"--tensor-model-parallel-size '$TP\n")
+    assert imported.settings["tensor_model_parallel_size"] == 2
+
+
+def test_eval_of_a_command_the_script_built():
+    imported = carried(f'TP=4\ncmd="torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}"\n'
+                       'cmd="$cmd --tensor-model-parallel-size $TP --data-cache-path $(pwd)/cache"\n'
+                       'echo "$cmd"\neval "$cmd" 2>&1 | tee log\n')
+    assert imported.settings["tensor_model_parallel_size"] == 4
+    assert "data_cache_path" not in imported.settings  # $(pwd) is not known: a comment, never a NUL byte
+
+
+def test_launchers_with_their_own_options_give_the_process_counts():
+    imported = carried(f"mpirun -np 16 -npernode 8 -x NCCL_DEBUG --bind-to none python pretrain_gpt.py {MODEL}\n")
+    assert imported.launcher == {"gpus_per_node": 8, "nodes": 2}
+    imported = carried(f"srun -N 4 --ntasks-per-node=8 --mpi=pmix python -u pretrain_gpt.py {MODEL}\n")
+    assert imported.launcher == {"gpus_per_node": 8, "nodes": 4}
+
+
+def test_a_command_that_only_prints_the_training_line_is_not_it():
+    imported = carried(f'echo "torchrun pretrain_gpt.py --num-layers 99"\ntorchrun pretrain_gpt.py {MODEL}\n'
+                       'echo torchrun pretrain_gpt.py --num-layers 98\n')
+    assert imported.settings["num_layers"] == 2
+
+
+def test_a_line_continuation_at_the_end_of_the_file_is_not_a_syntax_error():
+    imported = carried(f"torchrun pretrain_gpt.py {MODEL} \\\n")  # bash accepts it; the grammar calls it an error
+    assert imported.settings["num_layers"] == 2 and not any("cannot parse" in n for n in imported.not_carried)
+    try:  # bash stops at the placeholder: either the import says so, or it reads on and names the line
+        template = carried(f"CKPT=<Specify path>\ntorchrun pretrain_gpt.py {MODEL} --save $CKPT\n")
+    except UserError as refused:
+        assert "bash stops at line 1 (a syntax error)" in refused.problems[0].message
+    else:
+        assert any(n.startswith("line 1: bash cannot parse this") for n in template.not_carried)
+        assert "save" not in template.settings
+
+
+def test_a_here_document_given_to_sbatch_is_the_script_that_runs():
+    model = MODEL.replace("2 ", "$LAYERS ", 1)
+    imported = carried(f"LAYERS=2\nsbatch <<EOF\n#!/bin/bash\nsrun python pretrain_gpt.py {model} 2>&1 | "
+                       "tee \\$LOG\nEOF\n")
+    assert imported.settings["num_layers"] == 2
+
+
+# -- values -----------------------------------------------------------------------------------------------------
+
+def test_export_keeps_every_name():
+    reading = read_script('export NCCL_IB_HCA=mlx5 NCCL_SOCKET_IFNAME="eth0 eth1" UCX_TLS=rc,sm GLOO=1\n'
+                          "declare -x A=1 B=2\n")
+    assert reading.shell.exports == {"NCCL_IB_HCA": "mlx5", "NCCL_SOCKET_IFNAME": "eth0 eth1", "UCX_TLS": "rc,sm",
+                                     "GLOO": "1", "A": "1", "B": "2"}
+
+
+@pytest.mark.parametrize("test,expected", [
+    ('[ "$N" -eq 2 ]', "yes"), ("[ $N -gt 1 ]", "yes"), ("[ $N -le 1 ]", "no"), ("[ $N -lt 3 ]", "yes"),
+    ("[ $N -ne 2 ]", "no"), ("[ $N -ge 2 ]", "yes"), ("[[ $N -eq 2 && $M == b* ]]", "yes"),
+    ("(( N * 2 > 3 ))", "yes"), ("(( N == 3 ))", "no"), ("test $N -eq 2 -a $M = bc", "yes"),
+    ("[ ! $N -eq 2 ]", "no"), ("[[ $M =~ ^b ]]", "yes"), ("[ -z \"$EMPTY\" ]", "yes"), ("[[ -n $M ]]", "yes")])
+def test_arithmetic_and_string_tests_on_known_values_are_decided(test, expected):
+    reading = read_script(f"N=2\nM=bc\nEMPTY=\nif {test}; then R=yes; else R=no; fi\n")
+    assert reading.shell.scalars["R"] == expected and not reading.undecided
+
+
+def test_arithmetic_expansions():
+    reading = read_script("A=6\nB=$((A / 4 * 2 + A % 4))\nC=$[A*2]\nD=$(( (A > 5) ? 1 : 0 ))\nE=$((2**10))\n"
+                          "((A++))\nF=$((0x10 + 010))\nG=$((B<<2))\n")
+    values = reading.shell.scalars
+    assert (values["B"], values["C"], values["D"], values["E"], values["A"], values["F"], values["G"]) == (
+        "4", "12", "1", "1024", "7", "24", "16")
+
+
+def test_case_on_a_known_value_and_on_an_unknown_one():
+    script = ('SIZE=${SIZE:-13b}\ncase "$SIZE" in\n  7b|7B) L=32 ;;\n  13b) L=40 ;;\n  *) L=2 ;;\nesac\n'
+              'case $MODEL in\n  a) H=1 ;;\n  *) H=2 ;;\nesac\n')
+    reading = read_script(script)
+    assert reading.shell.scalars["L"] == "40"
+    assert show(reading.shell.scalars["H"]) == "${H}" and [u.line for u in reading.undecided] == [7]
+
+
+def test_functions_that_echo_flags_and_backticks():
+    reading = read_script('model_args() {\n  local n=$1\n  echo "--num-layers $n --hidden-size $((n * 32))"\n}\n'
+                          'parallel() { printf -- "--tensor-model-parallel-size %s" "$1"; }\n'
+                          'cmd pretrain_gpt.py $(model_args 4) `parallel 2` $(hostname)\n')
+    assert [show(w) for w in reading.commands[0].argv] == [
+        "cmd", "pretrain_gpt.py", "--num-layers", "4", "--hidden-size", "128", "--tensor-model-parallel-size", "2",
+        "${$(hostname)}"]
+    assert "n" not in reading.shell.scalars  # local to the function
+
+
+def test_a_function_that_runs_the_training():
+    imported = carried(f"train() {{\n  torchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $1\n}}\n"
+                       "train 2 |& tee log\n")
+    assert imported.settings["tensor_model_parallel_size"] == 2
+
+
+@pytest.mark.parametrize("expansion,value", [
+    ("${NAME//_/-}", "my-model-v1"), ("${NAME/_/-}", "my-model_v1"), ("${NAME#*_}", "model_v1"),
+    ("${NAME##*_}", "v1"), ("${NAME%_*}", "my_model"), ("${NAME%%_*}", "my"), ("${#NAME}", "11"),
+    ("${NAME^^}", "MY_MODEL_V1"), ("${NAME:3:5}", "model"), ("${NAME: -2}", "v1"), ("${UNSET:-dflt}", "dflt"),
+    ("${EMPTY:-dflt}", "dflt"), ("${EMPTY-dflt}", ""), ("${NAME:+set}", "set"), ("${UNSET:=x}${UNSET}", "xx"),
+    ("${ARR[1]}", "b"), ("${#ARR[@]}", "3"), ("${ARR[@]:-}", "a b c"), ("${!REF}", "my_model_v1"),
+    ("${PAIR#*=}", "8"), ("${NAME/#my/our}", "our_model_v1")])
+def test_parameter_expansions(expansion, value):
+    reading = read_script(f'NAME=my_model_v1\nEMPTY=\nARR=(a b c)\nREF=NAME\nPAIR=--tp=8\nUNSET2=1\nX="{expansion}"\n')
+    assert reading.shell.scalars["X"] == value
+
+
+def test_a_command_substitution_with_spaces_never_leaves_the_marker_in_a_preset():
+    imported = carried(f"NODES=$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)\n"
+                       f'HOSTS="$(cat /etc/hosts | head -n 1) x"\n'
+                       f"torchrun --nnodes $NODES pretrain_gpt.py {MODEL} --data-cache-path $(mktemp -d /tmp/a b) "
+                       "--wandb-exp-name $HOSTS\n")
+    assert "nodes" not in imported.launcher
+    assert any("scontrol show hostnames" in n for n in imported.not_carried)
+
+
+# -- what cannot be decided -------------------------------------------------------------------------------------
+
+def test_an_undecidable_branch_with_the_layout_is_named_with_its_line_and_not_chosen():
+    script = (f"TP=1\nPP=1\nARGS=(--use-distributed-optimizer)\nif [ \"$SLURM_NNODES\" -gt 1 ]; then\n  TP=4\n"
+              "  PP=2\nelse\n  ARGS+=(--use-torch-fsdp2)\nfi\n"
+              f"torchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP "
+              '"${ARGS[@]}"\n')
+    imported = carried(script)
+    assert "tensor_model_parallel_size" not in imported.settings
+    assert "pipeline_model_parallel_size" not in imported.settings
+    (item,) = imported.undecided
+    assert item.line == 4 and {"--tensor-model-parallel-size", "--pipeline-model-parallel-size"} <= set(item.flags)
+    assert "--use-torch-fsdp2" in item.flags
+    assert any(n.startswith("line 4: if") for n in imported.not_carried)
+
+
+def test_a_branch_that_only_adds_flags_keeps_the_rest_and_names_what_it_adds():
+    imported = carried(f'ARGS="{MODEL}"\nif [ -n "$WANDB_API_KEY" ]; then\n  ARGS="$ARGS --wandb-project p"\nfi\n'
+                       "torchrun pretrain_gpt.py $ARGS\n")
+    assert imported.settings["num_layers"] == 2
+    (item,) = imported.undecided
+    assert item.line == 2 and "--wandb-project" in item.flags
+
+
+def test_training_commands_in_undecidable_branches_are_named():
+    imported = carried(f"if [ -f /tmp/resume ]; then\n  torchrun pretrain_gpt.py {MODEL} --load /ckpt\nelse\n"
+                       f"  torchrun pretrain_gpt.py {MODEL}\nfi\n")
+    assert [item.line for item in imported.undecided] == [1]
+    assert any("2 times" in n for n in imported.not_carried)
+
+
+def test_the_scripts_arguments_decide_when_given():
+    script = (f'while [[ $# -gt 0 ]]; do\n  case $1 in\n    --tp) TP=$2; shift 2 ;;\n    *) shift ;;\n  esac\n'
+              f'done\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size ${{TP:-1}}\n')
+    assert carried(script).settings["tensor_model_parallel_size"] == 1  # bash SCRIPT: no arguments, no loop
+    assert carried(script, "--tp", "4").settings["tensor_model_parallel_size"] == 4
+
+
+# -- entry scripts ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("entry", ["pretrain_llm360.py", "/opt/patch/pretrain_deepseek.py", "pretrain_mcore_qwen.py"])
+def test_a_renamed_entry_is_named_with_what_to_do(entry):
+    with pytest.raises(UserError) as caught:
+        import_source(f"torchrun --nproc_per_node 8 {entry} {MODEL} 2>&1 | tee log\n", "train.sh")
+    problem = caught.value.problems[0]
+    assert f"line 1 runs {entry.rsplit('/', 1)[-1]}, not pretrain_gpt.py" in problem.message
+    assert "pretrain_gpt.py in its place" in (problem.hint or "")
+
+
+def test_another_family_s_entry_is_named():
+    with pytest.raises(UserError, match="pretrain_bert.py .*BERT"):
+        import_source(f"torchrun pretrain_bert.py {MODEL}\n", "train.sh")
+
+
+# -- hostile variations: an answer or an error, in bounded time -------------------------------------------------
+
+HOSTILE = {
+    "long assignments": "A=1\n" * 120_000,
+    "deep command substitution": "X=" + "$(" * 3000 + "echo" + ")" * 3000 + "\n",
+    "deep arithmetic": "X=$((" + "(" * 5000 + "1" + ")" * 5000 + "))\n",
+    "long arithmetic": "X=$((" + "1+" * 50_000 + "1))\n",
+    "deep ifs": "if [ -f a ]; then\n" * 400 + "X=1\n" + "fi\n" * 400,
+    "deep known ifs": "if true; then\n" * 400 + "X=1\n" + "fi\n" * 400,
+    "endless while": "while true; do X=1; done\ntorchrun pretrain_gpt.py\n",
+    "endless c for": "for ((;;)); do X=1; done\n",
+    "recursion": "f() { f; }\nf\n",
+    "mutual recursion": "f() { g; }\ng() { f; }\nf\n",
+    "eval bomb": "a='eval \"$a\"'\neval \"$a\"\n",
+    "eval doubling": "a='x'\n" + "a=\"$a $a\"\n" * 40 + "eval \"$a\"\n",
+    "doubling": "A=xxxxxxxx\n" + 'A="$A$A"\n' * 40,
+    "array doubling": "A=(x)\n" + 'A=("${A[@]}" "${A[@]}")\n' * 40,
+    "unterminated quote": 'torchrun pretrain_gpt.py --num-layers "2\n',
+    "unterminated if": "if [ 1 -eq 1 ]; then\ntorchrun pretrain_gpt.py --num-layers 2\n",
+    "stray fi and esac": "fi\nesac\ndone\n}\ntorchrun pretrain_gpt.py --num-layers 2\n",
+    "binary": "\x7fELF\x02\x01\x01" + "\xff\xfe" * 1000,
+    "nul byte": "X=1\x00\ntorchrun pretrain_gpt.py\n",
+    "huge exponent": "X=$(( 2 ** 2 ** 2 ** 2 ** 2 ))\nY=$(( 7 ** 99999 ))\nZ=$((1/0))\n",
+    "huge loop list": "for i in $(seq 1 100000) " + "a " * 5000 + "; do X=$i; done\n",
+    "glob pattern bomb": 'X=' + "a" * 5000 + '\nY="${X//*a*a*a*a*a*a*a*b/z}"\nZ="${X##*a*a*a*a*a*b}"\n',
+    "many undecided": "".join(f"if [ -f f{k} ]; then A{k}=1; fi\n" for k in range(3000)),
+    "nested heredocs": "bash <<A\nbash <<B\nbash <<C\ntorchrun pretrain_gpt.py\nC\nB\nA\n",
+    "regex bomb": 'X=aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!\nif [[ $X =~ ^(a+)+$ ]]; then Y=1; fi\n',
+    "deep subshells": "(" * 3000 + "X=1" + ")" * 3000 + "\n",
+    "deep braces": "{ " * 3000 + "X=1; " + "} " * 3000 + "\n",
+    "function chain": "".join(f"f{k}() {{ f{k + 1} \"$@\"; }}\n" for k in range(500)) + "f0 x\n",
+    "substitution recursion": "f() { echo $(f); }\nX=$(f)\ntorchrun pretrain_gpt.py $X\n",
+    "eval of unknown and quotes": 'cmd="torchrun pretrain_gpt.py $(hostname) \'unclosed"\neval "$cmd" |& tee log\n',
+    "bash -c unclosed": "bash -c 'torchrun pretrain_gpt.py \"--num-layers' |& tee log\n",
+    "unterminated heredoc": "sbatch <<EOF\ntorchrun pretrain_gpt.py --num-layers 2\n",
+    "case without esac": "case $X in\n a) torchrun pretrain_gpt.py ;;\n",
+    "long pipeline": "torchrun pretrain_gpt.py " + "| tee x " * 5000 + "\n",
+    "many words": "torchrun pretrain_gpt.py " + "--num-layers 2 " * 20000 + "\n",
+    "many functions": "".join(f"f{k}() {{ echo --x{k}; }}\n" for k in range(5000)) + "torchrun pretrain_gpt.py $(f1)\n",
+    "env loop": "env A=1 env B=2 env C=3 " * 300 + "torchrun pretrain_gpt.py\n",
+    "nested eval": "X='torchrun pretrain_gpt.py'\n" + "X=\"eval \\\"$X\\\"\"\n" * 30 + "eval \"$X\"\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_variations_end_with_an_answer_or_an_error(name):
+    started = time.monotonic()
+    try:
+        read_script(HOSTILE[name])
+    except ShellSyntaxError:
+        pass
+    try:
+        import_source(HOSTILE[name], "hostile.sh")
+    except UserError:
+        pass
+    assert time.monotonic() - started < 30, name
+
+
+def test_undecided_constructs_that_decide_the_layout_are_losses_and_logging_is_not():
+    from launcher.importer.build import section_of
+    from launcher.importer.training_command import losses
+
+    imported = carried(f'if [ "$NODES" -gt 1 ]; then TP=4; else TP=1; fi\n'
+                       f'if [ -n "$WANDB_API_KEY" ]; then W="--wandb-project p"; fi\n'
+                       f"torchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP $W\n")
+    assert [item.line for item in imported.undecided] == [1, 2]
+    assert {flag for item in imported.undecided for flag in item.flags} == {
+        "--tensor-model-parallel-size", "${W}", "--wandb-project"}
+    (loss,) = losses(imported.undecided, section_of)
+    assert loss.startswith("line 1: if [ \"$NODES\" -gt 1 ]") and "--tensor-model-parallel-size" in loss
