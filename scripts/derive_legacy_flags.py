@@ -1,8 +1,8 @@
 """Derive, from Megatron-LM's own git history, every flag that a tagged release's arguments.py parsed and the pinned
 commit no longer parses, with the releases that had it and Megatron's own words about it.
 
-    python scripts/derive_legacy_flags.py --repo /path/to/Megatron-LM      # writes launcher/data/megatron_legacy_flags.json
-    python scripts/derive_legacy_flags.py --repo /path/to/Megatron-LM --check   # exit 1 when the file is out of date
+    python scripts/derive_legacy_flags.py --repo MEGATRON_GIT          # writes launcher/data/megatron_legacy_flags.json
+    python scripts/derive_legacy_flags.py --repo MEGATRON_GIT --check  # exit 1 when the file is out of date
 
 The repository is read with `git show TAG:megatron/[training/]arguments.py` (a bare clone is enough); each file is
 parsed with Python's ast, never imported. Releases: the final tags (no rc/alpha) dated up to the pin's commit, in date

@@ -86,8 +86,10 @@ def _typed(arg: megatron_args.MegatronArg, value: Any, flag: str) -> tuple[Any, 
         exact = _exact(arg, value)
         if exact is None:
             raise
+        given = value if isinstance(value, str) else " ".join(value)
+        now = exact if isinstance(exact, str) else " ".join(map(str, exact))
         return type_megatron_value(arg.dest, exact, f"flag {flag}")[1], (
-            f"{flag} {value if isinstance(value, str) else ' '.join(value)} → {exact if isinstance(exact, str) else ' '.join(map(str, exact))}: the same value in the pin's type")
+            f"{flag} {given} → {now}: the same value in the pin's type")
 
 
 def _exact(arg: megatron_args.MegatronArg, value: Any) -> Any:
@@ -135,8 +137,11 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     arg = table.get(flag)
     if arg is None:
         j = _values_after(words, i)
-        near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3, cutoff=0.75)
-        near = "" if legacy.opposite(flag, near) else near
+        if flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
+            near = did_you_mean(flag, [f for f in table if f.startswith(("--no-", "--disable-"))], n=3, cutoff=0.75)
+        else:
+            near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3,
+                                cutoff=0.75)
         why = "not an argument of pretrain_gpt.py at the pin" + (f" ({near})" if near else "")
         harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
         return Word(words[i:j], "harmless" if harmless else "lost",

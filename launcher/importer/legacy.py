@@ -70,7 +70,3 @@ def translation(flag: str) -> Translation | None:
     return Translation(flag, "an older Megatron-LM" + _releases(flag), "" if row["kind"] != "value" else "str",
                        refuse=f"removed before the pin{what}{said}")
 
-
-def opposite(flag: str, suggestion: str) -> bool:
-    """Whether a "did you mean" `suggestion` for `flag` names the setting the flag turns off (--no-x → x)."""
-    return bool(suggestion) and flag.startswith("--no-") and flag.removeprefix("--no-").replace("-", "_") in suggestion
