@@ -40,8 +40,8 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
                ) -> tuple[list[str], list[str], list[str]]:
     """(differences, lost words, what differs on purpose) between the script's Megatron words and the preset's
     argv: every word of the script, its unknown and ill-typed flags included, against the settings the preset
-    passes (typed, so 6.0e-5 equals 6e-05; another release's flag by its translation). `ignore`: settings the launcher adds or the
-    import replaced on purpose."""
+    passes (typed, so 6.0e-5 equals 6e-05; another release's flag by its translation). `ignore`: settings the
+    launcher adds or the import replaced on purpose."""
     ours, theirs = read_flags(argv), read_flags(source_args)
     lost = [f"{w.text}: {w.why}" for w in theirs.of_kind("lost")]
     out = []
