@@ -25,6 +25,7 @@ from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.feature_settings import drop
 from launcher.pipeline.pipeline_layout import (
     LAYER_LETTERS,
     layout_limit,
@@ -581,7 +582,14 @@ class _Checker:
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
             self.fail("fp8_param_gather needs use_distributed_optimizer")
         if self.arg("fp8_param_gather") and not self.arg("fp8"):  # TransformerConfig: fp8_param needs fp8 mode
-            self.fail("fp8_param_gather needs fp8 (fp8_format)", "set fp8_param_gather=false, or set fp8_format")
+            unset = " ".join(f"--set {a}" for a in drop("fp8", self.arg)[1:])
+            self.fail("fp8_param_gather needs fp8 (fp8_format)", f"drop it and what only fp8 reads: {unset}, or set "
+                      "fp8 (--fp8-format)")
+        if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
+            # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
+            self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "
+                      "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false, or fp8_param_gather="
+                      "true with fp8", stage="runtime")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:
@@ -629,11 +637,17 @@ class _Checker:
         else:
             based = "iters" if iters is not None else "samples"
         other = "samples" if based == "iters" else "iters"
-        conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}")
-                     if self.arg(name)]
+        conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}",
+                                       f"lr_wsd_decay_{other}") if self.arg(name)]
         if conflicts:
             self._training_length_conflicts(based, other, conflicts)
             return
+        if self.arg("lr_decay_style") == "WSD" and self.arg(f"lr_wsd_decay_{based}") is None:
+            # OptimizerParamScheduler asserts wsd_decay_steps, which training.py takes from lr_wsd_decay_{based} only
+            total = self.arg(f"train_{based}")
+            self.fail(f"lr_decay_style WSD needs lr_wsd_decay_{based} (the training length is in {based}): Megatron "
+                      "asserts it when it builds the LR scheduler", f"set lr_wsd_decay_{based}, e.g. --set "
+                      f"lr_wsd_decay_{based}={max(1, total // 10)} (the last tenth of train_{based})", stage="runtime")
         if self.arg("lr_warmup_fraction") is not None and self.arg(f"lr_warmup_{based}"):
             self.fail(f"lr_warmup_fraction and lr_warmup_{based} are both set", "keep one")
         lr, min_lr = self.arg("lr"), self.arg("min_lr")
@@ -658,6 +672,12 @@ class _Checker:
         """Every setting of the other unit at once, and the one command that unsets them all."""
         shown = ", ".join(f"{name} {self.arg(name)}" for name in conflicts)
         unset = [f"{name}=null" for name in conflicts]
+        gbs = self.preset.megatron.get("global_batch_size")
+        wsd = f"lr_wsd_decay_{other}"
+        if self.arg("lr_decay_style") == "WSD" and wsd in conflicts and gbs:
+            # WSD needs its decay length in the unit of the training length: convert it in the same round
+            value = self.arg(wsd)
+            unset.append(f"lr_wsd_decay_{based}={-(-value // gbs) if based == 'iters' else value * gbs}")
         command = " ".join(["launch", self._preset_ref(), *(f"--set {o}" for o in self.preset.overrides),
                             *(f"--set {u}" for u in unset)])
         text = (f"train_{based} {self.arg(f'train_{based}')} is set, so these {other}-based settings conflict "

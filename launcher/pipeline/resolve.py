@@ -28,6 +28,7 @@ from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
+from launcher.pipeline.load_rules import checkpoint_needed
 from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
@@ -207,6 +208,8 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                                     kernels.apex, micro_batch_picked=picked, env=job.environment,
                                     te_version=kernels.te_version)
     problems += found
+    if job.entry == "pretrain_gpt":
+        problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
         found, unseen = data_check(job.effective(), target.remote, not target.container_image)
