@@ -134,7 +134,8 @@ STOPPED_BY_VALIDATE_ARGS = {
     "warmup": ("asserts", "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
                "--set warmup=null, and lr_warmup_fraction=F or lr_warmup_iters=N for a warmup"),
     "model_parallel_size": ("asserts", "--model-parallel-size is no longer valid, use --tensor-model-parallel-size "
-                                       "instead", "--set model_parallel_size=null --set tensor_model_parallel_size={value}"),
+                                       "instead",
+                            "--set model_parallel_size=null --set tensor_model_parallel_size={value}"),
 }
 
 
