@@ -61,9 +61,16 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
 
 def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob) -> Outcome:
     """`resolve_job` turns the written preset into the job its dry-run would run (cli.job.job_for)."""
+    from launcher.errors import UserError
     from launcher.pipeline.preset import load_preset
 
-    argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
+    try:
+        argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
+    except UserError as exc:  # the preset itself is refused: every problem, with what the import lost, at once
+        outcome = Outcome(problems=list(exc.problems))
+        _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set())
+        outcome.differences = ["the preset's argv cannot be compared: the preset is refused before it resolves"]
+        return outcome
     outcome = Outcome(problems=problems, argv=argv, added=added)
     if plan is not None:
         lay = plan.layout

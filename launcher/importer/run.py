@@ -46,26 +46,27 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
     target = Path(output) if output else None
     if target is not None and target.exists() and target.is_dir():
         raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
-    with tempfile.TemporaryDirectory() as tmp:  # checked where nobody reads it; written below only when accepted
-        scratch = Path(tmp) / "imported.yaml"
-        scratch.write_text(imported.text)
-        outcome = check_import(imported, scratch, resolve_job)
+    refused = bool(imported.lost) and not accept_loss
+    if target is not None and not refused:
+        try:
+            target.write_text(imported.text)
+        except OSError as exc:
+            raise UserError(f"cannot write {target}: {exc}") from None
+        outcome = check_import(imported, target, resolve_job)
+    else:  # checked where nobody reads it: printed below, or not written at all
+        with tempfile.TemporaryDirectory() as tmp:
+            scratch = Path(tmp) / (target.name if target is not None else "imported.yaml")
+            scratch.write_text(imported.text)
+            outcome = check_import(imported, scratch, resolve_job)
     lost = [*imported.lost, *(n for n in outcome.lost if n not in imported.lost)]
-    refused = bool(lost) and not accept_loss
-    if not refused:
-        if target is not None:
-            try:
-                target.write_text(imported.text)
-            except OSError as exc:
-                raise UserError(f"cannot write {target}: {exc}") from None
-        else:
-            sys.stdout.write(imported.text)
+    if target is None and not refused:
+        sys.stdout.write(imported.text)
     where = "not written" if refused else (str(target) if target is not None else "standard output")
-    report = render(imported, outcome, where)
-    (sys.stdout if target is not None else sys.stderr).write(report)
+    (sys.stdout if target is not None else sys.stderr).write(render(imported, outcome, where))
     if refused:
         sys.stderr.write(f"error: the preset would not hold {len(lost)} thing(s) of the script's model, numerics or "
                          "layout (listed above under lost), so it was not written\n"
                          "hint: give each its setting where the pin has one (--set in a launch, or edit the script), "
                          "or import with --accept-loss to write it anyway (its header then lists what was lost)\n")
-    return 2 if refused or outcome.problems or outcome.differences else 0
+    unaccepted = len(lost) > len(imported.lost) and not accept_loss  # the round trip found more than the import
+    return 2 if refused or unaccepted or outcome.problems or outcome.differences else 0

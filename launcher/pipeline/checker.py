@@ -220,8 +220,13 @@ class _Checker:
                                   self.arg("expert_tensor_parallel_size") is None else ""),
                       "set expert_tensor_parallel_size=1, or add_bias_linear=false (--disable-bias-linear)")
         if (ep > 1 or etp != tp) and self.world % (etp * ep * pp):
+            # the world must hold both grids: the dense one (TP·PP·CP) and the experts' (ETP·EP·PP)
+            both = math.lcm(etp * ep * pp, tp * pp * self.arg("context_parallel_size"))
+            smaller = [e for e in divisors(experts or ep) if self.world % (etp * e * pp) == 0 and e < ep]
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
-                      "make ETP·EP·PP divide the world size", stage="runtime")
+                      f"use --nodes {_valid_node_counts(self.gpus_per_node, both)}"
+                      + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else ""),
+                      stage="runtime")
 
     def context_parallel(self, cp: int, tp: int) -> None:
         if cp == 1:
@@ -284,9 +289,12 @@ class _Checker:
                 return None
             per_stage = counted // pp
             if per_stage % per_vstage:
+                # a divisor smaller than the stage interleaves, which this PP cannot: only dropping it helps then
+                interleaves = pp > 1 if self.arg("overlap_p2p_comm") else pp > 2
                 self.fail(f"{per_stage} layers per pipeline stage ({counted_text} / PP {pp}) is not divisible "
                           f"by num_layers_per_virtual_pipeline_stage {per_vstage}",
-                          f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}")
+                          f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}" if interleaves else
+                          f"set num_layers_per_virtual_pipeline_stage=null (PP {pp} has no interleaved schedule)")
                 return None
             vpp = virtual_pipeline_size(self.arg)
         elif vstages is not None:
@@ -311,12 +319,14 @@ class _Checker:
         if first is not None or last is not None:
             self.uneven_stages(layers, pp, vpp, first, last, extra)
         if vpp is not None:
+            drop = " ".join(f"--set {name}=null" for name in given)
             if self.arg("overlap_p2p_comm") and pp <= 1:
                 self.fail(f"the interleaved schedule (virtual pipeline size {vpp}) needs PP > 1, got PP {pp}",
-                          "raise pipeline_model_parallel_size or drop the virtual pipeline setting")
+                          f"drop the virtual pipeline: {drop}, or raise pipeline_model_parallel_size")
             elif not self.arg("overlap_p2p_comm") and pp <= 2:
                 self.fail(f"the interleaved schedule without overlap_p2p_comm needs PP > 2, got PP {pp}",
-                          "raise pipeline_model_parallel_size or re-enable p2p overlap")
+                          f"drop the virtual pipeline: {drop}, or raise pipeline_model_parallel_size, or re-enable "
+                          "p2p overlap")
         return vpp
 
     def pipeline_layout_contents(self, text: str, flat: str, layers: int) -> None:

@@ -144,3 +144,11 @@ def test_fork_rows_name_their_source():
                      .read_text())["flags"]
     for flag, row in raw.items():
         assert row["origin"] == "megatron" or "(" in row["origin"], f"{flag}: name where the fork defines it"
+
+
+def test_a_preset_refused_before_it_resolves_is_reported_with_what_was_lost(tmp_path, launch):
+    # every problem at once: the preset's own refusal and the script's lost flags, never only the first
+    code, stdout, stderr = launch("import", "--", "torchrun", "--nnodes", "0", "pretrain_gpt.py", "--num-layers",
+                                  "2", "--foo", "1")
+    assert code == 2 and "Traceback" not in stderr
+    assert "launcher.nodes" in stderr and "must be at least 1" in stderr and "--foo 1" in stderr

@@ -54,6 +54,9 @@ CASES = {
                             "use_distributed_optimizer=true", "reuse_grad_buf_for_mxfp8_param_ag=true"], False),
     "checkpoint flags with a new load": (["exit_on_missing_checkpoint=true", "use_checkpoint_args=true",
                                           "perform_initialization=false"], False),
+    "a virtual pipeline at PP 1 that does not divide": (["num_layers_per_virtual_pipeline_stage=5"], False),
+    "a virtual pipeline at PP 1": (["num_layers_per_virtual_pipeline_stage=4"], False),
+    "virtual stages at PP 1": (["num_virtual_stages_per_pipeline_rank=2"], False),
 }
 
 
@@ -109,3 +112,17 @@ def test_checkpoint_loading_flags_need_a_checkpoint(tmp_path):
     assert "does not exist or is empty here" in refused(["use_checkpoint_args=true", f"load={empty}"])
     (empty / "latest_checkpointed_iteration.txt").write_text("10")
     assert problems_of(["use_checkpoint_args=true", f"load={empty}"]) == []
+
+
+def test_a_virtual_pipeline_hint_at_pp_1_never_offers_another_virtual_pipeline():
+    # seen: "use num_layers_per_virtual_pipeline_stage in [1, 2, 4]" at PP 1, then "needs PP > 1 … drop"
+    text = refused(["num_layers_per_virtual_pipeline_stage=5"])
+    assert "hint: set num_layers_per_virtual_pipeline_stage=null (PP 1 has no interleaved schedule)" in text
+    assert "use num_layers_per_virtual_pipeline_stage in" in refused(["num_layers_per_virtual_pipeline_stage=5",
+                                                                      "pipeline_model_parallel_size=2"], 1, 2)
+
+
+def test_the_expert_world_size_hint_names_nodes():
+    text = refused(["num_experts=8", "expert_model_parallel_size=8", "add_bias_linear=false"], 1, 4)
+    assert "world size 4 is not divisible by expert TP·EP·PP = 1·8·1" in text
+    assert "hint: use --nodes 2 (8 GPUs), 4 (16 GPUs), 6 (24 GPUs), or --set expert_model_parallel_size=4" in text
