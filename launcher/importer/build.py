@@ -208,6 +208,62 @@ def read_source(text: str, positional: Sequence[str] = ()
     return runner, words, dict(reading.shell.exports), notes
 
 
+# -- what an undecided branch would have set -----------------------------------------------------------------------
+
+UNDECIDED_NOTE = re.compile(r"line (\d+): .*cannot be decided")
+OPENERS = re.compile(r"^\s*(if|case|for|while|until)\b")
+CLOSERS = re.compile(r"^\s*(fi|esac|done)\b")
+FLAG_WORD = re.compile(r"(?<![\w-])(--[A-Za-z][\w-]*)")
+ASSIGNED = re.compile(r"^\s*(?:export\s+|local\s+|declare\s+(?:-\w+\s+)*)?([A-Za-z_]\w*)\+?=", re.M)
+MAX_BLOCK_LINES = 2000
+
+
+def _block(lines: list[str], first: int) -> str:
+    """The text of the compound command that starts at line `first` (1-based), to its matching fi/esac/done."""
+    depth, out = 0, []
+    for line in lines[first - 1:first - 1 + MAX_BLOCK_LINES]:
+        out.append(line)
+        code = line.split("#", 1)[0]
+        for part in re.split(r";|&&|\|\|", code):
+            depth += bool(OPENERS.match(part)) - bool(CLOSERS.match(part))
+        if depth <= 0:
+            break
+    return "\n".join(out)
+
+
+def _changes_the_model(flag: str) -> bool:
+    arg = flag_reader.flag_table().get(flag)
+    if arg is not None:
+        return section_of(arg.dest) not in ("data", "checkpoint", "logging")
+    translation = flag_reader.legacy.translation(flag)
+    if translation is not None:
+        return not translation.harmless
+    return not flag_reader.HARMLESS_NAME.search(flag.removeprefix("--").lower())
+
+
+def undecided_losses(text: str, notes: Sequence[str]) -> list[str]:
+    """Flags of the model, its numerics or its layout that a branch the import could not decide would set or
+    change: named in the branch, or fed by a variable the branch assigns (TP=4 under `if [ "$MODE" = big ]`)."""
+    lines = text.splitlines()
+    found: dict[str, str] = {}
+    for note in notes:
+        match = UNDECIDED_NOTE.match(note)
+        if not match or int(match.group(1)) > len(lines):
+            continue
+        line = int(match.group(1))
+        block = _block(lines, line)
+        flags = set(FLAG_WORD.findall(block))
+        for name in set(ASSIGNED.findall(block)):
+            fed = re.compile(r"(--[A-Za-z][\w-]*)(?:=|\s+)[\"']?\$\{?" + re.escape(name) + r"\b")
+            flags |= {m.group(1) for m in fed.finditer(text)}
+        for flag in sorted(flags):
+            if flag not in found and _changes_the_model(flag):
+                found[flag] = (f"{flag}: set or changed under the compound command at line {line}, which cannot be "
+                               "decided without running the script; the preset holds the other branch's value (give "
+                               "the script's arguments, or --set the value that runs)")
+    return list(found.values())
+
+
 # -- the preset -------------------------------------------------------------------------------------------------
 
 # What a run writes: the launcher puts each into the run directory unless the preset gives a path of its own.
@@ -238,6 +294,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(_comment(unknown))
         else:
             lost.append(_comment(unknown + (f" (set it: --set {arg.dest}=VALUE)" if arg is not None else "")))
+    lost += [_comment(u) for u in undecided_losses(text, notes) if not any(u.split(":")[0] + " " in n + " "
+                                                                            or n.startswith(u.split(":")[0] + ":")
+                                                                            for n in lost)]
     notes += [_comment(f"{w.text}: {w.why}") for w in flags.of_kind("harmless")]
     translated = [_comment(f"{w.text} {w.why}" if w.kind == "translated" else w.why)
                   for w in flags.of_kind("translated", "converted")]

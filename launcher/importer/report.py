@@ -82,6 +82,12 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
     return outcome
 
 
+def all_lost(imported: Imported, outcome: Outcome) -> list[str]:
+    """What the import found lost, and what the round trip found beyond it (each named once, by its words)."""
+    named = {n.partition(": ")[0] for n in imported.lost}
+    return [*imported.lost, *(n for n in map(comment_text, outcome.lost) if n.partition(": ")[0] not in named)]
+
+
 def render(imported: Imported, outcome: Outcome, where: str) -> str:
     lines = [f"imported: {len(imported.settings)} Megatron settings, launcher "
              + ", ".join(f"{k} {v}" for k, v in imported.launcher.items())
@@ -104,7 +110,7 @@ def render(imported: Imported, outcome: Outcome, where: str) -> str:
     ignored = sorted(set(outcome.added) | set(imported.replaced))
     apart = ([f"{len(ignored)} added or replaced by the launcher ({', '.join(ignored)})"] if ignored else []) + \
         outcome.apart
-    lost = [*imported.lost, *(w for w in map(comment_text, outcome.lost) if w not in imported.lost)]
+    lost = all_lost(imported, outcome)
     if lost:
         lines.append(f"lost ({len(lost)}: the script's model, numerics or layout that the preset does not hold):")
         lines += [f"  {n}" for n in lost]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
-from launcher.importer.report import ResolveJob, check_import, render
+from launcher.importer.report import ResolveJob, all_lost, check_import, render
 
 MAX_SOURCE_BYTES = 1_000_000
 
@@ -58,7 +58,7 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
             scratch = Path(tmp) / (target.name if target is not None else "imported.yaml")
             scratch.write_text(imported.text)
             outcome = check_import(imported, scratch, resolve_job)
-    lost = [*imported.lost, *(n for n in outcome.lost if n not in imported.lost)]
+    lost = all_lost(imported, outcome)
     if target is None and not refused:
         sys.stdout.write(imported.text)
     where = "not written" if refused else (str(target) if target is not None else "standard output")

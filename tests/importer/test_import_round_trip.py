@@ -152,3 +152,14 @@ def test_a_preset_refused_before_it_resolves_is_reported_with_what_was_lost(tmp_
                                   "2", "--foo", "1")
     assert code == 2 and "Traceback" not in stderr
     assert "launcher.nodes" in stderr and "must be at least 1" in stderr and "--foo 1" in stderr
+
+
+def test_a_layout_set_under_an_undecided_branch_is_lost_not_the_other_branch():
+    # seen: TP 4 · PP 2 under an `if` the import could not decide became TP 1 · PP 1, silently
+    script = ('TP=1\nif [ "$MODE" = big ]; then\n  TP=4\n  PP=2\n  LOG="--log-interval 5"\nfi\n'
+              + BASE + "--tensor-model-parallel-size $TP --pipeline-model-parallel-size ${PP:-1}\n")
+    found = import_source(script, "train.sh").lost
+    assert [n.split(":")[0] for n in found] == ["--pipeline-model-parallel-size", "--tensor-model-parallel-size"]
+    assert all("line 2, which cannot be decided" in n for n in found)
+    decided = script.replace('"$MODE"', "small")
+    assert import_source(decided, "train.sh").lost == []
