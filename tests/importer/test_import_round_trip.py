@@ -45,13 +45,16 @@ def lost(extra: str) -> list[str]:
     ("--checkpoint-num-layers 2 --checkpoint-activations", {"recompute_granularity": "full",
                                                             "recompute_num_layers": 2}),
     ("--model-parallel-size 1", {"tensor_model_parallel_size": 1}),
+    ("--num-experts 4 --moe-expert-parallel-size 1 --topk 1", {"expert_model_parallel_size": 1,
+                                                              "moe_router_topk": 1}),  # Megatron-DeepSpeed
 ])
 def test_other_releases_and_forks_flags_are_carried_by_their_meaning(extra, expected):
     imported = import_source(BASE + extra, "train.sh")
     assert imported.lost == []
     assert {k: imported.settings.get(k) for k in expected} == expected
     assert "checkpoint_activations" not in imported.settings  # the pin stops in validate_args on it
-    flag = extra.split()[0].partition("=")[0] if not extra.startswith("--position") else "--rotary-base"
+    flag = {"--position-embedding-type": "--rotary-base", "--num-experts": "--topk"}.get(
+        extra.split()[0], extra.split()[0].partition("=")[0])
     assert any(flag in note for note in imported.translated), imported.translated
 
 
@@ -62,6 +65,7 @@ def test_other_releases_and_forks_flags_are_carried_by_their_meaning(extra, expe
     ("--my-fork-attention-sink 4", "not an argument of pretrain_gpt.py at the pin"),
     ("--fp32-allreduce", "removed before the pin"),  # a flag of Megatron v1.0–v2.0, from its history
     ("--zero-stage 2", "use_distributed_optimizer"),
+    ("--ds-sequence-parallel-size 2", "context_parallel_size"),
 ])
 def test_what_changes_the_model_and_is_not_carried_is_lost(extra, why):
     found = lost(extra)
