@@ -595,6 +595,11 @@ class _Checker:
             unset = " ".join(f"--set {a}" for a in drop("fp8", self.arg)[1:])
             self.fail("fp8_param_gather needs fp8 (fp8_format)", f"drop it and what only fp8 reads: {unset}, or set "
                       "fp8 (--fp8-format)")
+        if self.arg("use_precision_aware_optimizer") and not (dist_opt or self.arg("use_megatron_fsdp")):
+            # optimizer_config.py: "--use-precision-aware-optimizer only supported with distributed optimizer"
+            self.fail("use_precision_aware_optimizer needs the distributed optimizer: Megatron asserts it when it "
+                      "creates the optimizer", "set use_distributed_optimizer=true, or use_precision_aware_optimizer="
+                      "false", stage="runtime")
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "

@@ -49,6 +49,7 @@ CASES = {
                                               "lr_decay_style=WSD", "lr_wsd_decay_iters=100"], False),
     "precision-aware optimizer without TE": (["use_precision_aware_optimizer=true",
                                               "use_distributed_optimizer=true"], False),
+    "precision-aware optimizer without the distributed optimizer": (["use_precision_aware_optimizer=true"], True),
     "reuse grad buffer without fp8 params": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
     "fp8 MoE without TE": (["num_experts=4", "add_bias_linear=false", "fp8_format=e4m3", "fp8_param_gather=true",
                             "use_distributed_optimizer=true", "reuse_grad_buf_for_mxfp8_param_ag=true"], False),
@@ -126,3 +127,9 @@ def test_the_expert_world_size_hint_names_nodes():
     text = refused(["num_experts=8", "expert_model_parallel_size=8", "add_bias_linear=false"], 1, 4)
     assert "world size 4 is not divisible by expert TP·EP·PP = 1·8·1" in text
     assert "hint: use --nodes 2 (8 GPUs), 4 (16 GPUs), 6 (24 GPUs), or --set expert_model_parallel_size=4" in text
+
+
+def test_precision_aware_optimizer_needs_the_distributed_optimizer():
+    text = refused(["use_precision_aware_optimizer=true"], te=True, apex=True)
+    assert "use_precision_aware_optimizer needs the distributed optimizer" in text
+    assert "hint: set use_distributed_optimizer=true, or use_precision_aware_optimizer=false" in text
