@@ -26,7 +26,7 @@ TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 # Unknown flags whose names say they only log, name a path or an experiment, or profile: dropped with a note. Any
 # other unknown flag may change the model, its numerics or its layout, and is reported as lost.
 HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
-                           r"timing|timers|tracking|print|report|monitor|verbose|debug|exp|experiment|run|job)(-|$)"
+                           r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
                            r"|-(dir|path|file|name|project|entity|interval|tag|tags|url)$")
 
 
