@@ -9,6 +9,7 @@ Megatron's functional-test configs (MODEL_ARGS: {--num-layers: 24, …}, ENV_VAR
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -414,9 +415,21 @@ def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any
         lines[-1] = "megatron: {}"
     text = "\n".join(lines) + "\n"
     meant = {"description": description, "launcher": meant_launcher, "megatron": meant_megatron}
-    if untrusted.load_yaml(text, "the imported preset") != meant:
+    if _canonical(untrusted.load_yaml(text, "the imported preset")) != _canonical(meant):
         raise RuntimeError("launch import wrote a preset that does not read back as the settings it meant")
     return text
+
+
+def _canonical(value: Any) -> Any:
+    """`value` with NaN made comparable (NaN != NaN): `--lr nan` reads back as the NaN it wrote, which the dry-run
+    then refuses with its own reason."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan",)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def _dump(mapping: dict[str, Any], indent: int) -> list[str]:

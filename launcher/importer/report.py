@@ -47,7 +47,7 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
     out = []
     for dest in sorted((set(ours.settings) | set(theirs.settings)) - ignore):
         mine, source = ours.settings.get(dest, "(absent)"), theirs.settings.get(dest, "(absent)")
-        if mine != source:
+        if mine != source and repr(mine) != repr(source):  # repr: NaN equals NaN
             out.append(f"{dest}: the script gives {source}, the preset {mine}")
     out += [f"the preset's argv: {w.text}: {w.why}" for w in ours.of_kind("lost", "harmless")]
     apart = []

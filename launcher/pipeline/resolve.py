@@ -258,7 +258,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)
             notes, problems = [*notes, *more_notes], [*problems, *signal_problems]
-    added = {dest: value for dest, value in megatron.items() if dest not in written or written[dest] != value}
+    added = {dest: value for dest, value in megatron.items() if dest not in written or not _same(written[dest], value)}
     arg = replace(preset, megatron=megatron).arg
     environment = job_environment(
         entry=entry, tp=arg("tensor_model_parallel_size"), cp=arg("context_parallel_size"), fsdp=uses_fsdp(arg),
@@ -271,6 +271,11 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes))
     return job, problems
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to itself (a preset's `lr: .nan` is the user's value, not one the launcher added)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
 def resume_note(existing: ResumedRun, megatron: Mapping[str, Any]) -> str:

@@ -167,3 +167,12 @@ def test_a_layout_set_under_an_undecided_branch_is_lost_not_the_other_branch():
     assert all("line 2, which cannot be decided" in n for n in found)
     decided = script.replace('"$MODE"', "small")
     assert import_source(decided, "train.sh").lost == []
+
+
+def test_a_nan_value_is_carried_and_refused_by_the_check_not_an_internal_error(tmp_path, launch):
+    # NaN != NaN: the import's read-back of its own preset called this an internal error
+    imported = import_source(BASE + "--lr nan --moe-loss-weight nan --num-experts 4", "train.sh")
+    assert str(imported.settings["lr"]) == "nan" and imported.lost == []
+    code, stdout, stderr = launch("import", "--", *(BASE.replace("--lr 1e-4", "--lr nan")).split())
+    assert code == 2 and "internal" not in stderr.lower() and "lr is nan" in stderr
+    assert "round trip: equal" in stderr and "(lr)" not in stderr  # the user's NaN, not one the launcher added
