@@ -5,12 +5,13 @@ commit no longer parses, with the releases that had it and Megatron's own words 
     python scripts/derive_legacy_flags.py --repo MEGATRON_GIT --check  # exit 1 when the file is out of date
 
 The repository is read with `git show TAG:megatron/[training/]arguments.py` (a bare clone is enough); each file is
-parsed with Python's ast, never imported. Releases: the final tags (no rc/alpha) dated up to the pin's commit, in date
-order, and the pin itself. For each flag gone at the pin: its dest, how it was parsed (store_true/false, a value and
-its type), the first and last release that had it, and Megatron's message about it: a string of any release's
-arguments.py (the pin's first) that names the flag and says it is deprecated, no longer valid, removed, or to be
-replaced ("use --x instead"). Which flags the launcher translates, and how, is curated apart
-(launcher/data/flag_translations.json); this table is only what the history says.
+parsed with Python's ast, never imported. Releases: the final tags (no rc/alpha) dated up to the pin's commit, in
+date order, and the pin itself. For each flag gone at the pin: its dest, how it was parsed (store_true/false, a
+value and its type), the first and last release that had it, the pin's flags of the same dest where one exists (a
+rename), and Megatron's message about it: a string of any release's arguments.py (the pin's first) that names the
+flag and says it is deprecated, no longer valid, removed, or to be replaced ("use --x instead"). Which flags the
+launcher translates, and how, is curated apart (launcher/data/flag_translations.json); this table is only what the
+history says.
 """
 
 from __future__ import annotations
@@ -117,9 +118,13 @@ def messages(source: str) -> list[tuple[int, str]]:
     return found
 
 
+def pin_arguments() -> dict[str, Any]:
+    arguments: dict[str, Any] = json.loads((REPO / "launcher" / "data" / "megatron_args.json").read_text())["arguments"]
+    return arguments
+
+
 def pin_flags() -> set[str]:
-    raw = json.loads((REPO / "launcher" / "data" / "megatron_args.json").read_text())
-    return {flag for entry in raw["arguments"].values() for flag in entry["flags"]}
+    return {flag for entry in pin_arguments().values() for flag in entry["flags"]}
 
 
 def derive(repo: Path) -> dict[str, Any]:
@@ -141,7 +146,10 @@ def derive(repo: Path) -> dict[str, Any]:
             row = history.setdefault(flag, {"dest": entry["dest"], "kind": entry["kind"], "type": entry["type"],
                                             "help": entry["help"], "last": ref})
             row["first"] = ref  # walked newest first: the last write is the oldest release
+    arguments = pin_arguments()
     for flag, row in history.items():
+        if row["dest"] in arguments:  # renamed: the pin sets the same attribute under another spelling
+            row["pin_flags"] = arguments[row["dest"]]["flags"]
         pattern = re.compile(re.escape(flag) + r"(?![\w-])")
         for ref, path, line, text in said:
             at = pattern.search(text)

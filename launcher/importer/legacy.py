@@ -67,6 +67,8 @@ def translation(flag: str) -> Translation | None:
     # a flag of an older release with no curated meaning: lost, with what the release's help said it did
     what = f": \"{row['help']}\"" if row.get("help") else ""
     said = f"; Megatron said: \"{row['message']}\"" if row.get("message") else ""
+    renamed = (f"; the pin sets the same setting ({row['dest']}) with {' or '.join(row['pin_flags'])}, whose meaning "
+               "may differ: set it if it is the same") if row.get("pin_flags") else ""
     return Translation(flag, "an older Megatron-LM" + _releases(flag), "" if row["kind"] != "value" else "str",
-                       refuse=f"removed before the pin{what}{said}")
+                       refuse=f"removed before the pin{what}{said}{renamed}")
 
