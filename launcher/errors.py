@@ -34,7 +34,8 @@ class Problem:
     message: str
     hint: str = ""
     # When Megatron itself would fail: "validate" (argument checks before start-up), "runtime" (model build or
-    # mid-training, after minutes on the GPUs), "launcher" (a rule of this launcher, e.g. an entry's limits).
+    # mid-training, after minutes on the GPUs), "launcher" (a rule of this launcher, e.g. an entry's limits),
+    # "data" (the data or tokenizer files, which Megatron opens only when it builds the datasets).
     stage: str = "validate"
 
     def render(self) -> str:

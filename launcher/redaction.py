@@ -1,11 +1,11 @@
 """The one secret rule, for every output: a secret's value never reaches stdout, stderr, JSON or a file.
 
-A secret is an environment variable whose name contains KEY, TOKEN, SECRET, PASSWORD, PASSWD, PASSPHRASE or
-CREDENTIAL, or has PASS, PAT, AUTH, COOKIE, DSN, WEBHOOK or PRIVATE as a word of it (DB_PASS, GH_PAT), or whose
-value has the form of a well-known credential whatever the name (hf_…, ghp_…, github_pat_…, glpat-…, sk-…,
-xox?-…, AKIA…/ASIA…, AIza…, nvapi-…). Its value is remembered where the launcher first reads it (a preset's or
---set's launcher.env, `launch import`'s exports); `scrub` then replaces each remembered value (also as JSON,
-repr() and shell quoting would spell it), and any credential-shaped word, with <redacted> in any text.
+A secret is an environment variable whose name contains KEY, TOKEN (not TOKENIZER…, …TOKENS), SECRET, PASSWORD,
+PASSWD, PASSPHRASE or CREDENTIAL, or has PASS, PAT, AUTH, COOKIE, DSN, WEBHOOK or PRIVATE as a word of it (DB_PASS,
+GH_PAT), or whose value has the form of a well-known credential whatever the name (hf_…, ghp_…, github_pat_…,
+glpat-…, sk-…, xox?-…, AKIA…/ASIA…, AIza…, nvapi-…). Its value is remembered where the launcher first reads it (a
+preset's or --set's launcher.env, `launch import`'s exports); `scrub` then replaces each remembered value (also as
+JSON, repr() and shell quoting would spell it), and any credential-shaped word, with <redacted> in any text.
 `launch`'s stdout and stderr pass through `scrub` (RedactingStream), so an error message, a dry-run or a Slurm
 refusal that quotes a value cannot print a secret; writers of files call launcher.runs.secrets, which redacts
 by this rule, and scrub what they copy from elsewhere (logs, tracebacks).
@@ -19,7 +19,8 @@ import shlex
 from typing import Any, TextIO
 
 REDACTED = "<redacted>"
-SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL"
+# TOKEN, but not a tokenizer's setting (TOKENIZERS_PARALLELISM) nor a count of tokens (MAX_TOKENS)
+SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER|S(?:_|$))|SECRET|PASSW(?:OR)?D|PASSPHRASE|CREDENTIAL"
                          r"|(?:^|_)(?:PASS|PAT|AUTH|COOKIE|DSN|WEBHOOK|PRIVATE)(?:_|$)", re.IGNORECASE)
 # Credentials recognisable by their form (Hugging Face, GitHub, GitLab, OpenAI-style, Slack, AWS, Google, NVIDIA
 # NGC): such a value is a secret under any variable name.

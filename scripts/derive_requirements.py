@@ -112,6 +112,12 @@ RULES = [
          ("core/transformer/dot_product_attention.py", r"Context parallelism is only supported by TEDot"),
          "context parallelism is TE's attention", "set context_parallel_size=1 or install Transformer Engine",
          enforced_by="layout.context_parallel"),
+    rule("precision-aware-optimizer-te", {"use_precision_aware_optimizer": True, "optimizer_cpu_offload": False}, TE,
+         ("core/optimizer/optimizer_config.py", r"--use-precision-aware-optimizer requires FusedAdam from "
+                                                r"TransformerEngine"),
+         "the precision-aware optimizer is Transformer Engine's FusedAdam (apex's has no low-precision states): "
+         "OptimizerConfig raises when TE is missing, at the optimizer's creation",
+         "set use_precision_aware_optimizer=false or install Transformer Engine"),
     rule("tp-comm-overlap-te", {"tp_comm_overlap": True}, TE,
          ("training/initialize.py", r"Overlap optimization needs 'yaml' and"),
          "TP communication/GEMM overlap is TE's userbuffers", "set tp_comm_overlap=false or install "
@@ -193,6 +199,7 @@ RULES = [
 # it is classified here.
 PACKAGES = {
     "transformer_engine": "rules: transformer-impl-te, context-parallel-te, tp-comm-overlap-te, "
+                          "precision-aware-optimizer-te, "
                           "moe-permute-fusion-te, delay-wgrad-*",
     "apex": "rules: gradient-accumulation-fusion-apex, masked-softmax-fusion-apex (other apex kernels fall back "
             "to torch)",

@@ -377,8 +377,12 @@ def tokenizer_package_problems(args: Mapping[str, Any]) -> list[Problem]:
     kind = str(args.get("tokenizer_type") or "GPT2BPETokenizer")
     if kind not in AUTOTOKENIZER_TYPES:
         return []
-    offline = ("tokenizer_type=NullTokenizer with vocab_size=N (and null_tokenizer_eod_id=ID), which pretraining "
-               "needs no file for: `launch prepare-data` prints it")
+    from launcher.importer.build import tokenizer_vocab
+
+    known, _ = tokenizer_vocab(dict(args)) if kind == "HuggingFaceTokenizer" else (None, "")
+    size = f"{known} ({args.get('tokenizer_model')}'s vocabulary)" if known else "N"
+    offline = (f"tokenizer_type=NullTokenizer with vocab_size={size} (and null_tokenizer_eod_id=ID), which "
+               "pretraining needs no file for: `launch prepare-data` prints it")
     hub = ""
     if kind != "HuggingFaceTokenizer":  # MegatronHFTokenizer: AutoTokenizer.from_pretrained("gpt2", vocab_file=…)
         hub = (f"; and Megatron builds {kind} from the Hugging Face hub's "
@@ -395,9 +399,16 @@ def _gpt2_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, 
     problems = []
     unset = [name for name in ("vocab_file", "merge_file") if not args.get(name)]
     if unset:
-        problems.append(Problem(f"tokenizer_type GPT2BPETokenizer needs {' and '.join(unset)}",
-                                "set vocab_file and merge_file (GPT-2 vocab.json and merges.txt), or use "
-                                "tokenizer_type=NullTokenizer with vocab_size=50257 for GPT-2-tokenized data"))
+        # only a job that names GPT-2's tokenizer has GPT-2-tokenized data; one that names none gets it by default
+        named = bool(args.get("tokenizer_type"))
+        problems.append(Problem(
+            f"tokenizer_type GPT2BPETokenizer needs {' and '.join(unset)}" if named else
+            f"tokenizer_type is not set, so Megatron builds GPT2BPETokenizer, which needs {' and '.join(unset)}",
+            "set vocab_file and merge_file (GPT-2 vocab.json and merges.txt), or use tokenizer_type="
+            "NullTokenizer with vocab_size=50257 for GPT-2-tokenized data" if named else
+            "set tokenizer_type to the tokenizer the data was made with (e.g. HuggingFaceTokenizer with "
+            "tokenizer_model=NAME_OR_DIR), or tokenizer_type=NullTokenizer with vocab_size of that tokenizer "
+            "(50257 only for GPT-2 token ids)"))
     for name in ("vocab_file", "merge_file"):
         path = args.get(name)
         if path and (not os.path.isfile(str(path)) or not os.access(str(path), os.R_OK)):

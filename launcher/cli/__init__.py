@@ -358,12 +358,16 @@ def cmd_import(argv: list[str]) -> int:
                         help="a file, '-' for standard input, or the flags themselves after --")
     parser.add_argument("-o", "--output", metavar="PRESET.yaml",
                         help="write the preset here (default: print it; the report goes to standard error)")
+    parser.add_argument("--accept-loss", action="store_true",
+                        help="write the preset even where it does not hold something of the script's model, "
+                             "numerics or layout (an unknown flag, a value the pin cannot take); the preset's "
+                             "header lists each")
     args = parser.parse_args(argv)
     from launcher.checks.data import tokenizer_vocab_size
     from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
 
-    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size)
+    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size, args.accept_loss)
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:

@@ -9,6 +9,7 @@ Megatron's functional-test configs (MODEL_ARGS: {--num-layers: 24, …}, ENV_VAR
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ class Imported:
     replaced: dict[str, str] = field(default_factory=dict)  # dest → why its value is not the script's
     not_carried: list[str] = field(default_factory=list)  # one line per thing the preset does not hold
     warnings: list[str] = field(default_factory=list)  # where the preset's model is not the script's
+    # what changes the model, its numerics or its layout and was not carried: the import refuses to write the
+    # preset unless the user accepts the loss (the header then lists it)
+    lost: list[str] = field(default_factory=list)
+    translated: list[str] = field(default_factory=list)  # flags of other releases or forks, values retyped
     # the constructs (if/case/loop lines) the training command depends on that cannot be decided without running
     # the script, each with the command's flags it decides (Undecided.flags)
     undecided: list[Undecided] = field(default_factory=list)
@@ -131,6 +136,9 @@ def _missing(value: Any) -> list[str]:
 def _comment(text: str) -> str:
     """One line for a `#` comment: unresolved parts as ${NAME}, no newline or control character."""
     return shell_comment(show(text))
+
+
+comment_text = _comment
 
 
 # -- sources ----------------------------------------------------------------------------------------------------
@@ -248,7 +256,23 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")
     flags = flag_reader.read_flags(words)
-    notes += [f"{_comment(u)}" for u in flags.unknown]
+    lost: list[str] = []
+    for w in flags.of_kind("lost"):
+        missing = _missing(w.text)
+        if not missing:
+            lost.append(_comment(f"{w.text}: {w.why}"))
+            continue
+        arg = flag_reader.flag_table().get(w.words[0].partition("=")[0])
+        unknown = f"{w.text}: {', '.join('$' + n for n in missing)} is not known without running the script"
+        if arg is not None and section_of(arg.dest) in ("data", "checkpoint", "logging"):
+            notes.append(_comment(unknown))
+        else:
+            lost.append(_comment(unknown + (f" (set it: --set {arg.dest}=VALUE)" if arg is not None else "")))
+    # a branch the reader cannot decide that sets the model, numerics or layout (the flags it feeds are unknown)
+    lost += [_comment(u) for u in training_command.losses(source.undecided, section_of)]
+    notes += [_comment(f"{w.text}: {w.why}") for w in flags.of_kind("harmless")]
+    translated = [_comment(f"{w.text} {w.why}" if w.kind == "translated" else w.why)
+                  for w in flags.of_kind("translated", "converted")]
     notes += [f"{flag} is given more than once; the last value is carried (as argparse does)"
               for flag in flags.repeated]
     settings = dict(flags.settings)
@@ -271,6 +295,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             comment_out(dest, value, f"{names} unknown; a launch saves into its run directory")
         else:
             comment_out(dest, value, f"{names} unknown; set it if the script relies on it")
+            if section_of(dest) not in ("data", "checkpoint", "logging"):
+                lost.append(_comment(f"{flags.flag_of.get(dest, dest)} {show(str(value))}: {names} is not known "
+                                     "without running the script (set it: --set "
+                                     f"{dest}=VALUE)"))
     for dest in RUN_OUTPUTS:  # relative to where the script ran, e.g. ${1:-"checkpoints/llama3_8b_fp8"}
         value = settings.get(dest)
         if isinstance(value, str) and not value.startswith("/"):
@@ -313,17 +341,26 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
-    text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings)
-    return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, undecided=source.undecided)
+    text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings, lost, translated)
+    return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, lost, translated,
+                    undecided=source.undecided)
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],
-                  commented: dict[str, list[str]], notes: list[str]) -> str:
+                  commented: dict[str, list[str]], notes: list[str], lost: Sequence[str] = (),
+                  translated: Sequence[str] = ()) -> str:
     """The preset's text. Every key and value is written by the YAML serializer (never pasted into the text), the
     comments are single flattened lines, and the text is read back and compared with what was meant: a value of the
     script (an ENV_VARS key with a newline and a colon, a list item with quotes) can only be that value."""
-    lines = [f"# Imported by `launch import` from {_comment(source)}. Nothing of it was run.",
-             "# Not carried (each thing of the source that this preset does not hold, and why):"]
+    lines = [f"# Imported by `launch import` from {_comment(source)}. Nothing of it was run."]
+    if lost:
+        lines.append(f"# LOST ({len(lost)}; written because --accept-loss was given): the script's model, numerics "
+                     "or layout differ here:")
+        lines += [f"#   {_comment(n)}" for n in lost]
+    if translated:
+        lines.append("# Carried in the pin's words (another release's or a fork's flag, a value in the pin's type):")
+        lines += [f"#   {_comment(n)}" for n in translated]
+    lines.append("# Not carried (each thing of the source that this preset does not hold, and why):")
     lines += [f"#   {_comment(n)}" for n in notes] or ["#   nothing"]
     description = "imported from " + show(source).rsplit("/", 1)[-1]
     lines += _dump({"description": description}, 0)
@@ -351,9 +388,21 @@ def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any
         lines[-1] = "megatron: {}"
     text = "\n".join(lines) + "\n"
     meant = {"description": description, "launcher": meant_launcher, "megatron": meant_megatron}
-    if untrusted.load_yaml(text, "the imported preset") != meant:
+    if _canonical(untrusted.load_yaml(text, "the imported preset")) != _canonical(meant):
         raise RuntimeError("launch import wrote a preset that does not read back as the settings it meant")
     return text
+
+
+def _canonical(value: Any) -> Any:
+    """`value` with NaN made comparable (NaN != NaN): `--lr nan` reads back as the NaN it wrote, which the dry-run
+    then refuses with its own reason."""
+    if isinstance(value, float) and math.isnan(value):
+        return ("nan",)
+    if isinstance(value, dict):
+        return {k: _canonical(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_canonical(v) for v in value]
+    return value
 
 
 def _dump(mapping: dict[str, Any], indent: int) -> list[str]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.errors import UserError, did_you_mean
+from launcher.importer import legacy
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
 
@@ -23,14 +24,44 @@ TORCHRUN_DROPPED = {"node_rank": "the launcher gives each node its rank (torchru
 TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 
 
+# Unknown flags whose names say they only log, name a path or an experiment, or profile: dropped with a note. Any
+# other unknown flag may change the model, its numerics or its layout, and is reported as lost.
+HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
+                           r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
+                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url)$")
+
+
+@dataclass
+class Word:
+    """One flag of a training command with its value words (or words without a flag), and what it becomes at the
+    pin: `settings` (the pin's dest → typed value), applied in order as argparse would; `defaults` apply only where
+    nothing else set that dest. kind: carried (a flag of the pin, typed as given), converted (the same value in the
+    pin's type: 500000.0 → 500000), translated (another release's or a fork's flag of the same meaning), harmless
+    (dropped: logging, paths), lost (its meaning is not carried)."""
+
+    words: list[str]
+    kind: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    defaults: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+
+    @property
+    def text(self) -> str:
+        return " ".join(self.words)
+
+
 @dataclass
 class Flags:
     """Megatron settings in the order given, and what could not become a setting."""
 
     settings: dict[str, Any] = field(default_factory=dict)
     flag_of: dict[str, str] = field(default_factory=dict)  # dest → the flag the script spelled
-    unknown: list[str] = field(default_factory=list)  # "--flag value…: why"
+    unknown: list[str] = field(default_factory=list)  # "--flag value…: why", for lost and harmless words alike
     repeated: list[str] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
+
+    def of_kind(self, *kinds: str) -> list[Word]:
+        return [w for w in self.words if w.kind in kinds]
 
 
 def flag_table() -> dict[str, megatron_args.MegatronArg]:
@@ -41,67 +72,163 @@ def _is_flag(word: str) -> bool:
     return word.startswith("--") and len(word) > 2
 
 
-def read_flags(words: list[str], raw: bool = False) -> Flags:
-    """Megatron flags → dest → typed value, as argparse would (last one wins; --x=value accepted).
-    With raw, values stay the words given (for comparing two argvs without typing)."""
+def _values_after(words: list[str], i: int) -> int:
+    j = i + 1
+    while j < len(words) and not _is_flag(words[j]):
+        j += 1
+    return j
+
+
+def _typed(arg: megatron_args.MegatronArg, value: Any, flag: str) -> tuple[Any, str]:
+    """(value in the pin's type, how it was converted or ""); UserError when no exact conversion exists."""
+    try:
+        return type_megatron_value(arg.dest, value, f"flag {flag}")[1], ""
+    except UserError:
+        exact = _exact(arg, value)
+        if exact is None:
+            raise
+        given = value if isinstance(value, str) else " ".join(value)
+        now = exact if isinstance(exact, str) else " ".join(map(str, exact))
+        return type_megatron_value(arg.dest, exact, f"flag {flag}")[1], (
+            f"{flag} {given} → {now}: the same value in the pin's type")
+
+
+def _exact(arg: megatron_args.MegatronArg, value: Any) -> Any:
+    """The same value written as the pin's type wants it, or None: 500000.0 or 5e5 for an integer, a choice in
+    another case (rmsnorm → RMSNorm)."""
+    items = value if isinstance(value, list) else [value]
+    out = []
+    for item in items:
+        if arg.type == "int":
+            try:
+                number = float(item)
+            except ValueError:
+                return None
+            if not number.is_integer() or abs(number) > 2**53:
+                return None
+            out.append(str(int(number)))
+        elif arg.choices is not None:
+            fold = {str(c).lower().replace("-", "_"): c for c in arg.choices}
+            match = fold.get(str(item).lower().replace("-", "_"))
+            if match is None:
+                return None
+            out.append(str(match))
+        else:
+            return None
+    return out if isinstance(value, list) else out[0]
+
+
+def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg]) -> tuple[Word, int, str | None]:
+    """The flag at words[i] with its values → (Word, next index, the dest it sets directly or None)."""
+    word = words[i]
+    if not _is_flag(word):
+        j = _values_after(words, i)
+        after = " before any flag"
+        if i > 0:
+            k = i - 1
+            while k > 0 and not _is_flag(words[k]):
+                k -= 1
+            after = f" after {words[k]}'s value" if _is_flag(words[k]) else ""
+        return Word(words[i:j], "lost", why=f"word(s) without a flag{after}; Megatron's parser refuses them "
+                                             "(unrecognized arguments)"), j, None
+    flag, eq, inline = word.partition("=")
+    translation = legacy.translation(flag)
+    if translation is not None:
+        return _translated(words, i, flag, eq, inline, translation)
+    arg = table.get(flag)
+    if arg is None:
+        j = _values_after(words, i)
+        if flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
+            near = did_you_mean(flag, [f for f in table if f.startswith(("--no-", "--disable-"))], n=3, cutoff=0.75)
+        else:
+            near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3,
+                                cutoff=0.75)
+        why = "not an argument of pretrain_gpt.py at the pin" + (f" ({near})" if near else "")
+        harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
+        return Word(words[i:j], "harmless" if harmless else "lost",
+                    why=why + ("; by its name it logs, profiles or names a path" if harmless else "")), j, None
+    if arg.kind in ("true", "false", "bool"):
+        on = arg.kind == "true" or (arg.kind == "bool" and not flag.startswith("--no-"))
+        return Word([word], "carried", {arg.dest: on}), i + 1, arg.dest
+    if eq:
+        value: Any = inline
+        j = i + 1
+    elif arg.nargs is None:
+        if i + 1 >= len(words):
+            return Word([word], "lost", why="no value follows"), i + 1, None
+        value, j = words[i + 1], i + 2
+    else:
+        j = i + 1
+        count = arg.nargs if isinstance(arg.nargs, int) else None
+        while j < len(words) and (count is None or j - i - 1 < count) and not _is_flag(words[j]):
+            j += 1
+        value = words[i + 1:j]
+    try:
+        typed, converted = _typed(arg, value, flag)
+    except UserError as exc:
+        return Word(words[i:j], "lost", why=exc.problems[0].message), j, None
+    return Word(words[i:j], "converted" if converted else "carried", {arg.dest: typed}, why=converted), j, arg.dest
+
+
+def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
+                translation: legacy.Translation) -> tuple[Word, int, str | None]:
+    j = i + 1
+    value: Any = None
+    if translation.value == "list":
+        j = _values_after(words, i)
+        value = [inline] if eq else words[i + 1:j]
+    elif translation.value:
+        if eq:
+            value = inline
+        elif i + 1 < len(words) and not _is_flag(words[i + 1]):
+            value, j = words[i + 1], i + 2
+        else:
+            return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
+    given = words[i:j]
+    if translation.harmless:
+        return Word(given, "harmless", why=f"{translation.harmless} ({translation.origin})"), j, None
+    if translation.refuse:
+        return Word(given, "lost", why=f"{translation.refuse} ({translation.origin}); instead: {translation.instead}"
+                    if translation.instead else f"{translation.refuse} ({translation.origin})"), j, None
+    try:
+        settings = {dest: _typed_to(dest, value if v == "$value" else v, flag) for dest, v in translation.to.items()}
+        defaults = {dest: _typed_to(dest, v, flag) for dest, v in translation.unless_given.items()}
+    except UserError as exc:
+        return Word(given, "lost", why=f"{exc.problems[0].message} ({translation.origin})"), j, None
+    shown = ", ".join(f"{d} {v}" for d, v in {**settings, **defaults}.items())
+    return Word(given, "translated", settings, defaults,
+                why=f"→ {shown}: {translation.why} ({translation.origin})"), j, None
+
+
+def _typed_to(dest: str, value: Any, flag: str) -> Any:
+    arg = megatron_args.catalog()[dest]
+    return _typed(arg, value, flag)[0]
+
+
+def read_flags(words: list[str]) -> Flags:
+    """Megatron flags → dest → typed value, as argparse would (last one wins; --x=value accepted); flags of other
+    Megatron releases and of forks translated where their meaning is certain (launcher/data/flag_translations.json)."""
     table = flag_table()
     out = Flags()
+    defaults: dict[str, Any] = {}
     i = 0
     while i < len(words):
-        word = words[i]
-        if not _is_flag(word):
-            j = i
-            while j < len(words) and not _is_flag(words[j]):
-                j += 1
-            after = " before any flag"
-            if i > 0:
-                k = i - 1
-                while k > 0 and not _is_flag(words[k]):
-                    k -= 1
-                after = f" after {words[k]}'s value" if _is_flag(words[k]) else ""
-            out.unknown.append(f"{' '.join(words[i:j])}: word(s) without a flag{after}; Megatron's parser refuses "
-                               "them (unrecognized arguments)")
-            i = j
+        item, i, _ = read_word(words, i, table)
+        out.words.append(item)
+        if item.kind in ("lost", "harmless"):
+            out.unknown.append(f"{item.text}: {item.why}")
             continue
-        flag, eq, inline = word.partition("=")
-        arg = table.get(flag)
-        if arg is None:
-            j = i + 1
-            while j < len(words) and not _is_flag(words[j]):
-                j += 1
-            near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3, cutoff=0.75)
-            out.unknown.append(" ".join(words[i:j]) + ": not an argument of pretrain_gpt.py at the pin"
-                               + (f" ({near})" if near else ""))
-            i = j
-            continue
-        if arg.kind in ("true", "false", "bool"):
-            on = arg.kind == "true" or (arg.kind == "bool" and not flag.startswith("--no-"))
-            value: Any = on
-            i += 1
-        elif eq:
-            value, i = inline, i + 1
-        elif arg.nargs is None:
-            if i + 1 >= len(words):
-                out.unknown.append(f"{flag}: no value follows")
-                break
-            value, i = words[i + 1], i + 2
-        else:
-            j = i + 1
-            count = arg.nargs if isinstance(arg.nargs, int) else None
-            while j < len(words) and (count is None or j - i - 1 < count) and not _is_flag(words[j]):
-                j += 1
-            value, i = words[i + 1:j], j
-        if arg.dest in out.settings:
-            out.repeated.append(flag)
-            del out.settings[arg.dest]  # argparse keeps the last; so does the preset, in the last place
-        if not raw:
-            try:
-                _, value = type_megatron_value(arg.dest, value, f"flag {flag}")
-            except UserError as exc:
-                out.unknown.append(f"{flag} {value}: {exc.problems[0].message}")
-                continue
-        out.settings[arg.dest] = value
-        out.flag_of[arg.dest] = flag
+        for key, value in item.settings.items():
+            if key in out.settings:
+                out.repeated.append(item.words[0])
+                del out.settings[key]  # argparse keeps the last; so does the preset, in the last place
+            out.settings[key] = value
+            out.flag_of[key] = item.words[0].partition("=")[0]
+        defaults.update(item.defaults)
+    for key, value in defaults.items():
+        if key not in out.settings:
+            out.settings[key] = value
+            out.flag_of[key] = "(translated)"
     return out
 
 

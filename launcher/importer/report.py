@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem
-from launcher.importer.build import Imported
+from launcher.importer.build import Imported, comment_text
 from launcher.importer.flags import read_flags
 
 # a preset → (its job as a dry-run resolves it, every problem); given by the command line (cli.job.job_for)
@@ -24,6 +24,8 @@ class Outcome:
     argv: list[str] = field(default_factory=list)  # the preset's Megatron flags, as a dry-run would give them
     added: dict[str, Any] = field(default_factory=dict)  # what the launcher adds on purpose
     differences: list[str] = field(default_factory=list)  # round-trip differences beyond those
+    apart: list[str] = field(default_factory=list)  # what differs on purpose, each named (translated, harmless)
+    lost: list[str] = field(default_factory=list)  # words of the script whose meaning the preset does not hold
 
 
 def preset_argv(job: Any, problems: list[Problem]) -> tuple[list[str], dict[str, Any], Any, list[Problem]]:
@@ -34,30 +36,56 @@ def preset_argv(job: Any, problems: list[Problem]) -> tuple[list[str], dict[str,
     return script_args(job.megatron), dict(job.added), None if problems else job, problems
 
 
-def round_trip(source_args: list[str], argv: list[str], ignore: set[str]) -> list[str]:
-    """Differences between two Megatron argvs, setting by setting (typed, so 6.0e-5 equals 6e-05)."""
+def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
+               ) -> tuple[list[str], list[str], list[str]]:
+    """(differences, lost words, what differs on purpose) between the script's Megatron words and the preset's
+    argv: every word of the script, its unknown and ill-typed flags included, against the settings the preset
+    passes (typed, so 6.0e-5 equals 6e-05; another release's flag by its translation). `ignore`: settings the
+    launcher adds or the import replaced on purpose."""
     ours, theirs = read_flags(argv), read_flags(source_args)
+    lost = [f"{w.text}: {w.why}" for w in theirs.of_kind("lost")]
     out = []
     for dest in sorted((set(ours.settings) | set(theirs.settings)) - ignore):
         mine, source = ours.settings.get(dest, "(absent)"), theirs.settings.get(dest, "(absent)")
-        if mine != source:
+        if mine != source and repr(mine) != repr(source):  # repr: NaN equals NaN
             out.append(f"{dest}: the script gives {source}, the preset {mine}")
-    return out
+    out += [f"the preset's argv: {w.text}: {w.why}" for w in ours.of_kind("lost", "harmless")]
+    apart = []
+    for kind, what in (("harmless", "not carried as harmless"), ("translated", "translated"),
+                       ("converted", "converted to the pin's type")):
+        words = theirs.of_kind(kind)
+        if words:
+            apart.append(f"{len(words)} {what} ({', '.join(w.words[0] for w in words)})")
+    return out, lost, apart
 
 
 def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob) -> Outcome:
     """`resolve_job` turns the written preset into the job its dry-run would run (cli.job.job_for)."""
+    from launcher.errors import UserError
     from launcher.pipeline.preset import load_preset
 
-    argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
+    try:
+        argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
+    except UserError as exc:  # the preset itself is refused: every problem, with what the import lost, at once
+        outcome = Outcome(problems=list(exc.problems))
+        _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set())
+        outcome.differences = ["the preset's argv cannot be compared: the preset is refused before it resolves"]
+        return outcome
     outcome = Outcome(problems=problems, argv=argv, added=added)
     if plan is not None:
         lay = plan.layout
         outcome.layout = (f"world {lay.world_size} = {plan.nodes} × {plan.gpus_per_node}: TP {lay.tp} · PP {lay.pp} "
                           f"· CP {lay.cp} · DP {lay.dp}")
         outcome.warnings = list(plan.warnings)
-    outcome.differences = round_trip(imported.script_args, argv, set(added) | set(imported.replaced))
+    outcome.differences, outcome.lost, outcome.apart = round_trip(imported.script_args, argv,
+                                                                  set(added) | set(imported.replaced))
     return outcome
+
+
+def all_lost(imported: Imported, outcome: Outcome) -> list[str]:
+    """What the import found lost, and what the round trip found beyond it (each named once, by its words)."""
+    named = {n.partition(": ")[0] for n in imported.lost}
+    return [*imported.lost, *(n for n in map(comment_text, outcome.lost) if n.partition(": ")[0] not in named)]
 
 
 def render(imported: Imported, outcome: Outcome, where: str) -> str:
@@ -67,6 +95,9 @@ def render(imported: Imported, outcome: Outcome, where: str) -> str:
     if imported.not_carried:
         lines.append(f"not carried ({len(imported.not_carried)}; each is a comment at the top of the preset):")
         lines += [f"  {n}" for n in imported.not_carried]
+    if imported.translated:
+        lines.append(f"carried in the pin's words ({len(imported.translated)}):")
+        lines += [f"  {n}" for n in imported.translated]
     if imported.replaced:
         lines.append("replaced: " + ", ".join(sorted(imported.replaced)))
     lines += [f"warning: {w}" for w in imported.warnings]
@@ -77,10 +108,21 @@ def render(imported: Imported, outcome: Outcome, where: str) -> str:
         lines.append(f"launcher checks: ok ({outcome.layout})")
     lines += [f"  warning: {w}" for w in outcome.warnings]
     ignored = sorted(set(outcome.added) | set(imported.replaced))
-    if outcome.differences:
-        lines.append("round trip: the preset's argv differs from the script's:")
+    apart = ([f"{len(ignored)} added or replaced by the launcher ({', '.join(ignored)})"] if ignored else []) + \
+        outcome.apart
+    lost = all_lost(imported, outcome)
+    if lost:
+        lines.append(f"lost ({len(lost)}: the script's model, numerics or layout that the preset does not hold):")
+        lines += [f"  {n}" for n in lost]
+    if outcome.differences or lost:
+        lines.append(f"round trip: the preset's argv differs from the script's "
+                     f"({len(outcome.differences) + len(lost)}):")
         lines += [f"  {d}" for d in outcome.differences]
+        lines += [f"  lost: {n.partition(': ')[0]}" for n in lost]
+        if apart:
+            lines.append("  and on purpose: " + "; ".join(apart))
+    elif apart:
+        lines.append("round trip: the preset's argv equals the script's, flag by flag, apart from: " + "; ".join(apart))
     else:
-        lines.append("round trip: the preset's argv equals the script's, flag by flag"
-                     + (f" (apart from {', '.join(ignored)})" if ignored else ""))
+        lines.append("round trip: equal (every word of the script's training command is in the preset's argv)")
     return "\n".join(lines) + "\n"

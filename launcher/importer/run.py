@@ -9,7 +9,7 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
-from launcher.importer.report import ResolveJob, check_import, render
+from launcher.importer.report import ResolveJob, all_lost, check_import, render
 
 MAX_SOURCE_BYTES = 1_000_000
 
@@ -35,26 +35,38 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
     return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given", []
 
 
-def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None) -> int:
+def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None,
+         accept_loss: bool = False) -> int:
     """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import;
-    `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size)."""
+    `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size);
+    `accept_loss`: write the preset even where it does not hold the script's model, numerics or layout (its header
+    then lists what was lost)."""
     text, name, positional = read_input(source)
     imported = import_source(text, name, positional, read_local)
-    if output:
-        target = Path(output)
-        if target.exists() and target.is_dir():
-            raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
+    target = Path(output) if output else None
+    if target is not None and target.exists() and target.is_dir():
+        raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
+    refused = bool(imported.lost) and not accept_loss
+    if target is not None and not refused:
         try:
             target.write_text(imported.text)
         except OSError as exc:
             raise UserError(f"cannot write {target}: {exc}") from None
         outcome = check_import(imported, target, resolve_job)
-        sys.stdout.write(render(imported, outcome, str(target)))
-    else:
+    else:  # checked where nobody reads it: printed below, or not written at all
         with tempfile.TemporaryDirectory() as tmp:
-            scratch = Path(tmp) / "imported.yaml"
+            scratch = Path(tmp) / (target.name if target is not None else "imported.yaml")
             scratch.write_text(imported.text)
             outcome = check_import(imported, scratch, resolve_job)
+    lost = all_lost(imported, outcome)
+    if target is None and not refused:
         sys.stdout.write(imported.text)
-        sys.stderr.write(render(imported, outcome, "standard output"))
-    return 2 if outcome.problems else 0
+    where = "not written" if refused else (str(target) if target is not None else "standard output")
+    (sys.stdout if target is not None else sys.stderr).write(render(imported, outcome, where))
+    if refused:
+        sys.stderr.write(f"error: the preset would not hold {len(lost)} thing(s) of the script's model, numerics or "
+                         "layout (listed above under lost), so it was not written\n"
+                         "hint: give each its setting where the pin has one (--set in a launch, or edit the script), "
+                         "or import with --accept-loss to write it anyway (its header then lists what was lost)\n")
+    unaccepted = len(lost) > len(imported.lost) and not accept_loss  # the round trip found more than the import
+    return 2 if refused or unaccepted or outcome.problems or outcome.differences else 0

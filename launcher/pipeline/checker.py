@@ -25,6 +25,7 @@ from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.feature_settings import drop
 from launcher.pipeline.pipeline_layout import (
     LAYER_LETTERS,
     layout_limit,
@@ -219,8 +220,13 @@ class _Checker:
                                   self.arg("expert_tensor_parallel_size") is None else ""),
                       "set expert_tensor_parallel_size=1, or add_bias_linear=false (--disable-bias-linear)")
         if (ep > 1 or etp != tp) and self.world % (etp * ep * pp):
+            # the world must hold both grids: the dense one (TP·PP·CP) and the experts' (ETP·EP·PP)
+            both = math.lcm(etp * ep * pp, tp * pp * self.arg("context_parallel_size"))
+            smaller = [e for e in divisors(experts or ep) if self.world % (etp * e * pp) == 0 and e < ep]
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
-                      "make ETP·EP·PP divide the world size", stage="runtime")
+                      f"use --nodes {_valid_node_counts(self.gpus_per_node, both)}"
+                      + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else ""),
+                      stage="runtime")
 
     def context_parallel(self, cp: int, tp: int) -> None:
         if cp == 1:
@@ -283,9 +289,12 @@ class _Checker:
                 return None
             per_stage = counted // pp
             if per_stage % per_vstage:
+                # a divisor smaller than the stage interleaves, which this PP cannot: only dropping it helps then
+                interleaves = pp > 1 if self.arg("overlap_p2p_comm") else pp > 2
                 self.fail(f"{per_stage} layers per pipeline stage ({counted_text} / PP {pp}) is not divisible "
                           f"by num_layers_per_virtual_pipeline_stage {per_vstage}",
-                          f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}")
+                          f"use num_layers_per_virtual_pipeline_stage in {divisors(per_stage)}" if interleaves else
+                          f"set num_layers_per_virtual_pipeline_stage=null (PP {pp} has no interleaved schedule)")
                 return None
             vpp = virtual_pipeline_size(self.arg)
         elif vstages is not None:
@@ -310,12 +319,14 @@ class _Checker:
         if first is not None or last is not None:
             self.uneven_stages(layers, pp, vpp, first, last, extra)
         if vpp is not None:
+            drop = " ".join(f"--set {name}=null" for name in given)
             if self.arg("overlap_p2p_comm") and pp <= 1:
                 self.fail(f"the interleaved schedule (virtual pipeline size {vpp}) needs PP > 1, got PP {pp}",
-                          "raise pipeline_model_parallel_size or drop the virtual pipeline setting")
+                          f"drop the virtual pipeline: {drop}, or raise pipeline_model_parallel_size")
             elif not self.arg("overlap_p2p_comm") and pp <= 2:
                 self.fail(f"the interleaved schedule without overlap_p2p_comm needs PP > 2, got PP {pp}",
-                          "raise pipeline_model_parallel_size or re-enable p2p overlap")
+                          f"drop the virtual pipeline: {drop}, or raise pipeline_model_parallel_size, or re-enable "
+                          "p2p overlap")
         return vpp
 
     def pipeline_layout_contents(self, text: str, flat: str, layers: int) -> None:
@@ -581,7 +592,19 @@ class _Checker:
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
             self.fail("fp8_param_gather needs use_distributed_optimizer")
         if self.arg("fp8_param_gather") and not self.arg("fp8"):  # TransformerConfig: fp8_param needs fp8 mode
-            self.fail("fp8_param_gather needs fp8 (fp8_format)", "set fp8_param_gather=false, or set fp8_format")
+            unset = " ".join(f"--set {a}" for a in drop("fp8", self.arg)[1:])
+            self.fail("fp8_param_gather needs fp8 (fp8_format)", f"drop it and what only fp8 reads: {unset}, or set "
+                      "fp8 (--fp8-format)")
+        if self.arg("use_precision_aware_optimizer") and not (dist_opt or self.arg("use_megatron_fsdp")):
+            # optimizer_config.py: "--use-precision-aware-optimizer only supported with distributed optimizer"
+            self.fail("use_precision_aware_optimizer needs the distributed optimizer: Megatron asserts it when it "
+                      "creates the optimizer", "set use_distributed_optimizer=true, or use_precision_aware_optimizer="
+                      "false", stage="runtime")
+        if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
+            # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
+            self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "
+                      "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false, or fp8_param_gather="
+                      "true with fp8", stage="runtime")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:
@@ -629,11 +652,17 @@ class _Checker:
         else:
             based = "iters" if iters is not None else "samples"
         other = "samples" if based == "iters" else "iters"
-        conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}")
-                     if self.arg(name)]
+        conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}",
+                                       f"lr_wsd_decay_{other}") if self.arg(name)]
         if conflicts:
             self._training_length_conflicts(based, other, conflicts)
             return
+        if self.arg("lr_decay_style") == "WSD" and self.arg(f"lr_wsd_decay_{based}") is None:
+            # OptimizerParamScheduler asserts wsd_decay_steps, which training.py takes from lr_wsd_decay_{based} only
+            total = self.arg(f"train_{based}")
+            self.fail(f"lr_decay_style WSD needs lr_wsd_decay_{based} (the training length is in {based}): Megatron "
+                      "asserts it when it builds the LR scheduler", f"set lr_wsd_decay_{based}, e.g. --set "
+                      f"lr_wsd_decay_{based}={max(1, total // 10)} (the last tenth of train_{based})", stage="runtime")
         if self.arg("lr_warmup_fraction") is not None and self.arg(f"lr_warmup_{based}"):
             self.fail(f"lr_warmup_fraction and lr_warmup_{based} are both set", "keep one")
         lr, min_lr = self.arg("lr"), self.arg("min_lr")
@@ -658,6 +687,12 @@ class _Checker:
         """Every setting of the other unit at once, and the one command that unsets them all."""
         shown = ", ".join(f"{name} {self.arg(name)}" for name in conflicts)
         unset = [f"{name}=null" for name in conflicts]
+        gbs = self.preset.megatron.get("global_batch_size")
+        wsd = f"lr_wsd_decay_{other}"
+        if self.arg("lr_decay_style") == "WSD" and wsd in conflicts and gbs:
+            # WSD needs its decay length in the unit of the training length: convert it in the same round
+            value = self.arg(wsd)
+            unset.append(f"lr_wsd_decay_{based}={-(-value // gbs) if based == 'iters' else value * gbs}")
         command = " ".join(["launch", self._preset_ref(), *(f"--set {o}" for o in self.preset.overrides),
                             *(f"--set {u}" for u in unset)])
         text = (f"train_{based} {self.arg(f'train_{based}')} is set, so these {other}-based settings conflict "

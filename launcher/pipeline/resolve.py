@@ -28,6 +28,7 @@ from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
+from launcher.pipeline.load_rules import checkpoint_needed
 from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
@@ -207,10 +208,13 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                                     kernels.apex, micro_batch_picked=picked, env=job.environment,
                                     te_version=kernels.te_version)
     problems += found
+    if job.entry == "pretrain_gpt":
+        problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
         found, unseen = data_check(job.effective(), target.remote, not target.container_image)
-        problems += found
+        # about files on the target, which Megatron's argument checks never open: no disagreement with them
+        problems += [replace(p, stage="data") if p.stage == "validate" else p for p in found]
         if unseen:
             warnings.append("this machine cannot see the data files " + ", ".join(unseen) + "; the job checks "
                             "them on its first node at start")
@@ -259,7 +263,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)
             notes, problems = [*notes, *more_notes], [*problems, *signal_problems]
-    added = {dest: value for dest, value in megatron.items() if dest not in written or written[dest] != value}
+    added = {dest: value for dest, value in megatron.items() if dest not in written or not _same(written[dest], value)}
     arg = replace(preset, megatron=megatron).arg
     environment = job_environment(
         entry=entry, tp=arg("tensor_model_parallel_size"), cp=arg("context_parallel_size"), fsdp=uses_fsdp(arg),
@@ -272,6 +276,11 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes))
     return job, problems
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal, with NaN equal to itself (a preset's `lr: .nan` is the user's value, not one the launcher added)."""
+    return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
 
 
 def resume_note(existing: ResumedRun, megatron: Mapping[str, Any]) -> str:

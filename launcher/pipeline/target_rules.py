@@ -14,6 +14,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
+from launcher.pipeline.feature_settings import drop_hint
 
 DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # arguments.py:1532
 
@@ -181,8 +182,8 @@ def without_te(c: Any) -> None:
                "set cross_entropy_fusion_impl=native (Megatron's own fused cross entropy)", stage="runtime")
     if c.arg("num_experts") and c.arg("fp8") and not c.te:  # transformer_config.py:2057
         c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
-               "drop fp8 (--fp8-format" + (", and fp8_param_gather with it" if c.arg("fp8_param_gather") else "")
-               + "), or run in a Transformer Engine container (transformer_engine: true)")
+               f"drop fp8 and what only it reads: {drop_hint('fp8', c.arg)}, or run in a Transformer Engine "
+               "container (transformer_engine: true)")
     if c.arg("fp8") and not c.arg("num_experts") and not c.te:  # fp8_utils.py:680: a null context without TE
         c.warnings.append("fp8 has no effect without Transformer Engine (Megatron's fp8 context is a no-op then): "
                           "the job trains in its other precision settings")

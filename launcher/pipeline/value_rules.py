@@ -119,7 +119,35 @@ def async_save(arg: Arg, fail: Fail, te: bool = False) -> None:
              "torch_dist", "runtime")
 
 
-RULES = (value_ranges, query_groups, experts, attention_mask, async_save)
+# Old flags the pin still parses only to stop on them in validate_args (arguments.py at the pin): dest → (how it
+# stops, Megatron's own message, the settings that mean what the flag meant).
+STOPPED_BY_VALIDATE_ARGS = {
+    "checkpoint_activations": ("calls exit(), so the job ends with status 0 before any training",
+                               "--checkpoint-activations is no longer valid, use --recompute-activations, or, for more "
+                               "control, --recompute-granularity and --recompute-method.",
+                               "--set checkpoint_activations=false --set recompute_activations=true (Megatron's "
+                               "replacement: selective recompute), or --set checkpoint_activations=false --set "
+                               "recompute_granularity=full --set recompute_method=uniform --set recompute_num_layers=1 "
+                               "(what the flag did in Megatron ≤ v2.6)"),
+    "batch_size": ("asserts", "--batch-size argument is no longer valid, use --micro-batch-size instead",
+                   "--set batch_size=null --set micro_batch_size={value} (the old per-GPU batch)"),
+    "warmup": ("asserts", "--warmup argument is no longer valid, use --lr-warmup-fraction instead",
+               "--set warmup=null, and lr_warmup_fraction=F or lr_warmup_iters=N for a warmup"),
+    "model_parallel_size": ("asserts", "--model-parallel-size is no longer valid, use --tensor-model-parallel-size "
+                                       "instead",
+                            "--set model_parallel_size=null --set tensor_model_parallel_size={value}"),
+}
+
+
+def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """A flag of an older Megatron that the pin parses and then stops on (exit() or an assert in validate_args)."""
+    for dest, (how, message, hint) in STOPPED_BY_VALIDATE_ARGS.items():
+        if arg(dest) not in (None, False):
+            fail(f"{dest} is a flag of an older Megatron: the pinned Megatron's validate_args {how}: \"{message}\"",
+                 hint.format(value=arg(dest)), "validate")
+
+
+RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

@@ -534,6 +534,12 @@ class RunLog:
             failures.append(f"loss is NaN: {last.nan_iterations} NaN iteration(s) in the last logged interval")
         elif (loss := self._last_loss) is not None and not math.isfinite(loss):
             failures.append(f"loss is {loss}: the last logged lm loss is not a number")
+        elif self._skipped and self._last_loss is None:
+            # every logged interval skipped all its steps (fp16's loss scale overflowing from 2^32): Megatron logs a
+            # loss only over the steps it applied, so no loss means no step updated the weights
+            failures.append("no step updated the weights: every logged iteration was skipped and no loss was "
+                            "logged (fp16's dynamic loss scale overflowed at every step); set initial_loss_scale (e.g. "
+                            "4096) or train longer")
         reached = self.reached_iteration
         reached_end = self.training_done or (reached is not None and train_iters is not None
                                              and reached >= train_iters)

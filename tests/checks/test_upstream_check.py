@@ -336,3 +336,17 @@ def test_modelopt_arguments_are_in_the_catalog_marked_by_their_provider():
     assert megatron_args.catalog()["num_layers"].provider == "megatron"
     plan = resolve(load_preset("345m", ["export_te_mcore_model=true"]), 1, 1)
     assert "--export-te-mcore-model" in build_command(plan).script_args
+
+
+@pytest.mark.megatron
+def test_a_missing_data_file_is_no_disagreement(capsys, tmp_path):
+    # seen after an import: only the data path was missing, and --check asked the user to report a disagreement
+    from launcher.checks.data import check_job_data
+
+    job, problems = attempt(load_preset("345m", ["mock_data=false", f"data_path={tmp_path}/corpus",
+                                                 "tokenizer_type=NullTokenizer"]), 1, 1,
+                            kernels=Kernels(False, False, "preset"), data_check=check_job_data)
+    assert problems and all(p.stage == "data" for p in problems), problems
+    rc = check_preset(job, problems, checker=shared_checker())
+    out = capsys.readouterr().out
+    assert rc == 2 and "megatron: ok" in out and "disagree" not in out, out

@@ -123,6 +123,8 @@ def test_an_error_message_never_shows_a_credential_shaped_word(capsys):
 @pytest.mark.parametrize(("name", "secret"), [
     ("DB_PASS", True), ("GH_PAT", True), ("HF_AUTH", True), ("SENTRY_DSN", True), ("SLACK_WEBHOOK_URL", True),
     ("SSH_PASSPHRASE", True), ("BYPASS_CACHE", False), ("PATH_PREFIX", False), ("NCCL_DEBUG", False),
+    ("HF_TOKEN", True), ("HUGGING_FACE_HUB_TOKEN", True), ("TOKEN_FILE", True), ("TOKENIZERS_PARALLELISM", False),
+    ("MAX_TOKENS", False),
 ])
 def test_secret_names_include_pass_pat_auth_and_friends_as_words(name, secret):
     from launcher.redaction import is_secret

@@ -293,7 +293,7 @@ def test_a_plain_command_line_and_a_flag_list(tmp_path):
             f"--eval-interval 10 --eval-iters 1 {MOCK} --num-layerz 3")
     result, path, outcome = imported(tmp_path, line, "the command line given")
     assert result.launcher == {"gpus_per_node": 2}
-    assert any("--num-layerz 3: not an argument" in n and "num_layers" in n for n in result.not_carried)
+    assert any("--num-layerz 3: not an argument" in n and "num_layers" in n for n in result.lost)
     assert_round_trip(result, path)
     flags_only = line.split("pretrain_gpt.py ", 1)[1].replace(" --num-layerz 3", "")
     result, path, outcome = imported(tmp_path, flags_only, "flags")

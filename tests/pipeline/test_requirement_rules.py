@@ -103,11 +103,12 @@ def test_te_cross_entropy_fusion_without_te_is_refused_before_its_first_step():
 
 def test_fp8_param_gather_without_fp8_is_refused_as_megatrons_config_would():
     # seen on gpt-oss's example moved off TE with the MoE-fp8 hint followed: TransformerConfig's ValueError
-    assert ("error: fp8_param_gather needs fp8 (fp8_format)\n  hint: set fp8_param_gather=false, or set "
-            "fp8_format") in refused(["fp8_param_gather=true", "use_distributed_optimizer=true"])
+    assert ("error: fp8_param_gather needs fp8 (fp8_format)\n  hint: drop it and what only fp8 reads: "
+            "--set fp8_param_gather=false, or set fp8 (--fp8-format)") in refused(["fp8_param_gather=true",
+                                                                                 "use_distributed_optimizer=true"])
     hint = refused(["num_experts=4", "add_bias_linear=false", "fp8_format=e4m3", "fp8_param_gather=true",
                     "use_distributed_optimizer=true"])
-    assert "hint: drop fp8 (--fp8-format, and fp8_param_gather with it)" in hint
+    assert "hint: drop fp8 and what only it reads: --set fp8=null --set fp8_param_gather=false, or run" in hint
 
 
 def warnings_of(overrides: list[str]) -> tuple[str, ...]:

@@ -79,3 +79,15 @@ def test_175b_shrunk_run_logs_every_iteration(log_fixture, tmp_path):
     lines = log_fixture("h200_175b_shrunk_tp2_every_iteration.log")
     assert [line.iteration for line in iteration_lines(lines)] == [1, 2, 3]
     assert summarize(lines, tmp_path, tracker=3, exit_code=0).outcome == "success"
+
+
+def test_a_run_whose_every_step_was_skipped_is_not_a_success(tmp_path):
+    # seen on an H200: two fp16 runs skipped all 4 steps (loss scale 2^32 → 2^28) and ended "outcome: success"
+    lines = [f"[2026-11-29 17:10:4{i}] iteration        {i}/       4 | consumed samples:           {8 * i} | "
+             "elapsed time per iteration (ms): 900.1 | global batch size:     8 | "
+             f"loss scale: {2.0 ** (32 - i)} | number of skipped iterations:   1 | number of nan iterations:   0 |"
+             for i in range(1, 5)]
+    lines.append("[after training is done] datetime: 2026-11-29 17:10:50")
+    summary = summarize(lines, tmp_path, tracker=None, exit_code=0)
+    assert summary.outcome == "failed", summary
+    assert any(r.startswith("no step updated the weights:") for r in summary.reasons), summary.reasons

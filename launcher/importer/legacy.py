@@ -1,0 +1,74 @@
+"""Flags of other Megatron-LM releases and of common forks (launcher/data/flag_translations.json): what the import
+makes of each, and the history of Megatron's own flags (launcher/data/megatron_legacy_flags.json, derived from its
+git history by scripts/derive_legacy_flags.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Translation:
+    flag: str
+    origin: str  # "megatron" (an older release) or the fork, with where its flags are defined
+    value: str = ""  # "" (a switch), "int" | "float" | "str" | "list": the flag takes value words
+    to: dict[str, Any] = field(default_factory=dict)
+    unless_given: dict[str, Any] = field(default_factory=dict)
+    why: str = ""
+    refuse: str = ""
+    instead: str = ""
+    harmless: str = ""
+
+
+def _read(name: str) -> dict[str, Any]:
+    return json.loads(resources.files("launcher").joinpath(f"data/{name}").read_text(encoding="utf-8"))
+
+
+@cache
+def translations() -> dict[str, Translation]:
+    out = {}
+    for flag, row in _read("flag_translations.json")["flags"].items():
+        origin = row.get("origin", "")
+        if origin == "megatron":
+            origin = "an older Megatron-LM" + _releases(flag)
+        out[flag] = Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
+                                row.get("why", ""), row.get("refuse", ""), row.get("instead", ""),
+                                row.get("harmless", ""))
+    return out
+
+
+@cache
+def history() -> dict[str, dict[str, Any]]:
+    """flag → {dest, kind, type, help, first, last, message?} for each flag a release had and the pin has not."""
+    flags: dict[str, dict[str, Any]] = _read("megatron_legacy_flags.json")["flags"]
+    return flags
+
+
+def _releases(flag: str) -> str:
+    row = history().get(flag)
+    if row is None:
+        return ""
+    span = row["first"] if row["first"] == row["last"] else f"{row['first']}–{row['last']}"
+    return f" ({span})"
+
+
+def translation(flag: str) -> Translation | None:
+    """What the import does with `flag` when it is not the pin's, or is the pin's only to refuse it."""
+    found = translations().get(flag)
+    if found is not None:
+        return found
+    row = history().get(flag)
+    if row is None:
+        return None
+    # a flag of an older release with no curated meaning: lost, with what the release's help said it did
+    what = f": \"{row['help']}\"" if row.get("help") else ""
+    said = f"; Megatron said: \"{row['message']}\"" if row.get("message") else ""
+    renamed = (f"; the pin sets the same setting ({row['dest']}) with {' or '.join(row['pin_flags'])}, whose meaning "
+               "may differ: set it if it is the same") if row.get("pin_flags") else ""
+    return Translation(flag, "an older Megatron-LM" + _releases(flag), "" if row["kind"] != "value" else "str",
+                       refuse=f"removed before the pin{what}{said}{renamed}")
+

@@ -1,0 +1,35 @@
+"""Settings that only one feature reads: a hint that drops the feature drops them with it, so that following the
+hint does not leave a setting behind that then fails on its own (seen: "drop fp8" left
+--reuse-grad-buf-for-mxfp8-param-ag, which asserts fp8_param_gather when the model is wrapped)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from launcher.megatron import args as megatron_args
+
+# feature (the setting that turns it on) → the settings only it reads, by name: every Megatron setting with fp8 in
+# its name is read under fp8 only (fp8_param_gather, fp8_recipe, reuse_grad_buf_for_mxfp8_param_ag, …).
+FEATURE_ONLY = {"fp8": re.compile(r"fp8")}
+
+
+def _yaml(value: Any) -> str:
+    return "null" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def drop(feature: str, arg: Callable[[str], Any]) -> list[str]:
+    """`--set` assignments (without the --set) that turn `feature` off and reset every setting only it reads that the
+    job changes from Megatron's default."""
+    catalog = megatron_args.catalog()
+    pattern = FEATURE_ONLY[feature]
+    out = [f"{feature}={_yaml(catalog[feature].default)}"]
+    for dest, entry in catalog.items():
+        if dest != feature and pattern.search(dest) and arg(dest) is not None and arg(dest) != entry.default:
+            out.append(f"{dest}={_yaml(entry.default)}")
+    return out
+
+
+def drop_hint(feature: str, arg: Callable[[str], Any]) -> str:
+    return " ".join(f"--set {a}" for a in drop(feature, arg))

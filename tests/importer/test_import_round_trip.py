@@ -1,0 +1,182 @@
+"""`launch import` compares every word of the script's training command with the preset's argv: what changes the
+model, its numerics or its layout and is not carried (an unknown flag, a value the pin cannot take, a fork's flag
+with no equivalent) stops the import unless the user accepts the loss; flags of older Megatron releases and of
+forks are translated where their meaning is certain, each named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.importer.build import import_source
+from launcher.importer.flags import read_flags
+from launcher.importer.report import round_trip
+
+BASE = ("torchrun --nproc_per_node 1 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+        "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --lr 1e-4 "
+        "--train-iters 10 --eval-interval 10 --eval-iters 1 --mock-data --tokenizer-type NullTokenizer "
+        "--vocab-size 1024 --bf16 ")
+
+
+def settings(extra: str) -> dict:
+    return import_source(BASE + extra, "train.sh").settings
+
+
+def lost(extra: str) -> list[str]:
+    return import_source(BASE + extra, "train.sh").lost
+
+
+# -- what is carried, in the pin's words ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ("--moe-num-experts 64", {"num_experts": 64}),  # MegaBlocks: a MoE, not a dense model
+    ("--moe-num-experts=8 --moe-top-k=1 --moe-loss-weight=0.1", {"num_experts": 8, "moe_router_topk": 1,
+                                                                 "moe_aux_loss_coeff": [0.1]}),
+    ("--rms-norm", {"normalization": "RMSNorm"}),
+    ("--normalization rmsnorm", {"normalization": "RMSNorm"}),  # Megatron-DeepSpeed's spelling
+    ("--position-embedding-type rope --rotary-base 500000.0", {"rotary_base": 500000}),
+    ("--rotary-base 5e5 --position-embedding-type rope", {"rotary_base": 500000}),
+    ("--fp8-hybrid", {"fp8": "hybrid"}),
+    ("--layernorm-epsilon 1e-6", {"layernorm_epsilon": 1e-6}),
+    ("--no-query-key-layer-scaling", {"apply_query_key_layer_scaling": False}),
+    ("--checkpoint-activations", {"recompute_granularity": "full", "recompute_method": "uniform",
+                                  "recompute_num_layers": 1}),
+    ("--checkpoint-num-layers 2 --checkpoint-activations", {"recompute_granularity": "full",
+                                                            "recompute_num_layers": 2}),
+    ("--model-parallel-size 1", {"tensor_model_parallel_size": 1}),
+    ("--num-experts 4 --moe-expert-parallel-size 1 --topk 1", {"expert_model_parallel_size": 1,
+                                                              "moe_router_topk": 1}),  # Megatron-DeepSpeed
+])
+def test_other_releases_and_forks_flags_are_carried_by_their_meaning(extra, expected):
+    imported = import_source(BASE + extra, "train.sh")
+    assert imported.lost == []
+    assert {k: imported.settings.get(k) for k in expected} == expected
+    assert "checkpoint_activations" not in imported.settings  # the pin stops in validate_args on it
+    flag = {"--position-embedding-type": "--rotary-base", "--num-experts": "--topk"}.get(
+        extra.split()[0], extra.split()[0].partition("=")[0])
+    assert any(flag in note for note in imported.translated), imported.translated
+
+
+@pytest.mark.parametrize(("extra", "why"), [
+    ("--msamp --fp8-hybrid", "fp8=hybrid"),  # MS-AMP: what the pin offers instead
+    ("--rotary-base 1.5 --position-embedding-type rope", "must be an integer"),
+    ("--num-experts 8 --moe-capacity-factor 1.25", "moe_expert_capacity_factor"),
+    ("--my-fork-attention-sink 4", "not an argument of pretrain_gpt.py at the pin"),
+    ("--fp32-allreduce", "removed before the pin"),  # a flag of Megatron v1.0–v2.0, from its history
+    ("--zero-stage 2", "use_distributed_optimizer"),
+    ("--ds-sequence-parallel-size 2", "context_parallel_size"),
+])
+def test_what_changes_the_model_and_is_not_carried_is_lost(extra, why):
+    found = lost(extra)
+    assert found and why in " ".join(found), found
+
+
+def test_harmless_flags_are_notes_not_losses():
+    imported = import_source(BASE + "--comet-exp-name x --my-log-dir /tmp/l --data-impl mmap", "train.sh")
+    assert imported.lost == []
+    assert sum("--comet-exp-name" in n or "--my-log-dir" in n or "--data-impl" in n
+               for n in imported.not_carried) == 3
+
+
+def test_an_unknown_value_of_a_model_setting_is_lost():
+    imported = import_source("TP=$1\n" + BASE + "--tensor-model-parallel-size $TP\n", "train.sh")
+    assert any("--tensor-model-parallel-size" in n and "$TP" in n for n in imported.lost), imported.lost
+
+
+def test_no_hint_names_the_opposite_of_a_no_flag():
+    # --no-x turns x off: "did you mean x?" would lead the other way
+    (word,) = [w for w in read_flags(["--no-qk-layernorm-fake"]).words]
+    assert "qk_layernorm" not in word.why
+
+
+# -- the round trip compares every word -------------------------------------------------------------------------
+
+def test_round_trip_counts_unknown_and_ill_typed_words():
+    words = BASE.split("pretrain_gpt.py ", 1)[1].split()
+    assert round_trip(words, words, set()) == ([], [], [])
+    differences, found, _ = round_trip([*words, "--moe-num-experts", "4"], words, set())
+    assert differences == ["num_experts: the script gives 4, the preset (absent)"] and found == []
+    _, found, _ = round_trip([*words, "--frobnicate", "3", "--rotary-base", "1.5"], words, set())
+    assert [f.split(":")[0] for f in found] == ["--frobnicate 3", "--rotary-base 1.5"]
+
+
+def test_cli_refuses_to_write_what_it_cannot_carry_unless_accepted(tmp_path, launch):
+    script = tmp_path / "msamp.sh"
+    script.write_text("#!/bin/bash\n" + BASE + "--msamp --fp8-hybrid --transformer-impl transformer_engine\n")
+    out = tmp_path / "p.yaml"
+    code, stdout, stderr = launch("import", str(script), "-o", str(out))
+    assert code == 2 and not out.exists(), stdout + stderr
+    assert "lost (1" in stdout and "--msamp" in stdout and "round trip: the preset's argv differs" in stdout
+    assert "error: the preset would not hold 1 thing(s)" in stderr and "--accept-loss" in stderr
+    code, stdout, stderr = launch("import", str(script), "-o", str(out), "--accept-loss")
+    assert out.is_file(), stderr
+    header = out.read_text().split("description:")[0]
+    assert "# LOST (1; written because --accept-loss was given)" in header and "--msamp" in header
+    assert "    fp8: hybrid\n" in out.read_text()
+    code, stdout, stderr = launch("import", str(script))  # printed: nothing on standard output when refused
+    assert code == 2 and stdout == ""
+
+
+def test_equal_is_said_only_when_nothing_differs(tmp_path, launch):
+    script = tmp_path / "train.sh"
+    script.write_text(BASE + "--foo-bar 1\n")
+    _, stdout, _ = launch("import", str(script), "-o", str(tmp_path / "a.yaml"), "--accept-loss")
+    assert "equals the script's" not in stdout and "round trip: equal" not in stdout
+
+
+def test_the_committed_translations_speak_the_pins_settings():
+    from launcher.importer import legacy
+    from launcher.megatron import args as megatron_args
+
+    catalog = megatron_args.catalog()
+    history = legacy.history()
+    for flag, row in legacy.translations().items():
+        assert flag not in {f for a in catalog.values() for f in a.flags} or flag in (
+            "--checkpoint-activations", "--batch-size", "--model-parallel-size", "--warmup"), flag
+        assert bool(row.to) + bool(row.refuse) + bool(row.harmless) == 1, flag
+        assert set(row.to) | set(row.unless_given) <= set(catalog), flag
+        assert row.why or row.refuse or row.harmless, flag
+        if row.origin.startswith("an older Megatron-LM") and flag not in {f for a in catalog.values() for f in a.flags}:
+            assert flag in history, f"{flag} is not in Megatron-LM's history (megatron_legacy_flags.json)"
+
+
+def test_fork_rows_name_their_source():
+    import json
+
+    raw = json.loads((Path(__file__).resolve().parents[2] / "launcher" / "data" / "flag_translations.json")
+                     .read_text())["flags"]
+    for flag, row in raw.items():
+        assert row["origin"] == "megatron" or "(" in row["origin"], f"{flag}: name where the fork defines it"
+
+
+def test_a_preset_refused_before_it_resolves_is_reported_with_what_was_lost(tmp_path, launch):
+    # every problem at once: the preset's own refusal and the script's lost flags, never only the first
+    code, stdout, stderr = launch("import", "--", "torchrun", "--nnodes", "0", "pretrain_gpt.py", "--num-layers",
+                                  "2", "--foo", "1")
+    assert code == 2 and "Traceback" not in stderr
+    assert "launcher.nodes" in stderr and "must be at least 1" in stderr and "--foo 1" in stderr
+
+
+def test_a_layout_set_under_an_undecided_branch_is_lost_not_the_other_branch():
+    # seen: TP 4 · PP 2 under an `if` the import could not decide became TP 1 · PP 1, silently
+    script = ('TP=1\nif [ "$MODE" = big ]; then\n  TP=4\n  PP=2\n  LOG="--log-interval 5"\nfi\n'
+              + BASE + "--tensor-model-parallel-size $TP --pipeline-model-parallel-size ${PP:-1}\n")
+    found = import_source(script, "train.sh").lost
+    # each flag the branch feeds is unknown, and the branch itself is named with its line and what it decides
+    assert {n.split(" ")[0] for n in found if n.startswith("--")} == {"--pipeline-model-parallel-size",
+                                                                       "--tensor-model-parallel-size"}
+    (branch,) = [n for n in found if n.startswith("line 2:")]
+    assert "cannot be decided" in branch and "--tensor-model-parallel-size" in branch
+    assert "--log-interval" not in branch  # a logging flag is not a loss
+    decided = script.replace('"$MODE"', "small")
+    assert import_source(decided, "train.sh").lost == []
+
+
+def test_a_nan_value_is_carried_and_refused_by_the_check_not_an_internal_error(tmp_path, launch):
+    # NaN != NaN: the import's read-back of its own preset called this an internal error
+    imported = import_source(BASE + "--lr nan --moe-loss-weight nan --num-experts 4", "train.sh")
+    assert str(imported.settings["lr"]) == "nan" and imported.lost == []
+    code, stdout, stderr = launch("import", "--", *(BASE.replace("--lr 1e-4", "--lr nan")).split())
+    assert code == 2 and "internal" not in stderr.lower() and "lr is nan" in stderr
+    assert "round trip: equal" in stderr and "(lr)" not in stderr  # the user's NaN, not one the launcher added

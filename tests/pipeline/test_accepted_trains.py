@@ -1,0 +1,135 @@
+"""What the dry-run accepts must train: each rule here was a job accepted (often after an import) that then did not
+train on an H200. Each refusal's hint, followed in one round (every `--set X=V` of its first way out), gives a job
+that is accepted or has strictly fewer problems."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
+from tests.pipeline.refusals import refused
+
+SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*)=([^\s,;)]+)")
+
+
+def problems_of(overrides: list[str], te: bool = False, run_dir: Path | None = None) -> list:
+    try:
+        resolve(load_preset("345m", overrides), kernels=Kernels(te, te, "preset"), run_dir=run_dir)
+    except UserError as err:
+        return err.problems
+    return []
+
+
+def first_way_out(hint: str) -> list[str]:
+    """Every `set X=V` of a hint before its first alternative (", or", " (")."""
+    head = re.split(r",? or |\s\(", hint.removeprefix("unset them: "), maxsplit=1)[0]
+    return [f"{m[1]}={m[2]}" for m in SET.finditer(head)]
+
+
+def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) -> tuple[list, list]:
+    """(problems before, problems after one round of every problem's first way out)."""
+    before = problems_of(overrides, te, run_dir)
+    fixes = list(dict.fromkeys(fix for p in before for fix in first_way_out(p.hint)))
+    assert fixes, [p.render() for p in before]
+    return before, problems_of([*overrides, *fixes], te, run_dir)
+
+
+CASES = {
+    "checkpoint_activations": (["checkpoint_activations=true"], False),
+    "batch_size": (["batch_size=4"], False),
+    "wsd in samples at an iteration length": (["lr_decay_style=WSD", "lr_wsd_decay_samples=3200"], False),
+    "wsd without its length": (["lr_decay_style=WSD"], False),
+    "samples with every iteration setting": (["train_iters=null", "train_samples=3200000",
+                                              "lr_decay_style=WSD", "lr_wsd_decay_iters=100"], False),
+    "precision-aware optimizer without TE": (["use_precision_aware_optimizer=true",
+                                              "use_distributed_optimizer=true"], False),
+    "precision-aware optimizer without the distributed optimizer": (["use_precision_aware_optimizer=true"], True),
+    "reuse grad buffer without fp8 params": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
+    "fp8 MoE without TE": (["num_experts=4", "add_bias_linear=false", "fp8_format=e4m3", "fp8_param_gather=true",
+                            "use_distributed_optimizer=true", "reuse_grad_buf_for_mxfp8_param_ag=true"], False),
+    "checkpoint flags with a new load": (["exit_on_missing_checkpoint=true", "use_checkpoint_args=true",
+                                          "perform_initialization=false"], False),
+    "a virtual pipeline at PP 1 that does not divide": (["num_layers_per_virtual_pipeline_stage=5"], False),
+    "a virtual pipeline at PP 1": (["num_layers_per_virtual_pipeline_stage=4"], False),
+    "virtual stages at PP 1": (["num_virtual_stages_per_pipeline_rank=2"], False),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_every_hint_followed_gives_an_accepted_job_or_fewer_problems(name, tmp_path):
+    overrides, te = CASES[name]
+    before, after = follow(overrides, te, tmp_path / "run")
+    assert before, name
+    assert after == [] or len(after) < len(before), [p.render() for p in after]
+
+
+def test_checkpoint_activations_is_refused_with_megatrons_own_replacement():
+    # the pin's validate_args prints its message and calls exit(): status 0, no training, nothing in --check
+    text = refused(["checkpoint_activations=true"])
+    assert "validate_args calls exit(), so the job ends with status 0 before any training" in text
+    assert "--checkpoint-activations is no longer valid, use --recompute-activations" in text
+    assert "--set recompute_activations=true" in text
+
+
+def test_the_unit_switch_names_the_wsd_decay_of_the_other_unit():
+    # seen on an H200: lr_wsd_decay_samples survived the samples→iterations hint (assert wsd_decay_steps)
+    text = refused(["lr_decay_style=WSD", "lr_wsd_decay_samples=3200"])
+    assert "lr_wsd_decay_samples 3200" in text and "--set lr_wsd_decay_samples=null" in text
+    assert "--set lr_wsd_decay_iters=100" in text  # converted at global batch 32, in the same round
+
+
+def test_wsd_needs_its_decay_length_in_the_training_unit():
+    text = refused(["lr_decay_style=WSD"])
+    assert "lr_decay_style WSD needs lr_wsd_decay_iters" in text and "--set lr_wsd_decay_iters=50000" in text
+
+
+def test_precision_aware_optimizer_needs_transformer_engines_fused_adam():
+    text = refused(["use_precision_aware_optimizer=true", "use_distributed_optimizer=true"])
+    assert ("use_precision_aware_optimizer with optimizer_cpu_offload false (Megatron's default) needs Transformer "
+            "Engine") in text
+    assert "set use_precision_aware_optimizer=false or install Transformer Engine" in text
+    assert problems_of(["use_precision_aware_optimizer=true", "use_distributed_optimizer=true"], te=True) == []
+
+
+def test_dropping_fp8_drops_what_only_fp8_reads():
+    text = refused(["num_experts=4", "add_bias_linear=false", "fp8_format=e4m3", "fp8_param_gather=true",
+                    "use_distributed_optimizer=true", "reuse_grad_buf_for_mxfp8_param_ag=true"])
+    assert ("drop fp8 and what only it reads: --set fp8=null --set fp8_param_gather=false "
+            "--set reuse_grad_buf_for_mxfp8_param_ag=false, or run") in text
+
+
+def test_checkpoint_loading_flags_need_a_checkpoint(tmp_path):
+    text = refused(["exit_on_missing_checkpoint=true"])
+    assert "--exit-on-missing-checkpoint (exits at start-up when --load holds no checkpoint)" in text
+    assert "drop it: --set exit_on_missing_checkpoint=false, or --set load=DIR (a checkpoint to start from)" in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "does not exist or is empty here" in refused(["use_checkpoint_args=true", f"load={empty}"])
+    (empty / "latest_checkpointed_iteration.txt").write_text("10")
+    assert problems_of(["use_checkpoint_args=true", f"load={empty}"]) == []
+
+
+def test_a_virtual_pipeline_hint_at_pp_1_never_offers_another_virtual_pipeline():
+    # seen: "use num_layers_per_virtual_pipeline_stage in [1, 2, 4]" at PP 1, then "needs PP > 1 … drop"
+    text = refused(["num_layers_per_virtual_pipeline_stage=5"])
+    assert "hint: set num_layers_per_virtual_pipeline_stage=null (PP 1 has no interleaved schedule)" in text
+    assert "use num_layers_per_virtual_pipeline_stage in" in refused(["num_layers_per_virtual_pipeline_stage=5",
+                                                                      "pipeline_model_parallel_size=2"], 1, 2)
+
+
+def test_the_expert_world_size_hint_names_nodes():
+    text = refused(["num_experts=8", "expert_model_parallel_size=8", "add_bias_linear=false"], 1, 4)
+    assert "world size 4 is not divisible by expert TP·EP·PP = 1·8·1" in text
+    assert "hint: use --nodes 2 (8 GPUs), 4 (16 GPUs), 6 (24 GPUs), or --set expert_model_parallel_size=4" in text
+
+
+def test_precision_aware_optimizer_needs_the_distributed_optimizer():
+    text = refused(["use_precision_aware_optimizer=true"], te=True, apex=True)
+    assert "use_precision_aware_optimizer needs the distributed optimizer" in text
+    assert "hint: set use_distributed_optimizer=true, or use_precision_aware_optimizer=false" in text
