@@ -40,11 +40,11 @@ def test_resume_takes_secrets_from_the_environment(tmp_path):
                     "--set", f"env.HF_TOKEN={SECRET}")
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
-    result = launch(tmp_path, "--resume", str(run_dir))
+    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={torchrun}")
     assert result.returncode == 2 and "does not store the secret(s) HF_TOKEN" in result.stderr
     os.environ["HF_TOKEN"] = SECRET
     try:
-        result = launch(tmp_path, "--resume", str(run_dir))
+        result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={torchrun}")
     finally:
         del os.environ["HF_TOKEN"]
     assert result.returncode == 0, result.stderr
