@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from launcher import redaction
 from launcher.errors import UserError, shown
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -84,10 +85,12 @@ def open_file(path: str | Path, mode: str = "w", *, what: str = "file", encoding
 
 
 def write_atomic(path: str | Path, data: str | bytes, *, what: str = "file", mode: int = 0o644) -> None:
-    """Replace `path` with `data` as a whole: a fresh temporary in the same (real) directory, renamed over it.
-    An interrupt or a full disk leaves the old file (or none), never a part; a link at `path` is replaced."""
+    """Replace `path` with `data` as a whole: a fresh temporary in the same (real) directory, written, flushed to
+    the disk and renamed over it. An interrupt, a crash or a full disk leaves the old file (or none), never a part
+    or an empty one; a link at `path` is replaced. Text passes the one secret rule first (redaction.for_file): no
+    file the launcher writes holds a secret in clear."""
     path = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
+    payload = redaction.for_file(data).encode("utf-8") if isinstance(data, str) else data
     with _directory(path.parent, "the directory of " + what) as parent:
         temporary = f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
@@ -95,6 +98,8 @@ def write_atomic(path: str | Path, data: str | bytes, *, what: str = "file", mod
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
             os.chmod(temporary, mode, dir_fd=parent)
             os.replace(temporary, path.name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:

@@ -29,6 +29,10 @@ MAX_EXPANDED_CHARS = 2 * MAX_FILE_BYTES
 MAX_LINE_BYTES = 1 << 20  # one line of a log as read; the rest of a longer one is dropped (no log line is a MiB)
 
 
+class TooLarge(UserError):
+    """Input refused for its size (bytes, nesting, values after alias expansion), not for its syntax."""
+
+
 def _open_regular(path: str | Path, what: str) -> int:
     """A descriptor of a regular file opened for reading; UserError for anything else (missing, a device such
     as /dev/zero, a FIFO, a directory)."""
@@ -231,10 +235,10 @@ def load_yaml(text: str, source: str) -> Any:
         _refuse_deep(node)
         values, chars = _expanded_size(node)
         if values > MAX_NODES:
-            raise UserError(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
+            raise TooLarge(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
                             "write the values out, or use fewer nested aliases")
         if chars > MAX_EXPANDED_CHARS:
-            raise UserError(f"{source} expands to more than {MAX_EXPANDED_CHARS:,} characters of values (a long "
+            raise TooLarge(f"{source} expands to more than {MAX_EXPANDED_CHARS:,} characters of values (a long "
                             "value repeated through aliases?)", "write the values out, or use fewer aliases")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:

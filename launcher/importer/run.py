@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from launcher import nofollow
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
 from launcher.importer.report import ResolveJob, check_import, render
@@ -44,16 +45,17 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
         target = Path(output)
         if target.exists() and target.is_dir():
             raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
-        try:
-            target.write_text(imported.text)
+        try:  # whole or not at all: a full disk leaves no empty or cut preset
+            nofollow.write_atomic(target, imported.text, what="imported preset")
         except OSError as exc:
-            raise UserError(f"cannot write {target}: {exc}") from None
+            raise UserError(f"cannot write {target}: {exc.strerror or exc}",
+                            "free space there, or give -o a path on another file system") from None
         outcome = check_import(imported, target, resolve_job)
         sys.stdout.write(render(imported, outcome, str(target)))
     else:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / "imported.yaml"
-            scratch.write_text(imported.text)
+            nofollow.write_atomic(scratch, imported.text, what="imported preset")
             outcome = check_import(imported, scratch, resolve_job)
         sys.stdout.write(imported.text)
         sys.stderr.write(render(imported, outcome, "standard output"))
