@@ -23,7 +23,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from launcher import nofollow, untrusted
+from launcher import nofollow, redaction, untrusted
 from launcher.errors import UserError, shown
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
@@ -92,7 +92,7 @@ class Monitor:
 
     def feed(self, line: str) -> None:
         text = line.rstrip("\r\n")
-        self._log.write(text + "\n")
+        self._log.write(redaction.for_file(text) + "\n")  # a program printing its argv prints no secret to disk
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
         self.clock.observe(text, isinstance(event, lp.IterationLine))
