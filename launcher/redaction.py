@@ -92,13 +92,22 @@ def scrub_values(value: Any) -> Any:
 
 
 # C0/C1 control characters other than newline and tab: a value holding ESC [ … could recolour, retitle or
-# rewrite the user's terminal. The launcher's own output never needs them.
-_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# rewrite the user's terminal. And characters that change what a line seems to say without being seen: bidi
+# overrides and isolates (U+202A-E, U+2066-9: "Trojan Source"), zero-width ones (U+200B-F, U+2060-4, U+FEFF, U+180E,
+# U+034F, U+061C, soft hyphen) and line/paragraph separators (U+2028/9, U+0085: a new line the eye does not see).
+# The launcher's own output never needs them.
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f"
+                                r"\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def terminal_safe(text: str) -> str:
-    """`text` with control characters written as \\xNN (visible, inert)."""
-    return _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` with control and invisible characters written as \\xNN / \\uNNNN (visible, inert)."""
+    return _TERMINAL_CONTROLS.sub(lambda m: _escaped(m.group()), text)
 
 
 class RedactingStream:

@@ -289,3 +289,44 @@ def test_divisor_hints_are_bounded_work(capsys):
     assert len(divisors(10**9)) == 100
     code, _, err = run_cli(capsys, "345m", "--dry-run", "--set", "num_attention_heads=1000000000")
     assert code == 2 and "num_attention_heads" in err
+
+
+# -- what the terminal shows is what runs ---------------------------------------------------------------------------
+
+INVISIBLE = ["\u202e", "\u2066", "\u200b", "\u200d", "\ufeff", "\u2028", "\u2029", "\u00ad", "\u061c"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+@pytest.mark.parametrize("command", [("toy", "--dry-run"), ("show", "toy"), ("toy", "--dry-run", "--format", "json")])
+def test_bidi_zero_width_and_separator_characters_never_reach_the_terminal_raw(capsys, char, command):
+    code, out, err = run_cli(capsys, *command, "--set", f"env.X=a{char}b", "--set", f"wandb_exp_name=d{char}e")
+    assert code == 0, err
+    assert char not in out + err
+
+
+def test_a_dry_run_writes_an_invisible_character_so_that_the_pasted_command_is_the_same(capsys):
+    code, out, _ = run_cli(capsys, "toy", "--dry-run", "--set", "env.X=a\u202eb\u200bc")
+    assert code == 0
+    assert "export X=$'a\\xe2\\x80\\xaeb\\xe2\\x80\\x8bc'" in out.splitlines()
+
+
+@pytest.mark.parametrize("argv", [
+    ("toy", "--set", "env.X=x\udcff"), ("toy", "--dry-run", "--set", "lr=1\udce9"), ("show", "t\udcffy"),
+    ("report", "runs/\udcff"), ("plan", "toy", "--set", "env.X=\udcff"),
+])
+def test_a_non_utf8_argument_is_refused_cleanly(capsys, argv):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert "holds a byte that is not UTF-8 text" in err and "hint:" in err
+
+
+# -- Kubernetes values the API server would refuse ------------------------------------------------------------------
+
+@pytest.mark.parametrize("setting, expected", [
+    ("k8s.time=99999999999999999999", "out of range"), ("k8s.time=0", "out of range"),
+    ("k8s.shm_size=-1Gi", "not a positive size"), ("k8s.shm_size=-64", "not a positive size"),
+    ("k8s.shm_size=0Mi", "not a positive size"),
+])
+def test_kubernetes_values_the_api_server_refuses_are_refused_with_a_hint(capsys, setting, expected):
+    code, _, err = run_cli(capsys, "toy", "--k8s", "--dry-run", "--gpus-per-node", "2", "--set", setting)
+    assert code == 2 and expected in err and "hint:" in err, err
