@@ -8,6 +8,7 @@ are refused instead of growing into gigabytes wherever the value is later printe
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -112,6 +113,76 @@ def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{what} {shown(str(path))} is not UTF-8 text (byte {exc.start})") from None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{clip(text, 40)} is beyond a float's range")
+    return value
+
+
+MAX_INT_DIGITS = 30  # an iteration count, a pid, a byte count: no record holds a larger integer
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text):,} digits")
+    return int(text)
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return False
+
+
+def loads_json(text: str | bytes, what: str) -> Any:
+    """Strict JSON from input the launcher does not control: NaN, Infinity, numbers beyond a float (1e400) or
+    integers of more than MAX_INT_DIGITS digits, and nesting deeper than MAX_DEPTH are refused (UserError), so
+    every value read can be written again as valid JSON and used in arithmetic."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int)
+    except RecursionError:
+        raise UserError(f"{what} is not valid JSON: nesting deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError and the refusals above
+        raise UserError(f"{what} is not valid JSON: {clip(str(exc), 120)}", "is this the right file?") from None
+    if _too_deep(value):
+        raise UserError(f"{what} is not valid JSON: nesting deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def read_json(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> Any:
+    """A regular file of at most `limit` bytes holding strict JSON (loads_json)."""
+    return loads_json(read_utf8(path, what, limit), f"{what} {shown(str(path))}")
+
+
+def read_tail(path: str | Path, what: str, size: int) -> bytes:
+    """The last `size` bytes of a regular file (a FIFO, a device or a directory is refused, never waited on)."""
+    fd = _open_regular(path, what)
+    try:
+        end = os.fstat(fd).st_size
+        os.lseek(fd, max(0, end - size), os.SEEK_SET)
+        chunks, left = [], size
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {shown(str(path))}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
