@@ -319,8 +319,10 @@ def load_yaml(text: str, source: str) -> Any:
         lines = text.splitlines()
         line = lines[where.line] if where is not None and where.line < len(lines) else ""
         tab = "\t" in reason or "\t" in line  # PyYAML's "found character '\t' that cannot start any token"
-        raise UserError(f"{source} is not valid YAML{at}: {reason}",
-                        "YAML indents with spaces, never tabs: use spaces" if tab else "") from None
+        hint = ("YAML indents with spaces, never tabs: use spaces" if tab else
+                "keep one of them: a mapping holds each key once (later settings go under the first)"
+                if "appears twice" in reason else "")
+        raise UserError(f"{source} is not valid YAML{at}: {reason}", hint) from None
     except RecursionError:
         raise UserError(f"{source} is not valid YAML: nesting deeper than {MAX_DEPTH} levels") from None
     finally:

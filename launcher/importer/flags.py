@@ -3,11 +3,12 @@ argument catalog as Megatron's own parser would read them (no torch)."""
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.errors import UserError, did_you_mean
+from launcher.errors import UserError, did_you_mean, shown
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
 
@@ -98,6 +99,11 @@ def read_flags(words: list[str], raw: bool = False) -> Flags:
                 _, value = type_megatron_value(arg.dest, value, f"flag {flag}")
             except UserError as exc:
                 out.unknown.append(f"{flag} {value}: {exc.problems[0].message}")
+                continue
+            items = value if isinstance(value, list) else [value]
+            if any(isinstance(v, float) and not math.isfinite(v) for v in items):
+                out.unknown.append(f"{flag} {shown(value)}: not a finite number (nan, inf), so not carried; a preset "
+                                   "holds numbers only")
                 continue
         out.settings[arg.dest] = value
         out.flag_of[arg.dest] = flag
