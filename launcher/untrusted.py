@@ -61,8 +61,15 @@ class Lines:
         self.ended_with_newline = True
         self.empty = True
 
+    def _too_large(self) -> UserError:
+        return UserError(f"{self.what} {shown(str(self.path))} is larger than {self.limit:,} bytes",
+                         "is this the right file?")
+
     def __iter__(self) -> Iterator[str]:
         fd = _open_regular(self.path, self.what)
+        if os.fstat(fd).st_size > self.limit:  # refused before reading a byte of it
+            os.close(fd)
+            raise self._too_large()
         size = 0
         with os.fdopen(fd, "rb") as handle:
             while True:
@@ -71,13 +78,14 @@ class Lines:
                     return
                 size += len(raw)
                 if size > self.limit:
-                    raise UserError(f"{self.what} {shown(str(self.path))} is larger than {self.limit:,} bytes",
-                                    "is this the right file?")
+                    raise self._too_large()
                 self.empty = False
                 self.ended_with_newline = raw.endswith(b"\n")
                 if not self.ended_with_newline and len(raw) == MAX_LINE_BYTES:
                     while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                         size += len(rest)  # the rest of an overlong line is skipped, still counted
+                        if size > self.limit:  # (a file that grows while read, without a newline)
+                            raise self._too_large()
                     size += len(rest)
                     self.ended_with_newline = bool(rest)
                 yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
@@ -113,6 +121,14 @@ def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{what} {shown(str(path))} is not UTF-8 text (byte {exc.start})") from None
+
+
+def count(text: str, digits: int = 18) -> int | None:
+    """A count written in a file or a file name (an iteration, an attempt, a job id): ASCII digits only, at most
+    `digits` of them; None for anything else ('²' is a digit to str.isdigit() but not to int(); 5,000 digits are
+    damage, and more than int() reads)."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= digits else None
 
 
 def _no_constant(name: str) -> Any:

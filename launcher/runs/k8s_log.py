@@ -13,7 +13,7 @@ from pathlib import Path
 from launcher.runs.logparse import clean_line, parse_iteration_line
 
 LOG_DIR = Path("logs") / "k8s"
-_NAME = re.compile(r"node-(?P<node>\d+)-attempt-(?P<attempt>\d+)\.log")
+_NAME = re.compile(r"node-(?P<node>[0-9]{1,9})-attempt-(?P<attempt>[0-9]{1,9})\.log")
 MAX_SCANNED_LINES = 1_000_000  # a pod log with no iteration line in its first million lines is not the last rank's
 
 

@@ -144,7 +144,10 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
         except OSError as error:
             failure = failure or error
         if running is not None:
-            running.unlink(missing_ok=True)
+            try:
+                running.unlink(missing_ok=True)
+            except OSError:  # the run root went read-only: `launch runs` judges the gone pid as failed anyway
+                pass
     if failure is not None:
         raise UserError(rundir.storage_problem(
             f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))
