@@ -105,7 +105,8 @@ def k8s_word(word: str) -> str:
     """A word for a container's command, args or env value, exactly as given after Kubernetes' expansion.
 
     Kubernetes replaces `$(NAME)` by the variable and `$$` by `$`; doubling each `$` before `(`, `$` or a
-    non-ASCII character keeps every other text as it is. The launcher's own endpoint word (HostFromEnv) expands on purpose."""
+    non-ASCII character keeps every other text as it is. The launcher's own endpoint word (HostFromEnv) expands
+    on purpose."""
     if isinstance(word, HostFromEnv):
         return f"$({word.variable}):{word.port}"
     return _EXPANDED.sub("$$", word)

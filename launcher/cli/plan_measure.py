@@ -102,19 +102,20 @@ def _variants(t: est.Training) -> Iterator[est.Training]:
 
 def read_log(path: Path) -> tuple[float | None, float | None, int]:
     """(median seconds per iteration after the warm-up, peak max-allocated GiB, iteration lines) of a log."""
+    from launcher import untrusted
     from launcher.runs import logparse
 
     times: list[tuple[int, float]] = []
     peaks: list[float] = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = (line for _, line in zip(range(MAX_LOG_LINES), f, strict=False))
-            for event in logparse.parse_lines(lines):
-                if isinstance(event, logparse.IterationLine) and event.elapsed_ms is not None:
-                    times.append((event.iteration, event.elapsed_ms / 1000))
-                elif isinstance(event, logparse.MemoryReport):
-                    peaks.append(event.max_allocated_mb * est.MB / est.GIB)
-    except OSError:
+    try:  # bounded lines of a regular file (the run's own log, but a run directory is data)
+        lines = (line for _, line in zip(range(MAX_LOG_LINES), untrusted.Lines(path, "measurement log", 1 << 30),
+                                         strict=False))
+        for event in logparse.parse_lines(lines):
+            if isinstance(event, logparse.IterationLine) and event.elapsed_ms is not None:
+                times.append((event.iteration, event.elapsed_ms / 1000))
+            elif isinstance(event, logparse.MemoryReport):
+                peaks.append(event.max_allocated_mb * est.MB / est.GIB)
+    except (OSError, UserError):
         return None, None, 0
     timed = [s for it, s in times if it > WARMUP_ITERATIONS] or [s for _, s in times[1:]] or [s for _, s in times]
     step = statistics.median(timed) if timed else None

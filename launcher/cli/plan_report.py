@@ -405,7 +405,8 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
     # the checker's own words, before any estimate divides by a size or unrolls a layout
-    unusable = required_problems(preset.arg, missing=False) + [p for p in [layout_string_problem(preset.arg)] if p is not None]
+    layout = layout_string_problem(preset.arg)
+    unusable = required_problems(preset.arg, missing=False) + ([layout] if layout is not None else [])
     if unusable:
         raise UserError(unusable)
     settings = preset.launcher

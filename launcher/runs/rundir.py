@@ -369,9 +369,9 @@ def open_run_dir(path: Path) -> ExistingRun:
     damaged = "launch a new run; the damaged one is left as it is"
     manifest_text = untrusted.read_utf8(path / MANIFEST, "run manifest")
     try:
-        manifest = json.loads(manifest_text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise UserError(Problem(f"{path} is a damaged run directory: {MANIFEST}: {shown(error)}", damaged)) from None
+        manifest = untrusted.loads_json(manifest_text, MANIFEST)
+    except UserError as error:
+        raise UserError(Problem(f"{path} is a damaged run directory: {error.problems[0].message}", damaged)) from None
     preset = untrusted.load_yaml(untrusted.read_utf8(path / PRESET_FILE, "run preset"), str(path / PRESET_FILE))
     if not isinstance(manifest, dict) or not isinstance(preset, dict):
         raise UserError(Problem(f"{path} is a damaged run directory: manifest or preset is not a mapping", damaged))

@@ -6,8 +6,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
 import subprocess
+import sys
 import textwrap
 from pathlib import Path
 

@@ -89,7 +89,8 @@ def _no_secret_in(run_dir: Path) -> None:
 
 
 def test_a_kubernetes_run_directory_holds_no_credential_of_any_setting(launch_cli_env, tmp_path):
-    result = launch_cli_env(tmp_path, "toy", "--k8s", "--gpus-per-node", "2", *NO_KERNELS, "--set", "k8s.secret=job-secrets",
+    result = launch_cli_env(tmp_path, "toy", "--k8s", "--gpus-per-node", "2", *NO_KERNELS,
+                            "--set", "k8s.secret=job-secrets",
                             "--set", f"run_root={tmp_path}/runs", *CLUSTER_VALUES)
     assert result.returncode == 0, result.stderr
     run_dir = only_run_dir(tmp_path)
@@ -100,7 +101,8 @@ def test_a_kubernetes_run_directory_holds_no_credential_of_any_setting(launch_cl
 
 
 def test_a_slurm_run_directory_holds_no_credential_of_any_setting(launch_cli_env, tmp_path):
-    result = launch_cli_env(tmp_path, "toy", "--slurm", "--gpus-per-node", "2", *NO_KERNELS, "--set", f"run_root={tmp_path}/runs",
+    result = launch_cli_env(tmp_path, "toy", "--slurm", "--gpus-per-node", "2", *NO_KERNELS,
+                            "--set", f"run_root={tmp_path}/runs",
                             "--set", f"slurm.container_image=user:{TOKEN}@registry.example/megatron:1",
                             *CLUSTER_VALUES[2:])
     assert result.returncode == 0, result.stderr
