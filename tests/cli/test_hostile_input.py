@@ -330,3 +330,59 @@ def test_a_non_utf8_argument_is_refused_cleanly(capsys, argv):
 def test_kubernetes_values_the_api_server_refuses_are_refused_with_a_hint(capsys, setting, expected):
     code, _, err = run_cli(capsys, "toy", "--k8s", "--dry-run", "--gpus-per-node", "2", "--set", setting)
     assert code == 2 and expected in err and "hint:" in err, err
+
+
+# -- every refusal says what to do ------------------------------------------------------------------------------------
+
+def test_every_problem_renders_a_hint_even_one_written_without():
+    from launcher.errors import Problem
+
+    for message in ("x must be at least 1, got 0", "something is wrong", "p.yaml is not valid YAML at line 2"):
+        rendered = UserError(Problem(message)).render()
+        assert rendered.splitlines()[1].startswith("  hint: ") and len(rendered.splitlines()[1]) > 10
+        assert json.loads(UserError(Problem(message)).as_json())["problems"][0]["hint"]
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "345m", "--set", "pipeline_model_parallel_size=0"),
+    ("plan", "345m", "--set", "tensor_model_parallel_size=-1"),
+    ("plan", "345m", "--set", "num_layers=0"),
+    ("plan", "345m", "--set", "pipeline_model_parallel_layout=Eqq|L"),
+    ("plan", "345m", "--set", "pipeline_model_parallel_layout=Et*23|tL", "--set", "pipeline_model_parallel_size=2"),
+    ("345m", "--dry-run", "--set", "pipeline_model_parallel_layout=Ex|L"),
+    ("345m", "--dry-run", "--set", "pipeline_model_parallel_size=0"),
+    ("plan", "345m", "--tflops", "nan"), ("plan", "345m", "--tflops", "inf"), ("plan", "345m", "--tflops", "1e400"),
+    ("plan", "345m", "--ckpt-write-gbps", "nan"),
+])
+def test_crafted_plan_and_layout_values_are_refused_with_a_hint(capsys, argv):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2, out + err
+    assert "internal error" not in err and "hint:" in err
+
+
+def test_plan_json_never_holds_nan(capsys):
+    code, out, _ = run_cli(capsys, "plan", "345m", "--tflops", "300", "--format", "json")
+    assert code == 0
+    json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in plan --format json"))
+
+
+def test_a_preset_with_base_twice_is_refused_with_a_hint(tmp_path, capsys):
+    path = preset_file(tmp_path, "base: toy\nbase: 345m\n")
+    code, _, err = run_cli(capsys, str(path), "--dry-run")
+    assert code == 2 and "appears twice" in err and "hint: keep one of them" in err
+
+
+def test_import_of_a_nan_flag_value_is_no_internal_error(capsys):
+    code, out, err = run_cli(capsys, "import", "--", "torchrun", "pretrain_gpt.py", "--lr", "nan", "--num-layers", "2")
+    assert "internal error" not in err
+    assert "--lr nan: not a finite number" in out + err
+
+
+def test_import_of_a_yaml_alias_bomb_is_bounded(tmp_path, capsys):
+    import time
+
+    path = preset_file(tmp_path, "MODEL_ARGS: " + ALIAS_BOMB + "\n", "functional.yaml")
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, "import", str(path))
+    assert time.monotonic() - started < 10
+    assert code == 2 and "expands to more than" in err and "hint:" in err
