@@ -13,7 +13,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -89,6 +89,11 @@ class Lines:
                     size += len(rest)
                     self.ended_with_newline = bool(rest)
                 yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def open_binary(path: str | Path, what: str) -> BinaryIO:
+    """A regular file opened for reading bytes (a FIFO, a device or a directory is refused, never waited on)."""
+    return os.fdopen(_open_regular(path, what), "rb")
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:

@@ -46,7 +46,7 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
         if target.exists() and target.is_dir():
             raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
         try:  # whole or not at all: a full disk leaves no empty or cut preset
-            nofollow.write_atomic(target, imported.text, what="imported preset")
+            nofollow.write_atomic(target, imported.text, what="imported preset", user_directory=True)
         except OSError as exc:
             raise UserError(f"cannot write {target}: {exc.strerror or exc}",
                             "free space there, or give -o a path on another file system") from None

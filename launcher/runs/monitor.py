@@ -70,7 +70,8 @@ class Monitor:
         self.tty = self.out.isatty() if tty is None else tty
         self.log_path = next_log_path(self.run_dir)
         self._log = nofollow.open_file(self.log_path, "x", what="attempt log", errors="replace", buffering=1)
-        self._metrics = nofollow.open_file(self.run_dir / METRICS_FILE, "a", what="metrics file")
+        # unbuffered bytes: each record is written whole or cut back (a full disk never leaves half a line)
+        self._metrics = nofollow.open_file(self.run_dir / METRICS_FILE, "ab", what="metrics file", buffering=0)
         self.runlog = RunLog(seq_length=seq_length)
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
@@ -104,13 +105,27 @@ class Monitor:
             self.unread = self.unread or f"the launcher could not read the log line {shown(text, 80)}: {error!r}"
             self._echo(text)
 
+    def _append_metrics(self, line: bytes) -> None:
+        """One metrics record, whole: on a failed write (a full disk) the file is cut back to where it was."""
+        fd = self._metrics.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(line):
+                done += os.write(fd, line[done:])
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
+
     def _read(self, text: str) -> None:
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
         self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
-            self._metrics.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
-            self._metrics.flush()
+            self._append_metrics((json.dumps(json_safe(record), allow_nan=False) + "\n").encode())
         if isinstance(event, lp.IterationLine) and self.tty and self.out is not None and _have_tqdm():
             try:
                 self._update_bar(event, record or {})

@@ -386,3 +386,40 @@ def test_import_of_a_yaml_alias_bomb_is_bounded(tmp_path, capsys):
     code, _, err = run_cli(capsys, "import", str(path))
     assert time.monotonic() - started < 10
     assert code == 2 and "expands to more than" in err and "hint:" in err
+
+
+def test_import_onto_a_device_replaces_nothing(capsys):
+    before = os.stat("/dev/full")
+    code, _, err = run_cli(capsys, "import", "-o", "/dev/full", "--", "torchrun", "pretrain_gpt.py",
+                           "--num-layers", "2")
+    assert code == 2 and "not a regular file" in err and "hint:" in err
+    assert os.stat("/dev/full").st_rdev == before.st_rdev
+
+
+def test_import_onto_a_full_disk_leaves_no_empty_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from launcher import nofollow
+
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(nofollow.os, "fdopen", lambda fd, *a, **k: Full(real_fdopen(fd, *a, **k)))
+    target = tmp_path / "out.yaml"
+    code, _, err = run_cli(capsys, "import", "-o", str(target), "--", "torchrun", "pretrain_gpt.py",
+                           "--num-layers", "2")
+    monkeypatch.undo()
+    assert code == 2 and "No space left" in err and "hint:" in err
+    assert list(tmp_path.iterdir()) == []

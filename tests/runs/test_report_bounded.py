@@ -255,3 +255,33 @@ def test_a_310_digit_iteration_line_is_not_progress(tmp_path):
     monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
     monitor.feed(ITERATION.format(it="9" * 310, total="9" * 310))
     assert monitor.close(exit_code=0).outcome == "failed"
+
+
+def test_a_full_disk_never_leaves_half_a_metrics_line(tmp_path, monkeypatch):
+    import errno
+    import io
+    import os
+
+    from launcher.runs import monitor as monitor_module
+    from launcher.runs.monitor import Monitor
+
+    monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    lines = (FIXTURES / "toy_fp32_1gpu.log").read_text().splitlines()
+    fed = 0
+    while not (tmp_path / "metrics.jsonl").stat().st_size:
+        monitor.feed(lines[fed])
+        fed += 1
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        if len(data) > 8:
+            return real_write(fd, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(monitor_module.os, "write", half_then_full)
+    with pytest.raises(OSError):
+        for line in lines[fed:]:
+            monitor.feed(line)
+    monkeypatch.undo()
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())

@@ -217,3 +217,10 @@ def test_a_resumed_attempt_that_printed_nothing_is_not_a_success(first_run, tmp_
     result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={silent}")
     assert result.returncode == 1, result.stdout
     assert json.loads((run_dir / "summary.json").read_text())["outcome"] != "success"
+
+
+def test_a_fifo_as_the_lock_is_refused_not_waited_on(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    os.mkfifo(run_dir / ".launch.lock")
+    result = resume(tmp_path, run_dir, torchrun)
+    assert result.returncode == 2 and "not a regular file" in result.stderr and "hint:" in result.stderr
