@@ -23,7 +23,8 @@ from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
 MAX_RUNS = 10_000  # a run root holding more is listed up to here (newest names first)
-MAX_RECORD_BYTES = 1 << 20
+MAX_RECORD_BYTES = 1 << 20  # a manifest grows by an attempt's argv and environment (a few KB) per resume
+MAX_SMALL_RECORD_BYTES = 64 << 10  # summary.json and running.json are a few hundred bytes
 METRICS_TAIL_BYTES = 64 << 10  # the last iteration line is near the end
 # RunSummary.outcome → the state a user asks about ("stopped": exited early, resumable; at a time limit or a signal)
 STATES = {"success": "succeeded", "failed": "failed", "stopped": "preempted"}
@@ -41,12 +42,12 @@ class RunRow:
     why: str = ""  # how the state was judged, when not from summary.json
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+def _json(path: Path, limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
     """A record (regular file, bounded, strict JSON); None when missing or damaged (the row says what it can)."""
     if not os.path.lexists(path):
         return None
     try:
-        value = untrusted.read_json(path, path.name, MAX_RECORD_BYTES)
+        value = untrusted.read_json(path, path.name, limit)
     except (UserError, OSError):
         return None
     return value if isinstance(value, dict) else None
@@ -104,8 +105,8 @@ def _number(value: Any) -> int | float | None:
 
 def describe(run_dir: Path) -> RunRow:
     manifest = _json(run_dir / MANIFEST) or {}
-    summary = _json(run_dir / SUMMARY_FILE)
-    running = _json(run_dir / RUNNING_FILE)
+    summary = _json(run_dir / SUMMARY_FILE, MAX_SMALL_RECORD_BYTES)
+    running = _json(run_dir / RUNNING_FILE, MAX_SMALL_RECORD_BYTES)
     metrics = _last_metrics(run_dir / METRICS_FILE) or {}
     attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
     started = attempts[-1].get("started") if attempts and isinstance(attempts[-1], dict) else None
