@@ -77,7 +77,7 @@ def test_a_resumed_jobset_name_fits_the_host_name_label_after_any_number_of_atte
     path = Path(out.strip())
     manifest_path = path.parent / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
-    manifest["attempts"] = manifest["attempts"] * 123_456
+    manifest["attempts"] += [{}] * 123_455
     manifest_path.write_text(json.dumps(manifest))
     code, out, err = launch("--resume", str(path.parent), "--k8s")
     assert code == 0, err
