@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +39,34 @@ class Problem:
     # "data" (the data or tokenizer files, which Megatron opens only when it builds the datasets).
     stage: str = "validate"
 
+    @property
+    def fix(self) -> str:
+        """The hint, or, where a refusal was written without one, the fix its message implies: every refusal the
+        user sees says what to do (rendered and in JSON)."""
+        return self.hint or default_hint(self.message)
+
     def render(self) -> str:
-        text = f"error: {clip(self.message, MAX_MESSAGE)}"
-        if self.hint:
-            text += f"\n  hint: {clip(self.hint, MAX_MESSAGE)}"
-        return text
+        return f"error: {clip(self.message, MAX_MESSAGE)}\n  hint: {clip(self.fix, MAX_MESSAGE)}"
+
+
+_IMPLIED_FIXES = (
+    (re.compile(r"must be at least (-?\d+)"), "set it to {0} or more"),
+    (re.compile(r"must be (?:positive|greater than 0)"), "give a number greater than 0"),
+    (re.compile(r"must be (?:an integer|a whole number)"), "give a whole number, e.g. 1"),
+    (re.compile(r"must be a (?:number|float)"), "give a number, e.g. 0.5"),
+    (re.compile(r"does not exist|is missing|no such file", re.IGNORECASE), "check the path, then run again"),
+    (re.compile(r"not valid YAML|not valid JSON|damaged", re.IGNORECASE),
+     "fix the file (or give another one), then run again"),
+)
+
+
+def default_hint(message: str) -> str:
+    """The fix a refusal's message implies, for one written without a hint."""
+    for pattern, fix in _IMPLIED_FIXES:
+        match = pattern.search(message)
+        if match:
+            return fix.format(*match.groups())
+    return "change the value named above and run again (`launch show PRESET` shows every setting as resolved)"
 
 
 class UserError(Exception):
@@ -67,7 +91,7 @@ class UserError(Exception):
         import json
 
         return json.dumps({"error": self.problems[0].message if self.problems else "", "exit_code": 2,
-                           "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage}
+                           "problems": [{"message": p.message, "hint": p.fix, "stage": p.stage}
                                         for p in self.problems]}, indent=2)
 
 

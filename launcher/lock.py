@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from launcher.errors import UserError, shown
@@ -41,19 +42,28 @@ def hold(path: str | Path, what: str, hint: str) -> None:
         if same:
             break
         os.close(fd)  # its holder removed that file while this process waited for it: lock the new one
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
     _held[key] = fd
+    try:  # the holder's pid, for the message another process shows; a full disk does not stop the lock
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+    except OSError:
+        pass
 
 
 def _open(key: str) -> int:
-    try:
-        return os.open(key, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:  # O_NONBLOCK: a FIFO planted as the lock must not wait for a reader; it is refused below
+        fd = os.open(key, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UserError(f"the lock file {shown(key)} is a symbolic link", "remove it, then run again") from None
         raise UserError(f"cannot create the lock file {shown(key)}: {exc.strerror or exc}",
                         "is the directory writable?") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UserError(f"the lock file {shown(key)} is not a regular file (a FIFO, a device or a directory)",
+                        "remove it, then run again")
+    os.set_blocking(fd, True)
+    return fd
 
 
 def release(path: str | Path, remove: bool = False) -> None:

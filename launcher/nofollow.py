@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
+from launcher import redaction
 from launcher.errors import UserError, shown
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -42,9 +43,9 @@ def real_dir(path: str | Path, what: str = "directory", create: bool = True) -> 
 
 
 @contextmanager
-def _directory(path: Path, what: str) -> Iterator[int]:
+def _directory(path: Path, what: str, follow: bool = False) -> Iterator[int]:
     try:
-        fd = os.open(path, _DIR_FLAGS)
+        fd = os.open(path, _DIR_FLAGS & ~os.O_NOFOLLOW if follow else _DIR_FLAGS)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(path):
             raise _symlink_error(path, what) from None
@@ -83,18 +84,30 @@ def open_file(path: str | Path, mode: str = "w", *, what: str = "file", encoding
     return os.fdopen(fd, mode.replace("x", "w"), encoding=encoding, errors=errors, buffering=buffering)
 
 
-def write_atomic(path: str | Path, data: str | bytes, *, what: str = "file", mode: int = 0o644) -> None:
-    """Replace `path` with `data` as a whole: a fresh temporary in the same (real) directory, renamed over it.
-    An interrupt or a full disk leaves the old file (or none), never a part; a link at `path` is replaced."""
+def write_atomic(path: str | Path, data: str | bytes, *, what: str = "file", mode: int = 0o644,
+                 user_directory: bool = False) -> None:
+    """Replace `path` with `data` as a whole: a fresh temporary in the same (real) directory, written, flushed to
+    the disk and renamed over it. An interrupt, a crash or a full disk leaves the old file (or none), never a part
+    or an empty one; a link at `path` is replaced. `user_directory`: the directory is one the user named (import
+    -o, prepare-data's output prefix), which may be reached through a link of theirs. Text passes the one secret
+    rule first (redaction.for_file): no file the launcher writes holds a secret in clear."""
     path = Path(path)
-    payload = data.encode("utf-8") if isinstance(data, str) else data
-    with _directory(path.parent, "the directory of " + what) as parent:
+    payload = redaction.for_file(data).encode("utf-8") if isinstance(data, str) else data
+    with _directory(path.parent, "the directory of " + what, follow=user_directory) as parent:
+        try:  # a device or FIFO at the name (-o /dev/full) is not a file to replace
+            kind = os.lstat(path.name, dir_fd=parent).st_mode
+        except FileNotFoundError:
+            kind = None
+        if kind is not None and not (stat.S_ISREG(kind) or stat.S_ISLNK(kind)):
+            raise UserError(f"{what} {shown(str(path))} is not a regular file", "give a file name, then run again")
         temporary = f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
                      dir_fd=parent)
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
             os.chmod(temporary, mode, dir_fd=parent)
             os.replace(temporary, path.name, src_dir_fd=parent, dst_dir_fd=parent)
         except BaseException:

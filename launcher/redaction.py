@@ -27,6 +27,10 @@ SECRET_NAME = re.compile(r"KEY|TOKEN(?!IZER|S(?:_|$))|SECRET|PASSW(?:OR)?D|PASSP
 SECRET_VALUE = re.compile(r"(?<![\w/.-])(?:hf_[A-Za-z0-9]{30,40}|gh[pousr]_[A-Za-z0-9]{36}|github_pat_\w{60,}"
                           r"|glpat-[\w-]{20}|sk-(?:proj-)?[\w-]{32,}|xox[abprs]-[\w-]{10,}|(?:AKIA|ASIA)[0-9A-Z]{16}"
                           r"|AIza[\w-]{35}|nvapi-[\w-]{40,})(?![\w-])")
+# A password in a URL's userinfo (postgres://user:pw@host/db, https://user:token@host) or in a registry login
+# written before an image (user:token@registry/image): the part after the colon is a secret under any name.
+USERINFO = re.compile(r"(?P<user>(?:\b[A-Za-z][A-Za-z0-9+.-]*://|(?<![\w/.:@-]))[^\s/@:<>]*):"
+                      r"(?P<password>[^\s/@<>]+|<redacted>)@(?=[\w\[])")
 # A shorter value ("1", "on") would redact ordinary words everywhere; no real key or token is that short.
 MIN_SECRET_CHARS = 4
 MAX_REMEMBERED = 1000
@@ -38,7 +42,13 @@ _secret_names: set[str] = set()  # variables made secrets by their value (rememb
 def is_secret(env_name: str, value: Any = None) -> bool:
     """Whether the variable `env_name` (holding `value`, where the caller has it) is a secret."""
     return bool(SECRET_NAME.search(env_name)) or env_name in _secret_names or (
-        value is not None and SECRET_VALUE.search(str(value)) is not None)
+        value is not None and has_secret_form(str(value)))
+
+
+def has_secret_form(text: str) -> bool:
+    """Whether `text` holds a credential by its form: a known token's shape, or a password in a URL's userinfo."""
+    return SECRET_VALUE.search(text) is not None or any(
+        match.group("password") != REDACTED for match in USERINFO.finditer(text))
 
 
 def remember(name: str, value: Any) -> None:
@@ -61,17 +71,44 @@ def scrub(text: str) -> str:
     for secret in sorted(_remembered, key=len, reverse=True):
         if len(secret) >= MIN_SECRET_CHARS and secret in text:
             text = text.replace(secret, REDACTED)
-    return SECRET_VALUE.sub(REDACTED, text)
+    text = SECRET_VALUE.sub(REDACTED, text)
+    return USERINFO.sub(lambda m: f"{m.group('user')}:{REDACTED}@", text) if "@" in text else text
+
+
+def for_file(text: str) -> str:
+    """Text as a file the launcher writes may hold it: every secret (remembered, or by its form, URL passwords
+    included) replaced. Every writer of a file passes its text through here (launcher.nofollow.write_atomic)."""
+    return scrub(text)
+
+
+def scrub_values(value: Any) -> Any:
+    """`value` (a mapping, list or scalar as a file records it) with every string scrubbed, keys included."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub_values(k): scrub_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_values(v) for v in value]
+    return value
 
 
 # C0/C1 control characters other than newline and tab: a value holding ESC [ … could recolour, retitle or
-# rewrite the user's terminal. The launcher's own output never needs them.
-_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# rewrite the user's terminal. And characters that change what a line seems to say without being seen: bidi
+# overrides and isolates (U+202A-E, U+2066-9: "Trojan Source"), zero-width ones (U+200B-F, U+2060-4, U+FEFF, U+180E,
+# U+034F, U+061C, soft hyphen) and line/paragraph separators (U+2028/9, U+0085: a new line the eye does not see).
+# The launcher's own output never needs them.
+_TERMINAL_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\xad\u034f\u061c\u115f\u1160\u180e\u200b-\u200f"
+                                r"\u2028-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]")
+
+
+def _escaped(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def terminal_safe(text: str) -> str:
-    """`text` with control characters written as \\xNN (visible, inert)."""
-    return _TERMINAL_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    """`text` with control and invisible characters written as \\xNN / \\uNNNN (visible, inert)."""
+    return _TERMINAL_CONTROLS.sub(lambda m: _escaped(m.group()), text)
 
 
 class RedactingStream:

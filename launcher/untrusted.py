@@ -8,11 +8,12 @@ are refused instead of growing into gigabytes wherever the value is later printe
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 
@@ -27,6 +28,10 @@ MAX_EXPANDED_CHARS = 2 * MAX_FILE_BYTES
 
 
 MAX_LINE_BYTES = 1 << 20  # one line of a log as read; the rest of a longer one is dropped (no log line is a MiB)
+
+
+class TooLarge(UserError):
+    """Input refused for its size (bytes, nesting, values after alias expansion), not for its syntax."""
 
 
 def _open_regular(path: str | Path, what: str) -> int:
@@ -56,8 +61,15 @@ class Lines:
         self.ended_with_newline = True
         self.empty = True
 
+    def _too_large(self) -> UserError:
+        return UserError(f"{self.what} {shown(str(self.path))} is larger than {self.limit:,} bytes",
+                         "is this the right file?")
+
     def __iter__(self) -> Iterator[str]:
         fd = _open_regular(self.path, self.what)
+        if os.fstat(fd).st_size > self.limit:  # refused before reading a byte of it
+            os.close(fd)
+            raise self._too_large()
         size = 0
         with os.fdopen(fd, "rb") as handle:
             while True:
@@ -66,16 +78,22 @@ class Lines:
                     return
                 size += len(raw)
                 if size > self.limit:
-                    raise UserError(f"{self.what} {shown(str(self.path))} is larger than {self.limit:,} bytes",
-                                    "is this the right file?")
+                    raise self._too_large()
                 self.empty = False
                 self.ended_with_newline = raw.endswith(b"\n")
                 if not self.ended_with_newline and len(raw) == MAX_LINE_BYTES:
                     while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                         size += len(rest)  # the rest of an overlong line is skipped, still counted
+                        if size > self.limit:  # (a file that grows while read, without a newline)
+                            raise self._too_large()
                     size += len(rest)
                     self.ended_with_newline = bool(rest)
                 yield raw.decode("utf-8", errors="replace").rstrip("\r\n")
+
+
+def open_binary(path: str | Path, what: str) -> BinaryIO:
+    """A regular file opened for reading bytes (a FIFO, a device or a directory is refused, never waited on)."""
+    return os.fdopen(_open_regular(path, what), "rb")
 
 
 def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -108,6 +126,84 @@ def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UserError(f"{what} {shown(str(path))} is not UTF-8 text (byte {exc.start})") from None
+
+
+def count(text: str, digits: int = 18) -> int | None:
+    """A count written in a file or a file name (an iteration, an attempt, a job id): ASCII digits only, at most
+    `digits` of them; None for anything else ('²' is a digit to str.isdigit() but not to int(); 5,000 digits are
+    damage, and more than int() reads)."""
+    text = text.strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= digits else None
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{clip(text, 40)} is beyond a float's range")
+    return value
+
+
+MAX_INT_DIGITS = 30  # an iteration count, a pid, a byte count: no record holds a larger integer
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(text):,} digits")
+    return int(text)
+
+
+def _too_deep(value: Any) -> bool:
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(item, dict):
+            stack += [(v, depth + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, depth + 1) for v in item]
+    return False
+
+
+def loads_json(text: str | bytes, what: str) -> Any:
+    """Strict JSON from input the launcher does not control: NaN, Infinity, numbers beyond a float (1e400) or
+    integers of more than MAX_INT_DIGITS digits, and nesting deeper than MAX_DEPTH are refused (UserError), so
+    every value read can be written again as valid JSON and used in arithmetic."""
+    try:
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int)
+    except RecursionError:
+        raise UserError(f"{what} is not valid JSON: nesting deeper than {MAX_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError and the refusals above
+        raise UserError(f"{what} is not valid JSON: {clip(str(exc), 120)}", "is this the right file?") from None
+    if _too_deep(value):
+        raise UserError(f"{what} is not valid JSON: nesting deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def read_json(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> Any:
+    """A regular file of at most `limit` bytes holding strict JSON (loads_json)."""
+    return loads_json(read_utf8(path, what, limit), f"{what} {shown(str(path))}")
+
+
+def read_tail(path: str | Path, what: str, size: int) -> bytes:
+    """The last `size` bytes of a regular file (a FIFO, a device or a directory is refused, never waited on)."""
+    fd = _open_regular(path, what)
+    try:
+        end = os.fstat(fd).st_size
+        os.lseek(fd, max(0, end - size), os.SEEK_SET)
+        chunks, left = [], size
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {shown(str(path))}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
@@ -231,10 +327,10 @@ def load_yaml(text: str, source: str) -> Any:
         _refuse_deep(node)
         values, chars = _expanded_size(node)
         if values > MAX_NODES:
-            raise UserError(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
+            raise TooLarge(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
                             "write the values out, or use fewer nested aliases")
         if chars > MAX_EXPANDED_CHARS:
-            raise UserError(f"{source} expands to more than {MAX_EXPANDED_CHARS:,} characters of values (a long "
+            raise TooLarge(f"{source} expands to more than {MAX_EXPANDED_CHARS:,} characters of values (a long "
                             "value repeated through aliases?)", "write the values out, or use fewer aliases")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
@@ -244,8 +340,10 @@ def load_yaml(text: str, source: str) -> Any:
         lines = text.splitlines()
         line = lines[where.line] if where is not None and where.line < len(lines) else ""
         tab = "\t" in reason or "\t" in line  # PyYAML's "found character '\t' that cannot start any token"
-        raise UserError(f"{source} is not valid YAML{at}: {reason}",
-                        "YAML indents with spaces, never tabs: use spaces" if tab else "") from None
+        hint = ("YAML indents with spaces, never tabs: use spaces" if tab else
+                "keep one of them: a mapping holds each key once (later settings go under the first)"
+                if "appears twice" in reason else "")
+        raise UserError(f"{source} is not valid YAML{at}: {reason}", hint) from None
     except RecursionError:
         raise UserError(f"{source} is not valid YAML: nesting deeper than {MAX_DEPTH} levels") from None
     finally:

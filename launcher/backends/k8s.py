@@ -36,6 +36,7 @@ from launcher.pipeline.shell import HostFromEnv
 from launcher.runs import rundir, secrets
 from launcher.runs.atomic import write_text_atomic
 
+MAX_HOST_NAME = (63 - len("-node-0-0.")) // 2  # a JobSet's name, so that its coordinator's host name is a label
 API_VERSION = "jobset.x-k8s.io/v1alpha2"  # the schema pinned in tests/fixtures/k8s (JobSet v0.12.0)
 MANIFEST_NAME = "jobset.yaml"
 REPLICATED_JOB = "node"  # one replicated Job; its pods are the nodes
@@ -94,14 +95,18 @@ INPUT_ERROR = 2
 MANAGED_ENV = ("NNODES", "NODE_RANK", "RESTART_ATTEMPT", "MASTER_ADDR", "MEGATRON_LAUNCH_DNS_TIMEOUT",
                "MEGATRON_LAUNCH_LOG_DIR", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "MEGATRON_LAUNCH_NODE_CHECK",
                "MEGATRON_LAUNCH_NODE_ITEMS")
-_EXPANDED = re.compile(r"\$(?=[$(])")
+# Kubernetes' expansion reads the byte after a `$`: `(` opens a reference, `$` escapes, and any other byte is
+# kept, but re-encoded as the character of that byte value, so `$é` (bytes C3 A9) would become `$Ã©`: a `$` before
+# a non-ASCII character is escaped too.
+_EXPANDED = re.compile(r"\$(?=[$(]|[^\x00-\x7f])")
 
 
 def k8s_word(word: str) -> str:
     """A word for a container's command, args or env value, exactly as given after Kubernetes' expansion.
 
-    Kubernetes replaces `$(NAME)` by the variable and `$$` by `$`; doubling each `$` before `(` or `$` keeps
-    every other text as it is. The launcher's own endpoint word (HostFromEnv) expands on purpose."""
+    Kubernetes replaces `$(NAME)` by the variable and `$$` by `$`; doubling each `$` before `(`, `$` or a
+    non-ASCII character keeps every other text as it is. The launcher's own endpoint word (HostFromEnv) expands
+    on purpose."""
     if isinstance(word, HostFromEnv):
         return f"$({word.variable}):{word.port}"
     return _EXPANDED.sub("$$", word)
@@ -151,7 +156,9 @@ def build_job(job: ResolvedJob, command: Command, settings: K8sSettings) -> JobS
     assert job.run_dir is not None, "a Kubernetes job has a run directory"
     name = settings.name or default_name(job.run_dir)
     if job.existing is not None:  # a JobSet's name is its identity: a new attempt is a new JobSet
-        name = f"{name}-r{len(job.existing.manifest.get('attempts') or []) + 1}"
+        suffix = f"-r{len(job.existing.manifest.get('attempts') or []) + 1}"
+        # however many attempts, the coordinator's host name NAME-node-0-0.NAME must fit in a 63-character label
+        name = name[:max(1, MAX_HOST_NAME - len(suffix))].rstrip("-") + suffix
     items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
     about = [kernel_summary(job) + ("; each pod checks what the settings need at start" if items else "")] \
         if job.entry == "pretrain_gpt" else []

@@ -16,7 +16,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any, TextIO
 
 import jinja2
 
+from launcher import nofollow
 from launcher.checks.capacity import checkpoint_space
 from launcher.checks.data import DATA_SETTINGS
 from launcher.errors import Problem, UserError
@@ -243,11 +243,7 @@ def write_batch_script(job: BatchJob, text: str | None = None) -> Path:
     created = not job.run_dir.exists()
     job.run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(dir=job.run_dir, prefix=".job.", suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o755)
-        os.replace(tmp, job.script_path)
+        nofollow.write_atomic(job.script_path, text, what="batch script", mode=0o755)
     except BaseException:
         if created:
             shutil.rmtree(job.run_dir, ignore_errors=True)

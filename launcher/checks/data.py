@@ -222,7 +222,11 @@ def check_split(split: str) -> list[Problem]:
 def read_index(prefix: str) -> IndexSummary:
     """Header facts of PREFIX.idx; raises ValueError (message for the user) when it is not Megatron's format."""
     path = prefix + ".idx"
-    with open(path, "rb") as handle:
+    try:
+        handle = untrusted.open_binary(path, "index file")  # a FIFO named PREFIX.idx is not waited on
+    except UserError as error:
+        raise ValueError(error.problems[0].message) from None
+    with handle:
         header = handle.read(INDEX_HEADER_BYTES)
         if len(header) < INDEX_HEADER_BYTES or header[:9] != INDEX_MAGIC:
             raise ValueError(f"{path} is not a Megatron indexed-dataset index (bad header)")

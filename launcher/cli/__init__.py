@@ -471,8 +471,20 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout, sys.stderr = stdout, stderr
 
 
+def _refuse_non_utf8(argv: list[str]) -> None:
+    """Arguments are text: a byte that is not UTF-8 (Python keeps it as a lone surrogate) could not be printed as
+    it is run, nor written to a record, so it is refused at the door, whatever the command."""
+    for number, word in enumerate(argv, 1):
+        bad = next((ch for ch in word if 0xD800 <= ord(ch) <= 0xDFFF), None)
+        if bad is not None:
+            byte = f"\\x{ord(bad) - 0xDC00:02x}" if 0xDC80 <= ord(bad) <= 0xDCFF else f"U+{ord(bad):04X}"
+            raise UserError(f"argument {number} holds a byte that is not UTF-8 text ({byte})",
+                            "give every value as UTF-8 text (a file name in another encoding: rename it)")
+
+
 def _main(argv: list[str]) -> int:
     try:
+        _refuse_non_utf8(argv)
         with interrupts.signals_interrupt():  # SIGTERM/SIGHUP clean up like Ctrl-C (a running child gets them)
             if argv and argv[0] in SUBCOMMANDS:
                 return SUBCOMMANDS[argv[0]](argv[1:])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from typing import NoReturn
 
@@ -65,6 +66,17 @@ class Parser(argparse.ArgumentParser):
         if choice:
             return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
         return ""
+
+
+def positive_number(text: str) -> float:
+    """argparse type: a finite number above 0 (a rate, a speed): nan, inf and 1e400 are not measurements."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
 
 
 def positive(text: str) -> int:

@@ -28,7 +28,7 @@ from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
 
 WARMUP_ITERATIONS = 3  # the first iterations compile, allocate and fill caches: not timed
-MAX_RECORDS = 10_000  # the measurements file keeps the newest this many
+MAX_RECORDS = plan_refit.MAX_RECORDS
 MAX_LOG_LINES = 200_000  # a measurement log is read at most this far (bounded work whatever the run printed)
 # Megatron refuses a schedule in samples together with train_iters
 SAMPLE_SCHEDULE = ("train_samples", "lr_warmup_samples", "lr_decay_samples", "lr_wsd_decay_samples")
@@ -55,7 +55,8 @@ class Measured:
 
     @property
     def error(self) -> float | None:
-        return None if self.step_s is None else self.trial.predicted_s / self.step_s - 1
+        # a log claiming 0.0 ms per iteration has no error to show, not a division by zero
+        return None if not self.step_s else self.trial.predicted_s / self.step_s - 1
 
 
 def trials(inputs: plan_report.PlanInputs, count: int, fast_ops_env: str) -> list[Trial]:
@@ -77,9 +78,10 @@ def trials(inputs: plan_report.PlanInputs, count: int, fast_ops_env: str) -> lis
     ranked = sorted(seen.values(), key=ps.rank_key)[:count]
     out = [Trial(ps.describe(c.training), (*inputs.extra_sets, *ps.overrides(c.training, inputs.args)),
                  c.seconds, c.memory.total / est.GIB) for c in ranked]
-    if out and not inputs.kernels.transformer_engine and len(out) >= count:
-        out = out[:-1]  # room for the fast-path choice below
-    if out and not inputs.kernels.transformer_engine:
+    # Without Transformer Engine, the best layout again without the compiled ops, in place of the last one; only
+    # when there is room for both (one layout asked for: that layout, never none).
+    if out and not inputs.kernels.transformer_engine and count > 1:
+        out = out[:count - 1]
         first = out[0]
         out.append(replace(first, label=first.label + " (no compiled ops)",
                            sets=(*first.sets, f"env.{fast_ops_env}=norm,scale,adam,nosync")))
@@ -100,19 +102,20 @@ def _variants(t: est.Training) -> Iterator[est.Training]:
 
 def read_log(path: Path) -> tuple[float | None, float | None, int]:
     """(median seconds per iteration after the warm-up, peak max-allocated GiB, iteration lines) of a log."""
+    from launcher import untrusted
     from launcher.runs import logparse
 
     times: list[tuple[int, float]] = []
     peaks: list[float] = []
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            lines = (line for _, line in zip(range(MAX_LOG_LINES), f, strict=False))
-            for event in logparse.parse_lines(lines):
-                if isinstance(event, logparse.IterationLine) and event.elapsed_ms is not None:
-                    times.append((event.iteration, event.elapsed_ms / 1000))
-                elif isinstance(event, logparse.MemoryReport):
-                    peaks.append(event.max_allocated_mb * est.MB / est.GIB)
-    except OSError:
+    try:  # bounded lines of a regular file (the run's own log, but a run directory is data)
+        lines = (line for _, line in zip(range(MAX_LOG_LINES), untrusted.Lines(path, "measurement log", 1 << 30),
+                                         strict=False))
+        for event in logparse.parse_lines(lines):
+            if isinstance(event, logparse.IterationLine) and event.elapsed_ms is not None:
+                times.append((event.iteration, event.elapsed_ms / 1000))
+            elif isinstance(event, logparse.MemoryReport):
+                peaks.append(event.max_allocated_mb * est.MB / est.GIB)
+    except (OSError, UserError):
         return None, None, 0
     timed = [s for it, s in times if it > WARMUP_ITERATIONS] or [s for _, s in times[1:]] or [s for _, s in times]
     step = statistics.median(timed) if timed else None
@@ -175,19 +178,29 @@ def records(results: list[Measured], inputs: plan_report.PlanInputs, preset: str
     } for r in results]
 
 
-def store(new: list[dict[str, Any]], path: Path) -> None:
-    """Append to the measurements file (a JSON list, newest last, at most MAX_RECORDS), atomically."""
+def store(new: list[dict[str, Any]], path: Path) -> tuple[Path, str]:
+    """Append to the measurements file (a JSON list, newest last, at most MAX_RECORDS), atomically; returns where
+    the records went and a warning. An existing file that cannot be read as one (damaged, too large, not a regular
+    file) is left as it is: the new records go to a new file beside it, never lost and never replacing it."""
+    from launcher import untrusted
     from launcher.runs.atomic import write_text_atomic
 
     old: list[Any] = []
-    if path.is_file():
+    warning = ""
+    if os.path.lexists(path):
         try:
-            loaded = json.loads(path.read_text(encoding="utf-8"))
-            old = loaded if isinstance(loaded, list) else []
-        except (OSError, ValueError):
-            old = []  # unreadable: start again rather than refuse to measure
+            loaded = untrusted.read_json(path, "measurements file", plan_refit.MAX_READ_BYTES)
+            if not isinstance(loaded, list):
+                raise UserError(f"measurements file {path} is not a list of measurements")
+            old = loaded
+        except UserError as error:
+            target = path.with_name(f"{path.stem}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json")
+            warning = (f"warning: {error.problems[0].message}; left as it is, these measurements are stored in "
+                       f"{target} (launch plan --refit --measurements {target} reads them)")
+            path = target
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps((old + new)[-MAX_RECORDS:], indent=1) + "\n")
+    write_text_atomic(path, json.dumps((old + new)[-MAX_RECORDS:], indent=1, allow_nan=False) + "\n")
+    return path, warning
 
 
 def render(results: list[Measured], inputs: plan_report.PlanInputs, stored: Path,
@@ -208,6 +221,16 @@ def render(results: list[Measured], inputs: plan_report.PlanInputs, stored: Path
         lines.append(f"  #{i}: {shlex.join(argv)}   (run {r.run_dir})")
     lines.append(f"measurements stored in {stored}")
     return "\n".join(lines) + "\n"
+
+
+def _store_measured(results: list[Measured], inputs: plan_report.PlanInputs, ns: Any) -> tuple[Path, str]:
+    path = plan_refit.measurements_path()
+    if not results:
+        return path, ""
+    try:
+        return store(records(results, inputs, ns.preset, ns.overrides), path)
+    except OSError as error:
+        return path, f"warning: the measurements could not be stored in {path}: {error.strerror or error}"
 
 
 def run(ns: Any) -> int:
@@ -231,7 +254,7 @@ def run(ns: Any) -> int:
     if not chosen:
         raise UserError(f"no layout of {ns.preset} fits {gpus} × {inputs.gpu.name}", "see `launch plan` for why")
     iterations = max(ns.measure_iters, WARMUP_ITERATIONS + 2)  # at least two timed iterations
-    results = []
+    results: list[Measured] = []
     quiet = open(os.devnull, "w")  # noqa: SIM115 - the runs' own logs are in their run directories
     try:
         for i, trial in enumerate(chosen, 1):
@@ -241,11 +264,13 @@ def run(ns: Any) -> int:
             results.append(run_trial(ns, trial, inputs, iterations, quiet))
     finally:
         quiet.close()
-    path = plan_refit.measurements_path()
-    store(records(results, inputs, ns.preset, ns.overrides), path)
+        # what was measured is stored whatever ends the loop (a later run's failure, Ctrl-C, a full disk)
+        path, warning = _store_measured(results, inputs, ns)
+    if warning:
+        print(warning, file=sys.stderr)
     if ns.format == "json":
         print(json.dumps({"measurements": [asdict(r) | {"error": r.error} for r in ranked(results)],
-                          "stored": str(path)}, indent=2))
+                          "stored": str(path)}, indent=2, allow_nan=False))
     else:
         sys.stdout.write(render(results, inputs, path, ns.overrides))
     failed = [r.exit_code for r in results if r.exit_code != 0]

@@ -7,7 +7,8 @@ settings, resolved on its GPU count), so the shipped constants reproduce the sto
 
 from __future__ import annotations
 
-import json
+import functools
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -19,7 +20,8 @@ from launcher.estimate import formulas as est
 from launcher.estimate import refit as fit
 from launcher.estimate import steptime
 
-MAX_READ_BYTES = 16 * 1024 * 1024  # a measurements file is read at most this far (bounded whatever is there)
+MAX_READ_BYTES = 64 << 20  # a larger measurements file is refused (MAX_RECORDS records of ~1 KiB, with room)
+MAX_RECORDS = 10_000  # the measurements file keeps the newest this many (launch plan --measure)
 
 
 def measurements_path() -> Path:
@@ -30,34 +32,62 @@ def measurements_path() -> Path:
 
 
 def load_records(path: Path) -> list[dict[str, Any]]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = json.loads(f.read(MAX_READ_BYTES))
-    except FileNotFoundError:
+    """The records of a measurements file: a regular file of bounded size holding strict JSON (a FIFO is refused,
+    not waited on; NaN, 1e400 or nesting deeper than a record are refused), the newest MAX_RECORDS of them."""
+    from launcher import untrusted
+
+    if not os.path.lexists(path):
         raise UserError(Problem(f"no measurements at {path}", "measure first: launch plan PRESET --measure "
-                                "(on the GPU machine), or name a file with --measurements FILE")) from None
-    except (OSError, ValueError) as exc:
-        raise UserError(Problem(f"cannot read the measurements {path}: {exc}",
+                                "(on the GPU machine), or name a file with --measurements FILE"))
+    try:
+        data = untrusted.read_json(path, "measurements file", MAX_READ_BYTES)
+    except UserError as error:
+        raise UserError(Problem(f"cannot read the measurements: {error.problems[0].message}",
                                 "name a measurements file written by launch plan --measure")) from None
     if not isinstance(data, list):
         raise UserError(Problem(f"{path} is not a list of measurements",
                                 "name a measurements file written by launch plan --measure"))
-    return [r for r in data if isinstance(r, dict)]
+    return [r for r in data[-MAX_RECORDS:] if isinstance(r, dict)]
+
+
+def _texts(value: Any) -> list[str] | None:
+    """A record's list of --set texts; None when it is not one (a damaged or hand-made record)."""
+    if value is None:
+        return []
+    if isinstance(value, list) and len(value) <= 1000 and all(isinstance(v, str) for v in value):
+        return value
+    return None
 
 
 def case_of(record: dict[str, Any], gpu: est.Gpu) -> fit.Case | None:
     """The stored run as a case of the step-time model, or None when it cannot be one (another GPU, a failed run,
-    the compiled-ops choice the model does not tell apart, a preset that no longer loads)."""
+    the compiled-ops choice the model does not tell apart, a preset that no longer loads, a field of a wrong type)."""
+    measured, gpus, preset_name = record.get("measured_s"), record.get("gpus"), record.get("preset")
+    settings, overrides = _texts(record.get("settings")), _texts(record.get("overrides"))
+    if settings is None or overrides is None or not isinstance(preset_name, str):
+        return None
+    sets = settings + overrides
+    if record.get("gpu") != gpu.name or record.get("exit_code") != 0 or isinstance(measured, bool) \
+            or not isinstance(measured, (int, float)) or not 0 < measured < 1e6 or isinstance(gpus, bool) \
+            or not isinstance(gpus, int) or not 1 <= gpus <= 1 << 20 or any(s.startswith("env.") for s in sets):
+        return None
+    shaped = _shape_of(preset_name, tuple(sets), gpus)
+    if shaped is None:
+        return None
+    shape, training = shaped
+    label = record.get("label")
+    return fit.Case(label if isinstance(label, str) else "", shape, training, gpu, gpus, float(measured))
+
+
+@functools.lru_cache(maxsize=4096)
+def _shape_of(preset_name: str, sets: tuple[str, ...], gpus: int) -> tuple[Any, Any] | None:
+    """The model shape and training of a stored run, resolved once per distinct (preset, --set, GPUs): a file of
+    thousands of runs of a few layouts costs a few resolutions, not thousands."""
     from launcher.cli.job import JobRequest, job_for
     from launcher.pipeline.preset import load_preset
 
-    sets = [str(s) for s in record.get("settings", []) + record.get("overrides", [])]
-    measured, gpus = record.get("measured_s"), record.get("gpus")
-    if record.get("gpu") != gpu.name or record.get("exit_code") != 0 or not isinstance(measured, (int, float)) \
-            or measured <= 0 or not isinstance(gpus, int) or gpus < 1 or any(s.startswith("env.") for s in sets):
-        return None
     try:
-        preset = load_preset(str(record.get("preset")), sets)
+        preset = load_preset(preset_name, list(sets))
         preset = replace(preset, launcher=replace(preset.launcher, entry="pretrain_gpt"))
         job, problems = job_for(preset, JobRequest(1, gpus, run_dir=False, local=False))
     except UserError:
@@ -66,7 +96,7 @@ def case_of(record: dict[str, Any], gpu: est.Gpu) -> fit.Case | None:
         return None
     args = job.effective()
     t = est.training_of(args, gpus)
-    return fit.Case(str(record.get("label", "")), est.model_shape(args, t.tp), t, gpu, gpus, float(measured))
+    return est.model_shape(args, t.tp), t
 
 
 def refit_for(path: Path, gpu: est.Gpu) -> tuple[fit.Refit, int]:

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from launcher.cli.parsing import positive_number
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
@@ -337,13 +338,14 @@ def add_arguments(parser: Any) -> None:
                                                  "not given (default: the preset's nodes × GPUs per node)")
     parser.add_argument("--gpu", default=est.DEFAULT_GPU,
                         help=f"GPU model (default {est.DEFAULT_GPU}): {', '.join(sorted(est.GPUS))}")
-    parser.add_argument("--tflops", type=float, help="measured model TFLOP/s per GPU for the compute; bubble, "
+    parser.add_argument("--tflops", type=positive_number,
+                        help="measured model TFLOP/s per GPU for the compute; bubble, "
                                                      "exposed communication and the optimizer step are added "
                                                      "(default: the calibrated kernel model for --gpu)")
     parser.add_argument("--tokens", help="token budget for the time-to-train figures, e.g. 300B "
                                          "(default: what the preset trains for)")
     parser.add_argument("--top", type=int, default=5, help="how many layouts to list (default 5)")
-    parser.add_argument("--ckpt-write-gbps", type=float, default=est.CHECKPOINT_WRITE_GBPS,
+    parser.add_argument("--ckpt-write-gbps", type=positive_number, default=est.CHECKPOINT_WRITE_GBPS,
                         help="aggregate checkpoint write rate in GB/s, for the save times "
                              f"(default {est.CHECKPOINT_WRITE_GBPS:g})")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
@@ -389,7 +391,7 @@ def run(ns: Any) -> str:
 def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], PlanInputs]:
     """The plan for parsed arguments (on `budget` if given, else the flags' or the preset's) and its inputs."""
     from launcher.cli.job import JobRequest, job_for
-    from launcher.pipeline.checker import model_args
+    from launcher.pipeline.checker import model_args, required_problems
     from launcher.pipeline.pipeline_layout import layout_string_problem
     from launcher.pipeline.preset import load_preset
 
@@ -402,9 +404,11 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         raise UserError(Problem(f"--ckpt-write-gbps must be positive, got {ns.ckpt_write_gbps}"))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
-    too_long = layout_string_problem(preset.arg)  # the checker's own words, before any estimate unrolls it
-    if too_long is not None:
-        raise UserError(too_long)
+    # the checker's own words, before any estimate divides by a size or unrolls a layout
+    layout = layout_string_problem(preset.arg)
+    unusable = required_problems(preset.arg, missing=False) + ([layout] if layout is not None else [])
+    if unusable:
+        raise UserError(unusable)
     settings = preset.launcher
     budget = budget or resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
     given = preset

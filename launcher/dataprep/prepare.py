@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from launcher import install_command, lock
+from launcher import install_command, lock, nofollow
 from launcher.checks.data import META_FORMAT, META_SUFFIX
 from launcher.dataprep.progress import Progress
 from launcher.dataprep.reader import (
@@ -255,9 +255,8 @@ def _write_meta(path: str, result: PrepareResult, spec: TokenizerSpec, inputs: S
         "json_key": json_key if any(is_json_input(p) for p in inputs) else None,
         "text_unit": text_unit if not all(is_json_input(p) for p in inputs) else None,
     }
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(meta, handle, indent=2)
-        handle.write("\n")
+    nofollow.write_atomic(path, json.dumps(meta, indent=2) + "\n", what="dataset metadata",
+                           user_directory=True)  # whole, no link
 
 
 # ---- the work: batches in input order, tokenized here (1 worker) or in spawned processes ----

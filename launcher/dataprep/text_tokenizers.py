@@ -5,12 +5,12 @@ Each one is described by a small picklable `TokenizerSpec` so worker processes c
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from launcher import untrusted
 from launcher.errors import Problem, UserError
 
 TOKENIZER_KINDS = ("byte", "gpt2", "hf")
@@ -19,6 +19,8 @@ TOKENIZER_KINDS = ("byte", "gpt2", "hf")
 GPT2_EOD_TOKEN = "<|endoftext|>"
 # Tried in order when a HF tokenizer directory does not name its eos token.
 COMMON_EOD_TOKENS = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eot_id|>")
+
+MAX_TOKENIZER_FILE_BYTES = 256 << 20  # a tokenizer.json is a few MiB; the largest ones (250k vocab) ~30 MiB
 
 
 class TextTokenizer(Protocol):
@@ -190,11 +192,11 @@ def _configured_eos(directory: Path) -> list[str]:
 
 
 def _load_json(path: str, what: str) -> Any:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise UserError(f"cannot read {what} {path}: {err}") from err
+    try:  # a regular file of bounded size (a FIFO or /dev/zero is refused), strict JSON
+        return untrusted.read_json(path, what, MAX_TOKENIZER_FILE_BYTES)
+    except UserError as err:
+        raise UserError(f"cannot read {what} {path}: {err.problems[0].message}",
+                        "give the tokenizer's own files (tokenizer.json, tokenizer_config.json)") from None
 
 
 def _readable_file(path: str, flag: str, hint: str = "") -> list[Problem]:

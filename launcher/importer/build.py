@@ -186,8 +186,10 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
     any accepted source; `positional`: the arguments a bash script is run with ($1 …)."""
     stripped = text.lstrip()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
-        try:
-            data = untrusted.load_yaml(text, "the source")  # bounded: a script is not YAML, and may be hostile
+        try:  # bounded: a few hundred bytes of nested aliases must not expand into gigabytes
+            data = untrusted.load_yaml(text, "the source")
+        except untrusted.TooLarge:
+            raise
         except UserError:
             data = None
         if isinstance(data, dict) and ("MODEL_ARGS" in data or all(str(k).startswith("--") for k in data)):
@@ -339,6 +341,13 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(f"export {k}: a secret, not copied into the preset (export it before launch)")
         elif k not in env_ok:
             notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
+    for dest, value in list(settings.items()):  # a secret expanded into a flag ($HF_TOKEN) is not written either
+        clean = redaction.scrub_values(value)
+        if repr(clean) != repr(value):  # repr: a NaN is not equal to itself
+            settings[dest] = clean
+            replaced[dest] = "holds a secret, written as " + redaction.REDACTED
+            notes.append(f"{flags.flag_of.get(dest, dest)}: holds a secret, written as {redaction.REDACTED} (give the "
+                         "value with --set when you launch)")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
     text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings, lost, translated)

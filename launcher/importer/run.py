@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from launcher import nofollow
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
 from launcher.importer.report import ResolveJob, all_lost, check_import, render
@@ -48,15 +49,16 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
         raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
     refused = bool(imported.lost) and not accept_loss
     if target is not None and not refused:
-        try:
-            target.write_text(imported.text)
+        try:  # whole or not at all: a full disk leaves no empty or cut preset
+            nofollow.write_atomic(target, imported.text, what="imported preset", user_directory=True)
         except OSError as exc:
-            raise UserError(f"cannot write {target}: {exc}") from None
+            raise UserError(f"cannot write {target}: {exc.strerror or exc}",
+                            "free space there, or give -o a path on another file system") from None
         outcome = check_import(imported, target, resolve_job)
     else:  # checked where nobody reads it: printed below, or not written at all
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / (target.name if target is not None else "imported.yaml")
-            scratch.write_text(imported.text)
+            nofollow.write_atomic(scratch, imported.text, what="imported preset")
             outcome = check_import(imported, scratch, resolve_job)
     lost = all_lost(imported, outcome)
     if target is None and not refused:

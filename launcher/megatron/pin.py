@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,10 +51,13 @@ def default_fetch_dir() -> Path:
 
 def remembered_path() -> Path | None:
     """The checkout `launch fetch-megatron` fetched last, if its config file names one."""
-    try:
-        with open(config_file(), encoding="utf-8") as handle:
-            value = json.load(handle).get("megatron_path")
-    except (OSError, ValueError, AttributeError):
+    from launcher import untrusted
+
+    if not os.path.lexists(config_file()):
+        return None
+    try:  # bounded, a regular file only: a FIFO there must not hang every launch
+        value = untrusted.read_json(config_file(), "launcher config", 1 << 20).get("megatron_path")
+    except (UserError, OSError, AttributeError):
         return None
     return Path(value) if isinstance(value, str) and os.path.isabs(value) else None
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,37 @@ from launcher.pipeline.value_rules import check_values
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 
 
+def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[Problem]:
+    """Settings pretrain_gpt.py cannot start without (`missing`: also those not set), and sizes it divides by: a
+    value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks this
+    first; the plan chooses what is not set, e.g. the micro batch)."""
+    problems: list[Problem] = []
+    for dest in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
+                 "seq_length", "micro_batch_size"):
+        value = arg(dest)
+        if value is None and missing:
+            problems.append(Problem(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset"))
+        elif value is not None and value < 1:
+            problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more"))
+    for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                 "expert_model_parallel_size"):
+        if arg(dest) < 1:
+            problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", f"--set {dest}=1 or more"))
+    # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
+    for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
+                        ("num_virtual_stages_per_pipeline_rank", "validate"),
+                        ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
+                        ("eval_interval", "runtime"), ("save_interval", "validate"),
+                        ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate")):
+        value = arg(dest)
+        if value is not None and value < 1:
+            problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more", stage))
+    return problems
+
+
 @dataclass(frozen=True)
+
+
 class Layout:
     world_size: int
     tp: int
@@ -131,32 +161,9 @@ class _Checker:
     # -- required values -------------------------------------------------------------------------------------
     def required(self) -> bool:
         """Settings pretrain_gpt.py cannot start without; False stops further checks that need them."""
-        ok = True
-        for dest in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
-                     "seq_length", "micro_batch_size"):
-            value = self.arg(dest)
-            if value is None:
-                self.fail(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset")
-                ok = False
-            elif value < 1:
-                self.fail(f"{dest} must be at least 1, got {value}")
-                ok = False
-        for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                     "expert_model_parallel_size"):
-            if self.arg(dest) < 1:
-                self.fail(f"{dest} must be at least 1, got {self.arg(dest)}")
-                ok = False
-        # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
-        for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
-                            ("num_virtual_stages_per_pipeline_rank", "validate"),
-                            ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
-                            ("eval_interval", "runtime"), ("save_interval", "validate"),
-                            ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate")):
-            value = self.arg(dest)
-            if value is not None and value < 1:
-                self.fail(f"{dest} must be at least 1, got {value}", stage=stage)
-                ok = False
-        return ok
+        problems = required_problems(self.arg)
+        self.problems.extend(problems)
+        return not problems
 
     def training_settings(self) -> None:
         """Settings every run needs whatever its layout."""

@@ -31,6 +31,24 @@ def is_env_name(name: object) -> bool:
     return isinstance(name, str) and ENV_NAME.fullmatch(name) is not None
 
 
+# Variables that choose what a process runs or loads before (or instead of) its own code: the dynamic loader's
+# (LD_PRELOAD, LD_AUDIT, GLIBC_TUNABLES), the shells' (BASH_ENV, ENV, BASH_FUNC_x%%, PS4), the interpreters'
+# (PYTHONPATH, PYTHONSTARTUP, PERL5OPT, NODE_OPTIONS), search paths (PATH, CUDA_PATH), plug-ins (NCCL_NET_PLUGIN)
+# and homes (HOME: Python's user site-packages; CUDA_HOME: the compiler). Whoever sets one chooses the program.
+_LOADER_NAME = re.compile(
+    r"(?:LD|DYLD|PYTHON|BASH|PERL|RUBY|NODE|LUA|JAVA|JDK|TCL|TK|GCONV|GLIBC|MALLOC|TORCHINDUCTOR|TRITON|"
+    r"TORCH_EXTENSIONS|CUDA_CACHE|XDG|ZDOTDIR)|^_JAVA|PATH|PRELOAD|PLUGIN|HOME|LIBRARY|^ENV$|^PS4$|"
+    r"^PROMPT_COMMAND$|^SHELLOPTS$|^BASHOPTS$|^IFS$|^CDPATH$|OPTIONS$|^TERMINFO|^HOSTALIASES$|^LOCPATH$|"
+    r"^NLSPATH$|^OPENSSL_|^SSL_CERT|^GIT_|^PIP_|^CC$|^CXX$|^LDSHARED$|^CFLAGS$|^LDFLAGS$|^MAKEFLAGS$",
+    re.IGNORECASE)
+
+
+def is_loader_variable(name: str) -> bool:
+    """Whether the environment variable `name` decides which program or library code a process runs (so a
+    value of it from a file someone else may have written is never taken without the user giving it again)."""
+    return _LOADER_NAME.search(name) is not None
+
+
 def masked(env: Mapping[str, str]) -> dict[str, str]:
     """The environment as it may be shown: each secret's value replaced."""
     return {name: (MASKED if is_secret(name, value) else value) for name, value in env.items()}

@@ -135,6 +135,10 @@ def check_settings(s: K8sSettings) -> list[Problem]:
     _check_pattern(problems, "queue", s.queue, DNS1123_LABEL, "a Kueue LocalQueue name", label)
     _check_pattern(problems, "shm_size", s.shm_size, QUANTITY, "a Kubernetes quantity",
                    'a number with an optional unit, e.g. "64Gi" or "512Mi"', 64)
+    if s.shm_size is not None and QUANTITY.fullmatch(s.shm_size) and (
+            s.shm_size.startswith("-") or not re.search(r"[1-9]", s.shm_size.split("e")[0].split("E")[0])):
+        problems.append(Problem(f"k8s.shm_size={shown(s.shm_size)} is not a positive size",
+                                'give the size of /dev/shm, e.g. "64Gi" or "512Mi"'))
     _check_pattern(problems, "rdma_resource", s.rdma_resource, RESOURCE_NAME, "an extended resource name",
                    "DOMAIN/NAME as the device plugin advertises it: rdma/ib, nvidia.com/hostdev, "
                    "vpc.amazonaws.com/efa", 253)
@@ -160,7 +164,10 @@ def check_settings(s: K8sSettings) -> list[Problem]:
             problems.append(Problem(f"k8s.time={shown(s.time)} is not a time limit",
                                     'use minutes ("90"), "HH:MM:SS", "D-HH:MM:SS" or "UNLIMITED"'))
         else:
-            if limit is not None and s.grace_seconds >= limit:
+            if limit is not None and not 0 < limit <= MAX_SECONDS:  # activeDeadlineSeconds: a positive int
+                problems.append(Problem(f"k8s.time={shown(s.time)} is {limit:,} seconds, out of range",
+                                        f"use 1 second to {MAX_SECONDS:,} seconds (about 68 years), or UNLIMITED"))
+            elif limit is not None and s.grace_seconds >= limit:
                 problems.append(Problem(f"k8s.grace_seconds={s.grace_seconds} is not shorter than k8s.time={s.time}",
                                         "use a longer k8s.time or a shorter grace period"))
     return problems

@@ -52,13 +52,14 @@ def parse_pipeline_layout(text: str, num_layers: int, mtp_layers: int = 0) -> li
 
 
 def layout_string_problem(arg: Callable[[str], Any]) -> Problem | None:
-    """The problem with a layout string too long for the model (said before anything unrolls it), or None."""
+    """The problem with a layout string too long for the model (said before anything unrolls it) or holding letters
+    Megatron does not know, or None: every reader of a layout (checker, plan, estimate) asks this first."""
     text = arg("pipeline_model_parallel_layout")
     if text is None:
         return None
     layers = int(arg("num_layers"))
     try:
-        unroll_pipeline_layout(str(text), layout_limit(layers, int(arg("mtp_num_layers") or 0)))
+        parse_pipeline_layout(str(text), layers, int(arg("mtp_num_layers") or 0))
     except ValueError as exc:
         return Problem(f"pipeline_model_parallel_layout {shown(text)} {exc}, for num_layers {layers}",
                        "write one E, t, m or L per layer; (…)*n and x*n repeat")

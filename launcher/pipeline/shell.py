@@ -56,22 +56,35 @@ def expands(word: str) -> bool:
 
 def shell_word(word: str) -> str:
     """One argv word for a bash script: quoted, except the words the launcher composes to expand at run time
-    (HostFromEnv, SlurmWord). A word with control characters (a terminal escape, a newline) is written in bash's
-    $'…' quoting, with each of them as \\xNN of its UTF-8 bytes: the script shows nothing raw, and bash still
+    (HostFromEnv, SlurmWord). A word with control or invisible characters (a terminal escape, a newline, a bidi
+    override, a zero-width space, a byte that is not UTF-8) is written in bash's $'…' quoting, with each of them as
+    \\xNN of its bytes: the script shows nothing raw, and bash still
     passes exactly the word."""
     if isinstance(word, (HostFromEnv, SlurmWord)):
         return word.shell()
-    if any(unicodedata.category(ch) == "Cc" for ch in word):
+    if any(_unseen(ch) for ch in word):
         return "$'" + "".join(_ansi_c(ch) for ch in word) + "'"
     return shlex.quote(word)
+
+
+# Characters that are not seen as what they are: controls (Cc), format characters (Cf: bidi overrides, zero-width
+# ones), line and paragraph separators (Zl, Zp), and lone surrogates (Cs: a byte that was not UTF-8, as Python
+# decodes arguments with surrogateescape).
+_UNSEEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def _unseen(ch: str) -> bool:
+    return unicodedata.category(ch) in _UNSEEN
 
 
 def _ansi_c(ch: str) -> str:
     if ch in "\\'":
         return "\\" + ch
-    if unicodedata.category(ch) != "Cc":
+    if not _unseen(ch):
         return ch
-    return "".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8"))  # C1 controls are two UTF-8 bytes
+    if 0xDC80 <= ord(ch) <= 0xDCFF:  # surrogateescape: the byte as it was given, so the word is exactly that
+        return f"\\x{ord(ch) - 0xDC00:02x}"
+    return "".join(f"\\x{byte:02x}" for byte in ch.encode("utf-8", "surrogatepass"))  # C1: two UTF-8 bytes
 
 
 def shell_words(argv: Sequence[str]) -> list[str]:

@@ -10,20 +10,25 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from launcher import untrusted
+from launcher.errors import UserError
 from launcher.runs.logparse import clean_line, parse_iteration_line
 
 LOG_DIR = Path("logs") / "k8s"
-_NAME = re.compile(r"node-(?P<node>\d+)-attempt-(?P<attempt>\d+)\.log")
+_NAME = re.compile(r"node-(?P<node>[0-9]{1,9})-attempt-(?P<attempt>[0-9]{1,9})\.log")
+MAX_POD_LOG_BYTES = 1 << 30  # as launch report reads a log
 MAX_SCANNED_LINES = 1_000_000  # a pod log with no iteration line in its first million lines is not the last rank's
 
 
 def _has_iterations(path: Path) -> bool:
-    with path.open(errors="replace") as handle:
-        for number, line in enumerate(handle):
+    try:  # bounded lines of a regular file: a FIFO named like a pod log is not waited on
+        for number, line in enumerate(untrusted.Lines(path, "pod log", MAX_POD_LOG_BYTES)):
             if number >= MAX_SCANNED_LINES:
                 return False
             if "iteration" in line and parse_iteration_line(clean_line(line)) is not None:
                 return True
+    except UserError:
+        return False
     return False
 
 

@@ -23,7 +23,8 @@ from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
 MAX_RUNS = 10_000  # a run root holding more is listed up to here (newest names first)
-MAX_RECORD_BYTES = 1 << 20
+MAX_RECORD_BYTES = 1 << 20  # a manifest grows by an attempt's argv and environment (a few KB) per resume
+MAX_SMALL_RECORD_BYTES = 64 << 10  # summary.json and running.json are a few hundred bytes
 METRICS_TAIL_BYTES = 64 << 10  # the last iteration line is near the end
 # RunSummary.outcome → the state a user asks about ("stopped": exited early, resumable; at a time limit or a signal)
 STATES = {"success": "succeeded", "failed": "failed", "stopped": "preempted"}
@@ -41,30 +42,41 @@ class RunRow:
     why: str = ""  # how the state was judged, when not from summary.json
 
 
-def _json(path: Path) -> dict[str, Any] | None:
+def _json(path: Path, limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
+    """A record (regular file, bounded, strict JSON); None when missing or damaged (the row says what it can)."""
+    if not os.path.lexists(path):
+        return None
     try:
-        value = json.loads(untrusted.read_utf8(path, path.name, MAX_RECORD_BYTES))
-    except (UserError, OSError, ValueError, RecursionError):
+        value = untrusted.read_json(path, path.name, limit)
+    except (UserError, OSError):
         return None
     return value if isinstance(value, dict) else None
 
 
 def _last_metrics(path: Path) -> dict[str, Any] | None:
-    """The last iteration record of metrics.jsonl, reading only its end."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.fstat(handle.fileno()).st_size - METRICS_TAIL_BYTES))
-            tail = handle.read(METRICS_TAIL_BYTES).decode("utf-8", errors="replace")
-    except OSError:
+    """The last iteration record of metrics.jsonl, reading only its end (a FIFO there is not waited on)."""
+    if not os.path.lexists(path):
         return None
-    for line in reversed(tail.splitlines()):
+    try:
+        tail = untrusted.read_tail(path, "metrics file", METRICS_TAIL_BYTES).decode("utf-8", errors="replace")
+    except (UserError, OSError):
+        return None
+    for line in reversed(tail.splitlines()[-1000:]):  # the last iteration line is among the last few
         try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
+            record = untrusted.loads_json(line, "metrics line")
+        except UserError:
             continue
         if isinstance(record, dict) and record.get("kind") == "iteration":
             return record
     return None
+
+
+MAX_PID = 1 << 22  # Linux's largest pid_max
+
+
+def is_pid(value: Any) -> bool:
+    """Whether `value` can be a process id: kill(0) and kill(-1) signal groups, not one process."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PID
 
 
 def process_alive(pid: int, host: str | None) -> bool | None:
@@ -87,13 +99,14 @@ def process_alive(pid: int, host: str | None) -> bool | None:
 
 
 def _number(value: Any) -> int | float | None:
+    """A finite number of a record (strictly read already; a float beyond int64 is kept as it is)."""
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def describe(run_dir: Path) -> RunRow:
     manifest = _json(run_dir / MANIFEST) or {}
-    summary = _json(run_dir / SUMMARY_FILE)
-    running = _json(run_dir / RUNNING_FILE)
+    summary = _json(run_dir / SUMMARY_FILE, MAX_SMALL_RECORD_BYTES)
+    running = _json(run_dir / RUNNING_FILE, MAX_SMALL_RECORD_BYTES)
     metrics = _last_metrics(run_dir / METRICS_FILE) or {}
     attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
     started = attempts[-1].get("started") if attempts and isinstance(attempts[-1], dict) else None
@@ -102,8 +115,9 @@ def describe(run_dir: Path) -> RunRow:
     total = _number(metrics.get("train_iters"))
     speed = _number(metrics.get("tokens_per_s"))
     why = ""
-    alive = process_alive(running["pid"], running.get("host")) \
-        if running is not None and isinstance(running.get("pid"), int) else False
+    pid = running.get("pid") if running is not None else None
+    alive = process_alive(pid, running.get("host")) if running is not None and isinstance(pid, int) and is_pid(pid) \
+        else False
     if running is not None and alive is not False:  # a resumed run's old summary.json says nothing of this attempt
         state = "running"
         why = f"on {running.get('host')}, not checked from here" if alive is None else ""
@@ -114,7 +128,7 @@ def describe(run_dir: Path) -> RunRow:
         speed = _number(summary.get("steady_tokens_per_s")) or speed
     elif running is not None:
         state, why = "failed", f"the launcher (pid {running.get('pid')}) is gone without a summary"
-    elif (run_dir / "job.sbatch").is_file():
+    elif os.path.isfile(run_dir / "job.sbatch"):
         state, why = "submitted", "a Slurm job: launch report RUN_DIR reads its log"
     else:
         state, why = "unknown", "no summary.json: never started, or stopped without one"
@@ -130,11 +144,15 @@ def list_runs(run_root: Path) -> list[RunRow]:
         raise UserError(f"no run directory root at {run_root}",
                         "runs go under ./runs by default; give another with --run-root DIR")
     rows = []
-    with os.scandir(run_root) as entries:
-        names = sorted((e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)),
-                       reverse=True)
+    try:
+        with os.scandir(run_root) as entries:
+            names = sorted((e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)),
+                           reverse=True)
+    except OSError as error:
+        raise UserError(f"cannot list the run root {run_root}: {error.strerror or error}",
+                        "give a readable directory with --run-root DIR") from None
     for name in names[:MAX_RUNS]:
-        if (run_root / name / MANIFEST).is_file():
+        if os.path.isfile(run_root / name / MANIFEST):  # False, not an error, for a directory it cannot enter
             rows.append(describe(run_root / name))
     return sorted(rows, key=lambda row: row.started or "", reverse=True)
 
@@ -153,4 +171,4 @@ def render(rows: list[RunRow]) -> str:
 
 
 def as_json(rows: list[RunRow]) -> str:
-    return json.dumps([asdict(row) for row in rows], indent=2) + "\n"
+    return json.dumps([asdict(row) for row in rows], indent=2, allow_nan=False) + "\n"

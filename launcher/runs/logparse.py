@@ -36,7 +36,15 @@ def _to_float(text: str) -> float | None:
         return None
 
 
+# A count in a log (iteration, samples, rank) fits in int64: the patterns read at most 18 digits (\d{1,18}(?!\d)),
+# so a longer one is damage, not a count, and never reaches arithmetic (a float of it overflows).
+MAX_DIGITS = 18
+
+
 def _to_int(text: str) -> int | None:
+    text = text.strip()
+    if len(text.lstrip("+-")) > MAX_DIGITS:
+        return None
     try:
         return int(text)
     except ValueError:
@@ -191,7 +199,8 @@ Event = (
 # ---------------------------------------------------------------------------------------------- iteration
 
 _ITERATION_RE = re.compile(
-    r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]\s*)?iteration\s+(?P<it>\d+)\s*/\s*(?P<total>\d+)\s*\|"
+    r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]\s*)?iteration\s+(?P<it>\d{1,18})(?!\d)\s*/\s*"
+    r"(?P<total>\d{1,18})(?!\d)\s*\|"
 )
 # One "key: value |" field; keys never contain ':' or '|'. The last field of a cut line has no closing '|'.
 _FIELD_RE = re.compile(r"\s*(?P<key>[^|:]+?):\s*(?P<value>[^|]*?)\s*(?:\||$)")
@@ -258,8 +267,9 @@ def parse_iteration_line(line: str) -> IterationLine | None:
 
 _MEMORY_RE = re.compile(
     # "(after N iterations)" from training_log, "(before/after save_checkpoint for iteration N)" around saves
-    r"\[Rank (?P<rank>\d+)\] \((?:after (?P<it>\d+) iterations|(?:before|after) save_checkpoint for iteration "
-    r"(?P<save_it>\d+))\) memory \(MB\)"
+    r"\[Rank (?P<rank>\d{1,18})(?!\d)\] \((?:after (?P<it>\d{1,18})(?!\d) iterations|"
+    r"(?:before|after) save_checkpoint for iteration "
+    r"(?P<save_it>\d{1,18})(?!\d))\) memory \(MB\)"
     r" \| allocated: (?P<alloc>[\d.]+) \| max allocated: (?P<max_alloc>[\d.]+)"
     r"(?: \| reserved: (?P<res>[\d.]+))?(?: \| max reserved: (?P<max_res>[\d.]+))?"
     r"(?: \| total device memory used: (?P<used>[\d.]+))?"
@@ -268,24 +278,28 @@ _THEORY_RE = re.compile(
     r"Theoretical memory footprints: weight and optimizer=(?P<w>[\d.]+) MB"
     r"(?:, activation=(?P<a>[\d.]+) MB)?, total=(?P<t>[\d.]+) MB"
 )
-_SAVING_RE = re.compile(r"saving checkpoint at iteration\s+(?P<it>\d+) to (?P<dir>.+?) in (?P<fmt>\S+) format")
-_SAVED_RE = re.compile(r"successfully saved checkpoint from iteration\s+(?P<it>\d+) to (?P<dir>.+?) \[ t \d+/\d+")
-_LOADED_RE = re.compile(r"successfully loaded checkpoint from (?P<dir>.+?) \[ t .*?\] at iteration (?P<it>\d+)")
+_SAVING_RE = re.compile(r"saving checkpoint at iteration\s+(?P<it>\d{1,18})(?!\d) to (?P<dir>.+?) in "
+                        r"(?P<fmt>\S+) format")
+_SAVED_RE = re.compile(r"successfully saved checkpoint from iteration\s+(?P<it>\d{1,18})(?!\d) to (?P<dir>.+?) "
+                       r"\[ t \d+/\d+")
+_LOADED_RE = re.compile(r"successfully loaded checkpoint from (?P<dir>.+?) \[ t .*?\] at iteration "
+                        r"(?P<it>\d{1,18})(?!\d)")
 _MISSING_RE = re.compile(r"WARNING: could not find the metadata file (?P<file>\S+)")
 _VALIDATION_RE = re.compile(
-    r"validation(?:-\S+)? loss at iteration (?P<it>\d+)(?P<where> on (?:validation|test) set)? \|(?P<rest>.*)"
+    r"validation(?:-\S+)? loss at iteration (?P<it>\d{1,18})(?!\d)(?P<where> on (?:validation|test) set)? "
+    r"\|(?P<rest>.*)"
 )
 _VALUE_RE = re.compile(r"\s*(?P<key>[^|]+?) (?P<kind>value|PPL): (?P<num>[^|\s]+) \|")
 _EXIT_SIGNAL_RE = re.compile(r"\[exiting program after receiving (?P<sig>\w+)\.?\]")
 _EXIT_DURATION_RE = re.compile(r"\[exiting program after (?P<min>[\d.]+) minutes\]")
-_EXIT_INTERVAL_RE = re.compile(r"\[exiting program at iteration (?P<it>\d+)\]")
+_EXIT_INTERVAL_RE = re.compile(r"\[exiting program at iteration (?P<it>\d{1,18})(?!\d)\]")
 _MILESTONE_RE = re.compile(
     r"\[(?P<name>after megatron is initialized|before the start of training step|after training is done)\]"
     r" datetime: (?P<ts>\S+ \S+)"
 )
 # megatron.core.rerun_state_machine logs NaN/Inf/spiky-loss detections at ERROR level, with an iteration.
 _RERUN_RE = re.compile(r"ERROR:megatron\.core\.rerun_state_machine:(?P<msg>.*)")
-_RERUN_ITERATION_RE = re.compile(r"iteration #?(?P<it>\d+)")
+_RERUN_ITERATION_RE = re.compile(r"iteration #?(?P<it>\d{1,18})(?!\d)")
 _RERUN_MESSAGE_RE = re.compile(r"\(message='(?P<msg>[^']*)'\)")
 _TRACEBACK_RE = re.compile(r"^\s*Traceback \(most recent call last\):")
 _EXCEPTION_RE = re.compile(r"^\s*\w+(?:\.\w+)*(?:Error|Exception|Interrupt): ")
@@ -295,7 +309,7 @@ _FATAL_RE = re.compile(
     r"|ADLR autoresume is not available"
 )
 # examples/run_simple_mcore_train_loop.py: every rank prints this for iterations 0..4, then a reload message.
-_SIMPLE_LOOP_RE = re.compile(r"^Iteration (?P<it>\d+): Losses reduced: (?P<rest>.*)")
+_SIMPLE_LOOP_RE = re.compile(r"^Iteration (?P<it>\d{1,18})(?!\d): Losses reduced: (?P<rest>.*)")
 _SIMPLE_LOSS_RE = re.compile(r"'(?P<key>[^']+)': tensor\((?P<num>[-+\w.]+)")
 SIMPLE_LOOP_ITERATIONS = 5
 SIMPLE_LOOP_DONE = "Successfully loaded the model"

@@ -14,6 +14,7 @@ can fail too (the terminal was closed: SIGHUP): then the monitor goes on quietly
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -23,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from launcher import nofollow, untrusted
+from launcher import nofollow, redaction, untrusted
 from launcher.errors import UserError, shown
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
@@ -48,8 +49,7 @@ def next_log_path(run_dir: Path) -> Path:
 
 def attempt_number(path: Path) -> int:
     """N of logs/attempt-N.log (the order of a run's attempts); 0 for any other file name."""
-    digits = path.stem.removeprefix("attempt-")
-    return int(digits) if digits.isdigit() else 0
+    return untrusted.count(path.stem.removeprefix("attempt-"), 9) or 0  # "attempt-².log" is no attempt
 
 
 def format_eta(seconds: float | None) -> str:
@@ -65,11 +65,13 @@ class Monitor:
                  out: IO[str] | None = None, tty: bool | None = None) -> None:
         self.run_dir = Path(run_dir)
         self.checkpoint_dir = checkpoint_dir
+        self.unread = ""  # the first log line the monitor failed to read, and why (the run is then not proven)
         self.out = out if out is not None else sys.stdout
         self.tty = self.out.isatty() if tty is None else tty
         self.log_path = next_log_path(self.run_dir)
         self._log = nofollow.open_file(self.log_path, "x", what="attempt log", errors="replace", buffering=1)
-        self._metrics = nofollow.open_file(self.run_dir / METRICS_FILE, "a", what="metrics file")
+        # unbuffered bytes: each record is written whole or cut back (a full disk never leaves half a line)
+        self._metrics = nofollow.open_file(self.run_dir / METRICS_FILE, "ab", what="metrics file", buffering=0)
         self.runlog = RunLog(seq_length=seq_length)
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
@@ -91,14 +93,39 @@ class Monitor:
             self.runlog.feed_attempt(untrusted.Lines(earlier, "earlier attempt log", MAX_ATTEMPT_LOG_BYTES))
 
     def feed(self, line: str) -> None:
+        """One line of the run's output: logged, then read. A line the launcher fails to read (a bug of its own,
+        never the run's) is logged and shown as it is; it never stops training and never counts as progress."""
         text = line.rstrip("\r\n")
-        self._log.write(text + "\n")
+        self._log.write(redaction.for_file(text) + "\n")  # a program printing its argv prints no secret to disk
+        try:
+            self._read(text)
+        except OSError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a line the monitor cannot read is shown, not fatal
+            self.unread = self.unread or f"the launcher could not read the log line {shown(text, 80)}: {error!r}"
+            self._echo(text)
+
+    def _append_metrics(self, line: bytes) -> None:
+        """One metrics record, whole: on a failed write (a full disk) the file is cut back to where it was."""
+        fd = self._metrics.fileno()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            done = 0
+            while done < len(line):
+                done += os.write(fd, line[done:])
+        except OSError:
+            try:
+                os.ftruncate(fd, start)
+            except OSError:
+                pass
+            raise
+
+    def _read(self, text: str) -> None:
         event = self._parser.feed(text)
         record = self.runlog.feed(event)
         self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
-            self._metrics.write(json.dumps(json_safe(record), allow_nan=False) + "\n")
-            self._metrics.flush()
+            self._append_metrics((json.dumps(json_safe(record), allow_nan=False) + "\n").encode())
         if isinstance(event, lp.IterationLine) and self.tty and self.out is not None and _have_tqdm():
             try:
                 self._update_bar(event, record or {})
@@ -184,6 +211,10 @@ class Monitor:
             except OSError as error:
                 failures.append(error)
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
+        if exit_code is None:  # the run was stopped by the launcher (its records failed): never a success
+            summary = _not_a_success(summary, "the launcher stopped the run before it ended (see the error above)")
+        if self.unread:
+            summary = _not_a_success(summary, self.unread)
         summary.startup = self.clock.as_dict()
         try:
             text = json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
@@ -194,6 +225,13 @@ class Monitor:
         if failures:
             raise failures[0]
         return summary
+
+
+def _not_a_success(summary: RunSummary, why: str) -> RunSummary:
+    """The summary, failed with `why` when it says success: what the launcher could not see is not proven."""
+    if summary.outcome != "success":
+        return summary
+    return dataclasses.replace(summary, outcome="failed", reasons=[*summary.reasons, why])
 
 
 def _have_tqdm() -> bool:

@@ -120,8 +120,8 @@ def _metric_records(path: Path) -> Iterator[dict]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+            record = untrusted.loads_json(line, "metrics line")
+        except UserError:
             raise UserError(Problem(f"{path} line {number} is not JSON (garbled or truncated)",
                                     "report from the logs instead: launch report LOG_FILE")) from None
         if isinstance(record, dict) and record.get("kind") == "iteration" and _is_count(record.get("iteration")):
@@ -479,7 +479,7 @@ def _write_summary(run_dir: Path, summary: RunSummary) -> None:
 
 def _summary_from_file(run_dir: Path) -> RunSummary:
     try:
-        return RunSummary(**json.loads(untrusted.read_utf8(run_dir / SUMMARY_FILE, "run summary")))
-    except (UserError, json.JSONDecodeError, RecursionError, TypeError):
+        return RunSummary(**untrusted.read_json(run_dir / SUMMARY_FILE, "run summary"))
+    except (UserError, TypeError):
         raise UserError(Problem(f"{run_dir} has no logs and no readable {SUMMARY_FILE}",
                                 "nothing to summarise; the plots need the logs")) from None

@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 import launcher
-from launcher import untrusted
+from launcher import nofollow, untrusted
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.preset import ENTRIES
 from launcher.pipeline.resolve import ResumedRun
@@ -270,15 +270,14 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.", dir=run_dir.parent))
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
-        (staging / PRESET_FILE).write_text(header + yaml.safe_dump(secrets.redact_preset(_as_dict(dict(preset))),
-                                                                sort_keys=False))
-        (staging / COMMAND_FILE).write_text(command_script(argv, env))
-        (staging / COMMAND_FILE).chmod(0o755)
-        (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        nofollow.write_atomic(staging / PRESET_FILE, header + yaml.safe_dump(
+            secrets.redact_preset(_as_dict(dict(preset))), sort_keys=False), what="run preset")
+        nofollow.write_atomic(staging / COMMAND_FILE, command_script(argv, env), what="command.sh", mode=0o755)
+        nofollow.write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n", what="run manifest")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
             (staging / sub).mkdir()
         for name, text in (extra_files or {}).items():
-            (staging / name).write_text(text)
+            nofollow.write_atomic(staging / name, text, what=name, mode=0o755 if name.endswith(".sbatch") else 0o644)
         staging.chmod(0o755)  # mkdtemp makes it 0700
         # rename() replaces an empty directory (the reservation) and fails on a non-empty one, so a directory
         # that was filled meanwhile is never replaced.
@@ -370,9 +369,9 @@ def open_run_dir(path: Path) -> ExistingRun:
     damaged = "launch a new run; the damaged one is left as it is"
     manifest_text = untrusted.read_utf8(path / MANIFEST, "run manifest")
     try:
-        manifest = json.loads(manifest_text)
-    except (json.JSONDecodeError, RecursionError) as error:
-        raise UserError(Problem(f"{path} is a damaged run directory: {MANIFEST}: {shown(error)}", damaged)) from None
+        manifest = untrusted.loads_json(manifest_text, MANIFEST)
+    except UserError as error:
+        raise UserError(Problem(f"{path} is a damaged run directory: {error.problems[0].message}", damaged)) from None
     preset = untrusted.load_yaml(untrusted.read_utf8(path / PRESET_FILE, "run preset"), str(path / PRESET_FILE))
     if not isinstance(manifest, dict) or not isinstance(preset, dict):
         raise UserError(Problem(f"{path} is a damaged run directory: manifest or preset is not a mapping", damaged))

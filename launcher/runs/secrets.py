@@ -15,7 +15,7 @@ from typing import Any
 
 from launcher.errors import UserError
 from launcher.pipeline.environment import is_env_name
-from launcher.redaction import REDACTED, is_secret, remember
+from launcher.redaction import REDACTED, is_secret, remember, scrub_values
 
 # How a --set names an environment variable: env.NAME (launcher.env.NAME is the same setting).
 _ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
@@ -39,12 +39,14 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
 
 def redact_preset(preset: Mapping[str, Any]) -> dict[str, Any]:
-    """A preset mapping (as written to preset.yaml) with launcher.env secrets redacted."""
+    """A preset mapping (as written to preset.yaml) with launcher.env secrets redacted (by name or value, whole:
+    --resume takes them from its environment), and every other value scrubbed by the same rule (an image
+    `user:token@registry/…`, a URL's password, a token in a Megatron flag's value)."""
     out = dict(preset)
     launcher = out.get("launcher")
     if isinstance(launcher, Mapping) and isinstance(launcher.get("env"), Mapping):
         out["launcher"] = {**launcher, "env": redact_env(launcher["env"])}
-    return out
+    return scrub_values(out)
 
 
 def shell_export(name: str, value: str, quote) -> str:

@@ -12,8 +12,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_START = re.compile(r"^megatron-launch: job (?P<job>\d+) attempt (?P<n>\d+) on ")
-_END = re.compile(r"^megatron-launch: attempt (?P<n>\d+) ended: (?P<why>.*)$")
+from launcher import untrusted
+
+_START = re.compile(r"^megatron-launch: job (?P<job>\d{1,18})(?!\d) attempt (?P<n>\d{1,18})(?!\d) on ")
+_END = re.compile(r"^megatron-launch: attempt (?P<n>\d{1,18})(?!\d) ended: (?P<why>.*)$")
 
 
 @dataclass
@@ -30,8 +32,7 @@ class SlurmAttempt:
 def job_logs(run_dir: Path) -> list[Path]:
     """The run's Slurm logs, oldest job first (a chain or a resubmission adds jobs)."""
     def job_id(path: Path) -> int:
-        digits = path.stem.removeprefix("slurm-")
-        return int(digits) if digits.isdigit() else 0
+        return untrusted.count(path.stem.removeprefix("slurm-")) or 0
 
     return sorted(Path(run_dir).glob("slurm-*.out"), key=job_id)
 

@@ -18,7 +18,9 @@ from typing import IO
 from launcher import lock
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.command import Command
-from launcher.pipeline.preset import Preset, load_preset, parse_override
+from launcher.pipeline.environment import is_loader_variable
+from launcher.pipeline.k8s_settings import DEFAULT_IMAGE as K8S_DEFAULT_IMAGE
+from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, parse_override
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir, secrets
 from launcher.runs.atomic import write_text_atomic
@@ -29,8 +31,8 @@ EXIT_FAILED_DESPITE_ZERO = 1
 
 
 # A run directory is data, not instructions: of its preset.yaml, the settings that decide which program runs (or
-# what is loaded into it) must be what the run's first attempt ran, as its manifest records, unless this command
-# line gives them again. Everything else (the model, the data, the batch) is the run's own and is taken as is.
+# what is loaded into it) are taken only when they are the launcher's own or this command line gives them again.
+# Everything else (the model, the data, the batch) is the run's own and is taken as is.
 LOCK_FILE = ".launch.lock"
 
 
@@ -57,47 +59,55 @@ def open_resume(run_dir: str | Path, overrides: list[str],
     return preset, existing
 
 
-def refuse_untrusted_changes(preset: Preset, run: rundir.ExistingRun, given: set[str]) -> None:
-    """UserError for each program-deciding setting of the run's preset.yaml that differs from its first attempt."""
-    attempts = run.manifest.get("attempts") or []
-    first = attempts[0] if attempts and isinstance(attempts[0], dict) else {}
-    argv = [str(word) for word in first.get("argv") or []] if isinstance(first.get("argv"), list) else []
-    env: dict = first["env"] if isinstance(first.get("env"), dict) else {}
-    megatron_lm: dict = run.manifest["megatron_lm"] if isinstance(run.manifest.get("megatron_lm"), dict) else {}
-    # What a local attempt records is torchrun's own argv and environment; a Slurm or Kubernetes attempt records
-    # its submit command (sbatch …, kubectl …), which shows neither: those are compared where recorded.
-    ran_torchrun = "--nnodes" in argv[1:]
-    launched: dict[str, object] = {
-        "entry": run.manifest.get("entry"),
-        "megatron_path": megatron_lm.get("path"),
-    }
+# Settings that choose the program a job runs (or the code loaded into it), with the value the launcher uses
+# when none is given: from a run directory, only that value is taken; any other must be given on the command line.
+_LAUNCHER_OWN: dict[str, object] = {
+    "torchrun": LauncherSettings.torchrun,
+    "megatron_path": None,
+    "slurm.container_image": None,
+    "slurm.container_mounts": None,
+    "k8s.image": K8S_DEFAULT_IMAGE,
+}
+# Layer specs the launcher itself names (its own modules, Megatron's): any other is code from somewhere else.
+_OWN_SPEC_MODULES = ("launcher.inside.", "megatron.")
+
+
+def program_settings(preset: Preset) -> dict[str, object]:
+    """The program-choosing settings of `preset` that are not the launcher's own: name → value."""
     settings = preset.launcher
-    now: dict[str, object] = {"entry": settings.entry, "megatron_path": settings.megatron_path}
-    if ran_torchrun:
-        launched.update(torchrun=argv[argv.index("--nnodes") - 1], spec=_flag_values(argv, "--spec"))
-        now.update(torchrun=settings.torchrun, spec=preset.megatron.get("spec"))
-    changed = [(name, now[name], launched[name]) for name in now
-               if name not in given and now[name] is not None and now[name] != launched[name]]
-    if ran_torchrun:
-        changed += [(f"env.{name}", value, env.get(name)) for name, value in settings.env.items()
-                    if f"env.{name}" not in given and value != secrets.REDACTED and env.get(name) != value]
-    if changed:
+    found: dict[str, object] = {
+        "torchrun": settings.torchrun, "megatron_path": settings.megatron_path,
+        "slurm.container_image": settings.slurm.get("container_image"),
+        "slurm.container_mounts": settings.slurm.get("container_mounts") or None,
+        "k8s.image": settings.k8s.get("image", K8S_DEFAULT_IMAGE),
+    }
+    chosen = {name: value for name, value in found.items() if value != _LAUNCHER_OWN[name]}
+    spec = preset.megatron.get("spec")
+    if spec is not None and not (isinstance(spec, (list, tuple)) and spec
+                                 and str(spec[0]).startswith(_OWN_SPEC_MODULES)):
+        chosen["spec"] = spec
+    chosen.update({f"env.{name}": value for name, value in settings.env.items() if is_loader_variable(name)})
+    return chosen
+
+
+def refuse_untrusted_changes(preset: Preset, run: rundir.ExistingRun, given: set[str]) -> None:
+    """UserError naming each setting of the run's preset.yaml that chooses a program or what is loaded into it
+    (torchrun, megatron_path, a container image, a layer spec, LD_PRELOAD, PYTHONPATH, BASH_ENV, …) and is not the
+    launcher's own, unless this command line gives it again. Whatever the manifest says: it is in the same
+    directory, so it proves nothing; and on every backend (a local run, Slurm, Kubernetes)."""
+    def is_given(name: str) -> bool:
+        parts = name.split(".")
+        return any(".".join(parts[:n]) in given for n in range(1, len(parts) + 1))
+
+    chosen = [(name, value) for name, value in program_settings(preset).items() if not is_given(name)]
+    if chosen:
         where = run.path / rundir.PRESET_FILE
         raise UserError([Problem(
-            f"{where} sets {name}={shown(value)}, but the run's first attempt ran with "
-            f"{'no ' + name if before is None else shown(before)} (manifest.json): a resumed run does not take "
-            "a program or its environment from the run directory", f"give it on the command line if you mean it: "
-            f"--set {name}=…" + (" (or --megatron-path)" if name == "megatron_path" else ""))
-            for name, value, before in changed])
-
-
-def _flag_values(argv: list[str], flag: str) -> list[str] | None:
-    """The words after `flag` up to the next flag; None when the flag is not there."""
-    if flag not in argv:
-        return None
-    start = argv.index(flag) + 1
-    end = next((i for i in range(start, len(argv)) if argv[i].startswith("--")), len(argv))
-    return argv[start:end]
+            f"{where} sets {name}={shown(value)}: a resumed run does not take a program, or what is loaded "
+            "into it, from the run directory",
+            f"give it on the command line if you mean it: --set {name}=…"
+            + (" (or --megatron-path)" if name == "megatron_path" else ""))
+            for name, value in chosen])
 
 
 def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] | None = None,
@@ -134,7 +144,10 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
         except OSError as error:
             failure = failure or error
         if running is not None:
-            running.unlink(missing_ok=True)
+            try:
+                running.unlink(missing_ok=True)
+            except OSError:  # the run root went read-only: `launch runs` judges the gone pid as failed anyway
+                pass
     if failure is not None:
         raise UserError(rundir.storage_problem(
             f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))

@@ -45,32 +45,34 @@ def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None 
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
-    """Kubernetes' expansion of `$(NAME)` (k8s.io/kubernetes third_party/forked/golang/expansion, Expand):
-    `$$` is one `$`, `$(NAME)` the variable (left as written when undefined), any other `$` itself."""
-    out, i = [], 0
-    while i < len(text):
-        if text[i] == "$" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "$":
-                out.append("$")
+    """Kubernetes' expansion of `$(NAME)` (k8s.io/kubernetes third_party/forked/golang/expansion, Expand), byte by
+    byte as Go does it: `$$` is one `$`, `$(NAME)` the variable (left as written when undefined), and any other
+    `$` is kept with the next byte, which Go's string(input[0]) re-encodes as the character of that byte value
+    (`$é`, bytes C3 A9, becomes `$Ã©`)."""
+    data, out, i = text.encode("utf-8", "surrogatepass"), bytearray(), 0
+    while i < len(data):
+        if data[i:i + 1] == b"$" and i + 1 < len(data):
+            nxt = data[i + 1]
+            if nxt == ord("$"):
+                out += b"$"
                 i += 2
                 continue
-            if nxt == "(":
-                close = text.find(")", i + 2)
+            if nxt == ord("("):
+                close = data.find(b")", i + 2)
                 if close == -1:  # incomplete reference: kept
-                    out.append("$(")
+                    out += b"$("
                     i += 2
                     continue
-                name = text[i + 2:close]
-                out.append(env.get(name, f"$({name})"))
+                name = data[i + 2:close].decode("utf-8", "surrogatepass")
+                out += env.get(name, f"$({name})").encode("utf-8", "surrogatepass")
                 i = close + 1
                 continue
-            out.append("$" + nxt)
+            out += b"$" + chr(nxt).encode("utf-8")
             i += 2
             continue
-        out.append(text[i])
+        out.append(data[i])
         i += 1
-    return "".join(out)
+    return out.decode("utf-8", "surrogatepass")
 
 
 def _strict(schema: Any) -> Any:

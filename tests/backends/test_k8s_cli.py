@@ -70,6 +70,21 @@ def test_resume_writes_a_new_jobset_for_the_same_run_directory(launch, tmp_path)
     assert len(json.loads((path.parent / "manifest.json").read_text())["attempts"]) == 2
 
 
+def test_a_resumed_jobset_name_fits_the_host_name_label_after_any_number_of_attempts(launch, tmp_path):
+    code, out, err = launch("345m", "--k8s", *REQUIRED, "--set", "k8s.name=a-twenty-two-chars-nm",
+                            "--set", f"run_root={tmp_path}/runs")
+    assert code == 0, err
+    path = Path(out.strip())
+    manifest_path = path.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["attempts"] += [{}] * 123_455
+    manifest_path.write_text(json.dumps(manifest))
+    code, out, err = launch("--resume", str(path.parent), "--k8s")
+    assert code == 0, err
+    name = yaml.safe_load(path.read_text())["metadata"]["name"]
+    assert name.endswith("-r123457") and len(f"{name}-node-0-0.{name}") <= 63
+
+
 def _fake_kubectl(tmp_path: Path, exit_code: int = 0) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

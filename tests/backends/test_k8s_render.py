@@ -169,6 +169,11 @@ def test_escaped_words_survive_kubernetes_expansion(text):
     assert expand(k8s.k8s_word(text), {"MASTER_ADDR": "evil", "HOME": "evil"}) == text
 
 
+@pytest.mark.parametrize("text", ["x$é", "$ü$", "a$\u202e", "$€(", "$(HOME)$日本"])
+def test_a_dollar_before_a_non_ascii_character_survives_kubernetes_expansion(text):
+    assert expand(k8s.k8s_word(text), {"HOME": "evil"}) == text
+
+
 def test_the_entry_script_holds_nothing_kubernetes_would_expand():
     assert k8s.k8s_word(k8s.ENTRY_SCRIPT) == k8s.ENTRY_SCRIPT
 

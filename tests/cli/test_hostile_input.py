@@ -289,3 +289,137 @@ def test_divisor_hints_are_bounded_work(capsys):
     assert len(divisors(10**9)) == 100
     code, _, err = run_cli(capsys, "345m", "--dry-run", "--set", "num_attention_heads=1000000000")
     assert code == 2 and "num_attention_heads" in err
+
+
+# -- what the terminal shows is what runs ---------------------------------------------------------------------------
+
+INVISIBLE = ["\u202e", "\u2066", "\u200b", "\u200d", "\ufeff", "\u2028", "\u2029", "\u00ad", "\u061c"]
+
+
+@pytest.mark.parametrize("char", INVISIBLE)
+@pytest.mark.parametrize("command", [("toy", "--dry-run"), ("show", "toy"), ("toy", "--dry-run", "--format", "json")])
+def test_bidi_zero_width_and_separator_characters_never_reach_the_terminal_raw(capsys, char, command):
+    code, out, err = run_cli(capsys, *command, "--set", f"env.X=a{char}b", "--set", f"wandb_exp_name=d{char}e")
+    assert code == 0, err
+    assert char not in out + err
+
+
+def test_a_dry_run_writes_an_invisible_character_so_that_the_pasted_command_is_the_same(capsys):
+    code, out, _ = run_cli(capsys, "toy", "--dry-run", "--set", "env.X=a\u202eb\u200bc")
+    assert code == 0
+    assert "export X=$'a\\xe2\\x80\\xaeb\\xe2\\x80\\x8bc'" in out.splitlines()
+
+
+@pytest.mark.parametrize("argv", [
+    ("toy", "--set", "env.X=x\udcff"), ("toy", "--dry-run", "--set", "lr=1\udce9"), ("show", "t\udcffy"),
+    ("report", "runs/\udcff"), ("plan", "toy", "--set", "env.X=\udcff"),
+])
+def test_a_non_utf8_argument_is_refused_cleanly(capsys, argv):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert "holds a byte that is not UTF-8 text" in err and "hint:" in err
+
+
+# -- Kubernetes values the API server would refuse ------------------------------------------------------------------
+
+@pytest.mark.parametrize("setting, expected", [
+    ("k8s.time=99999999999999999999", "out of range"), ("k8s.time=0", "out of range"),
+    ("k8s.shm_size=-1Gi", "not a positive size"), ("k8s.shm_size=-64", "not a positive size"),
+    ("k8s.shm_size=0Mi", "not a positive size"),
+])
+def test_kubernetes_values_the_api_server_refuses_are_refused_with_a_hint(capsys, setting, expected):
+    code, _, err = run_cli(capsys, "toy", "--k8s", "--dry-run", "--gpus-per-node", "2", "--set", setting)
+    assert code == 2 and expected in err and "hint:" in err, err
+
+
+# -- every refusal says what to do ------------------------------------------------------------------------------------
+
+def test_every_problem_renders_a_hint_even_one_written_without():
+    from launcher.errors import Problem
+
+    for message in ("x must be at least 1, got 0", "something is wrong", "p.yaml is not valid YAML at line 2"):
+        rendered = UserError(Problem(message)).render()
+        assert rendered.splitlines()[1].startswith("  hint: ") and len(rendered.splitlines()[1]) > 10
+        assert json.loads(UserError(Problem(message)).as_json())["problems"][0]["hint"]
+
+
+@pytest.mark.parametrize("argv", [
+    ("plan", "345m", "--set", "pipeline_model_parallel_size=0"),
+    ("plan", "345m", "--set", "tensor_model_parallel_size=-1"),
+    ("plan", "345m", "--set", "num_layers=0"),
+    ("plan", "345m", "--set", "pipeline_model_parallel_layout=Eqq|L"),
+    ("plan", "345m", "--set", "pipeline_model_parallel_layout=Et*23|tL", "--set", "pipeline_model_parallel_size=2"),
+    ("345m", "--dry-run", "--set", "pipeline_model_parallel_layout=Ex|L"),
+    ("345m", "--dry-run", "--set", "pipeline_model_parallel_size=0"),
+    ("plan", "345m", "--tflops", "nan"), ("plan", "345m", "--tflops", "inf"), ("plan", "345m", "--tflops", "1e400"),
+    ("plan", "345m", "--ckpt-write-gbps", "nan"),
+])
+def test_crafted_plan_and_layout_values_are_refused_with_a_hint(capsys, argv):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2, out + err
+    assert "internal error" not in err and "hint:" in err
+
+
+def test_plan_json_never_holds_nan(capsys):
+    code, out, _ = run_cli(capsys, "plan", "345m", "--tflops", "300", "--format", "json")
+    assert code == 0
+    json.loads(out, parse_constant=lambda name: pytest.fail(f"{name} in plan --format json"))
+
+
+def test_a_preset_with_base_twice_is_refused_with_a_hint(tmp_path, capsys):
+    path = preset_file(tmp_path, "base: toy\nbase: 345m\n")
+    code, _, err = run_cli(capsys, str(path), "--dry-run")
+    assert code == 2 and "appears twice" in err and "hint: keep one of them" in err
+
+
+def test_import_of_a_nan_flag_value_is_no_internal_error(capsys):
+    code, out, err = run_cli(capsys, "import", "--", "torchrun", "pretrain_gpt.py", "--lr", "nan", "--num-layers", "2")
+    assert "internal error" not in err
+    assert code == 2 and "Traceback" not in err  # carried as given and refused by the check (the round-trip tests)
+
+
+def test_import_of_a_yaml_alias_bomb_is_bounded(tmp_path, capsys):
+    import time
+
+    path = preset_file(tmp_path, "MODEL_ARGS: " + ALIAS_BOMB + "\n", "functional.yaml")
+    started = time.monotonic()
+    code, _, err = run_cli(capsys, "import", str(path))
+    assert time.monotonic() - started < 10
+    assert code == 2 and "expands to more than" in err and "hint:" in err
+
+
+def test_import_onto_a_device_replaces_nothing(capsys):
+    before = os.stat("/dev/full")
+    code, _, err = run_cli(capsys, "import", "-o", "/dev/full", "--", "torchrun", "pretrain_gpt.py",
+                           "--num-layers", "2")
+    assert code == 2 and "not a regular file" in err and "hint:" in err
+    assert os.stat("/dev/full").st_rdev == before.st_rdev
+
+
+def test_import_onto_a_full_disk_leaves_no_empty_file(tmp_path, capsys, monkeypatch):
+    import errno
+
+    from launcher import nofollow
+
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(nofollow.os, "fdopen", lambda fd, *a, **k: Full(real_fdopen(fd, *a, **k)))
+    target = tmp_path / "out.yaml"
+    code, _, err = run_cli(capsys, "import", "-o", str(target), "--", "torchrun", "pretrain_gpt.py",
+                           "--num-layers", "2")
+    monkeypatch.undo()
+    assert code == 2 and "No space left" in err and "hint:" in err
+    assert list(tmp_path.iterdir()) == []

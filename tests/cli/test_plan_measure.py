@@ -105,3 +105,53 @@ def test_measure_reads_step_time_and_peak_memory_from_a_real_h200_log():
     assert count == 7
     assert step == pytest.approx(0.18795)
     assert peak == pytest.approx(37210.09 / 1024)  # the largest "max allocated" of the memory reports
+
+
+def test_one_layout_without_transformer_engine_is_measured_not_refused(launch, machine):
+    env, flags, calls, _ = machine
+    code, out, err = launch("plan", "345m", "--measure", "--gpu", "h200-141gb", "--measure-layouts", "1", *flags,
+                            env=env)
+    assert code == 0, err
+    assert "no layout" not in err and len(calls.read_text().splitlines()) == 1
+
+
+ZERO_MS = '''#!{python}
+import sys
+for i in range(1, 11):
+    print(f" [2026-11-29 18:48:21.579751] iteration {{i:8d}}/      10 | consumed samples: {{i * 32:12d}} | "
+          "elapsed time per iteration (ms): 0.0 | learning rate: 1.0E-05 | global batch size:    32 | "
+          "lm loss: 1.1E+01 | loss scale: 1.0 | grad norm: 6.5 | number of skipped iterations:   0 | "
+          "number of nan iterations:   0 |", flush=True)
+'''
+
+
+def test_a_run_logging_zero_ms_per_iteration_is_stored_and_printed(launch, machine):
+    env, flags, _, tmp = machine
+    torchrun = tmp / "bin" / "torchrun"
+    torchrun.write_text(ZERO_MS.format(python=sys.executable))
+    code, out, err = launch("plan", "345m", "--measure", "--gpu", "h200-141gb", "--measure-layouts", "2",
+                            "--format", "json", *flags, env=env)
+    assert "internal error" not in err and "Traceback" not in err
+    assert code == 0, err
+    assert len(json.loads(out)["measurements"]) == 2
+    assert len(json.loads((tmp / "data" / "measurements.json").read_text())) == 2
+
+
+@pytest.mark.parametrize("existing", ["[" * 100000 + "]" * 100000, '[{"x": NaN}]', "{}", "fifo"])
+def test_an_unreadable_measurements_file_is_kept_and_the_new_runs_stored_beside_it(launch, machine, existing):
+    import os
+    env, flags, _, tmp = machine
+    data = tmp / "data"
+    data.mkdir()
+    if existing == "fifo":
+        os.mkfifo(data / "measurements.json")
+    else:
+        (data / "measurements.json").write_text(existing)
+    code, out, err = launch("plan", "345m", "--measure", "--gpu", "h200-141gb", "--measure-layouts", "2",
+                            *flags, env=env)
+    assert code == 0, err
+    assert "warning:" in err and "left as it is" in err
+    if existing != "fifo":
+        assert (data / "measurements.json").read_text() == existing
+    (beside,) = [p for p in data.iterdir() if p.name.startswith("measurements-")]
+    assert len(json.loads(beside.read_text())) == 2

@@ -88,3 +88,50 @@ def test_refit_and_measure_are_one_after_the_other(launch):
 def test_refit_needs_runs_of_one_gpu_family():
     with pytest.raises(ValueError):
         fit.refit([])
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("[" * 100 + "]" * 100, "nesting deeper than"),
+    ('[{"measured_s": NaN}]', "is not valid JSON"),
+    ('[{"measured_s": Infinity}]', "is not valid JSON"),
+    ('[{"measured_s": 1e400}]', "beyond a float's range"),
+    ("[" + "1" * 5000 + "]", "digits"),
+])
+def test_refit_refuses_measurements_that_are_not_strict_json(launch, tmp_path, content, message):
+    path = tmp_path / "measurements.json"
+    path.write_text(content)
+    code, out, err = launch("plan", "345m", "--gpu", "h200-141gb", "--refit", "--measurements", str(path))
+    assert code == 2, out + err
+    assert message in err and "hint:" in err and "Traceback" not in err and "internal error" not in err
+
+
+def test_refit_skips_records_of_wrong_types(launch, tmp_path):
+    records = json.loads(H200_RUNS.read_text())
+    wrong = [{**records[0], "settings": {"a": 1}}, {**records[0], "overrides": "lr=1"}, {**records[0], "gpus": 1e308},
+             {**records[0], "measured_s": 1e308}, {**records[0], "preset": ["345m"]}, {**records[0], "label": 5},
+             {**records[0], "settings": [[["x"]]]}, {**records[0], "gpus": True}]
+    path = tmp_path / "measurements.json"
+    path.write_text(json.dumps(wrong + records))
+    code, out, err = launch("plan", "345m", "--gpu", "h200-141gb", "--refit", "--measurements", str(path),
+                            "--format", "json")
+    assert code == 0, err
+    assert json.loads(out)["refit"]["runs"] == 3
+
+
+def test_refit_on_a_fifo_does_not_wait_for_a_writer(launch, tmp_path):
+    import os
+    path = tmp_path / "measurements.json"
+    os.mkfifo(path)
+    code, out, err = launch("plan", "345m", "--gpu", "h200-141gb", "--refit", "--measurements", str(path))
+    assert code == 2 and "not a regular file" in err and "hint:" in err
+
+
+def test_refit_resolves_each_distinct_layout_once(launch, tmp_path):
+    import time
+    records = json.loads(H200_RUNS.read_text())
+    path = tmp_path / "measurements.json"
+    path.write_text(json.dumps(records * 3000))  # 9,000 records of three layouts
+    started = time.monotonic()
+    code, out, err = launch("plan", "345m", "--gpu", "h200-141gb", "--refit", "--measurements", str(path))
+    assert code == 0, err
+    assert time.monotonic() - started < 30

@@ -165,3 +165,123 @@ def test_a_hostile_argument_dump_is_not_kept():
                          "  seq_length ...................... 64", "  save ............................ /ckpt",
                          "-------------------- end of arguments ---------------------"])
     assert runlog.arguments == {"seq_length": "64", "save": "/ckpt"}
+
+
+# -- hostile logs: bounded, never an internal error, never a success that was not seen --------------------------------
+
+def _run_dir(tmp_path: Path) -> Path:
+    from launcher.runs.rundir import write_run_dir
+
+    return write_run_dir(tmp_path / "runs" / "toy-20261130T100000Z", preset={"name": "toy"}, argv=["x"], env={},
+                         manifest={"preset": "toy", "created": "2026-11-30", "attempts": [{"started": "2026-11-30"}]})
+
+
+def _report(run_dir: Path):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}, timeout=60,
+                          check=False)
+
+
+ITERATION = (" [2026-11-29 18:48:21.579751] iteration {it}/{total} | consumed samples: 32 | elapsed time per iteration "
+             "(ms): 5.0 | lm loss: 1.0E+01 | number of skipped iterations:   0 | number of nan iterations:   0 |\n")
+
+
+def test_report_on_iteration_numbers_of_any_length_and_odd_log_names_is_no_internal_error(tmp_path):
+    """One run directory holding every case (a report renders plots: one call, not one per case)."""
+    run_dir = _run_dir(tmp_path)
+    cases = [("9" * 4000, "10"), ("1", "9" * 310), ("9" * 310, "9" * 310), ("٣", "10"), ("2", "10")]
+    for number, (it, total) in enumerate(cases, 1):
+        (run_dir / "logs" / f"attempt-{number}.log").write_text(ITERATION.format(it=it, total=total))
+    for name in ("attempt-².log", "attempt-٣.log", "attempt-" + "9" * 200 + ".log", "attempt-é.log"):
+        (run_dir / "logs" / name).write_text(ITERATION.format(it=3, total=10))
+    done = _report(run_dir)
+    assert done.returncode in (0, 1, 2) and "internal error" not in done.stderr and "Traceback" not in done.stderr
+
+
+def test_report_on_a_2_gb_log_without_a_newline_answers_at_once(tmp_path):
+    import time
+
+    run_dir = _run_dir(tmp_path)
+    with open(run_dir / "logs" / "attempt-1.log", "wb") as handle:
+        handle.truncate(2 * 1024**3)  # sparse: no disk used
+    started = time.monotonic()
+    done = _report(run_dir)
+    assert done.returncode == 2 and "larger than" in done.stderr and "hint:" in done.stderr
+    assert time.monotonic() - started < 20
+
+
+def test_a_line_the_monitor_fails_to_read_never_makes_a_success(tmp_path, monkeypatch):
+    import io
+
+    from launcher.runs.monitor import Monitor
+
+    monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    lines = (FIXTURES / "toy_fp32_1gpu.log").read_text().splitlines()
+    for line in lines[:5]:
+        monitor.feed(line)
+
+    def broken(text: str) -> None:
+        raise OverflowError("int too large to convert to float")
+
+    monkeypatch.setattr(monitor, "_read", broken)
+    monitor.feed(lines[5])  # not raised: training goes on
+    monkeypatch.undo()
+    for line in lines[6:]:
+        monitor.feed(line)
+    summary = monitor.close(exit_code=0)
+    assert summary.outcome == "failed" and any("could not read the log line" in r for r in summary.reasons)
+
+
+def test_a_run_the_launcher_stopped_is_never_a_success(tmp_path):
+    import io
+
+    from launcher.runs.monitor import Monitor
+
+    monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    for line in (FIXTURES / "toy_fp32_1gpu.log").read_text().splitlines():
+        monitor.feed(line)
+    assert monitor.close(exit_code=None).outcome == "failed"
+
+
+def test_a_310_digit_iteration_line_is_not_progress(tmp_path):
+    import io
+
+    from launcher.runs.monitor import Monitor
+
+    monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    monitor.feed(ITERATION.format(it="9" * 310, total="9" * 310))
+    assert monitor.close(exit_code=0).outcome == "failed"
+
+
+def test_a_full_disk_never_leaves_half_a_metrics_line(tmp_path, monkeypatch):
+    import errno
+    import io
+    import os
+
+    from launcher.runs import monitor as monitor_module
+    from launcher.runs.monitor import Monitor
+
+    monitor = Monitor(tmp_path, out=io.StringIO(), tty=False)
+    lines = (FIXTURES / "toy_fp32_1gpu.log").read_text().splitlines()
+    fed = 0
+    while not (tmp_path / "metrics.jsonl").stat().st_size:
+        monitor.feed(lines[fed])
+        fed += 1
+    real_write = os.write
+
+    def half_then_full(fd: int, data: bytes) -> int:
+        if len(data) > 8:
+            return real_write(fd, data[:len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(monitor_module.os, "write", half_then_full)
+    with pytest.raises(OSError):
+        for line in lines[fed:]:
+            monitor.feed(line)
+    monkeypatch.undo()
+    text = (tmp_path / "metrics.jsonl").read_text()
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -39,29 +40,89 @@ def _evil_program(tmp_path: Path) -> tuple[Path, Path]:
     return evil, marker
 
 
+def resume(tmp_path: Path, run_dir: Path, torchrun: Path, *args: str):
+    """launch --resume RUN_DIR, naming the program again (a run directory never chooses it)."""
+    return launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={torchrun}", *args)
+
+
 def test_a_torchrun_planted_in_the_run_preset_is_refused_and_never_runs(first_run, tmp_path):
     run_dir, torchrun = first_run
     evil, marker = _evil_program(tmp_path)
     _edit_preset(run_dir, lambda d: d["launcher"].update(torchrun=str(evil)))
     result = launch(tmp_path, "--resume", str(run_dir))
     assert result.returncode == 2
-    assert result.stderr.splitlines()[0] == (
-        f"error: {run_dir}/preset.yaml sets torchrun='{evil}', but the run's first attempt ran with '{torchrun}' "
-        "(manifest.json): a resumed run does not take a program or its environment from the run directory")
+    assert result.stderr.splitlines()[:2] == [
+        f"error: {run_dir}/preset.yaml sets torchrun='{evil}': a resumed run does not take a program, or what is "
+        "loaded into it, from the run directory",
+        "  hint: give it on the command line if you mean it: --set torchrun=…"]
     assert not marker.exists()
 
 
-def test_an_ld_preload_planted_in_the_run_preset_is_refused(first_run, tmp_path):
+def _agreeing_manifest(run_dir: Path, torchrun: str, env: dict) -> None:
+    """The manifest edited to agree with the planted preset: it is in the same directory, so it proves nothing."""
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    argv = manifest["attempts"][0]["argv"]
+    argv[argv.index("--nnodes") - 1] = torchrun
+    manifest["attempts"][0]["env"].update(env)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_torchrun_the_manifest_agrees_with_is_still_refused(first_run, tmp_path):
     run_dir, torchrun = first_run
-    _edit_preset(run_dir, lambda d: d["launcher"].setdefault("env", {}).update(LD_PRELOAD="/tmp/evil.so"))
-    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={torchrun}")
+    evil, marker = _evil_program(tmp_path)
+    _edit_preset(run_dir, lambda d: d["launcher"].update(torchrun=str(evil)))
+    _agreeing_manifest(run_dir, str(evil), {})
+    result = launch(tmp_path, "--resume", str(run_dir))
+    assert result.returncode == 2 and f"preset.yaml sets torchrun='{evil}'" in result.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("name, value", [
+    ("LD_PRELOAD", "/tmp/evil.so"), ("BASH_ENV", "/tmp/evil.sh"), ("PYTHONPATH", "/tmp/evil"),
+    ("PYTHONSTARTUP", "/tmp/evil.py"), ("LD_LIBRARY_PATH", "/tmp/evil"), ("PATH", "/tmp/evil:/usr/bin"),
+    ("NCCL_NET_PLUGIN", "/tmp/evil.so"), ("ENV", "/tmp/evil.sh"), ("NODE_OPTIONS", "--require /tmp/evil.js"),
+])
+def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_path, name, value):
+    run_dir, torchrun = first_run
+    _edit_preset(run_dir, lambda d: d["launcher"].setdefault("env", {}).update({name: value}))
+    _agreeing_manifest(run_dir, str(torchrun), {name: value})
+    result = resume(tmp_path, run_dir, torchrun)
     assert result.returncode == 2
-    assert (f"error: {run_dir}/preset.yaml sets env.LD_PRELOAD='/tmp/evil.so', but the run's first attempt ran "
-            "with no env.LD_PRELOAD (manifest.json)") in result.stderr
+    assert f"error: {run_dir}/preset.yaml sets env.{name}='{value}': a resumed run does not take" in result.stderr
+    assert f"  hint: give it on the command line if you mean it: --set env.{name}=…" in result.stderr
+    given = resume(tmp_path, run_dir, torchrun, "--set", f"env.{name}={value}")
+    assert "a resumed run does not take" not in given.stderr
+
+
+@pytest.mark.parametrize("backend", ["--slurm", "--k8s"])
+@pytest.mark.parametrize("name, planted", [
+    ("torchrun", lambda d, evil: d["launcher"].update(torchrun=evil)),
+    ("env.LD_PRELOAD", lambda d, evil: d["launcher"].setdefault("env", {}).update(LD_PRELOAD=evil)),
+    ("megatron_path", lambda d, evil: d["launcher"].update(megatron_path=evil)),
+    ("spec", lambda d, evil: d["megatron"].update(spec=["evil_module", "layer_spec"])),
+    ("k8s.image", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(image="evil.example/x:1")),
+    ("slurm.container_image", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
+        container_image="evil.example/x:1")),
+])
+def test_a_program_planted_in_a_cluster_run_is_refused(tmp_path, backend, name, planted):
+    """A run made for Slurm or Kubernetes records no torchrun argv to compare with: the rule holds anyway."""
+    made = launch(tmp_path, "toy", backend, "--set", f"run_root={tmp_path}/runs", "--gpus-per-node", "2")
+    assert made.returncode == 0, made.stderr
+    run_dir = only_run_dir(tmp_path)
+    evil, marker = _evil_program(tmp_path)
+    _edit_preset(run_dir, lambda d: planted(d, str(evil)))
+    result = subprocess.run(
+        [sys.executable, "-m", "launcher", "--resume", str(run_dir), backend, "--no-doctor"], cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}, capture_output=True,
+        text=True, timeout=120, check=False)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"preset.yaml sets {name}=" in result.stderr and "Traceback" not in result.stderr
+    assert not marker.exists()
 
 
 def test_a_setting_given_again_on_the_command_line_is_taken(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     other = stand_in(tmp_path, "toy_resume_sigterm.log", tracker="83")
     _edit_preset(run_dir, lambda d: d["launcher"].update(torchrun="/nowhere/torchrun"))
     result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={other}")
@@ -71,7 +132,7 @@ def test_a_setting_given_again_on_the_command_line_is_taken(first_run, tmp_path)
 def test_resume_honours_set_save_and_tensorboard_dir_and_says_where_it_writes(first_run, tmp_path):
     run_dir, torchrun = first_run
     save, board = tmp_path / "elsewhere" / "ckpt", tmp_path / "elsewhere" / "tb"
-    result = launch(tmp_path, "--resume", str(run_dir), "--set", f"save={save}", "--set", f"tensorboard_dir={board}")
+    result = resume(tmp_path, run_dir, torchrun, "--set", f"save={save}", "--set", f"tensorboard_dir={board}")
     assert result.returncode in (0, 1), result.stderr
     argv_line = next(line for line in result.stdout.splitlines() if line.startswith("argv:"))
     assert f"--save {save}" in argv_line and f"--tensorboard-dir {board}" in argv_line
@@ -82,22 +143,22 @@ def test_resume_honours_set_save_and_tensorboard_dir_and_says_where_it_writes(fi
 
 
 def test_a_checkpoint_dir_moved_in_the_manifest_is_shown(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     manifest = json.loads((run_dir / "manifest.json").read_text())
     manifest["checkpoint_dir"] = str(tmp_path / "other-ckpt")
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    result = launch(tmp_path, "--resume", str(run_dir))
+    result = resume(tmp_path, run_dir, torchrun)
     assert f"outside the run directory: load {tmp_path / 'other-ckpt'}, save {tmp_path / 'other-ckpt'}" in \
         result.stdout
 
 
 def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     fd = os.open(run_dir / ".launch.lock", os.O_RDWR | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         os.write(fd, b"4242\n")
-        result = launch(tmp_path, "--resume", str(run_dir))
+        result = resume(tmp_path, run_dir, torchrun)
     finally:
         os.close(fd)
     assert result.returncode == 2
@@ -107,29 +168,29 @@ def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(first_ru
 
 
 def test_every_attempt_is_recorded(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     for _ in range(2):
-        launch(tmp_path, "--resume", str(run_dir))
+        resume(tmp_path, run_dir, torchrun)
     assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 3
 
 
 def test_a_dangling_attempt_log_link_is_never_written_through(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     outside = tmp_path / "outside.txt"
     (run_dir / "logs" / "attempt-2.log").symlink_to(outside)
-    result = launch(tmp_path, "--resume", str(run_dir))
+    result = resume(tmp_path, run_dir, torchrun)
     assert result.returncode == 2
     assert f"error: earlier attempt log '{run_dir}/logs/attempt-2.log' is a symbolic link" in result.stderr
     assert not outside.exists()
 
 
 def test_a_symlinked_metrics_file_is_refused(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     outside = tmp_path / "outside.jsonl"
     outside.write_text("mine\n")
     (run_dir / "metrics.jsonl").unlink()
     (run_dir / "metrics.jsonl").symlink_to(outside)
-    result = launch(tmp_path, "--resume", str(run_dir))
+    result = resume(tmp_path, run_dir, torchrun)
     assert result.returncode == 2
     assert f"error: metrics file '{run_dir}/metrics.jsonl' is a symbolic link" in result.stderr
     assert outside.read_text() == "mine\n"
@@ -137,7 +198,7 @@ def test_a_symlinked_metrics_file_is_refused(first_run, tmp_path):
 
 @pytest.mark.parametrize("where", ["checkpoints/latest_checkpointed_iteration.txt", "logs/attempt-1.log"])
 def test_a_fifo_in_the_run_directory_does_not_hang_a_resume(first_run, tmp_path, where):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     (run_dir / where).unlink()
     os.mkfifo(run_dir / where)
     quiet = stand_in(tmp_path, "toy_resume_sigterm.log", tracker=None)  # it writes no tracker itself
@@ -147,7 +208,7 @@ def test_a_fifo_in_the_run_directory_does_not_hang_a_resume(first_run, tmp_path,
 
 
 def test_a_resumed_attempt_that_printed_nothing_is_not_a_success(first_run, tmp_path):
-    run_dir, _ = first_run
+    run_dir, torchrun = first_run
     silent = tmp_path / "silent"
     silent.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
@@ -156,3 +217,10 @@ def test_a_resumed_attempt_that_printed_nothing_is_not_a_success(first_run, tmp_
     result = launch(tmp_path, "--resume", str(run_dir), "--set", f"torchrun={silent}")
     assert result.returncode == 1, result.stdout
     assert json.loads((run_dir / "summary.json").read_text())["outcome"] != "success"
+
+
+def test_a_fifo_as_the_lock_is_refused_not_waited_on(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    os.mkfifo(run_dir / ".launch.lock")
+    result = resume(tmp_path, run_dir, torchrun)
+    assert result.returncode == 2 and "not a regular file" in result.stderr and "hint:" in result.stderr

@@ -112,3 +112,52 @@ def test_no_runs_yet_under_the_default_root_is_not_an_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "launcher", "runs"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=120, check=False, env=ENV)
     assert (done.returncode, done.stdout, done.stderr) == (0, "no runs under runs/ yet\n", "")
+
+
+def _runs_json(tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "launcher", "runs", "--run-root", str(tmp_path), "--format", "json"],
+                          env=ENV, capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.mark.parametrize("record", ['{"outcome": "success", "last_iteration": NaN, "steady_tokens_per_s": Infinity}',
+                                    '{"outcome": "success", "steady_tokens_per_s": 1e400}',
+                                    '{"outcome": "success", "last_iteration": ' + "9" * 4000 + "}",
+                                    "[" * 10000 + "]" * 10000])
+def test_damaged_records_are_listed_as_valid_json(tmp_path, record):
+    run_dir = make_run(tmp_path, "toy-20261130T100000Z", "2026-11-30T10:00:00+00:00")
+    (run_dir / "summary.json").write_text(record)
+    (run_dir / "metrics.jsonl").write_text(
+        '{"kind": "iteration", "iteration": NaN, "tokens_per_s": Infinity}\n'
+        '{"kind": "iteration", "iteration": 1e400}\n')
+    done = _runs_json(tmp_path)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout, parse_constant=lambda name: pytest.fail(f"{name} in the output"))
+    assert row["tokens_per_s"] is None and row["last_iteration"] is None
+
+
+@pytest.mark.parametrize("pid", [0, -1, 10**30, 1.5, True, "123"])
+def test_a_running_json_with_an_impossible_pid_is_not_running(tmp_path, pid):
+    make_run(tmp_path, "toy-20261130T100000Z", "2026-11-30T10:00:00+00:00",
+             running={"pid": pid, "host": socket.gethostname()})
+    done = _runs_json(tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)[0]["state"] in ("failed", "unknown")
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "summary.json", "running.json"])
+def test_a_fifo_in_a_run_directory_does_not_hang_the_listing(tmp_path, name):
+    run_dir = make_run(tmp_path, "toy-20261130T100000Z", "2026-11-30T10:00:00+00:00")
+    os.mkfifo(run_dir / name)
+    done = _runs_json(tmp_path)  # times out after 60 s
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any directory")
+def test_an_unreadable_run_directory_is_listed_without_an_internal_error(tmp_path):
+    run_dir = make_run(tmp_path, "toy-20261130T100000Z", "2026-11-30T10:00:00+00:00")
+    run_dir.chmod(0)
+    try:
+        done = _runs_json(tmp_path)
+    finally:
+        run_dir.chmod(0o755)
+    assert done.returncode == 0 and "internal error" not in done.stderr
