@@ -106,7 +106,13 @@ class ResumeCheck:
 
 def expects_checkpoint(job: Any) -> bool:
     """The user's own --load (preset or --set), or --resume: a checkpoint must be there. A load the launcher set
-    (a new run's own directory) may be empty: that run starts fresh."""
+    (a new run's own directory) may be empty: that run starts fresh, as does one where the user unset load
+    (--set load=null: start from scratch on purpose)."""
+    from launcher.pipeline.preset import parse_override
+
+    given = dict(parse_override(text) for text in job.preset.overrides)
+    if any(given.get(name, "").strip().lower() in ("null", "none", "~") for name in ("load", "megatron.load")):
+        return False
     return job.existing is not None or bool(job.preset.megatron.get("load"))
 
 
@@ -114,17 +120,17 @@ def judge(job: Any, stored: StoredCheckpoint) -> ResumeCheck:
     """Every item for resuming `stored` with `job` (a ResolvedJob)."""
     expected = expects_checkpoint(job)
     if not stored.found:
-        items = [_not_found(job, stored)] if expected else [Item(
-            "ok", "found", f"no checkpoint in {stored.load} yet ({stored.why_not}): training starts at iteration 0")]
-        return ResumeCheck(stored, expected, tuple(items))
+        said = _not_found(job, stored) if expected else Item(
+            "ok", "found", f"no checkpoint in {stored.load} yet ({stored.why_not}): training starts at iteration 0")
+        return ResumeCheck(stored, expected, (said,))
     items: list[Item] = []
     if not expected:
         items.append(Item("note", "found", f"{stored.load} already holds a checkpoint (the launcher pointed load at "
                           "save): Megatron resumes it rather than starting fresh"))
     items += _format(job, stored)
     if stored.args is None:
-        items.append(Item("warn", "read", f"the settings stored with the checkpoint could not be read: {stored.unread}; "
-                          "its model shape, layout and batch are not compared", "launch doctor shows whether this "
+        items.append(Item("warn", "read", "the settings stored with the checkpoint could not be read: "
+                          f"{stored.unread}; its model shape, layout and batch are not compared", "launch doctor shows whether this "
                           "Python has torch; Megatron itself reads them at load"))
         return ResumeCheck(stored, expected, tuple(items))
     saved = stored.args
@@ -140,8 +146,8 @@ def judge(job: Any, stored: StoredCheckpoint) -> ResumeCheck:
 def _not_found(job: Any, stored: StoredCheckpoint) -> Item:
     if job.existing is not None:
         return Item("refuse", "found", f"nothing to resume in {job.existing.path}: {stored.why_not}; Megatron would "
-                    "start from iteration 0", "the run saved no checkpoint; start it again as a new run (launch "
-                    "PRESET), or give the checkpoint: --set load=DIR")
+                    "start from iteration 0", "the run saved no checkpoint: to start it over in its directory on "
+                    "purpose, --set load=null; or give the checkpoint: --set load=DIR")
     return Item("refuse", "found", f"load={stored.load} expects a checkpoint, but {stored.why_not}: Megatron would "
                 "start from iteration 0 without a word", "check the path; to start from scratch on purpose, drop it: "
                 "--set load=null (the run saves to and resumes from its own directory)")
@@ -299,7 +305,8 @@ def _version(stored: StoredCheckpoint) -> list[Item]:
     known = set(megatron_args.catalog())
     saved = set(stored.args or {})
     unknown = sorted(saved - known - DERIVED)
-    missing = sorted(name for name in known - saved if name not in NOT_STORED and not name.startswith(NOT_STORED_PREFIXES))
+    missing = sorted(name for name in known - saved
+                     if name not in NOT_STORED and not name.startswith(NOT_STORED_PREFIXES))
     if unknown:
         items.append(Item("warn", "version", f"the checkpoint stores {len(unknown)} setting(s) {pin} does not have "
                           f"({', '.join(unknown[:5])}): written by a newer or other Megatron; check that the "

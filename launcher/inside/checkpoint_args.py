@@ -62,7 +62,7 @@ def _real(name: str) -> Any:
     import numpy
     import torch
 
-    reconstruct = getattr(getattr(numpy, "_core", numpy.core), "multiarray")._reconstruct
+    reconstruct = getattr(numpy, "_core", numpy.core).multiarray._reconstruct
     return {"argparse.Namespace": argparse.Namespace, "signal.Signals": signal.Signals,
             "types.SimpleNamespace": types.SimpleNamespace, "pathlib.PosixPath": pathlib.PosixPath,
             "numpy.ndarray": numpy.ndarray, "numpy.dtype": numpy.dtype,

@@ -125,9 +125,9 @@ def test_a_changed_global_batch_is_warned_with_the_numbers(saved, batch):
 @pytest.mark.megatron
 def test_check_prints_the_resume_verdict_as_json(saved, launch):
     stored = saved["torch_dist"]
-    code, out, err = launch("toy", "--check", "--format", "json",
-                            *[f"--set={s}" for s in [*TOY, f"load={stored.load}", "ckpt_format=torch_dist",
-                                                      "tensor_model_parallel_size=1", "pipeline_model_parallel_size=2"]])
+    settings = [*TOY, f"load={stored.load}", "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
+                "pipeline_model_parallel_size=2"]
+    code, out, err = launch("toy", "--check", "--format", "json", *[f"--set={s}" for s in settings])
     assert code == 0, out + err
     resume = json.loads(out)["resume"]
     assert resume["ok"] and resume["checkpoint"]["format"] == "torch_dist" and resume["consumed_train_samples"] == 80
@@ -256,3 +256,37 @@ def test_a_checkpoint_that_would_run_code_is_not_read(tmp_path):
     stored = checkpoint.read(tmp_path, sys.executable)
     assert stored.found and stored.args is None
     assert "builtins.print" in stored.unread and "not read" in stored.unread
+
+
+# -- before a submission ---------------------------------------------------------------------------------------
+
+def fake_sbatch(tmp_path: Path) -> dict[str, str]:
+    """An sbatch on PATH that records being called and prints a job id."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho called >> {tmp_path / 'sbatch-called'}\necho 42\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    checkout = tmp_path / "megatron-lm"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text("")
+    import os
+
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "MEGATRON_PYTHON": "/nonexistent/python"}
+
+
+def test_submit_refuses_an_empty_load_before_sbatch_runs(tmp_path, launch):
+    env = fake_sbatch(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = launch("toy", "--submit", "--megatron-path", str(tmp_path / "megatron-lm"),
+                            "--set", f"run_root={tmp_path / 'runs'}",
+                            *[f"--set={s}" for s in [*TOY, f"load={empty}"]], env=env, cwd=tmp_path)
+    assert code == 2, out + err
+    assert "error: resume: load=" in err and "expects a checkpoint" in err and "--set load=null" in err
+    assert not (tmp_path / "sbatch-called").exists()
+    assert not list((tmp_path / "runs").glob("*/manifest.json"))  # nothing left behind
+    code, out, err = launch("toy", "--submit", "--megatron-path", str(tmp_path / "megatron-lm"),
+                            "--set", f"run_root={tmp_path / 'runs'}",
+                            *[f"--set={s}" for s in [*TOY, "load=null"]], env=env, cwd=tmp_path)
+    assert code == 0, out + err  # starting from scratch, said so
+    assert (tmp_path / "sbatch-called").exists()
