@@ -130,8 +130,8 @@ def judge(job: Any, stored: StoredCheckpoint) -> ResumeCheck:
     items += _format(job, stored)
     if stored.args is None:
         items.append(Item("warn", "read", "the settings stored with the checkpoint could not be read: "
-                          f"{stored.unread}; its model shape, layout and batch are not compared", "launch doctor shows whether this "
-                          "Python has torch; Megatron itself reads them at load"))
+                          f"{stored.unread}; its model shape, layout and batch are not compared",
+                          "launch doctor shows whether this Python has torch; Megatron itself reads them at load"))
         return ResumeCheck(stored, expected, tuple(items))
     saved = stored.args
     job_args = job.effective()
