@@ -135,7 +135,8 @@ def judge(job: Any, stored: StoredCheckpoint) -> ResumeCheck:
         return ResumeCheck(stored, expected, tuple(items))
     saved = stored.args
     job_args = job.effective()
-    items += _shape(job_args, saved, stored.format, job.layout.tp)
+    # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
+    items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
     items += _batch(job_args, saved, stored)
     items += _data(job_args, saved)

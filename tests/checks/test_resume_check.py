@@ -88,6 +88,7 @@ def test_a_torch_checkpoint_at_a_changed_tp_is_refused_with_the_conversion(saved
     said = text_of(check, "layout")
     assert "TP 2 → 1" in said and "ckpt_convert_format=torch_dist" in said
     assert "tensor_model_parallel_size=2" in said  # the conversion runs at the saved layout
+    assert levels(check, "shape") == ["ok"]  # the vocabulary padded for TP 2 is the layout's change, not the model's
 
 
 @pytest.mark.megatron
@@ -142,6 +143,34 @@ def test_the_text_verdict_names_the_checkpoint_and_each_refusal(saved):
     assert any(line.startswith("  refused: the model differs from the checkpoint's: hidden_size 12 (checkpoint) ≠ "
                                "16 (job)") for line in lines)
     assert any(line.startswith("    hint: ") for line in lines)
+
+
+@pytest.mark.megatron
+def test_resume_of_a_run_directory_checks_its_own_checkpoints(saved, launch, tmp_path):
+    import shutil
+
+    from launcher.checks.resume import check_job
+    from launcher.runs import tracking
+
+    code, out, err = launch("toy", "--slurm", "--megatron-path", str(tmp_path), "--set", f"run_root={tmp_path}",
+                            *[f"--set={s}" for s in [*TOY, "ckpt_format=torch"]], cwd=tmp_path)
+    assert code == 0, err
+    run_dir = Path(out.strip()).parent
+
+    def resumed(*overrides: str):
+        preset, existing = tracking.open_resume(run_dir, list(overrides))
+        job, problems = job_for(preset, JobRequest(slurm=True, existing=existing, megatron_path=str(tmp_path)))
+        assert not problems, problems
+        return check_job(job, sys.executable)
+
+    nothing = resumed()
+    assert not nothing.ok and "nothing to resume" in text_of(nothing, "found")
+    assert resumed("load=null") is None  # starting over on purpose: nothing to check
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    shutil.copytree(saved["torch"].load, run_dir / "checkpoints")
+    check = resumed()
+    assert check.ok and check.stored.iteration == 10, check.render()
+    assert not resumed("tensor_model_parallel_size=1").ok
 
 
 # -- no checkpoint where one is expected -----------------------------------------------------------------------
