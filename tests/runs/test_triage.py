@@ -1,0 +1,115 @@
+"""Each attempt's end in one class (infrastructure, training, data) from its log, exit status and Slurm state,
+with the first failing rank and its host; recorded logs and excerpts in the forms torch, torchrun, srun and
+slurmstepd print them."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.runs.triage import DATA, INFRASTRUCTURE, TRAINING, triage_lines
+
+ITERATIONS = [" [2026-12-01 10:00:00] iteration       10/     100 | consumed samples:          80 | elapsed time "
+              "per iteration (ms): 100.0 | learning rate: 1.000000E-04 | global batch size:     8 | lm loss: "
+              "5.000000E+00 | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"]
+
+
+def root_cause(rank: int, host: str, exitcode: str, traceback: str) -> list[str]:
+    """torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors)."""
+    return ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "============================================================",
+            "pretrain_gpt.py FAILED",
+            "------------------------------------------------------------",
+            "Root Cause (first observed failure):",
+            "[0]:",
+            "  time      : 2026-12-01_10:00:05",
+            f"  host      : {host}",
+            f"  rank      : {rank} (local_rank: {rank % 8})",
+            f"  exitcode  : {exitcode} (pid: 4242)",
+            "  error_file: <N/A>",
+            f"  traceback : {traceback}",
+            "============================================================"]
+
+
+def traceback(rank: int, frames: list[str], exception: str) -> list[str]:
+    lines = ["Traceback (most recent call last):", *[f'  File "{f}", line 12, in x' for f in frames], exception]
+    return [f"[rank{rank}]: {line}" for line in lines]
+
+
+CASES = {
+    "node failure by Slurm's accounting": (ITERATIONS, 0, "NODE_FAIL", INFRASTRUCTURE, "node failure", None),
+    "preemption": (ITERATIONS, 0, "PREEMPTED", INFRASTRUCTURE, "preempted", None),
+    "time limit": (ITERATIONS + ["slurmstepd: error: *** JOB 7 ON gpu-a3 CANCELLED AT 2026-12-01T10:00:00 DUE TO "
+                                 "TIME LIMIT ***"], None, None, INFRASTRUCTURE, "time limit", "gpu-a3"),
+    "node failure said by srun": (ITERATIONS + ["srun: error: Node failure on gpu-b7"], 1, None, INFRASTRUCTURE,
+                                  "node failure", "gpu-b7"),
+    "NCCL timeout": (ITERATIONS + ["[rank5]:[E1201 10:00:00 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught "
+                                   "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 "
+                                   "milliseconds before timing out."]
+                     + root_cause(5, "gpu-c2", "-6", "Signal 6 (SIGABRT) received by PID 4242"), 1, "FAILED",
+                     INFRASTRUCTURE, "NCCL timeout", "gpu-c2"),
+    "a rank killed by a signal": (ITERATIONS + root_cause(3, "gpu-d4", "-9", "Signal 9 (SIGKILL) received by PID 4242"),
+                                  1, "FAILED", INFRASTRUCTURE, "SIGKILL", "gpu-d4"),
+    "an Xid error": (ITERATIONS + ["NVRM: Xid (PCI:0000:1b:00): 79, pid=4242, GPU has fallen off the bus."], 1, None,
+                     INFRASTRUCTURE, "GPU error", None),
+    "out of memory": (ITERATIONS + traceback(0, ["/mlm/megatron/core/transformer/mlp.py"],
+                                             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+                      + root_cause(0, "gpu-e1", "1", "To enable traceback see: https://pytorch.org/docs"), 1, None,
+                      TRAINING, "CUDA out of memory", "gpu-e1"),
+    "an assertion": (ITERATIONS + traceback(2, ["/mlm/megatron/training/training.py"],
+                                            "AssertionError: micro batch size must be positive")
+                     + root_cause(2, "gpu-f9", "1", "To enable traceback see: https://pytorch.org/docs"), 1, None,
+                     TRAINING, "assertion", "gpu-f9"),
+    "a Python exception": (traceback(1, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'")
+                           + ["srun: error: gpu-g2: task 0: Exited with exit code 1"], 1, None, TRAINING,
+                           "Python exception: KeyError", "gpu-g2"),
+    "a missing data file": (traceback(0, ["/mlm/megatron/core/datasets/indexed_dataset.py"],
+                                      "FileNotFoundError: [Errno 2] No such file or directory: '/data/web.idx'"),
+                            1, None, DATA, "web.idx", None),
+    "a corrupt index": (traceback(0, ["/mlm/megatron/core/datasets/gpt_dataset.py",
+                                      "/mlm/megatron/core/datasets/indexed_dataset.py"],
+                                  "ValueError: mmap length is greater than file size"), 1, None, DATA, "mmap", None),
+    "the index build": (traceback(0, ["/mlm/megatron/core/datasets/blended_megatron_dataset_builder.py"],
+                                  "RuntimeError: could not build the sample index"), 1, None, DATA, "sample index",
+                        None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_end_gets_its_class_and_where(case):
+    lines, code, state, cls, said, host = CASES[case]
+    found = triage_lines(lines, code, state)
+    assert found.cls == cls, found
+    assert said in found.reason
+    assert found.iteration == (10 if lines[:1] == ITERATIONS else None)
+    if host:
+        assert found.host == host and host in found.describe()
+
+
+def test_the_first_failing_rank_is_torchruns_root_cause():
+    found = triage_lines(ITERATIONS + traceback(6, ["/mlm/x.py"], "RuntimeError: boom")
+                         + root_cause(6, "gpu-h1", "1", "To enable traceback"), 1)
+    assert (found.rank, found.host) == (6, "gpu-h1")
+    assert found.describe() == "training: Python exception: RuntimeError: boom at iteration 10, first failing rank 6 " \
+                               "on gpu-h1"
+
+
+def test_without_a_root_cause_the_rank_that_raised_first(log_fixture):
+    found = triage_lines(traceback(3, ["/mlm/x.py"], "ValueError: bad") + traceback(1, ["/mlm/x.py"], "ValueError: x"))
+    assert found.rank == 3
+
+
+def test_recorded_logs(log_fixture):
+    nan = triage_lines(log_fixture("bf16_2gpu_nan.log"), 0)
+    assert nan.cls == TRAINING and "NaN" in nan.reason
+    stopped = triage_lines(log_fixture("h200_345m_sigterm.log"), 1)
+    assert stopped.cls == INFRASTRUCTURE and "signal" in stopped.reason  # torchrun's SignalException is no bug
+    assert triage_lines(log_fixture("h200_345m_1gpu.log"), 0).cls is None
+
+
+def test_a_failure_the_log_does_not_explain_gets_no_class():
+    found = triage_lines(ITERATIONS, 1)
+    assert found.cls is None and "without a cause" in found.reason
+
+
+def test_a_handled_exception_line_without_a_traceback_is_no_failure():
+    assert triage_lines(ITERATIONS + ["ValueError: retrying the download"], 0).cls is None
