@@ -82,7 +82,7 @@ class Triage:
         return {"class": self.cls, **{k: v for k, v in asdict(self).items() if k != "cls"}}
 
 
-class _Reader:
+class AttemptReader:
     """The facts of one attempt's lines that triage needs, gathered line by line."""
 
     def __init__(self) -> None:
@@ -100,6 +100,9 @@ class _Reader:
         self.root: dict[str, str] = {}
         self.in_root = False
         self.task: tuple[str, str] | None = None  # srun's first failing task: (host, what)
+
+    def verdict(self, exit_code: int | None = None, slurm_state: str | None = None) -> Triage:
+        return judge(self, exit_code, slurm_state)
 
     def feed(self, raw: str) -> None:
         if len(raw) > lp.MAX_LINE:
@@ -160,15 +163,23 @@ class _Reader:
             self.exception_rank = rank
 
 
+def exit_status(slurm_exit_code: str) -> int | None:
+    """sacct's ExitCode "status:signal" as an exit status (a signal as 128 + its number)."""
+    status, _, signal = slurm_exit_code.partition(":")
+    if signal.isdigit() and int(signal):
+        return 128 + int(signal)
+    return int(status) if status.isdigit() else None
+
+
 def triage_lines(lines: Iterable[str], exit_code: int | None = None, slurm_state: str | None = None) -> Triage:
     """The class of the attempt whose log is `lines`, its exit status and Slurm's state (None: not known)."""
-    reader = _Reader()
+    reader = AttemptReader()
     for line in lines:
         reader.feed(line)
     return judge(reader, exit_code, slurm_state)
 
 
-def judge(r: _Reader, exit_code: int | None, slurm_state: str | None) -> Triage:
+def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None) -> Triage:
     iteration = r.iteration if r.iteration is not None else r.loaded
     rank, host = _first_failure(r)
     state = (slurm_state or "").split()[0] if slurm_state else ""
@@ -206,7 +217,7 @@ def judge(r: _Reader, exit_code: int | None, slurm_state: str | None) -> Triage:
     return Triage(None, "no failure in the log", iteration, rank, host)
 
 
-def _first_failure(r: _Reader) -> tuple[int | None, str | None]:
+def _first_failure(r: AttemptReader) -> tuple[int | None, str | None]:
     """torchrun's root cause (rank and host), else the rank that printed the first exception, and srun's host."""
     rank: int | None = None
     host: str | None = None
@@ -219,3 +230,14 @@ def _first_failure(r: _Reader) -> tuple[int | None, str | None]:
     if host is None and r.task is not None:
         host = r.task[0]
     return rank, host
+
+
+def describe_failures(failures: list[dict]) -> list[str]:
+    """`launch report`'s lines for the classified ends among the attempts' Triage.as_dict() records."""
+    lines = []
+    for number, record in enumerate(failures, 1):
+        if record.get("class"):
+            end = Triage(record["class"], record.get("reason") or "", record.get("iteration"), record.get("rank"),
+                         record.get("host"))
+            lines.append(f"attempt {number}: {end.describe()}")
+    return lines

@@ -113,3 +113,40 @@ def test_a_failure_the_log_does_not_explain_gets_no_class():
 
 def test_a_handled_exception_line_without_a_traceback_is_no_failure():
     assert triage_lines(ITERATIONS + ["ValueError: retrying the download"], 0).cls is None
+
+
+# -- in launch report --------------------------------------------------------------------------------------------
+
+def test_report_classifies_each_slurm_attempt_with_sacct_and_the_log(tmp_path, launch):
+    from launcher.runs.rundir import write_run_dir
+
+    run_dir = write_run_dir(tmp_path / "runs" / "345m-20261201T100000Z", preset={"name": "345m", "megatron": {}},
+                            manifest={"checkpoint_dir": str(tmp_path / "ckpt")}, argv=["sbatch", "job.sbatch"],
+                            env={})
+    (run_dir / "slurm-7.out").write_text("\n".join([
+        "megatron-launch: job 7 attempt 1 on n[1-2], rendezvous n1:29500", *ITERATIONS,
+        "megatron-launch: job 7 attempt 2 on n[1-2], rendezvous n1:29500",
+        "megatron-launch: attempt 1 ended: killed without a word (its node failed, or Slurm killed it)",
+        *ITERATIONS, *traceback(1, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'"),
+        "srun: error: n2: task 1: Exited with exit code 1",
+        "megatron-launch: attempt 2 ended: training failed with exit status 1; not requeued"]) + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    records = ("7|NODE_FAIL|0:0|2026-12-01T10:00:00|2026-12-01T10:05:00|n[1-2]\\n"
+               "7|FAILED|1:0|2026-12-01T10:06:00|2026-12-01T10:07:00|n[1-2]\\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/bash\nprintf '{records}'\n")
+    (bin_dir / "sacct").chmod(0o755)
+    import os
+
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    code, out, err = launch("report", str(run_dir), "--format", "json", env=env)
+    import json
+
+    failures = json.loads(out)["failures"]
+    assert [f["class"] for f in failures] == [INFRASTRUCTURE, TRAINING], failures
+    assert failures[0]["reason"] == "node failure (Slurm: NODE_FAIL)"
+    assert (failures[1]["rank"], failures[1]["host"], failures[1]["iteration"]) == (1, "n2", 10)
+    code, out, err = launch("report", str(run_dir), env=env)
+    assert "failures:           attempt 1: infrastructure: node failure (Slurm: NODE_FAIL) at iteration 10" in out
+    assert "attempt 2: training: Python exception: KeyError: 'tokens' at iteration 10, first failing rank 1 on n2" \
+        in out
