@@ -26,6 +26,7 @@ from typing import IO, Any
 from launcher import nofollow, untrusted
 from launcher.errors import UserError, shown
 from launcher.runs import logparse as lp
+from launcher.runs import triage
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.timing import StartupClock
 from launcher.runs.verdict import RunLog, RunSummary, json_safe
@@ -74,6 +75,7 @@ class Monitor:
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
+        self._triage = triage.AttemptReader()  # this attempt's failure class, if it fails
         self._bar: Any = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
         self._steady_ms: float | None = None  # the ETA's step time, and when it was worked out
         self._steady_ms_at = -math.inf
@@ -94,6 +96,7 @@ class Monitor:
         text = line.rstrip("\r\n")
         self._log.write(text + "\n")
         event = self._parser.feed(text)
+        self._triage.feed(text)
         record = self.runlog.feed(event)
         self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
@@ -185,6 +188,8 @@ class Monitor:
                 failures.append(error)
         summary = self.runlog.summary(checkpoint_dir=self.checkpoint_dir, exit_code=exit_code)
         summary.startup = self.clock.as_dict()
+        if not summary.ok:
+            summary.failure = self._triage.verdict(exit_code).as_dict()
         try:
             text = json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
             write_text_atomic(self.run_dir / SUMMARY_FILE, text)

@@ -443,10 +443,12 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         attempts = [attempt for path in slurm_logs
                     for attempt in slurm_log.read_attempts(_split_lines(path), start, take)]
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
-        plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
-        _write_summary(run_dir, summary)
         accounting = slurm_accounting.job_accounting(list(dict.fromkeys(attempt.job for attempt in attempts)))
         ends = [_triage(attempt, reader, accounting) for attempt, reader in zip(attempts, readers, strict=True)]
+        if ends and not summary.ok:
+            summary.failure = ends[-1].as_dict()
+        plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
+        _write_summary(run_dir, summary)
         return Report(summary, plots, slurm_logs,
                       [_with_record(attempt, accounting) for attempt in attempts],
                       accounting.describe(), failures=[end.as_dict() for end in ends])
@@ -460,9 +462,11 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = _summary_from_file(run_dir)
     else:
         raise _never_started(run_dir)
+    failures = [triage.triage_lines(_split_lines(log)).as_dict() for log in logs]  # bounded like the logs above
+    if failures and not summary.ok and summary.failure is None:
+        summary.failure = failures[-1]
     plots = write_plots(series, out, _plot_info(run))
     _write_summary(run_dir, summary)
-    failures = [triage.triage_lines(_split_lines(log)).as_dict() for log in logs]  # bounded like the logs above
     return Report(summary, plots, logs or [run_dir / METRICS_FILE], failures=failures)
 
 

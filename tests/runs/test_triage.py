@@ -4,6 +4,8 @@ slurmstepd print them."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from launcher.runs.triage import DATA, INFRASTRUCTURE, TRAINING, triage_lines
@@ -150,3 +152,47 @@ def test_report_classifies_each_slurm_attempt_with_sacct_and_the_log(tmp_path, l
     assert "failures:           attempt 1: infrastructure: node failure (Slurm: NODE_FAIL) at iteration 10" in out
     assert "attempt 2: training: Python exception: KeyError: 'tokens' at iteration 10, first failing rank 1 on n2" \
         in out
+
+
+# -- recorded in summary.json, shown by launch runs -------------------------------------------------------------
+
+def test_a_failed_run_here_records_its_class_and_launch_runs_shows_it(tmp_path, launch):
+    import json
+
+    from launcher.runs.monitor import Monitor
+    from launcher.runs.rundir import write_run_dir
+
+    root = tmp_path / "runs"
+    run_dir = write_run_dir(root / "toy-20261201T100000Z", preset={"name": "toy"}, argv=["x"], env={},
+                            manifest={"preset": "toy", "created": "2026-12-01T10:00:00+00:00",
+                                      "attempts": [{"started": "2026-12-01T10:00:00+00:00"}]})
+    (run_dir / "logs").mkdir(exist_ok=True)
+    monitor = Monitor(run_dir, out=open(os.devnull, "w"), tty=False)  # noqa: SIM115
+    for line in ITERATIONS + traceback(0, ["/mlm/megatron/core/transformer/mlp.py"],
+                                       "torch.OutOfMemoryError: CUDA out of memory.") \
+            + root_cause(0, "gpu-e1", "1", "To enable traceback"):
+        monitor.feed(line)
+    summary = monitor.close(1)
+    assert summary.failure == {"class": TRAINING, "reason": "CUDA out of memory", "iteration": 10, "rank": 0,
+                               "host": "gpu-e1"}
+    assert json.loads((run_dir / "summary.json").read_text())["failure"]["class"] == TRAINING
+    write_run_dir(root / "toy-20261201T090000Z", preset={"name": "toy"}, argv=["x"], env={},
+                  manifest={"preset": "toy", "created": "2026-12-01T09:00:00+00:00"})
+    code, out, err = launch("runs", "--run-root", str(root))
+    assert code == 0, err
+    header, failed, other = out.splitlines()
+    assert header.split()[-1] == "failure"
+    assert failed.endswith("training rank 0 on gpu-e1: CUDA out of memory") and other.endswith("-")
+    code, out, err = launch("runs", "--run-root", str(root), "--format", "json")
+    assert json.loads(out)[0]["failure"]["host"] == "gpu-e1"
+
+
+def test_a_hostile_failure_record_is_not_taken_as_is(tmp_path):
+    from launcher.runs.listing import describe
+    from launcher.runs.rundir import write_run_dir
+
+    run_dir = write_run_dir(tmp_path / "toy-1", preset={"name": "toy"}, argv=["x"], env={}, manifest={})
+    (run_dir / "summary.json").write_text('{"outcome": "failed", "failure": {"class": "x", "rank": "0; rm -rf /", '
+                                          '"host": ["a"], "reason": "' + "y" * 5000 + '"}}')
+    row = describe(run_dir)
+    assert row.failure == {"class": "x", "reason": "y" * 200, "iteration": None, "rank": None, "host": None}
