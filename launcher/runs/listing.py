@@ -121,6 +121,11 @@ def describe(run_dir: Path) -> RunRow:
         state, why = "unknown", "no summary.json: never started, or stopped without one"
     preset = manifest.get("preset") if isinstance(manifest.get("preset"), str) else None
     failure = _failure(summary.get("failure")) if summary is not None and state != "running" else None
+    decisions = manifest.get("requeue_decisions")  # a Slurm job's batch script records each failed attempt's
+    if failure is None and isinstance(decisions, list) and decisions and isinstance(decisions[-1], dict):
+        failure = _failure(decisions[-1])
+        if failure is not None and decisions[-1].get("decision") == "stop":
+            failure["reason"] = f"chain stopped: {failure['reason']}"[:200]
     return RunRow(str(run_dir), preset, started if isinstance(started, str) else None, state,
                   int(last) if last is not None else None, int(total) if total is not None else None,
                   float(speed) if speed is not None else None, why, failure)

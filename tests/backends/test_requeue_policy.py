@@ -121,3 +121,16 @@ def test_a_failure_the_log_does_not_explain_is_requeued_as_before(tmp_path):
     result = run_attempt(tmp_path, 0, [iteration_line(10)])
     assert result.returncode == 0, result.stderr
     assert "attempt 1 ended: training failed with exit status 1; requeued" in (tmp_path / "slurm-7.out").read_text()
+
+
+def test_launch_runs_shows_why_the_chain_stopped(tmp_path, launch):
+    run_dir = tmp_path / "345m-20261201T100000Z"
+    run_dir.mkdir()
+    run_attempt(run_dir, 0, [iteration_line(10), *TRACEBACK])
+    run_attempt(run_dir, 1, [iteration_line(10), *TRACEBACK])
+    code, out, err = launch("runs", "--run-root", str(tmp_path), "--format", "json")
+    assert code == 0, err
+    failure = json.loads(out)[0]["failure"]
+    assert failure["class"] == TRAINING and failure["reason"].startswith("chain stopped: Python exception: KeyError")
+    code, out, err = launch("runs", "--run-root", str(tmp_path))
+    assert "training rank 0: chain stopped: Python exception" in out
