@@ -134,3 +134,17 @@ def test_launch_runs_shows_why_the_chain_stopped(tmp_path, launch):
     assert failure["class"] == TRAINING and failure["reason"].startswith("chain stopped: Python exception: KeyError")
     code, out, err = launch("runs", "--run-root", str(tmp_path))
     assert "training rank 0: chain stopped: Python exception" in out
+
+
+def test_a_resubmitted_run_leaves_out_the_hosts_that_failed(tmp_path, launch):
+    code, out, err = launch("345m", "--slurm", "--megatron-path", str(tmp_path), "--set", f"run_root={tmp_path}",
+                            cwd=tmp_path)
+    assert code == 0, err
+    run_dir = Path(out.strip()).parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "excluded_nodes": ["n2", "bad host"]}))
+    code, out, err = launch("--resume", str(run_dir), "--slurm", "--megatron-path", str(tmp_path), cwd=tmp_path)
+    assert code == 0, err
+    script = (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --exclude=n2\n" in script and "bad host" not in script
+    assert "leaving out n2" in err
