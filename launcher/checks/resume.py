@@ -116,9 +116,12 @@ def expects_checkpoint(job: Any) -> bool:
     return job.existing is not None or bool(job.preset.megatron.get("load"))
 
 
-def judge(job: Any, stored: StoredCheckpoint) -> ResumeCheck:
-    """Every item for resuming `stored` with `job` (a ResolvedJob)."""
+def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | None = None) -> ResumeCheck:
+    """Every item for resuming `stored` with `job` (a ResolvedJob). `pretrained`: what the job's
+    pretrained_checkpoint holds, which Megatron fine-tunes from when `load` holds no checkpoint."""
     expected = expects_checkpoint(job)
+    if not stored.found and pretrained is not None:
+        return _pretrained(job, stored, pretrained)
     if not stored.found:
         said = _not_found(job, stored) if expected else Item(
             "ok", "found", f"no checkpoint in {stored.load} yet ({stored.why_not}): training starts at iteration 0")
@@ -138,10 +141,28 @@ def judge(job: Any, stored: StoredCheckpoint) -> ResumeCheck:
     # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
     items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
-    items += _batch(job_args, saved, stored)
-    items += _data(job_args, saved)
+    if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
+        items += _batch(job_args, saved, stored)
+        items += _data(job_args, saved)
     items += _version(stored)
     return ResumeCheck(stored, expected, tuple(items))
+
+
+def _pretrained(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint) -> ResumeCheck:
+    """checkpointing.py load_checkpoint: no checkpoint in load, a pretrained_checkpoint given → Megatron loads that
+    with finetune=True (iteration 0, no optimizer state), or raises FileNotFoundError when it holds none either."""
+    if not pretrained.found:
+        return ResumeCheck(stored, True, (Item(
+            "refuse", "found", f"no checkpoint in load={stored.load} ({stored.why_not}) nor in pretrained_checkpoint="
+            f"{pretrained.load} ({pretrained.why_not}): Megatron stops with FileNotFoundError at load",
+            "give a pretrained_checkpoint that holds one, or drop it (--set pretrained_checkpoint=null)"),))
+    from dataclasses import replace as changed
+
+    job = changed(job, megatron={**job.megatron, "finetune": True})
+    check = judge(job, pretrained)
+    note = Item("note", "found", f"no checkpoint in load={stored.load} yet: Megatron fine-tunes from "
+                f"pretrained_checkpoint={pretrained.load} (iteration 0, optimizer state not loaded)")
+    return ResumeCheck(pretrained, True, (note, *[i for i in check.items if i.topic != "found"]))
 
 
 def _not_found(job: Any, stored: StoredCheckpoint) -> Item:
@@ -355,6 +376,9 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
         return ResumeCheck(stored, expected, (Item("note", "found", f"{load} is not visible from this machine: "
                                                     "the checkpoint is not checked before the job starts"),))
     found = checkpoint.find(str(load))
+    pretrained = job.megatron.get("pretrained_checkpoint")
+    if not found.found and pretrained:
+        return judge(job, found, checkpoint.read(str(pretrained), python))
     if not found.found and not expected:
         return None
     return judge(job, checkpoint.read(str(load), python) if found.found else found)

@@ -319,3 +319,22 @@ def test_submit_refuses_an_empty_load_before_sbatch_runs(tmp_path, launch):
                             *[f"--set={s}" for s in [*TOY, "load=null"]], env=env, cwd=tmp_path)
     assert code == 0, out + err  # starting from scratch, said so
     assert (tmp_path / "sbatch-called").exists()
+
+
+def test_an_empty_load_with_a_pretrained_checkpoint_fine_tunes_from_it(tmp_path):
+    from launcher.checks.resume import check_job
+
+    empty, pretrained = tmp_path / "empty", tmp_path / "pretrained"
+    empty.mkdir()
+    pretrained.mkdir()
+    job = toy_job(empty, "ckpt_format=torch_dist", f"pretrained_checkpoint={pretrained}")
+    neither = check_job(job, None)
+    assert not neither.ok and "FileNotFoundError" in text_of(neither, "found")
+    (pretrained / "latest_checkpointed_iteration.txt").write_text("release")
+    (pretrained / "release").mkdir()
+    (pretrained / "release" / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    (pretrained / "release" / "common.pt").write_bytes(b"")
+    check = check_job(job, None)  # no torch named here: the stored settings are not read, and it says so
+    assert check.ok, check.render()
+    assert levels(check, "found") == ["note"] and "fine-tunes from pretrained_checkpoint" in text_of(check, "found")
+    assert check.stored.release and levels(check, "read") == ["warn"]
