@@ -33,11 +33,10 @@ DERIVED = frozenset({
     "data_parallel_size", "params_dtype", "rank", "skipped_train_samples", "transformer_pipeline_model_parallel_size",
     "use_dist_ckpt", "use_layer_wise_distributed_optimizer", "variable_seq_lengths",
     "virtual_pipeline_model_parallel_size", "world_size", "iteration", "num_floating_point_operations_so_far"})
-# Flags of the pinned catalog that validate_args deletes or that only model-export tools register: a checkpoint
-# written by the pin lacks them.
-NOT_STORED_PREFIXES = ("export_", "finetune_")
-NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "enable_gpt_oss",
-                        "model_parallel_size", "modelopt_enabled", "recompute_activations", "warmup"})
+# Flags of the pinned parser that validate_args deletes from args: a checkpoint written by the pin lacks them (as it
+# lacks the flags of extra argument providers, such as ModelOpt's, where the run had none).
+NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "model_parallel_size",
+                        "recompute_activations", "warmup"})
 CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_state_dict writes at the pin
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
@@ -324,11 +323,11 @@ def _version(stored: StoredCheckpoint) -> list[Item]:
             items.append(Item("warn", "version", f"distributed checkpoint backend versions {versions}: {pin} writes 1"))
         if stored.content_metadata is None:
             items.append(Item("note", "version", "no content metadata: written by megatron-core older than 0.13"))
-    known = set(megatron_args.catalog())
+    catalog = megatron_args.catalog()
     saved = set(stored.args or {})
-    unknown = sorted(saved - known - DERIVED)
-    missing = sorted(name for name in known - saved
-                     if name not in NOT_STORED and not name.startswith(NOT_STORED_PREFIXES))
+    unknown = sorted(saved - set(catalog) - DERIVED)
+    missing = sorted(name for name, arg in catalog.items()
+                     if name not in saved and name not in NOT_STORED and arg.provider == "megatron")
     if unknown:
         items.append(Item("warn", "version", f"the checkpoint stores {len(unknown)} setting(s) {pin} does not have "
                           f"({', '.join(unknown[:5])}): written by a newer or other Megatron; check that the "

@@ -338,3 +338,17 @@ def test_an_empty_load_with_a_pretrained_checkpoint_fine_tunes_from_it(tmp_path)
     assert check.ok, check.render()
     assert levels(check, "found") == ["note"] and "fine-tunes from pretrained_checkpoint" in text_of(check, "found")
     assert check.stored.release and levels(check, "read") == ["warn"]
+
+
+def test_settings_of_the_pin_the_checkpoint_lacks_say_an_older_megatron(tmp_path):
+    from launcher.checks.resume import _version
+    from launcher.megatron import args as megatron_args
+
+    catalog = megatron_args.catalog()
+    every = {name: arg.default for name, arg in catalog.items() if arg.provider == "megatron"}
+    metadata = {"singleton_local_shards": False}
+    assert [i.level for i in _version(stored_dist(tmp_path, every, metadata))] == ["ok"]
+    older = stored_dist(tmp_path, {k: v for k, v in every.items() if k != "ffn_hidden_size"}, metadata)
+    assert "ffn_hidden_size" not in older.args
+    said = " ".join(i.message for i in _version(older))
+    assert "lacks" in said and "ffn_hidden_size" in said and "older Megatron" in said
