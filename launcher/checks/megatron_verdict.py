@@ -296,4 +296,3 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
             print("\n".join(resume.render()))
     resumes = resume is None or resume.ok
     return 0 if launcher_ok and verdict.ok and resumes and (rehearsal is None or rehearsal.ok) else 2
-
