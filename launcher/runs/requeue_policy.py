@@ -5,7 +5,7 @@
     → three lines: DECISION, the hosts to leave out (comma-separated, may be empty), WHY
 
 Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
-    infrastructure  requeue, and leave out the host that failed (Slurm's --exclude for the next attempt)
+    infrastructure  requeue; a node failure or a GPU error also leaves its host out of the next attempt
     training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
                     gives the same failure: the budget would go to a bug)
     unclassified    requeue, as before there was a policy
@@ -30,6 +30,7 @@ from launcher.runs import slurm_log, triage
 REQUEUE, STOP = "requeue", "stop"
 MAX_LOG_BYTES = 1 << 30
 MAX_MANIFEST_BYTES = 8 << 20
+HOST_FAILURES = ("node failure", "node failed", "GPU error")  # triage reasons that blame the host
 HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 MAX_EXCLUDED = 64  # hosts left out at most; a job that loses more has a cluster problem, not a node problem
 
@@ -55,7 +56,10 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
     last = ends[-1]
     already = [h for h in dict.fromkeys(excluded) if host_name(h)]
     if last.cls == triage.INFRASTRUCTURE:
-        hosts = [h for h in [host_name(last.host)] if h and h not in already]
+        # only a failure of the host itself leaves it out: a time limit, a preemption, an NCCL timeout (seen on the
+        # rank that waited, not on the one that hung) or a killed rank says nothing against the node
+        own = last.host if last.reason.startswith(HOST_FAILURES) else None
+        hosts = [h for h in [host_name(own)] if h and h not in already]
         left_out = f"; leaving out {', '.join(hosts)}" if hosts else ""
         return Decision(REQUEUE, tuple([*already, *hosts][:MAX_EXCLUDED]), f"{last.describe()}{left_out}", last)
     if last.cls in (triage.TRAINING, triage.DATA):

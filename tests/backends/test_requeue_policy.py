@@ -22,9 +22,18 @@ def end(cls: str | None, iteration: int | None = 10, host: str | None = None) ->
 
 
 def test_an_infrastructure_failure_is_requeued_without_its_host():
-    decision = decide([end(INFRASTRUCTURE, host="gpu-7")], excluded=["gpu-2"])
+    decision = decide([Triage(INFRASTRUCTURE, "node failure (srun)", 10, None, "gpu-7")], excluded=["gpu-2"])
     assert (decision.action, decision.exclude) == (REQUEUE, ("gpu-2", "gpu-7"))
     assert "leaving out gpu-7" in decision.why
+    gpu = decide([Triage(INFRASTRUCTURE, "GPU error (CUDA/Xid)", 10, 3, "gpu-8")])
+    assert gpu.exclude == ("gpu-8",)
+
+
+@pytest.mark.parametrize("reason", ["time limit (slurmstepd)", "preempted (Slurm: PREEMPTED)", "NCCL timeout",
+                                    "rank killed by SIGKILL"])
+def test_an_infrastructure_failure_that_does_not_blame_the_host_keeps_it(reason):
+    decision = decide([Triage(INFRASTRUCTURE, reason, 10, 3, "gpu-9")])
+    assert (decision.action, decision.exclude) == (REQUEUE, ())
 
 
 @pytest.mark.parametrize("cls", [TRAINING, DATA])
@@ -41,7 +50,7 @@ def test_an_unclassified_failure_is_requeued_as_without_a_policy():
 
 
 def test_a_host_name_from_the_log_is_taken_only_as_a_name():
-    assert decide([end(INFRASTRUCTURE, host="n1;scancel -u x")]).exclude == ()
+    assert decide([Triage(INFRASTRUCTURE, "node failure", 1, None, "n1;scancel -u x")]).exclude == ()
     assert decide([end(INFRASTRUCTURE)], excluded=["$(reboot)", "n3"]).exclude == ("n3",)
 
 
@@ -57,7 +66,8 @@ def iteration_line(n: int) -> str:
             "loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |")
 
 
-def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_status: int = 1, chain: int = 1):
+def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_status: int = 1, chain: int = 1,
+                nodes: int = 4):
     """One attempt of the rendered 345m batch script; srun prints `srun_lines` and exits `srun_status`."""
     from slurm_support import render_preset
 
@@ -75,7 +85,8 @@ def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_
     stand_ins = {"srun": f"cat {tmp_path}/srun-output; echo srun >> {tmp_path}/calls; exit {srun_status}",
                  "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && echo n1; exit 0',
                  "scancel": f'echo "scancel $*" >> {tmp_path}/calls; exit 0', "squeue": "exit 0",
-                 "python3": f'exec {sys.executable} "$@"'}  # the node's python3: this one
+                 "python3": f'exec {sys.executable} "$@"',  # the node's python3: this one
+                 "sinfo": f"seq 1 {nodes} | sed s/^/n/"}  # the partition's responding nodes
     for name, body in stand_ins.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
@@ -115,6 +126,14 @@ def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host
     assert "megatron-launch: the next attempt leaves out n2 (ExcNodeList)" in log
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["excluded_nodes"] == ["n2"] and manifest["requeue_decisions"][0]["class"] == INFRASTRUCTURE
+
+
+def test_a_host_is_not_left_out_where_the_partition_could_no_longer_hold_the_job(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=2)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path)[-1] == "scontrol requeue 7"  # requeued, n2 kept: the job needs both nodes
+    assert "not leaving out n2: 2 responding node(s) would leave fewer than the job's 2" in \
+        (tmp_path / "slurm-7.out").read_text()
 
 
 def test_a_failure_the_log_does_not_explain_is_requeued_as_before(tmp_path):
