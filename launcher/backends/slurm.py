@@ -314,6 +314,18 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
         write_batch_script(batch, text)
 
 
+def check_resume_before_submit(job: ResolvedJob) -> Any:
+    """The checkpoint under the job's --load against the job, where this machine sees it (checks/resume.py): a
+    refusal stops the submission before anything waits in the queue; None where the job loads nothing."""
+    from launcher.checks.megatron_python import find_megatron_python
+    from launcher.checks.resume import check_job
+
+    resume = check_job(job, find_megatron_python())
+    if resume is not None and not resume.ok:
+        raise UserError([Problem(f"resume: {item.message}", item.hint) for item in resume.refused])
+    return resume
+
+
 def check_checkpoint_space(job: ResolvedJob) -> str | None:
     """Before sbatch: the checkpoints against the free space under `save` as this node sees it, when it sees that
     file system (a shared one; SAVE_LEVELS): a first save that cannot fit would end the job after its queue wait
@@ -358,6 +370,14 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
             result["warnings"].append(space)
             if not as_json:
                 print(f"warning: {space}", file=err)
+        resume = check_resume_before_submit(job)
+        if resume is not None:
+            result["resume"] = resume.as_dict()
+            for item in resume.items:
+                if item.level == "warn":
+                    result["warnings"].append(f"resume: {item.message}")
+                    if not as_json:
+                        print(f"warning: resume: {item.message}", file=err)
     record(job, batch, text)
     if not submit_job:
         if as_json:

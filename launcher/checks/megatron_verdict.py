@@ -219,6 +219,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
     not this machine; the facts assumed are printed first. With `rehearse`, a job both accept is also built at a
     tiny size on this CPU and trained one step (checks/rehearsal.py); 0 only when that works too."""
+    from launcher.checks.resume import check_job
     from launcher.pipeline.command import script_args
 
     accepted = not problems
@@ -238,6 +239,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                                capability=target.capability, packages=target.packages,
                                norm_features=NORM_FEATURES if uses_megatron_ext(job.megatron) else ())
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
+        python = worker.python
+    resume = check_job(job, python)  # the checkpoint under --load against the job, None where it loads none
     # Megatron's checks reach its argument validation and config; a refusal of the launcher's for what comes
     # later (model build, the first step, a save: stage "runtime"/"launcher") is no disagreement.
     agree = not accepted if not verdict.ok else not any(p.stage == "validate" for p in problems)
@@ -262,6 +265,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                          "warnings": verdict.warnings, "not_checked": verdict.not_checked},
             "argv": argv,
             **({"rehearsal": rehearsal.as_dict()} if rehearsal else {}),
+            **({"resume": resume.as_dict()} if resume else {}),
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
@@ -288,4 +292,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
             print("\n".join(rehearsal.render()))
         elif rehearse:
             print("rehearsal: not run (the launcher or Megatron refused the job)")
-    return 0 if launcher_ok and verdict.ok and (rehearsal is None or rehearsal.ok) else 2
+        if resume is not None:
+            print("\n".join(resume.render()))
+    resumes = resume is None or resume.ok
+    return 0 if launcher_ok and verdict.ok and resumes and (rehearsal is None or rehearsal.ok) else 2

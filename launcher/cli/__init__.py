@@ -268,12 +268,16 @@ def cmd_report(argv: list[str]) -> int:
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
                           **({"plots_unavailable": no_plots} if no_plots else {}),
                           "sources": [str(s) for s in report.sources], "attempts": report.attempts,
-                          "job_states": report.job_states}, indent=2,
+                          "failures": report.failures, "job_states": report.job_states}, indent=2,
                          allow_nan=False))
     else:
         print(report.summary.render())
         for number, attempt in enumerate(report.attempts):
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
+        from launcher.runs.triage import describe_failures
+
+        for number, line in enumerate(describe_failures(report.failures)):  # each classified end
+            print(("failures:           " if number == 0 else " " * 20) + line)
         if report.job_states:
             print("job states:         " + report.job_states)
         print("plots:              " + (", ".join(str(p) for p in report.plots) or f"none ({no_plots})"))

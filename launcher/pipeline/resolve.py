@@ -15,6 +15,7 @@ changes a Megatron setting: every consumer reads the one ResolvedJob.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -252,6 +253,8 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             given = {parse_override(text)[0].removeprefix("megatron.") for text in preset.overrides}
             megatron.update({k: v for k, v in existing.resume_megatron_args().items() if k not in given})
             notes = [*notes, resume_note(existing, megatron)]
+            target, left_out = _exclude_failed_hosts(target, existing)
+            notes = [*notes, *left_out]
         if run_dir is not None:
             run_args = run_dir_megatron_args(run_dir, megatron)
             megatron.update(run_args)
@@ -281,6 +284,21 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
 def _same(a: Any, b: Any) -> bool:
     """Equal, with NaN equal to itself (a preset's `lr: .nan` is the user's value, not one the launcher added)."""
     return a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+
+
+def _exclude_failed_hosts(target: Placement, existing: ResumedRun) -> tuple[Placement, list[str]]:
+    """A resubmitted Slurm run leaves out the hosts its batch script found failing (manifest excluded_nodes,
+    launcher/runs/requeue_policy.py): --exclude, unless the preset's extra_sbatch already says where to run."""
+    settings = target.slurm_settings
+    hosts = existing.manifest.get("excluded_nodes")
+    if settings is None or not isinstance(hosts, list):
+        return target, []
+    names = [h for h in hosts if isinstance(h, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", h)][:64]
+    if not names or any(o.startswith(("--exclude", "-x", "--nodelist", "-w")) for o in settings.extra_sbatch):
+        return target, []
+    option = f"--exclude={','.join(names)}"
+    return (replace(target, slurm_settings=replace(settings, extra_sbatch=(*settings.extra_sbatch, option))),
+            [f"leaving out {', '.join(names)}: an earlier attempt failed there (manifest.json excluded_nodes)"])
 
 
 def resume_note(existing: ResumedRun, megatron: Mapping[str, Any]) -> str:

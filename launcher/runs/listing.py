@@ -40,6 +40,7 @@ class RunRow:
     train_iters: int | None
     tokens_per_s: float | None
     why: str = ""  # how the state was judged, when not from summary.json
+    failure: dict | None = None  # how a failed or stopped run's last attempt ended (summary.json, runs/triage.py)
 
 
 def _json(path: Path, limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
@@ -133,9 +134,34 @@ def describe(run_dir: Path) -> RunRow:
     else:
         state, why = "unknown", "no summary.json: never started, or stopped without one"
     preset = manifest.get("preset") if isinstance(manifest.get("preset"), str) else None
+    failure = _failure(summary.get("failure")) if summary is not None and state != "running" else None
+    decisions = manifest.get("requeue_decisions")  # a Slurm job's batch script records each failed attempt's
+    if failure is None and isinstance(decisions, list) and decisions and isinstance(decisions[-1], dict):
+        failure = _failure(decisions[-1])
+        if failure is not None and decisions[-1].get("decision") == "stop":
+            failure["reason"] = f"chain stopped: {failure['reason']}"[:200]
     return RunRow(str(run_dir), preset, started if isinstance(started, str) else None, state,
                   int(last) if last is not None else None, int(total) if total is not None else None,
-                  float(speed) if speed is not None else None, why)
+                  float(speed) if speed is not None else None, why, failure)
+
+
+def _failure(record: Any) -> dict | None:
+    """summary.json's failure record with the types triage wrote (class, reason, iteration, rank, host), or None."""
+    if not isinstance(record, dict) or not isinstance(record.get("class"), str):
+        return None
+    texts = {k: str(record[k])[:200] for k in ("class", "reason", "host") if isinstance(record.get(k), str)}
+    numbers = {k: record[k] for k in ("iteration", "rank") if _number(record.get(k)) is not None}
+    return {"class": texts["class"], "reason": texts.get("reason", ""), "iteration": numbers.get("iteration"),
+            "rank": numbers.get("rank"), "host": texts.get("host")}
+
+
+def failure_text(failure: dict | None) -> str:
+    """The failure column: class, first failing rank and host (`launch report RUN_DIR` says the whole reason)."""
+    if not failure:
+        return ""
+    where = "".join([f" rank {failure['rank']}" if failure.get("rank") is not None else "",
+                     f" on {failure['host']}" if failure.get("host") else ""])
+    return f"{failure['class']}{where}: {failure.get('reason', '')}"[:80]
 
 
 def list_runs(run_root: Path) -> list[RunRow]:
@@ -160,12 +186,14 @@ def list_runs(run_root: Path) -> list[RunRow]:
 def render(rows: list[RunRow]) -> str:
     if not rows:
         return "no runs\n"
-    table = [("run", "preset", "started", "state", "iteration", "tokens/s")]
+    failures = any(row.failure for row in rows)  # the column only where a run has one
+    table = [("run", "preset", "started", "state", "iteration", "tokens/s", *(("failure",) if failures else ()))]
     for row in rows:
         progress = "-" if row.last_iteration is None else (
             f"{row.last_iteration}/{row.train_iters}" if row.train_iters else str(row.last_iteration))
         table.append((Path(row.run_dir).name, row.preset or "?", row.started or "?", row.state, progress,
-                      f"{row.tokens_per_s:,.0f}" if row.tokens_per_s is not None else "-"))
+                      f"{row.tokens_per_s:,.0f}" if row.tokens_per_s is not None else "-",
+                      *((failure_text(row.failure) or "-",) if failures else ())))
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() + "\n" for r in table)
 

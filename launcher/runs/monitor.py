@@ -27,6 +27,7 @@ from typing import IO, Any
 from launcher import nofollow, redaction, untrusted
 from launcher.errors import UserError, shown
 from launcher.runs import logparse as lp
+from launcher.runs import triage
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.timing import StartupClock
 from launcher.runs.verdict import RunLog, RunSummary, json_safe
@@ -76,6 +77,7 @@ class Monitor:
         self._replay_earlier_attempts()
         self.runlog.start_attempt()
         self._parser = lp.LogParser()
+        self._triage = triage.AttemptReader()  # this attempt's failure class, if it fails
         self._bar: Any = None  # tqdm bar, created at the first iteration line (so start-up is not in its rate)
         self._steady_ms: float | None = None  # the ETA's step time, and when it was worked out
         self._steady_ms_at = -math.inf
@@ -122,6 +124,7 @@ class Monitor:
 
     def _read(self, text: str) -> None:
         event = self._parser.feed(text)
+        self._triage.feed(text)
         record = self.runlog.feed(event)
         self.clock.observe(text, isinstance(event, lp.IterationLine))
         if record is not None:
@@ -216,6 +219,8 @@ class Monitor:
         if self.unread:
             summary = _not_a_success(summary, self.unread)
         summary.startup = self.clock.as_dict()
+        if not summary.ok:
+            summary.failure = self._triage.verdict(exit_code).as_dict()
         try:
             text = json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
             write_text_atomic(self.run_dir / SUMMARY_FILE, text)

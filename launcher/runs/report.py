@@ -21,7 +21,7 @@ from typing import Any
 
 from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import k8s_log, slurm_accounting, slurm_log, verdict
+from launcher.runs import k8s_log, slurm_accounting, slurm_log, triage, verdict
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
@@ -68,6 +68,7 @@ class Report:
     sources: list[Path]
     attempts: list[str] = field(default_factory=list)  # a Slurm job's attempts and how each ended
     job_states: str | None = None  # a Slurm job's: where the attempts' states come from (sacct, or the log only)
+    failures: list[dict] = field(default_factory=list)  # each attempt's end classified (runs/triage.py), in order
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -426,24 +427,31 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
         runlog = RunLog(seq_length=seq if isinstance(seq, int) else None)
         parser = lp.LogParser()
+        readers: list[triage.AttemptReader] = []  # each attempt's facts for its failure class
 
         def start(_: slurm_log.SlurmAttempt) -> None:  # as RunLog.feed_attempt does for each attempt's lines
             nonlocal parser
             runlog.start_attempt()
             parser = lp.LogParser()
+            readers.append(triage.AttemptReader())
 
         def take(line: str) -> None:
             if (event := parser.feed(line)) is not None:
                 runlog.feed(event)
+            readers[-1].feed(line)
 
         attempts = [attempt for path in slurm_logs
                     for attempt in slurm_log.read_attempts(_split_lines(path), start, take)]
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
+        accounting = slurm_accounting.job_accounting(list(dict.fromkeys(attempt.job for attempt in attempts)))
+        ends = [_triage(attempt, reader, accounting) for attempt, reader in zip(attempts, readers, strict=True)]
+        if ends and not summary.ok:
+            summary.failure = ends[-1].as_dict()
         plots = write_plots(series_from_runlog(runlog), out, _plot_info(run))
         _write_summary(run_dir, summary)
-        accounting = slurm_accounting.job_accounting(list(dict.fromkeys(attempt.job for attempt in attempts)))
-        return Report(summary, plots, slurm_logs, [_with_record(attempt, accounting) for attempt in attempts],
-                      accounting.describe())
+        return Report(summary, plots, slurm_logs,
+                      [_with_record(attempt, accounting) for attempt in attempts],
+                      accounting.describe(), failures=[end.as_dict() for end in ends])
     if logs:
         runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
                                   allow_partial=allow_partial)
@@ -454,9 +462,18 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = _summary_from_file(run_dir)
     else:
         raise _never_started(run_dir)
+    failures = [triage.triage_lines(_split_lines(log)).as_dict() for log in logs]  # bounded like the logs above
+    if failures and not summary.ok and summary.failure is None:
+        summary.failure = failures[-1]
     plots = write_plots(series, out, _plot_info(run))
     _write_summary(run_dir, summary)
-    return Report(summary, plots, logs or [run_dir / METRICS_FILE])
+    return Report(summary, plots, logs or [run_dir / METRICS_FILE], failures=failures)
+
+
+def _triage(attempt: slurm_log.SlurmAttempt, reader: triage.AttemptReader,
+            accounting: slurm_accounting.Accounting) -> triage.Triage:
+    record = accounting.attempt(attempt.job, attempt.number)
+    return reader.verdict(triage.exit_status(record.exit_code) if record else None, record.state if record else None)
 
 
 def _with_record(attempt: slurm_log.SlurmAttempt, accounting: slurm_accounting.Accounting) -> str:

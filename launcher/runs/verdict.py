@@ -233,6 +233,7 @@ class RunSummary:
     attempts: int
     exit_code: int | None
     startup: dict | None = None  # timing.StartupClock.as_dict() of the last attempt (the monitor fills it in)
+    failure: dict | None = None  # how the last attempt ended when it did not succeed (runs/triage.py Triage.as_dict())
 
     @property
     def ok(self) -> bool:

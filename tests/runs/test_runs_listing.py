@@ -90,7 +90,7 @@ def test_states_from_summary_pid_and_slurm_script(tmp_path, live_launcher):
     assert rows["345m-20261201T100000Z"] == {
         "run_dir": str(tmp_path / "345m-20261201T100000Z"), "preset": "345m",
         "started": "2026-12-01T10:00:00+00:00", "state": "succeeded", "last_iteration": 1000, "train_iters": 1000,
-        "tokens_per_s": 188430.4, "why": ""}
+        "tokens_per_s": 188430.4, "why": "", "failure": None}
 
 
 def test_a_resumed_run_that_is_running_is_running_despite_its_old_summary(tmp_path, live_launcher):

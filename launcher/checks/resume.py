@@ -1,0 +1,383 @@
+"""Will this job resume the checkpoint under --load as the user expects? Judged before any GPU is asked for, from
+what the checkpoint says about itself (checks/checkpoint.py), item by item:
+
+    found      a checkpoint where --load expects one (the user's load, or --resume): none → refused, since
+               Megatron would start from iteration 0 without a word
+    shape      the model's shape (layers, hidden, heads, FFN, vocab, …): different → refused, the load fails
+    layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
+               conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
+               change → refused
+    format     the format on disk against the job's ckpt_format; the distributed optimizer on/off
+    data       global batch, sequence length, data blend, split, seed: changed → a warning with the numbers,
+               since the data order and the samples per iteration change from the resumed iteration on
+    version    the checkpoint's format version and stored settings against the pinned Megatron
+
+Levels: "refuse" (the job would fail at load, or silently not resume), "warn", "note", "ok".
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from launcher.checks.checkpoint import StoredCheckpoint
+from launcher.errors import shown
+
+# megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer.checkpoint_fully_reshardable_formats
+RESHARDABLE_OPTIMIZER = ("fully_reshardable", "fully_sharded_model_space", "fsdp_dtensor")
+# Settings Megatron's validate_args adds to args (so they are stored) that are no flags at the pinned commit.
+DERIVED = frozenset({
+    "_is_global_batch_size_explicitly_specified", "consumed_train_samples", "consumed_valid_samples",
+    "data_parallel_size", "params_dtype", "rank", "skipped_train_samples", "transformer_pipeline_model_parallel_size",
+    "use_dist_ckpt", "use_layer_wise_distributed_optimizer", "variable_seq_lengths",
+    "virtual_pipeline_model_parallel_size", "world_size", "iteration", "num_floating_point_operations_so_far"})
+# Flags of the pinned parser that validate_args deletes from args: a checkpoint written by the pin lacks them (as it
+# lacks the flags of extra argument providers, such as ModelOpt's, where the run had none).
+NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "model_parallel_size",
+                        "recompute_activations", "warmup"})
+CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_state_dict writes at the pin
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
+                "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
+                "attention_output_gate", "num_experts", "moe_ffn_hidden_size", "shared_expert_size", "moe_layers")
+SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embeddings": "learned position embeddings",
+               "untied": "untie_embeddings_and_output_weights", "linear_bias": "add_bias_linear",
+               "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers"}
+DATA_SETTINGS = ("data_path", "train_data_path", "split", "mock_data", "data_args_path", "per_split_data_args_path",
+                 "seed")
+LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size"),
+          ("EP", "expert_model_parallel_size"), ("CP", "context_parallel_size"))
+
+
+@dataclass(frozen=True)
+class Item:
+    level: str  # refuse | warn | note | ok
+    topic: str  # found | shape | layout | format | optimizer | batch | data | version | read
+    message: str
+    hint: str = ""
+
+    def as_dict(self) -> dict[str, str]:
+        return {"level": self.level, "topic": self.topic, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class ResumeCheck:
+    """The verdict on resuming `stored` with the job; `items` in the order they are said."""
+
+    stored: StoredCheckpoint
+    expected: bool  # --load expects a checkpoint (the user's load, or --resume)
+    items: tuple[Item, ...] = field(default_factory=tuple)
+
+    @property
+    def refused(self) -> list[Item]:
+        return [i for i in self.items if i.level == "refuse"]
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused
+
+    def summary(self) -> str:
+        s = self.stored
+        if not s.found:
+            return f"no checkpoint in {s.load}"
+        consumed = (s.args or {}).get("consumed_train_samples")
+        at = "release" if s.release else f"iteration {s.iteration}"
+        samples = f", {consumed:,} samples consumed" if isinstance(consumed, int) else ""
+        return f"{s.format} checkpoint at {at}{samples} in {s.load}"
+
+    def render(self) -> list[str]:
+        verdict = "refused" if self.refused else ("ok with warnings" if any(i.level == "warn" for i in self.items)
+                                                  else "ok")
+        lines = [f"resume: {verdict} ({self.summary()})"]
+        for item in self.items:
+            word = {"refuse": "refused", "warn": "warning", "note": "note", "ok": "ok"}[item.level]
+            lines.append(f"  {word}: {item.message}")
+            if item.hint and item.level in ("refuse", "warn"):
+                lines.append(f"    hint: {item.hint}")
+        return lines
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "expected": self.expected, "summary": self.summary(),
+                "checkpoint": self.stored.as_dict(), "items": [i.as_dict() for i in self.items],
+                "consumed_train_samples": (self.stored.args or {}).get("consumed_train_samples")}
+
+
+def expects_checkpoint(job: Any) -> bool:
+    """The user's own --load (preset or --set), or --resume: a checkpoint must be there. A load the launcher set
+    (a new run's own directory) may be empty: that run starts fresh, as does one where the user unset load
+    (--set load=null: start from scratch on purpose)."""
+    from launcher.pipeline.preset import parse_override
+
+    given = dict(parse_override(text) for text in job.preset.overrides)
+    if any(given.get(name, "").strip().lower() in ("null", "none", "~") for name in ("load", "megatron.load")):
+        return False
+    return job.existing is not None or bool(job.preset.megatron.get("load"))
+
+
+def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | None = None) -> ResumeCheck:
+    """Every item for resuming `stored` with `job` (a ResolvedJob). `pretrained`: what the job's
+    pretrained_checkpoint holds, which Megatron fine-tunes from when `load` holds no checkpoint."""
+    expected = expects_checkpoint(job)
+    if not stored.found and pretrained is not None:
+        return _pretrained(job, stored, pretrained)
+    if not stored.found:
+        said = _not_found(job, stored) if expected else Item(
+            "ok", "found", f"no checkpoint in {stored.load} yet ({stored.why_not}): training starts at iteration 0")
+        return ResumeCheck(stored, expected, (said,))
+    items: list[Item] = []
+    if not expected:
+        items.append(Item("note", "found", f"{stored.load} already holds a checkpoint (the launcher pointed load at "
+                          "save): Megatron resumes it rather than starting fresh"))
+    items += _format(job, stored)
+    if stored.args is None:
+        items.append(Item("warn", "read", "the settings stored with the checkpoint could not be read: "
+                          f"{stored.unread}; its model shape, layout and batch are not compared",
+                          "launch doctor shows whether this Python has torch; Megatron itself reads them at load"))
+        return ResumeCheck(stored, expected, tuple(items))
+    saved = stored.args
+    job_args = job.effective()
+    # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
+    items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
+    items += _layout(job, saved, stored)
+    if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
+        items += _batch(job_args, saved, stored)
+        items += _data(job_args, saved)
+    items += _version(stored)
+    return ResumeCheck(stored, expected, tuple(items))
+
+
+def _pretrained(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint) -> ResumeCheck:
+    """checkpointing.py load_checkpoint: no checkpoint in load, a pretrained_checkpoint given → Megatron loads that
+    with finetune=True (iteration 0, no optimizer state), or raises FileNotFoundError when it holds none either."""
+    if not pretrained.found:
+        return ResumeCheck(stored, True, (Item(
+            "refuse", "found", f"no checkpoint in load={stored.load} ({stored.why_not}) nor in pretrained_checkpoint="
+            f"{pretrained.load} ({pretrained.why_not}): Megatron stops with FileNotFoundError at load",
+            "give a pretrained_checkpoint that holds one, or drop it (--set pretrained_checkpoint=null)"),))
+    from dataclasses import replace as changed
+
+    job = changed(job, megatron={**job.megatron, "finetune": True})
+    check = judge(job, pretrained)
+    note = Item("note", "found", f"no checkpoint in load={stored.load} yet: Megatron fine-tunes from "
+                f"pretrained_checkpoint={pretrained.load} (iteration 0, optimizer state not loaded)")
+    return ResumeCheck(pretrained, True, (note, *[i for i in check.items if i.topic != "found"]))
+
+
+def _not_found(job: Any, stored: StoredCheckpoint) -> Item:
+    if job.existing is not None:
+        return Item("refuse", "found", f"nothing to resume in {job.existing.path}: {stored.why_not}; Megatron would "
+                    "start from iteration 0", "the run saved no checkpoint: to start it over in its directory on "
+                    "purpose, --set load=null; or give the checkpoint: --set load=DIR")
+    return Item("refuse", "found", f"load={stored.load} expects a checkpoint, but {stored.why_not}: Megatron would "
+                "start from iteration 0 without a word", "check the path; to start from scratch on purpose, drop it: "
+                "--set load=null (the run saves to and resumes from its own directory)")
+
+
+def _format(job: Any, stored: StoredCheckpoint) -> list[Item]:
+    wanted = str(job.arg("ckpt_format"))
+    auto = bool(job.arg("auto_detect_ckpt_format"))
+    if stored.format == wanted:
+        return [Item("ok", "format", f"format {stored.format}, as the job's ckpt_format")]
+    if stored.format == "torch_dist" and wanted != "torch_dist" and not auto:
+        return [Item("refuse", "format", f"the checkpoint is torch_dist, the job's ckpt_format is {wanted}: "
+                     f"Megatron loads {wanted} only", "set ckpt_format=torch_dist (or auto_detect_ckpt_format=true)")]
+    if stored.format == "torch":
+        return [Item("note", "format", f"the checkpoint is in the torch format, the job saves {wanted}: Megatron "
+                     f"detects the format on load; the next save is {wanted}")]
+    return [Item("warn", "format", f"the checkpoint is {stored.format}, the job's ckpt_format is {wanted}",
+                 f"set ckpt_format={stored.format} to resume it as saved")]
+
+
+def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: int) -> list[Item]:
+    from launcher.estimate.formulas import model_shape
+
+    try:
+        ours = model_shape(job_args, tp)
+    except (KeyError, ValueError, TypeError):
+        return [Item("warn", "shape", "the job's model shape is not fully known here: not compared")]
+    try:
+        theirs = model_shape(_typed(saved))
+    except (KeyError, ValueError, TypeError) as error:
+        return [Item("warn", "shape", f"the checkpoint's stored args do not give its model shape ({shown(error)}): "
+                     "not compared")]
+    diffs = [(SHAPE_NAMES.get(name, name), getattr(theirs, name), getattr(ours, name)) for name in SHAPE_FIELDS
+             if getattr(theirs, name) != getattr(ours, name)]
+    # torch_dist stores the unpadded embedding rows per shard and Megatron compares no padded size there
+    # (checkpointing.py check_checkpoint_args); the torch format stores the padded table as one tensor.
+    if ours.padded_vocab_size and theirs.padded_vocab_size and fmt == "torch" and \
+            ours.padded_vocab_size != theirs.padded_vocab_size:
+        diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
+    elif ours.vocab_size and theirs.vocab_size and ours.vocab_size != theirs.vocab_size:
+        diffs.append(("vocab_size", theirs.vocab_size, ours.vocab_size))
+    if not diffs:
+        return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
+                     f"{ours.num_attention_heads} heads)")]
+    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs)
+    return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; loading it fails",
+                 "resume with the checkpoint's model settings, or start a new run without load "
+                 "(--set load=null), or load only weights of the same shape")]
+
+
+def _layout(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    lay = job.layout
+    now = {"TP": lay.tp, "PP": lay.pp, "EP": lay.ep, "CP": lay.cp}
+    before = {short: _int(saved.get(dest), 1) for short, dest in LAYOUT}
+    changed = [short for short in now if now[short] != before[short]]
+    if not changed:
+        return [Item("ok", "layout", f"layout as saved (TP {lay.tp} · PP {lay.pp} · EP {lay.ep} · CP {lay.cp})")]
+    said = ", ".join(f"{short} {before[short]} → {now[short]}" for short in changed)
+    if stored.format == "torch":
+        sharded = [s for s in changed if s in ("TP", "PP", "EP")]
+        if sharded:
+            tp, pp = before["TP"], before["PP"]
+            return [Item("refuse", "layout", f"{said}: the torch format keeps one file per TP/PP/EP rank and cannot "
+                         "be resharded; Megatron asserts the sizes match at load",
+                         f"convert it first: resume once at the saved layout (--set tensor_model_parallel_size={tp} "
+                         f"--set pipeline_model_parallel_size={pp}) with --set ckpt_convert_format=torch_dist --set "
+                         "ckpt_convert_save=DIR (Megatron saves DIR/torch_dist and exits), then --set "
+                         "load=DIR/torch_dist at the new layout")]
+        return [Item("note", "layout", f"{said}: the weights do not depend on it")]
+    items = [Item("note", "layout", f"{said}: torch_dist reshards on load; the saved RNG state is not used when "
+                  "TP or PP changed" if {"TP", "PP"} & set(changed) else f"{said}: torch_dist reshards on load")]
+    if "TP" in changed or "PP" in changed:
+        items += _optimizer_reshard(job, saved, stored)
+    return items
+
+
+def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    """Megatron raises at load when a distributed optimizer saved dp_reshardable meets a TP/PP change
+    (checkpointing.py load_checkpoint: 'not supported for DistributedOptimizer with sharding type')."""
+    if not job.arg("use_distributed_optimizer") or job.arg("no_load_optim") or job.arg("finetune") \
+            or saved.get("no_save_optim"):
+        return []
+    meta = stored.content_metadata
+    if meta is None:  # saved before megatron-core 0.13: Megatron assumes this from the stored args
+        kind = "fully_sharded_model_space" if saved.get("ckpt_fully_parallel_save") else "dp_zero_gather_scatter"
+    else:
+        kind = str(meta.get("distrib_optim_sharding_type") or "")
+    if kind in RESHARDABLE_OPTIMIZER:
+        return [Item("note", "optimizer", f"the distributed optimizer's state ({kind}) reshards with the model")]
+    what = f"saved as {kind}" if kind else "saved without the distributed optimizer"
+    return [Item("refuse", "optimizer", f"the optimizer state was {what}, which cannot follow a TP/PP change: "
+                 "Megatron stops at load", "resume at the saved TP/PP, or drop the optimizer state "
+                 "(--set no_load_optim=true: Adam's moments start again), or save with "
+                 "dist_ckpt_optim_fully_reshardable=true next time")]
+
+
+def _batch(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    items = []
+    iteration = stored.iteration or 0
+    consumed = _int(saved.get("consumed_train_samples"), 0)
+    old, new = _int(saved.get("global_batch_size"), 0), _int(job_args.get("global_batch_size"), 0)
+    if old and new and old != new:
+        text = (f"global batch {old:,} (checkpoint) → {new:,} (job): iteration {iteration:,} resumes after "
+                f"{consumed:,} samples; from there each iteration takes {new:,} samples instead of {old:,}")
+        train_iters, train_samples = job_args.get("train_iters"), job_args.get("train_samples")
+        if isinstance(train_iters, int) and train_iters > iteration:
+            left = train_iters - iteration
+            text += (f", so the {left:,} iterations left read {left * new:,} samples instead of {left * old:,}"
+                     " (the learning-rate schedule counts iterations)")
+        elif isinstance(train_samples, int) and train_samples > consumed:
+            text += (f", so the {train_samples - consumed:,} samples left take "
+                     f"{math.ceil((train_samples - consumed) / new):,} iterations instead of "
+                     f"{math.ceil((train_samples - consumed) / old):,}")
+        items.append(Item("warn", "batch", text + "; the samples seen after the resume differ from an unchanged run",
+                          f"keep global_batch_size={old} to resume exactly"))
+    old_seq, new_seq = _int(saved.get("seq_length"), 0), _int(job_args.get("seq_length"), 0)
+    if old_seq and new_seq and old_seq != new_seq:
+        items.append(Item("warn", "batch", f"seq_length {old_seq:,} (checkpoint) → {new_seq:,} (job): the "
+                          f"{consumed:,} samples consumed were {consumed * old_seq:,} tokens, and the same sample "
+                          f"count is {consumed * new_seq:,} tokens now: the data order from here changes",
+                          f"keep seq_length={old_seq} to resume exactly"))
+    train_iters = job_args.get("train_iters")
+    if isinstance(train_iters, int) and 0 < train_iters <= iteration and not job_args.get("finetune"):
+        items.append(Item("warn", "batch", f"the checkpoint is at iteration {iteration:,} and train_iters is "
+                          f"{train_iters:,}: nothing is left to train", "raise train_iters to continue"))
+    return items
+
+
+def _data(job_args: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Item]:
+    changed = [(name, saved.get(name), job_args.get(name)) for name in DATA_SETTINGS
+               if name in saved and _normal(saved.get(name)) != _normal(job_args.get(name))]
+    if not changed:
+        return []
+    said = "; ".join(f"{name} {shown(a, 120)} (checkpoint) → {shown(b, 120)} (job)" for name, a, b in changed)
+    return [Item("warn", "data", f"{said}: the blend and the order of the samples after the resume differ from "
+                 "an unchanged run (Megatron skips the consumed sample count of the new blend)",
+                 "give the checkpoint's data settings to resume exactly")]
+
+
+def _version(stored: StoredCheckpoint) -> list[Item]:
+    from launcher import MEGATRON_COMMIT
+    from launcher.megatron import args as megatron_args
+
+    pin = f"the pinned Megatron ({MEGATRON_COMMIT[:12]})"
+    items = []
+    if stored.checkpoint_version is not None and stored.checkpoint_version != CHECKPOINT_VERSION:
+        items.append(Item("warn", "version", f"checkpoint version {stored.checkpoint_version}, {pin} writes "
+                          f"{CHECKPOINT_VERSION}: written by another Megatron"))
+    if stored.format == "torch_dist":
+        versions = {k: v for k, v in stored.backend.items() if k.endswith("_version") and v != 1}
+        if versions:
+            items.append(Item("warn", "version", f"distributed checkpoint backend versions {versions}: {pin} writes 1"))
+        if stored.content_metadata is None:
+            items.append(Item("note", "version", "no content metadata: written by megatron-core older than 0.13"))
+    catalog = megatron_args.catalog()
+    saved = set(stored.args or {})
+    unknown = sorted(saved - set(catalog) - DERIVED)
+    missing = sorted(name for name, arg in catalog.items()
+                     if name not in saved and name not in NOT_STORED and arg.provider == "megatron")
+    if unknown:
+        items.append(Item("warn", "version", f"the checkpoint stores {len(unknown)} setting(s) {pin} does not have "
+                          f"({', '.join(unknown[:5])}): written by a newer or other Megatron; check that the "
+                          "settings it relies on exist here"))
+    if missing:
+        items.append(Item("warn", "version", f"the checkpoint lacks {len(missing)} setting(s) of {pin} "
+                          f"({', '.join(missing[:5])}): written by an older Megatron; their defaults apply"))
+    if not items:
+        items.append(Item("ok", "version", f"written by a Megatron with the same settings as {pin}"))
+    return items
+
+
+def _typed(saved: Mapping[str, Any]) -> dict[str, Any]:
+    """The stored args with only values model_shape can use (numbers, flags, names); the rest unset."""
+    return {k: v for k, v in saved.items() if isinstance(v, (int, float, str, bool))}
+
+
+def _int(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _normal(value: Any) -> Any:
+    """Equal settings compare equal whichever way they were written (a tuple or a list, [] or None)."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return [str(v) for v in value] or None
+    return value if value != "" else None
+
+
+def check_job(job: Any, python: str | None) -> ResumeCheck | None:
+    """The resume check of a job that loads (`python`: the Megatron interpreter that reads the stored settings);
+    None where there is nothing to say: no load, or a new run whose own directory holds no checkpoint yet."""
+    from pathlib import Path
+
+    from launcher.checks import checkpoint
+
+    load = job.megatron.get("load")
+    if not load or job.entry != "pretrain_gpt":
+        return None
+    expected = expects_checkpoint(job)
+    if job.target.remote and not Path(str(load)).exists():
+        # a cluster's file system this machine does not mount: Megatron finds out on the node
+        if not expected:
+            return None
+        stored = StoredCheckpoint(str(load), why_not="not visible from this machine")
+        return ResumeCheck(stored, expected, (Item("note", "found", f"{load} is not visible from this machine: "
+                                                    "the checkpoint is not checked before the job starts"),))
+    found = checkpoint.find(str(load))
+    pretrained = job.megatron.get("pretrained_checkpoint")
+    if not found.found and pretrained:
+        return judge(job, found, checkpoint.read(str(pretrained), python))
+    if not found.found and not expected:
+        return None
+    return judge(job, checkpoint.read(str(load), python) if found.found else found)

@@ -1,0 +1,154 @@
+"""What the batch script does after a failed attempt: requeue it, or stop the chain. Run by the batch script
+(templates/sbatch.sh.j2) on the job's first node, with the launcher's root on PYTHONPATH:
+
+    python3 -m launcher.runs.requeue_policy RUN_DIR JOB_ID ATTEMPT EXIT_STATUS
+    → three lines: DECISION, the hosts to leave out (comma-separated, may be empty), WHY
+
+Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
+    infrastructure  requeue; a node failure or a GPU error also leaves its host out of the next attempt
+    training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
+                    gives the same failure: the budget would go to a bug)
+    unclassified    requeue, as before there was a policy
+Each decision, the class and the hosts left out are recorded in the run's manifest.json ("requeue_decisions",
+"excluded_nodes"), so `launch runs`, `launch report` and the next submission see them. Reading is bounded as in
+`launch report`; a failure of this program itself leaves the batch script to its plain requeue.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.runs import slurm_log, triage
+
+REQUEUE, STOP = "requeue", "stop"
+MAX_LOG_BYTES = 1 << 30
+MAX_MANIFEST_BYTES = 8 << 20
+HOST_FAILURES = ("node failure", "node failed", "GPU error")  # triage reasons that blame the host
+HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+MAX_EXCLUDED = 64  # hosts left out at most; a job that loses more has a cluster problem, not a node problem
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # requeue | stop
+    exclude: tuple[str, ...]  # hosts to leave out of the next attempt
+    why: str
+    end: triage.Triage
+
+    def line(self) -> str:
+        return "\n".join([self.action, ",".join(self.exclude), " ".join(self.why.split())])
+
+
+def host_name(text: str | None) -> str | None:
+    """A node name as Slurm writes one, or None (a log line is not trusted to name anything else)."""
+    return text if text and len(text) <= 255 and HOST.fullmatch(text) else None
+
+
+def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
+    """The decision after the last of `ends` (every attempt's end so far, oldest first)."""
+    last = ends[-1]
+    already = [h for h in dict.fromkeys(excluded) if host_name(h)]
+    if last.cls == triage.INFRASTRUCTURE:
+        # only a failure of the host itself leaves it out: a time limit, a preemption, an NCCL timeout (seen on the
+        # rank that waited, not on the one that hung) or a killed rank says nothing against the node
+        own = last.host if last.reason.startswith(HOST_FAILURES) else None
+        hosts = [h for h in [host_name(own)] if h and h not in already]
+        left_out = f"; leaving out {', '.join(hosts)}" if hosts else ""
+        return Decision(REQUEUE, tuple([*already, *hosts][:MAX_EXCLUDED]), f"{last.describe()}{left_out}", last)
+    if last.cls in (triage.TRAINING, triage.DATA):
+        same = [e for e in ends[:-1] if e.cls == last.cls and e.iteration == last.iteration]
+        if same:
+            at = f"iteration {last.iteration}" if last.iteration is not None else "the same point (no iteration)"
+            return Decision(STOP, tuple(already), f"{last.describe()}; the same {last.cls} failure at {at} a "
+                            "second time: a retry does not fix it", last)
+        return Decision(REQUEUE, tuple(already), f"{last.describe()}; retried once", last)
+    return Decision(REQUEUE, tuple(already), "", last)  # unclassified: requeued as without a policy
+
+
+def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triage.Triage]:
+    """Every attempt's end in the job's log up to `attempt` (its exit status: the batch script's srun's)."""
+    readers: list[tuple[int, triage.AttemptReader]] = []
+
+    def start(found: slurm_log.SlurmAttempt) -> None:
+        readers.append((found.number, triage.AttemptReader()))
+
+    def take(line: str) -> None:
+        if readers:
+            readers[-1][1].feed(line)
+
+    slurm_log.read_attempts(_lines(log), start, take)
+    kept = [(number, reader) for number, reader in readers if number <= attempt]
+    return [reader.verdict(exit_status if number == attempt else None) for number, reader in kept]
+
+
+def _lines(path: Path) -> Iterator[str]:
+    """The lines of a regular file, at most MAX_LOG_BYTES of it and 1 MiB of a line (plain Python: the node's
+    python3 may lack the launcher's dependencies)."""
+    with open(path, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            return
+        size = 0
+        while size < MAX_LOG_BYTES and (raw := handle.readline(1 << 20)):
+            size += len(raw)
+            yield from raw.decode("utf-8", "replace").splitlines() or [""]
+
+
+def _manifest(path: Path) -> dict:
+    with open(path, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("manifest.json is not a regular file")
+        value = json.loads(handle.read(MAX_MANIFEST_BYTES + 1)[:MAX_MANIFEST_BYTES])
+    if not isinstance(value, dict):
+        raise ValueError("manifest.json is not a mapping")
+    return value
+
+
+def record(manifest_path: Path, job: str, attempt: int, decision: Decision) -> None:
+    """The decision and the hosts left out, in the run's manifest.json (replaced atomically)."""
+    from launcher.runs.atomic import write_text_atomic
+
+    manifest = _manifest(manifest_path)
+    decisions = manifest.get("requeue_decisions")
+    decisions = decisions if isinstance(decisions, list) else []
+    decisions.append({"job": job, "attempt": attempt, "decision": decision.action, "why": decision.why,
+                      "exclude": list(decision.exclude), **decision.end.as_dict()})
+    manifest["requeue_decisions"] = decisions[-1000:]
+    manifest["excluded_nodes"] = list(decision.exclude)
+    write_text_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
+
+
+def excluded_nodes(manifest_path: Path) -> list[str]:
+    try:
+        manifest = _manifest(manifest_path)
+    except Exception:  # noqa: BLE001 - no record yet: nothing left out
+        return []
+    hosts = manifest.get("excluded_nodes")
+    return [h for h in hosts if isinstance(h, str) and host_name(h)] if isinstance(hosts, list) else []
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4 or not all(a.lstrip("-").isdigit() for a in argv[1:]):
+        print("usage: python3 -m launcher.runs.requeue_policy RUN_DIR JOB_ID ATTEMPT EXIT_STATUS", file=sys.stderr)
+        return 2
+    run_dir, job, attempt, status = Path(argv[0]), argv[1], int(argv[2]), int(argv[3])
+    ends = attempt_ends(run_dir / f"slurm-{job}.out", attempt, status)
+    if not ends:
+        return 1
+    decision = decide(ends, excluded_nodes(run_dir / "manifest.json"))
+    try:
+        record(run_dir / "manifest.json", job, attempt, decision)
+    except Exception as error:  # noqa: BLE001 - the decision stands; the record is best effort
+        print(f"megatron-launch: could not record the decision in manifest.json: {error}", file=sys.stderr)
+    print(decision.line())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

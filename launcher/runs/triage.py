@@ -1,0 +1,243 @@
+"""Why an attempt ended, in one of three classes that decide what to do next:
+
+    infrastructure  a retry on other hardware fixes it: a failed node, preemption, the time limit, an NCCL timeout,
+                    a rank killed by a signal, a CUDA/Xid error of the GPU itself
+    training        the code or the settings: a Python exception in Megatron, out of memory at an iteration, a NaN
+                    loss, an assertion; the same failure comes back at the same iteration
+    data            a data file missing or corrupt, an index that could not be built
+
+Read from the attempt's log lines (torchrun's "Root Cause" block and srun's error lines name the first failing rank
+and its host), its exit status and, where known, Slurm's state for it (sacct). Lines are read one at a time and only
+a few facts are kept, so any log costs the same memory. A log that says nothing classifiable gets no class: a
+guess would requeue a code bug or stop a chain that a retry would have saved.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+from launcher.runs import logparse as lp
+
+INFRASTRUCTURE, TRAINING, DATA = "infrastructure", "training", "data"
+
+# Slurm's job states (sacct) that name the cause themselves.
+SLURM_STATES = {"NODE_FAIL": (INFRASTRUCTURE, "node failure (Slurm: NODE_FAIL)"),
+                "BOOT_FAIL": (INFRASTRUCTURE, "node failed to boot (Slurm: BOOT_FAIL)"),
+                "PREEMPTED": (INFRASTRUCTURE, "preempted (Slurm: PREEMPTED)"),
+                "TIMEOUT": (INFRASTRUCTURE, "time limit (Slurm: TIMEOUT)"),
+                "DEADLINE": (INFRASTRUCTURE, "deadline reached (Slurm: DEADLINE)"),
+                "OUT_OF_MEMORY": (TRAINING, "host out of memory (Slurm: OUT_OF_MEMORY)")}
+# (class, reason, pattern): the first line that matches one decides, in this order of precedence below.
+_SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<host>\S+) CANCELLED AT \S+ "
+                         r"DUE TO (?P<why>TIME LIMIT|PREEMPTION|NODE FAILURE)")
+_SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
+_SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
+                        r"(?P<code>\d+)|Killed|Terminated)")
+_INFRA = [
+    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout"
+                                r"|NCCL.*timed out|DistBackendError.*[Tt]imeout|RendezvousTimeoutError"
+                                r"|Timed out (?:after|waiting).*(?:store|rendezvous|barrier)")),
+    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).*(?:remote process exited|[Cc]onnection (?:closed|reset)"
+                                      r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError")),
+    ("GPU error (CUDA/Xid)", re.compile(r"\bXid\b|GPU has fallen off the bus|uncorrectable ECC|ECC error"
+                                        r"|CUDA error: (?:unspecified launch failure|uncorrectable|an illegal "
+                                        r"instruction|ECC)|CUDA-capable device\(s\) (?:is|are) busy or unavailable"
+                                        r"|no CUDA-capable device is detected|NVML_ERROR|cudaErrorDevicesUnavailable")),
+]
+_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError")
+_DATA = re.compile(r"megatron/core/datasets/|indexed_dataset|\.idx\b|\.bin\b|IndexedDataset|GPTDataset"
+                   r"|BlendedMegatronDatasetBuilder|Failed to compile the C\+\+ dataset helper|helpers_cpp"
+                   r"|build_sample_idx|mmap length is greater than file size|data_samplers|dataset")
+_DATA_ERROR = re.compile(r"^(?:FileNotFoundError|IsADirectoryError|PermissionError|EOFError|UnpicklingError"
+                         r"|numpy\.core\._exceptions|ValueError: mmap)")
+_RANK = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]:")
+_ROOT_CAUSE = "Root Cause (first observed failure):"
+_FIELD = re.compile(r"^\s*(?P<name>host|rank|exitcode|traceback)\s*: (?P<value>.*)$")
+_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
+_TRACEBACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
+MAX_REASON = 200
+
+
+@dataclass(frozen=True)
+class Triage:
+    """How one attempt ended. `cls` None: no failure found, or none that could be classified."""
+
+    cls: str | None
+    reason: str
+    iteration: int | None = None  # the last iteration the attempt logged (the "same iteration" of a repeat)
+    rank: int | None = None  # the first failing rank, where the log names it
+    host: str | None = None  # its host
+
+    def describe(self) -> str:
+        if self.cls is None:
+            return self.reason
+        where = "".join([f" at iteration {self.iteration}" if self.iteration is not None else "",
+                         f", first failing rank {self.rank}" if self.rank is not None else "",
+                         f" on {self.host}" if self.host else ""])
+        return f"{self.cls}: {self.reason}{where}"
+
+    def as_dict(self) -> dict:
+        return {"class": self.cls, **{k: v for k, v in asdict(self).items() if k != "cls"}}
+
+
+class AttemptReader:
+    """The facts of one attempt's lines that triage needs, gathered line by line."""
+
+    def __init__(self) -> None:
+        self.parser = lp.LogParser()
+        self.iteration: int | None = None
+        self.loaded: int | None = None
+        self.infra: tuple[str, str | None] | None = None  # (reason, host)
+        self.oom = False
+        self.nan: str | None = None
+        self.exception: str | None = None  # the first exception line after a traceback header
+        self.exception_rank: int | None = None
+        self.traceback_open = False
+        self.data_frame = False  # a frame of the failing traceback is in Megatron's data code
+        self.stopped_by_signal = False
+        self.root: dict[str, str] = {}
+        self.in_root = False
+        self.task: tuple[str, str] | None = None  # srun's first failing task: (host, what)
+
+    def verdict(self, exit_code: int | None = None, slurm_state: str | None = None) -> Triage:
+        return judge(self, exit_code, slurm_state)
+
+    def feed(self, raw: str) -> None:
+        if len(raw) > lp.MAX_LINE:
+            return
+        rank_match = _RANK.match(raw)
+        line = lp.clean_line(raw)
+        self._facts(line, int(rank_match["rank"]) if rank_match else None)
+        event = self.parser.feed(raw)
+        match event:
+            case lp.IterationLine():
+                self.iteration = event.iteration if self.iteration is None else max(self.iteration, event.iteration)
+                if event.nan_iterations and event.lm_loss is None and self.nan is None:
+                    self.nan = f"NaN loss ({event.nan_iterations} NaN iteration(s))"
+            case lp.CheckpointLoaded():
+                self.loaded = event.iteration
+            case lp.ResultValidationFailure() if self.nan is None:
+                self.nan = f"result validation failed: {event.message}"
+            case lp.ExitLine(reason="signal"):
+                self.stopped_by_signal = True
+
+    def _facts(self, line: str, rank: int | None) -> None:
+        stripped = line.strip()
+        if stripped.startswith(_ROOT_CAUSE):
+            self.in_root, self.root = True, {}
+            return
+        if self.in_root:
+            field = _FIELD.match(line)
+            if field:
+                self.root.setdefault(field["name"], field["value"].strip())
+            elif stripped.startswith("="):
+                self.in_root = "rank" not in self.root
+            return
+        if step := _SLURMSTEPD.search(line):
+            why = {"TIME LIMIT": "time limit", "PREEMPTION": "preempted", "NODE FAILURE": "node failure"}[step["why"]]
+            self.infra = self.infra or (f"{why} (slurmstepd)", step["host"])
+            return
+        if node := _SRUN_NODE_FAIL.search(line):
+            self.infra = self.infra or ("node failure (srun)", node["host"])
+            return
+        if task := _SRUN_TASK.search(line):
+            self.task = self.task or (task["host"], task["what"])
+            return
+        for reason, pattern in _INFRA:
+            if self.infra is None and pattern.search(line):
+                self.infra = (reason, None)
+        if _OOM.search(line):
+            self.oom = True
+        if lp._TRACEBACK_RE.search(line):
+            self.traceback_open = True
+            return
+        if self.traceback_open and (frame := _TRACEBACK_FILE.match(line)) and _DATA.search(frame["file"]):
+            self.data_frame = True
+        if self.traceback_open and self.exception is None and lp._EXCEPTION_RE.search(line):
+            if "SignalException" in line:  # torchrun passing a signal on to its workers: the signal's, no bug
+                self.stopped_by_signal = True
+                return
+            self.exception = stripped[:MAX_REASON]
+            self.exception_rank = rank
+
+
+def exit_status(slurm_exit_code: str) -> int | None:
+    """sacct's ExitCode "status:signal" as an exit status (a signal as 128 + its number)."""
+    status, _, signal = slurm_exit_code.partition(":")
+    if signal.isdigit() and int(signal):
+        return 128 + int(signal)
+    return int(status) if status.isdigit() else None
+
+
+def triage_lines(lines: Iterable[str], exit_code: int | None = None, slurm_state: str | None = None) -> Triage:
+    """The class of the attempt whose log is `lines`, its exit status and Slurm's state (None: not known)."""
+    reader = AttemptReader()
+    for line in lines:
+        reader.feed(line)
+    return judge(reader, exit_code, slurm_state)
+
+
+def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None) -> Triage:
+    iteration = r.iteration if r.iteration is not None else r.loaded
+    rank, host = _first_failure(r)
+    state = (slurm_state or "").split()[0] if slurm_state else ""
+    if state in SLURM_STATES:
+        cls, reason = SLURM_STATES[state]
+        return Triage(cls, reason, iteration, rank, (r.infra[1] if r.infra else None) or host)
+    if r.infra is not None:
+        reason, infra_host = r.infra
+        return Triage(INFRASTRUCTURE, reason, iteration, rank, infra_host or host)
+    if r.oom:
+        return Triage(TRAINING, "CUDA out of memory", iteration, rank, host)
+    if r.exception is not None:
+        text = r.exception
+        data = r.data_frame or (_DATA_ERROR.search(text) is not None and _DATA.search(text) is not None)
+        if data:
+            return Triage(DATA, f"data: {text}", iteration, rank, host)
+        if "nan" in text.lower() and ("AssertionError" in text or "RuntimeError" in text):
+            return Triage(TRAINING, f"NaN: {text}", iteration, rank, host)
+        kind = "assertion" if text.startswith("AssertionError") else "Python exception"
+        return Triage(TRAINING, f"{kind}: {text}", iteration, rank, host)
+    if r.nan is not None:
+        return Triage(TRAINING, r.nan, iteration, rank, host)
+    signal = _SIGNAL.search(r.root.get("traceback", "")) if r.root else None
+    code = r.root.get("exitcode", "") if r.root else ""
+    if signal or code.startswith("-"):
+        name = signal["name"] if signal else f"signal {code.split()[0].lstrip('-')}"
+        return Triage(INFRASTRUCTURE, f"rank killed by {name}", iteration, rank, host)
+    if r.stopped_by_signal:
+        return Triage(INFRASTRUCTURE, "stopped by a signal (time limit, preemption or requeue): saved and exited",
+                      iteration, rank, host)
+    if r.task is not None and r.task[1] in ("Killed", "Terminated"):
+        return Triage(INFRASTRUCTURE, f"task {r.task[1].lower()}", iteration, rank, host)
+    if exit_code not in (None, 0) or r.root or r.task:
+        return Triage(None, f"failed (exit status {exit_code}) without a cause in the log", iteration, rank, host)
+    return Triage(None, "no failure in the log", iteration, rank, host)
+
+
+def _first_failure(r: AttemptReader) -> tuple[int | None, str | None]:
+    """torchrun's root cause (rank and host), else the rank that printed the first exception, and srun's host."""
+    rank: int | None = None
+    host: str | None = None
+    if r.root:
+        digits = r.root.get("rank", "").split(" ")[0]
+        rank = int(digits) if digits.isdigit() else None
+        host = r.root.get("host") or None
+    if rank is None:
+        rank = r.exception_rank
+    if host is None and r.task is not None:
+        host = r.task[0]
+    return rank, host
+
+
+def describe_failures(failures: list[dict]) -> list[str]:
+    """`launch report`'s lines for the classified ends among the attempts' Triage.as_dict() records."""
+    lines = []
+    for number, record in enumerate(failures, 1):
+        if record.get("class"):
+            end = Triage(record["class"], record.get("reason") or "", record.get("iteration"), record.get("rank"),
+                         record.get("host"))
+            lines.append(f"attempt {number}: {end.describe()}")
+    return lines

@@ -1,0 +1,169 @@
+"""The batch script's requeue policy: an infrastructure failure is requeued without the host that failed (Slurm's
+ExcNodeList, recorded in the manifest); a training or data failure is retried once and stops the chain when it
+comes back at the same iteration. The decisions themselves, and the rendered batch script run by bash with
+stand-ins for srun, scontrol, squeue and scancel (no cluster needed)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.runs import slurm_log
+from launcher.runs.requeue_policy import REQUEUE, STOP, decide
+from launcher.runs.triage import DATA, INFRASTRUCTURE, TRAINING, Triage
+
+
+def end(cls: str | None, iteration: int | None = 10, host: str | None = None) -> Triage:
+    return Triage(cls, f"{cls} reason", iteration, 0, host)
+
+
+def test_an_infrastructure_failure_is_requeued_without_its_host():
+    decision = decide([Triage(INFRASTRUCTURE, "node failure (srun)", 10, None, "gpu-7")], excluded=["gpu-2"])
+    assert (decision.action, decision.exclude) == (REQUEUE, ("gpu-2", "gpu-7"))
+    assert "leaving out gpu-7" in decision.why
+    gpu = decide([Triage(INFRASTRUCTURE, "GPU error (CUDA/Xid)", 10, 3, "gpu-8")])
+    assert gpu.exclude == ("gpu-8",)
+
+
+@pytest.mark.parametrize("reason", ["time limit (slurmstepd)", "preempted (Slurm: PREEMPTED)", "NCCL timeout",
+                                    "rank killed by SIGKILL"])
+def test_an_infrastructure_failure_that_does_not_blame_the_host_keeps_it(reason):
+    decision = decide([Triage(INFRASTRUCTURE, reason, 10, 3, "gpu-9")])
+    assert (decision.action, decision.exclude) == (REQUEUE, ())
+
+
+@pytest.mark.parametrize("cls", [TRAINING, DATA])
+def test_the_same_failure_at_the_same_iteration_twice_stops(cls):
+    assert decide([end(cls)]).action == REQUEUE  # once: retried
+    stop = decide([end(cls), end(INFRASTRUCTURE), end(cls)])
+    assert stop.action == STOP and "a second time" in stop.why and "iteration 10" in stop.why
+    assert decide([end(cls, 10), end(cls, 20)]).action == REQUEUE  # it moved on: not the same failure
+
+
+def test_an_unclassified_failure_is_requeued_as_without_a_policy():
+    decision = decide([end(None), end(None)])
+    assert (decision.action, decision.why) == (REQUEUE, "")
+
+
+def test_a_host_name_from_the_log_is_taken_only_as_a_name():
+    assert decide([Triage(INFRASTRUCTURE, "node failure", 1, None, "n1;scancel -u x")]).exclude == ()
+    assert decide([end(INFRASTRUCTURE)], excluded=["$(reboot)", "n3"]).exclude == ("n3",)
+
+
+# ---- the batch script, run by bash ----
+
+TRACEBACK = ["[rank0]: Traceback (most recent call last):", '[rank0]:   File "/mlm/pretrain_gpt.py", line 3, in x',
+             "[rank0]: KeyError: 'tokens'"]
+
+
+def iteration_line(n: int) -> str:
+    return (f" [2026-12-01 10:00:00] iteration {n:8d}/     100 | consumed samples: {n * 8:12d} | elapsed time per "
+            "iteration (ms): 300.0 | learning rate: 1.0E-04 | global batch size:     8 | lm loss: 1.0E+00 | "
+            "loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_status: int = 1, chain: int = 1,
+                nodes: int = 4):
+    """One attempt of the rendered 345m batch script; srun prints `srun_lines` and exits `srun_status`."""
+    from slurm_support import render_preset
+
+    from launcher.runs.rundir import write_run_dir
+
+    if not (tmp_path / "manifest.json").exists():
+        write_run_dir(tmp_path, preset={"name": "345m"}, argv=["sbatch", "job.sbatch"], env={},
+                      manifest={"preset": "345m"})
+    _, text = render_preset("345m", (f"slurm.chain={chain}",) if chain > 1 else (), 2, 2, run_dir=tmp_path)
+    script = tmp_path / "job.sbatch"
+    script.write_text(text)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (tmp_path / "srun-output").write_text("".join(line + "\n" for line in srun_lines))
+    stand_ins = {"srun": f"cat {tmp_path}/srun-output; echo srun >> {tmp_path}/calls; exit {srun_status}",
+                 "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && echo n1; exit 0',
+                 "scancel": f'echo "scancel $*" >> {tmp_path}/calls; exit 0', "squeue": "exit 0",
+                 "python3": f'exec {sys.executable} "$@"',  # the node's python3: this one
+                 "sinfo": f"seq 1 {nodes} | sed s/^/n/"}  # the partition's responding nodes
+    for name, body in stand_ins.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
+           "SLURM_NNODES": "2", "SLURM_RESTART_COUNT": str(restart_count)}
+    with open(tmp_path / "slurm-7.out", "a") as out:
+        return subprocess.run(["bash", str(script)], env=env, stdout=out, stderr=subprocess.PIPE, text=True,
+                              timeout=120, check=False)
+
+
+def calls(tmp_path: Path) -> list[str]:
+    return (tmp_path / "calls").read_text().splitlines() if (tmp_path / "calls").exists() else []
+
+
+def test_the_same_python_error_twice_stops_the_chain_with_the_reason(tmp_path):
+    first = run_attempt(tmp_path, 0, [iteration_line(10), *TRACEBACK], chain=3)
+    assert first.returncode == 0, first.stderr
+    assert "scontrol requeue 7" in calls(tmp_path)
+    second = run_attempt(tmp_path, 1, [iteration_line(10), *TRACEBACK], chain=3)
+    assert second.returncode == 1
+    assert calls(tmp_path).count("scontrol requeue 7") == 1  # not requeued again
+    assert any(call.startswith("scancel --state=PENDING --name=") for call in calls(tmp_path))  # the chain stops
+    ended = [a.ended for a in slurm_log.split_attempts((tmp_path / "slurm-7.out").read_text())]
+    assert ended[0].startswith("training failed with exit status 1 (training: Python exception: KeyError: 'tokens' "
+                               "at iteration 10, first failing rank 0; retried once); requeued")
+    assert ended[1].endswith("a second time: a retry does not fix it); not requeued, the chain stops")
+    decisions = json.loads((tmp_path / "manifest.json").read_text())["requeue_decisions"]
+    assert [(d["attempt"], d["decision"], d["class"]) for d in decisions] == [(1, "requeue", TRAINING),
+                                                                               (2, "stop", TRAINING)]
+
+
+def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host_out(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"])
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path)[-2:] == ["scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=n2"]
+    log = (tmp_path / "slurm-7.out").read_text()
+    assert "megatron-launch: the next attempt leaves out n2 (ExcNodeList)" in log
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["excluded_nodes"] == ["n2"] and manifest["requeue_decisions"][0]["class"] == INFRASTRUCTURE
+
+
+def test_a_host_is_not_left_out_where_the_partition_could_no_longer_hold_the_job(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=2)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path)[-1] == "scontrol requeue 7"  # requeued, n2 kept: the job needs both nodes
+    assert "not leaving out n2: 2 responding node(s) would leave fewer than the job's 2" in \
+        (tmp_path / "slurm-7.out").read_text()
+
+
+def test_a_failure_the_log_does_not_explain_is_requeued_as_before(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10)])
+    assert result.returncode == 0, result.stderr
+    assert "attempt 1 ended: training failed with exit status 1; requeued" in (tmp_path / "slurm-7.out").read_text()
+
+
+def test_launch_runs_shows_why_the_chain_stopped(tmp_path, launch):
+    run_dir = tmp_path / "345m-20261201T100000Z"
+    run_dir.mkdir()
+    run_attempt(run_dir, 0, [iteration_line(10), *TRACEBACK])
+    run_attempt(run_dir, 1, [iteration_line(10), *TRACEBACK])
+    code, out, err = launch("runs", "--run-root", str(tmp_path), "--format", "json")
+    assert code == 0, err
+    failure = json.loads(out)[0]["failure"]
+    assert failure["class"] == TRAINING and failure["reason"].startswith("chain stopped: Python exception: KeyError")
+    code, out, err = launch("runs", "--run-root", str(tmp_path))
+    assert "training rank 0: chain stopped: Python exception" in out
+
+
+def test_a_resubmitted_run_leaves_out_the_hosts_that_failed(tmp_path, launch):
+    code, out, err = launch("345m", "--slurm", "--megatron-path", str(tmp_path), "--set", f"run_root={tmp_path}",
+                            cwd=tmp_path)
+    assert code == 0, err
+    run_dir = Path(out.strip()).parent
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "excluded_nodes": ["n2", "bad host"]}))
+    code, out, err = launch("--resume", str(run_dir), "--slurm", "--megatron-path", str(tmp_path), cwd=tmp_path)
+    assert code == 0, err
+    script = (run_dir / "job.sbatch").read_text()
+    assert "#SBATCH --exclude=n2\n" in script and "bad host" not in script
+    assert "leaving out n2" in err

@@ -1,0 +1,354 @@
+"""The resume check: a checkpoint under --load judged against the job before anything is queued or started, on
+real checkpoints that Megatron's save_checkpoint writes on this CPU (torch_dist and torch, at TP 2), and on
+checkpoint directories and stored settings made by hand for what Megatron cannot be made to write here."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import socket
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from launcher.checks import checkpoint
+from launcher.checks.checkpoint import StoredCheckpoint
+from launcher.checks.resume import judge
+from launcher.cli.job import JobRequest, job_for
+from launcher.pipeline.preset import load_preset
+
+WRITER = Path(__file__).with_name("checkpoint_writer.py")
+# The toy preset's model through pretrain_gpt.py at world 2, as the writer saved it (global batch 8).
+TOY = ["entry=pretrain_gpt", "train_iters=20", "global_batch_size=8", "micro_batch_size=4"]
+
+
+def toy_job(load: str | Path, *overrides: str):
+    job, problems = job_for(load_preset("toy", [*TOY, f"load={load}", *overrides]),
+                            JobRequest(nodes=1, gpus_per_node=2, run_dir=False, local=False))
+    assert not problems, problems
+    return job
+
+
+def levels(check, topic: str) -> list[str]:
+    return [item.level for item in check.items if item.topic == topic]
+
+
+def text_of(check, topic: str) -> str:
+    return " ".join(item.message + " " + item.hint for item in check.items if item.topic == topic)
+
+
+# -- real checkpoints ------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, StoredCheckpoint]:
+    """A torch_dist and a torch checkpoint of the toy model at TP 2 (two gloo ranks), read once each."""
+    out = tmp_path_factory.mktemp("checkpoints")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run([sys.executable, str(WRITER), str(out), "2", str(port), "torch_dist,torch",
+                           "--tensor-model-parallel-size", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {fmt: checkpoint.read(out / fmt, sys.executable) for fmt in ("torch_dist", "torch")}
+
+
+@pytest.mark.megatron
+def test_the_stored_settings_are_read_without_the_weights(saved):
+    dist = saved["torch_dist"]
+    assert (dist.found, dist.format, dist.iteration, dist.unread) == (True, "torch_dist", 10, "")
+    assert dist.args["tensor_model_parallel_size"] == 2 and dist.args["hidden_size"] == 12
+    assert dist.args["consumed_train_samples"] == 80 and dist.checkpoint_version == 3.0
+    legacy = saved["torch"]
+    assert (legacy.format, legacy.unread, legacy.args["ckpt_format"]) == ("torch", "", "torch")
+    assert legacy.file.endswith("mp_rank_00/model_optim_rng.pt")
+
+
+@pytest.mark.megatron
+def test_torch_dist_at_tp2_resumed_at_tp1_pp2_is_accepted_with_a_note(saved):
+    stored = saved["torch_dist"]
+    check = judge(toy_job(stored.load, "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
+                          "pipeline_model_parallel_size=2"), stored)
+    assert check.ok, check.render()
+    assert levels(check, "layout") == ["note"]
+    assert "TP 2 → 1" in text_of(check, "layout") and "PP 1 → 2" in text_of(check, "layout")
+    assert "reshards" in text_of(check, "layout")
+    assert levels(check, "shape") == ["ok"] and levels(check, "version") == ["ok"]
+    assert not [item for item in check.items if item.level == "warn"], check.render()
+
+
+@pytest.mark.megatron
+def test_a_torch_checkpoint_at_a_changed_tp_is_refused_with_the_conversion(saved):
+    stored = saved["torch"]
+    check = judge(toy_job(stored.load, "ckpt_format=torch", "tensor_model_parallel_size=1"), stored)
+    assert not check.ok
+    assert levels(check, "layout") == ["refuse"]
+    said = text_of(check, "layout")
+    assert "TP 2 → 1" in said and "ckpt_convert_format=torch_dist" in said
+    assert "tensor_model_parallel_size=2" in said  # the conversion runs at the saved layout
+    assert levels(check, "shape") == ["ok"]  # the vocabulary padded for TP 2 is the layout's change, not the model's
+
+
+@pytest.mark.megatron
+def test_a_torch_checkpoint_at_its_own_layout_is_accepted(saved):
+    stored = saved["torch"]
+    check = judge(toy_job(stored.load, "ckpt_format=torch"), stored)
+    assert check.ok, check.render()
+    assert levels(check, "layout") == ["ok"] and levels(check, "shape") == ["ok"]
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch"])
+@pytest.mark.parametrize(("setting", "named"), [("hidden_size=16", "hidden_size 12 (checkpoint) ≠ 16 (job)"),
+                                                ("num_layers=4", "num_layers 2 (checkpoint) ≠ 4 (job)")])
+def test_a_changed_model_shape_is_refused(saved, fmt, setting, named):
+    stored = saved[fmt]
+    check = judge(toy_job(stored.load, f"ckpt_format={fmt}", setting), stored)
+    assert not check.ok
+    assert levels(check, "shape") == ["refuse"] and named in text_of(check, "shape")
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("batch", [16, 32])
+def test_a_changed_global_batch_is_warned_with_the_numbers(saved, batch):
+    stored = saved["torch_dist"]
+    check = judge(toy_job(stored.load, "ckpt_format=torch_dist", f"global_batch_size={batch}",
+                          f"micro_batch_size={batch // 2}"), stored)
+    assert check.ok, check.render()
+    assert levels(check, "batch") == ["warn"]
+    said = text_of(check, "batch")
+    assert f"global batch 8 (checkpoint) → {batch} (job)" in said
+    assert "after 80 samples" in said and f"read {10 * batch} samples instead of 80" in said
+
+
+@pytest.mark.megatron
+def test_check_prints_the_resume_verdict_as_json(saved, launch):
+    stored = saved["torch_dist"]
+    settings = [*TOY, f"load={stored.load}", "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
+                "pipeline_model_parallel_size=2"]
+    code, out, err = launch("toy", "--check", "--format", "json", *[f"--set={s}" for s in settings])
+    assert code == 0, out + err
+    resume = json.loads(out)["resume"]
+    assert resume["ok"] and resume["checkpoint"]["format"] == "torch_dist" and resume["consumed_train_samples"] == 80
+    assert [i["level"] for i in resume["items"] if i["topic"] == "layout"] == ["note"]
+
+
+@pytest.mark.megatron
+def test_the_text_verdict_names_the_checkpoint_and_each_refusal(saved):
+    stored = saved["torch_dist"]
+    lines = judge(toy_job(stored.load, "ckpt_format=torch_dist", "hidden_size=16"), stored).render()
+    assert lines[0] == f"resume: refused (torch_dist checkpoint at iteration 10, 80 samples consumed in {stored.load})"
+    assert any(line.startswith("  refused: the model differs from the checkpoint's: hidden_size 12 (checkpoint) ≠ "
+                               "16 (job)") for line in lines)
+    assert any(line.startswith("    hint: ") for line in lines)
+
+
+@pytest.mark.megatron
+def test_resume_of_a_run_directory_checks_its_own_checkpoints(saved, launch, tmp_path):
+    import shutil
+
+    from launcher.checks.resume import check_job
+    from launcher.runs import tracking
+
+    code, out, err = launch("toy", "--slurm", "--megatron-path", str(tmp_path), "--set", f"run_root={tmp_path}",
+                            *[f"--set={s}" for s in [*TOY, "ckpt_format=torch"]], cwd=tmp_path)
+    assert code == 0, err
+    run_dir = Path(out.strip()).parent
+
+    def resumed(*overrides: str):
+        preset, existing = tracking.open_resume(run_dir, list(overrides))
+        job, problems = job_for(preset, JobRequest(slurm=True, existing=existing, megatron_path=str(tmp_path)))
+        assert not problems, problems
+        return check_job(job, sys.executable)
+
+    nothing = resumed()
+    assert not nothing.ok and "nothing to resume" in text_of(nothing, "found")
+    assert resumed("load=null") is None  # starting over on purpose: nothing to check
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    shutil.copytree(saved["torch"].load, run_dir / "checkpoints")
+    check = resumed()
+    assert check.ok and check.stored.iteration == 10, check.render()
+    assert not resumed("tensor_model_parallel_size=1").ok
+
+
+# -- no checkpoint where one is expected -----------------------------------------------------------------------
+
+def test_an_empty_load_directory_is_refused(tmp_path):
+    check = judge(toy_job(tmp_path), checkpoint.find(tmp_path))
+    assert not check.ok
+    assert levels(check, "found") == ["refuse"]
+    assert "latest_checkpointed_iteration.txt" in text_of(check, "found")
+    assert "--set load=null" in text_of(check, "found")
+
+
+def test_a_missing_load_directory_is_refused(tmp_path):
+    check = judge(toy_job(tmp_path / "nowhere"), checkpoint.find(tmp_path / "nowhere"))
+    assert not check.ok and "does not exist" in text_of(check, "found")
+
+
+def test_a_new_runs_own_empty_directory_is_no_refusal(tmp_path):
+    from launcher.checks.resume import check_job
+
+    job, problems = job_for(load_preset("toy", [*TOY, "save=" + str(tmp_path / "ck")]),
+                            JobRequest(nodes=1, gpus_per_node=2, run_dir=False, local=False))
+    assert check_job(job, None) is None  # load = save, chosen by the launcher, nothing there yet: a fresh start
+
+
+@pytest.mark.parametrize(("tracker", "said"), [("garbage", "not an iteration"), ("7", "iter_0000007 is missing")])
+def test_a_broken_tracker_is_no_checkpoint(tmp_path, tracker, said):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(tracker)
+    found = checkpoint.find(tmp_path)
+    assert not found.found and said in found.why_not
+
+
+def test_an_iteration_directory_of_no_known_format_is_no_checkpoint(tmp_path):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5\n")
+    (tmp_path / "iter_0000005").mkdir()
+    (tmp_path / "iter_0000005" / "notes.txt").write_text("x")
+    found = checkpoint.find(tmp_path)
+    assert not found.found and "no checkpoint Megatron knows" in found.why_not
+
+
+# -- stored settings made by hand (what the CPU cannot make Megatron write) -------------------------------------
+
+def stored_dist(tmp_path: Path, args: dict, content_metadata: dict | None = None) -> StoredCheckpoint:
+    return StoredCheckpoint(str(tmp_path), found=True, iteration=100, directory=str(tmp_path / "iter_0000100"),
+                            format="torch_dist", backend={"sharded_backend": "torch_dist"},
+                            args={"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1,
+                                  "num_layers": 2, "hidden_size": 12, "num_attention_heads": 4, "seq_length": 64,
+                                  "max_position_embeddings": 64, "vocab_size": 100, "global_batch_size": 8,
+                                  "consumed_train_samples": 800, "mock_data": True, **args},
+                            content_metadata=content_metadata, checkpoint_version=3.0)
+
+
+@pytest.mark.parametrize(("sharding", "level"), [("dp_reshardable", "refuse"), ("fully_reshardable", "note")])
+def test_a_distributed_optimizer_follows_a_tp_change_only_when_saved_reshardable(tmp_path, sharding, level):
+    stored = stored_dist(tmp_path, {"use_distributed_optimizer": True},
+                         {"distrib_optim_sharding_type": sharding})
+    job = toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
+                  "use_distributed_optimizer=true", "train_iters=200")
+    check = judge(job, stored)
+    assert levels(check, "optimizer") == [level]
+    assert sharding in text_of(check, "optimizer")
+    relaxed = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
+                            "use_distributed_optimizer=true", "no_load_optim=true", "train_iters=200"), stored)
+    assert levels(relaxed, "optimizer") == []  # no optimizer state is loaded
+
+
+def test_a_changed_data_blend_and_seq_length_are_warned(tmp_path):
+    stored = stored_dist(tmp_path, {"mock_data": False, "data_path": ["0.5", "/d/a", "0.5", "/d/b"]})
+    check = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "seq_length=32",
+                          "max_position_embeddings=64", "train_iters=200"), stored)
+    assert levels(check, "data") == ["warn"] and "/d/a" in text_of(check, "data")
+    assert "seq_length 64 (checkpoint) → 32 (job)" in text_of(check, "batch")
+    assert "51,200 tokens" in text_of(check, "batch")  # 800 samples × 64
+
+
+def test_a_torch_dist_checkpoint_with_a_torch_job_is_refused(tmp_path):
+    check = judge(toy_job(tmp_path, "ckpt_format=torch", "tensor_model_parallel_size=2", "train_iters=200"),
+                  stored_dist(tmp_path, {}))
+    assert levels(check, "format") == ["refuse"] and "ckpt_format=torch_dist" in text_of(check, "format")
+
+
+def test_settings_the_pin_does_not_know_say_version_skew(tmp_path):
+    check = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "train_iters=200"),
+                  stored_dist(tmp_path, {"a_setting_from_the_future": 1}))
+    assert "warn" in levels(check, "version") and "a_setting_from_the_future" in text_of(check, "version")
+
+
+def test_unreadable_stored_settings_are_said_not_guessed(tmp_path):
+    stored = StoredCheckpoint(str(tmp_path), found=True, iteration=3, format="torch_dist",
+                              unread="reading its stored settings needs torch")
+    check = judge(toy_job(tmp_path, "ckpt_format=torch_dist"), stored)
+    assert check.ok and levels(check, "read") == ["warn"] and levels(check, "shape") == []
+
+
+# -- reading is not running ------------------------------------------------------------------------------------
+
+class Planted:
+    def __reduce__(self):
+        return (print, ("the checkpoint ran code",))
+
+
+@pytest.mark.megatron
+def test_a_checkpoint_that_would_run_code_is_not_read(tmp_path):
+    iteration = tmp_path / "iter_0000001"
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("1")
+    iteration.mkdir()
+    (iteration / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    with zipfile.ZipFile(iteration / "common.pt", "w") as archive:  # torch's zip layout, a hostile pickle inside
+        archive.writestr("common/data.pkl", pickle.dumps({"args": Planted(), "iteration": 1}, protocol=2))
+        archive.writestr("common/byteorder", "little")
+        archive.writestr("common/version", "3\n")
+    stored = checkpoint.read(tmp_path, sys.executable)
+    assert stored.found and stored.args is None
+    assert "builtins.print" in stored.unread and "not read" in stored.unread
+
+
+# -- before a submission ---------------------------------------------------------------------------------------
+
+def fake_sbatch(tmp_path: Path) -> dict[str, str]:
+    """An sbatch on PATH that records being called and prints a job id."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho called >> {tmp_path / 'sbatch-called'}\necho 42\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    checkout = tmp_path / "megatron-lm"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").write_text("")
+    import os
+
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "MEGATRON_PYTHON": "/nonexistent/python"}
+
+
+def test_submit_refuses_an_empty_load_before_sbatch_runs(tmp_path, launch):
+    env = fake_sbatch(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = launch("toy", "--submit", "--megatron-path", str(tmp_path / "megatron-lm"),
+                            "--set", f"run_root={tmp_path / 'runs'}",
+                            *[f"--set={s}" for s in [*TOY, f"load={empty}"]], env=env, cwd=tmp_path)
+    assert code == 2, out + err
+    assert "error: resume: load=" in err and "expects a checkpoint" in err and "--set load=null" in err
+    assert not (tmp_path / "sbatch-called").exists()
+    assert not list((tmp_path / "runs").glob("*/manifest.json"))  # nothing left behind
+    code, out, err = launch("toy", "--submit", "--megatron-path", str(tmp_path / "megatron-lm"),
+                            "--set", f"run_root={tmp_path / 'runs'}",
+                            *[f"--set={s}" for s in [*TOY, "load=null"]], env=env, cwd=tmp_path)
+    assert code == 0, out + err  # starting from scratch, said so
+    assert (tmp_path / "sbatch-called").exists()
+
+
+def test_an_empty_load_with_a_pretrained_checkpoint_fine_tunes_from_it(tmp_path):
+    from launcher.checks.resume import check_job
+
+    empty, pretrained = tmp_path / "empty", tmp_path / "pretrained"
+    empty.mkdir()
+    pretrained.mkdir()
+    job = toy_job(empty, "ckpt_format=torch_dist", f"pretrained_checkpoint={pretrained}")
+    neither = check_job(job, None)
+    assert not neither.ok and "FileNotFoundError" in text_of(neither, "found")
+    (pretrained / "latest_checkpointed_iteration.txt").write_text("release")
+    (pretrained / "release").mkdir()
+    (pretrained / "release" / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist"}))
+    (pretrained / "release" / "common.pt").write_bytes(b"")
+    check = check_job(job, None)  # no torch named here: the stored settings are not read, and it says so
+    assert check.ok, check.render()
+    assert levels(check, "found") == ["note"] and "fine-tunes from pretrained_checkpoint" in text_of(check, "found")
+    assert check.stored.release and levels(check, "read") == ["warn"]
+
+
+def test_settings_of_the_pin_the_checkpoint_lacks_say_an_older_megatron(tmp_path):
+    from launcher.checks.resume import _version
+    from launcher.megatron import args as megatron_args
+
+    catalog = megatron_args.catalog()
+    every = {name: arg.default for name, arg in catalog.items() if arg.provider == "megatron"}
+    metadata = {"singleton_local_shards": False}
+    assert [i.level for i in _version(stored_dist(tmp_path, every, metadata))] == ["ok"]
+    older = stored_dist(tmp_path, {k: v for k, v in every.items() if k != "ffn_hidden_size"}, metadata)
+    assert "ffn_hidden_size" not in older.args
+    said = " ".join(i.message for i in _version(older))
+    assert "lacks" in said and "ffn_hidden_size" in said and "older Megatron" in said

@@ -1,0 +1,198 @@
+"""Each attempt's end in one class (infrastructure, training, data) from its log, exit status and Slurm state,
+with the first failing rank and its host; recorded logs and excerpts in the forms torch, torchrun, srun and
+slurmstepd print them."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from launcher.runs.triage import DATA, INFRASTRUCTURE, TRAINING, triage_lines
+
+ITERATIONS = [" [2026-12-01 10:00:00] iteration       10/     100 | consumed samples:          80 | elapsed time "
+              "per iteration (ms): 100.0 | learning rate: 1.000000E-04 | global batch size:     8 | lm loss: "
+              "5.000000E+00 | loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"]
+
+
+def root_cause(rank: int, host: str, exitcode: str, traceback: str) -> list[str]:
+    """torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors)."""
+    return ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+            "============================================================",
+            "pretrain_gpt.py FAILED",
+            "------------------------------------------------------------",
+            "Root Cause (first observed failure):",
+            "[0]:",
+            "  time      : 2026-12-01_10:00:05",
+            f"  host      : {host}",
+            f"  rank      : {rank} (local_rank: {rank % 8})",
+            f"  exitcode  : {exitcode} (pid: 4242)",
+            "  error_file: <N/A>",
+            f"  traceback : {traceback}",
+            "============================================================"]
+
+
+def traceback(rank: int, frames: list[str], exception: str) -> list[str]:
+    lines = ["Traceback (most recent call last):", *[f'  File "{f}", line 12, in x' for f in frames], exception]
+    return [f"[rank{rank}]: {line}" for line in lines]
+
+
+CASES = {
+    "node failure by Slurm's accounting": (ITERATIONS, 0, "NODE_FAIL", INFRASTRUCTURE, "node failure", None),
+    "preemption": (ITERATIONS, 0, "PREEMPTED", INFRASTRUCTURE, "preempted", None),
+    "time limit": (ITERATIONS + ["slurmstepd: error: *** JOB 7 ON gpu-a3 CANCELLED AT 2026-12-01T10:00:00 DUE TO "
+                                 "TIME LIMIT ***"], None, None, INFRASTRUCTURE, "time limit", "gpu-a3"),
+    "node failure said by srun": (ITERATIONS + ["srun: error: Node failure on gpu-b7"], 1, None, INFRASTRUCTURE,
+                                  "node failure", "gpu-b7"),
+    "NCCL timeout": (ITERATIONS + ["[rank5]:[E1201 10:00:00 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught "
+                                   "collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 "
+                                   "milliseconds before timing out."]
+                     + root_cause(5, "gpu-c2", "-6", "Signal 6 (SIGABRT) received by PID 4242"), 1, "FAILED",
+                     INFRASTRUCTURE, "NCCL timeout", "gpu-c2"),
+    "a rank killed by a signal": (ITERATIONS + root_cause(3, "gpu-d4", "-9", "Signal 9 (SIGKILL) received by PID 4242"),
+                                  1, "FAILED", INFRASTRUCTURE, "SIGKILL", "gpu-d4"),
+    "an Xid error": (ITERATIONS + ["NVRM: Xid (PCI:0000:1b:00): 79, pid=4242, GPU has fallen off the bus."], 1, None,
+                     INFRASTRUCTURE, "GPU error", None),
+    "out of memory": (ITERATIONS + traceback(0, ["/mlm/megatron/core/transformer/mlp.py"],
+                                             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+                      + root_cause(0, "gpu-e1", "1", "To enable traceback see: https://pytorch.org/docs"), 1, None,
+                      TRAINING, "CUDA out of memory", "gpu-e1"),
+    "an assertion": (ITERATIONS + traceback(2, ["/mlm/megatron/training/training.py"],
+                                            "AssertionError: micro batch size must be positive")
+                     + root_cause(2, "gpu-f9", "1", "To enable traceback see: https://pytorch.org/docs"), 1, None,
+                     TRAINING, "assertion", "gpu-f9"),
+    "a Python exception": (traceback(1, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'")
+                           + ["srun: error: gpu-g2: task 0: Exited with exit code 1"], 1, None, TRAINING,
+                           "Python exception: KeyError", "gpu-g2"),
+    "a missing data file": (traceback(0, ["/mlm/megatron/core/datasets/indexed_dataset.py"],
+                                      "FileNotFoundError: [Errno 2] No such file or directory: '/data/web.idx'"),
+                            1, None, DATA, "web.idx", None),
+    "a corrupt index": (traceback(0, ["/mlm/megatron/core/datasets/gpt_dataset.py",
+                                      "/mlm/megatron/core/datasets/indexed_dataset.py"],
+                                  "ValueError: mmap length is greater than file size"), 1, None, DATA, "mmap", None),
+    "the index build": (traceback(0, ["/mlm/megatron/core/datasets/blended_megatron_dataset_builder.py"],
+                                  "RuntimeError: could not build the sample index"), 1, None, DATA, "sample index",
+                        None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_end_gets_its_class_and_where(case):
+    lines, code, state, cls, said, host = CASES[case]
+    found = triage_lines(lines, code, state)
+    assert found.cls == cls, found
+    assert said in found.reason
+    assert found.iteration == (10 if lines[:1] == ITERATIONS else None)
+    if host:
+        assert found.host == host and host in found.describe()
+
+
+def test_the_first_failing_rank_is_torchruns_root_cause():
+    found = triage_lines(ITERATIONS + traceback(6, ["/mlm/x.py"], "RuntimeError: boom")
+                         + root_cause(6, "gpu-h1", "1", "To enable traceback"), 1)
+    assert (found.rank, found.host) == (6, "gpu-h1")
+    assert found.describe() == "training: Python exception: RuntimeError: boom at iteration 10, first failing rank 6 " \
+                               "on gpu-h1"
+
+
+def test_without_a_root_cause_the_rank_that_raised_first(log_fixture):
+    found = triage_lines(traceback(3, ["/mlm/x.py"], "ValueError: bad") + traceback(1, ["/mlm/x.py"], "ValueError: x"))
+    assert found.rank == 3
+
+
+def test_recorded_logs(log_fixture):
+    nan = triage_lines(log_fixture("bf16_2gpu_nan.log"), 0)
+    assert nan.cls == TRAINING and "NaN" in nan.reason
+    stopped = triage_lines(log_fixture("h200_345m_sigterm.log"), 1)
+    assert stopped.cls == INFRASTRUCTURE and "signal" in stopped.reason  # torchrun's SignalException is no bug
+    assert triage_lines(log_fixture("h200_345m_1gpu.log"), 0).cls is None
+
+
+def test_a_failure_the_log_does_not_explain_gets_no_class():
+    found = triage_lines(ITERATIONS, 1)
+    assert found.cls is None and "without a cause" in found.reason
+
+
+def test_a_handled_exception_line_without_a_traceback_is_no_failure():
+    assert triage_lines(ITERATIONS + ["ValueError: retrying the download"], 0).cls is None
+
+
+# -- in launch report --------------------------------------------------------------------------------------------
+
+def test_report_classifies_each_slurm_attempt_with_sacct_and_the_log(tmp_path, launch):
+    from launcher.runs.rundir import write_run_dir
+
+    run_dir = write_run_dir(tmp_path / "runs" / "345m-20261201T100000Z", preset={"name": "345m", "megatron": {}},
+                            manifest={"checkpoint_dir": str(tmp_path / "ckpt")}, argv=["sbatch", "job.sbatch"],
+                            env={})
+    (run_dir / "slurm-7.out").write_text("\n".join([
+        "megatron-launch: job 7 attempt 1 on n[1-2], rendezvous n1:29500", *ITERATIONS,
+        "megatron-launch: job 7 attempt 2 on n[1-2], rendezvous n1:29500",
+        "megatron-launch: attempt 1 ended: killed without a word (its node failed, or Slurm killed it)",
+        *ITERATIONS, *traceback(1, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'"),
+        "srun: error: n2: task 1: Exited with exit code 1",
+        "megatron-launch: attempt 2 ended: training failed with exit status 1; not requeued"]) + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    records = ("7|NODE_FAIL|0:0|2026-12-01T10:00:00|2026-12-01T10:05:00|n[1-2]\\n"
+               "7|FAILED|1:0|2026-12-01T10:06:00|2026-12-01T10:07:00|n[1-2]\\n")
+    (bin_dir / "sacct").write_text(f"#!/bin/bash\nprintf '{records}'\n")
+    (bin_dir / "sacct").chmod(0o755)
+    import os
+
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    code, out, err = launch("report", str(run_dir), "--format", "json", env=env)
+    import json
+
+    failures = json.loads(out)["failures"]
+    assert [f["class"] for f in failures] == [INFRASTRUCTURE, TRAINING], failures
+    assert failures[0]["reason"] == "node failure (Slurm: NODE_FAIL)"
+    assert (failures[1]["rank"], failures[1]["host"], failures[1]["iteration"]) == (1, "n2", 10)
+    code, out, err = launch("report", str(run_dir), env=env)
+    assert "failures:           attempt 1: infrastructure: node failure (Slurm: NODE_FAIL) at iteration 10" in out
+    assert "attempt 2: training: Python exception: KeyError: 'tokens' at iteration 10, first failing rank 1 on n2" \
+        in out
+
+
+# -- recorded in summary.json, shown by launch runs -------------------------------------------------------------
+
+def test_a_failed_run_here_records_its_class_and_launch_runs_shows_it(tmp_path, launch):
+    import json
+
+    from launcher.runs.monitor import Monitor
+    from launcher.runs.rundir import write_run_dir
+
+    root = tmp_path / "runs"
+    run_dir = write_run_dir(root / "toy-20261201T100000Z", preset={"name": "toy"}, argv=["x"], env={},
+                            manifest={"preset": "toy", "created": "2026-12-01T10:00:00+00:00",
+                                      "attempts": [{"started": "2026-12-01T10:00:00+00:00"}]})
+    (run_dir / "logs").mkdir(exist_ok=True)
+    monitor = Monitor(run_dir, out=open(os.devnull, "w"), tty=False)  # noqa: SIM115
+    for line in ITERATIONS + traceback(0, ["/mlm/megatron/core/transformer/mlp.py"],
+                                       "torch.OutOfMemoryError: CUDA out of memory.") \
+            + root_cause(0, "gpu-e1", "1", "To enable traceback"):
+        monitor.feed(line)
+    summary = monitor.close(1)
+    assert summary.failure == {"class": TRAINING, "reason": "CUDA out of memory", "iteration": 10, "rank": 0,
+                               "host": "gpu-e1"}
+    assert json.loads((run_dir / "summary.json").read_text())["failure"]["class"] == TRAINING
+    write_run_dir(root / "toy-20261201T090000Z", preset={"name": "toy"}, argv=["x"], env={},
+                  manifest={"preset": "toy", "created": "2026-12-01T09:00:00+00:00"})
+    code, out, err = launch("runs", "--run-root", str(root))
+    assert code == 0, err
+    header, failed, other = out.splitlines()
+    assert header.split()[-1] == "failure"
+    assert failed.endswith("training rank 0 on gpu-e1: CUDA out of memory") and other.endswith("-")
+    code, out, err = launch("runs", "--run-root", str(root), "--format", "json")
+    assert json.loads(out)[0]["failure"]["host"] == "gpu-e1"
+
+
+def test_a_hostile_failure_record_is_not_taken_as_is(tmp_path):
+    from launcher.runs.listing import describe
+    from launcher.runs.rundir import write_run_dir
+
+    run_dir = write_run_dir(tmp_path / "toy-1", preset={"name": "toy"}, argv=["x"], env={}, manifest={})
+    (run_dir / "summary.json").write_text('{"outcome": "failed", "failure": {"class": "x", "rank": "0; rm -rf /", '
+                                          '"host": ["a"], "reason": "' + "y" * 5000 + '"}}')
+    row = describe(run_dir)
+    assert row.failure == {"class": "x", "reason": "y" * 200, "iteration": None, "rank": None, "host": None}
