@@ -171,13 +171,13 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     peak = gpu.peak_tflops * 1e12
     hbm = gpu.hbm_tbps * 1e12
     act = 4 if t.precision == "fp32" else 2
-    linear: float = h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0))
-    linear += m.query_size * h + h * m.ffn_hidden_size * (3 if m.swiglu else 2)
+    linear = attention_gemm_weights(m, tp) + h * m.ffn_hidden_size * (3 if m.swiglu else 2)
     moe_share = m.moe_layers / m.num_layers if m.num_experts and m.num_layers else 0.0
     if moe_share:  # the MoE layers' MLP is not the dense one: experts and dispatch are added below
         linear -= moe_share * h * m.ffn_hidden_size * (3 if m.swiglu else 2)
     gemm_flops = 6 * tokens * linear / tp
-    attn_flops = 6 * tokens * m.query_size * s / tp
+    # Megatron's 6·q·s per token (MLA: the mean of the qk and v widths), less what a sliding window skips
+    attn_flops = 6 * tokens * m.core_attention_width * s / tp * m.window_fraction
     if tflops:  # a measured rate replaces the kernel model for all FLOPs
         rate = tflops * 1e12
         gemm_rate = attn_rate = rate
@@ -221,11 +221,24 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     # CP ring: K and V of the local chunk travel CP−1 steps forward; K, V and their gradients backward.
     context = 0.0
     if t.cp > 1:
-        kv = act * tokens * 2 * m.kv_size / tp
+        kv = act * tokens * (m.attn_k_width + m.attn_v_width) / tp
         ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
         context = layers * max(0.0, ring - attn)
     tensor += layers * dispatch  # the token dispatch is communication too; reported with TP's
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def attention_gemm_weights(m: ModelShape, tp: int) -> float:
+    """The attention block's GEMM weights as TP-sharded ones (×TP for those every TP rank computes: MLA's down
+    projections), so that 6·tokens·weights/TP is the FLOPs per GPU."""
+    h = m.hidden_size
+    if m.mla:
+        n, q_head = m.num_attention_heads, m.qk_head_dim + m.qk_pos_emb_head_dim
+        sharded = (m.q_lora_rank if m.q_lora_rank else h) * n * q_head
+        sharded += m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + n * m.v_head_dim * h
+        replicated = h * (m.q_lora_rank + m.kv_lora_rank + m.qk_pos_emb_head_dim)
+        return sharded + replicated * tp
+    return h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)) + m.query_size * h
 
 
 def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
