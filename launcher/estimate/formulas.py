@@ -317,6 +317,10 @@ class Training:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     pipeline_layout: str | None = None
+    # Fully sharded data parallel: "" (none), or what Megatron-FSDP shards over DP×CP
+    # (data_parallel_sharding_strategy: optim | optim_grads | optim_grads_params; torch FSDP2 shards all three)
+    fsdp: str = ""
+    fsdp_reshard: bool = True  # parameters freed after the forward and gathered again for the backward
 
     @property
     def dp(self) -> int:
@@ -400,7 +404,23 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         embedding_in_split=bool(megatron_value(args, "account_for_embedding_in_pipeline_split")),
         loss_in_split=bool(megatron_value(args, "account_for_loss_in_pipeline_split")),
         pipeline_layout=megatron_value(args, "pipeline_model_parallel_layout") or None,
+        **fsdp_of(args),
     )
+
+
+FSDP_STRATEGIES = ("optim", "optim_grads", "optim_grads_params")
+
+
+def fsdp_of(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Training's FSDP fields: Megatron-FSDP's sharding strategy (no_shard: plain DDP), torch FSDP2's full
+    sharding (torch_fsdp2_reshard_after_forward)."""
+    if megatron_value(args, "use_torch_fsdp2"):
+        return {"fsdp": "optim_grads_params",
+                "fsdp_reshard": bool(megatron_value(args, "torch_fsdp2_reshard_after_forward"))}
+    if megatron_value(args, "use_megatron_fsdp"):
+        strategy = str(megatron_value(args, "data_parallel_sharding_strategy"))
+        return {"fsdp": strategy if strategy in FSDP_STRATEGIES else ""}
+    return {}
 
 
 def _optional_int(value: Any) -> int | None:
@@ -727,9 +747,33 @@ def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     else:
         # half params, fp32 main grads (bf16 with grad_reduce_in_bf16), fp32 master + m + v
         weights, grads, optimizer = 2, (2 if t.grad_reduce_in_bf16 else 4), 12
-    if t.distributed_optimizer:
+    if t.distributed_optimizer or t.fsdp:
         optimizer /= t.dp_cp  # Megatron shards it over the data-parallel group with context parallel
+    if t.fsdp in ("optim_grads", "optim_grads_params"):
+        grads /= t.dp_cp
+    if t.fsdp == "optim_grads_params":
+        weights /= t.dp_cp
     return weights, grads, optimizer
+
+
+# FSDP gathers a layer's parameters (and reduces its gradients) while the one before it computes: two layers'
+# unsharded weights and gradients are in memory at a time (Megatron-FSDP's double buffer, FSDP2's prefetch).
+FSDP_LAYERS_IN_FLIGHT = 2
+
+
+def fsdp_unsharded_bytes(m: ModelShape, t: Training) -> float:
+    """The unsharded working set FSDP adds on one GPU: the in-flight layers' full weights and gradients."""
+    if t.fsdp not in ("optim_grads", "optim_grads_params"):
+        return 0.0
+    lp = layer_params(m)
+    layer = lp.sharded / t.tp + lp.replicated
+    if m.num_experts and m.num_layers:
+        moe = moe_layer_params(m)
+        layer += m.moe_layers / m.num_layers * (moe.experts / (t.ep * t.expert_tp) + moe.shared / t.tp
+                                                - dense_mlp_params(m) / t.tp)
+    weight_bytes = (2 if t.precision != "fp32" else 4) if t.fsdp == "optim_grads_params" else 0
+    grad_bytes = 2 if t.grad_reduce_in_bf16 else 4
+    return FSDP_LAYERS_IN_FLIGHT * layer * (weight_bytes + grad_bytes)
 
 
 # Per score element of the one layer whose unfused attention is being computed (forward or backward): torch's
@@ -840,9 +884,10 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
         seen.add(key)
         p, experts = params[st.rank].params, params[st.rank].expert_params
         optimizer = ob * p
-        if experts and t.distributed_optimizer:  # expert state shards over expert DP, not DP×CP
+        if experts and (t.distributed_optimizer or t.fsdp):  # expert state shards over expert DP, not DP×CP
             optimizer += ob * experts * (t.dp_cp / t.expert_dp - 1)
-        mem = Memory(wb * p, gb * p, optimizer, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
+        activations = stage_activation_bytes(m, t, st.rank) + fsdp_unsharded_bytes(m, t)
+        mem = Memory(wb * p, gb * p, optimizer, activations, st.rank, "complete")
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None

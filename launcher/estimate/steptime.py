@@ -228,6 +228,27 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     return _RankTime(compute, layers * extra, tensor, context)
 
 
+def _fsdp_comm(t: Training, shard: float, microbatch: float, grad_bytes: int, act: int, bw: float,
+               layers: int) -> tuple[float, float]:
+    """Exposed FSDP communication of one microbatch (reduce) and of the step (gather), in seconds.
+
+    Megatron-FSDP / torch FSDP2 with sharded gradients reduce-scatter each layer's gradients in every
+    microbatch's backward; with sharded parameters they all-gather each layer's before its forward and (when
+    resharding after the forward) again before its backward. Each layer's collective overlaps the compute of
+    the layer next to it: exposed is what exceeds that microbatch's forward (⅓) or backward (⅔) compute, and
+    at least one layer's collective, the first one, which has nothing to hide behind."""
+    group = t.dp_cp
+    share = (group - 1) / group * shard
+    reduce = share * grad_bytes / bw
+    gather_fwd = share * act / bw if t.fsdp == "optim_grads_params" else 0.0
+    gather_bwd = gather_fwd if t.fsdp_reshard else 0.0
+    per_layer = 1 / max(1, layers)
+    forward = max(gather_fwd * per_layer, gather_fwd - microbatch / 3)
+    backward = max((gather_bwd + reduce) * per_layer, gather_bwd + reduce - 2 * microbatch / 3)
+    once = 0.0 if t.fsdp == "optim_grads_params" else share * act / bw  # optim_grads: one gather per step
+    return forward + backward, once
+
+
 def attention_gemm_weights(m: ModelShape, tp: int) -> float:
     """The attention block's GEMM weights as TP-sharded ones (×TP for those every TP rank computes: MLA's down
     projections), so that 6·tokens·weights/TP is the FLOPs per GPU."""
@@ -317,18 +338,21 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
         backward = 2 / 3 * slowest.total
         forward = 1 / 3 * slowest.total
         buckets = max(1.0, shard / max(DDP_BUCKET_PARAMS, 1e6 * group))
-        if t.distributed_optimizer:
+        if t.fsdp in ("optim_grads", "optim_grads_params"):
+            reduce, gather = _fsdp_comm(t, shard, slowest.total, grad_bytes, act, bw, stages[0].layers)
+            reduce, buckets = reduce * M, 0.0  # per microbatch, already exposed-only
+        elif t.distributed_optimizer or t.fsdp:
             reduce = (group - 1) / group * shard * grad_bytes / bw
             gather = (group - 1) / group * shard * act / bw
         else:
             reduce, gather = 2 * (group - 1) / group * shard * grad_bytes / bw, 0.0
-        if t.overlap_grad_reduce:
+        if t.overlap_grad_reduce and buckets:
             reduce = max(reduce / buckets, reduce - backward)
-        if t.overlap_param_gather and t.distributed_optimizer:
+        if t.overlap_param_gather and (t.distributed_optimizer or t.fsdp == "optim") and buckets:
             gather = max(gather / buckets, gather - forward)
         data_comm = reduce + gather
     experts = max(p.expert_params for p in params)
-    local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer else shard
+    local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer or t.fsdp else shard
     optimizer = local * ADAM_BYTES_PER_PARAM / (gpu.hbm_tbps * 1e12)
 
     step = StepTime(
