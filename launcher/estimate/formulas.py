@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
+from launcher.estimate.duration import final_batch
 from launcher.gpus import DEFAULT_GPU, GIB, GPUS, Gpu, gpu_by_name  # noqa: F401 - the one catalogue (launcher/gpus.py)
 from launcher.megatron import args as megatron_args
 from launcher.megatron import layer_pattern
@@ -367,7 +368,8 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
-    """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron)."""
+    """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron; with a
+    step batch-size schedule it is the schedule's final batch, the one most of the run trains at)."""
     tp = int(megatron_value(args, "tensor_model_parallel_size"))
     pp = int(megatron_value(args, "pipeline_model_parallel_size"))
     cp = int(megatron_value(args, "context_parallel_size"))
@@ -380,7 +382,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         vpp=virtual_stages_of(args),
         cp=cp,
         micro_batch_size=mbs,
-        global_batch_size=int(megatron_value(args, "global_batch_size") or mbs * dp),
+        global_batch_size=int(megatron_value(args, "global_batch_size") or final_batch(args) or mbs * dp),
         sequence_parallel=bool(megatron_value(args, "sequence_parallel")) and tp > 1,
         recompute=recompute_of(args),
         distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
