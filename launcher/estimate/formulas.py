@@ -242,7 +242,7 @@ def window_left(value: Any) -> int:
     return max(0, left)
 
 
-def window_shape(args: Mapping[str, Any], num_layers: int, seq: int) -> dict[str, int]:
+def window_shape(args: Mapping[str, Any], num_layers: int, seq: int) -> dict[str, Any]:
     """Megatron's is_layer_window_attention over the layers (1-indexed: an int N leaves every N-th layer full,
     a 0/1 list names the windowed layers)."""
     left = window_left(megatron_value(args, "window_size"))
@@ -261,7 +261,7 @@ def window_shape(args: Mapping[str, Any], num_layers: int, seq: int) -> dict[str
     return {"window": left, "window_layers": layers}
 
 
-def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, int]:
+def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, Any]:
     """The MoE fields of ModelShape from Megatron's flags (moe_layer_freq an int N: every N-th layer, or a
     list of 0/1 per layer, as Megatron reads it); nothing for a dense model."""
     experts = int(megatron_value(args, "num_experts") or 0)
@@ -743,6 +743,8 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
 
 def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter with Megatron's mixed-precision Adam."""
+    weights: float
+    grads: float
     optimizer: float
     if t.precision == "fp32":
         weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
