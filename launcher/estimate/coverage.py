@@ -15,15 +15,15 @@ from typing import Any
 from launcher.megatron import args as megatron_args
 
 # Read by launcher/estimate (shape, parameters, FLOPs, memory, step time, stages, checkpoint size) or set by
-# its search; the dropouts' masks are counted as if on (Korthikanti's Table 2), balanced routing is assumed.
-MODELLED = frozenset("""
+# its search.
+READ = frozenset("""
 account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split add_bias_linear add_qkv_bias
-attention_dropout attention_output_gate bf16 context_parallel_size cross_entropy_loss_fusion
+attention_output_gate bf16 context_parallel_size cross_entropy_loss_fusion
 data_parallel_sharding_strategy decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
 expert_model_parallel_size expert_tensor_parallel_size ffn_hidden_size fp16 fp8 global_batch_size
-grad_reduce_in_bf16 group_query_attention hidden_dropout hidden_size kv_channels kv_lora_rank
+grad_reduce_in_bf16 group_query_attention hidden_size kv_channels kv_lora_rank
 make_vocab_size_divisible_by masked_softmax_fusion max_position_embeddings micro_batch_size moe_ffn_hidden_size
-moe_layer_freq moe_router_force_load_balancing moe_router_topk moe_shared_expert_intermediate_size
+moe_layer_freq moe_router_topk moe_shared_expert_intermediate_size
 moe_token_dispatcher_type multi_latent_attention no_save_optim normalization num_attention_heads num_experts
 num_layers num_layers_per_virtual_pipeline_stage num_query_groups num_virtual_stages_per_pipeline_rank
 overlap_grad_reduce overlap_param_gather pad_vocab_size padded_vocab_size pipeline_model_parallel_layout
@@ -34,6 +34,14 @@ tp_comm_overlap train_iters train_samples transformer_impl untie_embeddings_and_
 use_distributed_optimizer use_megatron_fsdp use_torch_fsdp2 v_head_dim vocab_size window_attn_skip_freq window_size
 step_batch_size_schedule eval_interval eval_iters
 """.split())
+# Modelled by an assumption the estimate states: the dropouts' masks are counted as if on (Korthikanti's
+# Table 2; at 0 they are an upper bound), routing is balanced (what forced balancing makes true).
+ASSUMED = {
+    "hidden_dropout": "its mask is counted in the activations as if on",
+    "attention_dropout": "flash attention keeps no mask; unfused attention's is counted",
+    "moe_router_force_load_balancing": "the estimate assumes balanced routing",
+}
+MODELLED = READ | frozenset(ASSUMED)
 
 
 @dataclass(frozen=True)
