@@ -18,7 +18,7 @@ from launcher.estimate import coverage, duration, ranges
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
 from launcher.estimate.steptime import StepTime, step_time
-from launcher.estimate.summary import estimate
+from launcher.estimate.summary import estimate, layout_training
 
 GIB = est.GIB
 
@@ -88,12 +88,18 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
                tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
                rules: ps.Rules | None = None, extra_sets: tuple[str, ...] = (),
                notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS,
-               built_parameters: int | None = None, built_padded_vocab: int | None = None) -> dict[str, Any]:
+               built_parameters: int | None = None, built_padded_vocab: int | None = None,
+               own: tuple[Mapping[str, Any], est.Training] | None = None,
+               recipe: tuple[str, ...] = (), pinned: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
     `rules` judge layouts (launcher.pipeline.checker's, for the target's kernels); `extra_sets` are --set items
     every listed layout needs. `built_parameters` / `built_padded_vocab`: the model the preset's own launch
-    builds (est.built_model_parameters), when its entry builds another model than the one `args` describe.
+    builds (est.built_model_parameters), when its entry builds another model than the one `args` describe;
+    `own`: that model's args and the preset's layout as its launch resolves it, which "the preset's layout" prices
+    (the numbers its dry-run prints), while the layouts below are priced on `args`. `recipe`: the preset as the
+    user named it and the user's own --set items, which every listed command starts with; `pinned`: layout
+    settings the launcher chose for the preset's own layout (micro batch), which every command sets.
     """
     world = budget.world_size
     rules = rules or ps.Rules(args, budget.gpus_per_node)
@@ -127,10 +133,12 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     plan["length"] = length.as_dict() if length else None
     plan["tokens"] = length.tokens if length else None
     if not problems:
-        e = estimate(args, training, gpu, budget.gpus_per_node, tflops)
+        own_args, own_training = own or (args, training)
+        own_shape = est.model_shape(own_args, own_training.tp)
+        e = estimate(own_args, own_training, gpu, budget.gpus_per_node, tflops)
         plan["model"] |= {
             "megatron_parameters": e.megatron_params.total,
-            "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(shape, training)),
+            "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(own_shape, own_training)),
             "megatron_most_loaded_shard": e.megatron_params.most_loaded_shard,
             "flops_per_iteration": e.flops_per_iteration,
         }
@@ -138,21 +146,23 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
             "megatron": e.megatron.as_dict(),
             "megatron_other_optimizer": e.megatron_other_optimizer.as_dict(),
             "complete": e.complete.as_dict(),
-            "difference": [asdict(d) for d in est.memory_difference(shape, training)],
+            "difference": [asdict(d) for d in est.memory_difference(own_shape, own_training)],
             "fits": e.fit,
         }
-        plan["time"] = time_dict(e.step, training, shape, spread, length, args, gpu, budget.gpus_per_node, tflops)
+        plan["time"] = time_dict(e.step, own_training, own_shape, spread, length, args, gpu, budget.gpus_per_node,
+                                 tflops)
         plan["checkpoint"] = checkpoint_dict(args, plan["model"]["parameters"], e.step.total, ckpt_write_gbps)
     result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, rules)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, result.refusals or problems, rules)
+        raise ps.no_fit_error(args, (recipe or (name,))[0], world, gpu, budget.gpus_per_node,
+                              result.refusals or problems, rules)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
         "fitting": result.fitting,
         "notes": list(notes) + result.notes,
-        "best": [candidate_dict(c, name, args, budget, spread, length, gpu, tflops, extra_sets)
-                 for c in result.best],
+        "best": [candidate_dict(c, recipe or (name,), args, budget, spread, length, gpu, tflops, extra_sets,
+                                pinned) for c in result.best],
         "alternatives": [asdict(a) for a in result.alternatives],
     }
     return plan
@@ -215,12 +225,15 @@ def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: fl
     return est.save_cost(parameters, args, step_seconds, int(interval), total, write_gbps)
 
 
-def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: Budget, spread: ranges.Range,
-                   length: duration.Length | None, gpu: est.Gpu, tflops: float | None,
-                   extra_sets: tuple[str, ...] = ()) -> dict[str, Any]:
-    sets = list(extra_sets) + ps.overrides(c.training, args)
-    argv = ["launch", name, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
-    for item in sets:
+def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, Any], budget: Budget,
+                   spread: ranges.Range, length: duration.Length | None, gpu: est.Gpu, tflops: float | None,
+                   extra_sets: tuple[str, ...] = (), pinned: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """One listed layout; its command is `launch PRESET` (as the user named it), the budget, the user's own --set
+    items, then what selects this layout (later --set items win), so that pasted it runs the job priced here."""
+    sets = list(extra_sets) + ps.overrides(c.training, args, pinned)
+    preset, user_sets = recipe[0], recipe[1:]
+    argv = ["launch", preset, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
+    for item in [*user_sets, *sets]:
         argv += ["--set", item]
     d = layout_dict(c.training) | {
         "memory_gib": c.memory.total / GIB,
@@ -264,8 +277,12 @@ def _train_line(plan: Mapping[str, Any], t: Mapping[str, Any]) -> str:
     evaluation = f", of which evaluation {_duration(t['evaluation_seconds'])}" if t["evaluation_seconds"] else ""
     return (f"{_duration(t['seconds_to_tokens'])} ({_duration(low)} – {_duration(high)}) for "
             f"{est.human(length['tokens'])} tokens in {length['iterations']:,.0f} iterations ({length['source']})"
-            f"{evaluation}; {est.human(t['gpu_hours'])} GPU-hours ({est.human(hours_low)} – "
-            f"{est.human(hours_high)})")
+            f"{evaluation}; {_count(t['gpu_hours'])} GPU-hours ({_count(hours_low)} – {_count(hours_high)})")
+
+
+def _count(value: float) -> str:
+    """GPU-hours: 1.23K, 47, 0.062."""
+    return est.human(value) if value >= 1000 else f"{value:.3g}"
 
 
 def _batch_text(plan: Mapping[str, Any]) -> str:
@@ -362,7 +379,7 @@ def render_text(plan: dict[str, Any]) -> str:
         low, high = c["seconds_range"]
         row += f" {f'{low:.3g}–{high:.3g}':>17}"
         if "seconds_to_tokens" in c:
-            row += f" {_duration(c['seconds_to_tokens']):>12} {est.human(c['gpu_hours']):>10}"
+            row += f" {_duration(c['seconds_to_tokens']):>12} {_count(c['gpu_hours']):>10}"
         lines.append(row)
     lines.append("")
     for i, c in enumerate(search["best"], 1):
@@ -518,7 +535,10 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     with constants:
         plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
                           extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
-                          built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp))
+                          built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp),
+                          own=(own_args, layout_training(own_args, own.layout)),
+                          recipe=(ns.preset, *ns.overrides),
+                          pinned=frozenset(job.added) & frozenset(ps.settings(est.training_of(args, budget.world_size))))
     if refitted is not None:
         plan["refit"] = refitted
     return plan, PlanInputs(given, args, budget, gpu, rules, kernels, allow_sp, extra_sets)
