@@ -23,7 +23,7 @@ The structure (docs/plan.md has the same with the calibration table):
    - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
      backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
    - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
-     of it exposed; the expert GEMMs run at `grouped_gemm` of the dense shape efficiency (_moe_time);
+     of it exposed; the expert GEMMs run at a shape efficiency of their own tokens per expert (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; with VPP Megatron overlaps the transfers, so half the bytes are exposed;
    - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
@@ -69,10 +69,10 @@ class Kernels:
     tp_exposed_overlap: float  # ... with tp_comm_overlap
     launch: float  # seconds of fixed cost per layer per microbatch (launches, syncs), forward + backward
     # MoE, fitted on the fitted part's Hopper MoE runs (`python -m launcher.estimate.calibration --fit`;
-    # Ampere borrows them): grouped-GEMM efficiency relative to a dense GEMM of the same shape, FP8's speed-up
-    # of the grouped GEMMs (fitted apart from fp8_gain), the fraction of the token dispatch left exposed
-    grouped_gemm: float = 0.8
-    grouped_fp8_gain: float = 1.0
+    # Ampere borrows them): the FLOPs of one expert's GEMM (2·M·N·K: its tokens × h × F_moe/ETP) at which the
+    # grouped GEMM runs at half a large GEMM's rate (few large experts run as dense GEMMs do, many small ones
+    # far below; that overhead does not shrink with FP8), the fraction of the token dispatch left exposed
+    grouped_work: float = 1e10
     dispatch_exposed: float = 0.4
 
 
@@ -267,8 +267,10 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     """One MoE layer, one microbatch, forward + backward: (expert GEMMs + permutation, exposed dispatch).
 
     Expert GEMMs: 6·(token-expert pairs)·h·F_moe·(3 with SwiGLU, else 2)/ETP FLOPs per GPU, pairs = tokens ·
-    topk · ETP/TP, at the dense GEMM's shape efficiency (width F_moe/ETP, tokens per local expert) times
-    `grouped_gemm`; the shared expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
+    topk · ETP/TP, at a shape efficiency: the dense width curve at min(F_moe/ETP, h), and an overhead of
+    `grouped_work`/W where W = 2·M·N·K is one expert's GEMM (M its tokens): few large experts run as dense
+    GEMMs do; FP8 divides the large-GEMM part by `fp8_gain` as for dense GEMMs, not the overhead; the shared
+    expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
     the same): all-to-all moves each pair's hidden state once, (EP−1)/EP of it off the GPU; all-gather
     gathers every EP rank's tokens; over NVLink when the EP group (stride TP·CP) is in one node, else one
     NIC per GPU."""
@@ -278,10 +280,18 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     peak = gpu.peak_tflops * 1e12
     pairs = tokens * m.moe_topk * t.expert_tp / tp
     width = m.moe_ffn_hidden_size / t.expert_tp
-    per_expert = pairs / max(1, m.num_experts // t.ep)
-    eff = k.gemm * width / (width + k.gemm_width) * per_expert / (per_expert + k.gemm_tokens) * k.grouped_gemm
-    expert_rate = rate or peak * eff * (k.grouped_fp8_gain if t.fp8 else 1.0)
-    seconds = 6 * pairs * h * width * factor / expert_rate
+    local = max(1, m.num_experts // t.ep)
+    per_expert = pairs / local
+    flops = 6 * pairs * h * width * factor
+    if rate:
+        seconds = flops / rate
+    else:
+        # each expert's GEMM: M = its tokens, N·K = h·F_moe/ETP; at its work W the time is the large-GEMM time
+        # (÷ fp8_gain with FP8, as dense GEMMs) plus an overhead of grouped_work/W of it, which FP8 does not cut
+        narrow = min(width, h)
+        large = flops / (peak * k.gemm * narrow / (narrow + k.gemm_width))
+        work = 2 * per_expert * h * width
+        seconds = large * (1 / (k.fp8_gain if t.fp8 else 1.0) + k.grouped_work / work)
     if m.shared_expert_size:
         shared_w = h / tp
         shared_eff = k.gemm * shared_w / (shared_w + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
