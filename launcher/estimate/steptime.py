@@ -280,8 +280,7 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     peak = gpu.peak_tflops * 1e12
     pairs = tokens * m.moe_topk * t.expert_tp / tp
     width = m.moe_ffn_hidden_size / t.expert_tp
-    local = max(1, m.num_experts // t.ep)
-    per_expert = pairs / local
+    per_expert = pairs / max(1, m.num_experts // t.ep)  # tokens each local expert's GEMMs get
     flops = 6 * pairs * h * width * factor
     if rate:
         seconds = flops / rate
