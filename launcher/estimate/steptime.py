@@ -344,11 +344,14 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
         # Across nodes NCCL runs one ring per NIC: a group with k members per node moves k NICs' worth.
         bw = min(gpu.nvlink_gbps, gpu.network_gbps * place.dp_per_node) * 1e9 if place.dp else gpu.nvlink_gbps * 1e9
         grad_bytes = 4 if t.precision == "fp32" or not t.grad_reduce_in_bf16 else 2
-        backward = 2 / 3 * slowest.total
-        forward = 1 / 3 * slowest.total
+        # What DP communication can hide behind: the last microbatch's backward and the first one's forward, their
+        # compute only (the TP/CP/EP collectives of that microbatch use the links, they hide nothing)
+        hiding = slowest.compute + slowest.recompute
+        backward = 2 / 3 * hiding
+        forward = 1 / 3 * hiding
         buckets = max(1.0, shard / max(DDP_BUCKET_PARAMS, 1e6 * group))
         if t.fsdp in ("optim_grads", "optim_grads_params"):
-            reduce, gather = _fsdp_comm(t, shard, slowest.total, grad_bytes, act, bw, stages[0].layers)
+            reduce, gather = _fsdp_comm(t, shard, hiding, grad_bytes, act, bw, stages[0].layers)
             reduce, buckets = reduce * M, 0.0  # per microbatch, already exposed-only
         elif t.distributed_optimizer or t.fsdp:
             reduce = (group - 1) / group * shard * grad_bytes / bw
