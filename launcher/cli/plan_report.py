@@ -532,13 +532,14 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         refitted = {"runs": runs, "file": str(path), "constants": {k: v[1] for k, v in result.changed().items()},
                     "errors_before": list(result.errors_before), "errors_after": list(result.errors_after)}
         constants = plan_refit.kernels_installed(gpu.family, result.after)
+    training_of_budget = est.training_of(args, budget.world_size)
     with constants:
         plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
                           extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
                           built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp),
                           own=(own_args, layout_training(own_args, own.layout)),
                           recipe=(ns.preset, *ns.overrides),
-                          pinned=frozenset(job.added) & frozenset(ps.settings(est.training_of(args, budget.world_size))))
+                          pinned=frozenset(job.added) & frozenset(ps.settings(training_of_budget)))
     if refitted is not None:
         plan["refit"] = refitted
     return plan, PlanInputs(given, args, budget, gpu, rules, kernels, allow_sp, extra_sets)

@@ -414,7 +414,8 @@ COST_IRRELEVANT: dict[str, frozenset[str]] = {
     retriever_report_topk_accuracies retriever_score_scaling swin_backbone_type vision_backbone_type
     vision_pretraining vision_pretraining_type
     """.split()),
-    "sub-settings of a setting named as not modelled (mamba_*, linear_* with hybrid / linear attention; the MoE dispatch and stash tuning; CUDA-graph warm-up; offload buffers)": frozenset("""
+    "sub-settings of a setting named as not modelled (mamba_*, linear_* under a hybrid / linear-attention "
+    "setting; MoE dispatch and stash tuning; CUDA-graph warm-up; offload buffers)": frozenset("""
     cpu_offloading_retain_pinned_cpu_buffers cuda_graph_warmup_steps linear_conv_kernel_dim linear_key_head_dim
     linear_num_key_heads linear_num_value_heads linear_value_head_dim mamba_head_dim mamba_num_groups
     mamba_num_heads mamba_state_dim moe_hybridep_num_blocks_permute moe_hybridep_num_blocks_unpermute

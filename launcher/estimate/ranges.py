@@ -75,10 +75,12 @@ def family_name(moe: bool, generation: str, fp8: bool) -> str:
 def time_range(moe: bool, generation: str, fp8: bool, widen: float = 0.0,
                runs: tuple[HeldBack, ...] = HELD_BACK) -> Range:
     """The range for a prediction of this family (module docstring), widened by `widen` each way."""
+    kind = "MoE" if moe else "dense"
     tiers = (
-        (family_name(moe, generation, fp8), [r for r in runs if (r.moe, r.generation, r.fp8) == (moe, generation, fp8)]),
-        (f"{'MoE' if moe else 'dense'} · {generation}", [r for r in runs if (r.moe, r.generation) == (moe, generation)]),
-        ("MoE" if moe else "dense", [r for r in runs if r.moe == moe]),
+        (family_name(moe, generation, fp8),
+         [r for r in runs if (r.moe, r.generation, r.fp8) == (moe, generation, fp8)]),
+        (f"{kind} · {generation}", [r for r in runs if (r.moe, r.generation) == (moe, generation)]),
+        (kind, [r for r in runs if r.moe == moe]),
         ("all held-back runs", list(runs)),
     )
     label, chosen = next(((name, rs) for name, rs in tiers if len(rs) >= MIN_RUNS), tiers[-1])

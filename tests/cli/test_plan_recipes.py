@@ -27,7 +27,8 @@ def _presets(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
     copy = tmp / "my-345m.yaml"
     copy.write_text("base: 345m\ndescription: a preset file\nmegatron:\n  training:\n    micro_batch_size: 4\n")
     layout = tmp / "layout.yaml"
-    layout.write_text("base: 345m\ndescription: an explicit pipeline layout\nlauncher:\n  nodes: 1\n  gpus_per_node: 4\n"
+    layout.write_text("base: 345m\ndescription: an explicit pipeline layout\n"
+                      "launcher:\n  nodes: 1\n  gpus_per_node: 4\n"
                       "megatron:\n  parallel:\n    pipeline_model_parallel_size: 2\n"
                       "    pipeline_model_parallel_layout: Et*12|t*12L\n  training:\n    micro_batch_size: 4\n")
     schedule = tmp / "schedule.yaml"
