@@ -52,27 +52,21 @@ class Unmodelled:
     widen: float  # the time range is widened by this fraction each way when the setting is in use
     # when the setting is in use; default: its value differs from Megatron's default
     active: Callable[[Any, Mapping[str, Any]], bool] | None = None
+    # a kernel choice named only when Transformer Engine runs: without it the launcher sets these itself, and
+    # the constants for that case come from runs made so (docs/plan.md, "ours")
+    te_only: bool = False
 
 
 SMALL, MEDIUM, LARGE = 0.05, 0.15, 0.5
 
 
-def _u(effect: str, widen: float = SMALL, active: Callable[[Any, Mapping[str, Any]], bool] | None = None) -> Unmodelled:
-    return Unmodelled(effect, widen, active)
+def _u(effect: str, widen: float = SMALL, active: Callable[[Any, Mapping[str, Any]], bool] | None = None,
+       te_only: bool = False) -> Unmodelled:
+    return Unmodelled(effect, widen, active, te_only)
 
 
 def _moe(value: Any, args: Mapping[str, Any]) -> bool:
     return bool(args.get("num_experts"))
-
-
-def _off_with_te(value: Any, args: Mapping[str, Any]) -> bool:
-    """A fusion turned off although Transformer Engine runs. Without TE the launcher turns it off itself, and
-    the constants for that case come from runs made so (docs/plan.md, "ours")."""
-    return not value and args.get("transformer_impl") != "local"
-
-
-def _on_with_te(value: Any, args: Mapping[str, Any]) -> bool:
-    return bool(value) and args.get("transformer_impl") != "local"
 
 
 _EVAL = "evaluation passes outside the step time (time to train)"
@@ -230,7 +224,7 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "create_all_gather_group": _u(_COMM_TUNING, SMALL),
     # kernels
     "gradient_accumulation_fusion": _u("weight gradients without fused accumulation: a few % slower", SMALL,
-                                       _off_with_te),
+                                       te_only=True),
     "cuda_graph_impl": _u("CUDA graphs: less launch overhead, more memory", SMALL),
     "cuda_graph_modules": _u("CUDA graphs: less launch overhead, more memory", SMALL),
     "cuda_graph_scope_deprecated": _u("CUDA graphs: less launch overhead, more memory", SMALL),
@@ -239,22 +233,22 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "attention_backend": _u("which attention kernel runs (flash / fused / unfused): attention time and memory",
                             MEDIUM),
     "use_flash_attn": _u("which attention kernel runs: attention time", SMALL),
-    "apply_rope_fusion": _u(_FUSION, SMALL),
-    "bias_dropout_fusion": _u(_FUSION, SMALL),
-    "bias_gelu_fusion": _u(_FUSION, SMALL),
-    "bias_swiglu_fusion": _u(_FUSION, SMALL),
-    "cross_entropy_fusion_impl": _u(_FUSION, SMALL),
-    "gradient_reduce_div_fusion": _u(_FUSION, SMALL),
-    "fused_residual_rmsnorm": _u(_FUSION, SMALL),
-    "no_persist_layer_norm": _u(_FUSION, SMALL, _on_with_te),
-    "mla_down_proj_fusion": _u(_FUSION, SMALL),
+    "apply_rope_fusion": _u(_FUSION, SMALL, te_only=True),
+    "bias_dropout_fusion": _u(_FUSION, SMALL, te_only=True),
+    "bias_gelu_fusion": _u(_FUSION, SMALL, te_only=True),
+    "bias_swiglu_fusion": _u(_FUSION, SMALL, te_only=True),
+    "cross_entropy_fusion_impl": _u(_FUSION, SMALL, te_only=True),
+    "gradient_reduce_div_fusion": _u(_FUSION, SMALL, te_only=True),
+    "fused_residual_rmsnorm": _u(_FUSION, SMALL, te_only=True),
+    "no_persist_layer_norm": _u(_FUSION, SMALL, te_only=True),
+    "mla_down_proj_fusion": _u(_FUSION, SMALL, te_only=True),
     "fp16_lm_cross_entropy": _u("half-precision logits in the loss: the last stage's memory", SMALL),
     "reset_attention_mask": _u("per-document attention masks: an arbitrary mask instead of the causal kernel",
                                MEDIUM),
     "fsdp_manual_registration": _u(_COMM_TUNING, SMALL),
-    "use_te_activation_func": _u(_FUSION, SMALL),
-    "use_fused_weighted_squared_relu": _u(_FUSION, SMALL),
-    "use_transformer_engine_op_fuser": _u(_FUSION, SMALL),
+    "use_te_activation_func": _u(_FUSION, SMALL, te_only=True),
+    "use_fused_weighted_squared_relu": _u(_FUSION, SMALL, te_only=True),
+    "use_transformer_engine_op_fuser": _u(_FUSION, SMALL, te_only=True),
     "use_grouped_gemm_for_dense_mlp": _u("the dense MLP through grouped GEMMs", SMALL),
     "batch_invariant_mode": _u("batch-invariant kernels: slower GEMMs and attention", MEDIUM),
     "deterministic_mode": _u("deterministic kernels: slower attention and reductions", MEDIUM),
@@ -478,6 +472,8 @@ def unmodelled(args: Mapping[str, Any]) -> list[Named]:
         value = args.get(name, catalog[name].default)
         default = catalog[name].default
         active = rule.active(value, args) if rule.active else in_use(value, default)
+        if rule.te_only and args.get("transformer_impl") == "local":
+            active = False
         if active:
             found.append(Named(name, value, rule.effect, rule.widen))
     return sorted(found, key=lambda n: n.name)

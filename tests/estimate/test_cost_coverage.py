@@ -99,3 +99,9 @@ def test_run_length_by_batch_schedule_phase() -> None:
     seconds = duration.train_seconds(iters, lambda batch: batch / 100, {"eval_interval": 25, "eval_iters": 3})
     assert seconds["steps"] == pytest.approx(10 * 1 + 40 * 2)
     assert seconds["evaluation"] == pytest.approx(2 * 3 * 2 / 3)  # 2 evaluations of 3 forward steps at batch 200
+
+
+def test_kernel_fusions_the_launcher_turns_off_without_te_are_named_only_with_te() -> None:
+    assert coverage.unmodelled({"transformer_impl": "local", "apply_rope_fusion": False}) == []
+    named = coverage.unmodelled({"transformer_impl": "transformer_engine", "apply_rope_fusion": False})
+    assert [n.name for n in named] == ["apply_rope_fusion"]
