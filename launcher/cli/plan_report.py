@@ -15,10 +15,11 @@ from typing import Any
 
 from launcher.cli.parsing import positive_number
 from launcher.errors import Problem, UserError
+from launcher.estimate import coverage, duration, ranges
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
-from launcher.estimate.steptime import StepTime
-from launcher.estimate.summary import estimate
+from launcher.estimate.steptime import StepTime, step_time
+from launcher.estimate.summary import estimate, layout_training
 
 GIB = est.GIB
 
@@ -84,26 +85,22 @@ def parse_tokens(text: str) -> float:
     return tokens
 
 
-def preset_tokens(args: Mapping[str, Any]) -> float | None:
-    """Tokens the preset trains for: train_samples·seq or train_iters·GBS·seq."""
-    seq = int(args["seq_length"])
-    if args.get("train_samples"):
-        return float(args["train_samples"]) * seq
-    if args.get("train_iters") and args.get("global_batch_size"):
-        return float(args["train_iters"]) * int(args["global_batch_size"]) * seq
-    return None
-
-
 def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu, top: int = 5,
                tflops: float | None = None, tokens: float | None = None, allow_sp: bool | None = None,
                rules: ps.Rules | None = None, extra_sets: tuple[str, ...] = (),
                notes: tuple[str, ...] = (), ckpt_write_gbps: float = est.CHECKPOINT_WRITE_GBPS,
-               built_parameters: int | None = None, built_padded_vocab: int | None = None) -> dict[str, Any]:
+               built_parameters: int | None = None, built_padded_vocab: int | None = None,
+               own: tuple[Mapping[str, Any], est.Training] | None = None,
+               recipe: tuple[str, ...] = (), pinned: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The whole `launch plan` answer as plain data (the JSON output; the text output renders it).
 
     `rules` judge layouts (launcher.pipeline.checker's, for the target's kernels); `extra_sets` are --set items
     every listed layout needs. `built_parameters` / `built_padded_vocab`: the model the preset's own launch
-    builds (est.built_model_parameters), when its entry builds another model than the one `args` describe.
+    builds (est.built_model_parameters), when its entry builds another model than the one `args` describe;
+    `own`: that model's args and the preset's layout as its launch resolves it, which "the preset's layout" prices
+    (the numbers its dry-run prints), while the layouts below are priced on `args`. `recipe`: the preset as the
+    user named it and the user's own --set items, which every listed command starts with; `pinned`: layout
+    settings the launcher chose for the preset's own layout (micro batch), which every command sets.
     """
     world = budget.world_size
     rules = rules or ps.Rules(args, budget.gpus_per_node)
@@ -111,7 +108,6 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     shape = est.model_shape(args, training.tp)
     problems = rules.problems(training)
     model_parallel = training.tp * training.pp * training.cp
-    tokens = tokens if tokens is not None else preset_tokens(args)
     plan: dict[str, Any] = {
         "preset": name,
         "gpu": asdict(gpu) | {"memory_gib": round(gpu.memory_bytes / GIB, 1),
@@ -130,11 +126,20 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     }
     if problems and world < model_parallel:
         plan["layout"]["minimum_gpus"] = model_parallel
+    named = coverage.unmodelled(args)
+    spread = ranges.time_range(bool(shape.num_experts), gpu.family, training.fp8, coverage.widening(named))
+    length = duration.training_length(args, training.global_batch_size, tokens)
+    plan["not_modelled"] = [asdict(n) | {"line": n.line()} for n in named]
+    plan["range"] = spread.as_dict()
+    plan["length"] = length.as_dict() if length else None
+    plan["tokens"] = length.tokens if length else None
     if not problems:
-        e = estimate(args, training, gpu, budget.gpus_per_node, tflops)
+        own_args, own_training = own or (args, training)
+        own_shape = est.model_shape(own_args, own_training.tp)
+        e = estimate(own_args, own_training, gpu, budget.gpus_per_node, tflops)
         plan["model"] |= {
             "megatron_parameters": e.megatron_params.total,
-            "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(shape, training)),
+            "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(own_shape, own_training)),
             "megatron_most_loaded_shard": e.megatron_params.most_loaded_shard,
             "flops_per_iteration": e.flops_per_iteration,
         }
@@ -142,21 +147,23 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
             "megatron": e.megatron.as_dict(),
             "megatron_other_optimizer": e.megatron_other_optimizer.as_dict(),
             "complete": e.complete.as_dict(),
-            "difference": [asdict(d) for d in est.memory_difference(shape, training)],
+            "difference": [asdict(d) for d in est.memory_difference(own_shape, own_training)],
             "fits": e.fit,
         }
-        plan["time"] = time_dict(e.step, training, shape, tokens)
+        plan["time"] = time_dict(e.step, own_training, own_shape, spread, length, args, gpu, budget.gpus_per_node,
+                                 tflops)
         plan["checkpoint"] = checkpoint_dict(args, plan["model"]["parameters"], e.step.total, ckpt_write_gbps)
     result = ps.search(args, world, gpu, budget.gpus_per_node, top, tflops, allow_sp, rules)
     if not result.best:
-        raise ps.no_fit_error(args, name, world, gpu, budget.gpus_per_node, result.refusals or problems, rules)
+        raise ps.no_fit_error(args, (recipe or (name,))[0], world, gpu, budget.gpus_per_node,
+                              result.refusals or problems, rules)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
         "fitting": result.fitting,
         "notes": list(notes) + result.notes,
-        "best": [candidate_dict(c, name, args, budget, shape.seq_length, tokens, extra_sets)
-                 for c in result.best],
+        "best": [candidate_dict(c, recipe or (name,), args, budget, spread, length, gpu, tflops, extra_sets,
+                                pinned) for c in result.best],
         "alternatives": [asdict(a) for a in result.alternatives],
     }
     return plan
@@ -170,16 +177,42 @@ def layout_dict(t: est.Training) -> dict[str, Any]:
     return d
 
 
-def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, tokens: float | None) -> dict[str, Any]:
+def time_dict(step: StepTime, t: est.Training, m: est.ModelShape, spread: ranges.Range,
+              length: duration.Length | None, args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int,
+              tflops: float | None) -> dict[str, Any]:
+    """Step time with its range, throughput, and the run's length in time and GPU-hours with the same range."""
     flops = est.flops_per_iteration(m, t.global_batch_size)
     d: dict[str, Any] = {
         "step": step.as_dict(),
+        "seconds_range": list(spread.of(step.total)),
         "model_tflops_per_gpu": flops / (step.total * t.world_size) / 1e12,
         "tokens_per_second": t.global_batch_size * m.seq_length / step.total,
     }
-    if tokens:
-        d["seconds_to_tokens"] = est.time_to_tokens(step.total, t.global_batch_size, m.seq_length, tokens)
+    if length is not None:
+        d |= train_dict(step.total, t, m, spread, length, args, gpu, gpus_per_node, tflops)
     return d
+
+
+def train_dict(seconds: float, t: est.Training, m: est.ModelShape, spread: ranges.Range, length: duration.Length,
+               args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, tflops: float | None) -> dict[str, Any]:
+    """Time to train (steps by batch phase, and evaluation) and GPU-hours, each with the step time's range."""
+
+    def step_at(batch: int) -> float:
+        if batch == t.global_batch_size:
+            return seconds
+        return step_time(m, replace(t, global_batch_size=batch), gpu, gpus_per_node, tflops).total
+
+    train = duration.train_seconds(length, step_at, args)
+    total = train["total"]
+    low, high = spread.of(total)
+    hours = total * t.world_size / 3600
+    return {
+        "seconds_to_tokens": total,
+        "seconds_to_tokens_range": [low, high],
+        "evaluation_seconds": train["evaluation"],
+        "gpu_hours": hours,
+        "gpu_hours_range": [low * t.world_size / 3600, high * t.world_size / 3600],
+    }
 
 
 def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: float,
@@ -193,23 +226,29 @@ def checkpoint_dict(args: Mapping[str, Any], parameters: float, step_seconds: fl
     return est.save_cost(parameters, args, step_seconds, int(interval), total, write_gbps)
 
 
-def candidate_dict(c: ps.Candidate, name: str, args: Mapping[str, Any], budget: Budget, seq: int,
-                   tokens: float | None, extra_sets: tuple[str, ...] = ()) -> dict[str, Any]:
-    sets = list(extra_sets) + ps.overrides(c.training, args)
-    argv = ["launch", name, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
-    for item in sets:
+def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, Any], budget: Budget,
+                   spread: ranges.Range, length: duration.Length | None, gpu: est.Gpu, tflops: float | None,
+                   extra_sets: tuple[str, ...] = (), pinned: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """One listed layout; its command is `launch PRESET` (as the user named it), the budget, the user's own --set
+    items, then what selects this layout (later --set items win), so that pasted it runs the job priced here."""
+    sets = list(extra_sets) + ps.overrides(c.training, args, pinned)
+    preset, user_sets = recipe[0], recipe[1:]
+    argv = ["launch", preset, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
+    for item in [*user_sets, *sets]:
         argv += ["--set", item]
     d = layout_dict(c.training) | {
         "memory_gib": c.memory.total / GIB,
         "megatron_memory_gib": c.megatron.total / GIB,
         "fits": c.fit,
         "seconds_per_iteration": c.seconds,
+        "seconds_range": list(spread.of(c.seconds)),
         "step": c.step.as_dict(),
         "overrides": sets,
         "command": argv,
     }
-    if tokens:
-        d["seconds_to_tokens"] = est.time_to_tokens(c.seconds, c.training.global_batch_size, seq, tokens)
+    if length is not None:
+        m = est.model_shape(args, c.training.tp)
+        d |= train_dict(c.seconds, c.training, m, spread, length, args, gpu, budget.gpus_per_node, tflops)
     return d
 
 
@@ -224,6 +263,36 @@ def _duration(seconds: float) -> str:
     if seconds >= 120:
         return f"{seconds / 60:.1f} min"
     return f"{seconds:.2f} s"
+
+
+def _range_source(spread: Mapping[str, Any]) -> str:
+    widened = (f", ±{spread['widened_by_unmodelled']:.0%} wider for the settings not modelled below"
+               if spread["widened_by_unmodelled"] else "")
+    return f"the errors of {spread['runs']} held-back published runs, {spread['family']}{widened}"
+
+
+def _train_line(plan: Mapping[str, Any], t: Mapping[str, Any]) -> str:
+    length = plan["length"]
+    low, high = t["seconds_to_tokens_range"]
+    hours_low, hours_high = t["gpu_hours_range"]
+    evaluation = f", of which evaluation {_duration(t['evaluation_seconds'])}" if t["evaluation_seconds"] else ""
+    return (f"{_duration(t['seconds_to_tokens'])} ({_duration(low)} – {_duration(high)}) for "
+            f"{est.human(length['tokens'])} tokens in {length['iterations']:,.0f} iterations ({length['source']})"
+            f"{evaluation}; {_count(t['gpu_hours'])} GPU-hours ({_count(hours_low)} – {_count(hours_high)})")
+
+
+def _count(value: float) -> str:
+    """GPU-hours: 1.23K, 47, 0.062."""
+    return est.human(value) if value >= 1000 else f"{value:.3g}"
+
+
+def _batch_text(plan: Mapping[str, Any]) -> str:
+    """The global batch, or the schedule's batches when a step batch-size schedule drives it."""
+    length, batch = plan.get("length"), plan["layout"]["global_batch_size"]
+    phases = length["phases"] if length else []
+    if len(phases) > 1:
+        return " → ".join(str(p["global_batch_size"]) for p in phases) + " (step_batch_size_schedule)"
+    return str(batch)
 
 
 def render_text(plan: dict[str, Any]) -> str:
@@ -243,7 +312,7 @@ def render_text(plan: dict[str, Any]) -> str:
     lines.append(f"  FLOPs per token      {model['flops_per_token']:.4g} (Megatron's formula; recompute not counted)")
     lines.append("")
     desc = ps.describe(est.Training(**{k: lay[k] for k in est.Training.__dataclass_fields__}))
-    lines.append(f"The preset's layout: {desc}, global batch {lay['global_batch_size']}")
+    lines.append(f"The preset's layout: {desc}, global batch {_batch_text(plan)}")
     if not lay["valid"]:
         for p in lay["problems"]:
             lines.append(f"  not possible here: {p}")
@@ -280,10 +349,12 @@ def render_text(plan: dict[str, Any]) -> str:
                      f"{s['recompute']:.3f}, bubble {s['bubble']:.3f}, exposed comm: TP {s['tensor_comm']:.3f}, "
                      f"CP {s['context_comm']:.3f}, PP {s['pipeline_comm']:.3f}, DP {s['data_comm']:.3f}; "
                      f"optimizer {s['optimizer']:.3f})")
+        low, high = t["seconds_range"]
+        lines.append(f"    likely range       {low:.3f} – {high:.3f} s  ({_range_source(plan['range'])})")
         lines.append(f"    throughput         {t['tokens_per_second']:,.0f} tokens/s, "
                      f"{t['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU")
         if "seconds_to_tokens" in t:
-            lines.append(f"    {est.human(plan['tokens'])} tokens      {_duration(t['seconds_to_tokens'])}")
+            lines.append(f"    time to train      {_train_line(plan, t)}")
         c = plan["checkpoint"]
         saves = f", {c['saves']:,} saves: {_duration(c['total_seconds'])} in all" if c["saves"] else ""
         lines.append(f"    checkpoints        {est.human_bytes(c['bytes'])} each, ~{_duration(c['seconds_per_save'])} "
@@ -297,15 +368,19 @@ def render_text(plan: dict[str, Any]) -> str:
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
            f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
-        head += f" {'to ' + est.human(plan['tokens']):>12}"
+        head += f" {'range':>17} {'to ' + est.human(plan['tokens']):>12} {'GPU-hours':>10}"
+    else:
+        head += f" {'range':>17}"
     lines.append(head)
     for i, c in enumerate(search["best"], 1):
         row = (f"  {i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
                f"{c['num_microbatches']:>5} {'yes' if c['sequence_parallel'] else 'no':>3} {c['recompute']:>9} "
                f"{'yes' if c['distributed_optimizer'] else 'no':>8} {c['memory_gib']:8.2f} "
                f"{c['seconds_per_iteration']:9.4f}")
+        low, high = c["seconds_range"]
+        row += f" {f'{low:.3g}–{high:.3g}':>17}"
         if "seconds_to_tokens" in c:
-            row += f" {_duration(c['seconds_to_tokens']):>12}"
+            row += f" {_duration(c['seconds_to_tokens']):>12} {_count(c['gpu_hours']):>10}"
         lines.append(row)
     lines.append("")
     for i, c in enumerate(search["best"], 1):
@@ -317,6 +392,8 @@ def render_text(plan: dict[str, Any]) -> str:
             lines.append(f"  {a['label']}: {a['verdict']}")
     for note in search["notes"]:
         lines.append(f"note: {note}")
+    for named in plan["not_modelled"]:
+        lines.append(named["line"])
     lines.append("")
     lines.append("Memory: 'Megatron' is megatron.training.theoretical_memory_usage; 'complete' is the launcher's "
                  "model of the most loaded GPU (docs/plan.md); 'complete − Megatron' names what they differ by.")
@@ -459,10 +536,14 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         refitted = {"runs": runs, "file": str(path), "constants": {k: v[1] for k, v in result.changed().items()},
                     "errors_before": list(result.errors_before), "errors_after": list(result.errors_after)}
         constants = plan_refit.kernels_installed(gpu.family, result.after)
+    training_of_budget = est.training_of(args, budget.world_size)
     with constants:
         plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
                           extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
-                          built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp))
+                          built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp),
+                          own=(own_args, layout_training(own_args, own.layout)),
+                          recipe=(ns.preset, *ns.overrides),
+                          pinned=frozenset(job.added) & frozenset(ps.settings(training_of_budget)))
     if refitted is not None:
         plan["refit"] = refitted
     return plan, PlanInputs(given, args, budget, gpu, rules, kernels, allow_sp, extra_sets)

@@ -9,7 +9,8 @@ tests/estimate/test_plan_calibration.py holds it to the targets.
 Two parts: the runs the constants were fitted on (`held_back` False), and a held-back part the fit never
 sees (`fit_moe` and the dense constants were fixed before those runs were added), reported separately.
 `python -m launcher.estimate.calibration --fit` refits the MoE constants on the fitted part's MoE runs and
-prints every fitted run's residual by precision.
+prints every fitted run's residual by precision; `--ranges` prints the held-back errors that
+launcher/estimate/ranges.py turns into the range around every predicted time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from launcher.estimate import formulas as est
 from launcher.estimate import search as ps
+from launcher.estimate.ranges import HeldBack
 
 SC21 = ("Narayanan et al. 2021 (SC21), Table 1, https://arxiv.org/abs/2104.04473; layouts "
         "third_party/megatron-lm/examples/academic_paper_scripts/sc21/run_table_1.sh")
@@ -459,8 +461,7 @@ def markdown(results: list[Result]) -> str:
 # ------------------------------------------------------------------------------------------- the MoE fit
 
 MOE_GRID: dict[str, tuple[float, ...]] = {
-    "grouped_gemm": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
-    "grouped_fp8_gain": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.85),
+    "grouped_work": (1e9, 3e9, 1e10, 2e10, 3e10, 5e10, 7e10, 1e11, 1.5e11, 2e11, 3e11),
     "dispatch_exposed": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
 }
 
@@ -519,7 +520,24 @@ def residuals_text(runs: Iterable[Run] = RUNS) -> str:
     return "\n".join(lines)
 
 
+def held_back_errors(results: Iterable[Result]) -> tuple[HeldBack, ...]:
+    """The held-back runs' errors as launcher/estimate/ranges.py keeps them (rounded to 0.1 %)."""
+    return tuple(HeldBack(r.run.name, r.run.moe, est.GPUS[r.run.gpu].family, r.run.precision == "fp8",
+                          round(r.error, 3)) for r in results if r.run.held_back)
+
+
+def ranges_text(results: Iterable[Result]) -> str:
+    """The HELD_BACK table of launcher/estimate/ranges.py, to paste there."""
+    return "\n".join(f"    HeldBack({h.name!r}, {h.moe}, {h.generation!r}, {h.fp8}, {h.error}),"
+                     for h in held_back_errors(results)).replace("'", '"')
+
+
 if __name__ == "__main__":
     import sys
 
-    print(residuals_text() if "--fit" in sys.argv[1:] else markdown(evaluate_all()))
+    if "--fit" in sys.argv[1:]:
+        print(residuals_text())
+    elif "--ranges" in sys.argv[1:]:
+        print(ranges_text(evaluate_all()))
+    else:
+        print(markdown(evaluate_all()))

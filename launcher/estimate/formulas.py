@@ -20,11 +20,13 @@ Two memory models live here:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from typing import Any
 
+from launcher.estimate.duration import final_batch
 from launcher.gpus import DEFAULT_GPU, GIB, GPUS, Gpu, gpu_by_name  # noqa: F401 - the one catalogue (launcher/gpus.py)
 from launcher.megatron import args as megatron_args
 from launcher.megatron import layer_pattern
@@ -112,6 +114,20 @@ class ModelShape:
     moe_topk: int = 0
     shared_expert_size: int = 0
     moe_layers: int = 0
+    # Multi-latent attention (DeepSeek-V2/V3; multi_latent_attention): low-rank query (q_lora_rank, 0: a full
+    # query projection) and key/value (kv_lora_rank) projections, per-head qk_head_dim + qk_pos_emb_head_dim
+    # (the RoPE part) for queries and keys, v_head_dim for values.
+    mla: bool = False
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_head_dim: int = 0
+    qk_pos_emb_head_dim: int = 0
+    v_head_dim: int = 0
+    qk_layernorm: bool = False  # a norm on each head's queries and keys (MLA: on the two latents)
+    # Sliding-window attention (window_size): `window` keys to the left of each query on `window_layers` of
+    # the layers (window_attn_skip_freq leaves the others full); 0: full causal attention everywhere.
+    window: int = 0
+    window_layers: int = 0
 
     @property
     def query_size(self) -> int:
@@ -120,6 +136,44 @@ class ModelShape:
     @property
     def kv_size(self) -> int:
         return self.kv_channels * self.num_query_groups
+
+    @property
+    def attn_qk_width(self) -> int:
+        """Width of the queries (and, with MLA, of the keys) that enter core attention."""
+        if self.mla:
+            return self.num_attention_heads * (self.qk_head_dim + self.qk_pos_emb_head_dim)
+        return self.query_size
+
+    @property
+    def attn_k_width(self) -> int:
+        return self.attn_qk_width if self.mla else self.kv_size
+
+    @property
+    def attn_v_width(self) -> int:
+        return self.num_attention_heads * self.v_head_dim if self.mla else self.kv_size
+
+    @property
+    def attn_out_width(self) -> int:
+        """Width of core attention's output, the input of the output projection."""
+        return self.attn_v_width if self.mla else self.query_size
+
+    @property
+    def core_attention_width(self) -> float:
+        """Megatron's per-token core-attention width (QK^T over qk width, the values' product over v width)."""
+        if self.mla:
+            return (self.attn_qk_width + self.attn_v_width) / 2
+        return self.query_size
+
+    @property
+    def window_fraction(self) -> float:
+        """Core-attention work with the window, as a share of full causal attention (all layers together)."""
+        if not self.window or not self.window_layers or self.window >= self.seq_length or not self.num_layers:
+            return 1.0
+        s, w = self.seq_length, self.window
+        keys = w * (w + 1) / 2 + (s - w) * (w + 1)  # query i sees min(i + 1, w + 1) keys
+        windowed = keys / (s * (s + 1) / 2)
+        share = self.window_layers / self.num_layers
+        return 1 - share + share * windowed
 
 
 def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> ModelShape:
@@ -152,11 +206,62 @@ def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> 
         linear_bias=bool(megatron_value(args, "add_bias_linear")),
         qkv_bias=bool(megatron_value(args, "add_bias_linear") or megatron_value(args, "add_qkv_bias")),
         attention_output_gate=bool(megatron_value(args, "attention_output_gate")),
+        qk_layernorm=bool(megatron_value(args, "qk_layernorm")),
         **moe_shape(args, int(args["num_layers"]), int(ffn)),
+        **mla_shape(args),
+        **window_shape(args, int(args["num_layers"]), seq),
     )
 
 
-def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, int]:
+def mla_shape(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The MLA fields of ModelShape (Megatron's defaults where unset); nothing without multi_latent_attention."""
+    if not megatron_value(args, "multi_latent_attention"):
+        return {}
+    return {
+        "mla": True,
+        "q_lora_rank": int(megatron_value(args, "q_lora_rank") or 0),
+        "kv_lora_rank": int(megatron_value(args, "kv_lora_rank")),
+        "qk_head_dim": int(megatron_value(args, "qk_head_dim")),
+        "qk_pos_emb_head_dim": int(megatron_value(args, "qk_pos_emb_head_dim")),
+        "v_head_dim": int(megatron_value(args, "v_head_dim")),
+    }
+
+
+def window_left(value: Any) -> int:
+    """The left window of --window-size ("(4096, 0)", "4096,0", [4096, 0]); 0 when unset or unbounded (-1)."""
+    if value in (None, "", False):
+        return 0
+    if isinstance(value, list | tuple):
+        parts = [str(v) for v in value]
+    else:
+        parts = [p for p in re.split(r"[^0-9-]+", str(value)) if p]
+    try:
+        left = int(parts[0]) if parts else 0
+    except ValueError:
+        return 0
+    return max(0, left)
+
+
+def window_shape(args: Mapping[str, Any], num_layers: int, seq: int) -> dict[str, Any]:
+    """Megatron's is_layer_window_attention over the layers (1-indexed: an int N leaves every N-th layer full,
+    a 0/1 list names the windowed layers)."""
+    left = window_left(megatron_value(args, "window_size"))
+    if not left or left >= seq:
+        return {}
+    freq = megatron_value(args, "window_attn_skip_freq")
+    if freq is None:
+        layers = num_layers
+    else:
+        pattern = layer_pattern.parse(freq) if not isinstance(freq, list | tuple) else list(freq)
+        if isinstance(pattern, list):
+            layers = sum(1 for x in pattern[:num_layers] if x)
+        else:
+            every = max(1, int(pattern))
+            layers = num_layers - num_layers // every
+    return {"window": left, "window_layers": layers}
+
+
+def moe_shape(args: Mapping[str, Any], num_layers: int, ffn: int) -> dict[str, Any]:
     """The MoE fields of ModelShape from Megatron's flags (moe_layer_freq an int N: every N-th layer, or a
     list of 0/1 per layer, as Megatron reads it); nothing for a dense model."""
     experts = int(megatron_value(args, "num_experts") or 0)
@@ -213,6 +318,10 @@ class Training:
     embedding_in_split: bool = False
     loss_in_split: bool = False
     pipeline_layout: str | None = None
+    # Fully sharded data parallel: "" (none), or what Megatron-FSDP shards over DP×CP
+    # (data_parallel_sharding_strategy: optim | optim_grads | optim_grads_params; torch FSDP2 shards all three)
+    fsdp: str = ""
+    fsdp_reshard: bool = True  # parameters freed after the forward and gathered again for the backward
 
     @property
     def dp(self) -> int:
@@ -259,7 +368,8 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
-    """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron)."""
+    """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron; with a
+    step batch-size schedule it is the schedule's final batch, the one most of the run trains at)."""
     tp = int(megatron_value(args, "tensor_model_parallel_size"))
     pp = int(megatron_value(args, "pipeline_model_parallel_size"))
     cp = int(megatron_value(args, "context_parallel_size"))
@@ -272,7 +382,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         vpp=virtual_stages_of(args),
         cp=cp,
         micro_batch_size=mbs,
-        global_batch_size=int(megatron_value(args, "global_batch_size") or mbs * dp),
+        global_batch_size=int(megatron_value(args, "global_batch_size") or final_batch(args) or mbs * dp),
         sequence_parallel=bool(megatron_value(args, "sequence_parallel")) and tp > 1,
         recompute=recompute_of(args),
         distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
@@ -296,7 +406,23 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         embedding_in_split=bool(megatron_value(args, "account_for_embedding_in_pipeline_split")),
         loss_in_split=bool(megatron_value(args, "account_for_loss_in_pipeline_split")),
         pipeline_layout=megatron_value(args, "pipeline_model_parallel_layout") or None,
+        **fsdp_of(args),
     )
+
+
+FSDP_STRATEGIES = ("optim", "optim_grads", "optim_grads_params")
+
+
+def fsdp_of(args: Mapping[str, Any]) -> dict[str, Any]:
+    """Training's FSDP fields: Megatron-FSDP's sharding strategy (no_shard: plain DDP), torch FSDP2's full
+    sharding (torch_fsdp2_reshard_after_forward)."""
+    if megatron_value(args, "use_torch_fsdp2"):
+        return {"fsdp": "optim_grads_params",
+                "fsdp_reshard": bool(megatron_value(args, "torch_fsdp2_reshard_after_forward"))}
+    if megatron_value(args, "use_megatron_fsdp"):
+        strategy = str(megatron_value(args, "data_parallel_sharding_strategy"))
+        return {"fsdp": strategy if strategy in FSDP_STRATEGIES else ""}
+    return {}
 
 
 def _optional_int(value: Any) -> int | None:
@@ -326,14 +452,39 @@ class LayerParams:
         return self.sharded + self.replicated
 
 
+def attention_params(m: ModelShape) -> LayerParams:
+    """The self-attention block's weights (biases of column-parallel layers included; the output projection's
+    bias is counted with the layer's replicated ones).
+
+    MLA (megatron.core.transformer.multi_latent_attention at 432d76b2b8bf): the query projection (h → n·(qk +
+    rope)) or its low-rank pair (h → q_lora, q_lora → n·(qk + rope)), the key/value down projection (h →
+    kv_lora + rope) and up projection (kv_lora → n·(qk + v)), the output projection (n·v → h), the latents'
+    norms with qk_layernorm; no biases. The down projections are replicated on every TP rank (TE's
+    'duplicated' linear), the rest TP-sharded."""
+    h = m.hidden_size
+    if m.mla:
+        n, q_head = m.num_attention_heads, m.qk_head_dim + m.qk_pos_emb_head_dim
+        if m.q_lora_rank:
+            sharded = m.q_lora_rank * n * q_head
+            replicated = h * m.q_lora_rank + (m.q_lora_rank * m.norm_size if m.qk_layernorm else 0)
+        else:
+            sharded, replicated = h * n * q_head, 0
+        sharded += m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + n * m.v_head_dim * h
+        replicated += h * (m.kv_lora_rank + m.qk_pos_emb_head_dim)
+        replicated += m.kv_lora_rank * m.norm_size if m.qk_layernorm else 0
+        return LayerParams(sharded, replicated)
+    qkv_out = m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)
+    sharded = h * qkv_out + m.query_size * h + (qkv_out if m.qkv_bias else 0)
+    replicated = 2 * m.kv_channels * m.norm_size if m.qk_layernorm else 0  # per-head q and k norms
+    return LayerParams(sharded, replicated)
+
+
 def layer_params(m: ModelShape) -> LayerParams:
     h = m.hidden_size
-    qkv_out = m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)
+    attention = attention_params(m)
     fc1_out = m.ffn_hidden_size * (2 if m.swiglu else 1)
-    sharded = h * qkv_out + m.query_size * h + h * fc1_out + m.ffn_hidden_size * h
-    if m.qkv_bias:
-        sharded += qkv_out
-    replicated = 2 * m.norm_size * h  # input norm + pre-MLP norm
+    sharded = attention.sharded + h * fc1_out + m.ffn_hidden_size * h
+    replicated = attention.replicated + 2 * m.norm_size * h  # input norm + pre-MLP norm
     if m.linear_bias:
         sharded += fc1_out
         replicated += 2 * h  # proj and fc2 biases (row-parallel: replicated)
@@ -433,6 +584,11 @@ def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
     p = m.query_size / h
     gated = 1.5 if m.swiglu else 1
     attention = 2 * h * h * (1 + m.num_query_groups / m.num_attention_heads) * p
+    if m.mla:  # theoretical_memory_usage's MLA term (it counts both latent norms whatever qk_layernorm says)
+        n, q_head = m.num_attention_heads, m.qk_head_dim + m.qk_pos_emb_head_dim
+        q_term = m.q_lora_rank * (h + n * q_head + m.norm_size) if m.q_lora_rank else h * n * q_head
+        attention = (q_term + m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + m.norm_size)
+                     + h * m.qk_pos_emb_head_dim + n * m.v_head_dim * h)
     mlp = 2 * h * m.ffn_hidden_size * gated
     norms = 2 * h * m.norm_size
     final_norm = m.norm_size * h
@@ -460,7 +616,7 @@ def megatron_parameters(m: ModelShape, t: Training) -> MegatronParams:
 @lru_cache(maxsize=4096)
 def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
     """Megatron's num_floating_point_operations (training.py:411) for a GPT, BSHD, dense or MoE (top-k routed
-    plus shared experts per MoE layer), no MTP/MLA.
+    plus shared experts per MoE layer, MLA's projections), no MTP.
 
     Model FLOPs (forward + both backward GEMMs, recompute not counted), as Megatron logs TFLOP/s from.
     """
@@ -470,7 +626,12 @@ def flops_per_iteration(m: ModelShape, global_batch_size: int) -> float:
     gate = q if m.attention_output_gate else 0
     ffn_factor = 3 if m.swiglu else 2
     attention_linear = 6 * (h * (q + 2 * kv + gate) + q * h)
-    attention_core = 6 * q  # ½ causal mask × 2 GEMMs
+    if m.mla:  # Megatron's MLA branch, its "+1" (norm) terms included
+        n, q_head = m.num_attention_heads, m.qk_head_dim + m.qk_pos_emb_head_dim
+        q_term = m.q_lora_rank * (h + n * q_head + 1) if m.q_lora_rank else h * n * q_head
+        attention_linear = 6 * (q_term + m.kv_lora_rank * (h + n * (m.qk_head_dim + m.v_head_dim) + 1)
+                                + h * m.qk_pos_emb_head_dim + n * m.v_head_dim * h)
+    attention_core = 6 * m.core_attention_width  # ½ causal mask × 2 GEMMs (Megatron ignores any window)
     dense_layers = m.num_layers - (m.moe_layers if m.num_experts else 0)
     per_token = 6 * h * m.ffn_hidden_size * ffn_factor * dense_layers + attention_linear * m.num_layers
     if m.num_experts:  # routed experts (top-k of them per token) and the shared expert, as Megatron counts
@@ -582,15 +743,41 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
 
 def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter with Megatron's mixed-precision Adam."""
+    weights: float
+    grads: float
     optimizer: float
     if t.precision == "fp32":
         weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
     else:
         # half params, fp32 main grads (bf16 with grad_reduce_in_bf16), fp32 master + m + v
         weights, grads, optimizer = 2, (2 if t.grad_reduce_in_bf16 else 4), 12
-    if t.distributed_optimizer:
+    if t.distributed_optimizer or t.fsdp:
         optimizer /= t.dp_cp  # Megatron shards it over the data-parallel group with context parallel
+    if t.fsdp in ("optim_grads", "optim_grads_params"):
+        grads /= t.dp_cp
+    if t.fsdp == "optim_grads_params":
+        weights /= t.dp_cp
     return weights, grads, optimizer
+
+
+# FSDP gathers a layer's parameters (and reduces its gradients) while the one before it computes: two layers'
+# unsharded weights and gradients are in memory at a time (Megatron-FSDP's double buffer, FSDP2's prefetch).
+FSDP_LAYERS_IN_FLIGHT = 2
+
+
+def fsdp_unsharded_bytes(m: ModelShape, t: Training) -> float:
+    """The unsharded working set FSDP adds on one GPU: the in-flight layers' full weights and gradients."""
+    if t.fsdp not in ("optim_grads", "optim_grads_params"):
+        return 0.0
+    lp = layer_params(m)
+    layer = lp.sharded / t.tp + lp.replicated
+    if m.num_experts and m.num_layers:
+        moe = moe_layer_params(m)
+        layer += m.moe_layers / m.num_layers * (moe.experts / (t.ep * t.expert_tp) + moe.shared / t.tp
+                                                - dense_mlp_params(m) / t.tp)
+    weight_bytes = (2 if t.precision != "fp32" else 4) if t.fsdp == "optim_grads_params" else 0
+    grad_bytes = 2 if t.grad_reduce_in_bf16 else 4
+    return FSDP_LAYERS_IN_FLIGHT * layer * (weight_bytes + grad_bytes)
 
 
 # Per score element of the one layer whose unfused attention is being computed (forward or backward): torch's
@@ -611,7 +798,10 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     if t.recompute == "selective" and "layernorm" in t.recompute_modules:
         replicated -= s * b * h * 2 * g  # the norms' outputs (QKV and fc1 inputs) are recomputed
     # Inside: Q, K, V and the proj input (g); the MLP's activation input (2F wide with SwiGLU) and fc2 input (g).
-    sharded = s * b * (w * (m.query_size + 2 * m.kv_size) + g * m.query_size)
+    sharded = s * b * (w * (m.attn_qk_width + m.attn_k_width + m.attn_v_width) + g * m.attn_out_width)
+    if m.mla:  # the latents the down projections make on every TP rank: up projections' (and norms') inputs
+        replicated += s * b * (g + (w if m.qk_layernorm else 0)) * (m.q_lora_rank + m.kv_lora_rank)
+        replicated += s * b * w * m.qk_pos_emb_head_dim  # the shared RoPE key
     sharded += s * b * m.ffn_hidden_size * (w * (2 if m.swiglu else 1) + g)
     if not t.fused_attention and t.recompute == "none":
         # scores, softmax, dropout mask: local queries against the whole sequence
@@ -698,9 +888,10 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
         seen.add(key)
         p, experts = params[st.rank].params, params[st.rank].expert_params
         optimizer = ob * p
-        if experts and t.distributed_optimizer:  # expert state shards over expert DP, not DP×CP
+        if experts and (t.distributed_optimizer or t.fsdp):  # expert state shards over expert DP, not DP×CP
             optimizer += ob * experts * (t.dp_cp / t.expert_dp - 1)
-        mem = Memory(wb * p, gb * p, optimizer, stage_activation_bytes(m, t, st.rank), st.rank, "complete")
+        activations = stage_activation_bytes(m, t, st.rank) + fsdp_unsharded_bytes(m, t)
+        mem = Memory(wb * p, gb * p, optimizer, activations, st.rank, "complete")
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None

@@ -49,6 +49,8 @@ class Rules:
                t.sequence_parallel, t.distributed_optimizer)
         if key not in self._known:
             chosen = {name: value for name, value in settings(t).items() if not name.startswith("recompute")}
+            if self.megatron.get("step_batch_size_schedule"):  # the schedule sets the batch (Megatron refuses both)
+                chosen.pop("global_batch_size")
             preset = Preset(name="candidate", description="", launcher=self.launcher,
                             megatron={**self.megatron, **chosen, "context_parallel_size": t.cp})
             found = pipeline_checker.layout_problems(preset, t.world_size, min(self.gpus_per_node, t.world_size),
@@ -220,9 +222,9 @@ def popular_alternatives(args: Mapping[str, Any], base: est.Training, gpus_per_n
                          ranked: list[Candidate]) -> list[tuple[str, est.Training]]:
     """The layouts people try first, to say why they lost (or were rejected)."""
     alts = [("the preset's own layout", base)]
-    alts.append(("pure data parallel (TP1 PP1)", replace(base, tp=1, pp=1, vpp=1, sequence_parallel=False)))
-    alts.append((f"TP{gpus_per_node} (one node), PP1",
-                 replace(base, tp=gpus_per_node, pp=1, vpp=1)))
+    one_stage = pipeline_split(est.model_shape(args, base.tp), base, 1) or replace(base, pp=1, vpp=1)
+    alts.append(("pure data parallel (TP1 PP1)", replace(one_stage, tp=1, sequence_parallel=False)))
+    alts.append((f"TP{gpus_per_node} (one node), PP1", replace(one_stage, tp=gpus_per_node)))
     if ranked:
         top = ranked[0].training
         if top.recompute != "none":
@@ -301,16 +303,25 @@ def settings(t: est.Training) -> dict[str, Any]:
         "account_for_embedding_in_pipeline_split": t.embedding_in_split,
         "account_for_loss_in_pipeline_split": t.loss_in_split,
         "global_batch_size": t.global_batch_size,
+        # a layout string names the stages of one PP size: another PP unsets it (pipeline_split)
+        "pipeline_model_parallel_layout": t.pipeline_layout,
     }
     return wanted
 
 
-def overrides(t: est.Training, args: Mapping[str, Any]) -> list[str]:
-    """`--set NAME=VALUE` items that turn the preset into layout `t` (only what differs)."""
+def overrides(t: est.Training, args: Mapping[str, Any], pinned: Iterable[str] = ()) -> list[str]:
+    """`--set NAME=VALUE` items that turn the preset into layout `t` (only what differs, and always the `pinned`
+    ones: settings the launcher chose for the preset's own layout, which it would choose anew for another)."""
     wanted = settings(t)
+    always = set(pinned)
     out = []
     for name, value in wanted.items():
+        if name in always and name != "global_batch_size":
+            out.append(f"{name}={format_value(value)}")
+            continue
         if name == "global_batch_size":
+            if args.get("step_batch_size_schedule"):  # the schedule sets the batch; Megatron refuses both
+                continue
             # Unset, Megatron uses MBS·DP; pin it whenever that would change the batch.
             given = args.get(name)
             if given != value and not (given is None and t.micro_batch_size * t.dp == value):

@@ -23,7 +23,7 @@ The structure (docs/plan.md has the same with the calibration table):
    - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
      backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
    - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
-     of it exposed; the expert GEMMs run at `grouped_gemm` of the dense shape efficiency (_moe_time);
+     of it exposed; the expert GEMMs run at a shape efficiency of their own tokens per expert (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; with VPP Megatron overlaps the transfers, so half the bytes are exposed;
    - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
@@ -69,10 +69,10 @@ class Kernels:
     tp_exposed_overlap: float  # ... with tp_comm_overlap
     launch: float  # seconds of fixed cost per layer per microbatch (launches, syncs), forward + backward
     # MoE, fitted on the fitted part's Hopper MoE runs (`python -m launcher.estimate.calibration --fit`;
-    # Ampere borrows them): grouped-GEMM efficiency relative to a dense GEMM of the same shape, FP8's speed-up
-    # of the grouped GEMMs (fitted apart from fp8_gain), the fraction of the token dispatch left exposed
-    grouped_gemm: float = 0.8
-    grouped_fp8_gain: float = 1.0
+    # Ampere borrows them): the FLOPs of one expert's GEMM (2·M·N·K: its tokens × h × F_moe/ETP) at which the
+    # grouped GEMM runs at half a large GEMM's rate (few large experts run as dense GEMMs do, many small ones
+    # far below; that overhead does not shrink with FP8), the fraction of the token dispatch left exposed
+    grouped_work: float = 1e10
     dispatch_exposed: float = 0.4
 
 
@@ -171,13 +171,13 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     peak = gpu.peak_tflops * 1e12
     hbm = gpu.hbm_tbps * 1e12
     act = 4 if t.precision == "fp32" else 2
-    linear: float = h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0))
-    linear += m.query_size * h + h * m.ffn_hidden_size * (3 if m.swiglu else 2)
+    linear = attention_gemm_weights(m, tp) + h * m.ffn_hidden_size * (3 if m.swiglu else 2)
     moe_share = m.moe_layers / m.num_layers if m.num_experts and m.num_layers else 0.0
     if moe_share:  # the MoE layers' MLP is not the dense one: experts and dispatch are added below
         linear -= moe_share * h * m.ffn_hidden_size * (3 if m.swiglu else 2)
     gemm_flops = 6 * tokens * linear / tp
-    attn_flops = 6 * tokens * m.query_size * s / tp
+    # Megatron's 6·q·s per token (MLA: the mean of the qk and v widths), less what a sliding window skips
+    attn_flops = 6 * tokens * m.core_attention_width * s / tp * m.window_fraction
     if tflops:  # a measured rate replaces the kernel model for all FLOPs
         rate = tflops * 1e12
         gemm_rate = attn_rate = rate
@@ -221,11 +221,45 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     # CP ring: K and V of the local chunk travel CP−1 steps forward; K, V and their gradients backward.
     context = 0.0
     if t.cp > 1:
-        kv = act * tokens * 2 * m.kv_size / tp
+        kv = act * tokens * (m.attn_k_width + m.attn_v_width) / tp
         ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
         context = layers * max(0.0, ring - attn)
     tensor += layers * dispatch  # the token dispatch is communication too; reported with TP's
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def _fsdp_comm(t: Training, shard: float, microbatch: float, grad_bytes: int, act: int, bw: float,
+               layers: int) -> tuple[float, float]:
+    """Exposed FSDP communication of one microbatch (reduce) and of the step (gather), in seconds.
+
+    Megatron-FSDP / torch FSDP2 with sharded gradients reduce-scatter each layer's gradients in every
+    microbatch's backward; with sharded parameters they all-gather each layer's before its forward and (when
+    resharding after the forward) again before its backward. Each layer's collective overlaps the compute of
+    the layer next to it: exposed is what exceeds that microbatch's forward (⅓) or backward (⅔) compute, and
+    at least one layer's collective, the first one, which has nothing to hide behind."""
+    group = t.dp_cp
+    share = (group - 1) / group * shard
+    reduce = share * grad_bytes / bw
+    gather_fwd = share * act / bw if t.fsdp == "optim_grads_params" else 0.0
+    gather_bwd = gather_fwd if t.fsdp_reshard else 0.0
+    per_layer = 1 / max(1, layers)
+    forward = max(gather_fwd * per_layer, gather_fwd - microbatch / 3)
+    backward = max((gather_bwd + reduce) * per_layer, gather_bwd + reduce - 2 * microbatch / 3)
+    once = 0.0 if t.fsdp == "optim_grads_params" else share * act / bw  # optim_grads: one gather per step
+    return forward + backward, once
+
+
+def attention_gemm_weights(m: ModelShape, tp: int) -> float:
+    """The attention block's GEMM weights as TP-sharded ones (×TP for those every TP rank computes: MLA's down
+    projections), so that 6·tokens·weights/TP is the FLOPs per GPU."""
+    h = m.hidden_size
+    if m.mla:
+        n, q_head = m.num_attention_heads, m.qk_head_dim + m.qk_pos_emb_head_dim
+        sharded = (m.q_lora_rank if m.q_lora_rank else h) * n * q_head
+        sharded += m.kv_lora_rank * n * (m.qk_head_dim + m.v_head_dim) + n * m.v_head_dim * h
+        replicated = h * (m.q_lora_rank + m.kv_lora_rank + m.qk_pos_emb_head_dim)
+        return sharded + replicated * tp
+    return h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)) + m.query_size * h
 
 
 def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
@@ -233,8 +267,10 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     """One MoE layer, one microbatch, forward + backward: (expert GEMMs + permutation, exposed dispatch).
 
     Expert GEMMs: 6·(token-expert pairs)·h·F_moe·(3 with SwiGLU, else 2)/ETP FLOPs per GPU, pairs = tokens ·
-    topk · ETP/TP, at the dense GEMM's shape efficiency (width F_moe/ETP, tokens per local expert) times
-    `grouped_gemm`; the shared expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
+    topk · ETP/TP, at a shape efficiency: the dense width curve at min(F_moe/ETP, h), and an overhead of
+    `grouped_work`/W where W = 2·M·N·K is one expert's GEMM (M its tokens): few large experts run as dense
+    GEMMs do; FP8 divides the large-GEMM part by `fp8_gain` as for dense GEMMs, not the overhead; the shared
+    expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
     the same): all-to-all moves each pair's hidden state once, (EP−1)/EP of it off the GPU; all-gather
     gathers every EP rank's tokens; over NVLink when the EP group (stride TP·CP) is in one node, else one
     NIC per GPU."""
@@ -244,10 +280,17 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     peak = gpu.peak_tflops * 1e12
     pairs = tokens * m.moe_topk * t.expert_tp / tp
     width = m.moe_ffn_hidden_size / t.expert_tp
-    per_expert = pairs / max(1, m.num_experts // t.ep)
-    eff = k.gemm * width / (width + k.gemm_width) * per_expert / (per_expert + k.gemm_tokens) * k.grouped_gemm
-    expert_rate = rate or peak * eff * (k.grouped_fp8_gain if t.fp8 else 1.0)
-    seconds = 6 * pairs * h * width * factor / expert_rate
+    per_expert = pairs / max(1, m.num_experts // t.ep)  # tokens each local expert's GEMMs get
+    flops = 6 * pairs * h * width * factor
+    if rate:
+        seconds = flops / rate
+    else:
+        # each expert's GEMM: M = its tokens, N·K = h·F_moe/ETP; at its work W the time is the large-GEMM time
+        # (÷ fp8_gain with FP8, as dense GEMMs) plus an overhead of grouped_work/W of it, which FP8 does not cut
+        narrow = min(width, h)
+        large = flops / (peak * k.gemm * narrow / (narrow + k.gemm_width))
+        work = 2 * per_expert * h * width
+        seconds = large * (1 / (k.fp8_gain if t.fp8 else 1.0) + k.grouped_work / work)
     if m.shared_expert_size:
         shared_w = h / tp
         shared_eff = k.gemm * shared_w / (shared_w + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
@@ -301,21 +344,27 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
         # Across nodes NCCL runs one ring per NIC: a group with k members per node moves k NICs' worth.
         bw = min(gpu.nvlink_gbps, gpu.network_gbps * place.dp_per_node) * 1e9 if place.dp else gpu.nvlink_gbps * 1e9
         grad_bytes = 4 if t.precision == "fp32" or not t.grad_reduce_in_bf16 else 2
-        backward = 2 / 3 * slowest.total
-        forward = 1 / 3 * slowest.total
+        # What DP communication can hide behind: the last microbatch's backward and the first one's forward, their
+        # compute only (the TP/CP/EP collectives of that microbatch use the links, they hide nothing)
+        hiding = slowest.compute + slowest.recompute
+        backward = 2 / 3 * hiding
+        forward = 1 / 3 * hiding
         buckets = max(1.0, shard / max(DDP_BUCKET_PARAMS, 1e6 * group))
-        if t.distributed_optimizer:
+        if t.fsdp in ("optim_grads", "optim_grads_params"):
+            reduce, gather = _fsdp_comm(t, shard, hiding, grad_bytes, act, bw, stages[0].layers)
+            reduce, buckets = reduce * M, 0.0  # per microbatch, already exposed-only
+        elif t.distributed_optimizer or t.fsdp:
             reduce = (group - 1) / group * shard * grad_bytes / bw
             gather = (group - 1) / group * shard * act / bw
         else:
             reduce, gather = 2 * (group - 1) / group * shard * grad_bytes / bw, 0.0
-        if t.overlap_grad_reduce:
+        if t.overlap_grad_reduce and buckets:
             reduce = max(reduce / buckets, reduce - backward)
-        if t.overlap_param_gather and t.distributed_optimizer:
+        if t.overlap_param_gather and (t.distributed_optimizer or t.fsdp == "optim") and buckets:
             gather = max(gather / buckets, gather - forward)
         data_comm = reduce + gather
     experts = max(p.expert_params for p in params)
-    local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer else shard
+    local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer or t.fsdp else shard
     optimizer = local * ADAM_BYTES_PER_PARAM / (gpu.hbm_tbps * 1e12)
 
     step = StepTime(

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from launcher.estimate.duration import final_batch
 from launcher.estimate.formulas import (
     DEFAULT_GPU,
     GIB,
@@ -86,16 +87,7 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
     `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
     """
     g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
-    base = training_of(args, int(layout.world_size))
-    t = Training(**{
-        **asdict(base),
-        "tp": int(layout.tp), "pp": int(layout.pp), "cp": int(getattr(layout, "cp", 1) or 1),
-        "vpp": int(getattr(layout, "vpp", None) or 1),
-        "micro_batch_size": int(layout.micro_batch_size),
-        "global_batch_size": int(layout.global_batch_size),
-        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
-        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
-    })
+    t = layout_training(args, layout, transformer_engine)
     e = estimate(args, t, g, gpus_per_node)
     return {
         "gpu": g.name,
@@ -108,6 +100,23 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
         "flops_per_iteration": e.flops_per_iteration,
         "seconds_per_iteration": e.step.total,
     }
+
+
+def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bool | None = None) -> Training:
+    """The Training of a resolved job's layout (launcher.pipeline.checker.Layout) over its Megatron args: what the
+    dry-run's header and `launch plan`'s "the preset's layout" both price."""
+    base = training_of(args, int(layout.world_size))
+    schedule_batch = final_batch(args)
+    return Training(**{
+        **asdict(base),
+        "tp": int(layout.tp), "pp": int(layout.pp), "cp": int(getattr(layout, "cp", 1) or 1),
+        "vpp": int(getattr(layout, "vpp", None) or 1),
+        "micro_batch_size": int(layout.micro_batch_size),
+        # with a step batch-size schedule Megatron's own global batch is MBS·DP; the run trains at the schedule's
+        "global_batch_size": int(schedule_batch or layout.global_batch_size),
+        "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
+        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
+    })
 
 
 def memory_warning(s: Mapping[str, Any]) -> str | None:

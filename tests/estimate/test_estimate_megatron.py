@@ -186,3 +186,28 @@ def test_installed_formulas_are_the_pinned_commits(module: Any, names: list[str]
     pinned = PINNED / Path(module.__file__).name
     for name in names:
         assert _function_source(Path(module.__file__), name) == _function_source(pinned, name), name
+
+
+# DeepSeek-V2-Lite-like multi-latent attention (with and without the low-rank query), MoE below dense layers.
+MLA_SHAPES = {
+    "mla-q-lora": dict(num_layers=4, hidden_size=512, num_attention_heads=8, multi_latent_attention=True,
+                       q_lora_rank=192, kv_lora_rank=128, qk_head_dim=64, qk_pos_emb_head_dim=32, v_head_dim=64,
+                       normalization="RMSNorm", swiglu=True, add_bias_linear=False, position_embedding_type="rope",
+                       untie_embeddings_and_output_weights=True, seq_length=256, max_position_embeddings=256,
+                       vocab_size=1000, micro_batch_size=2, global_batch_size=16),
+    "mla-full-q": dict(num_layers=2, hidden_size=256, num_attention_heads=4, multi_latent_attention=True,
+                       kv_lora_rank=64, qk_head_dim=48, qk_pos_emb_head_dim=16, v_head_dim=32,
+                       position_embedding_type="rope", seq_length=128, max_position_embeddings=128, vocab_size=500,
+                       micro_batch_size=1, global_batch_size=8),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MLA_SHAPES))
+def test_mla_memory_and_flops_equal_megatron(name: str) -> None:
+    args = MLA_SHAPES[name]
+    ns = megatron_args(args, 1)
+    ours = est.model_shape(args)
+    mem = est.megatron_memory(ours, est.training_of(args, 1))
+    assert mem.weights_and_optimizer == pytest.approx(tmu.compute_weight_and_optimizer_memory(ns), rel=1e-9)
+    expected_flops = training_mod.num_floating_point_operations(ns, 16)
+    assert est.flops_per_iteration(ours, 16) == pytest.approx(expected_flops, rel=1e-12)

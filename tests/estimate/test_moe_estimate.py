@@ -102,3 +102,44 @@ def test_moe_parameter_count_equals_the_model_megatron_builds() -> None:
                      vocab_size=est.padded_vocab_size(a, 1), max_sequence_length=a["max_position_embeddings"],
                      position_embedding_type="rope", share_embeddings_and_output_weights=True)
     assert est.parameter_count(a) == sum(p.numel() for p in model.parameters())
+
+
+MIXTRAL_LIKE = dict(num_layers=32, hidden_size=4096, ffn_hidden_size=14336, num_attention_heads=32,
+                    group_query_attention=True, num_query_groups=8, swiglu=True, normalization="RMSNorm",
+                    add_bias_linear=False, position_embedding_type="rope", untie_embeddings_and_output_weights=True,
+                    seq_length=4096, max_position_embeddings=4096, vocab_size=32000, num_experts=8,
+                    moe_router_topk=2, moe_grouped_gemm=True, bf16=True, micro_batch_size=1, global_batch_size=256,
+                    expert_model_parallel_size=8, moe_token_dispatcher_type="alltoall")
+
+
+def _expert_seconds(args: dict, fp8: bool = False) -> tuple[float, float]:
+    """(expert GEMM seconds of one MoE layer and microbatch, the same FLOPs at the dense large-GEMM rate)."""
+    m = est.model_shape(args)
+    t = replace(est.training_of(args, 64), fp8=fp8)
+    gpu = est.GPUS["h100-80gb"]
+    k = steptime.KERNELS[gpu.family]
+    tokens = t.micro_batch_size * m.seq_length
+    seconds, _ = steptime._moe_time(replace(m, shared_expert_size=0), t, gpu, k, tokens, None, False)
+    pairs = tokens * m.moe_topk
+    width = min(m.moe_ffn_hidden_size, m.hidden_size)
+    dense_rate = gpu.peak_tflops * 1e12 * k.gemm * width / (width + k.gemm_width)
+    permute = 8 * 2 * pairs * m.hidden_size / (gpu.hbm_tbps * 1e12)
+    return seconds - permute, 6 * pairs * m.hidden_size * m.moe_ffn_hidden_size * 3 / dense_rate
+
+
+def test_few_large_experts_run_near_dense_gemm_rate_and_small_ones_below_it() -> None:
+    large, large_dense = _expert_seconds(MIXTRAL_LIKE)
+    assert large < 1.05 * large_dense  # 8 experts of 14336: one expert's GEMM is ~10^12 FLOPs
+    small, small_dense = _expert_seconds(dict(QWEN3_30B, micro_batch_size=1, expert_model_parallel_size=8))
+    assert small > 1.5 * small_dense  # 128 experts of 768, 2,048 tokens each: grouped-GEMM overhead dominates
+
+
+def test_fp8_speeds_grouped_gemms_by_their_shape() -> None:
+    bf16, _ = _expert_seconds(MIXTRAL_LIKE)
+    fp8, _ = _expert_seconds(MIXTRAL_LIKE, fp8=True)
+    gain = steptime.KERNELS["hopper"].fp8_gain
+    assert fp8 == pytest.approx(bf16 / gain, rel=0.05)  # large experts: nearly the dense FP8 gain
+    small = dict(QWEN3_30B, micro_batch_size=1, expert_model_parallel_size=8)
+    small_bf16, _ = _expert_seconds(small)
+    small_fp8, _ = _expert_seconds(small, fp8=True)
+    assert small_bf16 / gain < small_fp8 < small_bf16  # faster, but the overhead is not cut

@@ -46,3 +46,11 @@ def test_every_run_names_its_source(results) -> None:
 def test_docs_show_this_table(results) -> None:
     """Regenerate with `python -m launcher.estimate.calibration` and paste into docs/plan.md."""
     assert cal.markdown(results) in DOC.read_text()
+
+
+def test_the_ranges_rest_on_these_held_back_errors(results) -> None:
+    """launcher/estimate/ranges.py keeps the held-back errors the plan's ranges come from; regenerate it with
+    `python -m launcher.estimate.calibration --ranges` when the model moves them."""
+    from launcher.estimate import ranges
+
+    assert cal.held_back_errors(results) == ranges.HELD_BACK

@@ -1,0 +1,93 @@
+"""Every `#N: launch …` line `launch plan` prints, pasted, dry-runs to the job the plan priced: the same layout,
+memory, step time; the preset as the user named it (a file stays a path) and the user's own --set items kept.
+And the plan's figures for the preset's own layout are its dry-run's (parameters, FLOPs, memory, time)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import main
+
+GIB = 2**30
+
+
+def _run(capsys, *argv: str) -> dict:
+    capsys.readouterr()
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 0, (argv, out[-2000:], err[-2000:])
+    return json.loads(out)
+
+
+def _presets(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
+    """name → (plan arguments, what every recipe must carry)."""
+    copy = tmp / "my-345m.yaml"
+    copy.write_text("base: 345m\ndescription: a preset file\nmegatron:\n  training:\n    micro_batch_size: 4\n")
+    layout = tmp / "layout.yaml"
+    layout.write_text("base: 345m\ndescription: an explicit pipeline layout\n"
+                      "launcher:\n  nodes: 1\n  gpus_per_node: 4\n"
+                      "megatron:\n  parallel:\n    pipeline_model_parallel_size: 2\n"
+                      "    pipeline_model_parallel_layout: Et*12|t*12L\n  training:\n    micro_batch_size: 4\n")
+    schedule = tmp / "schedule.yaml"
+    schedule.write_text("base: 345m\ndescription: a batch schedule\nmegatron:\n  training:\n    micro_batch_size: 4\n"
+                        "    global_batch_size: null\n    train_iters: null\n    train_samples: 100000\n"
+                        "    lr_decay_iters: null\n    lr_warmup_fraction: null\n    lr_warmup_samples: 100\n"
+                        "    step_batch_size_schedule: 0:16 20M:32\n")
+    return {
+        "toy": (["toy"], ["toy"]),
+        "345m on 8": (["345m", "--gpus", "8"], ["345m"]),
+        "175b": (["175b", "--top", "3"], ["175b"]),
+        "preset file": ([str(copy), "--gpus", "4"], [str(copy)]),
+        "layout string": ([str(layout)], [str(layout)]),
+        "user sets": (["345m", "--gpus", "4", "--set", "lr=0.0002", "--set", "hidden_dropout=0.1"],
+                      ["345m", "--set", "lr=0.0002", "--set", "hidden_dropout=0.1"]),
+        "batch schedule": ([str(schedule), "--gpus", "4"], [str(schedule)]),
+    }
+
+
+CASES = ["toy", "345m on 8", "175b", "preset file", "layout string", "user sets", "batch schedule"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_printed_recipe_dry_runs_to_the_priced_job(case: str, tmp_path: Path, capsys,
+                                                         monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan_args, carried = _presets(tmp_path)[case]
+    plan = _run(capsys, "plan", *plan_args, "--format", "json")
+    assert plan["layout"]["valid"], plan["layout"]["problems"]  # the preset's own layout is possible
+    best = plan["search"]["best"]
+    assert best
+    for c in best:
+        command = c["command"]
+        assert command[:2] == ["launch", carried[0]]
+        joined = " ".join(command)
+        assert " ".join(carried[1:]) in joined
+        dry = _run(capsys, *command[1:], "--dry-run", "--format", "json")
+        lay, e = dry["layout"], dry["estimate"]
+        assert (lay["tp"], lay["pp"], lay["vpp"] or 1, lay["micro_batch_size"], lay["sequence_parallel"]) == (
+            c["tp"], c["pp"], c["vpp"], c["micro_batch_size"], c["sequence_parallel"]), joined
+        assert e["memory_per_gpu_gib"] == round(c["memory_gib"], 2), joined
+        assert e["seconds_per_iteration"] == pytest.approx(c["seconds_per_iteration"], rel=1e-9), joined
+
+
+@pytest.mark.parametrize("case", ["toy", "345m on 8", "175b", "layout string", "batch schedule"])
+def test_the_preset_layouts_figures_are_its_dry_runs(case: str, tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan_args, _ = _presets(tmp_path)[case]
+    plan = _run(capsys, "plan", *plan_args, "--format", "json")
+    preset_and_budget = [a for a in plan_args if a not in ("--top", "3")]
+    if "--gpus" in preset_and_budget:
+        i = preset_and_budget.index("--gpus")
+        n = int(preset_and_budget[i + 1])
+        preset_and_budget[i:i + 2] = ["--nodes", "1", "--gpus-per-node", str(n)]
+    dry = _run(capsys, *preset_and_budget, "--dry-run", "--format", "json")
+    e = dry["estimate"]
+    assert plan["model"]["parameters"] == dry["parameters"] == e["parameters"]
+    assert plan["model"]["parameters_most_loaded_gpu"] == e["parameters_per_gpu"]
+    assert plan["model"]["flops_per_iteration"] == e["flops_per_iteration"]
+    assert round(plan["memory"]["complete"]["total"] / GIB, 2) == e["memory_per_gpu_gib"]
+    assert round(plan["memory"]["megatron"]["total"] / GIB, 2) == e["megatron_memory_per_gpu_gib"]
+    assert plan["time"]["step"]["total"] == pytest.approx(e["seconds_per_iteration"], rel=1e-9)
