@@ -154,9 +154,9 @@ def cmd_run(argv: list[str]) -> int:
         from launcher.backends import local
 
         return local.run(command, local.process_environment(job.environment))
-    from launcher.runs import tracking
+    from launcher.backends import local_run
 
-    return tracking.execute(job, command)
+    return local_run.execute(job, command)
 
 
 def version_text() -> str:
