@@ -111,8 +111,11 @@ def cmd_run(argv: list[str]) -> int:
                         "run on a GPU machine, or use --dry-run to print the command")
     # A launch claims its run directory's name at once (mkdir), so launches in the same second never share one; if
     # this launch ends before writing the directory, the empty claim is removed at exit.
+    # Judged against its target unless this is a launch here, whose checks before torchrun say the same (doctor).
     request = JobRequest(args.nodes, args.gpus_per_node, slurm=on_slurm, k8s=on_k8s, preflight=args.preflight,
-                         megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only)
+                         megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only,
+                         judge=not args.preflight and (name_only or on_slurm or on_k8s),
+                         judge_here=not args.no_doctor)
     job, problems = job_for(preset, request)
     if args.check or args.rehearse:
         from launcher.checks.megatron_verdict import check_preset
@@ -299,7 +302,8 @@ def cmd_show(argv: list[str]) -> int:
 
     # the job a dry-run of the same arguments resolves (its run directory named, not made)
     job, problems = job_for(load_preset(args.preset, args.overrides),
-                            JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path))
+                            JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path,
+                                       judge=True))
     sys.stdout.write(show(job, problems, args.format))
     return 0
 

@@ -36,6 +36,11 @@ class JobRequest:
     run_dir: bool = True  # a training job names its run directory (save/load/tensorboard point into it)
     reserve_run_dir: bool = False  # a real launch claims the name at once (mkdir); a dry-run only names it
     local: bool = True  # a one-node job here takes at most this machine's GPUs (not for import's check, plan, list)
+    # judged against its target before anything runs (checks.target_verdict): what a launch here would refuse for a
+    # job meant for this machine, what the target must have for one meant elsewhere; a real launch here runs those
+    # checks itself (checks.doctor.check_before_launch)
+    judge: bool = False
+    judge_here: bool = True  # with judge: run the launch's checks for a job meant here (--no-doctor skips both)
 
 
 def local_gpus() -> int:
@@ -68,6 +73,13 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     missing = None if request.k8s else checkout_warning(job.megatron_path, job.entry)
     if missing:
         job = replace(job, warnings=(*job.warnings, missing))
+    if request.judge:
+        from launcher.backends import local
+        from launcher.checks.target_verdict import Where, judge
+
+        where = Where(remote=remote, gpus_here=local_gpus() if job.nodes == 1 and not remote else 0)
+        job, problems = judge(job, problems, where, lambda: local.process_environment(job.environment),
+                              launch_checks=request.judge_here)
     return job, problems
 
 

@@ -38,7 +38,8 @@ def header(job: ResolvedJob) -> list[str]:
     vocab = facts["padded_vocab_size"] or "unknown: vocab_size is not set"
     lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab {vocab})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
-    if warning := estimate.memory_warning(facts["estimate"]):
+    warning = estimate.memory_warning(facts["estimate"])
+    if warning and not any(w.startswith(warning) for w in job.warnings):  # a judged job has it among its warnings
         lines.append(f"# warning: {warning}")
     if job.entry == "pretrain_gpt":
         lines.append("# " + kernel_summary(job))

@@ -110,6 +110,11 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
     }
 
 
+# Peak memory measured against the estimate on H200 (docs/plan.md): from 11 % below to 11 % above. An estimate whose
+# whole range [est·(1 − e), est·(1 + e)] lies above the GPU cannot fit whichever way the error falls.
+MEMORY_ERROR = 0.11
+
+
 def memory_warning(s: Mapping[str, Any]) -> str | None:
     """Said before launch when the estimate leaves less than the margin CUDA's context, NCCL and the allocator's
     fragmentation need (fit_status): such a job runs out of memory at its first steps, after the queue."""
@@ -120,6 +125,11 @@ def memory_warning(s: Mapping[str, Any]) -> str | None:
             f"{s['gpu_memory_gib']} GiB of {s['gpu']}: the job will likely run out of memory (seen on one H200: "
             "an estimate of 135.9 of 139.8 GiB ran out before its first iteration); lower micro_batch_size, "
             "recompute activations, or use more TP/PP (`launch plan` lists layouts that fit)")
+
+
+def memory_beyond_error(s: Mapping[str, Any]) -> bool:
+    """Whether even the low end of the estimate's measured error range is above the GPU's memory."""
+    return bool(s["memory_per_gpu_gib"] * (1 - MEMORY_ERROR) > s["gpu_memory_gib"])
 
 
 def summary_line(s: Mapping[str, Any]) -> str:
