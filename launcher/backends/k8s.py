@@ -33,7 +33,7 @@ from launcher.pipeline.command import LAUNCHER_ROOT, Command, entry_script, kern
 from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv
-from launcher.runs import rundir, secrets
+from launcher.runs import cluster_job, rundir, secrets
 from launcher.runs.atomic import write_text_atomic
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"  # the schema pinned in tests/fixtures/k8s (JobSet v0.12.0)
@@ -418,6 +418,7 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
         if job.existing is None:  # nothing was created: leave nothing behind
             shutil.rmtree(made.job.run_dir, ignore_errors=True)
         raise
+    cluster_job.record_submission(made.job.run_dir, "kubernetes", [f"{made.job.namespace}/{made.job.name}"])
     print(f"submitted JobSet {made.job.namespace}/{made.job.name}: kubectl get jobset {made.job.name} -n "
           f"{made.job.namespace}; logs in {made.job.run_dir}/logs/k8s", file=err)
     return 0

@@ -33,7 +33,7 @@ from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import expands, shell_comment, shell_word
 from launcher.pipeline.slurm_settings import MAX_CHAIN, SlurmSettings, check_environment, check_shell_value
-from launcher.runs import rundir, secrets
+from launcher.runs import cluster_job, rundir, secrets
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"
@@ -379,10 +379,12 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
             job_ids.append(submit(batch.script_path, sbatch, secret_env))
     except UserError as exc:
         if job_ids:  # once a job is queued, its directory is its record
+            cluster_job.record_submission(batch.run_dir, "slurm", job_ids)
             raise UserError([*exc.problems, Problem(f"already submitted: {', '.join(job_ids)}")]) from None
         if job.existing is None:  # nothing queued: leave nothing behind
             shutil.rmtree(batch.run_dir, ignore_errors=True)
         raise
+    cluster_job.record_submission(batch.run_dir, "slurm", job_ids)  # `launch runs`: submitted, not written
     if as_json:
         logs = [str(batch.run_dir / f"slurm-{job_id}.out") for job_id in job_ids]
         out.write(json.dumps({**result, "dry_run": False, "submitted": job_ids, "logs": logs}, indent=2) + "\n")
