@@ -155,6 +155,7 @@ def build_job(job: ResolvedJob, command: Command, settings: K8sSettings) -> JobS
     items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
     about = [kernel_summary(job) + ("; each pod checks what the settings need at start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
+    about.append(f"runs {job.runtime.describe()}")
     return JobSetJob(name=name, namespace=settings.namespace, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
                      world_size=job.layout.world_size, argv=tuple(command.argv), env=dict(command.env),
                      run_dir=job.run_dir, settings=settings, data_files=job.unseen_files, preset=job.preset.name,

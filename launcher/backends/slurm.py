@@ -77,6 +77,7 @@ class BatchJob:
     # JSON of launcher.megatron.requirements.node_items: the packages (and versions) the settings need, which
     # every node checks at job start with NODE_CHECK; "" when there are none
     node_requirements: str = ""
+    python: str = "python3"  # the job's Python (pipeline.runtime): runs the checks on each node before torchrun
 
     @property
     def script_path(self) -> Path:
@@ -110,6 +111,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
     items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
     about = [kernel_summary(job) + ("; each node checks what the settings need at job start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
+    about.append(f"runs {job.runtime.describe()}")
     about += [f"warning: {w}" for w in (*job.warnings, *unmounted_paths(job, command, settings))]
     return BatchJob(
         title=title or f"preset {job.preset.name}",
@@ -128,6 +130,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         about=tuple(" ".join(line.split()) for line in about),  # one comment line each, whatever they hold
         unseen_files=job.unseen_files,
         data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.megatron.get(k)) is not None}),
+        python=job.runtime.python,
         node_requirements=json.dumps(items) if items else "",
     )
 

@@ -43,6 +43,7 @@ def header(job: ResolvedJob) -> list[str]:
         lines.append(f"# warning: {warning}")
     if job.entry == "pretrain_gpt":
         lines.append("# " + kernel_summary(job))
+    lines.append(f"# runs {job.runtime.describe()}")
     if job.run_dir is not None:
         made = "the run's" if job.existing else "made at launch, not by a dry-run"
         lines.append(f"# run directory {_one_line(job.run_dir)} ({made}; its timestamp is the launch's)")
@@ -79,6 +80,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "argv": redact_argv(command.argv),
         "env": job.environment.shown(),
         "script": command.script,
+        "runtime": {"python": job.runtime.python, "torchrun": job.runtime.torchrun, "how": job.runtime.how},
         "script_args": command.script_args,
         "run_dir": str(job.run_dir) if job.run_dir is not None else None,
         "added": dict(job.added),

@@ -4,6 +4,7 @@
 # parameters 174.62B (174,615,846,912; padded vocab 51200)
 # memory ~19.5 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 40.5 GiB; `launch plan` for the breakdown)
 # kernels (preset): with Transformer Engine, with NVIDIA apex
+# runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
 # run directory /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR
 # run this same command on each of the 192 nodes; MASTER_ADDR is the first node

@@ -4,6 +4,7 @@
 # parameters 354.87M (354,871,296; padded vocab 50304)
 # memory ~37.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 36.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
 # run directory /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR

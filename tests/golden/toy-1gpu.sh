@@ -4,6 +4,7 @@
 # parameters 6.10K (6,096; padded vocab 128)
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer model trains through pretrain_gpt.py with TP 1
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR
