@@ -321,6 +321,13 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
         write_batch_script(batch, text)
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def check_checkpoint_space(job: ResolvedJob) -> str | None:
     """Before sbatch: the checkpoints against the free space under `save` as this node sees it, when it sees that
     file system (a shared one; SAVE_LEVELS): a first save that cannot fit would end the job after its queue wait
@@ -350,7 +357,8 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
     if not as_json:
         for note in made.notes:
             print(f"note: {note}", file=err)
-        for warning in said_warnings:
+        # a script printed to a terminal says its warnings in its header: once there, not twice
+        for warning in list(warnings) if dry_run and _is_terminal(out) else said_warnings:
             print(f"warning: {warning}", file=err)
     if dry_run:
         if as_json:

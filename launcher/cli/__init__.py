@@ -135,9 +135,10 @@ def cmd_run(argv: list[str]) -> int:
         return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
                             as_json=args.format == "json")
     # A missing checkout is among the job's warnings (cli.job); a pasted script's `# warning:` lines are easily
-    # missed, so a text dry-run says it on stderr too.
+    # missed, so a text dry-run whose output goes to a file or a pipe says it on stderr too (in a terminal, where
+    # both show, the header says it once).
     missing = checkout_warning(path, job.entry)
-    if args.dry_run and missing and args.format != "json":
+    if args.dry_run and missing and args.format != "json" and not _is_terminal(sys.stdout):
         print(f"warning: {missing}", file=sys.stderr)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
@@ -160,6 +161,13 @@ def cmd_run(argv: list[str]) -> int:
     from launcher.backends import local_run
 
     return local_run.execute(job, command)
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(getattr(stream, "isatty", lambda: False)())
+    except (OSError, ValueError):
+        return False
 
 
 def version_text() -> str:

@@ -19,3 +19,39 @@ def test_a_gpu_named_without_its_memory_gets_did_you_mean(typed, meant):
 def test_a_gpu_name_without_its_memory_on_the_command_line(launch):
     code, _, err = launch("plan", "345m", "--gpu", "h100")
     assert code == 2 and "hint: did you mean h100-80gb?" in err
+
+
+def in_a_terminal(*args: str) -> str:
+    """What `launch ARGS` shows in a terminal: stdout and stderr on one pseudo-terminal."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    main_fd, terminal = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "4000"}
+    env.pop("MEGATRON_LM_PATH", None)
+    process = subprocess.Popen([sys.executable, "-m", "launcher", *args], stdout=terminal, stderr=terminal,
+                               stdin=subprocess.DEVNULL, env=env, cwd=REPO)
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    process.wait(timeout=120)
+    os.close(main_fd)
+    return shown.decode(errors="replace").replace("\r\n", "\n")
+
+
+@pytest.mark.parametrize("where", [[], ["--slurm"]], ids=["here", "slurm"])
+def test_each_warning_is_shown_once_in_a_terminal(where):
+    shown = in_a_terminal("345m", *where, "--dry-run", "--megatron-path", "/nonexistent/megatron-lm")
+    warning = "/nonexistent/megatron-lm/pretrain_gpt.py does not exist here"
+    assert shown.count(warning) == 1, shown[:3000]
