@@ -90,7 +90,9 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError("give a preset or --resume RUN_DIR, not both", "a resumed run keeps its own preset; "
                         "change settings with --set")
     if args.resume and args.dry_run:
-        raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
+        raise UserError("--resume starts training; it has no --dry-run",
+                        f"{args.resume}/command.sh shows what the run runs; resume it on a GPU machine, or on a "
+                        "cluster with --slurm / --k8s")
     on_k8s = args.k8s
     if on_k8s and args.slurm:
         raise UserError("--k8s and --slurm are two different clusters", "choose one")
@@ -107,7 +109,10 @@ def cmd_run(argv: list[str]) -> int:
         preset = load_preset(args.preset, args.overrides)
     name_only = args.dry_run or args.check or args.rehearse
     if not (on_slurm or on_k8s) and not name_only and args.gpus_per_node is None and local_gpus() == 0:
+        # a resumed run has no --dry-run (it would only say what command.sh says): never send the user there
         raise UserError("no GPU is visible on this machine",
+                        f"run on a GPU machine; {args.resume}/command.sh shows what the resumed run runs, "
+                        "or add --slurm / --k8s to resume it on a cluster" if args.resume else
                         "run on a GPU machine, or use --dry-run to print the command")
     # A launch claims its run directory's name at once (mkdir), so launches in the same second never share one; if
     # this launch ends before writing the directory, the empty claim is removed at exit.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from launcher.errors import UserError
@@ -55,3 +57,16 @@ def test_each_warning_is_shown_once_in_a_terminal(where):
     shown = in_a_terminal("345m", *where, "--dry-run", "--megatron-path", "/nonexistent/megatron-lm")
     warning = "/nonexistent/megatron-lm/pretrain_gpt.py does not exist here"
     assert shown.count(warning) == 1, shown[:3000]
+
+
+def test_the_resume_hints_lead_somewhere_else_than_each_other(launch, tmp_path):
+    # a run directory to resume: a Slurm job's, written here
+    code, out, err = launch("345m", "--slurm", "--set", f"run_root={tmp_path}", "--megatron-path", str(tmp_path))
+    assert code == 0, err
+    run_dir = str(Path(out.strip()).parent)
+    _, _, no_dry_run = launch("--resume", run_dir, "--dry-run")
+    assert "no --dry-run" in no_dry_run and f"{run_dir}/command.sh" in no_dry_run
+    assert "--dry-run" not in no_dry_run.split("hint:", 1)[1]
+    code, _, no_gpu = launch("--resume", run_dir, "--megatron-path", str(tmp_path), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert code == 2 and "no GPU is visible" in no_gpu, no_gpu
+    assert "--dry-run" not in no_gpu.split("hint:", 1)[1] and "--slurm" in no_gpu
