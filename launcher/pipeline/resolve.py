@@ -235,6 +235,11 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     chosen, notes = choose_micro_batch(chosen, world_size, notes)
     megatron: dict[str, Any] = dict(chosen.megatron)
     kernel_flags: dict[str, Any] = {}
+    if preflight and entry == "pretrain_gpt":
+        # the all-reduce takes no Megatron flags; its settings stay the training job's it precedes, as that job runs
+        # them, so that its header's estimate is the dry-run's of that job
+        kernel_flags = kernel_rules.fallbacks(megatron, kernels)
+        megatron.update(kernel_flags)
     if preflight:
         entry = PREFLIGHT
         if target.slurm_settings is not None:  # runs once and just reports: nothing to resume, no chain to block

@@ -70,3 +70,21 @@ def test_the_resume_hints_lead_somewhere_else_than_each_other(launch, tmp_path):
     code, _, no_gpu = launch("--resume", run_dir, "--megatron-path", str(tmp_path), env={"CUDA_VISIBLE_DEVICES": ""})
     assert code == 2 and "no GPU is visible" in no_gpu, no_gpu
     assert "--dry-run" not in no_gpu.split("hint:", 1)[1] and "--slurm" in no_gpu
+
+
+def test_the_175b_header_says_why_megatrons_own_estimate_differs_from_ours(launch):
+    code, out, err = launch("175b", "--dry-run", "--megatron-path", "/opt/megatron-lm")
+    assert code == 0, err
+    (memory,) = [line for line in out.splitlines() if line.startswith("# memory ")]
+    assert ("(Megatron's own estimate 40.5 GiB; ours is 21.0 GiB lower, mostly sequence parallel (-19.7 GiB): "
+            "Megatron's report uses its sequence-parallel formula only with selective recompute") in memory
+
+
+def test_the_preflight_header_estimates_the_memory_the_dry_run_does(launch):
+    lines = []
+    for extra in ([], ["--preflight"]):
+        code, out, err = launch("345m", *extra, "--dry-run", "--megatron-path", "/opt/megatron-lm",
+                                env={"CUDA_VISIBLE_DEVICES": ""})
+        assert code == 0, err
+        lines += [line for line in out.splitlines() if line.startswith("# memory ")]
+    assert len(lines) == 2 and lines[0] == lines[1]

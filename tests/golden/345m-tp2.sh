@@ -2,7 +2,7 @@
 # world 2 = 1 node(s) × 2 GPU(s) = TP 2 · PP 1 · CP 1 · DP 1
 # batch 32 = micro batch 32 × DP 1 × 1 microbatch(es)
 # parameters 355.00M (355,002,368; padded vocab 50432)
-# memory ~25.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 22.0 GiB; `launch plan` for the breakdown)
+# memory ~25.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 22.0 GiB; ours is 3.7 GiB higher, mostly activation terms (+4.6 GiB): the most loaded stage (0), Korthikanti Table 2 widened for GQA/SwiGLU, attention scores when unfused, fp32 logits, recompute; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
 # runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
 # run directory /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
