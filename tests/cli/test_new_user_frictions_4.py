@@ -88,3 +88,12 @@ def test_the_preflight_header_estimates_the_memory_the_dry_run_does(launch):
         assert code == 0, err
         lines += [line for line in out.splitlines() if line.startswith("# memory ")]
     assert len(lines) == 2 and lines[0] == lines[1]
+
+
+@pytest.mark.parametrize("where", [["--slurm"], ["--k8s"]], ids=["slurm", "k8s"])
+def test_diff_of_an_unchanged_run_and_its_preset_finds_no_difference(launch, tmp_path, where):
+    code, out, err = launch("345m", *where, cwd=tmp_path)
+    assert code == 0, err
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    code, out, err = launch("diff", str(run_dir), "345m", cwd=tmp_path)
+    assert code == 0 and out == f"{run_dir} and 345m: the same settings\n", out + err
