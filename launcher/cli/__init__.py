@@ -375,12 +375,14 @@ def cmd_import(argv: list[str]) -> int:
                         help="a file, '-' for standard input, or the flags themselves after --")
     parser.add_argument("-o", "--output", metavar="PRESET.yaml",
                         help="write the preset here (default: print it; the report goes to standard error)")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: one object on standard output with the preset's text and the report")
     args = parser.parse_args(argv)
     from launcher.checks.data import tokenizer_vocab_size
     from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
 
-    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size)
+    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size, args.format)
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import tempfile
@@ -9,7 +10,7 @@ from pathlib import Path
 
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
-from launcher.importer.report import ResolveJob, check_import, render
+from launcher.importer.report import ResolveJob, as_dict, check_import, render
 
 MAX_SOURCE_BYTES = 1_000_000
 
@@ -35,9 +36,11 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
     return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given", []
 
 
-def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None) -> int:
+def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None,
+         output_format: str = "text") -> int:
     """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import;
-    `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size)."""
+    `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size). With
+    `output_format` json, one JSON object on stdout: the preset's text and the report."""
     text, name, positional = read_input(source)
     imported = import_source(text, name, positional, read_local)
     if output:
@@ -48,13 +51,18 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
             target.write_text(imported.text)
         except OSError as exc:
             raise UserError(f"cannot write {target}: {exc}") from None
-        outcome = check_import(imported, target, resolve_job)
-        sys.stdout.write(render(imported, outcome, str(target)))
+        outcome, where = check_import(imported, target, resolve_job), str(target)
     else:
         with tempfile.TemporaryDirectory() as tmp:
             scratch = Path(tmp) / "imported.yaml"
             scratch.write_text(imported.text)
             outcome = check_import(imported, scratch, resolve_job)
+        where = "standard output"
+    if output_format == "json":
+        sys.stdout.write(json.dumps(as_dict(imported, outcome, output), indent=2, default=str) + "\n")
+    elif output:
+        sys.stdout.write(render(imported, outcome, where))
+    else:
         sys.stdout.write(imported.text)
-        sys.stderr.write(render(imported, outcome, "standard output"))
+        sys.stderr.write(render(imported, outcome, where))
     return 2 if outcome.problems else 0

@@ -97,3 +97,26 @@ def test_diff_of_an_unchanged_run_and_its_preset_finds_no_difference(launch, tmp
     (run_dir,) = (tmp_path / "runs").iterdir()
     code, out, err = launch("diff", str(run_dir), "345m", cwd=tmp_path)
     assert code == 0 and out == f"{run_dir} and 345m: the same settings\n", out + err
+
+
+FLAGS = ["--", "pretrain_gpt.py", "--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4",
+         "--seq-length", "128", "--max-position-embeddings", "128", "--micro-batch-size", "2", "--global-batch-size",
+         "16", "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "1000", "--lr", "1e-4",
+         "--train-iters", "10", "--eval-interval", "10", "--eval-iters", "1"]
+
+
+def test_import_answers_in_json_like_every_command(launch, tmp_path):
+    import json
+
+    code, out, err = launch("import", "--format", "json", "-o", str(tmp_path / "mine.yaml"), *FLAGS)
+    assert code == 0, out + err
+    answer = json.loads(out)
+    assert answer["written_to"] == str(tmp_path / "mine.yaml") and answer["launcher"]["ok"] is True
+    assert answer["preset"] == (tmp_path / "mine.yaml").read_text() and answer["round_trip"]["equal"] is True
+
+
+def test_the_import_summary_names_no_empty_launcher_field(launch):
+    code, out, err = launch("import", *FLAGS)
+    assert code == 0, err
+    (summary,) = [line for line in err.splitlines() if line.startswith("imported: ")]
+    assert summary == "imported: 14 Megatron settings → standard output"
