@@ -120,3 +120,29 @@ def test_the_import_summary_names_no_empty_launcher_field(launch):
     assert code == 0, err
     (summary,) = [line for line in err.splitlines() if line.startswith("imported: ")]
     assert summary == "imported: 14 Megatron settings → standard output"
+
+
+def test_the_plans_sdpa_note_states_its_own_number(launch):
+    import re
+
+    code, out, err = launch("plan", "345m", "--gpus", "1", "--gpu", "h200-141gb", "--set", "transformer_engine=false")
+    assert code == 0, err
+    (rate,) = re.findall(r"tokens/s, (\d+) model TFLOP/s per GPU", out)
+    (note,) = [line for line in out.splitlines() if "SDPA attention spec" in line]
+    assert f"this plan predicts {rate} for the preset's layout on h200-141gb" in note
+    assert "slower" not in note  # a claim the numbers beside it did not bear out
+
+
+def test_a_bf16_gradient_plan_explains_the_gradients_row_as_gradients():
+    from launcher.estimate import formulas as est
+
+    args = {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 4, "seq_length": 128,
+            "max_position_embeddings": 128, "vocab_size": 1000, "micro_batch_size": 2, "global_batch_size": 2,
+            "bf16": True, "grad_reduce_in_bf16": True}
+    training = est.training_of(args, 1)
+    shape = est.model_shape(args, 1)
+    terms = {d.what: d.bytes for d in est.memory_difference(shape, training)}
+    megatron, complete = est.megatron_memory(shape, training), est.complete_memory(shape, training)
+    assert terms["gradients in bf16"] == -megatron.gradients / 2
+    assert abs(terms["parameters"]) < abs(complete.gradients - megatron.gradients) / 4  # the count only
+    assert abs(sum(terms.values()) - (complete.total - megatron.total)) < 1e-3 * megatron.total
