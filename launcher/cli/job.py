@@ -4,7 +4,8 @@ the same arguments give the same job everywhere (`launch show X` = `launch X --d
 
 What this machine contributes is decided here, once: its GPU count (a one-node job here takes at most these), the
 kernels it has, the Megatron-LM checkout, the run directory's name, the environment the ranks inherit, and the
-data files it can see.
+data files it can see. With `judge` (the dry-run, show, --check, a written Slurm/K8s job), the job is also held to
+its target (checks.target_verdict): a job meant for this machine gets the checks a launch here runs before torchrun.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
         from launcher.backends import local
         from launcher.checks.target_verdict import Where, judge
 
-        where = Where(remote=remote, gpus_here=local_gpus() if job.nodes == 1 and not remote else 0)
+        # this machine's GPUs, counted once (world() may have asked already)
+        where = Where(remote=remote, gpus_here=gpus_here() if gpus_here is not None and job.nodes == 1 else 0)
         job, problems = judge(job, problems, where, lambda: local.process_environment(job.environment),
                               launch_checks=request.judge_here)
     return job, problems
