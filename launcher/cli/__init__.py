@@ -431,7 +431,7 @@ def cmd_runs(argv: list[str]) -> int:
     from launcher.runs import listing
 
     parser = Parser(prog="launch runs", description="The run directories under the run root (newest first): "
-                    "preset, start, state (running, succeeded, failed, preempted, submitted), last iteration, "
+                    "preset, start, state (running, succeeded, failed, preempted, submitted, written), last iteration, "
                     "tokens/s. Also `launch ls`.")
     parser.add_argument("--run-root", type=Path, default=None,
                         help="where the run directories are (default: ./runs, the launcher's run_root)")
