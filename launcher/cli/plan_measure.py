@@ -121,12 +121,11 @@ def read_log(path: Path) -> tuple[float | None, float | None, int]:
 
 def run_trial(ns: Any, trial: Trial, inputs: plan_report.PlanInputs, iterations: int, out: Any) -> Measured:
     """The layout run as `launch` runs it, through the local backend; its log read back."""
-    from launcher.backends import local
+    from launcher.backends import local, local_run
     from launcher.cli.job import JobRequest, checked_job
     from launcher.megatron.pin import require_checkout
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
-    from launcher.backends import local_run
     from launcher.runs import rundir
 
     measuring = [f"train_iters={iterations}", "eval_iters=0", "log_interval=1"]

@@ -288,4 +288,5 @@ def test_the_default_image_is_the_container_the_pin_was_tested_in_which_check_as
     from launcher.pipeline.k8s_settings import parse_k8s_settings
 
     assert parse_k8s_settings({"pvc": "runs"}).image == NGC_IMAGE
-    assert f"Transformer Engine {DECLARED_TE_VERSION} ({NGC_IMAGE})" in AssumedMachine("h200-141gb", True, True).describe()
+    assumed = AssumedMachine("h200-141gb", True, True).describe()
+    assert f"Transformer Engine {DECLARED_TE_VERSION} ({NGC_IMAGE})" in assumed

@@ -206,10 +206,10 @@ def test_a_log_that_cannot_be_written_stops_training_and_the_summary_is_still_wr
     """The same fault where only the log fails: summary.json is still written, training is stopped."""
     from dataclasses import replace
 
+    from launcher.backends import local_run
     from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
-    from launcher.backends import local_run
     from launcher.runs.monitor import Monitor
 
     torchrun = stand_in(tmp_path, lines=500, seconds_per_line=0.01)
