@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.errors import Problem, UserError
+from launcher.errors import Problem, UserError, closest
 
 GIB = 1024**3
 
@@ -49,4 +49,8 @@ def gpu_by_name(name: str) -> Gpu:
     key = name.strip().lower()
     if key in GPUS:
         return GPUS[key]
-    raise UserError(Problem(f"unknown GPU {name!r}", f"known GPUs: {', '.join(sorted(GPUS))}"))
+    # a model without its memory (h100, a100) names the catalogue's sizes of it; else the closest spelling
+    sizes = [known for known in sorted(GPUS) if key and known.startswith(key.rstrip("-") + "-")]
+    near = sizes or closest(key, GPUS)
+    mean = f"did you mean {' or '.join(near)}? " if near else ""
+    raise UserError(Problem(f"unknown GPU {name!r}", f"{mean}known GPUs: {', '.join(sorted(GPUS))}"))

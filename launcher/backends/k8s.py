@@ -33,7 +33,7 @@ from launcher.pipeline.command import LAUNCHER_ROOT, Command, entry_script, kern
 from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv
-from launcher.runs import rundir, secrets
+from launcher.runs import cluster_job, rundir, secrets
 from launcher.runs.atomic import write_text_atomic
 
 MAX_HOST_NAME = (63 - len("-node-0-0.")) // 2  # a JobSet's name, so that its coordinator's host name is a label
@@ -162,6 +162,7 @@ def build_job(job: ResolvedJob, command: Command, settings: K8sSettings) -> JobS
     items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
     about = [kernel_summary(job) + ("; each pod checks what the settings need at start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
+    about.append(f"runs {job.runtime.describe()}")
     return JobSetJob(name=name, namespace=settings.namespace, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
                      world_size=job.layout.world_size, argv=tuple(command.argv), env=dict(command.env),
                      run_dir=job.run_dir, settings=settings, data_files=job.unseen_files, preset=job.preset.name,
@@ -425,6 +426,7 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
         if job.existing is None:  # nothing was created: leave nothing behind
             shutil.rmtree(made.job.run_dir, ignore_errors=True)
         raise
+    cluster_job.record_submission(made.job.run_dir, "kubernetes", [f"{made.job.namespace}/{made.job.name}"])
     print(f"submitted JobSet {made.job.namespace}/{made.job.name}: kubectl get jobset {made.job.name} -n "
           f"{made.job.namespace}; logs in {made.job.run_dir}/logs/k8s", file=err)
     return 0

@@ -33,7 +33,7 @@ from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import expands, shell_comment, shell_word
 from launcher.pipeline.slurm_settings import MAX_CHAIN, SlurmSettings, check_environment, check_shell_value
-from launcher.runs import rundir, secrets
+from launcher.runs import cluster_job, rundir, secrets
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "templates"
 TEMPLATE_NAME = "sbatch.sh.j2"
@@ -77,6 +77,7 @@ class BatchJob:
     # JSON of launcher.megatron.requirements.node_items: the packages (and versions) the settings need, which
     # every node checks at job start with NODE_CHECK; "" when there are none
     node_requirements: str = ""
+    python: str = "python3"  # the job's Python (pipeline.runtime): runs the checks on each node before torchrun
 
     @property
     def script_path(self) -> Path:
@@ -110,6 +111,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
     items = requirements.job_node_items(job.megatron, job.layout.vpp, job.entry)
     about = [kernel_summary(job) + ("; each node checks what the settings need at job start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
+    about.append(f"runs {job.runtime.describe()}")
     about += [f"warning: {w}" for w in (*job.warnings, *unmounted_paths(job, command, settings))]
     return BatchJob(
         title=title or f"preset {job.preset.name}",
@@ -128,6 +130,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         about=tuple(" ".join(line.split()) for line in about),  # one comment line each, whatever they hold
         unseen_files=job.unseen_files,
         data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.megatron.get(k)) is not None}),
+        python=job.runtime.python,
         node_requirements=json.dumps(items) if items else "",
     )
 
@@ -326,6 +329,13 @@ def check_resume_before_submit(job: ResolvedJob) -> Any:
     return resume
 
 
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def check_checkpoint_space(job: ResolvedJob) -> str | None:
     """Before sbatch: the checkpoints against the free space under `save` as this node sees it, when it sees that
     file system (a shared one; SAVE_LEVELS): a first save that cannot fit would end the job after its queue wait
@@ -355,7 +365,8 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
     if not as_json:
         for note in made.notes:
             print(f"note: {note}", file=err)
-        for warning in said_warnings:
+        # a script printed to a terminal says its warnings in its header: once there, not twice
+        for warning in list(warnings) if dry_run and _is_terminal(out) else said_warnings:
             print(f"warning: {warning}", file=err)
     if dry_run:
         if as_json:
@@ -395,10 +406,12 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
             job_ids.append(submit(batch.script_path, sbatch, secret_env))
     except UserError as exc:
         if job_ids:  # once a job is queued, its directory is its record
+            cluster_job.record_submission(batch.run_dir, "slurm", job_ids)
             raise UserError([*exc.problems, Problem(f"already submitted: {', '.join(job_ids)}")]) from None
         if job.existing is None:  # nothing queued: leave nothing behind
             shutil.rmtree(batch.run_dir, ignore_errors=True)
         raise
+    cluster_job.record_submission(batch.run_dir, "slurm", job_ids)  # `launch runs`: submitted, not written
     if as_json:
         logs = [str(batch.run_dir / f"slurm-{job_id}.out") for job_id in job_ids]
         out.write(json.dumps({**result, "dry_run": False, "submitted": job_ids, "logs": logs}, indent=2) + "\n")

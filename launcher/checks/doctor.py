@@ -408,12 +408,13 @@ def job_connections(job: Any) -> Finding:
     return Finding(CONNECTIONS, "ok", f"{value}, as the job sets it")
 
 
-def job_findings(job: Any, ctx: Context) -> list[Finding]:
+def job_findings(job: Any, ctx: Context, capacity: bool = True) -> list[Finding]:
     """The checks that matter for one resolved job, judged against the settings and environment it will run with
-    (`ctx.env`: its processes' environment). Never imports torch."""
+    (`ctx.env`: its processes' environment). Never imports torch. Without `capacity`, no memory or disk check (a
+    job whose layout is refused has no estimate)."""
     findings = run_checks(ctx, ["python", "torch", "megatron-lm", "dataset-helpers"])
     findings.append(job_connections(job))
-    findings += capacity_findings(job, ctx.env)
+    findings += capacity_findings(job, ctx.env) if capacity else []
     if job.entry != "pretrain_gpt":  # the simple loop builds its own model: only the environment matters
         return findings
     return findings + requirement_findings(job.megatron, ctx)  # the same messages as the job's check on a node
@@ -439,18 +440,27 @@ def requirement_findings(megatron_args: Mapping[str, Any], ctx: Context) -> list
     return findings
 
 
-def check_before_launch(job: Any, process_env: Mapping[str, str]) -> None:
-    """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok.
-    `process_env` is what the training processes will get (the local backend's process_environment); what the
-    settings need on this machine is the requirements table (requirement_findings)."""
-    findings = job_findings(job, Context(megatron_path=job.megatron_path, env=process_env))
-    for finding in findings:
-        if finding.status == "warn":
-            print(f"warning: {finding.check}: {finding.detail}", file=sys.stderr)
+def launch_verdict(findings: Iterable[Finding]) -> tuple[list[str], list[Problem]]:
+    """What a launch here says of its job_findings before torchrun starts: the warnings, and the problems that stop
+    it. One function for the launch and for the dry-run of a job meant for this machine (checks.target_verdict),
+    so both say the same."""
+    findings = list(findings)
+    warnings = [f"{f.check}: {f.detail}" for f in findings if f.status == "warn"]
     failed = [Problem(f"{f.check}: {f.detail}", f.fix, stage="launcher") for f in findings if f.status == "fail"]
     if failed:
         failed[-1] = Problem(failed[-1].message, failed[-1].hint + "; or skip these checks with --no-doctor",
                              stage="launcher")
+    return warnings, failed
+
+
+def check_before_launch(job: Any, process_env: Mapping[str, str]) -> None:
+    """Before `launch PRESET` starts torchrun: stop on a failing check, print warnings, stay quiet if all ok.
+    `process_env` is what the training processes will get (the local backend's process_environment); what the
+    settings need on this machine is the requirements table (requirement_findings)."""
+    warnings, failed = launch_verdict(job_findings(job, Context(megatron_path=job.megatron_path, env=process_env)))
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if failed:
         raise UserError(failed)
 
 

@@ -208,6 +208,36 @@ def _megatron_notes(verdict: Verdict) -> list[str]:
     return lines
 
 
+def _launcher_lines(job: Any, problems: Sequence[Any]) -> list[str]:
+    """The launcher's verdict: ok, ok with warnings (never a bare "ok" over a warning), or its problems."""
+    if problems:
+        return [f"launcher: {len(problems)} problem(s)",
+                *("  " + line for p in problems for line in p.render().splitlines())]
+    head = (f"launcher: accepted with {len(job.warnings)} warning(s)" if job.warnings else "launcher: ok")
+    return [f"{head} ({_layout_line(job)})", *(f"  warning: {w}" for w in job.warnings)]
+
+
+def _launcher_only(job: Any, problems: Sequence[Any], target: AssumedMachine, kernels: Any, env: Mapping[str, str],
+                   argv: Sequence[str], unasked: UserError, output_format: str) -> int:
+    """--check where Megatron cannot be asked (no megatron-core): the launcher's verdict, and why Megatron's is
+    missing; 2, since Megatron did not accept the job."""
+    reason = unasked.problems[0]
+    if output_format == "json":
+        print(json.dumps({
+            "world_size": job.nodes * job.gpus_per_node, "agree": None,
+            "launcher": {"ok": not problems, "layout": job.layout.as_dict() if not problems else None,
+                         "problems": [{"message": p.message, "hint": p.hint, "stage": p.stage} for p in problems],
+                         "warnings": list(job.warnings) if not problems else []},
+            "megatron": {"ok": None, "not_asked": reason.message, "hint": reason.hint},
+            "argv": list(argv),
+        }, indent=1))
+    else:
+        print("\n".join(_assumed_lines(target, kernels, env, job.preset)))
+        print("\n".join(_launcher_lines(job, problems)))
+        print(f"megatron: not asked: {reason.message}\n  hint: {reason.hint}")
+    return 2
+
+
 def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                  checker: UpstreamChecker | None = None, rehearse: bool = False) -> int:
     """Print the launcher's verdict and Megatron's own side by side; 0 only when both accept.
@@ -234,7 +264,11 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                             target_packages(preset, kernels))
     missing = package_problems(job, target)  # the launcher's own verdict on the target's packages
     checkout = megatron_path if megatron_path and (megatron_path / "megatron/training/arguments.py").is_file() else None
-    with contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout) as worker:
+    try:
+        started = contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout)
+    except UserError as exc:  # no megatron-core here: the launcher's own verdict still stands, said first
+        return _launcher_only(job, [*problems, *missing], target, kernels, env, argv, exc, output_format)
+    with started as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
                                capability=target.capability, packages=target.packages,
                                norm_features=NORM_FEATURES if uses_megatron_ext(job.megatron) else ())
@@ -269,12 +303,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, preset)))
-        if launcher_ok:
-            print(f"launcher: ok ({_layout_line(job)})")
-            print("".join(f"  warning: {w}\n" for w in job.warnings), end="")
-        else:
-            print(f"launcher: {len(problems)} problem(s)")
-            print("\n".join("  " + line for p in problems for line in p.render().splitlines()))
+        print("\n".join(_launcher_lines(job, problems)))
         stages = "parser, validate_args, microbatch calculator, TransformerConfig, model-build checks"
         if verdict.ok and not verdict.not_checked:
             print(f"megatron: ok ({stages}: {verdict.facts.get('num_microbatches')} microbatch(es), padded vocab "

@@ -90,7 +90,9 @@ def cmd_run(argv: list[str]) -> int:
         raise UserError("give a preset or --resume RUN_DIR, not both", "a resumed run keeps its own preset; "
                         "change settings with --set")
     if args.resume and args.dry_run:
-        raise UserError("--resume starts training; it has no --dry-run", "see the run's command.sh instead")
+        raise UserError("--resume starts training; it has no --dry-run",
+                        f"{args.resume}/command.sh shows what the run runs; resume it on a GPU machine, or on a "
+                        "cluster with --slurm / --k8s")
     on_k8s = args.k8s
     if on_k8s and args.slurm:
         raise UserError("--k8s and --slurm are two different clusters", "choose one")
@@ -107,12 +109,18 @@ def cmd_run(argv: list[str]) -> int:
         preset = load_preset(args.preset, args.overrides)
     name_only = args.dry_run or args.check or args.rehearse
     if not (on_slurm or on_k8s) and not name_only and args.gpus_per_node is None and local_gpus() == 0:
+        # a resumed run has no --dry-run (it would only say what command.sh says): never send the user there
         raise UserError("no GPU is visible on this machine",
+                        f"run on a GPU machine; {args.resume}/command.sh shows what the resumed run runs, "
+                        "or add --slurm / --k8s to resume it on a cluster" if args.resume else
                         "run on a GPU machine, or use --dry-run to print the command")
     # A launch claims its run directory's name at once (mkdir), so launches in the same second never share one; if
     # this launch ends before writing the directory, the empty claim is removed at exit.
+    # Judged against its target unless this is a launch here, whose checks before torchrun say the same (doctor).
     request = JobRequest(args.nodes, args.gpus_per_node, slurm=on_slurm, k8s=on_k8s, preflight=args.preflight,
-                         megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only)
+                         megatron_path=args.megatron_path, existing=existing, reserve_run_dir=not name_only,
+                         judge=not args.preflight and (name_only or on_slurm or on_k8s),
+                         judge_here=not args.no_doctor)
     job, problems = job_for(preset, request)
     if args.check or args.rehearse:
         from launcher.checks.megatron_verdict import check_preset
@@ -132,9 +140,10 @@ def cmd_run(argv: list[str]) -> int:
         return slurm.launch(job, command, dry_run=args.dry_run, submit_job=args.submit, chain=args.chain,
                             as_json=args.format == "json")
     # A missing checkout is among the job's warnings (cli.job); a pasted script's `# warning:` lines are easily
-    # missed, so a text dry-run says it on stderr too.
+    # missed, so a text dry-run whose output goes to a file or a pipe says it on stderr too (in a terminal, where
+    # both show, the header says it once).
     missing = checkout_warning(path, job.entry)
-    if args.dry_run and missing and args.format != "json":
+    if args.dry_run and missing and args.format != "json" and not _is_terminal(sys.stdout):
         print(f"warning: {missing}", file=sys.stderr)
     if args.dry_run:
         out = render.as_json if args.format == "json" else render.text
@@ -154,9 +163,16 @@ def cmd_run(argv: list[str]) -> int:
         from launcher.backends import local
 
         return local.run(command, local.process_environment(job.environment))
-    from launcher.runs import tracking
+    from launcher.backends import local_run
 
-    return tracking.execute(job, command)
+    return local_run.execute(job, command)
+
+
+def _is_terminal(stream: object) -> bool:
+    try:
+        return bool(getattr(stream, "isatty", lambda: False)())
+    except (OSError, ValueError):
+        return False
 
 
 def version_text() -> str:
@@ -303,7 +319,8 @@ def cmd_show(argv: list[str]) -> int:
 
     # the job a dry-run of the same arguments resolves (its run directory named, not made)
     job, problems = job_for(load_preset(args.preset, args.overrides),
-                            JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path))
+                            JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path,
+                                       judge=True))
     sys.stdout.write(show(job, problems, args.format))
     return 0
 
@@ -366,12 +383,15 @@ def cmd_import(argv: list[str]) -> int:
                         help="write the preset even where it does not hold something of the script's model, "
                              "numerics or layout (an unknown flag, a value the pin cannot take); the preset's "
                              "header lists each")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: one object on standard output with the preset's text and the report")
     args = parser.parse_args(argv)
     from launcher.checks.data import tokenizer_vocab_size
     from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
 
-    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size, args.accept_loss)
+    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size, args.accept_loss,
+                       args.format)
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:
@@ -420,7 +440,7 @@ def cmd_runs(argv: list[str]) -> int:
     from launcher.runs import listing
 
     parser = Parser(prog="launch runs", description="The run directories under the run root (newest first): "
-                    "preset, start, state (running, succeeded, failed, preempted, submitted), last iteration, "
+                    "preset, start, state (running, succeeded, failed, preempted, submitted, written), last iteration, "
                     "tokens/s. Also `launch ls`.")
     parser.add_argument("--run-root", type=Path, default=None,
                         help="where the run directories are (default: ./runs, the launcher's run_root)")

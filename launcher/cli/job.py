@@ -4,7 +4,8 @@ the same arguments give the same job everywhere (`launch show X` = `launch X --d
 
 What this machine contributes is decided here, once: its GPU count (a one-node job here takes at most these), the
 kernels it has, the Megatron-LM checkout, the run directory's name, the environment the ranks inherit, and the
-data files it can see.
+data files it can see. With `judge` (the dry-run, show, --check, a written Slurm/K8s job), the job is also held to
+its target (checks.target_verdict): a job meant for this machine gets the checks a launch here runs before torchrun.
 """
 
 from __future__ import annotations
@@ -36,6 +37,11 @@ class JobRequest:
     run_dir: bool = True  # a training job names its run directory (save/load/tensorboard point into it)
     reserve_run_dir: bool = False  # a real launch claims the name at once (mkdir); a dry-run only names it
     local: bool = True  # a one-node job here takes at most this machine's GPUs (not for import's check, plan, list)
+    # judged against its target before anything runs (checks.target_verdict): what a launch here would refuse for a
+    # job meant for this machine, what the target must have for one meant elsewhere; a real launch here runs those
+    # checks itself (checks.doctor.check_before_launch)
+    judge: bool = False
+    judge_here: bool = True  # with judge: run the launch's checks for a job meant here (--no-doctor skips both)
 
 
 def local_gpus() -> int:
@@ -68,6 +74,14 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     missing = None if request.k8s else checkout_warning(job.megatron_path, job.entry)
     if missing:
         job = replace(job, warnings=(*job.warnings, missing))
+    if request.judge:
+        from launcher.backends import local
+        from launcher.checks.target_verdict import Where, judge
+
+        # this machine's GPUs, counted once (world() may have asked already)
+        where = Where(remote=remote, gpus_here=gpus_here() if gpus_here is not None and job.nodes == 1 else 0)
+        job, problems = judge(job, problems, where, lambda: local.process_environment(job.environment),
+                              launch_checks=request.judge_here)
     return job, problems
 
 

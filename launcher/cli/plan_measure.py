@@ -124,12 +124,12 @@ def read_log(path: Path) -> tuple[float | None, float | None, int]:
 
 def run_trial(ns: Any, trial: Trial, inputs: plan_report.PlanInputs, iterations: int, out: Any) -> Measured:
     """The layout run as `launch` runs it, through the local backend; its log read back."""
-    from launcher.backends import local
+    from launcher.backends import local, local_run
     from launcher.cli.job import JobRequest, checked_job
     from launcher.megatron.pin import require_checkout
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
-    from launcher.runs import rundir, tracking
+    from launcher.runs import rundir
 
     measuring = [f"train_iters={iterations}", "eval_iters=0", "log_interval=1"]
     if inputs.preset.megatron.get("train_samples"):  # a sample-based preset: its schedule in samples goes too
@@ -146,7 +146,7 @@ def run_trial(ns: Any, trial: Trial, inputs: plan_report.PlanInputs, iterations:
 
         check_before_launch(job, local.process_environment(job.environment))
     assert job.run_dir is not None
-    code = tracking.execute(job, command, out=out)
+    code = local_run.execute(job, command, out=out)
     step, peak, count = read_log(job.run_dir / "logs" / "attempt-1.log")
     checkpoints = job.run_dir / rundir.CHECKPOINTS
     if job.megatron.get("save") == str(checkpoints) and checkpoints.is_dir():

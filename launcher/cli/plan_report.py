@@ -459,6 +459,19 @@ class PlanInputs:
     extra_sets: tuple[str, ...]
 
 
+# 345m with the launcher's SDPA spec on one H200, no TE (docs/benchmarks.md, docs/data/h200-bench-micro-345m.json)
+SDPA_MEASURED_TFLOPS = 400
+
+
+def sdpa_note(how: str, time: Mapping[str, Any] | None, gpu: str, tflops: float | None) -> str:
+    """Without TE: the attention the layouts run with, the rate measured with it, and this plan's own rate."""
+    text = (f"without Transformer Engine ({how}): --transformer-impl local with the launcher's SDPA attention spec; "
+            f"345m measured ~{SDPA_MEASURED_TFLOPS} model TFLOP/s with it on one H200 (docs/benchmarks.md)")
+    if time is not None:
+        text += f", and this plan predicts {time['model_tflops_per_gpu']:.0f} for the preset's layout on {gpu}"
+    return text + (" (from your --tflops)" if tflops else "; pass a measured --tflops to plan with your own rate")
+
+
 def run(ns: Any) -> str:
     """The `plan` subcommand's output for parsed arguments; bad input raises UserError."""
     plan, _ = plan_for(ns)
@@ -504,10 +517,6 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     built = est.built_model_parameters(own.effective(), own.entry, tp)
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
-    if not kernels.transformer_engine:
-        notes.append(f"without Transformer Engine ({kernels.how}): --transformer-impl local with the launcher's "
-                     "SDPA attention spec, which runs slower than the default TFLOP/s assumes (345m on one H200 "
-                     "measured ~400 model TFLOP/s, docs/benchmarks.md): pass a measured --tflops")
     if settings.entry == "simple_loop":
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
@@ -544,6 +553,9 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
                           own=(own_args, layout_training(own_args, own.layout)),
                           recipe=(ns.preset, *ns.overrides),
                           pinned=frozenset(job.added) & frozenset(ps.settings(training_of_budget)))
+    if not kernels.transformer_engine:  # said with the plan's own number, which it must not contradict
+        plan["search"]["notes"].insert(1 if ns.refit else 0, sdpa_note(kernels.how, plan.get("time"), gpu.name,
+                                                                       ns.tflops))
     if refitted is not None:
         plan["refit"] = refitted
     return plan, PlanInputs(given, args, budget, gpu, rules, kernels, allow_sp, extra_sets)

@@ -38,10 +38,12 @@ def header(job: ResolvedJob) -> list[str]:
     vocab = facts["padded_vocab_size"] or "unknown: vocab_size is not set"
     lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab {vocab})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
-    if warning := estimate.memory_warning(facts["estimate"]):
+    warning = estimate.memory_warning(facts["estimate"])
+    if warning and not any(w.startswith(warning) for w in job.warnings):  # a judged job has it among its warnings
         lines.append(f"# warning: {warning}")
     if job.entry == "pretrain_gpt":
         lines.append("# " + kernel_summary(job))
+    lines.append(f"# runs {job.runtime.describe()}")
     if job.run_dir is not None:
         made = "the run's" if job.existing else "made at launch, not by a dry-run"
         lines.append(f"# run directory {_one_line(job.run_dir)} ({made}; its timestamp is the launch's)")
@@ -78,6 +80,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "argv": redact_argv(command.argv),
         "env": job.environment.shown(),
         "script": command.script,
+        "runtime": {"python": job.runtime.python, "torchrun": job.runtime.torchrun, "how": job.runtime.how},
         "script_args": command.script_args,
         "run_dir": str(job.run_dir) if job.run_dir is not None else None,
         "added": dict(job.added),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -135,10 +135,67 @@ def load_side(ref: str) -> Preset:
     return load_preset(ref)
 
 
+RUN_DIRECTORY = "<run directory>"  # a side's own run directory, in the settings that point into it
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of `launch diff`: the preset as written, and where it ran (a run directory's) or would run."""
+
+    preset: Preset
+    run_dir: Path | None = None
+    slurm: bool = False
+    k8s: bool = False
+    world: tuple[int | None, int | None] = (None, None)
+
+
+def read_side(ref: str) -> Side:
+    preset = load_side(ref)
+    path = Path(ref)
+    if not path.is_dir():
+        return Side(preset)
+    from launcher.runs.cluster_job import JOBSET, SLURM_SCRIPT
+    from launcher.runs.listing import _json
+
+    world = (_json(path / MANIFEST) or {}).get("world")
+    world = world if isinstance(world, dict) else {}
+    nodes, gpus = world.get("nodes"), world.get("gpus_per_node")
+    return Side(preset, path.absolute(), slurm=(path / SLURM_SCRIPT).is_file(), k8s=(path / JOBSET).is_file(),
+                world=(nodes if isinstance(nodes, int) else None, gpus if isinstance(gpus, int) else None))
+
+
+def resolved(side: Side, like: Side) -> Preset:
+    """The side's Megatron settings as they run: a run directory's preset.yaml is resolved already (as launched);
+    a preset is resolved now, where and on the world `like` (the other side, when it is a run directory) ran, so
+    that an unchanged run and its preset differ in nothing. Paths into a side's own run directory read
+    RUN_DIRECTORY on both sides."""
+    from dataclasses import replace
+
+    from launcher.cli.job import JobRequest, job_for
+
+    run_dir: Path | None = side.run_dir
+    if run_dir is not None:
+        megatron = dict(side.preset.megatron)
+    else:
+        where = like if like.run_dir is not None else side
+        job, _ = job_for(side.preset, JobRequest(*where.world, slurm=where.slurm, k8s=where.k8s, local=False))
+        megatron, run_dir = dict(job.megatron), job.run_dir
+    if run_dir is not None:
+        megatron = {dest: _in_run_dir(value, str(run_dir)) for dest, value in megatron.items()}
+    return replace(side.preset, megatron=megatron)
+
+
+def _in_run_dir(value: Any, run_dir: str) -> Any:
+    if isinstance(value, str) and (value == run_dir or value.startswith(run_dir + "/")):
+        return RUN_DIRECTORY + value[len(run_dir):]
+    return value
+
+
 def diff(a_ref: str, b_ref: str, fmt: str) -> str:
-    """Side by side, every setting whose value differs: Megatron's as Megatron sees them (defaults filled in for
-    what one side leaves unset), then the launcher's."""
-    a, b = load_side(a_ref), load_side(b_ref)
+    """Side by side, every setting whose value differs, each side resolved as it runs (resolved): Megatron's as
+    Megatron sees them (defaults filled in for what one side leaves unset), then the launcher's."""
+    sides = read_side(a_ref), read_side(b_ref)
+    a, b = resolved(sides[0], sides[1]), resolved(sides[1], sides[0])
     rows: list[dict[str, Any]] = []
     for dest in dict.fromkeys([*a.megatron, *b.megatron]):
         va, vb = _plain(a.arg(dest)), _plain(b.arg(dest))

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,6 +93,10 @@ def _child_main(argv: Sequence[str]) -> int:
     script_args = options.script_args[1:] if options.script_args[:1] == ["--"] else options.script_args
     # Megatron prints to stdout; keep ours for the caller (`--format json` is one JSON document)
     os.dup2(2, 1)
+    # Megatron's imports warn about this CPU process (no TE, no apex, fallback optimizers): nothing the index needs
+    # or the user can act on here; the training job's own log still says them
+    for category in (UserWarning, FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category)
     started = time.monotonic()
     try:
         summary = _build(script_args, options.world_size)

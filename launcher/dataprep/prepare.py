@@ -91,10 +91,16 @@ def check_request(inputs: Sequence[str], output_prefix: str, overwrite: bool, te
                                 "give a path without suffix, e.g. data/my-corpus"))
         return problems
     directory = os.path.dirname(os.path.abspath(output_prefix))
-    if not os.path.isdir(directory):
-        problems.append(Problem(f"output directory {directory} does not exist", f"mkdir -p {directory}"))
-    elif not os.access(directory, os.W_OK):
-        problems.append(Problem(f"output directory {directory} is not writable"))
+    # a missing output directory is made (as mkdir -p would), where its nearest existing ancestor allows it
+    existing_dir = directory
+    while not os.path.lexists(existing_dir) and os.path.dirname(existing_dir) != existing_dir:
+        existing_dir = os.path.dirname(existing_dir)
+    if not os.path.isdir(existing_dir):
+        problems.append(Problem(f"output directory {directory} cannot be made: {existing_dir} is not a directory",
+                                "choose another --output-prefix"))
+    elif not os.access(existing_dir, os.W_OK):
+        what = "output directory" if existing_dir == directory else f"output directory {directory} cannot be made:"
+        problems.append(Problem(f"{what} {existing_dir} is not writable", "choose another --output-prefix"))
     outputs = output_paths(output_prefix)
     existing = [path for path in outputs.values() if os.path.exists(path)]
     if existing and not overwrite:
@@ -125,6 +131,12 @@ def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec
     problems = check_request(inputs, output_prefix, overwrite, text_unit, workers) + check_spec(spec)
     if problems:
         raise UserError(problems)
+    directory = os.path.dirname(os.path.abspath(output_prefix))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot make output directory {directory}: {err.strerror or err}",
+                        "choose another --output-prefix") from None
     # one writer per prefix: a second run would pass the "exists" check above too, and replace this one's output
     lock.hold(output_prefix + LOCK_SUFFIX, f"output prefix {output_prefix}",
               "another launch prepare-data is writing it; wait for it to end, or choose another --output-prefix")

@@ -716,7 +716,9 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
     and adds 5 % for temporaries. The complete model shards by TP whenever sequence parallel is on, and
     leaves temporaries to the usable-memory margin (USABLE_FRACTION)."""
     megatron, complete = megatron_memory(m, t), complete_memory(m, t)
-    params = complete.weights_and_optimizer - megatron.weights_and_optimizer
+    # Megatron's report counts 4 B of main gradients per parameter; grad_reduce_in_bf16 keeps them at 2 B
+    bf16_grads = -megatron.gradients / 2 if t.grad_reduce_in_bf16 and t.precision != "fp32" else 0.0
+    params = complete.weights_and_optimizer - megatron.weights_and_optimizer - bf16_grads
     sp_formula = t.sequence_parallel and t.recompute == "selective"
     margin = 0.0 if sp_formula else -(megatron.activations - megatron.activations / 1.05)
     sp = 0.0
@@ -732,6 +734,8 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
     return [
         MemoryDifference("parameters", params, "exact per-stage count (biases, learned positions, the tied "
                          "output copy on the last stage) at bytes per parameter by precision"),
+        MemoryDifference("gradients in bf16", bf16_grads, "grad_reduce_in_bf16 keeps and reduces the main "
+                         "gradients in bf16 (2 B per parameter); Megatron's report counts fp32 (4 B)"),
         MemoryDifference("sequence parallel", sp, "Megatron's report uses its sequence-parallel formula only "
                          f"with selective recompute; the run shards norms and dropouts over TP {t.tp}"),
         MemoryDifference("Megatron's 5 % margin", margin, "Megatron adds 5 % for temporaries; the complete "

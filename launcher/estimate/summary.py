@@ -27,6 +27,7 @@ from launcher.estimate.formulas import (
     gpu_by_name,
     megatron_memory,
     megatron_parameters,
+    memory_difference,
     model_shape,
     padded_vocab_size,
     parameter_count,
@@ -89,12 +90,15 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
     g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
     t = layout_training(args, layout, transformer_engine)
     e = estimate(args, t, g, gpus_per_node)
+    largest = max(memory_difference(e.shape, t), key=lambda d: abs(d.bytes))
     return {
         "gpu": g.name,
         "parameters": e.parameters,
         "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
         "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
         "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
+        # the largest term of complete − Megatron (formulas.memory_difference), for the header's one line
+        "megatron_difference": {"what": largest.what, "gib": round(largest.bytes / GIB, 2), "why": largest.why},
         "gpu_memory_gib": round(g.memory_bytes / GIB, 1),
         "fits": e.fit,
         "flops_per_iteration": e.flops_per_iteration,
@@ -119,6 +123,11 @@ def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bo
     })
 
 
+# Peak memory measured against the estimate on H200 (docs/plan.md): from 11 % below to 11 % above. An estimate whose
+# whole range [est·(1 − e), est·(1 + e)] lies above the GPU cannot fit whichever way the error falls.
+MEMORY_ERROR = 0.11
+
+
 def memory_warning(s: Mapping[str, Any]) -> str | None:
     """Said before launch when the estimate leaves less than the margin CUDA's context, NCCL and the allocator's
     fragmentation need (fit_status): such a job runs out of memory at its first steps, after the queue."""
@@ -131,11 +140,27 @@ def memory_warning(s: Mapping[str, Any]) -> str | None:
             "recompute activations, or use more TP/PP (`launch plan` lists layouts that fit)")
 
 
+def memory_beyond_error(s: Mapping[str, Any]) -> bool:
+    """Whether even the low end of the estimate's measured error range is above the GPU's memory."""
+    return bool(s["memory_per_gpu_gib"] * (1 - MEMORY_ERROR) > s["gpu_memory_gib"])
+
+
+# Where the two estimates differ by more than this share of Megatron's, the header says the main reason.
+EXPLAINED_DIFFERENCE = 0.1
+
+
 def summary_line(s: Mapping[str, Any]) -> str:
-    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'."""
-    return (f"~{s['memory_per_gpu_gib']:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
-            f"(Megatron's own estimate {s['megatron_memory_per_gpu_gib']:.1f} GiB; "
-            f"`launch plan` for the breakdown)")
+    """One header line from summary(): '~20.2 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's ...)'; where
+    Megatron's own estimate differs much from ours, its largest reason."""
+    ours, theirs = s["memory_per_gpu_gib"], s["megatron_memory_per_gpu_gib"]
+    why = ""
+    largest = s.get("megatron_difference")
+    if largest and abs(ours - theirs) > EXPLAINED_DIFFERENCE * max(theirs, 1.0):
+        side = "lower" if ours < theirs else "higher"
+        why = (f"; ours is {abs(ours - theirs):.1f} GiB {side}, mostly {largest['what']} ({largest['gib']:+.1f} "
+               f"GiB): {largest['why']}")
+    return (f"~{ours:.1f} GiB per GPU of {s['gpu_memory_gib']} on {s['gpu']}: {s['fits']} "
+            f"(Megatron's own estimate {theirs:.1f} GiB{why}; `launch plan` for the breakdown)")
 
 
 def job_facts(job: ResolvedJob) -> dict[str, Any]:

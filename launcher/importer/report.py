@@ -89,9 +89,12 @@ def all_lost(imported: Imported, outcome: Outcome) -> list[str]:
 
 
 def render(imported: Imported, outcome: Outcome, where: str) -> str:
-    lines = [f"imported: {len(imported.settings)} Megatron settings, launcher "
-             + ", ".join(f"{k} {v}" for k, v in imported.launcher.items())
-             + (f", env {' '.join(imported.env)}" if imported.env else "") + f" → {where}"]
+    carried = [f"{len(imported.settings)} Megatron settings"]
+    if imported.launcher:  # nothing to name when the source set no launcher setting
+        carried.append("launcher " + ", ".join(f"{k} {v}" for k, v in imported.launcher.items()))
+    if imported.env:
+        carried.append(f"env {' '.join(imported.env)}")
+    lines = [f"imported: {', '.join(carried)} → {where}"]
     if imported.not_carried:
         lines.append(f"not carried ({len(imported.not_carried)}; each is a comment at the top of the preset):")
         lines += [f"  {n}" for n in imported.not_carried]
@@ -126,3 +129,20 @@ def render(imported: Imported, outcome: Outcome, where: str) -> str:
     else:
         lines.append("round trip: equal (every word of the script's training command is in the preset's argv)")
     return "\n".join(lines) + "\n"
+
+
+def as_dict(imported: Imported, outcome: Outcome, written_to: str | None) -> dict[str, Any]:
+    """What render() says, as one JSON object (`launch import --format json`), with the preset's text (and the
+    file it was written to, with -o)."""
+    return {
+        "preset": imported.text, "written_to": written_to,
+        "imported": {"megatron_settings": len(imported.settings), "launcher": dict(imported.launcher),
+                     "env": sorted(imported.env)},
+        "not_carried": list(imported.not_carried), "replaced": dict(imported.replaced),
+        "warnings": list(imported.warnings),
+        "launcher": {"ok": not outcome.problems, "layout": outcome.layout or None,
+                     "problems": [{"message": p.message, "hint": p.hint} for p in outcome.problems],
+                     "warnings": list(outcome.warnings)},
+        "round_trip": {"equal": not outcome.differences, "differences": list(outcome.differences),
+                       "apart_from": sorted(set(outcome.added) | set(imported.replaced))},
+    }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import tempfile
@@ -10,7 +11,7 @@ from pathlib import Path
 from launcher import nofollow
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
-from launcher.importer.report import ResolveJob, all_lost, check_import, render
+from launcher.importer.report import ResolveJob, all_lost, as_dict, check_import, render
 
 MAX_SOURCE_BYTES = 1_000_000
 
@@ -37,11 +38,12 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
 
 
 def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None,
-         accept_loss: bool = False) -> int:
+         accept_loss: bool = False, output_format: str = "text") -> int:
     """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import;
     `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size);
     `accept_loss`: write the preset even where it does not hold the script's model, numerics or layout (its header
-    then lists what was lost)."""
+    then lists what was lost). With `output_format` json, one JSON object on stdout: the preset's text and the
+    report."""
     text, name, positional = read_input(source)
     imported = import_source(text, name, positional, read_local)
     target = Path(output) if output else None
@@ -61,13 +63,18 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
             nofollow.write_atomic(scratch, imported.text, what="imported preset")
             outcome = check_import(imported, scratch, resolve_job)
     lost = all_lost(imported, outcome)
-    if target is None and not refused:
-        sys.stdout.write(imported.text)
     where = "not written" if refused else (str(target) if target is not None else "standard output")
-    (sys.stdout if target is not None else sys.stderr).write(render(imported, outcome, where))
+    if output_format == "json":
+        report = as_dict(imported, outcome, None if refused else output)
+        report["lost"] = list(lost)
+        sys.stdout.write(json.dumps(report, indent=2, default=str) + "\n")
+    else:
+        if target is None and not refused:
+            sys.stdout.write(imported.text)
+        (sys.stdout if target is not None else sys.stderr).write(render(imported, outcome, where))
     if refused:
         sys.stderr.write(f"error: the preset would not hold {len(lost)} thing(s) of the script's model, numerics or "
-                         "layout (listed above under lost), so it was not written\n"
+                         "layout (listed under lost), so it was not written\n"
                          "hint: give each its setting where the pin has one (--set in a launch, or edit the script), "
                          "or import with --accept-loss to write it anyway (its header then lists what was lost)\n")
     unaccepted = len(lost) > len(imported.lost) and not accept_loss  # the round trip found more than the import

@@ -58,8 +58,8 @@ def torchrun_args(job: ResolvedJob) -> tuple[list[str], bool]:
     the job id from the allocation. (options, whether a word expands at run time)"""
     launcher = job.preset.launcher
     if job.target.slurm:
-        return slurm_torchrun(launcher.torchrun, job.gpus_per_node), True
-    head = [launcher.torchrun, "--nnodes", str(job.nodes), "--nproc-per-node", str(job.gpus_per_node)]
+        return slurm_torchrun(job.runtime.torchrun, job.gpus_per_node), True
+    head = [job.runtime.torchrun, "--nnodes", str(job.nodes), "--nproc-per-node", str(job.gpus_per_node)]
     if job.nodes == 1:
         return head + ["--standalone"], False
     from_env = launcher.master_addr == "localhost"

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from launcher.errors import Problem, UserError, did_you_mean, shown
+from launcher.megatron.target import NGC_IMAGE
 from launcher.pipeline.field_types import fields_allowing
 from launcher.pipeline.slurm_settings import parse_time_limit
 
@@ -37,7 +38,7 @@ PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 # most), so a JobSet name may have (63 - len("-node-0-0.")) // 2 characters; a few more are kept for --resume's
 # `-rN` suffix.
 MAX_NAME = 22
-DEFAULT_IMAGE = "nvcr.io/nvidia/pytorch:25.01-py3"
+DEFAULT_IMAGE = NGC_IMAGE  # the container the pin was tested in: what --check assumes (TE 2.14.0) is what runs
 DEFAULT_PVC = "megatron-runs"
 MAX_RESTARTS = 1000  # failurePolicy.maxRestarts is an int32; a typo of thousands of restarts is refused
 MAX_SECONDS = 2**31 - 1  # int32 fields (grace period, TTL, deadline)

@@ -32,6 +32,7 @@ from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import checkpoint_needed
 from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
+from launcher.pipeline.runtime import DEFAULT_TORCHRUN, Runtime, runtime_for
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
 
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
@@ -108,6 +109,7 @@ class ResolvedJob:
     notes: tuple[str, ...] = ()  # said once to the user (fallbacks, resolutions)
     warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
     unseen_files: tuple[str, ...] = ()  # data files this machine cannot see: checked on the node at job start
+    runtime: Runtime = field(default_factory=lambda: runtime_for(DEFAULT_TORCHRUN))  # its Python, torchrun
 
     def __post_init__(self) -> None:
         for name in ("megatron", "added", "kernel_flags"):  # immutable all the way down, not only frozen
@@ -238,6 +240,11 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     chosen, notes = choose_micro_batch(chosen, world_size, notes)
     megatron: dict[str, Any] = dict(chosen.megatron)
     kernel_flags: dict[str, Any] = {}
+    if preflight and entry == "pretrain_gpt":
+        # the all-reduce takes no Megatron flags; its settings stay the training job's it precedes, as that job runs
+        # them, so that its header's estimate is the dry-run's of that job
+        kernel_flags = kernel_rules.fallbacks(megatron, kernels)
+        megatron.update(kernel_flags)
     if preflight:
         entry = PREFLIGHT
         if target.slurm_settings is not None:  # runs once and just reports: nothing to resume, no chain to block
@@ -277,7 +284,9 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                       entry=entry, kernels=kernels, megatron_path=megatron_path, target=target,
                       environment=environment, rdzv_port=slurm_port or preset.launcher.master_port,
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
-                      added=added, kernel_flags=kernel_flags, notes=tuple(notes))
+                      added=added, kernel_flags=kernel_flags, notes=tuple(notes),
+                      runtime=runtime_for(preset.launcher.torchrun, slurm=target.slurm,
+                                          container_image=target.container_image))
     return job, problems
 
 

@@ -3,7 +3,7 @@ iteration and throughput, read from what the run directory holds:
 
     summary.json  written at the end of a run here (and by `launch report`): succeeded / failed / preempted
     running.json  the launcher's pid and host while it runs a job here: running, or failed when that process is gone
-    job.sbatch    a Slurm job without a summary yet: submitted (`launch report RUN_DIR` reads its log)
+    job.sbatch, jobset.yaml  a cluster job without a summary yet: written or submitted (runs/cluster_job.py)
 
 Everything is read bounded: a few KB of each file, the end of metrics.jsonl only.
 """
@@ -19,6 +19,7 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
+from launcher.runs import cluster_job
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
@@ -35,7 +36,7 @@ class RunRow:
     run_dir: str
     preset: str | None
     started: str | None
-    state: str  # running, succeeded, failed, preempted, submitted, unknown
+    state: str  # running, succeeded, failed, preempted, submitted, written, unknown
     last_iteration: int | None
     train_iters: int | None
     tokens_per_s: float | None
@@ -129,8 +130,8 @@ def describe(run_dir: Path) -> RunRow:
         speed = _number(summary.get("steady_tokens_per_s")) or speed
     elif running is not None:
         state, why = "failed", f"the launcher (pid {running.get('pid')}) is gone without a summary"
-    elif os.path.isfile(run_dir / "job.sbatch"):
-        state, why = "submitted", "a Slurm job: launch report RUN_DIR reads its log"
+    elif (cluster := cluster_job.state_before_summary(run_dir)) is not None:
+        state, why = cluster  # the word `launch report` says too
     else:
         state, why = "unknown", "no summary.json: never started, or stopped without one"
     preset = manifest.get("preset") if isinstance(manifest.get("preset"), str) else None

@@ -21,7 +21,7 @@ from typing import Any
 
 from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import k8s_log, slurm_accounting, slurm_log, triage, verdict
+from launcher.runs import cluster_job, k8s_log, slurm_accounting, slurm_log, triage, verdict
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
@@ -29,7 +29,7 @@ from launcher.runs.rundir import open_run_dir
 from launcher.runs.verdict import LineCounts, RunLog, RunSummary, Thinned
 
 PLOTS_DIR = "plots"
-SLURM_SCRIPT = "job.sbatch"  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
+SLURM_SCRIPT = cluster_job.SLURM_SCRIPT  # launcher.backends.slurm.SCRIPT_NAME (not imported: it pulls in jinja2)
 MAX_LOG_BYTES = 1 << 30  # 1 GiB: months of log_interval=1 lines; anything larger is not a training log
 
 
@@ -355,13 +355,16 @@ def run_logs(run_dir: Path) -> list[Path]:
 
 
 def _never_started(run_dir: Path) -> UserError:
-    if (run_dir / SLURM_SCRIPT).exists():  # written by `launch --slurm`; a job writes slurm-<id>.out at start
+    cluster = cluster_job.state_before_summary(run_dir)
+    if cluster is not None and cluster_job.kind_of(run_dir) == "Slurm":  # a job writes slurm-<id>.out at start
+        state = cluster[0]
         return UserError(Problem(
-            f"{run_dir} holds a Slurm batch script that has not run: no slurm-*.out and no {METRICS_FILE}",
-            f"submit it with: sbatch {run_dir / SLURM_SCRIPT} (if it is queued already, squeue --me shows it)"))
-    if (run_dir / "jobset.yaml").exists():  # written by `launch --k8s`; its pods write logs/k8s/ when they start
+            f"{run_dir} holds a Slurm batch script ({state}) that has not run: no slurm-*.out and no {METRICS_FILE}",
+            f"submit it with: sbatch {run_dir / SLURM_SCRIPT} (if it is queued already, squeue --me shows it)"
+            if state == "written" else "it is queued: squeue --me shows it; its log appears when it starts"))
+    if cluster is not None:  # written by `launch --k8s`; its pods write logs/k8s/ when they start
         return UserError(Problem(
-            f"{run_dir} holds a Kubernetes JobSet whose pods have written no log yet (logs/k8s/)",
+            f"{run_dir} holds a Kubernetes JobSet ({cluster[0]}) whose pods have written no log yet (logs/k8s/)",
             f"apply it with: kubectl apply --server-side -f {run_dir / 'jobset.yaml'}; if it is applied, "
             "kubectl get jobsets -A -l app.kubernetes.io/managed-by=megatron-launch shows it"))
     return UserError(Problem(f"{run_dir} has neither logs nor {METRICS_FILE}: the run never started",

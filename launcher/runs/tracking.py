@@ -1,34 +1,18 @@
-"""A real launch with a run directory: record it, watch the run, judge the end.
-
-    launch --resume RUN_DIR ──open_resume()──► the run's own preset and its record (resolve points the job at it)
-    ResolvedJob, Command ──execute()──► run directory written, torchrun started, its output through the Monitor
-"""
+"""A run directory to resume: `launch --resume RUN_DIR` ──open_resume()──► the run's own preset and its record
+(resolve points the job at it). Running a job here with its run directory is backends.local_run's."""
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import sys
 from dataclasses import replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
 
 from launcher import lock
 from launcher.errors import Problem, UserError, shown
-from launcher.pipeline.command import Command
 from launcher.pipeline.environment import is_loader_variable
 from launcher.pipeline.k8s_settings import DEFAULT_IMAGE as K8S_DEFAULT_IMAGE
 from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, parse_override
-from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir, secrets
-from launcher.runs.atomic import write_text_atomic
-from launcher.runs.monitor import Monitor
-
-# Exit status when the child exited 0 but its log shows a failure (Megatron exits 0 on several failures).
-EXIT_FAILED_DESPITE_ZERO = 1
-
 
 # A run directory is data, not instructions: of its preset.yaml, the settings that decide which program runs (or
 # what is loaded into it) are taken only when they are the launcher's own or this command line gives them again.
@@ -108,71 +92,3 @@ def refuse_untrusted_changes(preset: Preset, run: rundir.ExistingRun, given: set
             f"give it on the command line if you mean it: --set {name}=…"
             + (" (or --megatron-path)" if name == "megatron_path" else ""))
             for name, value in chosen])
-
-
-def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] | None = None,
-            out: IO[str] | None = None) -> int:
-    """Write (or extend) the run directory, run the command here through the monitor, return the exit status."""
-    from launcher.backends import local
-
-    assert job.run_dir is not None, "a training run has a run directory"
-    out = out or sys.stdout
-    local.runnable_argv(command)  # the checks local.run makes, before anything is written
-    if job.existing is None:
-        rundir.create_run_dir(job, command, list(job.preset.overrides), run_dir=job.run_dir,
-                              megatron_path=job.megatron_path, extra_files=extra_files)
-    else:
-        rundir.record_attempt(job.existing, command.argv, command.env)
-    print(f"# run directory: {job.run_dir}", file=out, flush=True)
-    save = job.megatron.get("save")
-    try:
-        monitor = Monitor(job.run_dir, checkpoint_dir=Path(save) if save else None,
-                          seq_length=job.megatron.get("seq_length"), out=out)
-    except OSError as error:
-        raise UserError(rundir.storage_problem(f"cannot write the run's log in {job.run_dir}", error)) from None
-    # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
-    cwd = str(job.run_dir) if job.entry == "simple_loop" else None
-    code, failure = None, None
-    running = _mark_running(job.run_dir)
-    try:
-        code = local.run(command, local.process_environment(job.environment), cwd=cwd, on_line=monitor.feed)
-    except OSError as error:  # the log or metrics could not be written; local.run has stopped training
-        failure = error
-    finally:
-        try:
-            summary = monitor.close(code)
-        except OSError as error:
-            failure = failure or error
-        if running is not None:
-            try:
-                running.unlink(missing_ok=True)
-            except OSError:  # the run root went read-only: `launch runs` judges the gone pid as failed anyway
-                pass
-    if failure is not None:
-        raise UserError(rundir.storage_problem(
-            f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))
-    _say(f"# report: launch report {job.run_dir}", out)
-    assert code is not None, "local.run returned, or its failure was raised above"
-    if code == 0 and summary.outcome == "failed":
-        return EXIT_FAILED_DESPITE_ZERO
-    return code
-
-
-def _mark_running(run_dir: Path) -> Path | None:
-    """running.json: this launcher's pid and host while it runs the job (`launch runs` shows it running, or
-    failed once that process is gone without a summary). Best effort: the run does not depend on it."""
-    path = run_dir / rundir.RUNNING_FILE
-    record = {"pid": os.getpid(), "host": socket.gethostname(),
-              "started": datetime.now(UTC).isoformat(timespec="seconds")}
-    try:
-        write_text_atomic(path, json.dumps(record) + "\n")
-    except OSError:
-        return None
-    return path
-
-
-def _say(text: str, out: IO[str]) -> None:
-    try:
-        print(text, file=out, flush=True)
-    except OSError:  # the terminal is gone (a hangup); the run directory has everything
-        pass

@@ -286,3 +286,12 @@ def test_names_come_from_the_run_directory_and_fit_the_coordinator_label():
     assert k8s.default_name(Path("/r/My Preset!-20261201T213125Z-3")) == "my-pres-261201213125-3"
     name = k8s.default_name(Path("/r/" + "x" * 200 + "-20261201T213125Z-12"))
     assert len(f"{name}-r99-node-0-0.{name}-r99") <= 63
+
+
+def test_the_default_image_is_the_container_the_pin_was_tested_in_which_check_assumes():
+    from launcher.megatron.target import DECLARED_TE_VERSION, NGC_IMAGE, AssumedMachine
+    from launcher.pipeline.k8s_settings import parse_k8s_settings
+
+    assert parse_k8s_settings({"pvc": "runs"}).image == NGC_IMAGE
+    assumed = AssumedMachine("h200-141gb", True, True).describe()
+    assert f"Transformer Engine {DECLARED_TE_VERSION} ({NGC_IMAGE})" in assumed

@@ -206,10 +206,10 @@ def test_a_log_that_cannot_be_written_stops_training_and_the_summary_is_still_wr
     """The same fault where only the log fails: summary.json is still written, training is stopped."""
     from dataclasses import replace
 
+    from launcher.backends import local_run
     from launcher.pipeline import resolve
     from launcher.pipeline.command import build_command
     from launcher.pipeline.preset import load_preset
-    from launcher.runs import tracking
     from launcher.runs.monitor import Monitor
 
     torchrun = stand_in(tmp_path, lines=500, seconds_per_line=0.01)
@@ -227,7 +227,7 @@ def test_a_log_that_cannot_be_written_stops_training_and_the_summary_is_still_wr
 
     monkeypatch.setattr(Monitor, "feed", feed_until_the_disk_is_full)
     with pytest.raises(UserError) as caught:
-        tracking.execute(job, command, out=io.StringIO())
+        local_run.execute(job, command, out=io.StringIO())
     assert "so training was stopped: No space left on device" in caught.value.problems[0].message
     assert (tmp_path / "signalled").read_text() == "SIGTERM"
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -26,7 +26,7 @@ def test_the_batch_script_runs_the_commands_torchrun_words():
     job = slurm_job()
     command = build_command(job)
     runner = command.shell_words()[:command.argv.index(command.script)]
-    assert runner == ["torchrun", '--nnodes="$SLURM_NNODES"', "--nproc-per-node=4", "--rdzv-backend=c10d",
+    assert runner == [job.runtime.torchrun, '--nnodes="$SLURM_NNODES"', "--nproc-per-node=4", "--rdzv-backend=c10d",
                       '--rdzv-endpoint="$head_node:$rdzv_port"', '--rdzv-id="$SLURM_JOB_ID"']
     text = rendered(job)
     assert "".join(f"    {word} \\\n" for word in runner) in text

@@ -32,10 +32,12 @@ def test_plan_175b_explains_every_gib_between_complete_and_megatron_memory(launc
     memory = plan["memory"]
     parts = memory["difference"]
     names = [p["what"] for p in parts]
-    assert names == ["parameters", "sequence parallel", "Megatron's 5 % margin", "activation terms"]
+    assert names == ["parameters", "gradients in bf16", "sequence parallel", "Megatron's 5 % margin",
+                     "activation terms"]
     assert sum(p["bytes"] for p in parts) == pytest.approx(
         memory["complete"]["total"] - memory["megatron"]["total"], rel=1e-9)
-    sp = parts[1]
+    assert parts[1]["bytes"] == 0  # 175b keeps fp32 main gradients, as Megatron's report counts them
+    sp = parts[2]
     # Megatron's report uses its no-SP formula unless SP comes with selective recompute: 10·s·b·h per layer
     # outside the TP regions is counted on every TP rank, where sequence parallel keeps 1/8 of it.
     assert sp["bytes"] < -15 * 2**30

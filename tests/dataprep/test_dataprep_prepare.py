@@ -269,7 +269,8 @@ def test_cli_bad_inputs_exit_2_without_files(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert "error: input missing.jsonl does not exist" in bad.stderr
     assert "error: input empty.jsonl is empty" in bad.stderr
-    assert "output directory" in bad.stderr and "hint: mkdir -p" in bad.stderr
+    assert "output directory" not in bad.stderr  # a missing one is made once the inputs are good
+    assert not (tmp_path / "nodir").exists()
 
     no_files = run_cli("empty.jsonl", "--output-prefix", "out", "--tokenizer", "gpt2", cwd=tmp_path)
     assert no_files.returncode == 2 and "--tokenizer gpt2 needs --vocab-file" in no_files.stderr
@@ -339,3 +340,16 @@ def test_without_megatron_core_the_checkouts_copy_is_used(tmp_path, with_checkou
         assert f"-m pip install -e '{REPO}[megatron]'" in result.stderr or \
             f"-m pip install -e {REPO}[megatron]" in result.stderr
         assert "megatron-launch[megatron]" not in result.stderr
+
+
+def test_a_missing_output_directory_is_made(tmp_path):
+    corpus = write_jsonl(tmp_path / "c.jsonl", ["a document", "another"])
+    prepare_data([str(corpus)], str(tmp_path / "data" / "new" / "corpus"), BYTE, workers=1, show_progress=False)
+    assert {p.name for p in (tmp_path / "data" / "new").iterdir()} >= {"corpus.bin", "corpus.idx"}
+
+
+def test_an_output_directory_under_a_file_is_refused(tmp_path):
+    corpus = write_jsonl(tmp_path / "c.jsonl", ["a document"])
+    (tmp_path / "plain").write_text("")
+    with pytest.raises(UserError, match="cannot be made: .*plain is not a directory"):
+        prepare_data([str(corpus)], str(tmp_path / "plain" / "sub" / "corpus"), BYTE, workers=1, show_progress=False)

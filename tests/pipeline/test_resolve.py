@@ -258,7 +258,7 @@ def test_cluster_data_is_a_warning_for_slurm_and_checked_at_job_start(launch, tm
     assert "error: data_path: dataset /cluster/data/web_text_document has no /cluster/data/web_text_document.bin" \
         in job.stderr
     # a node that cannot import the launcher still checks that the files are there
-    script.write_text(out.replace("python3 -m launcher.checks.data", "python3 -m not_installed_here.checks.data"))
+    script.write_text(out.replace(" -m launcher.checks.data", " -m not_installed_here.checks.data"))
     job = subprocess.run(["bash", str(script)], env=_fake_slurm(tmp_path), cwd=tmp_path, capture_output=True,
                          text=True, timeout=60, check=False)
     assert job.returncode == 2 and "TRAINING STARTED" not in job.stdout

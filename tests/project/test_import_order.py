@@ -1,5 +1,6 @@
-"""The stages import only from earlier stages (cli → backends/runs/checks/dataprep → estimate/importer → pipeline →
-megatron/inside → errors and the root helpers), and no modules import each other in a circle, lazily or not."""
+"""The stages import only from earlier stages (cli → backends → dataprep → checks → runs → estimate/importer →
+pipeline → megatron/inside → errors and the root helpers), and no modules import each other in a circle, lazily or
+not. Two stages of one rank (estimate and importer, megatron and inside) do not import each other at all."""
 
 import ast
 import functools
@@ -8,16 +9,21 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
-# Later stages have higher ranks; a module may import its own stage or an earlier (lower) one.
+# Later stages have higher ranks; a module may import its own stage or a lower one, never a peer of its rank.
 RANKS = {
     "errors": 0, "untrusted": 0, "interrupts": 0, "gpus": 0, "redaction": 0, "nofollow": 0, "lock": 0,
     "": 0,  # launcher/__init__.py
     "megatron": 1, "inside": 1,
     "pipeline": 2,
     "estimate": 3, "importer": 3,
-    "backends": 4, "runs": 4, "checks": 4, "dataprep": 4,
-    "cli": 5, "__main__": 5,
+    "runs": 4,  # run directories, their records and reports
+    "checks": 5,  # what a job needs, judged before it runs (reads run records: git commit of a checkout)
+    "dataprep": 6,  # data preparation (checks its files with checks.data)
+    "backends": 7,  # where a job runs: here (with its run directory), Slurm, Kubernetes
+    "cli": 8,
+    "__main__": 9,  # python -m launcher: the cli
 }
+ROOT_RANK = 0  # the root helpers are many small stages of one rank that may use each other
 
 
 def module_name(path: Path) -> str:
@@ -59,6 +65,14 @@ def test_every_package_has_a_stage():
 def test_a_module_imports_no_later_stage(module):
     later = sorted(m for m in import_graph()[module] if RANKS[stage(m)] > RANKS[stage(module)])
     assert later == [], f"{module} (stage {stage(module) or 'root'}) imports later stages: {later}"
+
+
+@pytest.mark.parametrize("module", sorted(import_graph()))
+def test_a_module_imports_no_peer_stage_of_its_rank(module):
+    rank = RANKS[stage(module)]
+    peers = sorted(m for m in import_graph()[module]
+                   if stage(m) != stage(module) and RANKS[stage(m)] == rank != ROOT_RANK)
+    assert peers == [], f"{module} (stage {stage(module)}) imports a peer stage of the same rank: {peers}"
 
 
 def test_no_modules_import_each_other_in_a_circle():

@@ -41,6 +41,6 @@ def test_a_jobset_that_never_started_says_how_to_apply_and_find_it(tmp_path):
     with pytest.raises(UserError) as info:
         summarize(run_dir)
     assert info.value.render() == (
-        f"error: {run_dir} holds a Kubernetes JobSet whose pods have written no log yet (logs/k8s/)\n"
+        f"error: {run_dir} holds a Kubernetes JobSet (written) whose pods have written no log yet (logs/k8s/)\n"
         f"  hint: apply it with: kubectl apply --server-side -f {run_dir / 'jobset.yaml'}; if it is applied, "
         "kubectl get jobsets -A -l app.kubernetes.io/managed-by=megatron-launch shows it")

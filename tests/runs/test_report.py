@@ -152,7 +152,7 @@ def test_report_on_a_slurm_run_directory_never_submitted(tmp_path):
     run_dir = Path(made.stdout.strip()).parent
     result = launch_cli("report", str(run_dir))
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "Slurm batch script that has not run" in result.stderr
+    assert "Slurm batch script (written) that has not run" in result.stderr
     assert f"sbatch {run_dir}/job.sbatch" in result.stderr and "--resume" not in result.stderr
 
 

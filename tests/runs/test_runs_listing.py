@@ -76,7 +76,7 @@ def test_states_from_summary_pid_and_slurm_script(tmp_path, live_launcher):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [
         "run                    preset  started                    state      iteration  tokens/s",
-        "175b-20261201T150000Z  175b    2026-12-01T15:00:00+00:00  submitted  -          -",
+        "175b-20261201T150000Z  175b    2026-12-01T15:00:00+00:00  written    -          -",
         "toy-20261201T140000Z   toy     2026-12-01T14:00:00+00:00  failed     -          -",
         "toy-20261201T130000Z   toy     2026-12-01T13:00:00+00:00  running    3/5        1,234",
         "345m-20261201T120000Z  345m    2026-12-01T12:00:00+00:00  preempted  500/1000   150,000",

@@ -1,0 +1,100 @@
+"""What the job's target would refuse, said before anything runs (the dry-run, `show`, `--check`, a written script).
+
+Where the job is meant to run decides what can be known:
+- a job meant for THIS machine (a launch here: no --slurm/--k8s, one node, and this machine has a GPU) gets the very
+  checks a launch here runs before torchrun (checks.doctor.job_findings, launch_verdict): the dry-run refuses what
+  the launch would refuse, with the same messages;
+- a job meant elsewhere (a cluster, more nodes than this one, or a machine without a GPU preparing the job) gets a
+  warning for each Python package its settings need there that the preset does not declare (launcher.packages):
+  the nodes check them at job start, and `launch --check` holds the preset to its declaration.
+The memory estimate is held to the job's GPU (launcher.gpu): above it within the estimate's measured error, a
+warning; wholly above it, a refusal (for a job meant here, the launch's own check holds it to this GPU instead).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from launcher.checks import doctor
+from launcher.checks.capacity import unmodelled_memory_settings
+from launcher.errors import Problem
+from launcher.estimate import summary as estimate
+from launcher.megatron import requirements
+from launcher.megatron.effective import effective_settings
+from launcher.pipeline.resolve import ResolvedJob
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a job is meant to run, as the command line and this machine say."""
+
+    remote: bool  # --slurm or --k8s
+    gpus_here: int  # this machine's visible GPUs
+
+    def meant_here(self, job: ResolvedJob) -> bool:
+        """A launch here would run the whole job on this machine, which has a GPU to run it."""
+        return not self.remote and job.nodes == 1 and self.gpus_here > 0
+
+
+def judge(job: ResolvedJob, problems: list[Problem], where: Where,
+          process_env: Callable[[], Mapping[str, str]], launch_checks: bool = True
+          ) -> tuple[ResolvedJob, list[Problem]]:
+    """The job with the target's warnings added, and the problems with the target's refusals added.
+    `process_env` gives the environment the training processes would get here (asked only for a job meant here);
+    without `launch_checks` (--no-doctor, which a launch here skips too) a job meant here is not checked here."""
+    here = where.meant_here(job)
+    # A refused layout has no estimate; the rest is still said, all problems at once. Here, the launch's own check
+    # holds the estimate to this machine's GPU (checks.capacity).
+    estimated = not problems
+    warnings, found = memory_verdict(job, refuse=not here) if estimated else ([], [])
+    if here and launch_checks:
+        said, refused = checks_before_launch(job, process_env(), capacity=estimated)
+        warnings += said
+        found += refused
+    elif job.entry == "pretrain_gpt":
+        warnings += target_package_warnings(job)
+    fresh = [w for w in warnings if w not in job.warnings]
+    return replace(job, warnings=(*job.warnings, *fresh)), [*problems, *found]
+
+
+def checks_before_launch(job: ResolvedJob, process_env: Mapping[str, str],
+                         capacity: bool = True) -> tuple[list[str], list[Problem]]:
+    """What a launch here says before torchrun (doctor.launch_verdict), except a missing Megatron-LM checkout: the
+    dry-run prints the command without one and says so as a warning (cli.job), as it always has."""
+    findings = doctor.job_findings(job, doctor.Context(megatron_path=job.megatron_path, env=process_env), capacity)
+    has_checkout = (Path(job.megatron_path) / "pretrain_gpt.py").is_file()
+    kept = [f for f in findings if has_checkout or f.check != "megatron-lm checkout"]
+    return doctor.launch_verdict(kept)
+
+
+def target_package_warnings(job: ResolvedJob) -> list[str]:
+    """Each Python package the job's settings need on the target that the preset does not declare it has."""
+    settings = effective_settings(job.megatron, job.layout.vpp).settings
+    declared = set(job.preset.launcher.packages)
+    return [f"{row.condition(settings, job.megatron)} needs {row.wanted()} where the job runs ({row.cite}); each "
+            f"node checks it at job start; declare it once the target has it: launcher.packages: [{row.package}]"
+            for row in requirements.applicable(settings, ["package"]) if row.package not in declared]
+
+
+def memory_verdict(job: ResolvedJob, refuse: bool = True) -> tuple[list[str], list[Problem]]:
+    """The memory estimate against the job's GPU: a warning above 90 % of it, a refusal (with `refuse`) when even
+    the low end of the estimate's measured error is above it, unless a setting saves memory the estimate does not
+    count."""
+    facts = estimate.job_facts(job)["estimate"]
+    warning = estimate.memory_warning(facts)
+    if warning is None:
+        return [], []
+    unmodelled = unmodelled_memory_settings(job.arg)
+    if not refuse or not estimate.memory_beyond_error(facts) or unmodelled:
+        return [warning + (f" (the estimate does not count what {', '.join(unmodelled)} saves)"
+                           if unmodelled and estimate.memory_beyond_error(facts) else "")], []
+    low = facts["memory_per_gpu_gib"] * (1 - estimate.MEMORY_ERROR)
+    return [], [Problem(
+        f"the memory estimate, ~{facts['memory_per_gpu_gib']:.1f} GiB per GPU, is above the "
+        f"{facts['gpu_memory_gib']} GiB of {facts['gpu']} even at the low end of its measured error "
+        f"(−{estimate.MEMORY_ERROR:.0%}: ~{low:.1f} GiB): the job cannot fit",
+        "lower micro_batch_size, recompute activations (recompute_granularity=full), use the distributed optimizer "
+        "or more TP/PP (`launch plan` lists layouts that fit); or set launcher.gpu to the GPU the job runs on",
+        stage="launcher")]

@@ -1,0 +1,124 @@
+"""The dry-run of a job meant for this machine (a launch here: one node, a GPU here) refuses what the launch here
+would refuse before torchrun, with the same messages, for every row of the requirements table; a job meant
+elsewhere gets a warning naming the package and the setting; the memory estimate is held to the job's GPU."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from launcher.checks import doctor
+from launcher.checks.finding import Finding
+from launcher.cli import main
+from launcher.megatron import requirements
+
+ROWS = [row for row in requirements.table() if row.kind in requirements.PACKAGE_KINDS]
+
+
+def value_for(test: Any) -> Any:
+    """A value of a setting that makes the row's test hold."""
+    if isinstance(test, dict):
+        return test["in"][0] if "in" in test else test["gt"] + 1 if "gt" in test else None
+    return test
+
+
+def overrides_for(row: requirements.Requirement) -> list[str]:
+    settings = {dest: value_for(test) for dest, test in row.when.items()}
+    if settings.get("wandb_project") is True:
+        settings["wandb_project"] = "project"
+    if settings.get("async_save"):
+        settings["use_persistent_ckpt_worker"] = True  # else Megatron drops async_save (effective settings)
+    kernels = {"transformer_engine": row.kind == "te", "apex": row.kind == "apex"}  # what the preset declares
+    return [f"{dest}={json.dumps(value) if not isinstance(value, str) else value}"
+            for dest, value in {**kernels, **settings}.items() if value is not None]
+
+
+@pytest.fixture
+def bare_machine(monkeypatch, tmp_path):
+    """One GPU here, and none of the table's packages, TE or apex extensions installed."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    monkeypatch.setattr(requirements, "packages_here", lambda: {})
+    monkeypatch.setattr(requirements, "apex_modules_here", lambda: frozenset())
+    monkeypatch.setattr(requirements, "te_version_here", lambda: None)
+    monkeypatch.setattr(doctor, "check_transformer_engine",
+                        lambda ctx: [Finding("transformer-engine", "warn", "not installed")])
+    monkeypatch.setattr(doctor, "has_module", lambda name: False)
+    checkout = tmp_path / "megatron-lm"
+    checkout.mkdir()
+    (checkout / "pretrain_gpt.py").touch()
+    return checkout
+
+
+def errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row.id)
+def test_the_dry_run_refuses_what_the_launch_here_refuses(capsys, bare_machine, tmp_path, row):
+    args = ["345m", "--megatron-path", str(bare_machine), "--set", f"run_root={tmp_path / 'runs'}",
+            *(word for setting in overrides_for(row) for word in ("--set", setting))]
+    dry = main([*args, "--dry-run"])
+    said = capsys.readouterr().err
+    launched = main(args)
+    refused = capsys.readouterr().err
+    assert (dry, launched) == (2, 2), said + refused
+    assert errors(refused) and set(errors(refused)) <= set(errors(said)), said
+    if "problem" not in refused:  # the launch reached its checks: the row is among what it said
+        assert row.wanted() in said
+
+
+def test_a_job_meant_elsewhere_names_the_package_and_the_setting(capsys, bare_machine):
+    for where in (["--slurm"], ["--k8s"], ["--nodes", "2"]):
+        assert main(["345m", "--set", "optimizer=muon", "--set", "wandb_project=p", *where, "--dry-run",
+                     "--megatron-path", str(bare_machine), "--format", "json"]) == 0, where
+        out, err = capsys.readouterr()
+        warnings = json.loads(out)["warnings"] if where[0] != "--k8s" else err  # the manifest is the JSON there
+        assert "optimizer muon needs emerging-optimizers >= 0.2 where the job runs" in str(warnings), where
+        assert "wandb_project p needs wandb where the job runs" in str(warnings), where
+
+
+def test_a_declared_package_is_no_warning_elsewhere(capsys, bare_machine):
+    assert main(["345m", "--set", "optimizer=muon", "--set", "packages=[emerging-optimizers]", "--nodes", "2",
+                 "--dry-run", "--megatron-path", str(bare_machine), "--format", "json"]) == 0
+    assert "emerging-optimizers" not in " ".join(json.loads(capsys.readouterr().out)["warnings"])
+
+
+def test_no_gpu_here_means_the_job_is_meant_elsewhere(capsys, bare_machine, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert main(["345m", "--set", "optimizer=muon", "--dry-run", "--megatron-path", str(bare_machine)]) == 0
+    assert "# warning: optimizer muon needs emerging-optimizers >= 0.2 where the job runs" in capsys.readouterr().out
+
+
+def test_no_doctor_skips_the_checks_in_the_dry_run_as_in_the_launch(capsys, bare_machine):
+    assert main(["345m", "--set", "optimizer=muon", "--dry-run", "--no-doctor",
+                 "--megatron-path", str(bare_machine)]) == 0
+
+
+def test_a_memory_estimate_above_the_gpu_within_its_error_is_a_warning_everywhere(capsys, bare_machine):
+    # 345m at micro batch 128: ~132.9 GiB; 145 GiB of an H200's 139.8 could still fit at the estimate's low end
+    args = ["345m", "--nodes", "2", "--set", "micro_batch_size=128", "--set", "global_batch_size=256",
+            "--set", "num_layers=26", "--set", "gpu=h200-141gb", "--megatron-path", str(bare_machine)]
+    assert main([*args, "--dry-run", "--format", "json"]) == 0
+    (memory,) = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "memory estimate" in w]
+    assert "is above the 139.8 GiB of h200-141gb" in memory
+
+
+def test_a_memory_estimate_wholly_above_the_gpu_is_refused(capsys, bare_machine):
+    code = main(["345m", "--nodes", "2", "--set", "micro_batch_size=128", "--set", "global_batch_size=256",
+                 "--dry-run", "--megatron-path", str(bare_machine), "--format", "json"])
+    assert code == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error.startswith("the memory estimate, ~132.9 GiB per GPU, is above the 79.1 GiB of h100-80gb even at "
+                            "the low end of its measured error")
+
+
+def test_memory_beyond_the_error_counts_the_error_both_ways():
+    from launcher.estimate.summary import MEMORY_ERROR, memory_beyond_error
+
+    gpu = 139.8
+    assert not memory_beyond_error({"memory_per_gpu_gib": 145.0, "gpu_memory_gib": gpu})
+    assert memory_beyond_error({"memory_per_gpu_gib": 648.0, "gpu_memory_gib": gpu})
+    assert memory_beyond_error({"memory_per_gpu_gib": gpu / (1 - MEMORY_ERROR) + 0.1, "gpu_memory_gib": gpu})
+
