@@ -141,10 +141,18 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
     _experts(settings, megatron, layout)
     # a vocabulary that pads alike at every TP: the same weights at both layouts, no padding rows to drop
     settings["vocab_size"] = (megatron.get("make_vocab_size_divisible_by") or 128) * widest
-    # two microbatches per pipeline stage on each replica (the interleaved schedule needs a multiple of PP)
-    settings["global_batch_size"] = layout.dp * layout.pp * 2
+    # two microbatches on each replica, PP where more (the interleaved schedule needs a multiple of PP)
+    settings["global_batch_size"] = layout.dp * max(layout.pp, 2)
     settings["micro_batch_size"] = 1
-    return settings, notes
+    return settings, [_at_size(note, settings) for note in notes]
+
+
+def _at_size(note: str, settings: Mapping[str, Any]) -> str:
+    """tiny_settings' note on the CPU kernels, with the model's size as this rehearsal builds it."""
+    if not note.startswith("CUDA kernels:"):
+        return note
+    return re.sub(r"at \d+ layers × hidden \d+", f"at {settings.get('num_layers')} layers × hidden "
+                  f"{settings.get('hidden_size')}", note)
 
 
 def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> list[str]:
@@ -398,7 +406,7 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
         load_settings = _load_settings(settings, megatron, layout, load, checkpoint, notes)
         loaded = run_ranks(torchrun_argv(python, load, name, script_args(load_settings)),
                            {**base_env, "MEGATRON_LAUNCH_REHEARSE_MODE": "load", "MEGATRON_LAUNCH_REHEARSE_STEPS":
-                            "1"}, _fresh(workdir, "load"), limit_s)
+                            "0"}, _fresh(workdir, "load"), limit_s)
         seconds = round(time.monotonic() - start, 1)
         if loaded.timed_out or loaded.first_failure() or loaded.code != 0 or not loaded.answers:
             failure = _failure(loaded, load_settings, load, limit_s, "load")
@@ -423,7 +431,8 @@ def _train_facts(run: RankRun, ckpt_format: str) -> dict[str, Any]:
     return {"loss": (with_loss[0] if with_loss else first).get("loss"), "params_norm": first.get("params_norm"),
             "parameters_per_rank": sorted({a["facts"].get("parameters") for a in run.answers}),
             "model_chunks": first.get("chunks"), "num_microbatches": first.get("num_microbatches"),
-            "format": ckpt_format, "seconds_by_stage": first.get("seconds"), "train_seconds": run.seconds}
+            "format": ckpt_format, "seconds_by_stage": first.get("seconds"),
+            "cpu_seconds_by_stage": first.get("cpu_seconds"), "train_seconds": run.seconds}
 
 
 def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout,
@@ -455,7 +464,8 @@ def _compare(layout: RankLayout, load: RankLayout, facts: dict[str, Any], loaded
     """Loaded is proven only when the loaded weights are the saved ones: the same parameter norm, and iteration."""
     answer = loaded.answers[0]["facts"]
     facts = {**facts, "load": {"iteration": answer.get("iteration_loaded"), "params_norm": answer.get("params_norm"),
-                               "loss": answer.get("loss"), "seconds": loaded.seconds}}
+                               "seconds": loaded.seconds, "seconds_by_stage": answer.get("seconds"),
+                               "cpu_seconds_by_stage": answer.get("cpu_seconds")}}
     saved, got = facts.get("params_norm"), answer.get("params_norm")
     if answer.get("iteration_loaded") != STEPS:
         return LayoutRehearsal(False, layout, load, "load", f"loaded iteration {answer.get('iteration_loaded')}, "

@@ -53,13 +53,14 @@ class Stages:
     """The stage a rank is in (its failure names it) and the seconds each took (facts["seconds"])."""
 
     def __init__(self, facts: dict):
-        self.now, self.since, self.facts = "import", time.monotonic(), facts
-        facts["seconds"] = {}
+        self.now, self.since, self.cpu, self.facts = "import", time.monotonic(), time.process_time(), facts
+        facts["seconds"], facts["cpu_seconds"] = {}, {}
         facts["stage"] = self
 
     def enter(self, name: str) -> None:
         self.facts["seconds"][self.now] = round(time.monotonic() - self.since, 2)
-        self.now, self.since = name, time.monotonic()
+        self.facts["cpu_seconds"][self.now] = round(time.process_time() - self.cpu, 2)
+        self.now, self.since, self.cpu = name, time.monotonic(), time.process_time()
 
 
 NORM_SP_ENV = "MEGATRON_LAUNCH_REHEARSE_NORM_SP"
@@ -94,12 +95,13 @@ def norm_standing_in_for_the_targets() -> None:
 
 def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
     """Run the rank; returns the stage reached ("done"), recording facts as it goes; raises on failure."""
-    import torch
+    stage = Stages(facts)
     from functools import partial
+
+    import torch
 
     from launcher.inside.rehearse_worker import CudaOnCpu
 
-    stage = Stages(facts)
     with CudaOnCpu():
         import pretrain_gpt  # type: ignore[import-not-found]  # the checkout's model provider and forward_step
         from megatron.core import parallel_state
@@ -204,12 +206,15 @@ def main() -> int:
         sys.stderr.flush()
         os._exit(1)  # at once: torchrun then stops the other ranks, which may wait in a collective
     facts.pop("stage", None)
+    import resource
+
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)  # the checkpoint writers' processes
+    facts["children_cpu_seconds"] = round(children.ru_utime + children.ru_stime, 2)
     _write(out, rank, {"rank": rank, "ok": True, "stage": "done", "error": "", "where": "", "facts": facts,
                        "seconds": round(time.monotonic() - start, 2)})
-    import torch
-
-    torch.distributed.destroy_process_group()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # every rank is past the last barrier; tearing down torch and Megatron costs seconds of CPU each
 
 
 if __name__ == "__main__":  # the checkpoint save starts helper processes that import this file again

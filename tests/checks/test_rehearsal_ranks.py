@@ -6,17 +6,20 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from launcher.checks.rehearsal_ranks import (MAX_PROCESSES, RankLayout, load_layout, pointed_setting, rank_settings,
-                                            run_ranks, shrunk_layout, _failure)
+from launcher.checks.megatron_verdict import target_env
+from launcher.checks.rehearsal_ranks import (MAX_PROCESSES, RankLayout, _failure, load_layout, pointed_setting,
+                                            rank_settings, rehearse_layout, run_ranks, shrunk_layout)
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
+from tests.checks.test_rehearsal import megatron_checkout, needs_checkout
 
 
 def job(preset: str, *overrides: str, nodes: int | None = None, gpus: int | None = None):
@@ -79,7 +82,7 @@ def test_the_175b_settings_keep_sequence_parallel_and_the_distributed_optimizer(
     settings, notes = rank_settings(resolved.megatron, layout, load_layout(layout, None))
     assert settings["sequence_parallel"] is True and settings["use_distributed_optimizer"] is True
     assert (settings["num_layers"], settings["num_layers_per_virtual_pipeline_stage"]) == (4, 1)
-    assert settings["global_batch_size"] == 8  # two microbatches per stage on each replica
+    assert settings["global_batch_size"] == 4  # as many microbatches on each replica as pipeline stages
     assert "load" not in settings and not any("world of one" in note for note in notes)
 
 
@@ -132,3 +135,25 @@ def test_a_failure_without_a_named_setting_points_to_what_its_stage_depends_on()
     assert pointed_setting(flagged, {"tensor_model_parallel_size": 2, "num_attention_heads": 4}, "args") \
         == "tensor_model_parallel_size=2"
     assert json.dumps(replace(RankLayout(tp=2), dp=2).as_dict())
+
+
+@needs_checkout
+@pytest.mark.parametrize("preset, overrides, layout, loaded", [
+    ("345m", [], "TP 1 · PP 1 · CP 1 · EP 1 · DP 1", "TP 2 · PP 1"),
+    # 175b (TP 8 · PP 16 · DP 12) with virtual stages: 8 processes, sequence parallel, the distributed optimizer
+    ("175b", ["num_layers_per_virtual_pipeline_stage=3"], "TP 2 · PP 2 (VPP 2) · CP 1 · EP 1 · DP 2",
+     "TP 1 · PP 2 (VPP 2)"),
+], ids=["345m", "175b"])
+def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, overrides, layout, loaded):
+    checkout = megatron_checkout()
+    assert checkout is not None
+    loaded_preset = load_preset(preset, list(overrides))
+    kernels = Kernels(loaded_preset.launcher.transformer_engine is True, loaded_preset.launcher.apex is True, "preset")
+    resolved = resolve(loaded_preset, kernels=kernels, megatron_path=checkout)
+    result = rehearse_layout(resolved, target_env(resolved))
+    assert result.ok, "\n".join(result.render())
+    first = result.render()[0]
+    assert first.startswith(f"rehearsed: {layout} on {result.layout.world} CPU process")
+    assert f"2 steps (loss " in first and f"saved torch_dist and loaded at {loaded}" in first
+    assert result.facts["load"]["iteration"] == 2
+    assert not list(Path(tempfile.gettempdir()).glob(f"megatron-launch-rehearsal-*/checkpoint"))
