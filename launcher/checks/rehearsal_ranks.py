@@ -29,8 +29,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.checks.rehearsal import (HEAD_DIM, packages_absent_here, rehearsal_env, rehearsal_python,
-                                       settings_here, tiny_settings)
+from launcher.checks.rehearsal import (
+    HEAD_DIM,
+    packages_absent_here,
+    rehearsal_env,
+    rehearsal_python,
+    settings_here,
+    tiny_settings,
+)
 from launcher.errors import UserError
 
 RANK_SCRIPT = Path(__file__).resolve().parent.parent / "inside" / "rehearse_rank.py"
@@ -96,8 +102,9 @@ def shrunk_layout(job_layout: Any, megatron: Mapping[str, Any]) -> tuple[RankLay
     vpp = job_layout.vpp or 1  # virtual stages add layers, not processes
     if math.prod(sizes.values()) > KEPT_PRODUCT:
         sizes, vpp = {name: min(value, 2) for name, value in sizes.items()}, min(vpp, 2)
-    layout = RankLayout(tp=sizes["tp"], pp=sizes["pp"], vpp=vpp if sizes["pp"] > 1 and vpp > 1 else None, ep=sizes["ep"], etp=sizes["etp"] if megatron.get("expert_tensor_parallel_size")
-                        is not None else None)
+    own_etp = megatron.get("expert_tensor_parallel_size") is not None
+    layout = RankLayout(tp=sizes["tp"], pp=sizes["pp"], vpp=vpp if sizes["pp"] > 1 and vpp > 1 else None,
+                        ep=sizes["ep"], etp=sizes["etp"] if own_etp else None)
     layout = _with_data_parallel(layout, 2 if job_layout.dp > 1 else 1)
     if layout.world > MAX_PROCESSES:  # the expert groups asked for more data-parallel ranks than that
         layout = _with_data_parallel(replace(layout, tp=min(layout.tp, 2), pp=min(layout.pp, 2),

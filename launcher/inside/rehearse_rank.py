@@ -87,7 +87,7 @@ def norm_standing_in_for_the_targets() -> None:
     def new(cls, config, hidden_size, eps=1e-5, *args, **kwargs):
         norm = original(cls, _WithoutSequenceParallel(config), hidden_size, eps, *args, **kwargs)
         for param in norm.parameters():
-            setattr(param, "sequence_parallel", bool(config.sequence_parallel))
+            param.sequence_parallel = bool(config.sequence_parallel)
         return norm
 
     WrappedTorchNorm.__new__ = new

@@ -14,8 +14,17 @@ from pathlib import Path
 import pytest
 
 from launcher.checks.megatron_verdict import target_env
-from launcher.checks.rehearsal_ranks import (MAX_PROCESSES, RankLayout, _failure, load_layout, pointed_setting,
-                                            rank_settings, rehearse_layout, run_ranks, shrunk_layout)
+from launcher.checks.rehearsal_ranks import (
+    MAX_PROCESSES,
+    RankLayout,
+    _failure,
+    load_layout,
+    pointed_setting,
+    rank_settings,
+    rehearse_layout,
+    run_ranks,
+    shrunk_layout,
+)
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
@@ -150,10 +159,11 @@ def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, ov
     loaded_preset = load_preset(preset, list(overrides))
     kernels = Kernels(loaded_preset.launcher.transformer_engine is True, loaded_preset.launcher.apex is True, "preset")
     resolved = resolve(loaded_preset, kernels=kernels, megatron_path=checkout)
+    before = set(Path(tempfile.gettempdir()).glob("megatron-launch-rehearsal-*"))
     result = rehearse_layout(resolved, target_env(resolved))
+    assert not set(Path(tempfile.gettempdir()).glob("megatron-launch-rehearsal-*")) - before  # nothing left
     assert result.ok, "\n".join(result.render())
     first = result.render()[0]
     assert first.startswith(f"rehearsed: {layout} on {result.layout.world} CPU process")
-    assert f"2 steps (loss " in first and f"saved torch_dist and loaded at {loaded}" in first
+    assert "2 steps (loss " in first and f"saved torch_dist and loaded at {loaded}" in first
     assert result.facts["load"]["iteration"] == 2
-    assert not list(Path(tempfile.gettempdir()).glob(f"megatron-launch-rehearsal-*/checkpoint"))
