@@ -38,6 +38,7 @@ from launcher.checks.rehearsal import (
     tiny_settings,
 )
 from launcher.errors import UserError
+from launcher.interrupts import signals_interrupt
 
 RANK_SCRIPT = Path(__file__).resolve().parent.parent / "inside" / "rehearse_rank.py"
 MAX_PROCESSES = 16
@@ -367,7 +368,7 @@ def _failure(run: RankRun, settings: Mapping[str, Any], layout: RankLayout, limi
 def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMIT_S) -> LayoutRehearsal:
     """Rehearse the job's layout, shrunk, on CPU processes: train and save, then load at another TP·PP."""
     from launcher.megatron.pin import detect_kernels
-    from launcher.pipeline.command import rdzv_id, script_args
+    from launcher.pipeline.command import rdzv_id
 
     megatron, notes = settings_here(job)
     layout, layout_notes = shrunk_layout(job.layout, job.megatron)
@@ -398,6 +399,15 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
         notes.append("sequence parallelism's LayerNorm: torch's stands in for the target's (Transformer Engine's "
                      "or apex's), its weights' gradients summed across TP as theirs are")
     name = rdzv_id(job.preset.name)
+    with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, still kill the processes and remove the directory
+        return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s)
+
+
+def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[str, Any],
+              megatron: Mapping[str, Any], base_env: dict[str, str], name: str, notes: list[str],
+              limit_s: float) -> LayoutRehearsal:
+    from launcher.pipeline.command import script_args
+
     workdir = Path(tempfile.mkdtemp(prefix="megatron-launch-rehearsal-"))
     start = time.monotonic()
     try:
@@ -409,7 +419,7 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
             return LayoutRehearsal(False, layout, load, seconds=round(time.monotonic() - start, 1),
                                    not_rehearsed=tuple(notes), **_failure(train, train_settings, layout, limit_s,
                                                                           "train"))
-        facts = _train_facts(train, ckpt_format)
+        facts = _train_facts(train, settings.get("ckpt_format") or "torch_dist")
         load_settings = _load_settings(settings, megatron, layout, load, checkpoint, notes)
         loaded = run_ranks(torchrun_argv(python, load, name, script_args(load_settings)),
                            {**base_env, "MEGATRON_LAUNCH_REHEARSE_MODE": "load", "MEGATRON_LAUNCH_REHEARSE_STEPS":

@@ -167,3 +167,36 @@ def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, ov
     assert first.startswith(f"rehearsed: {layout} on {result.layout.world} CPU process")
     assert "2 steps (loss " in first and f"saved torch_dist and loaded at {loaded}" in first
     assert result.facts["load"]["iteration"] == 2
+
+
+STOPPED_LAUNCHER = """
+import os, sys
+from pathlib import Path
+from launcher.checks.rehearsal_ranks import run_ranks
+from launcher.interrupts import signals_interrupt
+work = Path(sys.argv[1])
+with signals_interrupt():
+    try:
+        run_ranks(["sh", "-c", f"sleep 300 & echo $! > {work.parent}/child.pid; sleep 300"], dict(os.environ), work,
+                  limit_s=300)
+    except KeyboardInterrupt:
+        sys.exit(143)
+"""
+
+
+def test_a_launcher_stopped_by_sigterm_kills_its_rank_processes(tmp_path):
+    import signal
+    import subprocess
+
+    (tmp_path / "work").mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_LAUNCHER, str(tmp_path / "work")],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    pid_file = tmp_path / "child.pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
