@@ -297,7 +297,8 @@ def settings_here(job: Any) -> tuple[dict[str, Any], list[str]]:
 
 
 # The requirement rows whose package the rehearsal itself imports (it builds the model and the optimizer and takes
-# one step; it saves nothing, reads mock data with a NullTokenizer and starts no RL or logging services).
+# steps; its checkpoint, where it saves one, is written synchronously by Megatron's own writer, never an async or
+# nvrx one; it reads mock data with a NullTokenizer and starts no RL or logging services).
 REHEARSAL_IMPORTS = frozenset({"emerging-optimizer"})
 
 
