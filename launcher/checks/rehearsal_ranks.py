@@ -8,12 +8,14 @@ job's own torchrun argv and a rendezvous on localhost; they run Megatron's sched
 optimizer and save a checkpoint in the job's format; a second torchrun loads it back at another TP·PP where the
 format reshards, and the parameters' norm there must equal the one saved.
 
-Bounded: every process in one process group (a new session), killed together at the time limit or when the
-rehearsal ends; the temporary directory (checkpoint, logs, answers) is removed.
+Bounded: torchrun runs in a session of its own, and at the time limit or when the rehearsal ends, every process of
+the run is killed together: torchrun's group and each rank's (torchrun gives every rank a session of its own), found
+by the marker their environment inherits. The temporary directory (checkpoint, logs, answers) is removed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -45,6 +47,8 @@ MAX_PROCESSES = 16
 KEPT_PRODUCT = 8  # parallel sizes whose product is at most this are rehearsed at their own values
 STEPS = 2
 TIME_LIMIT_S = float(os.environ.get("MEGATRON_LAUNCH_REHEARSE_TIMEOUT", "600"))  # per torchrun (train, load)
+GRACE_S = 10.0  # torchrun's own shutdown of its ranks, before they are killed
+OUT_ENV = "MEGATRON_LAUNCH_REHEARSE_OUT"  # where each rank answers; also the marker of a run's processes
 RESHARDING_FORMATS = ("torch_dist", "fsdp_dtensor")  # Megatron's formats that load at another TP·PP
 NORM_TOLERANCE = 1e-4  # relative: the same weights, summed in another order
 
@@ -244,13 +248,14 @@ def torchrun_argv(python: str, layout: RankLayout, rdzv_id: str, flags: list[str
 
 
 def run_ranks(argv: list[str], env: Mapping[str, str], workdir: Path, limit_s: float) -> RankRun:
-    """Run one torchrun in its own session; on time out or at the end, the whole process group is killed."""
+    """Run one torchrun in its own session; at the time limit or at the end, every process it started is killed."""
     out = workdir / "answers"
     out.mkdir()
     start = time.monotonic()
+    marker = f"{OUT_ENV}={out}"  # unique to this run: every process it starts inherits it
     with open(workdir / "torchrun.log", "w+b") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                env={**env, "MEGATRON_LAUNCH_REHEARSE_OUT": str(out), "TMPDIR": str(workdir)},
+                                env={**env, OUT_ENV: str(out), "TMPDIR": str(workdir)},
                                 cwd=workdir, start_new_session=True)
         timed_out = False
         try:
@@ -258,7 +263,7 @@ def run_ranks(argv: list[str], env: Mapping[str, str], workdir: Path, limit_s: f
         except subprocess.TimeoutExpired:
             timed_out, code = True, None
         finally:
-            _kill_group(proc)
+            _kill_all(proc, marker)
         log.seek(0, os.SEEK_END)
         log.seek(max(0, log.tell() - 3000))
         tail = log.read().decode("utf-8", "replace")
@@ -273,12 +278,41 @@ def run_ranks(argv: list[str], env: Mapping[str, str], workdir: Path, limit_s: f
                    round(time.monotonic() - start, 1))
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """torchrun, its ranks and the ranks' checkpoint writers: one session, one signal."""
-    try:
+def marked_processes(marker: str) -> list[int]:
+    """The processes whose environment holds `marker` (NAME=value): torchrun's ranks, each in a session of its own
+    (torchrun starts them so), and what they start (the checkpoint writer's manager, the resource tracker), wherever
+    they were reparented."""
+    needle = marker.encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                if needle in environ.read().split(b"\0"):
+                    found.append(int(entry.name))
+        except OSError:
+            continue  # gone, or not ours
+    return found
+
+
+def _kill_all(proc: subprocess.Popen, marker: str) -> None:
+    """torchrun first asked to stop its ranks (SIGTERM, as on a failure), then everything of this run killed: its
+    process group and every process that carries the run's marker."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=GRACE_S)
+    for _ in range(5):  # a process may start another while the sweep runs
+        pids = marked_processes(marker)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if not pids:
+            break
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
 
 

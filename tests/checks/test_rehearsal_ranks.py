@@ -124,8 +124,10 @@ def test_the_first_failing_rank_is_reported_with_the_setting_it_names(tmp_path):
 
 def test_at_the_time_limit_every_process_of_the_group_is_killed(tmp_path):
     pid_file = tmp_path / "child.pid"
-    # a "rank" that leaves a grandchild behind, in the background, as torchrun's ranks and their writers would
-    argv = ["sh", "-c", f"sleep 300 & echo $! > {pid_file}; sleep 300"]
+    # a "torchrun" whose "rank" runs in a session of its own, as torchrun starts them (a process-group kill misses it)
+    rank = f"import subprocess; p = subprocess.Popen(['sleep', '300'], start_new_session=True); " \
+           f"open({str(pid_file)!r}, 'w').write(str(p.pid)); p.wait()"
+    argv = [sys.executable, "-c", rank]
     (tmp_path / "work").mkdir()
     start = time.monotonic()
     run = run_ranks(argv, dict(os.environ), tmp_path / "work", limit_s=1)
@@ -177,8 +179,9 @@ from launcher.interrupts import signals_interrupt
 work = Path(sys.argv[1])
 with signals_interrupt():
     try:
-        run_ranks(["sh", "-c", f"sleep 300 & echo $! > {work.parent}/child.pid; sleep 300"], dict(os.environ), work,
-                  limit_s=300)
+        rank = ("import subprocess; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+                f"open('{work.parent}/child.pid', 'w').write(str(p.pid)); p.wait()")
+        run_ranks([sys.executable, "-c", rank], dict(os.environ), work, limit_s=300)
     except KeyboardInterrupt:
         sys.exit(143)
 """
