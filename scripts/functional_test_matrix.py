@@ -159,8 +159,9 @@ LAYOUT_WORLD = (1, 8)  # the functional tests' machine: one node of 8 GPUs
 
 
 def layout_overrides(settings: dict) -> list[str]:
-    """The one-GPU moves that keep the configuration's parallel layout: no TE/apex, 4 iterations."""
-    sets = ["transformer_engine=false", "apex=false", "train_iters=4", "transformer_impl=null"]
+    """The configuration on its own machine (Transformer Engine and apex, as Megatron's CI has them), 4 iterations;
+    the rehearsal then takes the settings the launcher gives a target without them, as `--check --rehearse` does."""
+    sets = ["transformer_engine=true", "apex=true", "train_iters=4"]
     return sets + [f"{dest}=null" for dest in SAMPLE_SCHEDULE if dest in settings]
 
 
@@ -175,7 +176,7 @@ def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out:
             record: dict = {"config": row.config, "one_gpu": row.rehearsal or row.launcher, "gpu": row.gpu}
             try:
                 job = resolve(load_preset(str(preset_path), layout_overrides(settings)), *LAYOUT_WORLD,
-                              kernels=NO_KERNELS, megatron_path=checkout)
+                              kernels=Kernels(True, True, "preset"), megatron_path=checkout)
             except UserError as exc:
                 record.update(layout="refused", reason="; ".join(p.message for p in exc.problems)[:400])
             else:

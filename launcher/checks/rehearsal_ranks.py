@@ -320,6 +320,11 @@ def _kill_all(proc: subprocess.Popen, marker: str) -> None:
 
 STAGES = {"import": "start", "args": "Megatron's arguments", "init": "process groups", "model": "model build",
           "step": "training step", "save": "checkpoint save", "done": "the end"}
+# Megatron's files that belong to one setting: a failure raised there points to it when its message names none.
+FILE_SETTING = {"distrib_optimizer.py": "use_distributed_optimizer", "moe_layer.py": "num_experts",
+                "token_dispatcher.py": "moe_token_dispatcher_type", "router.py": "moe_router_topk",
+                "mapping.py": "sequence_parallel", "multi_latent_attention.py": "multi_latent_attention",
+                "multi_token_prediction.py": "mtp_num_layers"}
 STAGE_SETTING = {"init": "the parallel layout", "model": "the model's settings", "step": "the parallel layout",
                  "save": "ckpt_format", "load": "ckpt_format"}
 
@@ -381,6 +386,9 @@ def pointed_setting(answer: Mapping[str, Any], settings: Mapping[str, Any], stag
     if named:
         dest = max(named, key=len)
         return f"{dest}={settings[dest]}"
+    source = str(answer.get("where", "")).split(":")[0]
+    if FILE_SETTING.get(source) in settings:
+        return f"{FILE_SETTING[source]}={settings[FILE_SETTING[source]]}"
     return STAGE_SETTING.get(stage, "")
 
 
@@ -427,6 +435,14 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     notes += tiny_notes
     base_env = {**rehearsal_env(Path(job.megatron_path)), **env, "CUDA_DEVICE_MAX_CONNECTIONS": "1",
                 "MEGATRON_LAUNCH_REHEARSE_STEPS": str(STEPS)}
+    target_kernels, optimizer_loads = bool(job.kernels.transformer_engine or job.kernels.apex), True
+    if settings.get("use_distributed_optimizer") and target_kernels and not (te_here or apex_here):
+        # Megatron's distributed optimizer without apex and TE reads its step count from a state a fresh optimizer
+        # does not have yet: loading its checkpoint asserts there, not on the target (whose optimizer is apex's/TE's)
+        optimizer_loads = False
+        notes.append("loading the distributed optimizer's state: Megatron's path without apex and Transformer "
+                     "Engine (this machine's) asserts on a fresh optimizer (distrib_optimizer.py:793, assert "
+                     "len(steps) == 1); the target's fused Adam takes another; the weights are loaded")
     if settings.get("sequence_parallel") and not (te_here or apex_here):
         # the launcher refuses sequence parallelism without TE or apex, so the target has one of them
         base_env["MEGATRON_LAUNCH_REHEARSE_NORM_SP"] = "1"
@@ -434,12 +450,12 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
                      "or apex's), its weights' gradients summed across TP as theirs are")
     name = rdzv_id(job.preset.name)
     with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, still kill the processes and remove the directory
-        return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s)
+        return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s, optimizer_loads)
 
 
 def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[str, Any],
               megatron: Mapping[str, Any], base_env: dict[str, str], name: str, notes: list[str],
-              limit_s: float) -> LayoutRehearsal:
+              limit_s: float, optimizer_loads: bool) -> LayoutRehearsal:
     from launcher.pipeline.command import script_args
 
     workdir = Path(tempfile.mkdtemp(prefix="megatron-launch-rehearsal-"))
@@ -454,7 +470,7 @@ def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[
                                    not_rehearsed=tuple(notes), **_failure(train, train_settings, layout, limit_s,
                                                                           "train"))
         facts = _train_facts(train, settings.get("ckpt_format") or "torch_dist")
-        load_settings = _load_settings(settings, megatron, layout, load, checkpoint, notes)
+        load_settings = _load_settings(settings, megatron, layout, load, checkpoint, notes, optimizer_loads)
         loaded = run_ranks(torchrun_argv(python, load, name, script_args(load_settings)),
                            {**base_env, "MEGATRON_LAUNCH_REHEARSE_MODE": "load", "MEGATRON_LAUNCH_REHEARSE_STEPS":
                             "0"}, _fresh(workdir, "load"), limit_s)
@@ -487,9 +503,12 @@ def _train_facts(run: RankRun, ckpt_format: str) -> dict[str, Any]:
 
 
 def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout,
-                   checkpoint: Path, notes: list[str]) -> dict[str, Any]:
-    """The same job at the load layout, reading the checkpoint; the optimizer's state only where it reshards."""
+                   checkpoint: Path, notes: list[str], optimizer_loads: bool = True) -> dict[str, Any]:
+    """The same job at the load layout, reading the checkpoint; the optimizer's state only where it reshards (and
+    where `optimizer_loads`: this machine can load it as the target would)."""
     out = {k: v for k, v in settings.items() if k != "save"}
+    if not optimizer_loads:
+        out["no_load_optim"] = True
     out.update(load=str(checkpoint), exit_on_missing_checkpoint=True, tensor_model_parallel_size=load.tp,
                pipeline_model_parallel_size=load.pp, global_batch_size=settings["global_batch_size"])
     if load.tp == 1:
@@ -502,7 +521,8 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
         out.pop("num_layers_per_virtual_pipeline_stage", None)
         out.pop("num_virtual_stages_per_pipeline_rank", None)
     moved = (load.tp, load.pp) != (layout.tp, layout.pp)
-    if moved and settings.get("use_distributed_optimizer") and not settings.get("dist_ckpt_optim_fully_reshardable"):
+    if moved and settings.get("use_distributed_optimizer") and not settings.get("dist_ckpt_optim_fully_reshardable") \
+            and not out.get("no_load_optim"):
         out["no_load_optim"] = True
         notes.append(f"the optimizer state at {load.short()}: the distributed optimizer saves it dp_reshardable "
                      "(it loads at another DP only); set dist_ckpt_optim_fully_reshardable=true to resume it at "

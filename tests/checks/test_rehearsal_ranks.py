@@ -203,3 +203,10 @@ def test_a_launcher_stopped_by_sigterm_kills_its_rank_processes(tmp_path):
     child = int(pid_file.read_text())
     time.sleep(0.2)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_a_failure_in_a_file_of_one_feature_points_to_its_setting():
+    """Megatron's distributed optimizer without apex/TE asserts when a fresh one loads a checkpoint."""
+    answer = {"error": "AssertionError: assert len(steps) == 1", "where": "distrib_optimizer.py:793"}
+    assert pointed_setting(answer, {"use_distributed_optimizer": True, "lr": 1e-4}, "load") \
+        == "use_distributed_optimizer=True"
