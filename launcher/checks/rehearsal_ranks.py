@@ -229,6 +229,11 @@ class RankRun:
     log_tail: str
     seconds: float
 
+    def passed(self, world: int) -> bool:
+        """torchrun exited 0 and every rank answered that it got through."""
+        return not self.timed_out and self.code == 0 and len(self.answers) == world and \
+            all(answer.get("ok") for answer in self.answers)
+
     def first_failure(self) -> dict[str, Any] | None:
         failed = [a for a in self.answers if not a.get("ok")]
         return min(failed, key=lambda a: a.get("time", 0.0)) if failed else None
@@ -400,8 +405,8 @@ def _failure(run: RankRun, settings: Mapping[str, Any], layout: RankLayout, limi
     first = run.first_failure()
     if first is None:
         lines = [line for line in run.log_tail.splitlines() if line.strip()]
-        return {"stage": phase, "error": f"torchrun exited {run.code} before any rank answered: "
-                                         f"{lines[-1] if lines else 'no output'}"}
+        return {"stage": phase, "error": f"torchrun exited {run.code} with {len(run.answers)} of {layout.world} "
+                                         f"ranks answered: {lines[-1] if lines else 'no output'}"}
     stage = "load" if phase == "load" and first.get("stage") in ("model", "args") else first.get("stage", phase)
     return {"stage": stage, "error": first.get("error", ""), "where": first.get("where", ""),
             "rank": first.get("rank"), "setting": pointed_setting(first, settings, stage)}
@@ -465,7 +470,7 @@ def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[
         train_settings = {**settings, "save": str(checkpoint), "save_interval": 1000}
         train = run_ranks(torchrun_argv(python, layout, name, script_args(train_settings)),
                           {**base_env, "MEGATRON_LAUNCH_REHEARSE_MODE": "train"}, _fresh(workdir, "train"), limit_s)
-        if train.timed_out or train.first_failure() or train.code != 0 or not train.answers:
+        if not train.passed(layout.world):
             return LayoutRehearsal(False, layout, load, seconds=round(time.monotonic() - start, 1),
                                    not_rehearsed=tuple(notes), **_failure(train, train_settings, layout, limit_s,
                                                                           "train"))
@@ -475,7 +480,7 @@ def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[
                            {**base_env, "MEGATRON_LAUNCH_REHEARSE_MODE": "load", "MEGATRON_LAUNCH_REHEARSE_STEPS":
                             "0"}, _fresh(workdir, "load"), limit_s)
         seconds = round(time.monotonic() - start, 1)
-        if loaded.timed_out or loaded.first_failure() or loaded.code != 0 or not loaded.answers:
+        if not loaded.passed(load.world):
             failure = _failure(loaded, load_settings, load, limit_s, "load")
             failure["error"] = f"loading at {load.short()}: {failure['error']}"
             return LayoutRehearsal(False, layout, load, seconds=seconds, facts=facts, not_rehearsed=tuple(notes),
