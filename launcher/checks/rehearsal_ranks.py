@@ -33,6 +33,7 @@ from typing import Any
 
 from launcher.checks.rehearsal import (
     HEAD_DIM,
+    PARALLEL,
     packages_absent_here,
     rehearsal_env,
     rehearsal_python,
@@ -147,6 +148,8 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
         settings["expert_tensor_parallel_size"] = layout.etp
     if layout.tp == 1:
         settings.pop("sequence_parallel", None)  # Megatron turns it off at TP 1 too
+    for knob in PARALLEL["context_parallel_size"][1]:  # rehearsed at CP 1 (shrunk_layout says why)
+        settings.pop(knob, None)
     notes += _pipeline_settings(settings, megatron, layout)
     widest = max(layout.tp, load.tp)
     _attention(settings, megatron, widest)

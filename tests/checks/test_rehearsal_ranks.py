@@ -210,3 +210,11 @@ def test_a_failure_in_a_file_of_one_feature_points_to_its_setting():
     answer = {"error": "AssertionError: assert len(steps) == 1", "where": "distrib_optimizer.py:793"}
     assert pointed_setting(answer, {"use_distributed_optimizer": True, "lr": 1e-4}, "load") \
         == "use_distributed_optimizer=True"
+
+
+def test_context_parallelism_is_rehearsed_at_cp_1_and_says_why():
+    resolved = job("345m", "context_parallel_size=2", "cp_comm_type=p2p", "transformer_engine=true", nodes=1, gpus=2)
+    layout, notes = shrunk_layout(resolved.layout, resolved.megatron)
+    settings, _ = rank_settings(resolved.megatron, layout, load_layout(layout, None))
+    assert layout.cp == 1 and "cp_comm_type" not in settings and settings["context_parallel_size"] == 1
+    assert notes[0].startswith("CP 2: context parallelism's attention is Transformer Engine's")
