@@ -162,6 +162,21 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
     return settings, [_at_size(note, settings) for note in notes]
 
 
+def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The switches only Transformer Engine implements (the requirement table's TE rows whose condition is a
+    setting turned on), off for a rehearsal here of a job whose target has TE; each said."""
+    from launcher.megatron import requirements
+
+    out, notes = dict(megatron), []
+    for row in requirements.applicable(out, ["te"]):
+        switches = [dest for dest, test in row.when.items() if test is True and out.get(dest) is True]
+        if switches and len(switches) == len(row.when):
+            for dest in switches:
+                out[dest] = False
+            notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
+    return out, notes
+
+
 def _at_size(note: str, settings: Mapping[str, Any]) -> str:
     """tiny_settings' note on the CPU kernels, with the model's size as this rehearsal builds it."""
     if not note.startswith("CUDA kernels:"):
@@ -421,6 +436,10 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     from launcher.pipeline.command import rdzv_id
 
     megatron, notes = settings_here(job)
+    te_here, apex_here = detect_kernels()
+    if job.kernels.transformer_engine and not te_here:
+        megatron, te_notes = without_te_switches(megatron)
+        notes += te_notes
     layout, layout_notes = shrunk_layout(job.layout, job.megatron)
     notes += layout_notes
     absent = packages_absent_here(job)
@@ -438,7 +457,6 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     load = load_layout(layout, megatron.get("num_query_groups")) if reshards else layout
     if not reshards:
         notes.append(f"resharding: ckpt_format {ckpt_format} loads only at the layout it was saved at")
-    te_here, apex_here = detect_kernels()
     settings, tiny_notes = rank_settings(megatron, layout, load, te_here=te_here)
     notes += tiny_notes
     base_env = {**rehearsal_env(Path(job.megatron_path)), **env, "CUDA_DEVICE_MAX_CONNECTIONS": "1",

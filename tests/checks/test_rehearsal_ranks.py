@@ -218,3 +218,12 @@ def test_context_parallelism_is_rehearsed_at_cp_1_and_says_why():
     settings, _ = rank_settings(resolved.megatron, layout, load_layout(layout, None))
     assert layout.cp == 1 and "cp_comm_type" not in settings and settings["context_parallel_size"] == 1
     assert notes[0].startswith("CP 2: context parallelism's attention is Transformer Engine's")
+
+
+def test_a_switch_only_transformer_engine_implements_is_off_here_and_said():
+    """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed crashed here with moe_permute_fusion (TE >= 2.1 only)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"num_experts": 4, "moe_permute_fusion": True, "lr": 1e-4})
+    assert settings["moe_permute_fusion"] is False and settings["lr"] == 1e-4
+    assert notes and notes[0].startswith("moe_permute_fusion: needs Transformer Engine")
