@@ -194,14 +194,19 @@ def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], la
         if settings.pop(dest, None) not in (None, False) and layout.pp > 1:
             notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage)")
     stages = layout.pp * (layout.vpp or 1)
-    settings["num_layers"] = max(stages, 2) if layout.pp > 1 else settings.get("num_layers", 2)
+    # a per-layer pattern (moe_layer_freq=[0]*1+[1]*15) names every layer: its length stays the number of layers
+    patterned = any(isinstance(settings.get(dest), str) and "[" in settings[dest]
+                    for dest in ("moe_layer_freq", "no_rope_freq", "linear_attention_freq"))
+    if layout.pp > 1 and not patterned:
+        settings["num_layers"] = max(stages, 2)
+    settings.setdefault("num_layers", 2)
     settings.pop("num_layers_per_virtual_pipeline_stage", None)
     settings.pop("num_virtual_stages_per_pipeline_rank", None)
     if layout.vpp:
         if megatron.get("num_virtual_stages_per_pipeline_rank") or megatron.get("pipeline_model_parallel_layout"):
             settings["num_virtual_stages_per_pipeline_rank"] = layout.vpp
         else:
-            settings["num_layers_per_virtual_pipeline_stage"] = settings["num_layers"] // stages
+            settings["num_layers_per_virtual_pipeline_stage"] = max(settings["num_layers"] // stages, 1)
     return notes
 
 

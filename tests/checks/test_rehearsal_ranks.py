@@ -227,3 +227,11 @@ def test_a_switch_only_transformer_engine_implements_is_off_here_and_said():
     settings, notes = without_te_switches({"num_experts": 4, "moe_permute_fusion": True, "lr": 1e-4})
     assert settings["moe_permute_fusion"] is False and settings["lr"] == 1e-4
     assert notes and notes[0].startswith("moe_permute_fusion: needs Transformer Engine")
+
+
+def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pipeline_size():
+    """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: 16 layers named by moe_layer_freq, at PP 2."""
+    megatron = {**job("345m").megatron, "num_layers": 16, "num_experts": 8, "moe_router_topk": 2,
+                "moe_layer_freq": "([0]*1+[1]*15)", "pipeline_model_parallel_size": 2}
+    settings, _ = rank_settings(megatron, RankLayout(pp=2), RankLayout(pp=2, tp=2))
+    assert settings["num_layers"] == 16
