@@ -155,6 +155,41 @@ def rehearse_all(rows_jobs: list[tuple[Row, ResolvedJob]], checkout: Path) -> No
     print(f"rehearsals took {time.monotonic() - start:.0f} s", flush=True)
 
 
+LAYOUT_WORLD = (1, 8)  # the functional tests' machine: one node of 8 GPUs
+
+
+def layout_overrides(settings: dict) -> list[str]:
+    """The configuration on its own machine (Transformer Engine and apex, as Megatron's CI has them), 4 iterations;
+    the rehearsal then takes the settings the launcher gives a target without them, as `--check --rehearse` does."""
+    sets = ["transformer_engine=true", "apex=true", "train_iters=4"]
+    return sets + [f"{dest}=null" for dest in SAMPLE_SCHEDULE if dest in settings]
+
+
+def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out: Path) -> None:
+    """Each configuration in its own layout (8 GPUs), shrunk, on CPU processes (checks/rehearsal_ranks.py); one
+    JSON line per configuration in OUT/layouts.jsonl, and where the one-GPU verdict says it trains, whether the
+    layout rehearsal agrees."""
+    from launcher.checks.rehearsal_ranks import rehearse_layout
+
+    with open(out / "layouts.jsonl", "a") as sink:
+        for i, (row, preset_path, settings) in enumerate(configs):
+            record: dict = {"config": row.config, "one_gpu": row.rehearsal or row.launcher, "gpu": row.gpu}
+            try:
+                job = resolve(load_preset(str(preset_path), layout_overrides(settings)), *LAYOUT_WORLD,
+                              kernels=Kernels(True, True, "preset"), megatron_path=checkout)
+            except UserError as exc:
+                record.update(layout="refused", reason="; ".join(p.message for p in exc.problems)[:400])
+            else:
+                result = rehearse_layout(job, dict(job.preset.launcher.env))
+                record.update(layout="ok" if result.ok else "failed", reason=result.render()[0][:400],
+                              rehearsal=result.as_dict())
+            record["agrees"] = record["layout"] != "failed" or row.gpu != "trains"
+            sink.write(json.dumps(record) + "\n")
+            sink.flush()
+            print(f"  [{i + 1}/{len(configs)}] {row.config}: layout {record['layout']}: {record['reason'][:200]}",
+                  flush=True)
+
+
 def injected_fault_exits(output: str, log_lines: list[str]) -> list[int]:
     """The exit codes of training processes (torchrun's `exitcode : N` report) that mean "stopped on an injected
     fault"; torchrun itself then exits 1."""
@@ -367,6 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rerun", action="append", default=[], choices=GPU_VERDICTS,
                         help="train again what --previous gave this GPU verdict (repeatable; e.g. refused, timeout)")
     parser.add_argument("--run-timeout-s", type=float, default=420, help="kill a GPU run (its process group) after")
+    parser.add_argument("--layouts", action="store_true",
+                        help="also rehearse each configuration in its own parallel layout (8 GPUs), shrunk, on CPU "
+                             "processes (1-4 minutes each on 2 cores; use --only): OUT/layouts.jsonl")
     args = parser.parse_args(argv)
     if args.megatron_path is None or not (args.megatron_path / "pretrain_gpt.py").is_file():
         parser.error("--megatron-path (or MEGATRON_LM_PATH) must be a Megatron-LM checkout")
@@ -375,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     rows: list[Row] = []
     accepted = []
+    imported: list[tuple[Row, Path, dict]] = []
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         run_root = (args.out / "runs").absolute()
@@ -390,6 +429,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.launcher, row.reason = "refused", "import: " + "; ".join(p.message for p in exc.problems)
                 continue
             row.overrides = tuple(one_gpu_overrides(settings)) + tuple(args.also)
+            imported.append((row, preset_path, settings))
             job = judge_launcher(row, preset_path, checkout, run_root)
             if job is not None:
                 accepted.append((row, job, preset_path))
@@ -397,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         if accepted and not args.no_rehearsal:
             rehearse_all([(row, job) for row, job, _ in accepted], checkout)
         fold_previous(rows, args.previous, tuple(args.rerun))
+        if args.layouts:
+            rehearse_layouts(imported, checkout, args.out)
         if args.gpu:
             run_root.mkdir(parents=True, exist_ok=True)
             index, count = (int(x) for x in args.part.split("/"))

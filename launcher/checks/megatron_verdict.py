@@ -247,8 +247,9 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     imports it from there), else from the installed megatron-core. `checker` reuses a running worker.
 
     Megatron judges the target the preset declares: its launcher.env, its GPU (launcher.gpu) and its TE/apex,
-    not this machine; the facts assumed are printed first. With `rehearse`, a job both accept is also built at a
-    tiny size on this CPU and trained one step (checks/rehearsal.py); 0 only when that works too."""
+    not this machine; the facts assumed are printed first. With `rehearse`, a job both accept is also rehearsed
+    on CPU processes in its own parallel layout, shrunk (checks/rehearsal_ranks.py): a tiny model trained two
+    steps, saved, and loaded at another TP·PP; 0 only when that works too."""
     from launcher.checks.resume import check_job
     from launcher.pipeline.command import script_args
 
@@ -282,9 +283,9 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     launcher_ok = accepted and not missing
     rehearsal = None
     if rehearse and launcher_ok and verdict.ok:
-        from launcher.checks.rehearsal import rehearse_job
+        from launcher.checks.rehearsal_ranks import rehearse_layout
 
-        rehearsal = rehearse_job(job, env)
+        rehearsal = rehearse_layout(job, env)
     if output_format == "json":
         print(json.dumps({
             "world_size": nodes * gpus_per_node, "agree": agree,

@@ -114,8 +114,10 @@ def _given(settings: Mapping[str, Any], dest: str) -> bool:
     return settings.get(dest) not in (None, False)
 
 
-def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False) -> tuple[dict[str, Any], list[str]]:
-    """The job's Megatron settings at the rehearsal's size, and what that leaves unrehearsed."""
+def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False,
+                  saves: bool = False) -> tuple[dict[str, Any], list[str]]:
+    """The job's Megatron settings at the rehearsal's size, and what that leaves unrehearsed. `saves`: the caller
+    writes (and reads back) a checkpoint of its own, so only data and tokenizer are said to be stand-ins."""
     settings = dict(megatron)
     not_rehearsed: list[str] = []
     sizes = [f"{name} {megatron[dest]}" for dest, (name, _) in PARALLEL.items() if (megatron.get(dest) or 1) > 1]
@@ -151,7 +153,8 @@ def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False) -> tupl
     not_rehearsed.append(f"CUDA kernels: the step ran on the CPU (torch.compile with its {COMPILE_BACKEND} "
                          "backend: the same graphs, no kernels generated), at "
                          f"{settings.get('num_layers')} layers × hidden {HIDDEN}, sequence {SEQ}")
-    not_rehearsed.append("data, tokenizer and checkpoints: mock data, a NullTokenizer, no --load, no save")
+    not_rehearsed.append("data and tokenizer: mock data, a NullTokenizer" if saves else
+                         "data, tokenizer and checkpoints: mock data, a NullTokenizer, no --load, no save")
     return settings, not_rehearsed
 
 
@@ -184,26 +187,36 @@ def _shrink_experts(settings: dict[str, Any]) -> None:
 
 # -- the worker ------------------------------------------------------------------------------------------------
 
+def rehearsal_python(megatron_path: Path, python: str | None = None) -> str:
+    """The interpreter that has megatron-core and torch, once the checkout is known to have pretrain_gpt.py."""
+    found = python or find_megatron_python()
+    if not found:
+        raise UserError("the rehearsal needs megatron-core and torch, which this Python cannot import",
+                        "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON")
+    if not (megatron_path / "pretrain_gpt.py").is_file():
+        raise UserError(
+            f"the rehearsal builds the model through pretrain_gpt.py's model provider, and {megatron_path} "
+            "is not a Megatron-LM checkout (the megatron-core wheel has no pretrain_gpt.py or gpt_builders.py)",
+            "pass --megatron-path DIR (or set MEGATRON_LM_PATH) to a checkout of the pinned Megatron-LM")
+    return found
+
+
+def rehearsal_env(megatron_path: Path) -> dict[str, str]:
+    """This machine's environment without what describes the target, with the checkout and launcher importable."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join([str(megatron_path), str(LAUNCHER_ROOT)])
+    env["NO_VCS_VERSION"] = "1"
+    env["MEGATRON_LAUNCH_COMPILE_BACKEND"] = COMPILE_BACKEND
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
 class Rehearser(WorkerProcess):
     """A running rehearse worker; a context manager, then rehearse() per job."""
 
     def __init__(self, megatron_path: Path, python: str | None = None):
-        found = python or find_megatron_python()
-        if not found:
-            raise UserError("the rehearsal needs megatron-core and torch, which this Python cannot import",
-                            "pip install 'megatron-core==0.18.0' torch pyyaml, or set MEGATRON_PYTHON")
-        self.python = found
-        if not (megatron_path / "pretrain_gpt.py").is_file():
-            raise UserError(
-                f"the rehearsal builds the model through pretrain_gpt.py's model provider, and {megatron_path} "
-                "is not a Megatron-LM checkout (the megatron-core wheel has no pretrain_gpt.py or gpt_builders.py)",
-                "pass --megatron-path DIR (or set MEGATRON_LM_PATH) to a checkout of the pinned Megatron-LM")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
-        env["PYTHONPATH"] = os.pathsep.join([str(megatron_path), str(LAUNCHER_ROOT)])
-        env["NO_VCS_VERSION"] = "1"
-        env["MEGATRON_LAUNCH_COMPILE_BACKEND"] = COMPILE_BACKEND
-        env.setdefault("OMP_NUM_THREADS", "1")
-        hello = self._start(WORKER, env, "the rehearsal", cwd=tempfile.gettempdir())
+        self.python = rehearsal_python(megatron_path, python)
+        hello = self._start(WORKER, rehearsal_env(megatron_path), "the rehearsal", cwd=tempfile.gettempdir())
         self.megatron_origin: str = hello.get("origin", "?")
 
     def rehearse_many(self, requests: Sequence[tuple[Sequence[str], Mapping[str, str]]]) -> list[dict[str, Any]]:
@@ -246,6 +259,24 @@ def rehearse_job(job: Any, env: Mapping[str, str]) -> Rehearsal:
     the launcher's own settings for a target without them are applied (kernels.fallbacks: the local
     implementation, the SDPA spec, apex's fusions off), and the rehearsal says so. A missing checkout or Megatron
     is a rehearsal not run, with its fix."""
+    megatron, notes = settings_here(job)
+    absent = packages_absent_here(job)
+    if absent:  # the target's (declared), not this machine's: building the model here would only crash on them
+        return Rehearsal(False, "setup", "this machine lacks what the job needs: " + "; ".join(absent),
+                         not_rehearsed=tuple(notes))
+    try:
+        with Rehearser(Path(job.megatron_path)) as worker:
+            result = worker.rehearse(megatron, env)
+    except UserError as exc:
+        problem = exc.problems[0]
+        return Rehearsal(False, "setup", f"{problem.message} (hint: {problem.hint})" if problem.hint else
+                         problem.message, not_rehearsed=tuple(notes))
+    return replace(result, not_rehearsed=(*notes, *result.not_rehearsed))
+
+
+def settings_here(job: Any) -> tuple[dict[str, Any], list[str]]:
+    """The job's Megatron settings as this machine can build them: where its target has Transformer Engine or apex
+    and this machine lacks them, the launcher's own settings for a target without them, and a note saying so."""
     from launcher.megatron.pin import Kernels, detect_kernels
     from launcher.pipeline import kernels as kernel_rules
 
@@ -262,22 +293,12 @@ def rehearse_job(job: Any, env: Mapping[str, str]) -> Rehearsal:
         if megatron.get("transformer_impl") == "transformer_engine" and not here.transformer_engine:
             del megatron["transformer_impl"]
         megatron.update(kernel_rules.fallbacks(megatron, here))
-    absent = packages_absent_here(job)
-    if absent:  # the target's (declared), not this machine's: building the model here would only crash on them
-        return Rehearsal(False, "setup", "this machine lacks what the job needs: " + "; ".join(absent),
-                         not_rehearsed=tuple(notes))
-    try:
-        with Rehearser(Path(job.megatron_path)) as worker:
-            result = worker.rehearse(megatron, env)
-    except UserError as exc:
-        problem = exc.problems[0]
-        return Rehearsal(False, "setup", f"{problem.message} (hint: {problem.hint})" if problem.hint else
-                         problem.message, not_rehearsed=tuple(notes))
-    return replace(result, not_rehearsed=(*notes, *result.not_rehearsed))
+    return megatron, notes
 
 
 # The requirement rows whose package the rehearsal itself imports (it builds the model and the optimizer and takes
-# one step; it saves nothing, reads mock data with a NullTokenizer and starts no RL or logging services).
+# steps; its checkpoint, where it saves one, is written synchronously by Megatron's own writer, never an async or
+# nvrx one; it reads mock data with a NullTokenizer and starts no RL or logging services).
 REHEARSAL_IMPORTS = frozenset({"emerging-optimizer"})
 
 

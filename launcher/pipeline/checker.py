@@ -234,6 +234,16 @@ class _Checker:
                       f"use --nodes {_valid_node_counts(self.gpus_per_node, both)}"
                       + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else ""),
                       stage="runtime")
+        cp = self.arg("context_parallel_size")
+        if self.arg("use_tp_pp_dp_mapping") and pp > 1 and etp * ep != tp * cp:
+            # initialize_model_parallel asserts it (parallel_state.py:803) for any rank order that does not end in
+            # PP; its data-parallel sizes are world/(TP·CP·PP) and world/(ETP·EP·PP). Found by the CPU rehearsal of
+            # the layout (moe/gpt3_mcore_tp2_pp2_ep2_etp2_te_4experts2parallel_dp_last at 8 GPUs).
+            self.fail(f"use_tp_pp_dp_mapping (data-parallel ranks last) with PP {pp} needs the MoE layers' data-"
+                      f"parallel size to equal the attention's: expert TP·EP = {etp}·{ep} = {etp * ep} is not "
+                      f"TP·CP = {tp}·{cp} = {tp * cp}",
+                      "drop use_tp_pp_dp_mapping (Megatron's default order puts PP last), or choose "
+                      f"expert_tensor_parallel_size · expert_model_parallel_size = {tp * cp}", stage="runtime")
 
     def context_parallel(self, cp: int, tp: int) -> None:
         if cp == 1:

@@ -282,3 +282,25 @@ def test_suggested_global_batches_are_valid(dp, mbs, gbs):
                  gpus=dp)
             options += 1
     assert options, text
+
+
+MOE_DP_LAST = ["num_experts=4", "moe_router_topk=2", "add_bias_linear=false", "tensor_model_parallel_size=2",
+               "pipeline_model_parallel_size=2", "expert_model_parallel_size=2", "use_tp_pp_dp_mapping=true",
+               "global_batch_size=32"]
+
+
+@pytest.mark.parametrize("etp, refused_too", [(2, True), (1, False)], ids=["etp-2", "etp-1"])
+def test_data_parallel_ranks_last_needs_equal_data_parallel_sizes_for_attention_and_experts(etp, refused_too):
+    """initialize_model_parallel asserts it with PP > 1 when the rank order does not end in PP (found rehearsing
+    moe/gpt3_mcore_tp2_pp2_ep2_etp2_te_4experts2parallel_dp_last at 8 GPUs): DP world/(TP·CP·PP) must equal the
+    experts' world/(ETP·EP·PP)."""
+    preset = load_preset("345m", [*MOE_DP_LAST, f"expert_tensor_parallel_size={etp}"])
+    if not refused_too:
+        assert resolve(preset, 1, 8, kernels=Kernels(True, True, "preset")).layout.dp == 2
+        return
+    with pytest.raises(UserError) as err:
+        resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
+    text = err.value.render()
+    assert "use_tp_pp_dp_mapping (data-parallel ranks last) with PP 2 needs the MoE layers' data-parallel size to " \
+           "equal the attention's: expert TP·EP = 2·2 = 4 is not TP·CP = 2·1 = 2" in text
+    assert "drop use_tp_pp_dp_mapping" in text

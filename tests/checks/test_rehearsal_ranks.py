@@ -1,0 +1,237 @@
+"""The multi-rank CPU rehearsal (`launch PRESET --check --rehearse`): the job's layout shrunk to at most 16 CPU
+processes, a tiny model that divides like the job's, torchrun bounded in time and killed as one process group."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from launcher.checks.megatron_verdict import target_env
+from launcher.checks.rehearsal_ranks import (
+    MAX_PROCESSES,
+    RankLayout,
+    _failure,
+    load_layout,
+    pointed_setting,
+    rank_settings,
+    rehearse_layout,
+    run_ranks,
+    shrunk_layout,
+)
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
+from tests.checks.test_rehearsal import megatron_checkout, needs_checkout
+
+
+def job(preset: str, *overrides: str, nodes: int | None = None, gpus: int | None = None):
+    """The preset resolved for the kernels it declares (175b: Transformer Engine and apex)."""
+    loaded = load_preset(preset, list(overrides))
+    kernels = Kernels(loaded.launcher.transformer_engine is True, loaded.launcher.apex is True, "preset")
+    return resolve(loaded, nodes, gpus, kernels=kernels)
+
+
+def test_the_175b_layout_shrinks_to_tp_2_pp_2_with_its_virtual_stages_and_dp_2():
+    resolved = job("175b", "num_layers_per_virtual_pipeline_stage=3")
+    layout, notes = shrunk_layout(resolved.layout, resolved.megatron)
+    assert layout == RankLayout(tp=2, pp=2, vpp=2, cp=1, ep=1, etp=None, dp=2)
+    assert (layout.world, notes) == (8, [])
+    assert layout.describe() == "TP 2 · PP 2 (VPP 2) · CP 1 · EP 1 · DP 2"
+
+
+def test_a_layout_whose_product_is_at_most_8_keeps_its_own_sizes():
+    resolved = job("345m", "tensor_model_parallel_size=4", "pipeline_model_parallel_size=2", nodes=1, gpus=16)
+    layout, _ = shrunk_layout(resolved.layout, resolved.megatron)
+    assert (layout.tp, layout.pp, layout.dp, layout.world) == (4, 2, 2, 16)
+
+
+def test_expert_parallelism_gets_the_data_parallel_ranks_its_groups_need():
+    resolved = job("345m", "num_experts=8", "expert_model_parallel_size=4", "moe_router_topk=2",
+                   "add_bias_linear=false", nodes=1, gpus=8)
+    layout, _ = shrunk_layout(resolved.layout, resolved.megatron)
+    assert (layout.tp, layout.ep, layout.dp) == (1, 4, 4)  # EP 4 is carved out of TP·CP·DP
+    settings, _ = rank_settings(resolved.megatron, layout, load_layout(layout, None))
+    assert settings["num_experts"] == 8 and settings["num_experts"] % layout.ep == 0  # two experts per rank
+
+
+def test_no_layout_needs_more_than_16_processes():
+    resolved = job("345m", "num_experts=64", "expert_model_parallel_size=64", "moe_router_topk=2",
+                   "add_bias_linear=false", "global_batch_size=64", nodes=8, gpus=8)
+    layout, _ = shrunk_layout(resolved.layout, resolved.megatron)
+    assert layout.world <= MAX_PROCESSES and layout.ep == 2
+
+
+def test_the_checkpoint_loads_back_at_another_tp_pp():
+    assert load_layout(RankLayout(tp=2, pp=2, vpp=2, dp=2), None) == RankLayout(tp=1, pp=2, vpp=2, dp=1)
+    assert load_layout(RankLayout(), None) == RankLayout(tp=2)
+    assert load_layout(RankLayout(pp=2), 1) == RankLayout(pp=1)  # one query group does not split across TP
+
+
+@pytest.mark.parametrize("groups, tp, heads, want_groups", [(None, 2, 4, None), (8, 8, 16, 8), (1, 1, 4, 1)],
+                         ids=["multi-head", "grouped-query", "multi-query"])
+def test_the_tiny_model_divides_by_the_widest_tp_and_keeps_its_kind_of_attention(groups, tp, heads, want_groups):
+    megatron = {**job("345m").megatron, "num_attention_heads": 32, "num_query_groups": groups}
+    settings, _ = rank_settings(megatron, RankLayout(tp=tp), RankLayout(tp=1))
+    assert settings["num_attention_heads"] == heads and settings.get("num_query_groups") == want_groups
+    assert settings["num_attention_heads"] % tp == 0 and settings["hidden_size"] % heads == 0
+    # the vocabulary pads alike at both layouts: the loaded weights are the saved ones, no padding rows dropped
+    assert settings["vocab_size"] % (128 * tp) == 0
+
+
+def test_the_175b_settings_keep_sequence_parallel_and_the_distributed_optimizer():
+    resolved = job("175b", "num_layers_per_virtual_pipeline_stage=3")
+    layout, _ = shrunk_layout(resolved.layout, resolved.megatron)
+    settings, notes = rank_settings(resolved.megatron, layout, load_layout(layout, None))
+    assert settings["sequence_parallel"] is True and settings["use_distributed_optimizer"] is True
+    assert (settings["num_layers"], settings["num_layers_per_virtual_pipeline_stage"]) == (4, 1)
+    assert settings["global_batch_size"] == 4  # as many microbatches on each replica as pipeline stages
+    assert "load" not in settings and not any("world of one" in note for note in notes)
+
+
+FAKE_RANKS = """
+import json, os, sys, time
+out = os.environ["MEGATRON_LAUNCH_REHEARSE_OUT"]
+rank = int(sys.argv[1])
+if rank == 1:
+    json.dump({"rank": 1, "ok": False, "stage": "step", "time": time.time(), "where": "schedules.py:1",
+               "error": "AssertionError: sequence_parallel needs the sequence divisible by TP"},
+              open(os.path.join(out, "rank-1.json"), "w"))
+    sys.exit(1)
+time.sleep(0.5)
+json.dump({"rank": 0, "ok": False, "stage": "step", "time": time.time(), "error": "RuntimeError: peer gone"},
+          open(os.path.join(out, "rank-0.json"), "w"))
+"""
+
+
+def test_the_first_failing_rank_is_reported_with_the_setting_it_names(tmp_path):
+    script = tmp_path / "ranks.py"
+    script.write_text(FAKE_RANKS)
+    argv = ["sh", "-c", f"{sys.executable} {script} 0 & {sys.executable} {script} 1; wait"]
+    (tmp_path / "work").mkdir()
+    run = run_ranks(argv, dict(os.environ), tmp_path / "work", limit_s=60)
+    failure = _failure(run, {"sequence_parallel": True, "seq_length": 64}, RankLayout(tp=2), 60, "train")
+    assert (failure["rank"], failure["stage"]) == (1, "step")
+    assert failure["setting"] == "sequence_parallel=True"
+    assert not (tmp_path / "work" / "answers").exists()
+
+
+def test_at_the_time_limit_every_process_of_the_group_is_killed(tmp_path):
+    pid_file = tmp_path / "child.pid"
+    # a "torchrun" whose "rank" runs in a session of its own, as torchrun starts them (a process-group kill misses it)
+    rank = f"import subprocess; p = subprocess.Popen(['sleep', '300'], start_new_session=True); " \
+           f"open({str(pid_file)!r}, 'w').write(str(p.pid)); p.wait()"
+    argv = [sys.executable, "-c", rank]
+    (tmp_path / "work").mkdir()
+    start = time.monotonic()
+    run = run_ranks(argv, dict(os.environ), tmp_path / "work", limit_s=1)
+    assert run.timed_out and time.monotonic() - start < 30
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    failure = _failure(run, {}, RankLayout(tp=2, dp=2), 1, "train")
+    assert "did not finish within 1 s (all killed)" in failure["error"]
+
+
+def test_a_failure_without_a_named_setting_points_to_what_its_stage_depends_on():
+    answer = {"error": "CheckpointingException: cannot write, already there", "traceback": "File x.py"}
+    assert pointed_setting(answer, {"ckpt_format": "torch_dist", "lr": 1.0}, "save") == "ckpt_format"
+    flagged = {"error": "AssertionError: --tensor-model-parallel-size must divide --num-attention-heads"}
+    assert pointed_setting(flagged, {"tensor_model_parallel_size": 2, "num_attention_heads": 4}, "args") \
+        == "tensor_model_parallel_size=2"
+    assert json.dumps(replace(RankLayout(tp=2), dp=2).as_dict())
+
+
+@needs_checkout
+@pytest.mark.parametrize("preset, overrides, layout, loaded", [
+    ("345m", [], "TP 1 · PP 1 · CP 1 · EP 1 · DP 1", "TP 2 · PP 1"),
+    # 175b (TP 8 · PP 16 · DP 12) with virtual stages: 8 processes, sequence parallel, the distributed optimizer
+    ("175b", ["num_layers_per_virtual_pipeline_stage=3"], "TP 2 · PP 2 (VPP 2) · CP 1 · EP 1 · DP 2",
+     "TP 1 · PP 2 (VPP 2)"),
+], ids=["345m", "175b"])
+def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, overrides, layout, loaded):
+    checkout = megatron_checkout()
+    assert checkout is not None
+    loaded_preset = load_preset(preset, list(overrides))
+    kernels = Kernels(loaded_preset.launcher.transformer_engine is True, loaded_preset.launcher.apex is True, "preset")
+    resolved = resolve(loaded_preset, kernels=kernels, megatron_path=checkout)
+    before = set(Path(tempfile.gettempdir()).glob("megatron-launch-rehearsal-*"))
+    result = rehearse_layout(resolved, target_env(resolved))
+    assert not set(Path(tempfile.gettempdir()).glob("megatron-launch-rehearsal-*")) - before  # nothing left
+    assert result.ok, "\n".join(result.render())
+    first = result.render()[0]
+    assert first.startswith(f"rehearsed: {layout} on {result.layout.world} CPU process")
+    assert "2 steps (loss " in first and f"saved torch_dist and loaded at {loaded}" in first
+    assert result.facts["load"]["iteration"] == 2
+
+
+STOPPED_LAUNCHER = """
+import os, sys
+from pathlib import Path
+from launcher.checks.rehearsal_ranks import run_ranks
+from launcher.interrupts import signals_interrupt
+work = Path(sys.argv[1])
+with signals_interrupt():
+    try:
+        rank = ("import subprocess; p = subprocess.Popen(['sleep', '300'], start_new_session=True); "
+                f"open('{work.parent}/child.pid', 'w').write(str(p.pid)); p.wait()")
+        run_ranks([sys.executable, "-c", rank], dict(os.environ), work, limit_s=300)
+    except KeyboardInterrupt:
+        sys.exit(143)
+"""
+
+
+def test_a_launcher_stopped_by_sigterm_kills_its_rank_processes(tmp_path):
+    import signal
+    import subprocess
+
+    (tmp_path / "work").mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_LAUNCHER, str(tmp_path / "work")],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    pid_file = tmp_path / "child.pid"
+    deadline = time.monotonic() + 60
+    while not (pid_file.exists() and pid_file.read_text().strip()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 143
+    child = int(pid_file.read_text())
+    time.sleep(0.2)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_a_failure_in_a_file_of_one_feature_points_to_its_setting():
+    """Megatron's distributed optimizer without apex/TE asserts when a fresh one loads a checkpoint."""
+    answer = {"error": "AssertionError: assert len(steps) == 1", "where": "distrib_optimizer.py:793"}
+    assert pointed_setting(answer, {"use_distributed_optimizer": True, "lr": 1e-4}, "load") \
+        == "use_distributed_optimizer=True"
+
+
+def test_context_parallelism_is_rehearsed_at_cp_1_and_says_why():
+    resolved = job("345m", "context_parallel_size=2", "cp_comm_type=p2p", "transformer_engine=true", nodes=1, gpus=2)
+    layout, notes = shrunk_layout(resolved.layout, resolved.megatron)
+    settings, _ = rank_settings(resolved.megatron, layout, load_layout(layout, None))
+    assert layout.cp == 1 and "cp_comm_type" not in settings and settings["context_parallel_size"] == 1
+    assert notes[0].startswith("CP 2: context parallelism's attention is Transformer Engine's")
+
+
+def test_a_switch_only_transformer_engine_implements_is_off_here_and_said():
+    """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed crashed here with moe_permute_fusion (TE >= 2.1 only)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"num_experts": 4, "moe_permute_fusion": True, "lr": 1e-4})
+    assert settings["moe_permute_fusion"] is False and settings["lr"] == 1e-4
+    assert notes and notes[0].startswith("moe_permute_fusion: needs Transformer Engine")
+
+
+def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pipeline_size():
+    """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: 16 layers named by moe_layer_freq, at PP 2."""
+    megatron = {**job("345m").megatron, "num_layers": 16, "num_experts": 8, "moe_router_topk": 2,
+                "moe_layer_freq": "([0]*1+[1]*15)", "pipeline_model_parallel_size": 2}
+    settings, _ = rank_settings(megatron, RankLayout(pp=2), RankLayout(pp=2, tp=2))
+    assert settings["num_layers"] == 16
