@@ -3,10 +3,12 @@
 # batch 8 = micro batch 8 × DP 1 × 1 microbatch(es)
 # parameters 6.10K (6,096; padded vocab 128)
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
-# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader
+# kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader --rerun-mode disabled
 # runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer model trains through pretrain_gpt.py with TP 1
+# note: rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks of loss and gradients still stop the run, read back at most 2 steps late and before every save instead of a host sync in each step; --set rerun_mode=validate_results for Megatron's re-run diagnosis
+# note: TensorBoard every 1 iterations, the log interval (Megatron's default of 1 waits for the GPU in every step; set tensorboard_log_interval=N to choose)
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
 export MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync
@@ -36,7 +38,9 @@ torchrun --nnodes 1 --nproc-per-node 1 --standalone \
   --no-persist-layer-norm \
   --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec \
   --no-create-attention-mask-in-dataloader \
+  --rerun-mode disabled \
   --save /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/checkpoints \
   --load /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/checkpoints \
   --save-interval 5 \
-  --tensorboard-dir /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/tensorboard
+  --tensorboard-dir /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ/tensorboard \
+  --tensorboard-log-interval 1
