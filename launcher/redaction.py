@@ -29,8 +29,11 @@ SECRET_VALUE = re.compile(r"(?<![\w/.-])(?:hf_[A-Za-z0-9]{30,40}|gh[pousr]_[A-Za
                           r"|AIza[\w-]{35}|nvapi-[\w-]{40,})(?![\w-])")
 # A password in a URL's userinfo (postgres://user:pw@host/db, https://user:token@host) or in a registry login
 # written before an image (user:token@registry/image): the part after the colon is a secret under any name.
-USERINFO = re.compile(r"(?P<user>(?:\b[A-Za-z][A-Za-z0-9+.-]*://|(?<![\w/.:@-]))[^\s/@:<>]*):"
-                      r"(?P<password>[^\s/@<>]+|<redacted>)@(?=[\w\[])")
+# Without a scheme only the registry form counts (a host, then a path): `B:USR1@300` (sbatch's --signal) is no login.
+USERINFO = re.compile(r"(?:(?P<user>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/@:<>]*):(?P<password>[^\s/@<>]+|<redacted>)"
+                      r"@(?=[\w\[])"
+                      r"|(?P<login>(?<![\w/.:@-])[^\s/@:<>]*):(?P<token>[^\s/@<>]+|<redacted>)"
+                      r"@(?=[\w-]+(?:\.[\w-]+)*(?::\d+)?/))")
 # A shorter value ("1", "on") would redact ordinary words everywhere; no real key or token is that short.
 MIN_SECRET_CHARS = 4
 MAX_REMEMBERED = 1000
@@ -48,7 +51,7 @@ def is_secret(env_name: str, value: Any = None) -> bool:
 def has_secret_form(text: str) -> bool:
     """Whether `text` holds a credential by its form: a known token's shape, or a password in a URL's userinfo."""
     return SECRET_VALUE.search(text) is not None or any(
-        match.group("password") != REDACTED for match in USERINFO.finditer(text))
+        (match.group("password") or match.group("token")) != REDACTED for match in USERINFO.finditer(text))
 
 
 def remember(name: str, value: Any) -> None:
@@ -63,6 +66,12 @@ def remember(name: str, value: Any) -> None:
     _remembered.update({text, json.dumps(text)[1:-1], repr(text)[1:-1], shlex.quote(text)})
 
 
+def forget_all() -> None:
+    """Forget every remembered secret (a new command in the same process: the tests' in-process CLI runs)."""
+    _remembered.clear()
+    _secret_names.clear()
+
+
 def scrub(text: str) -> str:
     """`text` with every remembered secret value replaced by <redacted> (longest first: a value that contains
     another is replaced whole), and any credential-shaped word (SECRET_VALUE) too, wherever it came from."""
@@ -72,7 +81,7 @@ def scrub(text: str) -> str:
         if len(secret) >= MIN_SECRET_CHARS and secret in text:
             text = text.replace(secret, REDACTED)
     text = SECRET_VALUE.sub(REDACTED, text)
-    return USERINFO.sub(lambda m: f"{m.group('user')}:{REDACTED}@", text) if "@" in text else text
+    return USERINFO.sub(lambda m: f"{m.group('user') or m.group('login')}:{REDACTED}@", text) if "@" in text else text
 
 
 def for_file(text: str) -> str:

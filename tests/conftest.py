@@ -35,6 +35,17 @@ def without_run_stamp(text: str) -> str:
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
+@pytest.fixture(autouse=True)
+def no_secret_remembered_by_another_test():
+    """Secrets a test's command remembered stay with that test: a value remembered elsewhere (e.g. "False") would
+    be redacted in this one's output."""
+    from launcher import redaction
+
+    redaction.forget_all()
+    yield
+    redaction.forget_all()
+
+
 @pytest.fixture
 def log_fixture():
     """Lines of a recorded Megatron log in tests/fixtures/logs (see its README)."""

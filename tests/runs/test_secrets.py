@@ -152,3 +152,12 @@ def launch_cli_env():
                               env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
                               timeout=120, check=False)
     return run
+
+
+def test_colon_at_words_that_are_no_login_stay_as_written():
+    # sbatch's own `--signal=B:USR1@300` was written as B:<redacted>@300, which sbatch refuses
+    from launcher import redaction
+
+    for text in ("--signal=B:USR1@300", "a:b@c", "12:30@4"):
+        assert redaction.scrub(text) == text and not redaction.has_secret_form(text)
+    assert redaction.scrub("u:tok@registry.example.com:5000/img") == "u:<redacted>@registry.example.com:5000/img"
