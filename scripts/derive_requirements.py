@@ -127,6 +127,12 @@ RULES = [
          "MoE permute fusion is TE's fused permutation", "set moe_permute_fusion=false or install Transformer "
          "Engine", version=("core/transformer/transformer_config.py",
                             r"fused permutation is not available\. Please install TE >= (?P<v>\d+\.\d+\.\d+)")),
+    rule("moe-router-fusion-te", {"moe_router_fusion": True}, TE,
+         ("core/transformer/moe/moe_utils.py", r"fused_topk_with_score_function is not available"),
+         "MoE router fusion is TE's fused top-k with score function: the router raises at the first step",
+         "set moe_router_fusion=false or install Transformer Engine",
+         version=("core/transformer/moe/moe_utils.py",
+                  r"fused_topk_with_score_function is not available\. Please install TE >= (?P<v>\d+\.\d+\.\d+)")),
     rule("delay-wgrad-te", {"delay_wgrad_compute": True}, TE,
          ("training/arguments.py", r"Delaying wgrad compute is only supported with transformer_engine"),
          "delay_wgrad_compute is TE's (its linear layers split off the weight-gradient GEMM)",
@@ -200,7 +206,7 @@ RULES = [
 PACKAGES = {
     "transformer_engine": "rules: transformer-impl-te, context-parallel-te, tp-comm-overlap-te, "
                           "precision-aware-optimizer-te, "
-                          "moe-permute-fusion-te, delay-wgrad-*",
+                          "moe-permute-fusion-te, moe-router-fusion-te, delay-wgrad-*",
     "apex": "rules: gradient-accumulation-fusion-apex, masked-softmax-fusion-apex (other apex kernels fall back "
             "to torch)",
     "fused_weight_gradient_mlp_cuda": "rule: gradient-accumulation-fusion-apex",

@@ -160,6 +160,10 @@ def _from_yaml_mapping(data: dict) -> tuple[list[str], list[str], dict[str, str]
             notes.append(f"{flag}: false in the mapping, so the flag is not given")
         elif isinstance(value, list):
             words += [flag, *map(str, value)]
+        elif isinstance(value, str) and re.fullmatch(r"\s*\[[^]]+\]\s*", value):
+            # "[layernorm moe_act]": NVIDIA's test runner strips the brackets and passes the words
+            # (tests/functional_tests/shell_test_utils/_run_training.sh)
+            words += [flag, *value.strip()[1:-1].split()]
         else:
             words += [flag, *(str(value).split() if isinstance(value, str) else [str(value)])]
     env = {str(k): ("1" if v is True else "0" if v is False else str(v))

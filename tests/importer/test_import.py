@@ -368,3 +368,12 @@ def test_a_relative_output_path_goes_to_the_run_directory(tmp_path):
     assert "# save: checkpoints/x # relative to where the script ran; a launch writes into its run directory" in (
         result.text)
     assert import_source(script.replace("checkpoints/x", "/ckpt/x"), "train.sh").settings["save"] == "/ckpt/x"
+
+
+def test_a_bracketed_list_in_a_test_config_is_its_words_as_nvidias_runner_passes_them():
+    # `--recompute-modules: "[moe_act]"` reached Megatron as "[moe_act]", which its choices refuse at model build
+    from launcher.importer.build import import_source
+
+    imported = import_source('MODEL_ARGS:\n  --num-layers: 2\n  --recompute-granularity: selective\n'
+                             '  --recompute-modules: "[layernorm moe_act]"\n', "model_config.yaml")
+    assert imported.settings["recompute_modules"] == ["layernorm", "moe_act"]
