@@ -8,7 +8,6 @@ SDPA_SPEC_FAST = ("launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec")
 
 FAST_OPS_ENV = "MEGATRON_LAUNCH_FAST_OPS"
 ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "nancheck", "layer")
-OPTIONAL_OPS = ("accum",)  # tried on the GPU, not on by default (docs/benchmarks.md)
 
 
 def selected_ops(value: str | None) -> tuple[str, ...]:
@@ -18,7 +17,7 @@ def selected_ops(value: str | None) -> tuple[str, ...]:
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     if names == ("none",):
         return ()
-    unknown = sorted(set(names) - set(ALL_OPS) - set(OPTIONAL_OPS))
+    unknown = sorted(set(names) - set(ALL_OPS))
     if unknown:
         raise ValueError(f"unknown fast op(s) {unknown}; choose from {list(ALL_OPS)} or 'none'")
     return names

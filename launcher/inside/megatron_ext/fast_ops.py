@@ -15,8 +15,6 @@ installed. Each one is applied only when Megatron is on that fallback, and compu
 - ``nancheck``: Megatron's fatal NaN/Inf checks of the loss and the gradients (``--rerun-mode disabled``) keep
   their verdicts on the GPU and are read back at most two steps later, and before every save, instead of
   stopping the host at each check (deferred_checks.py).
-- ``accum`` (not on by default): DDP's fp32 += bf16 gradient accumulation as one compiled kernel (0.90 against
-  1.25 ms for 355M elements on an H200; +0.6 % a step on 345M, within run-to-run noise).
 - ``layer``: each transformer layer's math as one compiled function (compiled_layer.py; applied by the spec).
 
 Used through ``--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec``; the environment variable
@@ -199,51 +197,6 @@ def _patch_sync_free_step() -> None:
     training.reduce_max_stat_across_model_parallel_group = reduce_max_stat_across_model_parallel_group
 
 
-def _compiled_accumulate():
-    @torch.compile(dynamic=True)
-    def accumulate(main_grad: torch.Tensor, grad: torch.Tensor) -> None:
-        main_grad.add_(grad)
-
-    return accumulate
-
-
-def _patch_grad_accumulation() -> None:
-    """DDP's backward hook adds each bf16 weight gradient into its fp32 main_grad with torch's mixed-dtype add,
-    which runs the unvectorised elementwise kernel; one compiled kernel casts and adds in one pass (0.90 against
-    1.25 ms for 355M elements on an H200)."""
-    from megatron.core.distributed import distributed_data_parallel as ddp_module
-
-    cls = ddp_module.DistributedDataParallel
-    if getattr(cls._make_backward_post_hook, "_megatron_launch_accum", False):
-        return
-    accumulate = _compiled_accumulate()
-
-    def _make_backward_post_hook(self, param):
-        def hook(*unused):
-            if ddp_module.is_graph_capturing():
-                return
-            if param in self.param_to_bucket_group:
-                assert param.requires_grad
-                if self.ddp_config.overlap_grad_reduce:
-                    assert param.grad is not None, \
-                        'param.grad being None is not safe when overlap_grad_reduce is True'
-                if param.grad is not None and (
-                        not param.grad_added_to_main_grad or getattr(param, 'zero_out_wgrad', False)):
-                    grad = param.grad.data
-                    if grad.dtype != param.main_grad.dtype and grad.is_cuda and grad.is_contiguous():
-                        accumulate(param.main_grad.view(-1), grad.view(-1))
-                    else:
-                        param.main_grad.add_(grad)
-                param.grad = None
-                if self.ddp_config.overlap_grad_reduce:
-                    self.param_to_bucket_group[param].register_grad_ready(param, self.force_all_reduce)
-
-        return hook
-
-    _make_backward_post_hook._megatron_launch_accum = True
-    cls._make_backward_post_hook = _make_backward_post_hook
-
-
 def apply(ops: Iterable[str]) -> tuple[str, ...]:
     """Apply the named fast ops to this (training) process; returns the ones applied."""
     ops = tuple(ops)
@@ -255,8 +208,6 @@ def apply(ops: Iterable[str]) -> tuple[str, ...]:
         _patch_adam()
     if "nosync" in ops:
         _patch_sync_free_step()
-    if "accum" in ops:
-        _patch_grad_accumulation()
     if "nancheck" in ops:
         from launcher.inside.megatron_ext import deferred_checks
 
