@@ -100,7 +100,7 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
 
     import torch
 
-    from launcher.inside.rehearse_worker import CudaOnCpu
+    from launcher.inside.rehearse_worker import CudaOnCpu, initialize_model_parallel
 
     with CudaOnCpu():
         import pretrain_gpt  # type: ignore[import-not-found]  # the checkout's model provider and forward_step
@@ -126,15 +126,7 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
         initialize_rerun_state_machine()
         stage.enter("init")
         torch.distributed.init_process_group("gloo", timeout=datetime.timedelta(minutes=10))
-        parallel_state.initialize_model_parallel(  # as initialize._initialize_distributed calls it
-            args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
-            args.virtual_pipeline_model_parallel_size, context_parallel_size=args.context_parallel_size,
-            hierarchical_context_parallel_sizes=args.hierarchical_context_parallel_sizes,
-            expert_model_parallel_size=args.expert_model_parallel_size,
-            num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
-            expert_tensor_parallel_size=args.expert_tensor_parallel_size,
-            order="tp-cp-ep-dp-pp" if not args.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
-            create_gloo_process_groups=args.use_gloo_process_groups)
+        initialize_model_parallel(args)
         facts["ranks"] = {"tp": parallel_state.get_tensor_model_parallel_rank(),
                           "pp": parallel_state.get_pipeline_model_parallel_rank(),
                           "dp": parallel_state.get_data_parallel_rank()}

@@ -217,12 +217,27 @@ def _batches(args):
         yield batch
 
 
+def initialize_model_parallel(args) -> None:
+    """Megatron's process groups for the job's layout, as initialize._initialize_distributed creates them."""
+    from megatron.core import parallel_state
+
+    parallel_state.initialize_model_parallel(
+        args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
+        args.virtual_pipeline_model_parallel_size, context_parallel_size=args.context_parallel_size,
+        hierarchical_context_parallel_sizes=args.hierarchical_context_parallel_sizes,
+        expert_model_parallel_size=args.expert_model_parallel_size,
+        num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
+        expert_tensor_parallel_size=args.expert_tensor_parallel_size,
+        order="tp-cp-ep-dp-pp" if not args.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
+        create_gloo_process_groups=args.use_gloo_process_groups)
+
+
 def rehearse(pretrain_gpt, argv: list[str]) -> dict:
     """One job's model, optimizer and training step; never raises."""
     from functools import partial
 
     import torch
-    from megatron.core import parallel_state, tensor_parallel
+    from megatron.core import tensor_parallel
     from megatron.core.distributed import finalize_model_grads
     from megatron.core.enums import ModelType
     from megatron.core.num_microbatches_calculator import get_num_microbatches
@@ -243,15 +258,7 @@ def rehearse(pretrain_gpt, argv: list[str]) -> dict:
                                            args_defaults={"tokenizer_type": "GPT2BPETokenizer"})
             initialize_rerun_state_machine()
             stage = "init"
-            parallel_state.initialize_model_parallel(  # as initialize._initialize_distributed calls it
-                args.tensor_model_parallel_size, args.pipeline_model_parallel_size,
-                args.virtual_pipeline_model_parallel_size, context_parallel_size=args.context_parallel_size,
-                hierarchical_context_parallel_sizes=args.hierarchical_context_parallel_sizes,
-                expert_model_parallel_size=args.expert_model_parallel_size,
-                num_distributed_optimizer_instances=args.num_distributed_optimizer_instances,
-                expert_tensor_parallel_size=args.expert_tensor_parallel_size,
-                order="tp-cp-ep-dp-pp" if not args.use_tp_pp_dp_mapping else "tp-cp-ep-pp-dp",
-                create_gloo_process_groups=args.use_gloo_process_groups)
+            initialize_model_parallel(args)
             torch.manual_seed(args.seed)
             tensor_parallel.random.initialize_rng_tracker(inference_rng_tracker=True, force_reset=True)
             stage = "model"
