@@ -417,19 +417,22 @@ def job_findings(job: Any, ctx: Context, capacity: bool = True) -> list[Finding]
     findings += capacity_findings(job, ctx.env) if capacity else []
     if job.entry != "pretrain_gpt":  # the simple loop builds its own model: only the environment matters
         return findings
-    return findings + requirement_findings(job.megatron, ctx)  # the same messages as the job's check on a node
+    job_paths = job.environment.exported.get("PYTHONPATH", "").split(":")
+    return findings + requirement_findings(job.megatron, ctx, job_paths)  # the messages of the job's node check
 
 
-def requirement_findings(megatron_args: Mapping[str, Any], ctx: Context) -> list[Finding]:
-    """What the settings need (the requirements table) against this machine's installation: the same messages
-    as the job's check on a node. Megatron's effective settings decide (async_save off ⇒ no nvrx needed)."""
+def requirement_findings(megatron_args: Mapping[str, Any], ctx: Context, job_paths: Iterable[str] = ()
+                         ) -> list[Finding]:
+    """What the settings need (the requirements table) against this machine's installation and the job's own
+    PYTHONPATH entries (`job_paths`): the same messages as the job's check on a node. Megatron's effective settings
+    decide (async_save off ⇒ no nvrx needed)."""
     from launcher.megatron import requirements
     from launcher.megatron.effective import effective_settings
 
     settings = effective_settings(megatron_args).settings
     here = requirements.Inventory(te=check_transformer_engine(ctx)[0].status == "ok", apex=has_module("apex"),
                                   te_version=requirements.te_version_here(), packages=requirements.packages_here(),
-                                  apex_modules=requirements.apex_modules_here())
+                                  apex_modules=requirements.apex_modules_here(job_paths))
     findings = []
     for row in requirements.applicable(settings, requirements.PACKAGE_KINDS):
         present, found = here.has(row)

@@ -21,11 +21,15 @@ from typing import Any
 
 from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, find_megatron_python
 from launcher.errors import UserError
+from launcher.megatron.pin import has_module
+from launcher.pipeline.environment import APEX_FREE
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "rehearse_worker.py"
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]  # training processes import launcher.inside from here
 # torch.compile's backend in the rehearsal: the same graphs (forward and backward), no kernels generated.
 COMPILE_BACKEND = "aot_eager"
+
+APEX_MODULE = "fused_weight_gradient_mlp_cuda"  # apex's, which Megatron's gradient accumulation fusion imports
 
 REHEARSAL_SAVE = "/nonexistent/megatron-launch-rehearsal"
 # The tiny model: every size a feature is defined by stays given or absent, only its value shrinks.
@@ -209,7 +213,10 @@ def rehearsal_python(megatron_path: Path, python: str | None = None) -> str:
 def rehearsal_env(megatron_path: Path) -> dict[str, str]:
     """This machine's environment without what describes the target, with the checkout and launcher importable."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
-    env["PYTHONPATH"] = os.pathsep.join([str(megatron_path), str(LAUNCHER_ROOT)])
+    paths = [str(megatron_path), str(LAUNCHER_ROOT)]
+    if not has_module(APEX_MODULE):  # as a launch without apex gives its ranks (pipeline/environment.APEX_FREE)
+        paths.append(str(APEX_FREE))
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     env["NO_VCS_VERSION"] = "1"
     env["MEGATRON_LAUNCH_COMPILE_BACKEND"] = COMPILE_BACKEND
     env.setdefault("OMP_NUM_THREADS", "1")

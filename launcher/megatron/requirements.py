@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -204,8 +205,21 @@ def _has_module(name: str) -> bool:
         return False
 
 
-def apex_modules_here() -> frozenset[str]:
-    return frozenset(str(r.needs["apex"]) for r in table() if r.kind == "apex" and _has_module(str(r.needs["apex"])))
+def _module_in(directory: Path, name: str) -> bool:
+    """Whether a top-level module `name` sits in `directory` (a source file, a package or an extension)."""
+    try:
+        return ((directory / f"{name}.py").is_file() or (directory / name / "__init__.py").is_file()
+                or any(directory.glob(f"{name}.*.so")))
+    except OSError:
+        return False
+
+
+def apex_modules_here(job_paths: Iterable[str] = ()) -> frozenset[str]:
+    """The table's apex extensions this interpreter imports, or the job's own PYTHONPATH entries hold (the
+    launcher's apex-free stand-in, pipeline/environment.APEX_FREE)."""
+    names = {str(r.needs["apex"]) for r in table() if r.kind == "apex"}
+    return frozenset(name for name in names
+                     if _has_module(name) or any(_module_in(Path(p), name) for p in job_paths if p))
 
 
 def te_version_here() -> str | None:

@@ -64,6 +64,16 @@ def uses_megatron_ext(settings: Mapping[str, object]) -> bool:
     return isinstance(spec, list) and bool(spec) and str(spec[0]).startswith("launcher.inside.megatron_ext.")
 
 
+# apex's fused weight-gradient module in plain torch (launcher/inside/apex_free): on the ranks' PYTHONPATH where the
+# launcher's layer spec runs without apex and the preset asks for Megatron's gradient accumulation fusion.
+APEX_FREE = LAUNCHER_ROOT / "launcher" / "inside" / "apex_free"
+
+
+def uses_apex_free_fusion(settings: Mapping[str, object], apex: bool) -> bool:
+    """Whether the ranks get APEX_FREE: no apex, the launcher's spec, and gradient_accumulation_fusion asked for."""
+    return not apex and uses_megatron_ext(settings) and settings.get("gradient_accumulation_fusion") is True
+
+
 def launcher_connections(entry: str, tp: int, cp: int, fsdp: bool) -> str | None:
     """The CUDA_DEVICE_MAX_CONNECTIONS the launcher exports: 1 for TP/CP > 1, which Megatron asserts below
     Blackwell (megatron-432d76b.md §2.3: TP collectives must be queued before the GEMMs they overlap with), and for
@@ -105,7 +115,7 @@ class JobEnvironment:
 
 def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: Path,
                     settings: Mapping[str, object], preset_env: Mapping[str, str],
-                    inherited: Mapping[str, str] | None = None) -> JobEnvironment:
+                    inherited: Mapping[str, str] | None = None, apex: bool = True) -> JobEnvironment:
     """Every variable the launcher exports for a job, in the order a script writes them."""
     chosen: dict[str, str] = {}
     connections = launcher_connections(entry, tp, cp, fsdp)
@@ -115,6 +125,8 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
     chosen["PYTHONPATH"] = str(megatron_path)
     if entry == "pretrain_gpt" and uses_megatron_ext(settings):
         chosen["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
+        if uses_apex_free_fusion(settings, apex):
+            chosen["PYTHONPATH"] += f":{APEX_FREE}"
     exported = {**chosen, **preset_env}
     return JobEnvironment(exported, inherited or {},
                           tuple(name for name in chosen if name not in preset_env))

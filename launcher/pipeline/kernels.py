@@ -87,6 +87,13 @@ def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
 
 
+def apex_free_fusion(megatron: Mapping[str, Any], kernels: Kernels) -> bool:
+    """Whether a job on the SDPA spec without apex that asks for Megatron's gradient accumulation fusion gets it
+    through the launcher's plain-torch stand-in for apex's module (inside/megatron_ext/wgrad_fusion.py). Asked for,
+    not the default: it is not yet measured on a GPU (docs/benchmarks.md)."""
+    return not kernels.apex and megatron.get("gradient_accumulation_fusion") is True
+
+
 def keeps_rerun_default(megatron: Mapping[str, Any]) -> bool:
     """Whether FAST_PATH_DEFAULTS' rerun mode applies: not where the NaN check is off (nothing to defer), nor
     where the preset asks for the rerun machinery itself (error injection works only in its other modes)."""
@@ -105,10 +112,18 @@ def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
     """Said before launch when a job without TE trains on Megatron's plain local spec instead of the SDPA one."""
     local = megatron.get("transformer_impl") in (None, "local")
     gaps = coverage.sdpa_spec_gaps(megatron)
-    if uses_sdpa_spec(megatron, kernels) and megatron.get("rerun_mode") is None and keeps_rerun_default(megatron):
-        return ["rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks of loss "
-                "and gradients still stop the run, read back at most 2 steps late and before every save instead "
-                "of a host sync in each step; --set rerun_mode=validate_results for Megatron's re-run diagnosis"]
+    if uses_sdpa_spec(megatron, kernels):
+        notes = []
+        if megatron.get("rerun_mode") is None and keeps_rerun_default(megatron):
+            notes.append("rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks "
+                         "of loss and gradients still stop the run, read back at most 2 steps late and before every "
+                         "save instead of a host sync in each step; --set rerun_mode=validate_results for "
+                         "Megatron's re-run diagnosis")
+        if apex_free_fusion(megatron, kernels):
+            notes.append("gradient accumulation fusion without apex: weight gradients accumulate into the fp32 "
+                         "main_grad inside their GEMM (torch.addmm with out_dtype; launcher/inside/apex_free on "
+                         "PYTHONPATH stands in for apex's module)")
+        return notes
     if kernels.transformer_engine or megatron.get("spec") is not None or not local or not gaps \
             or coverage.refused(gaps, megatron, kernels.apex):
         return []

@@ -278,7 +278,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     environment = job_environment(
         entry=entry, tp=arg("tensor_model_parallel_size"), cp=arg("context_parallel_size"), fsdp=uses_fsdp(arg),
         megatron_path=megatron_path, settings=megatron, preset_env=preset.launcher.env,
-        inherited=dict(os.environ) if inherited_env is None else inherited_env)
+        inherited=dict(os.environ) if inherited_env is None else inherited_env, apex=kernels.apex)
     slurm_port = target.slurm_settings.rdzv_port if target.slurm_settings is not None else None
     job = ResolvedJob(preset=preset, megatron=megatron, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node,
                       entry=entry, kernels=kernels, megatron_path=megatron_path, target=target,

@@ -26,7 +26,8 @@ def env_value(c: Any, name: str) -> str | None:
 
 
 def gradient_accumulation_fusion(c: Any) -> bool:
-    """As the job will see it: without apex the launcher turns it off unless the preset sets it."""
+    """As the job will see it: without apex the launcher turns it off unless the preset sets it (on the launcher's
+    layer spec, environment.APEX_FREE then stands in for apex's module)."""
     if c.preset.megatron.get("gradient_accumulation_fusion") is not None:
         return bool(c.preset.megatron["gradient_accumulation_fusion"])
     return bool(c.arg("gradient_accumulation_fusion")) and c.apex

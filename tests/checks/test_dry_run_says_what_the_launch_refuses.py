@@ -40,7 +40,7 @@ def bare_machine(monkeypatch, tmp_path):
     """One GPU here, and none of the table's packages, TE or apex extensions installed."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     monkeypatch.setattr(requirements, "packages_here", lambda: {})
-    monkeypatch.setattr(requirements, "apex_modules_here", lambda: frozenset())
+    monkeypatch.setattr(requirements, "apex_modules_here", lambda job_paths=(): frozenset())
     monkeypatch.setattr(requirements, "te_version_here", lambda: None)
     monkeypatch.setattr(doctor, "check_transformer_engine",
                         lambda ctx: [Finding("transformer-engine", "warn", "not installed")])

@@ -191,3 +191,87 @@ def test_submodule_hooks_run_or_send_the_layer_to_megatron(model_parallel_cpu, m
     layer.mlp.linear_fc2.register_forward_hook(lambda module, args, output: seen.append("post"))
     layer(hidden_states=x)
     assert seen[-1] == "post" and len(math_calls) == 1
+
+
+@pytest.fixture
+def apex_free_fusion(monkeypatch):
+    """Megatron's linear layers with --gradient-accumulation-fusion, apex's module replaced by the launcher's."""
+    import importlib.util
+
+    from megatron.core.tensor_parallel import layers
+
+    from launcher import inside
+
+    path = f"{inside.__path__[0]}/apex_free/fused_weight_gradient_mlp_cuda.py"
+    spec = importlib.util.spec_from_file_location("fused_weight_gradient_mlp_cuda", path)
+    assert spec is not None and spec.loader is not None
+    shim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shim)
+    monkeypatch.setattr(layers, "_grad_accum_fusion_available", True)
+    monkeypatch.setattr(layers, "fused_weight_gradient_mlp_cuda", shim, raising=False)
+
+
+def main_grads_after_two_microbatches(layer, overlap: bool) -> dict[str, torch.Tensor]:
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+
+    ddp_config = DistributedDataParallelConfig(overlap_grad_reduce=overlap, bucket_size=4096 if overlap else None)
+    model = DistributedDataParallel(layer.config, ddp_config, layer)
+    model.zero_grad_buffer()
+    torch.manual_seed(1)
+    for _ in range(2):
+        with model.no_sync():
+            model(hidden_states=torch.randn(12, 3, 64, requires_grad=True))[0].square().sum().backward()
+    return {name: p.main_grad.clone() for name, p in layer.named_parameters()}
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["no-overlap", "overlap-grad-reduce"])
+def test_weight_gradients_accumulate_in_the_gemm_without_apex(
+        model_parallel_cpu, math_calls, apex_free_fusion, overlap):  # noqa: F811
+    """With gradient_accumulation_fusion, the weight gradients of two micro-batches reach main_grad through the
+    GEMM (the compiled layer's and Megatron's own linears, apex's module replaced by the launcher's): the same sums
+    as autograd's param.grad added by DDP, and DDP's hook adds nothing a second time."""
+    upstream, compiled = layer_pair(bias_activation_fusion=True, gradient_accumulation_fusion=True)
+    _, plain = layer_pair(bias_activation_fusion=True, gradient_accumulation_fusion=False)
+    expected = main_grads_after_two_microbatches(plain, overlap)
+    for layer in (compiled, upstream):
+        got = main_grads_after_two_microbatches(layer, overlap)
+        assert got.keys() == expected.keys()
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-4, atol=1e-5, msg=name)
+    assert compiled.self_attention.linear_qkv.weight.grad_added_to_main_grad is True
+    assert math_calls  # the compiled path ran
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_fused_weight_gradients_of_views_of_one_buffer(model_parallel_cpu, apex_free_fusion, monkeypatch,  # noqa: F811
+                                                       backend):
+    """DDP's main_grads are views of one buffer, so each accumulation bumps the version counter they share: the
+    fused path must not hand them to autograd (on the H200 the fourth layer GEMM's backward failed autograd's
+    version check). Two micro-batches through the layer math, eager and traced, sum what autograd would."""
+    from launcher.inside.megatron_ext import compiled_layer
+
+    monkeypatch.setenv("MEGATRON_LAUNCH_COMPILE_BACKEND", backend)
+    compiled_layer.compiled_layer_math.cache_clear()
+    _, fused = layer_pair(bias_activation_fusion=True, gradient_accumulation_fusion=True)
+    _, plain = layer_pair(bias_activation_fusion=True)
+    attention, mlp = fused.self_attention, fused.mlp
+    weights = (attention.linear_qkv.weight, attention.linear_proj.weight, mlp.linear_fc1.weight, mlp.linear_fc2.weight)
+    buffer = torch.zeros(sum(w.numel() for w in weights))
+    offset = 0
+    for w in weights:
+        w.main_grad = buffer[offset:offset + w.numel()].view_as(w)
+        offset += w.numel()
+    torch.manual_seed(1)
+    for _ in range(2):
+        x = torch.randn(12, 3, 64)
+        if backend == "eager":
+            monkeypatch.setattr(compiled_layer, "compiled_layer_math", lambda: compiled_layer.layer_math)
+        fused(hidden_states=x.clone().requires_grad_(True))[0].square().sum().backward()
+        plain(hidden_states=x.clone().requires_grad_(True))[0].square().sum().backward()
+    expected = dict(plain.named_parameters())
+    for name, param in fused.named_parameters():
+        if any(param is w for w in weights):
+            torch.testing.assert_close(param.main_grad, expected[name].grad, rtol=1e-4, atol=1e-5, msg=name)
+            assert param.grad_added_to_main_grad is True
+        else:
+            torch.testing.assert_close(param.grad, expected[name].grad, rtol=1e-4, atol=1e-5, msg=name)

@@ -30,6 +30,7 @@ from megatron.core.transformer.mlp import MLP
 from megatron.core.transformer.transformer_layer import TransformerLayer
 from megatron.core.utils import make_viewless_tensor
 
+from launcher.inside.megatron_ext import wgrad_fusion
 from launcher.inside.megatron_ext.sdpa_spec import (
     DenseOrMoE,
     SDPACoreAttention,
@@ -55,17 +56,27 @@ def _norm(x, weight, bias, eps: float, rms: bool, zero_centered: bool):
     return F.layer_norm(x, (x.size(-1),), weight, bias, eps)
 
 
+def _linear(x, weight, bias, fused: bool):
+    if not fused:
+        return F.linear(x, weight, bias)
+    out = wgrad_fusion.linear(x, weight, fused=True)
+    return out if bias is None else out + bias
+
+
 def layer_math(
-    x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b,
+    x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b, fused_wgrad=False,
     *, eps: float, rms: bool, zero_centered: bool, heads: int, groups: int, head_dim: int, scale: float,
     activation: str, hidden_dropout: float, attention_dropout: float,
 ):
-    """One pre-LayerNorm GPT layer on [seq, batch, hidden], in Megatron's weight layout and operation order."""
+    """One pre-LayerNorm GPT layer on [seq, batch, hidden], in Megatron's weight layout and operation order.
+
+    fused_wgrad: the four linears' weight gradients accumulate into their main_grad in the GEMM (Megatron's
+    gradient_accumulation_fusion; wgrad_fusion.register'ed), not into param.grad."""
     s, b, _ = x.shape
     per_group = heads // groups
     y = _norm(x, ln1_w, ln1_b, eps, rms, zero_centered)
     # Megatron's fused QKV rows are grouped per query group: [q (per_group heads), k, v] for each group.
-    qkv = F.linear(y, qkv_w, qkv_b).view(s, b, groups, (per_group + 2) * head_dim)
+    qkv = _linear(y, qkv_w, qkv_b, fused_wgrad).view(s, b, groups, (per_group + 2) * head_dim)
     q, k, v = torch.split(qkv, [per_group * head_dim, head_dim, head_dim], dim=3)
     q = q.reshape(s, b, heads, head_dim)
     attn = F.scaled_dot_product_attention(
@@ -73,13 +84,10 @@ def layer_math(
         dropout_p=attention_dropout, is_causal=True, scale=scale, enable_gqa=groups != heads,
     )
     attn = attn.permute(2, 0, 1, 3).reshape(s, b, heads * head_dim)
-    out = F.linear(attn, proj_w)
-    if proj_b is not None:
-        out = out + proj_b
-    x = x + F.dropout(out, hidden_dropout)
+    x = x + F.dropout(_linear(attn, proj_w, proj_b, fused_wgrad), hidden_dropout)
 
     y = _norm(x, ln2_w, ln2_b, eps, rms, zero_centered)
-    h = F.linear(y, fc1_w, fc1_b)
+    h = _linear(y, fc1_w, fc1_b, fused_wgrad)
     if activation == "gelu_tanh":
         h = _gelu_tanh(h)
     elif activation == "gelu":
@@ -87,10 +95,7 @@ def layer_math(
     else:  # swiglu
         gate, up = torch.chunk(h, 2, dim=-1)
         h = F.silu(gate) * up
-    out = F.linear(h, fc2_w)
-    if fc2_b is not None:
-        out = out + fc2_b
-    return x + F.dropout(out, hidden_dropout)
+    return x + F.dropout(_linear(h, fc2_w, fc2_b, fused_wgrad), hidden_dropout)
 
 
 @functools.cache
@@ -198,6 +203,23 @@ def input_blocker(args: tuple, kwargs: dict) -> str | None:
     return f"{', '.join(given)} given" if given else None
 
 
+def fuse_weight_gradients(config, weights: tuple[torch.Tensor, ...]) -> bool:
+    """Whether the weights' gradients accumulate into their main_grad in the GEMM (Megatron's
+    gradient_accumulation_fusion, as its own linear layers do); if so they are registered and marked so that DDP's
+    hook does not add a gradient a second time. False where autograd's param.grad is the way (no fusion, no DDP,
+    no gradient, a shared weight)."""
+    if not (config.gradient_accumulation_fusion and torch.is_grad_enabled()):
+        return False
+    if not all(w.requires_grad and getattr(w, "main_grad", None) is not None for w in weights):
+        return False
+    if any(getattr(w, "zero_out_wgrad", False) for w in weights):  # a shared weight: DDP adds its other grads
+        return False
+    for weight in weights:
+        wgrad_fusion.register(weight)
+        weight.grad_added_to_main_grad = True  # DDP resets it when it zeroes the buffers, each iteration
+    return True
+
+
 class CompiledLayer(TransformerLayer):
     """TransformerLayer whose plain-GPT forward runs as one compiled function; otherwise Megatron's forward.
 
@@ -225,6 +247,7 @@ class CompiledLayer(TransformerLayer):
         out = compiled_layer_math()(
             x, ln1.weight, getattr(ln1, "bias", None), qkv.weight, qkv.bias, proj.weight, proj.bias,
             ln2.weight, getattr(ln2, "bias", None), fc1.weight, fc1.bias, fc2.weight, fc2.bias,
+            fuse_weight_gradients(config, (qkv.weight, proj.weight, fc1.weight, fc2.weight)),
             eps=ln1.eps, rms=NORMS[type(ln1)][0], zero_centered=NORMS[type(ln1)][1],
             heads=core.num_heads_per_partition, groups=core.num_query_groups_per_partition,
             head_dim=config.kv_channels, scale=core.softmax_scale, activation=_activation(config),
