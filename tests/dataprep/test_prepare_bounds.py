@@ -3,10 +3,15 @@ and a document too long to tokenize in bounded memory (a 1 GB line) is reported 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
+import json
 import os
+import subprocess
+import sys
 from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +54,89 @@ def test_text_units_are_bounded_too(monkeypatch, unit):
     monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
     units = list(reader._text_units(io.BytesIO(b"y" * 5000), unit))
     assert [u.too_long for u in units] == [True] and units[0].raw == b""
+
+
+# ---- a full disk ----
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _corpus(path: Path, documents: int = 3000) -> Path:
+    path.write_text("".join(json.dumps({"text": f"document {n} " + "words " * 20}) + "\n" for n in range(documents)))
+    return path
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB file system, so the dataset (≈ 400 KB) fills it part-way (root only; skipped elsewhere)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.megatron
+@pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None, reason="needs megatron-core")
+def test_prepare_data_onto_a_full_disk_exits_2_and_leaves_nothing(tmp_path, tiny_tmpfs):
+    corpus = _corpus(tmp_path / "corpus.jsonl")
+    result = subprocess.run([sys.executable, "-m", "launcher", "prepare-data", str(corpus), "--output-prefix",
+                             str(tiny_tmpfs / "out"), "--tokenizer", "byte", "--workers", "1", "--no-progress"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert "error: cannot write the dataset" in result.stderr and "No space left on device" in result.stderr
+    assert "hint: free space" in result.stderr
+    assert os.listdir(tiny_tmpfs) == []  # no .bin/.idx, no temporaries, and the lock is gone
+
+
+@pytest.mark.megatron
+@pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None, reason="needs megatron-core")
+def test_a_full_disk_after_the_dataset_is_written_leaves_no_output_and_no_lock(tmp_path, monkeypatch):
+    """The last write (the metadata) fails: the .bin/.idx written so far are removed, the lock released."""
+    from launcher.dataprep import prepare
+
+    def no_space(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prepare, "_write_meta", no_space)
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=20)
+    with pytest.raises(UserError) as refused:
+        prepare_data([str(corpus)], str(tmp_path / "out"), TokenizerSpec("byte"), workers=1, show_progress=False)
+    problem = refused.value.problems[0]
+    assert "No space left on device" in problem.message and problem.hint.startswith("free space")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.jsonl"]
+
+
+def test_a_lock_that_cannot_be_created_on_a_full_disk_is_a_clean_refusal(tmp_path, monkeypatch):
+    from launcher import lock
+
+    real_open = os.open
+
+    def no_space(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(lock.os, "open", no_space)
+    with pytest.raises(UserError) as refused:
+        lock.hold(tmp_path / "out.lock", "output prefix out", "wait")
+    assert "No space left on device" in refused.value.problems[0].message
+    assert refused.value.problems[0].hint == "free space on that file system"
+
+
+def test_dataset_temporaries_are_new_files_never_a_planted_link(tmp_path):
+    from launcher.dataprep import prepare
+
+    temps = prepare._temp_paths(str(tmp_path / "out"))
+    assert temps != prepare._temp_paths(str(tmp_path / "out"))  # not guessable ahead
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    os.symlink(target, temps["bin"])
+    with pytest.raises(UserError, match="exists already"):
+        prepare._reserve(temps)
+    assert target.read_text() == "keep"
