@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -140,3 +141,67 @@ def test_dataset_temporaries_are_new_files_never_a_planted_link(tmp_path):
     with pytest.raises(UserError, match="exists already"):
         prepare._reserve(temps)
     assert target.read_text() == "keep"
+
+
+# ---- the corpus is read as every input is: regular files only, bounded per line and in all ----
+
+def _batches(path, unit="line"):
+    return [u for batch in reader.iter_batches(str(path), unit) for u in batch.units]
+
+
+def test_a_fifo_as_corpus_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "corpus.jsonl"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            _batches(fifo)
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    worker = threading.Thread(target=read, daemon=True)  # a reader that waits for a writer would wait forever
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome, "the reader waited on the FIFO"
+    assert isinstance(outcome[0], UserError) and "not a regular file" in outcome[0].problems[0].message
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_as_corpus_is_refused_not_read_forever(device):
+    with pytest.raises(UserError, match="not a regular file"):
+        _batches(device, "file")
+
+
+def test_a_corpus_that_grows_while_read_is_refused_not_read_forever(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "BATCH_UNITS", 1)  # a batch per line, so the file can grow between them
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"one\ntwo\n")
+    with pytest.raises(UserError, match="grew while it was read"):
+        for number, _ in enumerate(reader.iter_batches(str(corpus), "line")):
+            assert number < 100, "still reading what was appended after the file was opened"
+            with open(corpus, "ab") as handle:
+                handle.write(b"more\n" * 1000)
+
+
+def test_a_huge_line_is_skipped_in_bounded_pieces_and_the_next_lines_are_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"text": "a"}\n' + b"x" * (3 << 20) + b'\n{"text": "b"}\n')
+    units = _batches(corpus)
+    assert [(u.line, u.too_long, u.raw) for u in units] == [(1, False, b'{"text": "a"}\n'), (2, True, b""),
+                                                           (3, False, b'{"text": "b"}\n')]
+
+
+def test_a_corpus_is_read_through_the_bounded_reader(tmp_path, monkeypatch):
+    """One reader for every input: iter_batches opens its file through launcher.untrusted, not open()."""
+    from launcher import untrusted
+
+    opened = []
+    real = untrusted.open_binary
+    monkeypatch.setattr(untrusted, "open_binary", lambda path, what: opened.append(path) or real(path, what))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a\nb\n")
+    assert [u.raw for u in _batches(corpus)] == [b"a", b"b"]
+    assert opened == [str(corpus)]
