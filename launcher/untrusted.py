@@ -192,9 +192,10 @@ def loads_json(text: str | bytes, what: str) -> Any:
     return value
 
 
-def json_object_head(text: str, what: str) -> dict[str, Any]:
+def json_object_head(text: str, what: str, wanted: frozenset[str] = frozenset()) -> dict[str, Any]:
     """The members of a JSON object that are whole in `text`, its first part (read_head of a larger file), each
-    value strict as loads_json reads it; the object's cut end is not an error, its damaged start is."""
+    value strict as loads_json reads it; the object's cut end is not an error, its damaged start is. With
+    `wanted`, reading stops once those members are found (the rest is not parsed)."""
     members: dict[str, Any] = {}
     at = _SPACE.match(text).end()  # type: ignore[union-attr]
     if not text.startswith("{", at):
@@ -213,6 +214,8 @@ def json_object_head(text: str, what: str) -> dict[str, Any]:
             if not isinstance(key, str) or _too_deep(value):
                 return members
             members[key] = value
+            if wanted and wanted <= members.keys():
+                return members
             at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
             if not text.startswith(",", at):
                 return members

@@ -33,6 +33,7 @@ MANIFEST_HEAD_BYTES = 64 << 10
 MAX_SUMMARY_BYTES = 64 << 10  # summary.json is one or two KB
 MAX_RUNNING_BYTES = 4 << 10  # running.json: a pid, a host, a time
 METRICS_TAIL_BYTES = (4 << 10, 64 << 10)  # the last iteration line is near the end: the last 4 KiB, else 64 KiB
+HEAD_MEMBERS = frozenset({"preset", "created"})  # what an overlong manifest's head is read for
 RUN_READ_BYTES = MANIFEST_HEAD_BYTES + MAX_SUMMARY_BYTES + MAX_RUNNING_BYTES + sum(METRICS_TAIL_BYTES)
 # RunSummary.outcome → the state a user asks about ("stopped": exited early, resumable; at a time limit or a signal)
 STATES = {"success": "succeeded", "failed": "failed", "stopped": "preempted"}
@@ -71,7 +72,7 @@ def _manifest(path: str) -> tuple[dict[str, Any], str]:
             value = untrusted.loads_json(head.decode("utf-8", errors="replace"), MANIFEST)
             return (value if isinstance(value, dict) else {}), ""
         text = head.decode("utf-8", errors="replace")
-        return untrusted.json_object_head(text, MANIFEST), f"{MANIFEST} is {size:,} bytes; its first " \
+        return untrusted.json_object_head(text, MANIFEST, HEAD_MEMBERS), f"{MANIFEST} is {size:,} bytes; its first " \
                                                             f"{MANIFEST_HEAD_BYTES >> 10} KiB were read"
     except (UserError, OSError):
         return {}, ""

@@ -222,6 +222,7 @@ def test_an_overlong_manifest_is_read_member_by_member_up_to_the_cut():
 
     text = '{"preset": "toy", "created": "2026", "n": 1e5, "attempts": [{"started": "x"}, {"sta'
     assert untrusted.json_object_head(text, "m") == {"preset": "toy", "created": "2026", "n": 1e5}
+    assert untrusted.json_object_head(text, "m", frozenset({"preset"})) == {"preset": "toy"}  # read no further
     # strict as every record: a NaN member ends what is taken, it is never a value
     assert untrusted.json_object_head('{"preset": "a", "x": NaN, "created": "b"', "m") == {"preset": "a"}
     assert untrusted.json_object_head('{"a": ' + "[" * 100 + "]" * 100 + ', "b": 1', "m") == {}
