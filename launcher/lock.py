@@ -56,8 +56,9 @@ def _open(key: str) -> int:
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise UserError(f"the lock file {shown(key)} is a symbolic link", "remove it, then run again") from None
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
         raise UserError(f"cannot create the lock file {shown(key)}: {exc.strerror or exc}",
-                        "is the directory writable?") from None
+                        "free space on that file system" if full else "is the directory writable?") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise UserError(f"the lock file {shown(key)} is not a regular file (a FIFO, a device or a directory)",

@@ -57,15 +57,16 @@ def _directory(path: Path, what: str, follow: bool = False) -> Iterator[int]:
 
 
 def open_file(path: str | Path, mode: str = "w", *, what: str = "file", encoding: str | None = "utf-8",
-              errors: str | None = None, buffering: int = -1) -> IO[Any]:
+              errors: str | None = None, buffering: int = -1, user_directory: bool = False) -> IO[Any]:
     """Open `path` for writing: mode "w" (truncate), "a" (append) or "x" (must not exist), "b" for bytes.
+    `user_directory`: as for write_atomic.
 
     OSError as open() raises it (a full disk, a read-only mount); UserError for a symbolic link or a file that
     is not a regular one (a FIFO would block, a device would take the output)."""
     path = Path(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     flags |= {"w": os.O_TRUNC, "a": os.O_APPEND, "x": os.O_EXCL}[mode.replace("b", "")]
-    with _directory(path.parent, "the directory of " + what) as parent:
+    with _directory(path.parent, "the directory of " + what, follow=user_directory) as parent:
         try:
             fd = os.open(path.name, flags, 0o644, dir_fd=parent)
         except OSError as exc:

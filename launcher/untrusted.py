@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -151,22 +152,27 @@ MAX_INT_DIGITS = 30  # an iteration count, a pid, a byte count: no record holds 
 
 
 def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+    if len(text) > MAX_INT_DIGITS and len(text.lstrip("-")) > MAX_INT_DIGITS:
         raise ValueError(f"an integer of {len(text):,} digits")
     return int(text)
 
 
-def _too_deep(value: Any) -> bool:
-    stack = [(value, 1)]
+def _too_deep(value: Any, text: str | None = None) -> bool:
+    if text is not None and text.count("[") + text.count("{") <= MAX_DEPTH:
+        return False  # no deeper than the brackets it holds (a typical record: a few dozen)
+    # only containers are visited (a record is mostly strings and numbers: a manifest's argv, a metrics line)
+    stack = [(value, 1)] if isinstance(value, (dict, list)) else []
     while stack:
         item, depth = stack.pop()
         if depth > MAX_DEPTH:
             return True
-        if isinstance(item, dict):
-            stack += [(v, depth + 1) for v in item.values()]
-        elif isinstance(item, list):
-            stack += [(v, depth + 1) for v in item]
+        children = item.values() if isinstance(item, dict) else item
+        stack += [(child, depth + 1) for child in children if isinstance(child, (dict, list))]
     return False
+
+
+_STRICT = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int)
+_SPACE = re.compile(r"[ \t\n\r]*")
 
 
 def loads_json(text: str | bytes, what: str) -> Any:
@@ -174,19 +180,69 @@ def loads_json(text: str | bytes, what: str) -> Any:
     integers of more than MAX_INT_DIGITS digits, and nesting deeper than MAX_DEPTH are refused (UserError), so
     every value read can be written again as valid JSON and used in arithmetic."""
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite, parse_int=_bounded_int)
+        if isinstance(text, bytes):
+            text = text.decode(json.detect_encoding(text), "surrogatepass")  # as json.loads reads bytes
+        value = _STRICT.decode(text)
     except RecursionError:
         raise UserError(f"{what} is not valid JSON: nesting deeper than {MAX_DEPTH} levels") from None
     except ValueError as exc:  # JSONDecodeError and the refusals above
         raise UserError(f"{what} is not valid JSON: {clip(str(exc), 120)}", "is this the right file?") from None
-    if _too_deep(value):
+    if _too_deep(value, text):
         raise UserError(f"{what} is not valid JSON: nesting deeper than {MAX_DEPTH} levels")
     return value
+
+
+def json_object_head(text: str, what: str, wanted: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The members of a JSON object that are whole in `text`, its first part (read_head of a larger file), each
+    value strict as loads_json reads it; the object's cut end is not an error, its damaged start is. With
+    `wanted`, reading stops once those members are found (the rest is not parsed)."""
+    members: dict[str, Any] = {}
+    at = _SPACE.match(text).end()  # type: ignore[union-attr]
+    if not text.startswith("{", at):
+        raise UserError(f"{what} is not a JSON object", "is this the right file?")
+    at += 1
+    try:
+        while True:
+            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            if text.startswith("}", at) or at >= len(text):
+                return members
+            key, at = _STRICT.raw_decode(text, at)
+            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            if not text.startswith(":", at):
+                return members
+            value, at = _STRICT.raw_decode(text, _SPACE.match(text, at + 1).end())  # type: ignore[union-attr]
+            if not isinstance(key, str) or _too_deep(value):
+                return members
+            members[key] = value
+            if wanted and wanted <= members.keys():
+                return members
+            at = _SPACE.match(text, at).end()  # type: ignore[union-attr]
+            if not text.startswith(",", at):
+                return members
+            at += 1
+    except (ValueError, RecursionError):  # the cut (or a damaged member): the members before it stand
+        return members
 
 
 def read_json(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> Any:
     """A regular file of at most `limit` bytes holding strict JSON (loads_json)."""
     return loads_json(read_utf8(path, what, limit), f"{what} {shown(str(path))}")
+
+
+def read_head(path: str | Path, what: str, size: int) -> tuple[bytes, int]:
+    """The first `size` bytes of a regular file and the file's whole size (a FIFO or a device is refused)."""
+    fd = _open_regular(path, what)
+    try:
+        whole = os.fstat(fd).st_size
+        chunks, left = [], size
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks), whole
+    except OSError as exc:
+        raise UserError(f"cannot read {what} {shown(str(path))}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
 
 
 def read_tail(path: str | Path, what: str, size: int) -> bytes:

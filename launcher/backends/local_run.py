@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from launcher.backends import local
-from launcher.errors import UserError
+from launcher.errors import Problem, UserError
 from launcher.pipeline.command import Command
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir
@@ -45,7 +45,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
         raise UserError(rundir.storage_problem(f"cannot write the run's log in {job.run_dir}", error)) from None
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.
     cwd = str(job.run_dir) if job.entry == "simple_loop" else None
-    code, failure = None, None
+    code, failure, closing = None, None, None
     running = _mark_running(job.run_dir)
     try:
         code = local.run(command, local.process_environment(job.environment), cwd=cwd, on_line=monitor.feed)
@@ -54,8 +54,8 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     finally:
         try:
             summary = monitor.close(code)
-        except OSError as error:
-            failure = failure or error
+        except OSError as error:  # the summary (printed all the same) or a log's last bytes
+            closing = error
         if running is not None:
             try:
                 running.unlink(missing_ok=True)
@@ -64,6 +64,12 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     if failure is not None:
         raise UserError(rundir.storage_problem(
             f"cannot write the run's records in {job.run_dir}, so training was stopped", failure))
+    if closing is not None:  # training ran to its end: say so, and how to get the record written later
+        raise UserError(Problem(
+            f"training ended (exit status {code}), but its records in {job.run_dir} could not be completed: "
+            f"{closing.strerror or closing}; the summary printed above is not in summary.json",
+            f"make {job.run_dir} writable again (or free space), then `launch report {job.run_dir}` writes "
+            "summary.json from the run's log"))
     _say(f"# report: launch report {job.run_dir}", out)
     assert code is not None, "local.run returned, or its failure was raised above"
     if code == 0 and summary.outcome == "failed":

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from launcher import untrusted
 from launcher.checks.data import check_data
 from launcher.errors import Problem, UserError
 
@@ -102,6 +103,8 @@ def _child_main(argv: Sequence[str]) -> int:
         summary = _build(script_args, options.world_size)
     except SystemExit as err:  # Megatron's argparse: an unknown flag or a bad value (message already printed)
         summary = {"error": f"its argument parser exited with {err.code} (message above)"}
+    except UserError as err:  # a file the arguments name, refused by the bounded reader
+        summary = {"error": "; ".join(problem.message for problem in err.problems)}
     except (AssertionError, ValueError, RuntimeError, OSError) as err:
         summary = {"error": f"{type(err).__name__}: {err}"}
     summary["seconds"] = round(time.monotonic() - started, 3)
@@ -178,8 +181,7 @@ def _gpt_dataset_config_kwargs(args: Any, tokenizer: Any, blends: tuple[Any, Any
     """The GPTDatasetConfig of pretrain_gpt.py's core_gpt_dataset_config_from_args (no FIM), field by field."""
     sequences_per_dataset = None
     if args.per_dataset_sequences_path is not None:
-        with open(args.per_dataset_sequences_path, encoding="utf-8") as handle:
-            sequences_per_dataset = json.load(handle)
+        sequences_per_dataset = untrusted.read_json(args.per_dataset_sequences_path, "per_dataset_sequences_path")
     blend, blend_per_split = blends
     return {
         "random_seed": args.seed,

@@ -8,6 +8,7 @@ the end, so an error or Ctrl-C leaves no partial dataset behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import multiprocessing
 import os
@@ -143,6 +144,12 @@ def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec
     try:
         return _prepare_locked(inputs, output_prefix, spec, json_key=json_key, text_unit=text_unit,
                                workers=workers, overwrite=overwrite, show_progress=show_progress)
+    except OSError as err:  # writing the dataset (inputs are read through the reader, which names them)
+        full = err.errno in (errno.ENOSPC, errno.EDQUOT)
+        raise UserError(f"cannot write the dataset {output_prefix}.bin/.idx: {err.strerror or err}; "
+                        "nothing was written",
+                        "free space on that file system, or choose another --output-prefix" if full else
+                        "choose another --output-prefix, in a writable directory") from None
     finally:
         lock.release(output_prefix + LOCK_SUFFIX, remove=True)
 
@@ -169,6 +176,7 @@ def _prepare_locked(inputs: Sequence[str], output_prefix: str, spec: TokenizerSp
     errors: list[Problem] = []
     error_count = 0
     try:
+        _reserve(temps)
         builder = IndexedDatasetBuilder(temps["bin"], dtype=dtype)
         done_bytes: dict[str, int] = {}
         try:
@@ -208,6 +216,8 @@ def _prepare_locked(inputs: Sequence[str], output_prefix: str, spec: TokenizerSp
             seconds=time.monotonic() - started,
             megatron_args=spec.megatron_args(tokenizer.vocab_size, tokenizer.eod))
         _write_meta(temps["meta"], prepared, spec, inputs, json_key, text_unit)
+        for key in ("bin", "idx"):  # on the disk before the names say the dataset is complete
+            _fsync(temps[key])
         with signals_deferred():  # an interrupt between the renames would pair a new .bin with an old .idx
             for key in ("bin", "idx", "meta"):  # .meta.json last: its presence says the pair is complete
                 os.replace(temps[key], outputs[key])
@@ -217,8 +227,10 @@ def _prepare_locked(inputs: Sequence[str], output_prefix: str, spec: TokenizerSp
         raise
     finally:
         for path in temps.values():
-            if os.path.exists(path):
+            try:
                 os.unlink(path)
+            except FileNotFoundError:
+                pass
 
 
 def _import_megatron_builder() -> tuple[Any, Any]:
@@ -248,9 +260,29 @@ def default_workers() -> int:
 
 
 def _temp_paths(prefix: str) -> dict[str, str]:
+    """Names no one can guess ahead (a link planted at one would take megatron-core's open(..., "wb"))."""
     directory, name = os.path.split(os.path.abspath(prefix))
-    stem = os.path.join(directory, f".{name}.tmp-{os.getpid()}")
+    stem = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}")
     return {"bin": stem + ".bin", "idx": stem + ".idx", "meta": stem + META_SUFFIX}
+
+
+def _reserve(temps: dict[str, str]) -> None:
+    """Create the .bin and .idx temporaries as new regular files (O_EXCL, no link followed) before
+    megatron-core's builder opens them by name."""
+    for key in ("bin", "idx"):
+        try:
+            nofollow.open_file(temps[key], "xb", what="dataset file", user_directory=True).close()
+        except FileExistsError:  # a file or link someone put there: neither written through nor replaced
+            raise UserError(f"the temporary dataset file {temps[key]} exists already",
+                            "remove it (nothing of this run is in it), then run again") from None
+
+
+def _fsync(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _write_meta(path: str, result: PrepareResult, spec: TokenizerSpec, inputs: Sequence[str], json_key: str,

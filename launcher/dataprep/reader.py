@@ -7,14 +7,16 @@ text field and tokenizes, so an error names the file and line where it happened.
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
-from launcher.errors import UserError
+from launcher import untrusted
+from launcher.errors import UserError, shown
 
 JSON_SUFFIXES = (".jsonl", ".json", ".ndjson")
 TEXT_UNITS = ("file", "line", "paragraph")
@@ -46,26 +48,60 @@ def is_json_input(path: str) -> bool:
     return name.lower().endswith(JSON_SUFFIXES)
 
 
+class _AsOpened(io.RawIOBase):
+    """A regular file read up to the size it had when opened (the total bound: a corpus someone appends to, or
+    one that grows as it is read, is not read forever); more bytes past that end are an error, not data."""
+
+    def __init__(self, path: str) -> None:
+        self._file = untrusted.open_binary(path, "input")  # a FIFO or a device is refused, never waited on
+        self.path, self.left = path, os.fstat(self._file.fileno()).st_size
+        self.consumed = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.left <= 0:
+            if self._file.read(1):
+                raise UserError(f"input {shown(self.path)} grew while it was read",
+                                "prepare a file that no one is writing (a copy of it)")
+            return 0
+        data = self._file.read1(min(len(buffer), self.left))  # type: ignore[attr-defined]
+        count = len(data)
+        memoryview(buffer)[:count] = data
+        self.left -= count
+        self.consumed += count
+        return count
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
 def iter_batches(path: str, text_unit: str) -> Iterator[Batch]:
-    """Batches of units of one file: one per JSON line, or per file / line / blank-line paragraph for text."""
+    """Batches of units of one file: one per JSON line, or per file / line / blank-line paragraph for text.
+    Read as every input is (launcher.untrusted): a regular file only, each line bounded (MAX_DOCUMENT_BYTES, the
+    rest skipped unread), in all at most the size it had when opened (a .gz: what that inflates to)."""
     is_json = is_json_input(path)
-    with open(path, "rb") as raw:
-        stream: BinaryIO = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw  # type: ignore[assignment]
-        units = _json_units(stream) if is_json else _text_units(stream, text_unit)
-        pending: list[Unit] = []
-        size = 0
-        try:
+    try:
+        with _AsOpened(path) as raw, io.BufferedReader(raw, 1 << 20) as buffered:
+            stream: BinaryIO = gzip.GzipFile(fileobj=buffered) if path.endswith(".gz") else buffered  # type: ignore[assignment]
+            units = _json_units(stream) if is_json else _text_units(stream, text_unit)
+            pending: list[Unit] = []
+            size = 0
             for unit in units:
                 pending.append(unit)
                 size += len(unit.raw)
                 if size >= BATCH_BYTES or len(pending) >= BATCH_UNITS:
-                    yield Batch(path, is_json, tuple(pending), raw.tell())
+                    yield Batch(path, is_json, tuple(pending), raw.consumed)
                     pending, size = [], 0
-        except (gzip.BadGzipFile, EOFError, zlib.error) as err:
-            # Not gzip at all, or cut short (a copy that stopped): the documents so far are not the file.
-            raise UserError(f"{path} is not a complete gzip file: {err}",
-                            "check the file (gzip -t); re-download or re-copy it") from None
-        yield Batch(path, is_json, tuple(pending), os.path.getsize(path))
+            yield Batch(path, is_json, tuple(pending), raw.consumed)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as err:
+        # Not gzip at all, or cut short (a copy that stopped): the documents so far are not the file.
+        raise UserError(f"{path} is not a complete gzip file: {err}",
+                        "check the file (gzip -t); re-download or re-copy it") from None
+    except OSError as err:  # EIO, a file gone stale on NFS: the input, not the launcher
+        raise UserError(f"cannot read input {shown(path)}: {err.strerror or err}", "check the file") from None
 
 
 def _lines(stream: BinaryIO) -> Iterator[tuple[int, bytes | None]]:

@@ -8,7 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from launcher import nofollow
+from launcher import nofollow, untrusted
 from launcher.errors import UserError
 from launcher.importer.build import VocabReader, import_source
 from launcher.importer.report import ResolveJob, all_lost, as_dict, check_import, render
@@ -28,12 +28,8 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
         if not path.is_file():
             raise UserError(f"{path} is not a file", "give a training script, a YAML mapping of flags, or the flags "
                             "themselves (launch import -- torchrun … pretrain_gpt.py …)")
-        if path.stat().st_size > MAX_SOURCE_BYTES:
-            raise UserError(f"{path} is larger than {MAX_SOURCE_BYTES:,} bytes", "import reads training scripts")
-        try:
-            return path.read_text(), str(path), words[1:]
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UserError(f"cannot read {path}: {exc}") from None
+        # the one bounded reader: a regular file (a FIFO swapped in after the check above is not waited on), capped
+        return untrusted.read_utf8(path, "training script", MAX_SOURCE_BYTES), str(path), words[1:]
     return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given", []
 
 

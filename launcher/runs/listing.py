@@ -5,7 +5,10 @@ iteration and throughput, read from what the run directory holds:
     running.json  the launcher's pid and host while it runs a job here: running, or failed when that process is gone
     job.sbatch, jobset.yaml  a cluster job without a summary yet: written or submitted (runs/cluster_job.py)
 
-Everything is read bounded: a few KB of each file, the end of metrics.jsonl only.
+Everything is read bounded, so a run root of 10,000 runs lists in about a second however large their files are:
+at most MANIFEST_HEAD_BYTES of manifest.json (its first members; a longer one, after many resumes, is read that
+far and the row says so), the small records whole up to their caps, the end of metrics.jsonl only
+(RUN_READ_BYTES in all per run).
 """
 
 from __future__ import annotations
@@ -24,9 +27,14 @@ from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
 MAX_RUNS = 10_000  # a run root holding more is listed up to here (newest names first)
-MAX_RECORD_BYTES = 1 << 20  # a manifest grows by an attempt's argv and environment (a few KB) per resume
-MAX_SMALL_RECORD_BYTES = 64 << 10  # summary.json and running.json are a few hundred bytes
-METRICS_TAIL_BYTES = 64 << 10  # the last iteration line is near the end
+# a manifest is ≈ 4 KB and grows by an attempt's argv and environment (a few KB) per resume; the members the
+# listing shows (preset, created) come first, the attempts last
+MANIFEST_HEAD_BYTES = 64 << 10
+MAX_SUMMARY_BYTES = 64 << 10  # summary.json is one or two KB
+MAX_RUNNING_BYTES = 4 << 10  # running.json: a pid, a host, a time
+METRICS_TAIL_BYTES = (4 << 10, 64 << 10)  # the last iteration line is near the end: the last 4 KiB, else 64 KiB
+HEAD_MEMBERS = frozenset({"preset", "created"})  # what an overlong manifest's head is read for
+RUN_READ_BYTES = MANIFEST_HEAD_BYTES + MAX_SUMMARY_BYTES + MAX_RUNNING_BYTES + sum(METRICS_TAIL_BYTES)
 # RunSummary.outcome → the state a user asks about ("stopped": exited early, resumable; at a time limit or a signal)
 STATES = {"success": "succeeded", "failed": "failed", "stopped": "preempted"}
 
@@ -44,32 +52,51 @@ class RunRow:
     failure: dict | None = None  # how a failed or stopped run's last attempt ended (summary.json, runs/triage.py)
 
 
-def _json(path: Path, limit: int = MAX_RECORD_BYTES) -> dict[str, Any] | None:
-    """A record (regular file, bounded, strict JSON); None when missing or damaged (the row says what it can)."""
-    if not os.path.lexists(path):
+def _json(path: str | Path, limit: int = untrusted.MAX_FILE_BYTES) -> dict[str, Any] | None:
+    """A record (regular file, bounded, strict JSON); None when missing, too large or damaged (the row says what
+    it can)."""
+    if not os.path.lexists(path):  # the common case for running.json: cheaper than the refusal's message
         return None
     try:
-        value = untrusted.read_json(path, path.name, limit)
-    except (UserError, OSError):
+        value = untrusted.read_json(path, os.path.basename(path), limit)
+    except (UserError, OSError):  # a missing file is a UserError too
         return None
     return value if isinstance(value, dict) else None
 
 
-def _last_metrics(path: Path) -> dict[str, Any] | None:
-    """The last iteration record of metrics.jsonl, reading only its end (a FIFO there is not waited on)."""
-    if not os.path.lexists(path):
-        return None
+def _manifest(path: str) -> tuple[dict[str, Any], str]:
+    """manifest.json's members, read at most MANIFEST_HEAD_BYTES far; and, when it is longer, what was not read."""
     try:
-        tail = untrusted.read_tail(path, "metrics file", METRICS_TAIL_BYTES).decode("utf-8", errors="replace")
+        head, size = untrusted.read_head(path, MANIFEST, MANIFEST_HEAD_BYTES)
+        if size <= len(head):
+            value = untrusted.loads_json(head.decode("utf-8", errors="replace"), MANIFEST)
+            return (value if isinstance(value, dict) else {}), ""
+        text = head.decode("utf-8", errors="replace")
+        return untrusted.json_object_head(text, MANIFEST, HEAD_MEMBERS), f"{MANIFEST} is {size:,} bytes; its first " \
+                                                            f"{MANIFEST_HEAD_BYTES >> 10} KiB were read"
     except (UserError, OSError):
-        return None
-    for line in reversed(tail.splitlines()[-1000:]):  # the last iteration line is among the last few
+        return {}, ""
+
+
+def _last_metrics(path: str) -> dict[str, Any] | None:
+    """The last iteration record of metrics.jsonl, reading only its end (a FIFO there is not waited on)."""
+    for size in METRICS_TAIL_BYTES:
         try:
-            record = untrusted.loads_json(line, "metrics line")
-        except UserError:
-            continue
-        if isinstance(record, dict) and record.get("kind") == "iteration":
-            return record
+            tail = untrusted.read_tail(path, "metrics file", size)
+        except (UserError, OSError):
+            return None
+        lines = tail.decode("utf-8", errors="replace").splitlines()
+        for line in reversed(lines[1:] if len(tail) == size else lines):  # the first may be cut
+            if '"iteration"' not in line:  # most lines are iteration records; others are skipped unparsed
+                continue
+            try:
+                record = untrusted.loads_json(line, "metrics line")
+            except UserError:
+                continue
+            if isinstance(record, dict) and record.get("kind") == "iteration":
+                return record
+        if len(tail) < size:  # the whole file was read
+            return None
     return None
 
 
@@ -106,16 +133,14 @@ def _number(value: Any) -> int | float | None:
 
 
 def describe(run_dir: Path) -> RunRow:
-    manifest = _json(run_dir / MANIFEST) or {}
-    summary = _json(run_dir / SUMMARY_FILE, MAX_SMALL_RECORD_BYTES)
-    running = _json(run_dir / RUNNING_FILE, MAX_SMALL_RECORD_BYTES)
-    metrics = _last_metrics(run_dir / METRICS_FILE) or {}
+    base = str(run_dir)
+    manifest, unread = _manifest(os.path.join(base, MANIFEST))
+    summary = _json(os.path.join(base, SUMMARY_FILE), MAX_SUMMARY_BYTES)
+    running = _json(os.path.join(base, RUNNING_FILE), MAX_RUNNING_BYTES)
     attempts = manifest.get("attempts") if isinstance(manifest.get("attempts"), list) else []
     started = attempts[-1].get("started") if attempts and isinstance(attempts[-1], dict) else None
     started = started or manifest.get("created")
-    last = _number(metrics.get("iteration"))
-    total = _number(metrics.get("train_iters"))
-    speed = _number(metrics.get("tokens_per_s"))
+    last = total = speed = None
     why = ""
     pid = running.get("pid") if running is not None else None
     alive = process_alive(pid, running.get("host")) if running is not None and isinstance(pid, int) and is_pid(pid) \
@@ -125,15 +150,22 @@ def describe(run_dir: Path) -> RunRow:
         why = f"on {running.get('host')}, not checked from here" if alive is None else ""
     elif summary is not None:
         state = STATES.get(str(summary.get("outcome")), "unknown")
-        last = _number(summary.get("last_iteration")) if summary.get("last_iteration") is not None else last
-        total = _number(summary.get("train_iters")) or total
-        speed = _number(summary.get("steady_tokens_per_s")) or speed
+        last = _number(summary.get("last_iteration"))
+        total = _number(summary.get("train_iters")) or None
+        speed = _number(summary.get("steady_tokens_per_s")) or None
     elif running is not None:
         state, why = "failed", f"the launcher (pid {running.get('pid')}) is gone without a summary"
     elif (cluster := cluster_job.state_before_summary(run_dir)) is not None:
         state, why = cluster  # the word `launch report` says too
+    elif os.path.lexists(os.path.join(base, SUMMARY_FILE)):
+        state, why = "unknown", f"summary.json is damaged or larger than {MAX_SUMMARY_BYTES >> 10} KiB"
     else:
         state, why = "unknown", "no summary.json: never started, or stopped without one"
+    if last is None or total is None or speed is None:  # a finished run's summary says all three: no metrics read
+        metrics = _last_metrics(os.path.join(base, METRICS_FILE)) or {}
+        last = last if last is not None else _number(metrics.get("iteration"))
+        total = total or _number(metrics.get("train_iters"))
+        speed = speed or _number(metrics.get("tokens_per_s"))
     preset = manifest.get("preset") if isinstance(manifest.get("preset"), str) else None
     failure = _failure(summary.get("failure")) if summary is not None and state != "running" else None
     decisions = manifest.get("requeue_decisions")  # a Slurm job's batch script records each failed attempt's
@@ -141,6 +173,8 @@ def describe(run_dir: Path) -> RunRow:
         failure = _failure(decisions[-1])
         if failure is not None and decisions[-1].get("decision") == "stop":
             failure["reason"] = f"chain stopped: {failure['reason']}"[:200]
+    if unread:
+        why = f"{why}; {unread}" if why else unread
     return RunRow(str(run_dir), preset, started if isinstance(started, str) else None, state,
                   int(last) if last is not None else None, int(total) if total is not None else None,
                   float(speed) if speed is not None else None, why, failure)
@@ -178,8 +212,9 @@ def list_runs(run_root: Path) -> list[RunRow]:
     except OSError as error:
         raise UserError(f"cannot list the run root {run_root}: {error.strerror or error}",
                         "give a readable directory with --run-root DIR") from None
+    root = str(run_root)
     for name in names[:MAX_RUNS]:
-        if os.path.isfile(run_root / name / MANIFEST):  # False, not an error, for a directory it cannot enter
+        if os.path.isfile(os.path.join(root, name, MANIFEST)):  # False, not an error, for a directory it cannot enter
             rows.append(describe(run_root / name))
     return sorted(rows, key=lambda row: row.started or "", reverse=True)
 

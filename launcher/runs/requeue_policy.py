@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from launcher.runs import slurm_log, triage
 
@@ -88,12 +89,25 @@ def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triag
     return [reader.verdict(exit_status if number == attempt else None) for number, reader in kept]
 
 
+def _open_regular(path: Path) -> BinaryIO | None:
+    """`path` opened for reading when it is a regular file, else None: O_NONBLOCK, so a FIFO planted as the log
+    or the manifest is never waited on (untrusted.py's rule, in plain Python: the node's python3 may lack the
+    launcher's dependencies)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def _lines(path: Path) -> Iterator[str]:
     """The lines of a regular file, at most MAX_LOG_BYTES of it and 1 MiB of a line (plain Python: the node's
     python3 may lack the launcher's dependencies)."""
-    with open(path, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            return
+    handle = _open_regular(path)
+    if handle is None:
+        return
+    with handle:
         size = 0
         while size < MAX_LOG_BYTES and (raw := handle.readline(1 << 20)):
             size += len(raw)
@@ -101,13 +115,18 @@ def _lines(path: Path) -> Iterator[str]:
 
 
 def _manifest(path: Path) -> dict:
-    with open(path, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise ValueError("manifest.json is not a regular file")
-        value = json.loads(handle.read(MAX_MANIFEST_BYTES + 1)[:MAX_MANIFEST_BYTES])
+    handle = _open_regular(path)
+    if handle is None:
+        raise ValueError("manifest.json is not a regular file")
+    with handle:
+        value = json.loads(handle.read(MAX_MANIFEST_BYTES + 1)[:MAX_MANIFEST_BYTES], parse_constant=_no_constant)
     if not isinstance(value, dict):
         raise ValueError("manifest.json is not a mapping")
     return value
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a JSON number")  # the manifest is written again: it must stay valid JSON
 
 
 def record(manifest_path: Path, job: str, attempt: int, decision: Decision) -> None:

@@ -294,3 +294,61 @@ def test_an_interrupted_summary_write_leaves_the_old_file_and_no_temporary(tmp_p
         atomic.write_text_atomic(summary, '{"outcome": "success"}\n')
     assert summary.read_text() == '{"outcome": "stopped"}\n'
     assert os.listdir(tmp_path) == ["summary.json"]
+
+
+# ---- a run root made read-only while training runs ----
+
+def _make_read_only(path: Path) -> str:
+    """Make `path` refuse new files from now on, as a run root that turns read-only does. As root (where chmod
+    changes nothing) a read-only bind mount is stacked over it: files already open for writing (the attempt
+    log, metrics.jsonl) keep working, as on a real remount, and every new file or removal gets EROFS. Without
+    root, the directory loses its write permission (EACCES, the same path through the launcher)."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        return "chmod"
+    for args in (["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]):
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            pytest.skip(f"cannot make a read-only bind mount here: {done.stderr.strip()}")
+        if args[1] == "--bind":
+            _mounted.append(path)
+    return "mount"
+
+
+def test_a_run_directory_made_read_only_mid_run_keeps_its_records_and_exits_2(tmp_path):
+    torchrun = stand_in(tmp_path, lines=40, seconds_per_line=0.05, replay="toy_fp32_1gpu.log")
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen(launch_argv(tmp_path, torchrun, runs), cwd=tmp_path, env=environment(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("line 2 "):  # training runs, its run directory is written
+                break
+        (run_dir,) = runs.iterdir()
+        manifest_before = (run_dir / "manifest.json").read_bytes()
+        how = _make_read_only(run_dir)
+        out, err = proc.communicate(timeout=WAIT_SECONDS)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_clean_error(subprocess.CompletedProcess(proc.args, proc.returncode, out, err),
+                       "training ended (exit status 0)", "could not be completed", f"launch report {run_dir}")
+    assert "so training was stopped" not in err  # it was not: training ran to its end
+    assert "outcome:            success" in out  # the summary is printed even though it could not be stored
+    if how == "mount":
+        subprocess.run(["umount", str(_mounted.pop())], check=True)
+    else:
+        run_dir.chmod(0o755)
+    # nothing written before the fault is lost or half written, and no temporary is left behind
+    assert (run_dir / "manifest.json").read_bytes() == manifest_before
+    assert not (run_dir / "summary.json").exists()
+    assert not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
+    records = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert records and all(json.loads(record) for record in records)
+    # the record the hint promises: report writes summary.json from the log once the directory is writable
+    report = subprocess.run([sys.executable, "-m", "launcher", "report", str(run_dir), "--output-dir",
+                             str(tmp_path / "plots")], cwd=tmp_path, env=environment(), capture_output=True,
+                            text=True, timeout=WAIT_SECONDS, check=False)
+    assert report.returncode == 0, report.stderr
+    assert json.loads((run_dir / "summary.json").read_text())["outcome"] == "success"

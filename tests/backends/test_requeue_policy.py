@@ -167,3 +167,38 @@ def test_a_resubmitted_run_leaves_out_the_hosts_that_failed(tmp_path, launch):
     script = (run_dir / "job.sbatch").read_text()
     assert "#SBATCH --exclude=n2\n" in script and "bad host" not in script
     assert "leaving out n2" in err
+
+
+@pytest.mark.parametrize("name", ["slurm-7.out", "manifest.json"])
+def test_a_fifo_as_the_log_or_the_manifest_is_not_waited_on(tmp_path, name):
+    """The batch script's policy reads run-directory files: a FIFO planted as one is refused at once."""
+    import os
+    import threading
+
+    from launcher.runs import requeue_policy
+
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    outcome: list[object] = []
+
+    def read() -> None:
+        try:
+            outcome.append(list(requeue_policy._lines(fifo)) if name.endswith(".out") else
+                           requeue_policy._manifest(fifo))
+        except ValueError as error:
+            outcome.append(error)
+
+    worker = threading.Thread(target=read, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome, f"the policy waited on a FIFO named {name}"
+    assert outcome[0] == [] or "not a regular file" in str(outcome[0])
+
+
+def test_a_manifest_with_nan_is_refused_not_carried(tmp_path):
+    from launcher.runs import requeue_policy
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"preset": "toy", "loss": NaN}')
+    with pytest.raises(ValueError, match="NaN is not a JSON number"):
+        requeue_policy._manifest(manifest)

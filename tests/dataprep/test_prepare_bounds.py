@@ -3,10 +3,16 @@ and a document too long to tokenize in bounded memory (a 1 GB line) is reported 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import io
+import json
 import os
+import subprocess
+import sys
+import threading
 from importlib.util import find_spec
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +55,153 @@ def test_text_units_are_bounded_too(monkeypatch, unit):
     monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
     units = list(reader._text_units(io.BytesIO(b"y" * 5000), unit))
     assert [u.too_long for u in units] == [True] and units[0].raw == b""
+
+
+# ---- a full disk ----
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _corpus(path: Path, documents: int = 3000) -> Path:
+    path.write_text("".join(json.dumps({"text": f"document {n} " + "words " * 20}) + "\n" for n in range(documents)))
+    return path
+
+
+@pytest.fixture
+def tiny_tmpfs(tmp_path):
+    """A 64 KiB file system, so the dataset (≈ 400 KB) fills it part-way (root only; skipped elsewhere)."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", str(mount)], check=False)
+
+
+@pytest.mark.megatron
+@pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None, reason="needs megatron-core")
+def test_prepare_data_onto_a_full_disk_exits_2_and_leaves_nothing(tmp_path, tiny_tmpfs):
+    corpus = _corpus(tmp_path / "corpus.jsonl")
+    result = subprocess.run([sys.executable, "-m", "launcher", "prepare-data", str(corpus), "--output-prefix",
+                             str(tiny_tmpfs / "out"), "--tokenizer", "byte", "--workers", "1", "--no-progress"],
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                            text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert "error: cannot write the dataset" in result.stderr and "No space left on device" in result.stderr
+    assert "hint: free space" in result.stderr
+    assert os.listdir(tiny_tmpfs) == []  # no .bin/.idx, no temporaries, and the lock is gone
+
+
+@pytest.mark.megatron
+@pytest.mark.skipif(find_spec("megatron") is None or find_spec("torch") is None, reason="needs megatron-core")
+def test_a_full_disk_after_the_dataset_is_written_leaves_no_output_and_no_lock(tmp_path, monkeypatch):
+    """The last write (the metadata) fails: the .bin/.idx written so far are removed, the lock released."""
+    from launcher.dataprep import prepare
+
+    def no_space(*_args, **_kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(prepare, "_write_meta", no_space)
+    corpus = _corpus(tmp_path / "corpus.jsonl", documents=20)
+    with pytest.raises(UserError) as refused:
+        prepare_data([str(corpus)], str(tmp_path / "out"), TokenizerSpec("byte"), workers=1, show_progress=False)
+    problem = refused.value.problems[0]
+    assert "No space left on device" in problem.message and problem.hint.startswith("free space")
+    assert sorted(os.listdir(tmp_path)) == ["corpus.jsonl"]
+
+
+def test_a_lock_that_cannot_be_created_on_a_full_disk_is_a_clean_refusal(tmp_path, monkeypatch):
+    from launcher import lock
+
+    real_open = os.open
+
+    def no_space(path, *args, **kwargs):
+        if str(path).endswith(".lock"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(lock.os, "open", no_space)
+    with pytest.raises(UserError) as refused:
+        lock.hold(tmp_path / "out.lock", "output prefix out", "wait")
+    assert "No space left on device" in refused.value.problems[0].message
+    assert refused.value.problems[0].hint == "free space on that file system"
+
+
+def test_dataset_temporaries_are_new_files_never_a_planted_link(tmp_path):
+    from launcher.dataprep import prepare
+
+    temps = prepare._temp_paths(str(tmp_path / "out"))
+    assert temps != prepare._temp_paths(str(tmp_path / "out"))  # not guessable ahead
+    target = tmp_path / "victim"
+    target.write_text("keep")
+    os.symlink(target, temps["bin"])
+    with pytest.raises(UserError, match="exists already"):
+        prepare._reserve(temps)
+    assert target.read_text() == "keep"
+
+
+# ---- the corpus is read as every input is: regular files only, bounded per line and in all ----
+
+def _batches(path, unit="line"):
+    return [u for batch in reader.iter_batches(str(path), unit) for u in batch.units]
+
+
+def test_a_fifo_as_corpus_is_refused_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "corpus.jsonl"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            _batches(fifo)
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - checked below
+            outcome.append(error)
+
+    worker = threading.Thread(target=read, daemon=True)  # a reader that waits for a writer would wait forever
+    worker.start()
+    worker.join(timeout=30)
+    assert outcome, "the reader waited on the FIFO"
+    assert isinstance(outcome[0], UserError) and "not a regular file" in outcome[0].problems[0].message
+
+
+@pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom"])
+def test_a_device_as_corpus_is_refused_not_read_forever(device):
+    with pytest.raises(UserError, match="not a regular file"):
+        _batches(device, "file")
+
+
+def test_a_corpus_that_grows_while_read_is_refused_not_read_forever(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "BATCH_UNITS", 1)  # a batch per line, so the file can grow between them
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_bytes(b"one\ntwo\n")
+    with pytest.raises(UserError, match="grew while it was read"):
+        for number, _ in enumerate(reader.iter_batches(str(corpus), "line")):
+            assert number < 100, "still reading what was appended after the file was opened"
+            with open(corpus, "ab") as handle:
+                handle.write(b"more\n" * 1000)
+
+
+def test_a_huge_line_is_skipped_in_bounded_pieces_and_the_next_lines_are_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"text": "a"}\n' + b"x" * (3 << 20) + b'\n{"text": "b"}\n')
+    units = _batches(corpus)
+    assert [(u.line, u.too_long, u.raw) for u in units] == [(1, False, b'{"text": "a"}\n'), (2, True, b""),
+                                                           (3, False, b'{"text": "b"}\n')]
+
+
+def test_a_corpus_is_read_through_the_bounded_reader(tmp_path, monkeypatch):
+    """One reader for every input: iter_batches opens its file through launcher.untrusted, not open()."""
+    from launcher import untrusted
+
+    opened = []
+    real = untrusted.open_binary
+    monkeypatch.setattr(untrusted, "open_binary", lambda path, what: opened.append(path) or real(path, what))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a\nb\n")
+    assert [u.raw for u in _batches(corpus)] == [b"a", b"b"]
+    assert opened == [str(corpus)]

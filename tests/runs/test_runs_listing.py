@@ -161,3 +161,70 @@ def test_an_unreadable_run_directory_is_listed_without_an_internal_error(tmp_pat
     finally:
         run_dir.chmod(0o755)
     assert done.returncode == 0 and "internal error" not in done.stderr
+
+
+# ---- bounded work per run, however large its files ----
+
+def _big_records(directory: Path) -> dict[str, Path]:
+    """Records of about 1 MiB each (a manifest of 1,000,000 bytes, after hundreds of resumes: within what a
+    resume reads), valid JSON, in the launcher's member order (preset and created first, attempts last)."""
+    directory.mkdir()
+    attempt = {"started": "2026-12-01T00:00:00+00:00", "argv": ["--num-layers", "2"] * 100, "env": {"A": "b"}}
+    manifest = {"entry": "pretrain_gpt", "format": 1, "preset": "big", "created": "2026-11-30T00:00:00+00:00",
+                "attempts": [attempt] * 200}
+    text = json.dumps(manifest, indent=2)
+    line = json.dumps({"kind": "iteration", "iteration": 7, "train_iters": 9, "tokens_per_s": 5.0}) + "\n"
+    files = {"manifest.json": text + " " * (1_000_000 - len(text)),
+             "summary.json": json.dumps({"outcome": "success", "reasons": ["x" * (1 << 20)]}),
+             "running.json": json.dumps({"pid": 1, "host": "h" * (1 << 20)}),
+             "metrics.jsonl": line * ((1 << 20) // len(line) + 1)}
+    for name, content in files.items():
+        (directory / name).write_text(content)
+        assert (directory / name).stat().st_size >= 1_000_000
+    return {name: directory / name for name in files}
+
+
+def test_listing_reads_a_bounded_number_of_bytes_per_run(tmp_path, monkeypatch):
+    """2,000 runs whose every record is ≈ 1 MiB (hard links to one set: 8 GB as a reader sees it): the listing
+    reads at most RUN_READ_BYTES of each run, and still shows the preset of an overlong manifest."""
+    from launcher import untrusted
+    from launcher.runs import listing
+
+    records = _big_records(tmp_path / "records")
+    root = tmp_path / "runs"
+    root.mkdir()
+    runs = 2000
+    for number in range(runs):
+        run_dir = root / f"big-{number:05d}"
+        run_dir.mkdir()
+        for name, path in records.items():
+            os.link(path, run_dir / name)
+    read, real_read = [0], untrusted.os.read
+
+    def counted(fd, size):
+        data = real_read(fd, size)
+        read[0] += len(data)
+        return data
+
+    monkeypatch.setattr(untrusted.os, "read", counted)
+    rows = listing.list_runs(root)
+    assert len(rows) == runs
+    assert read[0] / runs <= 256 << 10  # a quarter of one of these records
+    assert read[0] <= runs * listing.RUN_READ_BYTES
+    row = rows[0]
+    assert (row.preset, row.started, row.last_iteration, row.train_iters) == ("big", "2026-11-30T00:00:00+00:00", 7, 9)
+    assert "summary.json is damaged or larger than 64 KiB" in row.why
+    assert "manifest.json is 1,000,000 bytes" in row.why and "its first 64 KiB were read" in row.why
+
+
+def test_an_overlong_manifest_is_read_member_by_member_up_to_the_cut():
+    from launcher import untrusted
+
+    text = '{"preset": "toy", "created": "2026", "n": 1e5, "attempts": [{"started": "x"}, {"sta'
+    assert untrusted.json_object_head(text, "m") == {"preset": "toy", "created": "2026", "n": 1e5}
+    assert untrusted.json_object_head(text, "m", frozenset({"preset"})) == {"preset": "toy"}  # read no further
+    # strict as every record: a NaN member ends what is taken, it is never a value
+    assert untrusted.json_object_head('{"preset": "a", "x": NaN, "created": "b"', "m") == {"preset": "a"}
+    assert untrusted.json_object_head('{"a": ' + "[" * 100 + "]" * 100 + ', "b": 1', "m") == {}
+    with pytest.raises(Exception, match="not a JSON object"):
+        untrusted.json_object_head("[1, 2", "m")
