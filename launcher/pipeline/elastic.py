@@ -56,6 +56,8 @@ def attempt_range(preset: Preset, nodes: NodeRange, gpus_per_node: int | None, *
         return _none_works(nodes, judged)
     elastic = ElasticNodes(nodes, valid, refused)
     job, problems = resolve.attempt(preset, elastic.high, gpus_per_node, **kwargs)
+    if len(elastic.valid) > 1:
+        problems = [*problems, *_rng_per_dp_rank(job)]
     if not target.slurm and not elastic.contiguous:
         problems = [*problems, Problem(
             f"--nodes {nodes}: torchrun may form any count from {elastic.low} to {elastic.high}, but only "
@@ -64,6 +66,24 @@ def attempt_range(preset: Preset, nodes: NodeRange, gpus_per_node: int | None, *
             "(the batch script refuses a count that does not work at job start)")]
     notes = [elastic.summary(), *(f"leaves out {line}" for line in elastic.refusals())]
     return replace(job, elastic=elastic, notes=(*job.notes, *notes)), problems
+
+
+def job_at(job: ResolvedJob, count: NodeCount) -> ResolvedJob:
+    """The elastic job as it runs with `count` nodes: the same flags, the world and DP of that count (for the
+    estimates: fewer nodes shard the distributed optimizer over fewer ranks, so the fewest need the most memory)."""
+    layout = replace(job.layout, world_size=count.world_size, dp=count.dp, num_microbatches=count.num_microbatches)
+    return replace(job, nodes=count.nodes, layout=layout)
+
+
+def _rng_per_dp_rank(job: ResolvedJob) -> list[Problem]:
+    """data_parallel_random_init stores one RNG state per data-parallel rank; Megatron loads rng_state[dp_rank],
+    so an attempt with more nodes than the one that saved fails to load the checkpoint."""
+    if not job.arg("data_parallel_random_init") or job.arg("no_load_rng") or job.arg("finetune"):
+        return []
+    return [Problem("data_parallel_random_init saves one random state per data-parallel rank, and a resumed attempt "
+                    "loads the state of its own rank: an attempt that gets more nodes (a larger DP) than the one "
+                    "that saved cannot load the checkpoint", "give one node count, or set no_load_rng=true (a "
+                    "resumed attempt then keeps its fresh random states)")]
 
 
 def _none_works(nodes: NodeRange, judged: dict[int, tuple[ResolvedJob, list[Problem]]]

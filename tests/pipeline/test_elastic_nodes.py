@@ -4,6 +4,7 @@ holds are kept (and the others said why), none refuses the launch, and each targ
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -118,3 +119,26 @@ def test_kubernetes_refuses_a_range(launch):
     code, out, err = launch("345m", "--nodes", "2-4", "--k8s", "--dry-run")
     assert code == 2 and "Traceback" not in err
     assert "JobSet" in err and "hint: give one count" in err
+
+
+def test_memory_is_judged_at_the_fewest_nodes_where_the_optimizer_is_split_least():
+    from launcher.cli.job import JobRequest, job_for
+
+    preset = load_preset("175b", ["tensor_model_parallel_size=8", "pipeline_model_parallel_size=1",
+                                  "global_batch_size=64"])
+    fixed, fixed_problems = job_for(preset, JobRequest(8, 8, slurm=True, judge=True))
+    ranged, problems = job_for(preset, JobRequest(NodeRange(1, 8), 8, slurm=True, judge=True))
+    assert ranged.nodes == 8 and ranged.layout == fixed.layout  # the header's layout: the highest count's
+    (memory,) = [p for p in problems if "memory estimate" in p.message]
+    assert memory.message.startswith("with 1 node(s), the fewest of --nodes 1-8: the memory estimate")
+    fewest, highest = (float(re.search(r"~([\d.]+) GiB", text).group(1))
+                       for text in (memory.message, *[p.message for p in fixed_problems if "memory estimate" in p.message]))
+    assert fewest > highest  # DP 1 holds the whole optimizer state on each rank
+    assert "a higher MIN" in memory.hint
+
+
+def test_a_random_state_per_data_parallel_rank_cannot_follow_a_count_change():
+    job, problems = slurm_job(("data_parallel_random_init=true",), NodeRange(1, 2), 2)
+    assert any("data_parallel_random_init" in p.message for p in problems)
+    job, problems = slurm_job(("data_parallel_random_init=true", "no_load_rng=true"), NodeRange(1, 2), 2)
+    assert problems == []
