@@ -91,7 +91,8 @@ def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_
                  "scancel": f'echo "scancel $*" >> {tmp_path}/calls; exit 0', "squeue": "exit 0",
                  # the node's python3, with the standard library only (-S: no site-packages, so no PyYAML)
                  "python3": f'exec {sys.executable} -S "$@"',
-                 "sinfo": f"seq 1 {nodes} | sed s/^/n/"}  # the partition's responding nodes
+                 # the partition's responding nodes (nodes=0: sinfo fails, as when a signal kills it)
+                 "sinfo": f'echo sinfo >> {tmp_path}/calls; ((' + str(nodes) + f')) || exit 1; seq 1 {nodes} | sed s/^/n/'}
     for name, body in stand_ins.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
@@ -128,7 +129,8 @@ def test_the_same_python_error_twice_stops_the_chain_with_the_reason(tmp_path):
 def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host_out(tmp_path):
     result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"])
     assert result.returncode == 0, result.stderr
-    assert calls(tmp_path)[-2:] == ["scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=n2"]
+    # the responding nodes are counted before the requeue, whose SIGTERM to the job's processes would kill sinfo
+    assert calls(tmp_path)[-3:] == ["sinfo", "scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=n2"]
     log = (tmp_path / "slurm-7.out").read_text()
     assert "megatron-launch: the next attempt leaves out n2 (ExcNodeList)" in log
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -214,3 +216,10 @@ def test_an_attempt_stopped_at_the_time_limit_warning_is_recorded(tmp_path):
         REQUEUE, INFRASTRUCTURE, 12, [])
     assert decision["reason"] == "time limit near (SIGUSR1 before the limit)"
     assert requeue_policy.main([str(tmp_path), "7", "1", "0", "$(reboot)"]) == 2  # no signal name: refused
+
+
+def test_a_host_is_not_left_out_when_sinfo_does_not_answer(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=0)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path)[-1] == "scontrol requeue 7"
+    assert "not leaving out n2: sinfo did not say which nodes respond" in (tmp_path / "slurm-7.out").read_text()

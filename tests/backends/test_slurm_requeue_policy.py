@@ -46,8 +46,9 @@ def two_nodes() -> dict[str, str]:
     return env
 
 
-def submit(launch, env: dict[str, str], tmp_path: Path, faults: str, *settings: str) -> tuple[str, Path]:
-    """345m on one node and one GPU, its attempts ending as `faults` says; (job id, run directory)."""
+def submit(launch, env: dict[str, str], tmp_path: Path, faults: str, *settings: str,
+           nodes: str = "1") -> tuple[str, Path]:
+    """345m on one node (or `nodes`) and one GPU, its attempts ending as `faults` says; (job id, run directory)."""
     megatron = tmp_path / "megatron-lm"
     megatron.mkdir()
     shutil.copy(FAULTY_TRAINER, megatron / "pretrain_gpt.py")
@@ -55,7 +56,7 @@ def submit(launch, env: dict[str, str], tmp_path: Path, faults: str, *settings: 
                                  f"slurm.job_name=policy-{uuid.uuid4().hex[:8]}", "slurm.time=00:10:00",
                                  "slurm.max_restarts=3", f"env.TRAINER_FAULTS={faults}", *SHARED_NODES, *settings)
             for word in ("--set", setting)]
-    code, out, err = launch("345m", "--submit", "--nodes", "1", "--gpus-per-node", "1", "--megatron-path",
+    code, out, err = launch("345m", "--submit", "--nodes", nodes, "--gpus-per-node", "1", "--megatron-path",
                             str(megatron), *sets, env=env)
     assert code == 0, err
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -105,6 +106,9 @@ def test_a_gpu_failure_requeues_the_job_without_its_node(launch, two_nodes, tmp_
     row, text = runs_row(launch, run_dir)
     assert row["failure"]["class"] == "infrastructure" and row["failure"]["host"] == failed_on
     assert f"infrastructure rank 0 on {failed_on}: GPU error" in text
+    code, report, err = launch("report", str(run_dir), env=two_nodes)
+    assert ("failures:           attempt 1: infrastructure: GPU error (CUDA/Xid) at iteration 3, first failing "
+            f"rank 0 on {failed_on}") in report, report + err
 
 
 def test_the_same_python_error_twice_stops_the_chain_with_the_reason(launch, two_nodes, tmp_path):
@@ -146,6 +150,18 @@ def test_the_time_limit_warning_requeues_and_is_recorded(launch, two_nodes, tmp_
         "infrastructure", "time limit near (SIGUSR1 before the limit)", None)
     row, text = runs_row(launch, run_dir)
     assert row["failure"]["class"] == "infrastructure" and "time limit near" in text
+
+
+def test_an_elastic_job_starts_with_the_nodes_slurm_grants(launch, two_nodes, tmp_path):
+    """--nodes 1-2: Slurm grants one or two nodes; the attempt says its world and DP, torchrun runs that many."""
+    job_id, run_dir = submit(launch, two_nodes, tmp_path, "none", nodes="1-2")
+    assert "#SBATCH --nodes=1-2\n" in (run_dir / "job.sbatch").read_text()
+    fields = wait_for_job(job_id, two_nodes, timeout=JOB_SECONDS)
+    log = logs(run_dir, job_id)
+    assert fields["JobState"] == "COMPLETED", log
+    granted = int(fields["NumNodes"])
+    assert (f"megatron-launch: attempt 1 has {granted} node(s): world {granted}, DP {granted}, "
+            f"{2 // granted} micro batch(es) of 16 per step (global batch 32 kept)") in log
 
 
 def _wait_for_iteration(out_log: Path, job_id: str, env: dict[str, str]) -> bool:
