@@ -13,7 +13,10 @@ from pathlib import Path
 from launcher.backends import slurm
 from launcher.checks.data import check_job_data
 from launcher.megatron.pin import Kernels
+from launcher.errors import UserError
 from launcher.pipeline.command import build_command
+from launcher.pipeline.elastic import attempt_range
+from launcher.pipeline.node_range import NodeRange
 from launcher.pipeline.preset import available_presets, load_preset
 from launcher.pipeline.resolve import Placement, kernels_of, resolve, target_for
 
@@ -36,15 +39,21 @@ def preset_kernels(preset) -> Kernels:
     return Kernels(te is True, apex is True, "preset")
 
 
-def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | None = None,
+def render_preset(name: str, overrides: tuple[str, ...] = (), nodes: int | NodeRange | None = None,
                   gpus_per_node: int | None = None, preflight: bool = False,
                   run_dir: Path | None = None, megatron_path: Path = GOLDEN_MEGATRON) -> tuple[slurm.BatchJob, str]:
     preset = load_preset(name, list(overrides))
     target: Placement = target_for(preset, slurm=True)
     # A container image decides its own kernels (an NGC image: TE and apex); on bare metal, the preset's.
     kernels = kernels_of(preset, target) if target.container_image else preset_kernels(preset)
-    resolved = resolve(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path, target=target,
-                       run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight, data_check=check_job_data)
+    settings = dict(kernels=kernels, megatron_path=megatron_path, target=target,
+                    run_dir=run_dir or GOLDEN_RUNS / name, preflight=preflight, data_check=check_job_data)
+    if isinstance(nodes, NodeRange):  # --nodes MIN-MAX: judged at each count
+        resolved, problems = attempt_range(preset, nodes, gpus_per_node, **settings)
+        if problems:
+            raise UserError(problems)
+    else:
+        resolved = resolve(preset, nodes, gpus_per_node, **settings)
     job = slurm.prepare_job(resolved, build_command(resolved)).job
     return job, slurm.render_batch_script(job)
 

@@ -78,6 +78,17 @@ class BatchJob:
     # every node checks at job start with NODE_CHECK; "" when there are none
     node_requirements: str = ""
     python: str = "python3"  # the job's Python (pipeline.runtime): runs the checks on each node before torchrun
+    # --nodes MIN-MAX: Slurm's --nodes range, and each node count the job may start with and what it says then
+    node_range: str = ""
+    elastic: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def nodes_option(self) -> str:
+        return self.node_range or str(self.nodes)
+
+    @property
+    def elastic_counts(self) -> str:
+        return ", ".join(str(count) for count, _ in self.elastic)
 
     @property
     def script_path(self) -> Path:
@@ -132,7 +143,19 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         data_settings=json.dumps({k: v for k in DATA_SETTINGS if (v := job.megatron.get(k)) is not None}),
         python=job.runtime.python,
         node_requirements=json.dumps(items) if items else "",
+        **_elastic_fields(job),
     )
+
+
+def _elastic_fields(job: ResolvedJob) -> dict[str, Any]:
+    """--nodes MIN-MAX: Slurm's range (restricted to the counts that work) and the line each count says at the
+    start of an attempt."""
+    if job.elastic is None:
+        return {}
+    layout = job.layout
+    return {"node_range": job.elastic.slurm_nodes,
+            "elastic": tuple((c.nodes, c.describe(layout.global_batch_size, layout.micro_batch_size))
+                             for c in job.elastic.valid)}
 
 
 def unmounted_paths(job: ResolvedJob, command: Command, settings: SlurmSettings) -> list[str]:

@@ -23,6 +23,7 @@ from launcher.errors import Problem
 from launcher.estimate import summary as estimate
 from launcher.megatron import requirements
 from launcher.megatron.effective import effective_settings
+from launcher.pipeline import elastic
 from launcher.pipeline.resolve import ResolvedJob
 
 
@@ -48,7 +49,7 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
     # A refused layout has no estimate; the rest is still said, all problems at once. Here, the launch's own check
     # holds the estimate to this machine's GPU (checks.capacity).
     estimated = not problems
-    warnings, found = memory_verdict(job, refuse=not here) if estimated else ([], [])
+    warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
     if here and launch_checks:
         said, refused = checks_before_launch(job, process_env(), capacity=estimated)
         warnings += said
@@ -76,6 +77,19 @@ def target_package_warnings(job: ResolvedJob) -> list[str]:
     return [f"{row.condition(settings, job.megatron)} needs {row.wanted()} where the job runs ({row.cite}); each "
             f"node checks it at job start; declare it once the target has it: launcher.packages: [{row.package}]"
             for row in requirements.applicable(settings, ["package"]) if row.package not in declared]
+
+
+def _memory_at_fewest_nodes(job: ResolvedJob, refuse: bool) -> tuple[list[str], list[Problem]]:
+    """The memory verdict; an elastic job's at its fewest nodes, which need the most memory per GPU (the
+    distributed optimizer's state is split over the fewest data-parallel ranks)."""
+    if job.elastic is None or job.elastic.low == job.nodes:
+        return memory_verdict(job, refuse)
+    fewest = job.elastic.valid[0]
+    said = f"with {fewest.nodes} node(s), the fewest of --nodes {job.elastic.requested}: "
+    warnings, found = memory_verdict(elastic.job_at(job, fewest), refuse)
+    more = f"; or a higher MIN in --nodes MIN-{job.elastic.requested.high}"
+    return [said + w for w in warnings], [replace(p, message=said + p.message, hint=(p.hint or "") + more)
+                                          for p in found]
 
 
 def memory_verdict(job: ResolvedJob, refuse: bool = True) -> tuple[list[str], list[Problem]]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import interrupts
-from launcher.cli.parsing import Parser, positive
+from launcher.cli.parsing import Parser, node_count, positive
 from launcher.errors import UserError, closest
 
 
@@ -28,8 +28,9 @@ def run_parser() -> Parser:
                    help="a preset name from configs/ (toy, 345m, 175b, …) or a path to a YAML file")
     p.add_argument("--resume", metavar="RUN_DIR",
                    help="continue a run directory made by an earlier launch (same preset and checkpoints)")
-    p.add_argument("--nodes", type=positive,
-                   help="number of nodes (default: the preset's)")
+    p.add_argument("--nodes", type=node_count, metavar="N|MIN-MAX",
+                   help="number of nodes (default: the preset's); MIN-MAX: an elastic job (Slurm grants a count "
+                        "in the range, the layout is checked at each, the global batch is kept)")
     p.add_argument("--gpus-per-node", type=positive,
                    help="GPUs per node (default: the preset's; for a one-node job here at most this machine's)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
@@ -308,7 +309,8 @@ def cmd_show(argv: list[str]) -> int:
     parser.add_argument("preset", help="a preset name or a path to a YAML file")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="NAME=VALUE",
                         help="override a setting first, as for launch (NAME=null unsets it)")
-    parser.add_argument("--nodes", type=positive, help="number of nodes (default: the preset's)")
+    parser.add_argument("--nodes", type=node_count, metavar="N|MIN-MAX",
+                        help="number of nodes (default: the preset's), or an elastic range MIN-MAX")
     parser.add_argument("--gpus-per-node", type=positive, help="GPUs per node (default: the preset's)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--megatron-path", help="Megatron-LM checkout (default: $MEGATRON_LM_PATH or the submodule)")

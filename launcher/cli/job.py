@@ -13,12 +13,14 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, replace
+from typing import Any
 from pathlib import Path
 
 from launcher.checks.data import check_job_data
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import checkout_warning, megatron_path
-from launcher.pipeline import resolve
+from launcher.pipeline import elastic, resolve
+from launcher.pipeline.node_range import NodeRange
 from launcher.pipeline.preset import Preset
 from launcher.pipeline.resolve import ResolvedJob, ResumedRun
 
@@ -27,7 +29,7 @@ from launcher.pipeline.resolve import ResolvedJob, ResumedRun
 class JobRequest:
     """What the command line asks besides the preset."""
 
-    nodes: int | None = None
+    nodes: int | NodeRange | None = None  # --nodes N, or MIN-MAX (elastic: pipeline/elastic.py)
     gpus_per_node: int | None = None
     slurm: bool = False
     k8s: bool = False
@@ -65,10 +67,13 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     if run_dir is None and request.run_dir and (remote or not request.preflight):
         name = rundir.reserve_run_dir if request.reserve_run_dir else rundir.new_run_dir_path
         run_dir = name(Path(preset.launcher.run_root), preset.name)
-    job, problems = resolve.attempt(preset, request.nodes, request.gpus_per_node, kernels=kernels,
-                                    megatron_path=path, target=target, run_dir=run_dir, existing=request.existing,
-                                    preflight=request.preflight, gpus_here=gpus_here,
-                                    inherited_env=dict(os.environ), data_check=check_job_data)
+    settings: dict[str, Any] = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=request.existing,
+                    preflight=request.preflight, gpus_here=gpus_here, inherited_env=dict(os.environ),
+                    data_check=check_job_data)
+    if isinstance(request.nodes, NodeRange):
+        job, problems = elastic.attempt_range(preset, request.nodes, request.gpus_per_node, **settings)
+    else:
+        job, problems = resolve.attempt(preset, request.nodes, request.gpus_per_node, **settings)
     # Said, not refused: a Slurm job may run from a cluster path this machine cannot see (a run here refuses it at
     # launch). Kubernetes pods run Megatron-LM from their image.
     missing = None if request.k8s else checkout_warning(job.megatron_path, job.entry)

@@ -8,6 +8,7 @@ import re
 from typing import NoReturn
 
 from launcher.errors import UserError, closest, did_you_mean
+from launcher.pipeline.node_range import NodeRange, parse_nodes
 
 
 class Parser(argparse.ArgumentParser):
@@ -88,3 +89,8 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def node_count(text: str) -> int | NodeRange:
+    """argparse type of --nodes: a whole number of at least 1, or an elastic range MIN-MAX."""
+    return parse_nodes(text)

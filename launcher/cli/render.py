@@ -35,6 +35,11 @@ def header(job: ResolvedJob) -> list[str]:
         f"# batch {lay.global_batch_size} = micro batch {lay.micro_batch_size} × DP {lay.dp} × "
         f"{lay.num_microbatches} microbatch(es)"
     )
+    if job.elastic is not None:  # --nodes MIN-MAX: the layout above is the highest count's; each count's own
+        lines.append(f"# elastic: --nodes {job.elastic.requested}, the job starts with "
+                     f"{', '.join(map(str, job.elastic.counts))} node(s); at each, the global batch is kept:")
+        lines += [f"#   {c.describe(lay.global_batch_size, lay.micro_batch_size)}" for c in job.elastic.valid]
+        lines += [f"#   not {_one_line(line)}" for line in job.elastic.refusals()]
     vocab = facts["padded_vocab_size"] or "unknown: vocab_size is not set"
     lines.append(f"# parameters {human(facts['parameters'])} ({facts['parameters']:,}; padded vocab {vocab})")
     lines.append(f"# memory {estimate.summary_line(facts['estimate'])}")
@@ -58,7 +63,8 @@ def header(job: ResolvedJob) -> list[str]:
 def text(job: ResolvedJob, command: Command) -> str:
     lines = header(job)
     if command.expand:
-        lines.append(f"# run this same command on each of the {job.nodes} nodes; MASTER_ADDR is the first node")
+        count = f"{job.elastic.low} to {job.elastic.high}" if job.elastic is not None else str(job.nodes)
+        lines.append(f"# run this same command on each of the {count} nodes; MASTER_ADDR is the first node")
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     # a secret is taken from the shell that runs the script, as command.sh and the sbatch script do
     lines += [shell_export(name, value, shell_word) for name, value in command.env.items()]
@@ -75,6 +81,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         "target": job.target.describe(),
         "nodes": job.nodes,
         "gpus_per_node": job.gpus_per_node,
+        **({"elastic": job.elastic.as_dict()} if job.elastic is not None else {}),
         "layout": job.layout.as_dict(),
         **facts,
         "argv": redact_argv(command.argv),

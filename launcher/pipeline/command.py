@@ -15,6 +15,9 @@ from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv, SlurmWord, expands, shell_word, shell_words
 
 PREFLIGHT_SCRIPT = LAUNCHER_ROOT / "launcher" / "inside" / "allreduce.py"
+# torchrun --max-restarts of an elastic job run by hand (--nodes MIN-MAX without a scheduler): restarts of the
+# worker group after a failure (a node leaving or joining restarts it too)
+ELASTIC_MAX_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -60,7 +63,13 @@ def torchrun_args(job: ResolvedJob) -> tuple[list[str], bool]:
     if job.target.slurm:
         return slurm_torchrun(job.runtime.torchrun, job.gpus_per_node), True
     head = [job.runtime.torchrun, "--nnodes", str(job.nodes), "--nproc-per-node", str(job.gpus_per_node)]
-    if job.nodes == 1:
+    elastic = job.elastic
+    if elastic is not None and elastic.low != elastic.high:
+        # torchrun's own elasticity: the rendezvous forms with MIN to MAX nodes (every count in it was checked,
+        # pipeline/elastic.py) and restarts the workers when a node leaves or joins
+        head[2] = f"{elastic.low}:{elastic.high}"
+        head += ["--max-restarts", str(ELASTIC_MAX_RESTARTS)]
+    elif job.nodes == 1:
         return head + ["--standalone"], False
     from_env = launcher.master_addr == "localhost"
     endpoint = HostFromEnv(job.rdzv_port) if from_env else f"{launcher.master_addr}:{job.rdzv_port}"

@@ -30,6 +30,7 @@ from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import checkpoint_needed
+from launcher.pipeline.node_range import ElasticNodes
 from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.runtime import DEFAULT_TORCHRUN, Runtime, runtime_for
@@ -110,6 +111,8 @@ class ResolvedJob:
     warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
     unseen_files: tuple[str, ...] = ()  # data files this machine cannot see: checked on the node at job start
     runtime: Runtime = field(default_factory=lambda: runtime_for(DEFAULT_TORCHRUN))  # its Python, torchrun
+    # --nodes MIN-MAX: the counts the job may start with (pipeline/elastic.py); `nodes` is the highest of them
+    elastic: ElasticNodes | None = None
 
     def __post_init__(self) -> None:
         for name in ("megatron", "added", "kernel_flags"):  # immutable all the way down, not only frozen

@@ -445,6 +445,16 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
 
         attempts = [attempt for path in slurm_logs
                     for attempt in slurm_log.read_attempts(_split_lines(path), start, take)]
+        # each attempt's standard error (tracebacks, torchrun's root cause, srun's errors) for its failure class
+        by_attempt = {(attempt.job, attempt.number): reader for attempt, reader in zip(attempts, readers, strict=True)}
+
+        def take_stderr(job: str, number: int, line: str) -> None:
+            if (reader := by_attempt.get((job, number))) is not None:
+                reader.feed(line)
+
+        for path in slurm_logs:
+            if (err := slurm_log.stderr_log(path)).is_file():
+                slurm_log.stderr_lines(_split_lines(err), take_stderr)
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         accounting = slurm_accounting.job_accounting(list(dict.fromkeys(attempt.job for attempt in attempts)))
         ends = [_triage(attempt, reader, accounting) for attempt, reader in zip(attempts, readers, strict=True)]

@@ -1,7 +1,7 @@
 """What the batch script does after a failed attempt: requeue it, or stop the chain. Run by the batch script
 (templates/sbatch.sh.j2) on the job's first node, with the launcher's root on PYTHONPATH:
 
-    python3 -m launcher.runs.requeue_policy RUN_DIR JOB_ID ATTEMPT EXIT_STATUS
+    python3 -m launcher.runs.requeue_policy RUN_DIR JOB_ID ATTEMPT EXIT_STATUS [SIGNAL]
     → three lines: DECISION, the hosts to leave out (comma-separated, may be empty), WHY
 
 Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
@@ -9,6 +9,8 @@ Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
     training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
                     gives the same failure: the budget would go to a bug)
     unclassified    requeue, as before there was a policy
+With SIGNAL the batch script stopped the attempt at Slurm's time-limit warning and requeues it; the policy only
+records that end (infrastructure: time limit near).
 Each decision, the class and the hosts left out are recorded in the run's manifest.json ("requeue_decisions",
 "excluded_nodes"), so `launch runs`, `launch report` and the next submission see them. Reading is bounded as in
 `launch report`; a failure of this program itself leaves the batch script to its plain requeue.
@@ -73,6 +75,12 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
     return Decision(REQUEUE, tuple(already), "", last)  # unclassified: requeued as without a policy
 
 
+def time_limit_end(end: triage.Triage, signal_name: str) -> triage.Triage:
+    """An attempt the batch script stopped at Slurm's warning before the time limit (#SBATCH --signal): an
+    infrastructure end that says nothing against the host, at the iteration the log reached."""
+    return triage.Triage(triage.INFRASTRUCTURE, f"time limit near ({signal_name} before the limit)", end.iteration)
+
+
 def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triage.Triage]:
     """Every attempt's end in the job's log up to `attempt` (its exit status: the batch script's srun's)."""
     readers: list[tuple[int, triage.AttemptReader]] = []
@@ -85,6 +93,12 @@ def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triag
             readers[-1][1].feed(line)
 
     slurm_log.read_attempts(_lines(log), start, take)
+    # the tracebacks, torchrun's root cause and srun's errors are in the job's standard error file
+    by_number = dict(readers)
+    err = slurm_log.stderr_log(log)
+    if err.exists():
+        slurm_log.stderr_lines(_lines(err), lambda _job, number, line: by_number[number].feed(line)
+                               if number in by_number else None)
     kept = [(number, reader) for number, reader in readers if number <= attempt]
     return [reader.verdict(exit_status if number == attempt else None) for number, reader in kept]
 
@@ -153,13 +167,18 @@ def excluded_nodes(manifest_path: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 4 or not all(a.lstrip("-").isdigit() for a in argv[1:]):
-        print("usage: python3 -m launcher.runs.requeue_policy RUN_DIR JOB_ID ATTEMPT EXIT_STATUS", file=sys.stderr)
+    signalled = argv[4] if len(argv) == 5 else None
+    if len(argv) not in (4, 5) or not all(a.lstrip("-").isdigit() for a in argv[1:4]) or (
+            signalled is not None and not re.fullmatch(r"SIG[A-Z0-9]{1,10}", signalled)):
+        print("usage: python3 -m launcher.runs.requeue_policy RUN_DIR JOB_ID ATTEMPT EXIT_STATUS [SIGNAL]",
+              file=sys.stderr)
         return 2
     run_dir, job, attempt, status = Path(argv[0]), argv[1], int(argv[2]), int(argv[3])
     ends = attempt_ends(run_dir / f"slurm-{job}.out", attempt, status)
     if not ends:
         return 1
+    if signalled is not None:  # the batch script got the time-limit warning: requeued whatever the log says
+        ends[-1] = time_limit_end(ends[-1], signalled)
     decision = decide(ends, excluded_nodes(run_dir / "manifest.json"))
     try:
         record(run_dir / "manifest.json", job, attempt, decision)

@@ -3,6 +3,9 @@
 The batch script (templates/sbatch.sh.j2) opens every attempt with `megatron-launch: job J attempt N on …` and
 closes it with `megatron-launch: attempt N ended: why`; an attempt killed before it could say so (a failed node)
 gets its line from the next attempt. The log is appended to across requeues, so one file holds them all.
+Plain Python (the standard library only): the batch script's requeue policy imports it with the node's python3.
+The job's standard error (`slurm-<job>.err`: Python's tracebacks, torchrun's root cause, srun's errors) gets the
+same opening line, so its lines are told apart by attempt too (`stderr_lines`).
 """
 
 from __future__ import annotations
@@ -11,8 +14,6 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from launcher import untrusted
 
 _START = re.compile(r"^megatron-launch: job (?P<job>\d{1,18})(?!\d) attempt (?P<n>\d{1,18})(?!\d) on ")
 _END = re.compile(r"^megatron-launch: attempt (?P<n>\d{1,18})(?!\d) ended: (?P<why>.*)$")
@@ -32,9 +33,27 @@ class SlurmAttempt:
 def job_logs(run_dir: Path) -> list[Path]:
     """The run's Slurm logs, oldest job first (a chain or a resubmission adds jobs)."""
     def job_id(path: Path) -> int:
-        return untrusted.count(path.stem.removeprefix("slurm-")) or 0
+        digits = path.stem.removeprefix("slurm-")  # ASCII digits only, as untrusted.count reads a count
+        return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else 0
 
     return sorted(Path(run_dir).glob("slurm-*.out"), key=job_id)
+
+
+def stderr_log(out_log: Path) -> Path:
+    """The job's standard error file beside its `slurm-<job>.out` (the batch script's #SBATCH --error)."""
+    return out_log.with_suffix(".err")
+
+
+def stderr_lines(lines: Iterable[str], on_line: Callable[[str, int, str], None]) -> None:
+    """Each line of a job's standard error after an attempt's opening line, with that attempt's job and number
+    (lines before the first opening line, or in a file from before the batch script wrote one, belong to none)."""
+    current: tuple[str, int] | None = None
+    for line in lines:
+        start = _START.match(line)
+        if start:
+            current = (start["job"], int(start["n"]))
+        elif current is not None:
+            on_line(current[0], current[1], line)
 
 
 def split_attempts(text: str) -> list[SlurmAttempt]:

@@ -218,17 +218,18 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None) -> T
 
 
 def _first_failure(r: AttemptReader) -> tuple[int | None, str | None]:
-    """torchrun's root cause (rank and host), else the rank that printed the first exception, and srun's host."""
+    """torchrun's root cause (rank), else the rank that printed the first exception; the host as Slurm names it
+    (srun's failing task), else torchrun's. torchrun names the machine (its fully qualified name), which need not be
+    Slurm's node name (gpu-7.cluster.example vs gpu-7; several emulated nodes on one machine): a host left out of
+    the next attempt must be one Slurm knows."""
     rank: int | None = None
-    host: str | None = None
+    host: str | None = r.task[0] if r.task is not None else None
     if r.root:
         digits = r.root.get("rank", "").split(" ")[0]
         rank = int(digits) if digits.isdigit() else None
-        host = r.root.get("host") or None
+        host = host or r.root.get("host") or None
     if rank is None:
         rank = r.exception_rank
-    if host is None and r.task is not None:
-        host = r.task[0]
     return rank, host
 
 

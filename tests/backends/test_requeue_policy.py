@@ -67,8 +67,10 @@ def iteration_line(n: int) -> str:
 
 
 def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_status: int = 1, chain: int = 1,
-                nodes: int = 4):
-    """One attempt of the rendered 345m batch script; srun prints `srun_lines` and exits `srun_status`."""
+                nodes: int = 4, srun_errors: list[str] = ()):
+    """One attempt of the rendered 345m batch script; srun prints `srun_lines` (and `srun_errors` on its standard
+    error, as tracebacks and srun's own errors come) and exits `srun_status`. The script's output goes to
+    slurm-7.out and slurm-7.err, as #SBATCH --output/--error send it."""
     from slurm_support import render_preset
 
     from launcher.runs.rundir import write_run_dir
@@ -82,19 +84,25 @@ def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     (tmp_path / "srun-output").write_text("".join(line + "\n" for line in srun_lines))
-    stand_ins = {"srun": f"cat {tmp_path}/srun-output; echo srun >> {tmp_path}/calls; exit {srun_status}",
+    (tmp_path / "srun-errors").write_text("".join(line + "\n" for line in srun_errors))
+    stand_ins = {"srun": f"cat {tmp_path}/srun-output; cat {tmp_path}/srun-errors >&2; echo srun >> {tmp_path}/calls; "
+                         f"exit {srun_status}",
                  "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && echo n1; exit 0',
                  "scancel": f'echo "scancel $*" >> {tmp_path}/calls; exit 0', "squeue": "exit 0",
-                 "python3": f'exec {sys.executable} "$@"',  # the node's python3: this one
-                 "sinfo": f"seq 1 {nodes} | sed s/^/n/"}  # the partition's responding nodes
+                 # the node's python3, with the standard library only (-S: no site-packages, so no PyYAML)
+                 "python3": f'exec {sys.executable} -S "$@"',
+                 # the partition's responding nodes (nodes=0: sinfo fails, as when a signal kills it)
+                 "sinfo": f'echo sinfo >> {tmp_path}/calls; ((' + str(nodes) + f')) || exit 1; seq 1 {nodes} | sed s/^/n/'}
     for name, body in stand_ins.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
            "SLURM_NNODES": "2", "SLURM_RESTART_COUNT": str(restart_count)}
-    with open(tmp_path / "slurm-7.out", "a") as out:
-        return subprocess.run(["bash", str(script)], env=env, stdout=out, stderr=subprocess.PIPE, text=True,
-                              timeout=120, check=False)
+    with open(tmp_path / "slurm-7.out", "a") as out, open(tmp_path / "slurm-7.err", "a") as err:
+        result = subprocess.run(["bash", str(script)], env=env, stdout=out, stderr=err, text=True, timeout=120,
+                                check=False)
+    result.stderr = (tmp_path / "slurm-7.err").read_text()
+    return result
 
 
 def calls(tmp_path: Path) -> list[str]:
@@ -121,7 +129,8 @@ def test_the_same_python_error_twice_stops_the_chain_with_the_reason(tmp_path):
 def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host_out(tmp_path):
     result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"])
     assert result.returncode == 0, result.stderr
-    assert calls(tmp_path)[-2:] == ["scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=n2"]
+    # the responding nodes are counted before the requeue, whose SIGTERM to the job's processes would kill sinfo
+    assert calls(tmp_path)[-3:] == ["sinfo", "scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=n2"]
     log = (tmp_path / "slurm-7.out").read_text()
     assert "megatron-launch: the next attempt leaves out n2 (ExcNodeList)" in log
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -202,3 +211,50 @@ def test_a_manifest_with_nan_is_refused_not_carried(tmp_path):
     manifest.write_text('{"preset": "toy", "loss": NaN}')
     with pytest.raises(ValueError, match="NaN is not a JSON number"):
         requeue_policy._manifest(manifest)
+
+
+def test_the_failure_on_the_jobs_standard_error_is_read_with_its_attempt(tmp_path):
+    """Python's traceback, torchrun's root cause and srun's errors go to slurm-J.err (#SBATCH --error), not to the
+    .out file: the policy reads each attempt's part of both."""
+    root_cause = ["Root Cause (first observed failure):", "[0]:", "  host      : gpu-3.cluster.example",
+                  "  rank      : 0 (local_rank: 0)", "  exitcode  : 1 (pid: 7983)", "=" * 20,
+                  "srun: error: gpu-3: task 0: Exited with exit code 1"]
+    first = run_attempt(tmp_path, 0, [iteration_line(10)], srun_errors=[*TRACEBACK, *root_cause])
+    assert first.returncode == 0, first.stderr
+    second = run_attempt(tmp_path, 1, [iteration_line(10)], srun_errors=[*TRACEBACK, *root_cause])
+    assert second.returncode == 1, second.stderr
+    decisions = json.loads((tmp_path / "manifest.json").read_text())["requeue_decisions"]
+    assert [(d["decision"], d["class"], d["host"]) for d in decisions] == [("requeue", TRAINING, "gpu-3"),
+                                                                          ("stop", TRAINING, "gpu-3")]
+    assert "megatron-launch: job 7 attempt 2 on n[1-2]" in (tmp_path / "slurm-7.err").read_text()
+
+
+def test_a_gpu_error_leaves_out_the_node_slurm_named_not_the_machine_torchrun_named(tmp_path):
+    """torchrun's root cause names the machine (its fully qualified name); Slurm's ExcNodeList needs the node name
+    that srun gives."""
+    errors = ["RuntimeError: CUDA error: unspecified launch failure", "Root Cause (first observed failure):",
+              "  host      : gpu-3.cluster.example", "  rank      : 0 (local_rank: 0)", "=" * 20,
+              "srun: error: gpu-3: task 0: Exited with exit code 1"]
+    result = run_attempt(tmp_path, 0, [iteration_line(10)], srun_errors=errors)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path)[-2:] == ["scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=gpu-3"]
+    assert json.loads((tmp_path / "manifest.json").read_text())["excluded_nodes"] == ["gpu-3"]
+
+
+def test_an_attempt_stopped_at_the_time_limit_warning_is_recorded(tmp_path):
+    from launcher.runs import requeue_policy
+
+    run_attempt(tmp_path, 0, [iteration_line(12)], srun_status=0)  # a run dir and a log with attempt 1
+    assert requeue_policy.main([str(tmp_path), "7", "1", "0", "SIGUSR1"]) == 0
+    (decision,) = json.loads((tmp_path / "manifest.json").read_text())["requeue_decisions"]
+    assert (decision["decision"], decision["class"], decision["iteration"], decision["exclude"]) == (
+        REQUEUE, INFRASTRUCTURE, 12, [])
+    assert decision["reason"] == "time limit near (SIGUSR1 before the limit)"
+    assert requeue_policy.main([str(tmp_path), "7", "1", "0", "$(reboot)"]) == 2  # no signal name: refused
+
+
+def test_a_host_is_not_left_out_when_sinfo_does_not_answer(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=0)
+    assert result.returncode == 0, result.stderr
+    assert calls(tmp_path)[-1] == "scontrol requeue 7"
+    assert "not leaving out n2: sinfo did not say which nodes respond" in (tmp_path / "slurm-7.out").read_text()

@@ -22,6 +22,7 @@ from slurm_support import GOLDEN_DIR, GOLDEN_RUNS, PRESETS, REPO, render_preset
 from launcher.backends import slurm
 from launcher.errors import UserError
 from launcher.pipeline.command import slurm_torchrun
+from launcher.pipeline.node_range import NodeRange
 from launcher.pipeline.slurm_settings import parse_slurm_settings, parse_time_limit
 from tests.golden_files import assert_matches_golden
 
@@ -41,6 +42,8 @@ GOLDEN_CASES = {
     # An NGC image ships TE and apex; the repo paths the job needs are mounted, the run directory is not.
     "345m-ngc": ("345m", ("slurm.container_image=nvcr.io/nvidia/pytorch:25.01-py3",
                           "slurm.container_mounts=[/opt/megatron-lm:/opt/megatron-lm]"), 2, 8, False),
+    # --nodes 2-4: Slurm grants 2, 3 or 4 nodes; 3 gives DP 6, which the global batch 32 does not split.
+    "345m-elastic": ("345m", (), NodeRange(2, 4), 2, False),
     # Data on the cluster's file system: checked on the node at job start.
     "345m-cluster-data": ("345m", ("mock_data=false", "data_path=/cluster/data/web_text_document",
                                    "split=98,2,0"), None, None, False),
