@@ -487,7 +487,8 @@ def markdown(results: list[Result]) -> str:
     s = summary(results)
     lines.append("")
     lines.append(f"Median |error| {s['median_abs_error']:.1%} over {s['runs']} runs (max {s['max_abs_error']:.1%}); "
-                 f"published TP·PP in the plan's top 3 for {s['top3_hits']} of {s['top3_runs']} multi-GPU runs; "
+                 f"published TP·PP the plan's first for {s['top1_hits']} of {s['top3_runs']} multi-GPU runs "
+                 f"({s['top1_hits'] / max(1, s['top3_runs']):.0%}) and in its top 3 for {s['top3_hits']}; "
                  f"published layouts judged not to fit: {len(s['refused'])}.")
     lines.append("")
     for label, part in (("Fitted part", [r for r in results if not r.run.held_back]),

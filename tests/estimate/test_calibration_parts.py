@@ -46,16 +46,25 @@ def test_held_back_p90_error_within_15_percent(results) -> None:
     assert _held_back(results)["p90_abs_error"] <= 0.15
 
 
-@pytest.mark.xfail(strict=True, reason="not reached: first for 5 of 12 held-back runs")
+@pytest.mark.xfail(strict=True, reason="not reached: first for 7 of 16 held-back runs (docs/plan.md: why)")
 def test_held_back_published_layout_first_for_60_percent(results) -> None:
     s = _held_back(results)
     assert s["top1_hits"] >= 0.6 * s["top3_runs"]
 
 
-@pytest.mark.xfail(strict=True, reason="not reached: top 3 for 9 of 12 held-back runs")
+@pytest.mark.xfail(strict=True, reason="not reached: top 3 for 13 of 16 held-back runs")
 def test_held_back_published_layout_in_top3_for_90_percent(results) -> None:
     s = _held_back(results)
     assert s["top3_hits"] >= 0.9 * s["top3_runs"]
+
+
+@pytest.mark.xfail(strict=True, reason="not reached: the plan's first is the published TP·PP for 22 of 52 "
+                   "multi-GPU runs (42 %); 12 of the 30 others are within 3 % of it (docs/plan.md: why)")
+def test_published_layout_first_for_70_percent(results) -> None:
+    """`launch plan`'s first-ranked layout (calibration.evaluate ranks with search.search, the plan's own
+    search) equals the published TP·PP."""
+    s = cal.summary(results)
+    assert s["top1_hits"] >= 0.7 * s["top3_runs"]
 
 
 def test_held_back_moe_median_error_within_12_percent(results) -> None:
