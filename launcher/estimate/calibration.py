@@ -47,10 +47,10 @@ BRIDGE_26 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at
              "not GPT-OSS's sliding-window attention, Nemotron-H's Mamba layers) and whose layout is in no other "
              "row, each at its latest release; MoE dispatchers from the recipes at 4a6450755^ and 067f987df")
 BRIDGE_B200 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660be025 and "
-               "docs/performance-summary-archive.md at 0a25f911b2ed, DGX-B200 tables (FP8-CS for Llama, MXFP8 for Qwen3, "
-               "token-dropless MoE): the oldest release of each dense and each dropless MoE row fitted (25.09, 25.11), "
-               "the later releases held back (25.11, 26.02); 25.09's token-drop MoE rows (a capacity factor, not "
-               "modelled), DeepSeek-V3 (MTP) and GPT-OSS (attention sinks) left out")
+               "docs/performance-summary-archive.md at 0a25f911b2ed, DGX-B200 tables (FP8-CS for Llama, MXFP8 for "
+               "Qwen3, token-dropless MoE): the oldest release of each dense and each dropless MoE row fitted "
+               "(25.09, 25.11), the later releases held back (25.11, 26.02); 25.09's token-drop MoE rows (a capacity "
+               "factor, not modelled), DeepSeek-V3 (MTP) and GPT-OSS (attention sinks) left out")
 BRIDGE_2509_MOE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.09 section (DGX-H100, FP8, "
                    "token drop); shapes as for 25.11")
 
