@@ -7,9 +7,9 @@ for them. `python -m launcher.estimate.calibration` prints the table in docs/pla
 tests/estimate/test_plan_calibration.py holds it to the targets.
 
 Two parts: the runs the constants were fitted on (`held_back` False), and a held-back part the fit never
-sees (`fit_moe` and the dense constants were fixed before those runs were added), reported separately.
-`python -m launcher.estimate.calibration --fit` refits the MoE constants on the fitted part's MoE runs and
-prints every fitted run's residual by precision; `--ranges` prints the held-back errors that
+sees (the constants were fixed before those runs were added), reported separately.
+`python -m launcher.estimate.calibration --fit` refits each family's constants that `FITS` names on that family's
+fitted runs and prints every fitted run's residual by precision; `--ranges` prints the held-back errors that
 launcher/estimate/ranges.py turns into the range around every predicted time.
 """
 
@@ -46,6 +46,11 @@ BRIDGE_26 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary-archive.md at
              "pre-training row of the 26.02.01-26.06 containers whose model the plan describes (Llama 3, Qwen3 MoE; "
              "not GPT-OSS's sliding-window attention, Nemotron-H's Mamba layers) and whose layout is in no other "
              "row, each at its latest release; MoE dispatchers from the recipes at 4a6450755^ and 067f987df")
+BRIDGE_B200 = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md at 00b7660be025 and "
+               "docs/performance-summary-archive.md at 0a25f911b2ed, DGX-B200 tables (FP8-CS for Llama, MXFP8 for "
+               "Qwen3, token-dropless MoE): the oldest release of each dense and each dropless MoE row fitted "
+               "(25.09, 25.11), the later releases held back (25.11, 26.02); 25.09's token-drop MoE rows (a capacity "
+               "factor, not modelled), DeepSeek-V3 (MTP) and GPT-OSS (attention sinks) left out")
 BRIDGE_2509_MOE = ("NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md, 25.09 section (DGX-H100, FP8, "
                    "token drop); shapes as for 25.11")
 
@@ -328,8 +333,43 @@ def _held_back_bridge_26() -> Iterable[Run]:
                   held_back=True)
 
 
+def _b200() -> Iterable[Run]:
+    """Megatron-Bridge's DGX-B200 rows (BRIDGE_B200): Blackwell's constants are fitted on each row's oldest
+    release, the later releases are held back, as for the H100 rows (older fitted, newer held back)."""
+    llama = dict(LLAMA, **MODERN, fp8="hybrid", grad_reduce_in_bf16=True, cross_entropy_loss_fusion=True)
+    llama8b = dict(llama, num_layers=32, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=14336,
+                   micro_batch_size=2, global_batch_size=128)
+    llama405b = dict(llama, num_layers=126, hidden_size=16384, num_attention_heads=128, ffn_hidden_size=53248,
+                     tensor_model_parallel_size=4, pipeline_model_parallel_size=8, context_parallel_size=2,
+                     num_virtual_stages_per_pipeline_rank=8, sequence_parallel=True, tp_comm_overlap=True,
+                     account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True,
+                     micro_batch_size=1, global_batch_size=64)
+    fp8 = dict(fp8="e4m3", fp8_recipe="mxfp8", grad_reduce_in_bf16=True)
+
+    def moe(shape: dict[str, Any], pp: int, vp: int | None, gbs: int) -> dict[str, Any]:
+        return dict(shape, **fp8, pipeline_model_parallel_size=pp, num_virtual_stages_per_pipeline_rank=vp,
+                    expert_model_parallel_size=8, expert_tensor_parallel_size=1, micro_batch_size=1,
+                    global_batch_size=gbs, moe_token_dispatcher_type="alltoall")
+
+    rows = [  # name, args, GPUs, tokens/s/GPU, held back
+        ("25.09 Llama 3 8B", llama8b, 8, 29994, False),
+        ("25.09 Llama 3.1 405B", llama405b, 128, 664, False),
+        ("25.11 Qwen3 30B-A3B", moe(QWEN3_30B, 1, None, 512), 8, 9299, False),
+        ("25.11 Qwen3 235B-A22B", moe(QWEN3_235B, 8, 2, 1024), 64, 3269, False),
+        ("25.11 Llama 3 8B", llama8b, 8, 30624, True),
+        ("25.11 Llama 3.1 405B", llama405b, 128, 661, True),
+        ("26.02 Qwen3 30B-A3B", moe(QWEN3_30B, 1, None, 512), 8, 9691, True),
+        ("26.02 Qwen3 235B-A22B (GBS 8192)", moe(QWEN3_235B, 8, None, 8192), 256, 3805, True),
+    ]
+    for name, args, gpus, rate, held in rows:
+        gbs, seq = int(args["global_batch_size"]), int(args["seq_length"])
+        yield Run(f"Bridge B200 {name}", BRIDGE_B200, "b200-180gb", gpus, args,
+                  tokens_seconds(gbs, seq, rate * gpus), f"{rate:,} tokens/s/GPU", free=("recompute",),
+                  held_back=held)
+
+
 RUNS: tuple[Run, ...] = (*_sc21(), *_readme(), *_nemo(), *_ours(), *_held_back_dense(), *_moe(),
-                         *_held_back_bridge_26())
+                         *_held_back_bridge_26(), *_b200())
 
 
 @dataclass(frozen=True)
@@ -447,12 +487,14 @@ def markdown(results: list[Result]) -> str:
     s = summary(results)
     lines.append("")
     lines.append(f"Median |error| {s['median_abs_error']:.1%} over {s['runs']} runs (max {s['max_abs_error']:.1%}); "
-                 f"published TP·PP in the plan's top 3 for {s['top3_hits']} of {s['top3_runs']} multi-GPU runs; "
+                 f"published TP·PP the plan's first for {s['top1_hits']} of {s['top3_runs']} multi-GPU runs "
+                 f"({s['top1_hits'] / max(1, s['top3_runs']):.0%}) and in its top 3 for {s['top3_hits']}; "
                  f"published layouts judged not to fit: {len(s['refused'])}.")
     lines.append("")
     for label, part in (("Fitted part", [r for r in results if not r.run.held_back]),
                         ("Held-back part", [r for r in results if r.run.held_back]),
-                        ("MoE runs", [r for r in results if r.run.moe])):
+                        ("MoE runs", [r for r in results if r.run.moe]),
+                        ("Held-back MoE runs", [r for r in results if r.run.moe and r.run.held_back])):
         if part:
             lines.append("- " + part_summary_line(label, part))
     return "\n".join(lines)
@@ -463,20 +505,32 @@ def markdown(results: list[Result]) -> str:
 MOE_GRID: dict[str, tuple[float, ...]] = {
     "grouped_work": (1e9, 3e9, 1e10, 2e10, 3e10, 5e10, 7e10, 1e11, 1.5e11, 2e11, 3e11),
     "dispatch_exposed": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
+    "grouped_fp8_gain": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.85),
+}
+# Blackwell's dense GEMM efficiency: its two fitted dense runs fix one constant, the rest is Hopper's kernels
+# on Blackwell's own peaks and bandwidths (launcher/gpus.py).
+DENSE_GRID: dict[str, tuple[float, ...]] = {"gemm": tuple(round(0.50 + 0.02 * i, 2) for i in range(21))}
+# What each family's fit moves (dense: False, MoE: True): Hopper's MoE constants (its dense ones are issue 16's;
+# its BF16 and FP8 Qwen3 runs tell grouped_fp8_gain apart), Blackwell's GEMM rate and its expert GEMMs'
+# overhead: its two MoE runs are both FP8, so its FP8 gain and dispatch share stay Hopper's.
+FITS: dict[str, tuple[tuple[bool, dict[str, tuple[float, ...]]], ...]] = {
+    "hopper": ((True, MOE_GRID),),
+    "blackwell": ((False, DENSE_GRID), (True, {"grouped_work": MOE_GRID["grouped_work"]})),
 }
 
 
-def fit_moe(runs: Iterable[Run] = RUNS, rounds: int = 3) -> tuple[dict[str, float], list[tuple[Run, float]]]:
-    """Coordinate descent of the MoE constants (MOE_GRID) on the fitted part's MoE runs (never the held-back
-    part), minimising the mean |log error| at each run's chosen knobs; (constants, residual per fitted run)."""
+def fit_constants(grid: dict[str, tuple[float, ...]], family: str, moe: bool, runs: Iterable[Run] = RUNS,
+                  rounds: int = 3) -> tuple[dict[str, float], list[tuple[Run, float]]]:
+    """Coordinate descent of `grid`'s constants of one GPU family on the fitted part's runs of that family (MoE
+    or dense; never the held-back part), minimising the mean |log error| at each run's chosen knobs;
+    (constants, residual per fitted run). KERNELS is restored afterwards."""
     import math
 
     from launcher.estimate import steptime
 
-    fitted = [r for r in runs if r.moe and not r.held_back]
+    fitted = [r for r in runs if r.moe == moe and not r.held_back and est.GPUS[r.gpu].family == family]
     picks = [(r, chosen(r).training, est.model_shape(r.args, chosen(r).training.tp)) for r in fitted]
-    families = {est.GPUS[r.gpu].family for r in fitted}
-    saved = {f: steptime.KERNELS[f] for f in families}
+    saved = steptime.KERNELS[family]
 
     def errors() -> list[float]:
         return [steptime.step_time(m, t, est.GPUS[r.gpu]).total / r.seconds - 1 for r, t, m in picks]
@@ -486,20 +540,16 @@ def fit_moe(runs: Iterable[Run] = RUNS, rounds: int = 3) -> tuple[dict[str, floa
 
     try:
         for _ in range(rounds):
-            for name, grid in MOE_GRID.items():
+            for name, values in grid.items():
                 scores = []
-                for value in grid:
-                    for f in families:
-                        steptime.KERNELS[f] = replace(steptime.KERNELS[f], **{name: value})
+                for value in values:
+                    steptime.KERNELS[family] = replace(steptime.KERNELS[family], **{name: value})
                     scores.append((loss(), value))
-                best = min(scores)[1]
-                for f in families:
-                    steptime.KERNELS[f] = replace(steptime.KERNELS[f], **{name: best})
-        k = steptime.KERNELS[next(iter(families))]
-        constants = {name: getattr(k, name) for name in MOE_GRID}
+                steptime.KERNELS[family] = replace(steptime.KERNELS[family], **{name: min(scores)[1]})
+        constants = {name: getattr(steptime.KERNELS[family], name) for name in grid}
         return constants, list(zip(fitted, errors(), strict=True))
     finally:
-        steptime.KERNELS.update(saved)
+        steptime.KERNELS[family] = saved
 
 
 def residuals_text(runs: Iterable[Run] = RUNS) -> str:
@@ -513,10 +563,12 @@ def residuals_text(runs: Iterable[Run] = RUNS) -> str:
         lines.append(f"{precision}: {len(group)} fitted runs, median |error| {statistics.median(errors):.1%}, "
                      f"mean signed {statistics.fmean(e for _, e in group):+.1%}")
         lines += [f"  {e:+6.1%}  {r.name}" for r, e in group]
-    constants, moe = fit_moe(runs)
-    lines.append("MoE constants fitted on the fitted part's MoE runs: "
-                 + ", ".join(f"{k} {v:g}" for k, v in constants.items()))
-    lines += [f"  {e:+6.1%}  {r.name} (at the fitted constants)" for r, e in moe]
+    for family, fits in FITS.items():
+        for moe, grid in fits:
+            constants, residual = fit_constants(grid, family, moe, runs)
+            lines.append(f"{family} {'MoE' if moe else 'dense'} constants fitted on its fitted runs: "
+                         + ", ".join(f"{k} {v:g}" for k, v in constants.items()))
+            lines += [f"  {e:+6.1%}  {r.name} (at the fitted constants)" for r, e in residual]
     return "\n".join(lines)
 
 

@@ -5,7 +5,7 @@ the calibration (launcher/estimate/calibration.py, runs no fit has seen) gives e
 published − 1; a prediction `p` of that family then lies in [p / (1 + largest error), p / (1 + smallest error)],
 the truth each of those runs would have had. With fewer than MIN_RUNS runs in a family, the next wider one is
 used (the generation and dense/MoE, then dense/MoE, then every held-back run); a generation with no run of its
-own (Blackwell, Ada: their constants are borrowed) widens the range by UNCALIBRATED each way. Settings the
+own (Ada: its constants are borrowed) widens the range by UNCALIBRATED each way. Settings the
 estimate does not model (launcher/estimate/coverage.py) widen it further.
 
 HELD_BACK holds the errors as the calibration computes them; tests/estimate/test_plan_calibration.py holds
@@ -21,7 +21,7 @@ from typing import Any
 MIN_RUNS = 3
 MIN_HALF_WIDTH = 0.05  # never narrower than ±5 %: a handful of runs cannot promise more
 UNCALIBRATED = 0.25  # a GPU generation whose constants are borrowed from another
-FITTED_GENERATIONS = ("ampere", "hopper")  # the kernel families with constants fitted on their own runs
+FITTED_GENERATIONS = ("ampere", "hopper", "blackwell")  # the kernel families with constants fitted on their own runs
 
 
 @dataclass(frozen=True)
@@ -40,13 +40,17 @@ HELD_BACK: tuple[HeldBack, ...] = (
     HeldBack("NeMo 24.07 Llama 2 13B", False, "hopper", True, 0.048),
     HeldBack("NeMo 24.07 Llama 2 70B", False, "hopper", True, 0.009),
     HeldBack("MoE zoo Qwen3 235B TP4 PP8 EP8 (DeepEP)", True, "hopper", False, -0.048),
-    HeldBack("Bridge 25.11 Qwen3 30B-A3B", True, "hopper", True, -0.525),
-    HeldBack("Bridge 25.11 Qwen3 235B-A22B", True, "hopper", True, -0.186),
+    HeldBack("Bridge 25.11 Qwen3 30B-A3B", True, "hopper", True, -0.475),
+    HeldBack("Bridge 25.11 Qwen3 235B-A22B", True, "hopper", True, -0.08),
     HeldBack("Bridge 26.04.01 Llama 3 70B (GBS 256)", False, "hopper", True, 0.092),
     HeldBack("Bridge 26.06 Llama 3.1 405B (GBS 1536)", False, "hopper", True, 0.056),
-    HeldBack("Bridge 26.06 Qwen3 30B-A3B EP16", True, "hopper", True, 0.045),
-    HeldBack("Bridge 26.02.01 Qwen3 30B-A3B PP2 EP8", True, "hopper", True, -0.154),
-    HeldBack("Bridge 26.04.01 Qwen3 235B-A22B (GBS 8192)", True, "hopper", True, -0.126),
+    HeldBack("Bridge 26.06 Qwen3 30B-A3B EP16", True, "hopper", True, 0.127),
+    HeldBack("Bridge 26.02.01 Qwen3 30B-A3B PP2 EP8", True, "hopper", True, -0.069),
+    HeldBack("Bridge 26.04.01 Qwen3 235B-A22B (GBS 8192)", True, "hopper", True, -0.011),
+    HeldBack("Bridge B200 25.11 Llama 3 8B", False, "blackwell", True, 0.024),
+    HeldBack("Bridge B200 25.11 Llama 3.1 405B", False, "blackwell", True, -0.017),
+    HeldBack("Bridge B200 26.02 Qwen3 30B-A3B", True, "blackwell", True, -0.011),
+    HeldBack("Bridge B200 26.02 Qwen3 235B-A22B (GBS 8192)", True, "blackwell", True, 0.11),
 )
 
 

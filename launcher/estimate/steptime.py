@@ -40,7 +40,7 @@ kernel alone), calibrated so that the sum matches end-to-end published iteration
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from launcher.estimate.formulas import (
@@ -71,9 +71,12 @@ class Kernels:
     # MoE, fitted on the fitted part's Hopper MoE runs (`python -m launcher.estimate.calibration --fit`;
     # Ampere borrows them): the FLOPs of one expert's GEMM (2·M·N·K: its tokens × h × F_moe/ETP) at which the
     # grouped GEMM runs at half a large GEMM's rate (few large experts run as dense GEMMs do, many small ones
-    # far below; that overhead does not shrink with FP8), the fraction of the token dispatch left exposed
+    # far below; that overhead does not shrink with FP8), the fraction of the token dispatch left exposed, and
+    # the speed-up FP8 gives the expert GEMMs' large-GEMM part (fitted, not assumed equal to `fp8_gain`: the
+    # published FP8 MoE runs do not show the dense GEMMs' gain)
     grouped_work: float = 1e10
     dispatch_exposed: float = 0.4
+    grouped_fp8_gain: float = 1.0
 
 
 # Fitted on the runs in calibration.py (coordinate descent on the mean and median |log error|), then rounded.
@@ -85,7 +88,11 @@ KERNELS: dict[str, Kernels] = {
                       fp8_gain=1.85, elementwise=80, elementwise_ffn=10, tp_exposed=0.55, tp_exposed_overlap=0.15,
                       launch=1e-4),
 }
-KERNELS["blackwell"] = KERNELS["hopper"]  # not calibrated: no published Blackwell run in the table
+# Blackwell: Hopper's kernel structure on the B200's own peaks and bandwidths (launcher/gpus.py), with the two
+# constants its published runs fix (calibration.FITS: the dense GEMM rate on its two fitted dense runs, the
+# expert GEMMs' small-GEMM overhead on its two fitted MoE runs, all FP8; the FP8 gain of expert GEMMs stays
+# Hopper's, the only family whose BF16 and FP8 MoE runs tell the two apart).
+KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.66, grouped_work=5e10)
 KERNELS["ada"] = KERNELS["ampere"]  # not calibrated
 
 P2P_LATENCY_S = 3e-5  # per pipeline send/receive pair
@@ -269,7 +276,7 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     Expert GEMMs: 6·(token-expert pairs)·h·F_moe·(3 with SwiGLU, else 2)/ETP FLOPs per GPU, pairs = tokens ·
     topk · ETP/TP, at a shape efficiency: the dense width curve at min(F_moe/ETP, h), and an overhead of
     `grouped_work`/W where W = 2·M·N·K is one expert's GEMM (M its tokens): few large experts run as dense
-    GEMMs do; FP8 divides the large-GEMM part by `fp8_gain` as for dense GEMMs, not the overhead; the shared
+    GEMMs do; FP8 divides the large-GEMM part by `grouped_fp8_gain` (fitted), not the overhead; the shared
     expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
     the same): all-to-all moves each pair's hidden state once, (EP−1)/EP of it off the GPU; all-gather
     gathers every EP rank's tokens; over NVLink when the EP group (stride TP·CP) is in one node, else one
@@ -286,11 +293,11 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
         seconds = flops / rate
     else:
         # each expert's GEMM: M = its tokens, N·K = h·F_moe/ETP; at its work W the time is the large-GEMM time
-        # (÷ fp8_gain with FP8, as dense GEMMs) plus an overhead of grouped_work/W of it, which FP8 does not cut
+        # (÷ grouped_fp8_gain with FP8) plus an overhead of grouped_work/W of it, which FP8 does not cut
         narrow = min(width, h)
         large = flops / (peak * k.gemm * narrow / (narrow + k.gemm_width))
         work = 2 * per_expert * h * width
-        seconds = large * (1 / (k.fp8_gain if t.fp8 else 1.0) + k.grouped_work / work)
+        seconds = large * (1 / (k.grouped_fp8_gain if t.fp8 else 1.0) + k.grouped_work / work)
     if m.shared_expert_size:
         shared_w = h / tp
         shared_eff = k.gemm * shared_w / (shared_w + k.gemm_width) * tokens / (tokens + k.gemm_tokens)

@@ -81,8 +81,9 @@ def test_the_range_comes_from_the_family_then_wider_ones() -> None:
     # MoE's range is MoE's, and wider than dense's
     moe = ranges.time_range(True, "hopper", True)
     assert moe.high > dense_fp8.high
-    # Blackwell has no constants of its own fitted on its own runs: wider still
-    assert ranges.time_range(False, "blackwell", True).high > dense_fp8.high
+    # Ada has no constants of its own fitted on its own runs: wider still; Blackwell has its own now
+    assert ranges.time_range(False, "ada", True).high > dense_fp8.high
+    assert "not fitted" not in ranges.time_range(False, "blackwell", True).family
 
 
 def test_run_length_by_batch_schedule_phase() -> None:
