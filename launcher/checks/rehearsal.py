@@ -304,7 +304,9 @@ def settings_here(job: Any) -> tuple[dict[str, Any], list[str]]:
 # The requirement rows whose package the rehearsal itself imports (it builds the model and the optimizer and takes
 # steps; its checkpoint, where it saves one, is written synchronously by Megatron's own writer, never an async or
 # nvrx one; it reads mock data with a NullTokenizer and starts no RL or logging services).
-REHEARSAL_IMPORTS = frozenset({"emerging-optimizer"})
+# The partial distributed optimizer's groups (einops) are built where the layout has them (DP > 1: the layout
+# rehearsal); context parallelism's hierarchical groups are not (it is rehearsed at CP 1).
+REHEARSAL_IMPORTS = frozenset({"emerging-optimizer", "partial-distributed-optimizer-einops"})
 
 
 def packages_absent_here(job: Any) -> list[str]:
