@@ -162,6 +162,12 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
     return settings, [_at_size(note, settings) for note in notes]
 
 
+# Values of a setting that only Transformer Engine implements, with Megatron's own equivalent (a target without
+# TE is refused them before launch: target_rules.without_te), and the switches under which they are read.
+TE_ONLY_VALUES = {"cross_entropy_fusion_impl": ("te", "native", "language_module.py:179")}
+TE_ONLY_VALUES_WHEN = {"cross_entropy_fusion_impl": ("cross_entropy_loss_fusion",)}
+
+
 def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The switches only Transformer Engine implements (the requirement table's TE rows whose condition is a
     setting turned on), off for a rehearsal here of a job whose target has TE; each said."""
@@ -174,6 +180,10 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
             for dest in switches:
                 out[dest] = False
             notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
+    for dest, (value, ours, cite) in TE_ONLY_VALUES.items():
+        if out.get(dest) == value and all(out.get(on) for on in TE_ONLY_VALUES_WHEN.get(dest, ())):
+            out[dest] = ours
+            notes.append(f"{dest} {value}: Transformer Engine's (the target's), Megatron's {ours} here ({cite})")
     return out, notes
 
 

@@ -229,6 +229,19 @@ def test_a_switch_only_transformer_engine_implements_is_off_here_and_said():
     assert notes and notes[0].startswith("moe_permute_fusion: needs Transformer Engine")
 
 
+def test_a_value_only_transformer_engine_implements_becomes_megatrons_own_here_and_is_said():
+    """gpt/gpt3_15b_8t_release_gb200 (cross_entropy_fusion_impl te) failed here at its first step: 'Trying to use a
+    TE block when it's not present' (language_module.py:179)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})
+    assert settings["cross_entropy_fusion_impl"] == "native"
+    assert notes == ["cross_entropy_fusion_impl te: Transformer Engine's (the target's), Megatron's native here "
+                     "(language_module.py:179)"]
+    unfused, notes = without_te_switches({"cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "te"})
+    assert unfused["cross_entropy_fusion_impl"] == "te" and notes == []  # not read without the fusion
+
+
 def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pipeline_size():
     """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: 16 layers named by moe_layer_freq, at PP 2."""
     megatron = {**job("345m").megatron, "num_layers": 16, "num_experts": 8, "moe_router_topk": 2,
