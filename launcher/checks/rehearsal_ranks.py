@@ -184,6 +184,14 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
         if out.get(dest) == value and all(out.get(on) for on in TE_ONLY_VALUES_WHEN.get(dest, ())):
             out[dest] = ours
             notes.append(f"{dest} {value}: Transformer Engine's (the target's), Megatron's {ours} here ({cite})")
+    if out.get("fp8"):  # FP8 is Transformer Engine's alone (transformer_config.py: fp8 needs TE)
+        from launcher.pipeline.feature_settings import drop
+
+        dropped = [assignment.partition("=")[0] for assignment in drop("fp8", out.get)]
+        notes.append(f"fp8 {out['fp8']}: Transformer Engine's (the target's); rehearsed without it here "
+                     f"({', '.join(dropped)} at Megatron's defaults)")
+        for dest in dropped:
+            out.pop(dest, None)
     return out, notes
 
 
@@ -386,9 +394,12 @@ class LayoutRehearsal:
     def render(self) -> list[str]:
         if self.ok and self.layout is not None:
             loss = self.facts.get("loss") or []
-            losses = " → ".join(f"{x:.3f}" for x in loss)
+            losses = " → ".join(f"{x:.3f}" if x is not None else "–" for x in loss)
             processes = f"{self.layout.world} CPU process{'es' if self.layout.world > 1 else ''}"
-            line = (f"rehearsed: {self.layout.describe()} on {processes}, {len(loss)} steps (loss {losses}), "
+            skipped = self.facts.get("skipped_steps") or []
+            warm_up = (f"; step {', '.join(map(str, skipped))} skipped by fp16's dynamic loss scale, as on the GPU"
+                       if skipped else "")
+            line = (f"rehearsed: {self.layout.describe()} on {processes}, {len(loss)} steps (loss {losses}{warm_up}), "
                     f"saved {self.facts.get('format')}")
             if self.load is not None:
                 line += f" and loaded at {self.load.short()}"
@@ -484,7 +495,7 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
         notes.append("loading the distributed optimizer's state: Megatron's path without apex and Transformer "
                      "Engine (this machine's) asserts on a fresh optimizer (distrib_optimizer.py:793, assert "
                      "len(steps) == 1); the target's fused Adam takes another; the weights are loaded")
-    if settings.get("sequence_parallel") and not (te_here or apex_here):
+    if sequence_parallel_somewhere(megatron, layout, load) and not (te_here or apex_here):
         # the launcher refuses sequence parallelism without TE or apex, so the target has one of them
         base_env["MEGATRON_LAUNCH_REHEARSE_NORM_SP"] = "1"
         notes.append("sequence parallelism's LayerNorm: torch's stands in for the target's (Transformer Engine's "
@@ -492,6 +503,12 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     name = rdzv_id(job.preset.name)
     with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, still kill the processes and remove the directory
         return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s, optimizer_loads)
+
+
+def sequence_parallel_somewhere(megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout) -> bool:
+    """Whether the training run or the load run has sequence parallelism on: the job's, at a TP above 1 (seen: a
+    job rehearsed at TP 1, where Megatron turns it off, loaded at TP 2, where it is on)."""
+    return bool(megatron.get("sequence_parallel")) and max(layout.tp, load.tp) > 1
 
 
 def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[str, Any],
@@ -537,6 +554,7 @@ def _train_facts(run: RankRun, ckpt_format: str) -> dict[str, Any]:
     with_loss = [a["facts"] for a in run.answers if any(x is not None for x in a["facts"].get("loss") or [])]
     first = run.answers[0]["facts"]
     return {"loss": (with_loss[0] if with_loss else first).get("loss"), "params_norm": first.get("params_norm"),
+            "skipped_steps": first.get("skipped_steps") or [],
             "parameters_per_rank": sorted({a["facts"].get("parameters") for a in run.answers}),
             "model_chunks": first.get("chunks"), "num_microbatches": first.get("num_microbatches"),
             "format": ckpt_format, "seconds_by_stage": first.get("seconds"),

@@ -242,6 +242,32 @@ def test_a_value_only_transformer_engine_implements_becomes_megatrons_own_here_a
     assert unfused["cross_entropy_fusion_impl"] == "te" and notes == []  # not read without the fusion
 
 
+def test_fp8_of_a_transformer_engine_target_is_rehearsed_without_it_and_said():
+    """moe/deepseek_proxy_fsdp_ep2_fsdp2 (fp8 with MoE) failed here at model build: 'Only transformer-engine>=1.7.0
+    supports MoE FP8 training' (transformer_config.py:2060)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"num_experts": 8, "fp8": "e4m3", "fp8_recipe": "blockwise",
+                                           "fp8_param_gather": True, "bf16": True})
+    assert "fp8" not in settings and "fp8_recipe" not in settings and "fp8_param_gather" not in settings
+    assert settings["bf16"] is True
+    assert notes == ["fp8 e4m3: Transformer Engine's (the target's); rehearsed without it here (fp8, fp8_param_gather, "
+                     "fp8_recipe at Megatron's defaults)"]
+
+
+def test_sequence_parallelism_off_at_tp_1_is_on_where_the_checkpoint_loads_at_tp_2():
+    """moe/gpt3_mcore_te_tp1_pp2_resume_torch_dist_reshard_2x1x4_te_8experts2parallel_dist_optimizer (TP 1, SP set)
+    failed loading at TP 2: 'sequence parallel not supported by torch LayerNorm' (the stand-in was not asked for)."""
+    from launcher.checks.rehearsal_ranks import sequence_parallel_somewhere
+
+    layout = RankLayout(tp=1, pp=2, ep=2, dp=2)
+    load = load_layout(layout, None)
+    assert load.tp == 2
+    assert sequence_parallel_somewhere({"sequence_parallel": True}, layout, load)
+    assert not sequence_parallel_somewhere({"sequence_parallel": True}, layout, layout)
+    assert not sequence_parallel_somewhere({}, layout, load)
+
+
 def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pipeline_size():
     """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: 16 layers named by moe_layer_freq, at PP 2."""
     megatron = {**job("345m").megatron, "num_layers": 16, "num_experts": 8, "moe_router_topk": 2,
