@@ -167,7 +167,8 @@ def layout_overrides(settings: dict) -> list[str]:
 
 def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out: Path) -> None:
     """Each configuration in its own layout (8 GPUs), shrunk, on CPU processes (checks/rehearsal_ranks.py); one
-    JSON line per configuration in OUT/layouts.jsonl, and where the one-GPU verdict says it trains, whether the
+    JSON line per configuration in OUT/layouts.jsonl (layout: ok, failed, refused, or not run where this machine
+    lacks a package the target has), and where the one-GPU verdict says it trains, whether the
     layout rehearsal agrees."""
     from launcher.checks.rehearsal_ranks import rehearse_layout
 
@@ -181,7 +182,9 @@ def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out:
                 record.update(layout="refused", reason="; ".join(p.message for p in exc.problems)[:400])
             else:
                 result = rehearse_layout(job, dict(job.preset.launcher.env))
-                record.update(layout="ok" if result.ok else "failed", reason=result.render()[0][:400],
+                # not run: this machine lacks a package the job's target has (the rehearsal says which)
+                outcome = "ok" if result.ok else "not run" if result.stage == "setup" else "failed"
+                record.update(layout=outcome, reason=result.render()[0][:400],
                               rehearsal=result.as_dict())
             record["agrees"] = record["layout"] != "failed" or row.gpu != "trains"
             sink.write(json.dumps(record) + "\n")
