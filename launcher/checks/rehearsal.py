@@ -180,14 +180,19 @@ def _shrink_experts(settings: dict[str, Any]) -> None:
     settings["num_experts"] = min(experts, EXPERTS)
     if settings.get("moe_router_topk"):
         settings["moe_router_topk"] = min(settings["moe_router_topk"], settings["num_experts"])
-    if settings.get("moe_router_num_groups"):
-        # group-limited routing takes topk / group_topk experts from each chosen group (moe_utils.py:620): every
-        # group chosen, and topk a multiple of the groups that each group can serve
-        groups = 2 if settings["num_experts"] % 2 == 0 else 1
-        per_group = settings["num_experts"] // groups
-        topk = settings.get("moe_router_topk") or 1
-        settings["moe_router_num_groups"] = settings["moe_router_group_topk"] = groups
-        settings["moe_router_topk"] = max(groups, min(topk, groups * per_group) // groups * groups)
+    fit_group_limited_router(settings)
+
+
+def fit_group_limited_router(settings: dict[str, Any]) -> None:
+    """Group-limited routing at the shrunk expert count: it takes topk / group_topk experts from each chosen group
+    (moe_utils.py:620), so every group is chosen and topk is a multiple of the groups that each group can serve."""
+    if not settings.get("moe_router_num_groups"):
+        return
+    groups = 2 if settings["num_experts"] % 2 == 0 else 1
+    per_group = settings["num_experts"] // groups
+    topk = settings.get("moe_router_topk") or 1
+    settings["moe_router_num_groups"] = settings["moe_router_group_topk"] = groups
+    settings["moe_router_topk"] = max(groups, min(topk, groups * per_group) // groups * groups)
 
 
 # -- the worker ------------------------------------------------------------------------------------------------

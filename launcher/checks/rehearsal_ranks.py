@@ -34,6 +34,7 @@ from typing import Any
 from launcher.checks.rehearsal import (
     HEAD_DIM,
     PARALLEL,
+    fit_group_limited_router,
     packages_absent_here,
     rehearsal_env,
     rehearsal_python,
@@ -253,9 +254,7 @@ def _experts(settings: dict[str, Any], megatron: Mapping[str, Any], layout: Rank
     settings["num_experts"] = layout.ep * per_rank
     if settings.get("moe_router_topk"):
         settings["moe_router_topk"] = min(megatron.get("moe_router_topk") or 1, settings["num_experts"])
-    if settings.get("moe_router_num_groups"):
-        settings["moe_router_num_groups"] = min(layout.ep, settings["num_experts"])
-        settings["moe_router_group_topk"] = 1
+    fit_group_limited_router(settings)  # the one-process rehearsal's rule (deepseek_proxy_fsdp_ep2_fsdp2 at EP 2)
 
 
 # -- running torchrun ------------------------------------------------------------------------------------------

@@ -268,6 +268,20 @@ def test_sequence_parallelism_off_at_tp_1_is_on_where_the_checkpoint_loads_at_tp
     assert not sequence_parallel_somewhere({}, layout, load)
 
 
+@pytest.mark.parametrize("ep, experts, topk, groups, group_topk", [(2, 64, 8, 8, 4), (4, 256, 8, 8, 4),
+                                                                   (1, 16, 6, 4, 2), (8, 64, 2, 8, 2)])
+def test_group_limited_routing_at_the_shrunk_expert_count_can_serve_its_topk(ep, experts, topk, groups, group_topk):
+    """moe/deepseek_proxy_fsdp_ep2_fsdp2 at EP 2 failed at its first step: 'selected index k out of range'
+    (moe_utils.py:621): its groups could not serve topk / group_topk experts each."""
+    megatron = {**job("345m").megatron, "num_experts": experts, "expert_model_parallel_size": ep,
+                "moe_router_topk": topk, "moe_router_num_groups": groups, "moe_router_group_topk": group_topk}
+    layout = RankLayout(ep=ep, dp=ep)
+    settings, _ = rank_settings(megatron, layout, layout)
+    n, k = settings["num_experts"], settings["moe_router_topk"]
+    g, gk = settings["moe_router_num_groups"], settings["moe_router_group_topk"]
+    assert n % ep == 0 and n % g == 0 and gk <= g and k % gk == 0 and k // gk <= n // g and k <= n
+
+
 def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pipeline_size():
     """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: 16 layers named by moe_layer_freq, at PP 2."""
     megatron = {**job("345m").megatron, "num_layers": 16, "num_experts": 8, "moe_router_topk": 2,
