@@ -114,19 +114,27 @@ class CudaOnCpu:
                           "current_stream": lambda *a, **k: _Stream(), "stream": lambda *a: contextlib.nullcontext()}
         self.saved = {name: getattr(torch.cuda, name) for name in self.stand_ins}
 
-        # activation recomputation saves and restores "the GPU's" RNG state: the CPU generator's here
+        # Megatron's functions that read the GPU's state or copy from the GPU, by (module, name)
         from megatron.core.tensor_parallel import random as tp_random
+        from megatron.core.transformer.moe import token_dispatcher
 
-        self.random = tp_random
-        self.random_stand_ins = {"_get_cuda_rng_state": lambda *a, **k: torch.get_rng_state(),
-                                 "_set_cuda_rng_state": lambda state, *a, **k: torch.set_rng_state(state)}
-        self.random_saved = {name: getattr(tp_random, name) for name in self.random_stand_ins}
+        def host_copy(tensor, as_numpy=False, record_stream=False):
+            # the all-to-all dispatcher's split sizes copied "to the host": numpy arrays there, as on a GPU (a CPU
+            # tensor would stay a tensor, which all_to_all_single refuses as split sizes)
+            return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+        self.module_stand_ins = {
+            # activation recomputation saves and restores "the GPU's" RNG state: the CPU generator's here
+            (tp_random, "_get_cuda_rng_state"): lambda *a, **k: torch.get_rng_state(),
+            (tp_random, "_set_cuda_rng_state"): lambda state, *a, **k: torch.set_rng_state(state),
+            (token_dispatcher, "maybe_move_tensor_to_cpu"): host_copy}
+        self.module_saved = {key: getattr(*key) for key in self.module_stand_ins}
 
     def __enter__(self):
         for name, value in self.stand_ins.items():
             setattr(self.torch.cuda, name, value)
-        for name, value in self.random_stand_ins.items():
-            setattr(self.random, name, value)
+        for (module, name), value in self.module_stand_ins.items():
+            setattr(module, name, value)
         self.mode.__enter__()
         return self
 
@@ -134,8 +142,8 @@ class CudaOnCpu:
         self.mode.__exit__(*exc)
         for name, value in self.saved.items():
             setattr(self.torch.cuda, name, value)
-        for name, value in self.random_saved.items():
-            setattr(self.random, name, value)
+        for (module, name), value in self.module_saved.items():
+            setattr(module, name, value)
 
 
 def _setup():
