@@ -114,7 +114,7 @@ class CudaOnCpu:
                           "current_stream": lambda *a, **k: _Stream(), "stream": lambda *a: contextlib.nullcontext()}
         self.saved = {name: getattr(torch.cuda, name) for name in self.stand_ins}
 
-        # Megatron's functions that read the GPU's state or copy from the GPU, by (module, name)
+        # functions that read the GPU's state, copy from it or keep its memory alive, by (owner, name)
         from megatron.core.tensor_parallel import random as tp_random
         from megatron.core.transformer.moe import token_dispatcher
 
@@ -127,7 +127,10 @@ class CudaOnCpu:
             # activation recomputation saves and restores "the GPU's" RNG state: the CPU generator's here
             (tp_random, "_get_cuda_rng_state"): lambda *a, **k: torch.get_rng_state(),
             (tp_random, "_set_cuda_rng_state"): lambda state, *a, **k: torch.set_rng_state(state),
-            (token_dispatcher, "maybe_move_tensor_to_cpu"): host_copy}
+            (token_dispatcher, "maybe_move_tensor_to_cpu"): host_copy,
+            # a stand-in stream, which torch's argument parser refuses before any mode sees it; nothing to keep
+            # alive on the CPU (pipeline_parallel/utils.py:230, the MoE all-to-all overlap)
+            (torch.Tensor, "record_stream"): lambda self, *a, **k: None}
         self.module_saved = {key: getattr(*key) for key in self.module_stand_ins}
 
     def __enter__(self):
