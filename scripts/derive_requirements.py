@@ -34,6 +34,7 @@ from typing import Any
 OUTPUT = Path(__file__).resolve().parents[1] / "launcher" / "data" / "megatron_requirements.json"
 TE = {"package": "transformer-engine", "module": "transformer_engine"}
 NVRX = {"package": "nvidia-resiliency-ext", "module": "nvidia_resiliency_ext"}
+EINOPS = {"package": "einops", "module": "einops"}
 
 
 def rule(id: str, when: dict[str, Any], needs: dict[str, Any], cite: tuple[str, str], why: str, fix: str,
@@ -78,6 +79,19 @@ RULES = [
     rule("inprocess-restart-nvrx", {"inprocess_restart": True}, NVRX,
          ("training/inprocess_restart.py", r'import_module\("nvidia_resiliency_ext\.inprocess"\)'),
          "in-process restart is nvidia-resiliency-ext's", "drop inprocess_restart or install nvidia-resiliency-ext"),
+    # parallel_state.create_hierarchical_groups lays out two-level groups with einops (megatron-core's "dev" extra,
+    # not a dependency): found rehearsing gpt3_mcore_te_tp2_pp1_multi_dist_optimizer_instances on CPU ranks, it
+    # fails at the process groups, and only where DP > 1 (one GPU never builds these groups)
+    rule("partial-distributed-optimizer-einops", {"num_distributed_optimizer_instances": {"gt": 1}}, EINOPS,
+         ("core/parallel_state.py", r"einops is not installed\. Please install it"),
+         "several distributed-optimizer instances build their intra- and inter-instance data-parallel groups "
+         "through einops (parallel_state.create_hierarchical_groups) at start-up",
+         "set num_distributed_optimizer_instances=1 or install einops"),
+    rule("hierarchical-cp-einops", {"hierarchical_context_parallel_sizes": True}, EINOPS,
+         ("core/parallel_state.py", r"einops is not installed\. Please install it"),
+         "hierarchical context parallelism (cp_comm_type a2a+p2p) builds its groups through einops "
+         "(parallel_state.create_hierarchical_groups) at start-up",
+         "install einops, or use another cp_comm_type than a2a+p2p"),
     rule("emerging-optimizer", {"optimizer": {"in": ["muon", "dist_muon", "lion", "soap", "adaptive_muon"]}},
          {"package": "emerging-optimizers", "module": "emerging_optimizers"},
          ("core/optimizer/__init__.py", r"emerging-optimizers package is required for optimizer="),
@@ -216,6 +230,8 @@ PACKAGES = {
     "nvidia_resiliency_ext": "rules: async-save-nvrx, async-save-nvrx-fsdp-dtensor, local-checkpoint-nvrx, "
                              "fault-tolerance-nvrx, inprocess-restart-nvrx",
     "emerging_optimizers": "rule: emerging-optimizer",
+    "einops": "rules: partial-distributed-optimizer-einops, hierarchical-cp-einops (also imported, guarded, by "
+              "Megatron-FSDP, hyper-comm grids and attention's inference-only paths)",
     "transformers": "rule: tokenizer-transformers",
     "sentencepiece": "rule: tokenizer-sentencepiece",
     "tiktoken": "rule: tokenizer-tiktoken",
@@ -223,7 +239,6 @@ PACKAGES = {
 }
 NOT_A_SETTING = {
     "triton": "ships with CUDA torch wheels (a hard import of training.py)",
-    "einops": "Megatron-FSDP and hyper-comm grids only; a dependency of its FSDP extra",
     "packaging": "a dependency of megatron-core itself",
     "yaml": "PyYAML, a hard import of megatron.training",
     "tqdm": "progress bars; optional",

@@ -167,7 +167,8 @@ def layout_overrides(settings: dict) -> list[str]:
 
 def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out: Path) -> None:
     """Each configuration in its own layout (8 GPUs), shrunk, on CPU processes (checks/rehearsal_ranks.py); one
-    JSON line per configuration in OUT/layouts.jsonl, and where the one-GPU verdict says it trains, whether the
+    JSON line per configuration in OUT/layouts.jsonl (layout: ok, failed, refused, or not run where this machine
+    lacks a package the target has), and where the one-GPU verdict says it trains, whether the
     layout rehearsal agrees."""
     from launcher.checks.rehearsal_ranks import rehearse_layout
 
@@ -181,7 +182,9 @@ def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out:
                 record.update(layout="refused", reason="; ".join(p.message for p in exc.problems)[:400])
             else:
                 result = rehearse_layout(job, dict(job.preset.launcher.env))
-                record.update(layout="ok" if result.ok else "failed", reason=result.render()[0][:400],
+                # not run: this machine lacks a package the job's target has (the rehearsal says which)
+                outcome = "ok" if result.ok else "not run" if result.stage == "setup" else "failed"
+                record.update(layout=outcome, reason=result.render()[0][:400],
                               rehearsal=result.as_dict())
             record["agrees"] = record["layout"] != "failed" or row.gpu != "trains"
             sink.write(json.dumps(record) + "\n")
@@ -390,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--doc", type=Path, help="write the markdown table here (e.g. docs/functional-test-matrix.md)")
     parser.add_argument("--only", default="", help="configurations whose name contains this text")
+    parser.add_argument("--config", action="append", default=[],
+                        help="exactly this configuration (suite/name; repeatable): a chosen subset, e.g. one of each "
+                             "layout shape for --layouts")
     parser.add_argument("--gpu", action="store_true", help="also train each accepted configuration on the GPU")
     parser.add_argument("--no-rehearsal", action="store_true", help="skip the CPU rehearsal (e.g. on the GPU host)")
     parser.add_argument("--jobs", type=int, default=1, help="GPU runs at a time (after the first)")
@@ -419,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         run_root = (args.out / "runs").absolute()
         for config in configurations(checkout):
             name = f"{config.parent.parent.name}/{config.parent.name}"
-            if args.only and args.only not in name:
+            if (args.only and args.only not in name) or (args.config and name not in args.config):
                 continue
             row = Row(name)
             rows.append(row)
@@ -433,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
             job = judge_launcher(row, preset_path, checkout, run_root)
             if job is not None:
                 accepted.append((row, job, preset_path))
+        unknown = sorted(set(args.config) - {row.config for row in rows})
+        if unknown:
+            parser.error(f"--config: no such configuration in the checkout: {', '.join(unknown)}")
         print(f"launcher: {len(accepted)} of {len(rows)} accepted in {time.monotonic() - start:.0f} s", flush=True)
         if accepted and not args.no_rehearsal:
             rehearse_all([(row, job) for row, job, _ in accepted], checkout)
@@ -453,7 +462,8 @@ def main(argv: list[str] | None = None) -> int:
               + (f" --part {args.part}" if args.part != "1/1" else "") \
               + "".join(f" --also {extra}" for extra in args.also) \
               + "".join(f" --rerun {verdict}" for verdict in args.rerun) \
-              + (f" --only {args.only}" if args.only else "")
+              + (f" --only {args.only}" if args.only else "") \
+              + "".join(f" --config {name}" for name in args.config) + (" --layouts" if args.layouts else "")
     # how an earlier GPU part was made: a .md beside its .jsonl, quoted verbatim
     provenance = "\n\n".join(path.with_suffix(".md").read_text() for path in args.previous
                                if path.with_suffix(".md").is_file())

@@ -184,14 +184,19 @@ def _shrink_experts(settings: dict[str, Any]) -> None:
     settings["num_experts"] = min(experts, EXPERTS)
     if settings.get("moe_router_topk"):
         settings["moe_router_topk"] = min(settings["moe_router_topk"], settings["num_experts"])
-    if settings.get("moe_router_num_groups"):
-        # group-limited routing takes topk / group_topk experts from each chosen group (moe_utils.py:620): every
-        # group chosen, and topk a multiple of the groups that each group can serve
-        groups = 2 if settings["num_experts"] % 2 == 0 else 1
-        per_group = settings["num_experts"] // groups
-        topk = settings.get("moe_router_topk") or 1
-        settings["moe_router_num_groups"] = settings["moe_router_group_topk"] = groups
-        settings["moe_router_topk"] = max(groups, min(topk, groups * per_group) // groups * groups)
+    fit_group_limited_router(settings)
+
+
+def fit_group_limited_router(settings: dict[str, Any]) -> None:
+    """Group-limited routing at the shrunk expert count: it takes topk / group_topk experts from each chosen group
+    (moe_utils.py:620), so every group is chosen and topk is a multiple of the groups that each group can serve."""
+    if not settings.get("moe_router_num_groups"):
+        return
+    groups = 2 if settings["num_experts"] % 2 == 0 else 1
+    per_group = settings["num_experts"] // groups
+    topk = settings.get("moe_router_topk") or 1
+    settings["moe_router_num_groups"] = settings["moe_router_group_topk"] = groups
+    settings["moe_router_topk"] = max(groups, min(topk, groups * per_group) // groups * groups)
 
 
 # -- the worker ------------------------------------------------------------------------------------------------
@@ -311,7 +316,9 @@ def settings_here(job: Any) -> tuple[dict[str, Any], list[str]]:
 # The requirement rows whose package the rehearsal itself imports (it builds the model and the optimizer and takes
 # steps; its checkpoint, where it saves one, is written synchronously by Megatron's own writer, never an async or
 # nvrx one; it reads mock data with a NullTokenizer and starts no RL or logging services).
-REHEARSAL_IMPORTS = frozenset({"emerging-optimizer"})
+# The partial distributed optimizer's groups (einops) are built where the layout has them (DP > 1: the layout
+# rehearsal); context parallelism's hierarchical groups are not (it is rehearsed at CP 1).
+REHEARSAL_IMPORTS = frozenset({"emerging-optimizer", "partial-distributed-optimizer-einops"})
 
 
 def packages_absent_here(job: Any) -> list[str]:

@@ -34,6 +34,7 @@ from typing import Any
 from launcher.checks.rehearsal import (
     HEAD_DIM,
     PARALLEL,
+    fit_group_limited_router,
     packages_absent_here,
     rehearsal_env,
     rehearsal_python,
@@ -52,6 +53,7 @@ GRACE_S = 10.0  # torchrun's own shutdown of its ranks, before they are killed
 OUT_ENV = "MEGATRON_LAUNCH_REHEARSE_OUT"  # where each rank answers; also the marker of a run's processes
 RESHARDING_FORMATS = ("torch_dist", "fsdp_dtensor")  # Megatron's formats that load at another TP·PP
 NORM_TOLERANCE = 1e-4  # relative: the same weights, summed in another order
+FP16_NORM_TOLERANCE = 2e-3  # fp16 parameters: Megatron's norm rounds each tensor's to fp16 (2^-11) here
 
 # Settings of the job's checkpointing the rehearsal sets itself or cannot honour on the CPU.
 SAVE_DROPPED = ("async_save", "use_persistent_ckpt_worker", "async_strategy", "save_interval",
@@ -162,6 +164,12 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
     return settings, [_at_size(note, settings) for note in notes]
 
 
+# Values of a setting that only Transformer Engine implements, with Megatron's own equivalent (a target without
+# TE is refused them before launch: target_rules.without_te), and the switches under which they are read.
+TE_ONLY_VALUES = {"cross_entropy_fusion_impl": ("te", "native", "language_module.py:179")}
+TE_ONLY_VALUES_WHEN = {"cross_entropy_fusion_impl": ("cross_entropy_loss_fusion",)}
+
+
 def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The switches only Transformer Engine implements (the requirement table's TE rows whose condition is a
     setting turned on), off for a rehearsal here of a job whose target has TE; each said."""
@@ -174,6 +182,18 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
             for dest in switches:
                 out[dest] = False
             notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
+    for dest, (value, ours, cite) in TE_ONLY_VALUES.items():
+        if out.get(dest) == value and all(out.get(on) for on in TE_ONLY_VALUES_WHEN.get(dest, ())):
+            out[dest] = ours
+            notes.append(f"{dest} {value}: Transformer Engine's (the target's), Megatron's {ours} here ({cite})")
+    if out.get("fp8"):  # FP8 is Transformer Engine's alone (transformer_config.py: fp8 needs TE)
+        from launcher.pipeline.feature_settings import drop
+
+        dropped = [assignment.partition("=")[0] for assignment in drop("fp8", out.get)]
+        notes.append(f"fp8 {out['fp8']}: Transformer Engine's (the target's); rehearsed without it here "
+                     f"({', '.join(dropped)} at Megatron's defaults)")
+        for dest in dropped:
+            out.pop(dest, None)
     return out, notes
 
 
@@ -235,9 +255,7 @@ def _experts(settings: dict[str, Any], megatron: Mapping[str, Any], layout: Rank
     settings["num_experts"] = layout.ep * per_rank
     if settings.get("moe_router_topk"):
         settings["moe_router_topk"] = min(megatron.get("moe_router_topk") or 1, settings["num_experts"])
-    if settings.get("moe_router_num_groups"):
-        settings["moe_router_num_groups"] = min(layout.ep, settings["num_experts"])
-        settings["moe_router_group_topk"] = 1
+    fit_group_limited_router(settings)  # the one-process rehearsal's rule (deepseek_proxy_fsdp_ep2_fsdp2 at EP 2)
 
 
 # -- running torchrun ------------------------------------------------------------------------------------------
@@ -376,9 +394,12 @@ class LayoutRehearsal:
     def render(self) -> list[str]:
         if self.ok and self.layout is not None:
             loss = self.facts.get("loss") or []
-            losses = " → ".join(f"{x:.3f}" for x in loss)
+            losses = " → ".join(f"{x:.3f}" if x is not None else "–" for x in loss)
             processes = f"{self.layout.world} CPU process{'es' if self.layout.world > 1 else ''}"
-            line = (f"rehearsed: {self.layout.describe()} on {processes}, {len(loss)} steps (loss {losses}), "
+            skipped = self.facts.get("skipped_steps") or []
+            warm_up = (f"; step {', '.join(map(str, skipped))} skipped by fp16's dynamic loss scale, as on the GPU"
+                       if skipped else "")
+            line = (f"rehearsed: {self.layout.describe()} on {processes}, {len(loss)} steps (loss {losses}{warm_up}), "
                     f"saved {self.facts.get('format')}")
             if self.load is not None:
                 line += f" and loaded at {self.load.short()}"
@@ -474,7 +495,7 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
         notes.append("loading the distributed optimizer's state: Megatron's path without apex and Transformer "
                      "Engine (this machine's) asserts on a fresh optimizer (distrib_optimizer.py:793, assert "
                      "len(steps) == 1); the target's fused Adam takes another; the weights are loaded")
-    if settings.get("sequence_parallel") and not (te_here or apex_here):
+    if sequence_parallel_somewhere(megatron, layout, load) and not (te_here or apex_here):
         # the launcher refuses sequence parallelism without TE or apex, so the target has one of them
         base_env["MEGATRON_LAUNCH_REHEARSE_NORM_SP"] = "1"
         notes.append("sequence parallelism's LayerNorm: torch's stands in for the target's (Transformer Engine's "
@@ -482,6 +503,12 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     name = rdzv_id(job.preset.name)
     with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, still kill the processes and remove the directory
         return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s, optimizer_loads)
+
+
+def sequence_parallel_somewhere(megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout) -> bool:
+    """Whether the training run or the load run has sequence parallelism on: the job's, at a TP above 1 (seen: a
+    job rehearsed at TP 1, where Megatron turns it off, loaded at TP 2, where it is on)."""
+    return bool(megatron.get("sequence_parallel")) and max(layout.tp, load.tp) > 1
 
 
 def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[str, Any],
@@ -511,7 +538,7 @@ def _rehearse(python: str, layout: RankLayout, load: RankLayout, settings: dict[
             failure["error"] = f"loading at {load.short()}: {failure['error']}"
             return LayoutRehearsal(False, layout, load, seconds=seconds, facts=facts, not_rehearsed=tuple(notes),
                                    **failure)
-        return _compare(layout, load, facts, loaded, seconds, notes)
+        return _compare(layout, load, facts, loaded, seconds, notes, norm_tolerance(settings))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -527,6 +554,7 @@ def _train_facts(run: RankRun, ckpt_format: str) -> dict[str, Any]:
     with_loss = [a["facts"] for a in run.answers if any(x is not None for x in a["facts"].get("loss") or [])]
     first = run.answers[0]["facts"]
     return {"loss": (with_loss[0] if with_loss else first).get("loss"), "params_norm": first.get("params_norm"),
+            "skipped_steps": first.get("skipped_steps") or [],
             "parameters_per_rank": sorted({a["facts"].get("parameters") for a in run.answers}),
             "model_chunks": first.get("chunks"), "num_microbatches": first.get("num_microbatches"),
             "format": ckpt_format, "seconds_by_stage": first.get("seconds"),
@@ -561,8 +589,16 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
     return out
 
 
+def norm_tolerance(settings: Mapping[str, Any]) -> float:
+    """How far the loaded parameter norm may be from the saved one, relative. Megatron computes it from fp32 copies
+    for bf16 and fp32 parameters, but for fp16 ones without apex and TE from per-tensor norms in fp16
+    (calc_params_l2_norm, local_multi_tensor_l2_norm): each rounded to fp16, differently at another TP split
+    (seen: gpt3_mcore_tp1_pp2_fp16 loaded at TP 2, 1.6e-4 apart)."""
+    return FP16_NORM_TOLERANCE if settings.get("fp16") else NORM_TOLERANCE
+
+
 def _compare(layout: RankLayout, load: RankLayout, facts: dict[str, Any], loaded: RankRun, seconds: float,
-             notes: list[str]) -> LayoutRehearsal:
+             notes: list[str], tolerance: float = NORM_TOLERANCE) -> LayoutRehearsal:
     """Loaded is proven only when the loaded weights are the saved ones: the same parameter norm, and iteration."""
     answer = loaded.answers[0]["facts"]
     facts = {**facts, "load": {"iteration": answer.get("iteration_loaded"), "params_norm": answer.get("params_norm"),
@@ -573,7 +609,7 @@ def _compare(layout: RankLayout, load: RankLayout, facts: dict[str, Any], loaded
         return LayoutRehearsal(False, layout, load, "load", f"loaded iteration {answer.get('iteration_loaded')}, "
                                f"saved {STEPS}", seconds=seconds, facts=facts, setting="ckpt_format",
                                not_rehearsed=tuple(notes))
-    if saved is None or got is None or abs(saved - got) > NORM_TOLERANCE * max(abs(saved), 1e-12):
+    if saved is None or got is None or abs(saved - got) > tolerance * max(abs(saved), 1e-12):
         return LayoutRehearsal(False, layout, load, "load", f"the weights loaded at {load.short()} differ from "
                                f"those saved at {layout.short()} (parameter norm {got} vs {saved})",
                                seconds=seconds, facts=facts, setting="ckpt_format", not_rehearsed=tuple(notes))

@@ -155,17 +155,22 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
         for chunk in model:
             chunk.train()
         data = [batches(args) for _ in model] if len(model) > 1 else batches(args)
-        losses = []
+        losses, skipped = [], []
         for iteration in range(args.iteration, args.iteration + steps):
             result = training.train_step(pretrain_gpt.forward_step, data, model, optimizer, scheduler,
                                          model_config, get_forward_backward_func(), iteration=iteration)
             loss = result[0].get("lm loss") if result and isinstance(result[0], dict) else None
             losses.append(float(loss) if loss is not None else None)
             if result[1]:
-                raise RuntimeError(f"step {iteration + 1} was skipped (the optimizer found inf/nan gradients)")
+                if not (args.fp16 and args.loss_scale is None):
+                    raise RuntimeError(f"step {iteration + 1} was skipped (the optimizer found inf/nan gradients)")
+                # fp16's dynamic loss scale starts at 2^32 and halves on each overflow: its first steps are
+                # skipped on the GPU too (the found-inf all-reduce across the model-parallel group ran)
+                skipped.append(iteration + 1)
             args.iteration = iteration + 1
             args.consumed_train_samples += args.global_batch_size
         facts["loss"] = losses
+        facts["skipped_steps"] = skipped
         facts["num_microbatches"] = get_num_microbatches()
         if mode == "train":
             facts["params_norm"] = float(calc_params_l2_norm(model, force_create_fp32_copy=True))

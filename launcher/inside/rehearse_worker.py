@@ -67,6 +67,9 @@ class _Event(_Stream):
     def record(self, *_args):
         return None
 
+    def wait(self, *_args):  # the MoE all-to-all overlap waits on its events (moe utils.py:291)
+        return None
+
     def query(self):
         return True
 
@@ -111,19 +114,30 @@ class CudaOnCpu:
                           "current_stream": lambda *a, **k: _Stream(), "stream": lambda *a: contextlib.nullcontext()}
         self.saved = {name: getattr(torch.cuda, name) for name in self.stand_ins}
 
-        # activation recomputation saves and restores "the GPU's" RNG state: the CPU generator's here
+        # functions that read the GPU's state, copy from it or keep its memory alive, by (owner, name)
         from megatron.core.tensor_parallel import random as tp_random
+        from megatron.core.transformer.moe import token_dispatcher
 
-        self.random = tp_random
-        self.random_stand_ins = {"_get_cuda_rng_state": lambda *a, **k: torch.get_rng_state(),
-                                 "_set_cuda_rng_state": lambda state, *a, **k: torch.set_rng_state(state)}
-        self.random_saved = {name: getattr(tp_random, name) for name in self.random_stand_ins}
+        def host_copy(tensor, as_numpy=False, record_stream=False):
+            # the all-to-all dispatcher's split sizes copied "to the host": numpy arrays there, as on a GPU (a CPU
+            # tensor would stay a tensor, which all_to_all_single refuses as split sizes)
+            return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+        self.module_stand_ins = {
+            # activation recomputation saves and restores "the GPU's" RNG state: the CPU generator's here
+            (tp_random, "_get_cuda_rng_state"): lambda *a, **k: torch.get_rng_state(),
+            (tp_random, "_set_cuda_rng_state"): lambda state, *a, **k: torch.set_rng_state(state),
+            (token_dispatcher, "maybe_move_tensor_to_cpu"): host_copy,
+            # a stand-in stream, which torch's argument parser refuses before any mode sees it; nothing to keep
+            # alive on the CPU (pipeline_parallel/utils.py:230, the MoE all-to-all overlap)
+            (torch.Tensor, "record_stream"): lambda self, *a, **k: None}
+        self.module_saved = {key: getattr(*key) for key in self.module_stand_ins}
 
     def __enter__(self):
         for name, value in self.stand_ins.items():
             setattr(self.torch.cuda, name, value)
-        for name, value in self.random_stand_ins.items():
-            setattr(self.random, name, value)
+        for (module, name), value in self.module_stand_ins.items():
+            setattr(module, name, value)
         self.mode.__enter__()
         return self
 
@@ -131,8 +145,8 @@ class CudaOnCpu:
         self.mode.__exit__(*exc)
         for name, value in self.saved.items():
             setattr(self.torch.cuda, name, value)
-        for name, value in self.random_saved.items():
-            setattr(self.random, name, value)
+        for (module, name), value in self.module_saved.items():
+            setattr(module, name, value)
 
 
 def _setup():
@@ -148,13 +162,16 @@ def _setup():
     os.environ.setdefault("MEGATRON_LAUNCH_COMPILE_BACKEND", "aot_eager")
     os.environ.update({"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"})
     import pretrain_gpt  # type: ignore[import-not-found]  # the checkout's: forward_step, and through it gpt_builder and model_provider
-    from megatron.core.transformer import transformer_block
+
+    from launcher.inside.megatron_state import Snapshot
 
     if not torch.distributed.is_initialized():  # an in-memory store: no port that two workers could share
         torch.distributed.init_process_group("gloo", store=torch.distributed.HashStore(), rank=0, world_size=1)
-    return pretrain_gpt, {"LayerNormImpl": transformer_block.LayerNormImpl}
+    return pretrain_gpt, Snapshot(MEGATRON_MODULES)
 
 
+# Megatron's modules and the checkout's scripts: their globals and class attributes are a job's state.
+MEGATRON_MODULES = ("megatron.", "pretrain_gpt", "gpt_builders", "model_provider")
 # Built from the job's arguments at import (the spec), or holding its classes (the compiled layer checks them).
 JOB_MODULES = ("launcher.inside.megatron_ext.sdpa_spec", "launcher.inside.megatron_ext.compiled_layer")
 
@@ -175,11 +192,13 @@ def _destroy_subgroups():
                 dist.destroy_process_group(group)
 
 
-def _reset(saved):
-    """Megatron's process-wide state back to nothing, so the next request starts clean."""
+def _reset(snapshot):
+    """Megatron's process-wide state back to what it was before the first job, so the next request starts as in a
+    fresh process: Megatron's own destroy functions (they release what they hold: groups, buffers), then every
+    module-level and class-level value of Megatron's modules put back (megatron_state.Snapshot: the MoE and MTP
+    loss trackers and the like, which no destroy function forgets)."""
     from megatron.core import parallel_state
     from megatron.core.num_microbatches_calculator import destroy_num_microbatches_calculator
-    from megatron.core.transformer import transformer_block
     from megatron.training import global_vars
 
     global_vars.destroy_global_vars()
@@ -190,7 +209,6 @@ def _reset(saved):
         from megatron.core.rerun_state_machine import destroy_rerun_state_machine
 
         destroy_rerun_state_machine()
-    transformer_block.LayerNormImpl = saved["LayerNormImpl"]  # the SDPA spec swaps it (sdpa_spec.py)
     import torch
 
     torch._dynamo.reset()  # each job compiles as in its own process (and no recompile limit builds up across jobs)
@@ -201,6 +219,7 @@ def _reset(saved):
         parent, _, child = name.rpartition(".")
         if parent in sys.modules and hasattr(sys.modules[parent], child):
             delattr(sys.modules[parent], child)
+    snapshot.restore()  # also transformer_block.LayerNormImpl, which the SDPA spec swaps (sdpa_spec.py)
 
 
 def _batches(args):
@@ -308,7 +327,7 @@ def main() -> int:
     os.dup2(2, 1)  # Megatron prints freely: keep the protocol on a private copy of stdout
     sys.stdout = sys.stderr
     try:
-        pretrain_gpt, saved = _setup()
+        pretrain_gpt, snapshot = _setup()
     except Exception as exc:  # noqa: BLE001
         error, where = _message(exc)
         protocol.write(json.dumps({"fatal": f"cannot import pretrain_gpt.py and Megatron: {error} ({where})"}) + "\n")
@@ -330,7 +349,7 @@ def main() -> int:
         finally:
             os.environ.clear()
             os.environ.update(saved_env)
-            _reset(saved)
+            _reset(snapshot)
         log = sink.getvalue()
         said = [line.split(": ", 1)[1] for line in log.splitlines() if line.startswith(ANNOUNCED)]
         result.setdefault("facts", {})["compiled_layers"] = said[-1] if said else None  # the spec's own line

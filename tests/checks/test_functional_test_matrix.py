@@ -98,3 +98,25 @@ def test_gpu_parts_fold_in_and_are_counted(tmp_path):
     text = matrix.markdown(rows, "python scripts/functional_test_matrix.py …", 1.0)
     assert "GPU: 2 of the 3 accepted run; 1 trains, 1 refused, 0 no update, 0 fault, 0 failed, 0 timeout." in text
     assert "| gpt/a | accepted | – | trains | GPU: loss 10.92 → 10.90 (55 s) |" in text
+
+
+def test_a_layout_rehearsal_this_machine_cannot_run_is_not_run_and_agrees(tmp_path, monkeypatch):
+    """--layouts: 'not run' (a package the target has, missing here) is no disagreement with the GPU's 'trains';
+    a rehearsal that fails is."""
+    import json
+
+    from launcher.checks import rehearsal_ranks
+
+    config = tmp_path / "gpt" / "gpt3_tp2_pp2_vp" / "model_config.yaml"
+    config.parent.mkdir(parents=True)
+    config.write_text(CONFIG)
+    preset_path, settings = matrix.imported_preset(config, tmp_path)
+    answers = iter([rehearsal_ranks.LayoutRehearsal(False, rehearsal_ranks.RankLayout(), stage="setup",
+                                                    error="this machine lacks what the job needs: einops"),
+                    rehearsal_ranks.LayoutRehearsal(False, rehearsal_ranks.RankLayout(), stage="step",
+                                                    error="RuntimeError: x")])
+    monkeypatch.setattr(rehearsal_ranks, "rehearse_layout", lambda job, env: next(answers))
+    rows = [matrix.Row("gpt/a", "accepted", gpu="trains"), matrix.Row("gpt/b", "accepted", gpu="trains")]
+    matrix.rehearse_layouts([(row, preset_path, settings) for row in rows], tmp_path, tmp_path)
+    records = [json.loads(line) for line in (tmp_path / "layouts.jsonl").read_text().splitlines()]
+    assert [(r["layout"], r["agrees"]) for r in records] == [("not run", True), ("failed", False)]

@@ -229,6 +229,80 @@ def test_a_switch_only_transformer_engine_implements_is_off_here_and_said():
     assert notes and notes[0].startswith("moe_permute_fusion: needs Transformer Engine")
 
 
+def test_a_value_only_transformer_engine_implements_becomes_megatrons_own_here_and_is_said():
+    """gpt/gpt3_15b_8t_release_gb200 (cross_entropy_fusion_impl te) failed here at its first step: 'Trying to use a
+    TE block when it's not present' (language_module.py:179)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"cross_entropy_loss_fusion": True, "cross_entropy_fusion_impl": "te"})
+    assert settings["cross_entropy_fusion_impl"] == "native"
+    assert notes == ["cross_entropy_fusion_impl te: Transformer Engine's (the target's), Megatron's native here "
+                     "(language_module.py:179)"]
+    unfused, notes = without_te_switches({"cross_entropy_loss_fusion": False, "cross_entropy_fusion_impl": "te"})
+    assert unfused["cross_entropy_fusion_impl"] == "te" and notes == []  # not read without the fusion
+
+
+def test_fp8_of_a_transformer_engine_target_is_rehearsed_without_it_and_said():
+    """moe/deepseek_proxy_fsdp_ep2_fsdp2 (fp8 with MoE) failed here at model build: 'Only transformer-engine>=1.7.0
+    supports MoE FP8 training' (transformer_config.py:2060)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"num_experts": 8, "fp8": "e4m3", "fp8_recipe": "blockwise",
+                                           "fp8_param_gather": True, "bf16": True})
+    assert "fp8" not in settings and "fp8_recipe" not in settings and "fp8_param_gather" not in settings
+    assert settings["bf16"] is True
+    assert notes == ["fp8 e4m3: Transformer Engine's (the target's); rehearsed without it here (fp8, fp8_param_gather, "
+                     "fp8_recipe at Megatron's defaults)"]
+
+
+def test_sequence_parallelism_off_at_tp_1_is_on_where_the_checkpoint_loads_at_tp_2():
+    """moe/gpt3_mcore_te_tp1_pp2_resume_torch_dist_reshard_2x1x4_te_8experts2parallel_dist_optimizer (TP 1, SP set)
+    failed loading at TP 2: 'sequence parallel not supported by torch LayerNorm' (the stand-in was not asked for)."""
+    from launcher.checks.rehearsal_ranks import sequence_parallel_somewhere
+
+    layout = RankLayout(tp=1, pp=2, ep=2, dp=2)
+    load = load_layout(layout, None)
+    assert load.tp == 2
+    assert sequence_parallel_somewhere({"sequence_parallel": True}, layout, load)
+    assert not sequence_parallel_somewhere({"sequence_parallel": True}, layout, layout)
+    assert not sequence_parallel_somewhere({}, layout, load)
+
+
+@pytest.mark.parametrize("ep, experts, topk, groups, group_topk", [(2, 64, 8, 8, 4), (4, 256, 8, 8, 4),
+                                                                   (1, 16, 6, 4, 2), (8, 64, 2, 8, 2)])
+def test_group_limited_routing_at_the_shrunk_expert_count_can_serve_its_topk(ep, experts, topk, groups, group_topk):
+    """moe/deepseek_proxy_fsdp_ep2_fsdp2 at EP 2 failed at its first step: 'selected index k out of range'
+    (moe_utils.py:621): its groups could not serve topk / group_topk experts each."""
+    megatron = {**job("345m").megatron, "num_experts": experts, "expert_model_parallel_size": ep,
+                "moe_router_topk": topk, "moe_router_num_groups": groups, "moe_router_group_topk": group_topk}
+    layout = RankLayout(ep=ep, dp=ep)
+    settings, _ = rank_settings(megatron, layout, layout)
+    n, k = settings["num_experts"], settings["moe_router_topk"]
+    g, gk = settings["moe_router_num_groups"], settings["moe_router_group_topk"]
+    assert n % ep == 0 and n % g == 0 and gk <= g and k % gk == 0 and k // gk <= n // g and k <= n
+
+
+def test_fp16_weights_loaded_at_another_tp_compare_at_fp16s_precision():
+    """gpt/gpt3_mcore_tp1_pp2_fp16 saved at TP 1 and loaded at TP 2: parameter norm 18.84367 vs 18.84672 (Megatron's
+    norm of fp16 parameters rounds each tensor's to fp16 here); bf16 and fp32 norms are of fp32 copies."""
+    from launcher.checks.rehearsal_ranks import norm_tolerance
+
+    assert abs(18.843666595223795 - 18.846724798875037) <= norm_tolerance({"fp16": True}) * 18.846724798875037
+    assert abs(18.843666595223795 - 18.846724798875037) > norm_tolerance({"bf16": True}) * 18.846724798875037
+
+
+def test_steps_fp16s_dynamic_loss_scale_skipped_are_said_not_failed():
+    """gpt/gpt3_mcore_tp1_pp2_fp16 failed here at its first step: fp16's loss scale starts at 2^32 and skips the
+    first steps on the GPU too (rehearse_rank.py accepts them under fp16 with a dynamic scale and says so)."""
+    from launcher.checks.rehearsal_ranks import LayoutRehearsal
+
+    layout = RankLayout(pp=2, dp=2)
+    result = LayoutRehearsal(True, layout, load_layout(layout, None), seconds=90.0,
+                             facts={"loss": [5.558, 5.573], "skipped_steps": [1, 2], "format": "torch_dist"})
+    assert "2 steps (loss 5.558 → 5.573; step 1, 2 skipped by fp16's dynamic loss scale, as on the GPU)" in \
+        result.render()[0]
+
+
 def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pipeline_size():
     """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed: 16 layers named by moe_layer_freq, at PP 2."""
     megatron = {**job("345m").megatron, "num_layers": 16, "num_experts": 8, "moe_router_topk": 2,

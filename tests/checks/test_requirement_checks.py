@@ -173,3 +173,26 @@ def test_the_rehearsal_is_not_run_where_this_machine_lacks_a_package_the_target_
     saving = resolve(load_preset("345m", ["async_save=true", "use_persistent_ckpt_worker=true"]),
                      kernels=Kernels(False, False, "preset"))
     assert packages_absent_here(saving) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("einops") is not None, reason="this Python has einops")
+def test_several_distributed_optimizer_instances_need_einops_which_megatron_core_does_not_install(tmp_path):
+    """Megatron builds the instances' two-level data-parallel groups with einops (megatron-core's "dev" extra only),
+    at start-up and only where DP > 1; found rehearsing NVIDIA's multi_dist_optimizer_instances configuration on
+    CPU ranks (failed at the process groups), now refused before launch."""
+    given = {"num_distributed_optimizer_instances": 2, "use_distributed_optimizer": True,
+             "transformer_impl": "local", "gradient_accumulation_fusion": False, "masked_softmax_fusion": False,
+             "tokenizer_type": "NullTokenizer"}
+    (finding,) = requirement_findings(given, Context(megatron_path=tmp_path))
+    assert (finding.check, finding.status) == ("einops", "fail")
+    assert finding.detail.startswith("num_distributed_optimizer_instances 2 needs einops, which is not installed")
+    assert finding.fix == "set num_distributed_optimizer_instances=1 or install einops"
+    assert requirement_findings({**given, "num_distributed_optimizer_instances": 1},
+                                Context(megatron_path=tmp_path)) == []
+    # the layout rehearsal builds those groups, so it is not run here without einops, and says why
+    from launcher.checks.rehearsal import packages_absent_here
+
+    job = resolve(load_preset("345m", ["use_distributed_optimizer=true", "num_distributed_optimizer_instances=2",
+                                       "launcher.packages=[einops]"]), 1, 4, kernels=Kernels(False, False, "preset"))
+    assert [m.split(",")[0] for m in packages_absent_here(job)] == [
+        "num_distributed_optimizer_instances 2 needs einops"]
