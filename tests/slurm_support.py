@@ -12,8 +12,8 @@ from pathlib import Path
 
 from launcher.backends import slurm
 from launcher.checks.data import check_job_data
-from launcher.megatron.pin import Kernels
 from launcher.errors import UserError
+from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import build_command
 from launcher.pipeline.elastic import attempt_range
 from launcher.pipeline.node_range import NodeRange

@@ -13,8 +13,8 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass, replace
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from launcher.checks.data import check_job_data
 from launcher.errors import Problem, UserError
@@ -67,9 +67,9 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     if run_dir is None and request.run_dir and (remote or not request.preflight):
         name = rundir.reserve_run_dir if request.reserve_run_dir else rundir.new_run_dir_path
         run_dir = name(Path(preset.launcher.run_root), preset.name)
-    settings: dict[str, Any] = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir, existing=request.existing,
-                    preflight=request.preflight, gpus_here=gpus_here, inherited_env=dict(os.environ),
-                    data_check=check_job_data)
+    settings: dict[str, Any] = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir,
+                                    existing=request.existing, preflight=request.preflight, gpus_here=gpus_here,
+                                    inherited_env=dict(os.environ), data_check=check_job_data)
     if isinstance(request.nodes, NodeRange):
         job, problems = elastic.attempt_range(preset, request.nodes, request.gpus_per_node, **settings)
     else:

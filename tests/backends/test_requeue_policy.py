@@ -92,7 +92,8 @@ def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_
                  # the node's python3, with the standard library only (-S: no site-packages, so no PyYAML)
                  "python3": f'exec {sys.executable} -S "$@"',
                  # the partition's responding nodes (nodes=0: sinfo fails, as when a signal kills it)
-                 "sinfo": f'echo sinfo >> {tmp_path}/calls; ((' + str(nodes) + f')) || exit 1; seq 1 {nodes} | sed s/^/n/'}
+                 "sinfo": (f'echo sinfo >> {tmp_path}/calls; ((' + str(nodes) + f')) || exit 1; '
+                           f'seq 1 {nodes} | sed s/^/n/')}
     for name, body in stand_ins.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)

@@ -131,8 +131,8 @@ def test_memory_is_judged_at_the_fewest_nodes_where_the_optimizer_is_split_least
     assert ranged.nodes == 8 and ranged.layout == fixed.layout  # the header's layout: the highest count's
     (memory,) = [p for p in problems if "memory estimate" in p.message]
     assert memory.message.startswith("with 1 node(s), the fewest of --nodes 1-8: the memory estimate")
-    fewest, highest = (float(re.search(r"~([\d.]+) GiB", text).group(1))
-                       for text in (memory.message, *[p.message for p in fixed_problems if "memory estimate" in p.message]))
+    messages = (memory.message, *[p.message for p in fixed_problems if "memory estimate" in p.message])
+    fewest, highest = (float(re.search(r"~([\d.]+) GiB", text).group(1)) for text in messages)
     assert fewest > highest  # DP 1 holds the whole optimizer state on each rank
     assert "a higher MIN" in memory.hint
 
