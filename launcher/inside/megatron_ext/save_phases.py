@@ -67,8 +67,8 @@ def timed(function: Callable[..., Any], phase: str) -> Callable[..., Any]:
         finally:
             PHASES.times[phase] += time.perf_counter() - start
 
-    wrapper.__wrapped__ = function  # type: ignore[attr-defined]
-    wrapper._megatron_launch_phase = phase  # type: ignore[attr-defined]
+    wrapper.__wrapped__ = function
+    wrapper._megatron_launch_phase = phase
     return wrapper
 
 
@@ -113,8 +113,8 @@ def install() -> bool:
             PHASES.active = False
             _print0(PHASES.line(int(iteration), time.perf_counter() - start))
 
-    save_checkpoint_and_time._megatron_launch_phases = True  # type: ignore[attr-defined]
-    save_checkpoint_and_time.__wrapped__ = upstream_save  # type: ignore[attr-defined]
+    save_checkpoint_and_time._megatron_launch_phases = True
+    save_checkpoint_and_time.__wrapped__ = upstream_save
     training.save_checkpoint_and_time = save_checkpoint_and_time
 
     upstream_finalize = training.maybe_finalize_async_save
