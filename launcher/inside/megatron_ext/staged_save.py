@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
 from dataclasses import dataclass
 from multiprocessing import reduction
 from typing import Any
@@ -108,6 +109,7 @@ class HostStage:
         self.stream: torch.cuda.Stream | None = None
         self.refused: str | None = None
         self.pinned = False
+        self.lock = threading.Lock()  # a save waits for a buffer still being made in the background
 
     def ensure(self, nbytes: int, pin: bool = True) -> bool:
         """A buffer of at least nbytes, page-locked with CUDA where pin; False (and self.refused says why) where it
@@ -132,6 +134,7 @@ class HostStage:
             self.refused = f"no shared host memory for the staging buffer ({error})"
             return False
         tensor = torch.frombuffer(mapped, dtype=torch.uint8)
+        tensor.fill_(0)  # the pages made now, not by the first copy (or by the page-locking, all at once)
         status = _code(torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), size, 0)) if pin else 0
         if status != 0:
             del tensor
@@ -141,6 +144,17 @@ class HostStage:
             return False
         self.fd, self.size, self.map, self.tensor, self.pinned = fd, size, mapped, tensor, pin
         return True
+
+    def prepare(self, nbytes: int) -> threading.Thread:
+        """Make the buffer in a background thread (at launch, so that the first save finds it ready)."""
+
+        def make() -> None:
+            with self.lock:
+                self.ensure(nbytes)
+
+        thread = threading.Thread(target=make, name="megatron-launch-checkpoint-stage", daemon=True)
+        thread.start()
+        return thread
 
     def release(self) -> None:
         if self.tensor is None:
@@ -164,8 +178,9 @@ class HostStage:
                 if isinstance(tensor, torch.Tensor) and (tensor.is_cuda or not on_device):
                     places.append((tensor, end))
                     end += -(-tensor.numel() * tensor.element_size() // ALIGN) * ALIGN
-        if not self.ensure(max(end, ALIGN), pin=on_device):
-            return None
+        with self.lock:
+            if not self.ensure(max(end, ALIGN), pin=on_device):
+                return None
         assert self.tensor is not None and self.fd is not None
         staged_place: dict[int, TensorPlace] = {}
 
@@ -223,6 +238,56 @@ def _say_once(text: str) -> None:
         print(text, flush=True)
 
 
+def expected_bytes(model: Any, optimizer: Any) -> int:
+    """About what a save copies: the model's parameters, and the optimizer's main parameters with two states of
+    their size each (Adam's moments). A save that needs more grows the buffer then."""
+    seen: set[int] = set()
+
+    def size(tensors: Any) -> int:
+        total = 0
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.is_cuda and t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+        return total
+
+    chunks = model if isinstance(model, (list, tuple)) else [model]
+    model_bytes = sum(size(chunk.parameters()) for chunk in chunks)
+    optimizers = getattr(optimizer, "chained_optimizers", None) or [optimizer]
+    main = 0
+    for opt in optimizers:
+        inner = getattr(opt, "optimizer", None)
+        for group in getattr(inner, "param_groups", []):
+            main += size(group["params"])
+    return model_bytes + 3 * main
+
+
+def _prepare_at_training_start() -> None:
+    """Make the buffer in the background when training starts (the model and optimizer exist then; this module is
+    imported while the model is built), where the job saves that way."""
+    from megatron.training import training
+
+    upstream = training.train
+    if getattr(upstream, "_megatron_launch_staged", False):
+        return
+
+    def train(forward_step_func, model, optimizer, *args, **kwargs):
+        try:
+            from megatron.training import get_args
+
+            margs = get_args()
+            if (margs.save and margs.async_save and margs.use_persistent_ckpt_worker
+                    and margs.async_strategy == "mcore" and margs.ckpt_format == "torch_dist"):
+                STAGE.prepare(expected_bytes(model, optimizer))
+        except Exception as error:  # the first save then makes the buffer itself
+            _say_once(f"> megatron-launch staged checkpoint copy: buffer not prepared at launch ({error})")
+        return upstream(forward_step_func, model, optimizer, *args, **kwargs)
+
+    train._megatron_launch_staged = True
+    train.__wrapped__ = upstream
+    training.train = train
+
+
 def install() -> bool:
     """Patch Megatron's persistent checkpoint worker hand-off (mcore strategy); False where already done."""
     from megatron.core.dist_checkpointing.strategies import async_utils
@@ -250,4 +315,8 @@ def install() -> bool:
 
     schedule_async_call._megatron_launch_staged = True
     caller.schedule_async_call = schedule_async_call
+    try:
+        _prepare_at_training_start()
+    except ImportError:  # megatron-core alone: no training loop
+        pass
     return True
