@@ -30,6 +30,7 @@ import torch
 
 ALIGN = 4096  # each tensor starts on its own page in the buffer
 GROWTH = 1.0625  # room for a later save slightly larger than the first (e.g. a scalar state added)
+HOST_REGISTER_PORTABLE = 1  # cudaHostRegisterPortable: page-locked for every CUDA context, whichever thread registers
 MEMORY_RESERVE = 0.25  # leave at least this share of the host's available memory free
 
 
@@ -135,7 +136,8 @@ class HostStage:
             return False
         tensor = torch.frombuffer(mapped, dtype=torch.uint8)
         tensor.fill_(0)  # the pages made now, not by the first copy (or by the page-locking, all at once)
-        status = _code(torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), size, 0)) if pin else 0
+        status = _code(torch.cuda.cudart().cudaHostRegister(tensor.data_ptr(), size, HOST_REGISTER_PORTABLE)) \
+            if pin else 0
         if status != 0:
             del tensor
             mapped.close()
@@ -148,9 +150,15 @@ class HostStage:
     def prepare(self, nbytes: int) -> threading.Thread:
         """Make the buffer in a background thread (at launch, so that the first save finds it ready)."""
 
+        device = torch.cuda.current_device()
+
         def make() -> None:
-            with self.lock:
-                self.ensure(nbytes)
+            try:
+                torch.cuda.set_device(device)  # a new thread starts on device 0
+                with self.lock:
+                    self.ensure(nbytes)
+            except Exception as error:  # the first save tries again, and says why if it cannot
+                _say_once(f"> megatron-launch staged checkpoint copy: buffer not prepared at launch ({error})")
 
         thread = threading.Thread(target=make, name="megatron-launch-checkpoint-stage", daemon=True)
         thread.start()
