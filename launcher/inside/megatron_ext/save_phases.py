@@ -26,6 +26,7 @@ SAVE_PHASES_ENV = "MEGATRON_LAUNCH_SAVE_PHASES"
 # (module, attribute, phase): what is timed. Nested phases are printed inside their parent.
 _TOP = ("rng", "state dict", "dist save", "hand-off to the writer")
 _INNER = ("preprocess", "common", "parallelize", "to torch", "plan", "prepare write")
+_HANDOFF = ("wait for the previous write", "copy to host")
 
 
 class Phases:
@@ -37,11 +38,12 @@ class Phases:
 
     def line(self, iteration: int, total: float) -> str:
         t = self.times
-        inner = ", ".join(f"{name} {t[name]:.3f}" for name in _INNER if name in t)
+        inner = {"dist save": ", ".join(f"{name} {t[name]:.3f}" for name in _INNER if name in t),
+                 "hand-off to the writer": ", ".join(f"{name} {t[name]:.3f}" for name in _HANDOFF if name in t)}
         parts = []
         for name in _TOP:
             if name in t:
-                parts.append(f"{name} {t[name]:.3f}" + (f" ({inner})" if name == "dist save" and inner else ""))
+                parts.append(f"{name} {t[name]:.3f}" + (f" ({inner[name]})" if inner.get(name) else ""))
         other = total - sum(t[name] for name in _TOP if name in t)
         return (f"> megatron-launch save phases, iteration {iteration}: {total:.3f} s = " + " + ".join(parts)
                 + f" + other {other:.3f}")
@@ -99,6 +101,10 @@ def install() -> bool:
     _patch(torch_strategy, "mcore_to_pyt_state_dict", "to torch")
     _patch(state_dict_saver, "save_state_dict_async_plan", "plan")
     _patch(filesystem_async.FileSystemWriterAsync, "prepare_write_data", "prepare write")
+    from launcher.inside.megatron_ext import staged_save  # the fast op's hand-off, where it is applied
+
+    _patch(staged_save, "wait_for_writer", "wait for the previous write")
+    _patch(staged_save.HostStage, "stage", "copy to host")
 
     upstream_save = training.save_checkpoint_and_time
 

@@ -296,6 +296,13 @@ def _prepare_at_training_start() -> None:
     training.train = train
 
 
+def wait_for_writer(caller: Any) -> None:
+    """Until the persistent writer has finished every request it was given: the previous save's write reads the
+    buffer that this save's copy overwrites (upstream's writer, too, copies a save only after the previous write)."""
+    if caller._persistent_process is not None and caller._persistent_queue is not None:
+        caller._persistent_queue.join()
+
+
 def install() -> bool:
     """Patch Megatron's persistent checkpoint worker hand-off (mcore strategy); False where already done."""
     from megatron.core.dist_checkpointing.strategies import async_utils
@@ -308,8 +315,7 @@ def install() -> bool:
     def schedule_async_call(self, async_req):
         if async_req.async_fn is None or async_req.preload_fn is None or len(async_req.async_fn_args) != 3:
             return upstream(self, async_req)
-        if caller._persistent_process is not None and caller._persistent_queue is not None:
-            caller._persistent_queue.join()  # the previous save's write still reads the buffer
+        wait_for_writer(caller)
         args = list(async_req.async_fn_args)
         staged = STAGE.stage(args[1], on_device=ON_DEVICE)
         if staged is None:
