@@ -3,6 +3,7 @@ it, and writes exactly the tensors (each with a storage of its own size) that up
 
 import io
 import multiprocessing
+import socket
 
 import pytest
 
@@ -114,3 +115,57 @@ def test_the_patched_hand_off_sends_the_staged_request_and_leaves_others_to_mega
     assert staged.preload_fn is None and isinstance(staged.async_fn, WriteFromStage)
     assert isinstance(staged.async_fn_args[1], StagedBuckets)
     assert untouched.async_fn is record_write and untouched.async_fn_args[1] is buckets
+
+
+def _megatron_writer(requests, results):
+    """The persistent writer's part of a request: its async function on its arguments (async_utils.async_loop)."""
+    write, args = requests.get()
+    write(*args)
+    results.put("written")
+
+
+def test_a_megatron_torch_dist_save_written_from_the_staged_buffer_loads_back_equal(tmp_path, monkeypatch):
+    """Megatron's own planning, files and finalisation; only the copy and the hand-off staged, in a forkserver
+    process as Megatron's persistent writer is. (On CPU: gloo, and the CUDA scalar of the finalisation on CPU.)"""
+    pytest.importorskip("megatron.core")
+    import torch.distributed as dist
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing import ShardedTensor
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("MASTER_PORT", str(free.getsockname()[1]))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: "cpu")
+    try:
+        values = {"embedding": torch.randn(50, 16), "layer.weight": torch.randn(16, 16).to(torch.bfloat16),
+                  "layer.exp_avg": torch.randn(16, 16).t(), "step": torch.tensor(3)}
+        state = {name: ShardedTensor.from_rank_offsets(name, tensor.clone()) for name, tensor in values.items()}
+        state["iteration"] = 7
+        request = dist_checkpointing.save(state, str(tmp_path), async_sharded_save=True, async_strategy="mcore")
+        assert request.preload_fn is not None  # the tensors would have gone to the writer for it to copy
+        stage = HostStage()
+        args = list(request.async_fn_args)
+        args[1] = stage.stage(args[1], on_device=False)
+        assert sum(isinstance(t, TensorPlace) for _, _, (_, items) in args[1].buckets for _, t in items) == 4
+        context = multiprocessing.get_context("forkserver")
+        requests, results = context.Queue(), context.Queue()
+        writer = context.Process(target=_megatron_writer, args=(requests, results))
+        writer.start()
+        requests.put((WriteFromStage(request.async_fn), tuple(args)))
+        assert results.get(timeout=120) == "written"
+        writer.join(timeout=30)
+        for finalize in request.finalize_fns:
+            finalize()
+        stage.release()
+        template = {name: ShardedTensor.from_rank_offsets(name, torch.zeros_like(tensor.contiguous()))
+                    for name, tensor in values.items()}
+        template["iteration"] = None
+        loaded = dist_checkpointing.load(template, str(tmp_path))
+    finally:
+        dist.destroy_process_group()
+    assert loaded["iteration"] == 7
+    assert sum(f.stat().st_size for f in tmp_path.glob("*.distcp")) < 64 << 10  # each tensor, not the buffer
+    for name, tensor in values.items():
+        assert torch.equal(loaded[name], tensor), name
