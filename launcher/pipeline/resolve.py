@@ -270,7 +270,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                 notes = [*notes, f"TensorBoard every {run_args['tensorboard_log_interval']} iterations, the log "
                          "interval (Megatron's default of 1 waits for the GPU in every step; set "
                          "tensorboard_log_interval=N to choose)"]
-        save_flags = save_defaults.save_defaults(megatron)
+        save_flags = save_defaults.save_defaults(megatron, world_size)
         megatron.update(save_flags)
         notes = [*notes, *save_defaults.save_notes(save_flags)]
         if target.remote and run_dir is not None:

@@ -34,3 +34,24 @@ def test_no_default_for_the_torch_format_which_has_no_cached_plan(tmp_path):
 def test_no_default_for_a_job_that_does_not_save():
     job = job_for()  # no run directory and no save in the preset: nothing is written
     assert "save" not in job.megatron and "ckpt_assume_constant_structure" not in job.megatron
+
+
+def test_the_fully_parallel_save_is_off_where_its_group_is_one_rank_and_the_header_says_so(tmp_path):
+    job = job_for(run_dir=tmp_path / "run")
+    assert job.added["ckpt_fully_parallel_save"] is False
+    assert any(note.startswith("ckpt_fully_parallel_save off") for note in job.notes)
+
+
+@pytest.mark.parametrize("overrides", [("ckpt_fully_parallel_save=true",), ("use_distributed_optimizer=true",),
+                                       ("ckpt_fully_parallel_save_process_group=ep_dp",)])
+def test_the_fully_parallel_save_is_kept_where_the_user_or_the_optimizer_wants_it(tmp_path, overrides):
+    job = job_for(*overrides, run_dir=tmp_path / "run")
+    assert job.megatron.get("ckpt_fully_parallel_save") is not False
+    assert not any(note.startswith("ckpt_fully_parallel_save off") for note in job.notes)
+
+
+def test_the_fully_parallel_save_is_kept_where_data_parallel_ranks_share_the_writes(tmp_path):
+    job = resolve(load_preset("345m"), 1, 2, run_dir=tmp_path / "run")  # DP 2
+    assert "ckpt_fully_parallel_save" not in job.megatron
+    tp2 = resolve(load_preset("345m", overrides=["tensor_model_parallel_size=2"]), 1, 2, run_dir=tmp_path / "r2")
+    assert tp2.megatron["ckpt_fully_parallel_save"] is False  # TP 2 on 2 GPUs: DP 1
