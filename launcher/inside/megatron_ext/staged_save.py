@@ -3,11 +3,12 @@ pinned buffer that lives as long as the run.
 
 Upstream (``--async-save --use-persistent-ckpt-worker --async-strategy mcore``) pickles every GPU tensor of the
 checkpoint to the persistent writer process through CUDA IPC, and the training loop waits while that process opens
-each shared allocation and copies each tensor to freshly allocated host memory (async_utils.py,
-``PersistentAsyncCaller.schedule_async_call``: ``_persistent_preload_q.join()``). Here the training process copies
-the tensors itself, on a side stream, into a page-locked buffer allocated at the first save and kept
-(``memfd_create`` memory, registered with CUDA once): the copy runs at the link's speed, nothing is allocated per
-save, and the writer receives the buffer's file descriptor plus each tensor's place in it instead of CUDA handles.
+each shared allocation and copies each tensor to host memory, page-locked by its caching allocator at its first
+save (async_utils.py, ``PersistentAsyncCaller.schedule_async_call``: ``_persistent_preload_q.join()``). Here the
+training process copies the tensors itself, on a side stream, into one page-locked buffer kept for the run
+(``memfd_create`` memory registered with CUDA once, made in a background thread when training starts and sized from
+the model and the optimizer): nothing is allocated or opened per save, and the writer receives the buffer's file
+descriptor plus each tensor's place in it instead of CUDA handles.
 The writer process then writes exactly what upstream's would (same files, same items, each tensor with a storage of
 its own size), from the shared pages.
 
