@@ -24,7 +24,7 @@ from typing import Any
 SAVE_PHASES_ENV = "MEGATRON_LAUNCH_SAVE_PHASES"
 
 # (module, attribute, phase): what is timed. Nested phases are printed inside their parent.
-_TOP = ("rng", "state dict", "dist save", "hand-off to the writer")
+_TOP = ("empty cache", "rng", "state dict", "dist save", "hand-off to the writer")
 _INNER = ("preprocess", "common", "parallelize", "to torch", "plan", "prepare write")
 _HANDOFF = ("wait for the previous write", "copy to host")
 
@@ -91,6 +91,9 @@ def install() -> bool:
 
     if getattr(training.save_checkpoint_and_time, "_megatron_launch_phases", False):
         return False
+    import torch
+
+    _patch(torch.cuda, "empty_cache", "empty cache")  # save_checkpoint_and_time frees the cached GPU memory
     _patch(checkpointing, "get_rng_state", "rng")
     _patch(checkpointing, "generate_state_dict", "state dict")
     _patch(dist_checkpointing, "save", "dist save")
