@@ -23,6 +23,7 @@ SAVED = re.compile(STAMP + r" successfully saved checkpoint from iteration\s+(\d
 PHASES = re.compile(r"> megatron-launch save phases, iteration (\d+): (.*)")
 STORED = re.compile(r"> megatron-launch save of iteration (\d+) complete on storage ([\d.]+) s after it began "
                     r"\(finalised on the training thread in ([\d.]+) s")
+WRITER = re.compile(r"> megatron-launch checkpoint writer: ([\d.]+) GiB written and synced in ([\d.]+) s")
 OVERLAP = "Starting a checkpoint save before previous has finished"
 WORKER = re.compile(r"Async Caller Started in ([\d.]+) seconds")
 
@@ -57,6 +58,10 @@ def saves(log_text: str) -> dict:
         elif m := STORED.search(line):
             if int(m[1]) in by_iteration:
                 by_iteration[int(m[1])]["finalize_s"] = float(m[3])
+        elif m := WRITER.search(line):
+            unwritten = [row for row in rows if "write_s" not in row]
+            if unwritten:
+                unwritten[0].update(written_gib=float(m[1]), write_s=float(m[2]))
         elif OVERLAP in line:
             overlaps += 1
         elif m := WORKER.search(line):
@@ -83,7 +88,9 @@ def render(name: str, result: dict) -> str:
     for row in result["saves"]:
         lines.append(f"  iteration {row['iteration']:>5}: blocked {row.get('blocking_s', '?')} s, complete on "
                      f"storage {row.get('durable_s', '?')} s after it began"
-                     + (f" (finalise {row['finalize_s']} s)" if "finalize_s" in row else ""))
+                     + (f" (finalise {row['finalize_s']} s)" if "finalize_s" in row else "")
+                     + (f"; the writer wrote {row['written_gib']} GiB in {row['write_s']} s" if "write_s" in row
+                        else ""))
         if "phases" in row:
             lines.append(f"      {row['phases']}")
     return "\n".join(lines)

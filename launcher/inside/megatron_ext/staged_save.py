@@ -23,6 +23,7 @@ from __future__ import annotations
 import mmap
 import os
 import threading
+import time
 from dataclasses import dataclass
 from multiprocessing import reduction
 from typing import Any
@@ -97,7 +98,14 @@ class WriteFromStage:
         self.write = write
 
     def __call__(self, rank: int, staged: StagedBuckets, results_queue: Any) -> None:
-        return self.write(rank, staged.materialize(), results_queue)
+        start = time.perf_counter()
+        result = self.write(rank, staged.materialize(), results_queue)
+        if rank == 0 and os.environ.get("MEGATRON_LAUNCH_SAVE_PHASES", "") not in ("", "0"):
+            written = sum(t.numel * t.dtype.itemsize for _, _, (_, items) in staged.buckets for _, t in items
+                          if isinstance(t, TensorPlace))
+            print(f"> megatron-launch checkpoint writer: {written / 2**30:.2f} GiB written and synced in "
+                  f"{time.perf_counter() - start:.2f} s", flush=True)
+        return result
 
 
 class HostStage:
