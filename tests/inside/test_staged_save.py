@@ -101,7 +101,11 @@ def test_the_patched_hand_off_sends_the_staged_request_and_leaves_others_to_mega
     monkeypatch.setattr(async_utils.PersistentAsyncCaller, "_persistent_process", None)
     monkeypatch.setattr(staged_save, "ON_DEVICE", False)
     monkeypatch.setattr(staged_save, "STAGE", HostStage())
+    from megatron.training import training
+
+    monkeypatch.setattr(training, "train", training.train)  # install() wraps it too: restored after the test
     assert staged_save.install() is True
+    assert training.train.__wrapped__ is not None
     assert staged_save.install() is False
     caller = async_utils.PersistentAsyncCaller()
     buckets = _buckets()
