@@ -27,7 +27,7 @@ def _buckets():
 def record_write(rank, write_buckets, results_queue):
     """Stands for upstream's write_preloaded_data_multithread: torch.save each tensor, report what was written."""
     written = {}
-    for _, file_name, (bytes_data, tensor_data) in write_buckets:
+    for _, _, (bytes_data, tensor_data) in write_buckets:
         for item, data in bytes_data:
             written[item] = data.getvalue()
         for item, tensor in tensor_data:

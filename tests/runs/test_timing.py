@@ -38,8 +38,8 @@ def test_a_save_still_writing_when_the_next_begins_is_timed_from_its_own_start()
         (10.5, "    save-checkpoint ................................: (500.00, 510.00)"),
         (12.0, "[2026-12-03 13:50:27.023204] saving checkpoint at iteration      30 to /c in torch_dist format"),
         (12.4, "    save-checkpoint ................................: (400.00, 420.00)"),
-        (19.0, "  [2026-12-03 13:50:34.39] successfully saved checkpoint from iteration      15 to /c [ t 1/1, p 1/1 ]"),
-        (26.0, "  [2026-12-03 13:50:41.39] successfully saved checkpoint from iteration      30 to /c [ t 1/1, p 1/1 ]"),
+        (19.0, "  [2026-12-03 13:50:34.39] successfully saved checkpoint from iteration      15 to /c [ t 1/1 ]"),
+        (26.0, "  [2026-12-03 13:50:41.39] successfully saved checkpoint from iteration      30 to /c [ t 1/1 ]"),
     ]
     for now, text in lines:
         clock.observe(text, False, now=now)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 SAVE_PHASES_ENV = "MEGATRON_LAUNCH_SAVE_PHASES"
+END_WAIT = ", the end of training waited for the write"
 
 # (module, attribute, phase): what is timed. Nested phases are printed inside their parent.
 _TOP = ("empty cache", "rng", "state dict", "dist save", "hand-off to the writer")
@@ -143,7 +144,7 @@ def install() -> bool:
                 began = PHASES.started.pop(iteration)
                 _print0(f"> megatron-launch save of iteration {iteration} complete on storage "
                         f"{time.time() - began:.2f} s after it began (finalised on the training thread in "
-                        f"{spent:.3f} s{', the end of training waited for the write' if kwargs.get('blocking') else ''})")
+                        f"{spent:.3f} s{END_WAIT if kwargs.get('blocking') else ''})")
         return result
 
     training.maybe_finalize_async_save = maybe_finalize_async_save
