@@ -13,6 +13,9 @@ import re
 import time
 
 _SAVE_TIMER_RE = re.compile(r"^\s*save-checkpoint \.+: \((?P<min>[\d.]+), (?P<max>[\d.]+)\)")
+# the iteration names the save: an asynchronous save can still be writing when the next one begins
+_SAVING_RE = re.compile(r"saving checkpoint at iteration\s+(?P<it>\d{1,18})(?!\d)")
+_SAVED_RE = re.compile(r"successfully saved checkpoint from iteration\s+(?P<it>\d{1,18})(?!\d)")
 INITIALIZED = "[after megatron is initialized]"
 TRAINING = "[before the start of training step]"
 
@@ -24,7 +27,7 @@ class StartupClock:
         self.training: float | None = None
         self.first_iteration: float | None = None
         self.save_blocking_s: list[float] = []
-        self.saving: float | None = None  # arrival of the last "saving checkpoint" line
+        self.saving: dict[int, float] = {}  # iteration → arrival of its "saving checkpoint" line
         self.save_wall_s: float | None = None  # from it to "successfully saved" (the write, even in background)
 
     def observe(self, text: str, is_iteration: bool, now: float | None = None) -> None:
@@ -37,10 +40,10 @@ class StartupClock:
             self.first_iteration = now
         elif "save-checkpoint" in text and (m := _SAVE_TIMER_RE.match(text)):
             self.save_blocking_s.append(float(m["max"]) / 1000.0)
-        elif "saving checkpoint at iteration" in text:
-            self.saving = now
-        elif "successfully saved checkpoint" in text and self.saving is not None:
-            self.save_wall_s = now - self.saving
+        elif m := _SAVING_RE.search(text):
+            self.saving[int(m["it"])] = now
+        elif (m := _SAVED_RE.search(text)) and int(m["it"]) in self.saving:
+            self.save_wall_s = now - self.saving.pop(int(m["it"]))
 
     def as_dict(self) -> dict[str, float | None]:
         def span(a: float | None, b: float | None) -> float | None:

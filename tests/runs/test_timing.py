@@ -29,3 +29,20 @@ def test_breakdown_from_arrival_times_and_megatron_save_timer():
 def test_nothing_known_renders_nothing():
     assert render(None) == []
     assert render(StartupClock(now=0.0).as_dict()) == []
+
+
+def test_a_save_still_writing_when_the_next_begins_is_timed_from_its_own_start():
+    clock = StartupClock(now=0.0)
+    lines = [
+        (10.0, "[2026-12-03 13:50:25.023204] saving checkpoint at iteration      15 to /c in torch_dist format"),
+        (10.5, "    save-checkpoint ................................: (500.00, 510.00)"),
+        (12.0, "[2026-12-03 13:50:27.023204] saving checkpoint at iteration      30 to /c in torch_dist format"),
+        (12.4, "    save-checkpoint ................................: (400.00, 420.00)"),
+        (19.0, "  [2026-12-03 13:50:34.39] successfully saved checkpoint from iteration      15 to /c [ t 1/1 ]"),
+        (26.0, "  [2026-12-03 13:50:41.39] successfully saved checkpoint from iteration      30 to /c [ t 1/1 ]"),
+    ]
+    for now, text in lines:
+        clock.observe(text, False, now=now)
+        if "iteration      15 to /c [" in text:
+            assert clock.as_dict()["last_save_written_s"] == 9.0  # not 7.0, from the later save's start
+    assert clock.as_dict()["last_save_blocking_s"] == 0.42 and clock.as_dict()["last_save_written_s"] == 14.0

@@ -7,7 +7,7 @@ SDPA_SPEC = ("launcher.inside.megatron_ext.sdpa_spec", "layer_spec")
 SDPA_SPEC_FAST = ("launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec")
 
 FAST_OPS_ENV = "MEGATRON_LAUNCH_FAST_OPS"
-ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "nancheck", "layer")
+ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "nancheck", "layer", "save")
 
 
 def selected_ops(value: str | None) -> tuple[str, ...]:

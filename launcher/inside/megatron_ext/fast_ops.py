@@ -16,6 +16,9 @@ installed. Each one is applied only when Megatron is on that fallback, and compu
   their verdicts on the GPU and are read back at most two steps later, and before every save, instead of
   stopping the host at each check (deferred_checks.py).
 - ``layer``: each transformer layer's math as one compiled function (compiled_layer.py; applied by the spec).
+- ``save``: the asynchronous checkpoint save copies the tensors to host memory in the training process, into one
+  page-locked buffer kept for the run, and hands the persistent writer that buffer instead of CUDA handles
+  (staged_save.py).
 
 Used through ``--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec``; the environment variable
 ``MEGATRON_LAUNCH_FAST_OPS`` (comma list, default all, ``none`` for none) picks which ones.
@@ -212,6 +215,10 @@ def apply(ops: Iterable[str]) -> tuple[str, ...]:
         from launcher.inside.megatron_ext import deferred_checks
 
         deferred_checks.install()
+    if "save" in ops:
+        from launcher.inside.megatron_ext import staged_save
+
+        staged_save.install()
     return ops
 
 

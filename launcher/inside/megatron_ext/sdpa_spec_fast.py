@@ -7,10 +7,12 @@ builds the model, before it builds the optimizer) applies the ops named in ``MEG
 
 from dataclasses import replace
 
-from launcher.inside.megatron_ext import fast_ops, sdpa_spec
+from launcher.inside.megatron_ext import fast_ops, save_phases, sdpa_spec
 
 applied_fast_ops = fast_ops.apply_from_environment()
 print(f"> megatron-launch fast ops: {','.join(applied_fast_ops) or 'none'}", flush=True)
+if save_phases.install_from_environment():
+    print("> megatron-launch save phases: timed", flush=True)
 
 if "layer" in applied_fast_ops:
     from launcher.inside.megatron_ext.compiled_layer import CompiledDenseOrMoELayer, CompiledLayer
