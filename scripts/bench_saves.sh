@@ -24,11 +24,12 @@ START=$(date +%s)
 } > "$OUT/machine.txt" 2>&1
 
 # name | environment | extra launch arguments. Saves at 15 and 30 (the second is the end-of-run save).
-OLD_OPS=ce,norm,scale,adam,nosync,nancheck,layer   # every fast op but the staged save copy
+NEW_OPS=ce,norm,scale,adam,nosync,nancheck,layer,save   # the default fast ops plus the staged save copy
+NEW_SETS="--set ckpt_assume_constant_structure=true --set ckpt_fully_parallel_save=false"
 VARIANTS=(
-  "new||"
-  "old|MEGATRON_LAUNCH_FAST_OPS=$OLD_OPS|--set ckpt_assume_constant_structure=false --set ckpt_fully_parallel_save=true"
-  "new-without-staged-copy|MEGATRON_LAUNCH_FAST_OPS=$OLD_OPS|"
+  "new|MEGATRON_LAUNCH_FAST_OPS=$NEW_OPS|$NEW_SETS"
+  "old||"
+  "new-without-staged-copy||$NEW_SETS"
 )
 for entry in "${VARIANTS[@]}"; do
   IFS='|' read -r name envs extra <<< "$entry"

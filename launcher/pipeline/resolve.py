@@ -26,7 +26,6 @@ from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
-from launcher.pipeline import save_defaults
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
@@ -273,9 +272,6 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                 notes = [*notes, f"TensorBoard every {run_args['tensorboard_log_interval']} iterations, the log "
                          "interval (Megatron's default of 1 waits for the GPU in every step; set "
                          "tensorboard_log_interval=N to choose)"]
-        save_flags = save_defaults.save_defaults(megatron, world_size)
-        megatron.update(save_flags)
-        notes = [*notes, *save_defaults.save_notes(save_flags)]
         if target.remote and run_dir is not None:
             signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)

@@ -7,7 +7,6 @@
 # runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
 # run directory /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: TensorBoard every 10 iterations, the log interval (Megatron's default of 1 waits for the GPU in every step; set tensorboard_log_interval=N to choose)
-# note: ckpt_assume_constant_structure (the launcher's default for torch_dist saves): every save after the first reuses the first one's save plan and metadata instead of rebuilding them with the training loop stopped; --set ckpt_assume_constant_structure=false to rebuild them each time
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR
 # run this same command on each of the 192 nodes; MASTER_ADDR is the first node
 : "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"
@@ -52,5 +51,4 @@ torchrun --nnodes 192 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint "${
   --save-interval 1000 \
   --save-retain-interval 10000 \
   --tensorboard-dir /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ/tensorboard \
-  --tensorboard-log-interval 10 \
-  --ckpt-assume-constant-structure
+  --tensorboard-log-interval 10

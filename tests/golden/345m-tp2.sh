@@ -9,8 +9,6 @@
 # note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 # note: rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks of loss and gradients still stop the run, read back at most 2 steps late and before every save instead of a host sync in each step; --set rerun_mode=validate_results for Megatron's re-run diagnosis
 # note: TensorBoard every 10 iterations, the log interval (Megatron's default of 1 waits for the GPU in every step; set tensorboard_log_interval=N to choose)
-# note: ckpt_assume_constant_structure (the launcher's default for torch_dist saves): every save after the first reuses the first one's save plan and metadata instead of rebuilding them with the training loop stopped; --set ckpt_assume_constant_structure=false to rebuild them each time
-# note: ckpt_fully_parallel_save off (the launcher's default where the data-parallel group is one rank): nothing to spread the writes over, and Megatron's wrapper would check the whole sharding again at every save; --set ckpt_fully_parallel_save=true to keep it
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR
 export CUDA_DEVICE_MAX_CONNECTIONS=1
 export PYTHONPATH=/opt/megatron-lm:/opt/megatron-launch
@@ -58,6 +56,4 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --save-interval 1000 \
   --save-retain-interval 10000 \
   --tensorboard-dir /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ/tensorboard \
-  --tensorboard-log-interval 10 \
-  --ckpt-assume-constant-structure \
-  --no-ckpt-fully-parallel-save
+  --tensorboard-log-interval 10

@@ -8,12 +8,15 @@ SDPA_SPEC_FAST = ("launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec")
 
 FAST_OPS_ENV = "MEGATRON_LAUNCH_FAST_OPS"
 ALL_OPS = ("ce", "norm", "scale", "adam", "nosync", "nancheck", "layer", "save")
+# What runs when MEGATRON_LAUNCH_FAST_OPS is unset: all but ``save``, which is asked for by name until it has been
+# measured on a GPU (docs/checkpoint-saves.md).
+DEFAULT_OPS = tuple(op for op in ALL_OPS if op != "save")
 
 
 def selected_ops(value: str | None) -> tuple[str, ...]:
     """The ops named in a MEGATRON_LAUNCH_FAST_OPS value (see fast_ops); unknown names are an error."""
     if value is None or value.strip() == "":
-        return ALL_OPS
+        return DEFAULT_OPS
     names = tuple(n.strip() for n in value.split(",") if n.strip())
     if names == ("none",):
         return ()
