@@ -22,6 +22,12 @@ REPO = Path(__file__).resolve().parent.parent
 BODY = ("import sys, runpy; sys.argv = ['pretrain_gpt.py']; "
         "src = open({path!r}).read().split('if __name__ ==')[0]; "
         "exec(compile(src, {path!r}, 'exec'), {{'__name__': 'pretrain_gpt_imports'}})")
+# After the imports: how many modules have no bytecode file on disk (each was compiled from source in this
+# process: a read-only site-packages, PYTHONDONTWRITEBYTECODE, or a first import), by top-level package.
+NO_PYC = ("; import os, collections; mods = [m for m in list(sys.modules.values()) if isinstance(getattr(m, '__cached__', None), str)]; "
+          "miss = collections.Counter(m.__name__.split('.')[0] for m in mods if not os.path.exists(m.__cached__)); "
+          "print('bytecode: dont_write_bytecode', sys.dont_write_bytecode, 'pycache_prefix', sys.pycache_prefix, "
+          "'modules without a .pyc on disk', sum(miss.values()), 'of', len(mods), dict(miss.most_common(8)))")
 PROFILE = ("import cProfile, pstats, io; pr = cProfile.Profile(); pr.enable(); {body}; pr.disable(); "
            "s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats('tottime').print_stats(35); "
            "pstats.Stats(pr, stream=s).sort_stats('cumulative').print_stats(45); print(s.getvalue())")
@@ -58,10 +64,11 @@ def main() -> int:
     body = BODY.format(path=str(entry))
     env = rank_env(args.megatron_path)
     start = time.monotonic()
-    plain = subprocess.run([sys.executable, "-c", body], env=env, capture_output=True, text=True,
+    plain = subprocess.run([sys.executable, "-c", body + NO_PYC], env=env, capture_output=True, text=True,
                            cwd=args.megatron_path)
     print(f"pretrain_gpt.py imports, plain: {time.monotonic() - start:.2f} s wall (exit {plain.returncode}; "
           f"interpreter start included)")
+    print(plain.stdout.strip().splitlines()[-1] if plain.stdout.strip() else "(no bytecode report)")
     start = time.monotonic()
     timed = subprocess.run([sys.executable, "-X", "importtime", "-c", body], env=env, capture_output=True,
                            text=True, cwd=args.megatron_path)

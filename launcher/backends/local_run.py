@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from launcher.backends import dataset_helpers, local
+from launcher.backends import bytecode, dataset_helpers, local
 from launcher.errors import UserError
 from launcher.pipeline.command import Command
+from launcher.pipeline.environment import LAUNCHER_ROOT
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir
 from launcher.runs.atomic import write_text_atomic
@@ -49,6 +50,8 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     running = _mark_running(job.run_dir)
     env = local.process_environment(job.environment)
     helpers = _prepare_helpers(job, env, out)
+    compiling = bytecode.start(job.megatron_path, env, (LAUNCHER_ROOT / "launcher" / "inside",)) \
+        if job.entry == "pretrain_gpt" else None
     try:
         code = local.run(command, env, cwd=cwd, on_line=monitor.feed)
     except OSError as error:  # the log or metrics could not be written; local.run has stopped training
@@ -56,6 +59,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     finally:
         if helpers is not None:
             helpers.stop()
+        bytecode.stop(compiling)
         try:
             summary = monitor.close(code)
         except OSError as error:
