@@ -62,8 +62,6 @@ class AfterImport(importlib.abc.MetaPathFinder):
 
 def warmup_draws_only(initialize) -> None:
     """Replace initialize._warmup_jit_function by its random draws alone (see WARMUP_ENV)."""
-    import torch
-
     original = initialize._warmup_jit_function
 
     def draws() -> None:
@@ -76,6 +74,8 @@ def warmup_draws_only(initialize) -> None:
         _draws(args)
 
     def _draws(args) -> None:
+        import torch
+
         dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
         ffn = args.ffn_hidden_size // args.tensor_model_parallel_size
         seq = args.seq_length // args.context_parallel_size

@@ -1,0 +1,89 @@
+"""The start-up hook of the launcher's training processes (launcher/inside/site/sitecustomize.py): it refuses the
+imports the job said it cannot use, loudly, replaces Megatron's JIT warm-up only where told to, hands over to the
+sitecustomize it shadows, and never stops a process because of itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parents[2] / "launcher" / "inside" / "site"
+
+
+def run_python(code: str, tmp_path: Path, env: dict[str, str], extra_path: tuple[Path, ...] = ()):
+    path = os.pathsep.join(map(str, [SITE, *extra_path]))
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_LAUNCH_")}
+    full.update({"PYTHONPATH": path, **env})
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60)
+
+
+def package(root: Path, name: str, body: str = "") -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(body)
+    return root
+
+
+def test_a_skipped_package_is_not_importable_and_says_who_skipped_it(tmp_path):
+    lib = package(tmp_path / "lib", "heavy", "LOADED = True\n")
+    code = textwrap.dedent("""\
+        try:
+            import heavy
+        except ModuleNotFoundError as error:
+            print("refused:", error)
+        try:
+            import heavy.sub
+        except ModuleNotFoundError:
+            print("submodule refused")
+        import json  # everything else imports as before
+        print("json ok")
+        """)
+    result = run_python(code, tmp_path, {"MEGATRON_LAUNCH_SKIP_IMPORTS": "heavy,other"}, (lib,))
+    assert "refused: No module named 'heavy' (megatron-launch skipped it for this job: " \
+           "MEGATRON_LAUNCH_SKIP_IMPORTS; unset it to import)" in result.stdout, result.stderr
+    assert "submodule refused" in result.stdout and "json ok" in result.stdout
+
+
+def test_without_its_variables_the_hook_changes_nothing(tmp_path):
+    lib = package(tmp_path / "lib", "heavy", "LOADED = True\n")
+    result = run_python("import heavy, sys; print(heavy.LOADED, [type(f).__name__ for f in sys.meta_path][0])",
+                        tmp_path, {}, (lib,))
+    assert result.stdout.split()[0] == "True" and "SkippedImports" not in result.stdout, result.stderr
+
+
+def fake_megatron(root: Path) -> Path:
+    """megatron.training.initialize with a warm-up that records that it ran."""
+    training = root / "megatron" / "training"
+    training.mkdir(parents=True)
+    (root / "megatron" / "__init__.py").write_text("")
+    (training / "__init__.py").write_text("")
+    (training / "initialize.py").write_text("def _warmup_jit_function():\n    print('megatron warm-up ran')\n")
+    return root
+
+
+def test_the_warmup_is_replaced_only_when_told(tmp_path):
+    lib = fake_megatron(tmp_path / "lib")
+    code = "import megatron.training.initialize as i; print(i._warmup_jit_function.__name__)"
+    told = run_python(code, tmp_path, {"MEGATRON_LAUNCH_JIT_WARMUP": "draws"}, (lib,))
+    assert told.stdout.strip() == "draws", told.stderr
+    untold = run_python(code, tmp_path, {}, (lib,))
+    assert untold.stdout.strip() == "_warmup_jit_function", untold.stderr
+
+
+def test_the_replaced_warmup_falls_back_to_megatrons_when_it_cannot_read_the_arguments(tmp_path):
+    lib = fake_megatron(tmp_path / "lib")  # this initialize has no get_args: the stand-in cannot know the shapes
+    code = "import megatron.training.initialize as i; i._warmup_jit_function()"
+    result = run_python(code, tmp_path, {"MEGATRON_LAUNCH_JIT_WARMUP": "draws"}, (lib,))
+    assert "megatron warm-up ran" in result.stdout, result.stderr
+
+
+def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITE = True\n")
+    result = run_python("import builtins; print(getattr(builtins, 'OTHER_SITE', False))", tmp_path,
+                        {"MEGATRON_LAUNCH_SKIP_IMPORTS": "nothing"}, (other,))
+    assert result.stdout.strip() == "True", result.stderr
