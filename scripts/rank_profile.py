@@ -21,24 +21,33 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 CHILD = r"""
-import cProfile, io, pstats, runpy, sys, time
+import cProfile, io, os, pstats, runpy, signal, sys, time
 script, top, dump = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 sys.argv = [script] + sys.argv[4:]
 start = time.time()
 profile = cProfile.Profile()
+
+def write(note=""):
+    profile.disable()
+    out = io.StringIO()
+    print(f"rank wall under cProfile: {time.time() - start:.2f} s{note}", file=out)
+    stats = pstats.Stats(profile, stream=out)
+    stats.sort_stats("cumulative").print_stats(top)
+    stats.sort_stats("tottime").print_stats(top // 2)
+    open(dump, "w").write(out.getvalue())
+
+def stopped(signum, frame):  # the deadline: the profile so far, then out
+    write(" (stopped at the deadline)")
+    os._exit(0)
+
+signal.signal(signal.SIGTERM, stopped)
 profile.enable()
 try:
     runpy.run_path(script, run_name="__main__")
 except SystemExit:
     pass
 finally:
-    profile.disable()
-    out = io.StringIO()
-    print(f"rank wall under cProfile: {time.time() - start:.2f} s", file=out)
-    stats = pstats.Stats(profile, stream=out)
-    stats.sort_stats("cumulative").print_stats(top)
-    stats.sort_stats("tottime").print_stats(top // 2)
-    open(dump, "w").write(out.getvalue())
+    write()
 """
 
 
@@ -54,6 +63,8 @@ def main() -> int:
     parser.add_argument("--set", action="append", default=[])
     parser.add_argument("--megatron-path")
     parser.add_argument("--top", type=int, default=60)
+    parser.add_argument("--deadline", type=float, default=300.0, help="seconds; then the rank is stopped and "
+                        "its profile so far printed")
     args = parser.parse_args()
     launch = [sys.executable, "-m", "launcher", args.preset, "--gpus-per-node", "1", "--dry-run", "--format", "json",
               *[w for s in args.set for w in ("--set", s)],
@@ -73,16 +84,26 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         dump = Path(scratch) / "profile.txt"
         start = time.monotonic()
-        run = subprocess.run([sys.executable, "-c", CHILD, job["script"], str(args.top), str(dump),
-                              *job["script_args"]], env=rank_env, capture_output=True, text=True)
-        print(f"rank exit {run.returncode}, {time.monotonic() - start:.2f} s wall (interpreter start included)")
-        lines = [line for line in run.stdout.splitlines() if "datetime" in line or "startup-" in line
+        child = subprocess.Popen([sys.executable, "-c", CHILD, job["script"], str(args.top), str(dump),
+                                  *job["script_args"]], env=rank_env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            stdout, stderr = child.communicate(timeout=args.deadline)
+        except subprocess.TimeoutExpired:
+            child.terminate()
+            try:
+                stdout, stderr = child.communicate(timeout=8)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, 9)
+                stdout, stderr = child.communicate()
+        print(f"rank exit {child.returncode}, {time.monotonic() - start:.2f} s wall (interpreter start included)")
+        lines = [line for line in stdout.splitlines() if "datetime" in line or "startup-" in line
                  or "iteration " in line[:40] or "Compilation time" in line]
         print("\n".join(lines[:60]))
         if dump.exists():
             print(dump.read_text())
         else:
-            print(run.stdout[-3000:], run.stderr[-3000:])
+            print(stdout[-3000:], stderr[-3000:])
     return 0
 
 
