@@ -3,8 +3,8 @@ imports). The launcher puts this folder on the ranks' PYTHONPATH and says in the
 those variables this file does nothing but hand over to the sitecustomize it shadows, if there is one.
 
 MEGATRON_LAUNCH_SKIP_IMPORTS=a,b: top-level packages the job never uses that Megatron probes at import
-    (``try: import transformers``): importing them is refused with a message that names this variable, as if
-    they were not installed. The launcher lists only packages that the job's settings cannot reach.
+    (``try: import transformers``): they are not importable, exactly as if they were not installed. The launcher
+    lists only packages that the job's settings cannot reach (launcher/pipeline/startup.py).
 MEGATRON_LAUNCH_JIT_WARMUP=draws: Megatron's ``_warmup_jit_function`` (initialize.py) compiles its standalone
     bias-GeLU and bias-dropout-add fusions on sample tensors; where the layers are compiled whole
     (compiled_layer.py) those standalone functions never run. With this value only its random draws are made (the
@@ -16,25 +16,13 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 
 SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
 WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
 _HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class SkippedImports(importlib.abc.MetaPathFinder):
-    """Refuses the named top-level packages (and their submodules) as not installed, saying why."""
-
-    def __init__(self, names: frozenset[str]) -> None:
-        self.names = names
-
-    def find_spec(self, name, path=None, target=None):
-        if name.partition(".")[0] in self.names:
-            raise ModuleNotFoundError(f"No module named {name!r} (megatron-launch skipped it for this job: "
-                                      f"{SKIP_ENV}; unset it to import)", name=name)
-        return None
 
 
 class AfterImport(importlib.abc.MetaPathFinder):
@@ -97,9 +85,10 @@ def warmup_draws_only(initialize) -> None:
 
 
 def install(environ=os.environ) -> None:
-    skipped = frozenset(n.strip() for n in environ.get(SKIP_ENV, "").split(",") if n.strip())
-    if skipped:
-        sys.meta_path.insert(0, SkippedImports(skipped))
+    for name in filter(None, (n.strip() for n in environ.get(SKIP_ENV, "").split(","))):
+        # None in sys.modules is Python's own "not importable": `import` raises ModuleNotFoundError ("import of
+        # NAME halted") and importlib.util.find_spec answers None, exactly as for a package not installed.
+        sys.modules.setdefault(name, None)
     if environ.get(WARMUP_ENV) == "draws":
         sys.meta_path.insert(0, AfterImport("megatron.training.initialize", warmup_draws_only))
 
