@@ -119,7 +119,7 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
         # the launcher's package (the spec), then its start-up hook's folder (launcher/pipeline/startup.py)
         chosen["PYTHONPATH"] += f":{LAUNCHER_ROOT}:{LAUNCHER_ROOT.joinpath(*startup.SITE_DIR_PARTS)}"
         fast_ops = preset_env.get(FAST_OPS_ENV, (inherited or {}).get(FAST_OPS_ENV))
-        chosen.update(startup.startup_variables(settings, fast_ops))
+        chosen.update(startup.startup_variables(settings, fast_ops, inherited))
     exported = {**chosen, **preset_env}
     return JobEnvironment(exported, inherited or {},
                           tuple(name for name in chosen if name not in preset_env))

@@ -17,6 +17,9 @@ from collections.abc import Mapping
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 
 SITE_DIR_PARTS = ("launcher", "inside", "site")
+BYTECODE_ENV = "MEGATRON_LAUNCH_WRITE_BYTECODE"
+NO_BYTECODE = "PYTHONDONTWRITEBYTECODE"
+PREFIX = "PYTHONPYCACHEPREFIX"
 SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
 WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
 ALWAYS_UNUSED = ("cupy",)
@@ -37,9 +40,19 @@ def compiles_layers(fast_ops: str | None) -> bool:
         return False
 
 
-def startup_variables(settings: Mapping[str, object], fast_ops: str | None) -> dict[str, str]:
+def startup_variables(settings: Mapping[str, object], fast_ops: str | None,
+                      inherited: Mapping[str, str] | None = None) -> dict[str, str]:
     """The hook's variables for a fast-path job (the caller checks that it is one)."""
     chosen = {SKIP_ENV: ",".join(skipped_imports(settings))}
+    inherited = inherited or {}
+    if inherited.get(NO_BYTECODE) and not inherited.get(PREFIX):
+        # Python may not write bytecode here, and site-packages may ship none (torch's ~1300 modules compiled from
+        # source by torchrun, each rank and each compile worker, at every launch): the processes keep their
+        # bytecode in the launcher's cache instead, leaving the installation as it is
+        from launcher.megatron.pin import cache_dir
+
+        chosen[PREFIX] = str(cache_dir() / "pycache")
+        chosen[BYTECODE_ENV] = "1"
     if compiles_layers(fast_ops):
         chosen[WARMUP_ENV] = "draws"
     return chosen
@@ -51,6 +64,9 @@ def startup_notes(env: Mapping[str, str]) -> list[str]:
     if env.get(SKIP_ENV):
         notes.append(f"the ranks skip importing {', '.join(env[SKIP_ENV].split(','))} ({SKIP_ENV}): Megatron "
                      "imports them at start whether or not they are used, and this job cannot use them")
+    if env.get(BYTECODE_ENV) == "1" and env.get(PREFIX):
+        notes.append(f"bytecode kept in {env[PREFIX]} ({PREFIX}; {NO_BYTECODE} is set here, so every process "
+                     "compiled torch and Megatron from source at each launch); the installation is not written")
     if env.get(WARMUP_ENV) == "draws":
         notes.append(f"Megatron's JIT warm-up compiles nothing ({WARMUP_ENV}=draws): the layers are compiled "
                      "whole, so its standalone fusions never run; its random draws are kept, so the model's "

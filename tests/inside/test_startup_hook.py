@@ -88,3 +88,15 @@ def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
     result = run_python("import builtins; print(getattr(builtins, 'OTHER_SITE', False))", tmp_path,
                         {"MEGATRON_LAUNCH_SKIP_IMPORTS": "nothing"}, (other,))
     assert result.stdout.strip() == "True", result.stderr
+
+
+def test_with_a_launcher_prefix_bytecode_is_written_there_even_where_python_may_not_write_it(tmp_path):
+    lib = package(tmp_path / "lib", "plain", "X = 1\n")
+    prefix = tmp_path / "pycache"
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix), "MEGATRON_LAUNCH_WRITE_BYTECODE": "1"}
+    result = run_python("import plain, sys; print(sys.dont_write_bytecode)", tmp_path, env, (lib,))
+    assert result.stdout.strip() == "False", result.stderr
+    assert list(prefix.rglob("__init__*.pyc")) and not (lib / "plain" / "__pycache__").exists()
+    without = run_python("import sys; print(sys.dont_write_bytecode)", tmp_path,
+                         {"PYTHONDONTWRITEBYTECODE": "1"}, (lib,))
+    assert without.stdout.strip() == "True"  # no prefix of the launcher's: the environment's choice stands

@@ -48,3 +48,15 @@ def test_the_presets_own_value_wins_and_is_not_explained_as_the_launchers():
     job = job_for(env={WARMUP: "megatron"})
     assert job.environment.get(WARMUP) == "megatron"
     assert not any("JIT warm-up" in n for n in job.notes)
+
+
+def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path))
+    preset = load_preset("345m")
+    job = resolve(preset, 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert job.environment.get("PYTHONPYCACHEPREFIX") == str(tmp_path / "pycache")
+    assert job.environment.get("MEGATRON_LAUNCH_WRITE_BYTECODE") == "1"
+    assert any(n.startswith(f"bytecode kept in {tmp_path / 'pycache'}") for n in job.notes)
+    mine = resolve(preset, 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/mine"})
+    assert mine.environment.get("PYTHONPYCACHEPREFIX") == "/mine" and "PYTHONPYCACHEPREFIX" not in mine.environment.chosen
+    assert resolve(preset, 1, 1, inherited_env={}).environment.get("PYTHONPYCACHEPREFIX") is None

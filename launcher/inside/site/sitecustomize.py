@@ -85,6 +85,10 @@ def warmup_draws_only(initialize) -> None:
 
 
 def install(environ=os.environ) -> None:
+    if environ.get("MEGATRON_LAUNCH_WRITE_BYTECODE") == "1" and sys.pycache_prefix:
+        # bytecode goes to the launcher's own cache (PYTHONPYCACHEPREFIX), not into the installation, so the
+        # PYTHONDONTWRITEBYTECODE of this environment, which keeps installations clean, is kept in spirit
+        sys.dont_write_bytecode = False
     for name in filter(None, (n.strip() for n in environ.get(SKIP_ENV, "").split(","))):
         # None in sys.modules is Python's own "not importable": `import` raises ModuleNotFoundError ("import of
         # NAME halted") and importlib.util.find_spec answers None, exactly as for a package not installed.
