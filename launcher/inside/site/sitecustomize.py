@@ -92,7 +92,7 @@ def install(environ=os.environ) -> None:
     for name in filter(None, (n.strip() for n in environ.get(SKIP_ENV, "").split(","))):
         # None in sys.modules is Python's own "not importable": `import` raises ModuleNotFoundError ("import of
         # NAME halted") and importlib.util.find_spec answers None, exactly as for a package not installed.
-        sys.modules.setdefault(name, None)
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     if environ.get(WARMUP_ENV) == "draws":
         sys.meta_path.insert(0, AfterImport("megatron.training.initialize", warmup_draws_only))
 
