@@ -24,7 +24,8 @@ BODY = ("import sys, runpy; sys.argv = ['pretrain_gpt.py']; "
         "exec(compile(src, {path!r}, 'exec'), {{'__name__': 'pretrain_gpt_imports'}})")
 # After the imports: how many modules have no bytecode file on disk (each was compiled from source in this
 # process: a read-only site-packages, PYTHONDONTWRITEBYTECODE, or a first import), by top-level package.
-NO_PYC = ("; import os, collections; mods = [m for m in list(sys.modules.values()) if isinstance(getattr(m, '__cached__', None), str)]; "
+NO_PYC = ("; import os, collections; "
+          "mods = [m for m in list(sys.modules.values()) if isinstance(getattr(m, '__cached__', None), str)]; "
           "miss = collections.Counter(m.__name__.split('.')[0] for m in mods if not os.path.exists(m.__cached__)); "
           "print('bytecode: dont_write_bytecode', sys.dont_write_bytecode, 'pycache_prefix', sys.pycache_prefix, "
           "'modules without a .pyc on disk', sum(miss.values()), 'of', len(mods), dict(miss.most_common(8)))")
@@ -82,11 +83,11 @@ def main() -> int:
             if args.top <= 0:
                 break
     print("\n-- slowest by own time (ms)")
-    for self_us, cum_us, depth, name in sorted(rows, key=lambda r: -r[0])[:30]:
+    for self_us, _cum, _depth, name in sorted(rows, key=lambda r: -r[0])[:30]:
         print(f"{self_us / 1000:9.1f}  {name}")
     print("\n-- top-level packages imported (cumulative ms of their first import)")
     seen: dict[str, int] = {}
-    for self_us, cum_us, depth, name in rows:
+    for _self, cum_us, _depth, name in rows:
         top = name.split(".")[0]
         if name == top:
             seen[top] = max(seen.get(top, 0), cum_us)

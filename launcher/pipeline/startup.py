@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
+from launcher.inside.megatron_ext import selected_ops
 
 SITE_DIR_PARTS = ("launcher", "inside", "site")
 BYTECODE_ENV = "MEGATRON_LAUNCH_WRITE_BYTECODE"

@@ -60,11 +60,14 @@ def test_the_compilation_uses_the_ranks_python_and_every_core(tmp_path):
 
 def test_a_launch_here_compiles_the_checkout_while_torchrun_starts(tmp_path):
     checkout = fake_checkout(tmp_path)
-    pyc = importlib.util.cache_from_source(str(checkout / "megatron" / "core" / "__init__.py"))
+    source = str(checkout / "megatron" / "core" / "__init__.py")
     torchrun = tmp_path / "torchrun"
-    torchrun.write_text(f"#!{sys.executable}\nimport os, time\nend = time.time() + 60\n"
-                        f"while not os.path.exists({pyc!r}) and time.time() < end:\n    time.sleep(0.1)\n"
-                        f"print('bytecode there:', os.path.exists({pyc!r}), flush=True)\n")
+    # where this process (the job's environment: PYTHONDONTWRITEBYTECODE, hence the launcher's bytecode cache)
+    # reads the module's bytecode from
+    torchrun.write_text(f"#!{sys.executable}\nimport importlib.util, os, time\n"
+                        f"pyc = importlib.util.cache_from_source({source!r})\nend = time.time() + 60\n"
+                        "while not os.path.exists(pyc) and time.time() < end:\n    time.sleep(0.1)\n"
+                        "print('bytecode there:', os.path.exists(pyc), pyc, flush=True)\n")
     torchrun.chmod(0o755)
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": str(root), "PYTHONDONTWRITEBYTECODE": "1",
@@ -73,3 +76,4 @@ def test_a_launch_here_compiles_the_checkout_while_torchrun_starts(tmp_path):
             "--set", f"run_root={tmp_path / 'runs'}", "--megatron-path", str(checkout), "--no-doctor"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "bytecode there: True" in result.stdout, result.stdout + result.stderr
+    assert f"{tmp_path / 'cache' / 'pycache'}" in result.stdout  # the launcher's cache, not the checkout

@@ -58,5 +58,6 @@ def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_c
     assert job.environment.get("MEGATRON_LAUNCH_WRITE_BYTECODE") == "1"
     assert any(n.startswith(f"bytecode kept in {tmp_path / 'pycache'}") for n in job.notes)
     mine = resolve(preset, 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/mine"})
-    assert mine.environment.get("PYTHONPYCACHEPREFIX") == "/mine" and "PYTHONPYCACHEPREFIX" not in mine.environment.chosen
+    assert mine.environment.get("PYTHONPYCACHEPREFIX") == "/mine"
+    assert "PYTHONPYCACHEPREFIX" not in mine.environment.chosen
     assert resolve(preset, 1, 1, inherited_env={}).environment.get("PYTHONPYCACHEPREFIX") is None
