@@ -17,6 +17,8 @@ def launch():
     def run(*args: str, env: dict | None = None, cwd: str | Path | None = None):
         full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
         full_env.pop("MEGATRON_LM_PATH", None)
+        for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):  # the header says what they make the
+            full_env.pop(name, None)  # launcher add, so printed commands would depend on the machine
         proc = subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True, text=True,
                               env=full_env, cwd=cwd or REPO, timeout=120)
         return proc.returncode, proc.stdout, proc.stderr
@@ -81,3 +83,11 @@ def pytest_collection_modifyitems(config, items):
             continue  # a file that names its own group (files sharing a session fixture)
         serial = next((marker for marker in SERIAL_MARKERS if item.get_closest_marker(marker)), None)
         item.add_marker(pytest.mark.xdist_group(serial or item.nodeid.split("::", 1)[0]))
+
+
+@pytest.fixture(autouse=True)
+def no_bytecode_settings_of_this_machine(monkeypatch):
+    """PYTHONDONTWRITEBYTECODE (set on some machines) makes a job keep its bytecode in the launcher's cache
+    (pipeline/startup.py): printed commands and golden files must not depend on the machine they are made on."""
+    for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):
+        monkeypatch.delenv(name, raising=False)

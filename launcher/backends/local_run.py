@@ -13,9 +13,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from launcher.backends import local
+from launcher.backends import bytecode, dataset_helpers, local
 from launcher.errors import Problem, UserError
 from launcher.pipeline.command import Command
+from launcher.pipeline.environment import LAUNCHER_ROOT
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.runs import rundir
 from launcher.runs.atomic import write_text_atomic
@@ -47,11 +48,18 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     cwd = str(job.run_dir) if job.entry == "simple_loop" else None
     code, failure, closing = None, None, None
     running = _mark_running(job.run_dir)
+    env = local.process_environment(job.environment)
+    helpers = _prepare_helpers(job, env, out)
+    compiling = bytecode.start(job.megatron_path, env, (LAUNCHER_ROOT / "launcher" / "inside",)) \
+        if job.entry == "pretrain_gpt" else None
     try:
-        code = local.run(command, local.process_environment(job.environment), cwd=cwd, on_line=monitor.feed)
+        code = local.run(command, env, cwd=cwd, on_line=monitor.feed)
     except OSError as error:  # the log or metrics could not be written; local.run has stopped training
         failure = error
     finally:
+        if helpers is not None:
+            helpers.stop()
+        bytecode.stop(compiling)
         try:
             summary = monitor.close(code)
         except OSError as error:  # the summary (printed all the same) or a log's last bytes
@@ -75,6 +83,18 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     if code == 0 and summary.outcome == "failed":
         return EXIT_FAILED_DESPITE_ZERO
     return code
+
+
+def _prepare_helpers(job: ResolvedJob, env: dict[str, str], out: IO[str]) -> dataset_helpers.Preparation | None:
+    """pretrain_gpt.py's rank 0 compiles the dataset helpers at start unless the checkout has them built."""
+    if job.entry != "pretrain_gpt":
+        return None
+    preparation = dataset_helpers.prepare(job.megatron_path, env)
+    said = {"cache": "copied from the launcher's cache", "wheel": "copied from the installed megatron-core wheel",
+            "building": "building once into the launcher's cache, while training starts"}.get(preparation.how)
+    if said:
+        _say(f"# dataset helpers: {said} ({preparation.detail})", out)
+    return preparation
 
 
 def _mark_running(run_dir: Path) -> Path | None:

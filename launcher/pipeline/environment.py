@@ -16,6 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from launcher.inside.megatron_ext import FAST_OPS_ENV
+from launcher.pipeline import startup
 from launcher.redaction import REDACTED, is_secret
 
 CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
@@ -124,9 +126,12 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
     # The simple loop lives in examples/ and imports megatron from the checkout root.
     chosen["PYTHONPATH"] = str(megatron_path)
     if entry == "pretrain_gpt" and uses_megatron_ext(settings):
-        chosen["PYTHONPATH"] += f":{LAUNCHER_ROOT}"
+        # the launcher's package (the spec), then its start-up hook's folder (launcher/pipeline/startup.py)
+        chosen["PYTHONPATH"] += f":{LAUNCHER_ROOT}:{LAUNCHER_ROOT.joinpath(*startup.SITE_DIR_PARTS)}"
         if uses_apex_free_fusion(settings, apex):
             chosen["PYTHONPATH"] += f":{APEX_FREE}"
+        fast_ops = preset_env.get(FAST_OPS_ENV, (inherited or {}).get(FAST_OPS_ENV))
+        chosen.update(startup.startup_variables(settings, fast_ops, inherited))
     exported = {**chosen, **preset_env}
     return JobEnvironment(exported, inherited or {},
                           tuple(name for name in chosen if name not in preset_env))

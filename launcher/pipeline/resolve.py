@@ -26,6 +26,7 @@ from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
+from launcher.pipeline import startup
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
@@ -282,6 +283,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
         entry=entry, tp=arg("tensor_model_parallel_size"), cp=arg("context_parallel_size"), fsdp=uses_fsdp(arg),
         megatron_path=megatron_path, settings=megatron, preset_env=preset.launcher.env,
         inherited=dict(os.environ) if inherited_env is None else inherited_env, apex=kernels.apex)
+    notes = [*notes, *startup.startup_notes({name: environment.exported[name] for name in environment.chosen})]
     slurm_port = target.slurm_settings.rdzv_port if target.slurm_settings is not None else None
     job = ResolvedJob(preset=preset, megatron=megatron, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node,
                       entry=entry, kernels=kernels, megatron_path=megatron_path, target=target,

@@ -1,0 +1,114 @@
+"""Start-up settings of the launcher's training processes, applied when Python starts (before pretrain_gpt.py's own
+imports). The launcher puts this folder on the ranks' PYTHONPATH and says in the environment what to do; without
+those variables this file does nothing but hand over to the sitecustomize it shadows, if there is one.
+
+MEGATRON_LAUNCH_SKIP_IMPORTS=a,b: top-level packages the job never uses that Megatron probes at import
+    (``try: import transformers``): they are not importable, exactly as if they were not installed. The launcher
+    lists only packages that the job's settings cannot reach (launcher/pipeline/startup.py).
+MEGATRON_LAUNCH_JIT_WARMUP=draws: Megatron's ``_warmup_jit_function`` (initialize.py) compiles its standalone
+    bias-GeLU and bias-dropout-add fusions on sample tensors; where the layers are compiled whole
+    (compiled_layer.py) those standalone functions never run. With this value only its random draws are made (the
+    same calls, so the CUDA generator's state afterwards, which the model's initialisation continues from, is the
+    same), and nothing is compiled.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+
+SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
+WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+class AfterImport(importlib.abc.MetaPathFinder):
+    """Runs `then(module)` right after `name` is first executed (a post-import hook)."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, name, path=None, target=None):
+        if name != self.name:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, then = spec.loader, self.then
+        execute = loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            then(module)
+
+        loader.exec_module = exec_module  # this spec's loader instance only
+        return spec
+
+
+def warmup_draws_only(initialize) -> None:
+    """Replace initialize._warmup_jit_function by its random draws alone (see WARMUP_ENV)."""
+    original = initialize._warmup_jit_function
+
+    def draws() -> None:
+        try:
+            args = initialize.get_args()
+            if args.swiglu:  # bias-SwiGLU warms another function; its draws are the same, but keep to the known case
+                return original()
+        except Exception:  # noqa: BLE001 - Megatron's own warm-up, as without the launcher
+            return original()
+        _draws(args)
+
+    def _draws(args) -> None:
+        import torch
+
+        dtype = torch.bfloat16 if args.bf16 else torch.float16 if args.fp16 else torch.float32
+        ffn = args.ffn_hidden_size // args.tensor_model_parallel_size
+        seq = args.seq_length // args.context_parallel_size
+        torch.rand(ffn, dtype=dtype, device="cuda")  # bias
+        torch.rand((seq, args.micro_batch_size, ffn), dtype=dtype, device="cuda")  # input
+        sp_seq = (args.seq_length // initialize.mpu.get_tensor_model_parallel_world_size()
+                  if args.sequence_parallel else args.seq_length) // args.context_parallel_size
+        for _ in range(2):  # input, residual
+            torch.rand((sp_seq, args.micro_batch_size, args.hidden_size), dtype=dtype, device="cuda")
+        torch.rand(args.hidden_size, dtype=dtype, device="cuda")  # bias
+        # The compiled dropout of the 2 x 5 bias-dropout-add calls: inductor draws one seed per call
+        # (torch._inductor.ir.RandomSeeds: aten.randint.low_out(int64 min, int64 max, [count]); count 1 here)
+        for _ in range(10):
+            torch.randint(-2**63, 2**63 - 1, [1], device="cuda")
+        print("> megatron-launch: JIT warm-up skipped (the layers are compiled whole); its random draws made",
+              flush=True)
+
+    initialize._warmup_jit_function = draws
+
+
+def install(environ=os.environ) -> None:
+    if environ.get("MEGATRON_LAUNCH_WRITE_BYTECODE") == "1" and sys.pycache_prefix:
+        # bytecode goes to the launcher's own cache (PYTHONPYCACHEPREFIX), not into the installation, so the
+        # PYTHONDONTWRITEBYTECODE of this environment, which keeps installations clean, is kept in spirit
+        sys.dont_write_bytecode = False
+    for name in filter(None, (n.strip() for n in environ.get(SKIP_ENV, "").split(","))):
+        # None in sys.modules is Python's own "not importable": `import` raises ModuleNotFoundError ("import of
+        # NAME halted") and importlib.util.find_spec answers None, exactly as for a package not installed.
+        sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+    if environ.get(WARMUP_ENV) == "draws":
+        sys.meta_path.insert(0, AfterImport("megatron.training.initialize", warmup_draws_only))
+
+
+def hand_over() -> None:
+    """Run the sitecustomize this one shadows (the next one on sys.path), as Python would have without us."""
+    rest = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is None or spec.loader is None or spec.origin == os.path.abspath(__file__):
+        return
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+try:
+    install()
+except Exception as error:  # noqa: BLE001 - the hook only saves time: never stop a process for it
+    print(f"warning: megatron-launch start-up hook not applied: {error!r}", file=sys.stderr)
+hand_over()

@@ -1,0 +1,74 @@
+"""What the launcher's start-up hook does in a job's training processes (launcher/inside/site/sitecustomize.py),
+decided here from the job's settings and shown in the dry-run like every other exported variable.
+
+Only on the fast path (the launcher's SDPA spec, pretrain_gpt.py), where the launcher knows what the ranks run:
+- imports Megatron probes at start that the job cannot use are skipped: `cupy` (only Megatron's RL weight
+  resharding uses it) and, with the NullTokenizer (mock data), the tokenizer libraries `transformers`,
+  `sentencepiece` and `tiktoken`, which Megatron's tokenizer package imports whatever the tokenizer;
+- where the layers are compiled whole (fast op `layer`), Megatron's JIT warm-up makes its random draws and
+  compiles nothing: the standalone fusions it compiles never run there.
+No Megatron setting changes; the model, its initialisation and the data are the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from launcher.inside.megatron_ext import selected_ops
+
+SITE_DIR_PARTS = ("launcher", "inside", "site")
+BYTECODE_ENV = "MEGATRON_LAUNCH_WRITE_BYTECODE"
+NO_BYTECODE = "PYTHONDONTWRITEBYTECODE"
+PREFIX = "PYTHONPYCACHEPREFIX"
+SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
+WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
+ALWAYS_UNUSED = ("cupy",)
+TOKENIZER_LIBRARIES = ("transformers", "sentencepiece", "tiktoken")
+
+
+def skipped_imports(settings: Mapping[str, object]) -> tuple[str, ...]:
+    names = list(ALWAYS_UNUSED)
+    if settings.get("tokenizer_type") == "NullTokenizer":
+        names += TOKENIZER_LIBRARIES
+    return tuple(names)
+
+
+def compiles_layers(fast_ops: str | None) -> bool:
+    try:
+        return "layer" in selected_ops(fast_ops)
+    except ValueError:  # an unknown op name: the rank refuses it itself; decide nothing here
+        return False
+
+
+def startup_variables(settings: Mapping[str, object], fast_ops: str | None,
+                      inherited: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The hook's variables for a fast-path job (the caller checks that it is one)."""
+    chosen = {SKIP_ENV: ",".join(skipped_imports(settings))}
+    inherited = inherited or {}
+    if inherited.get(NO_BYTECODE) and not inherited.get(PREFIX):
+        # Python may not write bytecode here, and site-packages may ship none (torch's ~1300 modules compiled from
+        # source by torchrun, each rank and each compile worker, at every launch): the processes keep their
+        # bytecode in the launcher's cache instead, leaving the installation as it is
+        from launcher.megatron.pin import cache_dir
+
+        chosen[PREFIX] = str(cache_dir() / "pycache")
+        chosen[BYTECODE_ENV] = "1"
+    if compiles_layers(fast_ops):
+        chosen[WARMUP_ENV] = "draws"
+    return chosen
+
+
+def startup_notes(env: Mapping[str, str]) -> list[str]:
+    """Dry-run header notes for what the exported variables make the hook do."""
+    notes = []
+    if env.get(SKIP_ENV):
+        notes.append(f"the ranks skip importing {', '.join(env[SKIP_ENV].split(','))} ({SKIP_ENV}): Megatron "
+                     "imports them at start whether or not they are used, and this job cannot use them")
+    if env.get(BYTECODE_ENV) == "1" and env.get(PREFIX):
+        notes.append(f"bytecode kept in {env[PREFIX]} ({PREFIX}; {NO_BYTECODE} is set here, so every process "
+                     "compiled torch and Megatron from source at each launch); the installation is not written")
+    if env.get(WARMUP_ENV) == "draws":
+        notes.append(f"Megatron's JIT warm-up compiles nothing ({WARMUP_ENV}=draws): the layers are compiled "
+                     "whole, so its standalone fusions never run; its random draws are kept, so the model's "
+                     "initialisation is the same")
+    return notes

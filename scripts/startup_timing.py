@@ -1,0 +1,115 @@
+"""Where a launch's wall time goes, measured from the moment the command starts (not from torchrun's start).
+
+    python scripts/startup_timing.py --label NAME --out DIR --timeout S -- launch ARGS...
+
+Runs the command in its own process group (killed with SIGKILL at the time limit), stamps each output line with
+the seconds since the command started, and turns Megatron's own absolute start-up timestamps ("[before
+library-setup] datetime: …", printed by rank 0) into the same clock. Writes DIR/NAME.log (stamped lines, the
+argument dump left out) and DIR/NAME.json (the milestones), and prints one line per milestone:
+
+  run directory printed   the launcher's own work before torchrun starts
+  rank program start      torchrun's start-up and the rank's interpreter start
+  after library-setup     the rank's imports (pretrain_gpt.py's module level)
+  before megatron-init    argument parsing and validation
+  after megatron init     process groups, dataset helpers, JIT warm-up
+  training step start     model, optimizer, data
+  iteration 1             the first step (compilation); needs log_interval=1
+  training done / exit    the last steps, the end-of-run save and the teardown
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+
+DATETIME = re.compile(r"\[(?P<name>[^\]]+)\] datetime: (?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?)")
+TIMER = re.compile(r"^\s*(?P<name>startup-[\w-]+|all-reduce-start-timestamps-tensor) \.+: \((?P<min>[\d.]+), "
+                   r"(?P<max>[\d.]+)\)")
+ITERATION = re.compile(r"iteration\s+(?P<it>\d+)\s*/\s*\d+\s*\|")
+HELPERS = re.compile(r"done with dataset index builder\. Compilation time: (?P<s>[\d.]+)")
+ARGUMENT_DUMP = re.compile(r"^  \S+ \.{3,} ")
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    if "--" not in argv:
+        raise SystemExit("usage: startup_timing.py --label NAME --out DIR --timeout S -- COMMAND...")
+    cut = argv.index("--")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--label", required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    return parser.parse_args(argv[:cut]), argv[cut + 1:]
+
+
+def main(argv: list[str]) -> int:
+    args, command = parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    start_wall = time.time()
+    start = time.monotonic()
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            errors="replace", bufsize=1, start_new_session=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    killed = False
+
+    def kill(*_: object) -> None:
+        nonlocal killed
+        killed = True
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    signal.signal(signal.SIGALRM, kill)
+    signal.setitimer(signal.ITIMER_REAL, args.timeout)
+    marks: dict[str, float] = {}
+    timers: dict[str, float] = {}
+    stamped: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        now = time.monotonic() - start
+        text = line.rstrip("\n")
+        if not ARGUMENT_DUMP.match(text):
+            stamped.append(f"{now:8.2f} {text}")
+        if "run directory:" in text:
+            marks.setdefault("run directory printed", now)
+        if (m := DATETIME.search(text)) is not None:
+            try:
+                at = datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S.%f" if "." in m["ts"] else "%Y-%m-%d %H:%M:%S")
+                marks.setdefault(m["name"].strip(), round(at.timestamp() - start_wall, 2))
+            except ValueError:
+                pass
+        if (m := TIMER.match(text)) is not None:
+            timers[m["name"]] = round(float(m["max"]) / 1000.0, 2)
+        if (m := HELPERS.search(text)) is not None:
+            timers["dataset-helpers-build"] = float(m["s"])
+        if (m := ITERATION.search(text)) is not None:
+            marks.setdefault(f"iteration {m['it']} line", now)
+        if "fast ops:" in text:
+            marks.setdefault("fast ops applied (spec imported)", now)
+    code = proc.wait()
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    marks["exit"] = time.monotonic() - start
+    result = {"label": args.label, "command": command, "exit_code": code, "killed_at_timeout": killed,
+              "milestones_s": {k: round(v, 2) for k, v in sorted(marks.items(), key=lambda kv: kv[1])},
+              "megatron_startup_timers_s": timers}
+    (args.out / f"{args.label}.log").write_text("\n".join(stamped) + "\n")
+    (args.out / f"{args.label}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(f"== {args.label}: exit {code}{' (killed at the time limit)' if killed else ''}, "
+          f"{marks['exit']:.1f} s command -> exit")
+    for name, at in result["milestones_s"].items():
+        print(f"   {at:7.2f} s  {name}")
+    if timers:
+        print("   Megatron's timers: " + ", ".join(f"{k} {v}" for k, v in timers.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,102 @@
+"""The start-up hook of the launcher's training processes (launcher/inside/site/sitecustomize.py): it refuses the
+imports the job said it cannot use, loudly, replaces Megatron's JIT warm-up only where told to, hands over to the
+sitecustomize it shadows, and never stops a process because of itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+SITE = Path(__file__).resolve().parents[2] / "launcher" / "inside" / "site"
+
+
+def run_python(code: str, tmp_path: Path, env: dict[str, str], extra_path: tuple[Path, ...] = ()):
+    path = os.pathsep.join(map(str, [SITE, *extra_path]))
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_LAUNCH_")}
+    full.update({"PYTHONPATH": path, **env})
+    return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60)
+
+
+def package(root: Path, name: str, body: str = "") -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text(body)
+    return root
+
+
+def test_a_skipped_package_is_not_importable_as_if_it_were_not_installed(tmp_path):
+    lib = package(tmp_path / "lib", "heavy", "LOADED = True\n")
+    code = textwrap.dedent("""\
+        import importlib.util
+        try:
+            import heavy
+        except ModuleNotFoundError as error:
+            print("refused:", error)
+        try:
+            import heavy.sub
+        except ModuleNotFoundError:
+            print("submodule refused")
+        print("find_spec:", importlib.util.find_spec("heavy"))  # an availability probe answers as for a missing one
+        import json  # everything else imports as before
+        print("json ok")
+        """)
+    result = run_python(code, tmp_path, {"MEGATRON_LAUNCH_SKIP_IMPORTS": "heavy,other"}, (lib,))
+    assert "refused: import of heavy halted" in result.stdout, result.stderr
+    assert "submodule refused" in result.stdout and "find_spec: None" in result.stdout
+    assert "json ok" in result.stdout
+
+
+def test_without_its_variables_the_hook_changes_nothing(tmp_path):
+    lib = package(tmp_path / "lib", "heavy", "LOADED = True\n")
+    result = run_python("import heavy; print(heavy.LOADED)", tmp_path, {}, (lib,))
+    assert result.stdout.split() == ["True"], result.stderr
+
+
+def fake_megatron(root: Path) -> Path:
+    """megatron.training.initialize with a warm-up that records that it ran."""
+    training = root / "megatron" / "training"
+    training.mkdir(parents=True)
+    (root / "megatron" / "__init__.py").write_text("")
+    (training / "__init__.py").write_text("")
+    (training / "initialize.py").write_text("def _warmup_jit_function():\n    print('megatron warm-up ran')\n")
+    return root
+
+
+def test_the_warmup_is_replaced_only_when_told(tmp_path):
+    lib = fake_megatron(tmp_path / "lib")
+    code = "import megatron.training.initialize as i; print(i._warmup_jit_function.__name__)"
+    told = run_python(code, tmp_path, {"MEGATRON_LAUNCH_JIT_WARMUP": "draws"}, (lib,))
+    assert told.stdout.strip() == "draws", told.stderr
+    untold = run_python(code, tmp_path, {}, (lib,))
+    assert untold.stdout.strip() == "_warmup_jit_function", untold.stderr
+
+
+def test_the_replaced_warmup_falls_back_to_megatrons_when_it_cannot_read_the_arguments(tmp_path):
+    lib = fake_megatron(tmp_path / "lib")  # this initialize has no get_args: the stand-in cannot know the shapes
+    code = "import megatron.training.initialize as i; i._warmup_jit_function()"
+    result = run_python(code, tmp_path, {"MEGATRON_LAUNCH_JIT_WARMUP": "draws"}, (lib,))
+    assert "megatron warm-up ran" in result.stdout, result.stderr
+
+
+def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import builtins\nbuiltins.OTHER_SITE = True\n")
+    result = run_python("import builtins; print(getattr(builtins, 'OTHER_SITE', False))", tmp_path,
+                        {"MEGATRON_LAUNCH_SKIP_IMPORTS": "nothing"}, (other,))
+    assert result.stdout.strip() == "True", result.stderr
+
+
+def test_with_a_launcher_prefix_bytecode_is_written_there_even_where_python_may_not_write_it(tmp_path):
+    lib = package(tmp_path / "lib", "plain", "X = 1\n")
+    prefix = tmp_path / "pycache"
+    env = {"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(prefix), "MEGATRON_LAUNCH_WRITE_BYTECODE": "1"}
+    result = run_python("import plain, sys; print(sys.dont_write_bytecode)", tmp_path, env, (lib,))
+    assert result.stdout.strip() == "False", result.stderr
+    assert list(prefix.rglob("__init__*.pyc")) and not (lib / "plain" / "__pycache__").exists()
+    without = run_python("import sys; print(sys.dont_write_bytecode)", tmp_path,
+                         {"PYTHONDONTWRITEBYTECODE": "1"}, (lib,))
+    assert without.stdout.strip() == "True"  # no prefix of the launcher's: the environment's choice stands

@@ -1,0 +1,63 @@
+"""What the ranks' start-up hook is told to do (pipeline/startup.py): only on the fast path, only what the job's
+settings cannot reach, each said in a header note, and never over the preset's own environment."""
+
+from dataclasses import replace
+
+from launcher.megatron.pin import Kernels
+from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import resolve
+
+WITH_TE = Kernels(True, True, "preset", "2.14.0")
+SKIP, WARMUP = "MEGATRON_LAUNCH_SKIP_IMPORTS", "MEGATRON_LAUNCH_JIT_WARMUP"
+
+
+def job_for(name: str = "345m", *overrides: str, env: dict | None = None, kernels: Kernels | None = None):
+    preset = load_preset(name, overrides=list(overrides))
+    if env is not None:
+        preset = replace(preset, launcher=replace(preset.launcher, env={**preset.launcher.env, **env}))
+    return resolve(preset, 1, 1, **({"kernels": kernels} if kernels else {}))
+
+
+def test_mock_data_with_compiled_layers_skips_the_tokenizer_libraries_and_the_jit_warmup():
+    job = job_for()
+    assert job.environment.get(SKIP) == "cupy,transformers,sentencepiece,tiktoken"
+    assert job.environment.get(WARMUP) == "draws"
+    assert job.environment.get("PYTHONPATH").endswith("/launcher/inside/site")
+    assert any(n.startswith("the ranks skip importing cupy, transformers") for n in job.notes)
+    assert any(n.startswith("Megatron's JIT warm-up compiles nothing") for n in job.notes)
+
+
+def test_without_compiled_layers_megatrons_warmup_stays():
+    job = job_for("toy")  # one GPU: pretrain_gpt.py with the fast ops that compile nothing
+    assert job.entry == "pretrain_gpt" and job.environment.get(WARMUP) is None
+    assert not any("JIT warm-up" in n for n in job.notes)
+
+
+def test_a_real_tokenizer_keeps_its_libraries():
+    job = job_for("345m", "tokenizer_type=GPT2BPETokenizer", "vocab_file=/v.json", "merge_file=/m.txt")
+    assert job.environment.get(SKIP) == "cupy"
+
+
+def test_no_hook_off_the_fast_path():
+    job = job_for(kernels=WITH_TE)
+    assert job.environment.get(SKIP) is None and job.environment.get(WARMUP) is None
+    assert "inside/site" not in job.environment.get("PYTHONPATH")
+
+
+def test_the_presets_own_value_wins_and_is_not_explained_as_the_launchers():
+    job = job_for(env={WARMUP: "megatron"})
+    assert job.environment.get(WARMUP) == "megatron"
+    assert not any("JIT warm-up" in n for n in job.notes)
+
+
+def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path))
+    preset = load_preset("345m")
+    job = resolve(preset, 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert job.environment.get("PYTHONPYCACHEPREFIX") == str(tmp_path / "pycache")
+    assert job.environment.get("MEGATRON_LAUNCH_WRITE_BYTECODE") == "1"
+    assert any(n.startswith(f"bytecode kept in {tmp_path / 'pycache'}") for n in job.notes)
+    mine = resolve(preset, 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/mine"})
+    assert mine.environment.get("PYTHONPYCACHEPREFIX") == "/mine"
+    assert "PYTHONPYCACHEPREFIX" not in mine.environment.chosen
+    assert resolve(preset, 1, 1, inherited_env={}).environment.get("PYTHONPYCACHEPREFIX") is None
