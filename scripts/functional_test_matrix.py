@@ -211,11 +211,13 @@ class Launched:
     seconds: float
 
 
-def launch(preset_path: Path, overrides: list[str], run_root: Path, timeout_s: float) -> Launched:
-    """`launch PRESET --set …` as a user types it, in its own process group, killed with it after `timeout_s`; the
-    run's checkpoints are deleted once it ends (the verdict is in; checkpoints of many runs would fill the disk)."""
+def launch(preset_path: Path, overrides: list[str], run_root: Path, timeout_s: float,
+           options: tuple[str, ...] = ()) -> Launched:
+    """`launch PRESET --set … [options]` as a user types it, in its own process group, killed with it after
+    `timeout_s`; the run's checkpoints are deleted once it ends (the verdict is in; checkpoints of many runs would
+    fill the disk)."""
     argv = [sys.executable, "-m", "launcher", str(preset_path), *(w for s in overrides for w in ("--set", s)),
-            "--set", f"run_root={run_root}"]
+            "--set", f"run_root={run_root}", *options]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()

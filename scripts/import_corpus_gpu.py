@@ -20,7 +20,8 @@ estimates of those running fit the GPU, the smallest first. `--write-plan` keeps
 imported presets in one JSON file; `--plan` launches from it on a machine without the importer's packages;
 `--previous` keeps the GPU verdicts of an earlier run whose --sets are the same. GPU verdicts: trains (exit 0, 4
 iterations logged, each loss finite and none skipped), refused (exit 2 at launch, before any GPU work), failed
-(with the error lines), timeout, not run.
+(with the error lines), timeout, not run. A job the dry-run refuses for its memory estimate alone is launched
+with --no-doctor (the launch's own memory check skipped): it must fail (out of memory) for the verdicts to agree.
 "Agrees" when the dry-run accepted and the GPU trained, or the dry-run refused and the GPU refused or failed.
 
 Writes OUT/verdicts.jsonl (one object per script) and, with --doc, the markdown table.
@@ -66,6 +67,7 @@ DROPPED = ("save", "load", "rampup_batch_size", "wandb_project", "wandb_exp_name
            "exit_interval", "exit_duration_in_mins", "lr_decay_iters", "lr_wsd_decay_iters")
 SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*)=([^\s,;)`]+)")
 MEMORY = ("memory estimate", "gpu memory")
+TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
 VERDICTS = ("trains", "refused", "failed", "timeout", "not run")
 
 
@@ -88,19 +90,35 @@ class Row:
 
 
 def hint_sets(hint: str) -> list[str]:
-    """Every `set X=V` of a hint before its first alternative (", or", " ("): the first way out it offers."""
-    head = re.split(r",? or |\s\(", hint.removeprefix("unset them: "), maxsplit=1)[0]
-    return [f"{m[1]}={m[2]}" for m in SET.finditer(head)]
+    """Every `set X=V` of the first way out a hint offers (its alternatives are split at ", or"; what a parenthesis
+    adds is an example, not a way) that this target can take: a way that asks for Transformer Engine or apex, which
+    a one-GPU move without them cannot give, is passed over."""
+    for way in re.split(r",? or ", hint.removeprefix("unset them: ")):
+        head = re.split(r"\s\(", way, maxsplit=1)[0]
+        sets = [f"{m[1]}={m[2]}" for m in SET.finditer(head)]
+        if sets and not any(s in TARGET_CHANGES for s in sets):
+            return sets
+        if re.search(r"transformer_engine=true|apex=true", way):
+            continue
+        if not sets:
+            return []
+    return []
 
 
 def cut_pattern(value: object, layers: int) -> str | None:
-    """A per-layer pattern (`([0]*3+[1]*58)`) cut to its first `layers` entries, as Megatron's list syntax; None for
-    an integer pattern (every N-th layer: valid at any layer count)."""
+    """A per-layer pattern (`([0]*3+[1]*58)`) cut to its first `layers` entries, as Megatron's list syntax; the last
+    entry kept is the pattern's last kind where the cut would hold none of it (a MoE model stays one: moving to one
+    GPU may drop layers, not the experts). None for an integer pattern (every N-th layer: valid at any count)."""
     try:
         parsed = layer_pattern.parse(value)  # type: ignore[arg-type]
     except ValueError:
         return None
-    return None if isinstance(parsed, int) else "[" + ",".join(map(str, parsed[:layers])) + "]"
+    if isinstance(parsed, int):
+        return None
+    cut = parsed[:layers]
+    if parsed and parsed[-1] not in cut:
+        cut[-1] = parsed[-1]
+    return "[" + ",".join(map(str, cut)) + "]"
 
 
 def one_gpu_moves(settings: dict, layers: int = LAYERS[0]) -> tuple[list[str], list[str]]:
@@ -174,6 +192,8 @@ def judge_with_hints(row: Row, preset_path: Path, settings: dict) -> None:
         extra = list(dict.fromkeys([*extra, *fixes]))
     row.overrides = tuple(moves + extra)
     row.launcher = "accepted" if not problems else "refused"
+    estimate = re.search(r"memory estimate, ~([\d.]+) GiB", rendered(problems))
+    row.memory_gib = row.memory_gib or (float(estimate[1]) if estimate else 0.0)
     row.reason = rendered(problems)[:1200]
 
 
@@ -200,9 +220,13 @@ def judge_run(row: Row, returncode: int, output: str, lines: list[str]) -> None:
 
 def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) -> None:
     """One launch as a user types it (`launch PRESET --set …`), judged by judge_run."""
-    result = ftm.launch(preset_path, list(row.overrides), run_root, timeout_s)
+    # a refusal for memory alone is put to the test: the launch's own memory check (the doctor) is skipped
+    options = ("--no-doctor",) if memory_only(row) else ()
+    result = ftm.launch(preset_path, list(row.overrides), run_root, timeout_s, options)
     row.gpu_seconds = result.seconds
     judge_run(row, result.returncode, result.stdout + "\n" + result.stderr, result.log_lines)
+    if options:
+        row.gpu_reason = f"launched with --no-doctor: {row.gpu_reason}"
     if row.gpu not in ("trains", "refused"):
         with (run_root.parent / "gpu-failures.txt").open("a") as out:  # the whole story, for the one who fixes it
             out.write(f"===== {row.config}: {row.gpu} (exit {result.returncode})\n$ {' '.join(result.argv)}\n"
@@ -226,6 +250,12 @@ def train_all(runs: list[tuple[Row, Path]], run_root: Path, jobs: int, deadline:
     # the smallest first: the most verdicts before the deadline; a refused job launches only to be refused (no GPU)
     runs = sorted(runs, key=lambda item: item[0].memory_gib)
     ftm.within_budget(runs, lambda item: max(2.0, 1.2 * item[0].memory_gib + 2.0), one, jobs, GPU_BUDGET_GIB)
+
+
+def memory_only(row: Row) -> bool:
+    """Refused by the dry-run for the memory estimate alone (the last round's problems)."""
+    problems = row.rounds[-1]["problems"] if row.rounds else []
+    return row.launcher == "refused" and bool(problems) and all(any(m in p for m in MEMORY) for p in problems)
 
 
 def agreement(row: Row) -> bool | None:
@@ -278,7 +308,7 @@ def markdown(rows: list[Row], command: str, seconds: float, gpu: bool) -> str:
               + "moves beyond the plain ones; reason |",
               "|---|---|---|---|" + ("---|---|" if gpu else "") + "---|"]
     for r in rows:
-        followed = " ".join(s for rnd in r.rounds for s in rnd["sets"]) or "–"
+        followed = " ".join(dict.fromkeys(s for rnd in r.rounds for s in rnd["sets"])) or "–"
         reason = "; ".join(filter(None, [*r.moves, r.reason, f"GPU: {r.gpu_reason}" if r.gpu_reason else ""]))
         cells = [r.config, r.imports, r.launcher, followed]
         if gpu:
