@@ -86,6 +86,7 @@ class Row:
     gpu_reason: str = ""
     gpu_seconds: float = 0.0
     memory_gib: float = 0.0  # the dry-run's memory estimate per GPU (accepted jobs)
+    rehearsal: str = ""  # with --rehearse: ok | crashed | not run (`launch --check --rehearse`'s CPU rehearsal)
     agrees: bool | None = None
 
 
@@ -151,6 +152,9 @@ def one_gpu_moves(settings: dict, layers: int = LAYERS[0]) -> tuple[list[str], l
     return sets, why
 
 
+JOBS: dict[str, object] = {}  # the accepted jobs of this run, by script (for --rehearse)
+
+
 def dry_run(preset_path: Path, overrides: list[str]) -> tuple[list, float]:
     """(the dry-run's problems (empty: accepted), the memory estimate per GPU in GiB (0 when refused)), judged for
     its target as `launch PRESET --dry-run` does, on the world the preset declares (one node, one GPU), whatever
@@ -162,6 +166,7 @@ def dry_run(preset_path: Path, overrides: list[str]) -> tuple[list, float]:
         return list(exc.problems), 0.0
     if problems:
         return list(problems), 0.0
+    JOBS[str(preset_path)] = job
     return [], float(job_facts(job)["estimate"]["memory_per_gpu_gib"])
 
 
@@ -235,9 +240,11 @@ def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) 
 
 
 def train_all(runs: list[tuple[Row, Path]], run_root: Path, jobs: int, deadline: float, timeout_s: float,
-              progress: Path) -> None:
-    """Each run on the GPU, `jobs` at a time within the memory budget (1.5 × the dry-run's estimate, at least 4 GiB),
-    the largest first; none started after `deadline` (time.monotonic())."""
+              progress: Path, first_alone: bool = False) -> None:
+    """Each run on the GPU, `jobs` at a time within the memory budget (1.2 × the dry-run's estimate + 2 GiB), the
+    smallest first; none started after `deadline` (time.monotonic()). With `first_alone`, runs go one at a time
+    until one got past the launch's checks: it builds Megatron's dataset helpers, which several runs building at
+    once break."""
     def one(item: tuple[Row, Path]) -> None:
         row, preset_path = item
         if time.monotonic() > deadline:
@@ -249,6 +256,10 @@ def train_all(runs: list[tuple[Row, Path]], run_root: Path, jobs: int, deadline:
 
     # the smallest first: the most verdicts before the deadline; a refused job launches only to be refused (no GPU)
     runs = sorted(runs, key=lambda item: item[0].memory_gib)
+    while first_alone and runs:
+        first = runs.pop(0)
+        one(first)
+        first_alone = first[0].gpu in ("refused", "")
     ftm.within_budget(runs, lambda item: max(2.0, 1.2 * item[0].memory_gib + 2.0), one, jobs, GPU_BUDGET_GIB)
 
 
@@ -331,6 +342,8 @@ def prepare(only: str, workdir: Path) -> tuple[list[Row], dict[str, str]]:
         if preset_path is not None:
             judge_with_hints(row, preset_path, settings)
             presets[name] = preset_path.read_text()
+            if row.launcher == "accepted":
+                JOBS[name] = JOBS.pop(str(preset_path))
         print(f"{name}: import {row.imports}; dry-run {row.launcher} after {len(row.rounds)} round(s) "
               f"{row.reason[:200]}", flush=True)
     return rows, presets
@@ -364,7 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", type=Path, help="take the verdicts and presets from a --write-plan file")
     parser.add_argument("--previous", type=Path, nargs="*", default=[],
                         help="earlier verdicts.jsonl: a GPU verdict of the same script and --sets is not run again")
+    parser.add_argument("--rehearse", type=Path, metavar="MEGATRON_LM",
+                        help="also rehearse each accepted job on this CPU (launch --check --rehearse) with this "
+                             "Megatron-LM checkout")
     parser.add_argument("--gpu", action="store_true", help="launch each job on this machine's GPU")
+    parser.add_argument("--first-alone", action="store_true",
+                        help="one run at a time until one got past the launch's checks (Megatron's dataset helpers "
+                             "not built yet)")
     parser.add_argument("--jobs", type=int, default=4, help="GPU runs at a time")
     parser.add_argument("--deadline-s", type=float, default=float("inf"), help="start no GPU run after this long")
     parser.add_argument("--run-timeout-s", type=float, default=300, help="kill a GPU run (its process group) after")
@@ -377,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         rows, presets = from_plan(args.plan, args.only) if args.plan else prepare(args.only, workdir)
         print(f"dry-runs: {sum(r.launcher == 'accepted' for r in rows)} of {len(rows)} accepted in "
               f"{time.monotonic() - start:.0f} s", flush=True)
+        if args.rehearse:
+            accepted = [(row, JOBS[row.config]) for row in rows if row.config in JOBS]
+            ftm.rehearse_all(accepted, args.rehearse.resolve())  # type: ignore[arg-type]
         if args.write_plan:
             args.write_plan.write_text(json.dumps({"rows": [asdict(r) for r in rows], "presets": presets},
                                                   indent=1) + "\n")
@@ -390,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                     runs.append((row, path))
             run_root.mkdir(parents=True, exist_ok=True)
             train_all(runs, run_root, args.jobs, start + args.deadline_s, args.run_timeout_s,
-                      args.out / "gpu-progress.jsonl")
+                      args.out / "gpu-progress.jsonl", args.first_alone)
     for row in rows:
         if args.gpu and not row.gpu and row.config in presets:
             row.gpu, row.gpu_reason = "not run", "the deadline came first"
@@ -402,7 +424,8 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --plan {args.plan}" if args.plan else "")
                + "".join(f" --previous {p}" for p in args.previous)
                + (f" --gpu --jobs {args.jobs} --deadline-s {args.deadline_s:g} --run-timeout-s {args.run_timeout_s:g}"
-                  if args.gpu else "") + (f" --only {args.only}" if args.only else ""))
+                  if args.gpu else "") + (" --first-alone" if args.first_alone else "")
+               + (f" --only {args.only}" if args.only else ""))
     text = markdown(rows, command, seconds, args.gpu)
     (args.out / "verdicts.md").write_text(text)
     if args.doc:
