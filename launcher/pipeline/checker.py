@@ -67,9 +67,11 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
     return problems
 
 
+# The optimizer state's precisions that only the precision-aware optimizer may lower (optimizer_config.py:457-469).
+PRECISION_AWARE_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+
+
 @dataclass(frozen=True)
-
-
 class Layout:
     world_size: int
     tp: int
@@ -627,6 +629,16 @@ class _Checker:
             self.fail("use_precision_aware_optimizer needs the distributed optimizer: Megatron asserts it when it "
                       "creates the optimizer", "set use_distributed_optimizer=true, or use_precision_aware_optimizer="
                       "false", stage="runtime")
+        lowered = [f"{name} {self.arg(name)}" for name in PRECISION_AWARE_DTYPES
+                   if self.arg(name) not in (None, "fp32")]
+        if lowered and not self.arg("use_precision_aware_optimizer"):
+            # optimizer_config.py:457-469 (seen: a script's main_grads_dtype bf16 left behind when the hint
+            # "set use_precision_aware_optimizer=false" was followed on a target without TE)
+            self.fail(f"{', '.join(lowered)} needs use_precision_aware_optimizer: Megatron asserts each of them is "
+                      "fp32 otherwise when it creates the optimizer",
+                      " ".join(f"--set {name}=fp32" for name in PRECISION_AWARE_DTYPES
+                               if self.arg(name) not in (None, "fp32")) + ", or use_precision_aware_optimizer=true "
+                      "(with Transformer Engine)", stage="runtime")
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "

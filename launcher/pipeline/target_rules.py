@@ -14,7 +14,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
-from launcher.pipeline.feature_settings import drop_hint
+from launcher.pipeline.feature_settings import drop_hint, with_drops
 
 DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # arguments.py:1532
 
@@ -232,8 +232,9 @@ def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
             present, found = inventory.has(row)
             if not present:
                 where = f"the target has {found}" if found else "the target lacks it"
+                fix = with_drops(row.fix, c.arg)  # turning the feature off leaves nothing only it reads
                 c.fail(f"{condition} needs {row.wanted()}, and {where} ({row.cite})",
-                       f"{row.fix}; or use Transformer Engine >= {row.min_version}" if found else row.fix,
+                       f"{fix}; or use Transformer Engine >= {row.min_version}" if found else fix,
                        stage="runtime")
         elif row.kind == "setting":
             wrong = {dest: value for dest, value in row.needs["setting"].items() if settings.get(dest) != value}
