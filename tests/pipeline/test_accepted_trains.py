@@ -59,8 +59,9 @@ CASES = {
     "a virtual pipeline at PP 1": (["num_layers_per_virtual_pipeline_stage=4"], False),
     "virtual stages at PP 1": (["num_virtual_stages_per_pipeline_rank=2"], False),
     # found by moving the import corpus to one GPU (scripts/import_corpus_gpu.py): refusals that named no --set
-    "expert all-to-all overlap at EP 1": (["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=alltoall",
-                                          "overlap_moe_expert_parallel_comm=true"], False),
+    "expert all-to-all overlap at EP 1": (["num_experts=4", "add_bias_linear=false",
+                                           "moe_token_dispatcher_type=alltoall",
+                                           "overlap_moe_expert_parallel_comm=true"], False),
     "deferred embedding wgrad at PP 1": (["defer_embedding_wgrad_compute=true"], False),
     "p2p warm-up flush without the p2p overlap": (["overlap_p2p_comm_warmup_flush=true"], False),
     "fp16 shorter than its loss scale warm-up": (["fp16=true", "bf16=false", "train_iters=4"], False),
