@@ -430,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
                + (f" --gpu --jobs {args.jobs} --deadline-s {args.deadline_s:g} --run-timeout-s {args.run_timeout_s:g}"
                   if args.gpu else "") + (" --first-alone" if args.first_alone else "")
                + (f" --only {args.only}" if args.only else ""))
-    text = markdown(rows, command, seconds, args.gpu)
+    text = markdown(rows, command, seconds, args.gpu or any(r.gpu for r in rows))
     (args.out / "verdicts.md").write_text(text)
     if args.doc:
         args.doc.write_text(text)
