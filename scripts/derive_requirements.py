@@ -186,7 +186,7 @@ RULES = [
          ("core/model_parallel_config.py", r"Pipeline parallel communication overlapping in warmup and flush"),
          "overlap_p2p_comm_warmup_flush needs overlap_p2p_comm, which Megatron keeps only for the interleaved "
          "pipeline schedule (PP > 1 with a virtual pipeline; batch_p2p_comm is its negation, argument_utils.py)",
-         "drop overlap_p2p_comm_warmup_flush, or use PP > 1 with num_virtual_stages_per_pipeline_rank"),
+         "set overlap_p2p_comm_warmup_flush=false, or use PP > 1 with num_virtual_stages_per_pipeline_rank"),
     rule("distopt-instances-dp", {"num_distributed_optimizer_instances": {"gt": 1}},
          {"layout": "dp_divisible_by_instances"},
          ("core/parallel_state.py", r"Data parallel size should be divisible by partial DistOpt shard factor"),

@@ -34,9 +34,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -200,10 +202,25 @@ def injected_fault_exits(output: str, log_lines: list[str]) -> list[int]:
     return [code for code in map(int, re.findall(r"exitcode\s*:\s*(-?\d+)", text)) if code in INJECTED_FAULT_EXIT_CODES]
 
 
-def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) -> None:
-    """4 iterations through `launch` as a user types it; the loss must be finite and not rise."""
-    argv = [sys.executable, "-m", "launcher", str(preset_path), *(w for s in row.overrides for w in ("--set", s)),
-            "--set", f"run_root={run_root}"]
+@dataclass
+class Launched:
+    """One `launch PRESET --set …` run to its end: what it printed, its attempt's log, how long it took."""
+
+    argv: list[str]
+    returncode: int  # -1: killed (with its process group) at the timeout
+    stdout: str
+    stderr: str
+    log_lines: list[str]
+    seconds: float
+
+
+def launch(preset_path: Path, overrides: list[str], run_root: Path, timeout_s: float,
+           options: tuple[str, ...] = ()) -> Launched:
+    """`launch PRESET --set … [options]` as a user types it, in its own process group, killed with it after
+    `timeout_s`; the run's checkpoints are deleted once it ends (the verdict is in; checkpoints of many runs would
+    fill the disk)."""
+    argv = [sys.executable, "-m", "launcher", str(preset_path), *(w for s in overrides for w in ("--set", s)),
+            "--set", f"run_root={run_root}", *options]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
            "PYTHONUNBUFFERED": "1"}
     start = time.monotonic()
@@ -216,16 +233,24 @@ def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) 
         os.killpg(proc.pid, signal.SIGKILL)
         stdout, stderr = proc.communicate()
         returncode = -1
-    row.gpu_seconds = round(time.monotonic() - start, 1)
+    seconds = round(time.monotonic() - start, 1)
     run_dir = next((Path(line.removeprefix("# run directory: ").strip()) for line in stdout.splitlines()
                     if line.startswith("# run directory: ")), None)
     log = run_dir / "logs" / "attempt-1.log" if run_dir else None
     lines = log.read_text(errors="replace").splitlines() if log and log.is_file() else []
+    if run_dir is not None:
+        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+    return Launched(argv, returncode, stdout, stderr, lines, seconds)
+
+
+def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) -> None:
+    """4 iterations through `launch` as a user types it; the loss must be finite and not rise."""
+    run = launch(preset_path, list(row.overrides), run_root, timeout_s)
+    argv, returncode, stdout, stderr, lines = run.argv, run.returncode, run.stdout, run.stderr, run.log_lines
+    row.gpu_seconds = run.seconds
     losses = [e.lm_loss for e in logparse.parse_lines(lines)
               if isinstance(e, logparse.IterationLine) and e.lm_loss is not None]
     finite = bool(losses) and all(math.isfinite(x) for x in losses)
-    if run_dir is not None:  # the verdict is in; checkpoints of 124 runs would fill the disk
-        shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
     if returncode == 0 and finite and losses[-1] <= losses[0] + 0.05:
         row.gpu, row.gpu_reason = "trains", f"loss {losses[0]:.2f} → {losses[-1]:.2f} ({row.gpu_seconds:.0f} s)"
     elif returncode == 0 and not losses and "fp16 starts its dynamic loss scale" in stdout + stderr:
@@ -271,22 +296,12 @@ def train_distinct(accepted: list[tuple[Row, ResolvedJob, Path]], run_root: Path
     # the first runs alone (below): the shortest; then the longest first, so that few stragglers end the pass
     keys.sort(key=lambda key: -estimates[key]["seconds_per_iteration"])
     keys = keys[-1:] + keys[:-1]
-    free = [GPU_BUDGET_GIB]
-    room = threading.Condition()
 
     def one(key: tuple) -> None:
-        with room:
-            room.wait_for(lambda: free[0] >= min(need[key], GPU_BUDGET_GIB))
-            free[0] -= need[key]
-        try:
-            if time.monotonic() > deadline:
-                return
-            (first, preset_path), *same = groups[key]
-            train_on_gpu(first, preset_path, run_root, timeout_s)
-        finally:
-            with room:
-                free[0] += need[key]
-                room.notify_all()
+        if time.monotonic() > deadline:
+            return
+        (first, preset_path), *same = groups[key]
+        train_on_gpu(first, preset_path, run_root, timeout_s)
         if also:
             first.gpu_reason = f"with {' '.join(also)}: {first.gpu_reason}"
         for row, _ in same:
@@ -301,8 +316,30 @@ def train_distinct(accepted: list[tuple[Row, ResolvedJob, Path]], run_root: Path
         done += 1
         if groups[keys[done - 1]][0][0].gpu not in ("refused", ""):
             break
+    within_budget(keys[done:], need.__getitem__, one, jobs)
+
+
+def within_budget(items: list, need_gib: Callable[[Any], float], work: Callable[[Any], None], jobs: int,
+                  budget_gib: float = GPU_BUDGET_GIB) -> None:
+    """work(item) for each item, `jobs` at a time, each started only while the GPU memory that those running need
+    (the launcher's estimates) leaves room for it in `budget_gib` (a run needing more starts alone)."""
+    free = [budget_gib]
+    room = threading.Condition()
+
+    def one(item: Any) -> None:
+        need = min(need_gib(item), budget_gib)
+        with room:
+            room.wait_for(lambda: free[0] >= need)
+            free[0] -= need
+        try:
+            work(item)
+        finally:
+            with room:
+                free[0] += need
+                room.notify_all()
+
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        list(pool.map(one, keys[done:]))
+        list(pool.map(one, items))
 
 
 def _json_line(line: str) -> dict | None:

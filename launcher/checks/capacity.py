@@ -69,12 +69,20 @@ def free_bytes(path: Path, levels: int | None = None) -> int | None:
     return None
 
 
-def unmodelled_memory_settings(arg: Callable[[str], Any]) -> list[str]:
+def unmodelled_memory_settings(arg: Callable[[str], Any], data_parallel: int | None = None) -> list[str]:
     """Settings that take memory off the GPU in ways the estimate does not count (docs/plan.md): with one of
-    them an estimate above the GPU is only a warning."""
-    names = ["use_torch_fsdp2", "use_megatron_fsdp", "optimizer_cpu_offload", "fine_grained_activation_offloading"]
+    them an estimate above the GPU is only a warning. FSDP shards over the data-parallel ranks (DP·CP): with
+    `data_parallel` 1 it holds everything on the one GPU and saves nothing (seen: a DeepSeek-V3 script with
+    Megatron FSDP, moved to one GPU, estimated at 255 GiB and passed as "not counted")."""
+    sharding = ["use_torch_fsdp2", "use_megatron_fsdp"] if data_parallel is None or data_parallel > 1 else []
+    names = [*sharding, "optimizer_cpu_offload", "fine_grained_activation_offloading"]
     found = [name for name in names if arg(name)]
     return found + (["cpu_offloading_num_layers"] if (arg("cpu_offloading_num_layers") or 0) > 0 else [])
+
+
+def sharded_over(job: Any) -> int:
+    """The ranks FSDP shards a job's parameters, gradients and optimizer state over: its DP·CP."""
+    return job.layout.dp * job.layout.cp
 
 
 def memory_finding(needed_gib: float, gpu: GpuMemory | None,
@@ -151,7 +159,8 @@ def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
     facts = job_facts(job)
     found = []
     needed = facts["estimate"]["memory_per_gpu_gib"]
-    if (memory := memory_finding(needed, gpu_memory(env), unmodelled_memory_settings(job.arg))) is not None:
+    unmodelled = unmodelled_memory_settings(job.arg, sharded_over(job))
+    if (memory := memory_finding(needed, gpu_memory(env), unmodelled)) is not None:
         found.append(Finding("gpu memory", *memory))
     if (shm := shared_memory_finding(shm_bytes(), int(job.arg("num_workers") or 0), job.gpus_per_node)) is not None:
         found.append(Finding("shared memory", *shm))

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from launcher.checks import doctor
-from launcher.checks.capacity import unmodelled_memory_settings
+from launcher.checks.capacity import sharded_over, unmodelled_memory_settings
 from launcher.errors import Problem
 from launcher.estimate import summary as estimate
 from launcher.megatron import requirements
@@ -100,7 +100,7 @@ def memory_verdict(job: ResolvedJob, refuse: bool = True) -> tuple[list[str], li
     warning = estimate.memory_warning(facts)
     if warning is None:
         return [], []
-    unmodelled = unmodelled_memory_settings(job.arg)
+    unmodelled = unmodelled_memory_settings(job.arg, sharded_over(job))
     if not refuse or not estimate.memory_beyond_error(facts) or unmodelled:
         return [warning + (f" (the estimate does not count what {', '.join(unmodelled)} saves)"
                            if unmodelled and estimate.memory_beyond_error(facts) else "")], []

@@ -67,9 +67,11 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
     return problems
 
 
+# The optimizer state's precisions that only the precision-aware optimizer may lower (optimizer_config.py:457-469).
+PRECISION_AWARE_DTYPES = ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+
+
 @dataclass(frozen=True)
-
-
 class Layout:
     world_size: int
     tp: int
@@ -567,7 +569,8 @@ class _Checker:
         """fp16's dynamic loss scale starts at 2^32 and halves on every overflow, skipping that step; grads of
         order 1-10 stop overflowing near 2^12, so about log2(scale) - 12 steps update nothing (seen: a 4-iteration
         fp16 run skipped all 4 and reported no loss). A checkpoint inside those steps is refused where it crashes
-        (the distributed optimizer without TE/apex), else a run no longer than them is warned."""
+        (the distributed optimizer without TE/apex), a run no longer than half of them is refused (it ends with no
+        update), one no longer than them warned."""
         scale, iters = self.arg("initial_loss_scale"), self.arg("train_iters")
         if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1:
             return
@@ -583,7 +586,16 @@ class _Checker:
                       "(distrib_optimizer.py:793 asserts one Adam step count among no states)",
                       f"set initial_loss_scale=4096, or save_interval above {skipped}, or use bf16", stage="runtime")
             return
-        if iters <= skipped:
+        # Each overflow halves the scale only once hysteresis (2) overflows came: even grads of order 100 overflow
+        # for the first half of the warm-up, so a run that short updates nothing (refused: it would end "failed"
+        # with no loss); one within the warm-up's second half may update a little (warned).
+        if iters <= skipped // 2:
+            self.fail(f"fp16's loss scale warm-up (initial_loss_scale {shown}) skips about the first {skipped} "
+                      f"iterations (each overflow halves the scale), so train_iters {iters} ends without one weight "
+                      "update and no loss is logged",
+                      f"set initial_loss_scale=4096 (gradients of order 1-10 do not overflow there), or train longer "
+                      f"than {skipped} iterations, or use bf16", stage="runtime")
+        elif iters <= skipped:
             self.warnings.append(
                 f"fp16 starts its dynamic loss scale at initial_loss_scale {shown} and halves it on each step whose "
                 f"gradients overflow, skipping that step: the first ~{skipped} iterations usually update nothing, so "
@@ -617,6 +629,16 @@ class _Checker:
             self.fail("use_precision_aware_optimizer needs the distributed optimizer: Megatron asserts it when it "
                       "creates the optimizer", "set use_distributed_optimizer=true, or use_precision_aware_optimizer="
                       "false", stage="runtime")
+        lowered = [f"{name} {self.arg(name)}" for name in PRECISION_AWARE_DTYPES
+                   if self.arg(name) not in (None, "fp32")]
+        if lowered and not self.arg("use_precision_aware_optimizer"):
+            # optimizer_config.py:457-469 (seen: a script's main_grads_dtype bf16 left behind when the hint
+            # "set use_precision_aware_optimizer=false" was followed on a target without TE)
+            self.fail(f"{', '.join(lowered)} needs use_precision_aware_optimizer: Megatron asserts each of them is "
+                      "fp32 otherwise when it creates the optimizer",
+                      " ".join(f"--set {name}=fp32" for name in PRECISION_AWARE_DTYPES
+                               if self.arg(name) not in (None, "fp32")) + ", or use_precision_aware_optimizer=true "
+                      "(with Transformer Engine)", stage="runtime")
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "

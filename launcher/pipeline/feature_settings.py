@@ -11,8 +11,11 @@ from typing import Any
 from launcher.megatron import args as megatron_args
 
 # feature (the setting that turns it on) → the settings only it reads, by name: every Megatron setting with fp8 in
-# its name is read under fp8 only (fp8_param_gather, fp8_recipe, reuse_grad_buf_for_mxfp8_param_ag, …).
-FEATURE_ONLY = {"fp8": re.compile(r"fp8")}
+# its name is read under fp8 only (fp8_param_gather, fp8_recipe, reuse_grad_buf_for_mxfp8_param_ag, …); the
+# optimizer state's lower precisions only under the precision-aware optimizer.
+FEATURE_ONLY = {"fp8": re.compile(r"fp8"),
+                # optimizer_config.py:457-469: without the precision-aware optimizer each of these must stay fp32
+                "use_precision_aware_optimizer": re.compile(r"^(main_grads|main_params|exp_avg|exp_avg_sq)_dtype$")}
 
 
 def _yaml(value: Any) -> str:
@@ -33,3 +36,12 @@ def drop(feature: str, arg: Callable[[str], Any]) -> list[str]:
 
 def drop_hint(feature: str, arg: Callable[[str], Any]) -> str:
     return " ".join(f"--set {a}" for a in drop(feature, arg))
+
+
+def with_drops(fix: str, arg: Callable[[str], Any]) -> str:
+    """A fix whose `set FEATURE=off` drops a feature of FEATURE_ONLY, with every setting only it reads dropped too."""
+    for feature in FEATURE_ONLY:
+        turn_off = re.compile(rf"(?:--)?set {feature}={_yaml(megatron_args.catalog()[feature].default)}\b")
+        if turn_off.search(fix) and len(drop(feature, arg)) > 1:
+            return turn_off.sub(drop_hint(feature, arg), fix, count=1)
+    return fix

@@ -150,9 +150,13 @@ def fast_path_problems(megatron: Mapping[str, Any], kernels: Kernels) -> list[Pr
                 f"{gap.local_spec}")
             needs, targets = (("Transformer Engine or NVIDIA apex", "--set transformer_engine=true or apex=true")
                               if gap.apex_builds else ("Transformer Engine", "--set transformer_engine=true"))
+            # the SDPA spec builds it once what sent the job off that spec is gone: a way out on this target
+            back = "" if gap in gaps else (
+                f", or {' '.join(f'set {g.setting}={coverage.off(g)}' for g in gaps)} (the launcher's SDPA spec then "
+                f"builds {gap.what}; the model loses {coverage.describe(gaps)})")
             problems.append(Problem(
                 f"{gap.what} ({gap.setting}) needs {needs}: {why}",
-                f"use a target with {needs} ({targets}), or unset {gap.setting}", stage="launcher"))
+                f"use a target with {needs} ({targets}){back}, or unset {gap.setting}", stage="launcher"))
     return problems
 
 

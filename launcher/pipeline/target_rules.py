@@ -14,7 +14,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
-from launcher.pipeline.feature_settings import drop_hint
+from launcher.pipeline.feature_settings import drop_hint, with_drops
 
 DETERMINISTIC_NCCL_ALGOS = ("Tree", "Ring", "CollnetDirect", "CollnetChain", "^NVLS")  # arguments.py:1532
 
@@ -91,8 +91,10 @@ def moe_overlap(c: Any, vpp: int | None) -> None:
     what = "overlap_moe_expert_parallel_comm"
     if c.arg("pipeline_model_parallel_size") > 1 and vpp is None:
         c.fail(f"{what} with PP > 1 needs a virtual pipeline", "set num_virtual_stages_per_pipeline_rank")
-    if c.arg("expert_model_parallel_size") <= 1:
-        c.fail(f"{what} needs expert parallelism (expert_model_parallel_size > 1)")
+    if c.arg("expert_model_parallel_size") <= 1:  # it overlaps the experts' all-to-all, which EP 1 does not have
+        c.fail(f"{what} needs expert parallelism (expert_model_parallel_size > 1)",
+               f"set {what}=false (at EP 1 there is no expert all-to-all to overlap), or raise "
+               "expert_model_parallel_size")
     if c.arg("moe_token_dispatcher_type") not in ("alltoall", "flex"):
         c.fail(f"{what} needs moe_token_dispatcher_type alltoall or flex, got {c.arg('moe_token_dispatcher_type')}")
     if c.arg("recompute_granularity") == "full" or c.arg("recompute_method") is not None or \
@@ -189,12 +191,14 @@ def without_te(c: Any) -> None:
         c.warnings.append("fp8 has no effect without Transformer Engine (Megatron's fp8 context is a no-op then): "
                           "the job trains in its other precision settings")
     if c.arg("defer_embedding_wgrad_compute"):  # model_parallel_config.py:431-439
-        if c.arg("pipeline_model_parallel_size") == 1:
-            c.fail("defer_embedding_wgrad_compute needs pipeline parallelism (PP > 1)")
+        if c.arg("pipeline_model_parallel_size") == 1:  # it defers into the pipeline's drain, which PP 1 has not
+            c.fail("defer_embedding_wgrad_compute needs pipeline parallelism (PP > 1)",
+                   "set defer_embedding_wgrad_compute=false (at PP 1 there is no pipeline flush to defer it to), "
+                   "or raise pipeline_model_parallel_size")
         elif not gradient_accumulation_fusion(c):
             c.fail("defer_embedding_wgrad_compute needs gradient_accumulation_fusion" +
                    ("" if c.apex else ", which needs NVIDIA apex (the target has none, so the launcher turns it "
-                                      "off)"), "drop defer_embedding_wgrad_compute")
+                                      "off)"), "set defer_embedding_wgrad_compute=false")
     if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
         if c.arg("transformer_impl") != "transformer_engine" or not c.te:
             c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")
@@ -229,8 +233,9 @@ def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
             present, found = inventory.has(row)
             if not present:
                 where = f"the target has {found}" if found else "the target lacks it"
+                fix = with_drops(row.fix, c.arg)  # turning the feature off leaves nothing only it reads
                 c.fail(f"{condition} needs {row.wanted()}, and {where} ({row.cite})",
-                       f"{row.fix}; or use Transformer Engine >= {row.min_version}" if found else row.fix,
+                       f"{fix}; or use Transformer Engine >= {row.min_version}" if found else fix,
                        stage="runtime")
         elif row.kind == "setting":
             wrong = {dest: value for dest, value in row.needs["setting"].items() if settings.get(dest) != value}

@@ -94,8 +94,21 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
     if topk is not None and not 1 <= topk <= count:
+        fits = min(2, count)
         fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
-             f"e.g. --set moe_router_topk={min(2, count)}", "runtime")
+             f"e.g. --set moe_router_topk={fits}" + (" --set moe_router_pre_softmax=true"
+                                                     if softmax_of_one_needed(arg, fits) else ""), "runtime")
+    elif softmax_of_one_needed(arg, topk or 2):
+        # transformer_config.py:2091-2099: a softmax over the one chosen expert's score has a zero gradient
+        fail("moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax (the softmax over all "
+             "experts before choosing one): Megatron's TransformerConfig raises 'Please use --moe-router-pre-softmax "
+             "when topk is 1' at model build", "set moe_router_pre_softmax=true", "runtime")
+
+
+def softmax_of_one_needed(arg: Arg, topk: int) -> bool:
+    """Megatron would take a softmax over the score of one expert (top-1, softmax scores, after selection)."""
+    return (topk == 1 and (arg("moe_router_score_function") or "softmax") == "softmax"
+            and not arg("moe_router_pre_softmax") and arg("moe_router_load_balancing_type") != "sinkhorn")
 
 
 def attention_mask(arg: Arg, fail: Fail, te: bool = False) -> None:

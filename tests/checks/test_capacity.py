@@ -67,6 +67,19 @@ def test_memory_the_estimate_does_not_count_turns_the_refusal_into_a_warning():
     assert capacity.unmodelled_memory_settings(job().arg) == []
 
 
+def test_fsdp_on_one_data_parallel_rank_saves_nothing_so_the_refusal_stands():
+    # seen: a DeepSeek-V3 script with Megatron FSDP, moved to one GPU, estimated at 255 GiB and accepted because
+    # FSDP was "not counted"; FSDP shards over DP·CP, and at 1 it holds everything
+    fsdp = job("use_megatron_fsdp=true", "use_distributed_optimizer=true", "ckpt_format=fsdp_dtensor",
+                "async_save=false")
+    assert capacity.sharded_over(fsdp) == 1
+    assert capacity.unmodelled_memory_settings(fsdp.arg, capacity.sharded_over(fsdp)) == []
+    assert capacity.unmodelled_memory_settings(fsdp.arg, 8) == ["use_megatron_fsdp"]
+    assert capacity.unmodelled_memory_settings(lambda name: name == "use_torch_fsdp2", 1) == []
+    offload = job("optimizer_cpu_offload=true")  # offloading saves GPU memory at any data-parallel size
+    assert capacity.unmodelled_memory_settings(offload.arg, 1) == ["optimizer_cpu_offload"]
+
+
 def test_a_checkpoint_larger_than_the_free_space_is_refused_and_too_many_warned():
     size = 87e9
     fail = capacity.checkpoint_finding("/ckpt", size, 1, int(60 * GIB))

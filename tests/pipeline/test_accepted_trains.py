@@ -58,6 +58,20 @@ CASES = {
     "a virtual pipeline at PP 1 that does not divide": (["num_layers_per_virtual_pipeline_stage=5"], False),
     "a virtual pipeline at PP 1": (["num_layers_per_virtual_pipeline_stage=4"], False),
     "virtual stages at PP 1": (["num_virtual_stages_per_pipeline_rank=2"], False),
+    # found by moving the import corpus to one GPU (scripts/import_corpus_gpu.py): refusals that named no --set
+    "expert all-to-all overlap at EP 1": (["num_experts=4", "add_bias_linear=false",
+                                           "moe_token_dispatcher_type=alltoall",
+                                           "overlap_moe_expert_parallel_comm=true"], False),
+    "deferred embedding wgrad at PP 1": (["defer_embedding_wgrad_compute=true"], False),
+    "p2p warm-up flush without the p2p overlap": (["overlap_p2p_comm_warmup_flush=true"], False),
+    "fp16 shorter than its loss scale warm-up": (["fp16=true", "bf16=false", "train_iters=4"], False),
+    "precision-aware optimizer without TE, with its lower precisions": (
+        ["use_precision_aware_optimizer=true", "use_distributed_optimizer=true", "main_grads_dtype=bf16",
+         "exp_avg_dtype=bf16"], False),
+    "lower optimizer precisions without the precision-aware optimizer": (["main_grads_dtype=bf16"], False),
+    "top-2 routing over one expert": (["num_experts=1", "add_bias_linear=false"], False),
+    "top-1 routing with the softmax after selection": (["num_experts=4", "add_bias_linear=false",
+                                                        "moe_router_topk=1"], False),
 }
 
 
@@ -133,3 +147,26 @@ def test_precision_aware_optimizer_needs_the_distributed_optimizer():
     text = refused(["use_precision_aware_optimizer=true"], te=True, apex=True)
     assert "use_precision_aware_optimizer needs the distributed optimizer" in text
     assert "hint: set use_distributed_optimizer=true, or use_precision_aware_optimizer=false" in text
+
+
+def test_mla_sent_off_the_sdpa_spec_is_given_a_way_out_this_target_can_take():
+    # seen on a DeepSeek-V3 script moved to one GPU without TE: the only ways out were TE or dropping MLA, while
+    # dropping multi-token prediction (what sent the job to Megatron's local spec) lets the SDPA spec build MLA
+    mla = ["multi_latent_attention=true", "mtp_num_layers=1"]
+    (problem,) = problems_of(mla)
+    assert "or set mtp_num_layers=null (the launcher's SDPA spec then builds multi-latent attention" in problem.hint
+    assert problems_of([*mla, "mtp_num_layers=null"]) == []
+
+
+@pytest.mark.parametrize("overrides", [
+    # seen in the CPU rehearsal of import-corpus scripts moved to one GPU after their hints were followed:
+    # main_grads_dtype bf16 left behind (optimizer_config.py:458 asserts), top-1 routing without the pre-softmax
+    # (transformer_config.py:2099 raises)
+    ["use_precision_aware_optimizer=true", "use_distributed_optimizer=true", "main_grads_dtype=bf16"],
+    ["num_experts=1", "add_bias_linear=false", "moe_router_topk=2"],
+])
+def test_a_hint_followed_leaves_nothing_that_megatron_then_refuses(overrides, tmp_path):
+    before, after = follow(overrides, run_dir=tmp_path / "run")
+    assert before and after == [], [p.render() for p in after]
+    assert problems_of(["main_grads_dtype=bf16"]) and problems_of(["num_experts=4", "add_bias_linear=false",
+                                                                   "moe_router_topk=1"])

@@ -83,6 +83,11 @@ LOCAL_SPEC_ONLY_GAPS: tuple[Gap, ...] = (
 )
 
 
+def off(gap: Gap) -> str:
+    """The `--set` value that takes a job out of this gap: Megatron's default for the setting."""
+    return "vanilla" if gap.setting == "softmax_type" else "null"
+
+
 def sdpa_spec_gaps(settings: Mapping[str, Any]) -> list[Gap]:
     """The gaps these Megatron settings fall into; empty when the SDPA spec builds this model as upstream would."""
     return [gap for gap in SDPA_SPEC_GAPS if gap.applies(settings)]
