@@ -14,6 +14,7 @@ run as dynamic tensorwise scaling here; the others (mxfp8, blockwise, custom) ar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -47,11 +48,15 @@ def unsupported(fp8_format: str | None, recipe: str | None, *, emulate: bool = F
 
 
 @functools.cache
-def linear_config(fp8_format: str, emulate: bool = False) -> Any:
+def linear_config(fp8_format: str, emulate: bool = False, granularity: str = "tensorwise") -> Any:
     """torchao's Float8LinearConfig for a Megatron fp8 format: dynamic tensorwise scaling (torchao's fastest
-    recipe on Hopper: cuBLAS's tensorwise-scaled FP8 GEMM), e5m2 gradients for hybrid, e4m3 everywhere for e4m3."""
+    recipe on Hopper: cuBLAS's tensorwise-scaled FP8 GEMM), e5m2 gradients for hybrid, e4m3 everywhere for e4m3.
+    ``granularity="rowwise"`` is torchao's rowwise recipe (e4m3 throughout), measured against it by
+    scripts/bench_fp8.py only."""
     from torchao.float8.config import CastConfig, Float8LinearConfig, e4m3_dtype, e5m2_dtype
 
+    if granularity == "rowwise":
+        return dataclasses.replace(Float8LinearConfig.from_recipe_name("rowwise"), emulate=emulate)
     grad = e5m2_dtype if fp8_format == "hybrid" else e4m3_dtype
     return Float8LinearConfig(cast_config_grad_output=CastConfig(target_dtype=grad), emulate=emulate)
 
@@ -68,11 +73,12 @@ def mm_config(config: Any) -> Any:
 
 
 @functools.cache
-def float8_linear(fp8_format: str, emulate: bool = False) -> Callable[..., torch.Tensor]:
+def float8_linear(fp8_format: str, emulate: bool = False, granularity: str = "tensorwise"
+                  ) -> Callable[..., torch.Tensor]:
     """``F.linear``'s signature, with the matmul (forward and both backward GEMMs) in float8."""
     from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
 
-    config = linear_config(fp8_format, emulate)
+    config = linear_config(fp8_format, emulate, granularity)
     gemms = mm_config(config)
 
     def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
