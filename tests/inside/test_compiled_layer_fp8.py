@@ -64,5 +64,6 @@ def test_first_and_last_layers_kept_in_bf16_stay_out_of_fp8(model_parallel_cpu):
     ({"fp32_residual_connection": True}, "fp32 or post-LayerNorm residual"),
 ], ids=["te-recipe", "layer-not-compiled"])
 def test_fp8_the_compiled_layer_cannot_run_stops_the_job(model_parallel_cpu, overrides, reason):  # noqa: F811
+    _, layer = layer_pair(fp8="hybrid", **overrides)  # built (a checkpoint conversion would only load it)
     with pytest.raises(RuntimeError, match=reason):
-        layer_pair(fp8="hybrid", **overrides)
+        layer(hidden_states=torch.randn(4, 2, 64), attention_mask=None)

@@ -172,19 +172,18 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
     return None
 
 
-def fp8_format_of(layer: TransformerLayer) -> str | None:
-    """The FP8 format this layer's linears run in (torchao's float8, float8.py), or None for bf16: Megatron's
-    fp8 setting, except the first/last layers its first_last_layers_bf16 keeps in bf16 (as TE's context does).
-    Raises where fp8 is asked for and this process cannot run it: the job would silently train in bf16."""
+def fp8_format_of(layer: CompiledLayer) -> tuple[str | None, str | None]:
+    """(the FP8 format this layer's linears run in with torchao's float8 (float8.py), or None for bf16; why it
+    cannot, or None): Megatron's fp8 setting, except the first/last layers its first_last_layers_bf16 keeps in
+    bf16 (as TE's context does). A problem stops the layer's first forward: the job would silently train bf16."""
     config = layer.config
     if not config.fp8 or is_first_last_bf16_layer(config, layer.layer_number - 1):
-        return None
+        return None, None
     recipe = getattr(config.fp8_recipe, "value", config.fp8_recipe)
-    problem = float8.unsupported(config.fp8, recipe, emulate=fp8_emulated())
-    if problem:
-        raise fp8_refused(problem)
-    announce_fp8(config.fp8)
-    return str(config.fp8)
+    problem = float8.unsupported(config.fp8, recipe, emulate=fp8_emulated()) or layer.fast_path_blocker
+    if problem is None:
+        announce_fp8(config.fp8)
+    return str(config.fp8), problem
 
 
 def fp8_refused(reason: str) -> RuntimeError:
@@ -248,11 +247,13 @@ class CompiledLayer(TransformerLayer):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fast_path_blocker = fast_path_blocker(self)
-        self.fp8_format = fp8_format_of(self)
-        if self.fp8_format is not None and self.fast_path_blocker is not None:
-            raise fp8_refused(self.fast_path_blocker)
+        # Refused at the first forward, not here: a model built only to load or convert a checkpoint (another
+        # TP size) never trains; the launcher refuses such a training job before launch.
+        self.fp8_format, self.fp8_problem = fp8_format_of(self)
 
     def forward(self, *args: Any, **kwargs: Any):
+        if self.fp8_problem:
+            raise fp8_refused(self.fp8_problem)
         blocker = self.fast_path_blocker or input_blocker(args, kwargs) or hook_blocker(self)
         announce(blocker)
         if blocker is None:
