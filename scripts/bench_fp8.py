@@ -112,7 +112,7 @@ def layer_part(results: dict, out: Path, budget: float, hidden: int = 12288, hea
         sync()
         compiled.append(name)
         print(f"layer {name}: compiled and warm in {time.monotonic() - t0:.1f} s", flush=True)
-    for round_ in range(3):  # interleaved rounds: drift shows, and hits every variant alike
+    for _round in range(3):  # interleaved rounds: drift shows, and hits every variant alike
         for name in compiled:
             if left(budget) < 10:
                 break
