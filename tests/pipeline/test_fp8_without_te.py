@@ -106,3 +106,14 @@ def test_fp8_off_the_sdpa_fast_path_is_refused():
 def test_fp8_with_the_compiled_layers_switched_off_is_refused():
     text = refusal(["fp8_format=hybrid", "env.MEGATRON_LAUNCH_FAST_OPS=ce,norm"])
     assert "MEGATRON_LAUNCH_FAST_OPS=ce,norm leaves out" in text
+
+
+def test_fp8_through_torchao_is_estimated_with_bf16_activations_not_tes_fp8_copies():
+    from launcher.estimate.formulas import layer_activation_bytes, model_shape, training_of
+
+    torchao = job(["fp8_format=hybrid", "micro_batch_size=4"]).megatron
+    te = dict(torchao, spec=None, transformer_impl="transformer_engine")
+    bf16 = {k: v for k, v in torchao.items() if k != "fp8"}
+    per_layer = {name: layer_activation_bytes(model_shape(args), training_of(args, 1))
+                 for name, args in (("torchao", torchao), ("te", te), ("bf16", bf16))}
+    assert per_layer["torchao"] == per_layer["bf16"] > per_layer["te"]
