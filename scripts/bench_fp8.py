@@ -30,6 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 LOSS = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?lm loss: ([0-9.Ee+-]+)")
 THROUGHPUT = re.compile(r"throughput per GPU \(TFLOP/s/GPU\): ([\d.]+)")
+ITERATION = re.compile(r"iteration\s+(\d+)/\s*(\d+) \|.*?elapsed time per iteration \(ms\): ([\d.]+)"
+                       r"(?:.*?throughput per GPU \(TFLOP/s/GPU\): ([\d.]+))?")
 START = time.monotonic()
 # Run directories (checkpoints: 8.5 GB for the 175b shape) stay outside --out; their logs are copied into it.
 RUNS = Path(os.environ.get("BENCH_FP8_RUNS", "/tmp/bench-fp8-runs"))
@@ -154,26 +156,51 @@ def start_launch(args: list[str], run_root: Path, log: Path) -> tuple[subprocess
     return proc, log
 
 
-def finish(proc: subprocess.Popen, timeout: float) -> int | None:
-    try:
-        return proc.wait(timeout=max(timeout, 1))
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        return None
+def finish(proc: subprocess.Popen, timeout: float, log: Path | None = None) -> int | str | None:
+    """The launch's exit code; None when it ran past `timeout`; "stopped" when `log` is given and its training
+    logged the last iteration (what follows, the end-of-run save of 8.5 GB at the 175b shape, is not measured)."""
+    deadline = time.monotonic() + max(timeout, 1)
+    while time.monotonic() < deadline:
+        code = proc.poll()
+        if code is not None:
+            return code
+        if log is not None and last_iteration_logged(log):
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return "stopped"
+        time.sleep(1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    return None
+
+
+def run_dir_of(text: str) -> str | None:
+    return next((line.removeprefix("# run directory: ").strip() for line in text.splitlines()
+                 if line.startswith("# run directory: ")), None)
+
+
+def training_log(run_dir: str) -> str:
+    logs = sorted((Path(run_dir) / "logs").glob("attempt-*.log"))
+    return "\n".join(p.read_text(errors="replace") for p in logs)
+
+
+def last_iteration_logged(log: Path) -> bool:
+    run_dir = run_dir_of(log.read_text(errors="replace"))
+    if not run_dir:
+        return False
+    done = [m for m in ITERATION.finditer(training_log(run_dir)) if m[1] == m[2]]
+    return bool(done)
 
 
 def read_run(log: Path, code: int | None) -> dict:
     """What a launch printed and its run's summary: per-iteration losses from its training log."""
     text = log.read_text(errors="replace")
-    run_dir = next((line.removeprefix("# run directory: ").strip() for line in text.splitlines()
-                    if line.startswith("# run directory: ")), None)
+    run_dir = run_dir_of(text)
     result: dict = {"exit": code, "log": str(log)}
     training = text
     if run_dir:
         result["run_dir"] = run_dir
-        logs = sorted((Path(run_dir) / "logs").glob("attempt-*.log"))
-        training = "\n".join(p.read_text(errors="replace") for p in logs) or text
+        training = training_log(run_dir) or text
         (log.parent / f"{log.stem}.training.log").write_text(training)
         summary = Path(run_dir) / "summary.json"
         if summary.exists():
@@ -183,6 +210,15 @@ def read_run(log: Path, code: int | None) -> dict:
     losses = {int(m[1]): float(m[2]) for m in LOSS.finditer(training)}
     result["losses"] = [losses[i] for i in sorted(losses)]
     result["tflops_lines"] = [float(v) for v in THROUGHPUT.findall(training)]
+    # steady state from the log itself (a stopped launch writes no summary): iterations 3 and later
+    timed = [(int(m[1]), float(m[3]), float(m[4]) if m[4] else None) for m in ITERATION.finditer(training)]
+    steady = [t for t in timed if t[0] >= 3]
+    if steady:
+        ms = sorted(t[1] for t in steady)[len(steady) // 2]
+        tflops = sorted(t[2] for t in steady if t[2] is not None)
+        result["log_steady_ms_per_iter"] = ms
+        result["log_steady_tflops"] = tflops[len(tflops) // 2] if tflops else None
+        result["log_ms_per_iter"] = [t[1] for t in timed]
     notes = [line for line in (text + "\n" + training).splitlines()
              if "megatron-launch fp8" in line or "compiled layers:" in line or line.startswith("# note: fp8")]
     result["fp8_lines"] = sorted(set(notes))[:6]
@@ -228,14 +264,16 @@ def launch175_part(results: dict, out: Path, budget: float, samples: int) -> Non
             part["runs"][name] = {"skipped": "budget"}
             continue
         proc, log = start_launch(common + extra, RUNS / f"175b-{name}", out / f"175b-{name}.log")
-        run = read_run(log, finish(proc, left(budget) - 3))
+        run = read_run(log, finish(proc, left(budget) - 3, log))
+        if run.get("log_steady_ms_per_iter"):
+            run["tokens_per_s"] = round(16 * 2048 / (run["log_steady_ms_per_iter"] / 1000), 1)
         run["losses"] = run["losses"][:20]
         part["runs"][name] = run
         print(name, run, flush=True)
         save(out, results)
     runs = part["runs"]
-    if all(runs.get(k, {}).get("steady_tokens_per_s") for k in ("bf16", "fp8")):
-        part["fp8_over_bf16"] = round(runs["fp8"]["steady_tokens_per_s"] / runs["bf16"]["steady_tokens_per_s"], 3)
+    if all(runs.get(k, {}).get("tokens_per_s") for k in ("bf16", "fp8")):
+        part["fp8_over_bf16"] = round(runs["fp8"]["tokens_per_s"] / runs["bf16"]["tokens_per_s"], 3)
         print(f"175b shape, launch: fp8/bf16 = {part['fp8_over_bf16']}", flush=True)
     save(out, results)
 
