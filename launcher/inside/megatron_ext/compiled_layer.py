@@ -5,7 +5,9 @@ forward and as many in backward. On an H200 the GPU then waits for the host betw
 the last ~7 % between the ``345m`` preset and compiled plain PyTorch (docs/benchmarks.md). ``CompiledLayer`` keeps
 Megatron's submodules and parameters (same names, checkpoints, DDP hooks, optimizer) and, where the layer is a
 plain GPT block, runs LayerNorm → QKV → SDPA → projection + residual → LayerNorm → MLP + residual as one compiled
-function; everything else takes Megatron's own forward. ``fast_path_blocker`` says why a layer cannot.
+function; everything else takes Megatron's own forward. ``fast_path_blocker`` says why a layer cannot. With
+Megatron's fp8 set (and no Transformer Engine, which this spec implies) the four linears of that function run as
+torchao float8 matmuls (float8.py); a layer that cannot run them stops the job rather than train in bf16.
 
 The compiled function calls none of the submodules, so their module hooks would never fire. Megatron's DDP
 registers a forward pre-hook on every module when overlap_param_gather is on: it waits for the parameter
