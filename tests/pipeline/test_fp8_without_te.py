@@ -117,3 +117,13 @@ def test_fp8_through_torchao_is_estimated_with_bf16_activations_not_tes_fp8_copi
     per_layer = {name: layer_activation_bytes(model_shape(args), training_of(args, 1))
                  for name, args in (("torchao", torchao), ("te", te), ("bf16", bf16))}
     assert per_layer["torchao"] == per_layer["bf16"] > per_layer["te"]
+
+
+def test_the_rehearsal_notes_no_missing_kernel_for_a_target_that_only_adds_torchao(monkeypatch):
+    from launcher.checks import rehearsal
+    from launcher.megatron import pin
+
+    monkeypatch.setattr(pin, "detect_kernels", lambda: (False, False))
+    resolved = job(["fp8_format=hybrid"])
+    megatron, notes = rehearsal.settings_here(resolved)
+    assert notes == [] and megatron == resolved.megatron
