@@ -67,3 +67,31 @@ def test_fp8_the_compiled_layer_cannot_run_stops_the_job(model_parallel_cpu, ove
     _, layer = layer_pair(fp8="hybrid", **overrides)  # built (a checkpoint conversion would only load it)
     with pytest.raises(RuntimeError, match=reason):
         layer(hidden_states=torch.randn(4, 2, 64), attention_mask=None)
+
+
+def test_cached_fp8_weights_give_torchaos_own_numbers_and_are_cast_once_per_step(model_parallel_cpu, monkeypatch):  # noqa: F811,E501
+    from launcher.inside.megatron_ext import compiled_layer, float8
+
+    _, compiled = layer_pair(bias_activation_fusion=True, fp8="hybrid")
+    torch.manual_seed(1)
+    x, grad = torch.randn(16, 2, 64), torch.randn(16, 2, 64)
+    monkeypatch.setenv(float8.WEIGHT_CACHE_ENV, "0")
+    plain = run(compiled, x, grad)
+    monkeypatch.setenv(float8.WEIGHT_CACHE_ENV, "1")
+    casts = []
+    real = float8.compiled_weight_bits()
+    monkeypatch.setattr(float8, "compiled_weight_bits", lambda: lambda *a: casts.append(1) or real(*a))
+    compiled_layer.compiled_layer_math.cache_clear()
+    torch._dynamo.reset()
+    first = run(compiled, x, grad)
+    second = run(compiled, x, grad)  # the next microbatch: the same FP8 weights, not cast again
+    assert len(casts) == 4
+    torch.testing.assert_close(first[0], plain[0])
+    torch.testing.assert_close(first[1], plain[1])
+    for name in plain[2]:
+        torch.testing.assert_close(first[2][name], plain[2][name], msg=name)
+        torch.testing.assert_close(second[2][name], plain[2][name], msg=name)
+    optimizer = torch.optim.SGD(compiled.parameters(), lr=0.5)
+    optimizer.step()  # new weights: cast again
+    run(compiled, x, grad)
+    assert len(casts) == 8

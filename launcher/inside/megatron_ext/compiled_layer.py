@@ -252,6 +252,7 @@ class CompiledLayer(TransformerLayer):
         # Refused at the first forward, not here: a model built only to load or convert a checkpoint (another
         # TP size) never trains; the launcher refuses such a training job before launch.
         self.fp8_format, self.fp8_problem = fp8_format_of(self)
+        self.fp8_weights = float8.WeightCache()
 
     def forward(self, *args: Any, **kwargs: Any):
         if self.fp8_problem:
@@ -271,9 +272,15 @@ class CompiledLayer(TransformerLayer):
         ln1, ln2 = self.input_layernorm, self.pre_mlp_layernorm
         qkv, proj, fc1, fc2 = attention.linear_qkv, attention.linear_proj, mlp.linear_fc1, mlp.linear_fc2
         training = self.training
+        weights = [m.weight for m in (qkv, proj, fc1, fc2)]
+        if self.fp8_format is not None and float8.weight_cache_enabled():
+            # (weight, fp8 bits, scale): each weight cast once per optimizer step, not twice per microbatch
+            weights = [self.fp8_weights.get(name, w, self.fp8_format)
+                       for name, w in zip(("qkv", "proj", "fc1", "fc2"), weights)]
+        qkv_w, proj_w, fc1_w, fc2_w = weights
         out = compiled_layer_math(self.fp8_format)(
-            x, ln1.weight, getattr(ln1, "bias", None), qkv.weight, qkv.bias, proj.weight, proj.bias,
-            ln2.weight, getattr(ln2, "bias", None), fc1.weight, fc1.bias, fc2.weight, fc2.bias,
+            x, ln1.weight, getattr(ln1, "bias", None), qkv_w, qkv.bias, proj_w, proj.bias,
+            ln2.weight, getattr(ln2, "bias", None), fc1_w, fc1.bias, fc2_w, fc2.bias,
             eps=ln1.eps, rms=NORMS[type(ln1)][0], zero_centered=NORMS[type(ln1)][1],
             heads=core.num_heads_per_partition, groups=core.num_query_groups_per_partition,
             head_dim=config.kv_channels, scale=core.softmax_scale, activation=_activation(config),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -75,17 +76,100 @@ def mm_config(config: Any) -> Any:
 @functools.cache
 def float8_linear(fp8_format: str, emulate: bool = False, granularity: str = "tensorwise"
                   ) -> Callable[..., torch.Tensor]:
-    """``F.linear``'s signature, with the matmul (forward and both backward GEMMs) in float8."""
+    """``F.linear``'s signature, with the matmul (forward and both backward GEMMs) in float8. ``weight`` may be
+    ``(weight, fp8 bits, scale)`` from WeightCache: then the weight is not cast again (tensorwise only)."""
     from torchao.float8.float8_linear import matmul_with_hp_or_float8_args
 
     config = linear_config(fp8_format, emulate, granularity)
     gemms = mm_config(config)
+    attach = cached_float8()  # looked up here: the compiled graph traces `linear`, not a cache lookup
 
-    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    def linear(x: torch.Tensor, weight: Any, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(weight, tuple):
+            weight = attach(weight[0], weight[1], weight[2], gemms)
         out = matmul_with_hp_or_float8_args.apply(x, weight.t(), gemms, config)
         return out if bias is None else out + bias.to(out.dtype)
 
     return linear
+
+
+# -- the weights' FP8 copies, made once per optimizer step --------------------------------------------------------
+# Without a cache torchao casts each weight twice per microbatch (forward, and backward for the input gradient):
+# at the 175b layer shape and micro batch 1 that is ~9 GB of memory traffic per layer and cast, next to GEMMs of a
+# few ms. Transformer Engine caches its FP8 weights across microbatches the same way.
+
+WEIGHT_CACHE_ENV = "MEGATRON_LAUNCH_FP8_WEIGHT_CACHE"  # "0": cast each weight in every microbatch (torchao's own)
+_STEPS = [0]  # optimizer steps of this process: a step changes the weights
+
+
+def weight_cache_enabled() -> bool:
+    return os.environ.get(WEIGHT_CACHE_ENV, "1") != "0"
+
+
+def _count_step(*_: Any) -> None:
+    _STEPS[0] += 1
+
+
+@functools.cache
+def watch_optimizer_steps() -> None:
+    """Every torch optimizer's step (Megatron's inner AdamW too) invalidates the cached FP8 weights."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(_count_step)
+
+
+def _weight_bits(weight: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    from torchao.float8.float8_utils import tensor_to_scale, to_fp8_saturated
+
+    scale = tensor_to_scale(weight, dtype)
+    return to_fp8_saturated(weight.to(torch.float32) * scale, dtype), scale
+
+
+@functools.cache
+def compiled_weight_bits() -> Callable[..., tuple[torch.Tensor, torch.Tensor]]:
+    backend = os.environ.get("MEGATRON_LAUNCH_COMPILE_BACKEND", "inductor")
+    return torch.compile(_weight_bits, backend=backend, dynamic=False)
+
+
+class WeightCache:
+    """One layer's FP8 weight copies (bits, per-tensor scale), remade when an optimizer step has run, or the
+    weight changed in place (its version), or moved."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, tuple[tuple[int, int, int], tuple[torch.Tensor, torch.Tensor]]] = {}
+
+    def get(self, name: str, weight: torch.Tensor, fp8_format: str
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        watch_optimizer_steps()
+        key = (_STEPS[0], weight._version, weight.data_ptr())
+        hit = self.entries.get(name)
+        if hit is None or hit[0] != key:
+            dtype = linear_config(fp8_format).cast_config_weight.target_dtype
+            with torch.no_grad():
+                bits = compiled_weight_bits()(weight.detach(), dtype)
+            hit = (key, bits)
+            self.entries[name] = hit
+        return weight, hit[1][0], hit[1][1]
+
+
+@functools.cache
+def cached_float8() -> Any:
+    """The differentiable view of a cached FP8 weight: forward, the Float8TrainingTensor of its bits; backward,
+    the gradient passed to the high-precision weight unchanged (as torchao's own cast does)."""
+    from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
+
+    @torch._dynamo.allow_in_graph
+    class CachedFloat8(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, weight, bits, scale, gemms):
+            return Float8TrainingTensor(bits, scale, weight.dtype, linear_mm_config=gemms,
+                                        gemm_input_role=GemmInputRole.WEIGHT)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad, None, None, None
+
+    return CachedFloat8.apply
 
 
 def describe(fp8_format: str) -> str:
