@@ -48,7 +48,7 @@ def save(out: Path, results: dict) -> None:
 # -- layer: the compiled layer math at the 175b shape -------------------------------------------------------------
 
 def layer_part(results: dict, out: Path, budget: float, hidden: int = 12288, heads: int = 96, seq: int = 2048,
-               layers: int = 2, iters: int = 10, dev: str = "cuda") -> None:
+               layers: int = 2, iters: int = 10, dev: str = "cuda", only: str | None = None) -> None:
     import functools
 
     import torch
@@ -88,6 +88,8 @@ def layer_part(results: dict, out: Path, budget: float, hidden: int = 12288, hea
             layer_math, linear=float8.float8_linear("e4m3", emulate, "rowwise"), **constants),
             fullgraph=True, dynamic=False),
     }
+    if only:  # ';'-separated variant names (e.g. bf16,fp8 hybrid tensorwise, cached weights)
+        variants = {name: fn for name, fn in variants.items() if name in only.split(";")}
     caches = [float8.WeightCache() for _ in params]
     x = torch.randn(seq, 1, hidden, device=dev, dtype=dt, requires_grad=True)
     grad = torch.randn_like(x)
@@ -301,13 +303,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=230.0, help="wall seconds for all parts together")
     parser.add_argument("--loss-iters", type=int, default=300)
     parser.add_argument("--samples-175b", type=int, default=128, help="train_samples of each 175b-shape launch")
+    parser.add_argument("--layer-variants", help="';'-separated variant names of the layer part (default: all)")
     ns = parser.parse_args(argv)
     ns.out.mkdir(parents=True, exist_ok=True)
     results: dict = {"parts": ns.parts}
     for part in ns.parts.split(","):
         try:
             if part == "layer":
-                layer_part(results, ns.out, ns.budget_s)
+                layer_part(results, ns.out, ns.budget_s, only=ns.layer_variants)
             elif part == "loss":
                 loss_part(results, ns.out, ns.budget_s, ns.loss_iters)
             elif part == "launch175":
