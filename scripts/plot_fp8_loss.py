@@ -36,14 +36,20 @@ def png(curves: dict[str, list[float]], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=110)
-    for name in ("bf16", "fp8"):
-        ax.plot(range(1, len(curves[name]) + 1), curves[name], label=name, color=COLOURS[name], linewidth=1)
-    ax.set_xlabel("iteration")
+    fig, (ax, diff) = plt.subplots(2, 1, figsize=(9, 6), dpi=110, sharex=True, height_ratios=(3, 1))
+    for name, width in (("bf16", 2.5), ("fp8", 1.0)):  # bf16 wide underneath: the curves overlap
+        ax.plot(range(1, len(curves[name]) + 1), curves[name], label=name, color=COLOURS[name], linewidth=width)
     ax.set_ylabel("lm loss")
     ax.set_title(title(curves), fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend()
+    n = min(len(curves["bf16"]), len(curves["fp8"]))
+    rel = [100 * (f - b) / b for b, f in zip(curves["bf16"][:n], curves["fp8"][:n])]
+    diff.plot(range(1, n + 1), rel, color="#444444", linewidth=0.8)
+    diff.axhline(0, color="#999999", linewidth=0.5)
+    diff.set_ylabel("FP8 − bf16, %")
+    diff.set_xlabel("iteration")
+    diff.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(out)
 
