@@ -277,12 +277,12 @@ def launch175_part(results: dict, out: Path, budget: float, samples: int) -> Non
               "tensorboard_log_interval=1000"]
     part: dict = {"command": "launch " + " ".join(common) + " [--set fp8_format=hybrid]", "runs": {}}
     results["launch175"] = part
-    for name, extra in (("fp8", ["--set", "fp8_format=hybrid"]), ("bf16", [])):
+    for name, extra, share in (("fp8", ["--set", "fp8_format=hybrid"], 0.55), ("bf16", [], 1.0)):
         if left(budget) < 60:
             part["runs"][name] = {"skipped": "budget"}
             continue
         proc, log = start_launch(common + extra, RUNS / f"175b-{name}", out / f"175b-{name}.log")
-        run = read_run(log, finish(proc, left(budget) - 3, log))
+        run = read_run(log, finish(proc, left(budget) * share - 3, log))  # the first leaves the second its time
         if run.get("log_steady_ms_per_iter"):
             run["tokens_per_s"] = round(16 * 2048 / (run["log_steady_ms_per_iter"] / 1000), 1)
         run["losses"] = run["losses"][:20]
