@@ -294,15 +294,15 @@ def rehearse_job(job: Any, env: Mapping[str, str]) -> Rehearsal:
 def settings_here(job: Any) -> tuple[dict[str, Any], list[str]]:
     """The job's Megatron settings as this machine can build them: where its target has Transformer Engine or apex
     and this machine lacks them, the launcher's own settings for a target without them, and a note saying so."""
-    from launcher.megatron.pin import Kernels, detect_kernels
+    from launcher.megatron.pin import detect_kernels
     from launcher.pipeline import kernels as kernel_rules
 
     te_here, apex_here = detect_kernels()
     kernels = job.kernels
-    here = Kernels(kernels.transformer_engine and te_here, kernels.apex and apex_here, kernels.how)
+    here = replace(kernels, transformer_engine=kernels.transformer_engine and te_here, apex=kernels.apex and apex_here)
     megatron = dict(job.megatron)
     notes = []
-    if here != kernels:
+    if (here.transformer_engine, here.apex) != (kernels.transformer_engine, kernels.apex):  # the rest is no kernel
         missing = [name for name, target, local in (("Transformer Engine", kernels.transformer_engine, te_here),
                                                      ("NVIDIA apex", kernels.apex, apex_here)) if target and not local]
         notes.append(f"{' and '.join(missing)} (the target's, not installed here): rehearsed with the settings the "

@@ -312,6 +312,9 @@ class Training:
     tp_comm_overlap: bool = False  # TE userbuffers: TP collectives overlapped with the GEMMs
     grad_reduce_in_bf16: bool = False  # gradients kept and reduced in bf16 (2 B) instead of fp32 (4 B)
     fp8: bool = False  # TE FP8 GEMMs (--fp8-format)
+    # FP8 without TE, torchao's float8 in the compiled layers (megatron_ext/float8.py): the backward gets the bf16
+    # GEMM inputs it saved, not FP8 copies as TE's
+    fp8_torchao: bool = False
     # Uneven pipelines (stages.py): Megatron's four ways to move layers between pipeline ranks.
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None
@@ -401,6 +404,8 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         tp_comm_overlap=bool(megatron_value(args, "tp_comm_overlap")) and tp > 1,
         grad_reduce_in_bf16=bool(megatron_value(args, "grad_reduce_in_bf16")),
         fp8=bool(megatron_value(args, "fp8")),  # dest of --fp8-format
+        fp8_torchao=bool(megatron_value(args, "fp8"))
+        and _uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast"),
         first_stage_layers=_optional_int(megatron_value(args, "decoder_first_pipeline_num_layers")),
         last_stage_layers=_optional_int(megatron_value(args, "decoder_last_pipeline_num_layers")),
         embedding_in_split=bool(megatron_value(args, "account_for_embedding_in_pipeline_split")),
@@ -796,7 +801,7 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
     Context parallelism gives each GPU s/CP of the sequence, so every term is divided by CP."""
     s, b, h = m.seq_length // t.cp, t.micro_batch_size, m.hidden_size
     w = 4 if t.precision == "fp32" else 2  # bytes per stored activation element
-    g = 1 if t.fp8 else w  # GEMM inputs: Transformer Engine keeps them in FP8 for the backward
+    g = 1 if t.fp8 and not t.fp8_torchao else w  # GEMM inputs: TE keeps them in FP8 for the backward
     # Outside the TP regions: two norm inputs (w), QKV and fc1 inputs (g), two dropout masks (1 B each).
     replicated = s * b * h * (2 * w + 2 * g + 2)
     if t.recompute == "selective" and "layernorm" in t.recompute_modules:
@@ -826,7 +831,7 @@ def moe_layer_activation_delta(m: ModelShape, t: Training) -> float:
         return 0.0
     s, b, h = m.seq_length // t.cp, t.micro_batch_size, m.hidden_size
     w = 4 if t.precision == "fp32" else 2
-    g = 1 if t.fp8 else w
+    g = 1 if t.fp8 and not t.fp8_torchao else w
     per_width = s * b * (w * (2 if m.swiglu else 1) + g)
     moe_width = m.moe_topk * m.moe_ffn_hidden_size + m.shared_expert_size
     mlp = per_width * (moe_width - m.ffn_hidden_size) / t.tp

@@ -111,6 +111,9 @@ class Kernels:
     how: str  # "preset" (declared), "detected" (here), "login node" (bare-metal Slurm), "NGC image"
     # None: not known. A declared TE (and an NGC image's) is the NGC container's, launcher.megatron.target.
     te_version: str | None = None
+    # torchao (float8 training): FP8 without TE runs through it (launcher/inside/megatron_ext/float8.py). Found
+    # where the kernels are looked up, or declared in launcher.packages.
+    torchao: bool = False
 
 
 def has_module(name: str) -> bool:

@@ -131,6 +131,7 @@ class _Checker:
         self.te = te_available
         self.apex = apex_available
         self.te_version = (te_version or DECLARED_TE_VERSION) if te_available else None
+        self.torchao = False  # torchao at the target (FP8 without TE), set by check()
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
         # Megatron's settings after its silent rewrites, once the virtual pipeline size is known (layout());
@@ -796,11 +797,14 @@ class _Checker:
 
 def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: bool = False,
           apex_available: bool = False, micro_batch_picked: bool = False, env: JobEnvironment | None = None,
-          te_version: str | None = None) -> tuple[Layout | None, list[Problem], list[str]]:
+          te_version: str | None = None, torchao_available: bool = False
+          ) -> tuple[Layout | None, list[Problem], list[str]]:
     """Every check for one world size: (layout or None, problems, warnings). `env`: the job's environment;
-    `te_version`: the target's TE (None with TE: the declared NGC container's)."""
+    `te_version`: the target's TE (None with TE: the declared NGC container's); `torchao_available`: the target
+    has torchao (FP8 without TE)."""
     c = _Checker(preset, world_size, gpus_per_node, te_available, apex_available, micro_batch_picked, env,
                  te_version)
+    c.torchao = torchao_available
     c.model_family()
     ok = c.required()
     c.training_settings()

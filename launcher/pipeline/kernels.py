@@ -9,12 +9,13 @@ both, any other image must say what it has.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from launcher.errors import Problem, UserError
-from launcher.inside.megatron_ext import coverage
+from launcher.inside.megatron_ext import FP8_IMPLEMENTATION_WITHOUT_TE, FP8_PACKAGE, coverage
 from launcher.megatron import requirements
-from launcher.megatron.pin import Kernels, detect_kernels
+from launcher.megatron.pin import Kernels, detect_kernels, has_module
 from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline.environment import uses_megatron_ext
 
@@ -51,8 +52,17 @@ def is_ngc_image(image: str) -> bool:
 
 
 def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool = False,
-                container_image: str | None = None) -> Kernels:
-    """What the job's processes will find; `auto` is answered where the job runs, or refused if it cannot be."""
+                container_image: str | None = None, packages: tuple[str, ...] = ()) -> Kernels:
+    """What the job's processes will find; `auto` is answered where the job runs, or refused if it cannot be.
+    torchao counts where launcher.packages declares it, or where the kernels are looked up here and it is found."""
+    kernels = _kernels_for(te_setting, apex_setting, slurm=slurm, container_image=container_image)
+    looked_up_here = kernels.how in ("detected", "login node")
+    torchao = FP8_PACKAGE in packages or (looked_up_here and has_module(FP8_PACKAGE))
+    return replace(kernels, torchao=torchao)
+
+
+def _kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool,
+                 container_image: str | None) -> Kernels:
     if "auto" not in (te_setting, apex_setting):
         return Kernels(bool(te_setting), bool(apex_setting), "preset", DECLARED_TE_VERSION if te_setting else None)
     te_version: str | None = DECLARED_TE_VERSION
@@ -109,7 +119,25 @@ def uses_sdpa_spec(megatron: Mapping[str, Any], kernels: Kernels) -> bool:
 
 
 def fast_path_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
-    """Said before launch when a job without TE trains on Megatron's plain local spec instead of the SDPA one."""
+    """Said before launch: which FP8 runs without TE, and when a job without TE trains on Megatron's plain local
+    spec instead of the SDPA one."""
+    return [*fp8_notes(megatron, kernels), *_spec_notes(megatron, kernels)]
+
+
+def fp8_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
+    """Which FP8 implementation runs (checks.target_rules.fp8_without_te refuses the jobs it cannot run)."""
+    fmt = megatron.get("fp8")
+    if not fmt or kernels.transformer_engine or not uses_sdpa_spec(megatron, kernels) or not kernels.torchao:
+        return []
+    recipe = megatron.get("fp8_recipe") or "delayed"
+    grads = "e5m2" if fmt == "hybrid" else "e4m3"
+    instead = f" (in place of Megatron's fp8_recipe {recipe}, which is TE's)" if recipe != "tensorwise" else ""
+    return [f"fp8 {fmt} without Transformer Engine: {FP8_IMPLEMENTATION_WITHOUT_TE}{instead}, e4m3 activations and "
+            f"weights, {grads} gradients, in each compiled layer's QKV, projection, fc1 and fc2 GEMMs; embedding, "
+            "output layer, attention and weights stay bf16 (checkpoints too)"]
+
+
+def _spec_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
     local = megatron.get("transformer_impl") in (None, "local")
     gaps = coverage.sdpa_spec_gaps(megatron)
     if uses_sdpa_spec(megatron, kernels):

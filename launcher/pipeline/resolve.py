@@ -175,7 +175,7 @@ def target_for(preset: Preset, slurm: bool, kubernetes: bool = False) -> Placeme
 def kernels_of(preset: Preset, target: Placement) -> Kernels:
     launcher = preset.launcher
     return kernel_rules.kernels_for(launcher.transformer_engine, launcher.apex, slurm=target.slurm,
-                                    container_image=target.container_image)
+                                    container_image=target.container_image, packages=launcher.packages)
 
 
 def resolve(preset: Preset, nodes: int | None = None, gpus_per_node: int | None = None, *,
@@ -213,7 +213,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     picked = preset.megatron.get("micro_batch_size") is None and preset.launcher.max_micro_batch_size is not None
     layout, found, warnings = check(job.as_checked(), job.world_size, gpus_per_node, kernels.transformer_engine,
                                     kernels.apex, micro_batch_picked=picked, env=job.environment,
-                                    te_version=kernels.te_version)
+                                    te_version=kernels.te_version, torchao_available=kernels.torchao)
     problems += found
     if job.entry == "pretrain_gpt":
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)

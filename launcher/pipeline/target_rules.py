@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.inside.megatron_ext import FAST_OPS_ENV, FP8_PACKAGE, FP8_RECIPES_WITHOUT_TE, SDPA_SPEC_FAST, selected_ops
+from launcher.inside.megatron_ext.compiled_coverage import compiled_layer_gaps
 from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
@@ -187,9 +189,8 @@ def without_te(c: Any) -> None:
         c.fail("MoE with fp8 needs Transformer Engine >= 1.7, which the target lacks",
                f"drop fp8 and what only it reads: {drop_hint('fp8', c.arg)}, or run in a Transformer Engine "
                "container (transformer_engine: true)")
-    if c.arg("fp8") and not c.arg("num_experts") and not c.te:  # fp8_utils.py:680: a null context without TE
-        c.warnings.append("fp8 has no effect without Transformer Engine (Megatron's fp8 context is a no-op then): "
-                          "the job trains in its other precision settings")
+    if c.arg("fp8") and not c.arg("num_experts") and not c.te:
+        fp8_without_te(c)
     if c.arg("defer_embedding_wgrad_compute"):  # model_parallel_config.py:431-439
         if c.arg("pipeline_model_parallel_size") == 1:  # it defers into the pipeline's drain, which PP 1 has not
             c.fail("defer_embedding_wgrad_compute needs pipeline parallelism (PP > 1)",
@@ -208,6 +209,42 @@ def without_te(c: Any) -> None:
     if c.preset.megatron.get("transformer_impl") == "transformer_engine" and not c.te:
         c.fail("transformer_impl transformer_engine, but the target has no Transformer Engine",
                "set transformer_engine: true for a TE container, or drop transformer_impl", stage="runtime")
+
+
+def fp8_without_te(c: Any) -> None:
+    """Megatron's fp8 is Transformer Engine's (fp8_utils.py:680: a null context without it). Without TE the
+    launcher's compiled layers run it with torchao's float8 matmul (inside/megatron_ext/float8.py); refused where
+    they cannot, since the job would quietly train in bf16."""
+    fmt, recipe = c.arg("fp8"), c.arg("fp8_recipe")
+    what = f"fp8 {fmt} without Transformer Engine"
+    otherwise = f"or run with Transformer Engine, or drop fp8 and what only it reads: {drop_hint('fp8', c.arg)}"
+    if not c.torchao:
+        c.fail(f"{what} runs through torchao's float8 training, which the target lacks",
+               f"install torchao where the job runs (pip install torchao) and declare it where the launcher cannot "
+               f"look (a container, a declared target): --set packages={FP8_PACKAGE}; {otherwise}", "launcher")
+    arch = capability(c.preset.launcher.gpu)
+    if arch < (8, 9):
+        c.fail(f"{what}: float8 matmuls need compute capability 8.9 (Ada, Hopper) or newer; {c.preset.launcher.gpu} "
+               f"has {arch[0]}.{arch[1]}", otherwise, "launcher")
+    if str(recipe) not in FP8_RECIPES_WITHOUT_TE:
+        c.fail(f"{what}: fp8_recipe {recipe} is Transformer Engine's; torchao runs dynamic scaling "
+               f"({' or '.join(FP8_RECIPES_WITHOUT_TE)})", f"set fp8_recipe=tensorwise, {otherwise}", "launcher")
+    if list(c.arg("spec") or []) != list(SDPA_SPEC_FAST):
+        c.fail(f"{what} runs only on the launcher's SDPA fast path (its compiled layers), which this job does not "
+               f"take (spec {' '.join(map(str, c.arg('spec') or [])) or 'none'}; the dry-run says why)", otherwise,
+               "launcher")
+        return
+    fast_ops = env_value(c, FAST_OPS_ENV)
+    try:
+        without_layer = "layer" not in selected_ops(fast_ops)
+    except ValueError:
+        without_layer = False  # said by the checker's own rule
+    if without_layer:
+        c.fail(f"{what} runs in the compiled layers, which {FAST_OPS_ENV}={fast_ops} leaves out",
+               f"add layer to {FAST_OPS_ENV} (or remove it), {otherwise}", "launcher")
+    for reason in compiled_layer_gaps(c.arg):
+        c.fail(f"{what} runs only in the launcher's compiled layers, which do not run {reason}: the layers would "
+               "train in bf16", f"drop that setting, {otherwise}", "launcher")
 
 
 def silent_rewrites(c: Any, tp: int) -> None:

@@ -24,3 +24,10 @@ def selected_ops(value: str | None) -> tuple[str, ...]:
     if unknown:
         raise ValueError(f"unknown fast op(s) {unknown}; choose from {list(ALL_OPS)} or 'none'")
     return names
+
+# FP8 without Transformer Engine (float8.py): the Megatron fp8 formats and recipes the compiled layers run with
+# torchao's float8 matmul; the launcher's rules read them before launch (no torch imported here).
+FP8_IMPLEMENTATION_WITHOUT_TE = "torchao float8 with dynamic tensorwise scaling"
+FP8_PACKAGE = "torchao"
+FP8_FORMATS_WITHOUT_TE = ("hybrid", "e4m3")
+FP8_RECIPES_WITHOUT_TE = ("delayed", "tensorwise")

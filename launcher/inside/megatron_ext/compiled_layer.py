@@ -5,7 +5,9 @@ forward and as many in backward. On an H200 the GPU then waits for the host betw
 the last ~7 % between the ``345m`` preset and compiled plain PyTorch (docs/benchmarks.md). ``CompiledLayer`` keeps
 Megatron's submodules and parameters (same names, checkpoints, DDP hooks, optimizer) and, where the layer is a
 plain GPT block, runs LayerNorm → QKV → SDPA → projection + residual → LayerNorm → MLP + residual as one compiled
-function; everything else takes Megatron's own forward. ``fast_path_blocker`` says why a layer cannot.
+function; everything else takes Megatron's own forward. ``fast_path_blocker`` says why a layer cannot. With
+Megatron's fp8 set (and no Transformer Engine, which this spec implies) the four linears of that function run as
+torchao float8 matmuls (float8.py); a layer that cannot run them stops the job rather than train in bf16.
 
 The compiled function calls none of the submodules, so their module hooks would never fire. Megatron's DDP
 registers a forward pre-hook on every module when overlap_param_gather is on: it waits for the parameter
@@ -22,6 +24,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from megatron.core.fp8_utils import is_first_last_bf16_layer
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.enums import AttnMaskType
@@ -30,7 +33,7 @@ from megatron.core.transformer.mlp import MLP
 from megatron.core.transformer.transformer_layer import TransformerLayer
 from megatron.core.utils import make_viewless_tensor
 
-from launcher.inside.megatron_ext import wgrad_fusion
+from launcher.inside.megatron_ext import float8, wgrad_fusion
 from launcher.inside.megatron_ext.sdpa_spec import (
     DenseOrMoE,
     SDPACoreAttention,
@@ -56,9 +59,8 @@ def _norm(x, weight, bias, eps: float, rms: bool, zero_centered: bool):
     return F.layer_norm(x, (x.size(-1),), weight, bias, eps)
 
 
-def _linear(x, weight, bias, fused: bool):
-    if not fused:
-        return F.linear(x, weight, bias)
+def _fused_wgrad_linear(x, weight, bias=None):
+    """F.linear whose weight gradient accumulates into the weight's main_grad in the GEMM (wgrad_fusion)."""
     out = wgrad_fusion.linear(x, weight, fused=True)
     return out if bias is None else out + bias
 
@@ -66,17 +68,20 @@ def _linear(x, weight, bias, fused: bool):
 def layer_math(
     x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b, fused_wgrad=False,
     *, eps: float, rms: bool, zero_centered: bool, heads: int, groups: int, head_dim: int, scale: float,
-    activation: str, hidden_dropout: float, attention_dropout: float,
+    activation: str, hidden_dropout: float, attention_dropout: float, linear=F.linear,
 ):
     """One pre-LayerNorm GPT layer on [seq, batch, hidden], in Megatron's weight layout and operation order.
 
-    fused_wgrad: the four linears' weight gradients accumulate into their main_grad in the GEMM (Megatron's
-    gradient_accumulation_fusion; wgrad_fusion.register'ed), not into param.grad."""
+    ``linear`` runs the four linears (QKV, projection, fc1, fc2): ``F.linear``, or float8.float8_linear for FP8.
+    fused_wgrad: their weight gradients accumulate into their main_grad in the GEMM instead (Megatron's
+    gradient_accumulation_fusion; wgrad_fusion.register'ed), not into param.grad (bf16 only)."""
+    if fused_wgrad:
+        linear = _fused_wgrad_linear
     s, b, _ = x.shape
     per_group = heads // groups
     y = _norm(x, ln1_w, ln1_b, eps, rms, zero_centered)
     # Megatron's fused QKV rows are grouped per query group: [q (per_group heads), k, v] for each group.
-    qkv = _linear(y, qkv_w, qkv_b, fused_wgrad).view(s, b, groups, (per_group + 2) * head_dim)
+    qkv = linear(y, qkv_w, qkv_b).view(s, b, groups, (per_group + 2) * head_dim)
     q, k, v = torch.split(qkv, [per_group * head_dim, head_dim, head_dim], dim=3)
     q = q.reshape(s, b, heads, head_dim)
     attn = F.scaled_dot_product_attention(
@@ -84,10 +89,13 @@ def layer_math(
         dropout_p=attention_dropout, is_causal=True, scale=scale, enable_gqa=groups != heads,
     )
     attn = attn.permute(2, 0, 1, 3).reshape(s, b, heads * head_dim)
-    x = x + F.dropout(_linear(attn, proj_w, proj_b, fused_wgrad), hidden_dropout)
+    out = linear(attn, proj_w)
+    if proj_b is not None:
+        out = out + proj_b
+    x = x + F.dropout(out, hidden_dropout)
 
     y = _norm(x, ln2_w, ln2_b, eps, rms, zero_centered)
-    h = _linear(y, fc1_w, fc1_b, fused_wgrad)
+    h = linear(y, fc1_w, fc1_b)
     if activation == "gelu_tanh":
         h = _gelu_tanh(h)
     elif activation == "gelu":
@@ -95,16 +103,29 @@ def layer_math(
     else:  # swiglu
         gate, up = torch.chunk(h, 2, dim=-1)
         h = F.silu(gate) * up
-    return x + F.dropout(_linear(h, fc2_w, fc2_b, fused_wgrad), hidden_dropout)
+    out = linear(h, fc2_w)
+    if fc2_b is not None:
+        out = out + fc2_b
+    return x + F.dropout(out, hidden_dropout)
 
 
 @functools.cache
-def compiled_layer_math():
-    """``layer_math`` compiled once per process: every layer shares the graph (same shapes and constants; static).
+def compiled_layer_math(fp8_format: str | None = None):
+    """``layer_math`` compiled once per process and linear kind (bf16, or one FP8 format): every layer shares the
+    graph (same shapes and constants; static).
 
-    MEGATRON_LAUNCH_COMPILE_BACKEND picks the torch.compile backend (default inductor; tests use aot_eager)."""
+    MEGATRON_LAUNCH_COMPILE_BACKEND picks the torch.compile backend (default inductor; tests use aot_eager, with
+    which FP8 is emulated: float8 GEMMs need a GPU of compute capability 8.9+)."""
     backend = os.environ.get("MEGATRON_LAUNCH_COMPILE_BACKEND", "inductor")
-    return torch.compile(layer_math, backend=backend, fullgraph=True, dynamic=False)
+    math = layer_math
+    if fp8_format is not None:
+        math = functools.partial(layer_math, linear=float8.float8_linear(fp8_format, emulate=fp8_emulated()))
+    return torch.compile(math, backend=backend, fullgraph=True, dynamic=False)
+
+
+def fp8_emulated() -> bool:
+    """torchao's emulated float8 GEMM (a test on CPU), never on a GPU run."""
+    return not torch.cuda.is_available()
 
 
 def _activation(config) -> str | None:
@@ -138,7 +159,7 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
         (config.recompute_granularity is None, "activation recomputation"),
         (not config.fp32_residual_connection and not config.apply_residual_connection_post_layernorm,
          "fp32 or post-LayerNorm residual"),
-        (not config.fp8 and not config.fp4, "fp8/fp4"),
+        (not config.fp4, "fp4"),
         (_activation(config) is not None, "activation function"),
         (not getattr(config, "attention_output_gate", False), "gated attention"),
         (config.mlp_chunks_for_training <= 1, "chunked MLP"),
@@ -161,6 +182,32 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
         if norm.weight is None or (isinstance(norm, torch.nn.LayerNorm) and norm.bias is None):
             return "norm without affine parameters"
     return None
+
+
+def fp8_format_of(layer: CompiledLayer) -> tuple[str | None, str | None]:
+    """(the FP8 format this layer's linears run in with torchao's float8 (float8.py), or None for bf16; why it
+    cannot, or None): Megatron's fp8 setting, except the first/last layers its first_last_layers_bf16 keeps in
+    bf16 (as TE's context does). A problem stops the layer's first forward: the job would silently train bf16."""
+    config = layer.config
+    if not config.fp8 or is_first_last_bf16_layer(config, layer.layer_number - 1):
+        return None, None
+    recipe = getattr(config.fp8_recipe, "value", config.fp8_recipe)
+    problem = float8.unsupported(config.fp8, recipe, emulate=fp8_emulated()) or layer.fast_path_blocker
+    if problem is None:
+        announce_fp8(config.fp8)
+    return str(config.fp8), problem
+
+
+def fp8_refused(reason: str) -> RuntimeError:
+    return RuntimeError(f"megatron-launch: fp8 without Transformer Engine runs only in the compiled layers with "
+                        f"torchao, and cannot here: {reason}")
+
+
+@functools.cache
+def announce_fp8(fp8_format: str) -> None:
+    if torch.distributed.is_initialized() and torch.distributed.get_rank() != 0:
+        return
+    print(f"> megatron-launch fp8: {float8.describe(fp8_format)}", flush=True)
 
 
 @functools.cache
@@ -229,13 +276,21 @@ class CompiledLayer(TransformerLayer):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.fast_path_blocker = fast_path_blocker(self)
+        # Refused at the first forward, not here: a model built only to load or convert a checkpoint (another
+        # TP size) never trains; the launcher refuses such a training job before launch.
+        self.fp8_format, self.fp8_problem = fp8_format_of(self)
+        self.fp8_weights = float8.WeightCache()
 
     def forward(self, *args: Any, **kwargs: Any):
+        if self.fp8_problem:
+            raise fp8_refused(self.fp8_problem)
         blocker = self.fast_path_blocker or input_blocker(args, kwargs) or hook_blocker(self)
         announce(blocker)
         if blocker is None:
             run_forward_pre_hooks(self)  # e.g. DDP's wait for the overlapped parameter all-gather
             return self._fast_forward(kwargs["hidden_states"]), None
+        if self.fp8_format is not None:
+            raise fp8_refused(blocker)  # Megatron's own forward would train this layer in bf16
         return super().forward(*args, **kwargs)
 
     def _fast_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -244,10 +299,17 @@ class CompiledLayer(TransformerLayer):
         ln1, ln2 = self.input_layernorm, self.pre_mlp_layernorm
         qkv, proj, fc1, fc2 = attention.linear_qkv, attention.linear_proj, mlp.linear_fc1, mlp.linear_fc2
         training = self.training
-        out = compiled_layer_math()(
-            x, ln1.weight, getattr(ln1, "bias", None), qkv.weight, qkv.bias, proj.weight, proj.bias,
-            ln2.weight, getattr(ln2, "bias", None), fc1.weight, fc1.bias, fc2.weight, fc2.bias,
-            fuse_weight_gradients(config, (qkv.weight, proj.weight, fc1.weight, fc2.weight)),
+        weights = [m.weight for m in (qkv, proj, fc1, fc2)]
+        if self.fp8_format is not None and float8.weight_cache_enabled():
+            # (weight, fp8 bits, scale): each weight cast once per optimizer step, not twice per microbatch
+            weights = [self.fp8_weights.get(name, w, self.fp8_format)
+                       for name, w in zip(("qkv", "proj", "fc1", "fc2"), weights)]
+        qkv_w, proj_w, fc1_w, fc2_w = weights
+        out = compiled_layer_math(self.fp8_format)(
+            x, ln1.weight, getattr(ln1, "bias", None), qkv_w, qkv.bias, proj_w, proj.bias,
+            ln2.weight, getattr(ln2, "bias", None), fc1_w, fc1.bias, fc2_w, fc2.bias,
+            self.fp8_format is None and fuse_weight_gradients(config, (qkv.weight, proj.weight, fc1.weight,
+                                                                        fc2.weight)),
             eps=ln1.eps, rms=NORMS[type(ln1)][0], zero_centered=NORMS[type(ln1)][1],
             heads=core.num_heads_per_partition, groups=core.num_query_groups_per_partition,
             head_dim=config.kv_channels, scale=core.softmax_scale, activation=_activation(config),
