@@ -229,7 +229,29 @@ def read_flags(words: list[str]) -> Flags:
         if key not in out.settings:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
+    _dense_in_megatron_deepspeed(out)
     return out
+
+
+# Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py: --num-experts, default [1]; its MoE
+# examples: "EP_SIZE 1 means dense model without MoE") builds no MoE layer for one expert; the pin's --num-experts 1
+# builds a one-expert MoE (a router, an expert MLP): another model.
+DEEPSPEED_ORIGIN = "(Megatron-DeepSpeed"
+
+
+def _dense_in_megatron_deepspeed(out: Flags) -> None:
+    """A Megatron-DeepSpeed script's `--num-experts 1` is its dense default: carried as no MoE, and said."""
+    if out.settings.get("num_experts") != 1 or out.flag_of.get("num_experts") != "--num-experts":
+        return
+    if not any(DEEPSPEED_ORIGIN in word.why for word in out.words):
+        return
+    del out.settings["num_experts"], out.flag_of["num_experts"]
+    for word in out.words:
+        if "num_experts" in word.settings:
+            word.settings = {k: v for k, v in word.settings.items() if k != "num_experts"}
+            word.kind = "translated"
+            word.why = ("→ no MoE: Megatron-DeepSpeed's --num-experts 1 is its default, a dense model (the pin's "
+                        "--num-experts 1 would build a one-expert MoE)")
 
 
 @dataclass

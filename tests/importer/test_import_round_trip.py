@@ -180,3 +180,12 @@ def test_a_nan_value_is_carried_and_refused_by_the_check_not_an_internal_error(t
     code, stdout, stderr = launch("import", "--", *(BASE.replace("--lr 1e-4", "--lr nan")).split())
     assert code == 2 and "internal" not in stderr.lower() and "lr is nan" in stderr
     assert "round trip: equal" in stderr and "(lr)" not in stderr  # the user's NaN, not one the launcher added
+
+
+def test_one_expert_is_dense_in_megatron_deepspeed_and_a_moe_at_the_pin():
+    """Megatron-DeepSpeed's --num-experts defaults to 1, its dense model ("EP_SIZE 1 means dense model without
+    MoE"); the pin's --num-experts 1 builds a one-expert MoE layer. The fork's script keeps its dense model."""
+    deepspeed = settings("--deepspeed --zero-stage 0 --num-experts 1 --moe-expert-parallel-size 1")
+    assert "num_experts" not in deepspeed
+    assert settings("--num-experts 1")["num_experts"] == 1
+    assert settings("--deepspeed --num-experts 8")["num_experts"] == 8
