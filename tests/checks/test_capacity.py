@@ -91,8 +91,10 @@ def test_a_checkpoint_larger_than_the_free_space_is_refused_and_too_many_warned(
 
 
 def job(*overrides: str):
+    # nothing inherited: a CUDA_DEVICE_MAX_CONNECTIONS of the shell (or left by Megatron in this process) would
+    # decide FSDP's refusal instead of the memory rule under test
     return resolve.resolve(load_preset("345m", overrides), 1, 1, kernels=Kernels(False, False, "preset"),
-                           run_dir=Path("/nonexistent/run"))
+                           run_dir=Path("/nonexistent/run"), inherited_env={})
 
 
 @pytest.mark.parametrize(("overrides", "kept"), [

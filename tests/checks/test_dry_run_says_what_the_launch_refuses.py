@@ -28,6 +28,8 @@ def overrides_for(row: requirements.Requirement) -> list[str]:
     settings = {dest: value_for(test) for dest, test in row.when.items()}
     if settings.get("wandb_project") is True:
         settings["wandb_project"] = "project"
+    if settings.get("hierarchical_context_parallel_sizes") is True:  # a list of sizes whose product is CP
+        settings["hierarchical_context_parallel_sizes"] = [1, 1]
     if settings.get("async_save"):
         settings["use_persistent_ckpt_worker"] = True  # else Megatron drops async_save (effective settings)
     kernels = {"transformer_engine": row.kind == "te", "apex": row.kind == "apex"}  # what the preset declares
