@@ -71,9 +71,15 @@ def uses_megatron_ext(settings: Mapping[str, object]) -> bool:
 APEX_FREE = LAUNCHER_ROOT / "launcher" / "inside" / "apex_free"
 
 
+def asks_apex_free_fusion(settings: Mapping[str, object], apex: bool) -> bool:
+    """No apex, and the settings ask for Megatron's gradient accumulation fusion (not the default without apex:
+    the stand-in, inside/megatron_ext/wgrad_fusion.py, is not yet measured on a GPU: docs/benchmarks.md)."""
+    return not apex and settings.get("gradient_accumulation_fusion") is True
+
+
 def uses_apex_free_fusion(settings: Mapping[str, object], apex: bool) -> bool:
-    """Whether the ranks get APEX_FREE: no apex, the launcher's spec, and gradient_accumulation_fusion asked for."""
-    return not apex and uses_megatron_ext(settings) and settings.get("gradient_accumulation_fusion") is True
+    """Whether the ranks get APEX_FREE: asked for (asks_apex_free_fusion), on the launcher's spec."""
+    return uses_megatron_ext(settings) and asks_apex_free_fusion(settings, apex)
 
 
 def launcher_connections(entry: str, tp: int, cp: int, fsdp: bool) -> str | None:

@@ -17,7 +17,7 @@ from launcher.inside.megatron_ext import FP8_IMPLEMENTATION_WITHOUT_TE, FP8_PACK
 from launcher.megatron import requirements
 from launcher.megatron.pin import Kernels, detect_kernels, has_module
 from launcher.megatron.target import DECLARED_TE_VERSION
-from launcher.pipeline.environment import uses_megatron_ext
+from launcher.pipeline.environment import asks_apex_free_fusion, uses_megatron_ext
 
 # Images that ship Transformer Engine and a full apex (with its CUDA extensions); enroot writes nvcr.io#nvidia/…
 NGC_IMAGES = ("nvcr.io/nvidia/pytorch", "nvcr.io/nvidia/nemo")
@@ -97,13 +97,6 @@ def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
 
 
-def apex_free_fusion(megatron: Mapping[str, Any], kernels: Kernels) -> bool:
-    """Whether a job on the SDPA spec without apex that asks for Megatron's gradient accumulation fusion gets it
-    through the launcher's plain-torch stand-in for apex's module (inside/megatron_ext/wgrad_fusion.py). Asked for,
-    not the default: it is not yet measured on a GPU (docs/benchmarks.md)."""
-    return not kernels.apex and megatron.get("gradient_accumulation_fusion") is True
-
-
 def keeps_rerun_default(megatron: Mapping[str, Any]) -> bool:
     """Whether FAST_PATH_DEFAULTS' rerun mode applies: not where the NaN check is off (nothing to defer), nor
     where the preset asks for the rerun machinery itself (error injection works only in its other modes)."""
@@ -147,7 +140,7 @@ def _spec_notes(megatron: Mapping[str, Any], kernels: Kernels) -> list[str]:
                          "of loss and gradients still stop the run, read back at most 2 steps late and before every "
                          "save instead of a host sync in each step; --set rerun_mode=validate_results for "
                          "Megatron's re-run diagnosis")
-        if apex_free_fusion(megatron, kernels):
+        if asks_apex_free_fusion(megatron, kernels.apex):  # the spec is the SDPA one: it gets APEX_FREE
             notes.append("gradient accumulation fusion without apex: weight gradients accumulate into the fp32 "
                          "main_grad inside their GEMM (torch.addmm with out_dtype; launcher/inside/apex_free on "
                          "PYTHONPATH stands in for apex's module)")
