@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -148,3 +149,11 @@ def wait_for_sacct(job_id: str, env: dict[str, str], attempts: int, timeout: flo
         if len(states) >= attempts and states[-1] in FINISHED_STATES or time.monotonic() > deadline:
             return states
         time.sleep(0.3)
+
+
+def free_port() -> int:
+    """A TCP port free now on this machine: a job's own rendezvous port, so that no earlier job's torchrun still
+    holding the default 29500 fails the next attempt's rendezvous (an infrastructure failure the test did not make)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -31,6 +31,7 @@ import pytest
 from slurm_support import (
     REPO,
     TRAINER,
+    free_port,
     job_fields,
     sacct_states,
     venv_torchrun,
@@ -79,7 +80,7 @@ def submit_trainer(launch, env: dict[str, str], tmp_path: Path, *settings: str) 
     megatron.mkdir()
     shutil.copy(TRAINER, megatron / "pretrain_gpt.py")
     sets = [word for setting in (f"torchrun={venv_torchrun()}", f"run_root={tmp_path}/runs",
-                                 f"slurm.job_name=faults-{uuid.uuid4().hex[:8]}", f"slurm.rdzv_port={_free_port()}",
+                                 f"slurm.job_name=faults-{uuid.uuid4().hex[:8]}", f"slurm.rdzv_port={free_port()}",
                                  "slurm.time=00:10:00", f"slurm.max_restarts={MAX_RESTARTS}", "save_interval=4",
                                  "env.TRAINER_SECONDS_PER_ITER=0.3", *settings)
             for word in ("--set", setting)]
@@ -267,18 +268,14 @@ def _wait_for(condition, timeout: float) -> bool:
     return False
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _free_ports() -> tuple[int, int, int]:
     """Ports for slurmctld, the first of two consecutive ones for the slurmds, and slurmdbd."""
     while True:
-        first = _free_port()
+        first = free_port()
         if first < 65000 and all(_port_is_free(port) for port in (first, first + 1)):
-            controller, dbd = _free_port(), _free_port()
+            controller, dbd = free_port(), free_port()
             if len({controller, dbd, first, first + 1}) == 4:
                 return controller, first, dbd
 

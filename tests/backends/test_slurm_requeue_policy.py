@@ -23,6 +23,7 @@ from slurm_support import (
     REPO,
     cluster_env,
     cluster_shape,
+    free_port,
     job_fields,
     venv_torchrun,
     wait_for_job,
@@ -53,7 +54,8 @@ def submit(launch, env: dict[str, str], tmp_path: Path, faults: str, *settings: 
     megatron.mkdir()
     shutil.copy(FAULTY_TRAINER, megatron / "pretrain_gpt.py")
     sets = [word for setting in (f"torchrun={venv_torchrun()}", f"run_root={tmp_path}/runs",
-                                 f"slurm.job_name=policy-{uuid.uuid4().hex[:8]}", "slurm.time=00:10:00",
+                                 f"slurm.job_name=policy-{uuid.uuid4().hex[:8]}", f"slurm.rdzv_port={free_port()}",
+                                 "slurm.time=00:10:00",
                                  "slurm.max_restarts=3", f"env.TRAINER_FAULTS={faults}", *SHARED_NODES, *settings)
             for word in ("--set", setting)]
     code, out, err = launch("345m", "--submit", "--nodes", nodes, "--gpus-per-node", "1", "--megatron-path",
