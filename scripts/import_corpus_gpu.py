@@ -8,7 +8,8 @@ An import that would lose some of the script's model, numerics or layout is refu
 verdict, recorded with what it lost, and the preset is then written as `--accept-loss` writes it. Then the moves a
 user makes for one GPU (`one_gpu_moves`: one node, one GPU, every parallel size 1 and the settings that name
 pipeline stages dropped, at most 4 layers (a per-layer pattern cut to them), mock data with a NullTokenizer of the
-script's vocabulary, 4 iterations logged each, no evaluation, no checkpoint, one micro-batch per step, no
+script's vocabulary, 4 iterations logged each, no evaluation, the script's own --save/--load dropped (the launch
+saves into its run directory once, at the end), one micro-batch per step, no
 Transformer Engine or apex, the GPU named h200-141gb), and the dry-run's verdict on the result: accepted, or
 refused with its problems. A refusal whose hints say `set X=V` is followed (at most ROUNDS rounds; each round
 recorded); a refusal only for memory moves to fewer layers (2, then 1) as a user would.
@@ -65,12 +66,16 @@ MEMORY_MARGIN = (1.12, 2.0)
 DATA_FILES = ("data_path", "train_data_path", "valid_data_path", "test_data_path", "data_args_path",
               "per_split_data_args_path", "data_cache_path", "blend", "split")
 TOKENIZER_FILES = ("tokenizer_model", "vocab_file", "merge_file")
-# set by the one-GPU move only where the script sets them: no checkpoint, no evaluation, no reporting service
+# set by the one-GPU move only where the script sets them: not the script's checkpoints, no evaluation, no
+# reporting service
 DROPPED = ("save", "load", "rampup_batch_size", "wandb_project", "wandb_exp_name", "wandb_save_dir",
            "exit_interval", "exit_duration_in_mins", "lr_decay_iters", "lr_wsd_decay_iters")
 SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*)=([^\s,;)`]+)")
 MEMORY = ("memory estimate", "gpu memory")
 TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
+# the launch's refusal for the checkpoint's size on this machine's disk, and the way out its hint offers
+DISK_REFUSAL = "error: checkpoint space:"
+WEIGHTS_ONLY = ("no_save_optim=true", "no_save_rng=true")
 VERDICTS = ("trains", "refused", "failed", "timeout", "not run")
 
 
@@ -233,6 +238,14 @@ def train_on_gpu(row: Row, preset_path: Path, run_root: Path, timeout_s: float) 
     result = ftm.launch(preset_path, list(row.overrides), run_root, timeout_s, options)
     row.gpu_seconds = result.seconds
     judge_run(row, result.returncode, result.stdout + "\n" + result.stderr, result.log_lines)
+    if row.gpu == "refused" and DISK_REFUSAL in row.gpu_reason:
+        # this machine's disk, not the job: the dry-run judged the target; follow the launch's own hint
+        refusal = row.gpu_reason
+        result = ftm.launch(preset_path, [*row.overrides, *WEIGHTS_ONLY], run_root, timeout_s, options)
+        row.gpu_seconds += result.seconds
+        judge_run(row, result.returncode, result.stdout + "\n" + result.stderr, result.log_lines)
+        row.gpu_reason = (f"refused at launch for this machine's disk ({refusal[:160]}); with the hint's "
+                          f"{' '.join(WEIGHTS_ONLY)}: {row.gpu_reason}")
     if options:
         row.gpu_reason = f"launched with --no-doctor: {row.gpu_reason}"
     if row.gpu not in ("trains", "refused"):
@@ -303,9 +316,10 @@ def markdown(rows: list[Row], command: str, seconds: float, gpu: bool) -> str:
         "import refuses for what it would lose, that is recorded and the preset written with `--accept-loss`), then "
         "moved to one GPU as a user would (`scripts/import_corpus_gpu.py: one_gpu_moves`: nodes 1, every parallel "
         "size 1, the pipeline-stage settings dropped, at most 4 layers (a per-layer pattern cut to them), mock data "
-        "with a NullTokenizer of the script's vocabulary, 4 iterations each logged, no evaluation, no checkpoint, "
-        "global batch = micro batch, no TE/apex, GPU h200-141gb), and dry-run. A refusal's `set X=V` hints are "
-        "followed (at most 3 rounds); a refusal only for memory moves to 2, then 1 layer."
+        "with a NullTokenizer of the script's vocabulary, 4 iterations each logged, no evaluation, the script's "
+        "--save/--load dropped (one save at the end, in the run directory), global batch = micro batch, no TE/apex, "
+        "GPU h200-141gb), and dry-run. A refusal's `set X=V` hints are followed (at most 3 "
+        "rounds); a refusal only for memory moves to 2, then 1 layer."
         + (" **GPU**: 4 iterations through `launch` on one H200 (trains: exit 0, 4 iterations, each loss finite, "
            "none skipped; refused: exit 2 at launch, before GPU work)." if gpu else ""),
         "",
@@ -360,15 +374,18 @@ def from_plan(path: Path, only: str) -> tuple[list[Row], dict[str, str]]:
     return rows, {name: text for name, text in plan["presets"].items() if only in name}
 
 
-def fold_previous(rows: list[Row], paths: list[Path]) -> None:
+def fold_previous(rows: list[Row], paths: list[Path], rerun: tuple[str, ...] = ()) -> None:
     """A GPU verdict of an earlier run of the same script with the same --sets is kept (a later file wins); one
-    that did not run to a verdict (not run, timeout) is not."""
-    by_name = {r.config: r for r in rows}
+    that did not run to a verdict (not run, timeout), a refusal for that machine's disk (which says nothing of the
+    job), and the scripts named in `rerun` are not."""
+    by_name = {r.config: r for r in rows if r.config not in rerun}
     for path in paths:
         for line in path.read_text().splitlines():
             old = json.loads(line)
             row = by_name.get(old.get("config", ""))
-            if row and tuple(old.get("overrides", ())) == row.overrides and old.get("gpu") in VERDICTS[:3]:
+            disk_only = old.get("gpu") == "refused" and DISK_REFUSAL in old.get("gpu_reason", "")
+            if row and tuple(old.get("overrides", ())) == row.overrides and old.get("gpu") in VERDICTS[:3] \
+                    and not disk_only:
                 row.gpu, row.gpu_reason, row.gpu_seconds = old["gpu"], old["gpu_reason"], old.get("gpu_seconds", 0.0)
 
 
@@ -381,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", type=Path, help="take the verdicts and presets from a --write-plan file")
     parser.add_argument("--previous", type=Path, nargs="*", default=[],
                         help="earlier verdicts.jsonl: a GPU verdict of the same script and --sets is not run again")
+    parser.add_argument("--rerun", nargs="*", default=[], help="scripts whose --previous verdict is run again")
     parser.add_argument("--rehearse", type=Path, metavar="MEGATRON_LM",
                         help="also rehearse each accepted job on this CPU (launch --check --rehearse) with this "
                              "Megatron-LM checkout")
@@ -406,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.write_plan:
             args.write_plan.write_text(json.dumps({"rows": [asdict(r) for r in rows], "presets": presets},
                                                   indent=1) + "\n")
-        fold_previous(rows, args.previous)
+        fold_previous(rows, args.previous, tuple(args.rerun))
         if args.gpu:  # every imported job, the refused ones too: a launch must refuse them before any GPU work
             runs = []
             for row in rows:
@@ -426,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
         sink.writelines(json.dumps(asdict(r)) + "\n" for r in rows)
     command = ("python scripts/import_corpus_gpu.py --out OUT" + (f" --doc {args.doc}" if args.doc else "")
                + (f" --plan {args.plan}" if args.plan else "")
-               + "".join(f" --previous {p}" for p in args.previous)
+               + (" --previous " + " ".join(map(str, args.previous)) if args.previous else "")
+               + (f" --rerun {' '.join(args.rerun)}" if args.rerun else "")
                + (f" --gpu --jobs {args.jobs} --deadline-s {args.deadline_s:g} --run-timeout-s {args.run_timeout_s:g}"
                   if args.gpu else "") + (" --first-alone" if args.first_alone else "")
                + (f" --only {args.only}" if args.only else ""))

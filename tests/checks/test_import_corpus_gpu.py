@@ -76,6 +76,28 @@ def test_the_gpu_verdict_needs_four_finite_unskipped_iterations_and_exit_0():
     assert refused.gpu == "refused" and "error: gpu memory" in refused.gpu_reason
 
 
+def test_a_launch_refused_for_this_machines_disk_follows_the_hint_and_is_judged_on_the_retry(monkeypatch, tmp_path):
+    iterations = [f" [2026-12-03 10:00:0{i}] iteration {i + 1:8d}/       4 | consumed samples: {i + 1} | elapsed "
+                  f"time per iteration (ms): 100.0 | learning rate: 1.0E-04 | global batch size: 1 | lm loss: 1.1E+01 "
+                  f"| loss scale: 1.0 | number of skipped iterations:   0 | number of nan iterations:   0 |"
+                  for i in range(4)]
+    calls = []
+
+    def launch(preset, overrides, run_root, timeout_s, options=()):
+        calls.append(list(overrides))
+        if "no_save_optim=true" in overrides:
+            return corpus_gpu.ftm.Launched([], 0, "", "", iterations, 30.0)
+        refusal = "error: checkpoint space: one checkpoint is ~94 GB; 28 GB free\nhint: (--set no_save_optim=true)\n"
+        return corpus_gpu.ftm.Launched([], 2, refusal, "", [], 1.0)
+
+    monkeypatch.setattr(corpus_gpu.ftm, "launch", launch)
+    row = corpus_gpu.Row("x.sh", launcher="accepted", overrides=("num_layers=4",))
+    corpus_gpu.train_on_gpu(row, tmp_path / "x.yaml", tmp_path, 60)
+    assert calls == [["num_layers=4"], ["num_layers=4", "no_save_optim=true", "no_save_rng=true"]]
+    assert row.gpu == "trains" and "this machine's disk" in row.gpu_reason and row.gpu_seconds == 31.0
+    assert corpus_gpu.agreement(row) is True
+
+
 @pytest.mark.parametrize(("launcher", "gpu", "agrees"), [
     ("accepted", "trains", True), ("accepted", "failed", False), ("accepted", "refused", False),
     ("refused", "refused", True), ("refused", "trains", False), ("accepted", "not run", None)])
