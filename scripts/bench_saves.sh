@@ -24,12 +24,13 @@ START=$(date +%s)
 } > "$OUT/machine.txt" 2>&1
 
 # name | environment | extra launch arguments. Saves at 15 and 30 (the second is the end-of-run save).
-NEW_OPS=ce,norm,scale,adam,nosync,nancheck,layer,save   # the default fast ops plus the staged save copy
+NEW_OPS=ce,norm,scale,adam,nosync,nancheck,layer,save   # the default fast ops, the staged save copy among them
+OLD_OPS=ce,norm,scale,adam,nosync,nancheck,layer        # the same without it
 NEW_SETS="--set ckpt_assume_constant_structure=true --set ckpt_fully_parallel_save=false"
 VARIANTS=(
   "new|MEGATRON_LAUNCH_FAST_OPS=$NEW_OPS|$NEW_SETS"
-  "old||"
-  "new-without-staged-copy||$NEW_SETS"
+  "old|MEGATRON_LAUNCH_FAST_OPS=$OLD_OPS|"
+  "new-without-staged-copy|MEGATRON_LAUNCH_FAST_OPS=$OLD_OPS|$NEW_SETS"
 )
 for entry in "${VARIANTS[@]}"; do
   IFS='|' read -r name envs extra <<< "$entry"

@@ -83,18 +83,49 @@ def _kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: boo
     return Kernels(te, apex, how, te_version if te else None)
 
 
-def fallbacks(megatron: Mapping[str, Any], kernels: Kernels) -> dict[str, Any]:
-    """The settings a job without TE/apex needs, where the preset leaves them open."""
+# Weight gradients accumulated into the fp32 main_grad inside their GEMM without apex (inside/apex_free), the default
+# on the SDPA fast path where a step accumulates several microbatches. One H200 (docs/benchmarks.md): the 175b layer
+# shape, 16 microbatches, 507.8 → 544.0 TFLOP/s (+7.1 %); 345m, one microbatch per step, 1.4-2.7 % slower (nothing
+# to accumulate, and the fp32-output GEMMs cost more), so not there; FP8's GEMMs are torchao's (not measured).
+FUSED_ACCUMULATION_FROM = 2
+
+
+def fallbacks(megatron: Mapping[str, Any], kernels: Kernels, microbatches: int | None = None) -> dict[str, Any]:
+    """The settings a job without TE/apex needs, where the preset leaves them open (`microbatches`: per step and
+    model replica, where known)."""
     wanted = {**({} if kernels.transformer_engine else WITHOUT_TE), **({} if kernels.apex else WITHOUT_APEX)}
     if uses_sdpa_spec(megatron, kernels):
         wanted.update(SDPA_SPEC)  # a spec of the local implementation: never next to an explicit TE one
         if keeps_rerun_default(megatron):
             wanted.update(FAST_PATH_DEFAULTS)
+        if not kernels.apex and not megatron.get("fp8") and (microbatches or 0) >= FUSED_ACCUMULATION_FROM:
+            wanted["gradient_accumulation_fusion"] = True
         if megatron.get("reset_attention_mask"):  # its per-document mask is built in the dataloader
             del wanted["create_attention_mask_in_dataloader"]
     if not kernels.transformer_engine and uses_rope(megatron):
         wanted["apply_rope_fusion"] = False  # fused RoPE is TE's (transformer_config.py:1947)
     return {dest: value for dest, value in wanted.items() if megatron.get(dest) is None}
+
+
+def fused_accumulation_notes(flags: Mapping[str, Any], microbatches: int | None) -> list[str]:
+    """Said where fallbacks turned the apex-free fused accumulation on (not where the preset asked for it)."""
+    if flags.get("gradient_accumulation_fusion") is not True:
+        return []
+    return [f"gradient accumulation fusion on without apex (the launcher's default where a step accumulates "
+            f"{microbatches} microbatches): weight gradients accumulate into the fp32 main_grad inside their GEMM "
+            "(torch.addmm with out_dtype; launcher/inside/apex_free stands in for apex's module); +7.1 % at the 175b "
+            "layer shape on one H200 (docs/benchmarks.md); --set gradient_accumulation_fusion=false to turn it off"]
+
+
+def microbatches_per_step(megatron: Mapping[str, Any], world_size: int) -> int | None:
+    """Microbatches each model replica runs per step, where the batch settings decide it (no ramp-up schedule)."""
+    model = 1
+    for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
+        model *= int(megatron.get(dest) or 1)
+    batch = megatron.get("global_batch_size")
+    if not isinstance(batch, int) or megatron.get("rampup_batch_size") or world_size % model:
+        return None
+    return batch // (int(megatron.get("micro_batch_size") or 1) * (world_size // model)) or None
 
 
 def keeps_rerun_default(megatron: Mapping[str, Any]) -> bool:

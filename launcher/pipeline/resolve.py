@@ -247,7 +247,8 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     if preflight and entry == "pretrain_gpt":
         # the all-reduce takes no Megatron flags; its settings stay the training job's it precedes, as that job runs
         # them, so that its header's estimate is the dry-run's of that job
-        kernel_flags = kernel_rules.fallbacks(megatron, kernels)
+        kernel_flags = kernel_rules.fallbacks(megatron, kernels,
+                                              kernel_rules.microbatches_per_step(megatron, world_size))
         megatron.update(kernel_flags)
     if preflight:
         entry = PREFLIGHT
@@ -256,8 +257,10 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             name = f"{settings.job_name or f'megatron-{preset.name}'}-preflight"
             target = replace(target, slurm_settings=replace(settings, requeue=False, chain=1, job_name=name))
     elif entry == "pretrain_gpt":
-        kernel_flags = kernel_rules.fallbacks(megatron, kernels)
-        notes = [*notes, *kernel_rules.fast_path_notes(megatron, kernels)]
+        microbatches = kernel_rules.microbatches_per_step(megatron, world_size)
+        kernel_flags = kernel_rules.fallbacks(megatron, kernels, microbatches)
+        notes = [*notes, *kernel_rules.fast_path_notes(megatron, kernels),
+                 *kernel_rules.fused_accumulation_notes(kernel_flags, microbatches)]
         problems = [*problems, *kernel_rules.fast_path_problems(megatron, kernels)]
         megatron.update(kernel_flags)
         if existing is not None:  # --save = --load = the run's own checkpoints, unless this --set moves them

@@ -46,6 +46,18 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     needs_of_the_table(c, tp, cp)
     silent_rewrites(c, tp)
     no_op_settings(c)
+    full_iteration_cuda_graph(c)
+
+
+def full_iteration_cuda_graph(c: Any) -> None:
+    """The pin's training loop wraps each step in FullCudaGraphWrapper(…, use_single_mempool=
+    args.cuda_graph_use_single_mempool) (training.py:3285), but arguments.py keeps that TransformerConfig field off
+    the command line (arguments.py:2061): the first step raises AttributeError (seen on an H200)."""
+    if c.arg("cuda_graph_impl") == "full_iteration":
+        c.fail("cuda_graph_impl full_iteration stops at the first training step at this Megatron pin: its training "
+               "loop reads args.cuda_graph_use_single_mempool, which no flag defines (training.py:3285, "
+               "arguments.py:2061)",
+               "set cuda_graph_impl=none", stage="runtime")
 
 
 def connections(c: Any, tp: int, cp: int) -> None:
@@ -320,6 +332,8 @@ def no_op_settings(c: Any) -> None:
         arg = catalog.get(dest)
         if arg is None or arg.kind not in ("true", "false") or value is None or bool(value) != bool(arg.default):
             continue
+        if dest == "gradient_accumulation_fusion" and not c.apex:
+            continue  # without apex it decides the launcher's own fallback (kernels.fallbacks), not a flag
         if arg.kind == "false":  # the only flags turn it off
             c.warnings.append(f"{dest}: {str(value).lower()} is Megatron's default and emits no flag "
                               f"(only {arg.flags[0]} exists)")

@@ -194,7 +194,7 @@ def test_foreach_norm_and_scale_match_upstream_fallbacks():
 def test_fast_ops_selection():
     from launcher.inside.megatron_ext import ALL_OPS, DEFAULT_OPS, selected_ops
 
-    assert selected_ops(None) == DEFAULT_OPS == tuple(op for op in ALL_OPS if op != "save")  # save: asked for
+    assert selected_ops(None) == DEFAULT_OPS == ALL_OPS
     assert selected_ops("layer,save") == ("layer", "save")
     assert selected_ops("ce, norm") == ("ce", "norm")
     assert selected_ops("none") == ()

@@ -250,3 +250,10 @@ def test_following_a_rows_hint_never_leads_into_a_row_that_cannot_train():
                 assert now_blocked == [], f"{row.id}'s hint {fix} with {other.id}'s settings leads to {now_blocked}"
                 checked += 1
     assert checked > 20
+
+
+def test_full_iteration_cuda_graphs_are_refused_at_this_pin_with_and_without_te():
+    for te in (False, True):
+        text = refused(["cuda_graph_impl=full_iteration", "no_check_for_nan_in_loss_and_grad=true"], te=te, apex=te)
+        assert "error: cuda_graph_impl full_iteration stops at the first training step at this Megatron pin" in text
+        assert "hint: set cuda_graph_impl=none" in text

@@ -21,7 +21,7 @@ installed. Each one is applied only when Megatron is on that fallback, and compu
   (staged_save.py).
 
 Used through ``--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec``; the environment variable
-``MEGATRON_LAUNCH_FAST_OPS`` (comma list, default all but ``save``, ``none`` for none) picks which ones.
+``MEGATRON_LAUNCH_FAST_OPS`` (comma list, default all, ``none`` for none) picks which ones.
 """
 
 from __future__ import annotations
