@@ -41,6 +41,7 @@ from launcher.checks.rehearsal import (
     settings_here,
     tiny_settings,
 )
+from launcher.checks.rehearsal_pipeline import shrink_pipeline_layout
 from launcher.errors import UserError
 from launcher.interrupts import signals_interrupt
 
@@ -206,22 +207,33 @@ def _at_size(note: str, settings: Mapping[str, Any]) -> str:
 
 
 def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> list[str]:
-    """One layer per virtual stage, the job's way of naming virtual stages kept; uneven stages evened out."""
+    """A layout string shrunk with its shape (rehearsal_pipeline.py); else one layer per virtual stage, the job's
+    way of naming virtual stages kept, uneven stages evened out."""
     notes = []
-    for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                 "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
-                 "account_for_loss_in_pipeline_split"):
-        if settings.pop(dest, None) not in (None, False) and layout.pp > 1:
-            notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage)")
-    stages = layout.pp * (layout.vpp or 1)
     # a per-layer pattern (moe_layer_freq=[0]*1+[1]*15) names every layer: its length stays the number of layers
     patterned = any(isinstance(settings.get(dest), str) and "[" in settings[dest]
                     for dest in ("moe_layer_freq", "no_rope_freq", "linear_attention_freq"))
+    settings.pop("num_layers_per_virtual_pipeline_stage", None)
+    settings.pop("num_virtual_stages_per_pipeline_rank", None)
+    text = settings.pop("pipeline_model_parallel_layout", None)
+    if text and layout.pp > 1:
+        shrunk = shrink_pipeline_layout(str(text), megatron.get("pipeline_model_parallel_size") or 1, layout.pp,
+                                        layout.vpp, settings.get("num_layers") if patterned else None)
+        notes += shrunk.notes
+        if shrunk.text is not None:  # Megatron derives the virtual stages from its length
+            settings.update(pipeline_model_parallel_layout=shrunk.text, num_layers=shrunk.layers)
+            for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                         "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+                settings.pop(dest, None)  # Megatron refuses them next to a layout
+            return notes
+    for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if settings.pop(dest, None) not in (None, False) and layout.pp > 1:
+            notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage)")
+    stages = layout.pp * (layout.vpp or 1)
     if layout.pp > 1 and not patterned:
         settings["num_layers"] = max(stages, 2)
     settings.setdefault("num_layers", 2)
-    settings.pop("num_layers_per_virtual_pipeline_stage", None)
-    settings.pop("num_virtual_stages_per_pipeline_rank", None)
     if layout.vpp:
         if megatron.get("num_virtual_stages_per_pipeline_rank") or megatron.get("pipeline_model_parallel_layout"):
             settings["num_virtual_stages_per_pipeline_rank"] = layout.vpp
@@ -579,6 +591,13 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
     if not load.vpp:
         out.pop("num_layers_per_virtual_pipeline_stage", None)
         out.pop("num_virtual_stages_per_pipeline_rank", None)
+    text = out.pop("pipeline_model_parallel_layout", None)
+    if text and (load.pp, load.vpp) == (layout.pp, layout.vpp):
+        out["pipeline_model_parallel_layout"] = text
+    elif text and load.pp > 1:  # the same layers, as the rehearsal's layout would place them at the load's PP
+        again = shrink_pipeline_layout(str(text), layout.pp, load.pp, load.vpp, settings["num_layers"]).text
+        if again is not None:
+            out["pipeline_model_parallel_layout"] = again
     moved = (load.tp, load.pp) != (layout.tp, layout.pp)
     if moved and settings.get("use_distributed_optimizer") and not settings.get("dist_ckpt_optim_fully_reshardable") \
             and not out.get("no_load_optim"):
