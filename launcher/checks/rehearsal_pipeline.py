@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from launcher.pipeline.pipeline_layout import unroll_pipeline_layout
 
 _STAGE = re.compile(r"(E?)(t*)(m*L?)")
+MOST_PER_STAGE = 3  # decoder layers on a stage of the rehearsal's layout, where the model's number is free
 
 
 @dataclass(frozen=True)
@@ -94,18 +95,28 @@ def _picked(middle: list[Stage], count: int) -> list[Stage]:
     if count == 1:
         return [_merged(middle)]
     picks = sorted({round(i * (len(middle) - 1) / (count - 1)) for i in range(count)})
+    # a size of stage the even picks missed (an empty stage, a smaller one) takes the place of a pick whose size
+    # another pick has, the nearest
+    for index, stage in enumerate(middle):
+        sizes = [middle[p].layers for p in picks]
+        if stage.layers in sizes:
+            continue
+        shared = [p for p in picks[1:-1] if sizes.count(middle[p].layers) > 1]
+        if shared:
+            picks[picks.index(min(shared, key=lambda p: abs(p - index)))] = index
+            picks.sort()
     return [middle[i] for i in picks]
 
 
 def _sized(stages: list[Stage], layers: int | None) -> list[Stage] | None:
-    """Decoder layers per stage: where the model's number is free, 1 on the stages with the job's fewest and 2 on
-    those with more (unevenness kept, at the fewest layers); else `layers` shared in the job's proportions, at
+    """Decoder layers per stage: where the model's number is free, 1 on the stages with the job's fewest, 2 on the
+    next, 3 on any with more (their order kept, at the fewest layers); else `layers` shared in the job's proportions, at
     least one on each stage that had some. None where `layers` is fewer than those stages."""
     counts = [stage.layers for stage in stages]
     holding = [i for i, count in enumerate(counts) if count]
     if layers is None:
-        fewest = min((counts[i] for i in holding), default=0)
-        sizes = [0 if not count else 1 if count == fewest else 2 for count in counts]
+        ranked = sorted({counts[i] for i in holding})
+        sizes = [min(ranked.index(count) + 1, MOST_PER_STAGE) if count else 0 for count in counts]
     else:
         if layers < len(holding):
             return None
@@ -147,7 +158,7 @@ def shrink_pipeline_layout(text: str, job_pp: int, pp: int, vpp: int | None,
     if tail and len(head) + len(tail) + 1 > wanted:
         middle, tail = middle[:-1] + [_merged(middle[-1:] + tail)], []
     picked = _sized(head + _picked(middle, wanted - len(head) - len(tail)) + tail, layers)
-    if picked is None or not megatron_accepts(picked, pp):
+    if picked is None or len(picked) != wanted or not megatron_accepts(picked, pp):
         return ShrunkLayout(None, layers or 0, (f"pipeline_model_parallel_layout {text}: no layout of {wanted} "
                                                 f"stages at PP {pp} keeps it here; the tiny model's stages are "
                                                 "even instead",))
