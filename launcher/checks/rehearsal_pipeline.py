@@ -147,7 +147,7 @@ def shrink_pipeline_layout(text: str, job_pp: int, pp: int, vpp: int | None,
     first = next(i for i, stage in enumerate(stages) if stage.layers)
     last = max(i for i, stage in enumerate(stages) if stage.layers)
     head, middle, tail = stages[:first], stages[first:last + 1], stages[last + 1:]
-    lost = []
+    lost: list[str] = []
     # the stages around the layers keep their own where the smaller pipeline has room, else join the next one
     if head and len(head) + len(tail) + 1 > wanted:
         head, lost = [_merged(head)], lost + ["the stages before the first decoder layer"] * (len(head) > 1)

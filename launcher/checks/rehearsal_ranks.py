@@ -209,7 +209,7 @@ def _at_size(note: str, settings: Mapping[str, Any]) -> str:
 def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> list[str]:
     """A layout string shrunk with its shape (rehearsal_pipeline.py); else one layer per virtual stage, the job's
     way of naming virtual stages kept, uneven stages evened out."""
-    notes = []
+    notes: list[str] = []
     # a per-layer pattern (moe_layer_freq=[0]*1+[1]*15) names every layer: its length stays the number of layers
     patterned = any(isinstance(settings.get(dest), str) and "[" in settings[dest]
                     for dest in ("moe_layer_freq", "no_rope_freq", "linear_attention_freq"))
