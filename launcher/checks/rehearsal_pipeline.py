@@ -150,9 +150,9 @@ def shrink_pipeline_layout(text: str, job_pp: int, pp: int, vpp: int | None,
     lost: list[str] = []
     # the stages around the layers keep their own where the smaller pipeline has room, else join the next one
     if head and len(head) + len(tail) + 1 > wanted:
-        head, lost = [_merged(head)], lost + ["the stages before the first decoder layer"] * (len(head) > 1)
+        head, lost = [_merged(head)], lost + ["separate stages before the first decoder layer"] * (len(head) > 1)
     if tail and (len(tail) + len(head) + 1 > wanted or len(tail) > pp):
-        tail, lost = [_merged(tail)], lost + ["the stages after the last decoder layer"] * (len(tail) > 1)
+        tail, lost = [_merged(tail)], lost + ["separate stages after the last decoder layer"] * (len(tail) > 1)
     if head and len(head) + len(tail) + 1 > wanted:
         middle, head = [_merged(head + middle[:1])] + middle[1:], []
     if tail and len(head) + len(tail) + 1 > wanted:
