@@ -169,6 +169,8 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
 # TE is refused them before launch: target_rules.without_te), and the switches under which they are read.
 TE_ONLY_VALUES = {"cross_entropy_fusion_impl": ("te", "native", "language_module.py:179")}
 TE_ONLY_VALUES_WHEN = {"cross_entropy_fusion_impl": ("cross_entropy_loss_fusion",)}
+# Switches the launcher refuses a target without TE (pipeline/target_rules.py) that Megatron asserts in validate_args.
+TE_ONLY_SWITCHES = {"fine_grained_activation_offloading": "arguments.py:1716"}
 
 
 def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -183,6 +185,10 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
             for dest in switches:
                 out[dest] = False
             notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
+    for dest, cite in TE_ONLY_SWITCHES.items():
+        if out.get(dest):
+            out[dest] = False
+            notes.append(f"{dest}: Transformer Engine's (the target's), off here ({cite})")
     for dest, (value, ours, cite) in TE_ONLY_VALUES.items():
         if out.get(dest) == value and all(out.get(on) for on in TE_ONLY_VALUES_WHEN.get(dest, ())):
             out[dest] = ours
@@ -481,6 +487,9 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     layout, layout_notes = shrunk_layout(job.layout, job.megatron)
     notes += layout_notes
     absent = packages_absent_here(job)
+    if job.kernels.transformer_engine and not te_here:
+        absent += without_te_unbuildable(megatron, replace(job.kernels, transformer_engine=False,
+                                                               apex=job.kernels.apex and apex_here))
     if absent:
         return LayoutRehearsal(False, layout, stage="setup", error="this machine lacks what the job needs: "
                                + "; ".join(absent), not_rehearsed=tuple(notes))
@@ -515,6 +524,17 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     name = rdzv_id(job.preset.name)
     with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, still kill the processes and remove the directory
         return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s, optimizer_loads)
+
+
+def without_te_unbuildable(megatron: Mapping[str, Any], here: Any) -> list[str]:
+    """What no layer spec without Transformer Engine builds (the launcher refuses it for a target without TE:
+    pipeline/kernels.fast_path_problems), for a job whose target has TE: this machine cannot rehearse it. Seen:
+    multi-latent attention with multi-token prediction (moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed failed at
+    model build: the local spec's DotProductAttention takes no k_channels)."""
+    from launcher.pipeline.kernels import fast_path_problems
+
+    return [f"{problem.message} (this machine has no Transformer Engine; the target has)"
+            for problem in fast_path_problems(megatron, here) if "needs Transformer Engine" in problem.message]
 
 
 def sequence_parallel_somewhere(megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout) -> bool:
