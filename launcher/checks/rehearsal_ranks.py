@@ -177,6 +177,7 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
     """The switches only Transformer Engine implements (the requirement table's TE rows whose condition is a
     setting turned on), off for a rehearsal here of a job whose target has TE; each said."""
     from launcher.megatron import requirements
+    from launcher.pipeline.target_rules import checkpointed_without_output
 
     out, notes = dict(megatron), []
     for row in requirements.applicable(out, ["te"]):
@@ -185,6 +186,13 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
             for dest in switches:
                 out[dest] = False
             notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
+    modules = checkpointed_without_output(out.get)
+    if "layernorm" in modules:  # the norms' checkpoint reads TE's FP8 state (target_rules, random.py:714)
+        out["recompute_modules"] = [m for m in modules if m != "layernorm"] or None
+        if out["recompute_modules"] is None:
+            out.pop("recompute_granularity", None)
+        notes.append("recompute_modules layernorm: Megatron's checkpoint of the norms needs Transformer Engine (the "
+                     "target's) at the pin (tensor_parallel/random.py:714); not recomputed here")
     for dest, cite in TE_ONLY_SWITCHES.items():
         if out.get(dest):
             out[dest] = False

@@ -339,3 +339,17 @@ def test_a_switch_megatron_allows_only_with_transformer_engine_is_off_here_and_s
     assert settings["fine_grained_activation_offloading"] is False
     assert notes == ["fine_grained_activation_offloading: Transformer Engine's (the target's), off here "
                      "(arguments.py:1716)"]
+
+
+def test_recomputing_the_norms_of_a_te_target_is_off_here_and_said():
+    """…_no_mtp_no_a2a_ovlp_fine_grained_offloading (recompute_modules layernorm mla_up_proj mlp moe_act) failed at its
+    first step here: NameError FP8GlobalStateManager (random.py:667), TE's FP8 state read by the norms' checkpoint."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"recompute_granularity": "selective",
+                                           "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"]})
+    assert settings["recompute_modules"] == ["mla_up_proj", "moe_act"]
+    assert notes == ["recompute_modules layernorm: Megatron's checkpoint of the norms needs Transformer Engine (the "
+                     "target's) at the pin (tensor_parallel/random.py:714); not recomputed here"]
+    alone, _ = without_te_switches({"recompute_granularity": "selective", "recompute_modules": ["layernorm"]})
+    assert "recompute_granularity" not in alone and alone.get("recompute_modules") is None
