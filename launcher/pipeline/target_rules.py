@@ -200,10 +200,11 @@ def without_te(c: Any) -> None:
             c.fail("defer_embedding_wgrad_compute needs gradient_accumulation_fusion" +
                    ("" if c.apex else ", which needs NVIDIA apex (the target has none, so the launcher turns it "
                                       "off)"), "set defer_embedding_wgrad_compute=false")
-    if not c.te and "layernorm" in checkpointed_without_output(c.arg):
-        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, "drop layernorm from recompute_modules (--set recompute_modules=["
-               + ",".join(m for m in checkpointed_without_output(c.arg) if m != "layernorm") + "]), or run in a Transformer "
-               "Engine container (transformer_engine: true)", stage="runtime")
+    recomputed = checkpointed_without_output(c.arg)
+    if not c.te and "layernorm" in recomputed:
+        rest = ",".join(m for m in recomputed if m != "layernorm")
+        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, f"drop layernorm from recompute_modules (--set recompute_modules=[{rest}]"
+               "), or run in a Transformer Engine container (transformer_engine: true)", stage="runtime")
     if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
         if c.arg("transformer_impl") != "transformer_engine" or not c.te:
             c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")
