@@ -41,6 +41,7 @@ from launcher.checks.rehearsal import (
     settings_here,
     tiny_settings,
 )
+from launcher.checks.rehearsal_pipeline import shrink_pipeline_layout
 from launcher.errors import UserError
 from launcher.interrupts import signals_interrupt
 
@@ -168,12 +169,15 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
 # TE is refused them before launch: target_rules.without_te), and the switches under which they are read.
 TE_ONLY_VALUES = {"cross_entropy_fusion_impl": ("te", "native", "language_module.py:179")}
 TE_ONLY_VALUES_WHEN = {"cross_entropy_fusion_impl": ("cross_entropy_loss_fusion",)}
+# Switches the launcher refuses a target without TE (pipeline/target_rules.py) that Megatron asserts in validate_args.
+TE_ONLY_SWITCHES = {"fine_grained_activation_offloading": "arguments.py:1716"}
 
 
 def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The switches only Transformer Engine implements (the requirement table's TE rows whose condition is a
     setting turned on), off for a rehearsal here of a job whose target has TE; each said."""
     from launcher.megatron import requirements
+    from launcher.pipeline.target_rules import checkpointed_without_output
 
     out, notes = dict(megatron), []
     for row in requirements.applicable(out, ["te"]):
@@ -182,6 +186,17 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
             for dest in switches:
                 out[dest] = False
             notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
+    modules = checkpointed_without_output(out.get)
+    if "layernorm" in modules:  # the norms' checkpoint reads TE's FP8 state (target_rules, random.py:714)
+        out["recompute_modules"] = [m for m in modules if m != "layernorm"] or None
+        if out["recompute_modules"] is None:
+            out.pop("recompute_granularity", None)
+        notes.append("recompute_modules layernorm: Megatron's checkpoint of the norms needs Transformer Engine (the "
+                     "target's) at the pin (tensor_parallel/random.py:714); not recomputed here")
+    for dest, cite in TE_ONLY_SWITCHES.items():
+        if out.get(dest):
+            out[dest] = False
+            notes.append(f"{dest}: Transformer Engine's (the target's), off here ({cite})")
     for dest, (value, ours, cite) in TE_ONLY_VALUES.items():
         if out.get(dest) == value and all(out.get(on) for on in TE_ONLY_VALUES_WHEN.get(dest, ())):
             out[dest] = ours
@@ -206,22 +221,33 @@ def _at_size(note: str, settings: Mapping[str, Any]) -> str:
 
 
 def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> list[str]:
-    """One layer per virtual stage, the job's way of naming virtual stages kept; uneven stages evened out."""
-    notes = []
-    for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                 "pipeline_model_parallel_layout", "account_for_embedding_in_pipeline_split",
-                 "account_for_loss_in_pipeline_split"):
-        if settings.pop(dest, None) not in (None, False) and layout.pp > 1:
-            notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage)")
-    stages = layout.pp * (layout.vpp or 1)
+    """A layout string shrunk with its shape (rehearsal_pipeline.py); else one layer per virtual stage, the job's
+    way of naming virtual stages kept, uneven stages evened out."""
+    notes: list[str] = []
     # a per-layer pattern (moe_layer_freq=[0]*1+[1]*15) names every layer: its length stays the number of layers
     patterned = any(isinstance(settings.get(dest), str) and "[" in settings[dest]
                     for dest in ("moe_layer_freq", "no_rope_freq", "linear_attention_freq"))
+    settings.pop("num_layers_per_virtual_pipeline_stage", None)
+    settings.pop("num_virtual_stages_per_pipeline_rank", None)
+    text = settings.pop("pipeline_model_parallel_layout", None)
+    if text and layout.pp > 1:
+        shrunk = shrink_pipeline_layout(str(text), megatron.get("pipeline_model_parallel_size") or 1, layout.pp,
+                                        layout.vpp, settings.get("num_layers") if patterned else None)
+        notes += shrunk.notes
+        if shrunk.text is not None:  # Megatron derives the virtual stages from its length
+            settings.update(pipeline_model_parallel_layout=shrunk.text, num_layers=shrunk.layers)
+            for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                         "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+                settings.pop(dest, None)  # Megatron refuses them next to a layout
+            return notes
+    for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
+                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+        if settings.pop(dest, None) not in (None, False) and layout.pp > 1:
+            notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage)")
+    stages = layout.pp * (layout.vpp or 1)
     if layout.pp > 1 and not patterned:
         settings["num_layers"] = max(stages, 2)
     settings.setdefault("num_layers", 2)
-    settings.pop("num_layers_per_virtual_pipeline_stage", None)
-    settings.pop("num_virtual_stages_per_pipeline_rank", None)
     if layout.vpp:
         if megatron.get("num_virtual_stages_per_pipeline_rank") or megatron.get("pipeline_model_parallel_layout"):
             settings["num_virtual_stages_per_pipeline_rank"] = layout.vpp
@@ -469,6 +495,9 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     layout, layout_notes = shrunk_layout(job.layout, job.megatron)
     notes += layout_notes
     absent = packages_absent_here(job)
+    if job.kernels.transformer_engine and not te_here:
+        absent += without_te_unbuildable(megatron, replace(job.kernels, transformer_engine=False,
+                                                               apex=job.kernels.apex and apex_here))
     if absent:
         return LayoutRehearsal(False, layout, stage="setup", error="this machine lacks what the job needs: "
                                + "; ".join(absent), not_rehearsed=tuple(notes))
@@ -503,6 +532,17 @@ def rehearse_layout(job: Any, env: Mapping[str, str], limit_s: float = TIME_LIMI
     name = rdzv_id(job.preset.name)
     with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, still kill the processes and remove the directory
         return _rehearse(python, layout, load, settings, megatron, base_env, name, notes, limit_s, optimizer_loads)
+
+
+def without_te_unbuildable(megatron: Mapping[str, Any], here: Any) -> list[str]:
+    """What no layer spec without Transformer Engine builds (the launcher refuses it for a target without TE:
+    pipeline/kernels.fast_path_problems), for a job whose target has TE: this machine cannot rehearse it. Seen:
+    multi-latent attention with multi-token prediction (moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed failed at
+    model build: the local spec's DotProductAttention takes no k_channels)."""
+    from launcher.pipeline.kernels import fast_path_problems
+
+    return [f"{problem.message} (this machine has no Transformer Engine; the target has)"
+            for problem in fast_path_problems(megatron, here) if "needs Transformer Engine" in problem.message]
 
 
 def sequence_parallel_somewhere(megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout) -> bool:
@@ -579,6 +619,13 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
     if not load.vpp:
         out.pop("num_layers_per_virtual_pipeline_stage", None)
         out.pop("num_virtual_stages_per_pipeline_rank", None)
+    text = out.pop("pipeline_model_parallel_layout", None)
+    if text and (load.pp, load.vpp) == (layout.pp, layout.vpp):
+        out["pipeline_model_parallel_layout"] = text
+    elif text and load.pp > 1:  # the same layers, as the rehearsal's layout would place them at the load's PP
+        again = shrink_pipeline_layout(str(text), layout.pp, load.pp, load.vpp, settings["num_layers"]).text
+        if again is not None:
+            out["pipeline_model_parallel_layout"] = again
     moved = (load.tp, load.pp) != (layout.tp, layout.pp)
     if moved and settings.get("use_distributed_optimizer") and not settings.get("dist_ckpt_optim_fully_reshardable") \
             and not out.get("no_load_optim"):

@@ -74,6 +74,28 @@ class _Event(_Stream):
         return True
 
 
+def uneven_all_gather(all_gather):
+    """torch.distributed.all_gather that also gathers tensors of different lengths over gloo, as NCCL does (gloo
+    refuses them: 'ProcessGroupGloo::allgather: invalid tensor size'): each rank's padded to the longest, gathered,
+    and its rows copied into the caller's tensors. Megatron's all-to-all dispatcher at expert TP > 1 gathers the
+    tokens each expert-TP rank received (mappings.py:150, output_split_sizes)."""
+    import torch
+
+    def gather(tensor_list, tensor, group=None, async_op=False):
+        if all(t.shape == tensor.shape for t in tensor_list):
+            return all_gather(tensor_list, tensor, group=group, async_op=async_op)
+        longest = max(t.shape[0] for t in tensor_list)
+        padded = torch.zeros((longest, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+        padded[:tensor.shape[0]] = tensor
+        gathered = [torch.empty_like(padded) for _ in tensor_list]
+        all_gather(gathered, padded, group=group)
+        for out, got in zip(tensor_list, gathered):
+            out.copy_(got[:out.shape[0]])
+        return _Event() if async_op else None  # done already: wait() returns at once
+
+    return gather
+
+
 class CudaOnCpu:
     """The ~15-line redirect of shared/reference/megatron-core-on-cpu.md: CUDA devices become the CPU."""
 
@@ -130,7 +152,9 @@ class CudaOnCpu:
             (token_dispatcher, "maybe_move_tensor_to_cpu"): host_copy,
             # a stand-in stream, which torch's argument parser refuses before any mode sees it; nothing to keep
             # alive on the CPU (pipeline_parallel/utils.py:230, the MoE all-to-all overlap)
-            (torch.Tensor, "record_stream"): lambda self, *a, **k: None}
+            (torch.Tensor, "record_stream"): lambda self, *a, **k: None,
+            # gloo gathers only tensors of one length; NCCL, and so Megatron, gathers any
+            (torch.distributed, "all_gather"): uneven_all_gather(torch.distributed.all_gather)}
         self.module_saved = {key: getattr(*key) for key in self.module_stand_ins}
 
     def __enter__(self):

@@ -212,6 +212,11 @@ def without_te(c: Any) -> None:
             c.fail("defer_embedding_wgrad_compute needs gradient_accumulation_fusion" +
                    ("" if c.apex else ", which needs NVIDIA apex (the target has none, so the launcher turns it "
                                       "off)"), "set defer_embedding_wgrad_compute=false")
+    recomputed = checkpointed_without_output(c.arg)
+    if not c.te and "layernorm" in recomputed:
+        rest = ",".join(m for m in recomputed if m != "layernorm")
+        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, f"drop layernorm from recompute_modules (--set recompute_modules="
+               f"[{rest}]), or run in a Transformer Engine container (transformer_engine: true)", stage="runtime")
     if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
         if c.arg("transformer_impl") != "transformer_engine" or not c.te:
             c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")
@@ -221,6 +226,24 @@ def without_te(c: Any) -> None:
     if c.preset.megatron.get("transformer_impl") == "transformer_engine" and not c.te:
         c.fail("transformer_impl transformer_engine, but the target has no Transformer Engine",
                "set transformer_engine: true for a TE container, or drop transformer_impl", stage="runtime")
+
+
+# Megatron's output-discarding checkpoint at the pin (tensor_parallel/random.py:714, CheckpointWithoutOutput: `self.fp8
+# = fp8 is not None`, whose default is False) always takes its FP8 branch, which reads TE's FP8GlobalStateManager.
+# Selective recompute of "layernorm" checkpoints each norm so (transformer_layer.py:618, 754); with TE the input norm
+# is fused into the next linear and its MoE norm finds TE's state; without TE every norm is its own module.
+LAYERNORM_RECOMPUTE_WITHOUT_TE = (
+    "recompute_modules layernorm needs Transformer Engine at the pin: Megatron's output-discarding checkpoint of "
+    "the norms reads TE's FP8 state even without fp8 (tensor_parallel/random.py:714), so the first step raises "
+    "\"NameError: name 'FP8GlobalStateManager' is not defined\" (random.py:667)")
+
+
+def checkpointed_without_output(arg: Any) -> list[str]:
+    """The selective-recompute modules of `arg` (a setting's reader), where the granularity is selective."""
+    modules = arg("recompute_modules")
+    if arg("recompute_granularity") != "selective" or not modules:
+        return []
+    return [str(m) for m in ([modules] if isinstance(modules, str) else modules)]
 
 
 def fp8_without_te(c: Any) -> None:

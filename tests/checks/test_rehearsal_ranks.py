@@ -309,3 +309,47 @@ def test_a_per_layer_pattern_keeps_its_length_as_the_number_of_layers_at_any_pip
                 "moe_layer_freq": "([0]*1+[1]*15)", "pipeline_model_parallel_size": 2}
     settings, _ = rank_settings(megatron, RankLayout(pp=2), RankLayout(pp=2, tp=2))
     assert settings["num_layers"] == 16
+
+
+def test_a_model_no_layer_spec_without_transformer_engine_builds_is_not_run_here_and_says_why():
+    """moe/gpt3_mcore_te_tp2_pp2_ep4_etp1_memory_speed (a TE target: multi-latent attention with multi-token
+    prediction) failed at model build here, 'DotProductAttention.__init__() got an unexpected keyword argument
+    k_channels', which its target does not: this machine cannot build it, as the launcher says of a target without
+    TE (kernels.fast_path_problems)."""
+    from launcher.megatron.pin import detect_kernels
+
+    if detect_kernels()[0]:
+        pytest.skip("Transformer Engine is installed here: the job builds")
+    resolved = job("345m", "transformer_engine=true", "multi_latent_attention=true", "mtp_num_layers=1",
+                   "pipeline_model_parallel_size=2", nodes=1, gpus=2)
+    result = rehearse_layout(resolved, {})
+    assert (result.ok, result.stage) == (False, "setup")
+    assert result.render()[0].startswith("rehearsal: not run: this machine lacks what the job needs: multi-latent "
+                                         "attention (multi_latent_attention) needs Transformer Engine")
+    assert result.render()[0].endswith("(this machine has no Transformer Engine; the target has)")
+
+
+def test_a_switch_megatron_allows_only_with_transformer_engine_is_off_here_and_said():
+    """moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading failed at Megatron's
+    arguments here: 'Fine-grained activation offloading is only supported with transformer_engine implementation'
+    (arguments.py:1716)."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"fine_grained_activation_offloading": True, "lr": 1e-4})
+    assert settings["fine_grained_activation_offloading"] is False
+    assert notes == ["fine_grained_activation_offloading: Transformer Engine's (the target's), off here "
+                     "(arguments.py:1716)"]
+
+
+def test_recomputing_the_norms_of_a_te_target_is_off_here_and_said():
+    """…_no_mtp_no_a2a_ovlp_fine_grained_offloading (recompute_modules layernorm mla_up_proj mlp moe_act) failed at its
+    first step here: NameError FP8GlobalStateManager (random.py:667), TE's FP8 state read by the norms' checkpoint."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    settings, notes = without_te_switches({"recompute_granularity": "selective",
+                                           "recompute_modules": ["layernorm", "mla_up_proj", "moe_act"]})
+    assert settings["recompute_modules"] == ["mla_up_proj", "moe_act"]
+    assert notes == ["recompute_modules layernorm: Megatron's checkpoint of the norms needs Transformer Engine (the "
+                     "target's) at the pin (tensor_parallel/random.py:714); not recomputed here"]
+    alone, _ = without_te_switches({"recompute_granularity": "selective", "recompute_modules": ["layernorm"]})
+    assert "recompute_granularity" not in alone and alone.get("recompute_modules") is None

@@ -3,6 +3,8 @@ process-group set-up), and the rules that now judge Megatron's effective setting
 
 from __future__ import annotations
 
+import pytest
+
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
@@ -99,6 +101,21 @@ def test_te_cross_entropy_fusion_without_te_is_refused_before_its_first_step():
             "  hint: set cross_entropy_fusion_impl=native") in refused(te_ce)
     resolve(load_preset("345m", [*te_ce, "cross_entropy_fusion_impl=native"]), kernels=Kernels(False, False, "preset"))
     resolve(load_preset("345m", te_ce), kernels=Kernels(True, True, "preset", "2.14.0"))
+
+
+@pytest.mark.parametrize("modules", [["layernorm"], ["core_attn", "layernorm", "mlp"]])
+def test_recomputing_the_norms_without_te_is_refused_before_its_first_step(modules):
+    # seen rehearsing moe/gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading without TE:
+    # NameError FP8GlobalStateManager (random.py:667): CheckpointWithoutOutput() takes its FP8 branch at the pin
+    sets = ["recompute_granularity=selective", f"recompute_modules=[{','.join(modules)}]"]
+    rest = ",".join(m for m in modules if m != "layernorm")
+    assert ("error: recompute_modules layernorm needs Transformer Engine at the pin: Megatron's output-discarding "
+            "checkpoint of the norms reads TE's FP8 state even without fp8 (tensor_parallel/random.py:714)") in \
+        refused(sets)
+    assert f"  hint: drop layernorm from recompute_modules (--set recompute_modules=[{rest}])" in refused(sets)
+    resolve(load_preset("345m", sets), kernels=Kernels(True, True, "preset", "2.14.0"))
+    full = ["recompute_granularity=full", "recompute_method=uniform", "recompute_num_layers=1"]
+    resolve(load_preset("345m", full), kernels=Kernels(False, False, "preset"))
 
 
 def test_fp8_param_gather_without_fp8_is_refused_as_megatrons_config_would():
