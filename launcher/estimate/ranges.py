@@ -96,3 +96,13 @@ def time_range(moe: bool, generation: str, fp8: bool, widen: float = 0.0,
     if not calibrated:
         label += f" ({generation}'s constants are not fitted on its own runs: ±{UNCALIBRATED:.0%} wider)"
     return Range(low / (1 + extra), high * (1 + extra), label, len(chosen), widen)
+
+
+def tie_band(runs: tuple[HeldBack, ...] = HELD_BACK) -> float:
+    """The step-time difference the model cannot resolve: the median |error| of the held-back runs. Two layouts
+    predicted closer than this are a tie (launcher/estimate/search.py orders ties by memory headroom)."""
+    errors = sorted(abs(r.error) for r in runs)
+    if not errors:
+        return 0.0
+    mid = len(errors) // 2
+    return errors[mid] if len(errors) % 2 else (errors[mid - 1] + errors[mid]) / 2
