@@ -375,7 +375,8 @@ def render_text(plan: dict[str, Any]) -> str:
         head += f" {'range':>17}"
     lines.append(head)
     for i, c in enumerate(search["best"], 1):
-        row = (f" {'≈' if c.get('tied_with_first') else ' '}{i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
+        tie = "≈" if c.get("tied_with_first") else " "
+        row = (f" {tie}{i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
                f"{c['num_microbatches']:>5} {'yes' if c['sequence_parallel'] else 'no':>3} {c['recompute']:>9} "
                f"{'yes' if c['distributed_optimizer'] else 'no':>8} {c['memory_gib']:8.2f} "
                f"{c['seconds_per_iteration']:9.4f}")

@@ -223,8 +223,8 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, rules)
                     for t, names in labels.items()]
     if tied > 1 and top > 1:
-        notes.append(f"#1-#{min(tied, top)} (marked ≈) are within {band:.1%} of #1's estimate, the median error of the "
-                     f"held-back published runs: a tie the model cannot order. They are listed fastest first; "
+        notes.append(f"#1-#{min(tied, top)} (marked ≈) are within {band:.1%} of #1's estimate, the median error "
+                     f"of the held-back published runs: a tie the model cannot order. They are listed fastest first; "
                      f"published runs in such ties often took the one with more memory headroom or more "
                      f"pipeline stages (docs/plan.md), a choice the estimate does not price")
     return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes, list(refusals), band, tied)
