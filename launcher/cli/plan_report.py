@@ -163,7 +163,9 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
         "fitting": result.fitting,
         "notes": list(notes) + result.notes,
         "best": [candidate_dict(c, recipe or (name,), args, budget, spread, length, gpu, tflops, extra_sets,
-                                pinned) for c in result.best],
+                                pinned) | {"tied_with_first": i < result.tied and result.tied > 1}
+                 for i, c in enumerate(result.best)],
+        "tie_band": result.tie_band,  # predictions closer than this to #1 are a tie (the held-back median error)
         "alternatives": [asdict(a) for a in result.alternatives],
     }
     return plan
@@ -373,7 +375,8 @@ def render_text(plan: dict[str, Any]) -> str:
         head += f" {'range':>17}"
     lines.append(head)
     for i, c in enumerate(search["best"], 1):
-        row = (f"  {i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
+        tie = "≈" if c.get("tied_with_first") else " "
+        row = (f" {tie}{i:>2} {c['tp']:>3} {c['pp']:>3} {c['vpp']:>3} {c['dp']:>5} {c['micro_batch_size']:>3} "
                f"{c['num_microbatches']:>5} {'yes' if c['sequence_parallel'] else 'no':>3} {c['recompute']:>9} "
                f"{'yes' if c['distributed_optimizer'] else 'no':>8} {c['memory_gib']:8.2f} "
                f"{c['seconds_per_iteration']:9.4f}")

@@ -380,6 +380,11 @@ class Result:
     fit: str
     rank: int | None  # 1-based rank of the first listed layout with the published TP·PP; None if not in top
     top: list[str]
+    tied: int = 0  # how many of the plan's first layouts are within its tie band of #1 (search.tied_with_first)
+    gap: float | None = None  # the published TP·PP's listed time / #1's − 1; None when not listed
+    first_memory_gib: float = 0.0  # memory of the plan's #1 and of the published TP·PP as listed
+    listed_memory_gib: float | None = None
+    first_layout: str = ""  # #1 as search.describe writes it
 
     @property
     def error(self) -> float:
@@ -388,6 +393,11 @@ class Result:
     @property
     def in_top3(self) -> bool:
         return self.rank is not None and self.rank <= 3
+
+    @property
+    def in_first_tie(self) -> bool:
+        """The published TP·PP is #1 or tied with it (within the plan's tie band)."""
+        return self.rank is not None and (self.rank == 1 or self.rank <= self.tied)
 
     @property
     def trivial(self) -> bool:
@@ -430,10 +440,14 @@ def chosen(run: Run) -> ps.Candidate:
 def evaluate(run: Run, top: int = 10) -> Result:
     gpu = est.GPUS[run.gpu]
     pick = chosen(run)
-    ranked = ps.search(run.args, run.world, gpu, 8, top=top).best
+    found = ps.search(run.args, run.world, gpu, 8, top=top)
+    ranked = found.best
     labels = [f"TP{c.training.tp} PP{c.training.pp}" for c in ranked]
     rank = next((i for i, c in enumerate(ranked, 1) if (c.training.tp, c.training.pp) == (run.tp, run.pp)), None)
-    return Result(run, pick.seconds, pick.memory.total / est.GIB, pick.fit, rank, labels[:3])
+    listed = ranked[rank - 1] if rank else None
+    return Result(run, pick.seconds, pick.memory.total / est.GIB, pick.fit, rank, labels[:3], found.tied,
+                  listed.seconds / ranked[0].seconds - 1 if listed else None, ranked[0].memory.total / est.GIB,
+                  listed.memory.total / est.GIB if listed else None, ps.describe(ranked[0].training))
 
 
 def evaluate_all(runs: Iterable[Run] = RUNS) -> list[Result]:
@@ -450,6 +464,7 @@ def summary(results: list[Result]) -> dict[str, Any]:
         "max_abs_error": max(errors),
         "top1_hits": sum(r.rank == 1 for r in ranked),
         "top3_hits": sum(r.in_top3 for r in ranked),
+        "first_tie_hits": sum(r.in_first_tie for r in ranked),
         "top3_runs": len(ranked),
         "refused": [r.run.name for r in results if r.fit == "does not fit"],
     }
@@ -472,8 +487,8 @@ def part_summary_line(label: str, results: list[Result]) -> str:
     return (f"{label}: {s['runs']} runs, median |error| {s['median_abs_error']:.1%}, 90th percentile "
             f"{s['p90_abs_error']:.1%} (max {s['max_abs_error']:.1%}); published TP·PP first for {s['top1_hits']} "
             f"and in the top 3 for {s['top3_hits']} of {s['top3_runs']} multi-GPU runs "
-            f"({s['top1_hits'] / ranked:.0%} / {s['top3_hits'] / ranked:.0%}); judged not to fit: "
-            f"{len(s['refused'])}.")
+            f"({s['top1_hits'] / ranked:.0%} / {s['top3_hits'] / ranked:.0%}), #1 or tied with it for "
+            f"{s['first_tie_hits']}; judged not to fit: {len(s['refused'])}.")
 
 
 def markdown(results: list[Result]) -> str:
@@ -572,6 +587,22 @@ def residuals_text(runs: Iterable[Run] = RUNS) -> str:
     return "\n".join(lines)
 
 
+def misses_text(results: Iterable[Result]) -> str:
+    """Every multi-GPU run whose published TP·PP is not the plan's #1: how far behind #1 the plan lists it
+    (its fastest choice of the other knobs), the memory of both, and #1's layout; docs/plan.md reads the causes
+    from this."""
+    lines = [f"{'part':<9} {'gap':>7} {'rank':>4} {'GiB pub/#1':>12}  run: published TP·PP vs #1"]
+    for r in results:
+        if r.trivial or r.rank == 1:
+            continue
+        gap = f"{r.gap:+.1%}" if r.gap is not None else "n/l"
+        mem = f"{r.listed_memory_gib:.1f}" if r.listed_memory_gib is not None else "-"
+        tie = " (tied)" if r.in_first_tie else ""
+        lines.append(f"{r.run.part:<9} {gap:>7} {str(r.rank or '>10'):>4} {mem:>5}/{r.first_memory_gib:<5.1f}  "
+                     f"{r.run.name}: TP{r.run.tp} PP{r.run.pp} vs {r.first_layout}{tie}")
+    return "\n".join(lines)
+
+
 def held_back_errors(results: Iterable[Result]) -> tuple[HeldBack, ...]:
     """The held-back runs' errors as launcher/estimate/ranges.py keeps them (rounded to 0.1 %)."""
     return tuple(HeldBack(r.run.name, r.run.moe, est.GPUS[r.run.gpu].family, r.run.precision == "fp8",
@@ -589,6 +620,8 @@ if __name__ == "__main__":
 
     if "--fit" in sys.argv[1:]:
         print(residuals_text())
+    elif "--misses" in sys.argv[1:]:
+        print(misses_text(evaluate_all()))
     elif "--ranges" in sys.argv[1:]:
         print(ranges_text(evaluate_all()))
     else:

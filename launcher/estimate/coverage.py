@@ -26,7 +26,8 @@ make_vocab_size_divisible_by masked_softmax_fusion max_position_embeddings micro
 moe_layer_freq moe_router_topk moe_shared_expert_intermediate_size
 moe_token_dispatcher_type multi_latent_attention no_save_optim normalization num_attention_heads num_experts
 num_layers num_layers_per_virtual_pipeline_stage num_query_groups num_virtual_stages_per_pipeline_rank
-overlap_grad_reduce overlap_param_gather pad_vocab_size padded_vocab_size pipeline_model_parallel_layout
+overlap_grad_reduce overlap_p2p_comm overlap_p2p_comm_warmup_flush overlap_param_gather pad_vocab_size
+padded_vocab_size pipeline_model_parallel_layout
 pipeline_model_parallel_size position_embedding_type q_lora_rank qk_head_dim qk_layernorm qk_pos_emb_head_dim
 recompute_activations recompute_granularity recompute_method recompute_modules recompute_num_layers save_interval
 seq_length sequence_parallel spec swiglu tensor_model_parallel_size torch_fsdp2_reshard_after_forward
@@ -191,8 +192,6 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "align_param_gather": _u("parameter gather across pipeline stages at once: exposed DP time", SMALL),
     # schedule and communication
     "microbatch_group_size_per_vp_stage": _u("the interleaved schedule's grouping: bubble and memory", SMALL),
-    "overlap_p2p_comm": _u("pipeline sends overlapped: exposed PP time", SMALL),
-    "overlap_p2p_comm_warmup_flush": _u("pipeline sends overlapped in warm-up and flush", SMALL),
     "use_ring_exchange_p2p": _u("ring exchange for pipeline sends", SMALL),
     "pipeline_model_parallel_comm_backend": _u("another pipeline communication backend", SMALL),
     "use_tp_pp_dp_mapping": _u("rank order tp-pp-dp: which groups cross nodes", MEDIUM),

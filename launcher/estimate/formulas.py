@@ -310,6 +310,10 @@ class Training:
     overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
     overlap_param_gather: bool = False  # distributed optimizer's parameter all-gather overlapped with forward
     tp_comm_overlap: bool = False  # TE userbuffers: TP collectives overlapped with the GEMMs
+    # interleaved schedule (VPP > 1): steady-state pipeline sends/receives overlapped with the chunks' compute
+    # (Megatron's default); the warm-up and flush ones too only with overlap_p2p_comm_warmup_flush
+    overlap_p2p_comm: bool = True
+    overlap_p2p_comm_warmup_flush: bool = False
     grad_reduce_in_bf16: bool = False  # gradients kept and reduced in bf16 (2 B) instead of fp32 (4 B)
     fp8: bool = False  # TE FP8 GEMMs (--fp8-format)
     # FP8 without TE, torchao's float8 in the compiled layers (megatron_ext/float8.py): the backward gets the bf16
@@ -402,6 +406,8 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
         overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),
         tp_comm_overlap=bool(megatron_value(args, "tp_comm_overlap")) and tp > 1,
+        overlap_p2p_comm=bool(megatron_value(args, "overlap_p2p_comm")),
+        overlap_p2p_comm_warmup_flush=bool(megatron_value(args, "overlap_p2p_comm_warmup_flush")),
         grad_reduce_in_bf16=bool(megatron_value(args, "grad_reduce_in_bf16")),
         fp8=bool(megatron_value(args, "fp8")),  # dest of --fp8-format
         fp8_torchao=bool(megatron_value(args, "fp8"))

@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher.errors import Problem, UserError
 from launcher.estimate import formulas as est
+from launcher.estimate.ranges import tie_band
 from launcher.estimate.stages import SplitError
 from launcher.estimate.steptime import StepTime, step_time
 from launcher.pipeline import checker as pipeline_checker
@@ -160,6 +161,15 @@ class SearchResult:
     alternatives: list[Alternative]
     notes: list[str]
     refusals: list[str] = field(default_factory=list)  # why launch's checks refused fitting candidates
+    tie_band: float = 0.0  # relative step-time difference the model cannot resolve (ranges.tie_band)
+    tied: int = 0  # the first `tied` of the ranking (#1 included) are within tie_band of #1: a tie
+
+
+def tied_with_first(ranked: list[Candidate], band: float) -> int:
+    """How many of `ranked` (fastest first) are predicted within `band` of #1: the model cannot order them."""
+    if not ranked:
+        return 0
+    return sum(c.seconds <= ranked[0].seconds * (1 + band) for c in ranked)
 
 
 def sequence_parallel_allowed(args: Mapping[str, Any]) -> bool:
@@ -205,12 +215,19 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
             if old is None or rank_key(c) < rank_key(old):
                 best_by_layout[key] = c
     ranked = sorted(best_by_layout.values(), key=rank_key)
+    band = tie_band()
+    tied = tied_with_first(ranked, band)
     labels: dict[est.Training, list[str]] = {}
     for label, t in popular_alternatives(args, base, gpus_per_node, ranked):
         labels.setdefault(t, []).append(label)  # one verdict for alternatives that coincide
     alternatives = [judge(" = ".join(names), t, args, ranked, gpu, gpus_per_node, tflops, rules)
                     for t, names in labels.items()]
-    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes, list(refusals))
+    if tied > 1 and top > 1:
+        notes.append(f"#1-#{min(tied, top)} (marked ≈) are within {band:.1%} of #1's estimate, the median error "
+                     f"of the held-back published runs: a tie the model cannot order. They are listed fastest first; "
+                     f"published runs in such ties often took the one with more memory headroom or more "
+                     f"pipeline stages (docs/plan.md), a choice the estimate does not price")
+    return SearchResult(ranked[:top], considered, valid, fitting, alternatives, notes, list(refusals), band, tied)
 
 
 def rank_key(c: Candidate) -> tuple[float, float]:

@@ -25,7 +25,8 @@ The structure (docs/plan.md has the same with the calibration table):
    - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
      of it exposed; the expert GEMMs run at a shape efficiency of their own tokens per expert (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
-     plus a latency per transfer; with VPP Megatron overlaps the transfers, so half the bytes are exposed;
+     plus a latency per transfer; 1F1B waits for each; the interleaved schedule with overlap_p2p_comm (Megatron's
+     default for VPP > 1) hides the steady-state ones behind the chunks' compute, not the warm-up and flush ones;
    - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
      grad_reduce_in_bf16) and all-gather of bf16 parameters with the distributed optimizer, else one
      all-reduce. With `overlap_grad_reduce` it hides behind the last microbatch's backward and only the part
@@ -92,7 +93,7 @@ KERNELS: dict[str, Kernels] = {
 # constants its published runs fix (calibration.FITS: the dense GEMM rate on its two fitted dense runs, the
 # expert GEMMs' small-GEMM overhead on its two fitted MoE runs, all FP8; the FP8 gain of expert GEMMs stays
 # Hopper's, the only family whose BF16 and FP8 MoE runs tell the two apart).
-KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.66, grouped_work=5e10)
+KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.64, grouped_work=5e10)
 KERNELS["ada"] = KERNELS["ampere"]  # not calibrated
 
 P2P_LATENCY_S = 3e-5  # per pipeline send/receive pair
@@ -339,9 +340,10 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     pipeline_comm = 0.0
     if t.pp > 1:
         size = act * tokens * m.hidden_size / (t.tp if t.sequence_parallel else 1)
-        exposed = 0.5 if t.vpp > 1 else 1.0
-        transfers = 2 * t.vpp * M
-        pipeline_comm = transfers * (P2P_LATENCY_S + exposed * size / _bandwidth(gpu, place.pp))
+        one = P2P_LATENCY_S + size / _bandwidth(gpu, place.pp)
+        pipeline_comm = 2 * t.vpp * M * one  # every send/receive, forward and backward, waited for
+        if t.vpp > 1 and t.overlap_p2p_comm:
+            pipeline_comm = _interleaved_p2p(t, M, one, slowest.total)
 
     params = stage_parameters(m, t)
     shard = max(p.params for p in params)
@@ -381,6 +383,20 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     )
     model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
     return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def _interleaved_p2p(t: Training, M: int, one: float, microbatch: float) -> float:
+    """Exposed pipeline transfers of the interleaved schedule with overlap_p2p_comm (Megatron's default for VPP > 1):
+    the steady state posts each send/receive before the next chunk's compute and waits after it, so only what a
+    transfer takes beyond one chunk's compute is exposed; the warm-up and flush transfers are waited for at once
+    unless overlap_p2p_comm_warmup_flush. Megatron's warm-up on the first rank: 2·(PP−1) + (VPP−1)·PP chunks
+    (schedules.get_pp_rank_microbatches), as many in the flush."""
+    chunks = t.vpp * M
+    edge = min(chunks, 2 * (t.pp - 1) + (t.vpp - 1) * t.pp)
+    chunk = microbatch / t.vpp  # one chunk's forward + backward
+    steady = 2 * (chunks - edge) * max(0.0, one - chunk / 2)  # a forward or a backward hides it
+    warm = 0.0 if t.overlap_p2p_comm_warmup_flush else 2 * edge * one
+    return steady + warm
 
 
 def describe_kernels(gpu: Gpu) -> dict[str, Any]:

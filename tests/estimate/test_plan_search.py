@@ -121,6 +121,43 @@ def test_plan_json_and_text() -> None:
         assert needle in text
 
 
+def test_tie_band_is_the_held_back_median_error() -> None:
+    """Layouts predicted closer than the model's own error are a tie; the band is the held-back runs' median
+    |error| (launcher/estimate/ranges.py), whatever those errors are."""
+    import statistics
+
+    from launcher.estimate import ranges
+
+    assert ranges.tie_band() == pytest.approx(statistics.median(abs(r.error) for r in ranges.HELD_BACK))
+    runs = tuple(ranges.HeldBack(str(e), False, "hopper", False, e) for e in (0.01, -0.2, 0.03, -0.05))
+    assert ranges.tie_band(runs) == pytest.approx(0.04)
+    assert ranges.tie_band(()) == 0.0
+
+
+def test_tied_counts_the_layouts_within_the_band_of_the_first() -> None:
+    result = ps.search(GPT_175B, 1536, H100, 8, top=10)
+    first = result.best[0].seconds
+    inside = [c for c in result.best if c.seconds <= first * (1 + result.tie_band)]
+    assert result.tie_band > 0 and result.tied >= len(inside) >= 1
+    assert ps.tied_with_first(result.best, result.tie_band) == len(inside)
+    assert ps.tied_with_first(result.best, 0.0) == sum(c.seconds == first for c in result.best)
+    assert ps.tied_with_first([], 0.1) == 0
+
+
+def test_plan_marks_the_tie_with_the_first_and_says_why() -> None:
+    plan = pr.build_plan("175b", GPT_175B, pr.Budget(128, 8), H100, top=5)
+    search = plan["search"]
+    band = search["tie_band"]
+    first = search["best"][0]["seconds_per_iteration"]
+    marks = [c["tied_with_first"] for c in search["best"]]
+    assert marks == [c["seconds_per_iteration"] <= first * (1 + band) and any(marks[1:]) for c in search["best"]]
+    text = pr.render_text(plan)
+    rows = [line for line in text.splitlines() if line.startswith(" ≈")]
+    assert len(rows) == sum(marks)
+    if sum(marks) > 1:
+        assert f"within {band:.1%} of #1's estimate" in text and "a tie the model cannot order" in text
+
+
 @pytest.mark.parametrize(("name", "world"), [("toy", 8), ("345m", 8), ("345m", 32), ("175b", 1536), ("175b", 256)])
 def test_the_search_judges_layouts_with_the_pipelines_own_check(name: str, world: int) -> None:
     """One rule set: a candidate is valid exactly when launcher.pipeline.checker's check, run on the preset with
