@@ -43,6 +43,15 @@ class Verdict:
     rewrites: list[dict[str, Any]] = field(default_factory=list)  # flags validate_args changed in place
     warnings: list[str] = field(default_factory=list)  # what validate_args / TransformerConfig warned
     not_checked: list[str] = field(default_factory=list)  # needs the target machine itself (CUDA, TE import)
+    # the check of Megatron's source that refused: {"file": "megatron/training/arguments.py", "line", "function"}
+    where: dict[str, Any] | None = None
+
+    @property
+    def check_site(self) -> str:
+        """'megatron/training/arguments.py:1187 (validate_args)', or '' when the refusal names no line of Megatron."""
+        if not self.where:
+            return ""
+        return f"{self.where['file']}:{self.where['line']} ({self.where['function']})"
 
     def render(self) -> str:
         if self.ok:
@@ -117,7 +126,8 @@ class UpstreamChecker(WorkerProcess):
                 if near:
                     suggestions[flag] = near
         return Verdict(reply["ok"], reply["stage"], reply["error"], reply.get("facts", {}), suggestions,
-                       reply.get("rewrites", []), reply.get("warnings", []), reply.get("not_checked", []))
+                       reply.get("rewrites", []), reply.get("warnings", []), reply.get("not_checked", []),
+                       reply.get("where"))
 
     def check_many(self, requests: Sequence[Request]) -> list[Verdict]:
         """Checks in order; requests are written from a thread so neither pipe can fill up and stall."""
