@@ -72,6 +72,20 @@ CASES = {
     "top-2 routing over one expert": (["num_experts=1", "add_bias_linear=false"], False),
     "top-1 routing with the softmax after selection": (["num_experts=4", "add_bias_linear=false",
                                                         "moe_router_topk=1"], False),
+    # validate_args' own implications (requirements rows of kind "setting"), each once accepted by the dry-run
+    "a full-iteration CUDA graph with the NaN check": (["cuda_graph_impl=full_iteration"], False),
+    "the deprecated --enable-cuda-graph with cuda_graph_impl": (["enable_cuda_graph=true", "cuda_graph_impl=local"],
+                                                                False),
+    "the deprecated --no-position-embedding": (["add_position_embedding=false"], False),
+    "multi-token prediction with learned positions": (["mtp_num_layers=1"], False),
+    "multimodal RoPE without its sections": (["position_embedding_type=mrope"], False),
+    "relative positions without TE": (["position_embedding_type=relative"], False),
+    "MLA with GQA": (["multi_latent_attention=true", "group_query_attention=true", "num_query_groups=4"], False),
+    "optimizer CPU offload alone": (["optimizer_cpu_offload=true"], False),
+    "main params from the checkpoint with its optimizer": (["load_main_params_from_ckpt=true"], False),
+    "local checkpoints without their directory": (["non_persistent_ckpt_type=local"], False),
+    "an encoder depth next to num_layers": (["encoder_num_layers=4"], False),
+    "distributed saved activations at TP 1": (["distribute_saved_activations=true"], False),
 }
 
 
@@ -152,7 +166,7 @@ def test_precision_aware_optimizer_needs_the_distributed_optimizer():
 def test_mla_sent_off_the_sdpa_spec_is_given_a_way_out_this_target_can_take():
     # seen on a DeepSeek-V3 script moved to one GPU without TE: the only ways out were TE or dropping MLA, while
     # dropping multi-token prediction (what sent the job to Megatron's local spec) lets the SDPA spec build MLA
-    mla = ["multi_latent_attention=true", "mtp_num_layers=1"]
+    mla = ["multi_latent_attention=true", "mtp_num_layers=1", "position_embedding_type=rope"]  # MTP needs RoPE
     (problem,) = problems_of(mla)
     assert "or set mtp_num_layers=null (the launcher's SDPA spec then builds multi-latent attention" in problem.hint
     assert problems_of([*mla, "mtp_num_layers=null"]) == []
