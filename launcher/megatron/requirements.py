@@ -115,7 +115,8 @@ def holds(value: Any, test: Any) -> bool:
             low, high = test["between"]
             return _number(value) and low < value < high
         if "given" in test:  # set to something: not unset, off, empty or Megatron's "none"
-            return (value not in (None, False, "", "none", [])) is test["given"]
+            unset = value is None or value is False or value in ("", "none") or value == []
+            return unset is not test["given"]
         if "not" in test:
             return value != test["not"]
     if isinstance(test, bool):
