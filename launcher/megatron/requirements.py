@@ -105,7 +105,8 @@ def _number(value: Any) -> bool:
 
 
 def holds(value: Any, test: Any) -> bool:
-    """Whether a setting's value passes a test of the table (a value, true/false, or {"in"|"gt"|"between"|"given"|"not": …})."""
+    """Whether a setting's value passes a test of the table: a value, true/false, or
+    {"in"|"gt"|"between"|"given"|"not": …}."""
     if isinstance(test, dict):
         if "in" in test:
             return value in test["in"]
