@@ -86,6 +86,17 @@ CASES = {
     "local checkpoints without their directory": (["non_persistent_ckpt_type=local"], False),
     "an encoder depth next to num_layers": (["encoder_num_layers=4"], False),
     "distributed saved activations at TP 1": (["distribute_saved_activations=true"], False),
+    "an increasing weight decay without its ends": (["weight_decay_incr_style=linear"], False),
+    "weight decay ends with a constant style": (["start_weight_decay=0.0", "end_weight_decay=0.1"], False),
+    "FP4 and FP8 together": (["fp4_format=e2m1", "fp8_format=e4m3"], True),
+    "mock data and a data path": (["data_path=/tmp/corpus_text_document"], False),
+    "in-memory non-persistent checkpoints": (["non_persistent_ckpt_type=in_memory"], False),
+    "fill-in-the-middle at rate 0": (["mock_data=false", "data_path=/tmp/corpus_text_document", "fim_data=true",
+                                      "fim_rate=0"], False),
+    "QK-clip outside its range": (["qk_clip=true", "qk_clip_alpha=1.5"], True),
+    "a parameter-save interval with the param all-gather overlapped": (
+        ["save=/tmp/checkpoints", "save_interval=10", "save_params_interval=5", "overlap_param_gather=true",
+         "use_distributed_optimizer=true", "overlap_grad_reduce=true"], False),
 }
 
 
