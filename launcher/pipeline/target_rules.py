@@ -277,7 +277,9 @@ def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
         elif row.kind == "setting":
             wrong = {dest: test for dest, test in row.needs["setting"].items()
                      if not requirements.holds(settings.get(dest), test)}
-            if wrong:
+            if wrong and set(wrong) <= set(row.when):  # the setting itself is what Megatron refuses
+                c.fail(f"{condition}: Megatron's validation refuses it ({row.cite}): {row.why}", row.fix)
+            elif wrong:
                 now = ", ".join(f"{dest} is {requirements.wanted_value(settings.get(dest))}" for dest in wrong)
                 needed = " and ".join(f"{d} {requirements.wanted_value(v)}" for d, v in wrong.items())
                 c.fail(f"{condition} needs {needed}, but {now} "
