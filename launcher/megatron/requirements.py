@@ -87,7 +87,7 @@ class Requirement:
         out: dict[str, Any] = {}
         for dest, test in self.when.items():
             if isinstance(test, dict):
-                out[dest] = "/".join(map(str, test["in"])) if "in" in test else f"> {test.get('gt', '')}"
+                out[dest] = "/".join(map(str, test["in"])) if "in" in test else wanted_value(test)
             else:
                 out[dest] = test
         return out
