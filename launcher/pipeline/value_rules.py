@@ -93,6 +93,17 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
         fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
+    groups, group_topk = arg("moe_router_num_groups"), arg("moe_router_group_topk")
+    if groups and count % groups:  # TransformerConfig: the experts split evenly into the router's groups
+        divides = [g for g in range(1, count + 1) if count % g == 0]
+        near = max(g for g in divides if g <= groups)
+        fail(f"num_experts {count} is not divisible by moe_router_num_groups {groups}",
+             f"set moe_router_num_groups={near}" + (f" --set moe_router_group_topk={near}"
+                                                   if group_topk is not None and group_topk > near else "")
+             + f" (any of {divides})")
+    elif groups and group_topk is not None and group_topk > groups:
+        fail(f"moe_router_group_topk {group_topk} is more than moe_router_num_groups {groups}",
+             f"e.g. --set moe_router_group_topk={groups}")
     if topk is not None and not 1 <= topk <= count:
         fits = min(2, count)
         fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
@@ -118,6 +129,17 @@ def attention_mask(arg: Arg, fail: Fail, te: bool = False) -> None:
              "create_attention_mask_in_dataloader is false (Megatron would ignore the reset without a word)",
              "remove create_attention_mask_in_dataloader=false (the launcher keeps the mask for this setting)",
              "runtime")
+
+
+def no_rope_layers(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """no_rope_freq N skips RoPE in every N-th layer: TransformerConfig asserts that N divides num_layers."""
+    freq, layers = arg("no_rope_freq"), arg("num_layers")
+    every = int(freq) if isinstance(freq, str) and freq.isdigit() else freq
+    if isinstance(every, int) and not isinstance(every, bool) and every > 0 and layers and layers % every:
+        fits = [n for n in range(1, layers + 1) if layers % n == 0]
+        near = max(n for n in fits if n <= every)
+        fail(f"no_rope_freq {every} does not divide num_layers {layers}", f"set no_rope_freq={near} (any of "
+             f"{fits}), or give a per-layer pattern such as [0]*3+[1]")
 
 
 ASYNC_FORMATS = ("torch_dist", "torch_dcp", "fsdp_dtensor")
@@ -160,7 +182,7 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                  hint.format(value=arg(dest)), "validate")
 
 
-RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save)
+RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

@@ -1,6 +1,6 @@
 """Every check in Megatron's argument validation at the pin, found by walking its source with `ast` (never imported):
-each `assert`, `raise` and `exit()` of validate_args (megatron/training/arguments.py) and of
-ModelParallelConfig.__post_init__, with the `if` conditions around it.
+each `assert`, `raise` and `exit()` of validate_args (megatron/training/arguments.py) and of the config dataclasses'
+__post_init__ (ModelParallelConfig, TransformerConfig, MLATransformerConfig), with the `if` conditions around it.
 
 A check's key is what it tests, not where it sits, so a pin that only moves lines keeps every key:
     "validate_args: assert not args.check_for_nan_in_loss_and_grad if args.cuda_graph_impl == 'full_iteration'"
@@ -21,6 +21,9 @@ from pathlib import Path
 WALKED = (
     ("megatron/training/arguments.py", None, "validate_args", "validate_args"),
     ("megatron/core/model_parallel_config.py", "ModelParallelConfig", "__post_init__", "ModelParallelConfig"),
+    ("megatron/core/transformer/transformer_config.py", "TransformerConfig", "__post_init__", "TransformerConfig"),
+    ("megatron/core/transformer/transformer_config.py", "MLATransformerConfig", "__post_init__",
+     "MLATransformerConfig"),
 )
 
 

@@ -94,6 +94,19 @@ CASES = {
     "fill-in-the-middle at rate 0": (["mock_data=false", "data_path=/tmp/corpus_text_document", "fim_data=true",
                                       "fim_rate=0"], False),
     "QK-clip outside its range": (["qk_clip=true", "qk_clip_alpha=1.5"], True),
+    # TransformerConfig's checks (Megatron's "config" stage)
+    "aux-loss-free expert bias with softmax scores": (["num_experts=4", "add_bias_linear=false",
+                                                       "moe_router_enable_expert_bias=true"], False),
+    "a shared-expert overlap with the all-gather dispatcher": (
+        ["num_experts=4", "add_bias_linear=false", "moe_shared_expert_intermediate_size=1024",
+         "moe_shared_expert_overlap=true"], False),
+    "selective recompute with a layer count": (["recompute_granularity=selective", "recompute_num_layers=1"], False),
+    "MLA with interleaved rotary": (["multi_latent_attention=true", "rotary_interleaved=true",
+                                     "position_embedding_type=rope"], False),
+    "router groups that do not divide the experts": (["num_experts=4", "add_bias_linear=false",
+                                                      "moe_router_num_groups=3", "moe_router_group_topk=1"], False),
+    "a no-RoPE frequency that does not divide the layers": (["position_embedding_type=rope", "no_rope_freq=5"], False),
+    "batch-invariant mode without FlashAttention": (["batch_invariant_mode=true"], False),
     "a parameter-save interval with the param all-gather overlapped": (
         ["save=/tmp/checkpoints", "save_interval=10", "save_params_interval=5", "overlap_param_gather=true",
          "use_distributed_optimizer=true", "overlap_grad_reduce=true"], False),
