@@ -96,7 +96,9 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
     groups, group_topk = arg("moe_router_num_groups"), arg("moe_router_group_topk")
-    if groups and count % groups:  # TransformerConfig: the experts split evenly into the router's groups
+    if _number(groups) and groups < 0:  # 0, like unset, means no groups to Megatron
+        fail(f"moe_router_num_groups must be at least 1, got {groups}", "set moe_router_num_groups=null (no groups)")
+    elif groups and count % groups:  # TransformerConfig: the experts split evenly into the router's groups
         divides = [g for g in range(1, count + 1) if count % g == 0]
         near = max(g for g in divides if g <= groups)
         fail(f"num_experts {count} is not divisible by moe_router_num_groups {groups}",
