@@ -112,6 +112,11 @@ CASES = {
     "a single grouped bias without grouped GEMM": (["num_experts=4", "add_bias_linear=false",
                                                     "moe_single_grouped_bias=true"], False),
     "a no-RoPE pattern shorter than the model": (["position_embedding_type=rope", "no_rope_freq=[0]*3+[1]"], False),
+    "the deprecated MoE layer recompute with full recompute": (
+        ["num_experts=4", "add_bias_linear=false", "moe_layer_recompute=true", "recompute_granularity=full",
+         "recompute_method=uniform", "recompute_num_layers=1"], False),
+    "the deprecated router padding for FP8 without FP8": (["num_experts=4", "add_bias_linear=false",
+                                                           "moe_router_padding_for_fp8=true"], False),
     "more BF16 end layers than a stage holds": (["fp8_format=e4m3", "fp8_recipe=tensorwise",
                                                  "first_last_layers_bf16=true", "num_layers_at_start_in_bf16=30"],
                                                 True),
