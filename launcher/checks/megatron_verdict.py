@@ -43,11 +43,20 @@ class Verdict:
     rewrites: list[dict[str, Any]] = field(default_factory=list)  # flags validate_args changed in place
     warnings: list[str] = field(default_factory=list)  # what validate_args / TransformerConfig warned
     not_checked: list[str] = field(default_factory=list)  # needs the target machine itself (CUDA, TE import)
+    # the check of Megatron's source that refused: {"file": "megatron/training/arguments.py", "line", "function"}
+    where: dict[str, Any] | None = None
+
+    @property
+    def check_site(self) -> str:
+        """'megatron/training/arguments.py:1187 (validate_args)', or '' when the refusal names no line of Megatron."""
+        if not self.where:
+            return ""
+        return f"{self.where['file']}:{self.where['line']} ({self.where['function']})"
 
     def render(self) -> str:
         if self.ok:
             return "ok" + "".join(f"\n  not checked here: {text}" for text in self.not_checked)
-        text = f"{self.stage}: {self.error}"
+        text = f"{self.stage}: {self.error}" + (f" (at {self.check_site})" if self.check_site else "")
         for flag, near in self.suggestions.items():
             text += f"\n  {flag}: did you mean {near}?"
         return text
@@ -117,7 +126,8 @@ class UpstreamChecker(WorkerProcess):
                 if near:
                     suggestions[flag] = near
         return Verdict(reply["ok"], reply["stage"], reply["error"], reply.get("facts", {}), suggestions,
-                       reply.get("rewrites", []), reply.get("warnings", []), reply.get("not_checked", []))
+                       reply.get("rewrites", []), reply.get("warnings", []), reply.get("not_checked", []),
+                       reply.get("where"))
 
     def check_many(self, requests: Sequence[Request]) -> list[Verdict]:
         """Checks in order; requests are written from a thread so neither pipe can fill up and stall."""
@@ -217,6 +227,25 @@ def _launcher_lines(job: Any, problems: Sequence[Any]) -> list[str]:
     return [f"{head} ({_layout_line(job)})", *(f"  warning: {w}" for w in job.warnings)]
 
 
+def disagreement(accepted: bool, problems: Sequence[Any], verdict: Verdict) -> str | None:
+    """What the launcher and Megatron's checks disagree on, in one sentence; None when they agree.
+
+    Megatron's checks reach its argument validation and config; a refusal of the launcher's for what comes later
+    (model build, the first step, a save, the data files: any stage but "validate") is no disagreement."""
+    if accepted and not verdict.ok:
+        site = f" at {verdict.check_site}" if verdict.check_site else ""
+        return (f"the launcher and Megatron disagree: the launcher accepted this job, and Megatron's {verdict.stage} "
+                f"stage refuses it{site}: {verdict.error}. This is a check the launcher does not mirror yet; "
+                "please report it with this output")
+    refused_early = [p for p in problems if p.stage == "validate"]
+    if verdict.ok and refused_early:
+        said = "; ".join(p.message for p in refused_early)
+        return (f"the launcher and Megatron disagree: the launcher refuses this job before launch ({said}), and "
+                "Megatron's own checks accept it (the launcher's rule may be stricter than Megatron, or Megatron "
+                "meets it only later, at model build or in training); please report it with this output")
+    return None
+
+
 def _launcher_only(job: Any, problems: Sequence[Any], target: AssumedMachine, kernels: Any, env: Mapping[str, str],
                    argv: Sequence[str], unasked: UserError, output_format: str) -> int:
     """--check where Megatron cannot be asked (no megatron-core): the launcher's verdict, and why Megatron's is
@@ -276,9 +305,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         source = f"megatron-core {worker.megatron_version} from {worker.megatron_origin}"
         python = worker.python
     resume = check_job(job, python)  # the checkpoint under --load against the job, None where it loads none
-    # Megatron's checks reach its argument validation and config; a refusal of the launcher's for what comes
-    # later (model build, the first step, a save: stage "runtime"/"launcher") is no disagreement.
-    agree = not accepted if not verdict.ok else not any(p.stage == "validate" for p in problems)
+    disagrees = disagreement(accepted, problems, verdict)
+    agree = disagrees is None
     problems = [*problems, *missing]
     launcher_ok = accepted and not missing
     rehearsal = None
@@ -288,7 +316,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
         rehearsal = rehearse_layout(job, env)
     if output_format == "json":
         print(json.dumps({
-            "world_size": nodes * gpus_per_node, "agree": agree,
+            "world_size": nodes * gpus_per_node, "agree": agree, "disagreement": disagrees,
             "assumed": {"gpu": target.gpu, "capability": list(target.capability),
                         "transformer_engine": target.transformer_engine, "apex": target.apex,
                         "packages": list(target.packages), "kernels": kernels.how, "env": env},
@@ -297,7 +325,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                          "warnings": list(job.warnings) if accepted else []},
             "megatron": {"ok": verdict.ok, "stage": verdict.stage, "error": verdict.error, "facts": verdict.facts,
                          "suggestions": verdict.suggestions, "source": source, "rewrites": verdict.rewrites,
-                         "warnings": verdict.warnings, "not_checked": verdict.not_checked},
+                         "warnings": verdict.warnings, "not_checked": verdict.not_checked,
+                         "where": verdict.where},
             "argv": argv,
             **({"rehearsal": rehearsal.as_dict()} if rehearsal else {}),
             **({"resume": resume.as_dict()} if resume else {}),
@@ -316,8 +345,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
             print("megatron: " + verdict.render().replace("\n", "\n  "))
         print("".join(line + "\n" for line in _megatron_notes(verdict)), end="")
         print(f"          ({source})")
-        if not agree:
-            print("note: the launcher and Megatron disagree about this layout; please report it with this output")
+        if disagrees:
+            print(f"note: {disagrees}")
         if rehearsal is not None:
             print("\n".join(rehearsal.render()))
         elif rehearse:

@@ -194,6 +194,18 @@ def _message(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def megatron_frame(exc: BaseException) -> dict | None:
+    """The innermost frame of Megatron's own source in the failure (the assert, the raise, the exit() call):
+    which of its checks refused, as file (from megatron/ on), line and function."""
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        parts = frame.filename.split(os.sep)
+        if "megatron" in parts[:-1]:
+            start = len(parts) - 1 - parts[::-1].index("megatron")
+            return {"file": "/".join(parts[start:]), "path": frame.filename, "line": frame.lineno,
+                    "function": frame.name}
+    return None
+
+
 def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
     """Checks Megatron makes only at model build or at the first step, on the GPUs. The layer split, the TP
     split of the MLP and the torch LayerNorm fallback run Megatron's own code; the rest are transcribed
@@ -298,6 +310,7 @@ class _Recorder:
     def __init__(self, arguments):
         self.arguments = arguments
         self.messages: list[str] = []
+        self.printed: list[str] = []  # everything print_rank_0 said: an exit() says why only there
 
     def __enter__(self):
         self.saved = (self.arguments.warn_rank_0, self.arguments.print_rank_0)
@@ -312,6 +325,7 @@ class _Recorder:
 
     def _print(self, message, rank=None):
         text = str(message)
+        self.printed.append(" ".join(text.split()))
         if any(word in text for word in ("WARN", "Disabling", "ignored", "deprecated", "overrid")):
             self.messages.append(text)
 
@@ -341,11 +355,14 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
     extra = extra_args_provider()
     recorder = _Recorder(arguments)
 
+    where: dict | None = None
+
     def reply(ok: bool, error: str = "", not_checked: list[str] | None = None) -> dict:
         seen = list(dict.fromkeys(" ".join(m.split()) for m in recorder.messages + [
             str(w.message) for w in caught if f"{os.sep}megatron{os.sep}" in w.filename]))
         return {"ok": ok, "stage": "done" if ok and not not_checked else stage, "error": error, "facts": facts,
-                "rewrites": rewrites, "warnings": seen, "not_checked": not_checked or []}
+                "rewrites": rewrites, "warnings": seen, "not_checked": not_checked or [],
+                "where": where}
 
     with warnings.catch_warnings(record=True) as caught, recorder:
         warnings.simplefilter("always")
@@ -383,8 +400,11 @@ def check(arguments, argv: list[str], world_size: int, env: dict[str, str], defa
         except ParseError as exc:
             return reply(False, str(exc))
         except SystemExit as exc:
-            return reply(False, f"Megatron called exit({exc.code})")
+            where = megatron_frame(exc)
+            said = f" after printing: {recorder.printed[-1]}" if recorder.printed else ""
+            return reply(False, f"Megatron called exit({exc.code}){said}")
         except Exception as exc:  # noqa: BLE001 - any Megatron failure is a verdict, not a crash of the worker
+            where = megatron_frame(exc)
             message = _message(exc)
             if only_this_machine(message, target):
                 return reply(True, "", [f"{stage}: {message}"])
@@ -418,7 +438,10 @@ def main() -> int:
     hello = {"ready": READY, "flags": _known_flags(arguments), "version": megatron.core.__version__,
              "origin": os.path.dirname(os.path.dirname(megatron.core.__file__))}
     protocol.write(json.dumps(hello) + "\n")
-    for line in sys.stdin:
+    # The requests come on a private copy of stdin: Megatron's bare exit() (site's Quitter) closes sys.stdin
+    # before it raises SystemExit, which would end every check after it.
+    requests = os.fdopen(os.dup(0), "r")
+    for line in requests:
         if not line.strip():
             continue
         request = json.loads(line)

@@ -20,6 +20,8 @@ FAMILY_SETTINGS: dict[str, tuple[str, ...]] = {
     "a T5 encoder-decoder model": ("decoder_num_layers", "decoder_seq_length"),
     "a BERT model": ("bert_binary_head", "bert_load"),
     "a vision-language model (pretrain_vlm.py, examples/multimodal)": ("img_h", "img_w", "patch_dim"),
+    # pretrain_gpt.py parses it, and training.py then expects the RL environments train_rl.py sets up
+    "a reinforcement-learning run (train_rl.py)": ("perform_rl_step",),
 }
 
 

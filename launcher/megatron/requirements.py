@@ -66,7 +66,7 @@ class Requirement:
         return str(self.needs.get("package") or "apex")
 
     def applies(self, settings: Mapping[str, Any]) -> bool:
-        return all(_holds(settings.get(dest), test) for dest, test in self.when.items())
+        return all(holds(settings.get(dest), test) for dest, test in self.when.items())
 
     def condition(self, settings: Mapping[str, Any], given: Mapping[str, Any] | None = None) -> str:
         """'async_save with async_strategy nvrx (Megatron's default)': the settings that make the row apply (an
@@ -87,7 +87,7 @@ class Requirement:
         out: dict[str, Any] = {}
         for dest, test in self.when.items():
             if isinstance(test, dict):
-                out[dest] = "/".join(map(str, test["in"])) if "in" in test else f"> {test.get('gt', '')}"
+                out[dest] = "/".join(map(str, test["in"])) if "in" in test else wanted_value(test)
             else:
                 out[dest] = test
         return out
@@ -100,17 +100,45 @@ class Requirement:
         return f"{name} >= {self.min_version}" if self.min_version else name
 
 
-def _holds(value: Any, test: Any) -> bool:
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def holds(value: Any, test: Any) -> bool:
+    """Whether a setting's value passes a test of the table: a value, true/false, or
+    {"in"|"gt"|"between"|"given"|"not": …}."""
     if isinstance(test, dict):
         if "in" in test:
             return value in test["in"]
         if "gt" in test:
-            return isinstance(value, (int, float)) and not isinstance(value, bool) and value > test["gt"]
+            return _number(value) and value > test["gt"]
+        if "between" in test:  # exclusive bounds
+            low, high = test["between"]
+            return _number(value) and low < value < high
+        if "given" in test:  # set to something: not unset, off, empty or Megatron's "none"
+            unset = value is None or value is False or value in ("", "none") or value == []
+            return unset is not test["given"]
         if "not" in test:
             return value != test["not"]
     if isinstance(test, bool):
         return bool(value) is test
     return bool(value == test)
+
+
+def wanted_value(test: Any) -> str:
+    """A test of holds() in words: 'true', 'set', '> 1', 'in rope, none', 'in (0.0, 1.0)'."""
+    if isinstance(test, dict):
+        if "in" in test:
+            return "in " + ", ".join(_shown(v) for v in test["in"])
+        if "gt" in test:
+            return f"> {test['gt']}"
+        if "between" in test:
+            return f"in ({test['between'][0]}, {test['between'][1]})"
+        if "given" in test:
+            return "set" if test["given"] else "unset"
+        if "not" in test:
+            return f"other than {_shown(test['not'])}"
+    return "unset" if test is None else _shown(test)
 
 
 def _shown(value: Any) -> str:

@@ -60,7 +60,8 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
                         ("num_virtual_stages_per_pipeline_rank", "validate"),
                         ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
                         ("eval_interval", "runtime"), ("save_interval", "validate"),
-                        ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate")):
+                        ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate"),
+                        ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate")):
         value = arg(dest)
         if value is not None and value < 1:
             problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more", stage))

@@ -310,10 +310,14 @@ def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
                        f"{fix}; or use Transformer Engine >= {row.min_version}" if found else fix,
                        stage="runtime")
         elif row.kind == "setting":
-            wrong = {dest: value for dest, value in row.needs["setting"].items() if settings.get(dest) != value}
-            if wrong:
-                now = ", ".join(f"{dest} is {_word(settings.get(dest))}" for dest in wrong)
-                c.fail(f"{condition} needs {' and '.join(f'{d} {_word(v)}' for d, v in wrong.items())}, but {now} "
+            wrong = {dest: test for dest, test in row.needs["setting"].items()
+                     if not requirements.holds(settings.get(dest), test)}
+            if wrong and set(wrong) <= set(row.when):  # the setting itself is what Megatron refuses
+                c.fail(f"{condition}: Megatron's validation refuses it ({row.cite}): {row.why}", row.fix)
+            elif wrong:
+                now = ", ".join(f"{dest} is {requirements.wanted_value(settings.get(dest))}" for dest in wrong)
+                needed = " and ".join(f"{d} {requirements.wanted_value(v)}" for d, v in wrong.items())
+                c.fail(f"{condition} needs {needed}, but {now} "
                        f"({row.cite}): {row.why}", row.fix)
         elif row.kind == "layout":
             distributed_optimizer_instances(c, row, condition, tp, cp)

@@ -11,6 +11,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from launcher.megatron import layer_pattern
+
 Arg = Callable[[str], Any]
 Fail = Callable[..., None]
 
@@ -93,6 +95,19 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
         fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
+    groups, group_topk = arg("moe_router_num_groups"), arg("moe_router_group_topk")
+    if _number(groups) and groups < 0:  # 0, like unset, means no groups to Megatron
+        fail(f"moe_router_num_groups must be at least 1, got {groups}", "set moe_router_num_groups=null (no groups)")
+    elif groups and count % groups:  # TransformerConfig: the experts split evenly into the router's groups
+        divides = [g for g in range(1, count + 1) if count % g == 0]
+        near = max(g for g in divides if g <= groups)
+        fail(f"num_experts {count} is not divisible by moe_router_num_groups {groups}",
+             f"set moe_router_num_groups={near}" + (f" --set moe_router_group_topk={near}"
+                                                   if group_topk is not None and group_topk > near else "")
+             + f" (any of {divides})")
+    elif groups and group_topk is not None and group_topk > groups:
+        fail(f"moe_router_group_topk {group_topk} is more than moe_router_num_groups {groups}",
+             f"e.g. --set moe_router_group_topk={groups}")
     if topk is not None and not 1 <= topk <= count:
         fits = min(2, count)
         fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
@@ -118,6 +133,40 @@ def attention_mask(arg: Arg, fail: Fail, te: bool = False) -> None:
              "create_attention_mask_in_dataloader is false (Megatron would ignore the reset without a word)",
              "remove create_attention_mask_in_dataloader=false (the launcher keeps the mask for this setting)",
              "runtime")
+
+
+def no_rope_layers(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """no_rope_freq N skips RoPE in every N-th layer, a pattern names each layer: TransformerConfig asserts that N
+    divides num_layers, or that the pattern has num_layers entries."""
+    freq, layers = arg("no_rope_freq"), arg("num_layers")
+    every = int(freq) if isinstance(freq, str) and freq.isdigit() else freq
+    if isinstance(every, str) and "[" in every and layers:
+        try:
+            pattern = layer_pattern.parse(every)
+        except ValueError:
+            return  # the catalog's type check says what is wrong with it
+        if isinstance(pattern, list) and len(pattern) != layers:
+            fail(f"no_rope_freq lists {len(pattern)} layers, and the model has num_layers {layers}",
+                 f"set no_rope_freq=[0]*{layers - 1}+[1] (one entry per layer: 0 keeps RoPE, 1 skips it)")
+        return
+    if isinstance(every, int) and not isinstance(every, bool) and every > 0 and layers and layers % every:
+        fits = [n for n in range(1, layers + 1) if layers % n == 0]
+        near = max(n for n in fits if n <= every)
+        fail(f"no_rope_freq {every} does not divide num_layers {layers}", f"set no_rope_freq={near} (any of "
+             f"{fits}), or give a per-layer pattern such as [0]*3+[1]")
+
+
+def bf16_end_layers(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """FP8 with first_last_layers_bf16: TransformerConfig takes the BF16 layers at each end from one pipeline
+    stage, so each count lies in [0, num_layers / PP]."""
+    if not arg("first_last_layers_bf16") or arg("fp8") is None:
+        return
+    most = arg("num_layers") // max(1, arg("pipeline_model_parallel_size"))
+    for dest in ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"):
+        value = arg(dest)
+        if _number(value) and not 0 <= value <= most:
+            fail(f"{dest} {value} must lie between 0 and the layers of one pipeline stage ({most})",
+                 f"set {dest}={min(max(0, value), most)}")
 
 
 ASYNC_FORMATS = ("torch_dist", "torch_dcp", "fsdp_dtensor")
@@ -160,7 +209,8 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                  hint.format(value=arg(dest)), "validate")
 
 
-RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save)
+RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
+         bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

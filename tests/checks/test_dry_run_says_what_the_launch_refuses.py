@@ -24,8 +24,17 @@ def value_for(test: Any) -> Any:
     return test
 
 
+def given_value(dest: str) -> Any:
+    """A value that sets `dest` ({"given": true}): its first choice, or 1."""
+    from launcher.megatron import args as megatron_args
+
+    choices = getattr(megatron_args.catalog()[dest], "choices", None)
+    return choices[0] if choices else 1
+
+
 def overrides_for(row: requirements.Requirement) -> list[str]:
-    settings = {dest: value_for(test) for dest, test in row.when.items()}
+    settings = {dest: given_value(dest) if isinstance(test, dict) and test.get("given") else value_for(test)
+                for dest, test in row.when.items()}
     if settings.get("wandb_project") is True:
         settings["wandb_project"] = "project"
     if settings.get("hierarchical_context_parallel_sizes") is True:  # a list of sizes whose product is CP

@@ -350,3 +350,44 @@ def test_a_missing_data_file_is_no_disagreement(capsys, tmp_path):
     rc = check_preset(job, problems, checker=shared_checker())
     out = capsys.readouterr().out
     assert rc == 2 and "megatron: ok" in out and "disagree" not in out, out
+
+
+def test_a_disagreement_says_which_check_megatron_refused_at():
+    # seen: "the launcher and Megatron disagree about this layout; please report it" said neither side's reason
+    from launcher.checks.megatron_verdict import Verdict, disagreement
+    from launcher.errors import Problem
+
+    refused = Verdict(False, "validate", "AssertionError: --no-check-for-nan-in-loss-and-grad should be set",
+                      where={"file": "megatron/training/arguments.py", "line": 1187, "function": "validate_args"})
+    text = disagreement(True, [], refused)
+    assert text is not None and "the launcher accepted this job" in text
+    assert "refuses it at megatron/training/arguments.py:1187 (validate_args): AssertionError: " \
+           "--no-check-for-nan-in-loss-and-grad should be set" in text
+    assert "a check the launcher does not mirror yet" in text
+    assert disagreement(False, [Problem("x", "", "validate")], refused) is None
+    stricter = disagreement(False, [Problem("num_layers 5 is odd", "", "validate")], Verdict(True))
+    assert stricter is not None and "(num_layers 5 is odd)" in stricter and "accept it" in stricter
+    assert disagreement(False, [Problem("no data file", "", "data")], Verdict(True)) is None
+
+
+@pytest.mark.megatron
+def test_check_names_a_megatron_check_the_launcher_does_not_mirror(capsys):
+    # --attention-backend local asserts --spec local (arguments.py:430), which the dry-run does not mirror
+    rc, out = check_text(capsys, ["attention_backend=local"], 1)
+    assert rc == 2 and "launcher: ok" in out, out
+    assert "megatron: validate: AssertionError: --attention-backend local is only supported with --spec local " \
+           "(at megatron/training/arguments.py:" in out
+    assert "note: the launcher and Megatron disagree: the launcher accepted this job" in out
+    assert "does not mirror yet" in out
+
+
+@pytest.mark.megatron
+def test_megatrons_exit_says_what_it_printed_and_ends_no_later_check(capsys):
+    # validate_args answers --checkpoint-activations with print + exit(); exit() also closed the worker's stdin
+    exits = megatron_request(load_preset("345m", ["checkpoint_activations=true"]), 1, False, False)
+    fine = megatron_request(load_preset("345m"), 1, False, False)
+    first, second = shared_checker().check_many([exits, fine])
+    assert first.error.startswith("Megatron called exit(None) after printing: --checkpoint-activations is no "
+                                  "longer valid, use --recompute-activations")
+    assert first.where is not None and first.where["function"] == "validate_args"
+    assert second.ok, second.render()

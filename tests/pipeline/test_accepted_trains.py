@@ -72,6 +72,57 @@ CASES = {
     "top-2 routing over one expert": (["num_experts=1", "add_bias_linear=false"], False),
     "top-1 routing with the softmax after selection": (["num_experts=4", "add_bias_linear=false",
                                                         "moe_router_topk=1"], False),
+    # validate_args' own implications (requirements rows of kind "setting"), each once accepted by the dry-run
+    "a full-iteration CUDA graph with the NaN check": (["cuda_graph_impl=full_iteration"], False),
+    "the deprecated --enable-cuda-graph with cuda_graph_impl": (["enable_cuda_graph=true", "cuda_graph_impl=local"],
+                                                                False),
+    "the deprecated --no-position-embedding": (["add_position_embedding=false"], False),
+    "multi-token prediction with learned positions": (["mtp_num_layers=1"], False),
+    "multimodal RoPE without its sections": (["position_embedding_type=mrope"], False),
+    "relative positions without TE": (["position_embedding_type=relative"], False),
+    "MLA with GQA": (["multi_latent_attention=true", "group_query_attention=true", "num_query_groups=4"], False),
+    "optimizer CPU offload alone": (["optimizer_cpu_offload=true"], False),
+    "main params from the checkpoint with its optimizer": (["load_main_params_from_ckpt=true"], False),
+    "local checkpoints without their directory": (["non_persistent_ckpt_type=local"], False),
+    "an encoder depth next to num_layers": (["encoder_num_layers=4"], False),
+    "distributed saved activations at TP 1": (["distribute_saved_activations=true"], False),
+    "an increasing weight decay without its ends": (["weight_decay_incr_style=linear"], False),
+    "weight decay ends with a constant style": (["start_weight_decay=0.0", "end_weight_decay=0.1"], False),
+    "FP4 and FP8 together": (["fp4_format=e2m1", "fp8_format=e4m3"], True),
+    "mock data and a data path": (["data_path=/tmp/corpus_text_document"], False),
+    "in-memory non-persistent checkpoints": (["non_persistent_ckpt_type=in_memory"], False),
+    "fill-in-the-middle at rate 0": (["mock_data=false", "data_path=/tmp/corpus_text_document", "fim_data=true",
+                                      "fim_rate=0"], False),
+    "QK-clip outside its range": (["qk_clip=true", "qk_clip_alpha=1.5"], True),
+    # TransformerConfig's checks (Megatron's "config" stage)
+    "aux-loss-free expert bias with softmax scores": (["num_experts=4", "add_bias_linear=false",
+                                                       "moe_router_enable_expert_bias=true"], False),
+    "a shared-expert overlap with the all-gather dispatcher": (
+        ["num_experts=4", "add_bias_linear=false", "moe_shared_expert_intermediate_size=1024",
+         "moe_shared_expert_overlap=true"], False),
+    "selective recompute with a layer count": (["recompute_granularity=selective", "recompute_num_layers=1"], False),
+    "MLA with interleaved rotary": (["multi_latent_attention=true", "rotary_interleaved=true",
+                                     "position_embedding_type=rope"], False),
+    "router groups that do not divide the experts": (["num_experts=4", "add_bias_linear=false",
+                                                      "moe_router_num_groups=3", "moe_router_group_topk=1"], False),
+    "a no-RoPE frequency that does not divide the layers": (["position_embedding_type=rope", "no_rope_freq=5"], False),
+    "batch-invariant mode without FlashAttention": (["batch_invariant_mode=true"], False),
+    "padding to capacity without a capacity factor": (["num_experts=4", "add_bias_linear=false",
+                                                       "moe_pad_expert_input_to_capacity=true"], False),
+    "a single grouped bias without grouped GEMM": (["num_experts=4", "add_bias_linear=false",
+                                                    "moe_single_grouped_bias=true"], False),
+    "a no-RoPE pattern shorter than the model": (["position_embedding_type=rope", "no_rope_freq=[0]*3+[1]"], False),
+    "the deprecated MoE layer recompute with full recompute": (
+        ["num_experts=4", "add_bias_linear=false", "moe_layer_recompute=true", "recompute_granularity=full",
+         "recompute_method=uniform", "recompute_num_layers=1"], False),
+    "the deprecated router padding for FP8 without FP8": (["num_experts=4", "add_bias_linear=false",
+                                                           "moe_router_padding_for_fp8=true"], False),
+    "more BF16 end layers than a stage holds": (["fp8_format=e4m3", "fp8_recipe=tensorwise",
+                                                 "first_last_layers_bf16=true", "num_layers_at_start_in_bf16=30"],
+                                                True),
+    "a parameter-save interval with the param all-gather overlapped": (
+        ["save=/tmp/checkpoints", "save_interval=10", "save_params_interval=5", "overlap_param_gather=true",
+         "use_distributed_optimizer=true", "overlap_grad_reduce=true"], False),
 }
 
 
@@ -152,7 +203,7 @@ def test_precision_aware_optimizer_needs_the_distributed_optimizer():
 def test_mla_sent_off_the_sdpa_spec_is_given_a_way_out_this_target_can_take():
     # seen on a DeepSeek-V3 script moved to one GPU without TE: the only ways out were TE or dropping MLA, while
     # dropping multi-token prediction (what sent the job to Megatron's local spec) lets the SDPA spec build MLA
-    mla = ["multi_latent_attention=true", "mtp_num_layers=1"]
+    mla = ["multi_latent_attention=true", "mtp_num_layers=1", "position_embedding_type=rope"]  # MTP needs RoPE
     (problem,) = problems_of(mla)
     assert "or set mtp_num_layers=null (the launcher's SDPA spec then builds multi-latent attention" in problem.hint
     assert problems_of([*mla, "mtp_num_layers=null"]) == []

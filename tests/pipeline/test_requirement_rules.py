@@ -217,7 +217,8 @@ def test_the_nvrx_hint_never_leads_an_fsdp_dtensor_job_to_the_strategy_that_cras
 # -- a hint is a way out, never a way into another crash -------------------------------------------------------
 
 def _fix_alternatives(fix: str) -> list[dict[str, object]]:
-    """The `set a=b` choices a row's hint offers ('set x=false, or y=true' → [{x: False}, {y: True}])."""
+    """The `set a=b` choices a row's hint offers ('set x=false, or y=true' → [{x: False}, {y: True}]); the settings
+    of one choice go together ('set x=1 --set z=2, or y=true' → [{x: 1, z: 2}, {y: True}])."""
     import re
 
     import yaml
@@ -227,12 +228,18 @@ def _fix_alternatives(fix: str) -> list[dict[str, object]]:
     from launcher.megatron import args as megatron_args
 
     catalog = megatron_args.catalog()  # the launcher's own settings (transformer_engine=false) are other rules'
-    return [{dest: yaml.safe_load(value)} for dest, value in re.findall(r"\b([a-z_]+)=([\w.]+)", fix)
-            if dest in catalog]
+    choices = [{dest: yaml.safe_load(value) for dest, value in re.findall(r"\b([a-z_]+)=([\w.]+)", way)
+                if dest in catalog} for way in re.split(r",? or ", fix)]
+    return [choice for choice in choices if choice]
 
 
 def _an_example(test: object) -> object:
     if isinstance(test, dict):
+        if "between" in test:
+            low, high = test["between"]
+            return (low + high) / 2
+        if "given" in test:
+            return 1 if test["given"] else None
         return test["in"][0] if "in" in test else test["gt"] + 1 if "gt" in test else None
     return test
 
@@ -244,7 +251,8 @@ def test_following_a_rows_hint_never_leads_into_a_row_that_cannot_train():
 
     def blocks(row: requirements.Requirement, settings: dict) -> bool:
         if row.kind == "setting":  # it applies, and its setting is not what it needs
-            return row.applies(settings) and any(settings.get(d) != v for d, v in row.needs["setting"].items())
+            return row.applies(settings) and not all(requirements.holds(settings.get(d), test)
+                                                     for d, test in row.needs["setting"].items())
         return row.applies(settings)
 
     blocking = ("setting", "layout", "unsupported")
