@@ -1284,7 +1284,10 @@ class _Reader:
 
     def unset(self, name: str) -> str:
         """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
-        left it unset, as bash would), else unknown (the caller's environment may set it)."""
+        left it unset, as bash would), else unknown (the caller's environment may set it). A positional parameter
+        past $# is empty once the arguments are known (`launch import train.sh /exp` has no $2)."""
+        if name.isdigit() and name != "0" and self.positional is not None:
+            return ""
         return "" if name in self.script_names else _unknown(name)
 
     def without_arguments(self) -> None:

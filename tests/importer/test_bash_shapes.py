@@ -212,6 +212,18 @@ def test_the_scripts_arguments_decide_when_given():
     assert carried(script, "--tp", "4").settings["tensor_model_parallel_size"] == 4
 
 
+@pytest.mark.parametrize("test", ['[ -n "${2}" ]', '[ ! -z "$2" ]', '[[ -n $3 ]]', '[ "${2:-}" != "" ]'])
+def test_arguments_past_the_given_ones_are_empty(test):
+    # `bash dmoe.sh /exp` (databricks/megablocks exp/ shape): $2 is empty, the default stays
+    script = (f'EXP_DIR=$1\nTP=2\nif {test}; then\n    TP=$2;\nfi\nf() {{ echo "${{1:-8}}"; }}\n'
+              f'torchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP --save $EXP_DIR '
+              f'--num-layers $(f)\n')
+    imported = carried(script, "/exp")
+    assert imported.settings["tensor_model_parallel_size"] == 2 and not imported.undecided
+    assert imported.settings["num_layers"] == 8  # a function called without arguments: its $1 is empty too
+    assert carried(script, "/exp", "4", "4").settings["tensor_model_parallel_size"] == 4
+
+
 # -- entry scripts ----------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("entry", ["pretrain_llm360.py", "/opt/patch/pretrain_deepseek.py", "pretrain_mcore_qwen.py"])
