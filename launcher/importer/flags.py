@@ -79,8 +79,18 @@ def _values_after(words: list[str], i: int) -> int:
     return j
 
 
+# A fork's name for a choice the pin spells otherwise, with the same meaning: (setting, fork's value) → (the pin's
+# value, why). Megatron-DeepSpeed's HFTokenizer (megatron/tokenizer/tokenizer.py: _HFTokenizer) loads
+# AutoTokenizer.from_pretrained(--tokenizer-model), as the pin's HuggingFaceTokenizer does.
+FORK_CHOICES = {("tokenizer_type", "HFTokenizer"): (
+    "HuggingFaceTokenizer", "Megatron-DeepSpeed's name of the Hugging Face tokenizer read from --tokenizer-model")}
+
+
 def _typed(arg: megatron_args.MegatronArg, value: Any, flag: str) -> tuple[Any, str]:
     """(value in the pin's type, how it was converted or ""); UserError when no exact conversion exists."""
+    if isinstance(value, str) and (arg.dest, value) in FORK_CHOICES:
+        pin, why = FORK_CHOICES[(arg.dest, value)]
+        return type_megatron_value(arg.dest, pin, f"flag {flag}")[1], f"{flag} {value} → {pin}: {why}"
     try:
         return type_megatron_value(arg.dest, value, f"flag {flag}")[1], ""
     except UserError:
@@ -136,6 +146,9 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     if translation is not None:
         return _translated(words, i, flag, eq, inline, translation)
     arg = table.get(flag)
+    dashed = "--" + flag[2:].replace("_", "-")
+    if arg is None and dashed != flag and (dashed in table or legacy.translation(dashed) is not None):
+        return _respelled(words, i, dashed + eq + inline, table)
     if arg is None:
         j = _values_after(words, i)
         if flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
@@ -168,6 +181,23 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     except UserError as exc:
         return Word(words[i:j], "lost", why=exc.problems[0].message), j, None
     return Word(words[i:j], "converted" if converted else "carried", {arg.dest: typed}, why=converted), j, arg.dest
+
+
+def _respelled(words: list[str], i: int, word: str,
+               table: dict[str, megatron_args.MegatronArg]) -> tuple[Word, int, str | None]:
+    """`--num_layers 24`: argparse reads only the pin's spelling, `--num-layers`; a fork that spells every flag with
+    underscores (epfLLM/Megatron-LLM) means the same setting, so it is read as the pin's flag and said."""
+    item, j, dest = read_word([*words[:i], word, *words[i + 1:]], i, table)
+    item.words = words[i:j]
+    spelled = f"{words[i].partition('=')[0]} is {word.partition('=')[0]} spelled with underscores"
+    if item.kind in ("carried", "converted"):
+        item.kind = "translated"
+        item.why = f"→ {word.partition('=')[0]}: {spelled}" + (f"; {item.why}" if item.why else "")
+    elif item.kind == "translated":
+        item.why = f"{item.why}; {spelled}"
+    else:
+        item.why = f"{spelled}; {item.why}" if item.why else spelled
+    return item, j, dest
 
 
 def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,

@@ -47,6 +47,16 @@ def lost(extra: str) -> list[str]:
     ("--model-parallel-size 1", {"tensor_model_parallel_size": 1}),
     ("--num-experts 4 --moe-expert-parallel-size 1 --topk 1", {"expert_model_parallel_size": 1,
                                                               "moe_router_topk": 1}),  # Megatron-DeepSpeed
+    ("--activations-checkpoint-method uniform", {"recompute_granularity": "full", "recompute_method": "uniform",
+                                                 "recompute_num_layers": 1}),  # v2.6: chunks of 1 by default
+    # epfLLM/Megatron-LLM spells every flag with underscores; argparse at the pin takes only dashes
+    ("--ffn_hidden_size 256 --use_rms_norm --lr_warmup_iters=2", {"ffn_hidden_size": 256, "lr_warmup_iters": 2,
+                                                                   "normalization": "RMSNorm"}),
+    ("--num_attention_heads_kv 2 --rope_theta 1e6 --position-embedding-type rope",
+     {"group_query_attention": True, "num_query_groups": 2, "rotary_base": 1000000}),
+    ("--num-key-value-heads 2", {"group_query_attention": True, "num_query_groups": 2}),  # Megatron-DeepSpeed
+    ("--tokenizer-type HFTokenizer --tokenizer-model gpt2", {"tokenizer_type": "HuggingFaceTokenizer"}),
+    ("--activations_checkpoint_method block", {"recompute_granularity": "full", "recompute_method": "block"}),
 ])
 def test_other_releases_and_forks_flags_are_carried_by_their_meaning(extra, expected):
     imported = import_source(BASE + extra, "train.sh")
