@@ -199,3 +199,16 @@ def test_one_expert_is_dense_in_megatron_deepspeed_and_a_moe_at_the_pin():
     assert "num_experts" not in deepspeed
     assert settings("--num-experts 1")["num_experts"] == 1
     assert settings("--deepspeed --num-experts 8")["num_experts"] == 8
+
+
+def test_a_translation_to_the_pins_default_is_no_difference(tmp_path):
+    # Megatron-DeepSpeed scripts give --no-query-key-layer-scaling, the pin's default: the preset needs no word for
+    # it, and the round trip is not "differs" for a flag it translated on purpose
+    from launcher.cli.job import job_as_declared
+    from launcher.importer.report import check_import
+
+    imported = import_source(BASE + "--no-query-key-layer-scaling", "train.sh")
+    preset = tmp_path / "p.yaml"
+    preset.write_text(imported.text)
+    outcome = check_import(imported, preset, job_as_declared)
+    assert outcome.differences == [] and "--no-query-key-layer-scaling" in " ".join(outcome.apart)
