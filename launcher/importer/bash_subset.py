@@ -88,6 +88,9 @@ class ScriptCommand:
     env: dict[str, str] = field(default_factory=dict)  # NAME=value prefixes and `env NAME=value`
     under: tuple[Undecided, ...] = ()  # undecided branches the command sits in
     depends: dict[int, tuple[Undecided, ...]] = field(default_factory=dict)  # argv index → what its value needs
+    # `srun -N 2 --ntasks-per-node 8 bash -c "python pretrain_gpt.py …"`: the words before the shell that runs the
+    # command, whose process counts are the job's
+    outer: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -200,6 +203,7 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.under: tuple[Undecided, ...] = ()
+        self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
@@ -1007,12 +1011,16 @@ class _Reader:
             return
         inner = _shell_c(argv)
         if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
+            saved_outer = self.outer
+            self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
                 self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
+            finally:
+                self.outer = saved_outer
             return
-        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends))
+        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer)))
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -1771,6 +1779,11 @@ def _printf(argv: list[str]) -> str | None:
 
 def _fill(form: str, values: Any) -> str:
     return re.sub(r"%[sd%]", lambda m: "%" if m.group(0) == "%%" else next(values, ""), form)
+
+
+def _shell_at(argv: list[str]) -> int:
+    """Where the shell word of `… bash -c STRING` is (what comes before it launches it)."""
+    return next(k for k, word in enumerate(argv) if word.rsplit("/", 1)[-1] in SHELLS)
 
 
 def _shell_c(argv: list[str]) -> str | None:

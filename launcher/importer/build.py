@@ -226,7 +226,7 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
         command = training[-1]
         at = flag_reader.find_entry(command.argv)
         assert at is not None
-        runner, words = command.argv[:at + 1], command.argv[at + 1:]
+        runner, words = [*command.outer, *command.argv[:at + 1]], command.argv[at + 1:]
         others = [c for c in reading.commands if c is not command]
         env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
         undecided = training_command.undecided_for(command)

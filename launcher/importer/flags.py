@@ -300,8 +300,9 @@ class Launch:
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
 RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed)")
 # Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
-PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node"}
-NODE_OPTIONS = {"-N", "--nodes"}
+PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node",
+                    "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
+NODE_OPTIONS = {"-N", "--nodes", "--num_nodes", "--num-nodes"}
 TOTAL_OPTIONS = {"-np", "-n", "--np", "--ntasks"}
 
 
@@ -355,10 +356,32 @@ def split_launch(argv: list[str]) -> Launch:
     return launch
 
 
+# The job launchers whose options count processes; a wrapper after them (numactl -N 0: a NUMA node, not a count)
+# ends their options.
+JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed"}
+NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
+                  "singularity", "bash", "sh", "zsh", "dash", "ksh"}
+
+
+def _launcher_options(wrapper: list[str]) -> list[str]:
+    out: list[str] = []
+    inside = False
+    for word in wrapper:
+        program = word.rsplit("/", 1)[-1]
+        if program in JOB_LAUNCHERS:
+            inside = True
+        elif program in NOT_A_LAUNCHER:
+            inside = False
+        elif inside:
+            out.append(word)
+    return out
+
+
 def _process_counts(wrapper: list[str]) -> dict[str, int]:
     """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
-    where each process is one GPU's rank."""
+    where each process is one GPU's rank (the options of srun, mpirun … only)."""
     found: dict[str, int] = {}
+    wrapper = _launcher_options(wrapper)
     for k, word in enumerate(wrapper):
         name, eq, inline = word.partition("=")
         value = inline if eq else (wrapper[k + 1] if k + 1 < len(wrapper) else "")

@@ -70,6 +70,24 @@ def test_eval_of_a_command_the_script_built():
     assert "data_cache_path" not in imported.settings  # $(pwd) is not known: a comment, never a NUL byte
 
 
+@pytest.mark.parametrize(("outer", "expected"), [
+    ("srun -N 2 --ntasks-per-node 4 bash -c", {"nodes": 2, "gpus_per_node": 4}),
+    ("deepspeed --num_nodes 1 --num_gpus 8 --no_local_rank --no_python /usr/bin/bash -c", {"nodes": 1,
+                                                                                          "gpus_per_node": 8}),
+    ("srun --nodes=2 --ntasks-per-node=8 --mpi=pmix bash -lc", {"nodes": 2, "gpus_per_node": 8}),
+])
+def test_the_launcher_around_bash_c_gives_the_process_counts(outer, expected):
+    # HabanaAI's Megatron-DeepSpeed run_bloom13b.sh: `deepspeed --num_gpus … --no_python bash -c "$CMD"`
+    imported = carried(f'CMD="cd /work && python -u ./pretrain_gpt.py {MODEL}"\n{outer} "$CMD"\n')
+    assert imported.launcher == expected and imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize("wrapper", ["numactl -N 0", "srun -l numactl -N 1 --membind=1", "numactl --cpunodebind 0"])
+def test_a_wrappers_options_are_no_process_counts(wrapper):
+    # numactl -N 0 is a NUMA node: it read as `--nodes 0`
+    assert "nodes" not in carried(f"{wrapper} python3 pretrain_gpt.py {MODEL}\n").launcher
+
+
 def test_launchers_with_their_own_options_give_the_process_counts():
     imported = carried(f"mpirun -np 16 -npernode 8 -x NCCL_DEBUG --bind-to none python pretrain_gpt.py {MODEL}\n")
     assert imported.launcher == {"gpus_per_node": 8, "nodes": 2}
