@@ -163,6 +163,10 @@ EXPANSIONS = {"string", "raw_string", "ansi_c_string", "translated_string", "sim
               "command_substitution", "arithmetic_expansion", "process_substitution", "concatenation"}
 DECLARATIONS = ("export", "declare", "local", "readonly", "typeset")
 SHELLS = ("sh", "bash", "dash", "zsh")
+# sbatch options that take a value as the next word (`sbatch -p gpu job.sbatch`: the script is job.sbatch)
+SBATCH_VALUE_OPTIONS = {"-p", "-A", "-J", "-t", "-N", "-n", "-o", "-e", "-d", "-q", "-c", "-w", "-x", "-G",
+                        "--partition", "--account", "--job-name", "--time", "--nodes", "--ntasks", "--output",
+                        "--error", "--dependency", "--qos", "--gres", "--array", "--mem", "--chdir"}
 
 
 def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
@@ -204,6 +208,8 @@ class _Reader:
         self.capture: _Capture | None = None
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
+        # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
+        self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
@@ -256,7 +262,7 @@ class _Reader:
         if len(text) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a command string grows beyond {MAX_SCRIPT_CHARS:,} characters")
         saved = (self.src, self.line_offset, self.fixed_line)
-        self.src = text.encode("utf-8", "surrogateescape")
+        self.src = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
         self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
         try:
             tree = _parser().parse(self.src)
@@ -418,8 +424,71 @@ class _Reader:
         if body is not None and heredoc is not None and body.type == "command" and self.heredoc_is_script(body):
             self.run_heredoc(body, heredoc)
             return
+        if body is not None and heredoc is not None and body.type == "command" and self.write_heredoc(node, body,
+                                                                                                    heredoc):
+            return
         if body is not None:
             self.statement(body)
+
+    def write_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
+        """`cat > job.sbatch <<EOF … EOF` (or `>>`): the file's text is kept, to be read where the script runs it
+        (`sbatch job.sbatch`, `bash job.sh`); a path not known is not kept."""
+        name = command.child_by_field_name("name")
+        if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1:
+            return False
+        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if len(redirects) != 1 or self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()[:1] != b">":
+            return False
+        target = redirects[0].child_by_field_name("destination")
+        path = self.joined(target) if target is not None else MARK
+        body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+        if unresolved_names(path) or MARK in path:
+            return True
+        text = self.heredoc_text(heredoc, body) if body is not None else ""
+        appended = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip().startswith(b">>")
+        chunks = self.written.get(path, []) if appended else []
+        offset = self.line(body) - 1 if body is not None else self.line(node)
+        self.written[path] = [*chunks, (text, offset)]
+        if sum(len(t) for t, _ in self.written[path]) > MAX_SCRIPT_CHARS:
+            raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
+        return True
+
+    def heredoc_text(self, heredoc: Any, body: Any) -> str:
+        start = next((c for c in heredoc.named_children if c.type == "heredoc_start"), None)
+        quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+        text = self.text(body) if quoted else self.expand_heredoc(body)
+        if self.src[heredoc.start_byte:heredoc.end_byte].startswith(b"<<-"):  # <<-: leading tabs are stripped
+            text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
+        return text
+
+    def run_written(self, node: Any, argv: list[str]) -> bool:
+        """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
+        script that runs, with its arguments."""
+        program = argv[0].rsplit("/", 1)[-1]
+        k = 0 if argv[0] in self.written else None
+        if k is None and program in (*SHELLS, "sbatch"):
+            i = 1
+            while i < len(argv) and argv[i].startswith("-"):  # sbatch -p gpu --time 1:00:00 job.sbatch
+                i += 2 if program == "sbatch" and argv[i] in SBATCH_VALUE_OPTIONS else 1
+            k = i if i < len(argv) else None
+        if k is None or argv[k] not in self.written:
+            return False
+        chunks = self.written[argv[k]]
+        saved_positional = self.positional
+        self.positional = argv[k + 1:]
+        self.set_positional(self.positional)
+        try:  # its own bash: an exit there ends only that one
+            text = "".join(t for t, _ in chunks)
+            self.nested(node, text, f"{show(argv[k])}, written by the script",
+                        line_offset=chunks[0][1] if len(chunks) == 1 else None)
+        except _Exit:
+            pass
+        finally:
+            self.positional = saved_positional
+            self.set_positional(saved_positional or [])
+            if saved_positional is None:
+                self.shell.scalars.pop("#", None)
+        return True
 
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
@@ -429,11 +498,9 @@ class _Reader:
     def run_heredoc(self, command: Any, heredoc: Any) -> None:
         """`sbatch <<EOF … EOF`, `bash <<EOF`: the here-document is the script that runs."""
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
-        start = next((c for c in heredoc.named_children if c.type == "heredoc_start"), None)
         if body is None:
             return
-        quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
-        text = self.text(body) if quoted else self.expand_heredoc(body)
+        text = self.heredoc_text(heredoc, body)
         try:  # the here-document is its own script: an exit there ends only that one
             self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:
@@ -591,8 +658,7 @@ class _Reader:
         has_in = any(c.type == "in" for c in node.children)
         words: list[str] = []
         if has_in:
-            for value in values:
-                words += self.fields(value)
+            words = self.word_fields(values)
         elif self.positional is not None:
             words = list(self.positional)
         else:
@@ -834,7 +900,43 @@ class _Reader:
             return (self.text(base) if base is not None else "", self.joined(index) if index is not None else "")
         return self.text(name_node), None
 
-    def assign(self, node: Any, export: bool) -> None:
+    def word_text(self, raw: bytes) -> str:
+        """The value of one shell word given as text (`$A/$B"x"`), as an assignment reads it: not split."""
+        return self.reparsed(raw, self.joined, lambda: _unknown(raw.decode("utf-8", "replace")))
+
+    def reparsed(self, raw: bytes, read: Callable[[Any], Any], otherwise: Callable[[], Any]) -> Any:
+        """`read` of one word given as text, parsed again with each unquoted `$NAME` written `${NAME}`: the
+        grammar (tree-sitter-bash 0.25) cuts `$A/$B/x` into `$A/$` and `B/x`, and reads `${A}/${B}/x` whole."""
+        saved = self.src
+        self.src = b": " + BRACE_NAMES.sub(_braced, raw)
+        try:
+            command = _parser().parse(self.src).root_node.named_children[0]
+            words = [c for c in command.named_children if c.type != "command_name"]
+            if command.type != "command" or len(words) != 1 or words[0].end_byte != len(self.src):
+                return otherwise()
+            return read(words[0])
+        finally:
+            self.src = saved
+
+    def word_fields(self, nodes: Sequence[Any]) -> list[str]:
+        """The fields of a list of words; nodes with nothing between them are one shell word (the grammar may cut
+        one in two, see reparsed), read again whole."""
+        out: list[str] = []
+        k = 0
+        while k < len(nodes):
+            m = k
+            while m + 1 < len(nodes) and nodes[m + 1].start_byte == nodes[m].end_byte:
+                m += 1
+            if m == k:
+                out += self.fields(nodes[k])
+            else:
+                raw = self.src[nodes[k].start_byte:nodes[m].end_byte]
+                out += self.reparsed(raw, self.fields, lambda: [_unknown(raw.decode("utf-8", "replace"))])
+            k = m + 1
+        return out
+
+    def assign(self, node: Any, export: bool, tail: Any = None) -> None:
+        """NAME=value (`tail`: the rest of the word, where the grammar cut it off as a command name)."""
         name, index = self.assignment_name(node)
         if not name:
             return
@@ -843,7 +945,7 @@ class _Reader:
         touched = self.begin_touch()
         try:
             if value_node is not None and value_node.type == "array":
-                elements = [w for c in value_node.named_children if c.type != "comment" for w in self.fields(c)]
+                elements = self.word_fields([c for c in value_node.named_children if c.type != "comment"])
                 self.shell.arrays[name] = (self.shell.arrays.get(name, []) if append else []) + elements
                 self.shell.scalars.pop(name, None)
                 _bound(self.shell.arrays[name], self.line(node))
@@ -851,7 +953,11 @@ class _Reader:
                     self.shell.exports[name] = elements[0] if elements else ""
                 self.note_uncertain(name, touched, keep=append)
                 return
-            value = self.joined(value_node) if value_node is not None else ""
+            if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
+                begin = value_node.start_byte if value_node is not None else tail.start_byte
+                value = self.word_text(self.src[begin:tail.end_byte])
+            else:
+                value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
         if index is not None:  # A[3]=x
@@ -903,6 +1009,15 @@ class _Reader:
     def st_command(self, node: Any) -> None:
         prefixes = [c for c in node.children if c.type == "variable_assignment"]
         name = node.child_by_field_name("name")
+        arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
+                     and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
+        if prefixes and name is not None and prefixes[-1].end_byte == name.start_byte and not arguments:
+            # the grammar splits `ROOT=$A/$B/x` at `/$` into an assignment and a command `$B/x`; bash reads one
+            # assignment word (seen: a checkpoint path cut to its first part and a command that is none)
+            for prefix in prefixes[:-1]:
+                self.assign(prefix, export=False)
+            self.assign(prefixes[-1], export=False, tail=name)
+            return
         if prefixes and name is not None and self.newline_between(prefixes[-1], name):
             # the grammar joins `A=1 B=${X}` and the next line's command; bash runs them apart
             for prefix in prefixes:
@@ -910,14 +1025,20 @@ class _Reader:
             prefixes = []
         argv: list[str] = []
         depends: dict[int, tuple[Undecided, ...]] = {}
-        for child in node.children:
-            if not child.is_named or child.type in ("variable_assignment", "file_redirect", "herestring_redirect",
-                                                    "heredoc_redirect", "comment"):
-                continue
-            target = child.named_children[0] if child.type == "command_name" and child.named_children else child
+        targets = [child.named_children[0] if child.type == "command_name" and child.named_children else child
+                   for child in node.children
+                   if child.is_named and child.type not in ("variable_assignment", "file_redirect",
+                                                            "herestring_redirect", "heredoc_redirect", "comment")]
+        groups: list[list[Any]] = []
+        for target in targets:  # words with nothing between them are one word the grammar cut (see reparsed)
+            if groups and groups[-1][-1].end_byte == target.start_byte:
+                groups[-1].append(target)
+            else:
+                groups.append([target])
+        for group in groups:
             touched = self.begin_touch()
             try:
-                words = self.fields(target)
+                words = self.word_fields(group)
             finally:
                 self.end_touch()
             for word in words:
@@ -1008,6 +1129,8 @@ class _Reader:
                 return
             self.capture.known = False
             self.capture.why = self.capture.why or program
+            return
+        if self.written and self.run_written(node, argv):
             return
         inner = _shell_c(argv)
         if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
@@ -1779,6 +1902,25 @@ def _printf(argv: list[str]) -> str | None:
 
 def _fill(form: str, values: Any) -> str:
     return re.sub(r"%[sd%]", lambda m: "%" if m.group(0) == "%%" else next(values, ""), form)
+
+
+# an unquoted `$NAME` (single-quoted text and escapes are passed over): written `${NAME}` before a word is parsed again
+BRACE_NAMES = re.compile(rb"'[^']*'|\\.|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _braced(match: re.Match[bytes]) -> bytes:
+    return b"${" + match.group(1) + b"}" if match.group(1) else match.group(0)
+
+
+# `$NAME` right after other text of the same word (`$A/$B/x`, `x$A.$B`), where the grammar cuts the word
+INNER_NAME = re.compile(rb"'[^'\n]*'|\\.|(?<=[^\s'\"=(\[{$\\|&;<>`])\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _brace_inner_names(src: bytes) -> bytes:
+    """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
+    expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
+    `${A}/${B}/x` it reads whole. Line numbers are unchanged."""
+    return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
 
 def _shell_at(argv: list[str]) -> int:

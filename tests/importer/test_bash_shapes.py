@@ -328,3 +328,50 @@ def test_undecided_constructs_that_decide_the_layout_are_losses_and_logging_is_n
         "--tensor-model-parallel-size", "${W}", "--wandb-project"}
     (loss,) = losses(imported.undecided, section_of)
     assert loss.startswith("line 1: if [ \"$NODES\" -gt 1 ]") and "--tensor-model-parallel-size" in loss
+
+
+# -- one word the grammar cuts in two ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [
+    "--save $ROOT/$NAME/checkpoints",  # an argument
+    "--save $SAVE",  # SAVE=$ROOT/$NAME/checkpoints: an assignment (the grammar made `$NAME/…` a command)
+    '"${ARGS[@]}"',  # ARGS=(--save $ROOT/$NAME/checkpoints): an array element
+    "--save $EXPORTED",  # export EXPORTED=$ROOT/$NAME/checkpoints OTHER=$ROOT/$NAME/x
+    "--save $CASED",  # case $ROOT/$NAME/checkpoints in …: a syntax error to the grammar
+    "--save $SAVE --wandb-exp-name x$ROOT.$NAME/c --wandb-project \\$ROOT/$NAME/x",
+])
+def test_a_word_of_several_expansions_is_one_word(shape):
+    # tree-sitter-bash reads `$ROOT/$NAME/checkpoints` as `$ROOT/$` and `NAME/checkpoints`; seen in a Swiss AI
+    # submit script whose checkpoint path became `/checkpoints` and a command `SCRIPT_VERSION/110M1`
+    script = ("ROOT=/scratch\nNAME=run1\nSAVE=$ROOT/$NAME/checkpoints\nARGS=(--save $ROOT/$NAME/checkpoints)\n"
+              "export EXPORTED=$ROOT/$NAME/checkpoints OTHER=$ROOT/$NAME/x\n"
+              "case $ROOT/$NAME/checkpoints in /scratch/run1/*) CASED=$ROOT/$NAME/checkpoints ;; esac\n"
+              f"torchrun pretrain_gpt.py {MODEL} {shape}\n")
+    imported = carried(script)
+    assert imported.settings["save"] == "/scratch/run1/checkpoints"
+    assert imported.lost == [] and not any("not the training command" in n for n in imported.not_carried)
+    if "wandb_project" in imported.settings:
+        assert imported.settings["wandb_project"] == "$ROOT/run1/x"
+        assert imported.settings["wandb_exp_name"] == "x/scratch.run1/c"
+
+
+# -- a script that writes the job script and submits it ----------------------------------------------------------
+
+@pytest.mark.parametrize("submit", ["sbatch $OUT/job.sbatch", "sbatch -p normal --time 1:00:00 $OUT/job.sbatch",
+                                    "bash $OUT/job.sbatch", "chmod +x $OUT/job.sbatch\n$OUT/job.sbatch"])
+def test_a_job_script_written_from_here_documents_is_read_where_it_is_submitted(submit):
+    # Swiss AI's submissions/submit.sh, CSCS's launch scripts: `cat > $F <<- EOM … EOM`, `cat >> $F << 'X' …`,
+    # then `sbatch $F`; bash runs pretrain_gpt.py through the file it wrote
+    script = (f"OUT=/scratch/run\nTP=2\nCMD=\"numactl --membind=0-3 env python3 pretrain_gpt.py {MODEL}\"\n"
+              "cat > $OUT/job.sbatch <<- EOM\n#!/bin/bash\n#SBATCH --nodes=2\n\texport TP=$TP\nEOM\n"
+              "cat >> $OUT/job.sbatch << 'BODY'\nsrun -N 2 --ntasks-per-node 4 bash -c \"$CMD "
+              "--tensor-model-parallel-size $TP\"\nBODY\n"
+              f"sed -i 's/x/y/' $OUT/job.sbatch\n{submit}\n")
+    imported = carried(script)
+    assert imported.settings["tensor_model_parallel_size"] == 2 and imported.settings["num_layers"] == 2
+    assert imported.launcher == {"nodes": 2, "gpus_per_node": 4}
+
+
+def test_a_written_file_that_is_never_run_is_no_training_command():
+    with pytest.raises(UserError, match="no training command"):
+        import_source(f"cat > job.sh <<EOF\npython pretrain_gpt.py {MODEL}\nEOF\necho job.sh\n", "train.sh")
