@@ -432,7 +432,7 @@ class _Reader:
 
     def write_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
         """`cat > job.sbatch <<EOF … EOF` (or `>>`): the file's text is kept, to be read where the script runs it
-        (`sbatch job.sbatch`, `bash job.sh`); a path not known is not kept."""
+        (`sbatch job.sbatch`, `bash job.sh`)."""
         name = command.child_by_field_name("name")
         if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1:
             return False
@@ -442,8 +442,8 @@ class _Reader:
         target = redirects[0].child_by_field_name("destination")
         path = self.joined(target) if target is not None else MARK
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
-        if unresolved_names(path) or MARK in path:
-            return True
+        # a path with an unknown part ($SCRATCH/run/job.sbatch) is still the same file where the script names it
+        # again with the same words
         text = self.heredoc_text(heredoc, body) if body is not None else ""
         appended = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip().startswith(b">>")
         chunks = self.written.get(path, []) if appended else []
