@@ -216,9 +216,20 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
             training_command.refuse_other_entry(reading)
             stop = (f"; bash stops at line {reading.stopped[0]} ({_comment(reading.stopped[1])}) before reaching one"
                     if reading.stopped else "")
+            other = training_command.other_script(reading)
+            if other is not None:  # `bash submissions/submit.sh 110 $*`: the training command is in that file
+                line, script, args = other
+                given = " ".join(_comment(a) for a in args)
+                raise UserError(
+                    f"no training command found: no line runs pretrain_gpt.py; line {line} runs another script, "
+                    f"{_comment(script)}, which the import does not open" + stop,
+                    "import that script with the arguments this one gives it: launch import "
+                    + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
+                    + _comment(script) + (f" {given}" if given else "") + " (a path relative to where this script runs)")
             raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
                             + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
-                            "pretrain_gpt.py); give the script's arguments after its name if it needs them")
+                            "pretrain_gpt.py); give the script's arguments after its name if it needs them "
+                            "(`launch import -- train.sh --tp 4` when they start with -)")
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
         others = [c for c in reading.commands if c not in bare]

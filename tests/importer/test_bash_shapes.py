@@ -225,7 +225,8 @@ def test_training_commands_in_undecidable_branches_are_named():
 
 def test_the_scripts_arguments_decide_when_given():
     script = (f'while [[ $# -gt 0 ]]; do\n  case $1 in\n    --tp) TP=$2; shift 2 ;;\n    *) shift ;;\n  esac\n'
-              f'done\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size ${{TP:-1}}\n')
+              f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 --eval-iters 1 '
+                                        f'--tensor-model-parallel-size ${{TP:-1}}\n')
     assert carried(script).settings["tensor_model_parallel_size"] == 1  # bash SCRIPT: no arguments, no loop
     assert carried(script, "--tp", "4").settings["tensor_model_parallel_size"] == 4
 
@@ -375,3 +376,28 @@ def test_a_job_script_written_from_here_documents_is_read_where_it_is_submitted(
 def test_a_written_file_that_is_never_run_is_no_training_command():
     with pytest.raises(UserError, match="no training command"):
         import_source(f"cat > job.sh <<EOF\npython pretrain_gpt.py {MODEL}\nEOF\necho job.sh\n", "train.sh")
+
+
+@pytest.mark.parametrize(("line", "script", "args"), [
+    ("bash submissions/submit.sh 110 $*", "submissions/submit.sh", "110"),
+    ("sbatch --nodes 2 run_llama.sbatch 8b", "run_llama.sbatch", "8b"),
+    ("./train_gpt.sh --tp 2", "-- ./train_gpt.sh", "--tp 2"),  # `--tp` is the script's: after `--`
+])
+def test_a_script_that_runs_another_script_names_it(line, script, args):
+    # Swiss AI's submissions/110m/110m.sh is `source .env; bash submissions/submit.sh 110 $*`
+    with pytest.raises(UserError) as caught:
+        import_source(f"source .env\n{line}\n", "train.sh")
+    problem = caught.value.problems[0]
+    assert f"line 2 runs another script, {script.removeprefix('-- ')}" in problem.message
+    assert f"launch import {script} {args}" in (problem.hint or "")
+
+
+def test_the_hint_for_another_script_is_a_command_that_reads_it(tmp_path, launch):
+    (tmp_path / "submit.sh").write_text(f'while [[ $# -gt 0 ]]; do case $1 in --tp) TP=$2; shift 2;; *) shift;; esac; '
+                                        f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 --eval-iters 1 '
+                                        f'--tensor-model-parallel-size ${{TP:-1}}\n')
+    (tmp_path / "run.sh").write_text("bash submit.sh --tp 2\n")
+    code, _, stderr = launch("import", str(tmp_path / "run.sh"))
+    assert code == 2 and "launch import -- submit.sh --tp 2" in stderr
+    code, stdout, stderr = launch("import", "--", str(tmp_path / "submit.sh"), "--tp", "2")
+    assert code == 0 and "tensor_model_parallel_size: 2" in stdout, stderr
