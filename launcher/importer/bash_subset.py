@@ -18,6 +18,7 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import re
 from collections.abc import Callable, Sequence
@@ -91,6 +92,8 @@ class ScriptCommand:
     # `srun -N 2 --ntasks-per-node 8 bash -c "python pretrain_gpt.py …"`: the words before the shell that runs the
     # command, whose process counts are the job's
     outer: list[str] = field(default_factory=list)
+    # undecided branches behind words that expanded to nothing here (`$EXTRA`, which a branch may fill with flags)
+    absent: tuple[Undecided, ...] = ()
 
 
 @dataclass
@@ -208,6 +211,7 @@ class _Reader:
         self.capture: _Capture | None = None
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
+        self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
@@ -766,9 +770,8 @@ class _Reader:
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
-            self.reading.commands[k] = ScriptCommand(command.argv, command.line, command.env,
-                                                     tuple(decided if u is label else u for u in command.under),
-                                                     command.depends)
+            self.reading.commands[k] = dataclasses.replace(
+                command, under=tuple(decided if u is label else u for u in command.under))
         for name in names:
             states = [_state_of(s, name) for s in outcomes]
             if len(set(states)) == 1:
@@ -993,6 +996,14 @@ class _Reader:
         else:
             self.shell.uncertain.pop(name, None)
 
+    def touch(self, name: str) -> None:
+        """Reading `name` while a word is expanded: the word depends on the undecided branches that set it. A value
+        that is only the variable's unknown marker carries that itself, into the one word it lands in (so that
+        `--node_rank $NODE_RANK` depends on the branch, the other words of the same string do not)."""
+        if name in self.shell.uncertain and self.touched is not None \
+                and self.shell.lookup(name) != _unknown(name):
+            self.touched.update(self.shell.uncertain[name])
+
     def begin_touch(self) -> set[Undecided]:
         self._touch_stack = getattr(self, "_touch_stack", [])
         self._touch_stack.append(self.touched)
@@ -1035,15 +1046,19 @@ class _Reader:
                 groups[-1].append(target)
             else:
                 groups.append([target])
+        absent: set[Undecided] = set()
         for group in groups:
             touched = self.begin_touch()
             try:
                 words = self.word_fields(group)
             finally:
                 self.end_touch()
+            if not words:
+                absent |= touched
             for word in words:
-                if touched:
-                    depends[len(argv)] = tuple(sorted(touched, key=lambda u: u.line))
+                needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
+                if needs:
+                    depends[len(argv)] = tuple(sorted(needs, key=lambda u: u.line))
                 argv.append(word)
         if not argv:
             for prefix in prefixes:
@@ -1055,6 +1070,7 @@ class _Reader:
             value_node = prefix.child_by_field_name("value")
             env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
         _bound(argv, self.line(node))
+        self.absent = tuple(sorted(absent, key=lambda u: u.line))
         self.run_argv(node, argv, env, depends)
 
     def newline_between(self, before: Any, after: Any) -> bool:
@@ -1143,7 +1159,8 @@ class _Reader:
             finally:
                 self.outer = saved_outer
             return
-        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer)))
+        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
+                                                   self.absent))
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -1247,8 +1264,7 @@ class _Reader:
             self.depth -= 1
 
     def arith_variable(self, name: str) -> int:
-        if name in self.shell.uncertain and self.touched is not None:
-            self.touched.update(self.shell.uncertain[name])
+        self.touch(name)
         value = self.shell.lookup(name)
         if value is None or unresolved_names(value):
             raise _Unknown(name)
@@ -1390,8 +1406,7 @@ class _Reader:
         return [("lit", self.text(node), quoted)]
 
     def variable(self, name: str, quoted: bool) -> tuple[str, str | list[str], bool]:
-        if name in self.shell.uncertain and self.touched is not None:
-            self.touched.update(self.shell.uncertain[name])
+        self.touch(name)
         if name in ("@", "*", "#") and self.positional is None:
             self.without_arguments()
         if name in ("@", "*"):
@@ -1450,8 +1465,7 @@ class _Reader:
         if prefix == "!" and subscript:  # ${!A[@]}: indices
             return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
         if subscript and index in ("@", "*") and not rest:
-            if name in self.shell.uncertain and self.touched is not None:
-                self.touched.update(self.shell.uncertain[name])
+            self.touch(name)
             if name in self.shell.arrays:
                 elements = list(self.shell.arrays[name])
             elif name in self.shell.scalars:
@@ -1527,8 +1541,7 @@ class _Reader:
         return set()
 
     def lookup_value(self, name: str, index: str | None) -> str:
-        if name in self.shell.uncertain and self.touched is not None:
-            self.touched.update(self.shell.uncertain[name])
+        self.touch(name)
         if name in ("#", "@", "*") and self.positional is None:
             self.without_arguments()
             return "0" if name == "#" else ""
@@ -1750,7 +1763,11 @@ def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bo
     if array is not None:
         return all(s[1] is not None and s[1][:len(array)] == array for s in states)
     if scalar is not None and scalar != _unknown_like(scalar):
-        return all(s[0] is not None and s[0].startswith(scalar) for s in states)
+        added = [s[0][len(scalar):] for s in states if s[0] is not None and s[0].startswith(scalar)]
+        # what a branch adds to a string is words of a command (EXTRA="$EXTRA --wandb-project x"), not a value
+        # set where it was empty (NODE_RANK="" … NODE_RANK=$i: a rank, decided at run time)
+        return len(added) == len(states) and (scalar != "" or all(
+            not a.strip() or a.split()[0].startswith("-") for a in added))
     return False
 
 

@@ -100,6 +100,8 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
     for index, needs in command.depends.items():
         for item in needs:
             affected.setdefault(item, set()).add(flag_at(command.argv, index))
+    for item in command.absent:  # `$EXTRA` expanded to nothing here; a branch may have given it flags
+        affected.setdefault(item, set())
     for item in command.under:  # the training command itself sits in a branch that was not chosen
         affected.setdefault(item, set()).update(item.flags or ("the training command",))
     for item in list(affected):

@@ -401,3 +401,25 @@ def test_the_hint_for_another_script_is_a_command_that_reads_it(tmp_path, launch
     assert code == 2 and "launch import -- submit.sh --tp 2" in stderr
     code, stdout, stderr = launch("import", "--", str(tmp_path / "submit.sh"), "--tp", "2")
     assert code == 0 and "tensor_model_parallel_size: 2" in stdout, stderr
+
+
+def test_a_rank_found_at_run_time_is_no_loss_of_the_layout():
+    # Ascend ModelLink's multi-node scripts: NODE_RANK is found by comparing `hostname -I` with a list of IPs;
+    # only --node_rank depends on that loop, not the GPUs, nodes and address in the same string
+    script = ("IPs=('IP1' 'IP2')\nLOCAL_HOST=`hostname -I|awk -F \" \" '{print$1}'`\nNODE_RANK=\"\"\n"
+              'for i in "${!IPs[@]}";\ndo\n    if [ "$LOCAL_HOST" == "${IPs[$i]}" ];\n    then\n'
+              "        NODE_RANK=$i\n        break\n    fi\ndone\n"
+              'DISTRIBUTED_ARGS="--nproc_per_node 8 --nnodes ${#IPs[@]} --node_rank $NODE_RANK '
+              '--master_addr ${IPs[0]} --master_port 6010"\n'
+              f"python -m torch.distributed.launch $DISTRIBUTED_ARGS pretrain_gpt.py {MODEL} 2>&1 | tee log\n")
+    imported = carried(script)
+    assert imported.launcher == {"gpus_per_node": 8, "nodes": 2, "master_addr": "IP1", "master_port": 6010}
+    assert imported.lost == [] and [u.line for u in imported.undecided] == [6]
+    assert {f for u in imported.undecided for f in u.flags} <= {"--node_rank"}
+
+
+def test_words_a_branch_adds_to_a_string_still_depend_on_it():
+    # EXTRA="" … EXTRA="--tensor-model-parallel-size 4" under an undecided test: the flags are the branch's
+    script = (f'EXTRA=""\nif [ -f /tmp/big ]; then\n  EXTRA="--tensor-model-parallel-size 4"\nfi\n'
+              f"torchrun pretrain_gpt.py {MODEL} $EXTRA\n")
+    assert any(n.startswith("line 2:") for n in import_source(script, "train.sh").lost)
