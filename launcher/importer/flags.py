@@ -260,6 +260,7 @@ def read_flags(words: list[str]) -> Flags:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
     _dense_in_megatron_deepspeed(out)
+    _recompute_chunk_in_megatron_deepspeed(out)
     return out
 
 
@@ -282,6 +283,25 @@ def _dense_in_megatron_deepspeed(out: Flags) -> None:
             word.kind = "translated"
             word.why = ("→ no MoE: Megatron-DeepSpeed's --num-experts 1 is its default, a dense model (the pin's "
                         "--num-experts 1 would build a one-expert MoE)")
+
+
+def _recompute_chunk_in_megatron_deepspeed(out: Flags) -> None:
+    """Megatron-DeepSpeed's --recompute-num-layers defaults to 1 (megatron/arguments.py); the pin's to None, and its
+    full recompute then fails an assert: a fork's script that gives no chunk meant 1 layer."""
+    if out.settings.get("recompute_granularity") != "full" or "recompute_num_layers" in out.settings:
+        return
+    if not any(DEEPSPEED_ORIGIN in word.why for word in out.words):
+        return
+    word = next((w for w in reversed(out.words) if "recompute_granularity" in w.settings), None)
+    if word is None:
+        return
+    out.settings["recompute_num_layers"] = 1
+    out.flag_of["recompute_num_layers"] = "(translated)"
+    word.settings = {**word.settings, "recompute_num_layers": 1}
+    said = ("recompute_num_layers 1: Megatron-DeepSpeed's default chunk of full recompute (the pin has no default "
+            "and asserts one is given)")
+    word.why = f"{word.why}; and {said}" if word.kind == "translated" else f"→ recompute_granularity full, {said}"
+    word.kind = "translated"
 
 
 @dataclass

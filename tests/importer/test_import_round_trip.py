@@ -192,6 +192,21 @@ def test_a_nan_value_is_carried_and_refused_by_the_check_not_an_internal_error(t
     assert "round trip: equal" in stderr and "(lr)" not in stderr  # the user's NaN, not one the launcher added
 
 
+def test_full_recompute_of_megatron_deepspeed_keeps_its_chunk_of_one_layer():
+    # a 2026 Megatron-DeepSpeed launch gives --recompute-granularity full --recompute-method uniform and relies on
+    # its --recompute-num-layers default 1; the pin has none and TransformerConfig asserts
+    deepspeed = import_source(BASE + "--deepspeed --recompute-granularity full --recompute-method uniform", "t.sh")
+    assert deepspeed.settings["recompute_num_layers"] == 1 and deepspeed.lost == []
+    assert any("Megatron-DeepSpeed's default chunk" in n for n in deepspeed.translated)
+    assert "recompute_num_layers" not in settings("--recompute-granularity full --recompute-method uniform")
+
+
+def test_the_full_recompute_refusal_names_what_is_missing_as_a_set(tmp_path, launch):
+    code, _, stderr = launch("import", "--", *(BASE + "--recompute-granularity full --recompute-method block").split())
+    assert "full recompute needs recompute_num_layers (" in stderr and "--set recompute_num_layers=1" in stderr
+    assert "--set recompute_method" not in stderr
+
+
 def test_one_expert_is_dense_in_megatron_deepspeed_and_a_moe_at_the_pin():
     """Megatron-DeepSpeed's --num-experts defaults to 1, its dense model ("EP_SIZE 1 means dense model without
     MoE"); the pin's --num-experts 1 builds a one-expert MoE layer. The fork's script keeps its dense model."""
