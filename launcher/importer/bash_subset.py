@@ -934,7 +934,8 @@ class _Reader:
                 out += self.fields(nodes[k])
             else:
                 raw = self.src[nodes[k].start_byte:nodes[m].end_byte]
-                out += self.reparsed(raw, self.fields, lambda: [_unknown(raw.decode("utf-8", "replace"))])
+                whole = [_unknown(raw.decode("utf-8", "replace"))]  # what the word is when it cannot be read again
+                out += self.reparsed(raw, self.fields, whole.copy)
             k = m + 1
         return out
 

@@ -225,7 +225,8 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
                     f"{_comment(script)}, which the import does not open" + stop,
                     "import that script with the arguments this one gives it: launch import "
                     + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
-                    + _comment(script) + (f" {given}" if given else "") + " (a path relative to where this script runs)")
+                    + _comment(script) + (f" {given}" if given else "")
+                    + " (a path relative to where this script runs)")
             raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
                             + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
                             "pretrain_gpt.py); give the script's arguments after its name if it needs them "

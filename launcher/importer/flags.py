@@ -128,7 +128,13 @@ def _exact(arg: megatron_args.MegatronArg, value: Any) -> Any:
     return out if isinstance(value, list) else out[0]
 
 
-def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg]) -> tuple[Word, int, str | None]:
+# "did you mean" compares a flag with every name of the catalog: given for this many unknown flags of a command,
+# so that a command of thousands of unknown flags is still read in bounded time
+SUGGESTED_FLAGS = 200
+
+
+def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg],
+              suggest: bool = True) -> tuple[Word, int, str | None]:
     """The flag at words[i] with its values → (Word, next index, the dest it sets directly or None)."""
     word = words[i]
     if not _is_flag(word):
@@ -148,10 +154,12 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     arg = table.get(flag)
     dashed = "--" + flag[2:].replace("_", "-")
     if arg is None and dashed != flag and (dashed in table or legacy.translation(dashed) is not None):
-        return _respelled(words, i, dashed + eq + inline, table)
+        return _respelled(words, i, dashed + eq + inline, table, suggest)
     if arg is None:
         j = _values_after(words, i)
-        if flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
+        if not suggest:
+            near = ""
+        elif flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
             near = did_you_mean(flag, [f for f in table if f.startswith(("--no-", "--disable-"))], n=3, cutoff=0.75)
         else:
             near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3,
@@ -183,11 +191,11 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     return Word(words[i:j], "converted" if converted else "carried", {arg.dest: typed}, why=converted), j, arg.dest
 
 
-def _respelled(words: list[str], i: int, word: str,
-               table: dict[str, megatron_args.MegatronArg]) -> tuple[Word, int, str | None]:
+def _respelled(words: list[str], i: int, word: str, table: dict[str, megatron_args.MegatronArg],
+               suggest: bool) -> tuple[Word, int, str | None]:
     """`--num_layers 24`: argparse reads only the pin's spelling, `--num-layers`; a fork that spells every flag with
     underscores (epfLLM/Megatron-LLM) means the same setting, so it is read as the pin's flag and said."""
-    item, j, dest = read_word([*words[:i], word, *words[i + 1:]], i, table)
+    item, j, dest = read_word([*words[:i], word, *words[i + 1:]], i, table, suggest)
     item.words = words[i:j]
     spelled = f"{words[i].partition('=')[0]} is {word.partition('=')[0]} spelled with underscores"
     if item.kind in ("carried", "converted"):
@@ -243,7 +251,7 @@ def read_flags(words: list[str]) -> Flags:
     defaults: dict[str, Any] = {}
     i = 0
     while i < len(words):
-        item, i, _ = read_word(words, i, table)
+        item, i, _ = read_word(words, i, table, suggest=len(out.unknown) < SUGGESTED_FLAGS)
         out.words.append(item)
         if item.kind in ("lost", "harmless"):
             out.unknown.append(f"{item.text}: {item.why}")

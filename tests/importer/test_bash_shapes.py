@@ -300,6 +300,29 @@ HOSTILE = {
     "many functions": "".join(f"f{k}() {{ echo --x{k}; }}\n" for k in range(5000)) + "torchrun pretrain_gpt.py $(f1)\n",
     "env loop": "env A=1 env B=2 env C=3 " * 300 + "torchrun pretrain_gpt.py\n",
     "nested eval": "X='torchrun pretrain_gpt.py'\n" + "X=\"eval \\\"$X\\\"\"\n" * 30 + "eval \"$X\"\n",
+    # written job files (cat > F <<EOF; sbatch F), words the grammar cuts, launchers around bash -c
+    "job file that submits itself": "cat > job.sh <<EOF\nbash job.sh\nEOF\nbash job.sh\n",
+    "job file that grows": "cat > j.sh <<'E'\necho\nE\n"
+                           + "cat j.sh j.sh >> j.sh\ncat >> j.sh <<E\n$(cat j.sh)x\nE\n" * 50
+                           + "sbatch j.sh\n",
+    "job file appended in a loop": "for i in $(seq 1 1000); do cat >> j.sh <<EOF\n"
+                                   + "torchrun pretrain_gpt.py --num-layers $i " + "x" * 2000
+                                   + "\nEOF\ndone\nbash j.sh\n",
+    "unterminated written heredoc": "cat > j.sh <<- EOM\n\ttorchrun pretrain_gpt.py --num-layers 2\nsbatch j.sh\n",
+    "written file with unknown path": "cat > $(mktemp) <<EOF\ntorchrun pretrain_gpt.py\nEOF\nsbatch $(mktemp)\n",
+    "sbatch options only": "cat > j <<EOF\ntorchrun pretrain_gpt.py\nEOF\nsbatch -p -A -J -t\nsbatch --wrap\n",
+    "long cut word": "A=x\nB=y\nZ=" + "$A/$B/" * 5000 + "\ntorchrun pretrain_gpt.py --save $Z\n",
+    "cut word with quotes": "A=x\nX=$A/$B'/$C'\"$D/$E\"/é\\$F/$G\ncase $A/$B/'x in\n"
+                            "torchrun pretrain_gpt.py --save $X\n",
+    "unicode and odd blanks": "A=ü\u00a0\nB=\u2003\nX=$A/$B/ç\t\r\ntorchrun\u00a0pretrain_gpt.py --save $X/$A/z\r\n",
+    "bash -c in bash -c": "srun -N 2 bash -c \"deepspeed --num_gpus 8 bash -c 'srun -N 3 bash -c "
+                          "\\\"python pretrain_gpt.py\\\"'\"\n",
+    "numactl everywhere": "numactl -N 0 " * 2000 + "python pretrain_gpt.py\n",
+    "rank loop over many ips": "IPs=(" + " ".join(f"ip{k}" for k in range(2000)) + ")\nfor i in \"${!IPs[@]}\"; do\n"
+                               "if [ \"$H\" == \"${IPs[$i]}\" ]; then R=$i; break; fi\ndone\n"
+                               "python -m torch.distributed.launch --node_rank $R pretrain_gpt.py\n",
+    "underscored flags": "torchrun pretrain_gpt.py " + "".join(f"--num_layers_{k} 2 --_ x --__ --num__layers 3 "
+                                                               for k in range(2000)) + "\n",
 }
 
 
@@ -394,8 +417,8 @@ def test_a_script_that_runs_another_script_names_it(line, script, args):
 
 def test_the_hint_for_another_script_is_a_command_that_reads_it(tmp_path, launch):
     (tmp_path / "submit.sh").write_text(f'while [[ $# -gt 0 ]]; do case $1 in --tp) TP=$2; shift 2;; *) shift;; esac; '
-                                        f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 --eval-iters 1 '
-                                        f'--tensor-model-parallel-size ${{TP:-1}}\n')
+                                        f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 '
+                                        f'--eval-iters 1 --tensor-model-parallel-size ${{TP:-1}}\n')
     (tmp_path / "run.sh").write_text("bash submit.sh --tp 2\n")
     code, _, stderr = launch("import", str(tmp_path / "run.sh"))
     assert code == 2 and "launch import -- submit.sh --tp 2" in stderr
