@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -185,6 +187,47 @@ class Source:
     undecided: list[Undecided] = field(default_factory=list)
 
 
+SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
+
+
+def _manifest_documents(text: str) -> str | None:
+    """The first document of a multi-document manifest (`---` between them) whose container runs a training script."""
+    if "\n---" not in text:
+        return None
+    for document in re.split(r"(?m)^---[ \t]*$", text)[:50]:
+        try:
+            data = untrusted.load_yaml(document, "the source")
+        except untrusted.TooLarge:
+            raise
+        except UserError:
+            return None  # not YAML: a bash script with a `---` line
+        found = _manifest_script(data)
+        if found is not None:
+            return found
+    return None
+
+
+def _manifest_script(data: Any) -> str | None:
+    """The bash text of the first container (`command:` and `args:`, a Kubernetes pod, a Kubeflow PyTorchJob, a Helm
+    values file) whose words name a pretrain_*.py: `bash -c SCRIPT` gives SCRIPT, a list of words gives one line."""
+    stack: deque[tuple[Any, int]] = deque([(data, 0)])
+    while stack:
+        node, depth = stack.popleft()
+        if isinstance(node, dict):
+            if "command" in node or "args" in node:
+                words = [str(w) for part in (node.get("command"), node.get("args")) if part is not None
+                         for w in (part if isinstance(part, list) else [part])]
+                at = next((k for k, w in enumerate(words[:-2]) if w.rsplit("/", 1)[-1] in ("bash", "sh")
+                           and SHELL_C.fullmatch(words[k + 1])), None)
+                script = words[at + 2] if at is not None else shlex.join(words)
+                if "pretrain_" in script:
+                    return script
+            stack += [(v, depth + 1) for v in node.values() if depth < 40]
+        elif isinstance(node, list):
+            stack += [(v, depth + 1) for v in node if depth < 40]
+    return None
+
+
 def read_source(text: str, positional: Sequence[str] = ()) -> Source:
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
     any accepted source; `positional`: the arguments a bash script is run with ($1 …)."""
@@ -201,6 +244,9 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
                 raise UserError("arguments after the source apply to a bash script, not a YAML mapping of flags",
                                 "give only the YAML file")
             return Source(*_from_yaml_mapping(data))
+        manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
+        if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
+            text = manifest
     try:
         reading = read_script(text, positional)
     except ShellSyntaxError as exc:
@@ -233,7 +279,8 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
                             "(`launch import -- train.sh --tp 4` when they start with -)")
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
-        others = [c for c in reading.commands if c not in bare]
+        bare_ids = {id(c) for c in bare}  # by identity: comparing the commands field by field was quadratic
+        others = [c for c in reading.commands if id(c) not in bare_ids]
     else:
         command = training[-1]
         at = flag_reader.find_entry(command.argv)

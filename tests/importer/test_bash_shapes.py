@@ -269,6 +269,9 @@ HOSTILE = {
     "deep ifs": "if [ -f a ]; then\n" * 400 + "X=1\n" + "fi\n" * 400,
     "deep known ifs": "if true; then\n" * 400 + "X=1\n" + "fi\n" * 400,
     "endless while": "while true; do X=1; done\ntorchrun pretrain_gpt.py\n",
+    "manifest of many documents": "---\n".join(f"a{k}: [{k}]\n" for k in range(2000)) + "---\ncommand: [pretrain_x]\n",
+    "manifest nested deep": "a:\n" + "".join("  " * k + f"b{k}:\n" for k in range(1, 300)) + "  " * 300 + "args: [x]\n",
+    "manifest of a thousand containers": "containers:\n" + "- command: [bash, -c, 'echo pretrain_']\n" * 3000,
     "endless c for": "for ((;;)); do X=1; done\n",
     "recursion": "f() { f; }\nf\n",
     "mutual recursion": "f() { g; }\ng() { f; }\nf\n",
@@ -446,3 +449,28 @@ def test_words_a_branch_adds_to_a_string_still_depend_on_it():
     script = (f'EXTRA=""\nif [ -f /tmp/big ]; then\n  EXTRA="--tensor-model-parallel-size 4"\nfi\n'
               f"torchrun pretrain_gpt.py {MODEL} $EXTRA\n")
     assert any(n.startswith("line 2:") for n in import_source(script, "train.sh").lost)
+
+
+# -- a Kubernetes manifest ----------------------------------------------------------------------------------------
+
+POD_SPEC = ("spec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+            "          containers:\n          - name: pytorch\n            image: nvcr.io/nvidia/pytorch:24.01-py3\n")
+
+
+@pytest.mark.parametrize("container", [
+    '            command: ["/bin/bash", "-c"]\n            args:\n            - |\n'
+    "              TP=4\n              torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \\\n"
+    f"                {MODEL} --tensor-model-parallel-size $TP\n",
+    '            command: ["torchrun", "--nproc_per_node", "8", "--nnodes", "2", "/w/Megatron-LM/pretrain_gpt.py"]\n'
+    f'            args: [{", ".join(repr(w).replace(chr(39), chr(34)) for w in MODEL.split())}, '
+    '"--tensor-model-parallel-size", "4", "--data-cache-path", "$(CACHE)"]\n',
+])
+def test_the_container_command_of_a_manifest_is_the_script(container):
+    # a Kubeflow PyTorchJob (after a Service, `---` between them): the command and args of its container
+    manifest = ("apiVersion: v1\nkind: Service\nmetadata:\n  name: master\n---\n"
+                "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: gpt\n" + POD_SPEC + container)
+    for text in (manifest, manifest.split("---\n", 1)[1]):
+        imported = carried(text)
+        assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 2
+        assert imported.launcher == {"gpus_per_node": 8, "nodes": 2}
+        assert not any("apiVersion" in n for n in imported.not_carried)
