@@ -308,6 +308,18 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
 RUN_OUTPUTS = ("save", "load", "tensorboard_dir")
 
 
+# Exported variables that name a part of the machine the script was written on: carried, they break the run elsewhere
+# (seen: NCCL/GLOO_SOCKET_IFNAME=tailscale0 from a 2026 two-node launch, "Unable to find address for: tailscale0" at
+# init on one H200; PATH and LD_LIBRARY_PATH of /home/sd/.local replace the target's).
+_INTERFACE = "a network interface"
+MACHINE_ENV = {"NCCL_SOCKET_IFNAME": _INTERFACE, "GLOO_SOCKET_IFNAME": _INTERFACE, "TP_SOCKET_IFNAME": _INTERFACE,
+               "NCCL_IB_HCA": "the InfiniBand adapters", "UCX_NET_DEVICES": "the network devices",
+               "PATH": "the program search path", "LD_LIBRARY_PATH": "the library search path",
+               "PYTHONPATH": "the Python search path (the launcher gives Megatron's own)",
+               "CUDA_VISIBLE_DEVICES": "the GPUs", "HIP_VISIBLE_DEVICES": "the GPUs",
+               "ROCR_VISIBLE_DEVICES": "the GPUs"}
+
+
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                   read_local: VocabReader | None = None) -> Imported:
     source = read_source(text, positional)
@@ -397,11 +409,15 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         if isinstance(value, str) and ("'" in value or '"' in value):
             notes.append(f"{flags.flag_of.get(dest, dest)} {value}: the value holds quote characters; bash passes "
                          "them on like this (quotes inside an array element are not removed)")
-    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k, v)}
+    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k, v)
+              and k not in MACHINE_ENV}
     for k in env:
         if redaction.is_secret(k, env[k]):
             redaction.remember(k, env[k])  # nor in the report or any other output
             notes.append(f"export {k}: a secret, not copied into the preset (export it before launch)")
+        elif k in MACHINE_ENV and not unresolved_names(env[k]):
+            notes.append(f"export {k}={_comment(env[k])}: {MACHINE_ENV[k]} of the machine the script ran on, not "
+                         "carried (elsewhere the ranks fail with it); add it under env: where it holds")
         elif k not in env_ok:
             notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
     for dest, value in list(settings.items()):  # a secret expanded into a flag ($HF_TOKEN) is not written either

@@ -33,6 +33,18 @@ def test_pipes_and_redirections_after_the_training_command(after):
     assert imported.settings["tensor_model_parallel_size"] == 2 and imported.launcher["gpus_per_node"] == 2
 
 
+def test_what_names_the_source_machine_is_not_carried_into_the_environment():
+    # a 2026 two-node launch exported NCCL/GLOO_SOCKET_IFNAME=tailscale0 and its own PATH: carried, one H200 failed at
+    # init ("Unable to find address for: tailscale0")
+    imported = carried("export PATH=/home/sd/.local/bin:/usr/bin\nexport NCCL_SOCKET_IFNAME=tailscale0\n"
+                       "export GLOO_SOCKET_IFNAME=tailscale0 NCCL_IB_HCA=mlx5 CUDA_VISIBLE_DEVICES=0,1,2,3\n"
+                       f"export NCCL_DEBUG=WARN\nNCCL_IB_DISABLE=1 torchrun pretrain_gpt.py {MODEL}\n")
+    assert imported.env == {"NCCL_DEBUG": "WARN", "NCCL_IB_DISABLE": "1"}
+    said = " ".join(imported.not_carried)
+    assert "NCCL_SOCKET_IFNAME=tailscale0: a network interface of the machine the script ran on" in said
+    assert all(name in said for name in ("PATH=", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "CUDA_VISIBLE_DEVICES"))
+
+
 def test_assignment_prefixes_and_env_become_the_environment():
     imported = carried(f"OMP_NUM_THREADS=4 NCCL_DEBUG=WARN python -m torch.distributed.run --nproc_per_node 8 "
                        f"pretrain_gpt.py {MODEL}\n")
