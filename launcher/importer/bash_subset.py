@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -905,7 +906,7 @@ class _Reader:
 
     def word_text(self, raw: bytes) -> str:
         """The value of one shell word given as text (`$A/$B"x"`), as an assignment reads it: not split."""
-        return self.reparsed(raw, self.joined, lambda: _unknown(raw.decode("utf-8", "replace")))
+        return self.reparsed(raw, self.joined, functools.partial(_unknown, raw.decode("utf-8", "replace")))
 
     def reparsed(self, raw: bytes, read: Callable[[Any], Any], otherwise: Callable[[], Any]) -> Any:
         """`read` of one word given as text, parsed again with each unquoted `$NAME` written `${NAME}`: the
@@ -915,11 +916,11 @@ class _Reader:
         try:
             command = _parser().parse(self.src).root_node.named_children[0]
             words = [c for c in command.named_children if c.type != "command_name"]
-            if command.type != "command" or len(words) != 1 or words[0].end_byte != len(self.src):
-                return otherwise()
-            return read(words[0])
+            if command.type == "command" and len(words) == 1 and words[0].end_byte == len(self.src):
+                return read(words[0])
         finally:
             self.src = saved
+        return otherwise()  # read in the script's own text again
 
     def word_fields(self, nodes: Sequence[Any]) -> list[str]:
         """The fields of a list of words; nodes with nothing between them are one shell word (the grammar may cut
@@ -934,9 +935,22 @@ class _Reader:
                 out += self.fields(nodes[k])
             else:
                 raw = self.src[nodes[k].start_byte:nodes[m].end_byte]
-                whole = [_unknown(raw.decode("utf-8", "replace"))]  # what the word is when it cannot be read again
-                out += self.reparsed(raw, self.fields, whole.copy)
+                pieces = nodes[k:m + 1]
+                # where the word stays cut even so (`$A/` and `` `echo $B`/c ``), its pieces are glued: bash has no
+                # blank between them
+                out += self.reparsed(raw, self.fields, functools.partial(self.glued, pieces))
             k = m + 1
+        return out
+
+    def glued(self, pieces: Sequence[Any]) -> list[str]:
+        """The fields of adjacent pieces of one word: the last field of each joined to the first of the next."""
+        out: list[str] = []
+        for piece in pieces:
+            fields = self.fields(piece)
+            if out and fields:
+                out[-1] += fields[0]
+                fields = fields[1:]
+            out += fields
         return out
 
     def assign(self, node: Any, export: bool, tail: Any = None) -> None:

@@ -486,3 +486,23 @@ def test_the_container_command_of_a_manifest_is_the_script(container):
         assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 2
         assert imported.launcher == {"gpus_per_node": 8, "nodes": 2}
         assert not any("apiVersion" in n for n in imported.not_carried)
+
+
+WORDS_PRELUDE = "A=x\nB=y\nC='z z'\nD=4\nE=\nARR=(p 'q r' s)\n"
+
+
+@pytest.mark.parametrize("word", [
+    "$A/$B/c", "$A$B/c", "${X:-$A/$B/c}", '"${A}"/$B/x', "$A/$((D+1))/x", "${A}_$B/x", "$A/${B}x/$C", "\\$A/$B/x",
+    "'$A'/$B/x", "$A/$B.$D/x", "x$A/$B/y", '"$A/$B/$C"', "$C/$A/$B", "${ARR[@]}/$A/$B", "$E/$A/$B", "--x=$A/$B/c",
+    '$A/"$B"/c', "$A/`echo $B`/c", "$A/$(echo $B)/c", "${A:+$A/$B/c}", "${A/x/$B/$A}", "$A//$B//c",
+])
+def test_words_are_the_words_bash_passes(word):
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash here to compare with")
+    expected = subprocess.run(["bash", "-c", WORDS_PRELUDE + f"printf '%s\\n' {word}"], capture_output=True,
+                              text=True, check=True).stdout.split("\n")[:-1]
+    reading = read_script(WORDS_PRELUDE + f"torchrun pretrain_gpt.py {word}\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
