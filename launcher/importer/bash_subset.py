@@ -213,6 +213,7 @@ class _Reader:
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
+        self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
@@ -1490,6 +1491,33 @@ class _Reader:
                 if name not in self.shell.arrays and name not in self.shell.scalars and name in self.unknown_names():
                     elements = [_unknown(name)]
             return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
+        if subscript and index in ("@", "*") and name in self.shell.arrays and re.match(r":(?![-=+?])", rest):
+            # ${A[@]:1:2}: elements, not characters
+            spec = self.operand(node, begin + 2 + len((inner[:match.end()] + ":").encode("utf-8", "surrogateescape")))
+            numbers = spec.split(":")
+            elements = self.shell.arrays[name]
+            try:
+                offset = self.arith_text(numbers[0])
+                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+            except _Unknown:
+                return ("val", _unknown(inner), quoted)
+            if length is not None and length < 0:  # bash: "substring expression < 0", the command does not run
+                return ("val", _unknown(inner), quoted)
+            first = offset if offset >= 0 else max(0, len(elements) + offset)
+            chosen = elements[first:] if length is None else elements[first:first + length]
+            return ("list", list(chosen), quoted) if index == "@" else ("val", " ".join(chosen), quoted)
+        if subscript and index in ("@", "*") and self.element is None and name in self.shell.arrays \
+                and re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):
+            # "${ARGS[@]/#/--}", ${FILES[@]%.bin}: the operation applies to each element
+            results = []
+            for element in self.shell.arrays[name]:
+                self.element = element
+                try:
+                    results.append(self.expansion(node, quoted)[1])
+                finally:
+                    self.element = None
+            flat = [r if isinstance(r, str) else " ".join(r) for r in results]
+            return ("list", flat, quoted) if index == "@" else ("val", " ".join(flat), quoted)
         value = self.lookup_value(name, index)
         is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
         if not rest:
@@ -1523,10 +1551,11 @@ class _Reader:
             except _Unknown:
                 return ("val", _unknown(name), quoted)
         if op in ("/", "//", "/#", "/%"):
-            slash = next((c for c in node.children if c.start_byte >= operand_start and c.type == "/"), None)
-            end = slash.start_byte if slash is not None else node.end_byte - 1
+            # the separator is found in the text: the grammar cuts `${P//\//_}` at the escaped slash
+            slash = _separator(self.src, operand_start, node.end_byte - 1)
+            end = slash if slash is not None else node.end_byte - 1
             pattern = self.operand(node, operand_start, pattern=True, end=end)
-            replacement = self.operand(node, slash.end_byte) if slash is not None else ""
+            replacement = self.operand(node, slash + 1) if slash is not None else ""
             if unresolved_names(pattern) or unresolved_names(replacement) or len(value) > 10_000:
                 return ("val", _unknown(name), quoted)
             try:
@@ -1557,6 +1586,8 @@ class _Reader:
 
     def lookup_value(self, name: str, index: str | None) -> str:
         self.touch(name)
+        if self.element is not None:  # one element of ${A[@]…} (see expansion)
+            return self.element
         if name in ("#", "@", "*") and self.positional is None:
             self.without_arguments()
             return "0" if name == "#" else ""
@@ -1578,20 +1609,31 @@ class _Reader:
         """The word after an operator inside ${…} (up to `end`), expanded, not split."""
         stop = node.end_byte - 1 if end is None else end
         out, at = [], start
+
+        def expanded(child: Any) -> str:
+            pieces = []
+            for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
+                text = " ".join(value) if isinstance(value, list) else value
+                pieces.append(_glob_escape(text) if pattern and quoted_part and child.type in (
+                    "string", "raw_string") else text)
+            return "".join(pieces)
+
+        def raw(begin: int, until: int) -> str:
+            text = self.src[begin:until]
+            if b"$" in text or b"`" in text:  # an expansion the grammar left in a pattern node (`${P/$R/y}`)
+                return str(self.reparsed(text, expanded, functools.partial(_unknown, text.decode("utf-8", "replace"))))
+            return text.decode("utf-8", "replace")
+
         for child in node.children:
             if child.start_byte < start or child.end_byte > stop or not child.is_named:
                 continue
             if child.type in EXPANSIONS:
-                out.append(self.src[at:self.start(child)].decode("utf-8", "replace"))
-                for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
-                    text = " ".join(value) if isinstance(value, list) else value
-                    out.append(_glob_escape(text) if pattern and quoted_part and child.type in (
-                        "string", "raw_string") else text)
+                out.append(raw(at, self.start(child)))
+                out.append(expanded(child))
                 at = child.end_byte
-        tail = self.src[at:stop].decode("utf-8", "replace") if stop > at else ""
-        out.append(tail)
+        out.append(raw(at, stop) if stop > at else "")
         text = "".join(out)
-        return text if pattern else _unescape_unquoted(text)
+        return _glob_unescape(text) if pattern else _unescape_unquoted(text)
 
     def pattern(self, node: Any) -> str:
         """A glob pattern as written: quoted parts match literally."""
@@ -1854,6 +1896,42 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
 
 
+def _separator(src: bytes, start: int, stop: int) -> int | None:
+    """Where the `/` between pattern and replacement of ${X/pattern/replacement} is: not escaped, quoted, inside a
+    bracket expression or a nested expansion."""
+    i, depth, quote, bracket = start, 0, 0, False
+    while i < stop:
+        ch = src[i]
+        if quote:
+            if ch == quote:
+                quote = 0
+            elif ch == 0x5C and quote == 0x22:  # \ inside "…"
+                i += 1
+        elif ch == 0x5C:  # \x
+            i += 1
+        elif ch in (0x22, 0x27):
+            quote = ch
+        elif ch == 0x24 and src[i + 1:i + 2] in (b"{", b"("):
+            depth += 1
+            i += 1
+        elif ch in (0x7D, 0x29) and depth:
+            depth -= 1
+        elif ch == 0x5B and not depth:
+            bracket = True
+        elif ch == 0x5D and bracket:
+            bracket = False
+        elif ch == 0x2F and not depth and not bracket:
+            return i
+        i += 1
+    return None
+
+
+def _glob_unescape(pattern: str) -> str:
+    r"""`\/`, `\*` … of an unquoted pattern match the character itself (bracket expressions are left as they are)."""
+    return re.sub(r"\[[^\]]*\]|\\(.)", lambda m: m.group(0) if m.group(1) is None else _glob_escape(m.group(1)),
+                  pattern)
+
+
 def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"[\1]", text) if MARK not in text else text
 
@@ -1890,8 +1968,8 @@ def _trim(value: str, pattern: str, op: str) -> str:
 
 
 def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
-    if not pattern:
-        return value
+    if not pattern:  # ${X/#/--}: an empty pattern anchored at the start (or the end) matches there
+        return replacement + value if op == "/#" else value + replacement if op == "/%" else value
     _glob_regex(pattern)  # refuses a pattern too costly to match
     body = fnmatch.translate(pattern)[4:-3]  # (?s:…)\Z → …
     try:

@@ -488,13 +488,17 @@ def test_the_container_command_of_a_manifest_is_the_script(container):
         assert not any("apiVersion" in n for n in imported.not_carried)
 
 
-WORDS_PRELUDE = "A=x\nB=y\nC='z z'\nD=4\nE=\nARR=(p 'q r' s)\n"
+WORDS_PRELUDE = ("A=x\nB=y\nC='z z'\nD=1\nE=\nARR=(p.bin 'q r.bin' s t)\nP=/opt/x/y.tar.gz\nR=opt\nS='o*'\n")
 
 
 @pytest.mark.parametrize("word", [
     "$A/$B/c", "$A$B/c", "${X:-$A/$B/c}", '"${A}"/$B/x', "$A/$((D+1))/x", "${A}_$B/x", "$A/${B}x/$C", "\\$A/$B/x",
     "'$A'/$B/x", "$A/$B.$D/x", "x$A/$B/y", '"$A/$B/$C"', "$C/$A/$B", "${ARR[@]}/$A/$B", "$E/$A/$B", "--x=$A/$B/c",
     '$A/"$B"/c', "$A/`echo $B`/c", "$A/$(echo $B)/c", "${A:+$A/$B/c}", "${A/x/$B/$A}", "$A//$B//c",
+    # patterns: an escaped slash, a bracket, a variable in the pattern; operations on each element of an array
+    "${P//\\//_}", "${P/#\\/opt/Z}", "${P//[\\/]/-}", "${P/${R}/y}", "${P//$R/$R$R}", "${P/$S/k}", '${P/"$S"/k}',
+    "${P#/$R}", '"${ARR[@]/#/--}"', '"${ARR[@]/%/.x}"', "${ARR[@]%.bin}", '"${ARR[*]^^}"', "${ARR[@]:1}",
+    '"${ARR[@]:1:2}"', '"${ARR[@]: -2}"', '"${ARR[@]:$D:1}"', '"${ARR[*]:2}"',
 ])
 def test_words_are_the_words_bash_passes(word):
     import shutil
