@@ -214,6 +214,7 @@ class _Reader:
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
+        self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
@@ -547,7 +548,7 @@ class _Reader:
             return all(self.is_test(c) for c in node.named_children)
         if node.type == "command":
             name = node.child_by_field_name("name")
-            return name is not None and self.text(name) in ("test", "[", "true", "false", ":")
+            return name is not None and self.text(name) in ("test", "[", "true", "false", ":", "getopts")
         return False
 
     def st_negated_command(self, node: Any) -> None:
@@ -845,11 +846,58 @@ class _Reader:
                 return self.test_words(words[1:], double=False)
             if words[0] == "[" and words[-1:] == ["]"]:
                 return self.test_words(words[1:-1], double=False)
+            if words[0] == "getopts" and len(words) >= 3 and NAME.fullmatch(words[2]):
+                return self.getopts(words[1], words[2], words[3:] if len(words) > 3 else None)
             return None  # a command's success is not known without running it
         if kind in ("variable_assignment",):
             self.statement(node)
             return True
         return None
+
+    def getopts(self, spec: str, name: str, given: list[str] | None) -> bool | None:
+        """`while getopts "t:p:" opt`: bash's getopts over the script's arguments (OPTIND, OPTARG, grouped -ab)."""
+        if given is None and self.positional is None:
+            self.without_arguments()
+        args = given if given is not None else (self.positional or [])
+        if unresolved_names(spec) or any(unresolved_names(a) for a in args):
+            return None
+        try:
+            index = int(self.shell.scalars.get("OPTIND", "1"))
+        except ValueError:
+            return None
+        silent = spec.startswith(":")
+        self.shell.scalars.pop("OPTARG", None)
+        if index < 1 or index > len(args) or not args[index - 1].startswith("-") or args[index - 1] in ("-", "--"):
+            if 0 < index <= len(args) and args[index - 1] == "--":
+                index += 1
+            self.shell.scalars.update({name: "?", "OPTIND": str(index)})
+            return False
+        word = args[index - 1]
+        at = self.getopts_at if self.getopts_at < len(word) else 1
+        letter = word[at]
+        at += 1
+        done = at >= len(word)
+        position = spec.find(letter) if letter != ":" else -1
+        if position < 0:  # not an option of the script: `?` (silent: OPTARG is the letter)
+            self.shell.scalars[name] = "?"
+            if silent:
+                self.shell.scalars["OPTARG"] = letter
+        elif spec[position + 1:position + 2] == ":":  # takes a value: the rest of the word, or the next word
+            if not done:
+                self.shell.scalars.update({name: letter, "OPTARG": word[at:]})
+            elif index < len(args):
+                self.shell.scalars.update({name: letter, "OPTARG": args[index]})
+                index += 1
+            else:
+                self.shell.scalars[name] = ":" if silent else "?"
+                if silent:
+                    self.shell.scalars["OPTARG"] = letter
+            done = True
+        else:
+            self.shell.scalars[name] = letter
+        self.getopts_at = 1 if done else at
+        self.shell.scalars["OPTIND"] = str(index + 1 if done else index)
+        return True
 
     def arith_verdict(self, node: Any) -> bool | None:
         inner = [c for c in node.named_children]
