@@ -37,6 +37,31 @@ UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
 WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
+DEFAULT_IFS = " \t\n"
+
+
+def _split(value: str, ifs: str) -> tuple[list[str], bool, bool]:
+    """Bash's field splitting of an unquoted expansion: (fields, a delimiter leads, a delimiter ends). The script's
+    own IFS decides (IFS=, splits `a,b` in two and `a b` not at all); an unknown part is never split apart."""
+    if ifs == DEFAULT_IFS or MARK in value or MARK in ifs:
+        return WORD_SPLIT.findall(value), value[:1].isspace(), value[-1:].isspace()
+    if not ifs:
+        return ([value] if value else []), False, False
+    blank = "".join(c for c in ifs if c in DEFAULT_IFS)
+    other = "".join(c for c in ifs if c not in DEFAULT_IFS)
+    core = value.strip(blank) if blank else value
+    if not core:
+        return [], bool(value), bool(value)
+    around = f"[{re.escape(blank)}]*" if blank else ""
+    delimiters = ([f"{around}[{re.escape(other)}]{around}"] if other else []) + (
+        [f"[{re.escape(blank)}]+"] if blank else [])
+    fields = re.split("|".join(delimiters), core)
+    if other and fields and fields[-1] == "":
+        fields.pop()  # a delimiter at the end ends the last field, it does not start an empty one
+    # a delimiter in front ends what came before in the word (`p${S}` with S=",x" gives p and x…); an empty first
+    # field stands for it
+    leading = value[:1] in ifs and not (fields and fields[0] == "" and core[:1] in other)
+    return fields, leading, value[-1:] in ifs
 INT64 = 1 << 64
 
 
@@ -1741,8 +1766,9 @@ class _Reader:
                 assert isinstance(value, str)
                 add(value)
                 continue
+            ifs = self.shell.scalars.get("IFS", DEFAULT_IFS)
             if isinstance(value, list):
-                items = value if quoted else [w for v in value for w in WORD_SPLIT.findall(v)]
+                items = value if quoted else [w for v in value for w in _split(v, ifs)[0]]
                 for k, item in enumerate(items):
                     if k:
                         out.append(current or "")
@@ -1752,10 +1778,10 @@ class _Reader:
             if quoted:
                 add(value)
                 continue
-            words = WORD_SPLIT.findall(value)
+            words, leading, trailing = _split(value, ifs)
             if not words:
                 continue
-            if value[:1].isspace() and current is not None:
+            if leading and current is not None:
                 out.append(current)
                 current = None
             for k, word in enumerate(words):
@@ -1763,7 +1789,7 @@ class _Reader:
                     out.append(current or "")
                     current = ""
                 add(word)
-            if value[-1:].isspace():
+            if trailing:
                 out.append(current or "")
                 current = None
         if current is not None:

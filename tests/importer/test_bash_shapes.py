@@ -532,3 +532,23 @@ def test_getopts_reads_the_arguments_as_bash_does(args):
     expected = [line for line in expected if line != "bad"]
     reading = read_script(GETOPTS.replace("X ", "torchrun pretrain_gpt.py "), args)
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected and not reading.undecided
+
+
+
+@pytest.mark.parametrize(("prelude", "word"), [
+    ('S="a,b,c"\nIFS=","\n', "$S"), ('S="a b,c"\nIFS=","\n', "x$S"), ('S="a,,b,"\nIFS=","\n', "$S"),
+    ('S="a b"\nIFS=\n', "$S"), ('S=" a , b "\nIFS=" ,"\n', "$S"), ('A=("a,b" c)\nIFS=,\n', "${A[@]}"),
+    ('S="a:b"\nIFS=:\n', '"$S" $S'), ('S="x,y"\nIFS=,\n', "p${S}q"), ('S=",x"\nIFS=,\n', "p${S}q"),
+    ('HOSTS="n1,n2"\nIFS=, read -ra H <<< "$HOSTS"\nS="a b"\n', "$S"),  # IFS= only for read: the default stays
+])
+def test_the_scripts_ifs_splits_words_as_bash_does(prelude, word):
+    # IFS="," then `set -- $LIST`: the default split gave one word and $2 came back empty, silently
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash here to compare with")
+    expected = subprocess.run(["bash", "-c", prelude + f"printf '%s\\n' {word}"], capture_output=True, text=True,
+                              check=True).stdout.split("\n")[:-1]
+    reading = read_script(prelude + f"torchrun pretrain_gpt.py {word}\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
