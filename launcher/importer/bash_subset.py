@@ -1384,6 +1384,14 @@ class _Reader:
             if unresolved_names(text):
                 raise _Unknown(text)
             return self.arith_text(text)
+        if kind == "variable_assignment":  # for ((i=0; …)): the grammar makes the initializer an assignment
+            target = node.child_by_field_name("name")
+            value = node.child_by_field_name("value")
+            if target is None or value is None or not NAME.fullmatch(self.text(target)):
+                raise _Unknown("assignment")
+            number = self.arith_node(value)
+            self.shell.scalars[self.text(target)] = str(number)
+            return number
         if kind == "parenthesized_expression":
             result = 0
             for child in node.named_children:

@@ -552,3 +552,14 @@ def test_the_scripts_ifs_splits_words_as_bash_does(prelude, word):
                               check=True).stdout.split("\n")[:-1]
     reading = read_script(prelude + f"torchrun pretrain_gpt.py {word}\n")
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+
+@pytest.mark.parametrize("loop", ["for ((i=0;i<${#NODES[@]};i++)); do", "for (( i=0; i < 3; i++ )); do",
+                                  "for ((i=0, j=1; i<3; i+=1, j*=2)); do"])
+def test_a_c_style_loop_with_an_initializer_runs(loop):
+    # the initializer `i=0` is an assignment node to the grammar; it was not read, and every such loop undecided
+    script = (f"NODES=(a b c)\nHOSTS=\"\"\n{loop}\n  HOSTS+=\"${{NODES[$i]}},\"\ndone\n"
+              f"torchrun pretrain_gpt.py {MODEL} --wandb-exp-name $HOSTS\n")
+    imported = carried(script)
+    assert imported.settings["wandb_exp_name"] == "a,b,c," and not imported.undecided
