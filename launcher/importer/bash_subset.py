@@ -240,6 +240,7 @@ class _Reader:
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
+        self.status: bool | None = True  # of the last `a && b` list read, when it is known
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
@@ -553,17 +554,23 @@ class _Reader:
         command is taken to succeed) and `||` does not."""
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
-        verdict = self.condition([left]) if self.is_test(left) else None
-        if not self.is_test(left):
-            self.statement(left)
-            if op == "&&":
-                self.statement(right)
-            return
+        verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
         if verdict is None:
             self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
                                 what=self.first_line(node))
+            self.status = None
         elif verdict == (op == "&&"):
-            self.statement(right)
+            self.status = self.run_for_status(right)
+        else:
+            self.status = verdict
+
+    def run_for_status(self, node: Any) -> bool | None:
+        """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, and success for any
+        other command (taken to succeed)."""
+        if self.is_test(node):
+            return self.condition([node])
+        self.statement(node)
+        return self.status if node.type == "list" else True
 
     def is_test(self, node: Any) -> bool:
         if node.type in ("test_command", "negated_command") or (node.type == "compound_statement" and

@@ -563,3 +563,14 @@ def test_a_c_style_loop_with_an_initializer_runs(loop):
               f"torchrun pretrain_gpt.py {MODEL} --wandb-exp-name $HOSTS\n")
     imported = carried(script)
     assert imported.settings["wandb_exp_name"] == "a,b,c," and not imported.undecided
+
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("false && TP=4 || TP=2", 2), ("true && TP=4 || TP=2", 4), ('[[ abc == "a*" ]] && TP=4 || TP=2', 2),
+    ("[ 1 -eq 1 ] && [ 2 -lt 1 ] && TP=4 || TP=2", 2), ("[ 1 -eq 1 ] || TP=8 && TP=4", 4),
+])
+def test_the_status_of_a_list_decides_what_follows_it(line, expected):
+    # `a && b || c`: when `a && b` fails, c runs; the list was taken to succeed and TP stayed unset, silently
+    assert carried(f"TP=1\n{line}\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP\n"
+                   ).settings["tensor_model_parallel_size"] == expected
