@@ -1624,9 +1624,10 @@ class _Reader:
                 word = self.operand(node, operand_start)
                 if op[-1] == "=" and not name.isdigit():
                     self.shell.scalars[name] = word
-                return ("val", word, quoted)
+                return ("val", word, quoted or self.quoted_operand(node, operand_start))
             if op[-1] == "+":
-                return ("val", "" if empty else self.operand(node, operand_start), quoted)
+                return ("val", "" if empty else self.operand(node, operand_start),
+                        quoted or self.quoted_operand(node, operand_start))
             return ("val", value if not empty else _unknown(name), quoted)
         if not known:
             return ("val", _unknown(name), quoted)
@@ -1722,6 +1723,12 @@ class _Reader:
         out.append(raw(at, stop) if stop > at else "")
         text = "".join(out)
         return _glob_unescape(text) if pattern else _unescape_unquoted(text)
+
+    def quoted_operand(self, node: Any, start: int) -> bool:
+        """${A:-"d e"}: an operand that is one quoted string is not split, even where the expansion is unquoted."""
+        text = self.src[start:node.end_byte - 1]
+        return len(text) >= 2 and text[:1] == text[-1:] and text[:1] in (b'"', b"'") \
+            and text[1:-1].count(text[:1]) == 0
 
     def pattern(self, node: Any) -> str:
         """A glob pattern as written: quoted parts match literally."""

@@ -499,6 +499,8 @@ WORDS_PRELUDE = ("A=x\nB=y\nC='z z'\nD=1\nE=\nARR=(p.bin 'q r.bin' s t)\nP=/opt/
     "${P//\\//_}", "${P/#\\/opt/Z}", "${P//[\\/]/-}", "${P/${R}/y}", "${P//$R/$R$R}", "${P/$S/k}", '${P/"$S"/k}',
     "${P#/$R}", '"${ARR[@]/#/--}"', '"${ARR[@]/%/.x}"', "${ARR[@]%.bin}", '"${ARR[*]^^}"', "${ARR[@]:1}",
     '"${ARR[@]:1:2}"', '"${ARR[@]: -2}"', '"${ARR[@]:$D:1}"', '"${ARR[*]:2}"',
+    # a quoted default is one word even where the expansion is not quoted
+    '${U:-"d e"}', "${U:-'d e'}", '${A:+"x y"}', "${U:-d e}", '${U:-"$C"}',
 ])
 def test_words_are_the_words_bash_passes(word):
     import shutil
