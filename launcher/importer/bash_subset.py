@@ -1012,6 +1012,19 @@ class _Reader:
             m = k
             while m + 1 < len(nodes) and nodes[m + 1].start_byte == nodes[m].end_byte:
                 m += 1
+            written = self.src[nodes[k].start_byte:nodes[m].end_byte].decode("utf-8", "surrogateescape")
+            if "{" in written and ("," in written or ".." in written):  # a{1..3}, {x,y}z: bash expands braces first
+                variants = _brace_expand(written)
+                if variants is None:
+                    out.append(_unknown(written))
+                    k = m + 1
+                    continue
+                if len(variants) > 1:
+                    for variant in filter(None, variants):  # an empty one is no word: {,x} gives x
+                        raw = variant.encode("utf-8", "surrogateescape")
+                        out += self.reparsed(raw, self.fields, functools.partial(_unknown, variant))
+                    k = m + 1
+                    continue
             if m == k:
                 out += self.fields(nodes[k])
             else:
@@ -1990,6 +2003,99 @@ def _unescape_heredoc(text: str) -> str:
 def _ansi_c(text: str) -> str:
     escapes = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"', "r": "\r", "a": "\a", "e": "\x1b"}
     return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
+
+
+MAX_BRACE_WORDS = 1000
+SEQUENCE = re.compile(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?|([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?")
+
+
+def _brace_expand(word: str) -> list[str] | None:
+    """Bash's brace expansion of one word as written (`a{1..3}`, `{x,y}z`, nested, `{0..7..2}`); quoted text and
+    `${…}` are not brace expressions; None past MAX_BRACE_WORDS words or 100 braces (each is scanned for its end)."""
+    if word.count("{") > 100:
+        return None
+    i = _brace_open(word, 0)
+    while i is not None:
+        j, commas = _brace_close(word, i)
+        if j is not None:
+            body = word[i + 1:j]
+            items: list[str] | None = None
+            sequence = SEQUENCE.fullmatch(body)
+            if sequence:
+                items = _sequence(sequence)
+            elif commas:
+                items = []
+                for part in [word[a + 1:b] for a, b in zip([i, *commas], [*commas, j])]:
+                    expanded = _brace_expand(part)
+                    if expanded is None:
+                        return None
+                    items += expanded
+            if items is not None:
+                rest = _brace_expand(word[j + 1:])
+                if rest is None or len(items) * len(rest) > MAX_BRACE_WORDS:
+                    return None
+                return [word[:i] + item + tail for item in items for tail in rest]
+        i = _brace_open(word, i + 1)
+    return [word]
+
+
+def _brace_open(word: str, start: int) -> int | None:
+    quote, k = "", start
+    while k < len(word):
+        ch = word[k]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch == "\\":
+            k += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{" and (k == 0 or word[k - 1] != "$"):
+            return k
+        elif ch == "$" and word[k + 1:k + 2] == "{":  # ${…}: skipped whole
+            depth, k = 1, k + 2
+            while k < len(word) and depth:
+                depth += {"{": 1, "}": -1}.get(word[k], 0)
+                k += 1
+            continue
+        k += 1
+    return None
+
+
+def _brace_close(word: str, start: int) -> tuple[int | None, list[int]]:
+    """The `}` that closes the `{` at `start`, and the top-level commas between them."""
+    quote, depth, k = "", 0, start + 1
+    commas: list[int] = []
+    while k < len(word):
+        ch = word[k]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch == "\\":
+            k += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            if not depth:
+                return k, commas
+            depth -= 1
+        elif ch == "," and not depth:
+            commas.append(k)
+        k += 1
+    return None, []
+
+
+def _sequence(match: re.Match[str]) -> list[str] | None:
+    if match.group(1) is not None:
+        first, last, step = int(match.group(1)), int(match.group(2)), abs(int(match.group(3) or 1)) or 1
+        if abs(last - first) // step >= MAX_BRACE_WORDS:
+            return None
+        width = max(len(match.group(1)), len(match.group(2))) if match.group(1).lstrip("-").startswith("0") \
+            or match.group(2).lstrip("-").startswith("0") else 0
+        numbers = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
+        return [str(n).zfill(width + (1 if n < 0 else 0)) if width else str(n) for n in numbers]
+    first, last, step = ord(match.group(4)), ord(match.group(5)), abs(int(match.group(6) or 1)) or 1
+    return [chr(c) for c in range(first, last + (1 if last >= first else -1), step if last >= first else -step)]
 
 
 def _separator(src: bytes, start: int, stop: int) -> int | None:

@@ -499,6 +499,9 @@ WORDS_PRELUDE = ("A=x\nB=y\nC='z z'\nD=1\nE=\nARR=(p.bin 'q r.bin' s t)\nP=/opt/
     "${P//\\//_}", "${P/#\\/opt/Z}", "${P//[\\/]/-}", "${P/${R}/y}", "${P//$R/$R$R}", "${P/$S/k}", '${P/"$S"/k}',
     "${P#/$R}", '"${ARR[@]/#/--}"', '"${ARR[@]/%/.x}"', "${ARR[@]%.bin}", '"${ARR[*]^^}"', "${ARR[@]:1}",
     '"${ARR[@]:1:2}"', '"${ARR[@]: -2}"', '"${ARR[@]:$D:1}"', '"${ARR[*]:2}"',
+    # brace expansion comes first
+    "a{1..3}", "{x,y}z", "{a,b}{1,2}", "x{a,{b,c}}y", "{0..7..2}", "{07..10}", "{a..e}", "{5..1}", '"{a,b}"',
+    "${A}{1,2}", "{$A,$B}/c", "{a}", "{,x}", "a{b", "--{a,b}=1", "\\\\{a,b}", "{-1..1}",
     # a quoted default is one word even where the expansion is not quoted
     '${U:-"d e"}', "${U:-'d e'}", '${A:+"x y"}', "${U:-d e}", '${U:-"$C"}',
 ])
@@ -576,3 +579,24 @@ def test_the_status_of_a_list_decides_what_follows_it(line, expected):
     # `a && b || c`: when `a && b` fails, c runs; the list was taken to succeed and TP stayed unset, silently
     assert carried(f"TP=1\n{line}\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP\n"
                    ).settings["tensor_model_parallel_size"] == expected
+
+
+
+def test_a_loop_over_a_brace_sequence_runs_for_each():
+    # `for i in {0..7}` ran once with i="{0..7}": a count built in it was 1, silently
+    imported = carried("N=0\nfor i in {0..7}; do N=$((N+1)); done\n"
+                       f"torchrun pretrain_gpt.py {MODEL} --num-layers $((N*2))\n")
+    assert imported.settings["num_layers"] == 16
+
+
+HOSTILE_BRACES = ["{1..100000}", "{a,b}" * 30, "{" * 5000 + "a,b" + "}" * 5000, "{1..3}{" * 2000]
+
+
+@pytest.mark.parametrize("word", HOSTILE_BRACES)
+def test_brace_bombs_end_in_bounded_time(word):
+    started = time.monotonic()
+    try:
+        import_source(f"torchrun pretrain_gpt.py {MODEL} {word}\n", "train.sh")
+    except UserError:
+        pass
+    assert time.monotonic() - started < 20
