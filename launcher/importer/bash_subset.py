@@ -1072,11 +1072,21 @@ class _Reader:
                 value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
-        if index is not None:  # A[3]=x
-            array = list(self.shell.arrays.get(name, []))
-            if re.fullmatch(r"\d+", index) and int(index) < MAX_LOOP:
-                array.extend([""] * (int(index) + 1 - len(array)))
-                array[int(index)] = value
+        if index is not None:  # A[3]=x, A[$i]=x (the subscript is arithmetic)
+            array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
+                                                else [self.shell.scalars[name]]))
+            try:
+                k = self.arith_text(index)
+            except _Unknown:
+                k = -1
+            if array == [_unknown(name)]:
+                pass  # not known: an element set now does not make it known
+            elif 0 <= k < len(array):
+                array[k] = value
+            elif k == len(array):
+                array.append(value)
+            else:  # a gap (bash's arrays are sparse: A[5]=z after two elements is the third), or not known
+                array = [_unknown(name)]
             self.shell.arrays[name] = array
             self.shell.scalars.pop(name, None)
             self.note_uncertain(name, touched, keep=True)

@@ -600,3 +600,15 @@ def test_brace_bombs_end_in_bounded_time(word):
     except UserError:
         pass
     assert time.monotonic() - started < 20
+
+
+
+@pytest.mark.parametrize(("prelude", "expected"), [
+    ("for i in 0 1 2; do H[$i]=h$i; done\n", ["h0", "h1", "h2"]),  # A[$i]=x was dropped: the subscript is arithmetic
+    ("A=(x y)\nA[1]=z\n", ["x", "z"]), ("A=s\nA[1]=t\n", ["s", "t"]),
+    ("A=(x y)\nA[5]=z\n", ["${A}"]),  # sparse: filled with empty words before; now not known
+    ("A[1]=q\nA[0]=p\n", ["${A}"]),
+])
+def test_an_element_assignment_is_bashs(prelude, expected):
+    reading = read_script(prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
