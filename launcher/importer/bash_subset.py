@@ -171,9 +171,10 @@ class _Exit(Exception):
 class _Break(Exception):
     """break / continue (continue: `again`)."""
 
-    def __init__(self, again: bool):
+    def __init__(self, again: bool, levels: int = 1):
         super().__init__()
         self.again = again
+        self.levels = levels  # `break 2`: this loop and the one around it
 
 
 class _Return(Exception):
@@ -415,11 +416,21 @@ class _Reader:
         options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c).startswith("-")]
         export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
+        integer = any("i" in o for o in options if o.startswith("-"))
         for child in node.named_children:
             if child.type == "variable_assignment":
+                name = self.assignment_name(child)[0]
                 if is_local:
-                    self.make_local(self.assignment_name(child)[0])
+                    self.make_local(name)
                 self.assign(child, export=export)
+                value = self.shell.scalars.get(name)
+                if integer and value is not None:  # declare -i N=2+3: the value is arithmetic
+                    try:
+                        self.shell.scalars[name] = str(self.arith_text(value))
+                    except _Unknown:
+                        self.shell.scalars[name] = _unknown(name)
+                    if name in self.shell.exports:
+                        self.shell.exports[name] = self.shell.scalars[name]
             elif child.type in WORDISH:
                 for word in self.fields(child):
                     if word.startswith("-"):
@@ -743,6 +754,8 @@ class _Reader:
         try:
             self.block(body.children)
         except _Break as exc:
+            if exc.levels > 1:  # leaves the loops around this one too
+                raise _Break(exc.again, exc.levels - 1) from None
             return exc.again
         return True
 
@@ -1231,7 +1244,8 @@ class _Reader:
         if program == "exit":
             raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
         if program in ("break", "continue"):
-            raise _Break(program == "continue")
+            levels = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() and int(argv[1]) > 0 else 1
+            raise _Break(program == "continue", levels)
         if program == "return":
             raise _Return()
         if program == "shift":

@@ -612,3 +612,14 @@ def test_brace_bombs_end_in_bounded_time(word):
 def test_an_element_assignment_is_bashs(prelude, expected):
     reading = read_script(prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+
+@pytest.mark.parametrize(("script", "expected"), [
+    ("for a in 1 2; do for b in x y; do [ $b = y ] && break 2; S=\"$S$a$b\"; done; done\n", "1x"),
+    ("for a in 1 2; do for b in x y; do [ $b = x ] && continue 2; S=\"$S$a$b\"; done; done\nS=${S:-none}\n", "none"),
+    ("declare -i S=2+3\n", "5"), ("local_f() { local -i S=4*2; echo $S; }\nS=$(local_f)\n", "8"),
+])
+def test_break_levels_and_integer_declarations(script, expected):
+    assert carried(script + f"torchrun pretrain_gpt.py {MODEL} --wandb-exp-name $S\n").settings["wandb_exp_name"] \
+        == expected
