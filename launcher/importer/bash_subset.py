@@ -199,6 +199,43 @@ SBATCH_VALUE_OPTIONS = {"-p", "-A", "-J", "-t", "-N", "-n", "-o", "-e", "-d", "-
                         "--error", "--dependency", "--qos", "--gres", "--array", "--mem", "--chdir"}
 
 
+# What sbatch sets in the job's environment from the script's own #SBATCH lines (sbatch(1), OUTPUT ENVIRONMENT
+# VARIABLES); a script written for sbatch reads them (`torchrun --nnodes $SLURM_NNODES`).
+SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
+              "gpus-per-node": ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"), "cpus-per-task": ("SLURM_CPUS_PER_TASK",),
+              "ntasks": ("SLURM_NTASKS", "SLURM_NPROCS")}
+SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
+
+
+def slurm_directives(text: str, reading: Reading) -> None:
+    """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
+    sbatch gives the job, set as known values; said with their line."""
+    found: dict[str, str] = {}
+    first = 0
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#SBATCH"):
+            continue
+        words = stripped[len("#SBATCH"):].split("#", 1)[0].split()
+        for k, word in enumerate(words):
+            name, eq, value = word.partition("=")
+            if not eq:
+                value = words[k + 1] if k + 1 < len(words) else ""
+            option = SBATCH_SHORT.get(name, name.removeprefix("--"))
+            if option == "gres" and re.fullmatch(r"gpu(:[\w.-]+)?:\d+", value):
+                option, value = "gpus-per-node", value.rsplit(":", 1)[1]
+            if option in SBATCH_ENV and re.fullmatch(r"\d+", value):
+                first = first or number
+                for variable in SBATCH_ENV[option]:
+                    found[variable] = value
+    if found:
+        reading.shell.scalars.update(found)
+        reading.skipped.append((first, "read as sbatch runs it: " + ", ".join(f"{k}={v}" for k, v in found.items())
+                                + " from the #SBATCH lines (sbatch's own command line may change them)"))
+
+
 def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given."""
     if len(text) > MAX_SCRIPT_CHARS:
@@ -207,6 +244,7 @@ def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
         raise ShellSyntaxError("the script holds a NUL byte (a binary file?)")
     reading = Reading()
     reader = _Reader(reading, positional)
+    slurm_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:

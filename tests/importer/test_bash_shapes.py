@@ -623,3 +623,18 @@ def test_an_element_assignment_is_bashs(prelude, expected):
 def test_break_levels_and_integer_declarations(script, expected):
     assert carried(script + f"torchrun pretrain_gpt.py {MODEL} --wandb-exp-name $S\n").settings["wandb_exp_name"] \
         == expected
+
+
+
+def test_sbatch_directives_give_the_slurm_variables_the_job_reads():
+    # AWS's and Swiss AI's sbatch scripts: `torchrun --nnodes $SLURM_JOB_NUM_NODES`, TP=$SLURM_GPUS_PER_NODE
+    script = ("#!/bin/bash\n#SBATCH --nodes=2   # two nodes\n#SBATCH -c 16\n#SBATCH --gres=gpu:h100:8\n"
+              "#SBATCH --job-name=x\nexport OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
+              "#SBATCH --nodes=64\n"  # after the first command: sbatch does not read it
+              f"torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_PER_NODE pretrain_gpt.py {MODEL} "
+              "--tensor-model-parallel-size $SLURM_GPUS_PER_NODE\n")
+    imported = carried(script)
+    assert imported.launcher == {"nodes": 2, "gpus_per_node": 8}
+    assert imported.settings["tensor_model_parallel_size"] == 8 and imported.env == {"OMP_NUM_THREADS": "16"}
+    assert any("line 2: read as sbatch runs it: SLURM_NNODES=2" in n for n in imported.not_carried)
+    assert "nodes" not in carried(script.replace("#SBATCH --nodes=2", "#SBATCH --exclusive")).launcher
