@@ -150,6 +150,7 @@ class Reading:
     undecided: list[Undecided] = field(default_factory=list)  # branches that hold something and were not chosen
     shell: Shell = field(default_factory=Shell)
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
+    slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -228,6 +229,7 @@ def slurm_directives(text: str, reading: Reading) -> None:
                 option, value = "gpus-per-node", value.rsplit(":", 1)[1]
             if option in SBATCH_ENV and re.fullmatch(r"\d+", value):
                 first = first or number
+                reading.slurm[option] = int(value)
                 for variable in SBATCH_ENV[option]:
                     found[variable] = value
     if found:

@@ -185,6 +185,7 @@ class Source:
     env: dict[str, str]
     notes: list[str]
     undecided: list[Undecided] = field(default_factory=list)
+    slurm: dict[str, int] = field(default_factory=dict)  # the #SBATCH counts (Reading.slurm)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -299,7 +300,7 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
         if training_command.program(c.argv) in ("echo", "printf", ":", "true"):
             continue  # prints only: nothing of the run depends on it
         notes.append(f"line {c.line}: not carried (not the training command): {_comment(' '.join(c.argv))}")
-    return Source(runner, words, env, notes, undecided)
+    return Source(runner, words, env, notes, undecided, reading.slurm)
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -332,6 +333,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")
+            if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
+                # srun without its own counts starts the job's tasks: the #SBATCH lines give them
+                for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
+                    if setting not in launcher and option in source.slurm:
+                        launcher[setting] = source.slurm[option]
     flags = flag_reader.read_flags(words)
     lost: list[str] = []
     for w in flags.of_kind("lost"):

@@ -638,3 +638,13 @@ def test_sbatch_directives_give_the_slurm_variables_the_job_reads():
     assert imported.settings["tensor_model_parallel_size"] == 8 and imported.env == {"OMP_NUM_THREADS": "16"}
     assert any("line 2: read as sbatch runs it: SLURM_NNODES=2" in n for n in imported.not_carried)
     assert "nodes" not in carried(script.replace("#SBATCH --nodes=2", "#SBATCH --exclusive")).launcher
+
+
+
+def test_srun_without_counts_starts_the_tasks_the_sbatch_lines_ask_for():
+    # Swiss AI's submit-llama3-8b.sh: #SBATCH --nodes=16 --ntasks-per-node=4, then `srun … bash -c "python3 …"`
+    script = ("#!/bin/bash\n#SBATCH --nodes=16\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=4\n"
+              f'CMD="python3 pretrain_gpt.py {MODEL}"\nsrun -lu bash -c "RANK=\\$SLURM_PROCID $CMD"\n')
+    assert carried(script).launcher == {"nodes": 16, "gpus_per_node": 4}
+    explicit = script.replace("srun -lu", "srun -N 2 --ntasks-per-node 8")
+    assert carried(explicit).launcher == {"nodes": 2, "gpus_per_node": 8}  # srun's own counts come first
