@@ -511,6 +511,9 @@ class _Reader:
         if body is not None and heredoc is not None and body.type == "command" and self.write_heredoc(node, body,
                                                                                                     heredoc):
             return
+        if self.capture is not None and body is not None and heredoc is not None and body.type == "command" \
+                and self.print_heredoc(node, body, heredoc):
+            return
         if body is not None:
             self.statement(body)
 
@@ -535,6 +538,19 @@ class _Reader:
         self.written[path] = [*chunks, (text, offset)]
         if sum(len(t) for t, _ in self.written[path]) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
+        return True
+
+    def print_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
+        """`$(cat <<EOF … EOF)`: what the substitution captures is the here-document's text."""
+        name = command.child_by_field_name("name")
+        if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1 or any(
+                c.type == "file_redirect" for c in node.named_children) or self.capture is None:
+            return False
+        body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+        if body is None or any(c.type not in ("heredoc_start", "heredoc_body", "heredoc_end")
+                               for c in heredoc.named_children):
+            return False  # the grammar read the document's lines as words (a quoted `<<'EOF'` inside $(…)): unknown
+        self.capture.out.append(self.heredoc_text(heredoc, body))
         return True
 
     def heredoc_text(self, heredoc: Any, body: Any) -> str:

@@ -648,3 +648,14 @@ def test_srun_without_counts_starts_the_tasks_the_sbatch_lines_ask_for():
     assert carried(script).launcher == {"nodes": 16, "gpus_per_node": 4}
     explicit = script.replace("srun -lu", "srun -N 2 --ntasks-per-node 8")
     assert carried(explicit).launcher == {"nodes": 2, "gpus_per_node": 8}  # srun's own counts come first
+
+
+
+def test_a_here_document_captured_by_cat_is_its_text():
+    # MODEL_ARGS=$(cat <<EOF … EOF): the flags are the document's lines
+    imported = carried(f"L=4\nMODEL_ARGS=$(cat <<EOF\n--num-layers $L\n--hidden-size 64\nEOF\n)\n"
+                       f"f() {{ cat <<EOF\n--lr 2e-4\nEOF\n}}\ntorchrun pretrain_gpt.py {MODEL} $MODEL_ARGS $(f)\n")
+    assert imported.settings["num_layers"] == 4 and imported.settings["lr"] == 2e-4
+    # the grammar reads a quoted document inside $(…) as words: not known, never empty
+    quoted = carried(f"A=$(cat <<'EOF'\n--num-layers 6\nEOF\n)\ntorchrun pretrain_gpt.py {MODEL} $A\n")
+    assert quoted.settings.get("num_layers") in (2, 6)
