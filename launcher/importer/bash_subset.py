@@ -18,7 +18,9 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
+import functools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +37,31 @@ UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
 WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
+DEFAULT_IFS = " \t\n"
+
+
+def _split(value: str, ifs: str) -> tuple[list[str], bool, bool]:
+    """Bash's field splitting of an unquoted expansion: (fields, a delimiter leads, a delimiter ends). The script's
+    own IFS decides (IFS=, splits `a,b` in two and `a b` not at all); an unknown part is never split apart."""
+    if ifs == DEFAULT_IFS or MARK in value or MARK in ifs:
+        return WORD_SPLIT.findall(value), value[:1].isspace(), value[-1:].isspace()
+    if not ifs:
+        return ([value] if value else []), False, False
+    blank = "".join(c for c in ifs if c in DEFAULT_IFS)
+    other = "".join(c for c in ifs if c not in DEFAULT_IFS)
+    core = value.strip(blank) if blank else value
+    if not core:
+        return [], bool(value), bool(value)
+    around = f"[{re.escape(blank)}]*" if blank else ""
+    delimiters = ([f"{around}[{re.escape(other)}]{around}"] if other else []) + (
+        [f"[{re.escape(blank)}]+"] if blank else [])
+    fields = re.split("|".join(delimiters), core)
+    if other and fields and fields[-1] == "":
+        fields.pop()  # a delimiter at the end ends the last field, it does not start an empty one
+    # a delimiter in front ends what came before in the word (`p${S}` with S=",x" gives p and x…); an empty first
+    # field stands for it
+    leading = value[:1] in ifs and not (fields and fields[0] == "" and core[:1] in other)
+    return fields, leading, value[-1:] in ifs
 INT64 = 1 << 64
 
 
@@ -88,6 +115,11 @@ class ScriptCommand:
     env: dict[str, str] = field(default_factory=dict)  # NAME=value prefixes and `env NAME=value`
     under: tuple[Undecided, ...] = ()  # undecided branches the command sits in
     depends: dict[int, tuple[Undecided, ...]] = field(default_factory=dict)  # argv index → what its value needs
+    # `srun -N 2 --ntasks-per-node 8 bash -c "python pretrain_gpt.py …"`: the words before the shell that runs the
+    # command, whose process counts are the job's
+    outer: list[str] = field(default_factory=list)
+    # undecided branches behind words that expanded to nothing here (`$EXTRA`, which a branch may fill with flags)
+    absent: tuple[Undecided, ...] = ()
 
 
 @dataclass
@@ -118,6 +150,7 @@ class Reading:
     undecided: list[Undecided] = field(default_factory=list)  # branches that hold something and were not chosen
     shell: Shell = field(default_factory=Shell)
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
+    slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -139,9 +172,10 @@ class _Exit(Exception):
 class _Break(Exception):
     """break / continue (continue: `again`)."""
 
-    def __init__(self, again: bool):
+    def __init__(self, again: bool, levels: int = 1):
         super().__init__()
         self.again = again
+        self.levels = levels  # `break 2`: this loop and the one around it
 
 
 class _Return(Exception):
@@ -160,6 +194,48 @@ EXPANSIONS = {"string", "raw_string", "ansi_c_string", "translated_string", "sim
               "command_substitution", "arithmetic_expansion", "process_substitution", "concatenation"}
 DECLARATIONS = ("export", "declare", "local", "readonly", "typeset")
 SHELLS = ("sh", "bash", "dash", "zsh")
+# sbatch options that take a value as the next word (`sbatch -p gpu job.sbatch`: the script is job.sbatch)
+SBATCH_VALUE_OPTIONS = {"-p", "-A", "-J", "-t", "-N", "-n", "-o", "-e", "-d", "-q", "-c", "-w", "-x", "-G",
+                        "--partition", "--account", "--job-name", "--time", "--nodes", "--ntasks", "--output",
+                        "--error", "--dependency", "--qos", "--gres", "--array", "--mem", "--chdir"}
+
+
+# What sbatch sets in the job's environment from the script's own #SBATCH lines (sbatch(1), OUTPUT ENVIRONMENT
+# VARIABLES); a script written for sbatch reads them (`torchrun --nnodes $SLURM_NNODES`).
+SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
+              "gpus-per-node": ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"), "cpus-per-task": ("SLURM_CPUS_PER_TASK",),
+              "ntasks": ("SLURM_NTASKS", "SLURM_NPROCS")}
+SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
+
+
+def slurm_directives(text: str, reading: Reading) -> None:
+    """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
+    sbatch gives the job, set as known values; said with their line."""
+    found: dict[str, str] = {}
+    first = 0
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#SBATCH"):
+            continue
+        words = stripped[len("#SBATCH"):].split("#", 1)[0].split()
+        for k, word in enumerate(words):
+            name, eq, value = word.partition("=")
+            if not eq:
+                value = words[k + 1] if k + 1 < len(words) else ""
+            option = SBATCH_SHORT.get(name, name.removeprefix("--"))
+            if option == "gres" and re.fullmatch(r"gpu(:[\w.-]+)?:\d+", value):
+                option, value = "gpus-per-node", value.rsplit(":", 1)[1]
+            if option in SBATCH_ENV and re.fullmatch(r"\d+", value):
+                first = first or number
+                reading.slurm[option] = int(value)
+                for variable in SBATCH_ENV[option]:
+                    found[variable] = value
+    if found:
+        reading.shell.scalars.update(found)
+        reading.skipped.append((first, "read as sbatch runs it: " + ", ".join(f"{k}={v}" for k, v in found.items())
+                                + " from the #SBATCH lines (sbatch's own command line may change them)"))
 
 
 def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
@@ -170,6 +246,7 @@ def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
         raise ShellSyntaxError("the script holds a NUL byte (a binary file?)")
     reading = Reading()
     reader = _Reader(reading, positional)
+    slurm_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
@@ -200,6 +277,13 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.under: tuple[Undecided, ...] = ()
+        self.outer: list[str] = []  # the launcher words around the `bash -c` being read
+        self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
+        self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
+        self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
+        self.status: bool | None = True  # of the last `a && b` list read, when it is known
+        # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
+        self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
@@ -252,7 +336,7 @@ class _Reader:
         if len(text) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a command string grows beyond {MAX_SCRIPT_CHARS:,} characters")
         saved = (self.src, self.line_offset, self.fixed_line)
-        self.src = text.encode("utf-8", "surrogateescape")
+        self.src = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
         self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
         try:
             tree = _parser().parse(self.src)
@@ -372,11 +456,21 @@ class _Reader:
         options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c).startswith("-")]
         export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
+        integer = any("i" in o for o in options if o.startswith("-"))
         for child in node.named_children:
             if child.type == "variable_assignment":
+                name = self.assignment_name(child)[0]
                 if is_local:
-                    self.make_local(self.assignment_name(child)[0])
+                    self.make_local(name)
                 self.assign(child, export=export)
+                value = self.shell.scalars.get(name)
+                if integer and value is not None:  # declare -i N=2+3: the value is arithmetic
+                    try:
+                        self.shell.scalars[name] = str(self.arith_text(value))
+                    except _Unknown:
+                        self.shell.scalars[name] = _unknown(name)
+                    if name in self.shell.exports:
+                        self.shell.exports[name] = self.shell.scalars[name]
             elif child.type in WORDISH:
                 for word in self.fields(child):
                     if word.startswith("-"):
@@ -414,8 +508,87 @@ class _Reader:
         if body is not None and heredoc is not None and body.type == "command" and self.heredoc_is_script(body):
             self.run_heredoc(body, heredoc)
             return
+        if body is not None and heredoc is not None and body.type == "command" and self.write_heredoc(node, body,
+                                                                                                    heredoc):
+            return
+        if self.capture is not None and body is not None and heredoc is not None and body.type == "command" \
+                and self.print_heredoc(node, body, heredoc):
+            return
         if body is not None:
             self.statement(body)
+
+    def write_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
+        """`cat > job.sbatch <<EOF … EOF` (or `>>`): the file's text is kept, to be read where the script runs it
+        (`sbatch job.sbatch`, `bash job.sh`)."""
+        name = command.child_by_field_name("name")
+        if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1:
+            return False
+        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if len(redirects) != 1 or self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()[:1] != b">":
+            return False
+        target = redirects[0].child_by_field_name("destination")
+        path = self.joined(target) if target is not None else MARK
+        body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+        # a path with an unknown part ($SCRATCH/run/job.sbatch) is still the same file where the script names it
+        # again with the same words
+        text = self.heredoc_text(heredoc, body) if body is not None else ""
+        appended = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip().startswith(b">>")
+        chunks = self.written.get(path, []) if appended else []
+        offset = self.line(body) - 1 if body is not None else self.line(node)
+        self.written[path] = [*chunks, (text, offset)]
+        if sum(len(t) for t, _ in self.written[path]) > MAX_SCRIPT_CHARS:
+            raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
+        return True
+
+    def print_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
+        """`$(cat <<EOF … EOF)`: what the substitution captures is the here-document's text."""
+        name = command.child_by_field_name("name")
+        if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1 or any(
+                c.type == "file_redirect" for c in node.named_children) or self.capture is None:
+            return False
+        body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+        if body is None or any(c.type not in ("heredoc_start", "heredoc_body", "heredoc_end")
+                               for c in heredoc.named_children):
+            return False  # the grammar read the document's lines as words (a quoted `<<'EOF'` inside $(…)): unknown
+        self.capture.out.append(self.heredoc_text(heredoc, body))
+        return True
+
+    def heredoc_text(self, heredoc: Any, body: Any) -> str:
+        start = next((c for c in heredoc.named_children if c.type == "heredoc_start"), None)
+        quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
+        text = self.text(body) if quoted else self.expand_heredoc(body)
+        if self.src[heredoc.start_byte:heredoc.end_byte].startswith(b"<<-"):  # <<-: leading tabs are stripped
+            text = "\n".join(line.lstrip("\t") for line in text.split("\n"))
+        return text
+
+    def run_written(self, node: Any, argv: list[str]) -> bool:
+        """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
+        script that runs, with its arguments."""
+        program = argv[0].rsplit("/", 1)[-1]
+        k = 0 if argv[0] in self.written else None
+        if k is None and program in (*SHELLS, "sbatch"):
+            i = 1
+            while i < len(argv) and argv[i].startswith("-"):  # sbatch -p gpu --time 1:00:00 job.sbatch
+                i += 2 if program == "sbatch" and argv[i] in SBATCH_VALUE_OPTIONS else 1
+            k = i if i < len(argv) else None
+        if k is None or argv[k] not in self.written:
+            return False
+        chunks = self.written[argv[k]]
+        saved_positional = self.positional
+        self.positional = argv[k + 1:]
+        self.set_positional(self.positional)
+        try:  # its own bash: an exit there ends only that one
+            text = "".join(t for t, _ in chunks)
+            self.nested(node, text, f"{show(argv[k])}, written by the script",
+                        line_offset=chunks[0][1] if len(chunks) == 1 else None)
+        except _Exit:
+            pass
+        finally:
+            self.positional = saved_positional
+            self.set_positional(saved_positional or [])
+            if saved_positional is None:
+                self.shell.scalars.pop("#", None)
+        return True
 
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
@@ -425,11 +598,9 @@ class _Reader:
     def run_heredoc(self, command: Any, heredoc: Any) -> None:
         """`sbatch <<EOF … EOF`, `bash <<EOF`: the here-document is the script that runs."""
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
-        start = next((c for c in heredoc.named_children if c.type == "heredoc_start"), None)
         if body is None:
             return
-        quoted = start is not None and any(q in self.text(start) for q in "'\"\\")
-        text = self.text(body) if quoted else self.expand_heredoc(body)
+        text = self.heredoc_text(heredoc, body)
         try:  # the here-document is its own script: an exit there ends only that one
             self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:
@@ -450,17 +621,23 @@ class _Reader:
         command is taken to succeed) and `||` does not."""
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
-        verdict = self.condition([left]) if self.is_test(left) else None
-        if not self.is_test(left):
-            self.statement(left)
-            if op == "&&":
-                self.statement(right)
-            return
+        verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
         if verdict is None:
             self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
                                 what=self.first_line(node))
+            self.status = None
         elif verdict == (op == "&&"):
-            self.statement(right)
+            self.status = self.run_for_status(right)
+        else:
+            self.status = verdict
+
+    def run_for_status(self, node: Any) -> bool | None:
+        """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, and success for any
+        other command (taken to succeed)."""
+        if self.is_test(node):
+            return self.condition([node])
+        self.statement(node)
+        return self.status if node.type == "list" else True
 
     def is_test(self, node: Any) -> bool:
         if node.type in ("test_command", "negated_command") or (node.type == "compound_statement" and
@@ -470,7 +647,7 @@ class _Reader:
             return all(self.is_test(c) for c in node.named_children)
         if node.type == "command":
             name = node.child_by_field_name("name")
-            return name is not None and self.text(name) in ("test", "[", "true", "false", ":")
+            return name is not None and self.text(name) in ("test", "[", "true", "false", ":", "getopts")
         return False
 
     def st_negated_command(self, node: Any) -> None:
@@ -587,8 +764,7 @@ class _Reader:
         has_in = any(c.type == "in" for c in node.children)
         words: list[str] = []
         if has_in:
-            for value in values:
-                words += self.fields(value)
+            words = self.word_fields(values)
         elif self.positional is not None:
             words = list(self.positional)
         else:
@@ -634,6 +810,8 @@ class _Reader:
         try:
             self.block(body.children)
         except _Break as exc:
+            if exc.levels > 1:  # leaves the loops around this one too
+                raise _Break(exc.again, exc.levels - 1) from None
             return exc.again
         return True
 
@@ -696,9 +874,8 @@ class _Reader:
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
-            self.reading.commands[k] = ScriptCommand(command.argv, command.line, command.env,
-                                                     tuple(decided if u is label else u for u in command.under),
-                                                     command.depends)
+            self.reading.commands[k] = dataclasses.replace(
+                command, under=tuple(decided if u is label else u for u in command.under))
         for name in names:
             states = [_state_of(s, name) for s in outcomes]
             if len(set(states)) == 1:
@@ -770,11 +947,58 @@ class _Reader:
                 return self.test_words(words[1:], double=False)
             if words[0] == "[" and words[-1:] == ["]"]:
                 return self.test_words(words[1:-1], double=False)
+            if words[0] == "getopts" and len(words) >= 3 and NAME.fullmatch(words[2]):
+                return self.getopts(words[1], words[2], words[3:] if len(words) > 3 else None)
             return None  # a command's success is not known without running it
         if kind in ("variable_assignment",):
             self.statement(node)
             return True
         return None
+
+    def getopts(self, spec: str, name: str, given: list[str] | None) -> bool | None:
+        """`while getopts "t:p:" opt`: bash's getopts over the script's arguments (OPTIND, OPTARG, grouped -ab)."""
+        if given is None and self.positional is None:
+            self.without_arguments()
+        args = given if given is not None else (self.positional or [])
+        if unresolved_names(spec) or any(unresolved_names(a) for a in args):
+            return None
+        try:
+            index = int(self.shell.scalars.get("OPTIND", "1"))
+        except ValueError:
+            return None
+        silent = spec.startswith(":")
+        self.shell.scalars.pop("OPTARG", None)
+        if index < 1 or index > len(args) or not args[index - 1].startswith("-") or args[index - 1] in ("-", "--"):
+            if 0 < index <= len(args) and args[index - 1] == "--":
+                index += 1
+            self.shell.scalars.update({name: "?", "OPTIND": str(index)})
+            return False
+        word = args[index - 1]
+        at = self.getopts_at if self.getopts_at < len(word) else 1
+        letter = word[at]
+        at += 1
+        done = at >= len(word)
+        position = spec.find(letter) if letter != ":" else -1
+        if position < 0:  # not an option of the script: `?` (silent: OPTARG is the letter)
+            self.shell.scalars[name] = "?"
+            if silent:
+                self.shell.scalars["OPTARG"] = letter
+        elif spec[position + 1:position + 2] == ":":  # takes a value: the rest of the word, or the next word
+            if not done:
+                self.shell.scalars.update({name: letter, "OPTARG": word[at:]})
+            elif index < len(args):
+                self.shell.scalars.update({name: letter, "OPTARG": args[index]})
+                index += 1
+            else:
+                self.shell.scalars[name] = ":" if silent else "?"
+                if silent:
+                    self.shell.scalars["OPTARG"] = letter
+            done = True
+        else:
+            self.shell.scalars[name] = letter
+        self.getopts_at = 1 if done else at
+        self.shell.scalars["OPTIND"] = str(index + 1 if done else index)
+        return True
 
     def arith_verdict(self, node: Any) -> bool | None:
         inner = [c for c in node.named_children]
@@ -830,7 +1054,70 @@ class _Reader:
             return (self.text(base) if base is not None else "", self.joined(index) if index is not None else "")
         return self.text(name_node), None
 
-    def assign(self, node: Any, export: bool) -> None:
+    def word_text(self, raw: bytes) -> str:
+        """The value of one shell word given as text (`$A/$B"x"`), as an assignment reads it: not split."""
+        return self.reparsed(raw, self.joined, functools.partial(_unknown, raw.decode("utf-8", "replace")))
+
+    def reparsed(self, raw: bytes, read: Callable[[Any], Any], otherwise: Callable[[], Any]) -> Any:
+        """`read` of one word given as text, parsed again with each unquoted `$NAME` written `${NAME}`: the
+        grammar (tree-sitter-bash 0.25) cuts `$A/$B/x` into `$A/$` and `B/x`, and reads `${A}/${B}/x` whole."""
+        saved = self.src
+        self.src = b": " + BRACE_NAMES.sub(_braced, raw)
+        try:
+            command = _parser().parse(self.src).root_node.named_children[0]
+            words = [c for c in command.named_children if c.type != "command_name"]
+            if command.type == "command" and len(words) == 1 and words[0].end_byte == len(self.src):
+                return read(words[0])
+        finally:
+            self.src = saved
+        return otherwise()  # read in the script's own text again
+
+    def word_fields(self, nodes: Sequence[Any]) -> list[str]:
+        """The fields of a list of words; nodes with nothing between them are one shell word (the grammar may cut
+        one in two, see reparsed), read again whole."""
+        out: list[str] = []
+        k = 0
+        while k < len(nodes):
+            m = k
+            while m + 1 < len(nodes) and nodes[m + 1].start_byte == nodes[m].end_byte:
+                m += 1
+            written = self.src[nodes[k].start_byte:nodes[m].end_byte].decode("utf-8", "surrogateescape")
+            if "{" in written and ("," in written or ".." in written):  # a{1..3}, {x,y}z: bash expands braces first
+                variants = _brace_expand(written)
+                if variants is None:
+                    out.append(_unknown(written))
+                    k = m + 1
+                    continue
+                if len(variants) > 1:
+                    for variant in filter(None, variants):  # an empty one is no word: {,x} gives x
+                        raw = variant.encode("utf-8", "surrogateescape")
+                        out += self.reparsed(raw, self.fields, functools.partial(_unknown, variant))
+                    k = m + 1
+                    continue
+            if m == k:
+                out += self.fields(nodes[k])
+            else:
+                raw = self.src[nodes[k].start_byte:nodes[m].end_byte]
+                pieces = nodes[k:m + 1]
+                # where the word stays cut even so (`$A/` and `` `echo $B`/c ``), its pieces are glued: bash has no
+                # blank between them
+                out += self.reparsed(raw, self.fields, functools.partial(self.glued, pieces))
+            k = m + 1
+        return out
+
+    def glued(self, pieces: Sequence[Any]) -> list[str]:
+        """The fields of adjacent pieces of one word: the last field of each joined to the first of the next."""
+        out: list[str] = []
+        for piece in pieces:
+            fields = self.fields(piece)
+            if out and fields:
+                out[-1] += fields[0]
+                fields = fields[1:]
+            out += fields
+        return out
+
+    def assign(self, node: Any, export: bool, tail: Any = None) -> None:
+        """NAME=value (`tail`: the rest of the word, where the grammar cut it off as a command name)."""
         name, index = self.assignment_name(node)
         if not name:
             return
@@ -839,7 +1126,7 @@ class _Reader:
         touched = self.begin_touch()
         try:
             if value_node is not None and value_node.type == "array":
-                elements = [w for c in value_node.named_children if c.type != "comment" for w in self.fields(c)]
+                elements = self.word_fields([c for c in value_node.named_children if c.type != "comment"])
                 self.shell.arrays[name] = (self.shell.arrays.get(name, []) if append else []) + elements
                 self.shell.scalars.pop(name, None)
                 _bound(self.shell.arrays[name], self.line(node))
@@ -847,14 +1134,28 @@ class _Reader:
                     self.shell.exports[name] = elements[0] if elements else ""
                 self.note_uncertain(name, touched, keep=append)
                 return
-            value = self.joined(value_node) if value_node is not None else ""
+            if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
+                begin = value_node.start_byte if value_node is not None else tail.start_byte
+                value = self.word_text(self.src[begin:tail.end_byte])
+            else:
+                value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
-        if index is not None:  # A[3]=x
-            array = list(self.shell.arrays.get(name, []))
-            if re.fullmatch(r"\d+", index) and int(index) < MAX_LOOP:
-                array.extend([""] * (int(index) + 1 - len(array)))
-                array[int(index)] = value
+        if index is not None:  # A[3]=x, A[$i]=x (the subscript is arithmetic)
+            array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
+                                                else [self.shell.scalars[name]]))
+            try:
+                k = self.arith_text(index)
+            except _Unknown:
+                k = -1
+            if array == [_unknown(name)]:
+                pass  # not known: an element set now does not make it known
+            elif 0 <= k < len(array):
+                array[k] = value
+            elif k == len(array):
+                array.append(value)
+            else:  # a gap (bash's arrays are sparse: A[5]=z after two elements is the third), or not known
+                array = [_unknown(name)]
             self.shell.arrays[name] = array
             self.shell.scalars.pop(name, None)
             self.note_uncertain(name, touched, keep=True)
@@ -883,6 +1184,14 @@ class _Reader:
         else:
             self.shell.uncertain.pop(name, None)
 
+    def touch(self, name: str) -> None:
+        """Reading `name` while a word is expanded: the word depends on the undecided branches that set it. A value
+        that is only the variable's unknown marker carries that itself, into the one word it lands in (so that
+        `--node_rank $NODE_RANK` depends on the branch, the other words of the same string do not)."""
+        if name in self.shell.uncertain and self.touched is not None \
+                and self.shell.lookup(name) != _unknown(name):
+            self.touched.update(self.shell.uncertain[name])
+
     def begin_touch(self) -> set[Undecided]:
         self._touch_stack = getattr(self, "_touch_stack", [])
         self._touch_stack.append(self.touched)
@@ -899,6 +1208,15 @@ class _Reader:
     def st_command(self, node: Any) -> None:
         prefixes = [c for c in node.children if c.type == "variable_assignment"]
         name = node.child_by_field_name("name")
+        arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
+                     and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
+        if prefixes and name is not None and prefixes[-1].end_byte == name.start_byte and not arguments:
+            # the grammar splits `ROOT=$A/$B/x` at `/$` into an assignment and a command `$B/x`; bash reads one
+            # assignment word (seen: a checkpoint path cut to its first part and a command that is none)
+            for prefix in prefixes[:-1]:
+                self.assign(prefix, export=False)
+            self.assign(prefixes[-1], export=False, tail=name)
+            return
         if prefixes and name is not None and self.newline_between(prefixes[-1], name):
             # the grammar joins `A=1 B=${X}` and the next line's command; bash runs them apart
             for prefix in prefixes:
@@ -906,19 +1224,29 @@ class _Reader:
             prefixes = []
         argv: list[str] = []
         depends: dict[int, tuple[Undecided, ...]] = {}
-        for child in node.children:
-            if not child.is_named or child.type in ("variable_assignment", "file_redirect", "herestring_redirect",
-                                                    "heredoc_redirect", "comment"):
-                continue
-            target = child.named_children[0] if child.type == "command_name" and child.named_children else child
+        targets = [child.named_children[0] if child.type == "command_name" and child.named_children else child
+                   for child in node.children
+                   if child.is_named and child.type not in ("variable_assignment", "file_redirect",
+                                                            "herestring_redirect", "heredoc_redirect", "comment")]
+        groups: list[list[Any]] = []
+        for target in targets:  # words with nothing between them are one word the grammar cut (see reparsed)
+            if groups and groups[-1][-1].end_byte == target.start_byte:
+                groups[-1].append(target)
+            else:
+                groups.append([target])
+        absent: set[Undecided] = set()
+        for group in groups:
             touched = self.begin_touch()
             try:
-                words = self.fields(target)
+                words = self.word_fields(group)
             finally:
                 self.end_touch()
+            if not words:
+                absent |= touched
             for word in words:
-                if touched:
-                    depends[len(argv)] = tuple(sorted(touched, key=lambda u: u.line))
+                needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
+                if needs:
+                    depends[len(argv)] = tuple(sorted(needs, key=lambda u: u.line))
                 argv.append(word)
         if not argv:
             for prefix in prefixes:
@@ -930,6 +1258,7 @@ class _Reader:
             value_node = prefix.child_by_field_name("value")
             env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
         _bound(argv, self.line(node))
+        self.absent = tuple(sorted(absent, key=lambda u: u.line))
         self.run_argv(node, argv, env, depends)
 
     def newline_between(self, before: Any, after: Any) -> bool:
@@ -971,7 +1300,8 @@ class _Reader:
         if program == "exit":
             raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
         if program in ("break", "continue"):
-            raise _Break(program == "continue")
+            levels = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() and int(argv[1]) > 0 else 1
+            raise _Break(program == "continue", levels)
         if program == "return":
             raise _Return()
         if program == "shift":
@@ -1005,14 +1335,21 @@ class _Reader:
             self.capture.known = False
             self.capture.why = self.capture.why or program
             return
+        if self.written and self.run_written(node, argv):
+            return
         inner = _shell_c(argv)
         if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
+            saved_outer = self.outer
+            self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
                 self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
+            finally:
+                self.outer = saved_outer
             return
-        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends))
+        self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
+                                                   self.absent))
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -1116,8 +1453,7 @@ class _Reader:
             self.depth -= 1
 
     def arith_variable(self, name: str) -> int:
-        if name in self.shell.uncertain and self.touched is not None:
-            self.touched.update(self.shell.uncertain[name])
+        self.touch(name)
         value = self.shell.lookup(name)
         if value is None or unresolved_names(value):
             raise _Unknown(name)
@@ -1148,6 +1484,14 @@ class _Reader:
             if unresolved_names(text):
                 raise _Unknown(text)
             return self.arith_text(text)
+        if kind == "variable_assignment":  # for ((i=0; …)): the grammar makes the initializer an assignment
+            target = node.child_by_field_name("name")
+            value = node.child_by_field_name("value")
+            if target is None or value is None or not NAME.fullmatch(self.text(target)):
+                raise _Unknown("assignment")
+            number = self.arith_node(value)
+            self.shell.scalars[self.text(target)] = str(number)
+            return number
         if kind == "parenthesized_expression":
             result = 0
             for child in node.named_children:
@@ -1259,8 +1603,7 @@ class _Reader:
         return [("lit", self.text(node), quoted)]
 
     def variable(self, name: str, quoted: bool) -> tuple[str, str | list[str], bool]:
-        if name in self.shell.uncertain and self.touched is not None:
-            self.touched.update(self.shell.uncertain[name])
+        self.touch(name)
         if name in ("@", "*", "#") and self.positional is None:
             self.without_arguments()
         if name in ("@", "*"):
@@ -1284,7 +1627,10 @@ class _Reader:
 
     def unset(self, name: str) -> str:
         """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
-        left it unset, as bash would), else unknown (the caller's environment may set it)."""
+        left it unset, as bash would), else unknown (the caller's environment may set it). A positional parameter
+        past $# is empty once the arguments are known (`launch import train.sh /exp` has no $2)."""
+        if name.isdigit() and name != "0" and self.positional is not None:
+            return ""
         return "" if name in self.script_names else _unknown(name)
 
     def without_arguments(self) -> None:
@@ -1316,8 +1662,7 @@ class _Reader:
         if prefix == "!" and subscript:  # ${!A[@]}: indices
             return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
         if subscript and index in ("@", "*") and not rest:
-            if name in self.shell.uncertain and self.touched is not None:
-                self.touched.update(self.shell.uncertain[name])
+            self.touch(name)
             if name in self.shell.arrays:
                 elements = list(self.shell.arrays[name])
             elif name in self.shell.scalars:
@@ -1327,6 +1672,33 @@ class _Reader:
                 if name not in self.shell.arrays and name not in self.shell.scalars and name in self.unknown_names():
                     elements = [_unknown(name)]
             return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
+        if subscript and index in ("@", "*") and name in self.shell.arrays and re.match(r":(?![-=+?])", rest):
+            # ${A[@]:1:2}: elements, not characters
+            spec = self.operand(node, begin + 2 + len((inner[:match.end()] + ":").encode("utf-8", "surrogateescape")))
+            numbers = spec.split(":")
+            elements = self.shell.arrays[name]
+            try:
+                offset = self.arith_text(numbers[0])
+                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+            except _Unknown:
+                return ("val", _unknown(inner), quoted)
+            if length is not None and length < 0:  # bash: "substring expression < 0", the command does not run
+                return ("val", _unknown(inner), quoted)
+            first = offset if offset >= 0 else max(0, len(elements) + offset)
+            chosen = elements[first:] if length is None else elements[first:first + length]
+            return ("list", list(chosen), quoted) if index == "@" else ("val", " ".join(chosen), quoted)
+        if subscript and index in ("@", "*") and self.element is None and name in self.shell.arrays \
+                and re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):
+            # "${ARGS[@]/#/--}", ${FILES[@]%.bin}: the operation applies to each element
+            results = []
+            for element in self.shell.arrays[name]:
+                self.element = element
+                try:
+                    results.append(self.expansion(node, quoted)[1])
+                finally:
+                    self.element = None
+            flat = [r if isinstance(r, str) else " ".join(r) for r in results]
+            return ("list", flat, quoted) if index == "@" else ("val", " ".join(flat), quoted)
         value = self.lookup_value(name, index)
         is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
         if not rest:
@@ -1345,9 +1717,10 @@ class _Reader:
                 word = self.operand(node, operand_start)
                 if op[-1] == "=" and not name.isdigit():
                     self.shell.scalars[name] = word
-                return ("val", word, quoted)
+                return ("val", word, quoted or self.quoted_operand(node, operand_start))
             if op[-1] == "+":
-                return ("val", "" if empty else self.operand(node, operand_start), quoted)
+                return ("val", "" if empty else self.operand(node, operand_start),
+                        quoted or self.quoted_operand(node, operand_start))
             return ("val", value if not empty else _unknown(name), quoted)
         if not known:
             return ("val", _unknown(name), quoted)
@@ -1360,10 +1733,11 @@ class _Reader:
             except _Unknown:
                 return ("val", _unknown(name), quoted)
         if op in ("/", "//", "/#", "/%"):
-            slash = next((c for c in node.children if c.start_byte >= operand_start and c.type == "/"), None)
-            end = slash.start_byte if slash is not None else node.end_byte - 1
+            # the separator is found in the text: the grammar cuts `${P//\//_}` at the escaped slash
+            slash = _separator(self.src, operand_start, node.end_byte - 1)
+            end = slash if slash is not None else node.end_byte - 1
             pattern = self.operand(node, operand_start, pattern=True, end=end)
-            replacement = self.operand(node, slash.end_byte) if slash is not None else ""
+            replacement = self.operand(node, slash + 1) if slash is not None else ""
             if unresolved_names(pattern) or unresolved_names(replacement) or len(value) > 10_000:
                 return ("val", _unknown(name), quoted)
             try:
@@ -1393,8 +1767,9 @@ class _Reader:
         return set()
 
     def lookup_value(self, name: str, index: str | None) -> str:
-        if name in self.shell.uncertain and self.touched is not None:
-            self.touched.update(self.shell.uncertain[name])
+        self.touch(name)
+        if self.element is not None:  # one element of ${A[@]…} (see expansion)
+            return self.element
         if name in ("#", "@", "*") and self.positional is None:
             self.without_arguments()
             return "0" if name == "#" else ""
@@ -1416,20 +1791,37 @@ class _Reader:
         """The word after an operator inside ${…} (up to `end`), expanded, not split."""
         stop = node.end_byte - 1 if end is None else end
         out, at = [], start
+
+        def expanded(child: Any) -> str:
+            pieces = []
+            for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
+                text = " ".join(value) if isinstance(value, list) else value
+                pieces.append(_glob_escape(text) if pattern and quoted_part and child.type in (
+                    "string", "raw_string") else text)
+            return "".join(pieces)
+
+        def raw(begin: int, until: int) -> str:
+            text = self.src[begin:until]
+            if b"$" in text or b"`" in text:  # an expansion the grammar left in a pattern node (`${P/$R/y}`)
+                return str(self.reparsed(text, expanded, functools.partial(_unknown, text.decode("utf-8", "replace"))))
+            return text.decode("utf-8", "replace")
+
         for child in node.children:
             if child.start_byte < start or child.end_byte > stop or not child.is_named:
                 continue
             if child.type in EXPANSIONS:
-                out.append(self.src[at:self.start(child)].decode("utf-8", "replace"))
-                for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
-                    text = " ".join(value) if isinstance(value, list) else value
-                    out.append(_glob_escape(text) if pattern and quoted_part and child.type in (
-                        "string", "raw_string") else text)
+                out.append(raw(at, self.start(child)))
+                out.append(expanded(child))
                 at = child.end_byte
-        tail = self.src[at:stop].decode("utf-8", "replace") if stop > at else ""
-        out.append(tail)
+        out.append(raw(at, stop) if stop > at else "")
         text = "".join(out)
-        return text if pattern else _unescape_unquoted(text)
+        return _glob_unescape(text) if pattern else _unescape_unquoted(text)
+
+    def quoted_operand(self, node: Any, start: int) -> bool:
+        """${A:-"d e"}: an operand that is one quoted string is not split, even where the expansion is unquoted."""
+        text = self.src[start:node.end_byte - 1]
+        return len(text) >= 2 and text[:1] == text[-1:] and text[:1] in (b'"', b"'") \
+            and text[1:-1].count(text[:1]) == 0
 
     def pattern(self, node: Any) -> str:
         """A glob pattern as written: quoted parts match literally."""
@@ -1489,8 +1881,9 @@ class _Reader:
                 assert isinstance(value, str)
                 add(value)
                 continue
+            ifs = self.shell.scalars.get("IFS", DEFAULT_IFS)
             if isinstance(value, list):
-                items = value if quoted else [w for v in value for w in WORD_SPLIT.findall(v)]
+                items = value if quoted else [w for v in value for w in _split(v, ifs)[0]]
                 for k, item in enumerate(items):
                     if k:
                         out.append(current or "")
@@ -1500,10 +1893,10 @@ class _Reader:
             if quoted:
                 add(value)
                 continue
-            words = WORD_SPLIT.findall(value)
+            words, leading, trailing = _split(value, ifs)
             if not words:
                 continue
-            if value[:1].isspace() and current is not None:
+            if leading and current is not None:
                 out.append(current)
                 current = None
             for k, word in enumerate(words):
@@ -1511,7 +1904,7 @@ class _Reader:
                     out.append(current or "")
                     current = ""
                 add(word)
-            if value[-1:].isspace():
+            if trailing:
                 out.append(current or "")
                 current = None
         if current is not None:
@@ -1616,7 +2009,11 @@ def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bo
     if array is not None:
         return all(s[1] is not None and s[1][:len(array)] == array for s in states)
     if scalar is not None and scalar != _unknown_like(scalar):
-        return all(s[0] is not None and s[0].startswith(scalar) for s in states)
+        added = [s[0][len(scalar):] for s in states if s[0] is not None and s[0].startswith(scalar)]
+        # what a branch adds to a string is words of a command (EXTRA="$EXTRA --wandb-project x"), not a value
+        # set where it was empty (NODE_RANK="" … NODE_RANK=$i: a rank, decided at run time)
+        return len(added) == len(states) and (scalar != "" or all(
+            not a.strip() or a.split()[0].startswith("-") for a in added))
     return False
 
 
@@ -1688,6 +2085,135 @@ def _ansi_c(text: str) -> str:
     return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
 
 
+MAX_BRACE_WORDS = 1000
+SEQUENCE = re.compile(r"(-?\d+)\.\.(-?\d+)(?:\.\.(-?\d+))?|([A-Za-z])\.\.([A-Za-z])(?:\.\.(-?\d+))?")
+
+
+def _brace_expand(word: str) -> list[str] | None:
+    """Bash's brace expansion of one word as written (`a{1..3}`, `{x,y}z`, nested, `{0..7..2}`); quoted text and
+    `${…}` are not brace expressions; None past MAX_BRACE_WORDS words or 100 braces (each is scanned for its end)."""
+    if word.count("{") > 100:
+        return None
+    i = _brace_open(word, 0)
+    while i is not None:
+        j, commas = _brace_close(word, i)
+        if j is not None:
+            body = word[i + 1:j]
+            items: list[str] | None = None
+            sequence = SEQUENCE.fullmatch(body)
+            if sequence:
+                items = _sequence(sequence)
+            elif commas:
+                items = []
+                for part in [word[a + 1:b] for a, b in zip([i, *commas], [*commas, j])]:
+                    expanded = _brace_expand(part)
+                    if expanded is None:
+                        return None
+                    items += expanded
+            if items is not None:
+                rest = _brace_expand(word[j + 1:])
+                if rest is None or len(items) * len(rest) > MAX_BRACE_WORDS:
+                    return None
+                return [word[:i] + item + tail for item in items for tail in rest]
+        i = _brace_open(word, i + 1)
+    return [word]
+
+
+def _brace_open(word: str, start: int) -> int | None:
+    quote, k = "", start
+    while k < len(word):
+        ch = word[k]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch == "\\":
+            k += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{" and (k == 0 or word[k - 1] != "$"):
+            return k
+        elif ch == "$" and word[k + 1:k + 2] == "{":  # ${…}: skipped whole
+            depth, k = 1, k + 2
+            while k < len(word) and depth:
+                depth += {"{": 1, "}": -1}.get(word[k], 0)
+                k += 1
+            continue
+        k += 1
+    return None
+
+
+def _brace_close(word: str, start: int) -> tuple[int | None, list[int]]:
+    """The `}` that closes the `{` at `start`, and the top-level commas between them."""
+    quote, depth, k = "", 0, start + 1
+    commas: list[int] = []
+    while k < len(word):
+        ch = word[k]
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch == "\\":
+            k += 1
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            if not depth:
+                return k, commas
+            depth -= 1
+        elif ch == "," and not depth:
+            commas.append(k)
+        k += 1
+    return None, []
+
+
+def _sequence(match: re.Match[str]) -> list[str] | None:
+    if match.group(1) is not None:
+        first, last, step = int(match.group(1)), int(match.group(2)), abs(int(match.group(3) or 1)) or 1
+        if abs(last - first) // step >= MAX_BRACE_WORDS:
+            return None
+        width = max(len(match.group(1)), len(match.group(2))) if match.group(1).lstrip("-").startswith("0") \
+            or match.group(2).lstrip("-").startswith("0") else 0
+        numbers = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
+        return [str(n).zfill(width + (1 if n < 0 else 0)) if width else str(n) for n in numbers]
+    first, last, step = ord(match.group(4)), ord(match.group(5)), abs(int(match.group(6) or 1)) or 1
+    return [chr(c) for c in range(first, last + (1 if last >= first else -1), step if last >= first else -step)]
+
+
+def _separator(src: bytes, start: int, stop: int) -> int | None:
+    """Where the `/` between pattern and replacement of ${X/pattern/replacement} is: not escaped, quoted, inside a
+    bracket expression or a nested expansion."""
+    i, depth, quote, bracket = start, 0, 0, False
+    while i < stop:
+        ch = src[i]
+        if quote:
+            if ch == quote:
+                quote = 0
+            elif ch == 0x5C and quote == 0x22:  # \ inside "…"
+                i += 1
+        elif ch == 0x5C:  # \x
+            i += 1
+        elif ch in (0x22, 0x27):
+            quote = ch
+        elif ch == 0x24 and src[i + 1:i + 2] in (b"{", b"("):
+            depth += 1
+            i += 1
+        elif ch in (0x7D, 0x29) and depth:
+            depth -= 1
+        elif ch == 0x5B and not depth:
+            bracket = True
+        elif ch == 0x5D and bracket:
+            bracket = False
+        elif ch == 0x2F and not depth and not bracket:
+            return i
+        i += 1
+    return None
+
+
+def _glob_unescape(pattern: str) -> str:
+    r"""`\/`, `\*` … of an unquoted pattern match the character itself (bracket expressions are left as they are)."""
+    return re.sub(r"\[[^\]]*\]|\\(.)", lambda m: m.group(0) if m.group(1) is None else _glob_escape(m.group(1)),
+                  pattern)
+
+
 def _glob_escape(text: str) -> str:
     return re.sub(r"([*?\[\]\\])", r"[\1]", text) if MARK not in text else text
 
@@ -1724,8 +2250,8 @@ def _trim(value: str, pattern: str, op: str) -> str:
 
 
 def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
-    if not pattern:
-        return value
+    if not pattern:  # ${X/#/--}: an empty pattern anchored at the start (or the end) matches there
+        return replacement + value if op == "/#" else value + replacement if op == "/%" else value
     _glob_regex(pattern)  # refuses a pattern too costly to match
     body = fnmatch.translate(pattern)[4:-3]  # (?s:…)\Z → …
     try:
@@ -1768,6 +2294,30 @@ def _printf(argv: list[str]) -> str | None:
 
 def _fill(form: str, values: Any) -> str:
     return re.sub(r"%[sd%]", lambda m: "%" if m.group(0) == "%%" else next(values, ""), form)
+
+
+# an unquoted `$NAME` (single-quoted text and escapes are passed over): written `${NAME}` before a word is parsed again
+BRACE_NAMES = re.compile(rb"'[^']*'|\\.|\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _braced(match: re.Match[bytes]) -> bytes:
+    return b"${" + match.group(1) + b"}" if match.group(1) else match.group(0)
+
+
+# `$NAME` right after other text of the same word (`$A/$B/x`, `x$A.$B`), where the grammar cuts the word
+INNER_NAME = re.compile(rb"'[^'\n]*'|\\.|(?<=[^\s'\"=(\[{$\\|&;<>`])\$([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def _brace_inner_names(src: bytes) -> bytes:
+    """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
+    expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
+    `${A}/${B}/x` it reads whole. Line numbers are unchanged."""
+    return INNER_NAME.sub(_braced, src) if b"$" in src else src
+
+
+def _shell_at(argv: list[str]) -> int:
+    """Where the shell word of `… bash -c STRING` is (what comes before it launches it)."""
+    return next(k for k, word in enumerate(argv) if word.rsplit("/", 1)[-1] in SHELLS)
 
 
 def _shell_c(argv: list[str]) -> str | None:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,6 +185,48 @@ class Source:
     env: dict[str, str]
     notes: list[str]
     undecided: list[Undecided] = field(default_factory=list)
+    slurm: dict[str, int] = field(default_factory=dict)  # the #SBATCH counts (Reading.slurm)
+
+
+SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
+
+
+def _manifest_documents(text: str) -> str | None:
+    """The first document of a multi-document manifest (`---` between them) whose container runs a training script."""
+    if "\n---" not in text:
+        return None
+    for document in re.split(r"(?m)^---[ \t]*$", text)[:50]:
+        try:
+            data = untrusted.load_yaml(document, "the source")
+        except untrusted.TooLarge:
+            raise
+        except UserError:
+            return None  # not YAML: a bash script with a `---` line
+        found = _manifest_script(data)
+        if found is not None:
+            return found
+    return None
+
+
+def _manifest_script(data: Any) -> str | None:
+    """The bash text of the first container (`command:` and `args:`, a Kubernetes pod, a Kubeflow PyTorchJob, a Helm
+    values file) whose words name a pretrain_*.py: `bash -c SCRIPT` gives SCRIPT, a list of words gives one line."""
+    stack: deque[tuple[Any, int]] = deque([(data, 0)])
+    while stack:
+        node, depth = stack.popleft()
+        if isinstance(node, dict):
+            if "command" in node or "args" in node:
+                words = [str(w) for part in (node.get("command"), node.get("args")) if part is not None
+                         for w in (part if isinstance(part, list) else [part])]
+                at = next((k for k, w in enumerate(words[:-2]) if w.rsplit("/", 1)[-1] in ("bash", "sh")
+                           and SHELL_C.fullmatch(words[k + 1])), None)
+                script = words[at + 2] if at is not None else shlex.join(words)
+                if "pretrain_" in script:
+                    return script
+            stack += [(v, depth + 1) for v in node.values() if depth < 40]
+        elif isinstance(node, list):
+            stack += [(v, depth + 1) for v in node if depth < 40]
+    return None
 
 
 def read_source(text: str, positional: Sequence[str] = ()) -> Source:
@@ -201,6 +245,9 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
                 raise UserError("arguments after the source apply to a bash script, not a YAML mapping of flags",
                                 "give only the YAML file")
             return Source(*_from_yaml_mapping(data))
+        manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
+        if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
+            text = manifest
     try:
         reading = read_script(text, positional)
     except ShellSyntaxError as exc:
@@ -216,17 +263,30 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
             training_command.refuse_other_entry(reading)
             stop = (f"; bash stops at line {reading.stopped[0]} ({_comment(reading.stopped[1])}) before reaching one"
                     if reading.stopped else "")
+            other = training_command.other_script(reading)
+            if other is not None:  # `bash submissions/submit.sh 110 $*`: the training command is in that file
+                line, script, args = other
+                given = " ".join(_comment(a) for a in args)
+                raise UserError(
+                    f"no training command found: no line runs pretrain_gpt.py; line {line} runs another script, "
+                    f"{_comment(script)}, which the import does not open" + stop,
+                    "import that script with the arguments this one gives it: launch import "
+                    + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
+                    + _comment(script) + (f" {given}" if given else "")
+                    + " (a path relative to where this script runs)")
             raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
                             + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
-                            "pretrain_gpt.py); give the script's arguments after its name if it needs them")
+                            "pretrain_gpt.py); give the script's arguments after its name if it needs them "
+                            "(`launch import -- train.sh --tp 4` when they start with -)")
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
-        others = [c for c in reading.commands if c not in bare]
+        bare_ids = {id(c) for c in bare}  # by identity: comparing the commands field by field was quadratic
+        others = [c for c in reading.commands if id(c) not in bare_ids]
     else:
         command = training[-1]
         at = flag_reader.find_entry(command.argv)
         assert at is not None
-        runner, words = command.argv[:at + 1], command.argv[at + 1:]
+        runner, words = [*command.outer, *command.argv[:at + 1]], command.argv[at + 1:]
         others = [c for c in reading.commands if c is not command]
         env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
         undecided = training_command.undecided_for(command)
@@ -240,13 +300,25 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
         if training_command.program(c.argv) in ("echo", "printf", ":", "true"):
             continue  # prints only: nothing of the run depends on it
         notes.append(f"line {c.line}: not carried (not the training command): {_comment(' '.join(c.argv))}")
-    return Source(runner, words, env, notes, undecided)
+    return Source(runner, words, env, notes, undecided, reading.slurm)
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
 
 # What a run writes: the launcher puts each into the run directory unless the preset gives a path of its own.
 RUN_OUTPUTS = ("save", "load", "tensorboard_dir")
+
+
+# Exported variables that name a part of the machine the script was written on: carried, they break the run elsewhere
+# (seen: NCCL/GLOO_SOCKET_IFNAME=tailscale0 from a 2026 two-node launch, "Unable to find address for: tailscale0" at
+# init on one H200; PATH and LD_LIBRARY_PATH of /home/sd/.local replace the target's).
+_INTERFACE = "a network interface"
+MACHINE_ENV = {"NCCL_SOCKET_IFNAME": _INTERFACE, "GLOO_SOCKET_IFNAME": _INTERFACE, "TP_SOCKET_IFNAME": _INTERFACE,
+               "NCCL_IB_HCA": "the InfiniBand adapters", "UCX_NET_DEVICES": "the network devices",
+               "PATH": "the program search path", "LD_LIBRARY_PATH": "the library search path",
+               "PYTHONPATH": "the Python search path (the launcher gives Megatron's own)",
+               "CUDA_VISIBLE_DEVICES": "the GPUs", "HIP_VISIBLE_DEVICES": "the GPUs",
+               "ROCR_VISIBLE_DEVICES": "the GPUs"}
 
 
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),
@@ -261,6 +333,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")
+            if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
+                # srun without its own counts starts the job's tasks: the #SBATCH lines give them
+                for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
+                    if setting not in launcher and option in source.slurm:
+                        launcher[setting] = source.slurm[option]
     flags = flag_reader.read_flags(words)
     lost: list[str] = []
     for w in flags.of_kind("lost"):
@@ -338,11 +415,15 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         if isinstance(value, str) and ("'" in value or '"' in value):
             notes.append(f"{flags.flag_of.get(dest, dest)} {value}: the value holds quote characters; bash passes "
                          "them on like this (quotes inside an array element are not removed)")
-    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k, v)}
+    env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k, v)
+              and k not in MACHINE_ENV}
     for k in env:
         if redaction.is_secret(k, env[k]):
             redaction.remember(k, env[k])  # nor in the report or any other output
             notes.append(f"export {k}: a secret, not copied into the preset (export it before launch)")
+        elif k in MACHINE_ENV and not unresolved_names(env[k]):
+            notes.append(f"export {k}={_comment(env[k])}: {MACHINE_ENV[k]} of the machine the script ran on, not "
+                         "carried (elsewhere the ranks fail with it); add it under env: where it holds")
         elif k not in env_ok:
             notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
     for dest, value in list(settings.items()):  # a secret expanded into a flag ($HF_TOKEN) is not written either

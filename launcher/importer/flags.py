@@ -79,8 +79,18 @@ def _values_after(words: list[str], i: int) -> int:
     return j
 
 
+# A fork's name for a choice the pin spells otherwise, with the same meaning: (setting, fork's value) → (the pin's
+# value, why). Megatron-DeepSpeed's HFTokenizer (megatron/tokenizer/tokenizer.py: _HFTokenizer) loads
+# AutoTokenizer.from_pretrained(--tokenizer-model), as the pin's HuggingFaceTokenizer does.
+FORK_CHOICES = {("tokenizer_type", "HFTokenizer"): (
+    "HuggingFaceTokenizer", "Megatron-DeepSpeed's name of the Hugging Face tokenizer read from --tokenizer-model")}
+
+
 def _typed(arg: megatron_args.MegatronArg, value: Any, flag: str) -> tuple[Any, str]:
     """(value in the pin's type, how it was converted or ""); UserError when no exact conversion exists."""
+    if isinstance(value, str) and (arg.dest, value) in FORK_CHOICES:
+        pin, why = FORK_CHOICES[(arg.dest, value)]
+        return type_megatron_value(arg.dest, pin, f"flag {flag}")[1], f"{flag} {value} → {pin}: {why}"
     try:
         return type_megatron_value(arg.dest, value, f"flag {flag}")[1], ""
     except UserError:
@@ -118,7 +128,13 @@ def _exact(arg: megatron_args.MegatronArg, value: Any) -> Any:
     return out if isinstance(value, list) else out[0]
 
 
-def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg]) -> tuple[Word, int, str | None]:
+# "did you mean" compares a flag with every name of the catalog: given for this many unknown flags of a command,
+# so that a command of thousands of unknown flags is still read in bounded time
+SUGGESTED_FLAGS = 200
+
+
+def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg],
+              suggest: bool = True) -> tuple[Word, int, str | None]:
     """The flag at words[i] with its values → (Word, next index, the dest it sets directly or None)."""
     word = words[i]
     if not _is_flag(word):
@@ -136,9 +152,14 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     if translation is not None:
         return _translated(words, i, flag, eq, inline, translation)
     arg = table.get(flag)
+    dashed = "--" + flag[2:].replace("_", "-")
+    if arg is None and dashed != flag and (dashed in table or legacy.translation(dashed) is not None):
+        return _respelled(words, i, dashed + eq + inline, table, suggest)
     if arg is None:
         j = _values_after(words, i)
-        if flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
+        if not suggest:
+            near = ""
+        elif flag.startswith("--no-"):  # a switch-off: only the pin's switch-offs, never the setting it turns off
             near = did_you_mean(flag, [f for f in table if f.startswith(("--no-", "--disable-"))], n=3, cutoff=0.75)
         else:
             near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3,
@@ -168,6 +189,23 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
     except UserError as exc:
         return Word(words[i:j], "lost", why=exc.problems[0].message), j, None
     return Word(words[i:j], "converted" if converted else "carried", {arg.dest: typed}, why=converted), j, arg.dest
+
+
+def _respelled(words: list[str], i: int, word: str, table: dict[str, megatron_args.MegatronArg],
+               suggest: bool) -> tuple[Word, int, str | None]:
+    """`--num_layers 24`: argparse reads only the pin's spelling, `--num-layers`; a fork that spells every flag with
+    underscores (epfLLM/Megatron-LLM) means the same setting, so it is read as the pin's flag and said."""
+    item, j, dest = read_word([*words[:i], word, *words[i + 1:]], i, table, suggest)
+    item.words = words[i:j]
+    spelled = f"{words[i].partition('=')[0]} is {word.partition('=')[0]} spelled with underscores"
+    if item.kind in ("carried", "converted"):
+        item.kind = "translated"
+        item.why = f"→ {word.partition('=')[0]}: {spelled}" + (f"; {item.why}" if item.why else "")
+    elif item.kind == "translated":
+        item.why = f"{item.why}; {spelled}"
+    else:
+        item.why = f"{spelled}; {item.why}" if item.why else spelled
+    return item, j, dest
 
 
 def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
@@ -213,7 +251,7 @@ def read_flags(words: list[str]) -> Flags:
     defaults: dict[str, Any] = {}
     i = 0
     while i < len(words):
-        item, i, _ = read_word(words, i, table)
+        item, i, _ = read_word(words, i, table, suggest=len(out.unknown) < SUGGESTED_FLAGS)
         out.words.append(item)
         if item.kind in ("lost", "harmless"):
             out.unknown.append(f"{item.text}: {item.why}")
@@ -230,6 +268,7 @@ def read_flags(words: list[str]) -> Flags:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
     _dense_in_megatron_deepspeed(out)
+    _recompute_chunk_in_megatron_deepspeed(out)
     return out
 
 
@@ -254,6 +293,25 @@ def _dense_in_megatron_deepspeed(out: Flags) -> None:
                         "--num-experts 1 would build a one-expert MoE)")
 
 
+def _recompute_chunk_in_megatron_deepspeed(out: Flags) -> None:
+    """Megatron-DeepSpeed's --recompute-num-layers defaults to 1 (megatron/arguments.py); the pin's to None, and its
+    full recompute then fails an assert: a fork's script that gives no chunk meant 1 layer."""
+    if out.settings.get("recompute_granularity") != "full" or "recompute_num_layers" in out.settings:
+        return
+    if not any(DEEPSPEED_ORIGIN in word.why for word in out.words):
+        return
+    word = next((w for w in reversed(out.words) if "recompute_granularity" in w.settings), None)
+    if word is None:
+        return
+    out.settings["recompute_num_layers"] = 1
+    out.flag_of["recompute_num_layers"] = "(translated)"
+    word.settings = {**word.settings, "recompute_num_layers": 1}
+    said = ("recompute_num_layers 1: Megatron-DeepSpeed's default chunk of full recompute (the pin has no default "
+            "and asserts one is given)")
+    word.why = f"{word.why}; and {said}" if word.kind == "translated" else f"→ recompute_granularity full, {said}"
+    word.kind = "translated"
+
+
 @dataclass
 class Launch:
     """A training command split into its wrappers (numactl …, srun …), runner (torchrun …), entry script and the
@@ -270,8 +328,9 @@ class Launch:
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
 RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed)")
 # Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
-PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node"}
-NODE_OPTIONS = {"-N", "--nodes"}
+PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node",
+                    "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
+NODE_OPTIONS = {"-N", "--nodes", "--num_nodes", "--num-nodes"}
 TOTAL_OPTIONS = {"-np", "-n", "--np", "--ntasks"}
 
 
@@ -325,10 +384,32 @@ def split_launch(argv: list[str]) -> Launch:
     return launch
 
 
+# The job launchers whose options count processes; a wrapper after them (numactl -N 0: a NUMA node, not a count)
+# ends their options.
+JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed"}
+NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
+                  "singularity", "bash", "sh", "zsh", "dash", "ksh"}
+
+
+def _launcher_options(wrapper: list[str]) -> list[str]:
+    out: list[str] = []
+    inside = False
+    for word in wrapper:
+        program = word.rsplit("/", 1)[-1]
+        if program in JOB_LAUNCHERS:
+            inside = True
+        elif program in NOT_A_LAUNCHER:
+            inside = False
+        elif inside:
+            out.append(word)
+    return out
+
+
 def _process_counts(wrapper: list[str]) -> dict[str, int]:
     """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
-    where each process is one GPU's rank."""
+    where each process is one GPU's rank (the options of srun, mpirun … only)."""
     found: dict[str, int] = {}
+    wrapper = _launcher_options(wrapper)
     for k, word in enumerate(wrapper):
         name, eq, inline = word.partition("=")
         value = inline if eq else (wrapper[k + 1] if k + 1 < len(wrapper) else "")

@@ -11,6 +11,7 @@ from typing import Any
 from launcher.errors import Problem
 from launcher.importer.build import Imported, comment_text
 from launcher.importer.flags import read_flags
+from launcher.megatron import args as megatron_args
 
 # a preset → (its job as a dry-run resolves it, every problem); given by the command line (cli.job.job_for)
 ResolveJob = Callable[[Any], tuple[Any, list[Problem]]]
@@ -45,9 +46,16 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
     ours, theirs = read_flags(argv), read_flags(source_args)
     lost = [f"{w.text}: {w.why}" for w in theirs.of_kind("lost")]
     out = []
+    catalog = megatron_args.catalog()
     for dest in sorted((set(ours.settings) | set(theirs.settings)) - ignore):
         mine, source = ours.settings.get(dest, "(absent)"), theirs.settings.get(dest, "(absent)")
         if mine != source and repr(mine) != repr(source):  # repr: NaN equals NaN
+            # an absent flag is Megatron's default: a translation to the pin's default (an older release's
+            # --no-query-key-layer-scaling) is the same run without a word in the preset's argv
+            given = mine if source == "(absent)" else source
+            if "(absent)" in (mine, source) and dest in catalog and catalog[dest].default is not None \
+                    and given == catalog[dest].default:
+                continue
             out.append(f"{dest}: the script gives {source}, the preset {mine}")
     out += [f"the preset's argv: {w.text}: {w.why}" for w in ours.of_kind("lost", "harmless")]
     apart = []

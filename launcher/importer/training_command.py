@@ -40,6 +40,23 @@ def training_commands(reading: Reading) -> list[ScriptCommand]:
             flag_reader.find_entry(c.argv) is not None]
 
 
+SCRIPT_FILE = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
+
+
+def other_script(reading: Reading) -> tuple[int, str, list[str]] | None:
+    """(line, script, its arguments) of the last command that runs another script file (`bash submit.sh 110`,
+    `sbatch job.sbatch`, `./train.sh`), which reading this script does not open."""
+    for command in reversed(reading.commands):
+        argv = command.argv
+        if argv and SCRIPT_FILE.search(argv[0]):
+            return command.line, argv[0], argv[1:]
+        if argv and argv[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh", "dash", "sbatch", "srun"):
+            files = [k for k, word in enumerate(argv[1:], 1) if SCRIPT_FILE.search(word)]
+            if files:
+                return command.line, argv[files[0]], argv[files[0] + 1:]
+    return None
+
+
 def refuse_other_entry(reading: Reading) -> None:
     """No command runs pretrain_gpt.py: if one runs another Megatron entry, say which and what to do."""
     for command in reversed(reading.commands):
@@ -83,6 +100,8 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
     for index, needs in command.depends.items():
         for item in needs:
             affected.setdefault(item, set()).add(flag_at(command.argv, index))
+    for item in command.absent:  # `$EXTRA` expanded to nothing here; a branch may have given it flags
+        affected.setdefault(item, set())
     for item in command.under:  # the training command itself sits in a branch that was not chosen
         affected.setdefault(item, set()).update(item.flags or ("the training command",))
     for item in list(affected):

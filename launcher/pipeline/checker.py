@@ -770,8 +770,12 @@ class _Checker:
             self.fail("selective recompute cannot be combined with recompute_method")
         if self.arg("recompute_granularity") == "full" and (
                 self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
-            self.fail("full recompute needs recompute_method and recompute_num_layers",
-                      "e.g. recompute_method=uniform recompute_num_layers=1")
+            # name only what is missing, each as a `--set` that a user (or a script) can follow
+            missing = {k: v for k, v in (("recompute_method", "uniform"), ("recompute_num_layers", 1))
+                       if self.arg(k) is None}
+            self.fail(f"full recompute needs {' and '.join(missing)} (Megatron's TransformerConfig asserts it)",
+                      " ".join(f"--set {k}={v}" for k, v in missing.items())
+                      + " (uniform chunks of 1 layer: the least memory)")
         for dest, value in self.preset.megatron.items():
             warning = megatron_args.deprecation_warning(dest) if value not in (None, False) else None
             if warning:

@@ -33,6 +33,18 @@ def test_pipes_and_redirections_after_the_training_command(after):
     assert imported.settings["tensor_model_parallel_size"] == 2 and imported.launcher["gpus_per_node"] == 2
 
 
+def test_what_names_the_source_machine_is_not_carried_into_the_environment():
+    # a 2026 two-node launch exported NCCL/GLOO_SOCKET_IFNAME=tailscale0 and its own PATH: carried, one H200 failed at
+    # init ("Unable to find address for: tailscale0")
+    imported = carried("export PATH=/home/sd/.local/bin:/usr/bin\nexport NCCL_SOCKET_IFNAME=tailscale0\n"
+                       "export GLOO_SOCKET_IFNAME=tailscale0 NCCL_IB_HCA=mlx5 CUDA_VISIBLE_DEVICES=0,1,2,3\n"
+                       f"export NCCL_DEBUG=WARN\nNCCL_IB_DISABLE=1 torchrun pretrain_gpt.py {MODEL}\n")
+    assert imported.env == {"NCCL_DEBUG": "WARN", "NCCL_IB_DISABLE": "1"}
+    said = " ".join(imported.not_carried)
+    assert "NCCL_SOCKET_IFNAME=tailscale0: a network interface of the machine the script ran on" in said
+    assert all(name in said for name in ("PATH=", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "CUDA_VISIBLE_DEVICES"))
+
+
 def test_assignment_prefixes_and_env_become_the_environment():
     imported = carried(f"OMP_NUM_THREADS=4 NCCL_DEBUG=WARN python -m torch.distributed.run --nproc_per_node 8 "
                        f"pretrain_gpt.py {MODEL}\n")
@@ -68,6 +80,24 @@ def test_eval_of_a_command_the_script_built():
                        'echo "$cmd"\neval "$cmd" 2>&1 | tee log\n')
     assert imported.settings["tensor_model_parallel_size"] == 4
     assert "data_cache_path" not in imported.settings  # $(pwd) is not known: a comment, never a NUL byte
+
+
+@pytest.mark.parametrize(("outer", "expected"), [
+    ("srun -N 2 --ntasks-per-node 4 bash -c", {"nodes": 2, "gpus_per_node": 4}),
+    ("deepspeed --num_nodes 1 --num_gpus 8 --no_local_rank --no_python /usr/bin/bash -c", {"nodes": 1,
+                                                                                          "gpus_per_node": 8}),
+    ("srun --nodes=2 --ntasks-per-node=8 --mpi=pmix bash -lc", {"nodes": 2, "gpus_per_node": 8}),
+])
+def test_the_launcher_around_bash_c_gives_the_process_counts(outer, expected):
+    # HabanaAI's Megatron-DeepSpeed run_bloom13b.sh: `deepspeed --num_gpus … --no_python bash -c "$CMD"`
+    imported = carried(f'CMD="cd /work && python -u ./pretrain_gpt.py {MODEL}"\n{outer} "$CMD"\n')
+    assert imported.launcher == expected and imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize("wrapper", ["numactl -N 0", "srun -l numactl -N 1 --membind=1", "numactl --cpunodebind 0"])
+def test_a_wrappers_options_are_no_process_counts(wrapper):
+    # numactl -N 0 is a NUMA node: it read as `--nodes 0`
+    assert "nodes" not in carried(f"{wrapper} python3 pretrain_gpt.py {MODEL}\n").launcher
 
 
 def test_launchers_with_their_own_options_give_the_process_counts():
@@ -207,9 +237,22 @@ def test_training_commands_in_undecidable_branches_are_named():
 
 def test_the_scripts_arguments_decide_when_given():
     script = (f'while [[ $# -gt 0 ]]; do\n  case $1 in\n    --tp) TP=$2; shift 2 ;;\n    *) shift ;;\n  esac\n'
-              f'done\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size ${{TP:-1}}\n')
+              f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 --eval-iters 1 '
+                                        f'--tensor-model-parallel-size ${{TP:-1}}\n')
     assert carried(script).settings["tensor_model_parallel_size"] == 1  # bash SCRIPT: no arguments, no loop
     assert carried(script, "--tp", "4").settings["tensor_model_parallel_size"] == 4
+
+
+@pytest.mark.parametrize("test", ['[ -n "${2}" ]', '[ ! -z "$2" ]', '[[ -n $3 ]]', '[ "${2:-}" != "" ]'])
+def test_arguments_past_the_given_ones_are_empty(test):
+    # `bash dmoe.sh /exp` (databricks/megablocks exp/ shape): $2 is empty, the default stays
+    script = (f'EXP_DIR=$1\nTP=2\nif {test}; then\n    TP=$2;\nfi\nf() {{ echo "${{1:-8}}"; }}\n'
+              f'torchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP --save $EXP_DIR '
+              f'--num-layers $(f)\n')
+    imported = carried(script, "/exp")
+    assert imported.settings["tensor_model_parallel_size"] == 2 and not imported.undecided
+    assert imported.settings["num_layers"] == 8  # a function called without arguments: its $1 is empty too
+    assert carried(script, "/exp", "4", "4").settings["tensor_model_parallel_size"] == 4
 
 
 # -- entry scripts ----------------------------------------------------------------------------------------------
@@ -238,6 +281,9 @@ HOSTILE = {
     "deep ifs": "if [ -f a ]; then\n" * 400 + "X=1\n" + "fi\n" * 400,
     "deep known ifs": "if true; then\n" * 400 + "X=1\n" + "fi\n" * 400,
     "endless while": "while true; do X=1; done\ntorchrun pretrain_gpt.py\n",
+    "manifest of many documents": "---\n".join(f"a{k}: [{k}]\n" for k in range(2000)) + "---\ncommand: [pretrain_x]\n",
+    "manifest nested deep": "a:\n" + "".join("  " * k + f"b{k}:\n" for k in range(1, 300)) + "  " * 300 + "args: [x]\n",
+    "manifest of a thousand containers": "containers:\n" + "- command: [bash, -c, 'echo pretrain_']\n" * 3000,
     "endless c for": "for ((;;)); do X=1; done\n",
     "recursion": "f() { f; }\nf\n",
     "mutual recursion": "f() { g; }\ng() { f; }\nf\n",
@@ -269,6 +315,29 @@ HOSTILE = {
     "many functions": "".join(f"f{k}() {{ echo --x{k}; }}\n" for k in range(5000)) + "torchrun pretrain_gpt.py $(f1)\n",
     "env loop": "env A=1 env B=2 env C=3 " * 300 + "torchrun pretrain_gpt.py\n",
     "nested eval": "X='torchrun pretrain_gpt.py'\n" + "X=\"eval \\\"$X\\\"\"\n" * 30 + "eval \"$X\"\n",
+    # written job files (cat > F <<EOF; sbatch F), words the grammar cuts, launchers around bash -c
+    "job file that submits itself": "cat > job.sh <<EOF\nbash job.sh\nEOF\nbash job.sh\n",
+    "job file that grows": "cat > j.sh <<'E'\necho\nE\n"
+                           + "cat j.sh j.sh >> j.sh\ncat >> j.sh <<E\n$(cat j.sh)x\nE\n" * 50
+                           + "sbatch j.sh\n",
+    "job file appended in a loop": "for i in $(seq 1 1000); do cat >> j.sh <<EOF\n"
+                                   + "torchrun pretrain_gpt.py --num-layers $i " + "x" * 2000
+                                   + "\nEOF\ndone\nbash j.sh\n",
+    "unterminated written heredoc": "cat > j.sh <<- EOM\n\ttorchrun pretrain_gpt.py --num-layers 2\nsbatch j.sh\n",
+    "written file with unknown path": "cat > $(mktemp) <<EOF\ntorchrun pretrain_gpt.py\nEOF\nsbatch $(mktemp)\n",
+    "sbatch options only": "cat > j <<EOF\ntorchrun pretrain_gpt.py\nEOF\nsbatch -p -A -J -t\nsbatch --wrap\n",
+    "long cut word": "A=x\nB=y\nZ=" + "$A/$B/" * 5000 + "\ntorchrun pretrain_gpt.py --save $Z\n",
+    "cut word with quotes": "A=x\nX=$A/$B'/$C'\"$D/$E\"/é\\$F/$G\ncase $A/$B/'x in\n"
+                            "torchrun pretrain_gpt.py --save $X\n",
+    "unicode and odd blanks": "A=ü\u00a0\nB=\u2003\nX=$A/$B/ç\t\r\ntorchrun\u00a0pretrain_gpt.py --save $X/$A/z\r\n",
+    "bash -c in bash -c": "srun -N 2 bash -c \"deepspeed --num_gpus 8 bash -c 'srun -N 3 bash -c "
+                          "\\\"python pretrain_gpt.py\\\"'\"\n",
+    "numactl everywhere": "numactl -N 0 " * 2000 + "python pretrain_gpt.py\n",
+    "rank loop over many ips": "IPs=(" + " ".join(f"ip{k}" for k in range(2000)) + ")\nfor i in \"${!IPs[@]}\"; do\n"
+                               "if [ \"$H\" == \"${IPs[$i]}\" ]; then R=$i; break; fi\ndone\n"
+                               "python -m torch.distributed.launch --node_rank $R pretrain_gpt.py\n",
+    "underscored flags": "torchrun pretrain_gpt.py " + "".join(f"--num_layers_{k} 2 --_ x --__ --num__layers 3 "
+                                                               for k in range(2000)) + "\n",
 }
 
 
@@ -298,3 +367,295 @@ def test_undecided_constructs_that_decide_the_layout_are_losses_and_logging_is_n
         "--tensor-model-parallel-size", "${W}", "--wandb-project"}
     (loss,) = losses(imported.undecided, section_of)
     assert loss.startswith("line 1: if [ \"$NODES\" -gt 1 ]") and "--tensor-model-parallel-size" in loss
+
+
+# -- one word the grammar cuts in two ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [
+    "--save $ROOT/$NAME/checkpoints",  # an argument
+    "--save $SAVE",  # SAVE=$ROOT/$NAME/checkpoints: an assignment (the grammar made `$NAME/…` a command)
+    '"${ARGS[@]}"',  # ARGS=(--save $ROOT/$NAME/checkpoints): an array element
+    "--save $EXPORTED",  # export EXPORTED=$ROOT/$NAME/checkpoints OTHER=$ROOT/$NAME/x
+    "--save $CASED",  # case $ROOT/$NAME/checkpoints in …: a syntax error to the grammar
+    "--save $SAVE --wandb-exp-name x$ROOT.$NAME/c --wandb-project \\$ROOT/$NAME/x",
+])
+def test_a_word_of_several_expansions_is_one_word(shape):
+    # tree-sitter-bash reads `$ROOT/$NAME/checkpoints` as `$ROOT/$` and `NAME/checkpoints`; seen in a Swiss AI
+    # submit script whose checkpoint path became `/checkpoints` and a command `SCRIPT_VERSION/110M1`
+    script = ("ROOT=/scratch\nNAME=run1\nSAVE=$ROOT/$NAME/checkpoints\nARGS=(--save $ROOT/$NAME/checkpoints)\n"
+              "export EXPORTED=$ROOT/$NAME/checkpoints OTHER=$ROOT/$NAME/x\n"
+              "case $ROOT/$NAME/checkpoints in /scratch/run1/*) CASED=$ROOT/$NAME/checkpoints ;; esac\n"
+              f"torchrun pretrain_gpt.py {MODEL} {shape}\n")
+    imported = carried(script)
+    assert imported.settings["save"] == "/scratch/run1/checkpoints"
+    assert imported.lost == [] and not any("not the training command" in n for n in imported.not_carried)
+    if "wandb_project" in imported.settings:
+        assert imported.settings["wandb_project"] == "$ROOT/run1/x"
+        assert imported.settings["wandb_exp_name"] == "x/scratch.run1/c"
+
+
+# -- a script that writes the job script and submits it ----------------------------------------------------------
+
+@pytest.mark.parametrize("submit", ["sbatch $OUT/job.sbatch", "sbatch -p normal --time 1:00:00 $OUT/job.sbatch",
+                                    "bash $OUT/job.sbatch", "chmod +x $OUT/job.sbatch\n$OUT/job.sbatch"])
+def test_a_job_script_written_from_here_documents_is_read_where_it_is_submitted(submit):
+    # Swiss AI's submissions/submit.sh, CSCS's launch scripts: `cat > $F <<- EOM … EOM`, `cat >> $F << 'X' …`,
+    # then `sbatch $F`; bash runs pretrain_gpt.py through the file it wrote
+    script = (f"OUT=/scratch/run\nTP=2\nCMD=\"numactl --membind=0-3 env python3 pretrain_gpt.py {MODEL}\"\n"
+              "cat > $OUT/job.sbatch <<- EOM\n#!/bin/bash\n#SBATCH --nodes=2\n\texport TP=$TP\nEOM\n"
+              "cat >> $OUT/job.sbatch << 'BODY'\nsrun -N 2 --ntasks-per-node 4 bash -c \"$CMD "
+              "--tensor-model-parallel-size $TP\"\nBODY\n"
+              f"sed -i 's/x/y/' $OUT/job.sbatch\n{submit}\n")
+    imported = carried(script)
+    assert imported.settings["tensor_model_parallel_size"] == 2 and imported.settings["num_layers"] == 2
+    assert imported.launcher == {"nodes": 2, "gpus_per_node": 4}
+
+
+def test_a_written_file_that_is_never_run_is_no_training_command():
+    with pytest.raises(UserError, match="no training command"):
+        import_source(f"cat > job.sh <<EOF\npython pretrain_gpt.py {MODEL}\nEOF\necho job.sh\n", "train.sh")
+
+
+@pytest.mark.parametrize(("line", "script", "args"), [
+    ("bash submissions/submit.sh 110 $*", "submissions/submit.sh", "110"),
+    ("sbatch --nodes 2 run_llama.sbatch 8b", "run_llama.sbatch", "8b"),
+    ("./train_gpt.sh --tp 2", "-- ./train_gpt.sh", "--tp 2"),  # `--tp` is the script's: after `--`
+])
+def test_a_script_that_runs_another_script_names_it(line, script, args):
+    # Swiss AI's submissions/110m/110m.sh is `source .env; bash submissions/submit.sh 110 $*`
+    with pytest.raises(UserError) as caught:
+        import_source(f"source .env\n{line}\n", "train.sh")
+    problem = caught.value.problems[0]
+    assert f"line 2 runs another script, {script.removeprefix('-- ')}" in problem.message
+    assert f"launch import {script} {args}" in (problem.hint or "")
+
+
+def test_the_hint_for_another_script_is_a_command_that_reads_it(tmp_path, launch):
+    (tmp_path / "submit.sh").write_text(f'while [[ $# -gt 0 ]]; do case $1 in --tp) TP=$2; shift 2;; *) shift;; esac; '
+                                        f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 '
+                                        f'--eval-iters 1 --tensor-model-parallel-size ${{TP:-1}}\n')
+    (tmp_path / "run.sh").write_text("bash submit.sh --tp 2\n")
+    code, _, stderr = launch("import", str(tmp_path / "run.sh"))
+    assert code == 2 and "launch import -- submit.sh --tp 2" in stderr
+    code, stdout, stderr = launch("import", "--", str(tmp_path / "submit.sh"), "--tp", "2")
+    assert code == 0 and "tensor_model_parallel_size: 2" in stdout, stderr
+
+
+def test_a_rank_found_at_run_time_is_no_loss_of_the_layout():
+    # Ascend ModelLink's multi-node scripts: NODE_RANK is found by comparing `hostname -I` with a list of IPs;
+    # only --node_rank depends on that loop, not the GPUs, nodes and address in the same string
+    script = ("IPs=('IP1' 'IP2')\nLOCAL_HOST=`hostname -I|awk -F \" \" '{print$1}'`\nNODE_RANK=\"\"\n"
+              'for i in "${!IPs[@]}";\ndo\n    if [ "$LOCAL_HOST" == "${IPs[$i]}" ];\n    then\n'
+              "        NODE_RANK=$i\n        break\n    fi\ndone\n"
+              'DISTRIBUTED_ARGS="--nproc_per_node 8 --nnodes ${#IPs[@]} --node_rank $NODE_RANK '
+              '--master_addr ${IPs[0]} --master_port 6010"\n'
+              f"python -m torch.distributed.launch $DISTRIBUTED_ARGS pretrain_gpt.py {MODEL} 2>&1 | tee log\n")
+    imported = carried(script)
+    assert imported.launcher == {"gpus_per_node": 8, "nodes": 2, "master_addr": "IP1", "master_port": 6010}
+    assert imported.lost == [] and [u.line for u in imported.undecided] == [6]
+    assert {f for u in imported.undecided for f in u.flags} <= {"--node_rank"}
+
+
+def test_words_a_branch_adds_to_a_string_still_depend_on_it():
+    # EXTRA="" … EXTRA="--tensor-model-parallel-size 4" under an undecided test: the flags are the branch's
+    script = (f'EXTRA=""\nif [ -f /tmp/big ]; then\n  EXTRA="--tensor-model-parallel-size 4"\nfi\n'
+              f"torchrun pretrain_gpt.py {MODEL} $EXTRA\n")
+    assert any(n.startswith("line 2:") for n in import_source(script, "train.sh").lost)
+
+
+# -- a Kubernetes manifest ----------------------------------------------------------------------------------------
+
+POD_SPEC = ("spec:\n  pytorchReplicaSpecs:\n    Worker:\n      replicas: 2\n      template:\n        spec:\n"
+            "          containers:\n          - name: pytorch\n            image: nvcr.io/nvidia/pytorch:24.01-py3\n")
+
+
+@pytest.mark.parametrize("container", [
+    '            command: ["/bin/bash", "-c"]\n            args:\n            - |\n'
+    "              TP=4\n              torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py \\\n"
+    f"                {MODEL} --tensor-model-parallel-size $TP\n",
+    '            command: ["torchrun", "--nproc_per_node", "8", "--nnodes", "2", "/w/Megatron-LM/pretrain_gpt.py"]\n'
+    f'            args: [{", ".join(repr(w).replace(chr(39), chr(34)) for w in MODEL.split())}, '
+    '"--tensor-model-parallel-size", "4", "--data-cache-path", "$(CACHE)"]\n',
+])
+def test_the_container_command_of_a_manifest_is_the_script(container):
+    # a Kubeflow PyTorchJob (after a Service, `---` between them): the command and args of its container
+    manifest = ("apiVersion: v1\nkind: Service\nmetadata:\n  name: master\n---\n"
+                "apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata:\n  name: gpt\n" + POD_SPEC + container)
+    for text in (manifest, manifest.split("---\n", 1)[1]):
+        imported = carried(text)
+        assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 2
+        assert imported.launcher == {"gpus_per_node": 8, "nodes": 2}
+        assert not any("apiVersion" in n for n in imported.not_carried)
+
+
+WORDS_PRELUDE = ("A=x\nB=y\nC='z z'\nD=1\nE=\nARR=(p.bin 'q r.bin' s t)\nP=/opt/x/y.tar.gz\nR=opt\nS='o*'\n")
+
+
+@pytest.mark.parametrize("word", [
+    "$A/$B/c", "$A$B/c", "${X:-$A/$B/c}", '"${A}"/$B/x', "$A/$((D+1))/x", "${A}_$B/x", "$A/${B}x/$C", "\\$A/$B/x",
+    "'$A'/$B/x", "$A/$B.$D/x", "x$A/$B/y", '"$A/$B/$C"', "$C/$A/$B", "${ARR[@]}/$A/$B", "$E/$A/$B", "--x=$A/$B/c",
+    '$A/"$B"/c', "$A/`echo $B`/c", "$A/$(echo $B)/c", "${A:+$A/$B/c}", "${A/x/$B/$A}", "$A//$B//c",
+    # patterns: an escaped slash, a bracket, a variable in the pattern; operations on each element of an array
+    "${P//\\//_}", "${P/#\\/opt/Z}", "${P//[\\/]/-}", "${P/${R}/y}", "${P//$R/$R$R}", "${P/$S/k}", '${P/"$S"/k}',
+    "${P#/$R}", '"${ARR[@]/#/--}"', '"${ARR[@]/%/.x}"', "${ARR[@]%.bin}", '"${ARR[*]^^}"', "${ARR[@]:1}",
+    '"${ARR[@]:1:2}"', '"${ARR[@]: -2}"', '"${ARR[@]:$D:1}"', '"${ARR[*]:2}"',
+    # brace expansion comes first
+    "a{1..3}", "{x,y}z", "{a,b}{1,2}", "x{a,{b,c}}y", "{0..7..2}", "{07..10}", "{a..e}", "{5..1}", '"{a,b}"',
+    "${A}{1,2}", "{$A,$B}/c", "{a}", "{,x}", "a{b", "--{a,b}=1", "\\\\{a,b}", "{-1..1}",
+    # a quoted default is one word even where the expansion is not quoted
+    '${U:-"d e"}', "${U:-'d e'}", '${A:+"x y"}', "${U:-d e}", '${U:-"$C"}',
+])
+def test_words_are_the_words_bash_passes(word):
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash here to compare with")
+    expected = subprocess.run(["bash", "-c", WORDS_PRELUDE + f"printf '%s\\n' {word}"], capture_output=True,
+                              text=True, check=True).stdout.split("\n")[:-1]
+    reading = read_script(WORDS_PRELUDE + f"torchrun pretrain_gpt.py {word}\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+GETOPTS = ('TP=1\nPP=1\nV=0\nwhile getopts "t:p:vh" opt; do\n  case $opt in\n    t) TP=$OPTARG ;;\n'
+           '    p) PP=$OPTARG ;;\n    v) V=1 ;;\n    h) echo usage; exit 0 ;;\n    *) echo bad ;;\n  esac\n'
+           'done\nshift $((OPTIND-1))\nX "$TP" "$PP" "$V" "$@"\n')
+
+
+@pytest.mark.parametrize("args", [[], ["-t", "4"], ["-t4", "-p", "2", "rest"], ["-vt", "8", "--", "-p", "3"],
+                                  ["-x", "-t", "2"], ["rest", "-t", "2"], ["-t"], ["-vp2"]])
+def test_getopts_reads_the_arguments_as_bash_does(args):
+    # `while getopts "t:p:" opt; do case $opt in t) TP=$OPTARG …`: common in training scripts; without it read,
+    # TP was unknown and the layout lost even for `launch import train.sh` with no arguments
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash here to compare with")
+    expected = subprocess.run(["bash", "-c", "X() { printf '%s\\n' \"$@\"; }\n" + GETOPTS, "s.sh", *args],
+                              capture_output=True, text=True).stdout.split("\n")[:-1]
+    expected = [line for line in expected if line != "bad"]
+    reading = read_script(GETOPTS.replace("X ", "torchrun pretrain_gpt.py "), args)
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected and not reading.undecided
+
+
+
+@pytest.mark.parametrize(("prelude", "word"), [
+    ('S="a,b,c"\nIFS=","\n', "$S"), ('S="a b,c"\nIFS=","\n', "x$S"), ('S="a,,b,"\nIFS=","\n', "$S"),
+    ('S="a b"\nIFS=\n', "$S"), ('S=" a , b "\nIFS=" ,"\n', "$S"), ('A=("a,b" c)\nIFS=,\n', "${A[@]}"),
+    ('S="a:b"\nIFS=:\n', '"$S" $S'), ('S="x,y"\nIFS=,\n', "p${S}q"), ('S=",x"\nIFS=,\n', "p${S}q"),
+    ('HOSTS="n1,n2"\nIFS=, read -ra H <<< "$HOSTS"\nS="a b"\n', "$S"),  # IFS= only for read: the default stays
+])
+def test_the_scripts_ifs_splits_words_as_bash_does(prelude, word):
+    # IFS="," then `set -- $LIST`: the default split gave one word and $2 came back empty, silently
+    import shutil
+    import subprocess
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash here to compare with")
+    expected = subprocess.run(["bash", "-c", prelude + f"printf '%s\\n' {word}"], capture_output=True, text=True,
+                              check=True).stdout.split("\n")[:-1]
+    reading = read_script(prelude + f"torchrun pretrain_gpt.py {word}\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+
+@pytest.mark.parametrize("loop", ["for ((i=0;i<${#NODES[@]};i++)); do", "for (( i=0; i < 3; i++ )); do",
+                                  "for ((i=0, j=1; i<3; i+=1, j*=2)); do"])
+def test_a_c_style_loop_with_an_initializer_runs(loop):
+    # the initializer `i=0` is an assignment node to the grammar; it was not read, and every such loop undecided
+    script = (f"NODES=(a b c)\nHOSTS=\"\"\n{loop}\n  HOSTS+=\"${{NODES[$i]}},\"\ndone\n"
+              f"torchrun pretrain_gpt.py {MODEL} --wandb-exp-name $HOSTS\n")
+    imported = carried(script)
+    assert imported.settings["wandb_exp_name"] == "a,b,c," and not imported.undecided
+
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("false && TP=4 || TP=2", 2), ("true && TP=4 || TP=2", 4), ('[[ abc == "a*" ]] && TP=4 || TP=2', 2),
+    ("[ 1 -eq 1 ] && [ 2 -lt 1 ] && TP=4 || TP=2", 2), ("[ 1 -eq 1 ] || TP=8 && TP=4", 4),
+])
+def test_the_status_of_a_list_decides_what_follows_it(line, expected):
+    # `a && b || c`: when `a && b` fails, c runs; the list was taken to succeed and TP stayed unset, silently
+    assert carried(f"TP=1\n{line}\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP\n"
+                   ).settings["tensor_model_parallel_size"] == expected
+
+
+
+def test_a_loop_over_a_brace_sequence_runs_for_each():
+    # `for i in {0..7}` ran once with i="{0..7}": a count built in it was 1, silently
+    imported = carried("N=0\nfor i in {0..7}; do N=$((N+1)); done\n"
+                       f"torchrun pretrain_gpt.py {MODEL} --num-layers $((N*2))\n")
+    assert imported.settings["num_layers"] == 16
+
+
+HOSTILE_BRACES = ["{1..100000}", "{a,b}" * 30, "{" * 5000 + "a,b" + "}" * 5000, "{1..3}{" * 2000]
+
+
+@pytest.mark.parametrize("word", HOSTILE_BRACES)
+def test_brace_bombs_end_in_bounded_time(word):
+    started = time.monotonic()
+    try:
+        import_source(f"torchrun pretrain_gpt.py {MODEL} {word}\n", "train.sh")
+    except UserError:
+        pass
+    assert time.monotonic() - started < 20
+
+
+
+@pytest.mark.parametrize(("prelude", "expected"), [
+    ("for i in 0 1 2; do H[$i]=h$i; done\n", ["h0", "h1", "h2"]),  # A[$i]=x was dropped: the subscript is arithmetic
+    ("A=(x y)\nA[1]=z\n", ["x", "z"]), ("A=s\nA[1]=t\n", ["s", "t"]),
+    ("A=(x y)\nA[5]=z\n", ["${A}"]),  # sparse: filled with empty words before; now not known
+    ("A[1]=q\nA[0]=p\n", ["${A}"]),
+])
+def test_an_element_assignment_is_bashs(prelude, expected):
+    reading = read_script(prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+
+@pytest.mark.parametrize(("script", "expected"), [
+    ("for a in 1 2; do for b in x y; do [ $b = y ] && break 2; S=\"$S$a$b\"; done; done\n", "1x"),
+    ("for a in 1 2; do for b in x y; do [ $b = x ] && continue 2; S=\"$S$a$b\"; done; done\nS=${S:-none}\n", "none"),
+    ("declare -i S=2+3\n", "5"), ("local_f() { local -i S=4*2; echo $S; }\nS=$(local_f)\n", "8"),
+])
+def test_break_levels_and_integer_declarations(script, expected):
+    assert carried(script + f"torchrun pretrain_gpt.py {MODEL} --wandb-exp-name $S\n").settings["wandb_exp_name"] \
+        == expected
+
+
+
+def test_sbatch_directives_give_the_slurm_variables_the_job_reads():
+    # AWS's and Swiss AI's sbatch scripts: `torchrun --nnodes $SLURM_JOB_NUM_NODES`, TP=$SLURM_GPUS_PER_NODE
+    script = ("#!/bin/bash\n#SBATCH --nodes=2   # two nodes\n#SBATCH -c 16\n#SBATCH --gres=gpu:h100:8\n"
+              "#SBATCH --job-name=x\nexport OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
+              "#SBATCH --nodes=64\n"  # after the first command: sbatch does not read it
+              f"torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_PER_NODE pretrain_gpt.py {MODEL} "
+              "--tensor-model-parallel-size $SLURM_GPUS_PER_NODE\n")
+    imported = carried(script)
+    assert imported.launcher == {"nodes": 2, "gpus_per_node": 8}
+    assert imported.settings["tensor_model_parallel_size"] == 8 and imported.env == {"OMP_NUM_THREADS": "16"}
+    assert any("line 2: read as sbatch runs it: SLURM_NNODES=2" in n for n in imported.not_carried)
+    assert "nodes" not in carried(script.replace("#SBATCH --nodes=2", "#SBATCH --exclusive")).launcher
+
+
+
+def test_srun_without_counts_starts_the_tasks_the_sbatch_lines_ask_for():
+    # Swiss AI's submit-llama3-8b.sh: #SBATCH --nodes=16 --ntasks-per-node=4, then `srun … bash -c "python3 …"`
+    script = ("#!/bin/bash\n#SBATCH --nodes=16\n#SBATCH --ntasks-per-node=4\n#SBATCH --gpus-per-node=4\n"
+              f'CMD="python3 pretrain_gpt.py {MODEL}"\nsrun -lu bash -c "RANK=\\$SLURM_PROCID $CMD"\n')
+    assert carried(script).launcher == {"nodes": 16, "gpus_per_node": 4}
+    explicit = script.replace("srun -lu", "srun -N 2 --ntasks-per-node 8")
+    assert carried(explicit).launcher == {"nodes": 2, "gpus_per_node": 8}  # srun's own counts come first
+
+
+
+def test_a_here_document_captured_by_cat_is_its_text():
+    # MODEL_ARGS=$(cat <<EOF … EOF): the flags are the document's lines
+    imported = carried(f"L=4\nMODEL_ARGS=$(cat <<EOF\n--num-layers $L\n--hidden-size 64\nEOF\n)\n"
+                       f"f() {{ cat <<EOF\n--lr 2e-4\nEOF\n}}\ntorchrun pretrain_gpt.py {MODEL} $MODEL_ARGS $(f)\n")
+    assert imported.settings["num_layers"] == 4 and imported.settings["lr"] == 2e-4
+    # the grammar reads a quoted document inside $(…) as words: not known, never empty
+    quoted = carried(f"A=$(cat <<'EOF'\n--num-layers 6\nEOF\n)\ntorchrun pretrain_gpt.py {MODEL} $A\n")
+    assert quoted.settings.get("num_layers") in (2, 6)

@@ -47,6 +47,16 @@ def lost(extra: str) -> list[str]:
     ("--model-parallel-size 1", {"tensor_model_parallel_size": 1}),
     ("--num-experts 4 --moe-expert-parallel-size 1 --topk 1", {"expert_model_parallel_size": 1,
                                                               "moe_router_topk": 1}),  # Megatron-DeepSpeed
+    ("--activations-checkpoint-method uniform", {"recompute_granularity": "full", "recompute_method": "uniform",
+                                                 "recompute_num_layers": 1}),  # v2.6: chunks of 1 by default
+    # epfLLM/Megatron-LLM spells every flag with underscores; argparse at the pin takes only dashes
+    ("--ffn_hidden_size 256 --use_rms_norm --lr_warmup_iters=2", {"ffn_hidden_size": 256, "lr_warmup_iters": 2,
+                                                                   "normalization": "RMSNorm"}),
+    ("--num_attention_heads_kv 2 --rope_theta 1e6 --position-embedding-type rope",
+     {"group_query_attention": True, "num_query_groups": 2, "rotary_base": 1000000}),
+    ("--num-key-value-heads 2", {"group_query_attention": True, "num_query_groups": 2}),  # Megatron-DeepSpeed
+    ("--tokenizer-type HFTokenizer --tokenizer-model gpt2", {"tokenizer_type": "HuggingFaceTokenizer"}),
+    ("--activations_checkpoint_method block", {"recompute_granularity": "full", "recompute_method": "block"}),
 ])
 def test_other_releases_and_forks_flags_are_carried_by_their_meaning(extra, expected):
     imported = import_source(BASE + extra, "train.sh")
@@ -182,6 +192,21 @@ def test_a_nan_value_is_carried_and_refused_by_the_check_not_an_internal_error(t
     assert "round trip: equal" in stderr and "(lr)" not in stderr  # the user's NaN, not one the launcher added
 
 
+def test_full_recompute_of_megatron_deepspeed_keeps_its_chunk_of_one_layer():
+    # a 2026 Megatron-DeepSpeed launch gives --recompute-granularity full --recompute-method uniform and relies on
+    # its --recompute-num-layers default 1; the pin has none and TransformerConfig asserts
+    deepspeed = import_source(BASE + "--deepspeed --recompute-granularity full --recompute-method uniform", "t.sh")
+    assert deepspeed.settings["recompute_num_layers"] == 1 and deepspeed.lost == []
+    assert any("Megatron-DeepSpeed's default chunk" in n for n in deepspeed.translated)
+    assert "recompute_num_layers" not in settings("--recompute-granularity full --recompute-method uniform")
+
+
+def test_the_full_recompute_refusal_names_what_is_missing_as_a_set(tmp_path, launch):
+    code, _, stderr = launch("import", "--", *(BASE + "--recompute-granularity full --recompute-method block").split())
+    assert "full recompute needs recompute_num_layers (" in stderr and "--set recompute_num_layers=1" in stderr
+    assert "--set recompute_method" not in stderr
+
+
 def test_one_expert_is_dense_in_megatron_deepspeed_and_a_moe_at_the_pin():
     """Megatron-DeepSpeed's --num-experts defaults to 1, its dense model ("EP_SIZE 1 means dense model without
     MoE"); the pin's --num-experts 1 builds a one-expert MoE layer. The fork's script keeps its dense model."""
@@ -189,3 +214,16 @@ def test_one_expert_is_dense_in_megatron_deepspeed_and_a_moe_at_the_pin():
     assert "num_experts" not in deepspeed
     assert settings("--num-experts 1")["num_experts"] == 1
     assert settings("--deepspeed --num-experts 8")["num_experts"] == 8
+
+
+def test_a_translation_to_the_pins_default_is_no_difference(tmp_path):
+    # Megatron-DeepSpeed scripts give --no-query-key-layer-scaling, the pin's default: the preset needs no word for
+    # it, and the round trip is not "differs" for a flag it translated on purpose
+    from launcher.cli.job import job_as_declared
+    from launcher.importer.report import check_import
+
+    imported = import_source(BASE + "--no-query-key-layer-scaling", "train.sh")
+    preset = tmp_path / "p.yaml"
+    preset.write_text(imported.text)
+    outcome = check_import(imported, preset, job_as_declared)
+    assert outcome.differences == [] and "--no-query-key-layer-scaling" in " ".join(outcome.apart)
