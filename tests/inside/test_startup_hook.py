@@ -100,3 +100,35 @@ def test_with_a_launcher_prefix_bytecode_is_written_there_even_where_python_may_
     without = run_python("import sys; print(sys.dont_write_bytecode)", tmp_path,
                          {"PYTHONDONTWRITEBYTECODE": "1"}, (lib,))
     assert without.stdout.strip() == "True"  # no prefix of the launcher's: the environment's choice stands
+
+
+EXIT_PROGRAM = textwrap.dedent("""\
+    import atexit, gc, os, sys
+    gc.disable()  # what is garbage now stays garbage until the program ends
+
+    class Noted:
+        def __init__(self, name):
+            self.name, self.me = name, self  # a cycle: only a collection finds it
+        def __del__(self):
+            os.write(1, f"finalized {self.name}\\n".encode())
+
+    Noted("garbage")  # unreachable at exit
+    ALIVE = Noted("alive")  # reachable from a module until the interpreter tears the modules down
+    atexit.register(lambda: os.write(1, b"program atexit\\n"))
+    sys.exit(3)
+    """)
+
+
+def test_at_exit_the_garbage_is_finalized_once_and_what_is_alive_is_left_to_the_system(tmp_path):
+    result = run_python(EXIT_PROGRAM, tmp_path, {"MEGATRON_LAUNCH_EXIT": "collect-once"})
+    assert result.returncode == 3, result.stderr  # the program's exit status
+    lines = result.stdout.splitlines()
+    assert lines[0] == "program atexit"  # the program's own handlers run first
+    assert "finalized garbage" in lines  # the garbage at exit: collected, its finalizers run
+    assert "finalized alive" not in lines  # left to the operating system, like any object alive at exit
+
+
+def test_without_its_variable_the_interpreter_shuts_down_as_always(tmp_path):
+    result = run_python(EXIT_PROGRAM, tmp_path, {"MEGATRON_LAUNCH_SKIP_IMPORTS": "nothing"})
+    assert result.returncode == 3, result.stderr
+    assert {"finalized garbage", "finalized alive"} <= set(result.stdout.splitlines())

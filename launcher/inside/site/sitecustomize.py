@@ -10,6 +10,12 @@ MEGATRON_LAUNCH_JIT_WARMUP=draws: Megatron's ``_warmup_jit_function`` (initializ
     (compiled_layer.py) those standalone functions never run. With this value only its random draws are made (the
     same calls, so the CUDA generator's state afterwards, which the model's initialisation continues from, is the
     same), and nothing is compiled.
+MEGATRON_LAUNCH_EXIT=collect-once: when the program has ended and its atexit handlers have run, the garbage left
+    then is collected once (its finalizers run, buffered files in it are flushed) and every object still alive is
+    frozen (gc.freeze), so that the interpreter's shutdown does not walk torch's ~450,000 objects again in each of
+    its collections while it tears the modules down (measured 1.8-2.9 s per process on a CPU machine, 0.2-0.8 s
+    with this). What is still reachable at that point is left to the operating system, as any object alive at exit
+    may be: memory, file descriptors and the GPU context are released with the process either way.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import sys
 
 SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
 WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
+EXIT_ENV = "MEGATRON_LAUNCH_EXIT"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -84,6 +91,14 @@ def warmup_draws_only(initialize) -> None:
     initialize._warmup_jit_function = draws
 
 
+def collect_once_then_freeze() -> None:
+    """The last atexit handler (registered first): see EXIT_ENV."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def install(environ=os.environ) -> None:
     if environ.get("MEGATRON_LAUNCH_WRITE_BYTECODE") == "1" and sys.pycache_prefix:
         # bytecode goes to the launcher's own cache (PYTHONPYCACHEPREFIX), not into the installation, so the
@@ -95,6 +110,10 @@ def install(environ=os.environ) -> None:
         sys.modules.setdefault(name, None)  # type: ignore[arg-type]
     if environ.get(WARMUP_ENV) == "draws":
         sys.meta_path.insert(0, AfterImport("megatron.training.initialize", warmup_draws_only))
+    if environ.get(EXIT_ENV) == "collect-once":
+        import atexit
+
+        atexit.register(collect_once_then_freeze)  # handlers run last-registered first: this one runs last
 
 
 def hand_over() -> None:
