@@ -7,8 +7,9 @@ Only on the fast path (the launcher's SDPA spec, pretrain_gpt.py), where the lau
   `sentencepiece` and `tiktoken`, which Megatron's tokenizer package imports whatever the tokenizer;
 - where the layers are compiled whole (fast op `layer`), Megatron's JIT warm-up makes its random draws and
   compiles nothing: the standalone fusions it compiles never run there;
-- pretrain_gpt.py's processes collect no garbage while they import (~900 collections over torch's growing heap);
-  automatic collection resumes when Megatron initializes, after one collection, with what is alive then frozen;
+- torchrun and pretrain_gpt.py's processes collect no garbage while they import (~900 collections over torch's
+  growing heap); automatic collection resumes once imported (when Megatron initializes), after one collection, with
+  what is alive then frozen;
 - at exit, once the program and its atexit handlers are done, the processes (torchrun, the ranks, inductor's
   compile workers) collect their garbage once and then leave what is still alive to the operating system, instead
   of the interpreter's repeated collections over torch's objects during its shutdown.
@@ -75,10 +76,11 @@ def startup_notes(env: Mapping[str, str]) -> list[str]:
         notes.append(f"bytecode kept in {env[PREFIX]} ({PREFIX}; {NO_BYTECODE} is set here, so every process "
                      "compiled torch and Megatron from source at each launch); the installation is not written")
     if env.get(IMPORT_GC_ENV) == "paused":
-        notes.append(f"the ranks collect no garbage while they import ({IMPORT_GC_ENV}=paused): torch's and "
-                     "Megatron's imports otherwise run ~900 collections over the growing heap (2.5-3 s CPU of 8-9 on a "
-                     "CPU machine); when Megatron initializes, one collection, what is alive then is frozen, and "
-                     f"automatic collection resumes; --set env.{IMPORT_GC_ENV}=python for Python's own")
+        notes.append(f"torchrun and the ranks collect no garbage while they import ({IMPORT_GC_ENV}=paused): "
+                     "torch's and Megatron's imports otherwise run ~900 collections over the growing heap (2.5-3 s "
+                     "CPU of 8-9 in a rank on a CPU machine); once imported (the ranks: when Megatron initializes), "
+                     "one collection, what is alive then is frozen, and automatic collection resumes; "
+                     f"--set env.{IMPORT_GC_ENV}=python for Python's own")
     if env.get(EXIT_ENV) == "collect-once":
         notes.append(f"at exit, after the program and its atexit handlers, each process collects its garbage once "
                      f"and leaves what is still alive to the operating system ({EXIT_ENV}=collect-once): Python's "

@@ -173,3 +173,16 @@ def test_pretrain_gpt_collects_no_garbage_while_importing_and_resumes_when_megat
     assert result.stdout.splitlines()[:2] == ["while importing: True", "initialize: True False"], result.stderr
     untold = run_script(script, tmp_path, {}, (lib,))
     assert untold.stdout.splitlines()[:2] == ["while importing: True", "initialize: True False"], untold.stderr
+
+
+def test_torchrun_collects_no_garbage_until_its_agent_module_is_imported(tmp_path):
+    lib = tmp_path / "lib"
+    (lib / "torch" / "distributed").mkdir(parents=True)
+    (lib / "torch" / "__init__.py").write_text("")
+    (lib / "torch" / "distributed" / "__init__.py").write_text("")
+    (lib / "torch" / "distributed" / "run.py").write_text("import gc\nprint('agent module:', gc.isenabled())\n")
+    script = tmp_path / "torchrun"  # the console script's name
+    script.write_text("import gc\nprint('start:', gc.isenabled())\nimport torch.distributed.run\n"
+                      "print('after:', gc.isenabled())\n")
+    result = run_script(script, tmp_path, {"MEGATRON_LAUNCH_IMPORT_GC": "paused"}, (lib,))
+    assert result.stdout.splitlines() == ["start: False", "agent module: False", "after: True"], result.stderr

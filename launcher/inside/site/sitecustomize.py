@@ -10,8 +10,9 @@ MEGATRON_LAUNCH_JIT_WARMUP=draws: Megatron's ``_warmup_jit_function`` (initializ
     (compiled_layer.py) those standalone functions never run. With this value only its random draws are made (the
     same calls, so the CUDA generator's state afterwards, which the model's initialisation continues from, is the
     same), and nothing is compiled.
-MEGATRON_LAUNCH_IMPORT_GC=paused: in pretrain_gpt.py's process only, automatic garbage collection is paused from
-    the interpreter's start until Megatron's ``initialize_megatron`` is called: the imports (torch, dynamo, inductor,
+MEGATRON_LAUNCH_IMPORT_GC=paused: in pretrain_gpt.py's processes, automatic garbage collection is paused from
+    the interpreter's start until Megatron's ``initialize_megatron`` is called (in torchrun's, until its
+    torch.distributed.run is imported; other programs are left alone): the imports (torch, dynamo, inductor,
     Megatron: ~450,000 objects) otherwise trigger ~900 collections, six of them full, over the growing heap (1.5-2.7
     s CPU of 8.5 on a CPU machine). There, one collection frees what the imports left as garbage, what is alive
     (modules, classes, functions: alive for the whole run) is frozen so that later collections skip it, and
@@ -113,21 +114,27 @@ def entry_script() -> str:
     return os.path.basename(argv[0]) if argv else ""
 
 
-def resume_gc_at_initialize(initialize) -> None:
-    """Automatic garbage collection, paused since the interpreter started (see IMPORT_GC_ENV), resumes when Megatron
-    initializes: one collection of what the imports left as garbage, then what is alive is frozen (gc.freeze) and
-    later collections skip it."""
-    import functools
+def resume_gc() -> None:
+    """Automatic garbage collection, paused since the interpreter started (see IMPORT_GC_ENV), resumes: one
+    collection of what the imports left as garbage, then what is alive is frozen (gc.freeze) so that later
+    collections skip it."""
     import gc
+
+    if not gc.isenabled():
+        gc.collect()
+        gc.freeze()
+        gc.enable()
+
+
+def resume_gc_at_initialize(initialize) -> None:
+    """resume_gc when Megatron's initialize_megatron is called."""
+    import functools
 
     original = initialize.initialize_megatron
 
     @functools.wraps(original)
     def initialize_megatron(*args, **kwargs):
-        if not gc.isenabled():
-            gc.collect()
-            gc.freeze()
-            gc.enable()
+        resume_gc()
         return original(*args, **kwargs)
 
     initialize.initialize_megatron = initialize_megatron
@@ -153,11 +160,13 @@ def install(environ=os.environ) -> None:
     after = AfterImport()
     if environ.get(WARMUP_ENV) == "draws":
         after.add("megatron.training.initialize", warmup_draws_only)
-    if environ.get(IMPORT_GC_ENV) == "paused" and entry_script() == "pretrain_gpt.py":
+    resume = {"pretrain_gpt.py": ("megatron.training.initialize", resume_gc_at_initialize),
+              "torchrun": ("torch.distributed.run", lambda _module: resume_gc())}.get(entry_script())
+    if environ.get(IMPORT_GC_ENV) == "paused" and resume is not None:
         import gc
 
         gc.disable()
-        after.add("megatron.training.initialize", resume_gc_at_initialize)
+        after.add(*resume)
     if after.hooks:
         sys.meta_path.insert(0, after)
     if environ.get(EXIT_ENV) == "collect-once":
