@@ -40,7 +40,8 @@ ARGUMENT_DUMP = re.compile(r"^  \S+ \.{3,} ")
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" not in argv:
-        raise SystemExit("usage: startup_timing.py --label NAME --out DIR --timeout S [--stop-after REGEX] -- COMMAND...")
+        raise SystemExit("usage: startup_timing.py --label NAME --out DIR --timeout S [--stop-after REGEX] "
+                         "-- COMMAND...")
     cut = argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", required=True)
