@@ -1,6 +1,6 @@
 """Where a launch's wall time goes, measured from the moment the command starts (not from torchrun's start).
 
-    python scripts/startup_timing.py --label NAME --out DIR --timeout S -- launch ARGS...
+    python scripts/startup_timing.py --label NAME --out DIR --timeout S [--stop-after REGEX] -- launch ARGS...
 
 Runs the command in its own process group (killed with SIGKILL at the time limit), stamps each output line with
 the seconds since the command started, and turns Megatron's own absolute start-up timestamps ("[before
@@ -40,12 +40,16 @@ ARGUMENT_DUMP = re.compile(r"^  \S+ \.{3,} ")
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" not in argv:
-        raise SystemExit("usage: startup_timing.py --label NAME --out DIR --timeout S -- COMMAND...")
+        raise SystemExit("usage: startup_timing.py --label NAME --out DIR --timeout S [--stop-after REGEX] "
+                         "-- COMMAND...")
     cut = argv.index("--")
     parser = argparse.ArgumentParser()
     parser.add_argument("--label", required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--stop-after", type=re.compile, default=None,
+                        help="kill the command (SIGKILL, its whole process group) at the first line matching this "
+                             "regular expression, e.g. to fill the compiler caches without waiting for the end")
     return parser.parse_args(argv[:cut]), argv[cut + 1:]
 
 
@@ -94,15 +98,21 @@ def main(argv: list[str]) -> int:
             marks.setdefault(f"iteration {m['it']} line", now)
         if "fast ops:" in text:
             marks.setdefault("fast ops applied (spec imported)", now)
+        if args.stop_after is not None and args.stop_after.search(text) and not killed:
+            marks.setdefault("stopped (--stop-after)", now)
+            kill()
     code = proc.wait()
     signal.setitimer(signal.ITIMER_REAL, 0)
     marks["exit"] = time.monotonic() - start
-    result = {"label": args.label, "command": command, "exit_code": code, "killed_at_timeout": killed,
+    stopped = "stopped (--stop-after)" in marks
+    result = {"label": args.label, "command": command, "exit_code": code, "killed_at_timeout": killed and not stopped,
+              "stopped_after_match": stopped,
               "milestones_s": {k: round(v, 2) for k, v in sorted(marks.items(), key=lambda kv: kv[1])},
               "megatron_startup_timers_s": timers}
     (args.out / f"{args.label}.log").write_text("\n".join(stamped) + "\n")
     (args.out / f"{args.label}.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(f"== {args.label}: exit {code}{' (killed at the time limit)' if killed else ''}, "
+    why = " (stopped by --stop-after)" if stopped else " (killed at the time limit)"
+    print(f"== {args.label}: exit {code}{why if killed else ''}, "
           f"{marks['exit']:.1f} s command -> exit")
     for name, at in result["milestones_s"].items():
         print(f"   {at:7.2f} s  {name}")

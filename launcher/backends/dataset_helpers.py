@@ -106,6 +106,28 @@ def wheel_build(source_digest: str, suffix: str) -> Path | None:
     return built if same and built.is_file() else None
 
 
+def will_build(megatron_path: Path, suffix: str | None = None, cache: Path | None = None) -> bool:
+    """Whether a launch here leaves a compilation to make (prepare() finds no current build, no cache entry and no
+    identical wheel build, or cannot install one): only then does the Makefile run `python3 -m pybind11`. True
+    where it cannot tell."""
+    suffix = suffix if suffix is not None else str(sysconfig.get_config_var("EXT_SUFFIX"))
+    datasets = datasets_dir(megatron_path)
+    if not (datasets / SOURCE).is_file():
+        return True
+    if is_up_to_date(datasets, suffix):
+        return False
+    key = source_key(datasets, suffix)
+    if key is None or not os.access(datasets, os.W_OK):
+        return True
+    if _trusted((cache or cache_dir()) / "dataset-helpers" / key / built_name(suffix)):
+        return False
+    try:
+        digest = hashlib.sha256((datasets / SOURCE).read_bytes()).hexdigest()
+    except OSError:
+        return True
+    return wheel_build(digest, suffix) is None
+
+
 @dataclass
 class Preparation:
     """What prepare() did; a background build runs until wait() or stop()."""

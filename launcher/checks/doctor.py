@@ -28,6 +28,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, install_command
+from launcher.backends.dataset_helpers import will_build
 from launcher.checks.capacity import capacity_findings
 from launcher.checks.finding import Finding, Status
 from launcher.errors import Problem, UserError
@@ -241,10 +242,11 @@ def check_helper_build(ctx: Context) -> list[Finding]:
                                     f"apt-get install {package} (Megatron compiles helpers.cpp at start)"))
     suffix = sysconfig.get_config_var("EXT_SUFFIX")
     python3 = shutil.which("python3", path=path_var)
+    building = True
     if python3 is None:
         findings.append(Finding("dataset helpers", "fail", "`python3` not found on PATH",
                                 f"put the training interpreter's directory first on PATH ({Path(ctx.python).parent})"))
-    else:
+    elif building := will_build(ctx.megatron_path, suffix):  # the Makefile asks pybind11 only when it compiles
         # launch puts this interpreter first on the training's PATH when it has torch (backends.local
         # training_path), so python3 here is the training's python; the fixes name that one interpreter.
         code, out = _run([python3, "-m", "pybind11", "--includes"], env=ctx.env)
@@ -275,7 +277,11 @@ def check_helper_build(ctx: Context) -> list[Finding]:
             findings.append(Finding("dataset helpers", "fail", f"{datasets} is not writable and not built",
                                     f"build once where writable: make -C {datasets}"))
     if not findings:
-        findings.append(Finding("dataset helpers", "ok", "make, g++, pybind11 and python3-config match this python"))
+        checked = "make, g++, pybind11 and python3-config match this python"
+        if python3 is not None and not building:
+            checked = ("make, g++ and python3-config match this python (the helpers are built or come from the "
+                       "launcher's cache: no compilation, so no pybind11 needed)")
+        findings.append(Finding("dataset helpers", "ok", checked))
     return findings
 
 

@@ -149,3 +149,20 @@ def test_a_launch_here_gives_the_checkout_its_helpers_before_torchrun_starts(tmp
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "helpers at start: True" in result.stdout, result.stdout + result.stderr
     assert "# dataset helpers: copied from the launcher's cache" in result.stdout
+
+
+def test_will_build_says_what_prepare_will_leave_to_make(tmp_path, monkeypatch):
+    no_wheel(monkeypatch)
+    megatron, cache = checkout(tmp_path), tmp_path / "cache"
+    assert helpers.will_build(megatron, SUFFIX, cache)  # nothing built, nothing cached: make compiles
+    seed_cache(cache, megatron)
+    assert not helpers.will_build(megatron, SUFFIX, cache)  # prepare copies the cached build in
+    datasets = helpers.datasets_dir(megatron)
+    datasets.chmod(0o555)  # a cached build cannot be installed into a read-only checkout: make compiles
+    try:
+        assert helpers.will_build(megatron, SUFFIX, cache) or os.access(datasets, os.W_OK)  # root writes anyway
+    finally:
+        datasets.chmod(0o755)
+    (datasets / helpers.built_name(SUFFIX)).write_bytes(b"built")  # current: make has nothing to do
+    assert not helpers.will_build(megatron, SUFFIX, tmp_path / "empty-cache")
+    assert helpers.will_build(tmp_path / "no-checkout", SUFFIX, cache)  # cannot tell: as if it compiles

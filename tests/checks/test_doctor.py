@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,28 @@ def test_doctor_from_a_venv_that_is_not_activated_gives_one_consistent_fix(tmp_p
     assert "activate" not in helpers["fix"] and "is not this interpreter" not in helpers["detail"]
     if helpers["status"] != "ok" and "pybind11" in helpers["detail"]:
         assert helpers["fix"].startswith(sys.executable)
+
+
+def helpers_checkout(root: Path, built: bool) -> Path:
+    """A checkout's dataset folder with helpers.cpp, and a current build of it when `built`."""
+    datasets = root / "megatron" / "core" / "datasets"
+    datasets.mkdir(parents=True)
+    (datasets / "helpers.cpp").write_text("// the source\n")
+    (datasets / "Makefile").write_text("default:\n")
+    if built:
+        (datasets / f"helpers_cpp{sysconfig.get_config_var('EXT_SUFFIX')}").write_bytes(b"built")
+    return root
+
+
+def test_pybind11_is_asked_for_only_when_the_helpers_will_be_compiled(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path / "cache"))  # no cached build
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    python3 = bin_dir / "python3"  # a training python without pybind11
+    python3.write_text(f"#!/bin/sh\n[ \"$2\" = pybind11 ] && exit 1\nexec {sys.executable} \"$@\"\n")
+    python3.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    fresh = check_helper_build(Context(megatron_path=helpers_checkout(tmp_path / "fresh", built=False), env=env))
+    assert any("pybind11 is not importable" in f.detail for f in fresh)  # make will compile: pybind11 is needed
+    built = check_helper_build(Context(megatron_path=helpers_checkout(tmp_path / "built", built=True), env=env))
+    assert not any("pybind11 is not importable" in f.detail for f in built)

@@ -100,3 +100,89 @@ def test_with_a_launcher_prefix_bytecode_is_written_there_even_where_python_may_
     without = run_python("import sys; print(sys.dont_write_bytecode)", tmp_path,
                          {"PYTHONDONTWRITEBYTECODE": "1"}, (lib,))
     assert without.stdout.strip() == "True"  # no prefix of the launcher's: the environment's choice stands
+
+
+EXIT_PROGRAM = textwrap.dedent("""\
+    import atexit, gc, os, sys
+    gc.disable()  # what is garbage now stays garbage until the program ends
+
+    class Noted:
+        def __init__(self, name):
+            self.name, self.me = name, self  # a cycle: only a collection finds it
+        def __del__(self):
+            os.write(1, f"finalized {self.name}\\n".encode())
+
+    Noted("garbage")  # unreachable at exit
+    ALIVE = Noted("alive")  # reachable from a module until the interpreter tears the modules down
+    atexit.register(lambda: os.write(1, b"program atexit\\n"))
+    sys.exit(3)
+    """)
+
+
+def test_at_exit_the_garbage_is_finalized_once_and_what_is_alive_is_left_to_the_system(tmp_path):
+    result = run_python(EXIT_PROGRAM, tmp_path, {"MEGATRON_LAUNCH_EXIT": "collect-once"})
+    assert result.returncode == 3, result.stderr  # the program's exit status
+    lines = result.stdout.splitlines()
+    assert lines[0] == "program atexit"  # the program's own handlers run first
+    assert "finalized garbage" in lines  # the garbage at exit: collected, its finalizers run
+    assert "finalized alive" not in lines  # left to the operating system, like any object alive at exit
+
+
+def test_without_its_variable_the_interpreter_shuts_down_as_always(tmp_path):
+    result = run_python(EXIT_PROGRAM, tmp_path, {"MEGATRON_LAUNCH_SKIP_IMPORTS": "nothing"})
+    assert result.returncode == 3, result.stderr
+    assert {"finalized garbage", "finalized alive"} <= set(result.stdout.splitlines())
+
+
+def run_script(script: Path, tmp_path: Path, env: dict[str, str], extra_path: tuple[Path, ...] = ()):
+    path = os.pathsep.join(map(str, [SITE, *extra_path]))
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_LAUNCH_")}
+    full.update({"PYTHONPATH": path, **env})
+    return subprocess.run([sys.executable, "-u", str(script)], env=full, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+
+
+GC_PROGRAM = textwrap.dedent("""\
+    import builtins, gc
+    builtins.FROZEN_AT_START = gc.get_freeze_count()  # some builds freeze a few objects of their own at start
+    print("while importing:", gc.isenabled())
+    import megatron.training.initialize as initialize
+    initialize.initialize_megatron()
+    print("warm-up:", initialize._warmup_jit_function.__name__)
+    """)
+
+
+def test_pretrain_gpt_collects_no_garbage_while_importing_and_resumes_when_megatron_initializes(tmp_path):
+    lib = fake_megatron(tmp_path / "lib")
+    (lib / "megatron" / "training" / "initialize.py").write_text(textwrap.dedent("""\
+        import gc
+        def _warmup_jit_function():
+            pass
+        def initialize_megatron():
+            print("initialize:", gc.isenabled(), gc.get_freeze_count() > FROZEN_AT_START)
+        """))
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text(GC_PROGRAM)
+    env = {"MEGATRON_LAUNCH_IMPORT_GC": "paused", "MEGATRON_LAUNCH_JIT_WARMUP": "draws"}
+    result = run_script(script, tmp_path, env, (lib,))
+    assert result.stdout.splitlines() == ["while importing: False", "initialize: True True", "warm-up: draws"], \
+        result.stderr  # both hooks on the same module apply
+    other = tmp_path / "other_program.py"  # torchrun, inductor's workers, any other program: Python's own GC
+    other.write_text(GC_PROGRAM)
+    result = run_script(other, tmp_path, env, (lib,))
+    assert result.stdout.splitlines()[:2] == ["while importing: True", "initialize: True False"], result.stderr
+    untold = run_script(script, tmp_path, {}, (lib,))
+    assert untold.stdout.splitlines()[:2] == ["while importing: True", "initialize: True False"], untold.stderr
+
+
+def test_torchrun_collects_no_garbage_until_its_agent_module_is_imported(tmp_path):
+    lib = tmp_path / "lib"
+    (lib / "torch" / "distributed").mkdir(parents=True)
+    (lib / "torch" / "__init__.py").write_text("")
+    (lib / "torch" / "distributed" / "__init__.py").write_text("")
+    (lib / "torch" / "distributed" / "run.py").write_text("import gc\nprint('agent module:', gc.isenabled())\n")
+    script = tmp_path / "torchrun"  # the console script's name
+    script.write_text("import gc\nprint('start:', gc.isenabled())\nimport torch.distributed.run\n"
+                      "print('after:', gc.isenabled())\n")
+    result = run_script(script, tmp_path, {"MEGATRON_LAUNCH_IMPORT_GC": "paused"}, (lib,))
+    assert result.stdout.splitlines() == ["start: False", "agent module: False", "after: True"], result.stderr

@@ -61,3 +61,33 @@ def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_c
     assert mine.environment.get("PYTHONPYCACHEPREFIX") == "/mine"
     assert "PYTHONPYCACHEPREFIX" not in mine.environment.chosen
     assert resolve(preset, 1, 1, inherited_env={}).environment.get("PYTHONPYCACHEPREFIX") is None
+
+
+EXIT = "MEGATRON_LAUNCH_EXIT"
+
+
+def test_fast_path_processes_skip_pythons_repeated_collections_at_exit_and_say_so():
+    for name in ("345m", "toy"):
+        job = job_for(name)
+        assert job.environment.get(EXIT) == "collect-once"
+        assert any(n.startswith("at exit, after the program and its atexit handlers") for n in job.notes)
+    assert job_for(kernels=WITH_TE).environment.get(EXIT) is None  # no hook off the fast path
+
+
+def test_pythons_own_shutdown_can_be_asked_for():
+    job = job_for(env={EXIT: "python"})
+    assert job.environment.get(EXIT) == "python"
+    assert not any(n.startswith("at exit,") for n in job.notes)
+
+
+IMPORT_GC = "MEGATRON_LAUNCH_IMPORT_GC"
+
+
+def test_fast_path_ranks_pause_garbage_collection_while_importing_and_say_so():
+    for name in ("345m", "toy"):
+        job = job_for(name)
+        assert job.environment.get(IMPORT_GC) == "paused"
+        assert any(n.startswith("torchrun and the ranks collect no garbage while they import") for n in job.notes)
+    assert job_for(kernels=WITH_TE).environment.get(IMPORT_GC) is None
+    mine = job_for(env={IMPORT_GC: "python"})
+    assert mine.environment.get(IMPORT_GC) == "python" and not any("no garbage" in n for n in mine.notes)
