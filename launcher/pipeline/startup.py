@@ -28,7 +28,6 @@ NO_BYTECODE = "PYTHONDONTWRITEBYTECODE"
 PREFIX = "PYTHONPYCACHEPREFIX"
 SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
 WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
-EXIT_ENV = "MEGATRON_LAUNCH_EXIT"
 IMPORT_GC_ENV = "MEGATRON_LAUNCH_IMPORT_GC"
 ALWAYS_UNUSED = ("cupy",)
 TOKENIZER_LIBRARIES = ("transformers", "sentencepiece", "tiktoken")
@@ -51,7 +50,9 @@ def compiles_layers(fast_ops: str | None) -> bool:
 def startup_variables(settings: Mapping[str, object], fast_ops: str | None,
                       inherited: Mapping[str, str] | None = None) -> dict[str, str]:
     """The hook's variables for a fast-path job (the caller checks that it is one)."""
-    chosen = {SKIP_ENV: ",".join(skipped_imports(settings)), IMPORT_GC_ENV: "paused", EXIT_ENV: "collect-once"}
+    # EXIT_ENV=collect-once is asked for (--set env.MEGATRON_LAUNCH_EXIT=collect-once), not a default: it changes
+    # what Python finalizes at exit and is measured on a CPU machine only (docs/benchmarks.md)
+    chosen = {SKIP_ENV: ",".join(skipped_imports(settings)), IMPORT_GC_ENV: "paused"}
     inherited = inherited or {}
     if inherited.get(NO_BYTECODE) and not inherited.get(PREFIX):
         # Python may not write bytecode here, and site-packages may ship none (torch's ~1300 modules compiled from
@@ -81,11 +82,6 @@ def startup_notes(env: Mapping[str, str]) -> list[str]:
                      "CPU of 8-9 in a rank on a CPU machine); once imported (the ranks: when Megatron initializes), "
                      "one collection, what is alive then is frozen, and automatic collection resumes; "
                      f"--set env.{IMPORT_GC_ENV}=python for Python's own")
-    if env.get(EXIT_ENV) == "collect-once":
-        notes.append(f"at exit, after the program and its atexit handlers, each process collects its garbage once "
-                     f"and leaves what is still alive to the operating system ({EXIT_ENV}=collect-once): Python's "
-                     "own shutdown walks torch's objects in several collections (1.8-2.9 s per process on a CPU "
-                     f"machine, 0.2-0.8 s so); --set env.{EXIT_ENV}=python for Python's own")
     if env.get(WARMUP_ENV) == "draws":
         notes.append(f"Megatron's JIT warm-up compiles nothing ({WARMUP_ENV}=draws): the layers are compiled "
                      "whole, so its standalone fusions never run; its random draws are kept, so the model's "
