@@ -1,5 +1,6 @@
 """A diagnostic for one GPU run: every fp32 += non-fp32 in-place add of a pretrain_gpt.py process (DDP's
-main_grad.add_(grad) among them) recorded with both tensors' layout, printed after 292 and 584 of them (345m: one step, two steps).
+main_grad.add_(grad) among them) recorded with both tensors' layout, printed after 292 and 584 of them (345m:
+one step, two steps).
 
     PYTHONPATH=scripts/grad_add_probe launch 345m --gpus-per-node 1 --no-doctor --set train_iters=3 --set eval_iters=0
 
