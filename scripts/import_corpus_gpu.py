@@ -9,8 +9,8 @@ verdict, recorded with what it lost, and the preset is then written as `--accept
 user makes for one GPU (`one_gpu_moves`: one node, one GPU, every parallel size 1 and the settings that name
 pipeline stages dropped, at most 4 layers (a per-layer pattern cut to them), mock data with a NullTokenizer of the
 script's vocabulary, 4 iterations logged each, no evaluation, the script's own --save/--load dropped (the launch
-saves into its run directory once, at the end), one micro-batch per step, no
-Transformer Engine or apex, the GPU named h200-141gb), and the dry-run's verdict on the result: accepted, or
+saves into its run directory once, at the end), one micro-batch per step, no Transformer Engine or apex, the GPU
+named h200-141gb), and the dry-run's verdict on the result: accepted, or
 refused with its problems. A refusal whose hints say `set X=V` is followed (at most ROUNDS rounds; each round
 recorded); a refusal only for memory moves to fewer layers (2, then 1) as a user would.
 
