@@ -321,6 +321,7 @@ def test_a_model_no_layer_spec_without_transformer_engine_builds_is_not_run_here
     if detect_kernels()[0]:
         pytest.skip("Transformer Engine is installed here: the job builds")
     resolved = job("345m", "transformer_engine=true", "multi_latent_attention=true", "mtp_num_layers=1",
+                   "position_embedding_type=rope",
                    "pipeline_model_parallel_size=2", nodes=1, gpus=2)
     result = rehearse_layout(resolved, {})
     assert (result.ok, result.stage) == (False, "setup")
