@@ -339,6 +339,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
     flags = flag_reader.read_flags(words)
+    nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
+    flag_reader.data_parallel_translations(
+        flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = []
     for w in flags.of_kind("lost"):
         missing = _missing(w.text)
