@@ -334,7 +334,8 @@ def data_parallel_translations(out: Flags, gpus: int | None) -> None:
         if problem:
             word.why = f"{row.unknown}: {problem} ({row.origin}); instead: {row.instead}"
             continue
-        settings = {dest: _typed_to(dest, size if v == DATA_PARALLEL else v, word.words[0]) for dest, v in row.to.items()}
+        settings = {dest: _typed_to(dest, size if v == DATA_PARALLEL else v, word.words[0])
+                    for dest, v in row.to.items()}
         for key, value in settings.items():
             if key in out.settings:
                 continue  # the script's own --expert-model-parallel-size stands
