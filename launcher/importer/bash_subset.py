@@ -37,6 +37,11 @@ MAX_VALUE_CHARS = 100_000
 MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
+# files sourced to set up the software environment, not the run's settings: not read, and the values a script
+# leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
+# /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
+ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
+                               r"set_env\.sh|setvars\.sh|init/bash|modules\.sh|lmod\.sh)$|^/etc/")
 MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -1369,6 +1374,10 @@ class _Reader:
             return
         given = argv[1]
         what = f"{show(argv[0])} {show(given)}"
+        if ENVIRONMENT_SETUP.search(show(given)):
+            self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
+                            "toolkit's set_env.sh), not the run's settings")
+            return
         if unresolved_names(given):
             self.unread_sources += 1
             self.skip(node, f"{what}: the file's path is not known without running the script; the file is not "
@@ -1698,9 +1707,12 @@ class _Reader:
     def unset(self, name: str) -> str:
         """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
         left it unset, as bash would), else unknown (the caller's environment may set it). A positional parameter
-        past $# is empty once the arguments are known (`launch import train.sh /exp` has no $2)."""
+        past $# is empty once the arguments are known (`launch import train.sh /exp` has no $2). After a sourced file
+        that was not read, unknown: that file may set it."""
         if name.isdigit() and name != "0" and self.positional is not None:
             return ""
+        if self.unread_sources and not name.isdigit():
+            return _unknown(name)  # a sourced file that was not read may set it
         return "" if name in self.script_names else _unknown(name)
 
     def without_arguments(self) -> None:

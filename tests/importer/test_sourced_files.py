@@ -89,3 +89,22 @@ def test_launch_import_reads_the_file_the_script_sources(tmp_path, launch):
                                        "--vocab-size 128 --hidden-size"))
     code, stdout, stderr = launch("import", str(tmp_path / "train.sh"), "--format", "json")
     assert "Traceback" not in stderr and "num_layers: 3" in stdout and "hidden_size: 96" in stdout, stderr
+
+
+def test_after_a_file_not_read_a_variable_the_script_tests_is_not_taken_as_unset(tmp_path):
+    # `if [ -z "$TP" ]; then TP=1; fi` after a config that was not read: TP may be the config's 8
+    run = RUN.replace("\n", " --tensor-model-parallel-size $TP\n")
+    (tmp_path / "train.sh").write_text('source ./cluster.sh\nif [ -z "$TP" ]; then TP=1; fi\nHIDDEN=64\n'
+                                       "model_args() { :; }\n" + run)
+    found = imported(tmp_path / "train.sh")
+    assert "tensor_model_parallel_size" not in found.settings
+    assert any("--tensor-model-parallel-size" in n for n in found.lost)
+
+
+def test_an_environment_setup_file_is_named_and_leaves_the_defaults(tmp_path):
+    script = ("source /opt/conda/etc/profile.d/conda.sh\nsource $VENV/bin/activate\n. ~/.bashrc\n"
+              "source /usr/local/Ascend/ascend-toolkit/set_env.sh\nHIDDEN=64\nmodel_args() { :; }\n" + RUN)
+    (tmp_path / "train.sh").write_text(script)
+    found = imported(tmp_path / "train.sh")
+    assert found.settings["num_layers"] == 2 and found.lost == []
+    assert sum("sets up the software environment" in n for n in found.not_carried) == 4
