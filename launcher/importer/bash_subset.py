@@ -21,17 +21,27 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import functools
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
+
+from launcher import untrusted
+from launcher.errors import UserError
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
 MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
+# files sourced to set up the software environment, not the run's settings: not read, and the values a script
+# leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
+# /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
+ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
+                               r"set_env\.sh|setvars\.sh|init/bash|modules\.sh|lmod\.sh)$|^/etc/")
 MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -238,14 +248,15 @@ def slurm_directives(text: str, reading: Reading) -> None:
                                 + " from the #SBATCH lines (sbatch's own command line may change them)"))
 
 
-def read_script(text: str, positional: Sequence[str] = ()) -> Reading:
-    """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given."""
+def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Reading:
+    """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given; `path`: the script's
+    file, next to which the files it sources (`source config.sh`) are read (None: none is read)."""
     if len(text) > MAX_SCRIPT_CHARS:
         raise ShellSyntaxError(f"the script has {len(text):,} characters; at most {MAX_SCRIPT_CHARS:,} are read")
     if MARK in text:
         raise ShellSyntaxError("the script holds a NUL byte (a binary file?)")
     reading = Reading()
-    reader = _Reader(reading, positional)
+    reader = _Reader(reading, positional, path)
     slurm_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
@@ -266,8 +277,13 @@ class _Capture:
 
 
 class _Reader:
-    def __init__(self, reading: Reading, positional: Sequence[str]):
+    def __init__(self, reading: Reading, positional: Sequence[str], path: Path | None = None):
         self.reading = reading
+        self.directory = path.parent if path is not None else None
+        # the script and the files being sourced, outermost first: a file that sources one of them is not read again
+        self.sourcing: list[str] = [os.path.realpath(path)] if path is not None else []
+        self.sourced_chars = 0  # of every file sourced: together at most MAX_SCRIPT_CHARS
+        self.unread_sources = 0  # `source FILE` lines passed whose file was not read: any unset name may be its
         self.shell = reading.shell
         self.positional: list[str] | None = list(positional) if positional else None
         self.steps = 0
@@ -1311,8 +1327,7 @@ class _Reader:
                 self.set_positional(self.positional)
             return
         if program in ("source", "."):
-            self.skip(node, f"{show(' '.join(argv[:2]))}: the file is not read (reading is not running); what it "
-                            "sets is unknown")
+            self.source_file(node, argv)
             return
         if program in ("set", "true", ":", "false", "wait", "trap", "ulimit", "umask", "shopt", "hash"):
             if program == "set" and "--" in argv:
@@ -1350,6 +1365,70 @@ class _Reader:
             return
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
+
+    def source_file(self, node: Any, argv: list[str]) -> None:
+        """`source FILE args…` / `. FILE`: FILE's text read here, with the same bounds (never run), when its path is
+        known and it lies next to the script (relative to the script's directory, or absolute); else named, with
+        its line, as not read: what it sets stays unknown."""
+        if len(argv) < 2:
+            return
+        given = argv[1]
+        what = f"{show(argv[0])} {show(given)}"
+        if ENVIRONMENT_SETUP.search(show(given)):
+            self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
+                            "toolkit's set_env.sh), not the run's settings")
+            return
+        if unresolved_names(given):
+            self.unread_sources += 1
+            self.skip(node, f"{what}: the file's path is not known without running the script; the file is not "
+                            "read and what it sets is unknown")
+            return
+        if self.directory is None:
+            self.unread_sources += 1
+            self.skip(node, f"{what}: not read (the script was not given as a file, so the file's place is not "
+                            "known); what it sets is unknown")
+            return
+        path = Path(given) if given.startswith("/") else self.directory / given
+        key = os.path.realpath(path)
+        if key not in self.sourcing:
+            self.unread_sources += 1  # until it is read below
+        else:
+            self.skip(node, f"{what}: the file sources itself (through {' → '.join(self.sourcing + [key])}); "
+                            "read once, not again")
+            return
+        budget = MAX_SCRIPT_CHARS - self.sourced_chars
+        if budget <= 0:
+            self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters together); "
+                            "what it sets is unknown")
+            return
+        try:
+            text = untrusted.read_utf8(path, "sourced file", max(budget, 0))
+        except UserError as exc:
+            shared = (f": the files a script sources hold at most {MAX_SCRIPT_CHARS:,} characters together"
+                      if budget < MAX_SCRIPT_CHARS else "")
+            self.skip(node, f"{what}: not read ({exc.problems[0].message}{shared}); what it sets is unknown")
+            return
+        if MARK in text:
+            self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); what it sets is unknown")
+            return
+        self.unread_sources -= 1
+        self.sourced_chars += len(text)
+        saved_positional = self.positional
+        if len(argv) > 2:  # `source FILE a b`: $1 … are a b while it is read
+            self.positional = argv[2:]
+            self.set_positional(self.positional)
+        self.sourcing.append(key)
+        try:  # its commands are said on the line that sources it
+            self.run_source(text, line_offset=0, fixed_line=self.line(node))
+        except _Return:
+            pass  # `return` ends the sourced file only
+        finally:
+            self.sourcing.pop()
+            if len(argv) > 2:  # as a function call restores them
+                self.positional = saved_positional
+                self.set_positional(saved_positional or [])
+                if saved_positional is None:
+                    self.shell.scalars.pop("#", None)
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -1628,9 +1707,12 @@ class _Reader:
     def unset(self, name: str) -> str:
         """An unset variable: empty when the script itself sets it somewhere (it owns the name; a path not taken
         left it unset, as bash would), else unknown (the caller's environment may set it). A positional parameter
-        past $# is empty once the arguments are known (`launch import train.sh /exp` has no $2)."""
+        past $# is empty once the arguments are known (`launch import train.sh /exp` has no $2). After a sourced file
+        that was not read, unknown: that file may set it."""
         if name.isdigit() and name != "0" and self.positional is not None:
             return ""
+        if self.unread_sources and not name.isdigit():
+            return _unknown(name)  # a sourced file that was not read may set it
         return "" if name in self.script_names else _unknown(name)
 
     def without_arguments(self) -> None:
@@ -1711,6 +1793,8 @@ class _Reader:
         known = not unresolved_names(value)
         if op in (":-", "-", ":=", "=", ":+", "+", ":?", "?"):
             empty = not is_set or (op.startswith(":") and known and value == "")
+            if not is_set and self.unread_sources and not name.isdigit() and name not in ("@", "*", "#"):
+                return ("val", _unknown(name), quoted)  # a sourced file not read may set it: not the default
             if op[-1] in "-=":
                 if not empty:
                     return ("val", value, quoted)

@@ -15,6 +15,7 @@ import shlex
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -229,9 +230,10 @@ def _manifest_script(data: Any) -> str | None:
     return None
 
 
-def read_source(text: str, positional: Sequence[str] = ()) -> Source:
+def read_source(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Source:
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
-    any accepted source; `positional`: the arguments a bash script is run with ($1 …)."""
+    any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
+    next to which the files it sources are read."""
     stripped = text.lstrip()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:  # bounded: a few hundred bytes of nested aliases must not expand into gigabytes
@@ -247,9 +249,9 @@ def read_source(text: str, positional: Sequence[str] = ()) -> Source:
             return Source(*_from_yaml_mapping(data))
         manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
         if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
-            text = manifest
+            text, path = manifest, None  # its files are the container's, not the ones next to the manifest
     try:
-        reading = read_script(text, positional)
+        reading = read_script(text, positional, path)
     except ShellSyntaxError as exc:
         raise UserError(f"cannot read the script: {exc}", "import reads bash scripts, one command line, or a "
                         "YAML mapping of flags (MODEL_ARGS)") from None
@@ -322,8 +324,9 @@ MACHINE_ENV = {"NCCL_SOCKET_IFNAME": _INTERFACE, "GLOO_SOCKET_IFNAME": _INTERFAC
 
 
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),
-                  read_local: VocabReader | None = None) -> Imported:
-    source = read_source(text, positional)
+                  read_local: VocabReader | None = None, path: Path | None = None) -> Imported:
+    """`path`: the script's file when it was given as one (the files it sources are read next to it)."""
+    source = read_source(text, positional, path)
     runner, words, env, notes = source.runner, source.words, source.env, source.notes
     launcher: dict[str, Any] = {}
     if runner:
@@ -339,6 +342,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
     flags = flag_reader.read_flags(words)
+    nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
+    flag_reader.data_parallel_translations(
+        flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = []
     for w in flags.of_kind("lost"):
         missing = _missing(w.text)

@@ -44,6 +44,9 @@ class Word:
     settings: dict[str, Any] = field(default_factory=dict)
     defaults: dict[str, Any] = field(default_factory=dict)
     why: str = ""
+    # a fork's flag whose meaning depends on the rest of the job (only_with a choice, a size the job decides):
+    # `settings` are what it becomes when that holds (read_flags, build.import_source decide)
+    translation: legacy.Translation | None = None
 
     @property
     def text(self) -> str:
@@ -79,18 +82,12 @@ def _values_after(words: list[str], i: int) -> int:
     return j
 
 
-# A fork's name for a choice the pin spells otherwise, with the same meaning: (setting, fork's value) → (the pin's
-# value, why). Megatron-DeepSpeed's HFTokenizer (megatron/tokenizer/tokenizer.py: _HFTokenizer) loads
-# AutoTokenizer.from_pretrained(--tokenizer-model), as the pin's HuggingFaceTokenizer does.
-FORK_CHOICES = {("tokenizer_type", "HFTokenizer"): (
-    "HuggingFaceTokenizer", "Megatron-DeepSpeed's name of the Hugging Face tokenizer read from --tokenizer-model")}
-
-
 def _typed(arg: megatron_args.MegatronArg, value: Any, flag: str) -> tuple[Any, str]:
     """(value in the pin's type, how it was converted or ""); UserError when no exact conversion exists."""
-    if isinstance(value, str) and (arg.dest, value) in FORK_CHOICES:
-        pin, why = FORK_CHOICES[(arg.dest, value)]
-        return type_megatron_value(arg.dest, pin, f"flag {flag}")[1], f"{flag} {value} → {pin}: {why}"
+    choice = legacy.choices().get((arg.dest, value)) if isinstance(value, str) else None
+    if choice is not None:  # a fork's name for one of the pin's choices (launcher/data/flag_translations.json)
+        return (type_megatron_value(arg.dest, choice.pin, f"flag {flag}")[1],
+                f"{flag} {value} → {choice.pin}: {choice.why} ({choice.origin})")
     try:
         return type_megatron_value(arg.dest, value, f"flag {flag}")[1], ""
     except UserError:
@@ -223,6 +220,16 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
         else:
             return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
     given = words[i:j]
+    if translation.only_with:  # harmless unless the script gave the fork's choice that reads it (read_flags)
+        try:
+            pending = {dest: _typed_to(dest, value if v == "$value" else v, flag) for dest, v in translation.to.items()}
+        except UserError:
+            pending = {}
+        return Word(given, "harmless", pending, why=f"{translation.harmless} ({translation.origin})",
+                    translation=translation if pending else None), j, None
+    if DATA_PARALLEL in translation.to.values():  # sized by the job's GPUs: build.import_source decides
+        return Word(given, "lost", why=f"{translation.unknown} ({translation.origin}); instead: {translation.instead}",
+                    translation=translation), j, None
     if translation.harmless:
         return Word(given, "harmless", why=f"{translation.harmless} ({translation.origin})"), j, None
     if translation.refuse:
@@ -236,6 +243,10 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
     shown = ", ".join(f"{d} {v}" for d, v in {**settings, **defaults}.items())
     return Word(given, "translated", settings, defaults,
                 why=f"→ {shown}: {translation.why} ({translation.origin})"), j, None
+
+
+# a `to` value of the table: the job's data-parallel size, GPUs ÷ (TP · PP) (MegaBlocks' expert-parallel group)
+DATA_PARALLEL = "$data_parallel_size"
 
 
 def _typed_to(dest: str, value: Any, flag: str) -> Any:
@@ -267,9 +278,72 @@ def read_flags(words: list[str]) -> Flags:
         if key not in out.settings:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
+    _read_with_fork_choice(out)
     _dense_in_megatron_deepspeed(out)
     _recompute_chunk_in_megatron_deepspeed(out)
     return out
+
+
+def _given_value(word: Word) -> str:
+    flag, eq, inline = word.words[0].partition("=")
+    return inline if eq else (word.words[1] if len(word.words) > 1 else "")
+
+
+def _read_with_fork_choice(out: Flags) -> None:
+    """A fork's flag that its code reads only for one of its choices (ModelLink's --tokenizer-name-or-path, read for
+    --tokenizer-type PretrainedFromHF): carried when the script's last word for that setting gave the choice, over
+    any other value of the same setting (the fork reads only this one then)."""
+    for word in out.words:
+        row = word.translation
+        if word.kind != "harmless" or row is None or not row.only_with:
+            continue
+        chosen = True
+        for setting, fork_value in row.only_with.items():
+            last = next((w for w in reversed(out.words) if setting in w.settings and w.kind != "harmless"), None)
+            chosen = chosen and last is not None and _given_value(last) == fork_value
+        if not chosen:
+            continue
+        for key, value in word.settings.items():
+            out.settings.pop(key, None)
+            out.settings[key] = value
+            out.flag_of[key] = word.words[0].partition("=")[0]
+        shown = ", ".join(f"{d} {v}" for d, v in word.settings.items())
+        word.kind, word.why = "translated", f"→ {shown}: {row.why} ({row.origin})"
+
+
+def data_parallel_translations(out: Flags, gpus: int | None) -> None:
+    """Fork flags sized by the job's data-parallel size (MegaBlocks' --moe-expert-model-parallelism: its experts are
+    sharded over the data-parallel group), given `gpus` (nodes × GPUs per node, None when the script does not say):
+    carried when the size is certain and the pin can hold it (it divides the experts), else they stay lost."""
+    for word in out.words:
+        row = word.translation
+        if word.kind != "lost" or row is None or DATA_PARALLEL not in row.to.values():
+            continue
+        layout = [out.settings.get(k, 1) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                                    "context_parallel_size")]
+        if gpus is None or not all(isinstance(n, int) and n > 0 for n in layout):
+            continue
+        tp, pp, cp = layout
+        experts = out.settings.get("num_experts")
+        size = gpus // (tp * pp) if gpus % (tp * pp) == 0 else 0
+        problem = ("the fork has no context parallelism" if cp != 1
+                   else f"{gpus} GPUs do not divide into TP {tp} · PP {pp}" if not size
+                   else "no --num-experts is given" if not isinstance(experts, int)
+                   else f"its data-parallel size {size} does not divide the {experts} experts (MegaBlocks then "
+                        "splits each expert's hidden units, which the pin does not)" if experts % size else "")
+        if problem:
+            word.why = f"{row.unknown}: {problem} ({row.origin}); instead: {row.instead}"
+            continue
+        settings = {dest: _typed_to(dest, size if v == DATA_PARALLEL else v, word.words[0])
+                    for dest, v in row.to.items()}
+        for key, value in settings.items():
+            if key in out.settings:
+                continue  # the script's own --expert-model-parallel-size stands
+            out.settings[key] = value
+            out.flag_of[key] = word.words[0]
+        word.settings = settings
+        shown = ", ".join(f"{d} {v}" for d, v in settings.items())
+        word.kind, word.why = "translated", f"→ {shown} ({gpus} GPUs ÷ (TP {tp} · PP {pp})): {row.why} ({row.origin})"
 
 
 # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed megatron/arguments.py: --num-experts, default [1]; its MoE

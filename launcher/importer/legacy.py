@@ -22,6 +22,20 @@ class Translation:
     refuse: str = ""
     instead: str = ""
     harmless: str = ""
+    # `to` applies only when the script gave this fork's choice (setting → the fork's value); else `harmless`
+    only_with: dict[str, str] = field(default_factory=dict)
+    unknown: str = ""  # what is lost when a `to` value the job decides ($data_parallel_size) cannot be computed
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A fork's name for a value of a pin flag, with the same meaning (ModelLink's PretrainedFromHF)."""
+
+    setting: str
+    given: str
+    pin: str
+    origin: str
+    why: str
 
 
 def _read(name: str) -> dict[str, Any]:
@@ -37,8 +51,16 @@ def translations() -> dict[str, Translation]:
             origin = "an older Megatron-LM" + _releases(flag)
         out[flag] = Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
                                 row.get("why", ""), row.get("refuse", ""), row.get("instead", ""),
-                                row.get("harmless", ""))
+                                row.get("harmless", ""), row.get("only_with", {}), row.get("unknown", ""))
     return out
+
+
+@cache
+def choices() -> dict[tuple[str, str], Choice]:
+    """(setting, the fork's value) → the pin's value of the same meaning."""
+    return {(setting, given): Choice(setting, given, row["to"], row["origin"], row["why"])
+            for setting, rows in _read("flag_translations.json").get("choices", {}).items()
+            for given, row in rows.items()}
 
 
 @cache

@@ -41,7 +41,8 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
     then lists what was lost). With `output_format` json, one JSON object on stdout: the preset's text and the
     report."""
     text, name, positional = read_input(source)
-    imported = import_source(text, name, positional, read_local)
+    script = Path(source[0]) if source and source[0] != "-" and name == str(Path(source[0])) else None
+    imported = import_source(text, name, positional, read_local, script)
     target = Path(output) if output else None
     if target is not None and target.exists() and target.is_dir():
         raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")

@@ -46,6 +46,9 @@ def test_each_script_imports_with_its_settings(name, tmp_path):
     for setting in entry.get("unknown", []):  # decided at run time: not carried, and said so
         flag = "--" + setting.replace("_", "-")
         assert setting not in imported.settings and (setting in imported.replaced or flag in said), setting
+    for flag in entry.get("carried", []):  # a fork's flag the table translates: carried, not lost
+        assert not any(line.startswith(flag) for line in imported.lost), (flag, imported.lost)
+        assert any(line.startswith(flag) for line in imported.translated), flag
     named = {flag for item in imported.undecided for flag in item.flags}
     assert set(entry.get("undecided", [])) <= named, named
     assert all(f"line {item.line}" in " ".join(imported.not_carried) for item in imported.undecided)

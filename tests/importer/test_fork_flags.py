@@ -1,0 +1,70 @@
+"""Fork flags whose meaning at the pin depends on the rest of the command: ModelLink's tokenizer named by
+--tokenizer-name-or-path (read only for its --tokenizer-type PretrainedFromHF), and MegaBlocks' expert parallelism
+(its experts sharded over the data-parallel group, a size the job's GPUs decide). Carried where certain, else lost
+with what to set."""
+
+from __future__ import annotations
+
+from launcher.importer.build import import_source
+from launcher.importer.legacy import choices, translations
+
+MODEL = ("pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+         "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --lr 1e-4 --train-iters 10 "
+         "--mock-data --bf16 ")
+TORCHRUN = "torchrun --nproc_per_node 8 --nnodes 2 "
+
+
+def test_modellink_hugging_face_tokenizer_is_the_pins():
+    found = import_source(TORCHRUN + MODEL + "--tokenizer-type PretrainedFromHF --tokenizer-name-or-path "
+                          "/models/llama3", "train.sh")
+    assert found.settings["tokenizer_type"] == "HuggingFaceTokenizer"
+    assert found.settings["tokenizer_model"] == "/models/llama3"
+    assert found.lost == []
+    assert any(t.startswith("--tokenizer-name-or-path /models/llama3 → tokenizer_model") for t in found.translated)
+
+
+def test_modellink_reads_the_name_or_path_over_a_tokenizer_model_given_after_it():
+    found = import_source(TORCHRUN + MODEL + "--tokenizer-name-or-path=/hf/qwen --tokenizer-type PretrainedFromHF "
+                          "--tokenizer-model /other/tok.model", "train.sh")
+    assert found.settings["tokenizer_model"] == "/hf/qwen" and found.lost == []
+
+
+def test_the_name_or_path_without_pretrained_from_hf_is_not_read():
+    found = import_source(TORCHRUN + MODEL + "--tokenizer-type SentencePieceTokenizer --tokenizer-model /t.model "
+                          "--tokenizer-name-or-path /hf/qwen", "train.sh")
+    assert found.settings["tokenizer_model"] == "/t.model" and found.lost == []
+    assert any("--tokenizer-name-or-path /hf/qwen" in n and "PretrainedFromHF" in n for n in found.not_carried)
+
+
+def test_megablocks_expert_parallelism_is_the_data_parallel_size():
+    # 16 GPUs, TP 2: MegaBlocks' expert-parallel group is the data-parallel group of 8
+    found = import_source(TORCHRUN + MODEL + "--tensor-model-parallel-size 2 --moe-num-experts 16 "
+                          "--moe-expert-model-parallelism", "train.sh")
+    assert found.settings["expert_model_parallel_size"] == 8 and found.lost == []
+    assert any("16 GPUs ÷ (TP 2 · PP 1)" in t for t in found.translated)
+
+
+def test_megablocks_expert_parallelism_the_pin_cannot_hold_is_lost_with_what_to_set():
+    # 16 data-parallel ranks over 8 experts: MegaBlocks splits each expert's hidden units two ways
+    found = import_source(TORCHRUN + MODEL + "--moe-num-experts 8 --moe-expert-model-parallelism", "train.sh")
+    assert "expert_model_parallel_size" not in found.settings
+    (line,) = [n for n in found.lost if n.startswith("--moe-expert-model-parallelism")]
+    assert "does not divide the 8 experts" in line and "--set expert_model_parallel_size=" in line
+
+
+def test_megablocks_expert_parallelism_without_a_gpu_count_is_lost_with_what_to_set():
+    found = import_source("python " + MODEL + "--moe-num-experts 8 --moe-expert-model-parallelism", "train.sh")
+    assert "expert_model_parallel_size" not in found.settings
+    (line,) = [n for n in found.lost if n.startswith("--moe-expert-model-parallelism")]
+    assert "cannot size it here" in line and "--set expert_model_parallel_size=" in line
+
+
+def test_fork_choices_and_conditional_rows_name_their_source():
+    assert ("tokenizer_type", "PretrainedFromHF") in choices() and ("tokenizer_type", "HFTokenizer") in choices()
+    for choice in choices().values():
+        assert "(" in choice.origin and choice.why
+    for flag, row in translations().items():
+        if row.only_with:  # carried with the fork's choice, else dropped: both meanings said
+            assert row.to and row.harmless and set(row.only_with) <= {c[0] for c in choices()}, flag
+        if row.unknown:
+            assert row.instead, flag

@@ -1,0 +1,110 @@
+"""`source FILE` / `. FILE` in a script: the file next to the script (relative to its directory, or absolute) is read
+with the same bounded reader, never run, so its variables and functions count; one that cannot be read is named with
+its line and path, and the values it may set stay unknown (never a default)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from launcher.importer.bash_subset import MAX_SCRIPT_CHARS, read_script
+from launcher.importer.build import import_source
+
+RUN = "torchrun --nproc_per_node 1 pretrain_gpt.py --num-layers ${NL:-2} $(model_args) --hidden-size $HIDDEN\n"
+
+
+def imported(script: Path):
+    return import_source(script.read_text(), str(script), path=script)
+
+
+def test_a_config_sourced_next_to_the_script_is_read(tmp_path):
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "model.sh").write_text('NL=24\nHIDDEN=1024\nmodel_args() { echo "--num-attention-heads 16"; '
+                                                '}\nreturn\nNL=99\n')  # `return` ends the sourced file only
+    (tmp_path / "train.sh").write_text("source conf/model.sh\n" + RUN)
+    found = imported(tmp_path / "train.sh")
+    assert (found.settings["num_layers"], found.settings["hidden_size"], found.settings["num_attention_heads"]) == (
+        24, 1024, 16)
+    assert found.lost == [] and not any("model.sh" in n for n in found.not_carried)
+
+
+def test_dot_with_an_absolute_path_and_arguments(tmp_path):
+    (tmp_path / "env.sh").write_text('HIDDEN=$1\nNL=$2\nmodel_args() { :; }\n')
+    (tmp_path / "train.sh").write_text(f". {tmp_path / 'env.sh'} 512 6\necho $1\n" + RUN)
+    found = imported(tmp_path / "train.sh")
+    assert (found.settings["num_layers"], found.settings["hidden_size"]) == (6, 512)
+
+
+def test_a_missing_file_is_named_and_what_it_may_set_is_unknown_not_the_default(tmp_path):
+    (tmp_path / "train.sh").write_text("HIDDEN=64\nsource ./missing.sh\n" + RUN)
+    found = imported(tmp_path / "train.sh")
+    assert any(n.startswith("line 2: source ./missing.sh: not read") and "missing.sh" in n for n in found.not_carried)
+    assert "num_layers" not in found.settings  # ${NL:-2}: the file may set NL, so 2 is not what bash passes
+    assert any(n.startswith("--num-layers") and "$NL is not known" in n for n in found.lost)
+
+
+def test_without_the_script_file_nothing_is_read_and_the_line_is_named():
+    found = import_source("source model.sh\n" + RUN, "the command line given")
+    assert any(n.startswith("line 1: source model.sh: not read") for n in found.not_carried)
+    assert "num_layers" not in found.settings
+
+
+def test_a_file_sourcing_itself_or_a_cycle_stays_bounded(tmp_path):
+    (tmp_path / "a.sh").write_text("NL=4\nsource b.sh\n")
+    (tmp_path / "b.sh").write_text("HIDDEN=128\nsource a.sh\nsource ./train.sh\n")
+    (tmp_path / "train.sh").write_text("source train.sh\nsource a.sh\nmodel_args() { :; }\n" + RUN)
+    started = time.monotonic()
+    found = imported(tmp_path / "train.sh")
+    assert time.monotonic() - started < 5
+    assert (found.settings["num_layers"], found.settings["hidden_size"]) == (4, 128)
+    cycles = [n for n in found.not_carried if "sources itself" in n]
+    assert len(cycles) == 3 and all(n.startswith(("line 1:", "line 2:")) for n in cycles)
+
+
+def test_hostile_files_are_named_not_read(tmp_path):
+    (tmp_path / "huge.sh").write_text("#" * (MAX_SCRIPT_CHARS + 10))
+    (tmp_path / "binary.sh").write_bytes(b"NL=1\x00\n")
+    (tmp_path / "dir.sh").mkdir()
+    script = "source huge.sh\nsource binary.sh\nsource dir.sh\nsource /dev/zero\n"
+    started = time.monotonic()
+    reading = read_script(script, (), tmp_path / "train.sh")
+    assert time.monotonic() - started < 5
+    skipped = dict(reading.skipped)
+    assert set(skipped) == {1, 2, 3, 4} and all("not read" in why for why in skipped.values())
+    assert "1,000,010 bytes" in skipped[1]
+
+
+def test_many_sourced_files_together_stay_within_the_bound(tmp_path):
+    (tmp_path / "big.sh").write_text("#" * (MAX_SCRIPT_CHARS // 3) + "\nX=1\n")
+    reading = read_script("for i in 1 2 3 4 5; do source big.sh; done\n", (), tmp_path / "train.sh")
+    assert reading.shell.scalars["X"] == "1"
+    assert any("together" in why for _, why in reading.skipped)
+
+
+def test_launch_import_reads_the_file_the_script_sources(tmp_path, launch):
+    (tmp_path / "model.sh").write_text("NL=3\nHIDDEN=96\nmodel_args() { echo --num-attention-heads 4; }\n")
+    (tmp_path / "train.sh").write_text("source model.sh\n" + RUN.replace("--hidden-size", "--seq-length 64 "
+                                       "--max-position-embeddings 64 --micro-batch-size 1 --global-batch-size 8 "
+                                       "--lr 1e-4 --train-iters 4 --mock-data --tokenizer-type NullTokenizer "
+                                       "--vocab-size 128 --hidden-size"))
+    code, stdout, stderr = launch("import", str(tmp_path / "train.sh"), "--format", "json")
+    assert "Traceback" not in stderr and "num_layers: 3" in stdout and "hidden_size: 96" in stdout, stderr
+
+
+def test_after_a_file_not_read_a_variable_the_script_tests_is_not_taken_as_unset(tmp_path):
+    # `if [ -z "$TP" ]; then TP=1; fi` after a config that was not read: TP may be the config's 8
+    run = RUN.replace("\n", " --tensor-model-parallel-size $TP\n")
+    (tmp_path / "train.sh").write_text('source ./cluster.sh\nif [ -z "$TP" ]; then TP=1; fi\nHIDDEN=64\n'
+                                       "model_args() { :; }\n" + run)
+    found = imported(tmp_path / "train.sh")
+    assert "tensor_model_parallel_size" not in found.settings
+    assert any("--tensor-model-parallel-size" in n for n in found.lost)
+
+
+def test_an_environment_setup_file_is_named_and_leaves_the_defaults(tmp_path):
+    script = ("source /opt/conda/etc/profile.d/conda.sh\nsource $VENV/bin/activate\n. ~/.bashrc\n"
+              "source /usr/local/Ascend/ascend-toolkit/set_env.sh\nHIDDEN=64\nmodel_args() { :; }\n" + RUN)
+    (tmp_path / "train.sh").write_text(script)
+    found = imported(tmp_path / "train.sh")
+    assert found.settings["num_layers"] == 2 and found.lost == []
+    assert sum("sets up the software environment" in n for n in found.not_carried) == 4
