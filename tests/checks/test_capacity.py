@@ -63,7 +63,7 @@ def test_memory_the_estimate_does_not_count_turns_the_refusal_into_a_warning():
     """FSDP and CPU offloading take memory off the GPU; the estimate does not model them (docs/plan.md)."""
     found = capacity.memory_finding(184.2, H200, ["use_megatron_fsdp"])
     assert found is not None and found[0] == "warn" and "use_megatron_fsdp" in found[1]
-    assert capacity.unmodelled_memory_settings(job("optimizer_cpu_offload=true", "use_precision_aware_optimizer=true", "use_distributed_optimizer=true").arg) == ["optimizer_cpu_offload"]
+    assert capacity.unmodelled_memory_settings(job(*OFFLOAD).arg) == ["optimizer_cpu_offload"]
     assert capacity.unmodelled_memory_settings(job().arg) == []
 
 
@@ -76,7 +76,7 @@ def test_fsdp_on_one_data_parallel_rank_saves_nothing_so_the_refusal_stands():
     assert capacity.unmodelled_memory_settings(fsdp.arg, capacity.sharded_over(fsdp)) == []
     assert capacity.unmodelled_memory_settings(fsdp.arg, 8) == ["use_megatron_fsdp"]
     assert capacity.unmodelled_memory_settings(lambda name: name == "use_torch_fsdp2", 1) == []
-    offload = job("optimizer_cpu_offload=true", "use_precision_aware_optimizer=true", "use_distributed_optimizer=true")  # offloading saves GPU memory at any data-parallel size
+    offload = job(*OFFLOAD)  # offloading saves GPU memory at any data-parallel size
     assert capacity.unmodelled_memory_settings(offload.arg, 1) == ["optimizer_cpu_offload"]
 
 
@@ -88,6 +88,10 @@ def test_a_checkpoint_larger_than_the_free_space_is_refused_and_too_many_warned(
     assert warn is not None and warn[0] == "warn" and "room for 3 of the 10 checkpoints" in warn[1]
     ok = capacity.checkpoint_finding("/ckpt", size, 1, int(300e9))
     assert ok is not None and ok[0] == "ok"
+
+
+# CPU offloading of the optimizer as Megatron accepts it: the precision-aware, distributed optimizer
+OFFLOAD = ("optimizer_cpu_offload=true", "use_precision_aware_optimizer=true", "use_distributed_optimizer=true")
 
 
 def job(*overrides: str):
