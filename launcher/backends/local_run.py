@@ -13,8 +13,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from launcher.backends import bytecode, dataset_helpers, local
+from launcher.backends import bytecode, local
 from launcher.errors import Problem, UserError
+from launcher.megatron import dataset_helpers
 from launcher.pipeline.command import Command
 from launcher.pipeline.environment import LAUNCHER_ROOT
 from launcher.pipeline.resolve import ResolvedJob

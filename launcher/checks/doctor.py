@@ -28,10 +28,10 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, install_command
-from launcher.backends.dataset_helpers import will_build
 from launcher.checks.capacity import capacity_findings
 from launcher.checks.finding import Finding, Status
 from launcher.errors import Problem, UserError
+from launcher.megatron.dataset_helpers import will_build
 from launcher.megatron.fetch import GIT_SOURCE as MEGATRON_URL
 from launcher.megatron.pin import COMMIT_MARKER, SUBMODULE, default_fetch_dir, has_module
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp

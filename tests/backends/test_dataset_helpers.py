@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.backends import dataset_helpers as helpers
+from launcher.megatron import dataset_helpers as helpers
 
 SUFFIX = ".cpython-312-x86_64-linux-gnu.so"
 ROOT = Path(__file__).resolve().parents[2]
