@@ -10,9 +10,9 @@ Only on the fast path (the launcher's SDPA spec, pretrain_gpt.py), where the lau
 - torchrun and pretrain_gpt.py's processes collect no garbage while they import (~900 collections over torch's
   growing heap); automatic collection resumes once imported (when Megatron initializes), after one collection, with
   what is alive then frozen;
-- at exit, once the program and its atexit handlers are done, the processes (torchrun, the ranks, inductor's
-  compile workers) collect their garbage once and then leave what is still alive to the operating system, instead
-  of the interpreter's repeated collections over torch's objects during its shutdown.
+- asked for only (MEGATRON_LAUNCH_EXIT=collect-once in launcher.env): at exit, once the program and its atexit
+  handlers are done, the processes collect their garbage once and leave what is still alive to the operating
+  system, instead of the interpreter's repeated collections over torch's objects during its shutdown.
 No Megatron setting changes; the model, its initialisation and the data are the same.
 """
 
