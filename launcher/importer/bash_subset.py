@@ -23,7 +23,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -2203,7 +2203,9 @@ def _brace_expand(word: str) -> list[str] | None:
     return [word]
 
 
-def _brace_open(word: str, start: int) -> int | None:
+def _unquoted(word: str, start: int, skip_parameters: bool) -> Iterator[int]:
+    """The places from `start` of word's characters outside quotes and not escaped; with `skip_parameters`, each
+    `${…}` is passed over whole."""
     quote, k = "", start
     while k < len(word):
         ch = word[k]
@@ -2213,31 +2215,29 @@ def _brace_open(word: str, start: int) -> int | None:
             k += 1
         elif ch in "'\"":
             quote = ch
-        elif ch == "{" and (k == 0 or word[k - 1] != "$"):
-            return k
-        elif ch == "$" and word[k + 1:k + 2] == "{":  # ${…}: skipped whole
+        elif skip_parameters and ch == "$" and word[k + 1:k + 2] == "{":
             depth, k = 1, k + 2
             while k < len(word) and depth:
                 depth += {"{": 1, "}": -1}.get(word[k], 0)
                 k += 1
             continue
+        else:
+            yield k
         k += 1
-    return None
+
+
+def _brace_open(word: str, start: int) -> int | None:
+    return next((k for k in _unquoted(word, start, skip_parameters=True)
+                 if word[k] == "{" and (k == 0 or word[k - 1] != "$")), None)
 
 
 def _brace_close(word: str, start: int) -> tuple[int | None, list[int]]:
     """The `}` that closes the `{` at `start`, and the top-level commas between them."""
-    quote, depth, k = "", 0, start + 1
+    depth = 0
     commas: list[int] = []
-    while k < len(word):
+    for k in _unquoted(word, start + 1, skip_parameters=False):
         ch = word[k]
-        if quote:
-            quote = "" if ch == quote else quote
-        elif ch == "\\":
-            k += 1
-        elif ch in "'\"":
-            quote = ch
-        elif ch == "{":
+        if ch == "{":
             depth += 1
         elif ch == "}":
             if not depth:
@@ -2245,7 +2245,6 @@ def _brace_close(word: str, start: int) -> tuple[int | None, list[int]]:
             depth -= 1
         elif ch == "," and not depth:
             commas.append(k)
-        k += 1
     return None, []
 
 
