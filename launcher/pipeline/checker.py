@@ -904,14 +904,28 @@ def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], li
     return preset, "simple_loop", [], []
 
 
+def data_parallel_size(preset: Preset, world: int) -> int | None:
+    """world / (TP·PP·CP), where that is a whole number of replicas; None where not (the layout checks say why)."""
+    model = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * preset.arg(
+        "context_parallel_size")
+    return world // model if model > 0 and world % model == 0 and world >= model else None
+
+
+def microbatches_per_step(preset: Preset, world: int) -> int | None:
+    """Microbatches each model replica runs per step, where the batch settings decide it (no ramp-up schedule)."""
+    dp, batch, micro = data_parallel_size(preset, world), preset.megatron.get("global_batch_size"), preset.arg(
+        "micro_batch_size") or 1
+    if dp is None or not isinstance(batch, int) or preset.megatron.get("rampup_batch_size") or micro < 1:
+        return None  # undecided here, or a layout the checks refuse with their own message
+    return batch // (micro * dp) or None
+
+
 def choose_micro_batch(preset: Preset, world: int, notes: list[str]) -> tuple[Preset, list[str]]:
     """Fill in micro_batch_size from launcher.max_micro_batch_size when the preset leaves it open."""
     limit = preset.launcher.max_micro_batch_size
     if limit is None or preset.megatron.get("micro_batch_size") is not None:
         return preset, notes
-    model = preset.arg("tensor_model_parallel_size") * preset.arg("pipeline_model_parallel_size") * preset.arg(
-        "context_parallel_size")
-    dp = world // model if model > 0 and world % model == 0 else 1
+    dp = data_parallel_size(preset, world) or 1
     gbs = preset.megatron.get("global_batch_size")
     per_rank = gbs // dp if gbs and gbs > 0 and gbs % dp == 0 else None
     # A global batch that DP does not divide has no valid micro batch: 1, and the batch check says why.

@@ -117,19 +117,6 @@ def fused_accumulation_notes(flags: Mapping[str, Any], microbatches: int | None)
             "layer shape on one H200 (docs/benchmarks.md); --set gradient_accumulation_fusion=false to turn it off"]
 
 
-def microbatches_per_step(megatron: Mapping[str, Any], world_size: int) -> int | None:
-    """Microbatches each model replica runs per step, where the batch settings decide it (no ramp-up schedule)."""
-    model = 1
-    for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size"):
-        size = megatron.get(dest) or 1
-        model *= size if isinstance(size, int) else 0
-    batch, micro = megatron.get("global_batch_size"), megatron.get("micro_batch_size") or 1
-    if not isinstance(batch, int) or not isinstance(micro, int) or megatron.get("rampup_batch_size") \
-            or model < 1 or micro < 1 or world_size < model or world_size % model:
-        return None  # undecided here, or a layout the checks refuse with their own message
-    return batch // (micro * (world_size // model)) or None
-
-
 def keeps_rerun_default(megatron: Mapping[str, Any]) -> bool:
     """Whether FAST_PATH_DEFAULTS' rerun mode applies: not where the NaN check is off (nothing to defer), nor
     where the preset asks for the rerun machinery itself (error injection works only in its other modes)."""

@@ -27,7 +27,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline import startup
-from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch
+from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch, microbatches_per_step
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import checkpoint_needed
@@ -247,8 +247,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
     if preflight and entry == "pretrain_gpt":
         # the all-reduce takes no Megatron flags; its settings stay the training job's it precedes, as that job runs
         # them, so that its header's estimate is the dry-run's of that job
-        kernel_flags = kernel_rules.fallbacks(megatron, kernels,
-                                              kernel_rules.microbatches_per_step(megatron, world_size))
+        kernel_flags = kernel_rules.fallbacks(megatron, kernels, microbatches_per_step(chosen, world_size))
         megatron.update(kernel_flags)
     if preflight:
         entry = PREFLIGHT
@@ -257,7 +256,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             name = f"{settings.job_name or f'megatron-{preset.name}'}-preflight"
             target = replace(target, slurm_settings=replace(settings, requeue=False, chain=1, job_name=name))
     elif entry == "pretrain_gpt":
-        microbatches = kernel_rules.microbatches_per_step(megatron, world_size)
+        microbatches = microbatches_per_step(chosen, world_size)
         kernel_flags = kernel_rules.fallbacks(megatron, kernels, microbatches)
         notes = [*notes, *kernel_rules.fast_path_notes(megatron, kernels),
                  *kernel_rules.fused_accumulation_notes(kernel_flags, microbatches)]
