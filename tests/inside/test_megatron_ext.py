@@ -200,3 +200,53 @@ def test_fast_ops_selection():
     assert selected_ops("none") == ()
     with pytest.raises(ValueError, match="unknown fast op"):
         selected_ops("ce,fastest")
+
+
+def test_training_loop_device_tensors_come_through_pinned_memory_without_a_host_wait():
+    """Megatron's training_log builds torch.tensor([0.0], device='cuda') every step; from pageable memory that copy
+    waits for the whole queued step. The training module's torch gives the same tensor through page-locked memory."""
+    import types
+
+    from launcher.inside.megatron_ext.fast_ops import _PinnedTensorTorch
+
+    view = _PinnedTensorTorch(torch)
+    assert view.float32 is torch.float32 and view.distributed is torch.distributed
+    host = view.tensor([1.5, 2.0], dtype=torch.double, device="cpu")
+    assert host.dtype == torch.double and host.tolist() == [1.5, 2.0] and not host.is_pinned()
+
+    calls = []
+
+    class Built:
+        def pin_memory(self):
+            calls.append("pin")
+            return self
+
+        def to(self, device, non_blocking=False):
+            calls.append(("to", device, non_blocking))
+            return "on the device"
+
+    fake = types.SimpleNamespace(device=torch.device,
+                                 tensor=lambda data, **kw: calls.append(("build", data, kw)) or Built())
+    got = _PinnedTensorTorch(fake).tensor([0.0], dtype=torch.float, device="cuda")
+    assert got == "on the device"
+    assert calls == [("build", [0.0], {"dtype": torch.float}), "pin", ("to", "cuda", True)]
+
+
+def test_sync_free_step_gives_the_training_loop_the_pinned_tensor_torch():
+    training = pytest.importorskip("megatron.training.training")
+    from megatron.core.optimizer import clip_grads
+    from megatron.core.optimizer.optimizer import MixedPrecisionOptimizer
+
+    from launcher.inside.megatron_ext import fast_ops
+
+    saved = [(module, name, getattr(module, name)) for module, name in (
+        (training, "torch"), (training, "logical_and_across_model_parallel_group"),
+        (training, "reduce_max_stat_across_model_parallel_group"), (MixedPrecisionOptimizer, "get_loss_scale"),
+        (clip_grads, "multi_tensor_scale_tensor_impl"))]
+    try:
+        fast_ops._patch_sync_free_step()
+        assert isinstance(training.torch, fast_ops._PinnedTensorTorch)
+        assert training.torch.Tensor is torch.Tensor
+    finally:
+        for module, name, value in saved:
+            setattr(module, name, value)
