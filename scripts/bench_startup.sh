@@ -24,6 +24,7 @@ W=$(mktemp -d /tmp/35imp.XXXXXX)
 trap 'rm -rf "$W"' EXIT  # the runs' checkpoints (GBs) and the cold copy
 export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
 FIG=$OUT/figures.txt
 PY=$(command -v python3)
 left() { echo $(( BUDGET - ($(date +%s) - BEGIN) )); }
