@@ -250,3 +250,29 @@ def test_sync_free_step_gives_the_training_loop_the_pinned_tensor_torch():
     finally:
         for module, name, value in saved:
             setattr(module, name, value)
+
+
+@pytest.mark.parametrize("label_smoothing", [0.0, 0.1])
+def test_cross_entropy_matches_megatrons_loss_and_gradient(model_parallel_cpu, monkeypatch, label_smoothing):
+    """The ce fast op against upstream's vocab_parallel_cross_entropy (TP 1): the same per-token loss and the same
+    gradient, label smoothing included (Megatron's K/(K-1) smoothing, not torch's)."""
+    from megatron.core.tensor_parallel.cross_entropy import vocab_parallel_cross_entropy
+
+    from launcher.inside.megatron_ext import fast_ops
+
+    monkeypatch.setenv("MEGATRON_LAUNCH_COMPILE_BACKEND", "aot_eager")
+    fast_ops._compiled_cross_entropy.cache_clear()
+    torch.manual_seed(3)
+    logits = (torch.randn(6, 2, 50) * 3).to(torch.bfloat16)
+    target = torch.randint(0, 50, (6, 2))
+    weights = torch.rand(6, 2)
+    mine_in, theirs_in = logits.clone().requires_grad_(), logits.clone().requires_grad_()
+    mine = fast_ops.CrossEntropy.apply(mine_in, target, label_smoothing)
+    theirs = vocab_parallel_cross_entropy(theirs_in, target, label_smoothing)
+    assert mine.dtype == torch.float32 and mine.shape == target.shape
+    torch.testing.assert_close(mine, theirs.float(), atol=1e-5, rtol=1e-5)
+    (mine * weights).sum().backward()
+    (theirs * weights).sum().backward()
+    assert mine_in.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(mine_in.grad.float(), theirs_in.grad.float(), atol=1e-3, rtol=1e-2)
+    fast_ops._compiled_cross_entropy.cache_clear()

@@ -1,8 +1,9 @@
 """Faster stand-ins for the pure-PyTorch fallbacks Megatron uses when neither Transformer Engine nor apex is
 installed. Each one is applied only when Megatron is on that fallback, and computes the same thing:
 
-- ``ce``: the TP=1 language-model cross entropy as one ``torch.compile``d kernel pair instead of ~10 passes of
-  fp32 elementwise work over the [tokens, vocab] logits (upstream's ``vocab_parallel_cross_entropy``).
+- ``ce``: the TP=1 language-model cross entropy as one compiled kernel each way, saving only each token's
+  log-sum-exp for backward, instead of ~10 passes of fp32 elementwise work over the [tokens, vocab] logits and
+  a saved fp32 softmax (upstream's ``vocab_parallel_cross_entropy``; same formula, label smoothing included).
 - ``norm``: the gradient-norm fallback with ``torch._foreach_norm`` instead of one ``.item()`` sync per tensor.
 - ``scale``: the multi-tensor scale/copy fallback (gradient clipping, main->model param copy) with foreach ops.
 - ``adam``: torch's fused AdamW kernel instead of the default multi-tensor (foreach) one.
@@ -29,11 +30,11 @@ Used through ``--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec``; 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 
 import torch
-import torch.nn.functional as F
 
 from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 
@@ -74,26 +75,76 @@ def foreach_scale_tensor(chunk_size, noop_flag, tensor_lists, scale):
     torch._foreach_copy_(targets, torch._foreach_mul(sources, scale))
 
 
-def _compiled_cross_entropy():
-    @torch.compile(dynamic=False)
-    def loss(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float) -> torch.Tensor:
-        flat = logits.reshape(-1, logits.size(-1)).float()
-        return F.cross_entropy(flat, target.reshape(-1), reduction="none",
-                               label_smoothing=label_smoothing).view(target.shape)
+def _compile(function):
+    # MEGATRON_LAUNCH_COMPILE_BACKEND: as for the compiled layers (compiled_layer.py); tests on CPU use aot_eager
+    backend = os.environ.get("MEGATRON_LAUNCH_COMPILE_BACKEND", "inductor")
+    return torch.compile(function, backend=backend, dynamic=False)
 
-    return loss
+
+def _smoothing(label_smoothing: float, vocab: int) -> float:
+    # Megatron's: 1/(K-1) of the mass to every other index (cross_entropy.py: alpha * K / (K - 1))
+    return label_smoothing * vocab / (vocab - 1)
+
+
+def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float):
+    """(Megatron's per-token loss in fp32, each row's log-sum-exp): one read of the logits."""
+    x = logits.float()
+    lse = torch.logsumexp(x, dim=-1)
+    loss = lse - x.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    if label_smoothing > 0:
+        smoothing = _smoothing(label_smoothing, x.size(-1))
+        loss = (1.0 - smoothing) * loss - smoothing * (x.mean(dim=-1) - lse)
+    return loss, lse
+
+
+def cross_entropy_backward(logits, target, lse, grad, label_smoothing: float) -> torch.Tensor:
+    """d loss / d logits (Megatron's backward: softmax - (1 - s) * one-hot - s / K), in the logits' dtype: one read
+    of the logits and one write."""
+    x = logits.float()
+    vocab = x.size(-1)
+    hit = (torch.arange(vocab, device=x.device) == target.unsqueeze(-1)).float()
+    softmax = torch.exp(x - lse.unsqueeze(-1))
+    if label_smoothing > 0:
+        smoothing = _smoothing(label_smoothing, vocab)
+        d = softmax - (1.0 - smoothing) * hit - smoothing / vocab
+    else:
+        d = softmax - hit
+    return (d * grad.unsqueeze(-1)).to(logits.dtype)
+
+
+class CrossEntropy(torch.autograd.Function):
+    """The TP=1 language-model loss with what backward needs chosen by hand: the logits (alive anyway until the
+    loss is computed) and one fp32 number per token, instead of a [tokens, vocab] fp32 tensor. Compiled, the
+    forward reads the logits once and the backward reads them once and writes their gradient once."""
+
+    @staticmethod
+    def forward(ctx, logits, target, label_smoothing):
+        loss, lse = _compiled_cross_entropy()[0](logits, target, label_smoothing)
+        ctx.save_for_backward(logits, target, lse)
+        ctx.label_smoothing = label_smoothing
+        return loss
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, target, lse = ctx.saved_tensors
+        backward = _compiled_cross_entropy()[1]
+        return backward(logits, target, lse, grad.contiguous(), ctx.label_smoothing), None, None
+
+
+@functools.cache
+def _compiled_cross_entropy():
+    return _compile(cross_entropy_forward), _compile(cross_entropy_backward)
 
 
 def _patch_cross_entropy() -> None:
     from megatron.core import parallel_state, tensor_parallel
 
     upstream = tensor_parallel.vocab_parallel_cross_entropy
-    compiled = _compiled_cross_entropy()
 
     def vocab_parallel_cross_entropy(vocab_parallel_logits, target, label_smoothing=0.0):
         if parallel_state.get_tensor_model_parallel_world_size() != 1:
             return upstream(vocab_parallel_logits, target, label_smoothing)
-        return compiled(vocab_parallel_logits, target, float(label_smoothing))
+        return CrossEntropy.apply(vocab_parallel_logits, target, float(label_smoothing))
 
     tensor_parallel.vocab_parallel_cross_entropy = vocab_parallel_cross_entropy
 
