@@ -93,7 +93,7 @@ KERNELS: dict[str, Kernels] = {
 # constants its published runs fix (calibration.FITS: the dense GEMM rate on its two fitted dense runs, the
 # expert GEMMs' small-GEMM overhead on its two fitted MoE runs, all FP8; the FP8 gain of expert GEMMs stays
 # Hopper's, the only family whose BF16 and FP8 MoE runs tell the two apart).
-KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.64, grouped_work=5e10)
+KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.62, grouped_work=5e10)
 KERNELS["ada"] = KERNELS["ampere"]  # not calibrated
 
 P2P_LATENCY_S = 3e-5  # per pipeline send/receive pair
@@ -368,9 +368,9 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
         else:
             reduce, gather = 2 * (group - 1) / group * shard * grad_bytes / bw, 0.0
         if t.overlap_grad_reduce and buckets:
-            reduce = max(reduce / buckets, reduce - backward)
+            reduce = max(reduce / buckets, _staggered(reduce, backward, t.vpp, t.pp))
         if t.overlap_param_gather and (t.distributed_optimizer or t.fsdp == "optim") and buckets:
-            gather = max(gather / buckets, gather - forward)
+            gather = max(gather / buckets, _staggered(gather, forward, t.vpp, t.pp))
         data_comm = reduce + gather
     experts = max(p.expert_params for p in params)
     local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer or t.fsdp else shard
@@ -383,6 +383,20 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     )
     model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
     return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def _staggered(volume: float, microbatch: float, vpp: int, pp: int) -> float:
+    """Exposed seconds of a DP collective of `volume` seconds that overlaps one microbatch's backward (or
+    forward) of `microbatch` seconds, chunk by chunk. Each model chunk is its own DDP instance: Megatron's
+    interleaved schedule launches a chunk's gradient reduction when that chunk's last backward starts
+    delivering buckets, and the last PP microbatches run their backward chunk by chunk, the deepest first, so
+    chunk k (k = 0 the last to finish) starts k·PP chunk-steps before the end; the parameter all-gathers are
+    launched PP chunk-steps ahead of each chunk's first forward (param_sync_func), the mirror image. The queue
+    of VPP equal shares on one stream ends max over k of (k+1)·volume/VPP − (k·PP + 1)·chunk after the last
+    chunk-step; linear in k, so k = 0 or k = VPP−1 decides. With VPP 1 this is volume − microbatch."""
+    chunk = microbatch / vpp
+    share = volume / vpp
+    return max(0.0, share - chunk, volume - ((vpp - 1) * pp + 1) * chunk)
 
 
 def _interleaved_p2p(t: Training, M: int, one: float, microbatch: float) -> float:
