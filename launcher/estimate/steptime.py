@@ -41,12 +41,14 @@ kernel alone), calibrated so that the sum matches end-to-end published iteration
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from launcher.estimate.formulas import (
     Gpu,
     ModelShape,
+    StageParams,
     Training,
     flops_per_iteration,
     pipeline_stages,
@@ -363,10 +365,10 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
             reduce, gather = _fsdp_comm(t, shard, hiding, grad_bytes, act, bw, stages[0].layers)
             reduce, buckets = reduce * M, 0.0  # per microbatch, already exposed-only
         elif t.distributed_optimizer or t.fsdp:
-            reduce = (group - 1) / group * shard * grad_bytes / bw
-            gather = (group - 1) / group * shard * act / bw
+            reduce = _dp_share(params, group, t.expert_dp) * grad_bytes / bw
+            gather = _dp_share(params, group, t.expert_dp) * act / bw
         else:
-            reduce, gather = 2 * (group - 1) / group * shard * grad_bytes / bw, 0.0
+            reduce, gather = 2 * _dp_share(params, group, t.expert_dp) * grad_bytes / bw, 0.0
         if t.overlap_grad_reduce and buckets:
             reduce = max(reduce / buckets, _staggered(reduce, backward, t.vpp, t.pp))
         if t.overlap_param_gather and (t.distributed_optimizer or t.fsdp == "optim") and buckets:
@@ -383,6 +385,14 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     )
     model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
     return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def _dp_share(params: Sequence[StageParams], group: int, expert_dp: int) -> float:
+    """Parameters per GPU whose gradients a ring reduce-scatter (or all-gather) moves off the GPU, on the most
+    loaded stage: (n−1)/n of each group's shard, the dense ones over DP×CP, the routed experts over expert DP
+    (world / (PP·EP·ETP): with EP they have fewer replicas, none to reduce when expert DP is 1)."""
+    return max((group - 1) / group * (p.params - p.expert_params) + (expert_dp - 1) / expert_dp * p.expert_params
+               for p in params)
 
 
 def _staggered(volume: float, microbatch: float, vpp: int, pp: int) -> float:

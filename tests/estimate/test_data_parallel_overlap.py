@@ -45,3 +45,18 @@ def test_interleaving_hides_more_of_the_data_parallel_communication() -> None:
     assert waited == _dp(slow, overlap_grad_reduce=False, overlap_param_gather=False,
                          num_virtual_stages_per_pipeline_rank=4)
     assert waited > one
+
+
+def test_routed_experts_reduce_over_expert_data_parallel_only() -> None:
+    from launcher.estimate.formulas import StageParams
+    from launcher.estimate.steptime import _dp_share
+
+    stage = StageParams(stage=0, layers=1, params=10e9, expert_params=9e9)
+    # the dense 1e9 over DP 16, the experts over expert DP 2; none of the experts move when expert DP is 1
+    assert _dp_share([stage], 16, 2) == pytest.approx(15 / 16 * 1e9 + 1 / 2 * 9e9)
+    assert _dp_share([stage], 16, 1) == pytest.approx(15 / 16 * 1e9)
+    moe = dict(num_experts=48, moe_router_topk=2, moe_grouped_gemm=True, moe_ffn_hidden_size=4 * 12288,
+               overlap_grad_reduce=False, overlap_param_gather=False)
+    wide = _dp(**moe, expert_model_parallel_size=24)  # expert DP 1
+    narrow = _dp(**moe, expert_model_parallel_size=8)  # expert DP 3
+    assert 0 < wide < narrow
