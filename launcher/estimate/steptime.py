@@ -27,11 +27,11 @@ The structure (docs/plan.md has the same with the calibration table):
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; 1F1B waits for each; the interleaved schedule with overlap_p2p_comm (Megatron's
      default for VPP > 1) hides the steady-state ones behind the chunks' compute, not the warm-up and flush ones;
-   - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
-     grad_reduce_in_bf16) and all-gather of bf16 parameters with the distributed optimizer, else one
-     all-reduce. With `overlap_grad_reduce` it hides behind the last microbatch's backward and only the part
-     that does not fit, or at least the last bucket, is exposed; with `overlap_param_gather` likewise behind
-     the first microbatch's forward; without them all of it is exposed.
+   - DP (gradients over DP×CP, the routed experts' over expert DP): reduce-scatter of the stage's gradients
+     (fp32, or bf16 with grad_reduce_in_bf16) and all-gather of bf16 parameters with the distributed optimizer,
+     else one all-reduce. With `overlap_grad_reduce` it hides behind the last microbatch's backward and only the
+     part that does not fit, or at least the last bucket, is exposed; with `overlap_param_gather` likewise behind
+     the first microbatch's forward; with VPP > 1 chunk by chunk (_staggered); without them all of it is exposed.
 4. Optimizer step: Adam's bytes per (local) parameter over HBM bandwidth.
 
 No term is counted twice: the constants are kernel-level efficiencies (a GEMM alone, a flash-attention
