@@ -27,11 +27,11 @@ The structure (docs/plan.md has the same with the calibration table):
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; 1F1B waits for each; the interleaved schedule with overlap_p2p_comm (Megatron's
      default for VPP > 1) hides the steady-state ones behind the chunks' compute, not the warm-up and flush ones;
-   - DP (gradients over DP×CP): reduce-scatter of the stage's gradients (fp32, or bf16 with
-     grad_reduce_in_bf16) and all-gather of bf16 parameters with the distributed optimizer, else one
-     all-reduce. With `overlap_grad_reduce` it hides behind the last microbatch's backward and only the part
-     that does not fit, or at least the last bucket, is exposed; with `overlap_param_gather` likewise behind
-     the first microbatch's forward; without them all of it is exposed.
+   - DP (gradients over DP×CP, the routed experts' over expert DP): reduce-scatter of the stage's gradients
+     (fp32, or bf16 with grad_reduce_in_bf16) and all-gather of bf16 parameters with the distributed optimizer,
+     else one all-reduce. With `overlap_grad_reduce` it hides behind the last microbatch's backward and only the
+     part that does not fit, or at least the last bucket, is exposed; with `overlap_param_gather` likewise behind
+     the first microbatch's forward; with VPP > 1 chunk by chunk (_staggered); without them all of it is exposed.
 4. Optimizer step: Adam's bytes per (local) parameter over HBM bandwidth.
 
 No term is counted twice: the constants are kernel-level efficiencies (a GEMM alone, a flash-attention
@@ -41,12 +41,14 @@ kernel alone), calibrated so that the sum matches end-to-end published iteration
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from launcher.estimate.formulas import (
     Gpu,
     ModelShape,
+    StageParams,
     Training,
     flops_per_iteration,
     pipeline_stages,
@@ -93,7 +95,7 @@ KERNELS: dict[str, Kernels] = {
 # constants its published runs fix (calibration.FITS: the dense GEMM rate on its two fitted dense runs, the
 # expert GEMMs' small-GEMM overhead on its two fitted MoE runs, all FP8; the FP8 gain of expert GEMMs stays
 # Hopper's, the only family whose BF16 and FP8 MoE runs tell the two apart).
-KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.64, grouped_work=5e10)
+KERNELS["blackwell"] = replace(KERNELS["hopper"], gemm=0.62, grouped_work=5e10)
 KERNELS["ada"] = KERNELS["ampere"]  # not calibrated
 
 P2P_LATENCY_S = 3e-5  # per pipeline send/receive pair
@@ -363,14 +365,14 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
             reduce, gather = _fsdp_comm(t, shard, hiding, grad_bytes, act, bw, stages[0].layers)
             reduce, buckets = reduce * M, 0.0  # per microbatch, already exposed-only
         elif t.distributed_optimizer or t.fsdp:
-            reduce = (group - 1) / group * shard * grad_bytes / bw
-            gather = (group - 1) / group * shard * act / bw
+            reduce = _dp_share(params, group, t.expert_dp) * grad_bytes / bw
+            gather = _dp_share(params, group, t.expert_dp) * act / bw
         else:
-            reduce, gather = 2 * (group - 1) / group * shard * grad_bytes / bw, 0.0
+            reduce, gather = 2 * _dp_share(params, group, t.expert_dp) * grad_bytes / bw, 0.0
         if t.overlap_grad_reduce and buckets:
-            reduce = max(reduce / buckets, reduce - backward)
+            reduce = max(reduce / buckets, _staggered(reduce, backward, t.vpp, t.pp))
         if t.overlap_param_gather and (t.distributed_optimizer or t.fsdp == "optim") and buckets:
-            gather = max(gather / buckets, gather - forward)
+            gather = max(gather / buckets, _staggered(gather, forward, t.vpp, t.pp))
         data_comm = reduce + gather
     experts = max(p.expert_params for p in params)
     local = ((shard - experts) / group + experts / t.expert_dp) if t.distributed_optimizer or t.fsdp else shard
@@ -383,6 +385,28 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     )
     model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
     return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def _dp_share(params: Sequence[StageParams], group: int, expert_dp: int) -> float:
+    """Parameters per GPU whose gradients a ring reduce-scatter (or all-gather) moves off the GPU, on the most
+    loaded stage: (n−1)/n of each group's shard, the dense ones over DP×CP, the routed experts over expert DP
+    (world / (PP·EP·ETP): with EP they have fewer replicas, none to reduce when expert DP is 1)."""
+    return max((group - 1) / group * (p.params - p.expert_params) + (expert_dp - 1) / expert_dp * p.expert_params
+               for p in params)
+
+
+def _staggered(volume: float, microbatch: float, vpp: int, pp: int) -> float:
+    """Exposed seconds of a DP collective of `volume` seconds that overlaps one microbatch's backward (or
+    forward) of `microbatch` seconds, chunk by chunk. Each model chunk is its own DDP instance: Megatron's
+    interleaved schedule launches a chunk's gradient reduction when that chunk's last backward starts
+    delivering buckets, and the last PP microbatches run their backward chunk by chunk, the deepest first, so
+    chunk k (k = 0 the last to finish) starts k·PP chunk-steps before the end; the parameter all-gathers are
+    launched PP chunk-steps ahead of each chunk's first forward (param_sync_func), the mirror image. The queue
+    of VPP equal shares on one stream ends max over k of (k+1)·volume/VPP − (k·PP + 1)·chunk after the last
+    chunk-step; linear in k, so k = 0 or k = VPP−1 decides. With VPP 1 this is volume − microbatch."""
+    chunk = microbatch / vpp
+    share = volume / vpp
+    return max(0.0, share - chunk, volume - ((vpp - 1) * pp + 1) * chunk)
 
 
 def _interleaved_p2p(t: Training, M: int, one: float, microbatch: float) -> float:
