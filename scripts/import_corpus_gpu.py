@@ -75,6 +75,10 @@ MEMORY = ("memory estimate", "gpu memory")
 TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
 # the launch's refusal for the checkpoint's size on this machine's disk, and the way out its hint offers
 DISK_REFUSAL = "error: checkpoint space:"
+# A checkpoint write that this machine's disk broke (several runs writing at once fill it): ENOSPC, or torch.save's
+# zip writer failing to close its file ("unexpected pos N vs M" in write_end_of_file, the symptom that full disks give
+# in public reports), or a run still saving when its time ran out. After 4 good steps that says nothing of the job.
+DISK_WRITE_FAILURE = re.compile(r"unexpected pos \d+ vs \d+|No space left on device|file write failed")
 WEIGHTS_ONLY = ("no_save_optim=true", "no_save_rng=true")
 VERDICTS = ("trains", "refused", "failed", "timeout", "not run")
 
@@ -222,6 +226,11 @@ def judge_run(row: Row, returncode: int, output: str, lines: list[str]) -> None:
     elif returncode == 2 and "error:" in output:
         row.gpu = "refused"  # at launch (the doctor on this machine): before any GPU work
         row.gpu_reason = " ".join(line for line in output.splitlines() if line.startswith(("error:", "hint:")))
+    elif good and (DISK_WRITE_FAILURE.search(output + "\n".join(lines[-80:]))
+                   or returncode == -1 and lines and "saving checkpoint" in lines[-1]):
+        row.gpu = "not run"  # so that the next pass runs it again (fold_previous keeps only verdicts)
+        row.gpu_reason = (f"{len(iterations)} good iterations, then the end-of-run checkpoint write failed on this "
+                          "machine's disk (several runs saving at once): run it again alone")
     else:
         row.gpu = "timeout" if returncode == -1 else "failed"
         errors = [line.strip() for line in (output + "\n" + "\n".join(lines[-80:])).splitlines()

@@ -76,6 +76,14 @@ def test_the_gpu_verdict_needs_four_finite_unskipped_iterations_and_exit_0():
     assert refused.gpu == "refused" and "error: gpu memory" in refused.gpu_reason
 
 
+def test_a_checkpoint_write_this_machines_disk_broke_after_good_steps_is_run_again_not_a_verdict():
+    short_write = "RuntimeError: [enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"
+    broken = run(1, ["1.1E+01"] * 4, output=short_write)
+    assert broken.gpu == "not run" and "checkpoint write failed" in broken.gpu_reason
+    assert run(1, ["1.1E+01"] * 4, output="OSError: [Errno 28] No space left on device").gpu == "not run"
+    assert run(1, ["1.1E+01"] * 2, output=short_write).gpu == "failed"  # it did not train 4 good steps
+
+
 def test_a_launch_refused_for_this_machines_disk_follows_the_hint_and_is_judged_on_the_retry(monkeypatch, tmp_path):
     iterations = [f" [2026-12-03 10:00:0{i}] iteration {i + 1:8d}/       4 | consumed samples: {i + 1} | elapsed "
                   f"time per iteration (ms): 100.0 | learning rate: 1.0E-04 | global batch size: 1 | lm loss: 1.1E+01 "
