@@ -83,3 +83,15 @@ def test_fast_path_ranks_pause_garbage_collection_while_importing_and_say_so():
     assert job_for(kernels=WITH_TE).environment.get(IMPORT_GC) is None
     mine = job_for(env={IMPORT_GC: "python"})
     assert mine.environment.get(IMPORT_GC) == "python" and not any("no garbage" in n for n in mine.notes)
+
+
+def test_compile_workers_start_only_when_a_kernel_is_compiled_unless_the_user_says_otherwise():
+    job = job_for()
+    assert job.environment.get("TORCH_WARM_POOL") == "0"
+    assert any(n.startswith("torch's compile workers start only when a kernel must be compiled") for n in job.notes)
+    assert job_for("toy").environment.get("TORCH_WARM_POOL") == "0"  # toy compiles Megatron's fusions
+    assert job_for(env={"TORCH_WARM_POOL": "1"}).environment.get("TORCH_WARM_POOL") == "1"
+    mine = resolve(load_preset("345m"), 1, 1, inherited_env={"TORCH_WARM_POOL": "1"})
+    assert "TORCH_WARM_POOL" not in mine.environment.exported
+    assert not any("compile workers" in n for n in mine.notes)
+    assert job_for(kernels=WITH_TE).environment.get("TORCH_WARM_POOL") is None  # off the fast path: no hook
