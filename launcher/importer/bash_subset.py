@@ -1143,7 +1143,7 @@ class _Reader:
         try:
             if value_node is not None and value_node.type == "array":
                 elements = self.word_fields([c for c in value_node.named_children if c.type != "comment"])
-                self.shell.arrays[name] = (self.shell.arrays.get(name, []) if append else []) + elements
+                self.shell.arrays[name] = (self.appended_to(name) if append else []) + elements
                 self.shell.scalars.pop(name, None)
                 _bound(self.shell.arrays[name], self.line(node))
                 if export:
@@ -1184,13 +1184,24 @@ class _Reader:
             if name in self.shell.arrays:
                 self.shell.arrays[name] = [*self.shell.arrays[name], value]
                 return
-            value = (self.shell.scalars.get(name) or "") + value
+            value = "".join(self.appended_to(name)[:1]) + value
         _bound([value], self.line(node))
         self.shell.scalars[name] = value
         self.shell.arrays.pop(name, None)
         if export or name in self.shell.exports:
             self.shell.exports[name] = value
         self.note_uncertain(name, touched, keep=append)
+
+    def appended_to(self, name: str) -> list[str]:
+        """What `NAME+=…` adds to: its value; where it is unset, nothing, or its unknown marker where the caller or a
+        sourced file that was not read may have set it (`source params.sh; ARGS+=(--log-interval 1)` keeps the
+        params' part as unknown, never drops it)."""
+        if name in self.shell.arrays:
+            return list(self.shell.arrays[name])
+        if name in self.shell.scalars:
+            return [self.shell.scalars[name]]
+        value = self.unset(name)
+        return [value] if value else []
 
     def note_uncertain(self, name: str, touched: set[Undecided], keep: bool) -> None:
         before = self.shell.uncertain.get(name, ()) if keep else ()
@@ -1733,7 +1744,10 @@ class _Reader:
         rest = inner[match.end():]
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
-                return ("val", str(len(self.shell.arrays.get(name, []))), quoted)
+                if self.shell.lookup(name) is None and self.unset(name):
+                    return ("val", _unknown("#" + name), quoted)  # how many, the caller or a file not read decides
+                return ("val", str(len(self.shell.arrays.get(name, [])) if name in self.shell.arrays
+                                   else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
             return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
         if prefix == "!" and not subscript and not rest:
@@ -1749,10 +1763,9 @@ class _Reader:
                 elements = list(self.shell.arrays[name])
             elif name in self.shell.scalars:
                 elements = [self.shell.scalars[name]]
-            else:
-                elements = [] if name.isupper() or True else []
-                if name not in self.shell.arrays and name not in self.shell.scalars and name in self.unknown_names():
-                    elements = [_unknown(name)]
+            else:  # unset: empty, or unknown where the caller or a sourced file not read may set it
+                value = self.unset(name)
+                elements = [value] if value else []
             return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
         if subscript and index in ("@", "*") and name in self.shell.arrays and re.match(r":(?![-=+?])", rest):
             # ${A[@]:1:2}: elements, not characters
@@ -1847,9 +1860,6 @@ class _Reader:
             return ("val", value[start:stop], quoted)
         return ("val", _unknown(inner), quoted)
 
-    def unknown_names(self) -> set[str]:
-        return set()
-
     def lookup_value(self, name: str, index: str | None) -> str:
         self.touch(name)
         if self.element is not None:  # one element of ${A[@]…} (see expansion)
@@ -1858,6 +1868,8 @@ class _Reader:
             self.without_arguments()
             return "0" if name == "#" else ""
         if index in ("@", "*"):
+            if name not in self.shell.arrays and name not in self.shell.scalars:
+                return self.unset(name)
             return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]

@@ -610,7 +610,8 @@ def test_brace_bombs_end_in_bounded_time(word):
     ("A[1]=q\nA[0]=p\n", ["${A}"]),
 ])
 def test_an_element_assignment_is_bashs(prelude, expected):
-    reading = read_script(prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
+    # H and A are the script's (declared empty first): never assigned, they would be the caller's and unknown
+    reading = read_script("H=()\nA=()\n" + prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
 
 
@@ -659,3 +660,23 @@ def test_a_here_document_captured_by_cat_is_its_text():
     # the grammar reads a quoted document inside $(…) as words: not known, never empty
     quoted = carried(f"A=$(cat <<'EOF'\n--num-layers 6\nEOF\n)\ntorchrun pretrain_gpt.py {MODEL} $A\n")
     assert quoted.settings.get("num_layers") in (2, 6)
+
+
+@pytest.mark.parametrize("script", [
+    'source "$X/params.sh"\nARGS+=(--log-interval 1)\ntorchrun pretrain_gpt.py {MODEL} "${ARGS[@]}"\n',
+    'source "$X/params.sh"\nARGS+=" --log-interval 1"\ntorchrun pretrain_gpt.py {MODEL} $ARGS\n',
+    'source "$X/params.sh"\ntorchrun pretrain_gpt.py {MODEL} "${ARGS[@]}" --log-interval 1\n',
+    'torchrun pretrain_gpt.py {MODEL} ${CALLER_ARGS[@]} --log-interval 1\n',  # never assigned: the caller's
+    'torchrun pretrain_gpt.py {MODEL} ${CALLER_ARGS[*]} --log-interval 1\n',
+])
+def test_an_array_the_script_does_not_know_is_lost_not_empty(script):
+    # the flags a sourced params file (not read) or the caller puts in ARGS are the model's: never dropped quietly
+    imported = import_source(script.replace("{MODEL}", MODEL), "train.sh")
+    assert any("${ARGS}" in item or "${CALLER_ARGS}" in item for item in imported.lost), imported.lost
+
+
+def test_an_array_the_script_declares_and_appends_to_is_known():
+    imported = import_source(f'ARGS+=(--log-interval 7)\ntorchrun pretrain_gpt.py {MODEL} "${{ARGS[@]}}"\n', "t.sh")
+    assert imported.lost == [] and imported.settings["log_interval"] == 7
+    count = read_script('source "$X/p.sh"\nN=${#ARGS[@]}\ntorchrun pretrain_gpt.py --x $N\n')
+    assert show(count.commands[-1].argv[-1]) == "${N}"
