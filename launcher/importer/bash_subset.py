@@ -106,6 +106,10 @@ class Undecided:
     names: tuple[str, ...] = ()  # variables whose value depends on it (now unknown)
     flags: tuple[str, ...] = ()  # --flags written in its branches
     arguments: bool = False  # it depends on the script's arguments ($1 …, $#)
+    # the words each branch leaves in a variable it decides (`LOAD="--load ckpt"` in one, "" in the other): what the
+    # unknown `$LOAD` of the training command may be
+    # (not compared: the same construct met again, e.g. in each turn of a loop, is one construct)
+    values: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = field(default=(), compare=False)
 
     def describe(self) -> str:
         out = f"line {self.line}: {self.what}: cannot be decided without running the script"
@@ -886,7 +890,9 @@ class _Reader:
         referenced = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[#@*])", what)
         arguments = self.positional is None and any(n.isdigit() or n in "#@*" or n in self.from_arguments
                                                      for n in referenced)
-        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments)
+        values = tuple((n, tuple(_words_of(_state_of(s, n)) for s in outcomes)) for n in differing
+                       if not _only_appended(_state_of(base, n), [_state_of(s, n) for s in outcomes]))
+        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values)
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
@@ -2085,6 +2091,15 @@ def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:
     return (shell.scalars.get(name), tuple(shell.arrays[name]) if name in shell.arrays else None,
             shell.exports.get(name))
+
+
+def _words_of(state: tuple[Any, ...]) -> tuple[str, ...]:
+    """The words a variable gives a command: an array's elements, a string split on blanks (unset: none); past a
+    few hundred words or 10,000 characters, one unknown word (kept only to decide that a branch holds no model)."""
+    scalar, array, _ = state
+    if array is not None:
+        return tuple(array) if len(array) <= 300 and sum(map(len, array)) <= 10_000 else (MARK,)
+    return tuple((scalar or "").split()) if len(scalar or "") <= 10_000 else (MARK,)
 
 
 def _set_state(shell: Shell, name: str, state: tuple[Any, ...]) -> None:

@@ -84,14 +84,21 @@ def refuse_other_entry(reading: Reading) -> None:
 def flag_at(argv: list[str], index: int) -> str:
     """The flag a word of the command belongs to: itself, or the nearest flag before it; an unknown word that does
     not follow a flag directly may be flags itself (`$EXTRA`), and is named as it is."""
-    if UNRESOLVED.fullmatch(argv[index]) and index > 0 and not argv[index - 1].startswith("-"):
-        return show(argv[index])
+    if UNRESOLVED.fullmatch(argv[index]) and index > 0 and (not argv[index - 1].startswith("-") or _switch(
+            argv[index - 1])):
+        return show(argv[index])  # after a value, or after a switch that takes none (`--bf16 $EXTRA`)
     for k in range(index, -1, -1):
         if argv[k].startswith("-") and not re.fullmatch(r"-?\d[\d.eE+-]*", argv[k]):
             return argv[k].partition("=")[0]
         if k < index and flag_reader.find_entry([argv[k]]) is not None:
             break
     return show(argv[index])
+
+
+def _switch(word: str) -> bool:
+    """A flag of the pin that takes no value (store_true/store_false): the word after it is not its value."""
+    arg = flag_reader.flag_table().get(word)
+    return arg is not None and arg.kind in ("true", "false", "bool") and "=" not in word
 
 
 def undecided_for(command: ScriptCommand) -> list[Undecided]:
