@@ -130,6 +130,15 @@ def _exact(arg: megatron_args.MegatronArg, value: Any) -> Any:
 SUGGESTED_FLAGS = 200
 
 
+# Flags that make Megatron take its settings from a file instead of the command line: the model is in that file,
+# which the import does not read (megatron/training/arguments.py:147 → yaml_arguments.load_yaml: "argparse
+# arguments will be ignored")
+FROM_A_FILE = {"yaml_cfg": "at the pin Megatron builds every setting from this YAML file and ignores the command "
+                           "line's flags (yaml_arguments.load_yaml), so the model, its numerics and its layout are "
+                           "in the file, which the import does not read; write its settings as flags (or a preset) "
+                           "and import those"}
+
+
 def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg],
               suggest: bool = True) -> tuple[Word, int, str | None]:
     """The flag at words[i] with its values → (Word, next index, the dest it sets directly or None)."""
@@ -165,6 +174,9 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
         harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
         return Word(words[i:j], "harmless" if harmless else "lost",
                     why=why + ("; by its name it logs, profiles or names a path" if harmless else "")), j, None
+    if arg.dest in FROM_A_FILE:
+        j = i + 1 if eq else min(i + 2, _values_after(words, i))
+        return Word(words[i:j], "lost", why=FROM_A_FILE[arg.dest]), j, None
     if arg.kind in ("true", "false", "bool"):
         on = arg.kind == "true" or (arg.kind == "bool" and not flag.startswith("--no-"))
         return Word([word], "carried", {arg.dest: on}), i + 1, arg.dest

@@ -257,3 +257,11 @@ def test_a_branch_that_may_give_more_stays_lost(branches):
     script = f'if [ -f /ckpt/latest ]; then\n  {branches}\nfi\n{BASE} $LOAD\n'
     imported = import_source(script, "train.sh")
     assert any("${LOAD}" in n for n in imported.lost) and imported.set_aside == []
+
+
+@pytest.mark.parametrize("extra", ["--yaml-cfg gpt_config.yaml", "--yaml-cfg=/abs/gpt_config.yaml --log-interval 1"])
+def test_a_yaml_config_replacing_the_command_line_is_lost(extra):
+    # the pin's --yaml-cfg ignores every command-line flag: the model is in the file, which the import does not read
+    imported = import_source(BASE + extra, "train.sh")
+    assert any(n.startswith("--yaml-cfg") and "ignores the command line" in n for n in imported.lost)
+    assert "yaml_cfg" not in imported.settings
