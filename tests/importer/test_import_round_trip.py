@@ -265,3 +265,11 @@ def test_a_yaml_config_replacing_the_command_line_is_lost(extra):
     imported = import_source(BASE + extra, "train.sh")
     assert any(n.startswith("--yaml-cfg") and "ignores the command line" in n for n in imported.lost)
     assert "yaml_cfg" not in imported.settings
+
+
+def test_llm_jp_forks_rank_switch_is_harmless_and_its_z_loss_is_lost():
+    imported = import_source(BASE + "--use-mpi --use-z-loss --z-loss-strength 1e-4", "train.sh")
+    assert not any(n.startswith("--use-mpi") for n in imported.lost)
+    assert any(n.startswith("--use-mpi") and "torchrun" in n for n in imported.not_carried)
+    assert any(n.startswith("--use-z-loss") and "z-loss" in n for n in imported.lost)
+    assert any(n.startswith("--z-loss-strength 1e-4") for n in imported.lost)
