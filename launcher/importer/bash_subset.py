@@ -1380,6 +1380,18 @@ class _Reader:
             finally:
                 self.outer = saved_outer
             return
+        string = _command_string(argv)
+        if string is not None:  # sbatch --wrap "srun python pretrain_gpt.py …", ssh host "torchrun …", bcprun -c '…'
+            k, inner = string
+            saved_outer = self.outer
+            self.outer = [*saved_outer, *argv[:k]]
+            try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
+                self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
+            except _Exit:
+                pass
+            finally:
+                self.outer = saved_outer
+            return
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
 
@@ -2441,6 +2453,30 @@ def _shell_c(argv: list[str]) -> str | None:
                     return rest[m + 1]
                 if not option.startswith("-"):
                     break
+    return None
+
+
+# A word that is itself a command line running a Python entry with flags: `… main.py --num-layers 80`
+_PYTHON_COMMAND = re.compile(r"(?:^|\s)\S*\.py(?:\s+\S+)*?\s+--?[A-Za-z]")
+# programs that print or store a command line rather than run it
+_NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", "wandb", "git")
+
+
+def _command_string(argv: list[str]) -> tuple[int, str] | None:
+    """(index, text) of the argument that a launcher runs as a command line of its own: `sbatch --wrap "srun python
+    pretrain_gpt.py …"`, `ssh node "torchrun … pretrain_gpt.py …"`, `bcprun -p 8 -c 'python main.py …'`, `pdsh -w
+    hosts '…'`: a word with blanks that runs a .py file with flags, given before any word that is itself the entry
+    (then the command runs it directly, and its words are values)."""
+    if argv[0].rsplit("/", 1)[-1] in _NOT_RUNNING:
+        return None
+    for k, word in enumerate(argv[1:], 1):
+        if not any(c.isspace() for c in word):
+            if word.endswith(".py"):
+                return None
+            continue
+        text = re.sub(r"^--?[A-Za-z][A-Za-z0-9-]*=", "", word)  # --wrap="…"
+        if MARK not in text and _PYTHON_COMMAND.search(text):
+            return k, text
     return None
 
 

@@ -22,6 +22,7 @@ NOT_RUNNERS = {"echo", "printf", "cat", "tee", "grep", "egrep", "sed", "awk", "l
                "curl", "git", "mkdir", "chmod", "touch", "test", "[", "head", "tail", "sort", "basename", "dirname",
                "realpath", "readlink", "find", "scp", "rsync", "logger", "wc", "stat", "du", "vim", "nano", "less"}
 ENTRY_LIKE = re.compile(r"(?:^|/)((?:pretrain|train|finetune)_?[A-Za-z0-9_.-]*\.py)$")
+ANY_PY = re.compile(r"(?:^|/)([A-Za-z0-9_.-]+\.py)$")  # a fork's entry of any name (LLM360's main.py)
 # upstream's entry scripts for other model families (the launcher trains GPT models through pretrain_gpt.py)
 OTHER_FAMILIES = {"pretrain_bert.py": "BERT", "pretrain_t5.py": "T5", "pretrain_mamba.py": "Mamba",
                   "pretrain_hybrid.py": "hybrid Mamba", "pretrain_vlm.py": "vision-language",
@@ -63,11 +64,13 @@ def refuse_other_entry(reading: Reading) -> None:
         if program(command.argv) in NOT_RUNNERS:
             continue
         for k, word in enumerate(command.argv):
-            match = ENTRY_LIKE.search(word)
+            match = ENTRY_LIKE.search(word) or ANY_PY.search(word)
             if not match:
                 continue
             script = match.group(1)
             looks = any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:])
+            if not ENTRY_LIKE.search(word) and not looks:
+                continue  # main.py, run.py: another program unless Megatron's flags follow it
             if script in OTHER_FAMILIES:
                 raise UserError(f"line {command.line} runs {show(script)} (Megatron's {OTHER_FAMILIES[script]} "
                                 "training), not pretrain_gpt.py",

@@ -680,3 +680,31 @@ def test_an_array_the_script_declares_and_appends_to_is_known():
     assert imported.lost == [] and imported.settings["log_interval"] == 7
     count = read_script('source "$X/p.sh"\nN=${#ARGS[@]}\ntorchrun pretrain_gpt.py --x $N\n')
     assert show(count.commands[-1].argv[-1]) == "${N}"
+
+
+@pytest.mark.parametrize("line", [
+    'sbatch -N 2 --wrap "srun python pretrain_gpt.py {MODEL}"',
+    "sbatch --wrap='srun python pretrain_gpt.py {MODEL}'",
+    'ssh node1 "cd /work && torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}"',
+    "bcprun -p 8 --env 'CUDA_DEVICE_MAX_CONNECTIONS=1' -c 'python pretrain_gpt.py {MODEL}'",
+    "pdsh -w node[1-2] 'python -m torch.distributed.run pretrain_gpt.py {MODEL}'",
+])
+def test_a_training_command_given_as_a_launchers_string_is_read(line):
+    # the launcher (sbatch --wrap, ssh, NVIDIA's bcprun, pdsh) runs the string as a command line of its own
+    imported = import_source(line.replace("{MODEL}", MODEL) + "\n", "train.sh")
+    assert imported.settings["num_layers"] == 2 and imported.lost == []
+
+
+def test_a_printed_command_string_is_not_the_training_command():
+    imported = import_source(f'echo "python pretrain_gpt.py {MODEL}"\ntorchrun pretrain_gpt.py --num-layers 3\n', "t")
+    assert imported.settings == {"num_layers": 3}
+
+
+def test_a_forks_entry_of_any_name_with_megatrons_flags_is_named():
+    # LLM360's K2: `bcprun -c 'python /mount/training/k2_training/main.py --num-layers 80 …'`
+    with pytest.raises(UserError) as caught:
+        import_source(f"bcprun -p 8 -c 'python /mount/k2/main.py {MODEL}'\n", "pretrain_65b.sh")
+    assert "runs main.py, not pretrain_gpt.py" in caught.value.problems[0].message
+    with pytest.raises(UserError) as caught:  # another program with other flags: no training command at all
+        import_source("python tools/plot.py --out x.png\n", "plot.sh")
+    assert "no training command found" in caught.value.problems[0].message
