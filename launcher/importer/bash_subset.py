@@ -296,6 +296,7 @@ class _Reader:
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
+        self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
@@ -534,8 +535,21 @@ class _Reader:
         if self.capture is not None and body is not None and heredoc is not None and body.type == "command" \
                 and self.print_heredoc(node, body, heredoc):
             return
+        if body is not None and heredoc is not None and body.type == "command" and \
+                self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
+            text = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+            saved_stdin, self.stdin = self.stdin, self.heredoc_text(heredoc, text) if text is not None else ""
+            try:
+                self.statement(body)
+            finally:
+                self.stdin = saved_stdin
+            return
         if body is not None:
             self.statement(body)
+
+    def first_word(self, command: Any) -> str:
+        name = command.child_by_field_name("name")
+        return self.text(name) if name is not None else ""
 
     def write_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
         """`cat > job.sbatch <<EOF … EOF` (or `>>`): the file's text is kept, to be read where the script runs it
@@ -1292,6 +1306,14 @@ class _Reader:
             env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
         _bound(argv, self.line(node))
         self.absent = tuple(sorted(absent, key=lambda u: u.line))
+        herestring = next((c for c in node.children if c.type == "herestring_redirect"), None)
+        if herestring is not None and herestring.named_children:  # `read -r TP PP <<< "4 2"`: its input is known
+            saved_stdin, self.stdin = self.stdin, self.joined(herestring.named_children[0]) + "\n"
+            try:
+                self.run_argv(node, argv, env, depends)
+            finally:
+                self.stdin = saved_stdin
+            return
         self.run_argv(node, argv, env, depends)
 
     def newline_between(self, before: Any, after: Any) -> bool:
@@ -1352,9 +1374,17 @@ class _Reader:
                 self.set_positional(self.positional)
             return
         if program == "read":
-            for word in argv[1:]:
-                if NAME.fullmatch(word):
-                    self.shell.scalars[word] = _unknown(word)
+            self.read(argv, env)
+            return
+        if program in ("mapfile", "readarray"):
+            self.mapfile(argv)
+            return
+        if program == "printf" and argv[1:2] == ["-v"] and len(argv) > 3 and self.capture is None:
+            if NAME.fullmatch(argv[2]):  # printf -v TP "%d" 4: the output goes into TP
+                printed = _printf([program, *argv[3:]])
+                self.shell.scalars[argv[2]] = printed if printed is not None and not unresolved_names(printed) \
+                    else _unknown(argv[2])
+                self.shell.arrays.pop(argv[2], None)
             return
         if self.capture is not None:
             if program in ("echo", "printf"):
@@ -1394,6 +1424,56 @@ class _Reader:
             return
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
+
+    def read(self, argv: list[str], env: dict[str, str]) -> None:
+        """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
+        reading (one record up to DELIM, split on IFS, the last name takes the rest); else each name is unknown."""
+        options, names = _reader_options(argv[1:], "ad", "rsep")
+        array = options.get("a")
+        targets = [n for n in ([array] if array else names or ["REPLY"]) if NAME.fullmatch(n)]
+        text = self.stdin
+        ifs = env.get("IFS", self.shell.scalars.get("IFS", " \t\n"))  # `IFS=, read …`: for this command only
+        if text is None or unresolved_names(text) or unresolved_names(ifs) or options.get("?") or not targets:
+            for name in targets:
+                self.shell.scalars[name] = _unknown(name)
+                self.shell.arrays.pop(name, None)
+            return
+        raw = "r" in options
+        if not raw:  # a backslash before a newline joins the lines; `\\` is one escaped backslash (left to right)
+            text = re.sub(r"\\(.)", lambda m: "" if m.group(1) == "\n" else m.group(0), text, flags=re.S)
+        delim = options.get("d", "\n")[:1] or "\0"
+        record = text.split(delim, 1)[0]
+        if array:
+            self.shell.arrays[array] = _read_fields(record, ifs, 0, raw)
+            self.shell.scalars.pop(array, None)
+            return
+        if not names:  # no name: REPLY, the whole record as it stands
+            self.shell.scalars["REPLY"] = record if raw else re.sub(r"\\(.)", r"\1", record)
+            self.shell.arrays.pop("REPLY", None)
+            return
+        fields = _read_fields(record, ifs, len(targets), raw)
+        for k, name in enumerate(targets):
+            self.shell.scalars[name] = fields[k] if k < len(fields) else ""
+            self.shell.arrays.pop(name, None)
+
+    def mapfile(self, argv: list[str]) -> None:
+        """`mapfile -t ARRAY <<< "…"` / readarray: one element per line of a known input; else unknown."""
+        options, names = _reader_options(argv[1:], "dnOsuCc", "t")
+        name = names[0] if names else "MAPFILE"
+        if not NAME.fullmatch(name):
+            return
+        text = self.stdin
+        if text is None or unresolved_names(text) or options.get("?") or set(options) & set("nOsuCc"):
+            self.shell.arrays[name] = [_unknown(name)]
+            self.shell.scalars.pop(name, None)
+            return
+        delim = options.get("d", "\n")[:1] or "\0"
+        lines = text.split(delim)
+        records = [line + ("" if "t" in options else delim) for line in lines[:-1]]
+        if lines[-1]:
+            records.append(lines[-1])
+        self.shell.arrays[name] = records
+        self.shell.scalars.pop(name, None)
 
     def source_file(self, node: Any, argv: list[str]) -> None:
         """`source FILE args…` / `. FILE`: FILE's text read here, with the same bounds (never run), when its path is
@@ -2478,6 +2558,81 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
         if MARK not in text and _PYTHON_COMMAND.search(text):
             return k, text
     return None
+
+
+READERS = ("read", "mapfile", "readarray")
+
+
+def _read_fields(record: str, ifs: str, names: int, raw: bool) -> list[str]:
+    """The fields `read` makes of one record: split on IFS (blanks of IFS run together, and are trimmed at both ends;
+    each other IFS character ends one field), a backslash escaping the next character unless -r; with `names`
+    names, the last takes the rest of the record as it stands (0: as many as there are, for -a)."""
+    chars: list[tuple[str, bool]] = []  # (character, escaped)
+    k = 0
+    while k < len(record):
+        if not raw and record[k] == "\\":
+            if k + 1 < len(record):
+                chars.append((record[k + 1], True))
+            k += 2
+            continue
+        chars.append((record[k], False))
+        k += 1
+    blanks = {c for c in ifs if c in " \t\n"}
+    others = set(ifs) - blanks
+
+    def blank(at: int) -> bool:
+        return at < len(chars) and not chars[at][1] and chars[at][0] in blanks
+
+    while chars and not chars[0][1] and chars[0][0] in blanks:
+        chars.pop(0)
+    while chars and not chars[-1][1] and chars[-1][0] in blanks:
+        chars.pop()
+    if not chars:
+        return [] if names == 0 else [""]
+    fields: list[str] = []
+    at = 0
+    while at < len(chars):
+        if names and len(fields) == names - 1:
+            rest = chars[at:]
+            if rest and not rest[-1][1] and rest[-1][0] in others and \
+                    not any(not e and c in ifs for c, e in rest[:-1]):
+                rest = rest[:-1]  # one field and its delimiter: bash drops the delimiter ("1,2," → B=2)
+            fields.append("".join(c for c, _ in rest))
+            break
+        start = at
+        while at < len(chars) and (chars[at][1] or chars[at][0] not in ifs):
+            at += 1
+        fields.append("".join(c for c, _ in chars[start:at]))
+        while blank(at):
+            at += 1
+        if at < len(chars) and not chars[at][1] and chars[at][0] in others:
+            at += 1
+            while blank(at):
+                at += 1
+    return fields
+
+
+def _reader_options(words: list[str], with_value: str, switches: str) -> tuple[dict[str, str], list[str]]:
+    """(options, operands) of read/mapfile: `-r -d '' -a ARGS`, grouped `-ra ARGS`; "?" when one is not known."""
+    options: dict[str, str] = {}
+    k = 0
+    while k < len(words) and words[k].startswith("-") and words[k] != "-":
+        word = words[k]
+        k += 1
+        if word == "--":
+            break
+        for m, letter in enumerate(word[1:], 1):
+            if letter in with_value:
+                value = word[m + 1:] if m + 1 < len(word) else (words[k] if k < len(words) else "")
+                if m + 1 >= len(word):
+                    k += 1
+                options[letter] = value
+                break
+            if letter in switches:
+                options[letter] = ""
+            else:
+                options["?"] = letter  # -t TIMEOUT, -n COUNT, -u FD …: not read here
+    return options, words[k:]
 
 
 class _Test:

@@ -708,3 +708,39 @@ def test_a_forks_entry_of_any_name_with_megatrons_flags_is_named():
     with pytest.raises(UserError) as caught:  # another program with other flags: no training command at all
         import_source("python tools/plot.py --out x.png\n", "plot.sh")
     assert "no training command found" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ('read -r A B <<< "  4   2  3  "', ["4", "2  3"]),
+    ('read A B <<< "x\\\\ y z"', ["x y", "z"]),
+    ('read -r A B <<< "x\\\\ y z"', ["x\\", "y z"]),
+    ('IFS=, read -r A B <<< "1,2,3,4"', ["1", "2,3,4"]),
+    ('IFS=, read -r A B <<< "1,2,"', ["1", "2"]),
+    ('read -r A B <<< "x"', ["x", ""]),
+    ("read -r -d '' A <<'E'\n--a 1\n--b 2\nE\nB=b", ["--a 1\n--b 2", "b"]),
+    ('printf -v A "%d-%s" 4 x; printf -v B "%s," p q', ["4-x", "p,q,"]),
+])
+def test_read_and_printf_v_from_known_text_are_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$A" "$B"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ('read -ra L <<< "  a b   c "', ["a", "b", "c"]),
+    ('IFS=, read -ra L <<< "a,b,,c,"', ["a", "b", "", "c"]),
+    ('mapfile -t L <<< "a\nb c"', ["a", "b c"]),
+    ("mapfile -t -d , L <<< 'a,b'", ["a", "b\n"]),
+    ('mapfile -t L < args.txt', ["${L}"]),  # a file: not known
+    ('read -ra L < "$F"', ["${L}"]),
+])
+def test_read_into_an_array_is_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "${L[@]}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+def test_a_layout_read_from_a_here_string_is_carried():
+    script = f'read -r TP PP <<< "4 2"\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP ' \
+             '--pipeline-model-parallel-size $PP\n'
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 4
+    assert imported.settings["pipeline_model_parallel_size"] == 2
