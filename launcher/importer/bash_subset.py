@@ -478,7 +478,12 @@ class _Reader:
         export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
         integer = any("i" in o for o in options if o.startswith("-"))
+        associative = any("A" in o for o in options if o.startswith("-"))
         for child in node.named_children:
+            if associative and (child.type == "variable_assignment" or child.type in WORDISH and
+                                NAME.fullmatch(self.text(child))):
+                self.declare_associative(child)
+                continue
             if child.type == "variable_assignment":
                 name = self.assignment_name(child)[0]
                 if is_local:
@@ -502,6 +507,36 @@ class _Reader:
                         value = self.shell.lookup(word)
                         self.shell.exports[word] = value if value is not None else _unknown(word)
 
+    def declare_associative(self, node: Any) -> None:
+        """`declare -A P=([tp]=2 [pp]=4)` / `declare -A P`: an associative array, kept as one scalar per key under
+        the name `P[key]` (so that forks and merges treat each key as the variables they are) and `P[]` for the
+        array itself (bash allows no empty key)."""
+        name = self.assignment_name(node)[0] if node.type == "variable_assignment" else self.text(node)
+        for table in (self.shell.scalars, self.shell.arrays):
+            for key in [k for k in table if k == name or k.startswith(name + "[")]:
+                del table[key]
+        self.shell.scalars[name + "[]"] = ""
+        value = node.child_by_field_name("value") if node.type == "variable_assignment" else None
+        if value is None or value.type != "array":
+            return
+        for element in value.named_children:
+            if element.type == "comment":
+                continue
+            raw = self.src[self.start(element):element.end_byte]
+            match = re.fullmatch(rb"\[(.+?)\]=(.*)", raw, re.S)
+            if match is None:  # `P=(a b)` under -A: not a key=value list
+                self.shell.scalars[name + "[]"] = _unknown(name)
+                continue
+            key = self.word_text(match.group(1))
+            self.shell.scalars[f"{name}[{key}]"] = self.word_text(match.group(2)) if match.group(2) else ""
+
+    def associative(self, name: str) -> bool:
+        return name + "[]" in self.shell.scalars
+
+    def associative_entries(self, name: str) -> dict[str, str]:
+        begin = name + "["
+        return {k[len(begin):-1]: v for k, v in self.shell.scalars.items() if k.startswith(begin) and k != name + "[]"}
+
     def make_local(self, name: str) -> None:
         scope = self.locals[-1]
         if name not in scope:
@@ -512,6 +547,8 @@ class _Reader:
             for word in self.fields(child):
                 for table in (self.shell.scalars, self.shell.arrays, self.shell.exports, self.shell.functions):
                     table.pop(word, None)
+                for key in [k for k in self.shell.scalars if k.startswith(word + "[")]:
+                    del self.shell.scalars[key]  # an associative array's keys (P[key]), or the one key named
 
     def st_function_definition(self, node: Any) -> None:
         name = node.child_by_field_name("name")
@@ -1177,6 +1214,14 @@ class _Reader:
                 value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
+        if index is not None and self.associative(name):  # P[key]=v: the key is a string, not arithmetic
+            key = f"{name}[{index}]"
+            if unresolved_names(index):  # which key is not known: nothing of the array is
+                self.shell.scalars[name + "[]"] = _unknown(name)
+            else:
+                self.shell.scalars[key] = (self.shell.scalars.get(key, "") if append else "") + value
+            self.note_uncertain(name, touched, keep=True)
+            return
         if index is not None:  # A[3]=x, A[$i]=x (the subscript is arithmetic)
             array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
                                                 else [self.shell.scalars[name]]))
@@ -1840,6 +1885,8 @@ class _Reader:
             return ("val", _unknown(inner), quoted)
         prefix, name, subscript, index = match.group(1), match.group(2), match.group(3), match.group(4)
         rest = inner[match.end():]
+        if subscript and self.associative(name):
+            return self.associative_expansion(prefix, name, index, rest, inner, quoted)
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
                 if self.shell.lookup(name) is None and self.unset(name):
@@ -1957,6 +2004,25 @@ class _Reader:
             stop = start + length if length >= 0 else len(value) + length
             return ("val", value[start:stop], quoted)
         return ("val", _unknown(inner), quoted)
+
+    def associative_expansion(self, prefix: str | None, name: str, index: str, rest: str, inner: str,
+                              quoted: bool) -> tuple[str, str | list[str], bool]:
+        """${P[key]}, ${P[@]}, ${!P[@]}, ${#P[@]} of an associative array (its keys in the order they were set);
+        anything else of it (an operator after the subscript) is unknown."""
+        self.touch(name)
+        entries = self.associative_entries(name)
+        if unresolved_names(self.shell.scalars[name + "[]"]) or rest:
+            return ("val", _unknown(inner), quoted)
+        if index in ("@", "*"):
+            if prefix == "#":
+                return ("val", str(len(entries)), quoted)
+            items = list(entries) if prefix == "!" else list(entries.values())
+            return ("list", items, quoted) if index == "@" else ("val", " ".join(items), quoted)
+        key = self.word_text(index.encode("utf-8", "surrogateescape"))
+        if prefix or unresolved_names(key):
+            return ("val", _unknown(inner), quoted)
+        value = entries.get(key, "")
+        return ("val", str(len(value)) if prefix == "#" else value, quoted)
 
     def lookup_value(self, name: str, index: str | None) -> str:
         self.touch(name)

@@ -744,3 +744,26 @@ def test_a_layout_read_from_a_here_string_is_carried():
     imported = import_source(script, "train.sh")
     assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 4
     assert imported.settings["pipeline_model_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(("code", "words", "expected"), [  # each expected value is bash 5's
+    ("declare -A P=([tp]=2 [pp]=4)", '"${P[tp]}" "${P[pp]}" "${#P[@]}"', ["2", "4", "2"]),
+    ('declare -A L=(["7B"]=32 [13B]=40); S=13B', '"${L[$S]}" "${L[7B]}" "${L[none]}"', ["40", "32", ""]),
+    ('declare -A P; P["c"]=x$((1+1)); P[c]+=y', '"${P[c]}"', ["x2y"]),
+    ('declare -A P=([a]=1 [b]=2); unset "P[a]"', '"${#P[@]}" "${P[b]}"', ["1", "2"]),
+    ("declare -A P=([a]=1); P[$UNKNOWN_KEY]=2", '"${P[a]}"', ["${P[a]}"]),  # which key was set: not known
+    ('declare -A P=([a]=1); K="$(hostname)"', '"${P[$K]}"', ["${P[$K]}"]),
+])
+def test_an_associative_array_is_bashs(code, words, expected):
+    reading = read_script(f"{code}\ntorchrun pretrain_gpt.py {words}\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+def test_flags_built_from_an_associative_array_are_carried():
+    # seen: `${!P[@]}` of `declare -A P` read as the indices 0, 1 of a plain array (`--0 …`)
+    script = ("declare -A P\nP[tensor-model-parallel-size]=2\nP[pipeline-model-parallel-size]=4\nARGS=()\n"
+              'for k in "${!P[@]}"; do ARGS+=(--$k ${P[$k]}); done\n'
+              f'torchrun pretrain_gpt.py {MODEL} "${{ARGS[@]}}"\n')
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 2
+    assert imported.settings["pipeline_model_parallel_size"] == 4
