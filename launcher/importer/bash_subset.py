@@ -572,10 +572,26 @@ class _Reader:
         if self.capture is not None and body is not None and heredoc is not None and body.type == "command" \
                 and self.print_heredoc(node, body, heredoc):
             return
+        herestring = next((c for c in node.named_children if c.type == "herestring_redirect"), None)
+        if body is not None and body.type == "while_statement" and (heredoc is not None or herestring is not None):
+            # while read …; do …; done <<EOF / <<< "$LINES": the loop reads the document's records one by one
+            if heredoc is not None:
+                text_node = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+                text = self.heredoc_text(heredoc, text_node) if text_node is not None else ""
+            elif herestring is not None and herestring.named_children:
+                text = self.joined(herestring.named_children[0]) + "\n"
+            else:
+                text = "\n"
+            saved_stdin, self.stdin = self.stdin, text
+            try:
+                self.statement(body)
+            finally:
+                self.stdin = saved_stdin
+            return
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
-            text = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
-            saved_stdin, self.stdin = self.stdin, self.heredoc_text(heredoc, text) if text is not None else ""
+            document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+            saved_stdin, self.stdin = self.stdin, self.heredoc_text(heredoc, document) if document is not None else ""
             try:
                 self.statement(body)
             finally:
@@ -965,6 +981,13 @@ class _Reader:
                     base.arrays.pop(name, None)
                 if name in base.exports or any(name in s.exports for s in outcomes):
                     base.exports[name] = _unknown(name)
+            elif not _added_flags_named(_state_of(base, name), states, set(flags)):
+                # a branch adds what its text does not name (`ARGS+=(--$key $value)` of a `while read` loop over a
+                # file): what it held before stays, and an unknown part after it stands for what was added
+                if name in base.arrays:
+                    base.arrays[name] = [*base.arrays[name], _unknown(name)]
+                else:
+                    base.scalars[name] = (base.scalars.get(name) or "") + " " + _unknown(name)
             # else: a branch only adds to it (ARGS+=(--wandb-project x)): what it held before stays, and what the
             # branches add is named with the construct (its flags)
             base.uncertain[name] = (*before, decided)
@@ -1022,6 +1045,11 @@ class _Reader:
                 return self.test_words(words[1:-1], double=False)
             if words[0] == "getopts" and len(words) >= 3 and NAME.fullmatch(words[2]):
                 return self.getopts(words[1], words[2], words[3:] if len(words) > 3 else None)
+            if words[0] == "read":  # `while IFS=, read -r k v; do …; done <<EOF`: a record read, or the end
+                env = {self.assignment_name(c)[0]: self.joined(c.child_by_field_name("value"))
+                       for c in node.children if c.type == "variable_assignment"
+                       and c.child_by_field_name("value") is not None}
+                return self.read(words, env)
             return None  # a command's success is not known without running it
         if kind in ("variable_assignment",):
             self.statement(node)
@@ -1470,9 +1498,11 @@ class _Reader:
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
 
-    def read(self, argv: list[str], env: dict[str, str]) -> None:
+    def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
         """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
-        reading (one record up to DELIM, split on IFS, the last name takes the rest); else each name is unknown."""
+        reading (one record up to DELIM, split on IFS, the last name takes the rest; the record is consumed, so that
+        `while read …; do …; done <<EOF` reads line after line); else each name is unknown. Its status: a record
+        ended by DELIM was read (None: not known)."""
         options, names = _reader_options(argv[1:], "ad", "rsep")
         array = options.get("a")
         targets = [n for n in ([array] if array else names or ["REPLY"]) if NAME.fullmatch(n)]
@@ -1482,24 +1512,26 @@ class _Reader:
             for name in targets:
                 self.shell.scalars[name] = _unknown(name)
                 self.shell.arrays.pop(name, None)
-            return
+            return None
         raw = "r" in options
         if not raw:  # a backslash before a newline joins the lines; `\\` is one escaped backslash (left to right)
             text = re.sub(r"\\(.)", lambda m: "" if m.group(1) == "\n" else m.group(0), text, flags=re.S)
         delim = options.get("d", "\n")[:1] or "\0"
-        record = text.split(delim, 1)[0]
+        record, ended, rest = text.partition(delim)
+        self.stdin = rest
         if array:
             self.shell.arrays[array] = _read_fields(record, ifs, 0, raw)
             self.shell.scalars.pop(array, None)
-            return
+            return bool(ended)
         if not names:  # no name: REPLY, the whole record as it stands
             self.shell.scalars["REPLY"] = record if raw else re.sub(r"\\(.)", r"\1", record)
             self.shell.arrays.pop("REPLY", None)
-            return
+            return bool(ended)
         fields = _read_fields(record, ifs, len(targets), raw)
         for k, name in enumerate(targets):
             self.shell.scalars[name] = fields[k] if k < len(fields) else ""
             self.shell.arrays.pop(name, None)
+        return bool(ended)
 
     def mapfile(self, argv: list[str]) -> None:
         """`mapfile -t ARRAY <<< "…"` / readarray: one element per line of a known input; else unknown."""
@@ -2284,6 +2316,18 @@ def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bo
         return len(added) == len(states) and (scalar != "" or all(
             not a.strip() or a.split()[0].startswith("-") for a in added))
     return False
+
+
+def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], flags: set[str]) -> bool:
+    """Every word the branches add after what the variable held is known, and each flag among them is written in
+    the construct's text (so that the construct's flags say what it may add)."""
+    scalar, array, _ = before
+    for state in states:
+        added = list(state[1][len(array):]) if array is not None else (state[0] or "")[len(scalar or ""):].split()
+        for word in added:
+            if MARK in word or (word.startswith("--") and word.partition("=")[0] not in flags):
+                return False
+    return True
 
 
 def _unknown_like(value: str) -> str:

@@ -316,7 +316,8 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         undecided = training_command.undecided_for(command)
         for item in undecided:
             notes.append(_comment(f"line {item.line}: {item.what}: cannot be decided without running the script, "
-                                  f"and the training command's {', '.join(item.flags)} depend(s) on it"))
+                                  + (f"and the training command's {', '.join(item.flags)} depend(s) on it" if item.flags
+                                   else "and the training command's words depend on it")))
         if len(training) > 1:
             notes.append(f"the script runs pretrain_gpt.py {len(training)} times; the last (line {command.line}) "
                          "is imported")

@@ -767,3 +767,34 @@ def test_flags_built_from_an_associative_array_are_carried():
     imported = import_source(script, "train.sh")
     assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 2
     assert imported.settings["pipeline_model_parallel_size"] == 4
+
+
+@pytest.mark.parametrize("loop", [
+    "while read -r k v; do\n  ARGS+=(--$k $v)\ndone < model.cfg\n",  # a file: what it adds is not known
+    'for f in $(ls conf); do\n  ARGS+=(--$f 1)\ndone\n',
+    'if [ -f x ]; then\n  ARGS+=($EXTRA_MODEL)\nfi\n',  # adds words its text does not name
+    'E="--num-layers 4"\nif [ -f x ]; then\n  ARGS+=($E)\nfi\n',
+])
+def test_a_branch_that_adds_what_its_text_does_not_name_is_lost_not_dropped(loop):
+    # seen: `while read -r k v; do ARGS+=(--$k $v); done < file` left ARGS empty, the round trip "equal"
+    imported = import_source(f"ARGS=(--log-interval 1)\n{loop}torchrun pretrain_gpt.py {MODEL} \"${{ARGS[@]}}\"\n",
+                             "train.sh")
+    assert any("${ARGS}" in n for n in imported.lost), imported.lost
+    assert imported.settings["log_interval"] == 1
+
+
+def test_a_branch_that_adds_named_flags_keeps_the_rest():
+    imported = import_source('ARGS=(--log-interval 1)\nif [ -n "$WANDB_API_KEY" ]; then\n  ARGS+=(--wandb-project x)\n'
+                             f'fi\ntorchrun pretrain_gpt.py {MODEL} "${{ARGS[@]}}"\n', "train.sh")
+    assert imported.lost == [] and imported.settings["log_interval"] == 1
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ("while read -r k v; do A+=(--$k \"$v\"); done <<E\nnum-layers 24\nhidden-size  1024 x\nE",
+     ["--num-layers", "24", "--hidden-size", "1024 x"]),
+    ('while IFS== read -r k v; do A+=(--$k $v); done <<< "tp=2\npp=4"', ["--tp", "2", "--pp", "4"]),
+    ("while read -r a; do A+=(\"$a\"); read -r b; A+=(\"[$b]\"); done <<E\n1\n2\n3\nE", ["1", "[2]", "3", "[]"]),
+])
+def test_a_while_read_loop_over_a_known_document_is_bashs(code, expected):
+    reading = read_script(f'A=()\n{code}\ntorchrun pretrain_gpt.py "${{A[@]}}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
