@@ -273,3 +273,9 @@ def test_llm_jp_forks_rank_switch_is_harmless_and_its_z_loss_is_lost():
     assert any(n.startswith("--use-mpi") and "torchrun" in n for n in imported.not_carried)
     assert any(n.startswith("--use-z-loss") and "z-loss" in n for n in imported.lost)
     assert any(n.startswith("--z-loss-strength 1e-4") for n in imported.lost)
+
+
+def test_megatron_deepspeeds_token_schedule_is_lost_with_the_samples_to_give():
+    found = lost("--train-tokens 300000000000 --lr-decay-tokens 260000000000 --lr-warmup-tokens 375000000")
+    assert len(found) == 3 and all("Megatron-DeepSpeed" in n for n in found)
+    assert any("lr_decay_samples=TOKENS÷seq_length" in n for n in found)
