@@ -697,11 +697,21 @@ class _Reader:
         out, at = [], body.start_byte
         for child in body.named_children:
             if child.type in EXPANSIONS:
-                out.append(_unescape_heredoc(self.src[at:self.start(child)].decode("utf-8", "replace")))
+                out.append(self.heredoc_literal(self.src[at:self.start(child)].decode("utf-8", "replace")))
                 out.append(self.joined(child))
                 at = child.end_byte
-        out.append(_unescape_heredoc(self.src[at:body.end_byte].decode("utf-8", "replace")))
+        out.append(self.heredoc_literal(self.src[at:body.end_byte].decode("utf-8", "replace")))
         return "".join(out)
+
+    def heredoc_literal(self, text: str) -> str:
+        """Text of a here-document between the expansions the grammar finds: it does not find the special
+        parameters (`$1`, `$@`, `$#` of `cat <<EOF` in a function), which bash expands there too."""
+        def special(match: re.Match[str]) -> str:
+            if len(match.group(1)) % 2:  # an escaped dollar: \$1 stays $1
+                return match.group(0)
+            kind, value, _ = self.variable(match.group(2), quoted=True)
+            return match.group(1) + (" ".join(value) if isinstance(value, list) else value)
+        return _unescape_heredoc(re.sub(r"(\\*)\$([0-9@*#])", special, text))
 
     def st_list(self, node: Any) -> None:
         """a && b, a || b: a test decides whether the right side runs; after a command, `&&` runs it (the

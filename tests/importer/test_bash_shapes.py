@@ -798,3 +798,13 @@ def test_a_branch_that_adds_named_flags_keeps_the_rest():
 def test_a_while_read_loop_over_a_known_document_is_bashs(code, expected):
     reading = read_script(f'A=()\n{code}\ntorchrun pretrain_gpt.py "${{A[@]}}"\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+def test_a_here_document_expands_the_special_parameters_as_bash_does():
+    # the grammar finds $N in a here-document, not $1/$#: `cat <<EOF` in a function gave the flag "$1" itself
+    script = ('model_args() {\n  cat <<EOF\n--num-layers $1\n--hidden-size $2\nEOF\n}\n'
+              'torchrun pretrain_gpt.py $(model_args 4 256) --num-attention-heads 4\n')
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 4 and imported.settings["hidden_size"] == 256
+    reading = read_script('L=$(cat <<E\n--x $1 \\$2 $#\nE\n)\ntorchrun pretrain_gpt.py $L\n', ["9", "8"])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["--x", "9", "$2", "2"]  # bash's
