@@ -808,3 +808,20 @@ def test_a_here_document_expands_the_special_parameters_as_bash_does():
     assert imported.lost == [] and imported.settings["num_layers"] == 4 and imported.settings["hidden_size"] == 256
     reading = read_script('L=$(cat <<E\n--x $1 \\$2 $#\nE\n)\ntorchrun pretrain_gpt.py $L\n', ["9", "8"])
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["--x", "9", "$2", "2"]  # bash's
+
+
+@pytest.mark.parametrize(("runner", "expected"), [
+    ("accelerate launch --num_processes 16 --num_machines 2", {"gpus_per_node": 8, "nodes": 2}),
+    ("accelerate launch --multi_gpu --num_processes=4", {"gpus_per_node": 4, "nodes": 1}),
+    ("deepspeed --include localhost:0,1,2,3", {"gpus_per_node": 4}),
+    ("deepspeed --include h1:0,1@h2:2,3", {"gpus_per_node": 2, "nodes": 2}),
+])
+def test_other_runners_give_their_process_counts(runner, expected):
+    imported = import_source(f"{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected and imported.settings["num_layers"] == 2
+
+
+def test_a_per_node_count_of_every_gpu_is_named():
+    imported = import_source(f"torchrun --standalone --nproc-per-node=gpu pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert "gpus_per_node" not in imported.launcher
+    assert any("--nproc-per-node=gpu: one process per GPU" in n for n in imported.not_carried)
