@@ -63,6 +63,7 @@ def refuse_other_entry(reading: Reading) -> None:
     for command in reversed(reading.commands):
         if program(command.argv) in NOT_RUNNERS:
             continue
+        _refuse_unknown_entry(command)
         for k, word in enumerate(command.argv):
             match = ENTRY_LIKE.search(word) or ANY_PY.search(word)
             if not match:
@@ -82,6 +83,28 @@ def refuse_other_entry(reading: Reading) -> None:
                     f"if {show(script)} is pretrain_gpt.py with other defaults (its model provider, dataset), import "
                     f"the command with pretrain_gpt.py in its place (edit line {command.line}, or "
                     "`launch import -- torchrun pretrain_gpt.py FLAGS…`); its fork-only flags are then listed")
+
+
+def _refuse_unknown_entry(command: ScriptCommand) -> None:
+    """`torchrun $CALLING_SCRIPT --num-layers …`: the entry is a value the reading could not know (a branch on the
+    script's arguments chose it); say so with the construct that decides it, not "no line runs pretrain_gpt.py"."""
+    for k, word in enumerate(command.argv):
+        if not UNRESOLVED.search(word) or (k and command.argv[k - 1].startswith("-")) or ANY_PY.search(show(word)):
+            continue  # known, a flag's value, or a script whose directory only is unknown (${TOOLS}/convert.py)
+        if not any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:]):
+            return
+        needs = command.depends.get(k, ())
+        where = "; ".join(f"line {u.line}: {u.what}" + (" (it depends on the script's arguments)" if u.arguments
+                                                         else "") for u in needs)
+        choices = sorted({w for u in needs for _, values in u.values for words in values for w in words[:1]
+                          if w.endswith(".py")})
+        raise UserError(
+            f"line {command.line} runs {show(word)} with Megatron's flags, and which script that is is not known "
+            "without running the script" + (f" ({where})" if where else "")
+            + (f"; its branches give {', '.join(choices)}" if choices else ""),
+            "give the script's arguments after its name (launch import SCRIPT ARGS…) so that the branch is decided, "
+            "or import the command with pretrain_gpt.py in its place (`launch import -- torchrun pretrain_gpt.py "
+            "FLAGS…`)")
 
 
 def flag_at(argv: list[str], index: int) -> str:

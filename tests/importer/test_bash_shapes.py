@@ -825,3 +825,17 @@ def test_a_per_node_count_of_every_gpu_is_named():
     imported = import_source(f"torchrun --standalone --nproc-per-node=gpu pretrain_gpt.py {MODEL}\n", "train.sh")
     assert "gpus_per_node" not in imported.launcher
     assert any("--nproc-per-node=gpu: one process per GPU" in n for n in imported.not_carried)
+
+
+def test_an_entry_chosen_by_an_undecided_branch_is_named_with_it():
+    # Megatron-LM's functional tests: CALLING_SCRIPT=pretrain_gpt.py, or pretrain_gpt_core.py when $9 is 1
+    script = ("USE_CORE=$1\nCALLING_SCRIPT=pretrain_gpt.py\nif [[ $USE_CORE -eq 1 ]]; then\n"
+              f"  CALLING_SCRIPT=pretrain_gpt_core.py\nfi\ntorchrun $CALLING_SCRIPT {MODEL}\n")
+    with pytest.raises(UserError) as caught:
+        import_source(script, "train.sh")
+    message = caught.value.problems[0].message
+    assert "line 6 runs ${CALLING_SCRIPT}" in message and "line 3" in message and "pretrain_gpt.py" in message
+    assert import_source(script, "train.sh", ["0"]).settings["num_layers"] == 2
+    with pytest.raises(UserError) as caught:  # a tool whose directory only is unknown keeps its own message
+        import_source(f"python $TOOLS/convert.py {MODEL}\n", "convert.sh")
+    assert "runs convert.py, not pretrain_gpt.py" in caught.value.problems[0].message
