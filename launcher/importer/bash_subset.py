@@ -1931,8 +1931,11 @@ class _Reader:
             return self.associative_expansion(prefix, name, index, rest, inner, quoted)
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
-                if self.shell.lookup(name) is None and self.unset(name):
-                    return ("val", _unknown("#" + name), quoted)  # how many, the caller or a file not read decides
+                if self.shell.lookup(name) is None and self.unset(name) or \
+                        _unknown(name) in self.shell.arrays.get(name, []):
+                    # how many: the caller, a file not read or a branch not decided says (the array's own unknown
+                    # marker stands for words not known, however many)
+                    return ("val", _unknown("#" + name), quoted)
                 return ("val", str(len(self.shell.arrays.get(name, [])) if name in self.shell.arrays
                                    else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
@@ -1943,6 +1946,8 @@ class _Reader:
                 return ("val", _unknown("!" + name), quoted)
             name = target
         if prefix == "!" and subscript:  # ${!A[@]}: indices
+            if _unknown(name) in self.shell.arrays.get(name, []):
+                return ("val", _unknown("!" + name), quoted)
             return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
         if subscript and index in ("@", "*") and not rest:
             self.touch(name)

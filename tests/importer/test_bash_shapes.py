@@ -839,3 +839,12 @@ def test_an_entry_chosen_by_an_undecided_branch_is_named_with_it():
     with pytest.raises(UserError) as caught:  # a tool whose directory only is unknown keeps its own message
         import_source(f"python $TOOLS/convert.py {MODEL}\n", "convert.sh")
     assert "runs convert.py, not pretrain_gpt.py" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize("prelude", [
+    'for k in $(ls conf); do A+=($k); done\n',  # a loop over words not known
+    'A=(x)\nif [ -f y ]; then A+=($EXTRA); fi\n',  # a branch adds what is not known
+])
+def test_the_count_of_an_array_holding_an_unknown_part_is_unknown(prelude):
+    reading = read_script(prelude + 'torchrun pretrain_gpt.py ${#A[@]} ${!A[@]}\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${#A}", "${!A}"]
