@@ -1247,7 +1247,7 @@ class _Reader:
                 return
             if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
                 begin = value_node.start_byte if value_node is not None else tail.start_byte
-                value = self.word_text(self.src[begin:tail.end_byte])
+                value = self.word_text(self.src[begin:tail.end_byte].replace(b"\\\r\n", b"").replace(b"\\\n", b""))
             else:
                 value = self.joined(value_node) if value_node is not None else ""
         finally:
@@ -1340,7 +1340,10 @@ class _Reader:
         name = node.child_by_field_name("name")
         arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
                      and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
-        if prefixes and name is not None and prefixes[-1].end_byte == name.start_byte and not arguments:
+        if prefixes and name is not None and not arguments and (
+                prefixes[-1].end_byte == name.start_byte
+                or self.src[prefixes[-1].end_byte:name.start_byte] in (b"\\\n", b"\\\r\n")):
+            # (a line continuation between the parts is removed by bash before it reads words: one word too)
             # the grammar splits `ROOT=$A/$B/x` at `/$` into an assignment and a command `$B/x`; bash reads one
             # assignment word (seen: a checkpoint path cut to its first part and a command that is none)
             for prefix in prefixes[:-1]:
@@ -1929,6 +1932,10 @@ class _Reader:
         rest = inner[match.end():]
         if subscript and self.associative(name):
             return self.associative_expansion(prefix, name, index, rest, inner, quoted)
+        if name in ("@", "*") and not subscript and self.element is None:
+            positional = self.positional_expansion(node, prefix, name, rest, quoted)
+            if positional is not None:
+                return positional
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
                 if self.shell.lookup(name) is None and self.unset(name) or \
@@ -2051,6 +2058,49 @@ class _Reader:
             stop = start + length if length >= 0 else len(value) + length
             return ("val", value[start:stop], quoted)
         return ("val", _unknown(inner), quoted)
+
+    def positional_expansion(self, node: Any, prefix: str | None, name: str, rest: str,
+                             quoted: bool) -> tuple[str, str | list[str], bool] | None:
+        """"${@}", "${@:2}", "${@:1:2}", ${#@}, "${@/#/--}" of the script's arguments as bash expands them (None:
+        a form read elsewhere)."""
+        if prefix == "#" and not rest:
+            return self.variable("#", quoted)
+        if prefix:
+            return None
+        if not rest:
+            return self.variable(name, quoted)
+        if self.positional is None:
+            self.without_arguments()
+        words = list(self.positional or [])
+        begin = self.start(node)
+        if re.match(r":(?![-=+?])", rest):  # ${@:offset[:length]}: $0 is offset 0
+            spec = self.operand(node, begin + 2 + len((name + ":").encode()))
+            numbers = spec.split(":")
+            try:
+                offset = self.arith_text(numbers[0])
+                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
+            if self.positional is None and offset >= 1:
+                chosen: list[str] = []
+            else:
+                everything = [self.lookup_value("0", None), *words]  # $0, the script's name
+                first = offset if offset >= 0 else max(0, len(everything) + offset)
+                if length is not None and length < 0:
+                    return ("val", _unknown(name), quoted)
+                chosen = everything[first:] if length is None else everything[first:first + length]
+            return ("list", chosen, quoted) if name == "@" else ("val", " ".join(chosen), quoted)
+        if re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):  # each argument, as each element of an array
+            results = []
+            for word in words:
+                self.element = word
+                try:
+                    results.append(self.expansion(node, quoted)[1])
+                finally:
+                    self.element = None
+            flat = [r if isinstance(r, str) else " ".join(r) for r in results]
+            return ("list", flat, quoted) if name == "@" else ("val", " ".join(flat), quoted)
+        return None
 
     def associative_expansion(self, prefix: str | None, name: str, index: str, rest: str, inner: str,
                               quoted: bool) -> tuple[str, str | list[str], bool]:
@@ -2635,10 +2685,22 @@ def _braced(match: re.Match[bytes]) -> bytes:
 INNER_NAME = re.compile(rb"'[^'\n]*'|\\.|(?<=[^\s'\"=(\[{$\\|&;<>`])\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+# `# a note` inside backticks, the idiom for a comment on a continued command line (`--lr 3e-4 \` then
+# `` `# peak LR` \ ``): a command substitution of nothing, which expands to nothing; the grammar cannot read it
+BACKTICK_NOTE = re.compile(rb"'[^'\n]*'|\\.|(`[ \t]*#[^`\n]*`)")
+
+
+def _backtick_note(match: re.Match[bytes]) -> bytes:
+    return b"" if match.group(1) else match.group(0)
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
-    `${A}/${B}/x` it reads whole. Line numbers are unchanged."""
+    `${A}/${B}/x` it reads whole; and without the backtick notes (`` `# note` ``) it cannot read. Line numbers are
+    unchanged."""
+    if b"`" in src and b"#" in src:
+        src = BACKTICK_NOTE.sub(_backtick_note, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
 

@@ -848,3 +848,35 @@ def test_an_entry_chosen_by_an_undecided_branch_is_named_with_it():
 def test_the_count_of_an_array_holding_an_unknown_part_is_unknown(prelude):
     reading = read_script(prelude + 'torchrun pretrain_gpt.py ${#A[@]} ${!A[@]}\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${#A}", "${!A}"]
+
+
+@pytest.mark.parametrize(("word", "expected"), [  # each expected value is bash 5's (set -- 'a b' c d)
+    ('"${@}"', ["a b", "c", "d"]), ('"${@:2}"', ["c", "d"]), ("${@:2}", ["c", "d"]), ('"${@:1:2}"', ["a b", "c"]),
+    ('"${*}"', ["a b c d"]), ("${#@}", ["3"]), ('"${@/#/--}"', ["--a b", "--c", "--d"]),
+])
+def test_the_braced_forms_of_the_scripts_arguments_are_bashs(word, expected):
+    reading = read_script(f"torchrun pretrain_gpt.py {word}\n", ["a b", "c", "d"])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+    assert read_script(f'torchrun pretrain_gpt.py "${{@}}" "${{@:2}}"\n').commands[-1].argv[2:] == []  # no args
+
+
+def test_a_wrapper_passing_its_other_arguments_through_is_read_with_them():
+    script = f'SIZE=$1\ntorchrun pretrain_gpt.py {MODEL} "${{@:2}}"\n'
+    imported = import_source(script, "train.sh", ["small", "--tensor-model-parallel-size", "2"])
+    assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 2
+
+
+def test_a_string_continued_on_the_next_line_is_one_word():
+    # OPTS="--num-layers 2"\<newline>" --hidden-size 64": the grammar read the second part as a command of its own
+    script = 'OPTS="--num-layers 2"\\\n" --hidden-size 64"\ntorchrun pretrain_gpt.py $OPTS --num-attention-heads 4\n'
+    imported = import_source(script, "train.sh")
+    assert imported.settings == {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+
+
+def test_a_backtick_note_on_a_continued_line_expands_to_nothing():
+    script = ("torchrun pretrain_gpt.py \\\n  --num-layers 2 \\\n  `# the hidden size` --hidden-size 64 \\\n"
+              "  --num-attention-heads 4 `#heads`\n")
+    imported = import_source(script, "train.sh")
+    assert imported.settings == {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+    reading = read_script("torchrun pretrain_gpt.py \"a`# x`b\" '`# kept`'\n")  # bash: ab, `# kept`
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["ab", "`# kept`"]
