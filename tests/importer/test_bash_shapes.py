@@ -857,7 +857,7 @@ def test_the_count_of_an_array_holding_an_unknown_part_is_unknown(prelude):
 def test_the_braced_forms_of_the_scripts_arguments_are_bashs(word, expected):
     reading = read_script(f"torchrun pretrain_gpt.py {word}\n", ["a b", "c", "d"])
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
-    assert read_script(f'torchrun pretrain_gpt.py "${{@}}" "${{@:2}}"\n').commands[-1].argv[2:] == []  # no args
+    assert read_script('torchrun pretrain_gpt.py "${@}" "${@:2}"\n').commands[-1].argv[2:] == []  # no args
 
 
 def test_a_wrapper_passing_its_other_arguments_through_is_read_with_them():
