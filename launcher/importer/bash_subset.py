@@ -314,6 +314,10 @@ class _Reader:
         self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
+        self.capture_cwd: str | None = None  # `cd DIR` inside $(…): for the `pwd` after it
+        if path is not None:  # `bash /abs/train.sh`: $0 and ${BASH_SOURCE[0]} name the file (its siblings are read)
+            self.shell.scalars["0"] = os.path.abspath(path)
+            self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path)]
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
     def step(self) -> None:
@@ -1480,6 +1484,14 @@ class _Reader:
                 else:
                     self.capture.out.append(printed)
                 return
+            path = _path_command(argv, self.capture_cwd)
+            if path is not None:  # $(dirname "$0"), $(cd "$(dirname …)" && pwd), $(realpath …): known paths
+                if program == "cd":
+                    self.capture_cwd = path or None
+                    self.status = path != ""
+                else:
+                    self.capture.out.append(path + "\n")
+                return
             self.capture.known = False
             self.capture.why = self.capture.why or program
             return
@@ -1617,12 +1629,18 @@ class _Reader:
             self.positional = argv[2:]
             self.set_positional(self.positional)
         self.sourcing.append(key)
+        saved_sources = self.shell.arrays.get("BASH_SOURCE")
+        self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path), *(saved_sources or [])]
         try:  # its commands are said on the line that sources it
             self.run_source(text, line_offset=0, fixed_line=self.line(node))
         except _Return:
             pass  # `return` ends the sourced file only
         finally:
             self.sourcing.pop()
+            if saved_sources is None:
+                self.shell.arrays.pop("BASH_SOURCE", None)
+            else:
+                self.shell.arrays["BASH_SOURCE"] = saved_sources
             if len(argv) > 2:  # as a function call restores them
                 self.positional = saved_positional
                 self.set_positional(saved_positional or [])
@@ -2194,7 +2212,7 @@ class _Reader:
         text = self.text(node).strip()
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
         if node.children and node.children[0].type == "`" and not body and label.strip():
-            saved_capture = self.capture
+            saved_capture, saved_cwd = self.capture, self.capture_cwd
             self.capture = _Capture()
             saved_shell = self.shell.copy()
             try:
@@ -2202,13 +2220,14 @@ class _Reader:
             except _Exit:
                 pass
             finally:
-                captured, self.capture = self.capture, saved_capture
+                captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
                 self.restore(saved_shell)
             if captured.known:
                 return "".join(captured.out).rstrip("\n")
             return _unknown("$(" + label.strip() + ")")
         capture = _Capture()
         saved_capture, self.capture = self.capture, capture
+        saved_cwd = self.capture_cwd  # a `cd` inside $(…) is that subshell's only
         saved_shell = self.shell.copy()
         saved_commands = len(self.reading.commands)
         try:
@@ -2216,7 +2235,7 @@ class _Reader:
         except (_Exit, _Return, _Break):
             pass
         finally:
-            self.capture = saved_capture
+            self.capture, self.capture_cwd = saved_capture, saved_cwd
             self.restore(saved_shell)
             del self.reading.commands[saved_commands:]
         if capture.known:
@@ -2649,6 +2668,34 @@ def _echo(argv: list[str]) -> str | None:
     if escapes:
         text = _ansi_c(text)
     return text + ("\n" if newline else "")
+
+
+def _path_command(argv: list[str], cwd: str | None) -> str | None:
+    """What dirname, basename, realpath / readlink -f of an absolute path, `cd DIR` and `pwd` give inside $(…), from
+    the words alone (no file is looked at: a symbolic link is not followed); None when it is not known."""
+    program, args = argv[0].rsplit("/", 1)[-1], [a for a in argv[1:] if a != "--"]
+    if any(unresolved_names(a) for a in args):
+        return None
+    if program == "dirname" and len(args) == 1:
+        stripped = args[0].rstrip("/") or "/"
+        head = stripped.rpartition("/")[0] if "/" in stripped else "."
+        return (head.rstrip("/") or "/") if stripped != "/" else "/"
+    if program == "basename" and len(args) in (1, 2) and not args[0].startswith("-"):
+        base = (args[0].rstrip("/") or "/").rpartition("/")[2] or "/"
+        return base[:-len(args[1])] if len(args) == 2 and args[1] and base.endswith(args[1]) and base != args[1] \
+            else base
+    options = [a for a in args if a.startswith("-")]
+    operands = [a for a in args if not a.startswith("-")]
+    if (program == "realpath" or program == "readlink" and set("".join(options)) & set("fem")) \
+            and len(operands) == 1:
+        target = operands[0] if operands[0].startswith("/") else (cwd + "/" + operands[0] if cwd else None)
+        return os.path.normpath(target) if target else None
+    if program == "cd" and len(operands) == 1 and not options:
+        target = operands[0] if operands[0].startswith("/") else (cwd + "/" + operands[0] if cwd else None)
+        return os.path.normpath(target) if target else ""
+    if program == "pwd" and not operands and cwd:
+        return cwd
+    return None
 
 
 def _printf(argv: list[str]) -> str | None:

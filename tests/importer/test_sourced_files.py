@@ -108,3 +108,25 @@ def test_an_environment_setup_file_is_named_and_leaves_the_defaults(tmp_path):
     found = imported(tmp_path / "train.sh")
     assert found.settings["num_layers"] == 2 and found.lost == []
     assert sum("sets up the software environment" in n for n in found.not_carried) == 4
+
+
+def test_a_file_found_through_the_scripts_own_path_is_read(tmp_path):
+    # the common ways a script names its own directory: $0 and ${BASH_SOURCE[0]} are the file given to the import
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "model.sh").write_text('NL=24\nHIDDEN=1024\nmodel_args() { echo "--num-attention-heads 16"; }\n'
+                                                'HERE=$(basename "${BASH_SOURCE[0]}" .sh)\n')
+    for line in ('source "$(dirname "$0")/conf/model.sh"',
+                 'SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\nsource ${SCRIPT_DIR}/conf/model.sh',
+                 'DIR=$(dirname $(realpath $0))\n. $DIR/conf/model.sh',
+                 'source "${0%/*}/conf/model.sh"',
+                 'cd "$(dirname "$0")"\nsource "$(pwd)/conf/model.sh"'):
+        (tmp_path / "train.sh").write_text(line + "\n" + RUN + 'echo "$HERE"\n')
+        found = imported(tmp_path / "train.sh")
+        if "cd " in line.split("\n")[0][:3]:  # a `cd` of the script itself is not followed: $(pwd) stays unknown
+            assert found.lost, line
+            continue
+        assert (found.settings["num_layers"], found.settings["num_attention_heads"]) == (24, 16), line
+        assert found.lost == [], line
+    reading = read_script('source "$(dirname "$0")/conf/model.sh"\ntorchrun pretrain_gpt.py "$HERE" "$0"\n',
+                          path=tmp_path / "train.sh")
+    assert reading.commands[-1].argv[2:] == ["model", str(tmp_path / "train.sh")]  # BASH_SOURCE: the file read
