@@ -113,7 +113,8 @@ def test_an_environment_setup_file_is_named_and_leaves_the_defaults(tmp_path):
 def test_a_file_found_through_the_scripts_own_path_is_read(tmp_path):
     # the common ways a script names its own directory: $0 and ${BASH_SOURCE[0]} are the file given to the import
     (tmp_path / "conf").mkdir()
-    (tmp_path / "conf" / "model.sh").write_text('NL=24\nHIDDEN=1024\nmodel_args() { echo "--num-attention-heads 16"; }\n'
+    (tmp_path / "conf" / "model.sh").write_text('NL=24\nHIDDEN=1024\n'
+                                                'model_args() { echo "--num-attention-heads 16"; }\n'
                                                 'HERE=$(basename "${BASH_SOURCE[0]}" .sh)\n')
     for line in ('source "$(dirname "$0")/conf/model.sh"',
                  'SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\nsource ${SCRIPT_DIR}/conf/model.sh',
