@@ -110,6 +110,9 @@ class Undecided:
     # unknown `$LOAD` of the training command may be
     # (not compared: the same construct met again, e.g. in each turn of a loop, is one construct)
     values: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = field(default=(), compare=False)
+    # every variable it decides was only added to, with flags its text names (`CMD="$CMD --wandb-project p"`): of the
+    # words read from them, only those flags depend on it, not what the variables held before
+    appends: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         out = f"line {self.line}: {self.what}: cannot be decided without running the script"
@@ -973,7 +976,9 @@ class _Reader:
                                                      for n in referenced)
         values = tuple((n, tuple(_words_of(_state_of(s, n)) for s in outcomes)) for n in differing
                        if not _only_appended(_state_of(base, n), [_state_of(s, n) for s in outcomes]))
-        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values)
+        appends = bool(differing) and not values and all(
+            _added_flags_named(_state_of(base, n), [_state_of(s, n) for s in outcomes], set(flags)) for n in differing)
+        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends)
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
@@ -2403,14 +2408,22 @@ def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bo
 
 
 def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], flags: set[str]) -> bool:
-    """Every word the branches add after what the variable held is known, and each flag among them is written in
-    the construct's text (so that the construct's flags say what it may add)."""
+    """Each flag the branches add after what the variable held is written in the construct's text (so that the
+    construct's flags say what it may add), and each word not known is the value of such a flag
+    (`--wandb-exp-name $EXP-$SLURM_JOB_ID`), not words that may be flags themselves (`--$key`, `$EXTRA`)."""
     scalar, array, _ = before
     for state in states:
         added = list(state[1][len(array):]) if array is not None else (state[0] or "")[len(scalar or ""):].split()
+        after_flag = False
         for word in added:
-            if MARK in word or (word.startswith("--") and word.partition("=")[0] not in flags):
+            if word.startswith("--"):
+                if MARK in word or word.partition("=")[0] not in flags:
+                    return False
+                after_flag = "=" not in word
+                continue
+            if MARK in word and not after_flag:
                 return False
+            after_flag = False
     return True
 
 

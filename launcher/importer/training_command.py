@@ -132,7 +132,11 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
     affected: dict[Undecided, set[str]] = {}
     for index, needs in command.depends.items():
         for item in needs:
-            affected.setdefault(item, set()).add(flag_at(command.argv, index))
+            flag = flag_at(command.argv, index)
+            if item.appends and flag not in item.flags:
+                affected.setdefault(item, set())  # held before the branch added its own flags: not decided by it
+                continue
+            affected.setdefault(item, set()).add(flag)
     for item in command.absent:  # `$EXTRA` expanded to nothing here; a branch may have given it flags
         affected.setdefault(item, set())
     for item in command.under:  # the training command itself sits in a branch that was not chosen

@@ -880,3 +880,19 @@ def test_a_backtick_note_on_a_continued_line_expands_to_nothing():
     assert imported.settings == {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
     reading = read_script("torchrun pretrain_gpt.py \"a`# x`b\" '`# kept`'\n")  # bash: ab, `# kept`
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["ab", "`# kept`"]
+
+
+def test_a_branch_adding_a_named_flag_with_a_value_not_known_keeps_the_command():
+    # Swiss AI's submit scripts: TRAINING_CMD="$TRAINING_CMD --wandb-exp-name $EXP_NAME-$SLURM_JOB_ID" under an `if`
+    script = (f'CMD="torchrun pretrain_gpt.py {MODEL}"\nif [ -n "$WANDB_API_KEY" ]; then\n'
+              '  CMD="$CMD --wandb-project p --wandb-exp-name run-$SLURM_JOB_ID"\nfi\n$CMD\n')
+    imported = import_source(script, "submit.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 2
+
+
+def test_a_branch_adding_a_model_flag_decides_that_flag_only():
+    script = (f'CMD="torchrun pretrain_gpt.py {MODEL}"\nif [ "$SIZE" = big ]; then\n'
+              '  CMD="$CMD --ffn-hidden-size 512"\nfi\n$CMD\n')
+    imported = import_source(script, "submit.sh")
+    assert len(imported.lost) == 1 and "decides --ffn-hidden-size" in imported.lost[0]
+    assert imported.settings["num_layers"] == 2
