@@ -751,7 +751,13 @@ class _Reader:
             return all(self.is_test(c) for c in node.named_children)
         if node.type == "command":
             name = node.child_by_field_name("name")
-            return name is not None and self.text(name) in ("test", "[", "true", "false", ":", "getopts")
+            if name is None:
+                return False
+            if self.text(name) in ("test", "[", "true", "false", ":", "getopts"):
+                return True
+            if "$" in self.text(name) and name.named_children:  # `$USE_FP16 && …`: true or false, run
+                words = self.fields(name.named_children[0])
+                return len(words) == 1 and words[0] in ("test", "[", "true", "false", ":")
         return False
 
     def st_negated_command(self, node: Any) -> None:
@@ -1050,8 +1056,11 @@ class _Reader:
             return True if True in (left, right) else (None if None in (left, right) else False)
         if kind == "command":
             name = node.child_by_field_name("name")
-            words = [w for c in node.children if c.is_named and c.type != "variable_assignment"
-                     for w in self.fields(c)]
+            # the name's own node: `if $USE_FP16; then` runs true or false (command_name reads as its text)
+            words = [w for c in node.children if c.is_named and c.type not in ("variable_assignment", "file_redirect",
+                                                                                "herestring_redirect")
+                     for w in self.fields(c.named_children[0] if c.type == "command_name" and c.named_children
+                                          else c)]
             if name is None or not words:
                 return None
             if words[0] in ("true", ":"):

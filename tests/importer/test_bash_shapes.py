@@ -896,3 +896,16 @@ def test_a_branch_adding_a_model_flag_decides_that_flag_only():
     imported = import_source(script, "submit.sh")
     assert len(imported.lost) == 1 and "decides --ffn-hidden-size" in imported.lost[0]
     assert imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ("X=true\nif $X; then A=1; else A=2; fi", "1"),
+    ("X=${1:-false}\nif $X; then A=1; else A=2; fi", "2"),
+    ("X=false\n$X && A=1 || A=2", "2"),  # was 1: a command named by a variable was taken to succeed
+    ("X=false\nif ! $X; then A=1; else A=2; fi", "1"),
+    ('X="test -n x"\nif $X; then A=1; else A=2; fi', "1"),
+    ("if $NOT_KNOWN; then A=1; else A=2; fi", "${A}"),
+])
+def test_a_boolean_variable_run_as_a_command_is_decided(code, expected):
+    reading = read_script(code + "\ntorchrun pretrain_gpt.py $A\n", [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
