@@ -552,10 +552,28 @@ class _Reader:
     def st_unset_command(self, node: Any) -> None:
         for child in node.named_children:
             for word in self.fields(child):
+                element = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[(.+)\]", word)
+                if element and element.group(1) in self.shell.arrays:  # unset 'A[1]': one element of an array
+                    self.unset_element(element.group(1), element.group(2))
+                    continue
                 for table in (self.shell.scalars, self.shell.arrays, self.shell.exports, self.shell.functions):
                     table.pop(word, None)
                 for key in [k for k in self.shell.scalars if k.startswith(word + "[")]:
                     del self.shell.scalars[key]  # an associative array's keys (P[key]), or the one key named
+
+    def unset_element(self, name: str, index: str) -> None:
+        """bash's arrays are sparse: unsetting the last element shortens the array; any other leaves a hole, which
+        this reading does not hold (the array is then unknown rather than shifted)."""
+        array = self.shell.arrays[name]
+        try:
+            k = self.arith_text(index)
+        except _Unknown:
+            k = None
+        if k is not None and k < 0:
+            k += len(array)
+        if k is not None and (k >= len(array) or k < 0):
+            return
+        self.shell.arrays[name] = array[:-1] if k == len(array) - 1 else [_unknown(name)]
 
     def st_function_definition(self, node: Any) -> None:
         name = node.child_by_field_name("name")
@@ -1143,10 +1161,13 @@ class _Reader:
         """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded, not split); the
         grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
         out: list[str] = []
+        double = bool(node.children) and node.children[0].type == "[["
 
         def walk(n: Any) -> None:
             self.step()
             if n.type in ("[", "]", "[[", "]]"):
+                return
+            if n.type == "binary_expression" and double and self.pattern_side(n, walk, out):
                 return
             if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
                           "ternary_expression") or (not n.is_named and n.child_count):
@@ -1163,7 +1184,29 @@ class _Reader:
 
         for child in node.children:
             walk(child)
+        for k, word in enumerate(out[:-1]):  # -v NAME: whether NAME is set, where that is known
+            if word == "-v" and (k == 0 or out[k - 1] in ("!", "(", "&&", "||", "-a", "-o")) and \
+                    NAME.fullmatch(out[k + 1]):
+                name = out[k + 1]
+                known = self.shell.lookup(name) is not None or not self.unset(name)
+                if known:
+                    out[k:k + 2] = ["-n", "x" if self.shell.lookup(name) is not None else ""]
         return out
+
+    def pattern_side(self, node: Any, walk: Callable[[Any], None], out: list[str]) -> bool:
+        """`[[ $X == *"bf16"* ]]`, `[[ $X == "$Y"* ]]`: the right side of == / != is one pattern, however the grammar
+        cuts it (a glob, a quoted part matched literally, an expansion), read whole here."""
+        ops = [k for k, c in enumerate(node.children) if self.text(c) in ("==", "=", "!=") and not c.is_named
+               or c.type == "test_operator" and self.text(c) in ("==", "=", "!=")]
+        if not ops:
+            return False
+        at = ops[0]
+        for child in node.children[:at]:
+            walk(child)
+        out.append(self.text(node.children[at]))
+        rights = [c for c in node.children[at + 1:] if c.is_named]
+        out.append("\x01" + "".join(self.pattern(c) for c in rights))
+        return True
 
     def test_words(self, words: list[str], double: bool) -> bool | None:
         try:
@@ -1471,6 +1514,14 @@ class _Reader:
             return
         if program in ("source", "."):
             self.source_file(node, argv)
+            return
+        if program == "let":  # let X=X+1 "Y = 2": arithmetic, as (( … ))
+            for expression in argv[1:]:
+                try:
+                    self.arith_text(expression)
+                except _Unknown:
+                    for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", expression):
+                        self.shell.scalars[name] = _unknown(name)
             return
         if program in ("set", "true", ":", "false", "wait", "trap", "ulimit", "umask", "shopt", "hash"):
             if program == "set" and "--" in argv:

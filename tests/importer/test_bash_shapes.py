@@ -909,3 +909,19 @@ def test_a_branch_adding_a_model_flag_decides_that_flag_only():
 def test_a_boolean_variable_run_as_a_command_is_decided(code, expected):
     reading = read_script(code + "\ntorchrun pretrain_gpt.py $A\n", [])
     assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ('X=bf16_run; [[ $X == *"bf16"* ]] && P=--bf16 || P=--fp16', "--bf16"),
+    ("X=abcdef; Y=abc; [[ $X == \"$Y\"* ]] && P=y || P=n", "y"),  # was n: "$Y"* compared as a string
+    ('X=abc; Y="a*"; [[ $X == "$Y" ]] && P=y || P=n', "n"),
+    ('X="a*c"; [[ $X == a"*"c ]] && P=y || P=n', "y"),
+    ("X=1; [[ -v X ]] && P=set || P=unset", "set"),
+    ("unset Q; [[ -v Q ]] && P=y || P=n; Q=", "n"),
+    ("X=5; let X=X+1 'Y = X * 2'; P=$X$Y", "612"),  # was 5: let was not read
+    ('L=(a b c); unset "L[2]"; P="${L[*]}"', "a b"),
+    ('L=(a b c); unset "L[1]"; P="${L[*]}"', "${P}"),  # a hole: not held, so not known (was "a b c")
+])
+def test_tests_let_and_unset_elements_are_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
