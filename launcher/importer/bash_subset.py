@@ -739,12 +739,18 @@ class _Reader:
         return _unescape_heredoc(re.sub(r"(\\*)\$([0-9@*#])", special, text))
 
     def st_list(self, node: Any) -> None:
-        """a && b, a || b: a test decides whether the right side runs; after a command, `&&` runs it (the
-        command is taken to succeed) and `||` does not."""
+        """a && b, a || b: a test decides whether the right side runs; after a command whose status is not known,
+        `&&` runs it (the normal path) and `||` may run it (undecided), and so may what follows a list whose status is
+        not known (`command -v nvcc && X=1 || X=2` leaves X undecided)."""
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
         verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
-        if verdict is None:
+        if verdict is None and op == "&&" and not self.is_test(left) and left.type != "list":
+            # `cd /work && torchrun …`: the normal path of a command whose status is not known is read as run;
+            # the list's status stays unknown, so an alternative after it (`cmd && A=1 || A=2`) is not chosen
+            self.run_for_status(right)
+            self.status = None
+        elif verdict is None:
             self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
                                 what=self.first_line(node))
             self.status = None
@@ -754,12 +760,20 @@ class _Reader:
             self.status = verdict
 
     def run_for_status(self, node: Any) -> bool | None:
-        """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, and success for any
-        other command (taken to succeed)."""
+        """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, an assignment's or a
+        builtin's that cannot fail on known words (echo, export, mkdir -p …); any other command's (a function, a
+        program: `command -v nvcc && X=1 || X=2`) is not known without running it (None)."""
         if self.is_test(node):
             return self.condition([node])
         self.statement(node)
-        return self.status if node.type == "list" else True
+        if node.type == "list":
+            return self.status
+        if node.type in ("variable_assignment", "variable_assignments", "declaration_command"):
+            return True
+        if node.type == "command":
+            name = node.child_by_field_name("name")
+            return True if name is not None and self.text(name) in SUCCEEDS else None
+        return None
 
     def is_test(self, node: Any) -> bool:
         if node.type in ("test_command", "negated_command") or (node.type == "compound_statement" and
@@ -848,7 +862,9 @@ class _Reader:
             self.undecided_fork(node, [_runner(self.block, b) for b in bodies], include_nothing=not catch_all,
                                 what=self.first_line(node))
             return
-        for item in items:
+        k = 0
+        while k < len(items):
+            item = items[k]
             for pattern in self.case_patterns(item):
                 try:
                     matched = not unresolved_names(pattern) and _glob_match(value, pattern)
@@ -857,12 +873,23 @@ class _Reader:
                     matched = False
                 if unresolved_names(pattern):
                     self.undecided_fork(node, [_runner(self.block, self.case_body(i))
-                                               for i in items[items.index(item):]],
+                                               for i in items[k:]],
                                         include_nothing=True, what=self.first_line(node))
                     return
                 if matched:
-                    self.block(self.case_body(item))
-                    return
+                    break
+            else:
+                k += 1
+                continue
+            self.block(self.case_body(item))
+            # `;&` runs the next body too, `;;&` goes on testing the next patterns, `;;` ends the case
+            while _terminator(item) == ";&" and k + 1 < len(items):
+                k += 1
+                item = items[k]
+                self.block(self.case_body(item))
+            if _terminator(item) != ";;&":
+                return
+            k += 1
 
     def case_patterns(self, item: Any) -> list[str]:
         out = []
@@ -2867,7 +2894,16 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
     return None
 
 
+def _terminator(item: Any) -> str:
+    """What ends a case item: `;;`, `;&` (fall through to the next body) or `;;&` (test the next patterns)."""
+    ends = [c.type for c in item.children if c.type in (";;", ";&", ";;&")]
+    return ends[-1] if ends else ";;"
+
+
 READERS = ("read", "mapfile", "readarray")
+# commands whose status is success whatever the machine holds (in `a && b || c`, the branch they choose is known)
+SUCCEEDS = {"echo", "printf", "export", "declare", "typeset", "local", "readonly", "set", "shift", "unset", "true",
+            ":", "sleep", "wait", "ulimit", "umask", "shopt", "trap", "hash"}
 
 
 def _read_fields(record: str, ifs: str, names: int, raw: bool) -> list[str]:

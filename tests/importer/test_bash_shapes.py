@@ -925,3 +925,21 @@ def test_a_boolean_variable_run_as_a_command_is_decided(code, expected):
 def test_tests_let_and_unset_elements_are_bashs(code, expected):
     reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
     assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("command -v nvcc && P=cuda || P=cpu", "${P}"),  # was cuda: a program's status taken for success
+    ("f() { return 1; }\nf && P=y || P=n", "${P}"),
+    ("P=a; cd /work && P=b", "b"),  # the normal path of `cd … &&` is read as run
+    ("echo hi && P=y || P=n", "y"),  # echo succeeds whatever the machine holds
+    ("X=ab; case $X in a*) P=1;& b*) P=2;; esac", "2"),  # bash 5: `;&` runs the next body too
+    ("X=ab; case $X in a*) P=1;;& *b) P=${P}2;; c) P=3;; esac", "12"),  # `;;&` tests the next patterns
+])
+def test_statuses_and_case_terminators_are_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+def test_a_training_command_after_cd_and_is_read_as_run():
+    imported = import_source(f"cd /work/Megatron-LM && torchrun pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 2
