@@ -792,6 +792,10 @@ class _Reader:
                 return len(words) == 1 and words[0] in ("test", "[", "true", "false", ":")
         return False
 
+    def st_test_command(self, node: Any) -> None:
+        """A test on its own line (`[[ $M =~ ^([0-9]+)B$ ]]`): its verdict sets BASH_REMATCH and the status."""
+        self.status = self.verdict(node)
+
     def st_negated_command(self, node: Any) -> None:
         for child in node.named_children:
             if not self.is_test(child):
@@ -1236,10 +1240,16 @@ class _Reader:
         return True
 
     def test_words(self, words: list[str], double: bool) -> bool | None:
+        test = _Test(words, double)
         try:
-            value, rest = _Test(words, double).parse()
+            value, rest = test.parse()
         except _Unknown:
+            if any(w == "=~" for w in words):
+                self.shell.arrays["BASH_REMATCH"] = [_unknown("BASH_REMATCH")]
             return None
+        if test.rematch is not None:  # [[ $M =~ ^([0-9]+)B$ ]]: the groups are ${BASH_REMATCH[1]} …
+            self.shell.arrays["BASH_REMATCH"] = test.rematch
+            self.shell.scalars.pop("BASH_REMATCH", None)
         return value if not rest else None
 
     # -- assignments ------------------------------------------------------------------------------------------
@@ -2244,6 +2254,8 @@ class _Reader:
             return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]
+            if _unknown(name) in array:  # words not known stand at some places: which one is at k is not known
+                return _unknown(name)
             try:
                 k = self.arith_text(index)
             except _Unknown:
@@ -2988,6 +3000,7 @@ class _Test:
 
     def __init__(self, words: list[str], double: bool):
         self.words, self.double, self.at = words, double, 0
+        self.rematch: list[str] | None = None  # BASH_REMATCH of the last `=~` that matched ([] when one failed)
 
     def parse(self) -> tuple[bool, bool]:
         if not self.words:
@@ -3076,9 +3089,11 @@ class _Test:
             if not _tame_regex(right) or len(left) > 1_000:
                 raise _Unknown(right)  # Python's matcher can backtrack without end on such a pattern
             try:
-                return re.search(right, left) is not None
+                found = re.search(right, left)
             except re.error:
                 raise _Unknown(right) from None
+            self.rematch = [found.group(0), *(g or "" for g in found.groups())] if found else []
+            return found is not None
         if op in ("<", ">"):
             return (left < right) if op == "<" else (left > right)
         if op in self.INT_OPS:

@@ -943,3 +943,20 @@ def test_statuses_and_case_terminators_are_bashs(code, expected):
 def test_a_training_command_after_cd_and_is_read_as_run():
     imported = import_source(f"cd /work/Megatron-LM && torchrun pretrain_gpt.py {MODEL}\n", "train.sh")
     assert imported.lost == [] and imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize(("code", "args", "expected"), [  # each expected value is bash 5's
+    ("M=$1; [[ $M =~ ^([0-9]+)B$ ]]; N=${BASH_REMATCH[1]}", ["70B"], "70"),
+    ('M=13B; [[ $M =~ ^([0-9]+)B$ ]] && N="${BASH_REMATCH[1]}:${BASH_REMATCH[0]}"', [], "13:13B"),
+    ('M=7B; [[ $M =~ ^([0-9]+)X$ ]]; N="${BASH_REMATCH[1]}"', [], ""),  # no match: empty
+    ('[[ $NOT_KNOWN =~ ([0-9]+) ]]; N="${BASH_REMATCH[1]}"', [], "${N}"),
+])
+def test_bash_rematch_holds_the_groups_of_a_known_match(code, args, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$N"\n', args)
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+def test_an_element_of_an_array_not_known_is_not_known():
+    # an array a branch left unknown: ${A[1]} was "" (out of its one stand-in element), a wrong value
+    reading = read_script('A=(x y)\nif [ -f f ]; then A=(p q r); fi\ntorchrun pretrain_gpt.py "${A[1]}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${A}"]
