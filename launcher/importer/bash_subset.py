@@ -1687,7 +1687,7 @@ class _Reader:
             return
         given = argv[1]
         what = f"{show(argv[0])} {show(given)}"
-        if ENVIRONMENT_SETUP.search(show(given)):
+        if ENVIRONMENT_SETUP.search(show(given)) or ENVIRONMENT_SETUP.search(os.path.normpath(show(given))):
             self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
                             "toolkit's set_env.sh), not the run's settings")
             return

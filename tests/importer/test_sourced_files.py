@@ -131,3 +131,9 @@ def test_a_file_found_through_the_scripts_own_path_is_read(tmp_path):
     reading = read_script('source "$(dirname "$0")/conf/model.sh"\ntorchrun pretrain_gpt.py "$HERE" "$0"\n',
                           path=tmp_path / "train.sh")
     assert reading.commands[-1].argv[2:] == ["model", str(tmp_path / "train.sh")]  # BASH_SOURCE: the file read
+
+
+def test_a_system_file_reached_through_the_scripts_directory_is_not_read(tmp_path):
+    (tmp_path / "train.sh").write_text('source "$(dirname "$0")/../../../../../../../../etc/profile"\n' + RUN)
+    found = imported(tmp_path / "train.sh")
+    assert any("etc/profile: not read: it sets up the software environment" in n for n in found.not_carried)
