@@ -298,10 +298,16 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                     + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
                     + _comment(script) + (f" {given}" if given else "")
                     + " (a path relative to where this script runs)")
+            unread = sorted({line for line, why in reading.skipped if "source" in why and (
+                "is not read" in why or "not read (" in why)})
+            where = (f"; the files sourced on line(s) {', '.join(map(str, unread))} were not read, and the training "
+                     "command (a function they define) may be there" if unread else "")
             raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
-                            + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
+                            + stop + where, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
                             "pretrain_gpt.py); give the script's arguments after its name if it needs them "
-                            "(`launch import -- train.sh --tp 4` when they start with -)")
+                            "(`launch import -- train.sh --tp 4` when they start with -)"
+                            + ("; import the script from its own directory, next to the files it sources, or import "
+                               "the file that runs pretrain_gpt.py" if unread else ""))
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
         bare_ids = {id(c) for c in bare}  # by identity: comparing the commands field by field was quadratic

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from launcher.errors import UserError
 from launcher.importer.bash_subset import MAX_SCRIPT_CHARS, read_script
 from launcher.importer.build import import_source
 
@@ -137,3 +138,15 @@ def test_a_system_file_reached_through_the_scripts_directory_is_not_read(tmp_pat
     (tmp_path / "train.sh").write_text('source "$(dirname "$0")/../../../../../../../../etc/profile"\n' + RUN)
     found = imported(tmp_path / "train.sh")
     assert any("etc/profile: not read: it sets up the software environment" in n for n in found.not_carried)
+
+
+def test_no_training_command_names_the_files_not_read_that_may_hold_it(tmp_path):
+    # ALCF's train-gpt3.sh: the training command is a function of launch.sh, sourced through a path found at run time
+    (tmp_path / "train.sh").write_text('HERE=$(python3 -c "import os; print(os.getcwd())")\n'
+                                       'source "${HERE}/ALCF/launch.sh"\nelasticDistributed "$@"\n')
+    try:
+        imported(tmp_path / "train.sh")
+    except UserError as exc:
+        assert "sourced on line(s) 2 were not read" in exc.problems[0].message
+    else:
+        raise AssertionError("imported without a training command")
