@@ -106,6 +106,13 @@ class Undecided:
     names: tuple[str, ...] = ()  # variables whose value depends on it (now unknown)
     flags: tuple[str, ...] = ()  # --flags written in its branches
     arguments: bool = False  # it depends on the script's arguments ($1 …, $#)
+    # the words each branch leaves in a variable it decides (`LOAD="--load ckpt"` in one, "" in the other): what the
+    # unknown `$LOAD` of the training command may be
+    # (not compared: the same construct met again, e.g. in each turn of a loop, is one construct)
+    values: tuple[tuple[str, tuple[tuple[str, ...], ...]], ...] = field(default=(), compare=False)
+    # every variable it decides was only added to, with flags its text names (`CMD="$CMD --wandb-project p"`): of the
+    # words read from them, only those flags depend on it, not what the variables held before
+    appends: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         out = f"line {self.line}: {self.what}: cannot be decided without running the script"
@@ -292,6 +299,7 @@ class _Reader:
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
+        self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
@@ -309,6 +317,10 @@ class _Reader:
         self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
+        self.capture_cwd: str | None = None  # `cd DIR` inside $(…): for the `pwd` after it
+        if path is not None:  # `bash /abs/train.sh`: $0 and ${BASH_SOURCE[0]} name the file (its siblings are read)
+            self.shell.scalars["0"] = os.path.abspath(path)
+            self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path)]
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
     def step(self) -> None:
@@ -473,7 +485,12 @@ class _Reader:
         export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
         integer = any("i" in o for o in options if o.startswith("-"))
+        associative = any("A" in o for o in options if o.startswith("-"))
         for child in node.named_children:
+            if associative and (child.type == "variable_assignment" or child.type in WORDISH and
+                                NAME.fullmatch(self.text(child))):
+                self.declare_associative(child)
+                continue
             if child.type == "variable_assignment":
                 name = self.assignment_name(child)[0]
                 if is_local:
@@ -497,6 +514,36 @@ class _Reader:
                         value = self.shell.lookup(word)
                         self.shell.exports[word] = value if value is not None else _unknown(word)
 
+    def declare_associative(self, node: Any) -> None:
+        """`declare -A P=([tp]=2 [pp]=4)` / `declare -A P`: an associative array, kept as one scalar per key under
+        the name `P[key]` (so that forks and merges treat each key as the variables they are) and `P[]` for the
+        array itself (bash allows no empty key)."""
+        name = self.assignment_name(node)[0] if node.type == "variable_assignment" else self.text(node)
+        for table in (self.shell.scalars, self.shell.arrays):
+            for key in [k for k in table if k == name or k.startswith(name + "[")]:
+                del table[key]
+        self.shell.scalars[name + "[]"] = ""
+        value = node.child_by_field_name("value") if node.type == "variable_assignment" else None
+        if value is None or value.type != "array":
+            return
+        for element in value.named_children:
+            if element.type == "comment":
+                continue
+            raw = self.src[self.start(element):element.end_byte]
+            match = re.fullmatch(rb"\[(.+?)\]=(.*)", raw, re.S)
+            if match is None:  # `P=(a b)` under -A: not a key=value list
+                self.shell.scalars[name + "[]"] = _unknown(name)
+                continue
+            key = self.word_text(match.group(1))
+            self.shell.scalars[f"{name}[{key}]"] = self.word_text(match.group(2)) if match.group(2) else ""
+
+    def associative(self, name: str) -> bool:
+        return name + "[]" in self.shell.scalars
+
+    def associative_entries(self, name: str) -> dict[str, str]:
+        begin = name + "["
+        return {k[len(begin):-1]: v for k, v in self.shell.scalars.items() if k.startswith(begin) and k != name + "[]"}
+
     def make_local(self, name: str) -> None:
         scope = self.locals[-1]
         if name not in scope:
@@ -505,8 +552,28 @@ class _Reader:
     def st_unset_command(self, node: Any) -> None:
         for child in node.named_children:
             for word in self.fields(child):
+                element = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[(.+)\]", word)
+                if element and element.group(1) in self.shell.arrays:  # unset 'A[1]': one element of an array
+                    self.unset_element(element.group(1), element.group(2))
+                    continue
                 for table in (self.shell.scalars, self.shell.arrays, self.shell.exports, self.shell.functions):
                     table.pop(word, None)
+                for key in [k for k in self.shell.scalars if k.startswith(word + "[")]:
+                    del self.shell.scalars[key]  # an associative array's keys (P[key]), or the one key named
+
+    def unset_element(self, name: str, index: str) -> None:
+        """bash's arrays are sparse: unsetting the last element shortens the array; any other leaves a hole, which
+        this reading does not hold (the array is then unknown rather than shifted)."""
+        array = self.shell.arrays[name]
+        try:
+            k = self.arith_text(index)
+        except _Unknown:
+            k = None
+        if k is not None and k < 0:
+            k += len(array)
+        if k is not None and (k >= len(array) or k < 0):
+            return
+        self.shell.arrays[name] = array[:-1] if k == len(array) - 1 else [_unknown(name)]
 
     def st_function_definition(self, node: Any) -> None:
         name = node.child_by_field_name("name")
@@ -530,8 +597,37 @@ class _Reader:
         if self.capture is not None and body is not None and heredoc is not None and body.type == "command" \
                 and self.print_heredoc(node, body, heredoc):
             return
+        herestring = next((c for c in node.named_children if c.type == "herestring_redirect"), None)
+        if body is not None and body.type == "while_statement" and (heredoc is not None or herestring is not None):
+            # while read …; do …; done <<EOF / <<< "$LINES": the loop reads the document's records one by one
+            if heredoc is not None:
+                text_node = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+                text = self.heredoc_text(heredoc, text_node) if text_node is not None else ""
+            elif herestring is not None and herestring.named_children:
+                text = self.joined(herestring.named_children[0]) + "\n"
+            else:
+                text = "\n"
+            saved_stdin, self.stdin = self.stdin, text
+            try:
+                self.statement(body)
+            finally:
+                self.stdin = saved_stdin
+            return
+        if body is not None and heredoc is not None and body.type == "command" and \
+                self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
+            document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
+            saved_stdin, self.stdin = self.stdin, self.heredoc_text(heredoc, document) if document is not None else ""
+            try:
+                self.statement(body)
+            finally:
+                self.stdin = saved_stdin
+            return
         if body is not None:
             self.statement(body)
+
+    def first_word(self, command: Any) -> str:
+        name = command.child_by_field_name("name")
+        return self.text(name) if name is not None else ""
 
     def write_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
         """`cat > job.sbatch <<EOF … EOF` (or `>>`): the file's text is kept, to be read where the script runs it
@@ -626,19 +722,35 @@ class _Reader:
         out, at = [], body.start_byte
         for child in body.named_children:
             if child.type in EXPANSIONS:
-                out.append(_unescape_heredoc(self.src[at:self.start(child)].decode("utf-8", "replace")))
+                out.append(self.heredoc_literal(self.src[at:self.start(child)].decode("utf-8", "replace")))
                 out.append(self.joined(child))
                 at = child.end_byte
-        out.append(_unescape_heredoc(self.src[at:body.end_byte].decode("utf-8", "replace")))
+        out.append(self.heredoc_literal(self.src[at:body.end_byte].decode("utf-8", "replace")))
         return "".join(out)
 
+    def heredoc_literal(self, text: str) -> str:
+        """Text of a here-document between the expansions the grammar finds: it does not find the special
+        parameters (`$1`, `$@`, `$#` of `cat <<EOF` in a function), which bash expands there too."""
+        def special(match: re.Match[str]) -> str:
+            if len(match.group(1)) % 2:  # an escaped dollar: \$1 stays $1
+                return match.group(0)
+            kind, value, _ = self.variable(match.group(2), quoted=True)
+            return match.group(1) + (" ".join(value) if isinstance(value, list) else value)
+        return _unescape_heredoc(re.sub(r"(\\*)\$([0-9@*#])", special, text))
+
     def st_list(self, node: Any) -> None:
-        """a && b, a || b: a test decides whether the right side runs; after a command, `&&` runs it (the
-        command is taken to succeed) and `||` does not."""
+        """a && b, a || b: a test decides whether the right side runs; after a command whose status is not known,
+        `&&` runs it (the normal path) and `||` may run it (undecided), and so may what follows a list whose status is
+        not known (`command -v nvcc && X=1 || X=2` leaves X undecided)."""
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
         verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
-        if verdict is None:
+        if verdict is None and op == "&&" and not self.is_test(left) and left.type != "list":
+            # `cd /work && torchrun …`: the normal path of a command whose status is not known is read as run;
+            # the list's status stays unknown, so an alternative after it (`cmd && A=1 || A=2`) is not chosen
+            self.run_for_status(right)
+            self.status = None
+        elif verdict is None:
             self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
                                 what=self.first_line(node))
             self.status = None
@@ -648,12 +760,20 @@ class _Reader:
             self.status = verdict
 
     def run_for_status(self, node: Any) -> bool | None:
-        """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, and success for any
-        other command (taken to succeed)."""
+        """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, an assignment's or a
+        builtin's that cannot fail on known words (echo, export, mkdir -p …); any other command's (a function, a
+        program: `command -v nvcc && X=1 || X=2`) is not known without running it (None)."""
         if self.is_test(node):
             return self.condition([node])
         self.statement(node)
-        return self.status if node.type == "list" else True
+        if node.type == "list":
+            return self.status
+        if node.type in ("variable_assignment", "variable_assignments", "declaration_command"):
+            return True
+        if node.type == "command":
+            name = node.child_by_field_name("name")
+            return True if name is not None and self.text(name) in SUCCEEDS else None
+        return None
 
     def is_test(self, node: Any) -> bool:
         if node.type in ("test_command", "negated_command") or (node.type == "compound_statement" and
@@ -663,8 +783,18 @@ class _Reader:
             return all(self.is_test(c) for c in node.named_children)
         if node.type == "command":
             name = node.child_by_field_name("name")
-            return name is not None and self.text(name) in ("test", "[", "true", "false", ":", "getopts")
+            if name is None:
+                return False
+            if self.text(name) in ("test", "[", "true", "false", ":", "getopts"):
+                return True
+            if "$" in self.text(name) and name.named_children:  # `$USE_FP16 && …`: true or false, run
+                words = self.fields(name.named_children[0])
+                return len(words) == 1 and words[0] in ("test", "[", "true", "false", ":")
         return False
+
+    def st_test_command(self, node: Any) -> None:
+        """A test on its own line (`[[ $M =~ ^([0-9]+)B$ ]]`): its verdict sets BASH_REMATCH and the status."""
+        self.status = self.verdict(node)
 
     def st_negated_command(self, node: Any) -> None:
         for child in node.named_children:
@@ -736,7 +866,9 @@ class _Reader:
             self.undecided_fork(node, [_runner(self.block, b) for b in bodies], include_nothing=not catch_all,
                                 what=self.first_line(node))
             return
-        for item in items:
+        k = 0
+        while k < len(items):
+            item = items[k]
             for pattern in self.case_patterns(item):
                 try:
                     matched = not unresolved_names(pattern) and _glob_match(value, pattern)
@@ -745,12 +877,23 @@ class _Reader:
                     matched = False
                 if unresolved_names(pattern):
                     self.undecided_fork(node, [_runner(self.block, self.case_body(i))
-                                               for i in items[items.index(item):]],
+                                               for i in items[k:]],
                                         include_nothing=True, what=self.first_line(node))
                     return
                 if matched:
-                    self.block(self.case_body(item))
-                    return
+                    break
+            else:
+                k += 1
+                continue
+            self.block(self.case_body(item))
+            # `;&` runs the next body too, `;;&` goes on testing the next patterns, `;;` ends the case
+            while _terminator(item) == ";&" and k + 1 < len(items):
+                k += 1
+                item = items[k]
+                self.block(self.case_body(item))
+            if _terminator(item) != ";;&":
+                return
+            k += 1
 
     def case_patterns(self, item: Any) -> list[str]:
         out = []
@@ -886,7 +1029,11 @@ class _Reader:
         referenced = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[#@*])", what)
         arguments = self.positional is None and any(n.isdigit() or n in "#@*" or n in self.from_arguments
                                                      for n in referenced)
-        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments)
+        values = tuple((n, tuple(_words_of(_state_of(s, n)) for s in outcomes)) for n in differing
+                       if not _only_appended(_state_of(base, n), [_state_of(s, n) for s in outcomes]))
+        appends = bool(differing) and not values and all(
+            _added_flags_named(_state_of(base, n), [_state_of(s, n) for s in outcomes], set(flags)) for n in differing)
+        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends)
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
@@ -908,6 +1055,13 @@ class _Reader:
                     base.arrays.pop(name, None)
                 if name in base.exports or any(name in s.exports for s in outcomes):
                     base.exports[name] = _unknown(name)
+            elif not _added_flags_named(_state_of(base, name), states, set(flags)):
+                # a branch adds what its text does not name (`ARGS+=(--$key $value)` of a `while read` loop over a
+                # file): what it held before stays, and an unknown part after it stands for what was added
+                if name in base.arrays:
+                    base.arrays[name] = [*base.arrays[name], _unknown(name)]
+                else:
+                    base.scalars[name] = (base.scalars.get(name) or "") + " " + _unknown(name)
             # else: a branch only adds to it (ARGS+=(--wandb-project x)): what it held before stays, and what the
             # branches add is named with the construct (its flags)
             base.uncertain[name] = (*before, decided)
@@ -951,8 +1105,11 @@ class _Reader:
             return True if True in (left, right) else (None if None in (left, right) else False)
         if kind == "command":
             name = node.child_by_field_name("name")
-            words = [w for c in node.children if c.is_named and c.type != "variable_assignment"
-                     for w in self.fields(c)]
+            # the name's own node: `if $USE_FP16; then` runs true or false (command_name reads as its text)
+            words = [w for c in node.children if c.is_named and c.type not in ("variable_assignment", "file_redirect",
+                                                                                "herestring_redirect")
+                     for w in self.fields(c.named_children[0] if c.type == "command_name" and c.named_children
+                                          else c)]
             if name is None or not words:
                 return None
             if words[0] in ("true", ":"):
@@ -965,6 +1122,11 @@ class _Reader:
                 return self.test_words(words[1:-1], double=False)
             if words[0] == "getopts" and len(words) >= 3 and NAME.fullmatch(words[2]):
                 return self.getopts(words[1], words[2], words[3:] if len(words) > 3 else None)
+            if words[0] == "read":  # `while IFS=, read -r k v; do …; done <<EOF`: a record read, or the end
+                env = {self.assignment_name(c)[0]: self.joined(c.child_by_field_name("value"))
+                       for c in node.children if c.type == "variable_assignment"
+                       and c.child_by_field_name("value") is not None}
+                return self.read(words, env)
             return None  # a command's success is not known without running it
         if kind in ("variable_assignment",):
             self.statement(node)
@@ -1030,10 +1192,13 @@ class _Reader:
         """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded, not split); the
         grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
         out: list[str] = []
+        double = bool(node.children) and node.children[0].type == "[["
 
         def walk(n: Any) -> None:
             self.step()
             if n.type in ("[", "]", "[[", "]]"):
+                return
+            if n.type == "binary_expression" and double and self.pattern_side(n, walk, out):
                 return
             if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
                           "ternary_expression") or (not n.is_named and n.child_count):
@@ -1050,13 +1215,41 @@ class _Reader:
 
         for child in node.children:
             walk(child)
+        for k, word in enumerate(out[:-1]):  # -v NAME: whether NAME is set, where that is known
+            if word == "-v" and (k == 0 or out[k - 1] in ("!", "(", "&&", "||", "-a", "-o")) and \
+                    NAME.fullmatch(out[k + 1]):
+                name = out[k + 1]
+                known = self.shell.lookup(name) is not None or not self.unset(name)
+                if known:
+                    out[k:k + 2] = ["-n", "x" if self.shell.lookup(name) is not None else ""]
         return out
 
+    def pattern_side(self, node: Any, walk: Callable[[Any], None], out: list[str]) -> bool:
+        """`[[ $X == *"bf16"* ]]`, `[[ $X == "$Y"* ]]`: the right side of == / != is one pattern, however the grammar
+        cuts it (a glob, a quoted part matched literally, an expansion), read whole here."""
+        ops = [k for k, c in enumerate(node.children) if self.text(c) in ("==", "=", "!=") and not c.is_named
+               or c.type == "test_operator" and self.text(c) in ("==", "=", "!=")]
+        if not ops:
+            return False
+        at = ops[0]
+        for child in node.children[:at]:
+            walk(child)
+        out.append(self.text(node.children[at]))
+        rights = [c for c in node.children[at + 1:] if c.is_named]
+        out.append("\x01" + "".join(self.pattern(c) for c in rights))
+        return True
+
     def test_words(self, words: list[str], double: bool) -> bool | None:
+        test = _Test(words, double)
         try:
-            value, rest = _Test(words, double).parse()
+            value, rest = test.parse()
         except _Unknown:
+            if any(w == "=~" for w in words):
+                self.shell.arrays["BASH_REMATCH"] = [_unknown("BASH_REMATCH")]
             return None
+        if test.rematch is not None:  # [[ $M =~ ^([0-9]+)B$ ]]: the groups are ${BASH_REMATCH[1]} …
+            self.shell.arrays["BASH_REMATCH"] = test.rematch
+            self.shell.scalars.pop("BASH_REMATCH", None)
         return value if not rest else None
 
     # -- assignments ------------------------------------------------------------------------------------------
@@ -1143,7 +1336,7 @@ class _Reader:
         try:
             if value_node is not None and value_node.type == "array":
                 elements = self.word_fields([c for c in value_node.named_children if c.type != "comment"])
-                self.shell.arrays[name] = (self.shell.arrays.get(name, []) if append else []) + elements
+                self.shell.arrays[name] = (self.appended_to(name) if append else []) + elements
                 self.shell.scalars.pop(name, None)
                 _bound(self.shell.arrays[name], self.line(node))
                 if export:
@@ -1152,11 +1345,19 @@ class _Reader:
                 return
             if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
                 begin = value_node.start_byte if value_node is not None else tail.start_byte
-                value = self.word_text(self.src[begin:tail.end_byte])
+                value = self.word_text(self.src[begin:tail.end_byte].replace(b"\\\r\n", b"").replace(b"\\\n", b""))
             else:
                 value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
+        if index is not None and self.associative(name):  # P[key]=v: the key is a string, not arithmetic
+            key = f"{name}[{index}]"
+            if unresolved_names(index):  # which key is not known: nothing of the array is
+                self.shell.scalars[name + "[]"] = _unknown(name)
+            else:
+                self.shell.scalars[key] = (self.shell.scalars.get(key, "") if append else "") + value
+            self.note_uncertain(name, touched, keep=True)
+            return
         if index is not None:  # A[3]=x, A[$i]=x (the subscript is arithmetic)
             array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
                                                 else [self.shell.scalars[name]]))
@@ -1184,13 +1385,24 @@ class _Reader:
             if name in self.shell.arrays:
                 self.shell.arrays[name] = [*self.shell.arrays[name], value]
                 return
-            value = (self.shell.scalars.get(name) or "") + value
+            value = "".join(self.appended_to(name)[:1]) + value
         _bound([value], self.line(node))
         self.shell.scalars[name] = value
         self.shell.arrays.pop(name, None)
         if export or name in self.shell.exports:
             self.shell.exports[name] = value
         self.note_uncertain(name, touched, keep=append)
+
+    def appended_to(self, name: str) -> list[str]:
+        """What `NAME+=…` adds to: its value; where it is unset, nothing, or its unknown marker where the caller or a
+        sourced file that was not read may have set it (`source params.sh; ARGS+=(--log-interval 1)` keeps the
+        params' part as unknown, never drops it)."""
+        if name in self.shell.arrays:
+            return list(self.shell.arrays[name])
+        if name in self.shell.scalars:
+            return [self.shell.scalars[name]]
+        value = self.unset(name)
+        return [value] if value else []
 
     def note_uncertain(self, name: str, touched: set[Undecided], keep: bool) -> None:
         before = self.shell.uncertain.get(name, ()) if keep else ()
@@ -1226,7 +1438,10 @@ class _Reader:
         name = node.child_by_field_name("name")
         arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
                      and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
-        if prefixes and name is not None and prefixes[-1].end_byte == name.start_byte and not arguments:
+        if prefixes and name is not None and not arguments and (
+                prefixes[-1].end_byte == name.start_byte
+                or self.src[prefixes[-1].end_byte:name.start_byte] in (b"\\\n", b"\\\r\n")):
+            # (a line continuation between the parts is removed by bash before it reads words: one word too)
             # the grammar splits `ROOT=$A/$B/x` at `/$` into an assignment and a command `$B/x`; bash reads one
             # assignment word (seen: a checkpoint path cut to its first part and a command that is none)
             for prefix in prefixes[:-1]:
@@ -1275,6 +1490,14 @@ class _Reader:
             env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
         _bound(argv, self.line(node))
         self.absent = tuple(sorted(absent, key=lambda u: u.line))
+        herestring = next((c for c in node.children if c.type == "herestring_redirect"), None)
+        if herestring is not None and herestring.named_children:  # `read -r TP PP <<< "4 2"`: its input is known
+            saved_stdin, self.stdin = self.stdin, self.joined(herestring.named_children[0]) + "\n"
+            try:
+                self.run_argv(node, argv, env, depends)
+            finally:
+                self.stdin = saved_stdin
+            return
         self.run_argv(node, argv, env, depends)
 
     def newline_between(self, before: Any, after: Any) -> bool:
@@ -1329,15 +1552,31 @@ class _Reader:
         if program in ("source", "."):
             self.source_file(node, argv)
             return
+        if program == "let":  # let X=X+1 "Y = 2": arithmetic, as (( … ))
+            for expression in argv[1:]:
+                try:
+                    self.arith_text(expression)
+                except _Unknown:
+                    for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", expression):
+                        self.shell.scalars[name] = _unknown(name)
+            return
         if program in ("set", "true", ":", "false", "wait", "trap", "ulimit", "umask", "shopt", "hash"):
             if program == "set" and "--" in argv:
                 self.positional = argv[argv.index("--") + 1:]
                 self.set_positional(self.positional)
             return
         if program == "read":
-            for word in argv[1:]:
-                if NAME.fullmatch(word):
-                    self.shell.scalars[word] = _unknown(word)
+            self.read(argv, env)
+            return
+        if program in ("mapfile", "readarray"):
+            self.mapfile(argv)
+            return
+        if program == "printf" and argv[1:2] == ["-v"] and len(argv) > 3 and self.capture is None:
+            if NAME.fullmatch(argv[2]):  # printf -v TP "%d" 4: the output goes into TP
+                printed = _printf([program, *argv[3:]])
+                self.shell.scalars[argv[2]] = printed if printed is not None and not unresolved_names(printed) \
+                    else _unknown(argv[2])
+                self.shell.arrays.pop(argv[2], None)
             return
         if self.capture is not None:
             if program in ("echo", "printf"):
@@ -1346,6 +1585,14 @@ class _Reader:
                     self.capture.known = False
                 else:
                     self.capture.out.append(printed)
+                return
+            path = _path_command(argv, self.capture_cwd)
+            if path is not None:  # $(dirname "$0"), $(cd "$(dirname …)" && pwd), $(realpath …): known paths
+                if program == "cd":
+                    self.capture_cwd = path or None
+                    self.status = path != ""
+                else:
+                    self.capture.out.append(path + "\n")
                 return
             self.capture.known = False
             self.capture.why = self.capture.why or program
@@ -1363,8 +1610,74 @@ class _Reader:
             finally:
                 self.outer = saved_outer
             return
+        string = _command_string(argv)
+        if string is not None:  # sbatch --wrap "srun python pretrain_gpt.py …", ssh host "torchrun …", bcprun -c '…'
+            k, inner = string
+            saved_outer = self.outer
+            self.outer = [*saved_outer, *argv[:k]]
+            try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
+                self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
+            except _Exit:
+                pass
+            finally:
+                self.outer = saved_outer
+            return
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
+
+    def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
+        """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
+        reading (one record up to DELIM, split on IFS, the last name takes the rest; the record is consumed, so that
+        `while read …; do …; done <<EOF` reads line after line); else each name is unknown. Its status: a record
+        ended by DELIM was read (None: not known)."""
+        options, names = _reader_options(argv[1:], "ad", "rsep")
+        array = options.get("a")
+        targets = [n for n in ([array] if array else names or ["REPLY"]) if NAME.fullmatch(n)]
+        text = self.stdin
+        ifs = env.get("IFS", self.shell.scalars.get("IFS", " \t\n"))  # `IFS=, read …`: for this command only
+        if text is None or unresolved_names(text) or unresolved_names(ifs) or options.get("?") or not targets:
+            for name in targets:
+                self.shell.scalars[name] = _unknown(name)
+                self.shell.arrays.pop(name, None)
+            return None
+        raw = "r" in options
+        if not raw:  # a backslash before a newline joins the lines; `\\` is one escaped backslash (left to right)
+            text = re.sub(r"\\(.)", lambda m: "" if m.group(1) == "\n" else m.group(0), text, flags=re.S)
+        delim = options.get("d", "\n")[:1] or "\0"
+        record, ended, rest = text.partition(delim)
+        self.stdin = rest
+        if array:
+            self.shell.arrays[array] = _read_fields(record, ifs, 0, raw)
+            self.shell.scalars.pop(array, None)
+            return bool(ended)
+        if not names:  # no name: REPLY, the whole record as it stands
+            self.shell.scalars["REPLY"] = record if raw else re.sub(r"\\(.)", r"\1", record)
+            self.shell.arrays.pop("REPLY", None)
+            return bool(ended)
+        fields = _read_fields(record, ifs, len(targets), raw)
+        for k, name in enumerate(targets):
+            self.shell.scalars[name] = fields[k] if k < len(fields) else ""
+            self.shell.arrays.pop(name, None)
+        return bool(ended)
+
+    def mapfile(self, argv: list[str]) -> None:
+        """`mapfile -t ARRAY <<< "…"` / readarray: one element per line of a known input; else unknown."""
+        options, names = _reader_options(argv[1:], "dnOsuCc", "t")
+        name = names[0] if names else "MAPFILE"
+        if not NAME.fullmatch(name):
+            return
+        text = self.stdin
+        if text is None or unresolved_names(text) or options.get("?") or set(options) & set("nOsuCc"):
+            self.shell.arrays[name] = [_unknown(name)]
+            self.shell.scalars.pop(name, None)
+            return
+        delim = options.get("d", "\n")[:1] or "\0"
+        lines = text.split(delim)
+        records = [line + ("" if "t" in options else delim) for line in lines[:-1]]
+        if lines[-1]:
+            records.append(lines[-1])
+        self.shell.arrays[name] = records
+        self.shell.scalars.pop(name, None)
 
     def source_file(self, node: Any, argv: list[str]) -> None:
         """`source FILE args…` / `. FILE`: FILE's text read here, with the same bounds (never run), when its path is
@@ -1374,7 +1687,7 @@ class _Reader:
             return
         given = argv[1]
         what = f"{show(argv[0])} {show(given)}"
-        if ENVIRONMENT_SETUP.search(show(given)):
+        if ENVIRONMENT_SETUP.search(show(given)) or ENVIRONMENT_SETUP.search(os.path.normpath(show(given))):
             self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
                             "toolkit's set_env.sh), not the run's settings")
             return
@@ -1418,12 +1731,18 @@ class _Reader:
             self.positional = argv[2:]
             self.set_positional(self.positional)
         self.sourcing.append(key)
+        saved_sources = self.shell.arrays.get("BASH_SOURCE")
+        self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path), *(saved_sources or [])]
         try:  # its commands are said on the line that sources it
             self.run_source(text, line_offset=0, fixed_line=self.line(node))
         except _Return:
             pass  # `return` ends the sourced file only
         finally:
             self.sourcing.pop()
+            if saved_sources is None:
+                self.shell.arrays.pop("BASH_SOURCE", None)
+            else:
+                self.shell.arrays["BASH_SOURCE"] = saved_sources
             if len(argv) > 2:  # as a function call restores them
                 self.positional = saved_positional
                 self.set_positional(saved_positional or [])
@@ -1731,9 +2050,21 @@ class _Reader:
             return ("val", _unknown(inner), quoted)
         prefix, name, subscript, index = match.group(1), match.group(2), match.group(3), match.group(4)
         rest = inner[match.end():]
+        if subscript and self.associative(name):
+            return self.associative_expansion(prefix, name, index, rest, inner, quoted)
+        if name in ("@", "*") and not subscript and self.element is None:
+            positional = self.positional_expansion(node, prefix, name, rest, quoted)
+            if positional is not None:
+                return positional
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
-                return ("val", str(len(self.shell.arrays.get(name, []))), quoted)
+                if self.shell.lookup(name) is None and self.unset(name) or \
+                        _unknown(name) in self.shell.arrays.get(name, []):
+                    # how many: the caller, a file not read or a branch not decided says (the array's own unknown
+                    # marker stands for words not known, however many)
+                    return ("val", _unknown("#" + name), quoted)
+                return ("val", str(len(self.shell.arrays.get(name, [])) if name in self.shell.arrays
+                                   else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
             return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
         if prefix == "!" and not subscript and not rest:
@@ -1742,6 +2073,8 @@ class _Reader:
                 return ("val", _unknown("!" + name), quoted)
             name = target
         if prefix == "!" and subscript:  # ${!A[@]}: indices
+            if _unknown(name) in self.shell.arrays.get(name, []):
+                return ("val", _unknown("!" + name), quoted)
             return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
         if subscript and index in ("@", "*") and not rest:
             self.touch(name)
@@ -1749,10 +2082,9 @@ class _Reader:
                 elements = list(self.shell.arrays[name])
             elif name in self.shell.scalars:
                 elements = [self.shell.scalars[name]]
-            else:
-                elements = [] if name.isupper() or True else []
-                if name not in self.shell.arrays and name not in self.shell.scalars and name in self.unknown_names():
-                    elements = [_unknown(name)]
+            else:  # unset: empty, or unknown where the caller or a sourced file not read may set it
+                value = self.unset(name)
+                elements = [value] if value else []
             return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
         if subscript and index in ("@", "*") and name in self.shell.arrays and re.match(r":(?![-=+?])", rest):
             # ${A[@]:1:2}: elements, not characters
@@ -1847,8 +2179,67 @@ class _Reader:
             return ("val", value[start:stop], quoted)
         return ("val", _unknown(inner), quoted)
 
-    def unknown_names(self) -> set[str]:
-        return set()
+    def positional_expansion(self, node: Any, prefix: str | None, name: str, rest: str,
+                             quoted: bool) -> tuple[str, str | list[str], bool] | None:
+        """"${@}", "${@:2}", "${@:1:2}", ${#@}, "${@/#/--}" of the script's arguments as bash expands them (None:
+        a form read elsewhere)."""
+        if prefix == "#" and not rest:
+            return self.variable("#", quoted)
+        if prefix:
+            return None
+        if not rest:
+            return self.variable(name, quoted)
+        if self.positional is None:
+            self.without_arguments()
+        words = list(self.positional or [])
+        begin = self.start(node)
+        if re.match(r":(?![-=+?])", rest):  # ${@:offset[:length]}: $0 is offset 0
+            spec = self.operand(node, begin + 2 + len((name + ":").encode()))
+            numbers = spec.split(":")
+            try:
+                offset = self.arith_text(numbers[0])
+                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
+            if self.positional is None and offset >= 1:
+                chosen: list[str] = []
+            else:
+                everything = [self.lookup_value("0", None), *words]  # $0, the script's name
+                first = offset if offset >= 0 else max(0, len(everything) + offset)
+                if length is not None and length < 0:
+                    return ("val", _unknown(name), quoted)
+                chosen = everything[first:] if length is None else everything[first:first + length]
+            return ("list", chosen, quoted) if name == "@" else ("val", " ".join(chosen), quoted)
+        if re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):  # each argument, as each element of an array
+            results = []
+            for word in words:
+                self.element = word
+                try:
+                    results.append(self.expansion(node, quoted)[1])
+                finally:
+                    self.element = None
+            flat = [r if isinstance(r, str) else " ".join(r) for r in results]
+            return ("list", flat, quoted) if name == "@" else ("val", " ".join(flat), quoted)
+        return None
+
+    def associative_expansion(self, prefix: str | None, name: str, index: str, rest: str, inner: str,
+                              quoted: bool) -> tuple[str, str | list[str], bool]:
+        """${P[key]}, ${P[@]}, ${!P[@]}, ${#P[@]} of an associative array (its keys in the order they were set);
+        anything else of it (an operator after the subscript) is unknown."""
+        self.touch(name)
+        entries = self.associative_entries(name)
+        if unresolved_names(self.shell.scalars[name + "[]"]) or rest:
+            return ("val", _unknown(inner), quoted)
+        if index in ("@", "*"):
+            if prefix == "#":
+                return ("val", str(len(entries)), quoted)
+            items = list(entries) if prefix == "!" else list(entries.values())
+            return ("list", items, quoted) if index == "@" else ("val", " ".join(items), quoted)
+        key = self.word_text(index.encode("utf-8", "surrogateescape"))
+        if prefix or unresolved_names(key):
+            return ("val", _unknown(inner), quoted)
+        value = entries.get(key, "")
+        return ("val", str(len(value)) if prefix == "#" else value, quoted)
 
     def lookup_value(self, name: str, index: str | None) -> str:
         self.touch(name)
@@ -1858,9 +2249,13 @@ class _Reader:
             self.without_arguments()
             return "0" if name == "#" else ""
         if index in ("@", "*"):
+            if name not in self.shell.arrays and name not in self.shell.scalars:
+                return self.unset(name)
             return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]
+            if _unknown(name) in array:  # words not known stand at some places: which one is at k is not known
+                return _unknown(name)
             try:
                 k = self.arith_text(index)
             except _Unknown:
@@ -1921,7 +2316,7 @@ class _Reader:
         text = self.text(node).strip()
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
         if node.children and node.children[0].type == "`" and not body and label.strip():
-            saved_capture = self.capture
+            saved_capture, saved_cwd = self.capture, self.capture_cwd
             self.capture = _Capture()
             saved_shell = self.shell.copy()
             try:
@@ -1929,13 +2324,14 @@ class _Reader:
             except _Exit:
                 pass
             finally:
-                captured, self.capture = self.capture, saved_capture
+                captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
                 self.restore(saved_shell)
             if captured.known:
                 return "".join(captured.out).rstrip("\n")
             return _unknown("$(" + label.strip() + ")")
         capture = _Capture()
         saved_capture, self.capture = self.capture, capture
+        saved_cwd = self.capture_cwd  # a `cd` inside $(…) is that subshell's only
         saved_shell = self.shell.copy()
         saved_commands = len(self.reading.commands)
         try:
@@ -1943,7 +2339,7 @@ class _Reader:
         except (_Exit, _Return, _Break):
             pass
         finally:
-            self.capture = saved_capture
+            self.capture, self.capture_cwd = saved_capture, saved_cwd
             self.restore(saved_shell)
             del self.reading.commands[saved_commands:]
         if capture.known:
@@ -2075,6 +2471,15 @@ def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:
             shell.exports.get(name))
 
 
+def _words_of(state: tuple[Any, ...]) -> tuple[str, ...]:
+    """The words a variable gives a command: an array's elements, a string split on blanks (unset: none); past a
+    few hundred words or 10,000 characters, one unknown word (kept only to decide that a branch holds no model)."""
+    scalar, array, _ = state
+    if array is not None:
+        return tuple(array) if len(array) <= 300 and sum(map(len, array)) <= 10_000 else (MARK,)
+    return tuple((scalar or "").split()) if len(scalar or "") <= 10_000 else (MARK,)
+
+
 def _set_state(shell: Shell, name: str, state: tuple[Any, ...]) -> None:
     scalar, array, export = state
     for table in (shell.scalars, shell.arrays, shell.exports):
@@ -2099,6 +2504,26 @@ def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bo
         return len(added) == len(states) and (scalar != "" or all(
             not a.strip() or a.split()[0].startswith("-") for a in added))
     return False
+
+
+def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], flags: set[str]) -> bool:
+    """Each flag the branches add after what the variable held is written in the construct's text (so that the
+    construct's flags say what it may add), and each word not known is the value of such a flag
+    (`--wandb-exp-name $EXP-$SLURM_JOB_ID`), not words that may be flags themselves (`--$key`, `$EXTRA`)."""
+    scalar, array, _ = before
+    for state in states:
+        added = list(state[1][len(array):]) if array is not None else (state[0] or "")[len(scalar or ""):].split()
+        after_flag = False
+        for word in added:
+            if word.startswith("--"):
+                if MARK in word or word.partition("=")[0] not in flags:
+                    return False
+                after_flag = "=" not in word
+                continue
+            if MARK in word and not after_flag:
+                return False
+            after_flag = False
+    return True
 
 
 def _unknown_like(value: str) -> str:
@@ -2357,6 +2782,34 @@ def _echo(argv: list[str]) -> str | None:
     return text + ("\n" if newline else "")
 
 
+def _path_command(argv: list[str], cwd: str | None) -> str | None:
+    """What dirname, basename, realpath / readlink -f of an absolute path, `cd DIR` and `pwd` give inside $(…), from
+    the words alone (no file is looked at: a symbolic link is not followed); None when it is not known."""
+    program, args = argv[0].rsplit("/", 1)[-1], [a for a in argv[1:] if a != "--"]
+    if any(unresolved_names(a) for a in args):
+        return None
+    if program == "dirname" and len(args) == 1:
+        stripped = args[0].rstrip("/") or "/"
+        head = stripped.rpartition("/")[0] if "/" in stripped else "."
+        return (head.rstrip("/") or "/") if stripped != "/" else "/"
+    if program == "basename" and len(args) in (1, 2) and not args[0].startswith("-"):
+        base = (args[0].rstrip("/") or "/").rpartition("/")[2] or "/"
+        return base[:-len(args[1])] if len(args) == 2 and args[1] and base.endswith(args[1]) and base != args[1] \
+            else base
+    options = [a for a in args if a.startswith("-")]
+    operands = [a for a in args if not a.startswith("-")]
+    if (program == "realpath" or program == "readlink" and set("".join(options)) & set("fem")) \
+            and len(operands) == 1:
+        target = operands[0] if operands[0].startswith("/") else (cwd + "/" + operands[0] if cwd else None)
+        return os.path.normpath(target) if target else None
+    if program == "cd" and len(operands) == 1 and not options:
+        target = operands[0] if operands[0].startswith("/") else (cwd + "/" + operands[0] if cwd else None)
+        return os.path.normpath(target) if target else ""
+    if program == "pwd" and not operands and cwd:
+        return cwd
+    return None
+
+
 def _printf(argv: list[str]) -> str | None:
     if argv[1:2] == ["--"]:
         argv = argv[:1] + argv[2:]
@@ -2391,10 +2844,22 @@ def _braced(match: re.Match[bytes]) -> bytes:
 INNER_NAME = re.compile(rb"'[^'\n]*'|\\.|(?<=[^\s'\"=(\[{$\\|&;<>`])\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
+# `# a note` inside backticks, the idiom for a comment on a continued command line (`--lr 3e-4 \` then
+# `` `# peak LR` \ ``): a command substitution of nothing, which expands to nothing; the grammar cannot read it
+BACKTICK_NOTE = re.compile(rb"'[^'\n]*'|\\.|(`[ \t]*#[^`\n]*`)")
+
+
+def _backtick_note(match: re.Match[bytes]) -> bytes:
+    return b"" if match.group(1) else match.group(0)
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
-    `${A}/${B}/x` it reads whole. Line numbers are unchanged."""
+    `${A}/${B}/x` it reads whole; and without the backtick notes (`` `# note` ``) it cannot read. Line numbers are
+    unchanged."""
+    if b"`" in src and b"#" in src:
+        src = BACKTICK_NOTE.sub(_backtick_note, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
 
@@ -2417,6 +2882,114 @@ def _shell_c(argv: list[str]) -> str | None:
     return None
 
 
+# A word that is itself a command line running a Python entry with flags: `… main.py --num-layers 80`
+_PYTHON_COMMAND = re.compile(r"(?:^|\s)\S*\.py(?:\s+\S+)*?\s+--?[A-Za-z]")
+# programs that print or store a command line rather than run it
+_NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", "wandb", "git")
+
+
+def _command_string(argv: list[str]) -> tuple[int, str] | None:
+    """(index, text) of the argument that a launcher runs as a command line of its own: `sbatch --wrap "srun python
+    pretrain_gpt.py …"`, `ssh node "torchrun … pretrain_gpt.py …"`, `bcprun -p 8 -c 'python main.py …'`, `pdsh -w
+    hosts '…'`: a word with blanks that runs a .py file with flags, given before any word that is itself the entry
+    (then the command runs it directly, and its words are values)."""
+    if argv[0].rsplit("/", 1)[-1] in _NOT_RUNNING:
+        return None
+    for k, word in enumerate(argv[1:], 1):
+        if not any(c.isspace() for c in word):
+            if word.endswith(".py"):
+                return None
+            continue
+        text = re.sub(r"^--?[A-Za-z][A-Za-z0-9-]*=", "", word)  # --wrap="…"
+        if MARK not in text and _PYTHON_COMMAND.search(text):
+            return k, text
+    return None
+
+
+def _terminator(item: Any) -> str:
+    """What ends a case item: `;;`, `;&` (fall through to the next body) or `;;&` (test the next patterns)."""
+    ends = [c.type for c in item.children if c.type in (";;", ";&", ";;&")]
+    return ends[-1] if ends else ";;"
+
+
+READERS = ("read", "mapfile", "readarray")
+# commands whose status is success whatever the machine holds (in `a && b || c`, the branch they choose is known)
+SUCCEEDS = {"echo", "printf", "export", "declare", "typeset", "local", "readonly", "set", "shift", "unset", "true",
+            ":", "sleep", "wait", "ulimit", "umask", "shopt", "trap", "hash"}
+
+
+def _read_fields(record: str, ifs: str, names: int, raw: bool) -> list[str]:
+    """The fields `read` makes of one record: split on IFS (blanks of IFS run together, and are trimmed at both ends;
+    each other IFS character ends one field), a backslash escaping the next character unless -r; with `names`
+    names, the last takes the rest of the record as it stands (0: as many as there are, for -a)."""
+    chars: list[tuple[str, bool]] = []  # (character, escaped)
+    k = 0
+    while k < len(record):
+        if not raw and record[k] == "\\":
+            if k + 1 < len(record):
+                chars.append((record[k + 1], True))
+            k += 2
+            continue
+        chars.append((record[k], False))
+        k += 1
+    blanks = {c for c in ifs if c in " \t\n"}
+    others = set(ifs) - blanks
+
+    def blank(at: int) -> bool:
+        return at < len(chars) and not chars[at][1] and chars[at][0] in blanks
+
+    while chars and not chars[0][1] and chars[0][0] in blanks:
+        chars.pop(0)
+    while chars and not chars[-1][1] and chars[-1][0] in blanks:
+        chars.pop()
+    if not chars:
+        return [] if names == 0 else [""]
+    fields: list[str] = []
+    at = 0
+    while at < len(chars):
+        if names and len(fields) == names - 1:
+            rest = chars[at:]
+            if rest and not rest[-1][1] and rest[-1][0] in others and \
+                    not any(not e and c in ifs for c, e in rest[:-1]):
+                rest = rest[:-1]  # one field and its delimiter: bash drops the delimiter ("1,2," → B=2)
+            fields.append("".join(c for c, _ in rest))
+            break
+        start = at
+        while at < len(chars) and (chars[at][1] or chars[at][0] not in ifs):
+            at += 1
+        fields.append("".join(c for c, _ in chars[start:at]))
+        while blank(at):
+            at += 1
+        if at < len(chars) and not chars[at][1] and chars[at][0] in others:
+            at += 1
+            while blank(at):
+                at += 1
+    return fields
+
+
+def _reader_options(words: list[str], with_value: str, switches: str) -> tuple[dict[str, str], list[str]]:
+    """(options, operands) of read/mapfile: `-r -d '' -a ARGS`, grouped `-ra ARGS`; "?" when one is not known."""
+    options: dict[str, str] = {}
+    k = 0
+    while k < len(words) and words[k].startswith("-") and words[k] != "-":
+        word = words[k]
+        k += 1
+        if word == "--":
+            break
+        for m, letter in enumerate(word[1:], 1):
+            if letter in with_value:
+                value = word[m + 1:] if m + 1 < len(word) else (words[k] if k < len(words) else "")
+                if m + 1 >= len(word):
+                    k += 1
+                options[letter] = value
+                break
+            if letter in switches:
+                options[letter] = ""
+            else:
+                options["?"] = letter  # -t TIMEOUT, -n COUNT, -u FD …: not read here
+    return options, words[k:]
+
+
 class _Test:
     """test(1) / [[ ]] over words already expanded; unknown operands make the verdict unknown (_Unknown)."""
 
@@ -2427,6 +3000,7 @@ class _Test:
 
     def __init__(self, words: list[str], double: bool):
         self.words, self.double, self.at = words, double, 0
+        self.rematch: list[str] | None = None  # BASH_REMATCH of the last `=~` that matched ([] when one failed)
 
     def parse(self) -> tuple[bool, bool]:
         if not self.words:
@@ -2515,9 +3089,11 @@ class _Test:
             if not _tame_regex(right) or len(left) > 1_000:
                 raise _Unknown(right)  # Python's matcher can backtrack without end on such a pattern
             try:
-                return re.search(right, left) is not None
+                found = re.search(right, left)
             except re.error:
                 raise _Unknown(right) from None
+            self.rematch = [found.group(0), *(g or "" for g in found.groups())] if found else []
+            return found is not None
         if op in ("<", ">"):
             return (left < right) if op == "<" else (left > right)
         if op in self.INT_OPS:

@@ -77,6 +77,9 @@ class Imported:
     # the constructs (if/case/loop lines) the training command depends on that cannot be decided without running
     # the script, each with the command's flags it decides (Undecided.flags)
     undecided: list[Undecided] = field(default_factory=list)
+    # words of the training command left out on purpose: an unknown `$LOAD` whose every possible value is only data,
+    # checkpoint or logging flags (the round trip names them apart, not as lost)
+    set_aside: list[str] = field(default_factory=list)
 
 
 GPT2_VOCAB = 50257
@@ -136,6 +139,23 @@ def _missing(value: Any) -> list[str]:
     return [n for item in items if isinstance(item, str) for n in unresolved_names(item)]
 
 
+def _only_harmless_flags(names: list[str], alternatives: Mapping[str, list[tuple[str, ...]]]) -> bool:
+    """Every name is decided by a branch the reader could not choose, and every value any branch gives it is known and
+    reads as flags of the data, checkpoint or logging sections alone (`if [ -f latest ]; then LOAD="--load ckpt";
+    else LOAD="--load init --no-load-optim"; fi`): nothing of the model hides in it, and Megatron would take it."""
+    for name in names:
+        if name not in alternatives:
+            return False
+        for words in set(alternatives[name]):
+            if any(unresolved_names(w) for w in words) or (words and not words[0].startswith("--")):
+                return False
+            read = flag_reader.read_flags(list(words))
+            if read.of_kind("lost") or any(section_of(dest) not in training_command.HARMLESS_SECTIONS
+                                           for dest in read.settings):
+                return False
+    return True
+
+
 def _comment(text: str) -> str:
     """One line for a `#` comment: unresolved parts as ${NAME}, no newline or control character."""
     return shell_comment(show(text))
@@ -187,6 +207,8 @@ class Source:
     notes: list[str]
     undecided: list[Undecided] = field(default_factory=list)
     slurm: dict[str, int] = field(default_factory=dict)  # the #SBATCH counts (Reading.slurm)
+    # variable → the words each undecided branch (every time one was met) leaves in it (Undecided.values)
+    alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -276,10 +298,16 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                     + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
                     + _comment(script) + (f" {given}" if given else "")
                     + " (a path relative to where this script runs)")
+            unread = sorted({line for line, why in reading.skipped if "source" in why and (
+                "is not read" in why or "not read (" in why)})
+            where = (f"; the files sourced on line(s) {', '.join(map(str, unread))} were not read, and the training "
+                     "command (a function they define) may be there" if unread else "")
             raise UserError("no training command found: no line runs pretrain_gpt.py and none is a list of flags"
-                            + stop, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
+                            + stop + where, "import reads scripts that run `torchrun … pretrain_gpt.py …` (or python "
                             "pretrain_gpt.py); give the script's arguments after its name if it needs them "
-                            "(`launch import -- train.sh --tp 4` when they start with -)")
+                            "(`launch import -- train.sh --tp 4` when they start with -)"
+                            + ("; import the script from its own directory, next to the files it sources, or import "
+                               "the file that runs pretrain_gpt.py" if unread else ""))
         words = [w for c in bare for w in c.argv]
         runner: list[str] = []
         bare_ids = {id(c) for c in bare}  # by identity: comparing the commands field by field was quadratic
@@ -294,7 +322,8 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         undecided = training_command.undecided_for(command)
         for item in undecided:
             notes.append(_comment(f"line {item.line}: {item.what}: cannot be decided without running the script, "
-                                  f"and the training command's {', '.join(item.flags)} depend(s) on it"))
+                                  + (f"and the training command's {', '.join(item.flags)} depend(s) on it" if item.flags
+                                   else "and the training command's words depend on it")))
         if len(training) > 1:
             notes.append(f"the script runs pretrain_gpt.py {len(training)} times; the last (line {command.line}) "
                          "is imported")
@@ -302,7 +331,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         if training_command.program(c.argv) in ("echo", "printf", ":", "true"):
             continue  # prints only: nothing of the run depends on it
         notes.append(f"line {c.line}: not carried (not the training command): {_comment(' '.join(c.argv))}")
-    return Source(runner, words, env, notes, undecided, reading.slurm)
+    alternatives: dict[str, list[tuple[str, ...]]] = {}
+    for item in reading.undecided:
+        for name, values in item.values:
+            alternatives.setdefault(name, []).extend(values)
+    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives)
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -346,6 +379,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     flag_reader.data_parallel_translations(
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = []
+    set_aside: list[str] = []
     for w in flags.of_kind("lost"):
         missing = _missing(w.text)
         if not missing:
@@ -355,6 +389,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         unknown = f"{w.text}: {', '.join('$' + n for n in missing)} is not known without running the script"
         if arg is not None and section_of(arg.dest) in ("data", "checkpoint", "logging"):
             notes.append(_comment(unknown))
+        elif arg is None and _only_harmless_flags(missing, source.alternatives):
+            set_aside.append(w.text)
+            notes.append(_comment(unknown + ": each branch that sets it gives only data, checkpoint or logging "
+                                  "flags (not carried)"))
         else:
             lost.append(_comment(unknown + (f" (set it: --set {arg.dest}=VALUE)" if arg is not None else "")))
     # a branch the reader cannot decide that sets the model, numerics or layout (the flags it feeds are unknown)
@@ -443,7 +481,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
     text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings, lost, translated)
     return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, lost, translated,
-                    undecided=source.undecided)
+                    undecided=source.undecided, set_aside=set_aside)
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],

@@ -130,6 +130,15 @@ def _exact(arg: megatron_args.MegatronArg, value: Any) -> Any:
 SUGGESTED_FLAGS = 200
 
 
+# Flags that make Megatron take its settings from a file instead of the command line: the model is in that file,
+# which the import does not read (megatron/training/arguments.py:147 → yaml_arguments.load_yaml: "argparse
+# arguments will be ignored")
+FROM_A_FILE = {"yaml_cfg": "at the pin Megatron builds every setting from this YAML file and ignores the command "
+                           "line's flags (yaml_arguments.load_yaml), so the model, its numerics and its layout are "
+                           "in the file, which the import does not read; write its settings as flags (or a preset) "
+                           "and import those"}
+
+
 def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronArg],
               suggest: bool = True) -> tuple[Word, int, str | None]:
     """The flag at words[i] with its values → (Word, next index, the dest it sets directly or None)."""
@@ -165,6 +174,9 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
         harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
         return Word(words[i:j], "harmless" if harmless else "lost",
                     why=why + ("; by its name it logs, profiles or names a path" if harmless else "")), j, None
+    if arg.dest in FROM_A_FILE:
+        j = i + 1 if eq else min(i + 2, _values_after(words, i))
+        return Word(words[i:j], "lost", why=FROM_A_FILE[arg.dest]), j, None
     if arg.kind in ("true", "false", "bool"):
         on = arg.kind == "true" or (arg.kind == "bool" and not flag.startswith("--no-"))
         return Word([word], "carried", {arg.dest: on}), i + 1, arg.dest
@@ -400,7 +412,7 @@ class Launch:
 
 
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
-RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed)")
+RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed|accelerate)")
 # Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
 PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node",
                     "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
@@ -425,6 +437,7 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")
     runner = launch.runner
+    counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
     k = 0
     while k < len(runner):
         word = runner[k]
@@ -439,8 +452,23 @@ def split_launch(argv: list[str]) -> Launch:
         if name in TORCHRUN_SWITCHES:
             k += 1
             continue
-        value = inline if eq else (runner[k + 1] if k + 1 < len(runner) else "")
-        k += 1 if eq else 2
+        # an option followed by another is a switch (accelerate's --multi_gpu): it takes no value
+        takes = not eq and k + 1 < len(runner) and not runner[k + 1].startswith("-")
+        value = inline if eq else (runner[k + 1] if takes else "")
+        k += 2 if takes else 1
+        program = runner[0].rsplit("/", 1)[-1]
+        if program == "accelerate" and name in ("num_processes", "num_machines") and re.fullmatch(r"\d+", value):
+            counts[name] = int(value)  # every process of every machine; per node once both are read
+            continue
+        if program == "deepspeed" and name in ("include", "i") and _hosts_gpus(value) is not None:
+            hosts, per_host = _hosts_gpus(value)  # type: ignore[misc]
+            launch.launcher.update({"gpus_per_node": per_host, **({"nodes": hosts} if hosts > 1 else {})})
+            continue
+        if name in ("nproc_per_node",) and value in ("gpu", "auto"):
+            given = word if eq else f"{word} {value}"
+            launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
+                                  "give it as the preset's gpus_per_node (8 unless set)")
+            continue
         if name in TORCHRUN_SETTINGS:
             setting = TORCHRUN_SETTINGS[name]
             if setting in ("nodes", "gpus_per_node", "master_port") and re.fullmatch(r"\d+", value):
@@ -453,9 +481,27 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{word} {value}: {TORCHRUN_DROPPED[name]}".strip())
         else:
             launch.dropped.append(f"{word} {value}: a {runner[0]} option the launcher does not carry".strip())
+    machines = counts.get("num_machines", 1)
+    if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
+        launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
+    elif counts:
+        launch.dropped.append(f"accelerate --num_processes {counts.get('num_processes', '?')} --num_machines "
+                              f"{machines}: not a whole number of processes per machine")
     if runner and runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in runner:
         launch.launcher.update(_process_counts(launch.wrapper))
     return launch
+
+
+def _hosts_gpus(include: str) -> tuple[int, int] | None:
+    """(hosts, GPUs per host) of deepspeed's `--include localhost:0,1,2,3` / `h1:0,1@h2:0,1`, when every host lists
+    the same number of GPUs."""
+    counts = []
+    for host in include.split("@"):
+        name, colon, slots = host.partition(":")
+        if not name or not colon or not re.fullmatch(r"\d+(,\d+)*", slots):
+            return None
+        counts.append(len(set(slots.split(","))))
+    return (len(counts), counts[0]) if counts and len(set(counts)) == 1 else None
 
 
 # The job launchers whose options count processes; a wrapper after them (numactl -N 0: a NUMA node, not a count)

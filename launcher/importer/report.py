@@ -3,7 +3,7 @@ source's, flag by flag, apart from what the launcher adds on purpose or the impo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,14 +37,16 @@ def preset_argv(job: Any, problems: list[Problem]) -> tuple[list[str], dict[str,
     return script_args(job.megatron), dict(job.added), None if problems else job, problems
 
 
-def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
+def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_aside: Sequence[str] = ()
                ) -> tuple[list[str], list[str], list[str]]:
     """(differences, lost words, what differs on purpose) between the script's Megatron words and the preset's
     argv: every word of the script, its unknown and ill-typed flags included, against the settings the preset
     passes (typed, so 6.0e-5 equals 6e-05; another release's flag by its translation). `ignore`: settings the
-    launcher adds or the import replaced on purpose."""
+    launcher adds or the import replaced on purpose; `set_aside`: words of the script the import left out on purpose
+    (Imported.set_aside)."""
     ours, theirs = read_flags(argv), read_flags(source_args)
-    lost = [f"{w.text}: {w.why}" for w in theirs.of_kind("lost")]
+    lost = [f"{w.text}: {w.why}" for w in theirs.of_kind("lost") if w.text not in set_aside]
+    aside = [w.text for w in theirs.of_kind("lost") if w.text in set_aside]
     out = []
     catalog = megatron_args.catalog()
     for dest in sorted((set(ours.settings) | set(theirs.settings)) - ignore):
@@ -64,6 +66,9 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str]
         words = theirs.of_kind(kind)
         if words:
             apart.append(f"{len(words)} {what} ({', '.join(w.words[0] for w in words)})")
+    if aside:
+        apart.append(f"{len(aside)} not carried: only data, checkpoint or logging flags in every branch "
+                     f"({', '.join(map(comment_text, aside))})")
     return out, lost, apart
 
 
@@ -76,7 +81,7 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
         argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
     except UserError as exc:  # the preset itself is refused: every problem, with what the import lost, at once
         outcome = Outcome(problems=list(exc.problems))
-        _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set())
+        _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set(), imported.set_aside)
         outcome.differences = ["the preset's argv cannot be compared: the preset is refused before it resolves"]
         return outcome
     outcome = Outcome(problems=problems, argv=argv, added=added)
@@ -86,7 +91,8 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
                           f"· CP {lay.cp} · DP {lay.dp}")
         outcome.warnings = list(plan.warnings)
     outcome.differences, outcome.lost, outcome.apart = round_trip(imported.script_args, argv,
-                                                                  set(added) | set(imported.replaced))
+                                                                  set(added) | set(imported.replaced),
+                                                                  imported.set_aside)
     return outcome
 
 

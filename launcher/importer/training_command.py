@@ -22,6 +22,7 @@ NOT_RUNNERS = {"echo", "printf", "cat", "tee", "grep", "egrep", "sed", "awk", "l
                "curl", "git", "mkdir", "chmod", "touch", "test", "[", "head", "tail", "sort", "basename", "dirname",
                "realpath", "readlink", "find", "scp", "rsync", "logger", "wc", "stat", "du", "vim", "nano", "less"}
 ENTRY_LIKE = re.compile(r"(?:^|/)((?:pretrain|train|finetune)_?[A-Za-z0-9_.-]*\.py)$")
+ANY_PY = re.compile(r"(?:^|/)([A-Za-z0-9_.-]+\.py)$")  # a fork's entry of any name (LLM360's main.py)
 # upstream's entry scripts for other model families (the launcher trains GPT models through pretrain_gpt.py)
 OTHER_FAMILIES = {"pretrain_bert.py": "BERT", "pretrain_t5.py": "T5", "pretrain_mamba.py": "Mamba",
                   "pretrain_hybrid.py": "hybrid Mamba", "pretrain_vlm.py": "vision-language",
@@ -62,12 +63,15 @@ def refuse_other_entry(reading: Reading) -> None:
     for command in reversed(reading.commands):
         if program(command.argv) in NOT_RUNNERS:
             continue
+        _refuse_unknown_entry(command)
         for k, word in enumerate(command.argv):
-            match = ENTRY_LIKE.search(word)
+            match = ENTRY_LIKE.search(word) or ANY_PY.search(word)
             if not match:
                 continue
             script = match.group(1)
             looks = any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:])
+            if not ENTRY_LIKE.search(word) and not looks:
+                continue  # main.py, run.py: another program unless Megatron's flags follow it
             if script in OTHER_FAMILIES:
                 raise UserError(f"line {command.line} runs {show(script)} (Megatron's {OTHER_FAMILIES[script]} "
                                 "training), not pretrain_gpt.py",
@@ -81,11 +85,34 @@ def refuse_other_entry(reading: Reading) -> None:
                     "`launch import -- torchrun pretrain_gpt.py FLAGS…`); its fork-only flags are then listed")
 
 
+def _refuse_unknown_entry(command: ScriptCommand) -> None:
+    """`torchrun $CALLING_SCRIPT --num-layers …`: the entry is a value the reading could not know (a branch on the
+    script's arguments chose it); say so with the construct that decides it, not "no line runs pretrain_gpt.py"."""
+    for k, word in enumerate(command.argv):
+        if not UNRESOLVED.search(word) or (k and command.argv[k - 1].startswith("-")) or ANY_PY.search(show(word)):
+            continue  # known, a flag's value, or a script whose directory only is unknown (${TOOLS}/convert.py)
+        if not any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:]):
+            return
+        needs = command.depends.get(k, ())
+        where = "; ".join(f"line {u.line}: {u.what}" + (" (it depends on the script's arguments)" if u.arguments
+                                                         else "") for u in needs)
+        choices = sorted({w for u in needs for _, values in u.values for words in values for w in words[:1]
+                          if w.endswith(".py")})
+        raise UserError(
+            f"line {command.line} runs {show(word)} with Megatron's flags, and which script that is is not known "
+            "without running the script" + (f" ({where})" if where else "")
+            + (f"; its branches give {', '.join(choices)}" if choices else ""),
+            "give the script's arguments after its name (launch import SCRIPT ARGS…) so that the branch is decided, "
+            "or import the command with pretrain_gpt.py in its place (`launch import -- torchrun pretrain_gpt.py "
+            "FLAGS…`)")
+
+
 def flag_at(argv: list[str], index: int) -> str:
     """The flag a word of the command belongs to: itself, or the nearest flag before it; an unknown word that does
     not follow a flag directly may be flags itself (`$EXTRA`), and is named as it is."""
-    if UNRESOLVED.fullmatch(argv[index]) and index > 0 and not argv[index - 1].startswith("-"):
-        return show(argv[index])
+    if UNRESOLVED.fullmatch(argv[index]) and index > 0 and (not argv[index - 1].startswith("-") or _switch(
+            argv[index - 1])):
+        return show(argv[index])  # after a value, or after a switch that takes none (`--bf16 $EXTRA`)
     for k in range(index, -1, -1):
         if argv[k].startswith("-") and not re.fullmatch(r"-?\d[\d.eE+-]*", argv[k]):
             return argv[k].partition("=")[0]
@@ -94,12 +121,22 @@ def flag_at(argv: list[str], index: int) -> str:
     return show(argv[index])
 
 
+def _switch(word: str) -> bool:
+    """A flag of the pin that takes no value (store_true/store_false): the word after it is not its value."""
+    arg = flag_reader.flag_table().get(word)
+    return arg is not None and arg.kind in ("true", "false", "bool") and "=" not in word
+
+
 def undecided_for(command: ScriptCommand) -> list[Undecided]:
     """The undecided constructs the training command depends on, each with the command's flags it decides."""
     affected: dict[Undecided, set[str]] = {}
     for index, needs in command.depends.items():
         for item in needs:
-            affected.setdefault(item, set()).add(flag_at(command.argv, index))
+            flag = flag_at(command.argv, index)
+            if item.appends and flag not in item.flags:
+                affected.setdefault(item, set())  # held before the branch added its own flags: not decided by it
+                continue
+            affected.setdefault(item, set()).add(flag)
     for item in command.absent:  # `$EXTRA` expanded to nothing here; a branch may have given it flags
         affected.setdefault(item, set())
     for item in command.under:  # the training command itself sits in a branch that was not chosen

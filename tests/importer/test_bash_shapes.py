@@ -610,7 +610,8 @@ def test_brace_bombs_end_in_bounded_time(word):
     ("A[1]=q\nA[0]=p\n", ["${A}"]),
 ])
 def test_an_element_assignment_is_bashs(prelude, expected):
-    reading = read_script(prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
+    # H and A are the script's (declared empty first): never assigned, they would be the caller's and unknown
+    reading = read_script("H=()\nA=()\n" + prelude + 'torchrun pretrain_gpt.py "${H[@]}" "${A[@]}"\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
 
 
@@ -659,3 +660,303 @@ def test_a_here_document_captured_by_cat_is_its_text():
     # the grammar reads a quoted document inside $(…) as words: not known, never empty
     quoted = carried(f"A=$(cat <<'EOF'\n--num-layers 6\nEOF\n)\ntorchrun pretrain_gpt.py {MODEL} $A\n")
     assert quoted.settings.get("num_layers") in (2, 6)
+
+
+@pytest.mark.parametrize("script", [
+    'source "$X/params.sh"\nARGS+=(--log-interval 1)\ntorchrun pretrain_gpt.py {MODEL} "${ARGS[@]}"\n',
+    'source "$X/params.sh"\nARGS+=" --log-interval 1"\ntorchrun pretrain_gpt.py {MODEL} $ARGS\n',
+    'source "$X/params.sh"\ntorchrun pretrain_gpt.py {MODEL} "${ARGS[@]}" --log-interval 1\n',
+    'torchrun pretrain_gpt.py {MODEL} ${CALLER_ARGS[@]} --log-interval 1\n',  # never assigned: the caller's
+    'torchrun pretrain_gpt.py {MODEL} ${CALLER_ARGS[*]} --log-interval 1\n',
+])
+def test_an_array_the_script_does_not_know_is_lost_not_empty(script):
+    # the flags a sourced params file (not read) or the caller puts in ARGS are the model's: never dropped quietly
+    imported = import_source(script.replace("{MODEL}", MODEL), "train.sh")
+    assert any("${ARGS}" in item or "${CALLER_ARGS}" in item for item in imported.lost), imported.lost
+
+
+def test_an_array_the_script_declares_and_appends_to_is_known():
+    imported = import_source(f'ARGS+=(--log-interval 7)\ntorchrun pretrain_gpt.py {MODEL} "${{ARGS[@]}}"\n', "t.sh")
+    assert imported.lost == [] and imported.settings["log_interval"] == 7
+    count = read_script('source "$X/p.sh"\nN=${#ARGS[@]}\ntorchrun pretrain_gpt.py --x $N\n')
+    assert show(count.commands[-1].argv[-1]) == "${N}"
+
+
+@pytest.mark.parametrize("line", [
+    'sbatch -N 2 --wrap "srun python pretrain_gpt.py {MODEL}"',
+    "sbatch --wrap='srun python pretrain_gpt.py {MODEL}'",
+    'ssh node1 "cd /work && torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}"',
+    "bcprun -p 8 --env 'CUDA_DEVICE_MAX_CONNECTIONS=1' -c 'python pretrain_gpt.py {MODEL}'",
+    "pdsh -w node[1-2] 'python -m torch.distributed.run pretrain_gpt.py {MODEL}'",
+])
+def test_a_training_command_given_as_a_launchers_string_is_read(line):
+    # the launcher (sbatch --wrap, ssh, NVIDIA's bcprun, pdsh) runs the string as a command line of its own
+    imported = import_source(line.replace("{MODEL}", MODEL) + "\n", "train.sh")
+    assert imported.settings["num_layers"] == 2 and imported.lost == []
+
+
+def test_a_printed_command_string_is_not_the_training_command():
+    imported = import_source(f'echo "python pretrain_gpt.py {MODEL}"\ntorchrun pretrain_gpt.py --num-layers 3\n', "t")
+    assert imported.settings == {"num_layers": 3}
+
+
+def test_a_forks_entry_of_any_name_with_megatrons_flags_is_named():
+    # LLM360's K2: `bcprun -c 'python /mount/training/k2_training/main.py --num-layers 80 …'`
+    with pytest.raises(UserError) as caught:
+        import_source(f"bcprun -p 8 -c 'python /mount/k2/main.py {MODEL}'\n", "pretrain_65b.sh")
+    assert "runs main.py, not pretrain_gpt.py" in caught.value.problems[0].message
+    with pytest.raises(UserError) as caught:  # another program with other flags: no training command at all
+        import_source("python tools/plot.py --out x.png\n", "plot.sh")
+    assert "no training command found" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ('read -r A B <<< "  4   2  3  "', ["4", "2  3"]),
+    ('read A B <<< "x\\\\ y z"', ["x y", "z"]),
+    ('read -r A B <<< "x\\\\ y z"', ["x\\", "y z"]),
+    ('IFS=, read -r A B <<< "1,2,3,4"', ["1", "2,3,4"]),
+    ('IFS=, read -r A B <<< "1,2,"', ["1", "2"]),
+    ('read -r A B <<< "x"', ["x", ""]),
+    ("read -r -d '' A <<'E'\n--a 1\n--b 2\nE\nB=b", ["--a 1\n--b 2", "b"]),
+    ('printf -v A "%d-%s" 4 x; printf -v B "%s," p q', ["4-x", "p,q,"]),
+])
+def test_read_and_printf_v_from_known_text_are_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$A" "$B"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ('read -ra L <<< "  a b   c "', ["a", "b", "c"]),
+    ('IFS=, read -ra L <<< "a,b,,c,"', ["a", "b", "", "c"]),
+    ('mapfile -t L <<< "a\nb c"', ["a", "b c"]),
+    ("mapfile -t -d , L <<< 'a,b'", ["a", "b\n"]),
+    ('mapfile -t L < args.txt', ["${L}"]),  # a file: not known
+    ('read -ra L < "$F"', ["${L}"]),
+])
+def test_read_into_an_array_is_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "${L[@]}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+def test_a_layout_read_from_a_here_string_is_carried():
+    script = f'read -r TP PP <<< "4 2"\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $TP ' \
+             '--pipeline-model-parallel-size $PP\n'
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 4
+    assert imported.settings["pipeline_model_parallel_size"] == 2
+
+
+@pytest.mark.parametrize(("code", "words", "expected"), [  # each expected value is bash 5's
+    ("declare -A P=([tp]=2 [pp]=4)", '"${P[tp]}" "${P[pp]}" "${#P[@]}"', ["2", "4", "2"]),
+    ('declare -A L=(["7B"]=32 [13B]=40); S=13B', '"${L[$S]}" "${L[7B]}" "${L[none]}"', ["40", "32", ""]),
+    ('declare -A P; P["c"]=x$((1+1)); P[c]+=y', '"${P[c]}"', ["x2y"]),
+    ('declare -A P=([a]=1 [b]=2); unset "P[a]"', '"${#P[@]}" "${P[b]}"', ["1", "2"]),
+    ("declare -A P=([a]=1); P[$UNKNOWN_KEY]=2", '"${P[a]}"', ["${P[a]}"]),  # which key was set: not known
+    ('declare -A P=([a]=1); K="$(hostname)"', '"${P[$K]}"', ["${P[$K]}"]),
+])
+def test_an_associative_array_is_bashs(code, words, expected):
+    reading = read_script(f"{code}\ntorchrun pretrain_gpt.py {words}\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+def test_flags_built_from_an_associative_array_are_carried():
+    # seen: `${!P[@]}` of `declare -A P` read as the indices 0, 1 of a plain array (`--0 …`)
+    script = ("declare -A P\nP[tensor-model-parallel-size]=2\nP[pipeline-model-parallel-size]=4\nARGS=()\n"
+              'for k in "${!P[@]}"; do ARGS+=(--$k ${P[$k]}); done\n'
+              f'torchrun pretrain_gpt.py {MODEL} "${{ARGS[@]}}"\n')
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 2
+    assert imported.settings["pipeline_model_parallel_size"] == 4
+
+
+@pytest.mark.parametrize("loop", [
+    "while read -r k v; do\n  ARGS+=(--$k $v)\ndone < model.cfg\n",  # a file: what it adds is not known
+    'for f in $(ls conf); do\n  ARGS+=(--$f 1)\ndone\n',
+    'if [ -f x ]; then\n  ARGS+=($EXTRA_MODEL)\nfi\n',  # adds words its text does not name
+    'E="--num-layers 4"\nif [ -f x ]; then\n  ARGS+=($E)\nfi\n',
+])
+def test_a_branch_that_adds_what_its_text_does_not_name_is_lost_not_dropped(loop):
+    # seen: `while read -r k v; do ARGS+=(--$k $v); done < file` left ARGS empty, the round trip "equal"
+    imported = import_source(f"ARGS=(--log-interval 1)\n{loop}torchrun pretrain_gpt.py {MODEL} \"${{ARGS[@]}}\"\n",
+                             "train.sh")
+    assert any("${ARGS}" in n for n in imported.lost), imported.lost
+    assert imported.settings["log_interval"] == 1
+
+
+def test_a_branch_that_adds_named_flags_keeps_the_rest():
+    imported = import_source('ARGS=(--log-interval 1)\nif [ -n "$WANDB_API_KEY" ]; then\n  ARGS+=(--wandb-project x)\n'
+                             f'fi\ntorchrun pretrain_gpt.py {MODEL} "${{ARGS[@]}}"\n', "train.sh")
+    assert imported.lost == [] and imported.settings["log_interval"] == 1
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ("while read -r k v; do A+=(--$k \"$v\"); done <<E\nnum-layers 24\nhidden-size  1024 x\nE",
+     ["--num-layers", "24", "--hidden-size", "1024 x"]),
+    ('while IFS== read -r k v; do A+=(--$k $v); done <<< "tp=2\npp=4"', ["--tp", "2", "--pp", "4"]),
+    ("while read -r a; do A+=(\"$a\"); read -r b; A+=(\"[$b]\"); done <<E\n1\n2\n3\nE", ["1", "[2]", "3", "[]"]),
+])
+def test_a_while_read_loop_over_a_known_document_is_bashs(code, expected):
+    reading = read_script(f'A=()\n{code}\ntorchrun pretrain_gpt.py "${{A[@]}}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+
+
+def test_a_here_document_expands_the_special_parameters_as_bash_does():
+    # the grammar finds $N in a here-document, not $1/$#: `cat <<EOF` in a function gave the flag "$1" itself
+    script = ('model_args() {\n  cat <<EOF\n--num-layers $1\n--hidden-size $2\nEOF\n}\n'
+              'torchrun pretrain_gpt.py $(model_args 4 256) --num-attention-heads 4\n')
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 4 and imported.settings["hidden_size"] == 256
+    reading = read_script('L=$(cat <<E\n--x $1 \\$2 $#\nE\n)\ntorchrun pretrain_gpt.py $L\n', ["9", "8"])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["--x", "9", "$2", "2"]  # bash's
+
+
+@pytest.mark.parametrize(("runner", "expected"), [
+    ("accelerate launch --num_processes 16 --num_machines 2", {"gpus_per_node": 8, "nodes": 2}),
+    ("accelerate launch --multi_gpu --num_processes=4", {"gpus_per_node": 4, "nodes": 1}),
+    ("deepspeed --include localhost:0,1,2,3", {"gpus_per_node": 4}),
+    ("deepspeed --include h1:0,1@h2:2,3", {"gpus_per_node": 2, "nodes": 2}),
+])
+def test_other_runners_give_their_process_counts(runner, expected):
+    imported = import_source(f"{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected and imported.settings["num_layers"] == 2
+
+
+def test_a_per_node_count_of_every_gpu_is_named():
+    imported = import_source(f"torchrun --standalone --nproc-per-node=gpu pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert "gpus_per_node" not in imported.launcher
+    assert any("--nproc-per-node=gpu: one process per GPU" in n for n in imported.not_carried)
+
+
+def test_an_entry_chosen_by_an_undecided_branch_is_named_with_it():
+    # Megatron-LM's functional tests: CALLING_SCRIPT=pretrain_gpt.py, or pretrain_gpt_core.py when $9 is 1
+    script = ("USE_CORE=$1\nCALLING_SCRIPT=pretrain_gpt.py\nif [[ $USE_CORE -eq 1 ]]; then\n"
+              f"  CALLING_SCRIPT=pretrain_gpt_core.py\nfi\ntorchrun $CALLING_SCRIPT {MODEL}\n")
+    with pytest.raises(UserError) as caught:
+        import_source(script, "train.sh")
+    message = caught.value.problems[0].message
+    assert "line 6 runs ${CALLING_SCRIPT}" in message and "line 3" in message and "pretrain_gpt.py" in message
+    assert import_source(script, "train.sh", ["0"]).settings["num_layers"] == 2
+    with pytest.raises(UserError) as caught:  # a tool whose directory only is unknown keeps its own message
+        import_source(f"python $TOOLS/convert.py {MODEL}\n", "convert.sh")
+    assert "runs convert.py, not pretrain_gpt.py" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize("prelude", [
+    'for k in $(ls conf); do A+=($k); done\n',  # a loop over words not known
+    'A=(x)\nif [ -f y ]; then A+=($EXTRA); fi\n',  # a branch adds what is not known
+])
+def test_the_count_of_an_array_holding_an_unknown_part_is_unknown(prelude):
+    reading = read_script(prelude + 'torchrun pretrain_gpt.py ${#A[@]} ${!A[@]}\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${#A}", "${!A}"]
+
+
+@pytest.mark.parametrize(("word", "expected"), [  # each expected value is bash 5's (set -- 'a b' c d)
+    ('"${@}"', ["a b", "c", "d"]), ('"${@:2}"', ["c", "d"]), ("${@:2}", ["c", "d"]), ('"${@:1:2}"', ["a b", "c"]),
+    ('"${*}"', ["a b c d"]), ("${#@}", ["3"]), ('"${@/#/--}"', ["--a b", "--c", "--d"]),
+])
+def test_the_braced_forms_of_the_scripts_arguments_are_bashs(word, expected):
+    reading = read_script(f"torchrun pretrain_gpt.py {word}\n", ["a b", "c", "d"])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == expected
+    assert read_script('torchrun pretrain_gpt.py "${@}" "${@:2}"\n').commands[-1].argv[2:] == []  # no args
+
+
+def test_a_wrapper_passing_its_other_arguments_through_is_read_with_them():
+    script = f'SIZE=$1\ntorchrun pretrain_gpt.py {MODEL} "${{@:2}}"\n'
+    imported = import_source(script, "train.sh", ["small", "--tensor-model-parallel-size", "2"])
+    assert imported.lost == [] and imported.settings["tensor_model_parallel_size"] == 2
+
+
+def test_a_string_continued_on_the_next_line_is_one_word():
+    # OPTS="--num-layers 2"\<newline>" --hidden-size 64": the grammar read the second part as a command of its own
+    script = 'OPTS="--num-layers 2"\\\n" --hidden-size 64"\ntorchrun pretrain_gpt.py $OPTS --num-attention-heads 4\n'
+    imported = import_source(script, "train.sh")
+    assert imported.settings == {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+
+
+def test_a_backtick_note_on_a_continued_line_expands_to_nothing():
+    script = ("torchrun pretrain_gpt.py \\\n  --num-layers 2 \\\n  `# the hidden size` --hidden-size 64 \\\n"
+              "  --num-attention-heads 4 `#heads`\n")
+    imported = import_source(script, "train.sh")
+    assert imported.settings == {"num_layers": 2, "hidden_size": 64, "num_attention_heads": 4}
+    reading = read_script("torchrun pretrain_gpt.py \"a`# x`b\" '`# kept`'\n")  # bash: ab, `# kept`
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["ab", "`# kept`"]
+
+
+def test_a_branch_adding_a_named_flag_with_a_value_not_known_keeps_the_command():
+    # Swiss AI's submit scripts: TRAINING_CMD="$TRAINING_CMD --wandb-exp-name $EXP_NAME-$SLURM_JOB_ID" under an `if`
+    script = (f'CMD="torchrun pretrain_gpt.py {MODEL}"\nif [ -n "$WANDB_API_KEY" ]; then\n'
+              '  CMD="$CMD --wandb-project p --wandb-exp-name run-$SLURM_JOB_ID"\nfi\n$CMD\n')
+    imported = import_source(script, "submit.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 2
+
+
+def test_a_branch_adding_a_model_flag_decides_that_flag_only():
+    script = (f'CMD="torchrun pretrain_gpt.py {MODEL}"\nif [ "$SIZE" = big ]; then\n'
+              '  CMD="$CMD --ffn-hidden-size 512"\nfi\n$CMD\n')
+    imported = import_source(script, "submit.sh")
+    assert len(imported.lost) == 1 and "decides --ffn-hidden-size" in imported.lost[0]
+    assert imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ("X=true\nif $X; then A=1; else A=2; fi", "1"),
+    ("X=${1:-false}\nif $X; then A=1; else A=2; fi", "2"),
+    ("X=false\n$X && A=1 || A=2", "2"),  # was 1: a command named by a variable was taken to succeed
+    ("X=false\nif ! $X; then A=1; else A=2; fi", "1"),
+    ('X="test -n x"\nif $X; then A=1; else A=2; fi', "1"),
+    ("if $NOT_KNOWN; then A=1; else A=2; fi", "${A}"),
+])
+def test_a_boolean_variable_run_as_a_command_is_decided(code, expected):
+    reading = read_script(code + "\ntorchrun pretrain_gpt.py $A\n", [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+@pytest.mark.parametrize(("code", "expected"), [  # each expected value is bash 5's
+    ('X=bf16_run; [[ $X == *"bf16"* ]] && P=--bf16 || P=--fp16', "--bf16"),
+    ("X=abcdef; Y=abc; [[ $X == \"$Y\"* ]] && P=y || P=n", "y"),  # was n: "$Y"* compared as a string
+    ('X=abc; Y="a*"; [[ $X == "$Y" ]] && P=y || P=n', "n"),
+    ('X="a*c"; [[ $X == a"*"c ]] && P=y || P=n', "y"),
+    ("X=1; [[ -v X ]] && P=set || P=unset", "set"),
+    ("unset Q; [[ -v Q ]] && P=y || P=n; Q=", "n"),
+    ("X=5; let X=X+1 'Y = X * 2'; P=$X$Y", "612"),  # was 5: let was not read
+    ('L=(a b c); unset "L[2]"; P="${L[*]}"', "a b"),
+    ('L=(a b c); unset "L[1]"; P="${L[*]}"', "${P}"),  # a hole: not held, so not known (was "a b c")
+])
+def test_tests_let_and_unset_elements_are_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("command -v nvcc && P=cuda || P=cpu", "${P}"),  # was cuda: a program's status taken for success
+    ("f() { return 1; }\nf && P=y || P=n", "${P}"),
+    ("P=a; cd /work && P=b", "b"),  # the normal path of `cd … &&` is read as run
+    ("echo hi && P=y || P=n", "y"),  # echo succeeds whatever the machine holds
+    ("X=ab; case $X in a*) P=1;& b*) P=2;; esac", "2"),  # bash 5: `;&` runs the next body too
+    ("X=ab; case $X in a*) P=1;;& *b) P=${P}2;; c) P=3;; esac", "12"),  # `;;&` tests the next patterns
+])
+def test_statuses_and_case_terminators_are_bashs(code, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+def test_a_training_command_after_cd_and_is_read_as_run():
+    imported = import_source(f"cd /work/Megatron-LM && torchrun pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize(("code", "args", "expected"), [  # each expected value is bash 5's
+    ("M=$1; [[ $M =~ ^([0-9]+)B$ ]]; N=${BASH_REMATCH[1]}", ["70B"], "70"),
+    ('M=13B; [[ $M =~ ^([0-9]+)B$ ]] && N="${BASH_REMATCH[1]}:${BASH_REMATCH[0]}"', [], "13:13B"),
+    ('M=7B; [[ $M =~ ^([0-9]+)X$ ]]; N="${BASH_REMATCH[1]}"', [], ""),  # no match: empty
+    ('[[ $NOT_KNOWN =~ ([0-9]+) ]]; N="${BASH_REMATCH[1]}"', [], "${N}"),
+])
+def test_bash_rematch_holds_the_groups_of_a_known_match(code, args, expected):
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$N"\n', args)
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+def test_an_element_of_an_array_not_known_is_not_known():
+    # an array a branch left unknown: ${A[1]} was "" (out of its one stand-in element), a wrong value
+    reading = read_script('A=(x y)\nif [ -f f ]; then A=(p q r); fi\ntorchrun pretrain_gpt.py "${A[1]}"\n')
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${A}"]

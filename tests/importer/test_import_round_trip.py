@@ -228,3 +228,54 @@ def test_a_translation_to_the_pins_default_is_no_difference(tmp_path):
     preset.write_text(imported.text)
     outcome = check_import(imported, preset, job_as_declared)
     assert outcome.differences == [] and "--no-query-key-layer-scaling" in " ".join(outcome.apart)
+
+
+# -- an unknown variable whose every possible value is only checkpoint, data or logging flags -------------------
+
+@pytest.mark.parametrize("branches", [
+    'LOAD="--load /ckpt"\nelse\n  LOAD="--load /init --no-load-optim --no-load-rng"',
+    'LOAD=(--load /ckpt --finetune)\nelse\n  LOAD=()',
+    'LOAD="--data-cache-path /c --log-interval 5"\nelse\n  LOAD=""',
+])
+def test_a_branch_of_checkpoint_flags_only_is_named_not_lost(branches):
+    script = f'if [ -f /ckpt/latest ]; then\n  {branches}\nfi\n{BASE} ${{LOAD[@]}}\n'
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and len(imported.set_aside) == 1
+    assert any("${LOAD}" in n and "only data, checkpoint or logging" in n for n in imported.not_carried)
+    _, found, apart = round_trip(imported.script_args, imported.script_args, set(), imported.set_aside)
+    assert found == [] and any("${LOAD}" in a for a in apart)
+
+
+@pytest.mark.parametrize("branches", [
+    'LOAD="--load /ckpt"\nelse\n  LOAD="--num-layers 4"',  # the model may hide in it
+    'LOAD="--load /ckpt"\nelse\n  LOAD="$(cat flags.txt)"',  # not known what the other branch gives
+    'LOAD="/ckpt"\nelse\n  LOAD=""',  # a word without its flag
+    'LOAD="--load /ckpt"\nelse\n  LOAD="--frobnicate 3"',  # not the pin's flag
+    'LOAD="--load /ckpt 7"\nelse\n  LOAD=""',  # a stray word Megatron's parser refuses
+])
+def test_a_branch_that_may_give_more_stays_lost(branches):
+    script = f'if [ -f /ckpt/latest ]; then\n  {branches}\nfi\n{BASE} $LOAD\n'
+    imported = import_source(script, "train.sh")
+    assert any("${LOAD}" in n for n in imported.lost) and imported.set_aside == []
+
+
+@pytest.mark.parametrize("extra", ["--yaml-cfg gpt_config.yaml", "--yaml-cfg=/abs/gpt_config.yaml --log-interval 1"])
+def test_a_yaml_config_replacing_the_command_line_is_lost(extra):
+    # the pin's --yaml-cfg ignores every command-line flag: the model is in the file, which the import does not read
+    imported = import_source(BASE + extra, "train.sh")
+    assert any(n.startswith("--yaml-cfg") and "ignores the command line" in n for n in imported.lost)
+    assert "yaml_cfg" not in imported.settings
+
+
+def test_llm_jp_forks_rank_switch_is_harmless_and_its_z_loss_is_lost():
+    imported = import_source(BASE + "--use-mpi --use-z-loss --z-loss-strength 1e-4", "train.sh")
+    assert not any(n.startswith("--use-mpi") for n in imported.lost)
+    assert any(n.startswith("--use-mpi") and "torchrun" in n for n in imported.not_carried)
+    assert any(n.startswith("--use-z-loss") and "z-loss" in n for n in imported.lost)
+    assert any(n.startswith("--z-loss-strength 1e-4") for n in imported.lost)
+
+
+def test_megatron_deepspeeds_token_schedule_is_lost_with_the_samples_to_give():
+    found = lost("--train-tokens 300000000000 --lr-decay-tokens 260000000000 --lr-warmup-tokens 375000000")
+    assert len(found) == 3 and all("Megatron-DeepSpeed" in n for n in found)
+    assert any("lr_decay_samples=TOKENS÷seq_length" in n for n in found)

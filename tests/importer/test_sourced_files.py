@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from launcher.errors import UserError
 from launcher.importer.bash_subset import MAX_SCRIPT_CHARS, read_script
 from launcher.importer.build import import_source
 
@@ -108,3 +109,44 @@ def test_an_environment_setup_file_is_named_and_leaves_the_defaults(tmp_path):
     found = imported(tmp_path / "train.sh")
     assert found.settings["num_layers"] == 2 and found.lost == []
     assert sum("sets up the software environment" in n for n in found.not_carried) == 4
+
+
+def test_a_file_found_through_the_scripts_own_path_is_read(tmp_path):
+    # the common ways a script names its own directory: $0 and ${BASH_SOURCE[0]} are the file given to the import
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "model.sh").write_text('NL=24\nHIDDEN=1024\n'
+                                                'model_args() { echo "--num-attention-heads 16"; }\n'
+                                                'HERE=$(basename "${BASH_SOURCE[0]}" .sh)\n')
+    for line in ('source "$(dirname "$0")/conf/model.sh"',
+                 'SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)\nsource ${SCRIPT_DIR}/conf/model.sh',
+                 'DIR=$(dirname $(realpath $0))\n. $DIR/conf/model.sh',
+                 'source "${0%/*}/conf/model.sh"',
+                 'cd "$(dirname "$0")"\nsource "$(pwd)/conf/model.sh"'):
+        (tmp_path / "train.sh").write_text(line + "\n" + RUN + 'echo "$HERE"\n')
+        found = imported(tmp_path / "train.sh")
+        if "cd " in line.split("\n")[0][:3]:  # a `cd` of the script itself is not followed: $(pwd) stays unknown
+            assert found.lost, line
+            continue
+        assert (found.settings["num_layers"], found.settings["num_attention_heads"]) == (24, 16), line
+        assert found.lost == [], line
+    reading = read_script('source "$(dirname "$0")/conf/model.sh"\ntorchrun pretrain_gpt.py "$HERE" "$0"\n',
+                          path=tmp_path / "train.sh")
+    assert reading.commands[-1].argv[2:] == ["model", str(tmp_path / "train.sh")]  # BASH_SOURCE: the file read
+
+
+def test_a_system_file_reached_through_the_scripts_directory_is_not_read(tmp_path):
+    (tmp_path / "train.sh").write_text('source "$(dirname "$0")/../../../../../../../../etc/profile"\n' + RUN)
+    found = imported(tmp_path / "train.sh")
+    assert any("etc/profile: not read: it sets up the software environment" in n for n in found.not_carried)
+
+
+def test_no_training_command_names_the_files_not_read_that_may_hold_it(tmp_path):
+    # ALCF's train-gpt3.sh: the training command is a function of launch.sh, sourced through a path found at run time
+    (tmp_path / "train.sh").write_text('HERE=$(python3 -c "import os; print(os.getcwd())")\n'
+                                       'source "${HERE}/ALCF/launch.sh"\nelasticDistributed "$@"\n')
+    try:
+        imported(tmp_path / "train.sh")
+    except UserError as exc:
+        assert "sourced on line(s) 2 were not read" in exc.problems[0].message
+    else:
+        raise AssertionError("imported without a training command")
