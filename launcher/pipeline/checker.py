@@ -767,7 +767,14 @@ class _Checker:
         if mem is not None and mem % self.arg("log_interval"):
             self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}")
         if self.arg("recompute_granularity") == "selective" and self.arg("recompute_method") is not None:
-            self.fail("selective recompute cannot be combined with recompute_method")
+            # recompute_activations is Megatron's spelling of selective recompute (arguments.py:605)
+            how = "recompute_activations" if self.preset.arg("recompute_activations") else "selective recompute"
+            layers = "" if self.arg("recompute_num_layers") is not None else " --set recompute_num_layers=1"
+            full = "" if self.preset.arg("recompute_activations") else (
+                f", or recompute_granularity=full{layers} (full recompute, which recompute_method is for)")
+            self.fail(f"{how} cannot be combined with recompute_method {self.arg('recompute_method')}: Megatron "
+                      "asserts \"recompute method is not yet supported for selective recomputing granularity\" "
+                      "(arguments.py:1371)", f"set recompute_method=null{full}")
         if self.arg("recompute_granularity") == "full" and (
                 self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
             # name only what is missing, each as a `--set` that a user (or a script) can follow

@@ -205,6 +205,10 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
     """A flag of an older Megatron that the pin parses and then stops on (exit() or an assert in validate_args)."""
     for dest, (how, message, hint) in STOPPED_BY_VALIDATE_ARGS.items():
         if arg(dest) not in (None, False):
+            if dest == "checkpoint_activations":  # selective recompute takes no method or layer count
+                left = "".join(f" --set {d}=null" for d in ("recompute_method", "recompute_num_layers")
+                               if arg(d) is not None)
+                hint = hint.replace("recompute_activations=true", f"recompute_activations=true{left}", 1)
             fail(f"{dest} is a flag of an older Megatron: the pinned Megatron's validate_args {how}: \"{message}\"",
                  hint.format(value=arg(dest)), "validate")
 

@@ -43,6 +43,10 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "checkpoint_activations with a recompute method": (["checkpoint_activations=true", "recompute_method=uniform",
+                                                        "recompute_num_layers=1"], False),
+    "recompute_activations with a recompute method": (["recompute_activations=true", "recompute_method=uniform"],
+                                                      False),
     "wsd in samples at an iteration length": (["lr_decay_style=WSD", "lr_wsd_decay_samples=3200"], False),
     "wsd without its length": (["lr_decay_style=WSD"], False),
     "samples with every iteration setting": (["train_iters=null", "train_samples=3200000",
@@ -140,6 +144,15 @@ def test_checkpoint_activations_is_refused_with_megatrons_own_replacement():
     assert "validate_args calls exit(), so the job ends with status 0 before any training" in text
     assert "--checkpoint-activations is no longer valid, use --recompute-activations" in text
     assert "--set recompute_activations=true" in text
+
+
+def test_recompute_activations_is_selective_recompute_and_takes_no_method():
+    # seen by varying imported jobs: a script's recompute_method with --recompute-activations was accepted, and
+    # validate_args (which turns recompute_activations into selective granularity first) asserts
+    text = refused(["recompute_activations=true", "recompute_method=block"])
+    assert "recompute_activations cannot be combined with recompute_method block" in text
+    assert "recompute method is not yet supported for selective recomputing granularity" in text
+    assert "hint: set recompute_method=null" in text
 
 
 def test_the_unit_switch_names_the_wsd_decay_of_the_other_unit():
