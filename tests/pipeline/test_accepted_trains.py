@@ -43,6 +43,13 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "per-layer CUDA graphs with full recompute": (["cuda_graph_impl=local", "recompute_granularity=full",
+                                                   "recompute_method=uniform", "recompute_num_layers=1"], False),
+    "the deprecated CUDA graph flag with graphed attention recompute": (
+        ["enable_cuda_graph=true", "recompute_activations=true", "attention_dropout=0.1"], False),
+    "per-layer CUDA graphs with graphed MLP recompute": (
+        ["cuda_graph_impl=local", "recompute_activations=true", "recompute_modules=[mlp]", "hidden_dropout=0.1"],
+        False),
     "checkpoint_activations with a recompute method": (["checkpoint_activations=true", "recompute_method=uniform",
                                                         "recompute_num_layers=1"], False),
     "recompute_activations with a recompute method": (["recompute_activations=true", "recompute_method=uniform"],
