@@ -181,6 +181,18 @@ def async_save(arg: Arg, fail: Fail, te: bool = False) -> None:
              "torch_dist", "runtime")
 
 
+def attention_backend_local(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """--attention-backend local names Megatron's own local layer spec: validate_args asserts the spec is it
+    (arguments.py:430); the launcher's SDPA spec, or TE's (no --spec), is another."""
+    spec = arg("spec")
+    spec = spec.split() if isinstance(spec, str) else list(spec or [])
+    if arg("attention_backend") == "local" and not (spec and spec[0] == "local"):
+        fail(f"attention_backend local with {'--spec ' + ' '.join(spec) if spec else 'no --spec'}: the pinned "
+             "Megatron's validate_args asserts \"--attention-backend local is only supported with --spec local\" "
+             "(arguments.py:430)", "set attention_backend=auto (the job's layer spec chooses its attention)",
+             "validate")
+
+
 # Old flags the pin still parses only to stop on them in validate_args (arguments.py at the pin): dest → (how it
 # stops, Megatron's own message, the settings that mean what the flag meant).
 STOPPED_BY_VALIDATE_ARGS = {
@@ -213,8 +225,8 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                  hint.format(value=arg(dest)), "validate")
 
 
-RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
-         bf16_end_layers)
+RULES = (stopped_by_validate_args, attention_backend_local, value_ranges, query_groups, experts, attention_mask,
+         async_save, no_rope_layers, bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:
