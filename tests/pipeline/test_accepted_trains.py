@@ -43,6 +43,8 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "squared ReLU with the fused bias GeLU": (["squared_relu=true"], False),
+    "squared ReLU with SwiGLU": (["squared_relu=true", "swiglu=true"], False),
     "the local attention backend on the launcher's spec": (["attention_backend=local"], False),
     "the local attention backend on TE's spec": (["attention_backend=local"], True),
     "per-layer CUDA graphs with full recompute": (["cuda_graph_impl=local", "recompute_granularity=full",
