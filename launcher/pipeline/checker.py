@@ -606,22 +606,29 @@ class _Checker:
 
     def optimizer_overlap(self, vpp: int | None) -> None:
         dist_opt = self.arg("use_distributed_optimizer")
+        # with torch FSDP2 the distributed optimizer is refused (target_rules.torch_fsdp2): the way out is the overlap
+        turn_on = "" if self.arg("use_torch_fsdp2") else "use_distributed_optimizer=true, or "
         if self.arg("overlap_param_gather"):
             if not (dist_opt or self.arg("use_megatron_fsdp")):
-                self.fail("overlap_param_gather needs use_distributed_optimizer", "set use_distributed_optimizer=true")
+                self.fail("overlap_param_gather needs use_distributed_optimizer (it gathers the parameters the "
+                          "distributed optimizer shards)", f"set {turn_on}overlap_param_gather=false")
             if not self.arg("overlap_grad_reduce"):
                 self.fail("overlap_param_gather needs overlap_grad_reduce", "set overlap_grad_reduce=true")
         if self.arg("overlap_param_gather_with_optimizer_step"):
+            off = "overlap_param_gather_with_optimizer_step=false"
             if not dist_opt:
-                self.fail("overlap_param_gather_with_optimizer_step needs use_distributed_optimizer")
+                self.fail("overlap_param_gather_with_optimizer_step needs use_distributed_optimizer",
+                          f"set {off}, or use_distributed_optimizer=true")
             if not self.arg("overlap_param_gather"):
-                self.fail("overlap_param_gather_with_optimizer_step needs overlap_param_gather")
+                self.fail("overlap_param_gather_with_optimizer_step needs overlap_param_gather", f"set {off}")
             if vpp is None:
-                self.fail("overlap_param_gather_with_optimizer_step needs the interleaved pipeline schedule")
+                self.fail("overlap_param_gather_with_optimizer_step needs the interleaved pipeline schedule",
+                          f"set {off} (or use a virtual pipeline at PP > 1)")
             if self.arg("ckpt_format") != "torch":
-                self.fail("overlap_param_gather_with_optimizer_step needs ckpt_format torch")
+                self.fail("overlap_param_gather_with_optimizer_step needs ckpt_format torch", f"set {off}")
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
-            self.fail("fp8_param_gather needs use_distributed_optimizer")
+            self.fail("fp8_param_gather needs use_distributed_optimizer",
+                      f"set {turn_on}fp8_param_gather=false")
         if self.arg("fp8_param_gather") and not self.arg("fp8"):  # TransformerConfig: fp8_param needs fp8 mode
             unset = " ".join(f"--set {a}" for a in drop("fp8", self.arg)[1:])
             self.fail("fp8_param_gather needs fp8 (fp8_format)", f"drop it and what only fp8 reads: {unset}, or set "

@@ -136,7 +136,8 @@ def torch_fsdp2(c: Any) -> None:
     if c.arg("expert_model_parallel_size") != 1:
         c.fail(f"{what} does not support expert parallelism", "set expert_model_parallel_size=1")
     if c.arg("use_distributed_optimizer"):
-        c.fail(f"{what} does not work with Megatron's distributed optimizer", "set use_distributed_optimizer=false")
+        c.fail(f"{what} does not work with Megatron's distributed optimizer",
+               f"{with_drops('set use_distributed_optimizer=false', c.arg)} (FSDP2 shards the optimizer itself)")
     if gradient_accumulation_fusion(c):
         c.fail(f"{what} does not support gradient accumulation fusion (on by default with apex)",
                "set gradient_accumulation_fusion=false (--no-gradient-accumulation-fusion)")

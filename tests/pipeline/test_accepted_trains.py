@@ -43,6 +43,12 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "torch FSDP2 with the distributed optimizer's overlap": (
+        ["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
+         "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"], False),
+    "the param gather overlapped with the step at PP 1": (["use_distributed_optimizer=true",
+                                                           "overlap_param_gather_with_optimizer_step=true"], False),
+    "fp8 param gather without the distributed optimizer": (["fp8_format=e4m3", "fp8_param_gather=true"], True),
     "squared ReLU with the fused bias GeLU": (["squared_relu=true"], False),
     "squared ReLU with SwiGLU": (["squared_relu=true", "swiglu=true"], False),
     "the local attention backend on the launcher's spec": (["attention_backend=local"], False),
@@ -164,6 +170,17 @@ def test_recompute_activations_is_selective_recompute_and_takes_no_method():
     assert "recompute_activations cannot be combined with recompute_method block" in text
     assert "recompute method is not yet supported for selective recomputing granularity" in text
     assert "hint: set recompute_method=null" in text
+
+
+def test_dropping_the_distributed_optimizer_for_fsdp2_drops_its_overlap():
+    # seen by varying imported jobs: "set use_distributed_optimizer=false" was answered by "overlap_param_gather needs
+    # use_distributed_optimizer / set use_distributed_optimizer=true", a circle
+    text = refused(["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
+                    "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"])
+    assert "--set use_distributed_optimizer=false --set overlap_param_gather=false" in text
+    text = refused(["use_torch_fsdp2=true", "overlap_grad_reduce=true", "overlap_param_gather=true",
+                    "untie_embeddings_and_output_weights=true"])
+    assert "hint: set overlap_param_gather=false" in text and "use_distributed_optimizer=true" not in text
 
 
 def test_the_unit_switch_names_the_wsd_decay_of_the_other_unit():
