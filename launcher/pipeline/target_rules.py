@@ -218,8 +218,13 @@ def without_te(c: Any) -> None:
     recomputed = checkpointed_without_output(c.arg)
     if not c.te and "layernorm" in recomputed:
         rest = ",".join(m for m in recomputed if m != "layernorm")
-        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, f"drop layernorm from recompute_modules (--set recompute_modules="
-               f"[{rest}]), or run in a Transformer Engine container (transformer_engine: true)", stage="runtime")
+        # an empty list is refused (recompute_modules needs a value): layernorm alone is dropped with the recompute
+        off = " --set recompute_activations=false" if c.arg("recompute_activations") else ""
+        drop = (f"drop layernorm from recompute_modules (--set recompute_modules=[{rest}])" if rest else
+                f"drop the selective recompute of layernorm: --set recompute_granularity=null --set "
+                f"recompute_modules=null{off}")
+        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, f"{drop}, or run in a Transformer Engine container "
+               "(transformer_engine: true)", stage="runtime")
     if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
         if c.arg("transformer_impl") != "transformer_engine" or not c.te:
             c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")

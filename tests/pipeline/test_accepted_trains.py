@@ -43,6 +43,10 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "selective recompute of layernorm alone without TE": (["recompute_granularity=selective",
+                                                            "recompute_modules=[layernorm]"], False),
+    "recompute_activations of layernorm alone without TE": (["recompute_activations=true",
+                                                              "recompute_modules=[layernorm]"], False),
     "torch FSDP2 with the distributed optimizer's overlap": (
         ["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
          "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"], False),
