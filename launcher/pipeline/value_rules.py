@@ -221,6 +221,10 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                 left = "".join(f" --set {d}=null" for d in ("recompute_method", "recompute_num_layers")
                                if arg(d) is not None)
                 hint = hint.replace("recompute_activations=true", f"recompute_activations=true{left}", 1)
+            batch = arg("global_batch_size")
+            if dest == "batch_size" and _number(batch) and _number(arg(dest)) and arg(dest) > 0 \
+                    and batch % arg(dest):  # the old per-GPU batch does not divide the global one: let it follow
+                hint = hint.replace(" (the old", " --set global_batch_size=null (the old", 1)
             fail(f"{dest} is a flag of an older Megatron: the pinned Megatron's validate_args {how}: \"{message}\"",
                  hint.format(value=arg(dest)), "validate")
 

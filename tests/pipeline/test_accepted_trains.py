@@ -43,6 +43,7 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "batch_size that does not divide the global batch": (["batch_size=3"], False),
     "selective recompute of layernorm alone without TE": (["recompute_granularity=selective",
                                                             "recompute_modules=[layernorm]"], False),
     "recompute_activations of layernorm alone without TE": (["recompute_activations=true",
