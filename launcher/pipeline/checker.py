@@ -782,6 +782,16 @@ class _Checker:
             self.fail(f"{how} cannot be combined with recompute_method {self.arg('recompute_method')}: Megatron "
                       "asserts \"recompute method is not yet supported for selective recomputing granularity\" "
                       "(arguments.py:1371)", f"set recompute_method=null{full}")
+        given_type = self.preset.arg("position_embedding_type")
+        if (self.arg("mtp_num_layers") or 0) > 0 and given_type not in ("rope", "none") and \
+                self.arg("position_embedding_type") in ("rope", "none"):
+            # validate_args checks MTP's position embedding (arguments.py:872) before it turns the old
+            # --use-rotary-position-embeddings into rope (arguments.py:1457): the check sees the type as given
+            self.fail(f"multi-token prediction (mtp_num_layers {self.arg('mtp_num_layers')}) with "
+                      f"use_rotary_position_embeddings and position_embedding_type {given_type}: Megatron checks MTP's "
+                      "position embedding before it turns the old flag into rope and asserts \"Multi-Token Prediction "
+                      f"(MTP) is not supported with {given_type} position embedding type\" (arguments.py:872)",
+                      "set position_embedding_type=rope --set use_rotary_position_embeddings=false")
         if self.arg("recompute_granularity") == "full" and (
                 self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
             # name only what is missing, each as a `--set` that a user (or a script) can follow

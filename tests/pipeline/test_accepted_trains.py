@@ -43,6 +43,8 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "multi-token prediction with the old rotary flag": (["mtp_num_layers=1", "use_rotary_position_embeddings=true"],
+                                                        False),
     "batch_size that does not divide the global batch": (["batch_size=3"], False),
     "selective recompute of layernorm alone without TE": (["recompute_granularity=selective",
                                                             "recompute_modules=[layernorm]"], False),
@@ -186,6 +188,13 @@ def test_dropping_the_distributed_optimizer_for_fsdp2_drops_its_overlap():
     text = refused(["use_torch_fsdp2=true", "overlap_grad_reduce=true", "overlap_param_gather=true",
                     "untie_embeddings_and_output_weights=true"])
     assert "hint: set overlap_param_gather=false" in text and "use_distributed_optimizer=true" not in text
+
+
+def test_multi_token_prediction_sees_the_position_embedding_before_the_old_rotary_flag_is_read():
+    # seen by varying an imported script (--use-rotary-position-embeddings): accepted, and validate_args asserted
+    text = refused(["mtp_num_layers=1", "use_rotary_position_embeddings=true"])
+    assert "Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type" in text
+    assert "hint: set position_embedding_type=rope --set use_rotary_position_embeddings=false" in text
 
 
 def test_the_unit_switch_names_the_wsd_decay_of_the_other_unit():
