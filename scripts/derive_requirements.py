@@ -423,6 +423,11 @@ RULES = [
          ("core/transformer/transformer_config.py", r"When bias_activation_fusion is True, activation function should"),
          "the fused bias-activation kernels are GeLU's and SwiGLU's, not squared ReLU's",
          "set bias_gelu_fusion=false"),
+    rule("inference-fuse-tp-communication", {"inference_fuse_tp_communication": True},
+         {"setting": {"transformer_impl": "inference_optimized"}},
+         ("core/transformer/transformer_config.py", r"\"inference_fuse_tp_communication is only supported \""),
+         "the fused reduce-scatter/norm/all-gather kernel belongs to the inference-optimized layers (an inference "
+         "setting; a training job has no use for it)", "set inference_fuse_tp_communication=false"),
     rule("mla-rotary-interleaved", {"multi_latent_attention": True, "rotary_interleaved": True},
          {"setting": {"rotary_interleaved": False}},
          ("core/transformer/transformer_config.py", r"rotary_interleaved does not work with multi_latent_attention"),

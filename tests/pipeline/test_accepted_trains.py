@@ -43,6 +43,7 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "an inference-only fused TP kernel in training": (["inference_fuse_tp_communication=true"], False),
     "multi-token prediction with the old rotary flag": (["mtp_num_layers=1", "use_rotary_position_embeddings=true"],
                                                         False),
     "batch_size that does not divide the global batch": (["batch_size=3"], False),
