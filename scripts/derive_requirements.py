@@ -278,7 +278,8 @@ RULES = [
          {"setting": {"use_precision_aware_optimizer": True}},
          ("training/arguments.py", r"The optimizer cpu offload must be used in conjunction with `--use-precision"),
          "the hybrid device optimizer is the precision-aware one",
-         "set optimizer_cpu_offload=false, or use_precision_aware_optimizer=true"),
+         "set optimizer_cpu_offload=false, or use_precision_aware_optimizer=true --set "
+         "use_distributed_optimizer=true"),
     rule("load-main-params-no-optim", {"load_main_params_from_ckpt": True}, {"setting": {"no_load_optim": True}},
          ("training/arguments.py", r"--load-main-params-from-ckpt must be used with --no-load-optim"),
          "the main parameters come from the checkpoint in place of the optimizer state",

@@ -638,6 +638,7 @@ class _Checker:
             self.fail("use_precision_aware_optimizer needs the distributed optimizer: Megatron asserts it when it "
                       "creates the optimizer", "set use_distributed_optimizer=true, or use_precision_aware_optimizer="
                       "false", stage="runtime")
+        with_dist_opt = "" if dist_opt or self.arg("use_megatron_fsdp") else " --set use_distributed_optimizer=true"
         lowered = [f"{name} {self.arg(name)}" for name in PRECISION_AWARE_DTYPES
                    if self.arg(name) not in (None, "fp32")]
         if lowered and not self.arg("use_precision_aware_optimizer"):
@@ -646,13 +647,15 @@ class _Checker:
             self.fail(f"{', '.join(lowered)} needs use_precision_aware_optimizer: Megatron asserts each of them is "
                       "fp32 otherwise when it creates the optimizer",
                       " ".join(f"--set {name}=fp32" for name in PRECISION_AWARE_DTYPES
-                               if self.arg(name) not in (None, "fp32")) + ", or use_precision_aware_optimizer=true "
-                      "(with Transformer Engine)", stage="runtime")
+                               if self.arg(name) not in (None, "fp32")) + (
+                          # that optimizer needs the distributed one, and TE's FusedAdam (requirements row)
+                          f", or use_precision_aware_optimizer=true{with_dist_opt}" if self.te else ""),
+                      stage="runtime")
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "
                       "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false, or fp8_param_gather="
-                      "true with fp8", stage="runtime")
+                      f"true{with_dist_opt} with fp8", stage="runtime")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:

@@ -43,6 +43,8 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "optimizer CPU offload without the precision-aware optimizer": (["optimizer_cpu_offload=true"], False),
+    "a lower optimizer precision with TE": (["exp_avg_dtype=bf16"], True),
     "an inference-only fused TP kernel in training": (["inference_fuse_tp_communication=true"], False),
     "multi-token prediction with the old rotary flag": (["mtp_num_layers=1", "use_rotary_position_embeddings=true"],
                                                         False),
