@@ -95,6 +95,17 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
         fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
+    balancing = arg("moe_router_load_balancing_type")
+    balancing = [balancing] if isinstance(balancing, str) else list(balancing or [])
+    capacity = arg("moe_expert_capacity_factor")
+    if _number(capacity) and capacity >= 0 and "sinkhorn" in balancing:
+        # TransformerConfig (transformer_config.py:1481): token dropping needs the router's own balancing losses
+        kept = [b for b in balancing if b != "sinkhorn"] or ["aux_loss"]
+        fail(f"moe_expert_capacity_factor {capacity} with moe_router_load_balancing_type sinkhorn: Megatron's "
+             "TransformerConfig raises \"moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, "
+             "global_aux_loss or none load balancing\"",
+             f"set moe_expert_capacity_factor=null (no token dropping), or moe_router_load_balancing_type="
+             f"{' '.join(kept)}")
     groups, group_topk = arg("moe_router_num_groups"), arg("moe_router_group_topk")
     if _number(groups) and groups < 0:  # 0, like unset, means no groups to Megatron
         fail(f"moe_router_num_groups must be at least 1, got {groups}", "set moe_router_num_groups=null (no groups)")
@@ -221,6 +232,9 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                 left = "".join(f" --set {d}=null" for d in ("recompute_method", "recompute_num_layers")
                                if arg(d) is not None)
                 hint = hint.replace("recompute_activations=true", f"recompute_activations=true{left}", 1)
+                if arg("recompute_activations"):  # it would turn the full recompute of the other way selective
+                    hint = hint.replace("recompute_granularity=full", "recompute_activations=false --set "
+                                        "recompute_granularity=full", 1)
             batch = arg("global_batch_size")
             if dest == "batch_size" and _number(batch) and _number(arg(dest)) and arg(dest) > 0 \
                     and batch % arg(dest):  # the old per-GPU batch does not divide the global one: let it follow

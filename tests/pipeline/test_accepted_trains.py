@@ -43,6 +43,9 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "an expert capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
+                                                    "moe_router_load_balancing_type=sinkhorn",
+                                                    "moe_expert_capacity_factor=1.0"], False),
     "optimizer CPU offload without the precision-aware optimizer": (["optimizer_cpu_offload=true"], False),
     "a lower optimizer precision with TE": (["exp_avg_dtype=bf16"], True),
     "an inference-only fused TP kernel in training": (["inference_fuse_tp_communication=true"], False),
