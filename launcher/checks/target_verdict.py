@@ -48,7 +48,9 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
     here = where.meant_here(job)
     # A refused layout has no estimate; the rest is still said, all problems at once. Here, the launch's own check
     # holds the estimate to this machine's GPU (checks.capacity).
-    estimated = not problems
+    # A refused layout has no estimate; a job refused only for what comes after start-up (a kernel at the first
+    # step, a package) has its layout, and its memory is said with the rest, not after they are fixed
+    estimated = not problems or not any(p.stage == "validate" for p in problems)
     warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
     if here and launch_checks:
         said, refused = checks_before_launch(job, process_env(), capacity=estimated)
