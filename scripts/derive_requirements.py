@@ -434,6 +434,12 @@ RULES = [
          ("core/transformer/transformer_config.py", r"\"inference_fuse_tp_communication is only supported \""),
          "the fused reduce-scatter/norm/all-gather kernel belongs to the inference-optimized layers (an inference "
          "setting; a training job has no use for it)", "set inference_fuse_tp_communication=false"),
+    rule("deepep-pad-to-capacity", {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "deepep",
+                                    "moe_pad_expert_input_to_capacity": True, "num_experts": {"given": True}},
+         {"setting": {"moe_pad_expert_input_to_capacity": False}},
+         ("core/transformer/transformer_config.py", r"\"Flex token dispatcher with deepep backend does not support \""),
+         "DeepEP exchanges exactly the routed tokens, without padding to the capacity",
+         "set moe_pad_expert_input_to_capacity=false, or moe_token_dispatcher_type=alltoall"),
     rule("mla-rotary-interleaved", {"multi_latent_attention": True, "rotary_interleaved": True},
          {"setting": {"rotary_interleaved": False}},
          ("core/transformer/transformer_config.py", r"rotary_interleaved does not work with multi_latent_attention"),

@@ -43,6 +43,9 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "DeepEP with padding to capacity": (["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=flex",
+                                         "moe_expert_capacity_factor=1.0", "moe_pad_expert_input_to_capacity=true"],
+                                        True),
     "an expert capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
                                                     "moe_router_load_balancing_type=sinkhorn",
                                                     "moe_expert_capacity_factor=1.0"], False),
