@@ -51,7 +51,12 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
     # A refused layout has no estimate; a job refused for other things (a value Megatron asserts, a kernel at the
     # first step, a package) has its layout, and its memory is said with the rest, not after they are fixed
     estimated = not problems or layout_adds_up(job)
-    warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
+    try:
+        warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
+    except (ValueError, TypeError, ArithmeticError, KeyError, IndexError) if problems else ():
+        # a setting the checks already refuse (a layout string with unknown letters) may leave nothing to
+        # estimate: those problems say what to fix; the estimate comes once they are fixed
+        warnings, found, estimated = [], [], False
     if here and launch_checks:
         said, refused = checks_before_launch(job, process_env(), capacity=estimated)
         warnings += said
