@@ -208,6 +208,7 @@ class Variation:
     problems: list[str] = field(default_factory=list)
     hints: list[dict] = field(default_factory=list)  # each way out followed: its sets, problems before/after
     megatron: str = ""  # ok | the stage and error | not asked
+    rehearsal: str = ""  # with --rehearse: ok | the stage and error of one training step on CPU
     findings: list[str] = field(default_factory=list)  # what is wrong: a hint that does not arrive, a disagreement
 
 
@@ -311,7 +312,8 @@ class Megatron:
         self.checker.close()
 
 
-def judge(variation: Variation, base: Base, empty: Path, megatron: Megatron | None) -> None:
+def judge(variation: Variation, base: Base, empty: Path, megatron: Megatron | None) -> object | None:
+    """Judge one variation; returns the accepted job (as varied or after its hints), None when refused."""
     sets = [s.replace(EMPTY, str(empty)) for s in variation.sets]
     overrides = [*base.overrides, *sets]
     problems, job = problems_of(base.preset, overrides)
@@ -328,6 +330,27 @@ def judge(variation: Variation, base: Base, empty: Path, megatron: Megatron | No
         elif variation.megatron != "ok":
             how = "as varied" if not problems else "after its hints"
             variation.findings.append(f"accepted {how}, Megatron refuses: {variation.megatron}")
+            return None
+    return job
+
+
+def rehearse(pairs: list[tuple[Variation, object]], checkout: Path, limit: int, rng: random.Random) -> None:
+    """One training step on CPU (launcher/checks/rehearsal.py, what `launch --check --rehearse` runs) of up to
+    `limit` accepted jobs with distinct settings, in one worker: a first step that fails is a finding."""
+    from launcher.checks.rehearsal import Rehearser, settings_here
+
+    distinct: dict[str, tuple[Variation, object]] = {}
+    for variation, job in pairs:
+        distinct.setdefault(json.dumps(settings_here(job)[0], sort_keys=True, default=str), (variation, job))
+    chosen = rng.sample(list(distinct.values()), min(limit, len(distinct)))
+    with Rehearser(checkout) as worker:
+        for variation, job in chosen:
+            from launcher.checks.megatron_verdict import target_env
+
+            result = worker.rehearse(settings_here(job)[0], target_env(job))
+            variation.rehearsal = "ok" if result.ok else f"{result.stage}: {result.error}"[:300]
+            if not result.ok and result.stage != "setup":
+                variation.findings.append(f"accepted, its first step on CPU fails: {variation.rehearsal}")
 
 
 def warned_package(job, error: str) -> bool:
@@ -408,6 +431,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ftm", type=int, default=8, help="functional-test configurations sampled as bases")
     parser.add_argument("--megatron-path", type=Path, default=None)
     parser.add_argument("--no-megatron", action="store_true")
+    parser.add_argument("--rehearse", type=int, default=0, metavar="N",
+                        help="also train one step on CPU of N accepted jobs (needs --megatron-path)")
     parser.add_argument("--pairs", type=int, default=200, help="mutations two at a time")
     parser.add_argument("--only", default="", help="only mutations whose label contains this")
     args = parser.parse_args(argv)
@@ -423,15 +448,22 @@ def main(argv: list[str] | None = None) -> int:
         found = bases(work, args.megatron_path, args.ftm, rng)
         chosen = {k: v for k, v in MUTATIONS.items() if args.only in k}
         jobs = variations(found, args.per_mutation, rng, chosen, args.pairs)
+        accepted = []
+        for base, variation in jobs:
+            job = judge(variation, base, empty, megatron)
+            if job is not None:
+                accepted.append((variation, job))
+        if args.rehearse and args.megatron_path:
+            rehearse(accepted, args.megatron_path, args.rehearse, rng)
         with (args.out / "variations.jsonl").open("w") as out:
             for base, variation in jobs:
-                judge(variation, base, empty, megatron)
                 out.write(json.dumps(asdict(variation)) + "\n")
-                out.flush()
                 counts[variation.launcher] += 1
                 counts["with findings"] += bool(variation.findings)
                 counts["disagree with Megatron"] += any("Megatron refuses" in f for f in variation.findings)
                 counts["hints that do not arrive"] += sum(not f.startswith("accepted") for f in variation.findings)
+                counts["rehearsed"] += bool(variation.rehearsal)
+                counts["first step fails"] += any("first step" in f for f in variation.findings)
                 for finding in variation.findings:
                     print(f"{variation.base} + {variation.mutation}: {finding}", flush=True)
     if megatron:

@@ -40,6 +40,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     context_parallel_sizes(c, cp)
     connections(c, tp, cp)
     moe_overlap(c, vpp)
+    flex_dispatcher(c, tp)
     torch_fsdp2(c)
     megatron_fsdp(c)
     deterministic(c)
@@ -98,6 +99,19 @@ def _product(values: list[int]) -> int:
     for v in values:
         out *= v
     return out
+
+
+def flex_dispatcher(c: Any, tp: int) -> None:
+    """The flex token dispatcher's DeepEP backend exchanges tokens over the TP×EP group: Megatron asserts that group
+    has more than one rank when it builds the MoE layer (token_dispatcher.py:1422)."""
+    if not c.arg("num_experts") or c.arg("moe_token_dispatcher_type") != "flex":
+        return
+    ep = c.arg("expert_model_parallel_size") or 1
+    if (c.arg("moe_flex_dispatcher_backend") == "deepep" or c.arg("moe_enable_deepep")) and tp * ep <= 1:
+        c.fail(f"moe_token_dispatcher_type flex with the DeepEP backend at TP {tp} · EP {ep}: Megatron asserts "
+               "\"DeepEP dispatcher requires TPxEP > 1\" when it builds the MoE layer (token_dispatcher.py:1422)",
+               "set moe_token_dispatcher_type=alltoall (at TP·EP 1 no token leaves its GPU), or raise "
+               "expert_model_parallel_size", stage="runtime")
 
 
 def moe_overlap(c: Any, vpp: int | None) -> None:

@@ -43,6 +43,8 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "the flex dispatcher at TP 1 and EP 1": (["num_experts=4", "add_bias_linear=false",
+                                              "moe_token_dispatcher_type=flex"], True),
     "DeepEP with padding to capacity": (["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=flex",
                                          "moe_expert_capacity_factor=1.0", "moe_pad_expert_input_to_capacity=true"],
                                         True),
