@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.rehearse and args.megatron_path:
             rehearse(accepted, args.megatron_path, args.rehearse, rng)
         with (args.out / "variations.jsonl").open("w") as out:
-            for base, variation in jobs:
+            for _base, variation in jobs:
                 out.write(json.dumps(asdict(variation)) + "\n")
                 counts[variation.launcher] += 1
                 counts["with findings"] += bool(variation.findings)

@@ -53,7 +53,9 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
     estimated = not problems or layout_adds_up(job)
     try:
         warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
-    except (ValueError, TypeError, ArithmeticError, KeyError, IndexError) if problems else ():
+    except (ValueError, TypeError, ArithmeticError, KeyError, IndexError):
+        if not problems:
+            raise
         # a setting the checks already refuse (a layout string with unknown letters) may leave nothing to
         # estimate: those problems say what to fix; the estimate comes once they are fixed
         warnings, found, estimated = [], [], False
