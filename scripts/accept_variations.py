@@ -351,6 +351,7 @@ def rehearse(pairs: list[tuple[Variation, object]], checkout: Path, limit: int, 
             variation.rehearsal = "ok" if result.ok else f"{result.stage}: {result.error}"[:300]
             if not result.ok and result.stage != "setup":
                 variation.findings.append(f"accepted, its first step on CPU fails: {variation.rehearsal}")
+                print(f"{variation.base} + {variation.mutation}: rehearsal: {variation.rehearsal}", flush=True)
 
 
 def warned_package(job, error: str) -> bool:
