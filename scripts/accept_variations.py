@@ -433,7 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--megatron-path", type=Path, default=None)
     parser.add_argument("--no-megatron", action="store_true")
     parser.add_argument("--rehearse", type=int, default=0, metavar="N",
-                        help="also train one step on CPU of N accepted jobs (needs --megatron-path)")
+                        help="also train one step on CPU of N accepted jobs (needs --megatron-path; slow: keep N "
+                             "small, one worker serves them all, and a killed run may leave that worker behind)")
     parser.add_argument("--pairs", type=int, default=200, help="mutations two at a time")
     parser.add_argument("--only", default="", help="only mutations whose label contains this")
     args = parser.parse_args(argv)
