@@ -48,8 +48,17 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
     here = where.meant_here(job)
     # A refused layout has no estimate; the rest is still said, all problems at once. Here, the launch's own check
     # holds the estimate to this machine's GPU (checks.capacity).
-    estimated = not problems
-    warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
+    # A refused layout has no estimate; a job refused for other things (a value Megatron asserts, a kernel at the
+    # first step, a package) has its layout, and its memory is said with the rest, not after they are fixed
+    estimated = not problems or layout_adds_up(job)
+    try:
+        warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
+    except (ValueError, TypeError, ArithmeticError, KeyError, IndexError):
+        if not problems:
+            raise
+        # a setting the checks already refuse (a layout string with unknown letters) may leave nothing to
+        # estimate: those problems say what to fix; the estimate comes once they are fixed
+        warnings, found, estimated = [], [], False
     if here and launch_checks:
         said, refused = checks_before_launch(job, process_env(), capacity=estimated)
         warnings += said
@@ -58,6 +67,17 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
         warnings += target_package_warnings(job)
     fresh = [w for w in warnings if w not in job.warnings]
     return replace(job, warnings=(*job.warnings, *fresh)), [*problems, *found]
+
+
+def layout_adds_up(job: ResolvedJob) -> bool:
+    """TP·PP·CP·DP is the world and micro batch × DP × microbatches the global batch: the layout the checks derived
+    is whole, whatever else they refused."""
+    lay = job.layout
+    numbers = (lay.tp, lay.pp, lay.cp, lay.dp, lay.world_size, lay.micro_batch_size, lay.num_microbatches,
+               lay.global_batch_size)
+    return all(isinstance(n, int) and n >= 1 for n in numbers) and \
+        lay.model_parallel_size * lay.dp == lay.world_size and \
+        lay.micro_batch_size * lay.dp * lay.num_microbatches == lay.global_batch_size
 
 
 def checks_before_launch(job: ResolvedJob, process_env: Mapping[str, str],

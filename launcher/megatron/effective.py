@@ -61,6 +61,11 @@ def with_defaults(given: Mapping[str, Any]) -> dict[str, Any]:
 Step = tuple[str, bool, Callable[[dict[str, Any], int | None], tuple[dict[str, Any], str]]]
 
 
+def _recompute_activations(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any], str]:
+    """--recompute-activations is selective recompute: validate_args sets the granularity before its checks."""
+    return ({"recompute_granularity": "selective"}, "") if s["recompute_activations"] else ({}, "")
+
+
 def _no_interleaving(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any], str]:
     if vpp is not None:
         return {}, ""
@@ -160,6 +165,7 @@ def _microbatch_group(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any
 
 # In validate_args' order; `always`: warned even when the preset did not set the rewritten setting itself.
 STEPS: tuple[Step, ...] = (
+    ("arguments.py:605", False, _recompute_activations),
     ("arguments.py:774", True, _mtp_pattern),
     ("arguments.py:991", False, _no_interleaving),
     ("arguments.py:1119", True, _megatron_fsdp),

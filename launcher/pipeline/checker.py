@@ -606,22 +606,29 @@ class _Checker:
 
     def optimizer_overlap(self, vpp: int | None) -> None:
         dist_opt = self.arg("use_distributed_optimizer")
+        # with torch FSDP2 the distributed optimizer is refused (target_rules.torch_fsdp2): the way out is the overlap
+        turn_on = "" if self.arg("use_torch_fsdp2") else "use_distributed_optimizer=true, or "
         if self.arg("overlap_param_gather"):
             if not (dist_opt or self.arg("use_megatron_fsdp")):
-                self.fail("overlap_param_gather needs use_distributed_optimizer", "set use_distributed_optimizer=true")
+                self.fail("overlap_param_gather needs use_distributed_optimizer (it gathers the parameters the "
+                          "distributed optimizer shards)", f"set {turn_on}overlap_param_gather=false")
             if not self.arg("overlap_grad_reduce"):
                 self.fail("overlap_param_gather needs overlap_grad_reduce", "set overlap_grad_reduce=true")
         if self.arg("overlap_param_gather_with_optimizer_step"):
+            off = "overlap_param_gather_with_optimizer_step=false"
             if not dist_opt:
-                self.fail("overlap_param_gather_with_optimizer_step needs use_distributed_optimizer")
+                self.fail("overlap_param_gather_with_optimizer_step needs use_distributed_optimizer",
+                          f"set {off}, or use_distributed_optimizer=true")
             if not self.arg("overlap_param_gather"):
-                self.fail("overlap_param_gather_with_optimizer_step needs overlap_param_gather")
+                self.fail("overlap_param_gather_with_optimizer_step needs overlap_param_gather", f"set {off}")
             if vpp is None:
-                self.fail("overlap_param_gather_with_optimizer_step needs the interleaved pipeline schedule")
+                self.fail("overlap_param_gather_with_optimizer_step needs the interleaved pipeline schedule",
+                          f"set {off} (or use a virtual pipeline at PP > 1)")
             if self.arg("ckpt_format") != "torch":
-                self.fail("overlap_param_gather_with_optimizer_step needs ckpt_format torch")
+                self.fail("overlap_param_gather_with_optimizer_step needs ckpt_format torch", f"set {off}")
         if self.arg("fp8_param_gather") and not (dist_opt or self.arg("use_megatron_fsdp")):
-            self.fail("fp8_param_gather needs use_distributed_optimizer")
+            self.fail("fp8_param_gather needs use_distributed_optimizer",
+                      f"set {turn_on}fp8_param_gather=false")
         if self.arg("fp8_param_gather") and not self.arg("fp8"):  # TransformerConfig: fp8_param needs fp8 mode
             unset = " ".join(f"--set {a}" for a in drop("fp8", self.arg)[1:])
             self.fail("fp8_param_gather needs fp8 (fp8_format)", f"drop it and what only fp8 reads: {unset}, or set "
@@ -631,6 +638,7 @@ class _Checker:
             self.fail("use_precision_aware_optimizer needs the distributed optimizer: Megatron asserts it when it "
                       "creates the optimizer", "set use_distributed_optimizer=true, or use_precision_aware_optimizer="
                       "false", stage="runtime")
+        with_dist_opt = "" if dist_opt or self.arg("use_megatron_fsdp") else " --set use_distributed_optimizer=true"
         lowered = [f"{name} {self.arg(name)}" for name in PRECISION_AWARE_DTYPES
                    if self.arg(name) not in (None, "fp32")]
         if lowered and not self.arg("use_precision_aware_optimizer"):
@@ -639,13 +647,15 @@ class _Checker:
             self.fail(f"{', '.join(lowered)} needs use_precision_aware_optimizer: Megatron asserts each of them is "
                       "fp32 otherwise when it creates the optimizer",
                       " ".join(f"--set {name}=fp32" for name in PRECISION_AWARE_DTYPES
-                               if self.arg(name) not in (None, "fp32")) + ", or use_precision_aware_optimizer=true "
-                      "(with Transformer Engine)", stage="runtime")
+                               if self.arg(name) not in (None, "fp32")) + (
+                          # that optimizer needs the distributed one, and TE's FusedAdam (requirements row)
+                          f", or use_precision_aware_optimizer=true{with_dist_opt}" if self.te else ""),
+                      stage="runtime")
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "
                       "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false, or fp8_param_gather="
-                      "true with fp8", stage="runtime")
+                      f"true{with_dist_opt} with fp8", stage="runtime")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:
@@ -767,7 +777,24 @@ class _Checker:
         if mem is not None and mem % self.arg("log_interval"):
             self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}")
         if self.arg("recompute_granularity") == "selective" and self.arg("recompute_method") is not None:
-            self.fail("selective recompute cannot be combined with recompute_method")
+            # recompute_activations is Megatron's spelling of selective recompute (arguments.py:605)
+            how = "recompute_activations" if self.preset.arg("recompute_activations") else "selective recompute"
+            layers = "" if self.arg("recompute_num_layers") is not None else " --set recompute_num_layers=1"
+            full = "" if self.preset.arg("recompute_activations") else (
+                f", or recompute_granularity=full{layers} (full recompute, which recompute_method is for)")
+            self.fail(f"{how} cannot be combined with recompute_method {self.arg('recompute_method')}: Megatron "
+                      "asserts \"recompute method is not yet supported for selective recomputing granularity\" "
+                      "(arguments.py:1371)", f"set recompute_method=null{full}")
+        given_type = self.preset.arg("position_embedding_type")
+        if (self.arg("mtp_num_layers") or 0) > 0 and given_type not in ("rope", "none") and \
+                self.arg("position_embedding_type") in ("rope", "none"):
+            # validate_args checks MTP's position embedding (arguments.py:872) before it turns the old
+            # --use-rotary-position-embeddings into rope (arguments.py:1457): the check sees the type as given
+            self.fail(f"multi-token prediction (mtp_num_layers {self.arg('mtp_num_layers')}) with "
+                      f"use_rotary_position_embeddings and position_embedding_type {given_type}: Megatron checks MTP's "
+                      "position embedding before it turns the old flag into rope and asserts \"Multi-Token Prediction "
+                      f"(MTP) is not supported with {given_type} position embedding type\" (arguments.py:872)",
+                      "set position_embedding_type=rope --set use_rotary_position_embeddings=false")
         if self.arg("recompute_granularity") == "full" and (
                 self.arg("recompute_method") is None or self.arg("recompute_num_layers") is None):
             # name only what is missing, each as a `--set` that a user (or a script) can follow

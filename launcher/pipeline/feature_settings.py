@@ -15,7 +15,9 @@ from launcher.megatron import args as megatron_args
 # optimizer state's lower precisions only under the precision-aware optimizer.
 FEATURE_ONLY = {"fp8": re.compile(r"fp8"),
                 # optimizer_config.py:457-469: without the precision-aware optimizer each of these must stay fp32
-                "use_precision_aware_optimizer": re.compile(r"^(main_grads|main_params|exp_avg|exp_avg_sq)_dtype$")}
+                "use_precision_aware_optimizer": re.compile(r"^(main_grads|main_params|exp_avg|exp_avg_sq)_dtype$"),
+                # the distributed optimizer's own overlaps (checker.optimizer_overlap: each needs it)
+                "use_distributed_optimizer": re.compile(r"^overlap_param_gather(_with_optimizer_step)?$")}
 
 
 def _yaml(value: Any) -> str:

@@ -15,6 +15,7 @@ from launcher.inside.megatron_ext.compiled_coverage import compiled_layer_gaps
 from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
+from launcher.pipeline import cuda_graph_rules
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.pipeline.feature_settings import drop_hint, with_drops
 
@@ -39,6 +40,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     context_parallel_sizes(c, cp)
     connections(c, tp, cp)
     moe_overlap(c, vpp)
+    flex_dispatcher(c, tp)
     torch_fsdp2(c)
     megatron_fsdp(c)
     deterministic(c)
@@ -47,6 +49,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     silent_rewrites(c, tp)
     no_op_settings(c)
     full_iteration_cuda_graph(c)
+    cuda_graph_rules.check(c)
 
 
 def full_iteration_cuda_graph(c: Any) -> None:
@@ -98,6 +101,19 @@ def _product(values: list[int]) -> int:
     return out
 
 
+def flex_dispatcher(c: Any, tp: int) -> None:
+    """The flex token dispatcher's DeepEP backend exchanges tokens over the TP×EP group: Megatron asserts that group
+    has more than one rank when it builds the MoE layer (token_dispatcher.py:1422)."""
+    if not c.arg("num_experts") or c.arg("moe_token_dispatcher_type") != "flex":
+        return
+    ep = c.arg("expert_model_parallel_size") or 1
+    if (c.arg("moe_flex_dispatcher_backend") == "deepep" or c.arg("moe_enable_deepep")) and tp * ep <= 1:
+        c.fail(f"moe_token_dispatcher_type flex with the DeepEP backend at TP {tp} · EP {ep}: Megatron asserts "
+               "\"DeepEP dispatcher requires TPxEP > 1\" when it builds the MoE layer (token_dispatcher.py:1422)",
+               "set moe_token_dispatcher_type=alltoall (at TP·EP 1 no token leaves its GPU), or raise "
+               "expert_model_parallel_size", stage="runtime")
+
+
 def moe_overlap(c: Any, vpp: int | None) -> None:
     """TransformerConfig.__post_init__, transformer_config.py:2386-2433."""
     if not c.arg("overlap_moe_expert_parallel_comm"):
@@ -134,7 +150,8 @@ def torch_fsdp2(c: Any) -> None:
     if c.arg("expert_model_parallel_size") != 1:
         c.fail(f"{what} does not support expert parallelism", "set expert_model_parallel_size=1")
     if c.arg("use_distributed_optimizer"):
-        c.fail(f"{what} does not work with Megatron's distributed optimizer", "set use_distributed_optimizer=false")
+        c.fail(f"{what} does not work with Megatron's distributed optimizer",
+               f"{with_drops('set use_distributed_optimizer=false', c.arg)} (FSDP2 shards the optimizer itself)")
     if gradient_accumulation_fusion(c):
         c.fail(f"{what} does not support gradient accumulation fusion (on by default with apex)",
                "set gradient_accumulation_fusion=false (--no-gradient-accumulation-fusion)")
@@ -215,8 +232,13 @@ def without_te(c: Any) -> None:
     recomputed = checkpointed_without_output(c.arg)
     if not c.te and "layernorm" in recomputed:
         rest = ",".join(m for m in recomputed if m != "layernorm")
-        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, f"drop layernorm from recompute_modules (--set recompute_modules="
-               f"[{rest}]), or run in a Transformer Engine container (transformer_engine: true)", stage="runtime")
+        # an empty list is refused (recompute_modules needs a value): layernorm alone is dropped with the recompute
+        off = " --set recompute_activations=false" if c.arg("recompute_activations") else ""
+        drop = (f"drop layernorm from recompute_modules (--set recompute_modules=[{rest}])" if rest else
+                f"drop the selective recompute of layernorm: --set recompute_granularity=null --set "
+                f"recompute_modules=null{off}")
+        c.fail(LAYERNORM_RECOMPUTE_WITHOUT_TE, f"{drop}, or run in a Transformer Engine container "
+               "(transformer_engine: true)", stage="runtime")
     if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
         if c.arg("transformer_impl") != "transformer_engine" or not c.te:
             c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")

@@ -95,6 +95,17 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
         fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
+    balancing = arg("moe_router_load_balancing_type")
+    balancing = [balancing] if isinstance(balancing, str) else list(balancing or [])
+    capacity = arg("moe_expert_capacity_factor")
+    if _number(capacity) and capacity >= 0 and "sinkhorn" in balancing:
+        # TransformerConfig (transformer_config.py:1481): token dropping needs the router's own balancing losses
+        kept = [b for b in balancing if b != "sinkhorn"] or ["aux_loss"]
+        fail(f"moe_expert_capacity_factor {capacity} with moe_router_load_balancing_type sinkhorn: Megatron's "
+             "TransformerConfig raises \"moe_expert_capacity_factor only works with aux_loss, seq_aux_loss, "
+             "global_aux_loss or none load balancing\"",
+             f"set moe_expert_capacity_factor=null (no token dropping), or moe_router_load_balancing_type="
+             f"{' '.join(kept)}")
     groups, group_topk = arg("moe_router_num_groups"), arg("moe_router_group_topk")
     if _number(groups) and groups < 0:  # 0, like unset, means no groups to Megatron
         fail(f"moe_router_num_groups must be at least 1, got {groups}", "set moe_router_num_groups=null (no groups)")
@@ -181,6 +192,18 @@ def async_save(arg: Arg, fail: Fail, te: bool = False) -> None:
              "torch_dist", "runtime")
 
 
+def attention_backend_local(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """--attention-backend local names Megatron's own local layer spec: validate_args asserts the spec is it
+    (arguments.py:430); the launcher's SDPA spec, or TE's (no --spec), is another."""
+    spec = arg("spec")
+    spec = spec.split() if isinstance(spec, str) else list(spec or [])
+    if arg("attention_backend") == "local" and not (spec and spec[0] == "local"):
+        fail(f"attention_backend local with {'--spec ' + ' '.join(spec) if spec else 'no --spec'}: the pinned "
+             "Megatron's validate_args asserts \"--attention-backend local is only supported with --spec local\" "
+             "(arguments.py:430)", "set attention_backend=auto (the job's layer spec chooses its attention)",
+             "validate")
+
+
 # Old flags the pin still parses only to stop on them in validate_args (arguments.py at the pin): dest → (how it
 # stops, Megatron's own message, the settings that mean what the flag meant).
 STOPPED_BY_VALIDATE_ARGS = {
@@ -205,12 +228,23 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
     """A flag of an older Megatron that the pin parses and then stops on (exit() or an assert in validate_args)."""
     for dest, (how, message, hint) in STOPPED_BY_VALIDATE_ARGS.items():
         if arg(dest) not in (None, False):
+            if dest == "checkpoint_activations":  # selective recompute takes no method or layer count
+                left = "".join(f" --set {d}=null" for d in ("recompute_method", "recompute_num_layers")
+                               if arg(d) is not None)
+                hint = hint.replace("recompute_activations=true", f"recompute_activations=true{left}", 1)
+                if arg("recompute_activations"):  # it would turn the full recompute of the other way selective
+                    hint = hint.replace("recompute_granularity=full", "recompute_activations=false --set "
+                                        "recompute_granularity=full", 1)
+            batch = arg("global_batch_size")
+            if dest == "batch_size" and _number(batch) and _number(arg(dest)) and arg(dest) > 0 \
+                    and batch % arg(dest):  # the old per-GPU batch does not divide the global one: let it follow
+                hint = hint.replace(" (the old", " --set global_batch_size=null (the old", 1)
             fail(f"{dest} is a flag of an older Megatron: the pinned Megatron's validate_args {how}: \"{message}\"",
                  hint.format(value=arg(dest)), "validate")
 
 
-RULES = (stopped_by_validate_args, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
-         bf16_end_layers)
+RULES = (stopped_by_validate_args, attention_backend_local, value_ranges, query_groups, experts, attention_mask,
+         async_save, no_rope_layers, bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

@@ -133,3 +133,24 @@ def test_memory_beyond_the_error_counts_the_error_both_ways():
     assert memory_beyond_error({"memory_per_gpu_gib": 648.0, "gpu_memory_gib": gpu})
     assert memory_beyond_error({"memory_per_gpu_gib": gpu / (1 - MEMORY_ERROR) + 0.1, "gpu_memory_gib": gpu})
 
+
+
+def test_a_memory_estimate_above_the_gpu_is_said_with_the_problems_of_the_first_step(capsys, bare_machine):
+    # seen by varying imported jobs: an MoE refused for its linear biases (a first-step failure) was then refused
+    # for its memory once the hint was followed: every problem at once, the estimate included
+    code = main(["345m", "--nodes", "2", "--set", "micro_batch_size=128", "--set", "global_batch_size=256",
+                 "--set", "num_experts=4", "--dry-run", "--megatron-path", str(bare_machine), "--format", "json"])
+    assert code == 2
+    messages = [p["message"] for p in json.loads(capsys.readouterr().out)["problems"]]
+    assert any("with linear biases fail at the first training step" in m for m in messages)
+    assert any(m.startswith("the memory estimate, ~") for m in messages)
+
+
+def test_a_memory_estimate_above_the_gpu_is_said_with_megatrons_argument_refusals(capsys, bare_machine):
+    # the layout adds up, so its memory is said beside a value Megatron's validate_args refuses
+    code = main(["345m", "--nodes", "2", "--set", "micro_batch_size=128", "--set", "global_batch_size=256",
+                 "--set", "batch_size=4", "--dry-run", "--megatron-path", str(bare_machine), "--format", "json"])
+    assert code == 2
+    messages = [p["message"] for p in json.loads(capsys.readouterr().out)["problems"]]
+    assert any(m.startswith("batch_size is a flag of an older Megatron") for m in messages)
+    assert any(m.startswith("the memory estimate, ~") for m in messages)

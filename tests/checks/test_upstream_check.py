@@ -372,11 +372,12 @@ def test_a_disagreement_says_which_check_megatron_refused_at():
 
 @pytest.mark.megatron
 def test_check_names_a_megatron_check_the_launcher_does_not_mirror(capsys):
-    # --attention-backend local asserts --spec local (arguments.py:430), which the dry-run does not mirror
-    rc, out = check_text(capsys, ["attention_backend=local"], 1)
+    # mla_up_proj recompute without MLA raises in TransformerConfig (transformer_config.py:1609), which the dry-run
+    # does not mirror (a config_not_yet check of tests/megatron_pin/validation_checks.yaml)
+    rc, out = check_text(capsys, ["recompute_granularity=selective", "recompute_modules=[mla_up_proj]"], 1)
     assert rc == 2 and "launcher: ok" in out, out
-    assert "megatron: validate: AssertionError: --attention-backend local is only supported with --spec local " \
-           "(at megatron/training/arguments.py:" in out
+    assert "megatron: config: ValueError: mla_up_proj in recompute_modules is only supported with " \
+           "multi_latent_attention. (at megatron/core/transformer/transformer_config.py:" in out
     assert "note: the launcher and Megatron disagree: the launcher accepted this job" in out
     assert "does not mirror yet" in out
 

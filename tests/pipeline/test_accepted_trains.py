@@ -43,6 +43,45 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
     "batch_size": (["batch_size=4"], False),
+    "the flex dispatcher at TP 1 and EP 1": (["num_experts=4", "add_bias_linear=false",
+                                              "moe_token_dispatcher_type=flex"], True),
+    "DeepEP with padding to capacity": (["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=flex",
+                                         "moe_expert_capacity_factor=1.0", "moe_pad_expert_input_to_capacity=true"],
+                                        True),
+    "an expert capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
+                                                    "moe_router_load_balancing_type=sinkhorn",
+                                                    "moe_expert_capacity_factor=1.0"], False),
+    "optimizer CPU offload without the precision-aware optimizer": (["optimizer_cpu_offload=true"], False),
+    "a lower optimizer precision with TE": (["exp_avg_dtype=bf16"], True),
+    "an inference-only fused TP kernel in training": (["inference_fuse_tp_communication=true"], False),
+    "multi-token prediction with the old rotary flag": (["mtp_num_layers=1", "use_rotary_position_embeddings=true"],
+                                                        False),
+    "batch_size that does not divide the global batch": (["batch_size=3"], False),
+    "selective recompute of layernorm alone without TE": (["recompute_granularity=selective",
+                                                            "recompute_modules=[layernorm]"], False),
+    "recompute_activations of layernorm alone without TE": (["recompute_activations=true",
+                                                              "recompute_modules=[layernorm]"], False),
+    "torch FSDP2 with the distributed optimizer's overlap": (
+        ["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
+         "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"], False),
+    "the param gather overlapped with the step at PP 1": (["use_distributed_optimizer=true",
+                                                           "overlap_param_gather_with_optimizer_step=true"], False),
+    "fp8 param gather without the distributed optimizer": (["fp8_format=e4m3", "fp8_param_gather=true"], True),
+    "squared ReLU with the fused bias GeLU": (["squared_relu=true"], False),
+    "squared ReLU with SwiGLU": (["squared_relu=true", "swiglu=true"], False),
+    "the local attention backend on the launcher's spec": (["attention_backend=local"], False),
+    "the local attention backend on TE's spec": (["attention_backend=local"], True),
+    "per-layer CUDA graphs with full recompute": (["cuda_graph_impl=local", "recompute_granularity=full",
+                                                   "recompute_method=uniform", "recompute_num_layers=1"], False),
+    "the deprecated CUDA graph flag with graphed attention recompute": (
+        ["enable_cuda_graph=true", "recompute_activations=true", "attention_dropout=0.1"], False),
+    "per-layer CUDA graphs with graphed MLP recompute": (
+        ["cuda_graph_impl=local", "recompute_activations=true", "recompute_modules=[mlp]", "hidden_dropout=0.1"],
+        False),
+    "checkpoint_activations with a recompute method": (["checkpoint_activations=true", "recompute_method=uniform",
+                                                        "recompute_num_layers=1"], False),
+    "recompute_activations with a recompute method": (["recompute_activations=true", "recompute_method=uniform"],
+                                                      False),
     "wsd in samples at an iteration length": (["lr_decay_style=WSD", "lr_wsd_decay_samples=3200"], False),
     "wsd without its length": (["lr_decay_style=WSD"], False),
     "samples with every iteration setting": (["train_iters=null", "train_samples=3200000",
@@ -140,6 +179,33 @@ def test_checkpoint_activations_is_refused_with_megatrons_own_replacement():
     assert "validate_args calls exit(), so the job ends with status 0 before any training" in text
     assert "--checkpoint-activations is no longer valid, use --recompute-activations" in text
     assert "--set recompute_activations=true" in text
+
+
+def test_recompute_activations_is_selective_recompute_and_takes_no_method():
+    # seen by varying imported jobs: a script's recompute_method with --recompute-activations was accepted, and
+    # validate_args (which turns recompute_activations into selective granularity first) asserts
+    text = refused(["recompute_activations=true", "recompute_method=block"])
+    assert "recompute_activations cannot be combined with recompute_method block" in text
+    assert "recompute method is not yet supported for selective recomputing granularity" in text
+    assert "hint: set recompute_method=null" in text
+
+
+def test_dropping_the_distributed_optimizer_for_fsdp2_drops_its_overlap():
+    # seen by varying imported jobs: "set use_distributed_optimizer=false" was answered by "overlap_param_gather needs
+    # use_distributed_optimizer / set use_distributed_optimizer=true", a circle
+    text = refused(["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
+                    "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"])
+    assert "--set use_distributed_optimizer=false --set overlap_param_gather=false" in text
+    text = refused(["use_torch_fsdp2=true", "overlap_grad_reduce=true", "overlap_param_gather=true",
+                    "untie_embeddings_and_output_weights=true"])
+    assert "hint: set overlap_param_gather=false" in text and "use_distributed_optimizer=true" not in text
+
+
+def test_multi_token_prediction_sees_the_position_embedding_before_the_old_rotary_flag_is_read():
+    # seen by varying an imported script (--use-rotary-position-embeddings): accepted, and validate_args asserted
+    text = refused(["mtp_num_layers=1", "use_rotary_position_embeddings=true"])
+    assert "Multi-Token Prediction (MTP) is not supported with learned_absolute position embedding type" in text
+    assert "hint: set position_embedding_type=rope --set use_rotary_position_embeddings=false" in text
 
 
 def test_the_unit_switch_names_the_wsd_decay_of_the_other_unit():
