@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import IO, Any, Self
 
 from launcher.errors import UserError
+from launcher.inside.parent_death import DieWithParent
 from launcher.megatron.pin import has_module
 
 # Variables whose value in the launcher's own environment describes this machine, never the job's target: the
@@ -40,7 +41,8 @@ class WorkerProcess:
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
         try:
             self._proc = subprocess.Popen([self.python, str(worker)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=self._log, text=True, env=env, cwd=cwd)
+                                          stderr=self._log, text=True, env=env, cwd=cwd,
+                                          preexec_fn=DieWithParent())
         except OSError as exc:
             self._log.close()
             raise UserError(f"cannot start {self.python} for {what}: {exc}",

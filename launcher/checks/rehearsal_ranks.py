@@ -43,6 +43,7 @@ from launcher.checks.rehearsal import (
 )
 from launcher.checks.rehearsal_pipeline import shrink_pipeline_layout
 from launcher.errors import UserError
+from launcher.inside.parent_death import DieWithParent
 from launcher.interrupts import signals_interrupt
 
 RANK_SCRIPT = Path(__file__).resolve().parent.parent / "inside" / "rehearse_rank.py"
@@ -328,7 +329,7 @@ def run_ranks(argv: list[str], env: Mapping[str, str], workdir: Path, limit_s: f
     with open(workdir / "torchrun.log", "w+b") as log:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 env={**env, OUT_ENV: str(out), "TMPDIR": str(workdir)},
-                                cwd=workdir, start_new_session=True)
+                                cwd=workdir, start_new_session=True, preexec_fn=DieWithParent())
         timed_out = False
         try:
             code: int | None = proc.wait(timeout=limit_s)

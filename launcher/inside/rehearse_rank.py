@@ -182,6 +182,9 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
 
 
 def main() -> int:
+    from launcher.inside.parent_death import die_with_parent
+
+    die_with_parent(os.getppid())  # torchrun: a rank outlives neither it nor, through it, the rehearsal
     out = Path(os.environ[OUT_ENV])
     mode = os.environ.get(MODE_ENV, "train")
     steps = int(os.environ.get(STEPS_ENV, "2"))
