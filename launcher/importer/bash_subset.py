@@ -861,10 +861,9 @@ class _Reader:
         value = self.joined(value_node) if value_node is not None else ""
         items = [c for c in node.named_children if c.type == "case_item"]
         if unresolved_names(value):
-            bodies = [self.case_body(item) for item in items]
             catch_all = any(self.case_patterns(item) == ["*"] for item in items)
-            self.undecided_fork(node, [_runner(self.block, b) for b in bodies], include_nothing=not catch_all,
-                                what=self.first_line(node))
+            self.undecided_fork(node, [self.case_from(node, items, k) for k in range(len(items))],
+                                include_nothing=not catch_all, what=self.first_line(node))
             return
         k = 0
         while k < len(items):
@@ -876,8 +875,7 @@ class _Reader:
                     pattern = _unknown(pattern)
                     matched = False
                 if unresolved_names(pattern):
-                    self.undecided_fork(node, [_runner(self.block, self.case_body(i))
-                                               for i in items[k:]],
+                    self.undecided_fork(node, [self.case_from(node, items, i) for i in range(k, len(items))],
                                         include_nothing=True, what=self.first_line(node))
                     return
                 if matched:
@@ -894,6 +892,22 @@ class _Reader:
             if _terminator(item) != ";;&":
                 return
             k += 1
+
+    def case_from(self, node: Any, items: list[Any], k: int) -> Callable[[], None]:
+        """The branch of a case whose value is not known that starts at item k: its body, the bodies after it while
+        they end in `;&`, and, after a `;;&`, any of the items after that (or none)."""
+        def run() -> None:
+            j = k
+            self.block(self.case_body(items[j]))
+            while _terminator(items[j]) == ";&" and j + 1 < len(items):
+                j += 1
+                self.block(self.case_body(items[j]))
+            if _terminator(items[j]) == ";;&" and j + 1 < len(items):
+                later = items[j + 1:]
+                catch_all = any(self.case_patterns(item) == ["*"] for item in later)
+                self.undecided_fork(node, [self.case_from(node, items, i) for i in range(j + 1, len(items))],
+                                    include_nothing=not catch_all, what=self.first_line(node))
+        return run
 
     def case_patterns(self, item: Any) -> list[str]:
         out = []
@@ -2853,13 +2867,47 @@ def _backtick_note(match: re.Match[bytes]) -> bytes:
     return b"" if match.group(1) else match.group(0)
 
 
+# A word that is only escaped blanks (`--foo \  # note`, `--lr 1e-4 \ ` then a newline): bash passes " " as a word,
+# the grammar drops it; written `' '` it keeps it
+LONE_BLANK = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|(?<![^\s(])(?<!\\[ \t])((?:\\[ \t])+)(?=[\s);&|]|$)|\\.")
+
+
+def _lone_blank(match: re.Match[bytes]) -> bytes:
+    return b"'" + match.group(1).replace(b"\\", b"") + b"'" if match.group(1) else match.group(0)
+
+
+# a subscript holding a blank (`P[a b]=1`, `${M[$k b]}`): bash reads it whole, the grammar cannot; quoted it can (the
+# same key: quotes are removed, and an arithmetic subscript evaluates the same text)
+BLANK_SUBSCRIPT = re.compile(rb"(?<=[A-Za-z0-9_])\[([^\]\[\n\"'`]*[ \t][^\]\[\n\"'`]*)\](?=\+?=|\})")
+
+
+def _quoted_subscript(match: re.Match[bytes]) -> bytes:
+    return b'["' + match.group(1) + b'"]'
+
+
+# `=` comparing with a pattern inside [[ ]] (`[[ $X = a?c && … ]]`): the grammar reads the pattern as a regex that
+# ends the test; `==` is the same operator to bash, and the grammar reads it on
+TEST_BRACKETS = re.compile(rb"\[\[[ \t][^\n]*?[ \t]\]\]")
+SINGLE_EQUALS = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|\\.|(?<=[ \t])(=)(?=[ \t])")
+
+
+def _double_equals(match: re.Match[bytes]) -> bytes:
+    return SINGLE_EQUALS.sub(lambda m: b"==" if m.group(1) else m.group(0), match.group(0))
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
-    `${A}/${B}/x` it reads whole; and without the backtick notes (`` `# note` ``) it cannot read. Line numbers are
-    unchanged."""
+    `${A}/${B}/x` it reads whole; and without the backtick notes (`` `# note` ``) it cannot read; with the other
+    shapes above written as the grammar reads them. Line numbers are unchanged."""
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
+    if b"\\ " in src or b"\\\t" in src:
+        src = LONE_BLANK.sub(_lone_blank, src)
+    if b"[" in src:
+        src = BLANK_SUBSCRIPT.sub(_quoted_subscript, src)
+        if b"[[" in src:
+            src = TEST_BRACKETS.sub(_double_equals, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
 
