@@ -318,6 +318,8 @@ class _Reader:
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
         self.capture_cwd: str | None = None  # `cd DIR` inside $(…): for the `pwd` after it
+        # `declare -n REF=NAME`: REF names NAME (reading and assigning REF is NAME); "" where NAME is not known
+        self.refs: dict[str, str] = {}
         if path is not None:  # `bash /abs/train.sh`: $0 and ${BASH_SOURCE[0]} name the file (its siblings are read)
             self.shell.scalars["0"] = os.path.abspath(path)
             self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path)]
@@ -486,7 +488,13 @@ class _Reader:
         is_local = keyword == "local" and bool(self.locals)
         integer = any("i" in o for o in options if o.startswith("-"))
         associative = any("A" in o for o in options if o.startswith("-"))
+        reference = any("n" in o for o in options if o.startswith("-"))
         for child in node.named_children:
+            if reference and child.type == "variable_assignment":
+                if is_local:
+                    self.make_local(self.assignment_name(child)[0])
+                self.declare_reference(child)
+                continue
             if associative and (child.type == "variable_assignment" or child.type in WORDISH and
                                 NAME.fullmatch(self.text(child))):
                 self.declare_associative(child)
@@ -543,6 +551,28 @@ class _Reader:
     def associative_entries(self, name: str) -> dict[str, str]:
         begin = name + "["
         return {k[len(begin):-1]: v for k, v in self.shell.scalars.items() if k.startswith(begin) and k != name + "[]"}
+
+    def resolve(self, name: str) -> str:
+        """The variable a name reference names (`declare -n R=MODEL`: R is MODEL), else the name itself."""
+        for _ in range(10):  # bash refuses a reference to itself; a chain is followed
+            if name not in self.refs or not self.refs[name]:
+                return name
+            name = self.refs[name]
+        return name
+
+    def declare_reference(self, child: Any) -> None:
+        """`declare -n REF=NAME` / `local -n R=$1`: what REF reads and assigns is NAME's; where NAME is not known,
+        REF is unknown and an assignment through it is named."""
+        if child.type != "variable_assignment":
+            return
+        name = self.assignment_name(child)[0]
+        value_node = child.child_by_field_name("value")
+        target = self.joined(value_node) if value_node is not None else ""
+        self.refs[name] = target if NAME.fullmatch(target) and target != name else ""
+        if not self.refs[name]:
+            self.shell.scalars[name] = _unknown(name)
+            self.skip(child, f"a name reference to a variable not known ({self.first_line(child)}): what is "
+                             "assigned through it is not known")
 
     def make_local(self, name: str) -> None:
         scope = self.locals[-1]
@@ -945,7 +975,9 @@ class _Reader:
             words = []
         if body is None:
             return
-        if any(unresolved_names(w) for w in words) or len(words) > MAX_LOOP:
+        # `select NAME in …` reads the choice from the terminal: which word, and how many times, is not known
+        chosen_at_run_time = node.children[0].type == "select"
+        if chosen_at_run_time or any(unresolved_names(w) for w in words) or len(words) > MAX_LOOP:
             def once() -> None:
                 self.shell.scalars[name] = _unknown(name)
                 self.block(body.children)
@@ -1344,6 +1376,10 @@ class _Reader:
         name, index = self.assignment_name(node)
         if not name:
             return
+        if self.refs.get(name) == "":  # through a reference to a variable not known
+            self.skip(node, f"assigned through a name reference to a variable not known: {self.first_line(node)}")
+            return
+        name = self.resolve(name)
         append = any(c.type == "+=" for c in node.children)
         value_node = node.child_by_field_name("value")
         touched = self.begin_touch()
@@ -1811,6 +1847,7 @@ class _Reader:
             self.depth -= 1
             self.src, self.line_offset = saved
             for name, (scalar, array) in self.locals.pop().items():
+                self.refs.pop(name, None)  # a local name reference ends with its function
                 self.shell.scalars.pop(name, None)
                 self.shell.arrays.pop(name, None)
                 if scalar is not None:
@@ -2026,6 +2063,7 @@ class _Reader:
             return ("val", " ".join(self.positional), quoted)
         if name == "#" and self.positional is None:
             return ("val", "0", quoted)
+        name = self.resolve(name)
         value = self.shell.lookup(name)
         return ("val", value if value is not None else self.unset(name), quoted)
 
@@ -2064,6 +2102,10 @@ class _Reader:
             return ("val", _unknown(inner), quoted)
         prefix, name, subscript, index = match.group(1), match.group(2), match.group(3), match.group(4)
         rest = inner[match.end():]
+        if name in self.refs:
+            if prefix == "!" and not subscript and not rest:  # ${!REF}: the name it refers to
+                return ("val", self.refs[name] or _unknown("!" + name), quoted)
+            name = self.resolve(name)
         if subscript and self.associative(name):
             return self.associative_expansion(prefix, name, index, rest, inner, quoted)
         if name in ("@", "*") and not subscript and self.element is None:
@@ -2824,26 +2866,67 @@ def _path_command(argv: list[str], cwd: str | None) -> str | None:
     return None
 
 
+# one conversion of printf's format: %[flags][width][.precision]letter (a `*` width is not read)
+PRINTF_SPEC = re.compile(r"%([-+ 0#]*)([0-9]*)((?:\.[0-9]*)?)([a-zA-Z%])")
+PRINTF_FLOAT = re.compile(r"[ \t]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+PRINTF_INT = re.compile(r"[ \t]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
 def _printf(argv: list[str]) -> str | None:
+    """What printf(1) prints for known words, or None where it is not known (a conversion it does not read, a
+    number that is not one)."""
     if argv[1:2] == ["--"]:
         argv = argv[:1] + argv[2:]
     if len(argv) < 2 or argv[1] == "-v":
         return None
     form, args = _ansi_c(argv[1]), argv[2:]
-    if re.search(r"%(?![sd%])", form):
+    specs = [m for m in PRINTF_SPEC.finditer(form) if m.group(4) != "%"]
+    if "%" in PRINTF_SPEC.sub("", form) or any(m.group(4) not in "sdiuxXofFeEgGc" for m in specs):
         return None
-    slots = len(re.findall(r"%[sd]", form))
+    slots = len(specs)
     out = []
     while True:  # the format is reused until the arguments are consumed, as printf(1)
         chunk, args = args[:slots], args[slots:]
-        out.append(_fill(form, iter(chunk)))
+        filled = _fill(form, iter(chunk))
+        if filled is None:
+            return None
+        out.append(filled)
         if not args or not slots:
             break
     return "".join(out)
 
 
-def _fill(form: str, values: Any) -> str:
-    return re.sub(r"%[sd%]", lambda m: "%" if m.group(0) == "%%" else next(values, ""), form)
+def _fill(form: str, values: Any) -> str | None:
+    failed = False
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal failed
+        flags, width, precision, letter = match.groups()
+        if letter == "%":
+            return "%"
+        value = next(values, None)
+        spec = "%" + flags + width + precision
+        if letter in "sc":
+            text = value or ""
+            return (spec + "s") % (text[:1] if letter == "c" else text)
+        if letter in "dixXou":
+            number = PRINTF_INT.fullmatch(value) if value else PRINTF_INT.fullmatch("0")
+            if number is None:
+                failed = True  # bash prints an error and 0: not a value a script means
+                return ""
+            sign, digits = number.groups()
+            n = int(digits, 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10)
+            if n >= 2 ** 63 or sign == "-" and letter in "xXou":  # bash's 64-bit wrap: not read
+                failed = True
+                return ""
+            return (spec + ("d" if letter in "iu" else letter)) % (-n if sign == "-" else n)
+        if value and not PRINTF_FLOAT.fullmatch(value):
+            failed = True
+            return ""
+        return (spec + letter) % float(value or "0")
+
+    text = PRINTF_SPEC.sub(one, form)
+    return None if failed else text
 
 
 # an unquoted `$NAME` (single-quoted text and escapes are passed over): written `${NAME}` before a word is parsed again

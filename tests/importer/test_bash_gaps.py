@@ -84,3 +84,36 @@ def test_case_fall_through_on_a_value_not_known(code, expected):
 def test_jsrun_gives_the_process_counts(runner, expected):
     imported = import_source(f"{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
     assert {k: imported.launcher.get(k) for k in expected} == expected and imported.settings["num_layers"] == 2
+
+
+MORE_SHAPES = [
+    # printf's numeric conversions (printf -v and $(printf …)): were unknown
+    "printf -v PADDED '%03d' 7\nprintf -v LR '%.1e' 0.00015\nW=\"$PADDED $LR $(printf '%x-%s' 255 a)\"",
+    "W=$(printf -- '--%s %d ' tp 0x2 pp 010)",
+    # name references (declare -n, local -n): REF+=(…) went to REF, not to the array it names
+    "A=(--num-layers 2)\ndeclare -n REF=A\nREF+=(--hidden-size 64)\nW=\"${A[*]} ${!REF}\"",
+    'add() { local -n arr=$1; shift; arr+=("$@"); }\nA=(--x 1)\nadd A --y 2\narr=kept\nW="${A[*]} $arr"',
+    "set_tp() { declare -n out=$1; out=$2; }\nset_tp TP 4\nW=$TP",
+]
+
+
+@pytest.mark.parametrize("code", MORE_SHAPES)
+def test_more_shapes_are_read_as_bash_does(code):
+    got = words(code)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("printf -v N '%d' abc\nW=$N", ["${W}"]),  # bash: an error and 0, not a value the script means
+    ("printf -v N '%q' 'a b'\nW=$N", ["${W}"]),  # a conversion not read
+    ("declare -n R=$NOT_KNOWN\nR=4\nW=$R", ["${W}"]),
+])
+def test_what_printf_and_references_cannot_know_is_unknown(code, expected):
+    assert words(code) == expected
+
+
+def test_select_reads_the_terminal_so_its_choice_is_not_known():
+    reading = read_script("select M in 7b 70b; do break; done\ntorchrun pretrain_gpt.py --size $M\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == ["--size", "${M}"]  # was 7b, chosen silently
+    assert any(item.line == 1 for item in reading.undecided)
