@@ -320,6 +320,9 @@ class _Reader:
         self.capture_cwd: str | None = None  # `cd DIR` inside $(…): for the `pwd` after it
         # `declare -n REF=NAME`: REF names NAME (reading and assigning REF is NAME); "" where NAME is not known
         self.refs: dict[str, str] = {}
+        self.ifs_unset = False
+        # `declare -i N` / `-l` / `-u`: each later assignment to N is arithmetic / lowered / raised (bash's attributes)
+        self.attributes: dict[str, str] = {}
         if path is not None:  # `bash /abs/train.sh`: $0 and ${BASH_SOURCE[0]} name the file (its siblings are read)
             self.shell.scalars["0"] = os.path.abspath(path)
             self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path)]
@@ -483,13 +486,21 @@ class _Reader:
 
     def st_declaration_command(self, node: Any) -> None:
         keyword = node.children[0].type
-        options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c).startswith("-")]
+        options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c)[:1] in ("-", "+")]
         export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
-        integer = any("i" in o for o in options if o.startswith("-"))
         associative = any("A" in o for o in options if o.startswith("-"))
         reference = any("n" in o for o in options if o.startswith("-"))
+        given = "".join(c for o in options if o.startswith("-") for c in o if c in "ilu")
+        taken = "".join(c for o in options if o.startswith("+") for c in o if c in "ilu")
         for child in node.named_children:
+            if (given or taken) and (child.type == "variable_assignment" or child.type in WORDISH):
+                target = self.assignment_name(child)[0] if child.type == "variable_assignment" else self.text(child)
+                if NAME.fullmatch(target):
+                    kept = "".join(c for c in self.attributes.get(target, "") if c not in taken + given)
+                    # -l and -u exclude each other: the last given wins
+                    self.attributes[target] = kept.replace("l" if "u" in given else "u" if "l" in given else "", "") \
+                        + given
             if reference and child.type == "variable_assignment":
                 if is_local:
                     self.make_local(self.assignment_name(child)[0])
@@ -503,15 +514,7 @@ class _Reader:
                 name = self.assignment_name(child)[0]
                 if is_local:
                     self.make_local(name)
-                self.assign(child, export=export)
-                value = self.shell.scalars.get(name)
-                if integer and value is not None:  # declare -i N=2+3: the value is arithmetic
-                    try:
-                        self.shell.scalars[name] = str(self.arith_text(value))
-                    except _Unknown:
-                        self.shell.scalars[name] = _unknown(name)
-                    if name in self.shell.exports:
-                        self.shell.exports[name] = self.shell.scalars[name]
+                self.assign(child, export=export)  # declare -i N=2+3: arithmetic (see attributes)
             elif child.type in WORDISH:
                 for word in self.fields(child):
                     if word.startswith("-"):
@@ -586,6 +589,7 @@ class _Reader:
                 if element and element.group(1) in self.shell.arrays:  # unset 'A[1]': one element of an array
                     self.unset_element(element.group(1), element.group(2))
                     continue
+                self.ifs_unset = self.ifs_unset or word == "IFS"
                 for table in (self.shell.scalars, self.shell.arrays, self.shell.exports, self.shell.functions):
                     table.pop(word, None)
                 for key in [k for k in self.shell.scalars if k.startswith(word + "[")]:
@@ -1022,21 +1026,28 @@ class _Reader:
 
     def st_c_style_for_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
-        initializer = node.child_by_field_name("initializer")
-        condition = node.child_by_field_name("condition")
-        update = node.child_by_field_name("update")
+        # each part may be a comma list (`i=0, j=10`): the grammar gives each expression of it under the field
+        parts: dict[str, list[Any]] = {"initializer": [], "condition": [], "update": []}
+        for k, child in enumerate(node.children):
+            field_name = node.field_name_for_child(k)
+            if field_name in parts and child.is_named:
+                parts[field_name].append(child)
+
+        def each(name: str) -> int | None:
+            value = None
+            for expression in parts[name]:
+                value = self.arith_node(expression)
+            return value  # of the last, as bash's comma operator
         if body is None:
             return
         try:
-            if initializer is not None:
-                self.arith_node(initializer)
+            each("initializer")
             for _ in range(MAX_LOOP):
-                if condition is not None and self.arith_node(condition) == 0:
+                if each("condition") == 0:
                     return
                 if not self.loop_body(body):
                     return
-                if update is not None:
-                    self.arith_node(update)
+                each("update")
         except _Unknown:
             self.undecided_fork(node, [lambda: self.block(body.children)], include_nothing=True,
                                 what=self.first_line(node))
@@ -1431,11 +1442,24 @@ class _Reader:
             if UNRESOLVED.fullmatch(value).group(1).isdigit():  # type: ignore[union-attr]
                 self.from_arguments.add(name)  # MODEL_SIZE=$3: decided by the script's arguments
             value = _unknown(name)  # DATA_PATH=$5: name the variable the script's reader knows
+        attributes = self.attributes.get(name, "")
+        if "i" in attributes and name not in self.shell.arrays:  # N+=4 under declare -i adds
+            try:
+                number = self.arith_text(value or "0")
+                if append:
+                    number = _wrap(self.arith_text(self.shell.scalars.get(name) or "0") + number)
+                value = str(number)
+            except _Unknown:
+                value = _unknown(name)
+            append = False
         if append:
             if name in self.shell.arrays:
                 self.shell.arrays[name] = [*self.shell.arrays[name], value]
                 return
             value = "".join(self.appended_to(name)[:1]) + value
+        if "l" in attributes or "u" in attributes:
+            value = "".join(part if k % 2 else (part.lower() if "l" in attributes else part.upper())
+                            for k, part in enumerate(re.split(f"({MARK}[^{MARK}]*{MARK})", value)))
         _bound([value], self.line(node))
         self.shell.scalars[name] = value
         self.shell.arrays.pop(name, None)
@@ -1847,7 +1871,8 @@ class _Reader:
             self.depth -= 1
             self.src, self.line_offset = saved
             for name, (scalar, array) in self.locals.pop().items():
-                self.refs.pop(name, None)  # a local name reference ends with its function
+                self.refs.pop(name, None)  # a local name reference (and attribute) ends with its function
+                self.attributes.pop(name, None)
                 self.shell.scalars.pop(name, None)
                 self.shell.arrays.pop(name, None)
                 if scalar is not None:
@@ -2082,6 +2107,8 @@ class _Reader:
         that was not read, unknown: that file may set it."""
         if name.isdigit() and name != "0" and self.positional is not None:
             return ""
+        if name == "IFS":  # bash sets it at start (never from the environment); `unset IFS` leaves it empty
+            return "" if self.ifs_unset else DEFAULT_IFS
         if self.unread_sources and not name.isdigit():
             return _unknown(name)  # a sourced file that was not read may set it
         return "" if name in self.script_names else _unknown(name)
@@ -2217,9 +2244,20 @@ class _Reader:
             except _Unknown:
                 return ("val", _unknown(name), quoted)
         if op in ("^^", ",,", "^", ","):
-            changed = {"^^": value.upper(), ",,": value.lower(), "^": value[:1].upper() + value[1:],
-                       ",": value[:1].lower() + value[1:]}[op]
+            pattern = rest[len(op):]  # ${X^^[ab]}: only the characters the pattern matches
+            if unresolved_names(pattern):
+                return ("val", _unknown(name), quoted)
+            change = str.upper if op[0] == "^" else str.lower
+            try:
+                changed = "".join(change(c) if (k == 0 or len(op) == 2) and (not pattern or _glob_match(c, pattern))
+                                  else c for k, c in enumerate(value))
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
             return ("val", changed, quoted)
+        if op == "@" and rest in ("@U", "@u", "@L", "@Q"):  # bash 5's transformations
+            transformed = {"@U": value.upper(), "@u": value[:1].upper() + value[1:], "@L": value.lower(),
+                           "@Q": "'" + value.replace("'", "'\\''") + "'"}[rest]
+            return ("val", transformed, quoted)
         if op == ":":
             spec = self.operand(node, operand_start)
             numbers = spec.split(":")

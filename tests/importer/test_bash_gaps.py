@@ -94,6 +94,17 @@ MORE_SHAPES = [
     "A=(--num-layers 2)\ndeclare -n REF=A\nREF+=(--hidden-size 64)\nW=\"${A[*]} ${!REF}\"",
     'add() { local -n arr=$1; shift; arr+=("$@"); }\nA=(--x 1)\nadd A --y 2\narr=kept\nW="${A[*]} $arr"',
     "set_tp() { declare -n out=$1; out=$2; }\nset_tp TP 4\nW=$TP",
+    # a C-style loop whose parts are comma lists: j=10 was not set (W was "0: 1: 2:")
+    'for ((i=0, j=10; i<3; i++, j-=2)); do W+="$i:$j "; done',
+    # $IFS before the script sets it is bash's default: OLD=$IFS; …; IFS=$OLD stopped all splitting
+    'OLD=$IFS; IFS=,; read -r A B <<< "x,y"; IFS=$OLD; S="$A $B"; W=$S',
+    'OLD=$IFS; IFS=:; set -- $(echo 1:2); IFS=$OLD; W="$1 $2"',
+    # attributes: declare -i makes += arithmetic (was "34"), -l / -u change the case of every assignment
+    'declare -i N=3\nN+=4\ndeclare -l LOW=MiXeD\ndeclare -u UP=mixed\nW="$N $LOW $UP"',
+    'f() { local -i n=$1; n+=1; local -u p=$2; echo "$n$p"; }\ndeclare -i X=0x10; X=X*2\n'
+    'declare -l M=ABC; declare +l M; M=DEF\nW="$(f 4 bf) $X $M"',
+    # case with a pattern (was every character) and bash 5's @ transformations (were unknown)
+    'X="ab-cab"\nW="${X^^[ab]} ${X^a} ${X,,[A-Z]} ${X@U} ${X@u} ${X@Q}"',
 ]
 
 
