@@ -1696,6 +1696,10 @@ class _Reader:
             finally:
                 self.outer = saved_outer
             return
+        # `… | xargs torchrun pretrain_gpt.py`: xargs adds the words it reads from its input, not known here
+        before = argv[:next((k for k, w in enumerate(argv) if show(w).endswith(".py")), len(argv))]
+        if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
+            argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
 
@@ -1764,6 +1768,11 @@ class _Reader:
         if ENVIRONMENT_SETUP.search(show(given)) or ENVIRONMENT_SETUP.search(os.path.normpath(show(given))):
             self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
                             "toolkit's set_env.sh), not the run's settings")
+            return
+        if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
+            self.unread_sources += 1  # source <(…): the script a command prints
+            self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
+                            "not known without running the script; what it sets is unknown")
             return
         if unresolved_names(given):
             self.unread_sources += 1

@@ -128,3 +128,16 @@ def test_select_reads_the_terminal_so_its_choice_is_not_known():
     reading = read_script("select M in 7b 70b; do break; done\ntorchrun pretrain_gpt.py --size $M\n")
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["--size", "${M}"]  # was 7b, chosen silently
     assert any(item.line == 1 for item in reading.undecided)
+
+
+def test_words_xargs_reads_from_its_input_are_not_known():
+    # bash: the flags come from the pipe; the import carried the command without them, and said nothing
+    imported = import_source(f"echo {MODEL} | xargs -r torchrun pretrain_gpt.py\n", "train.sh")
+    assert any("xargs reads from its input" in loss for loss in imported.lost)
+
+
+def test_a_process_substitution_sourced_is_named_as_such():
+    imported = import_source(f"source <(grep = conf.ini)\ntorchrun pretrain_gpt.py {MODEL} "
+                             "--tensor-model-parallel-size $TP\n", "train.sh")
+    assert any("a command prints" in note for note in imported.not_carried)
+    assert any("--tensor-model-parallel-size" in loss for loss in imported.lost)
