@@ -105,6 +105,11 @@ MORE_SHAPES = [
     'declare -l M=ABC; declare +l M; M=DEF\nW="$(f 4 bf) $X $M"',
     # case with a pattern (was every character) and bash 5's @ transformations (were unknown)
     'X="ab-cab"\nW="${X^^[ab]} ${X^a} ${X,,[A-Z]} ${X@U} ${X@u} ${X@Q}"',
+    # expr and seq of known words (were unknown: GBS=$(expr $MBS \* $GPUS) in older scripts)
+    'MBS=2; GPUS=8\nGBS=$(expr $MBS \\* $GPUS)\nH=`expr 4096 / 32`\nW="$GBS $H $(expr 7 % 3) $(expr -7 / 2)"',
+    'for i in $(seq 1 3); do W+="$i "; done\nW+="$(seq -s, 2 2 6)"',
+    # `[ "$A" \> "$B" ]`: the grammar lost the whole script around it (no training command was found)
+    'M=7\nif [ $M == 7 ]; then W=a; fi\n[ "$M" \\> 10 ] && W+=gt || W+=le\n[ abc \\< abd -a -n x ] && W+=" lt"',
 ]
 
 
@@ -141,3 +146,35 @@ def test_a_process_substitution_sourced_is_named_as_such():
                              "--tensor-model-parallel-size $TP\n", "train.sh")
     assert any("a command prints" in note for note in imported.not_carried)
     assert any("--tensor-model-parallel-size" in loss for loss in imported.lost)
+
+
+@pytest.mark.parametrize("code", [
+    "shopt -s extglob\nX=70b\ncase $X in +([0-9])b) W=num ;; *) W=other ;; esac",  # was other, silently
+    "shopt -s extglob\nX=bf16\n[[ $X == @(bf16|fp16) ]] && W=half || W=full",
+])
+def test_an_extglob_pattern_is_not_matched_as_text(code):
+    assert words(code) == ["${W}"]
+
+
+@pytest.mark.skipif(shutil.which("expr") is None or shutil.which("seq") is None, reason="needs coreutils")
+def test_expr_and_seq_are_coreutils():
+    import random
+
+    from launcher.importer.coreutils import expr, seq
+
+    rng = random.Random(7)
+    ops = ["+", "-", "*", "/", "%", "<", "<=", "=", "!=", ">", ">=", "|", "&"]
+    atoms = ["0", "1", "7", "-3", "12", "100", "abc", "", "-0"]
+    cases = [["(", "2", "+", "3", ")", "*", "4"], ["length", "abc"], ["1", "/", "0"]]
+    for _ in range(60):
+        args = [rng.choice(atoms)]
+        for _ in range(rng.randint(0, 3)):
+            args += [rng.choice(ops), rng.choice(atoms)]
+        cases.append(args)
+    for args in cases:
+        ours = expr(args)
+        real = subprocess.run(["expr", *args], capture_output=True, text=True, timeout=10)
+        assert ours is None or (real.returncode < 2 and ours == real.stdout), args
+    for args in (["3"], ["1", "3"], ["5", "-2", "1"], ["-s,", "1", "4"], ["-s", " ", "2", "2", "9"], ["4", "1"]):
+        real = subprocess.run(["seq", *args], capture_output=True, text=True, timeout=10)
+        assert seq(args) == real.stdout, args
