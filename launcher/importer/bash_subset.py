@@ -3036,9 +3036,9 @@ def _double_equals(match: re.Match[bytes]) -> bytes:
     return SINGLE_EQUALS.sub(lambda m: b"==" if m.group(1) else m.group(0), match.group(0))
 
 
-# `[ "$A" \> "$B" ]` (string order): the grammar cannot read `\>` inside [ ] and loses the whole script around it; the
-# same test written `test "$A" \> "$B"` it reads
-ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t](?:[^\n\]'\"]|'[^'\n]*'|\"[^\"\n]*\")*?[ \t]\\[<>][ \t]"
+# `[ "$A" \> "$B" ]` (string order), `[ -n "$A" -a \( … \) ]`, `[ $A \!= 1 ]`: the grammar cannot read an escaped
+# operator inside [ ] and loses the whole script around it; the same test written `test "$A" \> "$B"` it reads
+ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t](?:[^\n\]'\"]|'[^'\n]*'|\"[^\"\n]*\")*?(?<=[ \t])\\[<>()!]=?[ \t]"
                         rb"(?:[^\n\]'\"]|'[^'\n]*'|\"[^\"\n]*\")*?[ \t])\](?![\]\w])")
 
 
@@ -3057,7 +3057,7 @@ def _brace_inner_names(src: bytes) -> bytes:
         src = LONE_BLANK.sub(_lone_blank, src)
     if b"[" in src:
         src = BLANK_SUBSCRIPT.sub(_quoted_subscript, src)
-        if b"\\>" in src or b"\\<" in src:
+        if re.search(rb"\\[<>()!]", src):
             src = ORDER_TEST.sub(_order_test, src)
         if b"[[" in src:
             src = TEST_BRACKETS.sub(_double_equals, src)

@@ -110,6 +110,8 @@ MORE_SHAPES = [
     'for i in $(seq 1 3); do W+="$i "; done\nW+="$(seq -s, 2 2 6)"',
     # `[ "$A" \> "$B" ]`: the grammar lost the whole script around it (no training command was found)
     'M=7\nif [ $M == 7 ]; then W=a; fi\n[ "$M" \\> 10 ] && W+=gt || W+=le\n[ abc \\< abd -a -n x ] && W+=" lt"',
+    'A=x; B=; C=y\nif [ "$A" -a \\( "$B" -o "$C" \\) ]; then W=1; else W=0; fi\n[ $A \\!= x ] && W+=ne || W+=eq\n'
+    '[ \\( -n "$B" \\) ] && W+=" b" || W+=" nob"',
 ]
 
 
