@@ -169,6 +169,9 @@ class Reading:
     shell: Shell = field(default_factory=Shell)
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
+    # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
+    # training command may be inside it
+    unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -420,6 +423,9 @@ class _Reader:
         unknown = f", with {', '.join(names)} unknown" if names else ""
         if _bash_accepts(self.src):
             item = Undecided(line, f"a line the grammar cannot read ({self.first_line(node)})", names)
+            if re.search(r"pretrain_\w*\.py", self.text(node)):
+                rows = node.end_point[0] - node.start_point[0] - (node.end_point[1] == 0)
+                self.reading.unread_entry.append((line, line + max(rows, 0), self.line(_first_error(node))))
             self.skip(node, f"not read: bash accepts this, the grammar this import reads bash with does not"
                             f"{unknown}: {self.first_line(node)}")
         else:
@@ -2537,6 +2543,14 @@ def _assigned_names(root: Any, src: bytes) -> set[str]:
 
 
 @lru_cache(maxsize=16)
+def _first_error(node: Any) -> Any:
+    """The innermost, first part of `node` the grammar could not read (where to look for the construct)."""
+    for child in node.children:
+        if child.type == "ERROR" or child.is_missing or child.has_error:
+            return _first_error(child)
+    return node
+
+
 def _bash_accepts(source: bytes) -> bool:
     """Whether bash itself parses the text (`bash -n`: read, never run), where bash is installed; without it, the
     grammar's verdict stands."""
