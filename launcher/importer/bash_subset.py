@@ -2953,7 +2953,8 @@ def _printf(argv: list[str]) -> str | None:
         return None
     form, args = _ansi_c(argv[1]), argv[2:]
     specs = [m for m in PRINTF_SPEC.finditer(form) if m.group(4) != "%"]
-    if "%" in PRINTF_SPEC.sub("", form) or any(m.group(4) not in "sdiuxXofFeEgGc" for m in specs):
+    if "%" in PRINTF_SPEC.sub("", form) or any(m.group(4) not in "sdiuxXofFeEgGc" for m in specs) or \
+            any(len(m.group(2)) > 4 or len(m.group(3)) > 5 for m in specs):  # a width of 10^9: not printed here
         return None
     slots = len(specs)
     out = []
@@ -3033,7 +3034,7 @@ def _lone_blank(match: re.Match[bytes]) -> bytes:
 
 # a subscript holding a blank (`P[a b]=1`, `${M[$k b]}`): bash reads it whole, the grammar cannot; quoted it can (the
 # same key: quotes are removed, and an arithmetic subscript evaluates the same text)
-BLANK_SUBSCRIPT = re.compile(rb"(?<=[A-Za-z0-9_])\[([^\]\[\n\"'`]*[ \t][^\]\[\n\"'`]*)\](?=\+?=|\})")
+BLANK_SUBSCRIPT = re.compile(rb"(?<=[A-Za-z0-9_])\[([^\]\[\n\"'` \t]{0,200}[ \t][^\]\[\n\"'`]{0,200})\](?=\+?=|\})")
 
 
 def _quoted_subscript(match: re.Match[bytes]) -> bytes:
@@ -3042,7 +3043,8 @@ def _quoted_subscript(match: re.Match[bytes]) -> bytes:
 
 # `=` comparing with a pattern inside [[ ]] (`[[ $X = a?c && … ]]`): the grammar reads the pattern as a regex that
 # ends the test; `==` is the same operator to bash, and the grammar reads it on
-TEST_BRACKETS = re.compile(rb"\[\[[ \t][^\n]*?[ \t]\]\]")
+# (the scan from one `[[` stops at the next: a hostile line of them stays linear)
+TEST_BRACKETS = re.compile(rb"\[\[[ \t](?:[^\n\[]|\[(?!\[)){0,2000}?[ \t]\]\]")
 SINGLE_EQUALS = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|\\.|(?<=[ \t])(=)(?=[ \t])")
 
 
@@ -3052,8 +3054,9 @@ def _double_equals(match: re.Match[bytes]) -> bytes:
 
 # `[ "$A" \> "$B" ]` (string order), `[ -n "$A" -a \( … \) ]`, `[ $A \!= 1 ]`: the grammar cannot read an escaped
 # operator inside [ ] and loses the whole script around it; the same test written `test "$A" \> "$B"` it reads
-ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t](?:[^\n\]'\"]|'[^'\n]*'|\"[^\"\n]*\")*?(?<=[ \t])\\[<>()!]=?[ \t]"
-                        rb"(?:[^\n\]'\"]|'[^'\n]*'|\"[^\"\n]*\")*?[ \t])\](?![\]\w])")
+# (no `[` inside: the scan from one `[` stops at the next, so a hostile line of them stays linear)
+ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t](?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?(?<=[ \t])"
+                        rb"\\[<>()!]=?[ \t](?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?[ \t])\](?![\]\w])")
 
 
 def _order_test(match: re.Match[bytes]) -> bytes:

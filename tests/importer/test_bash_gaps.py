@@ -192,3 +192,20 @@ def test_a_training_command_the_grammar_cannot_read_is_named_not_missing():
         import_source(script, "train.sh")
     message = caught.value.problems[0].message
     assert "no line runs" not in message and "lines 1-3" in message and "near line 2" in message
+
+
+@pytest.mark.parametrize("text", [
+    "[ " * 200_000 + "\\> x\n", "[[ " * 200_000 + "\n", "a[" + " " * 200_000 + "\n", "\\ " * 200_000 + "\n",
+    "[ '" * 100_000 + "\\>\n", "W=$(printf '%0999999999d' 1)\n", "W=$(seq 1 999999999)\nW=$(expr 1 + + 2)\n",
+])
+def test_hostile_variations_of_these_shapes_end_in_bounded_time(text):
+    import time
+
+    from launcher.importer.bash_subset import ShellSyntaxError
+
+    began = time.monotonic()
+    try:
+        read_script(text + "torchrun pretrain_gpt.py $W\n")
+    except ShellSyntaxError:
+        pass
+    assert time.monotonic() - began < 5
