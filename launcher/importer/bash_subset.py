@@ -18,6 +18,7 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import fnmatch
 import functools
@@ -3028,8 +3029,39 @@ def _backtick_note(match: re.Match[bytes]) -> bytes:
 LONE_BLANK = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|(?<![^\s(])(?<!\\[ \t])((?:\\[ \t])+)(?=[\s);&|]|$)|\\.")
 
 
-def _lone_blank(match: re.Match[bytes]) -> bytes:
-    return b"'" + match.group(1).replace(b"\\", b"") + b"'" if match.group(1) else match.group(0)
+HEREDOC_START = re.compile(rb"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)\2")
+
+
+def _heredoc_bodies(src: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each here-document's body, roughly as bash finds them (a `<<WORD` on a line, the body from
+    the next line to a line that is WORD): text there is the document's, not words."""
+    bodies: list[tuple[int, int]] = []
+    at = 0
+    while True:
+        match = HEREDOC_START.search(src, at)
+        if match is None:
+            return bodies
+        start = src.find(b"\n", match.end())
+        if start < 0:
+            return bodies
+        delimiter = re.compile(rb"^" + (rb"\t*" if match.group(1) else b"") + re.escape(match.group(3)) + rb"[ \t]*$",
+                               re.M)
+        end_match = delimiter.search(src, start + 1)
+        end = end_match.end() if end_match else len(src)
+        bodies.append((start + 1, end))
+        at = end
+
+
+def _lone_blanks(src: bytes) -> bytes:
+    bodies = _heredoc_bodies(src) if b"<<" in src else []
+    starts = [a for a, _ in bodies]
+
+    def one(match: re.Match[bytes]) -> bytes:
+        k = bisect.bisect_right(starts, match.start()) - 1  # the body that starts last before it (sorted, apart)
+        if not match.group(1) or k >= 0 and match.start() < bodies[k][1]:
+            return match.group(0)
+        return b"'" + match.group(1).replace(b"\\", b"") + b"'"
+    return LONE_BLANK.sub(one, src)
 
 
 # a subscript holding a blank (`P[a b]=1`, `${M[$k b]}`): bash reads it whole, the grammar cannot; quoted it can (the
@@ -3071,7 +3103,7 @@ def _brace_inner_names(src: bytes) -> bytes:
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
     if b"\\ " in src or b"\\\t" in src:
-        src = LONE_BLANK.sub(_lone_blank, src)
+        src = _lone_blanks(src)
     if b"[" in src:
         src = BLANK_SUBSCRIPT.sub(_quoted_subscript, src)
         if re.search(rb"\\[<>()!]", src):

@@ -35,6 +35,8 @@ SHAPES = [
     'X=abd\n[[ $X = a?c || $X = *d ]] && W=either || W=neither',
     'X="a = b"\n[[ $X = "a = b" && $X != a*c ]] && W=y || W=n',
     'X=ab\ncase $X in\n  a*)\n    ;&\n  zz) W=fell ;;\nesac',
+    # inside a here-document a `\\ ` is the document's text, not a word
+    "A=$(cat <<EOF\nx \\\\ y \\ \nEOF\n)\nB=$(cat <<-'E'\n\tp \\ \n\tE\n)\nW=\"$A|$B\"",
 ]
 
 
@@ -209,3 +211,13 @@ def test_hostile_variations_of_these_shapes_end_in_bounded_time(text):
     except ShellSyntaxError:
         pass
     assert time.monotonic() - began < 5
+
+
+def test_the_rewrites_for_the_grammar_stay_linear_around_here_documents():
+    import time
+
+    from launcher.importer.bash_subset import _brace_inner_names
+
+    began = time.monotonic()
+    _brace_inner_names(b"x <<A\nA\n \\ \n" * 50_000)
+    assert time.monotonic() - began < 3
