@@ -18,6 +18,7 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import fnmatch
 import functools
@@ -31,6 +32,7 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
+from launcher.importer import coreutils
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -168,6 +170,9 @@ class Reading:
     shell: Shell = field(default_factory=Shell)
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
+    # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
+    # training command may be inside it
+    unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -318,6 +323,11 @@ class _Reader:
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
         self.capture_cwd: str | None = None  # `cd DIR` inside $(…): for the `pwd` after it
+        # `declare -n REF=NAME`: REF names NAME (reading and assigning REF is NAME); "" where NAME is not known
+        self.refs: dict[str, str] = {}
+        self.ifs_unset = False
+        # `declare -i N` / `-l` / `-u`: each later assignment to N is arithmetic / lowered / raised (bash's attributes)
+        self.attributes: dict[str, str] = {}
         if path is not None:  # `bash /abs/train.sh`: $0 and ${BASH_SOURCE[0]} name the file (its siblings are read)
             self.shell.scalars["0"] = os.path.abspath(path)
             self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path)]
@@ -414,6 +424,9 @@ class _Reader:
         unknown = f", with {', '.join(names)} unknown" if names else ""
         if _bash_accepts(self.src):
             item = Undecided(line, f"a line the grammar cannot read ({self.first_line(node)})", names)
+            if re.search(r"pretrain_\w*\.py", self.text(node)):
+                rows = node.end_point[0] - node.start_point[0] - (node.end_point[1] == 0)
+                self.reading.unread_entry.append((line, line + max(rows, 0), self.line(_first_error(node))))
             self.skip(node, f"not read: bash accepts this, the grammar this import reads bash with does not"
                             f"{unknown}: {self.first_line(node)}")
         else:
@@ -481,12 +494,26 @@ class _Reader:
 
     def st_declaration_command(self, node: Any) -> None:
         keyword = node.children[0].type
-        options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c).startswith("-")]
+        options = [self.text(c) for c in node.named_children if c.type == "word" and self.text(c)[:1] in ("-", "+")]
         export = keyword == "export" or any("x" in o for o in options if not o.startswith("+"))
         is_local = keyword == "local" and bool(self.locals)
-        integer = any("i" in o for o in options if o.startswith("-"))
         associative = any("A" in o for o in options if o.startswith("-"))
+        reference = any("n" in o for o in options if o.startswith("-"))
+        given = "".join(c for o in options if o.startswith("-") for c in o if c in "ilu")
+        taken = "".join(c for o in options if o.startswith("+") for c in o if c in "ilu")
         for child in node.named_children:
+            if (given or taken) and (child.type == "variable_assignment" or child.type in WORDISH):
+                target = self.assignment_name(child)[0] if child.type == "variable_assignment" else self.text(child)
+                if NAME.fullmatch(target):
+                    kept = "".join(c for c in self.attributes.get(target, "") if c not in taken + given)
+                    # -l and -u exclude each other: the last given wins
+                    self.attributes[target] = kept.replace("l" if "u" in given else "u" if "l" in given else "", "") \
+                        + given
+            if reference and child.type == "variable_assignment":
+                if is_local:
+                    self.make_local(self.assignment_name(child)[0])
+                self.declare_reference(child)
+                continue
             if associative and (child.type == "variable_assignment" or child.type in WORDISH and
                                 NAME.fullmatch(self.text(child))):
                 self.declare_associative(child)
@@ -495,15 +522,7 @@ class _Reader:
                 name = self.assignment_name(child)[0]
                 if is_local:
                     self.make_local(name)
-                self.assign(child, export=export)
-                value = self.shell.scalars.get(name)
-                if integer and value is not None:  # declare -i N=2+3: the value is arithmetic
-                    try:
-                        self.shell.scalars[name] = str(self.arith_text(value))
-                    except _Unknown:
-                        self.shell.scalars[name] = _unknown(name)
-                    if name in self.shell.exports:
-                        self.shell.exports[name] = self.shell.scalars[name]
+                self.assign(child, export=export)  # declare -i N=2+3: arithmetic (see attributes)
             elif child.type in WORDISH:
                 for word in self.fields(child):
                     if word.startswith("-"):
@@ -544,6 +563,28 @@ class _Reader:
         begin = name + "["
         return {k[len(begin):-1]: v for k, v in self.shell.scalars.items() if k.startswith(begin) and k != name + "[]"}
 
+    def resolve(self, name: str) -> str:
+        """The variable a name reference names (`declare -n R=MODEL`: R is MODEL), else the name itself."""
+        for _ in range(10):  # bash refuses a reference to itself; a chain is followed
+            if name not in self.refs or not self.refs[name]:
+                return name
+            name = self.refs[name]
+        return name
+
+    def declare_reference(self, child: Any) -> None:
+        """`declare -n REF=NAME` / `local -n R=$1`: what REF reads and assigns is NAME's; where NAME is not known,
+        REF is unknown and an assignment through it is named."""
+        if child.type != "variable_assignment":
+            return
+        name = self.assignment_name(child)[0]
+        value_node = child.child_by_field_name("value")
+        target = self.joined(value_node) if value_node is not None else ""
+        self.refs[name] = target if NAME.fullmatch(target) and target != name else ""
+        if not self.refs[name]:
+            self.shell.scalars[name] = _unknown(name)
+            self.skip(child, f"a name reference to a variable not known ({self.first_line(child)}): what is "
+                             "assigned through it is not known")
+
     def make_local(self, name: str) -> None:
         scope = self.locals[-1]
         if name not in scope:
@@ -556,6 +597,7 @@ class _Reader:
                 if element and element.group(1) in self.shell.arrays:  # unset 'A[1]': one element of an array
                     self.unset_element(element.group(1), element.group(2))
                     continue
+                self.ifs_unset = self.ifs_unset or word == "IFS"
                 for table in (self.shell.scalars, self.shell.arrays, self.shell.exports, self.shell.functions):
                     table.pop(word, None)
                 for key in [k for k in self.shell.scalars if k.startswith(word + "[")]:
@@ -861,10 +903,9 @@ class _Reader:
         value = self.joined(value_node) if value_node is not None else ""
         items = [c for c in node.named_children if c.type == "case_item"]
         if unresolved_names(value):
-            bodies = [self.case_body(item) for item in items]
             catch_all = any(self.case_patterns(item) == ["*"] for item in items)
-            self.undecided_fork(node, [_runner(self.block, b) for b in bodies], include_nothing=not catch_all,
-                                what=self.first_line(node))
+            self.undecided_fork(node, [self.case_from(node, items, k) for k in range(len(items))],
+                                include_nothing=not catch_all, what=self.first_line(node))
             return
         k = 0
         while k < len(items):
@@ -876,8 +917,7 @@ class _Reader:
                     pattern = _unknown(pattern)
                     matched = False
                 if unresolved_names(pattern):
-                    self.undecided_fork(node, [_runner(self.block, self.case_body(i))
-                                               for i in items[k:]],
+                    self.undecided_fork(node, [self.case_from(node, items, i) for i in range(k, len(items))],
                                         include_nothing=True, what=self.first_line(node))
                     return
                 if matched:
@@ -894,6 +934,22 @@ class _Reader:
             if _terminator(item) != ";;&":
                 return
             k += 1
+
+    def case_from(self, node: Any, items: list[Any], k: int) -> Callable[[], None]:
+        """The branch of a case whose value is not known that starts at item k: its body, the bodies after it while
+        they end in `;&`, and, after a `;;&`, any of the items after that (or none)."""
+        def run() -> None:
+            j = k
+            self.block(self.case_body(items[j]))
+            while _terminator(items[j]) == ";&" and j + 1 < len(items):
+                j += 1
+                self.block(self.case_body(items[j]))
+            if _terminator(items[j]) == ";;&" and j + 1 < len(items):
+                later = items[j + 1:]
+                catch_all = any(self.case_patterns(item) == ["*"] for item in later)
+                self.undecided_fork(node, [self.case_from(node, items, i) for i in range(j + 1, len(items))],
+                                    include_nothing=not catch_all, what=self.first_line(node))
+        return run
 
     def case_patterns(self, item: Any) -> list[str]:
         out = []
@@ -931,7 +987,9 @@ class _Reader:
             words = []
         if body is None:
             return
-        if any(unresolved_names(w) for w in words) or len(words) > MAX_LOOP:
+        # `select NAME in …` reads the choice from the terminal: which word, and how many times, is not known
+        chosen_at_run_time = node.children[0].type == "select"
+        if chosen_at_run_time or any(unresolved_names(w) for w in words) or len(words) > MAX_LOOP:
             def once() -> None:
                 self.shell.scalars[name] = _unknown(name)
                 self.block(body.children)
@@ -976,21 +1034,28 @@ class _Reader:
 
     def st_c_style_for_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
-        initializer = node.child_by_field_name("initializer")
-        condition = node.child_by_field_name("condition")
-        update = node.child_by_field_name("update")
+        # each part may be a comma list (`i=0, j=10`): the grammar gives each expression of it under the field
+        parts: dict[str, list[Any]] = {"initializer": [], "condition": [], "update": []}
+        for k, child in enumerate(node.children):
+            field_name = node.field_name_for_child(k)
+            if field_name in parts and child.is_named:
+                parts[field_name].append(child)
+
+        def each(name: str) -> int | None:
+            value = None
+            for expression in parts[name]:
+                value = self.arith_node(expression)
+            return value  # of the last, as bash's comma operator
         if body is None:
             return
         try:
-            if initializer is not None:
-                self.arith_node(initializer)
+            each("initializer")
             for _ in range(MAX_LOOP):
-                if condition is not None and self.arith_node(condition) == 0:
+                if each("condition") == 0:
                     return
                 if not self.loop_body(body):
                     return
-                if update is not None:
-                    self.arith_node(update)
+                each("update")
         except _Unknown:
             self.undecided_fork(node, [lambda: self.block(body.children)], include_nothing=True,
                                 what=self.first_line(node))
@@ -1330,6 +1395,10 @@ class _Reader:
         name, index = self.assignment_name(node)
         if not name:
             return
+        if self.refs.get(name) == "":  # through a reference to a variable not known
+            self.skip(node, f"assigned through a name reference to a variable not known: {self.first_line(node)}")
+            return
+        name = self.resolve(name)
         append = any(c.type == "+=" for c in node.children)
         value_node = node.child_by_field_name("value")
         touched = self.begin_touch()
@@ -1381,11 +1450,24 @@ class _Reader:
             if UNRESOLVED.fullmatch(value).group(1).isdigit():  # type: ignore[union-attr]
                 self.from_arguments.add(name)  # MODEL_SIZE=$3: decided by the script's arguments
             value = _unknown(name)  # DATA_PATH=$5: name the variable the script's reader knows
+        attributes = self.attributes.get(name, "")
+        if "i" in attributes and name not in self.shell.arrays:  # N+=4 under declare -i adds
+            try:
+                number = self.arith_text(value or "0")
+                if append:
+                    number = _wrap(self.arith_text(self.shell.scalars.get(name) or "0") + number)
+                value = str(number)
+            except _Unknown:
+                value = _unknown(name)
+            append = False
         if append:
             if name in self.shell.arrays:
                 self.shell.arrays[name] = [*self.shell.arrays[name], value]
                 return
             value = "".join(self.appended_to(name)[:1]) + value
+        if "l" in attributes or "u" in attributes:
+            value = "".join(part if k % 2 else (part.lower() if "l" in attributes else part.upper())
+                            for k, part in enumerate(re.split(f"({MARK}[^{MARK}]*{MARK})", value)))
         _bound([value], self.line(node))
         self.shell.scalars[name] = value
         self.shell.arrays.pop(name, None)
@@ -1586,6 +1668,11 @@ class _Reader:
                 else:
                     self.capture.out.append(printed)
                 return
+            computed = coreutils.expr(argv[1:]) if program == "expr" else \
+                coreutils.seq(argv[1:]) if program == "seq" else None
+            if computed is not None and not any(unresolved_names(a) for a in argv):
+                self.capture.out.append(computed)
+                return
             path = _path_command(argv, self.capture_cwd)
             if path is not None:  # $(dirname "$0"), $(cd "$(dirname …)" && pwd), $(realpath …): known paths
                 if program == "cd":
@@ -1622,6 +1709,10 @@ class _Reader:
             finally:
                 self.outer = saved_outer
             return
+        # `… | xargs torchrun pretrain_gpt.py`: xargs adds the words it reads from its input, not known here
+        before = argv[:next((k for k, w in enumerate(argv) if show(w).endswith(".py")), len(argv))]
+        if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
+            argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    self.absent))
 
@@ -1690,6 +1781,11 @@ class _Reader:
         if ENVIRONMENT_SETUP.search(show(given)) or ENVIRONMENT_SETUP.search(os.path.normpath(show(given))):
             self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
                             "toolkit's set_env.sh), not the run's settings")
+            return
+        if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
+            self.unread_sources += 1  # source <(…): the script a command prints
+            self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
+                            "not known without running the script; what it sets is unknown")
             return
         if unresolved_names(given):
             self.unread_sources += 1
@@ -1797,6 +1893,8 @@ class _Reader:
             self.depth -= 1
             self.src, self.line_offset = saved
             for name, (scalar, array) in self.locals.pop().items():
+                self.refs.pop(name, None)  # a local name reference (and attribute) ends with its function
+                self.attributes.pop(name, None)
                 self.shell.scalars.pop(name, None)
                 self.shell.arrays.pop(name, None)
                 if scalar is not None:
@@ -2012,6 +2110,7 @@ class _Reader:
             return ("val", " ".join(self.positional), quoted)
         if name == "#" and self.positional is None:
             return ("val", "0", quoted)
+        name = self.resolve(name)
         value = self.shell.lookup(name)
         return ("val", value if value is not None else self.unset(name), quoted)
 
@@ -2030,6 +2129,8 @@ class _Reader:
         that was not read, unknown: that file may set it."""
         if name.isdigit() and name != "0" and self.positional is not None:
             return ""
+        if name == "IFS":  # bash sets it at start (never from the environment); `unset IFS` leaves it empty
+            return "" if self.ifs_unset else DEFAULT_IFS
         if self.unread_sources and not name.isdigit():
             return _unknown(name)  # a sourced file that was not read may set it
         return "" if name in self.script_names else _unknown(name)
@@ -2050,6 +2151,10 @@ class _Reader:
             return ("val", _unknown(inner), quoted)
         prefix, name, subscript, index = match.group(1), match.group(2), match.group(3), match.group(4)
         rest = inner[match.end():]
+        if name in self.refs:
+            if prefix == "!" and not subscript and not rest:  # ${!REF}: the name it refers to
+                return ("val", self.refs[name] or _unknown("!" + name), quoted)
+            name = self.resolve(name)
         if subscript and self.associative(name):
             return self.associative_expansion(prefix, name, index, rest, inner, quoted)
         if name in ("@", "*") and not subscript and self.element is None:
@@ -2161,9 +2266,20 @@ class _Reader:
             except _Unknown:
                 return ("val", _unknown(name), quoted)
         if op in ("^^", ",,", "^", ","):
-            changed = {"^^": value.upper(), ",,": value.lower(), "^": value[:1].upper() + value[1:],
-                       ",": value[:1].lower() + value[1:]}[op]
+            pattern = rest[len(op):]  # ${X^^[ab]}: only the characters the pattern matches
+            if unresolved_names(pattern):
+                return ("val", _unknown(name), quoted)
+            change = str.upper if op[0] == "^" else str.lower
+            try:
+                changed = "".join(change(c) if (k == 0 or len(op) == 2) and (not pattern or _glob_match(c, pattern))
+                                  else c for k, c in enumerate(value))
+            except _Unknown:
+                return ("val", _unknown(name), quoted)
             return ("val", changed, quoted)
+        if op == "@" and rest in ("@U", "@u", "@L", "@Q"):  # bash 5's transformations
+            transformed = {"@U": value.upper(), "@u": value[:1].upper() + value[1:], "@L": value.lower(),
+                           "@Q": "'" + value.replace("'", "'\\''") + "'"}[rest]
+            return ("val", transformed, quoted)
         if op == ":":
             spec = self.operand(node, operand_start)
             numbers = spec.split(":")
@@ -2428,6 +2544,14 @@ def _assigned_names(root: Any, src: bytes) -> set[str]:
 
 
 @lru_cache(maxsize=16)
+def _first_error(node: Any) -> Any:
+    """The innermost, first part of `node` the grammar could not read (where to look for the construct)."""
+    for child in node.children:
+        if child.type == "ERROR" or child.is_missing or child.has_error:
+            return _first_error(child)
+    return node
+
+
 def _bash_accepts(source: bytes) -> bool:
     """Whether bash itself parses the text (`bash -n`: read, never run), where bash is installed; without it, the
     grammar's verdict stands."""
@@ -2731,7 +2855,12 @@ def _tame_regex(pattern: str) -> bool:
     return len(pattern) <= 200 and len(re.findall(r"[*+?{]", pattern)) <= 4 and not re.search(r"\)[*+?{]", pattern)
 
 
+EXTGLOB = re.compile(r"(?<!\\)[?*+@!]\(")
+
+
 def _glob_regex(pattern: str) -> re.Pattern[str]:
+    if EXTGLOB.search(pattern):
+        raise _Unknown(pattern)  # +([0-9])b, @(a|b): extglob, not matched here (fnmatch read it as text: no match)
     if pattern.count("*") > 8:
         raise _Unknown(pattern)  # each star is a .* the matcher may try at every position
     return re.compile(fnmatch.translate(pattern), re.S)
@@ -2810,26 +2939,68 @@ def _path_command(argv: list[str], cwd: str | None) -> str | None:
     return None
 
 
+# one conversion of printf's format: %[flags][width][.precision]letter (a `*` width is not read)
+PRINTF_SPEC = re.compile(r"%([-+ 0#]*)([0-9]*)((?:\.[0-9]*)?)([a-zA-Z%])")
+PRINTF_FLOAT = re.compile(r"[ \t]*[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+PRINTF_INT = re.compile(r"[ \t]*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+
+
 def _printf(argv: list[str]) -> str | None:
+    """What printf(1) prints for known words, or None where it is not known (a conversion it does not read, a
+    number that is not one)."""
     if argv[1:2] == ["--"]:
         argv = argv[:1] + argv[2:]
     if len(argv) < 2 or argv[1] == "-v":
         return None
     form, args = _ansi_c(argv[1]), argv[2:]
-    if re.search(r"%(?![sd%])", form):
+    specs = [m for m in PRINTF_SPEC.finditer(form) if m.group(4) != "%"]
+    if "%" in PRINTF_SPEC.sub("", form) or any(m.group(4) not in "sdiuxXofFeEgGc" for m in specs) or \
+            any(len(m.group(2)) > 4 or len(m.group(3)) > 5 for m in specs):  # a width of 10^9: not printed here
         return None
-    slots = len(re.findall(r"%[sd]", form))
+    slots = len(specs)
     out = []
     while True:  # the format is reused until the arguments are consumed, as printf(1)
         chunk, args = args[:slots], args[slots:]
-        out.append(_fill(form, iter(chunk)))
+        filled = _fill(form, iter(chunk))
+        if filled is None:
+            return None
+        out.append(filled)
         if not args or not slots:
             break
     return "".join(out)
 
 
-def _fill(form: str, values: Any) -> str:
-    return re.sub(r"%[sd%]", lambda m: "%" if m.group(0) == "%%" else next(values, ""), form)
+def _fill(form: str, values: Any) -> str | None:
+    failed = False
+
+    def one(match: re.Match[str]) -> str:
+        nonlocal failed
+        flags, width, precision, letter = match.groups()
+        if letter == "%":
+            return "%"
+        value = next(values, None)
+        spec = "%" + flags + width + precision
+        if letter in "sc":
+            text = value or ""
+            return (spec + "s") % (text[:1] if letter == "c" else text)
+        if letter in "dixXou":
+            number = PRINTF_INT.fullmatch(value) if value else PRINTF_INT.fullmatch("0")
+            if number is None:
+                failed = True  # bash prints an error and 0: not a value a script means
+                return ""
+            sign, digits = number.groups()
+            n = int(digits, 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10)
+            if n >= 2 ** 63 or sign == "-" and letter in "xXou":  # bash's 64-bit wrap: not read
+                failed = True
+                return ""
+            return (spec + ("d" if letter in "iu" else letter)) % (-n if sign == "-" else n)
+        if value and not PRINTF_FLOAT.fullmatch(value):
+            failed = True
+            return ""
+        return (spec + letter) % float(value or "0")
+
+    text = PRINTF_SPEC.sub(one, form)
+    return None if failed else text
 
 
 # an unquoted `$NAME` (single-quoted text and escapes are passed over): written `${NAME}` before a word is parsed again
@@ -2853,13 +3024,92 @@ def _backtick_note(match: re.Match[bytes]) -> bytes:
     return b"" if match.group(1) else match.group(0)
 
 
+# A word that is only escaped blanks (`--foo \  # note`, `--lr 1e-4 \ ` then a newline): bash passes " " as a word,
+# the grammar drops it; written `' '` it keeps it
+LONE_BLANK = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|(?<![^\s(])(?<!\\[ \t])((?:\\[ \t])+)(?=[\s);&|]|$)|\\.")
+
+
+HEREDOC_START = re.compile(rb"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)\2")
+
+
+def _heredoc_bodies(src: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each here-document's body, roughly as bash finds them (a `<<WORD` on a line, the body from
+    the next line to a line that is WORD): text there is the document's, not words."""
+    bodies: list[tuple[int, int]] = []
+    at = 0
+    while True:
+        match = HEREDOC_START.search(src, at)
+        if match is None:
+            return bodies
+        start = src.find(b"\n", match.end())
+        if start < 0:
+            return bodies
+        delimiter = re.compile(rb"^" + (rb"\t*" if match.group(1) else b"") + re.escape(match.group(3)) + rb"[ \t]*$",
+                               re.M)
+        end_match = delimiter.search(src, start + 1)
+        end = end_match.end() if end_match else len(src)
+        bodies.append((start + 1, end))
+        at = end
+
+
+def _lone_blanks(src: bytes) -> bytes:
+    bodies = _heredoc_bodies(src) if b"<<" in src else []
+    starts = [a for a, _ in bodies]
+
+    def one(match: re.Match[bytes]) -> bytes:
+        k = bisect.bisect_right(starts, match.start()) - 1  # the body that starts last before it (sorted, apart)
+        if not match.group(1) or k >= 0 and match.start() < bodies[k][1]:
+            return match.group(0)
+        return b"'" + match.group(1).replace(b"\\", b"") + b"'"
+    return LONE_BLANK.sub(one, src)
+
+
+# a subscript holding a blank (`P[a b]=1`, `${M[$k b]}`): bash reads it whole, the grammar cannot; quoted it can (the
+# same key: quotes are removed, and an arithmetic subscript evaluates the same text)
+BLANK_SUBSCRIPT = re.compile(rb"(?<=[A-Za-z0-9_])\[([^\]\[\n\"'` \t]{0,200}[ \t][^\]\[\n\"'`]{0,200})\](?=\+?=|\})")
+
+
+def _quoted_subscript(match: re.Match[bytes]) -> bytes:
+    return b'["' + match.group(1) + b'"]'
+
+
+# `=` comparing with a pattern inside [[ ]] (`[[ $X = a?c && … ]]`): the grammar reads the pattern as a regex that
+# ends the test; `==` is the same operator to bash, and the grammar reads it on
+# (the scan from one `[[` stops at the next: a hostile line of them stays linear)
+TEST_BRACKETS = re.compile(rb"\[\[[ \t](?:[^\n\[]|\[(?!\[)){0,2000}?[ \t]\]\]")
+SINGLE_EQUALS = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|\\.|(?<=[ \t])(=)(?=[ \t])")
+
+
+def _double_equals(match: re.Match[bytes]) -> bytes:
+    return SINGLE_EQUALS.sub(lambda m: b"==" if m.group(1) else m.group(0), match.group(0))
+
+
+# `[ "$A" \> "$B" ]` (string order), `[ -n "$A" -a \( … \) ]`, `[ $A \!= 1 ]`: the grammar cannot read an escaped
+# operator inside [ ] and loses the whole script around it; the same test written `test "$A" \> "$B"` it reads
+# (no `[` inside: the scan from one `[` stops at the next, so a hostile line of them stays linear)
+ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t](?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?(?<=[ \t])"
+                        rb"\\[<>()!]=?[ \t](?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?[ \t])\](?![\]\w])")
+
+
+def _order_test(match: re.Match[bytes]) -> bytes:
+    return b"test" + match.group(1)
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
-    `${A}/${B}/x` it reads whole; and without the backtick notes (`` `# note` ``) it cannot read. Line numbers are
-    unchanged."""
+    `${A}/${B}/x` it reads whole; and without the backtick notes (`` `# note` ``) it cannot read; with the other
+    shapes above written as the grammar reads them. Line numbers are unchanged."""
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
+    if b"\\ " in src or b"\\\t" in src:
+        src = _lone_blanks(src)
+    if b"[" in src:
+        src = BLANK_SUBSCRIPT.sub(_quoted_subscript, src)
+        if re.search(rb"\\[<>()!]", src):
+            src = ORDER_TEST.sub(_order_test, src)
+        if b"[[" in src:
+            src = TEST_BRACKETS.sub(_double_equals, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
 

@@ -298,6 +298,15 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                     + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
                     + _comment(script) + (f" {given}" if given else "")
                     + " (a path relative to where this script runs)")
+            if reading.unread_entry:  # the grammar lost the part of the script that holds it
+                first, last, near = reading.unread_entry[0]
+                raise UserError(
+                    f"no training command read: lines {first}-{last} name a pretrain_*.py, and bash reads them, but "
+                    "the grammar this import reads bash with cannot (a construct it lacks, on or near line "
+                    f"{near}); nothing in them was carried",
+                    f"write the construct near line {near} another way (e.g. `for …; do …; done` for `for …; {{ …; }}`)"
+                    ", or import the training command alone: put that line, with the values it needs, in a file of "
+                    "its own and import that")
             unread = sorted({line for line, why in reading.skipped if "source" in why and (
                 "is not read" in why or "not read (" in why)})
             where = (f"; the files sourced on line(s) {', '.join(map(str, unread))} were not read, and the training "

@@ -151,7 +151,11 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
             while k > 0 and not _is_flag(words[k]):
                 k -= 1
             after = f" after {words[k]}'s value" if _is_flag(words[k]) else ""
-        return Word(words[i:j], "lost", why=f"word(s) without a flag{after}; Megatron's parser refuses them "
+        blank = ""
+        if any(not w.strip() for w in words[i:j]):  # shown as nothing: say what it is and where it comes from
+            blank = (" (a word of blanks only, " + ", ".join(repr(w) for w in words[i:j] if not w.strip()) +
+                     ": `\\ ` in the script, often a blank after a `\\` meant to continue the line)")
+        return Word(words[i:j], "lost", why=f"word(s) without a flag{after}{blank}; Megatron's parser refuses them "
                                              "(unrecognized arguments)"), j, None
     flag, eq, inline = word.partition("=")
     translation = legacy.translation(flag)
@@ -506,9 +510,38 @@ def _hosts_gpus(include: str) -> tuple[int, int] | None:
 
 # The job launchers whose options count processes; a wrapper after them (numactl -N 0: a NUMA node, not a count)
 # ends their options.
-JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed"}
+JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun"}
 NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
                   "singularity", "bash", "sh", "zsh", "dash", "ksh"}
+
+
+# IBM LSF's jsrun (Summit, Lassen, Sierra) counts resource sets: -n/--nrs of them in all, -r/--rs_per_host on each
+# host, -a/--tasks_per_rs processes in each (jsrun(1)); -p/--np is the number of processes in all
+JSRUN_OPTIONS = {"-n": "sets", "--nrs": "sets", "-r": "per_host", "--rs_per_host": "per_host", "-a": "per_set",
+                 "--tasks_per_rs": "per_set", "-p": "total", "--np": "total"}
+
+
+def _jsrun_counts(words: list[str]) -> dict[str, int]:
+    """nodes and processes per node of `jsrun -n 8 -r 4 -a 1 -g 1 python …` (also -n8, --nrs=8)."""
+    found: dict[str, int] = {}
+    for k, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if not eq and not word.startswith("--") and len(word) > 2 and word[:2] in JSRUN_OPTIONS:
+            name, value = word[:2], word[2:]  # -n8
+        elif not eq:
+            value = words[k + 1] if k + 1 < len(words) else ""
+        if name in JSRUN_OPTIONS and re.fullmatch(r"\d+", value):
+            found[JSRUN_OPTIONS[name]] = int(value)
+    per_set = found.get("per_set", 1)
+    total = found.get("total", found["sets"] * per_set if "sets" in found else 0)
+    out: dict[str, int] = {}
+    if "per_host" in found:
+        out["gpus_per_node"] = found["per_host"] * per_set
+        if total and out["gpus_per_node"] and total % out["gpus_per_node"] == 0:
+            out["nodes"] = total // out["gpus_per_node"]
+    elif 0 < total <= 8:  # as srun -n: one node's worth
+        out["gpus_per_node"] = total
+    return out
 
 
 def _launcher_options(wrapper: list[str]) -> list[str]:
@@ -529,6 +562,8 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
     """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
     where each process is one GPU's rank (the options of srun, mpirun … only)."""
     found: dict[str, int] = {}
+    if any(word.rsplit("/", 1)[-1] == "jsrun" for word in wrapper):
+        return _jsrun_counts(_launcher_options(wrapper))
     wrapper = _launcher_options(wrapper)
     for k, word in enumerate(wrapper):
         name, eq, inline = word.partition("=")
