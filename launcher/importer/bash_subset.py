@@ -3087,8 +3087,9 @@ def _double_equals(match: re.Match[bytes]) -> bytes:
 # `[ "$A" \> "$B" ]` (string order), `[ -n "$A" -a \( … \) ]`, `[ $A \!= 1 ]`: the grammar cannot read an escaped
 # operator inside [ ] and loses the whole script around it; the same test written `test "$A" \> "$B"` it reads
 # (no `[` inside: the scan from one `[` stops at the next, so a hostile line of them stays linear)
-ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t](?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?(?<=[ \t])"
-                        rb"\\[<>()!]=?[ \t](?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?[ \t])\](?![\]\w])")
+_TEST_WORDS = rb"(?:[^\n\[\]'\"]|'[^'\n\[]{0,200}'|\"[^\"\n\[]{0,200}\"){0,400}?"  # quoted parts bounded
+ORDER_TEST = re.compile(rb"(?<![\[\w$\\])\[([ \t]" + _TEST_WORDS + rb"(?<=[ \t])\\[<>()!]=?[ \t]" + _TEST_WORDS
+                        + rb"[ \t])\](?![\]\w])")
 
 
 def _order_test(match: re.Match[bytes]) -> bytes:
