@@ -87,7 +87,7 @@ def _smoothing(label_smoothing: float, vocab: int) -> float:
 
 
 def cross_entropy_forward(logits: torch.Tensor, target: torch.Tensor, label_smoothing: float):
-    """(Megatron's per-token loss in fp32, each row's log-sum-exp): one read of the logits."""
+    """(Megatron's per-token loss in fp32, each row's log-sum-exp), compiled into one kernel."""
     x = logits.float()
     lse = torch.logsumexp(x, dim=-1)
     loss = lse - x.gather(-1, target.unsqueeze(-1)).squeeze(-1)
@@ -113,9 +113,9 @@ def cross_entropy_backward(logits, target, lse, grad, label_smoothing: float) ->
 
 
 class CrossEntropy(torch.autograd.Function):
-    """The TP=1 language-model loss with what backward needs chosen by hand: the logits (alive anyway until the
-    loss is computed) and one fp32 number per token, instead of a [tokens, vocab] fp32 tensor. Compiled, the
-    forward reads the logits once and the backward reads them once and writes their gradient once."""
+    """The TP=1 language-model loss with what backward needs chosen by hand: the logits as they came (bf16: half
+    of the [tokens, vocab] fp32 softmax upstream keeps) and one fp32 number per token. One compiled kernel each
+    way (on one H200, 345m: 4.15 ms a step against 4.73 for a compiled F.cross_entropy; docs/benchmarks.md)."""
 
     @staticmethod
     def forward(ctx, logits, target, label_smoothing):
