@@ -2142,6 +2142,20 @@ class _Reader:
             self.reading.skipped.append((self.current_line, "read as `bash SCRIPT` without arguments ($# is 0); "
                                          "give the script's arguments after its name to read it with them"))
 
+    def each_element(self, node: Any, quoted: bool, items: list[str], as_list: bool
+                     ) -> tuple[str, str | list[str], bool]:
+        """The expansion's operation (${A[@]/#/--}, ${@%.bin}) applied to each of `items`: a list for [@] and
+        "$@", the results joined for [*] and "$*"."""
+        results = []
+        for item in items:
+            self.element = item
+            try:
+                results.append(self.expansion(node, quoted)[1])
+            finally:
+                self.element = None
+        flat = [r if isinstance(r, str) else " ".join(r) for r in results]
+        return ("list", flat, quoted) if as_list else ("val", " ".join(flat), quoted)
+
     def expansion(self, node: Any, quoted: bool) -> tuple[str, str | list[str], bool]:
         """${…}: the name part is read from the text, operands (defaults, patterns) from the tree."""
         begin = self.start(node)
@@ -2209,15 +2223,7 @@ class _Reader:
         if subscript and index in ("@", "*") and self.element is None and name in self.shell.arrays \
                 and re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):
             # "${ARGS[@]/#/--}", ${FILES[@]%.bin}: the operation applies to each element
-            results = []
-            for element in self.shell.arrays[name]:
-                self.element = element
-                try:
-                    results.append(self.expansion(node, quoted)[1])
-                finally:
-                    self.element = None
-            flat = [r if isinstance(r, str) else " ".join(r) for r in results]
-            return ("list", flat, quoted) if index == "@" else ("val", " ".join(flat), quoted)
+            return self.each_element(node, quoted, self.shell.arrays[name], index == "@")
         value = self.lookup_value(name, index)
         is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
         if not rest:
@@ -2327,15 +2333,7 @@ class _Reader:
                 chosen = everything[first:] if length is None else everything[first:first + length]
             return ("list", chosen, quoted) if name == "@" else ("val", " ".join(chosen), quoted)
         if re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):  # each argument, as each element of an array
-            results = []
-            for word in words:
-                self.element = word
-                try:
-                    results.append(self.expansion(node, quoted)[1])
-                finally:
-                    self.element = None
-            flat = [r if isinstance(r, str) else " ".join(r) for r in results]
-            return ("list", flat, quoted) if name == "@" else ("val", " ".join(flat), quoted)
+            return self.each_element(node, quoted, words, name == "@")
         return None
 
     def associative_expansion(self, prefix: str | None, name: str, index: str, rest: str, inner: str,
