@@ -32,7 +32,7 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils
+from launcher.importer import coreutils, recovery
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -301,6 +301,8 @@ class _Reader:
         self.steps = 0
         self.depth = 0
         self.src = b""
+        self.whole = b""  # all of the text being read (self.src: the part of it being read)
+        self.unread_functions: dict[str, str] = {}  # a function defined in lines not read → those lines
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
@@ -373,19 +375,29 @@ class _Reader:
         """Parse `text` and run it here (the script, an eval'd string, a bash -c string)."""
         if len(text) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a command string grows beyond {MAX_SCRIPT_CHARS:,} characters")
-        saved = (self.src, self.line_offset, self.fixed_line)
-        self.src = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
-        self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
+        saved = (self.src, self.line_offset, self.fixed_line, self.whole)
+        self.whole = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
+        self.fixed_line = fixed_line if fixed_line is not None else saved[2]
         try:
-            tree = _parser().parse(self.src)
-            self.pending_names.append((tree, self.src))
+            # where the grammar cannot read a part, the parts around it are read on their own (recovery.py)
+            pieces = recovery.parts(self.whole, _parser().parse, _heredoc_bodies)
+            for piece in pieces:  # every name the text assigns, before any is read (see script_names)
+                if piece.tree is not None:
+                    self.pending_names.append((piece.tree, piece.text))
+                else:
+                    self.names_seen |= recovery.assigned_names(piece.text)
             self.deeper()
             try:
-                self.block(tree.root_node.children)
+                for piece in pieces:
+                    self.src, self.line_offset = piece.text, line_offset + piece.row
+                    if piece.tree is not None:
+                        self.block(piece.tree.root_node.children)
+                    else:
+                        self.unreadable(piece)
             finally:
                 self.depth -= 1
         finally:
-            self.src, self.line_offset, self.fixed_line = saved
+            self.src, self.line_offset, self.fixed_line, self.whole = saved
 
     # -- statements -------------------------------------------------------------------------------------------
     def block(self, nodes: Sequence[Any]) -> None:
@@ -416,30 +428,49 @@ class _Reader:
         return False
 
     def unparsable(self, node: Any) -> None:
-        """A command the grammar cannot parse. Where bash cannot either (`CKPT=<Specify path>` in a template), bash
-        stops the script there; where bash can (a construct the grammar lacks), the line is not read. Either way the
-        rest is read on, loudly: the line is named, and what it assigns is unknown."""
-        line = self.line(node)
-        names = tuple(sorted(_assigned_names(node, self.src)))
+        """A command the grammar cannot parse, inside a part it reads (see unreadable)."""
+        rows = node.end_point[0] - node.start_point[0] - (node.end_point[1] == 0)
+        self.not_read(self.line(node), self.line(node) + max(rows, 0), self.text(node), self.line(_first_error(node)))
+
+    def unreadable(self, piece: recovery.Part) -> None:
+        """Lines the grammar cannot read, between parts it reads (recovery.parts)."""
+        first = self.fixed_line if self.fixed_line is not None else self.line_offset + 1
+        last = first if self.fixed_line is not None else first + piece.last_row - piece.row
+        near = first if self.fixed_line is not None else first + piece.error_row - piece.row
+        self.not_read(first, last, piece.text.decode("utf-8", "replace"), near)
+
+    def not_read(self, line: int, last: int, text: str, near: int) -> None:
+        """Lines `line`…`last` that the grammar cannot read (`near`: where it failed). Where bash cannot either
+        (`CKPT=<Specify path>` in a template), bash stops the script there; where bash can (a construct the grammar
+        lacks: `for i in 1 2; { …; }`), the lines are not read. Either way the rest is read on, loudly: the lines are
+        named, what they may assign is unknown, a function they define is not called, and a training command in them
+        is said to be there."""
+        raw = text.encode("utf-8", "surrogateescape")
+        names = tuple(sorted(recovery.assigned_names(raw) | _assigned_names(_parser().parse(raw).root_node, raw)))
+        flags = tuple(sorted(set(FLAG.findall(text))))
+        shown = show(next((t.strip() for t in text.splitlines() if t.strip()), "")[:120])
+        where = f"line {line}" if last <= line else f"lines {line}-{last}"
         unknown = f", with {', '.join(names)} unknown" if names else ""
-        if _bash_accepts(self.src):
-            item = Undecided(line, f"a line the grammar cannot read ({self.first_line(node)})", names)
-            if re.search(r"pretrain_\w*\.py", self.text(node)):
-                rows = node.end_point[0] - node.start_point[0] - (node.end_point[1] == 0)
-                self.reading.unread_entry.append((line, line + max(rows, 0), self.line(_first_error(node))))
-            self.skip(node, f"not read: bash accepts this, the grammar this import reads bash with does not"
-                            f"{unknown}: {self.first_line(node)}")
+        if _bash_accepts(self.whole):
+            item = Undecided(line, f"{where}, which the grammar cannot read ({shown})", names, flags)
+            if re.search(r"pretrain_\w*\.py", text):
+                self.reading.unread_entry.append((line, last, near))
+            self.reading.skipped.append((line, f"not read ({where}): bash accepts this, the grammar this import "
+                                               f"reads bash with does not (near line {near}){unknown}: {shown}"))
         else:
-            item = Undecided(line, f"a line bash cannot parse ({self.first_line(node)})", names)
-            self.skip(node, f"bash cannot parse this (a syntax error: bash stops the script here); read on as if it "
-                            f"were fixed{unknown}: {self.first_line(node)}")
+            item = Undecided(line, f"a line bash cannot parse ({shown})", names, flags)
+            self.reading.skipped.append((line, f"bash cannot parse this (a syntax error: bash stops the script here); "
+                                               f"read on as if it were fixed{unknown}: {shown}"))
             if self.reading.stopped is None:
                 self.reading.stopped = (line, "a syntax error")
         for name in names:
             self.shell.scalars[name] = _unknown(name)
             self.shell.arrays.pop(name, None)
             self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
-        if names:
+        for function in recovery.defined_functions(raw):
+            self.shell.functions.pop(function, None)
+            self.unread_functions[function] = where
+        if names or flags:
             self.reading.undecided.append(item)
 
     def statement(self, node: Any) -> None:
@@ -1615,6 +1646,14 @@ class _Reader:
         if program in self.shell.functions and self.capture is None or argv[0] in self.shell.functions:
             self.call(argv)
             return
+        if argv[0] in self.unread_functions:  # defined in lines the grammar could not read: what it does is unknown
+            why = f"{show(argv[0])}, a function defined in {self.unread_functions[argv[0]]}, which were not read"
+            if self.capture is not None:
+                self.capture.known = False
+                self.capture.why = self.capture.why or why
+            else:
+                self.reading.skipped.append((self.line(node), f"not run: {why}"))
+            return
         if program == "eval":
             self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
@@ -2550,6 +2589,7 @@ def _first_error(node: Any) -> Any:
     return node
 
 
+@lru_cache(maxsize=4)
 def _bash_accepts(source: bytes) -> bool:
     """Whether bash itself parses the text (`bash -n`: read, never run), where bash is installed; without it, the
     grammar's verdict stands."""

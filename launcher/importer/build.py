@@ -300,10 +300,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                     + " (a path relative to where this script runs)")
             if reading.unread_entry:  # the grammar lost the part of the script that holds it
                 first, last, near = reading.unread_entry[0]
+                lines = f"line {first} names" if last <= first else f"lines {first}-{last} name"
                 raise UserError(
-                    f"no training command read: lines {first}-{last} name a pretrain_*.py, and bash reads them, but "
-                    "the grammar this import reads bash with cannot (a construct it lacks, on or near line "
-                    f"{near}); nothing in them was carried",
+                    f"no training command read: {lines} a pretrain_*.py, and bash reads them, but the grammar this "
+                    f"import reads bash with cannot (a construct it lacks, on or near line {near}); nothing in them "
+                    "was carried; the rest of the script was read",
                     f"write the construct near line {near} another way (e.g. `for …; do …; done` for `for …; {{ …; }}`)"
                     ", or import the training command alone: put that line, with the values it needs, in a file of "
                     "its own and import that")
@@ -329,6 +330,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         others = [c for c in reading.commands if c is not command]
         env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
         undecided = training_command.undecided_for(command)
+        # lines the grammar could not read that name an entry: bash may run a training command there too (or instead)
+        undecided += [Undecided(first, (f"line {first}" if last <= first else f"lines {first}-{last}")
+                                + f", which the grammar cannot read (near line {near}), name(s) a pretrain_*.py: a "
+                                "training command there may run instead of, or besides, this one",
+                                flags=("the training command",)) for first, last, near in reading.unread_entry]
         for item in undecided:
             notes.append(_comment(f"line {item.line}: {item.what}: cannot be decided without running the script, "
                                   + (f"and the training command's {', '.join(item.flags)} depend(s) on it" if item.flags
