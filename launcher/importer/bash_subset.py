@@ -446,7 +446,7 @@ class _Reader:
         named, what they may assign is unknown, a function they define is not called, and a training command in them
         is said to be there."""
         raw = text.encode("utf-8", "surrogateescape")
-        names = tuple(sorted(recovery.assigned_names(raw) | _assigned_names(_parser().parse(raw).root_node, raw)))
+        names = tuple(sorted(recovery.assigned_names(raw)))
         flags = tuple(sorted(set(FLAG.findall(text))))
         shown = show(next((t.strip() for t in text.splitlines() if t.strip()), "")[:120])
         where = f"line {line}" if last <= line else f"lines {line}-{last}"
@@ -2468,12 +2468,16 @@ class _Reader:
         body = [c for c in node.named_children]
         text = self.text(node).strip()
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
-        if node.children and node.children[0].type == "`" and not body and label.strip():
+        backtick = bool(node.children) and node.children[0].type == "`"
+        # inside `…` bash first removes the backslash of \` \$ \\ (`echo "a \`echo b\`"` runs `echo b` inside),
+        # which the grammar does not: the text so unescaped is read as the script it is
+        escaped = backtick and re.search(r"\\[`$\\]", label) is not None
+        if backtick and (not body or escaped) and label.strip():
             saved_capture, saved_cwd = self.capture, self.capture_cwd
             self.capture = _Capture()
             saved_shell = self.shell.copy()
             try:
-                self.nested(node, label, "`…`")
+                self.nested(node, re.sub(r"\\([`$\\])", r"\1", label) if escaped else label, "`…`")
             except _Exit:
                 pass
             finally:
@@ -3119,6 +3123,8 @@ SINGLE_EQUALS = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|\\.|(?<=[ \t])(=)(?
 
 
 def _double_equals(match: re.Match[bytes]) -> bytes:
+    if re.search(rb"[?*+@!]\(", match.group(0)):
+        return match.group(0)  # an extglob pattern (`*.@(a|b)`): the grammar reads it after `=` and not after `==`
     return SINGLE_EQUALS.sub(lambda m: b"==" if m.group(1) else m.group(0), match.group(0))
 
 
@@ -3134,6 +3140,17 @@ def _order_test(match: re.Match[bytes]) -> bytes:
     return b"test" + match.group(1)
 
 
+# `time { …; }`, `time ( … )`, `time if …`: bash's reserved word `time` times the pipeline after it, a compound
+# command included; the grammar takes it for a command named time and loses the group's end. Written as blanks (the
+# same columns), the group is read as bash runs it.
+TIME_BEFORE_COMPOUND = re.compile(rb"(?m)((?:^|[;&|({!])[ \t]*)(time(?:[ \t]+-p)?)"
+                                  rb"(?=[ \t]+(?:[{(]|(?:if|for|while|until|case|select)\b))")
+
+
+def _time_blank(match: re.Match[bytes]) -> bytes:
+    return match.group(1) + b" " * len(match.group(2))
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
@@ -3141,6 +3158,8 @@ def _brace_inner_names(src: bytes) -> bytes:
     shapes above written as the grammar reads them. Line numbers are unchanged."""
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
+    if b"time" in src:
+        src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
     if b"\\ " in src or b"\\\t" in src:
         src = _lone_blanks(src)
     if b"[" in src:

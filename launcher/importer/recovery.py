@@ -21,17 +21,20 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_REGIONS = 200
-MAX_START_TRIES = 8  # candidate starts of an unreadable part tried (each one parse of the text before it)
+MAX_START_TRIES = 4  # candidate starts of an unreadable part tried (each one parse of the text before it)
 MAX_EXTENSIONS = 64  # times an unreadable part grows over a closing word that belongs to it
 
 # words that close or continue a construct; in command position outside their construct bash stops with "syntax
 # error near unexpected token", where tree-sitter-bash reads a command named `fi` (a lone `fi` after a `for …; {`
-# part belongs to that part), with the words that open what each closes
-CLOSERS = {"fi": r"\bif\b", "then": r"\b(?:el)?if\b", "else": r"\bif\b", "elif": r"\bif\b",
-           "do": r"\b(?:for|while|until|select)\b", "done": r"\b(?:for|while|until|select)\b",
-           "esac": r"\bcase\b", "}": r"\{"}
+# part belongs to that part when the part left an `if` open): each with the words that open and close what it ends
+_IF = (rb"\bif\b", rb"\bfi\b")
+_LOOP = (rb"\b(?:for|while|until|select)\b", rb"\bdone\b")
+_CASE = (rb"\bcase\b", rb"\besac\b")
+_GROUP = (rb"\{", rb"\}")
+CLOSERS = {"fi": [_IF], "then": [_IF], "else": [_IF], "elif": [_IF], "do": [_LOOP], "done": [_LOOP], "esac": [_CASE],
+           "}": [_GROUP]}
 # the start of an ERROR's text that closes something: a case item's end, a subshell's or group's end
-ERROR_CLOSERS = {b";;": r"\bcase\b", b";&": r"\bcase\b", b")": r"\(|\bcase\b", b"}": r"\{"}
+ERROR_CLOSERS = {b";;": [_CASE], b";&": [_CASE], b")": [(rb"\(", rb"\)"), _CASE], b"}": [_GROUP]}
 
 
 @dataclass(frozen=True)
@@ -66,15 +69,27 @@ def first_error(root: Any, src: bytes) -> _Error | None:
     """The first thing, in the text's order, that bash would not read as the grammar does: an ERROR that is not a
     bare line continuation, a MISSING token, a closing word run as a command at the top level."""
     for child in root.children:
-        if child.type == "command" and not child.has_error:
-            name = child.child_by_field_name("name")
+        leading = _leading_command(child)
+        if leading is not None and not leading.has_error:
+            name = leading.child_by_field_name("name")
             word = src[name.start_byte:name.end_byte] if name is not None else b""
             if word.decode("utf-8", "replace") in CLOSERS:
-                return _Error(child.start_point[0], "closer", word)
+                return _Error(leading.start_point[0], "closer", word)
         if child.is_missing or child.type == "ERROR" or child.has_error:
             found = _inner_error(child, src)
             if found is not None:
                 return found
+    return None
+
+
+def _leading_command(node: Any) -> Any:
+    """The simple command a statement starts with (`done < cfg`, `fi | tee`, `esac && x`), if it starts with one."""
+    for _ in range(64):
+        if node.type == "command":
+            return node
+        if node.type not in ("redirected_statement", "pipeline", "list") or not node.children:
+            return None
+        node = node.children[0]
     return None
 
 
@@ -120,15 +135,18 @@ class _Budget:
         self.spent += len(text) + 1
         return self.parse_text(text)
 
+    def allows(self, text: bytes) -> bool:
+        return self.spent + len(text) + 1 <= self.limit
+
     @property
     def exhausted(self) -> bool:
-        return self.spent > self.limit
+        return self.spent >= self.limit
 
 
 def parts(src: bytes, parse: Callable[[bytes], Any], heredocs: Callable[[bytes], list[tuple[int, int]]]) -> list[Part]:
     """The text in order: readable parts (with their tree) and the unreadable parts between them. `heredocs` gives
     the (start, end) bytes of each here-document's body (a part never starts or ends inside one)."""
-    budget = _Budget(parse, 3 * len(src) + 2_000_000)
+    budget = _Budget(parse, len(src) + 1_000_000)
     out: list[Part] = []
     pos_row, rest = 0, src
     tree = budget.parse(rest)
@@ -168,6 +186,8 @@ def _start(tree: Any, src: bytes, lines: _Lines, error_row: int, budget: _Budget
     candidates = [r for r in rows if 0 < r <= error_row and _inside(bodies, lines.offset(r)) is None]
     for row in sorted(candidates, reverse=True)[:MAX_START_TRIES]:
         head = src[:lines.offset(row)]
+        if not budget.allows(head):
+            break
         if head.rstrip(b"\r\n").endswith((b"\\", b"|", b"&&")):
             continue  # the line before continues into this one
         head_tree = budget.parse(head)
@@ -185,9 +205,9 @@ def _end(tree: Any, src: bytes, lines: _Lines, start: int, error: _Error, budget
         return lines.count, None  # a construct left open to the end of the text
     end = _past_spans(tree, src, lines, error.row + 1, heredocs(src) if b"<<" in src else [])
     for _ in range(MAX_EXTENSIONS):
-        if end >= lines.count or budget.exhausted:
-            return lines.count, None
         after = src[lines.offset(end):]
+        if end >= lines.count or not budget.allows(after):
+            return lines.count, None
         after_tree = budget.parse(after)
         found = first_error(after_tree.root_node, after)
         if found is None or not (found.row == 0 or _closes(found, src[lines.offset(start):lines.offset(end)])):
@@ -199,9 +219,11 @@ def _end(tree: Any, src: bytes, lines: _Lines, start: int, error: _Error, budget
 
 
 def _closes(error: _Error, part: bytes) -> bool:
-    opener = CLOSERS.get(error.text.decode("utf-8", "replace")) if error.kind == "closer" else next(
-        (o for c, o in ERROR_CLOSERS.items() if error.kind == "error" and error.text.startswith(c)), None)
-    return opener is not None and re.search(opener.encode(), part) is not None
+    """Whether the closing word the text after the part begins with ends something the part left open (it opens
+    more of that construct than it closes, counted on its words: a rough count, for text the grammar cannot read)."""
+    pairs = CLOSERS.get(error.text.decode("utf-8", "replace"), []) if error.kind == "closer" else next(
+        (p for c, p in ERROR_CLOSERS.items() if error.kind == "error" and error.text.startswith(c)), [])
+    return any(len(re.findall(opening, part)) > len(re.findall(closing, part)) for opening, closing in pairs)
 
 
 def _past_spans(tree: Any, src: bytes, lines: _Lines, row: int, bodies: list[tuple[int, int]]) -> int:
