@@ -19,6 +19,7 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import fnmatch
 import functools
@@ -39,6 +40,7 @@ MAX_VALUE_CHARS = 100_000
 MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
+MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # files sourced to set up the software environment, not the run's settings: not read, and the values a script
 # leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
 # /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
@@ -173,6 +175,7 @@ class Reading:
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
+    unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -303,6 +306,7 @@ class _Reader:
         self.src = b""
         self.whole = b""  # all of the text being read (self.src: the part of it being read)
         self.unread_functions: dict[str, str] = {}  # a function defined in lines not read → those lines
+        self.bash_verdicts: dict[bytes, bool] = {}  # text → whether `bash -n` accepts it
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
@@ -378,6 +382,14 @@ class _Reader:
         saved = (self.src, self.line_offset, self.fixed_line, self.whole)
         self.whole = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
         self.fixed_line = fixed_line if fixed_line is not None else saved[2]
+        if b"<<" in self.whole:
+            self.whole, unended = _ended_heredoc(self.whole)
+            if unended is not None:
+                where = fixed_line if fixed_line is not None else unended[0] + line_offset
+                self.reading.unended_heredocs.append(where)
+                self.reading.skipped.append((where, f"the here-document of line {where} is never ended (no line "
+                                                    f"{show(unended[1])}): bash reads the rest of the script as its "
+                                                    "text, not as commands (and warns: delimited by end-of-file)"))
         try:
             # where the grammar cannot read a part, the parts around it are read on their own (recovery.py)
             pieces = recovery.parts(self.whole, _parser().parse, _heredoc_bodies)
@@ -451,11 +463,11 @@ class _Reader:
         shown = show(next((t.strip() for t in text.splitlines() if t.strip()), "")[:120])
         where = f"line {line}" if last <= line else f"lines {line}-{last}"
         unknown = f", with {', '.join(names)} unknown" if names else ""
-        if _bash_accepts(self.whole):
+        if self.bash_accepts():
             item = Undecided(line, f"{where}, which the grammar cannot read ({shown})", names, flags)
             if re.search(r"pretrain_\w*\.py", text):
                 self.reading.unread_entry.append((line, last, near))
-            self.reading.skipped.append((line, f"not read ({where}): bash accepts this, the grammar this import "
+            self.reading.skipped.append((line, f"not read, {where}: bash accepts this, the grammar this import "
                                                f"reads bash with does not (near line {near}){unknown}: {shown}"))
         else:
             item = Undecided(line, f"a line bash cannot parse ({shown})", names, flags)
@@ -472,6 +484,16 @@ class _Reader:
             self.unread_functions[function] = where
         if names or flags:
             self.reading.undecided.append(item)
+
+    def bash_accepts(self) -> bool:
+        """bash's verdict on the text being read (`bash -n`), asked once per text and for at most MAX_BASH_CHECKS
+        texts (each is a process; a script of many eval'd strings the grammar cannot read would start thousands):
+        past that, a part the grammar cannot read is said to be the grammar's, not bash's, failure."""
+        verdict = self.bash_verdicts.get(self.whole)
+        if verdict is None:
+            verdict = _bash_accepts(self.whole) if len(self.bash_verdicts) < MAX_BASH_CHECKS else True
+            self.bash_verdicts[self.whole] = verdict
+        return verdict
 
     def statement(self, node: Any) -> None:
         self.step()
@@ -2593,7 +2615,6 @@ def _first_error(node: Any) -> Any:
     return node
 
 
-@lru_cache(maxsize=4)
 def _bash_accepts(source: bytes) -> bool:
     """Whether bash itself parses the text (`bash -n`: read, never run), where bash is installed; without it, the
     grammar's verdict stands."""
@@ -3074,24 +3095,45 @@ LONE_BLANK = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|(?<![^\s(])(?<!\\[ \t]
 HEREDOC_START = re.compile(rb"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)\2")
 
 
-def _heredoc_bodies(src: bytes) -> list[tuple[int, int]]:
-    """(start, end) of each here-document's body, roughly as bash finds them (a `<<WORD` on a line, the body from
-    the next line to a line that is WORD): text there is the document's, not words."""
-    bodies: list[tuple[int, int]] = []
+def _heredoc_scan(src: bytes) -> Iterator[tuple[re.Match[bytes], int, int, bool]]:
+    """(its `<<WORD`, body start, body end, whether a line WORD ends it) of each here-document, roughly as bash finds
+    them (a `<<WORD` on a line, the body from the next line to a line that is WORD, or to the end of the text)."""
     at = 0
     while True:
         match = HEREDOC_START.search(src, at)
         if match is None:
-            return bodies
+            return
         start = src.find(b"\n", match.end())
         if start < 0:
-            return bodies
+            return
         delimiter = re.compile(rb"^" + (rb"\t*" if match.group(1) else b"") + re.escape(match.group(3)) + rb"[ \t]*$",
                                re.M)
         end_match = delimiter.search(src, start + 1)
         end = end_match.end() if end_match else len(src)
-        bodies.append((start + 1, end))
+        yield match, start + 1, end, end_match is not None
         at = end
+
+
+def _heredoc_bodies(src: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each here-document's body: text there is the document's, not words."""
+    return [(start, end) for _, start, end, _ in _heredoc_scan(src)]
+
+
+def _ended_heredoc(src: bytes) -> tuple[bytes, tuple[int, str] | None]:
+    """The text with a here-document that no line ends (`cat <<A` and then the rest of the script) ended at the end
+    of the text, as bash reads it (it warns "here-document delimited by end-of-file" and takes the rest as the
+    document's text; the grammar, without the end, may misread the whole script); with (the line of its `<<`, the
+    word that was wanted) when one was so ended."""
+    last = collections.deque(_heredoc_scan(src), maxlen=1)  # only the last can run to the end of the text
+    if not last or last[0][3]:
+        return src, None
+    match = last[0][0]
+    before = src[src.rfind(b"\n", 0, match.start()) + 1:match.start()]
+    if re.search(rb"(?:^|\s)#", before) or before.count(b"'") % 2 or before.count(b'"') % 2:
+        return src, None  # a `<<WORD` in a comment or a string is no here-document
+    ending = b"" if src.endswith(b"\n") else b"\n"
+    return src + ending + match.group(3) + b"\n", (src.count(b"\n", 0, match.start()) + 1,
+                                                   match.group(3).decode("utf-8", "replace"))
 
 
 def _lone_blanks(src: bytes) -> bytes:

@@ -287,6 +287,9 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
             training_command.refuse_other_entry(reading)
             stop = (f"; bash stops at line {reading.stopped[0]} ({_comment(reading.stopped[1])}) before reaching one"
                     if reading.stopped else "")
+            if reading.unended_heredocs:  # `cat <<EOF` with no EOF line: the rest of the script is its text
+                stop += (f"; the here-document of line {reading.unended_heredocs[-1]} is never ended, so bash reads "
+                         "every line after it as that document's text, not as commands")
             other = training_command.other_script(reading)
             if other is not None:  # `bash submissions/submit.sh 110 $*`: the training command is in that file
                 line, script, args = other
@@ -304,7 +307,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                 raise UserError(
                     f"no training command read: {lines} a pretrain_*.py, and bash reads them, but the grammar this "
                     f"import reads bash with cannot (a construct it lacks, on or near line {near}); nothing in them "
-                    "was carried; the rest of the script was read",
+                    "was carried; the rest of the script was read" + stop,
                     f"write the construct near line {near} another way (e.g. `for …; do …; done` for `for …; {{ …; }}`)"
                     ", or import the training command alone: put that line, with the values it needs, in a file of "
                     "its own and import that")

@@ -68,6 +68,8 @@ def _is_blank_error(node: Any, src: bytes) -> bool:
 def first_error(root: Any, src: bytes) -> _Error | None:
     """The first thing, in the text's order, that bash would not read as the grammar does: an ERROR that is not a
     bare line continuation, a MISSING token, a closing word run as a command at the top level."""
+    if root.type == "ERROR":  # the grammar read nothing of the text as a program
+        return _inner_error(root, src)
     for child in root.children:
         leading = _leading_command(child)
         if leading is not None and not leading.has_error:

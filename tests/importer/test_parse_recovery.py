@@ -43,7 +43,7 @@ def test_the_training_command_around_an_unreadable_part_is_read(part):
     assert [show(w) for w in command.argv[-2:]] == ["--tensor-model-parallel-size", "2"]
     last = 2 + part.count("\n") + 1
     where = "line 3" if last == 3 else f"lines 3-{last}"
-    assert f"not read ({where})" in notes(reading)
+    assert f"not read, {where}:" in notes(reading)
     imported = import_source(script, "train.sh")
     assert imported.settings["tensor_model_parallel_size"] == 2 and not imported.lost
 
@@ -66,7 +66,7 @@ def test_the_part_runs_to_the_words_that_close_what_it_opened():
     # the `fi` and `done` after the broken line belong to it: TP=4 inside is not read as run
     script = f"TP=2\nif [ -n \"$X\" ]; then\n  for i in 1; {{ echo; }}\n  TP=4\nfi\nPP=1\n{TRAIN}\n"
     reading = read_script(script)
-    assert "not read (lines 2-5)" in notes(reading)
+    assert "not read, lines 2-5:" in notes(reading)
     assert reading.shell.scalars["PP"] == "1"
 
 
@@ -76,7 +76,7 @@ def test_a_string_or_here_document_that_goes_on_past_the_broken_line_stays_whole
     reading = read_script(script)
     assert show(reading.commands[-1].argv[-1]) == "2"
     assert reading.shell.scalars["X"] == "a\nfor i in 1; { b }\nc"
-    assert "not read (line 5)" in notes(reading) and "line 8" not in notes(reading)
+    assert "not read, line 5:" in notes(reading) and "line 8" not in notes(reading)
 
 
 def test_a_training_command_in_an_unreadable_part_is_named_even_when_another_is_read():
@@ -132,3 +132,31 @@ def test_many_unreadable_parts_end_in_bounded_time(line):
     except Exception as exc:  # a bound reached is said as such, never a traceback
         assert type(exc).__name__ == "ShellSyntaxError", exc
     assert time.monotonic() - began < 10
+
+
+# -- a here-document no line ends ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("line", ["x ${A\n", "${\n", "$(\n", "a $(date) ${B:-c} \\\n", "x \\ \n", "\tcat <<B\n"])
+def test_a_here_document_never_ended_takes_the_rest_and_ends_in_bounded_time(line):
+    # `cat <<A` and no line A: bash reads every later line as the document's text (it warns). 4,000 lines of
+    # `x ${A` after it took 78 s to read, and one of `$(` lines was imported as a training command bash never runs
+    text = "TP=2\ncat <<A\n" + line * 3_000 + TRAIN + "\n"
+    began = time.monotonic()
+    with pytest.raises(UserError) as caught:
+        import_source(text, "train.sh")
+    assert time.monotonic() - began < 10
+    message = caught.value.problems[0].message
+    assert "here-document of line 2 is never ended" in message
+
+
+def test_a_here_document_never_ended_is_its_text_not_commands():
+    reading = read_script(f"TP=2\nX=$(cat <<'EOF'\n{TRAIN}\n")
+    assert reading.commands == [] and reading.unended_heredocs == [2]
+    reading = read_script(f"TP=2\ncat <<EOF\nTP=4\nEOF\n{TRAIN}\n")  # ended: read on after it
+    assert show(reading.commands[-1].argv[-1]) == "2" and reading.unended_heredocs == []
+
+
+def test_a_here_document_marker_in_a_comment_or_a_string_ends_nothing():
+    for line in ("# usage: cat <<EOF", "echo 'cat <<EOF'", 'echo "a <<EOF"'):
+        reading = read_script(f"TP=2\n{line}\n{TRAIN}\n")
+        assert show(reading.commands[-1].argv[-1]) == "2" and reading.unended_heredocs == []
