@@ -233,9 +233,10 @@ SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node
 SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
 
 
-def slurm_directives(text: str, reading: Reading) -> None:
+def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, line: int | None = None) -> None:
     """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
-    sbatch gives the job, set as known values; said with their line."""
+    sbatch gives the job, set as known values (in `shell`, else the reading's); said with their line (or `line`:
+    where a job file the script wrote is submitted)."""
     found: dict[str, str] = {}
     first = 0
     for number, line in enumerate(text.splitlines()[:2000], 1):
@@ -258,8 +259,8 @@ def slurm_directives(text: str, reading: Reading) -> None:
                 for variable in SBATCH_ENV[option]:
                     found[variable] = value
     if found:
-        reading.shell.scalars.update(found)
-        reading.skipped.append((first, "read as sbatch runs it: " + ", ".join(f"{k}={v}" for k, v in found.items())
+        (shell or reading.shell).scalars.update(found)
+        reading.skipped.append((first if line is None else line, "read as sbatch runs it: " + ", ".join(f"{k}={v}" for k, v in found.items())
                                 + " from the #SBATCH lines (sbatch's own command line may change them)"))
 
 
@@ -786,6 +787,8 @@ class _Reader:
         self.set_positional(self.positional)
         try:  # its own bash: an exit there ends only that one
             text = "".join(t for t, _ in chunks)
+            if program == "sbatch":  # the job file's own #SBATCH lines give the job's SLURM_* variables
+                slurm_directives(text, self.reading, self.shell, self.line(node))
             self.nested(node, text, f"{show(argv[k])}, written by the script",
                         line_offset=chunks[0][1] if len(chunks) == 1 else None)
         except _Exit:
@@ -3136,6 +3139,31 @@ def _ended_heredoc(src: bytes) -> tuple[bytes, tuple[int, str] | None]:
                                                    match.group(3).decode("utf-8", "replace"))
 
 
+def _distinct_delimiters(src: bytes) -> bytes:
+    """The text with each here-document whose body has a line that begins with its word (`<<TRAINING` and a body
+    line `TRAINING_ARGS=(`) given a longer word, in its `<<` and on its last line: bash ends a here-document only at
+    a line that is the word, tree-sitter-bash at one that begins with it, and then reads the rest of the document
+    as commands (seen: a generated sbatch script lost to a syntax error). The document's text is unchanged."""
+    out: list[bytes] = []
+    at = 0
+    for match, start, end, ended in _heredoc_scan(src):
+        word = match.group(3)
+        body = src[start:end]
+        lines = body.split(b"\n")[:-1] if ended else body.split(b"\n")
+        strip = (lambda line: line.lstrip(b"\t")) if match.group(1) else (lambda line: line)
+        if not any(strip(line).startswith(word) for line in lines):
+            continue
+        longer = word + b"_"
+        while any(strip(line).startswith(longer) for line in lines) and len(longer) < 200:
+            longer += b"_"
+        out += [src[at:match.start(3)], longer, src[match.end(3):start], body]
+        at = end
+        if ended:  # the last line of the body is the word (with its tabs): the new word in its place
+            last = body.rfind(word)
+            out[-1] = body[:last] + longer + body[last + len(word):]
+    return b"".join(out) + src[at:] if out else src
+
+
 def _lone_blanks(src: bytes) -> bytes:
     bodies = _heredoc_bodies(src) if b"<<" in src else []
     starts = [a for a, _ in bodies]
@@ -3200,6 +3228,8 @@ def _brace_inner_names(src: bytes) -> bytes:
     shapes above written as the grammar reads them. Line numbers are unchanged."""
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
+    if b"<<" in src:
+        src = _distinct_delimiters(src)
     if b"time" in src:
         src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
     if b"\\ " in src or b"\\\t" in src:

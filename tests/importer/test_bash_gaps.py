@@ -222,3 +222,22 @@ def test_the_rewrites_for_the_grammar_stay_linear_around_here_documents():
     began = time.monotonic()
     _brace_inner_names(b"x <<A\nA\n \\ \n" * 50_000)
     assert time.monotonic() - began < 3
+
+
+@pytest.mark.parametrize("opening, closing", [("<< TRAINING", "TRAINING"), ("<<'E'", "E"), ("<<-EOF", "\tEOF")])
+def test_a_here_document_line_that_begins_with_its_word_does_not_end_it(opening, closing):
+    # the grammar ended `<< TRAINING` at the body line `TRAINING_ARGS=(` and read the rest as commands; bash ends it
+    # only at a line that is the word (seen in a script that writes its sbatch job from here-documents)
+    word = closing.strip()
+    code = (f"cat > /dev/null {opening}\n{word}_ARGS=(--num-layers 4)\n{word}X=1\n{closing}\nW=after\n")
+    reading = read_script(code + "torchrun pretrain_gpt.py $W\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == bash_words(code) == ["after"]
+    assert all("not read" not in why for _, why in reading.skipped)
+
+
+def test_the_sbatch_lines_of_a_job_file_the_script_writes_and_submits_are_the_jobs():
+    script = ("cat > job.sbatch <<EOF\n#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --gpus-per-node=4\n"
+              "srun torchrun --nnodes \\$SLURM_NNODES --nproc-per-node \\$SLURM_GPUS_PER_NODE pretrain_gpt.py "
+              f"{MODEL}\nEOF\nsbatch job.sbatch\n")
+    imported = import_source(script, "submit.sh")
+    assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 4
