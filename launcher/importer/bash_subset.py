@@ -233,10 +233,10 @@ SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node
 SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
 
 
-def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, line: int | None = None) -> None:
+def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None) -> None:
     """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
-    sbatch gives the job, set as known values (in `shell`, else the reading's); said with their line (or `line`:
-    where a job file the script wrote is submitted)."""
+    sbatch gives the job, set as known values (in `shell`, else the reading's); said with their line (or `at`: the
+    line where a job file the script wrote is submitted)."""
     found: dict[str, str] = {}
     first = 0
     for number, line in enumerate(text.splitlines()[:2000], 1):
@@ -260,7 +260,8 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, li
                     found[variable] = value
     if found:
         (shell or reading.shell).scalars.update(found)
-        reading.skipped.append((first if line is None else line, "read as sbatch runs it: " + ", ".join(f"{k}={v}" for k, v in found.items())
+        said = ", ".join(f"{k}={v}" for k, v in found.items())
+        reading.skipped.append((first if at is None else at, "read as sbatch runs it: " + said
                                 + " from the #SBATCH lines (sbatch's own command line may change them)"))
 
 
