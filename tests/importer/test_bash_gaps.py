@@ -241,3 +241,11 @@ def test_the_sbatch_lines_of_a_job_file_the_script_writes_and_submits_are_the_jo
               f"{MODEL}\nEOF\nsbatch job.sbatch\n")
     imported = import_source(script, "submit.sh")
     assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 4
+
+
+def test_a_runner_option_written_with_equals_is_named_as_written():
+    # `--launcher=MPICH` was named "--launcher=MPICH MPICH", `--nnodes=${N}` "--nnodes=${N} ${N}"
+    imported = import_source(f"deepspeed --launcher=MPICH --num_nodes=$N pretrain_gpt.py {MODEL}\n", "train.sh")
+    said = " | ".join(imported.not_carried)
+    assert "--launcher=MPICH: a deepspeed option" in said and "MPICH MPICH" not in said
+    assert "--num_nodes=${N}: not a number" in said
