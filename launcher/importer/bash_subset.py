@@ -469,7 +469,8 @@ class _Reader:
             item = Undecided(line, f"{where}, which the grammar cannot read ({shown})", names, flags)
             if re.search(r"pretrain_\w*\.py", text):
                 self.reading.unread_entry.append((line, last, near))
-            self.reading.skipped.append((line, f"not read, {where}: bash accepts this, the grammar this import "
+            through = f", through line {last}" if last > line else ""
+            self.reading.skipped.append((line, f"not read{through}: bash accepts this, the grammar this import "
                                                f"reads bash with does not (near line {near}){unknown}: {shown}"))
         else:
             item = Undecided(line, f"a line bash cannot parse ({shown})", names, flags)
