@@ -19,7 +19,6 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 from __future__ import annotations
 
 import bisect
-import collections
 import dataclasses
 import fnmatch
 import functools
@@ -33,7 +32,7 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, recovery
+from launcher.importer import coreutils, heredocs, recovery
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -385,7 +384,7 @@ class _Reader:
         self.whole = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
         self.fixed_line = fixed_line if fixed_line is not None else saved[2]
         if b"<<" in self.whole:
-            self.whole, unended = _ended_heredoc(self.whole)
+            self.whole, unended = heredocs.as_bash_reads(self.whole, _parser().parse)
             if unended is not None:
                 where = fixed_line if fixed_line is not None else unended[0] + line_offset
                 self.reading.unended_heredocs.append(where)
@@ -3097,73 +3096,9 @@ def _backtick_note(match: re.Match[bytes]) -> bytes:
 LONE_BLANK = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|(?<![^\s(])(?<!\\[ \t])((?:\\[ \t])+)(?=[\s);&|]|$)|\\.")
 
 
-HEREDOC_START = re.compile(rb"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)\2")
-
-
-def _heredoc_scan(src: bytes) -> Iterator[tuple[re.Match[bytes], int, int, bool]]:
-    """(its `<<WORD`, body start, body end, whether a line WORD ends it) of each here-document, roughly as bash finds
-    them (a `<<WORD` on a line, the body from the next line to a line that is WORD, or to the end of the text)."""
-    at = 0
-    while True:
-        match = HEREDOC_START.search(src, at)
-        if match is None:
-            return
-        start = src.find(b"\n", match.end())
-        if start < 0:
-            return
-        delimiter = re.compile(rb"^" + (rb"\t*" if match.group(1) else b"") + re.escape(match.group(3)) + rb"[ \t]*$",
-                               re.M)
-        end_match = delimiter.search(src, start + 1)
-        end = end_match.end() if end_match else len(src)
-        yield match, start + 1, end, end_match is not None
-        at = end
-
-
 def _heredoc_bodies(src: bytes) -> list[tuple[int, int]]:
     """(start, end) of each here-document's body: text there is the document's, not words."""
-    return [(start, end) for _, start, end, _ in _heredoc_scan(src)]
-
-
-def _ended_heredoc(src: bytes) -> tuple[bytes, tuple[int, str] | None]:
-    """The text with a here-document that no line ends (`cat <<A` and then the rest of the script) ended at the end
-    of the text, as bash reads it (it warns "here-document delimited by end-of-file" and takes the rest as the
-    document's text; the grammar, without the end, may misread the whole script); with (the line of its `<<`, the
-    word that was wanted) when one was so ended."""
-    last = collections.deque(_heredoc_scan(src), maxlen=1)  # only the last can run to the end of the text
-    if not last or last[0][3]:
-        return src, None
-    match = last[0][0]
-    before = src[src.rfind(b"\n", 0, match.start()) + 1:match.start()]
-    if re.search(rb"(?:^|\s)#", before) or before.count(b"'") % 2 or before.count(b'"') % 2:
-        return src, None  # a `<<WORD` in a comment or a string is no here-document
-    ending = b"" if src.endswith(b"\n") else b"\n"
-    return src + ending + match.group(3) + b"\n", (src.count(b"\n", 0, match.start()) + 1,
-                                                   match.group(3).decode("utf-8", "replace"))
-
-
-def _distinct_delimiters(src: bytes) -> bytes:
-    """The text with each here-document whose body has a line that begins with its word (`<<TRAINING` and a body
-    line `TRAINING_ARGS=(`) given a longer word, in its `<<` and on its last line: bash ends a here-document only at
-    a line that is the word, tree-sitter-bash at one that begins with it, and then reads the rest of the document
-    as commands (seen: a generated sbatch script lost to a syntax error). The document's text is unchanged."""
-    out: list[bytes] = []
-    at = 0
-    for match, start, end, ended in _heredoc_scan(src):
-        word = match.group(3)
-        body = src[start:end]
-        lines = body.split(b"\n")[:-1] if ended else body.split(b"\n")
-        strip = (lambda line: line.lstrip(b"\t")) if match.group(1) else (lambda line: line)
-        if not any(strip(line).startswith(word) for line in lines):
-            continue
-        longer = word + b"_"
-        while any(strip(line).startswith(longer) for line in lines) and len(longer) < 200:
-            longer += b"_"
-        out += [src[at:match.start(3)], longer, src[match.end(3):start], body]
-        at = end
-        if ended:  # the last line of the body is the word (with its tabs): the new word in its place
-            last = body.rfind(word)
-            out[-1] = body[:last] + longer + body[last + len(word):]
-    return b"".join(out) + src[at:] if out else src
+    return [(start, end) for _, start, end, _ in heredocs.scan(src)]
 
 
 def _lone_blanks(src: bytes) -> bytes:
@@ -3230,8 +3165,6 @@ def _brace_inner_names(src: bytes) -> bytes:
     shapes above written as the grammar reads them. Line numbers are unchanged."""
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
-    if b"<<" in src:
-        src = _distinct_delimiters(src)
     if b"time" in src:
         src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
     if b"\\ " in src or b"\\\t" in src:

@@ -249,3 +249,13 @@ def test_a_runner_option_written_with_equals_is_named_as_written():
     said = " | ".join(imported.not_carried)
     assert "--launcher=MPICH: a deepspeed option" in said and "MPICH MPICH" not in said
     assert "--num_nodes=${N}: not a number" in said
+
+
+def test_a_here_document_marker_inside_a_quoted_string_is_no_here_document():
+    # a sweep script gives ssh "sudo python3 - $c <<'PY' … PY" (a string): taken for a here-document by a scan of the
+    # text, it paired with a later PY line, and the whole script was called a syntax error
+    code = ("f() {\n  ssh host \"python3 - $1 <<'PY'\nimport sys\nPY\"\n}\ng() {\n  python3 <<'PY'\nprint(1)\nPY\n}\n"
+            "W=after\n")
+    reading = read_script(code + "torchrun pretrain_gpt.py $W\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == bash_words(code) == ["after"]
+    assert reading.stopped is None and reading.unended_heredocs == []
