@@ -481,6 +481,8 @@ class _Reader:
             self.shell.scalars[name] = _unknown(name)
             self.shell.arrays.pop(name, None)
             self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
+        if recovery.sources(raw):  # a file sourced there may set any name: unset ones are unknown from here on
+            self.unread_sources += 1
         for function in recovery.defined_functions(raw):
             self.shell.functions.pop(function, None)
             self.unread_functions[function] = where

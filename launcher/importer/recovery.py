@@ -267,9 +267,11 @@ def _inside(bodies: list[tuple[int, int]], offset: int) -> int | None:
 # -- what an unreadable part may assign --------------------------------------------------------------------------
 
 _ASSIGNED = re.compile(
-    rb"(?:^|(?<=[\s;&|(){}`]))(?:(?:export|declare|local|readonly|typeset)(?:[ \t]+-[A-Za-z]+)*[ \t]+)?"
+    rb"(?:^|(?<=[\s;&|(){}`'\"]))(?:(?:export|declare|local|readonly|typeset)(?:[ \t]+-[A-Za-z]+)*[ \t]+)?"
     rb"([A-Za-z_][A-Za-z0-9_]*)(?:\[[^\]\n]{0,200}\])?\+?=")
 _LOOP_NAME = re.compile(rb"\b(?:for|select)[ \t]+([A-Za-z_][A-Za-z0-9_]*)\b")
+_DEFAULT_ASSIGN = re.compile(rb"\$\{([A-Za-z_][A-Za-z0-9_]*):?=")  # ${TP:=4}
+_SOURCES = re.compile(rb"(?:^|(?<=[\s;&|({]))(?:source|\.)[ \t]+[^\s;&|]")
 _PRINTF_V = re.compile(rb"\bprintf[ \t]+-v[ \t]+([A-Za-z_][A-Za-z0-9_]*)")
 _READERS = re.compile(rb"\b(?:read|mapfile|readarray|unset|getopts)\b([^\n;&|<>]*)")
 _FUNCTION = re.compile(rb"(?:^|(?<=[\s;&|]))(?:function[ \t]+([A-Za-z_][\w.:-]*)|([A-Za-z_][\w.:-]*)[ \t]*\(\)[ \t]*)")
@@ -279,7 +281,8 @@ def assigned_names(text: bytes) -> set[str]:
     """Every name the text may give a value (or unset), read from its words as broadly as they allow: what an
     unreadable part may change (more rather than fewer: a name too many is said unknown, one too few is a silent
     error)."""
-    names = {m.group(1) for pattern in (_ASSIGNED, _LOOP_NAME, _PRINTF_V) for m in pattern.finditer(text)}
+    names = {m.group(1) for pattern in (_ASSIGNED, _LOOP_NAME, _PRINTF_V, _DEFAULT_ASSIGN)
+             for m in pattern.finditer(text)}
     for match in _READERS.finditer(text):
         names.update(w for w in match.group(1).split() if re.fullmatch(rb"[A-Za-z_][A-Za-z0-9_]*", w))
     return {n.decode() for n in names}
@@ -287,3 +290,8 @@ def assigned_names(text: bytes) -> set[str]:
 
 def defined_functions(text: bytes) -> set[str]:
     return {(m.group(1) or m.group(2)).decode() for m in _FUNCTION.finditer(text)}
+
+
+def sources(text: bytes) -> bool:
+    """Whether the text may source a file (`source f`, `. f`): then any name may change."""
+    return _SOURCES.search(text) is not None

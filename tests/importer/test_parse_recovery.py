@@ -161,3 +161,13 @@ def test_a_here_document_marker_in_a_comment_or_a_string_ends_nothing():
     for line in ("# usage: cat <<EOF", "echo 'cat <<EOF'", 'echo "a <<EOF"'):
         reading = read_script(f"TP=2\n{line}\n{TRAIN}\n")
         assert show(reading.commands[-1].argv[-1]) == "2" and reading.unended_heredocs == []
+
+
+@pytest.mark.parametrize("part", ['for i in 1; { : "${TP:=8}"; }', "for i in 1; { eval \"TP=8\"; }",
+                                  "for i in 1; { source ./model.sh; }"])
+def test_every_way_an_unreadable_part_may_set_a_name_makes_it_unknown(part):
+    # (a file sourced there is as one that could not be read: an unset name is unknown from then on, not empty)
+    scripts = [f"{part}\n{TRAIN}\n"] + ([f"TP=2\n{part}\n{TRAIN}\n"] if "source" not in part else [])
+    for script in scripts:
+        reading = read_script(script)
+        assert MARK in reading.commands[-1].argv[-1], script
