@@ -231,6 +231,27 @@ def _manifest_documents(text: str) -> str | None:
     return None
 
 
+def _container_env(container: dict[Any, Any]) -> dict[str, str]:
+    """The container's `env:` entries with a value written in the manifest (`valueFrom` is the cluster's: unknown)."""
+    env: dict[str, str] = {}
+    entries = container.get("env")
+    for item in entries[:500] if isinstance(entries, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("value"), (str, int, float)):
+            continue
+        if isinstance(item.get("name"), str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", item["name"]):
+            env[item["name"]] = _kubernetes_expand(str(item["value"]), env)
+    return env
+
+
+def _kubernetes_expand(word: str, env: dict[str, str]) -> str:
+    """Kubernetes' own expansion of `command:`/`args:` words, before any shell: `$(NAME)` of a variable the container
+    defines becomes its value, `$$(` is a literal `$(`, and any other `$(…)` is left as it is."""
+    if "$(" not in word:
+        return word
+    return re.sub(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$(" if m.group(1) is None else env.get(m.group(1), m.group(0)), word)
+
+
 def _manifest_script(data: Any) -> str | None:
     """The bash text of the first container (`command:` and `args:`, a Kubernetes pod, a Kubeflow PyTorchJob, a Helm
     values file) whose words name a pretrain_*.py: `bash -c SCRIPT` gives SCRIPT, a list of words gives one line."""
@@ -239,13 +260,14 @@ def _manifest_script(data: Any) -> str | None:
         node, depth = stack.popleft()
         if isinstance(node, dict):
             if "command" in node or "args" in node:
-                words = [str(w) for part in (node.get("command"), node.get("args")) if part is not None
-                         for w in (part if isinstance(part, list) else [part])]
+                env = _container_env(node)
+                words = [_kubernetes_expand(str(w), env) for part in (node.get("command"), node.get("args"))
+                         if part is not None for w in (part if isinstance(part, list) else [part])]
                 at = next((k for k, w in enumerate(words[:-2]) if w.rsplit("/", 1)[-1] in ("bash", "sh")
                            and SHELL_C.fullmatch(words[k + 1])), None)
                 script = words[at + 2] if at is not None else shlex.join(words)
-                if "pretrain_" in script:
-                    return script
+                if "pretrain_" in script:  # the container's environment first: the script reads it
+                    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()) + script
             stack += [(v, depth + 1) for v in node.values() if depth < 40]
         elif isinstance(node, list):
             stack += [(v, depth + 1) for v in node if depth < 40]

@@ -259,3 +259,21 @@ def test_a_here_document_marker_inside_a_quoted_string_is_no_here_document():
     reading = read_script(code + "torchrun pretrain_gpt.py $W\n")
     assert [show(a) for a in reading.commands[-1].argv[2:]] == bash_words(code) == ["after"]
     assert reading.stopped is None and reading.unended_heredocs == []
+
+
+def test_a_manifest_containers_env_and_its_dollar_paren_references_are_read():
+    # Kubernetes expands `$(NAME)` in command/args from the container's env before any shell (`$$(` is a literal
+    # `$(`), and a `bash -c` script reads the env: both were unknown
+    manifest = ("kind: Job\nspec:\n  template:\n    spec:\n      containers:\n        - name: t\n          env:\n"
+                "            - {name: TP, value: \"4\"}\n            - {name: LAYERS, value: 6}\n"
+                "            - name: IP\n              valueFrom: {fieldRef: {fieldPath: status.podIP}}\n"
+                "          command: [torchrun, pretrain_gpt.py]\n"
+                f"          args: [--tensor-model-parallel-size, $(TP), --num-layers=$(LAYERS), {MODEL.split()[2]}, "
+                f"'{MODEL.split()[3]}', --wandb-exp-name, '$$(TP)']\n")
+    imported = import_source(manifest, "job.yaml")
+    assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 6
+    shell = manifest.split("          command:")[0] + (
+        "          command: [bash, -c]\n          args: ['torchrun pretrain_gpt.py --tensor-model-parallel-size $TP "
+        f"--num-layers $LAYERS {MODEL.replace('--num-layers 2 ', '')}']\n")
+    imported = import_source(shell, "job.yaml")
+    assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 6
