@@ -277,3 +277,13 @@ def test_a_manifest_containers_env_and_its_dollar_paren_references_are_read():
         f"--num-layers $LAYERS {MODEL.replace('--num-layers 2 ', '')}']\n")
     imported = import_source(shell, "job.yaml")
     assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 6
+
+
+def test_an_unknown_prefix_before_a_renamed_entry_names_the_entry():
+    # `${CMD_PREFIX} python3 …/pretrain_gpt_native.py` (CMD_PREFIX from a sourced config) was "runs ${CMD_PREFIX}
+    # with Megatron's flags"; the entry it runs is known and is what to name
+    from launcher.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        import_source(f"$CMD_PREFIX python3 tests/pretrain_gpt_native.py {MODEL}\n", "train.sh")
+    assert "pretrain_gpt_native.py, not pretrain_gpt.py" in caught.value.problems[0].message
