@@ -481,6 +481,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 comment_out(dest, settings.pop(dest), "belongs to the data to fill in")
                 replaced[dest] = "belongs to the script's data, replaced by mock data"
         vocab, whose = tokenizer_vocab(tokenizer_settings, read_local)
+        if "tokenizer_type" not in tokenizer_settings and any(
+                "--tokenizer-type" in line or line.startswith("${") for line in lost):
+            # the script's tokenizer is in what was lost (`--tokenizer-type X` Megatron refuses, or `$TOKENIZER_ARGS`
+            # from a file not read): GPT-2's is Megatron's default, not the script's
+            vocab, whose = None, "its --tokenizer-type is among what was lost"
         stand_ins = {"mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": vocab or GPT2_VOCAB}
         for dest, value in stand_ins.items():
             if dest not in settings:

@@ -287,3 +287,13 @@ def test_an_unknown_prefix_before_a_renamed_entry_names_the_entry():
     with pytest.raises(UserError) as caught:
         import_source(f"$CMD_PREFIX python3 tests/pretrain_gpt_native.py {MODEL}\n", "train.sh")
     assert "pretrain_gpt_native.py, not pretrain_gpt.py" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize("tokenizer", ["$TOKENIZER_ARGS", "--tokenizer-type JapaneseSentencePiece"])
+def test_gpt2s_vocabulary_is_not_said_to_be_the_scripts_when_its_tokenizer_was_lost(tokenizer):
+    # `$TOKENIZER_ARGS` from a config not read: the note said "vocab_size 50257: the vocabulary of the script's
+    # tokenizer (GPT2BPETokenizer)", Megatron's default, which the script does not use
+    model = MODEL.replace("--mock-data --tokenizer-type NullTokenizer --vocab-size 128", "--data-path $DATA")
+    imported = import_source(f"torchrun pretrain_gpt.py {tokenizer} {model}\n", "train.sh")
+    assert not any("the vocabulary of the script's tokenizer" in note for note in imported.not_carried)
+    assert any("stands in for the vocabulary of the script's tokenizer" in w for w in imported.warnings)
