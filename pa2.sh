@@ -1,5 +1,0 @@
-cat <<A
-$(
-$(
-torchrun pretrain_gpt.py --num-layers 2
-A
