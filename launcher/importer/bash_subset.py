@@ -32,13 +32,14 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils
+from launcher.importer import coreutils, heredocs, recovery
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
 MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
+MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # files sourced to set up the software environment, not the run's settings: not read, and the values a script
 # leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
 # /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
@@ -173,6 +174,7 @@ class Reading:
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
+    unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -230,9 +232,10 @@ SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node
 SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
 
 
-def slurm_directives(text: str, reading: Reading) -> None:
+def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None) -> None:
     """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
-    sbatch gives the job, set as known values; said with their line."""
+    sbatch gives the job, set as known values (in `shell`, else the reading's); said with their line (or `at`: the
+    line where a job file the script wrote is submitted)."""
     found: dict[str, str] = {}
     first = 0
     for number, line in enumerate(text.splitlines()[:2000], 1):
@@ -255,8 +258,9 @@ def slurm_directives(text: str, reading: Reading) -> None:
                 for variable in SBATCH_ENV[option]:
                     found[variable] = value
     if found:
-        reading.shell.scalars.update(found)
-        reading.skipped.append((first, "read as sbatch runs it: " + ", ".join(f"{k}={v}" for k, v in found.items())
+        (shell or reading.shell).scalars.update(found)
+        said = ", ".join(f"{k}={v}" for k, v in found.items())
+        reading.skipped.append((first if at is None else at, "read as sbatch runs it: " + said
                                 + " from the #SBATCH lines (sbatch's own command line may change them)"))
 
 
@@ -301,6 +305,9 @@ class _Reader:
         self.steps = 0
         self.depth = 0
         self.src = b""
+        self.whole = b""  # all of the text being read (self.src: the part of it being read)
+        self.unread_functions: dict[str, str] = {}  # a function defined in lines not read → those lines
+        self.bash_verdicts: dict[bytes, bool] = {}  # text → whether `bash -n` accepts it
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
@@ -373,19 +380,37 @@ class _Reader:
         """Parse `text` and run it here (the script, an eval'd string, a bash -c string)."""
         if len(text) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a command string grows beyond {MAX_SCRIPT_CHARS:,} characters")
-        saved = (self.src, self.line_offset, self.fixed_line)
-        self.src = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
-        self.line_offset, self.fixed_line = line_offset, fixed_line if fixed_line is not None else saved[2]
+        saved = (self.src, self.line_offset, self.fixed_line, self.whole)
+        self.whole = _brace_inner_names(text.encode("utf-8", "surrogateescape"))
+        self.fixed_line = fixed_line if fixed_line is not None else saved[2]
+        if b"<<" in self.whole:
+            self.whole, unended = heredocs.as_bash_reads(self.whole, _parser().parse)
+            if unended is not None:
+                where = fixed_line if fixed_line is not None else unended[0] + line_offset
+                self.reading.unended_heredocs.append(where)
+                self.reading.skipped.append((where, f"the here-document of line {where} is never ended (no line "
+                                                    f"{show(unended[1])}): bash reads the rest of the script as its "
+                                                    "text, not as commands (and warns: delimited by end-of-file)"))
         try:
-            tree = _parser().parse(self.src)
-            self.pending_names.append((tree, self.src))
+            # where the grammar cannot read a part, the parts around it are read on their own (recovery.py)
+            pieces = recovery.parts(self.whole, _parser().parse, _heredoc_bodies)
+            for piece in pieces:  # every name the text assigns, before any is read (see script_names)
+                if piece.tree is not None:
+                    self.pending_names.append((piece.tree, piece.text))
+                else:
+                    self.names_seen |= recovery.assigned_names(piece.text)
             self.deeper()
             try:
-                self.block(tree.root_node.children)
+                for piece in pieces:
+                    self.src, self.line_offset = piece.text, line_offset + piece.row
+                    if piece.tree is not None:
+                        self.block(piece.tree.root_node.children)
+                    else:
+                        self.unreadable(piece)
             finally:
                 self.depth -= 1
         finally:
-            self.src, self.line_offset, self.fixed_line = saved
+            self.src, self.line_offset, self.fixed_line, self.whole = saved
 
     # -- statements -------------------------------------------------------------------------------------------
     def block(self, nodes: Sequence[Any]) -> None:
@@ -416,31 +441,63 @@ class _Reader:
         return False
 
     def unparsable(self, node: Any) -> None:
-        """A command the grammar cannot parse. Where bash cannot either (`CKPT=<Specify path>` in a template), bash
-        stops the script there; where bash can (a construct the grammar lacks), the line is not read. Either way the
-        rest is read on, loudly: the line is named, and what it assigns is unknown."""
-        line = self.line(node)
-        names = tuple(sorted(_assigned_names(node, self.src)))
+        """A command the grammar cannot parse, inside a part it reads (see unreadable)."""
+        rows = node.end_point[0] - node.start_point[0] - (node.end_point[1] == 0)
+        self.not_read(self.line(node), self.line(node) + max(rows, 0), self.text(node), self.line(_first_error(node)))
+
+    def unreadable(self, piece: recovery.Part) -> None:
+        """Lines the grammar cannot read, between parts it reads (recovery.parts)."""
+        first = self.fixed_line if self.fixed_line is not None else self.line_offset + 1
+        last = first if self.fixed_line is not None else first + piece.last_row - piece.row
+        near = first if self.fixed_line is not None else first + piece.error_row - piece.row
+        self.not_read(first, last, piece.text.decode("utf-8", "replace"), near)
+
+    def not_read(self, line: int, last: int, text: str, near: int) -> None:
+        """Lines `line`…`last` that the grammar cannot read (`near`: where it failed). Where bash cannot either
+        (`CKPT=<Specify path>` in a template), bash stops the script there; where bash can (a construct the grammar
+        lacks: `for i in 1 2; { …; }`), the lines are not read. Either way the rest is read on, loudly: the lines are
+        named, what they may assign is unknown, a function they define is not called, and a training command in them
+        is said to be there."""
+        raw = text.encode("utf-8", "surrogateescape")
+        names = tuple(sorted(recovery.assigned_names(raw)))
+        flags = tuple(sorted(set(FLAG.findall(text))))
+        shown = show(next((t.strip() for t in text.splitlines() if t.strip()), "")[:120])
+        where = f"line {line}" if last <= line else f"lines {line}-{last}"
         unknown = f", with {', '.join(names)} unknown" if names else ""
-        if _bash_accepts(self.src):
-            item = Undecided(line, f"a line the grammar cannot read ({self.first_line(node)})", names)
-            if re.search(r"pretrain_\w*\.py", self.text(node)):
-                rows = node.end_point[0] - node.start_point[0] - (node.end_point[1] == 0)
-                self.reading.unread_entry.append((line, line + max(rows, 0), self.line(_first_error(node))))
-            self.skip(node, f"not read: bash accepts this, the grammar this import reads bash with does not"
-                            f"{unknown}: {self.first_line(node)}")
+        if self.bash_accepts():
+            item = Undecided(line, f"{where}, which the grammar cannot read ({shown})", names, flags)
+            if re.search(r"pretrain_\w*\.py", text):
+                self.reading.unread_entry.append((line, last, near))
+            through = f", through line {last}" if last > line else ""
+            self.reading.skipped.append((line, f"not read{through}: bash accepts this, the grammar this import "
+                                               f"reads bash with does not (near line {near}){unknown}: {shown}"))
         else:
-            item = Undecided(line, f"a line bash cannot parse ({self.first_line(node)})", names)
-            self.skip(node, f"bash cannot parse this (a syntax error: bash stops the script here); read on as if it "
-                            f"were fixed{unknown}: {self.first_line(node)}")
+            item = Undecided(line, f"a line bash cannot parse ({shown})", names, flags)
+            self.reading.skipped.append((line, f"bash cannot parse this (a syntax error: bash stops the script here); "
+                                               f"read on as if it were fixed{unknown}: {shown}"))
             if self.reading.stopped is None:
                 self.reading.stopped = (line, "a syntax error")
         for name in names:
             self.shell.scalars[name] = _unknown(name)
             self.shell.arrays.pop(name, None)
             self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
-        if names:
+        if recovery.sources(raw):  # a file sourced there may set any name: unset ones are unknown from here on
+            self.unread_sources += 1
+        for function in recovery.defined_functions(raw):
+            self.shell.functions.pop(function, None)
+            self.unread_functions[function] = where
+        if names or flags:
             self.reading.undecided.append(item)
+
+    def bash_accepts(self) -> bool:
+        """bash's verdict on the text being read (`bash -n`), asked once per text and for at most MAX_BASH_CHECKS
+        texts (each is a process; a script of many eval'd strings the grammar cannot read would start thousands):
+        past that, a part the grammar cannot read is said to be the grammar's, not bash's, failure."""
+        verdict = self.bash_verdicts.get(self.whole)
+        if verdict is None:
+            verdict = _bash_accepts(self.whole) if len(self.bash_verdicts) < MAX_BASH_CHECKS else True
+            self.bash_verdicts[self.whole] = verdict
+        return verdict
 
     def statement(self, node: Any) -> None:
         self.step()
@@ -733,6 +790,8 @@ class _Reader:
         self.set_positional(self.positional)
         try:  # its own bash: an exit there ends only that one
             text = "".join(t for t, _ in chunks)
+            if program == "sbatch":  # the job file's own #SBATCH lines give the job's SLURM_* variables
+                slurm_directives(text, self.reading, self.shell, self.line(node))
             self.nested(node, text, f"{show(argv[k])}, written by the script",
                         line_offset=chunks[0][1] if len(chunks) == 1 else None)
         except _Exit:
@@ -1615,6 +1674,14 @@ class _Reader:
         if program in self.shell.functions and self.capture is None or argv[0] in self.shell.functions:
             self.call(argv)
             return
+        if argv[0] in self.unread_functions:  # defined in lines the grammar could not read: what it does is unknown
+            why = f"{show(argv[0])}, a function defined in {self.unread_functions[argv[0]]}, which were not read"
+            if self.capture is not None:
+                self.capture.known = False
+                self.capture.why = self.capture.why or why
+            else:
+                self.reading.skipped.append((self.line(node), f"not run: {why}"))
+            return
         if program == "eval":
             self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
@@ -2429,12 +2496,16 @@ class _Reader:
         body = [c for c in node.named_children]
         text = self.text(node).strip()
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
-        if node.children and node.children[0].type == "`" and not body and label.strip():
+        backtick = bool(node.children) and node.children[0].type == "`"
+        # inside `…` bash first removes the backslash of \` \$ \\ (`echo "a \`echo b\`"` runs `echo b` inside),
+        # which the grammar does not: the text so unescaped is read as the script it is
+        escaped = backtick and re.search(r"\\[`$\\]", label) is not None
+        if backtick and (not body or escaped) and label.strip():
             saved_capture, saved_cwd = self.capture, self.capture_cwd
             self.capture = _Capture()
             saved_shell = self.shell.copy()
             try:
-                self.nested(node, label, "`…`")
+                self.nested(node, re.sub(r"\\([`$\\])", r"\1", label) if escaped else label, "`…`")
             except _Exit:
                 pass
             finally:
@@ -3027,27 +3098,9 @@ def _backtick_note(match: re.Match[bytes]) -> bytes:
 LONE_BLANK = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|(?<![^\s(])(?<!\\[ \t])((?:\\[ \t])+)(?=[\s);&|]|$)|\\.")
 
 
-HEREDOC_START = re.compile(rb"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_.-]*)\2")
-
-
 def _heredoc_bodies(src: bytes) -> list[tuple[int, int]]:
-    """(start, end) of each here-document's body, roughly as bash finds them (a `<<WORD` on a line, the body from
-    the next line to a line that is WORD): text there is the document's, not words."""
-    bodies: list[tuple[int, int]] = []
-    at = 0
-    while True:
-        match = HEREDOC_START.search(src, at)
-        if match is None:
-            return bodies
-        start = src.find(b"\n", match.end())
-        if start < 0:
-            return bodies
-        delimiter = re.compile(rb"^" + (rb"\t*" if match.group(1) else b"") + re.escape(match.group(3)) + rb"[ \t]*$",
-                               re.M)
-        end_match = delimiter.search(src, start + 1)
-        end = end_match.end() if end_match else len(src)
-        bodies.append((start + 1, end))
-        at = end
+    """(start, end) of each here-document's body: text there is the document's, not words."""
+    return [(start, end) for _, start, end, _ in heredocs.scan(src)]
 
 
 def _lone_blanks(src: bytes) -> bytes:
@@ -3079,6 +3132,8 @@ SINGLE_EQUALS = re.compile(rb"'[^'\n]*'|\"(?:[^\"\\]|\\.)*\"|\\.|(?<=[ \t])(=)(?
 
 
 def _double_equals(match: re.Match[bytes]) -> bytes:
+    if re.search(rb"[?*+@!]\(", match.group(0)):
+        return match.group(0)  # an extglob pattern (`*.@(a|b)`): the grammar reads it after `=` and not after `==`
     return SINGLE_EQUALS.sub(lambda m: b"==" if m.group(1) else m.group(0), match.group(0))
 
 
@@ -3094,6 +3149,17 @@ def _order_test(match: re.Match[bytes]) -> bytes:
     return b"test" + match.group(1)
 
 
+# `time { …; }`, `time ( … )`, `time if …`: bash's reserved word `time` times the pipeline after it, a compound
+# command included; the grammar takes it for a command named time and loses the group's end. Written as blanks (the
+# same columns), the group is read as bash runs it.
+TIME_BEFORE_COMPOUND = re.compile(rb"(?m)((?:^|[;&|({!])[ \t]*)(time(?:[ \t]+-p)?)"
+                                  rb"(?=[ \t]+(?:[{(]|(?:if|for|while|until|case|select)\b))")
+
+
+def _time_blank(match: re.Match[bytes]) -> bytes:
+    return match.group(1) + b" " * len(match.group(2))
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
@@ -3101,6 +3167,8 @@ def _brace_inner_names(src: bytes) -> bytes:
     shapes above written as the grammar reads them. Line numbers are unchanged."""
     if b"`" in src and b"#" in src:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
+    if b"time" in src:
+        src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
     if b"\\ " in src or b"\\\t" in src:
         src = _lone_blanks(src)
     if b"[" in src:

@@ -231,6 +231,27 @@ def _manifest_documents(text: str) -> str | None:
     return None
 
 
+def _container_env(container: dict[Any, Any]) -> dict[str, str]:
+    """The container's `env:` entries with a value written in the manifest (`valueFrom` is the cluster's: unknown)."""
+    env: dict[str, str] = {}
+    entries = container.get("env")
+    for item in entries[:500] if isinstance(entries, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("value"), (str, int, float)):
+            continue
+        if isinstance(item.get("name"), str) and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", item["name"]):
+            env[item["name"]] = _kubernetes_expand(str(item["value"]), env)
+    return env
+
+
+def _kubernetes_expand(word: str, env: dict[str, str]) -> str:
+    """Kubernetes' own expansion of `command:`/`args:` words, before any shell: `$(NAME)` of a variable the container
+    defines becomes its value, `$$(` is a literal `$(`, and any other `$(…)` is left as it is."""
+    if "$(" not in word:
+        return word
+    return re.sub(r"\$\$\(|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: "$(" if m.group(1) is None else env.get(m.group(1), m.group(0)), word)
+
+
 def _manifest_script(data: Any) -> str | None:
     """The bash text of the first container (`command:` and `args:`, a Kubernetes pod, a Kubeflow PyTorchJob, a Helm
     values file) whose words name a pretrain_*.py: `bash -c SCRIPT` gives SCRIPT, a list of words gives one line."""
@@ -239,13 +260,14 @@ def _manifest_script(data: Any) -> str | None:
         node, depth = stack.popleft()
         if isinstance(node, dict):
             if "command" in node or "args" in node:
-                words = [str(w) for part in (node.get("command"), node.get("args")) if part is not None
-                         for w in (part if isinstance(part, list) else [part])]
+                env = _container_env(node)
+                words = [_kubernetes_expand(str(w), env) for part in (node.get("command"), node.get("args"))
+                         if part is not None for w in (part if isinstance(part, list) else [part])]
                 at = next((k for k, w in enumerate(words[:-2]) if w.rsplit("/", 1)[-1] in ("bash", "sh")
                            and SHELL_C.fullmatch(words[k + 1])), None)
                 script = words[at + 2] if at is not None else shlex.join(words)
-                if "pretrain_" in script:
-                    return script
+                if "pretrain_" in script:  # the container's environment first: the script reads it
+                    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()) + script
             stack += [(v, depth + 1) for v in node.values() if depth < 40]
         elif isinstance(node, list):
             stack += [(v, depth + 1) for v in node if depth < 40]
@@ -287,6 +309,9 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
             training_command.refuse_other_entry(reading)
             stop = (f"; bash stops at line {reading.stopped[0]} ({_comment(reading.stopped[1])}) before reaching one"
                     if reading.stopped else "")
+            if reading.unended_heredocs:  # `cat <<EOF` with no EOF line: the rest of the script is its text
+                stop += (f"; the here-document of line {reading.unended_heredocs[-1]} is never ended, so bash reads "
+                         "every line after it as that document's text, not as commands")
             other = training_command.other_script(reading)
             if other is not None:  # `bash submissions/submit.sh 110 $*`: the training command is in that file
                 line, script, args = other
@@ -300,10 +325,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                     + " (a path relative to where this script runs)")
             if reading.unread_entry:  # the grammar lost the part of the script that holds it
                 first, last, near = reading.unread_entry[0]
+                lines = f"line {first} names" if last <= first else f"lines {first}-{last} name"
                 raise UserError(
-                    f"no training command read: lines {first}-{last} name a pretrain_*.py, and bash reads them, but "
-                    "the grammar this import reads bash with cannot (a construct it lacks, on or near line "
-                    f"{near}); nothing in them was carried",
+                    f"no training command read: {lines} a pretrain_*.py, and bash reads them, but the grammar this "
+                    f"import reads bash with cannot (a construct it lacks, on or near line {near}); nothing in them "
+                    "was carried; the rest of the script was read" + stop,
                     f"write the construct near line {near} another way (e.g. `for …; do …; done` for `for …; {{ …; }}`)"
                     ", or import the training command alone: put that line, with the values it needs, in a file of "
                     "its own and import that")
@@ -329,6 +355,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         others = [c for c in reading.commands if c is not command]
         env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
         undecided = training_command.undecided_for(command)
+        # lines the grammar could not read that name an entry: bash may run a training command there too (or instead)
+        undecided += [Undecided(first, (f"line {first}" if last <= first else f"lines {first}-{last}")
+                                + f", which the grammar cannot read (near line {near}), name(s) a pretrain_*.py: a "
+                                "training command there may run instead of, or besides, this one",
+                                flags=("the training command",)) for first, last, near in reading.unread_entry]
         for item in undecided:
             notes.append(_comment(f"line {item.line}: {item.what}: cannot be decided without running the script, "
                                   + (f"and the training command's {', '.join(item.flags)} depend(s) on it" if item.flags
@@ -450,6 +481,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 comment_out(dest, settings.pop(dest), "belongs to the data to fill in")
                 replaced[dest] = "belongs to the script's data, replaced by mock data"
         vocab, whose = tokenizer_vocab(tokenizer_settings, read_local)
+        if "tokenizer_type" not in tokenizer_settings and any(
+                "--tokenizer-type" in line or line.startswith("${") for line in lost):
+            # the script's tokenizer is in what was lost (`--tokenizer-type X` Megatron refuses, or `$TOKENIZER_ARGS`
+            # from a file not read): GPT-2's is Megatron's default, not the script's
+            vocab, whose = None, "its --tokenizer-type is among what was lost"
         stand_ins = {"mock_data": True, "tokenizer_type": "NullTokenizer", "vocab_size": vocab or GPT2_VOCAB}
         for dest, value in stand_ins.items():
             if dest not in settings:

@@ -468,8 +468,8 @@ def split_launch(argv: list[str]) -> Launch:
             hosts, per_host = _hosts_gpus(value)  # type: ignore[misc]
             launch.launcher.update({"gpus_per_node": per_host, **({"nodes": hosts} if hosts > 1 else {})})
             continue
+        given = word if eq else f"{word} {value}".strip()  # `--opt=value` is said once, as written
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
-            given = word if eq else f"{word} {value}"
             launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
                                   "give it as the preset's gpus_per_node (8 unless set)")
             continue
@@ -480,11 +480,11 @@ def split_launch(argv: list[str]) -> Launch:
             elif setting == "master_addr" and value:
                 launch.launcher[setting] = value
             else:
-                launch.dropped.append(f"{word} {value}: not a number")
+                launch.dropped.append(f"{given}: not a number")
         elif name in TORCHRUN_DROPPED:
-            launch.dropped.append(f"{word} {value}: {TORCHRUN_DROPPED[name]}".strip())
+            launch.dropped.append(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
         else:
-            launch.dropped.append(f"{word} {value}: a {runner[0]} option the launcher does not carry".strip())
+            launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})

@@ -93,6 +93,8 @@ def _refuse_unknown_entry(command: ScriptCommand) -> None:
             continue  # known, a flag's value, or a script whose directory only is unknown (${TOOLS}/convert.py)
         if not any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:]):
             return
+        if any(ENTRY_LIKE.search(show(w)) for w in command.argv[k + 1:]):
+            return  # `${CMD_PREFIX} python3 pretrain_gpt_native.py …`: a known entry follows; it is named instead
         needs = command.depends.get(k, ())
         where = "; ".join(f"line {u.line}: {u.what}" + (" (it depends on the script's arguments)" if u.arguments
                                                          else "") for u in needs)

@@ -186,14 +186,15 @@ def test_expr_and_seq_are_coreutils():
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="bash judges what the grammar cannot read")
 def test_a_training_command_the_grammar_cannot_read_is_named_not_missing():
-    # `for …; { …; }` is bash, not the grammar's: it lost lines 1-3 and the import said "no line runs pretrain_gpt.py"
+    # `for …; { …; }` is bash, not the grammar's: it lost lines 1-3 and the import said "no line runs pretrain_gpt.py";
+    # a command inside the part the grammar cannot read is named with its lines
     from launcher.errors import UserError
 
-    script = f"A=1\nfor i in {{1..3}}; {{ echo $i; }}\ntorchrun pretrain_gpt.py {MODEL}\n"
+    script = f"A=1\nfor i in {{1..3}}; {{ torchrun pretrain_gpt.py {MODEL}; }}\n"
     with pytest.raises(UserError) as caught:
         import_source(script, "train.sh")
     message = caught.value.problems[0].message
-    assert "no line runs" not in message and "lines 1-3" in message and "near line 2" in message
+    assert "no line runs" not in message and "line 2" in message and "near line 2" in message
 
 
 @pytest.mark.parametrize("text", [
@@ -221,3 +222,78 @@ def test_the_rewrites_for_the_grammar_stay_linear_around_here_documents():
     began = time.monotonic()
     _brace_inner_names(b"x <<A\nA\n \\ \n" * 50_000)
     assert time.monotonic() - began < 3
+
+
+@pytest.mark.parametrize("opening, closing", [("<< TRAINING", "TRAINING"), ("<<'E'", "E"), ("<<-EOF", "\tEOF")])
+def test_a_here_document_line_that_begins_with_its_word_does_not_end_it(opening, closing):
+    # the grammar ended `<< TRAINING` at the body line `TRAINING_ARGS=(` and read the rest as commands; bash ends it
+    # only at a line that is the word (seen in a script that writes its sbatch job from here-documents)
+    word = closing.strip()
+    code = (f"cat > /dev/null {opening}\n{word}_ARGS=(--num-layers 4)\n{word}X=1\n{closing}\nW=after\n")
+    reading = read_script(code + "torchrun pretrain_gpt.py $W\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == bash_words(code) == ["after"]
+    assert all("not read" not in why for _, why in reading.skipped)
+
+
+def test_the_sbatch_lines_of_a_job_file_the_script_writes_and_submits_are_the_jobs():
+    script = ("cat > job.sbatch <<EOF\n#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --gpus-per-node=4\n"
+              "srun torchrun --nnodes \\$SLURM_NNODES --nproc-per-node \\$SLURM_GPUS_PER_NODE pretrain_gpt.py "
+              f"{MODEL}\nEOF\nsbatch job.sbatch\n")
+    imported = import_source(script, "submit.sh")
+    assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 4
+
+
+def test_a_runner_option_written_with_equals_is_named_as_written():
+    # `--launcher=MPICH` was named "--launcher=MPICH MPICH", `--nnodes=${N}` "--nnodes=${N} ${N}"
+    imported = import_source(f"deepspeed --launcher=MPICH --num_nodes=$N pretrain_gpt.py {MODEL}\n", "train.sh")
+    said = " | ".join(imported.not_carried)
+    assert "--launcher=MPICH: a deepspeed option" in said and "MPICH MPICH" not in said
+    assert "--num_nodes=${N}: not a number" in said
+
+
+def test_a_here_document_marker_inside_a_quoted_string_is_no_here_document():
+    # a sweep script gives ssh "sudo python3 - $c <<'PY' … PY" (a string): taken for a here-document by a scan of the
+    # text, it paired with a later PY line, and the whole script was called a syntax error
+    code = ("f() {\n  ssh host \"python3 - $1 <<'PY'\nimport sys\nPY\"\n}\ng() {\n  python3 <<'PY'\nprint(1)\nPY\n}\n"
+            "W=after\n")
+    reading = read_script(code + "torchrun pretrain_gpt.py $W\n")
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == bash_words(code) == ["after"]
+    assert reading.stopped is None and reading.unended_heredocs == []
+
+
+def test_a_manifest_containers_env_and_its_dollar_paren_references_are_read():
+    # Kubernetes expands `$(NAME)` in command/args from the container's env before any shell (`$$(` is a literal
+    # `$(`), and a `bash -c` script reads the env: both were unknown
+    manifest = ("kind: Job\nspec:\n  template:\n    spec:\n      containers:\n        - name: t\n          env:\n"
+                "            - {name: TP, value: \"4\"}\n            - {name: LAYERS, value: 6}\n"
+                "            - name: IP\n              valueFrom: {fieldRef: {fieldPath: status.podIP}}\n"
+                "          command: [torchrun, pretrain_gpt.py]\n"
+                f"          args: [--tensor-model-parallel-size, $(TP), --num-layers=$(LAYERS), {MODEL.split()[2]}, "
+                f"'{MODEL.split()[3]}', --wandb-exp-name, '$$(TP)']\n")
+    imported = import_source(manifest, "job.yaml")
+    assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 6
+    shell = manifest.split("          command:")[0] + (
+        "          command: [bash, -c]\n          args: ['torchrun pretrain_gpt.py --tensor-model-parallel-size $TP "
+        f"--num-layers $LAYERS {MODEL.replace('--num-layers 2 ', '')}']\n")
+    imported = import_source(shell, "job.yaml")
+    assert imported.settings["tensor_model_parallel_size"] == 4 and imported.settings["num_layers"] == 6
+
+
+def test_an_unknown_prefix_before_a_renamed_entry_names_the_entry():
+    # `${CMD_PREFIX} python3 …/pretrain_gpt_native.py` (CMD_PREFIX from a sourced config) was "runs ${CMD_PREFIX}
+    # with Megatron's flags"; the entry it runs is known and is what to name
+    from launcher.errors import UserError
+
+    with pytest.raises(UserError) as caught:
+        import_source(f"$CMD_PREFIX python3 tests/pretrain_gpt_native.py {MODEL}\n", "train.sh")
+    assert "pretrain_gpt_native.py, not pretrain_gpt.py" in caught.value.problems[0].message
+
+
+@pytest.mark.parametrize("tokenizer", ["$TOKENIZER_ARGS", "--tokenizer-type JapaneseSentencePiece"])
+def test_gpt2s_vocabulary_is_not_said_to_be_the_scripts_when_its_tokenizer_was_lost(tokenizer):
+    # `$TOKENIZER_ARGS` from a config not read: the note said "vocab_size 50257: the vocabulary of the script's
+    # tokenizer (GPT2BPETokenizer)", Megatron's default, which the script does not use
+    model = MODEL.replace("--mock-data --tokenizer-type NullTokenizer --vocab-size 128", "--data-path $DATA")
+    imported = import_source(f"torchrun pretrain_gpt.py {tokenizer} {model}\n", "train.sh")
+    assert not any("the vocabulary of the script's tokenizer" in note for note in imported.not_carried)
+    assert any("stands in for the vocabulary of the script's tokenizer" in w for w in imported.warnings)
