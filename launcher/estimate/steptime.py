@@ -77,7 +77,7 @@ class Kernels:
     # far below; that overhead does not shrink with FP8), the fraction of the token dispatch left exposed, and
     # the speed-up FP8 gives the expert GEMMs' large-GEMM part (fitted, not assumed equal to `fp8_gain`: the
     # published FP8 MoE runs do not show the dense GEMMs' gain)
-    grouped_work: float = 1e10
+    grouped_work: float = 2e10
     dispatch_exposed: float = 0.4
     grouped_fp8_gain: float = 1.0
 
@@ -138,6 +138,7 @@ class Placement:
     pp: bool
     dp_per_node: int = 1  # members of one DP×CP group inside a node: NCCL drives that many NICs at once
     ep: bool = False  # the expert-parallel group (stride TP·CP)
+    ep_per_node: int = 1  # members of the expert-parallel group inside one node
 
 
 def placement(t: Training, gpus_per_node: int) -> Placement:
@@ -154,6 +155,7 @@ def placement(t: Training, gpus_per_node: int) -> Placement:
         pp=spans(t.tp * t.cp * t.ep * t.dp, t.pp),
         dp_per_node=max(1, min(t.dp_cp, gpus_per_node // (t.tp * t.ep))),
         ep=spans(t.tp * t.cp, t.ep),
+        ep_per_node=max(1, min(t.ep, gpus_per_node // (t.tp * t.cp))),
     )
 
 
@@ -205,20 +207,27 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     replicated = 1 / tp if t.sequence_parallel or tp == 1 else 1.0
     elem = act * tokens * (k.elementwise * h * replicated + k.elementwise_ffn * m.ffn_hidden_size / tp) / hbm
     layer = gemm + attn + elem + k.launch
-    dispatch = 0.0
+    dispatch = experts_forward = 0.0
     if moe_share:
-        experts, dispatch = _moe_time(m, t, gpu, k, tokens, gemm_rate if tflops else None, place.ep)
-        layer += moe_share * experts
-        dispatch *= moe_share
+        moe = _moe_time(m, t, gpu, k, tokens, gemm_rate if tflops else None, place.ep, place.ep_per_node)
+        layer += moe_share * moe.compute
+        dispatch = moe_share * moe.dispatch
+        experts_forward = moe_share * moe.forward
     if t.recompute == "full":
-        extra = (gemm + attn) / 3 + elem / 2
+        # Megatron checkpoints the whole transformer layer (transformer_block.checkpointed_forward), the MoE
+        # block included: its router, expert GEMMs and permutation run forward again, and so do the token
+        # dispatch and combine (half of the dispatch's four all-to-alls, added to the communication below)
+        extra = (gemm + attn) / 3 + elem / 2 + experts_forward
     elif t.recompute == "selective":
         extra = attn / 3
     else:
         extra = 0.0
     compute = layers * layer
     if loss:  # output layer (fwd + bwd) and cross entropy over fp32 logits
-        compute += 6 * tokens * h * m.padded_vocab_size / tp / gemm_rate
+        # The output layer is tensor_parallel.ColumnParallelLinear, outside the transformer block's FP8 context
+        # (transformer_block.py): it runs in BF16 also when the layers run in FP8
+        output_rate = gemm_rate / (k.fp8_gain if t.fp8 and not tflops else 1.0)
+        compute += 6 * tokens * h * m.padded_vocab_size / tp / output_rate
         compute += 16 * tokens * m.padded_vocab_size / tp / hbm
     if embedding:
         compute += 2 * act * tokens * h / hbm
@@ -234,7 +243,8 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         kv = act * tokens * (m.attn_k_width + m.attn_v_width) / tp
         ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
         context = layers * max(0.0, ring - attn)
-    tensor += layers * dispatch  # the token dispatch is communication too; reported with TP's
+    # the token dispatch is communication too, reported with TP's; full recompute repeats its forward half
+    tensor += layers * dispatch * (1.5 if t.recompute == "full" else 1.0)
     return _RankTime(compute, layers * extra, tensor, context)
 
 
@@ -272,9 +282,16 @@ def attention_gemm_weights(m: ModelShape, tp: int) -> float:
     return h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)) + m.query_size * h
 
 
+@dataclass(frozen=True)
+class _MoeTime:
+    compute: float  # expert GEMMs (routed and shared) and the permutation, forward + backward
+    forward: float  # the forward part of `compute`: what full recompute runs again
+    dispatch: float  # exposed token dispatch and combine, forward + backward
+
+
 def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
-              rate: float | None, crosses: bool) -> tuple[float, float]:
-    """One MoE layer, one microbatch, forward + backward: (expert GEMMs + permutation, exposed dispatch).
+              rate: float | None, crosses: bool, ep_per_node: int = 1) -> _MoeTime:
+    """One MoE layer, one microbatch, forward + backward: expert GEMMs + permutation, exposed dispatch.
 
     Expert GEMMs: 6·(token-expert pairs)·h·F_moe·(3 with SwiGLU, else 2)/ETP FLOPs per GPU, pairs = tokens ·
     topk · ETP/TP, at a shape efficiency: the dense width curve at min(F_moe/ETP, h), and an overhead of
@@ -283,7 +300,9 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
     the same): all-to-all moves each pair's hidden state once, (EP−1)/EP of it off the GPU; all-gather
     gathers every EP rank's tokens; over NVLink when the EP group (stride TP·CP) is in one node, else one
-    NIC per GPU."""
+    NIC per GPU. The `flex` dispatcher (DeepEP / HybridEP kernels) sends a token across the network once per
+    remote node holding one of its experts and fans it out to those experts over NVLink there, so between nodes
+    it moves (nodes−1)·(1 − (1 − 1/nodes)^topk) hidden states per token instead of topk·(EP−1)/EP."""
     h, tp = m.hidden_size, t.tp
     act = 4 if t.precision == "fp32" else 2
     factor = 3 if m.swiglu else 2
@@ -305,7 +324,9 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
         shared_w = h / tp
         shared_eff = k.gemm * shared_w / (shared_w + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
         seconds += 6 * tokens * h * m.shared_expert_size * factor / tp / (rate or peak * shared_eff)
-    seconds += 8 * act * pairs * h / (gpu.hbm_tbps * 1e12)  # permute / unpermute, forward and backward
+    permute = 8 * act * pairs * h / (gpu.hbm_tbps * 1e12)  # permute / unpermute, forward and backward
+    forward = seconds / 3 + permute / 2  # a GEMM's forward is one of its three; the permutation's half
+    seconds += permute
     dispatch = 0.0
     if t.ep > 1:
         local = tokens / tp if t.sequence_parallel or tp == 1 else tokens
@@ -313,9 +334,14 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
             volume = (t.ep - 1) * local * h * act
         else:
             volume = (t.ep - 1) / t.ep * local * m.moe_topk * h * act
-        bw = (gpu.network_gbps if crosses else gpu.nvlink_gbps) * 1e9
-        dispatch = 4 * volume / bw * k.dispatch_exposed
-    return seconds, dispatch
+        seconds_one = volume / _bandwidth(gpu, crosses)
+        if t.moe_dispatcher == "flex" and crosses:
+            nodes = max(1, t.ep // ep_per_node)
+            remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** m.moe_topk)  # distinct remote nodes per token
+            # the network leg and the NVLink fan-out run as one pipelined kernel: the slower of the two
+            seconds_one = max(local * remote * h * act / _bandwidth(gpu, True), volume / _bandwidth(gpu, False))
+        dispatch = 4 * seconds_one * k.dispatch_exposed
+    return _MoeTime(seconds, forward, dispatch)
 
 
 

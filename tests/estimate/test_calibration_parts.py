@@ -105,9 +105,9 @@ def test_fp8_speeds_expert_gemms_by_the_fitted_factor_only() -> None:
     m, t = est.model_shape(run.args, run.tp), est.training_of(run.args, run.world)
     k = steptime.KERNELS["hopper"]
     gpu = est.GPUS[run.gpu]
-    base = steptime._moe_time(m, t, gpu, k, 4096.0, None, False)[0]
-    assert steptime._moe_time(m, t, gpu, replace(k, fp8_gain=3.0), 4096.0, None, False)[0] == base
-    assert steptime._moe_time(m, t, gpu, replace(k, grouped_fp8_gain=2.0), 4096.0, None, False)[0] < base
+    base = steptime._moe_time(m, t, gpu, k, 4096.0, None, False).compute
+    assert steptime._moe_time(m, t, gpu, replace(k, fp8_gain=3.0), 4096.0, None, False).compute == base
+    assert steptime._moe_time(m, t, gpu, replace(k, grouped_fp8_gain=2.0), 4096.0, None, False).compute < base
 
 
 def test_summary_gives_the_90th_percentile_by_linear_interpolation() -> None:

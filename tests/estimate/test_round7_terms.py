@@ -1,0 +1,126 @@
+"""Step-time terms that follow what Megatron runs: full recompute repeats the whole layer, MoE block included
+(transformer_block.checkpointed_forward); the output layer is a plain ColumnParallelLinear outside the FP8
+context; the `flex` dispatcher (DeepEP / HybridEP) sends a token across the network once per remote node; and a
+published run's unstated knobs are chosen among those that fit its GPU (it ran)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from launcher.estimate import calibration as cal
+from launcher.estimate import formulas as est
+from launcher.estimate import steptime
+
+H100 = est.GPUS["h100-80gb"]
+# An MoE model whose expert layers dominate: 64 experts, top 4, 16 GPUs with EP 16 (two nodes)
+MOE = dict(num_layers=8, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, seq_length=4096,
+           max_position_embeddings=4096, vocab_size=32000, bf16=True, swiglu=True, num_experts=64,
+           moe_router_topk=4, moe_ffn_hidden_size=1024, moe_grouped_gemm=True, expert_model_parallel_size=16,
+           expert_tensor_parallel_size=1, moe_token_dispatcher_type="alltoall", micro_batch_size=1,
+           global_batch_size=64, use_distributed_optimizer=True)
+
+
+def _step(args: dict, world: int = 16, kernels: steptime.Kernels | None = None) -> steptime.StepTime:
+    return steptime.step_time(est.model_shape(args), est.training_of(args, world), H100, kernels=kernels)
+
+
+def _full(args: dict) -> dict:
+    return {**args, "recompute_granularity": "full", "recompute_method": "uniform", "recompute_num_layers": 1}
+
+
+def test_full_recompute_repeats_the_moe_block_forward(monkeypatch: pytest.MonkeyPatch) -> None:
+    args = _full(MOE)
+    m, t = est.model_shape(args), est.training_of(args, 16)
+    moe = steptime._moe_time(m, t, H100, steptime.KERNELS["hopper"], t.micro_batch_size * m.seq_length, None,
+                             True, 8)
+    # the forward of the expert GEMMs (a third of their time) and of the permutation (half)
+    assert moe.compute / 3 < moe.forward < moe.compute / 2
+    with_moe = _step(args).recompute
+    original = steptime._moe_time
+    monkeypatch.setattr(steptime, "_moe_time", lambda *a, **k: replace(original(*a, **k), forward=0.0))
+    without = _step(args).recompute
+    assert with_moe - without == pytest.approx(t.num_microbatches * m.num_layers * moe.forward)
+    # selective recompute (core attention) does not touch the MoE block
+    monkeypatch.setattr(steptime, "_moe_time", original)
+    selective = {**MOE, "recompute_granularity": "selective"}
+    assert _step(selective).recompute < without
+
+
+def test_full_recompute_repeats_the_token_dispatch_forward() -> None:
+    plain = _step(MOE).tensor_comm
+    full = _step(_full(MOE)).tensor_comm
+    assert full == pytest.approx(1.5 * plain)  # dispatch + combine forward again: 2 of the 4 all-to-alls
+
+
+FP8_DENSE = dict(num_layers=4, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384, seq_length=4096,
+                 max_position_embeddings=4096, vocab_size=128000, bf16=True, fp8="hybrid", micro_batch_size=1,
+                 global_batch_size=8, pipeline_model_parallel_size=2, use_distributed_optimizer=True)
+
+
+def _loss_stage(args: dict, kernels: steptime.Kernels) -> float:
+    t = est.training_of(args, 16)
+    m = est.model_shape(args)
+    place = steptime.placement(t, 8)
+    with_loss = steptime._rank_time(m, t, H100, kernels, 2, False, True, place, None).compute
+    without = steptime._rank_time(m, t, H100, kernels, 2, False, False, place, None).compute
+    return with_loss - without
+
+
+def test_fp8_does_not_speed_the_output_layer() -> None:
+    k = steptime.KERNELS["hopper"]
+    # the output layer and cross entropy take the same time whatever FP8 gains inside the transformer layers
+    assert _loss_stage(FP8_DENSE, replace(k, fp8_gain=3.0)) == pytest.approx(_loss_stage(FP8_DENSE, k))
+    bf16 = {**FP8_DENSE, "fp8": None}
+    assert _loss_stage(FP8_DENSE, k) == pytest.approx(_loss_stage(bf16, k))
+    # the layers themselves do speed up
+    t = est.training_of(FP8_DENSE, 16)
+    place = steptime.placement(t, 8)
+    m = est.model_shape(FP8_DENSE)
+    slow = steptime._rank_time(m, t, H100, k, 2, False, False, place, None).compute
+    fast = steptime._rank_time(m, t, H100, replace(k, fp8_gain=3.0), 2, False, False, place, None).compute
+    assert fast < slow
+
+
+def _dispatch(dispatcher: str, ep: int, tp: int = 1) -> float:
+    args = {**MOE, "moe_token_dispatcher_type": dispatcher, "expert_model_parallel_size": ep,
+            "tensor_model_parallel_size": tp, "sequence_parallel": tp > 1}
+    m, t = est.model_shape(args, tp), est.training_of(args, 16)
+    place = steptime.placement(t, 8)
+    return steptime._moe_time(m, t, H100, steptime.KERNELS["hopper"], t.micro_batch_size * m.seq_length, None,
+                              place.ep, place.ep_per_node).dispatch
+
+
+def test_flex_dispatch_sends_a_token_once_per_remote_node() -> None:
+    # inside one node (EP 8) the two dispatchers move the same bytes over NVLink
+    assert _dispatch("flex", 8) == pytest.approx(_dispatch("alltoall", 8))
+    # EP 16 over two nodes: all-to-all sends each of the 4 token-expert pairs, half of them to the other node;
+    # DeepEP sends the token once to the other node when one of its 4 experts is there, 1 − (1/2)^4 of the time
+    a2a, flex = _dispatch("alltoall", 16), _dispatch("flex", 16)
+    pairs_off = 4 * 15 / 16
+    network = H100.network_gbps
+    nvlink = H100.nvlink_gbps
+    expected = max((1 - 0.5**4) / network, pairs_off / nvlink) / (pairs_off / network)
+    assert flex / a2a == pytest.approx(expected)
+    assert flex < a2a
+
+
+def test_placement_counts_expert_parallel_members_per_node() -> None:
+    t = est.training_of({**MOE, "tensor_model_parallel_size": 2, "sequence_parallel": True}, 16)
+    assert steptime.placement(t, 8).ep_per_node == 4  # stride TP·CP = 2: 4 members of the EP group per node
+
+
+def test_unstated_knobs_are_chosen_among_those_that_fit_the_gpu() -> None:
+    """A published run ran: its unstated recompute is the fastest whose estimate is within the GPU's memory,
+    also above the plan's 90 % margin (which only keeps recommendations clear of what the estimate leaves out)."""
+    run = next(r for r in cal.RUNS if r.name == "Bridge B200 25.11 Qwen3 235B-A22B")
+    pick = cal.chosen(run)
+    gpu = est.GPUS[run.gpu]
+    assert pick.memory.total <= gpu.memory_bytes
+    for recompute in ("none", "selective", "full"):
+        t = replace(pick.training, recompute=recompute)
+        m = est.model_shape(run.args, t.tp)
+        other = steptime.step_time(m, t, gpu).total
+        if est.complete_memory(m, t).total <= gpu.memory_bytes:
+            assert pick.seconds <= other * (1 + 1e-12)
