@@ -411,7 +411,7 @@ def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Train
         per_rank = m.num_layers // t.pp
         vpps = [1] + [v for v in range(2, ps.MAX_VPP + 1) if per_rank % v == 0]
     mbss = ps.MICRO_BATCHES if "micro_batch_size" in run.free else (t.micro_batch_size,)
-    recomputes = ps.RECOMPUTE if "recompute" in run.free else (t.recompute,)
+    recomputes = ps.recompute_choices(t) if "recompute" in run.free else (t.recompute,)
     for vpp in vpps:
         for mbs in mbss:
             for recompute in recomputes:

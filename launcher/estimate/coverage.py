@@ -26,7 +26,8 @@ make_vocab_size_divisible_by masked_softmax_fusion max_position_embeddings micro
 moe_layer_freq moe_router_topk moe_shared_expert_intermediate_size
 moe_token_dispatcher_type multi_latent_attention no_save_optim normalization num_attention_heads num_experts
 num_layers num_layers_per_virtual_pipeline_stage num_query_groups num_virtual_stages_per_pipeline_rank
-overlap_grad_reduce overlap_p2p_comm overlap_p2p_comm_warmup_flush overlap_param_gather pad_vocab_size
+overlap_grad_reduce overlap_moe_expert_parallel_comm overlap_p2p_comm overlap_p2p_comm_warmup_flush
+overlap_param_gather pad_vocab_size
 padded_vocab_size pipeline_model_parallel_layout
 pipeline_model_parallel_size position_embedding_type q_lora_rank qk_head_dim qk_layernorm qk_pos_emb_head_dim
 recompute_activations recompute_granularity recompute_method recompute_modules recompute_num_layers save_interval
@@ -118,7 +119,6 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "moe_router_group_topk": _u(_ROUTING, SMALL),
     "moe_router_dtype": _u("the router's logits in fp32/fp64: memory", SMALL),
     "moe_shared_expert_overlap": _u("the shared expert overlapped with the dispatch: exposed communication", SMALL),
-    "overlap_moe_expert_parallel_comm": _u("1F1B all-to-all overlap: exposed dispatch time", MEDIUM),
     "overlap_dispatch_backward_with_experts_wgrad": _u("dispatch overlapped with the experts' weight gradients",
                                                        SMALL),
     "ep_overlap_early_attn_memory_release": _u("attention memory released early in EP overlap", SMALL),

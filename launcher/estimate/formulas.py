@@ -305,6 +305,9 @@ class Training:
     ep: int = 1  # expert parallel (MoE only; dense models keep 1)
     etp: int | None = None  # expert tensor parallel (Megatron's default: TP)
     moe_dispatcher: str = "allgather"  # moe_token_dispatcher_type: allgather | alltoall | flex
+    # overlap_moe_expert_parallel_comm: the combined 1F1B schedule runs one microbatch's forward with another's
+    # backward, layer by layer, so that each one's token dispatch hides behind the other's compute
+    moe_a2a_overlap: bool = False
     # selective recompute's modules (Megatron's default: core_attn); layernorm and moe_act change memory here
     recompute_modules: tuple[str, ...] = ("core_attn",)
     overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
@@ -402,6 +405,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         ep=int(megatron_value(args, "expert_model_parallel_size")),
         etp=_optional_int(megatron_value(args, "expert_tensor_parallel_size")),
         moe_dispatcher=str(megatron_value(args, "moe_token_dispatcher_type")),
+        moe_a2a_overlap=bool(megatron_value(args, "overlap_moe_expert_parallel_comm")),
         recompute_modules=tuple(megatron_value(args, "recompute_modules") or ("core_attn",)),
         overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
         overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),

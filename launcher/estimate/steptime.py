@@ -244,8 +244,24 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
         context = layers * max(0.0, ring - attn)
     # the token dispatch is communication too, reported with TP's; full recompute repeats its forward half
+    if t.moe_a2a_overlap and dispatch:
+        dispatch = _overlapped_dispatch(t, dispatch, k.dispatch_exposed, layer)
     tensor += layers * dispatch * (1.5 if t.recompute == "full" else 1.0)
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def _overlapped_dispatch(t: Training, exposed: float, share: float, layer: float) -> float:
+    """Exposed token dispatch of one layer and microbatch under overlap_moe_expert_parallel_comm. Megatron's
+    combined 1F1B schedule (transformer_config.py: it needs VPP with PP > 1 and forbids full recompute) runs the
+    forward of one microbatch together with the backward of another, layer by layer: each one's all-to-alls
+    (`exposed`/`share` seconds in all) hide behind the other's compute (`layer`), and only what exceeds it shows.
+    The chunks of the warm-up and the flush have no partner and expose as without the overlap: 2·(PP−1) +
+    (VPP−1)·PP of the VPP·M chunks (schedules.get_pp_rank_microbatches), one at PP 1 (the first forward)."""
+    chunks = t.vpp * t.num_microbatches
+    edge = 2 * (t.pp - 1) + (t.vpp - 1) * t.pp if t.pp > 1 else 1
+    alone = min(1.0, edge / max(1, chunks))
+    full = exposed / share if share else 0.0
+    return alone * exposed + (1 - alone) * max(0.0, full - layer)
 
 
 def _fsdp_comm(t: Training, shard: float, microbatch: float, grad_bytes: int, act: int, bw: float,

@@ -124,3 +124,25 @@ def test_unstated_knobs_are_chosen_among_those_that_fit_the_gpu() -> None:
         other = steptime.step_time(m, t, gpu).total
         if est.complete_memory(m, t).total <= gpu.memory_bytes:
             assert pick.seconds <= other * (1 + 1e-12)
+
+
+def test_all_to_all_overlap_hides_the_dispatch_behind_the_other_microbatch() -> None:
+    args = {**MOE, "num_layers": 16, "pipeline_model_parallel_size": 2, "num_virtual_stages_per_pipeline_rank": 2,
+            "expert_model_parallel_size": 8,  # inside a node: the all-to-alls are shorter than the compute
+            "global_batch_size": 128}
+    plain = _step(args, world=32)
+    overlapped = _step({**args, "overlap_moe_expert_parallel_comm": True}, world=32)
+    assert overlapped.tensor_comm < plain.tensor_comm
+    t = est.training_of(args, 32)
+    edge = 2 * (t.pp - 1) + (t.vpp - 1) * t.pp  # the warm-up's chunks: no partner to hide behind
+    # the dispatch's compute partner is longer than the all-to-alls here: only the warm-up and flush chunks show
+    assert overlapped.tensor_comm == pytest.approx(plain.tensor_comm * edge / (t.vpp * t.num_microbatches))
+
+
+def test_the_search_offers_no_full_recompute_with_all_to_all_overlap() -> None:
+    from launcher.estimate import search
+
+    t = est.training_of({**MOE, "overlap_moe_expert_parallel_comm": True}, 16)
+    assert "full" not in search.recompute_choices(t)
+    assert {v.recompute for v in search.knob_variants(t, True)} == {"none", "selective"}
+    assert "full" in search.recompute_choices(est.training_of(MOE, 16))
