@@ -10,9 +10,10 @@ The structure (docs/plan.md has the same with the calibration table):
    - elementwise work (norms, residuals, dropout, activation functions, casts): bytes over HBM bandwidth,
      `elementwise` passes over the hidden-wide tensors (replicated over TP unless sequence parallel) and
      `elementwise_ffn` over the FFN-wide ones;
-   - the output layer and cross entropy on the rank that holds the loss; the embedding is a gather;
-   - recompute: full repeats each layer's forward (⅓ of GEMM and attention, ½ of elementwise), selective
-     repeats the core attention's forward.
+   - the output layer and cross entropy on the rank that holds the loss (the output layer in BF16 also under FP8:
+     it is outside the layers' FP8 context); the embedding is a gather;
+   - recompute: full repeats each layer's forward (⅓ of GEMM and attention, ½ of elementwise), the MoE block's
+     included (expert GEMMs, permutation, dispatch); selective repeats the core attention's forward.
 2. Pipeline (1F1B, or interleaved with VPP chunks): the slowest rank sets the pace, M microbatches of it,
    plus the fill and drain, (Σ rank times − slowest)/VPP, i.e. (PP−1)/(VPP·M) of the compute when even.
 3. Communication, each with its overlap rule, at bus bandwidths (NVLink inside a node, one NIC per GPU between
@@ -22,8 +23,10 @@ The structure (docs/plan.md has the same with the calibration table):
      `tp_exposed` of it, or `tp_exposed_overlap` with `tp_comm_overlap` (TE userbuffers);
    - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
      backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
-   - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
-     of it exposed; the expert GEMMs run at a shape efficiency of their own tokens per expert (_moe_time);
+   - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather; `flex` once per
+     remote node), `dispatch_exposed` of it exposed, or with overlap_moe_expert_parallel_comm what another
+     microbatch's compute does not hide; the expert GEMMs run at a shape efficiency of their own tokens per expert
+     (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; 1F1B waits for each; the interleaved schedule with overlap_p2p_comm (Megatron's
      default for VPP > 1) hides the steady-state ones behind the chunks' compute, not the warm-up and flush ones;
