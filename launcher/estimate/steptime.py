@@ -355,7 +355,7 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
             volume = (t.ep - 1) / t.ep * local * m.moe_topk * h * act
         seconds_one = volume / _bandwidth(gpu, crosses)
         if t.moe_dispatcher == "flex" and crosses:
-            nodes = max(1, t.ep // ep_per_node)
+            nodes = -(-t.ep // ep_per_node)  # the EP group spans this many nodes (the last one part-filled)
             remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** m.moe_topk)  # distinct remote nodes per token
             # the network leg and the NVLink fan-out run as one pipelined kernel: the slower of the two
             seconds_one = max(local * remote * h * act / _bandwidth(gpu, True), volume / _bandwidth(gpu, False))

@@ -146,3 +146,17 @@ def test_the_search_offers_no_full_recompute_with_all_to_all_overlap() -> None:
     assert "full" not in search.recompute_choices(t)
     assert {v.recompute for v in search.knob_variants(t, True)} == {"none", "selective"}
     assert "full" in search.recompute_choices(est.training_of(MOE, 16))
+
+
+def test_flex_dispatch_counts_a_part_filled_node() -> None:
+    # EP 12 at TP 1 on 8-GPU nodes: 8 members in one node, 4 in the next; tokens still cross to the second node
+    assert _dispatch("flex", 12) > 0
+    args = {**MOE, "moe_token_dispatcher_type": "flex", "expert_model_parallel_size": 12, "num_experts": 48}
+    m, t = est.model_shape(args), est.training_of(args, 24)
+    place = steptime.placement(t, 8)
+    assert place.ep and place.ep_per_node == 8
+    one = steptime._moe_time(m, t, H100, steptime.KERNELS["hopper"], t.micro_batch_size * m.seq_length, None,
+                             place.ep, place.ep_per_node).dispatch
+    nvlink_only = steptime._moe_time(m, t, H100, steptime.KERNELS["hopper"], t.micro_batch_size * m.seq_length,
+                                     None, False, place.ep_per_node).dispatch
+    assert one > nvlink_only
