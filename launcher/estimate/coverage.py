@@ -19,7 +19,8 @@ from launcher.megatron import args as megatron_args
 READ = frozenset("""
 account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split add_bias_linear add_qkv_bias
 attention_output_gate bf16 context_parallel_size cross_entropy_loss_fusion
-data_parallel_sharding_strategy decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
+data_parallel_sharding_strategy defer_embedding_wgrad_compute decoder_first_pipeline_num_layers
+decoder_last_pipeline_num_layers
 expert_model_parallel_size expert_tensor_parallel_size ffn_hidden_size fp16 fp8 global_batch_size
 grad_reduce_in_bf16 group_query_attention hidden_size kv_channels kv_lora_rank
 make_vocab_size_divisible_by masked_softmax_fusion max_position_embeddings micro_batch_size moe_ffn_hidden_size
@@ -34,7 +35,7 @@ recompute_activations recompute_granularity recompute_method recompute_modules r
 seq_length sequence_parallel spec swiglu tensor_model_parallel_size torch_fsdp2_reshard_after_forward
 tp_comm_overlap train_iters train_samples transformer_impl untie_embeddings_and_output_weights
 use_distributed_optimizer use_megatron_fsdp use_torch_fsdp2 v_head_dim vocab_size window_attn_skip_freq window_size
-step_batch_size_schedule eval_interval eval_iters
+step_batch_size_schedule eval_interval eval_iters wgrad_deferral_limit
 """.split())
 # Modelled by an assumption the estimate states: the dropouts' masks are counted as if on (Korthikanti's
 # Table 2; at 0 they are an upper bound), routing is balanced (what forced balancing makes true).
@@ -210,8 +211,6 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "tp_comm_split_rs": _u(_TP_OVERLAP, SMALL),
     "tp_comm_overlap_cfg": _u(_TP_OVERLAP, SMALL),
     "delay_wgrad_compute": _u("weight gradients delayed to overlap communication", SMALL),
-    "defer_embedding_wgrad_compute": _u("the embedding's weight gradient deferred to overlap the pipeline", SMALL),
-    "wgrad_deferral_limit": _u("the embedding's weight gradient deferred to overlap the pipeline", SMALL),
     "nccl_ub": _u(_COMM_TUNING, SMALL),
     "use_sharp": _u(_COMM_TUNING, SMALL),
     "sharp_enabled_group": _u(_COMM_TUNING, SMALL),

@@ -231,6 +231,8 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         # (transformer_block.py): it runs in BF16 also when the layers run in FP8
         output_rate = gemm_rate / (k.fp8_gain if t.fp8 and not tflops else 1.0)
         compute += 6 * tokens * h * m.padded_vocab_size / tp / output_rate
+        # its weight gradient (a third) moves to the end of the step for the deferred microbatches (step_time)
+        compute -= _output_wgrad(m, t, tokens, output_rate) * t.deferred_embedding_wgrads / t.num_microbatches
         compute += 16 * tokens * m.padded_vocab_size / tp / hbm
     if embedding:
         compute += 2 * act * tokens * h / hbm
@@ -251,6 +253,11 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         dispatch = _overlapped_dispatch(t, dispatch, k.dispatch_exposed, layer)
     tensor += layers * dispatch * (1.5 if t.recompute == "full" else 1.0)
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def _output_wgrad(m: ModelShape, t: Training, tokens: float, rate: float) -> float:
+    """Seconds of the output layer's weight-gradient GEMM for one microbatch: 2·tokens·h·V/TP FLOPs."""
+    return 2 * tokens * m.hidden_size * m.padded_vocab_size / t.tp / rate
 
 
 def _overlapped_dispatch(t: Training, exposed: float, share: float, layer: float) -> float:
@@ -381,6 +388,7 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     slowest = max(per_rank, key=lambda r: r.total)
     M = t.num_microbatches
     bubble = (sum(r.total for r in per_rank) - slowest.total) / t.vpp
+    deferred = _deferred_wgrad(m, t, gpu, k, tflops, bubble)
 
     act = 4 if t.precision == "fp32" else 2
     tokens = t.micro_batch_size * m.seq_length / t.cp
@@ -424,12 +432,29 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     optimizer = local * ADAM_BYTES_PER_PARAM / (gpu.hbm_tbps * 1e12)
 
     step = StepTime(
-        compute=M * slowest.compute, recompute=M * slowest.recompute, bubble=bubble,
+        compute=M * slowest.compute + deferred, recompute=M * slowest.recompute, bubble=bubble,
         tensor_comm=M * slowest.tensor_comm, context_comm=M * slowest.context_comm,
         pipeline_comm=pipeline_comm, data_comm=data_comm, optimizer=optimizer,
     )
     model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
     return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def _deferred_wgrad(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tflops: float | None, bubble: float) -> float:
+    """Exposed seconds of the output layer's deferred weight gradients (defer_embedding_wgrad_compute): Megatron
+    runs them after the last stage's last backward (schedules.finish_embedding_wgrad_compute), while the earlier
+    stages still drain their backward, about two thirds of the bubble (the backward's share); what is longer
+    shows."""
+    n = t.deferred_embedding_wgrads
+    if not n:
+        return 0.0
+    tokens = t.micro_batch_size * m.seq_length / t.cp
+    if tflops:
+        rate = tflops * 1e12
+    else:
+        width = m.hidden_size / t.tp
+        rate = gpu.peak_tflops * 1e12 * k.gemm * width / (width + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+    return max(0.0, n * _output_wgrad(m, t, tokens, rate) - 2 / 3 * bubble)
 
 
 def _dp_share(params: Sequence[StageParams], group: int, expert_dp: int) -> float:

@@ -160,3 +160,45 @@ def test_flex_dispatch_counts_a_part_filled_node() -> None:
     nvlink_only = steptime._moe_time(m, t, H100, steptime.KERNELS["hopper"], t.micro_batch_size * m.seq_length,
                                      None, False, place.ep_per_node).dispatch
     assert one > nvlink_only
+
+
+# TP 4 · PP 4 on 32 GPUs, 16 microbatches: a large vocabulary on the last stage
+DEFER = dict(num_layers=8, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=16384, seq_length=4096,
+             max_position_embeddings=4096, vocab_size=128000, bf16=True, micro_batch_size=1, global_batch_size=32,
+             tensor_model_parallel_size=4, pipeline_model_parallel_size=4, sequence_parallel=True,
+             use_distributed_optimizer=True)
+
+
+def test_deferred_embedding_wgrad_keeps_its_buffers_on_the_last_stage() -> None:
+    on = {**DEFER, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 5}
+    m, t = est.model_shape(on, 4), est.training_of(on, 32)
+    assert t.num_microbatches == 16 and t.deferred_embedding_wgrads == 5
+    s, h = m.seq_length, m.hidden_size
+    kept = 2 * s * (m.padded_vocab_size / 4 + h / 4)  # bf16 output gradient and the SP-sharded input
+    last = t.pp - 1
+    grown = est.stage_activation_bytes(m, t, last) - est.stage_activation_bytes(
+        m, est.training_of(DEFER, 32), last)
+    assert grown == pytest.approx(5 * kept)
+    # limit 0 defers every microbatch; without pipeline parallelism there is no flush to defer to
+    assert est.training_of({**on, "wgrad_deferral_limit": 0}, 32).deferred_embedding_wgrads == 16
+    assert est.training_of({**on, "pipeline_model_parallel_size": 1}, 32).deferred_embedding_wgrads == 0
+
+
+def test_deferred_embedding_wgrad_leaves_the_last_stage_and_shows_beyond_the_drain() -> None:
+    base = _step(DEFER, world=32)
+    few = _step({**DEFER, "defer_embedding_wgrad_compute": True, "wgrad_deferral_limit": 1}, world=32)
+    every = _step({**DEFER, "defer_embedding_wgrad_compute": True}, world=32)
+    # one deferred GEMM hides in the drain: the step gets shorter by it; all 16 run after the schedule and only the
+    # drain's worth of them hides, which saves more than one but less than all of them
+    assert few.total < base.total
+    assert every.total < few.total
+    t = est.training_of(DEFER, 32)
+    m = est.model_shape(DEFER, 4)
+    k = steptime.KERNELS["hopper"]
+    tokens = m.seq_length
+    width = m.hidden_size / 4
+    rate = H100.peak_tflops * 1e12 * k.gemm * width / (width + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+    one = steptime._output_wgrad(m, t, tokens, rate)
+    assert 16 * one > 2 / 3 * every.bubble  # more than the drain hides
+    assert every.compute == pytest.approx(base.compute - 2 / 3 * every.bubble, rel=1e-6)
+    assert few.compute == pytest.approx(base.compute - one, rel=1e-6)
