@@ -411,7 +411,7 @@ def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Train
         per_rank = m.num_layers // t.pp
         vpps = [1] + [v for v in range(2, ps.MAX_VPP + 1) if per_rank % v == 0]
     mbss = ps.MICRO_BATCHES if "micro_batch_size" in run.free else (t.micro_batch_size,)
-    recomputes = ps.RECOMPUTE if "recompute" in run.free else (t.recompute,)
+    recomputes = ps.recompute_choices(t) if "recompute" in run.free else (t.recompute,)
     for vpp in vpps:
         for mbs in mbss:
             for recompute in recomputes:
@@ -419,7 +419,10 @@ def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Train
 
 
 def chosen(run: Run) -> ps.Candidate:
-    """The published layout with the plan's fastest fitting choice of the knobs the source leaves open."""
+    """The published layout with the fastest choice of the knobs the source leaves open among those whose memory
+    estimate is within the GPU's memory. The run ran, so it fitted: the plan's 90 % margin (USABLE_FRACTION) is
+    room for what the estimate does not count when recommending, not evidence that the run recomputed (e.g.
+    Megatron-Bridge's B200 Qwen3 235B recipe sets no recompute; its estimate is 92 % of the B200)."""
     gpu = est.GPUS[run.gpu]
     best: ps.Candidate | None = None
     fallback: ps.Candidate | None = None
@@ -430,7 +433,7 @@ def chosen(run: Run) -> ps.Candidate:
         c = ps.evaluate(m, t, gpu, 8)
         if fallback is None or c.memory.total < fallback.memory.total:
             fallback = c
-        if c.fit == "fits" and (best is None or c.seconds < best.seconds):
+        if c.fit in ("fits", "tight") and (best is None or c.seconds < best.seconds):
             best = c
     pick = best or fallback
     assert pick is not None, f"{run.name}: the published layout is invalid by our rules"

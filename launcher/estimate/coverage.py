@@ -19,21 +19,23 @@ from launcher.megatron import args as megatron_args
 READ = frozenset("""
 account_for_embedding_in_pipeline_split account_for_loss_in_pipeline_split add_bias_linear add_qkv_bias
 attention_output_gate bf16 context_parallel_size cross_entropy_loss_fusion
-data_parallel_sharding_strategy decoder_first_pipeline_num_layers decoder_last_pipeline_num_layers
+data_parallel_sharding_strategy defer_embedding_wgrad_compute decoder_first_pipeline_num_layers
+decoder_last_pipeline_num_layers
 expert_model_parallel_size expert_tensor_parallel_size ffn_hidden_size fp16 fp8 global_batch_size
 grad_reduce_in_bf16 group_query_attention hidden_size kv_channels kv_lora_rank
 make_vocab_size_divisible_by masked_softmax_fusion max_position_embeddings micro_batch_size moe_ffn_hidden_size
 moe_layer_freq moe_router_topk moe_shared_expert_intermediate_size
 moe_token_dispatcher_type multi_latent_attention no_save_optim normalization num_attention_heads num_experts
 num_layers num_layers_per_virtual_pipeline_stage num_query_groups num_virtual_stages_per_pipeline_rank
-overlap_grad_reduce overlap_p2p_comm overlap_p2p_comm_warmup_flush overlap_param_gather pad_vocab_size
+overlap_grad_reduce overlap_moe_expert_parallel_comm overlap_p2p_comm overlap_p2p_comm_warmup_flush
+overlap_param_gather pad_vocab_size
 padded_vocab_size pipeline_model_parallel_layout
 pipeline_model_parallel_size position_embedding_type q_lora_rank qk_head_dim qk_layernorm qk_pos_emb_head_dim
 recompute_activations recompute_granularity recompute_method recompute_modules recompute_num_layers save_interval
 seq_length sequence_parallel spec swiglu tensor_model_parallel_size torch_fsdp2_reshard_after_forward
 tp_comm_overlap train_iters train_samples transformer_impl untie_embeddings_and_output_weights
 use_distributed_optimizer use_megatron_fsdp use_torch_fsdp2 v_head_dim vocab_size window_attn_skip_freq window_size
-step_batch_size_schedule eval_interval eval_iters
+step_batch_size_schedule eval_interval eval_iters wgrad_deferral_limit
 """.split())
 # Modelled by an assumption the estimate states: the dropouts' masks are counted as if on (Korthikanti's
 # Table 2; at 0 they are an upper bound), routing is balanced (what forced balancing makes true).
@@ -118,7 +120,6 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "moe_router_group_topk": _u(_ROUTING, SMALL),
     "moe_router_dtype": _u("the router's logits in fp32/fp64: memory", SMALL),
     "moe_shared_expert_overlap": _u("the shared expert overlapped with the dispatch: exposed communication", SMALL),
-    "overlap_moe_expert_parallel_comm": _u("1F1B all-to-all overlap: exposed dispatch time", MEDIUM),
     "overlap_dispatch_backward_with_experts_wgrad": _u("dispatch overlapped with the experts' weight gradients",
                                                        SMALL),
     "ep_overlap_early_attn_memory_release": _u("attention memory released early in EP overlap", SMALL),
@@ -210,8 +211,6 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "tp_comm_split_rs": _u(_TP_OVERLAP, SMALL),
     "tp_comm_overlap_cfg": _u(_TP_OVERLAP, SMALL),
     "delay_wgrad_compute": _u("weight gradients delayed to overlap communication", SMALL),
-    "defer_embedding_wgrad_compute": _u("the embedding's weight gradient deferred to overlap the pipeline", SMALL),
-    "wgrad_deferral_limit": _u("the embedding's weight gradient deferred to overlap the pipeline", SMALL),
     "nccl_ub": _u(_COMM_TUNING, SMALL),
     "use_sharp": _u(_COMM_TUNING, SMALL),
     "sharp_enabled_group": _u(_COMM_TUNING, SMALL),

@@ -305,6 +305,9 @@ class Training:
     ep: int = 1  # expert parallel (MoE only; dense models keep 1)
     etp: int | None = None  # expert tensor parallel (Megatron's default: TP)
     moe_dispatcher: str = "allgather"  # moe_token_dispatcher_type: allgather | alltoall | flex
+    # overlap_moe_expert_parallel_comm: the combined 1F1B schedule runs one microbatch's forward with another's
+    # backward, layer by layer, so that each one's token dispatch hides behind the other's compute
+    moe_a2a_overlap: bool = False
     # selective recompute's modules (Megatron's default: core_attn); layernorm and moe_act change memory here
     recompute_modules: tuple[str, ...] = ("core_attn",)
     overlap_grad_reduce: bool = False  # DP gradient reduce-scatter/all-reduce overlapped with backward
@@ -329,6 +332,10 @@ class Training:
     # (data_parallel_sharding_strategy: optim | optim_grads | optim_grads_params; torch FSDP2 shards all three)
     fsdp: str = ""
     fsdp_reshard: bool = True  # parameters freed after the forward and gathered again for the backward
+    # defer_embedding_wgrad_compute: the output layer's weight gradient of the first `wgrad_deferral_limit`
+    # microbatches (0: all) is computed after the schedule, from their kept inputs and output gradients
+    defer_embedding_wgrad: bool = False
+    wgrad_deferral_limit: int = 0
 
     @property
     def dp(self) -> int:
@@ -342,6 +349,14 @@ class Training:
     @property
     def num_microbatches(self) -> int:
         return max(1, self.global_batch_size // (self.micro_batch_size * self.dp))
+
+    @property
+    def deferred_embedding_wgrads(self) -> int:
+        """Microbatches whose output-layer weight gradient the last stage defers to the end of the step."""
+        if not self.defer_embedding_wgrad or self.pp == 1:
+            return 0
+        limit = self.wgrad_deferral_limit
+        return self.num_microbatches if limit <= 0 else min(limit, self.num_microbatches)
 
     @property
     def expert_tp(self) -> int:
@@ -402,6 +417,9 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         ep=int(megatron_value(args, "expert_model_parallel_size")),
         etp=_optional_int(megatron_value(args, "expert_tensor_parallel_size")),
         moe_dispatcher=str(megatron_value(args, "moe_token_dispatcher_type")),
+        moe_a2a_overlap=bool(megatron_value(args, "overlap_moe_expert_parallel_comm")),
+        defer_embedding_wgrad=bool(megatron_value(args, "defer_embedding_wgrad_compute")),
+        wgrad_deferral_limit=int(megatron_value(args, "wgrad_deferral_limit") or 0),
         recompute_modules=tuple(megatron_value(args, "recompute_modules") or ("core_attn",)),
         overlap_grad_reduce=bool(megatron_value(args, "overlap_grad_reduce")),
         overlap_param_gather=bool(megatron_value(args, "overlap_param_gather")),
@@ -885,6 +903,11 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP
         logit_bytes = 2 * w if t.fused_cross_entropy and t.tp == 1 else 2 * 4  # fused: logits + grad in bf16
         act += logit_bytes * s * b * m.padded_vocab_size / t.tp + w * s * b * h
+        # defer_embedding_wgrad_compute keeps, for each deferred microbatch, the output layer's input (sharded
+        # with sequence parallel) and its output gradient (layers.py embedding_activation_buffer and
+        # grad_output_buffer) until the weight gradients run after the schedule
+        kept = w * s * b * (m.padded_vocab_size / t.tp + h / (t.tp if t.sequence_parallel else 1))
+        act += t.deferred_embedding_wgrads * kept
     return act
 
 

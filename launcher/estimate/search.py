@@ -140,10 +140,16 @@ def pipeline_split(m: est.ModelShape, base: est.Training, pp: int) -> est.Traini
 
 
 def knob_variants(t: est.Training, allow_sp: bool) -> Iterable[est.Training]:
-    for recompute in RECOMPUTE:
+    for recompute in recompute_choices(t):
         for sp in ([True, False] if allow_sp and t.tp > 1 else [False]):
             for dist_opt in ([True, False] if t.dp > 1 else [t.distributed_optimizer]):
                 yield replace(t, recompute=recompute, sequence_parallel=sp, distributed_optimizer=dist_opt)
+
+
+def recompute_choices(t: est.Training) -> tuple[str, ...]:
+    """The recompute choices Megatron accepts with `t`'s other settings: overlap_moe_expert_parallel_comm
+    refuses full recomputation (transformer_config.py)."""
+    return tuple(r for r in RECOMPUTE if not (r == "full" and t.moe_a2a_overlap))
 
 
 @dataclass(frozen=True)

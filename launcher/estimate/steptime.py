@@ -10,9 +10,10 @@ The structure (docs/plan.md has the same with the calibration table):
    - elementwise work (norms, residuals, dropout, activation functions, casts): bytes over HBM bandwidth,
      `elementwise` passes over the hidden-wide tensors (replicated over TP unless sequence parallel) and
      `elementwise_ffn` over the FFN-wide ones;
-   - the output layer and cross entropy on the rank that holds the loss; the embedding is a gather;
-   - recompute: full repeats each layer's forward (⅓ of GEMM and attention, ½ of elementwise), selective
-     repeats the core attention's forward.
+   - the output layer and cross entropy on the rank that holds the loss (the output layer in BF16 also under FP8:
+     it is outside the layers' FP8 context); the embedding is a gather;
+   - recompute: full repeats each layer's forward (⅓ of GEMM and attention, ½ of elementwise), the MoE block's
+     included (expert GEMMs, permutation, dispatch); selective repeats the core attention's forward.
 2. Pipeline (1F1B, or interleaved with VPP chunks): the slowest rank sets the pace, M microbatches of it,
    plus the fill and drain, (Σ rank times − slowest)/VPP, i.e. (PP−1)/(VPP·M) of the compute when even.
 3. Communication, each with its overlap rule, at bus bandwidths (NVLink inside a node, one NIC per GPU between
@@ -22,8 +23,10 @@ The structure (docs/plan.md has the same with the calibration table):
      `tp_exposed` of it, or `tp_exposed_overlap` with `tp_comm_overlap` (TE userbuffers);
    - CP: ring attention passes K and V around the CP group (CP−1 steps forward, K, V and their gradients
      backward), overlapped with the attention it feeds: only what exceeds the attention time is exposed;
-   - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather), `dispatch_exposed`
-     of it exposed; the expert GEMMs run at a shape efficiency of their own tokens per expert (_moe_time);
+   - EP (MoE): the token dispatch and combine, forward and backward (all-to-all or all-gather; `flex` once per
+     remote node), `dispatch_exposed` of it exposed, or with overlap_moe_expert_parallel_comm what another
+     microbatch's compute does not hide; the expert GEMMs run at a shape efficiency of their own tokens per expert
+     (_moe_time);
    - PP: one activation (sharded by TP with sequence parallel) per microbatch per chunk boundary each way,
      plus a latency per transfer; 1F1B waits for each; the interleaved schedule with overlap_p2p_comm (Megatron's
      default for VPP > 1) hides the steady-state ones behind the chunks' compute, not the warm-up and flush ones;
@@ -77,7 +80,7 @@ class Kernels:
     # far below; that overhead does not shrink with FP8), the fraction of the token dispatch left exposed, and
     # the speed-up FP8 gives the expert GEMMs' large-GEMM part (fitted, not assumed equal to `fp8_gain`: the
     # published FP8 MoE runs do not show the dense GEMMs' gain)
-    grouped_work: float = 1e10
+    grouped_work: float = 2e10
     dispatch_exposed: float = 0.4
     grouped_fp8_gain: float = 1.0
 
@@ -138,6 +141,7 @@ class Placement:
     pp: bool
     dp_per_node: int = 1  # members of one DP×CP group inside a node: NCCL drives that many NICs at once
     ep: bool = False  # the expert-parallel group (stride TP·CP)
+    ep_per_node: int = 1  # members of the expert-parallel group inside one node
 
 
 def placement(t: Training, gpus_per_node: int) -> Placement:
@@ -154,6 +158,7 @@ def placement(t: Training, gpus_per_node: int) -> Placement:
         pp=spans(t.tp * t.cp * t.ep * t.dp, t.pp),
         dp_per_node=max(1, min(t.dp_cp, gpus_per_node // (t.tp * t.ep))),
         ep=spans(t.tp * t.cp, t.ep),
+        ep_per_node=max(1, min(t.ep, gpus_per_node // (t.tp * t.cp))),
     )
 
 
@@ -205,20 +210,29 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     replicated = 1 / tp if t.sequence_parallel or tp == 1 else 1.0
     elem = act * tokens * (k.elementwise * h * replicated + k.elementwise_ffn * m.ffn_hidden_size / tp) / hbm
     layer = gemm + attn + elem + k.launch
-    dispatch = 0.0
+    dispatch = experts_forward = 0.0
     if moe_share:
-        experts, dispatch = _moe_time(m, t, gpu, k, tokens, gemm_rate if tflops else None, place.ep)
-        layer += moe_share * experts
-        dispatch *= moe_share
+        moe = _moe_time(m, t, gpu, k, tokens, gemm_rate if tflops else None, place.ep, place.ep_per_node)
+        layer += moe_share * moe.compute
+        dispatch = moe_share * moe.dispatch
+        experts_forward = moe_share * moe.forward
     if t.recompute == "full":
-        extra = (gemm + attn) / 3 + elem / 2
+        # Megatron checkpoints the whole transformer layer (transformer_block.checkpointed_forward), the MoE
+        # block included: its router, expert GEMMs and permutation run forward again, and so do the token
+        # dispatch and combine (half of the dispatch's four all-to-alls, added to the communication below)
+        extra = (gemm + attn) / 3 + elem / 2 + experts_forward
     elif t.recompute == "selective":
         extra = attn / 3
     else:
         extra = 0.0
     compute = layers * layer
     if loss:  # output layer (fwd + bwd) and cross entropy over fp32 logits
-        compute += 6 * tokens * h * m.padded_vocab_size / tp / gemm_rate
+        # The output layer is tensor_parallel.ColumnParallelLinear, outside the transformer block's FP8 context
+        # (transformer_block.py): it runs in BF16 also when the layers run in FP8
+        output_rate = gemm_rate / (k.fp8_gain if t.fp8 and not tflops else 1.0)
+        compute += 6 * tokens * h * m.padded_vocab_size / tp / output_rate
+        # its weight gradient (a third) moves to the end of the step for the deferred microbatches (step_time)
+        compute -= _output_wgrad(m, t, tokens, output_rate) * t.deferred_embedding_wgrads / t.num_microbatches
         compute += 16 * tokens * m.padded_vocab_size / tp / hbm
     if embedding:
         compute += 2 * act * tokens * h / hbm
@@ -234,8 +248,30 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         kv = act * tokens * (m.attn_k_width + m.attn_v_width) / tp
         ring = 3 * (t.cp - 1) * kv / _bandwidth(gpu, place.cp)
         context = layers * max(0.0, ring - attn)
-    tensor += layers * dispatch  # the token dispatch is communication too; reported with TP's
+    # the token dispatch is communication too, reported with TP's; full recompute repeats its forward half
+    if t.moe_a2a_overlap and dispatch:
+        dispatch = _overlapped_dispatch(t, dispatch, k.dispatch_exposed, layer)
+    tensor += layers * dispatch * (1.5 if t.recompute == "full" else 1.0)
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def _output_wgrad(m: ModelShape, t: Training, tokens: float, rate: float) -> float:
+    """Seconds of the output layer's weight-gradient GEMM for one microbatch: 2·tokens·h·V/TP FLOPs."""
+    return 2 * tokens * m.hidden_size * m.padded_vocab_size / t.tp / rate
+
+
+def _overlapped_dispatch(t: Training, exposed: float, share: float, layer: float) -> float:
+    """Exposed token dispatch of one layer and microbatch under overlap_moe_expert_parallel_comm. Megatron's
+    combined 1F1B schedule (transformer_config.py: it needs VPP with PP > 1 and forbids full recompute) runs the
+    forward of one microbatch together with the backward of another, layer by layer: each one's all-to-alls
+    (`exposed`/`share` seconds in all) hide behind the other's compute (`layer`), and only what exceeds it shows.
+    The chunks of the warm-up and the flush have no partner and expose as without the overlap: 2·(PP−1) +
+    (VPP−1)·PP of the VPP·M chunks (schedules.get_pp_rank_microbatches), one at PP 1 (the first forward)."""
+    chunks = t.vpp * t.num_microbatches
+    edge = 2 * (t.pp - 1) + (t.vpp - 1) * t.pp if t.pp > 1 else 1
+    alone = min(1.0, edge / max(1, chunks))
+    full = exposed / share if share else 0.0
+    return alone * exposed + (1 - alone) * max(0.0, full - layer)
 
 
 def _fsdp_comm(t: Training, shard: float, microbatch: float, grad_bytes: int, act: int, bw: float,
@@ -272,9 +308,16 @@ def attention_gemm_weights(m: ModelShape, tp: int) -> float:
     return h * (m.query_size + 2 * m.kv_size + (m.query_size if m.attention_output_gate else 0)) + m.query_size * h
 
 
+@dataclass(frozen=True)
+class _MoeTime:
+    compute: float  # expert GEMMs (routed and shared) and the permutation, forward + backward
+    forward: float  # the forward part of `compute`: what full recompute runs again
+    dispatch: float  # exposed token dispatch and combine, forward + backward
+
+
 def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
-              rate: float | None, crosses: bool) -> tuple[float, float]:
-    """One MoE layer, one microbatch, forward + backward: (expert GEMMs + permutation, exposed dispatch).
+              rate: float | None, crosses: bool, ep_per_node: int = 1) -> _MoeTime:
+    """One MoE layer, one microbatch, forward + backward: expert GEMMs + permutation, exposed dispatch.
 
     Expert GEMMs: 6·(token-expert pairs)·h·F_moe·(3 with SwiGLU, else 2)/ETP FLOPs per GPU, pairs = tokens ·
     topk · ETP/TP, at a shape efficiency: the dense width curve at min(F_moe/ETP, h), and an overhead of
@@ -283,7 +326,9 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
     expert runs as a dense MLP. Dispatch (forward dispatch + combine, backward
     the same): all-to-all moves each pair's hidden state once, (EP−1)/EP of it off the GPU; all-gather
     gathers every EP rank's tokens; over NVLink when the EP group (stride TP·CP) is in one node, else one
-    NIC per GPU."""
+    NIC per GPU. The `flex` dispatcher (DeepEP / HybridEP kernels) sends a token across the network once per
+    remote node holding one of its experts and fans it out to those experts over NVLink there, so between nodes
+    it moves (nodes−1)·(1 − (1 − 1/nodes)^topk) hidden states per token instead of topk·(EP−1)/EP."""
     h, tp = m.hidden_size, t.tp
     act = 4 if t.precision == "fp32" else 2
     factor = 3 if m.swiglu else 2
@@ -305,7 +350,9 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
         shared_w = h / tp
         shared_eff = k.gemm * shared_w / (shared_w + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
         seconds += 6 * tokens * h * m.shared_expert_size * factor / tp / (rate or peak * shared_eff)
-    seconds += 8 * act * pairs * h / (gpu.hbm_tbps * 1e12)  # permute / unpermute, forward and backward
+    permute = 8 * act * pairs * h / (gpu.hbm_tbps * 1e12)  # permute / unpermute, forward and backward
+    forward = seconds / 3 + permute / 2  # a GEMM's forward is one of its three; the permutation's half
+    seconds += permute
     dispatch = 0.0
     if t.ep > 1:
         local = tokens / tp if t.sequence_parallel or tp == 1 else tokens
@@ -313,9 +360,14 @@ def _moe_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float,
             volume = (t.ep - 1) * local * h * act
         else:
             volume = (t.ep - 1) / t.ep * local * m.moe_topk * h * act
-        bw = (gpu.network_gbps if crosses else gpu.nvlink_gbps) * 1e9
-        dispatch = 4 * volume / bw * k.dispatch_exposed
-    return seconds, dispatch
+        seconds_one = volume / _bandwidth(gpu, crosses)
+        if t.moe_dispatcher == "flex" and crosses:
+            nodes = -(-t.ep // ep_per_node)  # the EP group spans this many nodes (the last one part-filled)
+            remote = (nodes - 1) * (1 - (1 - 1 / nodes) ** m.moe_topk)  # distinct remote nodes per token
+            # the network leg and the NVLink fan-out run as one pipelined kernel: the slower of the two
+            seconds_one = max(local * remote * h * act / _bandwidth(gpu, True), volume / _bandwidth(gpu, False))
+        dispatch = 4 * seconds_one * k.dispatch_exposed
+    return _MoeTime(seconds, forward, dispatch)
 
 
 
@@ -336,6 +388,7 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     slowest = max(per_rank, key=lambda r: r.total)
     M = t.num_microbatches
     bubble = (sum(r.total for r in per_rank) - slowest.total) / t.vpp
+    deferred = _deferred_wgrad(m, t, gpu, k, tflops, bubble)
 
     act = 4 if t.precision == "fp32" else 2
     tokens = t.micro_batch_size * m.seq_length / t.cp
@@ -379,12 +432,29 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     optimizer = local * ADAM_BYTES_PER_PARAM / (gpu.hbm_tbps * 1e12)
 
     step = StepTime(
-        compute=M * slowest.compute, recompute=M * slowest.recompute, bubble=bubble,
+        compute=M * slowest.compute + deferred, recompute=M * slowest.recompute, bubble=bubble,
         tensor_comm=M * slowest.tensor_comm, context_comm=M * slowest.context_comm,
         pipeline_comm=pipeline_comm, data_comm=data_comm, optimizer=optimizer,
     )
     model_tflops = flops_per_iteration(m, t.global_batch_size) / (step.total * t.world_size) / 1e12
     return StepTime(**{**asdict(step), "model_tflops": model_tflops})
+
+
+def _deferred_wgrad(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tflops: float | None, bubble: float) -> float:
+    """Exposed seconds of the output layer's deferred weight gradients (defer_embedding_wgrad_compute): Megatron
+    runs them after the last stage's last backward (schedules.finish_embedding_wgrad_compute), while the earlier
+    stages still drain their backward, about two thirds of the bubble (the backward's share); what is longer
+    shows."""
+    n = t.deferred_embedding_wgrads
+    if not n:
+        return 0.0
+    tokens = t.micro_batch_size * m.seq_length / t.cp
+    if tflops:
+        rate = tflops * 1e12
+    else:
+        width = m.hidden_size / t.tp
+        rate = gpu.peak_tflops * 1e12 * k.gemm * width / (width + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+    return max(0.0, n * _output_wgrad(m, t, tokens, rate) - 2 / 3 * bubble)
 
 
 def _dp_share(params: Sequence[StageParams], group: int, expert_dp: int) -> float:

@@ -119,7 +119,7 @@ def _expert_seconds(args: dict, fp8: bool = False, kernels: steptime.Kernels | N
     gpu = est.GPUS["h100-80gb"]
     k = kernels or steptime.KERNELS[gpu.family]
     tokens = t.micro_batch_size * m.seq_length
-    seconds, _ = steptime._moe_time(replace(m, shared_expert_size=0), t, gpu, k, tokens, None, False)
+    seconds = steptime._moe_time(replace(m, shared_expert_size=0), t, gpu, k, tokens, None, False).compute
     pairs = tokens * m.moe_topk
     width = min(m.moe_ffn_hidden_size, m.hidden_size)
     dense_rate = gpu.peak_tflops * 1e12 * k.gemm * width / (width + k.gemm_width)
