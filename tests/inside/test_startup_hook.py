@@ -186,3 +186,17 @@ def test_torchrun_collects_no_garbage_until_its_agent_module_is_imported(tmp_pat
                       "print('after:', gc.isenabled())\n")
     result = run_script(script, tmp_path, {"MEGATRON_LAUNCH_IMPORT_GC": "paused"}, (lib,))
     assert result.stdout.splitlines() == ["start: False", "agent module: False", "after: True"], result.stderr
+
+
+def test_the_exit_trace_stamps_the_end_of_pretrain_and_dumps_the_stacks_while_the_process_ends(tmp_path):
+    lib = fake_megatron(tmp_path / "lib")
+    (lib / "megatron" / "training" / "training.py").write_text("def pretrain():\n    return 'trained'\n")
+    code = ("import time\nfrom megatron.training.training import pretrain\nprint(pretrain())\n"
+            "def ending_slowly():\n    time.sleep(0.5)\nending_slowly()\n")
+    result = run_python(code, tmp_path, {"MEGATRON_LAUNCH_EXIT_TRACE": "0.1"}, (lib,))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("> megatron-launch exit trace: pretrain returned at "), result.stdout
+    assert result.stdout.splitlines()[1] == "trained"
+    assert "ending_slowly" in result.stderr  # a stack dumped while the program was still ending
+    untold = run_python(code, tmp_path, {}, (lib,))
+    assert untold.stdout == "trained\n" and "ending_slowly" not in untold.stderr

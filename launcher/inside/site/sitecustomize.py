@@ -23,6 +23,9 @@ MEGATRON_LAUNCH_EXIT=collect-once: when the program has ended and its atexit han
     its collections while it tears the modules down (measured 1.8-2.9 s per process on a CPU machine, 0.2-0.8 s
     with this). What is still reachable at that point is left to the operating system, as any object alive at exit
     may be: memory, file descriptors and the GPU context are released with the process either way.
+MEGATRON_LAUNCH_EXIT_TRACE=SECONDS (a measurement aid, never set by the launcher): when Megatron's pretrain() returns,
+    one stamped line says so, and from then on every SECONDS the Python stack of each thread is written to stderr
+    (faulthandler), so a stamped log shows where the end of a run spends its time until the process is gone.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
 WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
 EXIT_ENV = "MEGATRON_LAUNCH_EXIT"
 IMPORT_GC_ENV = "MEGATRON_LAUNCH_IMPORT_GC"
+EXIT_TRACE_ENV = "MEGATRON_LAUNCH_EXIT_TRACE"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -140,6 +144,25 @@ def resume_gc_at_initialize(initialize) -> None:
     initialize.initialize_megatron = initialize_megatron
 
 
+def trace_after_pretrain(training, interval: float) -> None:
+    """Wrap training.pretrain (before megatron.training binds it) to start the stack dumps of EXIT_TRACE_ENV."""
+    import functools
+
+    original = training.pretrain
+
+    @functools.wraps(original)
+    def pretrain(*args, **kwargs):
+        result = original(*args, **kwargs)
+        import faulthandler
+        import time
+
+        print(f"> megatron-launch exit trace: pretrain returned at {time.time():.3f}", flush=True)
+        faulthandler.dump_traceback_later(interval, repeat=True)
+        return result
+
+    training.pretrain = pretrain
+
+
 def collect_once_then_freeze() -> None:
     """The last atexit handler (registered first): see EXIT_ENV."""
     import gc
@@ -167,6 +190,10 @@ def install(environ=os.environ) -> None:
 
         gc.disable()
         after.add(*resume)
+    trace = environ.get(EXIT_TRACE_ENV)
+    if trace:
+        interval = float(trace)
+        after.add("megatron.training.training", lambda training: trace_after_pretrain(training, interval))
     if after.hooks:
         sys.meta_path.insert(0, after)
     if environ.get(EXIT_ENV) == "collect-once":
