@@ -35,8 +35,7 @@ print(caller.async_loop(0, "queue"))
 def run(env: dict[str, str], *argv: str) -> list[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_LAUNCH_")}
     full.update({"PYTHONPATH": os.pathsep.join([str(SITE), str(REPO)]), **env})
-    result = subprocess.run([sys.executable, "-c", PROGRAM, *argv], env=full, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run([sys.executable, "-c", PROGRAM, *argv], env=full, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout.splitlines()
 
