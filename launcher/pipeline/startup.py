@@ -13,8 +13,6 @@ Only on the fast path (the launcher's SDPA spec, pretrain_gpt.py), where the lau
 - torch's compile-worker pool starts when a kernel must be compiled, not at the first torch.compile call
   (TORCH_WARM_POOL=0): with the compile cache warm nothing is compiled, and the ~16 workers (each importing torch)
   only competed with the rank's start and were waited for at its exit;
-- where the job saves with Megatron's persistent checkpoint writer, that process imports its writing code when it
-  starts rather than at the first save, whose write (at the end of a short run: all of the wait for it) it delayed;
 - asked for only (MEGATRON_LAUNCH_EXIT=collect-once in launcher.env): at exit, once the program and its atexit
   handlers are done, the processes collect their garbage once and leave what is still alive to the operating
   system, instead of the interpreter's repeated collections over torch's objects during its shutdown.
@@ -34,7 +32,6 @@ PREFIX = "PYTHONPYCACHEPREFIX"
 SKIP_ENV = "MEGATRON_LAUNCH_SKIP_IMPORTS"
 WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
 IMPORT_GC_ENV = "MEGATRON_LAUNCH_IMPORT_GC"
-CKPT_WORKER_ENV = "MEGATRON_LAUNCH_CKPT_WORKER"
 WARM_POOL_ENV = "TORCH_WARM_POOL"  # torch/_inductor/async_compile.py: maybe_warm_pool
 ALWAYS_UNUSED = ("cupy",)
 TOKENIZER_LIBRARIES = ("transformers", "sentencepiece", "tiktoken")
@@ -71,8 +68,6 @@ def startup_variables(settings: Mapping[str, object], fast_ops: str | None,
         chosen[BYTECODE_ENV] = "1"
     if compiles_layers(fast_ops):
         chosen[WARMUP_ENV] = "draws"
-    if settings.get("async_save") and settings.get("use_persistent_ckpt_worker") and CKPT_WORKER_ENV not in inherited:
-        chosen[CKPT_WORKER_ENV] = "preimport"
     if WARM_POOL_ENV not in inherited:
         # measured on one H200 (docs/benchmarks.md): 345m warm 12.8 -> 10.2 s to iteration 1 and 32.8 -> 26.5 s
         # command -> exit, toy warm 16.4 -> 14.9 s; a cold start the same (28.3 s toy)
@@ -99,9 +94,6 @@ def startup_notes(env: Mapping[str, str]) -> list[str]:
         notes.append(f"torch's compile workers start only when a kernel must be compiled ({WARM_POOL_ENV}=0), not "
                      "at the first torch.compile: with the compile cache warm none start (one H200, 345m: iteration 1 "
                      f"2.6 s and exit 6 s sooner); --set env.{WARM_POOL_ENV}=1 for torch's default")
-    if env.get(CKPT_WORKER_ENV) == "preimport":
-        notes.append(f"the persistent checkpoint writer imports its writing code when it starts, not at the first "
-                     f"save ({CKPT_WORKER_ENV}=preimport); --set env.{CKPT_WORKER_ENV}=upstream for Megatron's own")
     if env.get(WARMUP_ENV) == "draws":
         notes.append(f"Megatron's JIT warm-up compiles nothing ({WARMUP_ENV}=draws): the layers are compiled "
                      "whole, so its standalone fusions never run; its random draws are kept, so the model's "

@@ -95,14 +95,3 @@ def test_compile_workers_start_only_when_a_kernel_is_compiled_unless_the_user_sa
     assert "TORCH_WARM_POOL" not in mine.environment.exported
     assert not any("compile workers" in n for n in mine.notes)
     assert job_for(kernels=WITH_TE).environment.get("TORCH_WARM_POOL") is None  # off the fast path: no hook
-
-
-def test_the_persistent_checkpoint_writer_imports_its_code_at_start_only_where_the_job_uses_it():
-    name = "MEGATRON_LAUNCH_CKPT_WORKER"
-    job = job_for()  # 345m saves asynchronously with the persistent writer
-    assert job.environment.get(name) == "preimport"
-    assert any(n.startswith("the persistent checkpoint writer imports its writing code") for n in job.notes)
-    assert job_for("345m", "use_persistent_ckpt_worker=false").environment.get(name) is None
-    assert job_for("345m", "async_save=false").environment.get(name) is None
-    assert job_for(env={name: "upstream"}).environment.get(name) == "upstream"  # the preset's own value wins
-    assert job_for(kernels=WITH_TE).environment.get(name) is None  # off the fast path: no hook

@@ -23,8 +23,6 @@ MEGATRON_LAUNCH_EXIT=collect-once: when the program has ended and its atexit han
     its collections while it tears the modules down (measured 1.8-2.9 s per process on a CPU machine, 0.2-0.8 s
     with this). What is still reachable at that point is left to the operating system, as any object alive at exit
     may be: memory, file descriptors and the GPU context are released with the process either way.
-MEGATRON_LAUNCH_CKPT_WORKER=preimport: Megatron's persistent checkpoint writer process imports its writing code when
-    it starts instead of at its first save (launcher/inside/ckpt_worker.py).
 MEGATRON_LAUNCH_EXIT_TRACE=SECONDS (a measurement aid, never set by the launcher): when Megatron's pretrain() returns,
     one stamped line says so, and from then on every SECONDS the Python stack of each thread is written to stderr
     (faulthandler), so a stamped log shows where the end of a run spends its time until the process is gone.
@@ -43,7 +41,6 @@ WARMUP_ENV = "MEGATRON_LAUNCH_JIT_WARMUP"
 EXIT_ENV = "MEGATRON_LAUNCH_EXIT"
 IMPORT_GC_ENV = "MEGATRON_LAUNCH_IMPORT_GC"
 EXIT_TRACE_ENV = "MEGATRON_LAUNCH_EXIT_TRACE"
-CKPT_WORKER_ENV = "MEGATRON_LAUNCH_CKPT_WORKER"
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -147,15 +144,6 @@ def resume_gc_at_initialize(initialize) -> None:
     initialize.initialize_megatron = initialize_megatron
 
 
-def preimport_in_checkpoint_writer(async_utils) -> None:
-    try:
-        from launcher.inside import ckpt_worker
-
-        ckpt_worker.install(async_utils)
-    except Exception as error:  # noqa: BLE001 - it only saves time: Megatron's import must go on
-        print(f"warning: megatron-launch checkpoint-writer hook not applied: {error!r}", file=sys.stderr)
-
-
 def trace_after_pretrain(training, interval: float) -> None:
     """Wrap training.pretrain (before megatron.training binds it) to start the stack dumps of EXIT_TRACE_ENV."""
     import functools
@@ -202,8 +190,6 @@ def install(environ=os.environ) -> None:
 
         gc.disable()
         after.add(*resume)
-    if environ.get(CKPT_WORKER_ENV) == "preimport":
-        after.add("megatron.core.dist_checkpointing.strategies.async_utils", preimport_in_checkpoint_writer)
     trace = environ.get(EXIT_TRACE_ENV)
     if trace:
         interval = float(trace)
