@@ -503,6 +503,18 @@ RULES = [
          ("core/transformer/transformer_config.py", r"allgather and alltoall_seq dispatcher does not support "),
          "the padding is done in the all-to-all dispatcher", "set moe_token_dispatcher_type=alltoall, or "
          "moe_router_padding_for_quantization=false"),
+    rule("deepep-flex-dispatcher", {"moe_enable_deepep": True},
+         {"setting": {"moe_token_dispatcher_type": "flex"}},
+         ("core/transformer/transformer_config.py", r"DeepEP backend is only supported with flex token dispatcher"),
+         "--moe-enable-deepep (deprecated: --moe-flex-dispatcher-backend deepep) is a backend of the flex token "
+         "dispatcher only; TransformerConfig refuses it with any other dispatcher, MoE or not",
+         "set moe_enable_deepep=false (the other dispatchers need no DeepEP), or moe_token_dispatcher_type=flex",
+         enforced_by="target_rules.flex_dispatcher"),  # flex is a way out only where TP·EP > 1
+    rule("deepep-one-backend", {"moe_enable_deepep": True, "moe_flex_dispatcher_backend": "hybridep"},
+         {"setting": {"moe_enable_deepep": False}},
+         ("core/transformer/transformer_config.py", r"Only one backend is supported for flex token dispatcher"),
+         "--moe-enable-deepep names the DeepEP backend and moe_flex_dispatcher_backend names HybridEP: the flex "
+         "dispatcher takes one", "set moe_enable_deepep=false (HybridEP stays the backend)"),
     rule("router-padding-fp8-deprecated", {"moe_router_padding_for_fp8": True, "num_experts": {"given": True},
                                            "fp4": None},
          {"setting": {"fp8": {"given": True}}},

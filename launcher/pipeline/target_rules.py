@@ -49,6 +49,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     silent_rewrites(c, tp)
     no_op_settings(c)
     full_iteration_cuda_graph(c)
+    graph_register(c)
     cuda_graph_rules.check(c)
 
 
@@ -61,6 +62,17 @@ def full_iteration_cuda_graph(c: Any) -> None:
                "loop reads args.cuda_graph_use_single_mempool, which no flag defines (training.py:3285, "
                "arguments.py:2061)",
                "set cuda_graph_impl=none", stage="runtime")
+
+
+def graph_register(c: Any) -> None:
+    """arguments.py:1741: Transformer Engine's CUDA graphs with expandable segments need NCCL's graph registration
+    off (an illegal memory access otherwise)."""
+    if c.arg("cuda_graph_impl") == "transformer_engine" and \
+            "expandable_segments:True" in (env_value(c, "PYTORCH_CUDA_ALLOC_CONF") or "") and \
+            env_value(c, "NCCL_GRAPH_REGISTER") != "0":
+        c.fail("cuda_graph_impl transformer_engine with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True needs "
+               "NCCL_GRAPH_REGISTER=0: Megatron asserts it to avoid an illegal memory access (arguments.py:1741)",
+               "set env.NCCL_GRAPH_REGISTER=0")
 
 
 def connections(c: Any, tp: int, cp: int) -> None:
@@ -104,14 +116,22 @@ def _product(values: list[int]) -> int:
 def flex_dispatcher(c: Any, tp: int) -> None:
     """The flex token dispatcher's DeepEP backend exchanges tokens over the TP×EP group: Megatron asserts that group
     has more than one rank when it builds the MoE layer (token_dispatcher.py:1422)."""
+    ep = c.arg("expert_model_parallel_size") or 1
+    if c.arg("moe_enable_deepep") and c.arg("moe_token_dispatcher_type") != "flex":  # transformer_config.py:1428
+        row = next(r for r in requirements.table() if r.id == "deepep-flex-dispatcher")
+        c.fail(f"moe_enable_deepep with moe_token_dispatcher_type {c.arg('moe_token_dispatcher_type')}: Megatron's "
+               f"TransformerConfig refuses it ({row.cite}): {row.why}",
+               row.fix if c.arg("num_experts") and tp * ep > 1 else "set moe_enable_deepep=false (the other "
+               "dispatchers need no DeepEP)")
     if not c.arg("num_experts") or c.arg("moe_token_dispatcher_type") != "flex":
         return
-    ep = c.arg("expert_model_parallel_size") or 1
+    # the old flag names DeepEP on its own: leaving the flex dispatcher leaves it behind unless the hint drops it
+    drop_deepep = " moe_enable_deepep=false" if c.arg("moe_enable_deepep") else ""
     if (c.arg("moe_flex_dispatcher_backend") == "deepep" or c.arg("moe_enable_deepep")) and tp * ep <= 1:
         c.fail(f"moe_token_dispatcher_type flex with the DeepEP backend at TP {tp} · EP {ep}: Megatron asserts "
                "\"DeepEP dispatcher requires TPxEP > 1\" when it builds the MoE layer (token_dispatcher.py:1422)",
-               "set moe_token_dispatcher_type=alltoall (at TP·EP 1 no token leaves its GPU), or raise "
-               "expert_model_parallel_size", stage="runtime")
+               f"set moe_token_dispatcher_type=alltoall{drop_deepep} (at TP·EP 1 no token leaves its GPU), or "
+               "raise expert_model_parallel_size", stage="runtime")
 
 
 def moe_overlap(c: Any, vpp: int | None) -> None:
