@@ -508,8 +508,8 @@ RULES = [
          ("core/transformer/transformer_config.py", r"DeepEP backend is only supported with flex token dispatcher"),
          "--moe-enable-deepep (deprecated: --moe-flex-dispatcher-backend deepep) is a backend of the flex token "
          "dispatcher only; TransformerConfig refuses it with any other dispatcher, MoE or not",
-         "set moe_enable_deepep=false (the other dispatchers need no DeepEP), or moe_token_dispatcher_type=flex",
-         enforced_by="target_rules.flex_dispatcher"),  # flex is a way out only where TP·EP > 1
+         "set moe_enable_deepep=false (the other dispatchers need no DeepEP; for DeepEP itself: the flex "
+         "dispatcher, at TP·EP > 1)"),
     rule("deepep-one-backend", {"moe_enable_deepep": True, "moe_flex_dispatcher_backend": "hybridep"},
          {"setting": {"moe_enable_deepep": False}},
          ("core/transformer/transformer_config.py", r"Only one backend is supported for flex token dispatcher"),

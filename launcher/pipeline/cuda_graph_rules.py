@@ -128,3 +128,23 @@ def check(c: Any) -> None:
             c.fail(f"{named} with selective recompute of {', '.join(modules)} and {dropout} {value}: a graphed "
                    f"recompute cannot redraw its dropout; Megatron's TransformerConfig asserts \"{message}\" "
                    f"(transformer_config.py:{line})", f"set {dropout}=0.0, or {_no_graphs(chosen_by)}")
+
+
+class _Probe:
+    """Just enough of the checker for check(): settings read through `arg`, refusals counted."""
+
+    def __init__(self, arg: Any):
+        self.arg = arg
+        self.refusals: list[str] = []
+
+    def fail(self, message: str, *_: Any, **__: Any) -> None:
+        self.refusals.append(message)
+
+
+def refuses(arg: Any, changes: dict[str, Any]) -> bool:
+    """Whether these rules refuse the job with `changes` applied: a hint offers another rule's way out (a
+    replacement recompute) only where the graphs take it."""
+    probe = _Probe(lambda dest: changes[dest] if dest in changes else arg(dest))
+    check(probe)
+    return bool(probe.refusals)
+

@@ -20,6 +20,11 @@ FEATURE_ONLY = {"fp8": re.compile(r"fp8"),
                 "use_distributed_optimizer": re.compile(r"^overlap_param_gather(_with_optimizer_step)?$")}
 
 
+# setting → (the value that turns a feature on, the settings only that feature reads): a fix that moves the setting
+# to another value drops them too (--moe-enable-deepep outside the flex dispatcher: transformer_config.py:1428)
+VALUE_ONLY = {"moe_token_dispatcher_type": ("flex", re.compile(r"^moe_enable_deepep$"))}
+
+
 def _yaml(value: Any) -> str:
     return "null" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
 
@@ -40,8 +45,21 @@ def drop_hint(feature: str, arg: Callable[[str], Any]) -> str:
     return " ".join(f"--set {a}" for a in drop(feature, arg))
 
 
+def _left(setting: str, arg: Callable[[str], Any]) -> list[str]:
+    """`--set` assignments that reset what only VALUE_ONLY[setting]'s feature reads, where the job changes it."""
+    pattern = VALUE_ONLY[setting][1]
+    return [f"{dest}={_yaml(entry.default)}" for dest, entry in megatron_args.catalog().items()
+            if pattern.search(dest) and arg(dest) is not None and arg(dest) != entry.default]
+
+
 def with_drops(fix: str, arg: Callable[[str], Any]) -> str:
-    """A fix whose `set FEATURE=off` drops a feature of FEATURE_ONLY, with every setting only it reads dropped too."""
+    """A fix whose `set FEATURE=off` drops a feature of FEATURE_ONLY, with every setting only it reads dropped too;
+    likewise a fix that moves a setting of VALUE_ONLY off the value its feature needs."""
+    for setting, (on, _) in VALUE_ONLY.items():
+        moved = re.compile(rf"(?<![\w.]){setting}=(?!{on}\b)([\w-]+)")  # "set X=V" or a later way's "X=V"
+        found = moved.search(fix)
+        if found and _left(setting, arg):
+            fix = fix[:found.end()] + "".join(f" --set {a}" for a in _left(setting, arg)) + fix[found.end():]
     for feature in FEATURE_ONLY:
         turn_off = re.compile(rf"(?:--)?set {feature}={_yaml(megatron_args.catalog()[feature].default)}\b")
         if turn_off.search(fix) and len(drop(feature, arg)) > 1:

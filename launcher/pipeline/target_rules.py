@@ -117,16 +117,10 @@ def flex_dispatcher(c: Any, tp: int) -> None:
     """The flex token dispatcher's DeepEP backend exchanges tokens over the TP×EP group: Megatron asserts that group
     has more than one rank when it builds the MoE layer (token_dispatcher.py:1422)."""
     ep = c.arg("expert_model_parallel_size") or 1
-    if c.arg("moe_enable_deepep") and c.arg("moe_token_dispatcher_type") != "flex":  # transformer_config.py:1428
-        row = next(r for r in requirements.table() if r.id == "deepep-flex-dispatcher")
-        c.fail(f"moe_enable_deepep with moe_token_dispatcher_type {c.arg('moe_token_dispatcher_type')}: Megatron's "
-               f"TransformerConfig refuses it ({row.cite}): {row.why}",
-               row.fix if c.arg("num_experts") and tp * ep > 1 else "set moe_enable_deepep=false (the other "
-               "dispatchers need no DeepEP)")
     if not c.arg("num_experts") or c.arg("moe_token_dispatcher_type") != "flex":
         return
     # the old flag names DeepEP on its own: leaving the flex dispatcher leaves it behind unless the hint drops it
-    drop_deepep = " moe_enable_deepep=false" if c.arg("moe_enable_deepep") else ""
+    drop_deepep = " --set moe_enable_deepep=false" if c.arg("moe_enable_deepep") else ""
     if (c.arg("moe_flex_dispatcher_backend") == "deepep" or c.arg("moe_enable_deepep")) and tp * ep <= 1:
         c.fail(f"moe_token_dispatcher_type flex with the DeepEP backend at TP {tp} · EP {ep}: Megatron asserts "
                "\"DeepEP dispatcher requires TPxEP > 1\" when it builds the MoE layer (token_dispatcher.py:1422)",
@@ -354,13 +348,14 @@ def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
         elif row.kind == "setting":
             wrong = {dest: test for dest, test in row.needs["setting"].items()
                      if not requirements.holds(settings.get(dest), test)}
+            fix = with_drops(row.fix, c.arg)  # moving a setting leaves nothing that only its old value reads
             if wrong and set(wrong) <= set(row.when):  # the setting itself is what Megatron refuses
-                c.fail(f"{condition}: Megatron's validation refuses it ({row.cite}): {row.why}", row.fix)
+                c.fail(f"{condition}: Megatron's validation refuses it ({row.cite}): {row.why}", fix)
             elif wrong:
                 now = ", ".join(f"{dest} is {requirements.wanted_value(settings.get(dest))}" for dest in wrong)
                 needed = " and ".join(f"{d} {requirements.wanted_value(v)}" for d, v in wrong.items())
                 c.fail(f"{condition} needs {needed}, but {now} "
-                       f"({row.cite}): {row.why}", row.fix)
+                       f"({row.cite}): {row.why}", fix)
         elif row.kind == "layout":
             distributed_optimizer_instances(c, row, condition, tp, cp)
         else:

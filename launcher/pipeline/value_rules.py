@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.megatron import layer_pattern
+from launcher.pipeline import cuda_graph_rules
 
 Arg = Callable[[str], Any]
 Fail = Callable[..., None]
@@ -224,6 +225,22 @@ STOPPED_BY_VALIDATE_ARGS = {
 }
 
 
+def _recompute_the_graphs_take(arg: Arg, hint: str) -> str:
+    """--checkpoint-activations' replacements, less those the job's per-layer CUDA graphs refuse (a graphed recompute
+    cannot redraw its dropout; full recompute needs the full-iteration graph); none left: no recompute at all."""
+    selective = {"checkpoint_activations": False, "recompute_granularity": "selective", "recompute_method": None,
+                 "recompute_num_layers": None}
+    full = {"checkpoint_activations": False, "recompute_granularity": "full", "recompute_method": "uniform",
+            "recompute_num_layers": 1}
+    ways = hint.split(", or ")
+    kept = [way for way, changes in zip(ways, (selective, full), strict=True)
+            if not cuda_graph_rules.refuses(arg, changes)]
+    if kept:
+        return ", or ".join(kept)
+    return ("--set checkpoint_activations=false (no recompute: this job's per-layer CUDA graphs take neither "
+            "Megatron's replacement, selective recompute, nor full recompute)")
+
+
 def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
     """A flag of an older Megatron that the pin parses and then stops on (exit() or an assert in validate_args)."""
     for dest, (how, message, hint) in STOPPED_BY_VALIDATE_ARGS.items():
@@ -235,6 +252,7 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                 if arg("recompute_activations"):  # it would turn the full recompute of the other way selective
                     hint = hint.replace("recompute_granularity=full", "recompute_activations=false --set "
                                         "recompute_granularity=full", 1)
+                hint = _recompute_the_graphs_take(arg, hint)
             batch = arg("global_batch_size")
             if dest == "batch_size" and _number(batch) and _number(arg(dest)) and arg(dest) > 0 \
                     and batch % arg(dest):  # the old per-GPU batch does not divide the global one: let it follow

@@ -159,6 +159,44 @@ CASES = {
     "more BF16 end layers than a stage holds": (["fp8_format=e4m3", "fp8_recipe=tensorwise",
                                                  "first_last_layers_bf16=true", "num_layers_at_start_in_bf16=30"],
                                                 True),
+    # found by varying real jobs (scripts/accept_variations.py): accepted, then refused by Megatron's config stage,
+    # or a way out that led into another rule
+    "DeepEP's old flag with the default dispatcher": (["num_experts=4", "add_bias_linear=false",
+                                                       "moe_enable_deepep=true"], False),
+    "DeepEP's old flag with the flex dispatcher at TP·EP 1": (["num_experts=4", "add_bias_linear=false",
+                                                               "moe_token_dispatcher_type=flex",
+                                                               "moe_enable_deepep=true"], False),
+    "DeepEP's old flag in a dense model": (["moe_enable_deepep=true"], False),
+    "DeepEP's old flag with HybridEP": (["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=flex",
+                                         "moe_enable_deepep=true", "moe_flex_dispatcher_backend=hybridep"], False),
+    "a graphed MoE router in a dense model": (["cuda_graph_impl=local", "cuda_graph_modules=[attn,moe_router]"],
+                                              False),
+    "a graphed MoE layer alone in a dense model": (["cuda_graph_impl=local", "cuda_graph_modules=[moe]"], False),
+    "a graphed dense MLP when every layer is MoE": (["num_experts=4", "add_bias_linear=false",
+                                                     "cuda_graph_impl=local", "cuda_graph_modules=[attn,mlp]"], False),
+    "a graphed MoE layer without drop-and-pad": (["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=local",
+                                                  "cuda_graph_modules=[attn,moe]"], False),
+    "a graphed MoE layer and its router": (["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=local",
+                                            "moe_expert_capacity_factor=1.0", "moe_pad_expert_input_to_capacity=true",
+                                            "cuda_graph_modules=[attn,moe,moe_router]"], False),
+    "a graphed MoE preprocessing with a capacity factor (local graphs take the router with it)": (
+        ["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=alltoall",
+         "moe_expert_capacity_factor=1.0", "cuda_graph_impl=local", "cuda_graph_modules=[attn,moe_router]"], False),
+    "a graphed MoE preprocessing with a capacity factor on TE's graphs": (
+        ["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=alltoall",
+         "moe_expert_capacity_factor=1.0", "cuda_graph_impl=transformer_engine",
+         "cuda_graph_modules=[attn,moe_router,moe_preprocess]"], True),
+    "a graphed MoE preprocessing without its router": (
+        ["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=transformer_engine",
+         "cuda_graph_modules=[attn,moe_preprocess]"], True),
+    "a graphed MoE router with MoE recompute on TE's graphs": (
+        ["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=transformer_engine",
+         "cuda_graph_modules=[attn,moe_router]", "recompute_granularity=selective",
+         "recompute_modules=[moe]"], True),
+    "the old checkpoint flag under per-layer CUDA graphs with attention dropout": (
+        ["enable_cuda_graph=true", "checkpoint_activations=true", "attention_dropout=0.1"], False),
+    "the old checkpoint flag under per-layer CUDA graphs": (["cuda_graph_impl=local", "checkpoint_activations=true",
+                                                             "attention_dropout=0.0"], False),
     "a parameter-save interval with the param all-gather overlapped": (
         ["save=/tmp/checkpoints", "save_interval=10", "save_params_interval=5", "overlap_param_gather=true",
          "use_distributed_optimizer=true", "overlap_grad_reduce=true"], False),
@@ -287,3 +325,25 @@ def test_a_hint_followed_leaves_nothing_that_megatron_then_refuses(overrides, tm
     assert before and after == [], [p.render() for p in after]
     assert problems_of(["main_grads_dtype=bf16"]) and problems_of(["num_experts=4", "add_bias_linear=false",
                                                                    "moe_router_topk=1"])
+
+
+def test_memory_is_said_with_an_expert_layout_the_world_does_not_hold():
+    # a job whose experts do not fit the world was estimated with its experts split over ranks that do not exist:
+    # the memory refusal came only once the expert-parallel size was fixed
+    big = ["num_experts=64", "add_bias_linear=false", "expert_model_parallel_size=2", "num_layers=48",
+           "hidden_size=4096", "num_attention_heads=32"]
+    from launcher.cli.job import JobRequest, job_for
+
+    _, problems = job_for(load_preset("345m", [*big, "nodes=1", "gpus_per_node=1"]),
+                          JobRequest(judge=True, local=False))
+    said = [p.message for p in problems]
+    assert "world size 1 is not divisible by expert TP·EP·PP = 1·2·1" in said
+    assert any(m.startswith("at expert_model_parallel_size 1, the largest this world holds: the memory estimate")
+               for m in said), said
+
+
+def test_transformer_engines_graphs_with_expandable_segments_need_nccl_graph_registration_off():
+    graphs = ["cuda_graph_impl=transformer_engine", "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    (problem,) = problems_of(graphs, te=True)
+    assert "NCCL_GRAPH_REGISTER=0" in problem.message and problem.hint == "set env.NCCL_GRAPH_REGISTER=0"
+    assert problems_of([*graphs, "env.NCCL_GRAPH_REGISTER=0"], te=True) == []
