@@ -39,6 +39,35 @@ from launcher.pipeline.value_rules import check_values
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 
 
+def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
+    """A way out for a size below 1 that lands on a job the other rules take: Megatron's default where it has one
+    (or the launcher chooses: the micro batch), else a value consistent with the sizes beside it."""
+    from launcher.megatron import args as megatron_args
+
+    default = megatron_args.catalog()[dest].default if dest in megatron_args.catalog() else None
+    if dest == "micro_batch_size" or default is None and dest not in _CONSISTENT:
+        return f"--set {dest}=null (Megatron's default{'' if dest != 'micro_batch_size' else ': the launcher chooses'})"
+    if isinstance(default, int) and not isinstance(default, bool) and default >= 1:
+        return f"--set {dest}=null (Megatron's default, {default})"
+
+    def sound(name: str) -> int | None:
+        value = arg(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    heads, hidden = sound("num_attention_heads"), sound("hidden_size")
+    seq, positions = sound("seq_length"), sound("max_position_embeddings")
+    tp, pp = sound("tensor_model_parallel_size") or 1, sound("pipeline_model_parallel_size") or 1
+    value = {"hidden_size": (heads or 1) * (sound("kv_channels") or 64),
+             "num_attention_heads": tp if hidden is None or hidden % tp == 0 else 1,
+             "seq_length": positions or 1024, "max_position_embeddings": seq or 1024,
+             "num_layers": pp}.get(dest, 1)
+    return f"--set {dest}={value} (or another value of at least 1)"
+
+
+# sizes without a default, each with a value the sizes beside it decide (_at_least_one)
+_CONSISTENT = ("hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings", "num_layers")
+
+
 def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[Problem]:
     """Settings pretrain_gpt.py cannot start without (`missing`: also those not set), and sizes it divides by: a
     value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks this
@@ -50,11 +79,11 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
         if value is None and missing:
             problems.append(Problem(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset"))
         elif value is not None and value < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more"))
+            problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg)))
     for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                  "expert_model_parallel_size"):
         if arg(dest) < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", f"--set {dest}=1 or more"))
+            problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", _at_least_one(dest, arg)))
     # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
     for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
                         ("num_virtual_stages_per_pipeline_rank", "validate"),
@@ -64,7 +93,7 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
                         ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate")):
         value = arg(dest)
         if value is not None and value < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more", stage))
+            problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg), stage))
     return problems
 
 

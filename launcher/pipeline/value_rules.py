@@ -79,7 +79,16 @@ def query_groups(arg: Arg, fail: Fail, te: bool = False) -> None:
 def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
     """MoE expert counts: positive, at least the router's top-k; expert parallelism only with experts."""
     count, ep, topk = arg("num_experts"), arg("expert_model_parallel_size"), arg("moe_router_topk")
+    if arg("moe_router_group_topk") and not arg("moe_router_num_groups"):  # transformer_config.py:2105-2110
+        fail(f"moe_router_group_topk {arg('moe_router_group_topk')} without moe_router_num_groups: Megatron's "
+             "TransformerConfig raises \"When using group limited routing, moe_router_num_groups must be "
+             "specified\" (with or without experts)",
+             "set moe_router_group_topk=null (no group-limited routing)")
     if count is None:
+        if softmax_of_one_needed(arg, topk or 2):  # TransformerConfig checks the router of a dense model too
+            fail("moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax: Megatron's "
+                 "TransformerConfig raises 'Please use --moe-router-pre-softmax when topk is 1' even without "
+                 "experts", "set moe_router_topk=null (a model without experts routes nothing)")
         return
     if count < 1:
         dense = "leave num_experts unset (a dense model)"
@@ -244,7 +253,7 @@ def _recompute_the_graphs_take(arg: Arg, hint: str) -> str:
 def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
     """A flag of an older Megatron that the pin parses and then stops on (exit() or an assert in validate_args)."""
     for dest, (how, message, hint) in STOPPED_BY_VALIDATE_ARGS.items():
-        if arg(dest) not in (None, False):
+        if arg(dest) is not None and arg(dest) is not False:  # validate_args asserts `is None`: 0 is set too
             if dest == "checkpoint_activations":  # selective recompute takes no method or layer count
                 left = "".join(f" --set {d}=null" for d in ("recompute_method", "recompute_num_layers")
                                if arg(d) is not None)
@@ -257,12 +266,28 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
             if dest == "batch_size" and _number(batch) and _number(arg(dest)) and arg(dest) > 0 \
                     and batch % arg(dest):  # the old per-GPU batch does not divide the global one: let it follow
                 hint = hint.replace(" (the old", " --set global_batch_size=null (the old", 1)
+            value = arg(dest)
+            heads = arg("num_attention_heads")
+            if dest in ("batch_size", "model_parallel_size") and not (
+                    _number(value) and value >= 1 and value == int(value)
+                    and (dest == "batch_size" or (_number(heads) and heads % value == 0))):
+                # an old value that no size takes (0, negative, a TP that does not divide the heads): drop it only
+                hint = f"--set {dest}=null (its value {value} is no size the pin's setting takes)"
             fail(f"{dest} is a flag of an older Megatron: the pinned Megatron's validate_args {how}: \"{message}\"",
-                 hint.format(value=arg(dest)), "validate")
+                 hint.format(value=value), "validate")
 
 
-RULES = (stopped_by_validate_args, attention_backend_local, value_ranges, query_groups, experts, attention_mask,
-         async_save, no_rope_layers, bf16_end_layers)
+def negative_counts(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Counts whose negative value Megatron's truthiness tests take as set (`if args.mtp_num_layers:`) and that
+    then size lists and models with it."""
+    for dest in ("mtp_num_layers",):
+        value = arg(dest)
+        if _number(value) and value < 0:
+            fail(f"{dest} must be 0 or more, got {value}", f"set {dest}=null", "validate")
+
+
+RULES = (stopped_by_validate_args, negative_counts, attention_backend_local, value_ranges, query_groups, experts,
+         attention_mask, async_save, no_rope_layers, bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

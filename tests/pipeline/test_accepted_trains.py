@@ -233,7 +233,7 @@ def test_dropping_the_distributed_optimizer_for_fsdp2_drops_its_overlap():
     # use_distributed_optimizer / set use_distributed_optimizer=true", a circle
     text = refused(["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
                     "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"])
-    assert "--set use_distributed_optimizer=false --set overlap_param_gather=false" in text
+    assert "set use_distributed_optimizer=false --set overlap_param_gather=false" in text
     text = refused(["use_torch_fsdp2=true", "overlap_grad_reduce=true", "overlap_param_gather=true",
                     "untie_embeddings_and_output_weights=true"])
     assert "hint: set overlap_param_gather=false" in text and "use_distributed_optimizer=true" not in text
