@@ -66,6 +66,9 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_as
         words = theirs.of_kind(kind)
         if words:
             apart.append(f"{len(words)} {what} ({', '.join(w.words[0] for w in words)})")
+    if theirs.repeated:  # an earlier value of the flag is no word of the preset's argv: argparse drops it too
+        apart.append(f"{len(theirs.repeated)} given more than once, the last value carried as argparse takes it "
+                     f"({', '.join(dict.fromkeys(w.partition('=')[0] for w in theirs.repeated))})")
     if aside:
         apart.append(f"{len(aside)} not carried: only data, checkpoint or logging flags in every branch "
                      f"({', '.join(map(comment_text, aside))})")
@@ -157,6 +160,10 @@ def as_dict(imported: Imported, outcome: Outcome, written_to: str | None) -> dic
         "launcher": {"ok": not outcome.problems, "layout": outcome.layout or None,
                      "problems": [{"message": p.message, "hint": p.hint} for p in outcome.problems],
                      "warnings": list(outcome.warnings)},
-        "round_trip": {"equal": not outcome.differences, "differences": list(outcome.differences),
-                       "apart_from": sorted(set(outcome.added) | set(imported.replaced))},
+        # equal as the text says it: no difference and nothing lost (a lost word is a difference of the argv)
+        "round_trip": {"equal": not outcome.differences and not all_lost(imported, outcome),
+                       "differences": list(outcome.differences),
+                       "lost": [n.partition(": ")[0] for n in all_lost(imported, outcome)],
+                       "apart_from": sorted(set(outcome.added) | set(imported.replaced)),
+                       "on_purpose": list(outcome.apart)},
     }
