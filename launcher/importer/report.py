@@ -81,7 +81,8 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
     from launcher.pipeline.preset import load_preset
 
     try:
-        argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
+        job, found = resolve_job(load_preset(str(preset_path)))
+        argv, added, plan, problems = preset_argv(job, found)
     except UserError as exc:  # the preset itself is refused: every problem, with what the import lost, at once
         outcome = Outcome(problems=list(exc.problems))
         _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set(), imported.set_aside)
@@ -96,7 +97,15 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
     outcome.differences, outcome.lost, outcome.apart = round_trip(imported.script_args, argv,
                                                                   set(added) | set(imported.replaced),
                                                                   imported.set_aside)
+    outcome.differences += env_differences(imported.env, job.environment.exported)
     return outcome
+
+
+def env_differences(script: dict[str, str], ranks: Any) -> list[str]:
+    """The script's exported variables (NCCL_*, NVTE_*: numerics and communication) the ranks would not see as the
+    script sets them: the round trip covers the environment too, not only the argv."""
+    return [f"env {name}: the script exports {value}, the job's ranks get {ranks.get(name, '(unset)')}"
+            for name, value in script.items() if ranks.get(name) != value]
 
 
 def all_lost(imported: Imported, outcome: Outcome) -> list[str]:

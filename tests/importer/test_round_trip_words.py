@@ -140,3 +140,19 @@ def test_the_json_round_trip_is_not_equal_when_a_word_is_lost(tmp_path):
     imported, outcome, _ = judged(BASE + " --my-fork-flag 3", "train.sh", None, tmp_path)
     answer = as_dict(imported, outcome, None)["round_trip"]
     assert answer["equal"] is False and answer["lost"] == ["--my-fork-flag 3"]
+
+
+def test_the_round_trip_names_a_variable_the_ranks_would_not_get_as_the_script_exports_it():
+    from launcher.importer.report import env_differences
+
+    assert env_differences({"NCCL_ALGO": "Tree", "NVTE_FUSED_ATTN": "0"}, {"NVTE_FUSED_ATTN": "0"}) == [
+        "env NCCL_ALGO: the script exports Tree, the job's ranks get (unset)"]
+    assert env_differences({"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, {"CUDA_DEVICE_MAX_CONNECTIONS": "32"}) == [
+        "env CUDA_DEVICE_MAX_CONNECTIONS: the script exports 1, the job's ranks get 32"]
+
+
+def test_exported_numerics_variables_reach_the_ranks_and_the_round_trip_stays_equal(tmp_path):
+    script = "export NVTE_FUSED_ATTN=0\nexport NCCL_ALGO=Tree\nNVTE_FLASH_ATTN=0 " + BASE + "\n"
+    imported, outcome, report = judged(script, "train.sh", None, tmp_path)
+    assert imported.env == {"NVTE_FUSED_ATTN": "0", "NCCL_ALGO": "Tree", "NVTE_FLASH_ATTN": "0"}
+    assert outcome.differences == [] and "round trip: equal" in report
