@@ -45,8 +45,10 @@ def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
     from launcher.megatron import args as megatron_args
 
     default = megatron_args.catalog()[dest].default if dest in megatron_args.catalog() else None
-    if dest == "micro_batch_size" or default is None and dest not in _CONSISTENT:
-        return f"--set {dest}=null (Megatron's default{'' if dest != 'micro_batch_size' else ': the launcher chooses'})"
+    if dest in _REQUIRED_VALUE:
+        return f"--set {dest}={_REQUIRED_VALUE[dest]} (or another value of at least 1)"
+    if default is None and dest not in _CONSISTENT:
+        return f"--set {dest}=null (Megatron's default)"
     if isinstance(default, int) and not isinstance(default, bool) and default >= 1:
         return f"--set {dest}=null (Megatron's default, {default})"
 
@@ -64,6 +66,8 @@ def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
     return f"--set {dest}={value} (or another value of at least 1)"
 
 
+# sizes the launcher requires although Megatron's default is None
+_REQUIRED_VALUE = {"micro_batch_size": 1, "eval_interval": 1000}
 # sizes without a default, each with a value the sizes beside it decide (_at_least_one)
 _CONSISTENT = ("hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings", "num_layers")
 
@@ -732,8 +736,10 @@ class _Checker:
         else:
             based = "iters" if iters is not None else "samples"
         other = "samples" if based == "iters" else "iters"
+        # validate_args asserts the other unit's lengths are None (0 is set too) and its warm-up is 0
         conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}",
-                                       f"lr_wsd_decay_{other}") if self.arg(name)]
+                                       f"lr_wsd_decay_{other}")
+                     if (self.arg(name) if name.startswith("lr_warmup_") else self.arg(name) is not None)]
         if conflicts:
             self._training_length_conflicts(based, other, conflicts)
             return
@@ -779,7 +785,9 @@ class _Checker:
                 f"with it: {shown}")
         hint = f"unset them: {command}"
         gbs = self.preset.megatron.get("global_batch_size")
-        schedule = [n for n in conflicts if n.startswith("lr_")]
+        # a length of 0 (or less) has no same schedule in the other unit: unsetting it is the way
+        schedule = [n for n in conflicts if n.startswith("lr_") and isinstance(self.arg(n), int)
+                    and self.arg(n) > 0]
         if schedule and gbs:
             # the same LR schedule in the other unit, at a constant global batch
             def convert(value: int) -> int:

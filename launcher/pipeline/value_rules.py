@@ -286,7 +286,42 @@ def negative_counts(arg: Arg, fail: Fail, te: bool = False) -> None:
             fail(f"{dest} must be 0 or more, got {value}", f"set {dest}=null", "validate")
 
 
-RULES = (stopped_by_validate_args, negative_counts, attention_backend_local, value_ranges, query_groups, experts,
+def activation_fusion(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """TransformerConfig's checks of the fused bias-activation (transformer_config.py:1893-1905): Megatron fuses
+    the bias into the activation with bias_swiglu_fusion under SwiGLU, else bias_gelu_fusion."""
+    fused = arg("bias_swiglu_fusion") if arg("swiglu") else arg("bias_gelu_fusion")
+    which = "bias_swiglu_fusion" if arg("swiglu") else "bias_gelu_fusion"
+    offset = arg("glu_linear_offset")
+    if fused and _number(offset) and offset != 0 and not arg("quick_geglu"):
+        fail(f"glu_linear_offset {offset} with {which}: Megatron's TransformerConfig raises \"When "
+             "bias_activation_fusion is True and glu_linear_offset is non-zero, activation function must be "
+             "quick_gelu\"", "set glu_linear_offset=null (no offset)")
+    if fused and arg("use_te_activation_func"):
+        fail(f"use_te_activation_func with {which}: Megatron's TransformerConfig raises \"bias_activation_fusion "
+             "and use_te_activation_func cannot be both true\"", "set use_te_activation_func=false")
+
+
+def cpu_offloading(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """validate_args turns CPU offloading on for cpu_offloading_num_layers > 0 (arguments.py:1730); TransformerConfig
+    then wants fewer offloaded layers than the model has (transformer_config.py:1529)."""
+    count, layers = arg("cpu_offloading_num_layers"), arg("num_layers")
+    if not (_number(count) and _number(layers)) or count <= 0:  # 0: no offloading (Megatron's default)
+        return
+    if count >= layers:
+        fail(f"cpu_offloading_num_layers {count} with num_layers {layers}: Megatron's TransformerConfig raises "
+             f"\"CPU offloading can be done only for layers less than {layers}\"",
+             f"set cpu_offloading_num_layers={layers - 1}" if layers > 1 else "set cpu_offloading_num_layers=0")
+
+
+def autoresume(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """--adlr-autoresume imports NVIDIA's internal userlib.auto_resume; without it Megatron prints and exit()s
+    (global_vars.py:298), status 0, before any training."""
+    if arg("adlr_autoresume"):
+        fail("adlr_autoresume needs userlib.auto_resume (NVIDIA's internal cluster library): without it Megatron "
+             "calls exit() before any training (global_vars.py:298)", "set adlr_autoresume=false", "validate")
+
+
+RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume, attention_backend_local, value_ranges, query_groups, experts,
          attention_mask, async_save, no_rope_layers, bf16_end_layers)
 
 
