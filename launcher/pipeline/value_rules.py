@@ -321,8 +321,9 @@ def autoresume(arg: Arg, fail: Fail, te: bool = False) -> None:
              "calls exit() before any training (global_vars.py:298)", "set adlr_autoresume=false", "validate")
 
 
-RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume, attention_backend_local, value_ranges, query_groups, experts,
-         attention_mask, async_save, no_rope_layers, bf16_end_layers)
+RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume,
+         attention_backend_local, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
+         bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:
