@@ -222,7 +222,8 @@ def problems_of(preset: str, overrides: list[str]) -> tuple[list[Problem], objec
 
 
 SET = re.compile(r"(?:(?<=\s)|^)(?:--)?(?:set )?([a-z_][a-zA-Z0-9_.]*)=(\[[^\]\s]*\]|[^\s,;)`]+)")
-TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
+# not ways out on a machine without them (TE's layers need TE)
+TARGET_CHANGES = ("transformer_engine=true", "apex=true", "transformer_impl=transformer_engine")
 PLACEHOLDER = re.compile(r"^[A-Z]+$")  # DIR, VALUE, N: the user's own value, not one to follow
 
 

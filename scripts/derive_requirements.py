@@ -187,7 +187,8 @@ RULES = [
          ("core/transformer/transformer_config.py",
           r"overlap_moe_expert_parallel_comm must be enabled when enabling delay_wgrad_compute"),
          "delay_wgrad_compute overlaps the weight gradients with MoE expert-parallel communication",
-         "set delay_wgrad_compute=false, or overlap_moe_expert_parallel_comm=true"),
+         "set delay_wgrad_compute=false (it only overlaps with overlap_moe_expert_parallel_comm, which needs "
+         "expert parallelism)"),
     # -- NVIDIA apex's CUDA extensions --------------------------------------------------------------------------
     rule("gradient-accumulation-fusion-apex", {"gradient_accumulation_fusion": True},
          {"apex": "fused_weight_gradient_mlp_cuda"},
@@ -475,7 +476,8 @@ RULES = [
          {"setting": {"moe_expert_capacity_factor": {"given": True}}},
          ("core/transformer/transformer_config.py", r"moe_expert_capacity_factor must be set to use moe_pad_"),
          "the experts' input is padded up to the capacity the factor sets",
-         "set moe_pad_expert_input_to_capacity=false, or moe_expert_capacity_factor=1.0"),
+         "set moe_pad_expert_input_to_capacity=false (padding goes with a capacity factor, "
+         "moe_expert_capacity_factor)"),
     rule("shared-expert-size", {"moe_shared_expert_intermediate_size": {"given": True}},
          {"setting": {"moe_shared_expert_intermediate_size": {"gt": 0}}},
          ("core/transformer/transformer_config.py", r"moe_shared_expert_intermediate_size must be "),

@@ -19,7 +19,7 @@ from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.megatron import args as megatron_args
 from launcher.megatron import layer_pattern
 from launcher.megatron.args import default_ffn_hidden_size
-from launcher.megatron.effective import Effective, effective_settings
+from launcher.megatron.effective import EMERGING_OPTIMIZERS, Effective, effective_settings
 from launcher.megatron.model_families import other_families
 from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
@@ -639,8 +639,10 @@ class _Checker:
 
     def optimizer_overlap(self, vpp: int | None) -> None:
         dist_opt = self.arg("use_distributed_optimizer")
-        # with torch FSDP2 the distributed optimizer is refused (target_rules.torch_fsdp2): the way out is the overlap
-        turn_on = "" if self.arg("use_torch_fsdp2") else "use_distributed_optimizer=true, or "
+        # with torch FSDP2 the distributed optimizer is refused (target_rules.torch_fsdp2), and an emerging optimizer
+        # (soap, muon, …) turns it into its layer-wise one (arguments.py): the way out is the overlap
+        emerging = self.arg("optimizer") in EMERGING_OPTIMIZERS and self.arg("optimizer") != "dist_muon"
+        turn_on = "" if self.arg("use_torch_fsdp2") or emerging else "use_distributed_optimizer=true, or "
         if self.arg("overlap_param_gather"):
             if not (dist_opt or self.arg("use_megatron_fsdp")):
                 self.fail("overlap_param_gather needs use_distributed_optimizer (it gathers the parameters the "
@@ -687,8 +689,8 @@ class _Checker:
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "
-                      "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false, or fp8_param_gather="
-                      f"true{with_dist_opt} with fp8", stage="runtime")
+                      "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false" + (
+                          f", or fp8_param_gather=true{with_dist_opt}" if self.arg("fp8") else ""), stage="runtime")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:
@@ -878,6 +880,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     ok = c.required()
     c.training_settings()
     if not ok:
+        _without_sizes(c)
         return None, c.problems, c.warnings
     layout = c.layout(apex_available)
     c.precision()
@@ -887,6 +890,23 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     check_values(c.arg, c.fail, c.te)
     target_rules.check(c, layout.tp, layout.cp, layout.vpp)
     return layout, c.problems, c.warnings
+
+
+def _without_sizes(c: _Checker) -> None:
+    """The rules that judge settings rather than sizes, for a job whose sizes are refused (a hidden size of 0):
+    every problem is said at once, not one more after each fix. A rule that still computes with a refused size
+    is skipped; it speaks once the size is fixed."""
+    def size(dest: str) -> int:
+        value = c.arg(dest)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+    for rule in (c.precision, c.training_length, lambda: check_values(c.arg, c.fail, c.te),
+                 lambda: target_rules.check(c, size("tensor_model_parallel_size"), size("context_parallel_size"),
+                                            None)):
+        try:
+            rule()
+        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError):
+            continue
 
 
 # What examples/run_simple_mcore_train_loop.py hard-codes (model_provider, its DataLoader, its loop); it takes no

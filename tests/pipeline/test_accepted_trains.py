@@ -233,6 +233,14 @@ CASES = {
     "TE's activation with the fused bias GeLU": (["use_te_activation_func=true"], False),
     "more CPU-offloaded layers than the model has": (["cpu_offloading_num_layers=100"], False),
     "ADLR autoresume off NVIDIA's clusters": (["adlr_autoresume=true"], False),
+    "the param gather overlap with an emerging optimizer": (["optimizer=soap", "overlap_param_gather=true",
+                                                            "overlap_grad_reduce=true"], False),
+    "the MXFP8 grad-buffer reuse without fp8": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
+    "Megatron-FSDP's checkpoint format without it": (["ckpt_format=fsdp_dtensor", "async_save=false"], False),
+    "delayed wgrad without the expert overlap": (["delay_wgrad_compute=true"], False),
+    "padding to capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
+                                                     "moe_router_load_balancing_type=sinkhorn",
+                                                     "moe_pad_expert_input_to_capacity=true"], False),
     "a parameter-save interval with the param all-gather overlapped": (
         ["save=/tmp/checkpoints", "save_interval=10", "save_params_interval=5", "overlap_param_gather=true",
          "use_distributed_optimizer=true", "overlap_grad_reduce=true"], False),
@@ -383,3 +391,12 @@ def test_transformer_engines_graphs_with_expandable_segments_need_nccl_graph_reg
     (problem,) = problems_of(graphs, te=True)
     assert "NCCL_GRAPH_REGISTER=0" in problem.message and problem.hint == "set env.NCCL_GRAPH_REGISTER=0"
     assert problems_of([*graphs, "env.NCCL_GRAPH_REGISTER=0"], te=True) == []
+
+
+def test_a_refused_size_does_not_hide_the_settings_problems():
+    # each was said only once the size was fixed: one more problem per round
+    said = [p.message for p in problems_of(["hidden_size=0", "fp16=true", "optimizer_offload_fraction=-1.0"])]
+    assert "hidden_size must be at least 1, got 0" in said
+    assert "fp16 and bf16 are both set" in said
+    assert any(m.startswith("optimizer_offload_fraction -1.0") for m in said), said
+
