@@ -724,6 +724,13 @@ class _Checker:
 
     def training_length(self) -> None:
         iters, samples = self.arg("train_iters"), self.arg("train_samples")
+        for name, value, other in (("train_iters", iters, samples), ("train_samples", samples, iters)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1:
+                # no step to train (Megatron's `if args.train_iters:` even reads 0 as unset)
+                self.fail(f"{name} must be at least 1, got {value}",
+                          f"set {name}=null (the job trains for its other length)" if other is not None else
+                          f"set {name}=1000 (or another length of at least 1)", stage="validate")
+                return
         if iters is None and samples is None:
             self.fail("neither train_iters nor train_samples is set", "set exactly one of them", stage="runtime")
             return

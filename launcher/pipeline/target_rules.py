@@ -194,8 +194,10 @@ def megatron_fsdp(c: Any) -> None:
     if c.arg("fsdp_manual_registration") and not fsdp:
         c.fail("fsdp_manual_registration needs use_megatron_fsdp")
     if fmt == "fsdp_dtensor" and not fsdp:
+        fsdp_can = env_value(c, CONNECTIONS) != "1"  # Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1
         c.fail("ckpt_format fsdp_dtensor needs use_megatron_fsdp",
-               "set ckpt_format=torch_dist (Megatron's default format), or use_megatron_fsdp=true")
+               "set ckpt_format=torch_dist (Megatron's default format)" + (", or use_megatron_fsdp=true" if fsdp_can
+                                                                          else ""))
     if fmt == "torch_dcp":
         if not c.arg("use_torch_fsdp2"):
             c.fail("ckpt_format torch_dcp needs use_torch_fsdp2")

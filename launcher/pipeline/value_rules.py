@@ -307,6 +307,16 @@ def cpu_offloading(arg: Arg, fail: Fail, te: bool = False) -> None:
     count, layers = arg("cpu_offloading_num_layers"), arg("num_layers")
     if not (_number(count) and _number(layers)) or count <= 0:  # 0: no offloading (Megatron's default)
         return
+    if arg("recompute_granularity") is not None:  # transformer_config.py:1525
+        fail(f"cpu_offloading_num_layers {count} with recompute_granularity {arg('recompute_granularity')}: "
+             "Megatron's TransformerConfig raises \"CPU offloading does not work when activation recomputation is "
+             "enabled\"", "set cpu_offloading_num_layers=0 (no offloading), or recompute_granularity=null --set "
+             "recompute_method=null --set recompute_num_layers=null")
+    if (arg("pipeline_model_parallel_size") or 1) > 1:  # transformer_config.py:1520
+        fail(f"cpu_offloading_num_layers {count} with pipeline_model_parallel_size "
+             f"{arg('pipeline_model_parallel_size')}: Megatron's TransformerConfig raises \"Currently there is no "
+             "support for Pipeline parallelism with CPU offloading\"",
+             "set cpu_offloading_num_layers=0 (no offloading)")
     if count >= layers:
         fail(f"cpu_offloading_num_layers {count} with num_layers {layers}: Megatron's TransformerConfig raises "
              f"\"CPU offloading can be done only for layers less than {layers}\"",

@@ -233,6 +233,12 @@ CASES = {
     "TE's activation with the fused bias GeLU": (["use_te_activation_func=true"], False),
     "more CPU-offloaded layers than the model has": (["cpu_offloading_num_layers=100"], False),
     "ADLR autoresume off NVIDIA's clusters": (["adlr_autoresume=true"], False),
+    "CPU offloading with full recompute": (["cpu_offloading_num_layers=2", "recompute_granularity=full",
+                                            "recompute_method=uniform", "recompute_num_layers=1"], False),
+    "no training samples next to a length in iterations": (["train_samples=0"], False),
+    "a negative training length": (["train_iters=-1"], False),
+    "Megatron-FSDP's checkpoint format with one CUDA connection": (
+        ["ckpt_format=fsdp_dtensor", "async_save=false", "env.CUDA_DEVICE_MAX_CONNECTIONS=1"], False),
     "the param gather overlap with an emerging optimizer": (["optimizer=soap", "overlap_param_gather=true",
                                                             "overlap_grad_reduce=true"], False),
     "the MXFP8 grad-buffer reuse without fp8": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
