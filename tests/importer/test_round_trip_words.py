@@ -156,3 +156,14 @@ def test_exported_numerics_variables_reach_the_ranks_and_the_round_trip_stays_eq
     imported, outcome, report = judged(script, "train.sh", None, tmp_path)
     assert imported.env == {"NVTE_FUSED_ATTN": "0", "NCCL_ALGO": "Tree", "NVTE_FLASH_ATTN": "0"}
     assert outcome.differences == [] and "round trip: equal" in report
+
+
+def test_what_a_job_launcher_exports_to_every_rank_is_carried(tmp_path):
+    # Open MPI's -x and MPICH's -genv set the ranks' environment: the allocator's expandable segments (with TE's
+    # CUDA graphs a Megatron assert) were dropped with the wrapper, and the round trip still said equal
+    script = ("mpirun -np 8 -x PATH -x PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True -genv NCCL_ALGO Tree "
+              + BASE.replace("torchrun --nproc_per_node 1 ", "python ") + "\n")
+    imported, outcome, report = judged(script, "train.sh", None, tmp_path)
+    assert imported.env["PYTORCH_CUDA_ALLOC_CONF"] == "expandable_segments:True"
+    assert imported.env["NCCL_ALGO"] == "Tree" and "PATH" not in imported.env
+    assert outcome.differences == []
