@@ -907,7 +907,11 @@ def _without_sizes(c: _Checker) -> None:
         value = c.arg(dest)
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
 
-    for rule in (c.precision, c.training_length, lambda: check_values(c.arg, c.fail, c.te),
+    # the optimizer's rules read only the virtual pipeline, known here when the preset names none
+    no_vpp = c.arg("num_layers_per_virtual_pipeline_stage") is None and \
+        c.arg("num_virtual_stages_per_pipeline_rank") is None and c.arg("pipeline_model_parallel_layout") is None
+    optimizer = [lambda: c.optimizer_overlap(None)] if no_vpp else []
+    for rule in (c.precision, c.training_length, *optimizer, lambda: check_values(c.arg, c.fail, c.te),
                  lambda: target_rules.check(c, size("tensor_model_parallel_size"), size("context_parallel_size"),
                                             None)):
         try:

@@ -401,7 +401,9 @@ def test_transformer_engines_graphs_with_expandable_segments_need_nccl_graph_reg
 
 def test_a_refused_size_does_not_hide_the_settings_problems():
     # each was said only once the size was fixed: one more problem per round
-    said = [p.message for p in problems_of(["hidden_size=0", "fp16=true", "optimizer_offload_fraction=-1.0"])]
+    said = [p.message for p in problems_of(["hidden_size=0", "fp16=true", "optimizer_offload_fraction=-1.0",
+                                            "exp_avg_dtype=fp8"])]
+    assert any(m.startswith("exp_avg_dtype fp8 needs use_precision_aware_optimizer") for m in said), said
     assert "hidden_size must be at least 1, got 0" in said
     assert "fp16 and bf16 are both set" in said
     assert any(m.startswith("optimizer_offload_fraction -1.0") for m in said), said
