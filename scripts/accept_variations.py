@@ -222,7 +222,8 @@ def problems_of(preset: str, overrides: list[str]) -> tuple[list[Problem], objec
 
 
 SET = re.compile(r"(?:(?<=\s)|^)(?:--)?(?:set )?([a-z_][a-zA-Z0-9_.]*)=(\[[^\]\s]*\]|[^\s,;)`]+)")
-TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
+# not ways out on a machine without them (TE's layers need TE)
+TARGET_CHANGES = ("transformer_engine=true", "apex=true", "transformer_impl=transformer_engine")
 PLACEHOLDER = re.compile(r"^[A-Z]+$")  # DIR, VALUE, N: the user's own value, not one to follow
 
 
@@ -424,6 +425,78 @@ def variations(found: list[Base], per_mutation: int, rng: random.Random,
     return out
 
 
+# Settings no training job sets by value, or that name files and services: a value here is a path or a name, not
+# a setting to vary (the odd values below are numbers, choices and switches).
+NOT_VARIED = re.compile(r"(path|file|dir|^load$|^save$|wandb|tensorboard|log_|_log|^rank$|^local_rank$|world_size|"
+                        r"port|address|^exit_|^inference|^rl_|^export_|straggler|^ft_|^kitchen|^modelopt|"
+                        r"^hybrid_|^perform_rl_step$|^sft|^mock_data$|tokenizer|^data_|^split$|^vocab_size$)")
+BIG_INT = 2**31  # past a C int
+BIG_FLOAT = "1e30"
+
+
+def odd_values(arg) -> list[str]:
+    """Values Megatron's parser takes that presets never write, as `--set` values: zero, negative and very large
+    numbers, a float where an int is expected (argparse refuses it: the launcher must too), every other choice of a
+    `choices=` flag, and the other side of every switch."""
+    if arg.kind in ("true", "false", "bool"):
+        return ["false" if arg.default else "true"]
+    if arg.nargs is not None:
+        return []
+    if arg.choices:
+        return [str(c) for c in arg.choices if c != arg.default and c is not None]
+    if arg.type == "int":
+        return ["0", "-1", str(BIG_INT), "2.5"]
+    if arg.type == "float":
+        return ["0", "-1.0", BIG_FLOAT]
+    if arg.type == "layer_pattern":
+        return ["0", "-1"]
+    return []
+
+
+def odd_mutations() -> dict[str, list[str]]:
+    """Every catalog setting's odd values, one mutation each (the run samples them)."""
+    from launcher.megatron.args import catalog
+
+    return {f"odd {dest}={value}": [f"{dest}={value}"] for dest, arg in sorted(catalog().items())
+            if not NOT_VARIED.search(dest) for value in odd_values(arg)}
+
+
+def corpus_mutations() -> dict[str, list[str]]:
+    """Each Megatron setting the import corpus's scripts gave (as imported into their presets), one mutation each:
+    what real scripts set, moved onto other jobs."""
+    import yaml
+
+    from launcher.megatron.args import catalog
+
+    known = catalog()
+    found: dict[str, list[str]] = {}
+    for text in json.loads(PLAN.read_text())["presets"].values():
+        preset = yaml.safe_load(text) or {}
+        for section in (preset.get("megatron") or {}).values():
+            for dest, value in (section if isinstance(section, dict) else {}).items():
+                if dest in known and not NOT_VARIED.search(dest) and isinstance(value, (bool, int, float, str)):
+                    shown = ("true" if value else "false") if isinstance(value, bool) else str(value)
+                    if shown and not re.search(r"[\s,;()`$]", shown):
+                        found.setdefault(f"corpus {dest}={shown}", [f"{dest}={shown}"])
+    return found
+
+
+def wide_variations(found: list[Base], rng: random.Random, odd: int, triples: int) -> list[tuple[Base, Variation]]:
+    """`odd` single odd values (odd_mutations, the corpus's settings) on a base each, and `triples` variations
+    three mutations at a time drawn from every pool (MUTATIONS, the odd values, the corpus's settings)."""
+    pool = {**MUTATIONS, **odd_mutations(), **corpus_mutations()}
+    singles = [k for k in pool if k not in MUTATIONS]
+    out = [(rng.choice(found), Variation("", label, list(pool[label])))
+           for label in rng.sample(singles, min(odd, len(singles)))]
+    labels = sorted(pool)
+    for _ in range(triples):
+        chosen = rng.sample(labels, 3)
+        out.append((rng.choice(found), Variation("", " + ".join(chosen), [s for k in chosen for s in pool[k]])))
+    for base, variation in out:
+        variation.base = base.name
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -437,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
                              "small, one worker serves them all, and a killed run may leave that worker behind)")
     parser.add_argument("--pairs", type=int, default=200, help="mutations two at a time")
     parser.add_argument("--only", default="", help="only mutations whose label contains this")
+    parser.add_argument("--odd", type=int, default=0, metavar="N",
+                        help="also N single odd values (zero, negative, huge, a float for an int, every other "
+                             "choice, the other side of a switch) and settings of the import corpus's scripts")
+    parser.add_argument("--triples", type=int, default=0, metavar="N",
+                        help="also N variations three mutations at a time, from every pool")
     args = parser.parse_args(argv)
     started = time.monotonic()
     rng = random.Random(args.seed)
@@ -450,6 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         found = bases(work, args.megatron_path, args.ftm, rng)
         chosen = {k: v for k, v in MUTATIONS.items() if args.only in k}
         jobs = variations(found, args.per_mutation, rng, chosen, args.pairs)
+        jobs += wide_variations(found, random.Random(args.seed + 1), args.odd, args.triples)
         accepted = []
         for base, variation in jobs:
             job = judge(variation, base, empty, megatron)

@@ -52,7 +52,7 @@ def judge(job: ResolvedJob, problems: list[Problem], where: Where,
     # first step, a package) has its layout, and its memory is said with the rest, not after they are fixed
     estimated = not problems or layout_adds_up(job)
     try:
-        warnings, found = _memory_at_fewest_nodes(job, not here) if estimated else ([], [])
+        warnings, found = _memory_at_experts_that_fit(job, not here) if estimated else ([], [])
     except (ValueError, TypeError, ArithmeticError, KeyError, IndexError):
         if not problems:
             raise
@@ -97,6 +97,24 @@ def target_package_warnings(job: ResolvedJob) -> list[str]:
     return [f"{row.condition(settings, job.megatron)} needs {row.wanted()} where the job runs ({row.cite}); each "
             f"node checks it at job start; declare it once the target has it: launcher.packages: [{row.package}]"
             for row in requirements.applicable(settings, ["package"]) if row.package not in declared]
+
+
+def _memory_at_experts_that_fit(job: ResolvedJob, refuse: bool) -> tuple[list[str], list[Problem]]:
+    """The memory verdict; where the world does not hold the experts' grid (ETP·EP·PP), at the largest expert-
+    parallel size it holds (the way out the layout's own hint offers), so that the memory is said with the layout
+    problem rather than once it is fixed: experts split over ranks that do not exist fit no GPU."""
+    tp, pp = job.layout.tp, job.layout.pp
+    etp, ep = job.arg("expert_tensor_parallel_size") or tp, job.arg("expert_model_parallel_size") or 1
+    if ep <= 1 or job.world_size % (etp * ep * pp) == 0:
+        return _memory_at_fewest_nodes(job, refuse)
+    fits = [e for e in range(ep - 1, 0, -1) if job.world_size % (etp * e * pp) == 0 and
+            (job.arg("num_experts") or e) % e == 0]
+    if not fits:
+        return [], []
+    said = f"at expert_model_parallel_size {fits[0]}, the largest this world holds: "
+    warnings, found = _memory_at_fewest_nodes(
+        replace(job, megatron={**job.megatron, "expert_model_parallel_size": fits[0]}), refuse)
+    return [said + w for w in warnings], [replace(p, message=said + p.message) for p in found]
 
 
 def _memory_at_fewest_nodes(job: ResolvedJob, refuse: bool) -> tuple[list[str], list[Problem]]:

@@ -406,6 +406,8 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         launcher.update(launch.launcher)
         notes += [f"{runner[0]} {_comment(d)}" for d in launch.dropped]
+        # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
+        env = {**env, **launch.env}
         if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")

@@ -413,6 +413,37 @@ class Launch:
     launcher: dict[str, Any] = field(default_factory=dict)
     dropped: list[str] = field(default_factory=list)
     wrapper: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # what the wrapper exports to every rank (mpirun -x A=1)
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def wrapper_env(wrapper: list[str]) -> dict[str, str]:
+    """Variables a job launcher sets for every rank: Open MPI's `-x NAME=VALUE`, MPICH/Intel MPI's `-genv NAME VALUE`
+    and `env NAME=VALUE` (a bare `-x NAME` passes the caller's value on: nothing to carry)."""
+    out: dict[str, str] = {}
+    k = 0
+    after_env = False  # `env A=1 B=2 prog`: the assignments right after env
+    while k < len(wrapper):
+        word = wrapper[k]
+        name, eq, value = word.partition("=")
+        if after_env and eq and ENV_NAME.fullmatch(name):
+            out[name] = value
+            k += 1
+            continue
+        after_env = word.rsplit("/", 1)[-1] == "env"
+        if word in ("-x", "--x") and k + 1 < len(wrapper):
+            name, eq, value = wrapper[k + 1].partition("=")
+            if eq and ENV_NAME.fullmatch(name):
+                out[name] = value
+            k += 2
+        elif word == "-genv" and k + 2 < len(wrapper) and ENV_NAME.fullmatch(wrapper[k + 1]):
+            out[wrapper[k + 1]] = wrapper[k + 2]
+            k += 3
+        else:
+            k += 1
+    return out
 
 
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
@@ -437,6 +468,7 @@ def split_launch(argv: list[str]) -> Launch:
     starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
     start = starts[-1] if starts else 0
     launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start])
+    launch.env = wrapper_env(launch.wrapper)
     if launch.wrapper:
         launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")

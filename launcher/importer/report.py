@@ -66,6 +66,9 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_as
         words = theirs.of_kind(kind)
         if words:
             apart.append(f"{len(words)} {what} ({', '.join(w.words[0] for w in words)})")
+    if theirs.repeated:  # an earlier value of the flag is no word of the preset's argv: argparse drops it too
+        apart.append(f"{len(theirs.repeated)} given more than once, the last value carried as argparse takes it "
+                     f"({', '.join(dict.fromkeys(w.partition('=')[0] for w in theirs.repeated))})")
     if aside:
         apart.append(f"{len(aside)} not carried: only data, checkpoint or logging flags in every branch "
                      f"({', '.join(map(comment_text, aside))})")
@@ -78,7 +81,8 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
     from launcher.pipeline.preset import load_preset
 
     try:
-        argv, added, plan, problems = preset_argv(*resolve_job(load_preset(str(preset_path))))
+        job, found = resolve_job(load_preset(str(preset_path)))
+        argv, added, plan, problems = preset_argv(job, found)
     except UserError as exc:  # the preset itself is refused: every problem, with what the import lost, at once
         outcome = Outcome(problems=list(exc.problems))
         _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set(), imported.set_aside)
@@ -93,7 +97,15 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
     outcome.differences, outcome.lost, outcome.apart = round_trip(imported.script_args, argv,
                                                                   set(added) | set(imported.replaced),
                                                                   imported.set_aside)
+    outcome.differences += env_differences(imported.env, job.environment.exported)
     return outcome
+
+
+def env_differences(script: dict[str, str], ranks: Any) -> list[str]:
+    """The script's exported variables (NCCL_*, NVTE_*: numerics and communication) the ranks would not see as the
+    script sets them: the round trip covers the environment too, not only the argv."""
+    return [f"env {name}: the script exports {value}, the job's ranks get {ranks.get(name, '(unset)')}"
+            for name, value in script.items() if ranks.get(name) != value]
 
 
 def all_lost(imported: Imported, outcome: Outcome) -> list[str]:
@@ -157,6 +169,10 @@ def as_dict(imported: Imported, outcome: Outcome, written_to: str | None) -> dic
         "launcher": {"ok": not outcome.problems, "layout": outcome.layout or None,
                      "problems": [{"message": p.message, "hint": p.hint} for p in outcome.problems],
                      "warnings": list(outcome.warnings)},
-        "round_trip": {"equal": not outcome.differences, "differences": list(outcome.differences),
-                       "apart_from": sorted(set(outcome.added) | set(imported.replaced))},
+        # equal as the text says it: no difference and nothing lost (a lost word is a difference of the argv)
+        "round_trip": {"equal": not outcome.differences and not all_lost(imported, outcome),
+                       "differences": list(outcome.differences),
+                       "lost": [n.partition(": ")[0] for n in all_lost(imported, outcome)],
+                       "apart_from": sorted(set(outcome.added) | set(imported.replaced)),
+                       "on_purpose": list(outcome.apart)},
     }

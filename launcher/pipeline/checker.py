@@ -19,7 +19,7 @@ from launcher.inside.megatron_ext import FAST_OPS_ENV, selected_ops
 from launcher.megatron import args as megatron_args
 from launcher.megatron import layer_pattern
 from launcher.megatron.args import default_ffn_hidden_size
-from launcher.megatron.effective import Effective, effective_settings
+from launcher.megatron.effective import EMERGING_OPTIMIZERS, Effective, effective_settings
 from launcher.megatron.model_families import other_families
 from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import target_rules
@@ -39,6 +39,39 @@ from launcher.pipeline.value_rules import check_values
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
 
 
+def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
+    """A way out for a size below 1 that lands on a job the other rules take: Megatron's default where it has one
+    (or the launcher chooses: the micro batch), else a value consistent with the sizes beside it."""
+    from launcher.megatron import args as megatron_args
+
+    default = megatron_args.catalog()[dest].default if dest in megatron_args.catalog() else None
+    if dest in _REQUIRED_VALUE:
+        return f"--set {dest}={_REQUIRED_VALUE[dest]} (or another value of at least 1)"
+    if default is None and dest not in _CONSISTENT:
+        return f"--set {dest}=null (Megatron's default)"
+    if isinstance(default, int) and not isinstance(default, bool) and default >= 1:
+        return f"--set {dest}=null (Megatron's default, {default})"
+
+    def sound(name: str) -> int | None:
+        value = arg(name)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+    heads, hidden = sound("num_attention_heads"), sound("hidden_size")
+    seq, positions = sound("seq_length"), sound("max_position_embeddings")
+    tp, pp = sound("tensor_model_parallel_size") or 1, sound("pipeline_model_parallel_size") or 1
+    value = {"hidden_size": (heads or 1) * (sound("kv_channels") or 64),
+             "num_attention_heads": tp if hidden is None or hidden % tp == 0 else 1,
+             "seq_length": positions or 1024, "max_position_embeddings": seq or 1024,
+             "num_layers": pp}.get(dest, 1)
+    return f"--set {dest}={value} (or another value of at least 1)"
+
+
+# sizes the launcher requires although Megatron's default is None
+_REQUIRED_VALUE = {"micro_batch_size": 1, "eval_interval": 1000}
+# sizes without a default, each with a value the sizes beside it decide (_at_least_one)
+_CONSISTENT = ("hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings", "num_layers")
+
+
 def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[Problem]:
     """Settings pretrain_gpt.py cannot start without (`missing`: also those not set), and sizes it divides by: a
     value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks this
@@ -50,11 +83,11 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
         if value is None and missing:
             problems.append(Problem(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset"))
         elif value is not None and value < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more"))
+            problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg)))
     for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
                  "expert_model_parallel_size"):
         if arg(dest) < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", f"--set {dest}=1 or more"))
+            problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", _at_least_one(dest, arg)))
     # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
     for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
                         ("num_virtual_stages_per_pipeline_rank", "validate"),
@@ -64,7 +97,7 @@ def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[P
                         ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate")):
         value = arg(dest)
         if value is not None and value < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {value}", f"--set {dest}=1 or more", stage))
+            problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg), stage))
     return problems
 
 
@@ -606,8 +639,10 @@ class _Checker:
 
     def optimizer_overlap(self, vpp: int | None) -> None:
         dist_opt = self.arg("use_distributed_optimizer")
-        # with torch FSDP2 the distributed optimizer is refused (target_rules.torch_fsdp2): the way out is the overlap
-        turn_on = "" if self.arg("use_torch_fsdp2") else "use_distributed_optimizer=true, or "
+        # with torch FSDP2 the distributed optimizer is refused (target_rules.torch_fsdp2), and an emerging optimizer
+        # (soap, muon, …) turns it into its layer-wise one (arguments.py): the way out is the overlap
+        emerging = self.arg("optimizer") in EMERGING_OPTIMIZERS and self.arg("optimizer") != "dist_muon"
+        turn_on = "" if self.arg("use_torch_fsdp2") or emerging else "use_distributed_optimizer=true, or "
         if self.arg("overlap_param_gather"):
             if not (dist_opt or self.arg("use_megatron_fsdp")):
                 self.fail("overlap_param_gather needs use_distributed_optimizer (it gathers the parameters the "
@@ -654,8 +689,8 @@ class _Checker:
         if self.arg("reuse_grad_buf_for_mxfp8_param_ag") and not self.arg("fp8_param_gather"):
             # distributed_data_parallel_config.py: "Reuse grad buffer only when keeping params in MXFP8."
             self.fail("reuse_grad_buf_for_mxfp8_param_ag needs fp8_param_gather (MXFP8 parameters): Megatron asserts "
-                      "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false, or fp8_param_gather="
-                      f"true{with_dist_opt} with fp8", stage="runtime")
+                      "it when it wraps the model", "set reuse_grad_buf_for_mxfp8_param_ag=false" + (
+                          f", or fp8_param_gather=true{with_dist_opt}" if self.arg("fp8") else ""), stage="runtime")
 
     # -- the whole layout -------------------------------------------------------------------------------------
     def layout(self, apex: bool) -> Layout:
@@ -689,6 +724,13 @@ class _Checker:
 
     def training_length(self) -> None:
         iters, samples = self.arg("train_iters"), self.arg("train_samples")
+        for name, value, other in (("train_iters", iters, samples), ("train_samples", samples, iters)):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1:
+                # no step to train (Megatron's `if args.train_iters:` even reads 0 as unset)
+                self.fail(f"{name} must be at least 1, got {value}",
+                          f"set {name}=null (the job trains for its other length)" if other is not None else
+                          f"set {name}=1000 (or another length of at least 1)", stage="validate")
+                return
         if iters is None and samples is None:
             self.fail("neither train_iters nor train_samples is set", "set exactly one of them", stage="runtime")
             return
@@ -703,8 +745,10 @@ class _Checker:
         else:
             based = "iters" if iters is not None else "samples"
         other = "samples" if based == "iters" else "iters"
+        # validate_args asserts the other unit's lengths are None (0 is set too) and its warm-up is 0
         conflicts = [name for name in (f"train_{other}", f"lr_decay_{other}", f"lr_warmup_{other}",
-                                       f"lr_wsd_decay_{other}") if self.arg(name)]
+                                       f"lr_wsd_decay_{other}")
+                     if (self.arg(name) if name.startswith("lr_warmup_") else self.arg(name) is not None)]
         if conflicts:
             self._training_length_conflicts(based, other, conflicts)
             return
@@ -750,7 +794,9 @@ class _Checker:
                 f"with it: {shown}")
         hint = f"unset them: {command}"
         gbs = self.preset.megatron.get("global_batch_size")
-        schedule = [n for n in conflicts if n.startswith("lr_")]
+        # a length of 0 (or less) has no same schedule in the other unit: unsetting it is the way
+        schedule = [n for n in conflicts if n.startswith("lr_") and isinstance(self.arg(n), int)
+                    and self.arg(n) > 0]
         if schedule and gbs:
             # the same LR schedule in the other unit, at a constant global batch
             def convert(value: int) -> int:
@@ -841,6 +887,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     ok = c.required()
     c.training_settings()
     if not ok:
+        _without_sizes(c)
         return None, c.problems, c.warnings
     layout = c.layout(apex_available)
     c.precision()
@@ -850,6 +897,27 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     check_values(c.arg, c.fail, c.te)
     target_rules.check(c, layout.tp, layout.cp, layout.vpp)
     return layout, c.problems, c.warnings
+
+
+def _without_sizes(c: _Checker) -> None:
+    """The rules that judge settings rather than sizes, for a job whose sizes are refused (a hidden size of 0):
+    every problem is said at once, not one more after each fix. A rule that still computes with a refused size
+    is skipped; it speaks once the size is fixed."""
+    def size(dest: str) -> int:
+        value = c.arg(dest)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+    # the optimizer's rules read only the virtual pipeline, known here when the preset names none
+    no_vpp = c.arg("num_layers_per_virtual_pipeline_stage") is None and \
+        c.arg("num_virtual_stages_per_pipeline_rank") is None and c.arg("pipeline_model_parallel_layout") is None
+    optimizer = [lambda: c.optimizer_overlap(None)] if no_vpp else []
+    for rule in (c.precision, c.training_length, *optimizer, lambda: check_values(c.arg, c.fail, c.te),
+                 lambda: target_rules.check(c, size("tensor_model_parallel_size"), size("context_parallel_size"),
+                                            None)):
+        try:
+            rule()
+        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError):
+            continue
 
 
 # What examples/run_simple_mcore_train_loop.py hard-codes (model_provider, its DataLoader, its loop); it takes no

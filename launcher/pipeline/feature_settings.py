@@ -17,7 +17,18 @@ FEATURE_ONLY = {"fp8": re.compile(r"fp8"),
                 # optimizer_config.py:457-469: without the precision-aware optimizer each of these must stay fp32
                 "use_precision_aware_optimizer": re.compile(r"^(main_grads|main_params|exp_avg|exp_avg_sq)_dtype$"),
                 # the distributed optimizer's own overlaps (checker.optimizer_overlap: each needs it)
-                "use_distributed_optimizer": re.compile(r"^overlap_param_gather(_with_optimizer_step)?$")}
+                "use_distributed_optimizer": re.compile(r"^overlap_param_gather(_with_optimizer_step)?$"),
+                # multi-latent attention's own sizes and rotary scaling (argument_utils.py:334: YaRN only with MLA)
+                "multi_latent_attention": re.compile(r"^(rope_type|q_lora_rank|kv_lora_rank|qk_head_dim|"
+                                                     r"qk_pos_emb_head_dim|v_head_dim|mla_down_proj_fusion)$"),
+                # paged stashing pages what the per-rank capacity drops (transformer_config.py:1688)
+                "moe_expert_rank_capacity_factor": re.compile(r"^moe_paged_stash$")}
+
+
+# setting → (the value that turns a feature on, the settings only that feature reads): a fix that moves the setting
+# to another value drops them too (--moe-enable-deepep outside the flex dispatcher: transformer_config.py:1428)
+VALUE_ONLY = {"moe_token_dispatcher_type": ("flex", re.compile(r"^moe_enable_deepep$")),
+              "transformer_impl": ("inference_optimized", re.compile(r"^inference_fuse_tp_communication$"))}
 
 
 def _yaml(value: Any) -> str:
@@ -40,10 +51,26 @@ def drop_hint(feature: str, arg: Callable[[str], Any]) -> str:
     return " ".join(f"--set {a}" for a in drop(feature, arg))
 
 
+def _left(setting: str, arg: Callable[[str], Any]) -> list[str]:
+    """`--set` assignments that reset what only VALUE_ONLY[setting]'s feature reads, where the job changes it."""
+    pattern = VALUE_ONLY[setting][1]
+    return [f"{dest}={_yaml(entry.default)}" for dest, entry in megatron_args.catalog().items()
+            if pattern.search(dest) and arg(dest) is not None and arg(dest) != entry.default]
+
+
 def with_drops(fix: str, arg: Callable[[str], Any]) -> str:
-    """A fix whose `set FEATURE=off` drops a feature of FEATURE_ONLY, with every setting only it reads dropped too."""
+    """A fix whose `set FEATURE=off` drops a feature of FEATURE_ONLY, with every setting only it reads dropped too;
+    likewise a fix that moves a setting of VALUE_ONLY off the value its feature needs."""
+    for setting, (on, _) in VALUE_ONLY.items():
+        moved = re.compile(rf"(?<![\w.]){setting}=(?!{on}\b)([\w-]+)")  # "set X=V" or a later way's "X=V"
+        found = moved.search(fix)
+        if found and _left(setting, arg):
+            fix = fix[:found.end()] + "".join(f" --set {a}" for a in _left(setting, arg)) + fix[found.end():]
     for feature in FEATURE_ONLY:
-        turn_off = re.compile(rf"(?:--)?set {feature}={_yaml(megatron_args.catalog()[feature].default)}\b")
-        if turn_off.search(fix) and len(drop(feature, arg)) > 1:
-            return turn_off.sub(drop_hint(feature, arg), fix, count=1)
+        # "set FEATURE=off", or a later way's bare "FEATURE=off"
+        off = _yaml(megatron_args.catalog()[feature].default)
+        found = re.search(rf"((?:(?:--)?set )?)(?<![\w.]){feature}={off}\b", fix)
+        dropped = drop(feature, arg)
+        if found and len(dropped) > 1:  # the hint's own "set " stays as it was written
+            return fix[:found.start()] + found[1] + " --set ".join(dropped) + fix[found.end():]
     return fix

@@ -49,6 +49,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     silent_rewrites(c, tp)
     no_op_settings(c)
     full_iteration_cuda_graph(c)
+    graph_register(c)
     cuda_graph_rules.check(c)
 
 
@@ -61,6 +62,17 @@ def full_iteration_cuda_graph(c: Any) -> None:
                "loop reads args.cuda_graph_use_single_mempool, which no flag defines (training.py:3285, "
                "arguments.py:2061)",
                "set cuda_graph_impl=none", stage="runtime")
+
+
+def graph_register(c: Any) -> None:
+    """arguments.py:1741: Transformer Engine's CUDA graphs with expandable segments need NCCL's graph registration
+    off (an illegal memory access otherwise)."""
+    if c.arg("cuda_graph_impl") == "transformer_engine" and \
+            "expandable_segments:True" in (env_value(c, "PYTORCH_CUDA_ALLOC_CONF") or "") and \
+            env_value(c, "NCCL_GRAPH_REGISTER") != "0":
+        c.fail("cuda_graph_impl transformer_engine with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True needs "
+               "NCCL_GRAPH_REGISTER=0: Megatron asserts it to avoid an illegal memory access (arguments.py:1741)",
+               "set env.NCCL_GRAPH_REGISTER=0")
 
 
 def connections(c: Any, tp: int, cp: int) -> None:
@@ -104,14 +116,16 @@ def _product(values: list[int]) -> int:
 def flex_dispatcher(c: Any, tp: int) -> None:
     """The flex token dispatcher's DeepEP backend exchanges tokens over the TP×EP group: Megatron asserts that group
     has more than one rank when it builds the MoE layer (token_dispatcher.py:1422)."""
+    ep = c.arg("expert_model_parallel_size") or 1
     if not c.arg("num_experts") or c.arg("moe_token_dispatcher_type") != "flex":
         return
-    ep = c.arg("expert_model_parallel_size") or 1
+    # the old flag names DeepEP on its own: leaving the flex dispatcher leaves it behind unless the hint drops it
+    drop_deepep = " --set moe_enable_deepep=false" if c.arg("moe_enable_deepep") else ""
     if (c.arg("moe_flex_dispatcher_backend") == "deepep" or c.arg("moe_enable_deepep")) and tp * ep <= 1:
         c.fail(f"moe_token_dispatcher_type flex with the DeepEP backend at TP {tp} · EP {ep}: Megatron asserts "
                "\"DeepEP dispatcher requires TPxEP > 1\" when it builds the MoE layer (token_dispatcher.py:1422)",
-               "set moe_token_dispatcher_type=alltoall (at TP·EP 1 no token leaves its GPU), or raise "
-               "expert_model_parallel_size", stage="runtime")
+               f"set moe_token_dispatcher_type=alltoall{drop_deepep} (at TP·EP 1 no token leaves its GPU), or "
+               "raise expert_model_parallel_size", stage="runtime")
 
 
 def moe_overlap(c: Any, vpp: int | None) -> None:
@@ -180,7 +194,10 @@ def megatron_fsdp(c: Any) -> None:
     if c.arg("fsdp_manual_registration") and not fsdp:
         c.fail("fsdp_manual_registration needs use_megatron_fsdp")
     if fmt == "fsdp_dtensor" and not fsdp:
-        c.fail("ckpt_format fsdp_dtensor needs use_megatron_fsdp", "set use_megatron_fsdp=true or another format")
+        fsdp_can = env_value(c, CONNECTIONS) != "1"  # Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1
+        c.fail("ckpt_format fsdp_dtensor needs use_megatron_fsdp",
+               "set ckpt_format=torch_dist (Megatron's default format)" + (", or use_megatron_fsdp=true" if fsdp_can
+                                                                          else ""))
     if fmt == "torch_dcp":
         if not c.arg("use_torch_fsdp2"):
             c.fail("ckpt_format torch_dcp needs use_torch_fsdp2")
@@ -334,13 +351,14 @@ def needs_of_the_table(c: Any, tp: int, cp: int) -> None:
         elif row.kind == "setting":
             wrong = {dest: test for dest, test in row.needs["setting"].items()
                      if not requirements.holds(settings.get(dest), test)}
+            fix = with_drops(row.fix, c.arg)  # moving a setting leaves nothing that only its old value reads
             if wrong and set(wrong) <= set(row.when):  # the setting itself is what Megatron refuses
-                c.fail(f"{condition}: Megatron's validation refuses it ({row.cite}): {row.why}", row.fix)
+                c.fail(f"{condition}: Megatron's validation refuses it ({row.cite}): {row.why}", fix)
             elif wrong:
                 now = ", ".join(f"{dest} is {requirements.wanted_value(settings.get(dest))}" for dest in wrong)
                 needed = " and ".join(f"{d} {requirements.wanted_value(v)}" for d, v in wrong.items())
                 c.fail(f"{condition} needs {needed}, but {now} "
-                       f"({row.cite}): {row.why}", row.fix)
+                       f"({row.cite}): {row.why}", fix)
         elif row.kind == "layout":
             distributed_optimizer_instances(c, row, condition, tp, cp)
         else:

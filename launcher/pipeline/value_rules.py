@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from launcher.megatron import layer_pattern
+from launcher.pipeline import cuda_graph_rules
 
 Arg = Callable[[str], Any]
 Fail = Callable[..., None]
@@ -78,7 +79,16 @@ def query_groups(arg: Arg, fail: Fail, te: bool = False) -> None:
 def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
     """MoE expert counts: positive, at least the router's top-k; expert parallelism only with experts."""
     count, ep, topk = arg("num_experts"), arg("expert_model_parallel_size"), arg("moe_router_topk")
+    if arg("moe_router_group_topk") and not arg("moe_router_num_groups"):  # transformer_config.py:2105-2110
+        fail(f"moe_router_group_topk {arg('moe_router_group_topk')} without moe_router_num_groups: Megatron's "
+             "TransformerConfig raises \"When using group limited routing, moe_router_num_groups must be "
+             "specified\" (with or without experts)",
+             "set moe_router_group_topk=null (no group-limited routing)")
     if count is None:
+        if softmax_of_one_needed(arg, topk or 2):  # TransformerConfig checks the router of a dense model too
+            fail("moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax: Megatron's "
+                 "TransformerConfig raises 'Please use --moe-router-pre-softmax when topk is 1' even without "
+                 "experts", "set moe_router_topk=null (a model without experts routes nothing)")
         return
     if count < 1:
         dense = "leave num_experts unset (a dense model)"
@@ -224,10 +234,26 @@ STOPPED_BY_VALIDATE_ARGS = {
 }
 
 
+def _recompute_the_graphs_take(arg: Arg, hint: str) -> str:
+    """--checkpoint-activations' replacements, less those the job's per-layer CUDA graphs refuse (a graphed recompute
+    cannot redraw its dropout; full recompute needs the full-iteration graph); none left: no recompute at all."""
+    selective = {"checkpoint_activations": False, "recompute_granularity": "selective", "recompute_method": None,
+                 "recompute_num_layers": None}
+    full = {"checkpoint_activations": False, "recompute_granularity": "full", "recompute_method": "uniform",
+            "recompute_num_layers": 1}
+    ways = hint.split(", or ")
+    kept = [way for way, changes in zip(ways, (selective, full), strict=True)
+            if not cuda_graph_rules.refuses(arg, changes)]
+    if kept:
+        return ", or ".join(kept)
+    return ("--set checkpoint_activations=false (no recompute: this job's per-layer CUDA graphs take neither "
+            "Megatron's replacement, selective recompute, nor full recompute)")
+
+
 def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
     """A flag of an older Megatron that the pin parses and then stops on (exit() or an assert in validate_args)."""
     for dest, (how, message, hint) in STOPPED_BY_VALIDATE_ARGS.items():
-        if arg(dest) not in (None, False):
+        if arg(dest) is not None and arg(dest) is not False:  # validate_args asserts `is None`: 0 is set too
             if dest == "checkpoint_activations":  # selective recompute takes no method or layer count
                 left = "".join(f" --set {d}=null" for d in ("recompute_method", "recompute_num_layers")
                                if arg(d) is not None)
@@ -235,16 +261,79 @@ def stopped_by_validate_args(arg: Arg, fail: Fail, te: bool = False) -> None:
                 if arg("recompute_activations"):  # it would turn the full recompute of the other way selective
                     hint = hint.replace("recompute_granularity=full", "recompute_activations=false --set "
                                         "recompute_granularity=full", 1)
+                hint = _recompute_the_graphs_take(arg, hint)
             batch = arg("global_batch_size")
             if dest == "batch_size" and _number(batch) and _number(arg(dest)) and arg(dest) > 0 \
                     and batch % arg(dest):  # the old per-GPU batch does not divide the global one: let it follow
                 hint = hint.replace(" (the old", " --set global_batch_size=null (the old", 1)
+            value = arg(dest)
+            heads = arg("num_attention_heads")
+            if dest in ("batch_size", "model_parallel_size") and not (
+                    _number(value) and value >= 1 and value == int(value)
+                    and (dest == "batch_size" or (_number(heads) and heads % value == 0))):
+                # an old value that no size takes (0, negative, a TP that does not divide the heads): drop it only
+                hint = f"--set {dest}=null (its value {value} is no size the pin's setting takes)"
             fail(f"{dest} is a flag of an older Megatron: the pinned Megatron's validate_args {how}: \"{message}\"",
-                 hint.format(value=arg(dest)), "validate")
+                 hint.format(value=value), "validate")
 
 
-RULES = (stopped_by_validate_args, attention_backend_local, value_ranges, query_groups, experts, attention_mask,
-         async_save, no_rope_layers, bf16_end_layers)
+def negative_counts(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Counts whose negative value Megatron's truthiness tests take as set (`if args.mtp_num_layers:`) and that
+    then size lists and models with it."""
+    for dest in ("mtp_num_layers",):
+        value = arg(dest)
+        if _number(value) and value < 0:
+            fail(f"{dest} must be 0 or more, got {value}", f"set {dest}=null", "validate")
+
+
+def activation_fusion(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """TransformerConfig's checks of the fused bias-activation (transformer_config.py:1893-1905): Megatron fuses
+    the bias into the activation with bias_swiglu_fusion under SwiGLU, else bias_gelu_fusion."""
+    fused = arg("bias_swiglu_fusion") if arg("swiglu") else arg("bias_gelu_fusion")
+    which = "bias_swiglu_fusion" if arg("swiglu") else "bias_gelu_fusion"
+    offset = arg("glu_linear_offset")
+    if fused and _number(offset) and offset != 0 and not arg("quick_geglu"):
+        fail(f"glu_linear_offset {offset} with {which}: Megatron's TransformerConfig raises \"When "
+             "bias_activation_fusion is True and glu_linear_offset is non-zero, activation function must be "
+             "quick_gelu\"", "set glu_linear_offset=null (no offset)")
+    if fused and arg("use_te_activation_func"):
+        fail(f"use_te_activation_func with {which}: Megatron's TransformerConfig raises \"bias_activation_fusion "
+             "and use_te_activation_func cannot be both true\"", "set use_te_activation_func=false")
+
+
+def cpu_offloading(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """validate_args turns CPU offloading on for cpu_offloading_num_layers > 0 (arguments.py:1730); TransformerConfig
+    then wants fewer offloaded layers than the model has (transformer_config.py:1529)."""
+    count, layers = arg("cpu_offloading_num_layers"), arg("num_layers")
+    if not (_number(count) and _number(layers)) or count <= 0:  # 0: no offloading (Megatron's default)
+        return
+    if arg("recompute_granularity") is not None:  # transformer_config.py:1525
+        fail(f"cpu_offloading_num_layers {count} with recompute_granularity {arg('recompute_granularity')}: "
+             "Megatron's TransformerConfig raises \"CPU offloading does not work when activation recomputation is "
+             "enabled\"", "set cpu_offloading_num_layers=0 (no offloading), or recompute_granularity=null --set "
+             "recompute_method=null --set recompute_num_layers=null")
+    if (arg("pipeline_model_parallel_size") or 1) > 1:  # transformer_config.py:1520
+        fail(f"cpu_offloading_num_layers {count} with pipeline_model_parallel_size "
+             f"{arg('pipeline_model_parallel_size')}: Megatron's TransformerConfig raises \"Currently there is no "
+             "support for Pipeline parallelism with CPU offloading\"",
+             "set cpu_offloading_num_layers=0 (no offloading)")
+    if count >= layers:
+        fail(f"cpu_offloading_num_layers {count} with num_layers {layers}: Megatron's TransformerConfig raises "
+             f"\"CPU offloading can be done only for layers less than {layers}\"",
+             f"set cpu_offloading_num_layers={layers - 1}" if layers > 1 else "set cpu_offloading_num_layers=0")
+
+
+def autoresume(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """--adlr-autoresume imports NVIDIA's internal userlib.auto_resume; without it Megatron prints and exit()s
+    (global_vars.py:298), status 0, before any training."""
+    if arg("adlr_autoresume"):
+        fail("adlr_autoresume needs userlib.auto_resume (NVIDIA's internal cluster library): without it Megatron "
+             "calls exit() before any training (global_vars.py:298)", "set adlr_autoresume=false", "validate")
+
+
+RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume,
+         attention_backend_local, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
+         bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

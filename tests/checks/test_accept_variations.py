@@ -74,3 +74,49 @@ def test_megatron_starts_every_variation_the_dry_run_accepts(sample):
                           if "Megatron refuses" in f]
     assert accepted >= 30, accepted
     assert not disagreements, "\n".join(disagreements)
+
+
+def test_odd_values_are_what_the_parser_takes_and_presets_never_use():
+    from launcher.megatron.args import catalog
+
+    args = catalog()
+    assert variations.odd_values(args["hidden_size"]) == ["0", "-1", str(2**31), "2.5"]
+    assert variations.odd_values(args["lr"]) == ["0", "-1.0", "1e30"]
+    assert set(variations.odd_values(args["moe_token_dispatcher_type"])) == {"alltoall", "flex"}
+    assert variations.odd_values(args["bf16"]) == ["true"]
+    odd = variations.odd_mutations()
+    assert "odd hidden_size=2.5" in odd and not any("data_path" in label for label in odd)
+    assert len(variations.corpus_mutations()) > 100  # the import corpus's own settings
+
+
+@pytest.fixture(scope="module")
+def wide_sample(tmp_path_factory):
+    """Odd values and the corpus's settings alone, and three mutations at a time, on a seeded draw."""
+    work = tmp_path_factory.mktemp("wide")
+    empty = work / "empty"
+    empty.mkdir()
+    found = variations.bases(work, None, 0, random.Random(SEED))
+    return empty, variations.wide_variations(found, random.Random(SEED), 40, 10)
+
+
+def test_every_way_out_of_a_wide_variation_arrives(wide_sample):
+    empty, jobs = wide_sample
+    findings = []
+    for base, variation in jobs:
+        variations.judge(variation, base, empty, None)
+        findings += [f"{variation.base} + {variation.mutation}: {f}" for f in variation.findings]
+    assert not findings, "\n".join(findings)
+
+
+@pytest.mark.megatron
+def test_megatron_starts_every_wide_variation_the_dry_run_accepts(wide_sample):
+    from upstream_support import shared_checker
+
+    empty, jobs = wide_sample
+    megatron = variations.Megatron(None, shared_checker())
+    disagreements = []
+    for base, variation in jobs:
+        variations.judge(variation, base, empty, megatron)
+        disagreements += [f"{variation.base} + {variation.mutation}: {f}" for f in variation.findings
+                          if "Megatron refuses" in f]
+    assert not disagreements, "\n".join(disagreements)

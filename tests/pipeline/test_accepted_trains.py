@@ -159,6 +159,94 @@ CASES = {
     "more BF16 end layers than a stage holds": (["fp8_format=e4m3", "fp8_recipe=tensorwise",
                                                  "first_last_layers_bf16=true", "num_layers_at_start_in_bf16=30"],
                                                 True),
+    # found by varying real jobs (scripts/accept_variations.py): accepted, then refused by Megatron's config stage,
+    # or a way out that led into another rule
+    "DeepEP's old flag with the default dispatcher": (["num_experts=4", "add_bias_linear=false",
+                                                       "moe_enable_deepep=true"], False),
+    "DeepEP's old flag with the flex dispatcher at TP·EP 1": (["num_experts=4", "add_bias_linear=false",
+                                                               "moe_token_dispatcher_type=flex",
+                                                               "moe_enable_deepep=true"], False),
+    "DeepEP's old flag in a dense model": (["moe_enable_deepep=true"], False),
+    "DeepEP's old flag with HybridEP": (["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=flex",
+                                         "moe_enable_deepep=true", "moe_flex_dispatcher_backend=hybridep"], False),
+    "a graphed MoE router in a dense model": (["cuda_graph_impl=local", "cuda_graph_modules=[attn,moe_router]"],
+                                              False),
+    "a graphed MoE layer alone in a dense model": (["cuda_graph_impl=local", "cuda_graph_modules=[moe]"], False),
+    "a graphed dense MLP when every layer is MoE": (["num_experts=4", "add_bias_linear=false",
+                                                     "cuda_graph_impl=local", "cuda_graph_modules=[attn,mlp]"], False),
+    "a graphed MoE layer without drop-and-pad": (["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=local",
+                                                  "cuda_graph_modules=[attn,moe]"], False),
+    "a graphed MoE layer and its router": (["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=local",
+                                            "moe_expert_capacity_factor=1.0", "moe_pad_expert_input_to_capacity=true",
+                                            "cuda_graph_modules=[attn,moe,moe_router]"], False),
+    "a graphed MoE preprocessing with a capacity factor (local graphs take the router with it)": (
+        ["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=alltoall",
+         "moe_expert_capacity_factor=1.0", "cuda_graph_impl=local", "cuda_graph_modules=[attn,moe_router]"], False),
+    "a graphed MoE preprocessing with a capacity factor on TE's graphs": (
+        ["num_experts=4", "add_bias_linear=false", "moe_token_dispatcher_type=alltoall",
+         "moe_expert_capacity_factor=1.0", "cuda_graph_impl=transformer_engine",
+         "cuda_graph_modules=[attn,moe_router,moe_preprocess]"], True),
+    "a graphed MoE preprocessing without its router": (
+        ["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=transformer_engine",
+         "cuda_graph_modules=[attn,moe_preprocess]"], True),
+    "a graphed MoE router with MoE recompute on TE's graphs": (
+        ["num_experts=4", "add_bias_linear=false", "cuda_graph_impl=transformer_engine",
+         "cuda_graph_modules=[attn,moe_router]", "recompute_granularity=selective",
+         "recompute_modules=[moe]"], True),
+    "the old checkpoint flag under per-layer CUDA graphs with attention dropout": (
+        ["enable_cuda_graph=true", "checkpoint_activations=true", "attention_dropout=0.1"], False),
+    "the old checkpoint flag under per-layer CUDA graphs": (["cuda_graph_impl=local", "checkpoint_activations=true",
+                                                             "attention_dropout=0.0"], False),
+    # found by the wide variation search (accept_variations --odd --triples): values the presets never use
+    "an old flag at 0 (validate_args asserts it is None)": (["warmup=0"], False),
+    "the old batch size at 0": (["batch_size=0"], False),
+    "the old model-parallel size at 0": (["model_parallel_size=0"], False),
+    "a hidden size of 0": (["hidden_size=0"], False),
+    "a negative sequence length": (["seq_length=-1"], False),
+    "a micro batch of 0": (["micro_batch_size=0"], False),
+    "an evaluation interval of 0": (["eval_interval=0"], False),
+    "a tensor-parallel size of 0": (["tensor_model_parallel_size=0"], False),
+    "an experts' FFN size in a dense model": (["moe_ffn_hidden_size=768"], False),
+    "group-limited routing without groups in a dense model": (["moe_router_group_topk=2"], False),
+    "group-limited routing without groups": (["num_experts=4", "add_bias_linear=false",
+                                              "moe_router_group_topk=-1"], False),
+    "top-1 routing in a dense model": (["moe_router_topk=1"], False),
+    "a single grouped weight in a dense model": (["moe_single_grouped_weight=true"], False),
+    "padding to capacity in a dense model": (["moe_pad_expert_input_to_capacity=true"], False),
+    "expert bias in a dense model": (["moe_router_enable_expert_bias=true"], False),
+    "a shared expert of size 0 in a dense model": (["moe_shared_expert_intermediate_size=0"], False),
+    "a per-rank expert capacity without TE's op fuser": (["moe_expert_rank_capacity_factor=1.0"], False),
+    "paged stashing without a per-rank capacity": (["moe_paged_stash=true"], False),
+    "a per-rank capacity with paged stashing": (["moe_expert_rank_capacity_factor=1.0", "moe_paged_stash=true"],
+                                                False),
+    "the deprecated router padding in a dense model": (["moe_router_padding_for_fp8=true"], False),
+    "a symmetric all-reduce without TE": (["symmetric_ar_type=two_shot"], False),
+    "the dispatch/wgrad overlap without TE": (["overlap_dispatch_backward_with_experts_wgrad=true"], False),
+    "quick GeGLU with SwiGLU": (["quick_geglu=true", "swiglu=true"], False),
+    "YaRN without multi-latent attention": (["rope_type=yarn"], False),
+    "YaRN with multi-latent attention and GQA": (["multi_latent_attention=true", "rope_type=yarn",
+                                                  "group_query_attention=true", "num_query_groups=4"], False),
+    "inference-optimized layers with LayerNorm": (["transformer_impl=inference_optimized"], False),
+    "a negative multi-token prediction depth": (["mtp_num_layers=-1"], False),
+    "an LR decay of 0 samples in an iteration-based run": (["lr_decay_samples=0"], False),
+    "a GLU offset with the fused bias GeLU": (["glu_linear_offset=1.0"], False),
+    "TE's activation with the fused bias GeLU": (["use_te_activation_func=true"], False),
+    "more CPU-offloaded layers than the model has": (["cpu_offloading_num_layers=100"], False),
+    "ADLR autoresume off NVIDIA's clusters": (["adlr_autoresume=true"], False),
+    "CPU offloading with full recompute": (["cpu_offloading_num_layers=2", "recompute_granularity=full",
+                                            "recompute_method=uniform", "recompute_num_layers=1"], False),
+    "no training samples next to a length in iterations": (["train_samples=0"], False),
+    "a negative training length": (["train_iters=-1"], False),
+    "Megatron-FSDP's checkpoint format with one CUDA connection": (
+        ["ckpt_format=fsdp_dtensor", "async_save=false", "env.CUDA_DEVICE_MAX_CONNECTIONS=1"], False),
+    "the param gather overlap with an emerging optimizer": (["optimizer=soap", "overlap_param_gather=true",
+                                                            "overlap_grad_reduce=true"], False),
+    "the MXFP8 grad-buffer reuse without fp8": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
+    "Megatron-FSDP's checkpoint format without it": (["ckpt_format=fsdp_dtensor", "async_save=false"], False),
+    "delayed wgrad without the expert overlap": (["delay_wgrad_compute=true"], False),
+    "padding to capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
+                                                     "moe_router_load_balancing_type=sinkhorn",
+                                                     "moe_pad_expert_input_to_capacity=true"], False),
     "a parameter-save interval with the param all-gather overlapped": (
         ["save=/tmp/checkpoints", "save_interval=10", "save_params_interval=5", "overlap_param_gather=true",
          "use_distributed_optimizer=true", "overlap_grad_reduce=true"], False),
@@ -195,7 +283,7 @@ def test_dropping_the_distributed_optimizer_for_fsdp2_drops_its_overlap():
     # use_distributed_optimizer / set use_distributed_optimizer=true", a circle
     text = refused(["use_torch_fsdp2=true", "use_distributed_optimizer=true", "overlap_grad_reduce=true",
                     "overlap_param_gather=true", "untie_embeddings_and_output_weights=true"])
-    assert "--set use_distributed_optimizer=false --set overlap_param_gather=false" in text
+    assert "set use_distributed_optimizer=false --set overlap_param_gather=false" in text
     text = refused(["use_torch_fsdp2=true", "overlap_grad_reduce=true", "overlap_param_gather=true",
                     "untie_embeddings_and_output_weights=true"])
     assert "hint: set overlap_param_gather=false" in text and "use_distributed_optimizer=true" not in text
@@ -287,3 +375,36 @@ def test_a_hint_followed_leaves_nothing_that_megatron_then_refuses(overrides, tm
     assert before and after == [], [p.render() for p in after]
     assert problems_of(["main_grads_dtype=bf16"]) and problems_of(["num_experts=4", "add_bias_linear=false",
                                                                    "moe_router_topk=1"])
+
+
+def test_memory_is_said_with_an_expert_layout_the_world_does_not_hold():
+    # a job whose experts do not fit the world was estimated with its experts split over ranks that do not exist:
+    # the memory refusal came only once the expert-parallel size was fixed
+    big = ["num_experts=64", "add_bias_linear=false", "expert_model_parallel_size=2", "num_layers=48",
+           "hidden_size=4096", "num_attention_heads=32"]
+    from launcher.cli.job import JobRequest, job_for
+
+    _, problems = job_for(load_preset("345m", [*big, "nodes=1", "gpus_per_node=1"]),
+                          JobRequest(judge=True, local=False))
+    said = [p.message for p in problems]
+    assert "world size 1 is not divisible by expert TP·EP·PP = 1·2·1" in said
+    assert any(m.startswith("at expert_model_parallel_size 1, the largest this world holds: the memory estimate")
+               for m in said), said
+
+
+def test_transformer_engines_graphs_with_expandable_segments_need_nccl_graph_registration_off():
+    graphs = ["cuda_graph_impl=transformer_engine", "env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    (problem,) = problems_of(graphs, te=True)
+    assert "NCCL_GRAPH_REGISTER=0" in problem.message and problem.hint == "set env.NCCL_GRAPH_REGISTER=0"
+    assert problems_of([*graphs, "env.NCCL_GRAPH_REGISTER=0"], te=True) == []
+
+
+def test_a_refused_size_does_not_hide_the_settings_problems():
+    # each was said only once the size was fixed: one more problem per round
+    said = [p.message for p in problems_of(["hidden_size=0", "fp16=true", "optimizer_offload_fraction=-1.0",
+                                            "exp_avg_dtype=fp8"])]
+    assert any(m.startswith("exp_avg_dtype fp8 needs use_precision_aware_optimizer") for m in said), said
+    assert "hidden_size must be at least 1, got 0" in said
+    assert "fp16 and bf16 are both set" in said
+    assert any(m.startswith("optimizer_offload_fraction -1.0") for m in said), said
+

@@ -252,6 +252,7 @@ def test_following_a_rows_hint_never_leads_into_a_row_that_cannot_train():
     # found on the H200: the nvrx row's "set async_strategy=mcore" took an fsdp_dtensor job into a TypeError
     from launcher.megatron import requirements
     from launcher.megatron.effective import effective_settings
+    from launcher.pipeline.feature_settings import with_drops
 
     def blocks(row: requirements.Requirement, settings: dict) -> bool:
         if row.kind == "setting":  # it applies, and its setting is not what it needs
@@ -264,11 +265,14 @@ def test_following_a_rows_hint_never_leads_into_a_row_that_cannot_train():
     base = dict(load_preset("345m").megatron)  # a job as people write it: async saves with their persistent worker
     checked = 0
     for row in table:
-        for fix in _fix_alternatives(row.fix):
+        for index, written in enumerate(_fix_alternatives(row.fix)):
             for other in table:  # the row's settings together with another row's, less what the fix sets
-                given = {**base, **{dest: _an_example(test) for dest, test in other.when.items() if dest not in fix}}
+                given = {**base, **{dest: _an_example(test) for dest, test in other.when.items()
+                                    if dest not in written}}
                 given.update({dest: _an_example(test) for dest, test in row.when.items()})
                 given = {dest: value for dest, value in given.items() if value is not None}
+                # the hint as the launcher words it for these settings (a way out drops what only it left behind)
+                fix = _fix_alternatives(with_drops(row.fix, given.get))[index]
                 before = effective_settings(given).settings
                 if not blocks(row, before):
                     continue
