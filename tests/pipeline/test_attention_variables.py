@@ -115,3 +115,12 @@ def test_a_variable_the_launch_inherits_is_judged_and_the_hint_overrides_it():
     assert found and "NVTE_FUSED_ATTN=0 (inherited from the environment the launch starts in)" in found[0].message
     assert problems([f"{n}={v}" for n, v in first_way_out(found[0].hint)], inherited) == []
     assert problems(["attention_backend=unfused"], inherited) == []
+
+
+def test_the_dry_run_refuses_an_inherited_variable_as_a_user_sees_it(launch):
+    code, out, err = launch("345m", "--dry-run", env={"NVTE_FUSED_ATTN": "0"})
+    assert code == 2 and "Traceback" not in err
+    assert "error: NVTE_FUSED_ATTN=0 (inherited from the environment the launch starts in)" in err
+    assert "hint: --set env.NVTE_FUSED_ATTN=1 " in err
+    code, _, err = launch("345m", "--dry-run", "--set", "env.NVTE_FUSED_ATTN=1", env={"NVTE_FUSED_ATTN": "0"})
+    assert code == 0, err
