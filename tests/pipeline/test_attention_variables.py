@@ -43,6 +43,9 @@ def test_the_rule_refuses_exactly_what_megatron_asserts_and_its_hint_satisfies_m
     from megatron.core.models.common.language_module.language_module import LanguageModule
     from megatron.core.transformer.enums import AttnBackend
 
+    for name in attention_env.VARIABLES:  # Megatron writes them: recorded here, so each is restored afterwards
+        monkeypatch.setenv(name, "")
+
     def megatron_accepts(backend: str, env: dict[str, str | None]) -> bool:
         for name in attention_env.VARIABLES:
             if env.get(name) is None:
