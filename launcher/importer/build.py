@@ -22,8 +22,8 @@ import yaml
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
+from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
-from launcher.importer import training_command
 from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
 from launcher.pipeline.shell import shell_comment
 
@@ -517,6 +517,15 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "carried (elsewhere the ranks fail with it); add it under env: where it holds")
         elif k not in env_ok:
             notes.append(f"export {k}={_comment(env[k])}: not known without running the script")
+    attention = attention_vars.translate(settings, env_ok)  # TE's attention variables, in the pin's words
+    if attention.backend is not None:
+        settings["attention_backend"] = attention.backend
+        replaced["attention_backend"] = "the script's NVTE_*_ATTN exports, in the pin's words"
+        translated.append(_comment(attention.translated))
+    for name in attention.dropped:
+        del env_ok[name]
+    if attention.warning:
+        warnings.append(_comment(attention.warning))
     for dest, value in list(settings.items()):  # a secret expanded into a flag ($HF_TOKEN) is not written either
         clean = redaction.scrub_values(value)
         if repr(clean) != repr(value):  # repr: a NaN is not equal to itself

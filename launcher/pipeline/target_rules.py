@@ -15,7 +15,7 @@ from launcher.inside.megatron_ext.compiled_coverage import compiled_layer_gaps
 from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
-from launcher.pipeline import cuda_graph_rules
+from launcher.pipeline import attention_env, cuda_graph_rules
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.pipeline.feature_settings import drop_hint, with_drops
 
@@ -39,6 +39,7 @@ def gradient_accumulation_fusion(c: Any) -> bool:
 def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     context_parallel_sizes(c, cp)
     connections(c, tp, cp)
+    attention_variables(c)
     moe_overlap(c, vpp)
     flex_dispatcher(c, tp)
     torch_fsdp2(c)
@@ -94,6 +95,21 @@ def connections(c: Any, tp: int, cp: int) -> None:
         elif value != "1":
             c.fail(f"{CONNECTIONS}={value} with TP {tp} / CP {cp} > 1 on {c.preset.launcher.gpu}",
                    "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
+
+
+def attention_variables(c: Any) -> None:
+    """NVTE_FLASH_ATTN / NVTE_FUSED_ATTN / NVTE_UNFUSED_ATTN as a rank sees them (the preset's launcher.env over the
+    environment the launch inherits) against the effective attention_backend: the pin asserts they agree when it
+    builds the model, on every layer spec (attention_env)."""
+    backend = str(c.arg("attention_backend") or "auto")
+    exported = c.env.exported
+
+    def where(name: str) -> str:
+        return "launcher.env" if name in exported else "inherited from the environment the launch starts in"
+
+    found = attention_env.refusal(backend, lambda name: env_value(c, name), c.arg("spec"), where)
+    if found is not None:
+        c.fail(*found, stage="runtime")
 
 
 def context_parallel_sizes(c: Any, cp: int) -> None:

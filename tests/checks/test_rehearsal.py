@@ -156,7 +156,7 @@ def test_without_a_checkout_the_rehearsal_is_not_run_and_says_why(launch, tmp_pa
             f"{tmp_path} is not a Megatron-LM checkout") in out
 
 
-SET_HINT = re.compile(r"\bset ([a-z_][a-z0-9_.]*)=([^\s,;)]+)")
+SET_HINT = re.compile(r"\bset ([a-z_][a-z0-9_.]*|env\.[A-Za-z_][A-Za-z0-9_]*)=([^\s,;)]+)")
 
 
 @needs_checkout

@@ -15,7 +15,7 @@ from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
 from tests.pipeline.refusals import refused
 
-SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*)=([^\s,;)]+)")
+SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*|env\.[A-Za-z_][A-Za-z0-9_]*)=([^\s,;)]+)")
 
 
 def problems_of(overrides: list[str], te: bool = False, run_dir: Path | None = None) -> list:
@@ -71,6 +71,9 @@ CASES = {
     "squared ReLU with SwiGLU": (["squared_relu=true", "swiglu=true"], False),
     "the local attention backend on the launcher's spec": (["attention_backend=local"], False),
     "the local attention backend on TE's spec": (["attention_backend=local"], True),
+    "an older Megatron's attention variable (several backends allow it)": (["env.NVTE_FUSED_ATTN=0"], False),
+    "older Megatron's attention variables naming one backend": (["env.NVTE_FUSED_ATTN=0", "env.NVTE_UNFUSED_ATTN=0"],
+                                                                True),
     "per-layer CUDA graphs with full recompute": (["cuda_graph_impl=local", "recompute_granularity=full",
                                                    "recompute_method=uniform", "recompute_num_layers=1"], False),
     "the deprecated CUDA graph flag with graphed attention recompute": (
