@@ -66,10 +66,15 @@ def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_c
 EXIT = "MEGATRON_LAUNCH_EXIT"
 
 
-def test_the_collect_once_exit_is_asked_for_not_a_default():
+def test_the_collect_once_exit_is_a_fast_path_default_that_the_user_can_turn_off():
     for name in ("345m", "toy"):
-        assert job_for(name).environment.get(EXIT) is None  # measured on a CPU machine only
-    assert job_for("345m", env={EXIT: "collect-once"}).environment.get(EXIT) == "collect-once"  # the user's own
+        job = job_for(name)
+        assert job.environment.get(EXIT) == "collect-once"
+        assert any(n.startswith("at exit the ranks collect their garbage once") for n in job.notes)
+    assert job_for("345m", env={EXIT: "python"}).environment.get(EXIT) == "python"  # the user's own
+    mine = resolve(load_preset("345m"), 1, 1, inherited_env={EXIT: "python"})
+    assert EXIT not in mine.environment.exported
+    assert job_for(kernels=WITH_TE).environment.get(EXIT) is None  # off the fast path: no hook
 
 
 IMPORT_GC = "MEGATRON_LAUNCH_IMPORT_GC"
