@@ -40,6 +40,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     context_parallel_sizes(c, cp)
     connections(c, tp, cp)
     attention_variables(c)
+    distributed_backend(c)
     moe_overlap(c, vpp)
     flex_dispatcher(c, tp)
     torch_fsdp2(c)
@@ -110,6 +111,17 @@ def attention_variables(c: Any) -> None:
     found = attention_env.refusal(backend, lambda name: env_value(c, name), c.arg("spec"), where)
     if found is not None:
         c.fail(*found, stage="runtime")
+
+
+def distributed_backend(c: Any) -> None:
+    """--distributed-backend gloo (an older Megatron's CPU runs; the pin requires CUDA, initialize.py): the gradient
+    all-reduce on CUDA tensors then fails at the first step on any world size ("ProcessGroupGloo::
+    allreduce_coalesced: unsupported device type cuda", seen on one H200)."""
+    backend = c.arg("distributed_backend")
+    if backend is not None and backend != "nccl":
+        c.fail(f"distributed_backend {backend}: the pin trains on CUDA tensors only, and gloo cannot reduce them "
+               "(the first step fails: ProcessGroupGloo::allreduce_coalesced: unsupported device type cuda)",
+               "set distributed_backend=nccl", stage="runtime")
 
 
 def context_parallel_sizes(c: Any, cp: int) -> None:

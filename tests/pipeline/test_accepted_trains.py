@@ -74,6 +74,7 @@ CASES = {
     "an older Megatron's attention variable (several backends allow it)": (["env.NVTE_FUSED_ATTN=0"], False),
     "older Megatron's attention variables naming one backend": (["env.NVTE_FUSED_ATTN=0", "env.NVTE_UNFUSED_ATTN=0"],
                                                                 True),
+    "an older Megatron's CPU backend (gloo) on GPUs": (["distributed_backend=gloo"], False),
     "per-layer CUDA graphs with full recompute": (["cuda_graph_impl=local", "recompute_granularity=full",
                                                    "recompute_method=uniform", "recompute_num_layers=1"], False),
     "the deprecated CUDA graph flag with graphed attention recompute": (
