@@ -41,6 +41,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     connections(c, tp, cp)
     attention_variables(c)
     distributed_backend(c)
+    fused_residual_rmsnorm(c)
     moe_overlap(c, vpp)
     flex_dispatcher(c, tp)
     torch_fsdp2(c)
@@ -122,6 +123,15 @@ def distributed_backend(c: Any) -> None:
         c.fail(f"distributed_backend {backend}: the pin trains on CUDA tensors only, and gloo cannot reduce them "
                "(the first step fails: ProcessGroupGloo::allreduce_coalesced: unsupported device type cuda)",
                "set distributed_backend=nccl", stage="runtime")
+
+
+def fused_residual_rmsnorm(c: Any) -> None:
+    """transformer_config.py:1910-1914: the fusion of the residual into RMSNorm's backward needs RMSNorm."""
+    normalization = c.arg("normalization") or "LayerNorm"
+    if c.arg("fused_residual_rmsnorm") and normalization != "RMSNorm":
+        c.fail(f"fused_residual_rmsnorm needs normalization RMSNorm, and this job's is {normalization} "
+               "(TransformerConfig raises at model build)",
+               "set fused_residual_rmsnorm=false (the model stays as it is), or set normalization=RMSNorm")
 
 
 def context_parallel_sizes(c: Any, cp: int) -> None:

@@ -75,6 +75,7 @@ CASES = {
     "older Megatron's attention variables naming one backend": (["env.NVTE_FUSED_ATTN=0", "env.NVTE_UNFUSED_ATTN=0"],
                                                                 True),
     "an older Megatron's CPU backend (gloo) on GPUs": (["distributed_backend=gloo"], False),
+    "the residual fused into RMSNorm on a LayerNorm model": (["fused_residual_rmsnorm=true"], False),
     "per-layer CUDA graphs with full recompute": (["cuda_graph_impl=local", "recompute_granularity=full",
                                                    "recompute_method=uniform", "recompute_num_layers=1"], False),
     "the deprecated CUDA graph flag with graphed attention recompute": (
