@@ -198,5 +198,6 @@ def test_the_exit_trace_stamps_the_end_of_pretrain_and_dumps_the_stacks_while_th
     assert result.stdout.startswith("> megatron-launch exit trace: pretrain returned at "), result.stdout
     assert result.stdout.splitlines()[1] == "trained"
     assert "ending_slowly" in result.stderr  # a stack dumped while the program was still ending
-    untold = run_python(code, tmp_path, {}, (lib,))
-    assert untold.stdout == "trained\n" and "ending_slowly" not in untold.stderr
+    for value in ("", "0", "-1", "soon"):  # off, and the program as without the hook
+        untold = run_python(code, tmp_path, {"MEGATRON_LAUNCH_EXIT_TRACE": value}, (lib,))
+        assert untold.stdout == "trained\n" and untold.stderr == "", (value, untold.stderr)

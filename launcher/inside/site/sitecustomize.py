@@ -163,6 +163,15 @@ def trace_after_pretrain(training, interval: float) -> None:
     training.pretrain = pretrain
 
 
+def _seconds(value: str | None) -> float | None:
+    """A positive number of seconds, else None (the trace is off: a measurement aid never stops a run)."""
+    try:
+        seconds = float(value) if value else 0.0
+    except ValueError:
+        return None
+    return seconds if 0 < seconds < float("inf") else None
+
+
 def collect_once_then_freeze() -> None:
     """The last atexit handler (registered first): see EXIT_ENV."""
     import gc
@@ -190,9 +199,8 @@ def install(environ=os.environ) -> None:
 
         gc.disable()
         after.add(*resume)
-    trace = environ.get(EXIT_TRACE_ENV)
-    if trace:
-        interval = float(trace)
+    interval = _seconds(environ.get(EXIT_TRACE_ENV))
+    if interval:
         after.add("megatron.training.training", lambda training: trace_after_pretrain(training, interval))
     if after.hooks:
         sys.meta_path.insert(0, after)
