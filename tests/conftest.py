@@ -91,3 +91,18 @@ def no_bytecode_settings_of_this_machine(monkeypatch):
     (pipeline/startup.py): printed commands and golden files must not depend on the machine they are made on."""
     for name in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"):
         monkeypatch.delenv(name, raising=False)
+
+
+ATTENTION_VARIABLES = ("NVTE_FLASH_ATTN", "NVTE_FUSED_ATTN", "NVTE_UNFUSED_ATTN")
+
+
+@pytest.fixture(autouse=True)
+def no_attention_variables_left_by_another_test():
+    """Megatron's model build writes NVTE_*_ATTN into os.environ (language_module._set_attention_backend), and the
+    launcher judges the environment a launch inherits: a model built in-process by one test must not make another
+    test's job look as if the user had exported them."""
+    saved = {name: os.environ.pop(name) for name in ATTENTION_VARIABLES if name in os.environ}
+    yield
+    for name in ATTENTION_VARIABLES:
+        os.environ.pop(name, None)
+    os.environ.update(saved)
