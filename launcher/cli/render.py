@@ -68,6 +68,7 @@ def text(job: ResolvedJob, command: Command) -> str:
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     # a secret is taken from the shell that runs the script, as command.sh and the sbatch script do
     lines += [shell_export(name, value, shell_word) for name, value in command.env.items()]
+    lines += [f"unset {name}" for name in command.unset]  # names are checked: letters, digits, underscores
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 

@@ -58,8 +58,9 @@ def shell_export(name: str, value: str, quote) -> str:
     return f"export {name}={quote(value)}"
 
 
-def restore_from(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a resumed run: each <redacted> secret taken from `environ` (the launcher's own)."""
+def restore_from(env: Mapping[str, str | None], environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The environment of a resumed run: each <redacted> secret taken from `environ` (the launcher's own); a null
+    (unset for the ranks) stays null."""
     missing = [name for name, value in env.items() if value == REDACTED and not environ.get(name)]
     if missing:
         names = ", ".join(missing)
