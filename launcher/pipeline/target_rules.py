@@ -101,7 +101,8 @@ def connections(c: Any, tp: int, cp: int) -> None:
                                   "Megatron only warns; TP communication overlaps less")
         elif value != "1":
             c.fail(f"{as_seen(CONNECTIONS, value)} with TP {tp} / CP {cp} > 1 on {c.preset.launcher.gpu}",
-                   f"Megatron asserts it is 1 on Hopper and older GPUs; remove the setting (or set env.{CONNECTIONS}=1)")
+                   f"Megatron asserts it is 1 on Hopper and older GPUs; remove the setting "
+                   f"(or set env.{CONNECTIONS}=1)")
 
 
 def attention_variables(c: Any) -> None:

@@ -275,7 +275,8 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
         nofollow.write_atomic(staging / PRESET_FILE, header + yaml.safe_dump(
             secrets.redact_preset(_as_dict(dict(preset))), sort_keys=False), what="run preset")
-        nofollow.write_atomic(staging / COMMAND_FILE, command_script(argv, env, unset=unset), what="command.sh", mode=0o755)
+        nofollow.write_atomic(staging / COMMAND_FILE, command_script(argv, env, unset=unset), what="command.sh",
+                              mode=0o755)
         nofollow.write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n", what="run manifest")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
             (staging / sub).mkdir()

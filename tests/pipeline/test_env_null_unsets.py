@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from launcher.backends import slurm
-from launcher.errors import UserError
 from launcher.cli import render
+from launcher.errors import UserError
 from launcher.pipeline import resolve
 from launcher.pipeline.command import build_command
 from launcher.pipeline.environment import CONNECTIONS
