@@ -87,6 +87,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         **facts,
         "argv": redact_argv(command.argv),
         "env": job.environment.shown(),
+        **({"env_unset": list(command.unset)} if command.unset else {}),  # launcher.env's nulls
         "script": command.script,
         "runtime": {"python": job.runtime.python, "torchrun": job.runtime.torchrun, "how": job.runtime.how},
         "script_args": command.script_args,

@@ -2,6 +2,7 @@
 no launcher value and no inherited value reaches them, every script the launcher writes says `unset NAME`, and the
 checks judge the variable as unset."""
 
+import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -73,3 +74,6 @@ def test_the_attention_check_sees_an_unset_variable_as_unset(launch):
     code, out, err = launch("345m", "--dry-run", "--set", "env.NVTE_FUSED_ATTN=null", env={"NVTE_FUSED_ATTN": "0"})
     assert code == 0, err
     assert "unset NVTE_FUSED_ATTN" in out.splitlines()
+    code, out, err = launch("345m", "--dry-run", "--format", "json", "--set", "env.NVTE_FUSED_ATTN=null")
+    assert code == 0, err
+    assert json.loads(out)["env_unset"] == ["NVTE_FUSED_ATTN"]
