@@ -77,3 +77,19 @@ def test_the_attention_check_sees_an_unset_variable_as_unset(launch):
     code, out, err = launch("345m", "--dry-run", "--format", "json", "--set", "env.NVTE_FUSED_ATTN=null")
     assert code == 0, err
     assert json.loads(out)["env_unset"] == ["NVTE_FUSED_ATTN"]
+
+
+def test_a_null_survives_the_run_record_and_resume(tmp_path: Path):
+    """preset.yaml keeps the null (not the text "None", not <redacted> for a secret's name), so --resume unsets it
+    again without asking for a secret."""
+    import yaml
+
+    from launcher.runs import secrets
+
+    recorded = secrets.redact_preset({"launcher": {"env": {"HF_TOKEN": None, "NCCL_DEBUG": None, "A": "1"}}})
+    assert recorded["launcher"]["env"] == {"HF_TOKEN": None, "NCCL_DEBUG": None, "A": "1"}
+    path = tmp_path / "preset.yaml"
+    path.write_text("base: 345m\n" + yaml.safe_dump(recorded))
+    env = load_preset(str(path)).launcher.env
+    assert env["HF_TOKEN"] is None and env["NCCL_DEBUG"] is None
+    assert secrets.restore_from(env, {}) == {"HF_TOKEN": None, "NCCL_DEBUG": None, "A": "1"}
