@@ -77,6 +77,9 @@ def test_the_attention_check_sees_an_unset_variable_as_unset(launch):
     code, out, err = launch("345m", "--dry-run", "--format", "json", "--set", "env.NVTE_FUSED_ATTN=null")
     assert code == 0, err
     assert json.loads(out)["env_unset"] == ["NVTE_FUSED_ATTN"]
+    code, out, err = launch("show", "345m", "--set", "env.NVTE_FUSED_ATTN=null")
+    assert code == 0, err
+    assert any(line.split() == ["env.NVTE_FUSED_ATTN", "unset"] for line in out.splitlines()), out
 
 
 def test_a_null_survives_the_run_record_and_resume(tmp_path: Path):
