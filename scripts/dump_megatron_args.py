@@ -1,11 +1,14 @@
 """Write launcher/data/megatron_args.json: every argument of Megatron's own parser at the pinned commit.
 
 The launcher uses this list to know Megatron's argument names and types without importing torch.
+The parser is the pinned checkout's ($MEGATRON_LM_PATH or third_party/megatron-lm), imported from there: the
+launcher runs that checkout's pretrain_gpt.py, and the megatron-core wheel's megatron/training can differ from it
+(the 0.18.0 wheel has --fp8-output-proj, the pin's parser does not; a flag only the wheel has would pass the
+dry-run and then stop the run at argument parsing). Without a checkout the script refuses.
 Besides Megatron's own parser, pretrain_gpt.py passes extra argument providers: ModelOpt's arguments
 (megatron/post_training/arguments.py, added whenever that module imports, i.e. always from a checkout). Those
-come from the checkout ($MEGATRON_LM_PATH or third_party/megatron-lm) and are marked "provider": "modelopt";
-without a checkout the file's existing provider entries are kept.
-Needs megatron-core 0.18.0 (which ships megatron.training) and torch:
+come from the checkout too and are marked "provider": "modelopt".
+Needs torch and the checkout's dependencies (those of megatron-core 0.18.0):
 
     python scripts/dump_megatron_args.py            # rewrite the file
     python scripts/dump_megatron_args.py --check    # exit 1 if the file is out of date
@@ -67,11 +70,8 @@ def checkout() -> Path | None:
     return None
 
 
-def provider_parsers() -> dict[str, argparse.ArgumentParser] | None:
-    """Each extra provider's arguments on a parser of their own; None without a checkout."""
-    root = checkout()
-    if root is None:
-        return None
+def provider_parsers(root: Path) -> dict[str, argparse.ArgumentParser]:
+    """Each extra provider's arguments on a parser of their own."""
     parsers = {}
     for name, relative in PROVIDERS.items():
         spec = importlib.util.spec_from_file_location(f"_provider_{name}", root / relative)
@@ -81,27 +81,26 @@ def provider_parsers() -> dict[str, argparse.ArgumentParser] | None:
     return parsers
 
 
-def collect() -> dict:
-    from importlib.metadata import version
+def collect(root: Path) -> dict:
+    # pretrain_gpt.py imports `megatron` from its own directory: so does this script, ahead of any installed copy.
+    os.environ.setdefault("NO_VCS_VERSION", "1")  # skip the `git rev-parse` megatron.core runs at import
+    sys.path.insert(0, str(root))
+    from megatron.core import package_info
+    from megatron.training import arguments
 
-    from megatron.training.arguments import add_megatron_arguments
-
-    parser = add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
+    if not Path(arguments.__file__).resolve().is_relative_to(root.resolve()):
+        raise SystemExit(f"megatron.training was imported from {arguments.__file__}, not from the checkout {root}")
+    parser = arguments.add_megatron_arguments(argparse.ArgumentParser(allow_abbrev=False))
     args = entries(parser, "megatron")
-    providers = provider_parsers()
-    if providers is None:  # keep what the file says the providers add
-        old = json.loads(OUT.read_text())["arguments"] if OUT.exists() else {}
-        extra = {dest: e for dest, e in old.items() if e.get("provider", "megatron") != "megatron"}
-    else:
-        extra = {}
-        for name, provider_parser in providers.items():
-            extra.update(entries(provider_parser, name))
+    extra = {}
+    for name, provider_parser in provider_parsers(root).items():
+        extra.update(entries(provider_parser, name))
     for dest, entry in extra.items():
         if dest in args:
             raise SystemExit(f"provider argument {dest!r} shadows one of Megatron's own")
         args[dest] = entry
-    # The distribution's version: megatron.core.__version__ appends the git hash of the current directory.
-    return {"megatron_core": version("megatron-core"), "arguments": dict(sorted(args.items()))}
+    # The checkout's own version (package_info), without the git hash megatron.core.__version__ may append.
+    return {"megatron_core": package_info.__version__, "arguments": dict(sorted(args.items()))}
 
 
 def entries(parser: argparse.ArgumentParser, provider: str) -> dict:
@@ -131,12 +130,18 @@ def entries(parser: argparse.ArgumentParser, provider: str) -> dict:
 
 def main() -> int:
     check = "--check" in sys.argv[1:]
-    text = json.dumps(collect(), indent=1, sort_keys=True) + "\n"
+    root = checkout()
+    if root is None:
+        print("error: no Megatron-LM checkout at the pin\n"
+              "hint: scripts/fetch-megatron.sh, or set MEGATRON_LM_PATH to the checkout", file=sys.stderr)
+        return 2
+    text = json.dumps(collect(root), indent=1, sort_keys=True) + "\n"
     if check:
         if OUT.read_text() != text:
-            print(f"{OUT} is out of date: run python scripts/dump_megatron_args.py", file=sys.stderr)
+            print(f"{OUT} differs from the parser of the checkout at {root}: run python scripts/dump_megatron_args.py",
+                  file=sys.stderr)
             return 1
-        print(f"{OUT} matches the installed megatron-core")
+        print(f"{OUT} matches the parser of the checkout at {root}")
         return 0
     OUT.write_text(text)
     print(f"wrote {OUT}")

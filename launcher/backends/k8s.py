@@ -88,13 +88,17 @@ if ((NNODES > 1)); then
         sleep 2
     done
 fi
+for name in ${MEGATRON_LAUNCH_UNSET:-}; do  # launcher.env's nulls: not even the image's value reaches a rank
+    unset "$name"
+done
+unset MEGATRON_LAUNCH_UNSET
 exec "$@"
 """
 # Exit status 2 means bad input (a data file missing, Megatron's argument parser): no restart can fix it.
 INPUT_ERROR = 2
 MANAGED_ENV = ("NNODES", "NODE_RANK", "RESTART_ATTEMPT", "MASTER_ADDR", "MEGATRON_LAUNCH_DNS_TIMEOUT",
                "MEGATRON_LAUNCH_LOG_DIR", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "MEGATRON_LAUNCH_NODE_CHECK",
-               "MEGATRON_LAUNCH_NODE_ITEMS")
+               "MEGATRON_LAUNCH_NODE_ITEMS", "MEGATRON_LAUNCH_UNSET")
 # Kubernetes' expansion reads the byte after a `$`: `(` opens a reference, `$` escapes, and any other byte is
 # kept, but re-encoded as the character of that byte value, so `$é` (bytes C3 A9) would become `$Ã©`: a `$` before
 # a non-ASCII character is escaped too.
@@ -141,6 +145,7 @@ class JobSetJob:
     node_requirements: str = ""  # JSON of requirements.job_node_items: each pod checks them before torchrun
     preset: str = ""
     about: tuple[str, ...] = ()
+    unset: tuple[str, ...] = ()  # launcher.env's nulls: the entry script unsets them before torchrun
 
     @property
     def mount_path(self) -> str:
@@ -166,7 +171,7 @@ def build_job(job: ResolvedJob, command: Command, settings: K8sSettings) -> JobS
     return JobSetJob(name=name, namespace=settings.namespace, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
                      world_size=job.layout.world_size, argv=tuple(command.argv), env=dict(command.env),
                      run_dir=job.run_dir, settings=settings, data_files=job.unseen_files, preset=job.preset.name,
-                     about=tuple(about), node_requirements=json.dumps(items) if items else "")
+                     about=tuple(about), node_requirements=json.dumps(items) if items else "", unset=command.unset)
 
 
 def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
@@ -185,7 +190,7 @@ def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
     if Path(job.mount_path) in (Path("/"), Path("/dev"), Path("/dev/shm")):
         problems.append(Problem(f"the run root {job.mount_path} cannot be the PVC's mount point in the pods",
                                 "set run_root to a directory of its own, e.g. --set run_root=/runs"))
-    for name in job.env:
+    for name in (*job.env, *job.unset):
         if name in MANAGED_ENV:
             problems.append(Problem(f"env.{name} is set by the Kubernetes backend itself", "remove it from env"))
     hidden = [name for name, value in job.env.items() if secrets.is_secret(name, value)]
@@ -250,6 +255,8 @@ def jobset(job: JobSetJob) -> dict[str, Any]:
            {"name": "MEGATRON_LAUNCH_NODE_ITEMS", "value": k8s_word(job.node_requirements)}]
           if job.node_requirements else []),
         *(_env_entry(name, value, s) for name, value in job.env.items()),
+        # names only (checked identifiers), split by the entry script
+        *([{"name": "MEGATRON_LAUNCH_UNSET", "value": " ".join(job.unset)}] if job.unset else []),
     ]
     limits: dict[str, Any] = {"nvidia.com/gpu": job.gpus_per_node}
     container: dict[str, Any] = {

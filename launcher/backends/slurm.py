@@ -68,6 +68,7 @@ class BatchJob:
     run_dir: Path
     settings: SlurmSettings = field(default_factory=SlurmSettings)
     env: Mapping[str, str] = field(default_factory=dict)
+    unset: tuple[str, ...] = ()  # removed from every rank's environment (launcher.env's nulls)
     rdzv_port: int = 29500
     chain: int = 1
     world_size: int | None = None
@@ -111,7 +112,8 @@ class BatchJob:
     @property
     def export_lines(self) -> list[str]:
         """`export NAME=value` for every rank; a secret is taken from the submitting environment instead."""
-        return [ShellSafe(secrets.shell_export(name, value, shell_word)) for name, value in self.env.items()]
+        exports = [ShellSafe(secrets.shell_export(name, value, shell_word)) for name, value in self.env.items()]
+        return [*exports, *(ShellSafe(f"unset {name}") for name in self.unset)]  # names are checked identifiers
 
 
 def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain: int | None = None,
@@ -135,6 +137,7 @@ def build_job(job: ResolvedJob, command: Command, settings: SlurmSettings, chain
         run_dir=job.run_dir,
         settings=settings,
         env=dict(command.env),
+        unset=command.unset,
         rdzv_port=job.rdzv_port,
         chain=chain or settings.chain,
         world_size=job.layout.world_size,

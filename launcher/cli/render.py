@@ -68,6 +68,7 @@ def text(job: ResolvedJob, command: Command) -> str:
         lines.append(': "${MASTER_ADDR:?set MASTER_ADDR to the hostname of the first node}"')
     # a secret is taken from the shell that runs the script, as command.sh and the sbatch script do
     lines += [shell_export(name, value, shell_word) for name, value in command.env.items()]
+    lines += [f"unset {name}" for name in command.unset]  # names are checked: letters, digits, underscores
     lines += command_lines(command)
     return "\n".join(lines) + "\n"
 
@@ -86,6 +87,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         **facts,
         "argv": redact_argv(command.argv),
         "env": job.environment.shown(),
+        **({"env_unset": list(command.unset)} if command.unset else {}),  # launcher.env's nulls
         "script": command.script,
         "runtime": {"python": job.runtime.python, "torchrun": job.runtime.torchrun, "how": job.runtime.how},
         "script_args": command.script_args,

@@ -110,7 +110,9 @@ def show(job: ResolvedJob, problems: list[Problem], fmt: str) -> str:
     lines.append("")
     lines.append("launcher settings:")
     width = max(len(name) for name in settings)
-    lines += [f"  {name:<{width}}  {value}" for name, value in settings.items()]
+    # a null under env unsets the variable for the ranks (launcher.env), said so rather than "None"
+    lines += [f"  {name:<{width}}  {'unset' if value is None and name.startswith('env.') else value}"
+              for name, value in settings.items()]
     lines.append("")
     lines.append(f"Megatron flags that differ from Megatron's defaults ({len(rows)}; 'launcher' = decided by the "
                  "launcher):")

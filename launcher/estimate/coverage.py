@@ -138,7 +138,6 @@ NOT_MODELLED: dict[str, Unmodelled] = {
     "fp8_recipe": _u(_FP8_SCOPE, SMALL),
     "fp8_param_gather": _u("FP8 parameters all-gathered: half the gather bytes, FP8 weight copies", SMALL),
     "fp8_wgrad": _u(_FP8_SCOPE, SMALL),
-    "fp8_output_proj": _u(_FP8_SCOPE, SMALL),
     "first_last_layers_bf16": _u(_FP8_SCOPE, SMALL),
     "num_layers_at_start_in_bf16": _u(_FP8_SCOPE, SMALL),
     "num_layers_at_end_in_bf16": _u(_FP8_SCOPE, SMALL),

@@ -1,6 +1,6 @@
 """Megatron's own argument names and types at the pinned commit, read from data (no torch import).
 
-launcher/data/megatron_args.json is generated from megatron-core's parser by scripts/dump_megatron_args.py;
+launcher/data/megatron_args.json is generated from the pinned checkout's parser by scripts/dump_megatron_args.py;
 a test regenerates it and compares. Presets use Megatron's `dest` names (num_layers, bf16, ...).
 """
 

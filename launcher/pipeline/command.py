@@ -26,6 +26,7 @@ class Command:
     env: dict[str, str]  # exported for every process
     script: str  # the entry script's path
     script_args: list[str]  # Megatron flags only (empty for the simple loop and the all-reduce)
+    unset: tuple[str, ...] = ()  # removed from every process's environment (launcher.env's nulls)
 
     @property
     def expand(self) -> frozenset[int]:
@@ -101,7 +102,7 @@ def build_command(job: ResolvedJob) -> Command:
     argv = [*runner, script, *flags]
     env = dict(job.environment.exported)
     check_exec_limits(argv, env)
-    return Command(argv=argv, env=env, script=script, script_args=flags)
+    return Command(argv=argv, env=env, script=script, script_args=flags, unset=job.environment.unset)
 
 
 # Linux's bound on one argv word or one NAME=value of the environment (MAX_ARG_STRLEN: 32 pages, with its NUL);

@@ -96,6 +96,7 @@ class JobEnvironment:
     exported: Mapping[str, str] = field(default_factory=dict)
     inherited: Mapping[str, str] = field(default_factory=dict)
     chosen: tuple[str, ...] = ()  # names in `exported` the launcher decided (not the preset's launcher.env)
+    unset: tuple[str, ...] = ()  # launcher.env's nulls: removed from every rank's environment, inherited or not
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exported", MappingProxyType(dict(self.exported)))
@@ -103,6 +104,8 @@ class JobEnvironment:
 
     def get(self, name: str) -> str | None:
         """The value a rank sees."""
+        if name in self.unset:
+            return None
         return self.exported.get(name, self.inherited.get(name))
 
     def shown(self) -> dict[str, str]:
@@ -118,11 +121,13 @@ class JobEnvironment:
             env["PYTHONPATH"] = f"{self.exported['PYTHONPATH']}:{inherited_path}"
         if path is not None:
             env["PATH"] = path
+        for name in self.unset:
+            env.pop(name, None)
         return env
 
 
 def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: Path,
-                    settings: Mapping[str, object], preset_env: Mapping[str, str],
+                    settings: Mapping[str, object], preset_env: Mapping[str, str | None],
                     inherited: Mapping[str, str] | None = None, apex: bool = True) -> JobEnvironment:
     """Every variable the launcher exports for a job, in the order a script writes them."""
     chosen: dict[str, str] = {}
@@ -138,6 +143,9 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
             chosen["PYTHONPATH"] += f":{APEX_FREE}"
         fast_ops = preset_env.get(FAST_OPS_ENV, (inherited or {}).get(FAST_OPS_ENV))
         chosen.update(startup.startup_variables(settings, fast_ops, inherited))
-    exported = {**chosen, **preset_env}
+    # A null in launcher.env unsets the variable: neither the launcher's value nor an inherited one reaches a rank.
+    unset = tuple(name for name, value in preset_env.items() if value is None)
+    given = {name: value for name, value in preset_env.items() if value is not None}
+    exported = {name: value for name, value in {**chosen, **given}.items() if name not in unset}
     return JobEnvironment(exported, inherited or {},
-                          tuple(name for name in chosen if name not in preset_env))
+                          tuple(name for name in chosen if name not in preset_env), unset)

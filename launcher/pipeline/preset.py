@@ -35,7 +35,7 @@ class LauncherSettings:
     nodes: int = 1
     gpus_per_node: int = 8
     entry: str = "pretrain_gpt"
-    env: Mapping[str, str] = field(default_factory=dict)
+    env: Mapping[str, str | None] = field(default_factory=dict)  # None: unset for the ranks
     master_addr: str = "localhost"
     master_port: int = 29500
     megatron_path: str | None = None
@@ -258,7 +258,9 @@ def _env_name(name: Any, where: str) -> str:
     return name
 
 
-def _env_value(name: str, value: Any, where: str) -> str:
+def _env_value(name: str, value: Any, where: str) -> str | None:
+    if value is None:  # null: the ranks do not see the variable, even one the launch inherits
+        return None
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, (str, int, float)):
@@ -385,6 +387,8 @@ def _apply_one(layer: _Layer, name: str, raw: str) -> None:
         value = raw if head == "env" or rest in _slurm_fields(head)[1] else _override_value(raw)
         if head in SECTIONS and raw.strip().lower() in ("null", "none", "~"):
             value = None  # unset: the setting's default, or nothing requested
+        if head == "env" and raw.strip() in ("null", "~"):
+            value = None  # unset for the ranks (YAML's null; "none" stays text, a value some variables take)
         typed = _launcher_value(head, {rest: value}, where)
         _merge_launcher(layer.launcher, {head: typed})
         return

@@ -113,14 +113,15 @@ def check_shell_value(setting: str, value: str, problems: list[Problem]) -> None
         ))
 
 
-def check_environment(env: Mapping[str, str]) -> list[Problem]:
+def check_environment(env: Mapping[str, str | None]) -> list[Problem]:
     """Problems with environment variables the batch script exports on every node."""
     problems: list[Problem] = []
     for name, value in env.items():
         if not is_env_name(name):
             problems.append(Problem(f"environment variable name {name!r} is not a valid shell name",
                                     "use letters, digits and underscores, not starting with a digit"))
-        check_shell_value(f"env.{name}", str(value), problems)
+        if value is not None:  # None: unset, nothing is written
+            check_shell_value(f"env.{name}", value, problems)
     return problems
 
 

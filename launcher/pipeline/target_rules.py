@@ -78,6 +78,11 @@ def graph_register(c: Any) -> None:
                "set env.NCCL_GRAPH_REGISTER=0")
 
 
+def as_seen(name: str, value: str | None) -> str:
+    """NAME=value, or "NAME unset" (never NAME=None) for a variable no rank has."""
+    return f"{name} unset" if value is None else f"{name}={value}"
+
+
 def connections(c: Any, tp: int, cp: int) -> None:
     fsdp = uses_fsdp(c.arg)
     value = env_value(c, CONNECTIONS)
@@ -92,11 +97,12 @@ def connections(c: Any, tp: int, cp: int) -> None:
                               "it larger; expect slower overlap")
         elif c.arg("overlap_moe_expert_parallel_comm"):
             if value != "1":
-                c.warnings.append(f"TP/CP > 1 with overlap_moe_expert_parallel_comm and {CONNECTIONS}={value}: "
+                c.warnings.append(f"TP/CP > 1 with overlap_moe_expert_parallel_comm and {as_seen(CONNECTIONS, value)}: "
                                   "Megatron only warns; TP communication overlaps less")
         elif value != "1":
-            c.fail(f"{CONNECTIONS}={value} with TP {tp} / CP {cp} > 1 on {c.preset.launcher.gpu}",
-                   "Megatron asserts it is 1 on Hopper and older GPUs; remove the setting")
+            c.fail(f"{as_seen(CONNECTIONS, value)} with TP {tp} / CP {cp} > 1 on {c.preset.launcher.gpu}",
+                   f"Megatron asserts it is 1 on Hopper and older GPUs; remove the setting "
+                   f"(or set env.{CONNECTIONS}=1)")
 
 
 def attention_variables(c: Any) -> None:

@@ -243,13 +243,15 @@ def build_manifest(*, preset_name: str, world: Mapping[str, Any], layout: Any, o
     }
 
 
-def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None) -> str:
+def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | None = None,
+                   unset: Sequence[str] = ()) -> str:
     """command.sh: runnable as written on every node. Words are single-quoted, except the launcher's own
     ${MASTER_ADDR} endpoint (a HostFromEnv), which goes in double quotes so that each node fills it in."""
     lines = ["#!/usr/bin/env bash", "# Written by megatron-launch: the exact command of this run.", "set -euo pipefail"]
     if workdir is not None:
         lines.append(f"cd {shlex.quote(str(workdir))}")
     lines += [secrets.shell_export(key, str(value), shell_word) for key, value in env.items()]
+    lines += [f"unset {name}" for name in unset]  # launcher.env's nulls (names are checked identifiers)
     lines.append(" ".join(shell_words(argv)))
     return "\n".join(lines) + "\n"
 
@@ -258,7 +260,8 @@ def command_script(argv: Sequence[str], env: Mapping[str, str], workdir: Path | 
 
 
 def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping[str, Any],
-                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None
+                  argv: Sequence[str], env: Mapping[str, str], extra_files: Mapping[str, str] | None = None,
+                  unset: Sequence[str] = ()
                   ) -> Path:
     """Create `run_dir` complete or not at all; refuse if it exists (empty, it is this launch's reservation)."""
     run_dir = Path(run_dir)
@@ -272,7 +275,8 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
         header = f"# Resolved preset of run {run_dir.name} (base: layers and --set overrides applied).\n"
         nofollow.write_atomic(staging / PRESET_FILE, header + yaml.safe_dump(
             secrets.redact_preset(_as_dict(dict(preset))), sort_keys=False), what="run preset")
-        nofollow.write_atomic(staging / COMMAND_FILE, command_script(argv, env), what="command.sh", mode=0o755)
+        nofollow.write_atomic(staging / COMMAND_FILE, command_script(argv, env, unset=unset), what="command.sh",
+                              mode=0o755)
         nofollow.write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n", what="run manifest")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
             (staging / sub).mkdir()
@@ -322,7 +326,7 @@ def create_run_dir(job: Any, command: Any, overrides: Sequence[str], root: Path 
     preset_dict = {"description": getattr(preset, "description", "") or f"{preset.name}, as launched",
                    "launcher": launcher_settings, "megatron": megatron_args}
     return write_run_dir(run_dir, preset=preset_dict, manifest=manifest, argv=command.argv, env=command.env,
-                         extra_files=extra_files)
+                         unset=command.unset, extra_files=extra_files)
 
 
 # ---------------------------------------------------------------------------------------------- resume

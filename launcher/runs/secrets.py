@@ -21,9 +21,10 @@ from launcher.redaction import REDACTED, is_secret, remember, scrub_values
 _ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
 
 
-def redact_env(env: Mapping[str, Any]) -> dict[str, str]:
-    """The environment with every secret's value replaced by <redacted>."""
-    return {str(k): (REDACTED if is_secret(str(k), v) else str(v)) for k, v in env.items()}
+def redact_env(env: Mapping[str, Any]) -> dict[str, str | None]:
+    """The environment with every secret's value replaced by <redacted>; a null (unset for the ranks) stays null:
+    it hides nothing, and --resume must unset it again rather than look for a secret."""
+    return {str(k): None if v is None else REDACTED if is_secret(str(k), v) else str(v) for k, v in env.items()}
 
 
 def redact_assignment(word: str) -> str:
@@ -58,8 +59,9 @@ def shell_export(name: str, value: str, quote) -> str:
     return f"export {name}={quote(value)}"
 
 
-def restore_from(env: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
-    """The environment of a resumed run: each <redacted> secret taken from `environ` (the launcher's own)."""
+def restore_from(env: Mapping[str, str | None], environ: Mapping[str, str]) -> dict[str, str | None]:
+    """The environment of a resumed run: each <redacted> secret taken from `environ` (the launcher's own); a null
+    (unset for the ranks) stays null."""
     missing = [name for name, value in env.items() if value == REDACTED and not environ.get(name)]
     if missing:
         names = ", ".join(missing)

@@ -295,3 +295,21 @@ def test_the_default_image_is_the_container_the_pin_was_tested_in_which_check_as
     assert parse_k8s_settings({"pvc": "runs"}).image == NGC_IMAGE
     assumed = AssumedMachine("h200-141gb", True, True).describe()
     assert f"Transformer Engine {DECLARED_TE_VERSION} ({NGC_IMAGE})" in assumed
+
+
+def test_a_null_in_env_is_unset_in_the_pod_even_where_the_image_sets_it(tmp_path):
+    """launcher.env's null: the manifest names it, and the entry script unsets it before torchrun."""
+    import subprocess
+
+    made, _ = render_preset("345m", ("env.NCCL_DEBUG=null",))
+    env = {e["name"]: e.get("value") for e in container(made.obj)["env"]}
+    assert env["MEGATRON_LAUNCH_UNSET"] == "NCCL_DEBUG" and "NCCL_DEBUG" not in env
+    pod_env = {"NNODES": "1", "NODE_RANK": "0", "MASTER_ADDR": "localhost", "MEGATRON_LAUNCH_DNS_TIMEOUT": "1",
+               "MEGATRON_LAUNCH_LOG_DIR": str(tmp_path / "logs"), "PATH": "/usr/bin:/bin",
+               "NCCL_DEBUG": "INFO", "MEGATRON_LAUNCH_UNSET": env["MEGATRON_LAUNCH_UNSET"]}
+    probe = 'echo "${NCCL_DEBUG-unset} ${MEGATRON_LAUNCH_UNSET-unset}"'
+    out = subprocess.run(["bash", "-c", k8s.ENTRY_SCRIPT, "megatron-launch", "0", "bash", "-c", probe],
+                         env=pod_env, capture_output=True, text=True, timeout=30, check=True).stdout
+    assert out.splitlines()[-1] == "unset unset"
+    refused = k8s.check_job(dataclasses.replace(made.job, unset=("MASTER_ADDR",)), resolve_preset("345m")[0])
+    assert any("env.MASTER_ADDR is set by the Kubernetes backend" in p.message for p in refused)
