@@ -36,6 +36,7 @@ class Job:  # the fields of a ResolvedJob that a run directory records
 class Command:
     argv: list
     env: dict
+    unset: tuple = ()
 
 
 def make(tmp_path, megatron=None):
