@@ -201,3 +201,63 @@ def test_the_exit_trace_stamps_the_end_of_pretrain_and_dumps_the_stacks_while_th
     for value in ("", "0", "-1", "soon"):  # off, and the program as without the hook
         untold = run_python(code, tmp_path, {"MEGATRON_LAUNCH_EXIT_TRACE": value}, (lib,))
         assert untold.stdout == "trained\n" and untold.stderr == "", (value, untold.stderr)
+
+
+QUICK_PROGRAM = textwrap.dedent("""\
+    import atexit, os, sys
+    from megatron.training.training import pretrain
+
+    class Noted:
+        def __del__(self):
+            os.write(1, b"teardown ran\\n")
+
+    ALIVE = Noted()  # finalized only by the interpreter's module teardown
+    log = open("log.txt", "w")  # left open and unflushed, as a program may
+    log.write("written before the end\\n")
+    atexit.register(lambda: os.write(1, b"program atexit\\n"))
+    HOW = sys.argv[1]
+    if HOW == "raise-before":
+        raise RuntimeError("before pretrain")
+    print(pretrain())
+    if HOW == "raise-after":
+        raise RuntimeError("after pretrain")
+    """)
+
+
+def quick_run(tmp_path: Path, how: str, exit_value: str = "quick"):
+    tmp_path.mkdir(exist_ok=True)
+    lib = tmp_path / "lib"
+    if not lib.exists():
+        fake_megatron(lib)
+        (lib / "megatron" / "training" / "training.py").write_text("def pretrain():\n    return 'trained'\n")
+    script = tmp_path / "pretrain_gpt.py"
+    script.write_text(QUICK_PROGRAM)
+    path = os.pathsep.join(map(str, [SITE, lib]))
+    full = {k: v for k, v in os.environ.items() if not k.startswith("MEGATRON_LAUNCH_")}
+    full.update({"PYTHONPATH": path, "MEGATRON_LAUNCH_EXIT": exit_value})
+    return subprocess.run([sys.executable, str(script), how], env=full, capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+
+
+def test_the_quick_exit_ends_a_clean_run_at_once_after_its_handlers_with_every_file_flushed(tmp_path):
+    result = quick_run(tmp_path, "clean")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["trained", "program atexit"]  # no module teardown after the handlers
+    assert (tmp_path / "log.txt").read_text() == "written before the end\n"  # the open file's buffer was written
+
+
+
+def test_the_collected_exit_keeps_what_a_file_left_open_holds_however_the_program_ends(tmp_path):
+    for how in ("clean", "raise-before", "raise-after"):
+        result = quick_run(tmp_path / how, how, "collect-once")
+        assert result.returncode == (0 if how == "clean" else 1), (how, result.stderr)
+        assert "teardown ran" not in result.stdout  # the alive object: left to the operating system
+        assert (tmp_path / how / "log.txt").read_text() == "written before the end\n", how  # lost before the fix
+
+
+def test_the_quick_exit_leaves_every_other_end_to_python(tmp_path):
+    for how in ("raise-before", "raise-after"):
+        result = quick_run(tmp_path / how, how)
+        assert result.returncode == 1, (how, result.stderr)  # Python's status for an unhandled exception
+        assert f"RuntimeError: {how.replace('raise-', '')} pretrain" in result.stderr
+        assert (tmp_path / how / "log.txt").read_text() == "written before the end\n"
