@@ -230,6 +230,12 @@ def quick_exit() -> None:
         return
     gc.collect()
     flush_open_files()
+    torch = sys.modules.get("torch")
+    try:  # what the GPU still runs (a collective the other ranks wait on) ends before this process does
+        if torch is not None and torch.cuda.is_initialized():
+            torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - a broken device ends the process as Python would
+        return
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
