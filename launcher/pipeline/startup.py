@@ -13,9 +13,11 @@ Only on the fast path (the launcher's SDPA spec, pretrain_gpt.py), where the lau
 - torch's compile-worker pool starts when a kernel must be compiled, not at the first torch.compile call
   (TORCH_WARM_POOL=0): with the compile cache warm nothing is compiled, and the ~16 workers (each importing torch)
   only competed with the rank's start and were waited for at its exit;
-- at exit (MEGATRON_LAUNCH_EXIT=collect-once), once the program and its atexit handlers are done, the processes
-  collect their garbage once and freeze what is still alive, so the interpreter's shutdown does not walk torch's
-  objects again in each of its collections (objects are still freed as their modules are cleared).
+- at exit (MEGATRON_LAUNCH_EXIT=quick), once Megatron's pretrain() returned cleanly and the atexit handlers are
+  done, the ranks collect once, flush every open file, wait for the GPU's queued work and end at once (os._exit):
+  the interpreter's module teardown and the C++ destructors after it are skipped, and the operating system
+  releases the memory and the GPU context as it would anyway. Any other end (an exception, an exit from inside the
+  run) is Python's own after one collection (collect-once).
 No Megatron setting changes; the model, its initialisation and the data are the same.
 """
 
@@ -68,9 +70,9 @@ def startup_variables(settings: Mapping[str, object], fast_ops: str | None,
     if compiles_layers(fast_ops):
         chosen[WARMUP_ENV] = "draws"
     if EXIT_ENV not in inherited:
-        # measured on one H200 (docs/benchmarks.md): end of training -> exit 0.4-1.5 s shorter in each of 6 pairs
-        # (345m 6.6-7.3 -> 5.8-6.4 s, toy 5.8-5.9 -> 4.8-5.4 s)
-        chosen[EXIT_ENV] = "collect-once"
+        # measured on one H200 (docs/benchmarks.md): end of training -> exit, against collect-once, 345m 7.1-7.3 ->
+        # 4.0 s, toy 5.6-6.2 -> 1.7-2.3 s (collect-once was itself 0.4-1.5 s shorter than Python's exit)
+        chosen[EXIT_ENV] = "quick"
     if WARM_POOL_ENV not in inherited:
         # measured on one H200 (docs/benchmarks.md): 345m warm 12.8 -> 10.2 s to iteration 1 and 32.8 -> 26.5 s
         # command -> exit, toy warm 16.4 -> 14.9 s; a cold start the same (28.3 s toy)
@@ -97,6 +99,11 @@ def startup_notes(env: Mapping[str, str]) -> list[str]:
         notes.append(f"torch's compile workers start only when a kernel must be compiled ({WARM_POOL_ENV}=0), not "
                      "at the first torch.compile: with the compile cache warm none start (one H200, 345m: iteration 1 "
                      f"2.6 s and exit 6 s sooner); --set env.{WARM_POOL_ENV}=1 for torch's default")
+    if env.get(EXIT_ENV) == "quick":
+        notes.append(f"at exit a rank whose training returned cleanly ends at once ({EXIT_ENV}=quick): its files "
+                     "flushed and its GPU work finished, the interpreter's and CUDA's teardown skipped (one H200: "
+                     "3-4 s sooner from the end of training to exit); any other end is Python's own; "
+                     f"--set env.{EXIT_ENV}=python for Python's own always")
     if env.get(EXIT_ENV) == "collect-once":
         notes.append(f"at exit the ranks collect their garbage once and freeze what is alive ({EXIT_ENV}="
                      "collect-once): the interpreter's shutdown otherwise walks torch's ~450,000 objects in each of "

@@ -66,11 +66,11 @@ def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_c
 EXIT = "MEGATRON_LAUNCH_EXIT"
 
 
-def test_the_collect_once_exit_is_a_fast_path_default_that_the_user_can_turn_off():
+def test_the_quick_exit_is_a_fast_path_default_that_the_user_can_turn_off():
     for name in ("345m", "toy"):
         job = job_for(name)
-        assert job.environment.get(EXIT) == "collect-once"
-        assert any(n.startswith("at exit the ranks collect their garbage once") for n in job.notes)
+        assert job.environment.get(EXIT) == "quick"
+        assert any(n.startswith("at exit a rank whose training returned cleanly ends at once") for n in job.notes)
     assert job_for("345m", env={EXIT: "python"}).environment.get(EXIT) == "python"  # the user's own
     mine = resolve(load_preset("345m"), 1, 1, inherited_env={EXIT: "python"})
     assert EXIT not in mine.environment.exported
