@@ -407,9 +407,8 @@ class Result:
 
 def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Training]:
     vpps = [t.vpp]
-    if "vpp" in run.free and t.pp > 1:
-        per_rank = m.num_layers // t.pp
-        vpps = [1] + [v for v in range(2, ps.MAX_VPP + 1) if per_rank % v == 0]
+    if "vpp" in run.free:
+        vpps = ps.vpp_choices(m, t)  # the search's own choices, so that both price the same layouts
     mbss = ps.MICRO_BATCHES if "micro_batch_size" in run.free else (t.micro_batch_size,)
     recomputes = ps.recompute_choices(t) if "recompute" in run.free else (t.recompute,)
     for vpp in vpps:
