@@ -524,14 +524,15 @@ MOE_GRID: dict[str, tuple[float, ...]] = {
     "dispatch_exposed": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
     "grouped_fp8_gain": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.85),
 }
-# Blackwell's dense GEMM efficiency: its two fitted dense runs fix one constant, the rest is Hopper's kernels
-# on Blackwell's own peaks and bandwidths (launcher/gpus.py).
+# A family's dense GEMM efficiency (Hopper's on its fitted dense runs; Blackwell's two fitted dense runs fix this one
+# constant, the rest is Hopper's kernels on Blackwell's own peaks and bandwidths, launcher/gpus.py).
 DENSE_GRID: dict[str, tuple[float, ...]] = {"gemm": tuple(round(0.50 + 0.02 * i, 2) for i in range(21))}
-# What each family's fit moves (dense: False, MoE: True): Hopper's MoE constants (its dense ones are issue 16's;
-# its BF16 and FP8 Qwen3 runs tell grouped_fp8_gain apart), Blackwell's GEMM rate and its expert GEMMs'
-# overhead: its two MoE runs are both FP8, so its FP8 gain and dispatch share stay Hopper's.
+# What each family's fit moves (dense: False, MoE: True): Hopper's dense GEMM rate on its fitted dense runs (the
+# expert GEMMs scale with it too, but the MoE fit does not move it) and its MoE constants (its BF16 and FP8 Qwen3
+# runs tell grouped_fp8_gain apart), Blackwell's GEMM rate and its expert GEMMs' overhead: its two MoE runs are
+# both FP8, so its FP8 gain and dispatch share stay Hopper's.
 FITS: dict[str, tuple[tuple[bool, dict[str, tuple[float, ...]]], ...]] = {
-    "hopper": ((True, MOE_GRID),),
+    "hopper": ((False, DENSE_GRID), (True, MOE_GRID)),
     "blackwell": ((False, DENSE_GRID), (True, {"grouped_work": MOE_GRID["grouped_work"]})),
 }
 
