@@ -140,3 +140,12 @@ def test_ties_are_counted_apart_from_first(results) -> None:
     assert "#1 or tied with it for" in cal.part_summary_line("all", results)
     listed = cal.misses_text(results)
     assert sum(1 for r in results if not r.trivial and r.rank != 1) == len(listed.splitlines()) - 1
+
+
+def test_each_miss_names_the_term_it_loses_on(results) -> None:
+    """`--misses` says, for each listed published TP·PP that is not #1, which step-time term it loses most on."""
+    missed = [r for r in results if not r.trivial and r.rank not in (None, 1)]
+    assert missed
+    for r in missed:
+        assert r.deciding.startswith("mostly ") and r.deciding in cal.misses_text([r])
+    assert all(not r.deciding for r in results if r.rank in (None, 1))
