@@ -385,6 +385,7 @@ class Result:
     first_memory_gib: float = 0.0  # memory of the plan's #1 and of the published TP·PP as listed
     listed_memory_gib: float | None = None
     first_layout: str = ""  # #1 as search.describe writes it
+    deciding: str = ""  # the step-time term the listed published TP·PP loses most on against #1 (search.dominant_cost)
 
     @property
     def error(self) -> float:
@@ -407,9 +408,8 @@ class Result:
 
 def _choices(run: Run, t: est.Training, m: est.ModelShape) -> Iterable[est.Training]:
     vpps = [t.vpp]
-    if "vpp" in run.free and t.pp > 1:
-        per_rank = m.num_layers // t.pp
-        vpps = [1] + [v for v in range(2, ps.MAX_VPP + 1) if per_rank % v == 0]
+    if "vpp" in run.free:
+        vpps = ps.vpp_choices(m, t)  # the search's own choices, so that both price the same layouts
     mbss = ps.MICRO_BATCHES if "micro_batch_size" in run.free else (t.micro_batch_size,)
     recomputes = ps.recompute_choices(t) if "recompute" in run.free else (t.recompute,)
     for vpp in vpps:
@@ -448,9 +448,10 @@ def evaluate(run: Run, top: int = 10) -> Result:
     labels = [f"TP{c.training.tp} PP{c.training.pp}" for c in ranked]
     rank = next((i for i, c in enumerate(ranked, 1) if (c.training.tp, c.training.pp) == (run.tp, run.pp)), None)
     listed = ranked[rank - 1] if rank else None
+    deciding = ps.dominant_cost(listed.step, ranked[0].step) if listed and rank != 1 else ""
     return Result(run, pick.seconds, pick.memory.total / est.GIB, pick.fit, rank, labels[:3], found.tied,
                   listed.seconds / ranked[0].seconds - 1 if listed else None, ranked[0].memory.total / est.GIB,
-                  listed.memory.total / est.GIB if listed else None, ps.describe(ranked[0].training))
+                  listed.memory.total / est.GIB if listed else None, ps.describe(ranked[0].training), deciding)
 
 
 def evaluate_all(runs: Iterable[Run] = RUNS) -> list[Result]:
@@ -525,14 +526,15 @@ MOE_GRID: dict[str, tuple[float, ...]] = {
     "dispatch_exposed": (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 1.0),
     "grouped_fp8_gain": (1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.85),
 }
-# Blackwell's dense GEMM efficiency: its two fitted dense runs fix one constant, the rest is Hopper's kernels
-# on Blackwell's own peaks and bandwidths (launcher/gpus.py).
+# A family's dense GEMM efficiency (Hopper's on its fitted dense runs; Blackwell's two fitted dense runs fix this one
+# constant, the rest is Hopper's kernels on Blackwell's own peaks and bandwidths, launcher/gpus.py).
 DENSE_GRID: dict[str, tuple[float, ...]] = {"gemm": tuple(round(0.50 + 0.02 * i, 2) for i in range(21))}
-# What each family's fit moves (dense: False, MoE: True): Hopper's MoE constants (its dense ones are issue 16's;
-# its BF16 and FP8 Qwen3 runs tell grouped_fp8_gain apart), Blackwell's GEMM rate and its expert GEMMs'
-# overhead: its two MoE runs are both FP8, so its FP8 gain and dispatch share stay Hopper's.
+# What each family's fit moves (dense: False, MoE: True): Hopper's dense GEMM rate on its fitted dense runs (the
+# expert GEMMs scale with it too, but the MoE fit does not move it) and its MoE constants (its BF16 and FP8 Qwen3
+# runs tell grouped_fp8_gain apart), Blackwell's GEMM rate and its expert GEMMs' overhead: its two MoE runs are
+# both FP8, so its FP8 gain and dispatch share stay Hopper's.
 FITS: dict[str, tuple[tuple[bool, dict[str, tuple[float, ...]]], ...]] = {
-    "hopper": ((True, MOE_GRID),),
+    "hopper": ((False, DENSE_GRID), (True, MOE_GRID)),
     "blackwell": ((False, DENSE_GRID), (True, {"grouped_work": MOE_GRID["grouped_work"]})),
 }
 
@@ -592,8 +594,8 @@ def residuals_text(runs: Iterable[Run] = RUNS) -> str:
 
 def misses_text(results: Iterable[Result]) -> str:
     """Every multi-GPU run whose published TP·PP is not the plan's #1: how far behind #1 the plan lists it
-    (its fastest choice of the other knobs), the memory of both, and #1's layout; docs/plan.md reads the causes
-    from this."""
+    (its fastest choice of the other knobs), the memory of both, #1's layout and the step-time term the published
+    TP·PP loses most on; docs/plan.md reads the causes from this."""
     lines = [f"{'part':<9} {'gap':>7} {'rank':>4} {'GiB pub/#1':>12}  run: published TP·PP vs #1"]
     for r in results:
         if r.trivial or r.rank == 1:
@@ -602,7 +604,8 @@ def misses_text(results: Iterable[Result]) -> str:
         mem = f"{r.listed_memory_gib:.1f}" if r.listed_memory_gib is not None else "-"
         tie = " (tied)" if r.in_first_tie else ""
         lines.append(f"{r.run.part:<9} {gap:>7} {str(r.rank or '>10'):>4} {mem:>5}/{r.first_memory_gib:<5.1f}  "
-                     f"{r.run.name}: TP{r.run.tp} PP{r.run.pp} vs {r.first_layout}{tie}")
+                     f"{r.run.name}: TP{r.run.tp} PP{r.run.pp} vs {r.first_layout}{tie}"
+                     + (f"; {r.deciding}" if r.deciding else ""))
     return "\n".join(lines)
 
 

@@ -25,7 +25,8 @@ from launcher.pipeline.preset import LauncherSettings, Preset
 
 MICRO_BATCHES = (1, 2, 4, 8, 16, 32)
 RECOMPUTE = ("none", "selective", "full")
-MAX_VPP = 8
+# Virtual stages per pipeline rank: every divisor of a rank's layers up to this (published runs use 10-24)
+MAX_VPP = 64
 # minimum_gpus stops after this many GPU counts on which layouts fit in memory but every one is refused
 REFUSED_WORLDS = 4
 
@@ -108,14 +109,22 @@ def structural_layouts(m: est.ModelShape, base: est.Training, gpus_per_node: int
             split = pipeline_split(m, base, pp)
             if split is None:
                 continue
-            per_rank = max(st.layers + st.embedding * split.embedding_in_split + st.loss * split.loss_in_split
-                           for st in est.pipeline_stages(m, replace(split, vpp=1)))
-            vpps = [1] + ([v for v in divisors(per_rank) if 1 < v <= MAX_VPP] if pp > 1 else [])
-            if split.pipeline_layout:
-                vpps = [split.vpp]
-            for vpp in vpps:
+            for vpp in vpp_choices(m, split):
                 for mbs in MICRO_BATCHES:
                     yield replace(split, tp=tp, pp=pp, vpp=vpp, micro_batch_size=mbs)
+
+
+def vpp_choices(m: est.ModelShape, split: est.Training) -> list[int]:
+    """The virtual stages per pipeline rank worth trying for `split` (its PP and pipeline split): 1 and every
+    divisor of a rank's layers (the embedding and loss counted where the split counts them) up to MAX_VPP; a
+    layout string fixes its own."""
+    if split.pipeline_layout:
+        return [split.vpp]
+    if split.pp == 1:
+        return [1]
+    per_rank = max(st.layers + st.embedding * split.embedding_in_split + st.loss * split.loss_in_split
+                   for st in est.pipeline_stages(m, replace(split, vpp=1)))
+    return [1] + [v for v in divisors(per_rank) if 1 < v <= MAX_VPP]
 
 
 def pipeline_split(m: est.ModelShape, base: est.Training, pp: int) -> est.Training | None:

@@ -11,7 +11,7 @@ The structure (docs/plan.md has the same with the calibration table):
      `elementwise` passes over the hidden-wide tensors (replicated over TP unless sequence parallel) and
      `elementwise_ffn` over the FFN-wide ones;
    - the output layer and cross entropy on the rank that holds the loss (the output layer in BF16 also under FP8:
-     it is outside the layers' FP8 context); the embedding is a gather;
+     it is outside the layers' FP8 context; at the width curve of its own shard h × V/TP); the embedding is a gather;
    - recompute: full repeats each layer's forward (⅓ of GEMM and attention, ½ of elementwise), the MoE block's
      included (expert GEMMs, permutation, dispatch); selective repeats the core attention's forward.
 2. Pipeline (1F1B, or interleaved with VPP chunks): the slowest rank sets the pace, M microbatches of it,
@@ -227,9 +227,7 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         extra = 0.0
     compute = layers * layer
     if loss:  # output layer (fwd + bwd) and cross entropy over fp32 logits
-        # The output layer is tensor_parallel.ColumnParallelLinear, outside the transformer block's FP8 context
-        # (transformer_block.py): it runs in BF16 also when the layers run in FP8
-        output_rate = gemm_rate / (k.fp8_gain if t.fp8 and not tflops else 1.0)
+        output_rate = _output_rate(m, t, gpu, k, tokens, tflops)
         compute += 6 * tokens * h * m.padded_vocab_size / tp / output_rate
         # its weight gradient (a third) moves to the end of the step for the deferred microbatches (step_time)
         compute -= _output_wgrad(m, t, tokens, output_rate) * t.deferred_embedding_wgrads / t.num_microbatches
@@ -253,6 +251,18 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
         dispatch = _overlapped_dispatch(t, dispatch, k.dispatch_exposed, layer)
     tensor += layers * dispatch * (1.5 if t.recompute == "full" else 1.0)
     return _RankTime(compute, layers * extra, tensor, context)
+
+
+def _output_rate(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tokens: float, tflops: float | None) -> float:
+    """FLOP rate of the output layer's GEMMs. It is tensor_parallel.ColumnParallelLinear, outside the transformer
+    block's FP8 context (transformer_block.py), so it runs in BF16 also when the layers run in FP8. Its weight shard
+    is h × V/TP: the narrow side of its GEMMs is min(h, V/TP), not a layer's h/TP (the rule an expert's GEMM
+    follows too), so TP does not narrow it while V/TP ≥ h."""
+    if tflops:
+        return tflops * 1e12
+    narrow = min(m.hidden_size, m.padded_vocab_size / t.tp)
+    shape = narrow / (narrow + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+    return gpu.peak_tflops * 1e12 * k.gemm * shape
 
 
 def _output_wgrad(m: ModelShape, t: Training, tokens: float, rate: float) -> float:
@@ -449,11 +459,7 @@ def _deferred_wgrad(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tflops: fl
     if not n:
         return 0.0
     tokens = t.micro_batch_size * m.seq_length / t.cp
-    if tflops:
-        rate = tflops * 1e12
-    else:
-        width = m.hidden_size / t.tp
-        rate = gpu.peak_tflops * 1e12 * k.gemm * width / (width + k.gemm_width) * tokens / (tokens + k.gemm_tokens)
+    rate = _output_rate(m, t, gpu, k, tokens, tflops)
     return max(0.0, n * _output_wgrad(m, t, tokens, rate) - 2 / 3 * bubble)
 
 

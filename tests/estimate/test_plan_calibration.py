@@ -32,7 +32,12 @@ def test_published_layout_in_top3_for_three_in_four(results) -> None:
 def test_no_published_layout_is_refused(results) -> None:
     assert cal.summary(results)["refused"] == []
     dense = [r for r in results if not r.run.moe]
-    assert all(r.fit == "fits" for r in dense), [(r.run.name, r.memory_gib) for r in dense if r.fit != "fits"]
+    # a dense layout as published fits within the plan's margin; where the source leaves VPP or the micro batch
+    # open, the calibration takes the fastest choice within the GPU's memory (calibration.chosen), which may be
+    # above the margin
+    assert all(r.fit == "fits" for r in dense if not {"vpp", "micro_batch_size"} & set(r.run.free)), [
+        (r.run.name, r.memory_gib) for r in dense if r.fit != "fits"]
+    assert all(r.fit in ("fits", "tight") for r in dense)
     # MoE memory is newer: four published MoE layouts land between 90 % and 100 % (docs/plan.md says which): the
     # zoo's stated one, and three whose unstated recompute is priced as none, as they ran (calibration.chosen)
     assert [r.run.name for r in results if r.run.moe and r.fit != "fits"] == [

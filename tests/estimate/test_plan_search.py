@@ -181,3 +181,31 @@ def test_the_search_judges_layouts_with_the_pipelines_own_check(name: str, world
             if not rules.problems(t):
                 assert est.training_of(candidate.effective(), world) == t
     assert checked > 50
+
+
+def test_virtual_stages_are_every_divisor_of_a_ranks_layers_up_to_the_bound() -> None:
+    # 40 layers on PP 2: 20 per rank, so VPP 10 and 20 (one layer per virtual stage) are tried, as published runs do.
+    args = dict(GPT_345M, num_layers=40, global_batch_size=64)
+    m = est.model_shape(args)
+    split = ps.pipeline_split(m, est.training_of(args, 8), 2)
+    assert split is not None
+    assert ps.vpp_choices(m, split) == [1, 2, 4, 5, 10, 20]
+    assert ps.vpp_choices(m, replace(split, pp=1)) == [1]
+    tried = {t.vpp for t in ps.structural_layouts(m, est.training_of(args, 8), 8) if t.pp == 2}
+    assert tried == {1, 2, 4, 5, 10, 20}
+    # a rank with more layers than the bound stops at it
+    many = dict(args, num_layers=2 * 96)
+    split = ps.pipeline_split(est.model_shape(many), est.training_of(many, 8), 2)
+    assert split is not None
+    assert max(ps.vpp_choices(est.model_shape(many), split)) <= ps.MAX_VPP == 64
+    assert 48 in ps.vpp_choices(est.model_shape(many), split)
+
+
+def test_the_calibration_prices_the_vpps_the_search_tries() -> None:
+    from launcher.estimate import calibration as cal
+
+    run = next(r for r in cal.RUNS if r.name == "Megatron README 119B")  # 92 layers on PP 4: 23 per rank
+    t = est.training_of(run.args, run.world)
+    m = est.model_shape(run.args)
+    vpps = {c.vpp for c in cal._choices(run, t, m)}
+    assert vpps == set(ps.vpp_choices(m, t)) == {1, 23}
