@@ -228,8 +228,8 @@ SBATCH_VALUE_OPTIONS = {"-p", "-A", "-J", "-t", "-N", "-n", "-o", "-e", "-d", "-
 # VARIABLES); a script written for sbatch reads them (`torchrun --nnodes $SLURM_NNODES`).
 SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
               "gpus-per-node": ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"), "cpus-per-task": ("SLURM_CPUS_PER_TASK",),
-              "ntasks": ("SLURM_NTASKS", "SLURM_NPROCS")}
-SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
+              "ntasks": ("SLURM_NTASKS", "SLURM_NPROCS"), "gpus": ("SLURM_GPUS",)}
+SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-G": "gpus"}
 
 
 def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None) -> None:
@@ -250,13 +250,27 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
             if not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
-            if option == "gres" and re.fullmatch(r"gpu(:[\w.-]+)?:\d+", value):
-                option, value = "gpus-per-node", value.rsplit(":", 1)[1]
-            if option in SBATCH_ENV and re.fullmatch(r"\d+", value):
+            gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:(\d+)(?:,|$)", value) if option == "gres" else None
+            typed = re.fullmatch(r"[\w.-]+:(\d+)", value) if option in ("gpus-per-node", "gpus") else None
+            if gres:  # --gres=gpu:a100:4,nvme:1 sets only the count on the node (no SLURM_GPUS_PER_NODE)
+                first = first or number
+                reading.slurm["gpus-per-node"] = int(gres.group(1))
+                found["SLURM_GPUS_ON_NODE"] = gres.group(1)
+            elif typed:  # --gpus-per-node=mi250:8: the variable keeps the type, as sbatch gives it
+                first = first or number
+                if option == "gpus-per-node":
+                    reading.slurm[option] = int(typed.group(1))
+                    found.update({"SLURM_GPUS_PER_NODE": value, "SLURM_GPUS_ON_NODE": typed.group(1)})
+                else:
+                    found["SLURM_GPUS"] = value
+            elif option in SBATCH_ENV and re.fullmatch(r"\d+", value):
                 first = first or number
                 reading.slurm[option] = int(value)
                 for variable in SBATCH_ENV[option]:
                     found[variable] = value
+    counts = reading.slurm
+    if "ntasks" not in counts and "nodes" in counts and "ntasks-per-node" in counts:
+        found["SLURM_NTASKS"] = found["SLURM_NPROCS"] = str(counts["nodes"] * counts["ntasks-per-node"])
     if found:
         (shell or reading.shell).scalars.update(found)
         said = ", ".join(f"{k}={v}" for k, v in found.items())
@@ -2253,7 +2267,9 @@ class _Reader:
                                    else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
             return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
-        if prefix == "!" and not subscript and not rest:
+        if prefix == "!" and not subscript and rest in ("*", "@"):  # ${!NCCL_*}: names the environment may add to
+            return ("val", _unknown(inner), quoted)
+        if prefix == "!" and not subscript:  # ${!REF}, ${!REF+x}, ${!REF:-d}: the variable REF names
             target = self.lookup_value(name, None)
             if unresolved_names(target) or not NAME.fullmatch(target):
                 return ("val", _unknown("!" + name), quoted)

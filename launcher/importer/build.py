@@ -408,9 +408,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         notes += [f"{runner[0]} {_comment(d)}" for d in launch.dropped]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
-        if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
+        if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")
+        if launch.per_task:
             if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):

@@ -414,6 +414,15 @@ class Launch:
     dropped: list[str] = field(default_factory=list)
     wrapper: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # what the wrapper exports to every rank (mpirun -x A=1)
+    # the entry goes to a program of the script's own (`srun … apptainer exec IMG launch.sh pretrain_gpt.py …`)
+    via_program: bool = False
+
+    @property
+    def per_task(self) -> bool:
+        """pretrain_gpt.py starts once per process of the job launcher (srun, mpirun): by python directly, or by a
+        launch script that runs python with the arguments it is given."""
+        program = self.runner[0].rsplit("/", 1)[-1] if self.runner else ""
+        return program.startswith("python") and "-m" not in self.runner or self.via_program
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -466,8 +475,12 @@ def split_launch(argv: list[str]) -> Launch:
     at = find_entry(argv)
     assert at is not None
     starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
-    start = starts[-1] if starts else 0
-    launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start])
+    own = not starts and at > 0 and _own_program(argv[at - 1])
+    start = starts[-1] if starts else (at - 1 if own else 0)
+    launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start], via_program=own)
+    if own:
+        launch.dropped.append(f"{argv[at - 1]} is given {argv[at]}: a program the import does not read, taken as a "
+                              "launch script that runs `python " + argv[at] + " ARGS` once per task")
     launch.env = wrapper_env(launch.wrapper)
     if launch.wrapper:
         launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
@@ -523,9 +536,21 @@ def split_launch(argv: list[str]) -> Launch:
     elif counts:
         launch.dropped.append(f"accelerate --num_processes {counts.get('num_processes', '?')} --num_machines "
                               f"{machines}: not a whole number of processes per machine")
-    if runner and runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in runner:
+    if launch.per_task:
         launch.launcher.update(_process_counts(launch.wrapper))
     return launch
+
+
+# A container image, or a program of the job launchers and container runtimes (not a script of the user's)
+_NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun|mpiexec|orterun|jsrun|numactl|taskset|"
+                              r"nsys|env|apptainer|singularity|enroot|podman|docker|exec|run|start|bash|sh")
+
+
+def _own_program(word: str) -> bool:
+    """`launch.sh`, `$DIR/run_rank.sh`: a script of the user's given the entry as its first argument."""
+    name = word.rsplit("/", 1)[-1]
+    return not word.startswith("-") and ("/" in word or name.endswith((".sh", ".bash"))) \
+        and not _NOT_OWN_PROGRAM.fullmatch(name)
 
 
 def _hosts_gpus(include: str) -> tuple[int, int] | None:

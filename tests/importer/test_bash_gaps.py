@@ -297,3 +297,71 @@ def test_gpt2s_vocabulary_is_not_said_to_be_the_scripts_when_its_tokenizer_was_l
     imported = import_source(f"torchrun pretrain_gpt.py {tokenizer} {model}\n", "train.sh")
     assert not any("the vocabulary of the script's tokenizer" in note for note in imported.not_carried)
     assert any("stands in for the vocabulary of the script's tokenizer" in w for w in imported.warnings)
+
+
+INDIRECT = [
+    # a function that checks a variable by the name it is given (LUMI's confirm_unset): set, unset, empty
+    'check() { local v="$1"; if [ -n "${!v+x}" ]; then W="$W set:$v"; else W="$W unset:$v"; fi; }\n'
+    'A=1\nB=\ncheck A\ncheck B\ncheck C\nC=later',
+    'N=TP\nTP=4\nW="${!N:-1} ${!N:+on} ${!N#4}x"',
+    'N=PP\nW="${!N:-2} ${!N-dash} [${!N+x}]"\nPP=7',
+    'N=SIZE\nSIZE=abc\nW="${!N/b/B} ${!N^^} ${#N}"',
+]
+
+
+@pytest.mark.parametrize("code", INDIRECT)
+def test_indirect_expansion_with_an_operation_reads_the_variable_named(code):
+    got = words(code)
+    assert "\x00" not in " ".join(got)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+@pytest.mark.parametrize("code", [
+    'W="${!REF+x}"',  # REF names a variable the caller gives
+    'NCCL_A=1\nW="${!NCCL_*}"',  # the environment may hold more NCCL_ variables than the script sets
+    'R="not a name"\nW="${!R:-d}"',
+])
+def test_indirect_expansion_of_a_name_not_known_or_of_a_prefix_is_not_known(code):
+    assert words(code) == ["${W}"]
+
+
+@pytest.mark.parametrize(("directives", "expected", "per_node_variable"), [
+    ("#SBATCH --nodes=2\n#SBATCH --gpus-per-node=mi250:8", 8, "mi250:8"),  # sbatch keeps the type in the variable
+    ("#SBATCH -N 2 --gpus-per-node amd:4", 4, "amd:4"),
+    ("#SBATCH --nodes=2\n#SBATCH --gres=gpu:a100:4,nvme:1", 4, None),  # --gres sets no SLURM_GPUS_PER_NODE
+    ("#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8", 8, "8"),
+])
+def test_typed_gpu_counts_of_the_sbatch_lines_are_the_count_on_each_node(directives, expected, per_node_variable):
+    script = (f"#!/bin/bash\n{directives}\ntorchrun --nnodes $SLURM_NNODES --nproc-per-node $SLURM_GPUS_ON_NODE "
+              f"pretrain_gpt.py {MODEL}\necho \"[$SLURM_GPUS_PER_NODE]\"\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher["nodes"] == 2 and imported.launcher["gpus_per_node"] == expected
+    reading = read_script(script)
+    assert reading.shell.scalars.get("SLURM_GPUS_PER_NODE") == per_node_variable
+
+
+@pytest.mark.parametrize("container", [
+    "singularity exec -B \"$BASE\" -B /pfs,/scratch \"$CONTAINER\"",
+    "apptainer exec --nv --no-home -B /p \"$CONTAINER\"",
+    "env -u CUDA_VISIBLE_DEVICES apptainer exec --rocm img.sif",
+    "",
+])
+def test_a_launch_script_given_the_entry_under_srun_runs_it_once_per_task(container):
+    # LUMI/JUWELS jobs: `srun … apptainer exec IMG $BASE/launch.sh pretrain_gpt.py ARGS`, where launch.sh sets
+    # RANK from SLURM_PROCID and runs `python3 -u "$@"`; the container's options are no srun options
+    script = (f"#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-node=mi250:8\n"
+              f"LAUNCH_SCRIPT=\"$BASE/launch.sh\"\nsrun --label --cpu-bind=mask_cpu:0xfe {container} "
+              f"\"$LAUNCH_SCRIPT\" Megatron-LM/pretrain_gpt.py {MODEL} --tensor-model-parallel-size 2\n")
+    imported = import_source(script, "train.sh")
+    assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 8
+    assert imported.settings["tensor_model_parallel_size"] == 2 and not imported.lost
+    said = " | ".join(imported.not_carried)
+    assert "launch.sh is given Megatron-LM/pretrain_gpt.py" in said
+    assert "a srun option the launcher does not carry" not in said
+
+
+def test_a_program_that_is_not_a_script_of_the_users_is_not_taken_for_a_launch_script():
+    imported = import_source(f"#!/bin/bash\nsrun -N 2 --ntasks-per-node 8 apptainer exec img.sif pretrain_gpt.py "
+                             f"{MODEL}\n", "train.sh")
+    assert "nodes" not in imported.launcher  # pretrain_gpt.py run as a program: not a per-task python

@@ -632,8 +632,8 @@ def test_sbatch_directives_give_the_slurm_variables_the_job_reads():
     script = ("#!/bin/bash\n#SBATCH --nodes=2   # two nodes\n#SBATCH -c 16\n#SBATCH --gres=gpu:h100:8\n"
               "#SBATCH --job-name=x\nexport OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
               "#SBATCH --nodes=64\n"  # after the first command: sbatch does not read it
-              f"torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_PER_NODE pretrain_gpt.py {MODEL} "
-              "--tensor-model-parallel-size $SLURM_GPUS_PER_NODE\n")
+              f"torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_ON_NODE pretrain_gpt.py {MODEL} "
+              "--tensor-model-parallel-size $SLURM_GPUS_ON_NODE\n")  # --gres sets no SLURM_GPUS_PER_NODE
     imported = carried(script)
     assert imported.launcher == {"nodes": 2, "gpus_per_node": 8}
     assert imported.settings["tensor_model_parallel_size"] == 8 and imported.env == {"OMP_NUM_THREADS": "16"}
