@@ -2511,6 +2511,12 @@ class _Reader:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
         body = [c for c in node.named_children]
         text = self.text(node).strip()
+        if text.startswith("$((") and text.endswith("))"):
+            # `${TP:-$((N*2))}`: the grammar reads arithmetic inside ${…} as a subshell's command; bash, as arithmetic
+            try:
+                return str(self.arith_text(text[3:-2]))
+            except _Unknown:
+                return _unknown(text)
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
         backtick = bool(node.children) and node.children[0].type == "`"
         # inside `…` bash first removes the backslash of \` \$ \\ (`echo "a \`echo b\`"` runs `echo b` inside),

@@ -365,3 +365,23 @@ def test_a_program_that_is_not_a_script_of_the_users_is_not_taken_for_a_launch_s
     imported = import_source(f"#!/bin/bash\nsrun -N 2 --ntasks-per-node 8 apptainer exec img.sif pretrain_gpt.py "
                              f"{MODEL}\n", "train.sh")
     assert "nodes" not in imported.launcher  # pretrain_gpt.py run as a program: not a per-task python
+
+
+ARITHMETIC_DEFAULTS = [
+    'N=2\nTP=${TP:-$((N*2))}\nPP=${PP:-$(( $((N+1)) - 1 ))}\nW="$TP $PP"\nTP=; PP=',
+    'N=3\nS=${S:-"$((N*5))"}\nG=${G:=$(( N * 8 / 2 ))}\nW="$S $G ${Z:-$((N-2))}"\nS=; Z=',
+    'N=2\nW=${W:-$((N )) }x\nA=${A:+$((N+1))}\nW+="[$A]"\nA=',
+]
+
+
+@pytest.mark.parametrize("code", ARITHMETIC_DEFAULTS)
+def test_arithmetic_inside_a_default_is_arithmetic(code):
+    # the grammar reads `${TP:-$((N*2))}` as a subshell running the command `N*2`: the default was lost
+    got = words(code)
+    assert "\x00" not in " ".join(got) and "${" not in " ".join(got)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+def test_arithmetic_inside_a_default_on_a_value_not_known_is_not_known():
+    assert words("TP=${TP:-$((GPUS/2))}\nW=$TP\nTP=") == ["${W}"]
