@@ -518,6 +518,13 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
                                   "give it as the preset's gpus_per_node (8 unless set)")
             continue
+        elastic = re.fullmatch(r"(\d+):(\d+)", value) if name == "nnodes" else None
+        if elastic and elastic.group(1) == elastic.group(2):
+            value = elastic.group(1)  # --nnodes=2:2: a fixed size written as a range
+        elif elastic:
+            launch.dropped.append(f"{given}: an elastic job of {elastic.group(1)} to {elastic.group(2)} nodes, as "
+                                  "many as join; the launcher starts a fixed number (give it with --nodes)")
+            continue
         if name in TORCHRUN_SETTINGS:
             setting = TORCHRUN_SETTINGS[name]
             if setting in ("nodes", "gpus_per_node", "master_port") and re.fullmatch(r"\d+", value):

@@ -385,3 +385,20 @@ def test_arithmetic_inside_a_default_is_arithmetic(code):
 
 def test_arithmetic_inside_a_default_on_a_value_not_known_is_not_known():
     assert words("TP=${TP:-$((GPUS/2))}\nW=$TP\nTP=") == ["${W}"]
+
+
+@pytest.mark.parametrize(("options", "launcher", "named"), [
+    ("--nnodes=1:4 --nproc-per-node=8 --max-restarts=3 --rdzv-backend=c10d", {"gpus_per_node": 8},
+     ["--nnodes=1:4: an elastic job of 1 to 4 nodes", "--max-restarts=3: a torchrun option"]),
+    ("--nnodes 2:2 --nproc_per_node 4 --rdzv_id 7 --rdzv_endpoint h:29500", {"nodes": 2, "gpus_per_node": 4},
+     ["--rdzv_id 7: the launcher names", "--rdzv_endpoint h:29500: the launcher sets"]),
+    ("--standalone --nproc-per-node=2", {"gpus_per_node": 2}, []),
+    ("--nnodes=4 --node-rank=$RANK --nproc_per_node=8 --master-addr=$MASTER --master-port=29500",
+     {"nodes": 4, "gpus_per_node": 8, "master_port": 29500}, ["--node-rank=${RANK}: the launcher gives each node"]),
+])
+def test_torchruns_own_options_give_the_layout_or_are_named(options, launcher, named):
+    imported = import_source(f"torchrun {options} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: v for k, v in imported.launcher.items() if k != "master_addr"} == launcher
+    said = " | ".join(imported.not_carried)
+    assert all(n in said for n in named), said
+    assert "not a number" not in said
