@@ -24,11 +24,12 @@ TORCHRUN_DROPPED = {"node_rank": "the launcher gives each node its rank (torchru
 TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 
 
-# Unknown flags whose names say they only log, name a path or an experiment, or profile: dropped with a note. Any
-# other unknown flag may change the model, its numerics or its layout, and is reported as lost.
+# Unknown flags whose names say they only log, name a path, an experiment or where the processes meet (a fork's
+# --master-addr: the launcher gives its own rendezvous), or profile: dropped with a note. Any other unknown flag may
+# change the model, its numerics or its layout, and is reported as lost.
 HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
                            r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
-                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url)$")
+                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port)$")
 
 
 @dataclass
@@ -177,7 +178,7 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
         why = "not an argument of pretrain_gpt.py at the pin" + (f" ({near})" if near else "")
         harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
         return Word(words[i:j], "harmless" if harmless else "lost",
-                    why=why + ("; by its name it logs, profiles or names a path" if harmless else "")), j, None
+                    why=why + ("; by its name it logs, profiles or names a path or an address" if harmless else "")), j, None
     if arg.dest in FROM_A_FILE:
         j = i + 1 if eq else min(i + 2, _values_after(words, i))
         return Word(words[i:j], "lost", why=FROM_A_FILE[arg.dest]), j, None

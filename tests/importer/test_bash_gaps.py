@@ -402,3 +402,18 @@ def test_torchruns_own_options_give_the_layout_or_are_named(options, launcher, n
     said = " | ".join(imported.not_carried)
     assert all(n in said for n in named), said
     assert "not a number" not in said
+
+
+def test_a_flag_naming_where_the_processes_meet_is_harmless_and_said_without_the_readers_marker(tmp_path):
+    # ORNL's Frontier fork passes `--master-addr=$MASTER_ADDR` (read from ssh at run time) to pretrain_gpt.py
+    from launcher.cli.job import job_as_declared
+    from launcher.importer.report import check_import
+
+    imported = import_source(f"torchrun pretrain_gpt.py {MODEL} --master-addr=$MASTER_ADDR --master-port 29500\n",
+                             "train.sh")
+    assert not imported.lost
+    preset = tmp_path / "p.yaml"
+    preset.write_text(imported.text)
+    outcome = check_import(imported, preset, job_as_declared)
+    said = repr(outcome)
+    assert "--master-addr" in said and "\\x00" not in said and "\x00" not in said
