@@ -177,8 +177,8 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
                                 cutoff=0.75)
         why = "not an argument of pretrain_gpt.py at the pin" + (f" ({near})" if near else "")
         harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
-        return Word(words[i:j], "harmless" if harmless else "lost",
-                    why=why + ("; by its name it logs, profiles or names a path or an address" if harmless else "")), j, None
+        said = "; by its name it logs, profiles or names a path or an address" if harmless else ""
+        return Word(words[i:j], "harmless" if harmless else "lost", why=why + said), j, None
     if arg.dest in FROM_A_FILE:
         j = i + 1 if eq else min(i + 2, _values_after(words, i))
         return Word(words[i:j], "lost", why=FROM_A_FILE[arg.dest]), j, None
