@@ -237,6 +237,12 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
         else:
             return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
     given = words[i:j]
+    if translation.by_value:
+        if not isinstance(value, str) or value not in translation.by_value:
+            known = ", ".join(translation.by_value)
+            return Word(given, "lost", why=f"a value the table does not know (it knows {known}) "
+                                          f"({translation.origin})"), j, None
+        translation = translation.by_value[value]
     if translation.only_with:  # harmless unless the script gave the fork's choice that reads it (read_flags)
         try:
             pending = {dest: _typed_to(dest, value if v == "$value" else v, flag) for dest, v in translation.to.items()}

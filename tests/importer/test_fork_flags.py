@@ -68,3 +68,17 @@ def test_fork_choices_and_conditional_rows_name_their_source():
             assert row.to and row.harmless and set(row.only_with) <= {c[0] for c in choices()}, flag
         if row.unknown:
             assert row.instead, flag
+
+
+def test_bigcodes_attention_head_type_is_read_by_its_value():
+    multiquery = import_source(TORCHRUN + MODEL + "--attention-head-type multiquery", "train.sh")
+    assert multiquery.settings["group_query_attention"] is True and multiquery.settings["num_query_groups"] == 1
+    assert multiquery.lost == []
+    multihead = import_source(TORCHRUN + MODEL + "--attention-head-type=multihead", "train.sh")
+    assert "num_query_groups" not in multihead.settings and multihead.lost == []
+    other = import_source(TORCHRUN + MODEL + "--attention-head-type groupedquery", "train.sh")
+    assert "num_query_groups" not in other.settings
+    assert [line.split(":")[0] for line in other.lost] == ["--attention-head-type groupedquery"]
+    for flag, row in translations().items():
+        for value, sub in row.by_value.items():  # every value's row says what it becomes
+            assert (sub.to and sub.why) or sub.harmless or sub.refuse, (flag, value)
