@@ -278,6 +278,29 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
                                 + " from the #SBATCH lines (sbatch's own command line may change them)"))
 
 
+# Grid Engine resource types that take whole nodes (ABCI's rt_F and rt_AF, TSUBAME 4.0's node_f): `#$ -l node_f=16`
+# gives the job 16 hosts, NHOSTS in its environment (a script reads it: NUM_NODES=$NHOSTS)
+GRID_ENGINE_FULL_NODES = re.compile(r"(?:rt_F|rt_AF|node_f)=(\d+)")
+
+
+def grid_engine_directives(text: str, reading: Reading) -> None:
+    """The `#$ -l …` lines before the script's first command (qsub reads no later ones) → NHOSTS, as a known value."""
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#$"):
+            continue
+        words = stripped[2:].split("#", 1)[0].split()
+        for k, word in enumerate(words[:-1]):
+            resources = words[k + 1].split(",") if word == "-l" else []  # -l rt_AF=2,h_rt=1:00:00
+            for found in filter(None, map(GRID_ENGINE_FULL_NODES.fullmatch, resources)):
+                reading.slurm["nodes"] = int(found.group(1))
+                reading.shell.scalars["NHOSTS"] = found.group(1)
+                reading.skipped.append((number, f"read as qsub runs it: NHOSTS={found.group(1)} from the #$ lines "
+                                                "(qsub's own command line may change it)"))
+
+
 def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given; `path`: the script's
     file, next to which the files it sources (`source config.sh`) are read (None: none is read)."""
@@ -288,6 +311,7 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     reading = Reading()
     reader = _Reader(reading, positional, path)
     slurm_directives(text, reading)
+    grid_engine_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:

@@ -417,3 +417,23 @@ def test_a_flag_naming_where_the_processes_meet_is_harmless_and_said_without_the
     outcome = check_import(imported, preset, job_as_declared)
     said = repr(outcome)
     assert "--master-addr" in said and "\\x00" not in said and "\x00" not in said
+
+
+@pytest.mark.parametrize(("directive", "nodes"), [
+    ("#$ -l node_f=16", 16),  # TSUBAME 4.0's full node
+    ("#$-l rt_AF=2,h_rt=1:00:00", 2),  # ABCI's, with other resources in the same list
+    ("#$ -l rt_F=8\n#$ -l h_rt=24:00:00", 8),
+])
+def test_grid_engine_whole_node_requests_give_nhosts(directive, nodes):
+    script = (f"#!/bin/sh\n#$ -cwd\n{directive}\nGPUS=4\nNUM_GPUS=$((NHOSTS * GPUS))\n"
+              f"mpirun -np $NUM_GPUS --npernode $GPUS -hostfile $PE_HOSTFILE python pretrain_gpt.py {MODEL}\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher["nodes"] == nodes and imported.launcher["gpus_per_node"] == 4
+    assert any(f"NHOSTS={nodes} from the #$ lines" in n for n in imported.not_carried)
+
+
+def test_a_grid_engine_request_after_the_first_command_or_of_part_of_a_node_gives_no_nhosts():
+    for script in ("#!/bin/sh\nX=1\n#$ -l node_f=16\n", "#!/bin/sh\n#$ -l node_h=2\n"):
+        imported = import_source(script + f"mpirun -np $((NHOSTS*4)) --npernode 4 python pretrain_gpt.py {MODEL}\n",
+                                 "job.sh")
+        assert "nodes" not in imported.launcher
