@@ -24,7 +24,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -772,7 +772,8 @@ class _Reader:
         name = command.child_by_field_name("name")
         if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1:
             return False
-        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        # `cat > job.sh <<EOF` or `cat <<EOF > job.sh` (the grammar puts that redirection inside the here-document's)
+        redirects = [c for c in [*node.named_children, *heredoc.named_children] if c.type == "file_redirect"]
         if len(redirects) != 1 or self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()[:1] != b">":
             return False
         target = redirects[0].child_by_field_name("destination")
@@ -814,18 +815,24 @@ class _Reader:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
         program = argv[0].rsplit("/", 1)[-1]
-        k = 0 if argv[0] in self.written else None
+        k = 0 if _written_key(argv[0], self.written) else None
         if k is None and program in (*SHELLS, "sbatch"):
             i = 1
             while i < len(argv) and argv[i].startswith("-"):  # sbatch -p gpu --time 1:00:00 job.sbatch
                 i += 2 if program == "sbatch" and argv[i] in SBATCH_VALUE_OPTIONS else 1
             k = i if i < len(argv) else None
-        if k is None or argv[k] not in self.written:
+        if k is None and program in RUNS_A_COMMAND:  # srun … singularity exec IMG bash runner.sh: each task runs it
+            k = _written_under_wrappers(argv, self.written)
+        key = _written_key(argv[k], self.written) if k is not None else None
+        if k is None or key is None:
             return False
-        chunks = self.written[argv[k]]
-        saved_positional = self.positional
+        chunks = self.written[key]
+        saved_positional, saved_outer = self.positional, self.outer
         self.positional = argv[k + 1:]
         self.set_positional(self.positional)
+        shell = next((m for m in range(k) if argv[m].rsplit("/", 1)[-1] in SHELLS), k)
+        if program in RUNS_A_COMMAND:  # the wrapper's counts are the job's (srun -N 2 … bash runner.sh)
+            self.outer = [*saved_outer, *argv[:shell]]
         try:  # its own bash: an exit there ends only that one
             text = "".join(t for t, _ in chunks)
             if program == "sbatch":  # the job file's own #SBATCH lines give the job's SLURM_* variables
@@ -835,7 +842,7 @@ class _Reader:
         except _Exit:
             pass
         finally:
-            self.positional = saved_positional
+            self.positional, self.outer = saved_positional, saved_outer
             self.set_positional(saved_positional or [])
             if saved_positional is None:
                 self.shell.scalars.pop("#", None)
@@ -3224,6 +3231,37 @@ def _brace_inner_names(src: bytes) -> bytes:
         if b"[[" in src:
             src = TEST_BRACKETS.sub(_double_equals, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
+
+
+# Programs that run the command given after their own options (job launchers, containers, process wrappers)
+RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "singularity", "apptainer", "enroot", "podman", "docker",
+                  "env", "numactl", "taskset", "time", "nohup", "stdbuf", "nice", "timeout"}
+
+
+def _written_key(word: str, written: Mapping[str, object]) -> str | None:
+    """The file the script wrote that `word` names (`./runner.sh` is the `runner.sh` it wrote)."""
+    for key in (word, word.removeprefix("./"), "./" + word):
+        if key in written:
+            return key
+    return None
+
+
+def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> int | None:
+    """Where a file the script wrote is run behind wrappers: `srun … singularity exec IMG bash runner.sh` (after a
+    shell and its options) or `srun … ./runner.sh` (the first word that is no option of theirs); None when a word
+    before it is a program that only reads it (cat, chmod)."""
+    for k, word in enumerate(argv[1:], 1):
+        name = word.rsplit("/", 1)[-1]
+        if name in SHELLS:
+            i = k + 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 1
+            return i if i < len(argv) and _written_key(argv[i], written) else None
+        if _written_key(word, written):
+            return k
+        if name in _NOT_RUNNING or re.fullmatch(r"python[0-9.]*|torchrun|deepspeed|accelerate|.*\.py", name):
+            return None  # srun cat runner.sh: read, not run; srun python3 … --config written.json: an argument
+    return None
 
 
 def _shell_at(argv: list[str]) -> int:

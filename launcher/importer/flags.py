@@ -238,11 +238,12 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
             return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
     given = words[i:j]
     if translation.by_value:
-        if not isinstance(value, str) or value not in translation.by_value:
+        row = translation.by_value.get(value) if isinstance(value, str) else None
+        if row is None and not (translation.to or translation.refuse or translation.harmless):
             known = ", ".join(translation.by_value)
             return Word(given, "lost", why=f"a value the table does not know (it knows {known}) "
                                           f"({translation.origin})"), j, None
-        translation = translation.by_value[value]
+        translation = row or translation  # another value: the flag's own row
     if translation.only_with:  # harmless unless the script gave the fork's choice that reads it (read_flags)
         try:
             pending = {dest: _typed_to(dest, value if v == "$value" else v, flag) for dest, v in translation.to.items()}

@@ -437,3 +437,38 @@ def test_a_grid_engine_request_after_the_first_command_or_of_part_of_a_node_give
         imported = import_source(script + f"mpirun -np $((NHOSTS*4)) --npernode 4 python pretrain_gpt.py {MODEL}\n",
                                  "job.sh")
         assert "nodes" not in imported.launcher
+
+
+RUNNER_FILE = ("DISTRIBUTED_ARGS=\"--nproc_per_node \\$GPUS --nnodes \\$SLURM_JOB_NUM_NODES\"\n"
+               f"cat <<EOT > runner.sh\n#!/bin/bash\npython -m torch.distributed.launch $DISTRIBUTED_ARGS "
+               f"./pretrain_gpt.py {MODEL}\nexit 0\nEOT\n")
+
+
+@pytest.mark.parametrize("run", [
+    "srun --mpi=pmix -l -o log singularity exec --nv -B $(pwd) img.sif bash runner.sh",
+    "srun apptainer exec img.sif bash -x runner.sh",
+    "bash runner.sh",
+    "srun ./runner.sh",
+])
+def test_a_file_written_from_a_here_document_after_cat_is_read_where_a_wrapper_runs_it(run):
+    # a Slovenian cluster's job: `cat <<EOT > distributed_runner.sh` (the redirection after the here-document), then
+    # `srun … singularity exec … bash distributed_runner.sh`; the runner's \$GPUS is expanded when it runs
+    script = f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:4\nexport GPUS=4\n{RUNNER_FILE}{run}\nexit 0\n"
+    imported = import_source(script, "job.sh")
+    assert imported.launcher["nodes"] == 2 and imported.launcher["gpus_per_node"] == 4
+    assert imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize("other", ["cat runner.sh", "chmod +x runner.sh", "echo runner.sh", "srun cat runner.sh"])
+def test_a_written_file_that_is_only_read_or_named_is_not_run(other):
+    reading = read_script(RUNNER_FILE + other + "\n")
+    assert not any("pretrain_gpt.py" in " ".join(show(a) for a in c.argv) for c in reading.commands)
+
+
+def test_a_written_file_given_to_the_training_command_is_its_argument_not_a_script():
+    # CSC's job writes its DeepSpeed JSON with `cat <<EOF > "$config_json"` and passes it to pretrain_gpt.py
+    script = ("config_json=ds_config.$SLURM_JOBID.json\ncat <<EOF > \"$config_json\"\n{\"a\": 1}\nEOF\n"
+              f"srun -l python3 pretrain_gpt.py {MODEL} --deepspeed_config $config_json\n")
+    reading = read_script(script)
+    assert reading.stopped is None
+    assert show(reading.commands[-1].argv[-1]) == "ds_config.${SLURM_JOBID}.json"

@@ -82,3 +82,9 @@ def test_bigcodes_attention_head_type_is_read_by_its_value():
     for flag, row in translations().items():
         for value, sub in row.by_value.items():  # every value's row says what it becomes
             assert (sub.to and sub.why) or sub.harmless or sub.refuse, (flag, value)
+
+
+def test_zero_stage_0_shards_nothing_and_another_stage_is_lost():
+    assert import_source(TORCHRUN + MODEL + "--deepspeed --zero-stage=0", "train.sh").lost == []
+    (line,) = import_source(TORCHRUN + MODEL + "--deepspeed --zero-stage 2", "train.sh").lost
+    assert line.startswith("--zero-stage 2") and "use_distributed_optimizer" in line

@@ -141,8 +141,9 @@ def test_the_committed_translations_speak_the_pins_settings():
 
     catalog = megatron_args.catalog()
     history = legacy.history()
-    rows = [(flag, row) for flag, top in legacy.translations().items()
-            for row in ([top] if not top.by_value else top.by_value.values())]  # a meaning for each value
+    rows = [(flag, row) for flag, top in legacy.translations().items()  # a meaning for each value, and the flag's
+            for row in [*([top] if top.to or top.refuse or top.harmless or not top.by_value else []),
+                        *top.by_value.values()]]
     for flag, row in rows:
         assert flag not in {f for a in catalog.values() for f in a.flags} or flag in (
             "--checkpoint-activations", "--batch-size", "--model-parallel-size", "--warmup"), flag
