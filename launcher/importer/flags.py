@@ -545,6 +545,11 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
         else:
             launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
+    options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
+    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and not options & {"num_gpus", "include", "i"}:
+        launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
+                              "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
+                              "(8 unless set)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})

@@ -472,3 +472,15 @@ def test_a_written_file_given_to_the_training_command_is_its_argument_not_a_scri
     reading = read_script(script)
     assert reading.stopped is None
     assert show(reading.commands[-1].argv[-1]) == "ds_config.${SLURM_JOBID}.json"
+
+
+@pytest.mark.parametrize(("runner", "named"), [
+    ("deepspeed --num_nodes=20 --hostfile hosts --no_ssh_check", True),
+    ("deepspeed --num_nodes 2 --num_gpus 4", False),
+    ("deepspeed --include localhost:0,1", False),
+])
+def test_deepspeed_without_a_gpu_count_says_the_count_is_the_hosts(runner, named):
+    imported = import_source(f"{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    said = " | ".join(imported.not_carried)
+    assert ("one process per GPU of each host" in said) == named
+    assert named == ("gpus_per_node" not in imported.launcher)
