@@ -557,8 +557,25 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append(f"accelerate --num_processes {counts.get('num_processes', '?')} --num_machines "
                               f"{machines}: not a whole number of processes per machine")
     if launch.per_task:
-        launch.launcher.update(_process_counts(launch.wrapper))
+        counts_found = _process_counts(launch.wrapper)
+        launch.launcher.update(counts_found)
+        if "nodes" not in counts_found:  # mpirun -np $NUM_GPUS: a count the script computes from what it cannot know
+            launch.dropped += [f"{option} {value}: a process count not known without running the script; the "
+                               "preset's nodes is not set from it (give --nodes)"
+                               for option, value in _unknown_counts(launch.wrapper)]
     return launch
+
+
+def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
+    """The job launcher's process-count options whose value is not a number (`-np ${NUM_GPUS}`)."""
+    options = _launcher_options(wrapper)
+    out = []
+    for k, word in enumerate(options):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
+        if name in (*TOTAL_OPTIONS, *NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
+            out.append((name, value))
+    return out
 
 
 # A container image, or a program of the job launchers and container runtimes (not a script of the user's)

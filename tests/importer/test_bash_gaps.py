@@ -484,3 +484,12 @@ def test_deepspeed_without_a_gpu_count_says_the_count_is_the_hosts(runner, named
     said = " | ".join(imported.not_carried)
     assert ("one process per GPU of each host" in said) == named
     assert named == ("gpus_per_node" not in imported.launcher)
+
+
+@pytest.mark.parametrize("launcher", ["mpirun -np $NUM_GPUS --npernode 8", "srun -N $NODES --ntasks-per-node=8",
+                                      "mpiexec -n ${TOTAL} -ppn 8"])
+def test_a_process_count_the_script_cannot_know_is_named_not_left_to_the_default(launcher):
+    # ABCI 3.0's PBS job computes NUM_GPUS from NHOSTS, which PBS does not set
+    imported = import_source(f"{launcher} python pretrain_gpt.py {MODEL}\n", "job.sh")
+    assert "nodes" not in imported.launcher and imported.launcher["gpus_per_node"] == 8
+    assert any("a process count not known without running the script" in n for n in imported.not_carried)
