@@ -550,6 +550,10 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
                               "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
                               "(8 unless set)")
+    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and "hostfile" in options \
+            and not options & {"num_nodes", "include", "i"}:
+        launch.dropped.append("(--hostfile without --num_nodes): every host the file lists, a count known only where "
+                              "it runs; give it as the preset's nodes (1 unless set)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})

@@ -493,3 +493,11 @@ def test_a_process_count_the_script_cannot_know_is_named_not_left_to_the_default
     imported = import_source(f"{launcher} python pretrain_gpt.py {MODEL}\n", "job.sh")
     assert "nodes" not in imported.launcher and imported.launcher["gpus_per_node"] == 8
     assert any("a process count not known without running the script" in n for n in imported.not_carried)
+
+
+def test_deepspeed_on_a_hostfile_without_a_node_count_says_the_hosts_are_the_files():
+    imported = import_source(f"deepspeed --hostfile hosts.txt pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert "nodes" not in imported.launcher
+    assert any("every host the file lists" in n for n in imported.not_carried)
+    counted = import_source(f"deepspeed --hostfile hosts.txt --num_nodes 2 pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert counted.launcher["nodes"] == 2 and not any("every host" in n for n in counted.not_carried)
