@@ -1710,7 +1710,8 @@ class _Reader:
             if k < len(argv):
                 self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
             return
-        if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1:
+        if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1 \
+                and not (program == "command" and argv[1] in ("-v", "-V")):  # command -v NAME prints, runs nothing
             k = 1  # these run the command that follows (exec -a NAME, time -p)
             while k < len(argv) - 1 and argv[k] in ("-a", "-c", "-l", "-p", "-v", "--"):
                 k += 2 if argv[k] == "-a" else 1
@@ -3058,6 +3059,10 @@ def _path_command(argv: list[str], cwd: str | None) -> str | None:
         return os.path.normpath(target) if target else ""
     if program == "pwd" and not operands and cwd:
         return cwd
+    if (program == "which" and not options or program == "command" and options == ["-v"]) and len(operands) == 1 \
+            and re.fullmatch(r"[\w.+-]+", operands[0]):
+        # $(which mpiexec): a directory found where it runs, then the program's own name (what names the launcher)
+        return _unknown(f"$(which {operands[0]})") + "/" + operands[0]
     return None
 
 

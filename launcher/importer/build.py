@@ -405,7 +405,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         launcher.update(launch.launcher)
-        notes += [f"{runner[0]} {_comment(d)}" for d in launch.dropped]
+        notes += [_comment(f"{runner[0].rsplit('/', 1)[-1]} {d}") for d in launch.dropped]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
         if launch.per_task and not launch.via_program:

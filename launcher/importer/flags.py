@@ -563,10 +563,13 @@ def split_launch(argv: list[str]) -> Launch:
     if launch.per_task:
         counts_found = _process_counts(launch.wrapper)
         launch.launcher.update(counts_found)
-        if "nodes" not in counts_found:  # mpirun -np $NUM_GPUS: a count the script computes from what it cannot know
-            launch.dropped += [f"{option} {value}: a process count not known without running the script; the "
-                               "preset's nodes is not set from it (give --nodes)"
-                               for option, value in _unknown_counts(launch.wrapper)]
+        # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
+        for option, value in _unknown_counts(launch.wrapper):
+            per_node = option in PER_NODE_OPTIONS
+            if ("gpus_per_node" if per_node else "nodes") not in counts_found:
+                launch.dropped.append(f"{option} {value}: a process count not known without running the script; the "
+                                      + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
+                                         else "preset's nodes is not set from it (give --nodes)"))
     return launch
 
 
@@ -577,7 +580,7 @@ def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
     for k, word in enumerate(options):
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
-        if name in (*TOTAL_OPTIONS, *NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
+        if name in (*TOTAL_OPTIONS, *NODE_OPTIONS, *PER_NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
             out.append((name, value))
     return out
 

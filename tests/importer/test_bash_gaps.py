@@ -501,3 +501,15 @@ def test_deepspeed_on_a_hostfile_without_a_node_count_says_the_hosts_are_the_fil
     assert any("every host the file lists" in n for n in imported.not_carried)
     counted = import_source(f"deepspeed --hostfile hosts.txt --num_nodes 2 pretrain_gpt.py {MODEL}\n", "train.sh")
     assert counted.launcher["nodes"] == 2 and not any("every host" in n for n in counted.not_carried)
+
+
+@pytest.mark.parametrize("found", ["$(which mpiexec)", "`which mpiexec`", "$(command -v mpiexec)"])
+def test_a_job_launcher_found_with_which_is_that_launcher(found):
+    # ALCF Polaris: `$(which mpiexec) -n ${NGPUS} --ppn $(nvidia-smi -L | wc -l) --hostfile $PBS_NODEFILE python …`
+    imported = import_source(f"{found} -n 16 --ppn 4 --envall python pretrain_gpt.py {MODEL} --deepspeed_mpi\n",
+                             "job.sh")
+    assert imported.launcher == {"nodes": 4, "gpus_per_node": 4} and not imported.lost
+    unknown = import_source(f"{found} -n $N --ppn $(nvidia-smi -L | wc -l) python pretrain_gpt.py {MODEL}\n", "job.sh")
+    said = " | ".join(unknown.not_carried)
+    assert "\x00" not in said and "\\x00" not in said
+    assert "-n ${N}: a process count not known" in said and "--ppn" in said and "gpus_per_node is not set" in said
