@@ -613,7 +613,7 @@ def _hosts_gpus(include: str) -> tuple[int, int] | None:
 # ends their options.
 JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun"}
 NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
-                  "singularity", "bash", "sh", "zsh", "dash", "ksh"}
+                  "singularity", "enroot", "podman", "docker", "shifter", "ch-run", "bash", "sh", "zsh", "dash", "ksh"}
 
 
 # IBM LSF's jsrun (Summit, Lassen, Sierra) counts resource sets: -n/--nrs of them in all, -r/--rs_per_host on each

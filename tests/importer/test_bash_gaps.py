@@ -513,3 +513,10 @@ def test_a_job_launcher_found_with_which_is_that_launcher(found):
     said = " | ".join(unknown.not_carried)
     assert "\x00" not in said and "\\x00" not in said
     assert "-n ${N}: a process count not known" in said and "--ppn" in said and "gpus_per_node is not set" in said
+
+
+@pytest.mark.parametrize("container", ["enroot start -e N=3 img", "podman exec -n ctr", "docker exec -e NP=4 -it ctr",
+                                       "shifter --image=x -N 5", "apptainer exec -n img.sif"])
+def test_a_containers_options_under_srun_are_no_process_counts(container):
+    imported = import_source(f"srun -N 2 --ntasks-per-node 4 {container} python pretrain_gpt.py {MODEL}\n", "job.sh")
+    assert imported.launcher == {"nodes": 2, "gpus_per_node": 4}
