@@ -429,7 +429,8 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             lost.append(_comment(f"{w.text}: {w.why}"))
             continue
         arg = flag_reader.flag_table().get(w.words[0].partition("=")[0])
-        unknown = f"{w.text}: {', '.join('$' + n for n in missing)} is not known without running the script"
+        named = ", ".join(n if n.startswith("$") else "$" + n for n in missing)  # $((…)) is said as written
+        unknown = f"{w.text}: {named} is not known without running the script"
         if arg is not None and section_of(arg.dest) in ("data", "checkpoint", "logging"):
             notes.append(_comment(unknown))
         elif arg is None and _only_harmless_flags(missing, source.alternatives):
