@@ -106,7 +106,10 @@ def tokenizer_vocab(settings: dict[str, Any], read_local: VocabReader | None = N
     whose = f"{kind} {model}" if model else kind
     if isinstance(settings.get("vocab_size"), int):
         return settings["vocab_size"], whose
-    if kind == "GPT2BPETokenizer" and not settings.get("vocab_file"):
+    # Megatron's default GPT-2 BPE, unless the tokenizer named a model file: then its type was lost (a fork's
+    # Llama3Tokenizer with a tokenizer.json), and GPT-2's vocabulary is not the script's
+    lost_type = model and "tokenizer_type" not in settings
+    if kind == "GPT2BPETokenizer" and not settings.get("vocab_file") and not lost_type:
         return GPT2_VOCAB, whose
     if isinstance(model, str) and kind == "HuggingFaceTokenizer":
         for pattern, size in HUB_VOCAB_SIZES:

@@ -305,7 +305,25 @@ def read_flags(words: list[str]) -> Flags:
     _read_with_fork_choice(out)
     _dense_in_megatron_deepspeed(out)
     _recompute_chunk_in_megatron_deepspeed(out)
+    _sequence_length_from_the_encoders(out)
     return out
+
+
+def _sequence_length_from_the_encoders(out: Flags) -> None:
+    """`--encoder-seq-length N` without `--seq-length` (older GPT scripts): the pin's validate_args sets seq_length
+    from it (megatron/training/arguments.py:1295); carried as seq_length, the same run, which the launcher's checks
+    read (they refuse encoder_seq_length, an encoder-decoder model's, next to seq_length)."""
+    if "seq_length" in out.settings or "encoder_seq_length" not in out.settings:
+        return
+    value = out.settings.pop("encoder_seq_length")
+    out.flag_of.pop("encoder_seq_length", None)
+    word = next(w for w in reversed(out.words) if "encoder_seq_length" in w.settings)
+    word.settings = {"seq_length": value}
+    word.kind = "translated"
+    word.why = (f"→ seq_length {value}: without --seq-length, Megatron's validate_args takes the sequence length "
+                "from --encoder-seq-length (megatron/training/arguments.py:1295)")
+    out.settings["seq_length"] = value
+    out.flag_of["seq_length"] = "(translated)"
 
 
 def _given_value(word: Word) -> str:

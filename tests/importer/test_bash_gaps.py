@@ -520,3 +520,13 @@ def test_a_job_launcher_found_with_which_is_that_launcher(found):
 def test_a_containers_options_under_srun_are_no_process_counts(container):
     imported = import_source(f"srun -N 2 --ntasks-per-node 4 {container} python pretrain_gpt.py {MODEL}\n", "job.sh")
     assert imported.launcher == {"nodes": 2, "gpus_per_node": 4}
+
+
+def test_a_tokenizer_model_whose_type_was_lost_has_no_vocabulary_said_for_it():
+    # Swallow's --tokenizer-type Llama3Tokenizer (the fork's) --tokenizer-model …/tokenizer.json: the type is lost,
+    # and Megatron's default GPT-2 vocabulary is not that tokenizer's
+    from launcher.importer.build import tokenizer_vocab
+
+    assert tokenizer_vocab({"tokenizer_model": "/ckpt/Meta-Llama-3-70B/tokenizer.json"})[0] is None
+    assert tokenizer_vocab({})[0] == 50257  # Megatron's default GPT-2 BPE
+    assert tokenizer_vocab({"tokenizer_type": "GPT2BPETokenizer", "tokenizer_model": "x"})[0] == 50257

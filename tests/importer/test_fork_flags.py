@@ -88,3 +88,13 @@ def test_zero_stage_0_shards_nothing_and_another_stage_is_lost():
     assert import_source(TORCHRUN + MODEL + "--deepspeed --zero-stage=0", "train.sh").lost == []
     (line,) = import_source(TORCHRUN + MODEL + "--deepspeed --zero-stage 2", "train.sh").lost
     assert line.startswith("--zero-stage 2") and "use_distributed_optimizer" in line
+
+
+def test_an_encoder_sequence_length_without_seq_length_is_the_sequence_length():
+    # CSC's GPT jobs give --encoder-seq-length only: the pin's validate_args makes it seq_length
+    model = MODEL.replace("--seq-length 128 ", "")
+    found = import_source(TORCHRUN + model + "--encoder-seq-length 256", "train.sh")
+    assert found.settings["seq_length"] == 256 and "encoder_seq_length" not in found.settings and found.lost == []
+    assert any(t.startswith("--encoder-seq-length 256 → seq_length 256") for t in found.translated)
+    both = import_source(TORCHRUN + MODEL + "--encoder-seq-length 256", "train.sh")  # Megatron asserts: left as given
+    assert both.settings["seq_length"] == 128 and both.settings["encoder_seq_length"] == 256
