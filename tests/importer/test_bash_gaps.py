@@ -530,3 +530,13 @@ def test_a_tokenizer_model_whose_type_was_lost_has_no_vocabulary_said_for_it():
     assert tokenizer_vocab({"tokenizer_model": "/ckpt/Meta-Llama-3-70B/tokenizer.json"})[0] is None
     assert tokenizer_vocab({})[0] == 50257  # Megatron's default GPT-2 BPE
     assert tokenizer_vocab({"tokenizer_type": "GPT2BPETokenizer", "tokenizer_model": "x"})[0] == 50257
+
+
+@pytest.mark.parametrize("loop", ["for tp in $TPS; do", "for tp in ${SIZES[@]}; do", "for tp in $(cat sizes.txt); do",
+                                  "for tp in 1 $MORE; do"])
+def test_a_loop_over_items_not_known_decides_nothing_silently(loop):
+    # a sweep over sizes the caller gives: the body runs for each, how often and with what is not known
+    imported = import_source(f"{loop}\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $tp\ndone\n",
+                             "sweep.sh")
+    assert "tensor_model_parallel_size" not in imported.settings
+    assert any("--tensor-model-parallel-size" in line for line in imported.lost)
