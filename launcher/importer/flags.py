@@ -501,7 +501,7 @@ def split_launch(argv: list[str]) -> Launch:
     at = find_entry(argv)
     assert at is not None
     starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
-    own = not starts and at > 0 and _own_program(argv[at - 1])
+    own = not starts and at > 0 and _own_program(argv[at - 1], argv[at - 2] if at > 1 else "")
     start = starts[-1] if starts else (at - 1 if own else 0)
     launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start], via_program=own)
     if own:
@@ -608,11 +608,14 @@ _NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun|mpi
                               r"nsys|env|apptainer|singularity|enroot|podman|docker|exec|run|start|bash|sh")
 
 
-def _own_program(word: str) -> bool:
-    """`launch.sh`, `$DIR/run_rank.sh`: a script of the user's given the entry as its first argument."""
+def _own_program(word: str, before: str) -> bool:
+    """`launch.sh`, `$DIR/run_rank.sh`, `/images/launch_wrapper`: a program of the user's given the entry as its first
+    argument (a path without a script's suffix only where the word before is no option it could be the value of:
+    `srun -o /dev/null pretrain_gpt.py`)."""
     name = word.rsplit("/", 1)[-1]
-    return not word.startswith("-") and ("/" in word or name.endswith((".sh", ".bash"))) \
-        and not _NOT_OWN_PROGRAM.fullmatch(name)
+    if word.startswith("-") or _NOT_OWN_PROGRAM.fullmatch(name):
+        return False
+    return name.endswith((".sh", ".bash")) or ("/" in word and "." not in name and not before.startswith("-"))
 
 
 def _hosts_gpus(include: str) -> tuple[int, int] | None:

@@ -540,3 +540,15 @@ def test_a_loop_over_items_not_known_decides_nothing_silently(loop):
                              "sweep.sh")
     assert "tensor_model_parallel_size" not in imported.settings
     assert any("--tensor-model-parallel-size" in line for line in imported.lost)
+
+
+@pytest.mark.parametrize(("line", "program"), [
+    ("srun -o /dev/null pretrain_gpt.py", False),  # srun's output file, then the entry run as a program
+    ("srun -N 2 /opt/images/launch_wrapper pretrain_gpt.py", True),
+    ("srun --label /opt/images/launch_wrapper pretrain_gpt.py", False),  # could be --label's value: not guessed
+    ("srun -l $BASE/launch.sh pretrain_gpt.py", True),
+    ("srun -o /logs/x.log pretrain_gpt.py", False),
+])
+def test_a_launch_script_is_a_program_of_the_users_not_an_options_value(line, program):
+    imported = import_source(f"{line} {MODEL}\n", "job.sh")
+    assert any("a program the import does not read" in n for n in imported.not_carried) == program
