@@ -552,3 +552,13 @@ def test_a_loop_over_items_not_known_decides_nothing_silently(loop):
 def test_a_launch_script_is_a_program_of_the_users_not_an_options_value(line, program):
     imported = import_source(f"{line} {MODEL}\n", "job.sh")
     assert any("a program the import does not read" in n for n in imported.not_carried) == program
+
+
+def test_a_positional_argument_after_other_text_is_the_argument_given():
+    code = 'W="--save=/ckpt/run$2 --tp=x$1 a${2}b ${3:-d}$1"'
+    got = words(code, "4", "8")
+    assert got == ["--save=/ckpt/run8", "--tp=x4", "a8b", "d4"]
+    if shutil.which("bash"):
+        out = subprocess.run(["bash", "-c", code + "\nprintf '%s\\n' $W", "_", "4", "8"], capture_output=True,
+                             text=True, timeout=10)
+        assert got == out.stdout.splitlines()
