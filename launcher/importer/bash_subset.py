@@ -24,7 +24,7 @@ import fnmatch
 import functools
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -228,8 +228,8 @@ SBATCH_VALUE_OPTIONS = {"-p", "-A", "-J", "-t", "-N", "-n", "-o", "-e", "-d", "-
 # VARIABLES); a script written for sbatch reads them (`torchrun --nnodes $SLURM_NNODES`).
 SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node": ("SLURM_NTASKS_PER_NODE",),
               "gpus-per-node": ("SLURM_GPUS_PER_NODE", "SLURM_GPUS_ON_NODE"), "cpus-per-task": ("SLURM_CPUS_PER_TASK",),
-              "ntasks": ("SLURM_NTASKS", "SLURM_NPROCS")}
-SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task"}
+              "ntasks": ("SLURM_NTASKS", "SLURM_NPROCS"), "gpus": ("SLURM_GPUS",)}
+SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-G": "gpus"}
 
 
 def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None) -> None:
@@ -250,18 +250,55 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
             if not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
-            if option == "gres" and re.fullmatch(r"gpu(:[\w.-]+)?:\d+", value):
-                option, value = "gpus-per-node", value.rsplit(":", 1)[1]
-            if option in SBATCH_ENV and re.fullmatch(r"\d+", value):
+            gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:(\d+)(?:,|$)", value) if option == "gres" else None
+            typed = re.fullmatch(r"[\w.-]+:(\d+)", value) if option in ("gpus-per-node", "gpus") else None
+            if gres:  # --gres=gpu:a100:4,nvme:1 sets only the count on the node (no SLURM_GPUS_PER_NODE)
+                first = first or number
+                reading.slurm["gpus-per-node"] = int(gres.group(1))
+                found["SLURM_GPUS_ON_NODE"] = gres.group(1)
+            elif typed:  # --gpus-per-node=mi250:8: the variable keeps the type, as sbatch gives it
+                first = first or number
+                if option == "gpus-per-node":
+                    reading.slurm[option] = int(typed.group(1))
+                    found.update({"SLURM_GPUS_PER_NODE": value, "SLURM_GPUS_ON_NODE": typed.group(1)})
+                else:
+                    found["SLURM_GPUS"] = value
+            elif option in SBATCH_ENV and re.fullmatch(r"\d+", value):
                 first = first or number
                 reading.slurm[option] = int(value)
                 for variable in SBATCH_ENV[option]:
                     found[variable] = value
+    counts = reading.slurm
+    if "ntasks" not in counts and "nodes" in counts and "ntasks-per-node" in counts:
+        found["SLURM_NTASKS"] = found["SLURM_NPROCS"] = str(counts["nodes"] * counts["ntasks-per-node"])
     if found:
         (shell or reading.shell).scalars.update(found)
         said = ", ".join(f"{k}={v}" for k, v in found.items())
         reading.skipped.append((first if at is None else at, "read as sbatch runs it: " + said
                                 + " from the #SBATCH lines (sbatch's own command line may change them)"))
+
+
+# Grid Engine resource types that take whole nodes (ABCI's rt_F and rt_AF, TSUBAME 4.0's node_f): `#$ -l node_f=16`
+# gives the job 16 hosts, NHOSTS in its environment (a script reads it: NUM_NODES=$NHOSTS)
+GRID_ENGINE_FULL_NODES = re.compile(r"(?:rt_F|rt_AF|node_f)=(\d+)")
+
+
+def grid_engine_directives(text: str, reading: Reading) -> None:
+    """The `#$ -l …` lines before the script's first command (qsub reads no later ones) → NHOSTS, as a known value."""
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#$"):
+            continue
+        words = stripped[2:].split("#", 1)[0].split()
+        for k, word in enumerate(words[:-1]):
+            resources = words[k + 1].split(",") if word == "-l" else []  # -l rt_AF=2,h_rt=1:00:00
+            for found in filter(None, map(GRID_ENGINE_FULL_NODES.fullmatch, resources)):
+                reading.slurm["nodes"] = int(found.group(1))
+                reading.shell.scalars["NHOSTS"] = found.group(1)
+                reading.skipped.append((number, f"read as qsub runs it: NHOSTS={found.group(1)} from the #$ lines "
+                                                "(qsub's own command line may change it)"))
 
 
 def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Reading:
@@ -274,6 +311,7 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     reading = Reading()
     reader = _Reader(reading, positional, path)
     slurm_directives(text, reading)
+    grid_engine_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
@@ -734,7 +772,8 @@ class _Reader:
         name = command.child_by_field_name("name")
         if name is None or self.fields(name) != ["cat"] or len(command.named_children) != 1:
             return False
-        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        # `cat > job.sh <<EOF` or `cat <<EOF > job.sh` (the grammar puts that redirection inside the here-document's)
+        redirects = [c for c in [*node.named_children, *heredoc.named_children] if c.type == "file_redirect"]
         if len(redirects) != 1 or self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()[:1] != b">":
             return False
         target = redirects[0].child_by_field_name("destination")
@@ -776,18 +815,24 @@ class _Reader:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
         program = argv[0].rsplit("/", 1)[-1]
-        k = 0 if argv[0] in self.written else None
+        k = 0 if _written_key(argv[0], self.written) else None
         if k is None and program in (*SHELLS, "sbatch"):
             i = 1
             while i < len(argv) and argv[i].startswith("-"):  # sbatch -p gpu --time 1:00:00 job.sbatch
                 i += 2 if program == "sbatch" and argv[i] in SBATCH_VALUE_OPTIONS else 1
             k = i if i < len(argv) else None
-        if k is None or argv[k] not in self.written:
+        if k is None and program in RUNS_A_COMMAND:  # srun … singularity exec IMG bash runner.sh: each task runs it
+            k = _written_under_wrappers(argv, self.written)
+        key = _written_key(argv[k], self.written) if k is not None else None
+        if k is None or key is None:
             return False
-        chunks = self.written[argv[k]]
-        saved_positional = self.positional
+        chunks = self.written[key]
+        saved_positional, saved_outer = self.positional, self.outer
         self.positional = argv[k + 1:]
         self.set_positional(self.positional)
+        shell = next((m for m in range(k) if argv[m].rsplit("/", 1)[-1] in SHELLS), k)
+        if program in RUNS_A_COMMAND:  # the wrapper's counts are the job's (srun -N 2 … bash runner.sh)
+            self.outer = [*saved_outer, *argv[:shell]]
         try:  # its own bash: an exit there ends only that one
             text = "".join(t for t, _ in chunks)
             if program == "sbatch":  # the job file's own #SBATCH lines give the job's SLURM_* variables
@@ -797,7 +842,7 @@ class _Reader:
         except _Exit:
             pass
         finally:
-            self.positional = saved_positional
+            self.positional, self.outer = saved_positional, saved_outer
             self.set_positional(saved_positional or [])
             if saved_positional is None:
                 self.shell.scalars.pop("#", None)
@@ -1665,7 +1710,8 @@ class _Reader:
             if k < len(argv):
                 self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
             return
-        if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1:
+        if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1 \
+                and not (program == "command" and argv[1] in ("-v", "-V")):  # command -v NAME prints, runs nothing
             k = 1  # these run the command that follows (exec -a NAME, time -p)
             while k < len(argv) - 1 and argv[k] in ("-a", "-c", "-l", "-p", "-v", "--"):
                 k += 2 if argv[k] == "-a" else 1
@@ -2253,7 +2299,9 @@ class _Reader:
                                    else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
             return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
-        if prefix == "!" and not subscript and not rest:
+        if prefix == "!" and not subscript and rest in ("*", "@"):  # ${!NCCL_*}: names the environment may add to
+            return ("val", _unknown(inner), quoted)
+        if prefix == "!" and not subscript:  # ${!REF}, ${!REF+x}, ${!REF:-d}: the variable REF names
             target = self.lookup_value(name, None)
             if unresolved_names(target) or not NAME.fullmatch(target):
                 return ("val", _unknown("!" + name), quoted)
@@ -2495,6 +2543,12 @@ class _Reader:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
         body = [c for c in node.named_children]
         text = self.text(node).strip()
+        if text.startswith("$((") and text.endswith("))"):
+            # `${TP:-$((N*2))}`: the grammar reads arithmetic inside ${…} as a subshell's command; bash, as arithmetic
+            try:
+                return str(self.arith_text(text[3:-2]))
+            except _Unknown:
+                return _unknown(text)
         label = text[2:-1] if text.startswith("$(") else text[1:-1]
         backtick = bool(node.children) and node.children[0].type == "`"
         # inside `…` bash first removes the backslash of \` \$ \\ (`echo "a \`echo b\`"` runs `echo b` inside),
@@ -3005,6 +3059,10 @@ def _path_command(argv: list[str], cwd: str | None) -> str | None:
         return os.path.normpath(target) if target else ""
     if program == "pwd" and not operands and cwd:
         return cwd
+    if (program == "which" and not options or program == "command" and options == ["-v"]) and len(operands) == 1 \
+            and re.fullmatch(r"[\w.+-]+", operands[0]):
+        # $(which mpiexec): a directory found where it runs, then the program's own name (what names the launcher)
+        return _unknown(f"$(which {operands[0]})") + "/" + operands[0]
     return None
 
 
@@ -3178,6 +3236,37 @@ def _brace_inner_names(src: bytes) -> bytes:
         if b"[[" in src:
             src = TEST_BRACKETS.sub(_double_equals, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
+
+
+# Programs that run the command given after their own options (job launchers, containers, process wrappers)
+RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "singularity", "apptainer", "enroot", "podman", "docker",
+                  "env", "numactl", "taskset", "time", "nohup", "stdbuf", "nice", "timeout"}
+
+
+def _written_key(word: str, written: Mapping[str, object]) -> str | None:
+    """The file the script wrote that `word` names (`./runner.sh` is the `runner.sh` it wrote)."""
+    for key in (word, word.removeprefix("./"), "./" + word):
+        if key in written:
+            return key
+    return None
+
+
+def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> int | None:
+    """Where a file the script wrote is run behind wrappers: `srun … singularity exec IMG bash runner.sh` (after a
+    shell and its options) or `srun … ./runner.sh` (the first word that is no option of theirs); None when a word
+    before it is a program that only reads it (cat, chmod)."""
+    for k, word in enumerate(argv[1:], 1):
+        name = word.rsplit("/", 1)[-1]
+        if name in SHELLS:
+            i = k + 1
+            while i < len(argv) and argv[i].startswith("-"):
+                i += 1
+            return i if i < len(argv) and _written_key(argv[i], written) else None
+        if _written_key(word, written):
+            return k
+        if name in _NOT_RUNNING or re.fullmatch(r"python[0-9.]*|torchrun|deepspeed|accelerate|.*\.py", name):
+            return None  # srun cat runner.sh: read, not run; srun python3 … --config written.json: an argument
+    return None
 
 
 def _shell_at(argv: list[str]) -> int:

@@ -106,7 +106,10 @@ def tokenizer_vocab(settings: dict[str, Any], read_local: VocabReader | None = N
     whose = f"{kind} {model}" if model else kind
     if isinstance(settings.get("vocab_size"), int):
         return settings["vocab_size"], whose
-    if kind == "GPT2BPETokenizer" and not settings.get("vocab_file"):
+    # Megatron's default GPT-2 BPE, unless the tokenizer named a model file: then its type was lost (a fork's
+    # Llama3Tokenizer with a tokenizer.json), and GPT-2's vocabulary is not the script's
+    lost_type = model and "tokenizer_type" not in settings
+    if kind == "GPT2BPETokenizer" and not settings.get("vocab_file") and not lost_type:
         return GPT2_VOCAB, whose
     if isinstance(model, str) and kind == "HuggingFaceTokenizer":
         for pattern, size in HUB_VOCAB_SIZES:
@@ -405,12 +408,13 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         launcher.update(launch.launcher)
-        notes += [f"{runner[0]} {_comment(d)}" for d in launch.dropped]
+        notes += [_comment(f"{runner[0].rsplit('/', 1)[-1]} {d}") for d in launch.dropped]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
-        if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
+        if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun")
+        if launch.per_task:
             if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
@@ -428,7 +432,8 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             lost.append(_comment(f"{w.text}: {w.why}"))
             continue
         arg = flag_reader.flag_table().get(w.words[0].partition("=")[0])
-        unknown = f"{w.text}: {', '.join('$' + n for n in missing)} is not known without running the script"
+        named = ", ".join(n if n.startswith("$") else "$" + n for n in missing)  # $((…)) is said as written
+        unknown = f"{w.text}: {named} is not known without running the script"
         if arg is not None and section_of(arg.dest) in ("data", "checkpoint", "logging"):
             notes.append(_comment(unknown))
         elif arg is None and _only_harmless_flags(missing, source.alternatives):

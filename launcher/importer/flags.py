@@ -24,11 +24,12 @@ TORCHRUN_DROPPED = {"node_rank": "the launcher gives each node its rank (torchru
 TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 
 
-# Unknown flags whose names say they only log, name a path or an experiment, or profile: dropped with a note. Any
-# other unknown flag may change the model, its numerics or its layout, and is reported as lost.
+# Unknown flags whose names say they only log, name a path, an experiment or where the processes meet (a fork's
+# --master-addr: the launcher gives its own rendezvous), or profile: dropped with a note. Any other unknown flag may
+# change the model, its numerics or its layout, and is reported as lost.
 HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
                            r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
-                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url)$")
+                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port)$")
 
 
 @dataclass
@@ -176,8 +177,8 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
                                 cutoff=0.75)
         why = "not an argument of pretrain_gpt.py at the pin" + (f" ({near})" if near else "")
         harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
-        return Word(words[i:j], "harmless" if harmless else "lost",
-                    why=why + ("; by its name it logs, profiles or names a path" if harmless else "")), j, None
+        said = "; by its name it logs, profiles or names a path or an address" if harmless else ""
+        return Word(words[i:j], "harmless" if harmless else "lost", why=why + said), j, None
     if arg.dest in FROM_A_FILE:
         j = i + 1 if eq else min(i + 2, _values_after(words, i))
         return Word(words[i:j], "lost", why=FROM_A_FILE[arg.dest]), j, None
@@ -236,6 +237,13 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
         else:
             return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
     given = words[i:j]
+    if translation.by_value:
+        row = translation.by_value.get(value) if isinstance(value, str) else None
+        if row is None and not (translation.to or translation.refuse or translation.harmless):
+            known = ", ".join(translation.by_value)
+            return Word(given, "lost", why=f"a value the table does not know (it knows {known}) "
+                                          f"({translation.origin})"), j, None
+        translation = row or translation  # another value: the flag's own row
     if translation.only_with:  # harmless unless the script gave the fork's choice that reads it (read_flags)
         try:
             pending = {dest: _typed_to(dest, value if v == "$value" else v, flag) for dest, v in translation.to.items()}
@@ -297,7 +305,25 @@ def read_flags(words: list[str]) -> Flags:
     _read_with_fork_choice(out)
     _dense_in_megatron_deepspeed(out)
     _recompute_chunk_in_megatron_deepspeed(out)
+    _sequence_length_from_the_encoders(out)
     return out
+
+
+def _sequence_length_from_the_encoders(out: Flags) -> None:
+    """`--encoder-seq-length N` without `--seq-length` (older GPT scripts): the pin's validate_args sets seq_length
+    from it (megatron/training/arguments.py:1295); carried as seq_length, the same run, which the launcher's checks
+    read (they refuse encoder_seq_length, an encoder-decoder model's, next to seq_length)."""
+    if "seq_length" in out.settings or "encoder_seq_length" not in out.settings:
+        return
+    value = out.settings.pop("encoder_seq_length")
+    out.flag_of.pop("encoder_seq_length", None)
+    word = next(w for w in reversed(out.words) if "encoder_seq_length" in w.settings)
+    word.settings = {"seq_length": value}
+    word.kind = "translated"
+    word.why = (f"→ seq_length {value}: without --seq-length, Megatron's validate_args takes the sequence length "
+                "from --encoder-seq-length (megatron/training/arguments.py:1295)")
+    out.settings["seq_length"] = value
+    out.flag_of["seq_length"] = "(translated)"
 
 
 def _given_value(word: Word) -> str:
@@ -414,6 +440,15 @@ class Launch:
     dropped: list[str] = field(default_factory=list)
     wrapper: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # what the wrapper exports to every rank (mpirun -x A=1)
+    # the entry goes to a program of the script's own (`srun … apptainer exec IMG launch.sh pretrain_gpt.py …`)
+    via_program: bool = False
+
+    @property
+    def per_task(self) -> bool:
+        """pretrain_gpt.py starts once per process of the job launcher (srun, mpirun): by python directly, or by a
+        launch script that runs python with the arguments it is given."""
+        program = self.runner[0].rsplit("/", 1)[-1] if self.runner else ""
+        return program.startswith("python") and "-m" not in self.runner or self.via_program
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -466,8 +501,12 @@ def split_launch(argv: list[str]) -> Launch:
     at = find_entry(argv)
     assert at is not None
     starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
-    start = starts[-1] if starts else 0
-    launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start])
+    own = not starts and at > 0 and _own_program(argv[at - 1], argv[at - 2] if at > 1 else "")
+    start = starts[-1] if starts else (at - 1 if own else 0)
+    launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start], via_program=own)
+    if own:
+        launch.dropped.append(f"{argv[at - 1]} is given {argv[at]}: a program the import does not read, taken as a "
+                              "launch script that runs `python " + argv[at] + " ARGS` once per task")
     launch.env = wrapper_env(launch.wrapper)
     if launch.wrapper:
         launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
@@ -505,6 +544,13 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
                                   "give it as the preset's gpus_per_node (8 unless set)")
             continue
+        elastic = re.fullmatch(r"(\d+):(\d+)", value) if name == "nnodes" else None
+        if elastic and elastic.group(1) == elastic.group(2):
+            value = elastic.group(1)  # --nnodes=2:2: a fixed size written as a range
+        elif elastic:
+            launch.dropped.append(f"{given}: an elastic job of {elastic.group(1)} to {elastic.group(2)} nodes, as "
+                                  "many as join; the launcher starts a fixed number (give it with --nodes)")
+            continue
         if name in TORCHRUN_SETTINGS:
             setting = TORCHRUN_SETTINGS[name]
             if setting in ("nodes", "gpus_per_node", "master_port") and re.fullmatch(r"\d+", value):
@@ -517,15 +563,59 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
         else:
             launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
+    options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
+    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and not options & {"num_gpus", "include", "i"}:
+        launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
+                              "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
+                              "(8 unless set)")
+    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and "hostfile" in options \
+            and not options & {"num_nodes", "include", "i"}:
+        launch.dropped.append("(--hostfile without --num_nodes): every host the file lists, a count known only where "
+                              "it runs; give it as the preset's nodes (1 unless set)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
     elif counts:
         launch.dropped.append(f"accelerate --num_processes {counts.get('num_processes', '?')} --num_machines "
                               f"{machines}: not a whole number of processes per machine")
-    if runner and runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in runner:
-        launch.launcher.update(_process_counts(launch.wrapper))
+    if launch.per_task:
+        counts_found = _process_counts(launch.wrapper)
+        launch.launcher.update(counts_found)
+        # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
+        for option, value in _unknown_counts(launch.wrapper):
+            per_node = option in PER_NODE_OPTIONS
+            if ("gpus_per_node" if per_node else "nodes") not in counts_found:
+                launch.dropped.append(f"{option} {value}: a process count not known without running the script; the "
+                                      + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
+                                         else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
+    """The job launcher's process-count options whose value is not a number (`-np ${NUM_GPUS}`)."""
+    options = _launcher_options(wrapper)
+    out = []
+    for k, word in enumerate(options):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
+        if name in (*TOTAL_OPTIONS, *NODE_OPTIONS, *PER_NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
+            out.append((name, value))
+    return out
+
+
+# A container image, or a program of the job launchers and container runtimes (not a script of the user's)
+_NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun|mpiexec|orterun|jsrun|numactl|taskset|"
+                              r"nsys|env|apptainer|singularity|enroot|podman|docker|exec|run|start|bash|sh")
+
+
+def _own_program(word: str, before: str) -> bool:
+    """`launch.sh`, `$DIR/run_rank.sh`, `/images/launch_wrapper`: a program of the user's given the entry as its first
+    argument (a path without a script's suffix only where the word before is no option it could be the value of:
+    `srun -o /dev/null pretrain_gpt.py`)."""
+    name = word.rsplit("/", 1)[-1]
+    if word.startswith("-") or _NOT_OWN_PROGRAM.fullmatch(name):
+        return False
+    return name.endswith((".sh", ".bash")) or ("/" in word and "." not in name and not before.startswith("-"))
 
 
 def _hosts_gpus(include: str) -> tuple[int, int] | None:
@@ -544,7 +634,7 @@ def _hosts_gpus(include: str) -> tuple[int, int] | None:
 # ends their options.
 JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun"}
 NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
-                  "singularity", "bash", "sh", "zsh", "dash", "ksh"}
+                  "singularity", "enroot", "podman", "docker", "shifter", "ch-run", "bash", "sh", "zsh", "dash", "ksh"}
 
 
 # IBM LSF's jsrun (Summit, Lassen, Sierra) counts resource sets: -n/--nrs of them in all, -r/--rs_per_host on each

@@ -25,6 +25,9 @@ class Translation:
     # `to` applies only when the script gave this fork's choice (setting → the fork's value); else `harmless`
     only_with: dict[str, str] = field(default_factory=dict)
     unknown: str = ""  # what is lost when a `to` value the job decides ($data_parallel_size) cannot be computed
+    # a flag whose meaning depends on its value (bigcode's --attention-head-type multiquery|multihead): value → the
+    # row for it (`to` with `why`, or `harmless`, or `refuse`); a value not listed is lost
+    by_value: dict[str, Translation] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -49,10 +52,16 @@ def translations() -> dict[str, Translation]:
         origin = row.get("origin", "")
         if origin == "megatron":
             origin = "an older Megatron-LM" + _releases(flag)
-        out[flag] = Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
-                                row.get("why", ""), row.get("refuse", ""), row.get("instead", ""),
-                                row.get("harmless", ""), row.get("only_with", {}), row.get("unknown", ""))
+        out[flag] = _row(flag, origin, row)
     return out
+
+
+def _row(flag: str, origin: str, row: dict[str, Any]) -> Translation:
+    by_value = {value: _row(flag, origin, {"value": row.get("value", ""), **sub})
+                for value, sub in row.get("by_value", {}).items()}
+    return Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
+                       row.get("why", ""), row.get("refuse", ""), row.get("instead", ""), row.get("harmless", ""),
+                       row.get("only_with", {}), row.get("unknown", ""), by_value)
 
 
 @cache

@@ -65,7 +65,8 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_as
                        ("converted", "converted to the pin's type")):
         words = theirs.of_kind(kind)
         if words:
-            apart.append(f"{len(words)} {what} ({', '.join(w.words[0] for w in words)})")
+            # the flag as written: `--name=VALUE` by its name (a value not known would show the reader's marker)
+            apart.append(f"{len(words)} {what} ({', '.join(w.words[0].partition('=')[0] for w in words)})")
     if theirs.repeated:  # an earlier value of the flag is no word of the preset's argv: argparse drops it too
         apart.append(f"{len(theirs.repeated)} given more than once, the last value carried as argparse takes it "
                      f"({', '.join(dict.fromkeys(w.partition('=')[0] for w in theirs.repeated))})")

@@ -297,3 +297,268 @@ def test_gpt2s_vocabulary_is_not_said_to_be_the_scripts_when_its_tokenizer_was_l
     imported = import_source(f"torchrun pretrain_gpt.py {tokenizer} {model}\n", "train.sh")
     assert not any("the vocabulary of the script's tokenizer" in note for note in imported.not_carried)
     assert any("stands in for the vocabulary of the script's tokenizer" in w for w in imported.warnings)
+
+
+INDIRECT = [
+    # a function that checks a variable by the name it is given (LUMI's confirm_unset): set, unset, empty
+    'check() { local v="$1"; if [ -n "${!v+x}" ]; then W="$W set:$v"; else W="$W unset:$v"; fi; }\n'
+    'A=1\nB=\ncheck A\ncheck B\ncheck C\nC=later',
+    'N=TP\nTP=4\nW="${!N:-1} ${!N:+on} ${!N#4}x"',
+    'N=PP\nW="${!N:-2} ${!N-dash} [${!N+x}]"\nPP=7',
+    'N=SIZE\nSIZE=abc\nW="${!N/b/B} ${!N^^} ${#N}"',
+]
+
+
+@pytest.mark.parametrize("code", INDIRECT)
+def test_indirect_expansion_with_an_operation_reads_the_variable_named(code):
+    got = words(code)
+    assert "\x00" not in " ".join(got)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+@pytest.mark.parametrize("code", [
+    'W="${!REF+x}"',  # REF names a variable the caller gives
+    'NCCL_A=1\nW="${!NCCL_*}"',  # the environment may hold more NCCL_ variables than the script sets
+    'R="not a name"\nW="${!R:-d}"',
+])
+def test_indirect_expansion_of_a_name_not_known_or_of_a_prefix_is_not_known(code):
+    assert words(code) == ["${W}"]
+
+
+@pytest.mark.parametrize(("directives", "expected", "per_node_variable"), [
+    ("#SBATCH --nodes=2\n#SBATCH --gpus-per-node=mi250:8", 8, "mi250:8"),  # sbatch keeps the type in the variable
+    ("#SBATCH -N 2 --gpus-per-node amd:4", 4, "amd:4"),
+    ("#SBATCH --nodes=2\n#SBATCH --gres=gpu:a100:4,nvme:1", 4, None),  # --gres sets no SLURM_GPUS_PER_NODE
+    ("#SBATCH --nodes=2\n#SBATCH --gpus-per-node=8", 8, "8"),
+])
+def test_typed_gpu_counts_of_the_sbatch_lines_are_the_count_on_each_node(directives, expected, per_node_variable):
+    script = (f"#!/bin/bash\n{directives}\ntorchrun --nnodes $SLURM_NNODES --nproc-per-node $SLURM_GPUS_ON_NODE "
+              f"pretrain_gpt.py {MODEL}\necho \"[$SLURM_GPUS_PER_NODE]\"\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher["nodes"] == 2 and imported.launcher["gpus_per_node"] == expected
+    reading = read_script(script)
+    assert reading.shell.scalars.get("SLURM_GPUS_PER_NODE") == per_node_variable
+
+
+@pytest.mark.parametrize("container", [
+    "singularity exec -B \"$BASE\" -B /pfs,/scratch \"$CONTAINER\"",
+    "apptainer exec --nv --no-home -B /p \"$CONTAINER\"",
+    "env -u CUDA_VISIBLE_DEVICES apptainer exec --rocm img.sif",
+    "",
+])
+def test_a_launch_script_given_the_entry_under_srun_runs_it_once_per_task(container):
+    # LUMI/JUWELS jobs: `srun … apptainer exec IMG $BASE/launch.sh pretrain_gpt.py ARGS`, where launch.sh sets
+    # RANK from SLURM_PROCID and runs `python3 -u "$@"`; the container's options are no srun options
+    script = (f"#!/bin/bash\n#SBATCH --nodes=4\n#SBATCH --ntasks-per-node=8\n#SBATCH --gpus-per-node=mi250:8\n"
+              f"LAUNCH_SCRIPT=\"$BASE/launch.sh\"\nsrun --label --cpu-bind=mask_cpu:0xfe {container} "
+              f"\"$LAUNCH_SCRIPT\" Megatron-LM/pretrain_gpt.py {MODEL} --tensor-model-parallel-size 2\n")
+    imported = import_source(script, "train.sh")
+    assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 8
+    assert imported.settings["tensor_model_parallel_size"] == 2 and not imported.lost
+    said = " | ".join(imported.not_carried)
+    assert "launch.sh is given Megatron-LM/pretrain_gpt.py" in said
+    assert "a srun option the launcher does not carry" not in said
+
+
+def test_a_program_that_is_not_a_script_of_the_users_is_not_taken_for_a_launch_script():
+    imported = import_source(f"#!/bin/bash\nsrun -N 2 --ntasks-per-node 8 apptainer exec img.sif pretrain_gpt.py "
+                             f"{MODEL}\n", "train.sh")
+    assert "nodes" not in imported.launcher  # pretrain_gpt.py run as a program: not a per-task python
+
+
+ARITHMETIC_DEFAULTS = [
+    'N=2\nTP=${TP:-$((N*2))}\nPP=${PP:-$(( $((N+1)) - 1 ))}\nW="$TP $PP"\nTP=; PP=',
+    'N=3\nS=${S:-"$((N*5))"}\nG=${G:=$(( N * 8 / 2 ))}\nW="$S $G ${Z:-$((N-2))}"\nS=; Z=',
+    'N=2\nW=${W:-$((N )) }x\nA=${A:+$((N+1))}\nW+="[$A]"\nA=',
+]
+
+
+@pytest.mark.parametrize("code", ARITHMETIC_DEFAULTS)
+def test_arithmetic_inside_a_default_is_arithmetic(code):
+    # the grammar reads `${TP:-$((N*2))}` as a subshell running the command `N*2`: the default was lost
+    got = words(code)
+    assert "\x00" not in " ".join(got) and "${" not in " ".join(got)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+def test_arithmetic_inside_a_default_on_a_value_not_known_is_not_known():
+    assert words("TP=${TP:-$((GPUS/2))}\nW=$TP\nTP=") == ["${W}"]
+
+
+@pytest.mark.parametrize(("options", "launcher", "named"), [
+    ("--nnodes=1:4 --nproc-per-node=8 --max-restarts=3 --rdzv-backend=c10d", {"gpus_per_node": 8},
+     ["--nnodes=1:4: an elastic job of 1 to 4 nodes", "--max-restarts=3: a torchrun option"]),
+    ("--nnodes 2:2 --nproc_per_node 4 --rdzv_id 7 --rdzv_endpoint h:29500", {"nodes": 2, "gpus_per_node": 4},
+     ["--rdzv_id 7: the launcher names", "--rdzv_endpoint h:29500: the launcher sets"]),
+    ("--standalone --nproc-per-node=2", {"gpus_per_node": 2}, []),
+    ("--nnodes=4 --node-rank=$RANK --nproc_per_node=8 --master-addr=$MASTER --master-port=29500",
+     {"nodes": 4, "gpus_per_node": 8, "master_port": 29500}, ["--node-rank=${RANK}: the launcher gives each node"]),
+])
+def test_torchruns_own_options_give_the_layout_or_are_named(options, launcher, named):
+    imported = import_source(f"torchrun {options} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: v for k, v in imported.launcher.items() if k != "master_addr"} == launcher
+    said = " | ".join(imported.not_carried)
+    assert all(n in said for n in named), said
+    assert "not a number" not in said
+
+
+def test_a_flag_naming_where_the_processes_meet_is_harmless_and_said_without_the_readers_marker(tmp_path):
+    # ORNL's Frontier fork passes `--master-addr=$MASTER_ADDR` (read from ssh at run time) to pretrain_gpt.py
+    from launcher.cli.job import job_as_declared
+    from launcher.importer.report import check_import
+
+    imported = import_source(f"torchrun pretrain_gpt.py {MODEL} --master-addr=$MASTER_ADDR --master-port 29500\n",
+                             "train.sh")
+    assert not imported.lost
+    preset = tmp_path / "p.yaml"
+    preset.write_text(imported.text)
+    outcome = check_import(imported, preset, job_as_declared)
+    said = repr(outcome)
+    assert "--master-addr" in said and "\\x00" not in said and "\x00" not in said
+
+
+@pytest.mark.parametrize(("directive", "nodes"), [
+    ("#$ -l node_f=16", 16),  # TSUBAME 4.0's full node
+    ("#$-l rt_AF=2,h_rt=1:00:00", 2),  # ABCI's, with other resources in the same list
+    ("#$ -l rt_F=8\n#$ -l h_rt=24:00:00", 8),
+])
+def test_grid_engine_whole_node_requests_give_nhosts(directive, nodes):
+    script = (f"#!/bin/sh\n#$ -cwd\n{directive}\nGPUS=4\nNUM_GPUS=$((NHOSTS * GPUS))\n"
+              f"mpirun -np $NUM_GPUS --npernode $GPUS -hostfile $PE_HOSTFILE python pretrain_gpt.py {MODEL}\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher["nodes"] == nodes and imported.launcher["gpus_per_node"] == 4
+    assert any(f"NHOSTS={nodes} from the #$ lines" in n for n in imported.not_carried)
+
+
+def test_a_grid_engine_request_after_the_first_command_or_of_part_of_a_node_gives_no_nhosts():
+    for script in ("#!/bin/sh\nX=1\n#$ -l node_f=16\n", "#!/bin/sh\n#$ -l node_h=2\n"):
+        imported = import_source(script + f"mpirun -np $((NHOSTS*4)) --npernode 4 python pretrain_gpt.py {MODEL}\n",
+                                 "job.sh")
+        assert "nodes" not in imported.launcher
+
+
+RUNNER_FILE = ("DISTRIBUTED_ARGS=\"--nproc_per_node \\$GPUS --nnodes \\$SLURM_JOB_NUM_NODES\"\n"
+               f"cat <<EOT > runner.sh\n#!/bin/bash\npython -m torch.distributed.launch $DISTRIBUTED_ARGS "
+               f"./pretrain_gpt.py {MODEL}\nexit 0\nEOT\n")
+
+
+@pytest.mark.parametrize("run", [
+    "srun --mpi=pmix -l -o log singularity exec --nv -B $(pwd) img.sif bash runner.sh",
+    "srun apptainer exec img.sif bash -x runner.sh",
+    "bash runner.sh",
+    "srun ./runner.sh",
+])
+def test_a_file_written_from_a_here_document_after_cat_is_read_where_a_wrapper_runs_it(run):
+    # a Slovenian cluster's job: `cat <<EOT > distributed_runner.sh` (the redirection after the here-document), then
+    # `srun … singularity exec … bash distributed_runner.sh`; the runner's \$GPUS is expanded when it runs
+    script = f"#!/bin/bash\n#SBATCH --nodes=2\n#SBATCH --gres=gpu:4\nexport GPUS=4\n{RUNNER_FILE}{run}\nexit 0\n"
+    imported = import_source(script, "job.sh")
+    assert imported.launcher["nodes"] == 2 and imported.launcher["gpus_per_node"] == 4
+    assert imported.settings["num_layers"] == 2
+
+
+@pytest.mark.parametrize("other", ["cat runner.sh", "chmod +x runner.sh", "echo runner.sh", "srun cat runner.sh"])
+def test_a_written_file_that_is_only_read_or_named_is_not_run(other):
+    reading = read_script(RUNNER_FILE + other + "\n")
+    assert not any("pretrain_gpt.py" in " ".join(show(a) for a in c.argv) for c in reading.commands)
+
+
+def test_a_written_file_given_to_the_training_command_is_its_argument_not_a_script():
+    # CSC's job writes its DeepSpeed JSON with `cat <<EOF > "$config_json"` and passes it to pretrain_gpt.py
+    script = ("config_json=ds_config.$SLURM_JOBID.json\ncat <<EOF > \"$config_json\"\n{\"a\": 1}\nEOF\n"
+              f"srun -l python3 pretrain_gpt.py {MODEL} --deepspeed_config $config_json\n")
+    reading = read_script(script)
+    assert reading.stopped is None
+    assert show(reading.commands[-1].argv[-1]) == "ds_config.${SLURM_JOBID}.json"
+
+
+@pytest.mark.parametrize(("runner", "named"), [
+    ("deepspeed --num_nodes=20 --hostfile hosts --no_ssh_check", True),
+    ("deepspeed --num_nodes 2 --num_gpus 4", False),
+    ("deepspeed --include localhost:0,1", False),
+])
+def test_deepspeed_without_a_gpu_count_says_the_count_is_the_hosts(runner, named):
+    imported = import_source(f"{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    said = " | ".join(imported.not_carried)
+    assert ("one process per GPU of each host" in said) == named
+    assert named == ("gpus_per_node" not in imported.launcher)
+
+
+@pytest.mark.parametrize("launcher", ["mpirun -np $NUM_GPUS --npernode 8", "srun -N $NODES --ntasks-per-node=8",
+                                      "mpiexec -n ${TOTAL} -ppn 8"])
+def test_a_process_count_the_script_cannot_know_is_named_not_left_to_the_default(launcher):
+    # ABCI 3.0's PBS job computes NUM_GPUS from NHOSTS, which PBS does not set
+    imported = import_source(f"{launcher} python pretrain_gpt.py {MODEL}\n", "job.sh")
+    assert "nodes" not in imported.launcher and imported.launcher["gpus_per_node"] == 8
+    assert any("a process count not known without running the script" in n for n in imported.not_carried)
+
+
+def test_deepspeed_on_a_hostfile_without_a_node_count_says_the_hosts_are_the_files():
+    imported = import_source(f"deepspeed --hostfile hosts.txt pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert "nodes" not in imported.launcher
+    assert any("every host the file lists" in n for n in imported.not_carried)
+    counted = import_source(f"deepspeed --hostfile hosts.txt --num_nodes 2 pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert counted.launcher["nodes"] == 2 and not any("every host" in n for n in counted.not_carried)
+
+
+@pytest.mark.parametrize("found", ["$(which mpiexec)", "`which mpiexec`", "$(command -v mpiexec)"])
+def test_a_job_launcher_found_with_which_is_that_launcher(found):
+    # ALCF Polaris: `$(which mpiexec) -n ${NGPUS} --ppn $(nvidia-smi -L | wc -l) --hostfile $PBS_NODEFILE python …`
+    imported = import_source(f"{found} -n 16 --ppn 4 --envall python pretrain_gpt.py {MODEL} --deepspeed_mpi\n",
+                             "job.sh")
+    assert imported.launcher == {"nodes": 4, "gpus_per_node": 4} and not imported.lost
+    unknown = import_source(f"{found} -n $N --ppn $(nvidia-smi -L | wc -l) python pretrain_gpt.py {MODEL}\n", "job.sh")
+    said = " | ".join(unknown.not_carried)
+    assert "\x00" not in said and "\\x00" not in said
+    assert "-n ${N}: a process count not known" in said and "--ppn" in said and "gpus_per_node is not set" in said
+
+
+@pytest.mark.parametrize("container", ["enroot start -e N=3 img", "podman exec -n ctr", "docker exec -e NP=4 -it ctr",
+                                       "shifter --image=x -N 5", "apptainer exec -n img.sif"])
+def test_a_containers_options_under_srun_are_no_process_counts(container):
+    imported = import_source(f"srun -N 2 --ntasks-per-node 4 {container} python pretrain_gpt.py {MODEL}\n", "job.sh")
+    assert imported.launcher == {"nodes": 2, "gpus_per_node": 4}
+
+
+def test_a_tokenizer_model_whose_type_was_lost_has_no_vocabulary_said_for_it():
+    # Swallow's --tokenizer-type Llama3Tokenizer (the fork's) --tokenizer-model …/tokenizer.json: the type is lost,
+    # and Megatron's default GPT-2 vocabulary is not that tokenizer's
+    from launcher.importer.build import tokenizer_vocab
+
+    assert tokenizer_vocab({"tokenizer_model": "/ckpt/Meta-Llama-3-70B/tokenizer.json"})[0] is None
+    assert tokenizer_vocab({})[0] == 50257  # Megatron's default GPT-2 BPE
+    assert tokenizer_vocab({"tokenizer_type": "GPT2BPETokenizer", "tokenizer_model": "x"})[0] == 50257
+
+
+@pytest.mark.parametrize("loop", ["for tp in $TPS; do", "for tp in ${SIZES[@]}; do", "for tp in $(cat sizes.txt); do",
+                                  "for tp in 1 $MORE; do"])
+def test_a_loop_over_items_not_known_decides_nothing_silently(loop):
+    # a sweep over sizes the caller gives: the body runs for each, how often and with what is not known
+    imported = import_source(f"{loop}\ntorchrun pretrain_gpt.py {MODEL} --tensor-model-parallel-size $tp\ndone\n",
+                             "sweep.sh")
+    assert "tensor_model_parallel_size" not in imported.settings
+    assert any("--tensor-model-parallel-size" in line for line in imported.lost)
+
+
+@pytest.mark.parametrize(("line", "program"), [
+    ("srun -o /dev/null pretrain_gpt.py", False),  # srun's output file, then the entry run as a program
+    ("srun -N 2 /opt/images/launch_wrapper pretrain_gpt.py", True),
+    ("srun --label /opt/images/launch_wrapper pretrain_gpt.py", False),  # could be --label's value: not guessed
+    ("srun -l $BASE/launch.sh pretrain_gpt.py", True),
+    ("srun -o /logs/x.log pretrain_gpt.py", False),
+])
+def test_a_launch_script_is_a_program_of_the_users_not_an_options_value(line, program):
+    imported = import_source(f"{line} {MODEL}\n", "job.sh")
+    assert any("a program the import does not read" in n for n in imported.not_carried) == program
+
+
+def test_a_positional_argument_after_other_text_is_the_argument_given():
+    code = 'W="--save=/ckpt/run$2 --tp=x$1 a${2}b ${3:-d}$1"'
+    got = words(code, "4", "8")
+    assert got == ["--save=/ckpt/run8", "--tp=x4", "a8b", "d4"]
+    if shutil.which("bash"):
+        out = subprocess.run(["bash", "-c", code + "\nprintf '%s\\n' $W", "_", "4", "8"], capture_output=True,
+                             text=True, timeout=10)
+        assert got == out.stdout.splitlines()

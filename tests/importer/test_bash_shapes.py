@@ -336,6 +336,21 @@ HOSTILE = {
     "rank loop over many ips": "IPs=(" + " ".join(f"ip{k}" for k in range(2000)) + ")\nfor i in \"${!IPs[@]}\"; do\n"
                                "if [ \"$H\" == \"${IPs[$i]}\" ]; then R=$i; break; fi\ndone\n"
                                "python -m torch.distributed.launch --node_rank $R pretrain_gpt.py\n",
+    # indirect names, arithmetic in defaults, files written and run behind wrappers, scheduler directives
+    "indirect on itself": 'A=A\nX=${!A+x}${!A:-$((1/0))}${!A//a/b}${!A#?}\ntorchrun pretrain_gpt.py $X\n',
+    "indirect cycle": 'a=b\nb=c\nc=a\nX=${!a}${!b+${!c}}${!X+${!X}}\nY=${!NCCL_*}${!@}${!#}\n',
+    "arithmetic default nested deep": "X=${A:-" + "$((" * 300 + "1" + "))" * 300 + "}\n",
+    "arithmetic default of text": "X=${A:-$((echo hi; ls))}${B:-$(( ))}${C:-$((\"))}\ntorchrun pretrain_gpt.py $X\n",
+    "written runner that runs itself behind srun": "cat <<E > r.sh\nsrun singularity exec i bash r.sh\nE\n"
+                                                    "srun singularity exec i bash r.sh\n",
+    "written runners in a loop": "for i in $(seq 1 300); do cat <<E > r$i.sh\nsrun ./r$((i+1)).sh\nE\ndone\n"
+                                 "srun ./r1.sh\n",
+    "scheduler directives overflowing": "#SBATCH --gres=gpu:x:99999999999999999999999,gpu:1\n"
+                                        "#SBATCH --gpus-per-node=a:b:c:8 --gpus=:9 -G x:\n"
+                                        "#$ -l node_f=99999999999999999999,rt_F=-1\n#$ -l\n"
+                                        "torchrun --nnodes=5:3 --nnodes=: pretrain_gpt.py\n",
+    "launch script with odd names": "srun $'\\x01'.sh pretrain_gpt.py --num-layers 2\n"
+                                    "srun -- ./-.sh pretrain_gpt.py\nsrun apptainer exec x.sif /.sh pretrain_gpt.py\n",
     "underscored flags": "torchrun pretrain_gpt.py " + "".join(f"--num_layers_{k} 2 --_ x --__ --num__layers 3 "
                                                                for k in range(2000)) + "\n",
 }
@@ -632,8 +647,8 @@ def test_sbatch_directives_give_the_slurm_variables_the_job_reads():
     script = ("#!/bin/bash\n#SBATCH --nodes=2   # two nodes\n#SBATCH -c 16\n#SBATCH --gres=gpu:h100:8\n"
               "#SBATCH --job-name=x\nexport OMP_NUM_THREADS=$SLURM_CPUS_PER_TASK\n"
               "#SBATCH --nodes=64\n"  # after the first command: sbatch does not read it
-              f"torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_PER_NODE pretrain_gpt.py {MODEL} "
-              "--tensor-model-parallel-size $SLURM_GPUS_PER_NODE\n")
+              f"torchrun --nnodes $SLURM_JOB_NUM_NODES --nproc_per_node $SLURM_GPUS_ON_NODE pretrain_gpt.py {MODEL} "
+              "--tensor-model-parallel-size $SLURM_GPUS_ON_NODE\n")  # --gres sets no SLURM_GPUS_PER_NODE
     imported = carried(script)
     assert imported.launcher == {"nodes": 2, "gpus_per_node": 8}
     assert imported.settings["tensor_model_parallel_size"] == 8 and imported.env == {"OMP_NUM_THREADS": "16"}

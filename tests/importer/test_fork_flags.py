@@ -68,3 +68,33 @@ def test_fork_choices_and_conditional_rows_name_their_source():
             assert row.to and row.harmless and set(row.only_with) <= {c[0] for c in choices()}, flag
         if row.unknown:
             assert row.instead, flag
+
+
+def test_bigcodes_attention_head_type_is_read_by_its_value():
+    multiquery = import_source(TORCHRUN + MODEL + "--attention-head-type multiquery", "train.sh")
+    assert multiquery.settings["group_query_attention"] is True and multiquery.settings["num_query_groups"] == 1
+    assert multiquery.lost == []
+    multihead = import_source(TORCHRUN + MODEL + "--attention-head-type=multihead", "train.sh")
+    assert "num_query_groups" not in multihead.settings and multihead.lost == []
+    other = import_source(TORCHRUN + MODEL + "--attention-head-type groupedquery", "train.sh")
+    assert "num_query_groups" not in other.settings
+    assert [line.split(":")[0] for line in other.lost] == ["--attention-head-type groupedquery"]
+    for flag, row in translations().items():
+        for value, sub in row.by_value.items():  # every value's row says what it becomes
+            assert (sub.to and sub.why) or sub.harmless or sub.refuse, (flag, value)
+
+
+def test_zero_stage_0_shards_nothing_and_another_stage_is_lost():
+    assert import_source(TORCHRUN + MODEL + "--deepspeed --zero-stage=0", "train.sh").lost == []
+    (line,) = import_source(TORCHRUN + MODEL + "--deepspeed --zero-stage 2", "train.sh").lost
+    assert line.startswith("--zero-stage 2") and "use_distributed_optimizer" in line
+
+
+def test_an_encoder_sequence_length_without_seq_length_is_the_sequence_length():
+    # CSC's GPT jobs give --encoder-seq-length only: the pin's validate_args makes it seq_length
+    model = MODEL.replace("--seq-length 128 ", "")
+    found = import_source(TORCHRUN + model + "--encoder-seq-length 256", "train.sh")
+    assert found.settings["seq_length"] == 256 and "encoder_seq_length" not in found.settings and found.lost == []
+    assert any(t.startswith("--encoder-seq-length 256 → seq_length 256") for t in found.translated)
+    both = import_source(TORCHRUN + MODEL + "--encoder-seq-length 256", "train.sh")  # Megatron asserts: left as given
+    assert both.settings["seq_length"] == 128 and both.settings["encoder_seq_length"] == 256

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.job import job_as_declared
+from launcher.errors import UserError
 from launcher.importer.bash_subset import MARK
 from launcher.importer.build import import_source
 from launcher.importer.report import check_import
@@ -55,3 +56,18 @@ def test_each_script_imports_with_its_settings(name, tmp_path):
     preset = tmp_path / "imported.yaml"
     preset.write_text(imported.text)
     check_import(imported, preset, job_as_declared)  # the launcher's checks answer without an internal error
+
+
+@pytest.mark.parametrize("name", sorted(INDEX))
+def test_each_script_cut_or_edited_ends_with_an_answer_or_an_error(name):
+    # a few of the variations scripts/fuzz_import_corpus.py makes (it makes many more: run it for the figure)
+    import sys
+
+    sys.path.insert(0, str(CORPUS.parents[2] / "scripts"))
+    from fuzz_import_corpus import variations
+
+    for variant in variations((CORPUS / name).read_text(), lines=3, inserts=2, seed=len(name)):
+        try:
+            import_source(variant, name, INDEX[name].get("args", []))
+        except UserError:
+            pass

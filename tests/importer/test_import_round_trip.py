@@ -141,7 +141,10 @@ def test_the_committed_translations_speak_the_pins_settings():
 
     catalog = megatron_args.catalog()
     history = legacy.history()
-    for flag, row in legacy.translations().items():
+    rows = [(flag, row) for flag, top in legacy.translations().items()  # a meaning for each value, and the flag's
+            for row in [*([top] if top.to or top.refuse or top.harmless or not top.by_value else []),
+                        *top.by_value.values()]]
+    for flag, row in rows:
         assert flag not in {f for a in catalog.values() for f in a.flags} or flag in (
             "--checkpoint-activations", "--batch-size", "--model-parallel-size", "--warmup"), flag
         # one meaning, or two with the fork's choice that decides between them (only_with)
