@@ -1,4 +1,5 @@
-"""Run torchrun here: signals forwarded to it, its exit status returned."""
+"""Run the job here (torchrun, or the one rank started directly): signals forwarded to it, its exit status
+returned."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ from launcher.pipeline.shell import HostFromEnv
 
 # SIGHUP too: a closed terminal must stop training the same way, not kill the launcher and orphan the ranks.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-# After the launcher itself fails (e.g. its log cannot be written): time for torchrun to stop its ranks.
+# After the launcher itself fails (e.g. its log cannot be written): time for torchrun to stop its ranks (or for
+# the one rank started directly to act on SIGTERM).
 STOP_GRACE_SECONDS = 30
 
 
@@ -100,16 +102,22 @@ def resolved_argv(command: Command) -> list[str]:
 
 
 def runnable_argv(command: Command) -> list[str]:
-    """The argv to start, after the checks that need no child process: MASTER_ADDR, torchrun on PATH."""
+    """The argv to start, after the checks that need no child process: MASTER_ADDR, its program on PATH (a direct
+    run's python3 on the PATH the process gets: training_path)."""
     argv = resolved_argv(command)
-    if shutil.which(argv[0]) is None:
-        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    _require_program(argv[0], training_path(os.environ.get("PATH")) if command.direct else None)
     return argv
+
+
+def _require_program(program: str, path: str | None) -> None:
+    if shutil.which(program, path=path) is None:
+        raise UserError(f"{program} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
 
 
 def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout=None,
         on_line: Callable[[str], None] | None = None) -> int:
-    """Start torchrun, pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its exit status (128+N if killed).
+    """Start torchrun (or the one rank, command.direct), pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its
+    exit status (128+N if killed by signal N).
 
     With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
     instead of going straight to the terminal. If `on_line` raises, the child is stopped before the error
@@ -118,17 +126,20 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
     """
     argv = runnable_argv(command)
     env = dict(env)
-    if shutil.which(argv[0], path=env.get("PATH")) is None:
-        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    _require_program(argv[0], env.get("PATH"))
+    # torchrun starts each rank in a session of its own, so a terminal's Ctrl-C reaches a rank once, from torchrun;
+    # a rank started directly gets the same: its own session, and the signals forwarded below
     child: subprocess.Popen[str] | subprocess.Popen[bytes]
     lines: IO[str] | None = None  # the child's output, when it goes to on_line
     if on_line is not None:
         env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
         piped = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, errors="replace", bufsize=1)
+                                 text=True, errors="replace", bufsize=1,
+                                 start_new_session=command.direct)
         child, lines = piped, piped.stdout
     else:
-        child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
+        child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
+                                 start_new_session=command.direct)
     previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
     try:
         if on_line is not None and lines is not None:
@@ -146,7 +157,8 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
 
 
 def stop(child: subprocess.Popen) -> None:
-    """SIGTERM (torchrun passes it to the ranks), then SIGKILL if it is still running after the grace time."""
+    """SIGTERM (torchrun passes it to the ranks; a rank started directly gets it itself), then SIGKILL if it is
+    still running after the grace time."""
     if child.stdout is not None:
         child.stdout.close()  # a child blocked on a full pipe must not wait for a reader that is gone
     if child.poll() is not None:
