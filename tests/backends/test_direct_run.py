@@ -21,6 +21,7 @@ import pytest
 
 from launcher.backends import local
 from launcher.checks.megatron_python import find_megatron_python
+from launcher.checks.megatron_verdict import target_env
 from launcher.pipeline.command import Command, build_command
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import Placement, resolve
@@ -78,6 +79,11 @@ def test_torchruns_values_win_over_the_presets_and_the_inherited_ones():
     assert environment.get("WORLD_SIZE") == "1"
     assert environment.get("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3"  # the user's, as torchrun would keep it
     assert "MASTER_PORT" not in environment.unset
+
+
+def test_megatrons_own_checks_see_no_rank_variable_of_a_direct_run():
+    """`launch --check` puts each layout to Megatron with its own world size; the job's one rank is not it."""
+    assert not set(RANK_VARIABLES) & set(target_env(job()))
 
 
 def test_the_dry_run_says_which_runner_runs_and_why(launch):
