@@ -105,13 +105,16 @@ def runnable_argv(command: Command) -> list[str]:
     """The argv to start, after the checks that need no child process: MASTER_ADDR, its program on PATH (a direct
     run's python3 on the PATH the process gets: training_path)."""
     argv = resolved_argv(command)
-    _require_program(argv[0], training_path(os.environ.get("PATH")) if command.direct else None)
+    _require_program(command, training_path(os.environ.get("PATH")) if command.direct else None)
     return argv
 
 
-def _require_program(program: str, path: str | None) -> None:
+def _require_program(command: Command, path: str | None) -> None:
+    """The command's program (torchrun, or a direct run's python3) found on `path` (None: this process's PATH)."""
+    program = command.argv[0]
     if shutil.which(program, path=path) is None:
-        raise UserError(f"{program} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+        raise UserError(f"{program} is not on PATH", "put a Python 3 with torch on PATH, or --set runner=torchrun"
+                        if command.direct else "install torch in this environment, or --set torchrun=PATH")
 
 
 def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout=None,
@@ -126,7 +129,7 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
     """
     argv = runnable_argv(command)
     env = dict(env)
-    _require_program(argv[0], env.get("PATH"))
+    _require_program(command, env.get("PATH"))
     # torchrun starts each rank in a session of its own, so a terminal's Ctrl-C reaches a rank once, from torchrun;
     # a rank started directly gets the same: its own session, and the signals forwarded below
     child: subprocess.Popen[str] | subprocess.Popen[bytes]

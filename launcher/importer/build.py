@@ -410,7 +410,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         env = {**env, **launch.env}
         if launch.runner and launch.runner[0].rsplit("/", 1)[-1].startswith("python") and "-m" not in launch.runner:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
-                         "the launcher uses torchrun")
+                         "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
             if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):

@@ -156,5 +156,4 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
     exported = {name: value for name, value in {**chosen, **given}.items() if name not in unset}
     exported.update(ranks)
     return JobEnvironment(exported, inherited or {},
-                          tuple(name for name in {**chosen, **ranks} if name not in preset_env or name in ranks),
-                          unset)
+                          (*(name for name in chosen if name not in preset_env), *ranks), unset)

@@ -1,9 +1,10 @@
 """How the job's processes start: torchrun, or the entry script run directly (`python3 -u ENTRY …`) where exactly
 one process runs here.
 
-torchrun costs a one-GPU job ~5 s of start-up (its own import of torch, its agent and rendezvous, its exit) and,
-for one process, only gives it a few variables (torch/distributed/elastic/agent/server/local_elastic_agent.py):
-the launcher exports those itself (`rank_environment`), so the rank sees what torchrun's one worker sees.
+torchrun costs a one-GPU job seconds of start-up (its own import of torch, its agent and rendezvous, its exit:
+1.3-1.4 s CPU and 1.3-2.6 s to the rank's first line on a CPU machine, docs/benchmarks.md) and, for one process,
+only gives it a few variables (torch/distributed/elastic/agent/server/local_elastic_agent.py): the launcher
+exports those itself (`rank_environment`), so the rank sees what torchrun's one worker sees.
 `launcher.runner: torchrun` (`--set runner=torchrun`) keeps torchrun; Slurm, Kubernetes, several GPUs or nodes
 always use it.
 """
@@ -42,7 +43,8 @@ def choose_runner(setting: str, *, processes: int, here: bool, torchrun: str, in
         return Runner(TORCHRUN, "launcher.torchrun names the torchrun to use")
     if inprocess_restart:  # Megatron opens its restart stores at torchrun's MASTER_PORT + 1 and + 2
         return Runner(TORCHRUN, "in-process restart needs torchrun's rendezvous port")
-    return Runner(DIRECT, "one process here: torchrun would add ~5 s of start-up; --set runner=torchrun to use it")
+    return Runner(DIRECT, "one process here: torchrun would only add seconds of start-up; --set runner=torchrun to "
+                          "use it")
 
 
 def rank_environment() -> dict[str, str]:

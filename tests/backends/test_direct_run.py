@@ -15,6 +15,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ import pytest
 from launcher.backends import local
 from launcher.checks.megatron_python import find_megatron_python
 from launcher.checks.megatron_verdict import target_env
+from launcher.errors import UserError
 from launcher.pipeline.command import Command, build_command
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import Placement, resolve
@@ -314,3 +316,11 @@ def test_a_failing_record_stops_the_direct_child_with_sigterm_then_sigkill(tmp_p
 def test_a_direct_childs_signal_status_is_the_rank_killed_only_when_the_status_is_the_ranks_own():
     assert triage.triage_lines([], 137, rank_status=True).reason == "rank killed by SIGKILL"
     assert triage.triage_lines([], 137).cls is None  # torchrun's status says nothing of a rank
+
+
+def test_a_direct_run_without_its_python_says_how_to_go_on(tmp_path):
+    command = replace(direct_command(tmp_path, "pass\n"), argv=["no-such-python3", "-u", "entry.py"])
+    with pytest.raises(UserError) as caught:
+        local.run(command, {"PATH": str(tmp_path)})
+    (problem,) = caught.value.problems
+    assert problem.message == "no-such-python3 is not on PATH" and "--set runner=torchrun" in problem.hint

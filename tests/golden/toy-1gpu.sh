@@ -5,7 +5,7 @@
 # memory ~0.0 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 0.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader --rerun-mode disabled
 # runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
-# runner python3 directly, without torchrun (one process here: torchrun would add ~5 s of start-up; --set runner=torchrun to use it)
+# runner python3 directly, without torchrun (one process here: torchrun would only add seconds of start-up; --set runner=torchrun to use it)
 # run directory /opt/megatron-launch/runs/toy-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer model trains through pretrain_gpt.py with TP 1
 # note: rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks of loss and gradients still stop the run, read back at most 2 steps late and before every save instead of a host sync in each step; --set rerun_mode=validate_results for Megatron's re-run diagnosis
