@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from launcher.errors import UserError
 from launcher.pipeline.command import Command
@@ -131,19 +131,30 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
     env = dict(env)
     _require_program(command, env.get("PATH"))
     # torchrun starts each rank in a session of its own, so a terminal's Ctrl-C reaches a rank once, from torchrun;
-    # a rank started directly gets the same: its own session, and the signals forwarded below
-    child: subprocess.Popen[str] | subprocess.Popen[bytes]
+    # a rank started directly gets the same: its own session, and the signals forwarded below. The handlers are in
+    # place before it starts: a signal that comes while it starts is passed on once it has (none is lost, and the
+    # launcher never dies of one, leaving a rank that no terminal reaches).
+    started: list[subprocess.Popen] = []
+    early: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: started[0].send_signal(s) if started else early.append(s))
+                for sig in FORWARDED}
     lines: IO[str] | None = None  # the child's output, when it goes to on_line
-    if on_line is not None:
-        env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
-        piped = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, errors="replace", bufsize=1,
-                                 start_new_session=command.direct)
-        child, lines = piped, piped.stdout
-    else:
-        child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None,
-                                 start_new_session=command.direct)
-    previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
+    try:
+        if on_line is not None:
+            env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
+            started.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            text=True, errors="replace", bufsize=1, start_new_session=command.direct))
+            lines = started[0].stdout
+        else:
+            started.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout,
+                                            stderr=subprocess.STDOUT if stdout else None,
+                                            start_new_session=command.direct))
+    except BaseException:
+        _restore(previous)
+        raise
+    child = started[0]
+    for sig in early:
+        child.send_signal(sig)
     try:
         if on_line is not None and lines is not None:
             for line in lines:
@@ -153,10 +164,14 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
         stop(child)
         raise
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _restore(previous)
     sys.stdout.flush()
     return 128 - code if code < 0 else code
+
+
+def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
 
 
 def stop(child: subprocess.Popen) -> None:

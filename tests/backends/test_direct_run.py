@@ -313,14 +313,38 @@ def test_a_failing_record_stops_the_direct_child_with_sigterm_then_sigkill(tmp_p
         os.kill(pid, 0)
 
 
-def test_a_direct_childs_signal_status_is_the_rank_killed_only_when_the_status_is_the_ranks_own():
-    assert triage.triage_lines([], 137, rank_status=True).reason == "rank killed by SIGKILL"
-    assert triage.triage_lines([], 137).cls is None  # torchrun's status says nothing of a rank
-
-
 def test_a_direct_run_without_its_python_says_how_to_go_on(tmp_path):
     command = replace(direct_command(tmp_path, "pass\n"), argv=["no-such-python3", "-u", "entry.py"])
     with pytest.raises(UserError) as caught:
         local.run(command, {"PATH": str(tmp_path)})
     (problem,) = caught.value.problems
     assert problem.message == "no-such-python3 is not on PATH" and "--set runner=torchrun" in problem.hint
+
+
+EARLY_SIGNAL = """\
+import os, signal, subprocess, sys
+from launcher.backends import local
+from launcher.pipeline.command import Command
+
+real = subprocess.Popen
+def popen_as_a_signal_comes(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)  # while the launcher starts the rank
+    return real(*args, **kwargs)
+subprocess.Popen = popen_as_a_signal_comes
+entry = sys.argv[1]
+command = Command(argv=[sys.executable, "-u", entry], env={}, script=entry, script_args=[], direct=True)
+print(local.run(command, dict(os.environ)), flush=True)
+"""
+
+
+def test_a_signal_that_comes_while_the_rank_starts_is_passed_on_once_it_has(tmp_path):
+    """Not lost, and the launcher does not die of it leaving a rank in its own session that nothing stops."""
+    entry = tmp_path / "entry.py"
+    entry.write_text("import signal, sys, time\n"
+                     "signal.signal(signal.SIGTERM, lambda s, _f: sys.exit(128 + s))\n"
+                     "time.sleep(30)\n")
+    result = subprocess.run([sys.executable, "-c", EARLY_SIGNAL, str(entry)], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=WAIT_SECONDS, check=False)
+    assert result.returncode == 0, result.stderr
+    # the rank ends by it, whether its handler was in place yet (exit 143) or not (killed: 128 + 15)
+    assert result.stdout.strip() == str(128 + signal.SIGTERM)
