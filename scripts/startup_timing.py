@@ -7,8 +7,11 @@ the seconds since the command started, and turns Megatron's own absolute start-u
 library-setup] datetime: …", printed by rank 0) into the same clock. Writes DIR/NAME.log (stamped lines, the
 argument dump left out) and DIR/NAME.json (the milestones), and prints one line per milestone:
 
-  run directory printed   the launcher's own work before torchrun starts
+  run directory printed   the launcher's own work before torchrun (or the one rank) starts
+  first line after the launcher's   the first line not starting with "# " after that: the rank's (a trivial
+                          entry's first print) or torchrun's own
   rank program start      torchrun's start-up and the rank's interpreter start
+  using world size        Megatron's first line of its own (after the rank's imports and argument parsing)
   after library-setup     the rank's imports (pretrain_gpt.py's module level)
   before megatron-init    argument parsing and validation
   after megatron init     process groups, dataset helpers, JIT warm-up
@@ -84,6 +87,10 @@ def main(argv: list[str]) -> int:
             stamped.append(f"{now:8.2f} {text}")
         if "run directory:" in text:
             marks.setdefault("run directory printed", now)
+        elif "run directory printed" in marks and not text.startswith("# "):
+            marks.setdefault("first line after the launcher's", now)
+        if text.startswith("using world size:"):
+            marks.setdefault("using world size (Megatron's first line)", now)
         if (m := DATETIME.search(text)) is not None:
             try:
                 at = datetime.strptime(m["ts"], "%Y-%m-%d %H:%M:%S.%f" if "." in m["ts"] else "%Y-%m-%d %H:%M:%S")

@@ -1,4 +1,5 @@
-"""Run torchrun here: signals forwarded to it, its exit status returned."""
+"""Run the job here (torchrun, or the one rank started directly): signals forwarded to it, its exit status
+returned."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from launcher.errors import UserError
 from launcher.pipeline.command import Command
@@ -23,7 +24,8 @@ from launcher.pipeline.shell import HostFromEnv
 
 # SIGHUP too: a closed terminal must stop training the same way, not kill the launcher and orphan the ranks.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-# After the launcher itself fails (e.g. its log cannot be written): time for torchrun to stop its ranks.
+# After the launcher itself fails (e.g. its log cannot be written): time for torchrun to stop its ranks (or for
+# the one rank started directly to act on SIGTERM).
 STOP_GRACE_SECONDS = 30
 
 
@@ -100,16 +102,25 @@ def resolved_argv(command: Command) -> list[str]:
 
 
 def runnable_argv(command: Command) -> list[str]:
-    """The argv to start, after the checks that need no child process: MASTER_ADDR, torchrun on PATH."""
+    """The argv to start, after the checks that need no child process: MASTER_ADDR, its program on PATH (a direct
+    run's python3 on the PATH the process gets: training_path)."""
     argv = resolved_argv(command)
-    if shutil.which(argv[0]) is None:
-        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
+    _require_program(command, training_path(os.environ.get("PATH")) if command.direct else None)
     return argv
+
+
+def _require_program(command: Command, path: str | None) -> None:
+    """The command's program (torchrun, or a direct run's python3) found on `path` (None: this process's PATH)."""
+    program = command.argv[0]
+    if shutil.which(program, path=path) is None:
+        raise UserError(f"{program} is not on PATH", "put a Python 3 with torch on PATH, or --set runner=torchrun"
+                        if command.direct else "install torch in this environment, or --set torchrun=PATH")
 
 
 def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout=None,
         on_line: Callable[[str], None] | None = None) -> int:
-    """Start torchrun, pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its exit status (128+N if killed).
+    """Start torchrun (or the one rank, command.direct), pass SIGINT/SIGTERM/SIGHUP/SIGUSR* on to it, return its
+    exit status (128+N if killed by signal N).
 
     With `on_line`, the child's stdout and stderr are read line by line and handed to it (the run monitor)
     instead of going straight to the terminal. If `on_line` raises, the child is stopped before the error
@@ -118,18 +129,32 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
     """
     argv = runnable_argv(command)
     env = dict(env)
-    if shutil.which(argv[0], path=env.get("PATH")) is None:
-        raise UserError(f"{argv[0]} is not on PATH", "install torch in this environment, or --set torchrun=PATH")
-    child: subprocess.Popen[str] | subprocess.Popen[bytes]
+    _require_program(command, env.get("PATH"))
+    # torchrun starts each rank in a session of its own, so a terminal's Ctrl-C reaches a rank once, from torchrun;
+    # a rank started directly gets the same: its own session, and the signals forwarded below. The handlers are in
+    # place before it starts: a signal that comes while it starts is passed on once it has (none is lost, and the
+    # launcher never dies of one, leaving a rank that no terminal reaches).
+    started: list[subprocess.Popen] = []
+    early: list[int] = []
+    previous = {sig: signal.signal(sig, lambda s, _f: started[0].send_signal(s) if started else early.append(s))
+                for sig in FORWARDED}
     lines: IO[str] | None = None  # the child's output, when it goes to on_line
-    if on_line is not None:
-        env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
-        piped = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                 text=True, errors="replace", bufsize=1)
-        child, lines = piped, piped.stdout
-    else:
-        child = subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
-    previous = {sig: signal.signal(sig, lambda s, _f: child.send_signal(s)) for sig in FORWARDED}
+    try:
+        if on_line is not None:
+            env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
+            started.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            text=True, errors="replace", bufsize=1, start_new_session=command.direct))
+            lines = started[0].stdout
+        else:
+            started.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout,
+                                            stderr=subprocess.STDOUT if stdout else None,
+                                            start_new_session=command.direct))
+    except BaseException:
+        _restore(previous)
+        raise
+    child = started[0]
+    for sig in early:
+        child.send_signal(sig)
     try:
         if on_line is not None and lines is not None:
             for line in lines:
@@ -139,14 +164,19 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
         stop(child)
         raise
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        _restore(previous)
     sys.stdout.flush()
     return 128 - code if code < 0 else code
 
 
+def _restore(handlers: Mapping[signal.Signals, Any]) -> None:
+    for sig, handler in handlers.items():
+        signal.signal(sig, handler)
+
+
 def stop(child: subprocess.Popen) -> None:
-    """SIGTERM (torchrun passes it to the ranks), then SIGKILL if it is still running after the grace time."""
+    """SIGTERM (torchrun passes it to the ranks; a rank started directly gets it itself), then SIGKILL if it is
+    still running after the grace time."""
     if child.stdout is not None:
         child.stdout.close()  # a child blocked on a full pipe must not wait for a reader that is gone
     if child.poll() is not None:

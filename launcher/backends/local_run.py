@@ -1,6 +1,7 @@
-"""A real launch here with a run directory: write it, run torchrun through the Monitor, judge the end.
+"""A real launch here with a run directory: write it, run the command (torchrun, or the one rank directly) through
+the Monitor, judge the end.
 
-    ResolvedJob, Command ──execute()──► run directory written, torchrun started, its output through the Monitor
+    ResolvedJob, Command ──execute()──► run directory written, the command started, its output through the Monitor
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     save = job.megatron.get("save")
     try:
         monitor = Monitor(job.run_dir, checkpoint_dir=Path(save) if save else None,
-                          seq_length=job.megatron.get("seq_length"), out=out)
+                          seq_length=job.megatron.get("seq_length"), out=out, rank_status=command.direct)
     except OSError as error:
         raise UserError(rundir.storage_problem(f"cannot write the run's log in {job.run_dir}", error)) from None
     # The simple loop writes its checkpoint to $PWD/ckpt: run it inside the run directory.

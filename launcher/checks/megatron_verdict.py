@@ -25,10 +25,12 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron.effective import PRETRAIN_GPT_DEFAULTS
 from launcher.megatron.target import AssumedMachine
 from launcher.pipeline.environment import uses_megatron_ext
+from launcher.pipeline.runner import rank_environment
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
-# The launcher's own process variables: never forwarded to Megatron's checks.
-NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"}
+# The launcher's own process variables (and those torchrun gives a rank, which a direct run exports): never
+# forwarded to Megatron's checks.
+NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", *rank_environment()}
 
 
 @dataclass(frozen=True)

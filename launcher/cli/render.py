@@ -48,7 +48,8 @@ def header(job: ResolvedJob) -> list[str]:
         lines.append(f"# warning: {warning}")
     if job.entry == "pretrain_gpt":
         lines.append("# " + kernel_summary(job))
-    lines.append(f"# runs {job.runtime.describe()}")
+    lines.append(f"# runs {job.runtime.describe(with_torchrun=not job.runner.direct)}")
+    lines.append(f"# runner {job.runner.describe()}")
     if job.run_dir is not None:
         made = "the run's" if job.existing else "made at launch, not by a dry-run"
         lines.append(f"# run directory {_one_line(job.run_dir)} ({made}; its timestamp is the launch's)")
@@ -90,6 +91,7 @@ def as_json(job: ResolvedJob, command: Command) -> str:
         **({"env_unset": list(command.unset)} if command.unset else {}),  # launcher.env's nulls
         "script": command.script,
         "runtime": {"python": job.runtime.python, "torchrun": job.runtime.torchrun, "how": job.runtime.how},
+        "runner": {"name": job.runner.name, "why": job.runner.why},
         "script_args": command.script_args,
         "run_dir": str(job.run_dir) if job.run_dir is not None else None,
         "added": dict(job.added),

@@ -413,7 +413,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         env = {**env, **launch.env}
         if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
-                         "the launcher uses torchrun")
+                         "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
         if launch.per_task:
             if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them

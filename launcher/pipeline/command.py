@@ -1,5 +1,6 @@
-"""ResolvedJob → the exact torchrun argv and environment: pretrain_gpt.py, the upstream simple loop, or the
-preflight all-reduce. A pure translation: every Megatron setting was decided by resolve."""
+"""ResolvedJob → the exact argv and environment: torchrun (or, for one process here, python3 directly: see
+pipeline/runner.py) with pretrain_gpt.py, the upstream simple loop, or the preflight all-reduce. A pure
+translation: every Megatron setting was decided by resolve."""
 
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ ELASTIC_MAX_RESTARTS = 3
 
 @dataclass(frozen=True)
 class Command:
-    argv: list[str]  # torchrun … script … Megatron flags
+    argv: list[str]  # torchrun … script … Megatron flags (or python3 -u script … for a direct run)
     env: dict[str, str]  # exported for every process
     script: str  # the entry script's path
     script_args: list[str]  # Megatron flags only (empty for the simple loop and the all-reduce)
     unset: tuple[str, ...] = ()  # removed from every process's environment (launcher.env's nulls)
+    direct: bool = False  # argv starts the one rank itself, not torchrun (pipeline/runner.py)
 
     @property
     def expand(self) -> frozenset[int]:
@@ -98,11 +100,13 @@ def entry_script(job: ResolvedJob) -> str:
 def build_command(job: ResolvedJob) -> Command:
     script = entry_script(job)
     flags = script_args(job.megatron) if job.entry == "pretrain_gpt" else []
-    runner, _ = torchrun_args(job)
+    # -u: torchrun starts its workers so (unbuffered output: progress arrives as it happens)
+    runner = [job.runtime.python, "-u"] if job.runner.direct else torchrun_args(job)[0]
     argv = [*runner, script, *flags]
     env = dict(job.environment.exported)
     check_exec_limits(argv, env)
-    return Command(argv=argv, env=env, script=script, script_args=flags, unset=job.environment.unset)
+    return Command(argv=argv, env=env, script=script, script_args=flags, unset=job.environment.unset,
+                   direct=job.runner.direct)
 
 
 # Linux's bound on one argv word or one NAME=value of the environment (MAX_ARG_STRLEN: 32 pages, with its NUL);

@@ -18,6 +18,7 @@ from typing import Any
 
 from launcher.inside.megatron_ext import FAST_OPS_ENV
 from launcher.pipeline import startup
+from launcher.pipeline.runner import ASYNC_ERRORS, rank_environment
 from launcher.redaction import REDACTED, is_secret
 
 CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
@@ -128,8 +129,11 @@ class JobEnvironment:
 
 def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: Path,
                     settings: Mapping[str, object], preset_env: Mapping[str, str | None],
-                    inherited: Mapping[str, str] | None = None, apex: bool = True) -> JobEnvironment:
-    """Every variable the launcher exports for a job, in the order a script writes them."""
+                    inherited: Mapping[str, str] | None = None, apex: bool = True,
+                    direct: bool = False) -> JobEnvironment:
+    """Every variable the launcher exports for a job, in the order a script writes them. `direct`: the one process
+    starts without torchrun (pipeline/runner.py), so the launcher gives it what torchrun would: its rank variables
+    (over the preset's and inherited ones, as torchrun's are) and torchrun's NCCL error handling where none is set."""
     chosen: dict[str, str] = {}
     connections = launcher_connections(entry, tp, cp, fsdp)
     if connections is not None:
@@ -143,9 +147,13 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
             chosen["PYTHONPATH"] += f":{APEX_FREE}"
         fast_ops = preset_env.get(FAST_OPS_ENV, (inherited or {}).get(FAST_OPS_ENV))
         chosen.update(startup.startup_variables(settings, fast_ops, inherited))
+    if direct and ASYNC_ERRORS not in (inherited or {}):
+        chosen[ASYNC_ERRORS] = "1"
+    ranks = rank_environment() if direct else {}
     # A null in launcher.env unsets the variable: neither the launcher's value nor an inherited one reaches a rank.
-    unset = tuple(name for name, value in preset_env.items() if value is None)
+    unset = tuple(name for name, value in preset_env.items() if value is None and name not in ranks)
     given = {name: value for name, value in preset_env.items() if value is not None}
     exported = {name: value for name, value in {**chosen, **given}.items() if name not in unset}
+    exported.update(ranks)
     return JobEnvironment(exported, inherited or {},
-                          tuple(name for name in chosen if name not in preset_env), unset)
+                          (*(name for name in chosen if name not in preset_env), *ranks), unset)

@@ -27,6 +27,7 @@ CONFIGS_DIR = Path(__file__).resolve().parents[1] / "configs"  # shipped in the 
 MAX_BASE_CHAIN = 32  # base: files one above another; real presets use one or two
 TOP_LEVEL_KEYS = {"base", "description", "launcher", "megatron"}
 ENTRIES = ("pretrain_gpt", "simple_loop")
+RUNNERS = ("auto", "torchrun")
 HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.\-]{0,252})|\[?[0-9A-Fa-f:.]{2,45}\]?")
 
 
@@ -40,6 +41,8 @@ class LauncherSettings:
     master_port: int = 29500
     megatron_path: str | None = None
     torchrun: str = "torchrun"
+    # How the processes start (pipeline/runner.py): "auto" runs one process here without torchrun, "torchrun" always
+    runner: str = "auto"
     # "auto": use Transformer Engine / NVIDIA apex when importable, otherwise the flags that work without.
     transformer_engine: bool | Literal["auto"] = "auto"
     apex: bool | Literal["auto"] = "auto"
@@ -205,6 +208,13 @@ def _launcher_value(name: str, value: Any, where: str) -> Any:
     if name == "entry":
         if value not in ENTRIES:
             raise UserError(f"launcher.entry ({where}) must be one of {', '.join(ENTRIES)}, got {shown(value)}")
+        return value
+    if name == "runner":
+        if value not in RUNNERS:
+            near = did_you_mean(str(value), RUNNERS, prefix="")
+            raise UserError(f"launcher.runner ({where}) must be auto or torchrun, got {shown(value)}",
+                            (f"{near} " if near else "") + "auto starts exactly one process here without torchrun "
+                            "(torchrun otherwise); torchrun always uses torchrun")
         return value
     if name == "env":
         if not isinstance(value, dict):

@@ -34,6 +34,7 @@ from launcher.pipeline.load_rules import checkpoint_needed
 from launcher.pipeline.node_range import ElasticNodes
 from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
+from launcher.pipeline.runner import TORCHRUN, Runner, choose_runner
 from launcher.pipeline.runtime import DEFAULT_TORCHRUN, Runtime, runtime_for
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
 
@@ -112,6 +113,7 @@ class ResolvedJob:
     warnings: tuple[str, ...] = ()  # legal but probably not what the user wants
     unseen_files: tuple[str, ...] = ()  # data files this machine cannot see: checked on the node at job start
     runtime: Runtime = field(default_factory=lambda: runtime_for(DEFAULT_TORCHRUN))  # its Python, torchrun
+    runner: Runner = Runner(TORCHRUN, "default")  # torchrun, or the one process here started directly
     # --nodes MIN-MAX: the counts the job may start with (pipeline/elastic.py); `nodes` is the highest of them
     elastic: ElasticNodes | None = None
 
@@ -281,10 +283,13 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             notes, problems = [*notes, *more_notes], [*problems, *signal_problems]
     added = {dest: value for dest, value in megatron.items() if dest not in written or not _same(written[dest], value)}
     arg = replace(preset, megatron=megatron).arg
+    runner = choose_runner(preset.launcher.runner, processes=world_size, here=not target.remote,
+                           torchrun=preset.launcher.torchrun, inprocess_restart=bool(arg("inprocess_restart")))
     environment = job_environment(
         entry=entry, tp=arg("tensor_model_parallel_size"), cp=arg("context_parallel_size"), fsdp=uses_fsdp(arg),
         megatron_path=megatron_path, settings=megatron, preset_env=preset.launcher.env,
-        inherited=dict(os.environ) if inherited_env is None else inherited_env, apex=kernels.apex)
+        inherited=dict(os.environ) if inherited_env is None else inherited_env, apex=kernels.apex,
+        direct=runner.direct)
     notes = [*notes, *startup.startup_notes({name: environment.exported[name] for name in environment.chosen})]
     slurm_port = target.slurm_settings.rdzv_port if target.slurm_settings is not None else None
     job = ResolvedJob(preset=preset, megatron=megatron, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node,
@@ -293,7 +298,7 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
                       run_dir=Path(run_dir).absolute() if run_dir is not None else None, existing=existing,
                       added=added, kernel_flags=kernel_flags, notes=tuple(notes),
                       runtime=runtime_for(preset.launcher.torchrun, slurm=target.slurm,
-                                          container_image=target.container_image))
+                                          container_image=target.container_image), runner=runner)
     return job, problems
 
 

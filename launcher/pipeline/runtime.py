@@ -28,8 +28,9 @@ class Runtime:
     torchrun: str
     how: str  # said in the dry-run and the script's header
 
-    def describe(self) -> str:
-        return f"python {self.python}, torchrun {self.torchrun} ({self.how})"
+    def describe(self, with_torchrun: bool = True) -> str:
+        torchrun = f", torchrun {self.torchrun}" if with_torchrun else ""
+        return f"python {self.python}{torchrun} ({self.how})"
 
 
 def runtime_for(torchrun: str, *, slurm: bool = False, container_image: str | None = None,

@@ -90,11 +90,11 @@ def startup_notes(env: Mapping[str, str]) -> list[str]:
         notes.append(f"bytecode kept in {env[PREFIX]} ({PREFIX}; {NO_BYTECODE} is set here, so every process "
                      "compiled torch and Megatron from source at each launch); the installation is not written")
     if env.get(IMPORT_GC_ENV) == "paused":
-        notes.append(f"torchrun and the ranks collect no garbage while they import ({IMPORT_GC_ENV}=paused): "
-                     "torch's and Megatron's imports otherwise run ~900 collections over the growing heap (2.5-3 s "
-                     "CPU of 8-9 in a rank on a CPU machine); once imported (the ranks: when Megatron initializes), "
-                     "one collection, what is alive then is frozen, and automatic collection resumes; "
-                     f"--set env.{IMPORT_GC_ENV}=python for Python's own")
+        notes.append("the ranks (and torchrun, where it runs) collect no garbage while they import "
+                     f"({IMPORT_GC_ENV}=paused): torch's and Megatron's imports otherwise run ~900 collections over "
+                     "the growing heap (2.5-3 s CPU of 8-9 in a rank on a CPU machine); once imported (the ranks: "
+                     "when Megatron initializes), one collection, what is alive then is frozen, and automatic "
+                     f"collection resumes; --set env.{IMPORT_GC_ENV}=python for Python's own")
     if env.get(WARM_POOL_ENV) == "0":
         notes.append(f"torch's compile workers start only when a kernel must be compiled ({WARM_POOL_ENV}=0), not "
                      "at the first torch.compile: with the compile cache warm none start (one H200, 345m: iteration 1 "

@@ -63,8 +63,10 @@ class Monitor:
     """Feed it the child's output line by line; close it with the child's exit code."""
 
     def __init__(self, run_dir: Path, *, checkpoint_dir: Path | None = None, seq_length: int | None = None,
-                 out: IO[str] | None = None, tty: bool | None = None) -> None:
+                 out: IO[str] | None = None, tty: bool | None = None, rank_status: bool = False) -> None:
+        """`rank_status`: the exit code `close` gets is the one rank's own (started without torchrun)."""
         self.run_dir = Path(run_dir)
+        self.rank_status = rank_status
         self.checkpoint_dir = checkpoint_dir
         self.unread = ""  # the first log line the monitor failed to read, and why (the run is then not proven)
         self.out = out if out is not None else sys.stdout
@@ -220,7 +222,7 @@ class Monitor:
             summary = _not_a_success(summary, self.unread)
         summary.startup = self.clock.as_dict()
         if not summary.ok:
-            summary.failure = self._triage.verdict(exit_code).as_dict()
+            summary.failure = self._triage.verdict(exit_code, rank_status=self.rank_status).as_dict()
         try:
             text = json.dumps(summary.to_dict(), indent=2, allow_nan=False) + "\n"
             write_text_atomic(self.run_dir / SUMMARY_FILE, text)

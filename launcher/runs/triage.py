@@ -15,6 +15,7 @@ guess would requeue a code bug or stop a chain that a retry would have saved.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
@@ -58,6 +59,7 @@ _FIELD = re.compile(r"^\s*(?P<name>host|rank|exitcode|traceback)\s*: (?P<value>.
 _SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 _TRACEBACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
 MAX_REASON = 200
+MAX_SIGNAL = 64  # Linux's signal numbers (SIGRTMAX)
 
 
 @dataclass(frozen=True)
@@ -101,8 +103,9 @@ class AttemptReader:
         self.in_root = False
         self.task: tuple[str, str] | None = None  # srun's first failing task: (host, what)
 
-    def verdict(self, exit_code: int | None = None, slurm_state: str | None = None) -> Triage:
-        return judge(self, exit_code, slurm_state)
+    def verdict(self, exit_code: int | None = None, slurm_state: str | None = None, *,
+                rank_status: bool = False) -> Triage:
+        return judge(self, exit_code, slurm_state, rank_status=rank_status)
 
     def feed(self, raw: str) -> None:
         if len(raw) > lp.MAX_LINE:
@@ -163,6 +166,13 @@ class AttemptReader:
             self.exception_rank = rank
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
 def exit_status(slurm_exit_code: str) -> int | None:
     """sacct's ExitCode "status:signal" as an exit status (a signal as 128 + its number)."""
     status, _, signal = slurm_exit_code.partition(":")
@@ -171,17 +181,21 @@ def exit_status(slurm_exit_code: str) -> int | None:
     return int(status) if status.isdigit() else None
 
 
-def triage_lines(lines: Iterable[str], exit_code: int | None = None, slurm_state: str | None = None) -> Triage:
+def triage_lines(lines: Iterable[str], exit_code: int | None = None, slurm_state: str | None = None, *,
+                 rank_status: bool = False) -> Triage:
     """The class of the attempt whose log is `lines`, its exit status and Slurm's state (None: not known)."""
     reader = AttemptReader()
     for line in lines:
         reader.feed(line)
-    return judge(reader, exit_code, slurm_state)
+    return judge(reader, exit_code, slurm_state, rank_status=rank_status)
 
 
-def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None) -> Triage:
+def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, rank_status: bool = False) -> Triage:
+    """`rank_status`: `exit_code` is the one rank's own (a run started without torchrun, whose root cause block
+    would name a rank killed by a signal), with a signal N as 128 + N."""
     iteration = r.iteration if r.iteration is not None else r.loaded
     rank, host = _first_failure(r)
+    rank = 0 if rank is None and rank_status else rank  # the one rank
     state = (slurm_state or "").split()[0] if slurm_state else ""
     if state in SLURM_STATES:
         cls, reason = SLURM_STATES[state]
@@ -207,6 +221,8 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None) -> T
     if signal or code.startswith("-"):
         name = signal["name"] if signal else f"signal {code.split()[0].lstrip('-')}"
         return Triage(INFRASTRUCTURE, f"rank killed by {name}", iteration, rank, host)
+    if rank_status and exit_code is not None and 128 < exit_code <= 128 + MAX_SIGNAL:
+        return Triage(INFRASTRUCTURE, f"rank killed by {_signal_name(exit_code - 128)}", iteration, rank, host)
     if r.stopped_by_signal:
         return Triage(INFRASTRUCTURE, "stopped by a signal (time limit, preemption or requeue): saved and exited",
                       iteration, rank, host)

@@ -114,8 +114,9 @@ def test_values_are_shell_quoted(launch, tmp_path):
                           "--megatron-path", MEGATRON)
     assert code == 0
     script = tmp_path / "cmd.sh"
-    # run the printed script with torchrun replaced by printf, to see the words bash really passes
-    script.write_text("torchrun() { printf '%s\\n' \"$@\"; }\n" + out)
+    # run the printed script with its runner (python3 for one GPU here, else torchrun) replaced by printf, to see
+    # the words bash really passes
+    script.write_text("torchrun() { printf '%s\\n' \"$@\"; }\npython3() { printf '%s\\n' \"$@\"; }\n" + out)
     import subprocess
 
     words = subprocess.run(["bash", str(script)], capture_output=True, text=True).stdout.splitlines()

@@ -5,6 +5,7 @@
 # memory ~19.5 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 40.5 GiB; ours is 21.0 GiB lower, mostly sequence parallel (-19.7 GiB): Megatron's report uses its sequence-parallel formula only with selective recompute; the run shards norms and dropouts over TP 8; `launch plan` for the breakdown)
 # kernels (preset): with Transformer Engine, with NVIDIA apex
 # runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
+# runner torchrun (1536 processes)
 # run directory /opt/megatron-launch/runs/175b-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: TensorBoard every 10 iterations, the log interval (Megatron's default of 1 waits for the GPU in every step; set tensorboard_log_interval=N to choose)
 # warning: /opt/megatron-lm/pretrain_gpt.py does not exist here: the command needs a Megatron-LM checkout of 432d76b2b8bf there; run `launch fetch-megatron` (the pinned commit into your data directory, remembered), or give --megatron-path DIR

@@ -4,13 +4,14 @@
 # parameters 354.87M (354,871,296; padded vocab 50304)
 # memory ~37.7 GiB per GPU of 79.1 on h100-80gb: fits (Megatron's own estimate 36.0 GiB; `launch plan` for the breakdown)
 # kernels (preset): without Transformer Engine, without NVIDIA apex → --transformer-impl local --no-gradient-accumulation-fusion --no-masked-softmax-fusion --no-persist-layer-norm --spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec --no-create-attention-mask-in-dataloader --rerun-mode disabled
-# runs python python3, torchrun torchrun (from PATH here, with this launcher's python3 first)
+# runs python python3 (from PATH here, with this launcher's python3 first)
+# runner python3 directly, without torchrun (one process here: torchrun would only add seconds of start-up; --set runner=torchrun to use it)
 # run directory /opt/megatron-launch/runs/345m-YYYYMMDDTHHMMSSZ (made at launch, not by a dry-run; its timestamp is the launch's)
 # note: micro batch 32: the largest divisor of global batch 32 / DP 1 up to max_micro_batch_size 32 (pin it with --set micro_batch_size=N)
 # note: rerun_mode disabled (the launcher's default on the SDPA fast path): the NaN/Inf checks of loss and gradients still stop the run, read back at most 2 steps late and before every save instead of a host sync in each step; --set rerun_mode=validate_results for Megatron's re-run diagnosis
 # note: TensorBoard every 10 iterations, the log interval (Megatron's default of 1 waits for the GPU in every step; set tensorboard_log_interval=N to choose)
 # note: the ranks skip importing cupy, transformers, sentencepiece, tiktoken (MEGATRON_LAUNCH_SKIP_IMPORTS): Megatron imports them at start whether or not they are used, and this job cannot use them
-# note: torchrun and the ranks collect no garbage while they import (MEGATRON_LAUNCH_IMPORT_GC=paused): torch's and Megatron's imports otherwise run ~900 collections over the growing heap (2.5-3 s CPU of 8-9 in a rank on a CPU machine); once imported (the ranks: when Megatron initializes), one collection, what is alive then is frozen, and automatic collection resumes; --set env.MEGATRON_LAUNCH_IMPORT_GC=python for Python's own
+# note: the ranks (and torchrun, where it runs) collect no garbage while they import (MEGATRON_LAUNCH_IMPORT_GC=paused): torch's and Megatron's imports otherwise run ~900 collections over the growing heap (2.5-3 s CPU of 8-9 in a rank on a CPU machine); once imported (the ranks: when Megatron initializes), one collection, what is alive then is frozen, and automatic collection resumes; --set env.MEGATRON_LAUNCH_IMPORT_GC=python for Python's own
 # note: torch's compile workers start only when a kernel must be compiled (TORCH_WARM_POOL=0), not at the first torch.compile: with the compile cache warm none start (one H200, 345m: iteration 1 2.6 s and exit 6 s sooner); --set env.TORCH_WARM_POOL=1 for torch's default
 # note: at exit a rank whose training returned cleanly ends at once (MEGATRON_LAUNCH_EXIT=quick): its files flushed and its GPU work finished, the interpreter's and CUDA's teardown skipped (one H200: 3-4 s sooner from the end of training to exit); any other end is Python's own; --set env.MEGATRON_LAUNCH_EXIT=python for Python's own always
 # note: Megatron's JIT warm-up compiles nothing (MEGATRON_LAUNCH_JIT_WARMUP=draws): the layers are compiled whole, so its standalone fusions never run; its random draws are kept, so the model's initialisation is the same
@@ -21,7 +22,17 @@ export MEGATRON_LAUNCH_IMPORT_GC=paused
 export MEGATRON_LAUNCH_JIT_WARMUP=draws
 export MEGATRON_LAUNCH_EXIT=quick
 export TORCH_WARM_POOL=0
-torchrun --nnodes 1 --nproc-per-node 1 --standalone \
+export TORCH_NCCL_ASYNC_ERROR_HANDLING=1
+export RANK=0
+export LOCAL_RANK=0
+export WORLD_SIZE=1
+export LOCAL_WORLD_SIZE=1
+export GROUP_RANK=0
+export ROLE_RANK=0
+export ROLE_WORLD_SIZE=1
+export MASTER_ADDR=127.0.0.1
+export MASTER_PORT=0
+python3 -u \
   /opt/megatron-lm/pretrain_gpt.py \
   --num-layers 24 \
   --hidden-size 1024 \

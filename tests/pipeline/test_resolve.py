@@ -75,7 +75,8 @@ def dry_run_then_run(tmp_path: Path, *args: str, env: dict[str, str] | None = No
 
 
 def test_a_real_launch_runs_the_argv_its_dry_run_printed(tmp_path):
-    planned, ran, run_dir = dry_run_then_run(tmp_path, "345m", *NO_KERNELS)
+    """Through torchrun (a one-GPU job starts without it by default: tests/backends/test_direct_run.py)."""
+    planned, ran, run_dir = dry_run_then_run(tmp_path, "345m", *NO_KERNELS, "--set", "runner=torchrun")
     assert without_run_stamp(json.dumps(ran["argv"])) == without_run_stamp(json.dumps(planned["argv"]))
     assert f"--save {run_dir}/checkpoints" in " ".join(ran["argv"])  # the directory this launch made
     assert without_run_stamp(planned["run_dir"]) == without_run_stamp(str(run_dir))

@@ -113,6 +113,17 @@ def test_a_failure_the_log_does_not_explain_gets_no_class():
     assert found.cls is None and "without a cause" in found.reason
 
 
+def test_a_rank_started_without_torchrun_and_killed_by_a_signal_is_named_from_its_own_status():
+    """No torchrun, no root cause block: the exit status is the one rank's, 128 + the signal's number."""
+    killed = triage_lines(ITERATIONS, 128 + 9, rank_status=True)
+    assert (killed.cls, killed.reason, killed.rank) == (INFRASTRUCTURE, "rank killed by SIGKILL", 0)
+    assert triage_lines(ITERATIONS, 128 + 9).cls is None  # torchrun's (or Slurm's) status names no rank
+    assert triage_lines(ITERATIONS, 1, rank_status=True).cls is None  # an exit, not a signal
+    raised = triage_lines([*ITERATIONS, "Traceback (most recent call last):", "AssertionError: no weights"],
+                          128 + 6, rank_status=True)
+    assert raised.cls == TRAINING and raised.rank == 0  # its own traceback first, as with torchrun
+
+
 def test_a_handled_exception_line_without_a_traceback_is_no_failure():
     assert triage_lines(ITERATIONS + ["ValueError: retrying the download"], 0).cls is None
 
