@@ -14,6 +14,7 @@ from launcher.estimate.duration import final_batch
 from launcher.estimate.formulas import (
     DEFAULT_GPU,
     GIB,
+    MEMORY_RESERVE_BYTES,
     Gpu,
     MegatronParams,
     Memory,
@@ -96,6 +97,8 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
         "parameters": e.parameters,
         "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
         "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
+        # unrounded, for the one memory rule (formulas.memory_fit) here and at launch
+        "memory_per_gpu_bytes": e.complete.total,
         "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
         # the largest term of complete − Megatron (formulas.memory_difference), for the header's one line
         "megatron_difference": {"what": largest.what, "gib": round(largest.bytes / GIB, 2), "why": largest.why},
@@ -123,26 +126,24 @@ def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bo
     })
 
 
-# Peak memory measured against the estimate on H200 (docs/plan.md): from 11 % below to 11 % above. An estimate whose
-# whole range [est·(1 − e), est·(1 + e)] lies above the GPU cannot fit whichever way the error falls.
-MEMORY_ERROR = 0.11
+def memory_room(s: Mapping[str, Any]) -> str:
+    """What the one memory rule allows on the summary's GPU, in words: 'the 136.5 GiB a job can use of the 139.8
+    GiB of h200-141gb (3.3 GiB go to ...)'."""
+    reserve = MEMORY_RESERVE_BYTES / GIB
+    return (f"the {s['gpu_memory_gib'] - reserve:.1f} GiB a job can use of the {s['gpu_memory_gib']} GiB of "
+            f"{s['gpu']} ({reserve:.1f} GiB go to CUDA's context, NCCL and the allocator's fragmentation)")
 
 
 def memory_warning(s: Mapping[str, Any]) -> str | None:
-    """Said before launch when the estimate leaves less than the margin CUDA's context, NCCL and the allocator's
-    fragmentation need (fit_status): such a job runs out of memory at its first steps, after the queue."""
+    """Said before launch when the estimate is above USABLE_FRACTION of the GPU ("tight") or above what the one
+    memory rule allows (memory_fit: the GPU's memory less MEMORY_RESERVE_BYTES for CUDA's context, NCCL and the
+    allocator's fragmentation): such a job runs out of memory at its first steps, after the queue."""
     if s["fits"] == "fits":
         return None
-    where = "above" if s["fits"] == "does not fit" else "within 10 % of"
-    return (f"the memory estimate, ~{s['memory_per_gpu_gib']:.1f} GiB per GPU, is {where} the "
-            f"{s['gpu_memory_gib']} GiB of {s['gpu']}: the job will likely run out of memory (seen on one H200: "
-            "an estimate of 135.9 of 139.8 GiB ran out before its first iteration); lower micro_batch_size, "
+    where = (f"above {memory_room(s)}: the job will run out of memory" if s["fits"] == "does not fit" else
+             f"within 10 % of the {s['gpu_memory_gib']} GiB of {s['gpu']}: little room for the estimate's error")
+    return (f"the memory estimate, ~{s['memory_per_gpu_gib']:.1f} GiB per GPU, is {where}; lower micro_batch_size, "
             "recompute activations, or use more TP/PP (`launch plan` lists layouts that fit)")
-
-
-def memory_beyond_error(s: Mapping[str, Any]) -> bool:
-    """Whether even the low end of the estimate's measured error range is above the GPU's memory."""
-    return bool(s["memory_per_gpu_gib"] * (1 - MEMORY_ERROR) > s["gpu_memory_gib"])
 
 
 # Where the two estimates differ by more than this share of Megatron's, the header says the main reason.
