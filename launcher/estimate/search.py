@@ -268,8 +268,10 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
         return Alternative(name, "invalid: " + "; ".join(problems))
     c = evaluate(shape, t, gpu, gpus_per_node, tflops)
     if c.fit == "does not fit":
+        usable = (gpu.memory_bytes - est.MEMORY_RESERVE_BYTES) / est.GIB
         return Alternative(name, f"does not fit: needs {c.memory.total / est.GIB:.1f} GiB per GPU "
-                                 f"(stage {c.memory.stage}) > {gpu.memory_bytes / est.GIB:.1f} GiB of {gpu.name}")
+                                 f"(stage {c.memory.stage}) > {usable:.1f} GiB usable of the "
+                                 f"{gpu.memory_bytes / est.GIB:.1f} GiB of {gpu.name}")
     if c.fit == "tight":
         return Alternative(name, f"too tight: {c.memory.total / est.GIB:.1f} GiB per GPU (stage {c.memory.stage}) "
                                  f"is above {est.USABLE_FRACTION:.0%} of {gpu.memory_bytes / est.GIB:.1f} GiB "
