@@ -321,6 +321,9 @@ class Training:
     # fp16 keeps and reduces its gradients in fp16 (2 B) unless accumulate_allreduce_grads_in_fp32 (bf16: always
     # fp32 unless grad_reduce_in_bf16; Megatron's validate_args)
     fp16_grads_in_fp32: bool = False
+    # Megatron's Adam is TE's or apex's fused one, the launcher's fast spec swaps in torch's fused AdamW; without
+    # those it is torch's multi-tensor AdamW, whose step makes an fp32 temporary per parameter (√v)
+    torch_adam: bool = False
     fp8: bool = False  # TE FP8 GEMMs (--fp8-format)
     # FP8 without TE, torchao's float8 in the compiled layers (megatron_ext/float8.py): the backward gets the bf16
     # GEMM inputs it saved, not FP8 copies as TE's
@@ -784,8 +787,8 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
         MemoryDifference("gradients in 16 bits", half_grads, "grad_reduce_in_bf16 (bf16) or fp16 without "
                          "accumulate_allreduce_grads_in_fp32 keeps and reduces the main gradients in 2 B per "
                          "parameter; Megatron's report counts fp32 (4 B)"),
-        MemoryDifference("optimizer step", step, "the step's fp32 copy of the 16-bit gradients (4 B per "
-                         "parameter the GPU updates), above the activations it outlives"),
+        MemoryDifference("optimizer step", step, "the step's fp32 copy of 16-bit gradients and torch AdamW's "
+                         "temporary (4 B each per parameter the GPU updates), above the activations it outlives"),
         MemoryDifference("sequence parallel", sp, "Megatron's report uses its sequence-parallel formula only "
                          f"with selective recompute; the run shards norms and dropouts over TP {t.tp}"),
         MemoryDifference("Megatron's 5 % margin", margin, "Megatron adds 5 % for temporaries; the complete "
@@ -815,18 +818,27 @@ def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
 
 
 def optimizer_step_bytes(t: Training, params: float, expert_params: float = 0.0) -> float:
-    """Bytes live only during the optimizer step. With 2-byte gradients (fp16 without
-    accumulate_allreduce_grads_in_fp32, bf16 with grad_reduce_in_bf16) Megatron's mixed-precision optimizer gives
-    each fp32 main parameter an fp32 copy of its gradient for the step (optimizer.py
-    Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads: `main_grad.float()`; distrib_optimizer.py
-    the same per shard), freed by the next step's zero_grad: 4 B per parameter this GPU's optimizer updates. With
-    fp32 gradient buffers `.float()` is the buffer itself. Seen on one H200: the 175B shape at 4 layers in fp16
-    (16 B per parameter outside the step, 20 B in it) ran out of memory at its first step."""
-    if t.precision == "fp32" or t.main_grad_bytes == 4 or t.fsdp:
+    """Bytes live only during the optimizer step, per parameter this GPU's optimizer updates. With 2-byte
+    gradients (fp16 without accumulate_allreduce_grads_in_fp32, bf16 with grad_reduce_in_bf16) Megatron's
+    mixed-precision optimizer gives each fp32 main parameter an fp32 copy of its gradient for the step
+    (optimizer.py Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads: `main_grad.float()`;
+    distrib_optimizer.py the same per shard), freed by the next step's zero_grad: 4 B (with fp32 gradient buffers
+    `.float()` is the buffer itself). Torch's multi-tensor AdamW (Training.torch_adam) adds 4 B for √v. Seen on
+    one H200: the 175B shape at 4 layers in fp16 (16 B per parameter outside the step, 20 B in it) ran out of
+    memory at its first step."""
+    if t.fsdp:
         return 0.0
+    per_parameter = (4 if t.precision != "fp32" and t.main_grad_bytes == 2 else 0) + (4 if t.torch_adam else 0)
     if t.distributed_optimizer:  # each rank steps its shard; expert state shards over expert DP
-        return 4 * ((params - expert_params) / t.dp_cp + expert_params / t.expert_dp)
-    return 4 * params
+        return per_parameter * ((params - expert_params) / t.dp_cp + expert_params / t.expert_dp)
+    return per_parameter * params
+
+
+def uses_torch_adam(args: Mapping[str, Any], transformer_engine: bool, apex: bool) -> bool:
+    """Whether Megatron's optimizer is torch's multi-tensor AdamW (optimizer/__init__.py imports TE's FusedAdam,
+    else apex's, else torch's AdamW; the launcher's fast spec makes that one fused)."""
+    return not transformer_engine and not apex and not _uses_sdpa_spec(
+        args, "launcher.inside.megatron_ext.sdpa_spec_fast")
 
 
 # FSDP gathers a layer's parameters (and reduces its gradients) while the one before it computes: two layers'

@@ -190,7 +190,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     by default for a machine with Transformer Engine and apex)."""
     rules = rules or Rules(args, gpus_per_node)
     m = est.model_shape(args)
-    base = est.training_of(args, world_size)
+    base = replace(est.training_of(args, world_size), torch_adam=est.uses_torch_adam(args, rules.te, rules.apex))
     allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp
     notes = []
     if not allow_sp:
@@ -380,7 +380,7 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     """Fewest GPUs on which some valid layout fits, trying the most memory-frugal knobs (micro batch 1,
     full recompute, sequence parallel where allowed, distributed optimizer)."""
     rules = rules or Rules(args, gpus_per_node)
-    base = est.training_of(args, 1)
+    base = replace(est.training_of(args, 1), torch_adam=est.uses_torch_adam(args, rules.te, rules.apex))
     allow_sp = sequence_parallel_allowed(args)
     floor = memory_floor(args, base, gpu, gpus_per_node, allow_sp)
     if floor.fewest_gpus is None or floor.fewest_gpus > limit:

@@ -34,6 +34,7 @@ from launcher.estimate.formulas import (
     parameter_count,
     stage_parameters,
     training_of,
+    uses_torch_adam,
 )
 from launcher.estimate.steptime import StepTime, step_time
 from launcher.pipeline.checker import model_args
@@ -81,15 +82,16 @@ def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_nod
 
 
 def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
-            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
+            gpus_per_node: int = 8, transformer_engine: bool | None = None, kernels: Any = None) -> dict[str, Any]:
     """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
 
     `layout` is launcher.pipeline.checker.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
     global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
-    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
+    `transformer_engine` False means the run uses --transformer-impl local (unfused attention); `kernels`
+    (launcher.megatron.pin.Kernels), where known, say which Adam the optimizer step runs.
     """
     g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
-    t = layout_training(args, layout, transformer_engine)
+    t = layout_training(args, layout, transformer_engine, kernels)
     e = estimate(args, t, g, gpus_per_node)
     largest = max(memory_difference(e.shape, t), key=lambda d: abs(d.bytes))
     return {
@@ -109,9 +111,11 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
     }
 
 
-def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bool | None = None) -> Training:
+def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bool | None = None,
+                    kernels: Any = None) -> Training:
     """The Training of a resolved job's layout (launcher.pipeline.checker.Layout) over its Megatron args: what the
-    dry-run's header and `launch plan`'s "the preset's layout" both price."""
+    dry-run's header and `launch plan`'s "the preset's layout" both price; `kernels` (launcher.megatron.pin.Kernels,
+    where known) choose the optimizer's Adam."""
     base = training_of(args, int(layout.world_size))
     schedule_batch = final_batch(args)
     return Training(**{
@@ -123,6 +127,7 @@ def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bo
         "global_batch_size": int(schedule_batch or layout.global_batch_size),
         "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
         "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
+        "torch_adam": kernels is not None and uses_torch_adam(args, kernels.transformer_engine, kernels.apex),
     })
 
 
@@ -177,6 +182,6 @@ def job_facts(job: ResolvedJob) -> dict[str, Any]:
         "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
         or args.get("padded_vocab_size") else None,
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
-        "estimate": summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node),
+        "estimate": summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node, kernels=kernels),
         "checkpoint_bytes": checkpoint_bytes(parameters, args),
     }

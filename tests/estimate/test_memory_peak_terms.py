@@ -6,11 +6,13 @@ first step; a 1-layer model at sequence 262144 with full recompute trained."""
 from __future__ import annotations
 
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from plan_shapes import GPT_175B
 
 from launcher.estimate import formulas as est
+from launcher.estimate import summary
 
 H200 = est.GPUS["h200-141gb"]
 # Megatron-DeepSpeed's 175B script moved to one GPU: fp16, full recompute, micro batch 4 at sequence 1024
@@ -109,3 +111,28 @@ def test_the_difference_from_megatrons_report_still_adds_up_with_the_step_copy()
     terms = {d.what: d.bytes for d in est.memory_difference(m, t)}
     assert terms["optimizer step"] > 0 and terms["gradients in 16 bits"] < 0
     assert sum(terms.values()) == pytest.approx(est.complete_memory(m, t).total - est.megatron_memory(m, t).total)
+
+
+def test_torch_adam_adds_its_square_root_temporary_to_the_step() -> None:
+    fast = {**FP16_175B_4_LAYERS, "spec": ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]}
+    assert est.uses_torch_adam(FP16_175B_4_LAYERS, transformer_engine=False, apex=False)
+    assert not est.uses_torch_adam(fast, transformer_engine=False, apex=False)  # the fast spec's fused AdamW
+    assert not est.uses_torch_adam(FP16_175B_4_LAYERS, transformer_engine=True, apex=False)
+    assert not est.uses_torch_adam(FP16_175B_4_LAYERS, transformer_engine=False, apex=True)
+    m, t = one_gpu(FP16_175B_4_LAYERS)
+    params = est.complete_memory(m, t).weights / 2
+    assert est.optimizer_step_bytes(replace(t, torch_adam=True), params) == pytest.approx(8 * params)
+    assert est.optimizer_step_bytes(replace(t, torch_adam=True, precision="bf16"), params) == pytest.approx(
+        4 * params)
+    assert est.optimizer_step_bytes(replace(t, torch_adam=True, precision="fp32"), params) == pytest.approx(
+        4 * params)
+
+
+def test_the_dry_runs_estimate_prices_the_adam_its_kernels_give() -> None:
+    layout = SimpleNamespace(world_size=1, tp=1, pp=1, cp=1, vpp=None, micro_batch_size=4, global_batch_size=4)
+    bare = summary.summary(FP16_175B_4_LAYERS, layout, "h200-141gb",
+                           kernels=SimpleNamespace(transformer_engine=False, apex=False))
+    te = summary.summary(FP16_175B_4_LAYERS, layout, "h200-141gb",
+                         kernels=SimpleNamespace(transformer_engine=True, apex=False))
+    params = te["parameters_per_gpu"]
+    assert bare["memory_per_gpu_bytes"] - te["memory_per_gpu_bytes"] == pytest.approx(4 * params, rel=1e-6)
