@@ -16,13 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.checks.finding import Finding, Status
-from launcher.estimate.formulas import GIB, human_bytes
+from launcher.estimate.formulas import GIB, MEMORY_RESERVE_BYTES, USABLE_FRACTION, human_bytes, memory_fit
 from launcher.estimate.summary import job_facts
 
 SUBPROCESS_TIMEOUT_S = 20
-# The estimate leaves out the CUDA context, NCCL buffers and the allocator's fragmentation: within this share of
-# the GPU it is a warning, above the GPU a refusal (an estimate of 97 % of an H200 ran out of memory there).
-TIGHT_FRACTION = 0.9
 # Docker's default /dev/shm is 64 MiB: data-loader workers die with a bus error and NCCL's intra-node transport
 # fails there; NVIDIA's containers ask for --ipc=host or --shm-size of gigabytes.
 SMALL_SHM_BYTES = 1024**3
@@ -85,23 +82,26 @@ def sharded_over(job: Any) -> int:
     return job.layout.dp * job.layout.cp
 
 
-def memory_finding(needed_gib: float, gpu: GpuMemory | None,
+def memory_finding(needed_bytes: float, gpu: GpuMemory | None,
                    unmodelled: Sequence[str] = ()) -> tuple[Status, str, str] | None:
-    """(status, detail, fix) for the memory per GPU, or None when there is no GPU here to hold it to."""
+    """(status, detail, fix) for the memory per GPU, or None when there is no GPU here to hold it to. The verdict is
+    the one memory rule's (formulas.memory_fit, as the dry-run's) on this GPU's memory."""
     if gpu is None:
         return None
-    have, have_gib = gpu.total, gpu.total / GIB
-    detail = (f"the job needs ~{needed_gib:.1f} GiB per GPU (the dry-run's estimate); the GPU here has "
-              f"{have_gib:.1f} GiB")
+    have = gpu.total
+    detail = (f"the job needs ~{needed_bytes / GIB:.1f} GiB per GPU (the dry-run's estimate); the GPU here has "
+              f"{have / GIB:.1f} GiB")
     fix = ("lower micro_batch_size, recompute activations (recompute_granularity=full), use the distributed "
            "optimizer or more TP/PP; `launch plan` lists layouts that fit")
-    if needed_gib * GIB > have and unmodelled:
-        return "warn", detail + f", but the estimate does not count what {', '.join(unmodelled)} saves", fix
-    if needed_gib * GIB > have:
-        return "fail", detail + ": it would run out of memory at its first step", fix
-    if needed_gib * GIB > TIGHT_FRACTION * have:
-        return "warn", detail + f": above {TIGHT_FRACTION:.0%}, where CUDA's context and fragmentation may not fit", fix
-    if needed_gib * GIB > have - gpu.used:
+    reserve = (f"{(have - MEMORY_RESERVE_BYTES) / GIB:.1f} GiB usable: {MEMORY_RESERVE_BYTES / GIB:.1f} GiB go to "
+               "CUDA's context, NCCL and the allocator's fragmentation")
+    if not memory_fit(needed_bytes, have) and unmodelled:
+        return "warn", detail + f" ({reserve}), but the estimate does not count what {', '.join(unmodelled)} saves", fix
+    if not memory_fit(needed_bytes, have):
+        return "fail", detail + f" ({reserve}): it would run out of memory at its first step", fix
+    if needed_bytes > USABLE_FRACTION * have:
+        return "warn", detail + f": above {USABLE_FRACTION:.0%}, little room for the estimate's error", fix
+    if not memory_fit(needed_bytes, have - gpu.used):
         return ("warn", detail + f", of which other processes use {gpu.used / GIB:.1f} GiB now: the job fits only "
                 "once they end", "see nvidia-smi for the processes, or choose other GPUs (CUDA_VISIBLE_DEVICES)")
     return "ok", detail, ""
@@ -158,7 +158,7 @@ def capacity_findings(job: Any, env: Mapping[str, str]) -> list[Finding]:
     """GPU memory, shared memory and checkpoint space on this machine, for the job."""
     facts = job_facts(job)
     found = []
-    needed = facts["estimate"]["memory_per_gpu_gib"]
+    needed = facts["estimate"]["memory_per_gpu_bytes"]
     unmodelled = unmodelled_memory_settings(job.arg, sharded_over(job))
     if (memory := memory_finding(needed, gpu_memory(env), unmodelled)) is not None:
         found.append(Finding("gpu memory", *memory))

@@ -7,8 +7,9 @@ Where the job is meant to run decides what can be known:
 - a job meant elsewhere (a cluster, more nodes than this one, or a machine without a GPU preparing the job) gets a
   warning for each Python package its settings need there that the preset does not declare (launcher.packages):
   the nodes check them at job start, and `launch --check` holds the preset to its declaration.
-The memory estimate is held to the job's GPU (launcher.gpu): above it within the estimate's measured error, a
-warning; wholly above it, a refusal (for a job meant here, the launch's own check holds it to this GPU instead).
+The memory estimate is held to the job's GPU (launcher.gpu) by the one memory rule (estimate.formulas.memory_fit,
+which the launch's own check on this machine's GPU uses too): within 10 % of the GPU a warning, above the GPU's
+memory less a fixed reserve a refusal.
 """
 
 from __future__ import annotations
@@ -131,22 +132,21 @@ def _memory_at_fewest_nodes(job: ResolvedJob, refuse: bool) -> tuple[list[str], 
 
 
 def memory_verdict(job: ResolvedJob, refuse: bool = True) -> tuple[list[str], list[Problem]]:
-    """The memory estimate against the job's GPU: a warning above 90 % of it, a refusal (with `refuse`) when even
-    the low end of the estimate's measured error is above it, unless a setting saves memory the estimate does not
-    count."""
+    """The memory estimate against the job's GPU: a warning above 90 % of it, a refusal (with `refuse`) where the
+    one memory rule (formulas.memory_fit, through the estimate's `fits`) says it does not fit, unless a setting
+    saves memory the estimate does not count."""
     facts = estimate.job_facts(job)["estimate"]
     warning = estimate.memory_warning(facts)
     if warning is None:
         return [], []
     unmodelled = unmodelled_memory_settings(job.arg, sharded_over(job))
-    if not refuse or not estimate.memory_beyond_error(facts) or unmodelled:
+    beyond = facts["fits"] == "does not fit"
+    if not refuse or not beyond or unmodelled:
         return [warning + (f" (the estimate does not count what {', '.join(unmodelled)} saves)"
-                           if unmodelled and estimate.memory_beyond_error(facts) else "")], []
-    low = facts["memory_per_gpu_gib"] * (1 - estimate.MEMORY_ERROR)
+                           if unmodelled and beyond else "")], []
     return [], [Problem(
-        f"the memory estimate, ~{facts['memory_per_gpu_gib']:.1f} GiB per GPU, is above the "
-        f"{facts['gpu_memory_gib']} GiB of {facts['gpu']} even at the low end of its measured error "
-        f"(−{estimate.MEMORY_ERROR:.0%}: ~{low:.1f} GiB): the job cannot fit",
+        f"the memory estimate, ~{facts['memory_per_gpu_gib']:.1f} GiB per GPU, is above {estimate.memory_room(facts)}"
+        ": the job cannot fit",
         "lower micro_batch_size, recompute activations (recompute_granularity=full), use the distributed optimizer "
         "or more TP/PP (`launch plan` lists layouts that fit); or set launcher.gpu to the GPU the job runs on",
         stage="launcher")]

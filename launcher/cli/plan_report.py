@@ -331,8 +331,12 @@ def render_text(plan: dict[str, Any]) -> str:
         unit, size = ("GiB", GIB) if max(meg["total"], comp["total"]) >= GIB / 10 else ("MiB", est.MB)
         lines.append(f"  Memory per GPU, {unit}  {'Megatron':>9} {'complete':>9}   (complete: stage {comp['stage']})")
         for key, label in (("weights", "weights"), ("gradients", "gradients"), ("optimizer", "optimizer state"),
-                           ("activations", "activations"), ("total", "total")):
-            lines.append(f"    {label:<18} {meg[key] / size:9.2f} {comp[key] / size:9.2f}")
+                           ("activations", "activations"), ("optimizer_step", "optimizer step"), ("total", "total")):
+            if key == "optimizer_step" and not comp.get(key):
+                continue  # the step's peak counts instead of the activations' only where it is the larger
+            lines.append(f"    {label:<18} {meg.get(key, 0) / size:9.2f} {comp[key] / size:9.2f}"
+                         + ("   the fp32 copy of 16-bit gradients, after the activations are freed: the peak "
+                            "holds the larger" if key == "optimizer_step" else ""))
         toggled = "with" if not lay["distributed_optimizer"] else "without"
         lines.append(f"    ({toggled} the distributed optimizer, Megatron's total would be "
                      f"{other['total'] / size:.2f} {unit}: optimizer state {other['optimizer'] / size:.2f})")
@@ -342,7 +346,8 @@ def render_text(plan: dict[str, Any]) -> str:
             if abs(d["bytes"]) >= size / 200:
                 lines.append(f"      {d['what']} {d['bytes'] / size:+.2f} {unit}: {d['why']}")
         lines.append(f"  fits {gpu['name']}?    {mem['fits']} ({comp['total'] / GIB:.2f} of {gpu['memory_gib']} GiB;"
-                     f" 'fits' means ≤ {int(gpu['usable_fraction'] * 100)}%)")
+                     f" 'fits' means ≤ {int(gpu['usable_fraction'] * 100)}%, refused above "
+                     f"{gpu['memory_gib'] - est.MEMORY_RESERVE_BYTES / GIB:.1f})")
         t = plan["time"]
         s = t["step"]
         lines.append("")
@@ -553,7 +558,7 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
                           extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
                           built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp),
-                          own=(own_args, layout_training(own_args, own.layout)),
+                          own=(own_args, layout_training(own_args, own.layout, kernels=kernels)),
                           recipe=(ns.preset, *ns.overrides),
                           pinned=frozenset(job.added) & frozenset(ps.settings(training_of_budget)))
     if not kernels.transformer_engine:  # said with the plan's own number, which it must not contradict

@@ -318,6 +318,12 @@ class Training:
     overlap_p2p_comm: bool = True
     overlap_p2p_comm_warmup_flush: bool = False
     grad_reduce_in_bf16: bool = False  # gradients kept and reduced in bf16 (2 B) instead of fp32 (4 B)
+    # fp16 keeps and reduces its gradients in fp16 (2 B) unless accumulate_allreduce_grads_in_fp32 (bf16: always
+    # fp32 unless grad_reduce_in_bf16; Megatron's validate_args)
+    fp16_grads_in_fp32: bool = False
+    # Megatron's Adam is TE's or apex's fused one, the launcher's fast spec swaps in torch's fused AdamW; without
+    # those it is torch's multi-tensor AdamW, whose step makes an fp32 temporary per parameter (√v)
+    torch_adam: bool = False
     fp8: bool = False  # TE FP8 GEMMs (--fp8-format)
     # FP8 without TE, torchao's float8 in the compiled layers (megatron_ext/float8.py): the backward gets the bf16
     # GEMM inputs it saved, not FP8 copies as TE's
@@ -340,6 +346,15 @@ class Training:
     @property
     def dp(self) -> int:
         return self.world_size // (self.tp * self.pp * self.cp)
+
+    @property
+    def main_grad_bytes(self) -> int:
+        """Bytes per parameter of the gradient buffer Megatron accumulates and reduces in (DDP's grad_dtype)."""
+        if self.precision == "fp32":
+            return 4
+        if self.precision == "fp16":
+            return 4 if self.fp16_grads_in_fp32 else 2
+        return 2 if self.grad_reduce_in_bf16 else 4
 
     @property
     def dp_cp(self) -> int:
@@ -427,6 +442,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         overlap_p2p_comm=bool(megatron_value(args, "overlap_p2p_comm")),
         overlap_p2p_comm_warmup_flush=bool(megatron_value(args, "overlap_p2p_comm_warmup_flush")),
         grad_reduce_in_bf16=bool(megatron_value(args, "grad_reduce_in_bf16")),
+        fp16_grads_in_fp32=bool(megatron_value(args, "accumulate_allreduce_grads_in_fp32")),
         fp8=bool(megatron_value(args, "fp8")),  # dest of --fp8-format
         fp8_torchao=bool(megatron_value(args, "fp8"))
         and _uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast"),
@@ -682,6 +698,8 @@ class Memory:
     activations: float
     stage: int = 0  # which pipeline stage is the most loaded
     model: str = "megatron"
+    # live only during the optimizer step, when the activations are freed (optimizer_step_bytes)
+    optimizer_step: float = 0.0
 
     @property
     def weights_and_optimizer(self) -> float:
@@ -689,7 +707,8 @@ class Memory:
 
     @property
     def total(self) -> float:
-        return self.weights_and_optimizer + self.activations
+        """The peak: the forward/backward's (activations) or the optimizer step's, whichever is larger."""
+        return self.weights_and_optimizer + max(self.activations, self.optimizer_step)
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -745,9 +764,11 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
     and adds 5 % for temporaries. The complete model shards by TP whenever sequence parallel is on, and
     leaves temporaries to the usable-memory margin (USABLE_FRACTION)."""
     megatron, complete = megatron_memory(m, t), complete_memory(m, t)
-    # Megatron's report counts 4 B of main gradients per parameter; grad_reduce_in_bf16 keeps them at 2 B
-    bf16_grads = -megatron.gradients / 2 if t.grad_reduce_in_bf16 and t.precision != "fp32" else 0.0
-    params = complete.weights_and_optimizer - megatron.weights_and_optimizer - bf16_grads
+    # Megatron's report counts 4 B of main gradients per parameter; grad_reduce_in_bf16 and fp16 without
+    # accumulate_allreduce_grads_in_fp32 keep them at 2 B
+    half_grads = -megatron.gradients / 2 if t.main_grad_bytes == 2 else 0.0
+    params = complete.weights_and_optimizer - megatron.weights_and_optimizer - half_grads
+    step = max(0.0, complete.optimizer_step - complete.activations)
     sp_formula = t.sequence_parallel and t.recompute == "selective"
     margin = 0.0 if sp_formula else -(megatron.activations - megatron.activations / 1.05)
     sp = 0.0
@@ -763,8 +784,11 @@ def memory_difference(m: ModelShape, t: Training) -> list[MemoryDifference]:
     return [
         MemoryDifference("parameters", params, "exact per-stage count (biases, learned positions, the tied "
                          "output copy on the last stage) at bytes per parameter by precision"),
-        MemoryDifference("gradients in bf16", bf16_grads, "grad_reduce_in_bf16 keeps and reduces the main "
-                         "gradients in bf16 (2 B per parameter); Megatron's report counts fp32 (4 B)"),
+        MemoryDifference("gradients in 16 bits", half_grads, "grad_reduce_in_bf16 (bf16) or fp16 without "
+                         "accumulate_allreduce_grads_in_fp32 keeps and reduces the main gradients in 2 B per "
+                         "parameter; Megatron's report counts fp32 (4 B)"),
+        MemoryDifference("optimizer step", step, "the step's fp32 copy of 16-bit gradients and torch AdamW's "
+                         "temporary (4 B each per parameter the GPU updates), above the activations it outlives"),
         MemoryDifference("sequence parallel", sp, "Megatron's report uses its sequence-parallel formula only "
                          f"with selective recompute; the run shards norms and dropouts over TP {t.tp}"),
         MemoryDifference("Megatron's 5 % margin", margin, "Megatron adds 5 % for temporaries; the complete "
@@ -782,8 +806,8 @@ def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     if t.precision == "fp32":
         weights, grads, optimizer = 4, 4, 8  # fp32 params are the master copy; Adam m and v
     else:
-        # half params, fp32 main grads (bf16 with grad_reduce_in_bf16), fp32 master + m + v
-        weights, grads, optimizer = 2, (2 if t.grad_reduce_in_bf16 else 4), 12
+        # half params, main grads (Training.main_grad_bytes), fp32 master + m + v
+        weights, grads, optimizer = 2, t.main_grad_bytes, 12
     if t.distributed_optimizer or t.fsdp:
         optimizer /= t.dp_cp  # Megatron shards it over the data-parallel group with context parallel
     if t.fsdp in ("optim_grads", "optim_grads_params"):
@@ -791,6 +815,30 @@ def bytes_per_parameter(t: Training) -> tuple[float, float, float]:
     if t.fsdp == "optim_grads_params":
         weights /= t.dp_cp
     return weights, grads, optimizer
+
+
+def optimizer_step_bytes(t: Training, params: float, expert_params: float = 0.0) -> float:
+    """Bytes live only during the optimizer step, per parameter this GPU's optimizer updates. With 2-byte
+    gradients (fp16 without accumulate_allreduce_grads_in_fp32, bf16 with grad_reduce_in_bf16) Megatron's
+    mixed-precision optimizer gives each fp32 main parameter an fp32 copy of its gradient for the step
+    (optimizer.py Float16OptimizerWithFloat16Params._copy_model_grads_to_main_grads: `main_grad.float()`;
+    distrib_optimizer.py the same per shard), freed by the next step's zero_grad: 4 B (with fp32 gradient buffers
+    `.float()` is the buffer itself). Torch's multi-tensor AdamW (Training.torch_adam) adds 4 B for √v. Seen on
+    one H200: the 175B shape at 4 layers in fp16 (16 B per parameter outside the step, 20 B in it) ran out of
+    memory at its first step."""
+    if t.fsdp:
+        return 0.0
+    per_parameter = (4 if t.precision != "fp32" and t.main_grad_bytes == 2 else 0) + (4 if t.torch_adam else 0)
+    if t.distributed_optimizer:  # each rank steps its shard; expert state shards over expert DP
+        return per_parameter * ((params - expert_params) / t.dp_cp + expert_params / t.expert_dp)
+    return per_parameter * params
+
+
+def uses_torch_adam(args: Mapping[str, Any], transformer_engine: bool, apex: bool) -> bool:
+    """Whether Megatron's optimizer is torch's multi-tensor AdamW (optimizer/__init__.py imports TE's FusedAdam,
+    else apex's, else torch's AdamW; the launcher's fast spec makes that one fused)."""
+    return not transformer_engine and not apex and not _uses_sdpa_spec(
+        args, "launcher.inside.megatron_ext.sdpa_spec_fast")
 
 
 # FSDP gathers a layer's parameters (and reduces its gradients) while the one before it computes: two layers'
@@ -809,7 +857,7 @@ def fsdp_unsharded_bytes(m: ModelShape, t: Training) -> float:
         layer += m.moe_layers / m.num_layers * (moe.experts / (t.ep * t.expert_tp) + moe.shared / t.tp
                                                 - dense_mlp_params(m) / t.tp)
     weight_bytes = (2 if t.precision != "fp32" else 4) if t.fsdp == "optim_grads_params" else 0
-    grad_bytes = 2 if t.grad_reduce_in_bf16 else 4
+    grad_bytes = t.main_grad_bytes
     return FSDP_LAYERS_IN_FLIGHT * layer * (weight_bytes + grad_bytes)
 
 
@@ -891,18 +939,27 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
     else:
         in_flight = min(t.pp - stage, t.num_microbatches)
         in_flight_layers = in_flight * layers
-    act = kept * in_flight_layers + transient
+    act = kept * in_flight_layers
+    # The working sets of one layer (forward or backward) and of the loss are live at different times: the
+    # logits exist from the last layer's forward to the output layer's backward, before any layer's backward
+    # (1F1B: the last stage runs a microbatch's backward right after its forward), so the peak holds the larger.
+    # Seen on one H200: a 1-layer model at sequence 262144 with full recompute, estimated at their sum
+    # (201 GiB), trained.
+    layer = transient
     if not t.fused_attention:
         # Upstream's local attention works on one layer's [b, heads, s, s] scores at a time, also when recompute
         # keeps none: bf16 scores, their fp32 copy and softmax, bf16 probabilities, and in the backward their
         # gradients (seen on one H200: 64 heads at sequence 8192, 72 GiB at the peak where this term was missing)
         per_score = UNFUSED_ATTENTION_BYTES["fused softmax" if t.softmax_fusion else "torch softmax"]
-        act += per_score * m.num_attention_heads / t.tp * s * m.seq_length * b
+        layer += per_score * m.num_attention_heads / t.tp * s * m.seq_length * b
+    loss = 0.0
+    if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP; the output layer's input
+        logit_bytes = 2 * w if t.fused_cross_entropy and t.tp == 1 else 2 * 4  # fused: logits + grad in bf16
+        loss = logit_bytes * s * b * m.padded_vocab_size / t.tp + w * s * b * h
+    act += max(layer, loss)
     if st.embedding:  # embedding output (dropout mask) and token ids, per microbatch in flight
         act += in_flight * (s * b * h + 8 * s * b)
-    if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP
-        logit_bytes = 2 * w if t.fused_cross_entropy and t.tp == 1 else 2 * 4  # fused: logits + grad in bf16
-        act += logit_bytes * s * b * m.padded_vocab_size / t.tp + w * s * b * h
+    if st.loss:
         # defer_embedding_wgrad_compute keeps, for each deferred microbatch, the output layer's input (sharded
         # with sequence parallel) and its output gradient (layers.py embedding_activation_buffer and
         # grad_output_buffer) until the weight gradients run after the schedule
@@ -929,7 +986,7 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
         if experts and (t.distributed_optimizer or t.fsdp):  # expert state shards over expert DP, not DP×CP
             optimizer += ob * experts * (t.dp_cp / t.expert_dp - 1)
         activations = stage_activation_bytes(m, t, st.rank) + fsdp_unsharded_bytes(m, t)
-        mem = Memory(wb * p, gb * p, optimizer, activations, st.rank, "complete")
+        mem = Memory(wb * p, gb * p, optimizer, activations, st.rank, "complete", optimizer_step_bytes(t, p, experts))
         if best is None or mem.total > best.total:
             best = mem
     assert best is not None
@@ -939,17 +996,32 @@ def complete_memory(m: ModelShape, t: Training) -> Memory:
 # --------------------------------------------------------------------------------------------------- GPUs
 
 
-# Room left for the CUDA context, NCCL buffers and allocator fragmentation, which no formula above counts.
+# Room left for the CUDA context, NCCL buffers and allocator fragmentation, which no formula above counts: a
+# layout above this share of the GPU is "tight" (warned, never recommended by `launch plan`).
 USABLE_FRACTION = 0.90
+
+# What a training process holds beyond the estimate's point value, whatever the job: the one memory rule
+# (memory_fit) refuses a job whose estimate is above the GPU's memory minus this. From the measured peaks of
+# docs/benchmarks.md ("Memory estimate against the measured peaks"): the largest under-estimate of `max
+# allocated` there (175b shrunk, TP 2: 38.42 measured against 37.48 GiB, 0.94 GiB), plus the largest allocator
+# fragmentation at a step's peak (`max reserved` − `max allocated`; 345m TP 2: 25278 − 23381 MB, 1.85 GiB), plus
+# the CUDA context and NCCL's buffers outside PyTorch's allocator (~0.5 GiB on Hopper with lazy module loading).
+MEMORY_RESERVE_BYTES = 3.3 * GIB
+
+
+def memory_fit(memory_bytes: float, gpu_memory_bytes: float) -> bool:
+    """The one memory rule, for the dry-run, `launch plan`, the import and the launch on a machine: the job fits
+    when its estimate per GPU is at most the GPU's memory minus MEMORY_RESERVE_BYTES."""
+    return memory_bytes <= gpu_memory_bytes - MEMORY_RESERVE_BYTES
 
 
 def fit_status(memory_bytes: float, gpu: Gpu) -> str:
-    """'fits' below USABLE_FRACTION of the GPU, 'tight' up to its full memory, else 'does not fit'."""
-    if memory_bytes <= USABLE_FRACTION * gpu.memory_bytes:
-        return "fits"
-    if memory_bytes <= gpu.memory_bytes:
+    """'does not fit' where memory_fit refuses, else 'tight' above USABLE_FRACTION of the GPU, else 'fits'."""
+    if not memory_fit(memory_bytes, gpu.memory_bytes):
+        return "does not fit"
+    if memory_bytes > USABLE_FRACTION * gpu.memory_bytes:
         return "tight"
-    return "does not fit"
+    return "fits"
 
 
 # --------------------------------------------------------------------------------------------------- time

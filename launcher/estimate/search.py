@@ -199,7 +199,7 @@ def search(args: Mapping[str, Any], world_size: int, gpu: est.Gpu, gpus_per_node
     by default for a machine with Transformer Engine and apex)."""
     rules = rules or Rules(args, gpus_per_node)
     m = est.model_shape(args)
-    base = est.training_of(args, world_size)
+    base = replace(est.training_of(args, world_size), torch_adam=est.uses_torch_adam(args, rules.te, rules.apex))
     allow_sp = sequence_parallel_allowed(args) if allow_sp is None else allow_sp
     notes = []
     if not allow_sp:
@@ -277,8 +277,10 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
         return Alternative(name, "invalid: " + "; ".join(problems))
     c = evaluate(shape, t, gpu, gpus_per_node, tflops)
     if c.fit == "does not fit":
+        usable = (gpu.memory_bytes - est.MEMORY_RESERVE_BYTES) / est.GIB
         return Alternative(name, f"does not fit: needs {c.memory.total / est.GIB:.1f} GiB per GPU "
-                                 f"(stage {c.memory.stage}) > {gpu.memory_bytes / est.GIB:.1f} GiB of {gpu.name}")
+                                 f"(stage {c.memory.stage}) > {usable:.1f} GiB usable of the "
+                                 f"{gpu.memory_bytes / est.GIB:.1f} GiB of {gpu.name}")
     if c.fit == "tight":
         return Alternative(name, f"too tight: {c.memory.total / est.GIB:.1f} GiB per GPU (stage {c.memory.stage}) "
                                  f"is above {est.USABLE_FRACTION:.0%} of {gpu.memory_bytes / est.GIB:.1f} GiB "
@@ -387,7 +389,7 @@ def minimum_gpus(args: Mapping[str, Any], gpu: est.Gpu, gpus_per_node: int, limi
     """Fewest GPUs on which some valid layout fits, trying the most memory-frugal knobs (micro batch 1,
     full recompute, sequence parallel where allowed, distributed optimizer)."""
     rules = rules or Rules(args, gpus_per_node)
-    base = est.training_of(args, 1)
+    base = replace(est.training_of(args, 1), torch_adam=est.uses_torch_adam(args, rules.te, rules.apex))
     allow_sp = sequence_parallel_allowed(args)
     floor = memory_floor(args, base, gpu, gpus_per_node, allow_sp)
     if floor.fewest_gpus is None or floor.fewest_gpus > limit:

@@ -417,7 +417,7 @@ def step_time(m: ModelShape, t: Training, gpu: Gpu, gpus_per_node: int = 8,
     if group > 1:
         # Across nodes NCCL runs one ring per NIC: a group with k members per node moves k NICs' worth.
         bw = min(gpu.nvlink_gbps, gpu.network_gbps * place.dp_per_node) * 1e9 if place.dp else gpu.nvlink_gbps * 1e9
-        grad_bytes = 4 if t.precision == "fp32" or not t.grad_reduce_in_bf16 else 2
+        grad_bytes = t.main_grad_bytes  # the buffer Megatron reduces in (fp16: fp16 unless told otherwise)
         # What DP communication can hide behind: the last microbatch's backward and the first one's forward, their
         # compute only (the TP/CP/EP collectives of that microbatch use the links, they hide nothing)
         hiding = slowest.compute + slowest.recompute

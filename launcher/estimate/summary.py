@@ -14,6 +14,7 @@ from launcher.estimate.duration import final_batch
 from launcher.estimate.formulas import (
     DEFAULT_GPU,
     GIB,
+    MEMORY_RESERVE_BYTES,
     Gpu,
     MegatronParams,
     Memory,
@@ -33,6 +34,7 @@ from launcher.estimate.formulas import (
     parameter_count,
     stage_parameters,
     training_of,
+    uses_torch_adam,
 )
 from launcher.estimate.steptime import StepTime, step_time
 from launcher.pipeline.checker import model_args
@@ -80,15 +82,16 @@ def estimate(args: Mapping[str, Any], training: Training, gpu: Gpu, gpus_per_nod
 
 
 def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
-            gpus_per_node: int = 8, transformer_engine: bool | None = None) -> dict[str, Any]:
+            gpus_per_node: int = 8, transformer_engine: bool | None = None, kernels: Any = None) -> dict[str, Any]:
     """One call for the dry-run header: parameters, memory per GPU (GiB) and whether it fits.
 
     `layout` is launcher.pipeline.checker.Layout (or anything with world_size, tp, pp, vpp, cp, micro_batch_size,
     global_batch_size, and optionally sequence_parallel); the rest is read from the Megatron args.
-    `transformer_engine` False means the run uses --transformer-impl local (unfused attention).
+    `transformer_engine` False means the run uses --transformer-impl local (unfused attention); `kernels`
+    (launcher.megatron.pin.Kernels), where known, say which Adam the optimizer step runs.
     """
     g = gpu_by_name(gpu) if isinstance(gpu, str) else gpu
-    t = layout_training(args, layout, transformer_engine)
+    t = layout_training(args, layout, transformer_engine, kernels)
     e = estimate(args, t, g, gpus_per_node)
     largest = max(memory_difference(e.shape, t), key=lambda d: abs(d.bytes))
     return {
@@ -96,6 +99,8 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
         "parameters": e.parameters,
         "parameters_per_gpu": max(sp.params for sp in stage_parameters(e.shape, t)),
         "memory_per_gpu_gib": round(e.complete.total / GIB, 2),
+        # unrounded, for the one memory rule (formulas.memory_fit) here and at launch
+        "memory_per_gpu_bytes": e.complete.total,
         "megatron_memory_per_gpu_gib": round(e.megatron.total / GIB, 2),
         # the largest term of complete − Megatron (formulas.memory_difference), for the header's one line
         "megatron_difference": {"what": largest.what, "gib": round(largest.bytes / GIB, 2), "why": largest.why},
@@ -106,9 +111,11 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
     }
 
 
-def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bool | None = None) -> Training:
+def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bool | None = None,
+                    kernels: Any = None) -> Training:
     """The Training of a resolved job's layout (launcher.pipeline.checker.Layout) over its Megatron args: what the
-    dry-run's header and `launch plan`'s "the preset's layout" both price."""
+    dry-run's header and `launch plan`'s "the preset's layout" both price; `kernels` (launcher.megatron.pin.Kernels,
+    where known) choose the optimizer's Adam."""
     base = training_of(args, int(layout.world_size))
     schedule_batch = final_batch(args)
     return Training(**{
@@ -120,29 +127,28 @@ def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bo
         "global_batch_size": int(schedule_batch or layout.global_batch_size),
         "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
         "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
+        "torch_adam": kernels is not None and uses_torch_adam(args, kernels.transformer_engine, kernels.apex),
     })
 
 
-# Peak memory measured against the estimate on H200 (docs/plan.md): from 11 % below to 11 % above. An estimate whose
-# whole range [est·(1 − e), est·(1 + e)] lies above the GPU cannot fit whichever way the error falls.
-MEMORY_ERROR = 0.11
+def memory_room(s: Mapping[str, Any]) -> str:
+    """What the one memory rule allows on the summary's GPU, in words: 'the 136.5 GiB a job can use of the 139.8
+    GiB of h200-141gb (3.3 GiB go to ...)'."""
+    reserve = MEMORY_RESERVE_BYTES / GIB
+    return (f"the {s['gpu_memory_gib'] - reserve:.1f} GiB a job can use of the {s['gpu_memory_gib']} GiB of "
+            f"{s['gpu']} ({reserve:.1f} GiB go to CUDA's context, NCCL and the allocator's fragmentation)")
 
 
 def memory_warning(s: Mapping[str, Any]) -> str | None:
-    """Said before launch when the estimate leaves less than the margin CUDA's context, NCCL and the allocator's
-    fragmentation need (fit_status): such a job runs out of memory at its first steps, after the queue."""
+    """Said before launch when the estimate is above USABLE_FRACTION of the GPU ("tight") or above what the one
+    memory rule allows (memory_fit: the GPU's memory less MEMORY_RESERVE_BYTES for CUDA's context, NCCL and the
+    allocator's fragmentation): such a job runs out of memory at its first steps, after the queue."""
     if s["fits"] == "fits":
         return None
-    where = "above" if s["fits"] == "does not fit" else "within 10 % of"
-    return (f"the memory estimate, ~{s['memory_per_gpu_gib']:.1f} GiB per GPU, is {where} the "
-            f"{s['gpu_memory_gib']} GiB of {s['gpu']}: the job will likely run out of memory (seen on one H200: "
-            "an estimate of 135.9 of 139.8 GiB ran out before its first iteration); lower micro_batch_size, "
+    where = (f"above {memory_room(s)}: the job will run out of memory" if s["fits"] == "does not fit" else
+             f"within 10 % of the {s['gpu_memory_gib']} GiB of {s['gpu']}: little room for the estimate's error")
+    return (f"the memory estimate, ~{s['memory_per_gpu_gib']:.1f} GiB per GPU, is {where}; lower micro_batch_size, "
             "recompute activations, or use more TP/PP (`launch plan` lists layouts that fit)")
-
-
-def memory_beyond_error(s: Mapping[str, Any]) -> bool:
-    """Whether even the low end of the estimate's measured error range is above the GPU's memory."""
-    return bool(s["memory_per_gpu_gib"] * (1 - MEMORY_ERROR) > s["gpu_memory_gib"])
 
 
 # Where the two estimates differ by more than this share of Megatron's, the header says the main reason.
@@ -176,6 +182,6 @@ def job_facts(job: ResolvedJob) -> dict[str, Any]:
         "padded_vocab_size": padded_vocab_size(args, layout.tp) if args.get("vocab_size") is not None
         or args.get("padded_vocab_size") else None,
         "kernels": {"transformer_engine": kernels.transformer_engine, "apex": kernels.apex, "how": kernels.how},
-        "estimate": summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node),
+        "estimate": summary(args, layout, job.preset.launcher.gpu, job.gpus_per_node, kernels=kernels),
         "checkpoint_bytes": checkpoint_bytes(parameters, args),
     }

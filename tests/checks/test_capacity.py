@@ -7,13 +7,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from launcher.checks import capacity
 from launcher.checks.doctor import Context, job_findings
-from launcher.estimate.formulas import GIB
+from launcher.estimate.formulas import GIB, MEMORY_RESERVE_BYTES, fit_status, gpu_by_name
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import resolve
 from launcher.pipeline.preset import load_preset
@@ -44,24 +45,46 @@ def test_the_smallest_visible_gpu_is_the_one_that_counts(tmp_path):
     assert capacity.gpu_memory({"PATH": str(tmp_path / "nothing")}) is None
 
 
-@pytest.mark.parametrize(("needed_gib", "status"), [(184.2, "fail"), (135.9, "warn"), (109.1, "ok")])
+@pytest.mark.parametrize(("needed_gib", "status"), [(184.2, "fail"), (146.8, "fail"), (130.3, "warn"),
+                                                    (109.1, "ok")])
 def test_memory_above_the_gpu_is_refused_and_near_it_warned(needed_gib, status):
-    """184.2 GiB: the Mixtral 8x22B moved to one H200 that ran out of memory; 135.9: the 175B example at 4
-    layers that ran out of memory before its first iteration; 109.1: the 8x7B one that trained (peak 109.0)."""
-    found = capacity.memory_finding(needed_gib, H200)
+    """184.2 GiB: the Mixtral 8x22B moved to one H200 that ran out of memory; 146.8: the 175B shape at 4 layers in
+    fp16 that ran out of memory at its first step; 130.3: a 1-layer model at sequence 262144 that trained;
+    109.1: the 8x7B one that trained (peak 109.0)."""
+    found = capacity.memory_finding(needed_gib * GIB, H200)
     assert found is not None and found[0] == status
-    assert capacity.memory_finding(needed_gib, None) is None
+    assert capacity.memory_finding(needed_gib * GIB, None) is None
+
+
+def test_the_launch_refuses_just_above_the_gpu_less_the_reserve_and_accepts_at_it():
+    line = H200.total - MEMORY_RESERVE_BYTES
+    at, above = capacity.memory_finding(line, H200), capacity.memory_finding(line + 1, H200)
+    assert at is not None and at[0] == "warn"
+    assert above is not None and above[0] == "fail" and "GiB usable" in above[1]
+
+
+@pytest.mark.parametrize("gpu", ["h200-141gb", "h100-80gb", "a100-40gb"])
+def test_the_dry_run_and_the_launch_give_one_memory_verdict(gpu):
+    """The dry-run's `fits` (on the catalogue's GPU) and the launch's check (on the GPU nvidia-smi reports) are one
+    rule: on a GPU of the same memory they refuse the same estimates, also a byte either side of the line."""
+    memory = gpu_by_name(gpu).memory_bytes
+    here = capacity.GpuMemory(int(memory), 0)
+    line = here.total - MEMORY_RESERVE_BYTES
+    for needed in (0.5 * memory, 0.95 * memory, line - 1, line, line + 1, memory, 1.2 * memory):
+        dry_run_refuses = fit_status(needed, replace(gpu_by_name(gpu), memory_bytes=here.total)) == "does not fit"
+        found = capacity.memory_finding(needed, here)
+        assert found is not None and (found[0] == "fail") == dry_run_refuses, (gpu, needed / GIB)
 
 
 def test_memory_other_processes_hold_now_is_warned():
     """Seen on the H200: a run started beside another that held 108 GiB ran out of memory."""
-    found = capacity.memory_finding(51.4, capacity.GpuMemory(H200.total, 108 * GIB))
+    found = capacity.memory_finding(51.4 * GIB, capacity.GpuMemory(H200.total, 108 * GIB))
     assert found is not None and found[0] == "warn" and "other processes use 108.0 GiB" in found[1]
 
 
 def test_memory_the_estimate_does_not_count_turns_the_refusal_into_a_warning():
     """FSDP and CPU offloading take memory off the GPU; the estimate does not model them (docs/plan.md)."""
-    found = capacity.memory_finding(184.2, H200, ["use_megatron_fsdp"])
+    found = capacity.memory_finding(184.2 * GIB, H200, ["use_megatron_fsdp"])
     assert found is not None and found[0] == "warn" and "use_megatron_fsdp" in found[1]
     assert capacity.unmodelled_memory_settings(job(*OFFLOAD).arg) == ["optimizer_cpu_offload"]
     assert capacity.unmodelled_memory_settings(job().arg) == []
@@ -150,7 +173,8 @@ def test_launch_on_a_gpu_too_small_stops_before_torchrun(tmp_path):
                           env=env, cwd=workdir, timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "error: gpu memory: the job needs ~" in proc.stderr
-    assert "the GPU here has 16.0 GiB: it would run out of memory at its first step" in proc.stderr
+    assert ("the GPU here has 16.0 GiB (12.7 GiB usable: 3.3 GiB go to CUDA's context, NCCL and the allocator's "
+            "fragmentation): it would run out of memory at its first step") in proc.stderr
     assert "must not run" not in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (workdir / "runs").exists() or not any((workdir / "runs").iterdir())

@@ -107,13 +107,20 @@ def test_no_doctor_skips_the_checks_in_the_dry_run_as_in_the_launch(capsys, bare
                  "--megatron-path", str(bare_machine)]) == 0
 
 
-def test_a_memory_estimate_above_the_gpu_within_its_error_is_a_warning_everywhere(capsys, bare_machine):
-    # 345m at micro batch 128: ~132.9 GiB; 145 GiB of an H200's 139.8 could still fit at the estimate's low end
+def test_a_memory_estimate_within_the_gpu_less_its_reserve_is_a_warning_and_above_it_a_refusal(capsys,
+                                                                                                 bare_machine):
+    # 345m at micro batch 128 on an H200 (139.8 GiB, 136.5 usable): 24 layers ~132.9 GiB (tight: a warning),
+    # 25 layers ~137.3 GiB (above the line: refused)
     args = ["345m", "--nodes", "2", "--set", "micro_batch_size=128", "--set", "global_batch_size=256",
-            "--set", "num_layers=26", "--set", "gpu=h200-141gb", "--megatron-path", str(bare_machine)]
+            "--set", "gpu=h200-141gb", "--megatron-path", str(bare_machine)]
     assert main([*args, "--dry-run", "--format", "json"]) == 0
     (memory,) = [w for w in json.loads(capsys.readouterr().out)["warnings"] if "memory estimate" in w]
-    assert "is above the 139.8 GiB of h200-141gb" in memory
+    assert "~132.9 GiB per GPU, is within 10 % of the 139.8 GiB of h200-141gb" in memory
+    assert main([*args, "--set", "num_layers=25", "--dry-run", "--format", "json"]) == 2
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error.startswith("the memory estimate, ~137.3 GiB per GPU, is above the 136.5 GiB a job can use of the "
+                            "139.8 GiB of h200-141gb (3.3 GiB go to CUDA's context, NCCL and the allocator's "
+                            "fragmentation)")
 
 
 def test_a_memory_estimate_wholly_above_the_gpu_is_refused(capsys, bare_machine):
@@ -121,18 +128,18 @@ def test_a_memory_estimate_wholly_above_the_gpu_is_refused(capsys, bare_machine)
                  "--dry-run", "--megatron-path", str(bare_machine), "--format", "json"])
     assert code == 2
     error = json.loads(capsys.readouterr().out)["error"]
-    assert error.startswith("the memory estimate, ~132.9 GiB per GPU, is above the 79.1 GiB of h100-80gb even at "
-                            "the low end of its measured error")
+    assert error.startswith("the memory estimate, ~132.9 GiB per GPU, is above the 75.8 GiB a job can use of the "
+                            "79.1 GiB of h100-80gb")
 
 
-def test_memory_beyond_the_error_counts_the_error_both_ways():
-    from launcher.estimate.summary import MEMORY_ERROR, memory_beyond_error
+def test_the_memory_rule_refuses_only_above_the_gpu_less_the_reserve():
+    from launcher.estimate.formulas import GIB, MEMORY_RESERVE_BYTES, memory_fit
 
-    gpu = 139.8
-    assert not memory_beyond_error({"memory_per_gpu_gib": 145.0, "gpu_memory_gib": gpu})
-    assert memory_beyond_error({"memory_per_gpu_gib": 648.0, "gpu_memory_gib": gpu})
-    assert memory_beyond_error({"memory_per_gpu_gib": gpu / (1 - MEMORY_ERROR) + 0.1, "gpu_memory_gib": gpu})
-
+    gpu = 139.8 * GIB
+    assert memory_fit(gpu - MEMORY_RESERVE_BYTES, gpu)
+    assert not memory_fit(gpu - MEMORY_RESERVE_BYTES + 1, gpu)
+    assert memory_fit(130.3 * GIB, gpu)  # a 1-layer model at sequence 262144 that trained on one H200
+    assert not memory_fit(146.8 * GIB, gpu)  # the 175B shape at 4 layers in fp16 that ran out of memory there
 
 
 def test_a_memory_estimate_above_the_gpu_is_said_with_the_problems_of_the_first_step(capsys, bare_machine):

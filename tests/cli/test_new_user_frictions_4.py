@@ -143,6 +143,6 @@ def test_a_bf16_gradient_plan_explains_the_gradients_row_as_gradients():
     shape = est.model_shape(args, 1)
     terms = {d.what: d.bytes for d in est.memory_difference(shape, training)}
     megatron, complete = est.megatron_memory(shape, training), est.complete_memory(shape, training)
-    assert terms["gradients in bf16"] == -megatron.gradients / 2
+    assert terms["gradients in 16 bits"] == -megatron.gradients / 2
     assert abs(terms["parameters"]) < abs(complete.gradients - megatron.gradients) / 4  # the count only
     assert abs(sum(terms.values()) - (complete.total - megatron.total)) < 1e-3 * megatron.total

@@ -32,12 +32,13 @@ def test_plan_175b_explains_every_gib_between_complete_and_megatron_memory(launc
     memory = plan["memory"]
     parts = memory["difference"]
     names = [p["what"] for p in parts]
-    assert names == ["parameters", "gradients in bf16", "sequence parallel", "Megatron's 5 % margin",
-                     "activation terms"]
+    assert names == ["parameters", "gradients in 16 bits", "optimizer step", "sequence parallel",
+                     "Megatron's 5 % margin", "activation terms"]
     assert sum(p["bytes"] for p in parts) == pytest.approx(
         memory["complete"]["total"] - memory["megatron"]["total"], rel=1e-9)
-    assert parts[1]["bytes"] == 0  # 175b keeps fp32 main gradients, as Megatron's report counts them
-    sp = parts[2]
+    # 175b keeps fp32 main gradients, as Megatron's report counts them: no 16-bit buffer, no fp32 copy in the step
+    assert parts[1]["bytes"] == 0 and parts[2]["bytes"] == 0
+    sp = parts[3]
     # Megatron's report uses its no-SP formula unless SP comes with selective recompute: 10·s·b·h per layer
     # outside the TP regions is counted on every TP rank, where sequence parallel keeps 1/8 of it.
     assert sp["bytes"] < -15 * 2**30

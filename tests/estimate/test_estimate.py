@@ -147,11 +147,14 @@ def test_complete_activations_follow_recompute_and_sequence_parallel() -> None:
     full = est.complete_memory(m, replace(t, recompute="full")).activations
     sp = est.complete_memory(m, replace(t, sequence_parallel=True)).activations
     assert full < selective < none and sp < none
-    # Unfused attention stores 5·a·s²·b per layer, and works on one layer's scores at 16 B an element; fused
-    # attention does neither.
+    # Unfused attention stores 5·a·s²·b per layer, and works on one layer's scores at 6 B an element (fused
+    # softmax); fused attention does neither. The working set is never live with the loss's (fp32 logits and
+    # their gradient, the output layer's input): the peak holds the larger of the two.
     fused = est.complete_memory(m, replace(t, fused_attention=True)).activations
     score = est.UNFUSED_ATTENTION_BYTES["fused softmax"]  # GPT_345M leaves masked_softmax_fusion on
-    assert none - fused == pytest.approx((24 * 5 + score) * 16 * 1024**2 * 4 / 2)
+    elements = 16 * 1024**2 * 4 / 2  # heads · s² · b / TP
+    loss = 2 * 4 * 1024 * 4 * m.padded_vocab_size / 2 + 2 * 1024 * 4 * m.hidden_size
+    assert none - fused == pytest.approx(24 * 5 * elements + max(score * elements, loss) - loss)
 
 
 def test_complete_memory_picks_the_last_stage_when_logits_dominate() -> None:
