@@ -224,23 +224,38 @@ class _Checker:
         return False
 
     def _world_fixes(self, nodes: int, tp: int, pp: int, cp: int) -> str:
-        """Fixes that work: more nodes only when the model needs more GPUs than the world has; otherwise the
-        same GPUs with fewer per node, or a tensor-parallel size that divides the world (and the heads)."""
+        """Fixes that work: more GPUs (`--nodes`, a world TP·PP·CP divides, whichever of the three sizes made it
+        not divide) when the model needs more than the world has or nothing else fits; otherwise the same GPUs with
+        fewer per node; and one size that divides the world with the others kept (and that the heads, layers or
+        sequence also take)."""
         model = tp * pp * cp
-        if model > self.world:
-            return (f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
-                    f"whose product divides {self.world}")
         fixes = []
         fewer = next((g for g in range(self.gpus_per_node - 1, 0, -1) if (nodes * g) % model == 0), None)
-        if fewer is not None:
+        if model <= self.world and fewer is not None:
             fixes.append(f"--gpus-per-node {fewer} (world {nodes * fewer})")
-        heads = self.arg("num_attention_heads") or 0
-        if self.world % (pp * cp) == 0:
-            smaller = [t for t in divisors(self.world // (pp * cp)) if t != tp and heads % t == 0]
-            if smaller:
-                fixes.append(" or ".join(f"--set tensor_model_parallel_size={t}" for t in smaller))
-        return f"use {', or '.join(fixes)}" if fixes else (
-            f"use parallel sizes whose product divides {self.world}")
+        sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp}
+        for name, size in sizes.items():
+            others = model // size
+            if self.world % others:
+                continue
+            options = [v for v in divisors(self.world // others) if v != size and self._size_fits(name, v)]
+            if options:
+                fixes.append(" or ".join(f"--set {name}={v}" for v in options))
+        if model > self.world or not fixes:
+            # a node count whose world holds the experts' grid (ETP·EP·PP) too, so the next round is not its refusal
+            experts = (self.arg("expert_tensor_parallel_size") or tp) * self.arg("expert_model_parallel_size") * pp
+            fixes.insert(0, f"--nodes {_valid_node_counts(self.gpus_per_node, math.lcm(model, experts))}")
+        return "use " + ", or ".join(fixes)
+
+    def _size_fits(self, name: str, value: int) -> bool:
+        """A tensor-, pipeline- or context-parallel size that the model's own divisibility rules take too (a way
+        out that only trades the world-size refusal for another is none)."""
+        if name == "tensor_model_parallel_size":
+            groups = self.arg("num_query_groups") if self.arg("group_query_attention") else None
+            return (self.arg("num_attention_heads") or 0) % value == 0 and (groups or value) % value == 0
+        if name == "pipeline_model_parallel_size":
+            return value == 1 or ((self.arg("num_layers") or 0) % value == 0 and value <= (self.arg("num_layers") or 0))
+        return value == 1 or (self.te and (self.arg("seq_length") or 1) % (2 * value) == 0)
 
     def experts(self, tp: int, pp: int) -> None:
         ep = self.arg("expert_model_parallel_size")
@@ -267,9 +282,13 @@ class _Checker:
             # the world must hold both grids: the dense one (TP·PP·CP) and the experts' (ETP·EP·PP)
             both = math.lcm(etp * ep * pp, tp * pp * self.arg("context_parallel_size"))
             smaller = [e for e in divisors(experts or ep) if self.world % (etp * e * pp) == 0 and e < ep]
+            # ETP too: a world its size divides (biases in the experts need ETP 1)
+            etps = [t for t in divisors(self.world // (ep * pp)) if t != etp and (t == 1 or not self.arg(
+                "add_bias_linear"))] if self.world % (ep * pp) == 0 else []
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
                       f"use --nodes {_valid_node_counts(self.gpus_per_node, both)}"
-                      + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else ""),
+                      + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else "")
+                      + (f", or --set expert_tensor_parallel_size={tp if tp in etps else min(etps)}" if etps else ""),
                       stage="runtime")
         cp = self.arg("context_parallel_size")
         if self.arg("use_tp_pp_dp_mapping") and pp > 1 and etp * ep != tp * cp:
