@@ -42,6 +42,8 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
+    "Xavier initialization, which the pin's config builder passes under a removed keyword": (
+        ["init_method_xavier_uniform=true"], False),
     "batch_size": (["batch_size=4"], False),
     "the flex dispatcher at TP 1 and EP 1": (["num_experts=4", "add_bias_linear=false",
                                               "moe_token_dispatcher_type=flex"], True),
