@@ -564,7 +564,7 @@ RULES = [
     rule("inference-optimized-moe-no-glu", {"transformer_impl": "inference_optimized",
                                             "num_experts": {"given": True}, "swiglu": True},
          {"setting": {"swiglu": False}},
-         ("core/transformer/transformer_config.py", r"--transformer-impl='inference_optimized' does not yet support \"$"),
+         ("core/transformer/transformer_config.py", r"inference_optimized' does not yet support \"$"),
          "the inference-optimized MoE layers do not yet take gated linear units (SwiGLU/GeGLU)",
          "set transformer_impl=null (the launcher chooses for the target), or swiglu=false"),
     rule("msc-package", {"enable_msc": True}, {"package": "multi-storage-client", "module": "multistorageclient"},
