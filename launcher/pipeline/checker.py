@@ -22,7 +22,7 @@ from launcher.megatron.args import default_ffn_hidden_size
 from launcher.megatron.effective import EMERGING_OPTIMIZERS, Effective, effective_settings
 from launcher.megatron.model_families import other_families
 from launcher.megatron.target import DECLARED_TE_VERSION
-from launcher.pipeline import target_rules
+from launcher.pipeline import cuda_graph_rules, target_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.feature_settings import drop
@@ -845,7 +845,11 @@ class _Checker:
             # recompute_activations is Megatron's spelling of selective recompute (arguments.py:605)
             how = "recompute_activations" if self.preset.arg("recompute_activations") else "selective recompute"
             layers = "" if self.arg("recompute_num_layers") is not None else " --set recompute_num_layers=1"
-            full = "" if self.preset.arg("recompute_activations") else (
+            full_recompute = {"recompute_granularity": "full",
+                              "recompute_num_layers": self.arg("recompute_num_layers") or 1}
+            # full recompute, which recompute_method is for, where the job's per-layer CUDA graphs take it
+            full = "" if self.preset.arg("recompute_activations") or cuda_graph_rules.refuses(
+                self.arg, full_recompute) else (
                 f", or recompute_granularity=full{layers} (full recompute, which recompute_method is for)")
             self.fail(f"{how} cannot be combined with recompute_method {self.arg('recompute_method')}: Megatron "
                       "asserts \"recompute method is not yet supported for selective recomputing granularity\" "

@@ -415,3 +415,27 @@ def test_a_refused_size_does_not_hide_the_settings_problems():
     assert "fp16 and bf16 are both set" in said
     assert any(m.startswith("optimizer_offload_fraction -1.0") for m in said), said
 
+
+
+# `X=V` after "or" needs no "set": "set a=1, or b=2 --set c=3"
+ANY_SET = re.compile(r"(?:(?<=\s)|^)(?:--)?(?:set )?([a-z_][a-z0-9_.]*)=([^\s,;)]+)")
+
+
+def every_way_out(hint: str) -> list[list[str]]:
+    """Each alternative of a hint (split at ", or"), outside its parentheses, as its `X=V`s."""
+    ways = [re.sub(r"\([^()]*\)", "", way) for way in re.split(r",? or ", hint)]
+    return [sets for way in ways if (sets := [f"{m[1]}={m[2]}" for m in ANY_SET.finditer(way)])]
+
+
+@pytest.mark.parametrize(("overrides", "te"), [
+    (["recompute_granularity=selective", "recompute_method=uniform"], False),
+    # TE's per-layer graphs take no full recompute: the hint offers only dropping the method
+    (["cuda_graph_impl=transformer_engine", "recompute_granularity=selective", "recompute_method=uniform"], True),
+    (["cuda_graph_impl=local", "recompute_granularity=selective", "recompute_method=uniform"], False),
+])
+def test_each_way_out_of_a_recompute_method_under_selective_recompute_arrives(overrides, te, tmp_path):
+    before = [p for p in problems_of(overrides, te, tmp_path / "run") if "recompute_method" in p.message]
+    assert before
+    for way in every_way_out(before[0].hint):
+        after = problems_of([*overrides, *way], te, tmp_path / "run")
+        assert after == [], (way, [p.render() for p in after])
