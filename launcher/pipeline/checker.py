@@ -59,8 +59,12 @@ def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
     heads, hidden = sound("num_attention_heads"), sound("hidden_size")
     seq, positions = sound("seq_length"), sound("max_position_embeddings")
     tp, pp = sound("tensor_model_parallel_size") or 1, sound("pipeline_model_parallel_size") or 1
+    # heads: a multiple of TP and of the query groups (GQA) that divides the hidden size
+    groups = sound("num_query_groups") if arg("group_query_attention") else None
+    step = math.lcm(tp, groups or 1)
+    fits = [h for h in divisors(hidden) if h % step == 0] if hidden is not None else [step]
     value = {"hidden_size": (heads or 1) * (sound("kv_channels") or 64),
-             "num_attention_heads": tp if hidden is None or hidden % tp == 0 else 1,
+             "num_attention_heads": fits[0] if fits else 1,
              "seq_length": positions or 1024, "max_position_embeddings": seq or 1024,
              "num_layers": pp}.get(dest, 1)
     return f"--set {dest}={value} (or another value of at least 1)"

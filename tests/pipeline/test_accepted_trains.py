@@ -42,6 +42,10 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
+    "no attention heads in a model with query groups": (["num_attention_heads=0", "group_query_attention=true",
+                                                        "num_query_groups=4"], False),
+    "no attention heads with query groups the hidden size takes only in pairs": (
+        ["num_attention_heads=0", "group_query_attention=true", "num_query_groups=3", "hidden_size=1536"], False),
     "Xavier initialization, which the pin's config builder passes under a removed keyword": (
         ["init_method_xavier_uniform=true"], False),
     "batch_size": (["batch_size=4"], False),
