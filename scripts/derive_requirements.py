@@ -560,13 +560,15 @@ RULES = [
          {"setting": {"moe_expert_capacity_factor": None}},
          ("core/transformer/transformer_config.py", r"Inference-optimized MoE layers only support dropless MoE"),
          "the inference-optimized MoE layers are dropless: they take no expert capacity",
-         "set transformer_impl=null (the launcher chooses for the target), or moe_expert_capacity_factor=null"),
+         "set transformer_impl=null (the launcher chooses for the target), or moe_expert_capacity_factor=null "
+         "--set moe_pad_expert_input_to_capacity=false (padding is to the capacity)"),
     rule("inference-optimized-moe-no-glu", {"transformer_impl": "inference_optimized",
                                             "num_experts": {"given": True}, "swiglu": True},
          {"setting": {"swiglu": False}},
          ("core/transformer/transformer_config.py", r"inference_optimized' does not yet support \"$"),
          "the inference-optimized MoE layers do not yet take gated linear units (SwiGLU/GeGLU)",
-         "set transformer_impl=null (the launcher chooses for the target), or swiglu=false"),
+         "set transformer_impl=null (the launcher chooses for the target), or swiglu=false --set "
+         "bias_gelu_fusion=false (the fused bias-activation left is GeLU's)"),
     rule("msc-package", {"enable_msc": True}, {"package": "multi-storage-client", "module": "multistorageclient"},
          ("training/arguments.py", r"--enable-msc was passed but the multistorageclient package is not "),
          "--enable-msc reads and writes through the Multi-Storage Client",

@@ -630,7 +630,8 @@ class _Checker:
         (the distributed optimizer without TE/apex), a run no longer than half of them is refused (it ends with no
         update), one no longer than them warned."""
         scale, iters = self.arg("initial_loss_scale"), self.arg("train_iters")
-        if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1:
+        if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1 \
+                or iters < 1:  # a length below 1 is its own problem
             return
         skipped = max(0, int(math.log2(scale)) - 12)
         shown = f"2^{int(math.log2(scale))}" if math.log2(scale).is_integer() else f"{scale:g}"

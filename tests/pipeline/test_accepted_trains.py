@@ -443,3 +443,13 @@ def test_each_way_out_of_a_recompute_method_under_selective_recompute_arrives(ov
     for way in every_way_out(before[0].hint):
         after = problems_of([*overrides, *way], te, tmp_path / "run")
         assert after == [], (way, [p.render() for p in after])
+
+
+@pytest.mark.parametrize("length", [["train_iters=-1"], ["train_iters=0"],
+                                    ["train_iters=null", "train_samples=-64"]])
+def test_a_training_length_below_1_is_one_problem_not_three(length, tmp_path):
+    # the save interval the launcher derives from the length, and fp16's warm-up against it, were said as problems
+    # of their own, whose hints (drop the interval, lower the loss scale) then changed nothing
+    fp16 = ["fp16=true", "bf16=false", "use_distributed_optimizer=true", "initial_loss_scale=4294967296"]
+    found = problems_of([*length, *fp16], run_dir=tmp_path / "run")
+    assert len(found) == 1 and "must be at least 1" in found[0].message, [p.render() for p in found]
