@@ -25,7 +25,7 @@ from launcher.megatron.target import DECLARED_TE_VERSION
 from launcher.pipeline import cuda_graph_rules, target_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
-from launcher.pipeline.feature_settings import drop
+from launcher.pipeline.feature_settings import drop, with_drops
 from launcher.pipeline.pipeline_layout import (
     LAYER_LETTERS,
     layout_limit,
@@ -76,33 +76,49 @@ _REQUIRED_VALUE = {"micro_batch_size": 1, "eval_interval": 1000}
 _CONSISTENT = ("hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings", "num_layers")
 
 
+# The sizes required_problems refuses below 1 (the first also when not set), and the divisors that Megatron divides
+# by or asserts positive, each with the stage that refuses it.
+REQUIRED_SIZES = ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "seq_length",
+                  "micro_batch_size")
+PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "expert_model_parallel_size")
+DIVISORS = (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
+            ("num_virtual_stages_per_pipeline_rank", "validate"), ("make_vocab_size_divisible_by", "validate"),
+            ("log_interval", "runtime"), ("eval_interval", "runtime"), ("save_interval", "validate"),
+            ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate"),
+            ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate"))
+
+
 def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[Problem]:
     """Settings pretrain_gpt.py cannot start without (`missing`: also those not set), and sizes it divides by: a
     value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks this
     first; the plan chooses what is not set, e.g. the micro batch)."""
     problems: list[Problem] = []
-    for dest in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
-                 "seq_length", "micro_batch_size"):
+    for dest in REQUIRED_SIZES:
         value = arg(dest)
         if value is None and missing:
             problems.append(Problem(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset"))
         elif value is not None and value < 1:
             problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg)))
-    for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                 "expert_model_parallel_size"):
+    for dest in PARALLEL_SIZES:
         if arg(dest) < 1:
             problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", _at_least_one(dest, arg)))
     # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
-    for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
-                        ("num_virtual_stages_per_pipeline_rank", "validate"),
-                        ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
-                        ("eval_interval", "runtime"), ("save_interval", "validate"),
-                        ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate"),
-                        ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate")):
+    for dest, stage in DIVISORS:
         value = arg(dest)
         if value is not None and value < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg), stage))
+            problems.append(Problem(f"{dest} must be at least 1, got {value}",
+                                    with_drops(_at_least_one(dest, arg), arg), stage))
     return problems
+
+
+def refused_sizes(arg: Callable[[str], Any]) -> set[str]:
+    """The settings required_problems refuses (not set where required, or below 1)."""
+    def below_one(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1
+
+    return {d for d in REQUIRED_SIZES if arg(d) is None or below_one(arg(d))} | \
+        {d for d in (*PARALLEL_SIZES, *(d for d, _ in DIVISORS)) if below_one(arg(d))}
 
 
 # The optimizer state's precisions that only the precision-aware optimizer may lower (optimizer_config.py:457-469).
@@ -183,7 +199,8 @@ class _Checker:
         return self.preset.arg(dest)
 
     def fail(self, message: str, hint: str = "", stage: str = "validate") -> None:
-        self.problems.append(Problem(message, hint, stage))
+        # a way out that turns a feature off drops what only that feature reads (feature_settings)
+        self.problems.append(Problem(message, with_drops(hint, self.arg), stage))
 
     def model_family(self) -> None:
         """A configuration made for another Megatron model (launcher.megatron.model_families): pretrain_gpt.py
@@ -274,8 +291,9 @@ class _Checker:
         if isinstance(pattern, list) and len(pattern) != self.arg("num_layers"):
             # gpt_layer_specs.py:648 asserts it at model build; validate_args does not look
             self.fail(f"moe_layer_freq lists {len(pattern)} layers, and the model has num_layers "
-                      f"{self.arg('num_layers')}", "give one 0 (dense) or 1 (MoE) per layer, e.g. "
-                      f"([0]*1+[1]*{self.arg('num_layers') - 1})", stage="runtime")
+                      f"{self.arg('num_layers')}", "--set moe_layer_freq=" + (
+                          f"[0]*1+[1]*{self.arg('num_layers') - 1}" if self.arg("num_layers") > 1 else "[1]")
+                      + " (a 0 for each dense layer, a 1 for each MoE layer, one per layer)", stage="runtime")
         if experts is not None and self.arg("add_bias_linear") and etp > 1:
             # TransformerConfig.__post_init__: "Bias in Moe is only supported when ETP==1".
             self.fail(f"MoE ({experts} experts) with linear biases needs expert tensor parallel size 1, got "
@@ -468,8 +486,8 @@ class _Checker:
                           f"use tensor_model_parallel_size in {fits}")
         if self.arg("kv_channels") is None and hidden % heads:
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
-                      f"set kv_channels (head dimension) explicitly, or use hidden_size "
-                      f"{_nearest_multiples(hidden, heads)}")
+                      "use " + " or ".join(f"--set hidden_size={h}" for h in _nearest_multiples(hidden, heads).split(
+                          " or ")) + ", or set kv_channels (head dimension) explicitly")
         ffn = self.arg("ffn_hidden_size") or default_ffn_hidden_size(hidden, bool(self.arg("swiglu")))
         if ffn % tp:
             self.fail(f"ffn_hidden_size {ffn} is not divisible by TP {tp}",
@@ -946,6 +964,53 @@ def _without_sizes(c: _Checker) -> None:
             rule()
         except (ArithmeticError, TypeError, ValueError, KeyError, IndexError):
             continue
+    _layout_rules_without(c, refused_sizes(c.arg))
+
+
+def _layout_rules_without(c: _Checker, refused: set[str]) -> None:
+    """The layout's rules (layers per stage, the virtual pipeline, the experts, heads, lengths) that read none of
+    the refused sizes: each runs with every setting it reads recorded, and what one that read a refused size found
+    is dropped (it computed with the refused value; it speaks once that is fixed)."""
+    method = c.arg
+    state: dict[str, Any] = {}
+
+    def pipeline() -> None:
+        state["vpp"] = c.pipeline(c.arg("pipeline_model_parallel_size"))
+
+    def tp() -> Any:
+        return c.arg("tensor_model_parallel_size")
+
+    def sound_tp() -> int:
+        """TP for the rules that only also divide by it (heads, the experts' default ETP): a refused TP read as 1
+        (untracked), so the hidden size's rule against the heads still speaks; TP's own rules wait for TP."""
+        value = method("tensor_model_parallel_size")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+    rules: list[Callable[[], Any]] = [
+        lambda: c.world_size(tp(), c.arg("pipeline_model_parallel_size"), c.arg("context_parallel_size")),
+        lambda: c.experts(sound_tp(), c.arg("pipeline_model_parallel_size")),
+        lambda: c.context_parallel(c.arg("context_parallel_size"), sound_tp()),
+        pipeline, lambda: c.heads(sound_tp()), c.lengths, c.misc]
+    for rule in rules:
+        read: set[str] = set()
+
+        def tracked(dest: str, read: set[str] = read) -> Any:
+            read.add(dest)
+            return method(dest)
+
+        before, warned = len(c.problems), len(c.warnings)
+        c.arg = tracked  # type: ignore[method-assign]
+        try:
+            rule()
+        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, AttributeError):
+            read.add("(failed)")
+        finally:
+            c.arg = method  # type: ignore[method-assign]
+        if read & (refused | {"(failed)"}):
+            del c.problems[before:]
+            del c.warnings[warned:]
+    # a rule already run above (check_values, the target's) may say a problem again: once is enough
+    c.problems[:] = list({p.message: p for p in reversed(c.problems)}.values())[::-1]
 
 
 # What examples/run_simple_mcore_train_loop.py hard-codes (model_provider, its DataLoader, its loop); it takes no

@@ -453,3 +453,24 @@ def test_a_training_length_below_1_is_one_problem_not_three(length, tmp_path):
     fp16 = ["fp16=true", "bf16=false", "use_distributed_optimizer=true", "initial_loss_scale=4294967296"]
     found = problems_of([*length, *fp16], run_dir=tmp_path / "run")
     assert len(found) == 1 and "must be at least 1" in found[0].message, [p.render() for p in found]
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    # a refused size said alone: the layout's rules that do not read it waited for it to be fixed
+    (["hidden_size=-1", "num_experts=4", "add_bias_linear=false", "moe_layer_freq=([0]*3+[1]*58)"],
+     ["hidden_size must be at least 1", "moe_layer_freq lists 61 layers"]),
+    (["eval_global_batch_size=0", "num_layers_per_virtual_pipeline_stage=2"],
+     ["eval_global_batch_size must be at least 1", "needs PP > 1, got PP 1"]),
+    (["tensor_model_parallel_size=0", "num_attention_heads=36", "hidden_size=2048"],
+     ["tensor_model_parallel_size must be at least 1", "hidden_size 2048 is not divisible by num_attention_heads 36"]),
+    # dropping the virtual pipeline drops the overlap only it keeps on
+    (["num_layers_per_virtual_pipeline_stage=-1", "overlap_p2p_comm_warmup_flush=true",
+      "pipeline_model_parallel_size=2", "gpus_per_node=2"],
+     ["num_layers_per_virtual_pipeline_stage must be at least 1"]),
+])
+def test_a_refused_size_does_not_hide_the_layouts_other_rules_and_one_round_arrives(overrides, said, tmp_path):
+    before = problems_of(overrides, run_dir=tmp_path / "run")
+    for text in said:
+        assert any(text in p.message for p in before), (text, [p.render() for p in before])
+    _, after = follow(overrides, run_dir=tmp_path / "run")
+    assert after == [], [p.render() for p in after]
