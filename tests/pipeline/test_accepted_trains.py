@@ -46,6 +46,7 @@ CASES = {
                                                         "num_query_groups=4"], False),
     "no attention heads with query groups the hidden size takes only in pairs": (
         ["num_attention_heads=0", "group_query_attention=true", "num_query_groups=3", "hidden_size=1536"], False),
+    "more attention heads than the hidden size has units": (["num_attention_heads=2147483648"], False),
     "Xavier initialization, which the pin's config builder passes under a removed keyword": (
         ["init_method_xavier_uniform=true"], False),
     "batch_size": (["batch_size=4"], False),
