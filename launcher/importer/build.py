@@ -423,6 +423,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
+    pods, per_pod = source.manifest.get("nodes"), source.manifest.get("gpus_per_node")
+    if pods and per_pod and pods > 1 and "nodes" not in launcher and launcher.get("gpus_per_node") == pods * per_pod:
+        # `mpirun -np 8` read as one node of 8 where the job's pods are 2 of 4: the count is the job's total
+        launcher["gpus_per_node"] = per_pod
     for setting, count in source.manifest.items():  # what the command does not give, the job's pods do
         if setting not in launcher:
             launcher[setting] = count

@@ -86,6 +86,16 @@ def test_an_mpijob_counts_its_workers_not_its_launcher():
     assert (found["nodes"], found["gpus_per_node"]) == (2, 8)
 
 
+def test_an_mpijob_total_process_count_is_spread_over_its_worker_pods():
+    command = ["mpirun", "-np", "8", "python", "pretrain_gpt.py", "--tensor-model-parallel-size", "8", *MODEL]
+    job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "gpt"},
+           "spec": {"slotsPerWorker": 4, "mpiReplicaSpecs": {
+               "Launcher": {"replicas": 1, "template": pod(command, None)},
+               "Worker": {"replicas": 2, "template": pod(["sleep", "infinity"], 4)}}}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == (2, 4)
+
+
 def test_a_jobset_counts_replicas_times_parallelism_of_its_gpu_jobs():
     gpu_job = {"name": "workers", "replicas": 2, "template": {"spec": {
         "parallelism": 2, "completions": 2, "template": pod(torchrun("--nproc-per-node", "8"))}}}
