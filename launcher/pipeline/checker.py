@@ -486,11 +486,11 @@ class _Checker:
                           f"use tensor_model_parallel_size in {fits}")
         if self.arg("kv_channels") is None and hidden % heads:
             sizes = " or ".join(f"--set hidden_size={h}" for h in _nearest_multiples(hidden, heads).split(" or "))
-            # more heads than the hidden size has units: a head count that divides it is the nearer way
+            # more heads than the hidden size has units: a head count that divides it is the way (a hidden size
+            # that many heads divide is a model many times larger than the one asked for)
             groups = self.arg("num_query_groups") if self.arg("group_query_attention") else None
             counts = [h for h in divisors(hidden) if h % math.lcm(tp, groups or 1) == 0]
-            fewer = f"--set num_attention_heads={max(counts)}" if heads > hidden and counts else ""
-            ways = [fewer, sizes] if fewer else [sizes]
+            ways = [f"--set num_attention_heads={max(counts)}"] if heads > hidden and counts else [sizes]
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
                       "use " + ", or ".join(ways) + ", or set kv_channels (head dimension) explicitly")
         ffn = self.arg("ffn_hidden_size") or default_ffn_hidden_size(hidden, bool(self.arg("swiglu")))
