@@ -995,7 +995,8 @@ def _layout_rules_without(c: _Checker, refused: set[str]) -> None:
         lambda: c.world_size(tp(), c.arg("pipeline_model_parallel_size"), c.arg("context_parallel_size")),
         lambda: c.experts(sound_tp(), c.arg("pipeline_model_parallel_size")),
         lambda: c.context_parallel(c.arg("context_parallel_size"), sound_tp()),
-        pipeline, lambda: c.heads(sound_tp()), c.lengths, c.misc]
+        pipeline, lambda: c.heads(sound_tp()),
+        lambda: c.sequence_parallel(tp(), c.arg("context_parallel_size"), c.apex), c.lengths, c.misc]
     for rule in rules:
         read: set[str] = set()
 
