@@ -221,7 +221,9 @@ def problems_of(preset: str, overrides: list[str]) -> tuple[list[Problem], objec
     return list(problems), (None if problems else job)
 
 
-SET = re.compile(r"(?:(?<=\s)|^)(?:--)?(?:set )?([a-z_][a-zA-Z0-9_.]*)=(\[[^\]\s]*\]|[^\s,;)`]+)")
+# a value: a bracketed list that ends there (`[core_attn,mlp]`: its commas are its own), else up to a delimiter
+# (`[0]*1+[1]*23`, a layer pattern, is one value)
+SET = re.compile(r"(?:(?<=\s)|^)(?:--)?(?:set )?([a-z_][a-zA-Z0-9_.]*)=(\[[^\]\s]*\](?![^\s,;)`])|[^\s,;)`]+)")
 # not ways out on a machine without them (TE's layers need TE)
 TARGET_CHANGES = ("transformer_engine=true", "apex=true", "transformer_impl=transformer_engine")
 PLACEHOLDER = re.compile(r"^[A-Z]+$")  # DIR, VALUE, N: the user's own value, not one to follow

@@ -25,6 +25,7 @@ from launcher.errors import UserError
 from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
+from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -212,12 +213,13 @@ class Source:
     slurm: dict[str, int] = field(default_factory=dict)  # the #SBATCH counts (Reading.slurm)
     # variable → the words each undecided branch (every time one was met) leaves in it (Undecided.values)
     alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
+    manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
 
 
-def _manifest_documents(text: str) -> str | None:
+def _manifest_documents(text: str) -> tuple[str, ManifestLayout] | None:
     """The first document of a multi-document manifest (`---` between them) whose container runs a training script."""
     if "\n---" not in text:
         return None
@@ -255,9 +257,10 @@ def _kubernetes_expand(word: str, env: dict[str, str]) -> str:
                   lambda m: "$(" if m.group(1) is None else env.get(m.group(1), m.group(0)), word)
 
 
-def _manifest_script(data: Any) -> str | None:
+def _manifest_script(data: Any) -> tuple[str, ManifestLayout] | None:
     """The bash text of the first container (`command:` and `args:`, a Kubernetes pod, a Kubeflow PyTorchJob, a Helm
-    values file) whose words name a pretrain_*.py: `bash -c SCRIPT` gives SCRIPT, a list of words gives one line."""
+    values file) whose words name a pretrain_*.py: `bash -c SCRIPT` gives SCRIPT, a list of words gives one line;
+    with the nodes and GPUs per node the job runs it on (kubernetes_layout)."""
     stack: deque[tuple[Any, int]] = deque([(data, 0)])
     while stack:
         node, depth = stack.popleft()
@@ -270,7 +273,8 @@ def _manifest_script(data: Any) -> str | None:
                            and SHELL_C.fullmatch(words[k + 1])), None)
                 script = words[at + 2] if at is not None else shlex.join(words)
                 if "pretrain_" in script:  # the container's environment first: the script reads it
-                    return "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items()) + script
+                    exports = "".join(f"export {name}={shlex.quote(value)}\n" for name, value in env.items())
+                    return exports + script, manifest_layout(data)
             stack += [(v, depth + 1) for v in node.values() if depth < 40]
         elif isinstance(node, list):
             stack += [(v, depth + 1) for v in node if depth < 40]
@@ -282,6 +286,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
     next to which the files it sources are read."""
     stripped = text.lstrip()
+    layout = ManifestLayout()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:  # bounded: a few hundred bytes of nested aliases must not expand into gigabytes
             data = untrusted.load_yaml(text, "the source")
@@ -296,7 +301,8 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
             return Source(*_from_yaml_mapping(data))
         manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
         if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
-            text, path = manifest, None  # its files are the container's, not the ones next to the manifest
+            text, path = manifest[0], None  # its files are the container's, not the ones next to the manifest
+            layout = manifest[1]
     try:
         reading = read_script(text, positional, path)
     except ShellSyntaxError as exc:
@@ -378,7 +384,8 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     for item in reading.undecided:
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
-    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives)
+    notes += layout.notes
+    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts)
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -420,6 +427,17 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
+    pods, per_pod = source.manifest.get("nodes"), source.manifest.get("gpus_per_node")
+    if pods and per_pod and pods > 1 and "nodes" not in launcher and launcher.get("gpus_per_node") == pods * per_pod:
+        # `mpirun -np 8` read as one node of 8 where the job's pods are 2 of 4: the count is the job's total
+        launcher["gpus_per_node"] = per_pod
+    for setting, count in source.manifest.items():  # what the command does not give, the job's pods do
+        if setting not in launcher:
+            launcher[setting] = count
+        elif launcher[setting] != count:
+            notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {count}, the training command "
+                         f"{launcher[setting]}: the command's own count is carried (its option overrides what the "
+                         "job sets)")
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
     flag_reader.data_parallel_translations(

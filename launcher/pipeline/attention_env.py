@@ -66,15 +66,13 @@ def refusal(backend: str, get: Callable[[str], str | None], spec: Any,
     message = (f"{said}: the pinned Megatron asserts \"{wrong[0][0]} set to {shown(wrong[0][1])}, but expected "
                f"{wrong[0][2]} for attention backend type {backend}\" when it builds the model ({CITE}); it chooses "
                "the attention kernel by attention_backend, not by these variables (older Megatron's way)")
-    keep = " ".join(f"--set env.{name}={want}" for name, _, want in wrong)
+    unset = " ".join(f"--set env.{name}=null" for name, _, _ in wrong)  # null: no rank sees it, inherited or not
     them = "them" if len(wrong) > 1 else "it"
+    way = f"unset {them}: {unset} (attention_backend {backend} sets {them} itself when it builds the model)"
     fits = allowed(get, spec)
     if len(fits) == 1:
-        hint = (f"set attention_backend={fits[0]} (the one backend the variables as set choose), or {keep} "
-                f"(what attention_backend {backend} sets {them} to: the same as unsetting {them})")
-    else:
-        hint = f"{keep} (what attention_backend {backend} sets {them} to: the same as unsetting {them})"
-        if fits:
-            hint += (", or keep the variables and choose a backend they allow: "
-                     + " or ".join(f"set attention_backend={b}" for b in fits))
-    return message, hint
+        return message, f"set attention_backend={fits[0]} (the one backend the variables as set choose), or {way}"
+    if fits:
+        way += (", or keep the variables and choose a backend they allow: "
+                + " or ".join(f"set attention_backend={b}" for b in fits))
+    return message, way

@@ -22,10 +22,10 @@ from launcher.megatron.args import default_ffn_hidden_size
 from launcher.megatron.effective import EMERGING_OPTIMIZERS, Effective, effective_settings
 from launcher.megatron.model_families import other_families
 from launcher.megatron.target import DECLARED_TE_VERSION
-from launcher.pipeline import target_rules
+from launcher.pipeline import cuda_graph_rules, target_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
-from launcher.pipeline.feature_settings import drop
+from launcher.pipeline.feature_settings import drop, with_drops
 from launcher.pipeline.pipeline_layout import (
     LAYER_LETTERS,
     layout_limit,
@@ -59,8 +59,12 @@ def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
     heads, hidden = sound("num_attention_heads"), sound("hidden_size")
     seq, positions = sound("seq_length"), sound("max_position_embeddings")
     tp, pp = sound("tensor_model_parallel_size") or 1, sound("pipeline_model_parallel_size") or 1
+    # heads: a multiple of TP and of the query groups (GQA) that divides the hidden size
+    groups = sound("num_query_groups") if arg("group_query_attention") else None
+    step = math.lcm(tp, groups or 1)
+    fits = [h for h in divisors(hidden) if h % step == 0] if hidden is not None else [step]
     value = {"hidden_size": (heads or 1) * (sound("kv_channels") or 64),
-             "num_attention_heads": tp if hidden is None or hidden % tp == 0 else 1,
+             "num_attention_heads": fits[0] if fits else 1,
              "seq_length": positions or 1024, "max_position_embeddings": seq or 1024,
              "num_layers": pp}.get(dest, 1)
     return f"--set {dest}={value} (or another value of at least 1)"
@@ -72,33 +76,49 @@ _REQUIRED_VALUE = {"micro_batch_size": 1, "eval_interval": 1000}
 _CONSISTENT = ("hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings", "num_layers")
 
 
+# The sizes required_problems refuses below 1 (the first also when not set), and the divisors that Megatron divides
+# by or asserts positive, each with the stage that refuses it.
+REQUIRED_SIZES = ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings", "seq_length",
+                  "micro_batch_size")
+PARALLEL_SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
+                  "expert_model_parallel_size")
+DIVISORS = (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
+            ("num_virtual_stages_per_pipeline_rank", "validate"), ("make_vocab_size_divisible_by", "validate"),
+            ("log_interval", "runtime"), ("eval_interval", "runtime"), ("save_interval", "validate"),
+            ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate"),
+            ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate"))
+
+
 def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[Problem]:
     """Settings pretrain_gpt.py cannot start without (`missing`: also those not set), and sizes it divides by: a
     value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks this
     first; the plan chooses what is not set, e.g. the micro batch)."""
     problems: list[Problem] = []
-    for dest in ("num_layers", "hidden_size", "num_attention_heads", "max_position_embeddings",
-                 "seq_length", "micro_batch_size"):
+    for dest in REQUIRED_SIZES:
         value = arg(dest)
         if value is None and missing:
             problems.append(Problem(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset"))
         elif value is not None and value < 1:
             problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg)))
-    for dest in ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",
-                 "expert_model_parallel_size"):
+    for dest in PARALLEL_SIZES:
         if arg(dest) < 1:
             problems.append(Problem(f"{dest} must be at least 1, got {arg(dest)}", _at_least_one(dest, arg)))
     # Megatron divides by these (or asserts them positive): 0 or less is a crash, not a setting.
-    for dest, stage in (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline_stage", "validate"),
-                        ("num_virtual_stages_per_pipeline_rank", "validate"),
-                        ("make_vocab_size_divisible_by", "validate"), ("log_interval", "runtime"),
-                        ("eval_interval", "runtime"), ("save_interval", "validate"),
-                        ("eval_micro_batch_size", "validate"), ("eval_global_batch_size", "validate"),
-                        ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate")):
+    for dest, stage in DIVISORS:
         value = arg(dest)
         if value is not None and value < 1:
-            problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg), stage))
+            problems.append(Problem(f"{dest} must be at least 1, got {value}",
+                                    with_drops(_at_least_one(dest, arg), arg), stage))
     return problems
+
+
+def refused_sizes(arg: Callable[[str], Any]) -> set[str]:
+    """The settings required_problems refuses (not set where required, or below 1)."""
+    def below_one(value: Any) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and value < 1
+
+    return {d for d in REQUIRED_SIZES if arg(d) is None or below_one(arg(d))} | \
+        {d for d in (*PARALLEL_SIZES, *(d for d, _ in DIVISORS)) if below_one(arg(d))}
 
 
 # The optimizer state's precisions that only the precision-aware optimizer may lower (optimizer_config.py:457-469).
@@ -179,7 +199,8 @@ class _Checker:
         return self.preset.arg(dest)
 
     def fail(self, message: str, hint: str = "", stage: str = "validate") -> None:
-        self.problems.append(Problem(message, hint, stage))
+        # a way out that turns a feature off drops what only that feature reads (feature_settings)
+        self.problems.append(Problem(message, with_drops(hint, self.arg), stage))
 
     def model_family(self) -> None:
         """A configuration made for another Megatron model (launcher.megatron.model_families): pretrain_gpt.py
@@ -224,23 +245,38 @@ class _Checker:
         return False
 
     def _world_fixes(self, nodes: int, tp: int, pp: int, cp: int) -> str:
-        """Fixes that work: more nodes only when the model needs more GPUs than the world has; otherwise the
-        same GPUs with fewer per node, or a tensor-parallel size that divides the world (and the heads)."""
+        """Fixes that work: more GPUs (`--nodes`, a world TP·PP·CP divides, whichever of the three sizes made it
+        not divide) when the model needs more than the world has or nothing else fits; otherwise the same GPUs with
+        fewer per node; and one size that divides the world with the others kept (and that the heads, layers or
+        sequence also take)."""
         model = tp * pp * cp
-        if model > self.world:
-            return (f"use --nodes {_valid_node_counts(self.gpus_per_node, model)}, or smaller parallel sizes "
-                    f"whose product divides {self.world}")
         fixes = []
         fewer = next((g for g in range(self.gpus_per_node - 1, 0, -1) if (nodes * g) % model == 0), None)
-        if fewer is not None:
+        if model <= self.world and fewer is not None:
             fixes.append(f"--gpus-per-node {fewer} (world {nodes * fewer})")
-        heads = self.arg("num_attention_heads") or 0
-        if self.world % (pp * cp) == 0:
-            smaller = [t for t in divisors(self.world // (pp * cp)) if t != tp and heads % t == 0]
-            if smaller:
-                fixes.append(" or ".join(f"--set tensor_model_parallel_size={t}" for t in smaller))
-        return f"use {', or '.join(fixes)}" if fixes else (
-            f"use parallel sizes whose product divides {self.world}")
+        sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp}
+        for name, size in sizes.items():
+            others = model // size
+            if self.world % others:
+                continue
+            options = [v for v in divisors(self.world // others) if v != size and self._size_fits(name, v)]
+            if options:
+                fixes.append(" or ".join(f"--set {name}={v}" for v in options))
+        if model > self.world or not fixes:
+            # a node count whose world holds the experts' grid (ETP·EP·PP) too, so the next round is not its refusal
+            experts = (self.arg("expert_tensor_parallel_size") or tp) * self.arg("expert_model_parallel_size") * pp
+            fixes.insert(0, f"--nodes {_valid_node_counts(self.gpus_per_node, math.lcm(model, experts))}")
+        return "use " + ", or ".join(fixes)
+
+    def _size_fits(self, name: str, value: int) -> bool:
+        """A tensor-, pipeline- or context-parallel size that the model's own divisibility rules take too (a way
+        out that only trades the world-size refusal for another is none)."""
+        if name == "tensor_model_parallel_size":
+            groups = self.arg("num_query_groups") if self.arg("group_query_attention") else None
+            return (self.arg("num_attention_heads") or 0) % value == 0 and (groups or value) % value == 0
+        if name == "pipeline_model_parallel_size":
+            return value == 1 or ((self.arg("num_layers") or 0) % value == 0 and value <= (self.arg("num_layers") or 0))
+        return value == 1 or (self.te and (self.arg("seq_length") or 1) % (2 * value) == 0)
 
     def experts(self, tp: int, pp: int) -> None:
         ep = self.arg("expert_model_parallel_size")
@@ -255,8 +291,9 @@ class _Checker:
         if isinstance(pattern, list) and len(pattern) != self.arg("num_layers"):
             # gpt_layer_specs.py:648 asserts it at model build; validate_args does not look
             self.fail(f"moe_layer_freq lists {len(pattern)} layers, and the model has num_layers "
-                      f"{self.arg('num_layers')}", "give one 0 (dense) or 1 (MoE) per layer, e.g. "
-                      f"([0]*1+[1]*{self.arg('num_layers') - 1})", stage="runtime")
+                      f"{self.arg('num_layers')}", "--set moe_layer_freq=" + (
+                          f"[0]*1+[1]*{self.arg('num_layers') - 1}" if self.arg("num_layers") > 1 else "[1]")
+                      + " (a 0 for each dense layer, a 1 for each MoE layer, one per layer)", stage="runtime")
         if experts is not None and self.arg("add_bias_linear") and etp > 1:
             # TransformerConfig.__post_init__: "Bias in Moe is only supported when ETP==1".
             self.fail(f"MoE ({experts} experts) with linear biases needs expert tensor parallel size 1, got "
@@ -267,9 +304,13 @@ class _Checker:
             # the world must hold both grids: the dense one (TP·PP·CP) and the experts' (ETP·EP·PP)
             both = math.lcm(etp * ep * pp, tp * pp * self.arg("context_parallel_size"))
             smaller = [e for e in divisors(experts or ep) if self.world % (etp * e * pp) == 0 and e < ep]
+            # ETP too: a world its size divides (biases in the experts need ETP 1)
+            etps = [t for t in divisors(self.world // (ep * pp)) if t != etp and (t == 1 or not self.arg(
+                "add_bias_linear"))] if self.world % (ep * pp) == 0 else []
             self.fail(f"world size {self.world} is not divisible by expert TP·EP·PP = {etp}·{ep}·{pp}",
                       f"use --nodes {_valid_node_counts(self.gpus_per_node, both)}"
-                      + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else ""),
+                      + (f", or --set expert_model_parallel_size={max(smaller)}" if smaller else "")
+                      + (f", or --set expert_tensor_parallel_size={tp if tp in etps else min(etps)}" if etps else ""),
                       stage="runtime")
         cp = self.arg("context_parallel_size")
         if self.arg("use_tp_pp_dp_mapping") and pp > 1 and etp * ep != tp * cp:
@@ -444,9 +485,14 @@ class _Checker:
                 self.fail(f"num_query_groups {groups} must be a multiple or divisor of TP {tp}",
                           f"use tensor_model_parallel_size in {fits}")
         if self.arg("kv_channels") is None and hidden % heads:
+            sizes = " or ".join(f"--set hidden_size={h}" for h in _nearest_multiples(hidden, heads).split(" or "))
+            # more heads than the hidden size has units: a head count that divides it is the way (a hidden size
+            # that many heads divide is a model many times larger than the one asked for)
+            groups = self.arg("num_query_groups") if self.arg("group_query_attention") else None
+            counts = [h for h in divisors(hidden) if h % math.lcm(tp, groups or 1) == 0]
+            ways = [f"--set num_attention_heads={max(counts)}"] if heads > hidden and counts else [sizes]
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
-                      f"set kv_channels (head dimension) explicitly, or use hidden_size "
-                      f"{_nearest_multiples(hidden, heads)}")
+                      "use " + ", or ".join(ways) + ", or set kv_channels (head dimension) explicitly")
         ffn = self.arg("ffn_hidden_size") or default_ffn_hidden_size(hidden, bool(self.arg("swiglu")))
         if ffn % tp:
             self.fail(f"ffn_hidden_size {ffn} is not divisible by TP {tp}",
@@ -607,7 +653,8 @@ class _Checker:
         (the distributed optimizer without TE/apex), a run no longer than half of them is refused (it ends with no
         update), one no longer than them warned."""
         scale, iters = self.arg("initial_loss_scale"), self.arg("train_iters")
-        if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1:
+        if not self.arg("fp16") or self.arg("loss_scale") is not None or not iters or not scale or scale <= 1 \
+                or iters < 1:  # a length below 1 is its own problem
             return
         skipped = max(0, int(math.log2(scale)) - 12)
         shown = f"2^{int(math.log2(scale))}" if math.log2(scale).is_integer() else f"{scale:g}"
@@ -826,7 +873,11 @@ class _Checker:
             # recompute_activations is Megatron's spelling of selective recompute (arguments.py:605)
             how = "recompute_activations" if self.preset.arg("recompute_activations") else "selective recompute"
             layers = "" if self.arg("recompute_num_layers") is not None else " --set recompute_num_layers=1"
-            full = "" if self.preset.arg("recompute_activations") else (
+            full_recompute = {"recompute_granularity": "full",
+                              "recompute_num_layers": self.arg("recompute_num_layers") or 1}
+            # full recompute, which recompute_method is for, where the job's per-layer CUDA graphs take it
+            full = "" if self.preset.arg("recompute_activations") or cuda_graph_rules.refuses(
+                self.arg, full_recompute) else (
                 f", or recompute_granularity=full{layers} (full recompute, which recompute_method is for)")
             self.fail(f"{how} cannot be combined with recompute_method {self.arg('recompute_method')}: Megatron "
                       "asserts \"recompute method is not yet supported for selective recomputing granularity\" "
@@ -918,6 +969,54 @@ def _without_sizes(c: _Checker) -> None:
             rule()
         except (ArithmeticError, TypeError, ValueError, KeyError, IndexError):
             continue
+    _layout_rules_without(c, refused_sizes(c.arg))
+
+
+def _layout_rules_without(c: _Checker, refused: set[str]) -> None:
+    """The layout's rules (layers per stage, the virtual pipeline, the experts, heads, lengths) that read none of
+    the refused sizes: each runs with every setting it reads recorded, and what one that read a refused size found
+    is dropped (it computed with the refused value; it speaks once that is fixed)."""
+    method = c.arg
+    state: dict[str, Any] = {}
+
+    def pipeline() -> None:
+        state["vpp"] = c.pipeline(c.arg("pipeline_model_parallel_size"))
+
+    def tp() -> Any:
+        return c.arg("tensor_model_parallel_size")
+
+    def sound_tp() -> int:
+        """TP for the rules that only also divide by it (heads, the experts' default ETP): a refused TP read as 1
+        (untracked), so the hidden size's rule against the heads still speaks; TP's own rules wait for TP."""
+        value = method("tensor_model_parallel_size")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else 1
+
+    rules: list[Callable[[], Any]] = [
+        lambda: c.world_size(tp(), c.arg("pipeline_model_parallel_size"), c.arg("context_parallel_size")),
+        lambda: c.experts(sound_tp(), c.arg("pipeline_model_parallel_size")),
+        lambda: c.context_parallel(c.arg("context_parallel_size"), sound_tp()),
+        pipeline, lambda: c.heads(sound_tp()),
+        lambda: c.sequence_parallel(tp(), c.arg("context_parallel_size"), c.apex), c.lengths, c.misc]
+    for rule in rules:
+        read: set[str] = set()
+
+        def tracked(dest: str, read: set[str] = read) -> Any:
+            read.add(dest)
+            return method(dest)
+
+        before, warned = len(c.problems), len(c.warnings)
+        c.arg = tracked  # type: ignore[method-assign]
+        try:
+            rule()
+        except (ArithmeticError, TypeError, ValueError, KeyError, IndexError, AttributeError):
+            read.add("(failed)")
+        finally:
+            c.arg = method  # type: ignore[method-assign]
+        if read & (refused | {"(failed)"}):
+            del c.problems[before:]
+            del c.warnings[warned:]
+    # a rule already run above (check_values, the target's) may say a problem again: once is enough
+    c.problems[:] = list({p.message: p for p in reversed(c.problems)}.values())[::-1]
 
 
 # What examples/run_simple_mcore_train_loop.py hard-codes (model_provider, its DataLoader, its loop); it takes no

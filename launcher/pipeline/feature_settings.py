@@ -22,7 +22,11 @@ FEATURE_ONLY = {"fp8": re.compile(r"fp8"),
                 "multi_latent_attention": re.compile(r"^(rope_type|q_lora_rank|kv_lora_rank|qk_head_dim|"
                                                      r"qk_pos_emb_head_dim|v_head_dim|mla_down_proj_fusion)$"),
                 # paged stashing pages what the per-rank capacity drops (transformer_config.py:1688)
-                "moe_expert_rank_capacity_factor": re.compile(r"^moe_paged_stash$")}
+                "moe_expert_rank_capacity_factor": re.compile(r"^moe_paged_stash$"),
+                # the interleaved schedule's own p2p overlap in warm-up and flush (model_parallel_config.py:459:
+                # overlap_p2p_comm, which Megatron keeps only under a virtual pipeline)
+                "num_layers_per_virtual_pipeline_stage": re.compile(r"^overlap_p2p_comm_warmup_flush$"),
+                "num_virtual_stages_per_pipeline_rank": re.compile(r"^overlap_p2p_comm_warmup_flush$")}
 
 
 # setting → (the value that turns a feature on, the settings only that feature reads): a fix that moves the setting
@@ -60,17 +64,19 @@ def _left(setting: str, arg: Callable[[str], Any]) -> list[str]:
 
 def with_drops(fix: str, arg: Callable[[str], Any]) -> str:
     """A fix whose `set FEATURE=off` drops a feature of FEATURE_ONLY, with every setting only it reads dropped too;
-    likewise a fix that moves a setting of VALUE_ONLY off the value its feature needs."""
+    likewise a fix that moves a setting of VALUE_ONLY off the value its feature needs. A fix that already drops
+    them is returned as it is (applying this twice changes nothing)."""
     for setting, (on, _) in VALUE_ONLY.items():
         moved = re.compile(rf"(?<![\w.]){setting}=(?!{on}\b)([\w-]+)")  # "set X=V" or a later way's "X=V"
         found = moved.search(fix)
-        if found and _left(setting, arg):
+        if found and _left(setting, arg) and not all(f"{a}" in fix for a in _left(setting, arg)):
             fix = fix[:found.end()] + "".join(f" --set {a}" for a in _left(setting, arg)) + fix[found.end():]
     for feature in FEATURE_ONLY:
         # "set FEATURE=off", or a later way's bare "FEATURE=off"
         off = _yaml(megatron_args.catalog()[feature].default)
         found = re.search(rf"((?:(?:--)?set )?)(?<![\w.]){feature}={off}\b", fix)
         dropped = drop(feature, arg)
-        if found and len(dropped) > 1:  # the hint's own "set " stays as it was written
+        # the hint's own "set " stays as it was written; a hint that already drops them is left as it is
+        if found and len(dropped) > 1 and not all(a in fix for a in dropped[1:]):
             return fix[:found.start()] + found[1] + " --set ".join(dropped) + fix[found.end():]
     return fix

@@ -63,10 +63,12 @@ def default_save_settings(megatron: Mapping[str, Any]) -> dict[str, int]:
 
 
 def end_of_training_interval(megatron: Mapping[str, Any]) -> int:
-    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set."""
-    if megatron.get("train_iters"):
-        return int(megatron["train_iters"])
+    """A save interval that saves once, at the end: Megatron saves there anyway when --save is set. A length below
+    1 is refused on its own (checker.required_problems): the interval derived from it must not be a second problem."""
+    iters = megatron.get("train_iters")
+    if isinstance(iters, (int, float)) and iters >= 1:
+        return int(iters)
     samples, batch = megatron.get("train_samples"), megatron.get("global_batch_size")
-    if samples and batch:
+    if isinstance(samples, (int, float)) and isinstance(batch, (int, float)) and samples >= 1 and batch >= 1:
         return -(-int(samples) // int(batch))  # ceil: the iterations of a constant-batch sample budget
     return 1_000_000_000  # unknown length (batch schedule): larger than any run

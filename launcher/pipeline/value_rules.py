@@ -331,7 +331,20 @@ def autoresume(arg: Arg, fail: Fail, te: bool = False) -> None:
              "calls exit() before any training (global_vars.py:298)", "set adlr_autoresume=false", "validate")
 
 
-RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume,
+def xavier_uniform_init(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """--init-method-xavier-uniform: the pin still parses it, and core_transformer_config_from_args then passes
+    `scaled_init_method` (argument_utils.py:324), a keyword the pin's TransformerConfig no longer has (it became
+    output_layer_init_method): a TypeError before the model is built, on every job that sets it."""
+    if arg("init_method_xavier_uniform"):
+        fail("init_method_xavier_uniform: the pinned Megatron builds its config with scaled_init_method=xavier_"
+             "uniform_ (argument_utils.py:324), a keyword its TransformerConfig no longer takes: \"TypeError: "
+             "TransformerConfig.__init__() got an unexpected keyword argument 'scaled_init_method'\" at start-up",
+             "set init_method_xavier_uniform=false (the pin's command line then initializes from a normal "
+             "distribution with init_method_std; Xavier init is only reachable from Python, through "
+             "TransformerConfig.init_method and output_layer_init_method)", "runtime")
+
+
+RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume, xavier_uniform_init,
          attention_backend_local, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
          bf16_end_layers)
 

@@ -31,6 +31,8 @@ def test_a_hint_is_read_as_every_way_out_it_offers():
     assert ways("drop it: --set exit_on_missing_checkpoint=false, or --set load=DIR (a checkpoint)") == [
         ["exit_on_missing_checkpoint=false"]]
     assert ways("set x=false, or transformer_engine=true") == [["x=false"]]
+    # a layer pattern is one value, brackets and all
+    assert ways("--set moe_layer_freq=[0]*1+[1]*23 (a 0 for each dense layer)") == [["moe_layer_freq=[0]*1+[1]*23"]]
     assert ways("unset them: launch p --set a=3 --set b=1 --set a=null") == [["a=null", "b=1"]]
 
 

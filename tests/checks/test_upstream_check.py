@@ -85,6 +85,21 @@ def test_megatron_rejects_what_the_launcher_rejects_for_a_preset():
 
 
 @pytest.mark.megatron
+def test_xavier_initialization_is_refused_by_both_and_the_hint_passes_megatron():
+    """--init-method-xavier-uniform: the pin parses it, then its config builder passes a keyword TransformerConfig
+    no longer has; the dry-run refuses it, and the job its hint gives passes Megatron's checks."""
+    with pytest.raises(UserError, match="init_method_xavier_uniform") as err:
+        resolve(load_preset("345m", ["init_method_xavier_uniform=true"]), 1, 1)
+    (problem,) = err.value.problems
+    assert problem.hint.startswith("set init_method_xavier_uniform=false ")
+    refused = shared_checker().check_many([megatron_request(load_preset("345m", ["init_method_xavier_uniform=true"]), 1,
+                                                            te=False, apex=False)])[0]
+    assert not refused.ok and "scaled_init_method" in refused.error
+    followed = load_preset("345m", ["init_method_xavier_uniform=true", "init_method_xavier_uniform=false"])
+    assert shared_checker().check_many([megatron_request(followed, 1, te=False, apex=False)])[0].ok
+
+
+@pytest.mark.megatron
 def test_misspelled_flag_gets_megatrons_nearest_name():
     argv = build_command(resolve(load_preset("345m"), 1, 8)).script_args
     typo = ["--num-layerz" if word == "--num-layers" else word for word in argv]

@@ -80,5 +80,6 @@ def test_a_moe_pattern_that_does_not_name_every_layer_is_refused_before_launch(c
     err = capsys.readouterr().err
     assert code == 2
     assert ("error: moe_layer_freq lists 4 layers, and the model has num_layers 24\n"
-            "  hint: give one 0 (dense) or 1 (MoE) per layer, e.g. ([0]*1+[1]*23)") in err
-    assert main(["345m", "--dry-run", *moe, "--set", "moe_layer_freq=([0]*1+[1]*23)"]) == 0
+            "  hint: --set moe_layer_freq=[0]*1+[1]*23 (a 0 for each dense layer, a 1 for each MoE layer, one per "
+            "layer)") in err
+    assert main(["345m", "--dry-run", *moe, "--set", "moe_layer_freq=[0]*1+[1]*23"]) == 0

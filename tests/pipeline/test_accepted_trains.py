@@ -42,6 +42,13 @@ def follow(overrides: list[str], te: bool = False, run_dir: Path | None = None) 
 
 CASES = {
     "checkpoint_activations": (["checkpoint_activations=true"], False),
+    "no attention heads in a model with query groups": (["num_attention_heads=0", "group_query_attention=true",
+                                                        "num_query_groups=4"], False),
+    "no attention heads with query groups the hidden size takes only in pairs": (
+        ["num_attention_heads=0", "group_query_attention=true", "num_query_groups=3", "hidden_size=1536"], False),
+    "more attention heads than the hidden size has units": (["num_attention_heads=2147483648"], False),
+    "Xavier initialization, which the pin's config builder passes under a removed keyword": (
+        ["init_method_xavier_uniform=true"], False),
     "batch_size": (["batch_size=4"], False),
     "the flex dispatcher at TP 1 and EP 1": (["num_experts=4", "add_bias_linear=false",
                                               "moe_token_dispatcher_type=flex"], True),
@@ -413,3 +420,61 @@ def test_a_refused_size_does_not_hide_the_settings_problems():
     assert "fp16 and bf16 are both set" in said
     assert any(m.startswith("optimizer_offload_fraction -1.0") for m in said), said
 
+
+
+# `X=V` after "or" needs no "set": "set a=1, or b=2 --set c=3"
+ANY_SET = re.compile(r"(?:(?<=\s)|^)(?:--)?(?:set )?([a-z_][a-z0-9_.]*)=([^\s,;)]+)")
+
+
+def every_way_out(hint: str) -> list[list[str]]:
+    """Each alternative of a hint (split at ", or"), outside its parentheses, as its `X=V`s."""
+    ways = [re.sub(r"\([^()]*\)", "", way) for way in re.split(r",? or ", hint)]
+    return [sets for way in ways if (sets := [f"{m[1]}={m[2]}" for m in ANY_SET.finditer(way)])]
+
+
+@pytest.mark.parametrize(("overrides", "te"), [
+    (["recompute_granularity=selective", "recompute_method=uniform"], False),
+    # TE's per-layer graphs take no full recompute: the hint offers only dropping the method
+    (["cuda_graph_impl=transformer_engine", "recompute_granularity=selective", "recompute_method=uniform"], True),
+    (["cuda_graph_impl=local", "recompute_granularity=selective", "recompute_method=uniform"], False),
+])
+def test_each_way_out_of_a_recompute_method_under_selective_recompute_arrives(overrides, te, tmp_path):
+    before = [p for p in problems_of(overrides, te, tmp_path / "run") if "recompute_method" in p.message]
+    assert before
+    for way in every_way_out(before[0].hint):
+        after = problems_of([*overrides, *way], te, tmp_path / "run")
+        assert after == [], (way, [p.render() for p in after])
+
+
+@pytest.mark.parametrize("length", [["train_iters=-1"], ["train_iters=0"],
+                                    ["train_iters=null", "train_samples=-64"]])
+def test_a_training_length_below_1_is_one_problem_not_three(length, tmp_path):
+    # the save interval the launcher derives from the length, and fp16's warm-up against it, were said as problems
+    # of their own, whose hints (drop the interval, lower the loss scale) then changed nothing
+    fp16 = ["fp16=true", "bf16=false", "use_distributed_optimizer=true", "initial_loss_scale=4294967296"]
+    found = problems_of([*length, *fp16], run_dir=tmp_path / "run")
+    assert len(found) == 1 and "must be at least 1" in found[0].message, [p.render() for p in found]
+
+
+@pytest.mark.parametrize(("overrides", "said"), [
+    # a refused size said alone: the layout's rules that do not read it waited for it to be fixed
+    (["hidden_size=-1", "num_experts=4", "add_bias_linear=false", "moe_layer_freq=([0]*3+[1]*58)"],
+     ["hidden_size must be at least 1", "moe_layer_freq lists 61 layers"]),
+    (["eval_global_batch_size=0", "num_layers_per_virtual_pipeline_stage=2"],
+     ["eval_global_batch_size must be at least 1", "needs PP > 1, got PP 1"]),
+    (["tensor_model_parallel_size=0", "num_attention_heads=36", "hidden_size=2048"],
+     ["tensor_model_parallel_size must be at least 1", "hidden_size 2048 is not divisible by num_attention_heads 36"]),
+    (["expert_model_parallel_size=-1", "tp_comm_overlap=true", "tensor_model_parallel_size=2", "gpus_per_node=2"],
+     ["expert_model_parallel_size must be at least 1", "tp_comm_overlap needs sequence_parallel"]),
+    # dropping the virtual pipeline drops the overlap only it keeps on
+    (["num_layers_per_virtual_pipeline_stage=-1", "overlap_p2p_comm_warmup_flush=true",
+      "pipeline_model_parallel_size=2", "gpus_per_node=2"],
+     ["num_layers_per_virtual_pipeline_stage must be at least 1"]),
+])
+def test_a_refused_size_does_not_hide_the_layouts_other_rules_and_one_round_arrives(overrides, said, tmp_path):
+    te = "tp_comm_overlap=true" in overrides  # TP overlap is Transformer Engine's
+    before = problems_of(overrides, te, run_dir=tmp_path / "run")
+    for text in said:
+        assert any(text in p.message for p in before), (text, [p.render() for p in before])
+    _, after = follow(overrides, te, run_dir=tmp_path / "run")
+    assert after == [], [p.render() for p in after]

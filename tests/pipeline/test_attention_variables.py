@@ -70,8 +70,8 @@ def test_the_rule_refuses_exactly_what_megatron_asserts_and_its_hint_satisfies_m
         for name, value in first_way_out(found[1]):
             if name == "attention_backend":
                 followed = value
-            else:
-                now[name.removeprefix("env.")] = value
+            else:  # null unsets it
+                now[name.removeprefix("env.")] = None if value == "null" else value
         assert (followed, now) != (backend, env), found[1]
         assert megatron_accepts(followed, now), (backend, values, found[1])
 
@@ -100,9 +100,24 @@ def test_one_backend_named_by_the_variables_is_the_hint():
 
 def test_several_backends_named_by_the_variables_unset_them_first():
     hint = problems(["env.NVTE_FUSED_ATTN=0"])[0].hint
-    assert hint.startswith("--set env.NVTE_FUSED_ATTN=1 ") and "set attention_backend=flash or set " \
+    assert hint.startswith("unset it: --set env.NVTE_FUSED_ATTN=null ") and "set attention_backend=flash or set " \
         "attention_backend=unfused" in hint
     assert "attention_backend=local" not in hint  # only with --spec local (arguments.py:430)
+    assert problems(["env.NVTE_FUSED_ATTN=0", "env.NVTE_FUSED_ATTN=null"]) == []
+
+
+@pytest.mark.parametrize("values", [v for v in COMBINATIONS if attention_env.mismatches("auto", dict(
+    zip(attention_env.VARIABLES, v, strict=True)).get)])
+def test_every_refusal_offers_unsetting_the_variables_and_that_arrives(values):
+    """`--set env.NAME=null` (no rank sees the variable, the preset's or an inherited one) is always offered, for
+    every variable the backend disagrees with, and followed it gives an accepted job."""
+    for given, inherited in ((env_sets(values), {}), ([], {n: v for n, v in zip(attention_env.VARIABLES, values,
+                                                                             strict=True) if v is not None})):
+        (problem,) = problems(given, inherited)
+        unset = [f"env.{name}=null" for name, _, _ in attention_env.mismatches("auto", dict(zip(
+            attention_env.VARIABLES, values, strict=True)).get)]
+        assert all(f"--set {u}" in problem.hint for u in unset), problem.hint
+        assert problems([*given, *unset], inherited) == []
 
 
 def test_an_explicit_backend_keeps_its_own_values():
@@ -124,6 +139,6 @@ def test_the_dry_run_refuses_an_inherited_variable_as_a_user_sees_it(launch):
     code, out, err = launch("345m", "--dry-run", env={"NVTE_FUSED_ATTN": "0"})
     assert code == 2 and "Traceback" not in err
     assert "error: NVTE_FUSED_ATTN=0 (inherited from the environment the launch starts in)" in err
-    assert "hint: --set env.NVTE_FUSED_ATTN=1 " in err
-    code, _, err = launch("345m", "--dry-run", "--set", "env.NVTE_FUSED_ATTN=1", env={"NVTE_FUSED_ATTN": "0"})
+    assert "hint: unset it: --set env.NVTE_FUSED_ATTN=null " in err
+    code, _, err = launch("345m", "--dry-run", "--set", "env.NVTE_FUSED_ATTN=null", env={"NVTE_FUSED_ATTN": "0"})
     assert code == 0, err

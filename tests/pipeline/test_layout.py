@@ -245,22 +245,61 @@ def test_suggested_node_counts_are_valid(tp, pp, gpus):
         return
     except UserError as err:
         text = err.render()
+    if "is not divisible by TP·PP·CP" not in text:
+        return  # another rule (layers per stage, heads) refused first
+    # more GPUs when the model needs them: every node count named works
     match = re.search(r"use --nodes ([\d ,()GPUs]+)", text)
-    if match:  # the model needs more GPUs than the world has
-        assert tp * pp > gpus, text
-        for nodes in re.findall(r"(\d+) \(", match.group(1)):
-            plan(overrides=overrides, nodes=int(nodes), gpus=gpus)
-        return
-    # the world is large enough: the same GPUs, fewer per node, or a TP that divides; each fix works
+    assert bool(match) == (tp * pp > gpus), text
+    for nodes in re.findall(r"(\d+) \(", match.group(1) if match else ""):
+        assert "is not divisible by TP·PP·CP" not in world_problems(overrides, int(nodes), gpus)
+    # the same GPUs, fewer per node, only where the model fits in fewer; each size named divides the world
     fixes = [("gpus", int(g)) for g in re.findall(r"--gpus-per-node (\d+)", text)]
-    fixes += [("tp", int(t)) for t in re.findall(r"--set tensor_model_parallel_size=(\d+)", text)]
-    assert fixes and tp * pp < gpus, text
+    fixes += re.findall(r"--set (tensor_model_parallel_size|pipeline_model_parallel_size)=(\d+)", text)
+    assert fixes or tp * pp > gpus, text
     for kind, value in fixes:
-        fixed = [*overrides[1:], f"tensor_model_parallel_size={value}"] if kind == "tp" else overrides
-        try:
-            plan(overrides=fixed, nodes=1, gpus=value if kind == "gpus" else gpus)
-        except UserError as still:
-            assert "is not divisible by TP·PP·CP" not in still.render(), (kind, value, still.render())
+        fixed = [*[o for o in overrides if not o.startswith(f"{kind}=")], f"{kind}={value}"]
+        assert "is not divisible by TP·PP·CP" not in world_problems(
+            overrides if kind == "gpus" else fixed, 1, int(value) if kind == "gpus" else gpus), (kind, value)
+
+
+def world_problems(overrides, nodes, gpus) -> str:
+    try:
+        plan(overrides=overrides, nodes=nodes, gpus=gpus)
+    except UserError as still:
+        return still.render()
+    return ""
+
+
+@pytest.mark.parametrize("sizes", [
+    ["tensor_model_parallel_size=16"], ["pipeline_model_parallel_size=12"], ["context_parallel_size=16"],
+    ["num_experts=6", "add_bias_linear=false", "expert_model_parallel_size=3"],
+    ["num_experts=16", "add_bias_linear=false", "expert_model_parallel_size=16"],
+    ["num_experts=8", "add_bias_linear=false", "expert_tensor_parallel_size=3"],
+    ["num_experts=8", "add_bias_linear=false", "expert_model_parallel_size=8", "expert_tensor_parallel_size=2"],
+])
+def test_every_world_size_refusal_names_more_nodes_and_they_hold_the_job(sizes):
+    """Whichever size makes the world too small (TP, PP, CP) or not divide (EP, ETP), more GPUs are a way out; the
+    counts named hold both grids (TP·PP·CP and ETP·EP·PP), and every `--set` named gives a world that divides."""
+    te = any(s.startswith("context_parallel_size") for s in sizes)  # CP > 1 needs TE
+    text = problems(overrides=sizes, nodes=1, gpus=8, te=te, apex=te)
+    refusal = next(line for line in text.splitlines() if "world size 8" in line and "not divisible" in line)
+    hint = text.splitlines()[text.splitlines().index(refusal) + 1]
+    counts = re.search(r"--nodes ((?:\d+ \(\d+ GPUs\)(?:, )?)+)", hint)
+    assert counts, hint
+    for nodes in re.findall(r"(\d+) \(", counts.group(1)):
+        still = world_problems_te(sizes, int(nodes), te)
+        assert "not divisible by TP·PP·CP" not in still and "not divisible by expert" not in still, (nodes, still)
+    for name, value in re.findall(r"--set ([a-z_]+)=(\d+)", hint):
+        still = world_problems_te([*sizes, f"{name}={value}"], 1, te)
+        assert "world size 8" not in still, (name, value, still)
+
+
+def world_problems_te(overrides, nodes, te) -> str:
+    try:
+        plan(overrides=overrides, nodes=nodes, gpus=8, te=te, apex=te)
+    except UserError as still:
+        return still.render()
+    return ""
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,122 @@
+"""The layout a Kubernetes manifest gives its training pods: how many nodes, how many GPUs each.
+
+In a cluster job every pod is one node of the run: Kubeflow's PyTorchJob counts the `replicas` of its Master and
+Worker together (the operator gives torchrun that count as PET_NNODES) and its `nprocPerNode` processes per pod
+(PET_NPROC_PER_NODE); an MPIJob's Worker `replicas` are the nodes (its Launcher pod only starts mpirun) and its
+`slotsPerWorker` the ranks per node; a JobSet runs `replicas` × `parallelism` pods of each replicated job. Where the
+job names no per-node count, the pod's GPU limit (`nvidia.com/gpu`, `amd.com/gpu`) is it: one rank per GPU. A count
+the manifest leaves to a placeholder (`replicas: ${NUM_NODES}`) is not known here and is named.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+MAX_NODES = 1_000_000  # a count past this is no cluster's: not carried
+
+
+@dataclass
+class ManifestLayout:
+    counts: dict[str, int] = field(default_factory=dict)  # nodes, gpus_per_node: what the manifest says
+    notes: list[str] = field(default_factory=list)  # counts it leaves unknown
+
+
+def _count(value: Any) -> int | None:
+    """A count as a manifest writes it: an int, or a string of digits (`nprocPerNode: "8"`); 0 too (a PyTorchJob
+    without workers)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if 0 <= value <= MAX_NODES else None
+    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
+        return _count(int(value))
+    return None
+
+
+def _get(node: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(node, dict):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _pod_gpus(pod_template: Any) -> int | None:
+    """The GPUs one pod asks for: the largest GPU limit (else request) of its containers."""
+    found = []
+    for container in _get(pod_template, "spec", "containers") or []:
+        for where in ("limits", "requests"):
+            for resource in GPU_RESOURCES:
+                count = _count(_get(container, "resources", where, resource))
+                if count:
+                    found.append(count)
+    return max(found) if found else None
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.layout = ManifestLayout()
+
+    def replicas(self, role: str, spec: Any, default: int = 1) -> int | None:
+        value = spec.get("replicas", default) if isinstance(spec, dict) else None
+        count = _count(value)
+        if count is None:
+            self.layout.notes.append(f"{role} replicas {value!r}: not a count known here (each replica is one "
+                                     "node of the run); give the preset's launcher.nodes")
+        return count
+
+    def per_node(self, what: str, value: Any, pods: list[Any]) -> None:
+        count = _count(value)
+        if value is not None and count is None and value not in ("auto", "gpu"):
+            self.layout.notes.append(f"{what} {value!r}: not a count known here; give the preset's "
+                                     "launcher.gpus_per_node")
+        if count is None:  # one rank per GPU of the pod ("auto"/"gpu" on a GPU pod)
+            gpus = {g for g in map(_pod_gpus, pods) if g is not None}
+            count = gpus.pop() if len(gpus) == 1 else None
+        if count:
+            self.layout.counts["gpus_per_node"] = count
+
+    def nodes(self, counts: list[int | None]) -> None:
+        if counts and all(c is not None for c in counts) and sum(c for c in counts if c is not None) > 0:
+            self.layout.counts["nodes"] = sum(c for c in counts if c is not None)
+
+
+def manifest_layout(document: Any) -> ManifestLayout:
+    """The nodes and GPUs per node of the job `document` describes (a PyTorchJob, MPIJob, JobSet, batch Job or Pod)."""
+    reader = _Reader()
+    kind, spec = _get(document, "kind"), _get(document, "spec")
+    if not isinstance(spec, dict):
+        return reader.layout
+    if kind == "PyTorchJob" and isinstance(spec.get("pytorchReplicaSpecs"), dict):
+        roles = {r: s for r, s in spec["pytorchReplicaSpecs"].items() if isinstance(s, dict)}
+        reader.nodes([reader.replicas(f"PyTorchJob {role}", s) for role, s in roles.items()])
+        per_node = spec.get("nprocPerNode", _get(spec, "elasticPolicy", "nProcPerNode"))
+        reader.per_node("PyTorchJob nprocPerNode", per_node, [s.get("template") for s in roles.values()])
+    elif kind == "MPIJob" and isinstance(spec.get("mpiReplicaSpecs"), dict):
+        worker = spec["mpiReplicaSpecs"].get("Worker")
+        if isinstance(worker, dict):
+            reader.nodes([reader.replicas("MPIJob Worker", worker)])
+            reader.per_node("MPIJob slotsPerWorker", spec.get("slotsPerWorker"), [worker.get("template")])
+    elif kind == "JobSet" and isinstance(spec.get("replicatedJobs"), list):
+        counts, pods = [], []
+        for job in spec["replicatedJobs"][:100]:
+            pod = _get(job, "template", "spec", "template")
+            if _pod_gpus(pod) is None:
+                continue  # a job without GPUs (a coordinator, a data loader) is no node of the run
+            given = _get(job, "template", "spec", "parallelism")
+            parallelism = 1 if given is None else _count(given)
+            replicas = reader.replicas(f"JobSet {_get(job, 'name') or 'job'}", job)
+            counts.append(None if replicas is None or parallelism is None else replicas * parallelism)
+            pods.append(pod)
+        reader.nodes(counts)
+        reader.per_node("JobSet", None, pods)
+    elif kind == "Job":
+        reader.nodes([_count(spec.get("parallelism", 1))])
+        reader.per_node("Job", None, [spec.get("template")])
+    elif kind == "Pod":
+        reader.nodes([1])
+        reader.per_node("Pod", None, [document])
+    return reader.layout

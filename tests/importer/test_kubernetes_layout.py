@@ -1,0 +1,127 @@
+"""Kubernetes manifests: every pod of a training job is one node of the run (a PyTorchJob's Master and Worker
+replicas together, an MPIJob's Worker replicas, a JobSet's replicas × parallelism), and the per-node process count
+is nprocPerNode / slotsPerWorker or the pod's GPU limit; the world-size check and its hints then hold."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.cli.job import JobRequest, job_as_declared, job_for
+from launcher.importer.build import import_source
+from launcher.importer.report import check_import
+from launcher.pipeline.preset import load_preset
+
+MODEL = ["--num-layers", "32", "--hidden-size", "4096", "--num-attention-heads", "32", "--seq-length", "2048",
+         "--max-position-embeddings", "2048", "--micro-batch-size", "1", "--global-batch-size", "64",
+         "--train-iters", "100", "--lr", "1e-4", "--bf16", "--mock-data", "--tokenizer-type", "NullTokenizer",
+         "--vocab-size", "50257", "--eval-interval", "100", "--eval-iters", "1"]
+
+
+def container(command: list[str], gpus: object = 8) -> dict:
+    limits = {"nvidia.com/gpu": gpus} if gpus is not None else {}
+    return {"name": "trainer", "image": "nvcr.io/nvidia/pytorch:24.05-py3", "command": command,
+            "resources": {"limits": limits}}
+
+
+def pod(command: list[str], gpus: object = 8) -> dict:
+    return {"spec": {"containers": [container(command, gpus)]}}
+
+
+def pytorchjob(master: object, workers: object, command: list[str], nproc: object = None, gpus: object = 8) -> dict:
+    spec: dict = {"pytorchReplicaSpecs": {
+        "Master": {"replicas": master, "template": pod(command, gpus)},
+        "Worker": {"replicas": workers, "template": pod(command, gpus)}}}
+    if nproc is not None:
+        spec["nprocPerNode"] = nproc
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "gpt"}, "spec": spec}
+
+
+def layout_of(manifest: dict | list[dict]) -> dict:
+    docs = manifest if isinstance(manifest, list) else [manifest]
+    text = "---\n".join(yaml.safe_dump(d) for d in docs) if len(docs) > 1 else yaml.safe_dump(docs[0])
+    imported = import_source(text, "job.yaml")
+    return {**{k: imported.launcher.get(k) for k in ("nodes", "gpus_per_node")}, "notes": imported.not_carried,
+            "imported": imported}
+
+
+def torchrun(*layout: str) -> list[str]:
+    return ["torchrun", *layout, "pretrain_gpt.py", "--tensor-model-parallel-size", "8",
+            "--pipeline-model-parallel-size", "4", *MODEL]
+
+
+@pytest.mark.parametrize(("master", "workers", "nproc", "gpus", "expected"), [
+    (1, 3, "8", 8, (4, 8)),  # nprocPerNode as the operator's string
+    (1, 3, None, 8, (4, 8)),  # no nprocPerNode: one rank per GPU of the pod
+    (1, 1, 4, "4", (2, 4)),
+    (1, 0, "auto", 8, (1, 8)),
+])
+def test_a_pytorchjob_counts_master_and_worker_pods_as_nodes(master, workers, nproc, gpus, expected):
+    found = layout_of(pytorchjob(master, workers, torchrun(), nproc, gpus))
+    assert (found["nodes"], found["gpus_per_node"]) == expected
+
+
+def test_the_training_commands_own_counts_win_and_a_disagreement_is_named():
+    found = layout_of(pytorchjob(1, 3, torchrun("--nnodes", "2", "--nproc_per_node", "8"), "8"))
+    assert (found["nodes"], found["gpus_per_node"]) == (2, 8)
+    assert any("the Kubernetes job gives nodes 4, the training command 2" in n for n in found["notes"])
+
+
+def test_a_placeholder_replica_count_is_named_not_guessed():
+    found = layout_of(pytorchjob("${NUM_NODES}", 1, torchrun(), "8"))
+    assert found["nodes"] is None and found["gpus_per_node"] == 8
+    assert any("PyTorchJob Master replicas '${NUM_NODES}': not a count known here" in n for n in found["notes"])
+
+
+def test_an_mpijob_counts_its_workers_not_its_launcher():
+    command = ["mpirun", "-np", "16", "python", "pretrain_gpt.py", "--tensor-model-parallel-size", "8", *MODEL]
+    job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "gpt"},
+           "spec": {"slotsPerWorker": 8, "mpiReplicaSpecs": {
+               "Launcher": {"replicas": 1, "template": pod(command, None)},
+               "Worker": {"replicas": 2, "template": pod(["sleep", "infinity"])}}}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == (2, 8)
+
+
+def test_an_mpijob_total_process_count_is_spread_over_its_worker_pods():
+    command = ["mpirun", "-np", "8", "python", "pretrain_gpt.py", "--tensor-model-parallel-size", "8", *MODEL]
+    job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": "gpt"},
+           "spec": {"slotsPerWorker": 4, "mpiReplicaSpecs": {
+               "Launcher": {"replicas": 1, "template": pod(command, None)},
+               "Worker": {"replicas": 2, "template": pod(["sleep", "infinity"], 4)}}}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == (2, 4)
+
+
+def test_a_jobset_counts_replicas_times_parallelism_of_its_gpu_jobs():
+    gpu_job = {"name": "workers", "replicas": 2, "template": {"spec": {
+        "parallelism": 2, "completions": 2, "template": pod(torchrun("--nproc-per-node", "8"))}}}
+    coordinator = {"name": "coordinator", "replicas": 1, "template": {"spec": {"template": pod(["redis"], None)}}}
+    job = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "gpt"},
+           "spec": {"replicatedJobs": [coordinator, gpu_job]}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == (4, 8)
+
+
+def test_a_multi_document_manifest_reads_the_training_jobs_layout():
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd"}, "spec": {"ports": []}}
+    found = layout_of([service, pytorchjob(1, 3, torchrun(), "8")])
+    assert (found["nodes"], found["gpus_per_node"]) == (4, 8)
+
+
+def test_the_world_size_hint_of_a_manifest_too_small_for_its_layout_holds(tmp_path: Path):
+    # TP 8 · PP 4 needs 32 GPUs; the job has two pods of 8
+    imported = layout_of(pytorchjob(1, 1, torchrun(), "8"))["imported"]
+    preset = tmp_path / "job.yaml"
+    preset.write_text(imported.text)
+    outcome = check_import(imported, preset, job_as_declared)
+    (problem,) = [p for p in outcome.problems if "world size" in p.message]
+    assert "world size 16 = 2 node(s) × 8 GPUs" in problem.message
+    nodes = re.search(r"--nodes (\d+) \(", problem.hint)
+    assert nodes and int(nodes.group(1)) == 4, problem.hint
+    _, after = job_for(load_preset(str(preset)), JobRequest(int(nodes.group(1)), run_dir=False, local=False,
+                                                             judge=True))
+    assert not [p for p in after if "world size" in p.message], [p.render() for p in after]
