@@ -54,9 +54,10 @@ def is_ngc_image(image: str) -> bool:
 def kernels_for(te_setting: str | bool, apex_setting: str | bool, *, slurm: bool = False,
                 container_image: str | None = None, packages: tuple[str, ...] = ()) -> Kernels:
     """What the job's processes will find; `auto` is answered where the job runs, or refused if it cannot be.
-    torchao counts where launcher.packages declares it, or where the kernels are looked up here and it is found."""
+    torchao counts where launcher.packages declares it, or where the kernels are looked up here and it is found, and
+    for a job that runs here whatever decided TE and apex: it is this machine's torchao that the job will import."""
     kernels = _kernels_for(te_setting, apex_setting, slurm=slurm, container_image=container_image)
-    looked_up_here = kernels.how in ("detected", "login node")
+    looked_up_here = kernels.how in ("detected", "login node") or (not slurm and not container_image)
     torchao = FP8_PACKAGE in packages or (looked_up_here and has_module(FP8_PACKAGE))
     return replace(kernels, torchao=torchao)
 

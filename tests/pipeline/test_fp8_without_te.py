@@ -69,7 +69,9 @@ def test_torchao_is_looked_up_where_the_kernels_are(monkeypatch):
     monkeypatch.setattr(kernel_rules, "detect_kernels", lambda: (False, False))
     monkeypatch.setattr(kernel_rules, "has_module", lambda name: name == "torchao")
     assert kernel_rules.kernels_for("auto", "auto").torchao
-    assert not kernel_rules.kernels_for(False, False).torchao  # a declared target: only launcher.packages says
+    assert kernel_rules.kernels_for(False, False).torchao  # the job runs here: this machine's torchao
+    # a declared target elsewhere: only launcher.packages says
+    assert not kernel_rules.kernels_for(False, False, slurm=True).torchao
     monkeypatch.setattr(kernel_rules, "has_module", lambda name: False)
     assert not kernel_rules.kernels_for("auto", "auto").torchao
 
@@ -127,3 +129,12 @@ def test_the_rehearsal_notes_no_missing_kernel_for_a_target_that_only_adds_torch
     resolved = job(["fp8_format=hybrid"])
     megatron, notes = rehearsal.settings_here(resolved)
     assert notes == [] and megatron == resolved.megatron
+
+
+def test_a_job_that_runs_here_uses_this_machines_torchao_however_te_was_decided(monkeypatch):
+    monkeypatch.setattr(kernel_rules, "has_module", lambda name: name == "torchao")
+    assert kernel_rules.kernels_for(False, False).torchao
+    assert not kernel_rules.kernels_for(False, False, container_image="example.org/mine:1").torchao
+    monkeypatch.setattr(kernel_rules, "has_module", lambda name: False)
+    assert not kernel_rules.kernels_for(False, False).torchao
+    assert kernel_rules.kernels_for(False, False, packages=("torchao",)).torchao
