@@ -155,7 +155,12 @@ def test_a_failure_without_a_named_setting_points_to_what_its_stage_depends_on()
     ("175b", ["num_layers_per_virtual_pipeline_stage=3"], "TP 2 · PP 2 (VPP 2) · CP 1 · EP 1 · DP 2",
      "TP 1 · PP 2 (VPP 2)"),
 ], ids=["345m", "175b"])
-def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, overrides, layout, loaded):
+def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, overrides, layout, loaded,
+                                                                      monkeypatch):
+    # a temporary directory of this test's own, so that another test's rehearsal beside it leaves none in it (short:
+    # the ranks' multiprocessing sockets live under it)
+    own = tempfile.mkdtemp(prefix="rh-")
+    monkeypatch.setattr(tempfile, "tempdir", own)
     checkout = megatron_checkout()
     assert checkout is not None
     loaded_preset = load_preset(preset, list(overrides))
@@ -164,6 +169,7 @@ def test_the_presets_rehearse_their_own_layouts_and_reload_at_another(preset, ov
     before = set(Path(tempfile.gettempdir()).glob("megatron-launch-rehearsal-*"))
     result = rehearse_layout(resolved, target_env(resolved))
     assert not set(Path(tempfile.gettempdir()).glob("megatron-launch-rehearsal-*")) - before  # nothing left
+    os.rmdir(own)
     assert result.ok, "\n".join(result.render())
     first = result.render()[0]
     assert first.startswith(f"rehearsed: {layout} on {result.layout.world} CPU process")
