@@ -110,3 +110,17 @@ def test_the_figures_a_note_quotes_are_the_ones_the_benchmarks_record(tmp_path, 
 def test_the_figure_reader_finds_ranges_and_decimals():
     assert figures("one H200: 3.3-3.9 s sooner, +7.1 %, 0.16x, 639.0 -> 680.8 TFLOP/s, ~900 runs") == {
         "3.3", "3.9", "7.1", "0.16", "639.0", "680.8"}
+
+
+def test_every_default_said_in_the_header_is_in_the_docs_table(tmp_path, monkeypatch):
+    docs = BENCHMARKS.read_text()
+    table = docs[docs.index("## Defaults the launcher changes"):]
+    table = table[:table.index("\n## ")]
+    for name in JOBS:
+        job = resolved(name, tmp_path, monkeypatch)
+        names = set(job.environment.chosen) - NOT_DEFAULTS - set(rank_environment())
+        left_open = KERNEL_LINE | run_dir_settings(job) | entry_settings(job) | {"micro_batch_size"}
+        names |= {dest for dest, value in job.added.items()
+                  if dest not in left_open or (dest == "gradient_accumulation_fusion" and value is True)}
+        for default in names:
+            assert f"`{default}" in table, f"{default} is not in docs/benchmarks.md's table of defaults"
