@@ -22,10 +22,11 @@ WITH_TORCHAO = Kernels(False, False, "preset", None, torchao=True)
 NO_BYTECODE = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 JOBS = {
-    "345m": ("345m", [], BARE),
-    "toy": ("toy", [], BARE),
-    "345m, 16 microbatches": ("345m", ["global_batch_size=16", "micro_batch_size=1"], BARE),
-    "345m, fp8 without TE": ("345m", ["fp8_format=hybrid"], WITH_TORCHAO),
+    "345m": ("345m", [], BARE, 1),
+    "345m, 2 GPUs through torchrun": ("345m", [], BARE, 2),
+    "toy": ("toy", [], BARE, 1),
+    "345m, 16 microbatches": ("345m", ["global_batch_size=16", "micro_batch_size=1"], BARE, 1),
+    "345m, fp8 without TE": ("345m", ["fp8_format=hybrid"], WITH_TORCHAO, 1),
 }
 
 # Exported for the job to run at all, not a default that changes what runs: where the launcher's code is.
@@ -39,8 +40,8 @@ KERNEL_LINE = {*kernel_rules.WITHOUT_TE, *kernel_rules.WITHOUT_APEX, *kernel_rul
 
 def resolved(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path / "cache"))
-    preset_name, overrides, kernels = JOBS[name]
-    return resolve(load_preset(preset_name, overrides=overrides), 1, 1, kernels=kernels, run_dir=tmp_path / "run",
+    preset_name, overrides, kernels, gpus = JOBS[name]
+    return resolve(load_preset(preset_name, overrides=overrides), 1, gpus, kernels=kernels, run_dir=tmp_path / "run",
                    inherited_env=NO_BYTECODE)
 
 
@@ -57,7 +58,7 @@ def entry_settings(job) -> set[str]:
 @pytest.mark.parametrize("name", JOBS)
 def test_every_exported_variable_has_a_note_that_names_it_and_how_to_turn_it_off(name, tmp_path, monkeypatch):
     job = resolved(name, tmp_path, monkeypatch)
-    assert job.runner.direct and job.entry == "pretrain_gpt"
+    assert job.entry == "pretrain_gpt" and job.runner.direct == (job.world_size == 1)
     for variable in job.environment.chosen:
         if variable in NOT_DEFAULTS:
             continue
