@@ -1,12 +1,13 @@
 """Benchmark: the shipped 345m preset through `launch` against the best-tuned compiled plain PyTorch, on one GPU.
 
-    python scripts/bench_345m.py [--iters 60] [--parts toy,startup,interleaved,micro,dp2] [--out DIR]
+    python scripts/bench_345m.py [--iters 60] [--parts startup,toy,interleaved,micro,dp2] [--out DIR]
 
-1. toy: `launch toy --gpus-per-node 1` (the one-GPU fallback), wall time from command to summary and its start-up;
-2. startup: where a launch's wall time goes (scripts/startup_timing.py's milestones): `launch 345m --gpus-per-node 1
-   --set train_iters=5 --set log_interval=1` and `launch toy --gpus-per-node 1`, each once to fill the compile
-   caches, then timed --startup-repeats times, interleaved; prints a table of seconds from the command's start to
+1. startup, first (its first launches meet the caches as the command found them): where a launch's wall time
+   goes (scripts/startup_timing.py's milestones): `launch 345m --gpus-per-node 1 --set train_iters=5 --set
+   log_interval=1` and `launch toy --gpus-per-node 1`, each once to fill the compile caches, then timed
+   --startup-repeats times, interleaved; prints a table of seconds from the command's start to
    the run directory, the rank's start, its imports done, Megatron initialized, iteration 1, training done, exit;
+2. toy: `launch toy --gpus-per-node 1` (the one-GPU fallback), wall time from command to summary and its start-up;
 3. interleaved, back to back on the first GPU: the baseline scripts/torch_gpt345m.py (GPT-2 345M in plain
    PyTorch, SDPA flash attention, torch.compile, fused AdamW) at each micro-batch choice for the preset's global
    batch 32 (32 × 1, 16 × 2, 8 × 4), with `launch 345m` runs between them, so drift shows: baseline 32 × 1,
@@ -184,8 +185,8 @@ STARTUP_LAUNCHES = (
 
 def startup_breakdown(gpu: str, out: Path, results: dict, out_file: Path, repeats: int = 2,
                       timeout_s: float = 120.0) -> None:
-    """Each start-up launch once (the first fills the compile caches: its row is the cold figure), then `repeats`
-    rounds of all of them; the breakdown table of every launch, printed and kept in bench.json."""
+    """Each start-up launch once (it fills the compile caches: cold on a fresh machine, since this part runs first),
+    then `repeats` rounds of all of them; the breakdown table of every launch, printed and kept in bench.json."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
     env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
     runs = results["startup"] = []
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--iters", type=int, default=60, help="training iterations of each launch run")
-    parser.add_argument("--parts", default="toy,startup,interleaved,micro,dp2",
+    parser.add_argument("--parts", default="startup,toy,interleaved,micro,dp2",
                         help="which measurements, comma-separated")
     parser.add_argument("--startup-repeats", type=int, default=2, help="timed rounds of the start-up launches")
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="logs, run dirs and bench.json")
@@ -239,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     gpus = gpu_ids()
     if not gpus:
         raise SystemExit("no CUDA GPU visible")
+    if "startup" in parts:
+        startup_breakdown(gpus[0], args.out, results, out_file, args.startup_repeats)
     if "toy" in parts:
         try:
             results["toy_1gpu"] = toy = run_toy(gpus[0], args.out / "runs", args.out / "toy.log")
@@ -249,8 +252,6 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as failure:
             print(f"toy: {failure}", flush=True)
         save(out_file, results)
-    if "startup" in parts:
-        startup_breakdown(gpus[0], args.out, results, out_file, args.startup_repeats)
     if "interleaved" in parts:
         interleaved(gpus[0], args.iters, args.out, results, out_file)
     if "micro" in parts:
