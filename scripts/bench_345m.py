@@ -1,16 +1,21 @@
 """Benchmark: the shipped 345m preset through `launch` against the best-tuned compiled plain PyTorch, on one GPU.
 
-    python scripts/bench_345m.py [--iters 60] [--parts toy,interleaved,micro,dp2] [--out DIR]
+    python scripts/bench_345m.py [--iters 60] [--parts startup,toy,interleaved,micro,dp2] [--out DIR]
 
-1. toy: `launch toy --gpus-per-node 1` (the one-GPU fallback), wall time from command to summary and its start-up;
-2. interleaved, back to back on the first GPU: the baseline scripts/torch_gpt345m.py (GPT-2 345M in plain
+1. startup, first (its first launches meet the caches as the command found them): where a launch's wall time
+   goes (scripts/startup_timing.py's milestones): `launch 345m --gpus-per-node 1 --set train_iters=5 --set
+   log_interval=1` and `launch toy --gpus-per-node 1`, each once to fill the compile caches, then timed
+   --startup-repeats times, interleaved; prints a table of seconds from the command's start to
+   the run directory, the rank's start, its imports done, Megatron initialized, iteration 1, training done, exit;
+2. toy: `launch toy --gpus-per-node 1` (the one-GPU fallback), wall time from command to summary and its start-up;
+3. interleaved, back to back on the first GPU: the baseline scripts/torch_gpt345m.py (GPT-2 345M in plain
    PyTorch, SDPA flash attention, torch.compile, fused AdamW) at each micro-batch choice for the preset's global
    batch 32 (32 × 1, 16 × 2, 8 × 4), with `launch 345m` runs between them, so drift shows: baseline 32 × 1,
    preset, baseline 16 × 2, preset with async_save=false (the synchronous save, for comparison; the save comes
    after the measured iterations), baseline 8 × 4. The ratio is the best preset run over the best baseline;
-3. micro: `launch 345m` at each micro batch of the global batch 32 (32, 16, 8, 4), back to back: the fastest is
+4. micro: `launch 345m` at each micro batch of the global batch 32 (32, 16, 8, 4), back to back: the fastest is
    what `launch plan 345m --measure` must rank first (its trials are shorter);
-4. dp2: `launch 345m` on two GPUs with the global batch doubled to 64 (same micro batch and work per GPU),
+5. dp2: `launch 345m` on two GPUs with the global batch doubled to 64 (same micro batch and work per GPU),
    for the data-parallel scaling efficiency = tokens/s(DP2) / (2 × tokens/s(1 GPU)).
 Prints every figure (throughput, start-up breakdown, blocking save time) and writes bench.json into --out.
 Needs CUDA GPUs, torch, and the Megatron-LM checkout (MEGATRON_LM_PATH or the submodule).
@@ -27,6 +32,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from startup_timing import breakdown_table, time_command  # scripts/, this file's directory
 
 REPO = Path(__file__).resolve().parent.parent
 SETUP_TIMER = re.compile(r"(model-and-optimizer-setup|train/valid/test-data-iterators-setup)"
@@ -167,6 +174,33 @@ def interleaved(gpu: str, iters: int, out: Path, results: dict, out_file: Path) 
         results["preset_1gpu"] = best_preset
 
 
+# The start-up launches (the targets: 345m <= 10 s to iteration 1 and <= 20 s to exit, toy <= 10 s warm), as
+# `launch` arguments; LAUNCH is how the command starts.
+LAUNCH = [sys.executable, "-m", "launcher"]
+STARTUP_LAUNCHES = (
+    ("m345", ["345m", "--gpus-per-node", "1", "--set", "train_iters=5", "--set", "log_interval=1"]),
+    ("toy", ["toy", "--gpus-per-node", "1"]),
+)
+
+
+def startup_breakdown(gpu: str, out: Path, results: dict, out_file: Path, repeats: int = 2,
+                      timeout_s: float = 120.0) -> None:
+    """Each start-up launch once (it fills the compile caches: cold on a fresh machine, since this part runs first),
+    then `repeats` rounds of all of them; the breakdown table of every launch, printed and kept in bench.json."""
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
+    env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
+    runs = results["startup"] = []
+    for round_ in range(repeats + 1):
+        for name, args in STARTUP_LAUNCHES:
+            label = f"{name}-{'first' if round_ == 0 else f'warm{round_}'}"
+            command = [*LAUNCH, *args, "--set", f"run_root={out / 'runs'}"]
+            result = time_command(command, label, out / "startup", timeout_s, env=env)
+            runs.append({**result, "command": "launch " + " ".join(args)})
+            save(out_file, results)
+    print(f"start-up, seconds from the command's start (logs and milestones in {out / 'startup'}):", flush=True)
+    print(breakdown_table(runs), flush=True)
+
+
 MICRO_BATCHES = (32, 16, 8, 4)
 
 
@@ -194,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--iters", type=int, default=60, help="training iterations of each launch run")
-    parser.add_argument("--parts", default="toy,interleaved,micro,dp2", help="which measurements, comma-separated")
+    parser.add_argument("--parts", default="startup,toy,interleaved,micro,dp2",
+                        help="which measurements, comma-separated")
+    parser.add_argument("--startup-repeats", type=int, default=2, help="timed rounds of the start-up launches")
     parser.add_argument("--out", type=Path, default=Path("bench-out"), help="logs, run dirs and bench.json")
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -204,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     gpus = gpu_ids()
     if not gpus:
         raise SystemExit("no CUDA GPU visible")
+    if "startup" in parts:
+        startup_breakdown(gpus[0], args.out, results, out_file, args.startup_repeats)
     if "toy" in parts:
         try:
             results["toy_1gpu"] = toy = run_toy(gpus[0], args.out / "runs", args.out / "toy.log")

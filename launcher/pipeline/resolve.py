@@ -275,8 +275,8 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
             megatron.update(run_args)
             if "tensorboard_log_interval" in run_args:
                 notes = [*notes, f"TensorBoard every {run_args['tensorboard_log_interval']} iterations, the log "
-                         "interval (Megatron's default of 1 waits for the GPU in every step; set "
-                         "tensorboard_log_interval=N to choose)"]
+                         "interval (Megatron's default of 1 waits for the GPU in every step; one H200, 345m, with "
+                         "rerun_mode disabled: +3.7 %); --set tensorboard_log_interval=N to choose"]
         if target.remote and run_dir is not None:
             signal_settings, more_notes, signal_problems = _time_limit_settings(chosen.megatron, megatron)
             megatron.update(signal_settings)
@@ -291,6 +291,8 @@ def resolve_settings(preset: Preset, nodes: int, gpus_per_node: int, *, kernels:
         inherited=dict(os.environ) if inherited_env is None else inherited_env, apex=kernels.apex,
         direct=runner.direct)
     notes = [*notes, *startup.startup_notes({name: environment.exported[name] for name in environment.chosen})]
+    if entry == "pretrain_gpt":
+        notes = [*notes, *kernel_rules.fast_spec_notes(megatron, kernels, environment.get)]
     slurm_port = target.slurm_settings.rdzv_port if target.slurm_settings is not None else None
     job = ResolvedJob(preset=preset, megatron=megatron, layout=_NO_LAYOUT, nodes=nodes, gpus_per_node=gpus_per_node,
                       entry=entry, kernels=kernels, megatron_path=megatron_path, target=target,

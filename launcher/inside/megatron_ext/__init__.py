@@ -31,3 +31,5 @@ FP8_IMPLEMENTATION_WITHOUT_TE = "torchao float8 with dynamic tensorwise scaling"
 FP8_PACKAGE = "torchao"
 FP8_FORMATS_WITHOUT_TE = ("hybrid", "e4m3")
 FP8_RECIPES_WITHOUT_TE = ("delayed", "tensorwise")
+# Each weight cast to FP8 once per optimizer step (float8.py); "0": torchao's own cast in every call.
+FP8_WEIGHT_CACHE_ENV = "MEGATRON_LAUNCH_FP8_WEIGHT_CACHE"

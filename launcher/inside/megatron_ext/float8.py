@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from launcher.inside.megatron_ext import FP8_FORMATS_WITHOUT_TE, FP8_RECIPES_WITHOUT_TE
+from launcher.inside.megatron_ext import FP8_FORMATS_WITHOUT_TE, FP8_RECIPES_WITHOUT_TE, FP8_WEIGHT_CACHE_ENV
 
 
 def torchao_missing() -> str | None:
@@ -100,7 +100,7 @@ def float8_linear(fp8_format: str, emulate: bool = False, granularity: str = "te
 
 # Each weight cast once per optimizer step (the default); "0": torchao's own per-call cast. Measured on one H200 at
 # the 175b layer shape (16 microbatches): 639.0 → 680.8 TFLOP/s, the same losses (docs/fp8-without-te.md).
-WEIGHT_CACHE_ENV = "MEGATRON_LAUNCH_FP8_WEIGHT_CACHE"
+WEIGHT_CACHE_ENV = FP8_WEIGHT_CACHE_ENV
 _STEPS = [0]  # optimizer steps of this process: a step changes the weights
 
 
