@@ -622,6 +622,20 @@ class _Reader:
                 for word in self.fields(child):
                     if word.startswith("-"):
                         continue
+                    name, equals, assigned = word.partition("=")
+                    if equals and NAME.fullmatch(name):  # export "$KEY"="$VALUE": an assignment once expanded
+                        if is_local:
+                            self.make_local(name)
+                        self.shell.scalars[name] = assigned
+                        self.shell.arrays.pop(name, None)
+                        if export or name in self.shell.exports:
+                            self.shell.exports[name] = assigned
+                        self.note_uncertain(name, set(), keep=False)
+                        continue
+                    if equals and unresolved_names(name):
+                        self.reading.skipped.append((self.line(child), f"{keyword} {show(word)}: which variable it "
+                                                     "sets is not known without running the script"))
+                        continue
                     if is_local:
                         self.make_local(word)
                     if export and NAME.fullmatch(word):
@@ -719,8 +733,33 @@ class _Reader:
             self.shell.functions[self.text(name)] = (body, self.src, self.line_offset)
 
     def st_pipeline(self, node: Any) -> None:
+        if self.capture is not None and len(node.named_children) > 1:
+            self.captured_pipeline(node.named_children)
+            return
         for child in node.named_children:  # `torchrun … |& tee log`: each part runs
             self.statement(child)
+
+    def captured_pipeline(self, stages: list[Any]) -> None:
+        """`KEY=$(echo $ARG | cut -f1 -d=)`: what each stage prints is the next one's input, known while every
+        stage's output is (a filter such as `cut` computes it from known input; any other program makes it unknown)."""
+        outer = self.capture
+        assert outer is not None
+        saved_stdin = self.stdin
+        text = saved_stdin
+        try:
+            for stage in stages:
+                self.capture = _Capture()
+                self.stdin = text
+                self.statement(stage)
+                if not self.capture.known:
+                    outer.known = False
+                    outer.why = outer.why or self.capture.why
+                    return
+                text = "".join(self.capture.out)
+            outer.out.append(text or "")
+        finally:
+            self.capture = outer
+            self.stdin = saved_stdin
 
     def st_redirected_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
@@ -1782,7 +1821,9 @@ class _Reader:
                     self.capture.out.append(printed)
                 return
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
-                coreutils.seq(argv[1:]) if program == "seq" else None
+                coreutils.seq(argv[1:]) if program == "seq" else \
+                coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
+                and not unresolved_names(self.stdin) else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)
                 return

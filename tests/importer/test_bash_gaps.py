@@ -562,3 +562,31 @@ def test_a_positional_argument_after_other_text_is_the_argument_given():
         out = subprocess.run(["bash", "-c", code + "\nprintf '%s\\n' $W", "_", "4", "8"], capture_output=True,
                              text=True, timeout=10)
         assert got == out.stdout.splitlines()
+
+
+KEY_VALUE_ARGUMENTS = ('for ARGUMENT in "$@"; do\n  KEY=$(echo $ARGUMENT | cut -f1 -d=)\n'
+                       '  VALUE="${ARGUMENT:${#KEY}+1}"\n  export "$KEY"="$VALUE"\ndone\n')
+
+
+@pytest.mark.parametrize("code", [
+    'W=$(echo "a:b:c" | cut -d: -f2-)',
+    'W=$(printf "x=1\\ny=2\\n" | cut -f1 -d=)',
+    'W=$(echo "abcdef" | cut -c2,4-5)',
+    'W=$(echo "a,b" | cut -d, -f1,2 --output-delimiter=+)',
+    'W=$(echo "nodelim" | cut -d: -f2)$(echo "nodelim" | cut -s -d: -f2)',
+])
+def test_cut_of_known_input_is_computed(code):
+    assert words(code) == bash_words(code)
+
+
+@pytest.mark.parametrize("args", [["TP_SIZE=2", "PP_SIZE=4"], ["TP_SIZE=2=3"], ["TP_SIZE"], []])
+def test_key_value_arguments_exported_by_a_computed_name(args):
+    # `bash script.sh TP_SIZE=2 …`: each argument becomes the variable it names
+    code = KEY_VALUE_ARGUMENTS + 'W="${TP_SIZE-unset} ${PP_SIZE-unset}"'
+    out = subprocess.run(["bash", "-c", code + "\nprintf '%s\\n' $W", "bash", *args], capture_output=True, text=True)
+    assert words(code, *args) == out.stdout.splitlines()
+
+
+def test_an_export_whose_name_is_not_known_is_named():
+    reading = read_script('export "$1"=4\ntorchrun pretrain_gpt.py --num-layers $N\n', [])
+    assert any("which variable it sets is not known" in why for _, why in reading.skipped), reading.skipped
