@@ -71,8 +71,8 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_as
         apart.append(f"{len(theirs.repeated)} given more than once, the last value carried as argparse takes it "
                      f"({', '.join(dict.fromkeys(w.partition('=')[0] for w in theirs.repeated))})")
     if aside:
-        apart.append(f"{len(aside)} not carried: only data, checkpoint or logging flags in every branch "
-                     f"({', '.join(map(comment_text, aside))})")
+        apart.append(f"{len(aside)} not carried: data, checkpoint or logging values not known without running the "
+                     f"script ({', '.join(map(comment_text, aside))})")
     return out, lost, apart
 
 

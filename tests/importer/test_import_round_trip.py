@@ -282,3 +282,20 @@ def test_megatron_deepspeeds_token_schedule_is_lost_with_the_samples_to_give():
     found = lost("--train-tokens 300000000000 --lr-decay-tokens 260000000000 --lr-warmup-tokens 375000000")
     assert len(found) == 3 and all("Megatron-DeepSpeed" in n for n in found)
     assert any("lr_decay_samples=TOKENS÷seq_length" in n for n in found)
+
+
+@pytest.mark.parametrize("extra", ["--save-interval $SI", "--log-interval $LI", "--eval-iters $EI"])
+def test_a_data_checkpoint_or_logging_value_not_known_is_not_carried_and_not_lost(extra):
+    # an integer flag whose value the script decides at run time: the import leaves it to the user, and the round
+    # trip, which reads the script's words again, does not count it as lost either
+    imported = import_source('SI=${SAVE_INTERVAL:-$1}\nLI=$2\nEI=$3\n' + BASE + extra, "train.sh")
+    assert imported.lost == []
+    flag = extra.split()[0]
+    assert any(note.startswith(flag) and "not known" in note for note in imported.not_carried)
+    _, lost_words, apart = round_trip(imported.script_args, [], set(), imported.set_aside)
+    assert lost_words == [] and any(flag in a for a in apart)
+
+
+def test_a_model_value_not_known_is_still_lost():
+    imported = import_source('N=$1\n' + BASE + "--ffn-hidden-size $N", "train.sh")
+    assert any(line.startswith("--ffn-hidden-size") for line in imported.lost)
