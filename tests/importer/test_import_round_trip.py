@@ -299,3 +299,11 @@ def test_a_data_checkpoint_or_logging_value_not_known_is_not_carried_and_not_los
 def test_a_model_value_not_known_is_still_lost():
     imported = import_source('N=$1\n' + BASE + "--ffn-hidden-size $N", "train.sh")
     assert any(line.startswith("--ffn-hidden-size") for line in imported.lost)
+
+
+def test_an_unknown_word_after_a_logging_list_may_be_flags_and_is_lost():
+    # `--profile-ranks 0 1 $EXTRA`: argparse gives the list what follows unless it is a flag, which $EXTRA may be
+    imported = import_source('EXTRA=$1\n' + BASE + "--profile-ranks 0 1 $EXTRA", "train.sh")
+    _, lost_words, _ = round_trip(imported.script_args, [], set(), imported.set_aside)
+    assert any(word.startswith("--profile-ranks") for word in lost_words), lost_words
+    assert "\\x00" not in " ".join(lost_words) and "$EXTRA is not known" in " ".join(lost_words)
