@@ -19,6 +19,7 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -353,6 +354,9 @@ class _Reader:
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
+        # what the string being run by eval, bash -c or a remote shell depends on: each command read from it may
+        # carry the flags those constructs give (they are added to its ScriptCommand.absent)
+        self.through: tuple[Undecided, ...] = ()
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
@@ -1768,7 +1772,8 @@ class _Reader:
                 self.reading.skipped.append((self.line(node), f"not run: {why}"))
             return
         if program == "eval":
-            self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
+            with self.run_through(depends):
+                self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
         if program == "exit":
             raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
@@ -1845,7 +1850,8 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
-                self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+                with self.run_through(depends):
+                    self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
             finally:
@@ -1857,7 +1863,8 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
-                self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
+                with self.run_through(depends):
+                    self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
             finally:
@@ -1868,7 +1875,7 @@ class _Reader:
         if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
-                                                   self.absent))
+                                                   tuple(dict.fromkeys((*self.absent, *self.through)))))
 
     def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
         """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
@@ -1998,6 +2005,18 @@ class _Reader:
                 self.set_positional(saved_positional or [])
                 if saved_positional is None:
                     self.shell.scalars.pop("#", None)
+
+    @contextlib.contextmanager
+    def run_through(self, depends: dict[int, tuple[Undecided, ...]]) -> Iterator[None]:
+        """While a command string is read (`eval $run_cmd`): the constructs its words depend on
+        (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
+        command read from it, whose words no longer say which variable they came from."""
+        saved = self.through
+        self.through = tuple(dict.fromkeys((*saved, *(u for needs in depends.values() for u in needs))))
+        try:
+            yield
+        finally:
+            self.through = saved
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -2781,12 +2800,13 @@ def _set_state(shell: Shell, name: str, state: tuple[Any, ...]) -> None:
 
 
 def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bool:
-    """Every possible value is the one before with something added at its end (or unchanged)."""
+    """Every possible value is the one before with something added at its end (or unchanged); a string may have it
+    added before it instead (`CMD="nsys profile … $CMD"`: a wrapper around the command)."""
     scalar, array, _ = before
     if array is not None:
         return all(s[1] is not None and s[1][:len(array)] == array for s in states)
     if scalar is not None and scalar != _unknown_like(scalar):
-        added = [s[0][len(scalar):] for s in states if s[0] is not None and s[0].startswith(scalar)]
+        added = [a for s in states if (a := _added_to(scalar, s[0])) is not None]
         # what a branch adds to a string is words of a command (EXTRA="$EXTRA --wandb-project x"), not a value
         # set where it was empty (NODE_RANK="" … NODE_RANK=$i: a rank, decided at run time)
         return len(added) == len(states) and (scalar != "" or all(
@@ -2800,7 +2820,7 @@ def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], f
     (`--wandb-exp-name $EXP-$SLURM_JOB_ID`), not words that may be flags themselves (`--$key`, `$EXTRA`)."""
     scalar, array, _ = before
     for state in states:
-        added = list(state[1][len(array):]) if array is not None else (state[0] or "")[len(scalar or ""):].split()
+        added = list(state[1][len(array):]) if array is not None else (_added_to(scalar or "", state[0]) or "").split()
         after_flag = False
         for word in added:
             if word.startswith("--"):
@@ -2812,6 +2832,18 @@ def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], f
                 return False
             after_flag = False
     return True
+
+
+def _added_to(before: str, value: str | None) -> str | None:
+    """What a branch put at the end of a string, or before it where a blank parts the two (a word of its own, such
+    as a wrapper's); None when the string was changed otherwise."""
+    if value is None:
+        return None
+    if value.startswith(before):
+        return value[len(before):]
+    if before and value.endswith(before) and value[:-len(before)][-1:].isspace():
+        return value[:-len(before)]
+    return None
 
 
 def _unknown_like(value: str) -> str:

@@ -307,3 +307,29 @@ def test_an_unknown_word_after_a_logging_list_may_be_flags_and_is_lost():
     _, lost_words, _ = round_trip(imported.script_args, [], set(), imported.set_aside)
     assert any(word.startswith("--profile-ranks") for word in lost_words), lost_words
     assert "\\x00" not in " ".join(lost_words) and "$EXTRA is not known" in " ".join(lost_words)
+
+
+RUN = ("torchrun --nproc_per_node 1 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+       "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --lr 1e-4 "
+       "--train-iters 10 --mock-data --tokenizer-type NullTokenizer --vocab-size 1024")
+FP16_IF_ASKED = 'OPTS="--eval-iters 1"\nif [ -z "$FP32" ]; then\n  OPTS="$OPTS --fp16"\nfi\n'
+
+
+@pytest.mark.parametrize("run", [
+    f'CMD="{RUN} $OPTS"\neval $CMD',
+    f'CMD="{RUN} $OPTS"\nbash -c "$CMD"',
+    f'CMD="{RUN} $OPTS"\nsrun bash -c "$CMD"',
+    f'CMD="{RUN} $OPTS"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile -o prof $CMD"\nfi\neval $CMD',
+])
+def test_a_flag_an_undecided_branch_adds_stays_named_through_a_command_string(run):
+    # the string a shell runs again says no longer which variable --fp16 came from: the branch is still named
+    imported = import_source(FP16_IF_ASKED + run, "train.sh")
+    assert imported.settings.get("num_layers") == 2
+    assert any("decides --fp16" in line for line in imported.lost), imported.lost
+
+
+def test_a_wrapper_an_undecided_branch_puts_before_the_command_string_keeps_the_command():
+    # `CMD="nsys profile … $CMD"` under `if [ -n "$PROFILED" ]`: the training command is the same either way
+    imported = import_source(f'CMD="{RUN}"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile -o prof $CMD"\nfi\n'
+                             'eval $CMD', "train.sh")
+    assert imported.settings.get("num_layers") == 2 and imported.lost == []
