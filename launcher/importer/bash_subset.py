@@ -50,6 +50,7 @@ MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
+ENTRY_WORD = re.compile(r"\.py$")  # the script a runner starts: what follows it are its own flags
 WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
 DEFAULT_IFS = " \t\n"
 
@@ -117,6 +118,11 @@ class Undecided:
     # every variable it decides was only added to, with flags its text names (`CMD="$CMD --wandb-project p"`): of the
     # words read from them, only those flags depend on it, not what the variables held before
     appends: bool = field(default=False, compare=False)
+    # flags of no release the pin knows (a fork's) that its branches may put among the training command's own flags
+    # (set by training_command.undecided_for): each decides what the run is, as such a flag written there would
+    unknown_flags: tuple[str, ...] = field(default=(), compare=False)
+    # flags its branches put before what a variable held (`CMD="nsys profile --output p $CMD"`): a wrapper's
+    wraps: tuple[str, ...] = field(default=(), compare=False)
 
     def describe(self) -> str:
         out = f"line {self.line}: {self.what}: cannot be decided without running the script"
@@ -141,6 +147,9 @@ class ScriptCommand:
     outer: list[str] = field(default_factory=list)
     # undecided branches behind words that expanded to nothing here (`$EXTRA`, which a branch may fill with flags)
     absent: tuple[Undecided, ...] = ()
+    # undecided branches behind the training flags of a command string it was read from (`eval $CMD`, where the
+    # words after the entry script depended on them)
+    among_flags: tuple[Undecided, ...] = ()
 
 
 @dataclass
@@ -357,6 +366,7 @@ class _Reader:
         # what the string being run by eval, bash -c or a remote shell depends on: each command read from it may
         # carry the flags those constructs give (they are added to its ScriptCommand.absent)
         self.through: tuple[Undecided, ...] = ()
+        self.through_flags: tuple[Undecided, ...] = ()  # of those, what decides the words after its entry script
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
@@ -1245,7 +1255,15 @@ class _Reader:
                        if not _only_appended(_state_of(base, n), [_state_of(s, n) for s in outcomes]))
         appends = bool(differing) and not values and all(
             _added_flags_named(_state_of(base, n), [_state_of(s, n) for s in outcomes], set(flags)) for n in differing)
-        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends)
+        wraps: set[str] = set()
+        for n in differing:
+            held = _state_of(base, n)[0]
+            for s in outcomes:
+                value = _state_of(s, n)[0]
+                if held and value and not value.startswith(held) and _added_to(held, value) is not None:
+                    wraps.update(FLAG.findall(value[:-len(held)]))
+        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends,
+                            wraps=tuple(sorted(wraps)))
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
@@ -1772,7 +1790,7 @@ class _Reader:
                 self.reading.skipped.append((self.line(node), f"not run: {why}"))
             return
         if program == "eval":
-            with self.run_through(depends):
+            with self.run_through(depends, argv):
                 self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
         if program == "exit":
@@ -1875,7 +1893,8 @@ class _Reader:
         if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
-                                                   tuple(dict.fromkeys((*self.absent, *self.through)))))
+                                                   tuple(dict.fromkeys((*self.absent, *self.through))),
+                                                   self.through_flags))
 
     def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
         """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
@@ -2007,16 +2026,19 @@ class _Reader:
                     self.shell.scalars.pop("#", None)
 
     @contextlib.contextmanager
-    def run_through(self, depends: dict[int, tuple[Undecided, ...]]) -> Iterator[None]:
+    def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = ()) -> Iterator[None]:
         """While a command string is read (`eval $run_cmd`): the constructs its words depend on
         (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
         command read from it, whose words no longer say which variable they came from."""
-        saved = self.through
-        self.through = tuple(dict.fromkeys((*saved, *(u for needs in depends.values() for u in needs))))
+        saved = self.through, self.through_flags
+        self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
+        entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
+        self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items() if k > entry
+                                                               for u in needs))))
         try:
             yield
         finally:
-            self.through = saved
+            self.through, self.through_flags = saved
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An

@@ -333,3 +333,36 @@ def test_a_wrapper_an_undecided_branch_puts_before_the_command_string_keeps_the_
     imported = import_source(f'CMD="{RUN}"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile -o prof $CMD"\nfi\n'
                              'eval $CMD', "train.sh")
     assert imported.settings.get("num_layers") == 2 and imported.lost == []
+    nsys = import_source(f'CMD="{RUN}"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile --output prof $CMD"\nfi\n'
+                         'eval $CMD', "train.sh")
+    assert nsys.lost == [], nsys.lost
+
+
+@pytest.mark.parametrize(("added", "is_lost"), [
+    ("--enable-zero-bubble", True),  # a fork's flag: lost where the script writes it, so also where a branch may
+    ("--zero-bubble-max-pending-backward 4", True),
+    ("--wandb-project p", False),  # harmless by its name
+    ("--log-interval 5", False),  # the pin's, of the logging section
+])
+def test_a_foreign_flag_an_undecided_branch_may_add_to_the_training_flags_is_lost(added, is_lost):
+    script = f'OPTS="--eval-iters 1"\nif [ -n "$ZB" ]; then\n  OPTS="$OPTS {added}"\nfi\n{RUN} $OPTS\n'
+    imported = import_source(script, "train.sh")
+    flag = added.split()[0]
+    assert any(f"decides {flag}" in line for line in imported.lost) == is_lost, imported.lost
+
+
+def test_a_runner_option_the_same_branch_sets_is_not_a_foreign_flag():
+    script = ('OPTS="--eval-iters 1"\nDIST="--nproc_per_node 1"\nif [ -n "$SLURM_JOB_ID" ]; then\n'
+              '  DIST="$DIST --node_rank $SLURM_NODEID"\n  OPTS="$OPTS --log-interval 5"\nfi\n'
+              + RUN.replace("--nproc_per_node 1", "$DIST") + " $OPTS\n")
+    assert import_source(script, "train.sh").lost == []
+
+
+def test_a_foreign_flag_an_undecided_branch_may_add_is_lost_through_eval_too():
+    script = (f'OPTS="--eval-iters 1"\nif [ -n "$ZB" ]; then\n  OPTS="$OPTS --enable-zero-bubble"\nfi\n'
+              'DIST="--nproc_per_node 1"\nif [ -n "$SLURM_JOB_ID" ]; then\n'
+              '  DIST="$DIST --node_rank $SLURM_NODEID"\nfi\n'
+              f'CMD="{RUN.replace("--nproc_per_node 1", "$DIST")} $OPTS"\neval $CMD\n')
+    lost = import_source(script, "train.sh").lost
+    assert any("decides --enable-zero-bubble" in line for line in lost), lost
+    assert not any("node_rank" in line for line in lost), lost
