@@ -590,3 +590,14 @@ def test_key_value_arguments_exported_by_a_computed_name(args):
 def test_an_export_whose_name_is_not_known_is_named():
     reading = read_script('export "$1"=4\ntorchrun pretrain_gpt.py --num-layers $N\n', [])
     assert any("which variable it sets is not known" in why for _, why in reading.skipped), reading.skipped
+
+
+@pytest.mark.parametrize("runner", ["python3 run.py --include localhost:0,1,2,3", "python -u my_launcher.py --np 4",
+                                    "srun -N 2 --ntasks-per-node 1 python launch.py --gpus 8"])
+def test_a_launcher_script_python_runs_before_the_entry_is_no_single_process(runner):
+    # `python3 run.py … pretrain_gpt.py`: run.py starts the processes, as many as it decides, not python once
+    imported = import_source(f"{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.settings["num_layers"] == 2
+    assert "gpus_per_node" not in imported.launcher
+    notes = " ".join(imported.not_carried)
+    assert "a launcher program the import does not read" in notes and "with python directly" not in notes
