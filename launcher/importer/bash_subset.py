@@ -19,6 +19,7 @@ Work is bounded: input size, value length, evaluation steps, loop iterations and
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -49,6 +50,7 @@ MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
+ENTRY_WORD = re.compile(r"\.py$")  # the script a runner starts: what follows it are its own flags
 WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
 DEFAULT_IFS = " \t\n"
 
@@ -116,6 +118,11 @@ class Undecided:
     # every variable it decides was only added to, with flags its text names (`CMD="$CMD --wandb-project p"`): of the
     # words read from them, only those flags depend on it, not what the variables held before
     appends: bool = field(default=False, compare=False)
+    # flags of no release the pin knows (a fork's) that its branches may put among the training command's own flags
+    # (set by training_command.undecided_for): each decides what the run is, as such a flag written there would
+    unknown_flags: tuple[str, ...] = field(default=(), compare=False)
+    # flags its branches put before what a variable held (`CMD="nsys profile --output p $CMD"`): a wrapper's
+    wraps: tuple[str, ...] = field(default=(), compare=False)
 
     def describe(self) -> str:
         out = f"line {self.line}: {self.what}: cannot be decided without running the script"
@@ -140,6 +147,9 @@ class ScriptCommand:
     outer: list[str] = field(default_factory=list)
     # undecided branches behind words that expanded to nothing here (`$EXTRA`, which a branch may fill with flags)
     absent: tuple[Undecided, ...] = ()
+    # undecided branches behind the training flags of a command string it was read from (`eval $CMD`, where the
+    # words after the entry script depended on them)
+    among_flags: tuple[Undecided, ...] = ()
 
 
 @dataclass
@@ -353,6 +363,10 @@ class _Reader:
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
+        # what the string being run by eval, bash -c or a remote shell depends on: each command read from it may
+        # carry the flags those constructs give (they are added to its ScriptCommand.absent)
+        self.through: tuple[Undecided, ...] = ()
+        self.through_flags: tuple[Undecided, ...] = ()  # of those, what decides the words after its entry script
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
@@ -622,6 +636,20 @@ class _Reader:
                 for word in self.fields(child):
                     if word.startswith("-"):
                         continue
+                    name, equals, assigned = word.partition("=")
+                    if equals and NAME.fullmatch(name):  # export "$KEY"="$VALUE": an assignment once expanded
+                        if is_local:
+                            self.make_local(name)
+                        self.shell.scalars[name] = assigned
+                        self.shell.arrays.pop(name, None)
+                        if export or name in self.shell.exports:
+                            self.shell.exports[name] = assigned
+                        self.note_uncertain(name, set(), keep=False)
+                        continue
+                    if equals and unresolved_names(name):
+                        self.reading.skipped.append((self.line(child), f"{keyword} {show(word)}: which variable it "
+                                                     "sets is not known without running the script"))
+                        continue
                     if is_local:
                         self.make_local(word)
                     if export and NAME.fullmatch(word):
@@ -719,8 +747,33 @@ class _Reader:
             self.shell.functions[self.text(name)] = (body, self.src, self.line_offset)
 
     def st_pipeline(self, node: Any) -> None:
+        if self.capture is not None and len(node.named_children) > 1:
+            self.captured_pipeline(node.named_children)
+            return
         for child in node.named_children:  # `torchrun … |& tee log`: each part runs
             self.statement(child)
+
+    def captured_pipeline(self, stages: list[Any]) -> None:
+        """`KEY=$(echo $ARG | cut -f1 -d=)`: what each stage prints is the next one's input, known while every
+        stage's output is (a filter such as `cut` computes it from known input; any other program makes it unknown)."""
+        outer = self.capture
+        assert outer is not None
+        saved_stdin = self.stdin
+        text = saved_stdin
+        try:
+            for stage in stages:
+                self.capture = _Capture()
+                self.stdin = text
+                self.statement(stage)
+                if not self.capture.known:
+                    outer.known = False
+                    outer.why = outer.why or self.capture.why
+                    return
+                text = "".join(self.capture.out)
+            outer.out.append(text or "")
+        finally:
+            self.capture = outer
+            self.stdin = saved_stdin
 
     def st_redirected_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
@@ -1202,7 +1255,15 @@ class _Reader:
                        if not _only_appended(_state_of(base, n), [_state_of(s, n) for s in outcomes]))
         appends = bool(differing) and not values and all(
             _added_flags_named(_state_of(base, n), [_state_of(s, n) for s in outcomes], set(flags)) for n in differing)
-        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends)
+        wraps: set[str] = set()
+        for n in differing:
+            held = _state_of(base, n)[0]
+            for s in outcomes:
+                value = _state_of(s, n)[0]
+                if held and value and not value.startswith(held) and _added_to(held, value) is not None:
+                    wraps.update(FLAG.findall(value[:-len(held)]))
+        decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends,
+                            wraps=tuple(sorted(wraps)))
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
@@ -1729,7 +1790,8 @@ class _Reader:
                 self.reading.skipped.append((self.line(node), f"not run: {why}"))
             return
         if program == "eval":
-            self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
+            with self.run_through(depends, argv):
+                self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
         if program == "exit":
             raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
@@ -1782,7 +1844,9 @@ class _Reader:
                     self.capture.out.append(printed)
                 return
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
-                coreutils.seq(argv[1:]) if program == "seq" else None
+                coreutils.seq(argv[1:]) if program == "seq" else \
+                coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
+                and not unresolved_names(self.stdin) else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)
                 return
@@ -1804,7 +1868,8 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
-                self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+                with self.run_through(depends):
+                    self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
             finally:
@@ -1816,7 +1881,8 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
-                self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
+                with self.run_through(depends):
+                    self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
             finally:
@@ -1827,7 +1893,8 @@ class _Reader:
         if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
-                                                   self.absent))
+                                                   tuple(dict.fromkeys((*self.absent, *self.through))),
+                                                   self.through_flags))
 
     def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
         """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
@@ -1957,6 +2024,21 @@ class _Reader:
                 self.set_positional(saved_positional or [])
                 if saved_positional is None:
                     self.shell.scalars.pop("#", None)
+
+    @contextlib.contextmanager
+    def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = ()) -> Iterator[None]:
+        """While a command string is read (`eval $run_cmd`): the constructs its words depend on
+        (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
+        command read from it, whose words no longer say which variable they came from."""
+        saved = self.through, self.through_flags
+        self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
+        entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
+        self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items() if k > entry
+                                                               for u in needs))))
+        try:
+            yield
+        finally:
+            self.through, self.through_flags = saved
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -2740,12 +2822,13 @@ def _set_state(shell: Shell, name: str, state: tuple[Any, ...]) -> None:
 
 
 def _only_appended(before: tuple[Any, ...], states: list[tuple[Any, ...]]) -> bool:
-    """Every possible value is the one before with something added at its end (or unchanged)."""
+    """Every possible value is the one before with something added at its end (or unchanged); a string may have it
+    added before it instead (`CMD="nsys profile … $CMD"`: a wrapper around the command)."""
     scalar, array, _ = before
     if array is not None:
         return all(s[1] is not None and s[1][:len(array)] == array for s in states)
     if scalar is not None and scalar != _unknown_like(scalar):
-        added = [s[0][len(scalar):] for s in states if s[0] is not None and s[0].startswith(scalar)]
+        added = [a for s in states if (a := _added_to(scalar, s[0])) is not None]
         # what a branch adds to a string is words of a command (EXTRA="$EXTRA --wandb-project x"), not a value
         # set where it was empty (NODE_RANK="" … NODE_RANK=$i: a rank, decided at run time)
         return len(added) == len(states) and (scalar != "" or all(
@@ -2759,7 +2842,7 @@ def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], f
     (`--wandb-exp-name $EXP-$SLURM_JOB_ID`), not words that may be flags themselves (`--$key`, `$EXTRA`)."""
     scalar, array, _ = before
     for state in states:
-        added = list(state[1][len(array):]) if array is not None else (state[0] or "")[len(scalar or ""):].split()
+        added = list(state[1][len(array):]) if array is not None else (_added_to(scalar or "", state[0]) or "").split()
         after_flag = False
         for word in added:
             if word.startswith("--"):
@@ -2771,6 +2854,18 @@ def _added_flags_named(before: tuple[Any, ...], states: list[tuple[Any, ...]], f
                 return False
             after_flag = False
     return True
+
+
+def _added_to(before: str, value: str | None) -> str | None:
+    """What a branch put at the end of a string, or before it where a blank parts the two (a word of its own, such
+    as a wrapper's); None when the string was changed otherwise."""
+    if value is None:
+        return None
+    if value.startswith(before):
+        return value[len(before):]
+    if before and value.endswith(before) and value[:-len(before)][-1:].isspace():
+        return value[:-len(before)]
+    return None
 
 
 def _unknown_like(value: str) -> str:

@@ -453,6 +453,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         named = ", ".join(n if n.startswith("$") else "$" + n for n in missing)  # $((…)) is said as written
         unknown = f"{w.text}: {named} is not known without running the script"
         if arg is not None and section_of(arg.dest) in ("data", "checkpoint", "logging"):
+            if not arg.takes_list and len(w.words) == 2:
+                # `--save-interval $SI`: the unknown word is the flag's one value, so the round trip, which reads
+                # the word again, leaves it out too; after a list's values (`--profile-ranks 0 1 $EXTRA`) an unknown
+                # word may be flags of its own, which the round trip still names
+                set_aside.append(w.text)
             notes.append(_comment(unknown))
         elif arg is None and _only_harmless_flags(missing, source.alternatives):
             set_aside.append(w.text)

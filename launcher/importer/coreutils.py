@@ -1,9 +1,11 @@
-r"""What `expr` and `seq` print for known words (`GBS=$(expr $MBS \* $GPUS)`, `for i in $(seq 1 4)`), the way GNU
-coreutils computes it; None where it is not computed here (an error, an operator not read, a count too large)."""
+r"""What `expr` and `seq` print for known words (`GBS=$(expr $MBS \* $GPUS)`, `for i in $(seq 1 4)`), and `cut` of
+known input (`KEY=$(echo $ARG | cut -f1 -d=)`), the way GNU coreutils
+computes it; None where it is not computed here (an error, an operator not read, a count too large)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 INTEGER = re.compile(r"-?[0-9]+")
 MAX_SEQ = 10_000  # numbers `seq` may print here
@@ -107,3 +109,79 @@ def seq(args: list[str]) -> str | None:
         return None
     values = [str(first + k * step) for k in range(count)]
     return separator.join(values) + "\n" if values else ""
+
+
+def cut(args: list[str], text: str) -> str | None:
+    """cut(1) of fields or characters of known input: -d DELIM -f LIST [-s] [--output-delimiter S], -c LIST.
+    A file operand or another option: None (not read here)."""
+    delimiter, fields, chars, only_delimited, joiner = "\t", None, None, False, None
+    words = list(args)
+    while words:
+        word = words.pop(0)
+        value: str | None = None
+        for short, long in (("-d", "--delimiter"), ("-f", "--fields"), ("-c", "--characters"),
+                            (None, "--output-delimiter")):
+            if word == short or word == long:
+                if not words:
+                    return None
+                value = words.pop(0)
+            elif short is not None and word.startswith(short) and len(word) > 2:
+                value = word[2:]
+            elif word.startswith(long + "="):
+                value = word[len(long) + 1:]
+            if value is not None:
+                if short == "-d":
+                    if len(value) != 1:
+                        return None
+                    delimiter = value
+                elif short == "-f":
+                    fields = value
+                elif short == "-c":
+                    chars = value
+                else:
+                    joiner = value
+                break
+        if value is not None:
+            continue
+        if word in ("-s", "--only-delimited"):
+            only_delimited = True
+        else:
+            return None  # a file, -b, --complement …
+    if (fields is None) == (chars is None):
+        return None
+    selected = _ranges(fields if fields is not None else chars or "")
+    if selected is None:
+        return None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    out = []
+    for line in lines:
+        if chars is not None:
+            out.append("".join(c for k, c in enumerate(line, 1) if selected(k)))
+        elif delimiter not in line:
+            if not only_delimited:
+                out.append(line)
+        else:
+            parts = line.split(delimiter)
+            out.append((delimiter if joiner is None else joiner).join(
+                p for k, p in enumerate(parts, 1) if selected(k)))
+    return "".join(line + "\n" for line in out)
+
+
+def _ranges(spec: str) -> Callable[[int], bool] | None:
+    """cut's LIST: N, N-M, N-, -M, separated by commas; positions count from 1."""
+    spans: list[tuple[int, int]] = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d*)-(\d*)|(\d+)", part)
+        if match is None or part == "-":
+            return None
+        if match.group(3) is not None:
+            low = high = int(match.group(3))
+        else:
+            low = int(match.group(1) or 1)
+            high = int(match.group(2)) if match.group(2) else 1 << 62
+        if low < 1 or high < low:
+            return None
+        spans.append((low, high))
+    return lambda k: any(low <= k <= high for low, high in spans)

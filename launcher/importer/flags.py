@@ -448,7 +448,21 @@ class Launch:
         """pretrain_gpt.py starts once per process of the job launcher (srun, mpirun): by python directly, or by a
         launch script that runs python with the arguments it is given."""
         program = self.runner[0].rsplit("/", 1)[-1] if self.runner else ""
-        return program.startswith("python") and "-m" not in self.runner or self.via_program
+        return program.startswith("python") and "-m" not in self.runner and not self.python_launcher() \
+            or self.via_program
+
+    def python_launcher(self) -> str:
+        """The launcher of the script's own that python runs before the entry (`python3 run.py --include
+        localhost:0,1 pretrain_gpt.py …`, Ascend's DeepSpeed-style run.py): it starts the processes, as many as it
+        decides; "" where python runs the entry itself."""
+        if not self.runner or not self.runner[0].rsplit("/", 1)[-1].startswith("python"):
+            return ""
+        for word in self.runner[1:]:
+            if word == "-m":
+                return ""  # python -m torch.distributed.run: read as the runner it is
+            if not word.startswith("-"):
+                return word if word.endswith(".py") else ""
+        return ""
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -508,6 +522,11 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append(f"{argv[at - 1]} is given {argv[at]}: a program the import does not read, taken as a "
                               "launch script that runs `python " + argv[at] + " ARGS` once per task")
     launch.env = wrapper_env(launch.wrapper)
+    if launch.python_launcher():
+        launch.dropped.append(f"runs {launch.python_launcher()}, a launcher program the import does not read, which "
+                              "starts pretrain_gpt.py itself: how many processes it starts is not known here; give "
+                              "the preset's gpus_per_node and nodes (its options are not carried)")
+        return launch
     if launch.wrapper:
         launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import Problem
+from launcher.importer.bash_subset import unresolved_names
 from launcher.importer.build import Imported, comment_text
 from launcher.importer.flags import read_flags
 from launcher.megatron import args as megatron_args
@@ -37,6 +38,14 @@ def preset_argv(job: Any, problems: list[Problem]) -> tuple[list[str], dict[str,
     return script_args(job.megatron), dict(job.added), None if problems else job, problems
 
 
+def _why_lost(words: list[str], why: str) -> str:
+    """A word the script decides at run time is said by its variable, never by the reader's marker."""
+    names = list(dict.fromkeys(n for word in words for n in unresolved_names(word)))
+    if not names:
+        return why
+    return ", ".join(n if n.startswith("$") else "$" + n for n in names) + " is not known without running the script"
+
+
 def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_aside: Sequence[str] = ()
                ) -> tuple[list[str], list[str], list[str]]:
     """(differences, lost words, what differs on purpose) between the script's Megatron words and the preset's
@@ -45,7 +54,7 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_as
     launcher adds or the import replaced on purpose; `set_aside`: words of the script the import left out on purpose
     (Imported.set_aside)."""
     ours, theirs = read_flags(argv), read_flags(source_args)
-    lost = [f"{w.text}: {w.why}" for w in theirs.of_kind("lost") if w.text not in set_aside]
+    lost = [f"{w.text}: {_why_lost(w.words, w.why)}" for w in theirs.of_kind("lost") if w.text not in set_aside]
     aside = [w.text for w in theirs.of_kind("lost") if w.text in set_aside]
     out = []
     catalog = megatron_args.catalog()
@@ -71,8 +80,8 @@ def round_trip(source_args: list[str], argv: list[str], ignore: set[str], set_as
         apart.append(f"{len(theirs.repeated)} given more than once, the last value carried as argparse takes it "
                      f"({', '.join(dict.fromkeys(w.partition('=')[0] for w in theirs.repeated))})")
     if aside:
-        apart.append(f"{len(aside)} not carried: only data, checkpoint or logging flags in every branch "
-                     f"({', '.join(map(comment_text, aside))})")
+        apart.append(f"{len(aside)} not carried: data, checkpoint or logging values not known without running the "
+                     f"script ({', '.join(map(comment_text, aside))})")
     return out, lost, apart
 
 

@@ -132,8 +132,13 @@ def _switch(word: str) -> bool:
 def undecided_for(command: ScriptCommand) -> list[Undecided]:
     """The undecided constructs the training command depends on, each with the command's flags it decides."""
     affected: dict[Undecided, set[str]] = {}
+    entry = next((k for k, word in enumerate(command.argv) if flag_reader.find_entry([word]) is not None),
+                 len(command.argv))
+    among_flags: set[Undecided] = set()  # what decides a word after the entry script: the training flags
     for index, needs in command.depends.items():
         for item in needs:
+            if index > entry:
+                among_flags.add(item)
             flag = flag_at(command.argv, index)
             if item.appends and flag not in item.flags:
                 affected.setdefault(item, set())  # held before the branch added its own flags: not decided by it
@@ -141,12 +146,26 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
             affected.setdefault(item, set()).add(flag)
     for item in command.absent:  # `$EXTRA` expanded to nothing here; a branch may have given it flags
         affected.setdefault(item, set())
+    among_flags.update(command.among_flags)  # read from `eval $CMD`, whose training flags depended on these
     for item in command.under:  # the training command itself sits in a branch that was not chosen
         affected.setdefault(item, set()).update(item.flags or ("the training command",))
     for item in list(affected):
         affected[item].update(f for f in item.flags if f in flag_reader.flag_table())
-    return [dataclasses.replace(item, flags=tuple(sorted(affected[item])))
+    foreign = {item: tuple(f for f in item.flags if item in among_flags and _foreign(f) and f not in item.wraps)
+               for item in affected}
+    return [dataclasses.replace(item, flags=tuple(sorted(affected[item] | set(foreign[item]))),
+                                unknown_flags=foreign[item])
             for item in sorted(affected, key=lambda u: u.line)]
+
+
+def _foreign(flag: str) -> bool:
+    """A flag of no Megatron release the pin knows and no harmless one by its name (a fork's `--enable-zero-bubble`):
+    read as one word of the training command, it is lost."""
+    name = flag.removeprefix("--").replace("-", "_")
+    if flag in flag_reader.flag_table() or not flag.startswith("--") or name in flag_reader.TORCHRUN_SETTINGS or \
+            name in flag_reader.TORCHRUN_DROPPED or name in flag_reader.TORCHRUN_SWITCHES:
+        return False  # the runner's own options, which the same branch may set (DIST="--node_rank $R")
+    return all(word.kind == "lost" for word in flag_reader.read_flags([flag]).words)
 
 
 # torchrun's options that set the world the layout is checked against
@@ -163,6 +182,7 @@ def losses(undecided: list[Undecided], section_of: Callable[[str], str]) -> list
     for item in undecided:
         deciding = [flag for flag in item.flags if flag in LAYOUT_RUNNER_OPTIONS or flag == "the training command" or
                     (flag in table and section_of(table[flag].dest) not in HARMLESS_SECTIONS)]
+        deciding += [flag for flag in item.unknown_flags if flag not in deciding]
         if deciding:
             out.append(f"line {item.line}: {item.what}: cannot be decided without running the script, and it decides "
                        f"{', '.join(deciding)}" + (" (give the script's arguments after its name)"

@@ -562,3 +562,42 @@ def test_a_positional_argument_after_other_text_is_the_argument_given():
         out = subprocess.run(["bash", "-c", code + "\nprintf '%s\\n' $W", "_", "4", "8"], capture_output=True,
                              text=True, timeout=10)
         assert got == out.stdout.splitlines()
+
+
+KEY_VALUE_ARGUMENTS = ('for ARGUMENT in "$@"; do\n  KEY=$(echo $ARGUMENT | cut -f1 -d=)\n'
+                       '  VALUE="${ARGUMENT:${#KEY}+1}"\n  export "$KEY"="$VALUE"\ndone\n')
+
+
+@pytest.mark.parametrize("code", [
+    'W=$(echo "a:b:c" | cut -d: -f2-)',
+    'W=$(printf "x=1\\ny=2\\n" | cut -f1 -d=)',
+    'W=$(echo "abcdef" | cut -c2,4-5)',
+    'W=$(echo "a,b" | cut -d, -f1,2 --output-delimiter=+)',
+    'W=$(echo "nodelim" | cut -d: -f2)$(echo "nodelim" | cut -s -d: -f2)',
+])
+def test_cut_of_known_input_is_computed(code):
+    assert words(code) == bash_words(code)
+
+
+@pytest.mark.parametrize("args", [["TP_SIZE=2", "PP_SIZE=4"], ["TP_SIZE=2=3"], ["TP_SIZE"], []])
+def test_key_value_arguments_exported_by_a_computed_name(args):
+    # `bash script.sh TP_SIZE=2 …`: each argument becomes the variable it names
+    code = KEY_VALUE_ARGUMENTS + 'W="${TP_SIZE-unset} ${PP_SIZE-unset}"'
+    out = subprocess.run(["bash", "-c", code + "\nprintf '%s\\n' $W", "bash", *args], capture_output=True, text=True)
+    assert words(code, *args) == out.stdout.splitlines()
+
+
+def test_an_export_whose_name_is_not_known_is_named():
+    reading = read_script('export "$1"=4\ntorchrun pretrain_gpt.py --num-layers $N\n', [])
+    assert any("which variable it sets is not known" in why for _, why in reading.skipped), reading.skipped
+
+
+@pytest.mark.parametrize("runner", ["python3 run.py --include localhost:0,1,2,3", "python -u my_launcher.py --np 4",
+                                    "srun -N 2 --ntasks-per-node 1 python launch.py --gpus 8"])
+def test_a_launcher_script_python_runs_before_the_entry_is_no_single_process(runner):
+    # `python3 run.py … pretrain_gpt.py`: run.py starts the processes, as many as it decides, not python once
+    imported = import_source(f"{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.settings["num_layers"] == 2
+    assert "gpus_per_node" not in imported.launcher
+    notes = " ".join(imported.not_carried)
+    assert "a launcher program the import does not read" in notes and "with python directly" not in notes

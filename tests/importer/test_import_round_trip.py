@@ -282,3 +282,87 @@ def test_megatron_deepspeeds_token_schedule_is_lost_with_the_samples_to_give():
     found = lost("--train-tokens 300000000000 --lr-decay-tokens 260000000000 --lr-warmup-tokens 375000000")
     assert len(found) == 3 and all("Megatron-DeepSpeed" in n for n in found)
     assert any("lr_decay_samples=TOKENS÷seq_length" in n for n in found)
+
+
+@pytest.mark.parametrize("extra", ["--save-interval $SI", "--log-interval $LI", "--eval-iters $EI"])
+def test_a_data_checkpoint_or_logging_value_not_known_is_not_carried_and_not_lost(extra):
+    # an integer flag whose value the script decides at run time: the import leaves it to the user, and the round
+    # trip, which reads the script's words again, does not count it as lost either
+    imported = import_source('SI=${SAVE_INTERVAL:-$1}\nLI=$2\nEI=$3\n' + BASE + extra, "train.sh")
+    assert imported.lost == []
+    flag = extra.split()[0]
+    assert any(note.startswith(flag) and "not known" in note for note in imported.not_carried)
+    _, lost_words, apart = round_trip(imported.script_args, [], set(), imported.set_aside)
+    assert lost_words == [] and any(flag in a for a in apart)
+
+
+def test_a_model_value_not_known_is_still_lost():
+    imported = import_source('N=$1\n' + BASE + "--ffn-hidden-size $N", "train.sh")
+    assert any(line.startswith("--ffn-hidden-size") for line in imported.lost)
+
+
+def test_an_unknown_word_after_a_logging_list_may_be_flags_and_is_lost():
+    # `--profile-ranks 0 1 $EXTRA`: argparse gives the list what follows unless it is a flag, which $EXTRA may be
+    imported = import_source('EXTRA=$1\n' + BASE + "--profile-ranks 0 1 $EXTRA", "train.sh")
+    _, lost_words, _ = round_trip(imported.script_args, [], set(), imported.set_aside)
+    assert any(word.startswith("--profile-ranks") for word in lost_words), lost_words
+    assert "\\x00" not in " ".join(lost_words) and "$EXTRA is not known" in " ".join(lost_words)
+
+
+RUN = ("torchrun --nproc_per_node 1 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 "
+       "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --lr 1e-4 "
+       "--train-iters 10 --mock-data --tokenizer-type NullTokenizer --vocab-size 1024")
+FP16_IF_ASKED = 'OPTS="--eval-iters 1"\nif [ -z "$FP32" ]; then\n  OPTS="$OPTS --fp16"\nfi\n'
+
+
+@pytest.mark.parametrize("run", [
+    f'CMD="{RUN} $OPTS"\neval $CMD',
+    f'CMD="{RUN} $OPTS"\nbash -c "$CMD"',
+    f'CMD="{RUN} $OPTS"\nsrun bash -c "$CMD"',
+    f'CMD="{RUN} $OPTS"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile -o prof $CMD"\nfi\neval $CMD',
+])
+def test_a_flag_an_undecided_branch_adds_stays_named_through_a_command_string(run):
+    # the string a shell runs again says no longer which variable --fp16 came from: the branch is still named
+    imported = import_source(FP16_IF_ASKED + run, "train.sh")
+    assert imported.settings.get("num_layers") == 2
+    assert any("decides --fp16" in line for line in imported.lost), imported.lost
+
+
+def test_a_wrapper_an_undecided_branch_puts_before_the_command_string_keeps_the_command():
+    # `CMD="nsys profile … $CMD"` under `if [ -n "$PROFILED" ]`: the training command is the same either way
+    imported = import_source(f'CMD="{RUN}"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile -o prof $CMD"\nfi\n'
+                             'eval $CMD', "train.sh")
+    assert imported.settings.get("num_layers") == 2 and imported.lost == []
+    nsys = import_source(f'CMD="{RUN}"\nif [ -n "$PROFILED" ]; then\n  CMD="nsys profile --output prof $CMD"\nfi\n'
+                         'eval $CMD', "train.sh")
+    assert nsys.lost == [], nsys.lost
+
+
+@pytest.mark.parametrize(("added", "is_lost"), [
+    ("--enable-zero-bubble", True),  # a fork's flag: lost where the script writes it, so also where a branch may
+    ("--zero-bubble-max-pending-backward 4", True),
+    ("--wandb-project p", False),  # harmless by its name
+    ("--log-interval 5", False),  # the pin's, of the logging section
+])
+def test_a_foreign_flag_an_undecided_branch_may_add_to_the_training_flags_is_lost(added, is_lost):
+    script = f'OPTS="--eval-iters 1"\nif [ -n "$ZB" ]; then\n  OPTS="$OPTS {added}"\nfi\n{RUN} $OPTS\n'
+    imported = import_source(script, "train.sh")
+    flag = added.split()[0]
+    assert any(f"decides {flag}" in line for line in imported.lost) == is_lost, imported.lost
+
+
+def test_a_runner_option_the_same_branch_sets_is_not_a_foreign_flag():
+    script = ('OPTS="--eval-iters 1"\nDIST="--nproc_per_node 1"\nif [ -n "$SLURM_JOB_ID" ]; then\n'
+              '  DIST="$DIST --node_rank $SLURM_NODEID"\n  OPTS="$OPTS --log-interval 5"\nfi\n'
+              + RUN.replace("--nproc_per_node 1", "$DIST") + " $OPTS\n")
+    assert import_source(script, "train.sh").lost == []
+
+
+def test_a_foreign_flag_an_undecided_branch_may_add_is_lost_through_eval_too():
+    script = (f'OPTS="--eval-iters 1"\nif [ -n "$ZB" ]; then\n  OPTS="$OPTS --enable-zero-bubble"\nfi\n'
+              'DIST="--nproc_per_node 1"\nif [ -n "$SLURM_JOB_ID" ]; then\n'
+              '  DIST="$DIST --node_rank $SLURM_NODEID"\nfi\n'
+              f'CMD="{RUN.replace("--nproc_per_node 1", "$DIST")} $OPTS"\neval $CMD\n')
+    lost = import_source(script, "train.sh").lost
+    assert any("decides --enable-zero-bubble" in line for line in lost), lost
+    assert not any("node_rank" in line for line in lost), lost
