@@ -339,7 +339,8 @@ def markdown(rows: list[Row], command: str, seconds: float, gpu: bool) -> str:
         f"moved to one GPU, {len(accepted)} are accepted by the dry-run, {len(rows) - len(accepted)} refused.",
     ]
     if gpu:
-        tally = ", ".join(f"{sum(r.gpu == v for r in rows)} {v}" for v in VERDICTS)
+        # a row no pass has run yet (no verdict at all) is "not run" as well
+        tally = ", ".join(f"{sum(r.gpu == v or (v == 'not run' and not r.gpu) for r in rows)} {v}" for v in VERDICTS)
         lines += ["", f"GPU: {tally}; the verdicts agree on {sum(bool(r.agrees) for r in ran)} of the {len(ran)} "
                       f"run, disagree on {sum(r.agrees is False for r in ran)}."]
     lines += ["", "| script | import | dry-run | hints followed | " + ("GPU | agrees | " if gpu else "")
