@@ -238,7 +238,12 @@ def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, 
     argv = ["launch", preset, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
     for item in [*user_sets, *sets]:
         argv += ["--set", item]
+    m = est.model_shape(args, c.training.tp)
     d = layout_dict(c.training) | {
+        # the model and work priced: what the command's dry-run reports as parameters and FLOPs per iteration
+        "parameters": est.parameter_count(args, c.training.tp),
+        "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(m, c.training)),
+        "flops_per_iteration": est.flops_per_iteration(m, c.training.global_batch_size),
         "memory_gib": c.memory.total / GIB,
         "megatron_memory_gib": c.megatron.total / GIB,
         "fits": c.fit,
@@ -249,7 +254,6 @@ def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, 
         "command": argv,
     }
     if length is not None:
-        m = est.model_shape(args, c.training.tp)
         d |= train_dict(c.seconds, c.training, m, spread, length, args, gpu, budget.gpus_per_node, tflops)
     return d
 

@@ -325,7 +325,8 @@ def settings(t: est.Training) -> dict[str, Any]:
     wanted: dict[str, Any] = {
         "tensor_model_parallel_size": t.tp,
         "pipeline_model_parallel_size": t.pp,
-        "num_virtual_stages_per_pipeline_rank": t.vpp if t.vpp > 1 else None,
+        # a layout string sets the virtual stages itself; Megatron refuses both
+        "num_virtual_stages_per_pipeline_rank": t.vpp if t.vpp > 1 and not t.pipeline_layout else None,
         "num_layers_per_virtual_pipeline_stage": None,
         "micro_batch_size": t.micro_batch_size,
         "sequence_parallel": t.sequence_parallel,
@@ -370,7 +371,9 @@ def overrides(t: est.Training, args: Mapping[str, Any], pinned: Iterable[str] = 
             current = None if est.recompute_of(args) == "none" else est.recompute_of(args)
         if name == "num_virtual_stages_per_pipeline_rank":
             current = est.virtual_stages_of(args)
-            current = current if current > 1 else None
+            # with a layout string the flag itself is unset: its VPP comes from the string
+            current = current if current > 1 and not est.megatron_value(args, "pipeline_model_parallel_layout") \
+                else None
         if current != value:
             out.append(f"{name}={format_value(value)}")
     return out
