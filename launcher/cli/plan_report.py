@@ -166,7 +166,9 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
                                 pinned) | {"tied_with_first": i < result.tied and result.tied > 1}
                  for i, c in enumerate(result.best)],
         "tie_band": result.tie_band,  # predictions closer than this to #1 are a tie (the held-back median error)
-        "alternatives": [asdict(a) for a in result.alternatives],
+        # each alternative's predicted step time (None where it cannot run) with the same range as the layouts'
+        "alternatives": [asdict(a) | {"seconds_range": list(spread.of(a.seconds)) if a.seconds is not None else None}
+                         for a in result.alternatives],
     }
     return plan
 
@@ -379,7 +381,7 @@ def render_text(plan: dict[str, Any]) -> str:
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
            f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
-        head += f" {'range':>17} {'to ' + est.human(plan['tokens']):>12} {'GPU-hours':>10}"
+        head += f" {'range':>17} {'to ' + est.human(plan['tokens']) + ' (range)':>28} {'GPU-hours (range)':>24}"
     else:
         head += f" {'range':>17}"
     lines.append(head)
@@ -392,7 +394,10 @@ def render_text(plan: dict[str, Any]) -> str:
         low, high = c["seconds_range"]
         row += f" {f'{low:.3g}–{high:.3g}':>17}"
         if "seconds_to_tokens" in c:
-            row += f" {_duration(c['seconds_to_tokens']):>12} {_count(c['gpu_hours']):>10}"
+            low, high = c["seconds_to_tokens_range"]
+            hours_low, hours_high = c["gpu_hours_range"]
+            row += (f" {f'{_duration(c['seconds_to_tokens'])} ({_duration(low)}–{_duration(high)})':>28}"
+                    f" {f'{_count(c['gpu_hours'])} ({_count(hours_low)}–{_count(hours_high)})':>24}")
         lines.append(row)
     lines.append("")
     for i, c in enumerate(search["best"], 1):
@@ -401,7 +406,9 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.append("")
         lines.append("Why not")
         for a in search["alternatives"]:
-            lines.append(f"  {a['label']}: {a['verdict']}")
+            likely = (f" [likely {a['seconds_range'][0]:.3g}–{a['seconds_range'][1]:.3g} s/iteration]"
+                      if a["seconds_range"] else "")
+            lines.append(f"  {a['label']}: {a['verdict']}{likely}")
     for note in search["notes"]:
         lines.append(f"note: {note}")
     for named in plan["not_modelled"]:

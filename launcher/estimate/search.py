@@ -165,6 +165,7 @@ def recompute_choices(t: est.Training) -> tuple[str, ...]:
 class Alternative:
     label: str
     verdict: str
+    seconds: float | None = None  # its predicted step time, where it can run
 
 
 @dataclass(frozen=True)
@@ -284,16 +285,16 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
     if c.fit == "tight":
         return Alternative(name, f"too tight: {c.memory.total / est.GIB:.1f} GiB per GPU (stage {c.memory.stage}) "
                                  f"is above {est.USABLE_FRACTION:.0%} of {gpu.memory_bytes / est.GIB:.1f} GiB "
-                                 f"({c.seconds:.3f} s/iteration if it ran)")
+                                 f"({c.seconds:.3f} s/iteration if it ran)", c.seconds)
     if not ranked:
-        return Alternative(name, f"fits, {c.seconds:.3f} s/iteration")
+        return Alternative(name, f"fits, {c.seconds:.3f} s/iteration", c.seconds)
     best = ranked[0].seconds
     if c.seconds <= best * 1.0005:
-        return Alternative(name, f"as fast as #1 ({c.seconds:.3f} s/iteration)")
+        return Alternative(name, f"as fast as #1 ({c.seconds:.3f} s/iteration)", c.seconds)
     slower = (c.seconds / best - 1) * 100
     why = dominant_cost(c.step, ranked[0].step)
     return Alternative(name, f"{slower:.1f}% slower than #1 ({c.seconds:.3f} vs {best:.3f} s/iteration; "
-                             f"{why})")
+                             f"{why})", c.seconds)
 
 
 def dominant_cost(mine: StepTime, best: StepTime) -> str:
