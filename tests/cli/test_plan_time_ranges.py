@@ -62,3 +62,15 @@ def test_every_predicted_time_has_its_range(preset: str, tmp_path: Path, capsys)
         assert _within(a["seconds"], a["seconds_range"])
         line = next(x for x in text.splitlines() if x.startswith(f"  {a['label']}: "))
         assert re.search(r"likely \S+–\S+ s/iteration", line), line
+
+
+@pytest.mark.parametrize("preset", ["toy", "345m", "175b", "experts"])
+def test_the_dry_runs_step_time_has_the_plans_range(preset: str, tmp_path: Path, capsys) -> None:
+    name = _moe(tmp_path) if preset == "experts" else preset
+    plan = json.loads(_out(capsys, "plan", name, "--format", "json"))
+    e = json.loads(_out(capsys, name, "--dry-run", "--format", "json"))["estimate"]
+    assert e["seconds_per_iteration"] == pytest.approx(plan["time"]["step"]["total"], rel=1e-9)
+    low, high = e["seconds_per_iteration_range"]
+    assert low < e["seconds_per_iteration"] < high
+    if preset != "toy":  # toy's own launch runs upstream's loop, without the settings the plan's layouts name
+        assert [low, high] == pytest.approx(plan["time"]["seconds_range"], rel=1e-9)
