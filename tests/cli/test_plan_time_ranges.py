@@ -74,3 +74,20 @@ def test_the_dry_runs_step_time_has_the_plans_range(preset: str, tmp_path: Path,
     assert low < e["seconds_per_iteration"] < high
     if preset != "toy":  # toy's own launch runs upstream's loop, without the settings the plan's layouts name
         assert [low, high] == pytest.approx(plan["time"]["seconds_range"], rel=1e-9)
+
+
+def test_a_preset_with_a_setting_not_modelled_names_it_and_widens_the_range(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "unmodelled.yaml"
+    path.write_text("base: 345m\ndescription: settings the estimate does not model\nmegatron:\n  model:\n"
+                    "    mtp_num_layers: 1\n    position_embedding_type: rope\n  training:\n    optimizer: sgd\n")
+    text = _out(capsys, "plan", str(path))
+    plan = json.loads(_out(capsys, "plan", str(path), "--format", "json"))
+    plain = json.loads(_out(capsys, "plan", "345m", "--format", "json"))
+    for name, value in (("mtp_num_layers", "1"), ("optimizer", "sgd")):
+        assert re.search(rf"^not modelled: {name}={value} \(effect: .+; time range ±\d+% wider\)$", text, flags=re.M)
+        assert name in [n["name"] for n in plan["not_modelled"]]
+    low, high = plan["time"]["seconds_range"]
+    plain_low, plain_high = plain["time"]["seconds_range"]
+    step, plain_step = plan["time"]["step"]["total"], plain["time"]["step"]["total"]
+    assert low / step < plain_low / plain_step and high / step > plain_high / plain_step
+    assert "wider for the settings not modelled below" in text
