@@ -166,7 +166,9 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
                                 pinned) | {"tied_with_first": i < result.tied and result.tied > 1}
                  for i, c in enumerate(result.best)],
         "tie_band": result.tie_band,  # predictions closer than this to #1 are a tie (the held-back median error)
-        "alternatives": [asdict(a) for a in result.alternatives],
+        # each alternative's predicted step time (None where it cannot run) with the same range as the layouts'
+        "alternatives": [asdict(a) | {"seconds_range": list(spread.of(a.seconds)) if a.seconds is not None else None}
+                         for a in result.alternatives],
     }
     return plan
 
@@ -238,7 +240,12 @@ def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, 
     argv = ["launch", preset, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
     for item in [*user_sets, *sets]:
         argv += ["--set", item]
+    m = est.model_shape(args, c.training.tp)
     d = layout_dict(c.training) | {
+        # the model and work priced: what the command's dry-run reports as parameters and FLOPs per iteration
+        "parameters": est.parameter_count(args, c.training.tp),
+        "parameters_most_loaded_gpu": max(sp.params for sp in est.stage_parameters(m, c.training)),
+        "flops_per_iteration": est.flops_per_iteration(m, c.training.global_batch_size),
         "memory_gib": c.memory.total / GIB,
         "megatron_memory_gib": c.megatron.total / GIB,
         "fits": c.fit,
@@ -249,7 +256,6 @@ def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, 
         "command": argv,
     }
     if length is not None:
-        m = est.model_shape(args, c.training.tp)
         d |= train_dict(c.seconds, c.training, m, spread, length, args, gpu, budget.gpus_per_node, tflops)
     return d
 
@@ -375,7 +381,7 @@ def render_text(plan: dict[str, Any]) -> str:
     head = f"  {'#':>2} {'TP':>3} {'PP':>3} {'VPP':>3} {'DP':>5} {'MBS':>3} {'M':>5} {'SP':>3} {'recompute':>9} " \
            f"{'dist-opt':>8} {'GiB/GPU':>8} {'s/iter':>9}"
     if plan["tokens"]:
-        head += f" {'range':>17} {'to ' + est.human(plan['tokens']):>12} {'GPU-hours':>10}"
+        head += f" {'range':>17} {'to ' + est.human(plan['tokens']) + ' (range)':>28} {'GPU-hours (range)':>24}"
     else:
         head += f" {'range':>17}"
     lines.append(head)
@@ -388,7 +394,10 @@ def render_text(plan: dict[str, Any]) -> str:
         low, high = c["seconds_range"]
         row += f" {f'{low:.3g}–{high:.3g}':>17}"
         if "seconds_to_tokens" in c:
-            row += f" {_duration(c['seconds_to_tokens']):>12} {_count(c['gpu_hours']):>10}"
+            low, high = c["seconds_to_tokens_range"]
+            hours_low, hours_high = c["gpu_hours_range"]
+            row += (f" {f'{_duration(c['seconds_to_tokens'])} ({_duration(low)}–{_duration(high)})':>28}"
+                    f" {f'{_count(c['gpu_hours'])} ({_count(hours_low)}–{_count(hours_high)})':>24}")
         lines.append(row)
     lines.append("")
     for i, c in enumerate(search["best"], 1):
@@ -397,7 +406,9 @@ def render_text(plan: dict[str, Any]) -> str:
         lines.append("")
         lines.append("Why not")
         for a in search["alternatives"]:
-            lines.append(f"  {a['label']}: {a['verdict']}")
+            likely = (f" [likely {a['seconds_range'][0]:.3g}–{a['seconds_range'][1]:.3g} s/iteration]"
+                      if a["seconds_range"] else "")
+            lines.append(f"  {a['label']}: {a['verdict']}{likely}")
     for note in search["notes"]:
         lines.append(f"note: {note}")
     for named in plan["not_modelled"]:

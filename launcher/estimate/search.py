@@ -165,6 +165,7 @@ def recompute_choices(t: est.Training) -> tuple[str, ...]:
 class Alternative:
     label: str
     verdict: str
+    seconds: float | None = None  # its predicted step time, where it can run
 
 
 @dataclass(frozen=True)
@@ -284,16 +285,16 @@ def judge(label: str, t: est.Training, args: Mapping[str, Any], ranked: list[Can
     if c.fit == "tight":
         return Alternative(name, f"too tight: {c.memory.total / est.GIB:.1f} GiB per GPU (stage {c.memory.stage}) "
                                  f"is above {est.USABLE_FRACTION:.0%} of {gpu.memory_bytes / est.GIB:.1f} GiB "
-                                 f"({c.seconds:.3f} s/iteration if it ran)")
+                                 f"({c.seconds:.3f} s/iteration if it ran)", c.seconds)
     if not ranked:
-        return Alternative(name, f"fits, {c.seconds:.3f} s/iteration")
+        return Alternative(name, f"fits, {c.seconds:.3f} s/iteration", c.seconds)
     best = ranked[0].seconds
     if c.seconds <= best * 1.0005:
-        return Alternative(name, f"as fast as #1 ({c.seconds:.3f} s/iteration)")
+        return Alternative(name, f"as fast as #1 ({c.seconds:.3f} s/iteration)", c.seconds)
     slower = (c.seconds / best - 1) * 100
     why = dominant_cost(c.step, ranked[0].step)
     return Alternative(name, f"{slower:.1f}% slower than #1 ({c.seconds:.3f} vs {best:.3f} s/iteration; "
-                             f"{why})")
+                             f"{why})", c.seconds)
 
 
 def dominant_cost(mine: StepTime, best: StepTime) -> str:
@@ -325,7 +326,8 @@ def settings(t: est.Training) -> dict[str, Any]:
     wanted: dict[str, Any] = {
         "tensor_model_parallel_size": t.tp,
         "pipeline_model_parallel_size": t.pp,
-        "num_virtual_stages_per_pipeline_rank": t.vpp if t.vpp > 1 else None,
+        # a layout string sets the virtual stages itself; Megatron refuses both
+        "num_virtual_stages_per_pipeline_rank": t.vpp if t.vpp > 1 and not t.pipeline_layout else None,
         "num_layers_per_virtual_pipeline_stage": None,
         "micro_batch_size": t.micro_batch_size,
         "sequence_parallel": t.sequence_parallel,
@@ -370,7 +372,9 @@ def overrides(t: est.Training, args: Mapping[str, Any], pinned: Iterable[str] = 
             current = None if est.recompute_of(args) == "none" else est.recompute_of(args)
         if name == "num_virtual_stages_per_pipeline_rank":
             current = est.virtual_stages_of(args)
-            current = current if current > 1 else None
+            # with a layout string the flag itself is unset: its VPP comes from the string
+            current = current if current > 1 and not est.megatron_value(args, "pipeline_model_parallel_layout") \
+                else None
         if current != value:
             out.append(f"{name}={format_value(value)}")
     return out

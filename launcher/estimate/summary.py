@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from launcher.estimate.coverage import unmodelled, widening
 from launcher.estimate.duration import final_batch
 from launcher.estimate.formulas import (
     DEFAULT_GPU,
@@ -36,6 +37,8 @@ from launcher.estimate.formulas import (
     training_of,
     uses_torch_adam,
 )
+from launcher.estimate.ranges import Range
+from launcher.estimate.ranges import time_range as family_range
 from launcher.estimate.steptime import StepTime, step_time
 from launcher.pipeline.checker import model_args
 
@@ -108,7 +111,14 @@ def summary(args: Mapping[str, Any], layout: Any, gpu: Gpu | str = DEFAULT_GPU,
         "fits": e.fit,
         "flops_per_iteration": e.flops_per_iteration,
         "seconds_per_iteration": e.step.total,
+        # the held-back errors of its family (dense/MoE · GPU generation · precision), as `launch plan` prints
+        "seconds_per_iteration_range": list(time_range(args, e).of(e.step.total)),
     }
+
+
+def time_range(args: Mapping[str, Any], e: Estimate) -> Range:
+    """The likely range of `e`'s step time, widened for the settings the estimate does not model."""
+    return family_range(bool(e.shape.num_experts), e.gpu.family, e.training.fp8, widening(unmodelled(args)))
 
 
 def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bool | None = None,

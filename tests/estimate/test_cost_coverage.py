@@ -14,12 +14,52 @@ from launcher.megatron import args as megatron_args
 CATALOG = Path(__file__).resolve().parents[2] / "launcher" / "data" / "megatron_args.json"
 
 
+def _unclassified(names: list[str]) -> list[str]:
+    return [n for n in names if not coverage.classification(n)]
+
+
 def test_every_argument_of_the_catalog_is_classified() -> None:
-    names = json.loads(CATALOG.read_text())["arguments"]
-    unclassified = [n for n in names if not coverage.classification(n)]
+    names = list(json.loads(CATALOG.read_text())["arguments"])
+    unclassified = _unclassified(names)
     assert unclassified == [], (
         "classify each in launcher/estimate/coverage.py: MODELLED (the estimate reads it), NOT_MODELLED (it changes "
         "parameters, FLOPs, memory or communication: say its effect) or COST_IRRELEVANT (reviewed, with a reason)")
+
+
+def test_the_catalog_walk_is_the_whole_catalog_and_catches_a_new_setting() -> None:
+    names = list(json.loads(CATALOG.read_text())["arguments"])
+    assert len(names) >= 700 and set(names) == set(megatron_args.catalog())  # not an empty or partial walk
+    assert _unclassified([*names, "attention_sink_tokens"]) == ["attention_sink_tokens"]
+    # each class holds settings, so that none of them passes by being the only one
+    assert coverage.MODELLED and coverage.NOT_MODELLED and any(coverage.COST_IRRELEVANT.values())
+
+
+def _other_than(default: object) -> object:
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default * 2 + 3
+    if isinstance(default, str):
+        return default + "-other"
+    if isinstance(default, (list, tuple)):
+        return [*default, 3]
+    return 3
+
+
+def test_every_setting_not_modelled_is_named_when_set() -> None:
+    """Set away from Megatron's default, each of them is named (with Transformer Engine, on a MoE model, where
+    their rules look); those with a rule of their own are checked by the tests above."""
+    catalog = megatron_args.catalog()
+    base = {"seq_length": 1024, "transformer_impl": "transformer_engine", "num_experts": 8}
+    silent = []
+    for name, rule in coverage.NOT_MODELLED.items():
+        if rule.active:
+            continue
+        value = _other_than(catalog[name].default)
+        named = coverage.unmodelled({**base, name: value})
+        if name not in [n.name for n in named]:
+            silent.append(name)
+    assert silent == []
 
 
 def test_no_argument_is_in_two_classes() -> None:
