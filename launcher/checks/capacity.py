@@ -95,9 +95,10 @@ def memory_finding(needed_bytes: float, gpu: GpuMemory | None,
            "optimizer or more TP/PP; `launch plan` lists layouts that fit")
     reserve = (f"{(have - MEMORY_RESERVE_BYTES) / GIB:.1f} GiB usable: {MEMORY_RESERVE_BYTES / GIB:.1f} GiB go to "
                "CUDA's context, NCCL and the allocator's fragmentation")
-    if not memory_fit(needed_bytes, have) and unmodelled:
+    fits = memory_fit(needed_bytes, have)
+    if not fits and unmodelled:
         return "warn", detail + f" ({reserve}), but the estimate does not count what {', '.join(unmodelled)} saves", fix
-    if not memory_fit(needed_bytes, have):
+    if not fits:
         return "fail", detail + f" ({reserve}): it would run out of memory at its first step", fix
     if needed_bytes > USABLE_FRACTION * have:
         return "warn", detail + f": above {USABLE_FRACTION:.0%}, little room for the estimate's error", fix

@@ -30,7 +30,7 @@ from launcher.pipeline.runner import rank_environment
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "verdict_worker.py"
 # The launcher's own process variables (and those torchrun gives a rank, which a direct run exports): never
 # forwarded to Megatron's checks.
-NOT_FORWARDED = {"PYTHONPATH", "WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", *rank_environment()}
+NOT_FORWARDED = {"PYTHONPATH", *rank_environment()}
 
 
 @dataclass(frozen=True)

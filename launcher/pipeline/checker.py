@@ -59,10 +59,8 @@ def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
     heads, hidden = sound("num_attention_heads"), sound("hidden_size")
     seq, positions = sound("seq_length"), sound("max_position_embeddings")
     tp, pp = sound("tensor_model_parallel_size") or 1, sound("pipeline_model_parallel_size") or 1
-    # heads: a multiple of TP and of the query groups (GQA) that divides the hidden size
     groups = sound("num_query_groups") if arg("group_query_attention") else None
-    step = math.lcm(tp, groups or 1)
-    fits = [h for h in divisors(hidden) if h % step == 0] if hidden is not None else [step]
+    fits = head_counts(hidden, tp, groups) if hidden is not None else [math.lcm(tp, groups or 1)]
     value = {"hidden_size": (heads or 1) * (sound("kv_channels") or 64),
              "num_attention_heads": fits[0] if fits else 1,
              "seq_length": positions or 1024, "max_position_embeddings": seq or 1024,
@@ -71,6 +69,13 @@ def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
 
 
 # sizes the launcher requires although Megatron's default is None
+def head_counts(hidden: int, tp: int, groups: int | None) -> list[int]:
+    """Attention head counts a model takes: multiples of TP and of the query groups (GQA, None without) that
+    divide the hidden size, smallest first."""
+    step = math.lcm(tp, groups or 1)
+    return [h for h in divisors(hidden) if h % step == 0]
+
+
 _REQUIRED_VALUE = {"micro_batch_size": 1, "eval_interval": 1000}
 # sizes without a default, each with a value the sizes beside it decide (_at_least_one)
 _CONSISTENT = ("hidden_size", "num_attention_heads", "seq_length", "max_position_embeddings", "num_layers")
@@ -489,7 +494,7 @@ class _Checker:
             # more heads than the hidden size has units: a head count that divides it is the way (a hidden size
             # that many heads divide is a model many times larger than the one asked for)
             groups = self.arg("num_query_groups") if self.arg("group_query_attention") else None
-            counts = [h for h in divisors(hidden) if h % math.lcm(tp, groups or 1) == 0]
+            counts = head_counts(hidden, tp, groups)
             ways = [f"--set num_attention_heads={max(counts)}"] if heads > hidden and counts else [sizes]
             self.fail(f"hidden_size {hidden} is not divisible by num_attention_heads {heads}",
                       "use " + ", or ".join(ways) + ", or set kv_channels (head dimension) explicitly")
