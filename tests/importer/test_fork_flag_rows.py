@@ -1,0 +1,117 @@
+"""Flags of the common Megatron forks (Megatron-DeepSpeed and BigScience's, PAI-Megatron-Patch, epfLLM/Megatron-LLM,
+Swallow's fork, ModelLink / MindSpeed-LLM / MindSpeed) that launcher/data/flag_translations.json covers, read
+through the import: carried in the pin's words where the meaning is certain, dropped with a note where they change
+nothing the pin cares about, and lost with what the pin offers instead where neither holds."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from launcher.importer.build import import_source
+from launcher.importer.legacy import translations
+
+MODEL = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 64 --num-attention-heads 4 "
+         "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --lr 1e-4 "
+         "--train-iters 10 --mock-data --tokenizer-type NullTokenizer --vocab-size 1024 --bf16 ")
+
+
+def imported(extra: str):
+    return import_source(MODEL + extra, "train.sh")
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    # Swallow's fork: Llama 3.1's RoPE scaling, its three fixed numbers at the pin's values
+    ("--position-embedding-type rope --rope-theta 500000.0 --rope-factor 8.0 --rope-low-freq-factor 1.0 "
+     "--rope-high-freq-factor 4 --rope-original-max-positional-embeddings 8192",
+     {"rotary_base": 500000, "use_rope_scaling": True, "rope_scaling_factor": 8.0}),
+    ("--position-embedding-type rope --rotary-position-embeddings-theta 100000000",  # Megatron-DeepSpeed
+     {"rotary_base": 100000000}),
+    # ModelLink: Llama 3.1 scaling under its own name; its default factor is 1 where the pin's is 8
+    ("--position-embedding-type rope --rope-scaling-type llama3 --low-freq-factor 1 --high-freq-factor 4.0",
+     {"use_rope_scaling": True, "rope_scaling_factor": 1.0}),
+    ("--position-embedding-type rope --rope-scaling-type llama3 --rope-scaling-factor 8",
+     {"use_rope_scaling": True, "rope_scaling_factor": 8.0}),
+    # ModelLink / MindSpeed-LLM names of the pin's MLA and MoE settings
+    ("--multi-head-latent-attention --qk-rope-head-dim 64 --qk-nope-head-dim 128 --num-experts 4 "
+     "--moe-router-topk 2 --moe-intermediate-size 32 --routed-scaling-factor 2.5 --n-group 2 --topk-group 1",
+     {"multi_latent_attention": True, "qk_pos_emb_head_dim": 64, "qk_head_dim": 128, "moe_ffn_hidden_size": 32,
+      "moe_router_topk_scaling_factor": 2.5, "moe_router_num_groups": 2, "moe_router_group_topk": 1}),
+    ("--context-parallel-algo ulysses_cp_algo", {"cp_comm_type": ["a2a"]}),
+    # BigScience / epfLLM: a SiLU-gated MLP, the pin's --swiglu (underscores read as dashes)
+    ("--glu_activation swiglu --ffn-hidden-size 128", {"swiglu": True}),
+    # epfLLM/Megatron-LLM: its position-embedding names, untied output, and its linear RoPE interpolation, which
+    # is not the pin's --rope-scaling-factor (Llama 3.1's) although the names match once dashed
+    ("--position_embedding_type rotary --no_tie_embed_logits --rope_scaling_factor 2.0",
+     {"position_embedding_type": "rope", "untie_embeddings_and_output_weights": True,
+      "rotary_seq_len_interpolation_factor": 2, "rope_scaling_factor": None}),
+    ("--position_embedding_type absolute", {"position_embedding_type": "learned_absolute"}),
+])
+def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expected):
+    found = imported(extra)
+    assert found.lost == []
+    assert {k: found.settings.get(k) for k in expected} == expected
+    fork_flags = [w for w in extra.split() if w.startswith("--") and w.partition("=")[0] in translations()
+                  or w.startswith("--position_embedding_type")]
+    for flag in fork_flags:
+        said = [*found.translated, *found.not_carried]
+        assert any(line.startswith(flag) for line in said), (flag, said)
+
+
+@pytest.mark.parametrize(("extra", "hint"), [
+    ("--rope-low-freq-factor 2.0 --rope-factor 8", "fixes it at 1"),  # another value than the pin's fixed one
+    ("--rope-scaling-type yarn --multi-head-latent-attention", "rope_type=yarn"),
+    ("--glu-activation geglu", "swiglu=true"),
+    ("--context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 2", "hierarchical_context_parallel_sizes"),
+    ("--num-experts 8 --n-shared-experts 2", "moe_shared_expert_intermediate_size=N×moe_ffn_hidden_size"),
+    ("--num-experts 8 --first-k-dense-replace 1", 'moe_layer_freq="[0]*K+[1]*(L-K)"'),
+    ("--num-experts 8 --moe-tp-extend-ep", "expert_tensor_parallel_size=1"),
+    ("--num-experts 8 --mlp-type residual", "moe_shared_expert_intermediate_size"),
+    ("--num-experts 8 --moe-min-capacity 4", "moe_expert_capacity_factor"),
+    ("--kd --num-layers-teacher 2 --load-teacher /ckpt/teacher", "plain pretraining"),
+    ("--train-mode finetune --max-padding-length 2048", "SFT entry point"),
+    ("--is-instruction-dataset --prompt-type llama3", "SFT entry point"),
+    ("--lora-target-modules linear_qkv linear_proj --lora-r 8 --lora-alpha 16", "full training"),
+    ("--add-rmsnorm-offset", "layernorm_zero_centered_gamma=true"),
+    ("--embed-layernorm", "without that norm"),
+    ("--tp-2d --tp-x 2 --tp-y 2", "tensor_model_parallel_size=X×Y"),
+    ("--noop-layers 3", "uneven pipeline"),
+])
+def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
+    found = imported(extra)
+    refused = extra.split()[0] if not extra.startswith("--num-experts") else extra.split()[2]
+    (line,) = [n for n in found.lost if n.startswith(refused)]  # one loss: the flags it reads along are notes
+    assert hint in line and "instead:" in line, line
+    assert len(found.lost) == 1, found.lost
+
+
+@pytest.mark.parametrize("extra", [
+    "--use-fused-rmsnorm --use-fused-swiglu --use-fused-rotary-pos-emb --use-mc2 --use-ascend-mc2 --no-shared-storage "
+    "--reuse-fp32-param --swap-attention --recompute-activation-function --tokenizer-not-use-fast --shape-order BSND "
+    "--context-parallel-algo megatron_cp_algo --moe-zero-memory level0 --use-cp-send-recv-overlap",
+    "--num-experts 4 --moe-eval-capacity-factor 1.0 --create-moe-param-group --cpu-optimizer --cpu_torch_adam "
+    "--enable-zbh1-pipeline --enable-zbh1-exact-semantics --checkpoint-in-cpu --universal-checkpoint "
+    "--enable-expert-tensor-parallelism --mlp-type standard --no-load-lr-state",
+    "--glu-activation swiglu --use_bias --rope_scaling_factor 1.0 --train-mode pretrain --cpu-offloading "
+    "--no-scatter-gather-tensors-in-pipeline",
+])
+def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
+    found = imported(extra)
+    assert found.lost == []
+    for flag in re.findall(r"--[\w-]+", extra):
+        if flag in ("--num-experts", "--glu-activation"):
+            continue
+        assert any(note.startswith(flag) for note in found.not_carried), flag
+
+
+def test_a_refused_fork_flag_stops_the_import_with_its_hint(tmp_path, launch):
+    script = tmp_path / "pretrain_deepseek.sh"
+    script.write_text("#!/bin/bash\n" + MODEL + "--num-experts 8 --moe-intermediate-size 32 --n-shared-experts 2 "
+                      "--use-fused-rmsnorm\n")
+    code, stdout, stderr = launch("import", str(script), "-o", str(tmp_path / "p.yaml"))
+    assert code == 2 and not (tmp_path / "p.yaml").exists()
+    assert "Traceback" not in stderr and "error:" in stderr and "hint:" in stderr
+    assert "--n-shared-experts 2" in stdout and "moe_shared_expert_intermediate_size=N×moe_ffn_hidden_size" in stdout
+    assert "lost (1" in stdout  # the expert width is carried, the fused kernel a note
+
