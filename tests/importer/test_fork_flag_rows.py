@@ -28,9 +28,9 @@ def imported(extra: str):
      {"rotary_base": 500000, "use_rope_scaling": True, "rope_scaling_factor": 8.0}),
     ("--position-embedding-type rope --rotary-position-embeddings-theta 100000000",  # Megatron-DeepSpeed
      {"rotary_base": 100000000}),
-    # ModelLink: Llama 3.1 scaling under its own name; its default factor is 1 where the pin's is 8
+    # ModelLink / MindSpeed-LLM: Llama 3.1 scaling under its own name, with the pin's own --rope-scaling-factor
     ("--position-embedding-type rope --rope-scaling-type llama3 --low-freq-factor 1 --high-freq-factor 4.0",
-     {"use_rope_scaling": True, "rope_scaling_factor": 1.0}),
+     {"use_rope_scaling": True, "rope_scaling_factor": None}),
     ("--position-embedding-type rope --rope-scaling-type llama3 --rope-scaling-factor 8",
      {"use_rope_scaling": True, "rope_scaling_factor": 8.0}),
     # ModelLink / MindSpeed-LLM names of the pin's MLA and MoE settings
