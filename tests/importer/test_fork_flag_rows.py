@@ -77,6 +77,8 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--embed-layernorm", "without that norm"),
     ("--tp-2d --tp-x 2 --tp-y 2", "tensor_model_parallel_size=X×Y"),
     ("--noop-layers 3", "uneven pipeline"),
+    ("--attention-mask-type general", "causal (the pin's)"),
+    ("--beta-fast 16 --beta-slow 1", "leave it at 32"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -94,7 +96,9 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--enable-zbh1-pipeline --enable-zbh1-exact-semantics --checkpoint-in-cpu --universal-checkpoint "
     "--enable-expert-tensor-parallelism --mlp-type standard --no-load-lr-state",
     "--glu-activation swiglu --use_bias --rope_scaling_factor 1.0 --train-mode pretrain --cpu-offloading "
-    "--no-scatter-gather-tensors-in-pipeline",
+    "--no-scatter-gather-tensors-in-pipeline --use-legacy-models",
+    "--beta-fast 32 --beta-slow 1 --attention-mask-type causal --cp-attention-mask-type causal --ai-framework pytorch "
+    "--model-type-hf llama2 --enable-hf2mg-convert --mtp-mem-efficient-logits",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
