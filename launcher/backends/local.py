@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.errors import UserError
+from launcher.inside.parent_death import DieWithParent
 from launcher.pipeline.command import Command
 from launcher.pipeline.environment import JobEnvironment
 from launcher.pipeline.shell import HostFromEnv
@@ -134,6 +135,10 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
     # a rank started directly gets the same: its own session, and the signals forwarded below. The handlers are in
     # place before it starts: a signal that comes while it starts is passed on once it has (none is lost, and the
     # launcher never dies of one, leaving a rank that no terminal reaches).
+    # A launcher killed by SIGKILL (`kill -9`, the out-of-memory killer, a harness's timeout), which no handler
+    # sees, must not leave its job training on unrecorded, holding the GPUs: torchrun gets SIGTERM (it stops its
+    # ranks), a rank started directly is killed.
+    with_parent = DieWithParent(signal.SIGKILL if command.direct else signal.SIGTERM)
     started: list[subprocess.Popen] = []
     early: list[int] = []
     previous = {sig: signal.signal(sig, lambda s, _f: started[0].send_signal(s) if started else early.append(s))
@@ -143,12 +148,13 @@ def run(command: Command, env: Mapping[str, str], cwd: str | None = None, stdout
         if on_line is not None:
             env.setdefault("PYTHONUNBUFFERED", "1")  # progress must arrive as it happens, not in 8 KiB blocks
             started.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                            text=True, errors="replace", bufsize=1, start_new_session=command.direct))
+                                            text=True, errors="replace", bufsize=1, start_new_session=command.direct,
+                                            preexec_fn=with_parent))
             lines = started[0].stdout
         else:
             started.append(subprocess.Popen(argv, env=env, cwd=cwd, stdout=stdout,
                                             stderr=subprocess.STDOUT if stdout else None,
-                                            start_new_session=command.direct))
+                                            start_new_session=command.direct, preexec_fn=with_parent))
     except BaseException:
         _restore(previous)
         raise

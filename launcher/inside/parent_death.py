@@ -1,5 +1,5 @@
-"""Processes the launcher starts for its checks (the Megatron workers, the rehearsal's torchrun and its ranks) end
-when the process that started them ends, however it ends. A check stopped by SIGKILL (a `timeout -s KILL`, the
+"""Processes the launcher starts (the job's torchrun or its one rank, the checks' Megatron workers, the rehearsal's
+torchrun and its ranks) end when the process that started them ends, however it ends. A check stopped by SIGKILL (a `timeout -s KILL`, the
 out-of-memory killer), which no handler sees, otherwise left its worker running on: one grew to 23 GB.
 
 Linux's PR_SET_PDEATHSIG: the kernel sends SIGKILL to the child when the thread that started it exits; the
@@ -29,11 +29,12 @@ def _prctl() -> Callable[..., int] | None:
 _PRCTL = _prctl()  # looked up before any fork: the child only calls it
 
 
-def die_with_parent(parent: int) -> None:
-    """In a child of `parent`: be killed when it ends, or end now if it already has (it ended before this ran)."""
+def die_with_parent(parent: int, sig: int = signal.SIGKILL) -> None:
+    """In a child of `parent`: get `sig` when it ends (SIGKILL: be killed), or end now if it already has (it ended
+    before this ran)."""
     if _PRCTL is None:
         return
-    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _PRCTL(PR_SET_PDEATHSIG, sig, 0, 0, 0)
     if os.getppid() != parent:
         os._exit(1)
 
@@ -41,8 +42,9 @@ def die_with_parent(parent: int) -> None:
 class DieWithParent:
     """A Popen preexec_fn: the child dies with the process that starts it (made in that process, before the fork)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sig: int = signal.SIGKILL) -> None:
         self.parent = os.getpid()
+        self.sig = sig
 
     def __call__(self) -> None:
-        die_with_parent(self.parent)
+        die_with_parent(self.parent, self.sig)

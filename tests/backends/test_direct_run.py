@@ -348,3 +348,41 @@ def test_a_signal_that_comes_while_the_rank_starts_is_passed_on_once_it_has(tmp_
     assert result.returncode == 0, result.stderr
     # the rank ends by it, whether its handler was in place yet (exit 143) or not (killed: 128 + 15)
     assert result.stdout.strip() == str(128 + signal.SIGTERM)
+
+
+KILLED_LAUNCHER = """\
+import os, sys
+from launcher.backends import local
+from launcher.pipeline.command import Command
+
+entry, direct = sys.argv[1], sys.argv[2] == "direct"
+command = Command(argv=[sys.executable, "-u", entry], env={}, script=entry, script_args=[], direct=direct)
+local.run(command, dict(os.environ), on_line=lambda line: print(line, end="", flush=True))
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.parametrize("runner", ["direct", "torchrun"])
+def test_a_launcher_killed_by_sigkill_takes_its_job_with_it(tmp_path, runner):
+    """No handler sees SIGKILL: the rank (or torchrun) must still not train on, unrecorded, holding the GPU."""
+    entry = tmp_path / "entry.py"
+    entry.write_text("import os, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", KILLED_LAUNCHER, str(entry), runner], stdout=subprocess.PIPE,
+                                text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert launcher.stdout is not None
+    rank = int(launcher.stdout.readline())
+    assert _alive(rank)
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + WAIT_SECONDS
+    while _alive(rank) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(rank)
