@@ -1,6 +1,7 @@
 """Processes the launcher starts (the job's torchrun or its one rank, the checks' Megatron workers, the rehearsal's
-torchrun and its ranks) end when the process that started them ends, however it ends. A check stopped by SIGKILL (a `timeout -s KILL`, the
-out-of-memory killer), which no handler sees, otherwise left its worker running on: one grew to 23 GB.
+torchrun and its ranks) end when the process that started them ends, however it ends. A check stopped by SIGKILL
+(a `timeout -s KILL`, the out-of-memory killer), which no handler sees, otherwise left its worker running on: one
+grew to 23 GB.
 
 Linux's PR_SET_PDEATHSIG: the kernel sends SIGKILL to the child when the thread that started it exits; the
 launcher starts these processes from its main thread. It survives exec; elsewhere (macOS) this does nothing.
