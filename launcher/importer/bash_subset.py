@@ -2596,13 +2596,28 @@ class _Reader:
                 return str(self.reparsed(text, expanded, functools.partial(_unknown, text.decode("utf-8", "replace"))))
             return text.decode("utf-8", "replace")
 
-        for child in node.children:
-            if child.start_byte < start or child.end_byte > stop or not child.is_named:
-                continue
-            if child.type in EXPANSIONS:
-                out.append(raw(at, self.start(child)))
+        # `$[ … ]` (what _arith_in_expansions writes for `$(( … ))`): the grammar cuts it where it holds `${A}`; each
+        # is arithmetic, read whole
+        spans = _arith_spans(self.src, start, stop) if b"$[" in self.src[start:stop] else []
+        children = [(self.start(child), child.end_byte, child) for child in node.children
+                    if child.start_byte >= start and child.end_byte <= stop and child.is_named
+                    and child.type in EXPANSIONS]
+        # of a span and a child, the outer one is read (`"$[ … ]"` is a string's; `${A}` in `$[ … ]` the span's)
+        spans = [(a, b) for a, b in spans if not any(c <= a and b <= d and (c, d) != (a, b) for c, d, _ in children)]
+        items = sorted([(a, b, None) for a, b in spans] + [
+            item for item in children if not any(a <= item[0] and item[1] <= b for a, b in spans)],
+            key=lambda item: item[0])
+        for begin, until, child in items:
+            out.append(raw(at, begin))
+            if child is not None:
                 out.append(expanded(child))
-                at = child.end_byte
+            else:
+                inner = self.src[begin + 2:until - 1].decode("utf-8", "replace")
+                try:
+                    out.append(str(self.arith_text(inner)))
+                except _Unknown:
+                    out.append(_unknown("$[" + inner + "]"))
+            at = until
         out.append(raw(at, stop) if stop > at else "")
         text = "".join(out)
         return _glob_unescape(text) if pattern else _unescape_unquoted(text)
@@ -3313,6 +3328,53 @@ def _time_blank(match: re.Match[bytes]) -> bytes:
     return match.group(1) + b" " * len(match.group(2))
 
 
+# `${N:-$(( (A + 15) / 16 ))}`: inside ${…} the grammar reads `$((` as `$(` and a subshell, and a parenthesised
+# group of the arithmetic then is an error that costs the lines around it; bash reads arithmetic. Written `$[ … ]`
+# (bash's older spelling of the same arithmetic) the grammar reads it as one word.
+def _inside_expansion(src: bytes, at: int) -> bool:
+    """Whether `at` is in the operand of a `${…` opened earlier on its line (looking back at most 2,000 bytes)."""
+    opened = src.rfind(b"${", max(0, at - 2000), at)
+    return opened >= 0 and not any(c in src[opened + 2:at] for c in (b"\n", b"{", b"}"))
+
+
+def _arith_in_expansions(src: bytes) -> bytes:
+    out, start = [], 0
+    for match in re.finditer(rb"\$\(\(", src):
+        at = match.start()
+        if at < start or not _inside_expansion(src, at):
+            continue
+        depth, k, end = 0, at + 3, None
+        while k < len(src) and k < at + 2000 and src[k:k + 1] not in (b"\n", b"[", b"]", b"'", b'"', b"`"):
+            ch = src[k:k + 1]
+            if ch == b"(":
+                depth += 1
+            elif ch == b")":
+                if depth == 0:
+                    end = k if src[k + 1:k + 2] == b")" else None
+                    break
+                depth -= 1
+            k += 1
+        if end is not None:
+            out += [src[start:at], b"$[", src[at + 3:end], b"]"]
+            start = end + 2
+    return b"".join(out) + src[start:] if out else src
+
+
+def _arith_spans(src: bytes, start: int, stop: int) -> list[tuple[int, int]]:
+    """(start, end) of each `$[ … ]` between start and stop, its brackets matched."""
+    spans, k = [], src.find(b"$[", start, stop)
+    while k >= 0:
+        depth, j = 0, k + 2
+        while j < stop and not (src[j:j + 1] == b"]" and depth == 0):
+            depth += {b"[": 1, b"]": -1}.get(src[j:j + 1], 0)
+            j += 1
+        if j >= stop:
+            break
+        spans.append((k, j + 1))
+        k = src.find(b"$[", j + 1, stop)
+    return spans
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
@@ -3322,6 +3384,8 @@ def _brace_inner_names(src: bytes) -> bytes:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
     if b"time" in src:
         src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
+    if b"${" in src and b"$((" in src:
+        src = _arith_in_expansions(src)
     if b"\\ " in src or b"\\\t" in src:
         src = _lone_blanks(src)
     if b"[" in src:

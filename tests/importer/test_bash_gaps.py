@@ -114,6 +114,11 @@ MORE_SHAPES = [
     'M=7\nif [ $M == 7 ]; then W=a; fi\n[ "$M" \\> 10 ] && W+=gt || W+=le\n[ abc \\< abd -a -n x ] && W+=" lt"',
     'A=x; B=; C=y\nif [ "$A" -a \\( "$B" -o "$C" \\) ]; then W=1; else W=0; fi\n[ $A \\!= x ] && W+=ne || W+=eq\n'
     '[ \\( -n "$B" \\) ] && W+=" b" || W+=" nob"',
+    # arithmetic with a parenthesised group inside a default (`${HL_X:-$((( GBS / DP + 15 ) / 16 ))}`): the grammar
+    # lost every line from there to the end of the script, the training command included
+    'GBS=64; DP=2\nif [ "$GBS" -gt 1 ]; then\n  H=${HL_H:-$((( GBS / DP + 15 ) / 16 ))}\nfi\nW="$H"',
+    'A=4\nW="${U:-$(( ($A + 1) * 2 ))} ${U:-"$(( (A + 1) * 2 ))"}x ${U:+$(( (A) ))}${V-$(( (A) % 3 ))}"',
+    'A=3\nB=${A:+$(( (A + 1) ))}${Q:=$(( ((A)) * (2) ))}\nW="$B $Q $(( (A) ))"',
 ]
 
 
@@ -199,7 +204,9 @@ def test_a_training_command_the_grammar_cannot_read_is_named_not_missing():
 
 @pytest.mark.parametrize("text", [
     "[ " * 200_000 + "\\> x\n", "[[ " * 200_000 + "\n", "a[" + " " * 200_000 + "\n", "\\ " * 200_000 + "\n",
-    "[ '" * 100_000 + "\\>\n", "W=$(printf '%0999999999d' 1)\n", "W=$(seq 1 999999999)\nW=$(expr 1 + + 2)\n",
+    "[ '" * 100_000 + "\\>\n",
+    "X=${A:-$(( " + "(" * 100_000 + "\n", "X=${A:-$((" * 100_000 + "\n",
+    "W=$(printf '%0999999999d' 1)\n", "W=$(seq 1 999999999)\nW=$(expr 1 + + 2)\n",
 ])
 def test_hostile_variations_of_these_shapes_end_in_bounded_time(text):
     import time
