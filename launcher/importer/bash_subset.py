@@ -33,7 +33,8 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, heredocs, recovery
+from launcher.importer import coreutils, heredocs, pbs, recovery
+from launcher.importer.words import base_name
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -311,6 +312,19 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
                                                 "(qsub's own command line may change it)"))
 
 
+def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
+    """The `#PBS -l select=N…` / `nodes=N:ppn=P` lines → Torque's PBS_NUM_* variables and the node file's lines."""
+    found = pbs.directives(text)
+    if found is None:
+        return
+    line, variables, hosts, said = found
+    reading.shell.scalars.update(variables)
+    reader.known_files[_unknown(pbs.NODE_FILE)] = "".join(_unknown(host) + "\n" for host in hosts)
+    given = ", ".join(f"{k}={v}" for k, v in variables.items())
+    reading.skipped.append((line, f"read as qsub runs it: {said}" + (f", {given}" if given else "")
+                                  + " from the #PBS lines (qsub's own command line may change them)"))
+
+
 def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given; `path`: the script's
     file, next to which the files it sources (`source config.sh`) are read (None: none is read)."""
@@ -322,6 +336,7 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     reader = _Reader(reading, positional, path)
     slurm_directives(text, reading)
     grid_engine_directives(text, reading)
+    pbs_directives(text, reading, reader)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
@@ -372,6 +387,8 @@ class _Reader:
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
+        # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
+        self.known_files: dict[str, str] = {}
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
@@ -803,6 +820,20 @@ class _Reader:
             finally:
                 self.stdin = saved_stdin
             return
+        if self.capture is not None and self.known_files and body is not None and body.type == "command":
+            # `NNODES=$(wc -l < $PBS_NODEFILE)`: a file whose lines are known is the command's input
+            given = [c for c in node.named_children if c.type == "file_redirect"
+                     and self.src[c.start_byte:c.end_byte].lstrip()[:1] == b"<"]
+            target = given[0].child_by_field_name("destination") if len(given) == 1 else None
+            words = self.fields(target) if target is not None else []
+            lines = self.known_files.get(words[0]) if len(words) == 1 else None
+            if lines is not None:
+                saved_stdin, self.stdin = self.stdin, lines
+                try:
+                    self.statement(body)
+                finally:
+                    self.stdin = saved_stdin
+                return
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
@@ -814,6 +845,19 @@ class _Reader:
             return
         if body is not None:
             self.statement(body)
+
+    def filter_lines(self, program: str, args: list[str]) -> str | None:
+        """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
+        line of it is known to be one line."""
+        files = [a for a in args if a in self.known_files]
+        options = [a for a in args if a not in self.known_files]
+        if files and program != "wc":  # `wc -l FILE` also prints the file's name
+            text = "".join(self.known_files[f] for f in files)
+        elif not files and self.stdin is not None and pbs.line_structured(self.stdin, unresolved_names):
+            text = self.stdin
+        else:
+            return None
+        return None if any(unresolved_names(o) for o in options) else pbs.filtered(program, options, text)
 
     def first_word(self, command: Any) -> str:
         name = command.child_by_field_name("name")
@@ -867,7 +911,7 @@ class _Reader:
     def run_written(self, node: Any, argv: list[str]) -> bool:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
-        program = argv[0].rsplit("/", 1)[-1]
+        program = base_name(argv[0])
         k = 0 if _written_key(argv[0], self.written) else None
         if k is None and program in (*SHELLS, "sbatch"):
             i = 1
@@ -883,7 +927,7 @@ class _Reader:
         saved_positional, saved_outer = self.positional, self.outer
         self.positional = argv[k + 1:]
         self.set_positional(self.positional)
-        shell = next((m for m in range(k) if argv[m].rsplit("/", 1)[-1] in SHELLS), k)
+        shell = next((m for m in range(k) if base_name(argv[m]) in SHELLS), k)
         if program in RUNS_A_COMMAND:  # the wrapper's counts are the job's (srun -N 2 … bash runner.sh)
             self.outer = [*saved_outer, *argv[:shell]]
         try:  # its own bash: an exit there ends only that one
@@ -904,7 +948,7 @@ class _Reader:
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
         words = self.fields(name) if name is not None else []
-        return bool(words) and words[0].rsplit("/", 1)[-1] in (*SHELLS, "sbatch")
+        return bool(words) and base_name(words[0]) in (*SHELLS, "sbatch")
 
     def run_heredoc(self, command: Any, heredoc: Any) -> None:
         """`sbatch <<EOF … EOF`, `bash <<EOF`: the here-document is the script that runs."""
@@ -1753,7 +1797,7 @@ class _Reader:
 
     def run_argv(self, node: Any, argv: list[str], env: dict[str, str],
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
-        program = argv[0].rsplit("/", 1)[-1]
+        program = base_name(argv[0])
         if program == "env":  # env [-i] [-u NAME] NAME=value … command …
             k = 1
             while k < len(argv):
@@ -1843,6 +1887,11 @@ class _Reader:
                 else:
                     self.capture.out.append(printed)
                 return
+            if program in pbs.FILTERS:  # `wc -l < $PBS_NODEFILE`, `sort -u $PBS_NODEFILE | wc -l`
+                filtered = self.filter_lines(program, argv[1:])
+                if filtered is not None:
+                    self.capture.out.append(filtered)
+                    return
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
                 coreutils.seq(argv[1:]) if program == "seq" else \
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
@@ -1890,7 +1939,7 @@ class _Reader:
             return
         # `… | xargs torchrun pretrain_gpt.py`: xargs adds the words it reads from its input, not known here
         before = argv[:next((k for k, w in enumerate(argv) if show(w).endswith(".py")), len(argv))]
-        if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
+        if any(base_name(show(word)) == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    tuple(dict.fromkeys((*self.absent, *self.through))),
@@ -3147,7 +3196,7 @@ def _echo(argv: list[str]) -> str | None:
 def _path_command(argv: list[str], cwd: str | None) -> str | None:
     """What dirname, basename, realpath / readlink -f of an absolute path, `cd DIR` and `pwd` give inside $(…), from
     the words alone (no file is looked at: a symbolic link is not followed); None when it is not known."""
-    program, args = argv[0].rsplit("/", 1)[-1], [a for a in argv[1:] if a != "--"]
+    program, args = base_name(argv[0]), [a for a in argv[1:] if a != "--"]
     if any(unresolved_names(a) for a in args):
         return None
     if program == "dirname" and len(args) == 1:
@@ -3415,7 +3464,7 @@ def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> i
     shell and its options) or `srun … ./runner.sh` (the first word that is no option of theirs); None when a word
     before it is a program that only reads it (cat, chmod)."""
     for k, word in enumerate(argv[1:], 1):
-        name = word.rsplit("/", 1)[-1]
+        name = base_name(word)
         if name in SHELLS:
             i = k + 1
             while i < len(argv) and argv[i].startswith("-"):
@@ -3430,13 +3479,13 @@ def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> i
 
 def _shell_at(argv: list[str]) -> int:
     """Where the shell word of `… bash -c STRING` is (what comes before it launches it)."""
-    return next(k for k, word in enumerate(argv) if word.rsplit("/", 1)[-1] in SHELLS)
+    return next(k for k, word in enumerate(argv) if base_name(word) in SHELLS)
 
 
 def _shell_c(argv: list[str]) -> str | None:
     """The command string of `… sh -c STRING` (a launcher such as srun may come first)."""
     for k, word in enumerate(argv[:-1]):
-        if word.rsplit("/", 1)[-1] in SHELLS:
+        if base_name(word) in SHELLS:
             rest = argv[k + 1:]
             for m, option in enumerate(rest[:-1]):
                 if option == "-c" or (option.startswith("-") and not option.startswith("--") and
@@ -3458,7 +3507,7 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
     pretrain_gpt.py …"`, `ssh node "torchrun … pretrain_gpt.py …"`, `bcprun -p 8 -c 'python main.py …'`, `pdsh -w
     hosts '…'`: a word with blanks that runs a .py file with flags, given before any word that is itself the entry
     (then the command runs it directly, and its words are values)."""
-    if argv[0].rsplit("/", 1)[-1] in _NOT_RUNNING:
+    if base_name(argv[0]) in _NOT_RUNNING:
         return None
     for k, word in enumerate(argv[1:], 1):
         if not any(c.isspace() for c in word):

@@ -26,6 +26,7 @@ from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
+from launcher.importer.words import base_name
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -269,7 +270,7 @@ def _manifest_script(data: Any) -> tuple[str, ManifestLayout] | None:
                 env = _container_env(node)
                 words = [_kubernetes_expand(str(w), env) for part in (node.get("command"), node.get("args"))
                          if part is not None for w in (part if isinstance(part, list) else [part])]
-                at = next((k for k, w in enumerate(words[:-2]) if w.rsplit("/", 1)[-1] in ("bash", "sh")
+                at = next((k for k, w in enumerate(words[:-2]) if base_name(w) in ("bash", "sh")
                            and SHELL_C.fullmatch(words[k + 1])), None)
                 script = words[at + 2] if at is not None else shlex.join(words)
                 if "pretrain_" in script:  # the container's environment first: the script reads it
@@ -415,14 +416,14 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         launcher.update(launch.launcher)
-        notes += [_comment(f"{runner[0].rsplit('/', 1)[-1]} {d}") for d in launch.dropped]
+        notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
         if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
         if launch.per_task:
-            if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
+            if any(base_name(w) == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
                     if setting not in launcher and option in source.slurm:
@@ -584,7 +585,7 @@ def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any
         lines += [f"#   {_comment(n)}" for n in translated]
     lines.append("# Not carried (each thing of the source that this preset does not hold, and why):")
     lines += [f"#   {_comment(n)}" for n in notes] or ["#   nothing"]
-    description = "imported from " + show(source).rsplit("/", 1)[-1]
+    description = "imported from " + base_name(show(source))
     lines += _dump({"description": description}, 0)
     carried = [key for key in ("nodes", "gpus_per_node", "master_addr", "master_port") if key in launcher]
     meant_launcher: dict[str, Any] = {key: launcher[key] for key in carried

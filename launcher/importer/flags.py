@@ -9,6 +9,7 @@ from typing import Any
 
 from launcher.errors import UserError, did_you_mean
 from launcher.importer import legacy
+from launcher.importer.words import base_name
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
 
@@ -447,7 +448,7 @@ class Launch:
     def per_task(self) -> bool:
         """pretrain_gpt.py starts once per process of the job launcher (srun, mpirun): by python directly, or by a
         launch script that runs python with the arguments it is given."""
-        program = self.runner[0].rsplit("/", 1)[-1] if self.runner else ""
+        program = base_name(self.runner[0]) if self.runner else ""
         return program.startswith("python") and "-m" not in self.runner and not self.python_launcher() \
             or self.via_program
 
@@ -455,7 +456,7 @@ class Launch:
         """The launcher of the script's own that python runs before the entry (`python3 run.py --include
         localhost:0,1 pretrain_gpt.py …`, Ascend's DeepSpeed-style run.py): it starts the processes, as many as it
         decides; "" where python runs the entry itself."""
-        if not self.runner or not self.runner[0].rsplit("/", 1)[-1].startswith("python"):
+        if not self.runner or not base_name(self.runner[0]).startswith("python"):
             return ""
         for word in self.runner[1:]:
             if word == "-m":
@@ -481,7 +482,7 @@ def wrapper_env(wrapper: list[str]) -> dict[str, str]:
             out[name] = value
             k += 1
             continue
-        after_env = word.rsplit("/", 1)[-1] == "env"
+        after_env = base_name(word) == "env"
         if word in ("-x", "--x") and k + 1 < len(wrapper):
             name, eq, value = wrapper[k + 1].partition("=")
             if eq and ENV_NAME.fullmatch(name):
@@ -514,7 +515,7 @@ def find_entry(argv: list[str]) -> int | None:
 def split_launch(argv: list[str]) -> Launch:
     at = find_entry(argv)
     assert at is not None
-    starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
+    starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(base_name(word))]
     own = not starts and at > 0 and _own_program(argv[at - 1], argv[at - 2] if at > 1 else "")
     start = starts[-1] if starts else (at - 1 if own else 0)
     launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start], via_program=own)
@@ -538,7 +539,7 @@ def split_launch(argv: list[str]) -> Launch:
         if not word.startswith("-"):
             k += 1
             continue
-        if not word.startswith("--") and runner[0].rsplit("/", 1)[-1].startswith("python"):
+        if not word.startswith("--") and base_name(runner[0]).startswith("python"):
             k += 2 if word == "-m" else 1  # python's own options: -u, -O, -m torch.distributed.run
             continue
         name, eq, inline = word.lstrip("-").partition("=")
@@ -550,7 +551,7 @@ def split_launch(argv: list[str]) -> Launch:
         takes = not eq and k + 1 < len(runner) and not runner[k + 1].startswith("-")
         value = inline if eq else (runner[k + 1] if takes else "")
         k += 2 if takes else 1
-        program = runner[0].rsplit("/", 1)[-1]
+        program = base_name(runner[0])
         if program == "accelerate" and name in ("num_processes", "num_machines") and re.fullmatch(r"\d+", value):
             counts[name] = int(value)  # every process of every machine; per node once both are read
             continue
@@ -583,11 +584,11 @@ def split_launch(argv: list[str]) -> Launch:
         else:
             launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
-    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and not options & {"num_gpus", "include", "i"}:
+    if runner and base_name(runner[0]) == "deepspeed" and not options & {"num_gpus", "include", "i"}:
         launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
                               "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
                               "(8 unless set)")
-    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and "hostfile" in options \
+    if runner and base_name(runner[0]) == "deepspeed" and "hostfile" in options \
             and not options & {"num_nodes", "include", "i"}:
         launch.dropped.append("(--hostfile without --num_nodes): every host the file lists, a count known only where "
                               "it runs; give it as the preset's nodes (1 unless set)")
@@ -631,7 +632,7 @@ def _own_program(word: str, before: str) -> bool:
     """`launch.sh`, `$DIR/run_rank.sh`, `/images/launch_wrapper`: a program of the user's given the entry as its first
     argument (a path without a script's suffix only where the word before is no option it could be the value of:
     `srun -o /dev/null pretrain_gpt.py`)."""
-    name = word.rsplit("/", 1)[-1]
+    name = base_name(word)
     if word.startswith("-") or _NOT_OWN_PROGRAM.fullmatch(name):
         return False
     return name.endswith((".sh", ".bash")) or ("/" in word and "." not in name and not before.startswith("-"))
@@ -689,7 +690,7 @@ def _launcher_options(wrapper: list[str]) -> list[str]:
     out: list[str] = []
     inside = False
     for word in wrapper:
-        program = word.rsplit("/", 1)[-1]
+        program = base_name(word)
         if program in JOB_LAUNCHERS:
             inside = True
         elif program in NOT_A_LAUNCHER:
@@ -703,7 +704,7 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
     """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
     where each process is one GPU's rank (the options of srun, mpirun … only)."""
     found: dict[str, int] = {}
-    if any(word.rsplit("/", 1)[-1] == "jsrun" for word in wrapper):
+    if any(base_name(word) == "jsrun" for word in wrapper):
         return _jsrun_counts(_launcher_options(wrapper))
     wrapper = _launcher_options(wrapper)
     for k, word in enumerate(wrapper):
