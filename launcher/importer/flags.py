@@ -26,11 +26,13 @@ TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 
 
 # Unknown flags whose names say they only log, name a path, an experiment or where the processes meet (a fork's
-# --master-addr: the launcher gives its own rendezvous), or profile: dropped with a note. Any other unknown flag may
-# change the model, its numerics or its layout, and is reported as lost.
+# --master-addr: the launcher gives its own rendezvous), profile, or count data-loading workers (Megatron-DeepSpeed's
+# and bigcode's --valid-num-workers: the sampler, not the workers, orders the samples): dropped with a note. Any
+# other unknown flag may change the model, its numerics or its layout, and is reported as lost.
 HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
                            r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
-                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port)$")
+                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port|"
+                           r"workers)$")
 
 
 @dataclass
