@@ -2688,7 +2688,8 @@ class _Reader:
     def substitute(self, node: Any) -> str:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
         body = [c for c in node.named_children]
-        text = self.text(node).strip()
+        # the grammar may start the node at the `\` of a continued line before a backtick: not part of it
+        text = re.sub(r"^(?:\s|\\\n)+", "", self.text(node)).strip()
         if text.startswith("$((") and text.endswith("))"):
             # `${TP:-$((N*2))}`: the grammar reads arithmetic inside ${…} as a subshell's command; bash, as arithmetic
             try:

@@ -138,6 +138,12 @@ def test_what_printf_and_references_cannot_know_is_unknown(code, expected):
     assert words(code) == expected
 
 
+def test_a_backtick_after_a_continued_line_is_named_as_written():
+    # the grammar starts the substitution at the line's `\`: the unknown was shown as ${$(`pwd)}
+    reading = read_script('CMD=" \\\n    `pwd`/pretrain_gpt.py \\\n    --x `hostname`"\ntorchrun $CMD\n')
+    assert [show(a) for a in reading.commands[-1].argv[1:]] == ["${$(pwd)}/pretrain_gpt.py", "--x", "${$(hostname)}"]
+
+
 def test_select_reads_the_terminal_so_its_choice_is_not_known():
     reading = read_script("select M in 7b 70b; do break; done\ntorchrun pretrain_gpt.py --size $M\n")
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["--size", "${M}"]  # was 7b, chosen silently
