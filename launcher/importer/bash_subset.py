@@ -182,6 +182,7 @@ class Reading:
     shell: Shell = field(default_factory=Shell)
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
+    lsf_nodes: int | None = None  # `#BSUB -nnodes N`: the nodes of an LSF job (jsrun runs on each)
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
@@ -312,6 +313,19 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
                                                 "(qsub's own command line may change it)"))
 
 
+def lsf_directives(text: str, reading: Reading) -> None:
+    """`#BSUB -nnodes N` before the first command (IBM LSF on Summit, Lassen, Sierra: whole nodes) → the job's nodes."""
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        found = re.fullmatch(r"#BSUB\s+-nnodes\s+(\d{1,7})(?:\s.*)?", stripped)
+        if found:
+            reading.lsf_nodes = int(found.group(1))
+            reading.skipped.append((number, f"read as bsub runs it: {reading.lsf_nodes} node(s) from the #BSUB lines "
+                                            "(bsub's own command line may change them)"))
+
+
 def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
     """The `#PBS -l select=N…` / `nodes=N:ppn=P` lines → Torque's PBS_NUM_* variables and the node file's lines."""
     found = pbs.directives(text)
@@ -337,6 +351,7 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     slurm_directives(text, reading)
     grid_engine_directives(text, reading)
     pbs_directives(text, reading, reader)
+    lsf_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:

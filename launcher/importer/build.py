@@ -215,6 +215,7 @@ class Source:
     # variable → the words each undecided branch (every time one was met) leaves in it (Undecided.values)
     alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
+    lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -386,7 +387,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
     notes += layout.notes
-    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts)
+    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes)
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -428,6 +429,13 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
+            if launch.per_node_only and "nodes" not in launcher:
+                if any(base_name(w) == "jsrun" for w in launch.wrapper) and source.lsf_nodes:
+                    launcher["nodes"] = source.lsf_nodes  # jsrun's resource sets on every node of the LSF job
+                else:  # `mpirun --npernode 8`: that many on each node of the job, as many nodes as it has
+                    notes.append(_comment(f"{launch.per_node_only}: processes on each node of the job, whose "
+                                          "number of nodes the command does not give (the job's own, not known "
+                                          "here); the preset's nodes is not set from it (give --nodes)"))
     pods, per_pod = source.manifest.get("nodes"), source.manifest.get("gpus_per_node")
     if pods and per_pod and pods > 1 and "nodes" not in launcher and launcher.get("gpus_per_node") == pods * per_pod:
         # `mpirun -np 8` read as one node of 8 where the job's pods are 2 of 4: the count is the job's total

@@ -445,6 +445,9 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)  # what the wrapper exports to every rank (mpirun -x A=1)
     # the entry goes to a program of the script's own (`srun … apptainer exec IMG launch.sh pretrain_gpt.py …`)
     via_program: bool = False
+    # the job launcher's count of processes on each node, given without a count of nodes or of all processes
+    # (`mpirun --npernode 8`, `jsrun -r 6`): it runs on every node of the job, as many as the job has
+    per_node_only: str = ""
 
     @property
     def per_task(self) -> bool:
@@ -603,6 +606,8 @@ def split_launch(argv: list[str]) -> Launch:
     if launch.per_task:
         counts_found = _process_counts(launch.wrapper)
         launch.launcher.update(counts_found)
+        if "gpus_per_node" in counts_found and "nodes" not in counts_found:
+            launch.per_node_only = _per_node_option(launch.wrapper)
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
         for option, value in _unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS
@@ -611,6 +616,26 @@ def split_launch(argv: list[str]) -> Launch:
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _per_node_option(wrapper: list[str]) -> str:
+    """`--npernode 8` where the job launcher is given a count per node and none of nodes or of all processes (it
+    then starts that many on each node of the job); "" otherwise."""
+    options = _launcher_options(wrapper)
+    jsrun = any(base_name(word) == "jsrun" for word in wrapper)
+    per_node = {k for k, v in JSRUN_OPTIONS.items() if v == "per_host"} if jsrun else PER_NODE_OPTIONS
+    others = {k for k, v in JSRUN_OPTIONS.items() if v in ("sets", "total")} if jsrun else {*TOTAL_OPTIONS,
+                                                                                            *NODE_OPTIONS}
+    given = ""
+    for k, word in enumerate(options):
+        name, eq, _ = word.partition("=")
+        if jsrun and not eq and not name.startswith("--") and len(name) > 2 and name[:2] in JSRUN_OPTIONS:
+            name, eq = name[:2], "="  # -r6
+        if name in others:
+            return ""
+        if name in per_node:
+            given = word if eq else f"{word} {options[k + 1] if k + 1 < len(options) else ''}".strip()
+    return given
 
 
 def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:

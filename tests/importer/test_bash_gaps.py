@@ -88,6 +88,24 @@ def test_jsrun_gives_the_process_counts(runner, expected):
     assert {k: imported.launcher.get(k) for k in expected} == expected and imported.settings["num_layers"] == 2
 
 
+@pytest.mark.parametrize(("header", "runner", "expected", "named"), [
+    ("", "mpirun --npernode 8", {"gpus_per_node": 8, "nodes": None}, "--npernode 8"),
+    ("", "mpiexec --ppn 4 --depth 8 --cpu-bind depth", {"gpus_per_node": 4, "nodes": None}, "--ppn 4"),
+    ("", "srun --ntasks-per-node=8", {"gpus_per_node": 8, "nodes": None}, "--ntasks-per-node=8"),
+    ("", "jsrun -r6 -a1 -g1 -c7", {"gpus_per_node": 6, "nodes": None}, "-r6"),
+    ("#BSUB -nnodes 4\n#BSUB -W 60\n", "jsrun -r6 -a1 -g1 -c7", {"gpus_per_node": 6, "nodes": 4}, ""),
+    ("#SBATCH --nodes=3\n", "srun --ntasks-per-node=8", {"gpus_per_node": 8, "nodes": 3}, ""),
+    ("", "mpirun -np 16 --npernode 8", {"gpus_per_node": 8, "nodes": 2}, ""),
+])
+def test_a_count_per_node_without_nodes_is_the_jobs_and_named(header, runner, expected, named):
+    # the job launcher starts that many on each node of the job: without the job's node count the world was read as
+    # one node's, silently
+    imported = import_source(f"#!/bin/bash\n{header}{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    said = [n for n in imported.not_carried if "processes on each node of the job" in n]
+    assert bool(said) == bool(named) and all(n.startswith(named) for n in said), said
+
+
 MORE_SHAPES = [
     # printf's numeric conversions (printf -v and $(printf …)): were unknown
     "printf -v PADDED '%03d' 7\nprintf -v LR '%.1e' 0.00015\nW=\"$PADDED $LR $(printf '%x-%s' 255 a)\"",
