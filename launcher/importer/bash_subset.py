@@ -2727,8 +2727,10 @@ class _Reader:
             finally:
                 captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
                 self.restore(saved_shell)
-            if captured.known:
-                return "".join(captured.out).rstrip("\n")
+            printed = "".join(captured.out).rstrip("\n")
+            if captured.known and (len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed,
+                                                                                              unresolved_names)):
+                return printed
             return _unknown("$(" + label.strip() + ")")
         capture = _Capture()
         saved_capture, self.capture = self.capture, capture
@@ -2744,7 +2746,10 @@ class _Reader:
             self.restore(saved_shell)
             del self.reading.commands[saved_commands:]
         if capture.known:
-            return "".join(capture.out).rstrip("\n")
+            printed = "".join(capture.out).rstrip("\n")
+            # `$(cat $PBS_NODEFILE)` of a large job: its lines are host names not known here, none is a value
+            if len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed, unresolved_names):
+                return printed
         return _unknown("$(" + label.strip() + ")")
 
     def fields(self, node: Any) -> list[str]:

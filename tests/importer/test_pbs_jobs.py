@@ -59,6 +59,13 @@ def test_host_names_and_input_not_known_stay_unknown():
     assert "${" in words('M=$(wc -l < $PBS_NODEFILE)\nW=$M')[0]  # no #PBS lines: the host file is not known
 
 
+def test_a_large_jobs_host_file_is_counted_and_never_a_value():
+    # 16,384 host lines: more text than a value may hold; `$(cat …)` of it is unknown (it was an error: no import)
+    got = words("#PBS -l select=2048:mpiprocs=8\nH=$(cat $PBS_NODEFILE)\nB=`cat $PBS_NODEFILE`\n"
+                "for h in $(sort -u $PBS_NODEFILE); do echo $h; done\nW=\"$(wc -l < $PBS_NODEFILE) $H $B\"")
+    assert got[0] == "16384" and "${" in got[1] and "${" in got[2]
+
+
 def test_the_node_count_reaches_the_launcher():
     imported = import_source(f"#!/bin/bash\n#PBS -l select=2:ngpus=4\nNNODES=$(wc -l < $PBS_NODEFILE)\n"
                              f"torchrun --nnodes $NNODES --nproc-per-node 4 pretrain_gpt.py {MODEL}\n", "job.pbs")
