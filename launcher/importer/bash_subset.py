@@ -259,9 +259,18 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
         words = stripped[len("#SBATCH"):].split("#", 1)[0].split()
         for k, word in enumerate(words):
             name, eq, value = word.partition("=")
-            if not eq:
+            if not eq and word[:2] in SBATCH_SHORT and len(word) > 2:
+                name, value = word[:2], word[2:]  # -N2, -n16: a short option's value written next to it
+            elif not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
+            if option == "nodes" and re.fullmatch(r"\d+-\d+", value):  # --nodes=2-4: as many as sbatch finds
+                low, high = value.split("-")
+                reading.skipped.append((number, f"--nodes={value}: sbatch gives the job between {low} and {high} "
+                                                "nodes, as many as it finds free: SLURM_NNODES is not known here, and "
+                                                "a job launcher that runs on each node of the job (srun without -N) "
+                                                "runs on that many (give --nodes)"))
+                continue
             gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:(\d+)(?:,|$)", value) if option == "gres" else None
             typed = re.fullmatch(r"[\w.-]+:(\d+)", value) if option in ("gpus-per-node", "gpus") else None
             if gres:  # --gres=gpu:a100:4,nvme:1 sets only the count on the node (no SLURM_GPUS_PER_NODE)

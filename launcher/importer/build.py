@@ -429,6 +429,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
+                nodes, tasks = source.slurm.get("nodes"), source.slurm.get("ntasks")
+                if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
+                        and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
+                    launcher["gpus_per_node"] = tasks // nodes
             if launch.per_node_only and "nodes" not in launcher:
                 if any(base_name(w) == "jsrun" for w in launch.wrapper) and source.lsf_nodes:
                     launcher["nodes"] = source.lsf_nodes  # jsrun's resource sets on every node of the LSF job

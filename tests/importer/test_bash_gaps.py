@@ -106,6 +106,19 @@ def test_a_count_per_node_without_nodes_is_the_jobs_and_named(header, runner, ex
     assert bool(said) == bool(named) and all(n.startswith(named) for n in said), said
 
 
+@pytest.mark.parametrize(("header", "expected", "named"), [
+    ("#SBATCH -N2\n#SBATCH --ntasks-per-node=8", {"nodes": 2, "gpus_per_node": 8}, False),  # -N2 was not read
+    ("#SBATCH -N 2 -n 16", {"nodes": 2, "gpus_per_node": 8}, False),  # srun spreads the 16 tasks over 2 nodes
+    ("#SBATCH -N4 -n8 -c16", {"nodes": 4, "gpus_per_node": 2}, False),
+    ("#SBATCH --nodes=2-4\n#SBATCH --ntasks-per-node=8", {"nodes": None, "gpus_per_node": 8}, True),
+    ("#SBATCH -N 1-2 --ntasks-per-node 4", {"nodes": None, "gpus_per_node": 4}, True),
+])
+def test_sbatch_counts_as_sbatch_reads_them(header, expected, named):
+    imported = import_source(f"#!/bin/bash\n{header}\nsrun python pretrain_gpt.py {MODEL}\n", "job.sbatch")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    assert any("as many as it finds free" in n for n in imported.not_carried) == named
+
+
 MORE_SHAPES = [
     # printf's numeric conversions (printf -v and $(printf …)): were unknown
     "printf -v PADDED '%03d' 7\nprintf -v LR '%.1e' 0.00015\nW=\"$PADDED $LR $(printf '%x-%s' 255 a)\"",
