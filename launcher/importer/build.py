@@ -433,6 +433,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
                         and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
                     launcher["gpus_per_node"] = tasks // nodes
+                if "gpus_per_node" not in launcher and "nodes" in launcher:
+                    notes.append("srun without a count of tasks on each node: the job's --ntasks-per-node, else one "
+                                 "task a node (not known here); the preset's gpus_per_node is not set from it (8 "
+                                 "unless set)")
             if launch.per_node_only and "nodes" not in launcher:
                 if any(base_name(w) == "jsrun" for w in launch.wrapper) and source.lsf_nodes:
                     launcher["nodes"] = source.lsf_nodes  # jsrun's resource sets on every node of the LSF job

@@ -608,6 +608,11 @@ def split_launch(argv: list[str]) -> Launch:
         launch.launcher.update(counts_found)
         if "gpus_per_node" in counts_found and "nodes" not in counts_found:
             launch.per_node_only = _per_node_option(launch.wrapper)
+        total = _total_only(launch.wrapper)
+        if total and not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
+            launch.dropped.append(f"{total}: processes in all, over nodes the command does not count (the job's "
+                                  "hosts, not known here); the preset's nodes and gpus_per_node are not set from it "
+                                  "(give --nodes and --gpus-per-node)")
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
         for option, value in _unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS
@@ -616,6 +621,22 @@ def split_launch(argv: list[str]) -> Launch:
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _total_only(wrapper: list[str]) -> str:
+    """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`)."""
+    options = _launcher_options(wrapper)
+    if any(base_name(w) == "jsrun" for w in wrapper):
+        return ""
+    given = ""
+    for k, word in enumerate(options):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
+        if name in TOTAL_OPTIONS and re.fullmatch(r"\d+", value):
+            given = word if eq else f"{word} {value}"
+        elif name in (*NODE_OPTIONS, *_per_node_options(wrapper)) or name == "--map-by" and value.endswith(":node"):
+            return ""
+    return given
 
 
 def _per_node_option(wrapper: list[str]) -> str:
@@ -733,6 +754,7 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
     found: dict[str, int] = {}
     if any(base_name(word) == "jsrun" for word in wrapper):
         return _jsrun_counts(_launcher_options(wrapper))
+    per_node_options = _per_node_options(wrapper)
     wrapper = _launcher_options(wrapper)
     for k, word in enumerate(wrapper):
         name, eq, inline = word.partition("=")
@@ -742,7 +764,7 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
             found["per_node"] = int(ppr.group(1))
         if not re.fullmatch(r"\d+", value):
             continue
-        if name in PER_NODE_OPTIONS:
+        if name in per_node_options:
             found["per_node"] = int(value)
         elif name in NODE_OPTIONS:
             found["nodes"] = int(value)
@@ -753,8 +775,17 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
         out["gpus_per_node"] = found["per_node"]
     if "nodes" in found:
         out["nodes"] = found["nodes"]
+        if "per_node" not in found and found.get("total") and found["total"] % found["nodes"] == 0:
+            out["gpus_per_node"] = found["total"] // found["nodes"]  # srun -N 2 -n 16: 8 on each node
     elif "total" in found and "per_node" in found and found["per_node"] and found["total"] % found["per_node"] == 0:
         out["nodes"] = found["total"] // found["per_node"]
     elif "total" in found and "per_node" not in found and found["total"] <= 8:
         out["gpus_per_node"] = found["total"]
     return out
+
+
+def _per_node_options(wrapper: list[str]) -> set[str]:
+    """The options that count processes on each node: Open MPI's mpirun also takes `-N n` (n per node, as
+    `--map-by ppr:n:node`), where srun's `-N` counts nodes."""
+    launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
+    return PER_NODE_OPTIONS | {"-N"} if launcher in ("mpirun", "orterun") else PER_NODE_OPTIONS

@@ -106,6 +106,21 @@ def test_a_count_per_node_without_nodes_is_the_jobs_and_named(header, runner, ex
     assert bool(said) == bool(named) and all(n.startswith(named) for n in said), said
 
 
+@pytest.mark.parametrize(("runner", "expected", "named"), [
+    ("mpirun -np 16 -N 8", {"nodes": 2, "gpus_per_node": 8}, ""),  # Open MPI's -N is per node (was 8 nodes)
+    ("srun -N 2 -n 8", {"nodes": 2, "gpus_per_node": 4}, ""),  # was 2 nodes of the preset's 8
+    ("mpirun -np 16", {"nodes": None, "gpus_per_node": None}, "processes in all"),  # was one node of 8, unsaid
+    ("mpirun -np 16 --map-by ppr:4:socket", {"nodes": None, "gpus_per_node": None}, "processes in all"),
+    ("srun -N 4", {"nodes": 4, "gpus_per_node": None}, "srun without a count of tasks on each node"),
+    ("mpirun -np 4", {"nodes": None, "gpus_per_node": 4}, ""),
+])
+def test_a_job_launchers_counts_are_read_as_it_reads_them(runner, expected, named):
+    imported = import_source(f"#!/bin/bash\n{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    assert any(named in n for n in imported.not_carried) if named else not any(
+        "processes in all" in n or "srun without" in n for n in imported.not_carried)
+
+
 @pytest.mark.parametrize(("header", "expected", "named"), [
     ("#SBATCH -N2\n#SBATCH --ntasks-per-node=8", {"nodes": 2, "gpus_per_node": 8}, False),  # -N2 was not read
     ("#SBATCH -N 2 -n 16", {"nodes": 2, "gpus_per_node": 8}, False),  # srun spreads the 16 tasks over 2 nodes
