@@ -433,10 +433,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
                         and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
                     launcher["gpus_per_node"] = tasks // nodes
-                if "gpus_per_node" not in launcher and "nodes" in launcher:
+                total = int(launch.total_only.split()[-1].rpartition("=")[2]) if launch.total_only else 0
+                if total and "nodes" in launcher and total % launcher["nodes"] == 0 \
+                        and "gpus_per_node" not in launcher:  # `srun -n 32` in a job of `#SBATCH --nodes=4`
+                    launcher["gpus_per_node"] = total // launcher["nodes"]
+                if "gpus_per_node" not in launcher and "nodes" in launcher and not launch.total_only:
                     notes.append("srun without a count of tasks on each node: the job's --ntasks-per-node, else one "
                                  "task a node (not known here); the preset's gpus_per_node is not set from it (8 "
                                  "unless set)")
+            if launch.total_only and "gpus_per_node" not in launcher:
+                over = (f"over the job's {launcher['nodes']} nodes, not a whole number on each" if "nodes" in launcher
+                        else "over nodes the command does not count (the job's hosts, not known here)")
+                notes.append(_comment(f"{launch.total_only}: processes in all, {over}; the preset's nodes and "
+                                      "gpus_per_node are not set from it (give --nodes and --gpus-per-node)"))
             if launch.per_node_only and "nodes" not in launcher:
                 if any(base_name(w) == "jsrun" for w in launch.wrapper) and source.lsf_nodes:
                     launcher["nodes"] = source.lsf_nodes  # jsrun's resource sets on every node of the LSF job

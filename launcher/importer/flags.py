@@ -448,6 +448,8 @@ class Launch:
     # the job launcher's count of processes on each node, given without a count of nodes or of all processes
     # (`mpirun --npernode 8`, `jsrun -r 6`): it runs on every node of the job, as many as the job has
     per_node_only: str = ""
+    # the job launcher's count of all its processes, given without a count of nodes or per node (`mpirun -np 16`)
+    total_only: str = ""
 
     @property
     def per_task(self) -> bool:
@@ -608,11 +610,8 @@ def split_launch(argv: list[str]) -> Launch:
         launch.launcher.update(counts_found)
         if "gpus_per_node" in counts_found and "nodes" not in counts_found:
             launch.per_node_only = _per_node_option(launch.wrapper)
-        total = _total_only(launch.wrapper)
-        if total and not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
-            launch.dropped.append(f"{total}: processes in all, over nodes the command does not count (the job's "
-                                  "hosts, not known here); the preset's nodes and gpus_per_node are not set from it "
-                                  "(give --nodes and --gpus-per-node)")
+        if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
+            launch.total_only = _total_only(launch.wrapper)
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
         for option, value in _unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS
@@ -633,7 +632,8 @@ def _total_only(wrapper: list[str]) -> str:
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
         if name in TOTAL_OPTIONS and re.fullmatch(r"\d+", value):
-            given = word if eq else f"{word} {value}"
+            launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
+            given = f"{launcher} " + (word if eq else f"{word} {value}")
         elif name in (*NODE_OPTIONS, *_per_node_options(wrapper)) or name == "--map-by" and value.endswith(":node"):
             return ""
     return given
