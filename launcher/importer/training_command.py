@@ -156,7 +156,7 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
                for item in affected}
     return [dataclasses.replace(item, flags=tuple(sorted(affected[item] | set(foreign[item]))),
                                 unknown_flags=foreign[item])
-            for item in sorted(affected, key=lambda u: u.line)]
+            for item in sorted(affected, key=lambda u: (u.line, u.what))]  # one order on every run
 
 
 def _foreign(flag: str) -> bool:
