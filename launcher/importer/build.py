@@ -216,6 +216,7 @@ class Source:
     alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
     lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
+    rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -387,7 +388,53 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
     notes += layout.notes
-    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes)
+    differing = _counts_by_node_rank(text, positional, path, runner) if training and positional else {}
+    for setting, (here, there) in differing.items():
+        notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
+                              "own count by the node rank it is given (an argument); a preset gives every node the "
+                              f"same, so {setting} is not set from it (give it, and check the world size)"))
+    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
+                  tuple(differing))
+
+
+_RUNNER_COUNTS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes"}
+
+
+def _runner_values(runner: Sequence[str]) -> dict[str, str]:
+    """torchrun's (python -m torch.distributed.run's) --node_rank, --nproc_per_node, --nnodes as written."""
+    found: dict[str, str] = {}
+    for k, word in enumerate(runner):
+        name, eq, value = word.lstrip("-").partition("=")
+        name = name.replace("-", "_")
+        if word.startswith("--") and name in ("node_rank", *_RUNNER_COUNTS):
+            found[name] = value if eq else (runner[k + 1] if k + 1 < len(runner) else "")
+    return found
+
+
+def _counts_by_node_rank(text: str, positional: Sequence[str], path: Path | None,
+                         runner: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """The launcher's counts that another node of the same job gets otherwise: where the script is read with the node
+    rank as an argument (`launch import train.sh 0`) and decides its process count on it (`if [ $NODE_RANK -eq 0
+    ]; then ((GPUS_PER_NODE++))`), the script is read again as the next node would run it."""
+    given = _runner_values(runner)
+    rank = given.get("node_rank", "")
+    if not rank.isdigit() or rank not in positional or len(positional) > 64:
+        return {}
+    nodes = int(given["nnodes"]) if given.get("nnodes", "").isdigit() else 0
+    other = str((int(rank) + 1) % nodes if nodes > 1 else int(rank) + 1)
+    at = list(positional).index(rank)
+    try:
+        again = read_script(text, [*positional[:at], other, *positional[at + 1:]], path)
+    except (ShellSyntaxError, UserError):
+        return {}
+    commands = training_command.training_commands(again)
+    if not commands:
+        return {}
+    command = commands[-1]
+    entry = flag_reader.find_entry(command.argv)
+    there = _runner_values([*command.outer, *command.argv[:entry]] if entry is not None else [])
+    return {setting: (given[name], there[name]) for name, setting in _RUNNER_COUNTS.items()
+            if name in given and name in there and given[name] != there[name]}
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -416,7 +463,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     launcher: dict[str, Any] = {}
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
-        launcher.update(launch.launcher)
+        launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}

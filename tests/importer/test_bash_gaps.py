@@ -123,6 +123,22 @@ def test_a_job_launchers_counts_are_read_as_it_reads_them(runner, expected, name
         "processes in all" in n or "srun without" in n for n in imported.not_carried)
 
 
+@pytest.mark.parametrize(("decides", "expected"), [
+    ('if [ "$NODE_RANK" -eq 0 ]; then ((GPUS++)); fi', None),  # MegatronApp: node 0 runs one process more
+    ('case $NODE_RANK in 0) GPUS=8 ;; *) GPUS=4 ;; esac', None),
+    ('[ "$NODE_RANK" -ge 0 ] && GPUS=4', 4),  # the same on every node: carried
+    ("", 3),
+])
+def test_a_process_count_the_node_rank_decides_is_not_carried_as_every_nodes(decides, expected):
+    script = (f"NODE_RANK=$1\nGPUS=3\n{decides}\ntorchrun --nproc_per_node $GPUS --nnodes 2 --node_rank $NODE_RANK "
+              f"pretrain_gpt.py {MODEL}\n")
+    for rank in ("0", "1"):
+        imported = import_source(script, "train.sh", [rank])
+        assert imported.launcher.get("gpus_per_node") == expected and imported.launcher.get("nodes") == 2
+        said = [n for n in imported.not_carried if n.startswith("gpus_per_node: this node's")]
+        assert bool(said) == (expected is None), said
+
+
 @pytest.mark.parametrize(("header", "expected", "named"), [
     ("#SBATCH -N2\n#SBATCH --ntasks-per-node=8", {"nodes": 2, "gpus_per_node": 8}, False),  # -N2 was not read
     ("#SBATCH -N 2 -n 16", {"nodes": 2, "gpus_per_node": 8}, False),  # srun spreads the 16 tasks over 2 nodes
