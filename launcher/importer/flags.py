@@ -510,6 +510,7 @@ PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--p
                     "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
 NODE_OPTIONS = {"-N", "--nodes", "--num_nodes", "--num-nodes"}
 TOTAL_OPTIONS = {"-np", "-n", "--np", "--ntasks"}
+HOST_OPTIONS = {"-H", "--host", "-host", "--hosts", "-hosts"}  # Open MPI's and MPICH's lists of hosts (`h1:8,h2:8`)
 
 
 def find_entry(argv: list[str]) -> int | None:
@@ -616,7 +617,8 @@ def split_launch(argv: list[str]) -> Launch:
         for option, value in _unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS
             if ("gpus_per_node" if per_node else "nodes") not in counts_found:
-                launch.dropped.append(f"{option} {value}: a process count not known without running the script; the "
+                what = "a list of hosts" if option in HOST_OPTIONS else "a process count"
+                launch.dropped.append(f"{option} {value}: {what} not known without running the script; the "
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
@@ -634,7 +636,8 @@ def _total_only(wrapper: list[str]) -> str:
         if name in TOTAL_OPTIONS and re.fullmatch(r"\d+", value):
             launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
             given = f"{launcher} " + (word if eq else f"{word} {value}")
-        elif name in (*NODE_OPTIONS, *_per_node_options(wrapper)) or name == "--map-by" and value.endswith(":node"):
+        elif name in (*NODE_OPTIONS, *HOST_OPTIONS, *_per_node_options(wrapper)) \
+                or name == "--map-by" and value.endswith(":node"):
             return ""
     return given
 
@@ -667,6 +670,8 @@ def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
         if name in (*TOTAL_OPTIONS, *NODE_OPTIONS, *PER_NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
+            out.append((name, value))
+        elif name in HOST_OPTIONS and value and not re.fullmatch(r"[\w.:,-]+", value):  # -H $HOSTS: not named here
             out.append((name, value))
     return out
 
@@ -762,6 +767,9 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
         ppr = re.fullmatch(r"ppr:(\d+):node", value) if name == "--map-by" else None
         if ppr:
             found["per_node"] = int(ppr.group(1))
+        hosts = re.fullmatch(r"[\w.-]+(?::\d+)?(?:,[\w.-]+(?::\d+)?)*", value) if name in HOST_OPTIONS else None
+        if hosts:  # mpirun -H node1:8,node2:8: the nodes it runs on, named
+            found["nodes"] = len({host.partition(":")[0] for host in value.split(",")})
         if not re.fullmatch(r"\d+", value):
             continue
         if name in per_node_options:

@@ -115,6 +115,9 @@ def test_a_count_per_node_without_nodes_is_the_jobs_and_named(header, runner, ex
     ("mpirun -np 4", {"nodes": None, "gpus_per_node": 4}, ""),
     ("#SBATCH --nodes=4\nsrun -n 32", {"nodes": 4, "gpus_per_node": 8}, ""),  # the job's nodes share the tasks
     ("#SBATCH --nodes=3\nsrun -n 32", {"nodes": 3, "gpus_per_node": None}, "not a whole number on each"),
+    ("mpirun -np 16 -H node1:8,node2:8", {"nodes": 2, "gpus_per_node": 8}, ""),  # the hosts it names
+    ("mpiexec -n 16 -hosts n1,n2", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("mpirun -np 16 -H $HOSTS", {"nodes": None, "gpus_per_node": None}, "a list of hosts not known"),
 ])
 def test_a_job_launchers_counts_are_read_as_it_reads_them(runner, expected, named):
     imported = import_source(f"#!/bin/bash\n{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
