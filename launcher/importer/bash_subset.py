@@ -33,7 +33,8 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, heredocs, recovery
+from launcher.importer import coreutils, heredocs, pbs, recovery
+from launcher.importer.words import base_name
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -181,6 +182,7 @@ class Reading:
     shell: Shell = field(default_factory=Shell)
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
+    lsf_nodes: int | None = None  # `#BSUB -nnodes N`: the nodes of an LSF job (jsrun runs on each)
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
@@ -257,9 +259,18 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
         words = stripped[len("#SBATCH"):].split("#", 1)[0].split()
         for k, word in enumerate(words):
             name, eq, value = word.partition("=")
-            if not eq:
+            if not eq and word[:2] in SBATCH_SHORT and len(word) > 2:
+                name, value = word[:2], word[2:]  # -N2, -n16: a short option's value written next to it
+            elif not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
+            if option == "nodes" and re.fullmatch(r"\d+-\d+", value):  # --nodes=2-4: as many as sbatch finds
+                low, high = value.split("-")
+                reading.skipped.append((number, f"--nodes={value}: sbatch gives the job between {low} and {high} "
+                                                "nodes, as many as it finds free: SLURM_NNODES is not known here, and "
+                                                "a job launcher that runs on each node of the job (srun without -N) "
+                                                "runs on that many (give --nodes)"))
+                continue
             gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:(\d+)(?:,|$)", value) if option == "gres" else None
             typed = re.fullmatch(r"[\w.-]+:(\d+)", value) if option in ("gpus-per-node", "gpus") else None
             if gres:  # --gres=gpu:a100:4,nvme:1 sets only the count on the node (no SLURM_GPUS_PER_NODE)
@@ -311,6 +322,32 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
                                                 "(qsub's own command line may change it)"))
 
 
+def lsf_directives(text: str, reading: Reading) -> None:
+    """`#BSUB -nnodes N` before the first command (IBM LSF on Summit, Lassen, Sierra: whole nodes) → the job's nodes."""
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        found = re.fullmatch(r"#BSUB\s+-nnodes\s+(\d{1,7})(?:\s.*)?", stripped)
+        if found:
+            reading.lsf_nodes = int(found.group(1))
+            reading.skipped.append((number, f"read as bsub runs it: {reading.lsf_nodes} node(s) from the #BSUB lines "
+                                            "(bsub's own command line may change them)"))
+
+
+def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
+    """The `#PBS -l select=N…` / `nodes=N:ppn=P` lines → Torque's PBS_NUM_* variables and the node file's lines."""
+    found = pbs.directives(text)
+    if found is None:
+        return
+    line, variables, hosts, said = found
+    reading.shell.scalars.update(variables)
+    reader.known_files[_unknown(pbs.NODE_FILE)] = "".join(_unknown(host) + "\n" for host in hosts)
+    given = ", ".join(f"{k}={v}" for k, v in variables.items())
+    reading.skipped.append((line, f"read as qsub runs it: {said}" + (f", {given}" if given else "")
+                                  + " from the #PBS lines (qsub's own command line may change them)"))
+
+
 def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given; `path`: the script's
     file, next to which the files it sources (`source config.sh`) are read (None: none is read)."""
@@ -322,6 +359,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     reader = _Reader(reading, positional, path)
     slurm_directives(text, reading)
     grid_engine_directives(text, reading)
+    pbs_directives(text, reading, reader)
+    lsf_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
@@ -372,6 +411,8 @@ class _Reader:
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
+        # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
+        self.known_files: dict[str, str] = {}
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
@@ -803,6 +844,20 @@ class _Reader:
             finally:
                 self.stdin = saved_stdin
             return
+        if self.capture is not None and self.known_files and body is not None and body.type == "command":
+            # `NNODES=$(wc -l < $PBS_NODEFILE)`: a file whose lines are known is the command's input
+            given = [c for c in node.named_children if c.type == "file_redirect"
+                     and self.src[c.start_byte:c.end_byte].lstrip()[:1] == b"<"]
+            target = given[0].child_by_field_name("destination") if len(given) == 1 else None
+            words = self.fields(target) if target is not None else []
+            lines = self.known_files.get(words[0]) if len(words) == 1 else None
+            if lines is not None:
+                saved_stdin, self.stdin = self.stdin, lines
+                try:
+                    self.statement(body)
+                finally:
+                    self.stdin = saved_stdin
+                return
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
@@ -814,6 +869,19 @@ class _Reader:
             return
         if body is not None:
             self.statement(body)
+
+    def filter_lines(self, program: str, args: list[str]) -> str | None:
+        """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
+        line of it is known to be one line."""
+        files = [a for a in args if a in self.known_files]
+        options = [a for a in args if a not in self.known_files]
+        if files and program != "wc":  # `wc -l FILE` also prints the file's name
+            text = "".join(self.known_files[f] for f in files)
+        elif not files and self.stdin is not None and pbs.line_structured(self.stdin, unresolved_names):
+            text = self.stdin
+        else:
+            return None
+        return None if any(unresolved_names(o) for o in options) else pbs.filtered(program, options, text)
 
     def first_word(self, command: Any) -> str:
         name = command.child_by_field_name("name")
@@ -867,7 +935,7 @@ class _Reader:
     def run_written(self, node: Any, argv: list[str]) -> bool:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
-        program = argv[0].rsplit("/", 1)[-1]
+        program = base_name(argv[0])
         k = 0 if _written_key(argv[0], self.written) else None
         if k is None and program in (*SHELLS, "sbatch"):
             i = 1
@@ -883,7 +951,7 @@ class _Reader:
         saved_positional, saved_outer = self.positional, self.outer
         self.positional = argv[k + 1:]
         self.set_positional(self.positional)
-        shell = next((m for m in range(k) if argv[m].rsplit("/", 1)[-1] in SHELLS), k)
+        shell = next((m for m in range(k) if base_name(argv[m]) in SHELLS), k)
         if program in RUNS_A_COMMAND:  # the wrapper's counts are the job's (srun -N 2 … bash runner.sh)
             self.outer = [*saved_outer, *argv[:shell]]
         try:  # its own bash: an exit there ends only that one
@@ -904,7 +972,7 @@ class _Reader:
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
         words = self.fields(name) if name is not None else []
-        return bool(words) and words[0].rsplit("/", 1)[-1] in (*SHELLS, "sbatch")
+        return bool(words) and base_name(words[0]) in (*SHELLS, "sbatch")
 
     def run_heredoc(self, command: Any, heredoc: Any) -> None:
         """`sbatch <<EOF … EOF`, `bash <<EOF`: the here-document is the script that runs."""
@@ -1753,7 +1821,7 @@ class _Reader:
 
     def run_argv(self, node: Any, argv: list[str], env: dict[str, str],
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
-        program = argv[0].rsplit("/", 1)[-1]
+        program = base_name(argv[0])
         if program == "env":  # env [-i] [-u NAME] NAME=value … command …
             k = 1
             while k < len(argv):
@@ -1843,6 +1911,11 @@ class _Reader:
                 else:
                     self.capture.out.append(printed)
                 return
+            if program in pbs.FILTERS:  # `wc -l < $PBS_NODEFILE`, `sort -u $PBS_NODEFILE | wc -l`
+                filtered = self.filter_lines(program, argv[1:])
+                if filtered is not None:
+                    self.capture.out.append(filtered)
+                    return
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
                 coreutils.seq(argv[1:]) if program == "seq" else \
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
@@ -1890,7 +1963,7 @@ class _Reader:
             return
         # `… | xargs torchrun pretrain_gpt.py`: xargs adds the words it reads from its input, not known here
         before = argv[:next((k for k, w in enumerate(argv) if show(w).endswith(".py")), len(argv))]
-        if any(show(word).rsplit("/", 1)[-1] == "xargs" for word in before):
+        if any(base_name(show(word)) == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    tuple(dict.fromkeys((*self.absent, *self.through))),
@@ -2596,13 +2669,28 @@ class _Reader:
                 return str(self.reparsed(text, expanded, functools.partial(_unknown, text.decode("utf-8", "replace"))))
             return text.decode("utf-8", "replace")
 
-        for child in node.children:
-            if child.start_byte < start or child.end_byte > stop or not child.is_named:
-                continue
-            if child.type in EXPANSIONS:
-                out.append(raw(at, self.start(child)))
+        # `$[ … ]` (what _arith_in_expansions writes for `$(( … ))`): the grammar cuts it where it holds `${A}`; each
+        # is arithmetic, read whole
+        spans = _arith_spans(self.src, start, stop) if b"$[" in self.src[start:stop] else []
+        children = [(self.start(child), child.end_byte, child) for child in node.children
+                    if child.start_byte >= start and child.end_byte <= stop and child.is_named
+                    and child.type in EXPANSIONS]
+        # of a span and a child, the outer one is read (`"$[ … ]"` is a string's; `${A}` in `$[ … ]` the span's)
+        spans = [(a, b) for a, b in spans if not any(c <= a and b <= d and (c, d) != (a, b) for c, d, _ in children)]
+        items = sorted([(a, b, None) for a, b in spans] + [
+            item for item in children if not any(a <= item[0] and item[1] <= b for a, b in spans)],
+            key=lambda item: item[0])
+        for begin, until, child in items:
+            out.append(raw(at, begin))
+            if child is not None:
                 out.append(expanded(child))
-                at = child.end_byte
+            else:
+                inner = self.src[begin + 2:until - 1].decode("utf-8", "replace")
+                try:
+                    out.append(str(self.arith_text(inner)))
+                except _Unknown:
+                    out.append(_unknown("$[" + inner + "]"))
+            at = until
         out.append(raw(at, stop) if stop > at else "")
         text = "".join(out)
         return _glob_unescape(text) if pattern else _unescape_unquoted(text)
@@ -2624,7 +2712,8 @@ class _Reader:
     def substitute(self, node: Any) -> str:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
         body = [c for c in node.named_children]
-        text = self.text(node).strip()
+        # the grammar may start the node at the `\` of a continued line before a backtick: not part of it
+        text = re.sub(r"^(?:\s|\\\n)+", "", self.text(node)).strip()
         if text.startswith("$((") and text.endswith("))"):
             # `${TP:-$((N*2))}`: the grammar reads arithmetic inside ${…} as a subshell's command; bash, as arithmetic
             try:
@@ -2647,8 +2736,10 @@ class _Reader:
             finally:
                 captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
                 self.restore(saved_shell)
-            if captured.known:
-                return "".join(captured.out).rstrip("\n")
+            printed = "".join(captured.out).rstrip("\n")
+            if captured.known and (len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed,
+                                                                                              unresolved_names)):
+                return printed
             return _unknown("$(" + label.strip() + ")")
         capture = _Capture()
         saved_capture, self.capture = self.capture, capture
@@ -2664,7 +2755,10 @@ class _Reader:
             self.restore(saved_shell)
             del self.reading.commands[saved_commands:]
         if capture.known:
-            return "".join(capture.out).rstrip("\n")
+            printed = "".join(capture.out).rstrip("\n")
+            # `$(cat $PBS_NODEFILE)` of a large job: its lines are host names not known here, none is a value
+            if len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed, unresolved_names):
+                return printed
         return _unknown("$(" + label.strip() + ")")
 
     def fields(self, node: Any) -> list[str]:
@@ -3132,7 +3226,7 @@ def _echo(argv: list[str]) -> str | None:
 def _path_command(argv: list[str], cwd: str | None) -> str | None:
     """What dirname, basename, realpath / readlink -f of an absolute path, `cd DIR` and `pwd` give inside $(…), from
     the words alone (no file is looked at: a symbolic link is not followed); None when it is not known."""
-    program, args = argv[0].rsplit("/", 1)[-1], [a for a in argv[1:] if a != "--"]
+    program, args = base_name(argv[0]), [a for a in argv[1:] if a != "--"]
     if any(unresolved_names(a) for a in args):
         return None
     if program == "dirname" and len(args) == 1:
@@ -3313,6 +3407,53 @@ def _time_blank(match: re.Match[bytes]) -> bytes:
     return match.group(1) + b" " * len(match.group(2))
 
 
+# `${N:-$(( (A + 15) / 16 ))}`: inside ${…} the grammar reads `$((` as `$(` and a subshell, and a parenthesised
+# group of the arithmetic then is an error that costs the lines around it; bash reads arithmetic. Written `$[ … ]`
+# (bash's older spelling of the same arithmetic) the grammar reads it as one word.
+def _inside_expansion(src: bytes, at: int) -> bool:
+    """Whether `at` is in the operand of a `${…` opened earlier on its line (looking back at most 2,000 bytes)."""
+    opened = src.rfind(b"${", max(0, at - 2000), at)
+    return opened >= 0 and not any(c in src[opened + 2:at] for c in (b"\n", b"{", b"}"))
+
+
+def _arith_in_expansions(src: bytes) -> bytes:
+    out, start = [], 0
+    for match in re.finditer(rb"\$\(\(", src):
+        at = match.start()
+        if at < start or not _inside_expansion(src, at):
+            continue
+        depth, k, end = 0, at + 3, None
+        while k < len(src) and k < at + 2000 and src[k:k + 1] not in (b"\n", b"[", b"]", b"'", b'"', b"`"):
+            ch = src[k:k + 1]
+            if ch == b"(":
+                depth += 1
+            elif ch == b")":
+                if depth == 0:
+                    end = k if src[k + 1:k + 2] == b")" else None
+                    break
+                depth -= 1
+            k += 1
+        if end is not None:
+            out += [src[start:at], b"$[", src[at + 3:end], b"]"]
+            start = end + 2
+    return b"".join(out) + src[start:] if out else src
+
+
+def _arith_spans(src: bytes, start: int, stop: int) -> list[tuple[int, int]]:
+    """(start, end) of each `$[ … ]` between start and stop, its brackets matched."""
+    spans, k = [], src.find(b"$[", start, stop)
+    while k >= 0:
+        depth, j = 0, k + 2
+        while j < stop and not (src[j:j + 1] == b"]" and depth == 0):
+            depth += {b"[": 1, b"]": -1}.get(src[j:j + 1], 0)
+            j += 1
+        if j >= stop:
+            break
+        spans.append((k, j + 1))
+        k = src.find(b"$[", j + 1, stop)
+    return spans
+
+
 def _brace_inner_names(src: bytes) -> bytes:
     """The script's text with each `$NAME` that follows other text of its word written `${NAME}` (the same
     expansion): tree-sitter-bash 0.25 cuts `$A/$B/x` in two words, and a `case $A/$B/x in` is a syntax error to it;
@@ -3322,6 +3463,8 @@ def _brace_inner_names(src: bytes) -> bytes:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
     if b"time" in src:
         src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
+    if b"${" in src and b"$((" in src:
+        src = _arith_in_expansions(src)
     if b"\\ " in src or b"\\\t" in src:
         src = _lone_blanks(src)
     if b"[" in src:
@@ -3351,7 +3494,7 @@ def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> i
     shell and its options) or `srun … ./runner.sh` (the first word that is no option of theirs); None when a word
     before it is a program that only reads it (cat, chmod)."""
     for k, word in enumerate(argv[1:], 1):
-        name = word.rsplit("/", 1)[-1]
+        name = base_name(word)
         if name in SHELLS:
             i = k + 1
             while i < len(argv) and argv[i].startswith("-"):
@@ -3366,13 +3509,13 @@ def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> i
 
 def _shell_at(argv: list[str]) -> int:
     """Where the shell word of `… bash -c STRING` is (what comes before it launches it)."""
-    return next(k for k, word in enumerate(argv) if word.rsplit("/", 1)[-1] in SHELLS)
+    return next(k for k, word in enumerate(argv) if base_name(word) in SHELLS)
 
 
 def _shell_c(argv: list[str]) -> str | None:
     """The command string of `… sh -c STRING` (a launcher such as srun may come first)."""
     for k, word in enumerate(argv[:-1]):
-        if word.rsplit("/", 1)[-1] in SHELLS:
+        if base_name(word) in SHELLS:
             rest = argv[k + 1:]
             for m, option in enumerate(rest[:-1]):
                 if option == "-c" or (option.startswith("-") and not option.startswith("--") and
@@ -3394,7 +3537,7 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
     pretrain_gpt.py …"`, `ssh node "torchrun … pretrain_gpt.py …"`, `bcprun -p 8 -c 'python main.py …'`, `pdsh -w
     hosts '…'`: a word with blanks that runs a .py file with flags, given before any word that is itself the entry
     (then the command runs it directly, and its words are values)."""
-    if argv[0].rsplit("/", 1)[-1] in _NOT_RUNNING:
+    if base_name(argv[0]) in _NOT_RUNNING:
         return None
     for k, word in enumerate(argv[1:], 1):
         if not any(c.isspace() for c in word):

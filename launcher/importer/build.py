@@ -26,6 +26,7 @@ from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
+from launcher.importer.words import base_name
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -214,6 +215,8 @@ class Source:
     # variable → the words each undecided branch (every time one was met) leaves in it (Undecided.values)
     alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
+    lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
+    rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -269,7 +272,7 @@ def _manifest_script(data: Any) -> tuple[str, ManifestLayout] | None:
                 env = _container_env(node)
                 words = [_kubernetes_expand(str(w), env) for part in (node.get("command"), node.get("args"))
                          if part is not None for w in (part if isinstance(part, list) else [part])]
-                at = next((k for k, w in enumerate(words[:-2]) if w.rsplit("/", 1)[-1] in ("bash", "sh")
+                at = next((k for k, w in enumerate(words[:-2]) if base_name(w) in ("bash", "sh")
                            and SHELL_C.fullmatch(words[k + 1])), None)
                 script = words[at + 2] if at is not None else shlex.join(words)
                 if "pretrain_" in script:  # the container's environment first: the script reads it
@@ -385,7 +388,53 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
     notes += layout.notes
-    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts)
+    differing = _counts_by_node_rank(text, positional, path, runner) if training and positional else {}
+    for setting, (here, there) in differing.items():
+        notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
+                              "own count by the node rank it is given (an argument); a preset gives every node the "
+                              f"same, so {setting} is not set from it (give it, and check the world size)"))
+    return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
+                  tuple(differing))
+
+
+_RUNNER_COUNTS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes"}
+
+
+def _runner_values(runner: Sequence[str]) -> dict[str, str]:
+    """torchrun's (python -m torch.distributed.run's) --node_rank, --nproc_per_node, --nnodes as written."""
+    found: dict[str, str] = {}
+    for k, word in enumerate(runner):
+        name, eq, value = word.lstrip("-").partition("=")
+        name = name.replace("-", "_")
+        if word.startswith("--") and name in ("node_rank", *_RUNNER_COUNTS):
+            found[name] = value if eq else (runner[k + 1] if k + 1 < len(runner) else "")
+    return found
+
+
+def _counts_by_node_rank(text: str, positional: Sequence[str], path: Path | None,
+                         runner: Sequence[str]) -> dict[str, tuple[str, str]]:
+    """The launcher's counts that another node of the same job gets otherwise: where the script is read with the node
+    rank as an argument (`launch import train.sh 0`) and decides its process count on it (`if [ $NODE_RANK -eq 0
+    ]; then ((GPUS_PER_NODE++))`), the script is read again as the next node would run it."""
+    given = _runner_values(runner)
+    rank = given.get("node_rank", "")
+    if not rank.isdigit() or rank not in positional or len(positional) > 64:
+        return {}
+    nodes = int(given["nnodes"]) if given.get("nnodes", "").isdigit() else 0
+    other = str((int(rank) + 1) % nodes if nodes > 1 else int(rank) + 1)
+    at = list(positional).index(rank)
+    try:
+        again = read_script(text, [*positional[:at], other, *positional[at + 1:]], path)
+    except (ShellSyntaxError, UserError):
+        return {}
+    commands = training_command.training_commands(again)
+    if not commands:
+        return {}
+    command = commands[-1]
+    entry = flag_reader.find_entry(command.argv)
+    there = _runner_values([*command.outer, *command.argv[:entry]] if entry is not None else [])
+    return {setting: (given[name], there[name]) for name, setting in _RUNNER_COUNTS.items()
+            if name in given and name in there and given[name] != there[name]}
 
 
 # -- the preset -------------------------------------------------------------------------------------------------
@@ -414,19 +463,43 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     launcher: dict[str, Any] = {}
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
-        launcher.update(launch.launcher)
-        notes += [_comment(f"{runner[0].rsplit('/', 1)[-1]} {d}") for d in launch.dropped]
+        launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
+        notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
         if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
         if launch.per_task:
-            if any(w.rsplit("/", 1)[-1] == "srun" for w in launch.wrapper):
+            if any(base_name(w) == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
                     if setting not in launcher and option in source.slurm:
                         launcher[setting] = source.slurm[option]
+                nodes, tasks = source.slurm.get("nodes"), source.slurm.get("ntasks")
+                if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
+                        and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
+                    launcher["gpus_per_node"] = tasks // nodes
+                total = int(launch.total_only.split()[-1].rpartition("=")[2]) if launch.total_only else 0
+                if total and "nodes" in launcher and total % launcher["nodes"] == 0 \
+                        and "gpus_per_node" not in launcher:  # `srun -n 32` in a job of `#SBATCH --nodes=4`
+                    launcher["gpus_per_node"] = total // launcher["nodes"]
+                if "gpus_per_node" not in launcher and "nodes" in launcher and not launch.total_only:
+                    notes.append("srun without a count of tasks on each node: the job's --ntasks-per-node, else one "
+                                 "task a node (not known here); the preset's gpus_per_node is not set from it (8 "
+                                 "unless set)")
+            if launch.total_only and "gpus_per_node" not in launcher:
+                over = (f"over the job's {launcher['nodes']} nodes, not a whole number on each" if "nodes" in launcher
+                        else "over nodes the command does not count (the job's hosts, not known here)")
+                notes.append(_comment(f"{launch.total_only}: processes in all, {over}; the preset's nodes and "
+                                      "gpus_per_node are not set from it (give --nodes and --gpus-per-node)"))
+            if launch.per_node_only and "nodes" not in launcher:
+                if any(base_name(w) == "jsrun" for w in launch.wrapper) and source.lsf_nodes:
+                    launcher["nodes"] = source.lsf_nodes  # jsrun's resource sets on every node of the LSF job
+                else:  # `mpirun --npernode 8`: that many on each node of the job, as many nodes as it has
+                    notes.append(_comment(f"{launch.per_node_only}: processes on each node of the job, whose "
+                                          "number of nodes the command does not give (the job's own, not known "
+                                          "here); the preset's nodes is not set from it (give --nodes)"))
     pods, per_pod = source.manifest.get("nodes"), source.manifest.get("gpus_per_node")
     if pods and per_pod and pods > 1 and "nodes" not in launcher and launcher.get("gpus_per_node") == pods * per_pod:
         # `mpirun -np 8` read as one node of 8 where the job's pods are 2 of 4: the count is the job's total
@@ -584,7 +657,7 @@ def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any
         lines += [f"#   {_comment(n)}" for n in translated]
     lines.append("# Not carried (each thing of the source that this preset does not hold, and why):")
     lines += [f"#   {_comment(n)}" for n in notes] or ["#   nothing"]
-    description = "imported from " + show(source).rsplit("/", 1)[-1]
+    description = "imported from " + base_name(show(source))
     lines += _dump({"description": description}, 0)
     carried = [key for key in ("nodes", "gpus_per_node", "master_addr", "master_port") if key in launcher]
     meant_launcher: dict[str, Any] = {key: launcher[key] for key in carried

@@ -9,6 +9,7 @@ from typing import Any
 
 from launcher.errors import UserError, did_you_mean
 from launcher.importer import legacy
+from launcher.importer.words import base_name
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
 
@@ -25,11 +26,13 @@ TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 
 
 # Unknown flags whose names say they only log, name a path, an experiment or where the processes meet (a fork's
-# --master-addr: the launcher gives its own rendezvous), or profile: dropped with a note. Any other unknown flag may
-# change the model, its numerics or its layout, and is reported as lost.
+# --master-addr: the launcher gives its own rendezvous), profile, or count data-loading workers (Megatron-DeepSpeed's
+# and bigcode's --valid-num-workers: the sampler, not the workers, orders the samples): dropped with a note. Any
+# other unknown flag may change the model, its numerics or its layout, and is reported as lost.
 HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
                            r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
-                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port)$")
+                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port|"
+                           r"workers)$")
 
 
 @dataclass
@@ -442,12 +445,17 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)  # what the wrapper exports to every rank (mpirun -x A=1)
     # the entry goes to a program of the script's own (`srun … apptainer exec IMG launch.sh pretrain_gpt.py …`)
     via_program: bool = False
+    # the job launcher's count of processes on each node, given without a count of nodes or of all processes
+    # (`mpirun --npernode 8`, `jsrun -r 6`): it runs on every node of the job, as many as the job has
+    per_node_only: str = ""
+    # the job launcher's count of all its processes, given without a count of nodes or per node (`mpirun -np 16`)
+    total_only: str = ""
 
     @property
     def per_task(self) -> bool:
         """pretrain_gpt.py starts once per process of the job launcher (srun, mpirun): by python directly, or by a
         launch script that runs python with the arguments it is given."""
-        program = self.runner[0].rsplit("/", 1)[-1] if self.runner else ""
+        program = base_name(self.runner[0]) if self.runner else ""
         return program.startswith("python") and "-m" not in self.runner and not self.python_launcher() \
             or self.via_program
 
@@ -455,7 +463,7 @@ class Launch:
         """The launcher of the script's own that python runs before the entry (`python3 run.py --include
         localhost:0,1 pretrain_gpt.py …`, Ascend's DeepSpeed-style run.py): it starts the processes, as many as it
         decides; "" where python runs the entry itself."""
-        if not self.runner or not self.runner[0].rsplit("/", 1)[-1].startswith("python"):
+        if not self.runner or not base_name(self.runner[0]).startswith("python"):
             return ""
         for word in self.runner[1:]:
             if word == "-m":
@@ -481,7 +489,7 @@ def wrapper_env(wrapper: list[str]) -> dict[str, str]:
             out[name] = value
             k += 1
             continue
-        after_env = word.rsplit("/", 1)[-1] == "env"
+        after_env = base_name(word) == "env"
         if word in ("-x", "--x") and k + 1 < len(wrapper):
             name, eq, value = wrapper[k + 1].partition("=")
             if eq and ENV_NAME.fullmatch(name):
@@ -502,6 +510,7 @@ PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--p
                     "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
 NODE_OPTIONS = {"-N", "--nodes", "--num_nodes", "--num-nodes"}
 TOTAL_OPTIONS = {"-np", "-n", "--np", "--ntasks"}
+HOST_OPTIONS = {"-H", "--host", "-host", "--hosts", "-hosts"}  # Open MPI's and MPICH's lists of hosts (`h1:8,h2:8`)
 
 
 def find_entry(argv: list[str]) -> int | None:
@@ -514,7 +523,7 @@ def find_entry(argv: list[str]) -> int | None:
 def split_launch(argv: list[str]) -> Launch:
     at = find_entry(argv)
     assert at is not None
-    starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(word.rsplit("/", 1)[-1])]
+    starts = [k for k, word in enumerate(argv[:at]) if RUNNER.fullmatch(base_name(word))]
     own = not starts and at > 0 and _own_program(argv[at - 1], argv[at - 2] if at > 1 else "")
     start = starts[-1] if starts else (at - 1 if own else 0)
     launch = Launch(argv[start:at], argv[at], argv[at + 1:], wrapper=argv[:start], via_program=own)
@@ -538,7 +547,7 @@ def split_launch(argv: list[str]) -> Launch:
         if not word.startswith("-"):
             k += 1
             continue
-        if not word.startswith("--") and runner[0].rsplit("/", 1)[-1].startswith("python"):
+        if not word.startswith("--") and base_name(runner[0]).startswith("python"):
             k += 2 if word == "-m" else 1  # python's own options: -u, -O, -m torch.distributed.run
             continue
         name, eq, inline = word.lstrip("-").partition("=")
@@ -550,7 +559,7 @@ def split_launch(argv: list[str]) -> Launch:
         takes = not eq and k + 1 < len(runner) and not runner[k + 1].startswith("-")
         value = inline if eq else (runner[k + 1] if takes else "")
         k += 2 if takes else 1
-        program = runner[0].rsplit("/", 1)[-1]
+        program = base_name(runner[0])
         if program == "accelerate" and name in ("num_processes", "num_machines") and re.fullmatch(r"\d+", value):
             counts[name] = int(value)  # every process of every machine; per node once both are read
             continue
@@ -583,11 +592,11 @@ def split_launch(argv: list[str]) -> Launch:
         else:
             launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
-    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and not options & {"num_gpus", "include", "i"}:
+    if runner and base_name(runner[0]) == "deepspeed" and not options & {"num_gpus", "include", "i"}:
         launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
                               "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
                               "(8 unless set)")
-    if runner and runner[0].rsplit("/", 1)[-1] == "deepspeed" and "hostfile" in options \
+    if runner and base_name(runner[0]) == "deepspeed" and "hostfile" in options \
             and not options & {"num_nodes", "include", "i"}:
         launch.dropped.append("(--hostfile without --num_nodes): every host the file lists, a count known only where "
                               "it runs; give it as the preset's nodes (1 unless set)")
@@ -600,14 +609,57 @@ def split_launch(argv: list[str]) -> Launch:
     if launch.per_task:
         counts_found = _process_counts(launch.wrapper)
         launch.launcher.update(counts_found)
+        if "gpus_per_node" in counts_found and "nodes" not in counts_found:
+            launch.per_node_only = _per_node_option(launch.wrapper)
+        if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
+            launch.total_only = _total_only(launch.wrapper)
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
         for option, value in _unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS
             if ("gpus_per_node" if per_node else "nodes") not in counts_found:
-                launch.dropped.append(f"{option} {value}: a process count not known without running the script; the "
+                what = "a list of hosts" if option in HOST_OPTIONS else "a process count"
+                launch.dropped.append(f"{option} {value}: {what} not known without running the script; the "
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _total_only(wrapper: list[str]) -> str:
+    """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`)."""
+    options = _launcher_options(wrapper)
+    if any(base_name(w) == "jsrun" for w in wrapper):
+        return ""
+    given = ""
+    for k, word in enumerate(options):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
+        if name in TOTAL_OPTIONS and re.fullmatch(r"\d+", value):
+            launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
+            given = f"{launcher} " + (word if eq else f"{word} {value}")
+        elif name in (*NODE_OPTIONS, *HOST_OPTIONS, *_per_node_options(wrapper)) \
+                or name == "--map-by" and value.endswith(":node"):
+            return ""
+    return given
+
+
+def _per_node_option(wrapper: list[str]) -> str:
+    """`--npernode 8` where the job launcher is given a count per node and none of nodes or of all processes (it
+    then starts that many on each node of the job); "" otherwise."""
+    options = _launcher_options(wrapper)
+    jsrun = any(base_name(word) == "jsrun" for word in wrapper)
+    per_node = {k for k, v in JSRUN_OPTIONS.items() if v == "per_host"} if jsrun else PER_NODE_OPTIONS
+    others = {k for k, v in JSRUN_OPTIONS.items() if v in ("sets", "total")} if jsrun else {*TOTAL_OPTIONS,
+                                                                                            *NODE_OPTIONS}
+    given = ""
+    for k, word in enumerate(options):
+        name, eq, _ = word.partition("=")
+        if jsrun and not eq and not name.startswith("--") and len(name) > 2 and name[:2] in JSRUN_OPTIONS:
+            name, eq = name[:2], "="  # -r6
+        if name in others:
+            return ""
+        if name in per_node:
+            given = word if eq else f"{word} {options[k + 1] if k + 1 < len(options) else ''}".strip()
+    return given
 
 
 def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
@@ -618,6 +670,8 @@ def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
         if name in (*TOTAL_OPTIONS, *NODE_OPTIONS, *PER_NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
+            out.append((name, value))
+        elif name in HOST_OPTIONS and value and not re.fullmatch(r"[\w.:,-]+", value):  # -H $HOSTS: not named here
             out.append((name, value))
     return out
 
@@ -631,7 +685,7 @@ def _own_program(word: str, before: str) -> bool:
     """`launch.sh`, `$DIR/run_rank.sh`, `/images/launch_wrapper`: a program of the user's given the entry as its first
     argument (a path without a script's suffix only where the word before is no option it could be the value of:
     `srun -o /dev/null pretrain_gpt.py`)."""
-    name = word.rsplit("/", 1)[-1]
+    name = base_name(word)
     if word.startswith("-") or _NOT_OWN_PROGRAM.fullmatch(name):
         return False
     return name.endswith((".sh", ".bash")) or ("/" in word and "." not in name and not before.startswith("-"))
@@ -689,7 +743,7 @@ def _launcher_options(wrapper: list[str]) -> list[str]:
     out: list[str] = []
     inside = False
     for word in wrapper:
-        program = word.rsplit("/", 1)[-1]
+        program = base_name(word)
         if program in JOB_LAUNCHERS:
             inside = True
         elif program in NOT_A_LAUNCHER:
@@ -703,8 +757,9 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
     """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
     where each process is one GPU's rank (the options of srun, mpirun … only)."""
     found: dict[str, int] = {}
-    if any(word.rsplit("/", 1)[-1] == "jsrun" for word in wrapper):
+    if any(base_name(word) == "jsrun" for word in wrapper):
         return _jsrun_counts(_launcher_options(wrapper))
+    per_node_options = _per_node_options(wrapper)
     wrapper = _launcher_options(wrapper)
     for k, word in enumerate(wrapper):
         name, eq, inline = word.partition("=")
@@ -712,9 +767,12 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
         ppr = re.fullmatch(r"ppr:(\d+):node", value) if name == "--map-by" else None
         if ppr:
             found["per_node"] = int(ppr.group(1))
+        hosts = re.fullmatch(r"[\w.-]+(?::\d+)?(?:,[\w.-]+(?::\d+)?)*", value) if name in HOST_OPTIONS else None
+        if hosts:  # mpirun -H node1:8,node2:8: the nodes it runs on, named
+            found["nodes"] = len({host.partition(":")[0] for host in value.split(",")})
         if not re.fullmatch(r"\d+", value):
             continue
-        if name in PER_NODE_OPTIONS:
+        if name in per_node_options:
             found["per_node"] = int(value)
         elif name in NODE_OPTIONS:
             found["nodes"] = int(value)
@@ -725,8 +783,17 @@ def _process_counts(wrapper: list[str]) -> dict[str, int]:
         out["gpus_per_node"] = found["per_node"]
     if "nodes" in found:
         out["nodes"] = found["nodes"]
+        if "per_node" not in found and found.get("total") and found["total"] % found["nodes"] == 0:
+            out["gpus_per_node"] = found["total"] // found["nodes"]  # srun -N 2 -n 16: 8 on each node
     elif "total" in found and "per_node" in found and found["per_node"] and found["total"] % found["per_node"] == 0:
         out["nodes"] = found["total"] // found["per_node"]
     elif "total" in found and "per_node" not in found and found["total"] <= 8:
         out["gpus_per_node"] = found["total"]
     return out
+
+
+def _per_node_options(wrapper: list[str]) -> set[str]:
+    """The options that count processes on each node: Open MPI's mpirun also takes `-N n` (n per node, as
+    `--map-by ppr:n:node`), where srun's `-N` counts nodes."""
+    launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
+    return PER_NODE_OPTIONS | {"-N"} if launcher in ("mpirun", "orterun") else PER_NODE_OPTIONS

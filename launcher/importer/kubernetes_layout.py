@@ -3,7 +3,8 @@
 In a cluster job every pod is one node of the run: Kubeflow's PyTorchJob counts the `replicas` of its Master and
 Worker together (the operator gives torchrun that count as PET_NNODES) and its `nprocPerNode` processes per pod
 (PET_NPROC_PER_NODE); an MPIJob's Worker `replicas` are the nodes (its Launcher pod only starts mpirun) and its
-`slotsPerWorker` the ranks per node; a JobSet runs `replicas` × `parallelism` pods of each replicated job. Where the
+`slotsPerWorker` the ranks per node; a JobSet runs `replicas` × `parallelism` pods of each replicated job, a Volcano
+Job (batch.volcano.sh) `replicas` pods of each task (`spec.tasks`; a batch Job has none). Where the
 job names no per-node count, the pod's GPU limit (`nvidia.com/gpu`, `amd.com/gpu`) is it: one rank per GPU. A count
 the manifest leaves to a placeholder (`replicas: ${NUM_NODES}`) is not known here and is named.
 """
@@ -85,7 +86,8 @@ class _Reader:
 
 
 def manifest_layout(document: Any) -> ManifestLayout:
-    """The nodes and GPUs per node of the job `document` describes (a PyTorchJob, MPIJob, JobSet, batch Job or Pod)."""
+    """The nodes and GPUs per node of the job `document` describes (a PyTorchJob, MPIJob, JobSet, Volcano Job, batch
+    Job or Pod)."""
     reader = _Reader()
     kind, spec = _get(document, "kind"), _get(document, "spec")
     if not isinstance(spec, dict):
@@ -113,6 +115,16 @@ def manifest_layout(document: Any) -> ManifestLayout:
             pods.append(pod)
         reader.nodes(counts)
         reader.per_node("JobSet", None, pods)
+    elif kind == "Job" and isinstance(spec.get("tasks"), list):  # Volcano's Job: pods of each task, as a JobSet's
+        counts, pods = [], []
+        for task in spec["tasks"][:100]:
+            pod = _get(task, "template")
+            if _pod_gpus(pod) is None:
+                continue  # a task without GPUs (a parameter server, a launcher) is no node of the run
+            counts.append(reader.replicas(f"Volcano Job task {_get(task, 'name') or 'task'}", task))
+            pods.append(pod)
+        reader.nodes(counts)
+        reader.per_node("Volcano Job", None, pods)
     elif kind == "Job":
         reader.nodes([_count(spec.get("parallelism", 1))])
         reader.per_node("Job", None, [spec.get("template")])

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import UNRESOLVED, Reading, ScriptCommand, Undecided, show
+from launcher.importer.words import base_name
 
 # Programs that print, filter or copy their words: `echo torchrun pretrain_gpt.py …` shows the command, it does not
 # run it.
@@ -33,7 +34,7 @@ MEGATRON_LOOKING = ("--num-layers", "--hidden-size", "--tensor-model-parallel-si
 
 
 def program(argv: list[str]) -> str:
-    return argv[0].rsplit("/", 1)[-1] if argv else ""
+    return base_name(argv[0]) if argv else ""
 
 
 def training_commands(reading: Reading) -> list[ScriptCommand]:
@@ -51,7 +52,7 @@ def other_script(reading: Reading) -> tuple[int, str, list[str]] | None:
         argv = command.argv
         if argv and SCRIPT_FILE.search(argv[0]):
             return command.line, argv[0], argv[1:]
-        if argv and argv[0].rsplit("/", 1)[-1] in ("bash", "sh", "zsh", "dash", "sbatch", "srun"):
+        if argv and base_name(argv[0]) in ("bash", "sh", "zsh", "dash", "sbatch", "srun"):
             files = [k for k, word in enumerate(argv[1:], 1) if SCRIPT_FILE.search(word)]
             if files:
                 return command.line, argv[files[0]], argv[files[0] + 1:]
@@ -155,7 +156,7 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
                for item in affected}
     return [dataclasses.replace(item, flags=tuple(sorted(affected[item] | set(foreign[item]))),
                                 unknown_flags=foreign[item])
-            for item in sorted(affected, key=lambda u: u.line)]
+            for item in sorted(affected, key=lambda u: (u.line, u.what))]  # one order on every run
 
 
 def _foreign(flag: str) -> bool:

@@ -88,6 +88,73 @@ def test_jsrun_gives_the_process_counts(runner, expected):
     assert {k: imported.launcher.get(k) for k in expected} == expected and imported.settings["num_layers"] == 2
 
 
+@pytest.mark.parametrize(("header", "runner", "expected", "named"), [
+    ("", "mpirun --npernode 8", {"gpus_per_node": 8, "nodes": None}, "--npernode 8"),
+    ("", "mpiexec --ppn 4 --depth 8 --cpu-bind depth", {"gpus_per_node": 4, "nodes": None}, "--ppn 4"),
+    ("", "srun --ntasks-per-node=8", {"gpus_per_node": 8, "nodes": None}, "--ntasks-per-node=8"),
+    ("", "jsrun -r6 -a1 -g1 -c7", {"gpus_per_node": 6, "nodes": None}, "-r6"),
+    ("#BSUB -nnodes 4\n#BSUB -W 60\n", "jsrun -r6 -a1 -g1 -c7", {"gpus_per_node": 6, "nodes": 4}, ""),
+    ("#SBATCH --nodes=3\n", "srun --ntasks-per-node=8", {"gpus_per_node": 8, "nodes": 3}, ""),
+    ("", "mpirun -np 16 --npernode 8", {"gpus_per_node": 8, "nodes": 2}, ""),
+])
+def test_a_count_per_node_without_nodes_is_the_jobs_and_named(header, runner, expected, named):
+    # the job launcher starts that many on each node of the job: without the job's node count the world was read as
+    # one node's, silently
+    imported = import_source(f"#!/bin/bash\n{header}{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    said = [n for n in imported.not_carried if "processes on each node of the job" in n]
+    assert bool(said) == bool(named) and all(n.startswith(named) for n in said), said
+
+
+@pytest.mark.parametrize(("runner", "expected", "named"), [
+    ("mpirun -np 16 -N 8", {"nodes": 2, "gpus_per_node": 8}, ""),  # Open MPI's -N is per node (was 8 nodes)
+    ("srun -N 2 -n 8", {"nodes": 2, "gpus_per_node": 4}, ""),  # was 2 nodes of the preset's 8
+    ("mpirun -np 16", {"nodes": None, "gpus_per_node": None}, "processes in all"),  # was one node of 8, unsaid
+    ("mpirun -np 16 --map-by ppr:4:socket", {"nodes": None, "gpus_per_node": None}, "processes in all"),
+    ("srun -N 4", {"nodes": 4, "gpus_per_node": None}, "srun without a count of tasks on each node"),
+    ("mpirun -np 4", {"nodes": None, "gpus_per_node": 4}, ""),
+    ("#SBATCH --nodes=4\nsrun -n 32", {"nodes": 4, "gpus_per_node": 8}, ""),  # the job's nodes share the tasks
+    ("#SBATCH --nodes=3\nsrun -n 32", {"nodes": 3, "gpus_per_node": None}, "not a whole number on each"),
+    ("mpirun -np 16 -H node1:8,node2:8", {"nodes": 2, "gpus_per_node": 8}, ""),  # the hosts it names
+    ("mpiexec -n 16 -hosts n1,n2", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("mpirun -np 16 -H $HOSTS", {"nodes": None, "gpus_per_node": None}, "a list of hosts not known"),
+])
+def test_a_job_launchers_counts_are_read_as_it_reads_them(runner, expected, named):
+    imported = import_source(f"#!/bin/bash\n{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    assert any(named in n for n in imported.not_carried) if named else not any(
+        "processes in all" in n or "srun without" in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("decides", "expected"), [
+    ('if [ "$NODE_RANK" -eq 0 ]; then ((GPUS++)); fi', None),  # MegatronApp: node 0 runs one process more
+    ('case $NODE_RANK in 0) GPUS=8 ;; *) GPUS=4 ;; esac', None),
+    ('[ "$NODE_RANK" -ge 0 ] && GPUS=4', 4),  # the same on every node: carried
+    ("", 3),
+])
+def test_a_process_count_the_node_rank_decides_is_not_carried_as_every_nodes(decides, expected):
+    script = (f"NODE_RANK=$1\nGPUS=3\n{decides}\ntorchrun --nproc_per_node $GPUS --nnodes 2 --node_rank $NODE_RANK "
+              f"pretrain_gpt.py {MODEL}\n")
+    for rank in ("0", "1"):
+        imported = import_source(script, "train.sh", [rank])
+        assert imported.launcher.get("gpus_per_node") == expected and imported.launcher.get("nodes") == 2
+        said = [n for n in imported.not_carried if n.startswith("gpus_per_node: this node's")]
+        assert bool(said) == (expected is None), said
+
+
+@pytest.mark.parametrize(("header", "expected", "named"), [
+    ("#SBATCH -N2\n#SBATCH --ntasks-per-node=8", {"nodes": 2, "gpus_per_node": 8}, False),  # -N2 was not read
+    ("#SBATCH -N 2 -n 16", {"nodes": 2, "gpus_per_node": 8}, False),  # srun spreads the 16 tasks over 2 nodes
+    ("#SBATCH -N4 -n8 -c16", {"nodes": 4, "gpus_per_node": 2}, False),
+    ("#SBATCH --nodes=2-4\n#SBATCH --ntasks-per-node=8", {"nodes": None, "gpus_per_node": 8}, True),
+    ("#SBATCH -N 1-2 --ntasks-per-node 4", {"nodes": None, "gpus_per_node": 4}, True),
+])
+def test_sbatch_counts_as_sbatch_reads_them(header, expected, named):
+    imported = import_source(f"#!/bin/bash\n{header}\nsrun python pretrain_gpt.py {MODEL}\n", "job.sbatch")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    assert any("as many as it finds free" in n for n in imported.not_carried) == named
+
+
 MORE_SHAPES = [
     # printf's numeric conversions (printf -v and $(printf …)): were unknown
     "printf -v PADDED '%03d' 7\nprintf -v LR '%.1e' 0.00015\nW=\"$PADDED $LR $(printf '%x-%s' 255 a)\"",
@@ -114,6 +181,11 @@ MORE_SHAPES = [
     'M=7\nif [ $M == 7 ]; then W=a; fi\n[ "$M" \\> 10 ] && W+=gt || W+=le\n[ abc \\< abd -a -n x ] && W+=" lt"',
     'A=x; B=; C=y\nif [ "$A" -a \\( "$B" -o "$C" \\) ]; then W=1; else W=0; fi\n[ $A \\!= x ] && W+=ne || W+=eq\n'
     '[ \\( -n "$B" \\) ] && W+=" b" || W+=" nob"',
+    # arithmetic with a parenthesised group inside a default (`${HL_X:-$((( GBS / DP + 15 ) / 16 ))}`): the grammar
+    # lost every line from there to the end of the script, the training command included
+    'GBS=64; DP=2\nif [ "$GBS" -gt 1 ]; then\n  H=${HL_H:-$((( GBS / DP + 15 ) / 16 ))}\nfi\nW="$H"',
+    'A=4\nW="${U:-$(( ($A + 1) * 2 ))} ${U:-"$(( (A + 1) * 2 ))"}x ${U:+$(( (A) ))}${V-$(( (A) % 3 ))}"',
+    'A=3\nB=${A:+$(( (A + 1) ))}${Q:=$(( ((A)) * (2) ))}\nW="$B $Q $(( (A) ))"',
 ]
 
 
@@ -131,6 +203,12 @@ def test_more_shapes_are_read_as_bash_does(code):
 ])
 def test_what_printf_and_references_cannot_know_is_unknown(code, expected):
     assert words(code) == expected
+
+
+def test_a_backtick_after_a_continued_line_is_named_as_written():
+    # the grammar starts the substitution at the line's `\`: the unknown was shown as ${$(`pwd)}
+    reading = read_script('CMD=" \\\n    `pwd`/pretrain_gpt.py \\\n    --x `hostname`"\ntorchrun $CMD\n')
+    assert [show(a) for a in reading.commands[-1].argv[1:]] == ["${$(pwd)}/pretrain_gpt.py", "--x", "${$(hostname)}"]
 
 
 def test_select_reads_the_terminal_so_its_choice_is_not_known():
@@ -199,7 +277,9 @@ def test_a_training_command_the_grammar_cannot_read_is_named_not_missing():
 
 @pytest.mark.parametrize("text", [
     "[ " * 200_000 + "\\> x\n", "[[ " * 200_000 + "\n", "a[" + " " * 200_000 + "\n", "\\ " * 200_000 + "\n",
-    "[ '" * 100_000 + "\\>\n", "W=$(printf '%0999999999d' 1)\n", "W=$(seq 1 999999999)\nW=$(expr 1 + + 2)\n",
+    "[ '" * 100_000 + "\\>\n",
+    "X=${A:-$(( " + "(" * 100_000 + "\n", "X=${A:-$((" * 100_000 + "\n",
+    "W=$(printf '%0999999999d' 1)\n", "W=$(seq 1 999999999)\nW=$(expr 1 + + 2)\n",
 ])
 def test_hostile_variations_of_these_shapes_end_in_bounded_time(text):
     import time

@@ -351,6 +351,18 @@ def test_a_foreign_flag_an_undecided_branch_may_add_to_the_training_flags_is_los
     assert any(f"decides {flag}" in line for line in imported.lost) == is_lost, imported.lost
 
 
+@pytest.mark.parametrize(("flag", "is_lost"), [
+    ("--valid-num-workers 0", False),  # Megatron-DeepSpeed's and bigcode's loader workers for validation
+    ("--eval-data-workers 2", False),
+    ("--workers-per-expert 2", True),  # a name that merely holds the word is no loader count
+    ("--embed-layernorm", True),
+])
+def test_an_unknown_flag_that_counts_loader_workers_is_harmless(flag, is_lost):
+    imported = import_source(f"{RUN} {flag}\n", "train.sh")
+    assert any(line.startswith(flag.split()[0]) for line in imported.lost) == is_lost, imported.lost
+    assert is_lost or any(line.startswith(flag.split()[0]) for line in imported.not_carried)
+
+
 def test_a_runner_option_the_same_branch_sets_is_not_a_foreign_flag():
     script = ('OPTS="--eval-iters 1"\nDIST="--nproc_per_node 1"\nif [ -n "$SLURM_JOB_ID" ]; then\n'
               '  DIST="$DIST --node_rank $SLURM_NODEID"\n  OPTS="$OPTS --log-interval 5"\nfi\n'

@@ -106,6 +106,19 @@ def test_a_jobset_counts_replicas_times_parallelism_of_its_gpu_jobs():
     assert (found["nodes"], found["gpus_per_node"]) == (4, 8)
 
 
+@pytest.mark.parametrize(("replicas", "expected"), [(4, (5, 8)), ("${N}", (None, 8))])
+def test_a_volcano_job_counts_the_pods_of_its_gpu_tasks(replicas, expected):
+    # Volcano's Job is kind Job too, but its pods are `replicas` of each task (it has no batch Job's parallelism)
+    master = {"name": "master", "replicas": 1, "template": pod(torchrun())}
+    worker = {"name": "worker", "replicas": replicas, "template": pod(torchrun())}
+    server = {"name": "data", "replicas": 2, "template": pod(["redis"], None)}
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": "gpt"},
+           "spec": {"minAvailable": 5, "schedulerName": "volcano", "tasks": [master, worker, server]}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == expected
+    assert expected[0] or any("Volcano Job task worker replicas '${N}'" in n for n in found["notes"])
+
+
 def test_a_multi_document_manifest_reads_the_training_jobs_layout():
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "etcd"}, "spec": {"ports": []}}
     found = layout_of([service, pytorchjob(1, 3, torchrun(), "8")])

@@ -1,0 +1,90 @@
+"""What PBS gives a job from its own `#PBS -l` lines, and the line filters a script counts its hosts with.
+
+PBS Pro's `#PBS -l select=2:ngpus=4` asks for 2 chunks (each a node where the chunk takes a node's GPUs, as on
+ALCF Polaris or ABCI 3.0); Torque's `#PBS -l nodes=2:ppn=8` for 2 nodes of 8 slots. The job's host file
+($PBS_NODEFILE) then holds one line per MPI slot: `mpiprocs` (default 1) per chunk, `ppn` per Torque node. Scripts
+count their nodes from it (`NNODES=$(wc -l < $PBS_NODEFILE)`, `$(sort -u $PBS_NODEFILE | wc -l)`): its host names
+are not known here, its number of lines is. Each line is an unknown value of its own (`${host 2 of
+$PBS_NODEFILE}`), so a count of lines is known and a host name never is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+NODE_FILE = "PBS_NODEFILE"
+HOST_LABEL = "host {} of $" + NODE_FILE  # one line of the node file: a host name not known here
+_HOST = re.compile(r"host \d+ of \$" + NODE_FILE)
+MAX_LINES = 100_000
+FILTERS = ("wc", "sort", "uniq", "head", "tail", "cat")
+
+
+def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
+    """(line of the first count, the variables PBS sets, the node file's host labels one per line, what was read)
+    from the `#PBS -l` lines before the first command (qsub reads no later ones); None without a node count."""
+    first, chunks, per_chunk, slots, torque = 0, 0, 1, 1, False
+    for number, line in enumerate(text.splitlines()[:2000], 1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            break
+        if not stripped.startswith("#PBS"):
+            continue
+        words = stripped[len("#PBS"):].split("#", 1)[0].split()
+        for k, word in enumerate(words):
+            value = words[k + 1] if word == "-l" and k + 1 < len(words) else word[2:] if word.startswith("-l") \
+                else ""
+            for resource in value.split(","):
+                select = re.fullmatch(r"select=(\d{1,9})((?::[\w.-]+=[\w.-]+)*)", resource)
+                nodes = re.fullmatch(r"nodes=(\d{1,9})((?::[\w.-]+(?:=[\w.-]+)?)*)", resource)
+                if select:
+                    first, chunks = first or number, int(select.group(1))
+                    mpiprocs = re.search(r":mpiprocs=(\d{1,9})", select.group(2))
+                    per_chunk = int(mpiprocs.group(1)) if mpiprocs else 1
+                elif nodes:
+                    first, chunks, torque = first or number, int(nodes.group(1)), True
+                    ppn = re.search(r":ppn=(\d{1,9})", nodes.group(2))
+                    slots = int(ppn.group(1)) if ppn else 1
+    if not chunks or chunks * max(per_chunk, slots) > MAX_LINES:
+        return None
+    repeat = slots if torque else per_chunk
+    hosts = [HOST_LABEL.format(k) for k in range(1, chunks + 1) for _ in range(repeat)]
+    variables = {"PBS_NUM_NODES": str(chunks), "PBS_NUM_PPN": str(slots), "PBS_NP": str(chunks * slots)} \
+        if torque else {}
+    said = (f"{chunks} node(s) of {slots} slot(s)" if torque else
+            f"{chunks} chunk(s), each a node, of {per_chunk} MPI slot(s)") + f": {NODE_FILE} has {len(hosts)} line(s)"
+    return first, variables, hosts, said
+
+
+def line_structured(text: str, unknown_parts: Callable[[str], list[str]]) -> bool:
+    """Whether every unknown part of `text` is one host line of the node file (so its lines can be counted)."""
+    return all(_HOST.fullmatch(part) for part in unknown_parts(text))
+
+
+def _lines(text: str) -> list[str]:
+    lines = text.split("\n")
+    return lines[:-1] if lines and lines[-1] == "" else lines
+
+
+def filtered(program: str, args: list[str], text: str) -> str | None:
+    """What `wc -l`, `sort [-u]`, `uniq`, `head -n N` / `head -N`, `tail -n N`, `cat` print for `text` on standard
+    input; None for another program or option (not computed here)."""
+    lines = _lines(text)
+    if program == "wc" and args == ["-l"]:
+        return f"{len(lines)}\n"
+    if program == "sort" and args in ([], ["-u"]):
+        kept = sorted(set(lines)) if args else sorted(lines)
+    elif program == "uniq" and not args:
+        kept = [line for k, line in enumerate(lines) if k == 0 or lines[k - 1] != line]
+    elif program in ("head", "tail") and (len(args) == 2 and args[0] == "-n" or len(args) == 1 and
+                                          re.fullmatch(r"-n?\d+", args[0])):
+        count = args[-1].lstrip("-n")
+        if not count.isdigit():
+            return None
+        n = int(count)
+        kept = lines[:n] if program == "head" else lines[len(lines) - n:] if n else []
+    elif program == "cat" and not args:
+        kept = lines
+    else:
+        return None
+    return "".join(line + "\n" for line in kept)
