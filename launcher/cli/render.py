@@ -6,6 +6,7 @@ import json
 
 from launcher.estimate import summary as estimate
 from launcher.estimate.formulas import human
+from launcher.pipeline.checker import Layout
 from launcher.pipeline.command import Command, flag_lines, kernel_summary
 from launcher.pipeline.resolve import ResolvedJob
 from launcher.pipeline.shell import shell_comment, shell_word
@@ -22,6 +23,19 @@ def command_lines(command: Command) -> list[str]:
     return [line + " \\" for line in lines[:-1]] + [lines[-1]]
 
 
+def batch_line(lay: Layout) -> str:
+    """The batch a step has: a step_batch_size_schedule's sizes where there is one (Megatron's global_batch_size is
+    then only MBS·DP, not what a step trains on)."""
+    step = lay.micro_batch_size * lay.dp
+    sizes = lay.batch_schedule
+    if sizes and step:
+        counts = " → ".join(str(size // step) for size in sizes)
+        return (f"# batch {' → '.join(map(str, sizes))} by step_batch_size_schedule = micro batch "
+                f"{lay.micro_batch_size} × DP {lay.dp} × {counts} microbatch(es)")
+    return (f"# batch {lay.global_batch_size} = micro batch {lay.micro_batch_size} × DP {lay.dp} × "
+            f"{lay.num_microbatches} microbatch(es)")
+
+
 def header(job: ResolvedJob) -> list[str]:
     p, lay = job.preset, job.layout
     facts = estimate.job_facts(job)
@@ -31,10 +45,7 @@ def header(job: ResolvedJob) -> list[str]:
         f"# world {lay.world_size} = {job.nodes} node(s) × {job.gpus_per_node} GPU(s) = "
         f"TP {lay.tp} · PP {lay.pp} · CP {lay.cp} · DP {lay.dp}" + (f", virtual pipeline {lay.vpp}" if lay.vpp else "")
     )
-    lines.append(
-        f"# batch {lay.global_batch_size} = micro batch {lay.micro_batch_size} × DP {lay.dp} × "
-        f"{lay.num_microbatches} microbatch(es)"
-    )
+    lines.append(batch_line(lay))
     if job.elastic is not None:  # --nodes MIN-MAX: the layout above is the highest count's; each count's own
         lines.append(f"# elastic: --nodes {job.elastic.requested}, the job starts with "
                      f"{', '.join(map(str, job.elastic.counts))} node(s); at each, the global batch is kept:")

@@ -143,6 +143,9 @@ class Layout:
     global_batch_size: int
     num_microbatches: int
     sequence_parallel: bool
+    # step_batch_size_schedule's batch sizes in order (empty without one): the batch a step really has, where
+    # global_batch_size stays Megatron's MBS·DP
+    batch_schedule: tuple[int, ...] = ()
 
     @property
     def model_parallel_size(self) -> int:
@@ -155,6 +158,7 @@ class Layout:
             "world_size": self.world_size, "micro_batch_size": self.micro_batch_size,
             "global_batch_size": self.global_batch_size, "num_microbatches": self.num_microbatches,
             "sequence_parallel": self.sequence_parallel,
+            **({"batch_schedule": list(self.batch_schedule)} if self.batch_schedule else {}),
         }
 
 
@@ -506,6 +510,7 @@ class _Checker:
 
     # -- batch sizes -----------------------------------------------------------------------------------------
     def batches(self, dp: int, pp: int, vpp: int | None) -> tuple[int, int]:
+        self.batch_schedule: tuple[int, ...] = ()
         mbs = self.arg("micro_batch_size")
         schedule = self.arg("step_batch_size_schedule")
         gbs_given = self.preset.megatron.get("global_batch_size")
@@ -514,6 +519,7 @@ class _Checker:
                 self.fail("global_batch_size cannot be set together with step_batch_size_schedule",
                           "remove global_batch_size; the schedule's last entry is the final batch size")
             sizes = self.schedule(schedule, mbs, dp)
+            self.batch_schedule = tuple(sizes)
             # Megatron keeps args.global_batch_size at MBS·DP while a schedule drives the real batch.
             gbs = mbs * dp
             first = sizes[0] if sizes else gbs
@@ -758,13 +764,14 @@ class _Checker:
         vpp = self.pipeline(pp)
         self.effective = effective_settings(self.preset.megatron, vpp)
         self.heads(tp)
+        self.batch_schedule = ()
         gbs, microbatches = self.batches(dp, pp, vpp) if world_ok else (self.arg("global_batch_size") or 0, 0)
         sp = self.sequence_parallel(tp, cp, apex)
         self.optimizer_overlap(vpp)
         return Layout(
             world_size=self.world, tp=tp, pp=pp, cp=cp, ep=self.arg("expert_model_parallel_size"), dp=dp, vpp=vpp,
             micro_batch_size=self.arg("micro_batch_size"), global_batch_size=gbs, num_microbatches=microbatches,
-            sequence_parallel=sp,
+            sequence_parallel=sp, batch_schedule=self.batch_schedule,
         )
 
     # -- sequence length, training length, misc --------------------------------------------------------------

@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.checks.data import check_job_data
+from launcher.cli.render import batch_line
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
@@ -133,6 +134,19 @@ def test_step_batch_size_schedule():
     assert "not multiples of micro batch 4" in problems(overrides=[*base, "step_batch_size_schedule=0:16 1M:30"])
     assert "must not decrease" in problems(overrides=[*base, "step_batch_size_schedule=0:32 1M:16"])
     plan(overrides=[*base, "step_batch_size_schedule=0:16 2.4B:320"])
+
+
+def test_the_header_gives_the_batch_a_schedule_trains_on_not_megatrons_mbs_dp():
+    base = [MBS4, "global_batch_size=null", "train_iters=null", "lr_decay_iters=null", "train_samples=100000"]
+    job = plan(overrides=[*base, "step_batch_size_schedule=0:16 2.4B:320"])
+    assert job.layout.global_batch_size == 4  # Megatron's args.global_batch_size under a schedule: MBS·DP
+    assert job.layout.batch_schedule == (16, 320)
+    assert batch_line(job.layout) == ("# batch 16 → 320 by step_batch_size_schedule = micro batch 4 × DP 1 × "
+                                      "4 → 80 microbatch(es)")
+    assert job.layout.as_dict()["batch_schedule"] == [16, 320]
+    plain = plan(overrides=[MBS4]).layout
+    assert batch_line(plain) == "# batch 32 = micro batch 4 × DP 1 × 8 microbatch(es)"
+    assert "batch_schedule" not in plain.as_dict()
 
 
 def test_data_sources_and_required_settings():
