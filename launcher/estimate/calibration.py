@@ -386,6 +386,7 @@ class Result:
     listed_memory_gib: float | None = None
     first_layout: str = ""  # #1 as search.describe writes it
     deciding: str = ""  # the step-time term the listed published TP·PP loses most on against #1 (search.dominant_cost)
+    first_tp_pp: tuple[int, int] = (0, 0)  # the plan's #1's (TP, PP)
 
     @property
     def error(self) -> float:
@@ -451,7 +452,8 @@ def evaluate(run: Run, top: int = 10) -> Result:
     deciding = ps.dominant_cost(listed.step, ranked[0].step) if listed and rank != 1 else ""
     return Result(run, pick.seconds, pick.memory.total / est.GIB, pick.fit, rank, labels[:3], found.tied,
                   listed.seconds / ranked[0].seconds - 1 if listed else None, ranked[0].memory.total / est.GIB,
-                  listed.memory.total / est.GIB if listed else None, ps.describe(ranked[0].training), deciding)
+                  listed.memory.total / est.GIB if listed else None, ps.describe(ranked[0].training), deciding,
+                  (ranked[0].training.tp, ranked[0].training.pp))
 
 
 def evaluate_all(runs: Iterable[Run] = RUNS) -> list[Result]:
@@ -597,16 +599,28 @@ def misses_text(results: Iterable[Result]) -> str:
     (its fastest choice of the other knobs), the memory of both, #1's layout and the step-time term the published
     TP·PP loses most on; docs/plan.md reads the causes from this."""
     lines = [f"{'part':<9} {'gap':>7} {'rank':>4} {'GiB pub/#1':>12}  run: published TP·PP vs #1"]
-    for r in results:
-        if r.trivial or r.rank == 1:
-            continue
+    missed = [r for r in results if not r.trivial and r.rank != 1]
+    for r in missed:
         gap = f"{r.gap:+.1%}" if r.gap is not None else "n/l"
         mem = f"{r.listed_memory_gib:.1f}" if r.listed_memory_gib is not None else "-"
         tie = " (tied)" if r.in_first_tie else ""
         lines.append(f"{r.run.part:<9} {gap:>7} {str(r.rank or '>10'):>4} {mem:>5}/{r.first_memory_gib:<5.1f}  "
                      f"{r.run.name}: TP{r.run.tp} PP{r.run.pp} vs {r.first_layout}{tie}"
                      + (f"; {r.deciding}" if r.deciding else ""))
+    if missed:
+        lines.append(miss_pattern_line(missed))
     return "\n".join(lines)
+
+
+def miss_pattern_line(missed: list[Result]) -> str:
+    """Which way the misses lean: is the published TP·PP (the product) larger or smaller than #1's, and does it hold
+    less memory as the plan lists it."""
+    larger = sum(r.run.tp * r.run.pp > r.first_tp_pp[0] * r.first_tp_pp[1] for r in missed)
+    smaller = sum(r.run.tp * r.run.pp < r.first_tp_pp[0] * r.first_tp_pp[1] for r in missed)
+    listed = [r for r in missed if r.listed_memory_gib is not None]
+    lighter = sum(r.listed_memory_gib is not None and r.listed_memory_gib < r.first_memory_gib for r in listed)
+    return (f"{len(missed)} misses: published TP·PP larger than #1's in {larger}, smaller in {smaller}; "
+            f"listed with less memory than #1 in {lighter} of {len(listed)}")
 
 
 def held_back_errors(results: Iterable[Result]) -> tuple[HeldBack, ...]:

@@ -139,7 +139,8 @@ def test_ties_are_counted_apart_from_first(results) -> None:
             assert r.gap is not None and 0 <= r.gap and r.rank <= r.tied
     assert "#1 or tied with it for" in cal.part_summary_line("all", results)
     listed = cal.misses_text(results)
-    assert sum(1 for r in results if not r.trivial and r.rank != 1) == len(listed.splitlines()) - 1
+    # a header, one line per miss, the line that says which way they lean
+    assert sum(1 for r in results if not r.trivial and r.rank != 1) == len(listed.splitlines()) - 2
 
 
 def test_each_miss_names_the_term_it_loses_on(results) -> None:
@@ -149,3 +150,16 @@ def test_each_miss_names_the_term_it_loses_on(results) -> None:
     for r in missed:
         assert r.deciding.startswith("mostly ") and r.deciding in cal.misses_text([r])
     assert all(not r.deciding for r in results if r.rank in (None, 1))
+
+
+def test_misses_say_which_way_they_lean(results) -> None:
+    """`--misses` ends with how many misses have a larger (or smaller) published TP·PP than the plan's #1 and how many
+    are listed with less memory: the pattern docs/plan.md reads the misses by."""
+    missed = [r for r in results if not r.trivial and r.rank != 1]
+    larger = sum(r.run.tp * r.run.pp > r.first_tp_pp[0] * r.first_tp_pp[1] for r in missed)
+    assert all(r.first_tp_pp != (0, 0) for r in missed)
+    assert f"{len(missed)} misses: published TP·PP larger than #1's in {larger}," in cal.misses_text(results)
+    heavy = cal.Result(missed[0].run, 1.0, 1.0, "fits", 2, [], gap=0.01, first_memory_gib=10.0,
+                       listed_memory_gib=20.0, first_tp_pp=(missed[0].run.tp * missed[0].run.pp * 2, 1))
+    assert cal.miss_pattern_line([heavy]) == ("1 misses: published TP·PP larger than #1's in 0, smaller in 1; "
+                                              "listed with less memory than #1 in 0 of 1")
