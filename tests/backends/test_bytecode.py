@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from launcher.backends import bytecode
+from launcher.pipeline import startup
 
 
 def fake_checkout(tmp_path: Path) -> Path:
@@ -62,8 +63,8 @@ def test_a_launch_here_compiles_the_checkout_while_torchrun_starts(tmp_path):
     checkout = fake_checkout(tmp_path)
     source = str(checkout / "megatron" / "core" / "__init__.py")
     torchrun = tmp_path / "torchrun"
-    # where this process (the job's environment: PYTHONDONTWRITEBYTECODE, hence the launcher's bytecode cache)
-    # reads the module's bytecode from
+    # where this process (the job's environment: PYTHONDONTWRITEBYTECODE; the launcher's bytecode cache unless torch
+    # was installed with its bytecode) reads the module's bytecode from
     torchrun.write_text(f"#!{sys.executable}\nimport importlib.util, os, time\n"
                         f"pyc = importlib.util.cache_from_source({source!r})\nend = time.time() + 60\n"
                         "while not os.path.exists(pyc) and time.time() < end:\n    time.sleep(0.1)\n"
@@ -76,4 +77,7 @@ def test_a_launch_here_compiles_the_checkout_while_torchrun_starts(tmp_path):
             "--set", f"run_root={tmp_path / 'runs'}", "--megatron-path", str(checkout), "--no-doctor"]
     result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert "bytecode there: True" in result.stdout, result.stdout + result.stderr
-    assert f"{tmp_path / 'cache' / 'pycache'}" in result.stdout  # the launcher's cache, not the checkout
+    if startup.installation_has_bytecode():  # torch's installed bytecode is read: the checkout's goes beside it
+        assert f"{checkout / 'megatron' / 'core' / '__pycache__'}" in result.stdout
+    else:  # the launcher's cache, not the checkout
+        assert f"{tmp_path / 'cache' / 'pycache'}" in result.stdout

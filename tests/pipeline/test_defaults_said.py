@@ -9,6 +9,7 @@ import pytest
 
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
+from launcher.pipeline import startup
 from launcher.pipeline.checker import choose_entry
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
@@ -40,6 +41,7 @@ KERNEL_LINE = {*kernel_rules.WITHOUT_TE, *kernel_rules.WITHOUT_APEX, *kernel_rul
 
 def resolved(name, tmp_path, monkeypatch):
     monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(startup, "installation_has_bytecode", lambda: False)  # the cache is exported too
     preset_name, overrides, kernels, gpus = JOBS[name]
     return resolve(load_preset(preset_name, overrides=overrides), 1, gpus, kernels=kernels, run_dir=tmp_path / "run",
                    inherited_env=NO_BYTECODE)

@@ -1,9 +1,11 @@
 """What the ranks' start-up hook is told to do (pipeline/startup.py): only on the fast path, only what the job's
 settings cannot reach, each said in a header note, and never over the preset's own environment."""
 
+import sys
 from dataclasses import replace
 
 from launcher.megatron.pin import Kernels
+from launcher.pipeline import startup
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
 
@@ -52,6 +54,7 @@ def test_the_presets_own_value_wins_and_is_not_explained_as_the_launchers():
 
 def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(startup, "installation_has_bytecode", lambda: False)
     preset = load_preset("345m")
     job = resolve(preset, 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert job.environment.get("PYTHONPYCACHEPREFIX") == str(tmp_path / "pycache")
@@ -61,6 +64,27 @@ def test_where_python_may_not_write_bytecode_the_job_keeps_it_in_the_launchers_c
     assert mine.environment.get("PYTHONPYCACHEPREFIX") == "/mine"
     assert "PYTHONPYCACHEPREFIX" not in mine.environment.chosen
     assert resolve(preset, 1, 1, inherited_env={}).environment.get("PYTHONPYCACHEPREFIX") is None
+
+
+def test_where_torch_was_installed_with_its_bytecode_no_cache_of_the_launchers_hides_it(tmp_path, monkeypatch):
+    """Python reads bytecode only from PYTHONPYCACHEPREFIX once it is set: the first launch would compile torch."""
+    monkeypatch.setenv("MEGATRON_LAUNCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(startup, "installation_has_bytecode", lambda: True)
+    job = resolve(load_preset("345m"), 1, 1, inherited_env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert job.environment.get("PYTHONPYCACHEPREFIX") is None
+    assert job.environment.get("MEGATRON_LAUNCH_WRITE_BYTECODE") is None
+    assert not any(n.startswith("bytecode kept in") for n in job.notes)
+
+
+def test_torchs_installed_bytecode_is_found_where_python_would_read_it(tmp_path, monkeypatch):
+    package = tmp_path / "torch"
+    (package / "__pycache__").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)  # find_spec answers from sys.modules first
+    assert not startup.installation_has_bytecode()
+    (package / "__pycache__" / f"__init__.{sys.implementation.cache_tag}.pyc").write_bytes(b"")
+    assert startup.installation_has_bytecode()
 
 
 EXIT = "MEGATRON_LAUNCH_EXIT"
