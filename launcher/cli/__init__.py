@@ -387,13 +387,17 @@ def cmd_import(argv: list[str]) -> int:
                              "header lists each")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="json: one object on standard output with the preset's text and the report")
+    parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable the script is run with, as `NAME=VALUE bash SCRIPT` (repeat it); the "
+                             "script's variables that it does not set are otherwise not known")
     args = parser.parse_args(argv)
     from launcher.checks.data import tokenizer_vocab_size
     from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
+    from launcher.importer.run import parse_environment
 
     return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size, args.accept_loss,
-                       args.format)
+                       args.format, parse_environment(args.env))
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:

@@ -348,15 +348,21 @@ def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
                                   + " from the #PBS lines (qsub's own command line may change them)"))
 
 
-def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Reading:
+def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None,
+                environment: Mapping[str, str] | None = None) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given; `path`: the script's
-    file, next to which the files it sources (`source config.sh`) are read (None: none is read)."""
+    file, next to which the files it sources (`source config.sh`) are read (None: none is read); `environment`: the
+    variables the user says the script runs with (`TP=8 bash SCRIPT`), exported as bash inherits them; any other
+    variable the script reads and does not set stays unknown."""
     if len(text) > MAX_SCRIPT_CHARS:
         raise ShellSyntaxError(f"the script has {len(text):,} characters; at most {MAX_SCRIPT_CHARS:,} are read")
     if MARK in text:
         raise ShellSyntaxError("the script holds a NUL byte (a binary file?)")
     reading = Reading()
     reader = _Reader(reading, positional, path)
+    for name, value in (environment or {}).items():
+        reading.shell.scalars[name] = value
+        reading.shell.exports[name] = value
     slurm_directives(text, reading)
     grid_engine_directives(text, reading)
     pbs_directives(text, reading, reader)

@@ -284,10 +284,11 @@ def _manifest_script(data: Any) -> tuple[str, ManifestLayout] | None:
     return None
 
 
-def read_source(text: str, positional: Sequence[str] = (), path: Path | None = None) -> Source:
+def read_source(text: str, positional: Sequence[str] = (), path: Path | None = None,
+                environment: Mapping[str, str] | None = None) -> Source:
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
     any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
-    next to which the files it sources are read."""
+    next to which the files it sources are read; `environment`: the variables it is run with (--env)."""
     stripped = text.lstrip()
     layout = ManifestLayout()
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
@@ -298,16 +299,16 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         except UserError:
             data = None
         if isinstance(data, dict) and ("MODEL_ARGS" in data or all(str(k).startswith("--") for k in data)):
-            if positional:
-                raise UserError("arguments after the source apply to a bash script, not a YAML mapping of flags",
-                                "give only the YAML file")
+            if positional or environment:
+                raise UserError("arguments and --env after the source apply to a bash script, not a YAML mapping "
+                                "of flags", "give only the YAML file")
             return Source(*_from_yaml_mapping(data))
         manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
         if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
             text, path = manifest[0], None  # its files are the container's, not the ones next to the manifest
             layout = manifest[1]
     try:
-        reading = read_script(text, positional, path)
+        reading = read_script(text, positional, path, environment)
     except ShellSyntaxError as exc:
         raise UserError(f"cannot read the script: {exc}", "import reads bash scripts, one command line, or a "
                         "YAML mapping of flags (MODEL_ARGS)") from None
@@ -388,7 +389,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
     notes += layout.notes
-    differing = _counts_by_node_rank(text, positional, path, runner) if training and positional else {}
+    differing = _counts_by_node_rank(text, positional, path, runner, environment) if training and positional else {}
     for setting, (here, there) in differing.items():
         notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
                               "own count by the node rank it is given (an argument); a preset gives every node the "
@@ -412,7 +413,8 @@ def _runner_values(runner: Sequence[str]) -> dict[str, str]:
 
 
 def _counts_by_node_rank(text: str, positional: Sequence[str], path: Path | None,
-                         runner: Sequence[str]) -> dict[str, tuple[str, str]]:
+                         runner: Sequence[str], environment: Mapping[str, str] | None = None
+                         ) -> dict[str, tuple[str, str]]:
     """The launcher's counts that another node of the same job gets otherwise: where the script is read with the node
     rank as an argument (`launch import train.sh 0`) and decides its process count on it (`if [ $NODE_RANK -eq 0
     ]; then ((GPUS_PER_NODE++))`), the script is read again as the next node would run it."""
@@ -424,7 +426,7 @@ def _counts_by_node_rank(text: str, positional: Sequence[str], path: Path | None
     other = str((int(rank) + 1) % nodes if nodes > 1 else int(rank) + 1)
     at = list(positional).index(rank)
     try:
-        again = read_script(text, [*positional[:at], other, *positional[at + 1:]], path)
+        again = read_script(text, [*positional[:at], other, *positional[at + 1:]], path, environment)
     except (ShellSyntaxError, UserError):
         return {}
     commands = training_command.training_commands(again)
@@ -456,9 +458,11 @@ MACHINE_ENV = {"NCCL_SOCKET_IFNAME": _INTERFACE, "GLOO_SOCKET_IFNAME": _INTERFAC
 
 
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),
-                  read_local: VocabReader | None = None, path: Path | None = None) -> Imported:
-    """`path`: the script's file when it was given as one (the files it sources are read next to it)."""
-    source = read_source(text, positional, path)
+                  read_local: VocabReader | None = None, path: Path | None = None,
+                  environment: Mapping[str, str] | None = None) -> Imported:
+    """`path`: the script's file when it was given as one (the files it sources are read next to it);
+    `environment`: the variables the user runs it with (`launch import --env TP=8 train.sh`)."""
+    source = read_source(text, positional, path, environment)
     runner, words, env, notes = source.runner, source.words, source.env, source.notes
     launcher: dict[str, Any] = {}
     if runner:
@@ -537,7 +541,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(_comment(unknown + ": each branch that sets it gives only data, checkpoint or logging "
                                   "flags (not carried)"))
         else:
-            lost.append(_comment(unknown + (f" (set it: --set {arg.dest}=VALUE)" if arg is not None else "")))
+            variables = [n for n in missing if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+            ways = ([f"--set {arg.dest}=VALUE"] if arg is not None else []) + (
+                [f"import with {' '.join(f'--env {n}=VALUE' for n in variables)}"] if variables else [])
+            lost.append(_comment(unknown + (f" (set it: {', or '.join(ways)})" if ways else "")))
     # a branch the reader cannot decide that sets the model, numerics or layout (the flags it feeds are unknown)
     lost += [_comment(u) for u in training_command.losses(source.undecided, section_of)]
     notes += [_comment(f"{w.text}: {w.why}") for w in flags.of_kind("harmless")]
@@ -636,6 +643,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "value with --set when you launch)")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
+    if environment:  # the header says what the script was read with, a secret's value redacted
+        given = " ".join(f"{name}={redaction.REDACTED if redaction.is_secret(name, value) else shlex.quote(value)}"
+                         for name, value in environment.items())
+        source_name = f"{source_name} run with --env {given}"
     text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings, lost, translated)
     return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, lost, translated,
                     undecided=source.undecided, set_aside=set_aside)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from launcher import nofollow, untrusted
@@ -33,16 +35,29 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
     return (words[0] if len(words) == 1 else shlex.join(words)), "the command line given", []
 
 
+def parse_environment(assignments: list[str]) -> dict[str, str]:
+    """--env NAME=VALUE …: a shell variable name, then anything (an empty value is a set, empty variable)."""
+    environment: dict[str, str] = {}
+    for assignment in assignments:
+        name, equals, value = assignment.partition("=")
+        if not equals or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", name):
+            raise UserError(f"--env {assignment!r} is not NAME=VALUE with a shell variable name",
+                            "give each variable the script reads as --env NAME=VALUE, e.g. --env TP=8")
+        environment[name] = value
+    return environment
+
+
 def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_local: VocabReader | None = None,
-         accept_loss: bool = False, output_format: str = "text") -> int:
+         accept_loss: bool = False, output_format: str = "text", environment: Mapping[str, str] | None = None
+         ) -> int:
     """`resolve_job`: how the command line resolves a preset (cli.job.job_for), for the check of the import;
     `read_local`: how a local tokenizer's vocabulary is read (launcher.checks.data.tokenizer_vocab_size);
     `accept_loss`: write the preset even where it does not hold the script's model, numerics or layout (its header
     then lists what was lost). With `output_format` json, one JSON object on stdout: the preset's text and the
-    report."""
+    report. `environment`: the variables the script is read with (--env NAME=VALUE), as `NAME=VALUE bash SCRIPT`."""
     text, name, positional = read_input(source)
     script = Path(source[0]) if source and source[0] != "-" and name == str(Path(source[0])) else None
-    imported = import_source(text, name, positional, read_local, script)
+    imported = import_source(text, name, positional, read_local, script, environment)
     target = Path(output) if output else None
     if target is not None and target.exists() and target.is_dir():
         raise UserError(f"{target} is a directory", "give -o a file name such as imported.yaml")
@@ -73,6 +88,7 @@ def main(source: list[str], output: str | None, resolve_job: ResolveJob, read_lo
         sys.stderr.write(f"error: the preset would not hold {len(lost)} thing(s) of the script's model, numerics or "
                          "layout (listed under lost), so it was not written\n"
                          "hint: give each its setting where the pin has one (--set in a launch, or edit the script), "
-                         "or import with --accept-loss to write it anyway (its header then lists what was lost)\n")
+                         "or the variables the script reads as --env NAME=VALUE (as `NAME=VALUE bash SCRIPT`), or "
+                         "import with --accept-loss to write it anyway (its header then lists what was lost)\n")
     unaccepted = len(lost) > len(imported.lost) and not accept_loss  # the round trip found more than the import
     return 2 if refused or unaccepted or outcome.problems or outcome.differences else 0

@@ -93,7 +93,7 @@ def test_positional_arguments_do_not_apply_to_a_yaml_mapping(tmp_path):
     (tmp_path / "model_config.yaml").write_text("MODEL_ARGS:\n  --num-layers: 2\n")
     done = launch(tmp_path, "import", "model_config.yaml", "extra")
     assert done.returncode == 2
-    assert done.stderr.startswith("error: arguments after the source apply to a bash script")
+    assert done.stderr.startswith("error: arguments and --env after the source apply to a bash script")
 
 
 @pytest.mark.parametrize("flag", ["--use-mcore-models", "--use-flash-attn"])

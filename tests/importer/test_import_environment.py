@@ -1,0 +1,59 @@
+"""`launch import SCRIPT --env NAME=VALUE`: the script read as `NAME=VALUE bash SCRIPT` runs it. A variable the
+script reads and does not set is otherwise unknown (its value, and every branch on it, lost with its line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.errors import UserError
+from launcher.importer.build import import_source
+from launcher.importer.run import parse_environment
+
+SCRIPT = """#!/bin/bash
+TP=${TP:-1}
+if [ -z "$FP32" ]; then PRECISION=--bf16; else PRECISION=; fi
+torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 \\
+  --group-query-attention --num-query-groups $GQA --tensor-model-parallel-size $TP $PRECISION \\
+  --seq-length 1024 --max-position-embeddings 1024 --micro-batch-size 4 --global-batch-size 32 --lr 1e-4 \\
+  --train-iters 100 --mock-data --tokenizer-type NullTokenizer --vocab-size 50257 --eval-interval 10 --eval-iters 1
+"""
+
+
+def test_without_the_variables_their_values_and_branches_are_lost_with_a_way_to_give_them():
+    imported = import_source(SCRIPT, "train.sh")
+    assert any("$GQA is not known" in line and "--env GQA=VALUE" in line for line in imported.lost)
+    assert any("FP32" in line for line in imported.lost)  # the branch that decides --bf16
+    assert imported.settings["tensor_model_parallel_size"] == 1
+
+
+def test_the_variables_given_decide_values_defaults_and_branches_as_bash_would():
+    imported = import_source(SCRIPT, "train.sh", environment={"GQA": "4", "TP": "2", "FP32": ""})
+    assert imported.lost == []
+    settings = imported.settings
+    assert (settings["num_query_groups"], settings["tensor_model_parallel_size"], settings["bf16"]) == (4, 2, True)
+    fp32 = import_source(SCRIPT, "train.sh", environment={"GQA": "4", "FP32": "1"})
+    assert "bf16" not in fp32.settings and fp32.lost == []
+
+
+def test_the_preset_says_what_it_was_read_with_and_no_secret_in_clear():
+    token = "hf_" + "a1b2c3d4e5" * 4
+    imported = import_source(SCRIPT, "train.sh", environment={"GQA": "4", "FP32": "", "HF_TOKEN": token})
+    first = imported.text.splitlines()[0]
+    assert "run with --env GQA=4 FP32='' HF_TOKEN=<redacted>" in first
+    assert token not in imported.text
+
+
+@pytest.mark.parametrize("word", ["GQA", "=4", "1X=2", "A-B=1", "A B=1"])
+def test_an_assignment_that_is_not_a_shell_variable_is_refused(word):
+    with pytest.raises(UserError) as caught:
+        parse_environment([word])
+    assert "--env NAME=VALUE" in caught.value.render()
+
+
+def test_an_empty_value_is_a_set_empty_variable():
+    assert parse_environment(["FP32=", "X=a=b"]) == {"FP32": "", "X": "a=b"}
+
+
+def test_a_yaml_mapping_of_flags_takes_no_environment():
+    with pytest.raises(UserError):
+        import_source("MODEL_ARGS:\n  --num-layers: 2\n", "flags.yaml", environment={"A": "1"})
