@@ -103,6 +103,10 @@ def _unknown(name: str) -> str:
 
 # -- the result -------------------------------------------------------------------------------------------------
 
+# a test that a file or a command's output decides, whatever the variables it reads: `[ -e "$F" ]`, `$(…)`
+CALLER_ONLY_UNSURE = re.compile(r"(?:^|\s)-[bcdefghkprsuwxGLNOS]\s|\$\(|`")
+
+
 @dataclass(frozen=True)
 class Undecided:
     """A construct whose outcome needs the world (a file, a command's output, the caller's environment)."""
@@ -124,11 +128,21 @@ class Undecided:
     unknown_flags: tuple[str, ...] = field(default=(), compare=False)
     # flags its branches put before what a variable held (`CMD="nsys profile --output p $CMD"`): a wrapper's
     wraps: tuple[str, ...] = field(default=(), compare=False)
+    # the variables its test reads that the script never sets (`if [ -z "$FP32" ]`): the caller's environment, which
+    # `launch import --env NAME=VALUE` gives; empty where the test also needs a file or a command's output
+    environment: tuple[str, ...] = field(default=(), compare=False)
+
+    def how_to_decide(self) -> str:
+        """The way to decide it that the user has: the script's arguments, or the caller's variables it reads."""
+        if self.arguments:
+            return " (it depends on the script's arguments: give them after the script's name)"
+        if self.environment:
+            return (" (it reads the caller's environment: give what the script runs with, "
+                    + " ".join(f"--env {name}=VALUE" for name in self.environment) + ")")
+        return ""
 
     def describe(self) -> str:
-        out = f"line {self.line}: {self.what}: cannot be decided without running the script"
-        if self.arguments:
-            out += " (it depends on the script's arguments: give them after the script's name)"
+        out = f"line {self.line}: {self.what}: cannot be decided without running the script" + self.how_to_decide()
         if self.names:
             out += "; it sets " + ", ".join(self.names)
         if self.flags:
@@ -1337,7 +1351,7 @@ class _Reader:
                 if held and value and not value.startswith(held) and _added_to(held, value) is not None:
                     wraps.update(FLAG.findall(value[:-len(held)]))
         decided = Undecided(label.line, what, tuple(differing), tuple(flags), arguments, values, appends,
-                            wraps=tuple(sorted(wraps)))
+                            wraps=tuple(sorted(wraps)), environment=self.caller_variables(what))
         # the commands read under the branches carry the finished record
         for k in range(commands_before, len(self.reading.commands)):
             command = self.reading.commands[k]
@@ -2387,6 +2401,15 @@ class _Reader:
         name = self.resolve(name)
         value = self.shell.lookup(name)
         return ("val", value if value is not None else self.unset(name), quoted)
+
+    def caller_variables(self, test: str) -> tuple[str, ...]:
+        """The variables a test reads that the script never sets, where nothing else (a file, a command's output)
+        decides it: the caller's environment."""
+        if CALLER_ONLY_UNSURE.search(test):
+            return ()
+        names = dict.fromkeys(re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)", test))
+        assigned = self.script_names
+        return tuple(n for n in names if n not in assigned)[:8]
 
     @property
     def script_names(self) -> set[str]:

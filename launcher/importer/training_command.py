@@ -186,6 +186,5 @@ def losses(undecided: list[Undecided], section_of: Callable[[str], str]) -> list
         deciding += [flag for flag in item.unknown_flags if flag not in deciding]
         if deciding:
             out.append(f"line {item.line}: {item.what}: cannot be decided without running the script, and it decides "
-                       f"{', '.join(deciding)}" + (" (give the script's arguments after its name)"
-                                                   if item.arguments else ""))
+                       f"{', '.join(deciding)}" + item.how_to_decide())
     return out

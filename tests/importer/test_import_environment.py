@@ -57,3 +57,12 @@ def test_an_empty_value_is_a_set_empty_variable():
 def test_a_yaml_mapping_of_flags_takes_no_environment():
     with pytest.raises(UserError):
         import_source("MODEL_ARGS:\n  --num-layers: 2\n", "flags.yaml", environment={"A": "1"})
+
+
+def test_an_undecided_branch_names_the_callers_variables_that_decide_it_and_only_those():
+    text = SCRIPT.replace("TP=${TP:-1}\n", "TP=${TP:-1}\nif [ -e \"$CKPT/latest\" ]; then TP=4; fi\n")
+    lost = import_source(text, "train.sh", environment={"GQA": "4"}).lost
+    (fp32,) = [line for line in lost if "FP32" in line]
+    assert "--env FP32=VALUE" in fp32
+    (file_test,) = [line for line in lost if "CKPT" in line]  # a file decides it: no variable would
+    assert "--env" not in file_test
