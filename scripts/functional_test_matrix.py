@@ -43,6 +43,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from launcher.checks.megatron_verdict import target_env  # noqa: E402
 from launcher.checks.rehearsal import Rehearser, packages_absent_here, tiny_settings, verdict  # noqa: E402
 from launcher.errors import UserError  # noqa: E402
 from launcher.estimate.summary import job_facts  # noqa: E402
@@ -131,7 +132,9 @@ def rehearse_all(rows_jobs: list[tuple[Row, ResolvedJob]], checkout: Path) -> No
             row.rehearsal, row.reason = "not run", "not rehearsed: this machine lacks " + "; ".join(absent)
             continue
         settings, not_rehearsed = tiny_settings(job.megatron)
-        env = dict(job.preset.launcher.env)  # validate_args reads NCCL_ALGO
+        # what Megatron's checks see of the job's environment (validate_args reads NCCL_ALGO): a WORLD_SIZE the
+        # script exported is torchrun's to set, not the rank's
+        env = target_env(job)
         key = (tuple(script_args(settings)), tuple(sorted(env.items())))
         requests.setdefault(key, []).append(row)
         notes[key], envs[key] = not_rehearsed, env
@@ -183,7 +186,7 @@ def rehearse_layouts(configs: list[tuple[Row, Path, dict]], checkout: Path, out:
             except UserError as exc:
                 record.update(layout="refused", reason="; ".join(p.message for p in exc.problems)[:400])
             else:
-                result = rehearse_layout(job, dict(job.preset.launcher.env))
+                result = rehearse_layout(job, target_env(job))
                 # not run: this machine lacks a package the job's target has (the rehearsal says which)
                 outcome = "ok" if result.ok else "not run" if result.stage == "setup" else "failed"
                 record.update(layout=outcome, reason=result.render()[0][:400],

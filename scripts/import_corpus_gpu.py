@@ -384,6 +384,22 @@ def from_plan(path: Path, only: str) -> tuple[list[Row], dict[str, str]]:
     return rows, {name: text for name, text in plan["presets"].items() if only in name}
 
 
+def rejudge(rows: list[Row], presets: dict[str, str], workdir: Path) -> None:
+    """Each accepted row of a plan dry-run again with its recorded --sets (its job kept for --rehearse); a row this
+    dry-run refuses is said, and its verdict becomes the refusal."""
+    for row in rows:
+        if row.launcher != "accepted" or row.config not in presets:
+            continue
+        path = workdir / (Path(row.config).stem.replace(".", "_") + ".yaml")
+        path.write_text(presets[row.config])
+        problems, _ = dry_run(path, list(row.overrides))
+        if problems:
+            row.launcher, row.reason = "refused", rendered(problems)
+            print(f"{row.config}: refused by this dry-run: {row.reason[:300]}", flush=True)
+        else:
+            JOBS[row.config] = JOBS.pop(str(path))
+
+
 def fold_previous(rows: list[Row], paths: list[Path], rerun: tuple[str, ...] = ()) -> None:
     """A GPU verdict of an earlier run of the same script with the same --sets is kept (a later file wins); one
     that did not run to a verdict (not run, timeout), a refusal for that machine's disk (which says nothing of the
@@ -429,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dry-runs: {sum(r.launcher == 'accepted' for r in rows)} of {len(rows)} accepted in "
               f"{time.monotonic() - start:.0f} s", flush=True)
         if args.rehearse:
+            if args.plan:  # the plan's accepted jobs judged again here, with the --sets it recorded
+                rejudge(rows, presets, workdir)
             accepted = [(row, JOBS[row.config]) for row in rows if row.config in JOBS]
             ftm.rehearse_all(accepted, args.rehearse.resolve())  # type: ignore[arg-type]
         if args.write_plan:

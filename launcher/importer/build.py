@@ -447,14 +447,19 @@ RUN_OUTPUTS = ("save", "load", "tensorboard_dir")
 
 # Exported variables that name a part of the machine the script was written on: carried, they break the run elsewhere
 # (seen: NCCL/GLOO_SOCKET_IFNAME=tailscale0 from a 2026 two-node launch, "Unable to find address for: tailscale0" at
-# init on one H200; PATH and LD_LIBRARY_PATH of /home/sd/.local replace the target's).
+# init on one H200; PATH and LD_LIBRARY_PATH of /home/sd/.local replace the target's). CC and CXX name the compilers
+# of the script's machine (LUMI's `export CC=gcc-10 CXX=g++-10`): Triton builds its kernel launchers with $CC whenever
+# it is set, and Megatron's dataset helpers and torch.compile's CPU code build with $CXX; where the target lacks that
+# compiler the first build fails (a rehearsal here: "No working C++ compiler found … g++-10" at the first step).
 _INTERFACE = "a network interface"
 MACHINE_ENV = {"NCCL_SOCKET_IFNAME": _INTERFACE, "GLOO_SOCKET_IFNAME": _INTERFACE, "TP_SOCKET_IFNAME": _INTERFACE,
                "NCCL_IB_HCA": "the InfiniBand adapters", "UCX_NET_DEVICES": "the network devices",
                "PATH": "the program search path", "LD_LIBRARY_PATH": "the library search path",
                "PYTHONPATH": "the Python search path (the launcher gives Megatron's own)",
                "CUDA_VISIBLE_DEVICES": "the GPUs", "HIP_VISIBLE_DEVICES": "the GPUs",
-               "ROCR_VISIBLE_DEVICES": "the GPUs"}
+               "ROCR_VISIBLE_DEVICES": "the GPUs",
+               "CC": "the C compiler (Triton builds its kernel launchers with it)",
+               "CXX": "the C++ compiler (Megatron's dataset helpers and torch.compile's CPU code build with it)"}
 
 
 def import_source(text: str, source_name: str, positional: Sequence[str] = (),

@@ -50,3 +50,34 @@ def checkpoint_needed(written: Mapping[str, Any], megatron: Mapping[str, Any], r
     drop = " ".join(f"--set {d}={str(NEEDS_A_CHECKPOINT[d][2]).lower()}" for d in given)
     return [Problem(f"{flags}: {where}", f"drop {'them' if len(given) > 1 else 'it'}: {drop}, or --set load=DIR "
                     "(a checkpoint to start from)", "launcher")]
+
+
+# Megatron's tracker file: a directory holding it holds a checkpoint that load_checkpoint reads.
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
+def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool, remote: bool) -> list[Problem]:
+    """The distributed optimizer over torch's Adam (no Transformer Engine, no apex) cannot load its state from a
+    `ckpt_format torch` checkpoint at the pin: the fresh optimizer's per-parameter state holds Adam's `step`, which
+    the checkpoint's parameter state never holds (it is saved apart), and load_parameter_state_from_dp_zero raises
+    KeyError: 'step' (distrib_optimizer.py:1167; rehearsed on CPU, saved by the same job). TE's and apex's fused Adam
+    keep `step` in the param groups and load; --no-load-optim skips the optimizer's state (checkpointing.py:1919).
+    Judged where this machine sees the checkpoint (a resumed run's, or --load's) to be loaded."""
+    if not megatron.get("use_distributed_optimizer") or te or apex or remote:
+        return []
+    if (megatron.get("ckpt_format") or "torch_dist") != "torch" or (megatron.get("optimizer") or "adam") != "adam":
+        return []
+    load = megatron.get("load")
+    if megatron.get("no_load_optim") or megatron.get("finetune") or not load:
+        return []
+    try:
+        holds = (Path(str(load)) / TRACKER).is_file()
+    except OSError:
+        holds = False
+    if not holds:
+        return []
+    return [Problem(f"load {load} holds a checkpoint whose optimizer state the distributed optimizer over torch's "
+                    "Adam (no Transformer Engine or apex) cannot load in ckpt_format torch at this Megatron pin: "
+                    "load_parameter_state_from_dp_zero raises KeyError: 'step' (distrib_optimizer.py:1167)",
+                    "set no_load_optim=true (the weights and the iteration load; Adam's moments start afresh), or run "
+                    "with Transformer Engine or apex", "runtime")]

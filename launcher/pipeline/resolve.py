@@ -30,7 +30,7 @@ from launcher.pipeline import startup
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch, microbatches_per_step
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
-from launcher.pipeline.load_rules import checkpoint_needed
+from launcher.pipeline.load_rules import checkpoint_needed, optimizer_state_unloadable
 from launcher.pipeline.node_range import ElasticNodes
 from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
@@ -219,6 +219,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     problems += found
     if job.entry == "pretrain_gpt":
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
+        problems += optimizer_state_unloadable(job.megatron, kernels.transformer_engine, kernels.apex, target.remote)
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
         found, unseen = data_check(job.effective(), target.remote, not target.container_image)

@@ -15,7 +15,7 @@ from launcher.inside.megatron_ext.compiled_coverage import compiled_layer_gaps
 from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
-from launcher.pipeline import attention_env, cuda_graph_rules
+from launcher.pipeline import attention_env, cuda_graph_rules, spec_rules
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.pipeline.feature_settings import drop_hint, with_drops
 
@@ -54,6 +54,7 @@ def check(c: Any, tp: int, cp: int, vpp: int | None) -> None:
     full_iteration_cuda_graph(c)
     graph_register(c)
     cuda_graph_rules.check(c)
+    spec_rules.check(c)
 
 
 def full_iteration_cuda_graph(c: Any) -> None:

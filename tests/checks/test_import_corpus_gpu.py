@@ -121,3 +121,38 @@ def test_every_corpus_script_gets_a_dry_run_verdict_without_a_gpu(tmp_path):
     assert all("internal error" not in r["reason"] for r in rows)
     plan = json.loads((tmp_path / "plan.json").read_text())
     assert set(plan["presets"]) == {r["config"] for r in rows}
+
+
+def test_a_plans_accepted_jobs_are_rehearsed_with_the_environment_megatrons_checks_see(tmp_path, monkeypatch):
+    """--plan with --rehearse judges the plan's accepted jobs again and rehearses each; a WORLD_SIZE the script
+    exported (torchrun's to set, and the launcher's for a run without it) never reaches the rehearsal."""
+    import functional_test_matrix as ftm
+
+    name = "snellius_h100_train_gpt_self_sbatch.job"  # exports WORLD_SIZE=16
+    rows, presets = corpus_gpu.prepare(name, tmp_path)
+    assert rows[0].launcher == "accepted"
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"rows": [corpus_gpu.asdict(r) for r in rows], "presets": presets}))
+    corpus_gpu.JOBS.clear()
+    seen: list[dict] = []
+
+    class Worker:
+        def __init__(self, checkout):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def rehearse_many(self, requests):
+            seen.extend(env for _argv, env in requests)
+            return [{"ok": True, "stage": "done", "error": "", "facts": {"loss": 5.0}}]
+
+    monkeypatch.setattr(ftm, "Rehearser", Worker)
+    corpus_gpu.main(["--out", str(tmp_path / "out"), "--plan", str(plan), "--rehearse", str(tmp_path)])
+    verdicts = [json.loads(line) for line in (tmp_path / "out" / "verdicts.jsonl").read_text().splitlines()]
+    assert [v["rehearsal"] for v in verdicts] == ["ok"]
+    assert len(seen) == 1 and "WORLD_SIZE" not in seen[0]
+    assert presets[name].count("WORLD_SIZE: '16'") == 1  # the script's export is still in the preset

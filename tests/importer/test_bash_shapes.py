@@ -45,6 +45,17 @@ def test_what_names_the_source_machine_is_not_carried_into_the_environment():
     assert all(name in said for name in ("PATH=", "GLOO_SOCKET_IFNAME", "NCCL_IB_HCA", "CUDA_VISIBLE_DEVICES"))
 
 
+def test_the_source_machines_compilers_are_not_carried():
+    # LUMI's `export CC=gcc-10 CXX=g++-10`: Triton builds its launchers with $CC whenever it is set, Megatron's dataset
+    # helpers and torch.compile's CPU code with $CXX; rehearsed where g++-10 is absent, the first step stopped
+    imported = carried("export CC=gcc-10\nexport CXX=g++-10\nexport OMP_NUM_THREADS=2\n"
+                       f"CC=clang torchrun pretrain_gpt.py {MODEL}\n")
+    assert imported.env == {"OMP_NUM_THREADS": "2"}
+    said = " ".join(imported.not_carried)
+    assert "CXX=g++-10: the C++ compiler" in said and "of the machine the script ran on" in said
+    assert "CC=clang: the C compiler" in said
+
+
 def test_assignment_prefixes_and_env_become_the_environment():
     imported = carried(f"OMP_NUM_THREADS=4 NCCL_DEBUG=WARN python -m torch.distributed.run --nproc_per_node 8 "
                        f"pretrain_gpt.py {MODEL}\n")

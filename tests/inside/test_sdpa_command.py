@@ -34,7 +34,8 @@ def test_with_te_no_spec_is_added(launch):
 
 def test_a_preset_spec_wins(launch):
     plan = dry_run_json(launch, "345m", "--set", "transformer_engine=false", "--set", "apex=false",
-                        "--set", "spec=my.module my_spec", "--set", "gpu=h200-141gb")  # unfused: ~112 GiB
+                        "--set", "spec=my.module my_spec", "--set", "packages=my",  # the target has `my`
+                        "--set", "gpu=h200-141gb")  # unfused: ~112 GiB
     argv = plan["argv"]
     at = argv.index("--spec")
     assert argv[at + 1:at + 3] == ["my.module", "my_spec"]
