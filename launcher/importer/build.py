@@ -26,7 +26,7 @@ from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
-from launcher.importer.words import base_name
+from launcher.importer.words import base_name, count
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -387,7 +387,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     for item in reading.undecided:
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
-    notes += layout.notes
+    notes += [_comment(n) for n in layout.notes]  # a task name may hold a newline
     differing = _counts_by_node_rank(text, positional, path, runner) if training and positional else {}
     for setting, (here, there) in differing.items():
         notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
@@ -418,9 +418,9 @@ def _counts_by_node_rank(text: str, positional: Sequence[str], path: Path | None
     ]; then ((GPUS_PER_NODE++))`), the script is read again as the next node would run it."""
     given = _runner_values(runner)
     rank = given.get("node_rank", "")
-    if not rank.isdigit() or rank not in positional or len(positional) > 64:
+    if count(rank, least=0) is None or rank not in positional or len(positional) > 64:
         return {}
-    nodes = int(given["nnodes"]) if given.get("nnodes", "").isdigit() else 0
+    nodes = count(given.get("nnodes", "")) or 0
     other = str((int(rank) + 1) % nodes if nodes > 1 else int(rank) + 1)
     at = list(positional).index(rank)
     try:
@@ -504,11 +504,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     if pods and per_pod and pods > 1 and "nodes" not in launcher and launcher.get("gpus_per_node") == pods * per_pod:
         # `mpirun -np 8` read as one node of 8 where the job's pods are 2 of 4: the count is the job's total
         launcher["gpus_per_node"] = per_pod
-    for setting, count in source.manifest.items():  # what the command does not give, the job's pods do
+    for setting, pods_count in source.manifest.items():  # what the command does not give, the job's pods do
         if setting not in launcher:
-            launcher[setting] = count
-        elif launcher[setting] != count:
-            notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {count}, the training command "
+            launcher[setting] = pods_count
+        elif launcher[setting] != pods_count:
+            notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {pods_count}, the training command "
                          f"{launcher[setting]}: the command's own count is carried (its option overrides what the "
                          "job sets)")
     flags = flag_reader.read_flags(words)
