@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher import redaction
 from launcher.errors import UserError, did_you_mean
 from launcher.importer import legacy
 from launcher.importer.words import MARK, MAX_COUNT, base_name, count, is_count
@@ -476,31 +477,67 @@ class Launch:
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# Options that set a variable for every rank or container, as NAME=VALUE in the next word (or after `=`): Open MPI's
+# -x, jsrun's -E/--env, Cray PALS mpiexec's --env, docker/podman/enroot -e and apptainer --env; MPICH/Intel MPI's
+# -genv/-env take NAME VALUE as two words; srun's --export a comma-separated list (ALL,NAME=VALUE,…)
+ENV_PAIR_OPTIONS = {"-x", "--x", "-E", "--env", "-e", "-genv", "-env", "--genv"}
+EXPORT_LIST_OPTIONS = {"--export"}
+
+
 def wrapper_env(wrapper: list[str]) -> dict[str, str]:
-    """Variables a job launcher sets for every rank: Open MPI's `-x NAME=VALUE`, MPICH/Intel MPI's `-genv NAME VALUE`
-    and `env NAME=VALUE` (a bare `-x NAME` passes the caller's value on: nothing to carry)."""
+    """Variables a job launcher or container runtime sets for every rank (mpirun -x A=1, mpiexec -genv A 1, srun
+    --export=ALL,A=1, jsrun -E A=1, docker -e A=1, env A=1): what the ranks see, and where a secret is passed on
+    the command line, the value the report and every written file must not show (a bare `-x NAME` passes the
+    caller's value on: nothing to carry)."""
     out: dict[str, str] = {}
     k = 0
     after_env = False  # `env A=1 B=2 prog`: the assignments right after env
     while k < len(wrapper):
         word = wrapper[k]
-        name, eq, value = word.partition("=")
-        if after_env and eq and ENV_NAME.fullmatch(name):
-            out[name] = value
+        option, eq, inline = word.partition("=")
+        if after_env and eq and ENV_NAME.fullmatch(option):
+            out[option] = inline
             k += 1
             continue
         after_env = base_name(word) == "env"
-        if word in ("-x", "--x") and k + 1 < len(wrapper):
-            name, eq, value = wrapper[k + 1].partition("=")
-            if eq and ENV_NAME.fullmatch(name):
+        given = inline if eq else wrapper[k + 1] if k + 1 < len(wrapper) else ""
+        if option in EXPORT_LIST_OPTIONS:
+            for item in given.split(","):
+                name, pair, value = item.partition("=")
+                if pair and ENV_NAME.fullmatch(name):
+                    out[name] = value
+            k += 1 if eq else 2
+        elif option in ENV_PAIR_OPTIONS:
+            name, pair, value = given.partition("=")
+            if pair and ENV_NAME.fullmatch(name):
                 out[name] = value
-            k += 2
-        elif word == "-genv" and k + 2 < len(wrapper) and ENV_NAME.fullmatch(wrapper[k + 1]):
-            out[wrapper[k + 1]] = wrapper[k + 2]
-            k += 3
+                k += 1 if eq else 2
+            elif not eq and option in ("-genv", "-env", "--genv", "--env") and ENV_NAME.fullmatch(given) \
+                    and k + 2 < len(wrapper):
+                out[given] = wrapper[k + 2]
+                k += 3
+            else:
+                k += 1
         else:
             k += 1
     return out
+
+
+_ASSIGNMENT = re.compile(r"(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=([^,\s]*)")
+
+
+def shown_words(words: list[str]) -> str:
+    """The words as a note shows them, with the value of a secret passed in any form this reader does not know as an
+    environment option (`--foo-env DB_PASSWORD pw`, `--vars=A=1,DB_PASSWORD=pw`) as <redacted>."""
+    out = []
+    for k, word in enumerate(words):
+        before = words[k - 1] if k else ""
+        if ENV_NAME.fullmatch(before) and redaction.is_secret(before):
+            out.append(redaction.REDACTED)
+            continue
+        out.append(_ASSIGNMENT.sub(lambda m: f"{m[1]}={redaction.REDACTED}" if redaction.is_secret(m[1], m[2])
+                                   else m[0], word))
+    return " ".join(out)
 
 
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
@@ -538,7 +575,7 @@ def split_launch(argv: list[str]) -> Launch:
                               "the preset's gpus_per_node and nodes (its options are not carried)")
         return launch
     if launch.wrapper:
-        launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
+        launch.dropped.append(f"runs under `{shown_words(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")
     runner = launch.runner
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
