@@ -31,7 +31,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from launcher import untrusted
+from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import coreutils, heredocs, pbs, recovery
 from launcher.importer.words import MARK, MAX_COUNT, base_name, is_count
@@ -94,6 +94,18 @@ def unresolved_names(text: str) -> list[str]:
 def show(text: str) -> str:
     """A value for people: unknown parts as ${NAME}."""
     return UNRESOLVED.sub(lambda m: "${" + m.group(1) + "}", text).replace(MARK, "")
+
+
+def remember_secret(name: str, value: str) -> None:
+    """A variable the script sets that is a secret (DB_PASSWORD=pw, exported or not): its value is shown in no
+    note and no file (a command that uses it, `mysql --password=$DB_PASSWORD`, is named with <redacted>). Only a
+    value that can be a credential: a number, a path, a flag, a variable's name or a word of eight characters or
+    fewer that a variable such as KEY_SIZE=1024, AUTH_FILE=/etc/auth, USE_AUTH=true or a loop's KEY=NUM_NODES
+    holds would be scrubbed from every setting that has it."""
+    if len(value) > 8 and not re.search(r"[\s/]", value) and not re.fullmatch(r"[0-9.eE+-]+|-.*|[A-Z][A-Z0-9_]*",
+                                                                             value) \
+            and not unresolved_names(value) and redaction.is_secret(name, value):
+        redaction.remember(name, value)
 
 
 def _unknown(name: str) -> str:
@@ -685,6 +697,7 @@ class _Reader:
                         continue
                     name, equals, assigned = word.partition("=")
                     if equals and NAME.fullmatch(name):  # export "$KEY"="$VALUE": an assignment once expanded
+                        remember_secret(name, assigned)
                         if is_local:
                             self.make_local(name)
                         self.shell.scalars[name] = assigned
@@ -1661,6 +1674,7 @@ class _Reader:
                 value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
+        remember_secret(name, value)
         if index is not None and self.associative(name):  # P[key]=v: the key is a string, not arithmetic
             key = f"{name}[{index}]"
             if unresolved_names(index):  # which key is not known: nothing of the array is

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from launcher.cli import main, run_parser
 from launcher.errors import UserError
 
@@ -83,3 +85,18 @@ def test_a_moe_pattern_that_does_not_name_every_layer_is_refused_before_launch(c
             "  hint: --set moe_layer_freq=[0]*1+[1]*23 (a 0 for each dense layer, a 1 for each MoE layer, one per "
             "layer)") in err
     assert main(["345m", "--dry-run", *moe, "--set", "moe_layer_freq=[0]*1+[1]*23"]) == 0
+
+
+@pytest.mark.parametrize("settings", [
+    ["num_attention_heads=99999999989", "group_query_attention=true", "num_query_groups=8"],
+    ["num_experts=99999999989", "moe_router_num_groups=8"],
+    ["num_layers=99999999989", "no_rope_freq=8"],
+])
+def test_a_hint_listing_the_divisors_of_a_huge_size_is_bounded(settings, capsys):
+    # each hint listed every divisor by trial division up to the size itself (import of `--num-attention-heads
+    # 99999999999` ran for minutes); divisors() stops at √n and 2^20 trials
+    started = time.monotonic()
+    code = main(["345m", "--dry-run", *[w for s in settings for w in ("--set", s)]])
+    capsys.readouterr()
+    assert code == 2
+    assert time.monotonic() - started < 20

@@ -1,12 +1,15 @@
-"""A secret a job launcher or container runtime passes to the ranks on its own command line (mpirun -x, mpiexec
--genv/-env, srun --export, jsrun -E, docker -e, apptainer --env, env) is read as the variable it sets: not carried
-into the preset, and shown nowhere in what the import writes, whatever form passes it."""
+"""Secrets next to the training command: one a job launcher or container runtime passes to the ranks on its own
+command line (mpirun -x, mpiexec -genv/-env, srun --export, jsrun -E, docker -e, apptainer --env, env) is read as the
+variable it sets, one a script keeps in a variable of its own (exported or not) is remembered as it is set, and a
+manifest's env is never read as a bash script: none is carried into the preset or shown in what the import writes."""
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from launcher import redaction
+from launcher.errors import UserError
 from launcher.importer.build import import_source
 
 MODEL = ("pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
@@ -47,3 +50,29 @@ def test_a_variable_the_launcher_passes_is_carried_as_the_ranks_see_it():
     imported = import_source(f"#!/bin/bash\nsrun -N 1 --ntasks-per-node 8 --export=ALL,NCCL_DEBUG=INFO,A=1 "
                              f"python {MODEL}\nmpiexec -n 8 -genv NCCL_ALGO Ring -env B 2 python {MODEL}\n", "t.sh")
     assert {k: imported.env[k] for k in ("NCCL_ALGO", "B")} == {"NCCL_ALGO": "Ring", "B": "2"}
+
+
+@pytest.mark.parametrize("use", ['mysql --password="$DB_PASSWORD" -e "select 1"', 'curl -u "me:$API_SECRET" x',
+                                 'echo "$DB_PASSWORD" | docker login --password-stdin'])
+def test_a_secret_the_script_keeps_in_a_variable_is_written_nowhere(use):
+    script = f"#!/bin/bash\nDB_PASSWORD={SECRET}x\nreadonly API_SECRET={SECRET}y\n{use}\ntorchrun {MODEL}\n"
+    written = redaction.for_file(import_source(script, "train.sh").text)
+    assert SECRET not in written, [line for line in written.splitlines() if SECRET in line]
+
+
+def test_a_secret_named_variable_holding_a_number_or_a_name_scrubs_no_setting():
+    # KEY_BITS=4096 is no credential; remembered, every 4096 of the preset would read <redacted>
+    script = ("#!/bin/bash\nKEY_BITS=4096\nfor KEY in SEQ_LENGTH_OF_IT; do :; done\nAUTH_FILE=/etc/auth.json\n"
+              f"torchrun {MODEL.replace('--seq-length 128', '--seq-length 4096')} --max-position-embeddings 4096\n")
+    written = redaction.for_file(import_source(script, "train.sh").text)
+    assert "seq_length: 4096" in written and redaction.REDACTED not in written
+
+
+def test_a_manifest_nested_past_the_limit_is_refused_not_read_as_a_script():
+    # read as bash, each `value: …` line of the container's env was shown as a command not carried
+    job = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpt"}, "spec": {"containers": [
+        {"name": "t", "image": "img", "command": ["torchrun", *MODEL.split()],
+         "env": [{"name": "DB_PASSWORD", "value": SECRET}]}]}}
+    for deep in ("a: " + "[" * 100 + "]" * 100 + "\n", "a: " + "[" * 5000 + "]" * 5000 + "\n"):
+        with pytest.raises(UserError, match="nesting deeper than 64 levels"):
+            import_source(deep + yaml.safe_dump(job), "job.yaml")
