@@ -16,6 +16,7 @@ import io
 import json
 import random
 import re
+import signal
 import sys
 import time
 import traceback
@@ -58,19 +59,36 @@ def variations(text: str, lines: int, inserts: int, seed: int, numbers: int = 0)
     return out
 
 
+SLOW_S = 60  # an import still running after this is a finding (unbounded work), stopped
+
+
+class _Slow(Exception):
+    pass
+
+
+def _stop(*_: object) -> None:
+    raise _Slow
+
+
 def run_one(text: str, args: list[str], scratch: Path) -> str | None:
-    """None when the import ended with a report or an error line and wrote no count out of range; else the
-    traceback's last line, or the count."""
+    """None when the import ended with a report or an error line within SLOW_S and wrote no count out of range;
+    else the traceback's last line, the count, or that it ran on."""
     script, preset = scratch / "script.sh", scratch / "imported.yaml"
     script.write_bytes(text.encode("utf-8", "surrogateescape"))
     preset.unlink(missing_ok=True)
+    signal.signal(signal.SIGALRM, _stop)
+    signal.alarm(SLOW_S)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             import_main([str(script), *args], str(preset), job_as_declared)
     except UserError:
         pass
+    except _Slow:
+        return f"still running after {SLOW_S} s"
     except Exception:  # the finding this script exists for
         return traceback.format_exc().strip().splitlines()[-1]
+    finally:
+        signal.alarm(0)
     launcher = (yaml.safe_load(preset.read_text()) or {}).get("launcher") or {} if preset.exists() else {}
     for setting in ("nodes", "gpus_per_node"):
         value = launcher.get(setting)
@@ -104,8 +122,8 @@ def main() -> int:
                 failures += 1
                 kept = options.out / f"finding-{failures}-{name}"
                 kept.write_bytes(variant.encode("utf-8", "surrogateescape"))
-                print(f"{name}: {failed} (input kept in {kept})")
-    print(f"{len(names)} scripts, {imports} imports, {failures} tracebacks or counts out of range, slowest "
+                print(f"{name}: {failed} (input kept in {kept})", flush=True)
+    print(f"{len(names)} scripts, {imports} imports, {failures} tracebacks, counts out of range or slow runs, slowest "
           f"{slowest:.1f} s")
     return 1 if failures else 0
 

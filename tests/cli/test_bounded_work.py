@@ -100,3 +100,24 @@ def test_a_hint_listing_the_divisors_of_a_huge_size_is_bounded(settings, capsys)
     capsys.readouterr()
     assert code == 2
     assert time.monotonic() - started < 20
+
+
+MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
+         "--max-position-embeddings", "128", "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters",
+         "4", "--eval-interval", "4", "--eval-iters", "1", "--mock-data", "--tokenizer-type", "NullTokenizer",
+         "--vocab-size", "128"]
+
+
+@pytest.mark.parametrize("command", [
+    # the memory verdict looked for a smaller expert-parallel size by counting down from EP itself
+    ["import", "--", "torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", *MODEL, "--num-experts", "8",
+     "--expert-model-parallel-size", "99999999989"],
+    # the world-size hint looked for fewer GPUs per node by counting down from the count given
+    ["345m", "--dry-run", "--gpus-per-node", "99999999999", "--set", "tensor_model_parallel_size=199999999999"],
+])
+def test_a_check_of_a_huge_size_computes_its_way_out_instead_of_counting_down(command, capsys):
+    started = time.monotonic()
+    code = main(command)
+    capsys.readouterr()
+    assert code == 2
+    assert time.monotonic() - started < 20
