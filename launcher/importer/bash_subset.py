@@ -277,10 +277,11 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
             if option == "nodes" and re.fullmatch(r"[0-9]+-[0-9]+", value):  # --nodes=2-4: as many as sbatch finds
                 low, high = value.split("-")
-                reading.skipped.append((number, f"--nodes={value}: sbatch gives the job between {low} and {high} "
-                                                "nodes, as many as it finds free: SLURM_NNODES is not known here, and "
-                                                "a job launcher that runs on each node of the job (srun without -N) "
-                                                "runs on that many (give --nodes)"))
+                given = f"between {low} and {high} nodes, as many as it finds free" if is_count(low) and \
+                    is_count(high) and int(low) <= int(high) else "no node range it takes (sbatch refuses it)"
+                reading.skipped.append((number, f"--nodes={value}: sbatch gives the job {given}: SLURM_NNODES is not "
+                                                "known here, and a job launcher that runs on each node of the job "
+                                                "(srun without -N) runs on that many (give --nodes)"))
                 continue
             gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:([0-9]+)(?:,|$)", value) if option == "gres" else None
             typed = re.fullmatch(r"[\w.-]+:([0-9]+)", value) if option in ("gpus-per-node", "gpus") else None

@@ -148,3 +148,10 @@ def test_one_reading_of_a_count():
     assert [count(w) for w in ("8", "0008", "1000000", "1000001", "0", "٨", "８", " 8", "8 ", "-8", "+8")] == \
         [8, 8, 1_000_000, None, None, None, None, None, None, None, None]
     assert count("0", least=0) == 0 and count(True) is None and count(8.0) is None and count(3) == 3
+
+
+@pytest.mark.parametrize(("nodes", "said"), [("2-4", "between 2 and 4 nodes"), ("5-2", "no node range it takes"),
+                                             ("0-99999999999", "no node range it takes")])
+def test_an_sbatch_node_range_is_said_as_sbatch_takes_it(nodes, said):
+    launcher, notes = launcher_of(f"#SBATCH --nodes={nodes}\nsrun --ntasks-per-node 8 python " + MODEL)
+    assert "nodes" not in launcher and any(f"--nodes={nodes}: sbatch gives the job {said}" in n for n in notes)
