@@ -24,7 +24,15 @@ from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
-from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
+from launcher.importer.bash_subset import (
+    MARK,
+    ShellSyntaxError,
+    Undecided,
+    read_script,
+    remember_secret,
+    show,
+    unresolved_names,
+)
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.words import base_name, count
 from launcher.pipeline.shell import shell_comment
@@ -397,6 +405,24 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                   tuple(differing))
 
 
+# A flag no Megatron takes whose name says it holds a credential (a fork's or a logger's --wandb-api-key, --hf-token):
+# its value is shown in no note. Narrower than redaction's rule for variables: the pin's own --fim-pad-token or
+# --apply-query-key-layer-scaling hold no secret.
+CREDENTIAL_FLAG = re.compile(r"(?:API|ACCESS|SECRET|PRIVATE)_?KEY|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL"
+                             r"|(?:^|_)(?:HF|HUB|AUTH|ACCESS|API|BEARER|WANDB)_?TOKEN$|^TOKEN$")
+
+
+def _remember_credential_flags(words: Sequence[str]) -> None:
+    known = flag_reader.flag_table()
+    for k, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if not name.startswith("--") or name in known:
+            continue
+        if CREDENTIAL_FLAG.search(name[2:].replace("-", "_").upper()):
+            remember_secret(name[2:].replace("-", "_").upper(), value if eq else
+                            words[k + 1] if k + 1 < len(words) else "")
+
+
 _RUNNER_COUNTS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes"}
 
 
@@ -511,6 +537,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {pods_count}, the training command "
                          f"{launcher[setting]}: the command's own count is carried (its option overrides what the "
                          "job sets)")
+    _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
     flag_reader.data_parallel_translations(

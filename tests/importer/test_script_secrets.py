@@ -76,3 +76,11 @@ def test_a_manifest_nested_past_the_limit_is_refused_not_read_as_a_script():
     for deep in ("a: " + "[" * 100 + "]" * 100 + "\n", "a: " + "[" * 5000 + "]" * 5000 + "\n"):
         with pytest.raises(UserError, match="nesting deeper than 64 levels"):
             import_source(deep + yaml.safe_dump(job), "job.yaml")
+
+
+@pytest.mark.parametrize("given", ["--wandb-api-key {v}", "--hf-token={v}", "--db-password {v}", "--api-key {v}"])
+def test_a_credential_given_to_a_flag_no_megatron_takes_is_written_nowhere(given):
+    # the value comes from a variable whose name says nothing: only the flag's name says it is a credential
+    script = f"#!/bin/bash\nV={SECRET}z\ntorchrun {MODEL} {given.format(v='$V')}\n"
+    written = redaction.for_file(import_source(script, "train.sh").text)
+    assert SECRET not in written, [line for line in written.splitlines() if SECRET in line]
