@@ -83,11 +83,16 @@ def filtered(program: str, args: list[str], text: str) -> str | None:
         kept = [line for k, line in enumerate(lines) if k == 0 or lines[k - 1] != line]
     elif program in ("head", "tail") and (len(args) == 2 and args[0] == "-n" or len(args) == 1 and
                                           re.fullmatch(r"-n?[0-9]+", args[0])):
-        given = args[-1].lstrip("-n")
-        if not re.fullmatch(r"[0-9]+", given):
+        # the count as GNU reads it: `head -n -1` is all lines but the last, `tail -n +2` from the second on
+        # (both were read as 1 and 2 lines)
+        count = re.fullmatch(r"([+-]?)([0-9]+)", args[1] if len(args) == 2 else re.sub(r"^-n?", "", args[0]))
+        if count is None or count.group(1) == "+" and program == "head":
             return None
-        n = int(given)
-        kept = lines[:n] if program == "head" else lines[len(lines) - n:] if n else []
+        n, sign = int(count.group(2)), count.group(1)
+        if program == "head":
+            kept = lines[:max(len(lines) - n, 0)] if sign == "-" else lines[:n]
+        else:
+            kept = lines[max(n - 1, 0):] if sign == "+" else lines[max(len(lines) - n, 0):] if n else []
     elif program == "cat" and not args:
         kept = lines
     else:
