@@ -17,6 +17,7 @@ from typing import Any
 from launcher.importer.words import MAX_COUNT, count
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+MAX_GROUPS = 100  # replicated jobs or tasks of one manifest read (work bounded); past it, no count of nodes
 
 
 @dataclass
@@ -80,6 +81,14 @@ class _Reader:
         if given:
             self.layout.counts["gpus_per_node"] = given
 
+    def unread(self, what: str, groups: list[Any]) -> list[int | None]:
+        """[None] (no count of nodes) where the manifest has more groups of pods than are read, else []."""
+        if len(groups) <= MAX_GROUPS:
+            return []
+        self.layout.notes.append(f"{what}: {len(groups):,}, of which the first {MAX_GROUPS} are read; the pods of "
+                                 "the others are not counted: give the preset's launcher.nodes")
+        return [None]
+
     def nodes(self, counts: list[int | None]) -> None:
         total = sum(c for c in counts if c is not None)
         if counts and all(c is not None for c in counts) and 0 < total <= MAX_COUNT:
@@ -108,7 +117,7 @@ def manifest_layout(document: Any) -> ManifestLayout:
             reader.per_node("MPIJob slotsPerWorker", spec.get("slotsPerWorker"), [worker.get("template")])
     elif kind == "JobSet" and isinstance(spec.get("replicatedJobs"), list):
         counts, pods = [], []
-        for job in spec["replicatedJobs"][:100]:
+        for job in spec["replicatedJobs"][:MAX_GROUPS]:
             pod = _get(job, "template", "spec", "template")
             if _pod_gpus(pod) is None:
                 continue  # a job without GPUs (a coordinator, a data loader) is no node of the run
@@ -117,17 +126,17 @@ def manifest_layout(document: Any) -> ManifestLayout:
             replicas = reader.replicas(f"JobSet {_get(job, 'name') or 'job'}", job)
             counts.append(None if replicas is None or parallelism is None else replicas * parallelism)
             pods.append(pod)
-        reader.nodes(counts)
+        reader.nodes(counts + reader.unread("JobSet replicatedJobs", spec["replicatedJobs"]))
         reader.per_node("JobSet", None, pods)
     elif kind == "Job" and isinstance(spec.get("tasks"), list):  # Volcano's Job: pods of each task, as a JobSet's
         counts, pods = [], []
-        for task in spec["tasks"][:100]:
+        for task in spec["tasks"][:MAX_GROUPS]:
             pod = _get(task, "template")
             if _pod_gpus(pod) is None:
                 continue  # a task without GPUs (a parameter server, a launcher) is no node of the run
             counts.append(reader.replicas(f"Volcano Job task {_get(task, 'name') or 'task'}", task))
             pods.append(pod)
-        reader.nodes(counts)
+        reader.nodes(counts + reader.unread("Volcano Job tasks", spec["tasks"]))
         reader.per_node("Volcano Job", None, pods)
     elif kind == "Job":
         reader.nodes([_count(spec.get("parallelism", 1))])

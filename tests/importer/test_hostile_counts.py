@@ -155,3 +155,12 @@ def test_one_reading_of_a_count():
 def test_an_sbatch_node_range_is_said_as_sbatch_takes_it(nodes, said):
     launcher, notes = launcher_of(f"#SBATCH --nodes={nodes}\nsrun --ntasks-per-node 8 python " + MODEL)
     assert "nodes" not in launcher and any(f"--nodes={nodes}: sbatch gives the job {said}" in n for n in notes)
+
+
+def test_tasks_past_those_read_leave_the_nodes_unset_and_named():
+    # 150 tasks of one pod each: only the first 100 were read, and 100 nodes carried
+    imported = import_source(volcano([{**task(1), "name": f"w{k}"} for k in range(150)]), "job.yaml")
+    assert "nodes" not in imported.launcher
+    assert any("Volcano Job tasks: 150, of which the first 100 are read" in n for n in imported.not_carried)
+    imported = import_source(volcano([{**task(1), "name": f"w{k}"} for k in range(100)]), "job.yaml")
+    assert imported.launcher["nodes"] == 100
