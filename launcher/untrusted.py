@@ -322,14 +322,15 @@ else:  # pragma: no cover - PyYAML without libyaml
             yaml.resolver.Resolver.__init__(self)
 
 
-def _refuse_deep(root: yaml.Node) -> None:
+def _refuse_deep(root: yaml.Node, source: str) -> None:
     """Nesting deeper than MAX_DEPTH is refused (walked without recursion: the document is still untrusted)."""
     stack = [(root, 1)]
     deepest: dict[int, int] = {}  # a node shared through aliases is walked again only when reached deeper
     while stack:
         node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nesting deeper than {MAX_DEPTH} levels", node.start_mark)
+        if depth > MAX_DEPTH:  # a bound, not a syntax error: a reader that falls back to another format stops here
+            raise TooLarge(f"{source} is not valid YAML at line {node.start_mark.line + 1}: nesting deeper than "
+                           f"{MAX_DEPTH} levels", "is this the right file?")
         if deepest.get(id(node), 0) >= depth:
             continue
         deepest[id(node)] = depth
@@ -380,7 +381,7 @@ def load_yaml(text: str, source: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _refuse_deep(node)
+        _refuse_deep(node, source)
         values, chars = _expanded_size(node)
         if values > MAX_NODES:
             raise TooLarge(f"{source} expands to more than {MAX_NODES:,} values (aliases nested in aliases?)",
@@ -399,9 +400,11 @@ def load_yaml(text: str, source: str) -> Any:
         hint = ("YAML indents with spaces, never tabs: use spaces" if tab else
                 "keep one of them: a mapping holds each key once (later settings go under the first)"
                 if "appears twice" in reason else "")
+        if "nesting depth" in reason:  # libyaml's own limit (1,000 levels): a bound, as MAX_DEPTH is
+            raise TooLarge(f"{source} is not valid YAML{at}: nesting deeper than {MAX_DEPTH} levels") from None
         raise UserError(f"{source} is not valid YAML{at}: {reason}", hint) from None
     except RecursionError:
-        raise UserError(f"{source} is not valid YAML: nesting deeper than {MAX_DEPTH} levels") from None
+        raise TooLarge(f"{source} is not valid YAML: nesting deeper than {MAX_DEPTH} levels") from None
     finally:
         if loader is not None:
             loader.dispose()

@@ -25,6 +25,7 @@ from launcher.estimate import summary as estimate
 from launcher.megatron import requirements
 from launcher.megatron.effective import effective_settings
 from launcher.pipeline import elastic
+from launcher.pipeline.divisors import divisors
 from launcher.pipeline.resolve import ResolvedJob
 
 
@@ -108,8 +109,11 @@ def _memory_at_experts_that_fit(job: ResolvedJob, refuse: bool) -> tuple[list[st
     etp, ep = job.arg("expert_tensor_parallel_size") or tp, job.arg("expert_model_parallel_size") or 1
     if ep <= 1 or job.world_size % (etp * ep * pp) == 0:
         return _memory_at_fewest_nodes(job, refuse)
-    fits = [e for e in range(ep - 1, 0, -1) if job.world_size % (etp * e * pp) == 0 and
-            (job.arg("num_experts") or e) % e == 0]
+    # the sizes below ep that divide world / (ETP·PP), from the bounded divisors (ep may be 99999999999)
+    grid = etp * pp
+    experts = job.arg("num_experts")
+    fits = [e for e in reversed(divisors(job.world_size // grid)) if e < ep and (experts or e) % e == 0] \
+        if job.world_size % grid == 0 else []
     if not fits:
         return [], []
     said = f"at expert_model_parallel_size {fits[0]}, the largest this world holds: "

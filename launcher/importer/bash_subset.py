@@ -31,10 +31,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from launcher import untrusted
+from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import coreutils, heredocs, pbs, recovery
-from launcher.importer.words import base_name
+from launcher.importer.words import MARK, MAX_COUNT, base_name, is_count
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -47,7 +47,6 @@ MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
 ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
                                r"set_env\.sh|setvars\.sh|init/bash|modules\.sh|lmod\.sh)$|^/etc/")
-MARK = "\x00"  # an unknown value expands to MARK + NAME + MARK
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
@@ -95,6 +94,18 @@ def unresolved_names(text: str) -> list[str]:
 def show(text: str) -> str:
     """A value for people: unknown parts as ${NAME}."""
     return UNRESOLVED.sub(lambda m: "${" + m.group(1) + "}", text).replace(MARK, "")
+
+
+def remember_secret(name: str, value: str) -> None:
+    """A variable the script sets that is a secret (DB_PASSWORD=pw, exported or not): its value is shown in no
+    note and no file (a command that uses it, `mysql --password=$DB_PASSWORD`, is named with <redacted>). Only a
+    value that can be a credential: a number, a path, a flag, a variable's name or a word of eight characters or
+    fewer that a variable such as KEY_SIZE=1024, AUTH_FILE=/etc/auth, USE_AUTH=true or a loop's KEY=NUM_NODES
+    holds would be scrubbed from every setting that has it."""
+    if len(value) > 8 and not re.search(r"[\s/]", value) and not re.fullmatch(r"[0-9.eE+-]+|-.*|[A-Z][A-Z0-9_]*",
+                                                                             value) \
+            and not unresolved_names(value) and redaction.is_secret(name, value):
+        redaction.remember(name, value)
 
 
 def _unknown(name: str) -> str:
@@ -278,15 +289,18 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
             elif not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
-            if option == "nodes" and re.fullmatch(r"\d+-\d+", value):  # --nodes=2-4: as many as sbatch finds
+            if option == "nodes" and re.fullmatch(r"[0-9]+-[0-9]+", value):  # --nodes=2-4: as many as sbatch finds
                 low, high = value.split("-")
-                reading.skipped.append((number, f"--nodes={value}: sbatch gives the job between {low} and {high} "
-                                                "nodes, as many as it finds free: SLURM_NNODES is not known here, and "
-                                                "a job launcher that runs on each node of the job (srun without -N) "
-                                                "runs on that many (give --nodes)"))
+                given = f"between {low} and {high} nodes, as many as it finds free" if is_count(low) and \
+                    is_count(high) and int(low) <= int(high) else "no node range it takes (sbatch refuses it)"
+                reading.skipped.append((number, f"--nodes={value}: sbatch gives the job {given}: SLURM_NNODES is not "
+                                                "known here, and a job launcher that runs on each node of the job "
+                                                "(srun without -N) runs on that many (give --nodes)"))
                 continue
-            gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:(\d+)(?:,|$)", value) if option == "gres" else None
-            typed = re.fullmatch(r"[\w.-]+:(\d+)", value) if option in ("gpus-per-node", "gpus") else None
+            gres = re.search(r"(?:^|,)gpu(?::[\w.-]+)?:([0-9]+)(?:,|$)", value) if option == "gres" else None
+            typed = re.fullmatch(r"[\w.-]+:([0-9]+)", value) if option in ("gpus-per-node", "gpus") else None
+            gres, typed = (gres if gres and is_count(gres.group(1)) else None,
+                           typed if typed and is_count(typed.group(1)) else None)
             if gres:  # --gres=gpu:a100:4,nvme:1 sets only the count on the node (no SLURM_GPUS_PER_NODE)
                 first = first or number
                 reading.slurm["gpus-per-node"] = int(gres.group(1))
@@ -298,11 +312,14 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
                     found.update({"SLURM_GPUS_PER_NODE": value, "SLURM_GPUS_ON_NODE": typed.group(1)})
                 else:
                     found["SLURM_GPUS"] = value
-            elif option in SBATCH_ENV and re.fullmatch(r"\d+", value):
+            elif option in SBATCH_ENV and is_count(value):
                 first = first or number
                 reading.slurm[option] = int(value)
                 for variable in SBATCH_ENV[option]:
                     found[variable] = value
+            elif option in SBATCH_ENV and value[:1].isdigit():  # sbatch refuses --nodes=0, 99999999999, ٨
+                reading.skipped.append((number, f"{name}={value}: not a count sbatch takes (1 to {MAX_COUNT:,}); "
+                                                f"{', '.join(SBATCH_ENV[option])} not known here"))
     counts = reading.slurm
     if "ntasks" not in counts and "nodes" in counts and "ntasks-per-node" in counts:
         found["SLURM_NTASKS"] = found["SLURM_NPROCS"] = str(counts["nodes"] * counts["ntasks-per-node"])
@@ -315,7 +332,7 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
 
 # Grid Engine resource types that take whole nodes (ABCI's rt_F and rt_AF, TSUBAME 4.0's node_f): `#$ -l node_f=16`
 # gives the job 16 hosts, NHOSTS in its environment (a script reads it: NUM_NODES=$NHOSTS)
-GRID_ENGINE_FULL_NODES = re.compile(r"(?:rt_F|rt_AF|node_f)=(\d+)")
+GRID_ENGINE_FULL_NODES = re.compile(r"(?:rt_F|rt_AF|node_f)=([0-9]{1,7})")
 
 
 def grid_engine_directives(text: str, reading: Reading) -> None:
@@ -330,6 +347,8 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
         for k, word in enumerate(words[:-1]):
             resources = words[k + 1].split(",") if word == "-l" else []  # -l rt_AF=2,h_rt=1:00:00
             for found in filter(None, map(GRID_ENGINE_FULL_NODES.fullmatch, resources)):
+                if not is_count(found.group(1)):
+                    continue  # node_f=0: no node
                 reading.slurm["nodes"] = int(found.group(1))
                 reading.shell.scalars["NHOSTS"] = found.group(1)
                 reading.skipped.append((number, f"read as qsub runs it: NHOSTS={found.group(1)} from the #$ lines "
@@ -342,8 +361,8 @@ def lsf_directives(text: str, reading: Reading) -> None:
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             break
-        found = re.fullmatch(r"#BSUB\s+-nnodes\s+(\d{1,7})(?:\s.*)?", stripped)
-        if found:
+        found = re.fullmatch(r"#BSUB\s+-nnodes\s+([0-9]{1,7})(?:\s.*)?", stripped)
+        if found and is_count(found.group(1)):
             reading.lsf_nodes = int(found.group(1))
             reading.skipped.append((number, f"read as bsub runs it: {reading.lsf_nodes} node(s) from the #BSUB lines "
                                             "(bsub's own command line may change them)"))
@@ -453,8 +472,8 @@ class _Reader:
             self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path)]
 
     # -- bookkeeping ------------------------------------------------------------------------------------------
-    def step(self) -> None:
-        self.steps += 1
+    def step(self, cost: int = 1) -> None:
+        self.steps += cost
         if self.steps > MAX_STEPS:
             raise ShellSyntaxError(f"reading the script takes more than {MAX_STEPS:,} steps (a loop or recursion?)")
 
@@ -699,6 +718,7 @@ class _Reader:
                         continue
                     name, equals, assigned = word.partition("=")
                     if equals and NAME.fullmatch(name):  # export "$KEY"="$VALUE": an assignment once expanded
+                        remember_secret(name, assigned)
                         if is_local:
                             self.make_local(name)
                         self.shell.scalars[name] = assigned
@@ -895,6 +915,9 @@ class _Reader:
         line of it is known to be one line."""
         files = [a for a in args if a in self.known_files]
         options = [a for a in args if a not in self.known_files]
+        # a filter reads every line of a node file of up to pbs.MAX_LINES: its work is charged to the reading's
+        # steps by size (one a KB), so a loop of `sort -u $PBS_NODEFILE` over a large job ends with the step limit
+        self.step(1 + sum(len(self.known_files[f]) for f in files) // 1000 + len(self.stdin or "") // 1000)
         if files and program != "wc":  # `wc -l FILE` also prints the file's name
             text = "".join(self.known_files[f] for f in files)
         elif not files and self.stdin is not None and pbs.line_structured(self.stdin, unresolved_names):
@@ -1672,6 +1695,7 @@ class _Reader:
                 value = self.joined(value_node) if value_node is not None else ""
         finally:
             self.end_touch()
+        remember_secret(name, value)
         if index is not None and self.associative(name):  # P[key]=v: the key is a string, not arithmetic
             key = f"{name}[{index}]"
             if unresolved_names(index):  # which key is not known: nothing of the array is

@@ -24,9 +24,17 @@ from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import attention_vars, training_command
 from launcher.importer import flags as flag_reader
-from launcher.importer.bash_subset import MARK, ShellSyntaxError, Undecided, read_script, show, unresolved_names
+from launcher.importer.bash_subset import (
+    MARK,
+    ShellSyntaxError,
+    Undecided,
+    read_script,
+    remember_secret,
+    show,
+    unresolved_names,
+)
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
-from launcher.importer.words import base_name
+from launcher.importer.words import base_name, count
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -388,7 +396,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     for item in reading.undecided:
         for name, values in item.values:
             alternatives.setdefault(name, []).extend(values)
-    notes += layout.notes
+    notes += [_comment(n) for n in layout.notes]  # a task name may hold a newline
     differing = _counts_by_node_rank(text, positional, path, runner, environment) if training and positional else {}
     for setting, (here, there) in differing.items():
         notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
@@ -396,6 +404,24 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                               f"same, so {setting} is not set from it (give it, and check the world size)"))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
                   tuple(differing))
+
+
+# A flag no Megatron takes whose name says it holds a credential (a fork's or a logger's --wandb-api-key, --hf-token):
+# its value is shown in no note. Narrower than redaction's rule for variables: the pin's own --fim-pad-token or
+# --apply-query-key-layer-scaling hold no secret.
+CREDENTIAL_FLAG = re.compile(r"(?:API|ACCESS|SECRET|PRIVATE)_?KEY|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL"
+                             r"|(?:^|_)(?:HF|HUB|AUTH|ACCESS|API|BEARER|WANDB)_?TOKEN$|^TOKEN$")
+
+
+def _remember_credential_flags(words: Sequence[str]) -> None:
+    known = flag_reader.flag_table()
+    for k, word in enumerate(words):
+        name, eq, value = word.partition("=")
+        if not name.startswith("--") or name in known:
+            continue
+        if CREDENTIAL_FLAG.search(name[2:].replace("-", "_").upper()):
+            remember_secret(name[2:].replace("-", "_").upper(), value if eq else
+                            words[k + 1] if k + 1 < len(words) else "")
 
 
 _RUNNER_COUNTS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes"}
@@ -420,9 +446,9 @@ def _counts_by_node_rank(text: str, positional: Sequence[str], path: Path | None
     ]; then ((GPUS_PER_NODE++))`), the script is read again as the next node would run it."""
     given = _runner_values(runner)
     rank = given.get("node_rank", "")
-    if not rank.isdigit() or rank not in positional or len(positional) > 64:
+    if count(rank, least=0) is None or rank not in positional or len(positional) > 64:
         return {}
-    nodes = int(given["nnodes"]) if given.get("nnodes", "").isdigit() else 0
+    nodes = count(given.get("nnodes", "")) or 0
     other = str((int(rank) + 1) % nodes if nodes > 1 else int(rank) + 1)
     at = list(positional).index(rank)
     try:
@@ -513,13 +539,14 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     if pods and per_pod and pods > 1 and "nodes" not in launcher and launcher.get("gpus_per_node") == pods * per_pod:
         # `mpirun -np 8` read as one node of 8 where the job's pods are 2 of 4: the count is the job's total
         launcher["gpus_per_node"] = per_pod
-    for setting, count in source.manifest.items():  # what the command does not give, the job's pods do
+    for setting, pods_count in source.manifest.items():  # what the command does not give, the job's pods do
         if setting not in launcher:
-            launcher[setting] = count
-        elif launcher[setting] != count:
-            notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {count}, the training command "
+            launcher[setting] = pods_count
+        elif launcher[setting] != pods_count:
+            notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {pods_count}, the training command "
                          f"{launcher[setting]}: the command's own count is carried (its option overrides what the "
                          "job sets)")
+    _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
     flag_reader.data_parallel_translations(

@@ -7,9 +7,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher import redaction
 from launcher.errors import UserError, did_you_mean
 from launcher.importer import legacy
-from launcher.importer.words import base_name
+from launcher.importer.words import MARK, MAX_COUNT, base_name, count, is_count
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
 
@@ -476,31 +477,67 @@ class Launch:
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# Options that set a variable for every rank or container, as NAME=VALUE in the next word (or after `=`): Open MPI's
+# -x, jsrun's -E/--env, Cray PALS mpiexec's --env, docker/podman/enroot -e and apptainer --env; MPICH/Intel MPI's
+# -genv/-env take NAME VALUE as two words; srun's --export a comma-separated list (ALL,NAME=VALUE,…)
+ENV_PAIR_OPTIONS = {"-x", "--x", "-E", "--env", "-e", "-genv", "-env", "--genv"}
+EXPORT_LIST_OPTIONS = {"--export"}
+
+
 def wrapper_env(wrapper: list[str]) -> dict[str, str]:
-    """Variables a job launcher sets for every rank: Open MPI's `-x NAME=VALUE`, MPICH/Intel MPI's `-genv NAME VALUE`
-    and `env NAME=VALUE` (a bare `-x NAME` passes the caller's value on: nothing to carry)."""
+    """Variables a job launcher or container runtime sets for every rank (mpirun -x A=1, mpiexec -genv A 1, srun
+    --export=ALL,A=1, jsrun -E A=1, docker -e A=1, env A=1): what the ranks see, and where a secret is passed on
+    the command line, the value the report and every written file must not show (a bare `-x NAME` passes the
+    caller's value on: nothing to carry)."""
     out: dict[str, str] = {}
     k = 0
     after_env = False  # `env A=1 B=2 prog`: the assignments right after env
     while k < len(wrapper):
         word = wrapper[k]
-        name, eq, value = word.partition("=")
-        if after_env and eq and ENV_NAME.fullmatch(name):
-            out[name] = value
+        option, eq, inline = word.partition("=")
+        if after_env and eq and ENV_NAME.fullmatch(option):
+            out[option] = inline
             k += 1
             continue
         after_env = base_name(word) == "env"
-        if word in ("-x", "--x") and k + 1 < len(wrapper):
-            name, eq, value = wrapper[k + 1].partition("=")
-            if eq and ENV_NAME.fullmatch(name):
+        given = inline if eq else wrapper[k + 1] if k + 1 < len(wrapper) else ""
+        if option in EXPORT_LIST_OPTIONS:
+            for item in given.split(","):
+                name, pair, value = item.partition("=")
+                if pair and ENV_NAME.fullmatch(name):
+                    out[name] = value
+            k += 1 if eq else 2
+        elif option in ENV_PAIR_OPTIONS:
+            name, pair, value = given.partition("=")
+            if pair and ENV_NAME.fullmatch(name):
                 out[name] = value
-            k += 2
-        elif word == "-genv" and k + 2 < len(wrapper) and ENV_NAME.fullmatch(wrapper[k + 1]):
-            out[wrapper[k + 1]] = wrapper[k + 2]
-            k += 3
+                k += 1 if eq else 2
+            elif not eq and option in ("-genv", "-env", "--genv", "--env") and ENV_NAME.fullmatch(given) \
+                    and k + 2 < len(wrapper):
+                out[given] = wrapper[k + 2]
+                k += 3
+            else:
+                k += 1
         else:
             k += 1
     return out
+
+
+_ASSIGNMENT = re.compile(r"(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=([^,\s]*)")
+
+
+def shown_words(words: list[str]) -> str:
+    """The words as a note shows them, with the value of a secret passed in any form this reader does not know as an
+    environment option (`--foo-env DB_PASSWORD pw`, `--vars=A=1,DB_PASSWORD=pw`) as <redacted>."""
+    out = []
+    for k, word in enumerate(words):
+        before = words[k - 1] if k else ""
+        if ENV_NAME.fullmatch(before) and redaction.is_secret(before):
+            out.append(redaction.REDACTED)
+            continue
+        out.append(_ASSIGNMENT.sub(lambda m: f"{m[1]}={redaction.REDACTED}" if redaction.is_secret(m[1], m[2])
+                                   else m[0], word))
+    return " ".join(out)
 
 
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
@@ -511,6 +548,7 @@ PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--p
 NODE_OPTIONS = {"-N", "--nodes", "--num_nodes", "--num-nodes"}
 TOTAL_OPTIONS = {"-np", "-n", "--np", "--ntasks"}
 HOST_OPTIONS = {"-H", "--host", "-host", "--hosts", "-hosts"}  # Open MPI's and MPICH's lists of hosts (`h1:8,h2:8`)
+HOST_LIST = re.compile(r"[\w.-]+(?::[0-9]+)?(?:,[\w.-]+(?::[0-9]+)?)*")
 
 
 def find_entry(argv: list[str]) -> int | None:
@@ -537,7 +575,7 @@ def split_launch(argv: list[str]) -> Launch:
                               "the preset's gpus_per_node and nodes (its options are not carried)")
         return launch
     if launch.wrapper:
-        launch.dropped.append(f"runs under `{' '.join(launch.wrapper)}`: a wrapper the launcher does not carry "
+        launch.dropped.append(f"runs under `{shown_words(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")
     runner = launch.runner
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
@@ -560,7 +598,7 @@ def split_launch(argv: list[str]) -> Launch:
         value = inline if eq else (runner[k + 1] if takes else "")
         k += 2 if takes else 1
         program = base_name(runner[0])
-        if program == "accelerate" and name in ("num_processes", "num_machines") and re.fullmatch(r"\d+", value):
+        if program == "accelerate" and name in ("num_processes", "num_machines") and is_count(value):
             counts[name] = int(value)  # every process of every machine; per node once both are read
             continue
         if program == "deepspeed" and name in ("include", "i") and _hosts_gpus(value) is not None:
@@ -572,7 +610,7 @@ def split_launch(argv: list[str]) -> Launch:
             launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
                                   "give it as the preset's gpus_per_node (8 unless set)")
             continue
-        elastic = re.fullmatch(r"(\d+):(\d+)", value) if name == "nnodes" else None
+        elastic = re.fullmatch(r"([0-9]+):([0-9]+)", value) if name == "nnodes" else None
         if elastic and elastic.group(1) == elastic.group(2):
             value = elastic.group(1)  # --nnodes=2:2: a fixed size written as a range
         elif elastic:
@@ -581,7 +619,12 @@ def split_launch(argv: list[str]) -> Launch:
             continue
         if name in TORCHRUN_SETTINGS:
             setting = TORCHRUN_SETTINGS[name]
-            if setting in ("nodes", "gpus_per_node", "master_port") and re.fullmatch(r"\d+", value):
+            if setting in ("nodes", "gpus_per_node") and is_count(value):
+                launch.launcher[setting] = int(value)
+            elif setting in ("nodes", "gpus_per_node") and re.fullmatch(r"[0-9]+", value):
+                launch.dropped.append(f"{given}: not a count of {'nodes' if setting == 'nodes' else 'processes'} "
+                                      f"(1 to {MAX_COUNT:,})")
+            elif setting == "master_port" and re.fullmatch(r"[0-9]{1,9}", value):
                 launch.launcher[setting] = int(value)
             elif setting == "master_addr" and value:
                 launch.launcher[setting] = value
@@ -607,18 +650,19 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append(f"accelerate --num_processes {counts.get('num_processes', '?')} --num_machines "
                               f"{machines}: not a whole number of processes per machine")
     if launch.per_task:
-        counts_found = _process_counts(launch.wrapper)
+        counts_found, disagreement = _process_counts(launch.wrapper)
         launch.launcher.update(counts_found)
+        if disagreement:
+            launch.dropped.append(disagreement)
         if "gpus_per_node" in counts_found and "nodes" not in counts_found:
             launch.per_node_only = _per_node_option(launch.wrapper)
         if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
             launch.total_only = _total_only(launch.wrapper)
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
-        for option, value in _unknown_counts(launch.wrapper):
-            per_node = option in PER_NODE_OPTIONS
+        for option, value, why in _unknown_counts(launch.wrapper):
+            per_node = option in PER_NODE_OPTIONS or JSRUN_OPTIONS.get(option) in ("per_host", "per_set")
             if ("gpus_per_node" if per_node else "nodes") not in counts_found:
-                what = "a list of hosts" if option in HOST_OPTIONS else "a process count"
-                launch.dropped.append(f"{option} {value}: {what} not known without running the script; the "
+                launch.dropped.append(f"{option} {value}: {why}; the "
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
@@ -633,7 +677,7 @@ def _total_only(wrapper: list[str]) -> str:
     for k, word in enumerate(options):
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
-        if name in TOTAL_OPTIONS and re.fullmatch(r"\d+", value):
+        if name in TOTAL_OPTIONS and is_count(value):
             launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
             given = f"{launcher} " + (word if eq else f"{word} {value}")
         elif name in (*NODE_OPTIONS, *HOST_OPTIONS, *_per_node_options(wrapper)) \
@@ -662,17 +706,22 @@ def _per_node_option(wrapper: list[str]) -> str:
     return given
 
 
-def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str]]:
-    """The job launcher's process-count options whose value is not a number (`-np ${NUM_GPUS}`)."""
+def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
+    """The job launcher's process-count options whose value is no count: (option, value, why), `-np ${NUM_GPUS}`
+    not known without running the script, `-np 0` / `-np 1e9` / `-np ٨` none a job launcher takes."""
     options = _launcher_options(wrapper)
+    counting = {*JSRUN_OPTIONS} if any(base_name(w) == "jsrun" for w in wrapper) else \
+        {*TOTAL_OPTIONS, *NODE_OPTIONS, *PER_NODE_OPTIONS}
     out = []
     for k, word in enumerate(options):
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
-        if name in (*TOTAL_OPTIONS, *NODE_OPTIONS, *PER_NODE_OPTIONS) and value and not re.fullmatch(r"\d+", value):
-            out.append((name, value))
-        elif name in HOST_OPTIONS and value and not re.fullmatch(r"[\w.:,-]+", value):  # -H $HOSTS: not named here
-            out.append((name, value))
+        unknown = "not known without running the script"
+        if name in counting and value and not is_count(value):
+            out.append((name, value, f"a process count {unknown}" if MARK in value else
+                        f"no process count a job launcher takes (1 to {MAX_COUNT:,})"))
+        elif name in HOST_OPTIONS and value and not HOST_LIST.fullmatch(value):  # -H $HOSTS: not named here
+            out.append((name, value, f"a list of hosts {unknown}" if MARK in value else "no list of host names"))
     return out
 
 
@@ -719,22 +768,29 @@ JSRUN_OPTIONS = {"-n": "sets", "--nrs": "sets", "-r": "per_host", "--rs_per_host
 def _jsrun_counts(words: list[str]) -> dict[str, int]:
     """nodes and processes per node of `jsrun -n 8 -r 4 -a 1 -g 1 python …` (also -n8, --nrs=8)."""
     found: dict[str, int] = {}
+    unknown: set[str] = set()
     for k, word in enumerate(words):
         name, eq, value = word.partition("=")
         if not eq and not word.startswith("--") and len(word) > 2 and word[:2] in JSRUN_OPTIONS:
             name, value = word[:2], word[2:]  # -n8
         elif not eq:
             value = words[k + 1] if k + 1 < len(words) else ""
-        if name in JSRUN_OPTIONS and re.fullmatch(r"\d+", value):
+        if name in JSRUN_OPTIONS and is_count(value):
             found[JSRUN_OPTIONS[name]] = int(value)
+        elif name in JSRUN_OPTIONS:  # -r 0, -a $N: no count, and none guessed around it
+            found.pop(JSRUN_OPTIONS[name], None)
+            unknown.add(JSRUN_OPTIONS[name])
+    if "per_set" in unknown or "per_host" in unknown:
+        return {}
     per_set = found.get("per_set", 1)
     total = found.get("total", found["sets"] * per_set if "sets" in found else 0)
     out: dict[str, int] = {}
-    if "per_host" in found:
-        out["gpus_per_node"] = found["per_host"] * per_set
-        if total and out["gpus_per_node"] and total % out["gpus_per_node"] == 0:
-            out["nodes"] = total // out["gpus_per_node"]
-    elif 0 < total <= 8:  # as srun -n: one node's worth
+    per_node = count(found["per_host"] * per_set) if "per_host" in found else None
+    if per_node:
+        out["gpus_per_node"] = per_node
+        if total and total % per_node == 0:
+            out["nodes"] = total // per_node
+    elif "per_host" not in found and 0 < total <= 8:  # as srun -n: one node's worth
         out["gpus_per_node"] = total
     return out
 
@@ -753,43 +809,58 @@ def _launcher_options(wrapper: list[str]) -> list[str]:
     return out
 
 
-def _process_counts(wrapper: list[str]) -> dict[str, int]:
+def _process_counts(wrapper: list[str]) -> tuple[dict[str, int], str]:
     """nodes and processes per node of `srun -N 2 --ntasks-per-node 8 python …` / `mpirun -np 16 -npernode 8 …`,
-    where each process is one GPU's rank (the options of srun, mpirun … only)."""
-    found: dict[str, int] = {}
+    where each process is one GPU's rank (the options of srun, mpirun … only); and, where the counts given do not
+    make whole nodes of one size (`mpirun -np 7 --npernode 2`), what says so. A count that is given but is no count
+    (`--ppn $GPUS`, `-N 0`) is not guessed around: `-n 8 --ppn $GPUS` is not one node of 8."""
     if any(base_name(word) == "jsrun" for word in wrapper):
-        return _jsrun_counts(_launcher_options(wrapper))
+        return _jsrun_counts(_launcher_options(wrapper)), ""
     per_node_options = _per_node_options(wrapper)
     wrapper = _launcher_options(wrapper)
+    found: dict[str, int | None] = {}  # per_node, nodes, total: as given, the last of each; None: no count
+    written: dict[str, str] = {}
     for k, word in enumerate(wrapper):
         name, eq, inline = word.partition("=")
         value = inline if eq else (wrapper[k + 1] if k + 1 < len(wrapper) else "")
-        ppr = re.fullmatch(r"ppr:(\d+):node", value) if name == "--map-by" else None
+        kind = "per_node" if name in per_node_options else "nodes" if name in NODE_OPTIONS else \
+            "total" if name in TOTAL_OPTIONS else ""
+        ppr = re.fullmatch(r"ppr:([0-9]+):node", value) if name == "--map-by" else None
         if ppr:
-            found["per_node"] = int(ppr.group(1))
-        hosts = re.fullmatch(r"[\w.-]+(?::\d+)?(?:,[\w.-]+(?::\d+)?)*", value) if name in HOST_OPTIONS else None
-        if hosts:  # mpirun -H node1:8,node2:8: the nodes it runs on, named
-            found["nodes"] = len({host.partition(":")[0] for host in value.split(",")})
-        if not re.fullmatch(r"\d+", value):
-            continue
-        if name in per_node_options:
-            found["per_node"] = int(value)
-        elif name in NODE_OPTIONS:
-            found["nodes"] = int(value)
-        elif name in TOTAL_OPTIONS:
-            found["total"] = int(value)
+            kind, value = "per_node", ppr.group(1)
+        if name in HOST_OPTIONS:  # mpirun -H node1:8,node2:8: the nodes it runs on, named
+            hosts = HOST_LIST.fullmatch(value)
+            found["nodes"] = count(len({host.partition(":")[0] for host in value.split(",")})) if hosts else None
+        elif kind:
+            found[kind] = count(value)
+        if kind or name in HOST_OPTIONS:
+            written[kind or "nodes"] = word if eq else f"{word} {value}"
+    per_node, nodes, total = found.get("per_node"), found.get("nodes"), found.get("total")
     out: dict[str, int] = {}
-    if "per_node" in found:
-        out["gpus_per_node"] = found["per_node"]
-    if "nodes" in found:
-        out["nodes"] = found["nodes"]
-        if "per_node" not in found and found.get("total") and found["total"] % found["nodes"] == 0:
-            out["gpus_per_node"] = found["total"] // found["nodes"]  # srun -N 2 -n 16: 8 on each node
-    elif "total" in found and "per_node" in found and found["per_node"] and found["total"] % found["per_node"] == 0:
-        out["nodes"] = found["total"] // found["per_node"]
-    elif "total" in found and "per_node" not in found and found["total"] <= 8:
-        out["gpus_per_node"] = found["total"]
-    return out
+    if per_node:
+        out["gpus_per_node"] = per_node
+    if nodes:
+        out["nodes"] = nodes
+    uneven = ""
+    if total and nodes and per_node and total != nodes * per_node:
+        uneven = f"{total} processes in all are not {nodes} node(s) of {per_node}"
+    elif total and nodes and "per_node" not in found:
+        if total % nodes == 0:
+            out["gpus_per_node"] = total // nodes  # srun -N 2 -n 16: 8 on each node
+        else:
+            uneven = f"{total} processes over {nodes} node(s) are not a whole number on each"
+    elif total and per_node and "nodes" not in found:
+        if total % per_node == 0:
+            out["nodes"] = total // per_node
+        else:
+            uneven = f"{total} processes at {per_node} a node leave the last node fewer"
+    elif total and "per_node" not in found and "nodes" not in found and total <= 8:
+        out["gpus_per_node"] = total
+    if not uneven:
+        return out, ""
+    said = " ".join(written[k] for k in ("total", "nodes", "per_node") if k in written)
+    return out, (f"{said}: {uneven}; a preset runs the same number of processes on every node, and only the counts "
+                 "written are carried (give --nodes and --gpus-per-node, and check the world size)")
 
 
 def _per_node_options(wrapper: list[str]) -> set[str]:

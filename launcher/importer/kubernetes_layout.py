@@ -11,12 +11,13 @@ the manifest leaves to a placeholder (`replicas: ${NUM_NODES}`) is not known her
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.importer.words import MAX_COUNT, count
+
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
-MAX_NODES = 1_000_000  # a count past this is no cluster's: not carried
+MAX_GROUPS = 100  # replicated jobs or tasks of one manifest read (work bounded); past it, no count of nodes
 
 
 @dataclass
@@ -26,15 +27,9 @@ class ManifestLayout:
 
 
 def _count(value: Any) -> int | None:
-    """A count as a manifest writes it: an int, or a string of digits (`nprocPerNode: "8"`); 0 too (a PyTorchJob
-    without workers)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if 0 <= value <= MAX_NODES else None
-    if isinstance(value, str) and re.fullmatch(r"\s*\d+\s*", value):
-        return _count(int(value))
-    return None
+    """A count as a manifest writes it: an int, or a string of ASCII digits (`nprocPerNode: "8"`); 0 too (a
+    PyTorchJob without workers); not a float, a bool, `"٤"` or one past MAX_COUNT."""
+    return count(value.strip() if isinstance(value, str) else value, least=0)
 
 
 def _get(node: Any, *path: str) -> Any:
@@ -48,12 +43,13 @@ def _get(node: Any, *path: str) -> Any:
 def _pod_gpus(pod_template: Any) -> int | None:
     """The GPUs one pod asks for: the largest GPU limit (else request) of its containers."""
     found = []
-    for container in _get(pod_template, "spec", "containers") or []:
+    containers = _get(pod_template, "spec", "containers")
+    for container in containers if isinstance(containers, list) else []:
         for where in ("limits", "requests"):
             for resource in GPU_RESOURCES:
-                count = _count(_get(container, "resources", where, resource))
-                if count:
-                    found.append(count)
+                gpus = _count(_get(container, "resources", where, resource))
+                if gpus:
+                    found.append(gpus)
     return max(found) if found else None
 
 
@@ -70,19 +66,36 @@ class _Reader:
         return count
 
     def per_node(self, what: str, value: Any, pods: list[Any]) -> None:
-        count = _count(value)
-        if value is not None and count is None and value not in ("auto", "gpu"):
+        given = _count(value) or None  # nprocPerNode: 0 starts nothing: no count either
+        if value is not None and given is None and value not in ("auto", "gpu"):
             self.layout.notes.append(f"{what} {value!r}: not a count known here; give the preset's "
                                      "launcher.gpus_per_node")
-        if count is None:  # one rank per GPU of the pod ("auto"/"gpu" on a GPU pod)
+        if given is None:  # one rank per GPU of the pod ("auto"/"gpu" on a GPU pod)
             gpus = {g for g in map(_pod_gpus, pods) if g is not None}
-            count = gpus.pop() if len(gpus) == 1 else None
-        if count:
-            self.layout.counts["gpus_per_node"] = count
+            given = gpus.pop() if len(gpus) == 1 else None
+            if len(gpus) > 1:  # a preset runs the same number on every node: the world differs whichever is taken
+                self.layout.notes.append(f"{what}: its pods ask for different numbers of GPUs "
+                                         f"({', '.join(map(str, sorted(gpus)))}), one rank each; a preset gives "
+                                         "every node the same: give the preset's launcher.gpus_per_node and nodes, "
+                                         "and check the world size")
+        if given:
+            self.layout.counts["gpus_per_node"] = given
+
+    def unread(self, what: str, groups: list[Any]) -> list[int | None]:
+        """[None] (no count of nodes) where the manifest has more groups of pods than are read, else []."""
+        if len(groups) <= MAX_GROUPS:
+            return []
+        self.layout.notes.append(f"{what}: {len(groups):,}, of which the first {MAX_GROUPS} are read; the pods of "
+                                 "the others are not counted: give the preset's launcher.nodes")
+        return [None]
 
     def nodes(self, counts: list[int | None]) -> None:
-        if counts and all(c is not None for c in counts) and sum(c for c in counts if c is not None) > 0:
-            self.layout.counts["nodes"] = sum(c for c in counts if c is not None)
+        total = sum(c for c in counts if c is not None)
+        if counts and all(c is not None for c in counts) and 0 < total <= MAX_COUNT:
+            self.layout.counts["nodes"] = total
+        elif total > MAX_COUNT:
+            self.layout.notes.append(f"{total:,} pods in all: more nodes than a cluster has (at most {MAX_COUNT:,} "
+                                     "are read); give the preset's launcher.nodes")
 
 
 def manifest_layout(document: Any) -> ManifestLayout:
@@ -104,7 +117,7 @@ def manifest_layout(document: Any) -> ManifestLayout:
             reader.per_node("MPIJob slotsPerWorker", spec.get("slotsPerWorker"), [worker.get("template")])
     elif kind == "JobSet" and isinstance(spec.get("replicatedJobs"), list):
         counts, pods = [], []
-        for job in spec["replicatedJobs"][:100]:
+        for job in spec["replicatedJobs"][:MAX_GROUPS]:
             pod = _get(job, "template", "spec", "template")
             if _pod_gpus(pod) is None:
                 continue  # a job without GPUs (a coordinator, a data loader) is no node of the run
@@ -113,17 +126,17 @@ def manifest_layout(document: Any) -> ManifestLayout:
             replicas = reader.replicas(f"JobSet {_get(job, 'name') or 'job'}", job)
             counts.append(None if replicas is None or parallelism is None else replicas * parallelism)
             pods.append(pod)
-        reader.nodes(counts)
+        reader.nodes(counts + reader.unread("JobSet replicatedJobs", spec["replicatedJobs"]))
         reader.per_node("JobSet", None, pods)
     elif kind == "Job" and isinstance(spec.get("tasks"), list):  # Volcano's Job: pods of each task, as a JobSet's
         counts, pods = [], []
-        for task in spec["tasks"][:100]:
+        for task in spec["tasks"][:MAX_GROUPS]:
             pod = _get(task, "template")
             if _pod_gpus(pod) is None:
                 continue  # a task without GPUs (a parameter server, a launcher) is no node of the run
             counts.append(reader.replicas(f"Volcano Job task {_get(task, 'name') or 'task'}", task))
             pods.append(pod)
-        reader.nodes(counts)
+        reader.nodes(counts + reader.unread("Volcano Job tasks", spec["tasks"]))
         reader.per_node("Volcano Job", None, pods)
     elif kind == "Job":
         reader.nodes([_count(spec.get("parallelism", 1))])

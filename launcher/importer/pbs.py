@@ -13,6 +13,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from launcher.importer.words import count
+
 NODE_FILE = "PBS_NODEFILE"
 HOST_LABEL = "host {} of $" + NODE_FILE  # one line of the node file: a host name not known here
 _HOST = re.compile(r"host \d+ of \$" + NODE_FILE)
@@ -23,7 +25,9 @@ FILTERS = ("wc", "sort", "uniq", "head", "tail", "cat")
 def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
     """(line of the first count, the variables PBS sets, the node file's host labels one per line, what was read)
     from the `#PBS -l` lines before the first command (qsub reads no later ones); None without a node count."""
-    first, chunks, per_chunk, slots, torque = 0, 0, 1, 1, False
+    first, chunks, torque = 0, 0, False
+    per_chunk: int | None = 1  # None: a count that is none (ppn=0, mpiprocs=-1)
+    slots: int | None = 1
     for number, line in enumerate(text.splitlines()[:2000], 1):
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
@@ -35,17 +39,18 @@ def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
             value = words[k + 1] if word == "-l" and k + 1 < len(words) else word[2:] if word.startswith("-l") \
                 else ""
             for resource in value.split(","):
-                select = re.fullmatch(r"select=(\d{1,9})((?::[\w.-]+=[\w.-]+)*)", resource)
-                nodes = re.fullmatch(r"nodes=(\d{1,9})((?::[\w.-]+(?:=[\w.-]+)?)*)", resource)
+                select = re.fullmatch(r"select=([0-9]{1,9})((?::[\w.-]+=[\w.-]+)*)", resource)
+                nodes = re.fullmatch(r"nodes=([0-9]{1,9})((?::[\w.-]+(?:=[\w.-]+)?)*)", resource)
                 if select:
-                    first, chunks = first or number, int(select.group(1))
-                    mpiprocs = re.search(r":mpiprocs=(\d{1,9})", select.group(2))
-                    per_chunk = int(mpiprocs.group(1)) if mpiprocs else 1
+                    first, chunks = first or number, count(select.group(1)) or 0
+                    mpiprocs = re.search(r":mpiprocs=([^:]*)", select.group(2))
+                    # mpiprocs=0: a chunk without MPI processes (no line); not a count: none read
+                    per_chunk = count(mpiprocs.group(1), least=0) if mpiprocs else 1
                 elif nodes:
-                    first, chunks, torque = first or number, int(nodes.group(1)), True
-                    ppn = re.search(r":ppn=(\d{1,9})", nodes.group(2))
-                    slots = int(ppn.group(1)) if ppn else 1
-    if not chunks or chunks * max(per_chunk, slots) > MAX_LINES:
+                    first, chunks, torque = first or number, count(nodes.group(1)) or 0, True
+                    ppn = re.search(r":ppn=([^:]*)", nodes.group(2))
+                    slots = count(ppn.group(1)) if ppn else 1
+    if not chunks or per_chunk is None or slots is None or chunks * max(per_chunk, slots) > MAX_LINES:
         return None
     repeat = slots if torque else per_chunk
     hosts = [HOST_LABEL.format(k) for k in range(1, chunks + 1) for _ in range(repeat)]
@@ -77,12 +82,17 @@ def filtered(program: str, args: list[str], text: str) -> str | None:
     elif program == "uniq" and not args:
         kept = [line for k, line in enumerate(lines) if k == 0 or lines[k - 1] != line]
     elif program in ("head", "tail") and (len(args) == 2 and args[0] == "-n" or len(args) == 1 and
-                                          re.fullmatch(r"-n?\d+", args[0])):
-        count = args[-1].lstrip("-n")
-        if not count.isdigit():
+                                          re.fullmatch(r"-n?[0-9]+", args[0])):
+        # the count as GNU reads it: `head -n -1` is all lines but the last, `tail -n +2` from the second on
+        # (both were read as 1 and 2 lines)
+        count = re.fullmatch(r"([+-]?)([0-9]+)", args[1] if len(args) == 2 else re.sub(r"^-n?", "", args[0]))
+        if count is None or count.group(1) == "+" and program == "head":
             return None
-        n = int(count)
-        kept = lines[:n] if program == "head" else lines[len(lines) - n:] if n else []
+        n, sign = int(count.group(2)), count.group(1)
+        if program == "head":
+            kept = lines[:max(len(lines) - n, 0)] if sign == "-" else lines[:n]
+        else:
+            kept = lines[max(n - 1, 0):] if sign == "+" else lines[max(len(lines) - n, 0):] if n else []
     elif program == "cat" and not args:
         kept = lines
     else:

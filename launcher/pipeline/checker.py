@@ -260,7 +260,10 @@ class _Checker:
         sequence also take)."""
         model = tp * pp * cp
         fixes = []
-        fewer = next((g for g in range(self.gpus_per_node - 1, 0, -1) if (nodes * g) % model == 0), None)
+        # the most GPUs per node below today's whose world the model divides: a multiple of model / gcd(model, nodes)
+        # (computed, not searched: gpus_per_node comes from input)
+        step = model // math.gcd(model, nodes)
+        fewer = (self.gpus_per_node - 1) // step * step or None
         if model <= self.world and fewer is not None:
             fixes.append(f"--gpus-per-node {fewer} (world {nodes * fewer})")
         sizes = {"tensor_model_parallel_size": tp, "pipeline_model_parallel_size": pp, "context_parallel_size": cp}

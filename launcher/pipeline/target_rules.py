@@ -16,6 +16,7 @@ from launcher.megatron import args as megatron_args
 from launcher.megatron import requirements
 from launcher.megatron.target import capability
 from launcher.pipeline import attention_env, cuda_graph_rules, spec_rules
+from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.pipeline.feature_settings import drop_hint, with_drops
 
@@ -425,15 +426,12 @@ def distributed_optimizer_instances(c: Any, row: Any, condition: str, tp: int, c
     expert_dp = c.world // (etp * ep * pp)
     if (dp * cp) % instances:
         c.fail(f"{condition} does not divide DP·CP = {dp}·{cp} = {dp * cp} ({row.cite})",
-               f"use num_distributed_optimizer_instances in {_divisors(dp * cp)}", stage="runtime")
+               f"use num_distributed_optimizer_instances in {divisors(dp * cp)}", stage="runtime")
     elif expert_dp % instances:
         c.fail(f"{condition} does not divide the expert data-parallel size {expert_dp} = world {c.world} / "
                f"(ETP·EP·PP = {etp}·{ep}·{pp}) (parallel_state.py:1248)",
-               f"use num_distributed_optimizer_instances in {_divisors(expert_dp)}", stage="runtime")
+               f"use num_distributed_optimizer_instances in {divisors(expert_dp)}", stage="runtime")
 
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def no_op_settings(c: Any) -> None:

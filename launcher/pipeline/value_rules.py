@@ -13,6 +13,7 @@ from typing import Any
 
 from launcher.megatron import layer_pattern
 from launcher.pipeline import cuda_graph_rules
+from launcher.pipeline.divisors import divisors
 
 Arg = Callable[[str], Any]
 Fail = Callable[..., None]
@@ -71,7 +72,7 @@ def query_groups(arg: Arg, fail: Fail, te: bool = False) -> None:
     if groups < 1:
         fail(f"num_query_groups must be at least 1, got {groups}", "", "runtime")
     elif heads and heads % groups:
-        fits = [g for g in range(1, heads + 1) if heads % g == 0]
+        fits = divisors(heads)
         fail(f"num_attention_heads {heads} is not divisible by num_query_groups {groups}: every query group "
              "needs the same number of heads", f"use num_query_groups in {fits}", "runtime")
 
@@ -120,7 +121,7 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
     if _number(groups) and groups < 0:  # 0, like unset, means no groups to Megatron
         fail(f"moe_router_num_groups must be at least 1, got {groups}", "set moe_router_num_groups=null (no groups)")
     elif groups and count % groups:  # TransformerConfig: the experts split evenly into the router's groups
-        divides = [g for g in range(1, count + 1) if count % g == 0]
+        divides = divisors(count)
         near = max(g for g in divides if g <= groups)
         fail(f"num_experts {count} is not divisible by moe_router_num_groups {groups}",
              f"set moe_router_num_groups={near}" + (f" --set moe_router_group_topk={near}"
@@ -171,7 +172,7 @@ def no_rope_layers(arg: Arg, fail: Fail, te: bool = False) -> None:
                  f"set no_rope_freq=[0]*{layers - 1}+[1] (one entry per layer: 0 keeps RoPE, 1 skips it)")
         return
     if isinstance(every, int) and not isinstance(every, bool) and every > 0 and layers and layers % every:
-        fits = [n for n in range(1, layers + 1) if layers % n == 0]
+        fits = divisors(layers)
         near = max(n for n in fits if n <= every)
         fail(f"no_rope_freq {every} does not divide num_layers {layers}", f"set no_rope_freq={near} (any of "
              f"{fits}), or give a per-layer pattern such as [0]*3+[1]")

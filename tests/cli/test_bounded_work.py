@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from launcher.cli import main, run_parser
 from launcher.errors import UserError
 
@@ -83,3 +85,39 @@ def test_a_moe_pattern_that_does_not_name_every_layer_is_refused_before_launch(c
             "  hint: --set moe_layer_freq=[0]*1+[1]*23 (a 0 for each dense layer, a 1 for each MoE layer, one per "
             "layer)") in err
     assert main(["345m", "--dry-run", *moe, "--set", "moe_layer_freq=[0]*1+[1]*23"]) == 0
+
+
+@pytest.mark.parametrize("settings", [
+    ["num_attention_heads=99999999989", "group_query_attention=true", "num_query_groups=8"],
+    ["num_experts=99999999989", "moe_router_num_groups=8"],
+    ["num_layers=99999999989", "no_rope_freq=8"],
+])
+def test_a_hint_listing_the_divisors_of_a_huge_size_is_bounded(settings, capsys):
+    # each hint listed every divisor by trial division up to the size itself (import of `--num-attention-heads
+    # 99999999999` ran for minutes); divisors() stops at √n and 2^20 trials
+    started = time.monotonic()
+    code = main(["345m", "--dry-run", *[w for s in settings for w in ("--set", s)]])
+    capsys.readouterr()
+    assert code == 2
+    assert time.monotonic() - started < 20
+
+
+MODEL = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "128",
+         "--max-position-embeddings", "128", "--micro-batch-size", "1", "--global-batch-size", "8", "--train-iters",
+         "4", "--eval-interval", "4", "--eval-iters", "1", "--mock-data", "--tokenizer-type", "NullTokenizer",
+         "--vocab-size", "128"]
+
+
+@pytest.mark.parametrize("command", [
+    # the memory verdict looked for a smaller expert-parallel size by counting down from EP itself
+    ["import", "--", "torchrun", "--nproc_per_node", "8", "pretrain_gpt.py", *MODEL, "--num-experts", "8",
+     "--expert-model-parallel-size", "99999999989"],
+    # the world-size hint looked for fewer GPUs per node by counting down from the count given
+    ["345m", "--dry-run", "--gpus-per-node", "99999999999", "--set", "tensor_model_parallel_size=199999999999"],
+])
+def test_a_check_of_a_huge_size_computes_its_way_out_instead_of_counting_down(command, capsys):
+    started = time.monotonic()
+    code = main(command)
+    capsys.readouterr()
+    assert code == 2
+    assert time.monotonic() - started < 20

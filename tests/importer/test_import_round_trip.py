@@ -166,10 +166,10 @@ def test_fork_rows_name_their_source():
 
 def test_a_preset_refused_before_it_resolves_is_reported_with_what_was_lost(tmp_path, launch):
     # every problem at once: the preset's own refusal and the script's lost flags, never only the first
-    code, stdout, stderr = launch("import", "--", "torchrun", "--nnodes", "0", "pretrain_gpt.py", "--num-layers",
-                                  "2", "--foo", "1")
+    code, stdout, stderr = launch("import", "--", "torchrun", "--master_port", "70000", "pretrain_gpt.py",
+                                  "--num-layers", "2", "--foo", "1")
     assert code == 2 and "Traceback" not in stderr
-    assert "launcher.nodes" in stderr and "must be at least 1" in stderr and "--foo 1" in stderr
+    assert "launcher.master_port" in stderr and "TCP port" in stderr and "--foo 1" in stderr
 
 
 def test_a_layout_set_under_an_undecided_branch_is_lost_not_the_other_branch():
