@@ -404,6 +404,20 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
     return spec is not None and len(spec) > 0 and str(spec[0]).startswith(module)
 
 
+def fused_attention_of(args: Mapping[str, Any], transformer_engine: bool | None = None) -> bool:
+    """Whether attention runs in a kernel that keeps no [b, heads, s, s] scores: Transformer Engine's (where it is
+    used; `transformer_engine` overrides what the args say) or the launcher's SDPA spec, in fp16/bf16 only.
+    Upstream's local attention stores the scores; so does every path in fp32: flash and cuDNN attention take half
+    precision only (TE falls back to its unfused attention), and the SDPA spec's fp32 job of the zb preset (4
+    layers, hidden 8192, 64 heads, sequence 4096, attention dropout 0.1; one H200) peaked at 102.9 GB, the
+    stored scores' figure (docs/benchmarks.md, "Memory estimate against the measured peaks")."""
+    if precision_of(args) == "fp32":
+        return False
+    if transformer_engine is not None:
+        return transformer_engine
+    return megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args)
+
+
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
     """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron; with a
     step batch-size schedule it is the schedule's final batch, the one most of the run trains at)."""
@@ -424,8 +438,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         recompute=recompute_of(args),
         distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
         precision=precision_of(args),
-        # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
-        fused_attention=megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
+        fused_attention=fused_attention_of(args),
         softmax_fusion=bool(megatron_value(args, "masked_softmax_fusion")),
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
@@ -863,8 +876,9 @@ def fsdp_unsharded_bytes(m: ModelShape, t: Training) -> float:
 
 # Per score element of the one layer whose unfused attention is being computed (forward or backward): torch's
 # softmax takes an fp32 copy and returns fp32 probabilities beside the bf16 scores, probabilities and gradients;
-# apex's fused kernel works on the bf16 scores in place.
-UNFUSED_ATTENTION_BYTES = {"torch softmax": 16, "fused softmax": 6}
+# apex's fused kernel works on the bf16 scores in place. In fp32 (no copy; apex's kernel takes half precision
+# only) the raw scores beside the kept probabilities going forward, two fp32 gradients of them going back.
+UNFUSED_ATTENTION_BYTES = {"torch softmax": 16, "fused softmax": 6, "fp32": 8}
 
 
 def layer_activation_bytes(m: ModelShape, t: Training) -> float:
@@ -950,7 +964,8 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
         # Upstream's local attention works on one layer's [b, heads, s, s] scores at a time, also when recompute
         # keeps none: bf16 scores, their fp32 copy and softmax, bf16 probabilities, and in the backward their
         # gradients (seen on one H200: 64 heads at sequence 8192, 72 GiB at the peak where this term was missing)
-        per_score = UNFUSED_ATTENTION_BYTES["fused softmax" if t.softmax_fusion else "torch softmax"]
+        per_score = UNFUSED_ATTENTION_BYTES["fp32" if t.precision == "fp32" else
+                                            "fused softmax" if t.softmax_fusion else "torch softmax"]
         layer += per_score * m.num_attention_heads / t.tp * s * m.seq_length * b
     loss = 0.0
     if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP; the output layer's input
