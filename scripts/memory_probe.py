@@ -3,16 +3,21 @@
 Runs a shrunk GPT job through the launcher's own path (pretrain_gpt.py's model provider with
 ``--spec launcher.inside.megatron_ext.sdpa_spec_fast layer_spec``, the fast ops named in MEGATRON_LAUNCH_FAST_OPS,
 the distributed optimizer, torch's AdamW, no Transformer Engine or apex) in one process over gloo, CUDA redirected
-to the CPU as the rehearsal does (launcher/inside/rehearse_worker.CudaOnCpu), and counts the bytes of every tensor
-storage alive after each aten op (a TorchDispatchMode; storages are tracked by weak reference). It prints, per
-phase (model and optimizer build, then forward+backward and optimizer step of each iteration), the peak live bytes
-and the peak above what was alive when the phase began, each also as a multiple of the parameter bytes, so that
-the figures scale to the full-size job.
+to the CPU as the rehearsal does (launcher/inside/rehearse_worker.CudaOnCpu), and sums the CPU allocator's
+allocations and frees that torch.profiler records (profile_memory; compiled code included, torch.compile with its
+aot_eager backend). It prints, per phase (model and optimizer build, then forward+backward, gradient preparation,
+torch's AdamW step and the parameter copy of each iteration), the live bytes at its start, its peak and the live
+bytes at its end, as multiples of the parameter bytes P, so that the figures scale to the full-size job when the
+shrunk one keeps its proportions (s/h, heads·s²/h², vocab/h, layers).
 
     MEGATRON_LM_PATH=/work/mlm /work/main/.venv/bin/python scripts/memory_probe.py [--bf16] [--hidden 1024]
-        [--heads 8] [--seq 512] [--layers 2] [--vocab 50257] [--iters 2] [--fast-ops LIST|none] [--top N]
+        [--heads 8] [--query-groups N] [--seq 512] [--max-pos N] [--layers 2] [--vocab 50257] [--iters 2]
+        [--fast-ops LIST|none] [--save DIR] [--top N] [--stacks] [-- MORE MEGATRON FLAGS]
 
-``--top N`` lists, for the step's peak, the N largest live storages by the op that made them.
+``--top N`` lists, for each phase's peak, the N largest blocks made in the phase by the op (with ``--stacks`` also the
+Python frames) that made them. On the CPU the SDPA kernel is not the GPU's: with attention dropout the CPU runs
+torch's math attention (scores stored), without it its flash kernel; the parameter all-gather (gloo) and the
+checkpoint writer (CPU tensors cloned) add copies that a GPU run does not make.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ def megatron_argv(opts) -> list[str]:
             "--spec", "launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec", "--rerun-mode", "disabled"]
     if opts.bf16:
         argv.append("--bf16")
+    if opts.query_groups:
+        argv += ["--group-query-attention", "--num-query-groups", str(opts.query_groups)]
     if opts.save:
         argv += ["--save", opts.save, "--save-interval", str(opts.iters)]
     return argv + opts.extra
@@ -228,6 +235,7 @@ def main() -> int:
     parser.add_argument("--heads", type=int, default=8)
     parser.add_argument("--seq", type=int, default=512)
     parser.add_argument("--max-pos", type=int, default=0, help="max position embeddings (default: --seq)")
+    parser.add_argument("--query-groups", type=int, default=0, help="GQA/MQA: key/value heads (default: --heads)")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=50257)
     parser.add_argument("--iters", type=int, default=2)

@@ -405,17 +405,24 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
 
 
 def fused_attention_of(args: Mapping[str, Any], transformer_engine: bool | None = None) -> bool:
-    """Whether attention runs in a kernel that keeps no [b, heads, s, s] scores: Transformer Engine's (where it is
-    used; `transformer_engine` overrides what the args say) or the launcher's SDPA spec, in fp16/bf16 only.
-    Upstream's local attention stores the scores; so does every path in fp32: flash and cuDNN attention take half
-    precision only (TE falls back to its unfused attention), and the SDPA spec's fp32 job of the zb preset (4
-    layers, hidden 8192, 64 heads, sequence 4096, attention dropout 0.1; one H200) peaked at 102.9 GB, the
-    stored scores' figure (docs/benchmarks.md, "Memory estimate against the measured peaks")."""
-    if precision_of(args) == "fp32":
-        return False
-    if transformer_engine is not None:
-        return transformer_engine
-    return megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args)
+    """Whether attention runs in a kernel that keeps no [b, heads, s, s] scores (`transformer_engine`, where given,
+    says whether Transformer Engine's attention runs instead of what the args name).
+
+    Upstream's local attention stores the scores. Transformer Engine's flash and fused attention take half
+    precision only; in fp32 it runs its unfused attention. The launcher's SDPA spec is torch's SDPA, which picks
+    flash or cuDNN attention in half precision, and in fp32 the memory-efficient kernel, which takes no grouped
+    query heads (sdp_utils.cpp: check_batch_size_and_num_heads_dense<false>): fp32 with GQA/MQA runs torch's math
+    attention, which stores the scores (one H200: an fp32 job of 64 heads and one query group at sequence 4096,
+    4 layers, peaked at 102.9 GB, 33 GiB above an estimate without them; docs/benchmarks.md)."""
+    half = precision_of(args) != "fp32"
+    if transformer_engine is None and _uses_sdpa_spec(args):
+        heads = int(megatron_value(args, "num_attention_heads"))
+        grouped = bool(megatron_value(args, "group_query_attention")) \
+            and int(megatron_value(args, "num_query_groups")) != heads
+        return half or not grouped
+    if transformer_engine is None:
+        transformer_engine = megatron_value(args, "transformer_impl") != "local"
+    return transformer_engine and half
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
