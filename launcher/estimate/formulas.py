@@ -299,6 +299,9 @@ class Training:
     distributed_optimizer: bool = False
     precision: str = "bf16"  # bf16 | fp16 | fp32
     fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
+    # the SDPA spec in fp32 with grouped key/value heads: they reach attention repeated to the query heads
+    # (sdpa_spec.sdpa), and the backward keeps them so
+    repeated_kv: bool = False
     softmax_fusion: bool = True  # --masked-softmax-fusion (apex's kernels): the unfused scores' softmax in place
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
     fused_cross_entropy: bool = False
@@ -404,25 +407,25 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
     return spec is not None and len(spec) > 0 and str(spec[0]).startswith(module)
 
 
+def _grouped_heads(args: Mapping[str, Any]) -> bool:
+    return bool(megatron_value(args, "group_query_attention")) \
+        and int(megatron_value(args, "num_query_groups")) != int(megatron_value(args, "num_attention_heads"))
+
+
 def fused_attention_of(args: Mapping[str, Any], transformer_engine: bool | None = None) -> bool:
     """Whether attention runs in a kernel that keeps no [b, heads, s, s] scores (`transformer_engine`, where given,
     says whether Transformer Engine's attention runs instead of what the args name).
 
     Upstream's local attention stores the scores. Transformer Engine's flash and fused attention take half
-    precision only; in fp32 it runs its unfused attention. The launcher's SDPA spec is torch's SDPA, which picks
-    flash or cuDNN attention in half precision, and in fp32 the memory-efficient kernel, which takes no grouped
-    query heads (sdp_utils.cpp: check_batch_size_and_num_heads_dense<false>): fp32 with GQA/MQA runs torch's math
-    attention, which stores the scores (one H200: an fp32 job of 64 heads and one query group at sequence 4096,
-    4 layers, peaked at 102.9 GB, 33 GiB above an estimate without them; docs/benchmarks.md)."""
-    half = precision_of(args) != "fp32"
+    precision only; in fp32 it runs its unfused attention. The launcher's SDPA spec keeps none in any precision:
+    torch's flash or cuDNN attention in half precision, its memory-efficient kernel in fp32, with grouped key/value
+    heads repeated first (sdpa_spec.sdpa; torch's math attention, which that kernel's refusal of grouped heads
+    left to fp32 GQA jobs, kept 36 GiB of scores in a 4-layer job of 64 heads at sequence 4096 on one H200)."""
     if transformer_engine is None and _uses_sdpa_spec(args):
-        heads = int(megatron_value(args, "num_attention_heads"))
-        grouped = bool(megatron_value(args, "group_query_attention")) \
-            and int(megatron_value(args, "num_query_groups")) != heads
-        return half or not grouped
+        return True
     if transformer_engine is None:
         transformer_engine = megatron_value(args, "transformer_impl") != "local"
-    return transformer_engine and half
+    return transformer_engine and precision_of(args) != "fp32"
 
 
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
@@ -446,6 +449,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
         precision=precision_of(args),
         fused_attention=fused_attention_of(args),
+        repeated_kv=_uses_sdpa_spec(args) and precision_of(args) == "fp32" and _grouped_heads(args),
         softmax_fusion=bool(megatron_value(args, "masked_softmax_fusion")),
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
@@ -901,6 +905,8 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
         replicated -= s * b * h * 2 * g  # the norms' outputs (QKV and fc1 inputs) are recomputed
     # Inside: Q, K, V and the proj input (g); the MLP's activation input (2F wide with SwiGLU) and fc2 input (g).
     sharded = s * b * (w * (m.attn_qk_width + m.attn_k_width + m.attn_v_width) + g * m.attn_out_width)
+    if t.repeated_kv and not m.mla:
+        sharded += s * b * w * 2 * m.query_size
     if m.mla:  # the latents the down projections make on every TP rank: up projections' (and norms') inputs
         replicated += s * b * (g + (w if m.qk_layernorm else 0)) * (m.q_lora_rank + m.kv_lora_rank)
         replicated += s * b * w * m.qk_pos_emb_head_dim  # the shared RoPE key

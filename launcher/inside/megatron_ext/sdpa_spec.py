@@ -40,6 +40,20 @@ from megatron.core.utils import divide, get_pg_rank
 from launcher.inside.megatron_ext.coverage import NORM_FEATURES, describe, sdpa_spec_gaps
 
 
+def sdpa(q, k, v, *, enable_gqa: bool, **kwargs) -> torch.Tensor:
+    """F.scaled_dot_product_attention on [b, heads, s, d]; in fp32 grouped key/value heads are repeated to the
+    query heads first. Flash and cuDNN attention take half precision only, and the memory-efficient kernel, the one
+    left for fp32, takes no grouped heads (sdp_utils.cpp), so torch would run its math attention, which keeps each
+    layer's [b, heads, s, s] fp32 probabilities, dropped probabilities and dropout mask for the backward (one
+    H200, 64 heads of one query group at sequence 4096, 4 layers: 36 GiB). The repeat is what enable_gqa computes
+    (key head i // (heads / groups) for query head i) and costs two [b, heads, s, d] tensors."""
+    if enable_gqa and q.dtype == torch.float32 and k.size(-3) != q.size(-3):
+        repeats = q.size(-3) // k.size(-3)
+        k, v = k.repeat_interleave(repeats, dim=-3), v.repeat_interleave(repeats, dim=-3)
+        enable_gqa = False
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa, **kwargs)
+
+
 class ZeroCenteredLayerNorm(torch.nn.LayerNorm):
     """LayerNorm whose weight is stored as gamma - 1 (``--apply-layernorm-1p``), as apex's and TE's are: it
     starts at zero and ``1 + weight`` scales the normalised input."""
@@ -178,10 +192,8 @@ class SDPACoreAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(seq_q, out.size(0), self.hidden_size_per_partition)
 
     def _sdpa(self, q, k, v, mask, dropout_p: float, is_causal: bool, gqa: bool) -> torch.Tensor:
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-            scale=self.softmax_scale, enable_gqa=gqa,
-        )
+        return sdpa(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.softmax_scale,
+                    enable_gqa=gqa)
 
 
 class Attributes(Mapping[str, Any]):
