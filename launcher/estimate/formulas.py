@@ -299,8 +299,8 @@ class Training:
     distributed_optimizer: bool = False
     precision: str = "bf16"  # bf16 | fp16 | fp32
     fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
-    # the SDPA spec in fp32 with grouped key/value heads: they reach attention repeated to the query heads
-    # (sdpa_spec.sdpa), and the backward keeps them so
+    # the SDPA spec's grouped key/value heads reach attention repeated to the query heads where flash cannot run
+    # (sdpa_repeats_kv), and the backward keeps them so
     repeated_kv: bool = False
     softmax_fusion: bool = True  # --masked-softmax-fusion (apex's kernels): the unfused scores' softmax in place
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
@@ -407,9 +407,16 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
     return spec is not None and len(spec) > 0 and str(spec[0]).startswith(module)
 
 
-def _grouped_heads(args: Mapping[str, Any]) -> bool:
-    return bool(megatron_value(args, "group_query_attention")) \
-        and int(megatron_value(args, "num_query_groups")) != int(megatron_value(args, "num_attention_heads"))
+def sdpa_repeats_kv(args: Mapping[str, Any]) -> bool:
+    """Whether the SDPA spec repeats grouped key/value heads to the query heads (sdpa_spec.sdpa): where flash
+    attention cannot run, i.e. in fp32, with the dataloader's explicit mask, or at head dims above 256."""
+    heads = int(megatron_value(args, "num_attention_heads"))
+    if not (_uses_sdpa_spec(args) and megatron_value(args, "group_query_attention")
+            and int(megatron_value(args, "num_query_groups")) != heads):
+        return False
+    head_dim = megatron_value(args, "kv_channels") or int(megatron_value(args, "hidden_size")) // heads
+    return precision_of(args) == "fp32" or bool(megatron_value(args, "create_attention_mask_in_dataloader")) \
+        or int(head_dim) > 256
 
 
 def fused_attention_of(args: Mapping[str, Any], transformer_engine: bool | None = None) -> bool:
@@ -449,7 +456,7 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
         precision=precision_of(args),
         fused_attention=fused_attention_of(args),
-        repeated_kv=_uses_sdpa_spec(args) and precision_of(args) == "fp32" and _grouped_heads(args),
+        repeated_kv=sdpa_repeats_kv(args),
         softmax_fusion=bool(megatron_value(args, "masked_softmax_fusion")),
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),

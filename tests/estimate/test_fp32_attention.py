@@ -19,7 +19,7 @@ ZB_FP32 = {"num_layers": 4, "hidden_size": 8192, "num_attention_heads": 64, "gro
            "seq_length": 4096, "max_position_embeddings": 8192, "vocab_size": 50257,
            "untie_embeddings_and_output_weights": True, "micro_batch_size": 1, "global_batch_size": 1,
            "use_distributed_optimizer": True, "transformer_impl": "local", "spec": FAST_SPEC,
-           "masked_softmax_fusion": False}
+           "masked_softmax_fusion": False, "create_attention_mask_in_dataloader": False}
 TE = {"transformer_impl": "transformer_engine", "spec": None}
 LOCAL = {"transformer_impl": "local", "spec": None}
 SCORES = 64 * 4096 * 4096  # per layer, micro batch 1
@@ -65,7 +65,11 @@ def test_the_dry_run_header_prices_the_same_attention(transformer_engine: bool) 
 def test_fp32_grouped_heads_are_kept_repeated_for_the_sdpa_backward() -> None:
     grouped = est.training_of(ZB_FP32, 1)
     assert grouped.repeated_kv
-    assert not est.training_of({**ZB_FP32, "bf16": True}, 1).repeated_kv
+    assert not est.training_of({**ZB_FP32, "bf16": True}, 1).repeated_kv  # flash takes them as they are
+    # flash takes no explicit mask (the dataloader's, Megatron's default) and no head dim above 256
+    assert est.training_of({**ZB_FP32, "bf16": True, "create_attention_mask_in_dataloader": True}, 1).repeated_kv
+    assert est.training_of({**ZB_FP32, "bf16": True, "kv_channels": 320}, 1).repeated_kv
+    assert not est.training_of({**ZB_FP32, "group_query_attention": False}, 1).repeated_kv
     assert not est.training_of({**ZB_FP32, **TE}, 1).repeated_kv
     alone = est.layer_activation_bytes(est.model_shape(ZB_FP32), grouped)
     unrepeated = est.layer_activation_bytes(est.model_shape(ZB_FP32), replace(grouped, repeated_kv=False))

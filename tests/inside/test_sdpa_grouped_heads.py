@@ -1,7 +1,7 @@
-"""The SDPA spec's attention with grouped key/value heads (GQA/MQA). In fp32 the only fused kernel torch has, the
-memory-efficient one, takes no grouped heads, so the spec repeats the key/value heads to the query heads itself
-rather than letting torch fall back to its math attention (which keeps [b, heads, s, s] fp32 scores per layer);
-in half precision the grouped heads go to flash attention as they are."""
+"""The SDPA spec's attention with grouped key/value heads (GQA/MQA). Where flash attention cannot run (fp32, an
+explicit mask, head dims above 256) the fused kernel left, the memory-efficient one, takes no grouped heads, so the
+spec repeats the key/value heads to the query heads itself rather than letting torch fall back to its math
+attention (which keeps [b, heads, s, s] scores per layer); otherwise the grouped heads go to flash as they are."""
 
 from __future__ import annotations
 
@@ -54,6 +54,16 @@ def test_half_precision_grouped_heads_go_to_sdpa_as_they_are(sdpa_calls, dtype):
 
     sdpa(*qkv(4, 2, dtype), is_causal=True, enable_gqa=True)
     assert sdpa_calls == [(4, 2, 2, True)]
+
+
+def test_half_precision_grouped_heads_with_a_mask_reach_sdpa_repeated(sdpa_calls):
+    from launcher.inside.megatron_ext.sdpa_spec import sdpa
+
+    q, k, v = qkv(4, 2, torch.bfloat16)
+    mask = torch.ones(16, 16, dtype=torch.bool).tril()
+    out = sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    assert sdpa_calls == [(4, 4, 4, False)]
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True))
 
 
 def test_fp32_without_grouped_heads_is_untouched(sdpa_calls):

@@ -39,19 +39,23 @@ from megatron.core.utils import divide, get_pg_rank
 
 from launcher.inside.megatron_ext.coverage import NORM_FEATURES, describe, sdpa_spec_gaps
 
+FLASH_MAX_HEAD_DIM = 256
 
-def sdpa(q, k, v, *, enable_gqa: bool, **kwargs) -> torch.Tensor:
-    """F.scaled_dot_product_attention on [b, heads, s, d]; in fp32 grouped key/value heads are repeated to the
-    query heads first. Flash and cuDNN attention take half precision only, and the memory-efficient kernel, the one
-    left for fp32, takes no grouped heads (sdp_utils.cpp), so torch would run its math attention, which keeps each
-    layer's [b, heads, s, s] fp32 probabilities, dropped probabilities and dropout mask for the backward (one
-    H200, 64 heads of one query group at sequence 4096, 4 layers: 36 GiB). The repeat is what enable_gqa computes
-    (key head i // (heads / groups) for query head i) and costs two [b, heads, s, d] tensors."""
-    if enable_gqa and q.dtype == torch.float32 and k.size(-3) != q.size(-3):
+
+def sdpa(q, k, v, *, enable_gqa: bool, attn_mask=None, **kwargs) -> torch.Tensor:
+    """F.scaled_dot_product_attention on [b, heads, s, d], with grouped key/value heads repeated to the query heads
+    first where flash attention cannot run. Of torch's fused kernels only flash (and cuDNN) take grouped heads, and
+    flash takes half precision only, no explicit mask and head dims up to 256; the memory-efficient kernel takes
+    none of grouped heads (sdp_utils.cpp), so torch would run its math attention, which keeps each layer's
+    [b, heads, s, s] probabilities, dropped probabilities and dropout mask for the backward (one H200, fp32, 64
+    heads of one query group at sequence 4096, 4 layers: 36 GiB). The repeat is what enable_gqa computes (key head
+    i // (heads / groups) for query head i) and costs two [b, heads, s, d] tensors."""
+    no_flash = q.dtype == torch.float32 or attn_mask is not None or q.size(-1) > FLASH_MAX_HEAD_DIM
+    if enable_gqa and no_flash and k.size(-3) != q.size(-3):
         repeats = q.size(-3) // k.size(-3)
         k, v = k.repeat_interleave(repeats, dim=-3), v.repeat_interleave(repeats, dim=-3)
         enable_gqa = False
-    return F.scaled_dot_product_attention(q, k, v, enable_gqa=enable_gqa, **kwargs)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=enable_gqa, **kwargs)
 
 
 class ZeroCenteredLayerNorm(torch.nn.LayerNorm):
