@@ -299,6 +299,9 @@ class Training:
     distributed_optimizer: bool = False
     precision: str = "bf16"  # bf16 | fp16 | fp32
     fused_attention: bool = True  # False with --transformer-impl local: attention scores are stored
+    # the SDPA spec's grouped key/value heads reach attention repeated to the query heads where flash cannot run
+    # (sdpa_repeats_kv), and the backward keeps them so
+    repeated_kv: bool = False
     softmax_fusion: bool = True  # --masked-softmax-fusion (apex's kernels): the unfused scores' softmax in place
     # The launcher's compiled TP=1 cross entropy (megatron_ext.sdpa_spec_fast) keeps no fp32 copy of the logits
     fused_cross_entropy: bool = False
@@ -404,6 +407,34 @@ def _uses_sdpa_spec(args: Mapping[str, Any], module: str = "launcher.inside.mega
     return spec is not None and len(spec) > 0 and str(spec[0]).startswith(module)
 
 
+def sdpa_repeats_kv(args: Mapping[str, Any]) -> bool:
+    """Whether the SDPA spec repeats grouped key/value heads to the query heads (sdpa_spec.sdpa): where flash
+    attention cannot run, i.e. in fp32, with the dataloader's explicit mask, or at head dims above 256."""
+    heads = int(megatron_value(args, "num_attention_heads"))
+    if not (_uses_sdpa_spec(args) and megatron_value(args, "group_query_attention")
+            and int(megatron_value(args, "num_query_groups")) != heads):
+        return False
+    head_dim = megatron_value(args, "kv_channels") or int(megatron_value(args, "hidden_size")) // heads
+    return precision_of(args) == "fp32" or bool(megatron_value(args, "create_attention_mask_in_dataloader")) \
+        or int(head_dim) > 256
+
+
+def fused_attention_of(args: Mapping[str, Any], transformer_engine: bool | None = None) -> bool:
+    """Whether attention runs in a kernel that keeps no [b, heads, s, s] scores (`transformer_engine`, where given,
+    says whether Transformer Engine's attention runs instead of what the args name).
+
+    Upstream's local attention stores the scores. Transformer Engine's flash and fused attention take half
+    precision only; in fp32 it runs its unfused attention. The launcher's SDPA spec keeps none in any precision:
+    torch's flash or cuDNN attention in half precision, its memory-efficient kernel in fp32, with grouped key/value
+    heads repeated first (sdpa_spec.sdpa; torch's math attention, which that kernel's refusal of grouped heads
+    left to fp32 GQA jobs, kept 36 GiB of scores in a 4-layer job of 64 heads at sequence 4096 on one H200)."""
+    if transformer_engine is None and _uses_sdpa_spec(args):
+        return True
+    if transformer_engine is None:
+        transformer_engine = megatron_value(args, "transformer_impl") != "local"
+    return transformer_engine and precision_of(args) != "fp32"
+
+
 def training_of(args: Mapping[str, Any], world_size: int) -> Training:
     """The Training view of Megatron arguments at a given world size (GBS defaults to MBS·DP, as Megatron; with a
     step batch-size schedule it is the schedule's final batch, the one most of the run trains at)."""
@@ -424,8 +455,8 @@ def training_of(args: Mapping[str, Any], world_size: int) -> Training:
         recompute=recompute_of(args),
         distributed_optimizer=bool(megatron_value(args, "use_distributed_optimizer")),
         precision=precision_of(args),
-        # upstream's local attention stores the s×s scores; the launcher's SDPA spec (megatron_ext) does not
-        fused_attention=megatron_value(args, "transformer_impl") != "local" or _uses_sdpa_spec(args),
+        fused_attention=fused_attention_of(args),
+        repeated_kv=sdpa_repeats_kv(args),
         softmax_fusion=bool(megatron_value(args, "masked_softmax_fusion")),
         fused_cross_entropy=(_uses_sdpa_spec(args, "launcher.inside.megatron_ext.sdpa_spec_fast")
                              or bool(args.get("cross_entropy_loss_fusion"))),
@@ -863,8 +894,9 @@ def fsdp_unsharded_bytes(m: ModelShape, t: Training) -> float:
 
 # Per score element of the one layer whose unfused attention is being computed (forward or backward): torch's
 # softmax takes an fp32 copy and returns fp32 probabilities beside the bf16 scores, probabilities and gradients;
-# apex's fused kernel works on the bf16 scores in place.
-UNFUSED_ATTENTION_BYTES = {"torch softmax": 16, "fused softmax": 6}
+# apex's fused kernel works on the bf16 scores in place. In fp32 (no copy; apex's kernel takes half precision
+# only) the raw scores beside the kept probabilities going forward, two fp32 gradients of them going back.
+UNFUSED_ATTENTION_BYTES = {"torch softmax": 16, "fused softmax": 6, "fp32": 8}
 
 
 def layer_activation_bytes(m: ModelShape, t: Training) -> float:
@@ -880,6 +912,8 @@ def layer_activation_bytes(m: ModelShape, t: Training) -> float:
         replicated -= s * b * h * 2 * g  # the norms' outputs (QKV and fc1 inputs) are recomputed
     # Inside: Q, K, V and the proj input (g); the MLP's activation input (2F wide with SwiGLU) and fc2 input (g).
     sharded = s * b * (w * (m.attn_qk_width + m.attn_k_width + m.attn_v_width) + g * m.attn_out_width)
+    if t.repeated_kv and not m.mla:
+        sharded += s * b * w * 2 * m.query_size
     if m.mla:  # the latents the down projections make on every TP rank: up projections' (and norms') inputs
         replicated += s * b * (g + (w if m.qk_layernorm else 0)) * (m.q_lora_rank + m.kv_lora_rank)
         replicated += s * b * w * m.qk_pos_emb_head_dim  # the shared RoPE key
@@ -950,7 +984,8 @@ def stage_activation_bytes(m: ModelShape, t: Training, stage: int) -> float:
         # Upstream's local attention works on one layer's [b, heads, s, s] scores at a time, also when recompute
         # keeps none: bf16 scores, their fp32 copy and softmax, bf16 probabilities, and in the backward their
         # gradients (seen on one H200: 64 heads at sequence 8192, 72 GiB at the peak where this term was missing)
-        per_score = UNFUSED_ATTENTION_BYTES["fused softmax" if t.softmax_fusion else "torch softmax"]
+        per_score = UNFUSED_ATTENTION_BYTES["fp32" if t.precision == "fp32" else
+                                            "fused softmax" if t.softmax_fusion else "torch softmax"]
         layer += per_score * m.num_attention_heads / t.tp * s * m.seq_length * b
     loss = 0.0
     if st.loss:  # fp32 logits (and their gradient) for one microbatch, vocab split over TP; the output layer's input

@@ -26,6 +26,7 @@ from launcher.estimate.formulas import (
     complete_memory,
     fit_status,
     flops_per_iteration,
+    fused_attention_of,
     gpu_by_name,
     megatron_memory,
     megatron_parameters,
@@ -136,7 +137,7 @@ def layout_training(args: Mapping[str, Any], layout: Any, transformer_engine: bo
         # with a step batch-size schedule Megatron's own global batch is MBS·DP; the run trains at the schedule's
         "global_batch_size": int(schedule_batch or layout.global_batch_size),
         "sequence_parallel": bool(getattr(layout, "sequence_parallel", base.sequence_parallel)),
-        "fused_attention": base.fused_attention if transformer_engine is None else transformer_engine,
+        "fused_attention": fused_attention_of(args, transformer_engine),
         "torch_adam": kernels is not None and uses_torch_adam(args, kernels.transformer_engine, kernels.apex),
     })
 

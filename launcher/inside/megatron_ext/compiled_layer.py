@@ -39,6 +39,7 @@ from launcher.inside.megatron_ext.sdpa_spec import (
     SDPACoreAttention,
     ZeroCenteredLayerNorm,
     ZeroCenteredRMSNorm,
+    sdpa,
 )
 
 # The norm modules layer_math implements: (is RMSNorm, weight stored as gamma - 1).
@@ -84,7 +85,7 @@ def layer_math(
     qkv = linear(y, qkv_w, qkv_b).view(s, b, groups, (per_group + 2) * head_dim)
     q, k, v = torch.split(qkv, [per_group * head_dim, head_dim, head_dim], dim=3)
     q = q.reshape(s, b, heads, head_dim)
-    attn = F.scaled_dot_product_attention(
+    attn = sdpa(
         q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
         dropout_p=attention_dropout, is_causal=True, scale=scale, enable_gqa=groups != heads,
     )

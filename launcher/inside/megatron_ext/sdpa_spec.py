@@ -39,6 +39,24 @@ from megatron.core.utils import divide, get_pg_rank
 
 from launcher.inside.megatron_ext.coverage import NORM_FEATURES, describe, sdpa_spec_gaps
 
+FLASH_MAX_HEAD_DIM = 256
+
+
+def sdpa(q, k, v, *, enable_gqa: bool, attn_mask=None, **kwargs) -> torch.Tensor:
+    """F.scaled_dot_product_attention on [b, heads, s, d], with grouped key/value heads repeated to the query heads
+    first where flash attention cannot run. Of torch's fused kernels only flash (and cuDNN) take grouped heads, and
+    flash takes half precision only, no explicit mask and head dims up to 256; the memory-efficient kernel takes
+    none of grouped heads (sdp_utils.cpp), so torch would run its math attention, which keeps each layer's
+    [b, heads, s, s] probabilities, dropped probabilities and dropout mask for the backward (one H200, fp32, 64
+    heads of one query group at sequence 4096, 4 layers: 36 GiB). The repeat is what enable_gqa computes (key head
+    i // (heads / groups) for query head i) and costs two [b, heads, s, d] tensors."""
+    no_flash = q.dtype == torch.float32 or attn_mask is not None or q.size(-1) > FLASH_MAX_HEAD_DIM
+    if enable_gqa and no_flash and k.size(-3) != q.size(-3):
+        repeats = q.size(-3) // k.size(-3)
+        k, v = k.repeat_interleave(repeats, dim=-3), v.repeat_interleave(repeats, dim=-3)
+        enable_gqa = False
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, enable_gqa=enable_gqa, **kwargs)
+
 
 class ZeroCenteredLayerNorm(torch.nn.LayerNorm):
     """LayerNorm whose weight is stored as gamma - 1 (``--apply-layernorm-1p``), as apex's and TE's are: it
@@ -178,10 +196,8 @@ class SDPACoreAttention(MegatronModule):
         return out.permute(2, 0, 1, 3).reshape(seq_q, out.size(0), self.hidden_size_per_partition)
 
     def _sdpa(self, q, k, v, mask, dropout_p: float, is_causal: bool, gqa: bool) -> torch.Tensor:
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal,
-            scale=self.softmax_scale, enable_gqa=gqa,
-        )
+        return sdpa(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=self.softmax_scale,
+                    enable_gqa=gqa)
 
 
 class Attributes(Mapping[str, Any]):
