@@ -33,6 +33,7 @@ from launcher.importer.bash_subset import (
     show,
     unresolved_names,
 )
+from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.words import base_name, count
 from launcher.pipeline.shell import shell_comment
@@ -391,7 +392,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     for c in others:
         if training_command.program(c.argv) in ("echo", "printf", ":", "true"):
             continue  # prints only: nothing of the run depends on it
-        notes.append(f"line {c.line}: not carried (not the training command): {_comment(' '.join(c.argv))}")
+        notes.append(f"line {c.line}: not carried (not the training command): {_comment(shown_words(c.argv))}")
     alternatives: dict[str, list[tuple[str, ...]]] = {}
     for item in reading.undecided:
         for name, values in item.values:
@@ -404,13 +405,6 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                               f"same, so {setting} is not set from it (give it, and check the world size)"))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
                   tuple(differing))
-
-
-# A flag no Megatron takes whose name says it holds a credential (a fork's or a logger's --wandb-api-key, --hf-token):
-# its value is shown in no note. Narrower than redaction's rule for variables: the pin's own --fim-pad-token or
-# --apply-query-key-layer-scaling hold no secret.
-CREDENTIAL_FLAG = re.compile(r"(?:API|ACCESS|SECRET|PRIVATE)_?KEY|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL"
-                             r"|(?:^|_)(?:HF|HUB|AUTH|ACCESS|API|BEARER|WANDB)_?TOKEN$|^TOKEN$")
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:

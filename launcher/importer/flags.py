@@ -4,6 +4,7 @@ argument catalog as Megatron's own parser would read them (no torch)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -523,17 +524,37 @@ def wrapper_env(wrapper: list[str]) -> dict[str, str]:
     return out
 
 
+# A flag no Megatron takes whose name says it holds a credential (a fork's or a logger's --wandb-api-key, --hf-token):
+# its value is shown in no note. Narrower than redaction's rule for variables: the pin's own --fim-pad-token or
+# --apply-query-key-layer-scaling hold no secret.
+CREDENTIAL_FLAG = re.compile(r"(?:API|ACCESS|SECRET|PRIVATE)_?KEY|PASSWORD|PASSWD|PASSPHRASE|SECRET|CREDENTIAL"
+                             r"|(?:^|_)(?:HF|HUB|AUTH|ACCESS|API|BEARER|WANDB)_?TOKEN$|^TOKEN$")
+# a tool's `login` subcommand takes the credential as its argument (`wandb login KEY`, `hf auth login TOKEN`)
+LOGIN = "login"
+
 _ASSIGNMENT = re.compile(r"(?<![\w-])([A-Za-z_][A-Za-z0-9_]*)=([^,\s]*)")
 
 
-def shown_words(words: list[str]) -> str:
-    """The words as a note shows them, with the value of a secret passed in any form this reader does not know as an
-    environment option (`--foo-env DB_PASSWORD pw`, `--vars=A=1,DB_PASSWORD=pw`) as <redacted>."""
+def _credential_option(word: str) -> bool:
+    name = word.lstrip("-").partition("=")[0]
+    return word.startswith("-") and bool(name) and CREDENTIAL_FLAG.search(name.replace("-", "_").upper()) is not None
+
+
+def shown_words(words: Sequence[str]) -> str:
+    """The words as a note shows them, with a secret's value as <redacted>: passed as an environment option this
+    reader does not know (`--foo-env DB_PASSWORD pw`, `--vars=A=1,DB_PASSWORD=pw`), as a credential option's value
+    (`--token X`, `--api-key=X`), or as the argument of a tool's `login` (`wandb login KEY`)."""
     out = []
+    logging_in = False
     for k, word in enumerate(words):
         before = words[k - 1] if k else ""
-        if ENV_NAME.fullmatch(before) and redaction.is_secret(before):
+        logging_in = logging_in or before == LOGIN
+        if (ENV_NAME.fullmatch(before) and redaction.is_secret(before)) or _credential_option(before) \
+                or (logging_in and not word.startswith("-")):
             out.append(redaction.REDACTED)
+            continue
+        if _credential_option(word) and "=" in word:
+            out.append(word.partition("=")[0] + "=" + redaction.REDACTED)
             continue
         out.append(_ASSIGNMENT.sub(lambda m: f"{m[1]}={redaction.REDACTED}" if redaction.is_secret(m[1], m[2])
                                    else m[0], word))

@@ -84,3 +84,15 @@ def test_a_credential_given_to_a_flag_no_megatron_takes_is_written_nowhere(given
     script = f"#!/bin/bash\nV={SECRET}z\ntorchrun {MODEL} {given.format(v='$V')}\n"
     written = redaction.for_file(import_source(script, "train.sh").text)
     assert SECRET not in written, [line for line in written.splitlines() if SECRET in line]
+
+
+@pytest.mark.parametrize("command", [
+    "wandb login {s}", "huggingface-cli login --token {s}", "hf auth login --token={s}", "hf auth login {s}",
+    "some-tool --password {s}", "some-tool --api-key={s}", "curl -H x --access-token {s} https://example.com",
+])
+def test_a_credential_on_a_command_the_import_does_not_carry_is_not_shown_in_its_note(command):
+    """Such lines are named in the preset's "not carried" comments: the credential typed there must not be."""
+    script = f"#!/bin/bash\n{command.format(s=SECRET)}\ntorchrun {MODEL}\n"
+    imported = import_source(script, "train.sh")
+    assert SECRET not in imported.text and any(redaction.REDACTED in line for line in imported.not_carried)
+    assert command.split()[0] in imported.text  # the line is still named
