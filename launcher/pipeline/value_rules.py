@@ -61,6 +61,32 @@ def value_ranges(arg: Arg, fail: Fail, te: bool = False) -> None:
             fail(f"{dest} {value} must lie in [0, 1)", f"e.g. --set {dest}=0.9", "runtime")
 
 
+# float settings where an infinite value can mean "none" (a timeout, an interval, a wait): only NaN is refused there
+UNBOUNDED_WORDS = ("timeout", "interval", "wait", "seconds", "delay")
+
+
+def non_finite(arg: Arg, fail: Fail, te: bool = False) -> None:
+    """Every float setting finite: Megatron's parser takes `nan` and `inf` for any of them (float('nan')), and a
+    NaN RoPE factor or router coefficient trains on NaN from the first step. The settings value_ranges bounds are
+    said there."""
+    from launcher.megatron.args import catalog
+
+    said = {*POSITIVE, *PROBABILITIES, "adam_beta1", "adam_beta2"}  # their single values: value_ranges
+    for dest, spec in catalog().items():
+        values = arg(dest) if spec.type == "float" else None
+        if values is None or (dest in said and not isinstance(values, list)):
+            continue
+        for value in values if isinstance(values, list) else [values]:
+            if not _number(value) or math.isfinite(value):
+                continue
+            if math.isinf(value) and any(word in dest for word in UNBOUNDED_WORDS):
+                continue
+            default = "unset" if spec.default is None else spec.default
+            fail(f"{dest} is {value}: it must be a finite number (Megatron takes it and trains or runs on it)",
+                 f"give {dest} a number, or remove it for Megatron's default ({default})", "runtime")
+            break
+
+
 def query_groups(arg: Arg, fail: Fail, te: bool = False) -> None:
     """Grouped-query attention: the heads split evenly into the groups (TransformerConfig / the first forward)."""
     if not arg("group_query_attention"):
@@ -346,8 +372,8 @@ def xavier_uniform_init(arg: Arg, fail: Fail, te: bool = False) -> None:
 
 
 RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume, xavier_uniform_init,
-         attention_backend_local, value_ranges, query_groups, experts, attention_mask, async_save, no_rope_layers,
-         bf16_end_layers)
+         attention_backend_local, value_ranges, non_finite, query_groups, experts, attention_mask, async_save,
+         no_rope_layers, bf16_end_layers)
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

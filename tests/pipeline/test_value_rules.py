@@ -42,6 +42,20 @@ def test_values_out_of_range_are_refused_with_a_fix(override, expected):
     assert "hint: " in text
 
 
+@pytest.mark.parametrize("override", ["rope_scaling_factor=nan", "moe_router_topk_scaling_factor=-inf",
+                                      "moe_aux_loss_coeff=inf", "mup_width_mult=nan", "inprocess_hard_timeout=nan"])
+def test_any_float_setting_that_is_not_finite_is_refused(override):
+    """Megatron's parser takes float('nan') for every float flag; nothing after it notices before the loss is NaN."""
+    dest = override.partition("=")[0]
+    text = problems(override)
+    assert f"error: {dest} is {override.partition('=')[2]}: it must be a finite number" in text
+    assert f"hint: give {dest} a number, or remove it" in text
+
+
+def test_an_infinite_timeout_is_no_timeout_and_is_kept():
+    accepted("inprocess_hard_timeout=inf")
+
+
 def test_query_groups_must_divide_the_heads():
     text = problems("group_query_attention=true", "num_query_groups=3")
     assert "num_attention_heads 16 is not divisible by num_query_groups 3" in text
