@@ -26,6 +26,15 @@ def launch():
     return run
 
 
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 RUN_STAMP = re.compile(r"-\d{8}T\d{6}Z(-\d+)?\b")
 
 

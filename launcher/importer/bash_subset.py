@@ -34,7 +34,7 @@ from typing import Any
 from launcher import redaction, untrusted
 from launcher.errors import UserError
 from launcher.importer import coreutils, heredocs, pbs, recovery
-from launcher.importer.words import MARK, MAX_COUNT, base_name, is_count
+from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -275,13 +275,7 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
     line where a job file the script wrote is submitted)."""
     found: dict[str, str] = {}
     first = 0
-    for number, line in enumerate(text.splitlines()[:2000], 1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            break
-        if not stripped.startswith("#SBATCH"):
-            continue
-        words = stripped[len("#SBATCH"):].split("#", 1)[0].split()
+    for number, words in header_directives(text, "#SBATCH"):
         for k, word in enumerate(words):
             name, eq, value = word.partition("=")
             if not eq and word[:2] in SBATCH_SHORT and len(word) > 2:
@@ -337,13 +331,7 @@ GRID_ENGINE_FULL_NODES = re.compile(r"(?:rt_F|rt_AF|node_f)=([0-9]{1,7})")
 
 def grid_engine_directives(text: str, reading: Reading) -> None:
     """The `#$ -l …` lines before the script's first command (qsub reads no later ones) → NHOSTS, as a known value."""
-    for number, line in enumerate(text.splitlines()[:2000], 1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            break
-        if not stripped.startswith("#$"):
-            continue
-        words = stripped[2:].split("#", 1)[0].split()
+    for number, words in header_directives(text, "#$"):
         for k, word in enumerate(words[:-1]):
             resources = words[k + 1].split(",") if word == "-l" else []  # -l rt_AF=2,h_rt=1:00:00
             for found in filter(None, map(GRID_ENGINE_FULL_NODES.fullmatch, resources)):
@@ -357,7 +345,7 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
 
 def lsf_directives(text: str, reading: Reading) -> None:
     """`#BSUB -nnodes N` before the first command (IBM LSF on Summit, Lassen, Sierra: whole nodes) → the job's nodes."""
-    for number, line in enumerate(text.splitlines()[:2000], 1):
+    for number, line in enumerate(text.splitlines()[:MAX_HEADER_LINES], 1):
         stripped = line.strip()
         if stripped and not stripped.startswith("#"):
             break
@@ -878,11 +866,8 @@ class _Reader:
                 text = self.joined(herestring.named_children[0]) + "\n"
             else:
                 text = "\n"
-            saved_stdin, self.stdin = self.stdin, text
-            try:
+            with self.reading_input(text):
                 self.statement(body)
-            finally:
-                self.stdin = saved_stdin
             return
         if self.capture is not None and self.known_files and body is not None and body.type == "command":
             # `NNODES=$(wc -l < $PBS_NODEFILE)`: a file whose lines are known is the command's input
@@ -892,20 +877,14 @@ class _Reader:
             words = self.fields(target) if target is not None else []
             lines = self.known_files.get(words[0]) if len(words) == 1 else None
             if lines is not None:
-                saved_stdin, self.stdin = self.stdin, lines
-                try:
+                with self.reading_input(lines):
                     self.statement(body)
-                finally:
-                    self.stdin = saved_stdin
                 return
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
-            saved_stdin, self.stdin = self.stdin, self.heredoc_text(heredoc, document) if document is not None else ""
-            try:
+            with self.reading_input(self.heredoc_text(heredoc, document) if document is not None else ""):
                 self.statement(body)
-            finally:
-                self.stdin = saved_stdin
             return
         if body is not None:
             self.statement(body)
@@ -1851,11 +1830,8 @@ class _Reader:
         self.absent = tuple(sorted(absent, key=lambda u: u.line))
         herestring = next((c for c in node.children if c.type == "herestring_redirect"), None)
         if herestring is not None and herestring.named_children:  # `read -r TP PP <<< "4 2"`: its input is known
-            saved_stdin, self.stdin = self.stdin, self.joined(herestring.named_children[0]) + "\n"
-            try:
+            with self.reading_input(self.joined(herestring.named_children[0]) + "\n"):
                 self.run_argv(node, argv, env, depends)
-            finally:
-                self.stdin = saved_stdin
             return
         self.run_argv(node, argv, env, depends)
 
@@ -2141,6 +2117,15 @@ class _Reader:
                 self.set_positional(saved_positional or [])
                 if saved_positional is None:
                     self.shell.scalars.pop("#", None)
+
+    @contextlib.contextmanager
+    def reading_input(self, text: str | None) -> Iterator[None]:
+        """While a statement reads `text` as its standard input (a here-document, a here-string, a known file)."""
+        saved, self.stdin = self.stdin, text
+        try:
+            yield
+        finally:
+            self.stdin = saved
 
     @contextlib.contextmanager
     def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = ()) -> Iterator[None]:

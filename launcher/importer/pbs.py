@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from launcher.importer.words import count
+from launcher.importer.words import count, header_directives
 
 NODE_FILE = "PBS_NODEFILE"
 HOST_LABEL = "host {} of $" + NODE_FILE  # one line of the node file: a host name not known here
@@ -28,13 +28,7 @@ def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
     first, chunks, torque = 0, 0, False
     per_chunk: int | None = 1  # None: a count that is none (ppn=0, mpiprocs=-1)
     slots: int | None = 1
-    for number, line in enumerate(text.splitlines()[:2000], 1):
-        stripped = line.strip()
-        if stripped and not stripped.startswith("#"):
-            break
-        if not stripped.startswith("#PBS"):
-            continue
-        words = stripped[len("#PBS"):].split("#", 1)[0].split()
+    for number, words in header_directives(text, "#PBS"):
         for k, word in enumerate(words):
             value = words[k + 1] if word == "-l" and k + 1 < len(words) else word[2:] if word.startswith("-l") \
                 else ""

@@ -10,8 +10,9 @@ or a one-word spec (`--spec local`) passes every argument check and stops every 
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
+
+from launcher.megatron.pin import has_module
 
 # The launcher's own layer specs (launcher/inside/megatron_ext), on the ranks' PYTHONPATH when a job names them.
 LAUNCHER_SPECS = "launcher.inside.megatron_ext."
@@ -51,7 +52,7 @@ def check(c: Any) -> None:
         return
     module, name = words
     if module.startswith(LAUNCHER_SPECS):
-        if _importable(module):
+        if has_module(module):
             return
         c.fail(f"spec {shown}: no such module among the launcher's layer specs ({LAUNCHER_SPECS}…): Megatron's "
                f"import_module returns None and {STOPS} (transformer_block.py:257)",
@@ -73,13 +74,6 @@ def check(c: Any) -> None:
            f"{declared}); where it cannot be imported Megatron's import_module logs the error and returns None, and "
            f"{STOPS} with \"specialize for NoneType\" (spec_utils.py:53, transformer_block.py:257)",
            f"{DEFAULT_SPEC}; or, if the target has that package, declare it: --set packages={package}", "runtime")
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _launcher_spec_example() -> tuple[str, str]:

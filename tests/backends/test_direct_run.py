@@ -29,7 +29,7 @@ from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import Placement, resolve
 from launcher.pipeline.runner import rank_environment
 from launcher.runs import triage
-from tests.conftest import REPO, without_run_stamp
+from tests.conftest import REPO, alive, without_run_stamp
 
 WAIT_SECONDS = 60
 RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
@@ -361,14 +361,6 @@ local.run(command, dict(os.environ), on_line=lambda line: print(line, end="", fl
 """
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.parametrize("runner", ["direct", "torchrun"])
 def test_a_launcher_killed_by_sigkill_takes_its_job_with_it(tmp_path, runner):
@@ -379,10 +371,10 @@ def test_a_launcher_killed_by_sigkill_takes_its_job_with_it(tmp_path, runner):
                                 text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert launcher.stdout is not None
     rank = int(launcher.stdout.readline())
-    assert _alive(rank)
+    assert alive(rank)
     launcher.kill()
     launcher.wait()
     deadline = time.monotonic() + WAIT_SECONDS
-    while _alive(rank) and time.monotonic() < deadline:
+    while alive(rank) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(rank)
+    assert not alive(rank)

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from launcher.inside.parent_death import DieWithParent
+from tests.conftest import alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 
@@ -20,14 +21,6 @@ child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], 
 print(child.pid, flush=True)
 time.sleep(60)
 """
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_a_worker_dies_when_its_parent_is_killed():
