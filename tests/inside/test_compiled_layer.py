@@ -91,6 +91,43 @@ def test_compiled_layer_matches_megatron_layer(model_parallel_cpu, math_calls, o
     assert math_calls == [1]
 
 
+LLAMA = {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "add_bias_linear": False,
+         "normalization": "RMSNorm", "num_query_groups": 2}
+
+
+@pytest.mark.parametrize(("overrides", "rotary_percent", "pair"), [
+    (LLAMA, 1.0, False),
+    ({**LLAMA, "rotary_interleaved": True}, 1.0, False),
+    ({"bias_activation_fusion": True}, 0.5, True),  # GPT-NeoX's partial rotary; queries' and keys' given apart
+    ({**LLAMA, "no_rope_freq": [1, 0]}, 1.0, False),  # this layer (the first) has no RoPE
+], ids=["llama", "interleaved", "partial-rotary-pair", "no-rope-layer"])
+def test_compiled_layer_applies_rotary_embeddings_as_megatron(model_parallel_cpu, math_calls,  # noqa: F811
+                                                              overrides, rotary_percent, pair):
+    from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+
+    upstream, compiled = layer_pair(**overrides, init_method_std=0.3)  # attention weighs in the output
+    assert compiled.fast_path_blocker is None
+    head_dim = upstream.config.kv_channels
+    freqs = RotaryEmbedding(head_dim, rotary_percent, rotary_interleaved=upstream.config.rotary_interleaved,
+                            use_cpu_initialization=True)(12)
+    rope = (freqs, freqs.clone()) if pair else freqs
+    x = torch.randn(12, 3, 64)
+    inputs = [x.clone().requires_grad_(True) for _ in range(2)]
+    expected, _ = upstream(hidden_states=inputs[0], attention_mask=None, rotary_pos_emb=rope)
+    got, _ = compiled(hidden_states=inputs[1], attention_mask=None, rotary_pos_emb=rope)
+    torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+    if "no_rope_freq" not in overrides:  # the embedding changes the layer's output
+        plain, _ = upstream(hidden_states=inputs[0], attention_mask=None)
+        assert not torch.allclose(plain, expected, atol=1e-2)
+    grad = torch.randn_like(expected)
+    expected.backward(grad)
+    got.backward(grad)
+    torch.testing.assert_close(inputs[1].grad, inputs[0].grad, atol=1e-4, rtol=1e-4)
+    for (name, mine), (_, theirs) in zip(compiled.named_parameters(), upstream.named_parameters()):
+        torch.testing.assert_close(mine.grad, theirs.grad, atol=1e-3, rtol=1e-3, msg=name)
+    assert math_calls == [1]
+
+
 def test_compiled_layer_dropout(model_parallel_cpu, math_calls):  # noqa: F811
     upstream, compiled = layer_pair(bias_activation_fusion=True, hidden_dropout=0.2, attention_dropout=0.2)
     x = torch.randn(12, 3, 64)
@@ -126,8 +163,10 @@ def test_inputs_the_compiled_layer_does_not_cover_go_to_megatron(model_parallel_
 
     upstream, layer = layer_pair()
     x = torch.randn(4, 2, 64)
-    out, _ = layer(hidden_states=x, attention_mask=None, rotary_pos_emb=torch.zeros(4, 1, 1, 16))
-    assert out.shape == x.shape
+    # A rotary embedding given as cosines and sines (Megatron's flash-decode inference) is not the fast path's.
+    assert input_blocker((), {"hidden_states": x, "rotary_pos_cos": torch.ones(4, 8)}) == "rotary_pos_cos given"
+    assert input_blocker((), {"hidden_states": x, "rotary_pos_emb": (torch.ones(4, 8),) * 2}) == \
+        "rotary embedding of another form"
     # Two documents in one sequence (--reset-attention-mask): the mask is more than causal and must be applied.
     documents = torch.ones(4, 4, dtype=torch.bool).triu(1)
     documents[2:, :2] = True  # True = masked, as Megatron's

@@ -80,14 +80,21 @@ def test_torchao_is_looked_up_where_the_kernels_are(monkeypatch):
     (["tensor_model_parallel_size=2"], 2, "tensor parallelism (TP > 1)"),
     (["recompute_granularity=full", "recompute_method=uniform", "recompute_num_layers=1"], 1,
      "activation recomputation"),
-    (["position_embedding_type=rope"], 1, "rotary position embeddings"),
     (["squared_relu=true"], 1, "activation functions other than GeLU and SwiGLU"),
     (["reset_attention_mask=true"], 1, "per-document attention masks"),
-], ids=["tp2", "recompute", "rope", "squared-relu", "document-mask"])
+], ids=["tp2", "recompute", "squared-relu", "document-mask"])
 def test_fp8_where_the_compiled_layer_hands_over_to_megatron_is_refused(overrides, gpus, reason):
     text = refusal(["fp8_format=hybrid", *overrides], gpus=gpus)
     assert (f"error: fp8 hybrid without Transformer Engine runs only in the launcher's compiled layers, which do not "
             f"run {reason}") in text
+
+
+def test_fp8_with_rotary_embeddings_runs_in_the_compiled_layers():
+    # Llama's shape on one GPU: RoPE, RMSNorm, SwiGLU, grouped queries
+    resolved = job(["fp8_format=hybrid", "position_embedding_type=rope", "normalization=RMSNorm", "swiglu=true",
+                    "num_query_groups=4", "group_query_attention=true", "add_bias_linear=false"])
+    assert resolved.megatron["fp8"] == "hybrid" and resolved.megatron["position_embedding_type"] == "rope"
+    assert resolved.megatron["spec"] == ["launcher.inside.megatron_ext.sdpa_spec_fast", "layer_spec"]
 
 
 def test_fp8_recipes_of_te_alone_are_refused():

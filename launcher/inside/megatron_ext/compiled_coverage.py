@@ -16,9 +16,6 @@ GAPS: tuple[tuple[str, Callable[[Callable[[str], Any]], bool]], ...] = (
     ("tensor parallelism (TP > 1)", lambda arg: (arg("tensor_model_parallel_size") or 1) > 1),
     ("context parallelism (CP > 1)", lambda arg: (arg("context_parallel_size") or 1) > 1),
     ("activation recomputation (recompute_granularity)", lambda arg: arg("recompute_granularity") is not None),
-    ("rotary position embeddings (position_embedding_type rope/yarn/…)",
-     lambda arg: arg("position_embedding_type") not in (None, "learned_absolute", "none")
-     or bool(arg("use_rotary_position_embeddings"))),
     ("multi-latent attention", lambda arg: bool(arg("multi_latent_attention"))),
     ("experimental attention variants", lambda arg: arg("experimental_attention_variant") is not None),
     ("q/k LayerNorm (qk_layernorm)", lambda arg: bool(arg("qk_layernorm"))),

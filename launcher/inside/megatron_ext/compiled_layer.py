@@ -25,6 +25,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from megatron.core.fp8_utils import is_first_last_bf16_layer
+from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
+from megatron.core.models.common.embeddings.yarn_rotary_pos_embedding import (
+    _yarn_get_concentration_factor_from_config,
+)
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.attention import SelfAttention
 from megatron.core.transformer.enums import AttnMaskType
@@ -68,14 +72,18 @@ def _fused_wgrad_linear(x, weight, bias=None):
 
 def layer_math(
     x, ln1_w, ln1_b, qkv_w, qkv_b, proj_w, proj_b, ln2_w, ln2_b, fc1_w, fc1_b, fc2_w, fc2_b, fused_wgrad=False,
+    q_rope=None, k_rope=None,
     *, eps: float, rms: bool, zero_centered: bool, heads: int, groups: int, head_dim: int, scale: float,
     activation: str, hidden_dropout: float, attention_dropout: float, linear=F.linear,
+    rotary_interleaved: bool = False, rope_mscale: float = 1.0,
 ):
     """One pre-LayerNorm GPT layer on [seq, batch, hidden], in Megatron's weight layout and operation order.
 
     ``linear`` runs the four linears (QKV, projection, fc1, fc2): ``F.linear``, or float8.float8_linear for FP8.
     fused_wgrad: their weight gradients accumulate into their main_grad in the GEMM instead (Megatron's
-    gradient_accumulation_fusion; wgrad_fusion.register'ed), not into param.grad (bf16 only)."""
+    gradient_accumulation_fusion; wgrad_fusion.register'ed), not into param.grad (bf16 only).
+    q_rope, k_rope: the rotary embedding's frequencies for queries and keys ([seq, 1, 1, rotary dim], Megatron's
+    rotary_pos_emb), applied with Megatron's own unfused function (rotary_percent < 1 leaves the rest as is)."""
     if fused_wgrad:
         linear = _fused_wgrad_linear
     s, b, _ = x.shape
@@ -85,6 +93,10 @@ def layer_math(
     qkv = linear(y, qkv_w, qkv_b).view(s, b, groups, (per_group + 2) * head_dim)
     q, k, v = torch.split(qkv, [per_group * head_dim, head_dim, head_dim], dim=3)
     q = q.reshape(s, b, heads, head_dim)
+    if q_rope is not None:
+        q = _apply_rotary_pos_emb_bshd(q, q_rope, rotary_interleaved=rotary_interleaved, mscale=rope_mscale)
+    if k_rope is not None:
+        k = _apply_rotary_pos_emb_bshd(k, k_rope, rotary_interleaved=rotary_interleaved, mscale=rope_mscale)
     attn = sdpa(
         q.permute(1, 2, 0, 3), k.permute(1, 2, 0, 3), v.permute(1, 2, 0, 3),
         dropout_p=attention_dropout, is_causal=True, scale=scale, enable_gqa=groups != heads,
@@ -242,13 +254,32 @@ def run_forward_pre_hooks(layer: torch.nn.Module) -> None:
                 hook(module, ())
 
 
+COVERED_INPUTS = ("hidden_states", "rotary_pos_emb")
+
+
 def input_blocker(args: tuple, kwargs: dict) -> str | None:
-    """None when a forward call passes only hidden states (everything else None); else the reason. An explicit
-    attention mask may be more than causal (--reset-attention-mask); with the SDPA spec the launcher passes none."""
+    """None when a forward call passes only hidden states and the rotary embedding's frequencies (everything else
+    None); else the reason. An explicit attention mask may be more than causal (--reset-attention-mask); with the
+    SDPA spec the launcher passes none."""
     if args or kwargs.get("hidden_states") is None:
         return "positional arguments"
-    given = sorted(k for k, v in kwargs.items() if k != "hidden_states" and v is not None)
-    return f"{', '.join(given)} given" if given else None
+    given = sorted(k for k, v in kwargs.items() if k not in COVERED_INPUTS and v is not None)
+    if given:
+        return f"{', '.join(given)} given"
+    rope = kwargs.get("rotary_pos_emb")
+    pair = rope if isinstance(rope, tuple) else (rope, rope)
+    if len(pair) != 2 or not all(f is None or isinstance(f, torch.Tensor) and f.dim() == 4 for f in pair):
+        return "rotary embedding of another form"
+    return None
+
+
+def rope_frequencies(layer: TransformerLayer, rope: Any) -> tuple[Any, Any]:
+    """(queries', keys') rotary frequencies for this layer, as Megatron's SelfAttention takes them: none on a
+    layer that no_rope_freq exempts; one tensor serves both."""
+    no_rope = layer.config.no_rope_freq
+    if rope is None or (no_rope and no_rope[layer.layer_number - 1]):
+        return None, None
+    return rope if isinstance(rope, tuple) else (rope, rope)
 
 
 def fuse_weight_gradients(config, weights: tuple[torch.Tensor, ...]) -> bool:
@@ -289,12 +320,12 @@ class CompiledLayer(TransformerLayer):
         announce(blocker)
         if blocker is None:
             run_forward_pre_hooks(self)  # e.g. DDP's wait for the overlapped parameter all-gather
-            return self._fast_forward(kwargs["hidden_states"]), None
+            return self._fast_forward(kwargs["hidden_states"], kwargs.get("rotary_pos_emb")), None
         if self.fp8_format is not None:
             raise fp8_refused(blocker)  # Megatron's own forward would train this layer in bf16
         return super().forward(*args, **kwargs)
 
-    def _fast_forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _fast_forward(self, x: torch.Tensor, rope: Any = None) -> torch.Tensor:
         attention, mlp, config = self.self_attention, self.mlp, self.config
         core = attention.core_attention
         ln1, ln2 = self.input_layernorm, self.pre_mlp_layernorm
@@ -306,16 +337,20 @@ class CompiledLayer(TransformerLayer):
             weights = [self.fp8_weights.get(name, w, self.fp8_format)
                        for name, w in zip(("qkv", "proj", "fc1", "fc2"), weights)]
         qkv_w, proj_w, fc1_w, fc2_w = weights
+        q_rope, k_rope = rope_frequencies(self, rope)
         out = compiled_layer_math(self.fp8_format)(
             x, ln1.weight, getattr(ln1, "bias", None), qkv_w, qkv.bias, proj_w, proj.bias,
             ln2.weight, getattr(ln2, "bias", None), fc1_w, fc1.bias, fc2_w, fc2.bias,
             self.fp8_format is None and fuse_weight_gradients(config, (qkv.weight, proj.weight, fc1.weight,
                                                                         fc2.weight)),
+            q_rope, k_rope,
             eps=ln1.eps, rms=NORMS[type(ln1)][0], zero_centered=NORMS[type(ln1)][1],
             heads=core.num_heads_per_partition, groups=core.num_query_groups_per_partition,
             head_dim=config.kv_channels, scale=core.softmax_scale, activation=_activation(config),
             hidden_dropout=self.hidden_dropout if training else 0.0,
             attention_dropout=core.dropout_p if training else 0.0,
+            rotary_interleaved=config.rotary_interleaved,
+            rope_mscale=_yarn_get_concentration_factor_from_config(config),
         )
         # As upstream's layer does: a compiled graph may return a view, which Megatron's checkpointing rejects.
         return make_viewless_tensor(inp=out, requires_grad=out.requires_grad, keep_graph=True)
