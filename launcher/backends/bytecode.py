@@ -29,8 +29,12 @@ def compile_command(megatron_path: Path, env: Mapping[str, str], extra: tuple[Pa
     targets += [path for path in extra if path.is_dir()]
     if not targets or not os.access(megatron_path / "megatron", os.W_OK):
         return None
-    python = shutil.which("python3", path=env.get("PATH")) or sys.executable
-    return [python, "-m", "compileall", "-q", "-j", "0", *map(str, targets)]
+    return [ranks_python(env), "-m", "compileall", "-q", "-j", "0", *map(str, targets)]
+
+
+def ranks_python(env: Mapping[str, str]) -> str:
+    """The python3 the ranks run (the job's PATH), else this one."""
+    return shutil.which("python3", path=env.get("PATH")) or sys.executable
 
 
 def start(megatron_path: Path, env: Mapping[str, str], extra: tuple[Path, ...] = ()) -> subprocess.Popen | None:

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO
 
-from launcher.backends import bytecode, local
+from launcher.backends import bytecode, cold_start, local
 from launcher.errors import Problem, UserError
 from launcher.megatron import dataset_helpers
 from launcher.pipeline.command import Command
@@ -34,6 +34,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     assert job.run_dir is not None, "a training run has a run directory"
     out = out or sys.stdout
     local.runnable_argv(command)  # the checks local.run makes, before anything is written
+    cold_start.read_libraries_ahead()
     if job.existing is None:
         rundir.create_run_dir(job, command, list(job.preset.overrides), run_dir=job.run_dir,
                               megatron_path=job.megatron_path, extra_files=extra_files)
@@ -51,6 +52,8 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     code, failure, closing = None, None, None
     running = _mark_running(job.run_dir)
     env = local.process_environment(job.environment)
+    if cold_start.fill_bytecode_cache(env, bytecode.ranks_python(env)):
+        _say("# bytecode: torch compiled on every core into the launcher's cache (its first launch here)", out)
     helpers = _prepare_helpers(job, env, out)
     compiling = bytecode.start(job.megatron_path, env, (LAUNCHER_ROOT / "launcher" / "inside",)) \
         if job.entry == "pretrain_gpt" else None

@@ -1,0 +1,89 @@
+"""The first launch on a fresh machine: torch's bytecode compiled on every core into the ranks' cache, and the
+shared libraries read ahead; neither on a warm cache, a small machine, or with the switch off."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.backends import cold_start
+
+
+def test_the_cached_bytecode_path_is_pythons_own(tmp_path, monkeypatch):
+    source = tmp_path / "pkg" / "__init__.py"
+    monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "cache"))
+    assert cold_start.cached_bytecode(tmp_path / "cache", source) == Path(importlib.util.cache_from_source(str(source)))
+
+
+@pytest.fixture
+def fake_torch(tmp_path, monkeypatch):
+    package = tmp_path / "site" / "torch"
+    (package / "lib").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    monkeypatch.setattr(cold_start, "torch_package", lambda: package)
+    runs = []
+    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: runs.append((argv, kw)))
+    return package, runs
+
+
+def test_a_cache_without_torchs_bytecode_is_filled_on_every_core(tmp_path, fake_torch):
+    package, runs = fake_torch
+    env = {"PYTHONPYCACHEPREFIX": str(tmp_path / "cache")}
+    assert cold_start.fill_bytecode_cache(env, "/venv/bin/python3", cores=16)
+    (argv, options), = runs
+    assert argv == ["/venv/bin/python3", "-m", "compileall", "-q", "-j", "0", str(package)]
+    assert options["env"]["PYTHONPYCACHEPREFIX"] == env["PYTHONPYCACHEPREFIX"]  # compiled where the ranks look
+    assert options["timeout"] == cold_start.COMPILE_TIMEOUT_S
+
+
+def test_nothing_is_compiled_warm_small_without_a_cache_or_switched_off(tmp_path, fake_torch, monkeypatch):
+    package, runs = fake_torch
+    cache = tmp_path / "cache"
+    env = {"PYTHONPYCACHEPREFIX": str(cache)}
+    assert not cold_start.fill_bytecode_cache(env, "python3", cores=2)  # the ranks compile only what they import
+    assert not cold_start.fill_bytecode_cache({}, "python3", cores=16)  # bytecode beside the sources: not ours
+    monkeypatch.setenv(cold_start.SWITCH_ENV, "off")
+    assert not cold_start.fill_bytecode_cache(env, "python3", cores=16)
+    monkeypatch.delenv(cold_start.SWITCH_ENV)
+    warm = cold_start.cached_bytecode(cache, package / "__init__.py")
+    warm.parent.mkdir(parents=True)
+    warm.write_bytes(b"")
+    assert not cold_start.fill_bytecode_cache(env, "python3", cores=16)
+    assert runs == []
+
+
+def test_a_compilation_that_fails_or_hangs_leaves_the_launch_as_it_was(tmp_path, fake_torch, monkeypatch):
+    def hangs(argv, **kw):
+        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+
+    monkeypatch.setattr(subprocess, "run", hangs)
+    assert not cold_start.fill_bytecode_cache({"PYTHONPYCACHEPREFIX": str(tmp_path / "c")}, "python3", cores=16)
+
+
+def test_the_libraries_read_ahead_are_torchs_and_cudas_that_a_rank_loads(fake_torch):
+    package, _ = fake_torch
+    for name in ("libtorch_cuda.so", "libc10.so", "libgomp.so.1", "README"):
+        (package / "lib" / name).write_bytes(b"\0")
+    for wheel, name in (("cublas", "libcublasLt.so.13"), ("cufft", "libcufft.so.12"), ("nccl", "libnccl.so.2")):
+        (package.parent / "nvidia" / wheel / "lib").mkdir(parents=True)
+        (package.parent / "nvidia" / wheel / "lib" / name).write_bytes(b"\0")
+    names = [p.name for p in cold_start.shared_libraries(package)]
+    assert names == ["libc10.so", "libtorch_cuda.so", "libcublasLt.so.13", "libnccl.so.2"]
+
+
+@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="posix_fadvise")
+def test_reading_ahead_runs_beside_the_launch_and_skips_what_it_cannot_open(fake_torch, monkeypatch):
+    package, _ = fake_torch
+    (package / "lib" / "libc10.so").write_bytes(b"\0" * 4096)
+    os.symlink("/dev/zero", package / "lib" / "libtorch.so")  # not followed
+    thread = cold_start.read_libraries_ahead()
+    assert thread is not None and thread.daemon
+    thread.join(10)
+    assert not thread.is_alive()
+    monkeypatch.setenv(cold_start.SWITCH_ENV, "off")
+    assert cold_start.read_libraries_ahead() is None
