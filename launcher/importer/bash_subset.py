@@ -3515,8 +3515,9 @@ def _brace_inner_names(src: bytes) -> bytes:
 
 
 # Programs that run the command given after their own options (job launchers, containers, process wrappers)
-RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "singularity", "apptainer", "enroot", "podman", "docker",
-                  "env", "numactl", "taskset", "time", "nohup", "stdbuf", "nice", "timeout"}
+RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "jsrun", "flux", "aprun", "ibrun", "horovodrun",
+                  "singularity", "apptainer", "enroot", "podman", "docker", "env", "numactl", "taskset", "time",
+                  "nohup", "stdbuf", "nice", "timeout"}
 
 
 def _written_key(word: str, written: Mapping[str, object]) -> str | None:

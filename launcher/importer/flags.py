@@ -679,6 +679,12 @@ def split_launch(argv: list[str]) -> Launch:
             launch.per_node_only = _per_node_option(launch.wrapper)
         if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
             launch.total_only = _total_only(launch.wrapper)
+        starter = _unknown_starter(launch.wrapper)
+        if starter and not counts_found:
+            launch.dropped.append("(which starts python with pretrain_gpt.py) is a program whose process counts the "
+                                  "import does not read: how many processes run pretrain_gpt.py, on how many nodes, "
+                                  "is not known here; the preset's nodes and gpus_per_node are not set from it (give "
+                                  "--nodes and --gpus-per-node)")
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
         for option, value, why in _unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS or JSRUN_OPTIONS.get(option) in ("per_host", "per_set")
@@ -687,6 +693,24 @@ def split_launch(argv: list[str]) -> Launch:
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+# Programs that run the command they are given once, in this process's place (not one process per GPU)
+RUNS_ONCE = {"conda", "mamba", "micromamba", "uv", "pixi", "poetry", "pipenv", "nohup", "timeout", "exec", "sudo",
+             "ionice", "unbuffer", "nvprof", "rocprof", "rocprofv2", "rocprofv3", "py-spy", "perf", "valgrind",
+             "hpcrun", "gdb", "cuda-gdb", "strace", "ltrace", "xvfb-run", "dlprof"}
+
+
+def _unknown_starter(wrapper: list[str]) -> str:
+    """The program that starts `python pretrain_gpt.py` where it is neither a job launcher the import reads nor one
+    that runs its command once (`pbsdsh`, `charmrun`, `poe`): it may start one process per GPU, as srun does."""
+    if any(job_launcher(word) for word in wrapper):
+        return ""
+    program = wrapper[0] if wrapper else ""
+    name = base_name(program)
+    if not name or MARK in program or name in NOT_A_LAUNCHER or name in RUNS_ONCE:
+        return ""
+    return name
 
 
 def _total_only(wrapper: list[str]) -> str:
@@ -699,7 +723,7 @@ def _total_only(wrapper: list[str]) -> str:
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
         if name in TOTAL_OPTIONS and is_count(value):
-            launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
+            launcher = next((job_launcher(w) for w in wrapper if job_launcher(w)), "")
             given = f"{launcher} " + (word if eq else f"{word} {value}")
         elif name in (*NODE_OPTIONS, *HOST_OPTIONS, *_per_node_options(wrapper)) \
                 or name == "--map-by" and value.endswith(":node"):
@@ -747,7 +771,8 @@ def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
 
 
 # A container image, or a program of the job launchers and container runtimes (not a script of the user's)
-_NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun|mpiexec|orterun|jsrun|numactl|taskset|"
+_NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun.*|mpiexec.*|orterun|jsrun|flux|aprun|"
+                              r"ibrun|horovodrun|numactl|taskset|"
                               r"nsys|env|apptainer|singularity|enroot|podman|docker|exec|run|start|bash|sh")
 
 
@@ -775,7 +800,22 @@ def _hosts_gpus(include: str) -> tuple[int, int] | None:
 
 # The job launchers whose options count processes; a wrapper after them (numactl -N 0: a NUMA node, not a count)
 # ends their options.
-JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun"}
+JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun", "flux", "aprun", "ibrun", "horovodrun"}
+# Open MPI's and MPICH's programs under their packaged names: mpirun.openmpi, mpiexec.hydra, mpiexec_mpt (HPE MPT)
+_MPI_PROGRAM = re.compile(r"(mpirun|mpiexec)[._][\w.]+")
+
+
+def job_launcher(word: str) -> str:
+    """The job launcher `word` runs, by the name its options are read under ("mpirun" for mpirun.openmpi, "mpiexec"
+    for mpiexec.hydra): srun, Open MPI's and MPICH's mpirun/mpiexec, LSF's jsrun, Flux's `flux run`/`flux submit`,
+    Cray ALPS's aprun, TACC's ibrun, horovodrun, deepspeed; "" for any other word."""
+    name = base_name(word)
+    if name in JOB_LAUNCHERS:
+        return name
+    mpi = _MPI_PROGRAM.fullmatch(name)
+    return mpi.group(1) if mpi else ""
+
+
 NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
                   "singularity", "enroot", "podman", "docker", "shifter", "ch-run", "bash", "sh", "zsh", "dash", "ksh"}
 
@@ -816,17 +856,25 @@ def _jsrun_counts(words: list[str]) -> dict[str, int]:
     return out
 
 
+# A one-letter count option with its value attached, as getopt reads it: `srun -N2 -n16`, `flux run -N2`, `aprun -n64`
+# (a digit or a value not known after it: `-np` and `-nolocal` are options of their own)
+_ATTACHED_COUNT = re.compile(rf"(-[nN])([0-9].*|{re.escape(MARK)}.*)")
+
+
 def _launcher_options(wrapper: list[str]) -> list[str]:
+    """The options of the job launchers in `wrapper`, a one-letter count with its value attached split in two
+    (`-N2` is `-N 2`; jsrun's own reader takes `-n8` itself)."""
     out: list[str] = []
-    inside = False
+    inside = jsrun = False
     for word in wrapper:
-        program = base_name(word)
-        if program in JOB_LAUNCHERS:
-            inside = True
-        elif program in NOT_A_LAUNCHER:
+        program = job_launcher(word)
+        if program:
+            inside, jsrun = True, program == "jsrun"
+        elif base_name(word) in NOT_A_LAUNCHER:
             inside = False
         elif inside:
-            out.append(word)
+            attached = None if jsrun else _ATTACHED_COUNT.fullmatch(word)
+            out.extend(attached.groups() if attached else [word])
     return out
 
 
@@ -885,7 +933,7 @@ def _process_counts(wrapper: list[str]) -> tuple[dict[str, int], str]:
 
 
 def _per_node_options(wrapper: list[str]) -> set[str]:
-    """The options that count processes on each node: Open MPI's mpirun also takes `-N n` (n per node, as
-    `--map-by ppr:n:node`), where srun's `-N` counts nodes."""
-    launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
-    return PER_NODE_OPTIONS | {"-N"} if launcher in ("mpirun", "orterun") else PER_NODE_OPTIONS
+    """The options that count processes on each node: Open MPI's mpirun and Cray's aprun also take `-N n` (n per
+    node, as `--map-by ppr:n:node`), where srun's and Flux's `-N` count nodes."""
+    launcher = next((job_launcher(w) for w in wrapper if job_launcher(w)), "")
+    return PER_NODE_OPTIONS | {"-N"} if launcher in ("mpirun", "orterun", "aprun") else PER_NODE_OPTIONS

@@ -118,12 +118,36 @@ def test_a_count_per_node_without_nodes_is_the_jobs_and_named(header, runner, ex
     ("mpirun -np 16 -H node1:8,node2:8", {"nodes": 2, "gpus_per_node": 8}, ""),  # the hosts it names
     ("mpiexec -n 16 -hosts n1,n2", {"nodes": 2, "gpus_per_node": 8}, ""),
     ("mpirun -np 16 -H $HOSTS", {"nodes": None, "gpus_per_node": None}, "a list of hosts not known"),
+    # a one-letter count with its value attached, as getopt reads it (was one node of the preset's 8, unsaid)
+    ("srun -N2 -n16", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("srun -u -n192 -c2 --ntasks-per-node=8", {"nodes": 24, "gpus_per_node": 8}, ""),
+    ("srun -N$NODES --ntasks-per-node=4", {"nodes": None, "gpus_per_node": 4}, ""),
+    ("mpiexec_mpt -np 16", {"nodes": None, "gpus_per_node": None}, "processes in all"),  # -np is no -n p
+    # job launchers of other schedulers and MPI packages (their counts were not read, and nothing said so)
+    ("flux run -N 2 --tasks-per-node=4 -g 1", {"nodes": 2, "gpus_per_node": 4}, ""),
+    ("flux run -N2 -n8 -x -o cpu-affinity=per-task", {"nodes": 2, "gpus_per_node": 4}, ""),
+    ("aprun -n 16 -N 8 -d 8", {"nodes": 2, "gpus_per_node": 8}, ""),  # ALPS's -N is per node
+    ("mpiexec.hydra -n 16 -ppn 8", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("mpirun.openmpi -np 16 --npernode 4", {"nodes": 4, "gpus_per_node": 4}, ""),
+    ("ibrun -n 32", {"nodes": None, "gpus_per_node": None}, "processes in all"),
+    ("horovodrun -np 16 -H h1:8,h2:8", {"nodes": 2, "gpus_per_node": 8}, ""),
 ])
 def test_a_job_launchers_counts_are_read_as_it_reads_them(runner, expected, named):
     imported = import_source(f"#!/bin/bash\n{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
     assert {k: imported.launcher.get(k) for k in expected} == expected
     assert any(named in n for n in imported.not_carried) if named else not any(
         "processes in all" in n or "srun without" in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("runner", "named"), [
+    ("pbsdsh --", True), ("charmrun +p16 ++nodelist hosts", True), ("poe", True),
+    ("nsys profile -o prof", False), ("conda run -n env", False), ("numactl --interleave=all", False), ("", False),
+])
+def test_a_program_that_may_start_python_once_per_gpu_is_named_with_its_counts_unknown(runner, named):
+    # `pbsdsh python pretrain_gpt.py` was read as one node of the preset's 8 GPUs, with nothing said about the counts
+    imported = import_source(f"#!/bin/bash\n{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    said = [n for n in imported.not_carried if "a program whose process counts the import does not read" in n]
+    assert bool(said) == named and not {"nodes", "gpus_per_node"} & set(imported.launcher), said
 
 
 @pytest.mark.parametrize(("decides", "expected"), [
