@@ -2764,21 +2764,10 @@ class _Reader:
         # which the grammar does not: the text so unescaped is read as the script it is
         escaped = backtick and re.search(r"\\[`$\\]", label) is not None
         if backtick and (not body or escaped) and label.strip():
-            saved_capture, saved_cwd = self.capture, self.capture_cwd
-            self.capture = _Capture()
-            saved_shell = self.shell.copy()
-            try:
-                self.nested(node, re.sub(r"\\([`$\\])", r"\1", label) if escaped else label, "`…`")
-            except _Exit:
-                pass
-            finally:
-                captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
-                self.restore(saved_shell)
-            printed = "".join(captured.out).rstrip("\n")
-            if captured.known and (len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed,
-                                                                                              unresolved_names)):
-                return printed
-            return _unknown("$(" + label.strip() + ")")
+            return self.substitute_text(node, re.sub(r"\\([`$\\])", r"\1", label) if escaped else label, label)
+        # `$(< FILE)`: bash reads FILE in place of a command (as `$(cat FILE)`); read as no command it printed nothing
+        if READS_A_FILE.match(label):
+            return self.substitute_text(node, "cat " + label.strip()[1:], label)
         capture = _Capture()
         saved_capture, self.capture = self.capture, capture
         saved_cwd = self.capture_cwd  # a `cd` inside $(…) is that subshell's only
@@ -2797,6 +2786,24 @@ class _Reader:
             # `$(cat $PBS_NODEFILE)` of a large job: its lines are host names not known here, none is a value
             if len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed, unresolved_names):
                 return printed
+        return _unknown("$(" + label.strip() + ")")
+
+    def substitute_text(self, node: Any, text: str, label: str) -> str:
+        """What `text`, read as a script of its own, prints, as $(…) gives it; unknown where that is not known."""
+        saved_capture, saved_cwd = self.capture, self.capture_cwd
+        self.capture = _Capture()
+        saved_shell = self.shell.copy()
+        try:
+            self.nested(node, text, "`…`")
+        except _Exit:
+            pass
+        finally:
+            captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
+            self.restore(saved_shell)
+        printed = "".join(captured.out).rstrip("\n")
+        if captured.known and (len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed,
+                                                                                          unresolved_names)):
+            return printed
         return _unknown("$(" + label.strip() + ")")
 
     def fields(self, node: Any) -> list[str]:
@@ -3513,6 +3520,9 @@ def _brace_inner_names(src: bytes) -> bytes:
             src = TEST_BRACKETS.sub(_double_equals, src)
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
+
+# `$(< FILE)` / `$(<FILE)`: a command substitution of only an input redirection, which bash reads as FILE's text
+READS_A_FILE = re.compile(r"\s*<(?![<(&])\s*\S")
 
 # Programs that run the command given after their own options (job launchers, containers, process wrappers)
 RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "jsrun", "flux", "aprun", "ibrun", "horovodrun",

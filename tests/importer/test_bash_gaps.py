@@ -247,6 +247,15 @@ def test_words_xargs_reads_from_its_input_are_not_known():
     assert any("xargs reads from its input" in loss for loss in imported.lost)
 
 
+@pytest.mark.parametrize("substitution", ["$(< model.args)", "$(<model.args)", '$(< "$DIR/model.args")',
+                                          "`< model.args`"])
+def test_a_command_substitution_that_reads_a_file_is_not_known(substitution):
+    # bash reads the file in place of a command (as `$(cat FILE)`); read as no command, its flags were empty and the
+    # round trip said equal
+    imported = import_source(f"DIR=/cfg\ntorchrun pretrain_gpt.py {substitution} {MODEL}\n", "train.sh")
+    assert any("model.args" in loss and "not known" in loss for loss in imported.lost), imported.lost
+
+
 def test_a_process_substitution_sourced_is_named_as_such():
     imported = import_source(f"source <(grep = conf.ini)\ntorchrun pretrain_gpt.py {MODEL} "
                              "--tensor-model-parallel-size $TP\n", "train.sh")
