@@ -403,6 +403,9 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
                               "own count by the node rank it is given (an argument); a preset gives every node the "
                               f"same, so {setting} is not set from it (give it, and check the world size)"))
+    # a loop runs its commands once per pass (`while true; do nvidia-smi …; sleep 1; done &`, up to the reader's
+    # bound): each is said once
+    notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
                   tuple(differing))
 

@@ -256,6 +256,15 @@ def test_a_command_substitution_that_reads_a_file_is_not_known(substitution):
     assert any("model.args" in loss and "not known" in loss for loss in imported.lost), imported.lost
 
 
+@pytest.mark.parametrize("loop", ["( while true; do nvidia-smi --query-gpu=memory.used; sleep 0.2; done ) > mem.log &",
+                                  "for i in $(seq 1 300); do nvidia-smi -i $((i % 8)); sleep 1; done"])
+def test_a_command_a_loop_runs_many_times_is_named_once_per_line(loop):
+    # a GPU-memory sampler in the background: 2,000 identical lines in the report and the preset's header
+    imported = import_source(f"{loop}\ntorchrun pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert len(imported.not_carried) == len(set(imported.not_carried)) < 10, len(imported.not_carried)
+    assert any("sleep" in note for note in imported.not_carried)
+
+
 def test_a_process_substitution_sourced_is_named_as_such():
     imported = import_source(f"source <(grep = conf.ini)\ntorchrun pretrain_gpt.py {MODEL} "
                              "--tensor-model-parallel-size $TP\n", "train.sh")
