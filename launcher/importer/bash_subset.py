@@ -211,6 +211,9 @@ class Reading:
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
+    # names the script gives a value of its own (`X=4`, `read X`), so that the caller's environment (--env) does not
+    # decide them; `X=${X:-4}` is not one
+    set_by_script: frozenset[str] = frozenset()
     unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
 
 
@@ -396,6 +399,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
         pass
     except RecursionError:
         raise ShellSyntaxError("the script nests more deeply than can be read") from None
+    reader.script_names  # noqa: B018 (scans what is left to scan)
+    reading.set_by_script = frozenset(reader.names_fixed)
     return reading
 
 
@@ -446,6 +451,7 @@ class _Reader:
         self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
         self.current_line = 1
         self.names_seen: set[str] = set()  # every name the script assigns, anywhere (see script_names)
+        self.names_fixed: set[str] = set()  # of them, those it sets whatever the caller's environment holds
         self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
@@ -518,7 +524,9 @@ class _Reader:
                 if piece.tree is not None:
                     self.pending_names.append((piece.tree, piece.text))
                 else:
-                    self.names_seen |= recovery.assigned_names(piece.text)
+                    unread = recovery.assigned_names(piece.text)
+                    self.names_seen |= unread
+                    self.names_fixed |= unread
             self.deeper()
             try:
                 for piece in pieces:
@@ -2425,7 +2433,9 @@ class _Reader:
         """The names the script assigns anywhere; scanned once, when an unset variable is first read."""
         while self.pending_names:
             tree, src = self.pending_names.pop()
-            self.names_seen |= _assigned_names(tree.root_node, src)
+            names, fixed = _assigned_names(tree.root_node, src)
+            self.names_seen |= names
+            self.names_fixed |= fixed
         return self.names_seen
 
     def unset(self, name: str) -> str:
@@ -2867,9 +2877,12 @@ class _Reader:
 
 # -- helpers --------------------------------------------------------------------------------------------------
 
-def _assigned_names(root: Any, src: bytes) -> set[str]:
-    """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion."""
+def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
+    """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion;
+    and of them those it sets to a value of its own somewhere, whatever the caller's environment holds (`X=4`, `for X
+    in`, `read X`, `X="$X --flag"`; not `X=${X:-4}` or `X=${X=4}`, which the caller's X decides)."""
     names: set[str] = set()
+    fixed: set[str] = set()
     stack = [root]
     while stack:
         node = stack.pop()
@@ -2878,13 +2891,20 @@ def _assigned_names(root: Any, src: bytes) -> set[str]:
             if target is not None and target.type == "subscript":
                 target = target.child_by_field_name("name")
             if target is not None:
-                names.add(src[target.start_byte:target.end_byte].decode("utf-8", "replace"))
+                name = src[target.start_byte:target.end_byte].decode("utf-8", "replace")
+                names.add(name)
+                value = node.child_by_field_name("value")
+                told = src[value.start_byte:value.end_byte].decode("utf-8", "replace") if value is not None else ""
+                if node.type == "for_statement" or not re.search(rf"\$\{{{re.escape(name)}:?[-=]", told):
+                    fixed.add(name)
         elif node.type == "command":
             words = [src[c.start_byte:c.end_byte].decode("utf-8", "replace") for c in node.named_children]
-            if words and words[0] == "read":
-                names.update(w for w in words[1:] if NAME.fullmatch(w))
+            if words and words[0] in ("read", "mapfile", "readarray"):
+                read = {w for w in words[1:] if NAME.fullmatch(w)}
+                names.update(read)
+                fixed.update(read)
         stack.extend(node.named_children)
-    return names
+    return names, fixed
 
 
 @lru_cache(maxsize=16)

@@ -226,6 +226,7 @@ class Source:
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
     lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
+    set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -407,7 +408,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     # bound): each is said once
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  tuple(differing))
+                  tuple(differing), reading.set_by_script)
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
@@ -570,7 +571,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(_comment(unknown + ": each branch that sets it gives only data, checkpoint or logging "
                                   "flags (not carried)"))
         else:
-            variables = [n for n in missing if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+            # the caller's variables only: one the script sets itself (`G=$((B * N))`, `read -a A < file`) is not
+            # decided by --env
+            variables = [n for n in missing if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
+                         and n not in source.set_by_script]
             ways = ([f"--set {arg.dest}=VALUE"] if arg is not None else []) + (
                 [f"import with {' '.join(f'--env {n}=VALUE' for n in variables)}"] if variables else [])
             lost.append(_comment(unknown + (f" (set it: {', or '.join(ways)})" if ways else "")))
