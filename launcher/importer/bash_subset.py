@@ -3039,6 +3039,19 @@ def _wrap(value: int) -> int:
     return value
 
 
+class _TestError(Exception):
+    """test(1) refuses an operand (`[ false -ne 1 ]`: integer expression expected): the test's status is 2, false."""
+
+
+def _decimal(text: str) -> int:
+    """An operand of test(1)'s -eq … -ge: a decimal integer, blanks around it and a sign allowed (leading zeros are
+    decimal); anything else is the test's error."""
+    found = re.fullmatch(r"[ \t\n]*([-+]?[0-9]+)[ \t\n]*", text)
+    if found is None:
+        raise _TestError(text)
+    return _wrap(int(found.group(1)))
+
+
 def _number(text: str) -> int:
     text = text.strip()
     try:
@@ -3714,12 +3727,33 @@ class _Test:
     def __init__(self, words: list[str], double: bool):
         self.words, self.double, self.at = words, double, 0
         self.rematch: list[str] | None = None  # BASH_REMATCH of the last `=~` that matched ([] when one failed)
+        self.skipping = False  # reading past an operand whose value the other side of -a/-o, &&/|| makes moot
 
     def parse(self) -> tuple[bool, bool]:
         if not self.words:
             return False, False
-        value = self.or_()
+        try:
+            value = self.or_()
+        except _TestError:  # `[ false -ne 1 ]`: test(1) says "integer expression expected", status 2
+            return False, False
         return value, self.at < len(self.words)
+
+    def moot(self) -> None:
+        """Read past the next operand without evaluating it (bash does not need its value)."""
+        saved, self.skipping = self.skipping, True
+        try:
+            self.not_()
+        finally:
+            self.skipping = saved
+
+    def decided(self, left: Callable[[], bool], settles: bool) -> tuple[bool | None, bool]:
+        """The left operand of -a/-o, &&/||: its value, or None where it is not known; and whether it settles the
+        whole (false for `and`, true for `or`)."""
+        try:
+            value = left()
+        except _Unknown:
+            return None, False
+        return value, value == settles
 
     def peek(self) -> str | None:
         return self.words[self.at] if self.at < len(self.words) else None
@@ -3730,19 +3764,29 @@ class _Test:
         return word
 
     def or_(self) -> bool:
-        value = self.and_()
-        while self.peek() in ("||", "-o"):
-            self.take()
-            right = self.and_()
-            value = value or right
-        return value
+        return self.chain(self.and_, ("||", "-o"), settles=True)
 
     def and_(self) -> bool:
-        value = self.not_()
-        while self.peek() in ("&&", "-a") and self.at + 1 < len(self.words):
+        return self.chain(self.not_, ("&&", "-a"), settles=False)
+
+    def chain(self, operand: Callable[[], bool], ops: tuple[str, ...], settles: bool) -> bool:
+        """`A -o B -o …` (settles=True) or `A -a B …` (settles=False): one operand that settles it decides it, whatever
+        the others are, known or not (`[ "$N" -ne 1 -a -f "$HOSTS" ]` with N=1 is false without the file)."""
+        value, done = self.decided(operand, settles)
+        while self.peek() in ops and (ops[0] == "||" or self.at + 1 < len(self.words)):
             self.take()
-            right = self.not_()
-            value = value and right
+            if done:
+                self.moot()
+                continue
+            right, done = self.decided(operand, settles)
+            if done:
+                value = settles
+            elif value is not None and right is not None:
+                value = right
+            else:
+                value = None
+        if value is None:
+            raise _Unknown("an operand not known")
         return value
 
     def not_(self) -> bool:
@@ -3757,25 +3801,38 @@ class _Test:
             raise _Unknown("empty")
         if word == "(":
             self.take()
-            value = self.or_()
+            try:
+                value = self.or_()
+            except _Unknown:
+                self.past_group()
+                raise
             if self.peek() == ")":
                 self.take()
             return value
         following = self.words[self.at + 1] if self.at + 1 < len(self.words) else None
         if following is not None and self.at + 2 < len(self.words) and self._binary_op(following):
             left, op, right = self.take(), self.take(), self.take()
-            return self.binary(left, op, right)
+            return False if self.skipping else self.binary(left, op, right)
         if word in ("-n", "-z") and following is not None:
             self.take()
-            operand = self.operand(self.take())
-            return bool(operand) == (word == "-n")
+            operand = self.take()
+            return False if self.skipping else bool(self.operand(operand)) == (word == "-n")
         if word in self.UNARY_FILE or word == "-v":
             self.take()
             if following is not None:
                 self.take()
+            if self.skipping:
+                return False
             raise _Unknown(word)  # the file system / environment is not read
         self.take()
-        return bool(self.operand(word))
+        return False if self.skipping else bool(self.operand(word))
+
+    def past_group(self) -> None:
+        """Past the `)` that closes the group being read (an operand in it was not known)."""
+        depth = 1
+        while self.peek() is not None and depth:
+            word = self.take()
+            depth += {"(": 1, ")": -1}.get(word, 0)
 
     def _binary_op(self, word: str) -> bool:
         return word in ("=", "==", "!=", "=~", "<", ">") or word in self.INT_OPS or word in (
@@ -3810,9 +3867,9 @@ class _Test:
         if op in ("<", ">"):
             return (left < right) if op == "<" else (left > right)
         if op in self.INT_OPS:
-            try:
+            if self.double:  # [[ ]] reads each side as arithmetic (010 is octal, 0x10 hex)
                 a, b = _number(left), _number(right)
-            except _Unknown:
-                raise
+            else:  # test(1) takes decimal integers only: `[ 010 -eq 8 ]` is false, `[ false -ne 1 ]` an error
+                a, b = _decimal(left), _decimal(right)
             return bool(self.INT_OPS[op](a, b))
         raise _Unknown(op)

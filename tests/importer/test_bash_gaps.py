@@ -210,6 +210,15 @@ MORE_SHAPES = [
     'GBS=64; DP=2\nif [ "$GBS" -gt 1 ]; then\n  H=${HL_H:-$((( GBS / DP + 15 ) / 16 ))}\nfi\nW="$H"',
     'A=4\nW="${U:-$(( ($A + 1) * 2 ))} ${U:-"$(( (A + 1) * 2 ))"}x ${U:+$(( (A) ))}${V-$(( (A) % 3 ))}"',
     'A=3\nB=${A:+$(( (A + 1) ))}${Q:=$(( ((A)) * (2) ))}\nW="$B $Q $(( (A) ))"',
+    # test(1)'s integers are decimal, anything else its error (status 2, false): `[ false -ne 'false' ]` was
+    # undecided and HabanaAI's Mixtral script was refused; `[ 010 -eq 8 ]` was read as octal
+    "P=false\nif [ $P -ne 'false' ]; then W=t; else W=f; fi\n[ 010 -eq 8 ] && W+=oct || W+=dec\n"
+    "[ 0x10 -eq 16 ] && W+=hex || W+=nohex\n[[ 010 -eq 8 ]] && W+=' arith' || W+=' noarith'\n"
+    '[ " 3 " -eq 3 ] && W+=" blank"\n[ ! x -eq 1 ] && W+=" bang" || W+=" nobang"',
+    # one side settles -a/-o, &&/||: the file test on the other side (not known here) does not matter
+    'N=1\nif [ "$N" -ne "1" -a -f "$HOSTS" ]; then W=multi; else W=single; fi\n'
+    '[ -d /nonexistent/x -o "$N" = 1 ] && W+=" or"\n[[ -f /nonexistent/y && $N -eq 2 ]] || W+=" and"\n'
+    '[ \\( -f /nonexistent/z -a "$N" = 2 \\) -o "$N" = 1 ] && W+=" group"',
 ]
 
 
