@@ -1947,6 +1947,8 @@ class _Reader:
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
                 coreutils.seq(argv[1:]) if program == "seq" else \
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
+                and not unresolved_names(self.stdin) else \
+                coreutils.tr(argv[1:], self.stdin) if program == "tr" and self.stdin is not None \
                 and not unresolved_names(self.stdin) else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)

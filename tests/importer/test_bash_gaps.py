@@ -215,6 +215,10 @@ MORE_SHAPES = [
     "P=false\nif [ $P -ne 'false' ]; then W=t; else W=f; fi\n[ 010 -eq 8 ] && W+=oct || W+=dec\n"
     "[ 0x10 -eq 16 ] && W+=hex || W+=nohex\n[[ 010 -eq 8 ]] && W+=' arith' || W+=' noarith'\n"
     '[ " 3 " -eq 3 ] && W+=" blank"\n[ ! x -eq 1 ] && W+=" bang" || W+=" nobang"',
+    # tr of known input (Habana's `$(echo "$USE_TORCH_COMPILE" | tr '[:upper:]' '[:lower:]')` left its exit branch
+    # undecided)
+    "C=True\nL=$(echo \"$C\" | tr '[:upper:]' '[:lower:]')\nW=\"$L $(echo 'a, b,,c' | tr -d ' ' | tr -s ',' ':')\"\n"
+    "W+=\" $(printf 'x-y' | tr 'a-z-' 'A-Z_') $(echo 8x | tr -d '[:alpha:]\\n')\"",
     # one side settles -a/-o, &&/||: the file test on the other side (not known here) does not matter
     'N=1\nif [ "$N" -ne "1" -a -f "$HOSTS" ]; then W=multi; else W=single; fi\n'
     '[ -d /nonexistent/x -o "$N" = 1 ] && W+=" or"\n[[ -f /nonexistent/y && $N -eq 2 ]] || W+=" and"\n'
