@@ -452,6 +452,9 @@ class Launch:
     per_node_only: str = ""
     # the job launcher's count of all its processes, given without a count of nodes or per node (`mpirun -np 16`)
     total_only: str = ""
+    # what is said of the runner's own options (torchrun's, deepspeed's), said after the runner's name, not the
+    # wrapper's (`srun … torchrun --master-port=$P`)
+    runner_notes: list[str] = field(default_factory=list)
 
     @property
     def per_task(self) -> bool:
@@ -599,6 +602,7 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append(f"runs under `{shown_words(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")
     runner = launch.runner
+    say = launch.runner_notes.append
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
     k = 0
     while k < len(runner):
@@ -628,42 +632,47 @@ def split_launch(argv: list[str]) -> Launch:
             continue
         given = word if eq else f"{word} {value}".strip()  # `--opt=value` is said once, as written
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
-            launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
-                                  "give it as the preset's gpus_per_node (8 unless set)")
+            say(f"{given}: one process per GPU of the node, a count known only where it runs; "
+                "give it as the preset's gpus_per_node (8 unless set)")
             continue
         elastic = re.fullmatch(r"([0-9]+):([0-9]+)", value) if name == "nnodes" else None
         if elastic and elastic.group(1) == elastic.group(2):
             value = elastic.group(1)  # --nnodes=2:2: a fixed size written as a range
         elif elastic:
-            launch.dropped.append(f"{given}: an elastic job of {elastic.group(1)} to {elastic.group(2)} nodes, as "
-                                  "many as join; the launcher starts a fixed number (give it with --nodes)")
+            say(f"{given}: an elastic job of {elastic.group(1)} to {elastic.group(2)} nodes, as "
+                "many as join; the launcher starts a fixed number (give it with --nodes)")
             continue
         if name in TORCHRUN_SETTINGS:
             setting = TORCHRUN_SETTINGS[name]
             if setting in ("nodes", "gpus_per_node") and is_count(value):
                 launch.launcher[setting] = int(value)
             elif setting in ("nodes", "gpus_per_node") and re.fullmatch(r"[0-9]+", value):
-                launch.dropped.append(f"{given}: not a count of {'nodes' if setting == 'nodes' else 'processes'} "
-                                      f"(1 to {MAX_COUNT:,})")
+                say(f"{given}: not a count of {'nodes' if setting == 'nodes' else 'processes'} "
+                    f"(1 to {MAX_COUNT:,})")
             elif setting == "master_port" and re.fullmatch(r"[0-9]{1,9}", value):
                 launch.launcher[setting] = int(value)
             elif setting == "master_addr" and value:
                 launch.launcher[setting] = value
+            elif MARK in value and setting in ("nodes", "gpus_per_node"):  # --nnodes $NNODES, --nproc_per_node $G
+                say(f"{given}: not known without running the script; the preset's {setting} is not "
+                    f"set from it (give --{setting.replace('_', '-')})")
+            elif MARK in value:
+                say(f"{given}: not known without running the script")
             else:
-                launch.dropped.append(f"{given}: not a number")
+                say(f"{given}: not a number")
         elif name in TORCHRUN_DROPPED:
-            launch.dropped.append(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
+            say(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
         else:
-            launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
+            say(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
     if runner and base_name(runner[0]) == "deepspeed" and not options & {"num_gpus", "include", "i"}:
-        launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
-                              "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
-                              "(8 unless set)")
+        say("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
+            "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
+            "(8 unless set)")
     if runner and base_name(runner[0]) == "deepspeed" and "hostfile" in options \
             and not options & {"num_nodes", "include", "i"}:
-        launch.dropped.append("(--hostfile without --num_nodes): every host the file lists, a count known only where "
-                              "it runs; give it as the preset's nodes (1 unless set)")
+        say("(--hostfile without --num_nodes): every host the file lists, a count known only where "
+            "it runs; give it as the preset's nodes (1 unless set)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
@@ -680,6 +689,12 @@ def split_launch(argv: list[str]) -> Launch:
         if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
             launch.total_only = _total_only(launch.wrapper)
         starter = _unknown_starter(launch.wrapper)
+        once = not any(job_launcher(w) or MARK in w for w in launch.wrapper)  # bare, or numactl/nsys … around it
+        if once and not starter and not launch.via_program:
+            launch.dropped.append("runs pretrain_gpt.py under no job launcher: bash starts one process (a world of 1), "
+                                  "unless the script is itself started once per GPU (srun or mpirun around it); the "
+                                  "preset's nodes and gpus_per_node are not set from it (give --nodes and "
+                                  "--gpus-per-node)")
         if starter and not counts_found:
             launch.dropped.append("(which starts python with pretrain_gpt.py) is a program whose process counts the "
                                   "import does not read: how many processes run pretrain_gpt.py, on how many nodes, "

@@ -383,7 +383,28 @@ def test_a_runner_option_written_with_equals_is_named_as_written():
     imported = import_source(f"deepspeed --launcher=MPICH --num_nodes=$N pretrain_gpt.py {MODEL}\n", "train.sh")
     said = " | ".join(imported.not_carried)
     assert "--launcher=MPICH: a deepspeed option" in said and "MPICH MPICH" not in said
-    assert "--num_nodes=${N}: not a number" in said
+    assert "--num_nodes=${N}: not known without running the script; the preset's nodes is not set" in said
+
+
+@pytest.mark.parametrize(("runner", "said"), [("", True), ("numactl --interleave=all nsys profile -o p", True),
+                                              ("LOCAL_RANK=0", True), ("srun -N 2", False), ("mpirun -np 8", False)])
+def test_python_under_no_job_launcher_is_said_to_be_one_process_whose_count_is_not_carried(runner, said):
+    # the preset ran 8 ranks on one node where bash starts one (or an outer srun one per GPU): nothing said so
+    imported = import_source(f"{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    named = [n for n in imported.not_carried if "bash starts one process (a world of 1)" in n]
+    assert bool(named) == said, imported.not_carried
+    assert not said or not {"nodes", "gpus_per_node"} & set(imported.launcher)
+
+
+def test_a_runner_option_under_a_job_launcher_is_said_of_the_runner_with_what_is_unknown():
+    # was "srun --master-port=${P}: not a number" (srun has no such option; the port is only not known here), and
+    # "--nnodes ${N}: not a number" left unsaid that the preset's nodes is not the script's
+    imported = import_source(f"srun --ntasks-per-node=1 python -m torch.distributed.run --nnodes $N --nproc-per-node 8 "
+                             f"--master-port=$P pretrain_gpt.py {MODEL}\n", "train.sh")
+    said = " | ".join(imported.not_carried)
+    assert "python --master-port=${P}: not known without running the script" in said, said
+    assert "python --nnodes ${N}: not known without running the script; the preset's nodes is not set" in said
+    assert "not a number" not in said and "srun --master-port" not in said
 
 
 def test_a_here_document_marker_inside_a_quoted_string_is_no_here_document():
