@@ -505,6 +505,18 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
         if launch.per_task:
+            mpi = next((flag_reader.job_launcher(w) for w in launch.wrapper
+                        if flag_reader.job_launcher(w) in ("mpirun", "mpiexec", "orterun")), "")
+            if mpi and not {"nodes", "gpus_per_node"} & set(launcher) and not launch.total_only \
+                    and not launch.per_node_only and not flag_reader.unknown_counts(launch.wrapper):
+                # `mpirun python …` with no count of its own starts one process per slot of the job's allocation
+                nodes, per_node = source.slurm.get("nodes"), source.slurm.get("ntasks-per-node")
+                if nodes and per_node:  # under Slurm: its #SBATCH tasks (Open MPI and MPICH read the allocation)
+                    launcher.update({"nodes": nodes, "gpus_per_node": per_node})
+                else:
+                    notes.append(f"{mpi} with no process count starts one process per slot of the job's allocation "
+                                 "(the scheduler's, not known here); the preset's nodes and gpus_per_node are not "
+                                 "set from it (give --nodes and --gpus-per-node)")
             if any(base_name(w) == "srun" for w in launch.wrapper):
                 # srun without its own counts starts the job's tasks: the #SBATCH lines give them
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):

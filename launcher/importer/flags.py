@@ -701,7 +701,7 @@ def split_launch(argv: list[str]) -> Launch:
                                   "is not known here; the preset's nodes and gpus_per_node are not set from it (give "
                                   "--nodes and --gpus-per-node)")
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
-        for option, value, why in _unknown_counts(launch.wrapper):
+        for option, value, why in unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS or JSRUN_OPTIONS.get(option) in ("per_host", "per_set")
             if ("gpus_per_node" if per_node else "nodes") not in counts_found:
                 launch.dropped.append(f"{option} {value}: {why}; the "
@@ -766,7 +766,7 @@ def _per_node_option(wrapper: list[str]) -> str:
     return given
 
 
-def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
+def unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
     """The job launcher's process-count options whose value is no count: (option, value, why), `-np ${NUM_GPUS}`
     not known without running the script, `-np 0` / `-np 1e9` / `-np ٨` none a job launcher takes."""
     options = _launcher_options(wrapper)

@@ -386,6 +386,21 @@ def test_a_runner_option_written_with_equals_is_named_as_written():
     assert "--num_nodes=${N}: not known without running the script; the preset's nodes is not set" in said
 
 
+@pytest.mark.parametrize(("header", "runner", "expected", "named"), [
+    ("#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\n", "mpirun", {"nodes": 2, "gpus_per_node": 8}, False),
+    ("#SBATCH --nodes=2 --ntasks-per-node=4\n", "mpiexec --bind-to none", {"nodes": 2, "gpus_per_node": 4}, False),
+    ('#BSUB -n 8\n#BSUB -R "span[ptile=4]"\n', "mpirun", {"nodes": None, "gpus_per_node": None}, True),
+    ("#PBS -l select=2:ncpus=32:ngpus=4:mpiprocs=4\n", "mpiexec", {"nodes": None, "gpus_per_node": None}, True),
+    ("", "mpirun --hostfile hosts", {"nodes": None, "gpus_per_node": None}, True),
+    ("#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\n", "mpirun -np 4", {"nodes": None, "gpus_per_node": 4}, False),
+])
+def test_mpirun_without_counts_runs_the_jobs_slots(header, runner, expected, named):
+    # Open MPI and MPICH start one process per slot of the allocation: a job of 2 nodes × 8 tasks was one node of 8
+    imported = import_source(f"#!/bin/bash\n{header}{runner} python pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    assert named == any("starts one process per slot of the job's allocation" in n for n in imported.not_carried)
+
+
 @pytest.mark.parametrize(("runner", "said"), [("", True), ("numactl --interleave=all nsys profile -o p", True),
                                               ("LOCAL_RANK=0", True), ("srun -N 2", False), ("mpirun -np 8", False)])
 def test_python_under_no_job_launcher_is_said_to_be_one_process_whose_count_is_not_carried(runner, said):
