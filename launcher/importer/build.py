@@ -518,11 +518,13 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                                  "(the scheduler's, not known here); the preset's nodes and gpus_per_node are not "
                                  "set from it (give --nodes and --gpus-per-node)")
             if any(base_name(w) == "srun" for w in launch.wrapper):
-                # srun without its own counts starts the job's tasks: the #SBATCH lines give them
+                # srun without its own counts starts the job's tasks: the #SBATCH lines give them, or the salloc or
+                # sbatch that runs it (`salloc -N 2 --ntasks-per-node=8 srun …`), whose options win over the lines
+                slurm = {**source.slurm, **flag_reader.allocation(launch.wrapper)}
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
-                    if setting not in launcher and option in source.slurm:
-                        launcher[setting] = source.slurm[option]
-                nodes, tasks = source.slurm.get("nodes"), source.slurm.get("ntasks")
+                    if setting not in launcher and option in slurm:
+                        launcher[setting] = slurm[option]
+                nodes, tasks = slurm.get("nodes"), slurm.get("ntasks")
                 if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
                         and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
                     launcher["gpus_per_node"] = tasks // nodes
@@ -534,6 +536,12 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     notes.append("srun without a count of tasks on each node: the job's --ntasks-per-node, else one "
                                  "task a node (not known here); the preset's gpus_per_node is not set from it (8 "
                                  "unless set)")
+                if not {"nodes", "gpus_per_node"} & set(launcher) and not launch.total_only \
+                        and not flag_reader.unknown_counts(launch.wrapper):
+                    said = f" (SLURM_NTASKS={slurm['ntasks']}, over nodes Slurm chooses)" if "ntasks" in slurm else ""
+                    notes.append(f"srun with no count of its own starts the job's tasks{said}, which neither the "
+                                 "command nor the #SBATCH lines give per node; the preset's nodes and gpus_per_node "
+                                 "are not set from it (give --nodes and --gpus-per-node)")
             if launch.total_only and "gpus_per_node" not in launcher:
                 over = (f"over the job's {launcher['nodes']} nodes, not a whole number on each" if "nodes" in launcher
                         else "over nodes the command does not count (the job's hosts, not known here)")

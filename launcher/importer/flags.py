@@ -711,9 +711,9 @@ def split_launch(argv: list[str]) -> Launch:
 
 
 # Programs that run the command they are given once, in this process's place (not one process per GPU)
-RUNS_ONCE = {"conda", "mamba", "micromamba", "uv", "pixi", "poetry", "pipenv", "nohup", "timeout", "exec", "sudo",
-             "ionice", "unbuffer", "nvprof", "rocprof", "rocprofv2", "rocprofv3", "py-spy", "perf", "valgrind",
-             "hpcrun", "gdb", "cuda-gdb", "strace", "ltrace", "xvfb-run", "dlprof"}
+RUNS_ONCE = {"sbatch", "salloc", "conda", "mamba", "micromamba", "uv", "pixi", "poetry", "pipenv", "nohup", "timeout",
+             "exec", "sudo", "ionice", "unbuffer", "nvprof", "rocprof", "rocprofv2", "rocprofv3", "py-spy", "perf",
+             "valgrind", "hpcrun", "gdb", "cuda-gdb", "strace", "ltrace", "xvfb-run", "dlprof"}
 
 
 def _unknown_starter(wrapper: list[str]) -> str:
@@ -870,6 +870,33 @@ def _jsrun_counts(words: list[str]) -> dict[str, int]:
         out["gpus_per_node"] = total
     return out
 
+
+# Slurm's programs that make an allocation for the job launcher they run (`sbatch --wrap "srun …"`, `salloc … srun`):
+# their counts are the job's, as #SBATCH lines would give them; alone they run the command once
+ALLOCATORS = {"salloc", "sbatch"}
+_ALLOCATION_OPTIONS = {"-N": "nodes", "--nodes": "nodes", "--ntasks-per-node": "ntasks-per-node", "-n": "ntasks",
+                       "--ntasks": "ntasks"}
+
+
+def allocation(wrapper: list[str]) -> dict[str, int]:
+    """The counts `salloc`/`sbatch` give the job launcher they run (`salloc -N 2 --ntasks-per-node=8 srun …`), keyed as
+    the #SBATCH lines' (nodes, ntasks-per-node, ntasks); {} without one."""
+    found: dict[str, int] = {}
+    at = next((k for k, w in enumerate(wrapper) if base_name(w) in ALLOCATORS), None)
+    end = next((k for k, w in enumerate(wrapper) if job_launcher(w)), len(wrapper))
+    if at is None or at > end:
+        return found
+    words = wrapper[at + 1:end]
+    for k, word in enumerate(words):
+        attached = _ATTACHED_COUNT.fullmatch(word)
+        name, eq, value = word.partition("=")
+        if attached:
+            name, value = attached.groups()
+        elif not eq:
+            value = words[k + 1] if k + 1 < len(words) else ""
+        if name in _ALLOCATION_OPTIONS and is_count(value):
+            found[_ALLOCATION_OPTIONS[name]] = int(value)
+    return found
 
 # A one-letter count option with its value attached, as getopt reads it: `srun -N2 -n16`, `flux run -N2`, `aprun -n64`
 # (a digit or a value not known after it: `-np` and `-nolocal` are options of their own)

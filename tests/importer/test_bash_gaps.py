@@ -386,6 +386,22 @@ def test_a_runner_option_written_with_equals_is_named_as_written():
     assert "--num_nodes=${N}: not known without running the script; the preset's nodes is not set" in said
 
 
+@pytest.mark.parametrize(("command", "expected", "named"), [
+    ("salloc -N 2 --ntasks-per-node=8 srun python pretrain_gpt.py", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ('sbatch -N 2 --ntasks-per-node=8 --wrap "srun python pretrain_gpt.py', {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("salloc -N 2 --ntasks-per-node=8 srun -N 1 -n 4 python pretrain_gpt.py", {"nodes": 1, "gpus_per_node": 4}, ""),
+    ("#SBATCH --ntasks=16\nsrun python pretrain_gpt.py", {"nodes": None, "gpus_per_node": None}, "SLURM_NTASKS=16"),
+    ('sbatch -N 2 --ntasks-per-node=8 --wrap "python pretrain_gpt.py', {"nodes": None, "gpus_per_node": None},
+     "bash starts one process"),
+])
+def test_srun_runs_in_the_allocation_its_salloc_or_sbatch_makes(command, expected, named):
+    # the allocation's counts were not read (one node of 8, round trip equal), nor its absence said
+    text = f"#!/bin/bash\n{command} {MODEL}" + ('"' if command.count('"') % 2 else "") + "\n"
+    imported = import_source(text, "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    assert not named or any(named in n for n in imported.not_carried), imported.not_carried
+
+
 @pytest.mark.parametrize(("header", "runner", "expected", "named"), [
     ("#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\n", "mpirun", {"nodes": 2, "gpus_per_node": 8}, False),
     ("#SBATCH --nodes=2 --ntasks-per-node=4\n", "mpiexec --bind-to none", {"nodes": 2, "gpus_per_node": 4}, False),
