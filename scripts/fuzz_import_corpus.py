@@ -70,7 +70,7 @@ def _stop(*_: object) -> None:
     raise _Slow
 
 
-def run_one(text: str, args: list[str], scratch: Path) -> str | None:
+def run_one(text: str, args: list[str], scratch: Path, environment: dict[str, str] | None = None) -> str | None:
     """None when the import ended with a report or an error line within SLOW_S and wrote no count out of range;
     else the traceback's last line, the count, or that it ran on."""
     script, preset = scratch / "script.sh", scratch / "imported.yaml"
@@ -80,7 +80,7 @@ def run_one(text: str, args: list[str], scratch: Path) -> str | None:
     signal.alarm(SLOW_S)
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            import_main([str(script), *args], str(preset), job_as_declared)
+            import_main([str(script), *args], str(preset), job_as_declared, environment=environment)
     except UserError:
         pass
     except _Slow:
@@ -116,7 +116,7 @@ def main() -> int:
         for variant in variations(text, options.lines, options.inserts, options.seed, options.numbers):
             imports += 1
             started = time.monotonic()
-            failed = run_one(variant, index[name].get("args", []), options.out)
+            failed = run_one(variant, index[name].get("args", []), options.out, index[name].get("env"))
             slowest = max(slowest, time.monotonic() - started)
             if failed:
                 failures += 1

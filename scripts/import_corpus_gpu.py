@@ -304,7 +304,7 @@ def agreement(row: Row) -> bool | None:
 def import_row(name: str, entry: dict, workdir: Path) -> tuple[Row, Path | None, dict]:
     row = Row(name, f"{entry['repository']}/{entry['path']}@{entry['commit'][:12]}")
     try:
-        imported = import_source((CORPUS / name).read_text(), name, entry.get("args", []))
+        imported = import_source((CORPUS / name).read_text(), name, entry.get("args", []), environment=entry.get("env"))
     except UserError as exc:
         row.imports, row.launcher, row.reason = "error", "refused", "import: " + rendered(exc.problems)
         return row, None, {}

@@ -211,6 +211,9 @@ class Reading:
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
+    # names the script gives a value of its own (`X=4`, `read X`), so that the caller's environment (--env) does not
+    # decide them; `X=${X:-4}` is not one
+    set_by_script: frozenset[str] = frozenset()
     unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
 
 
@@ -396,6 +399,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
         pass
     except RecursionError:
         raise ShellSyntaxError("the script nests more deeply than can be read") from None
+    reader.script_names  # noqa: B018 (scans what is left to scan)
+    reading.set_by_script = frozenset(reader.names_fixed)
     return reading
 
 
@@ -446,6 +451,7 @@ class _Reader:
         self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
         self.current_line = 1
         self.names_seen: set[str] = set()  # every name the script assigns, anywhere (see script_names)
+        self.names_fixed: set[str] = set()  # of them, those it sets whatever the caller's environment holds
         self.pending_names: list[tuple[Any, bytes]] = []  # sources parsed, not yet scanned for names
         if self.positional is not None:  # without any, $# stays unknown: a script run by hand is usually given some
             self.set_positional(self.positional)
@@ -518,7 +524,9 @@ class _Reader:
                 if piece.tree is not None:
                     self.pending_names.append((piece.tree, piece.text))
                 else:
-                    self.names_seen |= recovery.assigned_names(piece.text)
+                    unread = recovery.assigned_names(piece.text)
+                    self.names_seen |= unread
+                    self.names_fixed |= unread
             self.deeper()
             try:
                 for piece in pieces:
@@ -1939,6 +1947,8 @@ class _Reader:
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
                 coreutils.seq(argv[1:]) if program == "seq" else \
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
+                and not unresolved_names(self.stdin) else \
+                coreutils.tr(argv[1:], self.stdin) if program == "tr" and self.stdin is not None \
                 and not unresolved_names(self.stdin) else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)
@@ -2425,7 +2435,9 @@ class _Reader:
         """The names the script assigns anywhere; scanned once, when an unset variable is first read."""
         while self.pending_names:
             tree, src = self.pending_names.pop()
-            self.names_seen |= _assigned_names(tree.root_node, src)
+            names, fixed = _assigned_names(tree.root_node, src)
+            self.names_seen |= names
+            self.names_fixed |= fixed
         return self.names_seen
 
     def unset(self, name: str) -> str:
@@ -2764,21 +2776,10 @@ class _Reader:
         # which the grammar does not: the text so unescaped is read as the script it is
         escaped = backtick and re.search(r"\\[`$\\]", label) is not None
         if backtick and (not body or escaped) and label.strip():
-            saved_capture, saved_cwd = self.capture, self.capture_cwd
-            self.capture = _Capture()
-            saved_shell = self.shell.copy()
-            try:
-                self.nested(node, re.sub(r"\\([`$\\])", r"\1", label) if escaped else label, "`…`")
-            except _Exit:
-                pass
-            finally:
-                captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
-                self.restore(saved_shell)
-            printed = "".join(captured.out).rstrip("\n")
-            if captured.known and (len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed,
-                                                                                              unresolved_names)):
-                return printed
-            return _unknown("$(" + label.strip() + ")")
+            return self.substitute_text(node, re.sub(r"\\([`$\\])", r"\1", label) if escaped else label, label)
+        # `$(< FILE)`: bash reads FILE in place of a command (as `$(cat FILE)`); read as no command it printed nothing
+        if READS_A_FILE.match(label):
+            return self.substitute_text(node, "cat " + label.strip()[1:], label)
         capture = _Capture()
         saved_capture, self.capture = self.capture, capture
         saved_cwd = self.capture_cwd  # a `cd` inside $(…) is that subshell's only
@@ -2797,6 +2798,24 @@ class _Reader:
             # `$(cat $PBS_NODEFILE)` of a large job: its lines are host names not known here, none is a value
             if len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed, unresolved_names):
                 return printed
+        return _unknown("$(" + label.strip() + ")")
+
+    def substitute_text(self, node: Any, text: str, label: str) -> str:
+        """What `text`, read as a script of its own, prints, as $(…) gives it; unknown where that is not known."""
+        saved_capture, saved_cwd = self.capture, self.capture_cwd
+        self.capture = _Capture()
+        saved_shell = self.shell.copy()
+        try:
+            self.nested(node, text, "`…`")
+        except _Exit:
+            pass
+        finally:
+            captured, self.capture, self.capture_cwd = self.capture, saved_capture, saved_cwd
+            self.restore(saved_shell)
+        printed = "".join(captured.out).rstrip("\n")
+        if captured.known and (len(printed) <= MAX_VALUE_CHARS or not pbs.line_structured(printed,
+                                                                                          unresolved_names)):
+            return printed
         return _unknown("$(" + label.strip() + ")")
 
     def fields(self, node: Any) -> list[str]:
@@ -2860,9 +2879,12 @@ class _Reader:
 
 # -- helpers --------------------------------------------------------------------------------------------------
 
-def _assigned_names(root: Any, src: bytes) -> set[str]:
-    """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion."""
+def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
+    """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion;
+    and of them those it sets to a value of its own somewhere, whatever the caller's environment holds (`X=4`, `for X
+    in`, `read X`, `X="$X --flag"`; not `X=${X:-4}` or `X=${X=4}`, which the caller's X decides)."""
     names: set[str] = set()
+    fixed: set[str] = set()
     stack = [root]
     while stack:
         node = stack.pop()
@@ -2871,13 +2893,20 @@ def _assigned_names(root: Any, src: bytes) -> set[str]:
             if target is not None and target.type == "subscript":
                 target = target.child_by_field_name("name")
             if target is not None:
-                names.add(src[target.start_byte:target.end_byte].decode("utf-8", "replace"))
+                name = src[target.start_byte:target.end_byte].decode("utf-8", "replace")
+                names.add(name)
+                value = node.child_by_field_name("value")
+                told = src[value.start_byte:value.end_byte].decode("utf-8", "replace") if value is not None else ""
+                if node.type == "for_statement" or not re.search(rf"\$\{{{re.escape(name)}:?[-=]", told):
+                    fixed.add(name)
         elif node.type == "command":
             words = [src[c.start_byte:c.end_byte].decode("utf-8", "replace") for c in node.named_children]
-            if words and words[0] == "read":
-                names.update(w for w in words[1:] if NAME.fullmatch(w))
+            if words and words[0] in ("read", "mapfile", "readarray"):
+                read = {w for w in words[1:] if NAME.fullmatch(w)}
+                names.update(read)
+                fixed.update(read)
         stack.extend(node.named_children)
-    return names
+    return names, fixed
 
 
 @lru_cache(maxsize=16)
@@ -3010,6 +3039,19 @@ def _wrap(value: int) -> int:
     if not -(1 << 63) <= value < (1 << 63):
         raise _Unknown("overflow")
     return value
+
+
+class _TestError(Exception):
+    """test(1) refuses an operand (`[ false -ne 1 ]`: integer expression expected): the test's status is 2, false."""
+
+
+def _decimal(text: str) -> int:
+    """An operand of test(1)'s -eq … -ge: a decimal integer, blanks around it and a sign allowed (leading zeros are
+    decimal); anything else is the test's error."""
+    found = re.fullmatch(r"[ \t\n]*([-+]?[0-9]+)[ \t\n]*", text)
+    if found is None:
+        raise _TestError(text)
+    return _wrap(int(found.group(1)))
 
 
 def _number(text: str) -> int:
@@ -3514,9 +3556,13 @@ def _brace_inner_names(src: bytes) -> bytes:
     return INNER_NAME.sub(_braced, src) if b"$" in src else src
 
 
+# `$(< FILE)` / `$(<FILE)`: a command substitution of only an input redirection, which bash reads as FILE's text
+READS_A_FILE = re.compile(r"\s*<(?![<(&])\s*\S")
+
 # Programs that run the command given after their own options (job launchers, containers, process wrappers)
-RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "singularity", "apptainer", "enroot", "podman", "docker",
-                  "env", "numactl", "taskset", "time", "nohup", "stdbuf", "nice", "timeout"}
+RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "jsrun", "flux", "aprun", "ibrun", "horovodrun",
+                  "singularity", "apptainer", "enroot", "podman", "docker", "env", "numactl", "taskset", "time",
+                  "nohup", "stdbuf", "nice", "timeout"}
 
 
 def _written_key(word: str, written: Mapping[str, object]) -> str | None:
@@ -3683,12 +3729,33 @@ class _Test:
     def __init__(self, words: list[str], double: bool):
         self.words, self.double, self.at = words, double, 0
         self.rematch: list[str] | None = None  # BASH_REMATCH of the last `=~` that matched ([] when one failed)
+        self.skipping = False  # reading past an operand whose value the other side of -a/-o, &&/|| makes moot
 
     def parse(self) -> tuple[bool, bool]:
         if not self.words:
             return False, False
-        value = self.or_()
+        try:
+            value = self.or_()
+        except _TestError:  # `[ false -ne 1 ]`: test(1) says "integer expression expected", status 2
+            return False, False
         return value, self.at < len(self.words)
+
+    def moot(self) -> None:
+        """Read past the next operand without evaluating it (bash does not need its value)."""
+        saved, self.skipping = self.skipping, True
+        try:
+            self.not_()
+        finally:
+            self.skipping = saved
+
+    def decided(self, left: Callable[[], bool], settles: bool) -> tuple[bool | None, bool]:
+        """The left operand of -a/-o, &&/||: its value, or None where it is not known; and whether it settles the
+        whole (false for `and`, true for `or`)."""
+        try:
+            value = left()
+        except _Unknown:
+            return None, False
+        return value, value == settles
 
     def peek(self) -> str | None:
         return self.words[self.at] if self.at < len(self.words) else None
@@ -3699,19 +3766,29 @@ class _Test:
         return word
 
     def or_(self) -> bool:
-        value = self.and_()
-        while self.peek() in ("||", "-o"):
-            self.take()
-            right = self.and_()
-            value = value or right
-        return value
+        return self.chain(self.and_, ("||", "-o"), settles=True)
 
     def and_(self) -> bool:
-        value = self.not_()
-        while self.peek() in ("&&", "-a") and self.at + 1 < len(self.words):
+        return self.chain(self.not_, ("&&", "-a"), settles=False)
+
+    def chain(self, operand: Callable[[], bool], ops: tuple[str, ...], settles: bool) -> bool:
+        """`A -o B -o …` (settles=True) or `A -a B …` (settles=False): one operand that settles it decides it, whatever
+        the others are, known or not (`[ "$N" -ne 1 -a -f "$HOSTS" ]` with N=1 is false without the file)."""
+        value, done = self.decided(operand, settles)
+        while self.peek() in ops and (ops[0] == "||" or self.at + 1 < len(self.words)):
             self.take()
-            right = self.not_()
-            value = value and right
+            if done:
+                self.moot()
+                continue
+            right, done = self.decided(operand, settles)
+            if done:
+                value = settles
+            elif value is not None and right is not None:
+                value = right
+            else:
+                value = None
+        if value is None:
+            raise _Unknown("an operand not known")
         return value
 
     def not_(self) -> bool:
@@ -3726,25 +3803,38 @@ class _Test:
             raise _Unknown("empty")
         if word == "(":
             self.take()
-            value = self.or_()
+            try:
+                value = self.or_()
+            except _Unknown:
+                self.past_group()
+                raise
             if self.peek() == ")":
                 self.take()
             return value
         following = self.words[self.at + 1] if self.at + 1 < len(self.words) else None
         if following is not None and self.at + 2 < len(self.words) and self._binary_op(following):
             left, op, right = self.take(), self.take(), self.take()
-            return self.binary(left, op, right)
+            return False if self.skipping else self.binary(left, op, right)
         if word in ("-n", "-z") and following is not None:
             self.take()
-            operand = self.operand(self.take())
-            return bool(operand) == (word == "-n")
+            operand = self.take()
+            return False if self.skipping else bool(self.operand(operand)) == (word == "-n")
         if word in self.UNARY_FILE or word == "-v":
             self.take()
             if following is not None:
                 self.take()
+            if self.skipping:
+                return False
             raise _Unknown(word)  # the file system / environment is not read
         self.take()
-        return bool(self.operand(word))
+        return False if self.skipping else bool(self.operand(word))
+
+    def past_group(self) -> None:
+        """Past the `)` that closes the group being read (an operand in it was not known)."""
+        depth = 1
+        while self.peek() is not None and depth:
+            word = self.take()
+            depth += {"(": 1, ")": -1}.get(word, 0)
 
     def _binary_op(self, word: str) -> bool:
         return word in ("=", "==", "!=", "=~", "<", ">") or word in self.INT_OPS or word in (
@@ -3779,9 +3869,9 @@ class _Test:
         if op in ("<", ">"):
             return (left < right) if op == "<" else (left > right)
         if op in self.INT_OPS:
-            try:
+            if self.double:  # [[ ]] reads each side as arithmetic (010 is octal, 0x10 hex)
                 a, b = _number(left), _number(right)
-            except _Unknown:
-                raise
+            else:  # test(1) takes decimal integers only: `[ 010 -eq 8 ]` is false, `[ false -ne 1 ]` an error
+                a, b = _decimal(left), _decimal(right)
             return bool(self.INT_OPS[op](a, b))
         raise _Unknown(op)

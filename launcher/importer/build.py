@@ -226,6 +226,7 @@ class Source:
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
     lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
+    set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -403,8 +404,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         notes.append(_comment(f"{setting}: this node's {here}, another node's {there}: the script gives each node its "
                               "own count by the node rank it is given (an argument); a preset gives every node the "
                               f"same, so {setting} is not set from it (give it, and check the world size)"))
+    # a loop runs its commands once per pass (`while true; do nvidia-smi …; sleep 1; done &`, up to the reader's
+    # bound): each is said once
+    notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  tuple(differing))
+                  tuple(differing), reading.set_by_script)
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
@@ -494,18 +498,33 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
+        notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
         if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
         if launch.per_task:
+            mpi = next((flag_reader.job_launcher(w) for w in launch.wrapper
+                        if flag_reader.job_launcher(w) in ("mpirun", "mpiexec", "orterun")), "")
+            if mpi and not {"nodes", "gpus_per_node"} & set(launcher) and not launch.total_only \
+                    and not launch.per_node_only and not flag_reader.unknown_counts(launch.wrapper):
+                # `mpirun python …` with no count of its own starts one process per slot of the job's allocation
+                nodes, per_node = source.slurm.get("nodes"), source.slurm.get("ntasks-per-node")
+                if nodes and per_node:  # under Slurm: its #SBATCH tasks (Open MPI and MPICH read the allocation)
+                    launcher.update({"nodes": nodes, "gpus_per_node": per_node})
+                else:
+                    notes.append(f"{mpi} with no process count starts one process per slot of the job's allocation "
+                                 "(the scheduler's, not known here); the preset's nodes and gpus_per_node are not "
+                                 "set from it (give --nodes and --gpus-per-node)")
             if any(base_name(w) == "srun" for w in launch.wrapper):
-                # srun without its own counts starts the job's tasks: the #SBATCH lines give them
+                # srun without its own counts starts the job's tasks: the #SBATCH lines give them, or the salloc or
+                # sbatch that runs it (`salloc -N 2 --ntasks-per-node=8 srun …`), whose options win over the lines
+                slurm = {**source.slurm, **flag_reader.allocation(launch.wrapper)}
                 for setting, option in (("nodes", "nodes"), ("gpus_per_node", "ntasks-per-node")):
-                    if setting not in launcher and option in source.slurm:
-                        launcher[setting] = source.slurm[option]
-                nodes, tasks = source.slurm.get("nodes"), source.slurm.get("ntasks")
+                    if setting not in launcher and option in slurm:
+                        launcher[setting] = slurm[option]
+                nodes, tasks = slurm.get("nodes"), slurm.get("ntasks")
                 if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
                         and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
                     launcher["gpus_per_node"] = tasks // nodes
@@ -517,6 +536,12 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     notes.append("srun without a count of tasks on each node: the job's --ntasks-per-node, else one "
                                  "task a node (not known here); the preset's gpus_per_node is not set from it (8 "
                                  "unless set)")
+                if not {"nodes", "gpus_per_node"} & set(launcher) and not launch.total_only \
+                        and not flag_reader.unknown_counts(launch.wrapper):
+                    said = f" (SLURM_NTASKS={slurm['ntasks']}, over nodes Slurm chooses)" if "ntasks" in slurm else ""
+                    notes.append(f"srun with no count of its own starts the job's tasks{said}, which neither the "
+                                 "command nor the #SBATCH lines give per node; the preset's nodes and gpus_per_node "
+                                 "are not set from it (give --nodes and --gpus-per-node)")
             if launch.total_only and "gpus_per_node" not in launcher:
                 over = (f"over the job's {launcher['nodes']} nodes, not a whole number on each" if "nodes" in launcher
                         else "over nodes the command does not count (the job's hosts, not known here)")
@@ -567,7 +592,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(_comment(unknown + ": each branch that sets it gives only data, checkpoint or logging "
                                   "flags (not carried)"))
         else:
-            variables = [n for n in missing if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)]
+            # the caller's variables only: one the script sets itself (`G=$((B * N))`, `read -a A < file`) is not
+            # decided by --env
+            variables = [n for n in missing if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n)
+                         and n not in source.set_by_script]
             ways = ([f"--set {arg.dest}=VALUE"] if arg is not None else []) + (
                 [f"import with {' '.join(f'--env {n}=VALUE' for n in variables)}"] if variables else [])
             lost.append(_comment(unknown + (f" (set it: {', or '.join(ways)})" if ways else "")))

@@ -185,3 +185,77 @@ def _ranges(spec: str) -> Callable[[int], bool] | None:
             return None
         spans.append((low, high))
     return lambda k: any(low <= k <= high for low, high in spans)
+
+
+_TR_CLASSES = {"upper": "ABCDEFGHIJKLMNOPQRSTUVWXYZ", "lower": "abcdefghijklmnopqrstuvwxyz", "digit": "0123456789",
+               "space": " \t\n\r\x0b\x0c", "blank": " \t"}
+_TR_CLASSES["alpha"] = _TR_CLASSES["upper"] + _TR_CLASSES["lower"]
+_TR_CLASSES["alnum"] = _TR_CLASSES["alpha"] + _TR_CLASSES["digit"]
+_TR_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", "v": "\x0b", "f": "\x0c", "a": "\x07", "b": "\x08"}
+
+
+def _tr_set(spec: str) -> str | None:
+    """tr's SET in C locale order: characters, `\\n`-style escapes, ranges a-z and classes [:upper:] …; None for what
+    is not read here ([c*n], [=c=], other classes, octal escapes)."""
+    out: list[str] = []
+    k = 0
+    while k < len(spec):
+        named = re.match(r"\[:([a-z]+):\]", spec[k:])
+        if named:
+            if named.group(1) not in _TR_CLASSES:
+                return None
+            out.append(_TR_CLASSES[named.group(1)])
+            k += named.end()
+            continue
+        if spec[k] == "[" and re.match(r"\[(.\*[0-9]*|=.=)\]", spec[k:]):
+            return None
+        char = spec[k]
+        if char == "\\" and k + 1 < len(spec):
+            if spec[k + 1] not in _TR_ESCAPES:
+                return None
+            char, k = _TR_ESCAPES[spec[k + 1]], k + 1
+        if k + 2 < len(spec) and spec[k + 1] == "-" and spec[k + 2] != "\\":
+            low, high = ord(char), ord(spec[k + 2])
+            if high < low or high - low > 255:
+                return None
+            out.append("".join(map(chr, range(low, high + 1))))
+            k += 3
+            continue
+        out.append(char)
+        k += 1
+    return "".join(out)
+
+
+def tr(args: list[str], text: str) -> str | None:
+    """tr(1) of known input: `tr SET1 SET2` (SET2 padded with its last character), `tr -d SET1`, `tr -s SET`, and
+    `-s` after a translation (`tr '[:upper:]' '[:lower:]'`, `tr -d ' '`, `tr ',' ' '`); -c and anything else: None."""
+    delete = squeeze = False
+    words = list(args)
+    while words and words[0].startswith("-") and len(words[0]) > 1:
+        flags = words.pop(0)
+        if flags == "--":
+            break
+        if not set(flags[1:]) <= {"d", "s"}:
+            return None
+        delete, squeeze = delete or "d" in flags, squeeze or "s" in flags
+    sets = [_tr_set(w) for w in words]
+    if not 1 <= len(sets) <= 2 or any(s is None for s in sets) or (delete and squeeze) or (delete and len(sets) != 1):
+        return None
+    first = sets[0] or ""
+    if delete:
+        return "".join(c for c in text if c not in first)
+    if len(sets) == 2:
+        second = sets[1] or ""
+        if not second:
+            return None
+        table = {c: second[min(k, len(second) - 1)] for k, c in enumerate(first)}
+        text, squeezing = "".join(table.get(c, c) for c in text), set(second)
+    else:
+        squeezing = set(first)
+    if not squeeze:
+        return text if len(sets) == 2 else None
+    out: list[str] = []
+    for c in text:
+        if not (out and c == out[-1] and c in squeezing):
+            out.append(c)
+    return "".join(out)

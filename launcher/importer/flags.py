@@ -452,6 +452,9 @@ class Launch:
     per_node_only: str = ""
     # the job launcher's count of all its processes, given without a count of nodes or per node (`mpirun -np 16`)
     total_only: str = ""
+    # what is said of the runner's own options (torchrun's, deepspeed's), said after the runner's name, not the
+    # wrapper's (`srun … torchrun --master-port=$P`)
+    runner_notes: list[str] = field(default_factory=list)
 
     @property
     def per_task(self) -> bool:
@@ -599,6 +602,7 @@ def split_launch(argv: list[str]) -> Launch:
         launch.dropped.append(f"runs under `{shown_words(launch.wrapper)}`: a wrapper the launcher does not carry "
                               "(the launcher starts torchrun itself)")
     runner = launch.runner
+    say = launch.runner_notes.append
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
     k = 0
     while k < len(runner):
@@ -628,42 +632,47 @@ def split_launch(argv: list[str]) -> Launch:
             continue
         given = word if eq else f"{word} {value}".strip()  # `--opt=value` is said once, as written
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
-            launch.dropped.append(f"{given}: one process per GPU of the node, a count known only where it runs; "
-                                  "give it as the preset's gpus_per_node (8 unless set)")
+            say(f"{given}: one process per GPU of the node, a count known only where it runs; "
+                "give it as the preset's gpus_per_node (8 unless set)")
             continue
         elastic = re.fullmatch(r"([0-9]+):([0-9]+)", value) if name == "nnodes" else None
         if elastic and elastic.group(1) == elastic.group(2):
             value = elastic.group(1)  # --nnodes=2:2: a fixed size written as a range
         elif elastic:
-            launch.dropped.append(f"{given}: an elastic job of {elastic.group(1)} to {elastic.group(2)} nodes, as "
-                                  "many as join; the launcher starts a fixed number (give it with --nodes)")
+            say(f"{given}: an elastic job of {elastic.group(1)} to {elastic.group(2)} nodes, as "
+                "many as join; the launcher starts a fixed number (give it with --nodes)")
             continue
         if name in TORCHRUN_SETTINGS:
             setting = TORCHRUN_SETTINGS[name]
             if setting in ("nodes", "gpus_per_node") and is_count(value):
                 launch.launcher[setting] = int(value)
             elif setting in ("nodes", "gpus_per_node") and re.fullmatch(r"[0-9]+", value):
-                launch.dropped.append(f"{given}: not a count of {'nodes' if setting == 'nodes' else 'processes'} "
-                                      f"(1 to {MAX_COUNT:,})")
+                say(f"{given}: not a count of {'nodes' if setting == 'nodes' else 'processes'} "
+                    f"(1 to {MAX_COUNT:,})")
             elif setting == "master_port" and re.fullmatch(r"[0-9]{1,9}", value):
                 launch.launcher[setting] = int(value)
             elif setting == "master_addr" and value:
                 launch.launcher[setting] = value
+            elif MARK in value and setting in ("nodes", "gpus_per_node"):  # --nnodes $NNODES, --nproc_per_node $G
+                say(f"{given}: not known without running the script; the preset's {setting} is not "
+                    f"set from it (give --{setting.replace('_', '-')})")
+            elif MARK in value:
+                say(f"{given}: not known without running the script")
             else:
-                launch.dropped.append(f"{given}: not a number")
+                say(f"{given}: not a number")
         elif name in TORCHRUN_DROPPED:
-            launch.dropped.append(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
+            say(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
         else:
-            launch.dropped.append(f"{given}: a {runner[0]} option the launcher does not carry".strip())
+            say(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
     if runner and base_name(runner[0]) == "deepspeed" and not options & {"num_gpus", "include", "i"}:
-        launch.dropped.append("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
-                              "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
-                              "(8 unless set)")
+        say("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
+            "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
+            "(8 unless set)")
     if runner and base_name(runner[0]) == "deepspeed" and "hostfile" in options \
             and not options & {"num_nodes", "include", "i"}:
-        launch.dropped.append("(--hostfile without --num_nodes): every host the file lists, a count known only where "
-                              "it runs; give it as the preset's nodes (1 unless set)")
+        say("(--hostfile without --num_nodes): every host the file lists, a count known only where "
+            "it runs; give it as the preset's nodes (1 unless set)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
@@ -679,14 +688,44 @@ def split_launch(argv: list[str]) -> Launch:
             launch.per_node_only = _per_node_option(launch.wrapper)
         if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
             launch.total_only = _total_only(launch.wrapper)
+        starter = _unknown_starter(launch.wrapper)
+        once = not any(job_launcher(w) or MARK in w for w in launch.wrapper)  # bare, or numactl/nsys … around it
+        if once and not starter and not launch.via_program:
+            launch.dropped.append("runs pretrain_gpt.py under no job launcher: bash starts one process (a world of 1), "
+                                  "unless the script is itself started once per GPU (srun or mpirun around it); the "
+                                  "preset's nodes and gpus_per_node are not set from it (give --nodes and "
+                                  "--gpus-per-node)")
+        if starter and not counts_found:
+            launch.dropped.append("(which starts python with pretrain_gpt.py) is a program whose process counts the "
+                                  "import does not read: how many processes run pretrain_gpt.py, on how many nodes, "
+                                  "is not known here; the preset's nodes and gpus_per_node are not set from it (give "
+                                  "--nodes and --gpus-per-node)")
         # mpirun -np $NUM_GPUS, --ppn $(nvidia-smi -L | wc -l): a count the script computes from what it cannot know
-        for option, value, why in _unknown_counts(launch.wrapper):
+        for option, value, why in unknown_counts(launch.wrapper):
             per_node = option in PER_NODE_OPTIONS or JSRUN_OPTIONS.get(option) in ("per_host", "per_set")
             if ("gpus_per_node" if per_node else "nodes") not in counts_found:
                 launch.dropped.append(f"{option} {value}: {why}; the "
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+# Programs that run the command they are given once, in this process's place (not one process per GPU)
+RUNS_ONCE = {"sbatch", "salloc", "conda", "mamba", "micromamba", "uv", "pixi", "poetry", "pipenv", "nohup", "timeout",
+             "exec", "sudo", "ionice", "unbuffer", "nvprof", "rocprof", "rocprofv2", "rocprofv3", "py-spy", "perf",
+             "valgrind", "hpcrun", "gdb", "cuda-gdb", "strace", "ltrace", "xvfb-run", "dlprof"}
+
+
+def _unknown_starter(wrapper: list[str]) -> str:
+    """The program that starts `python pretrain_gpt.py` where it is neither a job launcher the import reads nor one
+    that runs its command once (`pbsdsh`, `charmrun`, `poe`): it may start one process per GPU, as srun does."""
+    if any(job_launcher(word) for word in wrapper):
+        return ""
+    program = wrapper[0] if wrapper else ""
+    name = base_name(program)
+    if not name or MARK in program or name in NOT_A_LAUNCHER or name in RUNS_ONCE:
+        return ""
+    return name
 
 
 def _total_only(wrapper: list[str]) -> str:
@@ -699,7 +738,7 @@ def _total_only(wrapper: list[str]) -> str:
         name, eq, inline = word.partition("=")
         value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
         if name in TOTAL_OPTIONS and is_count(value):
-            launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
+            launcher = next((job_launcher(w) for w in wrapper if job_launcher(w)), "")
             given = f"{launcher} " + (word if eq else f"{word} {value}")
         elif name in (*NODE_OPTIONS, *HOST_OPTIONS, *_per_node_options(wrapper)) \
                 or name == "--map-by" and value.endswith(":node"):
@@ -727,7 +766,7 @@ def _per_node_option(wrapper: list[str]) -> str:
     return given
 
 
-def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
+def unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
     """The job launcher's process-count options whose value is no count: (option, value, why), `-np ${NUM_GPUS}`
     not known without running the script, `-np 0` / `-np 1e9` / `-np ٨` none a job launcher takes."""
     options = _launcher_options(wrapper)
@@ -747,7 +786,8 @@ def _unknown_counts(wrapper: list[str]) -> list[tuple[str, str, str]]:
 
 
 # A container image, or a program of the job launchers and container runtimes (not a script of the user's)
-_NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun|mpiexec|orterun|jsrun|numactl|taskset|"
+_NOT_OWN_PROGRAM = re.compile(r".*\.(sif|sqsh|simg|img|squashfs)|srun|mpirun.*|mpiexec.*|orterun|jsrun|flux|aprun|"
+                              r"ibrun|horovodrun|numactl|taskset|"
                               r"nsys|env|apptainer|singularity|enroot|podman|docker|exec|run|start|bash|sh")
 
 
@@ -775,7 +815,22 @@ def _hosts_gpus(include: str) -> tuple[int, int] | None:
 
 # The job launchers whose options count processes; a wrapper after them (numactl -N 0: a NUMA node, not a count)
 # ends their options.
-JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun"}
+JOB_LAUNCHERS = {"srun", "mpirun", "mpiexec", "orterun", "deepspeed", "jsrun", "flux", "aprun", "ibrun", "horovodrun"}
+# Open MPI's and MPICH's programs under their packaged names: mpirun.openmpi, mpiexec.hydra, mpiexec_mpt (HPE MPT)
+_MPI_PROGRAM = re.compile(r"(mpirun|mpiexec)[._][\w.]+")
+
+
+def job_launcher(word: str) -> str:
+    """The job launcher `word` runs, by the name its options are read under ("mpirun" for mpirun.openmpi, "mpiexec"
+    for mpiexec.hydra): srun, Open MPI's and MPICH's mpirun/mpiexec, LSF's jsrun, Flux's `flux run`/`flux submit`,
+    Cray ALPS's aprun, TACC's ibrun, horovodrun, deepspeed; "" for any other word."""
+    name = base_name(word)
+    if name in JOB_LAUNCHERS:
+        return name
+    mpi = _MPI_PROGRAM.fullmatch(name)
+    return mpi.group(1) if mpi else ""
+
+
 NOT_A_LAUNCHER = {"numactl", "taskset", "nsys", "ncu", "env", "stdbuf", "nice", "chrt", "time", "apptainer",
                   "singularity", "enroot", "podman", "docker", "shifter", "ch-run", "bash", "sh", "zsh", "dash", "ksh"}
 
@@ -816,17 +871,52 @@ def _jsrun_counts(words: list[str]) -> dict[str, int]:
     return out
 
 
+# Slurm's programs that make an allocation for the job launcher they run (`sbatch --wrap "srun …"`, `salloc … srun`):
+# their counts are the job's, as #SBATCH lines would give them; alone they run the command once
+ALLOCATORS = {"salloc", "sbatch"}
+_ALLOCATION_OPTIONS = {"-N": "nodes", "--nodes": "nodes", "--ntasks-per-node": "ntasks-per-node", "-n": "ntasks",
+                       "--ntasks": "ntasks"}
+
+
+def allocation(wrapper: list[str]) -> dict[str, int]:
+    """The counts `salloc`/`sbatch` give the job launcher they run (`salloc -N 2 --ntasks-per-node=8 srun …`), keyed as
+    the #SBATCH lines' (nodes, ntasks-per-node, ntasks); {} without one."""
+    found: dict[str, int] = {}
+    at = next((k for k, w in enumerate(wrapper) if base_name(w) in ALLOCATORS), None)
+    end = next((k for k, w in enumerate(wrapper) if job_launcher(w)), len(wrapper))
+    if at is None or at > end:
+        return found
+    words = wrapper[at + 1:end]
+    for k, word in enumerate(words):
+        attached = _ATTACHED_COUNT.fullmatch(word)
+        name, eq, value = word.partition("=")
+        if attached:
+            name, value = attached.groups()
+        elif not eq:
+            value = words[k + 1] if k + 1 < len(words) else ""
+        if name in _ALLOCATION_OPTIONS and is_count(value):
+            found[_ALLOCATION_OPTIONS[name]] = int(value)
+    return found
+
+# A one-letter count option with its value attached, as getopt reads it: `srun -N2 -n16`, `flux run -N2`, `aprun -n64`
+# (a digit or a value not known after it: `-np` and `-nolocal` are options of their own)
+_ATTACHED_COUNT = re.compile(rf"(-[nN])([0-9].*|{re.escape(MARK)}.*)")
+
+
 def _launcher_options(wrapper: list[str]) -> list[str]:
+    """The options of the job launchers in `wrapper`, a one-letter count with its value attached split in two
+    (`-N2` is `-N 2`; jsrun's own reader takes `-n8` itself)."""
     out: list[str] = []
-    inside = False
+    inside = jsrun = False
     for word in wrapper:
-        program = base_name(word)
-        if program in JOB_LAUNCHERS:
-            inside = True
-        elif program in NOT_A_LAUNCHER:
+        program = job_launcher(word)
+        if program:
+            inside, jsrun = True, program == "jsrun"
+        elif base_name(word) in NOT_A_LAUNCHER:
             inside = False
         elif inside:
-            out.append(word)
+            attached = None if jsrun else _ATTACHED_COUNT.fullmatch(word)
+            out.extend(attached.groups() if attached else [word])
     return out
 
 
@@ -885,7 +975,7 @@ def _process_counts(wrapper: list[str]) -> tuple[dict[str, int], str]:
 
 
 def _per_node_options(wrapper: list[str]) -> set[str]:
-    """The options that count processes on each node: Open MPI's mpirun also takes `-N n` (n per node, as
-    `--map-by ppr:n:node`), where srun's `-N` counts nodes."""
-    launcher = next((base_name(w) for w in wrapper if base_name(w) in JOB_LAUNCHERS), "")
-    return PER_NODE_OPTIONS | {"-N"} if launcher in ("mpirun", "orterun") else PER_NODE_OPTIONS
+    """The options that count processes on each node: Open MPI's mpirun and Cray's aprun also take `-N n` (n per
+    node, as `--map-by ppr:n:node`), where srun's and Flux's `-N` count nodes."""
+    launcher = next((job_launcher(w) for w in wrapper if job_launcher(w)), "")
+    return PER_NODE_OPTIONS | {"-N"} if launcher in ("mpirun", "orterun", "aprun") else PER_NODE_OPTIONS

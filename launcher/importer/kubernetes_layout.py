@@ -4,7 +4,10 @@ In a cluster job every pod is one node of the run: Kubeflow's PyTorchJob counts 
 Worker together (the operator gives torchrun that count as PET_NNODES) and its `nprocPerNode` processes per pod
 (PET_NPROC_PER_NODE); an MPIJob's Worker `replicas` are the nodes (its Launcher pod only starts mpirun) and its
 `slotsPerWorker` the ranks per node; a JobSet runs `replicas` × `parallelism` pods of each replicated job, a Volcano
-Job (batch.volcano.sh) `replicas` pods of each task (`spec.tasks`; a batch Job has none). Where the
+Job (batch.volcano.sh) `replicas` pods of each task (`spec.tasks`; a batch Job has none), Kubeflow Trainer's
+TrainJob `trainer.numNodes` pods of `numProcPerNode` ranks (its runtime gives torchrun both), a LeaderWorkerSet
+`leaderWorkerTemplate.size` pods in each group (leader and workers: one run; each of its `replicas` groups is another
+run of the same size). Where the
 job names no per-node count, the pod's GPU limit (`nvidia.com/gpu`, `amd.com/gpu`) is it: one rank per GPU. A count
 the manifest leaves to a placeholder (`replicas: ${NUM_NODES}`) is not known here and is named.
 """
@@ -65,6 +68,14 @@ class _Reader:
                                      "node of the run); give the preset's launcher.nodes")
         return count
 
+    def count(self, what: str, value: Any) -> int | None:
+        """The manifest's count of nodes `value`, named where it is none known here (`numNodes: ${N}`)."""
+        given = _count(value)
+        if given is None:
+            self.layout.notes.append(f"{what} {value!r}: not a count known here (each pod is one node of the run); "
+                                     "give the preset's launcher.nodes")
+        return given
+
     def per_node(self, what: str, value: Any, pods: list[Any]) -> None:
         given = _count(value) or None  # nprocPerNode: 0 starts nothing: no count either
         if value is not None and given is None and value not in ("auto", "gpu"):
@@ -99,8 +110,8 @@ class _Reader:
 
 
 def manifest_layout(document: Any) -> ManifestLayout:
-    """The nodes and GPUs per node of the job `document` describes (a PyTorchJob, MPIJob, JobSet, Volcano Job, batch
-    Job or Pod)."""
+    """The nodes and GPUs per node of the job `document` describes (a PyTorchJob, MPIJob, JobSet, Volcano Job, TrainJob,
+    LeaderWorkerSet, batch Job or Pod)."""
     reader = _Reader()
     kind, spec = _get(document, "kind"), _get(document, "spec")
     if not isinstance(spec, dict):
@@ -138,6 +149,25 @@ def manifest_layout(document: Any) -> ManifestLayout:
             pods.append(pod)
         reader.nodes(counts + reader.unread("Volcano Job tasks", spec["tasks"]))
         reader.per_node("Volcano Job", None, pods)
+    elif kind == "TrainJob" and isinstance(spec.get("trainer"), dict):
+        trainer = spec["trainer"]
+        if "numNodes" in trainer:
+            reader.nodes([reader.count("TrainJob trainer.numNodes", trainer["numNodes"])])
+        else:  # the runtime's (ClusterTrainingRuntime) number of nodes: not in this manifest
+            reader.layout.notes.append("TrainJob without trainer.numNodes: its training runtime's number of nodes, "
+                                       "not known here; give the preset's launcher.nodes")
+        resources = trainer.get("resourcesPerNode")
+        reader.per_node("TrainJob trainer.numProcPerNode", trainer.get("numProcPerNode"),
+                        [{"spec": {"containers": [{"resources": resources}]}}])
+    elif kind == "LeaderWorkerSet" and isinstance(spec.get("leaderWorkerTemplate"), dict):
+        group = spec["leaderWorkerTemplate"]
+        reader.nodes([reader.count("LeaderWorkerSet leaderWorkerTemplate.size", group.get("size", 1))])
+        groups = _count(spec.get("replicas", 1))
+        if groups != 1:
+            reader.layout.notes.append(f"LeaderWorkerSet replicas {spec.get('replicas')!r}: groups of pods each "
+                                       "running the job on its own (one group is the run read here)")
+        pods = [group.get(t) for t in ("leaderTemplate", "workerTemplate") if _pod_gpus(group.get(t)) is not None]
+        reader.per_node("LeaderWorkerSet", None, pods)
     elif kind == "Job":
         reader.nodes([_count(spec.get("parallelism", 1))])
         reader.per_node("Job", None, [spec.get("template")])

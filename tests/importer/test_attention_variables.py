@@ -68,7 +68,7 @@ def test_the_one_backend_is_written_into_the_preset_and_the_round_trip_names_it(
 def test_the_corpus_scripts_that_turn_fused_attention_off_import_to_a_job_the_rule_accepts(name, tmp_path):
     # seen on an H200: `export NVTE_FUSED_ATTN=0` carried as it was, accepted, then Megatron's assert at model build
     entry = json.loads((CORPUS / "INDEX.json").read_text())[name]
-    imported = import_source((CORPUS / name).read_text(), name, entry.get("args", []))
+    imported = import_source((CORPUS / name).read_text(), name, entry.get("args", []), environment=entry.get("env"))
     assert "NVTE_FUSED_ATTN" not in imported.env
     assert any("NVTE_FUSED_ATTN=0: not carried" in w and "flash, unfused" in w for w in imported.warnings)
     preset = tmp_path / "p.yaml"

@@ -34,7 +34,7 @@ def test_the_corpus_is_every_file_with_its_source():
 def test_each_script_imports_with_its_settings(name, tmp_path):
     entry = INDEX[name]
     started = time.monotonic()
-    imported = import_source((CORPUS / name).read_text(), name, entry.get("args", []))
+    imported = import_source((CORPUS / name).read_text(), name, entry.get("args", []), environment=entry.get("env"))
     assert time.monotonic() - started < 10
     assert MARK not in imported.text
     for setting, value in entry["expect"].items():
@@ -68,6 +68,6 @@ def test_each_script_cut_or_edited_ends_with_an_answer_or_an_error(name):
 
     for variant in variations((CORPUS / name).read_text(), lines=3, inserts=2, seed=len(name)):
         try:
-            import_source(variant, name, INDEX[name].get("args", []))
+            import_source(variant, name, INDEX[name].get("args", []), environment=INDEX[name].get("env"))
         except UserError:
             pass

@@ -66,3 +66,18 @@ def test_an_undecided_branch_names_the_callers_variables_that_decide_it_and_only
     assert "--env FP32=VALUE" in fp32
     (file_test,) = [line for line in lost if "CKPT" in line]  # a file decides it: no variable would
     assert "--env" not in file_test
+
+
+@pytest.mark.parametrize(("assigns", "offered"), [
+    ("GQA=${GQA:-$N}", True),  # a default: the caller's GQA decides it
+    ("GQA=${GQA=$N}", True),
+    ("GQA=$(( N * 2 ))", False),  # the script computes it: --env GQA=4 is overwritten, the loss stays
+    ("read -r GQA < groups.txt", False),
+    ('GQA=""; for g in $(cat groups.txt); do GQA="$GQA $g"; done', False),
+])
+def test_the_env_way_is_offered_only_for_a_variable_the_callers_environment_decides(assigns, offered):
+    script = SCRIPT.replace("TP=${TP:-1}", f"TP=${{TP:-1}}\n{assigns}")
+    line = next(line for line in import_source(script, "train.sh").lost if "--num-query-groups" in line)
+    assert ("--env GQA=VALUE" in line) == offered, line
+    if offered:  # followed, the hint arrives: nothing is lost
+        assert import_source(script, "train.sh", environment={"GQA": "4", "FP32": ""}).lost == []

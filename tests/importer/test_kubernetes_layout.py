@@ -138,3 +138,30 @@ def test_the_world_size_hint_of_a_manifest_too_small_for_its_layout_holds(tmp_pa
     _, after = job_for(load_preset(str(preset)), JobRequest(int(nodes.group(1)), run_dir=False, local=False,
                                                              judge=True))
     assert not [p for p in after if "world size" in p.message], [p.render() for p in after]
+
+
+@pytest.mark.parametrize(("trainer", "expected"), [
+    ({"numNodes": 4, "numProcPerNode": 8}, (4, 8)),
+    ({"numNodes": 2, "resourcesPerNode": {"limits": {"nvidia.com/gpu": 4}}}, (2, 4)),  # one rank per GPU
+    ({"numNodes": "${NODES}", "numProcPerNode": 8}, (None, 8)),
+    ({"numProcPerNode": 8}, (None, 8)),  # the training runtime's node count
+])
+def test_a_kubeflow_trainjob_runs_num_nodes_pods_of_num_proc_per_node_ranks(trainer, expected):
+    # Kubeflow Trainer v2: the runtime gives torchrun PET_NNODES and PET_NPROC_PER_NODE (was one node of the preset's 8)
+    job = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "gpt"},
+           "spec": {"runtimeRef": {"name": "torch-distributed"},
+                    "trainer": {**trainer, "image": "nvcr.io/nvidia/pytorch:25.01-py3", "command": torchrun()}}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == expected
+    assert expected[0] or any("TrainJob" in n and "launcher.nodes" in n for n in found["notes"])
+
+
+@pytest.mark.parametrize(("size", "replicas", "expected"), [(4, 1, (4, 8)), (2, 3, (2, 8)), ("${N}", 1, (None, 8))])
+def test_a_leaderworkerset_group_is_one_run_of_size_pods(size, replicas, expected):
+    command = ["bash", "-c", "torchrun --nnodes $(LWS_GROUP_SIZE) --node_rank $(LWS_WORKER_INDEX) "
+               + " ".join(torchrun("--nproc_per_node", "8")[1:])]
+    job = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "gpt"},
+           "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": size, "workerTemplate": pod(command)}}}
+    found = layout_of(job)
+    assert (found["nodes"], found["gpus_per_node"]) == expected
+    assert (replicas == 1) != any("LeaderWorkerSet replicas" in n for n in found["notes"])

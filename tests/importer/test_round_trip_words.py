@@ -76,9 +76,10 @@ def unaccounted(imported: Imported, outcome: Outcome, report: str) -> list[str]:
     return missing
 
 
-def judged(text: str, name: str, args: list[str] | None, tmp: Path) -> tuple[Imported, Outcome, str]:
+def judged(text: str, name: str, args: list[str] | None, tmp: Path,
+           environment: dict[str, str] | None = None) -> tuple[Imported, Outcome, str]:
     """The import, its checks and round trip, and the report the user reads."""
-    imported = import_source(text, name, args or [])
+    imported = import_source(text, name, args or [], environment=environment)
     preset = tmp / "imported.yaml"
     preset.write_text(imported.text)
     outcome = check_import(imported, preset, job_as_declared)
@@ -97,7 +98,8 @@ def says_equal(report: str) -> bool:
 
 @pytest.mark.parametrize("name", sorted(INDEX))
 def test_a_corpus_script_said_equal_has_every_word_in_the_preset_or_named(name, tmp_path):
-    imported, outcome, report = judged((CORPUS / name).read_text(), name, INDEX[name].get("args", []), tmp_path)
+    imported, outcome, report = judged((CORPUS / name).read_text(), name, INDEX[name].get("args", []), tmp_path,
+                                       INDEX[name].get("env"))
     assert as_dict(imported, outcome, None)["round_trip"]["equal"] is says_equal(report)
     if says_equal(report):
         assert unaccounted(imported, outcome, report) == [], report
