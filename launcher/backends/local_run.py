@@ -34,7 +34,6 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
     assert job.run_dir is not None, "a training run has a run directory"
     out = out or sys.stdout
     local.runnable_argv(command)  # the checks local.run makes, before anything is written
-    cold_start.read_libraries_ahead()
     if job.existing is None:
         rundir.create_run_dir(job, command, list(job.preset.overrides), run_dir=job.run_dir,
                               megatron_path=job.megatron_path, extra_files=extra_files)

@@ -1,10 +1,9 @@
-"""The first launch on a fresh machine: torch's bytecode compiled on every core into the ranks' cache, and the
-shared libraries read ahead; neither on a warm cache, a small machine, or with the switch off."""
+"""The first launch on a fresh machine: torch's bytecode compiled on every core into the ranks' cache; not on a warm
+cache, a small machine, or with the switch off."""
 
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -63,27 +62,3 @@ def test_a_compilation_that_fails_or_hangs_leaves_the_launch_as_it_was(tmp_path,
 
     monkeypatch.setattr(subprocess, "run", hangs)
     assert not cold_start.fill_bytecode_cache({"PYTHONPYCACHEPREFIX": str(tmp_path / "c")}, "python3", cores=16)
-
-
-def test_the_libraries_read_ahead_are_torchs_and_cudas_that_a_rank_loads(fake_torch):
-    package, _ = fake_torch
-    for name in ("libtorch_cuda.so", "libc10.so", "libgomp.so.1", "README"):
-        (package / "lib" / name).write_bytes(b"\0")
-    for wheel, name in (("cublas", "libcublasLt.so.13"), ("cufft", "libcufft.so.12"), ("nccl", "libnccl.so.2")):
-        (package.parent / "nvidia" / wheel / "lib").mkdir(parents=True)
-        (package.parent / "nvidia" / wheel / "lib" / name).write_bytes(b"\0")
-    names = [p.name for p in cold_start.shared_libraries(package)]
-    assert names == ["libc10.so", "libtorch_cuda.so", "libcublasLt.so.13", "libnccl.so.2"]
-
-
-@pytest.mark.skipif(not hasattr(os, "posix_fadvise"), reason="posix_fadvise")
-def test_reading_ahead_runs_beside_the_launch_and_skips_what_it_cannot_open(fake_torch, monkeypatch):
-    package, _ = fake_torch
-    (package / "lib" / "libc10.so").write_bytes(b"\0" * 4096)
-    os.symlink("/dev/zero", package / "lib" / "libtorch.so")  # not followed
-    thread = cold_start.read_libraries_ahead()
-    assert thread is not None and thread.daemon
-    thread.join(10)
-    assert not thread.is_alive()
-    monkeypatch.setenv(cold_start.SWITCH_ENV, "off")
-    assert cold_start.read_libraries_ahead() is None
