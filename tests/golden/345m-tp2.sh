@@ -52,6 +52,8 @@ torchrun --nnodes 1 --nproc-per-node 2 --standalone \
   --async-save \
   --use-persistent-ckpt-worker \
   --async-strategy mcore \
+  --dist-ckpt-workers 4 \
+  --ckpt-assume-constant-structure \
   --log-interval 10 \
   --log-throughput \
   --tensor-model-parallel-size 2 \

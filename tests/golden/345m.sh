@@ -62,6 +62,8 @@ python3 -u \
   --async-save \
   --use-persistent-ckpt-worker \
   --async-strategy mcore \
+  --dist-ckpt-workers 4 \
+  --ckpt-assume-constant-structure \
   --log-interval 10 \
   --log-throughput \
   --micro-batch-size 32 \
