@@ -37,6 +37,7 @@ from launcher.pipeline.preset import Preset
 from launcher.pipeline.value_rules import check_values
 
 SIMPLE_LOOP_TP = 2  # examples/run_simple_mcore_train_loop.py hard-codes initialize_model_parallel(2, 1)
+SIMPLE_LOOP_UNFUSED = {"bias_gelu_fusion": False, "bias_dropout_fusion": False}  # its TransformerConfig's defaults
 
 
 def _at_least_one(dest: str, arg: Callable[[str], Any]) -> str:
@@ -1101,9 +1102,12 @@ def choose_entry(preset: Preset, world: int) -> tuple[Preset, str, list[str], li
                 "arguments), so the model trains through pretrain_gpt.py, where they apply")
         return replace(preset, megatron=megatron), "pretrain_gpt", [note], []
     if world == 1:
-        megatron = {**preset.megatron, "tensor_model_parallel_size": 1}
+        # upstream's TransformerConfig fuses neither bias + GeLU (exact GeLU, not the fused tanh approximation)
+        # nor bias + dropout + add; pretrain_gpt.py's flags would (each compiled with torch.compile at start)
+        megatron = {**SIMPLE_LOOP_UNFUSED, **preset.megatron, "tensor_model_parallel_size": 1}
         note = ("one GPU: run_simple_mcore_train_loop.py needs 2 (it hard-codes TP 2), so the same 2-layer "
-                "model trains through pretrain_gpt.py with TP 1")
+                "model trains through pretrain_gpt.py with TP 1, unfused as upstream's TransformerConfig "
+                "(bias_gelu_fusion and bias_dropout_fusion false: exact GeLU)")
         return replace(preset, megatron=megatron), "pretrain_gpt", [note], []
     if world % SIMPLE_LOOP_TP:
         return preset, "simple_loop", [], [Problem(

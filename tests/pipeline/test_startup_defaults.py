@@ -29,10 +29,25 @@ def test_mock_data_with_compiled_layers_skips_the_tokenizer_libraries_and_the_ji
     assert any(n.startswith("Megatron's JIT warm-up compiles nothing") for n in job.notes)
 
 
-def test_without_compiled_layers_megatrons_warmup_stays():
-    job = job_for("toy")  # one GPU: pretrain_gpt.py with the fast ops that compile nothing
+def test_without_compiled_layers_megatrons_warmup_stays_where_its_fusions_run():
+    job = job_for("345m", "env.MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync")  # pretrain_gpt.py's fusions on
     assert job.entry == "pretrain_gpt" and job.environment.get(WARMUP) is None
     assert not any("JIT warm-up" in n for n in job.notes)
+    for unfused in (["bias_gelu_fusion=false"], ["bias_dropout_fusion=false"],
+                    ["swiglu=true", "bias_gelu_fusion=false"]):
+        job = job_for("345m", "env.MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync", *unfused)
+        assert job.environment.get(WARMUP) is None, unfused  # a fusion it warms still runs
+
+
+def test_the_one_gpu_toy_is_unfused_as_upstreams_model_and_skips_the_warmup():
+    job = job_for("toy")  # one GPU: pretrain_gpt.py with the fast ops that compile nothing
+    assert job.entry == "pretrain_gpt"
+    assert job.megatron["bias_gelu_fusion"] is False and job.megatron["bias_dropout_fusion"] is False
+    assert job.environment.get(WARMUP) == "draws"
+    assert any("or the job turns off the fusions it compiles" in n for n in job.notes)
+    job = job_for("345m", "env.MEGATRON_LAUNCH_FAST_OPS=norm,scale,adam,nosync", "bias_gelu_fusion=false",
+                  "bias_dropout_fusion=false")
+    assert job.environment.get(WARMUP) == "draws"
 
 
 def test_a_real_tokenizer_keeps_its_libraries():
