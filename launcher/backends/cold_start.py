@@ -21,7 +21,7 @@ from pathlib import Path
 
 SWITCH_ENV = "MEGATRON_LAUNCH_COLD_START"
 MIN_CORES = 8
-COMPILE_TIMEOUT_S = 120.0
+COMPILE_TIMEOUT_S = 30.0  # 3.3 s measured on 16 cores; past this the ranks compile the rest themselves
 
 
 def enabled() -> bool:
