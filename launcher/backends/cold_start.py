@@ -12,8 +12,10 @@ off (for measuring it).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -54,9 +56,16 @@ def fill_bytecode_cache(env: Mapping[str, str], python: str, cores: int | None =
     if cached_bytecode(Path(prefix), package / "__init__.py").is_file():
         return False
     try:
-        subprocess.run([python, "-m", "compileall", "-q", "-j", "0", str(package)], env=dict(env),
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=COMPILE_TIMEOUT_S, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+        process = subprocess.Popen([python, "-m", "compileall", "-q", "-j", "0", str(package)], env=dict(env),
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
+    except OSError:
         return False  # the ranks compile what they import, as without it
+    try:
+        process.wait(timeout=COMPILE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)  # compileall and its worker processes
+        process.wait()
+        return False
     return True

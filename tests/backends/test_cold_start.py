@@ -6,11 +6,14 @@ from __future__ import annotations
 import importlib.util
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from launcher.backends import cold_start
+
+REAL_POPEN = subprocess.Popen
 
 
 def test_the_cached_bytecode_path_is_pythons_own(tmp_path, monkeypatch):
@@ -26,7 +29,17 @@ def fake_torch(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("")
     monkeypatch.setattr(cold_start, "torch_package", lambda: package)
     runs = []
-    monkeypatch.setattr(subprocess, "run", lambda argv, **kw: runs.append((argv, kw)))
+
+    class Process:
+        pid = -1
+
+        def __init__(self, argv, **options):
+            runs.append((argv, options))
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", Process)
     return package, runs
 
 
@@ -37,7 +50,7 @@ def test_a_cache_without_torchs_bytecode_is_filled_on_every_core(tmp_path, fake_
     (argv, options), = runs
     assert argv == ["/venv/bin/python3", "-m", "compileall", "-q", "-j", "0", str(package)]
     assert options["env"]["PYTHONPYCACHEPREFIX"] == env["PYTHONPYCACHEPREFIX"]  # compiled where the ranks look
-    assert options["timeout"] == cold_start.COMPILE_TIMEOUT_S
+    assert options["start_new_session"]  # stopped with its workers if it overruns
 
 
 def test_nothing_is_compiled_warm_small_without_a_cache_or_switched_off(tmp_path, fake_torch, monkeypatch):
@@ -56,9 +69,19 @@ def test_nothing_is_compiled_warm_small_without_a_cache_or_switched_off(tmp_path
     assert runs == []
 
 
-def test_a_compilation_that_fails_or_hangs_leaves_the_launch_as_it_was(tmp_path, fake_torch, monkeypatch):
-    def hangs(argv, **kw):
-        raise subprocess.TimeoutExpired(argv, kw["timeout"])
+def test_a_compilation_that_hangs_is_stopped_with_its_workers(tmp_path, fake_torch, monkeypatch):
+    monkeypatch.setattr(cold_start, "COMPILE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(cold_start, "torch_package", lambda: tmp_path)  # anything; the command below hangs
+    monkeypatch.setattr(subprocess, "Popen", REAL_POPEN)
+    script = tmp_path / "python3"
+    script.write_text("#!/bin/sh\nsleep 30 & sleep 30\n")
+    script.chmod(0o755)
+    started = time.monotonic()
+    assert not cold_start.fill_bytecode_cache({"PYTHONPYCACHEPREFIX": str(tmp_path / "c")}, str(script), cores=16)
+    assert time.monotonic() - started < 10
 
-    monkeypatch.setattr(subprocess, "run", hangs)
-    assert not cold_start.fill_bytecode_cache({"PYTHONPYCACHEPREFIX": str(tmp_path / "c")}, "python3", cores=16)
+
+def test_a_python_that_cannot_start_leaves_the_launch_as_it_was(tmp_path, fake_torch, monkeypatch):
+    monkeypatch.setattr(subprocess, "Popen", REAL_POPEN)
+    assert not cold_start.fill_bytecode_cache({"PYTHONPYCACHEPREFIX": str(tmp_path / "c")}, str(tmp_path / "none"),
+                                              cores=16)
