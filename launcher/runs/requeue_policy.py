@@ -8,6 +8,8 @@ Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
     infrastructure  requeue; a node failure or a GPU error also leaves its host out of the next attempt
     training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
                     gives the same failure: the budget would go to a bug)
+    persistent      (out of memory, a start-up error, an import error, a missing data file, a full disk) stop at
+                    once, whatever the class: the next attempt meets the same failure
     unclassified    requeue, as before there was a policy
 With SIGNAL the batch script stopped the attempt at Slurm's time-limit warning and requeues it; the policy only
 records that end (infrastructure: time limit near).
@@ -58,6 +60,8 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
     """The decision after the last of `ends` (every attempt's end so far, oldest first)."""
     last = ends[-1]
     already = [h for h in dict.fromkeys(excluded) if host_name(h)]
+    if last.cls is not None and last.persistent:  # out of memory, a start-up error, a full disk: it comes back
+        return Decision(STOP, tuple(already), f"{last.describe()}; a retry meets the same failure", last)
     if last.cls == triage.INFRASTRUCTURE:
         # only a failure of the host itself leaves it out: a time limit, a preemption, an NCCL timeout (seen on the
         # rank that waited, not on the one that hung) or a killed rank says nothing against the node
