@@ -151,6 +151,26 @@ def test_out_of_memory_stops_the_chain_at_once_though_the_other_ranks_timed_out(
     assert "training: CUDA out of memory at iteration 10" in ended and ended.endswith("not requeued, the chain stops")
 
 
+@pytest.mark.parametrize("where", ["out", "err"])
+def test_a_log_longer_than_the_bound_is_judged_by_its_end(tmp_path, monkeypatch, where):
+    """The failure is at the end of a long attempt: a log over the bound is read from its tail, its lines kept with
+    the attempt the cut runs through."""
+    from launcher.runs import requeue_policy
+
+    monkeypatch.setattr(requeue_policy, "MAX_LOG_BYTES", 64 << 10)
+    out, err = tmp_path / "slurm-7.out", tmp_path / "slurm-7.err"
+    out.write_text("megatron-launch: job 7 attempt 1 on n1\n" + iteration_line(10) + "\n"
+                   "megatron-launch: attempt 1 ended: training failed\nmegatron-launch: job 7 attempt 2 on n1\n"
+                   + "".join(iteration_line(n) + "\n" for n in range(11, 2000)))
+    err.write_text("megatron-launch: job 7 attempt 1 on n1\n" + "\n".join(TRACEBACK) + "\n"
+                   "megatron-launch: job 7 attempt 2 on n1\n" + "x\n" * 100_000 * (where == "err")
+                   + "\n".join(OOM_THEN_NCCL) + "\n")
+    assert max(out.stat().st_size, err.stat().st_size) > requeue_policy.MAX_LOG_BYTES
+    ends = requeue_policy.attempt_ends(out, 2, 1)
+    assert ends[-1].reason == "CUDA out of memory" and ends[-1].iteration == 1999
+    assert decide(ends).action == STOP
+
+
 def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host_out(tmp_path):
     result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"])
     assert result.returncode == 0, result.stderr
@@ -217,7 +237,7 @@ def test_a_fifo_as_the_log_or_the_manifest_is_not_waited_on(tmp_path, name):
 
     def read() -> None:
         try:
-            outcome.append(list(requeue_policy._lines(fifo)) if name.endswith(".out") else
+            outcome.append(list(requeue_policy._lines(fifo, 1)) if name.endswith(".out") else
                            requeue_policy._manifest(fifo))
         except ValueError as error:
             outcome.append(error)
