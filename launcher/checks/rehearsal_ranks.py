@@ -156,7 +156,7 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
         settings.pop(knob, None)
     notes += _pipeline_settings(settings, megatron, layout)
     widest = max(layout.tp, load.tp)
-    _attention(settings, megatron, widest)
+    notes += _attention(settings, megatron, widest)
     _experts(settings, megatron, layout)
     # a vocabulary that pads alike at every TP: the same weights at both layouts, no padding rows to drop
     settings["vocab_size"] = (megatron.get("make_vocab_size_divisible_by") or 128) * widest
@@ -257,11 +257,21 @@ def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], la
     return notes
 
 
-def _attention(settings: dict[str, Any], megatron: Mapping[str, Any], tp: int) -> None:
-    """Heads and query groups divisible by the widest TP; multi-head, multi-query or grouped stays so."""
+def _attention(settings: dict[str, Any], megatron: Mapping[str, Any], tp: int) -> list[str]:
+    """Heads and query groups divisible by the widest TP; multi-head, multi-query or grouped stays so, and so do
+    fewer query groups than TP ranks (attention.py's own branch: each rank gathers its group's keys and values)."""
     heads = megatron.get("num_attention_heads") or 4
     groups = megatron.get("num_query_groups")
-    if groups is not None and 1 < groups < heads:  # grouped-query: groups split across TP, two heads per group
+    job_tp = megatron.get("tensor_model_parallel_size") or 1
+    notes = []
+    if groups is not None and 1 < groups < heads and groups < job_tp:
+        ranks_per_group = job_tp // groups
+        settings["num_query_groups"] = max(tp // ranks_per_group, 1)
+        settings["num_attention_heads"] = 2 * tp
+        if settings["num_query_groups"] == 1:
+            notes.append(f"num_query_groups {groups} < TP {job_tp}: at TP {tp} fewer groups than TP ranks is one "
+                         "group (grouped-query attention rehearsed as multi-query)")
+    elif groups is not None and 1 < groups < heads:  # grouped-query: groups split across TP, two heads per group
         settings["num_query_groups"] = max(2, tp)
         settings["num_attention_heads"] = 2 * settings["num_query_groups"]
     else:
@@ -271,6 +281,7 @@ def _attention(settings: dict[str, Any], megatron: Mapping[str, Any], tp: int) -
     settings["hidden_size"] = settings["num_attention_heads"] * HEAD_DIM
     if settings.get("kv_channels") is not None:
         settings["kv_channels"] = HEAD_DIM
+    return notes
 
 
 def _experts(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> None:

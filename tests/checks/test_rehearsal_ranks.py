@@ -85,6 +85,19 @@ def test_the_tiny_model_divides_by_the_widest_tp_and_keeps_its_kind_of_attention
     assert settings["vocab_size"] % (128 * tp) == 0
 
 
+@pytest.mark.parametrize("job_tp, groups, tp, want_groups", [(8, 2, 8, 2), (8, 4, 8, 4), (4, 2, 4, 2), (8, 2, 2, 1)])
+def test_fewer_query_groups_than_tp_ranks_stay_fewer(job_tp, groups, tp, want_groups):
+    """attention.py takes its own branch where num_query_groups < TP (each rank gathers its group's keys and
+    values): the tiny model keeps that relation, or says it could not."""
+    megatron = {**job("345m").megatron, "num_attention_heads": 32, "num_query_groups": groups,
+                "tensor_model_parallel_size": job_tp}
+    settings, notes = rank_settings(megatron, RankLayout(tp=tp), RankLayout(tp=1))
+    assert settings["num_query_groups"] == want_groups and settings["num_query_groups"] < tp
+    assert tp % settings["num_query_groups"] == 0 and settings["num_attention_heads"] % tp == 0
+    assert settings["num_attention_heads"] > settings["num_query_groups"]
+    assert any("rehearsed as multi-query" in note for note in notes) == (want_groups == 1)
+
+
 def test_the_175b_settings_keep_sequence_parallel_and_the_distributed_optimizer():
     resolved = job("175b", "num_layers_per_virtual_pipeline_stage=3")
     layout, _ = shrunk_layout(resolved.layout, resolved.megatron)
