@@ -40,6 +40,10 @@ SLURM_STATES = {"NODE_FAIL": (INFRASTRUCTURE, "node failure (Slurm: NODE_FAIL)")
 # (class, reason, pattern): the first line that matches one decides, in this order of precedence below.
 _SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<host>\S+) CANCELLED AT \S+ "
                          r"DUE TO (?P<why>TIME LIMIT|PREEMPTION|NODE FAILURE)")
+# The kernel's OOM killer, as slurmstepd and srun report it (Slurm's OUT_OF_MEMORY, where sacct is not asked); the
+# other ranks then die by SIGKILL or in their collectives, which says nothing more.
+_HOST_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event"
+                       r"|srun: error: \S+: tasks? [\d,-]+: Out Of Memory")
 _SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
                         r"(?P<code>\d+)|Killed|Terminated)")
@@ -131,6 +135,7 @@ class AttemptReader:
         self.infra: tuple[str, str | None] | None = None  # (reason, host): the host's or the scheduler's end
         self.comm: str | None = None  # a collective's failure (the cause only where no rank failed by itself)
         self.oom = False
+        self.host_oom = False  # the OOM killer, as Slurm reports it
         self.training_began = False
         self.exception_at_startup = False  # the exception came before training began
         self.nan: str | None = None
@@ -182,6 +187,9 @@ class AttemptReader:
         if step := _SLURMSTEPD.search(line):
             why = {"TIME LIMIT": "time limit", "PREEMPTION": "preempted", "NODE FAILURE": "node failure"}[step["why"]]
             self.infra = self.infra or (f"{why} (slurmstepd)", step["host"])
+            return
+        if _HOST_OOM.search(line):
+            self.host_oom = True
             return
         if node := _SRUN_NODE_FAIL.search(line):
             self.infra = self.infra or ("node failure (srun)", node["host"])
@@ -255,6 +263,8 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
     if state in SLURM_STATES:
         cls, reason = SLURM_STATES[state]
         return Triage(cls, reason, iteration, rank, (r.infra[1] if r.infra else None) or host)
+    if r.host_oom:
+        return Triage(TRAINING, "host out of memory (the OOM killer, said by Slurm)", iteration, rank, host)
     if r.infra is not None:
         reason, infra_host = r.infra
         return Triage(INFRASTRUCTURE, reason, iteration, rank, infra_host or host)

@@ -219,6 +219,13 @@ MIXED = {
                                                                   "RuntimeError: [enforce fail at inline_container.cc"
                                                                   ":603] . unexpected pos 4563878400 vs 4563878288"),
                                            INFRASTRUCTURE, True, "disk full"),
+    # the kernel's OOM killer, said by slurmstepd or srun: the host's memory, not a node to leave out
+    "the OOM killer, then SIGKILLed ranks": (ITERATIONS + [
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.",
+        *NCCL_TIMEOUTS] + root_cause(3, "g", "-9", "Signal 9 (SIGKILL) received by PID 4242"),
+        TRAINING, False, "host out of memory"),
+    "srun's out-of-memory task": (ITERATIONS + ["srun: error: gpu-a2: task 3: Out Of Memory"], TRAINING, False,
+                                  "host out of memory"),
     # what a retry may well fix: kept retryable
     "a KeyError mid-run": (ITERATIONS + traceback(0, ["/mlm/x.py"], "KeyError: 'tokens'"), TRAINING, False,
                            "KeyError"),
