@@ -59,16 +59,19 @@ class StoredCheckpoint:
 INT64_MAX = (1 << 63) - 1  # read_metadata all-reduces the iteration as a torch.long
 
 
-def find(load: str | Path) -> StoredCheckpoint:
+def find(load: str | Path, step: int | None = None) -> StoredCheckpoint:
     """The checkpoint Megatron would load from `load`: its tracker, iteration directory and format (no torch),
     judged as megatron/training/checkpointing.py reads them: no tracker file (os.path.isfile) is a fresh start; a
-    tracker that is there but leads nowhere is `damaged`, since Megatron then stops at load."""
+    tracker that is there but leads nowhere is `damaged`, since Megatron then stops at load. `step`: the job's
+    ckpt_step, which Megatron loads in place of the tracker's iteration (with or without a tracker)."""
     load = str(load)
     root = Path(load)
     if not root.is_dir():
         return StoredCheckpoint(load, why_not=f"{load} does not exist" if not root.exists() else
                                 f"{load} is not a directory")
     tracker = root / TRACKER
+    if step and not tracker.is_file():
+        return _iteration_directory(load, root / f"iter_{step:07d}", step, False, f"ckpt_step {step} names")
     if not tracker.is_file():
         return StoredCheckpoint(load, why_not=f"no {TRACKER} in {load}")
     try:
@@ -88,10 +91,18 @@ def find(load: str | Path) -> StoredCheckpoint:
     if iteration > INT64_MAX:
         return _damaged(load, f"{tracker} holds {shown(text[:80])}, beyond a 64-bit iteration: Megatron stops at "
                         "load (the iteration is all-reduced as a torch.long)")
-    name = "release" if release else f"iter_{iteration:07d}"
-    directory = root / name
+    if step:  # _load_base_checkpoint: ckpt_step replaces the tracker's iteration
+        iteration, named = step, f"ckpt_step {step} names"
+    else:
+        named = f"{tracker} names"
+    directory = root / ("release" if release else f"iter_{iteration:07d}")
+    return _iteration_directory(load, directory, iteration, release, named)
+
+
+def _iteration_directory(load: str, directory: Path, iteration: int, release: bool, named: str) -> StoredCheckpoint:
+    """The checkpoint in the iteration (or release) directory Megatron loads, as _get_checkpoint_format finds it."""
     if not directory.is_dir():
-        return _damaged(load, f"{tracker} names {'the release' if release else f'iteration {iteration}'}, but "
+        return _damaged(load, f"{named} {'the release' if release else f'iteration {iteration}'}, but "
                         f"{directory} is missing: Megatron stops at load (FileNotFoundError)",
                         iteration=iteration, release=release)
     entries = _names(directory)
@@ -123,9 +134,9 @@ def _damaged(load: str, why: str, **facts: Any) -> StoredCheckpoint:
     return StoredCheckpoint(load, why_not=why, damaged=True, **facts)
 
 
-def read(load: str | Path, python: str | None) -> StoredCheckpoint:
+def read(load: str | Path, python: str | None, step: int | None = None) -> StoredCheckpoint:
     """find(), then the stored settings through the Megatron interpreter `python` (None: no such interpreter)."""
-    found = find(load)
+    found = find(load, step)
     if not found.found or found.unread:
         return found
     base, file = found, found.file

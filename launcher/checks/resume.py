@@ -432,7 +432,9 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
         stored = StoredCheckpoint(str(load), why_not="not visible from this machine")
         return ResumeCheck(stored, expected, (Item("note", "found", f"{load} is not visible from this machine: "
                                                     "the checkpoint is not checked before the job starts"),))
-    found = checkpoint.find(str(load))
+    step = job.megatron.get("ckpt_step")
+    step = step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else None
+    found = checkpoint.find(str(load), step)
     if found.damaged:
         return judge(job, found)
     pretrained = job.megatron.get("pretrained_checkpoint")
@@ -440,4 +442,4 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
         return judge(job, found, checkpoint.read(str(pretrained), python))
     if not found.found and not expected:
         return None
-    return judge(job, checkpoint.read(str(load), python) if found.found else found)
+    return judge(job, checkpoint.read(str(load), python, step) if found.found else found)

@@ -285,6 +285,18 @@ def test_a_tracker_is_read_as_megatron_reads_it(tmp_path, tracker, iteration):
     assert (found.found, found.iteration, found.format) == (True, iteration, "torch_dist"), found.why_not
 
 
+def test_ckpt_step_is_the_iteration_megatron_loads_with_or_without_a_tracker(tmp_path):
+    from launcher.checks.resume import check_job
+
+    dist_iteration(tmp_path, "iter_0000050")
+    found = checkpoint.find(tmp_path, 50)  # no tracker: Megatron still loads iteration 50
+    assert (found.found, found.iteration) == (True, 50)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("50")
+    missing = checkpoint.find(tmp_path, 70)
+    assert missing.damaged and "ckpt_step 70 names iteration 70" in missing.why_not
+    assert not check_job(toy_job(tmp_path, "ckpt_format=torch_dist", "ckpt_step=70"), None).ok
+
+
 def test_a_release_tracker_finds_the_release_directory(tmp_path):
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("release\n")
     dist_iteration(tmp_path, "release")
