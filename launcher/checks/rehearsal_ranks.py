@@ -110,9 +110,13 @@ def shrunk_layout(job_layout: Any, megatron: Mapping[str, Any]) -> tuple[RankLay
         notes.append(f"CP {job_layout.cp}: context parallelism's attention is Transformer Engine's (CUDA only); "
                      "rehearsed at CP 1")
     vpp = job_layout.vpp or 1  # virtual stages add layers, not processes
+    own_etp = megatron.get("expert_tensor_parallel_size") is not None
+    job_order = _order(sizes["etp"], sizes["tp"])
     if math.prod(sizes.values()) > KEPT_PRODUCT:
         sizes, vpp = {name: min(value, 2) for name, value in sizes.items()}, min(vpp, 2)
-    own_etp = megatron.get("expert_tensor_parallel_size") is not None
+        if own_etp and _order(sizes["etp"], sizes["tp"]) != job_order:
+            # expert TP below, at or above TP builds other expert groups: the job's order kept
+            sizes["etp"] = sizes["tp"] * 2 if job_order > 0 else max(sizes["tp"] // 2, 1)
     layout = RankLayout(tp=sizes["tp"], pp=sizes["pp"], vpp=vpp if sizes["pp"] > 1 and vpp > 1 else None,
                         ep=sizes["ep"], etp=sizes["etp"] if own_etp else None)
     layout = _with_data_parallel(layout, 2 if job_layout.dp > 1 else 1)
@@ -120,7 +124,14 @@ def shrunk_layout(job_layout: Any, megatron: Mapping[str, Any]) -> tuple[RankLay
         layout = _with_data_parallel(replace(layout, tp=min(layout.tp, 2), pp=min(layout.pp, 2),
                                              ep=min(layout.ep, 2), etp=min(layout.etp, 2) if layout.etp else None),
                                      2 if job_layout.dp > 1 else 1)
+    if own_etp and _order(layout.etp or layout.tp, layout.tp) != job_order:
+        notes.append(f"expert TP {megatron.get('expert_tensor_parallel_size')} against TP {job_layout.tp}: "
+                     f"rehearsed at expert TP {layout.etp} · TP {layout.tp} (at most {MAX_PROCESSES} processes)")
     return layout, notes
+
+
+def _order(a: int, b: int) -> int:
+    return (a > b) - (a < b)
 
 
 def load_layout(layout: RankLayout, query_groups: int | None) -> RankLayout:

@@ -52,6 +52,19 @@ def test_a_layout_whose_product_is_at_most_8_keeps_its_own_sizes():
     assert (layout.tp, layout.pp, layout.dp, layout.world) == (4, 2, 2, 16)
 
 
+@pytest.mark.parametrize("tp, etp", [(2, 4), (4, 2), (4, 1), (2, 2), (1, 4)])
+def test_expert_tp_keeps_its_order_against_tp_when_shrunk(tp, etp):
+    """Expert TP below, at or above TP builds other expert groups: a shrunk layout keeps which one the job has."""
+    resolved = job("345m", f"tensor_model_parallel_size={tp}", "pipeline_model_parallel_size=2", "num_experts=8",
+                   "expert_model_parallel_size=2", f"expert_tensor_parallel_size={etp}", "moe_router_topk=2",
+                   "add_bias_linear=false", "num_attention_heads=16", nodes=4, gpus=8)
+    layout, notes = shrunk_layout(resolved.layout, resolved.megatron)
+    order = (etp > tp) - (etp < tp)
+    assert ((layout.etp > layout.tp) - (layout.etp < layout.tp)) == order, (layout, notes)
+    assert layout.world <= MAX_PROCESSES and (layout.tp * layout.dp) % (layout.ep * layout.etp) == 0
+    assert ("expert TP" in layout.describe()) == (order != 0)
+
+
 def test_expert_parallelism_gets_the_data_parallel_ranks_its_groups_need():
     resolved = job("345m", "num_experts=8", "expert_model_parallel_size=4", "moe_router_topk=2",
                    "add_bias_linear=false", nodes=1, gpus=8)
