@@ -57,7 +57,8 @@ def test_expert_tp_keeps_its_order_against_tp_when_shrunk(tp, etp):
     """Expert TP below, at or above TP builds other expert groups: a shrunk layout keeps which one the job has."""
     resolved = job("345m", f"tensor_model_parallel_size={tp}", "pipeline_model_parallel_size=2", "num_experts=8",
                    "expert_model_parallel_size=2", f"expert_tensor_parallel_size={etp}", "moe_router_topk=2",
-                   "add_bias_linear=false", "num_attention_heads=16", nodes=4, gpus=8)
+                   "add_bias_linear=false", "num_attention_heads=16", "transformer_engine=true",
+                   f"sequence_parallel={str(tp > 1).lower()}", nodes=4, gpus=8)
     layout, notes = shrunk_layout(resolved.layout, resolved.megatron)
     order = (etp > tp) - (etp < tp)
     assert ((layout.etp > layout.tp) - (layout.etp < layout.tp)) == order, (layout, notes)
