@@ -110,9 +110,13 @@ def shrunk_layout(job_layout: Any, megatron: Mapping[str, Any]) -> tuple[RankLay
         notes.append(f"CP {job_layout.cp}: context parallelism's attention is Transformer Engine's (CUDA only); "
                      "rehearsed at CP 1")
     vpp = job_layout.vpp or 1  # virtual stages add layers, not processes
+    own_etp = megatron.get("expert_tensor_parallel_size") is not None
+    job_order = _order(sizes["etp"], sizes["tp"])
     if math.prod(sizes.values()) > KEPT_PRODUCT:
         sizes, vpp = {name: min(value, 2) for name, value in sizes.items()}, min(vpp, 2)
-    own_etp = megatron.get("expert_tensor_parallel_size") is not None
+        if own_etp and _order(sizes["etp"], sizes["tp"]) != job_order:
+            # expert TP below, at or above TP builds other expert groups: the job's order kept
+            sizes["etp"] = sizes["tp"] * 2 if job_order > 0 else max(sizes["tp"] // 2, 1)
     layout = RankLayout(tp=sizes["tp"], pp=sizes["pp"], vpp=vpp if sizes["pp"] > 1 and vpp > 1 else None,
                         ep=sizes["ep"], etp=sizes["etp"] if own_etp else None)
     layout = _with_data_parallel(layout, 2 if job_layout.dp > 1 else 1)
@@ -120,7 +124,14 @@ def shrunk_layout(job_layout: Any, megatron: Mapping[str, Any]) -> tuple[RankLay
         layout = _with_data_parallel(replace(layout, tp=min(layout.tp, 2), pp=min(layout.pp, 2),
                                              ep=min(layout.ep, 2), etp=min(layout.etp, 2) if layout.etp else None),
                                      2 if job_layout.dp > 1 else 1)
+    if own_etp and _order(layout.etp or layout.tp, layout.tp) != job_order:
+        notes.append(f"expert TP {megatron.get('expert_tensor_parallel_size')} against TP {job_layout.tp}: "
+                     f"rehearsed at expert TP {layout.etp} · TP {layout.tp} (at most {MAX_PROCESSES} processes)")
     return layout, notes
+
+
+def _order(a: int, b: int) -> int:
+    return (a > b) - (a < b)
 
 
 def load_layout(layout: RankLayout, query_groups: int | None) -> RankLayout:
@@ -156,7 +167,7 @@ def rank_settings(megatron: Mapping[str, Any], layout: RankLayout, load: RankLay
         settings.pop(knob, None)
     notes += _pipeline_settings(settings, megatron, layout)
     widest = max(layout.tp, load.tp)
-    _attention(settings, megatron, widest)
+    notes += _attention(settings, megatron, widest)
     _experts(settings, megatron, layout)
     # a vocabulary that pads alike at every TP: the same weights at both layouts, no padding rows to drop
     settings["vocab_size"] = (megatron.get("make_vocab_size_divisible_by") or 128) * widest
@@ -257,11 +268,21 @@ def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], la
     return notes
 
 
-def _attention(settings: dict[str, Any], megatron: Mapping[str, Any], tp: int) -> None:
-    """Heads and query groups divisible by the widest TP; multi-head, multi-query or grouped stays so."""
+def _attention(settings: dict[str, Any], megatron: Mapping[str, Any], tp: int) -> list[str]:
+    """Heads and query groups divisible by the widest TP; multi-head, multi-query or grouped stays so, and so do
+    fewer query groups than TP ranks (attention.py's own branch: each rank gathers its group's keys and values)."""
     heads = megatron.get("num_attention_heads") or 4
     groups = megatron.get("num_query_groups")
-    if groups is not None and 1 < groups < heads:  # grouped-query: groups split across TP, two heads per group
+    job_tp = megatron.get("tensor_model_parallel_size") or 1
+    notes = []
+    if groups is not None and 1 < groups < heads and groups < job_tp:
+        ranks_per_group = job_tp // groups
+        settings["num_query_groups"] = max(tp // ranks_per_group, 1)
+        settings["num_attention_heads"] = 2 * tp
+        if settings["num_query_groups"] == 1:
+            notes.append(f"num_query_groups {groups} < TP {job_tp}: at TP {tp} fewer groups than TP ranks is one "
+                         "group (grouped-query attention rehearsed as multi-query)")
+    elif groups is not None and 1 < groups < heads:  # grouped-query: groups split across TP, two heads per group
         settings["num_query_groups"] = max(2, tp)
         settings["num_attention_heads"] = 2 * settings["num_query_groups"]
     else:
@@ -271,6 +292,7 @@ def _attention(settings: dict[str, Any], megatron: Mapping[str, Any], tp: int) -
     settings["hidden_size"] = settings["num_attention_heads"] * HEAD_DIM
     if settings.get("kv_channels") is not None:
         settings["kv_channels"] = HEAD_DIM
+    return notes
 
 
 def _experts(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> None:

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
 
@@ -53,7 +54,7 @@ LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_
 @dataclass(frozen=True)
 class Item:
     level: str  # refuse | warn | note | ok
-    topic: str  # found | shape | layout | format | optimizer | batch | data | version | read
+    topic: str  # found | shape | layout | format | optimizer | state | batch | data | version | read
     message: str
     hint: str = ""
 
@@ -80,7 +81,7 @@ class ResumeCheck:
     def summary(self) -> str:
         s = self.stored
         if not s.found:
-            return f"no checkpoint in {s.load}"
+            return f"{'a damaged checkpoint' if s.damaged else 'no checkpoint'} in {s.load}"
         consumed = (s.args or {}).get("consumed_train_samples")
         at = "release" if s.release else f"iteration {s.iteration}"
         samples = f", {consumed:,} samples consumed" if isinstance(consumed, int) else ""
@@ -119,6 +120,12 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     """Every item for resuming `stored` with `job` (a ResolvedJob). `pretrained`: what the job's
     pretrained_checkpoint holds, which Megatron fine-tunes from when `load` holds no checkpoint."""
     expected = expects_checkpoint(job)
+    if stored.damaged:  # a tracker file that leads nowhere stops Megatron at load, before any fallback
+        return ResumeCheck(stored, expected, (Item(
+            "refuse", "found", f"the checkpoint in {stored.load} is damaged: {stored.why_not}",
+            f"repair it ({TRACKER_NAME} names the iteration Megatron loads: point it at one that is complete), "
+            "or load another directory (--set load=DIR), or start from scratch elsewhere (--set load=null with "
+            "another save)"),))
     if not stored.found and pretrained is not None:
         return _pretrained(job, stored, pretrained)
     if not stored.found:
@@ -140,6 +147,9 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
     items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
+    items += _state(job_args, saved, stored)
+    if not job_args.get("finetune"):
+        items += _megatron_asserts(job_args, saved)
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
         items += _batch(job_args, saved, stored)
         items += _data(job_args, saved)
@@ -265,6 +275,54 @@ def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpo
                  "dist_ckpt_optim_fully_reshardable=true next time")]
 
 
+def _state(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    """What load_checkpoint reads besides the weights unless the job says not to (release checkpoints and
+    finetune read neither): the iteration, the optimizer state, and (torch format) the RNG state."""
+    if stored.release or job_args.get("finetune"):
+        return []
+    items = []
+    keys = set(stored.keys) if stored.keys is not None else None
+    if keys is not None and not keys & {"iteration", "total_iters"}:
+        items.append(Item("refuse", "state", f"{stored.file} holds no iteration: Megatron prints 'unable to load "
+                          "iteration from checkpoint' at load and exits with status 0, having trained nothing",
+                          "load it as weights only (--set finetune=true: iteration 0, no optimizer state)"))
+    # generate_state_dict: 'optimizer' (torch_dist keeps its sharded part out of common.pt) and the scheduler's
+    # 'opt_param_scheduler' are saved together, unless no_save_optim or no optimizer was given
+    saved_state = {"optimizer"} if stored.format == "torch" else {"optimizer", "opt_param_scheduler"}
+    no_optimizer = saved.get("no_save_optim") is True or (keys is not None and not keys & saved_state)
+    if no_optimizer and not job_args.get("no_load_optim"):
+        items.append(Item("refuse", "state", "the checkpoint holds no optimizer state (saved with no_save_optim or "
+                          "without an optimizer), and the job loads it: Megatron stops at load ('Unable to load "
+                          "optimizer from checkpoint', KeyError)",
+                          "--set no_load_optim=true (Adam's moments start again; the learning-rate schedule too), or "
+                          "--set finetune=true (weights only, iteration 0)"))
+    no_rng = saved.get("no_save_rng") is True or (keys is not None and not keys & {"rng_state", "random_rng_state"})
+    if stored.format == "torch" and no_rng and not job_args.get("no_load_rng"):
+        # torch_dist skips a missing RNG state (ignore_rng_state); the torch format's load does not
+        items.append(Item("refuse", "state", "the torch-format checkpoint holds no RNG state (saved with "
+                          "no_save_rng), and the job loads it: Megatron prints 'Unable to load rng state from "
+                          "checkpoint' at load and exits with status 0, having trained nothing",
+                          "--set no_load_rng=true"))
+    return items
+
+
+# check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load, beyond the
+# model's shape and the torch format's TP/PP compared above; (setting, when the job sets it is compared)
+ASSERTED = (("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
+            ("tokenizer_type", "vocab_file"), ("data_parallel_random_init", "data_parallel_random_init"),
+            ("global_batch_size", "phase_transition_iterations"))
+
+
+def _megatron_asserts(job_args: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Item]:
+    differ = [(name, saved[name], job_args.get(name)) for name, when in ASSERTED
+              if job_args.get(when) and name in saved and _normal(saved[name]) != _normal(job_args.get(name))]
+    if not differ:
+        return []
+    said = "; ".join(f"{name} {shown(a, 80)} (checkpoint) ≠ {shown(b, 80)} (job)" for name, a, b in differ)
+    return [Item("refuse", "shape", f"{said}: Megatron asserts these equal at load (check_checkpoint_args)",
+                 "resume with the checkpoint's values, or --set finetune=true (weights only, iteration 0)")]
+
+
 def _batch(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
     items = []
     iteration = stored.iteration or 0
@@ -374,10 +432,14 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
         stored = StoredCheckpoint(str(load), why_not="not visible from this machine")
         return ResumeCheck(stored, expected, (Item("note", "found", f"{load} is not visible from this machine: "
                                                     "the checkpoint is not checked before the job starts"),))
-    found = checkpoint.find(str(load))
+    step = job.megatron.get("ckpt_step")
+    step = step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else None
+    found = checkpoint.find(str(load), step)
+    if found.damaged:
+        return judge(job, found)
     pretrained = job.megatron.get("pretrained_checkpoint")
     if not found.found and pretrained:
         return judge(job, found, checkpoint.read(str(pretrained), python))
     if not found.found and not expected:
         return None
-    return judge(job, checkpoint.read(str(load), python) if found.found else found)
+    return judge(job, checkpoint.read(str(load), python, step) if found.found else found)

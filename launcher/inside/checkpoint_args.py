@@ -101,7 +101,9 @@ def read(path: str) -> dict[str, Any]:
     try:
         names = torch.serialization.get_unsafe_globals_in_checkpoint(path)
     except Exception as exc:  # noqa: BLE001 - any failure to read the file is the answer
-        return {"error": f"cannot list the types in {path}: {type(exc).__name__}: {' '.join(str(exc).split())[-600:]}"}
+        # not a file torch.save wrote, or one cut short: torch.load at Megatron's load fails the same way
+        return {"error": f"cannot list the types in {path}: {type(exc).__name__}: {' '.join(str(exc).split())[-600:]}",
+                "damaged": True}
     refused = [n for n in names if n not in REAL_GLOBALS and not n.startswith(STAND_IN_PREFIX)]
     if refused:
         return {"error": f"{path} holds types a Megatron checkpoint does not ({', '.join(sorted(refused)[:5])}): "
@@ -121,7 +123,7 @@ def read(path: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001
         return {"error": f"cannot read {path} safely: {type(exc).__name__}: {' '.join(str(exc).split())[-600:]}"}
     if not isinstance(state, dict):
-        return {"error": f"{path} holds a {type(state).__name__}, not a Megatron checkpoint's dict"}
+        return {"error": f"{path} holds a {type(state).__name__}, not a Megatron checkpoint's dict", "damaged": True}
     stored = state.get("args")
     values = vars(stored) if hasattr(stored, "__dict__") and not isinstance(stored, StandIn) else None
     args = None

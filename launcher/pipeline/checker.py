@@ -643,6 +643,12 @@ class _Checker:
         if sp and not self.te and not apex:
             self.fail("sequence_parallel needs Transformer Engine or NVIDIA apex (torch's LayerNorm fallback "
                       "asserts 'sequence parallel not supported')", "set sequence_parallel=false", stage="runtime")
+        if not sp and tp > 1 and self.arg("num_experts"):  # moe_layer.py:620, in training only
+            self.fail(f"MoE experts with TP {tp} need sequence_parallel: Megatron's MoE layer raises at the first "
+                      "training step ('performance may degrade if MoE and tensor parallelism are enabled without "
+                      "also enabling sequence parallelism', moe_layer.py:621)",
+                      "set sequence_parallel=true" + ("" if self.te or apex else " (with Transformer Engine or apex), "
+                                                      "or tensor_model_parallel_size=1"), stage="runtime")
         if self.arg("tp_comm_overlap") and not sp:  # arguments.py:1386, after SP is turned off at TP 1
             if tp == 1:
                 self.fail("tp_comm_overlap needs sequence_parallel, which Megatron turns off at TP 1 "

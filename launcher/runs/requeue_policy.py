@@ -8,6 +8,8 @@ Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
     infrastructure  requeue; a node failure or a GPU error also leaves its host out of the next attempt
     training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
                     gives the same failure: the budget would go to a bug)
+    persistent      (out of memory, a start-up error, an import error, a missing data file, a full disk) stop at
+                    once, whatever the class: the next attempt meets the same failure
     unclassified    requeue, as before there was a policy
 With SIGNAL the batch script stopped the attempt at Slurm's time-limit warning and requeues it; the policy only
 records that end (infrastructure: time limit near).
@@ -58,6 +60,8 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
     """The decision after the last of `ends` (every attempt's end so far, oldest first)."""
     last = ends[-1]
     already = [h for h in dict.fromkeys(excluded) if host_name(h)]
+    if last.cls is not None and last.persistent:  # out of memory, a start-up error, a full disk: it comes back
+        return Decision(STOP, tuple(already), f"{last.describe()}; a retry meets the same failure", last)
     if last.cls == triage.INFRASTRUCTURE:
         # only a failure of the host itself leaves it out: a time limit, a preemption, an NCCL timeout (seen on the
         # rank that waited, not on the one that hung) or a killed rank says nothing against the node
@@ -92,12 +96,12 @@ def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triag
         if readers:
             readers[-1][1].feed(line)
 
-    slurm_log.read_attempts(_lines(log), start, take)
+    slurm_log.read_attempts(_lines(log, attempt), start, take)
     # the tracebacks, torchrun's root cause and srun's errors are in the job's standard error file
     by_number = dict(readers)
     err = slurm_log.stderr_log(log)
     if err.exists():
-        slurm_log.stderr_lines(_lines(err), lambda _job, number, line: by_number[number].feed(line)
+        slurm_log.stderr_lines(_lines(err, attempt), lambda _job, number, line: by_number[number].feed(line)
                                if number in by_number else None)
     kept = [(number, reader) for number, reader in readers if number <= attempt]
     return [reader.verdict(exit_status if number == attempt else None) for number, reader in kept]
@@ -115,17 +119,38 @@ def _open_regular(path: Path) -> BinaryIO | None:
     return os.fdopen(fd, "rb")
 
 
-def _lines(path: Path) -> Iterator[str]:
-    """The lines of a regular file, at most MAX_LOG_BYTES of it and 1 MiB of a line (plain Python: the node's
-    python3 may lack the launcher's dependencies)."""
+def _lines(path: Path, attempt: int) -> Iterator[str]:
+    """The lines of a regular file, at most its last MAX_LOG_BYTES and 1 MiB of a line (plain Python: the node's
+    python3 may lack the launcher's dependencies). A failure is at the end of its attempt: a longer log is read from
+    its tail, opened by an attempt line for the attempt the cut runs through (the one before the first attempt line
+    read, or `attempt` where there is none), so its lines keep their attempt."""
     handle = _open_regular(path)
     if handle is None:
         return
     with handle:
-        size = 0
-        while size < MAX_LOG_BYTES and (raw := handle.readline(1 << 20)):
-            size += len(raw)
+        size = os.fstat(handle.fileno()).st_size
+        if size > MAX_LOG_BYTES:
+            cut = _first_attempt_after(handle, size - MAX_LOG_BYTES)
+            number = attempt if cut is None else cut - 1
+            handle.seek(size - MAX_LOG_BYTES)
+            handle.readline(1 << 20)  # the line the cut runs through
+            if number >= 1:
+                yield f"megatron-launch: job 0 attempt {number} on (the last {MAX_LOG_BYTES} bytes of the log)"
+        read = 0
+        while read < MAX_LOG_BYTES and (raw := handle.readline(1 << 20)):
+            read += len(raw)
             yield from raw.decode("utf-8", "replace").splitlines() or [""]
+
+
+def _first_attempt_after(handle: BinaryIO, offset: int) -> int | None:
+    """The number of the first attempt line after `offset` (a cheap pass: one prefix test a line)."""
+    handle.seek(offset)
+    handle.readline(1 << 20)
+    while raw := handle.readline(1 << 20):
+        if raw.startswith(b"megatron-launch: job ") and (start := slurm_log.attempt_start(raw.decode("utf-8",
+                                                                                                    "replace"))):
+            return start
+    return None
 
 
 def _manifest(path: Path) -> dict:

@@ -56,6 +56,12 @@ def stderr_lines(lines: Iterable[str], on_line: Callable[[str, int, str], None])
             on_line(current[0], current[1], line)
 
 
+def attempt_start(line: str) -> int | None:
+    """The attempt number an attempt's opening line names, else None."""
+    start = _START.match(line)
+    return int(start["n"]) if start else None
+
+
 def split_attempts(text: str) -> list[SlurmAttempt]:
     """The attempts in one job's log, each with its lines (output before the first start is dropped)."""
     return read_attempts(text.splitlines())

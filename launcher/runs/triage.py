@@ -6,6 +6,13 @@
                     loss, an assertion; the same failure comes back at the same iteration
     data            a data file missing or corrupt, an index that could not be built
 
+Where every rank printed something, the root cause is the rank's own failure, not the collectives' timeouts and
+aborts it leaves on the others: the host's or the scheduler's end (a GPU error, a node failure, the time limit), then
+out of memory, then the first exception of a rank's own, then an NCCL timeout or network error. An end is
+`persistent` where the next attempt with the same settings, files and disk meets it again (out of memory, an error
+raised before training began, an import error, a data file missing or damaged, a full disk): the requeue policy stops
+there at once.
+
 Read from the attempt's log lines (torchrun's "Root Cause" block and srun's error lines name the first failing rank
 and its host), its exit status and, where known, Slurm's state for it (sacct). Lines are read one at a time and only
 a few facts are kept, so any log costs the same memory. A log that says nothing classifiable gets no class: a
@@ -33,26 +40,59 @@ SLURM_STATES = {"NODE_FAIL": (INFRASTRUCTURE, "node failure (Slurm: NODE_FAIL)")
 # (class, reason, pattern): the first line that matches one decides, in this order of precedence below.
 _SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<host>\S+) CANCELLED AT \S+ "
                          r"DUE TO (?P<why>TIME LIMIT|PREEMPTION|NODE FAILURE)")
+# The kernel's OOM killer, as slurmstepd and srun report it (Slurm's OUT_OF_MEMORY, where sacct is not asked); the
+# other ranks then die by SIGKILL or in their collectives, which says nothing more.
+_HOST_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event"
+                       r"|srun: error: \S+: tasks? [\d,-]+: Out Of Memory")
 _SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
                         r"(?P<code>\d+)|Killed|Terminated)")
-_INFRA = [
+# Failures of the collectives: seen on the ranks that waited for one that had failed (or hung), so they are the cause
+# only where no rank failed by itself (an out-of-memory rank leaves every other rank in an NCCL timeout).
+_COMM = [
     ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout"
                                 r"|NCCL.*timed out|DistBackendError.*[Tt]imeout|RendezvousTimeoutError"
                                 r"|Timed out (?:after|waiting).*(?:store|rendezvous|barrier)")),
     ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).*(?:remote process exited|[Cc]onnection (?:closed|reset)"
                                       r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError")),
+]
+# An exception raised by a collective (torch.distributed's errors, a peer gone): never the first failure by itself.
+_COMM_EXCEPTION = re.compile(r"^(?:torch\.distributed\.)?Dist(?:Backend|Network|Store)Error\b"
+                             r"|^\w*(?:nccl|NCCL)\w*Error\b"
+                             r"|[Cc]onnection (?:closed|reset) by peer|[Bb]roken pipe|communicator was aborted"
+                             r"|Socket Timeout|ProcessGroupGloo|gloo/transport")
+# Failures of the host itself or the scheduler's end of the job: they outrank what the ranks then raise.
+_HOST = [
     ("GPU error (CUDA/Xid)", re.compile(r"\bXid\b|GPU has fallen off the bus|uncorrectable ECC|ECC error"
                                         r"|CUDA error: (?:unspecified launch failure|uncorrectable|an illegal "
                                         r"instruction|ECC)|CUDA-capable device\(s\) (?:is|are) busy or unavailable"
                                         r"|no CUDA-capable device is detected|NVML_ERROR|cudaErrorDevicesUnavailable")),
 ]
-_OOM = re.compile(r"CUDA out of memory|torch\.OutOfMemoryError|torch\.cuda\.OutOfMemoryError")
+# CUDA's allocator (torch), a kernel launch or a library's own allocation (cuBLAS, cuDNN, NCCL's "Cuda failure"):
+# the same memory at the same step runs out again, so a retry does not fix it.
+_OOM = re.compile(r"CUDA out of memory|(?:torch\.|torch\.cuda\.)?OutOfMemoryError: |CUDA error: out of memory"
+                  r"|Cuda failure 'out of memory'|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+                  r"|cudaErrorMemoryAllocation")
 _DATA = re.compile(r"megatron/core/datasets/|indexed_dataset|\.idx\b|\.bin\b|IndexedDataset|GPTDataset"
                    r"|BlendedMegatronDatasetBuilder|Failed to compile the C\+\+ dataset helper|helpers_cpp"
                    r"|build_sample_idx|mmap length is greater than file size|data_samplers|dataset")
 _DATA_ERROR = re.compile(r"^(?:FileNotFoundError|IsADirectoryError|PermissionError|EOFError|UnpicklingError"
                          r"|numpy\.core\._exceptions|ValueError: mmap)")
+# Raised before training began (arguments, layout, model build, imports): the same settings raise it again.
+_STARTUP_PERSISTENT = re.compile(r"^(?:\w+\.)*(?:AssertionError|ValueError|TypeError|KeyError|AttributeError|NameError"
+                                 r"|IndexError|NotImplementedError|ZeroDivisionError|SyntaxError|FileNotFoundError"
+                                 r"|NotADirectoryError|IsADirectoryError|PermissionError)\b")
+_IMPORT = re.compile(r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b")  # the environment's: at any point
+# A missing or damaged data file stays missing or damaged.
+_DATA_PERSISTENT = re.compile(r"^(?:FileNotFoundError|IsADirectoryError|NotADirectoryError|PermissionError)\b"
+                              r"|mmap length is greater than file size|cannot mmap an empty file")
+# A full disk or quota (torch.save's writer says it in its own words): it stays full for the next attempt.
+_DISK_FULL = re.compile(r"\[Errno (?:28|122)\]|No space left on device|Disk quota exceeded"
+                        r"|PytorchStreamWriter failed writing file|unexpected pos \d+ vs \d+")
+_ARGPARSE = re.compile(r"^[\w.-]+\.py: error: ")  # argparse's refusal of the command line (exit 2, no traceback)
+_ARGUMENT_ERROR = "argument error: "
+_NAN = re.compile(r"\bnan\b", re.IGNORECASE)
+_TRAINING_BEGINS = "training ..."  # Megatron's print_rank_0 in pretrain() once setup is done
 _RANK = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]:")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 _FIELD = re.compile(r"^\s*(?P<name>host|rank|exitcode|traceback)\s*: (?P<value>.*)$")
@@ -71,6 +111,7 @@ class Triage:
     iteration: int | None = None  # the last iteration the attempt logged (the "same iteration" of a repeat)
     rank: int | None = None  # the first failing rank, where the log names it
     host: str | None = None  # its host
+    persistent: bool = False  # a retry meets the same failure (out of memory, a start-up error, a full disk)
 
     def describe(self) -> str:
         if self.cls is None:
@@ -91,8 +132,12 @@ class AttemptReader:
         self.parser = lp.LogParser()
         self.iteration: int | None = None
         self.loaded: int | None = None
-        self.infra: tuple[str, str | None] | None = None  # (reason, host)
+        self.infra: tuple[str, str | None] | None = None  # (reason, host): the host's or the scheduler's end
+        self.comm: str | None = None  # a collective's failure (the cause only where no rank failed by itself)
         self.oom = False
+        self.host_oom = False  # the OOM killer, as Slurm reports it
+        self.training_began = False
+        self.exception_at_startup = False  # the exception came before training began
         self.nan: str | None = None
         self.exception: str | None = None  # the first exception line after a traceback header
         self.exception_rank: int | None = None
@@ -116,6 +161,7 @@ class AttemptReader:
         event = self.parser.feed(raw)
         match event:
             case lp.IterationLine():
+                self.training_began = True
                 self.iteration = event.iteration if self.iteration is None else max(self.iteration, event.iteration)
                 if event.nan_iterations and event.lm_loss is None and self.nan is None:
                     self.nan = f"NaN loss ({event.nan_iterations} NaN iteration(s))"
@@ -142,28 +188,45 @@ class AttemptReader:
             why = {"TIME LIMIT": "time limit", "PREEMPTION": "preempted", "NODE FAILURE": "node failure"}[step["why"]]
             self.infra = self.infra or (f"{why} (slurmstepd)", step["host"])
             return
+        if _HOST_OOM.search(line):
+            self.host_oom = True
+            return
         if node := _SRUN_NODE_FAIL.search(line):
             self.infra = self.infra or ("node failure (srun)", node["host"])
             return
         if task := _SRUN_TASK.search(line):
             self.task = self.task or (task["host"], task["what"])
             return
-        for reason, pattern in _INFRA:
+        for reason, pattern in _HOST:
             if self.infra is None and pattern.search(line):
                 self.infra = (reason, None)
+        comm = next((reason for reason, pattern in _COMM if pattern.search(line)), None)
+        self.comm = self.comm or comm
         if _OOM.search(line):
             self.oom = True
+        if stripped == _TRAINING_BEGINS:
+            self.training_began = True
         if lp._TRACEBACK_RE.search(line):
             self.traceback_open = True
             return
         if self.traceback_open and (frame := _TRACEBACK_FILE.match(line)) and _DATA.search(frame["file"]):
             self.data_frame = True
+        if self.exception is None and not self.training_began and _ARGPARSE.match(stripped):
+            self._exception(f"{_ARGUMENT_ERROR}{stripped}", rank)
         if self.traceback_open and self.exception is None and lp._EXCEPTION_RE.search(line):
             if "SignalException" in line:  # torchrun passing a signal on to its workers: the signal's, no bug
                 self.stopped_by_signal = True
                 return
-            self.exception = stripped[:MAX_REASON]
-            self.exception_rank = rank
+            if comm or _COMM_EXCEPTION.search(stripped):  # a peer's failure seen here: the cause is elsewhere
+                self.comm = self.comm or "NCCL/network error"
+                self.traceback_open, self.data_frame = False, False
+                return
+            self._exception(stripped, rank)
+
+    def _exception(self, text: str, rank: int | None) -> None:
+        self.exception = text[:MAX_REASON]
+        self.exception_rank = rank
+        self.exception_at_startup = not self.training_began and self.iteration is None
 
 
 def _signal_name(number: int) -> str:
@@ -200,20 +263,18 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
     if state in SLURM_STATES:
         cls, reason = SLURM_STATES[state]
         return Triage(cls, reason, iteration, rank, (r.infra[1] if r.infra else None) or host)
+    if r.host_oom:
+        return Triage(TRAINING, "host out of memory (the OOM killer, said by Slurm)", iteration, rank, host)
     if r.infra is not None:
         reason, infra_host = r.infra
         return Triage(INFRASTRUCTURE, reason, iteration, rank, infra_host or host)
+    # a rank's own failure before the collectives' timeouts and aborts it leaves on the others
     if r.oom:
-        return Triage(TRAINING, "CUDA out of memory", iteration, rank, host)
+        return Triage(TRAINING, "CUDA out of memory", iteration, rank, host, persistent=True)
     if r.exception is not None:
-        text = r.exception
-        data = r.data_frame or (_DATA_ERROR.search(text) is not None and _DATA.search(text) is not None)
-        if data:
-            return Triage(DATA, f"data: {text}", iteration, rank, host)
-        if "nan" in text.lower() and ("AssertionError" in text or "RuntimeError" in text):
-            return Triage(TRAINING, f"NaN: {text}", iteration, rank, host)
-        kind = "assertion" if text.startswith("AssertionError") else "Python exception"
-        return Triage(TRAINING, f"{kind}: {text}", iteration, rank, host)
+        return _exception_end(r, iteration, rank, host)
+    if r.comm is not None:
+        return Triage(INFRASTRUCTURE, r.comm, iteration, rank, host)
     if r.nan is not None:
         return Triage(TRAINING, r.nan, iteration, rank, host)
     signal = _SIGNAL.search(r.root.get("traceback", "")) if r.root else None
@@ -231,6 +292,27 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
     if exit_code not in (None, 0) or r.root or r.task:
         return Triage(None, f"failed (exit status {exit_code}) without a cause in the log", iteration, rank, host)
     return Triage(None, "no failure in the log", iteration, rank, host)
+
+
+def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, host: str | None) -> Triage:
+    """The end an attempt's first exception of its own (not a collective's) says; `persistent` where the next
+    attempt, with the same settings, files and disk, meets it again."""
+    text = r.exception or ""
+    if text.startswith(_ARGUMENT_ERROR):
+        return Triage(TRAINING, text, iteration, rank, host, persistent=True)
+    if _DISK_FULL.search(text):
+        return Triage(INFRASTRUCTURE, f"disk full: {text}", iteration, rank, host, persistent=True)
+    if r.data_frame or (_DATA_ERROR.search(text) is not None and _DATA.search(text) is not None):
+        persistent = r.exception_at_startup or _DATA_PERSISTENT.search(text) is not None
+        return Triage(DATA, f"data: {text}", iteration, rank, host, persistent=persistent)
+    if _NAN.search(text) and ("AssertionError" in text or "RuntimeError" in text):
+        return Triage(TRAINING, f"NaN: {text}", iteration, rank, host)
+    if _IMPORT.search(text):
+        return Triage(TRAINING, f"import error: {text}", iteration, rank, host, persistent=True)
+    kind = "assertion" if text.startswith("AssertionError") else "Python exception"
+    if r.exception_at_startup and _STARTUP_PERSISTENT.search(text):
+        return Triage(TRAINING, f"{kind} at start-up: {text}", iteration, rank, host, persistent=True)
+    return Triage(TRAINING, f"{kind}: {text}", iteration, rank, host)
 
 
 def _first_failure(r: AttemptReader) -> tuple[int | None, str | None]:
@@ -255,6 +337,6 @@ def describe_failures(failures: list[dict]) -> list[str]:
     for number, record in enumerate(failures, 1):
         if record.get("class"):
             end = Triage(record["class"], record.get("reason") or "", record.get("iteration"), record.get("rank"),
-                         record.get("host"))
+                         record.get("host"), record.get("persistent") is True)
             lines.append(f"attempt {number}: {end.describe()}")
     return lines

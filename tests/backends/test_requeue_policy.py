@@ -44,6 +44,13 @@ def test_the_same_failure_at_the_same_iteration_twice_stops(cls):
     assert decide([end(cls, 10), end(cls, 20)]).action == REQUEUE  # it moved on: not the same failure
 
 
+@pytest.mark.parametrize("cls", [TRAINING, DATA, INFRASTRUCTURE])
+def test_a_failure_a_retry_meets_again_stops_at_once(cls):
+    decision = decide([Triage(cls, "reason", 10, 0, "gpu-3", persistent=True)], excluded=["gpu-2"])
+    assert (decision.action, decision.exclude) == (STOP, ("gpu-2",))
+    assert decision.why.endswith("a retry meets the same failure")
+
+
 def test_an_unclassified_failure_is_requeued_as_without_a_policy():
     decision = decide([end(None), end(None)])
     assert (decision.action, decision.why) == (REQUEUE, "")
@@ -127,6 +134,43 @@ def test_the_same_python_error_twice_stops_the_chain_with_the_reason(tmp_path):
                                                                                (2, "stop", TRAINING)]
 
 
+OOM_THEN_NCCL = ["[rank0]: Traceback (most recent call last):",
+                 '[rank0]:   File "/mlm/megatron/core/mlp.py", line 3, in x',
+                 "[rank0]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+                 "[rank1]:[E1201 10:15:00.1 4001 torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:632] [Rank 1] "
+                 "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600012 "
+                 "milliseconds before timing out."]
+
+
+def test_out_of_memory_stops_the_chain_at_once_though_the_other_ranks_timed_out(tmp_path):
+    first = run_attempt(tmp_path, 0, [iteration_line(10)], chain=3, srun_errors=OOM_THEN_NCCL)
+    assert first.returncode == 1
+    assert "scontrol requeue 7" not in calls(tmp_path)
+    assert any(call.startswith("scancel --state=PENDING --name=") for call in calls(tmp_path))
+    ended = slurm_log.split_attempts((tmp_path / "slurm-7.out").read_text())[0].ended
+    assert "training: CUDA out of memory at iteration 10" in ended and ended.endswith("not requeued, the chain stops")
+
+
+@pytest.mark.parametrize("where", ["out", "err"])
+def test_a_log_longer_than_the_bound_is_judged_by_its_end(tmp_path, monkeypatch, where):
+    """The failure is at the end of a long attempt: a log over the bound is read from its tail, its lines kept with
+    the attempt the cut runs through."""
+    from launcher.runs import requeue_policy
+
+    monkeypatch.setattr(requeue_policy, "MAX_LOG_BYTES", 64 << 10)
+    out, err = tmp_path / "slurm-7.out", tmp_path / "slurm-7.err"
+    out.write_text("megatron-launch: job 7 attempt 1 on n1\n" + iteration_line(10) + "\n"
+                   "megatron-launch: attempt 1 ended: training failed\nmegatron-launch: job 7 attempt 2 on n1\n"
+                   + "".join(iteration_line(n) + "\n" for n in range(11, 2000)))
+    err.write_text("megatron-launch: job 7 attempt 1 on n1\n" + "\n".join(TRACEBACK) + "\n"
+                   "megatron-launch: job 7 attempt 2 on n1\n" + "x\n" * 100_000 * (where == "err")
+                   + "\n".join(OOM_THEN_NCCL) + "\n")
+    assert max(out.stat().st_size, err.stat().st_size) > requeue_policy.MAX_LOG_BYTES
+    ends = requeue_policy.attempt_ends(out, 2, 1)
+    assert ends[-1].reason == "CUDA out of memory" and ends[-1].iteration == 1999
+    assert decide(ends).action == STOP
+
+
 def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host_out(tmp_path):
     result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"])
     assert result.returncode == 0, result.stderr
@@ -193,7 +237,7 @@ def test_a_fifo_as_the_log_or_the_manifest_is_not_waited_on(tmp_path, name):
 
     def read() -> None:
         try:
-            outcome.append(list(requeue_policy._lines(fifo)) if name.endswith(".out") else
+            outcome.append(list(requeue_policy._lines(fifo, 1)) if name.endswith(".out") else
                            requeue_policy._manifest(fifo))
         except ValueError as error:
             outcome.append(error)

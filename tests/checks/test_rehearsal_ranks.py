@@ -52,6 +52,20 @@ def test_a_layout_whose_product_is_at_most_8_keeps_its_own_sizes():
     assert (layout.tp, layout.pp, layout.dp, layout.world) == (4, 2, 2, 16)
 
 
+@pytest.mark.parametrize("tp, etp", [(2, 4), (4, 2), (4, 1), (2, 2), (1, 4)])
+def test_expert_tp_keeps_its_order_against_tp_when_shrunk(tp, etp):
+    """Expert TP below, at or above TP builds other expert groups: a shrunk layout keeps which one the job has."""
+    resolved = job("345m", f"tensor_model_parallel_size={tp}", "pipeline_model_parallel_size=2", "num_experts=8",
+                   "expert_model_parallel_size=2", f"expert_tensor_parallel_size={etp}", "moe_router_topk=2",
+                   "add_bias_linear=false", "num_attention_heads=16", "transformer_engine=true",
+                   f"sequence_parallel={str(tp > 1).lower()}", nodes=4, gpus=8)
+    layout, notes = shrunk_layout(resolved.layout, resolved.megatron)
+    order = (etp > tp) - (etp < tp)
+    assert ((layout.etp > layout.tp) - (layout.etp < layout.tp)) == order, (layout, notes)
+    assert layout.world <= MAX_PROCESSES and (layout.tp * layout.dp) % (layout.ep * layout.etp) == 0
+    assert ("expert TP" in layout.describe()) == (order != 0)
+
+
 def test_expert_parallelism_gets_the_data_parallel_ranks_its_groups_need():
     resolved = job("345m", "num_experts=8", "expert_model_parallel_size=4", "moe_router_topk=2",
                    "add_bias_linear=false", nodes=1, gpus=8)
@@ -83,6 +97,19 @@ def test_the_tiny_model_divides_by_the_widest_tp_and_keeps_its_kind_of_attention
     assert settings["num_attention_heads"] % tp == 0 and settings["hidden_size"] % heads == 0
     # the vocabulary pads alike at both layouts: the loaded weights are the saved ones, no padding rows dropped
     assert settings["vocab_size"] % (128 * tp) == 0
+
+
+@pytest.mark.parametrize("job_tp, groups, tp, want_groups", [(8, 2, 8, 2), (8, 4, 8, 4), (4, 2, 4, 2), (8, 2, 2, 1)])
+def test_fewer_query_groups_than_tp_ranks_stay_fewer(job_tp, groups, tp, want_groups):
+    """attention.py takes its own branch where num_query_groups < TP (each rank gathers its group's keys and
+    values): the tiny model keeps that relation, or says it could not."""
+    megatron = {**job("345m").megatron, "num_attention_heads": 32, "num_query_groups": groups,
+                "tensor_model_parallel_size": job_tp}
+    settings, notes = rank_settings(megatron, RankLayout(tp=tp), RankLayout(tp=1))
+    assert settings["num_query_groups"] == want_groups and settings["num_query_groups"] < tp
+    assert tp % settings["num_query_groups"] == 0 and settings["num_attention_heads"] % tp == 0
+    assert settings["num_attention_heads"] > settings["num_query_groups"]
+    assert any("rehearsed as multi-query" in note for note in notes) == (want_groups == 1)
 
 
 def test_the_175b_settings_keep_sequence_parallel_and_the_distributed_optimizer():

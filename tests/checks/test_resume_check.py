@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,8 @@ from launcher.pipeline.preset import load_preset
 WRITER = Path(__file__).with_name("checkpoint_writer.py")
 # The toy preset's model through pretrain_gpt.py at world 2, as the writer saved it (global batch 8).
 TOY = ["entry=pretrain_gpt", "train_iters=20", "global_batch_size=8", "micro_batch_size=4"]
+# The writer saves the model alone (no optimizer, no scheduler): a job resumes it only without the optimizer state.
+WEIGHTS_ONLY = "no_load_optim=true"
 
 
 def toy_job(load: str | Path, *overrides: str):
@@ -70,7 +73,7 @@ def test_the_stored_settings_are_read_without_the_weights(saved):
 def test_torch_dist_at_tp2_resumed_at_tp1_pp2_is_accepted_with_a_note(saved):
     stored = saved["torch_dist"]
     check = judge(toy_job(stored.load, "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
-                          "pipeline_model_parallel_size=2"), stored)
+                          "pipeline_model_parallel_size=2", WEIGHTS_ONLY), stored)
     assert check.ok, check.render()
     assert levels(check, "layout") == ["note"]
     assert "TP 2 → 1" in text_of(check, "layout") and "PP 1 → 2" in text_of(check, "layout")
@@ -97,9 +100,38 @@ def test_a_torch_checkpoint_at_a_changed_tp_is_refused_with_the_conversion(saved
 @pytest.mark.megatron
 def test_a_torch_checkpoint_at_its_own_layout_is_accepted(saved):
     stored = saved["torch"]
-    check = judge(toy_job(stored.load, "ckpt_format=torch"), stored)
+    check = judge(toy_job(stored.load, "ckpt_format=torch", WEIGHTS_ONLY), stored)
     assert check.ok, check.render()
     assert levels(check, "layout") == ["ok"] and levels(check, "shape") == ["ok"]
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("damage", ["cut short", "not a torch file", "empty"])
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch"])
+def test_a_stored_file_torch_cannot_read_is_a_damaged_checkpoint(saved, tmp_path, damage, fmt):
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(saved[fmt].load, copy)
+    target = Path(saved[fmt].file.replace(saved[fmt].load, str(copy), 1))
+    data = target.read_bytes()
+    target.write_bytes({"cut short": data[:300], "not a torch file": b"\x00garbage" * 100, "empty": b""}[damage])
+    stored = checkpoint.read(copy, sys.executable)
+    assert not stored.found and stored.damaged, stored
+    check = judge(toy_job(copy, f"ckpt_format={fmt}", WEIGHTS_ONLY), stored)
+    assert not check.ok and "damaged" in text_of(check, "found") and "Megatron stops at load" in text_of(check, "found")
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("fmt", ["torch_dist", "torch"])
+def test_a_checkpoint_without_optimizer_state_is_refused_unless_the_job_loads_none(saved, fmt):
+    """Megatron's load_checkpoint reads state_dict['optimizer'] unless no_load_optim or finetune: KeyError."""
+    stored = saved[fmt]
+    check = judge(toy_job(stored.load, f"ckpt_format={fmt}"), stored)
+    assert levels(check, "state") == ["refuse"] and "no optimizer state" in text_of(check, "state")
+    assert "no_load_optim=true" in text_of(check, "state")
+    for lifted in (WEIGHTS_ONLY, "finetune=true"):
+        assert levels(judge(toy_job(stored.load, f"ckpt_format={fmt}", lifted), stored), "state") == []
 
 
 @pytest.mark.megatron
@@ -118,7 +150,7 @@ def test_a_changed_model_shape_is_refused(saved, fmt, setting, named):
 def test_a_changed_global_batch_is_warned_with_the_numbers(saved, batch):
     stored = saved["torch_dist"]
     check = judge(toy_job(stored.load, "ckpt_format=torch_dist", f"global_batch_size={batch}",
-                          f"micro_batch_size={batch // 2}"), stored)
+                          f"micro_batch_size={batch // 2}", WEIGHTS_ONLY), stored)
     assert check.ok, check.render()
     assert levels(check, "batch") == ["warn"]
     said = text_of(check, "batch")
@@ -130,7 +162,7 @@ def test_a_changed_global_batch_is_warned_with_the_numbers(saved, batch):
 def test_check_prints_the_resume_verdict_as_json(saved, launch):
     stored = saved["torch_dist"]
     settings = [*TOY, f"load={stored.load}", "ckpt_format=torch_dist", "tensor_model_parallel_size=1",
-                "pipeline_model_parallel_size=2"]
+                "pipeline_model_parallel_size=2", WEIGHTS_ONLY]
     code, out, err = launch("toy", "--check", "--format", "json", *[f"--set={s}" for s in settings])
     assert code == 0, out + err
     resume = json.loads(out)["resume"]
@@ -156,7 +188,7 @@ def test_resume_of_a_run_directory_checks_its_own_checkpoints(saved, launch, tmp
     from launcher.runs import tracking
 
     code, out, err = launch("toy", "--slurm", "--megatron-path", str(tmp_path), "--set", f"run_root={tmp_path}",
-                            *[f"--set={s}" for s in [*TOY, "ckpt_format=torch"]], cwd=tmp_path)
+                            *[f"--set={s}" for s in [*TOY, "ckpt_format=torch", WEIGHTS_ONLY]], cwd=tmp_path)
     assert code == 0, err
     run_dir = Path(out.strip()).parent
 
@@ -199,19 +231,107 @@ def test_a_new_runs_own_empty_directory_is_no_refusal(tmp_path):
     assert check_job(job, None) is None  # load = save, chosen by the launcher, nothing there yet: a fresh start
 
 
-@pytest.mark.parametrize(("tracker", "said"), [("garbage", "not an iteration"), ("7", "iter_0000007 is missing")])
-def test_a_broken_tracker_is_no_checkpoint(tmp_path, tracker, said):
+def dist_iteration(root: Path, name: str, metadata: str = '{"sharded_backend": "torch_dist"}',
+                   common: bool = True) -> Path:
+    """An iteration directory as torch_dist lays it out (its files' contents are not read by find)."""
+    directory = root / name
+    directory.mkdir()
+    (directory / "metadata.json").write_text(metadata)
+    if common:
+        (directory / "common.pt").write_bytes(b"PK")
+    return directory
+
+
+# read_metadata: int(text) after strip(), else 'release', else "Invalid metadata file" and sys.exit() (status 0);
+# a negative iteration fails its assertion; the iteration is all-reduced as a torch.long
+@pytest.mark.parametrize(("tracker", "said"), [
+    ("garbage", "Invalid metadata file"), ("", "Invalid metadata file"), ("7.0", "Invalid metadata file"),
+    ("-5", "error parsing metadata file"), ("9" * 20, "64-bit"), ("7", "iter_0000007 is missing"),
+    ("release", "release is missing")])
+def test_a_tracker_that_leads_nowhere_is_damaged_and_refused_even_in_a_runs_own_directory(tmp_path, tracker, said):
+    from launcher.checks.resume import check_job
+
     (tmp_path / "latest_checkpointed_iteration.txt").write_text(tracker)
     found = checkpoint.find(tmp_path)
-    assert not found.found and said in found.why_not
+    assert not found.found and found.damaged and said in found.why_not
+    check = judge(toy_job(tmp_path), found)
+    assert levels(check, "found") == ["refuse"] and said in text_of(check, "found")
+    # load = save, set by the launcher (a new run's own directory): Megatron still reads the tracker and stops
+    job = toy_job(tmp_path)
+    job = replace(job, preset=replace(job.preset, megatron={k: v for k, v in job.preset.megatron.items()
+                                                           if k != "load"},
+                                      overrides=tuple(o for o in job.preset.overrides if not o.startswith("load="))))
+    own = check_job(job, None)
+    assert own is not None and not own.expected and not own.ok
 
 
-def test_an_iteration_directory_of_no_known_format_is_no_checkpoint(tmp_path):
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5\n")
-    (tmp_path / "iter_0000005").mkdir()
-    (tmp_path / "iter_0000005" / "notes.txt").write_text("x")
+def test_a_tracker_that_is_not_a_file_is_no_checkpoint_as_for_megatron(tmp_path):
+    (tmp_path / "latest_checkpointed_iteration.txt").mkdir()  # Megatron's isfile() is false: a fresh start
     found = checkpoint.find(tmp_path)
-    assert not found.found and "no checkpoint Megatron knows" in found.why_not
+    assert not found.found and not found.damaged
+
+
+def test_a_tracker_file_that_is_not_utf8_is_damaged(tmp_path):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_bytes(b"\xff\xfe7")
+    found = checkpoint.find(tmp_path)
+    assert found.damaged and "UTF-8" in found.why_not
+
+
+@pytest.mark.parametrize(("tracker", "iteration"), [("+7", 7), (" 0007\n", 7), ("7_0", 70), ("-0", 0)])
+def test_a_tracker_is_read_as_megatron_reads_it(tmp_path, tracker, iteration):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text(tracker)
+    dist_iteration(tmp_path, f"iter_{iteration:07d}")
+    found = checkpoint.find(tmp_path)
+    assert (found.found, found.iteration, found.format) == (True, iteration, "torch_dist"), found.why_not
+
+
+def test_ckpt_step_is_the_iteration_megatron_loads_with_or_without_a_tracker(tmp_path):
+    from launcher.checks.resume import check_job
+
+    dist_iteration(tmp_path, "iter_0000050")
+    found = checkpoint.find(tmp_path, 50)  # no tracker: Megatron still loads iteration 50
+    assert (found.found, found.iteration) == (True, 50)
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("50")
+    missing = checkpoint.find(tmp_path, 70)
+    assert missing.damaged and "ckpt_step 70 names iteration 70" in missing.why_not
+    assert not check_job(toy_job(tmp_path, "ckpt_format=torch_dist", "ckpt_step=70"), None).ok
+
+
+def test_a_release_tracker_finds_the_release_directory(tmp_path):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("release\n")
+    dist_iteration(tmp_path, "release")
+    found = checkpoint.find(tmp_path)
+    assert (found.found, found.release, found.iteration) == (True, True, 0)
+
+
+@pytest.mark.parametrize(("metadata", "said"), [("{", "not JSON"), ("[]", "no JSON object"),
+                                                ('{"sharded_backend": "torch_dist", "extra": 1}', "extra"),
+                                                ('{"common_backend": "torch"}', "no sharded_backend")])
+def test_a_damaged_metadata_json_is_refused(tmp_path, metadata, said):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5")
+    dist_iteration(tmp_path, "iter_0000005", metadata)
+    found = checkpoint.find(tmp_path)
+    assert found.damaged and said in found.why_not and "metadata.json" in found.why_not
+
+
+@pytest.mark.parametrize("layout", ["no file", "no common.pt", "no model file"])
+def test_an_iteration_directory_megatron_cannot_load_is_damaged(tmp_path, layout):
+    (tmp_path / "latest_checkpointed_iteration.txt").write_text("5\n")
+    if layout == "no common.pt":
+        dist_iteration(tmp_path, "iter_0000005", common=False)
+    else:
+        (tmp_path / "iter_0000005" / ("mp_rank_00" if layout == "no model file" else "")).mkdir(parents=True)
+    found = checkpoint.find(tmp_path)
+    assert not found.found and found.damaged
+    assert ("no checkpoint Megatron knows" if layout == "no file" else "is missing") in found.why_not
+
+
+def test_a_load_directory_that_is_a_symlink_loop_is_no_checkpoint(tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    found = checkpoint.find(loop)
+    assert not found.found and not found.damaged
+    assert not judge(toy_job(loop), found).ok  # the user's load expects one
 
 
 # -- stored settings made by hand (what the CPU cannot make Megatron write) -------------------------------------
@@ -247,6 +367,34 @@ def test_a_changed_data_blend_and_seq_length_are_warned(tmp_path):
     assert levels(check, "data") == ["warn"] and "/d/a" in text_of(check, "data")
     assert "seq_length 64 (checkpoint) → 32 (job)" in text_of(check, "batch")
     assert "51,200 tokens" in text_of(check, "batch")  # 800 samples × 64
+
+
+def test_state_megatron_reads_at_load_and_the_checkpoint_lacks_is_refused(tmp_path):
+    stored = replace(stored_dist(tmp_path, {}), keys=("args", "checkpoint_version", "opt_param_scheduler"))
+    job = toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "train_iters=200")
+    check = judge(job, stored)
+    assert levels(check, "state") == ["refuse"] and "no iteration" in text_of(check, "state")
+    legacy = replace(stored, format="torch", keys=("args", "iteration", "model", "optimizer"))
+    torch_job = toy_job(tmp_path, "ckpt_format=torch", "tensor_model_parallel_size=2", "train_iters=200")
+    assert "no RNG state" in text_of(judge(torch_job, legacy), "state")
+    assert levels(judge(toy_job(tmp_path, "ckpt_format=torch", "tensor_model_parallel_size=2", "train_iters=200",
+                                "no_load_rng=true"), legacy), "state") == []
+    no_optim = stored_dist(tmp_path, {"no_save_optim": True})
+    assert "no optimizer state" in text_of(judge(job, no_optim), "state")
+    release = replace(no_optim, release=True, keys=("args",))
+    assert levels(judge(job, release), "state") == []  # a release checkpoint is loaded as weights only
+
+
+def test_what_megatron_asserts_equal_at_load_is_refused(tmp_path):
+    stored = stored_dist(tmp_path, {"global_batch_size": 16})
+    job = toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "train_iters=200",
+                  "phase_transition_iterations=100")
+    check = judge(job, stored)
+    assert "refuse" in levels(check, "shape") and "global_batch_size 16 (checkpoint) ≠ 8 (job)" in \
+        text_of(check, "shape")
+    plain = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "train_iters=200"),
+                  stored)
+    assert levels(plain, "shape") == ["ok"] and levels(plain, "batch") == ["warn"]  # without phases: a warning
 
 
 def test_a_torch_dist_checkpoint_with_a_torch_job_is_refused(tmp_path):

@@ -316,7 +316,7 @@ def test_moe_overlap_only_warns_about_connections():
     preset = load_preset("345m", ["tensor_model_parallel_size=2", "num_experts=8", "expert_model_parallel_size=4",
                                   "add_bias_linear=false", "overlap_moe_expert_parallel_comm=true",
                                   "moe_token_dispatcher_type=alltoall", "env.CUDA_DEVICE_MAX_CONNECTIONS=32",
-                                  "micro_batch_size=4"])
+                                  "micro_batch_size=4", "sequence_parallel=true"])
     plan = resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
     assert any("only warns" in w for w in plan.warnings)
 

@@ -339,7 +339,7 @@ def test_suggested_global_batches_are_valid(dp, mbs, gbs):
 
 MOE_DP_LAST = ["num_experts=4", "moe_router_topk=2", "add_bias_linear=false", "tensor_model_parallel_size=2",
                "pipeline_model_parallel_size=2", "expert_model_parallel_size=2", "use_tp_pp_dp_mapping=true",
-               "global_batch_size=32"]
+               "global_batch_size=32", "sequence_parallel=true"]
 
 
 @pytest.mark.parametrize("etp, refused_too", [(2, True), (1, False)], ids=["etp-2", "etp-1"])
@@ -357,3 +357,19 @@ def test_data_parallel_ranks_last_needs_equal_data_parallel_sizes_for_attention_
     assert "use_tp_pp_dp_mapping (data-parallel ranks last) with PP 2 needs the MoE layers' data-parallel size to " \
            "equal the attention's: expert TP·EP = 2·2 = 4 is not TP·CP = 2·1 = 2" in text
     assert "drop use_tp_pp_dp_mapping" in text
+
+
+@pytest.mark.parametrize("sp, tp, refused", [(False, 2, True), (True, 2, False), (False, 1, False)])
+def test_experts_at_tp_above_1_need_sequence_parallel(sp, tp, refused):
+    """Megatron's MoE layer raises at the first training step when TP > 1 runs without sequence parallelism
+    (moe_layer.py:621); validate_args only warns. Found rehearsing TP 2 · expert TP 4 · EP 2 on CPU processes."""
+    preset = load_preset("345m", ["num_experts=4", "moe_router_topk=2", "add_bias_linear=false",
+                                  f"tensor_model_parallel_size={tp}", "expert_model_parallel_size=2",
+                                  f"sequence_parallel={str(sp).lower()}", "global_batch_size=32"])
+    if not refused:
+        resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
+        return
+    with pytest.raises(UserError) as err:
+        resolve(preset, 1, 8, kernels=Kernels(True, True, "preset"))
+    text = err.value.render()
+    assert "MoE experts with TP 2 need sequence_parallel" in text and "set sequence_parallel=true" in text

@@ -61,7 +61,7 @@ CASES = {
                                             "AssertionError: micro batch size must be positive")
                      + root_cause(2, "gpu-f9", "1", "To enable traceback see: https://pytorch.org/docs"), 1, None,
                      TRAINING, "assertion", "gpu-f9"),
-    "a Python exception": (traceback(1, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'")
+    "a Python exception": (ITERATIONS + traceback(1, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'")
                            + ["srun: error: gpu-g2: task 0: Exited with exit code 1"], 1, None, TRAINING,
                            "Python exception: KeyError", "gpu-g2"),
     "a missing data file": (traceback(0, ["/mlm/megatron/core/datasets/indexed_dataset.py"],
@@ -128,6 +128,141 @@ def test_a_handled_exception_line_without_a_traceback_is_no_failure():
     assert triage_lines(ITERATIONS + ["ValueError: retrying the download"], 0).cls is None
 
 
+# -- the root cause among what every rank printed, and whether a retry meets it again ------------------------------
+
+STARTUP = ["using world size: 16, data-parallel size: 2, context-parallel size: 1, tensor-model-parallel size: 4, "
+           "pipeline-model-parallel size: 2"]
+TRAINING_BEGINS = ["[after dataloaders are built] datetime: 2026-12-01 09:59:00 ", "done with setup ...",
+                   "training ..."]
+TORCHRUN_HINT = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+# what the ranks that waited print (ProcessGroupNCCL's watchdog at torch 2.x), then their abort
+NCCL_TIMEOUTS = [f"[rank{r}]:[E1201 10:15:00.123456 {4000 + r} torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:632] "
+                 f"[Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1234, OpType=ALLREDUCE, "
+                 "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+                 for r in (1, 2, 3)] + ["terminate called after throwing an instance of 'c10::DistBackendError'"]
+NCCL_REMOTE = traceback(2, ["/mlm/megatron/core/distributed/param_and_grad_buffer.py"],
+                        "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/torch/csrc/distributed/c10d/"
+                        "ProcessGroupNCCL.cpp:3356, remote process exited or there was a network error, NCCL version "
+                        "2.21.5") + ["[rank2]: ncclRemoteError: A call failed possibly due to a network error or a "
+                                     "remote process exiting prematurely."]
+OOM = traceback(0, ["/mlm/megatron/core/transformer/mlp.py"],
+                "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity "
+                "of 79.15 GiB of which 1.23 GiB is free.")
+
+
+def end_of(lines: list[str]) -> tuple[str | None, bool, str]:
+    found = triage_lines(lines, 1)
+    return found.cls, found.persistent, found.reason
+
+
+MIXED = {
+    # a rank out of memory leaves the others waiting in their collective: the cause is the memory
+    "out of memory, then the others' NCCL timeouts": (ITERATIONS + OOM + NCCL_TIMEOUTS
+                                                      + root_cause(1, "g", "-6", "Signal 6 (SIGABRT) received"),
+                                                      TRAINING, True, "out of memory"),
+    "NCCL timeouts printed before the out-of-memory traceback": (ITERATIONS + NCCL_TIMEOUTS + OOM, TRAINING, True,
+                                                                "out of memory"),
+    "out of memory, then a peer's NCCL error": (ITERATIONS + OOM + NCCL_REMOTE, TRAINING, True, "out of memory"),
+    "ranks interleaved line by line": (ITERATIONS + [line for pair in zip(OOM, NCCL_TIMEOUTS) for line in pair]
+                                       + OOM[len(NCCL_TIMEOUTS):], TRAINING, True, "out of memory"),
+    "an assertion mid-run, then NCCL timeouts": (ITERATIONS + traceback(0, ["/mlm/megatron/training/training.py"],
+                                                                        "AssertionError: grad norm is inf")
+                                                 + NCCL_TIMEOUTS, TRAINING, False, "assertion"),
+    "a missing data file, then NCCL timeouts": (STARTUP + traceback(
+        0, ["/mlm/megatron/core/datasets/indexed_dataset.py"],
+        "FileNotFoundError: [Errno 2] No such file or directory: '/data/web_text_document.idx'") + NCCL_TIMEOUTS,
+        DATA, True, "web_text_document.idx"),
+    "a peer's NCCL error alone": (ITERATIONS + NCCL_REMOTE, INFRASTRUCTURE, False, "NCCL"),
+    "NCCL timeouts alone": (ITERATIONS + NCCL_TIMEOUTS, INFRASTRUCTURE, False, "NCCL timeout"),
+    # a GPU that failed outranks what its peers then raise
+    "an ECC error, then NCCL errors": (ITERATIONS + traceback(4, ["/mlm/megatron/training/training.py"],
+                                                              "RuntimeError: CUDA error: uncorrectable ECC error "
+                                                              "encountered") + NCCL_REMOTE,
+                                       INFRASTRUCTURE, False, "GPU error"),
+    # out of memory in the words of a kernel launch, cuBLAS and NCCL's own allocation
+    "out of memory at a kernel launch": (ITERATIONS + traceback(0, ["/mlm/megatron/core/tensor_parallel/layers.py"],
+                                                                "RuntimeError: CUDA error: out of memory"),
+                                         TRAINING, True, "out of memory"),
+    "out of memory in cuBLAS": (ITERATIONS + traceback(0, ["/mlm/x.py"], "RuntimeError: CUDA error: "
+                                                       "CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate`"),
+                                TRAINING, True, "out of memory"),
+    "out of memory in NCCL": (STARTUP + traceback(0, ["/mlm/megatron/training/initialize.py"],
+                                                  "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/"
+                                                  "distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled cuda error")
+                              + ["[rank0]: ncclUnhandledCudaError: Call to CUDA function failed.",
+                                 "[rank0]: Last error:", "[rank0]: Cuda failure 'out of memory'"],
+                              TRAINING, True, "out of memory"),
+    # what the job's settings or environment raise before training begins
+    "a divisibility assertion at start-up": (STARTUP + traceback(0, ["/mlm/megatron/training/arguments.py"],
+                                                                "AssertionError: number of attention heads (32) must "
+                                                                "be divisible by tensor parallel size (3)")
+                                             + root_cause(0, "g", "1", TORCHRUN_HINT), TRAINING, True, "start-up"),
+    "a ValueError at start-up": (STARTUP + traceback(0, ["/mlm/megatron/training/arguments.py"],
+                                                     "ValueError: num_layers should be divisible by the pipeline "
+                                                     "size"), TRAINING, True, "start-up"),
+    "Megatron's parser refusing a flag": (["usage: pretrain_gpt.py [-h] [--num-layers NUM_LAYERS]",
+                                           "pretrain_gpt.py: error: unrecognized arguments: --no-such-flag"],
+                                          TRAINING, True, "unrecognized arguments"),
+    "a module missing": (traceback(0, ["/mlm/megatron/core/extensions/transformer_engine.py"],
+                                   "ModuleNotFoundError: No module named 'transformer_engine'"),
+                         TRAINING, True, "import error"),
+    "an extension built for another torch": (ITERATIONS + traceback(0, ["/mlm/x.py"], "ImportError: /usr/lib/apex/"
+                                                                    "fused_layer_norm_cuda.so: undefined symbol: x"),
+                                             TRAINING, True, "import error"),
+    "the disk full at a checkpoint": (ITERATIONS + traceback(0, ["/mlm/megatron/training/checkpointing.py"],
+                                                             "OSError: [Errno 28] No space left on device"),
+                                      INFRASTRUCTURE, True, "disk full"),
+    "the quota full at a checkpoint": (ITERATIONS + traceback(0, ["/mlm/megatron/core/dist_checkpointing/x.py"],
+                                                              "OSError: [Errno 122] Disk quota exceeded: '/c/x'"),
+                                       INFRASTRUCTURE, True, "disk full"),
+    "torch.save's writer on a full disk": (ITERATIONS + traceback(0, ["/torch/serialization.py"],
+                                                                  "RuntimeError: [enforce fail at inline_container.cc"
+                                                                  ":603] . unexpected pos 4563878400 vs 4563878288"),
+                                           INFRASTRUCTURE, True, "disk full"),
+    # the kernel's OOM killer, said by slurmstepd or srun: the host's memory, not a node to leave out
+    "the OOM killer, then SIGKILLed ranks": (ITERATIONS + [
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=4242.0. Some of the step tasks have been OOM Killed.",
+        *NCCL_TIMEOUTS] + root_cause(3, "g", "-9", "Signal 9 (SIGKILL) received by PID 4242"),
+        TRAINING, False, "host out of memory"),
+    "srun's out-of-memory task": (ITERATIONS + ["srun: error: gpu-a2: task 3: Out Of Memory"], TRAINING, False,
+                                  "host out of memory"),
+    # what a retry may well fix: kept retryable
+    "a KeyError mid-run": (ITERATIONS + traceback(0, ["/mlm/x.py"], "KeyError: 'tokens'"), TRAINING, False,
+                           "KeyError"),
+    "an exception after training began, before its first logged iteration": (
+        STARTUP + TRAINING_BEGINS + traceback(0, ["/mlm/x.py"], "ValueError: bad batch"), TRAINING, False, "bad"),
+    "a NaN loss": (ITERATIONS + traceback(0, ["/mlm/megatron/training/training.py"], "AssertionError: found NaN in "
+                                          "local forward loss calculation. Device: 0, node: gpu-a1"),
+                   TRAINING, False, "NaN"),
+    "a word with nan in it is no NaN": (ITERATIONS + traceback(0, ["/mlm/x.py"], "RuntimeError: node under "
+                                                               "maintenance"), TRAINING, False, "Python exception"),
+    "a RuntimeError at start-up (a port taken, a flaky file system)": (
+        STARTUP + traceback(0, ["/mlm/x.py"], "RuntimeError: The server socket has failed to listen on any local "
+                                              "network address."), TRAINING, False, "server socket"),
+    "colour codes and a progress bar redrawn in place": ([f"\x1b[31m{line}\x1b[0m" for line in ITERATIONS]
+                                                         + ["  3%|3   | 1/30\r 100%|##########| 30/30\r"]
+                                                         + [f"\x1b[1m{line}" for line in OOM] + NCCL_TIMEOUTS,
+                                                         TRAINING, True, "out of memory"),
+}
+
+
+@pytest.mark.parametrize("case", list(MIXED))
+def test_the_root_cause_and_whether_a_retry_meets_it_again(case):
+    lines, cls, persistent, said = MIXED[case]
+    found_cls, found_persistent, reason = end_of(lines)
+    assert (found_cls, found_persistent) == (cls, persistent), reason
+    assert said in reason
+
+
+def test_what_a_retry_meets_again_is_recorded_and_read_back():
+    from launcher.runs.triage import describe_failures
+
+    found = triage_lines(ITERATIONS + OOM + NCCL_TIMEOUTS, 1)
+    assert found.as_dict()["persistent"] is True
+    assert describe_failures([found.as_dict()]) == ["attempt 1: training: CUDA out of memory at iteration 10, "
+                                                    "first failing rank 0"]
+
+
 # -- in launch report --------------------------------------------------------------------------------------------
 
 def test_report_classifies_each_slurm_attempt_with_sacct_and_the_log(tmp_path, launch):
@@ -185,7 +320,7 @@ def test_a_failed_run_here_records_its_class_and_launch_runs_shows_it(tmp_path, 
         monitor.feed(line)
     summary = monitor.close(1)
     assert summary.failure == {"class": TRAINING, "reason": "CUDA out of memory", "iteration": 10, "rank": 0,
-                               "host": "gpu-e1"}
+                               "host": "gpu-e1", "persistent": True}
     assert json.loads((run_dir / "summary.json").read_text())["failure"]["class"] == TRAINING
     write_run_dir(root / "toy-20261201T090000Z", preset={"name": "toy"}, argv=["x"], env={},
                   manifest={"preset": "toy", "created": "2026-12-01T09:00:00+00:00"})
