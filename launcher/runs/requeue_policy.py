@@ -95,19 +95,20 @@ def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triag
     slurm_log.read_attempts(_lines(log), start, take)
     # the tracebacks, torchrun's root cause and srun's errors are in the job's standard error file
     by_number = dict(readers)
-    err = slurm_log.stderr_log(log)
-    if err.exists():
-        slurm_log.stderr_lines(_lines(err), lambda _job, number, line: by_number[number].feed(line)
-                               if number in by_number else None)
+    slurm_log.stderr_lines(_lines(slurm_log.stderr_log(log)), lambda _job, number, line: by_number[number].feed(line)
+                           if number in by_number else None)
     kept = [(number, reader) for number, reader in readers if number <= attempt]
     return [reader.verdict(exit_status if number == attempt else None) for number, reader in kept]
 
 
 def _open_regular(path: Path) -> BinaryIO | None:
-    """`path` opened for reading when it is a regular file, else None: O_NONBLOCK, so a FIFO planted as the log
-    or the manifest is never waited on (untrusted.py's rule, in plain Python: the node's python3 may lack the
+    """`path` opened for reading when it is a regular file that opens, else None: O_NONBLOCK, so a FIFO planted as
+    the log or the manifest is never waited on (untrusted.py's rule, in plain Python: the node's python3 may lack the
     launcher's dependencies)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # missing, a dangling or looping link, a name too long, unreadable: nothing to read
+        return None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return None

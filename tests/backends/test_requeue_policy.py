@@ -259,3 +259,20 @@ def test_a_host_is_not_left_out_when_sinfo_does_not_answer(tmp_path):
     assert result.returncode == 0, result.stderr
     assert calls(tmp_path)[-1] == "scontrol requeue 7"
     assert "not leaving out n2: sinfo did not say which nodes respond" in (tmp_path / "slurm-7.out").read_text()
+
+
+@pytest.mark.parametrize("damage", ["missing", "dangling link", "link to itself", "name too long"])
+def test_a_log_that_cannot_be_opened_leaves_the_plain_requeue_without_a_traceback(tmp_path, damage):
+    """No readable log: no decision (exit 1, the batch script requeues as without a policy), and no traceback."""
+    log = tmp_path / "slurm-7.out"
+    job = "7"
+    if damage == "dangling link":
+        log.symlink_to(tmp_path / "nowhere")
+    elif damage == "link to itself":
+        log.symlink_to(log.name)
+    elif damage == "name too long":
+        job = "7" * 300
+    done = subprocess.run([sys.executable, "-m", "launcher.runs.requeue_policy", str(tmp_path), job, "1", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "Traceback" not in done.stderr
