@@ -509,7 +509,10 @@ def _write_summary(run_dir: Path, summary: RunSummary) -> None:
 
 def _summary_from_file(run_dir: Path) -> RunSummary:
     try:
-        return RunSummary(**untrusted.read_json(run_dir / SUMMARY_FILE, "run summary"))
-    except (UserError, TypeError):
+        summary = RunSummary.from_record(untrusted.read_json(run_dir / SUMMARY_FILE, "run summary"))
+    except UserError:
+        summary = None
+    if summary is None:
         raise UserError(Problem(f"{run_dir} has no logs and no readable {SUMMARY_FILE}",
-                                "nothing to summarise; the plots need the logs")) from None
+                                "nothing to summarise; the plots need the logs"))
+    return summary

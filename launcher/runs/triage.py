@@ -84,6 +84,18 @@ class Triage:
         return {"class": self.cls, **{k: v for k, v in asdict(self).items() if k != "cls"}}
 
 
+def failure_record(record: object) -> dict | None:
+    """A failure record read back from a file (summary.json, a requeue decision), with the types as_dict writes
+    (class and reason, host: text; iteration, rank: integers), or None; texts are cut to 200 characters."""
+    if not isinstance(record, dict) or not isinstance(record.get("class"), (str, type(None))):
+        return None
+    texts = {k: record[k][:200] for k in ("class", "reason", "host") if isinstance(record.get(k), str)}
+    counts = {k: record[k] for k in ("iteration", "rank")
+              if isinstance(record.get(k), int) and not isinstance(record.get(k), bool)}
+    return {"class": texts.get("class"), "reason": texts.get("reason", ""), "iteration": counts.get("iteration"),
+            "rank": counts.get("rank"), "host": texts.get("host")}
+
+
 class AttemptReader:
     """The facts of one attempt's lines that triage needs, gathered line by line."""
 
