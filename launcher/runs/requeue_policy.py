@@ -146,6 +146,7 @@ def _no_constant(name: str) -> None:
 
 def record(manifest_path: Path, job: str, attempt: int, decision: Decision) -> None:
     """The decision and the hosts left out, in the run's manifest.json (replaced atomically)."""
+    from launcher.redaction import scrub_record
     from launcher.runs.atomic import write_text_atomic
 
     manifest = _manifest(manifest_path)
@@ -155,7 +156,8 @@ def record(manifest_path: Path, job: str, attempt: int, decision: Decision) -> N
                       "exclude": list(decision.exclude), **decision.end.as_dict()})
     manifest["requeue_decisions"] = decisions[-1000:]
     manifest["excluded_nodes"] = list(decision.exclude)
-    write_text_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
+    # read back, it holds what anyone wrote there: written again by the one secret rule for records
+    write_text_atomic(manifest_path, json.dumps(scrub_record(manifest), indent=2) + "\n")
 
 
 def excluded_nodes(manifest_path: Path) -> list[str]:

@@ -276,3 +276,17 @@ def test_a_log_that_cannot_be_opened_leaves_the_plain_requeue_without_a_tracebac
                           capture_output=True, text=True, timeout=60, check=False)
     assert (done.returncode, done.stdout) == (1, "")
     assert "Traceback" not in done.stderr
+
+
+def test_a_decision_recorded_writes_back_no_secret_found_in_clear_in_the_manifest(tmp_path):
+    from launcher.runs import requeue_policy
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"preset": "toy", "overrides": ["launcher.env.WANDB_API_KEY=wandbsecret0123456789"],
+                                    "attempts": [{"env": {"HF_TOKEN": "plainlookingvalue42", "PLAIN": "kept"}}]}))
+    decision = requeue_policy.Decision(REQUEUE, (), "why", end(INFRASTRUCTURE))
+    requeue_policy.record(manifest, "7", 1, decision)
+    written = json.loads(manifest.read_text())
+    assert written["overrides"] == ["launcher.env.WANDB_API_KEY=<redacted>"]
+    assert written["attempts"][0]["env"] == {"HF_TOKEN": "<redacted>", "PLAIN": "kept"}
+    assert written["requeue_decisions"][0]["decision"] == REQUEUE
