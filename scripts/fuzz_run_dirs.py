@@ -397,7 +397,7 @@ def _odd_attempts(path: Path, _marker: Path) -> None:
 def _many_slurm_logs(path: Path, _marker: Path) -> None:
     for number in range(2000):
         (path / f"slurm-{number}.out").write_text(f"megatron-launch: job {number} attempt 1 on n1, rendezvous x\n")
-    (path / ("slurm-" + "9" * 300 + ".out")).write_text("x\n")
+    (path / ("slurm-" + "9" * 240 + ".out")).write_text("x\n")
     os.mkfifo(path / "slurm-5000.out")
     (path / "slurm-5001.out").symlink_to("/dev/zero")
     (path / "slurm-5002.err").symlink_to("/dev/zero")
@@ -611,6 +611,7 @@ def main() -> int:
                 mutation.apply(target, marker)
             except (OSError, ValueError) as error:
                 findings.append(f"[setup] {mutation.base} {mutation.file} {mutation.name}: {error}")
+                print(findings[-1], flush=True)
                 break
             before = _snapshot(work)
             argv = readers(run_dir, case_root / "runs", work)[name]

@@ -36,11 +36,14 @@ _SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<hos
 _SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
                         r"(?P<code>\d+)|Killed|Terminated)")
+# "A.{0,400}B", not "A.*B": a search tries each place A occurs and `.*` runs to the line's end from each, which is
+# quadratic over a long line repeating A; the words of one message are never further apart.
 _INFRA = [
-    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout"
-                                r"|NCCL.*timed out|DistBackendError.*[Tt]imeout|RendezvousTimeoutError"
-                                r"|Timed out (?:after|waiting).*(?:store|rendezvous|barrier)")),
-    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).*(?:remote process exited|[Cc]onnection (?:closed|reset)"
+    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,400}[Tt]imeout"
+                                r"|NCCL.{0,400}timed out|DistBackendError.{0,400}[Tt]imeout|RendezvousTimeoutError"
+                                r"|Timed out (?:after|waiting).{0,400}(?:store|rendezvous|barrier)")),
+    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).{0,400}(?:remote process exited|[Cc]onnection "
+                                      r"(?:closed|reset)"
                                       r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError")),
     ("GPU error (CUDA/Xid)", re.compile(r"\bXid\b|GPU has fallen off the bus|uncorrectable ECC|ECC error"
                                         r"|CUDA error: (?:unspecified launch failure|uncorrectable|an illegal "

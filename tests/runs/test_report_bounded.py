@@ -285,3 +285,29 @@ def test_a_full_disk_never_leaves_half_a_metrics_line(tmp_path, monkeypatch):
     monkeypatch.undo()
     text = (tmp_path / "metrics.jsonl").read_text()
     assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
+
+
+_LONG = 60_000  # under logparse.MAX_LINE: a line this long is still read
+HOSTILE_LINES = {
+    "an iteration field without a colon": " iteration 60/ 100 | lm loss: 2.0 | " + "x" * _LONG,
+    "an iteration field of spaces": " iteration 1/ 2 |" + " " * _LONG + "x",
+    "a validation field without its value": "validation loss at iteration 5 |" + " a" * (_LONG // 2),
+    "a loaded-checkpoint line repeating its words": "successfully loaded checkpoint from x [ t " * (_LONG // 42),
+    "a loaded-checkpoint line of many [ t ]": "successfully loaded checkpoint from x" + " [ t ]" * (_LONG // 6),
+    "NCCL WARN repeated": "NCCL WARN " * (_LONG // 10),
+    "ProcessGroupNCCL repeated": "ProcessGroupNCCL " * (_LONG // 17),
+}
+
+
+@pytest.mark.parametrize("line", HOSTILE_LINES.values(), ids=HOSTILE_LINES.keys())
+def test_a_long_hostile_line_is_read_in_time_linear_in_its_length(line):
+    """Each pattern over a log line is linear in its length: one that backtracks from each repetition of its
+    first words (`A.*B`, a lazy field) took seconds to minutes a line (report, the monitor, the requeue policy)."""
+    import time
+
+    from launcher.runs import triage
+
+    started = time.process_time()
+    lp.LogParser().feed(line)
+    triage.AttemptReader().feed(line)
+    assert time.process_time() - started < 1.0
