@@ -311,3 +311,23 @@ def test_a_long_hostile_line_is_read_in_time_linear_in_its_length(line):
     lp.LogParser().feed(line)
     triage.AttemptReader().feed(line)
     assert time.process_time() - started < 1.0
+
+
+@pytest.mark.parametrize("folder, name", [("logs", "attempt-{}.log"), (".", "slurm-{}.out"),
+                                          ("logs/k8s", "node-0-attempt-{}.log")])
+def test_a_run_folder_of_more_files_than_any_run_writes_is_refused_not_listed_whole(tmp_path, capsys, monkeypatch,
+                                                                                      folder, name):
+    """A run directory's folders are listed within a bound (runs/entries.py, MAX_ENTRIES; 50 here for speed):
+    millions of attempt logs, Slurm logs or pod logs are a clear refusal, not minutes of opening each."""
+    from launcher.cli import main
+    from launcher.runs import entries
+
+    monkeypatch.setattr(entries, "MAX_ENTRIES", 50)
+    run_dir = _run_dir(tmp_path)
+    (run_dir / folder).mkdir(parents=True, exist_ok=True)
+    for number in range(1, 52):
+        (run_dir / folder / name.format(number)).write_text(ITERATION.format(it=number, total=100))
+    assert main(["report", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "holds more than 50 entries" in err and "Traceback" not in err
+    assert "hint: move away what does not belong there" in err
