@@ -101,6 +101,32 @@ def scrub_values(value: Any) -> Any:
     return value
 
 
+# A word that sets an environment variable: `env.NAME=value` or `launcher.env.NAME=value` (a --set, also spelt
+# --set=…), or `NAME=value` with a variable's name (an `env` argument, a line of an env file).
+ASSIGNMENT = re.compile(r"(?:--set=)?\s*(?:(?:launcher\.)?env\.(?P<name>[^=]*)|(?P<var>[A-Za-z_][A-Za-z0-9_]*))=")
+
+
+def scrub_assignment(word: str) -> str:
+    """`env.HF_TOKEN=abc` or `HF_TOKEN=abc` → `…=<redacted>` when the variable is a secret (by name or value)."""
+    match = ASSIGNMENT.match(word)
+    if match and is_secret(match.group("name") or match.group("var"), word[match.end():]):
+        return word[:match.end()] + REDACTED
+    return word
+
+
+def scrub_record(value: Any, key: str = "") -> Any:
+    """A record (a run's manifest) as a file may hold it, whoever wrote what was read back: the text value of a
+    secret-named member, and the value of a word that sets a secret variable, are <redacted>; every other string
+    is scrubbed (scrub). A null, a number or a truth value is kept: it hides nothing."""
+    if isinstance(value, str):
+        return REDACTED if key and is_secret(key, value) else scrub(scrub_assignment(value))
+    if isinstance(value, dict):
+        return {scrub(str(k)): scrub_record(v, str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrub_record(v) for v in value]
+    return value
+
+
 # C0/C1 control characters other than newline and tab: a value holding ESC [ … could recolour, retitle or
 # rewrite the user's terminal. And characters that change what a line seems to say without being seen: bidi
 # overrides and isolates (U+202A-E, U+2066-9: "Trojan Source"), zero-width ones (U+200B-F, U+2060-4, U+FEFF, U+180E,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from launcher import untrusted
 from launcher.errors import UserError
+from launcher.runs import entries
 from launcher.runs.logparse import clean_line, parse_iteration_line
 
 LOG_DIR = Path("logs") / "k8s"
@@ -35,7 +36,7 @@ def _has_iterations(path: Path) -> bool:
 def attempt_logs(run_dir: Path) -> list[Path]:
     """One log per attempt, oldest first: the pod log with the training's iteration lines."""
     attempts: dict[int, list[tuple[int, Path]]] = {}
-    for path in (Path(run_dir) / LOG_DIR).glob("node-*-attempt-*.log"):
+    for path in entries.listed(Path(run_dir) / LOG_DIR, "node-*-attempt-*.log", "pod logs"):
         match = _NAME.fullmatch(path.name)
         if match and path.is_file():
             attempts.setdefault(int(match["attempt"]), []).append((int(match["node"]), path))

@@ -22,7 +22,7 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.runs import cluster_job
+from launcher.runs import cluster_job, triage
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
@@ -181,13 +181,9 @@ def describe(run_dir: Path) -> RunRow:
 
 
 def _failure(record: Any) -> dict | None:
-    """summary.json's failure record with the types triage wrote (class, reason, iteration, rank, host), or None."""
-    if not isinstance(record, dict) or not isinstance(record.get("class"), str):
-        return None
-    texts = {k: str(record[k])[:200] for k in ("class", "reason", "host") if isinstance(record.get(k), str)}
-    numbers = {k: record[k] for k in ("iteration", "rank") if _number(record.get(k)) is not None}
-    return {"class": texts["class"], "reason": texts.get("reason", ""), "iteration": numbers.get("iteration"),
-            "rank": numbers.get("rank"), "host": texts.get("host")}
+    """summary.json's failure record with the types triage wrote, when it names a class; else None."""
+    failure = triage.failure_record(record)
+    return failure if failure is not None and failure["class"] is not None else None
 
 
 def failure_text(failure: dict | None) -> str:

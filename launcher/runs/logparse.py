@@ -202,8 +202,6 @@ _ITERATION_RE = re.compile(
     r"(?:\[(?P<ts>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+)\]\s*)?iteration\s+(?P<it>\d{1,18})(?!\d)\s*/\s*"
     r"(?P<total>\d{1,18})(?!\d)\s*\|"
 )
-# One "key: value |" field; keys never contain ':' or '|'. The last field of a cut line has no closing '|'.
-_FIELD_RE = re.compile(r"\s*(?P<key>[^|:]+?):\s*(?P<value>[^|]*?)\s*(?:\||$)")
 
 _FLOAT_FIELDS = {
     "elapsed time per iteration (ms)": "elapsed_ms",
@@ -239,13 +237,14 @@ def parse_iteration_line(line: str) -> IterationLine | None:
         "timestamp": _to_time(match["ts"]) if match["ts"] else None,
     }
     losses: dict[str, float] = {}
-    rest = line[match.end():]
     complete = False
-    for field_match in _FIELD_RE.finditer(rest):
-        key, text = field_match["key"].strip(), field_match["value"]
-        closed = field_match.group(0).rstrip().endswith("|")
-        if not closed:  # a line cut inside its last field: the value may be cut too
-            break
+    # "key: value |" fields, read by splitting (a pattern over the rest backtracks quadratically on a long field
+    # without ':'); keys never contain ':' or '|'; the text after the last '|' is a field cut with its line
+    for piece in line[match.end():].split("|")[:-1]:
+        key, colon, text = piece.partition(":")
+        key, text = key.strip(), text.strip()
+        if not colon or not key:
+            continue
         if key in _FLOAT_FIELDS:
             number = _to_float(text)
             if number is not None and not (_FLOAT_FIELDS[key] in _MEASURED and not 0 <= number < math.inf):
@@ -278,18 +277,20 @@ _THEORY_RE = re.compile(
     r"Theoretical memory footprints: weight and optimizer=(?P<w>[\d.]+) MB"
     r"(?:, activation=(?P<a>[\d.]+) MB)?, total=(?P<t>[\d.]+) MB"
 )
+# Each checkpoint pattern is matched once, where its first words are (_match_at): searched, `.+?` after words
+# repeated along a long line would be tried from each repetition (quadratic).
 _SAVING_RE = re.compile(r"saving checkpoint at iteration\s+(?P<it>\d{1,18})(?!\d) to (?P<dir>.+?) in "
                         r"(?P<fmt>\S+) format")
 _SAVED_RE = re.compile(r"successfully saved checkpoint from iteration\s+(?P<it>\d{1,18})(?!\d) to (?P<dir>.+?) "
                        r"\[ t \d+/\d+")
-_LOADED_RE = re.compile(r"successfully loaded checkpoint from (?P<dir>.+?) \[ t .*?\] at iteration "
+_LOADED_RE = re.compile(r"successfully loaded checkpoint from (?P<dir>.+?) \[ t [^\]]{0,200}\] at iteration "
                         r"(?P<it>\d{1,18})(?!\d)")
 _MISSING_RE = re.compile(r"WARNING: could not find the metadata file (?P<file>\S+)")
 _VALIDATION_RE = re.compile(
-    r"validation(?:-\S+)? loss at iteration (?P<it>\d{1,18})(?!\d)(?P<where> on (?:validation|test) set)? "
+    r"validation(?:-\S{1,64})? loss at iteration (?P<it>\d{1,18})(?!\d)(?P<where> on (?:validation|test) set)? "
     r"\|(?P<rest>.*)"
 )
-_VALUE_RE = re.compile(r"\s*(?P<key>[^|]+?) (?P<kind>value|PPL): (?P<num>[^|\s]+) \|")
+_VALUE_RE = re.compile(r"\s*(?P<key>[^|]+?) (?P<kind>value|PPL): (?P<num>[^|\s]+) ")  # one field, before its '|'
 _EXIT_SIGNAL_RE = re.compile(r"\[exiting program after receiving (?P<sig>\w+)\.?\]")
 _EXIT_DURATION_RE = re.compile(r"\[exiting program after (?P<min>[\d.]+) minutes\]")
 _EXIT_INTERVAL_RE = re.compile(r"\[exiting program at iteration (?P<it>\d{1,18})(?!\d)\]")
@@ -335,11 +336,11 @@ def parse_line(raw: str) -> Event | None:
     if "Theoretical memory" in line and (m := _THEORY_RE.search(line)):
         return TheoreticalMemory(float(m["w"]), _opt_float(m["a"]), float(m["t"]))
     if "checkpoint" in line:
-        if m := _SAVING_RE.search(line):
+        if m := _match_at(_SAVING_RE, line, "saving checkpoint at"):
             return CheckpointSaving(int(m["it"]), m["dir"], m["fmt"])
-        if m := _SAVED_RE.search(line):
+        if m := _match_at(_SAVED_RE, line, "successfully saved checkpoint"):
             return CheckpointSaved(int(m["it"]), m["dir"])
-        if m := _LOADED_RE.search(line):
+        if m := _match_at(_LOADED_RE, line, "successfully loaded checkpoint"):
             return CheckpointLoaded(m["dir"], int(m["it"]))
     if "could not find the metadata file" in line and (m := _MISSING_RE.search(line)):
         return CheckpointMissing(m["file"])
@@ -374,6 +375,12 @@ def parse_line(raw: str) -> Event | None:
     return None
 
 
+def _match_at(pattern: re.Pattern[str], line: str, head: str) -> re.Match[str] | None:
+    """`pattern` matched where `head` (its first words) first occurs in `line`: linear in the line's length."""
+    start = line.find(head)
+    return pattern.match(line, start) if start >= 0 else None
+
+
 def _opt_float(text: str | None) -> float | None:
     return None if text is None else _to_float(text)
 
@@ -381,7 +388,10 @@ def _opt_float(text: str | None) -> float | None:
 def _validation(m: re.Match) -> Validation | None:
     values: dict[str, float] = {}
     perplexities: dict[str, float] = {}
-    for vm in _VALUE_RE.finditer(m["rest"]):
+    for piece in m["rest"].split("|")[:-1]:  # fields split first: a pattern over the rest backtracks on long ones
+        vm = _VALUE_RE.fullmatch(piece)
+        if vm is None:
+            continue
         number = _to_float(vm["num"])
         if number is None:
             continue

@@ -26,8 +26,8 @@ from typing import IO, Any
 
 from launcher import nofollow, redaction, untrusted
 from launcher.errors import UserError, shown
+from launcher.runs import entries, triage
 from launcher.runs import logparse as lp
-from launcher.runs import triage
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.timing import StartupClock
 from launcher.runs.verdict import RunLog, RunSummary, json_safe
@@ -87,7 +87,8 @@ class Monitor:
 
     def _replay_earlier_attempts(self) -> None:
         """A resumed run's summary covers the whole run: read the earlier attempts' logs first."""
-        for earlier in sorted(self.log_path.parent.glob("attempt-*.log"), key=attempt_number):
+        earlier_logs = entries.listed(self.log_path.parent, "attempt-*.log", "attempt logs")
+        for earlier in sorted(earlier_logs, key=attempt_number):
             if earlier == self.log_path:
                 continue
             if earlier.is_symlink():  # a run's logs are its own files; a link leads elsewhere

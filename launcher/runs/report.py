@@ -21,7 +21,7 @@ from typing import Any
 
 from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import cluster_job, k8s_log, slurm_accounting, slurm_log, triage, verdict
+from launcher.runs import cluster_job, entries, k8s_log, slurm_accounting, slurm_log, triage, verdict
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
@@ -351,7 +351,8 @@ def _gpu_peak(gpu: str | None) -> float | None:
 def run_logs(run_dir: Path) -> list[Path]:
     """A run directory's logs of a run here, logs/attempt-N.log, in order (a Slurm job's: slurm_log); a JobSet's,
     one per attempt from its pods' logs (k8s_log)."""
-    return sorted((run_dir / "logs").glob("*.log"), key=attempt_number) or k8s_log.attempt_logs(run_dir)
+    return (sorted(entries.listed(run_dir / "logs", "*.log", "attempt logs"), key=attempt_number)
+            or k8s_log.attempt_logs(run_dir))
 
 
 def _never_started(run_dir: Path) -> UserError:
@@ -509,7 +510,10 @@ def _write_summary(run_dir: Path, summary: RunSummary) -> None:
 
 def _summary_from_file(run_dir: Path) -> RunSummary:
     try:
-        return RunSummary(**untrusted.read_json(run_dir / SUMMARY_FILE, "run summary"))
-    except (UserError, TypeError):
+        summary = RunSummary.from_record(untrusted.read_json(run_dir / SUMMARY_FILE, "run summary"))
+    except UserError:
+        summary = None
+    if summary is None:
         raise UserError(Problem(f"{run_dir} has no logs and no readable {SUMMARY_FILE}",
-                                "nothing to summarise; the plots need the logs")) from None
+                                "nothing to summarise; the plots need the logs"))
+    return summary

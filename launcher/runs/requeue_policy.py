@@ -99,19 +99,20 @@ def attempt_ends(log: Path, attempt: int, exit_status: int | None) -> list[triag
     slurm_log.read_attempts(_lines(log, attempt), start, take)
     # the tracebacks, torchrun's root cause and srun's errors are in the job's standard error file
     by_number = dict(readers)
-    err = slurm_log.stderr_log(log)
-    if err.exists():
-        slurm_log.stderr_lines(_lines(err, attempt), lambda _job, number, line: by_number[number].feed(line)
-                               if number in by_number else None)
+    slurm_log.stderr_lines(_lines(slurm_log.stderr_log(log), attempt),
+                           lambda _job, number, line: by_number[number].feed(line) if number in by_number else None)
     kept = [(number, reader) for number, reader in readers if number <= attempt]
     return [reader.verdict(exit_status if number == attempt else None) for number, reader in kept]
 
 
 def _open_regular(path: Path) -> BinaryIO | None:
-    """`path` opened for reading when it is a regular file, else None: O_NONBLOCK, so a FIFO planted as the log
-    or the manifest is never waited on (untrusted.py's rule, in plain Python: the node's python3 may lack the
+    """`path` opened for reading when it is a regular file that opens, else None: O_NONBLOCK, so a FIFO planted as
+    the log or the manifest is never waited on (untrusted.py's rule, in plain Python: the node's python3 may lack the
     launcher's dependencies)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:  # missing, a dangling or looping link, a name too long, unreadable: nothing to read
+        return None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         return None
@@ -170,6 +171,7 @@ def _no_constant(name: str) -> None:
 
 def record(manifest_path: Path, job: str, attempt: int, decision: Decision) -> None:
     """The decision and the hosts left out, in the run's manifest.json (replaced atomically)."""
+    from launcher.redaction import scrub_record
     from launcher.runs.atomic import write_text_atomic
 
     manifest = _manifest(manifest_path)
@@ -179,7 +181,8 @@ def record(manifest_path: Path, job: str, attempt: int, decision: Decision) -> N
                       "exclude": list(decision.exclude), **decision.end.as_dict()})
     manifest["requeue_decisions"] = decisions[-1000:]
     manifest["excluded_nodes"] = list(decision.exclude)
-    write_text_atomic(manifest_path, json.dumps(manifest, indent=2) + "\n")
+    # read back, it holds what anyone wrote there: written again by the one secret rule for records
+    write_text_atomic(manifest_path, json.dumps(scrub_record(manifest), indent=2) + "\n")
 
 
 def excluded_nodes(manifest_path: Path) -> list[str]:

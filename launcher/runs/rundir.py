@@ -45,6 +45,7 @@ from launcher.pipeline.preset import ENTRIES
 from launcher.pipeline.resolve import ResumedRun
 from launcher.pipeline.run_paths import CHECKPOINTS, TENSORBOARD
 from launcher.pipeline.shell import shell_word, shell_words
+from launcher.redaction import scrub_record
 from launcher.runs import secrets
 from launcher.runs.atomic import write_text_atomic
 
@@ -277,7 +278,8 @@ def write_run_dir(run_dir: Path, *, preset: Mapping[str, Any], manifest: Mapping
             secrets.redact_preset(_as_dict(dict(preset))), sort_keys=False), what="run preset")
         nofollow.write_atomic(staging / COMMAND_FILE, command_script(argv, env, unset=unset), what="command.sh",
                               mode=0o755)
-        nofollow.write_atomic(staging / MANIFEST, json.dumps(manifest, indent=2) + "\n", what="run manifest")
+        nofollow.write_atomic(staging / MANIFEST, json.dumps(scrub_record(manifest), indent=2) + "\n",
+                              what="run manifest")
         for sub in ("logs", CHECKPOINTS, TENSORBOARD):
             (staging / sub).mkdir()
         for name, text in (extra_files or {}).items():
@@ -391,7 +393,7 @@ def open_run_dir(path: Path) -> ExistingRun:
 
 def record_attempt(run: ResumedRun, argv: Sequence[str], env: Mapping[str, str]) -> None:
     """Append a resumed attempt to the manifest (replaced atomically)."""
-    manifest = dict(run.manifest)
+    manifest = scrub_record(dict(run.manifest))  # read back: it holds what anyone wrote there
     manifest.setdefault("attempts", []).append({
         "started": datetime.now(UTC).isoformat(timespec="seconds"), "argv": list(argv), "env": secrets.redact_env(env),
     })

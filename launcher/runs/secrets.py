@@ -9,16 +9,12 @@ the environment it is started in.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from launcher.errors import UserError
 from launcher.pipeline.environment import is_env_name
-from launcher.redaction import REDACTED, is_secret, remember, scrub_values
-
-# How a --set names an environment variable: env.NAME (launcher.env.NAME is the same setting).
-_ENV_SETTING = re.compile(r"(?:--set=)?\s*(?:launcher\.)?env\.(?P<name>[^=]*)=")
+from launcher.redaction import REDACTED, is_secret, remember, scrub_assignment, scrub_values
 
 
 def redact_env(env: Mapping[str, Any]) -> dict[str, str | None]:
@@ -29,10 +25,7 @@ def redact_env(env: Mapping[str, Any]) -> dict[str, str | None]:
 
 def redact_assignment(word: str) -> str:
     """`env.HF_TOKEN=abc` (a --set, or an argv word holding one) → `env.HF_TOKEN=<redacted>`."""
-    match = _ENV_SETTING.match(word)
-    if match and is_secret(match.group("name"), word[match.end():]):
-        return word[:match.end()] + REDACTED
-    return word
+    return scrub_assignment(word)
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.runs import entries
+
 _START = re.compile(r"^megatron-launch: job (?P<job>\d{1,18})(?!\d) attempt (?P<n>\d{1,18})(?!\d) on ")
 _END = re.compile(r"^megatron-launch: attempt (?P<n>\d{1,18})(?!\d) ended: (?P<why>.*)$")
 
@@ -36,7 +38,7 @@ def job_logs(run_dir: Path) -> list[Path]:
         digits = path.stem.removeprefix("slurm-")  # ASCII digits only, as untrusted.count reads a count
         return int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 18 else 0
 
-    return sorted(Path(run_dir).glob("slurm-*.out"), key=job_id)
+    return sorted(entries.listed(run_dir, "slurm-*.out", "files"), key=job_id)
 
 
 def stderr_log(out_log: Path) -> Path:

@@ -49,11 +49,14 @@ _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]
                         r"(?P<code>\d+)|Killed|Terminated)")
 # Failures of the collectives: seen on the ranks that waited for one that had failed (or hung), so they are the cause
 # only where no rank failed by itself (an out-of-memory rank leaves every other rank in an NCCL timeout).
+# "A.{0,400}B", not "A.*B": a search tries each place A occurs and `.*` runs to the line's end from each, which is
+# quadratic over a long line repeating A; the words of one message are never further apart.
 _COMM = [
-    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout"
-                                r"|NCCL.*timed out|DistBackendError.*[Tt]imeout|RendezvousTimeoutError"
-                                r"|Timed out (?:after|waiting).*(?:store|rendezvous|barrier)")),
-    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).*(?:remote process exited|[Cc]onnection (?:closed|reset)"
+    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,400}[Tt]imeout"
+                                r"|NCCL.{0,400}timed out|DistBackendError.{0,400}[Tt]imeout|RendezvousTimeoutError"
+                                r"|Timed out (?:after|waiting).{0,400}(?:store|rendezvous|barrier)")),
+    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).{0,400}(?:remote process exited|[Cc]onnection "
+                                      r"(?:closed|reset)"
                                       r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError")),
 ]
 # An exception raised by a collective (torch.distributed's errors, a peer gone): never the first failure by itself.
@@ -123,6 +126,18 @@ class Triage:
 
     def as_dict(self) -> dict:
         return {"class": self.cls, **{k: v for k, v in asdict(self).items() if k != "cls"}}
+
+
+def failure_record(record: object) -> dict | None:
+    """A failure record read back from a file (summary.json, a requeue decision), with the types as_dict writes
+    (class and reason, host: text; iteration, rank: integers), or None; texts are cut to 200 characters."""
+    if not isinstance(record, dict) or not isinstance(record.get("class"), (str, type(None))):
+        return None
+    texts = {k: record[k][:200] for k in ("class", "reason", "host") if isinstance(record.get(k), str)}
+    counts = {k: record[k] for k in ("iteration", "rank")
+              if isinstance(record.get(k), int) and not isinstance(record.get(k), bool)}
+    return {"class": texts.get("class"), "reason": texts.get("reason", ""), "iteration": counts.get("iteration"),
+            "rank": counts.get("rank"), "host": texts.get("host")}
 
 
 class AttemptReader:

@@ -21,6 +21,7 @@ from typing import NamedTuple, cast
 from launcher import untrusted
 from launcher.runs import logparse as lp
 from launcher.runs import timing
+from launcher.runs.triage import failure_record
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") and nothing else
@@ -239,6 +240,19 @@ class RunSummary:
     def ok(self) -> bool:
         return self.outcome == "success"
 
+    @classmethod
+    def from_record(cls, record: object) -> RunSummary | None:
+        """A summary read back from summary.json, or None where a member is missing or not of its type (a
+        damaged or planted file is not a summary: every member is used in arithmetic and formatting)."""
+        if not isinstance(record, dict) or not all(
+                name in record and _SUMMARY_TYPES[name](record[name]) for name in _REQUIRED_MEMBERS):
+            return None
+        if not all(_SUMMARY_TYPES[name](record.get(name)) for name in ("startup", "failure")):
+            return None
+        failure = None if record.get("failure") is None else failure_record(record["failure"])
+        return cls(**{name: record[name] for name in _REQUIRED_MEMBERS}, startup=record.get("startup"),
+                   failure=failure)
+
     def to_dict(self) -> dict:
         """As JSON wants it: a NaN or infinite number (a diverged loss) is null, never a bare NaN."""
         return json_safe(asdict(self))
@@ -266,6 +280,42 @@ class RunSummary:
         if self.validation:
             lines.append("validation:         " + ", ".join(f"{k} {v:.4f}" for k, v in self.validation.items()))
         return "\n".join(lines)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _optional(check):
+    return lambda value: value is None or check(value)
+
+
+def _list_of(check):
+    return lambda value: isinstance(value, list) and all(check(item) for item in value)
+
+
+def _text(value: object) -> bool:
+    return isinstance(value, str)
+
+
+# Each RunSummary member and the type summary.json must hold it in.
+_SUMMARY_TYPES = {
+    "outcome": _text, "reasons": _list_of(_text), "last_iteration": _optional(_count),
+    "train_iters": _optional(_count), "final_loss": _optional(_number), "steady_ms_per_iter": _optional(_number),
+    "steady_tokens_per_s": _optional(_number), "steady_tflops_per_gpu": _optional(_number),
+    "peak_memory_mb": _optional(_number), "theoretical_memory_mb": _optional(_number),
+    "checkpoints_saved": _list_of(_count), "tracker_iteration": _optional(_text), "skipped_iterations": _count,
+    "nan_iterations": _count, "attempts": _count, "exit_code": _optional(_count),
+    "validation": lambda value: isinstance(value, dict) and all(_number(v) for v in value.values()),
+    "startup": _optional(lambda value: isinstance(value, dict) and all(_optional(_number)(v)
+                                                                       for v in value.values())),
+    "failure": _optional(lambda value: isinstance(value, dict)),
+}
+_REQUIRED_MEMBERS = [name for name in _SUMMARY_TYPES if name not in ("startup", "failure")]
 
 
 def json_safe(value):

@@ -303,3 +303,34 @@ def test_a_host_is_not_left_out_when_sinfo_does_not_answer(tmp_path):
     assert result.returncode == 0, result.stderr
     assert calls(tmp_path)[-1] == "scontrol requeue 7"
     assert "not leaving out n2: sinfo did not say which nodes respond" in (tmp_path / "slurm-7.out").read_text()
+
+
+@pytest.mark.parametrize("damage", ["missing", "dangling link", "link to itself", "name too long"])
+def test_a_log_that_cannot_be_opened_leaves_the_plain_requeue_without_a_traceback(tmp_path, damage):
+    """No readable log: no decision (exit 1, the batch script requeues as without a policy), and no traceback."""
+    log = tmp_path / "slurm-7.out"
+    job = "7"
+    if damage == "dangling link":
+        log.symlink_to(tmp_path / "nowhere")
+    elif damage == "link to itself":
+        log.symlink_to(log.name)
+    elif damage == "name too long":
+        job = "7" * 300
+    done = subprocess.run([sys.executable, "-m", "launcher.runs.requeue_policy", str(tmp_path), job, "1", "1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_decision_recorded_writes_back_no_secret_found_in_clear_in_the_manifest(tmp_path):
+    from launcher.runs import requeue_policy
+
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"preset": "toy", "overrides": ["launcher.env.WANDB_API_KEY=wandbsecret0123456789"],
+                                    "attempts": [{"env": {"HF_TOKEN": "plainlookingvalue42", "PLAIN": "kept"}}]}))
+    decision = requeue_policy.Decision(REQUEUE, (), "why", end(INFRASTRUCTURE))
+    requeue_policy.record(manifest, "7", 1, decision)
+    written = json.loads(manifest.read_text())
+    assert written["overrides"] == ["launcher.env.WANDB_API_KEY=<redacted>"]
+    assert written["attempts"][0]["env"] == {"HF_TOKEN": "<redacted>", "PLAIN": "kept"}
+    assert written["requeue_decisions"][0]["decision"] == REQUEUE

@@ -205,3 +205,25 @@ def test_matplotlib_warnings_do_not_reach_the_output(tmp_path):
                             capture_output=True, text=True, cwd=ROOT, timeout=120, check=False,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert result.returncode == 0 and result.stderr == "", result.stderr
+
+
+SUMMARY = {"outcome": "failed", "reasons": ["exit code 1"], "last_iteration": 40, "train_iters": 100,
+           "final_loss": 4.5, "steady_ms_per_iter": 19.8, "steady_tokens_per_s": 25858.6, "steady_tflops_per_gpu": 0.1,
+           "peak_memory_mb": 60.0, "theoretical_memory_mb": 0.4, "checkpoints_saved": [], "tracker_iteration": "50",
+           "skipped_iterations": 0, "nan_iterations": 0, "validation": {}, "attempts": 1, "exit_code": 1,
+           "startup": {"start_to_first_iteration_s": 0.1}, "failure": {"class": None, "reason": "x"}}
+
+
+@pytest.mark.parametrize("member", sorted(SUMMARY))
+@pytest.mark.parametrize("value", ["x", ["a"], {"a": 1}, -1.5, None, True])
+def test_a_summary_json_member_of_another_type_is_refused_never_an_internal_error(tmp_path, capsys, member, value):
+    """A run that has only its metrics and summary.json: the summary is data; each member is checked for its type."""
+    from launcher.cli import main
+
+    run_dir = new_run_dir(tmp_path)
+    (run_dir / "metrics.jsonl").write_text('{"kind": "iteration", "iteration": 10, "loss": 5.0, "attempt": 1}\n')
+    (run_dir / "summary.json").write_text(json.dumps({**SUMMARY, member: value}))
+    status = main(["report", str(run_dir), "--output-dir", str(tmp_path / "plots")])
+    err = capsys.readouterr().err
+    assert "internal error" not in err
+    assert status in (0, 1) or (status == 2 and "error:" in err and "hint:" in err)

@@ -285,3 +285,49 @@ def test_a_full_disk_never_leaves_half_a_metrics_line(tmp_path, monkeypatch):
     monkeypatch.undo()
     text = (tmp_path / "metrics.jsonl").read_text()
     assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
+
+
+_LONG = 60_000  # under logparse.MAX_LINE: a line this long is still read
+HOSTILE_LINES = {
+    "an iteration field without a colon": " iteration 60/ 100 | lm loss: 2.0 | " + "x" * _LONG,
+    "an iteration field of spaces": " iteration 1/ 2 |" + " " * _LONG + "x",
+    "a validation field without its value": "validation loss at iteration 5 |" + " a" * (_LONG // 2),
+    "a loaded-checkpoint line repeating its words": "successfully loaded checkpoint from x [ t " * (_LONG // 42),
+    "a loaded-checkpoint line of many [ t ]": "successfully loaded checkpoint from x" + " [ t ]" * (_LONG // 6),
+    "NCCL WARN repeated": "NCCL WARN " * (_LONG // 10),
+    "ProcessGroupNCCL repeated": "ProcessGroupNCCL " * (_LONG // 17),
+}
+
+
+@pytest.mark.parametrize("line", HOSTILE_LINES.values(), ids=HOSTILE_LINES.keys())
+def test_a_long_hostile_line_is_read_in_time_linear_in_its_length(line):
+    """Each pattern over a log line is linear in its length: one that backtracks from each repetition of its
+    first words (`A.*B`, a lazy field) took seconds to minutes a line (report, the monitor, the requeue policy)."""
+    import time
+
+    from launcher.runs import triage
+
+    started = time.process_time()
+    lp.LogParser().feed(line)
+    triage.AttemptReader().feed(line)
+    assert time.process_time() - started < 1.0
+
+
+@pytest.mark.parametrize("folder, name", [("logs", "attempt-{}.log"), (".", "slurm-{}.out"),
+                                          ("logs/k8s", "node-0-attempt-{}.log")])
+def test_a_run_folder_of_more_files_than_any_run_writes_is_refused_not_listed_whole(tmp_path, capsys, monkeypatch,
+                                                                                      folder, name):
+    """A run directory's folders are listed within a bound (runs/entries.py, MAX_ENTRIES; 50 here for speed):
+    millions of attempt logs, Slurm logs or pod logs are a clear refusal, not minutes of opening each."""
+    from launcher.cli import main
+    from launcher.runs import entries
+
+    monkeypatch.setattr(entries, "MAX_ENTRIES", 50)
+    run_dir = _run_dir(tmp_path)
+    (run_dir / folder).mkdir(parents=True, exist_ok=True)
+    for number in range(1, 52):
+        (run_dir / folder / name.format(number)).write_text(ITERATION.format(it=number, total=100))
+    assert main(["report", str(run_dir)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "holds more than 50 entries" in err and "Traceback" not in err
+    assert "hint: move away what does not belong there" in err

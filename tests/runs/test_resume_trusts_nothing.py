@@ -224,3 +224,31 @@ def test_a_fifo_as_the_lock_is_refused_not_waited_on(first_run, tmp_path):
     os.mkfifo(run_dir / ".launch.lock")
     result = resume(tmp_path, run_dir, torchrun)
     assert result.returncode == 2 and "not a regular file" in result.stderr and "hint:" in result.stderr
+
+
+PLANTED_SECRETS = {"WANDB_API_KEY": "wandbsecretvalue0123456789abcdef", "DB_URL": "postgres://u:S3cretDbPassw0rd@db/x",
+                   "HF_TOKEN": "plainlookingvalue42"}
+
+
+def _plant_secrets_in_manifest(run_dir: Path) -> None:
+    """A manifest holding secrets in clear, as an older launcher or someone else may have written it."""
+    path = run_dir / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["overrides"] = [f"launcher.env.{name}={value}" for name, value in PLANTED_SECRETS.items()]
+    manifest["launch_argv"] += ["--set", f"env.HF_TOKEN={PLANTED_SECRETS['HF_TOKEN']}"]
+    manifest["attempts"][0]["env"].update(PLANTED_SECRETS)
+    manifest["notes"] = {"api_key": PLANTED_SECRETS["HF_TOKEN"], "argv": [f"HF_TOKEN={PLANTED_SECRETS['HF_TOKEN']}"]}
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_resume_writes_back_no_secret_it_found_in_clear_in_the_manifest(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    _plant_secrets_in_manifest(run_dir)
+    resume(tmp_path, run_dir, torchrun)
+    text = (run_dir / "manifest.json").read_text()
+    manifest = json.loads(text)
+    assert len(manifest["attempts"]) == 2  # the resume was recorded
+    for value in [*PLANTED_SECRETS.values(), "S3cretDbPassw0rd"]:
+        assert value not in text
+    assert manifest["attempts"][0]["env"]["WANDB_API_KEY"] == "<redacted>"
+    assert manifest["notes"] == {"api_key": "<redacted>", "argv": ["HF_TOKEN=<redacted>"]}
