@@ -239,6 +239,9 @@ def runtime_checks(args, config, num_microbatches: int, target: dict) -> None:
         for feature in target.get("norm_features", []):
             setattr(norm_config, feature, False)
         WrappedTorchNorm(norm_config, config.hidden_size)
+    if config.num_moe_experts and tp > 1 and not config.sequence_parallel:  # moe_layer.py:620, in training only
+        raise ValueError("During training, performance may degrade if MoE and tensor parallelism are enabled without "
+                         "also enabling sequence parallelism. (moe_layer.py:621, at the first training step)")
     if config.context_parallel_size > 1 and args.transformer_impl == "local":
         raise AssertionError("Context parallelism is only supported by TEDotProductAttention! "
                              "(transformer/dot_product_attention.py:57)")
