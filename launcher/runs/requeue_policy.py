@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher.runs import slurm_log, triage
+from launcher.runs import slurm_log, tail_log, triage
 
 REQUEUE, STOP = "requeue", "stop"
 MAX_LOG_BYTES = 1 << 30
@@ -120,37 +120,15 @@ def _open_regular(path: Path) -> BinaryIO | None:
 
 
 def _lines(path: Path, attempt: int) -> Iterator[str]:
-    """The lines of a regular file, at most its last MAX_LOG_BYTES and 1 MiB of a line (plain Python: the node's
-    python3 may lack the launcher's dependencies). A failure is at the end of its attempt: a longer log is read from
-    its tail, opened by an attempt line for the attempt the cut runs through (the one before the first attempt line
-    read, or `attempt` where there is none), so its lines keep their attempt."""
+    """The lines of a regular file, at most its last MAX_LOG_BYTES (runs/tail_log.py): a failure is at the end of
+    its attempt, so a longer log is read from its tail, opened by an attempt line for the attempt the cut runs
+    through (or `attempt`), so its lines keep their attempt."""
     handle = _open_regular(path)
     if handle is None:
         return
     with handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size > MAX_LOG_BYTES:
-            cut = _first_attempt_after(handle, size - MAX_LOG_BYTES)
-            number = attempt if cut is None else cut - 1
-            handle.seek(size - MAX_LOG_BYTES)
-            handle.readline(1 << 20)  # the line the cut runs through
-            if number >= 1:
-                yield f"megatron-launch: job 0 attempt {number} on (the last {MAX_LOG_BYTES} bytes of the log)"
-        read = 0
-        while read < MAX_LOG_BYTES and (raw := handle.readline(1 << 20)):
-            read += len(raw)
-            yield from raw.decode("utf-8", "replace").splitlines() or [""]
-
-
-def _first_attempt_after(handle: BinaryIO, offset: int) -> int | None:
-    """The number of the first attempt line after `offset` (a cheap pass: one prefix test a line)."""
-    handle.seek(offset)
-    handle.readline(1 << 20)
-    while raw := handle.readline(1 << 20):
-        if raw.startswith(b"megatron-launch: job ") and (start := slurm_log.attempt_start(raw.decode("utf-8",
-                                                                                                    "replace"))):
-            return start
-    return None
+        for line in tail_log.TailLines(handle, MAX_LOG_BYTES, slurm_job="0", attempt=attempt):
+            yield from line.splitlines() or [""]
 
 
 def _manifest(path: Path) -> dict:
