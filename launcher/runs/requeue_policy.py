@@ -8,8 +8,11 @@ Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
     infrastructure  requeue; a node failure or a GPU error also leaves its host out of the next attempt
     training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
                     gives the same failure: the budget would go to a bug)
-    persistent      (out of memory, a start-up error, an import error, a missing data file, a full disk) stop at
-                    once, whatever the class: the next attempt meets the same failure
+    persistent      (out of memory, a start-up error, an import error, a missing data file, a full disk, Megatron's
+                    failed result validation: exit code 17) stop at once, whatever the class: the next attempt meets
+                    the same failure
+    resume asked    Megatron's rerun state machine exited 16 to rerun the iteration from its checkpoint: requeue,
+                    however often (its state machine decides when it is done)
     unclassified    requeue, as before there was a policy
 With SIGNAL the batch script stopped the attempt at Slurm's time-limit warning and requeues it; the policy only
 records that end (infrastructure: time limit near).
@@ -69,6 +72,8 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
         hosts = [h for h in [host_name(own)] if h and h not in already]
         left_out = f"; leaving out {', '.join(hosts)}" if hosts else ""
         return Decision(REQUEUE, tuple([*already, *hosts][:MAX_EXCLUDED]), f"{last.describe()}{left_out}", last)
+    if last.resume_asked:  # Megatron's own request: its rerun state machine bounds the reruns, not this rule
+        return Decision(REQUEUE, tuple(already), f"{last.describe()}; requeued as Megatron asks", last)
     if last.cls in (triage.TRAINING, triage.DATA):
         same = [e for e in ends[:-1] if e.cls == last.cls and e.iteration == last.iteration]
         if same:
