@@ -2,7 +2,8 @@
 what the checkpoint says about itself (checks/checkpoint.py), item by item:
 
     found      a checkpoint where --load expects one (the user's load, or --resume): none → refused, since
-               Megatron would start from iteration 0 without a word
+               Megatron would start from iteration 0 without a word; with non_persistent_ckpt_type=global, a
+               non-persistent checkpoint at least as new is the one Megatron loads, and the one judged
     shape      the model's shape (layers, hidden, heads, FFN, vocab, …): different → refused, the load fails
     layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
@@ -19,7 +20,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
@@ -38,6 +40,7 @@ DERIVED = frozenset({
 # lacks the flags of extra argument providers, such as ModelOpt's, where the run had none).
 NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "model_parallel_size",
                         "recompute_activations", "warmup"})
+NON_PERSISTENT_SUBDIR = "non_persistent"  # checkpointing.py _NON_PERSISTENT_CKPT_SUBDIR: LOAD/non_persistent
 CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_state_dict writes at the pin
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
@@ -417,8 +420,6 @@ def _normal(value: Any) -> Any:
 def check_job(job: Any, python: str | None) -> ResumeCheck | None:
     """The resume check of a job that loads (`python`: the Megatron interpreter that reads the stored settings);
     None where there is nothing to say: no load, or a new run whose own directory holds no checkpoint yet."""
-    from pathlib import Path
-
     from launcher.checks import checkpoint
 
     load = job.megatron.get("load")
@@ -435,6 +436,9 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
     step = job.megatron.get("ckpt_step")
     step = step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else None
     found = checkpoint.find(str(load), step)
+    newer = _non_persistent(job, str(load), found, step, python)
+    if newer is not None:
+        return newer
     if found.damaged:
         return judge(job, found)
     pretrained = job.megatron.get("pretrained_checkpoint")
@@ -443,3 +447,49 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
     if not found.found and not expected:
         return None
     return judge(job, checkpoint.read(str(load), python, step) if found.found else found)
+
+
+def _non_persistent(job: Any, load: str, found: StoredCheckpoint, step: int | None,
+                    python: str | None) -> ResumeCheck | None:
+    """The check where Megatron loads a non-persistent checkpoint instead of `found` (_load_base_checkpoint at the
+    pin: with non_persistent_ckpt_type set, the non-persistent iteration is read first, and loaded where it is at
+    least the persistent one: the tracker's, or ckpt_step; -1 without a tracker), else None. A "global" one is in
+    non_persistent_global_ckpt_dir, or LOAD/non_persistent, and is judged here; a "local" one is on each node and
+    cannot be: the verdict on `found` then says so."""
+    from launcher.checks import checkpoint
+
+    kind = job.megatron.get("non_persistent_ckpt_type")
+    if kind not in ("global", "local"):
+        return None
+    if found.damaged and found.iteration is None and not step:
+        return None  # Megatron stops reading the persistent tracker whatever the non-persistent one holds
+    persistent = step if step else (found.iteration if found.iteration is not None else -1)
+    said = f"the persistent checkpoint's iteration {persistent}" if persistent >= 0 else \
+        "no persistent checkpoint"
+    if kind == "local":
+        where = job.megatron.get("non_persistent_local_ckpt_dir") or "non_persistent_local_ckpt_dir"
+        note = Item("note", "found", f"non_persistent_ckpt_type=local: Megatron loads the newest local checkpoint "
+                    f"in {shown(str(where), 200)} on each node instead of {said} where it is at least as new; "
+                    "those are not visible here: only the persistent one is judged")
+        check = judge(job, found)
+        return replace(check, items=(note, *check.items))
+    directory = str(job.megatron.get("non_persistent_global_ckpt_dir") or Path(load) / NON_PERSISTENT_SUBDIR)
+    newer = checkpoint.find(directory)
+    if not newer.found and not newer.damaged:
+        return None  # no tracker there: Megatron warns and loads the persistent one
+    if newer.release:
+        return ResumeCheck(newer, expects_checkpoint(job), (Item(
+            "refuse", "found", f"the non-persistent checkpoint in {directory} is a release checkpoint: Megatron "
+            "stops at load (RuntimeError: Non-persistent checkpoint can't be a release checkpoint)",
+            f"remove {Path(directory) / TRACKER_NAME}, or unset non_persistent_ckpt_type"),))
+    if newer.iteration is not None and newer.iteration < persistent:
+        check = judge(job, found)
+        note = Item("note", "found", f"the non-persistent checkpoint in {directory} (iteration {newer.iteration}) "
+                    f"is older than {said}: Megatron loads the persistent one, judged here")
+        return replace(check, items=(note, *check.items))
+    check = judge(job, checkpoint.read(directory, python) if newer.found else newer)
+    at = f"iteration {newer.iteration}" if newer.iteration is not None else "its tracker"
+    note = Item("note", "found", f"Megatron loads the non-persistent checkpoint in {directory} ({at}), not "
+                f"{said} in {load}: non_persistent_ckpt_type=global loads it where it is at least as new; it is "
+                "the one judged here")
+    return replace(check, items=(note, *check.items))
