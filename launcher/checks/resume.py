@@ -9,6 +9,8 @@ what the checkpoint says about itself (checks/checkpoint.py), item by item:
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
                change → refused
     format     the format on disk against the job's ckpt_format; the distributed optimizer on/off
+    precision  fp32 ↔ fp16/bf16 with the torch format's optimizer state loaded → refused (the optimizer's load
+               fails); what Megatron accepts but changes (fp16 ↔ bf16, weights only, FP8) → a note
     data       global batch, sequence length, data blend, split, seed: changed → a warning with the numbers,
                since the data order and the samples per iteration change from the resumed iteration on
     version    the checkpoint's format version and stored settings against the pinned Megatron
@@ -57,7 +59,7 @@ LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_
 @dataclass(frozen=True)
 class Item:
     level: str  # refuse | warn | note | ok
-    topic: str  # found | shape | layout | format | optimizer | state | batch | data | version | read
+    topic: str  # found | shape | layout | format | optimizer | state | precision | batch | data | version | read
     message: str
     hint: str = ""
 
@@ -151,6 +153,7 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
     items += _state(job_args, saved, stored)
+    items += _precision(job_args, saved, stored)
     if not job_args.get("finetune"):
         items += _megatron_asserts(job_args, saved)
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
@@ -306,6 +309,57 @@ def _state(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
                           "no_save_rng), and the job loads it: Megatron prints 'Unable to load rng state from "
                           "checkpoint' at load and exits with status 0, having trained nothing",
                           "--set no_load_rng=true"))
+    return items
+
+
+def _params_dtype(settings: Mapping[str, Any]) -> str:
+    return "fp16" if settings.get("fp16") is True else "bf16" if settings.get("bf16") is True else "fp32"
+
+
+FP8_SETTINGS = ("fp8", "fp8_recipe", "fp8_param_gather")
+
+
+def _precision(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    """Params precision and FP8 between the checkpoint and the job. check_checkpoint_args compares neither; the
+    optimizer's load does: without the distributed optimizer, fp16/bf16 build Float16OptimizerWithFloat16Params
+    (state: optimizer, grad_scaler, fp32_from_fp16_params) and fp32 an FP32Optimizer (state: the torch optimizer's
+    own), and each reads keys only its own kind saved (KeyError: 'Unable to load optimizer from checkpoint')."""
+    old, new = _params_dtype(saved), _params_dtype(job_args)
+    items = []
+    keys = set(stored.keys) if stored.keys is not None else None
+    saved_state = {"optimizer"} if stored.format == "torch" else {"optimizer", "opt_param_scheduler"}
+    has_optimizer = saved.get("no_save_optim") is not True and (keys is None or bool(keys & saved_state))
+    optimizer_read = has_optimizer and not (stored.release or job_args.get("finetune") or
+                                            job_args.get("no_load_optim"))
+    plain_optimizer = not saved.get("use_distributed_optimizer") and not job_args.get("use_distributed_optimizer")
+    change = f"params {old} (checkpoint) → {new} (job)"
+    if old != new and optimizer_read and stored.format == "torch" and plain_optimizer and "fp32" in (old, new):
+        kinds = {"fp32": "FP32Optimizer", "fp16": "Float16OptimizerWithFloat16Params",
+                 "bf16": "Float16OptimizerWithFloat16Params"}
+        items.append(Item("refuse", "precision", f"{change}: the checkpoint's optimizer state is a {kinds[old]}'s, "
+                          f"the job's optimizer a {kinds[new]}, which reads keys the other never saved: Megatron "
+                          "stops at load ('Unable to load optimizer from checkpoint', KeyError)",
+                          f"keep {old} to resume, or --set no_load_optim=true (the weights cast to {new}; Adam's "
+                          "moments and the learning-rate schedule start again)"))
+    elif old != new and optimizer_read and stored.format == "torch" and plain_optimizer:
+        scale = ("the checkpoint holds no loss scale: it starts at initial_loss_scale" if new == "fp16" else
+                 "the checkpoint's loss scale is not used (bf16 has none)")
+        items.append(Item("note", "precision", f"{change}: accepted; the weights are cast to {new}, the fp32 main "
+                          f"params and Adam's moments are restored as saved, and {scale}"))
+    elif old != new and optimizer_read:
+        items.append(Item("warn", "precision", f"{change} with the optimizer state loaded ({stored.format or 'its'} "
+                          "format" + ("" if plain_optimizer else ", distributed optimizer") + "): whether Megatron "
+                          "loads that state into the job's optimizer is not checked here",
+                          f"keep {old} to resume exactly, or --set no_load_optim=true to load the weights only"))
+    elif old != new:
+        items.append(Item("note", "precision", f"{change}: the weights are cast to {new} at load (the optimizer "
+                          "state is not loaded)"))
+    fp8 = [(name, saved.get(name), job_args.get(name)) for name in FP8_SETTINGS
+           if name in saved and _normal(saved.get(name) or None) != _normal(job_args.get(name) or None)]
+    if fp8:
+        said = "; ".join(f"{name} {shown(a, 40)} (checkpoint) → {shown(b, 40)} (job)" for name, a, b in fp8)
+        items.append(Item("note", "precision", f"{said}: Megatron does not compare FP8 settings at load "
+                          "(check_checkpoint_args); the training numerics change from the resumed iteration"))
     return items
 
 

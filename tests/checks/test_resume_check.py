@@ -588,3 +588,54 @@ def test_local_non_persistent_checkpoints_are_said_not_judged(tmp_path):
     assert check.stored.iteration == 10
     assert "non_persistent_ckpt_type=local" in text_of(check, "found") and "not visible here" in \
         text_of(check, "found")
+
+
+# -- precision: what the optimizer's load refuses, and what it accepts but changes --------------------------------
+
+FULL_STATE = ("args", "checkpoint_version", "iteration", "model", "optimizer", "opt_param_scheduler", "rng_state")
+
+
+def stored_at(tmp_path: Path, fmt: str, **args) -> StoredCheckpoint:
+    return replace(stored_dist(tmp_path, args), format=fmt, keys=FULL_STATE)
+
+
+@pytest.mark.parametrize(("old", "new"), [({}, "bf16=true"), ({}, "fp16=true"), ({"bf16": True}, "bf16=false"),
+                                          ({"fp16": True}, "fp16=false")])
+def test_fp32_against_fp16_or_bf16_with_the_torch_formats_optimizer_state_is_refused(tmp_path, old, new):
+    """Float16OptimizerWithFloat16Params and FP32Optimizer each read keys only their own kind saved."""
+    stored = stored_at(tmp_path, "torch", **old)
+    check = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new), stored)
+    assert levels(check, "precision") == ["refuse"], check.render()
+    assert "Unable to load optimizer from checkpoint" in text_of(check, "precision")
+    assert "no_load_optim=true" in text_of(check, "precision")
+    weights = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new, "no_load_optim=true"), stored)
+    assert levels(weights, "precision") == ["note"] and "cast to" in text_of(weights, "precision")
+    assert levels(judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new, "finetune=true"), stored),
+                  "precision") == ["note"]
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [({"fp16": True}, "bf16=true", "loss scale is not used"),
+                                                  ({"bf16": True}, "fp16=true", "starts at initial_loss_scale")])
+def test_fp16_against_bf16_is_accepted_with_what_changes(tmp_path, old, new, said):
+    stored = stored_at(tmp_path, "torch", **old)
+    check = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new), stored)
+    assert levels(check, "precision") == ["note"] and said in text_of(check, "precision"), check.render()
+
+
+def test_a_precision_change_the_check_cannot_follow_is_a_warning_not_a_verdict(tmp_path):
+    dist = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "train_iters=200", "bf16=true"),
+                 stored_at(tmp_path, "torch_dist"))
+    assert levels(dist, "precision") == ["warn"] and "not checked here" in text_of(dist, "precision")
+    sharded = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "use_distributed_optimizer=true"),
+                    stored_at(tmp_path, "torch", bf16=True, use_distributed_optimizer=True))
+    assert levels(sharded, "precision") == ["warn"] and "distributed optimizer" in text_of(sharded, "precision")
+
+
+def test_unchanged_precision_says_nothing_and_an_fp8_change_is_a_note(tmp_path):
+    stored = stored_at(tmp_path, "torch", bf16=True, fp8=None)
+    assert levels(judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "bf16=true"), stored),
+                  "precision") == []
+    fp8 = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "bf16=true"),
+                stored_at(tmp_path, "torch", bf16=True, fp8="hybrid"))
+    assert levels(fp8, "precision") == ["note"] and "fp8 'hybrid' (checkpoint) → None (job)" in \
+        text_of(fp8, "precision")
