@@ -2,12 +2,15 @@
 what the checkpoint says about itself (checks/checkpoint.py), item by item:
 
     found      a checkpoint where --load expects one (the user's load, or --resume): none → refused, since
-               Megatron would start from iteration 0 without a word
+               Megatron would start from iteration 0 without a word; with non_persistent_ckpt_type=global, a
+               non-persistent checkpoint at least as new is the one Megatron loads, and the one judged
     shape      the model's shape (layers, hidden, heads, FFN, vocab, …): different → refused, the load fails
     layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
                change → refused
     format     the format on disk against the job's ckpt_format; the distributed optimizer on/off
+    precision  fp32 ↔ fp16/bf16 with the torch format's optimizer state loaded → refused (the optimizer's load
+               fails); what Megatron accepts but changes (fp16 ↔ bf16, weights only, FP8) → a note
     data       global batch, sequence length, data blend, split, seed: changed → a warning with the numbers,
                since the data order and the samples per iteration change from the resumed iteration on
     version    the checkpoint's format version and stored settings against the pinned Megatron
@@ -19,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
@@ -38,6 +42,7 @@ DERIVED = frozenset({
 # lacks the flags of extra argument providers, such as ModelOpt's, where the run had none).
 NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "model_parallel_size",
                         "recompute_activations", "warmup"})
+NON_PERSISTENT_SUBDIR = "non_persistent"  # checkpointing.py _NON_PERSISTENT_CKPT_SUBDIR: LOAD/non_persistent
 CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_state_dict writes at the pin
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
@@ -54,7 +59,7 @@ LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_
 @dataclass(frozen=True)
 class Item:
     level: str  # refuse | warn | note | ok
-    topic: str  # found | shape | layout | format | optimizer | state | batch | data | version | read
+    topic: str  # found | shape | layout | format | optimizer | state | precision | batch | data | version | read
     message: str
     hint: str = ""
 
@@ -148,6 +153,7 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
     items += _state(job_args, saved, stored)
+    items += _precision(job_args, saved, stored)
     if not job_args.get("finetune"):
         items += _megatron_asserts(job_args, saved)
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
@@ -306,6 +312,57 @@ def _state(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     return items
 
 
+def _params_dtype(settings: Mapping[str, Any]) -> str:
+    return "fp16" if settings.get("fp16") is True else "bf16" if settings.get("bf16") is True else "fp32"
+
+
+FP8_SETTINGS = ("fp8", "fp8_recipe", "fp8_param_gather")
+
+
+def _precision(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    """Params precision and FP8 between the checkpoint and the job. check_checkpoint_args compares neither; the
+    optimizer's load does: without the distributed optimizer, fp16/bf16 build Float16OptimizerWithFloat16Params
+    (state: optimizer, grad_scaler, fp32_from_fp16_params) and fp32 an FP32Optimizer (state: the torch optimizer's
+    own), and each reads keys only its own kind saved (KeyError: 'Unable to load optimizer from checkpoint')."""
+    old, new = _params_dtype(saved), _params_dtype(job_args)
+    items = []
+    keys = set(stored.keys) if stored.keys is not None else None
+    saved_state = {"optimizer"} if stored.format == "torch" else {"optimizer", "opt_param_scheduler"}
+    has_optimizer = saved.get("no_save_optim") is not True and (keys is None or bool(keys & saved_state))
+    optimizer_read = has_optimizer and not (stored.release or job_args.get("finetune") or
+                                            job_args.get("no_load_optim"))
+    plain_optimizer = not saved.get("use_distributed_optimizer") and not job_args.get("use_distributed_optimizer")
+    change = f"params {old} (checkpoint) → {new} (job)"
+    if old != new and optimizer_read and stored.format == "torch" and plain_optimizer and "fp32" in (old, new):
+        kinds = {"fp32": "FP32Optimizer", "fp16": "Float16OptimizerWithFloat16Params",
+                 "bf16": "Float16OptimizerWithFloat16Params"}
+        items.append(Item("refuse", "precision", f"{change}: the checkpoint's optimizer state is a {kinds[old]}'s, "
+                          f"the job's optimizer a {kinds[new]}, which reads keys the other never saved: Megatron "
+                          "stops at load ('Unable to load optimizer from checkpoint', KeyError)",
+                          f"keep {old} to resume, or --set no_load_optim=true (the weights cast to {new}; Adam's "
+                          "moments and the learning-rate schedule start again)"))
+    elif old != new and optimizer_read and stored.format == "torch" and plain_optimizer:
+        scale = ("the checkpoint holds no loss scale: it starts at initial_loss_scale" if new == "fp16" else
+                 "the checkpoint's loss scale is not used (bf16 has none)")
+        items.append(Item("note", "precision", f"{change}: accepted; the weights are cast to {new}, the fp32 main "
+                          f"params and Adam's moments are restored as saved, and {scale}"))
+    elif old != new and optimizer_read:
+        items.append(Item("warn", "precision", f"{change} with the optimizer state loaded ({stored.format or 'its'} "
+                          "format" + ("" if plain_optimizer else ", distributed optimizer") + "): whether Megatron "
+                          "loads that state into the job's optimizer is not checked here",
+                          f"keep {old} to resume exactly, or --set no_load_optim=true to load the weights only"))
+    elif old != new:
+        items.append(Item("note", "precision", f"{change}: the weights are cast to {new} at load (the optimizer "
+                          "state is not loaded)"))
+    fp8 = [(name, saved.get(name), job_args.get(name)) for name in FP8_SETTINGS
+           if name in saved and _normal(saved.get(name) or None) != _normal(job_args.get(name) or None)]
+    if fp8:
+        said = "; ".join(f"{name} {shown(a, 40)} (checkpoint) → {shown(b, 40)} (job)" for name, a, b in fp8)
+        items.append(Item("note", "precision", f"{said}: Megatron does not compare FP8 settings at load "
+                          "(check_checkpoint_args); the training numerics change from the resumed iteration"))
+    return items
+
+
 # check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load, beyond the
 # model's shape and the torch format's TP/PP compared above; (setting, when the job sets it is compared)
 ASSERTED = (("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
@@ -417,8 +474,6 @@ def _normal(value: Any) -> Any:
 def check_job(job: Any, python: str | None) -> ResumeCheck | None:
     """The resume check of a job that loads (`python`: the Megatron interpreter that reads the stored settings);
     None where there is nothing to say: no load, or a new run whose own directory holds no checkpoint yet."""
-    from pathlib import Path
-
     from launcher.checks import checkpoint
 
     load = job.megatron.get("load")
@@ -435,6 +490,9 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
     step = job.megatron.get("ckpt_step")
     step = step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else None
     found = checkpoint.find(str(load), step)
+    newer = _non_persistent(job, str(load), found, step, python)
+    if newer is not None:
+        return newer
     if found.damaged:
         return judge(job, found)
     pretrained = job.megatron.get("pretrained_checkpoint")
@@ -443,3 +501,49 @@ def check_job(job: Any, python: str | None) -> ResumeCheck | None:
     if not found.found and not expected:
         return None
     return judge(job, checkpoint.read(str(load), python, step) if found.found else found)
+
+
+def _non_persistent(job: Any, load: str, found: StoredCheckpoint, step: int | None,
+                    python: str | None) -> ResumeCheck | None:
+    """The check where Megatron loads a non-persistent checkpoint instead of `found` (_load_base_checkpoint at the
+    pin: with non_persistent_ckpt_type set, the non-persistent iteration is read first, and loaded where it is at
+    least the persistent one: the tracker's, or ckpt_step; -1 without a tracker), else None. A "global" one is in
+    non_persistent_global_ckpt_dir, or LOAD/non_persistent, and is judged here; a "local" one is on each node and
+    cannot be: the verdict on `found` then says so."""
+    from launcher.checks import checkpoint
+
+    kind = job.megatron.get("non_persistent_ckpt_type")
+    if kind not in ("global", "local"):
+        return None
+    if found.damaged and found.iteration is None and not step:
+        return None  # Megatron stops reading the persistent tracker whatever the non-persistent one holds
+    persistent = step if step else (found.iteration if found.iteration is not None else -1)
+    said = f"the persistent checkpoint's iteration {persistent}" if persistent >= 0 else \
+        "no persistent checkpoint"
+    if kind == "local":
+        where = job.megatron.get("non_persistent_local_ckpt_dir") or "non_persistent_local_ckpt_dir"
+        note = Item("note", "found", f"non_persistent_ckpt_type=local: Megatron loads the newest local checkpoint "
+                    f"in {shown(str(where), 200)} on each node instead of {said} where it is at least as new; "
+                    "those are not visible here: only the persistent one is judged")
+        check = judge(job, found)
+        return replace(check, items=(note, *check.items))
+    directory = str(job.megatron.get("non_persistent_global_ckpt_dir") or Path(load) / NON_PERSISTENT_SUBDIR)
+    newer = checkpoint.find(directory)
+    if not newer.found and not newer.damaged:
+        return None  # no tracker there: Megatron warns and loads the persistent one
+    if newer.release:
+        return ResumeCheck(newer, expects_checkpoint(job), (Item(
+            "refuse", "found", f"the non-persistent checkpoint in {directory} is a release checkpoint: Megatron "
+            "stops at load (RuntimeError: Non-persistent checkpoint can't be a release checkpoint)",
+            f"remove {Path(directory) / TRACKER_NAME}, or unset non_persistent_ckpt_type"),))
+    if newer.iteration is not None and newer.iteration < persistent:
+        check = judge(job, found)
+        note = Item("note", "found", f"the non-persistent checkpoint in {directory} (iteration {newer.iteration}) "
+                    f"is older than {said}: Megatron loads the persistent one, judged here")
+        return replace(check, items=(note, *check.items))
+    check = judge(job, checkpoint.read(directory, python) if newer.found else newer)
+    at = f"iteration {newer.iteration}" if newer.iteration is not None else "its tracker"
+    note = Item("note", "found", f"Megatron loads the non-persistent checkpoint in {directory} ({at}), not "
+                f"{said} in {load}: non_persistent_ckpt_type=global loads it where it is at least as new; it is "
+                "the one judged here")
+    return replace(check, items=(note, *check.items))

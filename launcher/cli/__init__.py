@@ -285,10 +285,13 @@ def cmd_report(argv: list[str]) -> int:
         print(json.dumps({"summary": report.summary.to_dict(), "plots": [str(p) for p in report.plots],
                           **({"plots_unavailable": no_plots} if no_plots else {}),
                           "sources": [str(s) for s in report.sources], "attempts": report.attempts,
-                          "failures": report.failures, "job_states": report.job_states}, indent=2,
+                          "failures": report.failures, "job_states": report.job_states,
+                          "skipped": report.skipped}, indent=2,
                          allow_nan=False))
     else:
         print(report.summary.render())
+        for number, note in enumerate(report.skipped):  # a log over the bound: its head was not read
+            print(("skipped:            " if number == 0 else " " * 20) + note)
         for number, attempt in enumerate(report.attempts):
             print(("attempts:           " if number == 0 else " " * 20) + attempt)
         from launcher.runs.triage import describe_failures

@@ -21,7 +21,7 @@ from typing import Any
 
 from launcher import install_command, nofollow, untrusted
 from launcher.errors import Problem, UserError
-from launcher.runs import cluster_job, entries, k8s_log, slurm_accounting, slurm_log, triage, verdict
+from launcher.runs import cluster_job, entries, k8s_log, slurm_accounting, slurm_log, tail_log, triage, verdict
 from launcher.runs import logparse as lp
 from launcher.runs.atomic import write_text_atomic
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE, attempt_number
@@ -69,25 +69,48 @@ class Report:
     attempts: list[str] = field(default_factory=list)  # a Slurm job's attempts and how each ended
     job_states: str | None = None  # a Slurm job's: where the attempts' states come from (sacct, or the log only)
     failures: list[dict] = field(default_factory=list)  # each attempt's end classified (runs/triage.py), in order
+    skipped: list[str] = field(default_factory=list)  # each log over the bound, read from its tail: what was skipped
 
 
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def _split_lines(path: Path) -> Iterator[str]:
-    """A log's lines as str.splitlines() splits its text (a carriage return ends one too), read as they are
-    needed from a regular file of bounded size (untrusted.Lines: a line of at most 1 MiB is read)."""
-    for line in untrusted.Lines(path, "log", MAX_LOG_BYTES):
+class LogLines:
+    """A log's lines as they are needed, from a regular file (a FIFO or a device is refused, never waited on), each
+    at most 1 MiB; of a log over MAX_LOG_BYTES, its last MAX_LOG_BYTES (runs/tail_log.py, as the requeue policy
+    reads it: a run's end is at the end of its log), with a note in `skipped` saying so. A Slurm job's log
+    (`slurm_job`) has its tail opened by the attempt line the cut runs through."""
+
+    def __init__(self, path: Path, skipped: list[str] | None = None, slurm_job: str | None = None) -> None:
+        self.path, self.skipped, self.slurm_job = path, skipped, slurm_job
+        self.empty, self.ended_with_newline = True, True
+
+    def __iter__(self) -> Iterator[str]:
+        with untrusted.open_binary(self.path, "log") as handle:
+            lines = tail_log.TailLines(handle, MAX_LOG_BYTES, self.slurm_job)
+            try:
+                yield from lines
+            finally:
+                self.empty, self.ended_with_newline = lines.empty, lines.ended_with_newline
+                if lines.skipped and self.skipped is not None:
+                    self.skipped.append(f"{self.path}: its first {lines.skipped:,} bytes skipped (over the "
+                                        f"{MAX_LOG_BYTES:,}-byte bound); read from its last {MAX_LOG_BYTES:,}")
+
+
+def _split_lines(path: Path, skipped: list[str] | None = None, slurm_job: str | None = None) -> Iterator[str]:
+    """A log's lines as str.splitlines() splits its text (a carriage return ends one too), read as LogLines
+    reads them."""
+    for line in LogLines(path, skipped, slurm_job):
         yield from line.splitlines() or [""]
 
 
 def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
-                     allow_partial: bool = False) -> RunLog:
+                     allow_partial: bool = False, skipped: list[str] | None = None) -> RunLog:
     runlog = RunLog(seq_length=seq_length)
     damage: list[Problem] = []
     for number, path in enumerate(paths, 1):
-        # streamed from a regular file of bounded size: /dev/zero or a FIFO given as a log is refused
-        lines = untrusted.Lines(path, "log", MAX_LOG_BYTES)
+        # streamed from a regular file, at most its last MAX_LOG_BYTES: /dev/zero or a FIFO given as a log is refused
+        lines = LogLines(path, skipped)
         runlog.counts = LineCounts()
         runlog.feed_attempt(lines)
         new = runlog.counts
@@ -415,11 +438,12 @@ def make_report(targets: Sequence[Path], output_dir: Path | None = None, allow_p
             raise UserError(Problem(f"{target} is a directory; give one run directory, or log files only"))
         if not target.exists():
             raise UserError(Problem(f"{target} does not exist", "give a run directory or log files"))
-    runlog = runlog_from_logs(targets, allow_partial=allow_partial)
+    skipped: list[str] = []
+    runlog = runlog_from_logs(targets, allow_partial=allow_partial, skipped=skipped)
     save = lp.argument_value(runlog.arguments.get("save", "None"))
     summary = runlog.summary(checkpoint_dir=Path(save) if isinstance(save, str) else None)
     plots = write_plots(series_from_runlog(runlog), out, PlotInfo(first.stem))
-    return Report(summary, plots, targets)
+    return Report(summary, plots, targets, skipped=skipped)
 
 
 def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
@@ -428,6 +452,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
     logs = run_logs(run_dir)
     checkpoint_dir = Path(run.checkpoint_dir)
     slurm_logs = [] if logs else slurm_log.job_logs(run_dir)
+    skipped: list[str] = []
     if slurm_logs:  # a Slurm job: one log per job, holding every attempt (requeues append to it)
         runlog = RunLog(seq_length=seq if isinstance(seq, int) else None)
         parser = lp.LogParser()
@@ -445,7 +470,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
             readers[-1].feed(line)
 
         attempts = [attempt for path in slurm_logs
-                    for attempt in slurm_log.read_attempts(_split_lines(path), start, take)]
+                    for attempt in slurm_log.read_attempts(_split_lines(path, skipped, _job_of(path)), start, take)]
         # each attempt's standard error (tracebacks, torchrun's root cause, srun's errors) for its failure class
         by_attempt = {(attempt.job, attempt.number): reader for attempt, reader in zip(attempts, readers, strict=True)}
 
@@ -455,7 +480,7 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
 
         for path in slurm_logs:
             if (err := slurm_log.stderr_log(path)).is_file():
-                slurm_log.stderr_lines(_split_lines(err), take_stderr)
+                slurm_log.stderr_lines(_split_lines(err, skipped, _job_of(path)), take_stderr)
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         accounting = slurm_accounting.job_accounting(list(dict.fromkeys(attempt.job for attempt in attempts)))
         ends = [_triage(attempt, reader, accounting) for attempt, reader in zip(attempts, readers, strict=True)]
@@ -465,10 +490,10 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         _write_summary(run_dir, summary)
         return Report(summary, plots, slurm_logs,
                       [_with_record(attempt, accounting) for attempt in attempts],
-                      accounting.describe(), failures=[end.as_dict() for end in ends])
+                      accounting.describe(), failures=[end.as_dict() for end in ends], skipped=skipped)
     if logs:
         runlog = runlog_from_logs(logs, seq_length=seq if isinstance(seq, int) else None,
-                                  allow_partial=allow_partial)
+                                  allow_partial=allow_partial, skipped=skipped)
         summary = runlog.summary(checkpoint_dir=checkpoint_dir)
         series = series_from_runlog(runlog)
     elif (run_dir / METRICS_FILE).exists():
@@ -476,12 +501,18 @@ def _report_run_dir(run_dir: Path, out: Path, allow_partial: bool) -> Report:
         summary = _summary_from_file(run_dir)
     else:
         raise _never_started(run_dir)
-    failures = [triage.triage_lines(_split_lines(log)).as_dict() for log in logs]  # bounded like the logs above
+    failures = [triage.triage_lines(_split_lines(log)).as_dict() for log in logs]  # read as the logs above
     if failures and not summary.ok and summary.failure is None:
         summary.failure = failures[-1]
     plots = write_plots(series, out, _plot_info(run))
     _write_summary(run_dir, summary)
-    return Report(summary, plots, logs or [run_dir / METRICS_FILE], failures=failures)
+    return Report(summary, plots, logs or [run_dir / METRICS_FILE], failures=failures, skipped=skipped)
+
+
+def _job_of(path: Path) -> str:
+    """The job id in a Slurm log's name (slurm-JOB.out), for the attempt line that opens a cut log's tail."""
+    digits = path.stem.removeprefix("slurm-")
+    return digits if digits.isascii() and digits.isdigit() and len(digits) <= 18 else "0"
 
 
 def _triage(attempt: slurm_log.SlurmAttempt, reader: triage.AttemptReader,

@@ -8,8 +8,11 @@ Each attempt of the job's log (slurm-JOB.out) is classified (runs/triage.py):
     infrastructure  requeue; a node failure or a GPU error also leaves its host out of the next attempt
     training, data  requeue once; the same class at the same iteration a second time stops the chain (a retry
                     gives the same failure: the budget would go to a bug)
-    persistent      (out of memory, a start-up error, an import error, a missing data file, a full disk) stop at
-                    once, whatever the class: the next attempt meets the same failure
+    persistent      (out of memory, a start-up error, an import error, a missing data file, a full disk, Megatron's
+                    failed result validation: exit code 17) stop at once, whatever the class: the next attempt meets
+                    the same failure
+    resume asked    Megatron's rerun state machine exited 16 to rerun the iteration from its checkpoint: requeue,
+                    however often (its state machine decides when it is done)
     unclassified    requeue, as before there was a policy
 With SIGNAL the batch script stopped the attempt at Slurm's time-limit warning and requeues it; the policy only
 records that end (infrastructure: time limit near).
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher.runs import slurm_log, triage
+from launcher.runs import slurm_log, tail_log, triage
 
 REQUEUE, STOP = "requeue", "stop"
 MAX_LOG_BYTES = 1 << 30
@@ -69,6 +72,8 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = ()) -> Decision:
         hosts = [h for h in [host_name(own)] if h and h not in already]
         left_out = f"; leaving out {', '.join(hosts)}" if hosts else ""
         return Decision(REQUEUE, tuple([*already, *hosts][:MAX_EXCLUDED]), f"{last.describe()}{left_out}", last)
+    if last.resume_asked:  # Megatron's own request: its rerun state machine bounds the reruns, not this rule
+        return Decision(REQUEUE, tuple(already), f"{last.describe()}; requeued as Megatron asks", last)
     if last.cls in (triage.TRAINING, triage.DATA):
         same = [e for e in ends[:-1] if e.cls == last.cls and e.iteration == last.iteration]
         if same:
@@ -121,37 +126,15 @@ def _open_regular(path: Path) -> BinaryIO | None:
 
 
 def _lines(path: Path, attempt: int) -> Iterator[str]:
-    """The lines of a regular file, at most its last MAX_LOG_BYTES and 1 MiB of a line (plain Python: the node's
-    python3 may lack the launcher's dependencies). A failure is at the end of its attempt: a longer log is read from
-    its tail, opened by an attempt line for the attempt the cut runs through (the one before the first attempt line
-    read, or `attempt` where there is none), so its lines keep their attempt."""
+    """The lines of a regular file, at most its last MAX_LOG_BYTES (runs/tail_log.py): a failure is at the end of
+    its attempt, so a longer log is read from its tail, opened by an attempt line for the attempt the cut runs
+    through (or `attempt`), so its lines keep their attempt."""
     handle = _open_regular(path)
     if handle is None:
         return
     with handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size > MAX_LOG_BYTES:
-            cut = _first_attempt_after(handle, size - MAX_LOG_BYTES)
-            number = attempt if cut is None else cut - 1
-            handle.seek(size - MAX_LOG_BYTES)
-            handle.readline(1 << 20)  # the line the cut runs through
-            if number >= 1:
-                yield f"megatron-launch: job 0 attempt {number} on (the last {MAX_LOG_BYTES} bytes of the log)"
-        read = 0
-        while read < MAX_LOG_BYTES and (raw := handle.readline(1 << 20)):
-            read += len(raw)
-            yield from raw.decode("utf-8", "replace").splitlines() or [""]
-
-
-def _first_attempt_after(handle: BinaryIO, offset: int) -> int | None:
-    """The number of the first attempt line after `offset` (a cheap pass: one prefix test a line)."""
-    handle.seek(offset)
-    handle.readline(1 << 20)
-    while raw := handle.readline(1 << 20):
-        if raw.startswith(b"megatron-launch: job ") and (start := slurm_log.attempt_start(raw.decode("utf-8",
-                                                                                                    "replace"))):
-            return start
-    return None
+        for line in tail_log.TailLines(handle, MAX_LOG_BYTES, slurm_job="0", attempt=attempt):
+            yield from line.splitlines() or [""]
 
 
 def _manifest(path: Path) -> dict:

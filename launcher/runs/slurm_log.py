@@ -64,6 +64,12 @@ def attempt_start(line: str) -> int | None:
     return int(start["n"]) if start else None
 
 
+def attempt_of(line: str) -> tuple[str, int] | None:
+    """The job and attempt number an attempt's opening line names, else None."""
+    start = _START.match(line)
+    return (start["job"], int(start["n"])) if start else None
+
+
 def split_attempts(text: str) -> list[SlurmAttempt]:
     """The attempts in one job's log, each with its lines (output before the first start is dropped)."""
     return read_attempts(text.splitlines())

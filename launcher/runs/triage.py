@@ -101,6 +101,27 @@ _ROOT_CAUSE = "Root Cause (first observed failure):"
 _FIELD = re.compile(r"^\s*(?P<name>host|rank|exitcode|traceback)\s*: (?P<value>.*)$")
 _SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 _TRACEBACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
+# Megatron's rerun state machine (megatron/core/rerun_state_machine.py at the pin) ends a job that met an unexpected
+# result (NaN/Inf, a spiky loss) with one of two exit codes, each after its own warning line:
+RESUME_TO_DISAMBIGUATE = 16  # EXIT_CODE_RESUME_TO_DISAMBIGUATE: resume from the checkpoint (on another GPU)
+FAILED_ON_RESULT_VALIDATION = 17  # EXIT_CODE_FAILED_ON_RESULT_VALIDATION: the validation failed; stop
+RERUN_EXITS = {
+    RESUME_TO_DISAMBIGUATE: "Megatron asks for a resume from its checkpoint to rerun the iteration and tell a "
+                            "faulty GPU from a real NaN/Inf (exit code 16)",
+    FAILED_ON_RESULT_VALIDATION: "Megatron's result validation failed (exit code 17): its rerun settled the "
+                                 "NaN/Inf, or it judged it transient and fatal; the checkpoint is kept for a look",
+}
+# should_checkpoint_and_exit's warning before each exit (the code also where no exit code reaches the log)
+RERUN_EXIT_LINES = {
+    "Exiting now. The job can be resumed from a previous checkpoint": FAILED_ON_RESULT_VALIDATION,
+    "Saving a checkpoint and exiting now. Please resume the job from the checkpoint to rerun the last iteration "
+    "and establish a diagnostic": RESUME_TO_DISAMBIGUATE,
+    "Exiting now. A checkpoint at the last iteration already exists if further examination is needed":
+        FAILED_ON_RESULT_VALIDATION,
+    "Exiting now. Please resume the job from the same checkpoint to rerun the last iteration and establish a "
+    "diagnostic": RESUME_TO_DISAMBIGUATE,
+}
+_SRUN_EXIT_CODE = re.compile(r"Exited with exit code (?P<code>\d+)")
 MAX_REASON = 200
 MAX_SIGNAL = 64  # Linux's signal numbers (SIGRTMAX)
 
@@ -115,6 +136,7 @@ class Triage:
     rank: int | None = None  # the first failing rank, where the log names it
     host: str | None = None  # its host
     persistent: bool = False  # a retry meets the same failure (out of memory, a start-up error, a full disk)
+    resume_asked: bool = False  # Megatron asked for the resume itself (RESUME_TO_DISAMBIGUATE): always requeued
 
     def describe(self) -> str:
         if self.cls is None:
@@ -125,7 +147,8 @@ class Triage:
         return f"{self.cls}: {self.reason}{where}"
 
     def as_dict(self) -> dict:
-        return {"class": self.cls, **{k: v for k, v in asdict(self).items() if k != "cls"}}
+        return {"class": self.cls, **{k: v for k, v in asdict(self).items()
+                                      if k != "cls" and (k != "resume_asked" or v)}}
 
 
 def failure_record(record: object) -> dict | None:
@@ -162,6 +185,7 @@ class AttemptReader:
         self.root: dict[str, str] = {}
         self.in_root = False
         self.task: tuple[str, str] | None = None  # srun's first failing task: (host, what)
+        self.rerun_exit: int | None = None  # the exit code the rerun state machine's last warning announced
 
     def verdict(self, exit_code: int | None = None, slurm_state: str | None = None, *,
                 rank_status: bool = False) -> Triage:
@@ -219,6 +243,10 @@ class AttemptReader:
         self.comm = self.comm or comm
         if _OOM.search(line):
             self.oom = True
+        if "rerun_state_machine" in line or "exiting now" in line.lower():
+            for text, code in RERUN_EXIT_LINES.items():
+                if text in line:
+                    self.rerun_exit = code
         if stripped == _TRAINING_BEGINS:
             self.training_began = True
         if lp._TRACEBACK_RE.search(line):
@@ -288,6 +316,9 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         return Triage(TRAINING, "CUDA out of memory", iteration, rank, host, persistent=True)
     if r.exception is not None:
         return _exception_end(r, iteration, rank, host)
+    if (rerun := _rerun_exit(r, exit_code)) is not None:
+        return Triage(TRAINING, RERUN_EXITS[rerun], iteration, rank, host,
+                      persistent=rerun == FAILED_ON_RESULT_VALIDATION, resume_asked=rerun == RESUME_TO_DISAMBIGUATE)
     if r.comm is not None:
         return Triage(INFRASTRUCTURE, r.comm, iteration, rank, host)
     if r.nan is not None:
@@ -307,6 +338,16 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
     if exit_code not in (None, 0) or r.root or r.task:
         return Triage(None, f"failed (exit status {exit_code}) without a cause in the log", iteration, rank, host)
     return Triage(None, "no failure in the log", iteration, rank, host)
+
+
+def _rerun_exit(r: AttemptReader, exit_code: int | None) -> int | None:
+    """The rerun state machine's exit code, where the attempt ended with one: torchrun's root cause, srun's failing
+    task, the exit status, else the warning Megatron prints before it exits."""
+    codes = [r.root.get("exitcode", "").split(" ")[0] if r.root else "",
+             (m["code"] if (m := _SRUN_EXIT_CODE.search(r.task[1])) else "") if r.task else "",
+             str(exit_code) if exit_code is not None else ""]
+    return next((int(code) for code in codes if code.isascii() and code.isdigit() and int(code) in RERUN_EXITS),
+                r.rerun_exit)
 
 
 def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, host: str | None) -> Triage:

@@ -503,3 +503,139 @@ def test_settings_of_the_pin_the_checkpoint_lacks_say_an_older_megatron(tmp_path
     assert "ffn_hidden_size" not in older.args
     said = " ".join(i.message for i in _version(older))
     assert "lacks" in said and "ffn_hidden_size" in said and "older Megatron" in said
+
+
+# -- non-persistent checkpoints: Megatron loads a newer one instead of the persistent one -----------------------
+
+def persistent_and_non_persistent(load: Path, persistent: int | None, newer: str | None,
+                                  where: Path | None = None) -> Path:
+    """LOAD with a persistent torch_dist checkpoint at `persistent` (None: none), and a global non-persistent one
+    whose tracker says `newer` in LOAD/non_persistent (or `where`)."""
+    load.mkdir(exist_ok=True)
+    if persistent is not None:
+        (load / "latest_checkpointed_iteration.txt").write_text(str(persistent))
+        dist_iteration(load, f"iter_{persistent:07d}")
+    directory = where or load / "non_persistent"
+    if newer is not None:
+        directory.mkdir()
+        (directory / "latest_checkpointed_iteration.txt").write_text(newer)
+        dist_iteration(directory, "release" if newer == "release" else f"iter_{int(newer):07d}")
+    return directory
+
+
+def test_a_newer_global_non_persistent_checkpoint_is_the_one_judged(tmp_path):
+    from launcher.checks.resume import check_job
+
+    directory = persistent_and_non_persistent(tmp_path / "ckpt", 10, "15")
+    check = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=global"), None)
+    assert check.ok, check.render()
+    assert (check.stored.load, check.stored.iteration) == (str(directory), 15)
+    assert "Megatron loads the non-persistent checkpoint" in text_of(check, "found")
+    assert "iteration 15" in check.render()[0] and str(directory) in check.render()[0]
+    # without non_persistent_ckpt_type Megatron never looks there
+    plain = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist"), None)
+    assert (plain.stored.load, plain.stored.iteration) == (str(tmp_path / "ckpt"), 10)
+    # the same iteration: Megatron takes the non-persistent one (>=); ckpt_step counts as the persistent iteration
+    (directory / "latest_checkpointed_iteration.txt").write_text("10")
+    dist_iteration(directory, "iter_0000010")
+    same = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=global"), None)
+    assert same.stored.load == str(directory)
+    stepped = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=global",
+                                "ckpt_step=12"), None)
+    assert stepped.stored.load == str(tmp_path / "ckpt") and "older than" in text_of(stepped, "found")
+
+
+def test_an_older_non_persistent_checkpoint_leaves_the_persistent_one_judged_and_says_so(tmp_path):
+    from launcher.checks.resume import check_job
+
+    persistent_and_non_persistent(tmp_path / "ckpt", 10, "5")
+    check = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=global"), None)
+    assert (check.stored.load, check.stored.iteration) == (str(tmp_path / "ckpt"), 10)
+    assert levels(check, "found") == ["note"] and "older than the persistent checkpoint's iteration 10" in \
+        text_of(check, "found")
+
+
+def test_a_non_persistent_checkpoint_in_its_own_directory_or_without_a_persistent_one_is_judged(tmp_path):
+    from launcher.checks.resume import check_job
+
+    elsewhere = persistent_and_non_persistent(tmp_path / "ckpt", None, "3", where=tmp_path / "np")
+    check = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=global",
+                              f"non_persistent_global_ckpt_dir={elsewhere}"), None)
+    assert check.ok, check.render()  # an empty load the user named is no refusal: Megatron resumes iteration 3
+    assert (check.stored.load, check.stored.iteration) == (str(elsewhere), 3)
+    assert "no persistent checkpoint" in text_of(check, "found")
+
+
+@pytest.mark.parametrize(("tracker", "said"), [("release", "can't be a release checkpoint"),
+                                               ("garbage", "Invalid metadata file")])
+def test_a_non_persistent_tracker_megatron_stops_at_is_refused(tmp_path, tracker, said):
+    from launcher.checks.resume import check_job
+
+    persistent_and_non_persistent(tmp_path / "ckpt", 10, tracker if tracker == "release" else None)
+    if tracker != "release":
+        (tmp_path / "ckpt" / "non_persistent").mkdir()
+        (tmp_path / "ckpt" / "non_persistent" / "latest_checkpointed_iteration.txt").write_text(tracker)
+    check = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=global"), None)
+    assert not check.ok and said in text_of(check, "found")
+
+
+def test_local_non_persistent_checkpoints_are_said_not_judged(tmp_path):
+    from launcher.checks.resume import check_job
+
+    persistent_and_non_persistent(tmp_path / "ckpt", 10, None)
+    check = check_job(toy_job(tmp_path / "ckpt", "ckpt_format=torch_dist", "non_persistent_ckpt_type=local",
+                              f"non_persistent_local_ckpt_dir={tmp_path / 'local'}"), None)
+    assert check.stored.iteration == 10
+    assert "non_persistent_ckpt_type=local" in text_of(check, "found") and "not visible here" in \
+        text_of(check, "found")
+
+
+# -- precision: what the optimizer's load refuses, and what it accepts but changes --------------------------------
+
+FULL_STATE = ("args", "checkpoint_version", "iteration", "model", "optimizer", "opt_param_scheduler", "rng_state")
+
+
+def stored_at(tmp_path: Path, fmt: str, **args) -> StoredCheckpoint:
+    return replace(stored_dist(tmp_path, args), format=fmt, keys=FULL_STATE)
+
+
+@pytest.mark.parametrize(("old", "new"), [({}, "bf16=true"), ({}, "fp16=true"), ({"bf16": True}, "bf16=false"),
+                                          ({"fp16": True}, "fp16=false")])
+def test_fp32_against_fp16_or_bf16_with_the_torch_formats_optimizer_state_is_refused(tmp_path, old, new):
+    """Float16OptimizerWithFloat16Params and FP32Optimizer each read keys only their own kind saved."""
+    stored = stored_at(tmp_path, "torch", **old)
+    check = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new), stored)
+    assert levels(check, "precision") == ["refuse"], check.render()
+    assert "Unable to load optimizer from checkpoint" in text_of(check, "precision")
+    assert "no_load_optim=true" in text_of(check, "precision")
+    weights = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new, "no_load_optim=true"), stored)
+    assert levels(weights, "precision") == ["note"] and "cast to" in text_of(weights, "precision")
+    assert levels(judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new, "finetune=true"), stored),
+                  "precision") == ["note"]
+
+
+@pytest.mark.parametrize(("old", "new", "said"), [({"fp16": True}, "bf16=true", "loss scale is not used"),
+                                                  ({"bf16": True}, "fp16=true", "starts at initial_loss_scale")])
+def test_fp16_against_bf16_is_accepted_with_what_changes(tmp_path, old, new, said):
+    stored = stored_at(tmp_path, "torch", **old)
+    check = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new), stored)
+    assert levels(check, "precision") == ["note"] and said in text_of(check, "precision"), check.render()
+
+
+def test_a_precision_change_the_check_cannot_follow_is_a_warning_not_a_verdict(tmp_path):
+    dist = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "train_iters=200", "bf16=true"),
+                 stored_at(tmp_path, "torch_dist"))
+    assert levels(dist, "precision") == ["warn"] and "not checked here" in text_of(dist, "precision")
+    sharded = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "use_distributed_optimizer=true"),
+                    stored_at(tmp_path, "torch", bf16=True, use_distributed_optimizer=True))
+    assert levels(sharded, "precision") == ["warn"] and "distributed optimizer" in text_of(sharded, "precision")
+
+
+def test_unchanged_precision_says_nothing_and_an_fp8_change_is_a_note(tmp_path):
+    stored = stored_at(tmp_path, "torch", bf16=True, fp8=None)
+    assert levels(judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "bf16=true"), stored),
+                  "precision") == []
+    fp8 = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "bf16=true"),
+                stored_at(tmp_path, "torch", bf16=True, fp8="hybrid"))
+    assert levels(fp8, "precision") == ["note"] and "fp8 'hybrid' (checkpoint) → None (job)" in \
+        text_of(fp8, "precision")

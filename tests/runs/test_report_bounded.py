@@ -203,6 +203,7 @@ def test_report_on_iteration_numbers_of_any_length_and_odd_log_names_is_no_inter
 
 
 def test_report_on_a_2_gb_log_without_a_newline_answers_at_once(tmp_path):
+    """Read from its last GiB (a run's end is at the end of its log), which holds no iteration line."""
     import time
 
     run_dir = _run_dir(tmp_path)
@@ -210,8 +211,66 @@ def test_report_on_a_2_gb_log_without_a_newline_answers_at_once(tmp_path):
         handle.truncate(2 * 1024**3)  # sparse: no disk used
     started = time.monotonic()
     done = _report(run_dir)
-    assert done.returncode == 2 and "larger than" in done.stderr and "hint:" in done.stderr
-    assert time.monotonic() - started < 20
+    assert done.returncode == 2 and "no Megatron iteration lines" in done.stderr and "hint:" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert time.monotonic() - started < 30
+
+
+def _slurm_iteration(n: int, total: int) -> str:
+    return (f" [2026-12-01 10:00:00.000000] iteration {n:8d}/{total:8d} | consumed samples: {n * 8:12d} | "
+            f"elapsed time per iteration (ms): 300.0 | learning rate: 1.0E-04 | global batch size:     8 | "
+            f"lm loss: {10.0 / n:.6E} | loss scale: 1.0 | number of skipped iterations:   0 | "
+            f"number of nan iterations:   0 |\n")
+
+
+def test_a_log_over_the_bound_is_reported_from_its_tail_and_the_output_says_the_head_was_skipped(
+        tmp_path, monkeypatch, capsys):
+    """As the requeue policy reads it (runs/tail_log.py): the last MAX_LOG_BYTES, not a refusal."""
+    from launcher.cli import cmd_report
+    from launcher.runs import report
+
+    monkeypatch.setattr(report, "MAX_LOG_BYTES", 64 << 10)
+    log = tmp_path / "long.log"
+    log.write_text("".join(_slurm_iteration(n, 3000) for n in range(1, 3001)))
+    assert log.stat().st_size > 4 * report.MAX_LOG_BYTES
+    made = report.make_report([log], tmp_path / "plots")
+    assert made.summary.last_iteration == 3000 and made.summary.outcome == "success"
+    assert len(made.skipped) == 1 and "bytes skipped" in made.skipped[0] and str(log) in made.skipped[0]
+    skipped = int(made.skipped[0].split("its first ")[1].split(" bytes")[0].replace(",", ""))
+    assert log.stat().st_size - report.MAX_LOG_BYTES <= skipped < log.stat().st_size - report.MAX_LOG_BYTES + 300
+    assert cmd_report([str(log), "--output-dir", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    assert "skipped:            " in out and "bytes skipped (over the 65,536-byte bound)" in out
+    small = tmp_path / "small.log"
+    small.write_text(_slurm_iteration(1, 1))
+    assert report.make_report([small], tmp_path / "plots").skipped == []
+
+
+def test_a_slurm_log_over_the_bound_keeps_its_attempts_and_the_failure_at_its_end(tmp_path, monkeypatch):
+    """The tail is opened by the attempt the cut runs through: its lines, and the job's standard error's, keep
+    their attempt, and the failure at the end is classified as the requeue policy classifies it."""
+    from launcher.runs import report
+    from launcher.runs.rundir import write_run_dir
+
+    monkeypatch.setattr(report, "MAX_LOG_BYTES", 64 << 10)
+    run_dir = write_run_dir(tmp_path / "runs" / "345m-20261201T100000Z", preset={"name": "345m", "megatron": {}},
+                            manifest={"checkpoint_dir": str(tmp_path / "ckpt")}, argv=["sbatch", "job.sbatch"],
+                            env={})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-sacct"))  # the attempts' states from the log alone
+    (run_dir / "slurm-7.out").write_text(
+        "megatron-launch: job 7 attempt 1 on n1\n" + _slurm_iteration(1, 3000)
+        + "megatron-launch: attempt 1 ended: training failed with exit status 1; requeued\n"
+        "megatron-launch: job 7 attempt 2 on n1\n" + "".join(_slurm_iteration(n, 3000) for n in range(2, 1500)))
+    (run_dir / "slurm-7.err").write_text(
+        "megatron-launch: job 7 attempt 1 on n1\n" + "noise\n" * 20_000
+        + "megatron-launch: job 7 attempt 2 on n1\n" + "x\n" * 40_000
+        + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    made = report.make_report([run_dir], tmp_path / "plots")
+    assert made.attempts == ["attempt 2 (job 7): no end recorded (running, or cut off)"]
+    assert made.summary.last_iteration == 1499
+    assert made.failures[-1]["reason"] == "CUDA out of memory"
+    assert [note.split(":")[0] for note in made.skipped] == [str(run_dir / "slurm-7.out"),
+                                                              str(run_dir / "slurm-7.err")]
 
 
 def test_a_line_the_monitor_fails_to_read_never_makes_a_success(tmp_path, monkeypatch):

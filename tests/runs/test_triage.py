@@ -342,3 +342,88 @@ def test_a_hostile_failure_record_is_not_taken_as_is(tmp_path):
                                           '"host": ["a"], "reason": "' + "y" * 5000 + '"}}')
     row = describe(run_dir)
     assert row.failure == {"class": "x", "reason": "y" * 200, "iteration": None, "rank": None, "host": None}
+
+
+# ---- Megatron's rerun state machine: exit code 16 asks for a resume, 17 says the validation failed ----
+
+def _pin_rerun_state_machine():
+    """megatron/core/rerun_state_machine.py of the Megatron-LM checkout (MEGATRON_LM_PATH), parsed; skip without."""
+    import ast
+    from pathlib import Path
+
+    roots = [os.environ.get("MEGATRON_LM_PATH"), "/work/mlm",
+             str(Path(__file__).resolve().parents[2] / "third_party" / "megatron-lm")]
+    for root in filter(None, roots):
+        source = Path(root) / "megatron" / "core" / "rerun_state_machine.py"
+        if source.is_file():
+            return ast.parse(source.read_text())
+    pytest.skip("no Megatron-LM checkout with megatron/core/rerun_state_machine.py (set MEGATRON_LM_PATH)")
+
+
+def test_the_rerun_exit_table_is_megatrons_at_the_pin():
+    """Both codes and the warning before each exit as the pin's source has them, so the table cannot drift."""
+    import ast
+
+    from launcher.runs import triage
+
+    tree = _pin_rerun_state_machine()
+    constants = {node.target.id: node.value.value for node in tree.body
+                 if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                 and node.target.id.startswith("EXIT_CODE_") and isinstance(node.value, ast.Constant)}
+    assert constants == {"EXIT_CODE_RESUME_TO_DISAMBIGUATE": triage.RESUME_TO_DISAMBIGUATE,
+                         "EXIT_CODE_FAILED_ON_RESULT_VALIDATION": triage.FAILED_ON_RESULT_VALIDATION}
+    method = next(node for node in ast.walk(tree)
+                  if isinstance(node, ast.FunctionDef) and node.name == "should_checkpoint_and_exit")
+    said: dict[str, int] = {}
+    for branch in (node for node in ast.walk(method) if isinstance(node, ast.If)):
+        warning = next((call.args[2].value for call in ast.walk(branch.body[0]) if isinstance(call, ast.Call)
+                        and getattr(call.func, "id", "") == "log_single_rank"), None)
+        returned = next((node.value for node in branch.body if isinstance(node, ast.Return)), None)
+        if warning is not None and isinstance(returned, ast.Tuple) and isinstance(returned.elts[-1], ast.Name):
+            said[warning] = constants[returned.elts[-1].id]
+    assert said == triage.RERUN_EXIT_LINES
+    assert set(said.values()) == set(triage.RERUN_EXITS)
+
+
+RESUME_WARNING = ("[default0]:WARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. Please "
+                  "resume the job from the checkpoint to rerun the last iteration and establish a diagnostic")
+FAILED_WARNING = ("[default0]:WARNING:megatron.core.rerun_state_machine:Exiting now. A checkpoint at the last "
+                  "iteration already exists if further examination is needed")
+UNEXPECTED = ["[default1]:ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 1 at iteration #11 "
+              "invocation #1 (message='found NaN in local forward loss calculation')"]
+
+
+@pytest.mark.parametrize(("lines", "exit_code"), [
+    (ITERATIONS + UNEXPECTED + root_cause(1, "gpu-h1", "16", "To enable traceback see: https://pytorch.org"), 1),
+    (ITERATIONS + UNEXPECTED + ["srun: error: gpu-h1: task 0: Exited with exit code 16"], 16),
+    (ITERATIONS + UNEXPECTED, 16),
+    (ITERATIONS + UNEXPECTED + [RESUME_WARNING], None),
+])
+def test_megatrons_resume_code_is_requeued_every_time(lines, exit_code):
+    from launcher.runs.requeue_policy import REQUEUE, decide
+
+    found = triage_lines(lines, exit_code)
+    assert found.cls == TRAINING and "exit code 16" in found.reason and found.resume_asked and not found.persistent
+    assert found.as_dict()["resume_asked"] is True
+    assert decide([found]).action == REQUEUE
+    assert decide([found, found, found]).action == REQUEUE  # the same iteration again: Megatron asked again
+
+
+@pytest.mark.parametrize(("lines", "exit_code"), [
+    (ITERATIONS + UNEXPECTED + root_cause(1, "gpu-h1", "17", "To enable traceback see: https://pytorch.org"), 1),
+    (ITERATIONS + UNEXPECTED + ["srun: error: gpu-h1: task 0: Exited with exit code 17"], 17),
+    (ITERATIONS + UNEXPECTED + [FAILED_WARNING], None),
+    (ITERATIONS + UNEXPECTED + [RESUME_WARNING] + root_cause(1, "gpu-h1", "17", "To enable traceback"), 1),
+])
+def test_megatrons_failed_validation_code_stops_at_once(lines, exit_code):
+    from launcher.runs.requeue_policy import STOP, decide
+
+    found = triage_lines(lines, exit_code)
+    assert found.cls == TRAINING and "exit code 17" in found.reason and found.persistent and not found.resume_asked
+    assert "resume_asked" not in found.as_dict()
+    assert decide([found]).action == STOP
+
+
+def test_another_exit_code_after_a_nan_is_no_rerun_exit():
+    found = triage_lines(ITERATIONS + UNEXPECTED + root_cause(1, "gpu-h1", "1", "To enable traceback"), 1)
+    assert not found.resume_asked and not found.persistent and "exit code" not in found.reason
