@@ -13,13 +13,14 @@ off (for measuring it).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+
+from launcher.pipeline.startup import torch_package
 
 SWITCH_ENV = "MEGATRON_LAUNCH_COLD_START"
 MIN_CORES = 8
@@ -28,17 +29,6 @@ COMPILE_TIMEOUT_S = 30.0  # 3.3 s measured on 16 cores; past this the ranks comp
 
 def enabled() -> bool:
     return os.environ.get(SWITCH_ENV, "on") != "off"
-
-
-def torch_package() -> Path | None:
-    """torch's package folder as this interpreter finds it, without importing it."""
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin:
-        return None
-    return Path(spec.origin).parent
 
 
 def cached_bytecode(prefix: Path, source: Path) -> Path:

@@ -65,19 +65,27 @@ def compiles_layers(fast_ops: str | None) -> bool:
         return False
 
 
+def torch_package() -> Path | None:
+    """torch's package folder as this interpreter finds it, without importing it."""
+    try:
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    return Path(spec.origin).parent
+
+
 def installation_has_bytecode() -> bool:
     """Whether torch, as this interpreter finds it (not importing it), was installed with its bytecode, as pip does
     unless told not to. The ranks then read it where they are; a bytecode cache of the launcher's would hide it
     (Python looks only in PYTHONPYCACHEPREFIX once it is set), so the first launch on a machine compiled torch's
     ~1300 modules from source in every process (on CPU: `import torch` 1.3-1.6 s of CPU with the installed
     bytecode, 3.3-3.5 s with an empty cache)."""
-    try:
-        spec = importlib.util.find_spec("torch")
-    except (ImportError, ValueError):
+    package = torch_package()
+    if package is None:
         return False
-    if spec is None or not spec.origin:
-        return False
-    source = Path(spec.origin)
+    source = package / "__init__.py"
     return (source.parent / "__pycache__" / f"{source.stem}.{sys.implementation.cache_tag}.pyc").is_file()
 
 
