@@ -32,15 +32,17 @@ def enabled() -> bool:
 
 
 def cached_bytecode(prefix: Path, source: Path) -> Path:
-    """Where Python looks for `source`'s bytecode under PYTHONPYCACHEPREFIX (the source's absolute folder, mirrored)."""
-    folder = source.resolve().parent
+    """Where Python looks for `source`'s bytecode under PYTHONPYCACHEPREFIX: the source's absolute folder, mirrored,
+    links not resolved (importlib's cache_from_source)."""
+    folder = Path(os.path.abspath(source)).parent
     return prefix / folder.relative_to(folder.anchor) / f"{source.stem}.{sys.implementation.cache_tag}.pyc"
 
 
 def fill_bytecode_cache(env: Mapping[str, str], python: str, cores: int | None = None) -> bool:
     """Compile torch into the ranks' bytecode cache on every core when it has none of torch's yet; True if done."""
     prefix, package = env.get("PYTHONPYCACHEPREFIX"), torch_package()
-    cores = os.cpu_count() or 1 if cores is None else cores
+    if cores is None:
+        cores = os.cpu_count() or 1
     if not enabled() or not prefix or package is None or cores < MIN_CORES:
         return False
     if cached_bytecode(Path(prefix), package / "__init__.py").is_file():

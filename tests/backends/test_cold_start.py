@@ -17,9 +17,12 @@ REAL_POPEN = subprocess.Popen
 
 
 def test_the_cached_bytecode_path_is_pythons_own(tmp_path, monkeypatch):
-    source = tmp_path / "pkg" / "__init__.py"
+    (tmp_path / "real").mkdir()
+    (tmp_path / "linked").symlink_to(tmp_path / "real")  # a venv's lib64 -> lib: the path is taken as given
     monkeypatch.setattr(sys, "pycache_prefix", str(tmp_path / "cache"))
-    assert cold_start.cached_bytecode(tmp_path / "cache", source) == Path(importlib.util.cache_from_source(str(source)))
+    for source in (tmp_path / "real" / "__init__.py", tmp_path / "linked" / "__init__.py"):
+        assert cold_start.cached_bytecode(tmp_path / "cache", source) == \
+            Path(importlib.util.cache_from_source(str(source)))
 
 
 @pytest.fixture
