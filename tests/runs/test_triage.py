@@ -347,17 +347,21 @@ def test_a_hostile_failure_record_is_not_taken_as_is(tmp_path):
 # ---- Megatron's rerun state machine: exit code 16 asks for a resume, 17 says the validation failed ----
 
 def _pin_rerun_state_machine():
-    """megatron/core/rerun_state_machine.py of the Megatron-LM checkout (MEGATRON_LM_PATH), parsed; skip without."""
+    """megatron/core/rerun_state_machine.py of the pin, parsed: the Megatron-LM checkout's (MEGATRON_LM_PATH, the
+    submodule) or the installed megatron-core's (the pinned 0.18.0); skip without either."""
     import ast
+    import importlib.util
     from pathlib import Path
 
-    roots = [os.environ.get("MEGATRON_LM_PATH"), "/work/mlm",
-             str(Path(__file__).resolve().parents[2] / "third_party" / "megatron-lm")]
-    for root in filter(None, roots):
-        source = Path(root) / "megatron" / "core" / "rerun_state_machine.py"
+    roots = [os.environ.get("MEGATRON_LM_PATH"), Path(__file__).resolve().parents[2] / "third_party" / "megatron-lm"]
+    sources = [Path(root) / "megatron" / "core" / "rerun_state_machine.py" for root in roots if root]
+    installed = importlib.util.find_spec("megatron")
+    sources += [Path(folder) / "core" / "rerun_state_machine.py"
+                for folder in (installed.submodule_search_locations or [] if installed else [])]
+    for source in sources:
         if source.is_file():
             return ast.parse(source.read_text())
-    pytest.skip("no Megatron-LM checkout with megatron/core/rerun_state_machine.py (set MEGATRON_LM_PATH)")
+    pytest.skip("no Megatron-LM source with megatron/core/rerun_state_machine.py (set MEGATRON_LM_PATH)")
 
 
 def test_the_rerun_exit_table_is_megatrons_at_the_pin():
