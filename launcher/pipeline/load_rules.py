@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from launcher.checks.checkpoint import TRACKER
 from launcher.errors import Problem
 
 # dest → (the flag, what it does without a checkpoint, its value when off)
@@ -53,6 +52,10 @@ def checkpoint_needed(written: Mapping[str, Any], megatron: Mapping[str, Any], r
                     "(a checkpoint to start from)", "launcher")]
 
 
+# Megatron's tracker file: a directory holding it holds a checkpoint that load_checkpoint reads.
+TRACKER = "latest_checkpointed_iteration.txt"
+
+
 def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool, remote: bool) -> list[Problem]:
     """The distributed optimizer over torch's Adam (no Transformer Engine, no apex) cannot load its state from a
     `ckpt_format torch` checkpoint at the pin: the fresh optimizer's per-parameter state holds Adam's `step`, which
@@ -68,7 +71,7 @@ def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool
     if megatron.get("no_load_optim") or megatron.get("finetune") or not load:
         return []
     try:
-        holds = (Path(str(load)) / TRACKER).is_file()  # a checkpoint load_checkpoint reads
+        holds = (Path(str(load)) / TRACKER).is_file()
     except OSError:
         holds = False
     if not holds:
