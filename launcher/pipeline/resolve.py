@@ -24,11 +24,13 @@ from typing import Any, Protocol
 
 from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
+from launcher.megatron.effective import effective_settings
 from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline import startup
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch, microbatches_per_step
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.inert_settings import inert_settings
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import checkpoint_needed, optimizer_state_unloadable
 from launcher.pipeline.node_range import ElasticNodes
@@ -218,6 +220,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                                     te_version=kernels.te_version, torchao_available=kernels.torchao)
     problems += found
     if job.entry == "pretrain_gpt":
+        warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
         problems += optimizer_state_unloadable(job.megatron, kernels.transformer_engine, kernels.apex, target.remote)
     unseen: list[str] = []
