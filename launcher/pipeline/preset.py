@@ -367,6 +367,22 @@ def parse_override(text: str) -> tuple[str, str]:
     return name, value
 
 
+def unused_backend_overrides(overrides: tuple[str, ...], slurm: bool, k8s: bool) -> list[str]:
+    """`--set slurm.X` / `--set k8s.X` given for a job that runs elsewhere: typed for a cluster, used by none.
+    (A preset file's own sections are not judged: one preset serves every backend.)"""
+    used = {"slurm": slurm, "k8s": k8s}
+    unused = [name for name, _ in map(parse_override, overrides)
+              if name.partition(".")[0] in used and not used[name.partition(".")[0]]]
+    if not unused:
+        return []
+    where = "on Kubernetes" if k8s else "on Slurm" if slurm else "here"
+    flags = {"slurm": "--slurm or --submit", "k8s": "--k8s"}
+    needed = sorted({f"{SECTIONS[name.partition('.')[0]]} ({flags[name.partition('.')[0]]})" for name in unused})
+    return [f"--set {', '.join(unused)}: only a job for {' or '.join(needed)} uses "
+            f"{'it' if len(unused) == 1 else 'them'}; this one runs {where} and ignores "
+            f"{'it' if len(unused) == 1 else 'them'}"]
+
+
 def _override_value(raw: str) -> Any:
     """Scalars typed as YAML would (true, 8, [a, b]); Megatron's types refine them afterwards."""
     if raw == "":

@@ -34,7 +34,7 @@ from launcher.pipeline.inert_settings import inert_settings
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import checkpoint_needed, optimizer_state_unloadable
 from launcher.pipeline.node_range import ElasticNodes
-from launcher.pipeline.preset import Preset, parse_override
+from launcher.pipeline.preset import Preset, parse_override, unused_backend_overrides
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.runner import TORCHRUN, Runner, choose_runner
 from launcher.pipeline.runtime import DEFAULT_TORCHRUN, Runtime, runtime_for
@@ -219,6 +219,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                                     kernels.apex, micro_batch_picked=picked, env=job.environment,
                                     te_version=kernels.te_version, torchao_available=kernels.torchao)
     problems += found
+    warnings += unused_backend_overrides(preset.overrides, target.slurm and not target.kubernetes, target.kubernetes)
     if job.entry == "pretrain_gpt":
         warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
