@@ -238,6 +238,11 @@ class _Checker:
         if self.arg("lr") is None:
             self.fail("lr is not set", "Megatron's LR scheduler needs a learning rate, e.g. --set lr=3e-4",
                       stage="runtime")
+        if self.arg("skip_train") and not self.arg("perform_rl_step"):
+            self.warnings.append(
+                "skip_train: Megatron trains nothing (training.py: 'skipping training (--skip-train is on)'): it "
+                "evaluates the model it starts from (the checkpoint in load, else random weights) and exits 0, and "
+                "the run's summary says no iteration was logged; drop skip_train to train")
         if self.arg("eval_interval") is None and not self.arg("skip_train"):
             self.fail("eval_interval is not set",
                       "without it pretrain_gpt.py crashes computing sample counts (train_iters // None); "

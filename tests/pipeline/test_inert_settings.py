@@ -58,3 +58,10 @@ def test_every_rule_names_megatron_arguments() -> None:
     catalog = megatron_args.catalog()
     for rule in dependences():
         assert rule.names and all(name in catalog for name in rule.names), rule.names
+
+
+def test_skip_train_says_that_nothing_is_trained() -> None:
+    job = resolve(load_preset("345m", ["skip_train=true"]), 1, 1)
+    (warning,) = [w for w in job.warnings if w.startswith("skip_train")]
+    assert "trains nothing" in warning and "drop skip_train" in warning
+    assert not [w for w in resolve(load_preset("345m", []), 1, 1).warnings if "skip_train" in w]
