@@ -628,9 +628,19 @@ def _train_facts(run: RankRun, ckpt_format: str) -> dict[str, Any]:
     return {"loss": (with_loss[0] if with_loss else first).get("loss"), "params_norm": first.get("params_norm"),
             "skipped_steps": first.get("skipped_steps") or [],
             "parameters_per_rank": sorted({a["facts"].get("parameters") for a in run.answers}),
-            "model_chunks": first.get("chunks"), "num_microbatches": first.get("num_microbatches"),
-            "format": ckpt_format, "seconds_by_stage": first.get("seconds"),
-            "cpu_seconds_by_stage": first.get("cpu_seconds"), "train_seconds": run.seconds}
+            "model_chunks": first.get("chunks"), "decoder_layers_by_pipeline_rank": _layers_by_stage(run),
+            "num_microbatches": first.get("num_microbatches"), "format": ckpt_format,
+            "seconds_by_stage": first.get("seconds"), "cpu_seconds_by_stage": first.get("cpu_seconds"),
+            "train_seconds": run.seconds}
+
+
+def _layers_by_stage(run: RankRun) -> list[list[int] | None]:
+    """Each pipeline rank's decoder layers per model chunk, as its ranks built them (the pipeline split run)."""
+    by_rank: dict[int, list[int] | None] = {}
+    for answer in run.answers:
+        facts = answer["facts"]
+        by_rank.setdefault((facts.get("ranks") or {}).get("pp", 0), facts.get("decoder_layers"))
+    return [by_rank[rank] for rank in sorted(by_rank)]
 
 
 def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout,

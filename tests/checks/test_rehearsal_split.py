@@ -6,6 +6,8 @@ refuses stays refused; and the launcher refuses before the rehearsal every split
 from __future__ import annotations
 
 import itertools
+import os
+import tempfile
 
 import pytest
 
@@ -16,7 +18,7 @@ from launcher.estimate.stages import split_layers
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
-from tests.checks.test_rehearsal import megatron_checkout
+from tests.checks.test_rehearsal import megatron_checkout, needs_checkout
 from tests.checks.test_rehearsal_ranks import job
 
 FIRST, LAST = UNEVEN
@@ -240,3 +242,48 @@ def test_the_launcher_refuses_every_split_megatron_refuses_at_the_pin(pinned_meg
         if ours != verdict.ok:
             disagree.append(f"PP {pp} {settings}: launcher {'ok' if ours else 'refuses'}, Megatron {verdict.render()}")
     assert not disagree, "\n".join(disagree)
+
+
+# -- the real rehearsal: Megatron's schedule over the shrunk split on CPU processes ---------------------------------
+
+def rehearsed(monkeypatch, overrides: list[str], nodes: int, gpus: int):
+    from launcher.checks.megatron_verdict import target_env
+    from launcher.checks.rehearsal_ranks import rehearse_layout
+
+    own = tempfile.mkdtemp(prefix="rh-")  # short: the ranks' multiprocessing sockets live under it
+    monkeypatch.setattr(tempfile, "tempdir", own)
+    loaded = load_preset("345m", overrides)
+    resolved_job = resolve(loaded, nodes, gpus, kernels=Kernels(False, False, "preset"),
+                           megatron_path=megatron_checkout())
+    result = rehearse_layout(resolved_job, target_env(resolved_job))
+    os.rmdir(own)  # the rehearsal left nothing behind
+    return result
+
+
+@needs_checkout
+def test_uneven_first_and_last_stages_run_megatrons_interleaved_schedule_as_split(monkeypatch):
+    """First 4 < last 6 < middle 14 layers per rank at PP 3 with 2 virtual stages each: rehearsed as 2 < 4 < 6."""
+    result = rehearsed(monkeypatch, ["tensor_model_parallel_size=2", "pipeline_model_parallel_size=3",
+                                     "num_virtual_stages_per_pipeline_rank=2", "decoder_first_pipeline_num_layers=4",
+                                     "decoder_last_pipeline_num_layers=6", "global_batch_size=48",
+                                     "micro_batch_size=1"], 1, 6)
+    assert result.ok, "\n".join(result.render())
+    assert result.layout is not None and (result.layout.pp, result.layout.vpp) == (3, 2)
+    # each pipeline rank's model chunks as Megatron built them: the first fewest, the middle most
+    assert result.facts["decoder_layers_by_pipeline_rank"] == [[1, 1], [3, 3], [2, 2]]
+    assert result.facts["model_chunks"] == 2 and result.facts["load"]["iteration"] == 2
+    assert any(note.endswith("rehearsed as 1|3|2|1|3|2 decoder layers per stage at PP 3 (VPP 2)")
+               for note in result.not_rehearsed)
+
+
+@needs_checkout
+def test_the_loss_counted_in_the_split_runs_with_the_loss_alone_on_the_last_stage(monkeypatch):
+    """7 layers and the loss at PP 8 (one each, the loss alone on the last stage), rehearsed at PP 2 as 1 and 0."""
+    result = rehearsed(monkeypatch, ["tensor_model_parallel_size=2", "pipeline_model_parallel_size=8",
+                                     "num_layers=7", "account_for_loss_in_pipeline_split=true"], 2, 8)
+    assert result.ok, "\n".join(result.render())
+    assert result.layout is not None and (result.layout.tp, result.layout.pp) == (2, 2)
+    assert result.facts["decoder_layers_by_pipeline_rank"] == [[1], [0]]
+    assert all(loss is not None for loss in result.facts["loss"])
+    assert "account_for_loss_in_pipeline_split (1 ×7|0 decoder layers per stage at PP 8): rehearsed as 1|0 decoder " \
+           "layers per stage at PP 2" in result.not_rehearsed
