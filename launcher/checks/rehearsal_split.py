@@ -36,7 +36,7 @@ class ShrunkSplit:
 
 
 def has_uneven_split(megatron: Mapping[str, Any]) -> bool:
-    return any(megatron.get(dest) not in (None, False) for dest in SPLIT_SETTINGS)
+    return any(megatron.get(dest) is not None for dest in UNEVEN) or any(megatron.get(dest) for dest in ACCOUNTED)
 
 
 def wants_middle_stage(megatron: Mapping[str, Any], vpp: int | None) -> bool:
@@ -110,10 +110,14 @@ def _uneven(megatron: Mapping[str, Any], pp: int, v: int, lost: list[str]) -> di
         lost.append(f"the {job_middle_ranks} pipeline stages between the first and the last ({job_middle:g} layers "
                     f"each): PP {pp} has none")
     values = [value for value in (first, last, job_middle if middle_ranks > 0 else None) if value is not None]
-    order = sorted(set(values))
+    order = sorted({value for value in values if value > 0})
 
     def units(value: float | None) -> int | None:
-        return None if value is None else (order.index(value) + 1) * v
+        if value is None:
+            return None
+        if value <= 0:  # Megatron refuses a stage of no layers here: kept, so refused here too
+            return int(value)
+        return (order.index(value) + 1) * v
 
     middle = units(job_middle) if middle_ranks > 0 else 0
     out: dict[str, Any] = {UNEVEN[0]: units(first), UNEVEN[1]: units(last)}
@@ -150,8 +154,8 @@ def _the_jobs_own(megatron: Mapping[str, Any], layers: int, pp: int, v: int) -> 
 
 
 def _named(megatron: Mapping[str, Any]) -> str:
-    return ", ".join(f"{dest} {megatron[dest]}" if dest in UNEVEN else dest
-                     for dest in SPLIT_SETTINGS if megatron.get(dest) not in (None, False))
+    return ", ".join([f"{dest} {megatron[dest]}" for dest in UNEVEN if megatron.get(dest) is not None]
+                     + [dest for dest in ACCOUNTED if megatron.get(dest)])
 
 
 def _described(settings: Mapping[str, Any], pp: int, vpp: int | None) -> str:

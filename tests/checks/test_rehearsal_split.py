@@ -132,20 +132,24 @@ def test_the_note_gives_the_jobs_stage_sizes_and_the_rehearsals():
         "stage at PP 8): rehearsed as 0|1 ×2|0 decoder layers per stage at PP 2 (VPP 2)",)
 
 
-@pytest.mark.parametrize("refused", [
-    {FIRST: 3, LOSS: True},  # TransformerConfig: uneven stages with the loss counted
-    {FIRST: 4, LAST: 4, "num_layers_per_virtual_pipeline_stage": 2},  # validate_args: name the virtual stages by count
-], ids=["uneven-and-accounted", "uneven-and-layers-per-virtual-stage"])
-def test_a_split_megatron_refuses_stays_refused(refused):
+# Splits Megatron refuses at the pin (at PP 4), and the rehearsal's pipelines that keep what it refuses
+REFUSED = [
+    ({FIRST: 3, LOSS: True}, SHRUNK[:3]),  # TransformerConfig: uneven stages with the loss counted
+    ({FIRST: 4, LAST: 4, "num_layers_per_virtual_pipeline_stage": 2}, [(4, 2)]),  # validate_args: name them by count
+    ({FIRST: 0}, SHRUNK[:3]),  # TransformerConfig: a first stage of no layers
+]
+
+
+@pytest.mark.parametrize("refused, pipelines", REFUSED,
+                         ids=["uneven-and-accounted", "uneven-and-layers-per-virtual-stage", "first-of-no-layers"])
+def test_a_split_megatron_refuses_stays_refused(refused, pipelines):
     megatron = {**job("345m").megatron, "pipeline_model_parallel_size": 4, **refused}
     with pytest.raises(UserError):
         resolved(refused, 4)
-    for pp, vpp in [(2, None), (3, None), (4, None), (4, 2)]:
+    for pp, vpp in pipelines:
         shrunk = shrink_split(megatron, pp, vpp)
         assert shrunk is not None
-        if vpp is None and "num_layers_per_virtual_pipeline_stage" in refused:
-            continue  # no interleaving at the rehearsal: nothing names virtual stages
-        with pytest.raises(UserError, match="cannot be combined"):
+        with pytest.raises(UserError, match="cannot be combined|must be larger than 0"):
             resolved(shrunk.settings, pp)
 
 
@@ -213,11 +217,13 @@ def test_megatron_accepts_every_shrunk_split_and_refuses_the_refused(pinned_mega
         megatron = {**job("345m").megatron, "pipeline_model_parallel_size": job_pp, **settings}
         cases += [(shrink_split(megatron, pp, vpp).settings, pp) for pp, vpp in SHRUNK
                   if pp <= job_pp and bool(vpp) == bool(vpp_of(settings, job_pp))]
-    refused = {**job("345m").megatron, "pipeline_model_parallel_size": 4, FIRST: 3, LOSS: True}
-    cases.append((shrink_split(refused, 3, None).settings, 3))
-    verdicts = megatron_verdicts(pinned_megatron, cases)
-    assert [(case, v.render()) for case, v in zip(cases[:-1], verdicts) if not v.ok] == []
-    assert not verdicts[-1].ok and "account_for_embedding_in_pipeline_split" in verdicts[-1].render()
+    refused = []
+    for settings, pipelines in REFUSED:
+        megatron = {**job("345m").megatron, "pipeline_model_parallel_size": 4, **settings}
+        refused += [(shrink_split(megatron, pp, vpp).settings, pp) for pp, vpp in pipelines]
+    verdicts = megatron_verdicts(pinned_megatron, cases + refused)
+    assert [(case, v.render()) for case, v in zip(cases, verdicts) if not v.ok] == []
+    assert [case for case, v in zip(refused, verdicts[len(cases):]) if v.ok] == []
 
 
 @pytest.mark.megatron
