@@ -42,6 +42,7 @@ from launcher.checks.rehearsal import (
     tiny_settings,
 )
 from launcher.checks.rehearsal_pipeline import shrink_pipeline_layout
+from launcher.checks.rehearsal_split import SPLIT_SETTINGS, shrink_split, wants_middle_stage
 from launcher.errors import UserError
 from launcher.inside.parent_death import DieWithParent
 from launcher.interrupts import signals_interrupt
@@ -124,6 +125,9 @@ def shrunk_layout(job_layout: Any, megatron: Mapping[str, Any]) -> tuple[RankLay
         layout = _with_data_parallel(replace(layout, tp=min(layout.tp, 2), pp=min(layout.pp, 2),
                                              ep=min(layout.ep, 2), etp=min(layout.etp, 2) if layout.etp else None),
                                      2 if job_layout.dp > 1 else 1)
+    if job_layout.pp > 2 and layout.pp == 2 and wants_middle_stage(megatron, layout.vpp) \
+            and replace(layout, pp=3).world <= MAX_PROCESSES:
+        layout = replace(layout, pp=3)  # a stage between first and last, which the job's split sets apart
     if own_etp and _order(layout.etp or layout.tp, layout.tp) != job_order:
         notes.append(f"expert TP {megatron.get('expert_tensor_parallel_size')} against TP {job_layout.tp}: "
                      f"rehearsed at expert TP {layout.etp} · TP {layout.tp} (at most {MAX_PROCESSES} processes)")
@@ -233,8 +237,9 @@ def _at_size(note: str, settings: Mapping[str, Any]) -> str:
 
 
 def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], layout: RankLayout) -> list[str]:
-    """A layout string shrunk with its shape (rehearsal_pipeline.py); else one layer per virtual stage, the job's
-    way of naming virtual stages kept, uneven stages evened out."""
+    """A layout string shrunk with its shape (rehearsal_pipeline.py); uneven first/last stages and the embedding and
+    loss counted in the split shrunk with their sizes against the others (rehearsal_split.py); else one layer per
+    virtual stage; the job's way of naming virtual stages kept."""
     notes: list[str] = []
     # a per-layer pattern (moe_layer_freq=[0]*1+[1]*15) names every layer: its length stays the number of layers
     patterned = any(isinstance(settings.get(dest), str) and "[" in settings[dest]
@@ -248,14 +253,18 @@ def _pipeline_settings(settings: dict[str, Any], megatron: Mapping[str, Any], la
         notes += shrunk.notes
         if shrunk.text is not None:  # Megatron derives the virtual stages from its length
             settings.update(pipeline_model_parallel_layout=shrunk.text, num_layers=shrunk.layers)
-            for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                         "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
+            for dest in SPLIT_SETTINGS:
                 settings.pop(dest, None)  # Megatron refuses them next to a layout
             return notes
-    for dest in ("decoder_first_pipeline_num_layers", "decoder_last_pipeline_num_layers",
-                 "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"):
-        if settings.pop(dest, None) not in (None, False) and layout.pp > 1:
-            notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage)")
+    split = shrink_split(megatron, layout.pp, layout.vpp, settings.get("num_layers") if patterned else None)
+    for dest in SPLIT_SETTINGS:
+        if settings.pop(dest, None) not in (None, False) and layout.pp > 1 and split is None:
+            notes.append(f"{dest}: the tiny model's stages are even (one layer per virtual stage): the job's "
+                         f"{settings.get('num_layers')} layers named by a per-layer pattern do not split so at "
+                         f"PP {layout.pp}")
+    if split is not None:  # the first and last stages' sizes against the others kept (rehearsal_split.py)
+        settings.update(split.settings)
+        return notes + list(split.notes)
     stages = layout.pp * (layout.vpp or 1)
     if layout.pp > 1 and not patterned:
         settings["num_layers"] = max(stages, 2)
@@ -619,9 +628,19 @@ def _train_facts(run: RankRun, ckpt_format: str) -> dict[str, Any]:
     return {"loss": (with_loss[0] if with_loss else first).get("loss"), "params_norm": first.get("params_norm"),
             "skipped_steps": first.get("skipped_steps") or [],
             "parameters_per_rank": sorted({a["facts"].get("parameters") for a in run.answers}),
-            "model_chunks": first.get("chunks"), "num_microbatches": first.get("num_microbatches"),
-            "format": ckpt_format, "seconds_by_stage": first.get("seconds"),
-            "cpu_seconds_by_stage": first.get("cpu_seconds"), "train_seconds": run.seconds}
+            "model_chunks": first.get("chunks"), "decoder_layers_by_pipeline_rank": _layers_by_stage(run),
+            "num_microbatches": first.get("num_microbatches"), "format": ckpt_format,
+            "seconds_by_stage": first.get("seconds"), "cpu_seconds_by_stage": first.get("cpu_seconds"),
+            "train_seconds": run.seconds}
+
+
+def _layers_by_stage(run: RankRun) -> list[list[int] | None]:
+    """Each pipeline rank's decoder layers per model chunk, as its ranks built them (the pipeline split run)."""
+    by_rank: dict[int, list[int] | None] = {}
+    for answer in run.answers:
+        facts = answer["facts"]
+        by_rank.setdefault((facts.get("ranks") or {}).get("pp", 0), facts.get("decoder_layers"))
+    return [by_rank[rank] for rank in sorted(by_rank)]
 
 
 def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], layout: RankLayout, load: RankLayout,
@@ -642,6 +661,9 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
     if not load.vpp:
         out.pop("num_layers_per_virtual_pipeline_stage", None)
         out.pop("num_virtual_stages_per_pipeline_rank", None)
+    if load.pp != layout.pp:  # the split's stage sizes are the training pipeline's; PP 1 has one stage
+        for dest in SPLIT_SETTINGS:
+            out.pop(dest, None)
     text = out.pop("pipeline_model_parallel_layout", None)
     if text and (load.pp, load.vpp) == (layout.pp, layout.vpp):
         out["pipeline_model_parallel_layout"] = text

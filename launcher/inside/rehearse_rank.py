@@ -140,6 +140,7 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
                                                                          ModelType.encoder_or_decoder)
         facts["parameters"] = sum(p.numel() for chunk in model for p in chunk.parameters())
         facts["chunks"] = len(model)
+        facts["decoder_layers"] = decoder_layers(model)
         if mode == "load":
             facts["iteration_loaded"] = args.iteration
             facts["params_norm"] = float(calc_params_l2_norm(model, force_create_fp32_copy=True))
@@ -217,5 +218,16 @@ def main() -> int:
     os._exit(0)  # every rank is past the last barrier; tearing down torch and Megatron costs seconds of CPU each
 
 
+def decoder_layers(model: list) -> list[int] | None:
+    """The decoder layers each model chunk of this rank built (the pipeline split as Megatron made it)."""
+    from megatron.core.utils import get_attr_wrapped_model
+
+    try:
+        return [len(get_attr_wrapped_model(chunk, "decoder").layers) for chunk in model]
+    except (AttributeError, RuntimeError):
+        return None
+
+
 if __name__ == "__main__":  # the checkpoint save starts helper processes that import this file again
     sys.exit(main())
+
