@@ -71,6 +71,8 @@ def program_settings(preset: Preset) -> dict[str, object]:
                                  and str(spec[0]).startswith(_OWN_SPEC_MODULES)):
         chosen["spec"] = spec
     chosen.update({f"env.{name}": value for name, value in settings.env.items() if is_loader_variable(name)})
+    if preset.megatron.get("trust_remote_code"):  # Hugging Face then runs the tokenizer directory's own Python
+        chosen["trust_remote_code"] = True
     return chosen
 
 

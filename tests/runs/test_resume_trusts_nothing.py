@@ -101,6 +101,8 @@ def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_p
     ("env.LD_PRELOAD", lambda d, evil: d["launcher"].setdefault("env", {}).update(LD_PRELOAD=evil)),
     ("megatron_path", lambda d, evil: d["launcher"].update(megatron_path=evil)),
     ("spec", lambda d, evil: d["megatron"].update(spec=["evil_module", "layer_spec"])),
+    # Hugging Face's AutoTokenizer then imports the tokenizer directory's own Python
+    ("trust_remote_code", lambda d, evil: d["megatron"].update(trust_remote_code=True, tokenizer_model=evil)),
     ("k8s.image", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(image="evil.example/x:1")),
     ("slurm.container_image", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
         container_image="evil.example/x:1")),
