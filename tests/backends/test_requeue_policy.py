@@ -22,10 +22,11 @@ def end(cls: str | None, iteration: int | None = 10, host: str | None = None) ->
 
 
 def test_an_infrastructure_failure_is_requeued_without_its_host():
-    decision = decide([Triage(INFRASTRUCTURE, "node failure (srun)", 10, None, "gpu-7")], excluded=["gpu-2"])
-    assert (decision.action, decision.exclude) == (REQUEUE, ("gpu-2", "gpu-7"))
+    decision = decide([Triage(INFRASTRUCTURE, "node failure (srun)", 10, None, "gpu-7", host_fault=True)],
+                      excluded=["gpu-2"])
+    assert (decision.action, decision.exclude, decision.left_out) == (REQUEUE, ("gpu-2", "gpu-7"), ("gpu-7",))
     assert "leaving out gpu-7" in decision.why
-    gpu = decide([Triage(INFRASTRUCTURE, "GPU error (CUDA/Xid)", 10, 3, "gpu-8")])
+    gpu = decide([Triage(INFRASTRUCTURE, "GPU error (CUDA/Xid)", 10, 3, "gpu-8", host_fault=True)])
     assert gpu.exclude == ("gpu-8",)
 
 
@@ -34,6 +35,7 @@ def test_an_infrastructure_failure_is_requeued_without_its_host():
 def test_an_infrastructure_failure_that_does_not_blame_the_host_keeps_it(reason):
     decision = decide([Triage(INFRASTRUCTURE, reason, 10, 3, "gpu-9")])
     assert (decision.action, decision.exclude) == (REQUEUE, ())
+    assert decision.hosts == "every host kept: the end names no fault of a host"
 
 
 @pytest.mark.parametrize("cls", [TRAINING, DATA])
@@ -57,7 +59,7 @@ def test_an_unclassified_failure_is_requeued_as_without_a_policy():
 
 
 def test_a_host_name_from_the_log_is_taken_only_as_a_name():
-    assert decide([Triage(INFRASTRUCTURE, "node failure", 1, None, "n1;scancel -u x")]).exclude == ()
+    assert decide([Triage(INFRASTRUCTURE, "node failure", 1, None, "n1;scancel -u x", host_fault=True)]).exclude == ()
     assert decide([end(INFRASTRUCTURE)], excluded=["$(reboot)", "n3"]).exclude == ("n3",)
 
 
@@ -74,10 +76,12 @@ def iteration_line(n: int) -> str:
 
 
 def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_status: int = 1, chain: int = 1,
-                nodes: int = 4, srun_errors: list[str] = ()):
-    """One attempt of the rendered 345m batch script; srun prints `srun_lines` (and `srun_errors` on its standard
-    error, as tracebacks and srun's own errors come) and exits `srun_status`. The script's output goes to
-    slurm-7.out and slurm-7.err, as #SBATCH --output/--error send it."""
+                nodes: int = 4, srun_errors: list[str] = (), job_nodes: tuple[str, ...] = ("n1", "n2"),
+                spare: tuple[str, ...] = ()):
+    """One attempt of the rendered 345m batch script (2 nodes) on `job_nodes`; srun prints `srun_lines` (and
+    `srun_errors` on its standard error, as tracebacks and srun's own errors come) and exits `srun_status`. The
+    partition's responding nodes (sinfo) are n1 … n`nodes` and `spare`. The script's output goes to slurm-7.out and
+    slurm-7.err, as #SBATCH --output/--error send it."""
     from slurm_support import render_preset
 
     from launcher.runs.rundir import write_run_dir
@@ -94,17 +98,20 @@ def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_
     (tmp_path / "srun-errors").write_text("".join(line + "\n" for line in srun_errors))
     stand_ins = {"srun": f"cat {tmp_path}/srun-output; cat {tmp_path}/srun-errors >&2; echo srun >> {tmp_path}/calls; "
                          f"exit {srun_status}",
-                 "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && echo n1; exit 0',
+                 # `scontrol show hostnames LIST`: Slurm's names for the attempt's nodes
+                 "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && printf "%s\\n" '
+                             f'{" ".join(job_nodes)}; exit 0',
                  "scancel": f'echo "scancel $*" >> {tmp_path}/calls; exit 0', "squeue": "exit 0",
                  # the node's python3, with the standard library only (-S: no site-packages, so no PyYAML)
                  "python3": f'exec {sys.executable} -S "$@"',
                  # the partition's responding nodes (nodes=0: sinfo fails, as when a signal kills it)
                  "sinfo": (f'echo sinfo >> {tmp_path}/calls; ((' + str(nodes) + f')) || exit 1; '
-                           f'seq 1 {nodes} | sed s/^/n/')}
+                           f'seq 1 {nodes} | sed s/^/n/; printf "%s\\n" {" ".join(spare)}')}
     for name, body in stand_ins.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_dir / name).chmod(0o755)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-2]",
+    node_list = "n[1-2]" if job_nodes == ("n1", "n2") else ",".join(job_nodes)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": node_list,
            "SLURM_NNODES": "2", "SLURM_RESTART_COUNT": str(restart_count)}
     with open(tmp_path / "slurm-7.out", "a") as out, open(tmp_path / "slurm-7.err", "a") as err:
         result = subprocess.run(["bash", str(script)], env=env, stdout=out, stderr=err, text=True, timeout=120,
@@ -182,12 +189,31 @@ def test_an_infrastructure_failure_requeues_and_the_next_attempt_leaves_its_host
     assert manifest["excluded_nodes"] == ["n2"] and manifest["requeue_decisions"][0]["class"] == INFRASTRUCTURE
 
 
-def test_a_host_is_not_left_out_where_the_partition_could_no_longer_hold_the_job(tmp_path):
-    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=2)
-    assert result.returncode == 0, result.stderr
-    assert calls(tmp_path)[-1] == "scontrol requeue 7"  # requeued, n2 kept: the job needs both nodes
-    assert "not leaving out n2: 2 responding node(s) would leave fewer than the job's 2" in \
-        (tmp_path / "slurm-7.out").read_text()
+def test_a_job_that_would_no_longer_fit_without_the_host_stops_with_the_reason(tmp_path):
+    result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=2, chain=3)
+    assert result.returncode == 1, result.stderr
+    assert "scontrol requeue 7" not in calls(tmp_path) and not any("ExcNodeList" in c for c in calls(tmp_path))
+    assert any(call.startswith("scancel --state=PENDING --name=") for call in calls(tmp_path))
+    ended = slurm_log.split_attempts((tmp_path / "slurm-7.out").read_text())[0].ended
+    assert ended == ("training failed with exit status 1 (infrastructure: node failure (srun) at iteration 10 on n2; "
+                     "not requeued without n2: leaving it out would leave 1 responding node(s) of the partition for a "
+                     "job of 2 node(s), which would wait in the queue for ever); not requeued, the chain stops")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["excluded_nodes"] == []
+    (decision,) = manifest["requeue_decisions"]
+    assert (decision["decision"], decision["left_out"], decision["host"]) == (STOP, [], "n2")
+    assert decision["hosts"].startswith("not requeued without n2")
+
+
+def test_an_elastic_job_may_lose_a_host_down_to_its_fewest_nodes(tmp_path):
+    """The batch script passes the fewest nodes the job may start with (--fewest-nodes); the policy's own figure."""
+    from launcher.runs import requeue_policy
+
+    run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], srun_status=0)
+    ends = requeue_policy.attempt_ends(tmp_path / "slurm-7.out", 1, 1)
+    decision = decide(ends, (), ("n1", "n2"))
+    assert requeue_policy.fit(decision, {"n1", "n2"}, 1).exclude == ("n2",)  # an elastic 1-2 job goes on with n1
+    assert requeue_policy.fit(decision, {"n1", "n2"}, 2).action == STOP
 
 
 def test_a_failure_the_log_does_not_explain_is_requeued_as_before(tmp_path):
@@ -280,7 +306,7 @@ def test_a_gpu_error_leaves_out_the_node_slurm_named_not_the_machine_torchrun_na
     errors = ["RuntimeError: CUDA error: unspecified launch failure", "Root Cause (first observed failure):",
               "  host      : gpu-3.cluster.example", "  rank      : 0 (local_rank: 0)", "=" * 20,
               "srun: error: gpu-3: task 0: Exited with exit code 1"]
-    result = run_attempt(tmp_path, 0, [iteration_line(10)], srun_errors=errors)
+    result = run_attempt(tmp_path, 0, [iteration_line(10)], srun_errors=errors, job_nodes=("gpu-3", "gpu-4"))
     assert result.returncode == 0, result.stderr
     assert calls(tmp_path)[-2:] == ["scontrol requeue 7", "scontrol update JobId=7 ExcNodeList=gpu-3"]
     assert json.loads((tmp_path / "manifest.json").read_text())["excluded_nodes"] == ["gpu-3"]
@@ -301,8 +327,9 @@ def test_an_attempt_stopped_at_the_time_limit_warning_is_recorded(tmp_path):
 def test_a_host_is_not_left_out_when_sinfo_does_not_answer(tmp_path):
     result = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"], nodes=0)
     assert result.returncode == 0, result.stderr
-    assert calls(tmp_path)[-1] == "scontrol requeue 7"
-    assert "not leaving out n2: sinfo did not say which nodes respond" in (tmp_path / "slurm-7.out").read_text()
+    assert calls(tmp_path)[-1] == "scontrol requeue 7"  # requeued with n2: no word on whether the job fits without
+    assert "at iteration 10 on n2; not leaving out n2: sinfo did not say which nodes respond); requeued" in \
+        (tmp_path / "slurm-7.out").read_text()
 
 
 @pytest.mark.parametrize("damage", ["missing", "dangling link", "link to itself", "name too long"])
