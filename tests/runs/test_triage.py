@@ -454,7 +454,8 @@ FIRST_RERUN = ("[default1]:ERROR:megatron.core.rerun_state_machine:Rank 1, node 
                "to rerun on a different GPU to verify correctness.!")
 SAME_GPU_AGAIN = ("[default1]:ERROR:megatron.core.rerun_state_machine:Got rescheduled on the same GPU. Need to resume "
                   "again from the same checkpoint (node: gpu-h3, gpu: 1)")
-AGAIN_WARNING = ("[default0]:WARNING:megatron.core.rerun_state_machine:Exiting now. Please resume the job from the same "
+AGAIN_WARNING = ("[default0]:WARNING:megatron.core.rerun_state_machine:Exiting now. Please resume the job from the "
+                 "same "
                  "checkpoint to rerun the last iteration and establish a diagnostic")
 
 HOST_FAULTS = {
@@ -468,7 +469,8 @@ HOST_FAULTS = {
         1, "GPU error (CUDA/Xid)", "gpu-c4.cluster.example"),
     "an Xid as syslog writes it": (
         ITERATIONS + ["Dec  1 10:00:02 gpu-c5 kernel: [12345.678901] NVRM: Xid (PCI:0000:1b:00): 48, pid=4242, "
-                      "name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer "
+                      "name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the "
+                      "framebuffer "
                       "at partition 7, subpartition 0."], 1, "GPU error (CUDA/Xid)", "gpu-c5"),
     "a dead node": (ITERATIONS + ["srun: error: Node failure on gpu-e5",
                                   "srun: error: gpu-e6: task 1: Killed"], 1, "node failure (srun)", "gpu-e5"),
@@ -479,7 +481,8 @@ HOST_FAULTS = {
     "one machine's NCCL system error": (
         ITERATIONS + NCCL_SYSTEM + [NCCL_OWN, NCCL_PEER_SEEN], 1, "NCCL system error", "gpu-f6"),
     "the machine Megatron's rerun must avoid": (
-        ITERATIONS + UNEXPECTED + [FIRST_RERUN, RESUME_WARNING, "srun: error: gpu-h1: task 0: Exited with exit code 16"],
+        ITERATIONS + UNEXPECTED
+        + [FIRST_RERUN, RESUME_WARNING, "srun: error: gpu-h1: task 0: Exited with exit code 16"],
         16, "exit code 16", "gpu-h2.cluster.example"),
     "the machine the job came back to": (
         ITERATIONS + [SAME_GPU_AGAIN, AGAIN_WARNING] + root_cause(0, "gpu-h9", "16", "To enable traceback"), 1,
