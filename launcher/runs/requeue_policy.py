@@ -106,13 +106,14 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = (),
 def _host_to_leave_out(end: triage.Triage, already: tuple[str, ...],
                        job_nodes: Iterable[str] | None) -> tuple[str | None, str]:
     """The host `end` blames that the next attempt should not get, and what was done about hosts, in words."""
+    if end.resume_asked and not end.host_fault:  # every rank exits 16: the first task srun saw end is no culprit
+        return None, "no host left out: the log does not name the machine the rerun must avoid"
     if not end.host_fault:
         # a time limit, a preemption, an NCCL timeout (seen on the rank that waited, not on the one that hung), a
         # killed rank, a Python error: nothing against a host
         return None, "every host kept: the end names no fault of a host"
     if end.host is None:
-        what = "the machine the rerun must avoid" if end.resume_asked else "the host that failed"
-        return None, f"no host left out: the log does not name {what}"
+        return None, "no host left out: the log does not name the host that failed"
     node = slurm_names.job_node(end.host, job_nodes)
     if node is None:
         shown = end.host if slurm_names.host_name(end.host) else "a name that is no host name"

@@ -77,11 +77,12 @@ def iteration_line(n: int) -> str:
 
 def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_status: int = 1, chain: int = 1,
                 nodes: int = 4, srun_errors: list[str] = (), job_nodes: tuple[str, ...] = ("n1", "n2"),
-                spare: tuple[str, ...] = ()):
+                spare: tuple[str, ...] = (), policy: str | None = None):
     """One attempt of the rendered 345m batch script (2 nodes) on `job_nodes`; srun prints `srun_lines` (and
     `srun_errors` on its standard error, as tracebacks and srun's own errors come) and exits `srun_status`. The
     partition's responding nodes (sinfo) are n1 … n`nodes` and `spare`. The script's output goes to slurm-7.out and
-    slurm-7.err, as #SBATCH --output/--error send it."""
+    slurm-7.err, as #SBATCH --output/--error send it. `policy`: the body of a python3 stand-in in place of the node's
+    python3 running the requeue policy."""
     from slurm_support import render_preset
 
     from launcher.runs.rundir import write_run_dir
@@ -103,7 +104,7 @@ def run_attempt(tmp_path: Path, restart_count: int, srun_lines: list[str], srun_
                              f'{" ".join(job_nodes)}; exit 0',
                  "scancel": f'echo "scancel $*" >> {tmp_path}/calls; exit 0', "squeue": "exit 0",
                  # the node's python3, with the standard library only (-S: no site-packages, so no PyYAML)
-                 "python3": f'exec {sys.executable} -S "$@"',
+                 "python3": policy or f'exec {sys.executable} -S "$@"',
                  # the partition's responding nodes (nodes=0: sinfo fails, as when a signal kills it)
                  "sinfo": (f'echo sinfo >> {tmp_path}/calls; ((' + str(nodes) + f')) || exit 1; '
                            f'seq 1 {nodes} | sed s/^/n/; printf "%s\\n" {" ".join(spare)}')}
@@ -361,3 +362,120 @@ def test_a_decision_recorded_writes_back_no_secret_found_in_clear_in_the_manifes
     assert written["overrides"] == ["launcher.env.WANDB_API_KEY=<redacted>"]
     assert written["attempts"][0]["env"] == {"HF_TOKEN": "<redacted>", "PLAIN": "kept"}
     assert written["requeue_decisions"][0]["decision"] == REQUEUE
+
+
+# ---- the hosts a fault blames: left out as the attempt's nodes, accumulating, never past the job's room ----
+
+def decisions(tmp_path: Path) -> list[dict]:
+    return json.loads((tmp_path / "manifest.json").read_text())["requeue_decisions"]
+
+
+def test_the_hosts_left_out_accumulate_over_requeues_until_the_job_would_not_fit(tmp_path):
+    """n2 dies, then n3's GPU fails: ExcNodeList holds both; then n4 dies and the partition's 4 responding nodes less
+    the 3 left out could no longer hold the job's 2: the chain stops, saying so."""
+    first = run_attempt(tmp_path, 0, [iteration_line(10), "srun: error: Node failure on n2"])
+    assert first.returncode == 0, first.stderr
+    gpu = ["[rank2]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+           "srun: error: n3: task 1: Exited with exit code 1", "srun: error: n1: task 0: Killed"]
+    second = run_attempt(tmp_path, 1, [iteration_line(20)], srun_errors=gpu, job_nodes=("n1", "n3"))
+    assert second.returncode == 0, second.stderr
+    updates = [call for call in calls(tmp_path) if "ExcNodeList" in call]
+    assert updates == ["scontrol update JobId=7 ExcNodeList=n2", "scontrol update JobId=7 ExcNodeList=n2,n3"]
+    third = run_attempt(tmp_path, 2, [iteration_line(30), "srun: error: Node failure on n4"], job_nodes=("n1", "n4"))
+    assert third.returncode == 1, third.stderr
+    assert calls(tmp_path).count("scontrol requeue 7") == 2
+    ended = [a.ended for a in slurm_log.split_attempts((tmp_path / "slurm-7.out").read_text())]
+    assert ended[1] == ("training failed with exit status 1 (infrastructure: GPU error (CUDA/Xid) at iteration 20 "
+                        "on n3; leaving out n3); requeued")
+    assert ended[2].endswith("not requeued without n4: leaving it out and the 2 host(s) left out before would leave 1 "
+                             "responding node(s) of the partition for a job of 2 node(s), which would wait in the queue "
+                             "for ever); not requeued, the chain stops")
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["excluded_nodes"] == ["n2", "n3"]
+    assert [(d["decision"], d["exclude"], [x["host"] for x in d["left_out"]]) for d in decisions(tmp_path)] == [
+        (REQUEUE, ["n2"], ["n2"]), (REQUEUE, ["n2", "n3"], ["n3"]), (STOP, ["n2", "n3"], [])]
+    assert decisions(tmp_path)[1]["left_out"][0]["why"].startswith("infrastructure: GPU error (CUDA/Xid)")
+
+
+FIRST_RERUN = ("[default1]:ERROR:megatron.core.rerun_state_machine:Rank 1, node {}, device 1, iteration #11: First "
+               "rerun: unexpected result is reproducible within the tolerance (nan = nan). Need to rerun on a "
+               "different GPU to verify correctness.!")
+RESUME = ("[default0]:WARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. Please resume the "
+          "job from the checkpoint to rerun the last iteration and establish a diagnostic")
+
+
+@pytest.mark.parametrize(("named", "said"), [
+    ("n2.cluster.example", "requeued as Megatron asks; leaving out n2, where the rerun must not run again"),
+    (None, "requeued as Megatron asks; no host left out: the log does not name the machine the rerun must avoid"),
+    ("vm", "requeued as Megatron asks; no host left out: vm, named by the log, is none of the attempt's nodes "
+           "(n1, n2)"),
+])
+def test_megatrons_resume_leaves_out_the_machine_its_rerun_must_avoid(tmp_path, named, said):
+    """Exit code 16: the state machine reruns the iteration on another GPU. The machine it names (os.uname(), perhaps
+    fully qualified) is left out as the job's node of that name; every rank exits 16, so srun's first failing task
+    names no one; a machine that is none of the job's nodes (emulated nodes on one machine) is not left out."""
+    errors = ([FIRST_RERUN.format(named)] if named else []) + [
+        RESUME, "srun: error: n1: task 0: Exited with exit code 16", "srun: error: n2: task 1: Exited with exit code 16"]
+    result = run_attempt(tmp_path, 0, [iteration_line(11)], srun_status=16, srun_errors=errors)
+    assert result.returncode == 0, result.stderr
+    assert said in (tmp_path / "slurm-7.out").read_text()
+    updates = [call for call in calls(tmp_path) if "ExcNodeList" in call]
+    assert updates == (["scontrol update JobId=7 ExcNodeList=n2"] if named == "n2.cluster.example" else [])
+    (decision,) = decisions(tmp_path)
+    assert decision["hosts"] in said and decision["resume_asked"] is True
+
+
+HOSTILE = ["n1 n2", "n1;reboot", "n1,n2", "$(reboot)", "`id`", "n[1-2]", "-n1", "n1\nn2", "n" * 65, "x" * (1 << 20)]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_a_hostile_host_name_never_reaches_a_command(name):
+    from launcher import slurm_names
+
+    end_ = Triage(INFRASTRUCTURE, "GPU error (CUDA/Xid)", 1, 0, name, host_fault=True)
+    for job_nodes in (None, ("n1", "n2"), (name, "n1")):
+        decision = decide([end_], job_nodes=job_nodes)
+        assert decision.exclude == () and decision.left_out == ()
+    assert slurm_names.node_name(name) is None
+    assert decide([end(INFRASTRUCTURE)], excluded=[name, "n3"]).exclude == ("n3",)
+
+
+def test_a_hostile_node_list_runs_no_scontrol(tmp_path, monkeypatch):
+    from launcher.runs import requeue_policy
+
+    ran: list[list[str]] = []
+    monkeypatch.setattr(requeue_policy, "_command", lambda argv: ran.append(argv) or "n1\n")
+    for value in ["n1;reboot", "$(reboot)", "n1 n2", "", "n" * 70_000]:
+        assert requeue_policy.attempt_nodes(value) is None
+    assert ran == []
+    assert requeue_policy.attempt_nodes("n[1-2]") == ["n1"] and ran == [["scontrol", "show", "hostnames", "n[1-2]"]]
+    monkeypatch.setattr(requeue_policy, "_command", lambda argv: "n1\nn2;reboot\n")
+    assert requeue_policy.attempt_nodes("n[1-2]") is None  # an answer with a name that is no node name: no list
+
+
+@pytest.mark.parametrize(("listed", "said"), [
+    ([f"n{i}" for i in range(10_000)], "10000 names, more than the 64 the launcher ever leaves out"),
+    (["x" * (1 << 20), "n3", "a b", "$(reboot)"], "3 value(s) that are no Slurm node name"),
+])
+def test_a_hostile_list_of_hosts_left_out_is_not_taken(tmp_path, listed, said):
+    """The manifest's excluded_nodes is read back from the run directory: a list the launcher could not have written
+    is not taken, and the decision says so."""
+    run_attempt(tmp_path, 0, [iteration_line(10)], srun_status=0)  # the run directory and its manifest
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**manifest, "excluded_nodes": listed}))
+    result = run_attempt(tmp_path, 1, [iteration_line(20), "srun: error: Node failure on n2"])
+    assert result.returncode == 0, result.stderr
+    updates = [call for call in calls(tmp_path) if "ExcNodeList" in call]
+    assert updates == [f"scontrol update JobId=7 ExcNodeList={'n3,n2' if len(listed) == 4 else 'n2'}"]
+    (decision,) = decisions(tmp_path)
+    assert f"manifest.json's excluded_nodes: {said}, not taken" in decision["hosts"]
+
+
+def test_the_batch_script_passes_scontrol_no_list_that_is_not_node_names(tmp_path):
+    """The policy's list reaches scontrol as one argument; a list that is not node names (a policy gone wrong) is
+    refused by the batch script too."""
+    result = run_attempt(tmp_path, 0, [iteration_line(20)],
+                         policy=f"printf 'requeue\\nn1;touch {tmp_path}/marker,$(id)\\nwhy\\n'")
+    assert result.returncode == 0, result.stderr
+    assert not any("ExcNodeList" in call for call in calls(tmp_path)) and not (tmp_path / "marker").exists()
+    assert "not leaving out hosts: the list is no list of node names" in result.stderr
