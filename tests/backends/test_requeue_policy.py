@@ -388,8 +388,8 @@ def test_the_hosts_left_out_accumulate_over_requeues_until_the_job_would_not_fit
     assert ended[1] == ("training failed with exit status 1 (infrastructure: GPU error (CUDA/Xid) at iteration 20 "
                         "on n3; leaving out n3); requeued")
     assert ended[2].endswith("not requeued without n4: leaving it out and the 2 host(s) left out before would leave 1 "
-                             "responding node(s) of the partition for a job of 2 node(s), which would wait in the queue "
-                             "for ever); not requeued, the chain stops")
+                             "responding node(s) of the partition for a job of 2 node(s), which would wait in the "
+                             "queue for ever); not requeued, the chain stops")
     manifest = json.loads((tmp_path / "manifest.json").read_text())
     assert manifest["excluded_nodes"] == ["n2", "n3"]
     assert [(d["decision"], d["exclude"], [x["host"] for x in d["left_out"]]) for d in decisions(tmp_path)] == [
@@ -415,7 +415,8 @@ def test_megatrons_resume_leaves_out_the_machine_its_rerun_must_avoid(tmp_path, 
     fully qualified) is left out as the job's node of that name; every rank exits 16, so srun's first failing task
     names no one; a machine that is none of the job's nodes (emulated nodes on one machine) is not left out."""
     errors = ([FIRST_RERUN.format(named)] if named else []) + [
-        RESUME, "srun: error: n1: task 0: Exited with exit code 16", "srun: error: n2: task 1: Exited with exit code 16"]
+        RESUME, "srun: error: n1: task 0: Exited with exit code 16",
+        "srun: error: n2: task 1: Exited with exit code 16"]
     result = run_attempt(tmp_path, 0, [iteration_line(11)], srun_status=16, srun_errors=errors)
     assert result.returncode == 0, result.stderr
     assert said in (tmp_path / "slurm-7.out").read_text()
