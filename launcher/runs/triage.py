@@ -109,6 +109,8 @@ _NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 _TRAINING_BEGINS = "training ..."  # Megatron's print_rank_0 in pretrain() once setup is done
 _RANK = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]:")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
+# torchrun raises it (after its own traceback) to report that a rank failed: the rank's end is in its root cause
+_CHILD_FAILED = re.compile(r"^(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError:")
 _FIELD = re.compile(r"^\s*(?P<name>host|rank|exitcode|traceback)\s*: (?P<value>.*)$")
 _SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 _TRACEBACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
@@ -295,6 +297,9 @@ class AttemptReader:
         if self.traceback_open and self.exception is None and lp._EXCEPTION_RE.search(line):
             if "SignalException" in line:  # torchrun passing a signal on to its workers: the signal's, no bug
                 self.stopped_by_signal = True
+                return
+            if _CHILD_FAILED.search(stripped):  # torchrun's own raise, reporting a rank's end: its root cause says
+                self.traceback_open, self.data_frame = False, False
                 return
             if comm or _COMM_EXCEPTION.search(stripped):  # a peer's failure seen here: the cause is elsewhere
                 self.comm = self.comm or "NCCL/network error"

@@ -16,8 +16,13 @@ ITERATIONS = [" [2026-12-01 10:00:00] iteration       10/     100 | consumed sam
 
 
 def root_cause(rank: int, host: str, exitcode: str, traceback: str) -> list[str]:
-    """torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors)."""
-    return ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    """torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors), after the traceback
+    of torchrun's own raise."""
+    return ["Traceback (most recent call last):", '  File "/usr/local/bin/torchrun", line 8, in <module>',
+            "    sys.exit(main())",
+            '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/launcher/api.py", line 270, in '
+            "launch_agent", "    raise ChildFailedError(",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
             "============================================================",
             "pretrain_gpt.py FAILED",
             "------------------------------------------------------------",
