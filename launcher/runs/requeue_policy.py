@@ -295,7 +295,9 @@ def main(argv: list[str], environ: dict[str, str] | None = None) -> int:
     if signalled is not None:  # the batch script got the time-limit warning: requeued whatever the log says
         ends[-1] = time_limit_end(ends[-1], signalled)
     excluded, not_taken = excluded_nodes(run_dir / "manifest.json")
-    job_nodes = attempt_nodes(environ.get("SLURM_JOB_NODELIST"))
+    # Slurm is asked only where a host is to be left out
+    blamed = ends[-1].host_fault and ends[-1].host is not None
+    job_nodes = attempt_nodes(environ.get("SLURM_JOB_NODELIST")) if blamed else None
     decision = decide(ends, excluded, job_nodes)
     if decision.left_out:
         count = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
