@@ -47,8 +47,9 @@ MAX_MANIFEST_BYTES = 8 << 20
 MAX_COMMAND_OUTPUT = 4 << 20  # sinfo's and scontrol's answers: a node name per line
 COMMAND_SECONDS = 30
 # Slurm's own values (the job's environment): a hostlist expression and partition names, never text from a log
-_NODE_LIST = re.compile(r"[A-Za-z0-9_.,\[\]-]{1,65536}")
-_PARTITIONS = re.compile(r"[A-Za-z0-9_.,-]{1,4096}")
+# (a first letter or digit: never read as an option)
+_NODE_LIST = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,\[\]-]{0,65535}")
+_PARTITIONS = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.,-]{0,4095}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = (),
     if last.cls is not None and last.persistent:  # out of memory, a start-up error, a full disk: it comes back
         return Decision(STOP, already, f"{last.describe()}; a retry meets the same failure", last,
                         hosts="every host kept: a retry anywhere meets the same failure")
-    host, hosts = _host_to_leave_out(last, already, job_nodes)
+    host, hosts = _host_to_leave_out(last, already, None if job_nodes is None else tuple(job_nodes))
     left_out = (host,) if host else ()
     exclude = (*already, *left_out)
     if last.cls == triage.INFRASTRUCTURE:
@@ -104,7 +105,7 @@ def decide(ends: list[triage.Triage], excluded: Iterable[str] = (),
 
 
 def _host_to_leave_out(end: triage.Triage, already: tuple[str, ...],
-                       job_nodes: Iterable[str] | None) -> tuple[str | None, str]:
+                       job_nodes: tuple[str, ...] | None) -> tuple[str | None, str]:
     """The host `end` blames that the next attempt should not get, and what was done about hosts, in words."""
     if end.resume_asked and not end.host_fault:  # every rank exits 16: the first task srun saw end is no culprit
         return None, "no host left out: the log does not name the machine the rerun must avoid"
@@ -117,7 +118,7 @@ def _host_to_leave_out(end: triage.Triage, already: tuple[str, ...],
     node = slurm_names.job_node(end.host, job_nodes)
     if node is None:
         shown = end.host if slurm_names.host_name(end.host) else "a name that is no host name"
-        nodes = f" ({_shown(list(job_nodes))})" if job_nodes is not None else ""
+        nodes = f" ({_shown(job_nodes)})" if job_nodes is not None else ""
         return None, f"no host left out: {shown}, named by the log, is none of the attempt's nodes{nodes}"
     if node in already:
         return None, f"{node} was left out already"
@@ -126,7 +127,7 @@ def _host_to_leave_out(end: triage.Triage, already: tuple[str, ...],
     return node, f"leaving out {node}" + (", where the rerun must not run again" if end.resume_asked else "")
 
 
-def _shown(names: list[str], most: int = 8) -> str:
+def _shown(names: tuple[str, ...], most: int = 8) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
@@ -155,7 +156,9 @@ def responding_nodes(partition: str | None) -> set[str] | None:
     """The partition's nodes that respond (`sinfo -h -N -r -o %N`), or None where sinfo gives no answer. Asked
     before the requeue: `scontrol requeue` has Slurm send SIGTERM to every process of the job, sinfo included."""
     argv = ["sinfo", "-h", "-N", "-r", "-o", "%N"]
-    if partition and _PARTITIONS.fullmatch(partition):
+    if partition:
+        if not _PARTITIONS.fullmatch(partition):
+            return None  # not Slurm's: every partition's nodes would be counted
         argv += ["-p", partition]
     out = _command(argv)
     return None if out is None else {name for name in out.split() if slurm_names.node_name(name)}

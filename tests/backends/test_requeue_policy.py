@@ -446,8 +446,10 @@ def test_a_hostile_node_list_runs_no_scontrol(tmp_path, monkeypatch):
 
     ran: list[list[str]] = []
     monkeypatch.setattr(requeue_policy, "_command", lambda argv: ran.append(argv) or "n1\n")
-    for value in ["n1;reboot", "$(reboot)", "n1 n2", "", "n" * 70_000]:
+    for value in ["n1;reboot", "$(reboot)", "n1 n2", "", "-n1", "n" * 70_000]:
         assert requeue_policy.attempt_nodes(value) is None
+    for value in ["debug;reboot", "-x", "a b"]:
+        assert requeue_policy.responding_nodes(value) is None
     assert ran == []
     assert requeue_policy.attempt_nodes("n[1-2]") == ["n1"] and ran == [["scontrol", "show", "hostnames", "n[1-2]"]]
     monkeypatch.setattr(requeue_policy, "_command", lambda argv: "n1\nn2;reboot\n")
