@@ -248,6 +248,12 @@ def test_a_resubmitted_run_leaves_out_the_hosts_that_failed(tmp_path, launch):
     script = (run_dir / "job.sbatch").read_text()
     assert "#SBATCH --exclude=n2\n" in script and "bad host" not in script
     assert "leaving out n2" in err
+    assert "manifest.json excluded_nodes: 1 value(s) that are no Slurm node name, not taken" in err
+    (run_dir / "manifest.json").write_text(json.dumps({**manifest, "excluded_nodes": [f"n{i}" for i in range(10_000)]}))
+    code, out, err = launch("--resume", str(run_dir), "--slurm", "--megatron-path", str(tmp_path), cwd=tmp_path)
+    assert code == 0, err
+    assert "--exclude" not in (run_dir / "job.sbatch").read_text()
+    assert "excluded_nodes: 10000 names, more than the 64 the launcher ever leaves out, not taken" in err
 
 
 @pytest.mark.parametrize("name", ["slurm-7.out", "manifest.json"])
