@@ -15,13 +15,13 @@ changes a Megatron setting: every consumer reads the one ResolvedJob.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from launcher import slurm_names
 from launcher.errors import Problem, UserError
 from launcher.megatron import args as megatron_args
 from launcher.megatron.effective import effective_settings
@@ -318,15 +318,15 @@ def _exclude_failed_hosts(target: Placement, existing: ResumedRun) -> tuple[Plac
     """A resubmitted Slurm run leaves out the hosts its batch script found failing (manifest excluded_nodes,
     launcher/runs/requeue_policy.py): --exclude, unless the preset's extra_sbatch already says where to run."""
     settings = target.slurm_settings
-    hosts = existing.manifest.get("excluded_nodes")
-    if settings is None or not isinstance(hosts, list):
+    if settings is None:
         return target, []
-    names = [h for h in hosts if isinstance(h, str) and re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}", h)][:64]
+    names, not_taken = slurm_names.node_names(existing.manifest.get("excluded_nodes"))
+    notes = [f"manifest.json excluded_nodes: {not_taken}, not taken"] if not_taken else []
     if not names or any(o.startswith(("--exclude", "-x", "--nodelist", "-w")) for o in settings.extra_sbatch):
-        return target, []
+        return target, notes
     option = f"--exclude={','.join(names)}"
     return (replace(target, slurm_settings=replace(settings, extra_sbatch=(*settings.extra_sbatch, option))),
-            [f"leaving out {', '.join(names)}: an earlier attempt failed there (manifest.json excluded_nodes)"])
+            [*notes, f"leaving out {', '.join(names)}: an earlier attempt failed there (manifest.json excluded_nodes)"])
 
 
 def resume_note(existing: ResumedRun, megatron: Mapping[str, Any]) -> str:

@@ -44,9 +44,20 @@ _SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<hos
 # other ranks then die by SIGKILL or in their collectives, which says nothing more.
 _HOST_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event"
                        r"|srun: error: \S+: tasks? [\d,-]+: Out Of Memory")
+_SRUN_OOM = re.compile(r"srun: error: (?P<host>[\w.-]{1,300}): tasks? [\d,-]+: Out Of Memory")
 _SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
                         r"(?P<code>\d+)|Killed|Terminated)")
+# The kernel's Xid line as syslog writes it ("Dec  1 10:00:00 gpu-7 kernel: NVRM: Xid ..."), where a prolog or a
+# health check copies it into the job's log: it names the machine.
+_SYSLOG_XID = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]{1,300}) kernel: (?:\[[\d. ]+\] )?NVRM: Xid")
+# NCCL's own lines (NCCL_DEBUG=WARN or INFO) start with the machine's name: "gpu-7:4242:4300 [3] NCCL WARN ...".
+# A line about a peer (its failure seen here) names the wrong machine; the others say what failed on this one.
+_NCCL_WARN = re.compile(r"^(?P<host>[\w.-]{1,300}):\d{1,10}:\d{1,10} \[\d{1,5}\] (?:\S{1,200} )?NCCL WARN ")
+_NCCL_PEER = re.compile(r"remote|peer|[Cc]onnection (?:closed|reset)|closed by")
+# ncclSystemError: a system call, a library (libibverbs, CUDA) or the device failed on the host that says it
+_NCCL_SYSTEM = re.compile(r"unhandled system error|ncclSystemError")
+MAX_NCCL_HOSTS = 16  # machines told apart for "one host's NCCL system error"; more: no one host
 # Failures of the collectives: seen on the ranks that waited for one that had failed (or hung), so they are the cause
 # only where no rank failed by itself (an out-of-memory rank leaves every other rank in an NCCL timeout).
 # "A.{0,400}B", not "A.*B": a search tries each place A occurs and `.*` runs to the line's end from each, which is
@@ -98,6 +109,8 @@ _NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 _TRAINING_BEGINS = "training ..."  # Megatron's print_rank_0 in pretrain() once setup is done
 _RANK = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]:")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
+# torchrun raises it (after its own traceback) to report that a rank failed: the rank's end is in its root cause
+_CHILD_FAILED = re.compile(r"^(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError:")
 _FIELD = re.compile(r"^\s*(?P<name>host|rank|exitcode|traceback)\s*: (?P<value>.*)$")
 _SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 _TRACEBACK_FILE = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+')
@@ -121,6 +134,12 @@ RERUN_EXIT_LINES = {
     "Exiting now. Please resume the job from the same checkpoint to rerun the last iteration and establish a "
     "diagnostic": RESUME_TO_DISAMBIGUATE,
 }
+# The machine the state machine wants the iteration rerun away from (os.uname()[1]): its first rerun reproduced the
+# result on the same GPU, or the job came back to that GPU.
+_RERUN_NODE = re.compile(r"Rank \d{1,9}, node (?P<host>[\w.-]{1,300}), device \d{1,5}, iteration #?\d{1,18}: First "
+                         r"rerun: unexpected result is reproducible within the tolerance"
+                         r"|Got rescheduled on the same GPU\. Need to resume again from the same checkpoint \(node: "
+                         r"(?P<again>[\w.-]{1,300}), gpu: \d{1,5}\)")
 _SRUN_EXIT_CODE = re.compile(r"Exited with exit code (?P<code>\d+)")
 MAX_REASON = 200
 MAX_SIGNAL = 64  # Linux's signal numbers (SIGRTMAX)
@@ -137,6 +156,9 @@ class Triage:
     host: str | None = None  # its host
     persistent: bool = False  # a retry meets the same failure (out of memory, a start-up error, a full disk)
     resume_asked: bool = False  # Megatron asked for the resume itself (RESUME_TO_DISAMBIGUATE): always requeued
+    # the cause is the machine `host` (None: the log names none): a GPU/ECC/Xid error, a node failure, the OOM
+    # killer, one machine's NCCL system error, or the machine Megatron's rerun must avoid
+    host_fault: bool = False
 
     def describe(self) -> str:
         if self.cls is None:
@@ -148,7 +170,7 @@ class Triage:
 
     def as_dict(self) -> dict:
         return {"class": self.cls, **{k: v for k, v in asdict(self).items()
-                                      if k != "cls" and (k != "resume_asked" or v)}}
+                                      if k != "cls" and (k not in ("resume_asked", "host_fault") or v)}}
 
 
 def failure_record(record: object) -> dict | None:
@@ -170,10 +192,15 @@ class AttemptReader:
         self.parser = lp.LogParser()
         self.iteration: int | None = None
         self.loaded: int | None = None
-        self.infra: tuple[str, str | None] | None = None  # (reason, host): the host's or the scheduler's end
+        # (reason, host, whether the host is to blame): the host's or the scheduler's end
+        self.infra: tuple[str, str | None, bool] | None = None
         self.comm: str | None = None  # a collective's failure (the cause only where no rank failed by itself)
         self.oom = False
         self.host_oom = False  # the OOM killer, as Slurm reports it
+        self.host_oom_host: str | None = None  # the machine srun says it struck
+        self.nccl_system = False  # NCCL's "unhandled system error"
+        self.nccl_hosts: dict[str, None] = {}  # machines whose NCCL lines say something failed there
+        self.rerun_host: str | None = None  # the machine the rerun state machine wants the iteration rerun away from
         self.training_began = False
         self.exception_at_startup = False  # the exception came before training began
         self.nan: str | None = None
@@ -225,20 +252,31 @@ class AttemptReader:
             return
         if step := _SLURMSTEPD.search(line):
             why = {"TIME LIMIT": "time limit", "PREEMPTION": "preempted", "NODE FAILURE": "node failure"}[step["why"]]
-            self.infra = self.infra or (f"{why} (slurmstepd)", step["host"])
+            # the host slurmstepd names is its own, where it saw the cancel: a failed node is another one
+            self.infra = self.infra or (f"{why} (slurmstepd)", step["host"], False)
             return
         if _HOST_OOM.search(line):
             self.host_oom = True
+            if oom := _SRUN_OOM.search(line):
+                self.host_oom_host = self.host_oom_host or oom["host"]
             return
         if node := _SRUN_NODE_FAIL.search(line):
-            self.infra = self.infra or ("node failure (srun)", node["host"])
+            self.infra = self.infra or ("node failure (srun)", node["host"], True)
             return
         if task := _SRUN_TASK.search(line):
             self.task = self.task or (task["host"], task["what"])
             return
         for reason, pattern in _HOST:
             if self.infra is None and pattern.search(line):
-                self.infra = (reason, None)
+                syslog = _SYSLOG_XID.match(line)
+                self.infra = (reason, syslog["host"] if syslog else None, True)
+        if "NCCL" in line:
+            self.nccl_system = self.nccl_system or _NCCL_SYSTEM.search(line) is not None
+            warn = _NCCL_WARN.match(line)
+            if warn and not _NCCL_PEER.search(line) and len(self.nccl_hosts) <= MAX_NCCL_HOSTS:
+                self.nccl_hosts[warn["host"]] = None
+        if ("rerun" in line or "rescheduled" in line) and (rerun := _RERUN_NODE.search(line)):
+            self.rerun_host = rerun["host"] or rerun["again"]
         comm = next((reason for reason, pattern in _COMM if pattern.search(line)), None)
         self.comm = self.comm or comm
         if _OOM.search(line):
@@ -259,6 +297,9 @@ class AttemptReader:
         if self.traceback_open and self.exception is None and lp._EXCEPTION_RE.search(line):
             if "SignalException" in line:  # torchrun passing a signal on to its workers: the signal's, no bug
                 self.stopped_by_signal = True
+                return
+            if _CHILD_FAILED.search(stripped):  # torchrun's own raise, reporting a rank's end: its root cause says
+                self.traceback_open, self.data_frame = False, False
                 return
             if comm or _COMM_EXCEPTION.search(stripped):  # a peer's failure seen here: the cause is elsewhere
                 self.comm = self.comm or "NCCL/network error"
@@ -307,18 +348,24 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         cls, reason = SLURM_STATES[state]
         return Triage(cls, reason, iteration, rank, (r.infra[1] if r.infra else None) or host)
     if r.host_oom:
-        return Triage(TRAINING, "host out of memory (the OOM killer, said by Slurm)", iteration, rank, host)
+        return Triage(TRAINING, "host out of memory (the OOM killer, said by Slurm)", iteration, rank,
+                      r.host_oom_host or host, host_fault=True)
     if r.infra is not None:
-        reason, infra_host = r.infra
-        return Triage(INFRASTRUCTURE, reason, iteration, rank, infra_host or host)
+        reason, infra_host, blamed = r.infra
+        return Triage(INFRASTRUCTURE, reason, iteration, rank, infra_host or host, host_fault=blamed)
     # a rank's own failure before the collectives' timeouts and aborts it leaves on the others
     if r.oom:
         return Triage(TRAINING, "CUDA out of memory", iteration, rank, host, persistent=True)
     if r.exception is not None:
         return _exception_end(r, iteration, rank, host)
     if (rerun := _rerun_exit(r, exit_code)) is not None:
-        return Triage(TRAINING, RERUN_EXITS[rerun], iteration, rank, host,
-                      persistent=rerun == FAILED_ON_RESULT_VALIDATION, resume_asked=rerun == RESUME_TO_DISAMBIGUATE)
+        resume = rerun == RESUME_TO_DISAMBIGUATE
+        # every rank exits 16: the machine is the one the state machine names, not the first rank srun saw end
+        away = resume and r.rerun_host is not None
+        return Triage(TRAINING, RERUN_EXITS[rerun], iteration, rank, r.rerun_host if away else host,
+                      persistent=rerun == FAILED_ON_RESULT_VALIDATION, resume_asked=resume, host_fault=away)
+    if r.nccl_system:
+        return _nccl_system_end(r, iteration, rank)
     if r.comm is not None:
         return Triage(INFRASTRUCTURE, r.comm, iteration, rank, host)
     if r.nan is not None:
@@ -338,6 +385,19 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
     if exit_code not in (None, 0) or r.root or r.task:
         return Triage(None, f"failed (exit status {exit_code}) without a cause in the log", iteration, rank, host)
     return Triage(None, "no failure in the log", iteration, rank, host)
+
+
+def _nccl_system_end(r: AttemptReader, iteration: int | None, rank: int | None) -> Triage:
+    """NCCL's "unhandled system error": a system call, a library or the device failed where it was raised. The other
+    machines see that one vanish (remote errors, timeouts), so a machine is named only where the NCCL lines of one
+    machine alone say that something failed there."""
+    hosts = list(r.nccl_hosts)
+    if len(hosts) == 1:
+        return Triage(INFRASTRUCTURE, "NCCL system error (unhandled system error)", iteration, rank, hosts[0],
+                      host_fault=True)
+    said = (f"{MAX_NCCL_HOSTS}+" if len(hosts) > MAX_NCCL_HOSTS else str(len(hosts))) if hosts else "no"
+    return Triage(INFRASTRUCTURE, f"NCCL system error (unhandled system error; {said} machine(s) say a failure of "
+                  "their own in NCCL's lines: no one machine named)", iteration, rank, None, host_fault=True)
 
 
 def _rerun_exit(r: AttemptReader, exit_code: int | None) -> int | None:

@@ -25,7 +25,9 @@ def start_attempt(tmp_path: Path, granted: int, srun: str = "exit 0"
     bin_dir.mkdir()
     (tmp_path / "manifest.json").write_text("{}")
     for name, body in {"srun": f'echo "srun $*" >> {tmp_path}/calls; {srun}',
-                       "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && echo n1; exit 0',
+                       # `scontrol show hostnames n[1-N]`: the granted nodes
+                       "scontrol": f'echo "scontrol $*" >> {tmp_path}/calls; [ "$1" = show ] && seq 1 {granted} | '
+                                   'sed s/^/n/; exit 0',
                        "squeue": "exit 0", "scancel": "exit 0", "sinfo": "printf 'n1\\nn2\\nn3\\nn4\\n'",
                        "python3": f'exec {sys.executable} -S "$@"'}.items():
         (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")

@@ -3,7 +3,8 @@ job without its node (Slurm's ExcNodeList, the manifest's excluded_nodes, the ne
 same Python error at the same iteration twice stops the chain with its reason; the time-limit warning requeues;
 `launch runs` shows each class. The ranks run tests/slurm_jobs/faulty_trainer.py under the job's real torchrun, so
 the failure reaches the policy as it would from Megatron: the traceback and torchrun's root cause on the job's
-standard error, srun's error line naming Slurm's node.
+standard error, srun's error line naming Slurm's node; Megatron's exit code 16 leaves out the node its rerun state
+machine names.
 
 Each job is one node with one GPU, so the cluster's other node is free for the next attempt. Every wait is for a
 state (scontrol's job state, a record in sacct); the bound only ends a test that would otherwise hang.
@@ -111,6 +112,24 @@ def test_a_gpu_failure_requeues_the_job_without_its_node(launch, two_nodes, tmp_
     code, report, err = launch("report", str(run_dir), env=two_nodes)
     assert ("failures:           attempt 1: infrastructure: GPU error (CUDA/Xid) at iteration 3, first failing "
             f"rank 0 on {failed_on}") in report, report + err
+
+
+def test_megatrons_request_to_rerun_elsewhere_requeues_the_job_without_its_node(launch, two_nodes, tmp_path):
+    """Exit code 16 (the rerun state machine): the node its line names is left out, the next attempt runs on the
+    other one."""
+    job_id, run_dir = submit(launch, two_nodes, tmp_path, "rerun,none")
+    fields = wait_for_job(job_id, two_nodes, timeout=JOB_SECONDS)
+    log = logs(run_dir, job_id)
+    assert fields["JobState"] == "COMPLETED" and fields["Restarts"] == "1", log
+    assert wait_for_sacct(job_id, two_nodes, 2, JOB_SECONDS) == ["REQUEUED", "COMPLETED"], log
+    (_, failed_on), (_, second_on) = sacct_attempts(job_id, two_nodes)
+    assert failed_on != second_on and fields["ExcNodeList"] == failed_on, sacct_attempts(job_id, two_nodes)
+    assert f"requeued as Megatron asks; leaving out {failed_on}, where the rerun must not run again); requeued" in log
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["excluded_nodes"] == [failed_on]
+    (decision,) = manifest["requeue_decisions"]
+    assert (decision["resume_asked"], decision["host"], decision["left_out"][0]["host"]) == (True, failed_on,
+                                                                                             failed_on)
 
 
 def test_the_same_python_error_twice_stops_the_chain_with_the_reason(launch, two_nodes, tmp_path):

@@ -16,8 +16,13 @@ ITERATIONS = [" [2026-12-01 10:00:00] iteration       10/     100 | consumed sam
 
 
 def root_cause(rank: int, host: str, exitcode: str, traceback: str) -> list[str]:
-    """torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors)."""
-    return ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    """torchrun's ChildFailedError summary (torch/distributed/elastic/multiprocessing/errors), after the traceback
+    of torchrun's own raise."""
+    return ["Traceback (most recent call last):", '  File "/usr/local/bin/torchrun", line 8, in <module>',
+            "    sys.exit(main())",
+            '  File "/usr/local/lib/python3.12/dist-packages/torch/distributed/launcher/api.py", line 270, in '
+            "launch_agent", "    raise ChildFailedError(",
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
             "============================================================",
             "pretrain_gpt.py FAILED",
             "------------------------------------------------------------",
@@ -431,3 +436,128 @@ def test_megatrons_failed_validation_code_stops_at_once(lines, exit_code):
 def test_another_exit_code_after_a_nan_is_no_rerun_exit():
     found = triage_lines(ITERATIONS + UNEXPECTED + root_cause(1, "gpu-h1", "1", "To enable traceback"), 1)
     assert not found.resume_asked and not found.persistent and "exit code" not in found.reason
+
+
+# ---- the host a fault blames: named in each form a log says it ----
+
+ECC = ["RuntimeError: CUDA error: uncorrectable ECC error encountered",
+       "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below might be "
+       "incorrect.", "For debugging consider passing CUDA_LAUNCH_BLOCKING=1",
+       "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."]
+NCCL_SYSTEM = traceback(5, ["/mlm/megatron/core/distributed/param_and_grad_buffer.py"],
+                        "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/"
+                        "ProcessGroupNCCL.cpp:2006, unhandled system error (run with NCCL_DEBUG=INFO for details), "
+                        "NCCL version 2.21.5") + [
+    "[rank5]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+    "[rank5]: Last error:", "[rank5]: Call to ibv_reg_mr_iova2 failed with error Cannot allocate memory"]
+NCCL_PEER_SEEN = ("gpu-f7:51234:51500 [1] transport/net_ib.cc:1106 NCCL WARN NET/IB : Got completion from peer "
+                  "10.1.0.6<40123> with status=5 opcode=0 len=0 vendor err 249 (Recv) localGid ::ffff:10.1.0.7")
+NCCL_OWN = "gpu-f6:41234:41500 [5] misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr_iova2 failed with error Cannot " \
+           "allocate memory"
+FIRST_RERUN = ("[default1]:ERROR:megatron.core.rerun_state_machine:Rank 1, node gpu-h2.cluster.example, device 1, "
+               "iteration #11: First rerun: unexpected result is reproducible within the tolerance (nan = nan). Need "
+               "to rerun on a different GPU to verify correctness.!")
+SAME_GPU_AGAIN = ("[default1]:ERROR:megatron.core.rerun_state_machine:Got rescheduled on the same GPU. Need to resume "
+                  "again from the same checkpoint (node: gpu-h3, gpu: 1)")
+AGAIN_WARNING = ("[default0]:WARNING:megatron.core.rerun_state_machine:Exiting now. Please resume the job from the "
+                 "same "
+                 "checkpoint to rerun the last iteration and establish a diagnostic")
+
+HOST_FAULTS = {
+    "a GPU's ECC error, the node from srun's failing task": (
+        ITERATIONS + [f"[rank3]: {line}" for line in ECC]
+        + ["srun: error: gpu-b3: task 1: Exited with exit code 1", "srun: error: gpu-b4: task 0: Killed"],
+        1, "GPU error (CUDA/Xid)", "gpu-b3"),
+    "a GPU's ECC error, the machine from torchrun's root cause": (
+        ITERATIONS + [f"[rank3]: {line}" for line in ECC]
+        + root_cause(3, "gpu-c4.cluster.example", "1", "To enable traceback see: https://pytorch.org"),
+        1, "GPU error (CUDA/Xid)", "gpu-c4.cluster.example"),
+    "an Xid as syslog writes it": (
+        ITERATIONS + ["Dec  1 10:00:02 gpu-c5 kernel: [12345.678901] NVRM: Xid (PCI:0000:1b:00): 48, pid=4242, "
+                      "name=python, An uncorrectable double bit error (DBE) has been detected on GPU in the "
+                      "framebuffer "
+                      "at partition 7, subpartition 0."], 1, "GPU error (CUDA/Xid)", "gpu-c5"),
+    "a dead node": (ITERATIONS + ["srun: error: Node failure on gpu-e5",
+                                  "srun: error: gpu-e6: task 1: Killed"], 1, "node failure (srun)", "gpu-e5"),
+    "the OOM killer": (
+        ITERATIONS + ["slurmstepd: error: Detected 1 oom_kill event in StepId=7.0. Some of the step tasks have been "
+                      "OOM Killed.", "srun: error: gpu-d2: task 1: Out Of Memory",
+                      "srun: error: gpu-d1: task 0: Killed"], 1, "host out of memory", "gpu-d2"),
+    "one machine's NCCL system error": (
+        ITERATIONS + NCCL_SYSTEM + [NCCL_OWN, NCCL_PEER_SEEN], 1, "NCCL system error", "gpu-f6"),
+    "the machine Megatron's rerun must avoid": (
+        ITERATIONS + UNEXPECTED
+        + [FIRST_RERUN, RESUME_WARNING, "srun: error: gpu-h1: task 0: Exited with exit code 16"],
+        16, "exit code 16", "gpu-h2.cluster.example"),
+    "the machine the job came back to": (
+        ITERATIONS + [SAME_GPU_AGAIN, AGAIN_WARNING] + root_cause(0, "gpu-h9", "16", "To enable traceback"), 1,
+        "exit code 16", "gpu-h3"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOST_FAULTS))
+def test_a_fault_of_a_host_names_that_host(case):
+    lines, code, said, host = HOST_FAULTS[case]
+    found = triage_lines(lines, code)
+    assert said in found.reason and (found.host, found.host_fault) == (host, True), found
+    assert found.as_dict()["host_fault"] is True
+
+
+NO_HOST = {
+    "a GPU error no line places": (ITERATIONS + [f"[rank3]: {line}" for line in ECC], 1, "GPU error"),
+    "an NCCL system error without NCCL's lines": (ITERATIONS + NCCL_SYSTEM, 1, "no machine(s)"),
+    "an NCCL system error two machines say": (
+        ITERATIONS + NCCL_SYSTEM + [NCCL_OWN, NCCL_OWN.replace("gpu-f6", "gpu-f8")], 1, "2 machine(s)"),
+    "Megatron's resume without its node line": (ITERATIONS + UNEXPECTED + [RESUME_WARNING]
+                                                + ["srun: error: gpu-h1: task 0: Exited with exit code 16"], 16,
+                                                "exit code 16"),
+}
+
+
+@pytest.mark.parametrize("case", list(NO_HOST))
+def test_a_fault_of_a_host_the_log_does_not_place_names_none(case):
+    """Every rank exits 16, and every machine sees a peer's NCCL failure: the first task srun saw end is no culprit."""
+    lines, code, said = NO_HOST[case]
+    found = triage_lines(lines, code)
+    assert said in found.reason, found
+    assert found.host is None or not found.host_fault, found
+
+
+@pytest.mark.parametrize("line", [
+    "slurmstepd: error: *** JOB 7 ON gpu-a3 CANCELLED AT 2026-12-01T10:00:00 DUE TO NODE FAILURE, SEE SLURMCTLD LOG "
+    "FOR DETAILS ***",  # slurmstepd names its own node, where it saw the cancel
+    "slurmstepd: error: *** JOB 7 ON gpu-a3 CANCELLED AT 2026-12-01T10:00:00 DUE TO TIME LIMIT ***",
+    "[rank1]:[E1201 10:00:00 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
+    "WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+])
+def test_an_end_that_says_nothing_against_the_host_it_names_blames_none(line):
+    found = triage_lines([*ITERATIONS, line, "srun: error: gpu-a4: task 1: Exited with exit code 1"], 1)
+    assert found.cls == INFRASTRUCTURE and not found.host_fault and "host_fault" not in found.as_dict()
+
+
+@pytest.mark.parametrize("name", ["gpu 7", "gpu-7;reboot", "$(reboot)", "`id`", "x" * 60_000])
+def test_a_hostile_name_in_a_root_cause_reaches_no_decision(name):
+    from launcher.runs.requeue_policy import decide
+
+    found = triage_lines(ITERATIONS + [f"[rank3]: {line}" for line in ECC]
+                         + root_cause(3, name, "1", "To enable traceback"), 1)
+    assert found.host_fault
+    assert decide([found], job_nodes=None).exclude == ()
+    assert decide([found], job_nodes=("gpu-7", "gpu-8")).exclude == ()
+
+
+def test_the_rerun_node_lines_are_megatrons_at_the_pin():
+    """The two lines that name the machine a rerun must avoid, written from the pin's own formats, name it."""
+    import ast
+
+    tree = _pin_rerun_state_machine()
+    formats = {"".join(part.value if isinstance(part, ast.Constant) else "{}" for part in node.values)
+               for node in ast.walk(tree) if isinstance(node, ast.JoinedStr)}
+    failure = "Rank {}, node {}, device {}, iteration #{}: {}!"  # log_failure's
+    reproduced = next(f for f in formats if f.startswith("First rerun: unexpected result is reproducible"))
+    again = next(f for f in formats if f.startswith("Got rescheduled on the same GPU"))
+    assert failure in formats
+    first = failure.format(1, "gpu-h2", 1, 11, reproduced.format("nan", "nan"))
+    for line, host in [(first, "gpu-h2"), (again.format("gpu-h3", 1), "gpu-h3")]:
+        found = triage_lines([*ITERATIONS, f"[default1]:ERROR:megatron.core.rerun_state_machine:{line}"], 16)
+        assert (found.resume_asked, found.host, found.host_fault) == (True, host, True), line

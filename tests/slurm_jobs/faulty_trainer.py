@@ -5,6 +5,9 @@ TRAINER_FAULTS lists one end per attempt (SLURM_RESTART_COUNT picks; past the li
     none      three iterations, then a normal end (exit 0)
     gpu       three iterations, then the CUDA error a failing GPU raises (an infrastructure failure of this host)
     keyerror  three iterations, then a Python exception in the training code (the same each time)
+    rerun     three iterations, then Megatron's rerun state machine asking for the iteration to be rerun on another
+              GPU (its two log lines, exit code 16), naming as its machine Slurm's name for this node (a cluster
+              whose host names are its node names; os.uname() here is one machine for every emulated node)
     wait      iterations until SIGTERM (Megatron's --exit-signal-handler), then "exiting program" and exit 0
 Like Megatron, it prints its iteration lines on rank 0's standard output and lets an exception's traceback go to
 standard error. It imports no torch (torchrun, which does, still starts and watches it).
@@ -42,6 +45,14 @@ def main() -> int:
         return 0
     if fault == "gpu":
         raise RuntimeError("CUDA error: unspecified launch failure")
+    if fault == "rerun":
+        node = os.environ.get("SLURMD_NODENAME", "unknown")
+        print(f"ERROR:megatron.core.rerun_state_machine:Rank {rank}, node {node}, device 0, iteration #3: First rerun: "
+              "unexpected result is reproducible within the tolerance (nan = nan). Need to rerun on a different GPU to "
+              "verify correctness.!", file=sys.stderr, flush=True)
+        print("WARNING:megatron.core.rerun_state_machine:Saving a checkpoint and exiting now. Please resume the job "
+              "from the checkpoint to rerun the last iteration and establish a diagnostic", file=sys.stderr, flush=True)
+        return 16  # EXIT_CODE_RESUME_TO_DISAMBIGUATE
     if fault == "keyerror":
         batch: dict[str, object] = {}
         return len(batch["tokens"])  # type: ignore[arg-type]
