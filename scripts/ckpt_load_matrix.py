@@ -13,8 +13,10 @@ The CPU stands in for the target where Megatron's own code cannot run here:
 - CUDA tensors are CPU tensors (launcher/inside/rehearse_worker.CudaOnCpu);
 - the distributed optimizer over torch's Adam (no Transformer Engine or apex here) cannot describe its state before
   the first step (distrib_optimizer.py state_dict: assert len(steps) == 1), which every torch_dist load of its
-  state asks for; the target's fused Adam (TE's or apex's) can. A fresh optimizer's state dict is given as the
-  fused Adam's path gives it (`--torch-adam-as-is` leaves Megatron's torch-Adam path alone and shows the assertion).
+  state asks for, and looks for a per-parameter `step` the fully reshardable state never holds (KeyError: 'step',
+  distrib_optimizer.py:1167); the target's fused Adam (TE's or apex's) keeps its step in the param groups and does
+  neither. Both are given as the fused Adam's path gives them (fused_adam_stand_in; `--torch-adam-as-is` leaves
+  Megatron's torch-Adam path alone and shows the assertion).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -40,7 +43,9 @@ BASE = ["--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4"
         "--save-interval", "1000", "--transformer-impl", "local", "--no-gradient-accumulation-fusion",
         "--use-cpu-initialization", "--no-persist-layer-norm", "--no-masked-softmax-fusion",
         "--no-bias-gelu-fusion", "--no-bias-dropout-fusion", "--no-rope-fusion", "--log-interval", "1"]
-PRECISION = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
+# fp16's dynamic loss scale starts at 2^32: its first steps overflow and are skipped, leaving no Adam state to save
+PRECISION = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16", "--initial-loss-scale", "1024"]}
+FULLY = ["--dist-ckpt-optim-fully-reshardable"]
 DISTOPT = ["--use-distributed-optimizer"]
 SHIM_ENV = "CKPT_MATRIX_TORCH_ADAM_AS_IS"
 
@@ -59,6 +64,10 @@ def _p(name: str, distopt: bool) -> tuple[str, ...]:
     return (*PRECISION[name], *(DISTOPT if distopt else ()))
 
 
+def _f(name: str) -> tuple[str, ...]:
+    return (*_p(name, True), *FULLY)
+
+
 def cells() -> list[Cell]:
     out = []
     for dist in (False, True):
@@ -68,6 +77,9 @@ def cells() -> list[Cell]:
                 if new != old:
                     out.append(Cell(f"{tag}-{old}-to-{new}", _p(old, dist), _p(new, dist),
                                     what=f"torch_dist, {tag} optimizer: saved {old}, loaded {new}"))
+    for old, new in (("bf16", "fp32"), ("fp32", "bf16"), ("bf16", "fp16")):
+        out.append(Cell(f"fully-{old}-to-{new}", _f(old), _f(new),
+                        what=f"distributed optimizer saved fully_reshardable: saved {old}, loaded {new}"))
     out += [
         Cell("plain-bf16-same", _p("bf16", False), _p("bf16", False), what="baseline: unchanged resume"),
         Cell("distopt-bf16-same", _p("bf16", True), _p("bf16", True), what="baseline: unchanged resume"),
@@ -78,12 +90,29 @@ def cells() -> list[Cell]:
         Cell("bf16-distopt-to-plain", _p("bf16", True), _p("bf16", False), what="use_distributed_optimizer off"),
         Cell("fp32-plain-to-distopt", _p("fp32", False), _p("fp32", True), what="use_distributed_optimizer on"),
         Cell("fp32-distopt-to-plain", _p("fp32", True), _p("fp32", False), what="use_distributed_optimizer off"),
+        Cell("bf16-fully-to-plain", _f("bf16"), _p("bf16", False),
+             what="use_distributed_optimizer off, its state saved fully_reshardable"),
+        Cell("bf16-plain-to-fully", _p("bf16", False), _f("bf16"),
+             what="use_distributed_optimizer on (fully_reshardable), a plain optimizer's state"),
+        Cell("bf16-distopt-to-plain-no-load-optim", _p("bf16", True), (*_p("bf16", False), "--no-load-optim")),
+        Cell("distopt-vocab-128-to-256", _p("bf16", True), (*_p("bf16", True), "--vocab-size", "256")),
+        Cell("fully-vocab-128-to-256", _f("bf16"), (*_f("bf16"), "--vocab-size", "256")),
+        Cell("distopt-vocab-128-to-256-no-load-optim", _p("bf16", True),
+             (*_p("bf16", True), "--vocab-size", "256", "--no-load-optim")),
+        Cell("distopt-bf16-grad-reduce-in-bf16", _p("bf16", True), (*_p("bf16", True), "--grad-reduce-in-bf16"),
+             what="the same params dtype, gradients reduced in bf16 instead of fp32"),
+        Cell("fully-bf16-grad-reduce-in-bf16", _f("bf16"), (*_f("bf16"), "--grad-reduce-in-bf16"),
+             what="the same params dtype, gradients reduced in bf16 instead of fp32"),
+        Cell("plain-fp16-same", _p("fp16", False), _p("fp16", False), what="baseline: unchanged resume"),
         Cell("format-dist-to-torch", _p("bf16", False), (*_p("bf16", False), "--ckpt-format", "torch"),
              what="a torch_dist checkpoint, the job's ckpt_format torch"),
         Cell("format-torch-to-dist", (*_p("bf16", False), "--ckpt-format", "torch"), _p("bf16", False),
              what="a torch checkpoint, the job's ckpt_format torch_dist"),
         Cell("torch-fp32-to-bf16", (*_p("fp32", False), "--ckpt-format", "torch"),
              (*_p("bf16", False), "--ckpt-format", "torch"), what="torch format, plain optimizer"),
+        Cell("torch-vocab-100-to-120", (*_p("bf16", False), "--ckpt-format", "torch", "--vocab-size", "100"),
+             (*_p("bf16", False), "--ckpt-format", "torch", "--vocab-size", "120"),
+             what="torch format, another vocabulary padded to the same 128 rows"),
         Cell("layers-2-to-4", _p("bf16", False), (*_p("bf16", False), "--num-layers", "4")),
         Cell("hidden-64-to-128", _p("bf16", False), (*_p("bf16", False), "--hidden-size", "128")),
         Cell("vocab-128-to-256", _p("bf16", False), (*_p("bf16", False), "--vocab-size", "256"),
@@ -148,7 +177,8 @@ def run(python: str, megatron: Path, flags: list[str], world: int, mode: str, st
     failed = [a for a in answers if not a["ok"]]
     if failed:
         first = min(failed, key=lambda a: a.get("time", 0))
-        return Outcome(False, first["stage"], first["error"], first["where"], first.get("facts", {}), seconds)
+        return Outcome(False, first["stage"], _innermost(first["error"]), first["where"], first.get("facts", {}),
+                       seconds)
     if code != 0 or len(answers) != world:
         tail = (out / "torchrun.log").read_text(errors="replace")[-1500:]
         return Outcome(False, "torchrun", f"exit {code}, {len(answers)} of {world} answers: {tail}", "", {}, seconds)
@@ -156,6 +186,15 @@ def run(python: str, megatron: Path, flags: list[str], world: int, mode: str, st
     losses = [x for a in answers for x in (a["facts"].get("loss") or []) if x is not None]
     facts["loss"] = losses[:1] or facts.get("loss")
     return Outcome(True, "done", facts=facts, seconds=seconds)
+
+
+def _innermost(error: str) -> str:
+    """torch.distributed.checkpoint's CheckpointException carries each rank's traceback as text: its last
+    exception is Megatron's own."""
+    if "Traceback" not in error:
+        return error
+    found = re.findall(r"(\w+(?:Error|Exception)): (.*?)(?= \(RANK \d+\)|$)", error.split("Traceback", 1)[1])
+    return f"{error.split(':', 1)[0]} from {found[-1][0]}: {found[-1][1][:400]}" if found else error
 
 
 def describe(cell: Cell, saved: Outcome, loaded: Outcome) -> str:
@@ -243,6 +282,23 @@ def fused_adam_stand_in() -> None:
         return out
 
     dopt.DistributedOptimizer.state_dict = state_dict
+    original_set = dopt.DistributedOptimizer._set_main_param_and_optimizer_states
+
+    def set_states(self, model_param, tensors):
+        """torch's Adam keeps a per-parameter `step` the fully reshardable state never holds (the fused Adam
+        keeps it in the param groups): loaded as the target loads its own states."""
+        if dopt.HAVE_APEX_OR_TE or "step" in tensors or self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            return original_set(self, model_param, tensors)
+        group_index, group_order = self.model_param_group_index_map[model_param]
+        state = self.optimizer.state[self.optimizer.param_groups[group_index]["params"][group_order]]
+        step = state.pop("step", None)
+        try:
+            return original_set(self, model_param, tensors)
+        finally:
+            if step is not None:
+                state["step"] = step
+
+    dopt.DistributedOptimizer._set_main_param_and_optimizer_states = set_states
 
 
 def rank_main() -> int:

@@ -614,21 +614,20 @@ def test_fp32_against_fp16_or_bf16_with_the_torch_formats_optimizer_state_is_ref
                   "precision") == ["note"]
 
 
-@pytest.mark.parametrize(("old", "new", "said"), [({"fp16": True}, "bf16=true", "loss scale is not used"),
+@pytest.mark.parametrize("fmt", ["torch", "torch_dist"])
+@pytest.mark.parametrize(("old", "new", "said"), [({"fp16": True}, "bf16=true", "loss scale is dropped"),
                                                   ({"bf16": True}, "fp16=true", "starts at initial_loss_scale")])
-def test_fp16_against_bf16_is_accepted_with_what_changes(tmp_path, old, new, said):
-    stored = stored_at(tmp_path, "torch", **old)
-    check = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", new), stored)
-    assert levels(check, "precision") == ["note"] and said in text_of(check, "precision"), check.render()
+def test_fp16_against_bf16_loads_with_a_warning_of_what_changes(tmp_path, fmt, old, new, said):
+    stored = stored_at(tmp_path, fmt, **old)
+    check = judge(toy_job(tmp_path, f"ckpt_format={fmt}", "train_iters=200", new), stored)
+    assert levels(check, "precision") == ["warn"] and said in text_of(check, "precision"), check.render()
+    assert "cast to" in text_of(check, "precision")
 
 
-def test_a_precision_change_the_check_cannot_follow_is_a_warning_not_a_verdict(tmp_path):
-    dist = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "train_iters=200", "bf16=true"),
-                 stored_at(tmp_path, "torch_dist"))
-    assert levels(dist, "precision") == ["warn"] and "not checked here" in text_of(dist, "precision")
+def test_a_precision_change_not_measured_at_the_pin_is_a_warning_not_a_verdict(tmp_path):
     sharded = judge(toy_job(tmp_path, "ckpt_format=torch", "train_iters=200", "use_distributed_optimizer=true"),
                     stored_at(tmp_path, "torch", bf16=True, use_distributed_optimizer=True))
-    assert levels(sharded, "precision") == ["warn"] and "distributed optimizer" in text_of(sharded, "precision")
+    assert levels(sharded, "precision") == ["warn"] and "not measured" in text_of(sharded, "precision")
 
 
 def test_unchanged_precision_says_nothing_and_an_fp8_change_is_a_note(tmp_path):
