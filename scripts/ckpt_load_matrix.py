@@ -215,6 +215,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("cells", nargs="*")
     parser.add_argument("--json", help="write every outcome here")
     parser.add_argument("--list", action="store_true")
+    parser.add_argument("--keep", metavar="DIR", help="save the checkpoints under DIR and keep them")
     parser.add_argument("--torch-adam-as-is", action="store_true",
                         help="no stand-in for the target's fused Adam (the distributed optimizer's loads assert)")
     opts = parser.parse_args(argv)
@@ -233,7 +234,7 @@ def main(argv: list[str]) -> int:
         return 2
     python = os.environ.get("MEGATRON_PYTHON", sys.executable)
     chosen = [known[n] for n in opts.cells] if opts.cells else list(known.values())
-    work = Path(tempfile.mkdtemp(prefix="ckpt-load-matrix-"))
+    work = Path(opts.keep).resolve() if opts.keep else Path(tempfile.mkdtemp(prefix="ckpt-load-matrix-"))
     saves: dict[tuple, tuple[Outcome, Path]] = {}
     results = []
     try:
@@ -244,6 +245,8 @@ def main(argv: list[str]) -> int:
                 flags = [*BASE, *cell.save, "--save", str(where / "ckpt")]
                 saves[key] = (run(python, megatron, flags, cell.save_world, "train", STEPS_SAVED, where,
                                   opts.torch_adam_as_is), where / "ckpt")
+                if opts.keep:
+                    print(f"saved with {' '.join(cell.save) or 'fp32'}: {where / 'ckpt'}", flush=True)
             saved, ckpt = saves[key]
             loaded = Outcome(False, "save", "not loaded: the save failed")
             if saved.ok:
@@ -256,7 +259,8 @@ def main(argv: list[str]) -> int:
                             "load": list(cell.load), "save_world": cell.save_world, "load_world": cell.load_world,
                             "saved": saved.__dict__, "loaded": loaded.__dict__, "line": line})
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not opts.keep:
+            shutil.rmtree(work, ignore_errors=True)
     if opts.json:
         Path(opts.json).write_text(json.dumps(results, indent=1, default=str))
     return 0

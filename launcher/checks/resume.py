@@ -8,9 +8,13 @@ what the checkpoint says about itself (checks/checkpoint.py), item by item:
     layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
                change → refused
-    format     the format on disk against the job's ckpt_format; the distributed optimizer on/off
-    precision  fp32 ↔ fp16/bf16 with the torch format's optimizer state loaded → refused (the optimizer's load
-               fails); what Megatron accepts but changes (fp16 ↔ bf16, weights only, FP8) → a note
+    format     the format on disk against the job's ckpt_format
+    precision  the optimizer state against the job's optimizer, as measured at the pin (checks/optimizer_state.py):
+               what raises at load (fp32 ↔ fp16/bf16, the distributed optimizer turned on or off, a dp_reshardable
+               state at other buffer dtypes or another vocabulary) → refused with what lifts it; what loads but
+               changes the weights (fp16 ↔ bf16, a fully reshardable state's precision) → a warning; weights only,
+               FP8 → a note
+    vocabulary another vocab_size or padding: torch_dist loads it, rows zero-filled or dropped → a warning
     data       global batch, sequence length, data blend, split, seed: changed → a warning with the numbers,
                since the data order and the samples per iteration change from the resumed iteration on
     version    the checkpoint's format version and stored settings against the pinned Megatron
@@ -38,7 +42,8 @@ DERIVED = frozenset({
     "_is_global_batch_size_explicitly_specified", "consumed_train_samples", "consumed_valid_samples",
     "data_parallel_size", "params_dtype", "rank", "skipped_train_samples", "transformer_pipeline_model_parallel_size",
     "use_dist_ckpt", "use_layer_wise_distributed_optimizer", "variable_seq_lengths",
-    "virtual_pipeline_model_parallel_size", "world_size", "iteration", "num_floating_point_operations_so_far"})
+    "virtual_pipeline_model_parallel_size", "world_size", "iteration", "num_floating_point_operations_so_far",
+    "model_type"})  # model_type: training.get_model sets it
 # Flags of the pinned parser that validate_args deletes from args: a checkpoint written by the pin lacks them (as it
 # lacks the flags of extra argument providers, such as ModelOpt's, where the run had none).
 NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "model_parallel_size",

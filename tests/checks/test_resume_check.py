@@ -409,6 +409,13 @@ def test_settings_the_pin_does_not_know_say_version_skew(tmp_path):
     assert "warn" in levels(check, "version") and "a_setting_from_the_future" in text_of(check, "version")
 
 
+def test_the_model_type_get_model_stores_is_no_version_skew(tmp_path):
+    """training.get_model sets args.model_type, so every checkpoint pretrain_gpt.py saves at the pin holds it."""
+    check = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "train_iters=200"),
+                  stored_dist(tmp_path, {"model_type": "ModelType.encoder_or_decoder"}))
+    assert "model_type" not in text_of(check, "version"), check.render()
+
+
 def test_unreadable_stored_settings_are_said_not_guessed(tmp_path):
     stored = StoredCheckpoint(str(tmp_path), found=True, iteration=3, format="torch_dist",
                               unread="reading its stored settings needs torch")
