@@ -255,7 +255,7 @@ def main(argv: list[str]) -> int:
                              opts.torch_adam_as_is)
             line = describe(cell, saved, loaded)
             print(line, flush=True)
-            results.append({"cell": cell.name, "what": cell.what, "save": list(cell.save),
+            results.append({"cell": cell.name, "what": cell.what, "save": list(cell.save), "saves_at": str(ckpt),
                             "load": list(cell.load), "save_world": cell.save_world, "load_world": cell.load_world,
                             "saved": saved.__dict__, "loaded": loaded.__dict__, "line": line})
     finally:
