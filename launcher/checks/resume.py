@@ -284,7 +284,9 @@ def _vocabulary(job: Any, job_args: Mapping[str, Any], saved: Mapping[str, Any],
                       "checkpoint's tokenizer id for id, they mean other tokens")
     else:
         effect.append("only padding rows differ, but their logits take part in the softmax: the loss changes")
-    return [Item("warn", "shape", f"{said}: Megatron loads it without a word ({stored.format} loads the embedding "
+    # padding rows that follow a TP change are the resharding Megatron offers: said, not warned
+    level = "note" if not vocab_changed and not same_layout else "warn"
+    return [Item(level, "shape", f"{said}: Megatron loads it without a word ({stored.format} loads the embedding "
                  f"and output layer at another size); {'; '.join(effect)}",
                  "resume with the checkpoint's vocabulary (vocab_size / tokenizer, make_vocab_size_divisible_by) "
                  "to resume exactly")], pair

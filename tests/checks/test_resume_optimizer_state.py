@@ -184,3 +184,4 @@ def test_a_tp_change_that_pads_the_vocabulary_otherwise_is_said_with_the_tp(tmp_
     check = judge(job(tmp_path, "bf16=true", "tensor_model_parallel_size=1", DISTRIBUTED),
                   stored(tmp_path, "bf16", "fully_reshardable"))
     assert check.ok and "padded 256 → 128 rows at TP 1" in text(check, "shape"), check.render()
+    assert levels(check, "shape") == ["ok", "note"]  # padding that follows a resharding: said, not warned
