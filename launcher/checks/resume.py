@@ -8,9 +8,13 @@ what the checkpoint says about itself (checks/checkpoint.py), item by item:
     layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
                change → refused
-    format     the format on disk against the job's ckpt_format; the distributed optimizer on/off
-    precision  fp32 ↔ fp16/bf16 with the torch format's optimizer state loaded → refused (the optimizer's load
-               fails); what Megatron accepts but changes (fp16 ↔ bf16, weights only, FP8) → a note
+    format     the format on disk against the job's ckpt_format
+    precision  the optimizer state against the job's optimizer, as measured at the pin (checks/optimizer_state.py):
+               what raises at load (fp32 ↔ fp16/bf16, the distributed optimizer turned on or off, a dp_reshardable
+               state at other buffer dtypes or another vocabulary) → refused with what lifts it; what loads but
+               changes the weights (fp16 ↔ bf16, a fully reshardable state's precision) → a warning; weights only,
+               FP8 → a note
+    vocabulary another vocab_size or padding: torch_dist loads it, rows zero-filled or dropped → a warning
     data       global batch, sequence length, data blend, split, seed: changed → a warning with the numbers,
                since the data order and the samples per iteration change from the resumed iteration on
     version    the checkpoint's format version and stored settings against the pinned Megatron
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from launcher.checks import optimizer_state
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
@@ -37,7 +42,8 @@ DERIVED = frozenset({
     "_is_global_batch_size_explicitly_specified", "consumed_train_samples", "consumed_valid_samples",
     "data_parallel_size", "params_dtype", "rank", "skipped_train_samples", "transformer_pipeline_model_parallel_size",
     "use_dist_ckpt", "use_layer_wise_distributed_optimizer", "variable_seq_lengths",
-    "virtual_pipeline_model_parallel_size", "world_size", "iteration", "num_floating_point_operations_so_far"})
+    "virtual_pipeline_model_parallel_size", "world_size", "iteration", "num_floating_point_operations_so_far",
+    "model_type"})  # model_type: training.get_model sets it
 # Flags of the pinned parser that validate_args deletes from args: a checkpoint written by the pin lacks them (as it
 # lacks the flags of extra argument providers, such as ModelOpt's, where the run had none).
 NOT_STORED = frozenset({"batch_size", "checkpoint_activations", "cuda_graph_scope_deprecated", "model_parallel_size",
@@ -153,7 +159,9 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
     items += _state(job_args, saved, stored)
-    items += _precision(job_args, saved, stored)
+    vocabulary, padded = _vocabulary(job, job_args, saved, stored)
+    items += vocabulary
+    items += _precision(job_args, saved, stored, padded)
     if not job_args.get("finetune"):
         items += _megatron_asserts(job_args, saved)
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
@@ -219,13 +227,11 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: 
                      "not compared")]
     diffs = [(SHAPE_NAMES.get(name, name), getattr(theirs, name), getattr(ours, name)) for name in SHAPE_FIELDS
              if getattr(theirs, name) != getattr(ours, name)]
-    # torch_dist stores the unpadded embedding rows per shard and Megatron compares no padded size there
-    # (checkpointing.py check_checkpoint_args); the torch format stores the padded table as one tensor.
+    # the torch format stores the padded table as one tensor, loaded strictly; torch_dist loads another number of
+    # rows (_vocabulary)
     if ours.padded_vocab_size and theirs.padded_vocab_size and fmt == "torch" and \
             ours.padded_vocab_size != theirs.padded_vocab_size:
         diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
-    elif ours.vocab_size and theirs.vocab_size and ours.vocab_size != theirs.vocab_size:
-        diffs.append(("vocab_size", theirs.vocab_size, ours.vocab_size))
     if not diffs:
         return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
                      f"{ours.num_attention_heads} heads)")]
@@ -233,6 +239,57 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: 
     return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; loading it fails",
                  "resume with the checkpoint's model settings, or start a new run without load "
                  "(--set load=null), or load only weights of the same shape")]
+
+
+def _vocabulary(job: Any, job_args: Mapping[str, Any], saved: Mapping[str, Any],
+                stored: StoredCheckpoint) -> tuple[list[Item], tuple[int, int] | None]:
+    """Another vocabulary (vocab_size, the tokenizer, make_vocab_size_divisible_by, or TP, which the padding is a
+    multiple of) loads, and changes the model: torch_dist saves the embedding and output layer with
+    allow_shape_mismatch, so the job's rows past the checkpoint's start at zero and the checkpoint's past the job's
+    are dropped (dist_checkpointing/strategies/torch.py; measured: scripts/ckpt_load_matrix.py); the torch format
+    loads one padded tensor strictly (a padded change is _shape's refusal), so only an unpadded change with the same
+    padding loads there. Also (checkpoint, job) padded rows where TP and PP are unchanged, for the optimizer's
+    state (a dp_reshardable state refuses another size)."""
+    from launcher.estimate.formulas import model_shape
+
+    try:
+        ours, theirs = model_shape(job_args, job.layout.tp), model_shape(_typed(saved))
+    except (KeyError, ValueError, TypeError):
+        return [], None
+    rows, vocab = (theirs.padded_vocab_size, ours.padded_vocab_size), (theirs.vocab_size, ours.vocab_size)
+    same_layout = (job.layout.tp, job.layout.pp) == (_int(saved.get("tensor_model_parallel_size"), 1),
+                                                     _int(saved.get("pipeline_model_parallel_size"), 1))
+    pair = rows if all(rows) and same_layout else None
+    vocab_changed = all(vocab) and vocab[0] != vocab[1]
+    rows_changed = all(rows) and rows[0] != rows[1]
+    if stored.format not in ("torch_dist", "torch") or not (vocab_changed or rows_changed) or \
+            (stored.format == "torch" and rows_changed):
+        return [], pair
+    if stored.format == "torch_dist" and pair is not None and rows_changed and \
+            _optimizer_read(job_args, saved, stored) and job_args.get("use_distributed_optimizer") and \
+            optimizer_state.saved_kind(saved, stored.content_metadata) == "dp_reshardable":
+        return [], pair  # the optimizer's state refuses it (_precision)
+    said = f"vocab_size {vocab[0]} (checkpoint) → {vocab[1]} (job)" if vocab_changed else ""
+    if rows_changed:
+        why = "" if vocab_changed else (f" at TP {job.layout.tp}" if not same_layout else
+                                        " (make_vocab_size_divisible_by)")
+        said = (said + ", " if said else "") + f"padded {rows[0]} → {rows[1]} rows{why}"
+    effect = []
+    if rows[1] > rows[0]:
+        effect.append(f"the job's rows {rows[0]}-{rows[1] - 1} start at zero")
+    elif rows[1] < rows[0]:
+        effect.append(f"the checkpoint's rows {rows[1]}-{rows[0] - 1} are dropped")
+    if vocab_changed:
+        effect.append("token ids of the job's tokenizer index the checkpoint's rows: unless it extends the "
+                      "checkpoint's tokenizer id for id, they mean other tokens")
+    else:
+        effect.append("only padding rows differ, but their logits take part in the softmax: the loss changes")
+    # padding rows that follow a TP change are the resharding Megatron offers: said, not warned
+    level = "note" if not vocab_changed and not same_layout else "warn"
+    return [Item(level, "shape", f"{said}: Megatron loads it without a word ({stored.format} loads the embedding "
+                 f"and output layer at another size); {'; '.join(effect)}",
+                 "resume with the checkpoint's vocabulary (vocab_size / tokenizer, make_vocab_size_divisible_by) "
+                 "to resume exactly")], pair
 
 
 def _layout(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
@@ -319,38 +376,46 @@ def _params_dtype(settings: Mapping[str, Any]) -> str:
 FP8_SETTINGS = ("fp8", "fp8_recipe", "fp8_param_gather")
 
 
-def _precision(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
-    """Params precision and FP8 between the checkpoint and the job. check_checkpoint_args compares neither; the
-    optimizer's load does: without the distributed optimizer, fp16/bf16 build Float16OptimizerWithFloat16Params
-    (state: optimizer, grad_scaler, fp32_from_fp16_params) and fp32 an FP32Optimizer (state: the torch optimizer's
-    own), and each reads keys only its own kind saved (KeyError: 'Unable to load optimizer from checkpoint')."""
-    old, new = _params_dtype(saved), _params_dtype(job_args)
-    items = []
+def _optimizer_read(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> bool:
+    """Whether load_checkpoint reads the checkpoint's optimizer state into the job's optimizer."""
     keys = set(stored.keys) if stored.keys is not None else None
     saved_state = {"optimizer"} if stored.format == "torch" else {"optimizer", "opt_param_scheduler"}
     has_optimizer = saved.get("no_save_optim") is not True and (keys is None or bool(keys & saved_state))
-    optimizer_read = has_optimizer and not (stored.release or job_args.get("finetune") or
-                                            job_args.get("no_load_optim"))
+    return has_optimizer and not (stored.release or job_args.get("finetune") or job_args.get("no_load_optim"))
+
+
+def _precision(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint,
+               padded_vocab: tuple[int, int] | None = None) -> list[Item]:
+    """Params precision, the optimizer that reads the state, and FP8 between the checkpoint and the job.
+    check_checkpoint_args compares none of them; the optimizer's load does. torch_dist: as measured at the pin
+    (checks/optimizer_state.py). The torch format without the distributed optimizer: fp16/bf16 build
+    Float16OptimizerWithFloat16Params (state: optimizer, grad_scaler, fp32_from_fp16_params) and fp32 an
+    FP32Optimizer (state: the torch optimizer's own), and each reads keys only its own kind saved (KeyError:
+    'Unable to load optimizer from checkpoint')."""
+    old, new = _params_dtype(saved), _params_dtype(job_args)
+    items = []
+    optimizer_read = _optimizer_read(job_args, saved, stored)
     plain_optimizer = not saved.get("use_distributed_optimizer") and not job_args.get("use_distributed_optimizer")
     change = f"params {old} (checkpoint) → {new} (job)"
-    if old != new and optimizer_read and stored.format == "torch" and plain_optimizer and "fp32" in (old, new):
+    if optimizer_read and stored.format == "torch_dist":
+        items += [Item(v.level, v.topic, v.message, v.hint)
+                  for v in optimizer_state.judge(job_args, saved, stored.content_metadata, padded_vocab)]
+    elif old != new and optimizer_read and stored.format == "torch" and plain_optimizer and "fp32" in (old, new):
         kinds = {"fp32": "FP32Optimizer", "fp16": "Float16OptimizerWithFloat16Params",
                  "bf16": "Float16OptimizerWithFloat16Params"}
         items.append(Item("refuse", "precision", f"{change}: the checkpoint's optimizer state is a {kinds[old]}'s, "
                           f"the job's optimizer a {kinds[new]}, which reads keys the other never saved: Megatron "
                           "stops at load ('Unable to load optimizer from checkpoint', KeyError)",
-                          f"keep {old} to resume, or --set no_load_optim=true (the weights cast to {new}; Adam's "
-                          "moments and the learning-rate schedule start again)"))
+                          f"keep {old} to resume ({optimizer_state.keep(old)}), or {optimizer_state.NO_LOAD_OPTIM}"))
     elif old != new and optimizer_read and stored.format == "torch" and plain_optimizer:
-        scale = ("the checkpoint holds no loss scale: it starts at initial_loss_scale" if new == "fp16" else
-                 "the checkpoint's loss scale is not used (bf16 has none)")
-        items.append(Item("note", "precision", f"{change}: accepted; the weights are cast to {new}, the fp32 main "
-                          f"params and Adam's moments are restored as saved, and {scale}"))
+        v = optimizer_state.judge(job_args, saved, {})[0]  # the same optimizer classes as torch_dist's
+        items.append(Item(v.level, v.topic, v.message, v.hint))
     elif old != new and optimizer_read:
         items.append(Item("warn", "precision", f"{change} with the optimizer state loaded ({stored.format or 'its'} "
                           "format" + ("" if plain_optimizer else ", distributed optimizer") + "): whether Megatron "
-                          "loads that state into the job's optimizer is not checked here",
-                          f"keep {old} to resume exactly, or --set no_load_optim=true to load the weights only"))
+                          "loads that state into the job's optimizer was not measured at the pin",
+                          f"keep {old} to resume exactly ({optimizer_state.keep(old)}), or "
+                          f"{optimizer_state.NO_LOAD_OPTIM}"))
     elif old != new:
         items.append(Item("note", "precision", f"{change}: the weights are cast to {new} at load (the optimizer "
                           "state is not loaded)"))

@@ -56,16 +56,26 @@ def checkpoint_needed(written: Mapping[str, Any], megatron: Mapping[str, Any], r
 TRACKER = "latest_checkpointed_iteration.txt"
 
 
+# What the distributed optimizer over torch's Adam raises when it loads its state, per checkpoint format.
+UNLOADABLE_OPTIMIZER_STATE = {
+    "torch": "load_parameter_state_from_dp_zero raises KeyError: 'step' (distrib_optimizer.py:1167): the fresh "
+             "optimizer's per-parameter state holds Adam's `step`, which the saved parameter state never holds",
+    "torch_dist": "DistributedOptimizer.state_dict asserts on the fresh optimizer (distrib_optimizer.py:793, assert "
+                  "len(steps) == 1: torch's Adam has no per-parameter state before its first step), which every "
+                  "torch_dist load of that state asks for",
+}
+
+
 def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool, remote: bool) -> list[Problem]:
     """The distributed optimizer over torch's Adam (no Transformer Engine, no apex) cannot load its state from a
-    `ckpt_format torch` checkpoint at the pin: the fresh optimizer's per-parameter state holds Adam's `step`, which
-    the checkpoint's parameter state never holds (it is saved apart), and load_parameter_state_from_dp_zero raises
-    KeyError: 'step' (distrib_optimizer.py:1167; rehearsed on CPU, saved by the same job). TE's and apex's fused Adam
-    keep `step` in the param groups and load; --no-load-optim skips the optimizer's state (checkpointing.py:1919).
-    Judged where this machine sees the checkpoint (a resumed run's, or --load's) to be loaded."""
+    checkpoint at the pin, in either format (UNLOADABLE_OPTIMIZER_STATE; rehearsed on CPU, saved by the same job:
+    scripts/ckpt_load_matrix.py --torch-adam-as-is for torch_dist). TE's and apex's fused Adam keep `step` in the
+    param groups and load; --no-load-optim skips the optimizer's state (checkpointing.py:1919). Judged where this
+    machine sees the checkpoint (a resumed run's, or --load's) to be loaded."""
     if not megatron.get("use_distributed_optimizer") or te or apex or remote:
         return []
-    if (megatron.get("ckpt_format") or "torch_dist") != "torch" or (megatron.get("optimizer") or "adam") != "adam":
+    fmt = megatron.get("ckpt_format") or "torch_dist"
+    if fmt not in UNLOADABLE_OPTIMIZER_STATE or (megatron.get("optimizer") or "adam") != "adam":
         return []
     load = megatron.get("load")
     if megatron.get("no_load_optim") or megatron.get("finetune") or not load:
@@ -77,7 +87,7 @@ def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool
     if not holds:
         return []
     return [Problem(f"load {load} holds a checkpoint whose optimizer state the distributed optimizer over torch's "
-                    "Adam (no Transformer Engine or apex) cannot load in ckpt_format torch at this Megatron pin: "
-                    "load_parameter_state_from_dp_zero raises KeyError: 'step' (distrib_optimizer.py:1167)",
+                    f"Adam (no Transformer Engine or apex) cannot load in ckpt_format {fmt} at this Megatron pin: "
+                    f"{UNLOADABLE_OPTIMIZER_STATE[fmt]}",
                     "set no_load_optim=true (the weights and the iteration load; Adam's moments start afresh), or run "
                     "with Transformer Engine or apex", "runtime")]

@@ -1,0 +1,70 @@
+"""The resume check against Megatron itself: real checkpoints saved by the pin's save_checkpoint after two training
+steps on CPU ranks (scripts/ckpt_load_matrix.py), loaded by Megatron with changed settings and judged by the check
+with the same settings. What raises at load is refused; what loads is not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from launcher.checks import checkpoint
+from launcher.checks.resume import judge
+from launcher.cli.job import JobRequest, job_for
+from launcher.pipeline.preset import load_preset
+from tests.checks.test_rehearsal import needs_checkout
+
+REPO = Path(__file__).resolve().parents[2]
+MATRIX = REPO / "scripts" / "ckpt_load_matrix.py"
+# two saves (plain and distributed optimizer, bf16), each loaded with settings that raise and that load
+CELLS = {"plain-bf16-to-fp16": "loads", "plain-bf16-to-fp32": "raises", "bf16-plain-to-distopt": "raises",
+         "vocab-128-to-256": "loads", "distopt-bf16-same": "loads", "distopt-bf16-to-fp16": "raises"}
+# the script's BASE flags as the toy preset's settings (the target declared with Transformer Engine and apex,
+# whose fused Adam loads the distributed optimizer's state)
+BASE = ["entry=pretrain_gpt", "gpus_per_node=1", "tensor_model_parallel_size=1", "hidden_size=64",
+        "vocab_size=128", "micro_batch_size=1", "global_batch_size=2", "train_iters=10", "ckpt_format=torch_dist",
+        "transformer_impl=local", "launcher.transformer_engine=true", "launcher.apex=true"]
+
+
+def overrides(flags: list[str]) -> list[str]:
+    """Megatron flags (`--bf16`, `--vocab-size 256`) as the launcher's settings."""
+    out: list[str] = []
+    for flag in flags:
+        if flag.startswith("--"):
+            out.append(flag[2:].replace("-", "_") + "=true")
+        else:
+            out[-1] = out[-1].removesuffix("=true") + f"={flag}"
+    return out
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory) -> list[dict]:
+    from tests.checks.test_rehearsal import megatron_checkout
+
+    out = tmp_path_factory.mktemp("matrix")
+    done = subprocess.run([sys.executable, str(MATRIX), *CELLS, "--keep", str(out / "saves"), "--json",
+                           str(out / "matrix.json")], capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "MEGATRON_LM_PATH": str(megatron_checkout())})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "matrix.json").read_text())
+
+
+@needs_checkout
+def test_megatron_raises_or_loads_as_measured(matrix):
+    seen = {row["cell"]: "loads" if row["loaded"]["ok"] else "raises" for row in matrix}
+    assert seen == CELLS, [row["line"] for row in matrix]
+
+
+@needs_checkout
+def test_the_check_refuses_exactly_what_megatron_raises_at_load(matrix, tmp_path):
+    for row in matrix:
+        load = Path(row["saves_at"])
+        job, problems = job_for(load_preset("toy", [*BASE, *overrides(row["load"]), f"load={load}"]),
+                                JobRequest(nodes=1, gpus_per_node=1, run_dir=False, local=False))
+        assert not problems, problems
+        check = judge(job, checkpoint.read(load, sys.executable))
+        assert check.ok == row["loaded"]["ok"], (row["line"], check.render())
