@@ -24,6 +24,9 @@ class Dependence:
     condition: str  # the setting that makes them count, as the user sets it
     where: str  # where Megatron at 432d76b2b8bf decides it
     effect: str = "no effect"  # what setting them changes while the condition does not hold
+    # Any value written is a request, Megatron's default included (`--num-query-groups 1`, multi-query attention,
+    # is the default's value, yet without the flag the job has a group per head)
+    any_value: bool = False
 
 
 @functools.cache
@@ -35,7 +38,7 @@ def dependences() -> tuple[Dependence, ...]:
                    or arg("num_query_groups") == arg("num_attention_heads"),  # one group per head either way
                    "group_query_attention=true",
                    "training/argument_utils.py: num_query_groups is None without group_query_attention, so every "
-                   "head has its own key and value"),
+                   "head has its own key and value", any_value=True),
         Dependence(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"),
                    lambda arg: bool(arg("multi_latent_attention")), "multi_latent_attention=true",
                    "training/argument_utils.py: only MLATransformerConfig has these fields"),
@@ -85,7 +88,8 @@ def inert_settings(user: Mapping[str, Any], arg: Arg) -> list[str]:
         if rule.takes_effect(arg):
             continue
         inert = [f"{name}={user[name]}" for name in rule.names
-                 if name in catalog and user.get(name) is not None and user[name] != catalog[name].default]
+                 if name in catalog and user.get(name) is not None
+                 and (rule.any_value or user[name] != catalog[name].default)]
         if inert:
             one = len(inert) == 1
             warnings.append(f"{', '.join(inert)}: {rule.effect} without {rule.condition} ({rule.where}); set "

@@ -18,6 +18,8 @@ def _warnings(*overrides: str) -> list[str]:
 
 @pytest.mark.parametrize("overrides, named, condition", [
     (["num_query_groups=4"], "num_query_groups=4", "group_query_attention=true"),
+    # multi-query attention asked for with Megatron's default value: without the flag, 16 groups
+    (["num_query_groups=1"], "num_query_groups=1", "group_query_attention=true"),
     (["rotary_base=500000", "rotary_percent=0.5"], "rotary_base=500000, rotary_percent=0.5",
      "position_embedding_type=rope"),
     (["q_lora_rank=64"], "q_lora_rank=64", "multi_latent_attention=true"),
