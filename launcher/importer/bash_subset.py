@@ -1526,7 +1526,8 @@ class _Reader:
             self.step()
             if n.type in ("[", "]", "[[", "]]"):
                 return
-            if n.type == "binary_expression" and double and self.pattern_side(n, walk, out):
+            if n.type == "binary_expression" and double and (self.regex_side(n, walk, out)
+                                                              or self.pattern_side(n, walk, out)):
                 return
             if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
                           "ternary_expression") or (not n.is_named and n.child_count):
@@ -1566,6 +1567,35 @@ class _Reader:
         rights = [c for c in node.children[at + 1:] if c.is_named]
         out.append("\x01" + "".join(self.pattern(c) for c in rights))
         return True
+
+    def regex_side(self, node: Any, walk: Callable[[Any], None], out: list[str]) -> bool:
+        """`[[ $N =~ $PATTERN ]]`, `[[ $X =~ ^"a.b"$ ]]`: the right side of =~ as bash matches it, an unquoted
+        expansion's value being a regular expression and a quoted part matching literally (the grammar keeps
+        `${PATTERN}` as regex text, which matched the name's own spelling)."""
+        ops = [k for k, c in enumerate(node.children) if self.text(c) == "=~" and not c.is_named]
+        if not ops:
+            return False
+        at = ops[0]
+        for child in node.children[:at]:
+            walk(child)
+        out.append("=~")
+        out.append("\x01" + "".join(self.regex(c) for c in node.children[at + 1:] if c.is_named))
+        return True
+
+    def regex(self, node: Any) -> str:
+        text = self.text(node)
+        if node.type == "regex" and not EXPANDS_OR_QUOTES.search(text):
+            return self.pattern(node)
+        if node.type == "regex":  # read again as the word it is; one the grammar cannot read as a word is unknown
+            return str(self.reparsed(text.encode(), self.regex_parts, functools.partial(_unknown, text)))
+        return self.regex_parts(node)
+
+    def regex_parts(self, node: Any) -> str:
+        out = []
+        for _kind, value, quoted in self.parts(node):
+            piece = " ".join(value) if isinstance(value, list) else value
+            out.append(re.escape(piece) if quoted and MARK not in piece else piece)
+        return "".join(out)
 
     def test_words(self, words: list[str], double: bool) -> bool | None:
         test = _Test(words, double)
@@ -3400,6 +3430,8 @@ def _fill(form: str, values: Any) -> str | None:
 
 
 # an unquoted `$NAME` (single-quoted text and escapes are passed over): written `${NAME}` before a word is parsed again
+# a regex as the grammar keeps it whole that holds an expansion or a quote: bash expands and unquotes it first
+EXPANDS_OR_QUOTES = re.compile(r"\$[{(A-Za-z0-9_@*#?!]|[\"']")
 BRACE_NAMES = re.compile(rb"'[^']*'|\\.|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 

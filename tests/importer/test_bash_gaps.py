@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from launcher.errors import UserError
 from launcher.importer.bash_subset import read_script, show
 from launcher.importer.build import import_source
 
@@ -788,3 +789,31 @@ def test_a_launcher_script_python_runs_before_the_entry_is_no_single_process(run
     assert "gpus_per_node" not in imported.launcher
     notes = " ".join(imported.not_carried)
     assert "a launcher program the import does not read" in notes and "with python directly" not in notes
+
+
+REGEX_SIDES = [
+    # an expansion on the right of =~ is a regular expression (the grammar keeps `${P}` as regex text)
+    "n=12\npattern='^[0-9]+$'\nif [[ ${n} =~ ${pattern} ]]; then W=num; else W=not; fi",
+    "n=12\npattern='^[0-9]+$'\nif ! [[ ${n} =~ ${pattern} ]]; then W=not; else W=num; fi",
+    "n=x1\npattern='^[0-9]+$'\n[[ ! $n =~ $pattern ]] && W=not || W=num",
+    "M=70B\nRE='^([0-9]+)B$'\n[[ $M =~ ${RE} ]] && W=${BASH_REMATCH[1]} || W=none",
+    # a quoted part matches literally: `.` is no wildcard there
+    'X=axb\n[[ $X =~ "a.b" ]] && W=dot || W=literal',
+    'X=a.b\nS=a\n[[ $X =~ ^$S"."b$ ]] && W=literal || W=no',
+]
+
+
+@pytest.mark.parametrize("code", REGEX_SIDES)
+def test_the_right_side_of_a_regex_match_is_read_as_bash_does(code):
+    got = words(code)
+    assert got and got != [""]
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+def test_a_regex_from_a_variable_decides_whether_the_script_exits_before_training():
+    script = ("nodes=${1:-1}\npattern='^[0-9]+$'\nif ! [[ ${nodes} =~ ${pattern} ]]; then\n  exit\nfi\n"
+              f"torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}\n")
+    assert import_source(script, "t.sh", []).settings["num_layers"] == 2
+    with pytest.raises(UserError, match="exit"):
+        import_source(script, "t.sh", ["four"])
