@@ -1010,6 +1010,10 @@ class _Reader:
         if body is None:
             return
         text = self.heredoc_text(heredoc, body)
+        name = command.child_by_field_name("name")
+        words = self.fields(name) if name is not None else []
+        if words and base_name(words[0]) == "sbatch":  # the job's own #SBATCH lines give its SLURM_* variables
+            slurm_directives(text, self.reading, self.shell, self.line(command))
         try:  # the here-document is its own script: an exit there ends only that one
             self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:

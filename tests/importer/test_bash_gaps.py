@@ -379,6 +379,16 @@ def test_the_sbatch_lines_of_a_job_file_the_script_writes_and_submits_are_the_jo
     assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 4
 
 
+@pytest.mark.parametrize("quote", ["", "'"])
+def test_the_sbatch_lines_of_a_here_document_given_to_sbatch_are_the_jobs(quote):
+    # srun without counts of its own starts the tasks the #SBATCH lines ask for: 2 nodes of 8
+    script = (f"sbatch <<{quote}EOT{quote}\n#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\n"
+              f"srun --container-image=img.sqsh python pretrain_gpt.py {MODEL}\nEOT\n")
+    imported = import_source(script, "submit.sh")
+    assert imported.launcher["nodes"] == 2 and imported.launcher["gpus_per_node"] == 8
+    assert any("line 1: read as sbatch runs it: SLURM_NNODES=2" in n for n in imported.not_carried)
+
+
 def test_a_runner_option_written_with_equals_is_named_as_written():
     # `--launcher=MPICH` was named "--launcher=MPICH MPICH", `--nnodes=${N}` "--nnodes=${N} ${N}"
     imported = import_source(f"deepspeed --launcher=MPICH --num_nodes=$N pretrain_gpt.py {MODEL}\n", "train.sh")
