@@ -341,8 +341,13 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
                 if not is_count(found.group(1)):
                     continue  # node_f=0: no node
                 reading.slurm["nodes"] = int(found.group(1))
-                reading.shell.scalars["NHOSTS"] = found.group(1)
-                reading.skipped.append((number, f"read as qsub runs it: NHOSTS={found.group(1)} from the #$ lines "
+                given = {"NHOSTS": found.group(1)}
+                kind = found.group(0).partition("=")[0]
+                if kind.startswith("rt_"):  # ABCI also names the resource type (`[[ $SGE_RESOURCE_TYPE == rt_AF ]]`)
+                    given["SGE_RESOURCE_TYPE"] = kind
+                reading.shell.scalars.update(given)
+                said = ", ".join(f"{k}={v}" for k, v in given.items())
+                reading.skipped.append((number, f"read as qsub runs it: {said} from the #$ lines "
                                                 "(qsub's own command line may change it)"))
 
 

@@ -627,7 +627,20 @@ def test_grid_engine_whole_node_requests_give_nhosts(directive, nodes):
               f"mpirun -np $NUM_GPUS --npernode $GPUS -hostfile $PE_HOSTFILE python pretrain_gpt.py {MODEL}\n")
     imported = import_source(script, "job.sh")
     assert imported.launcher["nodes"] == nodes and imported.launcher["gpus_per_node"] == 4
-    assert any(f"NHOSTS={nodes} from the #$ lines" in n for n in imported.not_carried)
+    assert any(f"NHOSTS={nodes}" in n and "from the #$ lines" in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("directive", "per_node"), [("#$ -l rt_AF=16", 8), ("#$ -l rt_F=16", 4),
+                                                    ("#$ -l node_f=16", None)])
+def test_abci_names_the_resource_type_a_script_chooses_its_gpus_by(directive, per_node):
+    # ABCI's jobs see SGE_RESOURCE_TYPE (rt_F: 4 V100s, rt_AF: 8 A100s); TSUBAME's node_f is no ABCI type
+    script = (f"#!/bin/bash\n{directive}\n#$ -cwd\n"
+              'if [[ "$SGE_RESOURCE_TYPE" == "rt_F" ]]; then\n  GPUS=4\nelif [[ "$SGE_RESOURCE_TYPE" == "rt_AF" ]]; '
+              "then\n  GPUS=8\nfi\nmpirun -np $((NHOSTS*GPUS)) --npernode $GPUS python pretrain_gpt.py "
+              f"{MODEL}\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher.get("gpus_per_node") == per_node
+    assert (imported.launcher.get("nodes") == 16) == (per_node is not None)
 
 
 def test_a_grid_engine_request_after_the_first_command_or_of_part_of_a_node_gives_no_nhosts():
