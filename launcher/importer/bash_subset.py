@@ -436,6 +436,7 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
+        self.normal_path = False  # the last `&&` list's status is unknown only for commands read on their normal path
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
@@ -1051,10 +1052,14 @@ class _Reader:
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
         verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
-        if verdict is None and op == "&&" and not self.is_test(left) and left.type != "list":
+        # `sync && cd /work && torchrun …` is read as ((sync && cd) && torchrun): a left list whose status is
+        # unknown only for a command it read on its normal path is such a command too
+        normal_path = left.type != "list" or self.normal_path
+        went_on = False
+        if verdict is None and op == "&&" and not self.is_test(left) and normal_path:
             # `cd /work && torchrun …`: the normal path of a command whose status is not known is read as run;
             # the list's status stays unknown, so an alternative after it (`cmd && A=1 || A=2`) is not chosen
-            self.run_for_status(right)
+            went_on = self.went_on(right, self.run_for_status(right))
             self.status = None
         elif verdict is None:
             self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
@@ -1062,8 +1067,17 @@ class _Reader:
             self.status = None
         elif verdict == (op == "&&"):
             self.status = self.run_for_status(right)
+            went_on = self.status is None and self.went_on(right, None)
         else:
             self.status = verdict
+        self.normal_path = went_on
+
+    def went_on(self, node: Any, status: bool | None) -> bool:
+        """Whether `node`, read for `a && node`, succeeded or is not known only as a command on its normal path
+        (not a test that is not decided, nor a list that chose between alternatives)."""
+        if status is True:
+            return True
+        return status is None and not self.is_test(node) and (node.type != "list" or self.normal_path)
 
     def run_for_status(self, node: Any) -> bool | None:
         """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, an assignment's or a

@@ -957,6 +957,11 @@ def test_tests_let_and_unset_elements_are_bashs(code, expected):
     ("command -v nvcc && P=cuda || P=cpu", "${P}"),  # was cuda: a program's status taken for success
     ("f() { return 1; }\nf && P=y || P=n", "${P}"),
     ("P=a; cd /work && P=b", "b"),  # the normal path of `cd … &&` is read as run
+    ("P=a; sync && cd /work && P=b", "b"),  # so is that of a chain of them, ((sync && cd) && …) in the grammar
+    ("P=a; X=1 && cd /work && P=b", "b"),
+    ("P=a; cd /work && [ -f x ] && P=b", "${P}"),  # a test not decided is no normal path
+    ("P=a; cd /work && which nvcc || exit 1 && P=b", "${P}"),  # nor a choice between alternatives
+    ("sync && cd /work && P=y || P=n", "${P}"),  # the chain's status stays unknown for an alternative
     ("echo hi && P=y || P=n", "y"),  # echo succeeds whatever the machine holds
     ("X=ab; case $X in a*) P=1;& b*) P=2;; esac", "2"),  # bash 5: `;&` runs the next body too
     ("X=ab; case $X in a*) P=1;;& *b) P=${P}2;; c) P=3;; esac", "12"),  # `;;&` tests the next patterns
@@ -968,6 +973,14 @@ def test_statuses_and_case_terminators_are_bashs(code, expected):
 
 def test_a_training_command_after_cd_and_is_read_as_run():
     imported = import_source(f"cd /work/Megatron-LM && torchrun pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 2
+
+
+def test_a_training_command_at_the_end_of_a_chain_of_commands_is_read_as_run():
+    # MLPerf's Habana GPT-3 job: `sync && if [ "$LOCAL_RANK" -eq 0 ]; then echo 3 > …; fi && cd DIR && python …`
+    script = ('sync && if [ "$LOCAL_RANK" -eq "0" ]; then echo 3 > /proc/sys/vm/drop_caches ; fi && cd /work && '
+              f"torchrun pretrain_gpt.py {MODEL}\n")
+    imported = import_source(script, "train.sh")
     assert imported.lost == [] and imported.settings["num_layers"] == 2
 
 
