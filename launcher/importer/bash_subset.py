@@ -2024,7 +2024,7 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
-                with self.run_through(depends):
+                with self.run_through(depends, start=_shell_at(argv)):
                     self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
@@ -2037,7 +2037,7 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
-                with self.run_through(depends):
+                with self.run_through(depends, start=k):
                     self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
@@ -2191,15 +2191,18 @@ class _Reader:
             self.stdin = saved
 
     @contextlib.contextmanager
-    def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = ()) -> Iterator[None]:
+    def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = (),
+                    start: int = 0) -> Iterator[None]:
         """While a command string is read (`eval $run_cmd`): the constructs its words depend on
         (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
-        command read from it, whose words no longer say which variable they came from."""
+        command read from it, whose words no longer say which variable they came from. `start`: where the string
+        (with its shell) begins in argv; the words before it are a wrapper's (`deepspeed $HOSTFILE_OPTS bash -c
+        "…"`), whose options are not training flags."""
         saved = self.through, self.through_flags
         self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
         entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
-        self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items() if k > entry
-                                                               for u in needs))))
+        self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items()
+                                                               if k > entry and k >= start for u in needs))))
         try:
             yield
         finally:

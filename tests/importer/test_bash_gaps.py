@@ -840,3 +840,19 @@ def test_a_regex_from_a_variable_decides_whether_the_script_exits_before_trainin
     assert import_source(script, "t.sh", []).settings["num_layers"] == 2
     with pytest.raises(UserError, match="exit"):
         import_source(script, "t.sh", ["four"])
+
+
+@pytest.mark.parametrize("wrapper", [
+    'deepspeed --num_nodes 2 --num_gpus 8 --no_local_rank --no_python $OPTS /usr/bin/bash -c "python pretrain_gpt.py '
+    '{model} --seed $SEED"',
+    'srun -N 2 --ntasks-per-node 1 $OPTS bash -c "torchrun --nproc_per_node 8 pretrain_gpt.py {model} --seed $SEED"',
+])
+def test_a_branch_that_gives_only_the_wrappers_options_is_no_loss_of_the_model(wrapper):
+    # MLPerf's Habana GPT-3 job: MULTINODE_CMD (--force_multi --hostfile …) is set where a host file exists
+    script = ('if [ -f "$HOSTSFILE" ]; then\n  OPTS="--force_multi --hostfile=$HOSTSFILE"\nfi\nSEED=1\n'
+              + wrapper.format(model=MODEL) + "\n")
+    imported = import_source(script, "run.sh")
+    assert imported.lost == [] and imported.settings["seed"] == 1
+    assert any(n.startswith("line 1: ") and "--force_multi" in n for n in imported.not_carried)
+    inside = import_source(script.replace("--seed $SEED", "$OPTS --seed $SEED"), "run.sh")
+    assert any(line.startswith("line 1: ") for line in inside.lost)  # in the string itself: among the flags
