@@ -2552,7 +2552,7 @@ class _Reader:
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
                 if self.shell.lookup(name) is None and self.unset(name) or \
-                        _unknown(name) in self.shell.arrays.get(name, []):
+                        _uncounted(self.shell.arrays.get(name, []), name) is not None:
                     # how many: the caller, a file not read or a branch not decided says (the array's own unknown
                     # marker stands for words not known, however many)
                     return ("val", _unknown("#" + name), quoted)
@@ -2568,7 +2568,7 @@ class _Reader:
                 return ("val", _unknown("!" + name), quoted)
             name = target
         if prefix == "!" and subscript:  # ${!A[@]}: indices
-            if _unknown(name) in self.shell.arrays.get(name, []):
+            if _uncounted(self.shell.arrays.get(name, []), name) is not None:
                 return ("val", _unknown("!" + name), quoted)
             return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
         if subscript and index in ("@", "*") and not rest:
@@ -2749,6 +2749,9 @@ class _Reader:
             try:
                 k = self.arith_text(index)
             except _Unknown:
+                return _unknown(name)
+            first = _uncounted(array, name)
+            if first is not None and (k < 0 or k >= first):  # after words not known, however many: not known
                 return _unknown(name)
             if -len(array) <= k < len(array):
                 return array[k]
@@ -3010,6 +3013,14 @@ def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
         out |= {name for name in shell.arrays.keys() & base.arrays.keys()
                 if shell.arrays[name] is not base.arrays[name]}
     return out
+
+
+def _uncounted(array: Sequence[str], name: str) -> int | None:
+    """Where the elements of an array stop being counted: at its own marker (words not known, however many) or at
+    an element that is wholly a value not known, which bash may have split into any number of words
+    (`nodes=( $(scontrol show hostnames) )`, `GPUS=(${CUDA_VISIBLE_DEVICES//,/ })`); None: every element is one."""
+    return next((k for k, element in enumerate(array) if element == _unknown(name) or UNRESOLVED.fullmatch(element)),
+                None)
 
 
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:

@@ -995,6 +995,22 @@ def test_bash_rematch_holds_the_groups_of_a_known_match(code, args, expected):
     assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
 
 
+@pytest.mark.parametrize(("code", "expected"), [
+    # a value not known, unquoted in the array, splits into as many words as it holds: how many is not known
+    ("nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\nP=${#nodes[@]}", "${P}"),
+    ("nodes=( $(scontrol show hostnames) )\nP=${nodes[0]}", "${P}"),
+    ("GPUS=(${CUDA_VISIBLE_DEVICES//,/ })\nP=${#GPUS[@]}", "${P}"),
+    ("A=(x $NOT_SET y)\nP=${A[2]}", "${P}"),
+    ("A=(x $NOT_SET y)\nP=${!A[@]}", "${P}"),
+    ("A=(x $NOT_SET y)\nP=${A[0]}", "x"),  # before it, each element is one
+    ("export CUDA_VISIBLE_DEVICES=0,1,2,3\nGPUS=(${CUDA_VISIBLE_DEVICES//,/ })\nP=${#GPUS[@]}", "4"),
+])
+def test_the_length_of_an_array_of_words_not_known_is_not_known(code, expected):
+    # `nodes=( $(scontrol …) ); torchrun --nnodes ${#nodes[@]}` was read as one node
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
 def test_an_element_of_an_array_not_known_is_not_known():
     # an array a branch left unknown: ${A[1]} was "" (out of its one stand-in element), a wrong value
     reading = read_script('A=(x y)\nif [ -f f ]; then A=(p q r); fi\ntorchrun pretrain_gpt.py "${A[1]}"\n')
