@@ -1970,6 +1970,10 @@ class _Reader:
             if program == "set" and "--" in argv:
                 self.positional = argv[argv.index("--") + 1:]
                 self.set_positional(self.positional)
+                first = _uncounted(self.positional, "@")
+                if first is not None:  # `set -- $(scontrol show hostnames)`: how many words, which is $2: not known
+                    self.shell.scalars.update({str(n): _unknown(str(n)) for n in range(first + 2, len(argv) + 1)})
+                    self.shell.scalars["#"] = _unknown("#")
             return
         if program == "read":
             self.read(argv, env)

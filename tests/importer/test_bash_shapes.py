@@ -1003,6 +1003,8 @@ def test_bash_rematch_holds_the_groups_of_a_known_match(code, args, expected):
     ("A=(x $NOT_SET y)\nP=${A[2]}", "${P}"),
     ("A=(x $NOT_SET y)\nP=${!A[@]}", "${P}"),
     ("A=(x $NOT_SET y)\nP=${A[0]}", "x"),  # before it, each element is one
+    ("set -- $(scontrol show hostnames)\nP=$#", "${P}"),  # so are the positional parameters it sets
+    ('set -- a $(scontrol show hostnames) b\nP="$1:$3"', "a:${3}"),
     ("export CUDA_VISIBLE_DEVICES=0,1,2,3\nGPUS=(${CUDA_VISIBLE_DEVICES//,/ })\nP=${#GPUS[@]}", "4"),
 ])
 def test_the_length_of_an_array_of_words_not_known_is_not_known(code, expected):
