@@ -272,13 +272,16 @@ SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node
 SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-G": "gpus"}
 
 
-def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None) -> None:
+def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None,
+                     command_line: Sequence[str] = ()) -> None:
     """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
     sbatch gives the job, set as known values (in `shell`, else the reading's); said with their line (or `at`: the
-    line where a job file the script wrote is submitted)."""
+    line where a job file the script wrote is submitted). `command_line`: the options sbatch is given there
+    (`sbatch -N 4 job.sh`), which win over the lines."""
     found: dict[str, str] = {}
     first = 0
-    for number, words in header_directives(text, "#SBATCH"):
+    lines = [*header_directives(text, "#SBATCH"), *([(at or 1, list(command_line))] if command_line else [])]
+    for number, words in lines:
         for k, word in enumerate(words):
             name, eq, value = word.partition("=")
             if not eq and word[:2] in SBATCH_SHORT and len(word) > 2:
@@ -286,6 +289,10 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
             elif not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
+            if option in SBATCH_ENV and unresolved_names(value):  # `sbatch -N $NODES job.sh`: not known here
+                reading.slurm.pop(option, None)
+                found.update({variable: _unknown(variable) for variable in SBATCH_ENV[option]})
+                continue
             if option == "nodes" and re.fullmatch(r"[0-9]+-[0-9]+", value):  # --nodes=2-4: as many as sbatch finds
                 low, high = value.split("-")
                 given = f"between {low} and {high} nodes, as many as it finds free" if is_count(low) and \
@@ -322,9 +329,10 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
         found["SLURM_NTASKS"] = found["SLURM_NPROCS"] = str(counts["nodes"] * counts["ntasks-per-node"])
     if found:
         (shell or reading.shell).scalars.update(found)
-        said = ", ".join(f"{k}={v}" for k, v in found.items())
+        said = ", ".join(f"{k}={show(v)}" for k, v in found.items())
         reading.skipped.append((first if at is None else at, "read as sbatch runs it: " + said
-                                + " from the #SBATCH lines (sbatch's own command line may change them)"))
+                                + (" from the #SBATCH lines and sbatch's own command line" if command_line else
+                                   " from the #SBATCH lines (sbatch's own command line may change them)")))
 
 
 # Grid Engine resource types that take whole nodes (ABCI's rt_F and rt_AF, TSUBAME 4.0's node_f): `#$ -l node_f=16`
@@ -992,8 +1000,8 @@ class _Reader:
             self.outer = [*saved_outer, *argv[:shell]]
         try:  # its own bash: an exit there ends only that one
             text = "".join(t for t, _ in chunks)
-            if program == "sbatch":  # the job file's own #SBATCH lines give the job's SLURM_* variables
-                slurm_directives(text, self.reading, self.shell, self.line(node))
+            if program == "sbatch":  # the job file's #SBATCH lines and sbatch's options give its SLURM_* variables
+                slurm_directives(text, self.reading, self.shell, self.line(node), command_line=argv[1:k])
             self.nested(node, text, f"{show(argv[k])}, written by the script",
                         line_offset=chunks[0][1] if len(chunks) == 1 else None)
         except _Exit:
@@ -1018,8 +1026,9 @@ class _Reader:
         text = self.heredoc_text(heredoc, body)
         name = command.child_by_field_name("name")
         words = self.fields(name) if name is not None else []
-        if words and base_name(words[0]) == "sbatch":  # the job's own #SBATCH lines give its SLURM_* variables
-            slurm_directives(text, self.reading, self.shell, self.line(command))
+        if words and base_name(words[0]) == "sbatch":  # the job's #SBATCH lines and sbatch's options give its SLURM_*
+            options = self.word_fields(command.children_by_field_name("argument"))
+            slurm_directives(text, self.reading, self.shell, self.line(command), command_line=options)
         try:  # the here-document is its own script: an exit there ends only that one
             self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:

@@ -389,6 +389,17 @@ def test_the_sbatch_lines_of_a_here_document_given_to_sbatch_are_the_jobs(quote)
     assert any("line 1: read as sbatch runs it: SLURM_NNODES=2" in n for n in imported.not_carried)
 
 
+@pytest.mark.parametrize(("submit", "expected"), [
+    ("sbatch -N 4 --ntasks-per-node=4 <<EOT\n#!/bin/bash\n{body}EOT\n", (4, 4)),
+    ("cat > job.sh <<EOT\n#!/bin/bash\n{body}EOT\nsbatch -p gpu -N 4 job.sh\n", (4, 8)),
+    ("cat > job.sh <<EOT\n#!/bin/bash\n{body}EOT\nsbatch -N $NODES job.sh\n", (None, 8)),  # not known here
+])
+def test_the_options_sbatch_is_given_win_over_the_jobs_sbatch_lines(submit, expected):
+    body = f"#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\nsrun python pretrain_gpt.py {MODEL}\n"
+    imported = import_source(submit.format(body=body), "submit.sh")
+    assert (imported.launcher.get("nodes"), imported.launcher.get("gpus_per_node")) == expected
+
+
 def test_a_runner_option_written_with_equals_is_named_as_written():
     # `--launcher=MPICH` was named "--launcher=MPICH MPICH", `--nnodes=${N}` "--nnodes=${N} ${N}"
     imported = import_source(f"deepspeed --launcher=MPICH --num_nodes=$N pretrain_gpt.py {MODEL}\n", "train.sh")
