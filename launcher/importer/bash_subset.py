@@ -3711,7 +3711,7 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
                 return None
             continue
         text = re.sub(r"^--?[A-Za-z][A-Za-z0-9-]*=", "", word)  # --wrap="…"
-        if MARK not in text and _PYTHON_COMMAND.search(text):
+        if _PYTHON_COMMAND.search(text):  # a part not known (`ssh node "cd $DIR && torchrun …"`) stays one word
             return k, text
     return None
 

@@ -721,6 +721,17 @@ def test_a_training_command_given_as_a_launchers_string_is_read(line):
     assert imported.settings["num_layers"] == 2 and imported.lost == []
 
 
+@pytest.mark.parametrize(("line", "lost"), [
+    ('ssh node1 "cd $WORKDIR && torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}"', []),
+    ('sbatch -N 2 --wrap "srun python pretrain_gpt.py {MODEL} $EXTRA"', ["${EXTRA}"]),
+])
+def test_a_launchers_string_with_a_part_not_known_is_still_the_training_command(line, lost):
+    # it was "no training command found": the part not known is one word, named where it holds flags
+    imported = import_source(line.replace("{MODEL}", MODEL) + "\n", "train.sh")
+    assert imported.settings["num_layers"] == 2
+    assert [item.split(":")[0] for item in imported.lost] == lost
+
+
 def test_a_printed_command_string_is_not_the_training_command():
     imported = import_source(f'echo "python pretrain_gpt.py {MODEL}"\ntorchrun pretrain_gpt.py --num-layers 3\n', "t")
     assert imported.settings == {"num_layers": 3}
