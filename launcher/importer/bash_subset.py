@@ -3330,12 +3330,76 @@ def _tame_regex(pattern: str) -> bool:
 EXTGLOB = re.compile(r"(?<!\\)[?*+@!]\(")
 
 
+# POSIX character classes as bash matches them in the C locale (`[[:digit:]]`), as the body of a Python regex set
+POSIX_CLASSES = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "upper": "A-Z", "lower": "a-z",
+                 "space": r" \t\n\r\f\v", "blank": r" \t", "xdigit": "0-9A-Fa-f", "punct": r"!-/:-@\[-`{-~",
+                 "cntrl": r"\x00-\x1f\x7f", "print": " -~", "graph": "!-~", "word": "a-zA-Z0-9_"}
+POSIX_CLASS = re.compile(r"\[:([a-z]+):\]")
+HELD_CLASS = 0xE000  # a private-use character that stands for a class while fnmatch translates the glob
+
+
+def _glob_translate(pattern: str) -> str:
+    """fnmatch's regex of a glob, with the POSIX classes fnmatch does not know (`[[:digit:]]*`: it read
+    `[[:digit:]` as a set and the rest as text, so `7x` did not match)."""
+    names: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        if match.group(1) not in POSIX_CLASSES:
+            raise _Unknown(pattern)
+        names.append(match.group(1))
+        return chr(HELD_CLASS + len(names) - 1)
+
+    regex = fnmatch.translate(POSIX_CLASS.sub(hold, pattern))
+    for k, name in enumerate(names):
+        regex = regex.replace(chr(HELD_CLASS + k), POSIX_CLASSES[name])
+    return regex
+
+
+def _ere(pattern: str) -> str:
+    """A POSIX extended regular expression (bash's `=~`) as Python's re reads it: its bracket expressions' classes
+    (`[[:digit:]]`, which Python read as a set of `[:dgit` and a `]`), and a `[` or `\\` in one taken literally."""
+    out, k = [], 0
+    while k < len(pattern):
+        if pattern[k] == "\\" and k + 1 < len(pattern):
+            out.append(pattern[k:k + 2])
+            k += 2
+            continue
+        if pattern[k] != "[":
+            out.append(pattern[k])
+            k += 1
+            continue
+        j, body = k + 1, []
+        if pattern.startswith("^", j):
+            body.append("^")
+            j += 1
+        if pattern.startswith("]", j):  # a `]` first in the set is one of its characters
+            body.append(r"\]")
+            j += 1
+        while j < len(pattern) and pattern[j] != "]":
+            if pattern.startswith("[:", j):
+                end = pattern.find(":]", j + 2)
+                if end < 0 or pattern[j + 2:end] not in POSIX_CLASSES:
+                    raise _Unknown(pattern)
+                body.append(POSIX_CLASSES[pattern[j + 2:end]])
+                j = end + 2
+                continue
+            if pattern.startswith(("[.", "[="), j):  # collating elements and equivalence classes: not read here
+                raise _Unknown(pattern)
+            body.append("\\" + pattern[j] if pattern[j] in "[\\&~|" else pattern[j])
+            j += 1
+        if j >= len(pattern):
+            raise _Unknown(pattern)  # no `]` ends the set
+        out.append("[" + "".join(body) + "]")
+        k = j + 1
+    return "".join(out)
+
+
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     if EXTGLOB.search(pattern):
         raise _Unknown(pattern)  # +([0-9])b, @(a|b): extglob, not matched here (fnmatch read it as text: no match)
     if pattern.count("*") > 8:
         raise _Unknown(pattern)  # each star is a .* the matcher may try at every position
-    return re.compile(fnmatch.translate(pattern), re.S)
+    return re.compile(_glob_translate(pattern), re.S)
 
 
 def _glob_match(value: str, pattern: str) -> bool:
@@ -3362,7 +3426,7 @@ def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
     if not pattern:  # ${X/#/--}: an empty pattern anchored at the start (or the end) matches there
         return replacement + value if op == "/#" else value + replacement if op == "/%" else value
     _glob_regex(pattern)  # refuses a pattern too costly to match
-    body = fnmatch.translate(pattern)[4:-3]  # (?s:…)\Z → …
+    body = _glob_translate(pattern)[4:-3]  # (?s:…)\Z → …
     try:
         regex = re.compile(("^" if op == "/#" else "") + "(?:" + body + ")" + ("$" if op == "/%" else ""), re.S)
     except re.error:
@@ -3943,7 +4007,7 @@ class _Test:
             if not _tame_regex(right) or len(left) > 1_000:
                 raise _Unknown(right)  # Python's matcher can backtrack without end on such a pattern
             try:
-                found = re.search(right, left)
+                found = re.search(_ere(right), left)
             except re.error:
                 raise _Unknown(right) from None
             self.rematch = [found.group(0), *(g or "" for g in found.groups())] if found else []

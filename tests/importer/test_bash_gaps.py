@@ -867,3 +867,25 @@ def test_a_branch_that_gives_only_the_wrappers_options_is_no_loss_of_the_model(w
     assert any(n.startswith("line 1: ") and "--force_multi" in n for n in imported.not_carried)
     inside = import_source(script.replace("--seed $SEED", "$OPTS --seed $SEED"), "run.sh")
     assert any(line.startswith("line 1: ") for line in inside.lost)  # in the string itself: among the flags
+
+
+POSIX_CLASS_SHAPES = [
+    # POSIX character classes, which Python's re and fnmatch do not know: `[[:digit:]]` was a set of `[:dgit` and `]`
+    "X=7B; [[ $X =~ ^([[:digit:]]+)B$ ]] && W=${BASH_REMATCH[1]} || W=no",
+    "X=a; [[ $X =~ ^[[:alpha:]]$ ]] && W=alpha || W=no",
+    'X="a b"; [[ $X =~ [[:space:]] ]] && W=space || W=no',
+    "X=ab; [[ $X =~ ^[^[:digit:]]+$ ]] && W=nodigit || W=no",
+    "X=a-b; [[ $X =~ ^[a-z[:punct:]]+$ ]] && W=punct || W=no",
+    "X=a[b; [[ $X =~ ^a[[]b$ ]] && W=bracket || W=no",
+    "X=7; [[ $X == [[:digit:]] ]] && W=glob || W=no",
+    "X=7x; case $X in [[:digit:]]*) W=case;; *) W=no;; esac",
+    "X=13B; W=${X%%[[:alpha:]]*}",
+]
+
+
+@pytest.mark.parametrize("code", POSIX_CLASS_SHAPES)
+def test_posix_character_classes_are_matched_as_bash_matches_them(code):
+    got = words(code)
+    assert got and got != ["no"]
+    if shutil.which("bash"):
+        assert got == bash_words(code)
