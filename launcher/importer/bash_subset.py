@@ -443,6 +443,7 @@ class _Reader:
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
+        self.errexit = False  # `set -e`: a command that fails on its own line ends the script
         self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
         self.normal_path = False  # the last `&&` list's status is unknown only for commands read on their normal path
         self.under: tuple[Undecided, ...] = ()
@@ -568,6 +569,27 @@ class _Reader:
                 self.unparsable(node)
                 continue
             self.statement(node)
+            if self.errexit and self.capture is None and self.fails(node):
+                raise _Exit(self.line(node), f"set -e, and {self.first_line(node)} fails")
+
+    def set_errexit(self, options: list[str]) -> None:
+        """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off."""
+        for k, word in enumerate(options):
+            if word == "--":
+                return
+            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] == "errexit":
+                self.errexit = word == "-o"
+            elif re.fullmatch(r"[-+][a-zA-Z]+", word) and "e" in word:
+                self.errexit = word[0] == "-"
+
+    def fails(self, node: Any) -> bool:
+        """Whether a command on its own line is known to fail: a test or an arithmetic command found false, or
+        `false` (a program's status is not known; a list's, which set -e reads only at its end, is not read)."""
+        if node.type == "test_command" or node.type == "compound_statement" and node.children and \
+                node.children[0].type == "((":
+            return self.status is False
+        name = node.child_by_field_name("name") if node.type == "command" else None
+        return name is not None and self.text(name) == "false" and len(node.named_children) == 1
 
     def real_error(self, node: Any) -> bool:
         """A syntax error bash would report: not a line continuation at the end of the file (bash accepts that, the
@@ -1002,7 +1024,7 @@ class _Reader:
             text = "".join(t for t, _ in chunks)
             if program == "sbatch":  # the job file's #SBATCH lines and sbatch's options give its SLURM_* variables
                 slurm_directives(text, self.reading, self.shell, self.line(node), command_line=argv[1:k])
-            self.nested(node, text, f"{show(argv[k])}, written by the script",
+            self.new_shell(node, text, f"{show(argv[k])}, written by the script",
                         line_offset=chunks[0][1] if len(chunks) == 1 else None)
         except _Exit:
             pass
@@ -1030,7 +1052,7 @@ class _Reader:
             options = self.word_fields(command.children_by_field_name("argument"))
             slurm_directives(text, self.reading, self.shell, self.line(command), command_line=options)
         try:  # the here-document is its own script: an exit there ends only that one
-            self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
+            self.new_shell(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:
             pass
 
@@ -1976,6 +1998,8 @@ class _Reader:
                         self.shell.scalars[name] = _unknown(name)
             return
         if program in ("set", "true", ":", "false", "wait", "trap", "ulimit", "umask", "shopt", "hash"):
+            if program == "set":
+                self.set_errexit(argv[1:])
             if program == "set" and "--" in argv:
                 self.positional = argv[argv.index("--") + 1:]
                 self.set_positional(self.positional)
@@ -2038,7 +2062,7 @@ class _Reader:
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
                 with self.run_through(depends, start=_shell_at(argv)):
-                    self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+                    self.new_shell(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
             finally:
@@ -2051,7 +2075,7 @@ class _Reader:
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
                 with self.run_through(depends, start=k):
-                    self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
+                    self.new_shell(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
             finally:
@@ -2221,6 +2245,15 @@ class _Reader:
         finally:
             self.through, self.through_flags = saved
 
+    def new_shell(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
+        """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
+        outer script's `set -e`."""
+        saved, self.errexit = self.errexit, False
+        try:
+            self.nested(node, text, what, line_offset=line_offset)
+        finally:
+            self.errexit = saved
+
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
         unknown part of it (a marker) is read as a variable that holds it, so that it stays one unknown word, with
@@ -2290,9 +2323,12 @@ class _Reader:
 
     # -- arithmetic -------------------------------------------------------------------------------------------
     def arith_statement(self, node: Any) -> None:
+        self.status = None
         try:
+            value = 0
             for child in node.named_children:
-                self.arith_node(child)
+                value = self.arith_node(child)
+            self.status = value != 0  # `((i++))` with i=0 fails
         except _Unknown:
             for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", self.text(node)):
                 self.shell.scalars[name] = _unknown(name)

@@ -889,3 +889,23 @@ def test_posix_character_classes_are_matched_as_bash_matches_them(code):
     assert got and got != ["no"]
     if shutil.which("bash"):
         assert got == bash_words(code)
+
+
+@pytest.mark.parametrize(("code", "runs"), [
+    ("set -e\nX=0\n[ $X -eq 1 ]\n", False),  # a test found false on its own line ends the script
+    ("set -e\ni=0\n((i++))\n", False),  # ((0)) fails
+    ("set -euo pipefail\nfalse\n", False),
+    ("set -o errexit\nfalse\n", False),
+    ("set -e\ni=1\n((i++))\n", True),
+    ("set -e\n[ 1 -eq 2 ] && echo x\n", True),  # in a list, only its last command's failure counts
+    ("set -e\nif [ 1 -eq 2 ]; then :; fi\n", True),  # a condition does not
+    ("set -e\nset +e\nfalse\n", True),
+    ("set -e\nbash -c 'false; echo inner'\n", True),  # another bash starts without -e
+    ("X=0\n[ $X -eq 1 ]\n", True),
+])
+def test_set_e_ends_the_script_where_bash_ends_it(code, runs):
+    reading = read_script(code + "torchrun pretrain_gpt.py --num-layers 2\n")
+    assert any("pretrain_gpt.py" in c.argv for c in reading.commands) == runs
+    if shutil.which("bash"):
+        out = subprocess.run(["bash", "-c", code + "echo reached"], capture_output=True, text=True, timeout=10)
+        assert ("reached" in out.stdout) == runs
