@@ -1082,7 +1082,11 @@ class _Reader:
         not known (`command -v nvcc && X=1 || X=2` leaves X undecided)."""
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
-        verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
+        saved, self.errexit = self.errexit, False  # set -e reads a list's last command only (`f || true`)
+        try:
+            verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
+        finally:
+            self.errexit = saved
         # `sync && cd /work && torchrun …` is read as ((sync && cd) && torchrun): a left list whose status is
         # unknown only for a command it read on its normal path is such a command too
         normal_path = left.type != "list" or self.normal_path
@@ -1459,10 +1463,15 @@ class _Reader:
 
     # -- conditions -------------------------------------------------------------------------------------------
     def condition(self, nodes: list[Any]) -> bool | None:
-        """The verdict of the last of the condition's statements, when it can be known."""
+        """The verdict of the last of the condition's statements, when it can be known (set -e does not end the
+        script in a condition, nor in a function it calls)."""
         verdict: bool | None = None
-        for node in nodes:
-            verdict = self.verdict(node)
+        saved, self.errexit = self.errexit, False
+        try:
+            for node in nodes:
+                verdict = self.verdict(node)
+        finally:
+            self.errexit = saved
         return verdict
 
     def verdict(self, node: Any) -> bool | None:

@@ -902,6 +902,9 @@ def test_posix_character_classes_are_matched_as_bash_matches_them(code):
     ("set -e\nset +e\nfalse\n", True),
     ("set -e\nbash -c 'false; echo inner'\n", True),  # another bash starts without -e
     ("X=0\n[ $X -eq 1 ]\n", True),
+    ("set -e\nf() { [ 1 -eq 2 ]; echo in; }\nf || true\n", True),  # nor in a function a list or a test calls
+    ("set -e\nf() { [ 1 -eq 2 ]; echo in; }\nif f; then :; fi\n", True),
+    ("set -e\nf() { [ 1 -eq 2 ]; echo in; }\nf\n", False),
 ])
 def test_set_e_ends_the_script_where_bash_ends_it(code, runs):
     reading = read_script(code + "torchrun pretrain_gpt.py --num-layers 2\n")
