@@ -272,13 +272,16 @@ SBATCH_ENV = {"nodes": ("SLURM_NNODES", "SLURM_JOB_NUM_NODES"), "ntasks-per-node
 SBATCH_SHORT = {"-N": "nodes", "-n": "ntasks", "-c": "cpus-per-task", "-G": "gpus"}
 
 
-def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None) -> None:
+def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at: int | None = None,
+                     command_line: Sequence[str] = ()) -> None:
     """The #SBATCH lines before the script's first command (sbatch reads no later ones) → the SLURM_* variables
     sbatch gives the job, set as known values (in `shell`, else the reading's); said with their line (or `at`: the
-    line where a job file the script wrote is submitted)."""
+    line where a job file the script wrote is submitted). `command_line`: the options sbatch is given there
+    (`sbatch -N 4 job.sh`), which win over the lines."""
     found: dict[str, str] = {}
     first = 0
-    for number, words in header_directives(text, "#SBATCH"):
+    lines = [*header_directives(text, "#SBATCH"), *([(at or 1, list(command_line))] if command_line else [])]
+    for number, words in lines:
         for k, word in enumerate(words):
             name, eq, value = word.partition("=")
             if not eq and word[:2] in SBATCH_SHORT and len(word) > 2:
@@ -286,6 +289,10 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
             elif not eq:
                 value = words[k + 1] if k + 1 < len(words) else ""
             option = SBATCH_SHORT.get(name, name.removeprefix("--"))
+            if option in SBATCH_ENV and unresolved_names(value):  # `sbatch -N $NODES job.sh`: not known here
+                reading.slurm.pop(option, None)
+                found.update({variable: _unknown(variable) for variable in SBATCH_ENV[option]})
+                continue
             if option == "nodes" and re.fullmatch(r"[0-9]+-[0-9]+", value):  # --nodes=2-4: as many as sbatch finds
                 low, high = value.split("-")
                 given = f"between {low} and {high} nodes, as many as it finds free" if is_count(low) and \
@@ -322,9 +329,10 @@ def slurm_directives(text: str, reading: Reading, shell: Shell | None = None, at
         found["SLURM_NTASKS"] = found["SLURM_NPROCS"] = str(counts["nodes"] * counts["ntasks-per-node"])
     if found:
         (shell or reading.shell).scalars.update(found)
-        said = ", ".join(f"{k}={v}" for k, v in found.items())
+        said = ", ".join(f"{k}={show(v)}" for k, v in found.items())
         reading.skipped.append((first if at is None else at, "read as sbatch runs it: " + said
-                                + " from the #SBATCH lines (sbatch's own command line may change them)"))
+                                + (" from the #SBATCH lines and sbatch's own command line" if command_line else
+                                   " from the #SBATCH lines (sbatch's own command line may change them)")))
 
 
 # Grid Engine resource types that take whole nodes (ABCI's rt_F and rt_AF, TSUBAME 4.0's node_f): `#$ -l node_f=16`
@@ -341,8 +349,13 @@ def grid_engine_directives(text: str, reading: Reading) -> None:
                 if not is_count(found.group(1)):
                     continue  # node_f=0: no node
                 reading.slurm["nodes"] = int(found.group(1))
-                reading.shell.scalars["NHOSTS"] = found.group(1)
-                reading.skipped.append((number, f"read as qsub runs it: NHOSTS={found.group(1)} from the #$ lines "
+                given = {"NHOSTS": found.group(1)}
+                kind = found.group(0).partition("=")[0]
+                if kind.startswith("rt_"):  # ABCI also names the resource type (`[[ $SGE_RESOURCE_TYPE == rt_AF ]]`)
+                    given["SGE_RESOURCE_TYPE"] = kind
+                reading.shell.scalars.update(given)
+                said = ", ".join(f"{k}={v}" for k, v in given.items())
+                reading.skipped.append((number, f"read as qsub runs it: {said} from the #$ lines "
                                                 "(qsub's own command line may change it)"))
 
 
@@ -430,7 +443,9 @@ class _Reader:
         self.line_offset = 0
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
+        self.errexit = False  # `set -e`: a command that fails on its own line ends the script
         self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
+        self.normal_path = False  # the last `&&` list's status is unknown only for commands read on their normal path
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
@@ -554,6 +569,27 @@ class _Reader:
                 self.unparsable(node)
                 continue
             self.statement(node)
+            if self.errexit and self.capture is None and self.fails(node):
+                raise _Exit(self.line(node), f"set -e, and {self.first_line(node)} fails")
+
+    def set_errexit(self, options: list[str]) -> None:
+        """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off."""
+        for k, word in enumerate(options):
+            if word == "--":
+                return
+            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] == "errexit":
+                self.errexit = word == "-o"
+            elif re.fullmatch(r"[-+][a-zA-Z]+", word) and "e" in word:
+                self.errexit = word[0] == "-"
+
+    def fails(self, node: Any) -> bool:
+        """Whether a command on its own line is known to fail: a test or an arithmetic command found false, or
+        `false` (a program's status is not known; a list's, which set -e reads only at its end, is not read)."""
+        if node.type == "test_command" or node.type == "compound_statement" and node.children and \
+                node.children[0].type == "((":
+            return self.status is False
+        name = node.child_by_field_name("name") if node.type == "command" else None
+        return name is not None and self.text(name) == "false" and len(node.named_children) == 1
 
     def real_error(self, node: Any) -> bool:
         """A syntax error bash would report: not a line continuation at the end of the file (bash accepts that, the
@@ -986,9 +1022,9 @@ class _Reader:
             self.outer = [*saved_outer, *argv[:shell]]
         try:  # its own bash: an exit there ends only that one
             text = "".join(t for t, _ in chunks)
-            if program == "sbatch":  # the job file's own #SBATCH lines give the job's SLURM_* variables
-                slurm_directives(text, self.reading, self.shell, self.line(node))
-            self.nested(node, text, f"{show(argv[k])}, written by the script",
+            if program == "sbatch":  # the job file's #SBATCH lines and sbatch's options give its SLURM_* variables
+                slurm_directives(text, self.reading, self.shell, self.line(node), command_line=argv[1:k])
+            self.new_shell(node, text, f"{show(argv[k])}, written by the script",
                         line_offset=chunks[0][1] if len(chunks) == 1 else None)
         except _Exit:
             pass
@@ -1010,8 +1046,13 @@ class _Reader:
         if body is None:
             return
         text = self.heredoc_text(heredoc, body)
+        name = command.child_by_field_name("name")
+        words = self.fields(name) if name is not None else []
+        if words and base_name(words[0]) == "sbatch":  # the job's #SBATCH lines and sbatch's options give its SLURM_*
+            options = self.word_fields(command.children_by_field_name("argument"))
+            slurm_directives(text, self.reading, self.shell, self.line(command), command_line=options)
         try:  # the here-document is its own script: an exit there ends only that one
-            self.nested(body, text, "the here-document", line_offset=self.line(body) - 1)
+            self.new_shell(body, text, "the here-document", line_offset=self.line(body) - 1)
         except _Exit:
             pass
 
@@ -1041,11 +1082,19 @@ class _Reader:
         not known (`command -v nvcc && X=1 || X=2` leaves X undecided)."""
         children = [c for c in node.children if c.is_named or c.type in ("&&", "||")]
         left, op, right = children[0], children[1].type if len(children) > 1 else "&&", children[-1]
-        verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
-        if verdict is None and op == "&&" and not self.is_test(left) and left.type != "list":
+        saved, self.errexit = self.errexit, False  # set -e reads a list's last command only (`f || true`)
+        try:
+            verdict = self.run_for_status(left)  # `false && A=1 || A=2`: the left list fails, so A=2 runs
+        finally:
+            self.errexit = saved
+        # `sync && cd /work && torchrun …` is read as ((sync && cd) && torchrun): a left list whose status is
+        # unknown only for a command it read on its normal path is such a command too
+        normal_path = left.type != "list" or self.normal_path
+        went_on = False
+        if verdict is None and op == "&&" and not self.is_test(left) and normal_path:
             # `cd /work && torchrun …`: the normal path of a command whose status is not known is read as run;
             # the list's status stays unknown, so an alternative after it (`cmd && A=1 || A=2`) is not chosen
-            self.run_for_status(right)
+            went_on = self.went_on(right, self.run_for_status(right))
             self.status = None
         elif verdict is None:
             self.undecided_fork(node, [lambda: self.statement(right)], include_nothing=True,
@@ -1053,8 +1102,17 @@ class _Reader:
             self.status = None
         elif verdict == (op == "&&"):
             self.status = self.run_for_status(right)
+            went_on = self.status is None and self.went_on(right, None)
         else:
             self.status = verdict
+        self.normal_path = went_on
+
+    def went_on(self, node: Any, status: bool | None) -> bool:
+        """Whether `node`, read for `a && node`, succeeded or is not known only as a command on its normal path
+        (not a test that is not decided, nor a list that chose between alternatives)."""
+        if status is True:
+            return True
+        return status is None and not self.is_test(node) and (node.type != "list" or self.normal_path)
 
     def run_for_status(self, node: Any) -> bool | None:
         """Run a part of `a && b || c` and give its exit status: a test's verdict, a list's, an assignment's or a
@@ -1405,10 +1463,15 @@ class _Reader:
 
     # -- conditions -------------------------------------------------------------------------------------------
     def condition(self, nodes: list[Any]) -> bool | None:
-        """The verdict of the last of the condition's statements, when it can be known."""
+        """The verdict of the last of the condition's statements, when it can be known (set -e does not end the
+        script in a condition, nor in a function it calls)."""
         verdict: bool | None = None
-        for node in nodes:
-            verdict = self.verdict(node)
+        saved, self.errexit = self.errexit, False
+        try:
+            for node in nodes:
+                verdict = self.verdict(node)
+        finally:
+            self.errexit = saved
         return verdict
 
     def verdict(self, node: Any) -> bool | None:
@@ -1526,7 +1589,8 @@ class _Reader:
             self.step()
             if n.type in ("[", "]", "[[", "]]"):
                 return
-            if n.type == "binary_expression" and double and self.pattern_side(n, walk, out):
+            if n.type == "binary_expression" and double and (self.regex_side(n, walk, out)
+                                                              or self.pattern_side(n, walk, out)):
                 return
             if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
                           "ternary_expression") or (not n.is_named and n.child_count):
@@ -1566,6 +1630,35 @@ class _Reader:
         rights = [c for c in node.children[at + 1:] if c.is_named]
         out.append("\x01" + "".join(self.pattern(c) for c in rights))
         return True
+
+    def regex_side(self, node: Any, walk: Callable[[Any], None], out: list[str]) -> bool:
+        """`[[ $N =~ $PATTERN ]]`, `[[ $X =~ ^"a.b"$ ]]`: the right side of =~ as bash matches it, an unquoted
+        expansion's value being a regular expression and a quoted part matching literally (the grammar keeps
+        `${PATTERN}` as regex text, which matched the name's own spelling)."""
+        ops = [k for k, c in enumerate(node.children) if self.text(c) == "=~" and not c.is_named]
+        if not ops:
+            return False
+        at = ops[0]
+        for child in node.children[:at]:
+            walk(child)
+        out.append("=~")
+        out.append("\x01" + "".join(self.regex(c) for c in node.children[at + 1:] if c.is_named))
+        return True
+
+    def regex(self, node: Any) -> str:
+        text = self.text(node)
+        if node.type == "regex" and not EXPANDS_OR_QUOTES.search(text):
+            return self.pattern(node)
+        if node.type == "regex":  # read again as the word it is; one the grammar cannot read as a word is unknown
+            return str(self.reparsed(text.encode(), self.regex_parts, functools.partial(_unknown, text)))
+        return self.regex_parts(node)
+
+    def regex_parts(self, node: Any) -> str:
+        out = []
+        for _kind, value, quoted in self.parts(node):
+            piece = " ".join(value) if isinstance(value, list) else value
+            out.append(re.escape(piece) if quoted and MARK not in piece else piece)
+        return "".join(out)
 
     def test_words(self, words: list[str], double: bool) -> bool | None:
         test = _Test(words, double)
@@ -1914,9 +2007,15 @@ class _Reader:
                         self.shell.scalars[name] = _unknown(name)
             return
         if program in ("set", "true", ":", "false", "wait", "trap", "ulimit", "umask", "shopt", "hash"):
+            if program == "set":
+                self.set_errexit(argv[1:])
             if program == "set" and "--" in argv:
                 self.positional = argv[argv.index("--") + 1:]
                 self.set_positional(self.positional)
+                first = _uncounted(self.positional, "@")
+                if first is not None:  # `set -- $(scontrol show hostnames)`: how many words, which is $2: not known
+                    self.shell.scalars.update({str(n): _unknown(str(n)) for n in range(first + 2, len(argv) + 1)})
+                    self.shell.scalars["#"] = _unknown("#")
             return
         if program == "read":
             self.read(argv, env)
@@ -1971,8 +2070,8 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
-                with self.run_through(depends):
-                    self.nested(node, inner, f"{show(' '.join(argv[:2]))} … -c")
+                with self.run_through(depends, start=_shell_at(argv)):
+                    self.new_shell(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
             finally:
@@ -1984,8 +2083,8 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
-                with self.run_through(depends):
-                    self.nested(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
+                with self.run_through(depends, start=k):
+                    self.new_shell(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
             finally:
@@ -2138,19 +2237,31 @@ class _Reader:
             self.stdin = saved
 
     @contextlib.contextmanager
-    def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = ()) -> Iterator[None]:
+    def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = (),
+                    start: int = 0) -> Iterator[None]:
         """While a command string is read (`eval $run_cmd`): the constructs its words depend on
         (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
-        command read from it, whose words no longer say which variable they came from."""
+        command read from it, whose words no longer say which variable they came from. `start`: where the string
+        (with its shell) begins in argv; the words before it are a wrapper's (`deepspeed $HOSTFILE_OPTS bash -c
+        "…"`), whose options are not training flags."""
         saved = self.through, self.through_flags
         self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
         entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
-        self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items() if k > entry
-                                                               for u in needs))))
+        self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items()
+                                                               if k > entry and k >= start for u in needs))))
         try:
             yield
         finally:
             self.through, self.through_flags = saved
+
+    def new_shell(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
+        """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
+        outer script's `set -e`."""
+        saved, self.errexit = self.errexit, False
+        try:
+            self.nested(node, text, what, line_offset=line_offset)
+        finally:
+            self.errexit = saved
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -2221,9 +2332,12 @@ class _Reader:
 
     # -- arithmetic -------------------------------------------------------------------------------------------
     def arith_statement(self, node: Any) -> None:
+        self.status = None
         try:
+            value = 0
             for child in node.named_children:
-                self.arith_node(child)
+                value = self.arith_node(child)
+            self.status = value != 0  # `((i++))` with i=0 fails
         except _Unknown:
             for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", self.text(node)):
                 self.shell.scalars[name] = _unknown(name)
@@ -2496,7 +2610,7 @@ class _Reader:
         if prefix == "#" and not rest and name != "#" or (prefix == "#" and name == "#" and not rest and False):
             if subscript and index in ("@", "*"):
                 if self.shell.lookup(name) is None and self.unset(name) or \
-                        _unknown(name) in self.shell.arrays.get(name, []):
+                        _uncounted(self.shell.arrays.get(name, []), name) is not None:
                     # how many: the caller, a file not read or a branch not decided says (the array's own unknown
                     # marker stands for words not known, however many)
                     return ("val", _unknown("#" + name), quoted)
@@ -2512,7 +2626,7 @@ class _Reader:
                 return ("val", _unknown("!" + name), quoted)
             name = target
         if prefix == "!" and subscript:  # ${!A[@]}: indices
-            if _unknown(name) in self.shell.arrays.get(name, []):
+            if _uncounted(self.shell.arrays.get(name, []), name) is not None:
                 return ("val", _unknown("!" + name), quoted)
             return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
         if subscript and index in ("@", "*") and not rest:
@@ -2693,6 +2807,9 @@ class _Reader:
             try:
                 k = self.arith_text(index)
             except _Unknown:
+                return _unknown(name)
+            first = _uncounted(array, name)
+            if first is not None and (k < 0 or k >= first):  # after words not known, however many: not known
                 return _unknown(name)
             if -len(array) <= k < len(array):
                 return array[k]
@@ -2954,6 +3071,14 @@ def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
         out |= {name for name in shell.arrays.keys() & base.arrays.keys()
                 if shell.arrays[name] is not base.arrays[name]}
     return out
+
+
+def _uncounted(array: Sequence[str], name: str) -> int | None:
+    """Where the elements of an array stop being counted: at its own marker (words not known, however many) or at
+    an element that is wholly a value not known, which bash may have split into any number of words
+    (`nodes=( $(scontrol show hostnames) )`, `GPUS=(${CUDA_VISIBLE_DEVICES//,/ })`); None: every element is one."""
+    return next((k for k, element in enumerate(array) if element == _unknown(name) or UNRESOLVED.fullmatch(element)),
+                None)
 
 
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:
@@ -3250,12 +3375,76 @@ def _tame_regex(pattern: str) -> bool:
 EXTGLOB = re.compile(r"(?<!\\)[?*+@!]\(")
 
 
+# POSIX character classes as bash matches them in the C locale (`[[:digit:]]`), as the body of a Python regex set
+POSIX_CLASSES = {"alpha": "a-zA-Z", "digit": "0-9", "alnum": "a-zA-Z0-9", "upper": "A-Z", "lower": "a-z",
+                 "space": r" \t\n\r\f\v", "blank": r" \t", "xdigit": "0-9A-Fa-f", "punct": r"!-/:-@\[-`{-~",
+                 "cntrl": r"\x00-\x1f\x7f", "print": " -~", "graph": "!-~", "word": "a-zA-Z0-9_"}
+POSIX_CLASS = re.compile(r"\[:([a-z]+):\]")
+HELD_CLASS = 0xE000  # a private-use character that stands for a class while fnmatch translates the glob
+
+
+def _glob_translate(pattern: str) -> str:
+    """fnmatch's regex of a glob, with the POSIX classes fnmatch does not know (`[[:digit:]]*`: it read
+    `[[:digit:]` as a set and the rest as text, so `7x` did not match)."""
+    names: list[str] = []
+
+    def hold(match: re.Match[str]) -> str:
+        if match.group(1) not in POSIX_CLASSES:
+            raise _Unknown(pattern)
+        names.append(match.group(1))
+        return chr(HELD_CLASS + len(names) - 1)
+
+    regex = fnmatch.translate(POSIX_CLASS.sub(hold, pattern))
+    for k, name in enumerate(names):
+        regex = regex.replace(chr(HELD_CLASS + k), POSIX_CLASSES[name])
+    return regex
+
+
+def _ere(pattern: str) -> str:
+    """A POSIX extended regular expression (bash's `=~`) as Python's re reads it: its bracket expressions' classes
+    (`[[:digit:]]`, which Python read as a set of `[:dgit` and a `]`), and a `[` or `\\` in one taken literally."""
+    out, k = [], 0
+    while k < len(pattern):
+        if pattern[k] == "\\" and k + 1 < len(pattern):
+            out.append(pattern[k:k + 2])
+            k += 2
+            continue
+        if pattern[k] != "[":
+            out.append(pattern[k])
+            k += 1
+            continue
+        j, body = k + 1, []
+        if pattern.startswith("^", j):
+            body.append("^")
+            j += 1
+        if pattern.startswith("]", j):  # a `]` first in the set is one of its characters
+            body.append(r"\]")
+            j += 1
+        while j < len(pattern) and pattern[j] != "]":
+            if pattern.startswith("[:", j):
+                end = pattern.find(":]", j + 2)
+                if end < 0 or pattern[j + 2:end] not in POSIX_CLASSES:
+                    raise _Unknown(pattern)
+                body.append(POSIX_CLASSES[pattern[j + 2:end]])
+                j = end + 2
+                continue
+            if pattern.startswith(("[.", "[="), j):  # collating elements and equivalence classes: not read here
+                raise _Unknown(pattern)
+            body.append("\\" + pattern[j] if pattern[j] in "[\\&~|" else pattern[j])
+            j += 1
+        if j >= len(pattern):
+            raise _Unknown(pattern)  # no `]` ends the set
+        out.append("[" + "".join(body) + "]")
+        k = j + 1
+    return "".join(out)
+
+
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     if EXTGLOB.search(pattern):
         raise _Unknown(pattern)  # +([0-9])b, @(a|b): extglob, not matched here (fnmatch read it as text: no match)
     if pattern.count("*") > 8:
         raise _Unknown(pattern)  # each star is a .* the matcher may try at every position
-    return re.compile(fnmatch.translate(pattern), re.S)
+    return re.compile(_glob_translate(pattern), re.S)
 
 
 def _glob_match(value: str, pattern: str) -> bool:
@@ -3282,7 +3471,7 @@ def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
     if not pattern:  # ${X/#/--}: an empty pattern anchored at the start (or the end) matches there
         return replacement + value if op == "/#" else value + replacement if op == "/%" else value
     _glob_regex(pattern)  # refuses a pattern too costly to match
-    body = fnmatch.translate(pattern)[4:-3]  # (?s:…)\Z → …
+    body = _glob_translate(pattern)[4:-3]  # (?s:…)\Z → …
     try:
         regex = re.compile(("^" if op == "/#" else "") + "(?:" + body + ")" + ("$" if op == "/%" else ""), re.S)
     except re.error:
@@ -3400,6 +3589,8 @@ def _fill(form: str, values: Any) -> str | None:
 
 
 # an unquoted `$NAME` (single-quoted text and escapes are passed over): written `${NAME}` before a word is parsed again
+# a regex as the grammar keeps it whole that holds an expansion or a quote: bash expands and unquotes it first
+EXPANDS_OR_QUOTES = re.compile(r"\$[{(A-Za-z0-9_@*#?!]|[\"']")
 BRACE_NAMES = re.compile(rb"'[^']*'|\\.|\$([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -3629,7 +3820,7 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
                 return None
             continue
         text = re.sub(r"^--?[A-Za-z][A-Za-z0-9-]*=", "", word)  # --wrap="…"
-        if MARK not in text and _PYTHON_COMMAND.search(text):
+        if _PYTHON_COMMAND.search(text):  # a part not known (`ssh node "cd $DIR && torchrun …"`) stays one word
             return k, text
     return None
 
@@ -3861,7 +4052,7 @@ class _Test:
             if not _tame_regex(right) or len(left) > 1_000:
                 raise _Unknown(right)  # Python's matcher can backtrack without end on such a pattern
             try:
-                found = re.search(right, left)
+                found = re.search(_ere(right), left)
             except re.error:
                 raise _Unknown(right) from None
             self.rematch = [found.group(0), *(g or "" for g in found.groups())] if found else []

@@ -9,6 +9,7 @@ import subprocess
 
 import pytest
 
+from launcher.errors import UserError
 from launcher.importer.bash_subset import read_script, show
 from launcher.importer.build import import_source
 
@@ -378,6 +379,27 @@ def test_the_sbatch_lines_of_a_job_file_the_script_writes_and_submits_are_the_jo
     assert imported.launcher["nodes"] == 4 and imported.launcher["gpus_per_node"] == 4
 
 
+@pytest.mark.parametrize("quote", ["", "'"])
+def test_the_sbatch_lines_of_a_here_document_given_to_sbatch_are_the_jobs(quote):
+    # srun without counts of its own starts the tasks the #SBATCH lines ask for: 2 nodes of 8
+    script = (f"sbatch <<{quote}EOT{quote}\n#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\n"
+              f"srun --container-image=img.sqsh python pretrain_gpt.py {MODEL}\nEOT\n")
+    imported = import_source(script, "submit.sh")
+    assert imported.launcher["nodes"] == 2 and imported.launcher["gpus_per_node"] == 8
+    assert any("line 1: read as sbatch runs it: SLURM_NNODES=2" in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("submit", "expected"), [
+    ("sbatch -N 4 --ntasks-per-node=4 <<EOT\n#!/bin/bash\n{body}EOT\n", (4, 4)),
+    ("cat > job.sh <<EOT\n#!/bin/bash\n{body}EOT\nsbatch -p gpu -N 4 job.sh\n", (4, 8)),
+    ("cat > job.sh <<EOT\n#!/bin/bash\n{body}EOT\nsbatch -N $NODES job.sh\n", (None, 8)),  # not known here
+])
+def test_the_options_sbatch_is_given_win_over_the_jobs_sbatch_lines(submit, expected):
+    body = f"#SBATCH -N 2\n#SBATCH --ntasks-per-node=8\nsrun python pretrain_gpt.py {MODEL}\n"
+    imported = import_source(submit.format(body=body), "submit.sh")
+    assert (imported.launcher.get("nodes"), imported.launcher.get("gpus_per_node")) == expected
+
+
 def test_a_runner_option_written_with_equals_is_named_as_written():
     # `--launcher=MPICH` was named "--launcher=MPICH MPICH", `--nnodes=${N}` "--nnodes=${N} ${N}"
     imported = import_source(f"deepspeed --launcher=MPICH --num_nodes=$N pretrain_gpt.py {MODEL}\n", "train.sh")
@@ -616,7 +638,20 @@ def test_grid_engine_whole_node_requests_give_nhosts(directive, nodes):
               f"mpirun -np $NUM_GPUS --npernode $GPUS -hostfile $PE_HOSTFILE python pretrain_gpt.py {MODEL}\n")
     imported = import_source(script, "job.sh")
     assert imported.launcher["nodes"] == nodes and imported.launcher["gpus_per_node"] == 4
-    assert any(f"NHOSTS={nodes} from the #$ lines" in n for n in imported.not_carried)
+    assert any(f"NHOSTS={nodes}" in n and "from the #$ lines" in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("directive", "per_node"), [("#$ -l rt_AF=16", 8), ("#$ -l rt_F=16", 4),
+                                                    ("#$ -l node_f=16", None)])
+def test_abci_names_the_resource_type_a_script_chooses_its_gpus_by(directive, per_node):
+    # ABCI's jobs see SGE_RESOURCE_TYPE (rt_F: 4 V100s, rt_AF: 8 A100s); TSUBAME's node_f is no ABCI type
+    script = (f"#!/bin/bash\n{directive}\n#$ -cwd\n"
+              'if [[ "$SGE_RESOURCE_TYPE" == "rt_F" ]]; then\n  GPUS=4\nelif [[ "$SGE_RESOURCE_TYPE" == "rt_AF" ]]; '
+              "then\n  GPUS=8\nfi\nmpirun -np $((NHOSTS*GPUS)) --npernode $GPUS python pretrain_gpt.py "
+              f"{MODEL}\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher.get("gpus_per_node") == per_node
+    assert (imported.launcher.get("nodes") == 16) == (per_node is not None)
 
 
 def test_a_grid_engine_request_after_the_first_command_or_of_part_of_a_node_gives_no_nhosts():
@@ -788,3 +823,92 @@ def test_a_launcher_script_python_runs_before_the_entry_is_no_single_process(run
     assert "gpus_per_node" not in imported.launcher
     notes = " ".join(imported.not_carried)
     assert "a launcher program the import does not read" in notes and "with python directly" not in notes
+
+
+REGEX_SIDES = [
+    # an expansion on the right of =~ is a regular expression (the grammar keeps `${P}` as regex text)
+    "n=12\npattern='^[0-9]+$'\nif [[ ${n} =~ ${pattern} ]]; then W=num; else W=not; fi",
+    "n=12\npattern='^[0-9]+$'\nif ! [[ ${n} =~ ${pattern} ]]; then W=not; else W=num; fi",
+    "n=x1\npattern='^[0-9]+$'\n[[ ! $n =~ $pattern ]] && W=not || W=num",
+    "M=70B\nRE='^([0-9]+)B$'\n[[ $M =~ ${RE} ]] && W=${BASH_REMATCH[1]} || W=none",
+    # a quoted part matches literally: `.` is no wildcard there
+    'X=axb\n[[ $X =~ "a.b" ]] && W=dot || W=literal',
+    'X=a.b\nS=a\n[[ $X =~ ^$S"."b$ ]] && W=literal || W=no',
+]
+
+
+@pytest.mark.parametrize("code", REGEX_SIDES)
+def test_the_right_side_of_a_regex_match_is_read_as_bash_does(code):
+    got = words(code)
+    assert got and got != [""]
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+def test_a_regex_from_a_variable_decides_whether_the_script_exits_before_training():
+    script = ("nodes=${1:-1}\npattern='^[0-9]+$'\nif ! [[ ${nodes} =~ ${pattern} ]]; then\n  exit\nfi\n"
+              f"torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}\n")
+    assert import_source(script, "t.sh", []).settings["num_layers"] == 2
+    with pytest.raises(UserError, match="exit"):
+        import_source(script, "t.sh", ["four"])
+
+
+@pytest.mark.parametrize("wrapper", [
+    'deepspeed --num_nodes 2 --num_gpus 8 --no_local_rank --no_python $OPTS /usr/bin/bash -c "python pretrain_gpt.py '
+    '{model} --seed $SEED"',
+    'srun -N 2 --ntasks-per-node 1 $OPTS bash -c "torchrun --nproc_per_node 8 pretrain_gpt.py {model} --seed $SEED"',
+])
+def test_a_branch_that_gives_only_the_wrappers_options_is_no_loss_of_the_model(wrapper):
+    # MLPerf's Habana GPT-3 job: MULTINODE_CMD (--force_multi --hostfile …) is set where a host file exists
+    script = ('if [ -f "$HOSTSFILE" ]; then\n  OPTS="--force_multi --hostfile=$HOSTSFILE"\nfi\nSEED=1\n'
+              + wrapper.format(model=MODEL) + "\n")
+    imported = import_source(script, "run.sh")
+    assert imported.lost == [] and imported.settings["seed"] == 1
+    assert any(n.startswith("line 1: ") and "--force_multi" in n for n in imported.not_carried)
+    inside = import_source(script.replace("--seed $SEED", "$OPTS --seed $SEED"), "run.sh")
+    assert any(line.startswith("line 1: ") for line in inside.lost)  # in the string itself: among the flags
+
+
+POSIX_CLASS_SHAPES = [
+    # POSIX character classes, which Python's re and fnmatch do not know: `[[:digit:]]` was a set of `[:dgit` and `]`
+    "X=7B; [[ $X =~ ^([[:digit:]]+)B$ ]] && W=${BASH_REMATCH[1]} || W=no",
+    "X=a; [[ $X =~ ^[[:alpha:]]$ ]] && W=alpha || W=no",
+    'X="a b"; [[ $X =~ [[:space:]] ]] && W=space || W=no',
+    "X=ab; [[ $X =~ ^[^[:digit:]]+$ ]] && W=nodigit || W=no",
+    "X=a-b; [[ $X =~ ^[a-z[:punct:]]+$ ]] && W=punct || W=no",
+    "X=a[b; [[ $X =~ ^a[[]b$ ]] && W=bracket || W=no",
+    "X=7; [[ $X == [[:digit:]] ]] && W=glob || W=no",
+    "X=7x; case $X in [[:digit:]]*) W=case;; *) W=no;; esac",
+    "X=13B; W=${X%%[[:alpha:]]*}",
+]
+
+
+@pytest.mark.parametrize("code", POSIX_CLASS_SHAPES)
+def test_posix_character_classes_are_matched_as_bash_matches_them(code):
+    got = words(code)
+    assert got and got != ["no"]
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+
+
+@pytest.mark.parametrize(("code", "runs"), [
+    ("set -e\nX=0\n[ $X -eq 1 ]\n", False),  # a test found false on its own line ends the script
+    ("set -e\ni=0\n((i++))\n", False),  # ((0)) fails
+    ("set -euo pipefail\nfalse\n", False),
+    ("set -o errexit\nfalse\n", False),
+    ("set -e\ni=1\n((i++))\n", True),
+    ("set -e\n[ 1 -eq 2 ] && echo x\n", True),  # in a list, only its last command's failure counts
+    ("set -e\nif [ 1 -eq 2 ]; then :; fi\n", True),  # a condition does not
+    ("set -e\nset +e\nfalse\n", True),
+    ("set -e\nbash -c 'false; echo inner'\n", True),  # another bash starts without -e
+    ("X=0\n[ $X -eq 1 ]\n", True),
+    ("set -e\nf() { [ 1 -eq 2 ]; echo in; }\nf || true\n", True),  # nor in a function a list or a test calls
+    ("set -e\nf() { [ 1 -eq 2 ]; echo in; }\nif f; then :; fi\n", True),
+    ("set -e\nf() { [ 1 -eq 2 ]; echo in; }\nf\n", False),
+])
+def test_set_e_ends_the_script_where_bash_ends_it(code, runs):
+    reading = read_script(code + "torchrun pretrain_gpt.py --num-layers 2\n")
+    assert any("pretrain_gpt.py" in c.argv for c in reading.commands) == runs
+    if shutil.which("bash"):
+        out = subprocess.run(["bash", "-c", code + "echo reached"], capture_output=True, text=True, timeout=10)
+        assert ("reached" in out.stdout) == runs

@@ -721,6 +721,17 @@ def test_a_training_command_given_as_a_launchers_string_is_read(line):
     assert imported.settings["num_layers"] == 2 and imported.lost == []
 
 
+@pytest.mark.parametrize(("line", "lost"), [
+    ('ssh node1 "cd $WORKDIR && torchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}"', []),
+    ('sbatch -N 2 --wrap "srun python pretrain_gpt.py {MODEL} $EXTRA"', ["${EXTRA}"]),
+])
+def test_a_launchers_string_with_a_part_not_known_is_still_the_training_command(line, lost):
+    # it was "no training command found": the part not known is one word, named where it holds flags
+    imported = import_source(line.replace("{MODEL}", MODEL) + "\n", "train.sh")
+    assert imported.settings["num_layers"] == 2
+    assert [item.split(":")[0] for item in imported.lost] == lost
+
+
 def test_a_printed_command_string_is_not_the_training_command():
     imported = import_source(f'echo "python pretrain_gpt.py {MODEL}"\ntorchrun pretrain_gpt.py --num-layers 3\n', "t")
     assert imported.settings == {"num_layers": 3}
@@ -957,6 +968,11 @@ def test_tests_let_and_unset_elements_are_bashs(code, expected):
     ("command -v nvcc && P=cuda || P=cpu", "${P}"),  # was cuda: a program's status taken for success
     ("f() { return 1; }\nf && P=y || P=n", "${P}"),
     ("P=a; cd /work && P=b", "b"),  # the normal path of `cd … &&` is read as run
+    ("P=a; sync && cd /work && P=b", "b"),  # so is that of a chain of them, ((sync && cd) && …) in the grammar
+    ("P=a; X=1 && cd /work && P=b", "b"),
+    ("P=a; cd /work && [ -f x ] && P=b", "${P}"),  # a test not decided is no normal path
+    ("P=a; cd /work && which nvcc || exit 1 && P=b", "${P}"),  # nor a choice between alternatives
+    ("sync && cd /work && P=y || P=n", "${P}"),  # the chain's status stays unknown for an alternative
     ("echo hi && P=y || P=n", "y"),  # echo succeeds whatever the machine holds
     ("X=ab; case $X in a*) P=1;& b*) P=2;; esac", "2"),  # bash 5: `;&` runs the next body too
     ("X=ab; case $X in a*) P=1;;& *b) P=${P}2;; c) P=3;; esac", "12"),  # `;;&` tests the next patterns
@@ -971,6 +987,14 @@ def test_a_training_command_after_cd_and_is_read_as_run():
     assert imported.lost == [] and imported.settings["num_layers"] == 2
 
 
+def test_a_training_command_at_the_end_of_a_chain_of_commands_is_read_as_run():
+    # MLPerf's Habana GPT-3 job: `sync && if [ "$LOCAL_RANK" -eq 0 ]; then echo 3 > …; fi && cd DIR && python …`
+    script = ('sync && if [ "$LOCAL_RANK" -eq "0" ]; then echo 3 > /proc/sys/vm/drop_caches ; fi && cd /work && '
+              f"torchrun pretrain_gpt.py {MODEL}\n")
+    imported = import_source(script, "train.sh")
+    assert imported.lost == [] and imported.settings["num_layers"] == 2
+
+
 @pytest.mark.parametrize(("code", "args", "expected"), [  # each expected value is bash 5's
     ("M=$1; [[ $M =~ ^([0-9]+)B$ ]]; N=${BASH_REMATCH[1]}", ["70B"], "70"),
     ('M=13B; [[ $M =~ ^([0-9]+)B$ ]] && N="${BASH_REMATCH[1]}:${BASH_REMATCH[0]}"', [], "13:13B"),
@@ -979,6 +1003,24 @@ def test_a_training_command_after_cd_and_is_read_as_run():
 ])
 def test_bash_rematch_holds_the_groups_of_a_known_match(code, args, expected):
     reading = read_script(code + '\ntorchrun pretrain_gpt.py "$N"\n', args)
+    assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    # a value not known, unquoted in the array, splits into as many words as it holds: how many is not known
+    ("nodes=( $(scontrol show hostnames $SLURM_JOB_NODELIST) )\nP=${#nodes[@]}", "${P}"),
+    ("nodes=( $(scontrol show hostnames) )\nP=${nodes[0]}", "${P}"),
+    ("GPUS=(${CUDA_VISIBLE_DEVICES//,/ })\nP=${#GPUS[@]}", "${P}"),
+    ("A=(x $NOT_SET y)\nP=${A[2]}", "${P}"),
+    ("A=(x $NOT_SET y)\nP=${!A[@]}", "${P}"),
+    ("A=(x $NOT_SET y)\nP=${A[0]}", "x"),  # before it, each element is one
+    ("set -- $(scontrol show hostnames)\nP=$#", "${P}"),  # so are the positional parameters it sets
+    ('set -- a $(scontrol show hostnames) b\nP="$1:$3"', "a:${3}"),
+    ("export CUDA_VISIBLE_DEVICES=0,1,2,3\nGPUS=(${CUDA_VISIBLE_DEVICES//,/ })\nP=${#GPUS[@]}", "4"),
+])
+def test_the_length_of_an_array_of_words_not_known_is_not_known(code, expected):
+    # `nodes=( $(scontrol …) ); torchrun --nnodes ${#nodes[@]}` was read as one node
+    reading = read_script(code + '\ntorchrun pretrain_gpt.py "$P"\n', [])
     assert [show(a) for a in reading.commands[-1].argv[2:]] == [expected]
 
 
