@@ -216,11 +216,14 @@ def rehearsal_python(megatron_path: Path, python: str | None = None) -> str:
 
 
 def rehearsal_env(megatron_path: Path) -> dict[str, str]:
-    """This machine's environment without what describes the target, with the checkout and launcher importable."""
+    """This machine's environment without what describes the target, with the checkout and launcher importable.
+    The inherited PYTHONPATH comes after them, as a launch gives its ranks (JobEnvironment.for_process): a package
+    found there (torchao, which the dry-run counts on for FP8 without Transformer Engine) is the rehearsal's too."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(TARGET_ENV_PREFIXES)}
     paths = [str(megatron_path), str(LAUNCHER_ROOT)]
     if not has_module(APEX_MODULE):  # as a launch without apex gives its ranks (pipeline/environment.APEX_FREE)
         paths.append(str(APEX_FREE))
+    paths += [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry and entry not in paths]
     env["PYTHONPATH"] = os.pathsep.join(paths)
     env["NO_VCS_VERSION"] = "1"
     env["MEGATRON_LAUNCH_COMPILE_BACKEND"] = COMPILE_BACKEND

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from importlib.util import find_spec
 from pathlib import Path
 
 import pytest
 
-from launcher.checks.rehearsal import HIDDEN, Rehearser, tiny_settings
+from launcher.checks.rehearsal import HIDDEN, Rehearser, rehearsal_env, tiny_settings
 from launcher.errors import UserError
 from launcher.megatron.pin import Kernels
 from launcher.pipeline.command import script_args
@@ -225,3 +226,22 @@ def test_jobs_one_after_another_in_one_worker_get_the_verdicts_and_losses_of_fre
     assert all(result.ok for result in fresh.values()), {name: r.error for name, r in fresh.items()}
     assert [(r.ok, r.stage, r.error, r.facts.get("loss")) for r in shared] == \
         [(fresh[name].ok, fresh[name].stage, fresh[name].error, fresh[name].facts.get("loss")) for name in order]
+
+
+def test_a_package_on_the_inherited_pythonpath_is_importable_in_the_rehearsal_as_in_the_launch(tmp_path,
+                                                                                              monkeypatch):
+    """The dry-run judges FP8 without Transformer Engine by whether torchao is importable where the launcher runs,
+    and a launch gives its ranks the inherited PYTHONPATH after its own: the rehearsal's processes must find what
+    the dry-run found, or a job the launch would train crashes in its rehearsal (and the other way round)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "package_on_the_users_path.py").write_text("VALUE = 7\n")
+    checkout = tmp_path / "megatron-lm"
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    env = rehearsal_env(checkout)
+    paths = env["PYTHONPATH"].split(os.pathsep)
+    assert paths[0] == str(checkout)  # the checkout first, as the launch's ranks have it
+    assert paths.index(str(site)) > paths.index(str(REPO))
+    found = subprocess.run([sys.executable, "-c", "import package_on_the_users_path as p; print(p.VALUE)"],
+                           env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert found.stdout.strip() == "7", found.stderr
