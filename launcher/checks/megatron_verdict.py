@@ -186,7 +186,9 @@ def target_packages(preset: Any, kernels: Any) -> tuple[str, ...]:
     from launcher.megatron import requirements
 
     found = requirements.packages_here() if kernels.how in ("detected", "login node") else {}
-    return tuple(dict.fromkeys([*preset.launcher.packages, *found]))
+    # torchao is looked up whatever declares the kernels (FP8 without TE): what the dry-run found, the target has
+    torchao = ("torchao",) if getattr(kernels, "torchao", False) else ()
+    return tuple(dict.fromkeys([*preset.launcher.packages, *found, *torchao]))
 
 
 def package_problems(job: Any, target: AssumedMachine) -> list[Any]:

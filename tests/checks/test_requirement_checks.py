@@ -196,3 +196,11 @@ def test_several_distributed_optimizer_instances_need_einops_which_megatron_core
                                        "launcher.packages=[einops]"]), 1, 4, kernels=Kernels(False, False, "preset"))
     assert [m.split(",")[0] for m in packages_absent_here(job)] == [
         "num_distributed_optimizer_instances 2 needs einops"]
+
+
+def test_the_assumed_target_has_the_torchao_the_dry_run_found_whoever_declares_the_kernels():
+    from launcher.checks.megatron_verdict import target_packages
+
+    preset = load_preset("345m", [])
+    assert "torchao" in target_packages(preset, Kernels(False, False, "preset", None, torchao=True))
+    assert "torchao" not in target_packages(preset, Kernels(False, False, "preset", None, torchao=False))
