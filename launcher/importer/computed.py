@@ -52,14 +52,27 @@ def first_k_dense(k: int, reads: dict[str, Any]) -> dict[str, Any]:
     return {"moe_layer_freq": "[" + ",".join(map(str, pattern)) + "]"}
 
 
+def tp_extend_ep(_: None, reads: dict[str, Any]) -> dict[str, Any]:
+    """MindSpeed's --moe-tp-extend-ep: each expert whole, the experts spread over EP × TP ranks (num_local_experts
+    = num_experts / (EP · TP)), the pin's expert parallelism of that size without expert tensor parallelism;
+    an absent size is Megatron's default, 1, in the fork and at the pin alike."""
+    tp = 1 if reads["tensor_model_parallel_size"] is None else _integer(
+        "tensor_model_parallel_size", reads["tensor_model_parallel_size"])
+    ep = 1 if reads["expert_model_parallel_size"] is None else _integer(
+        "expert_model_parallel_size", reads["expert_model_parallel_size"])
+    return {"expert_tensor_parallel_size": 1, "expert_model_parallel_size": ep * tp}
+
+
 # a row's `computed.formula` → the function; its `computed.reads` name the settings passed in `reads`
-FORMULAS: dict[str, Callable[[int, dict[str, Any]], dict[str, Any]]] = {
+FORMULAS: dict[str, Callable[[Any, dict[str, Any]], dict[str, Any]]] = {
     "count_times_expert_width": count_times_expert_width,
     "first_k_dense": first_k_dense,
+    "tp_extend_ep": tp_extend_ep,
 }
 
 
 def compute(formula: str, value: Any, reads: dict[str, Any]) -> dict[str, Any]:
-    """The pin's settings (dest → value, not yet typed) for the flag's `value`, given the settings the row reads
-    (None where the script gives none); NotComputable when one it needs is absent or not known here."""
-    return FORMULAS[formula](_integer("its value", value), reads)
+    """The pin's settings (dest → value, not yet typed) for the flag's `value` (None for a switch), given the
+    settings the row reads (None where the script gives none); NotComputable when one it needs is absent or not
+    known here."""
+    return FORMULAS[formula](None if value is None else _integer("its value", value), reads)

@@ -371,7 +371,7 @@ def _computed_translations(out: Flags) -> None:
             word.why = _refused(row, f"the script gives {' and '.join(also)} too")
             continue
         try:
-            raw = computed.compute(row.computed["formula"], _given_value(word), reads)
+            raw = computed.compute(row.computed["formula"], _given_value(word) if row.value else None, reads)
             settings = {dest: _typed_to(dest, v, word.words[0]) for dest, v in raw.items()}
         except (computed.NotComputable, UserError) as exc:
             problem = exc.problems[0].message if isinstance(exc, UserError) else str(exc)
@@ -382,10 +382,11 @@ def _computed_translations(out: Flags) -> None:
             out.settings[key] = value
             out.flag_of[key] = word.words[0].partition("=")[0]
         inputs = ", ".join(f"{name} {value}" for name, value in reads.items() if value is not None)
+        inputs = f"{word.text} and {inputs}" if inputs else word.text
         shown = ", ".join(f"{d} {v}" for d, v in settings.items()) or "nothing (a count of 0)"
         word.settings = settings
         word.kind = "translated"
-        word.why = f"→ {shown}, computed from {word.text} and {inputs}: {row.why} ({row.origin})"
+        word.why = f"→ {shown}, computed from {inputs}: {row.why} ({row.origin})"
 
 
 def _given_value(word: Word) -> str:

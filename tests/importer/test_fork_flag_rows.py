@@ -70,7 +70,7 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--num-experts 8 --first-k-dense-replace 4 --moe-layer-freq 1", "not below num_layers 4"),
     ("--num-experts 8 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --n-shared-experts 2",
      "gives moe_shared_expert_intermediate_size too"),
-    ("--num-experts 8 --moe-tp-extend-ep", "expert_tensor_parallel_size=1"),
+    ("--num-experts 8 --expert-tensor-parallel-size 2 --moe-tp-extend-ep", "gives expert_tensor_parallel_size too"),
     ("--num-experts 8 --mlp-type residual", "moe_shared_expert_intermediate_size"),
     ("--num-experts 8 --moe-min-capacity 4", "moe_expert_capacity_factor"),
     ("--kd --num-layers-teacher 2 --load-teacher /ckpt/teacher", "plain pretraining"),
@@ -127,6 +127,9 @@ def test_a_refused_fork_flag_stops_the_import_with_its_hint(tmp_path, launch):
 
 # -- fork flags whose pin settings are a formula of their value and other settings of the script --------------
 
+COMPUTED = ("--n-shared-experts", "--first-k-dense-replace", "--moe-tp-extend-ep")
+
+
 @pytest.mark.parametrize(("extra", "expected"), [
     # ModelLink: the shared expert is N × --moe-intermediate-size wide; MindSpeed-LLM: N × --moe-ffn-hidden-size
     ("--num-experts 8 --moe-intermediate-size 32 --n-shared-experts 2", {"moe_shared_expert_intermediate_size": 64}),
@@ -139,12 +142,17 @@ def test_a_refused_fork_flag_stops_the_import_with_its_hint(tmp_path, launch):
     ("--num-experts 8 --moe-layer-freq 1 --first-k-dense-replace 0", {"moe_layer_freq": "[1]*4"}),
     ("--num-experts 8 --first-k-dense-replace 1 --moe-layer-freq 2", {"moe_layer_freq": "[0,0,1,0]"}),
     ("--num-experts 8 --first-k-dense-replace 1 --moe-layer-freq 1 --num-layers 6", {"moe_layer_freq": "[0]*1+[1]*5"}),
+    # MindSpeed: experts whole, spread over EP × TP ranks (absent sizes: Megatron's default 1)
+    ("--num-experts 8 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 --moe-tp-extend-ep",
+     {"expert_tensor_parallel_size": 1, "expert_model_parallel_size": 4}),
+    ("--num-experts 8 --moe-tp-extend-ep --tensor-model-parallel-size 4",
+     {"expert_tensor_parallel_size": 1, "expert_model_parallel_size": 4}),
 ])
 def test_fork_flags_of_a_formula_are_computed_from_the_settings_they_read(extra, expected):
     found = imported(extra)
     assert found.lost == []
     assert {k: found.settings.get(k) for k in expected} == expected
-    flag = next(w for w in extra.split() if w in ("--n-shared-experts", "--first-k-dense-replace"))
+    flag = next(w for w in extra.split() if w in COMPUTED)
     (line,) = [n for n in found.translated if n.startswith(flag)]
     assert "computed from" in line, line
 
@@ -155,13 +163,15 @@ def test_fork_flags_of_a_formula_are_computed_from_the_settings_they_read(extra,
     ("--num-experts 8 --moe-intermediate-size $W --n-shared-experts 2", "moe_ffn_hidden_size is not known"),
     ("--num-experts 8 --moe-layer-freq 1 --num-layers $L --first-k-dense-replace 1", "num_layers is not known"),
     ("--moe-layer-freq 1 --first-k-dense-replace 1", "num_experts is not given"),
+    ("--num-experts 8 --tensor-model-parallel-size $TP --moe-tp-extend-ep", "tensor_model_parallel_size is not known"),
 ])
 def test_a_formula_whose_input_is_not_known_is_lost_with_what_is_missing(extra, missing):
     found = imported(extra)
-    flag = next(w for w in extra.split() if w in ("--n-shared-experts", "--first-k-dense-replace"))
+    flag = next(w for w in extra.split() if w in COMPUTED)
     (line,) = [n for n in found.lost if n.startswith(flag)]
     assert missing in line and "instead:" in line, line
     assert "moe_shared_expert_intermediate_size" not in found.settings
+    assert "expert_tensor_parallel_size" not in found.settings
 
 
 def test_a_computed_setting_is_no_difference_in_the_round_trip(tmp_path):
@@ -169,10 +179,12 @@ def test_a_computed_setting_is_no_difference_in_the_round_trip(tmp_path):
     from launcher.importer.report import check_import
 
     found = imported("--num-experts 8 --moe-intermediate-size 32 --n-shared-experts 2 --moe-layer-freq 1 "
-                     "--first-k-dense-replace 1 --eval-interval 5 --eval-iters 1")
+                     "--first-k-dense-replace 1 --eval-interval 5 --eval-iters 1 --tensor-model-parallel-size 2 "
+                     "--moe-tp-extend-ep")
     preset = tmp_path / "p.yaml"
     preset.write_text(found.text)
     outcome = check_import(found, preset, job_as_declared)
     assert outcome.differences == [] and outcome.lost == [], outcome.differences
     assert any("--n-shared-experts" in a and "--first-k-dense-replace" in a for a in outcome.apart), outcome.apart
     assert "--moe-shared-expert-intermediate-size" in outcome.argv and "[0]*1+[1]*3" in outcome.argv
+    assert outcome.argv[outcome.argv.index("--expert-model-parallel-size") + 1] == "2"
