@@ -10,7 +10,7 @@ from typing import Any
 
 from launcher import redaction
 from launcher.errors import UserError, did_you_mean
-from launcher.importer import legacy
+from launcher.importer import computed, legacy
 from launcher.importer.words import MARK, MAX_COUNT, base_name, count, is_count
 from launcher.megatron import args as megatron_args
 from launcher.pipeline.preset import type_megatron_value
@@ -261,6 +261,8 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
                     translation=translation), j, None
     if translation.harmless:
         return Word(given, "harmless", why=f"{translation.harmless} ({translation.origin})"), j, None
+    if translation.computed:  # a formula of other settings: computed once every flag is read (read_flags)
+        return Word(given, "lost", why=_refused(translation), translation=translation), j, None
     if translation.refuse:
         return Word(given, "lost", why=f"{translation.refuse} ({translation.origin}); instead: {translation.instead}"
                     if translation.instead else f"{translation.refuse} ({translation.origin})"), j, None
@@ -308,6 +310,7 @@ def read_flags(words: list[str]) -> Flags:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
     _read_with_fork_choice(out)
+    _computed_translations(out)
     _dense_in_megatron_deepspeed(out)
     _recompute_chunk_in_megatron_deepspeed(out)
     _sequence_length_from_the_encoders(out)
@@ -329,6 +332,61 @@ def _sequence_length_from_the_encoders(out: Flags) -> None:
                 "from --encoder-seq-length (megatron/training/arguments.py:1295)")
     out.settings["seq_length"] = value
     out.flag_of["seq_length"] = "(translated)"
+
+
+def _refused(row: legacy.Translation, problem: str = "") -> str:
+    said = f"{row.refuse}: {problem}" if problem else row.refuse
+    return f"{said} ({row.origin}); instead: {row.instead}" if row.instead else f"{said} ({row.origin})"
+
+
+# a setting whose flag the script gives with a value not known here (`--num-layers $L`), read by a formula
+NOT_KNOWN = "$?"
+
+
+def _dests_not_known(out: Flags) -> set[str]:
+    """The settings whose flags were given but lost (a value not known, not of the setting's type)."""
+    table = flag_table()
+    dests: set[str] = set()
+    for word in out.of_kind("lost"):
+        flag = word.words[0].partition("=")[0] if word.words else ""
+        row = legacy.translation(flag)
+        dests |= set(row.to) if row is not None else {table[flag].dest} if flag in table else set()
+    return dests
+
+
+def _computed_translations(out: Flags) -> None:
+    """Fork flags whose pin settings are a formula of their value and other settings as imported (ModelLink's
+    --n-shared-experts N: N × moe_ffn_hidden_size): carried when every input is known, over the script's own value
+    of the same setting (the fork reads the formula's); else lost with what is missing and the row's hint."""
+    for word in out.words:
+        row = word.translation
+        if word.kind != "lost" or row is None or not row.computed:
+            continue
+        unknown = _dests_not_known(out)
+        # a read whose flag is also given with a value not known (`--num-layers $L`, wherever it stands) is not known
+        reads = {name: NOT_KNOWN if name in unknown else out.settings.get(name)
+                 for name in row.computed.get("reads", [])}
+        also = [name for name in row.computed.get("not_with", []) if name in out.settings]
+        if also:  # the fork keeps the script's own value or refuses both: not a formula then
+            word.why = _refused(row, f"the script gives {' and '.join(also)} too")
+            continue
+        try:
+            raw = computed.compute(row.computed["formula"], _given_value(word) if row.value else None, reads)
+            settings = {dest: _typed_to(dest, v, word.words[0]) for dest, v in raw.items()}
+        except (computed.NotComputable, UserError) as exc:
+            problem = exc.problems[0].message if isinstance(exc, UserError) else str(exc)
+            word.why = _refused(row, problem)
+            continue
+        for key, value in settings.items():
+            out.settings.pop(key, None)
+            out.settings[key] = value
+            out.flag_of[key] = word.words[0].partition("=")[0]
+        inputs = ", ".join(f"{name} {value}" for name, value in reads.items() if value is not None)
+        inputs = f"{word.text} and {inputs}" if inputs else word.text
+        shown = ", ".join(f"{d} {v}" for d, v in settings.items()) or "nothing (a count of 0)"
+        word.settings = settings
+        word.kind = "translated"
+        word.why = f"→ {shown}, computed from {inputs}: {row.why} ({row.origin})"
 
 
 def _given_value(word: Word) -> str:

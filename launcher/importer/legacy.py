@@ -28,6 +28,9 @@ class Translation:
     # a flag whose meaning depends on its value (bigcode's --attention-head-type multiquery|multihead): value → the
     # row for it (`to` with `why`, or `harmless`, or `refuse`); a value not listed is lost
     by_value: dict[str, Translation] = field(default_factory=dict)
+    # the pin's settings as a formula of the flag's value and other settings (importer/computed.py): {"formula":
+    # name, "reads": [settings]}; where an input is not known the row refuses (`refuse`, `instead`)
+    computed: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,8 @@ def _row(flag: str, origin: str, row: dict[str, Any]) -> Translation:
                 for value, sub in row.get("by_value", {}).items()}
     return Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
                        row.get("why", ""), row.get("refuse", ""), row.get("instead", ""), row.get("harmless", ""),
-                       row.get("only_with", {}), row.get("unknown", ""), by_value)
+                       row.get("only_with", {}), row.get("unknown", ""), by_value,
+                       row.get("computed", {}))
 
 
 @cache

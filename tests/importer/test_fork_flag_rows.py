@@ -64,9 +64,13 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--rope-scaling-type yarn --multi-head-latent-attention", "rope_type=yarn"),
     ("--glu-activation geglu", "swiglu=true"),
     ("--context-parallel-algo hybrid_cp_algo --ulysses-degree-in-cp 2", "hierarchical_context_parallel_sizes"),
-    ("--num-experts 8 --n-shared-experts 2", "moe_shared_expert_intermediate_size=N×moe_ffn_hidden_size"),
-    ("--num-experts 8 --first-k-dense-replace 1", 'moe_layer_freq="[0]*K+[1]*(L-K)"'),
-    ("--num-experts 8 --moe-tp-extend-ep", "expert_tensor_parallel_size=1"),
+    # a formula of other settings (computed below) whose input the script does not give
+    ("--num-experts 8 --n-shared-experts 2", "moe_ffn_hidden_size is not given"),
+    ("--num-experts 8 --first-k-dense-replace 1", "moe_layer_freq is not given"),
+    ("--num-experts 8 --first-k-dense-replace 4 --moe-layer-freq 1", "not below num_layers 4"),
+    ("--num-experts 8 --moe-ffn-hidden-size 32 --moe-shared-expert-intermediate-size 64 --n-shared-experts 2",
+     "gives moe_shared_expert_intermediate_size too"),
+    ("--num-experts 8 --expert-tensor-parallel-size 2 --moe-tp-extend-ep", "gives expert_tensor_parallel_size too"),
     ("--num-experts 8 --mlp-type residual", "moe_shared_expert_intermediate_size"),
     ("--num-experts 8 --moe-min-capacity 4", "moe_expert_capacity_factor"),
     ("--kd --num-layers-teacher 2 --load-teacher /ckpt/teacher", "plain pretraining"),
@@ -82,7 +86,7 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
-    refused = extra.split()[0] if not extra.startswith("--num-experts") else extra.split()[2]
+    refused = [w for w in extra.split() if w.startswith("--") and w in translations()][0]
     (line,) = [n for n in found.lost if n.startswith(refused)]  # one loss: the flags it reads along are notes
     assert hint in line and "instead:" in line, line
     assert len(found.lost) == 1, found.lost
@@ -111,11 +115,76 @@ def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
 
 def test_a_refused_fork_flag_stops_the_import_with_its_hint(tmp_path, launch):
     script = tmp_path / "pretrain_deepseek.sh"
-    script.write_text("#!/bin/bash\n" + MODEL + "--num-experts 8 --moe-intermediate-size 32 --n-shared-experts 2 "
-                      "--use-fused-rmsnorm\n")
+    script.write_text("#!/bin/bash\n" + MODEL + "--num-experts 8 --n-shared-experts 2 --use-fused-rmsnorm\n")
     code, stdout, stderr = launch("import", str(script), "-o", str(tmp_path / "p.yaml"))
     assert code == 2 and not (tmp_path / "p.yaml").exists()
     assert "Traceback" not in stderr and "error:" in stderr and "hint:" in stderr
     assert "--n-shared-experts 2" in stdout and "moe_shared_expert_intermediate_size=N×moe_ffn_hidden_size" in stdout
-    assert "lost (1" in stdout  # the expert width is carried, the fused kernel a note
+    assert "moe_ffn_hidden_size is not given" in stdout  # no expert width: the count cannot become a width
+    assert "lost (1" in stdout  # the fused kernel is a note
 
+
+
+# -- fork flags whose pin settings are a formula of their value and other settings of the script --------------
+
+COMPUTED = ("--n-shared-experts", "--first-k-dense-replace", "--moe-tp-extend-ep")
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    # ModelLink: the shared expert is N × --moe-intermediate-size wide; MindSpeed-LLM: N × --moe-ffn-hidden-size
+    ("--num-experts 8 --moe-intermediate-size 32 --n-shared-experts 2", {"moe_shared_expert_intermediate_size": 64}),
+    ("--num-experts 8 --n-shared-experts 3 --moe-ffn-hidden-size 48", {"moe_shared_expert_intermediate_size": 144}),
+    # without an expert width both multiply the dense ffn_hidden_size
+    ("--num-experts 8 --ffn-hidden-size 96 --n-shared-experts 2", {"moe_shared_expert_intermediate_size": 192}),
+    ("--num-experts 8 --moe-ffn-hidden-size 32 --n-shared-experts 0", {"moe_shared_expert_intermediate_size": None}),
+    # ModelLink: layer i is MoE when i >= K and i % --moe-layer-freq == 0 (num_layers 4)
+    ("--num-experts 8 --first-k-dense-replace 1 --moe-layer-freq 1", {"moe_layer_freq": "[0]*1+[1]*3"}),
+    ("--num-experts 8 --moe-layer-freq 1 --first-k-dense-replace 0", {"moe_layer_freq": "[1]*4"}),
+    ("--num-experts 8 --first-k-dense-replace 1 --moe-layer-freq 2", {"moe_layer_freq": "[0,0,1,0]"}),
+    ("--num-experts 8 --first-k-dense-replace 1 --moe-layer-freq 1 --num-layers 6", {"moe_layer_freq": "[0]*1+[1]*5"}),
+    # MindSpeed: experts whole, spread over EP × TP ranks (absent sizes: Megatron's default 1)
+    ("--num-experts 8 --tensor-model-parallel-size 2 --expert-model-parallel-size 2 --moe-tp-extend-ep",
+     {"expert_tensor_parallel_size": 1, "expert_model_parallel_size": 4}),
+    ("--num-experts 8 --moe-tp-extend-ep --tensor-model-parallel-size 4",
+     {"expert_tensor_parallel_size": 1, "expert_model_parallel_size": 4}),
+])
+def test_fork_flags_of_a_formula_are_computed_from_the_settings_they_read(extra, expected):
+    found = imported(extra)
+    assert found.lost == []
+    assert {k: found.settings.get(k) for k in expected} == expected
+    flag = next(w for w in extra.split() if w in COMPUTED)
+    (line,) = [n for n in found.translated if n.startswith(flag)]
+    assert "computed from" in line, line
+
+
+@pytest.mark.parametrize(("extra", "missing"), [
+    ("--num-experts 8 --moe-ffn-hidden-size $W --ffn-hidden-size 96 --n-shared-experts 2",
+     "moe_ffn_hidden_size is not known"),  # not the dense width: the script gave an expert width
+    ("--num-experts 8 --moe-intermediate-size $W --n-shared-experts 2", "moe_ffn_hidden_size is not known"),
+    ("--num-experts 8 --moe-layer-freq 1 --num-layers $L --first-k-dense-replace 1", "num_layers is not known"),
+    ("--moe-layer-freq 1 --first-k-dense-replace 1", "num_experts is not given"),
+    ("--num-experts 8 --tensor-model-parallel-size $TP --moe-tp-extend-ep", "tensor_model_parallel_size is not known"),
+])
+def test_a_formula_whose_input_is_not_known_is_lost_with_what_is_missing(extra, missing):
+    found = imported(extra)
+    flag = next(w for w in extra.split() if w in COMPUTED)
+    (line,) = [n for n in found.lost if n.startswith(flag)]
+    assert missing in line and "instead:" in line, line
+    assert "moe_shared_expert_intermediate_size" not in found.settings
+    assert "expert_tensor_parallel_size" not in found.settings
+
+
+def test_a_computed_setting_is_no_difference_in_the_round_trip(tmp_path):
+    from launcher.cli.job import job_as_declared
+    from launcher.importer.report import check_import
+
+    found = imported("--num-experts 8 --moe-intermediate-size 32 --n-shared-experts 2 --moe-layer-freq 1 "
+                     "--first-k-dense-replace 1 --eval-interval 5 --eval-iters 1 --tensor-model-parallel-size 2 "
+                     "--moe-tp-extend-ep")
+    preset = tmp_path / "p.yaml"
+    preset.write_text(found.text)
+    outcome = check_import(found, preset, job_as_declared)
+    assert outcome.differences == [] and outcome.lost == [], outcome.differences
+    assert any("--n-shared-experts" in a and "--first-k-dense-replace" in a for a in outcome.apart), outcome.apart
+    assert "--moe-shared-expert-intermediate-size" in outcome.argv and "[0]*1+[1]*3" in outcome.argv
+    assert outcome.argv[outcome.argv.index("--expert-model-parallel-size") + 1] == "2"
