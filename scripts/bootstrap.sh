@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create .venv (Python 3.12, like Megatron itself) and install the launcher into it.
-#   scripts/bootstrap.sh            launcher only (dry-runs, plans, Slurm scripts): a few seconds
+#   scripts/bootstrap.sh            launcher only (dry-runs, plans, Slurm scripts): 17 s with pip's cache warm, 190 s downloading
 #   scripts/bootstrap.sh --full     + megatron-core 0.18.0, torch, matplotlib and the test tools (~75 s, 5.5 GB)
 set -euo pipefail
 cd "$(dirname "$0")/.."

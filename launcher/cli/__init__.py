@@ -38,7 +38,8 @@ def run_parser() -> Parser:
                         "NAME=null unsets it (Megatron's default applies), e.g. --set train_samples=null")
     p.add_argument("--dry-run", action="store_true", help="print the command and exit; touches no GPU")
     p.add_argument("--format", choices=("text", "json"), default="text",
-                   help="dry-run output format; with json, errors are a JSON object on stdout too")
+                   help="output format of --dry-run, --check, --slurm and --k8s; with json, errors are a JSON "
+                        "object on stdout too")
     p.add_argument("--version", action="version", version=version_text(),
                    help="the launcher's version and the Megatron-LM it is pinned to")
     p.add_argument("--megatron-path", help="Megatron-LM checkout (default: launcher.megatron_path, "
@@ -47,9 +48,10 @@ def run_parser() -> Parser:
                    help="put the generated flags to Megatron's own parser and checks (needs megatron-core and "
                         "torch; touches no GPU) and show its verdict next to the launcher's")
     p.add_argument("--rehearse", action="store_true",
-                   help="with --check (implied): also build the job's model and optimizer at a tiny size on this "
-                        "CPU through pretrain_gpt.py's model provider and run one training step (needs the "
-                        "Megatron-LM checkout); says what it could not rehearse")
+                   help="with --check (implied): also rehearse the job in its own parallel layout, shrunk to at "
+                        "most 16 CPU processes (torchrun over gloo): a tiny model with the job's features, two "
+                        "steps through its optimizer, a checkpoint in its format loaded back at another TP·PP "
+                        "(needs the Megatron-LM checkout); says what it could not rehearse")
     p.add_argument("--no-doctor", action="store_true",
                    help="start training without the environment checks of `launch doctor`")
     p.add_argument("--preflight", action="store_true",
@@ -439,8 +441,10 @@ def cmd_fetch_megatron(argv: list[str]) -> int:
     except OSError as err:
         raise UserError(f"cannot remember the checkout in {config}: {err.strerror or err}",
                         f"use --megatron-path {directory} or {pin.ENV_VAR}={directory} instead") from None
-    print(f"remembered in {config}: launches use it unless --megatron-path, launcher.megatron_path or "
-          f"${pin.ENV_VAR} names another")
+    first = (f"; {pin.SUBMODULE} is populated, so this source tree's launches use that"
+             if (pin.SUBMODULE / pin.ENTRY_SCRIPTS["pretrain_gpt"]).is_file() else "")
+    print(f"remembered in {config}: launches use it unless --megatron-path, launcher.megatron_path, "
+          f"${pin.ENV_VAR} or a populated submodule (third_party/megatron-lm of a source tree) names another{first}")
     return 0
 
 

@@ -234,11 +234,13 @@ def candidate_dict(c: ps.Candidate, recipe: tuple[str, ...], args: Mapping[str, 
                    spread: ranges.Range, length: duration.Length | None, gpu: est.Gpu, tflops: float | None,
                    extra_sets: tuple[str, ...] = (), pinned: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One listed layout; its command is `launch PRESET` (as the user named it), the budget, the user's own --set
-    items, then what selects this layout (later --set items win), so that pasted it runs the job priced here."""
+    items, then what selects this layout, so that pasted it runs the job priced here. A user's item that the layout
+    sets anew is left out: each setting is given once, with the value priced."""
     sets = list(extra_sets) + ps.overrides(c.training, args, pinned)
     preset, user_sets = recipe[0], recipe[1:]
+    anew = {item.split("=", 1)[0].strip() for item in sets}
     argv = ["launch", preset, "--nodes", str(budget.nodes), "--gpus-per-node", str(budget.gpus_per_node)]
-    for item in [*user_sets, *sets]:
+    for item in [*(u for u in user_sets if u.split("=", 1)[0].strip() not in anew), *sets]:
         argv += ["--set", item]
     m = est.model_shape(args, c.training.tp)
     d = layout_dict(c.training) | {

@@ -163,9 +163,14 @@ def _prepare_locked(inputs: Sequence[str], output_prefix: str, spec: TokenizerSp
     try:
         DType, IndexedDatasetBuilder = _import_megatron_builder()
     except ImportError as err:
-        raise UserError(f"prepare-data needs megatron-core ({err})",
-                        f"{install_command('megatron')} (megatron-core 0.18.0 and torch), or point "
-                        "MEGATRON_LM_PATH at the Megatron-LM checkout") from err
+        # a checkout stands in for megatron-core's own package, never for torch (or another module it imports)
+        if (getattr(err, "name", None) or "megatron").split(".")[0] == "megatron":
+            raise UserError(f"prepare-data needs megatron-core ({err})",
+                            f"{install_command('megatron')} (megatron-core 0.18.0 and torch), or point "
+                            "MEGATRON_LM_PATH at the Megatron-LM checkout") from err
+        raise UserError(f"prepare-data needs megatron-core and what it imports ({err})",
+                        f"{install_command('megatron')} (megatron-core 0.18.0 and torch); a Megatron-LM checkout "
+                        "gives Megatron's own modules only") from err
 
     dtype = DType.optimal_dtype(tokenizer.vocab_size)
     outputs = output_paths(output_prefix)

@@ -4,6 +4,7 @@ hint does not leave a setting behind that then fails on its own (seen: "drop fp8
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -39,15 +40,21 @@ def _yaml(value: Any) -> str:
     return "null" if value is None else ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
+@functools.cache
+def _matching(pattern: re.Pattern[str], besides: str = "") -> tuple[tuple[str, Any], ...]:
+    """(name, Megatron's default) of every catalog setting the pattern names, other than `besides`. Matched once:
+    the layout search asks for each rule's way out thousands of times, and the catalog has hundreds of settings."""
+    return tuple((dest, entry.default) for dest, entry in megatron_args.catalog().items()
+                 if dest != besides and pattern.search(dest))
+
+
 def drop(feature: str, arg: Callable[[str], Any]) -> list[str]:
     """`--set` assignments (without the --set) that turn `feature` off and reset every setting only it reads that the
     job changes from Megatron's default."""
-    catalog = megatron_args.catalog()
-    pattern = FEATURE_ONLY[feature]
-    out = [f"{feature}={_yaml(catalog[feature].default)}"]
-    for dest, entry in catalog.items():
-        if dest != feature and pattern.search(dest) and arg(dest) is not None and arg(dest) != entry.default:
-            out.append(f"{dest}={_yaml(entry.default)}")
+    out = [f"{feature}={_yaml(megatron_args.catalog()[feature].default)}"]
+    for dest, default in _matching(FEATURE_ONLY[feature], feature):
+        if arg(dest) is not None and arg(dest) != default:
+            out.append(f"{dest}={_yaml(default)}")
     return out
 
 
@@ -57,9 +64,8 @@ def drop_hint(feature: str, arg: Callable[[str], Any]) -> str:
 
 def _left(setting: str, arg: Callable[[str], Any]) -> list[str]:
     """`--set` assignments that reset what only VALUE_ONLY[setting]'s feature reads, where the job changes it."""
-    pattern = VALUE_ONLY[setting][1]
-    return [f"{dest}={_yaml(entry.default)}" for dest, entry in megatron_args.catalog().items()
-            if pattern.search(dest) and arg(dest) is not None and arg(dest) != entry.default]
+    return [f"{dest}={_yaml(default)}" for dest, default in _matching(VALUE_ONLY[setting][1])
+            if arg(dest) is not None and arg(dest) != default]
 
 
 def with_drops(fix: str, arg: Callable[[str], Any]) -> str:
@@ -75,8 +81,10 @@ def with_drops(fix: str, arg: Callable[[str], Any]) -> str:
         # "set FEATURE=off", or a later way's bare "FEATURE=off"
         off = _yaml(megatron_args.catalog()[feature].default)
         found = re.search(rf"((?:(?:--)?set )?)(?<![\w.]){feature}={off}\b", fix)
+        if not found:
+            continue
         dropped = drop(feature, arg)
         # the hint's own "set " stays as it was written; a hint that already drops them is left as it is
-        if found and len(dropped) > 1 and not all(a in fix for a in dropped[1:]):
+        if len(dropped) > 1 and not all(a in fix for a in dropped[1:]):
             return fix[:found.start()] + found[1] + " --set ".join(dropped) + fix[found.end():]
     return fix

@@ -50,6 +50,10 @@ def test_tarball_fetch_lands_in_the_data_directory_and_is_remembered(tmp_path):
     config = tmp_path / "config" / "megatron-launch" / "config.json"
     assert json.loads(config.read_text()) == {"megatron_path": str(where)}
     assert [p.name for p in where.parent.iterdir()] == [where.name]  # no staging directory left behind
+    # what it says comes before it: every source of the lookup, the submodule too
+    said = done.stdout.splitlines()[-1]
+    assert all(s in said for s in ("--megatron-path", "launcher.megatron_path", "$MEGATRON_LM_PATH", "submodule"))
+    assert (str(pin.SUBMODULE) in said) == (pin.SUBMODULE / "pretrain_gpt.py").is_file()
     # later launches use it (a populated submodule of this source tree comes first): the dry-run names its
     # pretrain_gpt.py and warns about nothing
     used = pin.SUBMODULE if (pin.SUBMODULE / "pretrain_gpt.py").is_file() else where

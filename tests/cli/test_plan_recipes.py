@@ -63,12 +63,15 @@ def _presets(tmp: Path) -> dict[str, tuple[list[str], list[str]]]:
         "experts": ([str(moe)], [str(moe)]),
         "experts on 32": ([str(moe), "--gpus", "32", "--top", "3", "--set", "global_batch_size=256"],
                           [str(moe), "--set", "global_batch_size=256"]),
+        # the user's micro batch, which some listed layouts change: each command gives it once
+        "user micro batch": (["175b", "--nodes", "64", "--gpus-per-node", "8", "--top", "3",
+                              "--set", "micro_batch_size=2"], ["175b"]),
     }
 
 
 CASES = ["toy", "toy on 4", "345m on 8", "175b", "preset file", "layout string", "layout string on 8",
          "virtual layout string", "virtual layout string on 8", "user sets", "batch schedule", "experts",
-         "experts on 32"]
+         "experts on 32", "user micro batch"]
 
 
 def _text(capsys, *argv: str) -> str:
@@ -102,6 +105,8 @@ def test_every_printed_recipe_dry_runs_to_the_priced_job(case: str, tmp_path: Pa
         assert command[:2] == ["launch", carried[0]]
         joined = " ".join(command)
         assert " ".join(carried[1:]) in joined
+        named = [command[i + 1].split("=", 1)[0] for i, word in enumerate(command) if word == "--set"]
+        assert len(named) == len(set(named)), f"a setting given twice: {joined}"
         dry = _run(capsys, *command[1:], "--dry-run", "--format", "json")
         lay, e = dry["layout"], dry["estimate"]
         assert (lay["tp"], lay["pp"], lay["cp"], lay["ep"], lay["vpp"] or 1, lay["micro_batch_size"],

@@ -342,6 +342,35 @@ def test_without_megatron_core_the_checkouts_copy_is_used(tmp_path, with_checkou
         assert "megatron-launch[megatron]" not in result.stderr
 
 
+HIDE_TORCH_TOO = HIDE_INSTALLED_MEGATRON.replace(
+    "class HideInstalledMegatron:",
+    """class HideTorch:  # as if torch were not installed either
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            raise ModuleNotFoundError("No module named 'torch'", name=name)
+        return None
+
+sys.meta_path.insert(0, HideTorch())
+
+class HideInstalledMegatron:""")
+
+
+def test_without_torch_a_checkout_is_not_offered_as_the_way_out(tmp_path):
+    import megatron
+
+    checkout = tmp_path / "Megatron-LM"
+    checkout.mkdir()
+    (checkout / "megatron").symlink_to(list(megatron.__path__)[0])
+    corpus = write_jsonl(tmp_path / "c.jsonl", ["hello"])
+    env = {**os.environ, "MEGATRON_LM_PATH": str(checkout), "PYTHONPATH": str(REPO)}
+    result = subprocess.run([sys.executable, "-c", HIDE_TORCH_TOO, "prepare-data", str(corpus),
+                             "--output-prefix", str(tmp_path / "out"), "--tokenizer", "byte", "--no-progress"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "No module named 'torch'" in result.stderr, result.stderr
+    assert "point MEGATRON_LM_PATH" not in result.stderr and "[megatron]" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "out.bin").exists()
+
+
 def test_a_missing_output_directory_is_made(tmp_path):
     corpus = write_jsonl(tmp_path / "c.jsonl", ["a document", "another"])
     prepare_data([str(corpus)], str(tmp_path / "data" / "new" / "corpus"), BYTE, workers=1, show_progress=False)
