@@ -120,6 +120,24 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> byte
         os.close(fd)
 
 
+def bytes_or_none(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """read_bytes where a file that cannot be read only means "not known" (a checkout's marker, its version file,
+    a source to hash): None for a missing one, a link loop, a FIFO, a device, a directory or one over `limit`."""
+    try:
+        return read_bytes(path, what, limit)
+    except UserError:
+        return None
+
+
+def text_or_none(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str | None:
+    """bytes_or_none as UTF-8 text; None too for bytes that are not UTF-8."""
+    data = bytes_or_none(path, what, limit)
+    try:
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
 def _utf8(data: bytes, name: str) -> str:
     try:
         return data.decode("utf-8")

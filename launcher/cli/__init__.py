@@ -404,7 +404,7 @@ def cmd_import(argv: list[str]) -> int:
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:
-    from launcher import MEGATRON_COMMIT
+    from launcher import MEGATRON_COMMIT, untrusted
     from launcher.megatron import fetch, pin
 
     parser = Parser(prog="launch fetch-megatron", description=f"Fetch the pinned Megatron-LM "
@@ -423,14 +423,18 @@ def cmd_fetch_megatron(argv: list[str]) -> int:
     if directory.exists():
         at = git_commit(directory)["commit"]
         marker = directory / pin.COMMIT_MARKER
-        if not at and marker.is_file():
-            at = marker.read_text(encoding="utf-8").strip()
+        if not at:
+            at = (untrusted.text_or_none(marker, "commit marker", pin.MAX_MARKER_BYTES) or "").strip()
         if at != MEGATRON_COMMIT or not (directory / pin.ENTRY_SCRIPTS["pretrain_gpt"]).is_file():
             raise UserError(f"{directory} exists and is not a Megatron-LM checkout of {MEGATRON_COMMIT[:12]}",
                             "give another DIR, or remove it first")
         print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is already in {directory}")
     else:
-        how = fetch.fetch(directory, args.source or fetch.default_source())
+        try:
+            how = fetch.fetch(directory, args.source or fetch.default_source())
+        except OSError as err:  # a full disk, a read-only or missing parent: the place given, not a bug
+            raise UserError(f"cannot fetch Megatron-LM into {directory}: {err.strerror or err}",
+                            "give a DIR on a writable disk with about 200 MB free") from None
         print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is in {directory} ({how})")
     config = pin.config_file()
     try:
