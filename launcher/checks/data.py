@@ -333,7 +333,12 @@ def _largest_token(prefix: str, index: IndexSummary) -> int | None:
         import numpy as np
     except ImportError:
         return None
-    tokens = np.fromfile(prefix + ".bin", dtype=index.dtype)
+    try:  # read here, bounded: numpy's own reader would wait on a FIFO and read a .bin that grew without end
+        data = untrusted.read_bytes(prefix + ".bin", "dataset", MAX_SCAN_BYTES)
+    except UserError:
+        return None
+    data = data[: len(data) - len(data) % index.itemsize]
+    tokens = np.frombuffer(data, dtype=index.dtype)
     return int(tokens.max()) if tokens.size else None
 
 
