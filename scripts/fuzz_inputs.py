@@ -13,7 +13,8 @@ on it, each in a forked child of this process (the launcher imported once), 20 s
     the launcher's config.json; a Megatron checkout's files (doctor, fetch-megatron); fetch-megatron's --source
     tarball; runs --run-root (a checkpoint's tracker is read by --check and --submit only: not swept here)
     damages: missing, empty, a directory, a FIFO, links to /dev/zero and /dev/urandom, a link to itself, a
-    dangling link, a link to its own directory, not UTF-8, NUL bytes, a sparse 10 GB file, a 9 MiB line,
+    dangling link, a link to its own directory, a path too long to name it (300- and 5,000-character
+    components, where a command names the slot), not UTF-8, NUL bytes, a sparse 10 GB file, a 9 MiB line,
     random bytes, 10,000 nested lists, 2,000 nested YAML mappings, a YAML alias bomb, deep JSON, 100,000
     digits, 1e999, NaN, a slot's valid content cut in half; and hostile values put in the slot's own format
 
@@ -110,6 +111,10 @@ def _not_utf8(path: Path, valid: bytes) -> None:
     path.write_bytes(b"\xff\xfe\x80 " + valid + b"\n\xc3\x28\xa0\xa1\n")
 
 
+def _long_name(path: Path, _valid: bytes) -> None:
+    (path.parent / ".long-name").write_text("")  # the commands name the slot by a path the system refuses
+
+
 def _gzipped(data: bytes) -> Damage:
     def apply(path: Path, _valid: bytes) -> None:
         path.write_bytes(gzip.compress(data, 1))
@@ -143,9 +148,10 @@ GENERIC: dict[str, Damage] = {
     "1e999": _write(b"1e999"),
     "NaN": _write(b"NaN"),
     "cut in half": _cut,
+    "a name too long": _long_name,
 }
 QUICK_DAMAGES = ("a FIFO", "a link to /dev/zero", "a link to itself", "not UTF-8", "sparse 10 GB",
-                 "10,000 nested lists")
+                 "10,000 nested lists", "a name too long")
 # values put in a slot's own format at its {V}
 HOSTILE_VALUES = ("1e999", "-1e999", ".nan", "NaN", "9" * 100000, "-" + "9" * 5000, "[" * 10000 + "]" * 10000,
                   "0x" + "f" * 40, "!!python/object/apply:os.system ['touch MARKER']", "null", "[]", "{}",
@@ -343,7 +349,11 @@ def _argv_value(value: str) -> Damage:
     return apply
 
 
-def _argv(template: list[str], case_dir: Path) -> tuple[list[str], Path | None]:
+def _argv(template: list[str], case_dir: Path, slot_file: str) -> tuple[list[str], Path | None]:
+    if ((case_dir / slot_file).parent / ".long-name").exists():
+        long = "n" * 300 + "/" + "a" * 5000
+        template = [template[0]] + [long if word == slot_file else word.replace(f"={slot_file}", f"={long}")
+                                    for word in template[1:]]
     stdin = None
     if template[0] == "-":  # `launch import - < FILE`: a shell that cannot open FILE runs nothing
         stdin, template = case_dir / "train.sh", template[1:]
@@ -457,7 +467,7 @@ def main() -> int:
             if target.is_dir() and not target.is_symlink():
                 shutil.rmtree(target)
             case.apply(target, case.slot.valid)
-            argv, stdin = _argv(command, case_dir)
+            argv, stdin = _argv(command, case_dir, case.slot.file)
             if not argv:
                 continue
             before = {Path(d) / n for d, _, names in os.walk(case_dir) for n in names}

@@ -530,16 +530,41 @@ def _main(argv: list[str]) -> int:
             except UserError as exc:
                 raise _with_command_hint(exc, argv) from None
     except UserError as exc:
-        if _wants_json(argv):  # a script asked for JSON: it gets the error as JSON too, where it reads
-            print(exc.as_json())
-        else:
-            print(exc.render(), file=sys.stderr)
-        return 2
+        return _refused(exc, argv)
     except KeyboardInterrupt as interrupt:
         return interrupts.exit_status(interrupt)
     except Exception as exc:  # noqa: BLE001 - a bug in the launcher: one line here, the traceback in a file
+        name = name_refused(exc) if isinstance(exc, OSError) else None
+        if name is not None:
+            return _refused(name, argv)
         print(internal_error_line(exc, argv), file=sys.stderr)
         return 1
+
+
+def _refused(exc: UserError, argv: list[str]) -> int:
+    if _wants_json(argv):  # a script asked for JSON: it gets the error as JSON too, where it reads
+        print(exc.as_json())
+    else:
+        print(exc.render(), file=sys.stderr)
+    return 2
+
+
+def name_refused(exc: OSError) -> UserError | None:
+    """The system refusing a path the user gave, as a name: too long, or a loop of symbolic links. Every path
+    check may meet it first (Path.exists, is_file and is_dir raise both in Python 3.12), so it is answered here,
+    once, as the input error it is; any other OSError that reaches here is the launcher's bug."""
+    import errno
+
+    from launcher.errors import clip, shown
+
+    name = shown(clip(str(exc.filename), 120)) if exc.filename is not None else "a path"
+    if exc.errno == errno.ENAMETOOLONG:
+        return UserError(f"{name} is too long a path: {exc.strerror}",
+                         "give a shorter path (at most 255 bytes a name, 4,096 in all)")
+    if exc.errno == errno.ELOOP:
+        return UserError(f"{name} cannot be followed: {exc.strerror}",
+                         "a symbolic link on the way points back at itself: fix or remove it")
+    return None
 
 
 def internal_error_line(exc: BaseException, argv: list[str]) -> str:
