@@ -550,9 +550,10 @@ def _refused(exc: UserError, argv: list[str]) -> int:
 
 
 def name_refused(exc: OSError) -> UserError | None:
-    """The system refusing a path the user gave, as a name: too long, or a loop of symbolic links. Every path
-    check may meet it first (Path.exists, is_file and is_dir raise both in Python 3.12), so it is answered here,
-    once, as the input error it is; any other OSError that reaches here is the launcher's bug."""
+    """The system refusing a path the user gave: a name too long, a loop of symbolic links, a directory on the way
+    that this user may not search. Every path check may meet it first (Path.exists, is_file and is_dir raise all
+    three in Python 3.12), so it is answered here, once, as the input error it is; any other OSError that
+    reaches here is the launcher's bug."""
     import errno
 
     from launcher.errors import clip, shown
@@ -564,6 +565,9 @@ def name_refused(exc: OSError) -> UserError | None:
     if exc.errno == errno.ELOOP:
         return UserError(f"{name} cannot be followed: {exc.strerror}",
                          "a symbolic link on the way points back at itself: fix or remove it")
+    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None:
+        return UserError(f"{name} cannot be reached: {exc.strerror}",
+                         "check the permissions of it and of each directory above it")
     return None
 
 

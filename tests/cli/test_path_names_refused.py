@@ -1,6 +1,7 @@
-"""A path the system refuses as a name (too long; a loop of symbolic links) is the user's input whichever command
-meets it: exit 2 with error and hint. Python 3.12's Path.exists/is_file raise it, so the first path check of
-preset loading, import, runs, doctor or import -o ended in "internal error"."""
+"""A path the system refuses (a name too long; a loop of symbolic links; a directory on the way this user may not
+search) is the user's input whichever command meets it: exit 2 with error and hint. Python 3.12's
+Path.exists/is_file raise it, so the first path check of preset loading, import, runs, doctor or import -o ended
+in "internal error"."""
 
 import errno
 
@@ -34,3 +35,23 @@ def test_too_long_and_loop_are_named_other_errors_are_not():
     loop = cli.name_refused(OSError(errno.ELOOP, "Too many levels of symbolic links", "a/b"))
     assert loop is not None and "'a/b' cannot be followed" in loop.problems[0].message
     assert cli.name_refused(OSError(errno.ENOENT, "No such file or directory", "x")) is None
+    assert cli.name_refused(PermissionError(errno.EACCES, "Permission denied")) is None  # no path: not the input's
+
+
+def test_a_path_under_a_directory_this_user_may_not_search_is_an_input_error(tmp_path, capsys, monkeypatch):
+    """As root every directory is searchable: the stat of a path under a mode-000 directory is made to fail as it
+    does for any other user (EACCES from Path.is_file, which Python 3.12 raises)."""
+    from pathlib import Path
+
+    locked = str(tmp_path / "locked")
+
+    def is_file(self):
+        if str(self).startswith(locked):
+            raise PermissionError(errno.EACCES, "Permission denied", str(self))
+        return original(self)
+
+    original = Path.is_file
+    monkeypatch.setattr(Path, "is_file", is_file)
+    assert cli.main(["import", f"{locked}/train.sh"]) == 2
+    err = capsys.readouterr().err
+    assert f"'{locked}/train.sh' cannot be reached: Permission denied" in err and "hint: check the permissions" in err
