@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import socket
@@ -195,7 +196,11 @@ def parse_blend(value: str | Sequence[str], setting: str = "data_path"
         if any(n is not None for n in numbers[1::2]):
             problems.append(Problem(f"{setting} {' '.join(items)!r}: a dataset prefix looks like a number",
                                     'the format is "weight1 prefix1 weight2 prefix2 …"'))
-        if any(w < 0 for w in weights) or sum(weights) <= 0:
+        if not _finite(weights):
+            problems.append(Problem(f"{setting} weights {shown(' '.join(items[0::2]), 120)} are not finite numbers "
+                                    "with a finite sum (Megatron reads nan, inf and 1e999 as weights and divides by "
+                                    "their sum)", "give each dataset a finite weight, e.g. 0.3 and 0.7"))
+        elif any(w < 0 for w in weights) or sum(weights) <= 0:
             problems.append(Problem(f"{setting} weights {weights} must be non-negative with a positive sum"))
         return prefixes, weights, problems
     if any(n is not None for n in numbers):
@@ -211,7 +216,9 @@ def check_split(split: str) -> list[Problem]:
     numbers = [_as_float(part) for part in parts]
     hint = 'three proportions for train, valid, test, e.g. split="949,50,1"'
     if len(parts) > 3 or any(n is None for n in numbers):
-        return [Problem(f"split {split!r} is not up to three comma-separated numbers", hint)]
+        return [Problem(f"split {shown(split, 120)} is not up to three comma-separated numbers", hint)]
+    if not _finite([n for n in numbers if n is not None]):  # Megatron normalizes by the sum: nan or inf is no split
+        return [Problem(f"split {shown(split, 120)} holds a number that is not finite (nan, inf, 1e999)", hint)]
     if any(n is not None and n < 0 for n in numbers) or sum(n for n in numbers if n is not None) <= 0:
         return [Problem(f"split {split!r} needs non-negative proportions with a positive sum", hint)]
     if not numbers[0]:
@@ -462,6 +469,11 @@ def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, li
     if not all(_is_id(i) for i in ids):
         return None, [Problem(f"cannot read the vocabulary of {tokenizer_json}: token ids must be whole numbers")]
     return TrainingTokenizer("HuggingFaceTokenizer", max(ids) + 1 if ids else None, None), []
+
+
+def _finite(numbers: Sequence[float]) -> bool:
+    """Proportions Megatron normalizes by their sum: each finite, and the sum too (1e308 twice is inf)."""
+    return all(math.isfinite(n) for n in numbers) and math.isfinite(sum(numbers))
 
 
 def _as_float(text: str) -> float | None:
