@@ -417,7 +417,7 @@ def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
-                        help="6 damages and 2 values a slot, its first command only (1-2 min on 2 cores)")
+                        help="7 damages and 2 values a slot, its first command only (1-2 min on 2 cores)")
     parser.add_argument("--sample", type=int, metavar="N", help="N cases drawn by --seed")
     parser.add_argument("--per-slot", type=int, metavar="N", help="N cases of each slot drawn by --seed")
     parser.add_argument("--seed", type=int, default=1)
