@@ -153,8 +153,8 @@ def _blend_prefixes(args: Mapping[str, Any], problems: list[Problem]) -> dict[st
         text = _read_text(str(args["per_split_data_args_path"]), "per_split_data_args_path", problems)
         if text is not None:
             try:
-                per_split = json.loads(text)
-            except (ValueError, RecursionError):
+                per_split = untrusted.loads_json(text, "per_split_data_args_path")
+            except UserError:
                 per_split = None
             splits = per_split.items() if isinstance(per_split, dict) else []
             if not isinstance(per_split, dict) or not all(_is_blend(v) for _, v in splits):
@@ -262,8 +262,8 @@ def read_meta(prefix: str) -> dict[str, Any] | None:
     if not os.path.exists(prefix + META_SUFFIX):
         return None
     try:
-        meta = json.loads(untrusted.read_utf8(prefix + META_SUFFIX, "dataset metadata", 1 << 20))
-    except (UserError, ValueError, RecursionError):
+        meta = untrusted.read_json(prefix + META_SUFFIX, "dataset metadata", 1 << 20)
+    except UserError:
         return None
     if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
         return None
@@ -432,11 +432,9 @@ def _gpt2_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, 
     if problems:
         return None, problems
     try:
-        vocab = json.loads(untrusted.read_utf8(str(args["vocab_file"]), "vocab_file", MAX_TOKENIZER_BYTES))
-    except UserError as err:
+        vocab = untrusted.read_json(str(args["vocab_file"]), "vocab_file", MAX_TOKENIZER_BYTES)
+    except UserError as err:  # not a readable file, or not strict JSON (NaN, 1e400, nesting past 64)
         return None, err.problems
-    except (ValueError, RecursionError) as err:
-        return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: {shown(err)}")]
     if not isinstance(vocab, dict) or not all(_is_id(v) for v in vocab.values()):
         return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: it must be a JSON "
                               f"object of token → id, not {shown(vocab, 60)}")]
@@ -458,7 +456,7 @@ def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, li
             return None, [Problem(f"tokenizer_model {model} has no tokenizer.json")]
         return TrainingTokenizer("HuggingFaceTokenizer", None, None), []
     try:
-        spec = json.loads(untrusted.read_utf8(tokenizer_json, "tokenizer file", MAX_TOKENIZER_BYTES))
+        spec = untrusted.read_json(tokenizer_json, "tokenizer file", MAX_TOKENIZER_BYTES)
         vocab = spec["model"]["vocab"]
         ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
         ids += [token["id"] for token in spec.get("added_tokens") or []]
