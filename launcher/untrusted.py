@@ -120,13 +120,46 @@ def read_bytes(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> byte
         os.close(fd)
 
 
-def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
-    """read_bytes, as UTF-8 text."""
-    data = read_bytes(path, what, limit)
+def bytes_or_none(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> bytes | None:
+    """read_bytes where a file that cannot be read only means "not known" (a checkout's marker, its version file,
+    a source to hash): None for a missing one, a link loop, a FIFO, a device, a directory or one over `limit`."""
+    try:
+        return read_bytes(path, what, limit)
+    except UserError:
+        return None
+
+
+def text_or_none(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str | None:
+    """bytes_or_none as UTF-8 text; None too for bytes that are not UTF-8."""
+    data = bytes_or_none(path, what, limit)
+    try:
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
+        return None
+
+
+def _utf8(data: bytes, name: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UserError(f"{what} {shown(str(path))} is not UTF-8 text (byte {exc.start})") from None
+        raise UserError(f"{name} is not UTF-8 text (byte {exc.start})", "save it as UTF-8 text") from None
+
+
+def read_utf8(path: str | Path, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """read_bytes, as UTF-8 text."""
+    return _utf8(read_bytes(path, what, limit), f"{what} {shown(str(path))}")
+
+
+def read_stream_utf8(stream: BinaryIO, what: str, limit: int = MAX_FILE_BYTES) -> str:
+    """At most `limit` bytes of an open stream (standard input), as UTF-8 text; UserError for more, for bytes that
+    are not UTF-8, or for a stream that cannot be read (a directory given as `< DIR`)."""
+    try:
+        data = stream.read(limit + 1)
+    except OSError as exc:
+        raise UserError(f"cannot read {what}: {exc.strerror or exc}", "give a file's text") from None
+    if len(data) > limit:
+        raise TooLarge(f"{what} is larger than {limit:,} bytes", "is this the right file?")
+    return _utf8(data, what)
 
 
 def count(text: str, digits: int = 18) -> int | None:

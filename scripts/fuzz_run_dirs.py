@@ -449,8 +449,10 @@ class Outcome:
     max_rss_mb: float
 
 
-def run_reader(argv: list[str], cwd: Path, env: dict[str, str]) -> Outcome:
-    """argv run by the launcher in a forked child (stdin closed; output to files), bounded in time and memory."""
+def run_reader(argv: list[str], cwd: Path, env: dict[str, str], stdin: Path | None = None,
+               time_limit: float = TIME_LIMIT_S) -> Outcome:
+    """argv run by the launcher in a forked child (stdin from `stdin`, else empty; output to files), bounded in
+    time and memory; status None when it ran past `time_limit`."""
     out_file, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     started = time.monotonic()
     pid = os.fork()
@@ -461,8 +463,9 @@ def run_reader(argv: list[str], cwd: Path, env: dict[str, str]) -> Outcome:
             os.environ.clear()
             os.environ.update(env)
             resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, 0)
+            source = os.open(stdin or os.devnull, os.O_RDONLY | os.O_NONBLOCK)
+            os.set_blocking(source, True)
+            os.dup2(source, 0)
             os.dup2(out_file.fileno(), 1)
             os.dup2(err_file.fileno(), 2)
             sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), write_through=True)
@@ -485,7 +488,7 @@ def run_reader(argv: list[str], cwd: Path, env: dict[str, str]) -> Outcome:
             sys.stderr.flush()
             os._exit(99)
     status = None
-    deadline = started + TIME_LIMIT_S
+    deadline = started + time_limit
     while True:
         done, wait_status, usage = os.wait4(pid, os.WNOHANG)
         if done:

@@ -68,7 +68,9 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
             summary = monitor.close(code)
         except OSError as error:  # the summary (printed all the same) or a log's last bytes
             closing = error
-        if running is not None:
+        # running.json stays where this attempt's summary could not be written: an earlier attempt's summary.json
+        # must not pass for this attempt's (`launch runs` reads the gone pid as a failed attempt)
+        if running is not None and closing is None:
             try:
                 running.unlink(missing_ok=True)
             except OSError:  # the run root went read-only: `launch runs` judges the gone pid as failed anyway

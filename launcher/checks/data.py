@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 import re
 import socket
@@ -152,8 +153,8 @@ def _blend_prefixes(args: Mapping[str, Any], problems: list[Problem]) -> dict[st
         text = _read_text(str(args["per_split_data_args_path"]), "per_split_data_args_path", problems)
         if text is not None:
             try:
-                per_split = json.loads(text)
-            except (ValueError, RecursionError):
+                per_split = untrusted.loads_json(text, "per_split_data_args_path")
+            except UserError:
                 per_split = None
             splits = per_split.items() if isinstance(per_split, dict) else []
             if not isinstance(per_split, dict) or not all(_is_blend(v) for _, v in splits):
@@ -195,7 +196,11 @@ def parse_blend(value: str | Sequence[str], setting: str = "data_path"
         if any(n is not None for n in numbers[1::2]):
             problems.append(Problem(f"{setting} {' '.join(items)!r}: a dataset prefix looks like a number",
                                     'the format is "weight1 prefix1 weight2 prefix2 …"'))
-        if any(w < 0 for w in weights) or sum(weights) <= 0:
+        if not _finite(weights):
+            problems.append(Problem(f"{setting} weights {shown(' '.join(items[0::2]), 120)} are not finite numbers "
+                                    "with a finite sum (Megatron reads nan, inf and 1e999 as weights and divides by "
+                                    "their sum)", "give each dataset a finite weight, e.g. 0.3 and 0.7"))
+        elif any(w < 0 for w in weights) or sum(weights) <= 0:
             problems.append(Problem(f"{setting} weights {weights} must be non-negative with a positive sum"))
         return prefixes, weights, problems
     if any(n is not None for n in numbers):
@@ -211,7 +216,9 @@ def check_split(split: str) -> list[Problem]:
     numbers = [_as_float(part) for part in parts]
     hint = 'three proportions for train, valid, test, e.g. split="949,50,1"'
     if len(parts) > 3 or any(n is None for n in numbers):
-        return [Problem(f"split {split!r} is not up to three comma-separated numbers", hint)]
+        return [Problem(f"split {shown(split, 120)} is not up to three comma-separated numbers", hint)]
+    if not _finite([n for n in numbers if n is not None]):  # Megatron normalizes by the sum: nan or inf is no split
+        return [Problem(f"split {shown(split, 120)} holds a number that is not finite (nan, inf, 1e999)", hint)]
     if any(n is not None and n < 0 for n in numbers) or sum(n for n in numbers if n is not None) <= 0:
         return [Problem(f"split {split!r} needs non-negative proportions with a positive sum", hint)]
     if not numbers[0]:
@@ -255,8 +262,8 @@ def read_meta(prefix: str) -> dict[str, Any] | None:
     if not os.path.exists(prefix + META_SUFFIX):
         return None
     try:
-        meta = json.loads(untrusted.read_utf8(prefix + META_SUFFIX, "dataset metadata", 1 << 20))
-    except (UserError, ValueError, RecursionError):
+        meta = untrusted.read_json(prefix + META_SUFFIX, "dataset metadata", 1 << 20)
+    except UserError:
         return None
     if not isinstance(meta, dict) or meta.get("format") != META_FORMAT:
         return None
@@ -333,7 +340,12 @@ def _largest_token(prefix: str, index: IndexSummary) -> int | None:
         import numpy as np
     except ImportError:
         return None
-    tokens = np.fromfile(prefix + ".bin", dtype=index.dtype)
+    try:  # read here, bounded: numpy's own reader would wait on a FIFO and read a .bin that grew without end
+        data = untrusted.read_bytes(prefix + ".bin", "dataset", MAX_SCAN_BYTES)
+    except UserError:
+        return None
+    data = data[: len(data) - len(data) % index.itemsize]
+    tokens = np.frombuffer(data, dtype=index.dtype)
     return int(tokens.max()) if tokens.size else None
 
 
@@ -420,11 +432,9 @@ def _gpt2_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, 
     if problems:
         return None, problems
     try:
-        vocab = json.loads(untrusted.read_utf8(str(args["vocab_file"]), "vocab_file", MAX_TOKENIZER_BYTES))
-    except UserError as err:
+        vocab = untrusted.read_json(str(args["vocab_file"]), "vocab_file", MAX_TOKENIZER_BYTES)
+    except UserError as err:  # not a readable file, or not strict JSON (NaN, 1e400, nesting past 64)
         return None, err.problems
-    except (ValueError, RecursionError) as err:
-        return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: {shown(err)}")]
     if not isinstance(vocab, dict) or not all(_is_id(v) for v in vocab.values()):
         return None, [Problem(f"vocab_file {args['vocab_file']} is not a GPT-2 vocab.json: it must be a JSON "
                               f"object of token → id, not {shown(vocab, 60)}")]
@@ -446,7 +456,7 @@ def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, li
             return None, [Problem(f"tokenizer_model {model} has no tokenizer.json")]
         return TrainingTokenizer("HuggingFaceTokenizer", None, None), []
     try:
-        spec = json.loads(untrusted.read_utf8(tokenizer_json, "tokenizer file", MAX_TOKENIZER_BYTES))
+        spec = untrusted.read_json(tokenizer_json, "tokenizer file", MAX_TOKENIZER_BYTES)
         vocab = spec["model"]["vocab"]
         ids = list(vocab.values()) if isinstance(vocab, dict) else list(range(len(vocab)))
         ids += [token["id"] for token in spec.get("added_tokens") or []]
@@ -457,6 +467,11 @@ def _hf_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | None, li
     if not all(_is_id(i) for i in ids):
         return None, [Problem(f"cannot read the vocabulary of {tokenizer_json}: token ids must be whole numbers")]
     return TrainingTokenizer("HuggingFaceTokenizer", max(ids) + 1 if ids else None, None), []
+
+
+def _finite(numbers: Sequence[float]) -> bool:
+    """Proportions Megatron normalizes by their sum: each finite, and the sum too (1e308 twice is inf)."""
+    return all(math.isfinite(n) for n in numbers) and math.isfinite(sum(numbers))
 
 
 def _as_float(text: str) -> float | None:

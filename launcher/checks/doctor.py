@@ -27,13 +27,13 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, install_command
+from launcher import MEGATRON_COMMIT, MEGATRON_CORE_VERSION, install_command, untrusted
 from launcher.checks.capacity import capacity_findings
 from launcher.checks.finding import Finding, Status
 from launcher.errors import Problem, UserError
 from launcher.megatron.dataset_helpers import will_build
 from launcher.megatron.fetch import GIT_SOURCE as MEGATRON_URL
-from launcher.megatron.pin import COMMIT_MARKER, SUBMODULE, default_fetch_dir, has_module
+from launcher.megatron.pin import COMMIT_MARKER, MAX_MARKER_BYTES, SUBMODULE, default_fetch_dir, has_module
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.runs.rundir import git_commit
 
@@ -182,7 +182,8 @@ def check_megatron_checkout(ctx: Context) -> list[Finding]:
             return [Finding("megatron-lm checkout", "warn",
                             f"git cannot read {path}, its commit is unknown: {message.splitlines()[0][:200]}", fix)]
     marker = path / COMMIT_MARKER
-    if head is None and marker.is_file() and marker.read_text(errors="replace").strip() == MEGATRON_COMMIT:
+    if head is None and (untrusted.text_or_none(marker, "commit marker", MAX_MARKER_BYTES) or "").strip() \
+            == MEGATRON_COMMIT:
         return [Finding("megatron-lm checkout", "ok", f"{path} at {MEGATRON_COMMIT[:12]} (launch fetch-megatron's "
                         "tarball)")]
     if head is None:

@@ -406,7 +406,7 @@ def cmd_import(argv: list[str]) -> int:
 
 
 def cmd_fetch_megatron(argv: list[str]) -> int:
-    from launcher import MEGATRON_COMMIT
+    from launcher import MEGATRON_COMMIT, untrusted
     from launcher.megatron import fetch, pin
 
     parser = Parser(prog="launch fetch-megatron", description=f"Fetch the pinned Megatron-LM "
@@ -425,14 +425,18 @@ def cmd_fetch_megatron(argv: list[str]) -> int:
     if directory.exists():
         at = git_commit(directory)["commit"]
         marker = directory / pin.COMMIT_MARKER
-        if not at and marker.is_file():
-            at = marker.read_text(encoding="utf-8").strip()
+        if not at:
+            at = (untrusted.text_or_none(marker, "commit marker", pin.MAX_MARKER_BYTES) or "").strip()
         if at != MEGATRON_COMMIT or not (directory / pin.ENTRY_SCRIPTS["pretrain_gpt"]).is_file():
             raise UserError(f"{directory} exists and is not a Megatron-LM checkout of {MEGATRON_COMMIT[:12]}",
                             "give another DIR, or remove it first")
         print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is already in {directory}")
     else:
-        how = fetch.fetch(directory, args.source or fetch.default_source())
+        try:
+            how = fetch.fetch(directory, args.source or fetch.default_source())
+        except OSError as err:  # a full disk, a read-only or missing parent: the place given, not a bug
+            raise UserError(f"cannot fetch Megatron-LM into {directory}: {err.strerror or err}",
+                            "give a DIR on a writable disk with about 200 MB free") from None
         print(f"Megatron-LM {MEGATRON_COMMIT[:12]} is in {directory} ({how})")
     config = pin.config_file()
     try:
@@ -530,16 +534,45 @@ def _main(argv: list[str]) -> int:
             except UserError as exc:
                 raise _with_command_hint(exc, argv) from None
     except UserError as exc:
-        if _wants_json(argv):  # a script asked for JSON: it gets the error as JSON too, where it reads
-            print(exc.as_json())
-        else:
-            print(exc.render(), file=sys.stderr)
-        return 2
+        return _refused(exc, argv)
     except KeyboardInterrupt as interrupt:
         return interrupts.exit_status(interrupt)
     except Exception as exc:  # noqa: BLE001 - a bug in the launcher: one line here, the traceback in a file
+        name = name_refused(exc) if isinstance(exc, OSError) else None
+        if name is not None:
+            return _refused(name, argv)
         print(internal_error_line(exc, argv), file=sys.stderr)
         return 1
+
+
+def _refused(exc: UserError, argv: list[str]) -> int:
+    if _wants_json(argv):  # a script asked for JSON: it gets the error as JSON too, where it reads
+        print(exc.as_json())
+    else:
+        print(exc.render(), file=sys.stderr)
+    return 2
+
+
+def name_refused(exc: OSError) -> UserError | None:
+    """The system refusing a path the user gave: a name too long, a loop of symbolic links, a directory on the way
+    that this user may not search. Every path check may meet it first (Path.exists, is_file and is_dir raise all
+    three in Python 3.12), so it is answered here, once, as the input error it is; any other OSError that
+    reaches here is the launcher's bug."""
+    import errno
+
+    from launcher.errors import clip, shown
+
+    name = shown(clip(str(exc.filename), 120)) if exc.filename is not None else "a path"
+    if exc.errno == errno.ENAMETOOLONG:
+        return UserError(f"{name} is too long a path: {exc.strerror}",
+                         "give a shorter path (at most 255 bytes a name, 4,096 in all)")
+    if exc.errno == errno.ELOOP:
+        return UserError(f"{name} cannot be followed: {exc.strerror}",
+                         "a symbolic link on the way points back at itself: fix or remove it")
+    if exc.errno in (errno.EACCES, errno.EPERM) and exc.filename is not None:
+        return UserError(f"{name} cannot be reached: {exc.strerror}",
+                         "check the permissions of it and of each directory above it")
+    return None
 
 
 def internal_error_line(exc: BaseException, argv: list[str]) -> str:

@@ -517,7 +517,8 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     preset = load_preset(ns.preset, list(ns.overrides))
     # the checker's own words, before any estimate divides by a size or unrolls a layout
     layout = layout_string_problem(preset.arg)
-    unusable = required_problems(preset.arg, missing=False) + ([layout] if layout is not None else [])
+    unusable = required_problems(preset.arg, may_be_unset=("micro_batch_size",)) + \
+        ([layout] if layout is not None else [])
     if unusable:
         raise UserError(unusable)
     settings = preset.launcher

@@ -147,8 +147,10 @@ def _build_gpt2(spec: TokenizerSpec) -> HFTokenizer:
     vocab = _load_json(vocab_file, "--vocab-file")
     if not isinstance(vocab, dict) or not all(isinstance(v, int) for v in vocab.values()):
         raise UserError(f"{vocab_file} is not a GPT-2 vocab.json (a JSON object of token → id)")
+    # the files are read here, bounded (the Rust reader would wait on a FIFO and read /dev/zero until it aborts)
+    merges = _merges(_read_text(merge_file, "--merge-file"), merge_file)
     try:
-        model = models.BPE.from_file(vocab_file, merge_file)
+        model = models.BPE(vocab, merges)
     except Exception as err:  # the Rust side reports malformed files as plain Exception
         raise UserError(f"cannot read GPT-2 BPE files {vocab_file} / {merge_file}: {err}") from err
     tokenizer = Tokenizer(model)
@@ -166,8 +168,9 @@ def _build_hf_dir(spec: TokenizerSpec) -> HFTokenizer:
     from tokenizers import Tokenizer
 
     directory = Path(str(spec.tokenizer_dir))
+    text = _read_text(str(directory / "tokenizer.json"), "tokenizer.json")
     try:
-        tokenizer = Tokenizer.from_file(str(directory / "tokenizer.json"))
+        tokenizer = Tokenizer.from_str(text)
     except Exception as err:
         raise UserError(f"cannot read {directory / 'tokenizer.json'}: {err}") from err
     candidates = [spec.eod_token] if spec.eod_token else [*_configured_eos(directory), *COMMON_EOD_TOKENS]
@@ -189,6 +192,33 @@ def _configured_eos(directory: Path) -> list[str]:
     if isinstance(eos, dict):
         eos = eos.get("content")
     return [eos] if isinstance(eos, str) else []
+
+
+def _read_text(path: str, what: str) -> str:
+    try:  # a regular file of bounded size, UTF-8
+        return untrusted.read_utf8(path, what, MAX_TOKENIZER_FILE_BYTES)
+    except UserError as err:
+        raise UserError(f"cannot read {what} {path}: {err.problems[0].message}",
+                        "give the tokenizer's own files (tokenizer.json; vocab.json and merges.txt)") from None
+
+
+def _merges(text: str, path: str) -> list[tuple[str, str]]:
+    """merges.txt as the tokenizers library reads it (BPE::read_file): a `#version` line skipped, every other
+    line two tokens separated by one space."""
+    merges = []
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for number, line in enumerate(lines, 1):
+        line = line.removesuffix("\r")
+        if line.startswith("#version"):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2:
+            raise UserError(f"{path} is not a GPT-2 merges.txt: line {number} is not two tokens separated by a space",
+                            "give the merges.txt that belongs to the vocab.json")
+        merges.append((parts[0], parts[1]))
+    return merges
 
 
 def _load_json(path: str, what: str) -> Any:

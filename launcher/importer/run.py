@@ -23,7 +23,9 @@ def read_input(words: list[str]) -> tuple[str, str, list[str]]:
     (`launch import train.sh /ckpt /tb tok /data`: $1 … $4), '-' for stdin, else the words themselves as one
     command line."""
     if words and words[0] == "-":
-        return sys.stdin.read(MAX_SOURCE_BYTES + 1), "standard input", words[1:]
+        # bytes, not sys.stdin's text: a byte that is not UTF-8 is refused here, not carried as a lone surrogate
+        return untrusted.read_stream_utf8(sys.stdin.buffer, "standard input", MAX_SOURCE_BYTES), "standard input", \
+            words[1:]
     script_with_args = len(words) > 1 and Path(words[0]).is_file() and not words[0].startswith("-")
     if script_with_args or (len(words) == 1 and not words[0].lstrip().startswith("-") and " " not in words[0]):
         path = Path(words[0])

@@ -30,10 +30,17 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from launcher import untrusted
 from launcher.megatron.pin import cache_dir
 
 SOURCE = "helpers.cpp"
 MAKEFILE = "Makefile"
+MAX_SOURCE_BYTES = 8 << 20  # helpers.cpp is ~30 KB: a checkout's file is read within a bound, never a FIFO's wait
+
+
+def _source(path: Path) -> bytes | None:
+    """A source file of the checkout to hash; None when it is not a regular file within the bound."""
+    return untrusted.bytes_or_none(path, "Megatron source", MAX_SOURCE_BYTES)
 BUILD_TIMEOUT_S = 600
 
 
@@ -49,11 +56,12 @@ def built_name(suffix: str | None = None) -> str:
 def source_key(datasets: Path, suffix: str) -> str | None:
     """The cache key of a checkout's helpers: its source, its Makefile, the extension suffix; None without source."""
     digest = hashlib.sha256()
-    try:
-        digest.update((datasets / SOURCE).read_bytes())
-        digest.update(b"\0" + (datasets / MAKEFILE).read_bytes() if (datasets / MAKEFILE).is_file() else b"\0")
-    except OSError:
+    source = _source(datasets / SOURCE)
+    makefile = _source(datasets / MAKEFILE) if os.path.lexists(datasets / MAKEFILE) else b""
+    if source is None or makefile is None:
         return None
+    digest.update(source)
+    digest.update(b"\0" + makefile if makefile else b"\0")
     digest.update(b"\0" + suffix.encode())
     return digest.hexdigest()[:32]
 
@@ -98,10 +106,10 @@ def wheel_build(source_digest: str, suffix: str) -> Path | None:
     except metadata.PackageNotFoundError:
         return None
     folder = Path(str(dist.locate_file("megatron/core/datasets")))
-    try:
-        same = hashlib.sha256((folder / SOURCE).read_bytes()).hexdigest() == source_digest
-    except OSError:
+    source = _source(folder / SOURCE)
+    if source is None:
         return None
+    same = hashlib.sha256(source).hexdigest() == source_digest
     built = folder / built_name(suffix)
     return built if same and built.is_file() else None
 
@@ -121,10 +129,10 @@ def will_build(megatron_path: Path, suffix: str | None = None, cache: Path | Non
         return True
     if _trusted((cache or cache_dir()) / "dataset-helpers" / key / built_name(suffix)):
         return False
-    try:
-        digest = hashlib.sha256((datasets / SOURCE).read_bytes()).hexdigest()
-    except OSError:
+    source = _source(datasets / SOURCE)
+    if source is None:
         return True
+    digest = hashlib.sha256(source).hexdigest()
     return wheel_build(digest, suffix) is None
 
 
@@ -169,7 +177,10 @@ def prepare(megatron_path: Path, env: Mapping[str, str], cache: Path | None = No
         if _trusted(cached):
             _install(cached, target)
             return Preparation("cache", str(cached))
-        digest = hashlib.sha256((datasets / SOURCE).read_bytes()).hexdigest()
+        source = _source(datasets / SOURCE)
+        if source is None:
+            raise OSError(f"cannot read {datasets / SOURCE} (a regular file of at most {MAX_SOURCE_BYTES:,} bytes)")
+        digest = hashlib.sha256(source).hexdigest()
         prebuilt = wheel_build(digest, suffix)
         entry.mkdir(mode=0o700, parents=True, exist_ok=True)
         if prebuilt is not None:

@@ -14,9 +14,10 @@ import subprocess
 import tarfile
 import tempfile
 import urllib.request
+import zlib
 from pathlib import Path
 
-from launcher import MEGATRON_COMMIT
+from launcher import MEGATRON_COMMIT, untrusted
 from launcher.errors import UserError, shown
 from launcher.megatron.pin import COMMIT_MARKER, ENTRY_SCRIPTS
 
@@ -24,6 +25,8 @@ GIT_SOURCE = "https://github.com/NVIDIA/Megatron-LM.git"
 TARBALL_SOURCE = f"https://github.com/NVIDIA/Megatron-LM/archive/{MEGATRON_COMMIT}.tar.gz"
 SOURCE_ENV = "MEGATRON_LAUNCH_MEGATRON_SOURCE"
 MAX_TARBALL_BYTES = 2 << 30  # the commit's tarball is ~10 MB; a runaway download stops here
+MAX_UNPACKED_BYTES = 8 << 30  # what it unpacks to: ~100 MB
+MAX_TARBALL_MEMBERS = 200_000  # files in it: ~5,000
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 
@@ -84,8 +87,8 @@ def _from_git(source: str, tree: Path, log) -> None:
 
 def _from_tarball(source: str, staging: Path, tree: Path, log) -> None:
     archive = staging / "source.tar.gz"
-    if os.path.exists(source):
-        shutil.copyfile(source, archive)
+    if os.path.lexists(source):
+        _copy_bounded(source, archive)
     else:
         log(f"downloading Megatron-LM {MEGATRON_COMMIT[:12]} from {source}")
         try:
@@ -103,16 +106,51 @@ def _from_tarball(source: str, staging: Path, tree: Path, log) -> None:
                             "--source FILE.tar.gz") from None
     try:
         with tarfile.open(archive) as tar:
-            tops = {member.name.split("/")[0] for member in tar.getmembers()}
-            tar.extractall(staging / "unpacked", filter="data")  # no links out, no device files, no absolute paths
-    except (tarfile.TarError, OSError, EOFError) as err:
+            members = _members_within_bounds(tar, source)
+            tops = {member.name.split("/")[0] for member in members}
+            # no links out, no device files, no absolute paths
+            tar.extractall(staging / "unpacked", members=members, filter="data")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
         raise UserError(f"{source} is not a readable tarball: {shown(err)}") from None
+    if not (staging / "unpacked").is_dir():
+        raise UserError(f"{source} is an empty tarball", f"give a tarball of Megatron-LM {MEGATRON_COMMIT[:12]}")
     # GitHub's tarball holds one folder, Megatron-LM-<commit>/
     root = staging / "unpacked" / tops.pop() if len(tops) == 1 else staging / "unpacked"
+    if not root.is_dir() or root.is_symlink():  # one file alone: the checks below find no pretrain_gpt.py in it
+        root = staging / "unpacked"
     os.replace(root, tree)
     (tree / COMMIT_MARKER).write_text(MEGATRON_COMMIT + "\n", encoding="utf-8")
     if MEGATRON_COMMIT not in source and MEGATRON_COMMIT[:12] not in source:
         log(f"note: {source} does not name the commit; the launcher takes it as {MEGATRON_COMMIT[:12]}")
+
+
+def _copy_bounded(source: str, archive: Path) -> None:
+    """A local tarball copied as every input is read: a regular file only (a FIFO or /dev/zero would never end),
+    at most MAX_TARBALL_BYTES."""
+    copied = 0
+    with untrusted.open_binary(source, "--source") as handle, open(archive, "wb") as out:
+        if os.fstat(handle.fileno()).st_size > MAX_TARBALL_BYTES:
+            copied = MAX_TARBALL_BYTES  # refused before a byte is copied
+        while copied <= MAX_TARBALL_BYTES and (chunk := handle.read(1 << 20)):
+            copied += len(chunk)
+            out.write(chunk)
+        if copied > MAX_TARBALL_BYTES or handle.read(1):
+            raise UserError(f"{source} is larger than {MAX_TARBALL_BYTES >> 30} GiB: not the tarball of one "
+                            "Megatron-LM commit", "give the commit's .tar.gz (about 10 MB)")
+
+
+def _members_within_bounds(tar: tarfile.TarFile, source: str) -> list[tarfile.TarInfo]:
+    """The archive's members, counted before anything is unpacked: a few kilobytes that inflate to terabytes of
+    zeros, or millions of empty files, are refused rather than written out."""
+    members, size = [], 0
+    for member in tar:
+        members.append(member)
+        size += member.size
+        if len(members) > MAX_TARBALL_MEMBERS or size > MAX_UNPACKED_BYTES:
+            raise UserError(f"{source} unpacks to more than {MAX_TARBALL_MEMBERS:,} files or "
+                            f"{MAX_UNPACKED_BYTES >> 30} GiB: not the tarball of one Megatron-LM commit",
+                            "give the commit's .tar.gz (about 10 MB, about 5,000 files)")
+    return members
 
 
 def _last_line(text: str) -> str:

@@ -21,6 +21,7 @@ ENTRY_SCRIPTS = {
 
 # `launch fetch-megatron` writes the commit into a tarball's tree (it has no .git to say it).
 COMMIT_MARKER = ".megatron-launch-commit"
+MAX_MARKER_BYTES = 4096  # the marker holds a commit hash and a newline
 FETCH_HINT = "run `launch fetch-megatron` (the pinned commit into your data directory, remembered)"
 
 

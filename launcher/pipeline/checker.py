@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -95,14 +95,14 @@ DIVISORS = (("global_batch_size", "validate"), ("num_layers_per_virtual_pipeline
             ("num_dataset_builder_threads", "validate"), ("save_retain_interval", "validate"))
 
 
-def required_problems(arg: Callable[[str], Any], missing: bool = True) -> list[Problem]:
-    """Settings pretrain_gpt.py cannot start without (`missing`: also those not set), and sizes it divides by: a
-    value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks this
-    first; the plan chooses what is not set, e.g. the micro batch)."""
+def required_problems(arg: Callable[[str], Any], may_be_unset: Collection[str] = ()) -> list[Problem]:
+    """Settings pretrain_gpt.py cannot start without (those in `may_be_unset` only when set), and sizes it divides
+    by: a value below 1 is a crash, not a setting (every reader that computes with them, the plan included, asks
+    this first; the plan chooses the micro batch when it is not set, but not the model's shape)."""
     problems: list[Problem] = []
     for dest in REQUIRED_SIZES:
         value = arg(dest)
-        if value is None and missing:
+        if value is None and dest not in may_be_unset:
             problems.append(Problem(f"{dest} is not set", f"Megatron requires it: add {dest} to the preset"))
         elif value is not None and value < 1:
             problems.append(Problem(f"{dest} must be at least 1, got {value}", _at_least_one(dest, arg)))

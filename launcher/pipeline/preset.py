@@ -7,6 +7,7 @@ what Megatron does not know: nodes, GPUs per node, the entry script, environment
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -309,7 +310,7 @@ class _Layer:
 
 
 def _load_layer(path: Path, seen: tuple[Path, ...]) -> _Layer:
-    path = path.resolve()
+    path = Path(os.path.realpath(path))  # not Path.resolve(): a link to itself is a read error below, not a crash
     if path in seen:
         chain = " → ".join(p.name for p in (*seen, path))
         raise UserError(f"preset files include each other in a loop: {shown(chain)}")

@@ -132,6 +132,14 @@ def _number(value: Any) -> int | float | None:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _written_after(base: str, later: str, earlier: str) -> bool:
+    """Whether the file `later` was written after `earlier` (both in `base`; False where either is gone)."""
+    try:
+        return os.stat(os.path.join(base, later)).st_mtime_ns >= os.stat(os.path.join(base, earlier)).st_mtime_ns
+    except OSError:
+        return False
+
+
 def describe(run_dir: Path) -> RunRow:
     base = str(run_dir)
     manifest, unread = _manifest(os.path.join(base, MANIFEST))
@@ -148,6 +156,12 @@ def describe(run_dir: Path) -> RunRow:
     if running is not None and alive is not False:  # a resumed run's old summary.json says nothing of this attempt
         state = "running"
         why = f"on {running.get('host')}, not checked from here" if alive is None else ""
+    elif running is not None and summary is not None and not _written_after(base, SUMMARY_FILE, RUNNING_FILE):
+        # the last attempt ended (killed, or its summary could not be written: a full disk) without a summary:
+        # summary.json is an earlier attempt's and says nothing of how this one ended
+        state, why = "failed", (f"the launcher (pid {running.get('pid')}) is gone without a summary of its attempt; "
+                                "summary.json is an earlier attempt's")
+        summary = None
     elif summary is not None:
         state = STATES.get(str(summary.get("outcome")), "unknown")
         last = _number(summary.get("last_iteration"))

@@ -168,9 +168,8 @@ def git_commit(path: Path) -> dict[str, Any]:
 
 def megatron_checkout_version(path: Path) -> str | None:
     """MAJOR.MINOR.PATCH from the checkout's megatron/core/package_info.py (also works without .git)."""
-    try:
-        text = (path / "megatron" / "core" / "package_info.py").read_text()
-    except OSError:
+    text = untrusted.text_or_none(path / "megatron" / "core" / "package_info.py", "package_info.py", 1 << 20)
+    if text is None:
         return None
     parts = [re.search(rf"^{name}\s*=\s*(\d+)", text, re.MULTILINE) for name in ("MAJOR", "MINOR", "PATCH")]
     numbers = [m.group(1) for m in parts if m]
@@ -181,8 +180,10 @@ def _cuda_version_of_torch() -> str | None:
     """torch.version.cuda, read from torch/version.py without importing torch (seconds and GPU init)."""
     try:
         dist = importlib.metadata.distribution("torch")
-        text = Path(str(dist.locate_file("torch/version.py"))).read_text()
-    except (importlib.metadata.PackageNotFoundError, OSError):
+        text = untrusted.text_or_none(Path(str(dist.locate_file("torch/version.py"))), "torch/version.py", 1 << 20)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    if text is None:
         return None
     match = re.search(r"^cuda(?:\s*:\s*\S+)?\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
     return match.group(1) if match else None

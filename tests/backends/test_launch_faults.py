@@ -352,3 +352,35 @@ def test_a_run_directory_made_read_only_mid_run_keeps_its_records_and_exits_2(tm
                             text=True, timeout=WAIT_SECONDS, check=False)
     assert report.returncode == 0, report.stderr
     assert json.loads((run_dir / "summary.json").read_text())["outcome"] == "success"
+
+
+# ---- a resumed attempt on a disk that fills up ----
+
+def test_a_resume_that_fills_the_disk_keeps_every_earlier_record_whole(tmp_path):
+    """The earlier attempt's records (manifest, summary, log, metrics) stay whole; the manifest gains the new attempt
+    whole or not at all; and the earlier summary.json, which the new attempt could not replace, is not read as how
+    the run ended (`launch runs` said "succeeded" for a run whose last attempt the launcher stopped)."""
+    mount = tiny_tmpfs(tmp_path / "full", "size=1m")
+    first = launch(tmp_path, stand_in(tmp_path, replay="toy_fp32_1gpu.log"), mount)
+    assert first.returncode == 0, first.stderr
+    (run_dir,) = mount.iterdir()
+    kept = {name: (run_dir / name).read_bytes() for name in ("summary.json", "metrics.jsonl", "logs/attempt-1.log",
+                                                            "preset.yaml", "command.sh")}
+    attempts = json.loads((run_dir / "manifest.json").read_text())["attempts"]
+    _fill(mount / "filler")
+    os.truncate(mount / "filler", os.path.getsize(mount / "filler") - 150_000)  # room for the start, not the log
+    torchrun = stand_in(tmp_path, lines=2000, line_bytes=200, seconds_per_line=0.001)
+    resumed = subprocess.run([sys.executable, "-m", "launcher", "--resume", str(run_dir), "--set",
+                              f"torchrun={torchrun}", "--megatron-path", str(tmp_path / "megatron-lm"), "--no-doctor"],
+                             cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=WAIT_SECONDS,
+                             check=False)
+    assert_clean_error(resumed, "so training was stopped", "No space left on device")
+    (mount / "filler").unlink()
+    assert {name: (run_dir / name).read_bytes() for name in kept} == kept
+    assert json.loads((run_dir / "manifest.json").read_text())["attempts"][:-1] == attempts  # one attempt more
+    assert not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
+    listed = subprocess.run([sys.executable, "-m", "launcher", "runs", "--run-root", str(mount), "--format", "json"],
+                            cwd=tmp_path, env=environment(), capture_output=True, text=True, timeout=WAIT_SECONDS,
+                            check=False)
+    [row] = json.loads(listed.stdout)
+    assert row["state"] == "failed" and "summary.json is an earlier attempt's" in row["why"], row

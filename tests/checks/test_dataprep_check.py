@@ -157,3 +157,17 @@ def test_check_data_imports_neither_torch_nor_megatron():
     run = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=False,
                          env={**os.environ, "PYTHONPATH": str(repo)})
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("blend", ["nan corpus", "1e999 corpus", "inf corpus 1 corpus", "1e308 corpus 1e308 corpus",
+                                   "9" * 5000 + " corpus"])
+def test_blend_weights_that_are_not_finite_are_refused(blend):
+    """Megatron's float() reads nan, inf and 1e999 as weights, then normalizes by their sum."""
+    _prefixes, _weights, problems = parse_blend(blend)
+    assert problems and "are not finite numbers with a finite sum" in problems[0].message
+
+
+@pytest.mark.parametrize("split", ["nan,1,1", "inf,1,0", "1e999", "9" * 5000, "1e308,1e308,0"])
+def test_a_split_that_is_not_finite_is_refused(split):
+    [problem] = check_split(split)
+    assert "not finite" in problem.message and len(problem.message) < 400

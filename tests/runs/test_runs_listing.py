@@ -228,3 +228,24 @@ def test_an_overlong_manifest_is_read_member_by_member_up_to_the_cut():
     assert untrusted.json_object_head('{"a": ' + "[" * 100 + "]" * 100 + ', "b": 1', "m") == {}
     with pytest.raises(Exception, match="not a JSON object"):
         untrusted.json_object_head("[1, 2", "m")
+
+
+def test_an_attempt_that_ended_without_its_summary_is_not_read_from_an_earlier_summary(tmp_path):
+    """A resumed attempt killed, or whose summary.json could not be written (a full disk), leaves running.json
+    of a gone launcher beside the earlier attempt's summary: the run's state is that attempt's, not the old one."""
+    run_dir = make_run(tmp_path, "345m-20261201T100000Z", "2026-12-01T10:00:00+00:00",
+                       summary=summary("success", 1000, 1000, 1.0))
+    os.utime(run_dir / "summary.json", ns=(1_000_000_000, 1_000_000_000))
+    (run_dir / "running.json").write_text(json.dumps({"pid": finished_pid(), "host": socket.gethostname()}))
+    row = describe(run_dir)
+    assert row.state == "failed" and "summary.json is an earlier attempt's" in row.why
+    assert row.last_iteration is None  # the earlier attempt's numbers are not this one's
+
+
+def test_a_summary_written_after_running_json_is_the_runs_state(tmp_path):
+    """running.json left behind (its removal failed) by an attempt that did write its summary."""
+    run_dir = make_run(tmp_path, "345m-20261201T100000Z", "2026-12-01T10:00:00+00:00",
+                       running={"pid": finished_pid(), "host": socket.gethostname()})
+    os.utime(run_dir / "running.json", ns=(1_000_000_000, 1_000_000_000))
+    (run_dir / "summary.json").write_text(json.dumps(summary("success", 1000, 1000, 1.0)))
+    assert describe(run_dir).state == "succeeded"
