@@ -13,9 +13,11 @@ far and the row says so), the small records whole up to their caps, the end of m
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
 MAX_RUNS = 10_000  # a run root holding more is listed up to here (newest names first)
+MAX_ROOT_ENTRIES = 1_000_000  # entries read from the run root: past this it is not a run root
 # a manifest is ≈ 4 KB and grows by an attempt's argv and environment (a few KB) per resume; the members the
 # listing shows (preset, created) come first, the attempts last
 MANIFEST_HEAD_BYTES = 64 << 10
@@ -209,6 +212,14 @@ def failure_text(failure: dict | None) -> str:
     return f"{failure['class']}{where}: {failure.get('reason', '')}"[:80]
 
 
+def _bounded(entries: Iterator[os.DirEntry[str]], run_root: Path) -> Iterator[os.DirEntry[str]]:
+    for number, entry in enumerate(entries):
+        if number >= MAX_ROOT_ENTRIES:
+            raise UserError(f"{run_root} holds more than {MAX_ROOT_ENTRIES:,} entries: more than any run root",
+                            "give the directory that holds the run directories with --run-root DIR")
+        yield entry
+
+
 def list_runs(run_root: Path) -> list[RunRow]:
     """Every run directory (one holding manifest.json) directly under `run_root`, newest first."""
     if not run_root.is_dir():
@@ -217,13 +228,14 @@ def list_runs(run_root: Path) -> list[RunRow]:
     rows = []
     try:
         with os.scandir(run_root) as entries:
-            names = sorted((e.name for e in entries if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)),
-                           reverse=True)
+            # the newest MAX_RUNS names kept while reading: memory bounded by them, not by the root's size
+            names = heapq.nlargest(MAX_RUNS, (e.name for e in _bounded(entries, run_root)
+                                              if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)))
     except OSError as error:
         raise UserError(f"cannot list the run root {run_root}: {error.strerror or error}",
                         "give a readable directory with --run-root DIR") from None
     root = str(run_root)
-    for name in names[:MAX_RUNS]:
+    for name in names:
         if os.path.isfile(os.path.join(root, name, MANIFEST)):  # False, not an error, for a directory it cannot enter
             rows.append(describe(run_root / name))
     return sorted(rows, key=lambda row: row.started or "", reverse=True)

@@ -249,3 +249,24 @@ def test_a_summary_written_after_running_json_is_the_runs_state(tmp_path):
     os.utime(run_dir / "running.json", ns=(1_000_000_000, 1_000_000_000))
     (run_dir / "summary.json").write_text(json.dumps(summary("success", 1000, 1000, 1.0)))
     assert describe(run_dir).state == "succeeded"
+
+
+def test_a_run_root_is_read_within_its_bound_and_the_newest_names_are_kept(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from launcher.errors import UserError
+    from launcher.runs import listing
+
+    root = tmp_path / "runs"
+    root.mkdir()
+    for number in range(30):
+        (root / f"run-{number:03d}").mkdir()
+    monkeypatch.setattr(listing, "MAX_RUNS", 5)
+    kept = []
+    monkeypatch.setattr(listing, "describe", lambda path: kept.append(path.name) or SimpleNamespace(started=None))
+    monkeypatch.setattr(listing.os.path, "isfile", lambda path: True)  # each a run directory, without its records
+    listing.list_runs(root)
+    assert kept == [f"run-{number:03d}" for number in range(29, 24, -1)]  # newest names first
+    monkeypatch.setattr(listing, "MAX_ROOT_ENTRIES", 10)
+    with pytest.raises(UserError, match="more than 10 entries"):
+        listing.list_runs(root)
