@@ -34,8 +34,8 @@ def dependences() -> tuple[Dependence, ...]:
     moe = tuple(sorted(name for name in megatron_args.catalog() if name.startswith("moe_")))
     return (
         Dependence(("num_query_groups",),
-                   lambda arg: bool(arg("group_query_attention")) or arg("heterogeneous_layers_config_path")
-                   or arg("num_query_groups") == arg("num_attention_heads"),  # one group per head either way
+                   lambda arg: bool(arg("group_query_attention") or arg("heterogeneous_layers_config_path")
+                                    or arg("num_query_groups") == arg("num_attention_heads")),  # a group per head
                    "group_query_attention=true",
                    "training/argument_utils.py: num_query_groups is None without group_query_attention, so every "
                    "head has its own key and value", any_value=True),
