@@ -47,6 +47,10 @@ def imported(extra: str):
      {"position_embedding_type": "rope", "untie_embeddings_and_output_weights": True,
       "rotary_seq_len_interpolation_factor": 2, "rope_scaling_factor": None}),
     ("--position_embedding_type absolute", {"position_embedding_type": "learned_absolute"}),
+    # Habana's forks: LayerNorm weight + 1 (zero-centered gamma), its AdamW optimizers, its NCCL (HCCL on Gaudi)
+    ("--apply-layernorm-weight-plus-one --optimizer fusedadamw --distributed-backend hccl",
+     {"layernorm_zero_centered_gamma": True, "optimizer": "adam", "distributed_backend": "nccl"}),
+    ("--optimizer adamw", {"optimizer": "adam"}),
 ])
 def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expected):
     found = imported(extra)
@@ -83,6 +87,8 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--noop-layers 3", "uneven pipeline"),
     ("--attention-mask-type general", "causal (the pin's)"),
     ("--beta-fast 16 --beta-slow 1", "leave it at 32"),
+    ("--no-scaled-init", "output_layer_init_method=init_method_normal(init_method_std)"),
+    ("--do-layernorm-bias-weight-decay", "no decay on norms and biases"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -103,14 +109,25 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--no-scatter-gather-tensors-in-pipeline --use-legacy-models",
     "--beta-fast 32 --beta-slow 1 --attention-mask-type causal --cp-attention-mask-type causal --ai-framework pytorch "
     "--model-type-hf llama2 --enable-hf2mg-convert --mtp-mem-efficient-logits",
+    "--fix-position-emb-redundant-alloc --pipeline-model-parallel-size 2",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
     assert found.lost == []
     for flag in re.findall(r"--[\w-]+", extra):
-        if flag in ("--num-experts", "--glu-activation"):
+        if flag in ("--num-experts", "--glu-activation", "--pipeline-model-parallel-size"):
             continue
         assert any(note.startswith(flag) for note in found.not_carried), flag
+
+
+@pytest.mark.parametrize(("extra", "value"), [
+    ("--optimizer ademamix", "ademamix"),  # a fork's optimizer the pin does not have
+    ("--distributed-backend mpi", "mpi"),  # not a collective library of the GPUs
+])
+def test_a_fork_choice_without_a_pin_equivalent_stays_lost(extra, value):
+    found = imported(extra)
+    (line,) = found.lost
+    assert line.startswith(extra.split()[0]) and value in line, line
 
 
 def test_a_refused_fork_flag_stops_the_import_with_its_hint(tmp_path, launch):
