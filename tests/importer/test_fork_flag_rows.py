@@ -89,6 +89,8 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--beta-fast 16 --beta-slow 1", "leave it at 32"),
     ("--no-scaled-init", "output_layer_init_method=init_method_normal(init_method_std)"),
     ("--do-layernorm-bias-weight-decay", "no decay on norms and biases"),
+    ("--use-torch-compile 1", "runs the model uncompiled"),  # on: only the value off is a note
+    ("--use-torch-compiled-autograd true", "runs the backward pass uncompiled"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -110,6 +112,11 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--beta-fast 32 --beta-slow 1 --attention-mask-type causal --cp-attention-mask-type causal --ai-framework pytorch "
     "--model-type-hf llama2 --enable-hf2mg-convert --mtp-mem-efficient-logits",
     "--fix-position-emb-redundant-alloc --pipeline-model-parallel-size 2",
+    # Habana's forks: torch.compile off (their default) and what tunes it, checkpoint checks and I/O, Gaudi kernels
+    "--use-torch-compile=0 --use-torch-compiled-autograd false --cache-size-limit 0 --allow-unspec-int-on-nn-module=0 "
+    "--use-regional-compilation 0 --verify-checkpoint --verify-checkpoint-model-type LLAMA "
+    "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
+    "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
