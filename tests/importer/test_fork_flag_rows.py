@@ -117,6 +117,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--use-regional-compilation 0 --verify-checkpoint --verify-checkpoint-model-type LLAMA "
     "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
     "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0",
+    "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
