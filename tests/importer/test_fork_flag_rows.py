@@ -91,6 +91,7 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--do-layernorm-bias-weight-decay", "no decay on norms and biases"),
     ("--use-torch-compile 1", "runs the model uncompiled"),  # on: only the value off is a note
     ("--use-torch-compiled-autograd true", "runs the backward pass uncompiled"),
+    ("--optimizer-selection fused_ema_adamw", "without the moving average"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -118,6 +119,8 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
     "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0",
     "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
+    "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
+    "--optimizer-selection fused_adamw --experiment-run-id run_1",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
