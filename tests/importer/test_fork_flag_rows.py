@@ -121,6 +121,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
     "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
     "--optimizer-selection fused_adamw --experiment-run-id run_1",
+    "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
