@@ -92,6 +92,8 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--use-torch-compile 1", "runs the model uncompiled"),  # on: only the value off is a note
     ("--use-torch-compiled-autograd true", "runs the backward pass uncompiled"),
     ("--optimizer-selection fused_ema_adamw", "without the moving average"),
+    ("--eval-loss-exit-value 2.69", "--train-iters/--train-samples"),
+    ("--no-seq-len-plus-one-tokens", "seq_length + 1 tokens"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -122,6 +124,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
     "--optimizer-selection fused_adamw --experiment-run-id run_1",
     "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
+    "--ext-lr-steps 6144000",  # Habana's MLPerf GPT-3: MLPerf's log events only
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
