@@ -125,6 +125,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--optimizer-selection fused_adamw --experiment-run-id run_1",
     "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
     "--ext-lr-steps 6144000",  # Habana's MLPerf GPT-3: MLPerf's log events only
+    "--abort-on-unmet-fused-kernel-constraints --use-cached-dataset",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
