@@ -51,6 +51,9 @@ def imported(extra: str):
     ("--apply-layernorm-weight-plus-one --optimizer fusedadamw --distributed-backend hccl",
      {"layernorm_zero_centered_gamma": True, "optimizer": "adam", "distributed_backend": "nccl"}),
     ("--optimizer adamw", {"optimizer": "adam"}),
+    # MindSpeed-LLM (Qwen3-Next): RoPE on a fraction of each head, the pin's --rotary-percent; 0 is its "all"
+    ("--position-embedding-type rope --partial-rotary-factor 0.25", {"rotary_percent": 0.25}),
+    ("--position-embedding-type rope --partial-rotary-factor 0.0", {"rotary_percent": None}),  # the default
 ])
 def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expected):
     found = imported(extra)
