@@ -51,6 +51,7 @@ def imported(extra: str):
     ("--apply-layernorm-weight-plus-one --optimizer fusedadamw --distributed-backend hccl",
      {"layernorm_zero_centered_gamma": True, "optimizer": "adam", "distributed_backend": "nccl"}),
     ("--optimizer adamw", {"optimizer": "adam"}),
+    ("--distributed-backend ccl", {"distributed_backend": "nccl"}),  # Intel's oneCCL on XPU
     # MindSpeed-LLM (Qwen3-Next): RoPE on a fraction of each head, the pin's --rotary-percent; 0 is its "all"
     ("--position-embedding-type rope --partial-rotary-factor 0.25", {"rotary_percent": 0.25}),
     ("--position-embedding-type rope --partial-rotary-factor 0.0", {"rotary_percent": None}),  # the default
@@ -122,7 +123,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--use-torch-compile=0 --use-torch-compiled-autograd false --cache-size-limit 0 --allow-unspec-int-on-nn-module=0 "
     "--use-regional-compilation 0 --verify-checkpoint --verify-checkpoint-model-type LLAMA "
     "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
-    "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0",
+    "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0 --use-te-custom-op 0",
     "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
     "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
     "--optimizer-selection fused_adamw --experiment-run-id run_1",
