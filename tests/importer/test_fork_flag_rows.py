@@ -47,6 +47,14 @@ def imported(extra: str):
      {"position_embedding_type": "rope", "untie_embeddings_and_output_weights": True,
       "rotary_seq_len_interpolation_factor": 2, "rope_scaling_factor": None}),
     ("--position_embedding_type absolute", {"position_embedding_type": "learned_absolute"}),
+    # Habana's forks: LayerNorm weight + 1 (zero-centered gamma), its AdamW optimizers, its NCCL (HCCL on Gaudi)
+    ("--apply-layernorm-weight-plus-one --optimizer fusedadamw --distributed-backend hccl",
+     {"layernorm_zero_centered_gamma": True, "optimizer": "adam", "distributed_backend": "nccl"}),
+    ("--optimizer adamw", {"optimizer": "adam"}),
+    ("--distributed-backend ccl", {"distributed_backend": "nccl"}),  # Intel's oneCCL on XPU
+    # MindSpeed-LLM (Qwen3-Next): RoPE on a fraction of each head, the pin's --rotary-percent; 0 is its "all"
+    ("--position-embedding-type rope --partial-rotary-factor 0.25", {"rotary_percent": 0.25}),
+    ("--position-embedding-type rope --partial-rotary-factor 0.0", {"rotary_percent": None}),  # the default
 ])
 def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expected):
     found = imported(extra)
@@ -83,6 +91,13 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--noop-layers 3", "uneven pipeline"),
     ("--attention-mask-type general", "causal (the pin's)"),
     ("--beta-fast 16 --beta-slow 1", "leave it at 32"),
+    ("--no-scaled-init", "output_layer_init_method=init_method_normal(init_method_std)"),
+    ("--do-layernorm-bias-weight-decay", "no decay on norms and biases"),
+    ("--use-torch-compile 1", "runs the model uncompiled"),  # on: only the value off is a note
+    ("--use-torch-compiled-autograd true", "runs the backward pass uncompiled"),
+    ("--optimizer-selection fused_ema_adamw", "without the moving average"),
+    ("--eval-loss-exit-value 2.69", "--train-iters/--train-samples"),
+    ("--no-seq-len-plus-one-tokens", "seq_length + 1 tokens"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -103,14 +118,36 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--no-scatter-gather-tensors-in-pipeline --use-legacy-models",
     "--beta-fast 32 --beta-slow 1 --attention-mask-type causal --cp-attention-mask-type causal --ai-framework pytorch "
     "--model-type-hf llama2 --enable-hf2mg-convert --mtp-mem-efficient-logits",
+    "--fix-position-emb-redundant-alloc --pipeline-model-parallel-size 2",
+    # Habana's forks: torch.compile off (their default) and what tunes it, checkpoint checks and I/O, Gaudi kernels
+    "--use-torch-compile=0 --use-torch-compiled-autograd false --cache-size-limit 0 --allow-unspec-int-on-nn-module=0 "
+    "--use-regional-compilation 0 --verify-checkpoint --verify-checkpoint-model-type LLAMA "
+    "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
+    "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0 --use-te-custom-op 0",
+    "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
+    "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
+    "--optimizer-selection fused_adamw --experiment-run-id run_1",
+    "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
+    "--ext-lr-steps 6144000",  # Habana's MLPerf GPT-3: MLPerf's log events only
+    "--abort-on-unmet-fused-kernel-constraints --use-cached-dataset",
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
     assert found.lost == []
     for flag in re.findall(r"--[\w-]+", extra):
-        if flag in ("--num-experts", "--glu-activation"):
+        if flag in ("--num-experts", "--glu-activation", "--pipeline-model-parallel-size"):
             continue
         assert any(note.startswith(flag) for note in found.not_carried), flag
+
+
+@pytest.mark.parametrize(("extra", "value"), [
+    ("--optimizer ademamix", "ademamix"),  # a fork's optimizer the pin does not have
+    ("--distributed-backend mpi", "mpi"),  # not a collective library of the GPUs
+])
+def test_a_fork_choice_without_a_pin_equivalent_stays_lost(extra, value):
+    found = imported(extra)
+    (line,) = found.lost
+    assert line.startswith(extra.split()[0]) and value in line, line
 
 
 def test_a_refused_fork_flag_stops_the_import_with_its_hint(tmp_path, launch):
