@@ -214,6 +214,9 @@ class Reading:
     # names the script gives a value of its own (`X=4`, `read X`), so that the caller's environment (--env) does not
     # decide them; `X=${X:-4}` is not one
     set_by_script: frozenset[str] = frozenset()
+    # NAME → the variable not known whose value NAME holds (`LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK`); "" where
+    # NAME is also set otherwise
+    copies: dict[str, str] = field(default_factory=dict)
     unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
 
 
@@ -414,6 +417,7 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
         raise ShellSyntaxError("the script nests more deeply than can be read") from None
     reader.script_names  # noqa: B018 (scans what is left to scan)
     reading.set_by_script = frozenset(reader.names_fixed)
+    reading.copies = dict(reader.copies)
     return reading
 
 
@@ -473,6 +477,8 @@ class _Reader:
         self.capture_cwd: str | None = None  # `cd DIR` inside $(…): for the `pwd` after it
         # `declare -n REF=NAME`: REF names NAME (reading and assigning REF is NAME); "" where NAME is not known
         self.refs: dict[str, str] = {}
+        # NAME → the variable not known whose value NAME holds as a plain copy ("" where NAME is also set otherwise)
+        self.copies: dict[str, str] = {}
         self.ifs_unset = False
         # `declare -i N` / `-l` / `-u`: each later assignment to N is arithmetic / lowered / raised (bash's attributes)
         self.attributes: dict[str, str] = {}
@@ -1803,10 +1809,12 @@ class _Reader:
             self.shell.scalars.pop(name, None)
             self.note_uncertain(name, touched, keep=True)
             return
+        copied = UNRESOLVED.fullmatch(value) if not append and index is None else None
         if UNRESOLVED.fullmatch(value) and (not value.startswith(MARK + "$(") or value.startswith(MARK + "$((")):
             if UNRESOLVED.fullmatch(value).group(1).isdigit():  # type: ignore[union-attr]
                 self.from_arguments.add(name)  # MODEL_SIZE=$3: decided by the script's arguments
             value = _unknown(name)  # DATA_PATH=$5: name the variable the script's reader knows
+        self.note_copy(name, copied.group(1) if copied else None)
         attributes = self.attributes.get(name, "")
         if "i" in attributes and name not in self.shell.arrays:  # N+=4 under declare -i adds
             try:
@@ -1831,6 +1839,16 @@ class _Reader:
         if export or name in self.shell.exports:
             self.shell.exports[name] = value
         self.note_uncertain(name, touched, keep=append)
+
+    def note_copy(self, name: str, source: str | None) -> None:
+        """`LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK` with the source not known: the unknown value is then named
+        LOCAL_RANK, so remember whose value it holds (Reading.copies); "" once the name is also set otherwise."""
+        if source is None or source == name:
+            if name in self.copies:
+                self.copies[name] = ""
+            return
+        root = self.copies.get(source, source) or ""
+        self.copies[name] = root if self.copies.get(name, root) == root else ""
 
     def appended_to(self, name: str) -> list[str]:
         """What `NAME+=…` adds to: its value; where it is unset, nothing, or its unknown marker where the caller or a

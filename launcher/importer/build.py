@@ -22,7 +22,7 @@ import yaml
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import attention_vars, training_command
+from launcher.importer import attention_vars, per_process, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import (
     MARK,
@@ -227,6 +227,7 @@ class Source:
     lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
     set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
+    copies: dict[str, str] = field(default_factory=dict)  # NAME → the variable whose value it holds (Reading.copies)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -408,7 +409,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     # bound): each is said once
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  tuple(differing), reading.set_by_script)
+                  tuple(differing), reading.set_by_script, reading.copies)
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
@@ -578,6 +579,15 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             lost.append(_comment(f"{w.text}: {w.why}"))
             continue
         arg = flag_reader.flag_table().get(w.words[0].partition("=")[0])
+        _, eq, inline = w.words[0].partition("=")
+        given = inline if eq and len(w.words) == 1 else w.words[1] if not eq and len(w.words) == 2 else ""
+        if arg is not None and given and (variable := per_process.given_by_launcher(
+                arg.dest, given, source.copies, source.set_by_script, source.alternatives)):
+            set_aside.append(w.text)
+            notes.append(_comment(f"{w.text}: given by the launcher per process (${variable}, this process's "
+                                  f"{arg.dest.replace('_', ' ')}, is what Megatron reads from the environment the "
+                                  "launcher gives each process)"))
+            continue
         named = ", ".join(n if n.startswith("$") else "$" + n for n in missing)  # $((…)) is said as written
         unknown = f"{w.text}: {named} is not known without running the script"
         if arg is not None and section_of(arg.dest) in ("data", "checkpoint", "logging"):
@@ -619,6 +629,13 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     for dest, value in unresolved.items():
         names = ", ".join("$" + n for n in _missing(value))
         del settings[dest]
+        variable = per_process.given_by_launcher(dest, value, source.copies, source.set_by_script,
+                                                 source.alternatives) if isinstance(value, str) else None
+        if variable is not None:
+            notes.append(_comment(f"{flags.flag_of.get(dest, dest)} {show(value)}: given by the launcher per "
+                                  f"process (${variable}, this process's {dest.replace('_', ' ')}, is what Megatron "
+                                  "reads from the environment the launcher gives each process)"))
+            continue
         replaced[dest] = f"{names} is not known without running the script"
         if dest in DATA_PATHS:
             comment_out(dest, value, f"fill in ({names} is unknown here)")
