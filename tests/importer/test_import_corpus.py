@@ -50,6 +50,10 @@ def test_each_script_imports_with_its_settings(name, tmp_path):
     for flag in entry.get("carried", []):  # a fork's flag the table translates: carried, not lost
         assert not any(line.startswith(flag) for line in imported.lost), (flag, imported.lost)
         assert any(line.startswith(flag) for line in imported.translated), flag
+    for flag in entry.get("launcher_given", []):  # the launcher's per-process value (--local-rank $LOCAL_RANK)
+        assert not any(line.startswith(flag) for line in imported.lost), (flag, imported.lost)
+        assert any(line.startswith(flag) and "given by the launcher per process" in line
+                   for line in imported.not_carried), flag
     named = {flag for item in imported.undecided for flag in item.flags}
     assert set(entry.get("undecided", [])) <= named, named
     assert all(f"line {item.line}" in " ".join(imported.not_carried) for item in imported.undecided)
