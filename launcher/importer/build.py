@@ -629,13 +629,6 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     for dest, value in unresolved.items():
         names = ", ".join("$" + n for n in _missing(value))
         del settings[dest]
-        variable = per_process.given_by_launcher(dest, value, source.copies, source.set_by_script,
-                                                 source.alternatives) if isinstance(value, str) else None
-        if variable is not None:
-            notes.append(_comment(f"{flags.flag_of.get(dest, dest)} {show(value)}: given by the launcher per "
-                                  f"process (${variable}, this process's {dest.replace('_', ' ')}, is what Megatron "
-                                  "reads from the environment the launcher gives each process)"))
-            continue
         replaced[dest] = f"{names} is not known without running the script"
         if dest in DATA_PATHS:
             comment_out(dest, value, f"fill in ({names} is unknown here)")

@@ -5,9 +5,13 @@ lost."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from launcher.importer.build import import_source
+from launcher.importer.per_process import PIN_DEFAULT_FROM
+from launcher.megatron.pin import megatron_path
 
 HEAD = """#!/bin/bash
 {setup}
@@ -70,3 +74,13 @@ def test_a_known_value_is_carried_as_given():
     result = import_source(HEAD.format(setup="", flag="--local-rank $SLURM_LOCALID"), "train.sh",
                            environment={"SLURM_LOCALID": "2"})
     assert result.settings["local_rank"] == 2 and result.lost == []
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize(("dest", "variable"), sorted(PIN_DEFAULT_FROM.items()))
+def test_the_pin_reads_each_such_setting_from_that_variable_by_default(dest, variable):
+    config = megatron_path(None, None) / "megatron" / "training" / "config" / "common_config.py"
+    if not config.is_file():
+        pytest.skip("no Megatron-LM checkout at the pin (set MEGATRON_LM_PATH)")
+    default = re.compile(rf"^\s*{dest}\s*:.*os\.getenv\([\"']{variable}[\"']", re.M)
+    assert default.search(config.read_text()), (dest, variable)
