@@ -238,6 +238,14 @@ class _Checker:
         if self.arg("lr") is None:
             self.fail("lr is not set", "Megatron's LR scheduler needs a learning rate, e.g. --set lr=3e-4",
                       stage="runtime")
+        local_rank = self.preset.megatron.get("local_rank")
+        if local_rank is not None and (self.gpus_per_node > 1 or local_rank != 0):
+            self.fail(f"local_rank {local_rank} is given to every rank: Megatron sets each process's GPU from it "
+                      "(initialize.py:262, torch.cuda.set_device(args.local_rank)), so "
+                      + (f"the {self.gpus_per_node} ranks of a node would all take GPU {local_rank}"
+                         if self.gpus_per_node > 1 else f"the one rank of a node would take GPU {local_rank}"),
+                      "drop it (--set local_rank=null): its default is the LOCAL_RANK the launcher gives each process",
+                      stage="runtime")
         if self.arg("skip_train") and not self.arg("perform_rl_step"):
             self.warnings.append(
                 "skip_train: Megatron trains nothing (training.py: 'skipping training (--skip-train is on)'): it "
