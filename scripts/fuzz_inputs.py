@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
-from fuzz_run_dirs import Outcome, run_reader  # noqa: E402 - the same forked, bounded runner
+from fuzz_run_dirs import Outcome, outcome_findings, run_reader  # noqa: E402 - the same forked, bounded runner
 
 # the slowest bounded read, a log's last GiB (report on a sparse 10 GB log), takes ~10 s on 2 busy cores
 TIME_LIMIT_S = 20
@@ -395,19 +395,8 @@ def _whole_yaml(path: Path) -> bool:
 
 
 def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path) -> list[str]:
-    findings = []
-    text = outcome.out + outcome.err
     allowed = {0, 1, 2} if reader.startswith(("report", "doctor")) else {0, 2}  # a failed run; a failed check
-    if outcome.status is None:
-        findings.append(f"ran past {TIME_LIMIT_S} s")
-    elif outcome.status not in allowed:
-        findings.append(f"exit status {outcome.status}: {text.strip().splitlines()[-1][:200] if text.strip() else ''}")
-    if "Traceback" in text or "internal error" in text:
-        line = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
-        findings.append(f"traceback/internal error: {line[:240]}")
-    if outcome.status == 2 and not (("error:" in text and "hint:" in text)
-                                    or ('"error"' in outcome.out and '"hint"' in outcome.out)):
-        findings.append(f"exit 2 without error:+hint: {outcome.err.strip()[:200]!r}")
+    findings = outcome_findings(outcome, allowed, outcome.out + outcome.err, TIME_LIMIT_S)
     if marker.exists():
         findings.append("EXECUTED: a value from a file ran a command")
         marker.unlink()

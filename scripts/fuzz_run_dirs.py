@@ -506,23 +506,33 @@ def run_reader(argv: list[str], cwd: Path, env: dict[str, str], stdin: Path | No
                    seconds, usage.ru_maxrss / 1024)
 
 
-def judge(reader: str, outcome: Outcome, marker: Path, written: list[Path]) -> list[str]:
+def outcome_findings(outcome: Outcome, allowed: set[int], answer: str | None,
+                     time_limit_s: float = TIME_LIMIT_S) -> list[str]:
+    """What every reader's run must be: done in time, an allowed exit status, no traceback or internal error, and an
+    exit 2 that says `error:` and `hint:` in `answer` (the text that must hold them; None: not asked) or as a JSON
+    object on stdout."""
     findings = []
+    text = outcome.out + outcome.err
+    if outcome.status is None:
+        findings.append(f"ran past {time_limit_s} s")
+    elif outcome.status not in allowed:
+        last = text.strip().splitlines()[-1][:200] if text.strip() else ""
+        findings.append(f"exit status {outcome.status}: {last}")
+    if "Traceback" in text or "internal error" in text:
+        line = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
+        findings.append(f"traceback/internal error: {line[:240]}")
+    if outcome.status == 2 and answer is not None and not (
+            ("error:" in answer and "hint:" in answer) or ('"error"' in outcome.out and '"hint"' in outcome.out)):
+        findings.append(f"exit 2 without error:+hint: {outcome.err.strip()[:200]!r}")
+    return findings
+
+
+def judge(reader: str, outcome: Outcome, marker: Path, written: list[Path]) -> list[str]:
     text = outcome.out + outcome.err
     allowed = {0, 1, 2} if reader.startswith("report") or reader == "resume-here" else {0, 2}
     if reader == "requeue-policy":
         allowed = {0, 1}  # 1: no attempt found (the batch script falls back to its plain requeue)
-    if outcome.status is None:
-        findings.append(f"ran past {TIME_LIMIT_S} s")
-    elif outcome.status not in allowed:
-        findings.append(f"exit status {outcome.status}")
-    if "Traceback" in text or "internal error" in text:
-        line = next((ln for ln in reversed(text.splitlines()) if ln.strip()), "")
-        findings.append(f"traceback/internal error: {line[:200]}")
-    if outcome.status == 2 and reader != "requeue-policy" and not (
-            ("error:" in outcome.err and "hint:" in outcome.err) or ('"error"' in outcome.out
-                                                                   and '"hint"' in outcome.out)):
-        findings.append(f"exit 2 without error:+hint: {outcome.err.strip()[:200]!r}")
+    findings = outcome_findings(outcome, allowed, None if reader == "requeue-policy" else outcome.err)
     if any(marker.iterdir()):
         findings.append(f"EXECUTED: {sorted(p.name for p in marker.iterdir())}")
         for planted in marker.iterdir():
