@@ -17,7 +17,6 @@ import heapq
 import json
 import os
 import socket
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from typing import Any
 from launcher import untrusted
 from launcher.errors import UserError
 from launcher.runs import cluster_job, triage
+from launcher.runs.entries import within as entries_within
 from launcher.runs.monitor import METRICS_FILE, SUMMARY_FILE
 from launcher.runs.rundir import MANIFEST, RUNNING_FILE
 
@@ -212,14 +212,6 @@ def failure_text(failure: dict | None) -> str:
     return f"{failure['class']}{where}: {failure.get('reason', '')}"[:80]
 
 
-def _bounded(entries: Iterator[os.DirEntry[str]], run_root: Path) -> Iterator[os.DirEntry[str]]:
-    for number, entry in enumerate(entries):
-        if number >= MAX_ROOT_ENTRIES:
-            raise UserError(f"{run_root} holds more than {MAX_ROOT_ENTRIES:,} entries: more than any run root",
-                            "give the directory that holds the run directories with --run-root DIR")
-        yield entry
-
-
 def list_runs(run_root: Path) -> list[RunRow]:
     """Every run directory (one holding manifest.json) directly under `run_root`, newest first."""
     if not run_root.is_dir():
@@ -229,7 +221,10 @@ def list_runs(run_root: Path) -> list[RunRow]:
     try:
         with os.scandir(run_root) as entries:
             # the newest MAX_RUNS names kept while reading: memory bounded by them, not by the root's size
-            names = heapq.nlargest(MAX_RUNS, (e.name for e in _bounded(entries, run_root)
+            bounded = entries_within(entries, run_root, "any run root",
+                                     "give the directory that holds the run directories with --run-root DIR",
+                                     MAX_ROOT_ENTRIES)
+            names = heapq.nlargest(MAX_RUNS, (e.name for e in bounded
                                               if not e.name.startswith(".") and e.is_dir(follow_symlinks=False)))
     except OSError as error:
         raise UserError(f"cannot list the run root {run_root}: {error.strerror or error}",
