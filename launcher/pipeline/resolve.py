@@ -219,7 +219,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                                     kernels.apex, micro_batch_picked=picked, env=job.environment,
                                     te_version=kernels.te_version, torchao_available=kernels.torchao)
     problems += found
-    warnings += unused_backend_overrides(preset.overrides, target.slurm and not target.kubernetes, target.kubernetes)
+    warnings += unused_backend_overrides(preset.overrides, target.slurm, target.kubernetes)
     if job.entry == "pretrain_gpt":
         warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
