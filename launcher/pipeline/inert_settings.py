@@ -15,13 +15,32 @@ from launcher.megatron import args as megatron_args
 
 Arg = Callable[[str], Any]  # a setting's value as Megatron sees it (the job's, else Megatron's default)
 _NO_POSITION_ROTATION = ("learned_absolute", "relative", "none")
+# build_tokenizer.py (megatron/core/tokenizers/utils): which tokenizer types read which file settings
+_MEGATRON_TOKENIZERS = ("BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer")
+_SENTENCEPIECE = ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
+_MUON = ("muon", "dist_muon", "adaptive_muon")
+
+
+def _never(arg: Arg) -> bool:
+    return False
+
+
+def _tokenizer_reads(*types: str) -> Callable[[Arg], bool]:
+    """The tokenizer type reads it, or may: a checkpoint's arguments replace the type (checkpointing.py
+    load_args_from_checkpoint, use_tokenizer_model_from_checkpoint_args)."""
+    return lambda arg: arg("tokenizer_type") in types or bool(
+        arg("use_checkpoint_args") and arg("use_tokenizer_model_from_checkpoint_args"))
+
+
+def _warmup(arg: Arg) -> bool:
+    return bool(arg("lr_warmup_fraction") or arg("lr_warmup_iters") or arg("lr_warmup_samples"))
 
 
 @dataclass(frozen=True)
 class Dependence:
     names: tuple[str, ...]  # read by Megatron only while `takes_effect` holds
     takes_effect: Callable[[Arg], bool]
-    condition: str  # the setting that makes them count, as the user sets it
+    condition: str | None  # the setting that makes them count, as the user sets it (None: nothing does)
     where: str  # where Megatron at 432d76b2b8bf decides it
     effect: str = "no effect"  # what setting them changes while the condition does not hold
     # Any value written is a request, Megatron's default included (`--num-query-groups 1`, multi-query attention,
@@ -42,8 +61,7 @@ def dependences() -> tuple[Dependence, ...]:
         Dependence(("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"),
                    lambda arg: bool(arg("multi_latent_attention")), "multi_latent_attention=true",
                    "training/argument_utils.py: only MLATransformerConfig has these fields"),
-        Dependence(("rotary_base", "rotary_percent", "rotary_interleaved", "rotary_seq_len_interpolation_factor",
-                    "use_rope_scaling", "rope_scaling_factor"),
+        Dependence(("rotary_base", "rotary_percent", "rotary_interleaved", "use_rope_scaling"),
                    lambda arg: bool(arg("multi_latent_attention"))
                    or arg("position_embedding_type") not in _NO_POSITION_ROTATION,
                    "position_embedding_type=rope",
@@ -77,6 +95,119 @@ def dependences() -> tuple[Dependence, ...]:
                    "TensorBoard writer", effect="no metric logged"),
         Dependence(("wandb_exp_name", "wandb_save_dir", "wandb_entity"), lambda arg: bool(arg("wandb_project")),
                    "wandb_project", "training/global_vars.py: the W&B writer is made only for a wandb_project"),
+        # pretrain_gpt.py builds GPTModel through gpt_builders.py, which passes rope_scaling but neither of
+        # these: the factor stays GPTModel's 8.0, the interpolation None
+        Dependence(("rope_scaling_factor", "rotary_seq_len_interpolation_factor"), _never, None,
+                   "gpt_builders.py gpt_builder passes GPTModel neither the factor nor the interpolation"),
+        # the learning-rate schedule: core/optimizer_param_scheduler.py get_lr
+        Dependence(("lr_wsd_decay_style", "lr_wsd_decay_iters", "lr_wsd_decay_samples"),
+                   lambda arg: arg("lr_decay_style") == "WSD", "lr_decay_style=WSD",
+                   "core/optimizer_param_scheduler.py get_lr: read only in the WSD branch"),
+        Dependence(("lr_warmup_init",), _warmup, "lr_warmup_iters=N (or lr_warmup_fraction)",
+                   "core/optimizer_param_scheduler.py get_lr: the initial rate is read only while warming up"),
+        Dependence(("min_lr",), lambda arg: arg("lr_decay_style") != "constant",
+                   "a decaying lr_decay_style (linear, cosine, ...)",
+                   "core/optimizer_param_scheduler.py get_lr: a constant schedule returns the peak rate after "
+                   "warmup"),
+        Dependence(("lr_decay_iters", "lr_decay_samples"),
+                   lambda arg: arg("lr_decay_style") != "constant" or arg("lr_warmup_fraction") is not None,
+                   "a decaying lr_decay_style (or lr_warmup_fraction)",
+                   "core/optimizer_param_scheduler.py get_lr returns before the decay length with a constant "
+                   "schedule; training.py get_optimizer_param_scheduler reads it otherwise only for "
+                   "lr_warmup_fraction"),
+        # the optimizer: core/optimizer/__init__.py
+        Dependence(("sgd_momentum",), lambda arg: arg("optimizer") == "sgd", "optimizer=sgd",
+                   "core/optimizer/__init__.py: only the SGD branches pass momentum"),
+        Dependence(("adam_beta1", "adam_beta2", "adam_eps"), lambda arg: arg("optimizer") != "sgd",
+                   "optimizer=adam", "core/optimizer/__init__.py: the SGD branches pass neither betas nor eps"),
+        Dependence(tuple(sorted(name for name in megatron_args.catalog() if name.startswith("muon_"))),
+                   lambda arg: arg("optimizer") in _MUON, "optimizer=muon",
+                   "core/optimizer/emerging_optimizers.py: the muon_* settings are read into the Muon "
+                   "optimizer only"),
+        Dependence(("decoupled_min_lr",), lambda arg: arg("decoupled_lr") is not None, "decoupled_lr",
+                   "core/optimizer/__init__.py: read inside `if config.decoupled_lr is not None`"),
+        Dependence(("optimizer_offload_fraction", "overlap_cpu_optimizer_d2h_h2d", "pin_cpu_grads",
+                    "pin_cpu_params", "use_torch_optimizer_for_cpu_offload"),
+                   lambda arg: bool(arg("optimizer_cpu_offload")), "optimizer_cpu_offload=true",
+                   "core/optimizer/__init__.py: read only to build the HybridDeviceOptimizer"),
+        Dependence(("ddp_bucket_size", "ddp_num_buckets"),
+                   lambda arg: bool(arg("overlap_grad_reduce") or arg("use_megatron_fsdp")),
+                   "overlap_grad_reduce=true",
+                   "training.py get_model: without overlap_grad_reduce the bucket size is set to None, one "
+                   "bucket"),
+        Dependence(("qk_clip_alpha", "qk_clip_threshold"), lambda arg: bool(arg("qk_clip")), "qk_clip=true",
+                   "core/transformer/attention.py clip_qk: clipping (and its settings) only with qk_clip"),
+        # checkpoints: training/checkpointing.py save_checkpoint and _load_global_dist_base_checkpoint
+        Dependence(("ckpt_fully_parallel_save_process_group",), lambda arg: bool(arg("ckpt_fully_parallel_save")),
+                   "ckpt_fully_parallel_save=true",
+                   "training/checkpointing.py save_checkpoint: read inside `if args.ckpt_fully_parallel_save`"),
+        Dependence(("ckpt_fully_parallel_load_process_group", "ckpt_fully_parallel_load_exchange_algo"),
+                   lambda arg: bool(arg("ckpt_fully_parallel_load")), "ckpt_fully_parallel_load=true",
+                   "training/checkpointing.py: read inside `if args.ckpt_fully_parallel_load`"),
+        Dependence(("use_persistent_ckpt_worker", "async_strategy", "async_ckpt_cpu_priority",
+                    "async_ckpt_io_priority"),
+                   lambda arg: bool(arg("async_save")), "async_save=true",
+                   "training/async_utils.py and checkpointing.py read them only for asynchronous saves; "
+                   "arguments.py:1630 sets async_strategy to mcore without async_save"),
+        Dependence(("dist_ckpt_workers",),
+                   lambda arg: bool(arg("async_save") and (arg("ckpt_format") in ("torch_dcp", "fsdp_dtensor")
+                                                            or arg("ckpt_assume_constant_structure"))),
+                   "async_save=true with ckpt_assume_constant_structure=true",
+                   "training/checkpointing.py save_checkpoint: a synchronous torch_dist save writes with one "
+                   "thread, an asynchronous one reads the count only with a constant structure"),
+        # the training loop: training/training.py train and train_step
+        Dependence(("profile_step_start", "profile_step_end", "profile_ranks", "use_pytorch_profiler",
+                    "nvtx_ranges"),
+                   lambda arg: bool(arg("profile")), "profile=true",
+                   "training/training.py train: every profiler setting is read inside `if args.profile`"),
+        Dependence(("pytorch_profiler_collect_shapes", "pytorch_profiler_collect_callstack",
+                    "pytorch_profiler_collect_chakra"),
+                   lambda arg: bool(arg("profile") and arg("use_pytorch_profiler")),
+                   "profile=true and use_pytorch_profiler=true",
+                   "training/training.py train: read only to build the PyTorch profiler"),
+        Dependence(("record_shapes",), lambda arg: bool(arg("profile") and not arg("use_pytorch_profiler")),
+                   "profile=true without use_pytorch_profiler",
+                   "training/training.py train: read only by the nsys (emit_nvtx) profiler"),
+        Dependence(("memory_snapshot_path",), lambda arg: bool(arg("record_memory_history")),
+                   "record_memory_history=true",
+                   "model_provider.py and training/training.py training_log: the snapshot is written only "
+                   "with record_memory_history"),
+        Dependence(("manual_gc_interval", "manual_gc_eval"), lambda arg: bool(arg("manual_gc")), "manual_gc=true",
+                   "training/training.py: read inside `if args.manual_gc`"),
+        Dependence(("straggler_ctrlr_port", "straggler_minmax_count", "disable_straggler_on_startup"),
+                   lambda arg: bool(arg("log_straggler")), "log_straggler=true",
+                   "training/training.py train: the straggler detector is configured only with log_straggler"),
+        Dependence(("adlr_autoresume_interval",), lambda arg: bool(arg("adlr_autoresume")),
+                   "adlr_autoresume=true", "training/training.py train_step: read only with adlr_autoresume"),
+        # data and tokenizer: pretrain_gpt.py core_gpt_dataset_config_from_args, build_tokenizer.py
+        Dependence(tuple(sorted(name for name in megatron_args.catalog() if name.startswith("fim_"))),
+                   lambda arg: bool(arg("fim_data")), "fim_data=true",
+                   "pretrain_gpt.py core_gpt_dataset_config_from_args: read inside `if args.fim_data`"),
+        Dependence(("split",),
+                   lambda arg: any(arg(name) for name in ("data_path", "data_args_path", "train_data_path",
+                                                          "valid_data_path", "test_data_path",
+                                                          "per_split_data_args_path")),
+                   "data_path",
+                   "core/datasets/blended_megatron_dataset_config.py: mock data is split 1,1,1 whatever "
+                   "split says"),
+        Dependence(("merge_file",), _tokenizer_reads(*_MEGATRON_TOKENIZERS, "HuggingFaceTokenizer"),
+                   "tokenizer_type=GPT2BPETokenizer (or HuggingFaceTokenizer)",
+                   "core/tokenizers/utils/build_tokenizer.py: only the BPE/WordPiece and HuggingFace tokenizers "
+                   "read a merge file"),
+        Dependence(("tokenizer_model",),
+                   _tokenizer_reads(*_SENTENCEPIECE, "TikTokenizer", "HuggingFaceTokenizer", "SFTTokenizer"),
+                   "tokenizer_type=HuggingFaceTokenizer (or a SentencePiece or TikToken one)",
+                   "core/tokenizers/utils/build_tokenizer.py: GPT2BPE, WordPiece and Null tokenizers take no "
+                   "model"),
+        Dependence(("null_tokenizer_eod_id", "null_tokenizer_pad_id"), _tokenizer_reads("NullTokenizer"),
+                   "tokenizer_type=NullTokenizer", "core/tokenizers/utils/build_tokenizer.py: read only for "
+                   "the NullTokenizer"),
+        Dependence(("tiktoken_pattern", "tiktoken_num_special_tokens"), _tokenizer_reads("TikTokenizer"),
+                   "tokenizer_type=TikTokenizer", "core/tokenizers/utils/build_tokenizer.py: read only for "
+                   "the TikTokenizer"),
+        Dependence(("tokenizer_sentencepiece_ignore_extra_whitespaces", "tokenizer_sentencepiece_legacy"),
+                   _tokenizer_reads(*_SENTENCEPIECE), "a SentencePiece tokenizer_type",
+                   "core/tokenizers/utils/build_tokenizer.py: read only for the SentencePiece tokenizers"),
     )
 
 
@@ -91,7 +222,11 @@ def inert_settings(user: Mapping[str, Any], arg: Arg) -> list[str]:
                  if name in catalog and user.get(name) is not None
                  and (rule.any_value or user[name] != catalog[name].default)]
         if inert:
-            one = len(inert) == 1
-            warnings.append(f"{', '.join(inert)}: {rule.effect} without {rule.condition} ({rule.where}); set "
-                            f"{rule.condition} or drop {'it' if one else 'them'}")
+            them = "it" if len(inert) == 1 else "them"
+            if rule.condition is None:
+                warnings.append(f"{', '.join(inert)}: {rule.effect}, Megatron never reads {them} for a GPT "
+                                f"model ({rule.where}); drop {them}")
+            else:
+                warnings.append(f"{', '.join(inert)}: {rule.effect} without {rule.condition} ({rule.where}); "
+                                f"set {rule.condition} or drop {them}")
     return warnings
