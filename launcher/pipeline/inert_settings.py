@@ -166,7 +166,7 @@ def dependences() -> tuple[Dependence, ...]:
                    "profile=true and use_pytorch_profiler=true",
                    "training/training.py train: read only to build the PyTorch profiler"),
         Dependence(("record_shapes",), lambda arg: bool(arg("profile") and not arg("use_pytorch_profiler")),
-                   "profile=true without use_pytorch_profiler",
+                   "profile=true with use_pytorch_profiler=false",
                    "training/training.py train: read only by the nsys (emit_nvtx) profiler"),
         Dependence(("memory_snapshot_path",), lambda arg: bool(arg("record_memory_history")),
                    "record_memory_history=true",

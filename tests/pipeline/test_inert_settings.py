@@ -6,14 +6,15 @@ from __future__ import annotations
 import pytest
 
 from launcher.megatron import args as megatron_args
-from launcher.pipeline.inert_settings import dependences
+from launcher.megatron.effective import effective_settings
+from launcher.pipeline.inert_settings import dependences, inert_settings
 from launcher.pipeline.preset import load_preset
 from launcher.pipeline.resolve import resolve
 
 
 def _warnings(*overrides: str) -> list[str]:
     job = resolve(load_preset("345m", list(overrides)), 1, 1)
-    return [w for w in job.warnings if "without" in w and "(" in w]
+    return [w for w in job.warnings if ("without" in w or "never reads" in w) and "(" in w]
 
 
 @pytest.mark.parametrize("overrides, named, condition", [
@@ -29,6 +30,45 @@ def _warnings(*overrides: str) -> list[str]:
     (["recompute_num_layers=2"], "recompute_num_layers=2", "recompute_granularity=full"),
     (["window_attn_skip_freq=2"], "window_attn_skip_freq=2", "window_size"),
     (["mtp_loss_scaling_factor=0.3"], "mtp_loss_scaling_factor=0.3", "mtp_num_layers=N"),
+    # the learning-rate schedule (the 345m preset: cosine, lr_warmup_fraction 0.01, min_lr 1e-5)
+    (["lr_wsd_decay_iters=100", "lr_wsd_decay_style=linear"], "lr_wsd_decay_style=linear, lr_wsd_decay_iters=100",
+     "lr_decay_style=WSD"),
+    (["lr_warmup_init=1e-7", "lr_warmup_fraction=null"], "lr_warmup_init=1e-07", "lr_warmup_iters=N"),
+    # the decay length still sizes lr_warmup_fraction's warmup: only min_lr is named
+    (["lr_decay_style=constant"], "min_lr=1e-05", "a decaying lr_decay_style"),
+    # the optimizer
+    (["sgd_momentum=0.8"], "sgd_momentum=0.8", "optimizer=sgd"),
+    (["optimizer=sgd", "adam_beta2=0.95", "adam_eps=1e-5"], "adam_beta2=0.95, adam_eps=1e-05", "optimizer=adam"),
+    (["muon_momentum=0.8"], "muon_momentum=0.8", "optimizer=muon"),
+    (["decoupled_min_lr=1e-6"], "decoupled_min_lr=1e-06", "decoupled_lr"),
+    (["optimizer_offload_fraction=0.5"], "optimizer_offload_fraction=0.5", "optimizer_cpu_offload=true"),
+    (["ddp_bucket_size=1000000"], "ddp_bucket_size=1000000", "overlap_grad_reduce=true"),
+    (["qk_clip_threshold=50"], "qk_clip_threshold=50.0", "qk_clip=true"),
+    # checkpoints
+    (["ckpt_fully_parallel_save=false", "ckpt_fully_parallel_save_process_group=ep_dp"],
+     "ckpt_fully_parallel_save_process_group=ep_dp", "ckpt_fully_parallel_save=true"),
+    (["ckpt_fully_parallel_load_exchange_algo=gather_rounds"], "ckpt_fully_parallel_load_exchange_algo=gather_rounds",
+     "ckpt_fully_parallel_load=true"),
+    # the training loop
+    (["profile_step_start=3", "profile_step_end=5"], "profile_step_start=3, profile_step_end=5", "profile=true"),
+    (["profile=true", "pytorch_profiler_collect_shapes=true"], "pytorch_profiler_collect_shapes=True",
+     "profile=true and use_pytorch_profiler=true"),
+    (["profile=true", "use_pytorch_profiler=true", "record_shapes=true"], "record_shapes=True",
+     "profile=true with use_pytorch_profiler=false"),
+    (["memory_snapshot_path=/tmp/m.pickle"], "memory_snapshot_path=/tmp/m.pickle", "record_memory_history=true"),
+    (["manual_gc_interval=10", "manual_gc_eval=false"], "manual_gc_interval=10, manual_gc_eval=False",
+     "manual_gc=true"),
+    (["straggler_minmax_count=4"], "straggler_minmax_count=4", "log_straggler=true"),
+    (["adlr_autoresume_interval=10"], "adlr_autoresume_interval=10", "adlr_autoresume=true"),
+    # data and tokenizer (the 345m preset: mock data, NullTokenizer)
+    (["fim_rate=0.3"], "fim_rate=0.3", "fim_data=true"),
+    (["split=98,2,0"], "split=98,2,0", "data_path"),
+    (["tokenizer_model=/models/tokenizer.model"], "tokenizer_model=/models/tokenizer.model",
+     "tokenizer_type=HuggingFaceTokenizer"),
+    (["merge_file=/models/merges.txt"], "merge_file=/models/merges.txt", "tokenizer_type=GPT2BPETokenizer"),
+    (["tokenizer_type=GPT2BPETokenizer", "null_tokenizer_pad_id=5"], "null_tokenizer_pad_id=5",
+     "tokenizer_type=NullTokenizer"),
+    (["tiktoken_pattern=v2"], "tiktoken_pattern=v2", "tokenizer_type=TikTokenizer"),
 ])
 def test_a_setting_without_the_one_it_needs_is_named(overrides: list[str], named: str, condition: str) -> None:
     (warning,) = _warnings(*overrides)
@@ -45,9 +85,71 @@ def test_a_setting_without_the_one_it_needs_is_named(overrides: list[str], named
     ["initial_loss_scale=4096", "fp16=true", "bf16=false"],
     ["recompute_modules=[core_attn,mlp]", "recompute_granularity=selective"],
     ["rotary_percent=1.0"],  # Megatron's default, written out: nothing to say
+    ["lr_wsd_decay_iters=100", "lr_decay_style=WSD"],
+    ["lr_warmup_init=1e-7"],  # the preset warms up (lr_warmup_fraction 0.01)
+    ["min_lr=1e-6"],  # cosine decays to it
+    ["lr_decay_style=inverse-square-root"],
+    ["sgd_momentum=0.8", "optimizer=sgd"],
+    ["adam_beta2=0.95", "adam_eps=1e-5"],
+    ["muon_momentum=0.8", "optimizer=muon"],
+    ["muon_momentum=0.8", "optimizer=dist_muon"],  # Megatron's own rewrite to muon
+    ["decoupled_min_lr=1e-6", "decoupled_lr=1e-4"],
+    ["ddp_bucket_size=1000000", "overlap_grad_reduce=true"],
+    ["ckpt_fully_parallel_save_process_group=ep_dp"],  # fully parallel saves are Megatron's default
+    ["ckpt_fully_parallel_load_exchange_algo=gather_rounds", "ckpt_fully_parallel_load=true"],
+    ["profile_step_start=3", "profile_step_end=5", "profile=true"],
+    ["profile=true", "use_pytorch_profiler=true", "pytorch_profiler_collect_shapes=true"],
+    ["profile=true", "record_shapes=true"],  # the nsys profiler records the shapes
+    ["memory_snapshot_path=/tmp/m.pickle", "record_memory_history=true"],
+    ["manual_gc_interval=10", "manual_gc=true"],
+    ["straggler_minmax_count=4", "log_straggler=true"],
+    ["split=98,2,0", "mock_data=false", "data_path=[/data/corpus_text_document]"],
+    ["tokenizer_model=/models/tokenizer", "tokenizer_type=HuggingFaceTokenizer"],
+    ["tiktoken_pattern=v2", "tokenizer_type=TikTokenizer", "tokenizer_model=/models/tiktoken.json"],
+    ["rope_scaling_factor=8.0"],  # GPTModel's own factor, written out
+    ["async_save=true", "use_persistent_ckpt_worker=true", "dist_ckpt_workers=8"],  # the preset's constant structure
 ])
 def test_a_setting_that_takes_effect_is_not_named(overrides: list[str]) -> None:
     assert _warnings(*overrides) == []
+
+
+@pytest.mark.parametrize("user", [
+    # the job would be refused for other reasons here (no TE, no cluster library): judged alone
+    {"optimizer_offload_fraction": 0.5, "optimizer_cpu_offload": True},
+    {"qk_clip_threshold": 50.0, "qk_clip": True},
+    {"adlr_autoresume_interval": 10, "adlr_autoresume": True},
+])
+def test_a_setting_whose_condition_holds_is_not_named(user: dict[str, object]) -> None:
+    assert inert_settings(user, effective_settings(user).__getitem__) == []
+
+
+def test_a_decay_length_on_a_constant_schedule_is_named_without_a_warmup_fraction() -> None:
+    """With a constant schedule the decay length counts only as lr_warmup_fraction's base."""
+    named = _warnings("lr_decay_style=constant", "lr_warmup_fraction=null", "lr_warmup_iters=10")
+    assert [w.split(":")[0] for w in named] == ["min_lr=1e-05", "lr_decay_iters=320000"]
+
+
+def test_asynchronous_save_settings_are_named_for_a_synchronous_save() -> None:
+    named = _warnings("async_save=false")
+    assert [w.split(":")[0] for w in named] == ["use_persistent_ckpt_worker=True, async_strategy=mcore",
+                                                "dist_ckpt_workers=4"]
+    assert all("without async_save=true" in w for w in named)
+
+
+def test_settings_pretrain_gpt_never_passes_on_are_named_whatever_else_is_set() -> None:
+    (warning,) = _warnings("position_embedding_type=rope", "use_rope_scaling=true", "rope_scaling_factor=16",
+                           "rotary_seq_len_interpolation_factor=2")
+    assert warning.startswith("rope_scaling_factor=16.0, rotary_seq_len_interpolation_factor=2: no effect, "
+                              "Megatron never reads them")
+    assert warning.endswith("drop them")
+
+
+def test_a_tokenizer_taken_from_the_checkpoint_may_read_any_file() -> None:
+    """With use_checkpoint_args the checkpoint's tokenizer type replaces the job's: its files may be read."""
+    user = {"tokenizer_type": "NullTokenizer", "tokenizer_model": "/models/tokenizer.model"}
+    assert inert_settings(user, effective_settings(user).__getitem__) != []
+    user["use_checkpoint_args"] = True
+    assert inert_settings(user, effective_settings(user).__getitem__) == []
 
 
 def test_what_the_launcher_adds_is_never_blamed() -> None:
