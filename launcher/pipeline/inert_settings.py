@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.megatron import args as megatron_args
+from launcher.megatron.model_families import FAMILY_SETTINGS
 
 Arg = Callable[[str], Any]  # a setting's value as Megatron sees it (the job's, else Megatron's default)
 _NO_POSITION_ROTATION = ("learned_absolute", "relative", "none")
@@ -19,6 +20,14 @@ _NO_POSITION_ROTATION = ("learned_absolute", "relative", "none")
 _MEGATRON_TOKENIZERS = ("BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer")
 _SENTENCEPIECE = ("SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama2Tokenizer")
 _MUON = ("muon", "dist_muon", "adaptive_muon")
+_OTHER_MODELS = ("bert_", "biencoder_", "dino_", "ict_", "retriever_")
+_OTHER_MODEL_SETTINGS = ("block_data_path", "classes_fraction", "data_per_class_fraction", "embedding_path",
+                         "evidence_data_path", "img_h", "img_w", "iter_per_epoch", "mask_factor", "mask_prob",
+                         "mask_type", "num_channels", "num_classes", "output_bert_embeddings", "patch_dim",
+                         "query_in_block_prob", "sample_rate", "short_seq_prob", "swin_backbone_type",
+                         "titles_data_path", "use_one_sent_docs", "vision_backbone_type", "vocab_extra_ids")
+# the settings that make a configuration another model's: refused as such (checker.model_family), not warned
+_FAMILY_NAMES = frozenset(name for names in FAMILY_SETTINGS.values() for name in names)
 
 
 def _never(arg: Arg) -> bool:
@@ -30,6 +39,13 @@ def _tokenizer_reads(*types: str) -> Callable[[Arg], bool]:
     load_args_from_checkpoint, use_tokenizer_model_from_checkpoint_args)."""
     return lambda arg: arg("tokenizer_type") in types or bool(
         arg("use_checkpoint_args") and arg("use_tokenizer_model_from_checkpoint_args"))
+
+
+def _sharded_optimizer(arg: Arg) -> bool:
+    """training/checkpointing.py _build_sharded_state_dict_metadata: a distributed (or layer-wise) optimizer
+    whose state is saved as sharded tensors."""
+    return bool(arg("use_distributed_optimizer") or arg("use_layer_wise_distributed_optimizer")) \
+        and arg("ckpt_format") != "fsdp_dtensor"
 
 
 def _warmup(arg: Arg) -> bool:
@@ -72,9 +88,21 @@ def dependences() -> tuple[Dependence, ...]:
                    "core/transformer/utils.py is_layer_window_attention: no window, no windowed layer"),
         Dependence(("mtp_loss_scaling_factor",), lambda arg: bool(arg("mtp_num_layers")), "mtp_num_layers=N",
                    "core/transformer/multi_token_prediction.py: the factor scales the MTP layers' loss"),
-        Dependence(("fp8_recipe", "fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo"),
-                   lambda arg: arg("fp8") is not None, "fp8_format=hybrid (or e4m3)",
+        Dependence(("fp8_recipe",), lambda arg: arg("fp8") is not None, "fp8_format=hybrid (or e4m3)",
                    "core/fp8_utils.py: the recipe is made only when fp8 is set"),
+        Dependence(("fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo"),
+                   lambda arg: arg("fp8") is not None and arg("fp8_recipe") == "delayed",
+                   "fp8_format with fp8_recipe=delayed",
+                   "core/fp8_utils.py get_fp8_recipe: only TEDelayedScaling (extensions/transformer_engine.py) "
+                   "takes a margin and an amax history"),
+        Dependence(("fp8_quantizer_factory",), lambda arg: arg("fp8") is not None and arg("fp8_recipe") == "custom",
+                   "fp8_format with fp8_recipe=custom",
+                   "core/fp8_utils.py get_fp8_recipe: read only for the custom recipe"),
+        Dependence(("fp4_recipe",), lambda arg: arg("fp4") is not None, "fp4_format=e2m1",
+                   "core/fp4_utils.py get_fp4_context: the FP4 recipe is made only when fp4 is set"),
+        Dependence(("fp4_quantizer_factory",), lambda arg: arg("fp4") is not None and arg("fp4_recipe") == "custom",
+                   "fp4_format with fp4_recipe=custom",
+                   "core/fp4_utils.py get_fp4_recipe: read only for the custom recipe"),
         Dependence(("initial_loss_scale", "min_loss_scale", "loss_scale_window", "hysteresis"),
                    lambda arg: bool(arg("fp16")), "fp16=true",
                    "core/optimizer/__init__.py: the dynamic loss scaler exists only in fp16 (bf16 scales no loss)"),
@@ -99,6 +127,43 @@ def dependences() -> tuple[Dependence, ...]:
         # these: the factor stays GPTModel's 8.0, the interpolation None
         Dependence(("rope_scaling_factor", "rotary_seq_len_interpolation_factor"), _never, None,
                    "gpt_builders.py gpt_builder passes GPTModel neither the factor nor the interpolation"),
+        # parsed, and then read by nothing at the pin (no attribute access outside their argument definitions)
+        Dependence(("apply_residual_connection_post_layernorm", "openai_gelu", "head_lr_mult", "onnx_safe",
+                    "enable_full_sharding_in_hsdp", "exit_signal_handler_for_dataloader",
+                    "dist_ckpt_save_pre_mcore_014", "max_tokens_to_oom"), _never, None,
+                   "no code in megatron/ or pretrain_gpt.py reads the value after parsing"),
+        Dependence(("mup_width_mult",), _never, None,
+                   "core/transformer/transformer_config.py __post_init__ recomputes it as hidden_size / "
+                   "mup_base_hidden_size under use_mup, and only use_mup reads it"),
+        # other models' settings: pretrain_gpt.py builds a GPT model on GPT datasets
+        Dependence(tuple(name for name in sorted({*(name for name in megatron_args.catalog()
+                                                     if name.startswith(_OTHER_MODELS)), *_OTHER_MODEL_SETTINGS})
+                         if name not in _FAMILY_NAMES), _never, None,
+                   "BERT, T5, retrieval and vision settings: nothing on pretrain_gpt.py's path reads them"),
+        Dependence(("mup_base_hidden_size", "mup_base_head_dim", "mup_attn_scale_power", "mup_embedding_mult"),
+                   lambda arg: bool(arg("use_mup")), "use_mup=true",
+                   "core/transformer/transformer_config.py __post_init__ and language_model_embedding.py: read "
+                   "only under use_mup"),
+        Dependence(("bias_swiglu_fusion",), lambda arg: bool(arg("swiglu")), "swiglu=true",
+                   "training/argument_utils.py core_transformer_config_from_args: the bias-activation fusion "
+                   "comes from bias_gelu_fusion without swiglu"),
+        Dependence(("bias_gelu_fusion",), lambda arg: not arg("swiglu"), "swiglu=false",
+                   "training/argument_utils.py core_transformer_config_from_args: with swiglu the "
+                   "bias-activation fusion comes from bias_swiglu_fusion"),
+        Dependence(("cross_entropy_fusion_impl",), lambda arg: bool(arg("cross_entropy_loss_fusion")),
+                   "cross_entropy_loss_fusion=true",
+                   "core/models/common/language_module/language_module.py: read inside `if "
+                   "self.config.cross_entropy_loss_fusion`"),
+        Dependence(("clone_scatter_output_in_embedding",), lambda arg: bool(arg("sequence_parallel")),
+                   "sequence_parallel=true (at TP > 1)",
+                   "core/models/common/embeddings/language_model_embedding.py: read inside `if "
+                   "self.config.sequence_parallel`"),
+        Dependence(("tp_comm_overlap_ag", "tp_comm_overlap_rs", "tp_comm_overlap_rs_dgrad", "tp_comm_bulk_wgrad",
+                    "tp_comm_bulk_dgrad", "tp_comm_split_ag", "tp_comm_split_rs", "tp_comm_overlap_cfg",
+                    "tp_comm_bootstrap_backend"),
+                   lambda arg: bool(arg("tp_comm_overlap")), "tp_comm_overlap=true",
+                   "core/extensions/transformer_engine.py and training/initialize.py: read inside `if "
+                   "tp_comm_overlap`"),
         # the learning-rate schedule: core/optimizer_param_scheduler.py get_lr
         Dependence(("lr_wsd_decay_style", "lr_wsd_decay_iters", "lr_wsd_decay_samples"),
                    lambda arg: arg("lr_decay_style") == "WSD", "lr_decay_style=WSD",
@@ -144,6 +209,15 @@ def dependences() -> tuple[Dependence, ...]:
         Dependence(("ckpt_fully_parallel_load_process_group", "ckpt_fully_parallel_load_exchange_algo"),
                    lambda arg: bool(arg("ckpt_fully_parallel_load")), "ckpt_fully_parallel_load=true",
                    "training/checkpointing.py: read inside `if args.ckpt_fully_parallel_load`"),
+        Dependence(("dist_ckpt_optim_fully_reshardable", "distrib_optim_fully_reshardable_mem_efficient"),
+                   _sharded_optimizer, "use_distributed_optimizer=true",
+                   "training/checkpointing.py _build_sharded_state_dict_metadata: the optimizer's sharding type "
+                   "is written only for a distributed optimizer (not with fsdp_dtensor)"),
+        Dependence(("distrib_optim_fully_reshardable_mem_efficient",),
+                   lambda arg: not _sharded_optimizer(arg) or bool(arg("dist_ckpt_optim_fully_reshardable")),
+                   "dist_ckpt_optim_fully_reshardable=true",
+                   "training/checkpointing.py _build_sharded_state_dict_metadata: read inside `if "
+                   "args.dist_ckpt_optim_fully_reshardable`"),
         Dependence(("use_persistent_ckpt_worker", "async_strategy", "async_ckpt_cpu_priority",
                     "async_ckpt_io_priority"),
                    lambda arg: bool(arg("async_save")), "async_save=true",
@@ -177,6 +251,12 @@ def dependences() -> tuple[Dependence, ...]:
         Dependence(("straggler_ctrlr_port", "straggler_minmax_count", "disable_straggler_on_startup"),
                    lambda arg: bool(arg("log_straggler")), "log_straggler=true",
                    "training/training.py train: the straggler detector is configured only with log_straggler"),
+        Dependence(("exit_signal",), lambda arg: bool(arg("exit_signal_handler")), "exit_signal_handler=true",
+                   "training/global_vars.py and datasets/data_samplers.py: the handler for it is installed only "
+                   "with exit_signal_handler"),
+        Dependence(("one_logger_project", "one_logger_run_name", "one_logger_async"),
+                   lambda arg: bool(arg("enable_one_logger")), "enable_one_logger=true",
+                   "training/global_vars.py _set_one_logger: read only with enable_one_logger"),
         Dependence(("adlr_autoresume_interval",), lambda arg: bool(arg("adlr_autoresume")),
                    "adlr_autoresume=true", "training/training.py train_step: read only with adlr_autoresume"),
         # data and tokenizer: pretrain_gpt.py core_gpt_dataset_config_from_args, build_tokenizer.py
@@ -224,7 +304,7 @@ def inert_settings(user: Mapping[str, Any], arg: Arg) -> list[str]:
         if inert:
             them = "it" if len(inert) == 1 else "them"
             if rule.condition is None:
-                warnings.append(f"{', '.join(inert)}: {rule.effect}, Megatron never reads {them} for a GPT "
+                warnings.append(f"{', '.join(inert)}: {rule.effect}, Megatron never uses {them} for a GPT "
                                 f"model ({rule.where}); drop {them}")
             else:
                 warnings.append(f"{', '.join(inert)}: {rule.effect} without {rule.condition} ({rule.where}); "

@@ -14,7 +14,7 @@ from launcher.pipeline.resolve import resolve
 
 def _warnings(*overrides: str) -> list[str]:
     job = resolve(load_preset("345m", list(overrides)), 1, 1)
-    return [w for w in job.warnings if ("without" in w or "never reads" in w) and "(" in w]
+    return [w for w in job.warnings if ("without" in w or "never uses" in w) and "(" in w]
 
 
 @pytest.mark.parametrize("overrides, named, condition", [
@@ -69,6 +69,23 @@ def _warnings(*overrides: str) -> list[str]:
     (["tokenizer_type=GPT2BPETokenizer", "null_tokenizer_pad_id=5"], "null_tokenizer_pad_id=5",
      "tokenizer_type=NullTokenizer"),
     (["tiktoken_pattern=v2"], "tiktoken_pattern=v2", "tokenizer_type=TikTokenizer"),
+    # model and precision
+    (["mup_base_hidden_size=256"], "mup_base_hidden_size=256", "use_mup=true"),
+    (["bias_swiglu_fusion=false"], "bias_swiglu_fusion=False", "swiglu=true"),
+    (["swiglu=true", "bias_gelu_fusion=false"], "bias_gelu_fusion=False", "swiglu=false"),
+    (["cross_entropy_fusion_impl=te"], "cross_entropy_fusion_impl=te", "cross_entropy_loss_fusion=true"),
+    (["clone_scatter_output_in_embedding=false"], "clone_scatter_output_in_embedding=False", "sequence_parallel=true"),
+    (["tp_comm_overlap_ag=false", "tp_comm_bootstrap_backend=mpi"], "tp_comm_overlap_ag=False, tp_comm_bootstrap_"
+     "backend=mpi", "tp_comm_overlap=true"),
+    (["fp8_margin=1"], "fp8_margin=1", "fp8_format with fp8_recipe=delayed"),
+    (["fp4_recipe=custom"], "fp4_recipe=custom", "fp4_format=e2m1"),
+    # checkpoints and the training loop
+    (["dist_ckpt_optim_fully_reshardable=true"], "dist_ckpt_optim_fully_reshardable=True",
+     "use_distributed_optimizer=true"),
+    (["use_distributed_optimizer=true", "distrib_optim_fully_reshardable_mem_efficient=true"],
+     "distrib_optim_fully_reshardable_mem_efficient=True", "dist_ckpt_optim_fully_reshardable=true"),
+    (["exit_signal=SIGINT"], "exit_signal=SIGINT", "exit_signal_handler=true"),
+    (["enable_one_logger=false", "one_logger_project=p"], "one_logger_project=p", "enable_one_logger=true"),
 ])
 def test_a_setting_without_the_one_it_needs_is_named(overrides: list[str], named: str, condition: str) -> None:
     (warning,) = _warnings(*overrides)
@@ -108,6 +125,14 @@ def test_a_setting_without_the_one_it_needs_is_named(overrides: list[str], named
     ["tiktoken_pattern=v2", "tokenizer_type=TikTokenizer", "tokenizer_model=/models/tiktoken.json"],
     ["rope_scaling_factor=8.0"],  # GPTModel's own factor, written out
     ["async_save=true", "use_persistent_ckpt_worker=true", "dist_ckpt_workers=8"],  # the preset's constant structure
+    ["mup_base_hidden_size=256", "use_mup=true"],
+    ["bias_swiglu_fusion=false", "swiglu=true"],
+    ["bias_gelu_fusion=false"],  # the fusion GELU models take
+    ["dist_ckpt_optim_fully_reshardable=true", "use_distributed_optimizer=true"],
+    ["use_distributed_optimizer=true", "dist_ckpt_optim_fully_reshardable=true",
+     "distrib_optim_fully_reshardable_mem_efficient=true"],
+    ["exit_signal=SIGINT", "exit_signal_handler=true"],
+    ["one_logger_project=p"],  # the one logger is on by default
 ])
 def test_a_setting_that_takes_effect_is_not_named(overrides: list[str]) -> None:
     assert _warnings(*overrides) == []
@@ -118,6 +143,12 @@ def test_a_setting_that_takes_effect_is_not_named(overrides: list[str]) -> None:
     {"optimizer_offload_fraction": 0.5, "optimizer_cpu_offload": True},
     {"qk_clip_threshold": 50.0, "qk_clip": True},
     {"adlr_autoresume_interval": 10, "adlr_autoresume": True},
+    {"clone_scatter_output_in_embedding": False, "sequence_parallel": True, "tensor_model_parallel_size": 2},
+    {"tp_comm_overlap_ag": False, "tp_comm_overlap": True, "sequence_parallel": True,
+     "tensor_model_parallel_size": 2},
+    {"fp4_recipe": "custom", "fp4": "e2m1", "fp4_quantizer_factory": "quant.factory"},
+    {"cross_entropy_fusion_impl": "te", "cross_entropy_loss_fusion": True},
+    {"fp8_margin": 1, "fp8": "hybrid"},  # delayed scaling is the default recipe
 ])
 def test_a_setting_whose_condition_holds_is_not_named(user: dict[str, object]) -> None:
     assert inert_settings(user, effective_settings(user).__getitem__) == []
@@ -140,8 +171,30 @@ def test_settings_pretrain_gpt_never_passes_on_are_named_whatever_else_is_set() 
     (warning,) = _warnings("position_embedding_type=rope", "use_rope_scaling=true", "rope_scaling_factor=16",
                            "rotary_seq_len_interpolation_factor=2")
     assert warning.startswith("rope_scaling_factor=16.0, rotary_seq_len_interpolation_factor=2: no effect, "
-                              "Megatron never reads them")
+                              "Megatron never uses them")
     assert warning.endswith("drop them")
+
+
+@pytest.mark.parametrize("overrides, named", [
+    # parsed, then read by nothing
+    (["openai_gelu=true"], "openai_gelu=True"),
+    (["apply_residual_connection_post_layernorm=true", "head_lr_mult=2"],
+     "apply_residual_connection_post_layernorm=True, head_lr_mult=2.0"),
+    (["mup_width_mult=2", "use_mup=true"], "mup_width_mult=2.0"),  # recomputed from mup_base_hidden_size
+    # other models' settings in a GPT job
+    (["mask_prob=0.2", "vocab_extra_ids=100", "short_seq_prob=0.2"],
+     "mask_prob=0.2, short_seq_prob=0.2, vocab_extra_ids=100"),
+])
+def test_a_setting_nothing_reads_is_named(overrides: list[str], named: str) -> None:
+    (warning,) = _warnings(*overrides)
+    assert warning.startswith(f"{named}: no effect, Megatron never uses")
+
+
+def test_another_models_defining_settings_are_refused_not_warned() -> None:
+    """bert_binary_head makes the configuration a BERT one: the launcher refuses it (checker.model_family) and
+    says it once."""
+    user = {"bert_binary_head": False}
+    assert inert_settings(user, effective_settings(user).__getitem__) == []
 
 
 def test_a_tokenizer_taken_from_the_checkpoint_may_read_any_file() -> None:
