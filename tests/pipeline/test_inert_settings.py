@@ -86,6 +86,18 @@ def _warnings(*overrides: str) -> list[str]:
      "distrib_optim_fully_reshardable_mem_efficient=True", "dist_ckpt_optim_fully_reshardable=true"),
     (["exit_signal=SIGINT"], "exit_signal=SIGINT", "exit_signal_handler=true"),
     (["enable_one_logger=false", "one_logger_project=p"], "one_logger_project=p", "enable_one_logger=true"),
+    (["mscale=0.7", "rope_type=rope"], "rope_type=rope, mscale=0.7", "multi_latent_attention=true"),
+    (["trust_remote_code=true"], "trust_remote_code=True", "tokenizer_type=GPT2BPETokenizer"),
+    (["sft_tokenizer_prompt_format=chatml"], "sft_tokenizer_prompt_format=chatml", "tokenizer_type=SFTTokenizer"),
+    (["align_grad_reduce=false"], "align_grad_reduce=False", "overlap_grad_reduce=true"),
+    (["torch_fsdp2_reshard_after_forward=false"], "torch_fsdp2_reshard_after_forward=False", "use_torch_fsdp2=true"),
+    (["offload_modules=[core_attn]"], "offload_modules=['core_attn']", "fine_grained_activation_offloading=true"),
+    (["num_layers_at_start_in_bf16=2"], "num_layers_at_start_in_bf16=2", "first_last_layers_bf16=true"),
+    (["ckpt_convert_save=/ckpt/converted"], "ckpt_convert_save=/ckpt/converted", "ckpt_convert_format"),
+    (["non_persistent_local_ckpt_algo=atomic"], "non_persistent_local_ckpt_algo=atomic",
+     "non_persistent_ckpt_type=local"),
+    (["replication_factor=3"], "replication_factor=3", "replication=true"),
+    (["error_injection_type=persistent_error"], "error_injection_type=persistent_error", "error_injection_rate=N"),
 ])
 def test_a_setting_without_the_one_it_needs_is_named(overrides: list[str], named: str, condition: str) -> None:
     (warning,) = _warnings(*overrides)
@@ -149,6 +161,17 @@ def test_a_setting_that_takes_effect_is_not_named(overrides: list[str]) -> None:
     {"fp4_recipe": "custom", "fp4": "e2m1", "fp4_quantizer_factory": "quant.factory"},
     {"cross_entropy_fusion_impl": "te", "cross_entropy_loss_fusion": True},
     {"fp8_margin": 1, "fp8": "hybrid"},  # delayed scaling is the default recipe
+    {"mscale": 0.7, "multi_latent_attention": True},
+    {"trust_remote_code": True, "tokenizer_type": "HuggingFaceTokenizer"},
+    {"sft_tokenizer_prompt_format": "chatml", "tokenizer_type": "SFTTokenizer"},
+    {"align_grad_reduce": False, "overlap_grad_reduce": True},
+    {"torch_fsdp2_reshard_after_forward": False, "use_torch_fsdp2": True},
+    {"offload_modules": ["core_attn"], "fine_grained_activation_offloading": True},
+    {"num_layers_at_start_in_bf16": 2, "first_last_layers_bf16": True, "fp8": "hybrid"},
+    {"ckpt_convert_save": "/ckpt/converted", "ckpt_convert_format": "torch_dist"},
+    {"non_persistent_local_ckpt_algo": "atomic", "non_persistent_ckpt_type": "local"},
+    {"replication_factor": 3, "replication": True, "non_persistent_ckpt_type": "local"},
+    {"error_injection_type": "persistent_error", "error_injection_rate": 1000},
 ])
 def test_a_setting_whose_condition_holds_is_not_named(user: dict[str, object]) -> None:
     assert inert_settings(user, effective_settings(user).__getitem__) == []
