@@ -105,8 +105,9 @@ def dependences() -> tuple[Dependence, ...]:
                    "fp4_format with fp4_recipe=custom",
                    "core/fp4_utils.py get_fp4_recipe: read only for the custom recipe"),
         Dependence(("initial_loss_scale", "min_loss_scale", "loss_scale_window", "hysteresis"),
-                   lambda arg: bool(arg("fp16")), "fp16=true",
-                   "core/optimizer/__init__.py: the dynamic loss scaler exists only in fp16 (bf16 scales no loss)"),
+                   lambda arg: bool(arg("fp16") and not arg("loss_scale")), "fp16=true with loss_scale unset",
+                   "core/optimizer/__init__.py: the dynamic loss scaler exists only in fp16 (bf16 scales no loss), "
+                   "and a constant loss_scale replaces it"),
         Dependence(("recompute_method", "recompute_num_layers"),
                    lambda arg: arg("recompute_granularity") is not None, "recompute_granularity=full",
                    "core/transformer/transformer_config.py: read only with a recompute granularity"),

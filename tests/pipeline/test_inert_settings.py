@@ -27,6 +27,9 @@ def _warnings(*overrides: str) -> list[str]:
     (["moe_router_topk=4", "moe_grouped_gemm=true"], "moe_grouped_gemm=True, moe_router_topk=4", "num_experts=N"),
     (["fp8_recipe=tensorwise"], "fp8_recipe=tensorwise", "fp8_format=hybrid"),
     (["initial_loss_scale=4096"], "initial_loss_scale=4096.0", "fp16=true"),
+    # a constant scale replaces the dynamic scaler in fp16 too
+    (["fp16=true", "bf16=false", "loss_scale=1024", "loss_scale_window=500"], "loss_scale_window=500.0",
+     "fp16=true with loss_scale unset"),
     (["recompute_num_layers=2"], "recompute_num_layers=2", "recompute_granularity=full"),
     (["window_attn_skip_freq=2"], "window_attn_skip_freq=2", "window_size"),
     (["mtp_loss_scaling_factor=0.3"], "mtp_loss_scaling_factor=0.3", "mtp_num_layers=N"),
