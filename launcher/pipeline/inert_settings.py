@@ -132,7 +132,8 @@ def dependences() -> tuple[Dependence, ...]:
         # parsed, and then read by nothing at the pin (no attribute access outside their argument definitions)
         Dependence(("apply_residual_connection_post_layernorm", "openai_gelu", "head_lr_mult", "onnx_safe",
                     "enable_full_sharding_in_hsdp", "exit_signal_handler_for_dataloader",
-                    "dist_ckpt_save_pre_mcore_014", "max_tokens_to_oom"), _never, None,
+                    "dist_ckpt_save_pre_mcore_014", "max_tokens_to_oom", "inprocess_max_iterations",
+                    "inprocess_progress_watchdog_interval"), _never, None,
                    "no code in megatron/ or pretrain_gpt.py reads the value after parsing"),
         Dependence(("mup_width_mult",), _never, None,
                    "core/transformer/transformer_config.py __post_init__ recomputes it as hidden_size / "
@@ -212,6 +213,8 @@ def dependences() -> tuple[Dependence, ...]:
                    "fine_grained_activation_offloading=true",
                    "core/models/gpt/gpt_model.py, transformer_layer.py, attention.py: read only with "
                    "fine_grained_activation_offloading"),
+        Dependence(("disable_bf16_reduced_precision_matmul",), lambda arg: bool(arg("bf16")), "bf16=true",
+                   "core/transformer/transformer_config.py __post_init__: read inside `if self.bf16 and ...`"),
         Dependence(("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"),
                    lambda arg: bool(arg("first_last_layers_bf16")), "first_last_layers_bf16=true",
                    "core/fp8_utils.py and fp4_utils.py: the counts are read only with first_last_layers_bf16"),
@@ -274,6 +277,14 @@ def dependences() -> tuple[Dependence, ...]:
         Dependence(("straggler_ctrlr_port", "straggler_minmax_count", "disable_straggler_on_startup"),
                    lambda arg: bool(arg("log_straggler")), "log_straggler=true",
                    "training/training.py train: the straggler detector is configured only with log_straggler"),
+        Dependence(tuple(sorted(name for name in megatron_args.catalog() if name.startswith("inprocess_")
+                                and name not in ("inprocess_restart", "inprocess_max_iterations",
+                                                 "inprocess_progress_watchdog_interval"))),
+                   lambda arg: bool(arg("inprocess_restart")), "inprocess_restart=true",
+                   "training/inprocess_restart.py: read only to wrap training for an in-process restart"),
+        Dependence(("calc_ft_timeouts", "ft_num_warmup_iters"), lambda arg: bool(arg("enable_ft_package")),
+                   "enable_ft_package=true",
+                   "training/ft_integration.py setup: returns before reading them without enable_ft_package"),
         Dependence(("error_injection_type",), lambda arg: bool(arg("error_injection_rate")),
                    "error_injection_rate=N",
                    "core/rerun_state_machine.py RerunErrorInjector.maybe_inject: no rate, no injection"),

@@ -101,6 +101,10 @@ def _warnings(*overrides: str) -> list[str]:
      "non_persistent_ckpt_type=local"),
     (["replication_factor=3"], "replication_factor=3", "replication=true"),
     (["error_injection_type=persistent_error"], "error_injection_type=persistent_error", "error_injection_rate=N"),
+    (["inprocess_soft_timeout=30"], "inprocess_soft_timeout=30.0", "inprocess_restart=true"),
+    (["ft_num_warmup_iters=2"], "ft_num_warmup_iters=2", "enable_ft_package=true"),
+    (["bf16=false", "disable_bf16_reduced_precision_matmul=true"], "disable_bf16_reduced_precision_matmul=True",
+     "bf16=true"),
 ])
 def test_a_setting_without_the_one_it_needs_is_named(overrides: list[str], named: str, condition: str) -> None:
     (warning,) = _warnings(*overrides)
@@ -175,6 +179,9 @@ def test_a_setting_that_takes_effect_is_not_named(overrides: list[str]) -> None:
     {"non_persistent_local_ckpt_algo": "atomic", "non_persistent_ckpt_type": "local"},
     {"replication_factor": 3, "replication": True, "non_persistent_ckpt_type": "local"},
     {"error_injection_type": "persistent_error", "error_injection_rate": 1000},
+    {"inprocess_soft_timeout": 30, "inprocess_restart": True},
+    {"ft_num_warmup_iters": 2, "enable_ft_package": True},
+    {"disable_bf16_reduced_precision_matmul": True, "bf16": True},
 ])
 def test_a_setting_whose_condition_holds_is_not_named(user: dict[str, object]) -> None:
     assert inert_settings(user, effective_settings(user).__getitem__) == []
@@ -206,7 +213,8 @@ def test_settings_pretrain_gpt_never_passes_on_are_named_whatever_else_is_set() 
     (["openai_gelu=true"], "openai_gelu=True"),
     (["apply_residual_connection_post_layernorm=true", "head_lr_mult=2"],
      "apply_residual_connection_post_layernorm=True, head_lr_mult=2.0"),
-    (["mup_width_mult=2", "use_mup=true"], "mup_width_mult=2.0"),  # recomputed from mup_base_hidden_size
+    (["mup_width_mult=2", "use_mup=true"], "mup_width_mult=2.0"),
+    (["inprocess_restart=true", "inprocess_max_iterations=3"], "inprocess_max_iterations=3"),  # recomputed from mup_base_hidden_size
     # other models' settings in a GPT job
     (["mask_prob=0.2", "vocab_extra_ids=100", "short_seq_prob=0.2"],
      "mask_prob=0.2, short_seq_prob=0.2, vocab_extra_ids=100"),
