@@ -213,8 +213,8 @@ def test_settings_pretrain_gpt_never_passes_on_are_named_whatever_else_is_set() 
     (["openai_gelu=true"], "openai_gelu=True"),
     (["apply_residual_connection_post_layernorm=true", "head_lr_mult=2"],
      "apply_residual_connection_post_layernorm=True, head_lr_mult=2.0"),
-    (["mup_width_mult=2", "use_mup=true"], "mup_width_mult=2.0"),
-    (["inprocess_restart=true", "inprocess_max_iterations=3"], "inprocess_max_iterations=3"),  # recomputed from mup_base_hidden_size
+    (["mup_width_mult=2", "use_mup=true"], "mup_width_mult=2.0"),  # recomputed from mup_base_hidden_size
+    (["inprocess_restart=true", "inprocess_max_iterations=3"], "inprocess_max_iterations=3"),
     # other models' settings in a GPT job
     (["mask_prob=0.2", "vocab_extra_ids=100", "short_seq_prob=0.2"],
      "mask_prob=0.2, short_seq_prob=0.2, vocab_extra_ids=100"),
