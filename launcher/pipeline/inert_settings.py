@@ -87,8 +87,16 @@ def dependences() -> tuple[Dependence, ...]:
                    "gpt_builders.py: without num_experts every layer gets the dense layer spec"),
         Dependence(("window_attn_skip_freq",), lambda arg: bool(arg("window_size")), "window_size",
                    "core/transformer/utils.py is_layer_window_attention: no window, no windowed layer"),
-        Dependence(("mtp_loss_scaling_factor",), lambda arg: bool(arg("mtp_num_layers")), "mtp_num_layers=N",
-                   "core/transformer/multi_token_prediction.py: the factor scales the MTP layers' loss"),
+        Dependence(("mtp_loss_scaling_factor", "mtp_use_repeated_layer"), lambda arg: bool(arg("mtp_num_layers")),
+                   "mtp_num_layers=N",
+                   "core/transformer/multi_token_prediction.py: the factor scales the MTP layers' loss; "
+                   "gpt_layer_specs.py get_gpt_mtp_block_spec repeats the layer only when there are MTP layers"),
+        Dependence(("apply_wd_to_qk_layernorm",),
+                   lambda arg: bool(arg("qk_layernorm") or arg("multi_latent_attention")
+                                    or arg("experimental_attention_variant")),
+                   "qk_layernorm=true",
+                   "core/optimizer/__init__.py get_standard_config_overrides: it changes only the weight decay of "
+                   "q_layernorm/k_layernorm parameters, which exist only with query-key normalization (or MLA)"),
         Dependence(("fp8_recipe",), lambda arg: arg("fp8") is not None, "fp8_format=hybrid (or e4m3)",
                    "core/fp8_utils.py: the recipe is made only when fp8 is set"),
         Dependence(("fp8_margin", "fp8_amax_history_len", "fp8_amax_compute_algo"),

@@ -33,6 +33,8 @@ def _warnings(*overrides: str) -> list[str]:
     (["recompute_num_layers=2"], "recompute_num_layers=2", "recompute_granularity=full"),
     (["window_attn_skip_freq=2"], "window_attn_skip_freq=2", "window_size"),
     (["mtp_loss_scaling_factor=0.3"], "mtp_loss_scaling_factor=0.3", "mtp_num_layers=N"),
+    (["mtp_use_repeated_layer=true"], "mtp_use_repeated_layer=True", "mtp_num_layers=N"),
+    (["apply_wd_to_qk_layernorm=true"], "apply_wd_to_qk_layernorm=True", "qk_layernorm=true"),
     # the learning-rate schedule (the 345m preset: cosine, lr_warmup_fraction 0.01, min_lr 1e-5)
     (["lr_wsd_decay_iters=100", "lr_wsd_decay_style=linear"], "lr_wsd_decay_style=linear, lr_wsd_decay_iters=100",
      "lr_decay_style=WSD"),
@@ -182,6 +184,8 @@ def test_a_setting_that_takes_effect_is_not_named(overrides: list[str]) -> None:
     {"inprocess_soft_timeout": 30, "inprocess_restart": True},
     {"ft_num_warmup_iters": 2, "enable_ft_package": True},
     {"disable_bf16_reduced_precision_matmul": True, "bf16": True},
+    {"mtp_use_repeated_layer": True, "mtp_num_layers": 2},
+    {"apply_wd_to_qk_layernorm": True, "qk_layernorm": True},
 ])
 def test_a_setting_whose_condition_holds_is_not_named(user: dict[str, object]) -> None:
     assert inert_settings(user, effective_settings(user).__getitem__) == []
