@@ -623,7 +623,13 @@ def shown_words(words: Sequence[str]) -> str:
 
 
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
-RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed|accelerate)")
+RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed|accelerate|msrun)")
+# MindSpore's msrun (MindSpeed-LLM's `--ai-framework mindspore` jobs): --worker_num processes in all, --local_worker_num
+# on this node, each 8 unless given (msrun --help); the nodes are worker_num / local_worker_num
+MSRUN_COUNTS = {"worker_num": "processes in all", "local_worker_num": "processes on each node"}
+MSRUN_DEFAULT = 8
+# The programs at the runner's place whose process counts the import reads (a job launcher's are read apart)
+KNOWN_RUNNERS = re.compile(r"torchrun|python[0-9.]*|deepspeed|accelerate|msrun")
 # Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
 PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node",
                     "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
@@ -662,6 +668,8 @@ def split_launch(argv: list[str]) -> Launch:
     runner = launch.runner
     say = launch.runner_notes.append
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
+    msrun: dict[str, int] = {}  # msrun's --worker_num and --local_worker_num
+    msrun_unknown = False
     k = 0
     while k < len(runner):
         word = runner[k]
@@ -689,6 +697,15 @@ def split_launch(argv: list[str]) -> Launch:
             launch.launcher.update({"gpus_per_node": per_host, **({"nodes": hosts} if hosts > 1 else {})})
             continue
         given = word if eq else f"{word} {value}".strip()  # `--opt=value` is said once, as written
+        if program == "msrun" and name in MSRUN_COUNTS:
+            if is_count(value):
+                msrun[name] = int(value)
+            else:
+                msrun_unknown = True
+                say(f"{given}: {'not known without running the script' if MARK in value else 'not a count'} "
+                    f"({MSRUN_COUNTS[name]}); the preset's nodes and gpus_per_node are not set from it (give "
+                    "--nodes and --gpus-per-node)")
+            continue
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
             say(f"{given}: one process per GPU of the node, a count known only where it runs; "
                 "give it as the preset's gpus_per_node (8 unless set)")
@@ -731,6 +748,17 @@ def split_launch(argv: list[str]) -> Launch:
             and not options & {"num_nodes", "include", "i"}:
         say("(--hostfile without --num_nodes): every host the file lists, a count known only where "
             "it runs; give it as the preset's nodes (1 unless set)")
+    if runner and base_name(runner[0]) == "msrun" and not msrun_unknown:
+        _msrun_layout(launch, msrun)
+    elif runner and not KNOWN_RUNNERS.fullmatch(base_name(runner[0])) and not launch.via_program \
+            and not launch.wrapper and not {"nodes", "gpus_per_node"} & set(launch.launcher) \
+            and not job_launcher(runner[0]) and MARK not in runner[0]:
+        # `mylauncher --procs 16 pretrain_gpt.py`: its options were read as no count, so the preset would run the
+        # launcher's default world without a word
+        launch.dropped.append(f"starts pretrain_gpt.py through {base_name(runner[0])}, a program whose process "
+                              "counts the import does not read: how many processes run it, on how many nodes, is "
+                              "not known here; the preset's nodes and gpus_per_node are not set from it (give "
+                              "--nodes and --gpus-per-node)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
@@ -766,6 +794,20 @@ def split_launch(argv: list[str]) -> Launch:
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _msrun_layout(launch: Launch, given: dict[str, int]) -> None:
+    """msrun's nodes and processes per node from --worker_num and --local_worker_num (each 8 unless given)."""
+    total, local = given.get("worker_num", MSRUN_DEFAULT), given.get("local_worker_num", MSRUN_DEFAULT)
+    defaults = [f"--{name} {MSRUN_DEFAULT}" for name in MSRUN_COUNTS if name not in given]
+    if total % local or total < local:
+        launch.dropped.append(f"--worker_num {total} --local_worker_num {local}: not a whole number of nodes of "
+                              f"{local} processes; the preset's nodes and gpus_per_node are not set from it (give "
+                              "--nodes and --gpus-per-node)")
+        return
+    launch.launcher.update({"gpus_per_node": local, "nodes": total // local})
+    if defaults:
+        launch.runner_notes.append(f"{' '.join(defaults)}: msrun's default, carried as the preset's layout")
 
 
 # Programs that run the command they are given once, in this process's place (not one process per GPU)

@@ -151,6 +151,30 @@ def test_a_program_that_may_start_python_once_per_gpu_is_named_with_its_counts_u
     assert bool(said) == named and not {"nodes", "gpus_per_node"} & set(imported.launcher), said
 
 
+@pytest.mark.parametrize(("runner", "expected", "named"), [
+    # MindSpore's msrun: --worker_num in all, --local_worker_num on each node (was one node of the preset's 8, with
+    # both options named as "not carried" and the world left to the default)
+    ("msrun --worker_num 16 --local_worker_num 8 --node_rank 0 --log_dir=log", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("msrun --worker_num=32 --local_worker_num=8 --join=False", {"nodes": 4, "gpus_per_node": 8}, ""),
+    ("msrun --worker_num 4 --local_worker_num 4", {"nodes": 1, "gpus_per_node": 4}, ""),
+    ("msrun --log_dir=log", {"nodes": 1, "gpus_per_node": 8}, "msrun's default"),  # 8 and 8 unless given
+    ("msrun --worker_num 12 --local_worker_num 8", {"nodes": None, "gpus_per_node": None}, "not a whole number"),
+    ("msrun --worker_num $WORLD --local_worker_num 8", {"nodes": None, "gpus_per_node": None},
+     "not known without running the script"),
+    ("nohup msrun --worker_num 16 --local_worker_num 8", {"nodes": 2, "gpus_per_node": 8}, ""),
+    # a program at the runner's place whose counts are not read: named, never left to the preset's default unsaid
+    ("mylaunch --procs 16", {"nodes": None, "gpus_per_node": None}, "a program whose process counts"),
+    ("mylaunch --nnodes 2 --nproc_per_node 4", {"nodes": 2, "gpus_per_node": 4}, ""),
+])
+def test_a_runners_process_counts_are_read_or_named(runner, expected, named):
+    imported = import_source(f"#!/bin/bash\n{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    notes = " ".join(imported.not_carried)
+    assert (named in notes) if named else "a program whose process counts" not in notes
+    assert not any(n.startswith(("msrun --worker_num", "msrun --local_worker_num")) and "does not carry" in n
+                   for n in imported.not_carried)
+
+
 @pytest.mark.parametrize(("decides", "expected"), [
     ('if [ "$NODE_RANK" -eq 0 ]; then ((GPUS++)); fi', None),  # MegatronApp: node 0 runs one process more
     ('case $NODE_RANK in 0) GPUS=8 ;; *) GPUS=4 ;; esac', None),
