@@ -125,6 +125,9 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
     "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0 --use-te-custom-op 0",
     "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
+    # and its number of processes (was lost where unknown, so every HYGON script was refused over it)
+    "--rank ${RANK} --world-size ${WORLD_SIZE} --dist-url tcp://${DIST_URL}:${DIST_PORT}",
+    "--world-size 8",
     "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
     "--optimizer-selection fused_adamw --experiment-run-id run_1",
     "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
