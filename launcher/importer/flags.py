@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher import redaction
@@ -241,6 +241,11 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
             value, j = words[i + 1], i + 2
         else:
             return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
+    elif translation.valued_in and (eq or i + 1 < len(words) and _fork_switch_value(words[i + 1])):
+        # the other fork's `--flag 1` / `--flag=false`: the value is the flag's, not a word without a flag
+        value, j = (inline, j) if eq else (words[i + 1], i + 2)
+        translation = replace(translation, origin=f"{translation.origin}; {translation.valued_in} gives it a "
+                                                  f"true/false value, here {value}")
     given = words[i:j]
     if translation.by_value:
         row = translation.by_value.get(value) if isinstance(value, str) else None
@@ -274,6 +279,15 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
     shown = ", ".join(f"{d} {v}" for d, v in {**settings, **defaults}.items())
     return Word(given, "translated", settings, defaults,
                 why=f"→ {shown}: {translation.why} ({translation.origin})"), j, None
+
+
+# what a fork's true/false flag reads as its value (HabanaAI's `type=lambda x: x.lower() in ['true', '1']`): a word
+# of these, or one not known here (`--use-fused-rmsnorm $USE_FUSED_RMSNORM`); any other word stays a stray one
+_SWITCH_VALUE = re.compile(r"(?i)true|false|1|0|yes|no|on|off")
+
+
+def _fork_switch_value(word: str) -> bool:
+    return bool(_SWITCH_VALUE.fullmatch(word)) or (MARK in word and not _is_flag(word) and " " not in word)
 
 
 # a `to` value of the table: the job's data-parallel size, GPUs ÷ (TP · PP) (MegaBlocks' expert-parallel group)

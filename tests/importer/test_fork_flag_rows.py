@@ -143,6 +143,26 @@ def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
         assert any(note.startswith(flag) for note in found.not_carried), flag
 
 
+@pytest.mark.parametrize(("extra", "stray"), [
+    # MindSpeed's switch is HabanaAI's true/false flag (`type=lambda x: x.lower() in ['true', '1']`): its value was a
+    # word without a flag, lost, so each Habana script was refused over a kernel choice
+    ("--use-fused-rmsnorm 1 --num-layers 6", None),
+    ("--use-fused-rmsnorm False --num-layers 6", None),
+    ("--use-fused-rmsnorm=0 --num-layers 6", None),
+    ("--use-fused-rmsnorm ${USE_FUSED_RMSNORM} --num-layers 6", None),  # a value not known: still the flag's
+    ("--use-fused-rmsnorm --num-layers 6", None),  # MindSpeed's switch
+    ("--use-fused-rmsnorm 2 --num-layers 6", "2"),  # no value either fork reads: a stray word, as before
+    ("--use-fused-rmsnorm data/x --num-layers 6", "data/x"),
+])
+def test_a_switch_another_fork_gives_a_value_keeps_its_value_and_the_flags_after_it(extra, stray):
+    found = imported(extra)
+    assert found.settings["num_layers"] == 6  # the flag after it is read, not shifted
+    assert [n.split(":")[0] for n in found.lost] == ([stray] if stray else [])
+    (note,) = [n for n in found.not_carried if n.startswith("--use-fused-rmsnorm")]
+    value = extra.split()[1] if not stray and not extra.split()[1].startswith("--") else ""
+    assert note.startswith(f"--use-fused-rmsnorm {value}".strip() if "=" not in extra else "--use-fused-rmsnorm=0")
+
+
 @pytest.mark.parametrize(("extra", "value"), [
     ("--optimizer ademamix", "ademamix"),  # a fork's optimizer the pin does not have
     ("--distributed-backend mpi", "mpi"),  # not a collective library of the GPUs
