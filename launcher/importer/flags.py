@@ -305,6 +305,7 @@ def read_flags(words: list[str]) -> Flags:
     table = flag_table()
     out = Flags()
     defaults: dict[str, Any] = {}
+    given: dict[str, list[tuple[Word, Any]]] = {}  # dest → each word that set it, with its value
     i = 0
     while i < len(words):
         item, i, _ = read_word(words, i, table, suggest=len(out.unknown) < SUGGESTED_FLAGS)
@@ -313,6 +314,7 @@ def read_flags(words: list[str]) -> Flags:
             out.unknown.append(f"{item.text}: {item.why}")
             continue
         for key, value in item.settings.items():
+            given.setdefault(key, []).append((item, value))
             if key in out.settings:
                 out.repeated.append(item.words[0])
                 del out.settings[key]  # argparse keeps the last; so does the preset, in the last place
@@ -323,12 +325,35 @@ def read_flags(words: list[str]) -> Flags:
         if key not in out.settings:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
+    _asserted_by_the_fork(out, given)
     _read_with_fork_choice(out)
     _computed_translations(out)
     _dense_in_megatron_deepspeed(out)
     _recompute_chunk_in_megatron_deepspeed(out)
     _sequence_length_from_the_encoders(out)
     return out
+
+
+def _asserted_by_the_fork(out: Flags, given: dict[str, list[tuple[Word, Any]]]) -> None:
+    """A fork's flag that asserts a setting rather than setting it (Megatron-DeepSpeed's --no-pipeline-parallel
+    asserts PP 1): where the script gives that setting another value too, the fork stops at start-up, so neither
+    value is the script's run; the flag is lost (the script's own value of the setting stays, said beside it), not
+    "given more than once"."""
+    for item in out.of_kind("translated"):
+        row = legacy.translation(item.words[0].partition("=")[0])
+        if row is None or not row.asserts:
+            continue
+        for dest, value in item.settings.items():
+            other = [(word, v) for word, v in given.get(dest, []) if word is not item and v != value]
+            if not other:
+                continue
+            word, v = other[-1]
+            item.kind = "lost"
+            item.why = (f"{row.asserts}, and the script gives {word.text} too: the fork stops at start-up ({row.origin})"
+                        f"; instead: drop one of them (--set {dest}={v} is the other's)")
+            out.unknown.append(f"{item.text}: {item.why}")
+            out.settings[dest], out.flag_of[dest] = v, word.words[0].partition("=")[0]
+            out.repeated = [w for w in out.repeated if w not in (item.words[0], word.words[0])]
 
 
 def _sequence_length_from_the_encoders(out: Flags) -> None:

@@ -35,6 +35,9 @@ class Translation:
     # where; its value word is read as the flag's, never as a stray word. Only for a row whose meaning holds for
     # either value (a kernel choice)
     valued_in: str = ""
+    # the fork asserts the `to` settings with this flag rather than setting them (Megatron-DeepSpeed's
+    # --no-pipeline-parallel asserts PP 1): its words for it; another value of them stops the fork at start-up
+    asserts: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def _row(flag: str, origin: str, row: dict[str, Any]) -> Translation:
     return Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
                        row.get("why", ""), row.get("refuse", ""), row.get("instead", ""), row.get("harmless", ""),
                        row.get("only_with", {}), row.get("unknown", ""), by_value,
-                       row.get("computed", {}), row.get("valued_in", ""))
+                       row.get("computed", {}), row.get("valued_in", ""), row.get("asserts", ""))
 
 
 @cache

@@ -248,3 +248,20 @@ def test_a_computed_setting_is_no_difference_in_the_round_trip(tmp_path):
     assert any("--n-shared-experts" in a and "--first-k-dense-replace" in a for a in outcome.apart), outcome.apart
     assert "--moe-shared-expert-intermediate-size" in outcome.argv and "[0]*1+[1]*3" in outcome.argv
     assert outcome.argv[outcome.argv.index("--expert-model-parallel-size") + 1] == "2"
+
+
+@pytest.mark.parametrize(("extra", "lost", "pp"), [
+    # Megatron-DeepSpeed asserts PP 1 with --no-pipeline-parallel: with PP 2 beside it the fork stops at start-up
+    # (FlagPerf's Llama 2 job); it was read as PP "given more than once", PP 1 carried, the round trip equal
+    ("--pipeline-model-parallel-size 2 --no-pipeline-parallel", True, 2),
+    ("--no-pipeline-parallel --pipeline-model-parallel-size=2", True, 2),
+    ("--pipeline-model-parallel-size 1 --no-pipeline-parallel", False, 1),
+    ("--no-pipeline-parallel", False, 1),
+])
+def test_a_fork_flag_that_asserts_a_setting_is_lost_beside_another_value_of_it(extra, lost, pp):
+    found = imported(extra)
+    said = [n for n in found.lost if n.startswith("--no-pipeline-parallel")]
+    assert bool(said) == lost and found.settings["pipeline_model_parallel_size"] == pp
+    if lost:
+        assert "stops at start-up" in said[0] and "--set pipeline_model_parallel_size=2" in said[0]
+        assert not any("more than once" in n for n in found.not_carried)
