@@ -349,8 +349,8 @@ def _asserted_by_the_fork(out: Flags, given: dict[str, list[tuple[Word, Any]]]) 
                 continue
             word, v = other[-1]
             item.kind = "lost"
-            item.why = (f"{row.asserts}, and the script gives {word.text} too: the fork stops at start-up ({row.origin})"
-                        f"; instead: drop one of them (--set {dest}={v} is the other's)")
+            item.why = (f"{row.asserts}, and the script gives {word.text} too: the fork stops at start-up "
+                        f"({row.origin}); instead: drop one of them (--set {dest}={v} is the other's)")
             out.unknown.append(f"{item.text}: {item.why}")
             out.settings[dest], out.flag_of[dest] = v, word.words[0].partition("=")[0]
             out.repeated = [w for w in out.repeated if w not in (item.words[0], word.words[0])]
