@@ -124,6 +124,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--use-regional-compilation 0 --verify-checkpoint --verify-checkpoint-model-type LLAMA "
     "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
     "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0 --use-te-custom-op 0",
+    "--use-fused-rmsnorm 1 --use-fast-softmax 1",  # Gaudi kernels the fork turns off on CUDA (were lost)
     "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
     # and its number of processes (was lost where unknown, so every HYGON script was refused over it)
     "--rank ${RANK} --world-size ${WORLD_SIZE} --dist-url tcp://${DIST_URL}:${DIST_PORT}",
