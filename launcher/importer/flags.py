@@ -552,6 +552,8 @@ class Launch:
     # what is said of the runner's own options (torchrun's, deepspeed's), said after the runner's name, not the
     # wrapper's (`srun … torchrun --master-port=$P`)
     runner_notes: list[str] = field(default_factory=list)
+    # torchrun given no --nproc_per_node: its processes a node are $PET_NPROC_PER_NODE, else 1
+    nproc_unsaid: bool = False
 
     @property
     def per_task(self) -> bool:
@@ -779,6 +781,15 @@ def split_launch(argv: list[str]) -> Launch:
         else:
             say(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
+    # torchrun (and torch.distributed.run/launch) without --nproc_per_node start $PET_NPROC_PER_NODE processes a
+    # node, else 1: decided where the command's environment is known (build.import_source)
+    launch.nproc_unsaid = _torch_launcher(runner) and not options & {"nproc_per_node", "nproc"} and \
+        not any(MARK in w for w in runner)
+    if runner and base_name(runner[0]) == "accelerate" and not options & {"num_processes"} and \
+            "gpus_per_node" not in launch.launcher:
+        say("(no --num_processes): as many processes as accelerate's configuration file says, a count known only "
+            "where it runs; the preset's nodes and gpus_per_node are not set from it (give --nodes and "
+            "--gpus-per-node)")
     if runner and base_name(runner[0]) == "deepspeed" and not options & {"num_gpus", "include", "i"}:
         say("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
             "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
@@ -833,6 +844,15 @@ def split_launch(argv: list[str]) -> Launch:
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _torch_launcher(runner: list[str]) -> bool:
+    """torchrun, `python -m torch.distributed.run` or `python -m torch.distributed.launch`."""
+    if runner and base_name(runner[0]) == "torchrun":
+        return True
+    module = runner.index("-m") + 1 if "-m" in runner else 0
+    return bool(module) and module < len(runner) and runner[module] in ("torch.distributed.run",
+                                                                          "torch.distributed.launch")
 
 
 def _msrun_layout(launch: Launch, given: dict[str, int]) -> None:

@@ -175,6 +175,24 @@ def test_a_runners_process_counts_are_read_or_named(runner, expected, named):
                    for n in imported.not_carried)
 
 
+@pytest.mark.parametrize(("script", "gpus", "named"), [
+    # torchrun without --nproc_per_node starts $PET_NPROC_PER_NODE processes a node, else 1: the preset ran its own
+    # 8 with nothing said
+    ("torchrun", None, "torchrun without --nproc_per_node"),
+    ("python -m torch.distributed.launch --nnodes 1", None, "torchrun without --nproc_per_node"),
+    ("export PET_NPROC_PER_NODE=4\ntorchrun", 4, ""),  # the script gives torchrun its default
+    ("torchrun --nproc-per-node=2", 2, ""),
+    ("torchrun $DIST_ARGS", None, ""),  # the options are not known: said as such elsewhere, not as the default
+    # accelerate without --num_processes: its configuration file's count
+    ("accelerate launch", None, "accelerate (no --num_processes)"),
+])
+def test_a_torch_launchers_default_process_count_is_read_or_named(script, gpus, named):
+    imported = import_source(f"#!/bin/bash\n{script} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.launcher.get("gpus_per_node") == gpus
+    notes = " ".join(imported.not_carried)
+    assert (named in notes) if named else "without --nproc_per_node" not in notes
+
+
 @pytest.mark.parametrize(("decides", "expected"), [
     ('if [ "$NODE_RANK" -eq 0 ]; then ((GPUS++)); fi', None),  # MegatronApp: node 0 runs one process more
     ('case $NODE_RANK in 0) GPUS=8 ;; *) GPUS=4 ;; esac', None),
@@ -298,7 +316,7 @@ def test_a_command_substitution_that_reads_a_file_is_not_known(substitution):
                                   "for i in $(seq 1 300); do nvidia-smi -i $((i % 8)); sleep 1; done"])
 def test_a_command_a_loop_runs_many_times_is_named_once_per_line(loop):
     # a GPU-memory sampler in the background: 2,000 identical lines in the report and the preset's header
-    imported = import_source(f"{loop}\ntorchrun pretrain_gpt.py {MODEL}\n", "train.sh")
+    imported = import_source(f"{loop}\ntorchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}\n", "train.sh")
     assert len(imported.not_carried) == len(set(imported.not_carried)) < 10, len(imported.not_carried)
     assert any("sleep" in note for note in imported.not_carried)
 
