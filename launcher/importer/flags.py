@@ -805,10 +805,9 @@ def split_launch(argv: list[str]) -> Launch:
             and not job_launcher(runner[0]) and MARK not in runner[0]:
         # `mylauncher --procs 16 pretrain_gpt.py`: its options were read as no count, so the preset would run the
         # launcher's default world without a word
-        launch.dropped.append(f"starts pretrain_gpt.py through {base_name(runner[0])}, a program whose process "
-                              "counts the import does not read: how many processes run it, on how many nodes, is "
-                              "not known here; the preset's nodes and gpus_per_node are not set from it (give "
-                              "--nodes and --gpus-per-node)")
+        launch.dropped.append("starts pretrain_gpt.py: a program whose process counts the import does not read, "
+                              "so how many processes run it, on how many nodes, is not known here; the preset's "
+                              "nodes and gpus_per_node are not set from it (give --nodes and --gpus-per-node)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
