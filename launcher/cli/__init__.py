@@ -382,8 +382,10 @@ def cmd_import(argv: list[str]) -> int:
     parser = Parser(prog="launch import", description="Turn an existing training script (bash, torchrun … "
                     "pretrain_gpt.py …), a flag list or a YAML mapping of flags (MODEL_ARGS) into a preset, without "
                     "running it; then check the preset and compare its argv with the script's.")
-    parser.add_argument("source", nargs="+", metavar="SCRIPT_OR_FLAGS",
-                        help="a file, '-' for standard input, or the flags themselves after --")
+    parser.add_argument("source", nargs="*", metavar="SCRIPT_OR_FLAGS",
+                        help="a file with the arguments it is run with, '-' for standard input, or the flags "
+                             "themselves after --; arguments that begin with - go after -- too (launch import "
+                             "train.sh -- --tp 2)")
     parser.add_argument("-o", "--output", metavar="PRESET.yaml",
                         help="write the preset here (default: print it; the report goes to standard error)")
     parser.add_argument("--accept-loss", action="store_true",
@@ -395,13 +397,24 @@ def cmd_import(argv: list[str]) -> int:
     parser.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                         help="a variable the script is run with, as `NAME=VALUE bash SCRIPT` (repeat it); the "
                              "script's variables that it does not set are otherwise not known")
-    args = parser.parse_args(argv)
+    # everything after the first `--` is the source's own words: a command line, or the script's arguments, which
+    # may begin with - as bash takes them (`train.sh --tp 2`); argparse would read those as options of its own
+    cut = argv.index("--") if "--" in argv else len(argv)
+    args, extra = parser.parse_known_args(argv[:cut])
+    if extra:
+        near = parser._suggestion(f"unrecognized arguments: {' '.join(extra)}")
+        raise UserError(f"launch import: unrecognized arguments: {' '.join(extra)}",
+                        (f"{near} " if near else "") + "the script's own arguments that begin with - go after --: "
+                        "launch import train.sh -- --tp 2 (see launch import --help)")
+    source = [*args.source, *argv[cut + 1:]]
+    if not source:
+        parser.error("the following arguments are required: SCRIPT_OR_FLAGS")
     from launcher.checks.data import tokenizer_vocab_size
     from launcher.cli.job import job_as_declared
     from launcher.importer.run import main as import_main
     from launcher.importer.run import parse_environment
 
-    return import_main(args.source, args.output, job_as_declared, tokenizer_vocab_size, args.accept_loss,
+    return import_main(source, args.output, job_as_declared, tokenizer_vocab_size, args.accept_loss,
                        args.format, parse_environment(args.env))
 
 

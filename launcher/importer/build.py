@@ -35,7 +35,7 @@ from launcher.importer.bash_subset import (
 )
 from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
-from launcher.importer.words import base_name, count
+from launcher.importer.words import base_name, count, is_count
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -495,8 +495,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     source = read_source(text, positional, path, environment)
     runner, words, env, notes = source.runner, source.words, source.env, source.notes
     launcher: dict[str, Any] = {}
+    nproc_unsaid = False
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
+        nproc_unsaid = launch.nproc_unsaid
         launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
         notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
@@ -566,6 +568,15 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append(f"the Kubernetes job gives {setting.replace('_', ' ')} {pods_count}, the training command "
                          f"{launcher[setting]}: the command's own count is carried (its option overrides what the "
                          "job sets)")
+    if nproc_unsaid and "gpus_per_node" not in launcher:
+        # torchrun reads each option's default from PET_<OPTION> (torch.distributed.run's env defaults), else 1
+        nproc = {**(environment or {}), **env}.get("PET_NPROC_PER_NODE", "")
+        if is_count(nproc):
+            launcher["gpus_per_node"] = int(nproc)
+        else:
+            notes.append("torchrun without --nproc_per_node starts as many processes on each node as the caller's "
+                         "PET_NPROC_PER_NODE says, else one (torchrun's default); the preset's gpus_per_node is not "
+                         "set from it (give --gpus-per-node; 8 unless set)")
     _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")

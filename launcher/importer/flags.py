@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from launcher import redaction
@@ -241,6 +241,11 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
             value, j = words[i + 1], i + 2
         else:
             return Word(words[i:j], "lost", why=f"no value follows ({translation.origin})"), j, None
+    elif translation.valued_in and (eq or i + 1 < len(words) and _fork_switch_value(words[i + 1])):
+        # the other fork's `--flag 1` / `--flag=false`: the value is the flag's, not a word without a flag
+        value, j = (inline, j) if eq else (words[i + 1], i + 2)
+        translation = replace(translation, origin=f"{translation.origin}; {translation.valued_in} gives it a "
+                                                  f"true/false value, here {value}")
     given = words[i:j]
     if translation.by_value:
         row = translation.by_value.get(value) if isinstance(value, str) else None
@@ -276,6 +281,15 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
                 why=f"→ {shown}: {translation.why} ({translation.origin})"), j, None
 
 
+# what a fork's true/false flag reads as its value (HabanaAI's `type=lambda x: x.lower() in ['true', '1']`): a word
+# of these, or one not known here (`--use-fused-rmsnorm $USE_FUSED_RMSNORM`); any other word stays a stray one
+_SWITCH_VALUE = re.compile(r"(?i)true|false|1|0|yes|no|on|off")
+
+
+def _fork_switch_value(word: str) -> bool:
+    return bool(_SWITCH_VALUE.fullmatch(word)) or (MARK in word and not _is_flag(word) and " " not in word)
+
+
 # a `to` value of the table: the job's data-parallel size, GPUs ÷ (TP · PP) (MegaBlocks' expert-parallel group)
 DATA_PARALLEL = "$data_parallel_size"
 
@@ -291,6 +305,7 @@ def read_flags(words: list[str]) -> Flags:
     table = flag_table()
     out = Flags()
     defaults: dict[str, Any] = {}
+    given: dict[str, list[tuple[Word, Any]]] = {}  # dest → each word that set it, with its value
     i = 0
     while i < len(words):
         item, i, _ = read_word(words, i, table, suggest=len(out.unknown) < SUGGESTED_FLAGS)
@@ -299,6 +314,7 @@ def read_flags(words: list[str]) -> Flags:
             out.unknown.append(f"{item.text}: {item.why}")
             continue
         for key, value in item.settings.items():
+            given.setdefault(key, []).append((item, value))
             if key in out.settings:
                 out.repeated.append(item.words[0])
                 del out.settings[key]  # argparse keeps the last; so does the preset, in the last place
@@ -309,12 +325,35 @@ def read_flags(words: list[str]) -> Flags:
         if key not in out.settings:
             out.settings[key] = value
             out.flag_of[key] = "(translated)"
+    _asserted_by_the_fork(out, given)
     _read_with_fork_choice(out)
     _computed_translations(out)
     _dense_in_megatron_deepspeed(out)
     _recompute_chunk_in_megatron_deepspeed(out)
     _sequence_length_from_the_encoders(out)
     return out
+
+
+def _asserted_by_the_fork(out: Flags, given: dict[str, list[tuple[Word, Any]]]) -> None:
+    """A fork's flag that asserts a setting rather than setting it (Megatron-DeepSpeed's --no-pipeline-parallel
+    asserts PP 1): where the script gives that setting another value too, the fork stops at start-up, so neither
+    value is the script's run; the flag is lost (the script's own value of the setting stays, said beside it), not
+    "given more than once"."""
+    for item in out.of_kind("translated"):
+        row = legacy.translation(item.words[0].partition("=")[0])
+        if row is None or not row.asserts:
+            continue
+        for dest, value in item.settings.items():
+            other = [(word, v) for word, v in given.get(dest, []) if word is not item and v != value]
+            if not other:
+                continue
+            word, v = other[-1]
+            item.kind = "lost"
+            item.why = (f"{row.asserts}, and the script gives {word.text} too: the fork stops at start-up "
+                        f"({row.origin}); instead: drop one of them (--set {dest}={v} is the other's)")
+            out.unknown.append(f"{item.text}: {item.why}")
+            out.settings[dest], out.flag_of[dest] = v, word.words[0].partition("=")[0]
+            out.repeated = [w for w in out.repeated if w not in (item.words[0], word.words[0])]
 
 
 def _sequence_length_from_the_encoders(out: Flags) -> None:
@@ -513,6 +552,8 @@ class Launch:
     # what is said of the runner's own options (torchrun's, deepspeed's), said after the runner's name, not the
     # wrapper's (`srun … torchrun --master-port=$P`)
     runner_notes: list[str] = field(default_factory=list)
+    # torchrun given no --nproc_per_node: its processes a node are $PET_NPROC_PER_NODE, else 1
+    nproc_unsaid: bool = False
 
     @property
     def per_task(self) -> bool:
@@ -623,7 +664,13 @@ def shown_words(words: Sequence[str]) -> str:
 
 
 # the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
-RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed|accelerate)")
+RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed|accelerate|msrun)")
+# MindSpore's msrun (MindSpeed-LLM's `--ai-framework mindspore` jobs): --worker_num processes in all, --local_worker_num
+# on this node, each 8 unless given (msrun --help); the nodes are worker_num / local_worker_num
+MSRUN_COUNTS = {"worker_num": "processes in all", "local_worker_num": "processes on each node"}
+MSRUN_DEFAULT = 8
+# The programs at the runner's place whose process counts the import reads (a job launcher's are read apart)
+KNOWN_RUNNERS = re.compile(r"torchrun|python[0-9.]*|deepspeed|accelerate|msrun")
 # Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
 PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node",
                     "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
@@ -662,6 +709,8 @@ def split_launch(argv: list[str]) -> Launch:
     runner = launch.runner
     say = launch.runner_notes.append
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
+    msrun: dict[str, int] = {}  # msrun's --worker_num and --local_worker_num
+    msrun_unknown = False
     k = 0
     while k < len(runner):
         word = runner[k]
@@ -689,6 +738,15 @@ def split_launch(argv: list[str]) -> Launch:
             launch.launcher.update({"gpus_per_node": per_host, **({"nodes": hosts} if hosts > 1 else {})})
             continue
         given = word if eq else f"{word} {value}".strip()  # `--opt=value` is said once, as written
+        if program == "msrun" and name in MSRUN_COUNTS:
+            if is_count(value):
+                msrun[name] = int(value)
+            else:
+                msrun_unknown = True
+                say(f"{given}: {'not known without running the script' if MARK in value else 'not a count'} "
+                    f"({MSRUN_COUNTS[name]}); the preset's nodes and gpus_per_node are not set from it (give "
+                    "--nodes and --gpus-per-node)")
+            continue
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
             say(f"{given}: one process per GPU of the node, a count known only where it runs; "
                 "give it as the preset's gpus_per_node (8 unless set)")
@@ -723,6 +781,15 @@ def split_launch(argv: list[str]) -> Launch:
         else:
             say(f"{given}: a {runner[0]} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
+    # torchrun (and torch.distributed.run/launch) without --nproc_per_node start $PET_NPROC_PER_NODE processes a
+    # node, else 1: decided where the command's environment is known (build.import_source)
+    launch.nproc_unsaid = _torch_launcher(runner) and not options & {"nproc_per_node", "nproc"} and \
+        not any(MARK in w for w in runner)
+    if runner and base_name(runner[0]) == "accelerate" and not options & {"num_processes"} and \
+            "gpus_per_node" not in launch.launcher:
+        say("(no --num_processes): as many processes as accelerate's configuration file says, a count known only "
+            "where it runs; the preset's nodes and gpus_per_node are not set from it (give --nodes and "
+            "--gpus-per-node)")
     if runner and base_name(runner[0]) == "deepspeed" and not options & {"num_gpus", "include", "i"}:
         say("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
             "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
@@ -731,6 +798,16 @@ def split_launch(argv: list[str]) -> Launch:
             and not options & {"num_nodes", "include", "i"}:
         say("(--hostfile without --num_nodes): every host the file lists, a count known only where "
             "it runs; give it as the preset's nodes (1 unless set)")
+    if runner and base_name(runner[0]) == "msrun" and not msrun_unknown:
+        _msrun_layout(launch, msrun)
+    elif runner and not KNOWN_RUNNERS.fullmatch(base_name(runner[0])) and not launch.via_program \
+            and not launch.wrapper and not {"nodes", "gpus_per_node"} & set(launch.launcher) \
+            and not job_launcher(runner[0]) and MARK not in runner[0]:
+        # `mylauncher --procs 16 pretrain_gpt.py`: its options were read as no count, so the preset would run the
+        # launcher's default world without a word
+        launch.dropped.append("starts pretrain_gpt.py: a program whose process counts the import does not read, "
+                              "so how many processes run it, on how many nodes, is not known here; the preset's "
+                              "nodes and gpus_per_node are not set from it (give --nodes and --gpus-per-node)")
     machines = counts.get("num_machines", 1)
     if "num_processes" in counts and machines > 0 and counts["num_processes"] % machines == 0:
         launch.launcher.update({"gpus_per_node": counts["num_processes"] // machines, "nodes": machines})
@@ -766,6 +843,29 @@ def split_launch(argv: list[str]) -> Launch:
                                       + ("preset's gpus_per_node is not set from it (8 unless set)" if per_node
                                          else "preset's nodes is not set from it (give --nodes)"))
     return launch
+
+
+def _torch_launcher(runner: list[str]) -> bool:
+    """torchrun, `python -m torch.distributed.run` or `python -m torch.distributed.launch`."""
+    if runner and base_name(runner[0]) == "torchrun":
+        return True
+    module = runner.index("-m") + 1 if "-m" in runner else 0
+    return bool(module) and module < len(runner) and runner[module] in ("torch.distributed.run",
+                                                                          "torch.distributed.launch")
+
+
+def _msrun_layout(launch: Launch, given: dict[str, int]) -> None:
+    """msrun's nodes and processes per node from --worker_num and --local_worker_num (each 8 unless given)."""
+    total, local = given.get("worker_num", MSRUN_DEFAULT), given.get("local_worker_num", MSRUN_DEFAULT)
+    defaults = [f"--{name} {MSRUN_DEFAULT}" for name in MSRUN_COUNTS if name not in given]
+    if total % local or total < local:
+        launch.dropped.append(f"--worker_num {total} --local_worker_num {local}: not a whole number of nodes of "
+                              f"{local} processes; the preset's nodes and gpus_per_node are not set from it (give "
+                              "--nodes and --gpus-per-node)")
+        return
+    launch.launcher.update({"gpus_per_node": local, "nodes": total // local})
+    if defaults:
+        launch.runner_notes.append(f"{' '.join(defaults)}: msrun's default, carried as the preset's layout")
 
 
 # Programs that run the command they are given once, in this process's place (not one process per GPU)

@@ -31,6 +31,13 @@ class Translation:
     # the pin's settings as a formula of the flag's value and other settings (importer/computed.py): {"formula":
     # name, "reads": [settings]}; where an input is not known the row refuses (`refuse`, `instead`)
     computed: dict[str, Any] = field(default_factory=dict)
+    # a switch here that another fork gives a true/false value (HabanaAI's `--use-fused-rmsnorm 1`): that fork and
+    # where; its value word is read as the flag's, never as a stray word. Only for a row whose meaning holds for
+    # either value (a kernel choice)
+    valued_in: str = ""
+    # the fork asserts the `to` settings with this flag rather than setting them (Megatron-DeepSpeed's
+    # --no-pipeline-parallel asserts PP 1): its words for it; another value of them stops the fork at start-up
+    asserts: str = ""
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,7 @@ def _row(flag: str, origin: str, row: dict[str, Any]) -> Translation:
     return Translation(flag, origin, row.get("value", ""), row.get("to", {}), row.get("unless_given", {}),
                        row.get("why", ""), row.get("refuse", ""), row.get("instead", ""), row.get("harmless", ""),
                        row.get("only_with", {}), row.get("unknown", ""), by_value,
-                       row.get("computed", {}))
+                       row.get("computed", {}), row.get("valued_in", ""), row.get("asserts", ""))
 
 
 @cache

@@ -985,6 +985,9 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     return layout, c.problems, c.warnings
 
 
+_NAMED_VPP = 2  # a virtual pipeline the preset names, of a size the refused sizes leave unknown
+
+
 def _without_sizes(c: _Checker) -> None:
     """The rules that judge settings rather than sizes, for a job whose sizes are refused (a hidden size of 0):
     every problem is said at once, not one more after each fix. A rule that still computes with a refused size
@@ -996,6 +999,10 @@ def _without_sizes(c: _Checker) -> None:
     # the optimizer's rules read only the virtual pipeline, known here when the preset names none
     no_vpp = c.arg("num_layers_per_virtual_pipeline_stage") is None and \
         c.arg("num_virtual_stages_per_pipeline_rank") is None and c.arg("pipeline_model_parallel_layout") is None
+    # the rules below judge what Megatron sees after validate_args' rewrites (--use-rotary-position-embeddings makes
+    # the model RoPE, so --no-position-embedding stands), as layout() has them once the sizes are known; of the
+    # virtual pipeline only whether there is one matters to those rewrites
+    c.effective = effective_settings(c.preset.megatron, None if no_vpp else _NAMED_VPP)
     optimizer = [lambda: c.optimizer_overlap(None)] if no_vpp else []
     for rule in (c.precision, c.training_length, *optimizer, lambda: check_values(c.arg, c.fail, c.te),
                  lambda: target_rules.check(c, size("tensor_model_parallel_size"), size("context_parallel_size"),

@@ -146,3 +146,19 @@ def test_a_bf16_gradient_plan_explains_the_gradients_row_as_gradients():
     assert terms["gradients in 16 bits"] == -megatron.gradients / 2
     assert abs(terms["parameters"]) < abs(complete.gradients - megatron.gradients) / 4  # the count only
     assert abs(sum(terms.values()) - (complete.total - megatron.total)) < 1e-3 * megatron.total
+
+
+def test_a_scripts_own_options_are_given_after_a_double_dash(launch, tmp_path):
+    # `bash train.sh --tp 2`: the script's arguments begin with -, and `launch import train.sh -- --tp 2` was refused
+    # as unrecognized arguments of launch import, so such a script could be read only without them
+    script = tmp_path / "train.sh"
+    script.write_text("#!/bin/bash\nTP=1\nwhile [[ $# -gt 0 ]]; do\n  case $1 in\n    --tp) TP=$2; shift 2 ;;\n"
+                      "    *) shift ;;\n  esac\ndone\ntorchrun --nproc_per_node 8 " + " ".join(FLAGS[1:])
+                      + " --tensor-model-parallel-size $TP\n")
+    preset = tmp_path / "p.yaml"
+    code, out, err = launch("import", str(script), "-o", str(preset), "--", "--tp", "2")
+    assert code == 0, out + err
+    assert "tensor_model_parallel_size: 2" in preset.read_text()
+    code, out, err = launch("import", str(script), "--tp", "2")
+    assert code == 2 and "Traceback" not in err
+    assert "error: launch import: unrecognized arguments: --tp 2" in err and "go after --" in err

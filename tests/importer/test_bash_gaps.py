@@ -151,6 +151,48 @@ def test_a_program_that_may_start_python_once_per_gpu_is_named_with_its_counts_u
     assert bool(said) == named and not {"nodes", "gpus_per_node"} & set(imported.launcher), said
 
 
+@pytest.mark.parametrize(("runner", "expected", "named"), [
+    # MindSpore's msrun: --worker_num in all, --local_worker_num on each node (was one node of the preset's 8, with
+    # both options named as "not carried" and the world left to the default)
+    ("msrun --worker_num 16 --local_worker_num 8 --node_rank 0 --log_dir=log", {"nodes": 2, "gpus_per_node": 8}, ""),
+    ("msrun --worker_num=32 --local_worker_num=8 --join=False", {"nodes": 4, "gpus_per_node": 8}, ""),
+    ("msrun --worker_num 4 --local_worker_num 4", {"nodes": 1, "gpus_per_node": 4}, ""),
+    ("msrun --log_dir=log", {"nodes": 1, "gpus_per_node": 8}, "msrun's default"),  # 8 and 8 unless given
+    ("msrun --worker_num 12 --local_worker_num 8", {"nodes": None, "gpus_per_node": None}, "not a whole number"),
+    ("msrun --worker_num $WORLD --local_worker_num 8", {"nodes": None, "gpus_per_node": None},
+     "not known without running the script"),
+    ("nohup msrun --worker_num 16 --local_worker_num 8", {"nodes": 2, "gpus_per_node": 8}, ""),
+    # a program at the runner's place whose counts are not read: named, never left to the preset's default unsaid
+    ("mylaunch --procs 16", {"nodes": None, "gpus_per_node": None}, "a program whose process counts"),
+    ("mylaunch --nnodes 2 --nproc_per_node 4", {"nodes": 2, "gpus_per_node": 4}, ""),
+])
+def test_a_runners_process_counts_are_read_or_named(runner, expected, named):
+    imported = import_source(f"#!/bin/bash\n{runner} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert {k: imported.launcher.get(k) for k in expected} == expected
+    notes = " ".join(imported.not_carried)
+    assert (named in notes) if named else "a program whose process counts" not in notes
+    assert not any(n.startswith(("msrun --worker_num", "msrun --local_worker_num")) and "does not carry" in n
+                   for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("script", "gpus", "named"), [
+    # torchrun without --nproc_per_node starts $PET_NPROC_PER_NODE processes a node, else 1: the preset ran its own
+    # 8 with nothing said
+    ("torchrun", None, "torchrun without --nproc_per_node"),
+    ("python -m torch.distributed.launch --nnodes 1", None, "torchrun without --nproc_per_node"),
+    ("export PET_NPROC_PER_NODE=4\ntorchrun", 4, ""),  # the script gives torchrun its default
+    ("torchrun --nproc-per-node=2", 2, ""),
+    ("torchrun $DIST_ARGS", None, ""),  # the options are not known: said as such elsewhere, not as the default
+    # accelerate without --num_processes: its configuration file's count
+    ("accelerate launch", None, "accelerate (no --num_processes)"),
+])
+def test_a_torch_launchers_default_process_count_is_read_or_named(script, gpus, named):
+    imported = import_source(f"#!/bin/bash\n{script} pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.launcher.get("gpus_per_node") == gpus
+    notes = " ".join(imported.not_carried)
+    assert (named in notes) if named else "without --nproc_per_node" not in notes
+
+
 @pytest.mark.parametrize(("decides", "expected"), [
     ('if [ "$NODE_RANK" -eq 0 ]; then ((GPUS++)); fi', None),  # MegatronApp: node 0 runs one process more
     ('case $NODE_RANK in 0) GPUS=8 ;; *) GPUS=4 ;; esac', None),
@@ -274,7 +316,7 @@ def test_a_command_substitution_that_reads_a_file_is_not_known(substitution):
                                   "for i in $(seq 1 300); do nvidia-smi -i $((i % 8)); sleep 1; done"])
 def test_a_command_a_loop_runs_many_times_is_named_once_per_line(loop):
     # a GPU-memory sampler in the background: 2,000 identical lines in the report and the preset's header
-    imported = import_source(f"{loop}\ntorchrun pretrain_gpt.py {MODEL}\n", "train.sh")
+    imported = import_source(f"{loop}\ntorchrun --nproc_per_node 8 pretrain_gpt.py {MODEL}\n", "train.sh")
     assert len(imported.not_carried) == len(set(imported.not_carried)) < 10, len(imported.not_carried)
     assert any("sleep" in note for note in imported.not_carried)
 

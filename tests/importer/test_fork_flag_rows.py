@@ -124,7 +124,11 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--use-regional-compilation 0 --verify-checkpoint --verify-checkpoint-model-type LLAMA "
     "--save-distrib-optimizer-method serial_per_node --load-distrib-optimizer-method serial_per_dp_groups "
     "--use-fused-sdpa 1 --use-fused-sdpa-with-recompute 0 --use-te-custom-op 0",
+    "--use-fused-rmsnorm 1 --use-fast-softmax 1",  # Gaudi kernels the fork turns off on CUDA (were lost)
     "--rank ${RANK}",  # HYGON-AI/Megatron-LM-das: the process's rank for mpirun launches
+    # and its number of processes (was lost where unknown, so every HYGON script was refused over it)
+    "--rank ${RANK} --world-size ${WORLD_SIZE} --dist-url tcp://${DIST_URL}:${DIST_PORT}",
+    "--world-size 8",
     "--recompute-norm --recompute-norm-num-layers 1 --optimizer-selection fused_torch_adamw",  # MindSpeed
     "--optimizer-selection fused_adamw --experiment-run-id run_1",
     "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
@@ -138,6 +142,26 @@ def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
         if flag in ("--num-experts", "--glu-activation", "--pipeline-model-parallel-size"):
             continue
         assert any(note.startswith(flag) for note in found.not_carried), flag
+
+
+@pytest.mark.parametrize(("extra", "stray"), [
+    # MindSpeed's switch is HabanaAI's true/false flag (`type=lambda x: x.lower() in ['true', '1']`): its value was a
+    # word without a flag, lost, so each Habana script was refused over a kernel choice
+    ("--use-fused-rmsnorm 1 --num-layers 6", None),
+    ("--use-fused-rmsnorm False --num-layers 6", None),
+    ("--use-fused-rmsnorm=0 --num-layers 6", None),
+    ("--use-fused-rmsnorm ${USE_FUSED_RMSNORM} --num-layers 6", None),  # a value not known: still the flag's
+    ("--use-fused-rmsnorm --num-layers 6", None),  # MindSpeed's switch
+    ("--use-fused-rmsnorm 2 --num-layers 6", "2"),  # no value either fork reads: a stray word, as before
+    ("--use-fused-rmsnorm data/x --num-layers 6", "data/x"),
+])
+def test_a_switch_another_fork_gives_a_value_keeps_its_value_and_the_flags_after_it(extra, stray):
+    found = imported(extra)
+    assert found.settings["num_layers"] == 6  # the flag after it is read, not shifted
+    assert [n.split(":")[0] for n in found.lost] == ([stray] if stray else [])
+    (note,) = [n for n in found.not_carried if n.startswith("--use-fused-rmsnorm")]
+    value = extra.split()[1] if not stray and not extra.split()[1].startswith("--") else ""
+    assert note.startswith(f"--use-fused-rmsnorm {value}".strip() if "=" not in extra else "--use-fused-rmsnorm=0")
 
 
 @pytest.mark.parametrize(("extra", "value"), [
@@ -225,3 +249,20 @@ def test_a_computed_setting_is_no_difference_in_the_round_trip(tmp_path):
     assert any("--n-shared-experts" in a and "--first-k-dense-replace" in a for a in outcome.apart), outcome.apart
     assert "--moe-shared-expert-intermediate-size" in outcome.argv and "[0]*1+[1]*3" in outcome.argv
     assert outcome.argv[outcome.argv.index("--expert-model-parallel-size") + 1] == "2"
+
+
+@pytest.mark.parametrize(("extra", "lost", "pp"), [
+    # Megatron-DeepSpeed asserts PP 1 with --no-pipeline-parallel: with PP 2 beside it the fork stops at start-up
+    # (FlagPerf's Llama 2 job); it was read as PP "given more than once", PP 1 carried, the round trip equal
+    ("--pipeline-model-parallel-size 2 --no-pipeline-parallel", True, 2),
+    ("--no-pipeline-parallel --pipeline-model-parallel-size=2", True, 2),
+    ("--pipeline-model-parallel-size 1 --no-pipeline-parallel", False, 1),
+    ("--no-pipeline-parallel", False, 1),
+])
+def test_a_fork_flag_that_asserts_a_setting_is_lost_beside_another_value_of_it(extra, lost, pp):
+    found = imported(extra)
+    said = [n for n in found.lost if n.startswith("--no-pipeline-parallel")]
+    assert bool(said) == lost and found.settings["pipeline_model_parallel_size"] == pp
+    if lost:
+        assert "stops at start-up" in said[0] and "--set pipeline_model_parallel_size=2" in said[0]
+        assert not any("more than once" in n for n in found.not_carried)

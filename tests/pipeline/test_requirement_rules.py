@@ -290,3 +290,15 @@ def test_full_iteration_cuda_graphs_are_refused_at_this_pin_with_and_without_te(
         text = refused(["cuda_graph_impl=full_iteration", "no_check_for_nan_in_loss_and_grad=true"], te=te, apex=te)
         assert "error: cuda_graph_impl full_iteration stops at the first training step at this Megatron pin" in text
         assert "hint: set cuda_graph_impl=none" in text
+
+
+@pytest.mark.parametrize("refused_size", ["seq_length=null", "hidden_size=0"])
+def test_a_job_refused_for_its_sizes_is_judged_on_megatrons_rewritten_settings_too(refused_size):
+    # the rules said beside a missing or refused size read the settings validate_args leaves, as they do once the
+    # sizes are fixed: --use-rotary-position-embeddings makes the model RoPE, so --no-position-embedding stands
+    # (an import of FlagPerf's Aquila2 job was told to drop it, and after fixing its batch size was not)
+    rope = ["use_rotary_position_embeddings=true", "add_position_embedding=false"]
+    text = refused([refused_size, *rope])
+    assert "add_position_embedding" not in text and "error:" in text
+    assert "add_position_embedding false" in refused([refused_size, "add_position_embedding=false"])
+    resolve(load_preset("345m", rope))  # the sizes fixed: accepted, as before
