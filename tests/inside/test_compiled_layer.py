@@ -71,7 +71,10 @@ def math_calls(monkeypatch):
     {"bias_activation_fusion": True, "layernorm_zero_centered_gamma": True},  # --apply-layernorm-1p
     {"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "add_bias_linear": False,
      "normalization": "RMSNorm", "layernorm_zero_centered_gamma": True},
-], ids=["gpt", "gqa", "exact-gelu", "swiglu-rmsnorm", "zero-centered-layernorm", "zero-centered-rmsnorm"])
+    # Megatron's layer never reads this setting: the compiled layer runs it, with the same pre-LayerNorm residual
+    {"bias_activation_fusion": True, "apply_residual_connection_post_layernorm": True},
+], ids=["gpt", "gqa", "exact-gelu", "swiglu-rmsnorm", "zero-centered-layernorm", "zero-centered-rmsnorm",
+        "post-layernorm-residual-setting"])
 def test_compiled_layer_matches_megatron_layer(model_parallel_cpu, math_calls, overrides):  # noqa: F811
     upstream, compiled = layer_pair(**overrides)
     assert compiled.fast_path_blocker is None
@@ -145,7 +148,7 @@ def test_compiled_layer_dropout(model_parallel_cpu, math_calls):  # noqa: F811
 
 
 @pytest.mark.parametrize(("overrides", "reason"), [
-    ({"fp32_residual_connection": True}, "fp32 or post-LayerNorm residual"),
+    ({"fp32_residual_connection": True}, "fp32 residual"),
     ({"gated_linear_unit": True, "activation_func": torch.nn.functional.silu, "glu_linear_offset": 1.0},
      "activation function"),
     ({"gated_linear_unit": True, "activation_func": torch.nn.functional.silu,

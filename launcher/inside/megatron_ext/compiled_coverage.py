@@ -24,7 +24,6 @@ GAPS: tuple[tuple[str, Callable[[Callable[[str], Any]], bool]], ...] = (
      lambda arg: bool(arg("squared_relu") or arg("quick_geglu") or arg("activation_func_clamp_value") is not None
                       or arg("glu_linear_offset"))),
     ("fp32_residual_connection", lambda arg: bool(arg("fp32_residual_connection"))),
-    ("apply_residual_connection_post_layernorm", lambda arg: bool(arg("apply_residual_connection_post_layernorm"))),
     ("per-document attention masks (reset_attention_mask)", lambda arg: bool(arg("reset_attention_mask"))),
     ("CUDA graphs (cuda_graph_impl)", lambda arg: arg("cuda_graph_impl") not in (None, "none")),
     ("chunked MLP (mlp_chunks_for_training)", lambda arg: (arg("mlp_chunks_for_training") or 1) > 1),

@@ -170,8 +170,8 @@ def fast_path_blocker(layer: TransformerLayer) -> str | None:
         (config.tensor_model_parallel_size == 1 and config.context_parallel_size == 1
          and not config.sequence_parallel, "tensor/context/sequence parallelism"),
         (config.recompute_granularity is None, "activation recomputation"),
-        (not config.fp32_residual_connection and not config.apply_residual_connection_post_layernorm,
-         "fp32 or post-LayerNorm residual"),
+        # (apply_residual_connection_post_layernorm is never read by Megatron's layer at the pin: no blocker)
+        (not config.fp32_residual_connection, "fp32 residual"),
         (not config.fp4, "fp4"),
         (_activation(config) is not None, "activation function"),
         (not getattr(config, "attention_output_gate", False), "gated attention"),
