@@ -169,6 +169,17 @@ def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(first_ru
     assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 1
 
 
+@pytest.mark.parametrize("left", [b"", b"4242\n"], ids=["empty", "stale pid"])
+def test_a_lock_file_left_by_a_crashed_launch_does_not_block_the_next_resume(first_run, tmp_path, left):
+    run_dir, torchrun = first_run
+    (run_dir / ".launch.lock").write_bytes(left)  # no process holds it: the launch that wrote it is gone
+    result = resume(tmp_path, run_dir, torchrun)
+    assert result.returncode == 1 and "error:" not in result.stderr  # the stand-in's attempt ran, and failed
+    assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 2
+    assert (run_dir / ".launch.lock").read_text().strip().isdigit()
+    assert not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
+
+
 def test_every_attempt_is_recorded(first_run, tmp_path):
     run_dir, torchrun = first_run
     for _ in range(2):
