@@ -25,6 +25,11 @@ BATCH_UNITS = 512
 # One document's bytes: a book is ~1 MB. A longer one (a 1 GB file with no newline) is reported, not read:
 # tokenizing it would need ~10x its size in memory at once.
 MAX_DOCUMENT_BYTES = 16 << 20
+# What a .gz may inflate to: text and JSON lines compress 3-10x, deflate at most ~1,030x (a gzip bomb: 1 GB of
+# zeros that inflates to 1 TB, an hour of reading). The work stays proportional to the file the user gave:
+# at most MAX_INFLATE_RATIO times its size (and MIN_INFLATE_LIMIT for a small file), past that an error.
+MAX_INFLATE_RATIO = 100
+MIN_INFLATE_LIMIT = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,8 @@ class _AsOpened(io.RawIOBase):
 
     def __init__(self, path: str) -> None:
         self._file = untrusted.open_binary(path, "input")  # a FIFO or a device is refused, never waited on
-        self.path, self.left = path, os.fstat(self._file.fileno()).st_size
+        self.path = path
+        self.size = self.left = os.fstat(self._file.fileno()).st_size
         self.consumed = 0
 
     def readable(self) -> bool:
@@ -78,14 +84,46 @@ class _AsOpened(io.RawIOBase):
         super().close()
 
 
+class _Inflated(io.RawIOBase):
+    """The inflated bytes of a .gz, at most `limit` of them: more is an error (a gzip bomb), never read on."""
+
+    def __init__(self, compressed: BinaryIO, path: str, limit: int) -> None:
+        self._gzip = gzip.GzipFile(fileobj=compressed)
+        self.path, self.limit, self.inflated = path, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer)
+        count = self._gzip.readinto(view[:max(1, min(len(view), self.limit + 1 - self.inflated))])
+        self.inflated += count
+        if self.inflated > self.limit:
+            raise UserError(f"input {shown(self.path)} inflates to more than {self.limit:,} bytes (the bound of "
+                            f"a .gz: {MAX_INFLATE_RATIO}x its size, at least {MIN_INFLATE_LIMIT >> 20} MiB): a gzip "
+                            "bomb, or data too repetitive to be a corpus", "if it is what you mean to train on, decompress it (gunzip -k) and "
+                            "prepare the plain file; its size then bounds the work")
+        return count
+
+    def close(self) -> None:
+        self._gzip.close()
+        super().close()
+
+
+def inflate_limit(compressed_size: int) -> int:
+    return max(MIN_INFLATE_LIMIT, MAX_INFLATE_RATIO * compressed_size)
+
+
 def iter_batches(path: str, text_unit: str) -> Iterator[Batch]:
     """Batches of units of one file: one per JSON line, or per file / line / blank-line paragraph for text.
     Read as every input is (launcher.untrusted): a regular file only, each line bounded (MAX_DOCUMENT_BYTES, the
-    rest skipped unread), in all at most the size it had when opened (a .gz: what that inflates to)."""
+    rest skipped unread), in all at most the size it had when opened (a .gz: at most inflate_limit of that)."""
     is_json = is_json_input(path)
     try:
         with _AsOpened(path) as raw, io.BufferedReader(raw, 1 << 20) as buffered:
-            stream: BinaryIO = gzip.GzipFile(fileobj=buffered) if path.endswith(".gz") else buffered  # type: ignore[assignment]
+            stream: BinaryIO = buffered
+            if path.endswith(".gz"):
+                stream = io.BufferedReader(_Inflated(buffered, path, inflate_limit(raw.size)), 1 << 20)
             units = _json_units(stream) if is_json else _text_units(stream, text_unit)
             pending: list[Unit] = []
             size = 0

@@ -205,3 +205,64 @@ def test_a_corpus_is_read_through_the_bounded_reader(tmp_path, monkeypatch):
     corpus.write_text("a\nb\n")
     assert [u.raw for u in _batches(corpus)] == [b"a", b"b"]
     assert opened == [str(corpus)]
+
+
+# ---- a .gz is read within a bound of what it inflates to: a gzip bomb is refused, not read for an hour ----
+
+def _gzip_of_zeros(path: Path, mebibytes: int) -> Path:
+    import gzip
+
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        for _ in range(mebibytes):
+            handle.write(b"\0" * (1 << 20))
+    return path
+
+
+@pytest.mark.parametrize("unit", ["file", "line", "paragraph"])
+def test_a_gzip_bomb_is_refused_once_it_inflates_past_its_bound(tmp_path, monkeypatch, unit):
+    monkeypatch.setattr(reader, "MIN_INFLATE_LIMIT", 8 << 20)
+    bomb = _gzip_of_zeros(tmp_path / "corpus.txt.gz", 64)  # 64 KB that inflates to 64 MiB, ≈ 1,000x
+    inflated: list[int] = []
+    real = reader._Inflated.readinto
+    monkeypatch.setattr(reader._Inflated, "readinto",
+                        lambda self, buffer: inflated.append(real(self, buffer)) or inflated[-1])
+    with pytest.raises(UserError) as refused:
+        _batches(bomb, unit)
+    problem = refused.value.problems[0]
+    assert "inflates to more than 8,388,608 bytes" in problem.message and "gzip bomb" in problem.message
+    assert "gunzip" in problem.hint
+    assert sum(inflated) <= (8 << 20) + 1  # it stopped at the bound, not at the end of the stream
+
+
+def test_the_bound_of_a_gzip_grows_with_its_compressed_size(tmp_path, monkeypatch):
+    """MAX_INFLATE_RATIO times the file: a large corpus that compresses as text does is read whole."""
+    import gzip
+
+    monkeypatch.setattr(reader, "MIN_INFLATE_LIMIT", 1 << 10)
+    lines = b"".join(b'{"text": "%d %s"}\n' % (n, os.urandom(6).hex().encode()) for n in range(50_000))
+    corpus = tmp_path / "corpus.jsonl.gz"
+    corpus.write_bytes(gzip.compress(lines))
+    assert len(lines) > 2 * (1 << 10)  # past the floor: only the ratio lets it through
+    assert len(_batches(corpus)) == 50_000
+    assert reader.inflate_limit(corpus.stat().st_size) == reader.MAX_INFLATE_RATIO * corpus.stat().st_size
+
+
+def test_concatenated_gzip_members_count_towards_one_bound(tmp_path, monkeypatch):
+    import gzip
+
+    monkeypatch.setattr(reader, "MIN_INFLATE_LIMIT", 4 << 20)
+    member = gzip.compress(b"x\n" * (1 << 19), 9)  # 1 MiB each
+    corpus = tmp_path / "corpus.txt.gz"
+    corpus.write_bytes(member * 8)
+    with pytest.raises(UserError, match="inflates to more than 4,194,304 bytes"):
+        _batches(corpus, "line")
+
+
+def test_prepare_data_on_a_gzip_bomb_exits_2_quickly_with_a_hint(tmp_path):
+    bomb = _gzip_of_zeros(tmp_path / "corpus.jsonl.gz", 1024)  # 1 MB inflating to 1 GiB, past the 256 MiB floor
+    result = subprocess.run([sys.executable, "-m", "launcher", "prepare-data", str(bomb), "--output-prefix",
+                             str(tmp_path / "out"), "--tokenizer", "byte", "--workers", "1", "--no-progress"],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "gzip bomb" in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["corpus.jsonl.gz"]
