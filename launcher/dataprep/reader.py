@@ -101,8 +101,9 @@ class _Inflated(io.RawIOBase):
         if self.inflated > self.limit:
             raise UserError(f"input {shown(self.path)} inflates to more than {self.limit:,} bytes (the bound of "
                             f"a .gz: {MAX_INFLATE_RATIO}x its size, at least {MIN_INFLATE_LIMIT >> 20} MiB): a gzip "
-                            "bomb, or data too repetitive to be a corpus", "if it is what you mean to train on, decompress it (gunzip -k) and "
-                            "prepare the plain file; its size then bounds the work")
+                            "bomb, or data too repetitive to be a corpus",
+                            "if it is what you mean to train on, decompress it (gunzip -k) and prepare the plain "
+                            "file; its size then bounds the work")
         return count
 
     def close(self) -> None:
