@@ -266,3 +266,41 @@ def test_prepare_data_on_a_gzip_bomb_exits_2_quickly_with_a_hint(tmp_path):
     assert result.returncode == 2, result.stderr
     assert "gzip bomb" in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
     assert sorted(os.listdir(tmp_path)) == ["corpus.jsonl.gz"]
+
+
+@pytest.mark.parametrize("unit", ["line", "paragraph"])
+def test_a_line_with_no_end_in_sight_stops_the_reading_at_once(tmp_path, monkeypatch, unit):
+    """A sparse 10 GB file, a binary dump: no line end within MAX_SKIPPED_BYTES past the document bound, so the
+    file is not read on to its end to find the next line; the error says the rest was not read."""
+    monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(reader, "MAX_SKIPPED_BYTES", 4 << 20)
+    corpus = tmp_path / "corpus.txt"
+    with open(corpus, "wb") as handle:
+        handle.write(b"first\n\n")
+        handle.truncate(10 << 30)  # 10 GB of NUL bytes, no newline: read at memory speed, minutes in all
+    read: list[int] = []
+    real = reader._AsOpened.readinto
+    monkeypatch.setattr(reader._AsOpened, "readinto", lambda self, buffer: read.append(real(self, buffer)) or read[-1])
+    units = _batches(corpus, unit)
+    assert [(u.line, u.too_long, u.rest_unread) for u in units] == [(1, False, False), (3, True, True)]
+    assert sum(read) < 16 << 20
+    with pytest.raises(reader.BadDocument, match="the rest of the file was not read"):
+        reader.unit_text(units[-1], False, "text")
+
+
+def test_an_overlong_line_that_ends_is_skipped_and_reading_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(reader, "MAX_SKIPPED_BYTES", 4 << 20)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b"x" * (3 << 20) + b'\n{"text": "b"}\n')
+    units = _batches(corpus)
+    assert [(u.line, u.too_long, u.rest_unread) for u in units] == [(1, True, False), (2, False, False)]
+    with pytest.raises(reader.BadDocument) as error:
+        reader.unit_text(units[0], True, "text")
+    assert "not read" not in str(error.value)
+
+
+@pytest.mark.parametrize("line", [b'{"text": ' + b"9" * 100_000 + b"}", b'{"text": "a", "n": -' + b"9" * 5000 + b"}"])
+def test_a_json_number_too_long_for_python_is_a_bad_document_not_a_crash(line):
+    with pytest.raises(reader.BadDocument, match="a number of more than 4,300 digits"):
+        reader.unit_text(reader.Unit(1, line), True, "text")
