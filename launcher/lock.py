@@ -1,10 +1,11 @@
 """One writer at a time: a lock file holding the holder's pid, refused while another process holds it.
 
 The lock is an flock(2) on the file, so it ends with its process (a killed launcher leaves no stale lock, at most
-an unlocked file, which the next run takes over whatever it holds); the pid inside only names the holder in the
-refusal. The file is never half made: the pid is written to a fresh temporary, which is locked before it is linked
-(a new lock) or renamed (over an unlocked one left behind) to the lock's name, so the name always holds a whole
-pid, and a full disk or an interrupt leaves the name as it was. Nothing is opened through a symbolic link.
+an unlocked file, which the next run takes over whatever it holds, and says so); the pid inside only names the
+holder in the refusal. The file is never half made: the pid is written to a fresh temporary, which is locked
+before it is linked (a new lock) or renamed (over an unlocked one left behind) to the lock's name, so the name
+always holds a whole pid, and a full disk or an interrupt leaves the name as it was. Nothing is opened through a
+symbolic link.
 """
 
 from __future__ import annotations
@@ -22,21 +23,24 @@ _held: dict[str, int] = {}  # lock path → descriptor, kept open (and locked) u
 _REMOVE_HINT = "nothing of a run is in it: remove it, then run again"
 
 
-def hold(path: str | Path, what: str, hint: str) -> None:
+def hold(path: str | Path, what: str, hint: str) -> str | None:
     """Take the lock at `path` for the rest of this process (or until `release`); UserError naming the holder
-    while another process has it, and for a lock that cannot be made (a full disk, a read-only directory)."""
+    while another process has it, and for a lock that cannot be made (a full disk, a read-only directory).
+    Returns what it took over, when the name held a lock file no process held (one a killed process left), for
+    the caller to say; None otherwise."""
     key = os.path.abspath(path)
     if key in _held:
-        return
+        return None
     with signals_deferred():  # Ctrl-C or SIGTERM halfway would leave the temporary beside the lock
         temporary, fd = _new_lock_file(key)
         try:
-            _put_in_place(temporary, key, what, hint)
+            left = _put_in_place(temporary, key, what, hint)
         except BaseException:
             os.close(fd)
             _unlink(temporary)
             raise
     _held[key] = fd
+    return left
 
 
 def _new_lock_file(key: str) -> tuple[str, int]:
@@ -63,14 +67,15 @@ def _new_lock_file(key: str) -> tuple[str, int]:
     return temporary, fd
 
 
-def _put_in_place(temporary: str, key: str, what: str, hint: str) -> None:
+def _put_in_place(temporary: str, key: str, what: str, hint: str) -> str | None:
     """Give the locked temporary the lock's name: linked where there is none; renamed over one that this process
-    could lock (no one holds it: a run that ended, or crashed, left it); UserError while another holds it."""
+    could lock (no one holds it: a process that ended without removing it left it), saying what that one was;
+    UserError while another holds it."""
     while True:
         try:
             os.link(temporary, key, follow_symlinks=False)
             _unlink(temporary)
-            return
+            return None
         except FileExistsError:
             pass
         except OSError as exc:
@@ -86,15 +91,18 @@ def _put_in_place(temporary: str, key: str, what: str, hint: str) -> None:
             except OSError as exc:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     holder = os.pread(old, 32, 0).decode("ascii", "replace").strip()
-                    who = f"process {holder}" if holder.isdigit() else "another process (it wrote no pid)"
+                    who = f"process {holder}" if _is_pid(holder) else "another process (it wrote no pid)"
                     raise UserError(f"{what} is in use by {who} (lock {key})", hint) from None
                 raise UserError(f"cannot lock {shown(key)}: {exc.strerror or exc}") from None
             if _same_file(old, key):  # still the file at the name, and now this process's to replace
+                left = os.pread(old, 32, 0).decode("ascii", "replace").strip()
                 try:
                     os.rename(temporary, key)
                 except OSError as exc:
                     raise _cannot_make(key, exc) from None
-                return
+                was = (f"of process {left}, which ended without removing it" if _is_pid(left) else
+                       "left empty (by a process stopped while making it)" if not left else "holding no process id")
+                return f"the lock file {shown(key)} {was} was taken over"
         finally:
             os.close(old)
 
@@ -107,6 +115,10 @@ def _make_empty(key: str) -> None:
         os.close(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644))
     except OSError:
         pass  # whatever is there (a link, a FIFO) is named when it is opened for locking
+
+
+def _is_pid(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 7  # Linux's pid_max is at most 2^22
 
 
 def _open_existing(key: str) -> int | None:

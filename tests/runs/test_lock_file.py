@@ -63,7 +63,10 @@ def test_an_interrupt_while_writing_the_pid_leaves_the_name_as_it_was(tmp_path, 
     "empty", "stale pid", "garbage", "100 KB"])
 def test_a_lock_file_left_by_an_earlier_run_is_taken_over_and_names_this_process(tmp_path, left):
     (tmp_path / ".launch.lock").write_bytes(left)
-    lock.hold(tmp_path / ".launch.lock", "run directory x", "wait")
+    said = lock.hold(tmp_path / ".launch.lock", "run directory x", "wait")
+    assert said is not None and said.endswith("was taken over")
+    assert ("of process 99999, which ended without removing it" in said if left == b"99999\n" else
+            "left empty" in said if not left else "holding no process id" in said)
     assert (tmp_path / ".launch.lock").read_text() == f"{os.getpid()}\n"
     assert os.listdir(tmp_path) == [".launch.lock"]
 
@@ -129,6 +132,6 @@ def test_a_file_system_without_hard_links_still_gets_a_whole_lock(tmp_path, monk
 
 
 def test_a_released_and_removed_lock_leaves_nothing(tmp_path):
-    lock.hold(tmp_path / ".launch.lock", "run directory x", "wait")
+    assert lock.hold(tmp_path / ".launch.lock", "run directory x", "wait") is None  # a new lock: nothing to say
     lock.release(tmp_path / ".launch.lock", remove=True)
     assert os.listdir(tmp_path) == []

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.errors import shown
 from tests.runs.test_launch_run_dir import launch, only_run_dir, stand_in
 
 
@@ -176,7 +177,11 @@ def test_a_lock_file_left_by_a_crashed_launch_does_not_block_the_next_resume(fir
     result = resume(tmp_path, run_dir, torchrun)
     assert result.returncode == 1 and "error:" not in result.stderr  # the stand-in's attempt ran, and failed
     assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 2
-    assert (run_dir / ".launch.lock").read_text().strip().isdigit()
+    said = ("of process 4242, which ended without removing it" if left else
+            "left empty (by a process stopped while making it)")
+    assert f"note: the lock file {shown(str(run_dir / '.launch.lock'))} {said} was taken over" in result.stderr
+    # this launch removed its own lock as it ended: one found later was left by a launch that was killed
+    assert not (run_dir / ".launch.lock").exists()
     assert not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
 
 
