@@ -121,7 +121,7 @@ def check_job_data_only(args: Mapping[str, Any], remote: bool, python_here: bool
 # Megatron's index caches: a set of files per dataset and split, taken as built once all of them exist.
 MAX_CACHE_ENTRIES = 10_000  # a cache holds a few files per dataset and split; past this many, not scanned
 _NPY_MAGIC = b"\x93NUMPY"
-_NPY_HEADER_BYTES = 1 << 16
+_NPY_HEADER_BYTES = 4096  # numpy writes ~128 bytes; a longer header is not sized (taken as whole): 40 MB read at most
 
 
 def cache_directories(args: Mapping[str, Any]) -> list[str]:
