@@ -4,19 +4,22 @@
                                   [--list]
 
 Each case is one input slot (a file some command reads) given one damage; the commands that read that slot run
-on it, each in a forked child of this process (the launcher imported once), 20 s and 2 GiB at most:
+on it, each in a forked child of this process (the launcher imported once), 20 s and 2 GiB at most (6 GiB
+of address space for prepare-data, which maps 3.5 GiB importing torch):
 
     slots: a preset (launch --dry-run, --slurm/--k8s dry-runs, show, plan, diff) and a preset's base: file; a
     script for `import` (a file, standard input, a file it sources); `plan --refit --measurements`; `report`'s
     log; prepare-data's corpus (.txt, .jsonl, .jsonl.gz), GPT-2 vocab/merges, tokenizer.json and its lock; a
     dataset's .idx/.bin/.meta.json, data_args_path, per_split_data_args_path, an HF tokenizer_model directory;
     the launcher's config.json; a Megatron checkout's files (doctor, fetch-megatron); fetch-megatron's --source
-    tarball; runs --run-root (a checkpoint's tracker is read by --check and --submit only: not swept here)
+    tarball; an index cache file in data_cache_path; runs --run-root (a checkpoint's tracker is read by --check
+    and --submit only: not swept here)
     damages: missing, empty, a directory, a FIFO, links to /dev/zero and /dev/urandom, a link to itself, a
     dangling link, a link to its own directory, a path too long to name it (300- and 5,000-character
     components, where a command names the slot), not UTF-8, NUL bytes, a sparse 10 GB file, a 9 MiB line,
     random bytes, 10,000 nested lists, 2,000 nested YAML mappings, a YAML alias bomb, deep JSON, 100,000
-    digits, 1e999, NaN, a slot's valid content cut in half; and hostile values put in the slot's own format
+    digits, 1e999, NaN, a slot's valid content cut in half; and hostile values put in the slot's own format;
+    without --quick also each slot's own (a gzip bomb of 16 GiB, a tar header of 4 GiB, a stale lock, …)
 
 A finding: an exit status other than 0 or 2 (1 too for report: a failed run), a traceback or "internal error",
 exit 2 without `error:` and `hint:`, more than the time limit, or a half-written file left behind (a temporary
@@ -49,6 +52,11 @@ from fuzz_run_dirs import Outcome, outcome_findings, run_reader  # noqa: E402 - 
 
 # the slowest bounded read, a log's last GiB (report on a sparse 10 GB log), takes ~10 s on 2 busy cores
 TIME_LIMIT_S = 20
+# address space of one command: 2 GiB, and 6 GiB for those that import torch and megatron-core (prepare-data
+# maps 3.5 GiB of it doing so; under 2 GiB its import failed, so no corpus was ever read by the sweep)
+MEMORY_LIMIT = 2 << 30
+TORCH_MEMORY_LIMIT = 6 << 30
+TORCH_COMMANDS = ("prepare-data",)
 LOG = ROOT / "tests" / "fixtures" / "logs" / "toy_fp32_1gpu.log"
 
 # ------------------------------------------------------------------------------------------------ damages
@@ -184,6 +192,32 @@ def _index(sequence_lengths: list[int], code: int = 8) -> bytes:
             + struct.pack(f"<{count}q", *pointers) + struct.pack(f"<{count + 1}q", *range(count + 1)))
 
 
+def _made(make: Callable[[], bytes]) -> Damage:
+    """Content made only when the case runs (megabytes that every slots() call would otherwise build)."""
+    def apply(path: Path, _valid: bytes) -> None:
+        path.write_bytes(make())
+    return apply
+
+
+def _gzip_bomb(mebibytes: int) -> bytes:
+    """`mebibytes` MiB of zeros as concatenated gzip members of 1 MiB: ~1 KB each, made in a moment."""
+    return gzip.compress(b"\0" * (1 << 20), 9) * mebibytes
+
+
+def _tar_header_bomb(gibibytes: int) -> bytes:
+    """A tar.gz whose first record is a GNU long name declaring `gibibytes` GiB (tarfile reads such a header whole)."""
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = tarfile.GNUTYPE_LONGNAME, gibibytes << 30
+    return gzip.compress(header.tobuf(tarfile.GNU_FORMAT)) + _gzip_bomb(gibibytes << 10)
+
+
+def _npy(values: int) -> bytes:
+    """A .npy of int64 as numpy.save writes it (format 1.0), as in Megatron's index caches."""
+    header = repr({"descr": "<i8", "fortran_order": False, "shape": (values,)}).encode()
+    header += b" " * (63 - (10 + len(header)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header + struct.pack(f"<{values}q", *range(values))
+
+
 def _tarball() -> bytes:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
@@ -245,7 +279,8 @@ def slots() -> list[Slot]:
         Slot("corpus gz", "corpus.jsonl.gz", gzip.compress(b'{"text": "hello"}\n'), {
             "prepare": [*PREPARE, "corpus.jsonl.gz", "--tokenizer", "byte"]},
             extra={"a gzip of 64 MB of zeros": _gzipped(b"\0" * (64 << 20)),
-                   "a gzip of 200,000 short lines": _gzipped(b'{"text": "x"}\n' * 200000)}),
+                   "a gzip of 200,000 short lines": _gzipped(b'{"text": "x"}\n' * 200000),
+                   "a gzip bomb of 16 GiB of zeros": _made(lambda: _gzip_bomb(16 << 10))}),
         Slot("gpt2 vocab", "vocab.json", json.dumps({"a": 0, "b": 1, "<|endoftext|>": 2}).encode(), {
             "prepare": [*PREPARE, "corpus.txt", "--tokenizer", "gpt2", "--vocab-file", "vocab.json",
                         "--merge-file", "merges.txt"]}, '{"a": {V}, "<|endoftext|>": 2}'),
@@ -259,7 +294,14 @@ def slots() -> list[Slot]:
             '{"model": {"type": "BPE", "vocab": {"a": {V}}, "merges": []}, "added_tokens": {V}}'),
         Slot("prepare lock", "out/c.lock", b"", {"prepare": [*PREPARE, "corpus.txt", "--tokenizer", "byte"]},
              damages=("a directory", "a FIFO", "a link to /dev/zero", "a link to itself", "a dangling link",
-                      "not UTF-8", "sparse 10 GB")),
+                      "not UTF-8", "sparse 10 GB", "empty"),
+             extra={"a stale pid": _write(b"999999\n"), "garbage": _write(random.Random(3).randbytes(4096))}),
+        Slot("index cache", "data/cache/abc-GPTDataset-train-shuffle_index.npy", _npy(64), {
+            "dry-run": [*DATA, "--set", "data_path=data/ds", "--set", "data_cache_path=data/cache"]},
+            damages=("cut in half", "empty", "a FIFO", "a link to /dev/zero", "a link to itself", "a directory",
+                     "sparse 10 GB", "random bytes", "NUL bytes"),
+            extra={"a header of 100,000 digits": _write(b"\x93NUMPY\x01\x00\xa0\x86" + b"9" * 100_000),
+                   "a shape of 2^62": _write(_npy(1).replace(b"(1,)", b"(4611686018427387904,)", 1))}),
         Slot("dataset .idx", "data/ds.idx", _index(tokens), {"dry-run": [*DATA, "--set", "data_path=data/ds"]},
              extra={"a count of 2^63": _write(_index(tokens)[:26] + struct.pack("<Q", (1 << 63) - 1)
                                               + _index(tokens)[34:]),
@@ -290,7 +332,8 @@ def slots() -> list[Slot]:
             "fetch": ["fetch-megatron", "out/mlm", "--source", "source.tar.gz"]},
             damages=("missing", "a directory", "a FIFO", "a link to /dev/zero", "a link to itself", "not UTF-8",
                      "random bytes", "cut in half", "sparse 10 GB"),
-            extra={"a gzip of 64 MB of zeros": _gzipped(b"\0" * (64 << 20))}),
+            extra={"a gzip of 64 MB of zeros": _gzipped(b"\0" * (64 << 20)),
+                   "a tar header of 4 GiB": _made(lambda: _tar_header_bomb(4))}),
         Slot("run root", "runs", b"", {"runs": ["runs", "--run-root", "runs"],
                                        "runs json": ["runs", "--run-root", "runs", "--format", "json"]},
              damages=("missing", "empty", "a FIFO", "a link to /dev/zero", "a link to itself", "a dangling link",
@@ -400,6 +443,8 @@ def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path) -> 
     if marker.exists():
         findings.append("EXECUTED: a value from a file ran a command")
         marker.unlink()
+    if "needs megatron-core" in outcome.err:  # the sweep's own limits kept the command from its input
+        findings.append("SETUP: megatron-core could not be imported within the sweep's limits; the input was not read")
     return findings + leftovers
 
 
@@ -460,7 +505,8 @@ def main() -> int:
             if not argv:
                 continue
             before = {Path(d) / n for d, _, names in os.walk(case_dir) for n in names}
-            outcome = run_reader(argv, case_dir, {**env, "HOME": str(case_dir / "home")}, stdin, TIME_LIMIT_S)
+            limit = TORCH_MEMORY_LIMIT if argv[0] in TORCH_COMMANDS else MEMORY_LIMIT
+            outcome = run_reader(argv, case_dir, {**env, "HOME": str(case_dir / "home")}, stdin, TIME_LIMIT_S, limit)
             runs += 1
             if outcome.seconds > slowest:
                 slowest, slowest_case = outcome.seconds, f"{reader} on {case.slot.name} {case.damage}"

@@ -9,7 +9,8 @@ Makes real run directories (a local run through a replaying torchrun stand-in th
 Slurm run with its slurm-JOB.out, a Kubernetes run with its pod log), then damages one file of a copy at a time
 in many ways (missing, empty, cut, binary, not UTF-8, huge, an endless line, a link to /dev/zero, to a secret
 file or outside the run root, a FIFO, a directory, deep nesting, NaN, a wrong type at every key, shell
-metacharacters and newlines in every string, planted programs) and runs every reader on each:
+metacharacters and newlines in every string, planted programs, what killed writes leave (temporaries, an empty
+lock), the run directory empty or on a read-only mount) and runs every reader on each:
 
     report (text, json, --partial) · runs / ls (text, json) · diff RUN toy · --resume RUN --slurm / --k8s /
     here (a stand-in torchrun named on the command line) · the Slurm requeue policy (python3 -m
@@ -20,7 +21,7 @@ Each reader runs in a forked child of this process (the launcher is imported onc
 or "internal error"; exit 2 without `error:` and `hint:`; more than 10 s; a marker file that a planted command
 or string would have created (something from the run directory was executed); the text of a file outside
 the run directory (reached through a link) in the output or in a file written; a secret in clear in any file
-written. Prints one line per finding and the totals.
+written; a temporary of the launcher's atomic writes left behind. Prints one line per finding and the totals.
 """
 
 from __future__ import annotations
@@ -108,6 +109,7 @@ def make_bases(work: Path) -> dict[str, Path]:
     (bases["k8s"] / "logs" / "k8s").mkdir(parents=True)
     (bases["k8s"] / "logs" / "k8s" / "node-0-attempt-1.log").write_text(log)
     (bases["local"] / "running.json").write_text(json.dumps({"pid": 999999, "started": "2026-12-04T00:00:00"}))
+    (bases["local"] / ".launch.lock").write_text("999999\n")  # as an earlier --resume leaves it: held by no one
     return bases
 
 
@@ -119,6 +121,7 @@ class Mutation:
     file: str  # relative path in it ("." for the directory itself)
     name: str
     apply: Callable[[Path, Path], None]  # (the file's path, the marker directory)
+    undo: Callable[[Path], None] | None = None  # after the reader ran (a mount to take away)
 
 
 def _injections(marker: Path) -> list[str]:
@@ -258,8 +261,9 @@ def _log_lines(marker: Path) -> list[str]:
 def mutations(bases: dict[str, Path], quick: bool, rng: random.Random) -> list[Mutation]:
     found: list[Mutation] = []
 
-    def add(base: str, file: str, name: str, apply: Callable[[Path, Path], None]) -> None:
-        found.append(Mutation(base, file, name, apply))
+    def add(base: str, file: str, name: str, apply: Callable[[Path, Path], None],
+            undo: Callable[[Path], None] | None = None) -> None:
+        found.append(Mutation(base, file, name, apply, undo))
 
     files = {base: sorted(str(p.relative_to(d)) for p in d.rglob("*") if p.is_file()) for base, d in bases.items()}
     for base, names in files.items():
@@ -336,7 +340,41 @@ def mutations(bases: dict[str, Path], quick: bool, rng: random.Random) -> list[M
         add(base, ".", "many slurm logs", _many_slurm_logs)
         add(base, ".", "k8s pod logs odd", _odd_pod_logs)
         add(base, "running.json", "a live pid of another program", _write(json.dumps({"pid": 1})))
+        add(base, ".", "what killed writes leave", _killed_writes)
+        add(base, ".", "run directory empty (a launch killed after reserving it)", _run_dir_empty)
+        if os.geteuid() == 0 and shutil.which("mount"):
+            add(base, ".", "run directory on a read-only mount", _read_only_mount, _unmount)
     return found
+
+
+def _killed_writes(path: Path, _marker: Path) -> None:
+    """What a launcher killed (SIGKILL, a power cut) in the middle of its writes leaves: the temporaries of its
+    atomic writes beside the records (a cut manifest, an empty summary, a lock's pid) and an empty lock file."""
+    manifest = (path / "manifest.json").read_bytes()
+    (path / ".manifest.json.4242.deadbeef.tmp").write_bytes(manifest[: len(manifest) // 2])
+    (path / ".summary.json.4242.cafe0001.tmp").write_bytes(b"")
+    (path / "..launch.lock.4242.cafe0002.tmp").write_bytes(b"4242\n")
+    (path / ".launch.lock").write_bytes(b"")
+    (path / "logs" / ".attempt-2.log.4242.cafe0003.tmp").write_bytes(b" [2026-01-01] iteration 1/")
+
+
+def _run_dir_empty(path: Path, _marker: Path) -> None:
+    shutil.rmtree(path)
+    path.mkdir()
+
+
+def _read_only_mount(path: Path, _marker: Path) -> None:
+    """The run directory on a read-only mount (an archive, a snapshot): a bind mount of itself, remounted read-only
+    (root ignores file modes, so chmod would prove nothing)."""
+    for argv in (["mount", "--bind", str(path), str(path)], ["mount", "-o", "remount,bind,ro", str(path)]):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            _unmount(path)
+            raise OSError(f"{' '.join(argv)}: {done.stderr.strip()}")
+
+
+def _unmount(path: Path) -> None:
+    subprocess.run(["umount", str(path)], capture_output=True, check=False)
 
 
 def _secrets_in_preset(path: Path, _marker: Path) -> None:
@@ -450,9 +488,9 @@ class Outcome:
 
 
 def run_reader(argv: list[str], cwd: Path, env: dict[str, str], stdin: Path | None = None,
-               time_limit: float = TIME_LIMIT_S) -> Outcome:
+               time_limit: float = TIME_LIMIT_S, memory_limit: int = MEMORY_LIMIT) -> Outcome:
     """argv run by the launcher in a forked child (stdin from `stdin`, else empty; output to files), bounded in
-    time and memory; status None when it ran past `time_limit`."""
+    time and address space (`memory_limit`); status None when it ran past `time_limit`."""
     out_file, err_file = tempfile.TemporaryFile(), tempfile.TemporaryFile()
     started = time.monotonic()
     pid = os.fork()
@@ -462,7 +500,7 @@ def run_reader(argv: list[str], cwd: Path, env: dict[str, str], stdin: Path | No
             os.chdir(cwd)
             os.environ.clear()
             os.environ.update(env)
-            resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+            resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
             source = os.open(stdin or os.devnull, os.O_RDONLY | os.O_NONBLOCK)
             os.set_blocking(source, True)
             os.dup2(source, 0)
@@ -634,8 +672,18 @@ def main() -> int:
                 break
             before = _snapshot(work)
             argv = readers(run_dir, case_root / "runs", work)[name]
-            outcome = run_reader(argv, case_root, env)
+            try:
+                outcome = run_reader(argv, case_root, env)
+            finally:
+                if mutation.undo is not None:
+                    mutation.undo(target)
             written = [p for p, stamp in _snapshot(work).items() if before.get(p) != stamp]
+            # a temporary of the launcher's own atomic writes, left after the reader ended: a half-written record
+            written_tmp = [p for p in written if p.name.endswith(".tmp") and os.path.lexists(p)]
+            for path in written_tmp:
+                line = f"{name} | {mutation.base} {mutation.file} {mutation.name!r} | temporary left: {path.name}"
+                findings.append(line)
+                print(line, flush=True)
             runs += 1
             spent[name] = spent.get(name, 0.0) + outcome.seconds
             peak = max(peak, outcome.max_rss_mb)

@@ -202,7 +202,7 @@ def _backend(path: Path) -> tuple[dict[str, Any], str]:
         value = json.loads(untrusted.read_utf8(path, "checkpoint metadata", MAX_SMALL_FILE))
     except UserError as error:
         return {}, f"cannot be read ({error.problems[0].message})"
-    except (json.JSONDecodeError, RecursionError) as error:
+    except (ValueError, RecursionError) as error:  # ValueError: JSONDecodeError, or an integer of 4,300+ digits
         return {}, f"is not JSON ({shown(str(error), 80)})"
     if not isinstance(value, dict):
         return {}, "holds no JSON object"

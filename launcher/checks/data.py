@@ -98,17 +98,110 @@ def data_files(megatron_args: Mapping[str, Any]) -> list[str]:
     return files
 
 
-def check_job_data(args: Mapping[str, Any], remote: bool, python_here: bool = True
+def check_job_data(args: Mapping[str, Any], remote: bool, python_here: bool = True, caches: bool = True
                    ) -> tuple[list[Problem], list[str]]:
     """resolve's data check (its `data_check`). Here, every data check (exit 2 before launch). On a cluster
     (Slurm, Kubernetes), the same when this machine sees the files; otherwise only the checks that need no file,
     and the files this machine cannot see (the job checks them on its first node). A container brings its own
-    packages (the node checks them at job start); elsewhere this Python answers (`python_here`)."""
+    packages (the node checks them at job start); elsewhere this Python answers (`python_here`). `caches`: and
+    the index caches the job would load (check_cache)."""
     if remote:
         unseen = [path for path in data_files(args) if not os.path.exists(path)]
         if unseen:
             return check_data_sources(args), unseen
-    return check_data(args, python_here=python_here), []
+    return check_data(args, python_here=python_here) + (check_cache(args) if caches else []), []
+
+
+def check_job_data_only(args: Mapping[str, Any], remote: bool, python_here: bool = True
+                        ) -> tuple[list[Problem], list[str]]:
+    """check_job_data without the index caches (for --build-index, which replaces a cut one)."""
+    return check_job_data(args, remote, python_here, caches=False)
+
+
+# Megatron's index caches: a set of files per dataset and split, taken as built once all of them exist.
+MAX_CACHE_ENTRIES = 10_000  # a cache holds a few files per dataset and split; past this many, not scanned
+_NPY_MAGIC = b"\x93NUMPY"
+_NPY_HEADER_BYTES = 4096  # numpy writes ~128 bytes; a longer header is not sized (taken as whole): 40 MB read at most
+
+
+def cache_directories(args: Mapping[str, Any]) -> list[str]:
+    """Where Megatron reads and writes the index caches of these data settings: data_cache_path, or beside each
+    dataset prefix (PREFIX/cache/GPTDataset_indices, Megatron's default)."""
+    if args.get("mock_data"):
+        return []
+    if args.get("data_cache_path"):
+        return [str(args["data_cache_path"])]
+    prefixes = []
+    for name in ("data_path", *PER_SPLIT_SETTINGS):
+        if args.get(name):
+            found, _weights, problems = parse_blend(args[name], name)
+            prefixes += [] if problems else found
+    return sorted({os.path.join(prefix, "cache", "GPTDataset_indices") for prefix in prefixes})
+
+
+def cut_cache_files(directory: str) -> list[str]:
+    """The `.npy` files of a cache directory that end before their array does: cut while written (a job or build
+    killed, a full disk). Megatron would take their set as built and fail to load it. The first MAX_CACHE_ENTRIES
+    entries are looked at, each by its header only."""
+    cut: list[str] = []
+    try:
+        with os.scandir(directory) as entries:
+            for number, entry in enumerate(entries):
+                if number >= MAX_CACHE_ENTRIES:
+                    break
+                if entry.name.endswith(".npy") and entry.is_file(follow_symlinks=False) and \
+                        not _whole_npy(entry.path):
+                    cut.append(entry.path)
+    except OSError:
+        return cut  # no cache yet (or not readable here): nothing is loaded from it
+    return sorted(cut)
+
+
+def _whole_npy(path: str) -> bool:
+    """A .npy file at least as long as its header says: magic, version, header length, then a dict literal
+    with 'descr' and 'shape'. One of a format this cannot size (a structured dtype) is taken as whole."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return True  # gone meanwhile, or not readable here: not this check's to judge
+    try:
+        size = os.fstat(fd).st_size
+        head = os.read(fd, _NPY_HEADER_BYTES + 12)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
+    if len(head) < 10 or not head.startswith(_NPY_MAGIC):
+        return False
+    wide = head[6] >= 2
+    start = 12 if wide else 10
+    length = int.from_bytes(head[8:start], "little")
+    if len(head) < start + length:
+        return length > _NPY_HEADER_BYTES and size >= start + length  # a header longer than read: not sized
+    try:
+        import ast
+
+        header = ast.literal_eval(head[start:start + length].decode("latin-1"))
+        descr, shape = header["descr"], tuple(header["shape"])
+    except (ValueError, SyntaxError, KeyError, TypeError, MemoryError, RecursionError):
+        return False
+    item = re.fullmatch(r"[<>|=]?[a-zA-Z](\d+)", descr) if isinstance(descr, str) else None
+    if item is None or not all(isinstance(n, int) and n >= 0 for n in shape):
+        return True
+    count = 1
+    for dimension in shape:
+        count *= dimension
+    return size >= start + length + count * int(item.group(1))
+
+
+def check_cache(args: Mapping[str, Any]) -> list[Problem]:
+    """A cut index cache file (a job killed while it wrote it) fails every later job that loads its set."""
+    return [Problem(f"{path} is a cut index cache file (its array ends early: a job or build was stopped while "
+                    "writing it, unless one is writing it now); Megatron would take its set as built and fail "
+                    "loading it",
+                    f"remove it (rm {shown(path)}), or run `launch prepare-data --build-index` for this preset, "
+                    "which replaces it")
+            for directory in cache_directories(args) for path in cut_cache_files(directory)]
 
 
 def check_data_sources(megatron_args: Mapping[str, Any]) -> list[Problem]:

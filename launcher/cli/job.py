@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.checks.data import check_job_data
+from launcher.checks.data import check_job_data, check_job_data_only
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import checkout_warning, megatron_path
 from launcher.pipeline import elastic, resolve
@@ -44,6 +44,8 @@ class JobRequest:
     # checks itself (checks.doctor.check_before_launch)
     judge: bool = False
     judge_here: bool = True  # with judge: run the launch's checks for a job meant here (--no-doctor skips both)
+    # a cut index cache file is a problem for a job that would load it, not for --build-index, which replaces it
+    check_caches: bool = True
 
 
 def local_gpus() -> int:
@@ -69,7 +71,8 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
         run_dir = name(Path(preset.launcher.run_root), preset.name)
     settings: dict[str, Any] = dict(kernels=kernels, megatron_path=path, target=target, run_dir=run_dir,
                                     existing=request.existing, preflight=request.preflight, gpus_here=gpus_here,
-                                    inherited_env=dict(os.environ), data_check=check_job_data)
+                                    inherited_env=dict(os.environ),
+                                    data_check=check_job_data if request.check_caches else check_job_data_only)
     if isinstance(request.nodes, NodeRange):
         job, problems = elastic.attempt_range(preset, request.nodes, request.gpus_per_node, **settings)
     else:

@@ -118,7 +118,7 @@ def _build_index(args: argparse.Namespace) -> int:
     check_index_preset(preset)
     # the job `launch PRESET` runs on that world (the cache names hash its settings), without a run directory
     job = checked_job(preset, JobRequest(args.nodes, args.gpus_per_node, megatron_path=args.megatron_path,
-                                         run_dir=False, local=False))
+                                         run_dir=False, local=False, check_caches=False))
     summary = build_index_for_job(job)
     if args.format == "json":
         print(json.dumps(summary, indent=2))

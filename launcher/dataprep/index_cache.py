@@ -9,10 +9,16 @@ Megatron's parser, then does what `tools/prepare_cache.py` (upstream, this commi
 of `get_train_valid_test_num_samples`, the `GPTDatasetConfig` of `pretrain_gpt.py`, and
 `BlendedMegatronDatasetBuilder(...).build()`. The cache file names hash that config, so the GPU job finds
 exactly these files. Only `compile_helpers()` is skipped: the wheel ships the helpers prebuilt.
+
+Megatron takes a set of cache files as built once all of them exist, and writes each with `numpy.save` to its
+final name: a build killed, interrupted or out of space halfway would leave a cut `.npy` that every later job
+loads and fails on. Here each `.npy` is written whole or not at all (a temporary, fsynced, renamed), and a cut
+one already in the cache (a job killed while it wrote it) is removed first, so the build makes it again.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -20,12 +26,14 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from launcher import untrusted
-from launcher.checks.data import check_data
+from launcher.checks.data import check_data, cut_cache_files
 from launcher.errors import Problem, UserError
+from launcher.interrupts import signals_interrupt
 
 
 def check_index_request(megatron_args: Mapping[str, Any]) -> list[Problem]:
@@ -77,6 +85,10 @@ def build_index_caches(script_args: Sequence[str], world_size: int, python: str 
             raise UserError(f"building the index caches failed (exit {completed.returncode}); see the log above")
         with open(result_path, encoding="utf-8") as handle:
             result = json.load(handle)
+    if result.get("storage"):
+        raise UserError(f"cannot write the index caches: {result['error']}; every cache file is whole or absent",
+                        "free space on that file system, then run again" if result.get("no_space") else
+                        "make data_cache_path a writable directory, then run again")
     if "error" in result:
         raise UserError(f"Megatron rejected the training arguments: {result['error']}",
                         "the GPU job would fail the same way; fix the preset or --set values")
@@ -100,12 +112,16 @@ def _child_main(argv: Sequence[str]) -> int:
         warnings.filterwarnings("ignore", category=category)
     started = time.monotonic()
     try:
-        summary = _build(script_args, options.world_size)
+        with signals_interrupt():  # SIGTERM/SIGHUP, like Ctrl-C, remove the file being written
+            summary = _build(script_args, options.world_size)
     except SystemExit as err:  # Megatron's argparse: an unknown flag or a bad value (message already printed)
         summary = {"error": f"its argument parser exited with {err.code} (message above)"}
     except UserError as err:  # a file the arguments name, refused by the bounded reader
         summary = {"error": "; ".join(problem.message for problem in err.problems)}
-    except (AssertionError, ValueError, RuntimeError, OSError) as err:
+    except OSError as err:  # writing the caches (a full disk, a read-only directory)
+        summary = {"error": f"{err.strerror or err}" + (f": {err.filename}" if err.filename else ""),
+                   "storage": True, "no_space": err.errno in (errno.ENOSPC, errno.EDQUOT)}
+    except (AssertionError, ValueError, RuntimeError) as err:
         summary = {"error": f"{type(err).__name__}: {err}"}
     summary["seconds"] = round(time.monotonic() - started, 3)
     with open(options.result, "w", encoding="utf-8") as handle:
@@ -143,8 +159,10 @@ def _build(script_args: Sequence[str], world_size: int) -> dict[str, Any]:
         num_samples = get_train_valid_test_num_samples()
         config = GPTDatasetConfig(**_gpt_dataset_config_kwargs(args, build_tokenizer(args),
                                                                 get_blend_and_blend_per_split(args)))
+        removed = _remove_cut_files(args.data_cache_path)
         before = _listing(args.data_cache_path)
-        datasets = BlendedMegatronDatasetBuilder(GPTDataset, num_samples, lambda: True, config).build()
+        with _whole_npy_files():
+            datasets = BlendedMegatronDatasetBuilder(GPTDataset, num_samples, lambda: True, config).build()
         after = _listing(args.data_cache_path)
     finally:
         unset_global_variables()
@@ -158,6 +176,7 @@ def _build(script_args: Sequence[str], world_size: int) -> dict[str, Any]:
         "split": args.split,
         "per_split_paths": get_blend_and_blend_per_split(args)[1] is not None,
         "new_files": sorted(after - before),
+        "replaced_cut_files": removed,
     }
 
 
@@ -210,6 +229,54 @@ def _gpt_dataset_config_kwargs(args: Any, tokenizer: Any, blends: tuple[Any, Any
         "sequence_parallel_size": args.tensor_model_parallel_size * args.sequence_parallel,
         "hybrid_context_parallel": args.hybrid_context_parallel,
     }
+
+
+def _remove_cut_files(cache: str) -> list[str]:
+    """Remove the cache's cut `.npy` files (Megatron would take their set as built and fail to load it)."""
+    removed = []
+    for path in cut_cache_files(cache):
+        try:
+            os.unlink(path)
+            removed.append(os.path.basename(path))
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+@contextmanager
+def _whole_npy_files() -> Iterator[None]:
+    """numpy.save, as Megatron calls it for each cache file, writes a temporary that is fsynced and renamed to the
+    name: an interrupt, a kill or a full disk leaves the file whole or absent, never cut."""
+    import numpy
+
+    save = numpy.save
+
+    def save_whole(file: Any, arr: Any, *args: Any, **kwargs: Any) -> None:
+        if not isinstance(file, (str, os.PathLike)):
+            return save(file, arr, *args, **kwargs)
+        path = os.fspath(file)
+        path = path if path.endswith(".npy") else path + ".npy"  # as numpy.save names it
+        directory, name = os.path.split(path)
+        temporary = os.path.join(directory, f".{name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+        try:
+            with open(temporary, "xb") as handle:
+                save(handle, arr, *args, **kwargs)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            try:
+                os.unlink(temporary)
+            except OSError:
+                pass
+            raise
+        return None
+
+    numpy.save = save_whole
+    try:
+        yield
+    finally:
+        numpy.save = save
 
 
 def _listing(directory: str) -> set[str]:

@@ -139,8 +139,10 @@ def _prepare_data(inputs: Sequence[str], output_prefix: str, spec: TokenizerSpec
         raise UserError(f"cannot make output directory {directory}: {err.strerror or err}",
                         "choose another --output-prefix") from None
     # one writer per prefix: a second run would pass the "exists" check above too, and replace this one's output
-    lock.hold(output_prefix + LOCK_SUFFIX, f"output prefix {output_prefix}",
-              "another launch prepare-data is writing it; wait for it to end, or choose another --output-prefix")
+    left = lock.hold(output_prefix + LOCK_SUFFIX, f"output prefix {output_prefix}",
+                     "another launch prepare-data is writing it; wait for it to end, or choose another --output-prefix")
+    if left:
+        print(f"note: {left}", file=sys.stderr)
     try:
         return _prepare_locked(inputs, output_prefix, spec, json_key=json_key, text_unit=text_unit,
                                workers=workers, overwrite=overwrite, show_progress=show_progress)

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Literal
 
 from launcher import untrusted
 from launcher.megatron.pin import cache_dir
@@ -67,11 +68,39 @@ def source_key(datasets: Path, suffix: str) -> str | None:
 
 
 def is_up_to_date(datasets: Path, suffix: str) -> bool:
-    """What make decides: the built file exists and is not older than the source."""
+    """What make decides (the built file exists and is not older than the source), and the file is a whole build:
+    make, killed while it linked, leaves a cut file newer than the source, which it would never build again."""
+    built = datasets / built_name(suffix)
     try:
-        return (datasets / built_name(suffix)).stat().st_mtime >= (datasets / SOURCE).stat().st_mtime
+        newer = built.stat().st_mtime >= (datasets / SOURCE).stat().st_mtime
     except OSError:
         return False
+    return newer and is_whole_build(built)
+
+
+_ELF_MAGIC = b"\x7fELF"
+
+
+def is_whole_build(path: Path) -> bool:
+    """Not an empty or cut file: an ELF shared object holds its section table at its end (GNU ld), so a file that
+    ends before that table (or inside the header) was cut while written. A file of another format is taken as
+    whole (nothing here tells otherwise)."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            header = handle.read(64)
+    except OSError:
+        return False
+    if size == 0 or (_ELF_MAGIC.startswith(header[:4]) and len(header) < 64):
+        return False  # empty, or cut inside the ELF header
+    if not header.startswith(_ELF_MAGIC):
+        return True
+    wide = header[4] == 2
+    order: Literal["little", "big"] = "little" if header[5] == 1 else "big"
+    table, entry_size, entries = (header[0x28:0x30], header[0x3A:0x3C], header[0x3C:0x3E]) if wide else \
+        (header[0x20:0x24], header[0x2E:0x30], header[0x30:0x32])
+    end = int.from_bytes(table, order) + int.from_bytes(entry_size, order) * int.from_bytes(entries, order)
+    return size >= end
 
 
 def _trusted(path: Path) -> bool:
@@ -93,6 +122,8 @@ def _install(built: Path, target: Path) -> None:
     try:
         shutil.copyfile(built, temporary)
         os.chmod(temporary, 0o755)
+        with open(temporary, "rb") as handle:  # on the disk before the name says it is there (a crash, power)
+            os.fsync(handle.fileno())
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
@@ -127,7 +158,8 @@ def will_build(megatron_path: Path, suffix: str | None = None, cache: Path | Non
     key = source_key(datasets, suffix)
     if key is None or not os.access(datasets, os.W_OK):
         return True
-    if _trusted((cache or cache_dir()) / "dataset-helpers" / key / built_name(suffix)):
+    cached = (cache or cache_dir()) / "dataset-helpers" / key / built_name(suffix)
+    if _trusted(cached) and is_whole_build(cached):
         return False
     source = _source(datasets / SOURCE)
     if source is None:
@@ -167,6 +199,7 @@ def prepare(megatron_path: Path, env: Mapping[str, str], cache: Path | None = No
         return Preparation("built")
     if not os.access(datasets, os.W_OK):
         return Preparation("skipped", f"{datasets} is not writable")  # the doctor says so before launch
+    _remove_cut_build(datasets / built_name(suffix))  # else rank 0's make would take it as up to date
     key = source_key(datasets, suffix)
     if key is None:
         return Preparation("skipped", f"cannot read {datasets / SOURCE}")
@@ -174,6 +207,7 @@ def prepare(megatron_path: Path, env: Mapping[str, str], cache: Path | None = No
     cached = entry / built_name(suffix)
     target = datasets / built_name(suffix)
     try:
+        _remove_cut_build(cached)
         if _trusted(cached):
             _install(cached, target)
             return Preparation("cache", str(cached))
@@ -190,6 +224,12 @@ def prepare(megatron_path: Path, env: Mapping[str, str], cache: Path | None = No
     except OSError as error:
         return Preparation("skipped", str(error))
     return _build_in_background(datasets, entry, cached, target, env)
+
+
+def _remove_cut_build(path: Path) -> None:
+    """Remove a build cut while it was written (a killed make or copy, a power cut): no one may load it."""
+    if os.path.lexists(path) and path.is_file() and not path.is_symlink() and not is_whole_build(path):
+        path.unlink(missing_ok=True)
 
 
 def _build_in_background(datasets: Path, entry: Path, cached: Path, target: Path,

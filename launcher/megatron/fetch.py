@@ -8,6 +8,9 @@ interrupt or a failed download leaves nothing half-written.
 
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
 import shutil
 import subprocess
@@ -16,6 +19,7 @@ import tempfile
 import urllib.request
 import zlib
 from pathlib import Path
+from typing import IO, Any
 
 from launcher import MEGATRON_COMMIT, untrusted
 from launcher.errors import UserError, shown
@@ -27,6 +31,9 @@ SOURCE_ENV = "MEGATRON_LAUNCH_MEGATRON_SOURCE"
 MAX_TARBALL_BYTES = 2 << 30  # the commit's tarball is ~10 MB; a runaway download stops here
 MAX_UNPACKED_BYTES = 8 << 30  # what it unpacks to: ~100 MB
 MAX_TARBALL_MEMBERS = 200_000  # files in it: ~5,000
+# One read of the unpacked stream: tarfile reads a header (a long name, pax records) whole, as its size says; GitHub's
+# are under a KiB. A header of gigabytes (a few KB compressed) would be read into memory in one piece.
+MAX_HEADER_BYTES = 64 << 20
 TARBALL_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 
@@ -105,12 +112,12 @@ def _from_tarball(source: str, staging: Path, tree: Path, log) -> None:
                             "check the network or the URL; or download it elsewhere and give the file: "
                             "--source FILE.tar.gz") from None
     try:
-        with tarfile.open(archive) as tar:
+        with _Unpacked(archive, source) as stream, tarfile.open(fileobj=stream, mode="r:") as tar:  # type: ignore[call-overload]
             members = _members_within_bounds(tar, source)
             tops = {member.name.split("/")[0] for member in members}
             # no links out, no device files, no absolute paths
             tar.extractall(staging / "unpacked", members=members, filter="data")
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as err:
+    except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as err:
         raise UserError(f"{source} is not a readable tarball: {shown(err)}") from None
     if not (staging / "unpacked").is_dir():
         raise UserError(f"{source} is an empty tarball", f"give a tarball of Megatron-LM {MEGATRON_COMMIT[:12]}")
@@ -122,6 +129,48 @@ def _from_tarball(source: str, staging: Path, tree: Path, log) -> None:
     (tree / COMMIT_MARKER).write_text(MEGATRON_COMMIT + "\n", encoding="utf-8")
     if MEGATRON_COMMIT not in source and MEGATRON_COMMIT[:12] not in source:
         log(f"note: {source} does not name the commit; the launcher takes it as {MEGATRON_COMMIT[:12]}")
+
+
+class _Unpacked:
+    """The tar stream of an archive (gzip, bzip2, xz or none, told by its first bytes) as tarfile reads it, within
+    bounds: at most MAX_UNPACKED_BYTES and its headers in all, at most MAX_HEADER_BYTES a read. Without them a few
+    MB could make tarfile inflate terabytes (hours), or hold one header of gigabytes in memory."""
+
+    def __init__(self, archive: Path, source: str) -> None:
+        self.source = source
+        self.limit = MAX_UNPACKED_BYTES + (MAX_TARBALL_MEMBERS + 2) * 3 * tarfile.BLOCKSIZE
+        with open(archive, "rb") as probe:
+            magic = probe.read(6)
+        opener: Any = (gzip.GzipFile if magic.startswith(b"\x1f\x8b") else bz2.BZ2File if magic.startswith(b"BZh")
+                       else lzma.LZMAFile if magic.startswith(b"\xfd7zXZ\x00") else open)
+        self._file: IO[bytes] = opener(archive, "rb")
+
+    def _refuse(self, what: str) -> UserError:
+        return UserError(f"{self.source} {what}: not the tarball of one Megatron-LM commit",
+                         "give the commit's .tar.gz (about 10 MB, about 5,000 files)")
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0 or size > MAX_HEADER_BYTES:
+            raise self._refuse(f"has a record of more than {MAX_HEADER_BYTES >> 20} MiB to read at once "
+                               "(a tar header is under a KiB)")
+        if self._file.tell() + size > self.limit:
+            raise self._refuse(f"unpacks to more than {self.limit:,} bytes")
+        return self._file.read(size)
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        target = offset if whence == 0 else self._file.tell() + offset if whence == 1 else None
+        if target is None or target > self.limit:  # from the end: tarfile does not, a decompressor would inflate all
+            raise self._refuse(f"unpacks to more than {self.limit:,} bytes")
+        return self._file.seek(target)
+
+    def tell(self) -> int:
+        return self._file.tell()
+
+    def __enter__(self) -> _Unpacked:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._file.close()
 
 
 def _copy_bounded(source: str, archive: Path) -> None:

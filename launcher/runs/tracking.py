@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,8 +26,14 @@ def open_resume(run_dir: str | Path, overrides: list[str],
                 megatron_path_given: bool = False) -> tuple[Preset, rundir.ExistingRun]:
     """The run's own resolved preset (plus any new --set) and its record, locked for this launch."""
     existing = rundir.open_run_dir(Path(run_dir))
-    lock.hold(existing.path / LOCK_FILE, f"run directory {existing.path}",
-              "another launch --resume of this run is training; wait for it to end")
+    lock_path = existing.path / LOCK_FILE
+    left = lock.hold(lock_path, f"run directory {existing.path}",
+                     "another launch --resume of this run is training; wait for it to end")
+    if left:
+        print(f"note: {left}", file=sys.stderr)
+    # removed when this launch ends (SIGTERM and Ctrl-C end it through Python too): one found later was left by a
+    # launch that was killed, and the next one says so
+    atexit.register(lock.release, lock_path, True)
     existing = rundir.open_run_dir(existing.path)  # as it is now that this launch holds it
     preset_file = str(existing.path / rundir.PRESET_FILE)
     given = {parse_override(text)[0].removeprefix("launcher.").removeprefix("megatron.") for text in overrides}

@@ -90,6 +90,66 @@ def test_an_up_to_date_build_in_the_checkout_is_left_alone(tmp_path, monkeypatch
     assert own.read_bytes() == b"the checkout's own"
 
 
+def _elf() -> bytes:
+    """A real ELF file's bytes (this Python's own binary), to cut."""
+    return Path(sys.executable).resolve().read_bytes()
+
+
+@pytest.mark.parametrize("keep", [0, 3, 40, 0.5], ids=["empty", "in the magic", "in the header", "half"])
+def test_a_build_cut_while_written_is_never_taken_as_up_to_date_nor_left_for_make(tmp_path, monkeypatch, keep):
+    """make killed while it linked (a scheduler's SIGTERM at start-up) leaves a cut file newer than the source:
+    it is replaced from the cache, never left for rank 0's make, which would take it as built."""
+    no_wheel(monkeypatch)
+    megatron = checkout(tmp_path)
+    whole = _elf()
+    own = helpers.datasets_dir(megatron) / helpers.built_name(SUFFIX)
+    own.write_bytes(whole[:int(len(whole) * keep) if isinstance(keep, float) else keep])
+    assert not helpers.is_up_to_date(helpers.datasets_dir(megatron), SUFFIX)
+    seed_cache(tmp_path / "cache", megatron, whole)
+    assert helpers.prepare(megatron, os.environ, cache=tmp_path / "cache", suffix=SUFFIX).how == "cache"
+    assert own.read_bytes() == whole
+
+
+def test_a_cut_build_in_the_checkout_is_removed_when_nothing_can_replace_it_yet(tmp_path, monkeypatch):
+    no_wheel(monkeypatch)
+    megatron = checkout(tmp_path)
+    own = helpers.datasets_dir(megatron) / helpers.built_name(SUFFIX)
+    own.write_bytes(_elf()[:4096])
+    monkeypatch.setattr(helpers, "_build_in_background", lambda *_: helpers.Preparation("building"))
+    assert helpers.prepare(megatron, os.environ, cache=tmp_path / "cache", suffix=SUFFIX).how == "building"
+    assert not own.exists()  # rank 0's make now builds it, if the launcher's build is not done first
+
+
+def test_a_cut_cache_entry_is_removed_and_never_copied_in(tmp_path, monkeypatch):
+    no_wheel(monkeypatch)
+    megatron = checkout(tmp_path)
+    cached = seed_cache(tmp_path / "cache", megatron, _elf()[:4096])
+    monkeypatch.setattr(helpers, "_build_in_background", lambda *_: helpers.Preparation("building"))
+    assert helpers.prepare(megatron, os.environ, cache=tmp_path / "cache", suffix=SUFFIX).how == "building"
+    assert not cached.exists()
+    assert not (helpers.datasets_dir(megatron) / helpers.built_name(SUFFIX)).exists()
+    assert helpers.will_build(megatron, SUFFIX, cache=tmp_path / "cache")
+
+
+def test_a_copy_into_the_cache_that_fails_halfway_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    import errno
+
+    target = tmp_path / "helpers.so"
+    target.write_bytes(b"old build")
+    built = tmp_path / "built.so"
+    built.write_bytes(_elf())
+
+    def half_then_full(source, destination):
+        Path(destination).write_bytes(Path(source).read_bytes()[:100])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(helpers.shutil, "copyfile", half_then_full)
+    with pytest.raises(OSError):
+        helpers._install(built, target)
+    assert target.read_bytes() == b"old build"
+    assert sorted(os.listdir(tmp_path)) == ["built.so", "helpers.so"]
+
+
 def test_the_wheels_prebuilt_helpers_are_used_only_for_the_same_source(tmp_path, monkeypatch):
     megatron = checkout(tmp_path)
     wheel = tmp_path / "site-packages"

@@ -307,7 +307,8 @@ def test_a_release_tracker_finds_the_release_directory(tmp_path):
 
 @pytest.mark.parametrize(("metadata", "said"), [("{", "not JSON"), ("[]", "no JSON object"),
                                                 ('{"sharded_backend": "torch_dist", "extra": 1}', "extra"),
-                                                ('{"common_backend": "torch"}', "no sharded_backend")])
+                                                ('{"common_backend": "torch"}', "no sharded_backend"),
+                                                ('{"sharded_backend": ' + "9" * 5000 + "}", "not JSON")])
 def test_a_damaged_metadata_json_is_refused(tmp_path, metadata, said):
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("5")
     dist_iteration(tmp_path, "iter_0000005", metadata)

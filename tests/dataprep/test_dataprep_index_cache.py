@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
+import textwrap
 from importlib.util import find_spec
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from launcher.checks.data import check_job_data, cut_cache_files
+from launcher.dataprep import index_cache
 from launcher.dataprep.index_cache import build_index_caches, check_index_request
 from launcher.dataprep.prepare import prepare_data
 from launcher.dataprep.text_tokenizers import TokenizerSpec
@@ -176,3 +182,120 @@ def test_samples_line_names_a_split_without_documents():
     assert "test: split 98,2,0 gives it no documents" in line and "/320" not in line
     full = samples_line({**summary, "lengths": [3305, 331, 400]})
     assert full == "samples train 3,200, valid 320, test 320"
+
+
+# ---- index caches are whole or absent: Megatron takes a set of cache files as built once all exist, so a build
+# stopped halfway (a full disk, a kill) leaves no cut .npy, and a cut one an earlier job left is found before a
+# launch and replaced by --build-index ----
+
+CUT_AT_THIRD_SAVE = """
+import errno, numpy.lib.format as fmt
+real, calls = fmt.write_array, [0]
+def write_array(fp, array, *args, **kwargs):
+    calls[0] += 1
+    if calls[0] == 3:  # the disk fills while the third cache file is written
+        fp.write(b"\\x93NUMPY" + b"x" * 200)
+        raise OSError(errno.ENOSPC, "No space left on device")
+    return real(fp, array, *args, **kwargs)
+fmt.write_array = write_array
+"""
+
+
+def _python_that_runs(tmp_path: Path, preamble: str) -> str:
+    """An interpreter for build_index_caches that runs `preamble` in the build's process before the build."""
+    script = tmp_path / "python-with-preamble"
+    script.write_text(f"#!{sys.executable}\n" + textwrap.dedent(f"""\
+        import os, runpy, sys
+        sys.path[0] = os.getcwd()  # as `python -m` has it
+        exec({preamble!r})
+        assert sys.argv[1] == "-m"
+        module = sys.argv[2]
+        sys.argv = [module, *sys.argv[3:]]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        """))
+    script.chmod(0o755)
+    return str(script)
+
+
+def _npy(path: Path, values: int) -> Path:
+    np.save(path, np.arange(values, dtype=np.int64))
+    return path
+
+
+def test_a_cut_npy_is_told_from_a_whole_one_by_its_header(tmp_path):
+    whole = _npy(tmp_path / "a-whole.npy", 10_000)
+    data = whole.read_bytes()
+    for name, size in (("empty", 0), ("magic", 4), ("header", 60), ("array", len(data) // 2), ("last", len(data) - 1)):
+        (tmp_path / f"cut-{name}.npy").write_bytes(data[:size])
+    os.mkfifo(tmp_path / "fifo.npy")  # not opened: a cache file is a regular file
+    (tmp_path / "description.txt").write_text("{}")
+    assert [Path(p).name for p in cut_cache_files(str(tmp_path))] == [
+        "cut-array.npy", "cut-empty.npy", "cut-header.npy", "cut-last.npy", "cut-magic.npy"]
+    assert cut_cache_files(str(tmp_path / "none")) == []
+
+
+def test_a_launch_refuses_a_cut_cache_file_with_the_way_out(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    data = _npy(cache / "abc-GPTDataset-train-shuffle_index.npy", 1000).read_bytes()
+    (cache / "abc-GPTDataset-train-shuffle_index.npy").write_bytes(data[:300])
+    args = {"data_path": [str(tmp_path / "corpus")], "data_cache_path": str(cache), "split": "99,1,0"}
+    problems, _unseen = check_job_data(args, remote=False)
+    cut = [p for p in problems if "cut index cache file" in p.message]
+    assert len(cut) == 1 and "abc-GPTDataset-train-shuffle_index.npy" in cut[0].message
+    assert "rm " in cut[0].hint and "--build-index" in cut[0].hint
+    assert not [p for p in check_job_data(args, remote=False, caches=False)[0] if "cut index" in p.message]
+    # Megatron's default cache folder, beside the dataset, is looked at too
+    default = tmp_path / "corpus" / "cache" / "GPTDataset_indices"
+    default.mkdir(parents=True)
+    (default / "x.npy").write_bytes(data[:300])
+    problems, _unseen = check_job_data({**args, "data_cache_path": None}, remote=False)
+    assert [p for p in problems if "x.npy is a cut index cache file" in p.message]
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
+def test_each_cache_file_is_saved_whole_or_not_at_all(tmp_path, monkeypatch, error):
+    def fail(_fd):
+        raise error
+
+    monkeypatch.setattr(index_cache.os, "fsync", fail)
+    with index_cache._whole_npy_files(), pytest.raises(type(error)):
+        np.save(str(tmp_path / "x-shuffle_index.npy"), np.arange(1000))
+    assert os.listdir(tmp_path) == []
+    with index_cache._whole_npy_files():
+        monkeypatch.undo()
+        np.save(str(tmp_path / "x-shuffle_index"), np.arange(1000))  # numpy's own naming: .npy added
+    assert os.listdir(tmp_path) == ["x-shuffle_index.npy"]
+    assert np.load(tmp_path / "x-shuffle_index.npy").tolist() == list(range(1000))
+
+
+@needs_megatron
+def test_a_build_that_runs_out_of_space_leaves_no_cut_file_and_says_so(built_caches, tmp_path):
+    _root, args, _sizes, _summary, _built = built_caches
+    cache = tmp_path / "cache"
+    args = [*args[:args.index("--data-cache-path") + 1], str(cache), *args[args.index("--data-cache-path") + 2:]]
+    with pytest.raises(UserError) as refused:
+        index_cache.build_index_caches(args, world_size=4, cwd=str(REPO),
+                                       python=_python_that_runs(tmp_path, CUT_AT_THIRD_SAVE))
+    problem = refused.value.problems[0]
+    assert "cannot write the index caches: No space left on device" in problem.message
+    assert problem.hint.startswith("free space")
+    names = os.listdir(cache)
+    assert sum(name.endswith(".npy") for name in names) == 2  # the two written before the disk filled, whole
+    assert cut_cache_files(str(cache)) == [] and not [name for name in names if name.endswith(".tmp")]
+
+
+@needs_megatron
+def test_build_index_replaces_a_cut_cache_file_an_earlier_job_left(built_caches, tmp_path):
+    root, args, _sizes, _summary, built = built_caches
+    cache = tmp_path / "cache"
+    shutil.copytree(root / "cache", cache)
+    victim = sorted(name for name in built if name.endswith("shuffle_index.npy"))[0]
+    whole = (cache / victim).read_bytes()
+    (cache / victim).write_bytes(whole[:len(whole) // 2])
+    assert cut_cache_files(str(cache)) == [str(cache / victim)]
+    args = [*args[:args.index("--data-cache-path") + 1], str(cache), *args[args.index("--data-cache-path") + 2:]]
+    summary = index_cache.build_index_caches(args, world_size=4, cwd=str(REPO))
+    assert summary["replaced_cut_files"] == [victim]
+    assert (cache / victim).read_bytes() == whole and cut_cache_files(str(cache)) == []
+    assert set(os.listdir(cache)) == built

@@ -119,7 +119,7 @@ def test_a_lock_that_cannot_be_created_on_a_full_disk_is_a_clean_refusal(tmp_pat
     real_open = os.open
 
     def no_space(path, *args, **kwargs):
-        if str(path).endswith(".lock"):
+        if ".lock" in str(path):
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_open(path, *args, **kwargs)
 
@@ -205,3 +205,102 @@ def test_a_corpus_is_read_through_the_bounded_reader(tmp_path, monkeypatch):
     corpus.write_text("a\nb\n")
     assert [u.raw for u in _batches(corpus)] == [b"a", b"b"]
     assert opened == [str(corpus)]
+
+
+# ---- a .gz is read within a bound of what it inflates to: a gzip bomb is refused, not read for an hour ----
+
+def _gzip_of_zeros(path: Path, mebibytes: int) -> Path:
+    import gzip
+
+    with gzip.open(path, "wb", compresslevel=9) as handle:
+        for _ in range(mebibytes):
+            handle.write(b"\0" * (1 << 20))
+    return path
+
+
+@pytest.mark.parametrize("unit", ["file", "line", "paragraph"])
+def test_a_gzip_bomb_is_refused_once_it_inflates_past_its_bound(tmp_path, monkeypatch, unit):
+    monkeypatch.setattr(reader, "MIN_INFLATE_LIMIT", 8 << 20)
+    bomb = _gzip_of_zeros(tmp_path / "corpus.txt.gz", 64)  # 64 KB that inflates to 64 MiB, ≈ 1,000x
+    inflated: list[int] = []
+    real = reader._Inflated.readinto
+    monkeypatch.setattr(reader._Inflated, "readinto",
+                        lambda self, buffer: inflated.append(real(self, buffer)) or inflated[-1])
+    with pytest.raises(UserError) as refused:
+        _batches(bomb, unit)
+    problem = refused.value.problems[0]
+    assert "inflates to more than 8,388,608 bytes" in problem.message and "gzip bomb" in problem.message
+    assert "gunzip" in problem.hint
+    assert sum(inflated) <= (8 << 20) + 1  # it stopped at the bound, not at the end of the stream
+
+
+def test_the_bound_of_a_gzip_grows_with_its_compressed_size(tmp_path, monkeypatch):
+    """MAX_INFLATE_RATIO times the file: a large corpus that compresses as text does is read whole."""
+    import gzip
+
+    monkeypatch.setattr(reader, "MIN_INFLATE_LIMIT", 1 << 10)
+    lines = b"".join(b'{"text": "%d %s"}\n' % (n, os.urandom(6).hex().encode()) for n in range(50_000))
+    corpus = tmp_path / "corpus.jsonl.gz"
+    corpus.write_bytes(gzip.compress(lines))
+    assert len(lines) > 2 * (1 << 10)  # past the floor: only the ratio lets it through
+    assert len(_batches(corpus)) == 50_000
+    assert reader.inflate_limit(corpus.stat().st_size) == reader.MAX_INFLATE_RATIO * corpus.stat().st_size
+
+
+def test_concatenated_gzip_members_count_towards_one_bound(tmp_path, monkeypatch):
+    import gzip
+
+    monkeypatch.setattr(reader, "MIN_INFLATE_LIMIT", 4 << 20)
+    member = gzip.compress(b"x\n" * (1 << 19), 9)  # 1 MiB each
+    corpus = tmp_path / "corpus.txt.gz"
+    corpus.write_bytes(member * 8)
+    with pytest.raises(UserError, match="inflates to more than 4,194,304 bytes"):
+        _batches(corpus, "line")
+
+
+def test_prepare_data_on_a_gzip_bomb_exits_2_quickly_with_a_hint(tmp_path):
+    bomb = _gzip_of_zeros(tmp_path / "corpus.jsonl.gz", 1024)  # 1 MB inflating to 1 GiB, past the 256 MiB floor
+    result = subprocess.run([sys.executable, "-m", "launcher", "prepare-data", str(bomb), "--output-prefix",
+                             str(tmp_path / "out"), "--tokenizer", "byte", "--workers", "1", "--no-progress"],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr
+    assert "gzip bomb" in result.stderr and "hint:" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(os.listdir(tmp_path)) == ["corpus.jsonl.gz"]
+
+
+@pytest.mark.parametrize("unit", ["line", "paragraph"])
+def test_a_line_with_no_end_in_sight_stops_the_reading_at_once(tmp_path, monkeypatch, unit):
+    """A sparse 10 GB file, a binary dump: no line end within MAX_SKIPPED_BYTES past the document bound, so the
+    file is not read on to its end to find the next line; the error says the rest was not read."""
+    monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(reader, "MAX_SKIPPED_BYTES", 4 << 20)
+    corpus = tmp_path / "corpus.txt"
+    with open(corpus, "wb") as handle:
+        handle.write(b"first\n\n")
+        handle.truncate(10 << 30)  # 10 GB of NUL bytes, no newline: read at memory speed, minutes in all
+    read: list[int] = []
+    real = reader._AsOpened.readinto
+    monkeypatch.setattr(reader._AsOpened, "readinto", lambda self, buffer: read.append(real(self, buffer)) or read[-1])
+    units = _batches(corpus, unit)
+    assert [(u.line, u.too_long, u.rest_unread) for u in units] == [(1, False, False), (3, True, True)]
+    assert sum(read) < 16 << 20
+    with pytest.raises(reader.BadDocument, match="the rest of the file was not read"):
+        reader.unit_text(units[-1], False, "text")
+
+
+def test_an_overlong_line_that_ends_is_skipped_and_reading_goes_on(tmp_path, monkeypatch):
+    monkeypatch.setattr(reader, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(reader, "MAX_SKIPPED_BYTES", 4 << 20)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b"x" * (3 << 20) + b'\n{"text": "b"}\n')
+    units = _batches(corpus)
+    assert [(u.line, u.too_long, u.rest_unread) for u in units] == [(1, True, False), (2, False, False)]
+    with pytest.raises(reader.BadDocument) as error:
+        reader.unit_text(units[0], True, "text")
+    assert "not read" not in str(error.value)
+
+
+@pytest.mark.parametrize("line", [b'{"text": ' + b"9" * 100_000 + b"}", b'{"text": "a", "n": -' + b"9" * 5000 + b"}"])
+def test_a_json_number_too_long_for_python_is_a_bad_document_not_a_crash(line):
+    with pytest.raises(reader.BadDocument, match="a number of more than 4,300 digits"):
+        reader.unit_text(reader.Unit(1, line), True, "text")

@@ -105,3 +105,46 @@ def test_a_tarball_without_a_tree_is_refused(tmp_path, members):
     source = _tarball(tmp_path / "src.tar.gz", members)
     with pytest.raises(UserError):
         fetch.fetch(tmp_path / "out" / "mlm", str(source), log=lambda _: None)
+
+
+def _gzip_of_zeros(mebibytes: int) -> bytes:
+    """`mebibytes` MiB of zeros as gzip members of 1 MiB each: a few KB that inflate to all of it."""
+    import gzip
+
+    return gzip.compress(b"\0" * (1 << 20), 9) * mebibytes
+
+
+@pytest.mark.parametrize("kind", [tarfile.GNUTYPE_LONGNAME, tarfile.XHDTYPE], ids=["long name", "pax header"])
+def test_a_header_of_gigabytes_is_refused_not_read_into_memory(tmp_path, monkeypatch, kind):
+    """tarfile reads a long-name or pax header whole, as its size says: 512 MiB of it (a few KB compressed) is
+    refused at the first read past the bound."""
+    import gzip
+
+    header = tarfile.TarInfo("././@LongLink" if kind == tarfile.GNUTYPE_LONGNAME else "pax")
+    header.type, header.size = kind, 512 << 20
+    source = tmp_path / "src.tar.gz"
+    source.write_bytes(gzip.compress(header.tobuf(tarfile.GNU_FORMAT)) + _gzip_of_zeros(512))
+    largest: list[int] = []
+    real = fetch._Unpacked.read
+    monkeypatch.setattr(fetch._Unpacked, "read", lambda self, size=-1: largest.append(size) or real(self, size))
+    with pytest.raises(UserError) as refused:
+        fetch.fetch(tmp_path / "out" / "mlm", str(source), log=lambda _: None)
+    assert "has a record of more than 64 MiB to read at once" in refused.value.problems[0].message
+    assert max(largest) == 512 << 20 and os.listdir(tmp_path / "out") == []
+
+
+def test_the_unpacked_stream_is_read_and_skipped_only_within_its_bound(tmp_path, monkeypatch):
+    """Members' sizes are counted before unpacking; the stream they are read from is bounded too (headers and
+    what lies between them), so neither reading nor skipping through it inflates past the bound."""
+    monkeypatch.setattr(fetch, "MAX_UNPACKED_BYTES", 4 << 20)
+    monkeypatch.setattr(fetch, "MAX_TARBALL_MEMBERS", 10)
+    source = tmp_path / "src.tar.gz"
+    source.write_bytes(_gzip_of_zeros(64))
+    with fetch._Unpacked(source, str(source)) as stream:
+        assert stream.seek(fetch.MAX_UNPACKED_BYTES) == 4 << 20
+        with pytest.raises(UserError, match="unpacks to more than"):
+            stream.seek(stream.limit + 1)
+        stream.seek(stream.limit - 10)
+        with pytest.raises(UserError, match="unpacks to more than"):
+            stream.read(11)
+        assert stream.tell() == stream.limit - 10  # nothing read past it

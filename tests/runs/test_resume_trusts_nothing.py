@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.errors import shown
 from tests.runs.test_launch_run_dir import launch, only_run_dir, stand_in
 
 
@@ -167,6 +168,21 @@ def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(first_ru
     assert result.stderr.splitlines()[0] == (f"error: run directory {run_dir} is in use by process 4242 "
                                              f"(lock {run_dir}/.launch.lock)")
     assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 1
+
+
+@pytest.mark.parametrize("left", [b"", b"4242\n"], ids=["empty", "stale pid"])
+def test_a_lock_file_left_by_a_crashed_launch_does_not_block_the_next_resume(first_run, tmp_path, left):
+    run_dir, torchrun = first_run
+    (run_dir / ".launch.lock").write_bytes(left)  # no process holds it: the launch that wrote it is gone
+    result = resume(tmp_path, run_dir, torchrun)
+    assert result.returncode == 1 and "error:" not in result.stderr  # the stand-in's attempt ran, and failed
+    assert len(json.loads((run_dir / "manifest.json").read_text())["attempts"]) == 2
+    said = ("of process 4242, which ended without removing it" if left else
+            "left empty (by a process stopped while making it)")
+    assert f"note: the lock file {shown(str(run_dir / '.launch.lock'))} {said} was taken over" in result.stderr
+    # this launch removed its own lock as it ended: one found later was left by a launch that was killed
+    assert not (run_dir / ".launch.lock").exists()
+    assert not [name for name in os.listdir(run_dir) if name.endswith(".tmp")]
 
 
 def test_every_attempt_is_recorded(first_run, tmp_path):
