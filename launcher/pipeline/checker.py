@@ -860,6 +860,20 @@ class _Checker:
                 return name
         return None
 
+    def sample_budget(self, layout: Layout) -> None:
+        """Megatron turns a sample budget into iterations by floor division (training.py update_train_iters, a
+        constant batch): fewer samples than one global batch is 0 iterations, a run that updates nothing."""
+        samples, gbs = self.arg("train_samples"), layout.global_batch_size
+        if self.arg("train_iters") is not None or layout.batch_schedule or isinstance(samples, bool) \
+                or not isinstance(samples, int) or not isinstance(gbs, int) or gbs < 1:
+            return
+        if 1 <= samples < gbs:
+            self.fail(f"train_samples {samples} is less than one global batch of {gbs}: Megatron trains "
+                      f"train_samples // global_batch_size = 0 iterations (training.py update_train_iters), so "
+                      "the run would update nothing",
+                      f"set train_samples={gbs} or more (a multiple of {gbs}: the samples past the last whole "
+                      "batch are not trained)", stage="runtime")
+
     def _training_length_conflicts(self, based: str, other: str, conflicts: list[str]) -> None:
         """Every setting of the other unit at once, and the one command that unsets them all."""
         shown = ", ".join(f"{name} {self.arg(name)}" for name in conflicts)
@@ -979,6 +993,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     c.precision()
     c.lengths()
     c.training_length()
+    c.sample_budget(layout)
     c.misc()
     check_values(c.arg, c.fail, c.te)
     target_rules.check(c, layout.tp, layout.cp, layout.vpp)

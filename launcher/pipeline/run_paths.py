@@ -70,5 +70,7 @@ def end_of_training_interval(megatron: Mapping[str, Any]) -> int:
         return int(iters)
     samples, batch = megatron.get("train_samples"), megatron.get("global_batch_size")
     if isinstance(samples, (int, float)) and isinstance(batch, (int, float)) and samples >= 1 and batch >= 1:
-        return -(-int(samples) // int(batch))  # ceil: the iterations of a constant-batch sample budget
+        # Megatron's iterations of a constant-batch sample budget (training.py update_train_iters: floor; fewer
+        # samples than one batch are refused on their own, checker.sample_budget)
+        return max(1, int(samples) // int(batch))
     return 1_000_000_000  # unknown length (batch schedule): larger than any run

@@ -478,3 +478,25 @@ def test_a_refused_size_does_not_hide_the_layouts_other_rules_and_one_round_arri
         assert any(text in p.message for p in before), (text, [p.render() for p in before])
     _, after = follow(overrides, te, run_dir=tmp_path / "run")
     assert after == [], [p.render() for p in after]
+
+
+SAMPLE_BASED = ["train_iters=null", "lr_decay_iters=null", "lr_warmup_fraction=null", "global_batch_size=32"]
+
+
+@pytest.mark.parametrize(("samples", "refused_for_it"), [(1, True), (31, True), (32, False), (100, False)])
+def test_a_sample_budget_under_one_global_batch_is_refused_and_its_hint_arrives(samples, refused_for_it, tmp_path):
+    # Megatron trains train_samples // global_batch_size iterations: 0 of them, a run that updates nothing
+    overrides = [*SAMPLE_BASED, f"train_samples={samples}"]
+    found = [p for p in problems_of(overrides, run_dir=tmp_path / "run") if "train_samples" in p.message]
+    assert bool(found) == refused_for_it, [p.render() for p in found]
+    if found:
+        assert "0 iterations" in found[0].message
+        before, after = follow(overrides, run_dir=tmp_path / "run")
+        assert after == [], [p.render() for p in after]
+
+
+def test_the_end_of_run_save_interval_is_megatrons_count_of_iterations(tmp_path):
+    from launcher.pipeline.run_paths import end_of_training_interval
+    # 100 samples at a batch of 32: Megatron trains 3 iterations (the last 4 samples are not trained)
+    assert end_of_training_interval({"train_samples": 100, "global_batch_size": 32}) == 3
+    assert end_of_training_interval({"train_samples": 96, "global_batch_size": 32}) == 3
