@@ -653,15 +653,20 @@ class _Checker:
         if sp and (self.arg("seq_length") // cp) % tp:
             self.fail(f"sequence parallel needs seq_length {self.arg('seq_length')} / CP {cp} divisible by TP {tp}",
                       stage="runtime")
-        if sp and not self.te and not apex:
+        no_kernels = not self.te and not apex
+        moe_tp = tp > 1 and bool(self.arg("num_experts"))  # moe_layer.py:620, in training only
+        if sp and no_kernels:
             self.fail("sequence_parallel needs Transformer Engine or NVIDIA apex (torch's LayerNorm fallback "
-                      "asserts 'sequence parallel not supported')", "set sequence_parallel=false", stage="runtime")
-        if not sp and tp > 1 and self.arg("num_experts"):  # moe_layer.py:620, in training only
+                      "asserts 'sequence parallel not supported')",
+                      # without it MoE at TP > 1 raises (below): the way out that trains here is TP 1
+                      "set tensor_model_parallel_size=1 (MoE experts at TP > 1 need sequence_parallel)" if moe_tp
+                      else "set sequence_parallel=false", stage="runtime")
+        if not sp and moe_tp:
             self.fail(f"MoE experts with TP {tp} need sequence_parallel: Megatron's MoE layer raises at the first "
                       "training step ('performance may degrade if MoE and tensor parallelism are enabled without "
                       "also enabling sequence parallelism', moe_layer.py:621)",
-                      "set sequence_parallel=true" + ("" if self.te or apex else " (with Transformer Engine or apex), "
-                                                      "or tensor_model_parallel_size=1"), stage="runtime")
+                      "set tensor_model_parallel_size=1, or transformer_engine=true sequence_parallel=true (a target with TE)"
+                      if no_kernels else "set sequence_parallel=true", stage="runtime")
         if self.arg("tp_comm_overlap") and not sp:  # arguments.py:1386, after SP is turned off at TP 1
             if tp == 1:
                 self.fail("tp_comm_overlap needs sequence_parallel, which Megatron turns off at TP 1 "

@@ -500,3 +500,14 @@ def test_the_end_of_run_save_interval_is_megatrons_count_of_iterations(tmp_path)
     # 100 samples at a batch of 32: Megatron trains 3 iterations (the last 4 samples are not trained)
     assert end_of_training_interval({"train_samples": 100, "global_batch_size": 32}) == 3
     assert end_of_training_interval({"train_samples": 96, "global_batch_size": 32}) == 3
+
+
+@pytest.mark.parametrize("sequence_parallel", ["false", "true"])
+def test_moe_at_tp_2_without_te_or_apex_is_led_to_tp_1_not_round_a_circle(sequence_parallel, tmp_path):
+    # MoE at TP > 1 needs sequence parallelism, which needs TE or apex: each hint pointed at the other's problem
+    overrides = ["num_experts=4", "add_bias_linear=false", "tensor_model_parallel_size=2", "gpus_per_node=2",
+                 f"sequence_parallel={sequence_parallel}", "apex=false"]
+    before, after = follow(overrides, run_dir=tmp_path / "run")
+    assert any("sequence_parallel" in p.message for p in before), [p.render() for p in before]
+    assert not any("sequence_parallel" in p.message for p in after), [p.render() for p in after]
+    assert len(after) < len(before)
