@@ -665,7 +665,8 @@ class _Checker:
             self.fail(f"MoE experts with TP {tp} need sequence_parallel: Megatron's MoE layer raises at the first "
                       "training step ('performance may degrade if MoE and tensor parallelism are enabled without "
                       "also enabling sequence parallelism', moe_layer.py:621)",
-                      "set tensor_model_parallel_size=1, or transformer_engine=true sequence_parallel=true (a target with TE)"
+                      "set tensor_model_parallel_size=1, or transformer_engine=true sequence_parallel=true "
+                      "(a target with TE)"
                       if no_kernels else "set sequence_parallel=true", stage="runtime")
         if self.arg("tp_comm_overlap") and not sp:  # arguments.py:1386, after SP is turned off at TP 1
             if tp == 1:
