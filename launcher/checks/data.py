@@ -188,10 +188,7 @@ def _whole_npy(path: str) -> bool:
     item = re.fullmatch(r"[<>|=]?[a-zA-Z](\d+)", descr) if isinstance(descr, str) else None
     if item is None or not all(isinstance(n, int) and n >= 0 for n in shape):
         return True
-    count = 1
-    for dimension in shape:
-        count *= dimension
-    return size >= start + length + count * int(item.group(1))
+    return size >= start + length + math.prod(shape) * int(item.group(1))
 
 
 def check_cache(args: Mapping[str, Any]) -> list[Problem]:

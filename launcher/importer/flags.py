@@ -663,14 +663,13 @@ def shown_words(words: Sequence[str]) -> str:
     return " ".join(out)
 
 
-# the program that starts the entry script; anything before it wraps it (numactl, nsys profile, taskset, srun, …)
+# the program that starts the entry script, whose process counts the import reads (a job launcher's are read apart);
+# anything before it wraps it (numactl, nsys profile, taskset, srun, …)
 RUNNER = re.compile(r"(torchrun|python[0-9.]*|deepspeed|accelerate|msrun)")
 # MindSpore's msrun (MindSpeed-LLM's `--ai-framework mindspore` jobs): --worker_num processes in all, --local_worker_num
 # on this node, each 8 unless given (msrun --help); the nodes are worker_num / local_worker_num
 MSRUN_COUNTS = {"worker_num": "processes in all", "local_worker_num": "processes on each node"}
 MSRUN_DEFAULT = 8
-# The programs at the runner's place whose process counts the import reads (a job launcher's are read apart)
-KNOWN_RUNNERS = re.compile(r"torchrun|python[0-9.]*|deepspeed|accelerate|msrun")
 # Process counts of the job launchers that start one process per GPU with `python pretrain_gpt.py` (srun, mpirun)
 PER_NODE_OPTIONS = {"--ntasks-per-node", "-npernode", "--npernode", "-ppn", "--ppn", "--tasks-per-node",
                     "--num_gpus", "--num-gpus"}  # the last two: `deepspeed --no_python … bash -c "python …"`
@@ -800,7 +799,7 @@ def split_launch(argv: list[str]) -> Launch:
             "it runs; give it as the preset's nodes (1 unless set)")
     if runner and base_name(runner[0]) == "msrun" and not msrun_unknown:
         _msrun_layout(launch, msrun)
-    elif runner and not KNOWN_RUNNERS.fullmatch(base_name(runner[0])) and not launch.via_program \
+    elif runner and not RUNNER.fullmatch(base_name(runner[0])) and not launch.via_program \
             and not launch.wrapper and not {"nodes", "gpus_per_node"} & set(launch.launcher) \
             and not job_launcher(runner[0]) and MARK not in runner[0]:
         # `mylauncher --procs 16 pretrain_gpt.py`: its options were read as no count, so the preset would run the
