@@ -33,7 +33,7 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, heredocs, pbs, recovery
+from launcher.importer import coreutils, flux, heredocs, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
 
 MAX_SCRIPT_CHARS = 1_000_000
@@ -208,6 +208,7 @@ class Reading:
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
     lsf_nodes: int | None = None  # `#BSUB -nnodes N`: the nodes of an LSF job (jsrun runs on each)
+    flux_nodes: int | None = None  # `# flux: -N N`: the nodes of a Flux batch job (`flux resource list` prints it)
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
     unread_entry: list[tuple[int, int, int]] = field(default_factory=list)  # (first, last, where the error is)
@@ -388,6 +389,34 @@ def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
                                   + " from the #PBS lines (qsub's own command line may change them)"))
 
 
+def pjm_directives(text: str, reading: Reading, reader: _Reader) -> None:
+    """The `#PJM` lines (Fujitsu's job manager) → PJM_NODE, PJM_MPI_PROC, PJM_PROC_BY_NODE, the node file's lines."""
+    job = pjm.directives(text)
+    if job is None:
+        return
+    reading.shell.scalars.update(job.variables)
+    if job.nodes is not None and job.nodes <= pbs.MAX_LINES:
+        reader.known_files[_unknown(pjm.NODE_FILE)] = "".join(
+            _unknown(host) + "\n" for host in pbs.host_lines(pjm.NODE_FILE, job.nodes))
+    given = ", ".join(f"{k}={show(v)}" for k, v in job.variables.items())
+    reading.skipped.append((job.line, "read as pjsub runs it: " + "; ".join([*job.said, *([given] if given else [])])
+                            + " from the #PJM lines (pjsub's own command line may change them)"
+                            + "".join(f"; {n}" for n in job.not_carried)))
+
+
+def flux_directives(text: str, reading: Reading) -> None:
+    """The `# flux:` lines of a `flux batch` script → its nodes, which `flux resource list -n -o {nnodes}` prints."""
+    found = flux.directives(text)
+    if found is None:
+        return
+    line, nodes, unread = found
+    reading.flux_nodes = nodes
+    said = f"{nodes} node(s), which `flux resource list -n -o {{nnodes}}` and `flux getattr size` print" if nodes \
+        else "no node count (-N), so the job's nodes are not known here"
+    reading.skipped.append((line, f"read as flux batch runs it: {said} from the # flux: lines (flux batch's own "
+                                  "command line may change them)" + "".join(f"; {u}" for u in unread)))
+
+
 def read_script(text: str, positional: Sequence[str] = (), path: Path | None = None,
                 environment: Mapping[str, str] | None = None) -> Reading:
     """What `bash SCRIPT positional…` would run; $1 … and $# are the positional arguments given; `path`: the script's
@@ -407,6 +436,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     grid_engine_directives(text, reading)
     pbs_directives(text, reading, reader)
     lsf_directives(text, reading)
+    pjm_directives(text, reading, reader)
+    flux_directives(text, reading)
     try:
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
@@ -2061,6 +2092,9 @@ class _Reader:
                 if filtered is not None:
                     self.capture.out.append(filtered)
                     return
+            if program == "flux" and self.reading.flux_nodes and flux.asks_nodes(argv[1:]):
+                self.capture.out.append(f"{self.reading.flux_nodes}\n")  # the batch instance's nodes
+                return
             computed = coreutils.expr(argv[1:]) if program == "expr" else \
                 coreutils.seq(argv[1:]) if program == "seq" else \
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \

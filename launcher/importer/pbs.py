@@ -16,8 +16,8 @@ from collections.abc import Callable
 from launcher.importer.words import count, header_directives
 
 NODE_FILE = "PBS_NODEFILE"
-HOST_LABEL = "host {} of $" + NODE_FILE  # one line of the node file: a host name not known here
-_HOST = re.compile(r"host \d+ of \$" + NODE_FILE)
+HOST_LABEL = "host {} of ${}"  # one line of a scheduler's node file: a host name not known here
+_HOST = re.compile(r"host \d+ of \$(?:PBS_NODEFILE|PJM_O_NODEINF)")  # PBS's and Fujitsu PJM's node files
 MAX_LINES = 100_000
 FILTERS = ("wc", "sort", "uniq", "head", "tail", "cat")
 
@@ -47,12 +47,17 @@ def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
     if not chunks or per_chunk is None or slots is None or chunks * max(per_chunk, slots) > MAX_LINES:
         return None
     repeat = slots if torque else per_chunk
-    hosts = [HOST_LABEL.format(k) for k in range(1, chunks + 1) for _ in range(repeat)]
+    hosts = host_lines(NODE_FILE, chunks, repeat)
     variables = {"PBS_NUM_NODES": str(chunks), "PBS_NUM_PPN": str(slots), "PBS_NP": str(chunks * slots)} \
         if torque else {}
     said = (f"{chunks} node(s) of {slots} slot(s)" if torque else
             f"{chunks} chunk(s), each a node, of {per_chunk} MPI slot(s)") + f": {NODE_FILE} has {len(hosts)} line(s)"
     return first, variables, hosts, said
+
+
+def host_lines(node_file: str, hosts: int, repeat: int = 1) -> list[str]:
+    """The labels of a node file's lines: `hosts` hosts, each on `repeat` lines in a row."""
+    return [HOST_LABEL.format(k, node_file) for k in range(1, hosts + 1) for _ in range(repeat)]
 
 
 def line_structured(text: str, unknown_parts: Callable[[str], list[str]]) -> bool:
