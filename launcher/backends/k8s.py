@@ -27,13 +27,14 @@ from typing import Any, TextIO
 
 import yaml
 
+from launcher.backends import k8s_pod
 from launcher.errors import Problem, UserError
 from launcher.megatron import requirements
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, entry_script, kernel_summary
 from launcher.pipeline.k8s_settings import DEFAULT_PVC, MAX_NAME, K8sSettings, deadline_seconds
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import HostFromEnv
-from launcher.runs import cluster_job, rundir, secrets
+from launcher.runs import cluster_job, k8s_policy, requeue_policy, rundir, secrets
 from launcher.runs.atomic import write_text_atomic
 
 MAX_HOST_NAME = (63 - len("-node-0-0.")) // 2  # a JobSet's name, so that its coordinator's host name is a label
@@ -47,10 +48,11 @@ RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MULTUS = "k8s.v1.cni.cncf.io/networks"
 KUEUE_QUEUE = "kueue.x-k8s.io/queue-name"
-# Each pod: log into the run directory, check the data files and the packages the settings need, wait
-# (bounded) until the rendezvous host's name resolves, then become torchrun (exec: PID 1, so the kubelet's
-# SIGTERM reaches it and it forwards it to the ranks). Arguments: the number of data files, the files, then
-# torchrun's argv. No `$(` and no `$$` in it: Kubernetes would expand them.
+# Each pod: log into the run directory (its first line names the pod, the machine it runs on and the JobSet), check
+# the data files and the packages the settings need, wait (bounded) until the rendezvous host's name resolves, then
+# become the supervisor (k8s_pod.py: PID 1, so the kubelet's SIGTERM reaches it; it forwards it to torchrun, which
+# forwards it to the ranks, and exits with the code the failure policy reads). Arguments: the number of data files,
+# the files, then torchrun's argv. No `$(` and no `$$` in it: Kubernetes would expand them.
 ENTRY_SCRIPT = """\
 set -u
 trap 'echo "megatron-launch: SIGTERM before training started" >&2; exit 143' TERM
@@ -59,7 +61,8 @@ attempt=${RESTART_ATTEMPT:-0}
 if mkdir -p "$MEGATRON_LAUNCH_LOG_DIR"; then
     exec > >(tee -a "$MEGATRON_LAUNCH_LOG_DIR/node-$NODE_RANK-attempt-$attempt.log") 2>&1
 fi
-echo "megatron-launch: pod $NODE_RANK of $NNODES ($HOSTNAME), attempt $attempt, rendezvous host $MASTER_ADDR"
+echo "megatron-launch: pod $NODE_RANK of $NNODES ($HOSTNAME), attempt $attempt, on node \
+${MEGATRON_LAUNCH_K8S_NODE:-unknown}, jobset ${MEGATRON_LAUNCH_JOBSET:-unknown}, rendezvous host $MASTER_ADDR"
 files=$1
 shift
 status=0
@@ -92,13 +95,13 @@ for name in ${MEGATRON_LAUNCH_UNSET:-}; do  # launcher.env's nulls: not even the
     unset "$name"
 done
 unset MEGATRON_LAUNCH_UNSET
-exec "$@"
+exec python3 -c "$MEGATRON_LAUNCH_SUPERVISOR" "$@"
 """
-# Exit status 2 means bad input (a data file missing, Megatron's argument parser): no restart can fix it.
-INPUT_ERROR = 2
+INPUT_ERROR = k8s_pod.INPUT_ERROR
 MANAGED_ENV = ("NNODES", "NODE_RANK", "RESTART_ATTEMPT", "MASTER_ADDR", "MEGATRON_LAUNCH_DNS_TIMEOUT",
                "MEGATRON_LAUNCH_LOG_DIR", "TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "MEGATRON_LAUNCH_NODE_CHECK",
-               "MEGATRON_LAUNCH_NODE_ITEMS", "MEGATRON_LAUNCH_UNSET")
+               "MEGATRON_LAUNCH_NODE_ITEMS", "MEGATRON_LAUNCH_UNSET", "MEGATRON_LAUNCH_K8S_NODE",
+               "MEGATRON_LAUNCH_JOBSET", "MEGATRON_LAUNCH_SUPERVISOR")
 # Kubernetes' expansion reads the byte after a `$`: `(` opens a reference, `$` escapes, and any other byte is
 # kept, but re-encoded as the character of that byte value, so `$é` (bytes C3 A9) would become `$Ã©`: a `$` before
 # a non-ASCII character is escaped too.
@@ -146,6 +149,8 @@ class JobSetJob:
     preset: str = ""
     about: tuple[str, ...] = ()
     unset: tuple[str, ...] = ()  # launcher.env's nulls: the entry script unsets them before torchrun
+    # a resumed run: what its earlier attempts' ends say (machines to keep off, by the Slurm requeue policy's rule)
+    resumed: k8s_policy.Resume = k8s_policy.Resume()
 
     @property
     def mount_path(self) -> str:
@@ -168,10 +173,13 @@ def build_job(job: ResolvedJob, command: Command, settings: K8sSettings) -> JobS
     about = [kernel_summary(job) + ("; each pod checks what the settings need at start" if items else "")] \
         if job.entry == "pretrain_gpt" else []
     about.append(f"runs {job.runtime.describe()}")
+    resumed = k8s_policy.resume(job.existing.path, job.existing.manifest) if job.existing is not None \
+        else k8s_policy.Resume()
     return JobSetJob(name=name, namespace=settings.namespace, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
                      world_size=job.layout.world_size, argv=tuple(command.argv), env=dict(command.env),
                      run_dir=job.run_dir, settings=settings, data_files=job.unseen_files, preset=job.preset.name,
-                     about=tuple(about), node_requirements=json.dumps(items) if items else "", unset=command.unset)
+                     about=tuple(about), node_requirements=json.dumps(items) if items else "", unset=command.unset,
+                     resumed=resumed)
 
 
 def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
@@ -204,7 +212,7 @@ def check_job(job: JobSetJob, resolved: ResolvedJob) -> list[Problem]:
 
 def warnings_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
     """Paths the pods use that the PVC does not hold, and code that must be in the image."""
-    found = list(resolved.warnings)
+    found = [*resolved.warnings, *job.resumed.warnings]
     mount = Path(job.mount_path)
     for dest in ("save", "load", "tensorboard_dir"):
         path = resolved.megatron.get(dest)
@@ -223,6 +231,7 @@ def notes_of(job: JobSetJob, resolved: ResolvedJob) -> list[str]:
     s = job.settings
     notes = [f"the pods run {entry_script(resolved)} from the image {s.image} (or the PVC): --megatron-path names "
              "Megatron-LM's directory there"]
+    notes += job.resumed.notes
     if s.pvc == DEFAULT_PVC:
         notes.append(f"the run directory and checkpoints go to the ReadWriteMany claim {DEFAULT_PVC} (k8s.pvc), "
                      f"which must exist in namespace {s.namespace}")
@@ -247,6 +256,9 @@ def jobset(job: JobSetJob) -> dict[str, Any]:
         _field("NODE_RANK", f"metadata.annotations['{COMPLETION_INDEX}']"),
         _field("RESTART_ATTEMPT", f"metadata.annotations['{RESTART_ATTEMPT}']"),
         _field("MASTER_ADDR", f"metadata.annotations['{COORDINATOR}']"),
+        _field("MEGATRON_LAUNCH_K8S_NODE", "spec.nodeName"),  # the machine: what a failure there leaves out
+        {"name": "MEGATRON_LAUNCH_JOBSET", "value": job.name},
+        {"name": "MEGATRON_LAUNCH_SUPERVISOR", "value": k8s_word(k8s_pod.SUPERVISOR)},
         {"name": "MEGATRON_LAUNCH_DNS_TIMEOUT", "value": str(s.dns_timeout)},
         {"name": "MEGATRON_LAUNCH_LOG_DIR", "value": k8s_word(str(job.run_dir / "logs" / "k8s"))},
         # torchrun's grace between forwarding SIGTERM to its ranks and killing them: time to save a checkpoint
@@ -282,15 +294,22 @@ def jobset(job: JobSetJob) -> dict[str, Any]:
         "completions": job.nodes,
         "parallelism": job.nodes,
         "backoffLimit": 0,  # a failed pod fails its Job, and the JobSet restarts as a whole (the rendezvous needs all)
+        # bad input (2) and Megatron's failed result validation (17): the JobSet's rule below fails it, no restart
         "podFailurePolicy": {"rules": [
             {"action": "FailJob", "onExitCodes": {"containerName": CONTAINER, "operator": "In",
-                                                  "values": [INPUT_ERROR]}}]},
+                                                  "values": list(k8s_pod.NOT_RETRIED)}}]},
     }
     if (deadline := deadline_seconds(s)) is not None:
         job_spec["activeDeadlineSeconds"] = deadline
+    pod_spec: dict[str, Any] = {}
+    if job.resumed.exclude:  # machines an earlier attempt's fault names: the pods are scheduled elsewhere
+        pod_spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "NotIn", "values": list(job.resumed.exclude)}]}]}}}
     job_spec["template"] = {
         "metadata": pod_meta,
         "spec": {
+            **pod_spec,
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": s.grace_seconds,
             "containers": [container],
@@ -310,8 +329,8 @@ def jobset(job: JobSetJob) -> dict[str, Any]:
             "maxRestarts": s.max_restarts,
             # the old pods are gone (their checkpoint saved) before the new ones start and load it
             "restartStrategy": "BlockingRecreate",
-            # exit 2 (bad input, PodFailurePolicy above): restarting cannot help
-            "rules": [{"name": "InputError", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
+            # exit 2 or 17 (PodFailurePolicy above): restarting cannot help
+            "rules": [{"name": "NotRetried", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]}],
         },
         "successPolicy": {"operator": "All"},
         "replicatedJobs": [{"name": REPLICATED_JOB, "replicas": 1, "template": {"spec": job_spec}}],
@@ -404,6 +423,9 @@ def record(job: ResolvedJob, made: JobSetJob, text: str, kubectl: str) -> None:
     else:
         rundir.record_attempt(job.existing, argv, {})
         write_text_atomic(made.manifest_path, text)
+        if made.resumed.decision is not None:  # the earlier attempts' end and the machines kept off, as Slurm's
+            attempt = len(job.existing.manifest.get("attempts") or []) + 1  # the one record_attempt added
+            requeue_policy.record(made.run_dir / "manifest.json", made.name, attempt, made.resumed.decision)
 
 
 def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_job: bool = False,

@@ -27,7 +27,8 @@ def _pod(tmp_path: Path, nodes: int = 2, overrides: tuple[str, ...] = NO_KERNELS
     made, _ = render_preset("345m", ("k8s.name=train", "k8s.dns_timeout=3", *overrides), nodes=nodes,
                             gpus_per_node=1, run_dir=tmp_path / "runs" / "train")
     container = made.obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
-    fields = {"NODE_RANK": "1", "RESTART_ATTEMPT": "2", "MASTER_ADDR": HOST}  # what the downward API fills in
+    # what the downward API fills in
+    fields = {"NODE_RANK": "1", "RESTART_ATTEMPT": "2", "MASTER_ADDR": HOST, "MEGATRON_LAUNCH_K8S_NODE": "gpu-7"}
     env = {e["name"]: fields.get(e["name"], e.get("value", "")) for e in container["env"]}
     env = {name: expand(value, env) for name, value in env.items()}
     command = [expand(word, env) for word in container["command"]]
@@ -70,7 +71,7 @@ def test_the_pod_waits_for_the_rendezvous_name_then_runs_the_resolved_argv(tmp_p
     assert (tmp_path / "asked").read_text().splitlines() == [HOST, HOST]
     log = tmp_path / "runs" / "train" / "logs" / "k8s" / "node-1-attempt-3.log"
     assert log.read_text().splitlines()[0] == (f"megatron-launch: pod 1 of 2 ({os.uname().nodename}), attempt 3, "
-                                               f"rendezvous host {HOST}")
+                                               f"on node gpu-7, jobset train, rendezvous host {HOST}")
 
 
 def test_the_wait_for_the_name_is_bounded(tmp_path):

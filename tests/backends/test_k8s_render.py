@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import sys
 from pathlib import Path
 
 import pytest
@@ -306,7 +307,9 @@ def test_a_null_in_env_is_unset_in_the_pod_even_where_the_image_sets_it(tmp_path
     assert env["MEGATRON_LAUNCH_UNSET"] == "NCCL_DEBUG" and "NCCL_DEBUG" not in env
     pod_env = {"NNODES": "1", "NODE_RANK": "0", "MASTER_ADDR": "localhost", "MEGATRON_LAUNCH_DNS_TIMEOUT": "1",
                "MEGATRON_LAUNCH_LOG_DIR": str(tmp_path / "logs"), "PATH": "/usr/bin:/bin",
-               "NCCL_DEBUG": "INFO", "MEGATRON_LAUNCH_UNSET": env["MEGATRON_LAUNCH_UNSET"]}
+               "NCCL_DEBUG": "INFO", "MEGATRON_LAUNCH_UNSET": env["MEGATRON_LAUNCH_UNSET"],
+               "MEGATRON_LAUNCH_SUPERVISOR": env["MEGATRON_LAUNCH_SUPERVISOR"]}
+    pod_env["PATH"] = f"{Path(sys.executable).parent}:{pod_env['PATH']}"  # the image's python3
     probe = 'echo "${NCCL_DEBUG-unset} ${MEGATRON_LAUNCH_UNSET-unset}"'
     out = subprocess.run(["bash", "-c", k8s.ENTRY_SCRIPT, "megatron-launch", "0", "bash", "-c", probe],
                          env=pod_env, capture_output=True, text=True, timeout=30, check=True).stdout

@@ -1,0 +1,133 @@
+"""What `launch --resume RUN_DIR --k8s` takes from the JobSet's earlier attempts: the Slurm batch script's rule
+(runs/requeue_policy.py) applied to the pods' logs.
+
+Each pod appends to logs/k8s/node-N-attempt-M.log and opens each start with `megatron-launch: pod N of M (POD HOST),
+attempt A, on node MACHINE, jobset NAME, …` (backends/k8s.py's entry script; the machine is the pod's spec.nodeName).
+One attempt is one JobSet's restart A: the lines of all its pods, as a Slurm job's log holds every rank's. Attempts are
+ordered by JobSet (NAME, then NAME-rN in the order `launch --resume` wrote them) and number. The last one decides:
+
+- a persistent end (out of memory, a start-up error, Megatron's failed result validation, …) or the same training or
+  data failure a second time: a warning that a retry meets it again (the resume is asked for: it is written);
+- an end that blames a host (a GPU/ECC/Xid error, a node failure, the OOM killer, one machine's NCCL system error) or
+  Megatron's exit 16 naming the machine its rerun must avoid: the host a log names is a pod's host name (torchrun,
+  Megatron and NCCL name the pod), so it is taken only as one of the last attempt's pods and becomes the machine that
+  pod ran on; the new JobSet's pods are kept off it, with every machine left out before (manifest.json
+  excluded_nodes, at most 64): a required node affinity `metadata.name NotIn [...]`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from launcher import untrusted
+from launcher.errors import UserError
+from launcher.pipeline.k8s_settings import DNS1123_SUBDOMAIN
+from launcher.runs import entries, requeue_policy, triage
+from launcher.runs.logparse import clean_line
+
+LOG_DIR = Path("logs") / "k8s"
+MAX_POD_LOG_BYTES = 1 << 30
+MAX_EXCLUDED = 64
+MAX_NODE_NAME = 253  # a Kubernetes node's name: a DNS-1123 subdomain
+_HEADER = re.compile(r"megatron-launch: pod [0-9]{1,9} of [0-9]{1,9} \((?P<host>[^()\s]{0,253})\), attempt "
+                     r"(?P<attempt>[0-9]{1,9})(?:, on node (?P<node>\S{1,253}), jobset (?P<jobset>\S{1,253}))?,")
+_RESUMED = re.compile(r".*-r(?P<number>[0-9]{1,6})")
+
+
+def node_name(name: object) -> bool:
+    return isinstance(name, str) and len(name) <= MAX_NODE_NAME and bool(DNS1123_SUBDOMAIN.fullmatch(name))
+
+
+def excluded_nodes(manifest: dict) -> tuple[list[str], str | None]:
+    """The machines left out so far (manifest.json's excluded_nodes), and what of that list was not taken."""
+    names = manifest.get("excluded_nodes")
+    if names is None:
+        return [], None
+    if not isinstance(names, list) or len(names) > MAX_EXCLUDED:
+        size = f"{len(names)} names, more than the {MAX_EXCLUDED}" if isinstance(names, list) else "not a list of"
+        return [], f"{size} machine names the launcher leaves out"
+    kept = [name for name in dict.fromkeys(n for n in names if node_name(n))]
+    dropped = len(names) - len(kept)
+    return kept, f"{dropped} value(s) that name no machine, dropped" if dropped else None
+
+
+@dataclass
+class _Attempt:
+    reader: triage.AttemptReader
+    machines: dict[str, str]  # pod host name → the machine it ran on ("" where the log does not say)
+
+
+def read_attempts(run_dir: Path) -> tuple[list[triage.Triage], dict[str, str]]:
+    """Every attempt's end from the pod logs, oldest first, and the last attempt's pods: host → machine."""
+    attempts: dict[tuple[int, str, int], _Attempt] = {}
+    for path in entries.listed(Path(run_dir) / LOG_DIR, "node-*-attempt-*.log", "pod logs"):
+        if not path.is_file():
+            continue
+        current: _Attempt | None = None
+        try:
+            for raw in untrusted.Lines(path, "pod log", MAX_POD_LOG_BYTES):
+                header = _HEADER.search(clean_line(raw)) if "megatron-launch: pod" in raw else None
+                if header:
+                    jobset = header["jobset"] or ""
+                    resumed = _RESUMED.fullmatch(jobset)
+                    key = (int(resumed["number"]) if resumed else 0, jobset, int(header["attempt"]))
+                    current = attempts.setdefault(key, _Attempt(triage.AttemptReader(), {}))
+                    machine = header["node"] or ""
+                    current.machines[header["host"]] = machine if node_name(machine) else ""
+                elif current is not None:
+                    current.reader.feed(raw)
+        except UserError:
+            continue
+    ordered = [attempts[key] for key in sorted(attempts)]
+    return [a.reader.verdict() for a in ordered], (ordered[-1].machines if ordered else {})
+
+
+@dataclass(frozen=True)
+class Resume:
+    """What the new JobSet takes from the earlier attempts."""
+
+    exclude: tuple[str, ...] = ()  # every machine its pods keep off
+    notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    decision: requeue_policy.Decision | None = None  # to record (the last attempt's end and what was done)
+
+
+def resume(run_dir: Path, manifest: dict) -> Resume:
+    ends, machines = read_attempts(run_dir)
+    before, not_taken = excluded_nodes(manifest)
+    notes = [f"manifest.json excluded_nodes: {not_taken}, not taken"] if not_taken else []
+    if not ends:
+        return Resume(tuple(before), tuple(notes + _kept(before)))
+    decision = requeue_policy.decide(ends, (), tuple(machines))
+    last = decision.end
+    warnings = []
+    if decision.action == requeue_policy.STOP:
+        warnings.append(f"the JobSet's last attempt ended {decision.rule}; resuming as asked (change what caused "
+                        "it first)")
+    added: list[str] = []
+    hosts = decision.hosts
+    for pod in decision.left_out:
+        machine = machines.get(pod, "")
+        if not machine:
+            hosts = f"no machine left out: the log of pod {pod} does not name the machine it ran on"
+        elif machine in before:
+            hosts = f"{machine} (pod {pod}) was left out already"
+        elif len(before) >= MAX_EXCLUDED:
+            hosts = f"{machine} kept: {MAX_EXCLUDED} machines are left out already"
+        else:
+            added.append(machine)
+            hosts = f"leaving out {machine}, where pod {pod} ran" + (
+                ", where the rerun must not run again" if last.resume_asked else "")
+    exclude = (*before, *added)
+    if last.host_fault or last.resume_asked:
+        notes.append(f"the JobSet's last attempt ended {last.describe()}: {hosts}")
+    notes += _kept([name for name in before if name not in added])
+    recorded = replace(decision, exclude=exclude, left_out=tuple(added), hosts=hosts)
+    return Resume(exclude, tuple(notes), tuple(warnings), recorded)
+
+
+def _kept(names: list[str]) -> list[str]:
+    return [f"keeping off {', '.join(names)}: an earlier attempt failed there (manifest.json excluded_nodes)"] \
+        if names else []
