@@ -5,7 +5,9 @@ and pipeline_parallel_layer_layout.py):
 
 * even split: layers / PP per rank, then / VPP per model chunk;
 * `decoder_first_pipeline_num_layers` / `decoder_last_pipeline_num_layers`: those counts on the first / last
-  rank, the rest spread evenly over the ranks between;
+  rank, the rest spread evenly over the ranks between. Megatron reads them at PP 1 too: one of them must then be
+  num_layers (TransformerConfig refuses any other), and with both set (first + last ≠ num_layers) its one rank
+  builds `last` decoder layers, whatever num_layers says;
 * `account_for_embedding_in_pipeline_split` / `account_for_loss_in_pipeline_split`: the embedding and the
   loss count as one layer each in the split; the first chunk of rank 0 (last chunk of the last rank) then
   builds one decoder layer fewer;
@@ -51,20 +53,24 @@ def _split(num_layers: int, pp: int, vpp: int, first: int | None, last: int | No
            loss_in_split: bool, layout: str | None) -> tuple[Stage, ...]:
     if layout:
         return _from_layout(layout, num_layers, pp)
-    if pp == 1:
-        first = last = None  # Megatron ignores uneven-stage settings without a pipeline
-    if first is not None or last is not None:
+    if first is not None or last is not None:  # also at PP 1, where Megatron reads them too
         if embedding_in_split or loss_in_split:
             raise SplitError("uneven first/last pipeline stages cannot be combined with "
                              "account_for_embedding/loss_in_pipeline_split")
+        for name, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
+            if value is not None and value <= 0:
+                raise SplitError(f"{name} must be larger than 0, got {value}")
         rest, ranks = num_layers - (first or 0) - (last or 0), pp - (first is not None) - (last is not None)
-        if rest < 0 or (ranks > 0 and rest % ranks):
+        if bool(rest) != bool(ranks):  # TransformerConfig's check; at PP 1 with both set, ranks is -1
+            raise SplitError(f"{rest} middle layers remain for {ranks} middle pipeline stages (num_layers "
+                             f"{num_layers}, PP {pp}, first {first}, last {last})")
+        if ranks > 0 and (rest < 0 or rest % ranks):
             raise SplitError(f"{rest} layers left for the {ranks} middle pipeline stages do not divide evenly")
         middle = rest // ranks if ranks > 0 else 0
         per_rank = [middle] * pp
         if first is not None:
             per_rank[0] = first
-        if last is not None:
+        if last is not None:  # at PP 1 the one rank is first and last: get_num_layers_to_build gives it `last`
             per_rank[-1] = last
     else:
         units = num_layers + embedding_in_split + loss_in_split

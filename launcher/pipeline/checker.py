@@ -472,7 +472,10 @@ class _Checker:
                       extra: int) -> None:
         if extra:
             self.fail("uneven first/last pipeline stages cannot be combined with "
-                      "account_for_embedding/loss_in_pipeline_split")
+                      "account_for_embedding/loss_in_pipeline_split",
+                      "keep one: --set decoder_first_pipeline_num_layers=null --set decoder_last_pipeline_num_layers="
+                      "null, or --set account_for_embedding_in_pipeline_split=false --set "
+                      "account_for_loss_in_pipeline_split=false")
             return
         middle_layers, middle_stages = layers, pp
         for name, value in (("decoder_first_pipeline_num_layers", first), ("decoder_last_pipeline_num_layers", last)):
@@ -485,10 +488,23 @@ class _Checker:
                 self.fail(f"{name} {value} is not divisible by the virtual pipeline size {vpp}")
             middle_layers -= value
             middle_stages -= 1
+        given = [f"{name}={value}" for name, value in (("decoder_first_pipeline_num_layers", first),
+                                                       ("decoder_last_pipeline_num_layers", last)) if value is not None]
+        drop = " ".join(f"--set {text.partition('=')[0]}=null" for text in given)
         if bool(middle_layers) != bool(middle_stages):
             self.fail(f"{middle_layers} middle layers remain for {middle_stages} middle pipeline stages "
                       f"(num_layers {layers}, PP {pp}, first {first}, last {last})",
+                      f"at PP 1 the one stage holds every layer: {drop}" if pp == 1 else
                       "make first + last + middle layers add up with at least one layer per stage")
+        elif middle_stages > 0 and middle_layers < 0:  # Megatron's config lets it pass; its middle ranks get < 0
+            self.fail(f"{' + '.join(given)} exceed num_layers {layers}: {middle_layers} layers are left for the "
+                      f"{middle_stages} middle pipeline stages", "make first + last less than num_layers")
+        elif pp == 1 and middle_stages < 0 and last != layers:
+            # both set at PP 1: TransformerConfig takes it and get_num_layers_to_build gives the one rank `last`
+            self.warnings.append(
+                f"at PP 1 the one pipeline rank is both first and last: Megatron builds decoder_last_pipeline_"
+                f"num_layers {last} decoder layers (get_num_layers_to_build), not num_layers {layers}; "
+                f"the memory and step-time estimates count {last} ({drop} to build all {layers})")
         elif middle_stages and middle_layers % middle_stages:
             self.fail(f"{middle_layers} middle layers are not divisible by {middle_stages} middle stages "
                       f"(num_layers {layers}, PP {pp}, first {first}, last {last})")
