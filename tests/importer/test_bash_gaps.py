@@ -954,3 +954,26 @@ def test_set_e_ends_the_script_where_bash_ends_it(code, runs):
     if shutil.which("bash"):
         out = subprocess.run(["bash", "-c", code + "echo reached"], capture_output=True, text=True, timeout=10)
         assert ("reached" in out.stdout) == runs
+
+
+@pytest.mark.parametrize("code", [
+    # the grammar closes these tests at the `]` the last word ends with; bash gives `[` the word `1]` (or `"1"]`,
+    # `${Y}]`) and no closing `]`: "missing `]'", status 2, the test false whatever the values
+    'X=1\nif [ $X -eq 1]; then W=four; else W=two; fi',
+    'X=1\n[ "$X" = "1"] && W=tp2 || W=tp1',
+    'Y=a\nif [ -n $Y]; then W=set; elif [ a = a ]; then W=spaced; fi',
+    'X=1\nY=1\n[ $X = ${Y}] || W=neither',
+    'if [ $NOT_SET_HERE -eq 1]; then W=512; else W=256; fi',  # false however the caller sets it
+    'X=1\nif [ $X -eq 1 ]; then W=closed; fi',  # a `]` of its own closes it
+])
+def test_a_bracket_test_whose_last_word_holds_the_bracket_fails_as_in_bash(code):
+    got = words(code)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+    assert "${W}" not in got
+
+
+def test_a_bracket_test_without_its_own_bracket_ends_a_set_e_script():
+    reading = read_script("set -e\nX=1\n[ $X = 1]\ntorchrun pretrain_gpt.py --num-layers 2\n")
+    assert reading.commands == []
+    assert any("no closing ]" in why for _, why in reading.skipped)
