@@ -1601,8 +1601,8 @@ class _Reader:
             return None
 
     def test_tokens(self, node: Any) -> list[str]:
-        """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded, not split); the
-        grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
+        """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded: split in `[ ]`, not in
+        `[[ ]]`); the grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
         out: list[str] = []
         double = bool(node.children) and node.children[0].type == "[["
 
@@ -1621,10 +1621,12 @@ class _Reader:
             if not n.is_named or n.type == "test_operator":
                 out.append(self.text(n))
                 return
-            if n.type in ("extglob_pattern", "regex"):
+            if n.type in ("extglob_pattern", "regex") and double:
                 out.append("\x01" + self.pattern(n))  # a pattern, not a string
                 return
-            out.append(self.joined(n))
+            # `[ $X != x ]`: test(1) is a command, its operands are split like any command's words (X empty: `[ != x ]`,
+            # an error; X="a b": two operands); `[[ ]]` does not split
+            out.extend([self.joined(n)] if double else self.fields(n))
 
         for child in node.children:
             walk(child)
@@ -3958,11 +3960,51 @@ class _Test:
     def parse(self) -> tuple[bool, bool]:
         if not self.words:
             return False, False
+        known = not any(unresolved_names(w) or w.startswith("\x01") for w in self.words)
         try:
+            if not self.double and known and len(self.words) <= 4:
+                return self.by_count(self.words), False
             value = self.or_()
         except _TestError:  # `[ false -ne 1 ]`: test(1) says "integer expression expected", status 2
             return False, False
-        return value, self.at < len(self.words)
+        rest = self.at < len(self.words)
+        if rest and not self.double and known:  # `[ a b c d e ]`: test(1)'s error (too many arguments), status 2
+            return False, False
+        return value, rest
+
+    def by_count(self, words: list[str]) -> bool:
+        """test(1) of at most four words, as POSIX (and bash) decide it by their number: `[ != x ]` (an empty operand
+        split away) is an error, status 2, not a comparison; `[ a b ]` too."""
+        n = len(words)
+        if n == 1:
+            return words[0] != ""
+        if n == 2:
+            if words[0] == "!":
+                return words[1] == ""
+            if words[0] in ("-n", "-z"):
+                return (words[1] != "") == (words[0] == "-n")
+            if words[0] in self.UNARY_FILE or words[0] == "-v":
+                raise _Unknown(words[0])  # the file system / environment is not read
+            raise _TestError(words[0])  # unary operator expected
+        if n == 3:
+            if self._binary_op(words[1]):
+                return self.binary(*words)
+            if words[1] in ("-a", "-o"):  # binary with three arguments: each side's one-argument test
+                left, right = words[0] != "", words[2] != ""
+                return (left and right) if words[1] == "-a" else (left or right)
+            if words[0] == "!":
+                return not self.by_count(words[1:])
+            if words[0] == "(" and words[2] == ")":
+                return words[1] != ""
+            raise _TestError(words[1])  # binary operator expected
+        if words[0] == "!":
+            return not self.by_count(words[1:])
+        if words[0] == "(" and words[3] == ")":
+            return self.by_count(words[1:3])
+        value = self.or_()
+        if self.at < n:
+            raise _TestError(words[self.at])
+        return value
 
     def moot(self) -> None:
         """Read past the next operand without evaluating it (bash does not need its value)."""
