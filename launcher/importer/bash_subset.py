@@ -2073,6 +2073,13 @@ class _Reader:
                 else:
                     self.capture.out.append(printed)
                 return
+            if program == "scontrol":  # `$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)`: the job's nodes
+                nodes = self.shell.scalars.get("SLURM_JOB_NUM_NODES", self.shell.scalars.get("SLURM_NNODES"))
+                hosts = pbs.slurm_hostnames(argv[1:], nodes, [_unknown("SLURM_JOB_NODELIST"),
+                                                              _unknown("SLURM_NODELIST")])
+                if hosts is not None:
+                    self.capture.out.append("".join(_unknown(host) + "\n" for host in hosts))
+                    return
             if program in pbs.FILTERS:  # `wc -l < $PBS_NODEFILE`, `sort -u $PBS_NODEFILE | wc -l`
                 filtered = self.filter_lines(program, argv[1:])
                 if filtered is not None:
@@ -3111,9 +3118,10 @@ def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
 def _uncounted(array: Sequence[str], name: str) -> int | None:
     """Where the elements of an array stop being counted: at its own marker (words not known, however many) or at
     an element that is wholly a value not known, which bash may have split into any number of words
-    (`nodes=( $(scontrol show hostnames) )`, `GPUS=(${CUDA_VISIBLE_DEVICES//,/ })`); None: every element is one."""
-    return next((k for k, element in enumerate(array) if element == _unknown(name) or UNRESOLVED.fullmatch(element)),
-                None)
+    (`GPUS=(${CUDA_VISIBLE_DEVICES//,/ })`), but a host of a node file or host list, one word (`nodes=( $(scontrol
+    show hostnames) )` in a job whose #SBATCH lines give its nodes); None: every element is one."""
+    return next((k for k, element in enumerate(array) if element == _unknown(name) or (
+        UNRESOLVED.fullmatch(element) and not all(map(pbs.is_host, unresolved_names(element))))), None)
 
 
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:

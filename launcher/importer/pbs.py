@@ -1,4 +1,5 @@
-"""What PBS gives a job from its own `#PBS -l` lines, and the line filters a script counts its hosts with.
+"""What PBS gives a job from its own `#PBS -l` lines, what Slurm's `scontrol show hostnames` prints for the job, and
+the line filters a script counts its hosts with.
 
 PBS Pro's `#PBS -l select=2:ngpus=4` asks for 2 chunks (each a node where the chunk takes a node's GPUs, as on
 ALCF Polaris or ABCI 3.0); Torque's `#PBS -l nodes=2:ppn=8` for 2 nodes of 8 slots. The job's host file
@@ -17,7 +18,11 @@ from launcher.importer.words import count, header_directives
 
 NODE_FILE = "PBS_NODEFILE"
 HOST_LABEL = "host {} of $" + NODE_FILE  # one line of the node file: a host name not known here
-_HOST = re.compile(r"host \d+ of \$" + NODE_FILE)
+# Slurm's host list prints the same way: `scontrol show hostnames $SLURM_JOB_NODELIST`, one host a line, one line a
+# node of the job (SLURM_JOB_NUM_NODES, known from the #SBATCH lines)
+NODE_LIST = "SLURM_JOB_NODELIST"
+SLURM_HOST_LABEL = "host {} of $" + NODE_LIST
+_HOST = re.compile(r"host \d+ of \$(" + NODE_FILE + "|" + NODE_LIST + ")")
 MAX_LINES = 100_000
 FILTERS = ("wc", "sort", "uniq", "head", "tail", "cat")
 
@@ -53,6 +58,23 @@ def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
     said = (f"{chunks} node(s) of {slots} slot(s)" if torque else
             f"{chunks} chunk(s), each a node, of {per_chunk} MPI slot(s)") + f": {NODE_FILE} has {len(hosts)} line(s)"
     return first, variables, hosts, said
+
+
+def slurm_hostnames(args: list[str], nodes: str | None, node_list: list[str]) -> list[str] | None:
+    """The host labels `scontrol show hostnames [LIST]` prints in a job of `nodes` nodes, one a line, where LIST is
+    the job's own (absent, or one of `node_list`: $SLURM_JOB_NODELIST, $SLURM_NODELIST); None otherwise."""
+    if args[:2] not in (["show", "hostnames"], ["show", "hostname"]) or len(args) > 3 or \
+            (len(args) == 3 and args[2] not in node_list):
+        return None
+    found = count(nodes) if nodes is not None else None
+    if found is None or found > MAX_LINES:
+        return None
+    return [SLURM_HOST_LABEL.format(k) for k in range(1, found + 1)]
+
+
+def is_host(name: str) -> bool:
+    """Whether an unknown value is one host line of a node file or host list: one word, whatever its name is."""
+    return bool(_HOST.fullmatch(name))
 
 
 def line_structured(text: str, unknown_parts: Callable[[str], list[str]]) -> bool:
