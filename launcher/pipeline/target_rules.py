@@ -229,16 +229,22 @@ def megatron_fsdp(c: Any) -> None:
     fmt = c.arg("ckpt_format")
     if fsdp:
         if c.arg("optimizer") not in ("sgd", "adam"):
-            c.fail(f"use_megatron_fsdp does not support the {c.arg('optimizer')} optimizer yet")
+            # the optimizer is the run's numerics, FSDP only where its states live: the first way out keeps it
+            back = " --set ckpt_format=torch_dist" if fmt == "fsdp_dtensor" else ""  # FSDP's own format goes too
+            c.fail(f"use_megatron_fsdp does not support the {c.arg('optimizer')} optimizer yet",
+                   f"--set use_megatron_fsdp=false{back}, or --set optimizer=adam")
         if c.arg("data_parallel_sharding_strategy") == "optim_grads_params" and \
                 c.arg("check_weight_hash_across_dp_replicas_interval") is not None:
-            c.fail("check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params")
+            c.fail("check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params",
+                   "set check_weight_hash_across_dp_replicas_interval=null, or data_parallel_sharding_strategy="
+                   "optim_grads")
         if fmt != "fsdp_dtensor":
             c.fail(f"use_megatron_fsdp requires ckpt_format fsdp_dtensor, got {fmt}", "set ckpt_format=fsdp_dtensor")
         if c.arg("init_model_with_meta_device") and c.arg("data_parallel_sharding_strategy") == "no_shard":
-            c.fail("init_model_with_meta_device is not supported with data_parallel_sharding_strategy no_shard")
+            c.fail("init_model_with_meta_device is not supported with data_parallel_sharding_strategy no_shard",
+                   "set init_model_with_meta_device=false")
     if c.arg("fsdp_manual_registration") and not fsdp:
-        c.fail("fsdp_manual_registration needs use_megatron_fsdp")
+        c.fail("fsdp_manual_registration needs use_megatron_fsdp", "set fsdp_manual_registration=false")
     if fmt == "fsdp_dtensor" and not fsdp:
         fsdp_can = env_value(c, CONNECTIONS) != "1"  # Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1
         c.fail("ckpt_format fsdp_dtensor needs use_megatron_fsdp",

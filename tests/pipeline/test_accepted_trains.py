@@ -255,6 +255,17 @@ CASES = {
                                                             "overlap_grad_reduce=true"], False),
     "the MXFP8 grad-buffer reuse without fp8": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
     "Megatron-FSDP's checkpoint format without it": (["ckpt_format=fsdp_dtensor", "async_save=false"], False),
+    # Megatron-FSDP's own refusals (arguments.py), each with the way out that keeps the run's numerics
+    "Megatron-FSDP with the Muon optimizer": (["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor",
+                                               "async_save=false", "optimizer=muon"], False),
+    "a weight-hash check with FSDP's full sharding": (
+        ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "async_save=false",
+         "data_parallel_sharding_strategy=optim_grads_params", "check_weight_hash_across_dp_replicas_interval=10"],
+        False),
+    "meta-device initialization without sharding": (
+        ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "async_save=false",
+         "data_parallel_sharding_strategy=no_shard", "init_model_with_meta_device=true"], False),
+    "FSDP's manual registration without FSDP": (["fsdp_manual_registration=true"], False),
     "delayed wgrad without the expert overlap": (["delay_wgrad_compute=true"], False),
     "padding to capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
                                                      "moe_router_load_balancing_type=sinkhorn",
