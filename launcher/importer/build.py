@@ -631,6 +631,12 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     replaced: dict[str, str] = {}
     commented: dict[str, list[str]] = {}  # section → commented-out lines
     warnings: list[str] = []  # what changes the model the preset describes
+    if settings.get("num_experts") and "moe_router_topk" not in settings:
+        # the experts a token goes to is the default of the release the script was written for
+        warnings.append("--num-experts without a top-k: the pin routes each token to 2 experts (moe_router_topk 2, "
+                        "auxiliary-loss balancing); Megatron-LM before core 0.5 routed it to 1 (a Switch MLP balanced "
+                        "by Sinkhorn) and Megatron-DeepSpeed's --topk defaults to 1: where the script meant one, "
+                        "--set moe_router_topk=1 --set moe_router_pre_softmax=true")
 
     def comment_out(dest: str, value: Any, why: str) -> None:
         commented.setdefault(section_of(dest), []).append(f"# {dest}: {_comment(yaml_value(value))}   # {why}")

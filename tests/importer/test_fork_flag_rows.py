@@ -293,3 +293,15 @@ def test_an_unknown_flag_named_like_a_place_is_a_note_only_when_it_names_no_part
     name = flag.split()[0]
     assert any(n.startswith(name) for n in found.not_carried) == harmless, found.not_carried
     assert any(n.startswith(name) for n in found.lost) != harmless, found.lost
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    # the experts a token goes to was the release's default: 1 before core 0.5 and in Megatron-DeepSpeed, 2 at the pin
+    ("--num-experts 8", True),
+    ("--num-experts 8 --moe-router-topk 2", False),
+    ("--num-experts 8 --topk 1", False),  # Megatron-DeepSpeed's, carried as the pin's top-k
+    ("--moe-ffn-hidden-size 32", False),  # no experts
+])
+def test_experts_without_a_top_k_say_whose_default_the_preset_takes(extra, said):
+    found = imported(extra)
+    assert any("without a top-k" in w and "moe_router_topk=1" in w for w in found.warnings) == said, found.warnings
