@@ -102,7 +102,8 @@ def checked_job(preset: Preset, request: JobRequest = JobRequest()) -> ResolvedJ
 
 
 def job_as_declared(preset: Preset) -> tuple[ResolvedJob, list[Problem]]:
-    """The job on the preset's own world, whatever this machine has, without a run directory: what `launch import`
-    checks and compares with the script it read. Judged as `launch PRESET --dry-run` judges a job meant elsewhere
-    (the memory estimate and the target's rules included), so the import lists every problem the dry-run would."""
-    return job_for(preset, JobRequest(run_dir=False, local=False, judge=True))
+    """The job on the preset's own world, whatever this machine has, with the run directory a launch names (not made):
+    what `launch import` checks and compares with the script it read. Judged as `launch PRESET --dry-run` judges a job
+    meant elsewhere (the memory estimate and the target's rules included, with the checkpoint and TensorBoard paths
+    the run directory gives), so the import lists every problem the dry-run would and no other."""
+    return job_for(preset, JobRequest(local=False, judge=True))

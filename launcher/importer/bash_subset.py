@@ -1517,6 +1517,8 @@ class _Reader:
         if kind == "test_command":
             if node.children and node.children[0].type == "((":
                 return self.arith_verdict(node)
+            if self.unclosed_bracket(node):
+                return False
             return self.test_words(self.test_tokens(node), double=node.children[0].type == "[[")
         if kind == "compound_statement" and node.children and node.children[0].type == "((":
             return self.arith_verdict(node)
@@ -1560,6 +1562,19 @@ class _Reader:
             self.statement(node)
             return True
         return None
+
+    def unclosed_bracket(self, node: Any) -> bool:
+        """`[ $X -eq 1]`: the grammar closes the test at the `]` that ends the last word, bash gives `[` the word
+        `1]` and no `]` of its own, and the test fails (`[: missing ']'`, status 2) whatever the values; said once."""
+        close = node.children[-1] if node.children else None
+        if node.children[0].type != "[" or close is None or close.type != "]" or \
+                self.src[close.start_byte - 1:close.start_byte] in (b" ", b"\t", b"\n"):
+            return False
+        said = (self.line(node), f"{self.first_line(node)}: its last word holds the `]`, so bash's [ finds no "
+                                 "closing ] and fails (status 2: missing `]'), whatever the values")
+        if said not in self.reading.skipped:
+            self.reading.skipped.append(said)
+        return True
 
     def getopts(self, spec: str, name: str, given: list[str] | None) -> bool | None:
         """`while getopts "t:p:" opt`: bash's getopts over the script's arguments (OPTIND, OPTARG, grouped -ab)."""
@@ -1617,8 +1632,8 @@ class _Reader:
             return None
 
     def test_tokens(self, node: Any) -> list[str]:
-        """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded, not split); the
-        grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
+        """A [ ] / [[ ]] test flattened to its words (operators as written, operands expanded: split in `[ ]`, not in
+        `[[ ]]`); the grammar's tree for `[ ]` does not follow test(1)'s precedence, so the words are evaluated here."""
         out: list[str] = []
         double = bool(node.children) and node.children[0].type == "[["
 
@@ -1637,10 +1652,12 @@ class _Reader:
             if not n.is_named or n.type == "test_operator":
                 out.append(self.text(n))
                 return
-            if n.type in ("extglob_pattern", "regex"):
+            if n.type in ("extglob_pattern", "regex") and double:
                 out.append("\x01" + self.pattern(n))  # a pattern, not a string
                 return
-            out.append(self.joined(n))
+            # `[ $X != x ]`: test(1) is a command, its operands are split like any command's words (X empty: `[ != x ]`,
+            # an error; X="a b": two operands); `[[ ]]` does not split
+            out.extend([self.joined(n)] if double else self.fields(n))
 
         for child in node.children:
             walk(child)
@@ -2087,6 +2104,13 @@ class _Reader:
                 else:
                     self.capture.out.append(printed)
                 return
+            if program == "scontrol":  # `$(scontrol show hostnames $SLURM_JOB_NODELIST | wc -l)`: the job's nodes
+                nodes = self.shell.scalars.get("SLURM_JOB_NUM_NODES", self.shell.scalars.get("SLURM_NNODES"))
+                hosts = pbs.slurm_hostnames(argv[1:], nodes, [_unknown("SLURM_JOB_NODELIST"),
+                                                              _unknown("SLURM_NODELIST")])
+                if hosts is not None:
+                    self.capture.out.append("".join(_unknown(host) + "\n" for host in hosts))
+                    return
             if program in pbs.FILTERS:  # `wc -l < $PBS_NODEFILE`, `sort -u $PBS_NODEFILE | wc -l`
                 filtered = self.filter_lines(program, argv[1:])
                 if filtered is not None:
@@ -3128,9 +3152,10 @@ def _changed(base: Shell, outcomes: list[Shell]) -> set[str]:
 def _uncounted(array: Sequence[str], name: str) -> int | None:
     """Where the elements of an array stop being counted: at its own marker (words not known, however many) or at
     an element that is wholly a value not known, which bash may have split into any number of words
-    (`nodes=( $(scontrol show hostnames) )`, `GPUS=(${CUDA_VISIBLE_DEVICES//,/ })`); None: every element is one."""
-    return next((k for k, element in enumerate(array) if element == _unknown(name) or UNRESOLVED.fullmatch(element)),
-                None)
+    (`GPUS=(${CUDA_VISIBLE_DEVICES//,/ })`), but a host of a node file or host list, one word (`nodes=( $(scontrol
+    show hostnames) )` in a job whose #SBATCH lines give its nodes); None: every element is one."""
+    return next((k for k, element in enumerate(array) if element == _unknown(name) or (
+        UNRESOLVED.fullmatch(element) and not all(map(pbs.is_host, unresolved_names(element))))), None)
 
 
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:
@@ -3977,11 +4002,51 @@ class _Test:
     def parse(self) -> tuple[bool, bool]:
         if not self.words:
             return False, False
+        known = not any(unresolved_names(w) or w.startswith("\x01") for w in self.words)
         try:
+            if not self.double and known and len(self.words) <= 4:
+                return self.by_count(self.words), False
             value = self.or_()
         except _TestError:  # `[ false -ne 1 ]`: test(1) says "integer expression expected", status 2
             return False, False
-        return value, self.at < len(self.words)
+        rest = self.at < len(self.words)
+        if rest and not self.double and known:  # `[ a b c d e ]`: test(1)'s error (too many arguments), status 2
+            return False, False
+        return value, rest
+
+    def by_count(self, words: list[str]) -> bool:
+        """test(1) of at most four words, as POSIX (and bash) decide it by their number: `[ != x ]` (an empty operand
+        split away) is an error, status 2, not a comparison; `[ a b ]` too."""
+        n = len(words)
+        if n == 1:
+            return words[0] != ""
+        if n == 2:
+            if words[0] == "!":
+                return words[1] == ""
+            if words[0] in ("-n", "-z"):
+                return (words[1] != "") == (words[0] == "-n")
+            if words[0] in self.UNARY_FILE or words[0] == "-v":
+                raise _Unknown(words[0])  # the file system / environment is not read
+            raise _TestError(words[0])  # unary operator expected
+        if n == 3:
+            if self._binary_op(words[1]):
+                return self.binary(*words)
+            if words[1] in ("-a", "-o"):  # binary with three arguments: each side's one-argument test
+                left, right = words[0] != "", words[2] != ""
+                return (left and right) if words[1] == "-a" else (left or right)
+            if words[0] == "!":
+                return not self.by_count(words[1:])
+            if words[0] == "(" and words[2] == ")":
+                return words[1] != ""
+            raise _TestError(words[1])  # binary operator expected
+        if words[0] == "!":
+            return not self.by_count(words[1:])
+        if words[0] == "(" and words[3] == ")":
+            return self.by_count(words[1:3])
+        value = self.or_()
+        if self.at < n:
+            raise _TestError(words[self.at])
+        return value
 
     def moot(self) -> None:
         """Read past the next operand without evaluating it (bash does not need its value)."""

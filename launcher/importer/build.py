@@ -631,6 +631,12 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     replaced: dict[str, str] = {}
     commented: dict[str, list[str]] = {}  # section → commented-out lines
     warnings: list[str] = []  # what changes the model the preset describes
+    if settings.get("num_experts") and "moe_router_topk" not in settings:
+        # the experts a token goes to is the default of the release the script was written for
+        warnings.append("--num-experts without a top-k: the pin routes each token to 2 experts (moe_router_topk 2, "
+                        "auxiliary-loss balancing); Megatron-LM before core 0.5 routed it to 1 (a Switch MLP balanced "
+                        "by Sinkhorn) and Megatron-DeepSpeed's --topk defaults to 1: where the script meant one, "
+                        "--set moe_router_topk=1 --set moe_router_pre_softmax=true")
 
     def comment_out(dest: str, value: Any, why: str) -> None:
         commented.setdefault(section_of(dest), []).append(f"# {dest}: {_comment(yaml_value(value))}   # {why}")
@@ -718,18 +724,20 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "value with --set when you launch)")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
+    read_as = source_name
     if environment:  # the header says what the script was read with, a secret's value redacted
         given = " ".join(f"{name}={redaction.REDACTED if redaction.is_secret(name, value) else shlex.quote(value)}"
                          for name, value in environment.items())
-        source_name = f"{source_name} run with --env {given}"
-    text = render_preset(source_name, settings, launcher, env_ok, commented, notes + warnings, lost, translated)
+        read_as = f"{source_name} run with --env {given}"
+    text = render_preset(read_as, settings, launcher, env_ok, commented, notes + warnings, lost, translated,
+                         script=source_name)
     return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, lost, translated,
                     undecided=source.undecided, set_aside=set_aside)
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],
                   commented: dict[str, list[str]], notes: list[str], lost: Sequence[str] = (),
-                  translated: Sequence[str] = ()) -> str:
+                  translated: Sequence[str] = (), script: str | None = None) -> str:
     """The preset's text. Every key and value is written by the YAML serializer (never pasted into the text), the
     comments are single flattened lines, and the text is read back and compared with what was meant: a value of the
     script (an ENV_VARS key with a newline and a colon, a list item with quotes) can only be that value."""
@@ -743,7 +751,7 @@ def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any
         lines += [f"#   {_comment(n)}" for n in translated]
     lines.append("# Not carried (each thing of the source that this preset does not hold, and why):")
     lines += [f"#   {_comment(n)}" for n in notes] or ["#   nothing"]
-    description = "imported from " + base_name(show(source))
+    description = "imported from " + base_name(show(script if script is not None else source))
     lines += _dump({"description": description}, 0)
     carried = [key for key in ("nodes", "gpus_per_node", "master_addr", "master_port") if key in launcher]
     meant_launcher: dict[str, Any] = {key: launcher[key] for key in carried

@@ -31,10 +31,26 @@ TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
 # --master-addr: the launcher gives its own rendezvous), profile, or count data-loading workers (Megatron-DeepSpeed's
 # and bigcode's --valid-num-workers: the sampler, not the workers, orders the samples): dropped with a note. Any
 # other unknown flag may change the model, its numerics or its layout, and is reported as lost.
-HARMLESS_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
-                           r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)"
-                           r"|-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port|"
-                           r"workers)$")
+LOGGING_NAME = re.compile(r"(^|-)(log|logs|logging|tensorboard|wandb|comet|mlflow|profile|profiler|profiling|"
+                          r"timing|timers|tracking|print|report|monitor|verbose|debug)(-|$)")
+PLACE_NAME = re.compile(r"-(dir|path|file|name|project|entity|interval|tag|tags|url|addr|address|host|port|"
+                        r"workers)$")
+# ...unless the rest of the name is a part of the model: a place or an interval of a layer kind is the model's
+# (Megatron-DeepSpeed's --expert-interval 2: every second layer an expert layer; MindSpeed-LLM's
+# --full-attention-interval 4; AIAK's --model-name deepseek-v3; FlagScale's --tokenizer-path; a --config-file)
+MODEL_WORDS = frozenset({
+    "model", "arch", "architecture", "config", "cfg", "yaml", "spec", "layer", "layers", "expert", "experts", "moe",
+    "attention", "attn", "head", "heads", "hidden", "ffn", "mlp", "embedding", "embeddings", "rope", "rotary", "norm",
+    "tokenizer", "vocab", "merge", "merges", "token", "tokens", "pipeline", "stage", "stages", "tensor", "parallel",
+    "dtype", "precision", "fp8", "fp16", "bf16", "quant", "quantization", "init", "weights"})
+
+
+def harmless_by_name(flag: str) -> bool:
+    """Whether an unknown flag's name says it only logs, names a place or an address, or counts loader workers."""
+    name = flag.removeprefix("--").replace("_", "-").lower()
+    if LOGGING_NAME.search(name):
+        return True
+    return bool(PLACE_NAME.search(name)) and not MODEL_WORDS & set(name.split("-"))
 
 
 @dataclass
@@ -181,7 +197,7 @@ def read_word(words: list[str], i: int, table: dict[str, megatron_args.MegatronA
             near = did_you_mean(flag.removeprefix("--").replace("-", "_"), megatron_args.catalog(), n=3,
                                 cutoff=0.75)
         why = "not an argument of pretrain_gpt.py at the pin" + (f" ({near})" if near else "")
-        harmless = HARMLESS_NAME.search(flag.removeprefix("--").replace("_", "-").lower())
+        harmless = harmless_by_name(flag)
         said = "; by its name it logs, profiles or names a path or an address" if harmless else ""
         return Word(words[i:j], "harmless" if harmless else "lost", why=why + said), j, None
     if arg.dest in FROM_A_FILE:

@@ -1,4 +1,5 @@
-"""What PBS gives a job from its own `#PBS -l` lines, and the line filters a script counts its hosts with.
+"""What PBS gives a job from its own `#PBS -l` lines, what Slurm's `scontrol show hostnames` prints for the job, and
+the line filters a script counts its hosts with.
 
 PBS Pro's `#PBS -l select=2:ngpus=4` asks for 2 chunks (each a node where the chunk takes a node's GPUs, as on
 ALCF Polaris or ABCI 3.0); Torque's `#PBS -l nodes=2:ppn=8` for 2 nodes of 8 slots. The job's host file
@@ -16,8 +17,11 @@ from collections.abc import Callable
 from launcher.importer.words import count, header_directives
 
 NODE_FILE = "PBS_NODEFILE"
-HOST_LABEL = "host {} of ${}"  # one line of a scheduler's node file: a host name not known here
-_HOST = re.compile(r"host \d+ of \$(?:PBS_NODEFILE|PJM_O_NODEINF)")  # PBS's and Fujitsu PJM's node files
+HOST_LABEL = "host {} of ${}"  # one line of a scheduler's node file or host list: a host name not known here
+# Slurm's host list prints the same way: `scontrol show hostnames $SLURM_JOB_NODELIST`, one host a line, one line a
+# node of the job (SLURM_JOB_NUM_NODES, known from the #SBATCH lines)
+NODE_LIST = "SLURM_JOB_NODELIST"
+_HOST = re.compile(r"host \d+ of \$(?:PBS_NODEFILE|PJM_O_NODEINF|SLURM_JOB_NODELIST)")  # PBS's, PJM's, Slurm's
 MAX_LINES = 100_000
 FILTERS = ("wc", "sort", "uniq", "head", "tail", "cat")
 
@@ -58,6 +62,23 @@ def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
 def host_lines(node_file: str, hosts: int, repeat: int = 1) -> list[str]:
     """The labels of a node file's lines: `hosts` hosts, each on `repeat` lines in a row."""
     return [HOST_LABEL.format(k, node_file) for k in range(1, hosts + 1) for _ in range(repeat)]
+
+
+def slurm_hostnames(args: list[str], nodes: str | None, node_list: list[str]) -> list[str] | None:
+    """The host labels `scontrol show hostnames [LIST]` prints in a job of `nodes` nodes, one a line, where LIST is
+    the job's own (absent, or one of `node_list`: $SLURM_JOB_NODELIST, $SLURM_NODELIST); None otherwise."""
+    if args[:2] not in (["show", "hostnames"], ["show", "hostname"]) or len(args) > 3 or \
+            (len(args) == 3 and args[2] not in node_list):
+        return None
+    found = count(nodes) if nodes is not None else None
+    if found is None or found > MAX_LINES:
+        return None
+    return host_lines(NODE_LIST, found)
+
+
+def is_host(name: str) -> bool:
+    """Whether an unknown value is one host line of a node file or host list: one word, whatever its name is."""
+    return bool(_HOST.fullmatch(name))
 
 
 def line_structured(text: str, unknown_parts: Callable[[str], list[str]]) -> bool:

@@ -38,6 +38,16 @@ def preset_argv(job: Any, problems: list[Problem]) -> tuple[list[str], dict[str,
     return script_args(job.megatron), dict(job.added), None if problems else job, problems
 
 
+def run_dir_settings(job: Any) -> set[str]:
+    """The settings a launch points at its run directory (checkpoints, TensorBoard, W&B) where the preset gives none:
+    the launcher's on purpose, and no part of the script the round trip compares."""
+    from launcher.pipeline.run_paths import run_dir_megatron_args
+
+    if job.run_dir is None:
+        return set()
+    return set(run_dir_megatron_args(job.run_dir, job.preset.megatron)) & set(job.added)
+
+
 def _why_lost(words: list[str], why: str) -> str:
     """A word the script decides at run time is said by its variable, never by the reader's marker."""
     names = list(dict.fromkeys(n for word in words for n in unresolved_names(word)))
@@ -98,7 +108,8 @@ def check_import(imported: Imported, preset_path: Path, resolve_job: ResolveJob)
         _, outcome.lost, outcome.apart = round_trip(imported.script_args, [], set(), imported.set_aside)
         outcome.differences = ["the preset's argv cannot be compared: the preset is refused before it resolves"]
         return outcome
-    outcome = Outcome(problems=problems, argv=argv, added=added)
+    by_run_dir = run_dir_settings(job)
+    outcome = Outcome(problems=problems, argv=argv, added={k: v for k, v in added.items() if k not in by_run_dir})
     if plan is not None:
         lay = plan.layout
         outcome.layout = (f"world {lay.world_size} = {plan.nodes} × {plan.gpus_per_node}: TP {lay.tp} · PP {lay.pp} "

@@ -643,14 +643,14 @@ class _Checker:
             thresholds.append(float(match.group(1)) * units.get(match.group(2), 1))
             sizes.append(int(size))
         if not entries:
-            self.fail("step_batch_size_schedule is empty")
+            self.fail("step_batch_size_schedule is empty", "set step_batch_size_schedule=null")
             return []
         if thresholds[0] != 0:
             self.fail("step_batch_size_schedule must start at threshold 0", f'begin with "0:{sizes[0]}"')
         if any(b <= a for a, b in zip(thresholds, thresholds[1:])):
-            self.fail("step_batch_size_schedule thresholds must strictly increase")
+            self.fail("step_batch_size_schedule thresholds must strictly increase", "set step_batch_size_schedule=null")
         if any(b < a for a, b in zip(sizes, sizes[1:])):
-            self.fail("step_batch_size_schedule batch sizes must not decrease")
+            self.fail("step_batch_size_schedule batch sizes must not decrease", "set step_batch_size_schedule=null")
         step = mbs * dp
         bad = [s for s in sizes if s <= 0 or s % step]
         if bad:
@@ -697,9 +697,9 @@ class _Checker:
         if self.arg("fp16") and self.arg("bf16"):
             self.fail("fp16 and bf16 are both set", "choose one")
         if self.arg("fp16_lm_cross_entropy") and not self.arg("fp16"):
-            self.fail("fp16_lm_cross_entropy needs fp16")
+            self.fail("fp16_lm_cross_entropy needs fp16", "set fp16_lm_cross_entropy=false")
         if self.arg("fp32_residual_connection") and not (self.arg("fp16") or self.arg("bf16")):
-            self.fail("fp32_residual_connection needs fp16 or bf16")
+            self.fail("fp32_residual_connection needs fp16 or bf16", "set fp32_residual_connection=false")
         self.fp16_warm_up()
 
     def fp16_warm_up(self) -> None:
@@ -866,7 +866,7 @@ class _Checker:
             self.fail(f"lr_warmup_fraction and lr_warmup_{based} are both set", "keep one")
         lr, min_lr = self.arg("lr"), self.arg("min_lr")
         if lr is not None and min_lr > lr:
-            self.fail(f"min_lr {min_lr} is larger than lr {lr}")
+            self.fail(f"min_lr {min_lr} is larger than lr {lr}", f"set min_lr={lr} (or lower)")
         total = iters if iters is not None else samples
         decay = self.arg(f"lr_decay_{based}") or total
         fraction = self.arg("lr_warmup_fraction")
@@ -936,10 +936,12 @@ class _Checker:
             self.fail("save is set without save_interval", "set save_interval (iterations between checkpoints)")
         retain = self.arg("save_retain_interval")
         if retain is not None and self.arg("save_interval") and retain % self.arg("save_interval"):
-            self.fail(f"save_retain_interval {retain} is not a multiple of save_interval {self.arg('save_interval')}")
+            self.fail(f"save_retain_interval {retain} is not a multiple of save_interval {self.arg('save_interval')}",
+                      "set save_retain_interval=null")
         mem = self.arg("log_memory_interval")
         if mem is not None and mem % self.arg("log_interval"):
-            self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}")
+            self.fail(f"log_memory_interval {mem} is not a multiple of log_interval {self.arg('log_interval')}",
+                      f"set log_memory_interval={self.arg('log_interval')}")
         if self.arg("recompute_granularity") == "selective" and self.arg("recompute_method") is not None:
             # recompute_activations is Megatron's spelling of selective recompute (arguments.py:605)
             how = "recompute_activations" if self.preset.arg("recompute_activations") else "selective recompute"

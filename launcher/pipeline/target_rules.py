@@ -180,23 +180,26 @@ def moe_overlap(c: Any, vpp: int | None) -> None:
         return
     what = "overlap_moe_expert_parallel_comm"
     if c.arg("pipeline_model_parallel_size") > 1 and vpp is None:
-        c.fail(f"{what} with PP > 1 needs a virtual pipeline", "set num_virtual_stages_per_pipeline_rank")
+        c.fail(f"{what} with PP > 1 needs a virtual pipeline",
+               f"set {what}=false, or set num_virtual_stages_per_pipeline_rank")
     if c.arg("expert_model_parallel_size") <= 1:  # it overlaps the experts' all-to-all, which EP 1 does not have
         c.fail(f"{what} needs expert parallelism (expert_model_parallel_size > 1)",
                f"set {what}=false (at EP 1 there is no expert all-to-all to overlap), or raise "
                "expert_model_parallel_size")
     if c.arg("moe_token_dispatcher_type") not in ("alltoall", "flex"):
-        c.fail(f"{what} needs moe_token_dispatcher_type alltoall or flex, got {c.arg('moe_token_dispatcher_type')}")
+        c.fail(f"{what} needs moe_token_dispatcher_type alltoall or flex, got {c.arg('moe_token_dispatcher_type')}",
+               f"set {what}=false, or moe_token_dispatcher_type=alltoall")
     if c.arg("recompute_granularity") == "full" or c.arg("recompute_method") is not None or \
             c.arg("recompute_num_layers") is not None:
-        c.fail(f"{what} cannot be combined with full recomputation / recompute_method / recompute_num_layers")
+        c.fail(f"{what} cannot be combined with full recomputation / recompute_method / recompute_num_layers",
+               f"set {what}=false")
     if not (c.arg("bf16") or c.arg("fp16")):
-        c.fail(f"{what} needs bf16 or fp16")
+        c.fail(f"{what} needs bf16 or fp16", f"set {what}=false, or bf16=true")
     if c.arg("moe_shared_expert_overlap"):
-        c.fail(f"{what} cannot be combined with moe_shared_expert_overlap")
+        c.fail(f"{what} cannot be combined with moe_shared_expert_overlap", f"set {what}=false")
     mtp = c.arg("mtp_num_layers")
     if mtp not in (None, 1):
-        c.fail(f"{what} supports at most one MTP layer, got mtp_num_layers {mtp}")
+        c.fail(f"{what} supports at most one MTP layer, got mtp_num_layers {mtp}", f"set {what}=false")
 
 
 def torch_fsdp2(c: Any) -> None:
@@ -216,7 +219,8 @@ def torch_fsdp2(c: Any) -> None:
         c.fail(f"{what} does not support gradient accumulation fusion (on by default with apex)",
                "set gradient_accumulation_fusion=false (--no-gradient-accumulation-fusion)")
     if c.arg("ckpt_format") not in ("torch_dist", "torch_dcp"):
-        c.fail(f"{what} needs ckpt_format torch_dist or torch_dcp, got {c.arg('ckpt_format')}")
+        c.fail(f"{what} needs ckpt_format torch_dist or torch_dcp, got {c.arg('ckpt_format')}",
+               "set ckpt_format=torch_dist")
     if not c.arg("untie_embeddings_and_output_weights"):
         c.fail(f"{what} requires untie_embeddings_and_output_weights", "set untie_embeddings_and_output_weights=true")
     if c.arg("fp16"):
@@ -229,16 +233,22 @@ def megatron_fsdp(c: Any) -> None:
     fmt = c.arg("ckpt_format")
     if fsdp:
         if c.arg("optimizer") not in ("sgd", "adam"):
-            c.fail(f"use_megatron_fsdp does not support the {c.arg('optimizer')} optimizer yet")
+            # the optimizer is the run's numerics, FSDP only where its states live: the first way out keeps it
+            back = " --set ckpt_format=torch_dist" if fmt == "fsdp_dtensor" else ""  # FSDP's own format goes too
+            c.fail(f"use_megatron_fsdp does not support the {c.arg('optimizer')} optimizer yet",
+                   f"--set use_megatron_fsdp=false{back}, or --set optimizer=adam")
         if c.arg("data_parallel_sharding_strategy") == "optim_grads_params" and \
                 c.arg("check_weight_hash_across_dp_replicas_interval") is not None:
-            c.fail("check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params")
+            c.fail("check_weight_hash_across_dp_replicas_interval is not supported with optim_grads_params",
+                   "set check_weight_hash_across_dp_replicas_interval=null, or data_parallel_sharding_strategy="
+                   "optim_grads")
         if fmt != "fsdp_dtensor":
             c.fail(f"use_megatron_fsdp requires ckpt_format fsdp_dtensor, got {fmt}", "set ckpt_format=fsdp_dtensor")
         if c.arg("init_model_with_meta_device") and c.arg("data_parallel_sharding_strategy") == "no_shard":
-            c.fail("init_model_with_meta_device is not supported with data_parallel_sharding_strategy no_shard")
+            c.fail("init_model_with_meta_device is not supported with data_parallel_sharding_strategy no_shard",
+                   "set init_model_with_meta_device=false")
     if c.arg("fsdp_manual_registration") and not fsdp:
-        c.fail("fsdp_manual_registration needs use_megatron_fsdp")
+        c.fail("fsdp_manual_registration needs use_megatron_fsdp", "set fsdp_manual_registration=false")
     if fmt == "fsdp_dtensor" and not fsdp:
         fsdp_can = env_value(c, CONNECTIONS) != "1"  # Megatron-FSDP refuses CUDA_DEVICE_MAX_CONNECTIONS=1
         c.fail("ckpt_format fsdp_dtensor needs use_megatron_fsdp",
@@ -246,9 +256,9 @@ def megatron_fsdp(c: Any) -> None:
                                                                           else ""))
     if fmt == "torch_dcp":
         if not c.arg("use_torch_fsdp2"):
-            c.fail("ckpt_format torch_dcp needs use_torch_fsdp2")
+            c.fail("ckpt_format torch_dcp needs use_torch_fsdp2", "set ckpt_format=torch_dist")
         if c.arg("tensor_model_parallel_size") > 1 or c.arg("pipeline_model_parallel_size") > 1:
-            c.fail("ckpt_format torch_dcp is not supported with TP or PP > 1")
+            c.fail("ckpt_format torch_dcp is not supported with TP or PP > 1", "set ckpt_format=torch_dist")
 
 
 def deterministic(c: Any) -> None:
@@ -258,7 +268,8 @@ def deterministic(c: Any) -> None:
     if c.arg("use_flash_attn"):
         c.fail("deterministic_mode cannot use flash attention", "drop use_flash_attn")
     if c.arg("cross_entropy_loss_fusion"):
-        c.fail("deterministic_mode cannot use cross_entropy_loss_fusion (not deterministic)")
+        c.fail("deterministic_mode cannot use cross_entropy_loss_fusion (not deterministic)",
+               "set cross_entropy_loss_fusion=false")
     algo = env_value(c, "NCCL_ALGO")
     if algo not in DETERMINISTIC_NCCL_ALGOS:
         c.fail(f"deterministic_mode needs NCCL_ALGO in {', '.join(DETERMINISTIC_NCCL_ALGOS)}, got {algo}",
@@ -304,7 +315,8 @@ def without_te(c: Any) -> None:
                "(transformer_engine: true)", stage="runtime")
     if c.arg("fine_grained_activation_offloading"):  # arguments.py:1716-1722
         if c.arg("transformer_impl") != "transformer_engine" or not c.te:
-            c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)")
+            c.fail("fine_grained_activation_offloading needs transformer_impl transformer_engine (and TE)",
+                   "set fine_grained_activation_offloading=false")
         elif env_value(c, "NVTE_CPU_OFFLOAD_V1") != "1":
             c.fail("fine_grained_activation_offloading with TE >= 2.10 needs NVTE_CPU_OFFLOAD_V1=1",
                    "--set env.NVTE_CPU_OFFLOAD_V1=1")

@@ -954,3 +954,51 @@ def test_set_e_ends_the_script_where_bash_ends_it(code, runs):
     if shutil.which("bash"):
         out = subprocess.run(["bash", "-c", code + "echo reached"], capture_output=True, text=True, timeout=10)
         assert ("reached" in out.stdout) == runs
+
+
+@pytest.mark.parametrize("code", [
+    # the grammar closes these tests at the `]` the last word ends with; bash gives `[` the word `1]` (or `"1"]`,
+    # `${Y}]`) and no closing `]`: "missing `]'", status 2, the test false whatever the values
+    'X=1\nif [ $X -eq 1]; then W=four; else W=two; fi',
+    'X=1\n[ "$X" = "1"] && W=tp2 || W=tp1',
+    'Y=a\nif [ -n $Y]; then W=set; elif [ a = a ]; then W=spaced; fi',
+    'X=1\nY=1\n[ $X = ${Y}] || W=neither',
+    'if [ $NOT_SET_HERE -eq 1]; then W=512; else W=256; fi',  # false however the caller sets it
+    'X=1\nif [ $X -eq 1 ]; then W=closed; fi',  # a `]` of its own closes it
+])
+def test_a_bracket_test_whose_last_word_holds_the_bracket_fails_as_in_bash(code):
+    got = words(code)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+    assert "${W}" not in got
+
+
+def test_a_bracket_test_without_its_own_bracket_ends_a_set_e_script():
+    reading = read_script("set -e\nX=1\n[ $X = 1]\ntorchrun pretrain_gpt.py --num-layers 2\n")
+    assert reading.commands == []
+    assert any("no closing ]" in why for _, why in reading.skipped)
+
+
+@pytest.mark.parametrize("code", [
+    # `[` is a command: its operands are split like any command's words before test(1) counts them; an empty one
+    # is gone (`[ != x ]`, `[ = x ]`: errors, status 2, false), a spaced one is two (`[ -n a b ]`: an error)
+    'X=\nif [ $X != x ]; then W=differs; else W=error; fi',
+    'X=\nif [ $X = x ]; then W=same; else W=error; fi',
+    'X="a b"\nif [ -n $X ]; then W=set; else W=error; fi',
+    'X="a b"\nif [ $X = "a b" ]; then W=same; else W=error; fi',
+    'X=\nif [ -z $X ]; then W=empty; else W=no; fi',  # `[ -z ]`: one argument, non-empty: true
+    'X=\nif [ -n $X ]; then W=set; else W=no; fi',  # `[ -n ]`: true as well
+    'X=\nY=\nif [ $X == $Y ]; then W=same; else W=no; fi',  # `[ == ]`: one argument
+    'X="a b"\nif [[ $X = "a b" ]]; then W=same; else W=no; fi',  # [[ ]] does not split
+    'X="1 -o 1 = 2"\nif [ $X ]; then W=true; else W=false; fi',  # five arguments: the expression
+    'X=ab\nif [ $X = a* ]; then W=matched; else W=literal; fi',  # `[` compares strings, no pattern
+    'X=ab\nif [[ $X = a* ]]; then W=matched; else W=literal; fi',
+    'X="a b c d e"\nif [ $X ]; then W=true; else W=error; fi',
+    'X="( x )"\nif [ $X ]; then W=true; else W=false; fi',
+    'if [ ! -a ]; then W=true; else W=false; fi',
+])
+def test_a_bracket_tests_operands_are_split_and_counted_as_test_counts_them(code):
+    got = words(code)
+    if shutil.which("bash"):
+        assert got == bash_words(code)
+    assert "${W}" not in got

@@ -98,6 +98,8 @@ def test_fork_flags_of_certain_meaning_are_carried_in_the_pins_words(extra, expe
     ("--optimizer-selection fused_ema_adamw", "without the moving average"),
     ("--eval-loss-exit-value 2.69", "--train-iters/--train-samples"),
     ("--no-seq-len-plus-one-tokens", "seq_length + 1 tokens"),
+    # Megatron-DeepSpeed's expert layers count from 1 (layers 2, 4, …), the pin's --moe-layer-freq 2 from 0
+    ("--num-experts 4 --expert-interval 2", "moe_layer_freq"),
 ])
 def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint):
     found = imported(extra)
@@ -134,6 +136,7 @@ def test_fork_flags_the_pin_cannot_hold_are_lost_with_what_it_offers(extra, hint
     "--trace --continuous-trace-iterations 2 --trace-granularity full --enable-zb-runtime",
     "--ext-lr-steps 6144000",  # Habana's MLPerf GPT-3: MLPerf's log events only
     "--abort-on-unmet-fused-kernel-constraints --use-cached-dataset",
+    "--num-experts 4 --expert-interval 1",  # every layer an expert layer, as the pin's default
 ])
 def test_fork_flags_that_change_nothing_the_pin_cares_about_are_notes(extra):
     found = imported(extra)
@@ -266,3 +269,39 @@ def test_a_fork_flag_that_asserts_a_setting_is_lost_beside_another_value_of_it(e
     if lost:
         assert "stops at start-up" in said[0] and "--set pipeline_model_parallel_size=2" in said[0]
         assert not any("more than once" in n for n in found.not_carried)
+
+
+@pytest.mark.parametrize(("flag", "harmless"), [
+    # named like a place, an interval or a name, but of a part of the model: the model's, lost
+    ("--full-attention-interval 4", False),  # MindSpeed-LLM (Qwen3-Next): one full-attention layer in four
+    ("--moe-layer-interval 2", False),
+    ("--model-name deepseek-v3", False),  # AIAK: the whole architecture
+    ("--tokenizer-path /tok", False),  # FlagScale: the tokenizer, so the vocabulary
+    ("--special-tokens-file st.txt", False),
+    ("--model-config-file llama.yaml", False),
+    ("--hetero-pipeline-stages-file s.txt", False),
+    # a place, a name or an interval of what only logs, saves or names the run: a note
+    ("--trace-interval 5", True),
+    ("--experiment-name run1", True),
+    ("--experiment-root-dir /runs", True),
+    ("--kill-switch-path /tmp/stop", True),
+    ("--log-model-internals", True),  # logging, whatever it logs
+    ("--expert-dist-log-path /tmp/e", True),
+])
+def test_an_unknown_flag_named_like_a_place_is_a_note_only_when_it_names_no_part_of_the_model(flag, harmless):
+    found = imported(flag)
+    name = flag.split()[0]
+    assert any(n.startswith(name) for n in found.not_carried) == harmless, found.not_carried
+    assert any(n.startswith(name) for n in found.lost) != harmless, found.lost
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    # the experts a token goes to was the release's default: 1 before core 0.5 and in Megatron-DeepSpeed, 2 at the pin
+    ("--num-experts 8", True),
+    ("--num-experts 8 --moe-router-topk 2", False),
+    ("--num-experts 8 --topk 1", False),  # Megatron-DeepSpeed's, carried as the pin's top-k
+    ("--moe-ffn-hidden-size 32", False),  # no experts
+])
+def test_experts_without_a_top_k_say_whose_default_the_preset_takes(extra, said):
+    found = imported(extra)
+    assert any("without a top-k" in w and "moe_router_topk=1" in w for w in found.warnings) == said, found.warnings

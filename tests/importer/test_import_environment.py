@@ -4,6 +4,7 @@ script reads and does not set is otherwise unknown (its value, and every branch 
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from launcher.errors import UserError
 from launcher.importer.build import import_source
@@ -81,3 +82,11 @@ def test_the_env_way_is_offered_only_for_a_variable_the_callers_environment_deci
     assert ("--env GQA=VALUE" in line) == offered, line
     if offered:  # followed, the hint arrives: nothing is lost
         assert import_source(script, "train.sh", environment={"GQA": "4", "FP32": ""}).lost == []
+
+
+def test_the_preset_is_named_after_the_script_whatever_the_environment_it_was_read_with():
+    script = "torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers $L --hidden-size 64 --num-attention-heads 4\n"
+    imported = import_source(script, "runs/train.sh", environment={"L": "2", "DATA_PATH": "/data/corpus/"})
+    described = yaml.safe_load(imported.text)["description"]
+    assert described == "imported from train.sh"
+    assert "DATA_PATH=/data/corpus/" in imported.text.splitlines()[0]  # the header still says what it was read with

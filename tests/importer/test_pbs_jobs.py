@@ -84,3 +84,24 @@ def test_huge_or_hostile_requests_end_in_bounded_time(header):
     began = time.monotonic()
     words(f"{header}\nA=$(wc -l < $PBS_NODEFILE)\nW=$A")
     assert time.monotonic() - began < 5
+
+
+@pytest.mark.parametrize(("header", "listed", "expected"), [
+    # Slurm's host list: one host a line, one line a node of the job the #SBATCH lines ask for
+    ("#SBATCH --nodes=4", "$SLURM_JOB_NODELIST", 4),
+    ("#SBATCH -N 3", '"$SLURM_NODELIST"', 3),
+    ("#SBATCH --nodes=2", "", 2),
+    ("#SBATCH --nodes=2", "node[1-4]", None),  # another list: not read
+    ("#SBATCH --nodes=2-4", "$SLURM_JOB_NODELIST", None),  # a range: the allocation's count
+    ("", "$SLURM_JOB_NODELIST", None),  # no job lines: the allocation's
+])
+def test_a_slurm_jobs_host_list_counts_its_nodes_and_no_host_is_known(header, listed, expected):
+    hosts = f"scontrol show hostnames {listed}"
+    script = (f"#!/bin/bash\n{header}\nN=$({hosts} | sort -u | wc -l)\nHEAD=$({hosts} | head -n 1)\n"
+              f"nodes=( $({hosts}) )\n"
+              f"torchrun --nnodes $N --nproc_per_node 8 --rdzv_endpoint $HEAD:29500 pretrain_gpt.py {MODEL}\n")
+    imported = import_source(script, "job.sh")
+    assert imported.launcher.get("nodes") == expected
+    assert "master_addr" not in imported.launcher
+    array = import_source(script.replace("--nnodes $N", "--nnodes ${#nodes[@]}"), "job.sh")
+    assert array.launcher.get("nodes") == expected

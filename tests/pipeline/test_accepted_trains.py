@@ -255,6 +255,32 @@ CASES = {
                                                             "overlap_grad_reduce=true"], False),
     "the MXFP8 grad-buffer reuse without fp8": (["reuse_grad_buf_for_mxfp8_param_ag=true"], False),
     "Megatron-FSDP's checkpoint format without it": (["ckpt_format=fsdp_dtensor", "async_save=false"], False),
+    # Megatron-FSDP's own refusals (arguments.py), each with the way out that keeps the run's numerics
+    "Megatron-FSDP with the Muon optimizer": (["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor",
+                                               "async_save=false", "optimizer=muon"], False),
+    "a weight-hash check with FSDP's full sharding": (
+        ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "async_save=false",
+         "data_parallel_sharding_strategy=optim_grads_params", "check_weight_hash_across_dp_replicas_interval=10"],
+        False),
+    "meta-device initialization without sharding": (
+        ["use_megatron_fsdp=true", "ckpt_format=fsdp_dtensor", "async_save=false",
+         "data_parallel_sharding_strategy=no_shard", "init_model_with_meta_device=true"], False),
+    "FSDP's manual registration without FSDP": (["fsdp_manual_registration=true"], False),
+    # refusals that named no way out
+    "fp16's cross entropy without fp16": (["fp16_lm_cross_entropy=true", "fp16=false", "bf16=true"], False),
+    "an fp32 residual without half precision": (["fp32_residual_connection=true", "fp16=false", "bf16=false"], False),
+    "a final learning rate above the peak": (["lr=1e-4", "min_lr=1e-3"], False),
+    "a retained save that is no save": (["save=/tmp/checkpoints", "save_interval=10", "save_retain_interval=15"],
+                                        False),
+    "a memory log that is no log": (["log_interval=10", "log_memory_interval=15"], False),
+    "torch DCP checkpoints without FSDP2": (["ckpt_format=torch_dcp", "async_save=false"], False),
+    "deterministic mode with the fused cross entropy": (["deterministic_mode=true", "cross_entropy_loss_fusion=true",
+                                                         "env.NCCL_ALGO=Ring"], False),
+    "activation offloading without Transformer Engine": (["fine_grained_activation_offloading=true"], False),
+    "the MoE all-to-all overlap without bf16": (
+        ["num_experts=4", "add_bias_linear=false", "expert_model_parallel_size=2",
+         "overlap_moe_expert_parallel_comm=true", "moe_token_dispatcher_type=alltoall", "bf16=false", "fp16=false"],
+        True),
     "delayed wgrad without the expert overlap": (["delay_wgrad_compute=true"], False),
     "padding to capacity with sinkhorn balancing": (["num_experts=4", "add_bias_linear=false",
                                                      "moe_router_load_balancing_type=sinkhorn",
