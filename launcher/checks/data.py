@@ -439,6 +439,27 @@ def _largest_token(prefix: str, index: IndexSummary) -> int | None:
     return int(tokens.max()) if tokens.size else None
 
 
+# the settings that decide which tokenizer Megatron builds, and so the model's vocabulary
+_TOKENIZER_SETTINGS = ("tokenizer_type", "tokenizer_model", "vocab_file", "merge_file", "vocab_size",
+                       "null_tokenizer_eod_id", "vocab_extra_ids", "tokenizer_hf_use_fast", "tiktoken_pattern")
+
+
+def model_vocab_size(args: Mapping[str, Any]) -> int | None:
+    """The vocabulary (before padding) the model is built with, where the settings or the tokenizer's own files
+    say it: vocab_size, GPT-2's for Megatron's default tokenizer, a hub tokenizer of a fixed release, a readable
+    local tokenizer; None when it is not known here. For estimates only: the command is not changed."""
+    from launcher.importer.build import tokenizer_vocab  # the importer's one answer, the local files read here
+
+    settings = {name: args.get(name) for name in _TOKENIZER_SETTINGS if args.get(name) is not None}
+    key = repr(sorted(settings.items()))
+    if key not in _VOCAB_SIZES:  # each estimate asks; a tokenizer's files are read once a process
+        _VOCAB_SIZES[key] = tokenizer_vocab(settings, tokenizer_vocab_size)[0]
+    return _VOCAB_SIZES[key]
+
+
+_VOCAB_SIZES: dict[str, int | None] = {}
+
+
 def tokenizer_vocab_size(args: Mapping[str, Any]) -> int | None:
     """The vocabulary size of the tokenizer these settings build, where its local files tell it (else None)."""
     tokenizer, problems = training_tokenizer(args)

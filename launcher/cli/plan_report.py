@@ -533,7 +533,15 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     own, _ = job_for(preset, on_budget)
     kernels = job.kernels
     preset = job.as_checked()
-    args = job.effective()
+    args = model_args(job.effective(), job.entry)  # a vocabulary left to the tokenizer is the tokenizer's
+    if args.get("vocab_size") is None and not args.get("padded_vocab_size"):
+        tokenizer = args.get("tokenizer_model") or args.get("vocab_file")
+        raise UserError(Problem(
+            "the model's vocabulary size is not known here: vocab_size is not set, and the tokenizer "
+            f"({args.get('tokenizer_type') or 'GPT2BPETokenizer'}{f' {tokenizer}' if tokenizer else ''}) is not "
+            "readable here to say it, so the embedding and output layer could not be counted",
+            "make the tokenizer's files readable here, or plan with --set vocab_size=N (the tokenizer's "
+            "vocabulary; the plan only counts with it)"))
     tp = int(est.megatron_value(args, "tensor_model_parallel_size"))
     own_args = model_args(own.effective(), own.entry)
     built = est.built_model_parameters(own.effective(), own.entry, tp)

@@ -1,0 +1,47 @@
+"""`launch plan` of a preset that leaves the vocabulary to its tokenizer (no vocab_size, as most imported scripts
+do): the tokenizer's own files say it, and the plan counts the embedding and output layer with it; where they
+cannot be read here the plan says so (exit 2), where it ended in an internal error."""
+
+import json
+
+from launcher import cli
+from launcher.pipeline.checker import model_args
+
+SHAPE = ("megatron:\n  model: {num_layers: 2, hidden_size: 256, num_attention_heads: 4, seq_length: 128,\n"
+         "    max_position_embeddings: 128}\n  training: {micro_batch_size: 1, global_batch_size: 8, lr: 1.0e-4,\n"
+         "    train_iters: 10, bf16: true}\n  data:\n")
+
+
+def _gpt2_files(tmp_path, size):
+    vocab = tmp_path / "vocab.json"
+    vocab.write_text(json.dumps({f"t{i}": i for i in range(size)}))
+    merges = tmp_path / "merges.txt"
+    merges.write_text("#version: 0.2\n")
+    return vocab, merges
+
+
+def test_the_plan_counts_the_vocabulary_of_a_readable_tokenizer(tmp_path, capsys):
+    vocab, merges = _gpt2_files(tmp_path, 1000)
+    preset = tmp_path / "p.yaml"
+    preset.write_text(SHAPE + "    tokenizer_type: GPT2BPETokenizer\n"
+                      f"    vocab_file: {vocab}\n    merge_file: {merges}\n")
+    assert cli.main(["plan", str(preset), "--gpus", "8"]) == 0
+    assert "(vocab 1000 padded to 1024)" in capsys.readouterr().out
+
+
+def test_a_tokenizer_not_readable_here_is_said_not_an_internal_error(tmp_path, capsys):
+    preset = tmp_path / "p.yaml"
+    preset.write_text(SHAPE + "    tokenizer_type: HuggingFaceTokenizer\n    tokenizer_model: /no/such/tokenizer\n")
+    assert cli.main(["plan", str(preset), "--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary size is not known here" in err and "--set vocab_size=" in err and "internal error" not in err
+    assert cli.main(["plan", str(preset), "--gpus", "8", "--set", "vocab_size=32000"]) == 0
+    assert "(vocab 32000, not padded)" in capsys.readouterr().out
+
+
+def test_estimates_take_the_tokenizers_vocabulary_and_the_command_is_unchanged(tmp_path):
+    vocab, merges = _gpt2_files(tmp_path, 700)
+    effective = {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": str(vocab), "merge_file": str(merges)}
+    assert model_args(effective, "pretrain_gpt")["vocab_size"] == 700
+    assert "vocab_size" not in effective
+    assert model_args({**effective, "vocab_size": 64}, "pretrain_gpt")["vocab_size"] == 64
