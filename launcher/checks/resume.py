@@ -34,6 +34,7 @@ from launcher.checks import optimizer_state
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
+from launcher.pipeline.load_rules import training_iterations
 
 # megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer.checkpoint_fully_reshardable_formats
 RESHARDABLE_OPTIMIZER = ("fully_reshardable", "fully_sharded_model_space", "fsdp_dtensor")
@@ -470,10 +471,13 @@ def _batch(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
                           f"{consumed:,} samples consumed were {consumed * old_seq:,} tokens, and the same sample "
                           f"count is {consumed * new_seq:,} tokens now: the data order from here changes",
                           f"keep seq_length={old_seq} to resume exactly"))
-    train_iters = job_args.get("train_iters")
-    if isinstance(train_iters, int) and 0 < train_iters <= iteration and not job_args.get("finetune"):
-        items.append(Item("warn", "batch", f"the checkpoint is at iteration {iteration:,} and train_iters is "
-                          f"{train_iters:,}: nothing is left to train", "raise train_iters to continue"))
+    total = training_iterations(job_args, new, bool(job_args.get("step_batch_size_schedule")))
+    if total is not None and 0 < total <= iteration and not job_args.get("finetune") and not stored.release:
+        based = "train_iters" if job_args.get("train_iters") is not None else f"train_samples // global batch {new}"
+        items.append(Item("refuse", "batch", f"the checkpoint is at iteration {iteration:,} and the job trains to "
+                          f"iteration {total:,} ({based}): Megatron would load it, train 0 iterations and exit 0",
+                          "raise the training length past the checkpoint's iteration, or --set finetune=true (its "
+                          "weights, from iteration 0)"))
     return items
 
 
