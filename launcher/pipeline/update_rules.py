@@ -31,6 +31,7 @@ def _number(value: Any) -> bool:
 
 def check(arg: Arg, fail: Fail, warn: Warn, iterations: int | None, global_batch_size: int | None) -> None:
     decay_length(arg, fail)
+    schedule_source(arg, fail)
     conversion(arg, warn)
     exits(arg, fail, warn, iterations)
     if iterations is None or iterations < 1:
@@ -50,6 +51,16 @@ def decay_length(arg: Arg, fail: Fail) -> None:
             fail(f"{name} {value}: Megatron's LR scheduler asserts a decay length above 0 (OptimizerParamScheduler: "
                  "assert self.lr_decay_steps > 0) and does not read 0 as unset",
                  f"--set {name}=null (Megatron's default: train_{unit})", "runtime")
+
+
+def schedule_source(arg: Arg, fail: Fail) -> None:
+    """OptimizerParamScheduler.__init__ asserts `not use_checkpoint_opt_param_scheduler` under
+    override_opt_param_scheduler ('both override and use-checkpoint are set.'), when training.py builds it."""
+    if arg("override_opt_param_scheduler") and arg("use_checkpoint_opt_param_scheduler"):
+        fail("override_opt_param_scheduler and use_checkpoint_opt_param_scheduler are both set: Megatron's LR "
+             "scheduler asserts at start that at most one is ('both override and use-checkpoint are set.')",
+             "--set use_checkpoint_opt_param_scheduler=false (the job's schedule), or --set "
+             "override_opt_param_scheduler=false (the checkpoint's)", "runtime")
 
 
 def conversion(arg: Arg, warn: Warn) -> None:

@@ -204,3 +204,22 @@ def test_a_per_split_file_without_train_datasets_is_refused(tmp_path):
     listing.write_text(json.dumps({"train": [str(tmp_path / "a")], "valid": None, "test": None}))
     assert not said([p.message for p in check_data({"per_split_data_args_path": str(listing)}, python_here=False)],
                     "names no train datasets")
+
+
+def test_both_sources_of_the_lr_schedule_are_refused_and_either_way_out_accepted():
+    both = ["override_opt_param_scheduler=true", "use_checkpoint_opt_param_scheduler=true"]
+    refused = said(judged(*both)[0], "both set")
+    assert len(refused) == 1
+    for way in followed(refused[0].split(" | ")[1]):
+        assert judged(*both, *way)[0] == [], way
+
+
+def test_megatrons_scheduler_asserts_on_both_sources():
+    from types import SimpleNamespace
+
+    scheduler = pytest.importorskip("megatron.core.optimizer_param_scheduler")
+    with pytest.raises(AssertionError, match="both override and use-checkpoint"):
+        scheduler.OptimizerParamScheduler(
+            SimpleNamespace(param_groups=[{}]), init_lr=0.0, max_lr=1e-3, min_lr=0.0, lr_warmup_steps=0,
+            lr_decay_steps=10, lr_decay_style="linear", start_wd=0.01, end_wd=0.01, wd_incr_steps=10,
+            wd_incr_style="constant", use_checkpoint_opt_param_scheduler=True, override_opt_param_scheduler=True)
