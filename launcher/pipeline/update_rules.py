@@ -1,5 +1,7 @@
 """Settings with which Megatron at the pin runs to a normal exit while updating less than the job asks: steps at
-learning rate 0, iterations it skips, early-exit settings it reads as unset or that stop it after one step.
+learning rate 0, iterations it skips, early-exit settings it reads as unset or that stop it after one step, a
+conversion run; and the LR scheduler's own asserts that validate_args lets through (a decay length of 0, both
+sources of the schedule), which stop the run before its first step.
 
 Each rule takes the value Megatron will see (`arg`), `fail(message, hint, stage)`, `warn(text)`, and the job's
 training length in iterations with its (constant) global batch where known. A run that would update nothing is
