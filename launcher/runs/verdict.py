@@ -633,6 +633,11 @@ class RunLog:
             return samples // batch
         return self.train_iters
 
+    def nothing_left(self) -> str | None:
+        """Why the latest process start trained 0 iterations where that is because nothing was left to train."""
+        idle = self._idle_start()
+        return idle[0] if idle is not None and idle[1] else None
+
     def _idle_start(self) -> tuple[str, bool] | None:
         """Where the latest process start (or checkpoint load) logged no iteration: why it trained 0, and whether
         that is because nothing was left (the checkpoint it loaded at or past its train_iters: training.py's loop

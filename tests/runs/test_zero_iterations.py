@@ -89,3 +89,14 @@ def test_a_resumed_run_directory_records_the_idle_attempt(tmp_path, log_fixture)
     summary = monitor.close(exit_code=0)
     assert summary.outcome == "failed" and "0 iterations trained" in summary.reasons[-1]
     assert "0 iterations trained" in (tmp_path / "summary.json").read_text()
+
+
+def test_launch_report_says_the_attempt_trained_nothing(tmp_path, log_fixture, launch):
+    resumed, idle = tmp_path / "attempt-1.log", tmp_path / "attempt-2.log"
+    resumed.write_text("\n".join(log_fixture(RESUMED)) + "\n")
+    idle.write_text("\n".join(idle_start(log_fixture, 60)) + "\n")
+    code, out, err = launch("report", str(resumed), str(idle))
+    assert code == 0, err
+    assert out.splitlines()[0].startswith("outcome:            success (the last attempt: 0 iterations trained")
+    code, out, err = launch("report", str(idle))
+    assert code == 2 and "0 iterations trained: the checkpoint it loaded is at iteration 60" in err, err
