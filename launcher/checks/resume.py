@@ -542,7 +542,8 @@ def _batch(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
                           f"count is {consumed * new_seq:,} tokens now: the data order from here changes",
                           f"keep seq_length={old_seq} to resume exactly"))
     total = training_iterations(job_args, new, bool(job_args.get("step_batch_size_schedule")))
-    if total is not None and 0 < total <= iteration and not job_args.get("finetune") and not stored.release:
+    if total is not None and 0 < total <= iteration and not job_args.get("finetune") and not stored.release \
+            and not job_args.get("skip_train") and job_args.get("ckpt_convert_format") is None:
         based = "train_iters" if job_args.get("train_iters") is not None else f"train_samples // global batch {new}"
         items.append(Item("refuse", "batch", f"the checkpoint is at iteration {iteration:,} and the job trains to "
                           f"iteration {total:,} ({based}): Megatron would load it, train 0 iterations and exit 0",

@@ -139,7 +139,10 @@ def nothing_left_to_train(megatron: Mapping[str, Any], iterations: int | None, g
     train(): `while iteration < args.train_iters`) never runs, and it exits 0 having trained nothing (saving the same
     iteration again where it is off the save interval). `iterations`: training_iterations()."""
     loaded = loaded_iteration(megatron)
-    if loaded is None or iterations is None or iterations < 1 or loaded < iterations or megatron.get("skip_train"):
+    # a conversion (ckpt_convert_format) saves the loaded checkpoint and exits before training, and skip_train
+    # trains nothing on purpose (the checker warns of it)
+    if loaded is None or iterations is None or iterations < 1 or loaded < iterations or megatron.get("skip_train") \
+            or megatron.get("ckpt_convert_format") is not None:
         return []
     based = "iters" if megatron.get("train_iters") is not None else "samples"
     more = loaded + iterations

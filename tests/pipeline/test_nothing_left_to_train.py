@@ -51,6 +51,14 @@ def test_the_hint_leads_to_a_job_that_trains(tmp_path):
     assert refusals(load, "finetune=true") == []  # the weights only, from iteration 0
 
 
+def test_a_conversion_or_an_evaluation_of_the_last_checkpoint_is_no_refusal(tmp_path):
+    # ckpt_convert_format saves the loaded checkpoint in another format and exits before training; skip_train
+    # evaluates it (both said by the checker's own warnings)
+    load = checkpoint_at(tmp_path / "ck", "20")
+    assert refusals(load, "ckpt_convert_format=torch", f"ckpt_convert_save={tmp_path / 'out'}") == []
+    assert refusals(load, "skip_train=true") == []
+
+
 def test_a_sample_budget_is_counted_in_iterations(tmp_path):
     # train_samples 160 // global batch 8 = 20 iterations (training.py update_train_iters)
     load = checkpoint_at(tmp_path / "ck", "20")
