@@ -36,8 +36,8 @@ def check(arg: Arg, fail: Fail, warn: Warn, iterations: int | None, global_batch
     schedule_source(arg, fail)
     conversion(arg, warn)
     exits(arg, fail, warn, iterations)
-    if iterations is None or iterations < 1:
-        return
+    if iterations is None or iterations < 1 or arg("skip_train") or arg("ckpt_convert_format") is not None:
+        return  # no step to judge: skip_train and a conversion train nothing on purpose (each warned)
     skipped(arg, fail, warn, iterations)
     if global_batch_size is not None and global_batch_size >= 1:
         zero_rate_steps(arg, fail, warn, iterations, global_batch_size)

@@ -48,6 +48,10 @@ def test_a_run_whose_every_step_has_learning_rate_0_is_refused_and_each_way_out_
         assert problems == [], (way, problems)
 
 
+def test_a_run_that_trains_nothing_on_purpose_is_not_judged_by_its_steps():
+    assert not said(judged("train_iters=1", "skip_train=true")[0], "learning rate 0")
+
+
 def test_one_step_past_the_warm_up_start_is_accepted():
     problems, warnings = judged("train_iters=2")
     assert problems == [] and not said(warnings, "learning rate 0")
