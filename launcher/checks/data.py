@@ -39,6 +39,10 @@ FILE_TOKENIZERS = {"SentencePieceTokenizer", "GPTSentencePieceTokenizer", "Llama
 KNOWN_TOKENIZERS = {"HuggingFaceTokenizer", "MultimodalTokenizer", "NullTokenizer", "NullMultimodalTokenizer",
                     "BertWordPieceLowerCase", "BertWordPieceCase", "GPT2BPETokenizer", *FILE_TOKENIZERS}
 PER_SPLIT_SETTINGS = ("train_data_path", "valid_data_path", "test_data_path")
+# blend_per_split without a train blend: the builder makes no training set, and training.py
+# build_train_valid_test_data_loaders sets do_train false, so pretrain() runs no step and exits 0
+NO_TRAINING_SET = ("Megatron builds no training set and trains nothing (training.py: do_train is false without a "
+                   "train dataloader), then exits 0")
 # Every Megatron setting check_data reads: what a Slurm job passes to its node to run the same check there.
 DATA_SETTINGS = ("mock_data", "data_path", "data_args_path", *PER_SPLIT_SETTINGS, "per_split_data_args_path", "split",
                  "tokenizer_type", "tokenizer_model", "vocab_size", "vocab_file", "merge_file", "null_tokenizer_eod_id",
@@ -227,6 +231,11 @@ def _check_sources(args: Mapping[str, Any]) -> list[Problem]:
     elif not (mock or blended or per_split):
         problems.append(Problem("no training data: neither mock_data nor data_path is set",
                                 "set mock_data=true, or data_path=PREFIX (made by `launch prepare-data`)"))
+    elif per_split and not args.get("per_split_data_args_path") and not args.get("train_data_path"):
+        given = " and ".join(name for name in PER_SPLIT_SETTINGS if args.get(name))
+        problems.append(Problem(f"{given} without train_data_path: {NO_TRAINING_SET}",
+                                "set train_data_path=PREFIX (made by `launch prepare-data`), or use data_path with "
+                                "split"))
     if args.get("data_path") and args.get("data_args_path"):
         problems.append(Problem("data_path and data_args_path are both set", "keep one of them"))
     return problems
@@ -254,6 +263,10 @@ def _blend_prefixes(args: Mapping[str, Any], problems: list[Problem]) -> dict[st
             else:
                 for split in ("train", "valid", "test"):
                     values[f"per_split_data_args_path[{split}]"] = per_split.get(split)
+                if not per_split.get("train"):
+                    problems.append(Problem(f"per_split_data_args_path {args['per_split_data_args_path']} names no "
+                                            f"train datasets: {NO_TRAINING_SET}",
+                                            'give its "train" split the datasets to train on'))
     for setting, value in values.items():
         if value is None or value == []:
             continue

@@ -34,6 +34,7 @@ from launcher.checks import optimizer_state
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
+from launcher.pipeline.load_rules import training_iterations
 
 # megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer.checkpoint_fully_reshardable_formats
 RESHARDABLE_OPTIMIZER = ("fully_reshardable", "fully_sharded_model_space", "fsdp_dtensor")
@@ -162,6 +163,7 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     vocabulary, padded = _vocabulary(job, job_args, saved, stored)
     items += vocabulary
     items += _precision(job_args, saved, stored, padded)
+    items += _schedule(job_args, saved, stored)
     if not job_args.get("finetune"):
         items += _megatron_asserts(job_args, saved)
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
@@ -428,6 +430,75 @@ def _precision(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: St
     return items
 
 
+# What OptimizerParamScheduler.load_state_dict compares with the checkpoint's (optimizer_param_scheduler.py
+# _check_and_set), in the words of its log.
+SCHEDULE_NAMES = {"max_lr": "learning rate", "min_lr": "minimum learning rate", "warmup_steps": "warmup iterations",
+                  "decay_steps": "total number of iterations", "decay_style": "learning rate decay style",
+                  "start_wd": "start weight decay", "end_wd": "end weight decay",
+                  "wd_incr_steps": "total number of weight decay iterations",
+                  "wd_incr_style": "weight decay incr style"}
+
+
+def _schedule_of(settings: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The scheduler's values as training.py get_optimizer_param_scheduler makes them from the settings (in samples;
+    a stored train_samples job's train_iters is the one update_train_iters computed), None where they do not say."""
+    try:
+        batch = settings["global_batch_size"]
+        samples = settings.get("train_samples")
+        if samples is not None:
+            decay = settings.get("lr_decay_samples") or samples
+            incr, warmup_unit = samples, settings.get("lr_warmup_samples") or 0
+        else:
+            iters = settings["train_iters"]
+            decay = (settings.get("lr_decay_iters") or iters) * batch
+            incr, warmup_unit = iters * batch, (settings.get("lr_warmup_iters") or 0) * batch
+        fraction = settings.get("lr_warmup_fraction")
+        constant = settings.get("weight_decay_incr_style", "constant") == "constant"
+        start = settings.get("weight_decay") if constant else settings.get("start_weight_decay")
+        end = settings.get("weight_decay") if constant else settings.get("end_weight_decay")
+        return {"max_lr": float(settings["lr"]), "min_lr": float(settings.get("min_lr") or 0.0),
+                "warmup_steps": float(fraction * decay if fraction is not None else warmup_unit),
+                "decay_steps": float(decay), "decay_style": settings.get("lr_decay_style", "linear"),
+                "start_wd": start, "end_wd": end, "wd_incr_steps": float(incr),
+                "wd_incr_style": settings.get("weight_decay_incr_style", "constant")}
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _schedule(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+    """The learning-rate schedule loads with the optimizer state. Megatron compares the job's with the
+    checkpoint's: without a flag it asserts them equal, use_checkpoint_opt_param_scheduler takes the checkpoint's
+    (the job's are ignored without a word), override_opt_param_scheduler the job's."""
+    if not _optimizer_read(job_args, saved, stored) or job_args.get("override_opt_param_scheduler"):
+        return []
+    ours, theirs = _schedule_of(job_args), _schedule_of(_typed(saved))
+    if ours is None or theirs is None:
+        return []
+
+    def same(a: Any, b: Any) -> bool:
+        if isinstance(a, float) and isinstance(b, float):
+            return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+        return bool(a == b)
+
+    differ = [(name, theirs[key], ours[key]) for key, name in SCHEDULE_NAMES.items()
+              if not same(theirs[key], ours[key])]
+    if not differ:
+        return []
+    said = "; ".join(f"{name} {shown(a, 40)} (checkpoint) → {shown(b, 40)} (job)" for name, a, b in differ)
+    said += " (the scheduler's values as the checkpoint's stored settings give them, in samples)"
+    if job_args.get("use_checkpoint_opt_param_scheduler"):
+        return [Item("warn", "schedule", f"{said}: use_checkpoint_opt_param_scheduler takes the checkpoint's values "
+                     "at load, so the job's are ignored (optimizer_param_scheduler.py _check_and_set)",
+                     "--set use_checkpoint_opt_param_scheduler=false --set override_opt_param_scheduler=true to "
+                     "train with the job's schedule, or resume with the checkpoint's settings")]
+    return [Item("refuse", "schedule", f"{said}: Megatron asserts at load that the job's learning-rate schedule "
+                 "equals the checkpoint's (optimizer_param_scheduler.py _check_and_set: 'class input value … and "
+                 "checkpoint value … do not match')",
+                 "--set override_opt_param_scheduler=true (the job's schedule, from the step the checkpoint reached), "
+                 "or --set use_checkpoint_opt_param_scheduler=true (the checkpoint's), or resume with the "
+                 "checkpoint's settings")]
+
+
 # check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load, beyond the
 # model's shape and the torch format's TP/PP compared above; (setting, when the job sets it is compared)
 ASSERTED = (("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
@@ -470,10 +541,14 @@ def _batch(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
                           f"{consumed:,} samples consumed were {consumed * old_seq:,} tokens, and the same sample "
                           f"count is {consumed * new_seq:,} tokens now: the data order from here changes",
                           f"keep seq_length={old_seq} to resume exactly"))
-    train_iters = job_args.get("train_iters")
-    if isinstance(train_iters, int) and 0 < train_iters <= iteration and not job_args.get("finetune"):
-        items.append(Item("warn", "batch", f"the checkpoint is at iteration {iteration:,} and train_iters is "
-                          f"{train_iters:,}: nothing is left to train", "raise train_iters to continue"))
+    total = training_iterations(job_args, new, bool(job_args.get("step_batch_size_schedule")))
+    if total is not None and 0 < total <= iteration and not job_args.get("finetune") and not stored.release \
+            and not job_args.get("skip_train") and job_args.get("ckpt_convert_format") is None:
+        based = "train_iters" if job_args.get("train_iters") is not None else f"train_samples // global batch {new}"
+        items.append(Item("refuse", "batch", f"the checkpoint is at iteration {iteration:,} and the job trains to "
+                          f"iteration {total:,} ({based}): Megatron would load it, train 0 iterations and exit 0",
+                          "raise the training length past the checkpoint's iteration, or --set finetune=true (its "
+                          "weights, from iteration 0)"))
     return items
 
 

@@ -22,10 +22,11 @@ from launcher.megatron.args import default_ffn_hidden_size
 from launcher.megatron.effective import EMERGING_OPTIMIZERS, Effective, effective_settings
 from launcher.megatron.model_families import other_families
 from launcher.megatron.target import DECLARED_TE_VERSION
-from launcher.pipeline import cuda_graph_rules, target_rules
+from launcher.pipeline import cuda_graph_rules, target_rules, update_rules
 from launcher.pipeline.divisors import divisors
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.feature_settings import drop, with_drops
+from launcher.pipeline.load_rules import training_iterations
 from launcher.pipeline.pipeline_layout import (
     LAYER_LETTERS,
     layout_limit,
@@ -896,6 +897,16 @@ class _Checker:
                       f"set train_samples={gbs} or more (a multiple of {gbs}: the samples past the last whole "
                       "batch are not trained)", stage="runtime")
 
+    def updates(self, layout: Layout | None) -> None:
+        """update_rules: steps at learning rate 0, skipped iterations, early exits; the training length in iterations
+        where exactly one length is set (else training_length says what to fix first)."""
+        lengths = {name: self.arg(name) for name in ("train_iters", "train_samples")}
+        iterations = None
+        if layout is not None and sum(v is not None for v in lengths.values()) == 1:
+            iterations = training_iterations(lengths, layout.global_batch_size, bool(layout.batch_schedule))
+        batch = layout.global_batch_size if layout is not None and not layout.batch_schedule else None
+        update_rules.check(self.arg, self.fail, self.warnings.append, iterations, batch)
+
     def _training_length_conflicts(self, based: str, other: str, conflicts: list[str]) -> None:
         """Every setting of the other unit at once, and the one command that unsets them all."""
         shown = ", ".join(f"{name} {self.arg(name)}" for name in conflicts)
@@ -1018,6 +1029,7 @@ def check(preset: Preset, world_size: int, gpus_per_node: int, te_available: boo
     c.lengths()
     c.training_length()
     c.sample_budget(layout)
+    c.updates(layout)
     c.misc()
     check_values(c.arg, c.fail, c.te)
     target_rules.check(c, layout.tp, layout.cp, layout.vpp)
@@ -1043,7 +1055,8 @@ def _without_sizes(c: _Checker) -> None:
     # virtual pipeline only whether there is one matters to those rewrites
     c.effective = effective_settings(c.preset.megatron, None if no_vpp else _NAMED_VPP)
     optimizer = [lambda: c.optimizer_overlap(None)] if no_vpp else []
-    for rule in (c.precision, c.training_length, *optimizer, lambda: check_values(c.arg, c.fail, c.te),
+    for rule in (c.precision, c.training_length, lambda: c.updates(None), *optimizer,
+                 lambda: check_values(c.arg, c.fail, c.te),
                  lambda: target_rules.check(c, size("tensor_model_parallel_size"), size("context_parallel_size"),
                                             None)):
         try:

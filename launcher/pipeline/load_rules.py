@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import Problem
+from launcher import untrusted
+from launcher.errors import Problem, UserError, shown
 
 # dest → (the flag, what it does without a checkpoint, its value when off)
 NEEDS_A_CHECKPOINT = {
@@ -91,3 +92,72 @@ def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool
                     f"{UNLOADABLE_OPTIMIZER_STATE[fmt]}",
                     "set no_load_optim=true (the weights and the iteration load; Adam's moments start afresh), or run "
                     "with Transformer Engine or apex", "runtime")]
+
+
+MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration (or "release") and nothing else
+
+
+def training_iterations(megatron: Mapping[str, Any], global_batch_size: int, batch_schedule: bool) -> int | None:
+    """The iteration Megatron trains to: train_iters, else train_samples // global batch (training.py
+    update_train_iters at a constant batch); None where a batch schedule or an unset length leaves it open."""
+    iters, samples = megatron.get("train_iters"), megatron.get("train_samples")
+    if isinstance(iters, int) and not isinstance(iters, bool):
+        return iters
+    if isinstance(samples, int) and not isinstance(samples, bool) and global_batch_size > 0 and not batch_schedule:
+        return samples // global_batch_size
+    return None
+
+
+def loaded_iteration(megatron: Mapping[str, Any]) -> int | None:
+    """The iteration Megatron resumes from `load` where this machine can tell (checkpointing.py load_checkpoint):
+    ckpt_step where given (with or without a tracker), else the tracker file's; None where it starts at 0 (no
+    checkpoint, a release checkpoint, finetune) or stops at load (no such iteration directory, a tracker that is
+    not a number: the resume check says why)."""
+    load = megatron.get("load")
+    if not load or megatron.get("finetune"):
+        return None
+    step = megatron.get("ckpt_step")
+    try:
+        if isinstance(step, int) and not isinstance(step, bool) and step > 0:
+            iteration: int | None = step
+        else:
+            tracker = Path(str(load)) / TRACKER
+            if not tracker.is_file():
+                return None
+            text = untrusted.read_utf8(tracker, "checkpoint tracker file", MAX_TRACKER_BYTES).strip()
+            iteration = int(text) if text.isdigit() and len(text) <= 18 else None
+        if iteration is None or not (Path(str(load)) / f"iter_{iteration:07d}").is_dir():
+            return None
+    except (OSError, UserError):
+        return None
+    return iteration
+
+
+def nothing_left_to_train(megatron: Mapping[str, Any], iterations: int | None, global_batch_size: int
+                          ) -> list[Problem]:
+    """A checkpoint in `load` at or past the iteration the job trains to: Megatron loads it, its loop (training.py
+    train(): `while iteration < args.train_iters`) never runs, and it exits 0 having trained nothing (saving the same
+    iteration again where it is off the save interval). `iterations`: training_iterations()."""
+    loaded = loaded_iteration(megatron)
+    # a conversion (ckpt_convert_format) saves the loaded checkpoint and exits before training, and skip_train
+    # trains nothing on purpose (the checker warns of it)
+    if loaded is None or iterations is None or iterations < 1 or loaded < iterations or megatron.get("skip_train") \
+            or megatron.get("ckpt_convert_format") is not None:
+        return []
+    based = "iters" if megatron.get("train_iters") is not None else "samples"
+    more = loaded + iterations
+    length = f"--set train_iters={more}" if based == "iters" else \
+        f"--set train_samples={more * global_batch_size}"
+    # Megatron asserts at load that the job's LR and weight-decay schedule (its lengths follow train_iters) equals
+    # the checkpoint's unless one of these says which to take (optimizer_param_scheduler.py _check_and_set)
+    keeps = megatron.get("override_opt_param_scheduler") or megatron.get("use_checkpoint_opt_param_scheduler")
+    schedule = "" if keeps else (" --set override_opt_param_scheduler=true (Megatron asserts at load that the "
+                                 "schedule's lengths equal the checkpoint's; this takes the job's, from the step the "
+                                 "checkpoint reached)")
+    load = shown(str(megatron.get("load")), 200)
+    return [Problem(f"load {load} holds a checkpoint at iteration {loaded}, and the job trains to iteration "
+                    f"{iterations} (train_{based}): Megatron would load it, train 0 iterations "
+                    "(training.py train(): while iteration < args.train_iters) and exit 0",
+                    f"to train further, {length}{schedule}; or --set finetune=true (its weights, from iteration 0)",
+                    "launcher")]
+

@@ -32,7 +32,12 @@ from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_
 from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
 from launcher.pipeline.inert_settings import inert_settings
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
-from launcher.pipeline.load_rules import checkpoint_needed, optimizer_state_unloadable
+from launcher.pipeline.load_rules import (
+    checkpoint_needed,
+    nothing_left_to_train,
+    optimizer_state_unloadable,
+    training_iterations,
+)
 from launcher.pipeline.node_range import ElasticNodes
 from launcher.pipeline.preset import Preset, parse_override, unused_backend_overrides
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
@@ -224,6 +229,9 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
         warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)
         problems += optimizer_state_unloadable(job.megatron, kernels.transformer_engine, kernels.apex, target.remote)
+        if layout is not None:
+            iterations = training_iterations(job.megatron, layout.global_batch_size, bool(layout.batch_schedule))
+            problems += nothing_left_to_train(job.megatron, iterations, layout.global_batch_size)
     unseen: list[str] = []
     if job.entry == "pretrain_gpt" and data_check is not None:  # the simple loop brings its own mock data
         found, unseen = data_check(job.effective(), target.remote, not target.container_image)

@@ -129,6 +129,9 @@ def runlog_from_logs(paths: Sequence[Path], seq_length: int | None = None,
                 "use --partial to report the readable lines"))
     if not runlog.line_count:
         names = ", ".join(str(p) for p in paths)
+        if (said := runlog.nothing_left()) is not None:  # Megatron loaded a checkpoint at the end and exited 0
+            raise UserError(Problem(f"no Megatron iteration lines in {names}: {said}",
+                                    "raise train_iters (or train_samples) past the checkpoint's iteration to train"))
         raise UserError(Problem(
             f"no Megatron iteration lines in {names}",
             "the file is not a Megatron training log, is garbled, or training never reached iteration 1; "

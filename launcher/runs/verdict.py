@@ -28,7 +28,7 @@ MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") 
 
 
 # The settings of Megatron's argument dump that the verdict and the report read.
-KEPT_ARGUMENTS = frozenset({"save", "seq_length", "train_iters"})
+KEPT_ARGUMENTS = frozenset({"save", "seq_length", "train_iters", "train_samples", "global_batch_size"})
 
 # What the plots keep of a run's iteration lines: at most this many, evenly spread, and always the last one.
 PLOT_POINTS = 4096
@@ -375,6 +375,8 @@ class RunLog:
         self.training_done = False
         self._traceback_seen = False
         self._new_attempt_pending = True
+        self._lines_at_start = 0  # iteration lines taken before the latest process start (or checkpoint load)
+        self._loaded_at_start: int | None = None  # the iteration the latest start loaded, where its log says
 
     def start_attempt(self) -> None:
         """Call before feeding the log of a new process start (each log file of a resumed run).
@@ -385,6 +387,8 @@ class RunLog:
         self.last_exit = self.first_error = self.first_other_error = self.first_result_failure = None
         self.training_done = False
         self._traceback_seen = False
+        self._lines_at_start = self.line_count
+        self._loaded_at_start = None
 
     def feed_attempt(self, lines: Iterable[str]) -> None:
         """The whole log of one process start (one file of a resumed run)."""
@@ -495,6 +499,7 @@ class RunLog:
             case lp.CheckpointLoaded():
                 self.start_attempt()
                 self._attempt().loaded_iteration = event.iteration
+                self._loaded_at_start = event.iteration
             case lp.Validation():
                 name = "test" if event.split == "test" else "validation"
                 if event.split == "validation" and (loss := event.values.get("lm loss")) is not None:
@@ -579,8 +584,12 @@ class RunLog:
             failure = self.first_result_failure
             where = f" at iteration {failure.iteration}" if failure.iteration else ""
             failures.append(f"result validation failed{where}: {failure.message[:120]}")
+        idle = self._idle_start()
+        # an earlier process start logged iterations and the latest none: its 0 iterations are said, never hidden
+        # behind the earlier ones' progress
+        latest = [f"the last attempt: {idle[0]}"] if idle is not None and last is not None else []
         if last is None:
-            failures.append("no iteration was logged")
+            failures.append(idle[0] if idle is not None and idle[1] else "no iteration was logged")
         elif last.nan_iterations and last.lm_loss is None:
             failures.append(f"loss is NaN: {last.nan_iterations} NaN iteration(s) in the last logged interval")
         elif (loss := self._last_loss) is not None and not math.isfinite(loss):
@@ -594,17 +603,53 @@ class RunLog:
         reached = self.reached_iteration
         reached_end = self.training_done or (reached is not None and train_iters is not None
                                              and reached >= train_iters)
-        failures += self._checkpoint_failures(reached_end, checkpoint_dir, tracker)
+        # a start with nothing left to train saves only where its iteration is off the save interval (pretrain())
+        nothing_left = idle is not None and idle[1]
+        failures += self._checkpoint_failures(reached_end and not nothing_left, checkpoint_dir, tracker)
         if failures:
-            return "failed", failures
+            return "failed", failures + latest
         if reached_end:
-            return "success", []
+            # a start that loaded a checkpoint already at its train_iters ends the run where an earlier one had
+            # (a chained or requeued job after the end): success, said; any other start that trained nothing failed
+            return ("success" if idle is None or idle[1] else "failed"), latest
         if self.last_exit:
             how = self.last_exit
             saved = f"checkpoint at {self.saved[-1]}" if self.saved else "no checkpoint saved"
-            return "stopped", [f"exited on {how.reason} ({how.detail}), {saved}"]
+            return "stopped", [f"exited on {how.reason} ({how.detail}), {saved}", *latest]
         return "failed", [f"the log ends at iteration {last.iteration} of {train_iters} without an exit line"
-                          if last else "the log ends before training"]
+                          if last else "the log ends before training", *latest]
+
+    def _attempt_train_iters(self) -> int | None:
+        """The iteration the latest process start trains to: its argument dump's train_iters, else train_samples //
+        global_batch_size (training.py update_train_iters at a constant batch), else the last line's."""
+        def count(name: str) -> int | None:
+            value = lp.argument_value(self.arguments.get(name, "None"))
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        iters, samples, batch = count("train_iters"), count("train_samples"), count("global_batch_size")
+        if iters is not None:
+            return iters
+        if samples is not None and batch is not None and batch > 0:
+            return samples // batch
+        return self.train_iters
+
+    def nothing_left(self) -> str | None:
+        """Why the latest process start trained 0 iterations where that is because nothing was left to train."""
+        idle = self._idle_start()
+        return idle[0] if idle is not None and idle[1] else None
+
+    def _idle_start(self) -> tuple[str, bool] | None:
+        """Where the latest process start (or checkpoint load) logged no iteration: why it trained 0, and whether
+        that is because nothing was left (the checkpoint it loaded at or past its train_iters: training.py's loop
+        `while iteration < args.train_iters` never runs, and Megatron exits 0); None where it logged one."""
+        if self.line_count > self._lines_at_start:
+            return None
+        loaded, total = self._loaded_at_start, self._attempt_train_iters()
+        if loaded is not None and total is not None and loaded >= total:
+            return (f"0 iterations trained: the checkpoint it loaded is at iteration {loaded} and train_iters is "
+                    f"{total}, so nothing was left to train (raise train_iters to train further)"), True
+        at = f" after loading the checkpoint at iteration {loaded}" if loaded is not None else ""
+        return f"0 iterations trained{at}: no iteration was logged", False
 
 
 def checkpoint_failures(saved: list[int], save_configured: bool, reached_end: bool,

@@ -647,3 +647,22 @@ def test_unchanged_precision_says_nothing_and_an_fp8_change_is_a_note(tmp_path):
                 stored_at(tmp_path, "torch", bf16=True, fp8="hybrid"))
     assert levels(fp8, "precision") == ["note"] and "fp8 'hybrid' (checkpoint) → None (job)" in \
         text_of(fp8, "precision")
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("length", ["train_iters=10", "train_samples=80"])
+def test_a_checkpoint_at_the_jobs_end_is_refused_before_launch_and_by_the_resume_check(saved, length):
+    """Megatron's own save at iteration 10, resumed by a job of 10 iterations (or 80 samples of 8): its loop would
+    not run (training.py train()); one more iteration trains."""
+    stored = saved["torch_dist"]
+    lengths = [length, "train_iters=null"] if length.startswith("train_samples") else [length]
+    job, problems = job_for(load_preset("toy", [*TOY, f"load={stored.load}", "ckpt_format=torch_dist", WEIGHTS_ONLY,
+                                                *lengths]),
+                            JobRequest(nodes=1, gpus_per_node=2, run_dir=False, local=False))
+    assert any("holds a checkpoint at iteration 10" in p.message and "train 0 iterations" in p.message
+               for p in problems), problems
+    check = judge(job, stored)
+    assert levels(check, "batch") == ["refuse"] and "train 0 iterations" in text_of(check, "batch")
+    more = "train_iters=11" if length.startswith("train_iters") else "train_samples=88"
+    check = judge(toy_job(stored.load, "ckpt_format=torch_dist", WEIGHTS_ONLY, *lengths[1:], more), stored)
+    assert "refuse" not in levels(check, "batch"), check.render()

@@ -22,7 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 MATRIX = REPO / "scripts" / "ckpt_load_matrix.py"
 # two saves (plain and distributed optimizer, bf16), each loaded with settings that raise and that load
 CELLS = {"plain-bf16-to-fp16": "loads", "plain-bf16-to-fp32": "raises", "bf16-plain-to-distopt": "raises",
-         "vocab-128-to-256": "loads", "distopt-bf16-same": "loads", "distopt-bf16-to-fp16": "raises"}
+         "vocab-128-to-256": "loads", "distopt-bf16-same": "loads", "distopt-bf16-to-fp16": "raises",
+         "schedule-iters-10-to-20": "raises", "schedule-iters-10-to-20-override": "loads",
+         "schedule-lr-use-checkpoint": "loads"}
 # the script's BASE flags as the toy preset's settings (the target declared with Transformer Engine and apex,
 # whose fused Adam loads the distributed optimizer's state)
 BASE = ["entry=pretrain_gpt", "gpus_per_node=1", "tensor_model_parallel_size=1", "hidden_size=64",
