@@ -139,15 +139,20 @@ def memory_verdict(job: ResolvedJob, refuse: bool = True) -> tuple[list[str], li
     """The memory estimate against the job's GPU: a warning above 90 % of it, a refusal (with `refuse`) where the
     one memory rule (formulas.memory_fit, through the estimate's `fits`) says it does not fit, unless a setting
     saves memory the estimate does not count."""
-    facts = estimate.job_facts(job)["estimate"]
+    job_facts = estimate.job_facts(job)
+    facts = job_facts["estimate"]
     warning = estimate.memory_warning(facts)
+    unknown = [] if job_facts["padded_vocab_size"] else [
+        "the vocabulary size is not known here (vocab_size is not set and the tokenizer's files are not readable "
+        "here), so the memory and time estimates leave out the embedding and output layer; set vocab_size to count "
+        "them"]
     if warning is None:
-        return [], []
+        return unknown, []
     unmodelled = unmodelled_memory_settings(job.arg, sharded_over(job))
     beyond = facts["fits"] == "does not fit"
     if not refuse or not beyond or unmodelled:
         return [warning + (f" (the estimate does not count what {', '.join(unmodelled)} saves)"
-                           if unmodelled and beyond else "")], []
+                           if unmodelled and beyond else "")] + unknown, []
     return [], [Problem(
         f"the memory estimate, ~{facts['memory_per_gpu_gib']:.1f} GiB per GPU, is above {estimate.memory_room(facts)}"
         ": the job cannot fit",

@@ -226,7 +226,8 @@ def _rank_time(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, layers: int, em
     else:
         extra = 0.0
     compute = layers * layer
-    if loss:  # output layer (fwd + bwd) and cross entropy over fp32 logits
+    if loss and m.padded_vocab_size:  # output layer (fwd + bwd) and cross entropy over fp32 logits (a vocabulary
+        # not known here counts none, as the parameters and memory do: the dry-run says it is unknown)
         output_rate = _output_rate(m, t, gpu, k, tokens, tflops)
         compute += 6 * tokens * h * m.padded_vocab_size / tp / output_rate
         # its weight gradient (a third) moves to the end of the step for the deferred microbatches (step_time)
@@ -456,7 +457,7 @@ def _deferred_wgrad(m: ModelShape, t: Training, gpu: Gpu, k: Kernels, tflops: fl
     stages still drain their backward, about two thirds of the bubble (the backward's share); what is longer
     shows."""
     n = t.deferred_embedding_wgrads
-    if not n:
+    if not n or not m.padded_vocab_size:
         return 0.0
     tokens = t.micro_batch_size * m.seq_length / t.cp
     rate = _output_rate(m, t, gpu, k, tokens, tflops)

@@ -9,7 +9,7 @@ from launcher.pipeline.checker import model_args
 
 SHAPE = ("megatron:\n  model: {num_layers: 2, hidden_size: 256, num_attention_heads: 4, seq_length: 128,\n"
          "    max_position_embeddings: 128}\n  training: {micro_batch_size: 1, global_batch_size: 8, lr: 1.0e-4,\n"
-         "    train_iters: 10, bf16: true}\n  data:\n")
+         "    train_iters: 10, bf16: true}\n  logging: {eval_interval: 5, eval_iters: 1}\n  data:\n")
 
 
 def _gpt2_files(tmp_path, size):
@@ -45,3 +45,17 @@ def test_estimates_take_the_tokenizers_vocabulary_and_the_command_is_unchanged(t
     assert model_args(effective, "pretrain_gpt")["vocab_size"] == 700
     assert "vocab_size" not in effective
     assert model_args({**effective, "vocab_size": 64}, "pretrain_gpt")["vocab_size"] == 64
+
+
+def test_a_cluster_job_whose_tokenizer_is_not_here_is_rendered_and_says_what_its_estimate_leaves_out(
+        tmp_path, capsys):
+    # the files are on the cluster: the time estimate divided by the output layer's zero width (an internal error)
+    preset = tmp_path / "p.yaml"
+    preset.write_text(SHAPE + "    tokenizer_type: GPT2BPETokenizer\n    vocab_file: /cluster/gpt2-vocab.json\n"
+                      "    merge_file: /cluster/gpt2-merges.txt\n    mock_data: true\n"
+                      "launcher: {nodes: 1, gpus_per_node: 8}\n")
+    for target in ("--slurm", "--k8s"):
+        assert cli.main([str(preset), target, "--dry-run", "--set", f"run_root={tmp_path}"]) == 0, target
+        captured = capsys.readouterr()
+        assert "the vocabulary size is not known here" in captured.err + captured.out
+        assert "internal error" not in captured.err
