@@ -39,8 +39,12 @@ RUN_STAMP = re.compile(r"-\d{8}T\d{6}Z(-\d+)?\b")
 
 
 def without_run_stamp(text: str) -> str:
-    """A run directory's UTC timestamp (runs/345m-20261201T132904Z) replaced: the launch decides it, not the test."""
-    return RUN_STAMP.sub("-YYYYMMDDTHHMMSSZ", text)
+    """A run directory's UTC timestamp (runs/345m-20261201T132904Z) replaced: the launch decides it, not the test;
+    and the free space of its file system, which each command reads and other writers move in between."""
+    return FREE_SPACE.sub("has N free", RUN_STAMP.sub("-YYYYMMDDTHHMMSSZ", text))
+
+
+FREE_SPACE = re.compile(r"has [0-9.]+ [kMGTP]?B free")
 
 
 FIXTURE_LOGS = Path(__file__).parent / "fixtures" / "logs"
