@@ -13,6 +13,9 @@ ordered by JobSet (NAME, then NAME-rN in the order `launch --resume` wrote them)
   Megatron and NCCL name the pod), so it is taken only as one of the last attempt's pods and becomes the machine that
   pod ran on; the new JobSet's pods are kept off it, with every machine left out before (manifest.json
   excluded_nodes, at most 64): a required node affinity `metadata.name NotIn [...]`.
+
+The logs are data: a machine is taken only as a Kubernetes node name (DNS-1123 subdomain, as echo wrote it), and
+the reading is bounded (read_attempts), each log or attempt not read said in a warning.
 """
 
 from __future__ import annotations
