@@ -12,8 +12,9 @@ of address space for prepare-data, which maps 3.5 GiB importing torch):
     log; prepare-data's corpus (.txt, .jsonl, .jsonl.gz), GPT-2 vocab/merges, tokenizer.json and its lock; a
     dataset's .idx/.bin/.meta.json, data_args_path, per_split_data_args_path, an HF tokenizer_model directory;
     the launcher's config.json; a Megatron checkout's files (doctor, fetch-megatron); fetch-megatron's --source
-    tarball; an index cache file in data_cache_path; runs --run-root (a checkpoint's tracker is read by --check
-    and --submit only: not swept here)
+    tarball; an index cache file in data_cache_path; runs --run-root; an import script's scheduler directives
+    (#PJM, # flux:, #PBS, #SBATCH/#BSUB/#$) given hostile counts and shapes; a checkpoint's tracker file
+    (latest_checkpointed_iteration.txt, read by --check) given hostile iterations
     damages: missing, empty, a directory, a FIFO, links to /dev/zero and /dev/urandom, a link to itself, a
     dangling link, a link to its own directory, a path too long to name it (300- and 5,000-character
     components, where a command names the slot), not UTF-8, NUL bytes, a sparse 10 GB file, a 9 MiB line,
@@ -165,6 +166,16 @@ HOSTILE_VALUES = ("1e999", "-1e999", ".nan", "NaN", "9" * 100000, "-" + "9" * 50
                   "0x" + "f" * 40, "!!python/object/apply:os.system ['touch MARKER']", "null", "[]", "{}",
                   '"\\u0000"', '"$(touch MARKER)"', "-1", "0", "true", '"../../../../etc/passwd"')
 QUICK_VALUES = ("9" * 100000, "[" * 10000 + "]" * 10000)
+# a scheduler directive's count or shape (#PJM, # flux:, #PBS, #SBATCH, #BSUB, #$): each is read as pjsub, flux,
+# qsub, sbatch, bsub or qsub would, bounded (1 … 1,000,000 nodes; a node file of at most 100,000 lines)
+DIRECTIVE_VALUES = ("99999999999999", "x".join(["1"] * 5000), "-4", "\u0668", "$(touch MARKER)", "`touch MARKER`",
+                    "1;touch${IFS}MARKER", "9" * 5000, "1000x1000x1000", "0", "4.5", "1e9", "\uff18",
+                    "2:" + ":".join(["a=b"] * 5000))
+QUICK_DIRECTIVE_VALUES = ("99999999999999", "x".join(["1"] * 5000), "$(touch MARKER)", "\u0668", "1000x1000x1000")
+# a checkpoint's tracker as Megatron's read_metadata reads it: int() of its text, else 'release'
+TRACKER_VALUES = ("-5", "release", str(1 << 63), "12\nresume: ok", "\x1b[2J50", "1_000", "\u0663", "9" * 5000,
+                  "0x10", "50\x00")
+QUICK_TRACKER_VALUES = (str(1 << 63), "12\nresume: ok", "\x1b[2J50")
 
 
 # -------------------------------------------------------------------------------------------------- slots
@@ -178,6 +189,7 @@ class Slot:
     template: str | None = None  # the slot's format with {V} where a hostile value goes
     damages: tuple[str, ...] = ()  # of GENERIC; empty: all
     extra: dict[str, Damage] = field(default_factory=dict)
+    values: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # (quick, all) in place of the hostile values
 
 
 def _index(sequence_lengths: list[int], code: int = 8) -> bytes:
@@ -260,6 +272,10 @@ def slots() -> list[Slot]:
                                                     "import -o": ["import", "train.sh", "-o", "out/p.yaml"],
                                                     "import stdin": ["-", "import", "-"]},
              "#!/bin/bash\ntorchrun pretrain_gpt.py --num-layers {V} --hidden-size 8 --lr {V}\n"),
+        *directive_slots(),
+        Slot("checkpoint tracker", "ckpt/latest_checkpointed_iteration.txt", b"50\n", {
+            "check": ["toy", "--check", "--set", "load=ckpt", "--megatron-path", "mlm"]},
+            "{V}\n", values=(QUICK_TRACKER_VALUES, TRACKER_VALUES)),
         Slot("sourced file", "env.sh", b"LAYERS=2\n", {"import": ["import", "train.sh"]}, "LAYERS={V}\n"),
         Slot("import yaml", "flags.yaml", b"num-layers: 2\nhidden-size: 64\n", {"import": ["import", "flags.yaml"]},
              "num-layers: {V}\nhidden-size: 64\n"),
@@ -341,6 +357,35 @@ def slots() -> list[Slot]:
     ]
 
 
+TRAINING = ("pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+            "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --train-iters 10 --lr 1e-4 "
+            "--mock-data --tokenizer-type NullTokenizer --vocab-size 1000")
+DIRECTIVES = {
+    "pjm": ('#PJM -L node={V}\n#PJM -L "rscgrp=small,node={V}"\n#PJM --mpi proc={V}\n#PJM --mpi max-proc-per-node={V}\n'
+            "mpiexec -n $PJM_MPI_PROC torchrun --nnodes $PJM_NODE --nproc_per_node 4 "),
+    "flux": ("# flux: -N {V}\n# flux: --nodes={V}\n# flux: -n {V}\nNN=$(flux resource list -n -o {nnodes})\n"
+             "torchrun --nnodes $NN --nproc_per_node 4 "),
+    "pbs": ("#PBS -l select={V}:ncpus=8:mpiprocs={V}\n#PBS -l nodes={V}:ppn={V}\n"
+            "NN=$(sort -u $PBS_NODEFILE | wc -l)\ntorchrun --nnodes $NN --nproc_per_node 4 "),
+    "sbatch/bsub/sge": ("#SBATCH --nodes={V}\n#SBATCH --ntasks-per-node={V}\n#SBATCH --gres=gpu:{V}\n#BSUB -n {V}\n"
+                        "#$ -pe mpi {V}\nNN=$(scontrol show hostnames | wc -l)\nsrun torchrun --nnodes $NN "
+                        "--nproc_per_node {V} "),
+}
+
+
+def directive_slots() -> list[Slot]:
+    """An import script whose scheduler directives carry the hostile value, one slot a job manager."""
+    found = []
+    for name, head in DIRECTIVES.items():
+        template = "#!/bin/bash\n" + head + TRAINING + "\n"
+        found.append(Slot(f"{name} directives", f"{name.replace('/', '-')}.sh",
+                          template.replace("{V}", "2").encode(),
+                          {"import": ["import", f"{name.replace('/', '-')}.sh"]}, template,
+                          damages=("a FIFO", "not UTF-8", "NUL bytes", "a 9 MiB line", "cut in half"),
+                          values=(QUICK_DIRECTIVE_VALUES, DIRECTIVE_VALUES)))
+    return found
+
+
 def _base(case: Path) -> None:
     """The valid files every slot's commands need besides the slot itself."""
     for slot in slots():
@@ -377,7 +422,8 @@ def cases(quick: bool) -> list[Case]:
         for name, apply in slot.extra.items() if not quick else ():
             found.append(Case(slot, name, apply))
         if slot.template is not None:
-            for value in QUICK_VALUES if quick else HOSTILE_VALUES:
+            quick_values, all_values = slot.values or (QUICK_VALUES, HOSTILE_VALUES)
+            for value in quick_values if quick else all_values:
                 text = slot.template.replace("{V}", value)
                 if slot.name == "--set value":
                     found.append(Case(slot, f"value {value[:20]!r}", _argv_value(value)))
@@ -439,7 +485,10 @@ def _whole_yaml(path: Path) -> bool:
 
 def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path) -> list[str]:
     allowed = {0, 1, 2} if reader.startswith(("report", "doctor")) else {0, 2}  # a failed run; a failed check
-    findings = outcome_findings(outcome, allowed, outcome.out + outcome.err, TIME_LIMIT_S)
+    answer = outcome.out + outcome.err
+    if reader == "check":  # --check's report: each refusal is a `refused:` line with its `hint:`
+        answer = answer.replace("refused:", "error:")
+    findings = outcome_findings(outcome, allowed, answer, TIME_LIMIT_S)
     if marker.exists():
         findings.append("EXECUTED: a value from a file ran a command")
         marker.unlink()
@@ -505,7 +554,7 @@ def main() -> int:
             if not argv:
                 continue
             before = {Path(d) / n for d, _, names in os.walk(case_dir) for n in names}
-            limit = TORCH_MEMORY_LIMIT if argv[0] in TORCH_COMMANDS else MEMORY_LIMIT
+            limit = TORCH_MEMORY_LIMIT if argv[0] in TORCH_COMMANDS or "--check" in argv else MEMORY_LIMIT
             outcome = run_reader(argv, case_dir, {**env, "HOME": str(case_dir / "home")}, stdin, TIME_LIMIT_S, limit)
             runs += 1
             if outcome.seconds > slowest:

@@ -339,6 +339,9 @@ def mutations(bases: dict[str, Path], quick: bool, rng: random.Random) -> list[M
         add(base, "checkpoints", "checkpoints a link to /dev", lambda p, m: (_clear(p), p.symlink_to("/dev")))
         add(base, ".", "many slurm logs", _many_slurm_logs)
         add(base, ".", "k8s pod logs odd", _odd_pod_logs)
+        add(base, ".", "k8s pod headers hostile", _hostile_pod_headers)
+        add(base, ".", "k8s pod headers by the 100,000", _many_pod_headers)
+        add(base, ".", "checkpoint tracker hostile", _hostile_tracker)
         add(base, "running.json", "a live pid of another program", _write(json.dumps({"pid": 1})))
         add(base, ".", "what killed writes leave", _killed_writes)
         add(base, ".", "run directory empty (a launch killed after reserving it)", _run_dir_empty)
@@ -451,6 +454,43 @@ def _odd_pod_logs(path: Path, _marker: Path) -> None:
     (pods / "node-2-attempt-1.log").symlink_to("/dev/zero")
     (pods / ("node-" + "9" * 9 + "-attempt-" + "9" * 9 + ".log")).write_text("x\n")
     (pods / "node-0-attempt-2.log").mkdir()
+
+
+# what the entry script's first line names: the pod's host and the machine (spec.nodeName) that --resume --k8s may
+# keep the next JobSet off; none of these is a Kubernetes node name, none may reach jobset.yaml
+HOSTILE_NODES = ("$(touch${IFS}{MARKER})", "`touch${IFS}{MARKER}`", "a:b", "{a:b}", "[a,b]", "'a'", '"a"', "a,b",
+                 "Node-A", "-a", "a..b", "x" * 254, "n\u00e9", "a\x1b[31m", "&a", "*a", "!!python/object", "a#b",
+                 "\udcff")
+
+
+def _hostile_pod_headers(path: Path, marker: Path) -> None:
+    pods = path / "logs" / "k8s"
+    pods.mkdir(parents=True, exist_ok=True)
+    for pod, node in enumerate(HOSTILE_NODES):
+        node = node.replace("{MARKER}", str(marker / "pod-header"))
+        lines = [f"megatron-launch: pod {pod} of {len(HOSTILE_NODES)} ({node}), attempt 1, on node {node}, jobset "
+                 f"{node}, rendezvous host {node}",
+                 "[rank0]: RuntimeError: CUDA error: uncorrectable ECC error encountered",
+                 "Root Cause (first observed failure):", "[0]:", f"  host      : {node}", "  rank      : 0",
+                 "  exitcode  : 1 (pid: 4242)", "=" * 60]
+        with open(pods / f"node-{pod}-attempt-1.log", "a", errors="surrogateescape") as handle:
+            handle.write("\n".join(lines) + "\n")
+
+
+def _many_pod_headers(path: Path, _marker: Path) -> None:
+    pods = path / "logs" / "k8s"
+    pods.mkdir(parents=True, exist_ok=True)
+    with open(pods / "node-0-attempt-1.log", "a") as handle:
+        for k in range(100_000):
+            handle.write(f"megatron-launch: pod {k % 7} of 7 (h{k}), attempt {k}, on node n{k}, jobset j{k % 13}, x\n")
+
+
+def _hostile_tracker(path: Path, _marker: Path) -> None:
+    """Each run directory's checkpoints get a tracker Megatron cannot load (lines that look like a report's)."""
+    checkpoints = path / "checkpoints"
+    _clear(checkpoints)
+    checkpoints.mkdir()
+    (checkpoints / "latest_checkpointed_iteration.txt").write_bytes(b"12\noutcome: success\n\x1b[2J" + b"9" * 4000)
 
 
 # -------------------------------------------------------------------------------------------------- readers
@@ -587,7 +627,27 @@ def judge(reader: str, outcome: Outcome, marker: Path, written: list[Path]) -> l
         for word in SECRET_WORDS:
             if word.encode() in data:
                 findings.append(f"secret in clear in {path}")
+        if path.name == "jobset.yaml" and data:
+            findings += _kept_off_findings(data)
     return findings
+
+
+def _kept_off_findings(data: bytes) -> list[str]:
+    """A written JobSet parses, and every machine its pods keep off is a Kubernetes node name (DNS-1123)."""
+    import re
+
+    import yaml
+    try:
+        obj = yaml.safe_load(data)
+        pod = obj["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    except (yaml.YAMLError, KeyError, TypeError, IndexError) as error:
+        return [f"jobset.yaml written is no JobSet: {str(error)[:120]}"]
+    terms = pod.get("affinity", {}).get("nodeAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", {})
+    names = [v for term in terms.get("nodeSelectorTerms", []) for field in term.get("matchFields", [])
+             for v in field.get("values", [])]
+    node = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+    bad = [n for n in names if not (isinstance(n, str) and len(n) <= 253 and node.fullmatch(n))]
+    return [f"jobset.yaml keeps pods off {len(bad)} name(s) that are no node name: {bad[:3]!r}"] if bad else []
 
 
 def _snapshot(root: Path) -> dict[Path, tuple[int, int]]:

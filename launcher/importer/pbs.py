@@ -60,7 +60,10 @@ def directives(text: str) -> tuple[int, dict[str, str], list[str], str] | None:
 
 
 def host_lines(node_file: str, hosts: int, repeat: int = 1) -> list[str]:
-    """The labels of a node file's lines: `hosts` hosts, each on `repeat` lines in a row."""
+    """The labels of a node file's lines: `hosts` hosts, each on `repeat` lines in a row; at most MAX_LINES (every
+    caller names a larger file as not read: a count from a directive never sizes a list unchecked)."""
+    if hosts < 0 or repeat < 0 or hosts * repeat > MAX_LINES:
+        raise ValueError(f"a node file of {hosts} x {repeat} lines is past {MAX_LINES:,}")
     return [HOST_LABEL.format(k, node_file) for k in range(1, hosts + 1) for _ in range(repeat)]
 
 

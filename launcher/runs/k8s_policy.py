@@ -13,10 +13,14 @@ ordered by JobSet (NAME, then NAME-rN in the order `launch --resume` wrote them)
   Megatron and NCCL name the pod), so it is taken only as one of the last attempt's pods and becomes the machine that
   pod ran on; the new JobSet's pods are kept off it, with every machine left out before (manifest.json
   excluded_nodes, at most 64): a required node affinity `metadata.name NotIn [...]`.
+
+The logs are data: a machine is taken only as a Kubernetes node name (DNS-1123 subdomain, as echo wrote it), and
+the reading is bounded (read_attempts), each log or attempt not read said in a warning.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,10 +29,12 @@ from launcher import untrusted
 from launcher.errors import UserError
 from launcher.pipeline.k8s_settings import DNS1123_SUBDOMAIN
 from launcher.runs import entries, requeue_policy, triage
-from launcher.runs.logparse import clean_line
 
 LOG_DIR = Path("logs") / "k8s"
 MAX_POD_LOG_BYTES = 1 << 30
+MAX_LOG_BYTES = 4 << 30  # of all pod logs together
+MAX_ATTEMPTS = 1000  # the newest attempts kept (the last decides; the earlier ones tell a failure met twice)
+MAX_PODS = 10_000  # pods of one attempt whose machines are kept
 MAX_EXCLUDED = 64
 MAX_NODE_NAME = 253  # a Kubernetes node's name: a DNS-1123 subdomain
 _HEADER = re.compile(r"megatron-launch: pod [0-9]{1,9} of [0-9]{1,9} \((?P<host>[^()\s]{0,253})\), attempt "
@@ -59,29 +65,74 @@ class _Attempt:
     machines: dict[str, str]  # pod host name → the machine it ran on ("" where the log does not say)
 
 
-def read_attempts(run_dir: Path) -> tuple[list[triage.Triage], dict[str, str]]:
-    """Every attempt's end from the pod logs, oldest first, and the last attempt's pods: host → machine."""
+@dataclass
+class PodLogs:
+    """What the pod logs say: every attempt's end (oldest first), the last attempt's pods (host → machine), and
+    what was not read, in words."""
+
+    ends: list[triage.Triage]
+    machines: dict[str, str]
+    unread: list[str]
+
+
+def read_attempts(run_dir: Path) -> PodLogs:
+    """Every attempt's end from the pod logs, oldest first, and the last attempt's pods: host → machine.
+
+    Bounded whatever the logs hold: at most MAX_LOG_BYTES in all (a log past what is left is not read), the
+    MAX_ATTEMPTS newest attempts (each header names one, so a log of headers alone would otherwise keep a reader
+    per line) and MAX_PODS pods an attempt; each log or attempt left is said."""
     attempts: dict[tuple[int, str, int], _Attempt] = {}
-    for path in entries.listed(Path(run_dir) / LOG_DIR, "node-*-attempt-*.log", "pod logs"):
+    keys: list[tuple[int, str, int]] = []  # attempts' keys, a heap: the oldest first
+    unread: list[str] = []
+    dropped_attempts = dropped_pods = 0
+    budget = MAX_LOG_BYTES
+    for path in sorted(entries.listed(Path(run_dir) / LOG_DIR, "node-*-attempt-*.log", "pod logs")):
         if not path.is_file():
+            unread.append(f"{path.name} (not a regular file)")
             continue
+        size = path.stat().st_size
+        if size > min(budget, MAX_POD_LOG_BYTES):
+            unread.append(f"{path.name} ({size:,} bytes, past the {MAX_LOG_BYTES:,} read of all pod logs)"
+                          if size <= MAX_POD_LOG_BYTES else f"{path.name} ({size:,} bytes, more than a pod log's "
+                          f"{MAX_POD_LOG_BYTES:,})")
+            continue
+        budget -= size
         current: _Attempt | None = None
         try:
             for raw in untrusted.Lines(path, "pod log", MAX_POD_LOG_BYTES):
-                header = _HEADER.search(clean_line(raw)) if "megatron-launch: pod" in raw else None
+                # the entry script's line as echo wrote it (a colour code is no part of a name; it may follow an
+                # earlier pod's cut last line)
+                header = _HEADER.search(raw) if "megatron-launch: pod" in raw else None
                 if header:
                     jobset = header["jobset"] or ""
                     resumed = _RESUMED.fullmatch(jobset)
                     key = (int(resumed["number"]) if resumed else 0, jobset, int(header["attempt"]))
-                    current = attempts.setdefault(key, _Attempt(triage.AttemptReader(), {}))
+                    current = attempts.get(key)
+                    if current is None:
+                        current = attempts[key] = _Attempt(triage.AttemptReader(), {})
+                        heapq.heappush(keys, key)
+                        if len(attempts) > MAX_ATTEMPTS:  # the oldest goes (perhaps this one)
+                            oldest = heapq.heappop(keys)
+                            current = None if oldest == key else current
+                            del attempts[oldest]
+                            dropped_attempts += 1
+                    if current is None:
+                        continue
                     machine = header["node"] or ""
-                    current.machines[header["host"]] = machine if node_name(machine) else ""
+                    if header["host"] in current.machines or len(current.machines) < MAX_PODS:
+                        current.machines[header["host"]] = machine if node_name(machine) else ""
+                    else:
+                        dropped_pods += 1
                 elif current is not None:
                     current.reader.feed(raw)
-        except UserError:
-            continue
+        except UserError as error:
+            unread.append(f"{path.name} ({error.problems[0].message})")
+    if dropped_attempts:
+        unread.append(f"{dropped_attempts:,} older attempt(s) past the {MAX_ATTEMPTS:,} newest")
+    if dropped_pods:
+        unread.append(f"{dropped_pods:,} pod header(s) past {MAX_PODS:,} pods in one attempt")
     ordered = [attempts[key] for key in sorted(attempts)]
-    return [a.reader.verdict() for a in ordered], (ordered[-1].machines if ordered else {})
+    return PodLogs([a.reader.verdict() for a in ordered], ordered[-1].machines if ordered else {}, unread)
 
 
 @dataclass(frozen=True)
@@ -95,14 +146,17 @@ class Resume:
 
 
 def resume(run_dir: Path, manifest: dict) -> Resume:
-    ends, machines = read_attempts(run_dir)
+    logs = read_attempts(run_dir)
+    ends, machines = logs.ends, logs.machines
     before, not_taken = excluded_nodes(manifest)
     notes = [f"manifest.json excluded_nodes: {not_taken}, not taken"] if not_taken else []
+    unread = [f"pod logs not read in full (each end is judged from what was read): {_listed(logs.unread)}"] \
+        if logs.unread else []
     if not ends:
-        return Resume(tuple(before), tuple(notes + _kept(before)))
+        return Resume(tuple(before), tuple(notes + _kept(before)), tuple(unread))
     decision = requeue_policy.decide(ends, (), tuple(machines))
     last = decision.end
-    warnings = []
+    warnings = unread
     if decision.action == requeue_policy.STOP:
         warnings.append(f"the JobSet's last attempt ended {decision.rule}; resuming as asked (change what caused "
                         "it first)")
@@ -131,3 +185,7 @@ def resume(run_dir: Path, manifest: dict) -> Resume:
 def _kept(names: list[str]) -> list[str]:
     return [f"keeping off {', '.join(names)}: an earlier attempt failed there (manifest.json excluded_nodes)"] \
         if names else []
+
+
+def _listed(items: list[str], most: int = 5) -> str:
+    return "; ".join(items[:most]) + (f"; and {len(items) - most} more" if len(items) > most else "")

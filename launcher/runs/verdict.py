@@ -19,12 +19,15 @@ from pathlib import Path
 from typing import NamedTuple, cast
 
 from launcher import untrusted
+from launcher.errors import UserError
 from launcher.runs import logparse as lp
 from launcher.runs import timing
 from launcher.runs.triage import failure_record
 
 TRACKER_FILE = "latest_checkpointed_iteration.txt"
 MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") and nothing else
+UNREADABLE_TRACKER = "a tracker Megatron cannot load"
+INT64_MAX = (1 << 63) - 1  # Megatron all-reduces the tracker's iteration as a torch.long
 
 
 # The settings of Megatron's argument dump that the verdict and the report read.
@@ -273,7 +276,8 @@ class RunSummary:
             + (f" (theory: {self.theoretical_memory_mb:,.1f} MB)" if self.theoretical_memory_mb is not None else ""),
             f"skipped / NaN:      {self.skipped_iterations} / {self.nan_iterations} iterations",
             "checkpoint:         "
-            + (f"iteration {self.tracker_iteration} (latest_checkpointed_iteration.txt)" if self.tracker_iteration
+            + (f"{'iteration ' if is_tracker_iteration(self.tracker_iteration) else ''}{self.tracker_iteration} "
+               "(latest_checkpointed_iteration.txt)" if self.tracker_iteration
                else f"saved at {self.checkpoints_saved[-1]}" if self.checkpoints_saved else "none saved"),
         ]
         lines += timing.render(self.startup)
@@ -662,6 +666,9 @@ def checkpoint_failures(saved: list[int], save_configured: bool, reached_end: bo
     if tracker is None:
         return [f"the log reports a checkpoint at iteration {saved[-1]}, but {checkpoint_dir / TRACKER_FILE} "
                 "does not exist"]
+    if not is_tracker_iteration(tracker):
+        return [f"the log reports a checkpoint at iteration {saved[-1]}, but {checkpoint_dir / TRACKER_FILE} is "
+                f"{tracker}: Megatron's next load stops there"]
     written = untrusted.count(tracker)
     if written is not None and written < saved[-1]:
         return [f"the last save ({saved[-1]}) never reached {TRACKER_FILE} (it says {tracker})"]
@@ -669,10 +676,30 @@ def checkpoint_failures(saved: list[int], save_configured: bool, reached_end: bo
 
 
 def read_tracker(checkpoint_dir: Path) -> str | None:
-    """The iteration in <save>/latest_checkpointed_iteration.txt (or "release"), None without one."""
+    """The iteration in <save>/latest_checkpointed_iteration.txt (or "release"), None without one; never raises.
+
+    Read as Megatron's read_metadata reads it: no regular file (os.path.isfile: a FIFO, a device, a directory) is
+    no tracker; int() of its text, else "release", else a tracker Megatron cannot load, said in words of the
+    launcher's own (the file's text is never shown: it may hold lines or bytes of anything)."""
     path = checkpoint_dir / TRACKER_FILE
-    if not path.exists():
-        return None
-    # a few bytes of a regular file: a FIFO or /dev/zero planted there is refused, never read forever
-    text = untrusted.read_bytes(path, "checkpoint tracker", MAX_TRACKER_BYTES).decode("utf-8", "replace").strip()
-    return text or None
+    try:
+        if not path.is_file():
+            return None
+        # a few bytes of a regular file: a FIFO or /dev/zero planted there is refused, never read forever
+        data = untrusted.read_bytes(path, "checkpoint tracker", MAX_TRACKER_BYTES)
+    except (OSError, UserError):
+        return f"{UNREADABLE_TRACKER} (not a regular file of at most {MAX_TRACKER_BYTES:,} bytes)"
+    text = data.decode("utf-8", "replace").strip()
+    if text == "release":
+        return text
+    try:
+        iteration = int(text)
+    except ValueError:
+        iteration = -1
+    if 0 <= iteration <= INT64_MAX:
+        return str(iteration)
+    return f"{UNREADABLE_TRACKER} ({len(data):,} bytes, no iteration from 0 to 2^63-1 nor 'release')"
+
+
+def is_tracker_iteration(tracker: str) -> bool:
+    return tracker == "release" or (tracker.isascii() and tracker.isdigit())

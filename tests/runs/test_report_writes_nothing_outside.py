@@ -66,13 +66,14 @@ def test_a_symlinked_plots_dir_of_a_run_is_refused(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("planted", ["fifo", "/dev/zero"])
-def test_a_planted_checkpoint_tracker_is_refused_without_reading_it(tmp_path, capsys, planted):
+def test_a_planted_checkpoint_tracker_is_no_tracker_and_never_read(tmp_path, capsys, planted):
+    """As Megatron's os.path.isfile sees it: no tracker (its next start is from scratch); the run is still reported."""
     run_dir = _run_dir(tmp_path)
     tracker = run_dir / "checkpoints" / "latest_checkpointed_iteration.txt"
     if planted == "fifo":
         os.mkfifo(tracker)
     else:
         tracker.symlink_to(planted)
-    code, _, err = _report(capsys, str(run_dir))
-    assert code == 2
-    assert f"error: cannot read checkpoint tracker '{tracker}': not a regular file" in err
+    code, out, err = _report(capsys, str(run_dir))
+    assert code in (0, 1), err
+    assert "checkpoint:" in out and "(latest_checkpointed_iteration.txt)" not in out
