@@ -479,6 +479,9 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
+        # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
+        # them to cmd, after a
+        self.redirect_words: list[Any] = []
         self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
         self.normal_path = False  # the last `&&` list's status is unknown only for commands read on their normal path
         self.under: tuple[Undecided, ...] = ()
@@ -967,8 +970,14 @@ class _Reader:
             with self.reading_input(self.heredoc_text(heredoc, document) if document is not None else ""):
                 self.statement(body)
             return
-        if body is not None:
-            self.statement(body)
+        if body is not None and body.type == "command":
+            self.redirect_words = [word for c in node.named_children if c.type == "file_redirect"
+                                   for word in c.children_by_field_name("destination")[1:]]
+        try:
+            if body is not None:
+                self.statement(body)
+        finally:
+            self.redirect_words = []
 
     def filter_lines(self, program: str, args: list[str]) -> str | None:
         """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
@@ -1939,11 +1948,12 @@ class _Reader:
 
     # -- commands ---------------------------------------------------------------------------------------------
     def st_command(self, node: Any) -> None:
+        trailing, self.redirect_words = self.redirect_words, []
         prefixes = [c for c in node.children if c.type == "variable_assignment"]
         name = node.child_by_field_name("name")
         arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
                      and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
-        if prefixes and name is not None and not arguments and (
+        if prefixes and name is not None and not arguments and not trailing and (
                 prefixes[-1].end_byte == name.start_byte
                 or self.src[prefixes[-1].end_byte:name.start_byte] in (b"\\\n", b"\\\r\n")):
             # (a line continuation between the parts is removed by bash before it reads words: one word too)
@@ -1964,6 +1974,7 @@ class _Reader:
                    for child in node.children
                    if child.is_named and child.type not in ("variable_assignment", "file_redirect",
                                                             "herestring_redirect", "heredoc_redirect", "comment")]
+        targets += trailing
         groups: list[list[Any]] = []
         for target in targets:  # words with nothing between them are one word the grammar cut (see reparsed)
             if groups and groups[-1][-1].end_byte == target.start_byte:

@@ -33,6 +33,27 @@ def test_pipes_and_redirections_after_the_training_command(after):
     assert imported.settings["tensor_model_parallel_size"] == 2 and imported.launcher["gpus_per_node"] == 2
 
 
+@pytest.mark.parametrize("redirect", ["> log.txt", "2>err.txt", ">> log", "2>&1 >log", "< /dev/null"])
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_words_after_a_redirection_are_the_commands_arguments(redirect, wrapped):
+    # bash passes every word that is not a redirection to the command, wherever the redirection stands: the words
+    # after `> log` are flags pretrain_gpt.py reads (the grammar files them under the redirection)
+    command = f"python pretrain_gpt.py --tensor-model-parallel-size 2 {redirect} {MODEL} --fp16"
+    script = f'CMD="{command}"\nsrun sh -c "$CMD"\n' if wrapped else command + "\n"
+    imported = carried(script)
+    assert imported.settings["tensor_model_parallel_size"] == 2 and imported.settings["num_layers"] == 2
+    assert imported.settings["fp16"] is True and imported.settings["mock_data"] is True
+
+
+def test_stray_words_after_a_placeholder_redirection_are_lost_not_dropped():
+    # `--save <PATH TO CHECKPOINTS> log --fp16`: `<PATH` reads a file, `> log` writes one; TO is --save's value and
+    # CHECKPOINTS a word Megatron refuses
+    script = f"python pretrain_gpt.py {MODEL} --save <PATH TO CHECKPOINTS> log --fp16\n"
+    imported = import_source(script, "train.sh", [])
+    assert imported.settings.get("fp16") is True, imported.settings
+    assert any(line.startswith("CHECKPOINTS: word(s) without a flag") for line in imported.lost), imported.lost
+
+
 def test_what_names_the_source_machine_is_not_carried_into_the_environment():
     # a 2026 two-node launch exported NCCL/GLOO_SOCKET_IFNAME=tailscale0 and its own PATH: carried, one H200 failed at
     # init ("Unable to find address for: tailscale0")
