@@ -118,6 +118,27 @@ def _unknown(name: str) -> str:
 CALLER_ONLY_UNSURE = re.compile(r"(?:^|\s)-[bcdefghkprsuwxGLNOS]\s|\$\(|`")
 
 
+def _test_spans(node: Any) -> list[tuple[int, int]]:
+    """The byte spans of the tests inside a construct: an if's or elif's condition (what comes before `then`), a
+    while's or until's (before `do`), a case's word and its items' patterns."""
+    spans: list[tuple[int, int]] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        children = current.children
+        if current.type in ("if_statement", "elif_clause", "while_statement", "until_statement"):
+            stop = "then" if current.type in ("if_statement", "elif_clause") else "do_group"
+            for child in children[1:]:
+                if child.type == stop:
+                    break
+                spans.append((child.start_byte, child.end_byte))
+        elif current.type in ("case_statement", "case_item"):
+            spans += [(child.start_byte, child.end_byte)
+                      for k, child in enumerate(children) if current.field_name_for_child(k) == "value"]
+        stack.extend(children)
+    return spans
+
+
 @dataclass(frozen=True)
 class Undecided:
     """A construct whose outcome needs the world (a file, a command's output, the caller's environment)."""
@@ -530,6 +551,14 @@ class _Reader:
         if self.fixed_line is not None:
             return self.fixed_line
         return node.start_point[0] + 1 + self.line_offset
+
+    def branch_text(self, node: Any) -> str:
+        """The construct's text without its tests (`if [ "$1" == "--save-to-pvc" ]`, `case $1 in --tp)`): the words
+        a test compares with are not flags its branches give."""
+        text = bytearray(self.src[node.start_byte:node.end_byte])
+        for start, end in _test_spans(node):
+            text[start - node.start_byte:end - node.start_byte] = b" " * (end - start)
+        return text.decode("utf-8", "replace")
 
     def text(self, node: Any) -> str:
         return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
@@ -1449,7 +1478,7 @@ class _Reader:
             raise _Exit(label.line, "every branch ends the script")
         names = sorted(_changed(base, outcomes))
         differing = [n for n in names if len({_state_of(s, n) for s in outcomes}) > 1]
-        flags = sorted(set(FLAG.findall(self.text(node))))
+        flags = sorted(set(FLAG.findall(self.branch_text(node))))
         referenced = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[#@*])", what)
         arguments = self.positional is None and any(n.isdigit() or n in "#@*" or n in self.from_arguments
                                                      for n in referenced)

@@ -1049,3 +1049,22 @@ def test_an_element_of_an_array_not_known_is_not_known():
     # an array a branch left unknown: ${A[1]} was "" (out of its one stand-in element), a wrong value
     reading = read_script('A=(x y)\nif [ -f f ]; then A=(p q r); fi\ntorchrun pretrain_gpt.py "${A[1]}"\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${A}"]
+
+
+@pytest.mark.parametrize("test", ['if [ "$1" == "--save-to-pvc" ]; then\n  CKPT=/mnt/pvc\nelse\n  CKPT=/tmp/w\nfi\n',
+                                  'case "$MODE" in\n  --to-pvc|--pvc) CKPT=/mnt/pvc ;;\n  *) CKPT=/tmp/w ;;\nesac\n',
+                                  'while [ "$1" != "--end" ] && [ -n "$1" ]; do CKPT=/mnt/pvc; shift; done\n'])
+def test_the_words_a_test_compares_with_are_not_flags_its_branches_give(test):
+    # a branch that only picks the checkpoint directory decides no model flag, whatever flag-like word its test
+    # compares with (`--save-to-pvc` is the script's own option, not pretrain_gpt.py's)
+    imported = import_source(f"CKPT=/tmp/ckpt\n{test}torchrun pretrain_gpt.py {MODEL} --save $CKPT --load $CKPT\n",
+                             "train.sh", [])
+    assert imported.lost == [], imported.lost
+    assert not any("--save-to-pvc" in flag or "--pvc" in flag for item in imported.undecided for flag in item.flags)
+
+
+def test_flags_a_branch_gives_are_still_its_own():
+    imported = import_source(f'ARGS=""\nif [ "$MODE" == "--fast" ]; then\n  ARGS="--fp16"\nfi\n'
+                             f"torchrun pretrain_gpt.py {MODEL} $ARGS\n", "train.sh", [])
+    assert any("and it decides --fp16" in line for line in imported.lost), imported.lost
+    assert not any("--fast" in line.split("and it decides")[1] for line in imported.lost), imported.lost
