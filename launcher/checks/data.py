@@ -491,6 +491,9 @@ def training_tokenizer(args: Mapping[str, Any]) -> tuple[TrainingTokenizer | Non
         if not vocab:
             return None, [Problem("tokenizer_type NullTokenizer needs vocab_size",
                                   "e.g. vocab_size=50257 (GPT-2 ids) or 257 (`prepare-data --tokenizer byte`)")]
+        if int(vocab) < 1:  # Megatron pads a negative one to an embedding of no rows
+            return None, [Problem(f"vocab_size {vocab} is no vocabulary: NullTokenizer's ids are 0 … vocab_size-1",
+                                  "e.g. vocab_size=50257 (GPT-2 ids) or 257 (`prepare-data --tokenizer byte`)")]
         eod = args.get("null_tokenizer_eod_id")
         return TrainingTokenizer(kind, int(vocab), int(eod) if eod is not None else int(vocab) - 1), []
     if kind == "GPT2BPETokenizer":

@@ -68,6 +68,10 @@ CPU_ONLY_NOT = {  # setting → why it is switched off for the rehearsal (what t
     "external_cuda_graph": "CUDA graphs",
     "enable_cuda_graph": "CUDA graphs",
     "use_torch_fsdp2": "torch FSDP2 over NCCL",
+    # HybridDeviceOptimizer copies the CUDA parameters to the CPU and steps those copies; a CPU process has no CUDA
+    # parameter, so every one lands in the CPU optimizer without a copy and its step looks up a copy that is none
+    "optimizer_cpu_offload": "the optimizer's CPU offload (it moves CUDA parameters to the CPU), with the "
+                             "precision-aware settings its optimizer takes",
 }
 
 # Settings Megatron allows only next to one switched off above: left out with it (their own checks need it).
@@ -76,6 +80,11 @@ DEPENDS_ON = {
                           "use_nccl_ub", "init_model_with_meta_device"),
     "cuda_graph_impl": ("rl_training_cuda_graphs", "cuda_graph_scope", "cuda_graph_modules",
                         "cuda_graph_warmup_steps"),
+    # the precision-aware optimizer runs in HybridDeviceOptimizer here; without it Megatron asks TE's FusedAdam
+    "optimizer_cpu_offload": ("offload_fraction", "use_torch_optimizer_for_cpu_offload",
+                              "overlap_cpu_optimizer_d2h_h2d", "pin_cpu_grads", "pin_cpu_params",
+                              "use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
+                              "exp_avg_dtype", "exp_avg_sq_dtype"),
 }
 
 

@@ -118,6 +118,27 @@ def _unknown(name: str) -> str:
 CALLER_ONLY_UNSURE = re.compile(r"(?:^|\s)-[bcdefghkprsuwxGLNOS]\s|\$\(|`")
 
 
+def _test_spans(node: Any) -> list[tuple[int, int]]:
+    """The byte spans of the tests inside a construct: an if's or elif's condition (what comes before `then`), a
+    while's or until's (before `do`), a case's word and its items' patterns."""
+    spans: list[tuple[int, int]] = []
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        children = current.children
+        if current.type in ("if_statement", "elif_clause", "while_statement", "until_statement"):
+            stop = "then" if current.type in ("if_statement", "elif_clause") else "do_group"
+            for child in children[1:]:
+                if child.type == stop:
+                    break
+                spans.append((child.start_byte, child.end_byte))
+        elif current.type in ("case_statement", "case_item"):
+            spans += [(child.start_byte, child.end_byte)
+                      for k, child in enumerate(children) if current.field_name_for_child(k) == "value"]
+        stack.extend(children)
+    return spans
+
+
 @dataclass(frozen=True)
 class Undecided:
     """A construct whose outcome needs the world (a file, a command's output, the caller's environment)."""
@@ -479,6 +500,9 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
+        # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
+        # them to cmd, after a
+        self.redirect_words: list[Any] = []
         self.stdin: str | None = None  # the known text of a here-string or here-document given to `read`/`mapfile`
         self.normal_path = False  # the last `&&` list's status is unknown only for commands read on their normal path
         self.under: tuple[Undecided, ...] = ()
@@ -527,6 +551,14 @@ class _Reader:
         if self.fixed_line is not None:
             return self.fixed_line
         return node.start_point[0] + 1 + self.line_offset
+
+    def branch_text(self, node: Any) -> str:
+        """The construct's text without its tests (`if [ "$1" == "--save-to-pvc" ]`, `case $1 in --tp)`): the words
+        a test compares with are not flags its branches give."""
+        text = bytearray(self.src[node.start_byte:node.end_byte])
+        for start, end in _test_spans(node):
+            text[start - node.start_byte:end - node.start_byte] = b" " * (end - start)
+        return text.decode("utf-8", "replace")
 
     def text(self, node: Any) -> str:
         return self.src[node.start_byte:node.end_byte].decode("utf-8", "replace")
@@ -967,8 +999,14 @@ class _Reader:
             with self.reading_input(self.heredoc_text(heredoc, document) if document is not None else ""):
                 self.statement(body)
             return
-        if body is not None:
-            self.statement(body)
+        if body is not None and body.type == "command":
+            self.redirect_words = [word for c in node.named_children if c.type == "file_redirect"
+                                   for word in c.children_by_field_name("destination")[1:]]
+        try:
+            if body is not None:
+                self.statement(body)
+        finally:
+            self.redirect_words = []
 
     def filter_lines(self, program: str, args: list[str]) -> str | None:
         """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
@@ -1440,7 +1478,7 @@ class _Reader:
             raise _Exit(label.line, "every branch ends the script")
         names = sorted(_changed(base, outcomes))
         differing = [n for n in names if len({_state_of(s, n) for s in outcomes}) > 1]
-        flags = sorted(set(FLAG.findall(self.text(node))))
+        flags = sorted(set(FLAG.findall(self.branch_text(node))))
         referenced = re.findall(r"\$\{?([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[#@*])", what)
         arguments = self.positional is None and any(n.isdigit() or n in "#@*" or n in self.from_arguments
                                                      for n in referenced)
@@ -1939,11 +1977,12 @@ class _Reader:
 
     # -- commands ---------------------------------------------------------------------------------------------
     def st_command(self, node: Any) -> None:
+        trailing, self.redirect_words = self.redirect_words, []
         prefixes = [c for c in node.children if c.type == "variable_assignment"]
         name = node.child_by_field_name("name")
         arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
                      and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
-        if prefixes and name is not None and not arguments and (
+        if prefixes and name is not None and not arguments and not trailing and (
                 prefixes[-1].end_byte == name.start_byte
                 or self.src[prefixes[-1].end_byte:name.start_byte] in (b"\\\n", b"\\\r\n")):
             # (a line continuation between the parts is removed by bash before it reads words: one word too)
@@ -1964,6 +2003,7 @@ class _Reader:
                    for child in node.children
                    if child.is_named and child.type not in ("variable_assignment", "file_redirect",
                                                             "herestring_redirect", "heredoc_redirect", "comment")]
+        targets += trailing
         groups: list[list[Any]] = []
         for target in targets:  # words with nothing between them are one word the grammar cut (see reparsed)
             if groups and groups[-1][-1].end_byte == target.start_byte:

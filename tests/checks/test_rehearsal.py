@@ -84,6 +84,19 @@ def test_the_345m_job_builds_and_trains_one_step_on_the_cpu(rehearser):
 
 
 @needs_checkout
+def test_the_optimizers_cpu_offload_is_said_not_rehearsed_and_the_rest_trains(rehearser):
+    # a Mixtral fork's --optimizer-cpu-offload with the precision-aware optimizer (main params fp16): on the CPU
+    # Megatron's HybridDeviceOptimizer finds no CUDA parameter to copy and its first step failed (KeyError)
+    settings = job_settings("use_distributed_optimizer=true", "use_precision_aware_optimizer=true",
+                            "optimizer_cpu_offload=true", "main_params_dtype=fp16", "bf16=true",
+                            "use_torch_optimizer_for_cpu_offload=true")
+    _, not_rehearsed = tiny_settings(settings)
+    assert any(line.startswith("the optimizer's CPU offload") for line in not_rehearsed)
+    result = rehearser.rehearse(settings, {})
+    assert result.ok, result.traceback
+
+
+@needs_checkout
 @pytest.mark.parametrize("overrides", [
     # Issue 22 saw MLA crash inside training on the SDPA spec, and upstream's local spec cannot build it without TE
     # either: the spec's core attention now takes MLA's head sizes.

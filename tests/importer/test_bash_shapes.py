@@ -33,6 +33,27 @@ def test_pipes_and_redirections_after_the_training_command(after):
     assert imported.settings["tensor_model_parallel_size"] == 2 and imported.launcher["gpus_per_node"] == 2
 
 
+@pytest.mark.parametrize("redirect", ["> log.txt", "2>err.txt", ">> log", "2>&1 >log", "< /dev/null"])
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_words_after_a_redirection_are_the_commands_arguments(redirect, wrapped):
+    # bash passes every word that is not a redirection to the command, wherever the redirection stands: the words
+    # after `> log` are flags pretrain_gpt.py reads (the grammar files them under the redirection)
+    command = f"python pretrain_gpt.py --tensor-model-parallel-size 2 {redirect} {MODEL} --fp16"
+    script = f'CMD="{command}"\nsrun sh -c "$CMD"\n' if wrapped else command + "\n"
+    imported = carried(script)
+    assert imported.settings["tensor_model_parallel_size"] == 2 and imported.settings["num_layers"] == 2
+    assert imported.settings["fp16"] is True and imported.settings["mock_data"] is True
+
+
+def test_stray_words_after_a_placeholder_redirection_are_lost_not_dropped():
+    # `--save <PATH TO CHECKPOINTS> log --fp16`: `<PATH` reads a file, `> log` writes one; TO is --save's value and
+    # CHECKPOINTS a word Megatron refuses
+    script = f"python pretrain_gpt.py {MODEL} --save <PATH TO CHECKPOINTS> log --fp16\n"
+    imported = import_source(script, "train.sh", [])
+    assert imported.settings.get("fp16") is True, imported.settings
+    assert any(line.startswith("CHECKPOINTS: word(s) without a flag") for line in imported.lost), imported.lost
+
+
 def test_what_names_the_source_machine_is_not_carried_into_the_environment():
     # a 2026 two-node launch exported NCCL/GLOO_SOCKET_IFNAME=tailscale0 and its own PATH: carried, one H200 failed at
     # init ("Unable to find address for: tailscale0")
@@ -1028,3 +1049,22 @@ def test_an_element_of_an_array_not_known_is_not_known():
     # an array a branch left unknown: ${A[1]} was "" (out of its one stand-in element), a wrong value
     reading = read_script('A=(x y)\nif [ -f f ]; then A=(p q r); fi\ntorchrun pretrain_gpt.py "${A[1]}"\n')
     assert [show(a) for a in reading.commands[-1].argv[2:]] == ["${A}"]
+
+
+@pytest.mark.parametrize("test", ['if [ "$1" == "--save-to-pvc" ]; then\n  CKPT=/mnt/pvc\nelse\n  CKPT=/tmp/w\nfi\n',
+                                  'case "$MODE" in\n  --to-pvc|--pvc) CKPT=/mnt/pvc ;;\n  *) CKPT=/tmp/w ;;\nesac\n',
+                                  'while [ "$1" != "--end" ] && [ -n "$1" ]; do CKPT=/mnt/pvc; shift; done\n'])
+def test_the_words_a_test_compares_with_are_not_flags_its_branches_give(test):
+    # a branch that only picks the checkpoint directory decides no model flag, whatever flag-like word its test
+    # compares with (`--save-to-pvc` is the script's own option, not pretrain_gpt.py's)
+    imported = import_source(f"CKPT=/tmp/ckpt\n{test}torchrun pretrain_gpt.py {MODEL} --save $CKPT --load $CKPT\n",
+                             "train.sh", [])
+    assert imported.lost == [], imported.lost
+    assert not any("--save-to-pvc" in flag or "--pvc" in flag for item in imported.undecided for flag in item.flags)
+
+
+def test_flags_a_branch_gives_are_still_its_own():
+    imported = import_source(f'ARGS=""\nif [ "$MODE" == "--fast" ]; then\n  ARGS="--fp16"\nfi\n'
+                             f"torchrun pretrain_gpt.py {MODEL} $ARGS\n", "train.sh", [])
+    assert any("and it decides --fp16" in line for line in imported.lost), imported.lost
+    assert not any("--fast" in line.split("and it decides")[1] for line in imported.lost), imported.lost
