@@ -170,7 +170,8 @@ def test_without_a_checkout_the_rehearsal_is_not_run_and_says_why(launch, tmp_pa
             f"{tmp_path} is not a Megatron-LM checkout") in out
 
 
-SET_HINT = re.compile(r"\bset ([a-z_][a-z0-9_.]*|env\.[A-Za-z_][A-Za-z0-9_]*)=([^\s,;)]+)")
+# a value ends at a space, comma, semicolon or parenthesis, except a YAML list ([a,b]), whose commas are its own
+SET_HINT = re.compile(r"\bset ([a-z_][a-z0-9_.]*|env\.[A-Za-z_][A-Za-z0-9_]*)=(\[[^\]\s]*\]|[^\s,;)]+)")
 
 
 @needs_checkout
