@@ -70,7 +70,8 @@ TOKENIZER_FILES = ("tokenizer_model", "vocab_file", "merge_file")
 # reporting service
 DROPPED = ("save", "load", "rampup_batch_size", "wandb_project", "wandb_exp_name", "wandb_save_dir",
            "exit_interval", "exit_duration_in_mins", "lr_decay_iters", "lr_wsd_decay_iters")
-SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*|env\.[A-Za-z_][A-Za-z0-9_]*)=(\[[^\]\s]*\]|[^\s,;)`]+)")  # [a,b]: one value
+# a list value [a,b] is one value, its comma its own
+SET = re.compile(r"(?:--)?set ([a-z_][a-z0-9_.]*|env\.[A-Za-z_][A-Za-z0-9_]*)=(\[[^\]\s]*\]|[^\s,;)`]+)")
 MEMORY = ("memory estimate", "gpu memory")
 TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
 # the launch's refusal for the checkpoint's size on this machine's disk, and the way out its hint offers
