@@ -201,7 +201,7 @@ def cmd_list(argv: list[str]) -> int:
         job = checked_job(preset, JobRequest(run_dir=False, local=False))  # the preset's own world
         lay = job.layout
         min_gpus = SIMPLE_LOOP_TP if job.entry == "simple_loop" else lay.model_parallel_size
-        params = built_model_parameters(job.effective(), job.entry, lay.tp)
+        params = built_model_parameters(job.effective(), job.entry, lay.tp, job.tokenizer_vocab)
         rows.append((name, human(params), f"{lay.tp}·{lay.pp}·{lay.cp}", str(min_gpus),
                      f"{job.nodes}×{job.gpus_per_node}", preset.description))
         records.append({"preset": name, "parameters": params, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,

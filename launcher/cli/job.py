@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.checks.data import check_job_data, check_job_data_only
+from launcher.checks.data import check_job_data, check_job_data_only, model_vocab_size
 from launcher.errors import Problem, UserError
 from launcher.megatron.pin import checkout_warning, megatron_path
 from launcher.pipeline import elastic, resolve
@@ -77,6 +77,8 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
         job, problems = elastic.attempt_range(preset, request.nodes, request.gpus_per_node, **settings)
     else:
         job, problems = resolve.attempt(preset, request.nodes, request.gpus_per_node, **settings)
+    if job.megatron.get("vocab_size") is None:  # the estimates count the tokenizer's vocabulary where it is known
+        job = replace(job, tokenizer_vocab=model_vocab_size(job.effective()))
     # Said, not refused: a Slurm job may run from a cluster path this machine cannot see (a run here refuses it at
     # launch). Kubernetes pods run Megatron-LM from their image.
     missing = None if request.k8s else checkout_warning(job.megatron_path, job.entry)

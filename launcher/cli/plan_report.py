@@ -533,7 +533,7 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     own, _ = job_for(preset, on_budget)
     kernels = job.kernels
     preset = job.as_checked()
-    args = model_args(job.effective(), job.entry)  # a vocabulary left to the tokenizer is the tokenizer's
+    args = model_args(job.effective(), job.entry, job.tokenizer_vocab)  # a vocabulary left to the tokenizer
     if args.get("vocab_size") is None and not args.get("padded_vocab_size"):
         tokenizer = args.get("tokenizer_model") or args.get("vocab_file")
         raise UserError(Problem(
@@ -543,15 +543,15 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
             "make the tokenizer's files readable here, or plan with --set vocab_size=N (the tokenizer's "
             "vocabulary; the plan only counts with it)"))
     tp = int(est.megatron_value(args, "tensor_model_parallel_size"))
-    own_args = model_args(own.effective(), own.entry)
-    built = est.built_model_parameters(own.effective(), own.entry, tp)
+    own_args = model_args(own.effective(), own.entry, own.tokenizer_vocab)
+    built = est.built_model_parameters(own.effective(), own.entry, tp, own.tokenizer_vocab)
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
     if settings.entry == "simple_loop":
         extra_sets = ("entry=pretrain_gpt",)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
-    layouts_build = est.built_model_parameters(job.effective(), job.entry, tp)
+    layouts_build = est.built_model_parameters(job.effective(), job.entry, tp, job.tokenizer_vocab)
     if layouts_build != built:
         differ = []
         if est.padded_vocab_size(own_args, tp) != est.padded_vocab_size(args, tp):

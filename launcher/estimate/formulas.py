@@ -1095,8 +1095,9 @@ def save_cost(parameters: float, args: Mapping[str, Any], step_seconds: float, s
     }
 
 
-def built_model_parameters(effective: Mapping[str, Any], entry: str, tp: int) -> int:
+def built_model_parameters(effective: Mapping[str, Any], entry: str, tp: int, tokenizer_vocab: int | None = None
+                           ) -> int:
     """The one parameter count `launch list`, the dry-run and `launch plan` print: of the model that `entry`
     builds from every argument as Megatron sees it (ResolvedJob.effective(); the simple loop builds its own:
     unpadded vocabulary, untied output)."""
-    return parameter_count(model_args(effective, entry), tp)
+    return parameter_count(model_args(effective, entry, tokenizer_vocab), tp)

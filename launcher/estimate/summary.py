@@ -184,9 +184,9 @@ def job_facts(job: ResolvedJob) -> dict[str, Any]:
     """The one estimate of a resolved job: the dry-run prints it, the checks before launch hold this machine's
     GPU memory and disk to it. Megatron's view of the job as it runs (the no-TE/apex settings change attention
     and memory)."""
-    args = model_args(job.effective(), job.entry)
+    args = model_args(job.effective(), job.entry, job.tokenizer_vocab)
     layout, kernels = job.layout, job.kernels
-    parameters = built_model_parameters(job.effective(), job.entry, layout.tp)
+    parameters = built_model_parameters(job.effective(), job.entry, layout.tp, job.tokenizer_vocab)
     return {
         "parameters": parameters,
         # None when the settings do not say (vocab_size=null for the simple loop, which brings its own model)

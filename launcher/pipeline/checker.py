@@ -1132,10 +1132,10 @@ def simple_loop_differences(preset: Preset) -> list[str]:
     return [name for name in names if preset.megatron.get(name) != SIMPLE_LOOP_SETTINGS.get(name)]
 
 
-def model_args(effective: Mapping[str, Any], entry: str) -> dict[str, Any]:
+def model_args(effective: Mapping[str, Any], entry: str, tokenizer_vocab: int | None = None) -> dict[str, Any]:
     """The arguments describing the model that will really be built, for parameter and memory estimates, from
     every argument as Megatron sees it (ResolvedJob.effective()). A vocabulary the settings leave to the
-    tokenizer is the tokenizer's where it is known here (checks.data.model_vocab_size).
+    tokenizer is the tokenizer's where it is known here (ResolvedJob.tokenizer_vocab).
 
     Upstream's simple loop builds GPTModel directly: vocabulary 100 as given (no padding) and untied output
     weights (GPTModel's share_embeddings_and_output_weights defaults to False)."""
@@ -1143,9 +1143,7 @@ def model_args(effective: Mapping[str, Any], entry: str) -> dict[str, Any]:
     if entry == "simple_loop":
         args.update(untie_embeddings_and_output_weights=True, padded_vocab_size=args["vocab_size"])
     elif args.get("vocab_size") is None and not args.get("padded_vocab_size"):
-        from launcher.checks.data import model_vocab_size  # the tokenizer's (its files, or a known default)
-
-        args["vocab_size"] = model_vocab_size(args)
+        args["vocab_size"] = tokenizer_vocab
     return args
 
 

@@ -123,6 +123,9 @@ class ResolvedJob:
     runner: Runner = Runner(TORCHRUN, "default")  # torchrun, or the one process here started directly
     # --nodes MIN-MAX: the counts the job may start with (pipeline/elastic.py); `nodes` is the highest of them
     elastic: ElasticNodes | None = None
+    # the vocabulary the tokenizer gives where vocab_size is not set (its files or a known default, read by the
+    # caller: cli/job.py), for the estimates only: the command does not change
+    tokenizer_vocab: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("megatron", "added", "kernel_flags"):  # immutable all the way down, not only frozen

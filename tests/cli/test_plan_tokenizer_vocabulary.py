@@ -5,7 +5,9 @@ cannot be read here the plan says so (exit 2), where it ended in an internal err
 import json
 
 from launcher import cli
-from launcher.pipeline.checker import model_args
+from launcher.cli.job import JobRequest, job_for
+from launcher.estimate.summary import job_facts
+from launcher.pipeline.preset import load_preset
 
 SHAPE = ("megatron:\n  model: {num_layers: 2, hidden_size: 256, num_attention_heads: 4, seq_length: 128,\n"
          "    max_position_embeddings: 128}\n  training: {micro_batch_size: 1, global_batch_size: 8, lr: 1.0e-4,\n"
@@ -41,10 +43,14 @@ def test_a_tokenizer_not_readable_here_is_said_not_an_internal_error(tmp_path, c
 
 def test_estimates_take_the_tokenizers_vocabulary_and_the_command_is_unchanged(tmp_path):
     vocab, merges = _gpt2_files(tmp_path, 700)
-    effective = {"tokenizer_type": "GPT2BPETokenizer", "vocab_file": str(vocab), "merge_file": str(merges)}
-    assert model_args(effective, "pretrain_gpt")["vocab_size"] == 700
-    assert "vocab_size" not in effective
-    assert model_args({**effective, "vocab_size": 64}, "pretrain_gpt")["vocab_size"] == 64
+    preset = tmp_path / "p.yaml"
+    preset.write_text(SHAPE + "    tokenizer_type: GPT2BPETokenizer\n"
+                      f"    vocab_file: {vocab}\n    merge_file: {merges}\n")
+    job, _ = job_for(load_preset(str(preset)), JobRequest(1, 8, run_dir=False, local=False))
+    assert job.tokenizer_vocab == 700 and "vocab_size" not in job.megatron
+    assert job_facts(job)["padded_vocab_size"] == 768
+    said, _ = job_for(load_preset(str(preset), ["vocab_size=64"]), JobRequest(1, 8, run_dir=False, local=False))
+    assert said.tokenizer_vocab is None and job_facts(said)["padded_vocab_size"] == 128
 
 
 def test_a_cluster_job_whose_tokenizer_is_not_here_is_rendered_and_says_what_its_estimate_leaves_out(
