@@ -577,6 +577,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append("torchrun without --nproc_per_node starts as many processes on each node as the caller's "
                          "PET_NPROC_PER_NODE says, else one (torchrun's default); the preset's gpus_per_node is not "
                          "set from it (give --gpus-per-node; 8 unless set)")
+    whole = flag_reader.split_launch([*runner[:-1], runner[-1]]) if runner else None
+    nodes_unknown = whole is not None and "nodes" not in launcher and _nodes_decided_where_it_runs(whole)
+    total = int(whole.total_only.split()[-1].rpartition("=")[2]) if whole is not None and whole.total_only else 0
     _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
@@ -724,6 +727,18 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "value with --set when you launch)")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
+    per_node = launcher.get("gpus_per_node", 8)
+    if nodes_unknown and (fewest := _fewest_nodes(settings, per_node)):
+        nodes, needed = fewest
+        if total and total % per_node == 0 and (total // per_node) % nodes == 0:  # `mpirun -np 64`: its world
+            nodes = total // per_node
+            notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
+                         f"preset's gpus_per_node), which one node's GPUs would not hold ({needed})")
+        else:
+            notes.append(f"nodes {nodes}: the script's node count is decided where it runs (not known here); "
+                         f"{nodes} nodes of {per_node} GPUs are the fewest whose GPUs its layout divides ({needed}), "
+                         "where one node's do not; give --nodes where it runs on more")
+        launcher["nodes"] = nodes
     read_as = source_name
     if environment:  # the header says what the script was read with, a secret's value redacted
         given = " ".join(f"{name}={redaction.REDACTED if redaction.is_secret(name, value) else shlex.quote(value)}"
@@ -733,6 +748,38 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          script=source_name)
     return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, lost, translated,
                     undecided=source.undecided, set_aside=set_aside)
+
+
+def _nodes_decided_where_it_runs(launch: flag_reader.Launch) -> bool:
+    """Whether the command leaves its node count to where it runs: DeepSpeed's runner (its --hostfile, by default
+    /job/hostfile), a job launcher around the command (srun, mpirun), or torchrun's --nnodes given a value not
+    known here. torchrun and torch.distributed.launch without --nnodes run one node; python alone, one process."""
+    runner, wrapped = launch.runner, any(flag_reader.job_launcher(w) for w in launch.wrapper)
+    if not runner:
+        return wrapped
+    program = base_name(runner[0])
+    torch_runner = program == "torchrun" or "-m" in runner and any(
+        w.startswith("torch.distributed.") for w in runner)
+    if torch_runner:
+        return wrapped or any(w.startswith("--nnodes") for w in runner)
+    return program == "deepspeed" or wrapped
+
+
+def _fewest_nodes(settings: Mapping[str, Any], per_node: Any) -> tuple[int, str] | None:
+    """The fewest nodes of `per_node` GPUs whose world the layout divides (TP·PP·CP, and ETP·EP·PP for experts,
+    as Megatron's parallel state asserts), with the product said; None where one node's GPUs do, or where a size is
+    not a known count."""
+    sizes = {name: settings.get(name, 1) for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                                      "context_parallel_size", "expert_model_parallel_size")}
+    etp = settings.get("expert_tensor_parallel_size", sizes["tensor_model_parallel_size"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in [*sizes.values(), etp, per_node]):
+        return None
+    tp, pp, cp, ep = sizes.values()
+    needed = math.lcm(tp * pp * cp, etp * ep * pp)
+    if per_node % needed == 0:
+        return None
+    said = f"TP·PP·CP = {tp * pp * cp}" + (f", ETP·EP·PP = {etp * ep * pp}" if ep > 1 else "")
+    return needed // math.gcd(needed, per_node), said
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],
