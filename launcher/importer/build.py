@@ -35,6 +35,7 @@ from launcher.importer.bash_subset import (
 )
 from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
+from launcher.importer.task_yaml import TaskFile, task_file
 from launcher.importer.words import base_name, count, is_count
 from launcher.pipeline.shell import shell_comment
 
@@ -302,6 +303,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     next to which the files it sources are read; `environment`: the variables it is run with (--env)."""
     stripped = text.lstrip()
     layout = ManifestLayout()
+    task: TaskFile | None = None
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:  # bounded: a few hundred bytes of nested aliases must not expand into gigabytes
             data = untrusted.load_yaml(text, "the source")
@@ -315,9 +317,13 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                                 "of flags", "give only the YAML file")
             return Source(*_from_yaml_mapping(data))
         manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
+        task = task_file(data) if manifest is None and data is not None else None
         if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
             text, path = manifest[0], None  # its files are the container's, not the ones next to the manifest
             layout = manifest[1]
+        elif task is not None:  # a SkyPilot or dstack task: its shell block, with what the platform gives it
+            text, layout = task.script, ManifestLayout(dict(task.counts), list(task.notes))
+            environment = {**task.environment, **(environment or {})}  # --env over the file's
     try:
         reading = read_script(text, positional, path, environment)
     except ShellSyntaxError as exc:
@@ -327,6 +333,10 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     training = training_command.training_commands(reading)
     undecided: list[Undecided] = []
     env = dict(reading.shell.exports)
+    platform = {name: task.environment.get(name) for name in task.platform} if task is not None else {}
+    for name, value in platform.items():  # SKYPILOT_NUM_NODES: the platform's, not the preset's
+        if env.get(name) == value:
+            del env[name]
     if not training:
         bare = [c for c in reading.commands if c.argv and c.argv[0].startswith("--")]
         if not bare:
