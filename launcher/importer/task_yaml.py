@@ -87,8 +87,9 @@ def _accelerators(resources: Any) -> int | None:
     """SkyPilot's `accelerators: H100:8` (or `{H100: 8}`): the GPUs of each node; a list or set of alternatives, or
     none at all, is not one count."""
     given = resources.get("accelerators") if isinstance(resources, dict) else None
-    if isinstance(given, dict) and len(given) == 1:
-        return count(next(iter(given.values())))
+    if isinstance(given, dict) and len(given) == 1:  # `{A100-80GB}` (a set of one, YAML's mapping to null): one
+        value = next(iter(given.values()))
+        return 1 if value is None else count(value)
     return _gpus(given) if isinstance(given, str) and not given.strip().startswith("{") else None
 
 

@@ -70,3 +70,9 @@ def test_the_callers_env_wins_over_the_file_and_a_task_without_training_is_refus
     assert found.launcher["nodes"] == 3
     with pytest.raises(UserError):
         import_source("resources:\n  accelerators: H100:8\nrun: |\n  echo hello\n", "sky.yaml")
+
+
+def test_one_accelerator_named_alone_is_one_gpu_a_node():
+    for accelerators in ("H100", '{"A100-80GB"}', "{H100: 4}"):
+        found = import_source(SKYPILOT.replace("H100:8", accelerators), "sky.yaml")
+        assert found.launcher.get("gpus_per_node") == (4 if "4" in accelerators else 1), accelerators
