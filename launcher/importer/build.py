@@ -35,6 +35,7 @@ from launcher.importer.bash_subset import (
 )
 from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
+from launcher.importer.makefile import makefile_script
 from launcher.importer.task_yaml import TaskFile, task_file
 from launcher.importer.words import base_name, count, is_count
 from launcher.pipeline.shell import shell_comment
@@ -301,6 +302,9 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
     any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
     next to which the files it sources are read; `environment`: the variables it is run with (--env)."""
+    made = makefile_script(text, positional, environment)
+    if made is not None:  # `make train TP=4`: the recipe as make hands it to the shell, its arguments make's
+        text, positional = made, ()
     stripped = text.lstrip()
     layout = ManifestLayout()
     task: TaskFile | None = None

@@ -1,0 +1,147 @@
+"""A Makefile whose recipe runs the training command (`make train TP=4`), as the bash that make hands the recipe:
+make substitutes its variables into the recipe's text before any shell reads it (`$(ARGS)` is ARGS's text, quotes
+and all; `NAME ?= v` unless the caller or the environment set NAME; a `NAME=VALUE` argument over every assignment),
+`$$` is a `$` for the shell, `$(shell CMD)` is the shell's `$(CMD)`, and a recipe line's leading `@`/`-` are make's.
+A Makefile with conditionals or includes is left to the bash reader (its branches are make's, not the shell's)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+_RULE = re.compile(r"^([A-Za-z0-9_./%-][A-Za-z0-9_./% -]*):(?!=)(.*)$")
+_ASSIGN = re.compile(r"^(?:(export|override)\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*(\?=|:::=|::=|:=|\+=|!=|=)\s*(.*)$")
+_DIRECTIVE = re.compile(r"^\s*(ifeq|ifneq|ifdef|ifndef|else|endif|include|-include|sinclude|define|endef)\b")
+_REFERENCE = re.compile(r"\$(?:\(([^()$]*)\)|\{([^{}$]*)\}|([A-Za-z@<^*?]))")
+_BOUND = 64  # nesting of variable references
+
+
+def makefile_script(text: str, positional: Sequence[str], environment: Mapping[str, str] | None) -> str | None:
+    """The bash that make runs for the target (the first one that runs a pretrain_*.py, or the one named among
+    `positional`), or None when `text` is no Makefile of that shape."""
+    if text.lstrip().startswith("#!") or "pretrain_" not in text:
+        return None
+    lines = _logical_lines(text)
+    if any(_DIRECTIVE.match(line) for line in lines):
+        return None
+    overrides = dict(w.split("=", 1) for w in positional if "=" in w and not w.startswith("-"))
+    wanted = [w for w in positional if "=" not in w and not w.startswith("-")]
+    values: dict[str, tuple[str, bool]] = {}  # name → (text, recursive)
+    exported: list[str] = []
+    recipes: dict[str, list[str]] = {}
+    order: list[str] = []
+    current: list[str] | None = None
+    for line in lines:
+        if line.startswith("\t") and current is not None:
+            current.append(line[1:])
+            continue
+        stripped = line.split("#", 1)[0].rstrip() if not line.startswith("\t") else ""
+        if not stripped.strip():
+            continue
+        assign = _ASSIGN.match(stripped)
+        if assign:
+            current = None
+            prefix, name, op, value = assign.groups()
+            if prefix == "export":
+                exported.append(name)
+            if name in overrides:
+                continue
+            if op == "?=" and (name in values or name in (environment or {})):
+                continue
+            if op == "+=" and name in values:
+                old, recursive = values[name]
+                values[name] = (f"{old} {value}", recursive)
+            elif op in (":=", "::=", ":::="):
+                values[name] = (_expand(value, values, overrides, 0), False)
+            elif op == "!=":
+                values[name] = (f"$(shell {value})", False)
+            else:
+                values[name] = (value, True)
+            continue
+        if stripped.startswith("export "):
+            exported += stripped.split()[1:]
+            continue
+        rule = _RULE.match(stripped)
+        if rule is None:
+            return None  # not a line of make's that is read here: the bash reader decides
+        shared: list[str] = []  # `a b: deps` gives a and b the same recipe
+        for target in rule.group(1).split():
+            recipes[target] = shared
+            order.append(target)
+        current = shared
+        inline = rule.group(2).partition(";")
+        if inline[1]:
+            shared.append(inline[2])
+    target = next((t for t in wanted if t in recipes), None) or next(
+        (t for t in order if any("pretrain_" in r for r in recipes[t])), None)
+    if target is None or not recipes[target]:
+        return None
+    script = ["#!/bin/bash"]
+    for name in dict.fromkeys(exported):
+        if name in overrides or name in values:
+            text_of = overrides[name] if name in overrides else _expand(values[name][0], values, overrides, 0)
+            script.append(f"export {name}={_quoted(text_of)}")
+    for line in recipes[target]:
+        body = line.lstrip()
+        while body[:1] in ("@", "-", "+"):
+            body = body[1:].lstrip()
+        script.append(_expand(body.replace("$@", target), values, overrides, 0, recipe=True))
+    return "\n".join(script) + "\n"
+
+
+def _logical_lines(text: str) -> list[str]:
+    """Lines with make's backslash continuations joined (a recipe keeps its backslash-newline for the shell)."""
+    out: list[str] = []
+    pending = ""
+    for raw in text.splitlines():
+        if not pending:
+            line = raw
+        else:  # a recipe keeps the shell's continuation; make joins any other line with one space
+            line = pending + ("\n" + raw if pending.startswith("\t") else " " + raw.lstrip())
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line if line.startswith("\t") else line[:-1].rstrip()
+            continue
+        pending = ""
+        out.append(line)
+    if pending:
+        out.append(pending)
+    return out
+
+
+def _expand(text: str, values: Mapping[str, tuple[str, bool]], overrides: Mapping[str, str], depth: int,
+            recipe: bool = False) -> str:
+    """make's substitution of `$(NAME)`/`${NAME}`; a name make does not define is the environment's, said as the
+    shell's `${NAME}`; `$(shell CMD)` is `$(CMD)`; `$$` is left to the recipe's shell as `$`."""
+    if depth > _BOUND:
+        return text
+    out: list[str] = []
+    at = 0
+    while at < len(text):
+        if text.startswith("$$", at):
+            out.append("$" if recipe else "$$")
+            at += 2
+            continue
+        match = _REFERENCE.match(text, at)
+        if match is None:
+            out.append(text[at])
+            at += 1
+            continue
+        inner = match.group(1) if match.group(1) is not None else match.group(2) if match.group(2) is not None \
+            else match.group(3)
+        at = match.end()
+        if inner.startswith("shell "):
+            out.append("$(" + _expand(inner[6:], values, overrides, depth + 1) + ")")
+        elif inner in overrides:
+            out.append(overrides[inner])
+        elif inner in values:
+            value, recursive = values[inner]
+            out.append(_expand(value, values, overrides, depth + 1) if recursive else value)
+        elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", inner):
+            out.append("${" + inner + "}")  # the environment's, as make reads it
+        else:
+            out.append(match.group(0))  # a function of make's (subst, wildcard …): not known here
+    return "".join(out)
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
