@@ -14,6 +14,11 @@ _ASSIGN = re.compile(r"^(?:(export|override)\s+)?([A-Za-z_][A-Za-z0-9_.-]*)\s*(\
 _DIRECTIVE = re.compile(r"^\s*(ifeq|ifneq|ifdef|ifndef|else|endif|include|-include|sinclude|define|endef)\b")
 _REFERENCE = re.compile(r"\$(?:\(([^()$]*)\)|\{([^{}$]*)\}|([A-Za-z@<^*?]))")
 _BOUND = 64  # nesting of variable references
+_LARGEST = 1_000_000  # characters a recipe expands to (`A = $(B)$(B)`, `B = $(C)$(C)` … doubles at each level)
+
+
+class _TooLarge(Exception):
+    pass
 
 
 def makefile_script(text: str, positional: Sequence[str], environment: Mapping[str, str] | None) -> str | None:
@@ -21,6 +26,13 @@ def makefile_script(text: str, positional: Sequence[str], environment: Mapping[s
     `positional`), or None when `text` is no Makefile of that shape."""
     if text.lstrip().startswith("#!") or "pretrain_" not in text:
         return None
+    try:
+        return _script(text, positional, environment)
+    except _TooLarge:
+        return None  # past the bound: the bash reader, bounded itself, decides
+
+
+def _script(text: str, positional: Sequence[str], environment: Mapping[str, str] | None) -> str | None:
     lines = _logical_lines(text)
     if any(_DIRECTIVE.match(line) for line in lines):
         return None
@@ -140,6 +152,8 @@ def _expand(text: str, values: Mapping[str, tuple[str, bool]], overrides: Mappin
             out.append("${" + inner + "}")  # the environment's, as make reads it
         else:
             out.append(match.group(0))  # a function of make's (subst, wildcard …): not known here
+    if len(out) > _LARGEST or sum(map(len, out)) > _LARGEST:  # once a call: its pieces, then their length
+        raise _TooLarge
     return "".join(out)
 
 

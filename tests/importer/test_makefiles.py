@@ -46,3 +46,15 @@ def test_a_bash_script_with_tabs_and_colons_is_still_bash():
               "--mock-data\n")
     for text in (script, script.replace("#!/bin/bash\n", "")):
         assert import_source(text, "train.sh").settings["num_layers"] == 2
+
+
+def test_variables_that_double_at_each_level_end_in_a_bounded_time():
+    import time
+
+    levels = "".join(f"V{i} = $(V{i + 1})$(V{i + 1})\n" for i in range(60)) + "V60 = --lr 1e-4\n"
+    started = time.monotonic()
+    try:
+        import_source(levels + "train:\n\ttorchrun pretrain_gpt.py $(V0)\n", "Makefile")
+    except Exception as exc:  # an answer (an error) is fine; a hang is not
+        assert type(exc).__name__ == "UserError", exc
+    assert time.monotonic() - started < 10
