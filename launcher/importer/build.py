@@ -776,7 +776,9 @@ def _nodes_decided_where_it_runs(launch: flag_reader.Launch) -> bool:
         w.startswith("torch.distributed.") for w in runner)
     if torch_runner:
         return wrapped or any(w.startswith("--nnodes") for w in runner)
-    return program == "deepspeed" or wrapped
+    if program == "deepspeed":  # --include names its hosts (`localhost:0,1` is this one): their count is known
+        return wrapped or not any(w == "--include" or w.startswith("--include=") for w in runner)
+    return wrapped
 
 
 def _fewest_nodes(settings: Mapping[str, Any], per_node: Any) -> tuple[int, str] | None:

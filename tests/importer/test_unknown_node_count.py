@@ -38,6 +38,8 @@ def test_a_count_the_command_gives_or_a_layout_one_node_holds_is_left_as_it_is()
     assert "nodes" not in import_source("torchrun --nproc_per_node 8" + MODEL + layout, "train.sh").launcher
     given = import_source("torchrun --nnodes 2 --nproc_per_node 8" + MODEL + layout, "train.sh")
     assert given.launcher["nodes"] == 2
+    included = import_source("deepspeed --include localhost:0,1,2,3" + MODEL + layout, "train.sh")
+    assert "nodes" not in included.launcher and included.launcher["gpus_per_node"] == 4  # one host: bash's world
     small = import_source("deepspeed --hostfile h" + MODEL + "--tensor-model-parallel-size 2", "train.sh")
     assert "nodes" not in small.launcher
     unknown_tp = import_source("deepspeed --hostfile h" + MODEL + "--tensor-model-parallel-size $TP", "train.sh")
