@@ -37,7 +37,7 @@ from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.makefile import makefile_script
 from launcher.importer.task_yaml import TaskFile, task_file
-from launcher.importer.words import base_name, count, is_count
+from launcher.importer.words import MAX_COUNT, base_name, count, is_count
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -792,7 +792,7 @@ def _fewest_nodes(settings: Mapping[str, Any], per_node: Any) -> tuple[int, str]
         return None
     tp, pp, cp, ep = sizes.values()
     needed = math.lcm(tp * pp * cp, etp * ep * pp)
-    if per_node % needed == 0:
+    if per_node % needed == 0 or needed // math.gcd(needed, per_node) > MAX_COUNT:  # more nodes than a cluster has
         return None
     said = f"TP·PP·CP = {tp * pp * cp}" + (f", ETP·EP·PP = {etp * ep * pp}" if ep > 1 else "")
     return needed // math.gcd(needed, per_node), said

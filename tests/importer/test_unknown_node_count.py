@@ -56,3 +56,8 @@ def test_a_profiler_around_python_is_no_job_launcher():
     found = import_source("nsys profile -o out python" + MODEL + "--tensor-model-parallel-size 4 "
                           "--pipeline-model-parallel-size 8", "train.sh")
     assert "nodes" not in found.launcher
+
+
+def test_a_layout_past_any_cluster_chooses_no_count():
+    found = import_source("deepspeed --hostfile h" + MODEL + "--tensor-model-parallel-size 99999999999", "train.sh")
+    assert "nodes" not in found.launcher
