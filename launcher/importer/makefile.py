@@ -39,6 +39,8 @@ def _script(text: str, positional: Sequence[str], environment: Mapping[str, str]
     overrides = dict(w.split("=", 1) for w in positional if "=" in w and not w.startswith("-"))
     wanted = [w for w in positional if "=" not in w and not w.startswith("-")]
     values: dict[str, tuple[str, bool]] = {}  # name → (text, recursive)
+    appended: dict[str, list[str]] = {}  # name → its text and what `+=` added, not yet joined
+    sizes: dict[str, int] = {}  # name → the length of its text once joined
     exported: list[str] = []
     recipes: dict[str, list[str]] = {}
     order: list[str] = []
@@ -54,6 +56,9 @@ def _script(text: str, positional: Sequence[str], environment: Mapping[str, str]
         if assign:
             current = None
             prefix, name, op, value = assign.groups()
+            if op != "+=" or name not in values:
+                _settle(values, appended)
+                sizes.pop(name, None)  # set anew: its own length from here
             if prefix == "export":
                 exported.append(name)
             if name in overrides:
@@ -61,8 +66,12 @@ def _script(text: str, positional: Sequence[str], environment: Mapping[str, str]
             if op == "?=" and (name in values or name in (environment or {})):
                 continue
             if op == "+=" and name in values:
-                old, recursive = values[name]
-                values[name] = (f"{old} {value}", recursive)
+                pieces = appended.setdefault(name, [values[name][0]])
+                pieces.append(value)  # joined once, by _settle: linear in the file
+                sizes[name] = sizes.get(name, len(pieces[0])) + 1 + len(value)
+                if sizes[name] > _LARGEST:
+                    raise _TooLarge
+                continue
             elif op in (":=", "::=", ":::="):
                 values[name] = (_expand(value, values, overrides, 0), False)
             elif op == "!=":
@@ -84,6 +93,7 @@ def _script(text: str, positional: Sequence[str], environment: Mapping[str, str]
         inline = rule.group(2).partition(";")
         if inline[1]:
             shared.append(inline[2])
+    _settle(values, appended)
     target = next((t for t in wanted if t in recipes), None) or next(
         (t for t in order if any("pretrain_" in r for r in recipes[t])), None)
     if target is None or not recipes[target]:
@@ -101,22 +111,34 @@ def _script(text: str, positional: Sequence[str], environment: Mapping[str, str]
     return "\n".join(script) + "\n"
 
 
+def _settle(values: dict[str, tuple[str, bool]], appended: dict[str, list[str]]) -> None:
+    """What `+=` added, joined into each variable's text (with make's one space)."""
+    for name, pieces in appended.items():
+        text = " ".join(pieces)
+        if len(text) > _LARGEST:
+            raise _TooLarge
+        values[name] = (text, values[name][1])
+    appended.clear()
+
+
 def _logical_lines(text: str) -> list[str]:
-    """Lines with make's backslash continuations joined (a recipe keeps its backslash-newline for the shell)."""
+    """Lines with make's backslash continuations joined (a recipe keeps its backslash-newline for the shell); in
+    pieces, so that a file of continuations is read in linear time."""
     out: list[str] = []
-    pending = ""
+    parts: list[str] = []
     for raw in text.splitlines():
-        if not pending:
-            line = raw
-        else:  # a recipe keeps the shell's continuation; make joins any other line with one space
-            line = pending + ("\n" + raw if pending.startswith("\t") else " " + raw.lstrip())
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line if line.startswith("\t") else line[:-1].rstrip()
-            continue
-        pending = ""
-        out.append(line)
-    if pending:
-        out.append(pending)
+        if not parts:
+            parts.append(raw)
+        elif parts[0].startswith("\t"):  # a recipe keeps the shell's continuation
+            parts.append("\n" + raw)
+        else:  # make joins any other line with one space
+            parts[-1] = parts[-1][:-1].rstrip()
+            parts.append(" " + raw.lstrip())
+        if not (raw.endswith("\\") and not raw.endswith("\\\\")):
+            out.append("".join(parts))
+            parts = []
+    if parts:
+        out.append("".join(parts))
     return out
 
 

@@ -58,3 +58,15 @@ def test_variables_that_double_at_each_level_end_in_a_bounded_time():
     except Exception as exc:  # an answer (an error) is fine; a hang is not
         assert type(exc).__name__ == "UserError", exc
     assert time.monotonic() - started < 10
+
+
+def test_many_continuations_and_appends_are_read_in_linear_time():
+    import time
+
+    started = time.monotonic()
+    for body in ("A = x \\\n" * 100_000 + "\n", "A = x\n" + "A += --lr 1e-4\n" * 60_000):
+        try:
+            import_source(body + "train:\n\ttorchrun pretrain_gpt.py $(A)\n", "Makefile")
+        except Exception as exc:  # an answer (an error) is fine; a hang is not
+            assert type(exc).__name__ == "UserError", exc
+    assert time.monotonic() - started < 20
