@@ -35,7 +35,9 @@ from launcher.importer.bash_subset import (
 )
 from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
-from launcher.importer.words import base_name, count, is_count
+from launcher.importer.makefile import makefile_script
+from launcher.importer.task_yaml import TaskFile, task_file
+from launcher.importer.words import MAX_COUNT, base_name, count, is_count
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -300,8 +302,12 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
     any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
     next to which the files it sources are read; `environment`: the variables it is run with (--env)."""
+    made = makefile_script(text, positional, environment)
+    if made is not None:  # `make train TP=4`: the recipe as make hands it to the shell, its arguments make's
+        text, positional = made, ()
     stripped = text.lstrip()
     layout = ManifestLayout()
+    task: TaskFile | None = None
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
         try:  # bounded: a few hundred bytes of nested aliases must not expand into gigabytes
             data = untrusted.load_yaml(text, "the source")
@@ -315,9 +321,13 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                                 "of flags", "give only the YAML file")
             return Source(*_from_yaml_mapping(data))
         manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
+        task = task_file(data) if manifest is None and data is not None else None
         if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script
             text, path = manifest[0], None  # its files are the container's, not the ones next to the manifest
             layout = manifest[1]
+        elif task is not None:  # a SkyPilot or dstack task: its shell block, with what the platform gives it
+            text, layout = task.script, ManifestLayout(dict(task.counts), list(task.notes))
+            environment = {**task.environment, **(environment or {})}  # --env over the file's
     try:
         reading = read_script(text, positional, path, environment)
     except ShellSyntaxError as exc:
@@ -327,6 +337,10 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     training = training_command.training_commands(reading)
     undecided: list[Undecided] = []
     env = dict(reading.shell.exports)
+    platform = {name: task.environment.get(name) for name in task.platform} if task is not None else {}
+    for name, value in platform.items():  # SKYPILOT_NUM_NODES: the platform's, not the preset's
+        if env.get(name) == value:
+            del env[name]
     if not training:
         bare = [c for c in reading.commands if c.argv and c.argv[0].startswith("--")]
         if not bare:
@@ -577,6 +591,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             notes.append("torchrun without --nproc_per_node starts as many processes on each node as the caller's "
                          "PET_NPROC_PER_NODE says, else one (torchrun's default); the preset's gpus_per_node is not "
                          "set from it (give --gpus-per-node; 8 unless set)")
+    whole = flag_reader.split_launch([*runner[:-1], runner[-1]]) if runner else None
+    nodes_unknown = whole is not None and "nodes" not in launcher and _nodes_decided_where_it_runs(whole)
+    total = int(whole.total_only.split()[-1].rpartition("=")[2]) if whole is not None and whole.total_only else 0
     _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
@@ -724,6 +741,18 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "value with --set when you launch)")
     for key in [k for k, v in launcher.items() if _missing(v)]:
         notes.append(f"{key} {_comment(str(launcher.pop(key)))}: not known without running the script")
+    per_node = launcher.get("gpus_per_node", 8)
+    if nodes_unknown and (fewest := _fewest_nodes(settings, per_node)):
+        nodes, needed = fewest
+        if total and total % per_node == 0 and (total // per_node) % nodes == 0:  # `mpirun -np 64`: its world
+            nodes = total // per_node
+            notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
+                         f"preset's gpus_per_node), which one node's GPUs would not hold ({needed})")
+        else:
+            notes.append(f"nodes {nodes}: the script's node count is decided where it runs (not known here); "
+                         f"{nodes} nodes of {per_node} GPUs are the fewest whose GPUs its layout divides ({needed}), "
+                         "where one node's do not; give --nodes where it runs on more")
+        launcher["nodes"] = nodes
     read_as = source_name
     if environment:  # the header says what the script was read with, a secret's value redacted
         given = " ".join(f"{name}={redaction.REDACTED if redaction.is_secret(name, value) else shlex.quote(value)}"
@@ -733,6 +762,40 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          script=source_name)
     return Imported(text, words, settings, launcher, env_ok, replaced, notes, warnings, lost, translated,
                     undecided=source.undecided, set_aside=set_aside)
+
+
+def _nodes_decided_where_it_runs(launch: flag_reader.Launch) -> bool:
+    """Whether the command leaves its node count to where it runs: DeepSpeed's runner (its --hostfile, by default
+    /job/hostfile), a job launcher around the command (srun, mpirun), or torchrun's --nnodes given a value not
+    known here. torchrun and torch.distributed.launch without --nnodes run one node; python alone, one process."""
+    runner, wrapped = launch.runner, any(flag_reader.job_launcher(w) for w in launch.wrapper)
+    if not runner:
+        return wrapped
+    program = base_name(runner[0])
+    torch_runner = program == "torchrun" or "-m" in runner and any(
+        w.startswith("torch.distributed.") for w in runner)
+    if torch_runner:
+        return wrapped or any(w.startswith("--nnodes") for w in runner)
+    if program == "deepspeed":  # --include names its hosts (`localhost:0,1` is this one): their count is known
+        return wrapped or not any(w == "--include" or w.startswith("--include=") for w in runner)
+    return wrapped
+
+
+def _fewest_nodes(settings: Mapping[str, Any], per_node: Any) -> tuple[int, str] | None:
+    """The fewest nodes of `per_node` GPUs whose world the layout divides (TP·PP·CP, and ETP·EP·PP for experts,
+    as Megatron's parallel state asserts), with the product said; None where one node's GPUs do, or where a size is
+    not a known count."""
+    sizes = {name: settings.get(name, 1) for name in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                                      "context_parallel_size", "expert_model_parallel_size")}
+    etp = settings.get("expert_tensor_parallel_size", sizes["tensor_model_parallel_size"])
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in [*sizes.values(), etp, per_node]):
+        return None
+    tp, pp, cp, ep = sizes.values()
+    needed = math.lcm(tp * pp * cp, etp * ep * pp)
+    if per_node % needed == 0 or needed // math.gcd(needed, per_node) > MAX_COUNT:  # more nodes than a cluster has
+        return None
+    said = f"TP·PP·CP = {tp * pp * cp}" + (f", ETP·EP·PP = {etp * ep * pp}" if ep > 1 else "")
+    return needed // math.gcd(needed, per_node), said
 
 
 def render_preset(source: str, settings: dict[str, Any], launcher: dict[str, Any], env: dict[str, str],

@@ -264,7 +264,7 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
                                                   f"true/false value, here {value}")
     given = words[i:j]
     if translation.by_value:
-        row = translation.by_value.get(value) if isinstance(value, str) else None
+        row = _value_row(translation, value)
         if row is None and not (translation.to or translation.refuse or translation.harmless):
             known = ", ".join(translation.by_value)
             return Word(given, "lost", why=f"a value the table does not know (it knows {known}) "
@@ -295,6 +295,28 @@ def _translated(words: list[str], i: int, flag: str, eq: str, inline: str,
     shown = ", ".join(f"{d} {v}" for d, v in {**settings, **defaults}.items())
     return Word(given, "translated", settings, defaults,
                 why=f"→ {shown}: {translation.why} ({translation.origin})"), j, None
+
+
+def _value_row(translation: legacy.Translation, value: object) -> legacy.Translation | None:
+    """The row for this value; a number matches by what the fork's argparse type reads (`01` is 1, `1.00` is 1.0)."""
+    if not isinstance(value, str):
+        return None
+    if value in translation.by_value:
+        return translation.by_value[value]
+    kind = {"int": int, "float": float}.get(translation.value)
+    if kind is None:
+        return None
+    try:
+        number = kind(value)
+    except ValueError:
+        return None
+    for known, row in translation.by_value.items():
+        try:
+            if kind(known) == number:
+                return row
+        except ValueError:
+            continue
+    return None
 
 
 # what a fork's true/false flag reads as its value (HabanaAI's `type=lambda x: x.lower() in ['true', '1']`): a word

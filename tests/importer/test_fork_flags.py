@@ -98,3 +98,15 @@ def test_an_encoder_sequence_length_without_seq_length_is_the_sequence_length():
     assert any(t.startswith("--encoder-seq-length 256 → seq_length 256") for t in found.translated)
     both = import_source(TORCHRUN + MODEL + "--encoder-seq-length 256", "train.sh")  # Megatron asserts: left as given
     assert both.settings["seq_length"] == 128 and both.settings["encoder_seq_length"] == 256
+
+
+def test_a_fork_size_at_its_no_op_value_is_harmless_however_it_is_spelled():
+    # one Ulysses rank, no extra tokens, a z-loss of weight 0: the pin's model and layout as they are
+    for given in ("--ds-sequence-parallel-size 1", "--ds-sequence-parallel-size=01", "--extra-vocab-size 0",
+                  "--z-loss-strength 0.0", "--zero-stage 00", "--low-freq-factor 1.00"):
+        found = import_source(TORCHRUN + MODEL + "--deepspeed " + given, "train.sh")
+        assert found.lost == [], (given, found.lost)
+    for given in ("--ds-sequence-parallel-size 4", "--extra-vocab-size 293", "--z-loss-strength 1e-4",
+                  "--zero-stage 1", "--low-freq-factor 1.5"):
+        (line,) = import_source(TORCHRUN + MODEL + "--deepspeed " + given, "train.sh").lost
+        assert line.startswith(given.split()[0]), (given, line)

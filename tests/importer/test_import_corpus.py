@@ -42,7 +42,10 @@ def test_each_script_imports_with_its_settings(name, tmp_path):
     for setting, value in entry.get("launcher", {}).items():
         assert imported.launcher.get(setting) == value, setting
     for setting in entry.get("unknown_launcher", []):  # e.g. GPUs counted by a command at run time
-        assert setting not in imported.launcher, setting
+        # not resolved; a node count the layout needs is the preset's own choice, and says so
+        chosen = f"{setting} {imported.launcher.get(setting)}: the script's node count is decided where it runs"
+        assert setting not in imported.launcher or any(line.startswith(chosen) for line in imported.not_carried), \
+            setting
     said = " ".join([*imported.not_carried, *getattr(imported, "lost", [])])
     for setting in entry.get("unknown", []):  # decided at run time: not carried, and said so
         flag = "--" + setting.replace("_", "-")
