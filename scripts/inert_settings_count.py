@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,19 +64,24 @@ def count(title: str, items: list[tuple[str, list[str] | None]]) -> None:
             print(f"  {warning}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+Judge = Callable[..., "list[str] | None"]  # judged's signature: (name, text, workdir, args, env) → findings
+
+
+def main(argv: list[str] | None = None, judge: Judge | None = None, description: str | None = None) -> int:
+    """Each configuration of the corpus (and the checkout's functional tests) through `judge`, counted."""
+    judge = judge or judged
+    parser = argparse.ArgumentParser(description=description or __doc__.split("\n")[0])
     parser.add_argument("--megatron-path", type=Path, help="a Megatron-LM checkout: its functional tests too")
     options = parser.parse_args(argv)
     index = json.loads((CORPUS / "INDEX.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
-        count("import corpus", [(name, judged(name, (CORPUS / name).read_text(), workdir, entry.get("args"),
-                                              entry.get("env")))
+        count("import corpus", [(name, judge(name, (CORPUS / name).read_text(), workdir, entry.get("args"),
+                                             entry.get("env")))
                                 for name, entry in sorted(index.items())])
         if options.megatron_path:
             root = options.megatron_path / "tests" / "functional_tests" / "test_cases"
-            count("functional tests", [(str(c.parent.relative_to(root)), judged(str(c), c.read_text(), workdir))
+            count("functional tests", [(str(c.parent.relative_to(root)), judge(str(c), c.read_text(), workdir))
                                        for c in configurations(options.megatron_path)])
     return 0
 

@@ -10,17 +10,13 @@ rules is printed under its configuration ("refused:" or "warned:"), then the tot
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from functional_test_matrix import configurations  # noqa: E402
-from inert_settings_count import CORPUS, count  # noqa: E402
+import inert_settings_count  # noqa: E402
 
 from launcher.errors import UserError  # noqa: E402
 from launcher.importer.build import import_source  # noqa: E402
@@ -52,20 +48,7 @@ def judged(name: str, text: str, workdir: Path, args: list[str] | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--megatron-path", type=Path, help="a Megatron-LM checkout: its functional tests too")
-    options = parser.parse_args(argv)
-    index = json.loads((CORPUS / "INDEX.json").read_text())
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        count("import corpus", [(name, judged(name, (CORPUS / name).read_text(), workdir, entry.get("args"),
-                                              entry.get("env")))
-                                for name, entry in sorted(index.items())])
-        if options.megatron_path:
-            root = options.megatron_path / "tests" / "functional_tests" / "test_cases"
-            count("functional tests", [(str(c.parent.relative_to(root)), judged(str(c), c.read_text(), workdir))
-                                       for c in configurations(options.megatron_path)])
-    return 0
+    return inert_settings_count.main(argv, judged, __doc__.split("\n")[0])
 
 
 if __name__ == "__main__":
