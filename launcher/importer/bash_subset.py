@@ -2091,12 +2091,13 @@ class _Reader:
         if program == "exit":
             raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
         if program in ("break", "continue"):
-            levels = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() and int(argv[1]) > 0 else 1
+            levels = (untrusted.count(argv[1]) if len(argv) > 1 else None) or 1  # '²', 0: bash's own error
             raise _Break(program == "continue", levels)
         if program == "return":
             raise _Return()
         if program == "shift":
-            count = int(argv[1]) if len(argv) > 1 and argv[1].isdigit() else 1
+            given = untrusted.count(argv[1]) if len(argv) > 1 else None  # ASCII digits: '²' is no count
+            count = 1 if given is None else given
             if self.positional is not None:
                 self.positional = self.positional[count:]
                 self.set_positional(self.positional)

@@ -125,7 +125,7 @@ def loaded_iteration(megatron: Mapping[str, Any]) -> int | None:
             if not tracker.is_file():
                 return None
             text = untrusted.read_utf8(tracker, "checkpoint tracker file", MAX_TRACKER_BYTES).strip()
-            iteration = int(text) if text.isdigit() and len(text) <= 18 else None
+            iteration = untrusted.count(text)  # ASCII digits only: '²' is a digit to isdigit(), not to int()
         if iteration is None or not (Path(str(load)) / f"iter_{iteration:07d}").is_dir():
             return None
     except (OSError, UserError):

@@ -29,7 +29,7 @@ class NodeRange:
 def parse_nodes(text: str) -> int | NodeRange:
     """`N` or `MIN-MAX` (also `MIN:MAX`, torchrun's spelling); MIN = MAX is the plain count."""
     text = text.strip()
-    if text.isdigit() and len(text) <= 7:
+    if text.isascii() and text.isdigit() and len(text) <= 7:
         count = int(text)
         if count < 1:
             raise UserError(f"--nodes must be at least 1, got {count}", "for example --nodes 2, or --nodes 2-4")

@@ -187,7 +187,7 @@ def no_rope_layers(arg: Arg, fail: Fail, te: bool = False) -> None:
     """no_rope_freq N skips RoPE in every N-th layer, a pattern names each layer: TransformerConfig asserts that N
     divides num_layers, or that the pattern has num_layers entries."""
     freq, layers = arg("no_rope_freq"), arg("num_layers")
-    every = int(freq) if isinstance(freq, str) and freq.isdigit() else freq
+    every = int(freq) if isinstance(freq, str) and freq.isascii() and freq.isdigit() and len(freq) <= 18 else freq
     if isinstance(every, str) and "[" in every and layers:
         try:
             pattern = layer_pattern.parse(every)

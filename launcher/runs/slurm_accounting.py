@@ -51,7 +51,7 @@ class Accounting:
 
 def job_accounting(job_ids: Sequence[str]) -> Accounting:
     """Every attempt's record of the given jobs (digits only: the ids from slurm-<id>.out names)."""
-    ids = [job for job in job_ids if job.isdigit()]
+    ids = [job for job in job_ids if job.isascii() and job.isdigit()]
     if not ids:
         return Accounting(unavailable="no Slurm job id")
     sacct = shutil.which("sacct")
