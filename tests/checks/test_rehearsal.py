@@ -111,14 +111,16 @@ def test_padding_to_capacity_at_the_shrunk_expert_count_trains_its_step(rehearse
     assert result.ok, result.traceback
 
 
-@pytest.mark.parametrize("overrides, factor", [
-    (PADDED_MOE, 1.0),  # fits at the job's counts, not at the shrunk ones: the factor that fits
-    (PADDED_MOE[:3] + PADDED_MOE[4:], 1.5),  # no padding: capacity only drops tokens, nothing to fit
-    (("num_experts=4",) + PADDED_MOE[1:], 1.5),  # past the tokens at the job's own counts: kept, as on a GPU
+@pytest.mark.parametrize("overrides, experts, factor", [
+    (PADDED_MOE, 16, 1.0),  # fits at the job's counts, not at the shrunk ones: the factor that fits
+    (PADDED_MOE[:3] + PADDED_MOE[4:], 16, 1.5),  # no padding: capacity only drops tokens, nothing to fit
+    # past the tokens at the job's own counts (which the dry-run refuses): kept, to fail as on a GPU
+    (PADDED_MOE, 4, 1.5),
 ])
 def test_the_capacity_factor_is_fitted_only_where_the_shrink_alone_pushes_capacity_past_the_tokens(overrides,
+                                                                                                      experts,
                                                                                                       factor):
-    tiny, _ = tiny_settings(job_settings(*overrides))
+    tiny, _ = tiny_settings({**job_settings(*overrides), "num_experts": experts})
     assert tiny["moe_expert_capacity_factor"] == factor
 
 
