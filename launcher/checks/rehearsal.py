@@ -190,10 +190,20 @@ def _shrink_experts(settings: dict[str, Any]) -> None:
     experts = settings.get("num_experts")
     if not experts:
         return
+    job_topk = settings.get("moe_router_topk") or 2
     settings["num_experts"] = min(experts, EXPERTS)
     if settings.get("moe_router_topk"):
         settings["moe_router_topk"] = min(settings["moe_router_topk"], settings["num_experts"])
     fit_group_limited_router(settings)
+    # Padding to capacity: an expert's capacity (tokens × topk / experts × the factor) past the tokens fails
+    # Megatron's unfused permute at the first step (a view of fewer sorted indices, moe_utils.py:407). Where the
+    # job's own counts keep it below (16 experts, topk 4, factor 1.5) and the shrunk ones would not (4 experts),
+    # the factor becomes 1; a job past it at its own counts keeps its factor (and fails, as on a GPU).
+    factor = settings.get("moe_expert_capacity_factor")
+    shrunk_topk = settings.get("moe_router_topk") or 2
+    if settings.get("moe_pad_expert_input_to_capacity") and isinstance(factor, (int, float)) \
+            and job_topk * factor <= experts and shrunk_topk * factor > settings["num_experts"]:
+        settings["moe_expert_capacity_factor"] = 1.0
 
 
 def fit_group_limited_router(settings: dict[str, Any]) -> None:

@@ -161,11 +161,13 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
         fail(f"moe_router_topk {topk} must lie between 1 and num_experts {count}",
              f"e.g. --set moe_router_topk={fits}" + (" --set moe_router_pre_softmax=true"
                                                      if softmax_of_one_needed(arg, fits) else ""), "runtime")
-    elif softmax_of_one_needed(arg, topk or 2):
+        return
+    if softmax_of_one_needed(arg, topk or 2):
         # transformer_config.py:2091-2099: a softmax over the one chosen expert's score has a zero gradient
         fail("moe_router_topk 1 with the softmax score function needs moe_router_pre_softmax (the softmax over all "
              "experts before choosing one): Megatron's TransformerConfig raises 'Please use --moe-router-pre-softmax "
              "when topk is 1' at model build", "set moe_router_pre_softmax=true", "runtime")
+    padded_capacity(arg, fail, count, topk or 2, te)
 
 
 def softmax_of_one_needed(arg: Arg, topk: int) -> bool:
@@ -380,3 +382,20 @@ def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:
     """Every rule; `te`: Transformer Engine is available to the training processes."""
     for rule in RULES:
         rule(arg, fail, te)
+
+
+def padded_capacity(arg: Arg, fail: Fail, count: int, topk: int, te: bool) -> None:
+    """Padding to capacity: each expert's capacity is tokens × topk / experts × the factor; past the tokens (topk
+    × factor > experts) Megatron's unfused permute fails at the first step (moe_utils.py:407 views fewer sorted
+    indices than experts × capacity). Transformer Engine's fused permute (moe_permute_fusion) is not that path."""
+    factor = arg("moe_expert_capacity_factor")
+    if not arg("moe_pad_expert_input_to_capacity") or not _number(factor) or factor < 0 \
+            or topk * factor <= count or (te and arg("moe_permute_fusion")):
+        return
+    fits = math.floor(count / topk * 100) / 100
+    fail(f"moe_pad_expert_input_to_capacity with moe_expert_capacity_factor {factor}, moe_router_topk {topk} and "
+         f"num_experts {count}: each expert's capacity ({topk} × {factor} / {count} of the tokens) is more than the "
+         "tokens, and Megatron's permute fails at the first training step (\"shape '[experts, capacity]' is "
+         "invalid\", moe_utils.py:407)",
+         f"set moe_expert_capacity_factor={fits:g} (capacity at most the tokens), or "
+         "moe_pad_expert_input_to_capacity=false", "runtime")

@@ -96,6 +96,34 @@ def test_the_optimizers_cpu_offload_is_said_not_rehearsed_and_the_rest_trains(re
     assert result.ok, result.traceback
 
 
+PADDED_MOE = ("num_experts=16", "moe_router_topk=4", "moe_expert_capacity_factor=1.5",
+              "moe_pad_expert_input_to_capacity=true", "moe_token_dispatcher_type=alltoall", "add_bias_linear=false")
+
+
+@needs_checkout
+def test_padding_to_capacity_at_the_shrunk_expert_count_trains_its_step(rehearser):
+    # 16 experts, topk 4, factor 1.5: each expert's capacity is 0.375 of the tokens; shrunk to 4 experts at the
+    # same topk and factor it was 1.5 of them and Megatron's unfused permute failed at the first step
+    settings = job_settings(*PADDED_MOE)
+    tiny, _ = tiny_settings(settings)
+    assert tiny["moe_router_topk"] * tiny["moe_expert_capacity_factor"] <= tiny["num_experts"]
+    result = rehearser.rehearse(settings, {})
+    assert result.ok, result.traceback
+
+
+@pytest.mark.parametrize("overrides, experts, factor", [
+    (PADDED_MOE, 16, 1.0),  # fits at the job's counts, not at the shrunk ones: the factor that fits
+    (PADDED_MOE[:3] + PADDED_MOE[4:], 16, 1.5),  # no padding: capacity only drops tokens, nothing to fit
+    # past the tokens at the job's own counts (which the dry-run refuses): kept, to fail as on a GPU
+    (PADDED_MOE, 4, 1.5),
+])
+def test_the_capacity_factor_is_fitted_only_where_the_shrink_alone_pushes_capacity_past_the_tokens(overrides,
+                                                                                                      experts,
+                                                                                                      factor):
+    tiny, _ = tiny_settings({**job_settings(*overrides), "num_experts": experts})
+    assert tiny["moe_expert_capacity_factor"] == factor
+
+
 @needs_checkout
 @pytest.mark.parametrize("overrides", [
     # Issue 22 saw MLA crash inside training on the SDPA spec, and upstream's local spec cannot build it without TE

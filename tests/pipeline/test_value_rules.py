@@ -79,6 +79,23 @@ def test_expert_counts_below_one_are_refused(overrides):
     assert "leave num_experts unset" in text
 
 
+PADDED = ("moe_pad_expert_input_to_capacity=true", "moe_token_dispatcher_type=alltoall", "add_bias_linear=false")
+
+
+@pytest.mark.parametrize(("experts", "topk", "factor", "fits"), [(4, 4, 1.5, "1"), (6, 4, 2.0, "1.5"),
+                                                                 (16, 6, 3.0, "2.66")])
+def test_padding_to_a_capacity_past_the_tokens_is_refused_with_a_factor_that_fits(experts, topk, factor, fits):
+    # each expert's capacity, tokens × topk / experts × factor, past the tokens fails Megatron's permute at the
+    # first step (seen on CPU with the pin's pretrain_gpt.py: "shape '[4, 96]' is invalid for input of size 256")
+    sizes = (f"num_experts={experts}", f"moe_router_topk={topk}", f"moe_expert_capacity_factor={factor}")
+    text = problems(*sizes, *PADDED)
+    assert "is more than the tokens" in text
+    assert f"set moe_expert_capacity_factor={fits} " in text
+    accepted(*sizes[:2], f"moe_expert_capacity_factor={fits}", *PADDED)
+    accepted(*sizes, *PADDED[1:])  # without padding the factor only drops tokens
+    accepted(f"num_experts={experts * 4}", *sizes[1:], *PADDED)  # more experts: capacity within the tokens
+
+
 def test_moe_with_linear_biases_is_refused_with_a_fix():
     text = problems("num_experts=4", "moe_router_topk=2")
     assert "MoE experts (4) with linear biases fail at the first training step" in text
