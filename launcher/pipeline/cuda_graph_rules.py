@@ -97,8 +97,10 @@ def check(c: Any) -> None:
     if granularity == "full":
         c.fail(f"{named} with full recompute: Megatron's TransformerConfig asserts \"full recompute is only "
                "supported with full iteration CUDA graph.\" (transformer_config.py:2286)",
-               f"set {_no_graphs(chosen_by)}, or recompute_granularity=null --set recompute_method=null "
-               "--set recompute_num_layers=null (no recompute)")
+               # the recompute is often what makes the job fit: dropping it is offered in words, for a job whose
+               # activations fit without it (this rule cannot know; the memory estimate then says)
+               f"set {_no_graphs(chosen_by)}; or, where the activations fit without recompute, drop it (unset "
+               "recompute_granularity, recompute_method and recompute_num_layers)")
         return
     if granularity != "selective":
         return
