@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 
 import yaml
 
+from launcher.counts import count  # noqa: F401 (untrusted.count: read by many)
 from launcher.errors import UserError, clip, shown
 
 MAX_FILE_BYTES = 8 * 1024 * 1024  # a preset or manifest is a few KiB; this only stops runaway reads
@@ -160,14 +161,6 @@ def read_stream_utf8(stream: BinaryIO, what: str, limit: int = MAX_FILE_BYTES) -
     if len(data) > limit:
         raise TooLarge(f"{what} is larger than {limit:,} bytes", "is this the right file?")
     return _utf8(data, what)
-
-
-def count(text: str, digits: int = 18) -> int | None:
-    """A count written in a file or a file name (an iteration, an attempt, a job id): ASCII digits only, at most
-    `digits` of them; None for anything else ('²' is a digit to str.isdigit() but not to int(); 5,000 digits are
-    damage, and more than int() reads)."""
-    text = text.strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= digits else None
 
 
 def _no_constant(name: str) -> Any:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher import slurm_names, untrusted
+from launcher import counts, slurm_names
 from launcher.runs import slurm_log, tail_log, triage
 
 REQUEUE, STOP = "requeue", "stop"
@@ -287,7 +287,8 @@ def main(argv: list[str], environ: dict[str, str] | None = None) -> int:
             and len(argv[1]) <= 6:
         fewest, argv = int(argv[1]), argv[2:]
     signalled = argv[4] if len(argv) == 5 else None
-    if len(argv) not in (4, 5) or not all(untrusted.count(a.removeprefix("-")) is not None for a in argv[1:4]) or (
+    if len(argv) not in (4, 5) or not (argv[1].isascii() and argv[1].isdigit()) or \
+            any(counts.count(a.removeprefix("-")) is None for a in argv[2:4]) or (
             signalled is not None and not re.fullmatch(r"SIG[A-Z0-9]{1,10}", signalled)):
         print(USAGE, file=sys.stderr)
         return 2

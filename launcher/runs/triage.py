@@ -26,7 +26,7 @@ import signal
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
-from launcher import untrusted
+from launcher.counts import count as read_count
 from launcher.runs import logparse as lp
 
 INFRASTRUCTURE, TRAINING, DATA = "infrastructure", "training", "data"
@@ -324,10 +324,10 @@ def _signal_name(number: int) -> str:
 def exit_status(slurm_exit_code: str) -> int | None:
     """sacct's ExitCode "status:signal" as an exit status (a signal as 128 + its number)."""
     status, _, signal = slurm_exit_code.partition(":")
-    number = untrusted.count(signal, 4)
+    number = read_count(signal, 4)
     if number:
         return 128 + number
-    return untrusted.count(status, 4)
+    return read_count(status, 4)
 
 
 def triage_lines(lines: Iterable[str], exit_code: int | None = None, slurm_state: str | None = None, *,
@@ -442,7 +442,7 @@ def _first_failure(r: AttemptReader) -> tuple[int | None, str | None]:
     host: str | None = r.task[0] if r.task is not None else None
     if r.root:
         digits = r.root.get("rank", "").split(" ")[0]
-        rank = untrusted.count(digits, 9)  # a log's text: ASCII digits only ('²' is a digit to isdigit())
+        rank = read_count(digits, 9)  # a log's text: ASCII digits only ('²' is a digit to isdigit())
         host = host or r.root.get("host") or None
     if rank is None:
         rank = r.exception_rank

@@ -488,3 +488,13 @@ def test_the_batch_script_passes_scontrol_no_list_that_is_not_node_names(tmp_pat
     assert result.returncode == 0, result.stderr
     assert not any("ExcNodeList" in call for call in calls(tmp_path)) and not (tmp_path / "marker").exists()
     assert "not leaving out hosts: the list is no list of node names" in result.stderr
+
+
+def test_the_policy_runs_on_a_python_without_the_launchers_packages(tmp_path):
+    """The batch script runs it with the node's own python3, which may lack PyYAML (and jinja2, numpy, ...)."""
+    blocked = "import sys; sys.modules.update(yaml=None, jinja2=None, numpy=None, tqdm=None); "
+    run = (f"import runpy, sys; sys.argv = ['p', {str(tmp_path)!r}, '7', '1', '1']; "
+           "runpy.run_module('launcher.runs.requeue_policy', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", blocked + run], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "launcher"
 # Later stages have higher ranks; a module may import its own stage or a lower one, never a peer of its rank.
 RANKS = {
     "errors": 0, "untrusted": 0, "interrupts": 0, "gpus": 0, "redaction": 0, "nofollow": 0, "lock": 0,
-    "slurm_names": 0,
+    "slurm_names": 0, "counts": 0,
     "": 0,  # launcher/__init__.py
     "megatron": 1, "inside": 1,
     "pipeline": 2,
