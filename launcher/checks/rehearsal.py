@@ -23,6 +23,7 @@ from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, 
 from launcher.errors import UserError
 from launcher.megatron.pin import has_module
 from launcher.pipeline.environment import APEX_FREE
+from launcher.pipeline.value_rules import capacity_past_tokens
 
 WORKER = Path(__file__).resolve().parent.parent / "inside" / "rehearse_worker.py"
 LAUNCHER_ROOT = Path(__file__).resolve().parents[2]  # training processes import launcher.inside from here
@@ -202,7 +203,8 @@ def _shrink_experts(settings: dict[str, Any]) -> None:
     factor = settings.get("moe_expert_capacity_factor")
     shrunk_topk = settings.get("moe_router_topk") or 2
     if settings.get("moe_pad_expert_input_to_capacity") and isinstance(factor, (int, float)) \
-            and job_topk * factor <= experts and shrunk_topk * factor > settings["num_experts"]:
+            and not capacity_past_tokens(job_topk, factor, experts) \
+            and capacity_past_tokens(shrunk_topk, factor, settings["num_experts"]):
         settings["moe_expert_capacity_factor"] = 1.0
 
 

@@ -384,13 +384,18 @@ def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:
         rule(arg, fail, te)
 
 
+def capacity_past_tokens(topk: int, factor: float, experts: int) -> bool:
+    """Padded to capacity, each expert takes tokens × topk / experts × factor: more than the tokens when this holds."""
+    return topk * factor > experts
+
+
 def padded_capacity(arg: Arg, fail: Fail, count: int, topk: int, te: bool) -> None:
     """Padding to capacity: each expert's capacity is tokens × topk / experts × the factor; past the tokens (topk
     × factor > experts) Megatron's unfused permute fails at the first step (moe_utils.py:407 views fewer sorted
     indices than experts × capacity). Transformer Engine's fused permute (moe_permute_fusion) is not that path."""
     factor = arg("moe_expert_capacity_factor")
     if not arg("moe_pad_expert_input_to_capacity") or not _number(factor) or factor < 0 \
-            or topk * factor <= count or (te and arg("moe_permute_fusion")):
+            or not capacity_past_tokens(topk, factor, count) or (te and arg("moe_permute_fusion")):
         return
     fits = math.floor(count / topk * 100) / 100
     fail(f"moe_pad_expert_input_to_capacity with moe_expert_capacity_factor {factor}, moe_router_topk {topk} and "
