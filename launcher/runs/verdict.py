@@ -20,12 +20,12 @@ from typing import NamedTuple, cast
 
 from launcher import untrusted
 from launcher.errors import UserError
+from launcher.pipeline.load_rules import MAX_TRACKER_BYTES, TRACKER
 from launcher.runs import logparse as lp
 from launcher.runs import timing
 from launcher.runs.triage import failure_record
 
-TRACKER_FILE = "latest_checkpointed_iteration.txt"
-MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration number (or "release") and nothing else
+TRACKER_FILE = TRACKER  # the one name and byte cap of Megatron's tracker (pipeline/load_rules.py)
 UNREADABLE_TRACKER = "a tracker Megatron cannot load"
 INT64_MAX = (1 << 63) - 1  # Megatron all-reduces the tracker's iteration as a torch.long
 
