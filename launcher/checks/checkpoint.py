@@ -20,8 +20,8 @@ from typing import Any
 
 from launcher import untrusted
 from launcher.errors import UserError, shown
+from launcher.pipeline.load_rules import INT64_MAX, TRACKER  # checkpointing.py get_checkpoint_tracker_filename
 
-TRACKER = "latest_checkpointed_iteration.txt"  # megatron/training/checkpointing.py get_checkpoint_tracker_filename
 READER = Path(__file__).resolve().parent.parent / "inside" / "checkpoint_args.py"
 MAX_SMALL_FILE = 64 * 1024  # the tracker and metadata.json are a few bytes
 MAX_ENTRIES = 10_000  # entries of an iteration directory looked at (a torch checkpoint has one per model shard)
@@ -56,7 +56,6 @@ class StoredCheckpoint:
                 "args_read": self.args is not None, "unread": self.unread or None}
 
 
-INT64_MAX = (1 << 63) - 1  # read_metadata all-reduces the iteration as a torch.long
 
 
 def find(load: str | Path, step: int | None = None) -> StoredCheckpoint:

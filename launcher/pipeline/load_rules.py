@@ -95,6 +95,18 @@ def optimizer_state_unloadable(megatron: Mapping[str, Any], te: bool, apex: bool
 
 
 MAX_TRACKER_BYTES = 4096  # Megatron writes the iteration (or "release") and nothing else
+INT64_MAX = (1 << 63) - 1  # read_metadata all-reduces the iteration as a torch.long
+
+
+def tracker_iteration(text: str) -> int | None:
+    """The iteration Megatron's read_metadata takes from a tracker's text: int() of the stripped text (so `+7`,
+    ` 0007` and `7_0` are iterations, '²' is none), from 0 to 2^63-1; None for anything else, "release" included
+    (each reader of a tracker says what that means where it reads one)."""
+    try:
+        iteration = int(text.strip())
+    except ValueError:
+        return None
+    return iteration if 0 <= iteration <= INT64_MAX else None
 
 
 def training_iterations(megatron: Mapping[str, Any], global_batch_size: int, batch_schedule: bool) -> int | None:
@@ -124,8 +136,7 @@ def loaded_iteration(megatron: Mapping[str, Any]) -> int | None:
             tracker = Path(str(load)) / TRACKER
             if not tracker.is_file():
                 return None
-            text = untrusted.read_utf8(tracker, "checkpoint tracker file", MAX_TRACKER_BYTES).strip()
-            iteration = untrusted.count(text)  # ASCII digits only: '²' is a digit to isdigit(), not to int()
+            iteration = tracker_iteration(untrusted.read_utf8(tracker, "checkpoint tracker file", MAX_TRACKER_BYTES))
         if iteration is None or not (Path(str(load)) / f"iter_{iteration:07d}").is_dir():
             return None
     except (OSError, UserError):

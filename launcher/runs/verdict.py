@@ -20,14 +20,13 @@ from typing import NamedTuple, cast
 
 from launcher import untrusted
 from launcher.errors import UserError
-from launcher.pipeline.load_rules import MAX_TRACKER_BYTES, TRACKER
+from launcher.pipeline.load_rules import MAX_TRACKER_BYTES, TRACKER, tracker_iteration
 from launcher.runs import logparse as lp
 from launcher.runs import timing
 from launcher.runs.triage import failure_record
 
 TRACKER_FILE = TRACKER  # the one name and byte cap of Megatron's tracker (pipeline/load_rules.py)
 UNREADABLE_TRACKER = "a tracker Megatron cannot load"
-INT64_MAX = (1 << 63) - 1  # Megatron all-reduces the tracker's iteration as a torch.long
 
 
 # The settings of Megatron's argument dump that the verdict and the report read.
@@ -692,11 +691,8 @@ def read_tracker(checkpoint_dir: Path) -> str | None:
     text = data.decode("utf-8", "replace").strip()
     if text == "release":
         return text
-    try:
-        iteration = int(text)
-    except ValueError:
-        iteration = -1
-    if 0 <= iteration <= INT64_MAX:
+    iteration = tracker_iteration(text)
+    if iteration is not None:
         return str(iteration)
     return f"{UNREADABLE_TRACKER} ({len(data):,} bytes, no iteration from 0 to 2^63-1 nor 'release')"
 

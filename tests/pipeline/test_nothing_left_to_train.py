@@ -95,3 +95,23 @@ def test_resuming_a_finished_run_directory_is_refused(tmp_path, launch):
     code, out, err = launch("--resume", str(run_dir), "--slurm", "--megatron-path", str(tmp_path),
                             "--set", "train_iters=40", "--set", "override_opt_param_scheduler=true", cwd=tmp_path)
     assert "train 0 iterations" not in err, err
+
+
+
+def tracker_beside_iteration_25(root: Path, text: str) -> Path:
+    """iter_0000025/ with a tracker holding `text`."""
+    checkpoint_at(root, "25")
+    (root / "latest_checkpointed_iteration.txt").write_text(text + "\n")
+    return root
+
+
+@pytest.mark.parametrize("tracker", ["+25", "2_5", " 0025", "٢٥"])
+def test_a_tracker_is_read_as_megatrons_read_metadata_reads_it(tmp_path, tracker):
+    # read_metadata takes int() of the stripped text: each of these is iteration 25, which Megatron loads
+    said = refusals(tracker_beside_iteration_25(tmp_path / "ck", tracker))
+    assert len(said) == 1 and "iteration 25, and the job trains to iteration 20" in said[0]
+
+
+@pytest.mark.parametrize("tracker", ["²⁵", "-25", "25.0", "2" * 5000])
+def test_a_tracker_megatron_reads_as_no_iteration_is_no_end_to_train_past(tmp_path, tracker):
+    assert refusals(tracker_beside_iteration_25(tmp_path / "ck", tracker)) == []
