@@ -529,10 +529,12 @@ def _batch(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
             left = train_iters - iteration
             text += (f", so the {left:,} iterations left read {left * new:,} samples instead of {left * old:,}"
                      " (the learning-rate schedule counts iterations)")
-        elif isinstance(train_samples, int) and train_samples > consumed:
-            text += (f", so the {train_samples - consumed:,} samples left take "
-                     f"{math.ceil((train_samples - consumed) / new):,} iterations instead of "
-                     f"{math.ceil((train_samples - consumed) / old):,}")
+        elif isinstance(train_samples, int) and train_samples // new > iteration:
+            # update_train_iters: the loop runs to train_samples // the job's batch, whatever was consumed before
+            end, left = train_samples // new, train_samples // new - iteration
+            text += (f", and Megatron trains to iteration {end:,} (train_samples // {new:,}): the {left:,} "
+                     f"iterations left read {left * new:,} samples, ending at {consumed + left * new:,} of "
+                     f"train_samples {train_samples:,}")
         items.append(Item("warn", "batch", text + "; the samples seen after the resume differ from an unchanged run",
                           f"keep global_batch_size={old} to resume exactly"))
     old_seq, new_seq = _int(saved.get("seq_length"), 0), _int(job_args.get("seq_length"), 0)

@@ -362,6 +362,18 @@ def test_a_distributed_optimizer_follows_a_tp_change_only_when_saved_reshardable
     assert levels(relaxed, "optimizer") == []  # no optimizer state is loaded
 
 
+def test_a_changed_batch_under_a_sample_budget_says_where_megatron_ends(tmp_path):
+    # update_train_iters: the loop runs to train_samples // the job's batch, whatever the checkpoint consumed
+    stored = stored_dist(tmp_path, {"train_samples": 3200, "train_iters": None})
+    job = toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "train_iters=null",
+                  "train_samples=3200", "global_batch_size=16", "micro_batch_size=8", "lr_decay_samples=3200",
+                  "lr_warmup_samples=0")
+    said = text_of(judge(job, stored), "batch")
+    assert "global batch 8 (checkpoint) → 16 (job)" in said
+    assert "trains to iteration 200 (train_samples // 16): the 100 iterations left read 1,600 samples, ending at " \
+           "2,400 of train_samples 3,200" in said
+
+
 def test_a_changed_data_blend_and_seq_length_are_warned(tmp_path):
     stored = stored_dist(tmp_path, {"mock_data": False, "data_path": ["0.5", "/d/a", "0.5", "/d/b"]})
     check = judge(toy_job(tmp_path, "ckpt_format=torch_dist", "tensor_model_parallel_size=2", "seq_length=32",
