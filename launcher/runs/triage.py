@@ -64,17 +64,17 @@ MAX_NCCL_HOSTS = 16  # machines told apart for "one host's NCCL system error"; m
 # only where no rank failed by itself (an out-of-memory rank leaves every other rank in an NCCL timeout).
 # "A.{0,400}B", not "A.*B": a search tries each place A occurs and `.*` runs to the line's end from each, which is
 # quadratic over a long line repeating A; the words of one message are never further apart.
+# (class, words, pattern): a line without one of the words is not searched (a long alternation costs a line more than
+# looking for its words), so every branch of the pattern holds one of them
 _COMM = [
-    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,400}[Tt]imeout"
-                                r"|NCCL.{0,400}timed out|DistBackendError.{0,400}[Tt]imeout|RendezvousTimeoutError"
-                                r"|Timed out (?:after|waiting).{0,400}(?:store|rendezvous|barrier)")),
-    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).{0,400}(?:remote process exited|[Cc]onnection "
-                                      r"(?:closed|reset)"
-                                      r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError"
-                                      # NCCL's transports in their own words (InfiniBand's completion errors, a
-                                      # socket's): a link or a peer lost
-                                      r"|NET/\w{1,20} ?: .{0,400}(?:[Cc]ompletion|[Ff]ailed|[Ee]rror|[Cc]losed)"
-                                      r"|\bNet : (?:Call to|Connection)|Connection closed by remote peer")),
+    ("NCCL timeout", ("Watchdog", "NCCL", "DistBackend", "Rendezvous", "Timed out"),
+     re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,400}[Tt]imeout"
+                r"|NCCL.{0,400}timed out|DistBackendError.{0,400}[Tt]imeout|RendezvousTimeoutError"
+                r"|Timed out (?:after|waiting).{0,400}(?:store|rendezvous|barrier)")),
+    ("NCCL/network error", ("NCCL", "DistNetwork", "ncclRemote", "Net :", "remote peer"),
+     re.compile(r"NCCL (?:WARN|error).{0,400}(?:remote process exited|[Cc]onnection (?:closed|reset)"
+                r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError"
+                r"|\bNet : (?:Call to|Connection)|Connection closed by remote peer")),
 ]
 # An exception raised by a collective (torch.distributed's errors, a peer gone): never the first failure by itself.
 _COMM_EXCEPTION = re.compile(r"^(?:torch\.distributed\.)?Dist(?:Backend|Network|Store)Error\b"
@@ -85,12 +85,16 @@ _COMM_EXCEPTION = re.compile(r"^(?:torch\.distributed\.)?Dist(?:Backend|Network|
 # The words, not one library's sentence around them: torch's "CUDA error: …", its old "cuda runtime error (4) : …",
 # THCudaCheck's "error=4 : …", the driver's enum names, the kernel's "fallen off the bus" (its sentence over lines).
 _HOST = [
-    ("GPU error (CUDA/Xid)", re.compile(r"\bXid\b|fallen off the bus|uncorrectable ECC|ECC error|ECC_UNCORRECTABLE"
-                                        r"|unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
-                                        r"|CUDA error: (?:uncorrectable|an illegal instruction|ECC)"
-                                        r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable"
-                                        r"|no CUDA-capable device is detected|NVML_ERROR|cudaErrorDevicesUnavailable")),
+    ("GPU error (CUDA/Xid)", ("Xid", "bus", "ECC", "aunch", "AUNCH", "CUDA", "NVML", "cudaError"),
+     re.compile(r"\bXid\b|fallen off the bus|uncorrectable ECC|ECC error|ECC_UNCORRECTABLE"
+                r"|unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
+                r"|CUDA error: (?:uncorrectable|an illegal instruction|ECC)"
+                r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable"
+                r"|no CUDA-capable device is detected|NVML_ERROR|cudaErrorDevicesUnavailable")),
 ]
+# NCCL's transports in their own words (InfiniBand's completion errors, a socket's), matched from the first "NET/": a
+# link or a peer lost
+_NET = re.compile(r"NET/\w{1,20} ?: .{0,400}(?:[Cc]ompletion|[Ff]ailed|[Ee]rror|[Cc]losed)")
 # NCCL refusing how it was called (two ranks on one GPU, a bad argument): the job's setup, met again by every retry
 _NCCL_USAGE = re.compile(r"ncclInvalidUsage|ncclInvalidArgument|Duplicate GPU detected"
                          r"|NCCL error.{0,400}invalid (?:usage|argument)")
@@ -100,6 +104,7 @@ _CHECKPOINT_MISMATCH = re.compile(r"Error\(s\) in loading state_dict|Checkpointi
                                   r"|(?:Missing|Unexpected) key\(s\) in state_dict")
 # CUDA's allocator (torch), a kernel launch or a library's own allocation (cuBLAS, cuDNN, NCCL's "Cuda failure"):
 # the same memory at the same step runs out again, so a retry does not fix it.
+_OOM_WORDS = ("out of memory", "OutOfMemory", "ALLOC_FAILED", "MemoryAllocation")
 _OOM = re.compile(r"CUDA out of memory|(?:torch\.|torch\.cuda\.)?OutOfMemoryError: |CUDA error: out of memory"
                   r"|Cuda failure 'out of memory'|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
                   r"|cudaErrorMemoryAllocation")
@@ -175,6 +180,11 @@ _RERUN_NODE = re.compile(r"Rank \d{1,9}, node (?P<host>[\w.-]{1,300}), device \d
                          r"(?P<again>[\w.-]{1,300}), gpu: \d{1,5}\)")
 _SRUN_EXIT_CODE = re.compile(r"Exited with exit code (?P<code>\d+)")
 MAX_REASON = 200
+# the part of a line read for its facts: a failure's words open its line (an exception, NCCL's or srun's line), and a
+# line of 64 KiB costs the patterns no more than this (a 1 GiB tail of such lines is read in about a minute)
+FACT_WINDOW = 8192
+# where NCCL's transport names a link's failure on a line that says NET/…: after the name, within its sentence
+NET_WINDOW = 600
 MAX_SIGNAL = 64  # Linux's signal numbers (SIGRTMAX)
 
 
@@ -258,7 +268,7 @@ class AttemptReader:
         if len(raw) > lp.MAX_LINE:
             return
         rank_match = _RANK.match(raw)
-        line = lp.clean_line(raw)
+        line = lp.clean_line(raw)[:FACT_WINDOW]
         if rank_match is not None or not self._launcher_facts(line):
             self._facts(line, int(rank_match["rank"]) if rank_match else None)
         event = self.parser.feed(raw)
@@ -290,10 +300,11 @@ class AttemptReader:
             elif stripped.startswith("="):
                 self.in_root = "rank" not in self.root
             return True
-        if failed := _TORCHRUN_FAILED.search(line):
+        if "failed (exitcode" in line and (failed := _TORCHRUN_FAILED.search(line)):
             self.torchrun_exit = self.torchrun_exit or failed["code"]
             return True
-        if (field := _FIELD.match(line)) and field["name"] == "traceback" and (named := _SIGNAL.search(line)):
+        if "Signal" in line and (field := _FIELD.match(line)) and field["name"] == "traceback" \
+                and (named := _SIGNAL.search(line)):
             self.torchrun_exit = self.torchrun_exit or f"-{named['num']}"  # a failure's field, its header cut off
             return True
         if step := _SLURMSTEPD.search(line):
@@ -319,8 +330,8 @@ class AttemptReader:
 
     def _facts(self, line: str, rank: int | None) -> None:
         stripped = line.strip()
-        for reason, pattern in _HOST:
-            if self.infra is None and pattern.search(line):
+        for reason, words, pattern in _HOST:
+            if self.infra is None and _has(line, words) and pattern.search(line):
                 self.infra = (reason, None, True)
         if "NCCL" in line:
             self.nccl_system = self.nccl_system or _NCCL_SYSTEM.search(line) is not None
@@ -329,11 +340,15 @@ class AttemptReader:
                 self.nccl_hosts[warn["host"]] = None
         if ("rerun" in line or "rescheduled" in line) and (rerun := _RERUN_NODE.search(line)):
             self.rerun_host = rerun["host"] or rerun["again"]
-        comm = next((reason for reason, pattern in _COMM if pattern.search(line)), None)
+        comm = next((reason for reason, words, pattern in _COMM if _has(line, words) and pattern.search(line)),
+                    None)
+        if comm is None and (net := line.find("NET/")) >= 0 and _NET.match(line, net, net + NET_WINDOW):
+            comm = "NCCL/network error"
         self.comm = self.comm or comm
-        if _OOM.search(line):
+        if _has(line, _OOM_WORDS) and _OOM.search(line):
             self.oom = True
-        if self.nccl_usage is None and _NCCL_USAGE.search(line):
+        if self.nccl_usage is None and ("NCCL" in line or "nccl" in line or "Duplicate GPU" in line) \
+                and _NCCL_USAGE.search(line):
             self.nccl_usage = stripped[:MAX_REASON]
         if self.crash is None and ("Fatal Python" in line or "Caught signal" in line) \
                 and (fault := _FAULT.search(line)):
@@ -349,7 +364,7 @@ class AttemptReader:
         if lp._TRACEBACK_RE.search(line):
             self.traceback_open = True
             return
-        if self.exception is None and _FRAME.search(line):
+        if self.exception is None and '", line ' in line and _FRAME.search(line):
             self.traceback_open = True  # a traceback whose header was cut off
         if self.traceback_open and (frame := _TRACEBACK_FILE.match(line)) and _DATA.search(frame["file"]):
             self.data_frame = True
@@ -372,6 +387,10 @@ class AttemptReader:
         self.exception = text[:MAX_REASON]
         self.exception_rank = rank
         self.exception_at_startup = not self.training_began and self.iteration is None
+
+
+def _has(line: str, words: tuple[str, ...]) -> bool:
+    return any(word in line for word in words)
 
 
 def _signal_name(number: int) -> str:
