@@ -656,3 +656,17 @@ def test_a_ranks_look_alike_of_a_launcher_line_says_neither_stop_nor_requeue(cas
     assert said.cls is None or case == "syslog's Xid naming a host", said  # the GPU error's words are the rank's
     real = triage_lines([*ITERATIONS, *LOOK_ALIKES[case]], 1)  # the same lines from the launcher or the scheduler
     assert real.cls is not None, real
+
+
+def test_a_lines_facts_are_read_from_its_head_only():
+    """A failure's words open its line; past the first FACT_WINDOW characters a line is not searched, so a 1 GiB
+    tail of 64 KiB lines costs the patterns what 8 KiB lines would."""
+    from launcher.runs.triage import FACT_WINDOW, NET_WINDOW
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert triage_lines([*ITERATIONS, f"[rank0]: {oom}"], 1).persistent
+    assert triage_lines([*ITERATIONS, "x" * FACT_WINDOW + oom], 1).cls is None
+    ib = "gpu-1:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 12"
+    assert triage_lines([*ITERATIONS, ib], 1).reason == "NCCL/network error"
+    far = ib.replace("NET/IB : ", "NET/IB : " + "y" * NET_WINDOW)
+    assert triage_lines([*ITERATIONS, far], 1).cls is None
