@@ -118,6 +118,8 @@ _STARTUP_PERSISTENT = re.compile(r"^(?:\w+\.)*(?:AssertionError|ValueError|TypeE
                                  r"|IndexError|NotImplementedError|ZeroDivisionError|SyntaxError|FileNotFoundError"
                                  r"|NotADirectoryError|IsADirectoryError|PermissionError)\b")
 _IMPORT = re.compile(r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b")  # the environment's: at any point
+# the software built for another GPU or against other libraries: the environment's too, whatever the exception
+_BUILD_MISMATCH = re.compile(r"no kernel image is available for execution on the device|undefined symbol: ")
 # A missing or damaged data file stays missing or damaged.
 _DATA_PERSISTENT = re.compile(r"^(?:FileNotFoundError|IsADirectoryError|NotADirectoryError|PermissionError)\b"
                               r"|mmap length is greater than file size|cannot mmap an empty file")
@@ -523,6 +525,8 @@ def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, ho
         return Triage(TRAINING, f"NaN: {text}", iteration, rank, host)
     if _IMPORT.search(text):
         return Triage(TRAINING, f"import error: {text}", iteration, rank, host, persistent=True)
+    if _BUILD_MISMATCH.search(text):
+        return Triage(TRAINING, f"built for another GPU or library: {text}", iteration, rank, host, persistent=True)
     kind = "assertion" if text.startswith("AssertionError") else "Python exception"
     if r.exception_at_startup and _STARTUP_PERSISTENT.search(text):
         return Triage(TRAINING, f"{kind} at start-up: {text}", iteration, rank, host, persistent=True)

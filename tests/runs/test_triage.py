@@ -601,6 +601,9 @@ CLASS_VARIANTS = {
     "torchrun's SIGTERM line alone": (["E1201 10:00:00 123 torch/distributed/elastic/multiprocessing/api.py:869] "
                                        "failed (exitcode: -15) local_rank: 3 (pid: 77) of binary: /usr/bin/python"],
                                       INFRASTRUCTURE, "requeue"),
+    "a kernel built for another GPU": (traceback(0, ["/mlm/megatron/core/fusions/fused_softmax.py"],
+                                                 "RuntimeError: CUDA error: no kernel image is available for execution "
+                                                 "on the device") + ITERATIONS, TRAINING, "stop"),
     "Megatron's unexpected inf without reruns": (
         ["[rank0]: RuntimeError: Rank 0, node gpu-1, device 0, iteration 12: Unexpected result inf (message='found "
          "Inf in local grad norm')"], TRAINING, "once"),
