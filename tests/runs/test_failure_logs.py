@@ -57,3 +57,22 @@ def test_a_real_failure_log_is_classed_and_requeued_as_its_failure_calls_for(cas
 
     plain = triage_lines(text.splitlines(), 1)
     assert (plain.cls, plain.persistent) == (record["class"], record.get("persistent", False)), plain
+
+
+def test_the_nodes_own_python_decides_the_real_logs_alike(tmp_path):
+    """The batch script runs the policy with the node's python3, no site-packages (`-S`): the same decisions."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).parents[2]
+    for number, case in enumerate(INDEX):
+        run_dir = tmp_path / str(number)
+        run_dir.mkdir()
+        (run_dir / "manifest.json").write_text("{}\n")
+        (run_dir / f"slurm-{JOB}.out").write_text(attempt(1, ""))
+        (run_dir / f"slurm-{JOB}.err").write_text(attempt(1, (FIXTURES / case["log"]).read_text(encoding="utf-8")))
+        done = subprocess.run([sys.executable, "-S", "-m", "launcher.runs.requeue_policy", str(run_dir), JOB, "1", "1"],
+                              capture_output=True, text=True, timeout=60, check=False, cwd=root,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)})
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+        assert done.stdout.splitlines()[0] == RETRY[case["retry"]][0], (case["log"], done.stdout)
