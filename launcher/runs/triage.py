@@ -1,9 +1,10 @@
 """Why an attempt ended, in one of three classes that decide what to do next:
 
     infrastructure  a retry on other hardware fixes it: a failed node, preemption, the time limit, an NCCL timeout,
-                    a rank killed by a signal, a CUDA/Xid error of the GPU itself
+                    a network error, a rank killed from outside (SIGKILL, SIGTERM), a CUDA/Xid error of the GPU itself
     training        the code or the settings: a Python exception in Megatron, out of memory at an iteration, a NaN
-                    loss, an assertion; the same failure comes back at the same iteration
+                    loss, an assertion, a rank's own crash (SIGSEGV, SIGBUS, ...), NCCL refusing its call, a
+                    checkpoint that does not fit; the same failure comes back at the same iteration
     data            a data file missing or corrupt, an index that could not be built
 
 Where every rank printed something, the root cause is the rank's own failure, not the collectives' timeouts and
