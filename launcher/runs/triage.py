@@ -1,9 +1,10 @@
 """Why an attempt ended, in one of three classes that decide what to do next:
 
     infrastructure  a retry on other hardware fixes it: a failed node, preemption, the time limit, an NCCL timeout,
-                    a rank killed by a signal, a CUDA/Xid error of the GPU itself
+                    a network error, a rank killed from outside (SIGKILL, SIGTERM), a CUDA/Xid error of the GPU itself
     training        the code or the settings: a Python exception in Megatron, out of memory at an iteration, a NaN
-                    loss, an assertion; the same failure comes back at the same iteration
+                    loss, an assertion, a rank's own crash (SIGSEGV, SIGBUS, ...), NCCL refusing its call, a
+                    checkpoint that does not fit; the same failure comes back at the same iteration
     data            a data file missing or corrupt, an index that could not be built
 
 Where every rank printed something, the root cause is the rank's own failure, not the collectives' timeouts and
@@ -48,7 +49,8 @@ _HOST_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event"
 _SRUN_OOM = re.compile(r"srun: error: (?P<host>[\w.-]{1,300}): tasks? [\d,-]+: Out Of Memory")
 _SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
-                        r"(?P<code>\d+)|Killed|Terminated)")
+                        r"(?P<code>\d+)|Killed|Terminated|Segmentation fault|Bus error|Aborted|Illegal instruction"
+                        r"|Floating point exception)")
 # The kernel's Xid line as syslog writes it ("Dec  1 10:00:00 gpu-7 kernel: NVRM: Xid ..."), where a prolog or a
 # health check copies it into the job's log: it names the machine.
 _SYSLOG_XID = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]{1,300}) kernel: (?:\[[\d. ]+\] )?NVRM: Xid")
@@ -63,13 +65,17 @@ MAX_NCCL_HOSTS = 16  # machines told apart for "one host's NCCL system error"; m
 # only where no rank failed by itself (an out-of-memory rank leaves every other rank in an NCCL timeout).
 # "A.{0,400}B", not "A.*B": a search tries each place A occurs and `.*` runs to the line's end from each, which is
 # quadratic over a long line repeating A; the words of one message are never further apart.
+# (class, words, pattern): a line without one of the words is not searched (a long alternation costs a line more than
+# looking for its words), so every branch of the pattern holds one of them
 _COMM = [
-    ("NCCL timeout", re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,400}[Tt]imeout"
-                                r"|NCCL.{0,400}timed out|DistBackendError.{0,400}[Tt]imeout|RendezvousTimeoutError"
-                                r"|Timed out (?:after|waiting).{0,400}(?:store|rendezvous|barrier)")),
-    ("NCCL/network error", re.compile(r"NCCL (?:WARN|error).{0,400}(?:remote process exited|[Cc]onnection "
-                                      r"(?:closed|reset)"
-                                      r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError")),
+    ("NCCL timeout", ("Watchdog", "NCCL", "DistBackend", "Rendezvous", "Timed out"),
+     re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL.{0,400}[Tt]imeout"
+                r"|NCCL.{0,400}timed out|DistBackendError.{0,400}[Tt]imeout|RendezvousTimeoutError"
+                r"|Timed out (?:after|waiting).{0,400}(?:store|rendezvous|barrier)")),
+    ("NCCL/network error", ("NCCL", "DistNetwork", "ncclRemote", "Net :", "remote peer"),
+     re.compile(r"NCCL (?:WARN|error).{0,400}(?:remote process exited|[Cc]onnection (?:closed|reset)"
+                r"|unhandled system error|[Nn]etwork)|DistNetworkError|ncclRemoteError"
+                r"|\bNet : (?:Call to|Connection)|Connection closed by remote peer")),
 ]
 # An exception raised by a collective (torch.distributed's errors, a peer gone): never the first failure by itself.
 _COMM_EXCEPTION = re.compile(r"^(?:torch\.distributed\.)?Dist(?:Backend|Network|Store)Error\b"
@@ -77,14 +83,29 @@ _COMM_EXCEPTION = re.compile(r"^(?:torch\.distributed\.)?Dist(?:Backend|Network|
                              r"|[Cc]onnection (?:closed|reset) by peer|[Bb]roken pipe|communicator was aborted"
                              r"|Socket Timeout|ProcessGroupGloo|gloo/transport")
 # Failures of the host itself or the scheduler's end of the job: they outrank what the ranks then raise.
+# The words, not one library's sentence around them: torch's "CUDA error: …", its old "cuda runtime error (4) : …",
+# THCudaCheck's "error=4 : …", the driver's enum names, the kernel's "fallen off the bus" (its sentence over lines).
 _HOST = [
-    ("GPU error (CUDA/Xid)", re.compile(r"\bXid\b|GPU has fallen off the bus|uncorrectable ECC|ECC error"
-                                        r"|CUDA error: (?:unspecified launch failure|uncorrectable|an illegal "
-                                        r"instruction|ECC)|CUDA-capable device\(s\) (?:is|are) busy or unavailable"
-                                        r"|no CUDA-capable device is detected|NVML_ERROR|cudaErrorDevicesUnavailable")),
+    ("GPU error (CUDA/Xid)", ("Xid", "bus", "ECC", "aunch", "AUNCH", "CUDA", "NVML", "cudaError"),
+     re.compile(r"\bXid\b|fallen off the bus|uncorrectable ECC|ECC error|ECC_UNCORRECTABLE"
+                r"|unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
+                r"|CUDA error: (?:uncorrectable|an illegal instruction|ECC)"
+                r"|CUDA-capable device\(s\) (?:is|are) busy or unavailable"
+                r"|no CUDA-capable device is detected|NVML_ERROR|cudaErrorDevicesUnavailable")),
 ]
+# NCCL's transports in their own words (InfiniBand's completion errors, a socket's), matched from the first "NET/": a
+# link or a peer lost
+_NET = re.compile(r"NET/\w{1,20} ?: .{0,400}(?:[Cc]ompletion|[Ff]ailed|[Ee]rror|[Cc]losed)")
+# NCCL refusing how it was called (two ranks on one GPU, a bad argument): the job's setup, met again by every retry
+_NCCL_USAGE = re.compile(r"ncclInvalidUsage|ncclInvalidArgument|Duplicate GPU detected"
+                         r"|NCCL error.{0,400}invalid (?:usage|argument)")
+# A checkpoint that does not fit the model built (keys, shapes, Megatron's dist-checkpointing validation): the same
+# checkpoint and settings fail the same way
+_CHECKPOINT_MISMATCH = re.compile(r"Error\(s\) in loading state_dict|CheckpointingException|size mismatch for "
+                                  r"|(?:Missing|Unexpected) key\(s\) in state_dict")
 # CUDA's allocator (torch), a kernel launch or a library's own allocation (cuBLAS, cuDNN, NCCL's "Cuda failure"):
 # the same memory at the same step runs out again, so a retry does not fix it.
+_OOM_WORDS = ("out of memory", "OutOfMemory", "ALLOC_FAILED", "MemoryAllocation")
 _OOM = re.compile(r"CUDA out of memory|(?:torch\.|torch\.cuda\.)?OutOfMemoryError: |CUDA error: out of memory"
                   r"|Cuda failure 'out of memory'|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
                   r"|cudaErrorMemoryAllocation")
@@ -98,6 +119,8 @@ _STARTUP_PERSISTENT = re.compile(r"^(?:\w+\.)*(?:AssertionError|ValueError|TypeE
                                  r"|IndexError|NotImplementedError|ZeroDivisionError|SyntaxError|FileNotFoundError"
                                  r"|NotADirectoryError|IsADirectoryError|PermissionError)\b")
 _IMPORT = re.compile(r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b")  # the environment's: at any point
+# the software built for another GPU or against other libraries: the environment's too, whatever the exception
+_BUILD_MISMATCH = re.compile(r"no kernel image is available for execution on the device|undefined symbol: ")
 # A missing or damaged data file stays missing or damaged.
 _DATA_PERSISTENT = re.compile(r"^(?:FileNotFoundError|IsADirectoryError|NotADirectoryError|PermissionError)\b"
                               r"|mmap length is greater than file size|cannot mmap an empty file")
@@ -108,7 +131,24 @@ _ARGPARSE = re.compile(r"^[\w.-]+\.py: error: ")  # argparse's refusal of the co
 _ARGUMENT_ERROR = "argument error: "
 _NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 _TRAINING_BEGINS = "training ..."  # Megatron's print_rank_0 in pretrain() once setup is done
-_RANK = re.compile(r"^\[(?:rank|default)(?P<rank>\d+)\]:")
+# A rank's own output as torchrun prefixes it ("[rank3]:", "[default3]:"), behind srun -l's or torchx's label: never
+# a line of slurmstepd, srun or torchrun itself, whatever it says
+_RANK = re.compile(r"^(?:\s*\d{1,5}: )?(?:[\w.-]{1,200}/\d{1,6} \[(?:default)?\d{1,6}\]:)?(?:\[default\d{1,6}\]:)*"
+                   r"\[(?:rank|default)(?P<rank>\d{1,9})\]:")
+# a frame of a Python traceback whose head the log's cut (or a tool's own report) left out
+_FRAME = re.compile(r'", line \d{1,9}, in [^\s"]{1,300}\s*$')
+# torchrun's own line for each failed worker (the exit code; its local rank is no global rank)
+_TORCHRUN_FAILED = re.compile(r"\bfailed \(exitcode: (?P<code>-?\d{1,4})\) local_rank: \d{1,9} \(pid: \d{1,10}\)")
+# A rank's process crashed by itself (Python's faulthandler, UCX's handler): its code, a library or its GPU, not a
+# kill from outside; retried once like any failure of the rank's own
+CRASH_SIGNALS = ("SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT")
+_FAULT = re.compile(r"Fatal Python error: (?P<what>Segmentation fault|Bus error|Aborted|Floating point exception"
+                    r"|Illegal instruction)|Caught signal (?P<num>\d{1,2}) \(")
+_CRASH_NAMES = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Aborted": "SIGABRT",
+                "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+# Megatron's rerun state machine, validation without reruns: the fatal result's own line (the RuntimeError's message)
+_UNEXPECTED_RESULT = re.compile(r"Rank \d{1,9}, node [\w.-]{1,300}, device \d{1,5}, iteration #?-?\d{1,18}: "
+                                r"Unexpected result (?P<result>[^\s(]{1,60})")
 _ROOT_CAUSE = "Root Cause (first observed failure):"
 # torchrun raises it (after its own traceback) to report that a rank failed: the rank's end is in its root cause
 _CHILD_FAILED = re.compile(r"^(?:torch\.distributed\.elastic\.multiprocessing\.errors\.)?ChildFailedError:")
@@ -143,6 +183,11 @@ _RERUN_NODE = re.compile(r"Rank \d{1,9}, node (?P<host>[\w.-]{1,300}), device \d
                          r"(?P<again>[\w.-]{1,300}), gpu: \d{1,5}\)")
 _SRUN_EXIT_CODE = re.compile(r"Exited with exit code (?P<code>\d+)")
 MAX_REASON = 200
+# the part of a line read for its facts: a failure's words open its line (an exception, NCCL's or srun's line), and a
+# line of 64 KiB costs the patterns no more than this (a 1 GiB tail of such lines is read in about a minute)
+FACT_WINDOW = 8192
+# where NCCL's transport names a link's failure on a line that says NET/…: after the name, within its sentence
+NET_WINDOW = 600
 MAX_SIGNAL = 64  # Linux's signal numbers (SIGRTMAX)
 
 
@@ -214,6 +259,9 @@ class AttemptReader:
         self.in_root = False
         self.task: tuple[str, str] | None = None  # srun's first failing task: (host, what)
         self.rerun_exit: int | None = None  # the exit code the rerun state machine's last warning announced
+        self.torchrun_exit: str | None = None  # torchrun's "failed (exitcode: N)" for its first failed worker
+        self.crash: str | None = None  # the signal a rank's process crashed with, in its own words
+        self.nccl_usage: str | None = None  # NCCL refused how it was called
 
     def verdict(self, exit_code: int | None = None, slurm_state: str | None = None, *,
                 rank_status: bool = False) -> Triage:
@@ -223,8 +271,9 @@ class AttemptReader:
         if len(raw) > lp.MAX_LINE:
             return
         rank_match = _RANK.match(raw)
-        line = lp.clean_line(raw)
-        self._facts(line, int(rank_match["rank"]) if rank_match else None)
+        line = lp.clean_line(raw)[:FACT_WINDOW]
+        if rank_match is not None or not self._launcher_facts(line):
+            self._facts(line, int(rank_match["rank"]) if rank_match else None)
         event = self.parser.feed(raw)
         match event:
             case lp.IterationLine():
@@ -239,38 +288,54 @@ class AttemptReader:
             case lp.ExitLine(reason="signal"):
                 self.stopped_by_signal = True
 
-    def _facts(self, line: str, rank: int | None) -> None:
+    def _launcher_facts(self, line: str) -> bool:
+        """What torchrun, srun, slurmstepd and syslog say of the attempt (True: the line was one of theirs), read only
+        from a line no rank printed: a rank's own output carries torchrun's prefix, so a rank's look-alike of these
+        lines cannot say how the job ended, nor name a host to leave out."""
         stripped = line.strip()
         if stripped.startswith(_ROOT_CAUSE):
             self.in_root, self.root = True, {}
-            return
+            return True
         if self.in_root:
             field = _FIELD.match(line)
             if field:
                 self.root.setdefault(field["name"], field["value"].strip())
             elif stripped.startswith("="):
                 self.in_root = "rank" not in self.root
-            return
+            return True
+        if "failed (exitcode" in line and (failed := _TORCHRUN_FAILED.search(line)):
+            self.torchrun_exit = self.torchrun_exit or failed["code"]
+            return True
+        if "Signal" in line and (field := _FIELD.match(line)) and field["name"] == "traceback" \
+                and (named := _SIGNAL.search(line)):
+            self.torchrun_exit = self.torchrun_exit or f"-{named['num']}"  # a failure's field, its header cut off
+            return True
         if step := _SLURMSTEPD.search(line):
             why = {"TIME LIMIT": "time limit", "PREEMPTION": "preempted", "NODE FAILURE": "node failure"}[step["why"]]
             # the host slurmstepd names is its own, where it saw the cancel: a failed node is another one
             self.infra = self.infra or (f"{why} (slurmstepd)", step["host"], False)
-            return
+            return True
         if _HOST_OOM.search(line):
             self.host_oom = True
             if oom := _SRUN_OOM.search(line):
                 self.host_oom_host = self.host_oom_host or oom["host"]
-            return
+            return True
         if node := _SRUN_NODE_FAIL.search(line):
             self.infra = self.infra or ("node failure (srun)", node["host"], True)
-            return
+            return True
         if task := _SRUN_TASK.search(line):
             self.task = self.task or (task["host"], task["what"])
-            return
-        for reason, pattern in _HOST:
-            if self.infra is None and pattern.search(line):
-                syslog = _SYSLOG_XID.match(line)
-                self.infra = (reason, syslog["host"] if syslog else None, True)
+            return True
+        if self.infra is None and (syslog := _SYSLOG_XID.match(line)):  # syslog's line names the machine
+            self.infra = (_HOST[0][0], syslog["host"], True)
+            return True
+        return False
+
+    def _facts(self, line: str, rank: int | None) -> None:
+        stripped = line.strip()
+        for reason, words, pattern in _HOST:
+            if self.infra is None and _has(line, words) and pattern.search(line):
+                self.infra = (reason, None, True)
         if "NCCL" in line:
             self.nccl_system = self.nccl_system or _NCCL_SYSTEM.search(line) is not None
             warn = _NCCL_WARN.match(line)
@@ -278,10 +343,21 @@ class AttemptReader:
                 self.nccl_hosts[warn["host"]] = None
         if ("rerun" in line or "rescheduled" in line) and (rerun := _RERUN_NODE.search(line)):
             self.rerun_host = rerun["host"] or rerun["again"]
-        comm = next((reason for reason, pattern in _COMM if pattern.search(line)), None)
+        comm = next((reason for reason, words, pattern in _COMM if _has(line, words) and pattern.search(line)),
+                    None)
+        if comm is None and (net := line.find("NET/")) >= 0 and _NET.match(line, net, net + NET_WINDOW):
+            comm = "NCCL/network error"
         self.comm = self.comm or comm
-        if _OOM.search(line):
+        if _has(line, _OOM_WORDS) and _OOM.search(line):
             self.oom = True
+        if self.nccl_usage is None and ("NCCL" in line or "nccl" in line or "Duplicate GPU" in line) \
+                and _NCCL_USAGE.search(line):
+            self.nccl_usage = stripped[:MAX_REASON]
+        if self.crash is None and ("Fatal Python" in line or "Caught signal" in line) \
+                and (fault := _FAULT.search(line)):
+            self.crash = _CRASH_NAMES[fault["what"]] if fault["what"] else _signal_name(int(fault["num"]))
+        if "Unexpected result" in line and self.nan is None and (result := _UNEXPECTED_RESULT.search(line)):
+            self.nan = f"result validation failed: unexpected result {result['result']}"
         if "rerun_state_machine" in line or "exiting now" in line.lower():
             for text, code in RERUN_EXIT_LINES.items():
                 if text in line:
@@ -291,6 +367,8 @@ class AttemptReader:
         if lp._TRACEBACK_RE.search(line):
             self.traceback_open = True
             return
+        if self.exception is None and '", line ' in line and _FRAME.search(line):
+            self.traceback_open = True  # a traceback whose header was cut off
         if self.traceback_open and (frame := _TRACEBACK_FILE.match(line)) and _DATA.search(frame["file"]):
             self.data_frame = True
         if self.exception is None and not self.training_began and _ARGPARSE.match(stripped):
@@ -312,6 +390,10 @@ class AttemptReader:
         self.exception = text[:MAX_REASON]
         self.exception_rank = rank
         self.exception_at_startup = not self.training_began and self.iteration is None
+
+
+def _has(line: str, words: tuple[str, ...]) -> bool:
+    return any(word in line for word in words)
 
 
 def _signal_name(number: int) -> str:
@@ -360,6 +442,9 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         return Triage(TRAINING, "CUDA out of memory", iteration, rank, host, persistent=True)
     if r.exception is not None:
         return _exception_end(r, iteration, rank, host)
+    if r.nccl_usage is not None:  # raised by a collective, and yet this rank's own: how NCCL was called
+        return Triage(TRAINING, f"NCCL refused its call (the job's setup): {r.nccl_usage}", iteration, rank, host,
+                      persistent=True)
     if (rerun := _rerun_exit(r, exit_code)) is not None:
         resume = rerun == RESUME_TO_DISAMBIGUATE
         # every rank exits 16: the machine is the one the state machine names, not the first rank srun saw end
@@ -372,21 +457,33 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         return Triage(INFRASTRUCTURE, r.comm, iteration, rank, host)
     if r.nan is not None:
         return Triage(TRAINING, r.nan, iteration, rank, host)
-    signal = _SIGNAL.search(r.root.get("traceback", "")) if r.root else None
-    code = r.root.get("exitcode", "") if r.root else ""
-    if signal or code.startswith("-"):
-        name = signal["name"] if signal else f"signal {code.split()[0].lstrip('-')}"
+    name = _torchrun_signal(r)
+    if name is None and rank_status and exit_code is not None and 128 < exit_code <= 128 + MAX_SIGNAL:
+        name = _signal_name(exit_code - 128)
+    if name in CRASH_SIGNALS:
+        return Triage(TRAINING, f"rank crashed ({name})", iteration, rank, host)
+    if name is not None:
         return Triage(INFRASTRUCTURE, f"rank killed by {name}", iteration, rank, host)
-    if rank_status and exit_code is not None and 128 < exit_code <= 128 + MAX_SIGNAL:
-        return Triage(INFRASTRUCTURE, f"rank killed by {_signal_name(exit_code - 128)}", iteration, rank, host)
     if r.stopped_by_signal:
         return Triage(INFRASTRUCTURE, "stopped by a signal (time limit, preemption or requeue): saved and exited",
                       iteration, rank, host)
     if r.task is not None and r.task[1] in ("Killed", "Terminated"):
         return Triage(INFRASTRUCTURE, f"task {r.task[1].lower()}", iteration, rank, host)
+    if crash := (_CRASH_NAMES.get(r.task[1]) if r.task else None) or r.crash:  # srun's word, else the rank's own
+        return Triage(TRAINING, f"rank crashed ({crash})", iteration, rank, host)
     if exit_code not in (None, 0) or r.root or r.task:
         return Triage(None, f"failed (exit status {exit_code}) without a cause in the log", iteration, rank, host)
     return Triage(None, "no failure in the log", iteration, rank, host)
+
+
+def _torchrun_signal(r: AttemptReader) -> str | None:
+    """The signal torchrun says ended the first failed rank: its root cause, else (no root cause in the log) its
+    "failed (exitcode: -N)" line or a failure's traceback field (the other failures list the ranks it stopped)."""
+    if r.root and (named := _SIGNAL.search(r.root.get("traceback", ""))):
+        return named["name"]
+    code = r.root.get("exitcode", "").split(" ")[0] if r.root else r.torchrun_exit or ""
+    number = read_count(code[1:], 2) if code.startswith("-") else None
+    return _signal_name(number) if number else None
 
 
 def _nccl_system_end(r: AttemptReader, iteration: int | None, rank: int | None) -> Triage:
@@ -405,7 +502,7 @@ def _nccl_system_end(r: AttemptReader, iteration: int | None, rank: int | None) 
 def _rerun_exit(r: AttemptReader, exit_code: int | None) -> int | None:
     """The rerun state machine's exit code, where the attempt ended with one: torchrun's root cause, srun's failing
     task, the exit status, else the warning Megatron prints before it exits."""
-    codes = [r.root.get("exitcode", "").split(" ")[0] if r.root else "",
+    codes = [r.root.get("exitcode", "").split(" ")[0] if r.root else "", r.torchrun_exit or "",
              (m["code"] if (m := _SRUN_EXIT_CODE.search(r.task[1])) else "") if r.task else "",
              str(exit_code) if exit_code is not None else ""]
     return next((int(code) for code in codes if code.isascii() and code.isdigit() and int(code) in RERUN_EXITS),
@@ -420,6 +517,8 @@ def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, ho
         return Triage(TRAINING, text, iteration, rank, host, persistent=True)
     if _DISK_FULL.search(text):
         return Triage(INFRASTRUCTURE, f"disk full: {text}", iteration, rank, host, persistent=True)
+    if _CHECKPOINT_MISMATCH.search(text):
+        return Triage(TRAINING, f"checkpoint does not fit the model: {text}", iteration, rank, host, persistent=True)
     if r.data_frame or (_DATA_ERROR.search(text) is not None and _DATA.search(text) is not None):
         persistent = r.exception_at_startup or _DATA_PERSISTENT.search(text) is not None
         return Triage(DATA, f"data: {text}", iteration, rank, host, persistent=persistent)
@@ -427,6 +526,8 @@ def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, ho
         return Triage(TRAINING, f"NaN: {text}", iteration, rank, host)
     if _IMPORT.search(text):
         return Triage(TRAINING, f"import error: {text}", iteration, rank, host, persistent=True)
+    if _BUILD_MISMATCH.search(text):
+        return Triage(TRAINING, f"built for another GPU or library: {text}", iteration, rank, host, persistent=True)
     kind = "assertion" if text.startswith("AssertionError") else "Python exception"
     if r.exception_at_startup and _STARTUP_PERSISTENT.search(text):
         return Triage(TRAINING, f"{kind} at start-up: {text}", iteration, rank, host, persistent=True)

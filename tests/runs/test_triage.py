@@ -561,3 +561,115 @@ def test_the_rerun_node_lines_are_megatrons_at_the_pin():
     for line, host in [(first, "gpu-h2"), (again.format("gpu-h3", 1), "gpu-h3")]:
         found = triage_lines([*ITERATIONS, f"[default1]:ERROR:megatron.core.rerun_state_machine:{line}"], 16)
         assert (found.resume_asked, found.host, found.host_fault) == (True, host, True), line
+
+
+# -- each class of failure in the other words it comes in (variants of the real logs in tests/fixtures/failure_logs) --
+
+CLASS_VARIANTS = {
+    # a GPU error in the words of the driver's enums, an old torch, a C++ terminate
+    "cudaErrorLaunchFailure": (["[rank2]: RuntimeError: CUDA driver error: cudaErrorLaunchFailure"], INFRASTRUCTURE,
+                               "requeue"),
+    "CUDA_ERROR_LAUNCH_FAILED": (["E1201 jax: CUDA_ERROR_LAUNCH_FAILED: unspecified"], INFRASTRUCTURE, "requeue"),
+    "old torch's ECC": (["THCudaCheck FAIL file=x.cu line=1 error=39 : uncorrectable ECC error encountered"],
+                        INFRASTRUCTURE, "requeue"),
+    "a cut traceback's assertion": (['[rank4]:   File "/mlm/megatron/training/arguments.py", line 9, in validate_args',
+                                     "[rank4]: AssertionError: tensor parallel size must divide the attention heads"],
+                                    TRAINING, "stop"),
+    "a cut traceback's import error": (['  File "/mlm/megatron/core/extensions/transformer_engine.py", line 3, in '
+                                        "<module>", "ModuleNotFoundError: No module named 'transformer_engine'"],
+                                       TRAINING, "stop"),
+    "torchx's prefix on a rank's traceback": (
+        ["trainer/0 [default1]:[rank1]: Traceback (most recent call last):",
+         'trainer/0 [default1]:[rank1]:   File "/mlm/pretrain_gpt.py", line 3, in <module>',
+         "trainer/0 [default1]:[rank1]: KeyError: 'tokens'"], TRAINING, "stop"),
+    "NCCL's invalid argument": (["[rank0]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1, "
+                                 "invalid argument (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5",
+                                 "[rank0]: ncclInvalidArgument: Invalid value for an argument."], TRAINING, "stop"),
+    "Megatron's dist-checkpoint validation": (
+        ['  File "/mlm/megatron/core/dist_checkpointing/validation.py", line 9, in validate_sharding',
+         "megatron.core.dist_checkpointing.core.CheckpointingException: Invalid access pattern for ShardedTensor"],
+        TRAINING, "stop"),
+    "a socket transport's error": (["gpu-3:11:12 [0] NCCL INFO x", "gpu-3:11:12 [0] misc/socket.cc:50 NCCL WARN "
+                                    "NET/Socket : Call to recv from 10.0.0.2<4000> failed : Connection refused"],
+                                   INFRASTRUCTURE, "requeue"),
+    "faulthandler's illegal instruction": (["Fatal Python error: Illegal instruction", "",
+                                            "Current thread 0x00007f (most recent call first):"], TRAINING, "once"),
+    "srun's segmentation fault": (["srun: error: gpu-5: task 3: Segmentation fault (core dumped)"], TRAINING, "once"),
+    "torchrun's SIGABRT line alone": (["E1201 10:00:00 123 torch/distributed/elastic/multiprocessing/api.py:869] "
+                                       "failed (exitcode: -6) local_rank: 3 (pid: 77) of binary: /usr/bin/python"],
+                                      TRAINING, "once"),
+    "torchrun's SIGTERM line alone": (["E1201 10:00:00 123 torch/distributed/elastic/multiprocessing/api.py:869] "
+                                       "failed (exitcode: -15) local_rank: 3 (pid: 77) of binary: /usr/bin/python"],
+                                      INFRASTRUCTURE, "requeue"),
+    "a kernel built for another GPU": (traceback(0, ["/mlm/megatron/core/fusions/fused_softmax.py"],
+                                                 "RuntimeError: CUDA error: no kernel image is available for execution "
+                                                 "on the device") + ITERATIONS, TRAINING, "stop"),
+    "Megatron's unexpected inf without reruns": (
+        ["[rank0]: RuntimeError: Rank 0, node gpu-1, device 0, iteration 12: Unexpected result inf (message='found "
+         "Inf in local grad norm')"], TRAINING, "once"),
+}
+
+
+@pytest.mark.parametrize("case", list(CLASS_VARIANTS))
+def test_each_class_of_failure_is_read_in_its_other_words(case):
+    from launcher.runs.requeue_policy import STOP, decide
+
+    lines, cls, retry = CLASS_VARIANTS[case]
+    found = triage_lines(lines, 1)
+    actions = (decide([found]).action, decide([found, found]).action)
+    said = {("stop", "stop"): "stop", ("requeue", "stop"): "once"}.get(actions, "requeue")
+    assert (found.cls, said) == (cls, retry), found
+    assert retry != "requeue" or STOP not in actions
+
+
+def test_torchruns_root_cause_outranks_the_other_failures_it_lists():
+    """torchrun lists the ranks it stopped (SIGTERM) beside the first failure: the root cause says the end."""
+    others = ["Failures:", "[1]:", "  time      : 2026-12-01_10:00:05", "  host      : gpu-a1",
+              "  rank      : 1 (local_rank: 1)", "  exitcode  : -15 (pid: 4243)", "  error_file: <N/A>",
+              "  traceback : Signal 15 (SIGTERM) received by PID 4243",
+              "------------------------------------------------------------"]
+    lines = root_cause(0, "gpu-a1", "17", "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html")
+    found = triage_lines([*ITERATIONS, *lines[:9], *others, *lines[9:]], 1)
+    assert found.reason.startswith("Megatron's result validation failed") and found.persistent, found
+
+
+# -- a rank's own output that looks like the launcher's or the scheduler's lines decides nothing --------------------
+
+LOOK_ALIKES = {
+    "slurmstepd's time limit": ["slurmstepd: error: *** JOB 7 ON gpu-a3 CANCELLED AT 2026-12-01T10:00:00 DUE TO "
+                                "TIME LIMIT ***"],
+    "srun's node failure": ["srun: error: Node failure on gpu-b7"],
+    "srun's out of memory": ["srun: error: gpu-b7: task 1: Out Of Memory"],
+    "syslog's Xid naming a host": ["Dec  1 10:00:02 gpu-7 kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has "
+                                   "fallen off the bus."],
+    "torchrun's root cause saying exit 17": root_cause(0, "gpu-a1", "17", "To enable traceback")[9:],
+    "torchrun's failed line": ["E1201 api.py:869] failed (exitcode: -9) local_rank: 3 (pid: 77) of binary: python"],
+}
+
+
+@pytest.mark.parametrize("case", list(LOOK_ALIKES))
+def test_a_ranks_look_alike_of_a_launcher_line_says_neither_stop_nor_requeue(case):
+    """A rank's output carries torchrun's prefix: what it prints in slurmstepd's, srun's, syslog's or torchrun's words
+    is the rank's text, not how the job ended, and names no host to leave out."""
+    from launcher.runs.requeue_policy import decide
+
+    said = triage_lines([*ITERATIONS, *(f"[rank3]:{line}" for line in LOOK_ALIKES[case])], 1)
+    assert not said.persistent and said.host is None, said
+    assert decide([said]).exclude == ()
+    assert said.cls is None or case == "syslog's Xid naming a host", said  # the GPU error's words are the rank's
+    real = triage_lines([*ITERATIONS, *LOOK_ALIKES[case]], 1)  # the same lines from the launcher or the scheduler
+    assert real.cls is not None, real
+
+
+def test_a_lines_facts_are_read_from_its_head_only():
+    """A failure's words open its line; past the first FACT_WINDOW characters a line is not searched, so a 1 GiB
+    tail of 64 KiB lines costs the patterns what 8 KiB lines would."""
+    from launcher.runs.triage import FACT_WINDOW, NET_WINDOW
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert triage_lines([*ITERATIONS, f"[rank0]: {oom}"], 1).persistent
+    assert triage_lines([*ITERATIONS, "x" * FACT_WINDOW + oom], 1).cls is None
+    ib = "gpu-1:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with error 12"
+    assert triage_lines([*ITERATIONS, ib], 1).reason == "NCCL/network error"
+    far = ib.replace("NET/IB : ", "NET/IB : " + "y" * NET_WINDOW)
+    assert triage_lines([*ITERATIONS, far], 1).cls is None
