@@ -1,0 +1,69 @@
+"""A launcher setting given with --set that the job does not use is said, with what decides instead: never a
+quiet drop. Settings the job uses are not said."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.pipeline.preset import load_preset
+from launcher.pipeline.resolve import HERE, Placement, resolve, target_for
+
+
+def _said(preset: str, overrides: list[str], nodes: int | None = 1, gpus: int | None = 1,
+          target: Placement = HERE) -> list[str]:
+    loaded = load_preset(preset, overrides)
+    if target.slurm:  # its settings parsed from the preset, as a launch does
+        target = target_for(loaded, slurm=True)
+    job = resolve(loaded, nodes, gpus, target=target)
+    return [w for w in job.warnings if w.startswith("--set ")]
+
+
+K8S = Placement(kubernetes=True)
+
+
+@pytest.mark.parametrize(("overrides", "nodes", "target", "decides"), [
+    (["master_addr=node001"], 1, HERE, "rendezvouses on this machine (torchrun --standalone)"),
+    (["master_port=1234"], 1, HERE, "binds a free port"),
+    (["master_addr=node001"], 2, Placement(slurm=True), "the first node of its allocation"),
+    (["slurm.rdzv_port=2000", "master_port=1234"], 2, Placement(slurm=True), "slurm.rdzv_port=2000 decides"),
+    (["master_port=1234"], 1, K8S, "rendezvouses inside its pod"),
+    (["micro_batch_size=4", "max_micro_batch_size=2"], 1, HERE, "micro_batch_size=4 is set"),
+    (["nodes=4"], 2, HERE, "--nodes decides the node count (2)"),
+], ids=["addr-one-node", "port-one-process", "addr-slurm", "port-slurm-rdzv", "port-one-pod", "max-micro-batch",
+        "nodes"])
+def test_a_launcher_setting_the_job_does_not_use_is_said(overrides, nodes, target, decides) -> None:
+    (warning,) = _said("345m", overrides, nodes, 1, target)
+    name = overrides[-1].split("=")[0]
+    assert warning.startswith(f"--set {name} does nothing for this job: ") and decides in warning, warning
+
+
+def test_kernel_settings_on_upstreams_simple_loop_are_said() -> None:
+    said = _said("toy", ["transformer_engine=true", "launcher.apex=false"], 1, 2)
+    assert [w.split(" does nothing")[0] for w in said] == ["--set transformer_engine", "--set apex"]
+    assert all("simple loop builds its own layers" in w for w in said)
+
+
+@pytest.mark.parametrize(("overrides", "nodes", "target"), [
+    (["master_addr=node001", "master_port=1234"], 2, HERE),  # several nodes here: torchrun's rendezvous
+    (["master_port=1234"], 2, Placement(slurm=True)),  # the Slurm script's port
+    (["master_port=1234"], 2, K8S),
+    (["max_micro_batch_size=2"], 1, HERE),  # the preset leaves the micro batch open
+    (["nodes=2", "gpus_per_node=1"], None, HERE),
+    (["lr=3e-4", "env.NCCL_DEBUG=INFO", "run_root=/tmp/runs"], 1, HERE),
+], ids=["rendezvous-here", "port-slurm", "port-k8s", "max-micro-batch", "world", "others"])
+def test_settings_the_job_uses_are_not_said(overrides, nodes, target) -> None:
+    assert _said("345m", overrides, nodes, None if nodes is None else 1, target) == []
+
+
+def test_run_root_on_a_resumed_run_is_said(launch, tmp_path: Path) -> None:
+    code, out, err = launch("345m", "--slurm", "--set", f"run_root={tmp_path}", "--megatron-path", str(tmp_path))
+    assert code == 0, err
+    run_dir = Path(out.strip()).parent
+    code, out, err = launch("--resume", str(run_dir), "--slurm", "--megatron-path", str(tmp_path),
+                            "--set", f"run_root={tmp_path / 'elsewhere'}")
+    assert code == 0, err
+    assert ("warning: --set run_root does nothing for this job: a resumed run stays in its own run directory"
+            in err), err
+    assert Path(out.strip()).parent == run_dir
