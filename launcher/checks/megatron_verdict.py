@@ -288,8 +288,17 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
 
     accepted = not problems
     if accepted and job.entry != "pretrain_gpt":
-        print(f"launcher: ok ({_layout_line(job)})\nmegatron: not asked: entry {job.entry} takes no Megatron "
-              "flags (the upstream script hard-codes its model)")
+        why = f"entry {job.entry} takes no Megatron flags (the upstream script hard-codes its model)"
+        if output_format == "json":  # asked for JSON: JSON, whatever the entry
+            print(json.dumps({
+                "world_size": job.world_size, "agree": True, "disagreement": None,
+                "launcher": {"ok": True, "layout": job.layout.as_dict(), "problems": [],
+                             "warnings": list(job.warnings)},
+                "megatron": {"ok": None, "not_asked": why}, "argv": [],
+                **({"rehearsal": {"ok": None, "not_run": why}} if rehearse else {})}, indent=1))
+            return 0
+        print(f"launcher: ok ({_layout_line(job)})\nmegatron: not asked: {why}"
+              + (f"\nrehearsal: not run: {why}" if rehearse else ""))
         return 0
     preset, kernels, megatron_path = job.preset, job.kernels, job.megatron_path
     nodes, gpus_per_node = job.nodes, job.gpus_per_node
