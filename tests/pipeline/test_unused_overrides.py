@@ -67,3 +67,32 @@ def test_run_root_on_a_resumed_run_is_said(launch, tmp_path: Path) -> None:
     assert ("warning: --set run_root does nothing for this job: a resumed run stays in its own run directory"
             in err), err
     assert Path(out.strip()).parent == run_dir
+
+
+@pytest.mark.parametrize(("parse", "raw", "said"), [
+    ("slurm", {"container_mounts": ["/lustre:/data"]}, "slurm.container_mounts does nothing without "
+                                                        "slurm.container_image"),
+    ("slurm", {"requeue": False, "max_restarts": 5}, "slurm.max_restarts=5 does nothing with slurm.requeue=false"),
+    ("k8s", {"rdma_count": 4}, "k8s.rdma_count=4 does nothing without k8s.rdma_resource"),
+])
+def test_a_cluster_setting_that_another_one_makes_idle_is_refused(parse, raw, said) -> None:
+    from launcher.errors import UserError
+    from launcher.pipeline.k8s_settings import parse_k8s_settings
+    from launcher.pipeline.slurm_settings import parse_slurm_settings
+
+    with pytest.raises(UserError) as info:
+        (parse_slurm_settings if parse == "slurm" else parse_k8s_settings)(raw)
+    assert [p.message for p in info.value.problems if said in p.message], info.value.problems
+
+
+@pytest.mark.parametrize(("parse", "raw"), [
+    ("slurm", {"container_image": "nvcr.io#nvidia/pytorch:24.01-py3", "container_mounts": ["/lustre:/data"]}),
+    ("slurm", {"requeue": False}),
+    ("slurm", {"requeue": False, "max_restarts": 0}),
+    ("k8s", {"rdma_resource": "rdma/ib", "rdma_count": 4}),
+])
+def test_cluster_settings_that_act_are_accepted(parse, raw) -> None:
+    from launcher.pipeline.k8s_settings import parse_k8s_settings
+    from launcher.pipeline.slurm_settings import parse_slurm_settings
+
+    (parse_slurm_settings if parse == "slurm" else parse_k8s_settings)(raw)
