@@ -29,7 +29,7 @@ from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline import startup
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch, microbatches_per_step
-from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.environment import JobEnvironment, job_environment, per_worker_variables_given, uses_fsdp
 from launcher.pipeline.inert_settings import inert_settings
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import (
@@ -234,6 +234,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
         entry=job.entry, direct=job.runner.direct, resumed=existing is not None,
         slurm_rdzv_port=target.slurm_settings.rdzv_port if target.slurm_settings is not None else None,
         nodes_given=nodes_given, gpus_per_node_given=gpus_per_node_given))
+    warnings += per_worker_variables_given(preset.launcher.env)
     if job.entry == "pretrain_gpt":
         warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)

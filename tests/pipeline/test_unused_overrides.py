@@ -96,3 +96,26 @@ def test_cluster_settings_that_act_are_accepted(parse, raw) -> None:
     from launcher.pipeline.slurm_settings import parse_slurm_settings
 
     (parse_slurm_settings if parse == "slurm" else parse_k8s_settings)(raw)
+
+
+@pytest.mark.parametrize("gpus", [1, 2], ids=["one-process", "torchrun"])
+def test_environment_variables_torchrun_sets_for_each_rank_are_said(gpus) -> None:
+    overrides = ["env.RANK=3", "env.WORLD_SIZE=8", "env.NCCL_DEBUG=INFO", "env.MASTER_ADDR=node0"]
+    if gpus == 2:
+        overrides.append("tensor_model_parallel_size=2")
+    job = resolve(load_preset("345m", overrides), 1, gpus)
+    (warning,) = [w for w in job.warnings if "never reach" in w]
+    assert warning.startswith("env.RANK, env.WORLD_SIZE never reach a rank: torchrun sets them for each rank")
+    assert "NCCL_DEBUG" not in warning and "MASTER_ADDR" not in warning
+
+
+def test_an_imported_script_that_exports_rank_variables_is_told_they_never_reach_a_rank(launch, tmp_path) -> None:
+    script = tmp_path / "train.sh"
+    script.write_text("export WORLD_SIZE=8\nexport NCCL_DEBUG=INFO\ntorchrun --nproc-per-node 8 pretrain_gpt.py "
+                      "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 "
+                      "--max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 --train-iters 10 "
+                      "--lr 1e-4 --mock-data --tokenizer-type NullTokenizer --vocab-size 100 --eval-interval 5 "
+                      "--eval-iters 1\n")
+    code, _, err = launch("import", str(script))
+    assert code == 0, err
+    assert "warning: env.WORLD_SIZE never reaches a rank" in err, err
