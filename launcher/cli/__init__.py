@@ -389,6 +389,9 @@ def cmd_completion(argv: list[str]) -> int:
         print("\n".join(completion.complete(words)))
         return 0
     args = parser.parse_args(argv)
+    if args.names and args.shell:
+        raise UserError(f"launch completion --names prints names, not a {args.shell} script: {args.shell} would do "
+                        "nothing", f"drop {args.shell} (launch completion --names {args.names}), or drop --names")
     if args.names:
         print("\n".join(completion.names(args.names)))
         return 0

@@ -107,3 +107,10 @@ def test_a_kubernetes_job_written_or_applied_with_format_json_is_one_json_object
     assert len(data["submitted"]) == (1 if submit else 0)
     if submit:
         assert data["kubectl"] == "jobset.jobset.x-k8s.io/name serverside-applied"
+
+
+def test_completion_names_with_a_shell_is_refused(launch):
+    code, _, err = launch("completion", "bash", "--names", "presets")
+    assert code == 2 and "--names prints names, not a bash script" in err
+    code, out, err = launch("completion", "--names", "presets")
+    assert code == 0 and "345m" in out.split(), err
