@@ -114,3 +114,12 @@ def test_completion_names_with_a_shell_is_refused(launch):
     assert code == 2 and "--names prints names, not a bash script" in err
     code, out, err = launch("completion", "--names", "presets")
     assert code == 0 and "345m" in out.split(), err
+
+
+def test_a_chain_given_twice_differently_is_refused(launch, tmp_path):
+    code, _, err = launch("345m", "--slurm", "--dry-run", "--chain", "2", "--set", "slurm.chain=3",
+                          "--set", f"run_root={tmp_path}")
+    assert code == 2 and "--chain 2 and --set slurm.chain=3 disagree" in err, err
+    code, _, err = launch("345m", "--slurm", "--dry-run", "--chain", "3", "--set", "slurm.chain=3",
+                          "--set", f"run_root={tmp_path}", "--megatron-path", MEGATRON)
+    assert code == 0, err
