@@ -123,3 +123,9 @@ def test_a_chain_given_twice_differently_is_refused(launch, tmp_path):
     code, _, err = launch("345m", "--slurm", "--dry-run", "--chain", "3", "--set", "slurm.chain=3",
                           "--set", f"run_root={tmp_path}", "--megatron-path", MEGATRON)
     assert code == 0, err
+
+
+def test_a_rehearsal_not_run_for_a_refused_job_is_in_the_json(launch):
+    code, out, err = launch("345m", "--rehearse", "--set", "train_iters=0", "--format", "json")
+    assert code == 2, err
+    assert json.loads(out)["rehearsal"] == {"ok": None, "not_run": "the launcher or Megatron refused the job"}
