@@ -31,8 +31,9 @@ K8S = Placement(kubernetes=True)
     (["master_port=1234"], 1, K8S, "rendezvouses inside its pod"),
     (["micro_batch_size=4", "max_micro_batch_size=2"], 1, HERE, "micro_batch_size=4 is set"),
     (["nodes=4"], 2, HERE, "--nodes decides the node count (2)"),
+    (["runner=torchrun"], 1, K8S, "a cluster job always starts one torchrun per node"),
 ], ids=["addr-one-node", "port-one-process", "addr-slurm", "port-slurm-rdzv", "port-one-pod", "max-micro-batch",
-        "nodes"])
+        "nodes", "runner-k8s"])
 def test_a_launcher_setting_the_job_does_not_use_is_said(overrides, nodes, target, decides) -> None:
     (warning,) = _said("345m", overrides, nodes, 1, target)
     name = overrides[-1].split("=")[0]
