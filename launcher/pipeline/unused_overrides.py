@@ -65,10 +65,37 @@ def why_unused(name: str, preset: Preset, job: JobFacts) -> str | None:
     return None
 
 
+# Settings with the same meaning on both clusters, under each one's name: a preset that states one cluster's and
+# runs on the other carries nothing of it by itself.
+COUNTERPARTS = (("time", "time", "the time limit"), ("container_image", "image", "the container image"),
+                ("max_restarts", "max_restarts", "the restarts"), ("signal_seconds", "grace_seconds",
+                                                                      "the time to save before a stop"))
+
+
+def other_cluster_settings(preset: Preset, job: JobFacts) -> list[str]:
+    """A warning for each setting of the other cluster's section that this cluster job has a counterpart of, left
+    unset (the preset's `slurm: time:` on a Kubernetes job: no time limit there)."""
+    if not (job.slurm or job.kubernetes):
+        return []
+    mine, theirs = ("slurm", "k8s") if job.slurm else ("k8s", "slurm")
+    own, other = getattr(preset.launcher, mine), getattr(preset.launcher, theirs)
+    given = {parse_override(text)[0].removeprefix("launcher.") for text in preset.overrides}  # said already
+    found = []
+    for slurm_name, k8s_name, what in COUNTERPARTS:
+        mine_name, their_name = (slurm_name, k8s_name) if job.slurm else (k8s_name, slurm_name)
+        if other.get(their_name) is not None and own.get(mine_name) is None and f"{theirs}.{their_name}" not in given:
+            found.append(f"{theirs}.{their_name}={other[their_name]} ({what}) is the "
+                         f"{'Kubernetes' if theirs == 'k8s' else 'Slurm'} job's; this one runs on "
+                         f"{'Slurm' if job.slurm else 'Kubernetes'} and takes {mine}.{mine_name}, which is not set "
+                         f"(its default applies); --set {mine}.{mine_name}=… to carry it")
+    return found
+
+
 def unused_overrides(preset: Preset, job: JobFacts) -> list[str]:
     """One warning per --set of a launcher setting this job does not use, with why (the Slurm and Kubernetes
     sections' on another backend included)."""
-    warnings = unused_backend_overrides(preset.overrides, job.slurm, job.kubernetes)
+    warnings = unused_backend_overrides(preset.overrides, job.slurm, job.kubernetes) + other_cluster_settings(preset,
+                                                                                                            job)
     for text in preset.overrides:
         name = parse_override(text)[0].removeprefix("launcher.")
         reason = why_unused(name, preset, job)

@@ -120,3 +120,26 @@ def test_an_imported_script_that_exports_rank_variables_is_told_they_never_reach
     code, _, err = launch("import", str(script))
     assert code == 0, err
     assert "warning: env.WORLD_SIZE never reaches a rank" in err, err
+
+
+def test_the_other_clusters_time_limit_and_image_are_said_on_this_one(tmp_path: Path) -> None:
+    preset_file = tmp_path / "mine.yaml"
+    preset_file.write_text('base: 345m\nlauncher:\n  slurm:\n    time: "04:00:00"\n    container_image: '
+                           'nvcr.io/nvidia/pytorch:25.01-py3\n  k8s:\n    max_restarts: 5\n')
+    preset = load_preset(str(preset_file))
+    on_k8s = resolve(preset, 1, 1, target=target_for(preset, slurm=False, kubernetes=True)).warnings
+    assert [w.split(" (")[0] for w in on_k8s if "is the Slurm job's" in w] == [
+        "slurm.time=04:00:00", "slurm.container_image=nvcr.io/nvidia/pytorch:25.01-py3"]
+    assert any("takes k8s.time, which is not set" in w and "--set k8s.time=" in w for w in on_k8s)
+    on_slurm = resolve(preset, 1, 1, target=target_for(preset, slurm=True)).warnings
+    assert [w.split(" (")[0] for w in on_slurm if "is the Kubernetes job's" in w] == ["k8s.max_restarts=5"]
+    here = resolve(preset, 1, 1).warnings
+    assert not any("job's; this one runs on" in w for w in here)
+
+
+def test_a_counterpart_set_on_both_clusters_is_not_said(tmp_path: Path) -> None:
+    preset_file = tmp_path / "mine.yaml"
+    preset_file.write_text('base: 345m\nlauncher:\n  slurm:\n    time: "04:00:00"\n  k8s:\n    time: "02:00:00"\n')
+    preset = load_preset(str(preset_file))
+    warnings = resolve(preset, 1, 1, target=target_for(preset, slurm=False, kubernetes=True)).warnings
+    assert not any("job's; this one runs on" in w for w in warnings)
