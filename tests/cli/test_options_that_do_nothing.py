@@ -129,3 +129,9 @@ def test_a_rehearsal_not_run_for_a_refused_job_is_in_the_json(launch):
     code, out, err = launch("345m", "--rehearse", "--set", "train_iters=0", "--format", "json")
     assert code == 2, err
     assert json.loads(out)["rehearsal"] == {"ok": None, "not_run": "the launcher or Megatron refused the job"}
+
+
+def test_a_megatron_path_set_beside_the_flag_is_said(launch, tmp_path):
+    code, out, err = launch("345m", "--dry-run", "--megatron-path", MEGATRON, "--set", f"megatron_path={tmp_path}")
+    assert code == 0, err
+    assert f"# warning: --set megatron_path does nothing for this job: --megatron-path decides ({MEGATRON})" in out
