@@ -54,6 +54,8 @@ def why_unused(name: str, preset: Preset, job: JobFacts) -> str | None:
             return "upstream's simple loop hard-codes its micro batch"
     if name in ("transformer_engine", "apex") and job.entry == "simple_loop":
         return "upstream's simple loop builds its own layers (Megatron's local spec) whatever the machine has"
+    if name in ("slurm.chain", "slurm.requeue", "slurm.max_restarts") and job.slurm and job.entry == "allreduce":
+        return "a preflight job runs once: never chained, requeued or restarted"
     if name == "runner" and (job.slurm or job.kubernetes):
         return "a cluster job always starts one torchrun per node"
     if name == "run_root" and job.resumed:

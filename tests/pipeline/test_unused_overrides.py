@@ -40,6 +40,14 @@ def test_a_launcher_setting_the_job_does_not_use_is_said(overrides, nodes, targe
     assert warning.startswith(f"--set {name} does nothing for this job: ") and decides in warning, warning
 
 
+def test_a_slurm_restart_setting_on_a_preflight_job_is_said() -> None:
+    preset = load_preset("345m", ["slurm.chain=3", "slurm.max_restarts=5"])
+    job = resolve(preset, 2, 1, target=target_for(preset, slurm=True), preflight=True)
+    said = [w for w in job.warnings if w.startswith("--set ")]
+    assert [w.split(" does nothing")[0] for w in said] == ["--set slurm.chain", "--set slurm.max_restarts"]
+    assert all("a preflight job runs once" in w for w in said)
+
+
 def test_kernel_settings_on_upstreams_simple_loop_are_said() -> None:
     said = _said("toy", ["transformer_engine=true", "launcher.apex=false"], 1, 2)
     assert [w.split(" does nothing")[0] for w in said] == ["--set transformer_engine", "--set apex"]
