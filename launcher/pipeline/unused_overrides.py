@@ -60,9 +60,9 @@ def why_unused(name: str, preset: Preset, job: JobFacts) -> str | None:
         return "a cluster job always starts one torchrun per node"
     if name == "run_root" and job.resumed:
         return "a resumed run stays in its own run directory"
-    if name == "nodes" and job.nodes_given:
+    if name == "nodes" and job.nodes_given and job.nodes != preset.launcher.nodes:
         return f"--nodes decides the node count ({job.nodes})"
-    if name == "gpus_per_node" and job.gpus_per_node_given:
+    if name == "gpus_per_node" and job.gpus_per_node_given and job.gpus_per_node != preset.launcher.gpus_per_node:
         return f"--gpus-per-node decides the GPUs per node ({job.gpus_per_node})"
     return None
 

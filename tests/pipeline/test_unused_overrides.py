@@ -60,8 +60,9 @@ def test_kernel_settings_on_upstreams_simple_loop_are_said() -> None:
     (["master_port=1234"], 2, K8S),
     (["max_micro_batch_size=2"], 1, HERE),  # the preset leaves the micro batch open
     (["nodes=2", "gpus_per_node=1"], None, HERE),
+    (["nodes=1"], 1, HERE),  # --nodes 1 and --set nodes=1 agree
     (["lr=3e-4", "env.NCCL_DEBUG=INFO", "run_root=/tmp/runs"], 1, HERE),
-], ids=["rendezvous-here", "port-slurm", "port-k8s", "max-micro-batch", "world", "others"])
+], ids=["rendezvous-here", "port-slurm", "port-k8s", "max-micro-batch", "world", "world-agrees", "others"])
 def test_settings_the_job_uses_are_not_said(overrides, nodes, target) -> None:
     assert _said("345m", overrides, nodes, None if nodes is None else 1, target) == []
 
