@@ -445,17 +445,28 @@ def launch(job: ResolvedJob, command: Command, *, dry_run: bool = False, submit_
     # Megatron-LM is the image's (at megatron_path), not this machine's: no local checkout is required.
     kubectl = find_kubectl() if submit_job else "kubectl"
     record(job, made.job, text, kubectl)
+    # --format json: one JSON object on stdout, as for Slurm (the notes and warnings above stay on stderr)
+    written = {"run_dir": str(made.job.run_dir), "manifest_path": str(made.job.manifest_path), "dry_run": False,
+               "apply": apply_argv(kubectl, made.job.manifest_path), "warnings": list(made.warnings)}
     if not submit_job:
+        if output_format == "json":
+            out.write(json.dumps({**written, "submitted": []}, indent=2) + "\n")
+            return 0
         print(made.job.manifest_path, file=out)
         print(f"note: apply it with: {shlex.join(apply_argv(kubectl, made.job.manifest_path))}", file=err)
         return 0
     try:
-        print(submit(apply_argv(kubectl, made.job.manifest_path)), file=out)
+        applied = submit(apply_argv(kubectl, made.job.manifest_path))
     except UserError:
         if job.existing is None:  # nothing was created: leave nothing behind
             shutil.rmtree(made.job.run_dir, ignore_errors=True)
         raise
     cluster_job.record_submission(made.job.run_dir, "kubernetes", [f"{made.job.namespace}/{made.job.name}"])
+    if output_format == "json":
+        out.write(json.dumps({**written, "submitted": [f"{made.job.namespace}/{made.job.name}"],
+                              "kubectl": applied}, indent=2) + "\n")
+        return 0
+    print(applied, file=out)
     print(f"submitted JobSet {made.job.namespace}/{made.job.name}: kubectl get jobset {made.job.name} -n "
           f"{made.job.namespace}; logs in {made.job.run_dir}/logs/k8s", file=err)
     return 0

@@ -251,7 +251,7 @@ def disagreement(accepted: bool, problems: Sequence[Any], verdict: Verdict) -> s
 
 
 def _launcher_only(job: Any, problems: Sequence[Any], target: AssumedMachine, kernels: Any, env: Mapping[str, str],
-                   argv: Sequence[str], unasked: UserError, output_format: str) -> int:
+                   argv: Sequence[str], unasked: UserError, output_format: str, rehearse: bool = False) -> int:
     """--check where Megatron cannot be asked (no megatron-core): the launcher's verdict, and why Megatron's is
     missing; 2, since Megatron did not accept the job."""
     reason = unasked.problems[0]
@@ -263,11 +263,14 @@ def _launcher_only(job: Any, problems: Sequence[Any], target: AssumedMachine, ke
                          "warnings": list(job.warnings) if not problems else []},
             "megatron": {"ok": None, "not_asked": reason.message, "hint": reason.hint},
             "argv": list(argv),
+            **({"rehearsal": {"ok": None, "not_run": "Megatron could not be asked"}} if rehearse else {}),
         }, indent=1))
     else:
         print("\n".join(_assumed_lines(target, kernels, env, job.preset)))
         print("\n".join(_launcher_lines(job, problems)))
         print(f"megatron: not asked: {reason.message}\n  hint: {reason.hint}")
+        if rehearse:
+            print("rehearsal: not run (Megatron could not be asked)")
     return 2
 
 
@@ -288,8 +291,17 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
 
     accepted = not problems
     if accepted and job.entry != "pretrain_gpt":
-        print(f"launcher: ok ({_layout_line(job)})\nmegatron: not asked: entry {job.entry} takes no Megatron "
-              "flags (the upstream script hard-codes its model)")
+        why = f"entry {job.entry} takes no Megatron flags (the upstream script hard-codes its model)"
+        if output_format == "json":  # asked for JSON: JSON, whatever the entry
+            print(json.dumps({
+                "world_size": job.world_size, "agree": True, "disagreement": None,
+                "launcher": {"ok": True, "layout": job.layout.as_dict(), "problems": [],
+                             "warnings": list(job.warnings)},
+                "megatron": {"ok": None, "not_asked": why}, "argv": [],
+                **({"rehearsal": {"ok": None, "not_run": why}} if rehearse else {})}, indent=1))
+            return 0
+        print(f"launcher: ok ({_layout_line(job)})\nmegatron: not asked: {why}"
+              + (f"\nrehearsal: not run: {why}" if rehearse else ""))
         return 0
     preset, kernels, megatron_path = job.preset, job.kernels, job.megatron_path
     nodes, gpus_per_node = job.nodes, job.gpus_per_node
@@ -301,7 +313,7 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
     try:
         started = contextlib.nullcontext(checker) if checker else UpstreamChecker(megatron_path=checkout)
     except UserError as exc:  # no megatron-core here: the launcher's own verdict still stands, said first
-        return _launcher_only(job, [*problems, *missing], target, kernels, env, argv, exc, output_format)
+        return _launcher_only(job, [*problems, *missing], target, kernels, env, argv, exc, output_format, rehearse)
     with started as worker:
         verdict = worker.check(argv, nodes * gpus_per_node, env, apex=target.apex, te=target.transformer_engine,
                                capability=target.capability, packages=target.packages,
@@ -332,7 +344,8 @@ def check_preset(job: Any, problems: list[Any], output_format: str = "text",
                          "warnings": verdict.warnings, "not_checked": verdict.not_checked,
                          "where": verdict.where},
             "argv": argv,
-            **({"rehearsal": rehearsal.as_dict()} if rehearsal else {}),
+            **({"rehearsal": rehearsal.as_dict()} if rehearsal else
+               {"rehearsal": {"ok": None, "not_run": "the launcher or Megatron refused the job"}} if rehearse else {}),
             **({"resume": resume.as_dict()} if resume else {}),
         }, indent=1))
     else:

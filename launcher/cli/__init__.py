@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from launcher import interrupts
-from launcher.cli.parsing import Parser, node_count, positive
+from launcher.cli.parsing import Parser, node_count, positive, refuse_idle_options
 from launcher.errors import UserError, closest
 
 
@@ -102,6 +102,20 @@ def cmd_run(argv: list[str]) -> int:
     on_slurm = (args.slurm or args.submit) and not on_k8s
     if args.chain and not on_slurm:
         raise UserError("--chain applies to Slurm jobs only", "add --slurm (write the script) or --submit")
+    checking = args.check or args.rehearse
+    refuse_idle_options(parser, args, [
+        ("--format", not (args.dry_run or checking or on_slurm or on_k8s),
+         "(json) for a launch here: its output is the training's own log, not JSON",
+         "add --dry-run (the command as JSON), or drop --format json"),
+        ("--submit", checking, "with --check: a check writes and submits nothing",
+         "check first (--check), then launch again with --submit"),
+        ("--chain", checking, "with --check: a check writes and submits nothing",
+         "check first (--check), then launch again with --chain"),
+        ("--no-doctor", on_slurm or on_k8s, "for a cluster job: the doctor's checks run before training here "
+         "only (each node checks what the job needs at start)", "drop --no-doctor"),
+        ("--no-doctor", args.preflight and not checking and not (on_slurm or on_k8s),
+         "with --preflight: the all-reduce starts without the doctor's checks", "drop --no-doctor"),
+    ])
     existing = None
     if args.resume:
         from launcher.runs import tracking
@@ -257,6 +271,19 @@ def cmd_plan(argv: list[str]) -> int:
     if ns.measure and ns.refit:
         raise UserError("--refit and --measure go one after the other",
                         "measure first (launch plan PRESET --measure), then plan with --refit")
+    measuring = [(option, not ns.measure, "without --measure: it is about the layouts --measure runs",
+                  f"add --measure, or drop {option}")
+                 for option in ("--measure-layouts", "--measure-iters", "--megatron-path", "--no-doctor")]
+    # --measure ranks by measured step time and prints its own table: the plan's list, token budget and rates are
+    # not part of it
+    planning = [(option, ns.measure, f"with --measure: {what}", f"drop {option}, or plan without --measure")
+                for option, what in (("--top", "it runs --measure-layouts N layouts"),
+                                     ("--tflops", "its predictions use the calibrated kernel model"),
+                                     ("--tokens", "it prints no time to train"),
+                                     ("--ckpt-write-gbps", "it prints no checkpoint times"))]
+    refuse_idle_options(parser, ns, [*measuring, *planning, (
+        "--measurements", not ns.refit, "without --refit: only --refit reads the measurements",
+        "add --refit, or drop --measurements")])
     if ns.measure:
         from launcher.cli import plan_measure
 
@@ -362,6 +389,9 @@ def cmd_completion(argv: list[str]) -> int:
         print("\n".join(completion.complete(words)))
         return 0
     args = parser.parse_args(argv)
+    if args.names and args.shell:
+        raise UserError(f"launch completion --names prints names, not a {args.shell} script: {args.shell} would do "
+                        "nothing", f"drop {args.shell} (launch completion --names {args.names}), or drop --names")
     if args.names:
         print("\n".join(completion.names(args.names)))
         return 0
@@ -375,7 +405,8 @@ def cmd_completion(argv: list[str]) -> int:
 def cmd_prepare_data(argv: list[str]) -> int:
     from launcher.cli import prepare_data
 
-    return prepare_data.run(prepare_data.build_parser().parse_args(argv))
+    parser = prepare_data.build_parser()
+    return prepare_data.run(parser.parse_args(argv), parser)
 
 
 def cmd_import(argv: list[str]) -> int:

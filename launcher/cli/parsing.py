@@ -7,7 +7,7 @@ import math
 import re
 from typing import NoReturn
 
-from launcher.errors import UserError, closest, did_you_mean
+from launcher.errors import Problem, UserError, closest, did_you_mean
 from launcher.pipeline.node_range import NodeRange, parse_nodes
 
 
@@ -94,3 +94,19 @@ def positive(text: str) -> int:
 def node_count(text: str) -> int | NodeRange:
     """argparse type of --nodes: a whole number of at least 1, or an elastic range MIN-MAX."""
     return parse_nodes(text)
+
+
+def given(parser: argparse.ArgumentParser, args: argparse.Namespace, option: str) -> bool:
+    """Whether `option` was given a value other than its default (a flag set, a list not empty)."""
+    action = parser._option_string_actions[option]
+    return getattr(args, action.dest) not in (action.default, None, [])
+
+
+def refuse_idle_options(parser: argparse.ArgumentParser, args: argparse.Namespace,
+                        idle: list[tuple[str, bool, str, str]]) -> None:
+    """UserError naming every option given where it would do nothing: each (option, does nothing here, why, hint).
+    An option accepted and then not acted on would let the user believe it was."""
+    problems = [Problem(f"{option} does nothing {why}", hint)
+                for option, does_nothing, why, hint in idle if does_nothing and given(parser, args, option)]
+    if problems:
+        raise UserError(problems)

@@ -157,20 +157,50 @@ def build_plan(name: str, args: Mapping[str, Any], budget: Budget, gpu: est.Gpu,
     if not result.best:
         raise ps.no_fit_error(args, (recipe or (name,))[0], world, gpu, budget.gpus_per_node,
                               result.refusals or problems, rules)
+    best = [candidate_dict(c, recipe or (name,), args, budget, spread, length, gpu, tflops, extra_sets, pinned)
+            | {"tied_with_first": i < result.tied and result.tied > 1} for i, c in enumerate(result.best)]
+    replaced = replaced_user_settings(recipe[1:], best)
     plan["search"] = {
         "considered": result.considered,
         "valid": result.valid,
         "fitting": result.fitting,
-        "notes": list(notes) + result.notes,
-        "best": [candidate_dict(c, recipe or (name,), args, budget, spread, length, gpu, tflops, extra_sets,
-                                pinned) | {"tied_with_first": i < result.tied and result.tied > 1}
-                 for i, c in enumerate(result.best)],
+        "notes": list(notes) + [r["line"] for r in replaced] + result.notes,
+        "replaced": replaced,  # the user's own --set items that listed layouts run with another value
+        "best": best,
         "tie_band": result.tie_band,  # predictions closer than this to #1 are a tie (the held-back median error)
         # each alternative's predicted step time (None where it cannot run) with the same range as the layouts'
         "alternatives": [asdict(a) | {"seconds_range": list(spread.of(a.seconds)) if a.seconds is not None else None}
                          for a in result.alternatives],
     }
     return plan
+
+
+def _dest(name: str) -> str:
+    """A --set name as the Megatron setting it sets (megatron.X and flag spellings such as no_X included)."""
+    from launcher.megatron.args import flag_aliases
+
+    name = name.strip().removeprefix("megatron.")
+    return flag_aliases().get(name, (name, True))[0]
+
+
+def replaced_user_settings(user_sets: tuple[str, ...], best: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The user's own --set items that listed layouts run with another value (the search chooses TP, PP, VPP, the
+    micro batch, recompute, sequence parallelism and the distributed optimizer itself): each with the layouts that
+    replace it, their values, and one line that says so. Never a user's setting changed without a word."""
+    found = []
+    for item in dict.fromkeys(user_sets):
+        dest = _dest(item.partition("=")[0])
+        changed = {number: value for number, c in enumerate(best, 1) for name, _, value in
+                   (o.partition("=") for o in c["overrides"]) if _dest(name) == dest}
+        if not changed:
+            continue
+        kept = [f"#{n}" for n in range(1, len(best) + 1) if n not in changed]
+        values = ", ".join(f"{dest}={v} in {', '.join(f'#{n}' for n, w in changed.items() if w == v)}"
+                           for v in dict.fromkeys(changed.values()))
+        found.append({"set": item, "dest": dest, "layouts": list(changed), "values": list(changed.values()),
+                      "line": f"your --set {item} is replaced by the search: {values} (each listed command says "
+                              f"so); {'kept in ' + ', '.join(kept) if kept else 'no listed layout keeps it'}"})
+    return found
 
 
 def layout_dict(t: est.Training) -> dict[str, Any]:
@@ -434,8 +464,8 @@ def add_arguments(parser: Any) -> None:
     parser.add_argument("--gpus-per-node", type=int, help="GPUs per node (default: the preset's)")
     parser.add_argument("--gpus", type=int, help="total GPUs, in nodes of --gpus-per-node, or of 8 when that is "
                                                  "not given (default: the preset's nodes × GPUs per node)")
-    parser.add_argument("--gpu", default=est.DEFAULT_GPU,
-                        help=f"GPU model (default {est.DEFAULT_GPU}): {', '.join(sorted(est.GPUS))}")
+    parser.add_argument("--gpu", help=f"GPU model (default: the preset's launcher.gpu, {est.DEFAULT_GPU} unless it "
+                                      f"says otherwise): {', '.join(sorted(est.GPUS))}")
     parser.add_argument("--tflops", type=positive_number,
                         help="measured model TFLOP/s per GPU for the compute; bubble, "
                                                      "exposed communication and the optimizer step are added "
@@ -499,6 +529,36 @@ def run(ns: Any) -> str:
     return render_json(plan) + "\n" if ns.format == "json" else render_text(plan) + "\n"
 
 
+def plan_gpu(given: str | None, preset: Any) -> est.Gpu:
+    """The GPU a plan prices: --gpu, else the preset's launcher.gpu (what its dry-run estimates on); a --set gpu=
+    that --gpu contradicts is refused, not dropped."""
+    from launcher.pipeline.preset import parse_override
+
+    if given is None:
+        return est.gpu_by_name(preset.launcher.gpu)
+    gpu = est.gpu_by_name(given)
+    set_here = any(parse_override(o)[0].removeprefix("launcher.") == "gpu" for o in preset.overrides)
+    if set_here and gpu.name != preset.launcher.gpu:
+        raise UserError(f"--gpu {gpu.name} and --set gpu={preset.launcher.gpu} name two GPUs",
+                        "give the GPU once: --gpu NAME")
+    return gpu
+
+
+def refuse_world_given_twice(preset: Any, budget: Budget) -> None:
+    """A --set nodes= or gpus_per_node= that the budget (--nodes, --gpus-per-node, --gpus) contradicts is refused:
+    the plan would price another world than the one the user set."""
+    from launcher.pipeline.preset import parse_override
+
+    names = {parse_override(o)[0].removeprefix("launcher.") for o in preset.overrides}
+    problems = [Problem(f"--set {name}={value} and the budget's {planned} {name.replace('_', ' ')} disagree",
+                        f"give the world once: --nodes N --gpus-per-node G (or --gpus N), or --set {name} alone")
+                for name, value, planned in (("nodes", preset.launcher.nodes, budget.nodes),
+                                             ("gpus_per_node", preset.launcher.gpus_per_node, budget.gpus_per_node))
+                if name in names and value != planned]
+    if problems:
+        raise UserError(problems)
+
+
 def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], PlanInputs]:
     """The plan for parsed arguments (on `budget` if given, else the flags' or the preset's) and its inputs."""
     from launcher.cli.job import JobRequest, job_for
@@ -506,7 +566,6 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     from launcher.pipeline.pipeline_layout import layout_string_problem
     from launcher.pipeline.preset import load_preset
 
-    gpu = est.gpu_by_name(ns.gpu)
     if ns.top < 1:
         raise UserError(Problem(f"--top must be at least 1, got {ns.top}"))
     if ns.tflops is not None and ns.tflops <= 0:
@@ -515,6 +574,7 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         raise UserError(Problem(f"--ckpt-write-gbps must be positive, got {ns.ckpt_write_gbps}"))
     tokens = parse_tokens(ns.tokens) if ns.tokens else None
     preset = load_preset(ns.preset, list(ns.overrides))
+    gpu = plan_gpu(ns.gpu, preset)
     # the checker's own words, before any estimate divides by a size or unrolls a layout
     layout = layout_string_problem(preset.arg)
     unusable = required_problems(preset.arg, may_be_unset=("micro_batch_size",)) + \
@@ -523,6 +583,7 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         raise UserError(unusable)
     settings = preset.launcher
     budget = budget or resolve_budget(ns.nodes, ns.gpus_per_node, ns.gpus, settings.nodes, settings.gpus_per_node)
+    refuse_world_given_twice(preset, budget)
     given = preset
     # The settings the job would pass on this budget (through pretrain_gpt.py: the layouts below choose TP), as
     # resolve decides them for a launch, e.g. without TE the local layers with the launcher's SDPA attention.
@@ -547,8 +608,10 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
     built = est.built_model_parameters(own.effective(), own.entry, tp, own.tokenizer_vocab)
     notes: list[str] = []
     extra_sets: tuple[str, ...] = ()
+    if gpu.name != settings.gpu:  # the listed commands' dry-runs judge memory on the GPU priced here
+        extra_sets = (f"gpu={gpu.name}",)
     if settings.entry == "simple_loop":
-        extra_sets = ("entry=pretrain_gpt",)
+        extra_sets = ("entry=pretrain_gpt", *extra_sets)
         notes.append("the preset runs upstream's simple loop, which takes no arguments; the layouts below run "
                      "through pretrain_gpt.py (entry=pretrain_gpt)")
     layouts_build = est.built_model_parameters(job.effective(), job.entry, tp, job.tokenizer_vocab)

@@ -10,7 +10,7 @@ import shlex
 import sys
 
 from launcher import interrupts
-from launcher.cli.parsing import Parser
+from launcher.cli.parsing import Parser, refuse_idle_options
 from launcher.errors import Problem, UserError
 
 USAGE_EXAMPLES = """\
@@ -60,7 +60,16 @@ def build_parser() -> Parser:
     return parser
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser | None = None) -> int:
+    parser = parser or build_parser()
+    tokenizing = ("--tokenizer", "--vocab-file", "--merge-file", "--tokenizer-dir", "--eod-token", "--json-key",
+                  "--text-unit", "--workers", "--overwrite", "--no-progress")
+    refuse_idle_options(parser, args, [
+        *((option, bool(args.build_index), "with --build-index: it is a tokenizing option, and --build-index "
+           "tokenizes nothing", "run tokenization and --build-index as two commands") for option in tokenizing),
+        *((option, not args.build_index, "without --build-index: it describes the training job whose index "
+           "caches --build-index builds", f"add --build-index PRESET, or drop {option}")
+          for option in ("--set", "--nodes", "--gpus-per-node", "--megatron-path"))])
     if args.build_index:
         return _build_index(args)
     try:

@@ -157,3 +157,26 @@ def job_environment(*, entry: str, tp: int, cp: int, fsdp: bool, megatron_path: 
     exported.update(ranks)
     return JobEnvironment(exported, inherited or {},
                           (*(name for name in chosen if name not in preset_env), *ranks), unset)
+
+
+# What torchrun's agent sets in each worker's environment over anything inherited
+# (torch/distributed/elastic/agent/server/local_elastic_agent.py, worker_env), and what the launcher gives the one
+# process it starts without torchrun (runner.rank_environment): a value for one of these in launcher.env never
+# reaches a rank. MASTER_ADDR is left out: a job run by hand on several nodes reads it for its rendezvous endpoint.
+PER_WORKER_VARIABLES = ("RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME", "LOCAL_WORLD_SIZE",
+                        "WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_PORT",
+                        "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+                        "TORCHELASTIC_USE_AGENT_STORE")
+
+
+def per_worker_variables_given(preset_env: Mapping[str, str | None]) -> list[str]:
+    """A warning naming launcher.env's variables that torchrun (or the launcher) sets for each rank itself."""
+    given = [name for name in preset_env if name in PER_WORKER_VARIABLES]
+    if not given:
+        return []
+    one = len(given) == 1
+    return [f"env.{', env.'.join(given)} {'never reaches' if one else 'never reach'} a rank: torchrun sets "
+            f"{'it' if one else 'them'} "
+            "for each rank from the layout (and the launcher, for one process it starts without torchrun); drop "
+            f"{'it' if one else 'them'} (the world is --nodes × --gpus-per-node, the rendezvous port "
+            "launcher.master_port)"]

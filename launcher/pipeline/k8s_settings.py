@@ -101,6 +101,10 @@ def parse_k8s_settings(raw: Mapping[str, Any] | None) -> K8sSettings:
     settings = K8sSettings(**values)
     if not problems:
         problems = check_settings(settings)
+    if "rdma_count" in values and settings.rdma_resource is None:
+        problems.append(Problem(f"k8s.rdma_count={settings.rdma_count} does nothing without k8s.rdma_resource: "
+                                "it counts that resource per pod", "add k8s.rdma_resource=NAME (e.g. rdma/ib), or "
+                                "drop k8s.rdma_count"))
     if problems:
         raise UserError(problems)
     return settings

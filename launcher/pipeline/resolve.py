@@ -29,7 +29,7 @@ from launcher.megatron.pin import Kernels
 from launcher.pipeline import kernels as kernel_rules
 from launcher.pipeline import startup
 from launcher.pipeline.checker import Layout, check, choose_entry, choose_micro_batch, microbatches_per_step
-from launcher.pipeline.environment import JobEnvironment, job_environment, uses_fsdp
+from launcher.pipeline.environment import JobEnvironment, job_environment, per_worker_variables_given, uses_fsdp
 from launcher.pipeline.inert_settings import inert_settings
 from launcher.pipeline.k8s_settings import K8sSettings, parse_k8s_settings
 from launcher.pipeline.load_rules import (
@@ -39,11 +39,12 @@ from launcher.pipeline.load_rules import (
     training_iterations,
 )
 from launcher.pipeline.node_range import ElasticNodes
-from launcher.pipeline.preset import Preset, parse_override, unused_backend_overrides
+from launcher.pipeline.preset import Preset, parse_override
 from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatron_args
 from launcher.pipeline.runner import TORCHRUN, Runner, choose_runner
 from launcher.pipeline.runtime import DEFAULT_TORCHRUN, Runtime, runtime_for
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
+from launcher.pipeline.unused_overrides import JobFacts, unused_overrides
 
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
 NO_KERNELS = Kernels(False, False, "preset")
@@ -217,6 +218,7 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
     environment the launch starts in, which the ranks inherit (a local run's; sbatch exports the submitter's;
     None: this process's);
     `data_check` checks the data files where this machine can see them."""
+    nodes_given, gpus_per_node_given = nodes is not None, gpus_per_node is not None
     nodes, gpus_per_node, world_notes = world(preset, nodes, gpus_per_node, gpus_here)
     job, problems = resolve_settings(preset, nodes, gpus_per_node, kernels=kernels, megatron_path=megatron_path,
                                      target=target, run_dir=run_dir, existing=existing, preflight=preflight,
@@ -227,7 +229,12 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
                                     kernels.apex, micro_batch_picked=picked, env=job.environment,
                                     te_version=kernels.te_version, torchao_available=kernels.torchao)
     problems += found
-    warnings += unused_backend_overrides(preset.overrides, target.slurm, target.kubernetes)
+    warnings += unused_overrides(preset, JobFacts(
+        slurm=target.slurm, kubernetes=target.kubernetes, nodes=job.nodes, gpus_per_node=job.gpus_per_node,
+        entry=job.entry, direct=job.runner.direct, resumed=existing is not None,
+        slurm_rdzv_port=target.slurm_settings.rdzv_port if target.slurm_settings is not None else None,
+        nodes_given=nodes_given, gpus_per_node_given=gpus_per_node_given))
+    warnings += per_worker_variables_given(preset.launcher.env)
     if job.entry == "pretrain_gpt":
         warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)

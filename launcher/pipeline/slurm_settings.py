@@ -201,6 +201,10 @@ def parse_slurm_settings(raw: Mapping[str, Any] | None) -> SlurmSettings:
             values[name] = value
     settings = SlurmSettings(**values)
     problems.extend(_check_settings(settings))
+    if "max_restarts" in values and settings.max_restarts and not settings.requeue:
+        problems.append(Problem(f"slurm.max_restarts={settings.max_restarts} does nothing with slurm.requeue=false: "
+                                "a job that is not requeued never restarts",
+                                "drop slurm.max_restarts, or let the job be requeued (slurm.requeue=true)"))
     if problems:
         raise UserError(problems)
     return settings
@@ -247,6 +251,10 @@ def _check_settings(settings: SlurmSettings) -> list[Problem]:
         problems.append(Problem(f"slurm.max_restarts={settings.max_restarts} must be 0 or more"))
     if settings.container_image is not None:
         check_shell_value("slurm.container_image", settings.container_image, problems)
+    if settings.container_mounts and settings.container_image is None:
+        problems.append(Problem("slurm.container_mounts does nothing without slurm.container_image: the mounts are "
+                                "the container's, and the job runs on the node itself",
+                                "add slurm.container_image=IMAGE, or drop slurm.container_mounts"))
     for mount in settings.container_mounts:
         check_shell_value("slurm.container_mounts", mount, problems)
         if "," in mount:
