@@ -421,7 +421,7 @@ def record(job: ResolvedJob, made: JobSetJob, text: str, kubectl: str) -> None:
         rundir.create_run_dir(job, submit_command, list(job.preset.overrides), run_dir=made.run_dir,
                               megatron_path=job.megatron_path, extra_files={MANIFEST_NAME: text})
     else:
-        rundir.record_attempt(job.existing, argv, {})
+        rundir.record_attempt(job.existing, argv, {}, job.preset.overrides)
         write_text_atomic(made.manifest_path, text)
         if made.resumed.decision is not None:  # the earlier attempts' end and the machines kept off, as Slurm's
             attempt = len(job.existing.manifest.get("attempts") or []) + 1  # the one record_attempt added

@@ -38,7 +38,7 @@ def execute(job: ResolvedJob, command: Command, *, extra_files: dict[str, str] |
         rundir.create_run_dir(job, command, list(job.preset.overrides), run_dir=job.run_dir,
                               megatron_path=job.megatron_path, extra_files=extra_files)
     else:
-        rundir.record_attempt(job.existing, command.argv, command.env)
+        rundir.record_attempt(job.existing, command.argv, command.env, job.preset.overrides)
     print(f"# run directory: {job.run_dir}", file=out, flush=True)
     save = job.megatron.get("save")
     try:

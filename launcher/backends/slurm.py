@@ -344,7 +344,8 @@ def record(job: ResolvedJob, batch: BatchJob, text: str) -> None:
         rundir.create_run_dir(job, submit_command, list(job.preset.overrides), run_dir=batch.run_dir,
                               megatron_path=job.megatron_path, extra_files={SCRIPT_NAME: text})
     else:
-        rundir.record_attempt(job.existing, submit_command.argv, submit_command.env)
+        rundir.record_attempt(job.existing, submit_command.argv, submit_command.env,
+                              job.preset.overrides)
         write_batch_script(batch, text)
 
 

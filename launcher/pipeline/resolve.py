@@ -44,7 +44,7 @@ from launcher.pipeline.run_paths import PERIODIC_SAVE_ITERATIONS, run_dir_megatr
 from launcher.pipeline.runner import TORCHRUN, Runner, choose_runner
 from launcher.pipeline.runtime import DEFAULT_TORCHRUN, Runtime, runtime_for
 from launcher.pipeline.slurm_settings import SlurmSettings, check_environment, parse_slurm_settings
-from launcher.pipeline.unused_overrides import JobFacts, unused_overrides
+from launcher.pipeline.unused_overrides import JobFacts, overrides_not_given_again, unused_overrides
 
 PREFLIGHT = "allreduce"  # --preflight: the job's torchrun and rendezvous run an all-reduce instead of training
 NO_KERNELS = Kernels(False, False, "preset")
@@ -235,6 +235,8 @@ def attempt(preset: Preset, nodes: int | None = None, gpus_per_node: int | None 
         slurm_rdzv_port=target.slurm_settings.rdzv_port if target.slurm_settings is not None else None,
         nodes_given=nodes_given, gpus_per_node_given=gpus_per_node_given))
     warnings += per_worker_variables_given(preset.launcher.env)
+    if existing is not None:
+        warnings += overrides_not_given_again(existing.manifest, preset.overrides)
     if job.entry == "pretrain_gpt":
         warnings += inert_settings(preset.megatron, effective_settings(job.megatron).__getitem__)
         problems += checkpoint_needed(preset.megatron, job.megatron, existing is not None, target.remote)

@@ -8,9 +8,13 @@ never reads are inert_rules'; Slurm and Kubernetes sections on another backend a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from launcher.errors import MAX_SHOWN, clip
 from launcher.pipeline.preset import Preset, parse_override, unused_backend_overrides
+from launcher.pipeline.shell import shell_word
 
 
 @dataclass(frozen=True)
@@ -104,3 +108,31 @@ def unused_overrides(preset: Preset, job: JobFacts) -> list[str]:
         if reason is not None:
             warnings.append(f"--set {name} does nothing for this job: {reason}; drop it")
     return list(dict.fromkeys(warnings))
+
+
+def overrides_not_given_again(manifest: Mapping[str, Any], overrides: Sequence[str]) -> list[str]:
+    """The last resumed attempt's --set items that this resume does not give: the run's preset.yaml decides them
+    again (an attempt's --set is its own), said so that a setting changed for one attempt (a lower lr after a loss
+    spike) is not undone without a word. `manifest`: the run's manifest.json, which anyone may have written."""
+    attempts = manifest.get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    before = last.get("overrides") if isinstance(last, dict) else None
+    if not isinstance(before, list):
+        return []
+    given = {_override_name(text) for text in overrides}
+    dropped = list(dict.fromkeys(text for text in before[:MAX_RECORDED_OVERRIDES]
+                                 if isinstance(text, str) and "=" in text and _override_name(text) not in given))
+    if not dropped:
+        return []
+    sets = " ".join(f"--set {clip(shell_word(text), MAX_SHOWN)}" for text in dropped[:20]) + (
+        f" and {len(dropped) - 20} more" if len(dropped) > 20 else "")  # as the user would type them
+    return [f"the last attempt ran with {sets}, which this resume does not give: the run's preset.yaml decides "
+            f"{'them' if len(dropped) > 1 else 'it'} again (repeat {'them' if len(dropped) > 1 else 'it'} to keep "
+            "the attempt's value)"]
+
+
+MAX_RECORDED_OVERRIDES = 1000  # a manifest's list is read within this many items
+
+
+def _override_name(text: str) -> str:
+    return text.partition("=")[0].strip().removeprefix("launcher.").removeprefix("megatron.")

@@ -392,11 +392,14 @@ def open_run_dir(path: Path) -> ExistingRun:
     return ExistingRun(path=path, manifest=manifest, preset=preset)
 
 
-def record_attempt(run: ResumedRun, argv: Sequence[str], env: Mapping[str, str]) -> None:
-    """Append a resumed attempt to the manifest (replaced atomically)."""
+def record_attempt(run: ResumedRun, argv: Sequence[str], env: Mapping[str, str],
+                   overrides: Sequence[str] = ()) -> None:
+    """Append a resumed attempt to the manifest (replaced atomically), with the --set items given for it (the run's
+    preset.yaml does not take them: the next --resume says which it does not give again)."""
     manifest = scrub_record(dict(run.manifest))  # read back: it holds what anyone wrote there
     manifest.setdefault("attempts", []).append({
         "started": datetime.now(UTC).isoformat(timespec="seconds"), "argv": list(argv), "env": secrets.redact_env(env),
+        "overrides": secrets.redact_argv(overrides),
     })
     try:
         write_text_atomic(run.path / MANIFEST, json.dumps(manifest, indent=2) + "\n")

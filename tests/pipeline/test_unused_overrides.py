@@ -3,6 +3,7 @@ quiet drop. Settings the job uses are not said."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,31 @@ def test_a_counterpart_set_on_both_clusters_is_not_said(tmp_path: Path) -> None:
     preset = load_preset(str(preset_file))
     warnings = resolve(preset, 1, 1, target=target_for(preset, slurm=False, kubernetes=True)).warnings
     assert not any("job's; this one runs on" in w for w in warnings)
+
+
+def test_a_resume_that_does_not_give_the_last_attempts_set_again_says_so(launch, tmp_path: Path) -> None:
+    code, out, err = launch("345m", "--slurm", "--set", f"run_root={tmp_path}", "--megatron-path", str(tmp_path))
+    assert code == 0, err
+    run_dir = Path(out.strip()).parent
+    resume = ("--resume", str(run_dir), "--slurm", "--megatron-path", str(tmp_path))
+    code, out, err = launch(*resume, "--set", "lr=1e-5", "--set", "env.WANDB_API_KEY=abcd1234secret")
+    assert code == 0 and "the last attempt ran with" not in err, err
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["attempts"][-1]["overrides"] == ["lr=1e-5", "env.WANDB_API_KEY=<redacted>"]
+    code, out, err = launch(*resume, "--set", "lr=1e-5")  # the attempt's lr given again: only the key is said
+    assert code == 0, err
+    assert ("warning: the last attempt ran with --set 'env.WANDB_API_KEY=<redacted>', which this resume does not "
+            "give: the run's preset.yaml decides it again") in err, err
+    code, out, err = launch(*resume)
+    assert code == 0, err
+    assert "warning: the last attempt ran with --set lr=1e-5, which this resume does not give" in err, err
+    code, out, err = launch(*resume)  # the last attempt gave none
+    assert code == 0 and "the last attempt ran with" not in err, err
+
+
+def test_a_manifests_recorded_overrides_of_any_shape_are_read_as_strings_only() -> None:
+    from launcher.pipeline.unused_overrides import overrides_not_given_again
+    for attempts in (None, 7, [], [None], [{"overrides": "lr=1"}], [{"overrides": [1, None, {"a": 1}, "no-sign"]}]):
+        assert overrides_not_given_again({"attempts": attempts}, ()) == []
+    said = overrides_not_given_again({"attempts": [{"overrides": ["lr=1"] * 5 + ["x=\x1b[31m"]}]}, ("lr=2",))
+    assert len(said) == 1 and "\x1b" not in said[0] and "lr=1" not in said[0]
