@@ -593,7 +593,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "set from it (give --gpus-per-node; 8 unless set)")
     whole = flag_reader.split_launch([*runner[:-1], runner[-1]]) if runner else None
     nodes_unknown = whole is not None and "nodes" not in launcher and _nodes_decided_where_it_runs(whole)
-    total = int(whole.total_only.split()[-1].rpartition("=")[2]) if whole is not None and whole.total_only else 0
+    # the job launcher's count of all its processes, where each is one rank (python started once per task)
+    total = flag_reader.total_processes(whole.wrapper) if whole is not None and whole.per_task else 0
+    nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
+    if total and isinstance(nodes, int) and isinstance(per_node, int) and nodes * per_node != total:
+        # `srun -n 8` in a job of `#SBATCH --nodes 2`: 8 processes in all (4 on each node), not 2 nodes of 8
+        if total % nodes == 0:
+            launcher["gpus_per_node"] = total // nodes
+            notes.append(f"gpus_per_node {total // nodes}: the command's {total} processes in all over the job's "
+                         f"{nodes} nodes")
+        else:
+            del launcher["gpus_per_node"]
+            notes.append(f"the command's {total} processes in all make no whole number on each of the job's {nodes} "
+                         "nodes; the preset's gpus_per_node is not set from it (give --gpus-per-node)")
     _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
@@ -744,15 +756,24 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     per_node = launcher.get("gpus_per_node", 8)
     if nodes_unknown and (fewest := _fewest_nodes(settings, per_node)):
         nodes, needed = fewest
-        if total and total % per_node == 0 and (total // per_node) % nodes == 0:  # `mpirun -np 64`: its world
-            nodes = total // per_node
-            notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
-                         f"preset's gpus_per_node), which one node's GPUs would not hold ({needed})")
+        if total:  # `mpirun -np 16`: the command's world is its count, whatever the layout needs
+            if total % per_node == 0:
+                divides = (total // per_node) % nodes == 0
+                nodes = total // per_node
+                notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
+                             "preset's gpus_per_node)" + (f", which one node's GPUs would not hold ({needed})" if divides
+                                                          else f"; its layout ({needed}) does not divide {total} "
+                                                          "processes: Megatron stops there, and the dry-run says so"))
+                launcher["nodes"] = nodes
+            else:
+                notes.append(f"nodes: the command's {total} processes in all make no whole number of nodes of "
+                             f"{per_node} GPUs (the preset's gpus_per_node), and its layout needs more than one "
+                             f"node ({needed}); give --nodes and --gpus-per-node")
         else:
             notes.append(f"nodes {nodes}: the script's node count is decided where it runs (not known here); "
                          f"{nodes} nodes of {per_node} GPUs are the fewest whose GPUs its layout divides ({needed}), "
                          "where one node's do not; give --nodes where it runs on more")
-        launcher["nodes"] = nodes
+            launcher["nodes"] = nodes
     read_as = source_name
     if environment:  # the header says what the script was read with, a secret's value redacted
         given = " ".join(f"{name}={redaction.REDACTED if redaction.is_secret(name, value) else shlex.quote(value)}"

@@ -941,6 +941,21 @@ def _total_only(wrapper: list[str]) -> str:
     return given
 
 
+def total_processes(wrapper: list[str]) -> int:
+    """The count of all processes a job launcher is given (`srun -n 8`, `mpirun -np 16`, `--ntasks=4`), whatever
+    else it is given; 0 where none is a count (jsrun counts resource sets, read on their own)."""
+    if any(base_name(w) == "jsrun" for w in wrapper):
+        return 0
+    options = _launcher_options(wrapper)
+    total = 0
+    for k, word in enumerate(options):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
+        if name in TOTAL_OPTIONS:
+            total = count(value) or 0
+    return total
+
+
 def _per_node_option(wrapper: list[str]) -> str:
     """`--npernode 8` where the job launcher is given a count per node and none of nodes or of all processes (it
     then starts that many on each node of the job); "" otherwise."""

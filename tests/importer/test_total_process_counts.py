@@ -1,0 +1,56 @@
+"""A job launcher's count of all processes (`srun -n 8`, `mpirun -np 16`, `--ntasks 4`) is the script's world, and
+the preset's nodes × gpus_per_node must be that world. It was not: a count of 8 or fewer was read as one node's,
+so `srun -n 8` in a job of `#SBATCH --nodes 2` became 2 nodes of 8 (16 processes), and where the layout needs more
+GPUs than one node holds the preset took the layout's fewest nodes instead of the count (`mpirun -n 8` with TP 8 and
+EP 8 became 8 nodes of 8; HabanaAI's Mixtral job): a world Megatron never ran, with nothing lost."""
+
+from __future__ import annotations
+
+import pytest
+
+from launcher.importer.build import import_source
+
+MODEL = "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 512 --max-position-embeddings 512"
+
+
+def _world(imported) -> int:
+    return imported.launcher.get("nodes", 1) * imported.launcher.get("gpus_per_node", 8)
+
+
+@pytest.mark.parametrize(("job", "command", "nodes", "per_node"), [
+    ("#SBATCH --nodes 2", "srun -n 8", 2, 4),  # Slurm spreads the 8 tasks over the job's 2 nodes
+    ("#SBATCH --nodes 2", "srun --ntasks 4", 2, 2),
+    ("#SBATCH --nodes=4", "srun --ntasks=8", 4, 2),
+    ("#SBATCH --nodes 2", "srun -n 16", 2, 8),  # already right: kept
+])
+def test_a_count_of_all_tasks_is_spread_over_the_jobs_nodes(job, command, nodes, per_node):
+    imported = import_source(f"#!/bin/bash\n{job}\n{command} python pretrain_gpt.py {MODEL}\n", "job.sh")
+    assert (imported.launcher.get("nodes"), imported.launcher.get("gpus_per_node")) == (nodes, per_node)
+
+
+@pytest.mark.parametrize(("command", "layout", "total"), [
+    ("mpirun -n 8", "--tensor-model-parallel-size 8 --num-experts 8 --expert-model-parallel-size 8", 8),
+    ("srun -n 8", "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2", 8),
+    ("mpirun -np 16", "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4", 16),
+    ("mpirun -np 64", "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 4", 64),
+])
+def test_the_commands_world_is_kept_where_the_layout_needs_more_nodes(command, layout, total):
+    imported = import_source(f"#!/bin/bash\n{command} python pretrain_gpt.py {MODEL} {layout}\n", "job.sh")
+    assert _world(imported) == total
+    note = next(n for n in imported.not_carried if n.startswith("nodes"))
+    assert f"the command's {total} processes in all" in note
+
+
+def test_a_count_that_makes_no_whole_nodes_sets_no_node_count():
+    imported = import_source(f"#!/bin/bash\nmpirun -np 12 python pretrain_gpt.py {MODEL} "
+                             "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2\n", "job.sh")
+    assert "nodes" not in imported.launcher
+    assert any("12 processes in all make no whole number" in n for n in imported.not_carried)
+
+
+def test_a_count_of_tasks_that_each_start_torchrun_is_no_count_of_ranks():
+    # JUPITER: `srun --ntasks=$SLURM_NNODES … bash -c "torchrun --nproc_per_node 4 …"`: one torchrun a node
+    script = ("#!/bin/bash\n#SBATCH --nodes 4\nsrun --ntasks=$SLURM_NNODES bash -c \"python -m torch.distributed.run "
+              f"--nproc_per_node 4 --nnodes $SLURM_NNODES pretrain_gpt.py {MODEL}\"\n")
+    imported = import_source(script, "job.sh")
+    assert (imported.launcher.get("nodes"), imported.launcher.get("gpus_per_node")) == (4, 4)
