@@ -760,10 +760,11 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
             if total % per_node == 0:
                 divides = (total // per_node) % nodes == 0
                 nodes = total // per_node
+                why = (f", which one node's GPUs would not hold ({needed})" if divides else
+                       f"; its layout ({needed}) does not divide {total} processes: Megatron stops there, and the "
+                       "dry-run says so")
                 notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
-                             "preset's gpus_per_node)" + (f", which one node's GPUs would not hold ({needed})" if divides
-                                                          else f"; its layout ({needed}) does not divide {total} "
-                                                          "processes: Megatron stops there, and the dry-run says so"))
+                             f"preset's gpus_per_node){why}")
                 launcher["nodes"] = nodes
             else:
                 notes.append(f"nodes: the command's {total} processes in all make no whole number of nodes of "
