@@ -3985,6 +3985,8 @@ def _shell_c(argv: list[str]) -> str | None:
 
 # A word that is itself a command line running a Python entry with flags: `… main.py --num-layers 80`
 _PYTHON_COMMAND = re.compile(r"(?:^|\s)\S*\.py(?:\s+\S+)*?\s+--?[A-Za-z]")
+# a command line that runs a script file: `sbatch --wrap "bash train.sh 8"`, `ssh node "cd /w && ./run.sh"`
+_SCRIPT_COMMAND = re.compile(r"(?:^|[\s;&|])(?:(?:ba|z|da)?sh\s+(?:-\S+\s+)*)?\S*\.(?:sh|bash|sbatch|slurm|job)(?:\s|$)")
 # programs that print or store a command line rather than run it
 _NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", "wandb", "git")
 
@@ -3992,8 +3994,8 @@ _NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", 
 def _command_string(argv: list[str]) -> tuple[int, str] | None:
     """(index, text) of the argument that a launcher runs as a command line of its own: `sbatch --wrap "srun python
     pretrain_gpt.py …"`, `ssh node "torchrun … pretrain_gpt.py …"`, `bcprun -p 8 -c 'python main.py …'`, `pdsh -w
-    hosts '…'`: a word with blanks that runs a .py file with flags, given before any word that is itself the entry
-    (then the command runs it directly, and its words are values)."""
+    hosts '…'`: a word with blanks that runs a .py file with flags or a script file (`sbatch --wrap "bash train.sh"`),
+    given before any word that is itself the entry (then the command runs it directly, and its words are values)."""
     if base_name(argv[0]) in _NOT_RUNNING:
         return None
     for k, word in enumerate(argv[1:], 1):
@@ -4002,8 +4004,8 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
                 return None
             continue
         text = re.sub(r"^--?[A-Za-z][A-Za-z0-9-]*=", "", word)  # --wrap="…"
-        if _PYTHON_COMMAND.search(text):  # a part not known (`ssh node "cd $DIR && torchrun …"`) stays one word
-            return k, text
+        if _PYTHON_COMMAND.search(text) or _SCRIPT_COMMAND.search(text):  # a part not known (`ssh node "cd $DIR
+            return k, text  # && torchrun …"`) stays one word
     return None
 
 

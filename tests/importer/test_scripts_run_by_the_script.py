@@ -59,6 +59,9 @@ def test_the_words_read_are_the_words_bash_passes(tmp_path):
     ("#!/bin/bash\nexport LAYERS=6\n./run/train.sh 4096\n", "run/train.sh"),
     ("#!/bin/bash\nexport LAYERS=6\nmpirun -n 16 -x PATH numactl -N 0 bash -x inner.sh 4096\n", "inner.sh"),
     ("#!/bin/bash\nexport LAYERS=6\nsbatch -p gpu job.slurm 4096\n", "job.slurm"),
+    # a command line sbatch runs as a job of its own (its --wrap string), a remote shell's
+    ("#!/bin/bash\nexport LAYERS=6\nsbatch -N 2 --wrap=\"srun --ntasks-per-node 8 bash inner.sh 4096\"\n", "inner.sh"),
+    ("#!/bin/bash\nexport LAYERS=6\nssh node1 \"cd /w && bash inner.sh 4096\"\n", "inner.sh"),
 ])
 def test_each_way_of_running_a_script_file_reads_it(tmp_path, outer, name):
     inner = INNER if name != "job.slurm" else INNER.replace("#!/bin/bash\n", "#!/bin/bash\n#SBATCH -N 4\n").replace(
@@ -75,7 +78,8 @@ def test_a_script_that_runs_itself_is_read_once(tmp_path):
     assert imported.settings["hidden_size"] == 1024
 
 
-def test_a_script_file_that_is_not_there_is_still_named(tmp_path):
+@pytest.mark.parametrize("line", ["mpirun -n 4 bash missing_inner.sh", 'sbatch --wrap "bash missing_inner.sh 8"'])
+def test_a_script_file_that_is_not_there_is_still_named(tmp_path, line):
     with pytest.raises(UserError) as caught:
-        _imported(tmp_path, "#!/bin/bash\nmpirun -n 4 bash missing_inner.sh\n", {})
-    assert "missing_inner.sh" in caught.value.problems[0].message
+        _imported(tmp_path, f"#!/bin/bash\n{line}\n", {})
+    assert "another script, missing_inner.sh, which" in caught.value.problems[0].message
