@@ -3986,7 +3986,8 @@ def _shell_c(argv: list[str]) -> str | None:
 # A word that is itself a command line running a Python entry with flags: `… main.py --num-layers 80`
 _PYTHON_COMMAND = re.compile(r"(?:^|\s)\S*\.py(?:\s+\S+)*?\s+--?[A-Za-z]")
 # a command line that runs a script file: `sbatch --wrap "bash train.sh 8"`, `ssh node "cd /w && ./run.sh"`
-_SCRIPT_COMMAND = re.compile(r"(?:^|[\s;&|])(?:(?:ba|z|da)?sh\s+(?:-\S+\s+)*)?\S*\.(?:sh|bash|sbatch|slurm|job)(?:\s|$)")
+_SCRIPT_COMMAND = re.compile(r"(?:^|[\s;&|])(?:(?:ba|z|da)?sh\s+(?:-\S+\s+)*)?\S*\.(?:sh|bash|sbatch|slurm|job)"
+                             r"(?:\s|$)")
 # programs that print or store a command line rather than run it
 _NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", "wandb", "git")
 
