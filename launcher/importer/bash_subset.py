@@ -33,8 +33,9 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, flux, heredocs, pbs, pjm, recovery
+from launcher.importer import coreutils, flux, heredocs, legacy, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
+from launcher.megatron import args as megatron_args
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -104,8 +105,17 @@ def remember_secret(name: str, value: str) -> None:
     holds would be scrubbed from every setting that has it."""
     if len(value) > 8 and not re.search(r"[\s/]", value) and not re.fullmatch(r"[0-9.eE+-]+|-.*|[A-Z][A-Z0-9_]*",
                                                                              value) \
-            and not unresolved_names(value) and redaction.is_secret(name, value):
+            and not unresolved_names(value) and value not in public_words() and redaction.is_secret(name, value):
         redaction.remember(name, value)
+
+
+@lru_cache(maxsize=1)
+def public_words() -> frozenset[str]:
+    """The values Megatron's flags choose from (allgather, alltoall, RMSNorm, …), and forks' names for them:
+    published words, no credential, whatever the variable holding them is called (TOKEN_DISPATCHER_TYPE=allgather
+    was taken for a secret, and the preset's moe_token_dispatcher_type written as <redacted>)."""
+    words = {str(choice) for arg in megatron_args.catalog().values() for choice in arg.choices or ()}
+    return frozenset(words | {given for _, given in legacy.choices()})
 
 
 def _unknown(name: str) -> str:
