@@ -518,6 +518,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
+        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        if launch.visible_gpus and re.fullmatch(r"[0-9]+(,[0-9]+)*", visible) and "gpus_per_node" not in launcher:
+            # `CUDA_VISIBLE_DEVICES=0 deepspeed …` (its runner, given no count or hostfile, runs on localhost's
+            # visible GPUs), `torchrun --nproc_per_node gpu`: as many processes as the script lets the node see
+            launcher["gpus_per_node"] = len(set(visible.split(",")))
+            runner_name = base_name((launch.runner or runner)[0])
+            if runner_name == "deepspeed":
+                launcher.setdefault("nodes", 1)  # localhost alone
+            notes.remove(_comment(f"{runner_name} {launch.visible_gpus}"))
+            notes.append(f"gpus_per_node {launcher['gpus_per_node']}: {runner_name} starts one process per GPU that "
+                         f"CUDA_VISIBLE_DEVICES={visible} (the script's) lets it see"
+                         + (" on this node (deepspeed's runner ignores it where a hostfile is found, /job/hostfile "
+                            "by default)" if runner_name == "deepspeed" else ""))
         if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")

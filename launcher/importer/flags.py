@@ -592,6 +592,9 @@ class Launch:
     runner_notes: list[str] = field(default_factory=list)
     # torchrun given no --nproc_per_node: its processes a node are $PET_NPROC_PER_NODE, else 1
     nproc_unsaid: bool = False
+    # the runner note of a count that is the node's visible GPUs (`torchrun --nproc_per_node gpu`, deepspeed with no
+    # count or hostfile): CUDA_VISIBLE_DEVICES, where the script sets it, gives it (build.import_source)
+    visible_gpus: str = ""
 
     @property
     def per_task(self) -> bool:
@@ -787,6 +790,7 @@ def split_launch(argv: list[str]) -> Launch:
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
             say(f"{given}: one process per GPU of the node, a count known only where it runs; "
                 "give it as the preset's gpus_per_node (8 unless set)")
+            launch.visible_gpus = launch.runner_notes[-1]
             continue
         elastic = re.fullmatch(r"([0-9]+):([0-9]+)", value) if name == "nnodes" else None
         if elastic and elastic.group(1) == elastic.group(2):
@@ -831,6 +835,8 @@ def split_launch(argv: list[str]) -> Launch:
         say("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
             "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
             "(8 unless set)")
+        if not options & {"hostfile", "H", "exclude", "e", "num_nodes"}:
+            launch.visible_gpus = launch.runner_notes[-1]  # deepspeed's runner then runs on localhost:$CVD
     if runner and base_name(runner[0]) == "deepspeed" and "hostfile" in options \
             and not options & {"num_nodes", "include", "i"}:
         say("(--hostfile without --num_nodes): every host the file lists, a count known only where "
