@@ -558,7 +558,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
                         and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
                     launcher["gpus_per_node"] = tasks // nodes
-                total = int(launch.total_only.split()[-1].rpartition("=")[2]) if launch.total_only else 0
+                total = flag_reader.total_processes(launch.wrapper) if launch.total_only else 0
                 if total and "nodes" in launcher and total % launcher["nodes"] == 0 \
                         and "gpus_per_node" not in launcher:  # `srun -n 32` in a job of `#SBATCH --nodes=4`
                     launcher["gpus_per_node"] = total // launcher["nodes"]
@@ -572,7 +572,16 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     notes.append(f"srun with no count of its own starts the job's tasks{said}, which neither the "
                                  "command nor the #SBATCH lines give per node; the preset's nodes and gpus_per_node "
                                  "are not set from it (give --nodes and --gpus-per-node)")
-            if launch.total_only and "gpus_per_node" not in launcher:
+            lsf_nodes = source.lsf_nodes if any(base_name(w) == "jsrun" for w in launch.wrapper) else None
+            jsrun_total = flag_reader.total_processes(launch.wrapper) if lsf_nodes else 0
+            if lsf_nodes and jsrun_total and not {"nodes", "gpus_per_node"} & set(launcher) \
+                    and jsrun_total % lsf_nodes == 0:
+                # `jsrun -n 12 -a 1` in a job of `#BSUB -nnodes 2`: its processes over the job's nodes
+                launcher.update({"nodes": lsf_nodes, "gpus_per_node": jsrun_total // lsf_nodes})
+                notes.append(f"gpus_per_node {jsrun_total // lsf_nodes}: jsrun's {jsrun_total} processes in all over "
+                             f"the job's {lsf_nodes} nodes (#BSUB -nnodes), the same number on each (jsrun fills a "
+                             "node's GPUs first: give --nodes where fewer nodes hold them)")
+            elif launch.total_only and "gpus_per_node" not in launcher:
                 over = (f"over the job's {launcher['nodes']} nodes, not a whole number on each" if "nodes" in launcher
                         else "over nodes the command does not count (the job's hosts, not known here)")
                 notes.append(_comment(f"{launch.total_only}: processes in all, {over}; the preset's nodes and "

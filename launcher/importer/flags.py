@@ -930,10 +930,21 @@ def _unknown_starter(wrapper: list[str]) -> str:
 
 
 def _total_only(wrapper: list[str]) -> str:
-    """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`)."""
+    """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`;
+    jsrun's resource sets without a count on each host, `jsrun -n 12 -a 1`)."""
     options = _launcher_options(wrapper)
     if any(base_name(w) == "jsrun" for w in wrapper):
-        return ""
+        found, _ = _jsrun_options(options)
+        if "per_host" in found or not jsrun_total(options):
+            return ""
+        written = []
+        for k, word in enumerate(options):
+            name = word.partition("=")[0]
+            if name in JSRUN_OPTIONS and "=" not in word:
+                written.append(f"{word} {options[k + 1] if k + 1 < len(options) else ''}".strip())
+            elif name in JSRUN_OPTIONS or (not word.startswith("--") and word[:2] in JSRUN_OPTIONS):
+                written.append(word)  # --nrs=12, -n12
+        return "jsrun " + " ".join(written)
     given = ""
     for k, word in enumerate(options):
         name, eq, inline = word.partition("=")
@@ -951,7 +962,7 @@ def total_processes(wrapper: list[str]) -> int:
     """The count of all processes a job launcher is given (`srun -n 8`, `mpirun -np 16`, `--ntasks=4`), whatever
     else it is given; 0 where none is a count (jsrun counts resource sets, read on their own)."""
     if any(base_name(w) == "jsrun" for w in wrapper):
-        return 0
+        return jsrun_total(_launcher_options(wrapper))
     options = _launcher_options(wrapper)
     total = 0
     for k, word in enumerate(options):
@@ -1057,8 +1068,16 @@ JSRUN_OPTIONS = {"-n": "sets", "--nrs": "sets", "-r": "per_host", "--rs_per_host
                  "--tasks_per_rs": "per_set", "-p": "total", "--np": "total"}
 
 
-def _jsrun_counts(words: list[str]) -> dict[str, int]:
-    """nodes and processes per node of `jsrun -n 8 -r 4 -a 1 -g 1 python …` (also -n8, --nrs=8)."""
+def jsrun_total(words: list[str]) -> int:
+    """The processes `jsrun -n 12 -a 2` starts in all (resource sets × tasks in each, or `-p N`); 0 where not known."""
+    found, unknown = _jsrun_options(words)
+    if "per_set" in unknown or "total" in unknown or "sets" in unknown and "total" not in found:
+        return 0
+    return found.get("total", found["sets"] * found.get("per_set", 1) if "sets" in found else 0)
+
+
+def _jsrun_options(words: list[str]) -> tuple[dict[str, int], set[str]]:
+    """jsrun's counts by kind (sets, per_host, per_set, total), and the kinds given a value that is no count."""
     found: dict[str, int] = {}
     unknown: set[str] = set()
     for k, word in enumerate(words):
@@ -1069,9 +1088,16 @@ def _jsrun_counts(words: list[str]) -> dict[str, int]:
             value = words[k + 1] if k + 1 < len(words) else ""
         if name in JSRUN_OPTIONS and is_count(value):
             found[JSRUN_OPTIONS[name]] = int(value)
+            unknown.discard(JSRUN_OPTIONS[name])
         elif name in JSRUN_OPTIONS:  # -r 0, -a $N: no count, and none guessed around it
             found.pop(JSRUN_OPTIONS[name], None)
             unknown.add(JSRUN_OPTIONS[name])
+    return found, unknown
+
+
+def _jsrun_counts(words: list[str]) -> dict[str, int]:
+    """nodes and processes per node of `jsrun -n 8 -r 4 -a 1 -g 1 python …` (also -n8, --nrs=8)."""
+    found, unknown = _jsrun_options(words)
     if "per_set" in unknown or "per_host" in unknown:
         return {}
     per_set = found.get("per_set", 1)

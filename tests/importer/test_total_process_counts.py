@@ -54,3 +54,15 @@ def test_a_count_of_tasks_that_each_start_torchrun_is_no_count_of_ranks():
               f"--nproc_per_node 4 --nnodes $SLURM_NNODES pretrain_gpt.py {MODEL}\"\n")
     imported = import_source(script, "job.sh")
     assert (imported.launcher.get("nodes"), imported.launcher.get("gpus_per_node")) == (4, 4)
+
+
+@pytest.mark.parametrize(("job", "command", "launcher", "said"), [
+    # OLCF Summit: jsrun's resource sets without a count on each host were no count at all, and nothing was said
+    ("#BSUB -nnodes 2", "jsrun -n 12 -a 1 -g 1", {"nodes": 2, "gpus_per_node": 6}, "jsrun's 12 processes in all"),
+    ("#BSUB -nnodes 2", "jsrun --nrs=4 --tasks_per_rs=3", {"nodes": 2, "gpus_per_node": 6}, "12 processes in all"),
+    ("", "jsrun -n 12 -a 1 -g 1", {}, "jsrun -n 12 -a 1: processes in all, over nodes the command does not count"),
+])
+def test_jsruns_resource_sets_are_a_count_of_all_processes(job, command, launcher, said):
+    imported = import_source(f"#!/bin/bash\n{job}\n{command} python pretrain_gpt.py {MODEL}\n", "job.lsf")
+    assert {k: imported.launcher[k] for k in ("nodes", "gpus_per_node") if k in imported.launcher} == launcher
+    assert any(said in n for n in imported.not_carried)
