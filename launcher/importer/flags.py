@@ -959,8 +959,8 @@ def _total_only(wrapper: list[str]) -> str:
 
 
 def total_processes(wrapper: list[str]) -> int:
-    """The count of all processes a job launcher is given (`srun -n 8`, `mpirun -np 16`, `--ntasks=4`), whatever
-    else it is given; 0 where none is a count (jsrun counts resource sets, read on their own)."""
+    """The count of all processes a job launcher is given (`srun -n 8`, `mpirun -np 16`, `--ntasks=4`; jsrun's
+    resource sets × tasks in each), whatever else it is given; 0 where none is a count."""
     if any(base_name(w) == "jsrun" for w in wrapper):
         return jsrun_total(_launcher_options(wrapper))
     options = _launcher_options(wrapper)
