@@ -239,6 +239,8 @@ class Reading:
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
     lsf_nodes: int | None = None  # `#BSUB -nnodes N`: the nodes of an LSF job (jsrun runs on each)
+    # (nodes, MPI slots on each) of a PBS or PJM job (`select=2:mpiprocs=4`, `node=4` with `--mpi proc=16`)
+    job_slots: tuple[int, int] | None = None
     flux_nodes: int | None = None  # `# flux: -N N`: the nodes of a Flux batch job (`flux resource list` prints it)
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
@@ -414,6 +416,8 @@ def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
         return
     line, variables, hosts, said = found
     reading.shell.scalars.update(variables)
+    if hosts:  # the job's nodes and MPI slots on each (its node file's lines per host)
+        reading.job_slots = (len(set(hosts)), len(hosts) // len(set(hosts)))
     reader.known_files[_unknown(pbs.NODE_FILE)] = "".join(_unknown(host) + "\n" for host in hosts)
     given = ", ".join(f"{k}={v}" for k, v in variables.items())
     reading.skipped.append((line, f"read as qsub runs it: {said}" + (f", {given}" if given else "")
@@ -426,6 +430,8 @@ def pjm_directives(text: str, reading: Reading, reader: _Reader) -> None:
     if job is None:
         return
     reading.shell.scalars.update(job.variables)
+    if job.nodes is not None and is_count(job.variables.get("PJM_PROC_BY_NODE", "")):  # its nodes, processes on each
+        reading.job_slots = (job.nodes, int(job.variables["PJM_PROC_BY_NODE"]))
     if job.nodes is not None and job.nodes <= pbs.MAX_LINES:
         reader.known_files[_unknown(pjm.NODE_FILE)] = "".join(
             _unknown(host) + "\n" for host in pbs.host_lines(pjm.NODE_FILE, job.nodes))

@@ -227,6 +227,7 @@ class Source:
     alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
     lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
+    job_slots: tuple[int, int] | None = None  # a PBS or PJM job's nodes and MPI slots on each (Reading.job_slots)
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
     set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
     copies: dict[str, str] = field(default_factory=dict)  # NAME → the variable whose value it holds (Reading.copies)
@@ -423,7 +424,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     # bound): each is said once
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  tuple(differing), reading.set_by_script, reading.copies)
+                  reading.job_slots, tuple(differing), reading.set_by_script, reading.copies)
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
@@ -572,6 +573,17 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     notes.append(f"srun with no count of its own starts the job's tasks{said}, which neither the "
                                  "command nor the #SBATCH lines give per node; the preset's nodes and gpus_per_node "
                                  "are not set from it (give --nodes and --gpus-per-node)")
+            job_nodes, slots = source.job_slots or (source.slurm.get("nodes"), source.slurm.get("ntasks-per-node"))
+            given_total = flag_reader.total_processes(launch.wrapper)
+            if mpi and job_nodes and slots and given_total and given_total % slots == 0 \
+                    and given_total // slots <= job_nodes and flag_reader.total_only(launch.wrapper) \
+                    and not any(re.fullmatch(r"--?map-by|-?-rankfile|-?-hostfile|-machinefile", w)
+                                for w in launch.wrapper) and "nodes" not in launcher:
+                # `mpirun -np 16` in a job of 2 nodes of 8 slots (#SBATCH -N/--ntasks-per-node, #PBS select=N:
+                # mpiprocs=M, #PJM node= and --mpi proc=): it fills each node's slots in turn, 8 on each of 2 nodes
+                launcher.update({"nodes": given_total // slots, "gpus_per_node": slots})
+                notes.append(f"gpus_per_node {slots}: {mpi}'s {given_total} processes in all fill the job's nodes of "
+                             f"{slots} slots each, in turn")
             lsf_nodes = source.lsf_nodes if any(base_name(w) == "jsrun" for w in launch.wrapper) else None
             jsrun_total = flag_reader.total_processes(launch.wrapper) if lsf_nodes else 0
             if lsf_nodes and jsrun_total and not {"nodes", "gpus_per_node"} & set(launcher) \

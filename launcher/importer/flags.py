@@ -865,7 +865,7 @@ def split_launch(argv: list[str]) -> Launch:
         if "gpus_per_node" in counts_found and "nodes" not in counts_found:
             launch.per_node_only = _per_node_option(launch.wrapper)
         if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
-            launch.total_only = _total_only(launch.wrapper)
+            launch.total_only = total_only(launch.wrapper)
         starter = _unknown_starter(launch.wrapper)
         once = not any(job_launcher(w) or MARK in w for w in launch.wrapper)  # bare, or numactl/nsys … around it
         if once and not starter and not launch.via_program:
@@ -929,7 +929,7 @@ def _unknown_starter(wrapper: list[str]) -> str:
     return name
 
 
-def _total_only(wrapper: list[str]) -> str:
+def total_only(wrapper: list[str]) -> str:
     """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`;
     jsrun's resource sets without a count on each host, `jsrun -n 12 -a 1`)."""
     options = _launcher_options(wrapper)

@@ -66,3 +66,20 @@ def test_jsruns_resource_sets_are_a_count_of_all_processes(job, command, launche
     imported = import_source(f"#!/bin/bash\n{job}\n{command} python pretrain_gpt.py {MODEL}\n", "job.lsf")
     assert {k: imported.launcher[k] for k in ("nodes", "gpus_per_node") if k in imported.launcher} == launcher
     assert any(said in n for n in imported.not_carried)
+
+
+@pytest.mark.parametrize(("job", "command", "launcher"), [
+    # mpirun's count of all processes in a job whose lines give its nodes and the slots on each: it fills each node's
+    # slots in turn (it was one node of 8 where the count was 8 or fewer, and named as nodes not counted above that)
+    ("#PBS -l select=2:mpiprocs=4", "mpirun -np 8", {"nodes": 2, "gpus_per_node": 4}),
+    ("#PBS -l select=4:mpiprocs=4", "mpiexec -n 8", {"nodes": 2, "gpus_per_node": 4}),  # 2 of the job's 4 nodes
+    ("#PJM -L node=4\n#PJM --mpi proc=16", "mpirun -n 16", {"nodes": 4, "gpus_per_node": 4}),
+    ("#SBATCH -N 2\n#SBATCH --ntasks-per-node=8", "mpirun -np 16", {"nodes": 2, "gpus_per_node": 8}),
+    ("#SBATCH -N 2\n#SBATCH --ntasks-per-node=8", "mpirun -np 4", {"gpus_per_node": 4}),  # the first node's slots
+    ("#$ -l rt_AF=2", "mpirun -np 16", {}),  # slots not known: named, not guessed
+    ("", "mpirun -np 16", {}),
+    ("#PBS -l select=2:mpiprocs=4", "mpirun -np 8 -npernode 4", {"nodes": 2, "gpus_per_node": 4}),  # its own counts
+])
+def test_mpiruns_total_fills_the_jobs_slots(job, command, launcher):
+    imported = import_source(f"#!/bin/bash\n{job}\n{command} python pretrain_gpt.py {MODEL}\n", "job.sh")
+    assert {k: imported.launcher[k] for k in ("nodes", "gpus_per_node") if k in imported.launcher} == launcher
