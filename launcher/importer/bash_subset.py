@@ -33,8 +33,9 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, flux, heredocs, pbs, pjm, recovery
+from launcher.importer import coreutils, flux, heredocs, legacy, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
+from launcher.megatron import args as megatron_args
 
 MAX_SCRIPT_CHARS = 1_000_000
 MAX_VALUE_CHARS = 100_000
@@ -104,8 +105,17 @@ def remember_secret(name: str, value: str) -> None:
     holds would be scrubbed from every setting that has it."""
     if len(value) > 8 and not re.search(r"[\s/]", value) and not re.fullmatch(r"[0-9.eE+-]+|-.*|[A-Z][A-Z0-9_]*",
                                                                              value) \
-            and not unresolved_names(value) and redaction.is_secret(name, value):
+            and not unresolved_names(value) and value not in public_words() and redaction.is_secret(name, value):
         redaction.remember(name, value)
+
+
+@lru_cache(maxsize=1)
+def public_words() -> frozenset[str]:
+    """The values Megatron's flags choose from (allgather, alltoall, RMSNorm, …), and forks' names for them:
+    published words, no credential, whatever the variable holding them is called (TOKEN_DISPATCHER_TYPE=allgather
+    was taken for a secret, and the preset's moe_token_dispatcher_type written as <redacted>)."""
+    words = {str(choice) for arg in megatron_args.catalog().values() for choice in arg.choices or ()}
+    return frozenset(words | {given for _, given in legacy.choices()})
 
 
 def _unknown(name: str) -> str:
@@ -229,6 +239,8 @@ class Reading:
     stopped: tuple[int, str] | None = None  # (line, why) where bash stops: `exit`, a syntax error
     slurm: dict[str, int] = field(default_factory=dict)  # the script's #SBATCH counts: nodes, ntasks-per-node, …
     lsf_nodes: int | None = None  # `#BSUB -nnodes N`: the nodes of an LSF job (jsrun runs on each)
+    # (nodes, MPI slots on each) of a PBS or PJM job (`select=2:mpiprocs=4`, `node=4` with `--mpi proc=16`)
+    job_slots: tuple[int, int] | None = None
     flux_nodes: int | None = None  # `# flux: -N N`: the nodes of a Flux batch job (`flux resource list` prints it)
     # (first line, last line) of each part the grammar could not read (bash can) that names a pretrain_*.py: a
     # training command may be inside it
@@ -404,6 +416,8 @@ def pbs_directives(text: str, reading: Reading, reader: _Reader) -> None:
         return
     line, variables, hosts, said = found
     reading.shell.scalars.update(variables)
+    if hosts:  # the job's nodes and MPI slots on each (its node file's lines per host)
+        reading.job_slots = (len(set(hosts)), len(hosts) // len(set(hosts)))
     reader.known_files[_unknown(pbs.NODE_FILE)] = "".join(_unknown(host) + "\n" for host in hosts)
     given = ", ".join(f"{k}={v}" for k, v in variables.items())
     reading.skipped.append((line, f"read as qsub runs it: {said}" + (f", {given}" if given else "")
@@ -416,6 +430,8 @@ def pjm_directives(text: str, reading: Reading, reader: _Reader) -> None:
     if job is None:
         return
     reading.shell.scalars.update(job.variables)
+    if job.nodes is not None and is_count(job.variables.get("PJM_PROC_BY_NODE", "")):  # its nodes, processes on each
+        reading.job_slots = (job.nodes, int(job.variables["PJM_PROC_BY_NODE"]))
     if job.nodes is not None and job.nodes <= pbs.MAX_LINES:
         reader.known_files[_unknown(pjm.NODE_FILE)] = "".join(
             _unknown(host) + "\n" for host in pbs.host_lines(pjm.NODE_FILE, job.nodes))
@@ -1077,14 +1093,7 @@ class _Reader:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
         program = base_name(argv[0])
-        k = 0 if _written_key(argv[0], self.written) else None
-        if k is None and program in (*SHELLS, "sbatch"):
-            i = 1
-            while i < len(argv) and argv[i].startswith("-"):  # sbatch -p gpu --time 1:00:00 job.sbatch
-                i += 2 if program == "sbatch" and argv[i] in SBATCH_VALUE_OPTIONS else 1
-            k = i if i < len(argv) else None
-        if k is None and program in RUNS_A_COMMAND:  # srun … singularity exec IMG bash runner.sh: each task runs it
-            k = _written_under_wrappers(argv, self.written)
+        k = _script_at(argv, lambda word: _written_key(word, self.written) is not None)
         key = _written_key(argv[k], self.written) if k is not None else None
         if k is None or key is None:
             return False
@@ -1108,6 +1117,55 @@ class _Reader:
             self.set_positional(saved_positional or [])
             if saved_positional is None:
                 self.shell.scalars.pop("#", None)
+        return True
+
+    def script_file(self, word: str) -> Path | None:
+        """The file next to the script that `word` names as a script to run (`inner.sh`, `$DIR/job.slurm` of a known
+        DIR): a known path with a script's suffix, relative to the script's directory or absolute, that is a file."""
+        if self.directory is None or MARK in word or not SCRIPT_SUFFIX.search(word):
+            return None
+        path = Path(word) if word.startswith("/") else self.directory / word
+        return path if path.is_file() else None
+
+    def run_script_file(self, node: Any, argv: list[str]) -> bool:
+        """`bash inner.sh ARGS`, `./train.sh ARGS`, `sbatch job.slurm`, `mpirun -n 4 bash inner.sh` of a file next to
+        the script: read it as bash runs it (never run), with its arguments, in a shell of its own that starts with
+        the variables exported to it (a value the outer script only assigned is not the inner one's), within the
+        same bounds as the files the script sources. The variables it exports are the training command's."""
+        k = _script_at(argv, lambda word: self.script_file(word) is not None)
+        path = self.script_file(argv[k]) if k is not None else None
+        if k is None or path is None or os.path.realpath(path) in self.sourcing:
+            return False
+        what = f"{show(argv[k])}, run by the script"
+        try:
+            text = untrusted.read_utf8(path, "script file", max(MAX_SCRIPT_CHARS - self.sourced_chars, 0))
+        except UserError as exc:
+            self.skip(node, f"{what}: not read ({exc.problems[0].message}); what it runs is not known")
+            return True
+        if MARK in text:
+            self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); what it runs is not known")
+            return True
+        self.sourced_chars += len(text)
+        outer, positional, saved = self.outer, self.positional, self.shell
+        child = Shell(dict(saved.exports), {"BASH_SOURCE": [os.path.abspath(path)]}, dict(saved.exports), {},
+                      {name: why for name, why in saved.uncertain.items() if name in saved.exports})
+        child.scalars["0"] = os.path.abspath(path)
+        self.shell, self.positional = child, argv[k + 1:]
+        self.set_positional(self.positional)
+        if base_name(argv[0]) not in (*SHELLS, "sbatch") and k > 0:  # mpirun -n 4 bash inner.sh: the job's counts
+            self.outer = [*outer, *argv[:next((m for m in range(k) if base_name(argv[m]) in SHELLS), k)]]
+        self.sourcing.append(os.path.realpath(path))
+        try:
+            if base_name(argv[0]) == "sbatch":  # its #SBATCH lines and sbatch's options give its SLURM_* variables
+                slurm_directives(text, self.reading, self.shell, self.line(node), command_line=argv[1:k])
+            self.new_shell(node, text, what)
+        except _Exit:
+            pass
+        finally:
+            self.sourcing.pop()
+            self.shell, self.positional, self.outer = saved, positional, outer
+            saved.exports.update({name: value for name, value in child.exports.items()
+                                  if saved.exports.get(name) != value})
         return True
 
     def heredoc_is_script(self, command: Any) -> bool:
@@ -2181,6 +2239,8 @@ class _Reader:
             self.capture.why = self.capture.why or program
             return
         if self.written and self.run_written(node, argv):
+            return
+        if self.directory is not None and self.run_script_file(node, argv):
             return
         inner = _shell_c(argv)
         if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
@@ -3872,6 +3932,9 @@ READS_A_FILE = re.compile(r"\s*<(?![<(&])\s*\S")
 RUNS_A_COMMAND = {"srun", "mpirun", "mpiexec", "orterun", "jsrun", "flux", "aprun", "ibrun", "horovodrun",
                   "singularity", "apptainer", "enroot", "podman", "docker", "env", "numactl", "taskset", "time",
                   "nohup", "stdbuf", "nice", "timeout"}
+_MPI_PACKAGED = re.compile(r"(mpirun|mpiexec)[._][\w.]+")  # mpirun.openmpi, mpiexec.hydra, mpiexec_mpt
+# the files a script runs as scripts (`bash inner.sh`, `./train.sh`, `sbatch job.slurm`)
+SCRIPT_SUFFIX = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
 
 
 def _written_key(word: str, written: Mapping[str, object]) -> str | None:
@@ -3882,8 +3945,25 @@ def _written_key(word: str, written: Mapping[str, object]) -> str | None:
     return None
 
 
-def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> int | None:
-    """Where a file the script wrote is run behind wrappers: `srun … singularity exec IMG bash runner.sh` (after a
+def _script_at(argv: list[str], is_script: Callable[[str], bool]) -> int | None:
+    """Where the script file a command runs is in its words (`./job.sh`, `bash -x job.sh`, `sbatch -p gpu job.sbatch`,
+    `srun … singularity exec IMG bash runner.sh`, `mpirun -n 4 bash inner.sh`), by `is_script`; None where it runs
+    none."""
+    program = base_name(argv[0])
+    if is_script(argv[0]):
+        return 0
+    if program in (*SHELLS, "sbatch"):
+        i = 1
+        while i < len(argv) and argv[i].startswith("-"):  # sbatch -p gpu --time 1:00:00 job.sbatch
+            i += 2 if program == "sbatch" and argv[i] in SBATCH_VALUE_OPTIONS else 1
+        return i if i < len(argv) and is_script(argv[i]) else None
+    if program in RUNS_A_COMMAND or _MPI_PACKAGED.fullmatch(program):  # each task runs it
+        return _under_wrappers(argv, is_script)
+    return None
+
+
+def _under_wrappers(argv: list[str], is_script: Callable[[str], bool]) -> int | None:
+    """Where a script file is run behind wrappers: `srun … singularity exec IMG bash runner.sh` (after a
     shell and its options) or `srun … ./runner.sh` (the first word that is no option of theirs); None when a word
     before it is a program that only reads it (cat, chmod)."""
     for k, word in enumerate(argv[1:], 1):
@@ -3892,8 +3972,8 @@ def _written_under_wrappers(argv: list[str], written: Mapping[str, object]) -> i
             i = k + 1
             while i < len(argv) and argv[i].startswith("-"):
                 i += 1
-            return i if i < len(argv) and _written_key(argv[i], written) else None
-        if _written_key(word, written):
+            return i if i < len(argv) and is_script(argv[i]) else None
+        if is_script(word):
             return k
         if name in _NOT_RUNNING or re.fullmatch(r"python[0-9.]*|torchrun|deepspeed|accelerate|.*\.py", name):
             return None  # srun cat runner.sh: read, not run; srun python3 … --config written.json: an argument
@@ -3921,6 +4001,9 @@ def _shell_c(argv: list[str]) -> str | None:
 
 # A word that is itself a command line running a Python entry with flags: `… main.py --num-layers 80`
 _PYTHON_COMMAND = re.compile(r"(?:^|\s)\S*\.py(?:\s+\S+)*?\s+--?[A-Za-z]")
+# a command line that runs a script file: `sbatch --wrap "bash train.sh 8"`, `ssh node "cd /w && ./run.sh"`
+_SCRIPT_COMMAND = re.compile(r"(?:^|[\s;&|])(?:(?:ba|z|da)?sh\s+(?:-\S+\s+)*)?\S*\.(?:sh|bash|sbatch|slurm|job)"
+                             r"(?:\s|$)")
 # programs that print or store a command line rather than run it
 _NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", "wandb", "git")
 
@@ -3928,8 +4011,8 @@ _NOT_RUNNING = ("echo", "printf", "logger", "tee", "cat", "grep", "sed", "awk", 
 def _command_string(argv: list[str]) -> tuple[int, str] | None:
     """(index, text) of the argument that a launcher runs as a command line of its own: `sbatch --wrap "srun python
     pretrain_gpt.py …"`, `ssh node "torchrun … pretrain_gpt.py …"`, `bcprun -p 8 -c 'python main.py …'`, `pdsh -w
-    hosts '…'`: a word with blanks that runs a .py file with flags, given before any word that is itself the entry
-    (then the command runs it directly, and its words are values)."""
+    hosts '…'`: a word with blanks that runs a .py file with flags or a script file (`sbatch --wrap "bash train.sh"`),
+    given before any word that is itself the entry (then the command runs it directly, and its words are values)."""
     if base_name(argv[0]) in _NOT_RUNNING:
         return None
     for k, word in enumerate(argv[1:], 1):
@@ -3938,8 +4021,8 @@ def _command_string(argv: list[str]) -> tuple[int, str] | None:
                 return None
             continue
         text = re.sub(r"^--?[A-Za-z][A-Za-z0-9-]*=", "", word)  # --wrap="…"
-        if _PYTHON_COMMAND.search(text):  # a part not known (`ssh node "cd $DIR && torchrun …"`) stays one word
-            return k, text
+        if _PYTHON_COMMAND.search(text) or _SCRIPT_COMMAND.search(text):  # a part not known (`ssh node "cd $DIR
+            return k, text  # && torchrun …"`) stays one word
     return None
 
 

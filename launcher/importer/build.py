@@ -227,6 +227,7 @@ class Source:
     alternatives: dict[str, list[tuple[str, ...]]] = field(default_factory=dict)
     manifest: dict[str, int] = field(default_factory=dict)  # a Kubernetes job's nodes and GPUs per node
     lsf_nodes: int | None = None  # `#BSUB -nnodes N` (Reading.lsf_nodes)
+    job_slots: tuple[int, int] | None = None  # a PBS or PJM job's nodes and MPI slots on each (Reading.job_slots)
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
     set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
     copies: dict[str, str] = field(default_factory=dict)  # NAME → the variable whose value it holds (Reading.copies)
@@ -423,7 +424,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     # bound): each is said once
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  tuple(differing), reading.set_by_script, reading.copies)
+                  reading.job_slots, tuple(differing), reading.set_by_script, reading.copies)
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
@@ -518,6 +519,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
+        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        if launch.visible_gpus and re.fullmatch(r"[0-9]+(,[0-9]+)*", visible) and "gpus_per_node" not in launcher:
+            # `CUDA_VISIBLE_DEVICES=0 deepspeed …` (its runner, given no count or hostfile, runs on localhost's
+            # visible GPUs), `torchrun --nproc_per_node gpu`: as many processes as the script lets the node see
+            launcher["gpus_per_node"] = len(set(visible.split(",")))
+            runner_name = base_name((launch.runner or runner)[0])
+            if runner_name == "deepspeed":
+                launcher.setdefault("nodes", 1)  # localhost alone
+            notes.remove(_comment(f"{runner_name} {launch.visible_gpus}"))
+            notes.append(f"gpus_per_node {launcher['gpus_per_node']}: {runner_name} starts one process per GPU that "
+                         f"CUDA_VISIBLE_DEVICES={visible} (the script's) lets it see"
+                         + (" on this node (deepspeed's runner ignores it where a hostfile is found, /job/hostfile "
+                            "by default)" if runner_name == "deepspeed" else ""))
         if launch.per_task and not launch.via_program:
             notes.append("the script starts pretrain_gpt.py with python directly (one process per GPU, e.g. srun); "
                          "the launcher uses torchrun (one process here: python3 directly, launcher.runner)")
@@ -545,7 +559,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 if "gpus_per_node" not in launcher and launcher.get("nodes") == nodes and nodes and tasks \
                         and tasks % nodes == 0:  # `#SBATCH -N 2 -n 16`: srun spreads the 16 tasks over the 2 nodes
                     launcher["gpus_per_node"] = tasks // nodes
-                total = int(launch.total_only.split()[-1].rpartition("=")[2]) if launch.total_only else 0
+                total = flag_reader.total_processes(launch.wrapper) if launch.total_only else 0
                 if total and "nodes" in launcher and total % launcher["nodes"] == 0 \
                         and "gpus_per_node" not in launcher:  # `srun -n 32` in a job of `#SBATCH --nodes=4`
                     launcher["gpus_per_node"] = total // launcher["nodes"]
@@ -559,7 +573,27 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                     notes.append(f"srun with no count of its own starts the job's tasks{said}, which neither the "
                                  "command nor the #SBATCH lines give per node; the preset's nodes and gpus_per_node "
                                  "are not set from it (give --nodes and --gpus-per-node)")
-            if launch.total_only and "gpus_per_node" not in launcher:
+            job_nodes, slots = source.job_slots or (source.slurm.get("nodes"), source.slurm.get("ntasks-per-node"))
+            given_total = flag_reader.total_processes(launch.wrapper)
+            if mpi and job_nodes and slots and given_total and given_total % slots == 0 \
+                    and given_total // slots <= job_nodes and flag_reader.total_only(launch.wrapper) \
+                    and not any(re.fullmatch(r"--?map-by|-?-rankfile|-?-hostfile|-machinefile", w)
+                                for w in launch.wrapper) and "nodes" not in launcher:
+                # `mpirun -np 16` in a job of 2 nodes of 8 slots (#SBATCH -N/--ntasks-per-node, #PBS select=N:
+                # mpiprocs=M, #PJM node= and --mpi proc=): it fills each node's slots in turn, 8 on each of 2 nodes
+                launcher.update({"nodes": given_total // slots, "gpus_per_node": slots})
+                notes.append(f"gpus_per_node {slots}: {mpi}'s {given_total} processes in all fill the job's nodes of "
+                             f"{slots} slots each, in turn")
+            lsf_nodes = source.lsf_nodes if any(base_name(w) == "jsrun" for w in launch.wrapper) else None
+            jsrun_total = flag_reader.total_processes(launch.wrapper) if lsf_nodes else 0
+            if lsf_nodes and jsrun_total and not {"nodes", "gpus_per_node"} & set(launcher) \
+                    and jsrun_total % lsf_nodes == 0:
+                # `jsrun -n 12 -a 1` in a job of `#BSUB -nnodes 2`: its processes over the job's nodes
+                launcher.update({"nodes": lsf_nodes, "gpus_per_node": jsrun_total // lsf_nodes})
+                notes.append(f"gpus_per_node {jsrun_total // lsf_nodes}: jsrun's {jsrun_total} processes in all over "
+                             f"the job's {lsf_nodes} nodes (#BSUB -nnodes), the same number on each (jsrun fills a "
+                             "node's GPUs first: give --nodes where fewer nodes hold them)")
+            elif launch.total_only and "gpus_per_node" not in launcher:
                 over = (f"over the job's {launcher['nodes']} nodes, not a whole number on each" if "nodes" in launcher
                         else "over nodes the command does not count (the job's hosts, not known here)")
                 notes.append(_comment(f"{launch.total_only}: processes in all, {over}; the preset's nodes and "
@@ -593,7 +627,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                          "set from it (give --gpus-per-node; 8 unless set)")
     whole = flag_reader.split_launch([*runner[:-1], runner[-1]]) if runner else None
     nodes_unknown = whole is not None and "nodes" not in launcher and _nodes_decided_where_it_runs(whole)
-    total = int(whole.total_only.split()[-1].rpartition("=")[2]) if whole is not None and whole.total_only else 0
+    # the job launcher's count of all its processes, where each is one rank (python started once per task)
+    total = flag_reader.total_processes(whole.wrapper) if whole is not None and whole.per_task else 0
+    nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
+    if total and isinstance(nodes, int) and isinstance(per_node, int) and nodes * per_node != total:
+        # `srun -n 8` in a job of `#SBATCH --nodes 2`: 8 processes in all (4 on each node), not 2 nodes of 8
+        if total % nodes == 0:
+            launcher["gpus_per_node"] = total // nodes
+            notes.append(f"gpus_per_node {total // nodes}: the command's {total} processes in all over the job's "
+                         f"{nodes} nodes")
+        else:
+            del launcher["gpus_per_node"]
+            notes.append(f"the command's {total} processes in all make no whole number on each of the job's {nodes} "
+                         "nodes; the preset's gpus_per_node is not set from it (give --gpus-per-node)")
     _remember_credential_flags(words)
     flags = flag_reader.read_flags(words)
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
@@ -744,15 +790,25 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     per_node = launcher.get("gpus_per_node", 8)
     if nodes_unknown and (fewest := _fewest_nodes(settings, per_node)):
         nodes, needed = fewest
-        if total and total % per_node == 0 and (total // per_node) % nodes == 0:  # `mpirun -np 64`: its world
-            nodes = total // per_node
-            notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
-                         f"preset's gpus_per_node), which one node's GPUs would not hold ({needed})")
+        if total:  # `mpirun -np 16`: the command's world is its count, whatever the layout needs
+            if total % per_node == 0:
+                divides = (total // per_node) % nodes == 0
+                nodes = total // per_node
+                why = (f", which one node's GPUs would not hold ({needed})" if divides else
+                       f"; its layout ({needed}) does not divide {total} processes: Megatron stops there, and the "
+                       "dry-run says so")
+                notes.append(f"nodes {nodes}: the command's {total} processes in all, {per_node} on each node (the "
+                             f"preset's gpus_per_node){why}")
+                launcher["nodes"] = nodes
+            else:
+                notes.append(f"nodes: the command's {total} processes in all make no whole number of nodes of "
+                             f"{per_node} GPUs (the preset's gpus_per_node), and its layout needs more than one "
+                             f"node ({needed}); give --nodes and --gpus-per-node")
         else:
             notes.append(f"nodes {nodes}: the script's node count is decided where it runs (not known here); "
                          f"{nodes} nodes of {per_node} GPUs are the fewest whose GPUs its layout divides ({needed}), "
                          "where one node's do not; give --nodes where it runs on more")
-        launcher["nodes"] = nodes
+            launcher["nodes"] = nodes
     read_as = source_name
     if environment:  # the header says what the script was read with, a secret's value redacted
         given = " ".join(f"{name}={redaction.REDACTED if redaction.is_secret(name, value) else shlex.quote(value)}"

@@ -592,6 +592,9 @@ class Launch:
     runner_notes: list[str] = field(default_factory=list)
     # torchrun given no --nproc_per_node: its processes a node are $PET_NPROC_PER_NODE, else 1
     nproc_unsaid: bool = False
+    # the runner note of a count that is the node's visible GPUs (`torchrun --nproc_per_node gpu`, deepspeed with no
+    # count or hostfile): CUDA_VISIBLE_DEVICES, where the script sets it, gives it (build.import_source)
+    visible_gpus: str = ""
 
     @property
     def per_task(self) -> bool:
@@ -787,6 +790,7 @@ def split_launch(argv: list[str]) -> Launch:
         if name in ("nproc_per_node",) and value in ("gpu", "auto"):
             say(f"{given}: one process per GPU of the node, a count known only where it runs; "
                 "give it as the preset's gpus_per_node (8 unless set)")
+            launch.visible_gpus = launch.runner_notes[-1]
             continue
         elastic = re.fullmatch(r"([0-9]+):([0-9]+)", value) if name == "nnodes" else None
         if elastic and elastic.group(1) == elastic.group(2):
@@ -831,6 +835,8 @@ def split_launch(argv: list[str]) -> Launch:
         say("(no --num_gpus or --include): one process per GPU of each host, or per slot of its "
             "--hostfile, a count known only where it runs; give it as the preset's gpus_per_node "
             "(8 unless set)")
+        if not options & {"hostfile", "H", "exclude", "e", "num_nodes"}:
+            launch.visible_gpus = launch.runner_notes[-1]  # deepspeed's runner then runs on localhost:$CVD
     if runner and base_name(runner[0]) == "deepspeed" and "hostfile" in options \
             and not options & {"num_nodes", "include", "i"}:
         say("(--hostfile without --num_nodes): every host the file lists, a count known only where "
@@ -859,7 +865,7 @@ def split_launch(argv: list[str]) -> Launch:
         if "gpus_per_node" in counts_found and "nodes" not in counts_found:
             launch.per_node_only = _per_node_option(launch.wrapper)
         if not counts_found:  # `mpirun -np 16`: over as many nodes as the hosts the job gives it
-            launch.total_only = _total_only(launch.wrapper)
+            launch.total_only = total_only(launch.wrapper)
         starter = _unknown_starter(launch.wrapper)
         once = not any(job_launcher(w) or MARK in w for w in launch.wrapper)  # bare, or numactl/nsys … around it
         if once and not starter and not launch.via_program:
@@ -923,11 +929,22 @@ def _unknown_starter(wrapper: list[str]) -> str:
     return name
 
 
-def _total_only(wrapper: list[str]) -> str:
-    """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`)."""
+def total_only(wrapper: list[str]) -> str:
+    """`-np 16` where the job launcher is given only a count of all its processes (`-np N`, `-n N`, `--ntasks N`;
+    jsrun's resource sets without a count on each host, `jsrun -n 12 -a 1`)."""
     options = _launcher_options(wrapper)
     if any(base_name(w) == "jsrun" for w in wrapper):
-        return ""
+        found, _ = _jsrun_options(options)
+        if "per_host" in found or not jsrun_total(options):
+            return ""
+        written = []
+        for k, word in enumerate(options):
+            name = word.partition("=")[0]
+            if name in JSRUN_OPTIONS and "=" not in word:
+                written.append(f"{word} {options[k + 1] if k + 1 < len(options) else ''}".strip())
+            elif name in JSRUN_OPTIONS or (not word.startswith("--") and word[:2] in JSRUN_OPTIONS):
+                written.append(word)  # --nrs=12, -n12
+        return "jsrun " + " ".join(written)
     given = ""
     for k, word in enumerate(options):
         name, eq, inline = word.partition("=")
@@ -939,6 +956,21 @@ def _total_only(wrapper: list[str]) -> str:
                 or name == "--map-by" and value.endswith(":node"):
             return ""
     return given
+
+
+def total_processes(wrapper: list[str]) -> int:
+    """The count of all processes a job launcher is given (`srun -n 8`, `mpirun -np 16`, `--ntasks=4`; jsrun's
+    resource sets × tasks in each), whatever else it is given; 0 where none is a count."""
+    if any(base_name(w) == "jsrun" for w in wrapper):
+        return jsrun_total(_launcher_options(wrapper))
+    options = _launcher_options(wrapper)
+    total = 0
+    for k, word in enumerate(options):
+        name, eq, inline = word.partition("=")
+        value = inline if eq else (options[k + 1] if k + 1 < len(options) else "")
+        if name in TOTAL_OPTIONS:
+            total = count(value) or 0
+    return total
 
 
 def _per_node_option(wrapper: list[str]) -> str:
@@ -1036,8 +1068,16 @@ JSRUN_OPTIONS = {"-n": "sets", "--nrs": "sets", "-r": "per_host", "--rs_per_host
                  "--tasks_per_rs": "per_set", "-p": "total", "--np": "total"}
 
 
-def _jsrun_counts(words: list[str]) -> dict[str, int]:
-    """nodes and processes per node of `jsrun -n 8 -r 4 -a 1 -g 1 python …` (also -n8, --nrs=8)."""
+def jsrun_total(words: list[str]) -> int:
+    """The processes `jsrun -n 12 -a 2` starts in all (resource sets × tasks in each, or `-p N`); 0 where not known."""
+    found, unknown = _jsrun_options(words)
+    if "per_set" in unknown or "total" in unknown or "sets" in unknown and "total" not in found:
+        return 0
+    return found.get("total", found["sets"] * found.get("per_set", 1) if "sets" in found else 0)
+
+
+def _jsrun_options(words: list[str]) -> tuple[dict[str, int], set[str]]:
+    """jsrun's counts by kind (sets, per_host, per_set, total), and the kinds given a value that is no count."""
     found: dict[str, int] = {}
     unknown: set[str] = set()
     for k, word in enumerate(words):
@@ -1048,9 +1088,16 @@ def _jsrun_counts(words: list[str]) -> dict[str, int]:
             value = words[k + 1] if k + 1 < len(words) else ""
         if name in JSRUN_OPTIONS and is_count(value):
             found[JSRUN_OPTIONS[name]] = int(value)
+            unknown.discard(JSRUN_OPTIONS[name])
         elif name in JSRUN_OPTIONS:  # -r 0, -a $N: no count, and none guessed around it
             found.pop(JSRUN_OPTIONS[name], None)
             unknown.add(JSRUN_OPTIONS[name])
+    return found, unknown
+
+
+def _jsrun_counts(words: list[str]) -> dict[str, int]:
+    """nodes and processes per node of `jsrun -n 8 -r 4 -a 1 -g 1 python …` (also -n8, --nrs=8)."""
+    found, unknown = _jsrun_options(words)
     if "per_set" in unknown or "per_host" in unknown:
         return {}
     per_set = found.get("per_set", 1)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from launcher.errors import UserError
 from launcher.importer import flags as flag_reader
-from launcher.importer.bash_subset import UNRESOLVED, Reading, ScriptCommand, Undecided, show
+from launcher.importer.bash_subset import RUNS_A_COMMAND, UNRESOLVED, Reading, ScriptCommand, Undecided, show
 from launcher.importer.words import base_name
 
 # Programs that print, filter or copy their words: `echo torchrun pretrain_gpt.py …` shows the command, it does not
@@ -38,8 +38,32 @@ def program(argv: list[str]) -> str:
 
 
 def training_commands(reading: Reading) -> list[ScriptCommand]:
-    return [c for c in reading.commands if program(c.argv) not in NOT_RUNNERS and
-            flag_reader.find_entry(c.argv) is not None]
+    out = []
+    for command in reading.commands:
+        at = flag_reader.find_entry(command.argv)
+        if at is not None and program(command.argv) not in NOT_RUNNERS and not names_the_file(command.argv, at):
+            out.append(command)
+    return out
+
+
+def names_the_file(argv: list[str], at: int) -> bool:
+    """`llio_transfer $DIR/pretrain_gpt.py` (Fugaku's cache staging), `training_script: pretrain_gpt.py` (a YAML
+    line read as bash): a program given the entry's path as its last word, with nothing after it and no program
+    before it that starts python (a runner, a job launcher, a wrapper, a launch script of the user's), copies or
+    names the file; it does not run it. A word not known (`$LAUNCHER pretrain_gpt.py`) may be such a program."""
+    if at != len(argv) - 1 or at == 0:
+        return False  # flags follow it, or the file is run as a program itself
+    before = argv[:at]
+    if any(UNRESOLVED.search(word) for word in before):
+        return False
+    return not any(_starts_programs(word) for word in before if not word.startswith("-"))
+
+
+def _starts_programs(word: str) -> bool:
+    name = base_name(word)
+    return bool(flag_reader.RUNNER.fullmatch(name) or flag_reader.job_launcher(word)
+                or name in flag_reader.NOT_A_LAUNCHER or name in RUNS_A_COMMAND
+                or name.endswith((".sh", ".bash")) or name in ("exec", "command", "builtin", "sudo"))
 
 
 SCRIPT_FILE = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
@@ -47,12 +71,14 @@ SCRIPT_FILE = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
 
 def other_script(reading: Reading) -> tuple[int, str, list[str]] | None:
     """(line, script, its arguments) of the last command that runs another script file (`bash submit.sh 110`,
-    `sbatch job.sbatch`, `./train.sh`), which reading this script does not open."""
+    `sbatch job.sbatch`, `./train.sh`, behind a job launcher or a wrapper: `mpirun -n 4 bash inner.sh`), which
+    reading this script does not open."""
     for command in reversed(reading.commands):
         argv = command.argv
         if argv and SCRIPT_FILE.search(argv[0]):
             return command.line, argv[0], argv[1:]
-        if argv and base_name(argv[0]) in ("bash", "sh", "zsh", "dash", "sbatch", "srun"):
+        if argv and (base_name(argv[0]) in ("bash", "sh", "zsh", "dash", "sbatch") or flag_reader.job_launcher(argv[0])
+                     or base_name(argv[0]) in RUNS_A_COMMAND):  # mpirun -n 13824 … bash inner.sh "$LP"
             files = [k for k, word in enumerate(argv[1:], 1) if SCRIPT_FILE.search(word)]
             if files:
                 return command.line, argv[files[0]], argv[files[0] + 1:]
@@ -69,6 +95,8 @@ def refuse_other_entry(reading: Reading) -> None:
             match = ENTRY_LIKE.search(word) or ANY_PY.search(word)
             if not match:
                 continue
+            if names_the_file(command.argv, k):
+                continue  # llio_transfer $DIR/pretrain_llama.py: the file is copied, not run
             script = match.group(1)
             looks = any(w.partition("=")[0] in MEGATRON_LOOKING for w in command.argv[k + 1:])
             if not ENTRY_LIKE.search(word) and not looks:

@@ -481,10 +481,13 @@ def test_the_hint_for_another_script_is_a_command_that_reads_it(tmp_path, launch
     (tmp_path / "submit.sh").write_text(f'while [[ $# -gt 0 ]]; do case $1 in --tp) TP=$2; shift 2;; *) shift;; esac; '
                                         f'done\ntorchrun pretrain_gpt.py {MODEL} --lr 1e-4 --eval-interval 4 '
                                         f'--eval-iters 1 --tensor-model-parallel-size ${{TP:-1}}\n')
-    (tmp_path / "run.sh").write_text("bash submit.sh --tp 2\n")
+    (tmp_path / "run.sh").write_text("bash other/submit.sh --tp 2\n")  # not next to run.sh: named, with the hint
     code, _, stderr = launch("import", str(tmp_path / "run.sh"))
-    assert code == 2 and "launch import -- submit.sh --tp 2" in stderr
+    assert code == 2 and "launch import -- other/submit.sh --tp 2" in stderr
     code, stdout, stderr = launch("import", "--", str(tmp_path / "submit.sh"), "--tp", "2")
+    assert code == 0 and "tensor_model_parallel_size: 2" in stdout, stderr
+    (tmp_path / "run.sh").write_text("bash submit.sh --tp 2\n")  # next to it: read as bash runs it
+    code, stdout, stderr = launch("import", str(tmp_path / "run.sh"))
     assert code == 0 and "tensor_model_parallel_size: 2" in stdout, stderr
 
 

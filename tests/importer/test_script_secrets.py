@@ -96,3 +96,24 @@ def test_a_credential_on_a_command_the_import_does_not_carry_is_not_shown_in_its
     imported = import_source(script, "train.sh")
     assert SECRET not in imported.text and any(redaction.REDACTED in line for line in imported.not_carried)
     assert command.split()[0] in imported.text  # the line is still named
+
+
+@pytest.mark.parametrize(("assignment", "flag", "setting", "value"), [
+    # HabanaAI's DeepSeek-V3 job: TOKEN_DISPATCHER_TYPE=${HL_TOKEN_DISPATCHER_TYPE:-allgather}; the preset's
+    # dispatcher was <redacted>, which the dry-run then refused as no choice of the flag
+    ("TOKEN_DISPATCHER_TYPE=allgather", "--moe-token-dispatcher-type $TOKEN_DISPATCHER_TYPE",
+     "moe_token_dispatcher_type", "allgather"),
+    ("IMPL_KEY=transformer_engine", "--transformer-impl $IMPL_KEY", "transformer_impl", "transformer_engine"),
+    ("NORM_TOKEN=LayerNorm", "--normalization $NORM_TOKEN", "normalization", "LayerNorm"),
+])
+def test_a_word_megatron_chooses_from_is_no_secret_whatever_its_variable_is_called(assignment, flag, setting, value):
+    imported = import_source(f"#!/bin/bash\n{assignment}\ntorchrun --nproc_per_node 8 {MODEL} --num-experts 8 "
+                             f"{flag}\n", "train.sh")
+    assert imported.settings[setting] == value
+    assert redaction.REDACTED not in imported.text
+
+
+def test_a_secret_under_such_a_name_is_still_one():
+    imported = import_source(f"#!/bin/bash\nDISPATCH_TOKEN={SECRET}x\ntorchrun --nproc_per_node 8 {MODEL} "
+                             f"--wandb-exp-name $DISPATCH_TOKEN\n", "train.sh")
+    assert SECRET not in imported.text
