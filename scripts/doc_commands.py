@@ -8,8 +8,9 @@ A command is a line of a shell code block, or an inline code span, whose program
 `scripts/X.sh`). Each `launch` command is checked against the real CLI parser of its subcommand: every option it
 names exists, every `--set NAME` names a setting (a concrete `--set NAME=VALUE` is typed as the launcher would),
 a named preset exists, and a command without placeholders (PRESET, RUN_DIR, …, [optional parts]) parses as typed.
-Each script command names a script that exists and options that script defines. Every repository path a command
-or a Markdown link names exists.
+Each script command names a script that exists and options that script defines. `pip install` / `uv sync` name
+extras pyproject.toml declares. Every repository path a command or a Markdown link names exists, and no command
+names a path of this project's own workspace.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ SHELL_LANGUAGES = ("", "bash", "sh", "shell", "console")
 LAUNCHER_HEADS = (("launch",), (".venv/bin/launch",), ("uv", "run", "launch"), ("python", "-m", "launcher"),
                   ("python3", "-m", "launcher"), (".venv/bin/python", "-m", "launcher"))
 PYTHONS = ("python", "python3", ".venv/bin/python")
+INSTALL_HEADS = (("pip", "install"), ("pip3", "install"), (".venv/bin/pip", "install"), ("uv", "pip", "install"),
+                 *((python, "-m", "pip", "install") for python in PYTHONS), ("uv", "sync"))
+MACHINE_PATHS = ("/work/", "/root/")  # this project's own workspace: a command naming one runs only there
 REPO_TOP = ("scripts", "docs", "tests", "launcher", "configs", ".ci", "third_party")
 ELLIPSIS = "…"
 
@@ -51,6 +55,14 @@ class Command:
     @property
     def launcher_args(self) -> list[str] | None:
         for head in LAUNCHER_HEADS:
+            if tuple(self.words[:len(head)]) == head:
+                return self.words[len(head):]
+        return None
+
+    @property
+    def install_args(self) -> list[str] | None:
+        """The arguments of a `pip install …` or `uv sync …`."""
+        for head in INSTALL_HEADS:
             if tuple(self.words[:len(head)]) == head:
                 return self.words[len(head):]
         return None
@@ -196,7 +208,7 @@ def _commands_of_line(where: str, text: str, variables: dict[str, str], cwd: str
         for candidate in (words, _startup_timing_target(words)):
             if candidate:
                 command = Command(where, part, candidate, cwd, inline)
-                if command.launcher_args is not None or command.script is not None:
+                if any(x is not None for x in (command.launcher_args, command.script, command.install_args)):
                     found.append(command)
     return found, cwd
 
@@ -401,9 +413,33 @@ def _script_sources(path: Path) -> str:
                           if (path.parent / f"{name}.py").is_file())
 
 
-def check_paths(command: Command) -> list[str]:
-    """Repository paths among the words (scripts/…, docs/…, tests/…) exist."""
+def check_install(command: Command) -> list[str]:
+    """`pip install -e '.[EXTRA]'` and `uv sync --extra EXTRA` name extras pyproject.toml declares; the launcher is
+    installed from the clone, never by a project name from an index (megatron-launch is not published)."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = set(project.get("optional-dependencies", {}))
+    here = f"{command.where}: `{command.text}`"
+    args = command.install_args or []
     problems = []
+    named = [args[i + 1] for i, word in enumerate(args[:-1]) if word == "--extra"]
+    for word in args:
+        local = re.fullmatch(r"\.(?:\[([\w,\s-]*)\])?", word)
+        if local and local.group(1):
+            named += [extra.strip() for extra in local.group(1).split(",")]
+        elif re.match(rf"{re.escape(project['name'])}\b", word, re.I):
+            problems.append(f"{here}: {project['name']} is not on a package index; install the clone: "
+                            f"pip install -e '.[…]'")
+    problems += [f"{here}: pyproject.toml has no extra {extra!r} ({', '.join(sorted(extras))})"
+                 for extra in named if extra not in extras and not is_placeholder(extra)]
+    return problems
+
+
+def check_paths(command: Command) -> list[str]:
+    """Repository paths among the words (scripts/…, docs/…, tests/…) exist; no path of one machine is named."""
+    problems = [f"{command.where}: `{command.text}`: {prefix}… is a path of one machine; write /path/to/… or a "
+                "variable" for prefix in MACHINE_PATHS if prefix in command.text]
     for word in command.words:
         for candidate in word.split("="):
             candidate = candidate.strip("[](),;:")
@@ -435,6 +471,8 @@ def check_document(name: str, markdown: str) -> Findings:
         findings.commands.append(command)
         if command.launcher_args is not None:
             findings.problems += check_launch(command)
+        elif command.install_args is not None:
+            findings.problems += check_install(command)
         else:
             findings.problems += check_script(command)
         findings.problems += check_paths(command)

@@ -1,0 +1,107 @@
+"""The commands README.md and docs/*.md show stay true to the code: each `launch …` parses with the CLI's own parser
+and names options, settings and presets that exist; each script, extra and repository path it names exists; the
+README's first commands that need no GPU run, and a shown example prints what the README shows."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "scripts"))
+
+import doc_commands  # noqa: E402
+
+
+def problems_of(markdown: str) -> list[str]:
+    return doc_commands.check_document("README.md", markdown).problems
+
+
+def test_every_command_the_docs_show_is_valid():
+    findings = doc_commands.check()
+    assert findings.problems == []
+    shown = {(c.where.split(":")[0], " ".join(c.words)) for c in findings.commands}
+    # the extraction reaches fenced blocks, inline spans, continued lines and a block's own variables
+    assert ("README.md", ".venv/bin/launch 175b --dry-run") in shown
+    assert ("docs/plan.md", "launch plan 345m --gpu h200-141gb --format json") in shown
+    assert any(doc == "docs/benchmarks.md" and "--set num_layers=2" in words and "launcher 175b" in words
+               for doc, words in shown)  # `python3 -m launcher 175b $L175`, L175 set earlier in its block
+    assert len(findings.commands) > 300
+
+
+@pytest.mark.parametrize("markdown, expected", [
+    ("`launch 345m --dry-runn`", "launch PRESET has no option --dry-runn"),
+    ("`launch plan 175b --gpus 1024 --tokenz 300B`", "launch plan has no option --tokenz"),
+    ("```\nlaunch show PRESET [--sett NAME=VALUE]\n```", "launch show has no option --sett"),
+    ("```bash\nlaunch 345m --set num_layer=4 --dry-run\n```", "--set num_layer: no such setting"),
+    ("```bash\nlaunch 345m --set slurm.partitionn=gpu --slurm --dry-run\n```", "no slurm setting 'partitionn'"),
+    ("```bash\nlaunch 345m --set lr=fast --dry-run\n```", "--set lr=fast: lr (--set lr) must be a number"),
+    ("```bash\nL=\"--set num_layerz=2\"\nlaunch toy $L\n```", "--set num_layerz: no such setting"),
+    ("`launch 7b --dry-run`", "no preset named '7b'"),
+    ("`launch plan 345m --gpus`", "does not parse: launch plan: argument --gpus: expected one argument"),
+    ("`python scripts/bench_345m.py --partz x`", "scripts/bench_345m.py has no option --partz"),
+    ("```bash\ncd scripts && python no_such_bench.py\n```", "scripts/no_such_bench.py does not exist"),
+    ("`launch report tests/fixtures/no-such-log`", "tests/fixtures/no-such-log does not exist"),
+    ("see [the plan](docs/no-such-page.md)", "link to docs/no-such-page.md, which does not exist"),
+    ("`pip install -e '.[repor]'`", "pyproject.toml has no extra 'repor'"),
+    ("`uv sync --extra megatronn`", "pyproject.toml has no extra 'megatronn'"),
+    ("`pip install 'megatron-launch[fp8]'`", "megatron-launch is not on a package index"),
+    ("`MEGATRON_LM_PATH=/work/mlm python scripts/memory_probe.py`", "/work/… is a path of one machine"),
+])
+def test_a_command_that_drifted_from_the_code_is_named(markdown, expected):
+    found = problems_of(markdown)
+    assert any(expected in problem for problem in found), found
+
+
+@pytest.mark.parametrize("markdown", [
+    "`launch plan` ranks layouts; `launch --resume` continues",  # commands named in a sentence
+    "```\nlaunch PRESET [--nodes N|MIN-MAX] [--set NAME=VALUE ...] [--format text|json]\n```",  # a synopsis
+    "`launch 345m --set data_path=DIR/corpus --set env.NCCL_DEBUG=INFO`",  # placeholders and free env names
+    "`launch import train.sh -- --tp 2`",  # the script's own options after --
+])
+def test_placeholders_synopses_and_mentions_are_not_problems(markdown):
+    assert problems_of(markdown) == []
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"}
+    env.pop("MEGATRON_LM_PATH", None)
+    return subprocess.run([sys.executable, "-m", "launcher", *args], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=300, check=False)
+
+
+def readme_commands(section: str) -> list[list[str]]:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    commands = doc_commands.extract("README.md", readme)
+    lines = readme.splitlines()
+    start = lines.index(f"## {section}") + 1
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("## "))
+    return [c.launcher_args for c in commands
+            if c.launcher_args is not None and start < int(c.where.split(":")[1]) <= end and not c.inline]
+
+
+def test_the_first_screens_commands_that_need_no_gpu_run_as_shown():
+    commands = readme_commands("Set-up: two commands") + readme_commands("Quick start")
+    cheap = [args for args in commands
+             if "--dry-run" in args or args[:1] in (["list"], ["plan"], ["runs"])]
+    assert len(cheap) >= 6
+    for args in cheap:
+        done = launch(*args)
+        assert done.returncode == 0, (args, done.stderr[-2000:])
+        assert "Traceback" not in done.stderr
+
+
+def test_a_shown_example_prints_what_the_readme_shows():
+    """A block that begins `$ launch …` shows the command's whole output (the README's layout error)."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    examples = re.findall(r"^```\n\$ (launch [^\n]*)\n(.*?)^```", readme, re.M | re.S)
+    assert examples
+    for command, shown in examples:
+        done = launch(*command.split()[1:])
+        assert done.returncode == (2 if shown.startswith("error:") else 0)
+        assert (done.stdout + done.stderr).strip() == shown.strip()
