@@ -30,6 +30,7 @@ LAUNCHER_HEADS = (("launch",), (".venv/bin/launch",), ("uv", "run", "launch"), (
 PYTHONS = ("python", "python3", ".venv/bin/python")
 INSTALL_HEADS = (("pip", "install"), ("pip3", "install"), (".venv/bin/pip", "install"), ("uv", "pip", "install"),
                  *((python, "-m", "pip", "install") for python in PYTHONS), ("uv", "sync"))
+PYTEST_HEADS = (("pytest",), *((python, "-m", "pytest") for python in PYTHONS))
 MACHINE_PATHS = ("/work/", "/root/")  # this project's own workspace: a command naming one runs only there
 REPO_TOP = ("scripts", "docs", "tests", "launcher", "configs", ".ci", "third_party")
 ELLIPSIS = "…"
@@ -66,6 +67,10 @@ class Command:
             if tuple(self.words[:len(head)]) == head:
                 return self.words[len(head):]
         return None
+
+    @property
+    def is_pytest(self) -> bool:
+        return any(tuple(self.words[:len(head)]) == head for head in PYTEST_HEADS)
 
     @property
     def script(self) -> str | None:
@@ -208,7 +213,8 @@ def _commands_of_line(where: str, text: str, variables: dict[str, str], cwd: str
         for candidate in (words, _startup_timing_target(words)):
             if candidate:
                 command = Command(where, part, candidate, cwd, inline)
-                if any(x is not None for x in (command.launcher_args, command.script, command.install_args)):
+                if command.is_pytest or any(x is not None for x in (command.launcher_args, command.script,
+                                                                    command.install_args)):
                     found.append(command)
     return found, cwd
 
@@ -436,12 +442,26 @@ def check_install(command: Command) -> list[str]:
     return problems
 
 
+def check_pytest(command: Command) -> list[str]:
+    """`pytest FILES -k WORD`: a plain -k word names tests of those files (a renamed test would select none)."""
+    words = command.words
+    files = [REPO / word for word in words if word.startswith("tests/") and (REPO / word).is_file()]
+    selected = [words[i + 1] for i, word in enumerate(words[:-1]) if word == "-k"]
+    problems = []
+    for word in selected:
+        if files and re.fullmatch(r"\w+", word):
+            tests = " ".join(re.findall(r"def (test\w*)", "".join(f.read_text(encoding="utf-8") for f in files)))
+            if word not in tests:
+                problems.append(f"{command.where}: `{command.text}`: -k {word} selects no test of those files")
+    return problems
+
+
 def check_paths(command: Command) -> list[str]:
     """Repository paths among the words (scripts/…, docs/…, tests/…) exist; no path of one machine is named."""
     problems = [f"{command.where}: `{command.text}`: {prefix}… is a path of one machine; write /path/to/… or a "
                 "variable" for prefix in MACHINE_PATHS if prefix in command.text]
     for word in command.words:
-        for candidate in word.split("="):
+        for candidate in word.split("::")[0].split("="):
             candidate = candidate.strip("[](),;:")
             top = candidate.split("/", 1)[0]
             if top in REPO_TOP and "/" in candidate and not is_placeholder(candidate) and "*" not in candidate:
@@ -473,8 +493,10 @@ def check_document(name: str, markdown: str) -> Findings:
             findings.problems += check_launch(command)
         elif command.install_args is not None:
             findings.problems += check_install(command)
-        else:
+        elif command.script is not None:
             findings.problems += check_script(command)
+        else:
+            findings.problems += check_pytest(command)
         findings.problems += check_paths(command)
     findings.problems = list(dict.fromkeys(findings.problems))  # a missing script is also a missing path
     return findings

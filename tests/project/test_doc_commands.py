@@ -52,6 +52,8 @@ def test_every_command_the_docs_show_is_valid():
     ("`uv sync --extra megatronn`", "pyproject.toml has no extra 'megatronn'"),
     ("`pip install 'megatron-launch[fp8]'`", "megatron-launch is not on a package index"),
     ("`MEGATRON_LM_PATH=/work/mlm python scripts/memory_probe.py`", "/work/… is a path of one machine"),
+    ("`python -m pytest -q tests/importer/test_import.py -k upstreamm`", "-k upstreamm selects no test"),
+    ("`pytest -q tests/estimate/test_no_such_file.py`", "tests/estimate/test_no_such_file.py does not exist"),
 ])
 def test_a_command_that_drifted_from_the_code_is_named(markdown, expected):
     found = problems_of(markdown)
@@ -105,3 +107,28 @@ def test_a_shown_example_prints_what_the_readme_shows():
         done = launch(*command.split()[1:])
         assert done.returncode == (2 if shown.startswith("error:") else 0)
         assert (done.stdout + done.stderr).strip() == shown.strip()
+
+
+def test_the_readme_preset_table_is_what_launch_list_says():
+    import json
+
+    listed = {row["preset"]: row for row in json.loads(launch("list", "--format", "json").stdout)}
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    row_pattern = r"^\| `([^`]+)` \| [^|]+ \| (\d+)·(\d+)·(\d+) \| (\d+)[^|]* \| (\d+) × (\d+)[^|]* \|$"
+    table = re.findall(row_pattern, readme, re.M)
+    assert sorted(row[0] for row in table) == sorted(listed)
+    for name, tp, pp, cp, min_gpus, nodes, gpus in table:
+        row = listed[name]
+        assert (row["tp"], row["pp"], row["cp"], row["min_gpus"], row["nodes"], row["gpus_per_node"]) == tuple(
+            map(int, (tp, pp, cp, min_gpus, nodes, gpus))), name
+
+
+def test_the_readme_names_every_command_and_every_known_gpu():
+    from launcher.cli.completion import names
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    usage = re.search(r"^## Usage\n\n```\n(.*?)```", readme, re.M | re.S).group(1)
+    synopsis = set(re.findall(r"^launch ([a-z][\w-]*)", usage, re.M)) | set(re.findall(r"`launch (ls)`", readme))
+    assert set(names("commands")) <= synopsis
+    known = re.search(r"Known GPUs: ([^.]*)\.", readme).group(1)
+    assert sorted(re.findall(r"[\w-]+", known)) == names("gpus")
