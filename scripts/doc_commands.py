@@ -9,8 +9,9 @@ A command is a line of a shell code block, or an inline code span, whose program
 names exists, every `--set NAME` names a setting (a concrete `--set NAME=VALUE` is typed as the launcher would),
 a named preset exists, and a command without placeholders (PRESET, RUN_DIR, …, [optional parts]) parses as typed.
 Each script command names a script that exists and options that script defines. `pip install` / `uv sync` name
-extras pyproject.toml declares. Every repository path a command or a Markdown link names exists, and no command
-names a path of this project's own workspace.
+extras pyproject.toml declares; `pytest FILES -k WORD` names test files that exist and a word that selects tests.
+Every repository path a command or a Markdown link names exists, and no command names a path of this project's
+own workspace.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ INSTALL_HEADS = (("pip", "install"), ("pip3", "install"), (".venv/bin/pip", "ins
 PYTEST_HEADS = (("pytest",), *((python, "-m", "pytest") for python in PYTHONS))
 MACHINE_PATHS = ("/work/", "/root/")  # this project's own workspace: a command naming one runs only there
 REPO_TOP = ("scripts", "docs", "tests", "launcher", "configs", ".ci", "third_party")
-ELLIPSIS = "…"
 
 
 @dataclass
@@ -266,7 +266,10 @@ PLACEHOLDER = re.compile(r"^[A-Z][A-Z0-9_]*(\.\.\.|…)?$|.*…|.*\$|.*[<>]|^\.\
 
 
 def is_placeholder(word: str) -> bool:
-    """PRESET, RUN_DIR, DIR/corpus's DIR, `…`, `$VAR` left unexpanded, `<the base --sets>`."""
+    """PRESET, RUN_DIR, DIR/corpus's DIR, `…`, `$VAR` left unexpanded, `<the base --sets>`. An environment
+    variable's value is free text (env.NCCL_DEBUG=INFO is a value, not a placeholder)."""
+    if re.match(r"env\.\w+=", word):
+        word = word.split("=", 1)[0]
     return bool(PLACEHOLDER.match(word)) or any(PLACEHOLDER.match(part) for part in re.split(r"[/=,|]", word) if part)
 
 
@@ -275,13 +278,12 @@ def _optional_parts(words: list[str]) -> tuple[list[str], list[str], bool]:
     the command has alternatives (`a|b`) outside brackets."""
     outside, inside, depth = [], [], 0
     for word in words:
-        opens, closes = word.count("[") - word.count("[["), word.count("]") - word.count("]]")
+        closes = word.count("]") - word.count("]]")
         if word.startswith("[") and not word.startswith("[["):
             depth += 1
         (inside if depth else outside).append(word.strip("[]") if depth else word)
         if closes > 0 and depth and word.endswith("]"):
             depth = max(0, depth - closes)
-        del opens
     choice = any(word == "|" or (re.fullmatch(r"[\w-]+(\|[\w-]+)+", word) is not None) for word in outside)
     inside = [word for word in inside if word and word != "|"]
     return outside, inside, choice

@@ -1,6 +1,6 @@
 """The commands README.md and docs/*.md show stay true to the code: each `launch …` parses with the CLI's own parser
-and names options, settings and presets that exist; each script, extra and repository path it names exists; the
-README's first commands that need no GPU run, and a shown example prints what the README shows."""
+and names options, settings and presets that exist; each script, extra and repository path it names exists; each
+command that needs no GPU runs with the exit code the doc shows, and a shown example prints what the README shows."""
 
 from __future__ import annotations
 
@@ -77,27 +77,6 @@ def launch(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300, check=False)
 
 
-def readme_commands(section: str) -> list[list[str]]:
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    commands = doc_commands.extract("README.md", readme)
-    lines = readme.splitlines()
-    start = lines.index(f"## {section}") + 1
-    end = next(i for i in range(start, len(lines)) if lines[i].startswith("## "))
-    return [c.launcher_args for c in commands
-            if c.launcher_args is not None and start < int(c.where.split(":")[1]) <= end and not c.inline]
-
-
-def test_the_first_screens_commands_that_need_no_gpu_run_as_shown():
-    commands = readme_commands("Set-up: two commands") + readme_commands("Quick start")
-    cheap = [args for args in commands
-             if "--dry-run" in args or args[:1] in (["list"], ["plan"], ["runs"])]
-    assert len(cheap) >= 6
-    for args in cheap:
-        done = launch(*args)
-        assert done.returncode == 0, (args, done.stderr[-2000:])
-        assert "Traceback" not in done.stderr
-
-
 def test_a_shown_example_prints_what_the_readme_shows():
     """A block that begins `$ launch …` shows the command's whole output (the README's layout error)."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
@@ -132,3 +111,41 @@ def test_the_readme_names_every_command_and_every_known_gpu():
     assert set(names("commands")) <= synopsis
     known = re.search(r"Known GPUs: ([^.]*)\.", readme).group(1)
     assert sorted(re.findall(r"[\w-]+", known)) == names("gpus")
+
+
+def cheap_commands() -> list[tuple[doc_commands.Command, list[str]]]:
+    """Every complete `launch` command the docs show that needs no GPU, cluster or checkout: dry-runs (not
+    --submit), list, show, diff, plan (not --measure), runs, completion, --version."""
+    found, seen = [], set()
+    for command in doc_commands.check().commands:
+        args = command.launcher_args
+        if args is None or command.is_mention:
+            continue
+        typed, _, choice = doc_commands._optional_parts(args)
+        if choice or not typed or any(map(doc_commands.is_placeholder, typed)):
+            continue
+        cheap = ("--dry-run" in typed and "--submit" not in typed and "--check" not in typed) or typed[0] in (
+            "list", "show", "diff", "runs", "ls", "completion", "--version") or (
+            typed[0] == "plan" and "--measure" not in typed)
+        if cheap and tuple(typed) not in seen:
+            seen.add(tuple(typed))
+            found.append((command, typed))
+    return found
+
+
+def shown_exit(command: doc_commands.Command) -> int:
+    """2 where the doc says so: `exit 2` on the command's line, or an `error:` line right after it."""
+    name, line = command.where.rsplit(":", 1)
+    lines = (REPO / name).read_text(encoding="utf-8").splitlines()
+    at = int(line) - 1
+    following = lines[at + 1] if at + 1 < len(lines) else ""
+    return 2 if "exit 2" in lines[at] or following.startswith("error:") else 0
+
+
+def test_every_command_the_docs_show_that_needs_no_gpu_runs_with_the_exit_code_they_show():
+    commands = cheap_commands()
+    assert len(commands) >= 15
+    for command, args in commands:
+        done = launch(*args)
+        assert done.returncode == shown_exit(command), (command.where, args, done.stderr[-1500:])
+        assert "Traceback" not in done.stderr and "internal error" not in done.stderr
