@@ -289,8 +289,11 @@ def read_tail(path: str | Path, what: str, size: int) -> bytes:
 
 
 class _Constructor(yaml.constructor.SafeConstructor):
-    """SafeConstructor that refuses repeated keys, and turns a value PyYAML cannot build (2024-13-45 as a date,
-    `!!int abc`, a 5,000-digit number) into a YAML error with its position."""
+    """SafeConstructor that refuses repeated keys (or, where `repeated` is a list, records each and keeps the later
+    value, as PyYAML does), and turns a value PyYAML cannot build (2024-13-45 as a date, `!!int abc`, a 5,000-digit
+    number) into a YAML error with its position."""
+
+    repeated: list[tuple[str, int, int]] | None = None
 
     def construct_object(self, node, deep=False):
         try:
@@ -317,7 +320,9 @@ class _Constructor(yaml.constructor.SafeConstructor):
                     earlier = first.setdefault(key, key_node)
                 except TypeError:
                     continue  # an unhashable key: the base class reports it
-                if earlier is not key_node:
+                if earlier is not key_node and self.repeated is not None:  # the later value wins, and is told
+                    self.repeated.append((shown(key), earlier.start_mark.line + 1, key_node.start_mark.line + 1))
+                elif earlier is not key_node:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key {shown(key)} appears twice in one mapping, at line "
                                     f"{earlier.start_mark.line + 1} and line {key_node.start_mark.line + 1}",
@@ -399,11 +404,14 @@ def _expanded_size(root: yaml.Node) -> tuple[int, int]:
     return size(root)
 
 
-def load_yaml(text: str, source: str) -> Any:
-    """One YAML document from user input; UserError (with the line) for anything PyYAML or the bounds refuse."""
+def load_yaml(text: str, source: str, repeated: list[tuple[str, int, int]] | None = None) -> Any:
+    """One YAML document from user input; UserError (with the line) for anything PyYAML or the bounds refuse.
+    A key repeated in one mapping is refused, unless `repeated` is a list: then each (key, first line, later line)
+    is appended to it and the later value is kept (for files another program reads with PyYAML's own loader)."""
     loader = None
     try:
         loader = _Loader(text)  # its reader already refuses control characters
+        loader.repeated = repeated
         node = loader.get_single_node()
         if node is None:
             return None

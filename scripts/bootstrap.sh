@@ -8,21 +8,23 @@ extras=""
 [ "${1:-}" = "--full" ] && extras="[megatron,report,test]"
 
 find_python() {
+    # any pyenv 3.12.x (the glob stays a literal word, which is skipped, where none is installed)
     for candidate in python3.12 "$(uv python find 3.12 2>/dev/null)" \
-                     "$(pyenv root 2>/dev/null)/versions/3.12.1/bin/python3.12" python3; do
+                     "$(pyenv root 2>/dev/null)"/versions/3.12*/bin/python3.12 python3; do
         if command -v "$candidate" >/dev/null 2>&1 &&
            "$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' 2>/dev/null; then
             echo "$candidate"; return 0
         fi
     done
-    echo "error: Python 3.12 not found (Megatron-LM needs >= 3.12)" >&2
+    echo "error: Python 3.12 not found (the Python this project and Megatron-LM's tested versions use)" >&2
     echo "  hint: uv python install 3.12 (no root), apt-get install python3.12 python3.12-venv (Debian 13," \
          "Ubuntu 24.04), brew install python@3.12, or pyenv install 3.12" >&2
     return 1
 }
 
 if [ ! -x .venv/bin/python ]; then
-    "$(find_python)" -m venv .venv
+    python=$(find_python) || exit 2  # its error and hint are said; nothing was made
+    "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 # setuptools prints a 9-line box on every editable install ("folders ... with the same name as your package"):

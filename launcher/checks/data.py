@@ -81,9 +81,52 @@ def check_data(megatron_args: Mapping[str, Any], python_here: bool = True) -> li
             problems += check_prefix(prefix, setting, tokenizer, megatron_args)
     if megatron_args.get("data_path") or megatron_args.get("data_args_path"):
         split = megatron_args.get("split")
-        if split is not None:
-            problems += check_split(str(split))
+        split_problems = check_split(str(split)) if split is not None else []
+        problems += split_problems
+        if not split_problems and not problems:  # every prefix readable: count what each split gets of it
+            for prefix in _blend_prefixes(megatron_args, []).get("data_path", []):
+                problems += check_split_documents(prefix, str(split or LEGACY_SPLIT))
     return problems
+
+
+# validate_args' split where data_path is given without one (arguments.py:667)
+LEGACY_SPLIT = "969, 30, 1"
+SPLIT_NAMES = ("train", "valid", "test")
+
+
+def split_ranges(split: str, count: int) -> list[range | None]:
+    """The documents of a dataset of `count` that each split takes, as Megatron computes them
+    (parse_and_normalize_split, convert_split_vector_to_split_matrix, then round(bound × count) in
+    _build_megatron_dataset_splits); None: a split of weight 0, which Megatron does not build."""
+    weights = [float(n) for n in re.findall(r"[.0-9]+", split)]
+    weights += [0.0] * (len(SPLIT_NAMES) - len(weights))
+    total = sum(weights)
+    bounds, start = [], 0.0
+    for weight in weights:
+        end = start + weight / total
+        bounds.append(None if end <= start else (start, end))
+        start = end
+    return [None if b is None else range(int(round(b[0] * count)), int(round(b[1] * count))) for b in bounds]
+
+
+def check_split_documents(prefix: str, split: str) -> list[Problem]:
+    """A split of positive weight that gets none of a dataset's documents: Megatron still builds its dataset, of 0
+    tokens an epoch, and its index build adds such epochs forever (gpt_dataset.py:633 _get_num_epochs): the job
+    hangs at start (seen: 2 documents, split 98,2,0, the valid split)."""
+    try:
+        count = read_index(prefix).sequences
+    except (OSError, ValueError):
+        return []  # said by check_prefix
+    empty = [name for name, taken in zip(SPLIT_NAMES, split_ranges(split, count)) if taken is not None and not taken]
+    if not empty:
+        return []
+    zeroed = ",".join("0" if name in empty else part for name, part in
+                      zip(SPLIT_NAMES, [*re.findall(r"[.0-9]+", split), "0", "0", "0"]))
+    return [Problem(f"split {split!r} gives the {' and '.join(empty)} split{'s' if len(empty) > 1 else ''} none of "
+                    f"the {count} document(s) of {prefix}: Megatron would build {'them' if len(empty) > 1 else 'it'} "
+                    "empty and never finish its index (each epoch adds 0 tokens)",
+                    f"add documents, or give {'those splits' if len(empty) > 1 else 'that split'} no share: "
+                    f"--set split={zeroed}")]
 
 
 def data_files(megatron_args: Mapping[str, Any]) -> list[str]:

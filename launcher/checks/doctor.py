@@ -33,7 +33,14 @@ from launcher.checks.finding import Finding, Status
 from launcher.errors import Problem, UserError
 from launcher.megatron.dataset_helpers import will_build
 from launcher.megatron.fetch import GIT_SOURCE as MEGATRON_URL
-from launcher.megatron.pin import COMMIT_MARKER, MAX_MARKER_BYTES, SUBMODULE, default_fetch_dir, has_module
+from launcher.megatron.pin import (
+    COMMIT_MARKER,
+    MAX_MARKER_BYTES,
+    SUBMODULE,
+    default_fetch_dir,
+    has_module,
+    submodule_hint,
+)
 from launcher.pipeline.environment import CONNECTIONS, uses_fsdp
 from launcher.runs.rundir import git_commit
 
@@ -170,7 +177,7 @@ def check_megatron_checkout(ctx: Context) -> list[Finding]:
     path = ctx.megatron_path
     clone = (f"launch fetch-megatron (the pinned commit into {default_fetch_dir()}, remembered), or git clone "
              f"{MEGATRON_URL} DIR && git -C DIR checkout {MEGATRON_COMMIT[:12]} and point at it with "
-             "--megatron-path DIR / MEGATRON_LM_PATH=DIR")
+             f"--megatron-path DIR / MEGATRON_LM_PATH=DIR{submodule_hint(path)}")
     if not (path / "pretrain_gpt.py").is_file():
         return [Finding("megatron-lm checkout", "fail", f"no pretrain_gpt.py in {path}", clone)]
     head = git_commit(path)["commit"]

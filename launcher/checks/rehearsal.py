@@ -21,7 +21,7 @@ from typing import Any
 
 from launcher.checks.megatron_python import TARGET_ENV_PREFIXES, WorkerProcess, find_megatron_python
 from launcher.errors import UserError
-from launcher.megatron.pin import has_module
+from launcher.megatron.pin import FETCH_HINT, has_module, submodule_hint
 from launcher.pipeline.environment import APEX_FREE
 from launcher.pipeline.value_rules import capacity_past_tokens
 
@@ -232,7 +232,8 @@ def rehearsal_python(megatron_path: Path, python: str | None = None) -> str:
         raise UserError(
             f"the rehearsal builds the model through pretrain_gpt.py's model provider, and {megatron_path} "
             "is not a Megatron-LM checkout (the megatron-core wheel has no pretrain_gpt.py or gpt_builders.py)",
-            "pass --megatron-path DIR (or set MEGATRON_LM_PATH) to a checkout of the pinned Megatron-LM")
+            f"{FETCH_HINT}, or pass --megatron-path DIR (or set MEGATRON_LM_PATH) to a checkout of the pinned "
+            f"Megatron-LM{submodule_hint(megatron_path)}")
     return found
 
 

@@ -310,8 +310,9 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     layout = ManifestLayout()
     task: TaskFile | None = None
     if not stripped.startswith(("#!", "--", "torchrun", "python")):
+        repeated: list[tuple[str, int, int]] = []
         try:  # bounded: a few hundred bytes of nested aliases must not expand into gigabytes
-            data = untrusted.load_yaml(text, "the source")
+            data = untrusted.load_yaml(text, "the source", repeated)
         except untrusted.TooLarge:
             raise
         except UserError:
@@ -320,7 +321,14 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
             if positional or environment:
                 raise UserError("arguments and --env after the source apply to a bash script, not a YAML mapping "
                                 "of flags", "give only the YAML file")
-            return Source(*_from_yaml_mapping(data))
+            mapping = Source(*_from_yaml_mapping(data))
+            # Megatron's functional-test runner reads these files with yaml.safe_load: the later value is the one
+            # it passes (several upstream configs repeat --ffn-hidden-size)
+            mapping.notes += [f"{key} appears twice (lines {first} and {later}): the later value is carried, as a "
+                              "YAML reader such as Megatron's test runner takes it" for key, first, later in repeated]
+            return mapping
+        if repeated:  # any other YAML document keeps the strict reading: a repeated key is refused
+            data = untrusted.load_yaml(text, "the source")
         manifest = _manifest_script(data) if data is not None else _manifest_documents(text)
         task = task_file(data) if manifest is None and data is not None else None
         if manifest is not None:  # a Kubernetes / Kubeflow manifest: the container's command is the script

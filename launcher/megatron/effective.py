@@ -121,6 +121,14 @@ def _rope(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any], str]:
     return out, ""
 
 
+def _single_router_lists(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any], str]:
+    """A one-element list of load-balancing types (or aux-loss coefficients) becomes the element itself, which
+    TransformerConfig's checks compare with a string (`!= "sinkhorn"` exempts top-1 routing from pre-softmax)."""
+    changes = {dest: s[dest][0] for dest in ("moe_router_load_balancing_type", "moe_aux_loss_coeff")
+               if isinstance(s[dest], list) and len(s[dest]) == 1}
+    return changes, ""
+
+
 def _emerging_optimizer(s: dict[str, Any], vpp: int | None) -> tuple[dict[str, Any], str]:
     out: dict[str, Any] = {"use_layer_wise_distributed_optimizer": False}
     if s["optimizer"] in EMERGING_OPTIMIZERS:
@@ -175,6 +183,7 @@ STEPS: tuple[Step, ...] = (
     ("arguments.py:1384", False, _sequence_parallel),
     ("arguments.py:1437", False, _bias_gelu),
     ("arguments.py:1457", False, _rope),
+    ("arguments.py:1492", False, _single_router_lists),
     ("arguments.py:1551", False, _emerging_optimizer),
     ("arguments.py:1585", False, _fake_process_group),
     ("arguments.py:1627", False, _async_save),

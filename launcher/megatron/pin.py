@@ -25,6 +25,13 @@ MAX_MARKER_BYTES = 4096  # the marker holds a commit hash and a newline
 FETCH_HINT = "run `launch fetch-megatron` (the pinned commit into your data directory, remembered)"
 
 
+def submodule_hint(path: Path) -> str:
+    """For the submodule of a source clone, which a plain `git clone` leaves empty: the command that fills it."""
+    if path != SUBMODULE or not (REPO_ROOT / ".gitmodules").is_file():
+        return ""
+    return f"; or fill this clone's submodule: git -C {REPO_ROOT} submodule update --init third_party/megatron-lm"
+
+
 def _xdg(name: str, fallback: str) -> Path:
     value = os.environ.get(name)
     return Path(value) if value and os.path.isabs(value) else Path.home() / fallback
@@ -90,7 +97,7 @@ def require_checkout(path: Path, entry: str) -> Path:
         raise UserError(
             f"no Megatron-LM checkout at {path} ({ENTRY_SCRIPTS[entry]} is missing)",
             f"{FETCH_HINT}, or point the launcher at a checkout of {MEGATRON_COMMIT[:12]} with "
-            f"--megatron-path DIR or {ENV_VAR}=DIR",
+            f"--megatron-path DIR or {ENV_VAR}=DIR{submodule_hint(path)}",
         )
     return script
 
@@ -100,7 +107,7 @@ def checkout_warning(path: Path, entry: str) -> str | None:
     if entry not in ENTRY_SCRIPTS or (path / ENTRY_SCRIPTS[entry]).is_file():
         return None
     return (f"{path / ENTRY_SCRIPTS[entry]} does not exist here: the command needs a Megatron-LM checkout of "
-            f"{MEGATRON_COMMIT[:12]} there; {FETCH_HINT}, or give --megatron-path DIR")
+            f"{MEGATRON_COMMIT[:12]} there; {FETCH_HINT}, or give --megatron-path DIR{submodule_hint(path)}")
 
 
 @dataclass(frozen=True)

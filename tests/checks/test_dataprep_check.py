@@ -18,6 +18,7 @@ from launcher.checks.data import (
     check_split,
     parse_blend,
     read_index,
+    split_ranges,
     training_tokenizer,
 )
 
@@ -96,7 +97,7 @@ def test_sources_mock_and_real_not_both(tmp_path):
     write_indexed(prefix, [[1, 2, 256]])
     base = {"tokenizer_type": "NullTokenizer", "vocab_size": 257}
     assert check_data({**base, "mock_data": True}) == []
-    assert check_data({**base, "data_path": [str(prefix)], "split": "90,10,0"}) == []
+    assert check_data({**base, "data_path": [str(prefix)], "split": "100,0,0"}) == []
     both = check_data({**base, "mock_data": True, "data_path": [str(prefix)]})
     assert "both mock data" in messages(both)
     neither = check_data(base)
@@ -171,3 +172,30 @@ def test_blend_weights_that_are_not_finite_are_refused(blend):
 def test_a_split_that_is_not_finite_is_refused(split):
     [problem] = check_split(split)
     assert "not finite" in problem.message and len(problem.message) < 400
+
+
+def test_a_split_that_gets_no_document_is_refused_since_megatron_would_never_finish_its_index(tmp_path):
+    """2 documents at 98,2,0: the valid split's bounds round to document 2..2; Megatron builds it anyway, with 0
+    tokens an epoch, and loops adding epochs (the job hangs at start)."""
+    prefix = tmp_path / "corpus"
+    write_indexed(prefix, [[1, 2, 256], [3, 256]])
+    base = {"tokenizer_type": "NullTokenizer", "vocab_size": 257, "data_path": [str(prefix)]}
+    [problem] = check_data({**base, "split": "98,2,0"})
+    assert f"split '98,2,0' gives the valid split none of the 2 document(s) of {prefix}" in problem.message
+    assert problem.hint.endswith("--set split=98,0,0")
+    assert check_data({**base, "split": "50,50,0"}) == []
+    # without a split, validate_args uses its legacy 969,30,1: both small splits get nothing of 2 documents
+    assert "gives the valid and test splits none" in messages(check_data(base))
+    write_indexed(prefix, [[1, 256]] * 100)
+    assert check_data({**base, "split": "98,2,0"}) == []
+
+
+@pytest.mark.megatron
+@pytest.mark.parametrize("split", ["98,2,0", "969, 30, 1", "1,1,1", "90/10", "0.5,0.25,0.25", "100,0,0", "7"])
+def test_the_documents_each_split_takes_are_megatrons(split):
+    config = pytest.importorskip("megatron.core.datasets.blended_megatron_dataset_config")
+    matrix = config.convert_split_vector_to_split_matrix(config.parse_and_normalize_split(split))
+    for count in (1, 2, 3, 7, 10, 33, 100, 1001):
+        megatron = [None if b is None else range(int(round(b[0] * float(count))), int(round(b[1] * float(count))))
+                    for b in matrix]
+        assert split_ranges(split, count) == megatron, (split, count)

@@ -117,3 +117,17 @@ def test_megatron_path_falls_back_to_the_remembered_checkout(tmp_path, monkeypat
     assert pin.megatron_path("/given", None) == Path("/given")
     monkeypatch.setenv("MEGATRON_LM_PATH", "/from/env")
     assert pin.megatron_path(None, None) == Path("/from/env")
+
+
+@pytest.mark.skipif((pin.SUBMODULE / "pretrain_gpt.py").is_file(), reason="this clone's submodule is populated")
+def test_a_clone_with_an_empty_submodule_is_told_the_git_command_that_fills_it(tmp_path):
+    dry = launch(tmp_path, "345m", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    fill = f"git -C {REPO} submodule update --init third_party/megatron-lm"
+    warning = next(line for line in dry.stderr.splitlines() if "does not exist here" in line)
+    assert "launch fetch-megatron" in warning and warning.endswith(fill)
+    doctor = launch(tmp_path, "doctor")
+    assert fill in doctor.stdout
+    # a checkout named elsewhere is not this clone's submodule: no git command for it
+    elsewhere = launch(tmp_path, "345m", "--dry-run", "--megatron-path", str(tmp_path / "absent"))
+    assert "does not exist here" in elsewhere.stderr and "submodule update" not in elsewhere.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from launcher.cli.job import job_as_declared
+from launcher.errors import UserError
 from launcher.importer.bash_subset import ShellSyntaxError, read_script, show
 from launcher.importer.build import import_source
 from launcher.importer.flags import read_flags
@@ -314,6 +315,28 @@ def test_a_model_args_mapping(tmp_path):
     assert result.settings["deterministic_mode"] is True and "data_cache_path" in result.replaced
     assert any("TEST_TYPE" in n for n in result.not_carried)
     assert_round_trip(result, path)
+
+
+def test_a_model_args_mapping_that_repeats_a_flag_carries_the_later_value_and_says_so(tmp_path):
+    """Megatron's own functional-test configs repeat flags (--ffn-hidden-size in the gpt3_mcore_reruns_* ones); its
+    test runner reads them with yaml.safe_load, which keeps the later value. The import does the same, aloud,
+    instead of reading the YAML as a bash script."""
+    text = ("MODEL_ARGS:\n  --num-layers: 4\n  --hidden-size: 256\n  --ffn-hidden-size: 512\n"
+            "  --num-attention-heads: 8\n  --seq-length: 512\n  --max-position-embeddings: 512\n"
+            "  --micro-batch-size: 2\n  --global-batch-size: 16\n  --lr: 3.0e-4\n  --train-iters: 20\n"
+            "  --eval-interval: 10\n  --eval-iters: 1\n  --mock-data: true\n  --tokenizer-type: NullTokenizer\n"
+            "  --vocab-size: 1000\n  --ffn-hidden-size: 1024\n")
+    result, path, outcome = imported(tmp_path, text, "model_config.yaml")
+    assert not outcome.problems, outcome.problems
+    assert result.settings["ffn_hidden_size"] == 1024 and result.settings["num_layers"] == 4
+    assert any("'--ffn-hidden-size' appears twice (lines 4 and 17)" in n for n in result.not_carried)
+    assert_round_trip(result, path)
+
+
+def test_another_yaml_document_with_a_repeated_key_is_refused_not_read_as_bash():
+    manifest = "apiVersion: batch/v1\nkind: Job\nkind: Job\nspec: {}\n"
+    with pytest.raises(UserError, match="key 'kind' appears twice in one mapping, at line 2 and line 3"):
+        import_source(manifest, "job.yaml")
 
 
 def test_cli_writes_the_preset_and_reports(tmp_path, launch):

@@ -43,6 +43,20 @@ def test_emerging_optimizers_replace_the_distributed_optimizer():
     assert (effective["optimizer"], effective["use_distributed_optimizer"]) == ("muon", False)
 
 
+def test_a_one_element_router_list_becomes_its_element_so_sinkhorn_top_1_needs_no_pre_softmax():
+    from launcher.pipeline.value_rules import softmax_of_one_needed
+
+    given = {"num_experts": 4, "moe_router_topk": 1, "moe_router_load_balancing_type": ["sinkhorn"],
+             "moe_aux_loss_coeff": [0.01]}
+    effective = effective_settings(given)
+    assert (effective["moe_router_load_balancing_type"], effective["moe_aux_loss_coeff"]) == ("sinkhorn", 0.01)
+    assert not softmax_of_one_needed(effective.__getitem__, 1)  # TransformerConfig: != "sinkhorn" exempts it
+    two = effective_settings({**given, "moe_router_load_balancing_type": ["sinkhorn", "aux_loss"],
+                              "moe_aux_loss_coeff": [0.0, 0.01]})
+    assert two["moe_router_load_balancing_type"] == ["sinkhorn", "aux_loss"]  # a list is not "sinkhorn"
+    assert softmax_of_one_needed(two.__getitem__, 1)
+
+
 CASES = [
     {"sequence_parallel": True},
     {"async_save": True, "ckpt_format": "torch_dist"},
@@ -54,12 +68,14 @@ CASES = [
     {"overlap_p2p_comm": True, "pipeline_model_parallel_size": 1},
     {"optimizer": "dist_muon", "use_distributed_optimizer": True},
     {"mtp_hybrid_override_pattern": "M*"},
+    {"num_experts": 4, "moe_router_topk": 1, "moe_router_load_balancing_type": ["sinkhorn"],
+     "moe_aux_loss_coeff": [0.01], "add_bias_linear": False},
 ]
 # What launcher.megatron.effective rewrites; Megatron's other bookkeeping (dtypes, derived sizes) is not a setting.
 REWRITTEN = {"sequence_parallel", "async_save", "async_strategy", "position_embedding_type", "apply_rope_fusion",
              "bias_gelu_fusion", "check_for_nan_in_loss_and_grad", "overlap_p2p_comm", "align_param_gather",
              "use_distributed_optimizer", "optimizer", "mtp_hybrid_override_pattern", "fsdp_manual_registration",
-             "use_gloo_process_groups"}
+             "use_gloo_process_groups", "moe_router_load_balancing_type", "moe_aux_loss_coeff"}
 
 
 @pytest.mark.megatron
