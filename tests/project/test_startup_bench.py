@@ -28,7 +28,7 @@ FAKE_LAUNCH = textwrap.dedent('''
     if "hang" in sys.argv:
         time.sleep(60)
     time.sleep(0.05)
-    print("# run directory: /tmp/somewhere", flush=True)
+    print("# run directory: /tmp/somewhere", flush=True); time.sleep(0.3)  # seen by the reader before the next stamp
     program_start = time.time(); time.sleep(0.1)
     imported = time.time(); time.sleep(0.1)
     print("using world size: 1, data-parallel size: 1", flush=True)
