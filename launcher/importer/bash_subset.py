@@ -53,6 +53,11 @@ FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
 ENTRY_WORD = re.compile(r"\.py$")  # the script a runner starts: what follows it are its own flags
 WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
 DEFAULT_IFS = " \t\n"
+# what bash itself keeps (the positional parameters, $0, the sourced files' stack, IFS): a sourced file not read is not
+# taken to change them (see _Reader.source_not_read)
+NOT_SET_BY_SOURCE = {"#", "@", "*", "0", "BASH_SOURCE", "IFS"}
+MAY_SET = ("what it sets is unknown (from here on an unset variable is unknown, and a value set before it may be the "
+           "file's)")
 
 
 def _split(value: str, ifs: str) -> tuple[list[str], bool, bool]:
@@ -163,9 +168,15 @@ class Undecided:
     # the variables its test reads that the script never sets (`if [ -z "$FP32" ]`): the caller's environment, which
     # `launch import --env NAME=VALUE` gives; empty where the test also needs a file or a command's output
     environment: tuple[str, ...] = field(default=(), compare=False)
+    # how to decide it where neither the arguments nor the environment do (a sourced file not read: give the file)
+    decide: str = field(default="", compare=False)
+    sourced: bool = field(default=False, compare=False)  # a file sourced and not read, which may change any value
 
     def how_to_decide(self) -> str:
-        """The way to decide it that the user has: the script's arguments, or the caller's variables it reads."""
+        """The way to decide it that the user has: the script's arguments, the caller's variables it reads, or what
+        `decide` says."""
+        if self.decide:
+            return f" ({self.decide})"
         if self.arguments:
             return " (it depends on the script's arguments: give them after the script's name)"
         if self.environment:
@@ -460,6 +471,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     pjm_directives(text, reading, reader)
     flux_directives(text, reading)
     try:
+        reader.given = {name: _state_of(reading.shell, name)
+                        for name in [*reading.shell.scalars, *reading.shell.arrays]}
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
         reading.stopped = (exc.line, exc.why) if exc.line else None
@@ -488,6 +501,9 @@ class _Reader:
         self.sourcing: list[str] = [os.path.realpath(path)] if path is not None else []
         self.sourced_chars = 0  # of every file sourced: together at most MAX_SCRIPT_CHARS
         self.unread_sources = 0  # `source FILE` lines passed whose file was not read: any unset name may be its
+        # what the caller and the job's scheduler gave (--env, #SBATCH …) before the script ran: a file not read may
+        # change those too, but they are not the script's own values (see source_not_read)
+        self.given: dict[str, tuple[Any, ...]] = {}
         self.shell = reading.shell
         self.positional: list[str] | None = list(positional) if positional else None
         self.steps = 0
@@ -512,6 +528,7 @@ class _Reader:
         # carry the flags those constructs give (they are added to its ScriptCommand.absent)
         self.through: tuple[Undecided, ...] = ()
         self.through_flags: tuple[Undecided, ...] = ()  # of those, what decides the words after its entry script
+        self.through_sourced: dict[str, tuple[Undecided, ...]] = {}  # its words from values a file not read may set
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
@@ -520,6 +537,9 @@ class _Reader:
         # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
         self.known_files: dict[str, str] = {}
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
+        self.touched_names: set[str] | None = None  # the variables it reads
+        # NAME → (its value's state, word → the sourced files not read that may have changed it): see source_not_read
+        self.taint: dict[str, tuple[tuple[Any, ...], dict[str, tuple[Undecided, ...]]]] = {}
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
         self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
@@ -714,8 +734,9 @@ class _Reader:
             self.shell.scalars[name] = _unknown(name)
             self.shell.arrays.pop(name, None)
             self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
-        if recovery.sources(raw):  # a file sourced there may set any name: unset ones are unknown from here on
-            self.unread_sources += 1
+        if recovery.sources(raw):  # a file sourced there may set any name
+            self.source_not_read(line, f"{where}, which sources a file ({shown})",
+                                 "the lines are not read: write them another way, or set what they decide")
         for function in recovery.defined_functions(raw):
             self.shell.functions.pop(function, None)
             self.unread_functions[function] = where
@@ -1288,9 +1309,13 @@ class _Reader:
 
     def st_case_statement(self, node: Any) -> None:
         value_node = node.child_by_field_name("value")
-        value = self.joined(value_node) if value_node is not None else ""
+        names = self.begin_reading()
+        try:
+            value = self.joined(value_node) if value_node is not None else ""
+        finally:
+            self.end_touch()
         items = [c for c in node.named_children if c.type == "case_item"]
-        if unresolved_names(value):
+        if unresolved_names(value) or self.tainted(names, [value]):  # see verdict
             catch_all = any(self.case_patterns(item) == ["*"] for item in items)
             self.undecided_fork(node, [self.case_from(node, items, k) for k in range(len(items))],
                                 include_nothing=not catch_all, what=self.first_line(node))
@@ -1550,6 +1575,16 @@ class _Reader:
         return verdict
 
     def verdict(self, node: Any) -> bool | None:
+        """A condition's verdict, None where it is not known: also where it reads a value that a sourced file not
+        read may have changed (`NODES=1; source cluster.sh; if [ $NODES -gt 1 ]`)."""
+        names = self.begin_reading()
+        try:
+            value = self.known_verdict(node)
+        finally:
+            self.end_touch()
+        return None if self.tainted(names, ["?"]) else value
+
+    def known_verdict(self, node: Any) -> bool | None:
         self.step()
         kind = node.type
         if kind == "test_command":
@@ -1849,7 +1884,9 @@ class _Reader:
         name = self.resolve(name)
         append = any(c.type == "+=" for c in node.children)
         value_node = node.child_by_field_name("value")
+        kept = self.valid_taint(name)
         touched = self.begin_touch()
+        read = self.names_read()
         try:
             if value_node is not None and value_node.type == "array":
                 elements = self.word_fields([c for c in value_node.named_children if c.type != "comment"])
@@ -1859,6 +1896,7 @@ class _Reader:
                 if export:
                     self.shell.exports[name] = elements[0] if elements else ""
                 self.note_uncertain(name, touched, keep=append)
+                self.note_taint(name, read, kept if append else {})
                 return
             if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
                 begin = value_node.start_byte if value_node is not None else tail.start_byte
@@ -1875,6 +1913,7 @@ class _Reader:
             else:
                 self.shell.scalars[key] = (self.shell.scalars.get(key, "") if append else "") + value
             self.note_uncertain(name, touched, keep=True)
+            self.note_taint(name, read, kept)
             return
         if index is not None:  # A[3]=x, A[$i]=x (the subscript is arithmetic)
             array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
@@ -1894,6 +1933,7 @@ class _Reader:
             self.shell.arrays[name] = array
             self.shell.scalars.pop(name, None)
             self.note_uncertain(name, touched, keep=True)
+            self.note_taint(name, read, kept)
             return
         copied = UNRESOLVED.fullmatch(value) if not append and index is None else None
         if UNRESOLVED.fullmatch(value) and (not value.startswith(MARK + "$(") or value.startswith(MARK + "$((")):
@@ -1914,6 +1954,7 @@ class _Reader:
         if append:
             if name in self.shell.arrays:
                 self.shell.arrays[name] = [*self.shell.arrays[name], value]
+                self.note_taint(name, read, kept)
                 return
             value = "".join(self.appended_to(name)[:1]) + value
         if "l" in attributes or "u" in attributes:
@@ -1925,6 +1966,7 @@ class _Reader:
         if export or name in self.shell.exports:
             self.shell.exports[name] = value
         self.note_uncertain(name, touched, keep=append)
+        self.note_taint(name, read, kept if append else {})
 
     def note_copy(self, name: str, source: str | None) -> None:
         """`LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK` with the source not known: the unknown value is then named
@@ -1959,21 +2001,76 @@ class _Reader:
         """Reading `name` while a word is expanded: the word depends on the undecided branches that set it. A value
         that is only the variable's unknown marker carries that itself, into the one word it lands in (so that
         `--node_rank $NODE_RANK` depends on the branch, the other words of the same string do not)."""
+        if self.touched_names is not None:
+            self.touched_names.add(name)
         if name in self.shell.uncertain and self.touched is not None \
                 and self.shell.lookup(name) != _unknown(name):
             self.touched.update(self.shell.uncertain[name])
 
     def begin_touch(self) -> set[Undecided]:
         self._touch_stack = getattr(self, "_touch_stack", [])
-        self._touch_stack.append(self.touched)
-        self.touched = set()
+        self._touch_stack.append((self.touched, self.touched_names))
+        self.touched, self.touched_names = set(), set()
         return self.touched
 
+    def names_read(self) -> set[str]:
+        """The variables read since begin_touch (filled while the words are expanded)."""
+        assert self.touched_names is not None
+        return self.touched_names
+
+    def begin_reading(self) -> set[str]:
+        self.begin_touch()
+        return self.names_read()
+
     def end_touch(self) -> None:
-        inner = self.touched or set()
-        self.touched = self._touch_stack.pop()
+        inner, names = self.touched or set(), self.touched_names or set()
+        self.touched, self.touched_names = self._touch_stack.pop()
         if self.touched is not None:
             self.touched |= inner
+        if self.touched_names is not None:
+            self.touched_names |= names
+
+    # -- values a sourced file not read may have changed --------------------------------------------------------
+    def value_state(self, name: str) -> tuple[Any, ...]:
+        if self.associative(name):
+            return (tuple(sorted(self.associative_entries(name).items())), self.shell.scalars[name + "[]"])
+        return _state_of(self.shell, name)
+
+    def value_words(self, name: str) -> list[str]:
+        if self.associative(name):
+            return [w for v in self.associative_entries(name).values() for w in v.split()]
+        return [w for v in self.shell.arrays.get(name, [self.shell.scalars.get(name) or ""]) for w in v.split()]
+
+    def tainted(self, names: set[str], words: Sequence[str]) -> dict[str, tuple[Undecided, ...]]:
+        """Of `words`, made from the variables `names`, those that came from a value a sourced file not read may
+        have changed (see source_not_read), with the sources: a word of that value found among them, else (the value
+        was computed on, `$((N*G))`, `${P%/*}`) every word."""
+        found: dict[str, tuple[Undecided, ...]] = {}
+        tokens = {t for w in words for t in w.split()}
+        for name in names:
+            state, taint = self.taint.get(name, (None, {}))
+            if not taint or state != self.value_state(name):
+                continue  # set again since: its value is the script's
+            for token, items in taint.items():
+                for target in ([token] if token in tokens else tokens):
+                    found[target] = tuple(dict.fromkeys((*found.get(target, ()), *items)))
+        return found
+
+    def valid_taint(self, name: str) -> dict[str, tuple[Undecided, ...]]:
+        state, taint = self.taint.get(name, (None, {}))
+        return taint if state == self.value_state(name) else {}
+
+    def note_taint(self, name: str, names: set[str], kept: dict[str, tuple[Undecided, ...]]) -> None:
+        """`name` was just set from the variables `names` (`kept`: what its value held before, when added to): it
+        carries what of them a file not read may change."""
+        words = self.value_words(name)
+        taint = {word: items for word, items in kept.items() if word in words}
+        for word, items in self.tainted(names - {name}, words).items():
+            taint[word] = tuple(dict.fromkeys((*taint.get(word, ()), *items)))
+        if taint:
+            self.taint[name] = (self.value_state(name), taint)
+        else:
+            self.taint.pop(name, None)
 
     # -- commands ---------------------------------------------------------------------------------------------
     def st_command(self, node: Any) -> None:
@@ -2013,14 +2110,17 @@ class _Reader:
         absent: set[Undecided] = set()
         for group in groups:
             touched = self.begin_touch()
+            read = self.names_read()
             try:
                 words = self.word_fields(group)
             finally:
                 self.end_touch()
             if not words:
                 absent |= touched
+            taint = self.tainted(read, words)
             for word in words:
                 needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
+                needs |= {u for token in word.split() for u in taint.get(token, ())}
                 if needs:
                     depends[len(argv)] = tuple(sorted(needs, key=lambda u: u.line))
                 argv.append(word)
@@ -2211,6 +2311,10 @@ class _Reader:
         before = argv[:next((k for k, w in enumerate(argv) if show(w).endswith(".py")), len(argv))]
         if any(base_name(show(word)) == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
+        depends = dict(depends)
+        for k, word in enumerate(argv):
+            if word in self.through_sourced:
+                depends[k] = tuple(dict.fromkeys((*depends.get(k, ()), *self.through_sourced[word])))
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    tuple(dict.fromkeys((*self.absent, *self.through))),
                                                    self.through_flags))
@@ -2281,45 +2385,52 @@ class _Reader:
             self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
                             "toolkit's set_env.sh), not the run's settings")
             return
+        line = self.line(node)
         if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
-            self.unread_sources += 1  # source <(…): the script a command prints
             self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
-                            "not known without running the script; what it sets is unknown")
+                            f"not known without running the script; {MAY_SET}")
+            self.source_not_read(line, f"{what} (the script a command prints)", "what the command prints is not "
+                                 "known without running the script")
             return
         if unresolved_names(given):
-            self.unread_sources += 1
+            needs = [n for n in unresolved_names(given) if NAME.fullmatch(n) and n not in self.script_names]
             self.skip(node, f"{what}: the file's path is not known without running the script; the file is not "
-                            "read and what it sets is unknown")
+                            f"read and {MAY_SET}")
+            self.source_not_read(line, what, "its path is not known without running the script"
+                                 + (": give " + " ".join(f"--env {n}=VALUE" for n in needs) + " so that the file "
+                                    "is found and read" if needs else ""))
             return
         if self.directory is None:
-            self.unread_sources += 1
             self.skip(node, f"{what}: not read (the script was not given as a file, so the file's place is not "
-                            "known); what it sets is unknown")
+                            f"known); {MAY_SET}")
+            self.source_not_read(line, what, f"import the script from its file, with "
+                                 f"{show(given)} where it sources it from")
             return
         path = Path(given) if given.startswith("/") else self.directory / given
         key = os.path.realpath(path)
-        if key not in self.sourcing:
-            self.unread_sources += 1  # until it is read below
-        else:
+        if key in self.sourcing:
             self.skip(node, f"{what}: the file sources itself (through {' → '.join(self.sourcing + [key])}); "
                             "read once, not again")
             return
+        put = f"put the file at {show(str(path))} and import again"
         budget = MAX_SCRIPT_CHARS - self.sourced_chars
         if budget <= 0:
             self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters together); "
-                            "what it sets is unknown")
+                            f"{MAY_SET}")
+            self.source_not_read(line, what, "the files sourced are too large to read together")
             return
         try:
             text = untrusted.read_utf8(path, "sourced file", max(budget, 0))
         except UserError as exc:
             shared = (f": the files a script sources hold at most {MAX_SCRIPT_CHARS:,} characters together"
                       if budget < MAX_SCRIPT_CHARS else "")
-            self.skip(node, f"{what}: not read ({exc.problems[0].message}{shared}); what it sets is unknown")
+            self.skip(node, f"{what}: not read ({exc.problems[0].message}{shared}); {MAY_SET}")
+            self.source_not_read(line, what, put)
             return
         if MARK in text:
-            self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); what it sets is unknown")
+            self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); {MAY_SET}")
+            self.source_not_read(line, what, put)
             return
-        self.unread_sources -= 1
         self.sourced_chars += len(text)
         saved_positional = self.positional
         if len(argv) > 2:  # `source FILE a b`: $1 … are a b while it is read
@@ -2344,6 +2455,31 @@ class _Reader:
                 if saved_positional is None:
                     self.shell.scalars.pop("#", None)
 
+    def source_not_read(self, line: int, what: str, decide: str) -> None:
+        """A file sourced here and not read may set any variable. From here on an unset one is unknown (unset()),
+        and one the script gave a value before it (`TP=1; source cluster.sh; … $TP`) keeps that value, which bash
+        passes unless the file sets another: each word of a command made from it depends on this line (a model or
+        layout flag is then lost, named with how to decide it), and a test that reads it is not decided. Word by
+        word, not variable by variable: `ARGS=(--log-dir $LOGS --nproc_per_node 8)` after the file depends on it
+        for $LOGS's word only. What the caller and the job's scheduler gave (--env, #SBATCH), still as given, is
+        not the script's own: --env is how the user says what the script runs with."""
+        self.unread_sources += 1
+        item = Undecided(line, f"{what}, not read, may change what the script set before it", decide=decide,
+                         sourced=True)
+        names: dict[str, None] = {}
+        for name in [*self.shell.scalars, *self.shell.arrays]:
+            base = name.partition("[")[0]  # P[key]: a key of an associative array (see declare_associative)
+            if base.isdigit() or base in NOT_SET_BY_SOURCE or base.startswith("__launch_unknown_") or \
+                    _state_of(self.shell, name) == self.given.get(name, ()):
+                continue
+            names[base] = None
+        for name in names:
+            taint = self.valid_taint(name)
+            self.taint[name] = (self.value_state(name), {
+                word: tuple(dict.fromkeys((*taint.get(word, ()), item))) for word in self.value_words(name)})
+        if names:
+            self.reading.undecided.append(item)
+
     @contextlib.contextmanager
     def reading_input(self, text: str | None) -> Iterator[None]:
         """While a statement reads `text` as its standard input (a here-document, a here-string, a known file)."""
@@ -2361,15 +2497,24 @@ class _Reader:
         command read from it, whose words no longer say which variable they came from. `start`: where the string
         (with its shell) begins in argv; the words before it are a wrapper's (`deepspeed $HOSTFILE_OPTS bash -c
         "…"`), whose options are not training flags."""
-        saved = self.through, self.through_flags
+        saved = self.through, self.through_flags, self.through_sourced
         self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
         entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
         self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items()
                                                                if k > entry and k >= start for u in needs))))
+        # a value a sourced file not read may have changed decides no branch's flags but the words it gave: each
+        # such word of the string is one the commands read from it depend on
+        self.through_sourced = dict(saved[2])
+        for k, needs in depends.items():
+            sourced = tuple(u for u in needs if u.sourced)
+            if sourced and k >= start and k < len(argv):
+                for token in argv[k].split():
+                    self.through_sourced[token] = tuple(dict.fromkeys((*self.through_sourced.get(token, ()),
+                                                                       *sourced)))
         try:
             yield
         finally:
-            self.through, self.through_flags = saved
+            self.through, self.through_flags, self.through_sourced = saved
 
     def new_shell(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the

@@ -26,6 +26,7 @@ from launcher.importer import attention_vars, per_process, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import (
     MARK,
+    ScriptCommand,
     ShellSyntaxError,
     Undecided,
     read_script,
@@ -389,7 +390,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         command = training[-1]
         at = flag_reader.find_entry(command.argv)
         assert at is not None
-        runner, words = [*command.outer, *command.argv[:at + 1]], command.argv[at + 1:]
+        runner, words = [*command.outer, *_unsure_counts(command, at)], command.argv[at + 1:]
         others = [c for c in reading.commands if c is not command]
         env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
         undecided = training_command.undecided_for(command)
@@ -424,6 +425,15 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
                   tuple(differing), reading.set_by_script, reading.copies)
+
+
+def _unsure_counts(command: ScriptCommand, at: int) -> list[str]:
+    """The runner's words (up to the entry script), where one that a sourced file not read may have changed
+    (`GPUS=8; source cluster.sh; torchrun --nproc_per_node $GPUS`) is not known: no process count is read from it."""
+    return [f"{MARK}{show(word)}, unless the file sourced on line {needs[0].line} changes it{MARK}"
+            if k < at and not unresolved_names(word)
+            and (needs := [u for u in command.depends.get(k, ()) if u.sourced]) else word
+            for k, word in enumerate(command.argv[:at + 1])]
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
