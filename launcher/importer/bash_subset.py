@@ -532,6 +532,7 @@ class _Reader:
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
+        self.refused = False  # the last command's redirection failed (refused_redirect): it did not run
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
@@ -978,8 +979,64 @@ class _Reader:
             self.capture = outer
             self.stdin = saved_stdin
 
+    def redirect_failure(self, redirects: Sequence[Any]) -> str | None:
+        """Why bash refuses one of these redirections before it runs the command they belong to (which then does not
+        run; status 1): a target that expands to no word or to several (`> $LOG` with LOG empty or unset, `> $W`
+        with W="a b": "ambiguous redirect"), or to an empty word (`> "$LOG"`: no such file). None where each target
+        is one word, or is not known (the caller's variable)."""
+        for redirect in redirects:
+            targets = redirect.children_by_field_name("destination") if redirect.type == "file_redirect" else []
+            if not targets:
+                continue
+            operator = self.src[redirect.start_byte:targets[0].start_byte].decode("utf-8", "replace").strip()
+            target = self.text(targets[0])
+            if operator.endswith("&") and not operator.startswith("&") and re.fullmatch(r"[0-9]+-?|-", target):
+                continue  # 2>&1, >&2, <&-: a descriptor, not a file
+            words = self.fields(targets[0])
+            if any(unresolved_names(word) for word in words):
+                continue
+            if len(words) != 1:
+                return (f"{show(target)}: ambiguous redirect (it expands to {len(words) or 'no'} "
+                        f"word{'' if len(words) == 1 else 's'})")
+            if not words[0]:
+                return f"{show(target)}: no such file (it expands to an empty word)"
+        return None
+
+    @staticmethod
+    def missing_name(node: Any) -> bool:
+        """A command of assignments and redirections only (`X=1 > $LOG`; the grammar gives it a missing name)."""
+        name = node.child_by_field_name("name")
+        return name is None or name.is_missing or any(c.is_missing for c in name.children)
+
+    def refused_redirect(self, node: Any, redirects: Sequence[Any], assignments: Sequence[Any]) -> bool:
+        """A command whose redirection bash refuses (redirect_failure) is not run: said, its status 1, set -e ends
+        the script there; the assignments of a line without a command (`X=1 > $LOG`) still happen, as in bash."""
+        why = self.redirect_failure(redirects)
+        if why is None:
+            return False
+        for assignment in assignments:
+            self.statement(assignment)
+        self.status, self.refused = False, True
+        self.skip(node, f"not run: bash refuses its redirection, {why}, and does not run the command (status 1): "
+                        f"{self.first_line(node)}")
+        if self.errexit and self.capture is None:
+            raise _Exit(self.line(node), f"set -e, and the redirection of {self.first_line(node)} fails")
+        return True
+
     def st_redirected_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
+        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if body is not None and body.type == "pipeline" and body.named_children:
+            # the grammar hangs `a | b > $LOG` on the whole pipeline; the redirection is b's: a runs whatever it is
+            last = body.named_children[-1]
+            if self.redirect_failure(redirects) is not None:
+                for stage in body.named_children[:-1]:
+                    self.statement(stage)
+                self.refused_redirect(last, redirects, ())
+                return
+        elif self.refused_redirect(node, redirects,
+                                   [body] if body is not None and body.type.startswith("variable_assignment") else []):
+            return
         heredoc = next((c for c in node.named_children if c.type == "heredoc_redirect"), None)
         if body is not None and heredoc is not None and body.type == "command" and self.heredoc_is_script(body):
             self.run_heredoc(body, heredoc)
@@ -1216,7 +1273,10 @@ class _Reader:
         program: `command -v nvcc && X=1 || X=2`) is not known without running it (None)."""
         if self.is_test(node):
             return self.condition([node])
+        self.refused = False
         self.statement(node)
+        if self.refused:  # its redirection failed: not run, status 1
+            return False
         if node.type == "list":
             return self.status
         if node.type in ("variable_assignment", "variable_assignments", "declaration_command"):
@@ -1634,6 +1694,11 @@ class _Reader:
         if kind in ("variable_assignment",):
             self.statement(node)
             return True
+        if kind == "redirected_statement":  # `if cmd > $LOG; then`: a redirection bash refuses fails the command
+            body = node.child_by_field_name("body")
+            redirects = [c for c in node.named_children if c.type == "file_redirect"]
+            if body is not None and body.type != "pipeline" and self.refused_redirect(node, redirects, ()):
+                return False
         return None
 
     def unclosed_bracket(self, node: Any) -> bool:
@@ -2077,6 +2142,17 @@ class _Reader:
         trailing, self.redirect_words = self.redirect_words, []
         prefixes = [c for c in node.children if c.type == "variable_assignment"]
         name = node.child_by_field_name("name")
+        redirects = [c for c in node.children if c.type == "file_redirect"]
+        head = [c for c in node.children if c.type in ("variable_assignment", "file_redirect")
+                and (name is None or c.end_byte <= name.start_byte)]
+        if name is not None and head and head[-1].type == "file_redirect" and self.newline_between(head[-1], name):
+            # the grammar joins `X=1 > $LOG` and the next line's command; bash runs them apart
+            if not self.refused_redirect(node, [c for c in head if c.type == "file_redirect"], prefixes):
+                for prefix in prefixes:
+                    self.assign(prefix, export=False)
+            prefixes, redirects = [], [c for c in redirects if c.start_byte > name.start_byte]
+        if self.refused_redirect(node, redirects, prefixes if self.missing_name(node) else []):
+            return
         arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
                      and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
         if prefixes and name is not None and not arguments and not trailing and (

@@ -1,0 +1,67 @@
+"""What bash runs, compared with what the import reads: each script below is run by real bash in a scratch
+directory, with `torchrun` a function that prints its words (nothing else of a training run happens), and read by
+the import; the training commands must agree, word for word and in order. The classes: redirections that bash refuses
+(a target that expands to no word, to several, or to an empty one), sourced files (read, missing, ending in `return`
+or `exit`), `set -e`, `set -u`, `exit`, and `return` outside a function."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher.importer.bash_subset import read_script, show
+
+def bash_runs(script: str, directory: Path, args: tuple[str, ...] = ()) -> list[list[str]]:
+    """The training commands bash runs (`torchrun` a function that writes its words to a file of its own, whatever
+    the script redirects)."""
+    runs = directory / "runs.txt"
+    runs.write_text("")
+    (directory / "train.sh").write_text(f"torchrun() {{ printf '%s\\x1f' \"$@\" >> {runs}; echo >> {runs}; }}\n"
+                                        + script)
+    subprocess.run(["bash", str(directory / "train.sh"), *args], capture_output=True, timeout=10, cwd=directory)
+    return [line.split("\x1f")[:-1] for line in runs.read_text().splitlines()]
+
+
+def read_runs(script: str, directory: Path, args: tuple[str, ...] = ()) -> list[list[str]]:
+    (directory / "train.sh").write_text(script)
+    reading = read_script(script, list(args), directory / "train.sh")
+    return [[show(word) for word in command.argv[1:]] for command in reading.commands if command.argv[0] == "torchrun"]
+
+
+def agree(script: str, tmp_path: Path, files: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(text)
+    expected = bash_runs(script, tmp_path, args)
+    got = read_runs(script, tmp_path, args)
+    assert got == expected, (got, expected)
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="compares with bash")
+
+REDIRECTIONS = [
+    # bash: "ambiguous redirect" (no word, several words) or "No such file" (an empty word): the command is not run
+    'LOG=""\ntorchrun pretrain_gpt.py --num-layers 2 > $LOG\ntorchrun pretrain_gpt.py --num-layers 3\n',
+    'if false; then LOG=x; fi\ntorchrun pretrain_gpt.py --num-layers 2 >> $LOG 2>&1\n',
+    'LOG=""\ntorchrun pretrain_gpt.py --num-layers 2 > "$LOG"\n',
+    'LOG="a b.log"\ntorchrun pretrain_gpt.py --num-layers 2 &> $LOG\ntorchrun pretrain_gpt.py --num-layers 3 &> "$LOG"\n',
+    'LOG=""\n{ TP=2; torchrun pretrain_gpt.py --tp $TP; } > $LOG\ntorchrun pretrain_gpt.py --tp ${TP:-1}\n',
+    'LOG=""\nrun() { torchrun pretrain_gpt.py "$@"; }\nrun --a 1 > $LOG\nrun --a 2\n',
+    'LOG=""\nfor L in 2 4; do torchrun pretrain_gpt.py --num-layers $L; done > $LOG\ntorchrun pretrain_gpt.py\n',
+    'LOG=""\nX=4 > $LOG\ntorchrun pretrain_gpt.py --num-layers $X\n',
+    'LOG=""\n> $LOG torchrun pretrain_gpt.py --num-layers 2\n',
+    'LOG=""\ntorchrun pretrain_gpt.py --n 2 > $LOG && T=ok || T=failed\ntorchrun pretrain_gpt.py --t $T\n',
+    'LOG=""\nif torchrun pretrain_gpt.py --n 1 2> $LOG; then T=ok; else T=failed; fi\ntorchrun pretrain_gpt.py --t $T\n',
+    'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG\ntorchrun pretrain_gpt.py --n 2\n',
+    'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG || true\ntorchrun pretrain_gpt.py --n 2\n',
+    'OUT=out.log\ntorchrun pretrain_gpt.py --n 1 2>&1 > $OUT\ntorchrun pretrain_gpt.py --n 2 >&2\n',
+    'LOG=""\necho x | torchrun pretrain_gpt.py --n 1 > $LOG\ntorchrun pretrain_gpt.py --n 2 | cat > $LOG\n',
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", REDIRECTIONS)
+def test_a_command_whose_redirection_bash_refuses_is_not_run(script, tmp_path):
+    agree(script, tmp_path)
