@@ -14,6 +14,7 @@ import pytest
 
 from launcher.importer.bash_subset import read_script, show
 
+
 def bash_runs(script: str, directory: Path, args: tuple[str, ...] = ()) -> list[list[str]]:
     """The training commands bash runs (`torchrun` a function that writes its words to a file of its own, whatever
     the script redirects)."""
@@ -46,14 +47,14 @@ REDIRECTIONS = [
     'LOG=""\ntorchrun pretrain_gpt.py --num-layers 2 > $LOG\ntorchrun pretrain_gpt.py --num-layers 3\n',
     'if false; then LOG=x; fi\ntorchrun pretrain_gpt.py --num-layers 2 >> $LOG 2>&1\n',
     'LOG=""\ntorchrun pretrain_gpt.py --num-layers 2 > "$LOG"\n',
-    'LOG="a b.log"\ntorchrun pretrain_gpt.py --num-layers 2 &> $LOG\ntorchrun pretrain_gpt.py --num-layers 3 &> "$LOG"\n',
+    'LOG="a b.log"\ntorchrun pretrain_gpt.py --n 2 &> $LOG\ntorchrun pretrain_gpt.py --n 3 &> "$LOG"\n',
     'LOG=""\n{ TP=2; torchrun pretrain_gpt.py --tp $TP; } > $LOG\ntorchrun pretrain_gpt.py --tp ${TP:-1}\n',
     'LOG=""\nrun() { torchrun pretrain_gpt.py "$@"; }\nrun --a 1 > $LOG\nrun --a 2\n',
     'LOG=""\nfor L in 2 4; do torchrun pretrain_gpt.py --num-layers $L; done > $LOG\ntorchrun pretrain_gpt.py\n',
     'LOG=""\nX=4 > $LOG\ntorchrun pretrain_gpt.py --num-layers $X\n',
     'LOG=""\n> $LOG torchrun pretrain_gpt.py --num-layers 2\n',
     'LOG=""\ntorchrun pretrain_gpt.py --n 2 > $LOG && T=ok || T=failed\ntorchrun pretrain_gpt.py --t $T\n',
-    'LOG=""\nif torchrun pretrain_gpt.py --n 1 2> $LOG; then T=ok; else T=failed; fi\ntorchrun pretrain_gpt.py --t $T\n',
+    'LOG=""\nif torchrun pretrain_gpt.py --n 1 2> $LOG; then T=ok; else T=no; fi\ntorchrun pretrain_gpt.py --t $T\n',
     'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG\ntorchrun pretrain_gpt.py --n 2\n',
     'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG || true\ntorchrun pretrain_gpt.py --n 2\n',
     'OUT=out.log\ntorchrun pretrain_gpt.py --n 1 2>&1 > $OUT\ntorchrun pretrain_gpt.py --n 2 >&2\n',
