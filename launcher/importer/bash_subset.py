@@ -251,6 +251,9 @@ class Reading:
     # NAME is also set otherwise
     copies: dict[str, str] = field(default_factory=dict)
     unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
+    # path (as the script names it) → (its text, the line that wrote it) of each file the script writes whose text is
+    # known (`cat > ds_config.json <<EOF … EOF`, `echo '{…}' > f.json`): what a training flag given it reads
+    written: dict[str, tuple[str, int]] = field(default_factory=dict)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -481,6 +484,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     except RecursionError:
         raise ShellSyntaxError("the script nests more deeply than can be read") from None
     reader.script_names  # noqa: B018 (scans what is left to scan)
+    reading.written = {path: ("".join(text for text, _ in chunks), reader.written_at.get(path, 0))
+                       for path, chunks in reader.written.items() if chunks}
     reading.set_by_script = frozenset(reader.names_fixed)
     reading.copies = dict(reader.copies)
     return reading
@@ -535,6 +540,7 @@ class _Reader:
         self.refused = False  # the last command's redirection failed (refused_redirect): it did not run
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
+        self.written_at: dict[str, int] = {}  # path → the line of the command that wrote it first (or anew)
         # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
         self.known_files: dict[str, str] = {}
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
@@ -1071,6 +1077,8 @@ class _Reader:
                 with self.reading_input(lines):
                     self.statement(body)
                 return
+        if body is not None and body.type == "command" and self.capture is None and self.print_to_file(node, body):
+            return
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
@@ -1126,7 +1134,38 @@ class _Reader:
         chunks = self.written.get(path, []) if appended else []
         offset = self.line(body) - 1 if body is not None else self.line(node)
         self.written[path] = [*chunks, (text, offset)]
+        if not chunks:
+            self.written_at[path] = self.line(node)
         if sum(len(t) for t, _ in self.written[path]) > MAX_SCRIPT_CHARS:
+            raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
+        return True
+
+    def print_to_file(self, node: Any, command: Any) -> bool:
+        """`echo '{"train_batch_size": 8}' > ds.json` (or printf, `>>`): the file's text is what the command prints,
+        kept where it is known (as write_heredoc keeps a here-document's); a file written otherwise is not."""
+        redirects = [c for c in node.named_children if c.type in ("file_redirect", "heredoc_redirect",
+                                                                   "herestring_redirect")]
+        if self.first_word(command) not in ("echo", "printf") or len(redirects) != 1 or \
+                redirects[0].type != "file_redirect":
+            return False
+        operator = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()
+        target = redirects[0].child_by_field_name("destination")
+        if not operator.startswith(b">") or operator.startswith(b">&") or target is None:
+            return False
+        path = self.joined(target)
+        capture = self.capture = _Capture()
+        try:
+            self.statement(command)
+        finally:
+            self.capture = None
+        chunks = self.written.get(path, []) if operator.startswith(b">>") else []
+        if capture.known and not any(unresolved_names(t) for t in capture.out):
+            self.written[path] = [*chunks, ("".join(capture.out), self.line(node) - 1)]
+            if not chunks:
+                self.written_at[path] = self.line(node)
+        else:
+            self.written.pop(path, None)  # its text is not known: nothing is read from it
+        if sum(len(t) for t, _ in self.written.get(path, [])) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
         return True
 

@@ -39,6 +39,7 @@ from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.makefile import makefile_script
 from launcher.importer.task_yaml import TaskFile, task_file
 from launcher.importer.words import MAX_COUNT, base_name, count, is_count
+from launcher.importer.written_config import describe, written_file
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -231,6 +232,7 @@ class Source:
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
     set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
     copies: dict[str, str] = field(default_factory=dict)  # NAME → the variable whose value it holds (Reading.copies)
+    written: dict[str, tuple[str, int]] = field(default_factory=dict)  # files the script writes (Reading.written)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -424,7 +426,25 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     # bound): each is said once
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  tuple(differing), reading.set_by_script, reading.copies)
+                  tuple(differing), reading.set_by_script, reading.copies, reading.written)
+
+
+def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[str, int]]) -> list[str]:
+    """A lost flag whose value is a file the script writes itself (its DeepSpeed JSON): said with what the file holds
+    (written_config), never as a file not read; where nothing of it is lost, harmless. The words left out on purpose
+    (Imported.set_aside)."""
+    aside = []
+    for w in flags.of_kind("lost"):
+        flag, eq, inline = w.words[0].partition("=")
+        value = inline if eq else w.words[1] if len(w.words) == 2 else None
+        found = written_file(value, written) if value is not None else None
+        if found is None:
+            continue
+        why, clean = describe(flag, value or "", found[0], found[1], flags.settings)
+        w.kind, w.why = ("harmless" if clean else "lost"), why
+        if clean:
+            aside.append(w.text)
+    return aside
 
 
 def _unsure_counts(command: ScriptCommand, at: int) -> list[str]:
@@ -611,6 +631,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = []
     set_aside: list[str] = []
+    set_aside += _read_written_files(flags, source.written)
     for w in flags.of_kind("lost"):
         missing = _missing(w.text)
         if not missing:
