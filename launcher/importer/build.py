@@ -429,11 +429,12 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
                   tuple(differing), reading.set_by_script, reading.copies, reading.written)
 
 
-def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[str, int]]) -> list[str]:
+def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[str, int]]
+                        ) -> tuple[list[str], set[int]]:
     """A lost flag whose value is a file the script writes itself (its DeepSpeed JSON): said with what the file holds
-    (written_config), never as a file not read; where nothing of it is lost, harmless. The words left out on purpose
-    (Imported.set_aside)."""
-    aside = []
+    (written_config), never as a file not read; where nothing of it is lost, harmless. (The words left out on purpose,
+    Imported.set_aside; the ids of the words described.)"""
+    aside, described = [], set()
     for w in flags.of_kind("lost"):
         flag, eq, inline = w.words[0].partition("=")
         value = inline if eq else w.words[1] if len(w.words) == 2 else None
@@ -442,9 +443,10 @@ def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[st
             continue
         why, clean = describe(flag, value or "", found[0], found[1], flags.settings)
         w.kind, w.why = ("harmless" if clean else "lost"), why
+        described.add(id(w))
         if clean:
             aside.append(w.text)
-    return aside
+    return aside, described
 
 
 def _unsure_counts(command: ScriptCommand, at: int) -> list[str]:
@@ -631,9 +633,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = []
     set_aside: list[str] = []
-    set_aside += _read_written_files(flags, source.written)
+    aside, described = _read_written_files(flags, source.written)
+    set_aside += aside
     for w in flags.of_kind("lost"):
-        missing = _missing(w.text)
+        missing = _missing(w.text) if id(w) not in described else []  # a path not known, a text that is
         if not missing:
             lost.append(_comment(f"{w.text}: {w.why}"))
             continue

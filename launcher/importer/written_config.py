@@ -13,17 +13,24 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.importer.bash_subset import show, unresolved_names
+from launcher.importer.bash_subset import MARK, show, unresolved_names
+from launcher.megatron import args as megatron_args
 
 DEEPSPEED_FLAGS = ("--deepspeed_config", "--deepspeed-config")
-# DeepSpeed keys that change nothing of what trains (what it prints)
+# DeepSpeed keys that change nothing of what trains: what it prints, and a check of its own
 DEEPSPEED_LOGGING = {"steps_per_print", "wall_clock_breakdown", "dump_state", "flops_profiler", "tensorboard",
-                     "wandb", "csv_monitor", "comms_logger", "memory_breakdown", "zero_allow_untested_optimizer"}
+                     "wandb", "csv_monitor", "comms_logger", "memory_breakdown"}
+DEEPSPEED_CHECKS = {"zero_allow_untested_optimizer"}
+# fp16's loss scaler in DeepSpeed's JSON → Megatron's setting (DeepSpeed's initial_scale_power p is 2**p)
+LOSS_SCALER = {"initial_scale_power": "initial_loss_scale", "loss_scale_window": "loss_scale_window",
+               "hysteresis": "hysteresis", "min_loss_scale": "min_loss_scale", "loss_scale": "loss_scale"}
 SHOWN_CHARS = 300
 
 
 def written_file(value: str, written: Mapping[str, tuple[str, int]]) -> tuple[str, int] | None:
     """The text the script wrote to the file `value` names (`./ds.json` is the `ds.json` it wrote), and the line."""
+    for here in (f"{MARK}$(pwd){MARK}/", f"{MARK}PWD{MARK}/", "${PWD}/"):  # `$(pwd)/ds.json` is the ds.json written
+        value = value.removeprefix(here)
     for key in (value, value.removeprefix("./"), "./" + value):
         if key in written:
             return written[key]
@@ -67,6 +74,9 @@ def _deepspeed(config: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[
     differ: list[str] = []
     lost: list[str] = []
 
+    def given(dest: str) -> Any:  # the script's value, else the pin's default (what Megatron trains with)
+        return settings[dest] if dest in settings else megatron_args.catalog()[dest].default
+
     def compare(key: str, value: Any, flag: str, given: Any) -> None:
         if given == value:
             agree.append(f"{key} {_json(value)} = {flag} {_json(given)}")
@@ -90,11 +100,19 @@ def _deepspeed(config: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[
         elif key in ("bf16", "fp16") and isinstance(value, dict):
             on = value.get("enabled", False) is True  # DeepSpeed's default: off unless "enabled": true
             compare(f"{key}.enabled", on, f"--{key}", bool(settings.get(key)))
-            rest = sorted(k for k in value if k != "enabled")
+            rest = sorted(k for k in value if k != "enabled" and not (on and key == "fp16" and k in LOSS_SCALER))
+            for name in sorted(k for k in value if on and key == "fp16" and k in LOSS_SCALER):
+                dest, scale = LOSS_SCALER[name], value[name]
+                if name == "initial_scale_power" and isinstance(scale, int) and 0 <= scale < 64:
+                    scale = 2 ** scale
+                elif name == "loss_scale" and scale == 0:
+                    scale = None  # dynamic, as Megatron's default
+                label = f"fp16.{name} {_json(value[name])}, a scale of" if scale != value[name] else f"fp16.{name}"
+                compare(label, scale, "--" + dest.replace("_", "-"), given(dest))
             if on and rest:
                 lost.append(f"{key}'s {', '.join(rest)}")
         elif key == "gradient_clipping":
-            compare(key, value, "--clip-grad", settings.get("clip_grad", 1.0))
+            compare(key, value, "--clip-grad", given("clip_grad"))
         elif key == "zero_optimization" and isinstance(value, dict):
             stage = value.get("stage", 0)
             rest = sorted(k for k in value if k != "stage")
@@ -108,6 +126,8 @@ def _deepspeed(config: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[
                 lost.append(f"zero_optimization's {', '.join(rest)}")
         elif key in DEEPSPEED_LOGGING:
             agree.append(f"{key} (what DeepSpeed prints)")
+        elif key in DEEPSPEED_CHECKS:
+            agree.append(f"{key} (a check of DeepSpeed's own)")
         else:
             lost.append(f"{key} {_shown(_json(value), 80)}")
     return agree, differ, lost

@@ -61,3 +61,14 @@ def test_another_flag_given_a_written_file_says_what_the_file_held():
     script = "cat > cfg.yaml <<'EOF'\nnum_layers: 48\nEOF\ntorchrun pretrain_gpt.py --yaml-cfg=cfg.yaml\n"
     (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--yaml-cfg")]
     assert "the script writes cfg.yaml itself (line 1)" in line and "num_layers: 48" in line
+
+
+def test_deepspeeds_loss_scaler_is_compared_with_megatrons():
+    body = ('{"train_batch_size": 16, "fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 16,\n'
+            ' "loss_scale_window": 500, "hysteresis": 2}}')
+    script = heredoc(body) + RUN.replace("--bf16", "--fp16") + "--deepspeed_config ds_config.json\n"
+    (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--deepspeed_config")]
+    assert "fp16.hysteresis 2 = --hysteresis 2" in line
+    assert "fp16.loss_scale 0, a scale of null = --loss-scale null" in line  # dynamic, as Megatron's default
+    assert "fp16.initial_scale_power 16, a scale of 65536, --initial-loss-scale 4294967296" in line
+    assert "fp16.loss_scale_window 500, --loss-scale-window 1000" in line
