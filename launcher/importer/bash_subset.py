@@ -55,6 +55,10 @@ WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
 DEFAULT_IFS = " \t\n"
 # what bash itself keeps (the positional parameters, $0, the sourced files' stack, IFS): a sourced file not read is not
 # taken to change them (see _Reader.source_not_read)
+# names the environment a script runs in usually holds (see _Reader.from_environment)
+ENVIRONMENT_NAMES = re.compile(r"PATH|HOME|USER|LOGNAME|SHELL|PWD|OLDPWD|HOSTNAME|LANG|LC_\w+|TERM|TMPDIR|"
+                               r"LD_LIBRARY_PATH|LD_PRELOAD|PYTHONPATH|CPATH|LIBRARY_PATH|MANPATH|PKG_CONFIG_PATH|"
+                               r"MODULEPATH|VIRTUAL_ENV|(?:SLURM|PBS|PJM|LSB|OMPI|PMI|PMIX|CUDA|NCCL|CONDA|LMOD)_\w+")
 NOT_SET_BY_SOURCE = {"#", "@", "*", "0", "BASH_SOURCE", "IFS"}
 MAY_SET = ("what it sets is unknown (from here on an unset variable is unknown, and a value set before it may be the "
            "file's)")
@@ -521,6 +525,7 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
+        self.nounset = False  # `set -u`: expanding a variable known to be unset ends the script
         # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
         # them to cmd, after a
         self.redirect_words: list[Any] = []
@@ -537,7 +542,11 @@ class _Reader:
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
-        self.refused = False  # the last command's redirection failed (refused_redirect): it did not run
+        # the last command is known to have failed (its redirection refused, a `return` bash refuses): status 1
+        self.failed = False
+        self.loops = 0  # loops around the command being read (break and continue outside one do nothing)
+        self.functions = 0  # function calls around it
+        self.sources = 0  # sourced files around it (`return` ends a function or a sourced file, else bash refuses it)
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.written_at: dict[str, int] = {}  # path → the line of the command that wrote it first (or anew)
@@ -669,14 +678,36 @@ class _Reader:
                 raise _Exit(self.line(node), f"set -e, and {self.first_line(node)} fails")
 
     def set_errexit(self, options: list[str]) -> None:
-        """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off."""
+        """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off; the same
+        for nounset (`set -u`, `-o nounset`)."""
         for k, word in enumerate(options):
             if word == "--":
                 return
-            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] == "errexit":
-                self.errexit = word == "-o"
-            elif re.fullmatch(r"[-+][a-zA-Z]+", word) and "e" in word:
-                self.errexit = word[0] == "-"
+            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] in ("errexit", "nounset"):
+                setattr(self, options[k + 1], word == "-o")
+            elif re.fullmatch(r"[-+][a-zA-Z]+", word):
+                if "e" in word:
+                    self.errexit = word[0] == "-"
+                if "u" in word:
+                    self.nounset = word[0] == "-"
+
+    def from_environment(self, name: str) -> bool:
+        """A variable the environment may well hold whatever the script did (PATH, LD_LIBRARY_PATH, a scheduler's
+        SLURM_*), or one the script exports (`export PATH=/x:$PATH`): read unset, it is not known to be unset."""
+        return bool(ENVIRONMENT_NAMES.fullmatch(name)) or re.search(
+            rb"(?:export|declare\s+-\w*x\w*)\s+(?:[^\n;]*\s)?" + re.escape(name.encode()) + rb"(?![\w])",
+            self.whole) is not None
+
+    def unbound(self, name: str) -> None:
+        """set -u: expanding a variable known to be unset ends the script (bash: "NAME: unbound variable", status 1);
+        inside $(…) only the substitution ends, and what it prints is not known."""
+        if not self.nounset or name in ("@", "*", "#", "?", "$", "!", "-", "0") or self.from_environment(name):
+            return
+        if self.capture is not None:
+            self.capture.known = False
+            self.capture.why = self.capture.why or f"set -u, and ${name} is unset"
+            return
+        raise _Exit(self.current_line, f"set -u, and ${name} is unset (bash: unbound variable)")
 
     def fails(self, node: Any) -> bool:
         """Whether a command on its own line is known to fail: a test or an arithmetic command found false, or
@@ -1022,7 +1053,7 @@ class _Reader:
             return False
         for assignment in assignments:
             self.statement(assignment)
-        self.status, self.refused = False, True
+        self.status, self.failed = False, True
         self.skip(node, f"not run: bash refuses its redirection, {why}, and does not run the command (status 1): "
                         f"{self.first_line(node)}")
         if self.errexit and self.capture is None:
@@ -1312,9 +1343,9 @@ class _Reader:
         program: `command -v nvcc && X=1 || X=2`) is not known without running it (None)."""
         if self.is_test(node):
             return self.condition([node])
-        self.refused = False
+        self.failed = False
         self.statement(node)
-        if self.refused:  # its redirection failed: not run, status 1
+        if self.failed:  # e.g. its redirection failed: not run, status 1
             return False
         if node.type == "list":
             return self.status
@@ -1536,12 +1567,15 @@ class _Reader:
 
     def loop_body(self, body: Any) -> bool:
         """One iteration; False after `break`."""
+        self.loops += 1
         try:
             self.block(body.children)
         except _Break as exc:
-            if exc.levels > 1:  # leaves the loops around this one too
+            if exc.levels > 1 and self.loops > 1:  # leaves the loops around this one too (as many as there are)
                 raise _Break(exc.again, exc.levels - 1) from None
             return exc.again
+        finally:
+            self.loops -= 1
         return True
 
     def st_c_style_for_statement(self, node: Any) -> None:
@@ -2307,8 +2341,18 @@ class _Reader:
             raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
         if program in ("break", "continue"):
             levels = (untrusted.count(argv[1]) if len(argv) > 1 else None) or 1  # '²', 0: bash's own error
+            if not self.loops:  # bash: "only meaningful in a `for', `while', or `until' loop", and goes on
+                self.skip(node, f"{program} outside a loop does nothing (bash says so and goes on)")
+                return
             raise _Break(program == "continue", levels)
         if program == "return":
+            if not self.functions and not self.sources:  # `return 0 2>/dev/null || exit 0` in a script run by bash
+                self.status, self.failed = False, True
+                self.skip(node, "return outside a function or a sourced file: bash refuses it (status 2) and goes "
+                                "on" + (", and set -e ends the script there" if self.errexit else ""))
+                if self.errexit and self.capture is None:
+                    raise _Exit(self.line(node), "set -e, and return outside a function fails")
+                return
             raise _Return()
         if program == "shift":
             given = untrusted.count(argv[1]) if len(argv) > 1 else None  # ASCII digits: '²' is no count
@@ -2554,11 +2598,13 @@ class _Reader:
         self.sourcing.append(key)
         saved_sources = self.shell.arrays.get("BASH_SOURCE")
         self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path), *(saved_sources or [])]
+        self.sources += 1
         try:  # its commands are said on the line that sources it
             self.run_source(text, line_offset=0, fixed_line=self.line(node))
         except _Return:
             pass  # `return` ends the sourced file only
         finally:
+            self.sources -= 1
             self.sourcing.pop()
             if saved_sources is None:
                 self.shell.arrays.pop("BASH_SOURCE", None)
@@ -2634,11 +2680,12 @@ class _Reader:
     def new_shell(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
         outer script's `set -e`."""
-        saved, self.errexit = self.errexit, False
+        saved = self.errexit, self.nounset, self.loops, self.functions, self.sources
+        self.errexit, self.nounset, self.loops, self.functions, self.sources = False, False, 0, 0, 0
         try:
             self.nested(node, text, what, line_offset=line_offset)
         finally:
-            self.errexit = saved
+            self.errexit, self.nounset, self.loops, self.functions, self.sources = saved
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -2680,11 +2727,15 @@ class _Reader:
         self.src, self.line_offset = src, offset
         self.locals.append({})
         self.deeper()
+        self.functions += 1
+        loops, self.loops = self.loops, 0  # bash: a loop of the caller is not the function's to break
         try:
             self.statement(body)
         except _Return:
             pass
         finally:
+            self.functions -= 1
+            self.loops = loops
             self.depth -= 1
             self.src, self.line_offset = saved
             for name, (scalar, array) in self.locals.pop().items():
@@ -2747,9 +2798,15 @@ class _Reader:
             self.depth -= 1
 
     def arith_variable(self, name: str) -> int:
+        """A variable's value in arithmetic: an unset one is 0, as in bash, where it is known to be unset (unset())."""
         self.touch(name)
-        value = self.shell.lookup(name)
-        if value is None or unresolved_names(value):
+        value = self.shell.lookup(self.resolve(name))
+        if value is None:
+            value = self.unset(self.resolve(name))
+            if value == "":
+                self.unbound(name)
+            value = value or "0"
+        if unresolved_names(value):
             raise _Unknown(name)
         return self.arith_text(value)
 
@@ -2910,7 +2967,11 @@ class _Reader:
             return ("val", "0", quoted)
         name = self.resolve(name)
         value = self.shell.lookup(name)
-        return ("val", value if value is not None else self.unset(name), quoted)
+        if value is None:
+            value = self.unset(name)
+            if value == "":
+                self.unbound(name)
+        return ("val", value, quoted)
 
     def caller_variables(self, test: str) -> tuple[str, ...]:
         """The variables a test reads that the script never sets, where nothing else (a file, a command's output)
@@ -2994,6 +3055,8 @@ class _Reader:
                 return ("val", str(len(self.shell.arrays.get(name, [])) if name in self.shell.arrays
                                    else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
+            if index is None and value == "" and self.shell.lookup(name) is None:
+                self.unbound(name)
             return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
         if prefix == "!" and not subscript and rest in ("*", "@"):  # ${!NCCL_*}: names the environment may add to
             return ("val", _unknown(inner), quoted)
@@ -3037,6 +3100,8 @@ class _Reader:
             return self.each_element(node, quoted, self.shell.arrays[name], index == "@")
         value = self.lookup_value(name, index)
         is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
+        if not is_set and index is None and value == "" and not re.match(r":?[-=+?]", rest):
+            self.unbound(name)  # ${X}, ${X%a}, not ${X:-d}
         if not rest:
             return ("val", value, quoted)
         op_match = re.match(r":[-=+?]|[-=+?]|##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,|:|@", rest)

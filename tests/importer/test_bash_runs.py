@@ -66,3 +66,45 @@ REDIRECTIONS = [
 @pytest.mark.parametrize("script", REDIRECTIONS)
 def test_a_command_whose_redirection_bash_refuses_is_not_run(script, tmp_path):
     agree(script, tmp_path)
+
+
+T = "torchrun pretrain_gpt.py"
+SHELL_CONTROL = [
+    # (script, the files next to it, the script's arguments)
+    (f"source conf.sh\n{T} --tp $TP\n", {"conf.sh": "TP=2\n"}, ()),
+    (f"{T} --a 1\nsource conf.sh\n{T} --a 2\n", {"conf.sh": "TP=2\nexit 0\n"}, ()),  # exit in it ends the script
+    (f"source conf.sh\n{T} --tp $TP\n", {"conf.sh": "TP=2\nreturn\nTP=3\n"}, ()),  # return ends the file only
+    (f"f() {{ source conf.sh; TP=$((TP+1)); }}\nf\n{T} --tp $TP\n", {"conf.sh": "TP=2\nreturn\n"}, ()),
+    (f"f() {{ source conf.sh; }}\nf\n{T} --a 2\n", {"conf.sh": "exit 0\n"}, ()),
+    (f"source conf.sh 7\n{T} --a $TP $1\n", {"conf.sh": "TP=$1\n"}, ("z",)),
+    # return outside a function or a sourced file: bash refuses it and goes on (the `|| exit` idiom)
+    (f"{T} --a 1\nreturn\n{T} --a 2\n", {}, ()),
+    (f"return 0 2>/dev/null || exit 0\n{T} --a 2\n", {}, ()),
+    (f"set -e\nreturn\n{T} --a 2\n", {}, ()),
+    (f"break\ncontinue\n{T} --a 1\nfor i in 1 2; do f() {{ break; }}; f; {T} --i $i; done\n", {}, ()),
+    (f"for i in 1 2; do for j in 3 4; do {T} --ij $i$j; break 5; done; done\n", {}, ()),
+    # set -u: a variable known to be unset ends the script where it is expanded, not with a default
+    (f"set -u\nif false; then X=1; fi\necho $X\n{T} --a 1\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\n{T} --a ${{X:-2}} ${{X:+y}} ${{X-3}}\n", {}, ()),
+    (f"set -u\nA=$2\n{T} --a $A\n", {}, ("x",)),
+    (f"set -o nounset\nif false; then X=1; fi\nif [ -n \"$X\" ]; then Y=1; fi\n{T} --a 1\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\n{T} --a ${{#X}}\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\n{T} --a ${{X%a}}\n", {}, ()),
+    (f"set -u\nif false; then N=1; fi\nM=$((N+1))\n{T} --a $M\n", {}, ()),
+    (f"set -u\nset +u\nif false; then X=1; fi\n{T} --a $X 1\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\nY=$(echo $X)\n{T} --a 1 $#\n", {}, ()),
+    (f"set -eu\nexport PATH=/opt/bin:$PATH\n{T} --a 1\n", {}, ()),
+    # an unset variable in arithmetic is 0
+    (f"if false; then N=1; fi\nif (( N > 0 )); then A=1; else A=$((N + 1)); fi\n{T} --a $A\n", {}, ()),
+    # set -e
+    (f"set -e\ni=0\n((i++))\n{T} --a $i\n", {}, ()),
+    (f"set -e\nf() {{ false; }}\nf || true\n{T} --a 1\n", {}, ()),
+    (f"source conf.sh\n[ 1 -eq 2 ]\n{T} --a 1\n", {"conf.sh": "set -e\n"}, ()),
+    (f"( exit 1 )\nX=$(exit 3; echo no)\n{T} --a \"$X\" 1\n", {}, ()),
+]
+
+
+@needs_bash
+@pytest.mark.parametrize(("script", "files", "args"), SHELL_CONTROL)
+def test_sourcing_exit_return_and_the_shells_options_as_bash_runs_them(script, files, args, tmp_path):
+    agree(script, tmp_path, files, args)
