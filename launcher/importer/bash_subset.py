@@ -271,9 +271,10 @@ def _parser() -> Any:
 
 
 class _Exit(Exception):
-    def __init__(self, line: int = 0, why: str = ""):
+    def __init__(self, line: int = 0, why: str = "", code: int | None = 1):
         super().__init__(why)
         self.line, self.why = line, why
+        self.code = code  # the exit status, None where it is not known (`exit` alone, `exit $RC`)
 
 
 class _Break(Exception):
@@ -526,6 +527,7 @@ class _Reader:
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
         self.nounset = False  # `set -u`: expanding a variable known to be unset ends the script
+        self.tail_failed = False  # the last `a && b` list read ran its last command, which failed (see fails)
         # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
         # them to cmd, after a
         self.redirect_words: list[Any] = []
@@ -712,9 +714,9 @@ class _Reader:
     def fails(self, node: Any) -> bool:
         """Whether a command on its own line is known to fail: a test or an arithmetic command found false, or
         `false` (a program's status is not known; a list's, which set -e reads only at its end, is not read)."""
-        if node.type == "test_command" or node.type == "compound_statement" and node.children and \
-                node.children[0].type == "((":
-            return self.status is False
+        if node.type in ("test_command", "subshell", "list") or node.type == "compound_statement" and \
+                node.children and node.children[0].type == "((":
+            return self.status is False and (node.type != "list" or self.tail_failed)
         name = node.child_by_field_name("name") if node.type == "command" else None
         return name is not None and self.text(name) == "false" and len(node.named_children) == 1
 
@@ -821,13 +823,18 @@ class _Reader:
         self.block(node.children)
 
     def st_subshell(self, node: Any) -> None:
-        saved = self.shell.copy()
+        """( … ): a copy of the shell; an `exit` in it ends the subshell only, with its status (`( exit 1 )` fails,
+        and ends a script under set -e)."""
+        saved, options = self.shell.copy(), (self.errexit, self.nounset, self.loops)
+        self.status = None
         try:
             self.block(node.children)
-        except _Exit:
-            pass
+        except _Exit as exc:
+            self.status = None if exc.code is None else exc.code == 0
+            self.failed = self.status is False
         finally:
             self.restore(saved)
+            self.errexit, self.nounset, self.loops = options
 
     def restore(self, saved: Shell) -> None:
         self.shell.scalars, self.shell.arrays, self.shell.exports = saved.scalars, saved.arrays, saved.exports
@@ -1329,6 +1336,8 @@ class _Reader:
         else:
             self.status = verdict
         self.normal_path = went_on
+        # set -e ends the script on a list only where its last command ran and failed (`true && false`)
+        self.tail_failed = verdict == (op == "&&") and self.status is False
 
     def went_on(self, node: Any, status: bool | None) -> bool:
         """Whether `node`, read for `a && node`, succeeded or is not known only as a command on its normal path
@@ -2338,7 +2347,8 @@ class _Reader:
                 self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
         if program == "exit":
-            raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
+            code = int(argv[1]) % 256 if len(argv) > 1 and re.fullmatch(r"[0-9]{1,9}", argv[1]) else None
+            raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]), code)
         if program in ("break", "continue"):
             levels = (untrusted.count(argv[1]) if len(argv) > 1 else None) or 1  # '²', 0: bash's own error
             if not self.loops:  # bash: "only meaningful in a `for', `while', or `until' loop", and goes on

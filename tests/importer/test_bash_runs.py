@@ -101,6 +101,10 @@ SHELL_CONTROL = [
     (f"set -e\nf() {{ false; }}\nf || true\n{T} --a 1\n", {}, ()),
     (f"source conf.sh\n[ 1 -eq 2 ]\n{T} --a 1\n", {"conf.sh": "set -e\n"}, ()),
     (f"( exit 1 )\nX=$(exit 3; echo no)\n{T} --a \"$X\" 1\n", {}, ()),
+    (f"set -e\nfalse && true\n{T} --a 1\ntrue && false\n{T} --a 2\n", {}, ()),  # only a list's last command
+    (f"set -e\ntrue || false\n[ 1 = 2 ] || [ 2 = 2 ]\n{T} --a 1\n[ 1 = 2 ] || false\n{T} --a 2\n", {}, ()),
+    (f"set -e\n( exit 0 )\n{T} --a 1\n( exit 3 )\n{T} --a 2\n", {}, ()),
+    (f"if false; then U=1; fi\n( set -eu; false )\n{T} --a $U 1\n( exit 3 ) || T=failed\n{T} --t $T\n", {}, ()),
 ]
 
 
