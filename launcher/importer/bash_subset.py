@@ -1104,19 +1104,23 @@ class _Reader:
             with self.reading_input(text):
                 self.statement(body)
             return
-        if self.capture is not None and self.known_files and body is not None and body.type == "command":
-            # `NNODES=$(wc -l < $PBS_NODEFILE)`: a file whose lines are known is the command's input
+        if body is not None and body.type in ("command", "while_statement") and heredoc is None and \
+                herestring is None:
+            # `NNODES=$(wc -l < $PBS_NODEFILE)`, `read TP PP < tp.txt` of a file the script wrote, `while read …;
+            # done < list.txt`: a file whose text is known is the command's input
             given = [c for c in node.named_children if c.type == "file_redirect"
                      and self.src[c.start_byte:c.end_byte].lstrip()[:1] == b"<"]
             target = given[0].child_by_field_name("destination") if len(given) == 1 else None
             words = self.fields(target) if target is not None else []
-            lines = self.known_files.get(words[0]) if len(words) == 1 else None
+            lines = self.file_text(words[0]) if len(words) == 1 else None
             if lines is not None:
                 with self.reading_input(lines):
                     self.statement(body)
                 return
-        if body is not None and body.type == "command" and self.capture is None and self.print_to_file(node, body):
-            return
+        if body is not None and body.type == "command" and self.capture is None:
+            if self.print_to_file(node, body):
+                return
+            self.overwritten(node)
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
@@ -1132,16 +1136,37 @@ class _Reader:
         finally:
             self.redirect_words = []
 
+    def file_text(self, path: str) -> str | None:
+        """The text of a file whose text is known: one the script wrote (`echo 4 > tp.txt`, `cat > f <<EOF`), or a
+        scheduler's node file (known_files); None for any other."""
+        key = _written_key(path, self.written)
+        if key is not None:
+            return "".join(text for text, _ in self.written[key])
+        return self.known_files.get(path)
+
+    def overwritten(self, node: Any) -> None:
+        """`python gen.py > ds.json`: a file the script wrote is written again by a command whose output is not
+        known: its text is no longer known."""
+        for redirect in node.named_children:
+            target = redirect.child_by_field_name("destination") if redirect.type == "file_redirect" else None
+            operator = self.src[redirect.start_byte:target.start_byte].strip() if target is not None else b""
+            if target is not None and operator.lstrip(b"0123456789").startswith((b">", b"&>")) and \
+                    not operator.endswith(b"&"):
+                key = _written_key(self.joined(target), self.written)
+                if key is not None:
+                    del self.written[key]
+
     def filter_lines(self, program: str, args: list[str]) -> str | None:
         """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
         line of it is known to be one line."""
-        files = [a for a in args if a in self.known_files]
-        options = [a for a in args if a not in self.known_files]
+        texts = {a: self.file_text(a) for a in args}
+        files = [a for a in args if texts[a] is not None]
+        options = [a for a in args if texts[a] is None]
         # a filter reads every line of a node file of up to pbs.MAX_LINES: its work is charged to the reading's
         # steps by size (one a KB), so a loop of `sort -u $PBS_NODEFILE` over a large job ends with the step limit
-        self.step(1 + sum(len(self.known_files[f]) for f in files) // 1000 + len(self.stdin or "") // 1000)
+        self.step(1 + sum(len(texts[f] or "") for f in files) // 1000 + len(self.stdin or "") // 1000)
         if files and program != "wc":  # `wc -l FILE` also prints the file's name
-            text = "".join(self.known_files[f] for f in files)
+            text = "".join(texts[f] or "" for f in files)
         elif not files and self.stdin is not None and pbs.line_structured(self.stdin, unresolved_names):
             text = self.stdin
         else:
@@ -2342,6 +2367,11 @@ class _Reader:
             else:
                 self.reading.skipped.append((self.line(node), f"not run: {why}"))
             return
+        if program == "rm" and self.capture is None:  # a file the script wrote is gone: its text is not known
+            for word in argv[1:]:
+                gone = _written_key(word, self.written)
+                if gone is not None:
+                    del self.written[gone]
         if program == "eval":
             with self.run_through(depends, argv):
                 self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
@@ -2421,6 +2451,9 @@ class _Reader:
                 if hosts is not None:
                     self.capture.out.append("".join(_unknown(host) + "\n" for host in hosts))
                     return
+            if program == "cat" and argv[1:] and all(self.file_text(a) is not None for a in argv[1:]):
+                self.capture.out.append("".join(self.file_text(a) or "" for a in argv[1:]))  # files it wrote
+                return
             if program in pbs.FILTERS:  # `wc -l < $PBS_NODEFILE`, `sort -u $PBS_NODEFILE | wc -l`
                 filtered = self.filter_lines(program, argv[1:])
                 if filtered is not None:
@@ -2555,6 +2588,17 @@ class _Reader:
                             "toolkit's set_env.sh), not the run's settings")
             return
         line = self.line(node)
+        written = self.file_text(given) if _written_key(given, self.written) is not None else None
+        if written is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text the script wrote
+            if given in self.sourcing:
+                self.skip(node, f"{what}: the file sources itself; read once, not again")
+            elif self.sourced_chars + len(written) > MAX_SCRIPT_CHARS:
+                self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters "
+                                f"together); {MAY_SET}")
+                self.source_not_read(self.line(node), what, "the files sourced are too large to read together")
+            else:
+                self.read_sourced(node, argv, written, given)
+            return
         if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
             self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
                             f"not known without running the script; {MAY_SET}")
@@ -2600,6 +2644,11 @@ class _Reader:
             self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); {MAY_SET}")
             self.source_not_read(line, what, put)
             return
+        self.read_sourced(node, argv, text, os.path.abspath(path))
+
+    def read_sourced(self, node: Any, argv: list[str], text: str, path: str) -> None:
+        """Read a sourced file's text here (its arguments, if any, are $1 … while it is read)."""
+        key = os.path.realpath(path) if os.path.isabs(path) else path
         self.sourced_chars += len(text)
         saved_positional = self.positional
         if len(argv) > 2:  # `source FILE a b`: $1 … are a b while it is read
@@ -2607,7 +2656,7 @@ class _Reader:
             self.set_positional(self.positional)
         self.sourcing.append(key)
         saved_sources = self.shell.arrays.get("BASH_SOURCE")
-        self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path), *(saved_sources or [])]
+        self.shell.arrays["BASH_SOURCE"] = [path, *(saved_sources or [])]
         self.sources += 1
         try:  # its commands are said on the line that sources it
             self.run_source(text, line_offset=0, fixed_line=self.line(node))

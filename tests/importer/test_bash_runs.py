@@ -112,3 +112,31 @@ SHELL_CONTROL = [
 @pytest.mark.parametrize(("script", "files", "args"), SHELL_CONTROL)
 def test_sourcing_exit_return_and_the_shells_options_as_bash_runs_them(script, files, args, tmp_path):
     agree(script, tmp_path, files, args)
+
+
+WRITTEN_THEN_READ = [
+    f"echo 4 > tp.txt\nTP=$(cat tp.txt)\nPP=$(< tp.txt)\n{T} --tp $TP --pp $PP\n",
+    f"echo '4 2' > tp.txt\nread TP PP < tp.txt\n{T} --tp $TP --pp $PP\n",
+    f"printf 'a\\nb\\n' > l.txt\nwhile read x; do A+=($x); done < l.txt\nmapfile -t B < l.txt\n"
+    f"{T} ${{A[@]}} ${{B[@]}}\n",
+    f"cat > args.txt <<EOF\n--tp 4\nEOF\n{T} $(cat args.txt)\n",
+    f"echo --a > a.txt\necho 1 >> a.txt\n{T} $(cat a.txt)\n",
+    f"printf 'h1\\nh2\\n' > hosts\n{T} --m $(head -n 1 hosts) --n $(wc -l < hosts)\n",
+    f"echo 'TP=4' > env.sh\nsource env.sh\n{T} --tp $TP\n",
+    f"cat > ./env.sh <<'EOF'\nTP=4\nreturn\nTP=5\nEOF\n. env.sh\n{T} --tp $TP\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", WRITTEN_THEN_READ)
+def test_a_file_the_script_writes_is_read_back_with_its_text(script, tmp_path):
+    expected = bash_runs(script, tmp_path)
+    for name in ("tp.txt", "l.txt", "args.txt", "a.txt", "hosts", "env.sh"):  # what bash wrote is not read here
+        (tmp_path / name).unlink(missing_ok=True)
+    assert read_runs(script, tmp_path) == expected
+
+
+def test_a_file_written_again_by_a_program_or_removed_is_no_longer_known(tmp_path):
+    for script in (f"echo 4 > tp.txt\npython gen.py > tp.txt\n{T} --tp $(cat tp.txt)\n",
+                   f"echo 4 > tp.txt\nrm -f tp.txt\n{T} --tp $(cat tp.txt)\n"):
+        assert read_runs(script, tmp_path) == [["pretrain_gpt.py", "--tp", "${$(cat tp.txt)}"]]
