@@ -258,6 +258,8 @@ class Reading:
     # path (as the script names it) → (its text, the line that wrote it) of each file the script writes whose text is
     # known (`cat > ds_config.json <<EOF … EOF`, `echo '{…}' > f.json`): what a training flag given it reads
     written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # of those, path → the lines of sourced files not read that may have changed the values it was written from
+    written_unsure: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -491,6 +493,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     reader.script_names  # noqa: B018 (scans what is left to scan)
     reading.written = {path: ("".join(text for text, _ in chunks), reader.written_at.get(path, 0))
                        for path, chunks in reader.written.items() if chunks}
+    reading.written_unsure = {path: tuple(sorted(lines)) for path, lines in reader.written_unsure.items()
+                              if path in reading.written}
     reading.set_by_script = frozenset(reader.names_fixed)
     reading.copies = dict(reader.copies)
     return reading
@@ -552,6 +556,8 @@ class _Reader:
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
         self.written_at: dict[str, int] = {}  # path → the line of the command that wrote it first (or anew)
+        # path → the lines of sourced files not read that may have changed the values it was written from
+        self.written_unsure: dict[str, set[int]] = {}
         # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
         self.known_files: dict[str, str] = {}
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
@@ -1192,9 +1198,14 @@ class _Reader:
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
         # a path with an unknown part ($SCRATCH/run/job.sbatch) is still the same file where the script names it
         # again with the same words
-        text = self.heredoc_text(heredoc, body) if body is not None else ""
+        names = self.begin_reading()
+        try:
+            text = self.heredoc_text(heredoc, body) if body is not None else ""
+        finally:
+            self.end_touch()
         appended = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip().startswith(b">>")
         chunks = self.written.get(path, []) if appended else []
+        self.note_written_taint(path, names, text, appended)
         offset = self.line(body) - 1 if body is not None else self.line(node)
         self.written[path] = [*chunks, (text, offset)]
         if not chunks:
@@ -1217,11 +1228,14 @@ class _Reader:
             return False
         path = self.joined(target)
         capture = self.capture = _Capture()
+        names = self.begin_reading()
         try:
             self.statement(command)
         finally:
             self.capture = None
+            self.end_touch()
         chunks = self.written.get(path, []) if operator.startswith(b">>") else []
+        self.note_written_taint(path, names, "".join(capture.out), bool(chunks))
         if capture.known and not any(unresolved_names(t) for t in capture.out):
             self.written[path] = [*chunks, ("".join(capture.out), self.line(node) - 1)]
             if not chunks:
@@ -1231,6 +1245,15 @@ class _Reader:
         if sum(len(t) for t, _ in self.written.get(path, [])) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
         return True
+
+    def note_written_taint(self, path: str, names: set[str], text: str, appended: bool) -> None:
+        """A file written from values a sourced file not read may have changed: the lines of those files."""
+        lines = {item.line for items in self.tainted(names, [text]).values() for item in items}
+        kept = self.written_unsure.get(path, set()) if appended else set()
+        if lines | kept:
+            self.written_unsure[path] = lines | kept
+        else:
+            self.written_unsure.pop(path, None)
 
     def print_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
         """`$(cat <<EOF … EOF)`: what the substitution captures is the here-document's text."""

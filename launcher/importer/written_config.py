@@ -27,14 +27,11 @@ LOSS_SCALER = {"initial_scale_power": "initial_loss_scale", "loss_scale_window":
 SHOWN_CHARS = 300
 
 
-def written_file(value: str, written: Mapping[str, tuple[str, int]]) -> tuple[str, int] | None:
-    """The text the script wrote to the file `value` names (`./ds.json` is the `ds.json` it wrote), and the line."""
-    for here in (f"{MARK}$(pwd){MARK}/", f"{MARK}PWD{MARK}/", "${PWD}/"):  # `$(pwd)/ds.json` is the ds.json written
+def written_key(value: str, written: Mapping[str, object]) -> str | None:
+    """The file the script wrote that `value` names (`./ds.json` and `$(pwd)/ds.json` are the `ds.json` it wrote)."""
+    for here in (f"{MARK}$(pwd){MARK}/", f"{MARK}PWD{MARK}/", "${PWD}/"):
         value = value.removeprefix(here)
-    for key in (value, value.removeprefix("./"), "./" + value):
-        if key in written:
-            return written[key]
-    return None
+    return next((key for key in (value, value.removeprefix("./"), "./" + value) if key in written), None)
 
 
 def describe(flag: str, value: str, text: str, line: int, settings: Mapping[str, Any]) -> tuple[str, bool]:

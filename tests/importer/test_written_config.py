@@ -72,3 +72,12 @@ def test_deepspeeds_loss_scaler_is_compared_with_megatrons():
     assert "fp16.loss_scale 0, a scale of null = --loss-scale null" in line  # dynamic, as Megatron's default
     assert "fp16.initial_scale_power 16, a scale of 65536, --initial-loss-scale 4294967296" in line
     assert "fp16.loss_scale_window 500, --loss-scale-window 1000" in line
+
+
+def test_a_json_written_from_values_a_file_not_read_may_change_is_not_certain():
+    body = '{"train_batch_size": $GBS, "train_micro_batch_size_per_gpu": $MBS}'
+    script = "GBS=16\nMBS=2\nsource cluster.sh\n" + heredoc(body).split("\n", 2)[2] + RUN + \
+        "--deepspeed_config ds_config.json\n"
+    (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--deepspeed_config")]
+    assert "train_batch_size 16 = --global-batch-size 16" in line
+    assert line.endswith("written from values that the file sourced on line(s) 3, not read, may change")
