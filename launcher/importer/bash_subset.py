@@ -60,6 +60,7 @@ ENVIRONMENT_NAMES = re.compile(r"PATH|HOME|USER|LOGNAME|SHELL|PWD|OLDPWD|HOSTNAM
                                r"LD_LIBRARY_PATH|LD_PRELOAD|PYTHONPATH|CPATH|LIBRARY_PATH|MANPATH|PKG_CONFIG_PATH|"
                                r"MODULEPATH|VIRTUAL_ENV|(?:SLURM|PBS|PJM|LSB|OMPI|PMI|PMIX|CUDA|NCCL|CONDA|LMOD)_\w+")
 NOT_SET_BY_SOURCE = {"#", "@", "*", "0", "BASH_SOURCE", "IFS"}
+MAX_TAINT_SOURCES = 8  # sourced files not read named as what a value depends on
 MAY_SET = ("what it sets is unknown (from here on an unset variable is unknown, and a value set before it may be the "
            "file's)")
 
@@ -212,6 +213,10 @@ class ScriptCommand:
     # undecided branches behind the training flags of a command string it was read from (`eval $CMD`, where the
     # words after the entry script depended on them)
     among_flags: tuple[Undecided, ...] = ()
+
+
+# the words of a value that came from values a sourced file not read may have changed, each group with those files
+Taint = list[tuple[frozenset[str], tuple[Undecided, ...]]]
 
 
 @dataclass
@@ -563,7 +568,8 @@ class _Reader:
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
         self.touched_names: set[str] | None = None  # the variables it reads
         # NAME → (its value's state, word → the sourced files not read that may have changed it): see source_not_read
-        self.taint: dict[str, tuple[tuple[Any, ...], dict[str, tuple[Undecided, ...]]]] = {}
+        self.taint: dict[str, tuple[tuple[Any, ...], Taint]] = {}
+        self.value_word_sets: dict[str, tuple[tuple[Any, ...], frozenset[str]]] = {}  # NAME → (state, its words)
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
         self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
@@ -2091,7 +2097,7 @@ class _Reader:
                 if export:
                     self.shell.exports[name] = elements[0] if elements else ""
                 self.note_uncertain(name, touched, keep=append)
-                self.note_taint(name, read, kept if append else {})
+                self.note_taint(name, read, kept if append else [])
                 return
             if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
                 begin = value_node.start_byte if value_node is not None else tail.start_byte
@@ -2161,7 +2167,7 @@ class _Reader:
         if export or name in self.shell.exports:
             self.shell.exports[name] = value
         self.note_uncertain(name, touched, keep=append)
-        self.note_taint(name, read, kept if append else {})
+        self.note_taint(name, read, kept if append else [])
 
     def note_copy(self, name: str, source: str | None) -> None:
         """`LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK` with the source not known: the unknown value is then named
@@ -2243,27 +2249,29 @@ class _Reader:
         found: dict[str, tuple[Undecided, ...]] = {}
         tokens = {t for w in words for t in w.split()}
         for name in names:
-            state, taint = self.taint.get(name, (None, {}))
-            if not taint or state != self.value_state(name):
-                continue  # set again since: its value is the script's
-            for token, items in taint.items():
-                for target in ([token] if token in tokens else tokens):
+            for group, items in self.valid_taint(name):
+                for target in (group & tokens or tokens):
                     found[target] = tuple(dict.fromkeys((*found.get(target, ()), *items)))
         return found
 
-    def valid_taint(self, name: str) -> dict[str, tuple[Undecided, ...]]:
-        state, taint = self.taint.get(name, (None, {}))
-        return taint if state == self.value_state(name) else {}
+    def valid_taint(self, name: str) -> Taint:
+        state, taint = self.taint.get(name, (None, []))
+        return taint if taint and state == self.value_state(name) else []
 
-    def note_taint(self, name: str, names: set[str], kept: dict[str, tuple[Undecided, ...]]) -> None:
+    def note_taint(self, name: str, names: set[str], kept: Taint) -> None:
         """`name` was just set from the variables `names` (`kept`: what its value held before, when added to): it
         carries what of them a file not read may change."""
-        words = self.value_words(name)
-        taint = {word: items for word, items in kept.items() if word in words}
-        for word, items in self.tainted(names - {name}, words).items():
-            taint[word] = tuple(dict.fromkeys((*taint.get(word, ()), *items)))
+        if not kept and not any(self.taint.get(n) for n in names - {name}):
+            self.taint.pop(name, None)
+            return
+        words = frozenset(self.value_words(name))
+        taint = [(group & words, items) for group, items in kept if group & words]
+        by_items: dict[tuple[Undecided, ...], set[str]] = {}
+        for word, items in self.tainted(names - {name}, sorted(words)).items():
+            by_items.setdefault(items, set()).add(word)
+        taint += [(frozenset(group), items) for items, group in by_items.items()]
         if taint:
-            self.taint[name] = (self.value_state(name), taint)
+            self.taint[name] = (self.value_state(name), _merged(taint))
         else:
             self.taint.pop(name, None)
 
@@ -2713,13 +2721,28 @@ class _Reader:
         for name in [*self.shell.scalars, *self.shell.arrays]:
             base = name.partition("[")[0]  # P[key]: a key of an associative array (see declare_associative)
             if base.isdigit() or base in NOT_SET_BY_SOURCE or base.startswith("__launch_unknown_") or \
-                    _state_of(self.shell, name) == self.given.get(name, ()):
+                    name in self.given and _state_of(self.shell, name) == self.given[name]:
                 continue
             names[base] = None
+        self.step(len(names) // 20)  # as a copy of the shell costs (undecided_fork)
         for name in names:
-            taint = self.valid_taint(name)
-            self.taint[name] = (self.value_state(name), {
-                word: tuple(dict.fromkeys((*taint.get(word, ()), item))) for word in self.value_words(name)})
+            state = self.value_state(name)
+            held = self.taint.get(name)
+            if held is not None and held[0] == state and len(held[1]) == 1 and \
+                    len(held[1][0][1]) >= MAX_TAINT_SOURCES:
+                continue  # its whole value names as many files as are said already
+            cached = self.value_word_sets.get(name)
+            if cached is None or cached[0] != state:
+                cached = (state, frozenset(self.value_words(name)))
+                self.value_word_sets[name] = cached
+                self.step(1 + len(cached[1]) // 1000)  # work that grows with the value: within the reading's steps
+            taint = held[1] if held is not None and held[0] == state else []
+            if len(taint) == 1 and (taint[0][0] is cached[1] or taint[0][0] == cached[1]):  # already (a loop)
+                items = taint[0][1]
+                if len(items) < MAX_TAINT_SOURCES and item not in items:
+                    self.taint[name] = (state, [(cached[1], (*items, item))])
+                continue
+            self.taint[name] = (state, _merged([*taint, (cached[1], (item,))]))
         if names:
             self.reading.undecided.append(item)
 
@@ -3604,6 +3627,18 @@ def _uncounted(array: Sequence[str], name: str) -> int | None:
     show hostnames) )` in a job whose #SBATCH lines give its nodes); None: every element is one."""
     return next((k for k, element in enumerate(array) if element == _unknown(name) or (
         UNRESOLVED.fullmatch(element) and not all(map(pbs.is_host, unresolved_names(element))))), None)
+
+
+def _merged(taint: Taint) -> Taint:
+    """The groups of a taint kept few: those of the same sources as one, then those of the same words as one, each
+    naming at most MAX_TAINT_SOURCES sources (a loop that sources a file not read on every pass adds no group)."""
+    by_items: dict[tuple[Undecided, ...], frozenset[str]] = {}
+    for group, items in taint:
+        by_items[items] = by_items[items] | group if items in by_items else group
+    by_words: dict[frozenset[str], tuple[Undecided, ...]] = {}
+    for items, group in by_items.items():
+        by_words[group] = tuple(dict.fromkeys((*by_words.get(group, ()), *items)))[:MAX_TAINT_SOURCES]
+    return [(group, items) for group, items in by_words.items()]
 
 
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:

@@ -201,3 +201,13 @@ def test_only_the_words_made_from_values_set_before_a_file_not_read_depend_on_it
     assert found.settings["num_layers"] == 2 and found.settings["seq_length"] == 128
     assert "gpus_per_node" not in found.launcher
     assert any("--nproc_per_node ${4, unless the file sourced on line 3 changes it}" in n for n in found.not_carried)
+
+
+def test_many_files_not_read_over_many_values_stay_within_bounded_time():
+    # each file not read marks what the script set before it: the work must not grow with passes × values × words
+    values = "".join(f'V{i}="{" ".join(["w"] * 2000)}"\n' for i in range(200))
+    script = values + 'for i in $(seq 1 1000); do source $X/$i.sh; V1="$V1 x"; done\ntorchrun pretrain_gpt.py $V1\n'
+    started = time.monotonic()
+    reading = read_script(script)
+    assert time.monotonic() - started < 30
+    assert len(reading.commands[-1].argv) == 2 + 3000
