@@ -1235,10 +1235,11 @@ class _Reader:
         path = self.joined(target)
         capture = self.capture = _Capture()
         names = self.begin_reading()
+        self.redirect_words = redirects[0].children_by_field_name("destination")[1:]  # `echo a > f b`: echo's too
         try:
             self.statement(command)
         finally:
-            self.capture = None
+            self.capture, self.redirect_words = None, []
             self.end_touch()
         chunks = self.written.get(path, []) if operator.startswith(b">>") else []
         self.note_written_taint(path, names, "".join(capture.out), bool(chunks))

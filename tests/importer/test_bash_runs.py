@@ -120,7 +120,7 @@ WRITTEN_THEN_READ = [
     f"printf 'a\\nb\\n' > l.txt\nwhile read x; do A+=($x); done < l.txt\nmapfile -t B < l.txt\n"
     f"{T} ${{A[@]}} ${{B[@]}}\n",
     f"cat > args.txt <<EOF\n--tp 4\nEOF\n{T} $(cat args.txt)\n",
-    f"echo --a > a.txt\necho 1 >> a.txt\n{T} $(cat a.txt)\n",
+    f"echo --a > a.txt\necho 1 >> a.txt b\n{T} $(cat a.txt)\n",
     f"printf 'h1\\nh2\\n' > hosts\n{T} --m $(head -n 1 hosts) --n $(wc -l < hosts)\n",
     f"echo 'TP=4' > env.sh\nsource env.sh\n{T} --tp $TP\n",
     f"cat > ./env.sh <<'EOF'\nTP=4\nreturn\nTP=5\nEOF\n. env.sh\n{T} --tp $TP\n",
