@@ -2835,8 +2835,12 @@ class _Reader:
         self.deeper()
         self.functions += 1
         loops, self.loops = self.loops, 0  # bash: a loop of the caller is not the function's to break
+        definition = body.parent
         try:
-            self.statement(body)
+            # `f() { …; } > $LOG`: the definition's redirection is made at each call, and may be refused
+            if definition is None or definition.type != "function_definition" or not self.refused_redirect(
+                    definition, [c for c in definition.children if c.type == "file_redirect"], ()):
+                self.statement(body)
         except _Return:
             pass
         finally:

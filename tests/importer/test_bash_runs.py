@@ -59,6 +59,8 @@ REDIRECTIONS = [
     'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG || true\ntorchrun pretrain_gpt.py --n 2\n',
     'OUT=out.log\ntorchrun pretrain_gpt.py --n 1 2>&1 > $OUT\ntorchrun pretrain_gpt.py --n 2 >&2\n',
     'LOG=""\necho x | torchrun pretrain_gpt.py --n 1 > $LOG\ntorchrun pretrain_gpt.py --n 2 | cat > $LOG\n',
+    'LOG=""\nf() { TP=4; } > $LOG\nf\ng() { PP=2; } > /dev/null\ng\ntorchrun pretrain_gpt.py --tp ${TP:-1} --pp $PP\n',
+    'LOG=""\ncat > $LOG <<EOF\nx\nEOF\nwhile read x; do A=$x; done < $LOG\ntorchrun pretrain_gpt.py --a ${A:-none}\n',
 ]
 
 
