@@ -54,6 +54,16 @@ FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
 ENTRY_WORD = re.compile(r"\.py$")  # the script a runner starts: what follows it are its own flags
 WORD_SPLIT = re.compile(f"(?:{MARK}[^{MARK}]*{MARK}|[^\\s{MARK}])+")
 DEFAULT_IFS = " \t\n"
+# what bash itself keeps (the positional parameters, $0, the sourced files' stack, IFS): a sourced file not read is not
+# taken to change them (see _Reader.source_not_read)
+# names the environment a script runs in usually holds (see _Reader.from_environment)
+ENVIRONMENT_NAMES = re.compile(r"PATH|HOME|USER|LOGNAME|SHELL|PWD|OLDPWD|HOSTNAME|LANG|LC_\w+|TERM|TMPDIR|"
+                               r"LD_LIBRARY_PATH|LD_PRELOAD|PYTHONPATH|CPATH|LIBRARY_PATH|MANPATH|PKG_CONFIG_PATH|"
+                               r"MODULEPATH|VIRTUAL_ENV|(?:SLURM|PBS|PJM|LSB|OMPI|PMI|PMIX|CUDA|NCCL|CONDA|LMOD)_\w+")
+NOT_SET_BY_SOURCE = {"#", "@", "*", "0", "BASH_SOURCE", "IFS"}
+MAX_TAINT_SOURCES = 8  # sourced files not read named as what a value depends on
+MAY_SET = ("what it sets is unknown (from here on an unset variable is unknown, and a value set before it may be the "
+           "file's)")
 
 
 def _split(value: str, ifs: str) -> tuple[list[str], bool, bool]:
@@ -173,9 +183,15 @@ class Undecided:
     # the variables its test reads that the script never sets (`if [ -z "$FP32" ]`): the caller's environment, which
     # `launch import --env NAME=VALUE` gives; empty where the test also needs a file or a command's output
     environment: tuple[str, ...] = field(default=(), compare=False)
+    # how to decide it where neither the arguments nor the environment do (a sourced file not read: give the file)
+    decide: str = field(default="", compare=False)
+    sourced: bool = field(default=False, compare=False)  # a file sourced and not read, which may change any value
 
     def how_to_decide(self) -> str:
-        """The way to decide it that the user has: the script's arguments, or the caller's variables it reads."""
+        """The way to decide it that the user has: the script's arguments, the caller's variables it reads, or what
+        `decide` says."""
+        if self.decide:
+            return f" ({self.decide})"
         if self.arguments:
             return " (it depends on the script's arguments: give them after the script's name)"
         if self.environment:
@@ -207,6 +223,10 @@ class ScriptCommand:
     # undecided branches behind the training flags of a command string it was read from (`eval $CMD`, where the
     # words after the entry script depended on them)
     among_flags: tuple[Undecided, ...] = ()
+
+
+# the words of a value that came from values a sourced file not read may have changed, each group with those files
+Taint = list[tuple[frozenset[str], tuple[Undecided, ...]]]
 
 
 @dataclass
@@ -252,6 +272,11 @@ class Reading:
     # NAME is also set otherwise
     copies: dict[str, str] = field(default_factory=dict)
     unended_heredocs: list[int] = field(default_factory=list)  # lines of a `<<WORD` no line ends (it takes the rest)
+    # path (as the script names it) → (its text, the line that wrote it) of each file the script writes whose text is
+    # known (`cat > ds_config.json <<EOF … EOF`, `echo '{…}' > f.json`): what a training flag given it reads
+    written: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # of those, path → the lines of sourced files not read that may have changed the values it was written from
+    written_unsure: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
 
 # -- parsing --------------------------------------------------------------------------------------------------
@@ -265,9 +290,10 @@ def _parser() -> Any:
 
 
 class _Exit(Exception):
-    def __init__(self, line: int = 0, why: str = ""):
+    def __init__(self, line: int = 0, why: str = "", code: int | None = 1):
         super().__init__(why)
         self.line, self.why = line, why
+        self.code = code  # the exit status, None where it is not known (`exit` alone, `exit $RC`)
 
 
 class _Break(Exception):
@@ -476,6 +502,8 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     pjm_directives(text, reading, reader)
     flux_directives(text, reading)
     try:
+        reader.given = {name: _state_of(reading.shell, name)
+                        for name in [*reading.shell.scalars, *reading.shell.arrays]}
         reader.run_source(text, line_offset=0)
     except _Exit as exc:
         reading.stopped = (exc.line, exc.why) if exc.line else None
@@ -484,6 +512,10 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     except RecursionError:
         raise ShellSyntaxError("the script nests more deeply than can be read") from None
     reader.script_names  # noqa: B018 (scans what is left to scan)
+    reading.written = {path: ("".join(text for text, _ in chunks), reader.written_at.get(path, 0))
+                       for path, chunks in reader.written.items() if chunks}
+    reading.written_unsure = {path: tuple(sorted(lines)) for path, lines in reader.written_unsure.items()
+                              if path in reading.written}
     reading.set_by_script = frozenset(reader.names_fixed)
     reading.copies = dict(reader.copies)
     return reading
@@ -504,6 +536,9 @@ class _Reader:
         self.sourcing: list[str] = [os.path.realpath(path)] if path is not None else []
         self.sourced_chars = 0  # of every file sourced: together at most MAX_SCRIPT_CHARS
         self.unread_sources = 0  # `source FILE` lines passed whose file was not read: any unset name may be its
+        # what the caller and the job's scheduler gave (--env, #SBATCH …) before the script ran: a file not read may
+        # change those too, but they are not the script's own values (see source_not_read)
+        self.given: dict[str, tuple[Any, ...]] = {}
         self.shell = reading.shell
         self.positional: list[str] | None = list(positional) if positional else None
         self.steps = 0
@@ -516,6 +551,8 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
+        self.nounset = False  # `set -u`: expanding a variable known to be unset ends the script
+        self.tail_failed = False  # the last `a && b` list read ran its last command, which failed (see fails)
         # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
         # them to cmd, after a
         self.redirect_words: list[Any] = []
@@ -528,14 +565,27 @@ class _Reader:
         # carry the flags those constructs give (they are added to its ScriptCommand.absent)
         self.through: tuple[Undecided, ...] = ()
         self.through_flags: tuple[Undecided, ...] = ()  # of those, what decides the words after its entry script
+        self.through_sourced: dict[str, tuple[Undecided, ...]] = {}  # its words from values a file not read may set
         self.element: str | None = None  # the array element an operation of ${A[@]…} is applied to
         self.getopts_at = 1  # getopts: the letter of a grouped `-ab` it reads next
         self.status: bool | None = True  # of the last `a && b` list read, when it is known
+        # the last command is known to have failed (its redirection refused, a `return` bash refuses): status 1
+        self.failed = False
+        self.loops = 0  # loops around the command being read (break and continue outside one do nothing)
+        self.functions = 0  # function calls around it
+        self.sources = 0  # sourced files around it (`return` ends a function or a sourced file, else bash refuses it)
         # files the script writes from here-documents (`cat > job.sbatch <<EOF`), to read when it runs them
         self.written: dict[str, list[tuple[str, int]]] = {}  # path → [(text, line offset of its here-document)]
+        self.written_at: dict[str, int] = {}  # path → the line of the command that wrote it first (or anew)
+        # path → the lines of sourced files not read that may have changed the values it was written from
+        self.written_unsure: dict[str, set[int]] = {}
         # files whose lines the job's scheduler gives (PBS's node file: its number of lines), by their path's value
         self.known_files: dict[str, str] = {}
         self.touched: set[Undecided] | None = None  # undecided items the word being expanded depends on
+        self.touched_names: set[str] | None = None  # the variables it reads
+        # NAME → (its value's state, word → the sourced files not read that may have changed it): see source_not_read
+        self.taint: dict[str, tuple[tuple[Any, ...], Taint]] = {}
+        self.value_word_sets: dict[str, tuple[tuple[Any, ...], frozenset[str]]] = {}  # NAME → (state, its words)
         self.locals: list[dict[str, tuple[str | None, list[str] | None]]] = []
         self.noted_arguments = False
         self.from_arguments: set[str] = set()  # variables set from $1 … while no argument was given
@@ -658,21 +708,43 @@ class _Reader:
                 raise _Exit(self.line(node), f"set -e, and {self.first_line(node)} fails")
 
     def set_errexit(self, options: list[str]) -> None:
-        """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off."""
+        """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off; the same
+        for nounset (`set -u`, `-o nounset`)."""
         for k, word in enumerate(options):
             if word == "--":
                 return
-            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] == "errexit":
-                self.errexit = word == "-o"
-            elif re.fullmatch(r"[-+][a-zA-Z]+", word) and "e" in word:
-                self.errexit = word[0] == "-"
+            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] in ("errexit", "nounset"):
+                setattr(self, options[k + 1], word == "-o")
+            elif re.fullmatch(r"[-+][a-zA-Z]+", word):
+                if "e" in word:
+                    self.errexit = word[0] == "-"
+                if "u" in word:
+                    self.nounset = word[0] == "-"
+
+    def from_environment(self, name: str) -> bool:
+        """A variable the environment may well hold whatever the script did (PATH, LD_LIBRARY_PATH, a scheduler's
+        SLURM_*), or one the script exports (`export PATH=/x:$PATH`): read unset, it is not known to be unset."""
+        return bool(ENVIRONMENT_NAMES.fullmatch(name)) or re.search(
+            rb"(?:export|declare\s+-\w*x\w*)\s+(?:[^\n;]*\s)?" + re.escape(name.encode()) + rb"(?![\w])",
+            self.whole) is not None
+
+    def unbound(self, name: str) -> None:
+        """set -u: expanding a variable known to be unset ends the script (bash: "NAME: unbound variable", status 1);
+        inside $(…) only the substitution ends, and what it prints is not known."""
+        if not self.nounset or name in ("@", "*", "#", "?", "$", "!", "-", "0") or self.from_environment(name):
+            return
+        if self.capture is not None:
+            self.capture.known = False
+            self.capture.why = self.capture.why or f"set -u, and ${name} is unset"
+            return
+        raise _Exit(self.current_line, f"set -u, and ${name} is unset (bash: unbound variable)")
 
     def fails(self, node: Any) -> bool:
         """Whether a command on its own line is known to fail: a test or an arithmetic command found false, or
         `false` (a program's status is not known; a list's, which set -e reads only at its end, is not read)."""
-        if node.type == "test_command" or node.type == "compound_statement" and node.children and \
-                node.children[0].type == "((":
-            return self.status is False
+        if node.type in ("test_command", "subshell", "list") or node.type == "compound_statement" and \
+                node.children and node.children[0].type == "((":
+            return self.status is False and (node.type != "list" or self.tail_failed)
         name = node.child_by_field_name("name") if node.type == "command" else None
         return name is not None and self.text(name) == "false" and len(node.named_children) == 1
 
@@ -730,8 +802,9 @@ class _Reader:
             self.shell.scalars[name] = _unknown(name)
             self.shell.arrays.pop(name, None)
             self.shell.uncertain[name] = (*self.shell.uncertain.get(name, ()), item)
-        if recovery.sources(raw):  # a file sourced there may set any name: unset ones are unknown from here on
-            self.unread_sources += 1
+        if recovery.sources(raw):  # a file sourced there may set any name
+            self.source_not_read(line, f"{where}, which sources a file ({shown})",
+                                 "the lines are not read: write them another way, or set what they decide")
         for function in recovery.defined_functions(raw):
             self.shell.functions.pop(function, None)
             self.unread_functions[function] = where
@@ -778,13 +851,18 @@ class _Reader:
         self.block(node.children)
 
     def st_subshell(self, node: Any) -> None:
-        saved = self.shell.copy()
+        """( … ): a copy of the shell; an `exit` in it ends the subshell only, with its status (`( exit 1 )` fails,
+        and ends a script under set -e)."""
+        saved, options = self.shell.copy(), (self.errexit, self.nounset, self.loops)
+        self.status = None
         try:
             self.block(node.children)
-        except _Exit:
-            pass
+        except _Exit as exc:
+            self.status = None if exc.code is None else exc.code == 0
+            self.failed = self.status is False
         finally:
             self.restore(saved)
+            self.errexit, self.nounset, self.loops = options
 
     def restore(self, saved: Shell) -> None:
         self.shell.scalars, self.shell.arrays, self.shell.exports = saved.scalars, saved.arrays, saved.exports
@@ -973,8 +1051,64 @@ class _Reader:
             self.capture = outer
             self.stdin = saved_stdin
 
+    def redirect_failure(self, redirects: Sequence[Any]) -> str | None:
+        """Why bash refuses one of these redirections before it runs the command they belong to (which then does not
+        run; status 1): a target that expands to no word or to several (`> $LOG` with LOG empty or unset, `> $W`
+        with W="a b": "ambiguous redirect"), or to an empty word (`> "$LOG"`: no such file). None where each target
+        is one word, or is not known (the caller's variable)."""
+        for redirect in redirects:
+            targets = redirect.children_by_field_name("destination") if redirect.type == "file_redirect" else []
+            if not targets:
+                continue
+            operator = self.src[redirect.start_byte:targets[0].start_byte].decode("utf-8", "replace").strip()
+            target = self.text(targets[0])
+            if operator.endswith("&") and not operator.startswith("&") and re.fullmatch(r"[0-9]+-?|-", target):
+                continue  # 2>&1, >&2, <&-: a descriptor, not a file
+            words = self.fields(targets[0])
+            if any(unresolved_names(word) for word in words):
+                continue
+            if len(words) != 1:
+                return (f"{show(target)}: ambiguous redirect (it expands to {len(words) or 'no'} "
+                        f"word{'' if len(words) == 1 else 's'})")
+            if not words[0]:
+                return f"{show(target)}: no such file (it expands to an empty word)"
+        return None
+
+    @staticmethod
+    def missing_name(node: Any) -> bool:
+        """A command of assignments and redirections only (`X=1 > $LOG`; the grammar gives it a missing name)."""
+        name = node.child_by_field_name("name")
+        return name is None or name.is_missing or any(c.is_missing for c in name.children)
+
+    def refused_redirect(self, node: Any, redirects: Sequence[Any], assignments: Sequence[Any]) -> bool:
+        """A command whose redirection bash refuses (redirect_failure) is not run: said, its status 1, set -e ends
+        the script there; the assignments of a line without a command (`X=1 > $LOG`) still happen, as in bash."""
+        why = self.redirect_failure(redirects)
+        if why is None:
+            return False
+        for assignment in assignments:
+            self.statement(assignment)
+        self.status, self.failed = False, True
+        self.skip(node, f"not run: bash refuses its redirection, {why}, and does not run the command (status 1): "
+                        f"{self.first_line(node)}")
+        if self.errexit and self.capture is None:
+            raise _Exit(self.line(node), f"set -e, and the redirection of {self.first_line(node)} fails")
+        return True
+
     def st_redirected_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
+        redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if body is not None and body.type == "pipeline" and body.named_children:
+            # the grammar hangs `a | b > $LOG` on the whole pipeline; the redirection is b's: a runs whatever it is
+            last = body.named_children[-1]
+            if self.redirect_failure(redirects) is not None:
+                for stage in body.named_children[:-1]:
+                    self.statement(stage)
+                self.refused_redirect(last, redirects, ())
+                return
+        elif self.refused_redirect(node, redirects,
+                                   [body] if body is not None and body.type.startswith("variable_assignment") else []):
+            return
         heredoc = next((c for c in node.named_children if c.type == "heredoc_redirect"), None)
         if body is not None and heredoc is not None and body.type == "command" and self.heredoc_is_script(body):
             self.run_heredoc(body, heredoc)
@@ -998,17 +1132,23 @@ class _Reader:
             with self.reading_input(text):
                 self.statement(body)
             return
-        if self.capture is not None and self.known_files and body is not None and body.type == "command":
-            # `NNODES=$(wc -l < $PBS_NODEFILE)`: a file whose lines are known is the command's input
+        if body is not None and body.type in ("command", "while_statement") and heredoc is None and \
+                herestring is None:
+            # `NNODES=$(wc -l < $PBS_NODEFILE)`, `read TP PP < tp.txt` of a file the script wrote, `while read …;
+            # done < list.txt`: a file whose text is known is the command's input
             given = [c for c in node.named_children if c.type == "file_redirect"
                      and self.src[c.start_byte:c.end_byte].lstrip()[:1] == b"<"]
             target = given[0].child_by_field_name("destination") if len(given) == 1 else None
             words = self.fields(target) if target is not None else []
-            lines = self.known_files.get(words[0]) if len(words) == 1 else None
+            lines = self.file_text(words[0]) if len(words) == 1 else None
             if lines is not None:
                 with self.reading_input(lines):
                     self.statement(body)
                 return
+        if body is not None and body.type == "command" and self.capture is None:
+            if self.print_to_file(node, body):
+                return
+            self.overwritten(node)
         if body is not None and heredoc is not None and body.type == "command" and \
                 self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
@@ -1024,16 +1164,37 @@ class _Reader:
         finally:
             self.redirect_words = []
 
+    def file_text(self, path: str) -> str | None:
+        """The text of a file whose text is known: one the script wrote (`echo 4 > tp.txt`, `cat > f <<EOF`), or a
+        scheduler's node file (known_files); None for any other."""
+        key = _written_key(path, self.written)
+        if key is not None:
+            return "".join(text for text, _ in self.written[key])
+        return self.known_files.get(path)
+
+    def overwritten(self, node: Any) -> None:
+        """`python gen.py > ds.json`: a file the script wrote is written again by a command whose output is not
+        known: its text is no longer known."""
+        for redirect in node.named_children:
+            target = redirect.child_by_field_name("destination") if redirect.type == "file_redirect" else None
+            operator = self.src[redirect.start_byte:target.start_byte].strip() if target is not None else b""
+            if target is not None and operator.lstrip(b"0123456789").startswith((b">", b"&>")) and \
+                    not operator.endswith(b"&"):
+                key = _written_key(self.joined(target), self.written)
+                if key is not None:
+                    del self.written[key]
+
     def filter_lines(self, program: str, args: list[str]) -> str | None:
         """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
         line of it is known to be one line."""
-        files = [a for a in args if a in self.known_files]
-        options = [a for a in args if a not in self.known_files]
+        texts = {a: self.file_text(a) for a in args}
+        files = [a for a in args if texts[a] is not None]
+        options = [a for a in args if texts[a] is None]
         # a filter reads every line of a node file of up to pbs.MAX_LINES: its work is charged to the reading's
         # steps by size (one a KB), so a loop of `sort -u $PBS_NODEFILE` over a large job ends with the step limit
-        self.step(1 + sum(len(self.known_files[f]) for f in files) // 1000 + len(self.stdin or "") // 1000)
+        self.step(1 + sum(len(texts[f] or "") for f in files) // 1000 + len(self.stdin or "") // 1000)
         if files and program != "wc":  # `wc -l FILE` also prints the file's name
-            text = "".join(self.known_files[f] for f in files)
+            text = "".join(texts[f] or "" for f in files)
         elif not files and self.stdin is not None and pbs.line_structured(self.stdin, unresolved_names):
             text = self.stdin
         else:
@@ -1059,14 +1220,63 @@ class _Reader:
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
         # a path with an unknown part ($SCRATCH/run/job.sbatch) is still the same file where the script names it
         # again with the same words
-        text = self.heredoc_text(heredoc, body) if body is not None else ""
+        names = self.begin_reading()
+        try:
+            text = self.heredoc_text(heredoc, body) if body is not None else ""
+        finally:
+            self.end_touch()
         appended = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip().startswith(b">>")
         chunks = self.written.get(path, []) if appended else []
+        self.note_written_taint(path, names, text, appended)
         offset = self.line(body) - 1 if body is not None else self.line(node)
         self.written[path] = [*chunks, (text, offset)]
+        if not chunks:
+            self.written_at[path] = self.line(node)
         if sum(len(t) for t, _ in self.written[path]) > MAX_SCRIPT_CHARS:
             raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
         return True
+
+    def print_to_file(self, node: Any, command: Any) -> bool:
+        """`echo '{"train_batch_size": 8}' > ds.json` (or printf, `>>`): the file's text is what the command prints,
+        kept where it is known (as write_heredoc keeps a here-document's); a file written otherwise is not."""
+        redirects = [c for c in node.named_children if c.type in ("file_redirect", "heredoc_redirect",
+                                                                   "herestring_redirect")]
+        if self.first_word(command) not in ("echo", "printf") or len(redirects) != 1 or \
+                redirects[0].type != "file_redirect":
+            return False
+        operator = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()
+        target = redirects[0].child_by_field_name("destination")
+        if not operator.startswith(b">") or operator.startswith(b">&") or target is None:
+            return False
+        path = self.joined(target)
+        capture = self.capture = _Capture()
+        names = self.begin_reading()
+        self.redirect_words = redirects[0].children_by_field_name("destination")[1:]  # `echo a > f b`: echo's too
+        try:
+            self.statement(command)
+        finally:
+            self.capture, self.redirect_words = None, []
+            self.end_touch()
+        chunks = self.written.get(path, []) if operator.startswith(b">>") else []
+        self.note_written_taint(path, names, "".join(capture.out), bool(chunks))
+        if capture.known and not any(unresolved_names(t) for t in capture.out):
+            self.written[path] = [*chunks, ("".join(capture.out), self.line(node) - 1)]
+            if not chunks:
+                self.written_at[path] = self.line(node)
+        else:
+            self.written.pop(path, None)  # its text is not known: nothing is read from it
+        if sum(len(t) for t, _ in self.written.get(path, [])) > MAX_SCRIPT_CHARS:
+            raise ShellSyntaxError(f"a written file grows beyond {MAX_SCRIPT_CHARS:,} characters")
+        return True
+
+    def note_written_taint(self, path: str, names: set[str], text: str, appended: bool) -> None:
+        """A file written from values a sourced file not read may have changed: the lines of those files."""
+        lines = {item.line for items in self.tainted(names, [text]).values() for item in items}
+        kept = self.written_unsure.get(path, set()) if appended else set()
+        if lines | kept:
+            self.written_unsure[path] = lines | kept
+        else:
+            self.written_unsure.pop(path, None)
 
     def print_heredoc(self, node: Any, command: Any, heredoc: Any) -> bool:
         """`$(cat <<EOF … EOF)`: what the substitution captures is the here-document's text."""
@@ -1239,6 +1449,8 @@ class _Reader:
         else:
             self.status = verdict
         self.normal_path = went_on
+        # set -e ends the script on a list only where its last command ran and failed (`true && false`)
+        self.tail_failed = verdict == (op == "&&") and self.status is False
 
     def went_on(self, node: Any, status: bool | None) -> bool:
         """Whether `node`, read for `a && node`, succeeded or is not known only as a command on its normal path
@@ -1253,7 +1465,10 @@ class _Reader:
         program: `command -v nvcc && X=1 || X=2`) is not known without running it (None)."""
         if self.is_test(node):
             return self.condition([node])
+        self.failed = False
         self.statement(node)
+        if self.failed:  # e.g. its redirection failed: not run, status 1
+            return False
         if node.type == "list":
             return self.status
         if node.type in ("variable_assignment", "variable_assignments", "declaration_command"):
@@ -1346,9 +1561,13 @@ class _Reader:
 
     def st_case_statement(self, node: Any) -> None:
         value_node = node.child_by_field_name("value")
-        value = self.joined(value_node) if value_node is not None else ""
+        names = self.begin_reading()
+        try:
+            value = self.joined(value_node) if value_node is not None else ""
+        finally:
+            self.end_touch()
         items = [c for c in node.named_children if c.type == "case_item"]
-        if unresolved_names(value):
+        if unresolved_names(value) or self.tainted(names, [value]):  # see verdict
             catch_all = any(self.case_patterns(item) == ["*"] for item in items)
             self.undecided_fork(node, [self.case_from(node, items, k) for k in range(len(items))],
                                 include_nothing=not catch_all, what=self.first_line(node))
@@ -1470,12 +1689,15 @@ class _Reader:
 
     def loop_body(self, body: Any) -> bool:
         """One iteration; False after `break`."""
+        self.loops += 1
         try:
             self.block(body.children)
         except _Break as exc:
-            if exc.levels > 1:  # leaves the loops around this one too
+            if exc.levels > 1 and self.loops > 1:  # leaves the loops around this one too (as many as there are)
                 raise _Break(exc.again, exc.levels - 1) from None
             return exc.again
+        finally:
+            self.loops -= 1
         return True
 
     def st_c_style_for_statement(self, node: Any) -> None:
@@ -1608,6 +1830,16 @@ class _Reader:
         return verdict
 
     def verdict(self, node: Any) -> bool | None:
+        """A condition's verdict, None where it is not known: also where it reads a value that a sourced file not
+        read may have changed (`NODES=1; source cluster.sh; if [ $NODES -gt 1 ]`)."""
+        names = self.begin_reading()
+        try:
+            value = self.known_verdict(node)
+        finally:
+            self.end_touch()
+        return None if self.tainted(names, ["?"]) else value
+
+    def known_verdict(self, node: Any) -> bool | None:
         self.step()
         kind = node.type
         if kind == "test_command":
@@ -1657,6 +1889,11 @@ class _Reader:
         if kind in ("variable_assignment",):
             self.statement(node)
             return True
+        if kind == "redirected_statement":  # `if cmd > $LOG; then`: a redirection bash refuses fails the command
+            body = node.child_by_field_name("body")
+            redirects = [c for c in node.named_children if c.type == "file_redirect"]
+            if body is not None and body.type != "pipeline" and self.refused_redirect(node, redirects, ()):
+                return False
         return None
 
     def unclosed_bracket(self, node: Any) -> bool:
@@ -1907,7 +2144,9 @@ class _Reader:
         name = self.resolve(name)
         append = any(c.type == "+=" for c in node.children)
         value_node = node.child_by_field_name("value")
+        kept = self.valid_taint(name)
         touched = self.begin_touch()
+        read = self.names_read()
         try:
             if value_node is not None and value_node.type == "array":
                 elements = self.word_fields([c for c in value_node.named_children if c.type != "comment"])
@@ -1917,6 +2156,7 @@ class _Reader:
                 if export:
                     self.shell.exports[name] = elements[0] if elements else ""
                 self.note_uncertain(name, touched, keep=append)
+                self.note_taint(name, read, kept if append else [])
                 return
             if tail is not None:  # the whole word, read where the grammar reads it whole: as an argument
                 begin = value_node.start_byte if value_node is not None else tail.start_byte
@@ -1933,6 +2173,7 @@ class _Reader:
             else:
                 self.shell.scalars[key] = (self.shell.scalars.get(key, "") if append else "") + value
             self.note_uncertain(name, touched, keep=True)
+            self.note_taint(name, read, kept)
             return
         if index is not None:  # A[3]=x, A[$i]=x (the subscript is arithmetic)
             array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
@@ -1952,6 +2193,7 @@ class _Reader:
             self.shell.arrays[name] = array
             self.shell.scalars.pop(name, None)
             self.note_uncertain(name, touched, keep=True)
+            self.note_taint(name, read, kept)
             return
         copied = UNRESOLVED.fullmatch(value) if not append and index is None else None
         if UNRESOLVED.fullmatch(value) and (not value.startswith(MARK + "$(") or value.startswith(MARK + "$((")):
@@ -1972,6 +2214,7 @@ class _Reader:
         if append:
             if name in self.shell.arrays:
                 self.shell.arrays[name] = [*self.shell.arrays[name], value]
+                self.note_taint(name, read, kept)
                 return
             value = "".join(self.appended_to(name)[:1]) + value
         if "l" in attributes or "u" in attributes:
@@ -1983,6 +2226,7 @@ class _Reader:
         if export or name in self.shell.exports:
             self.shell.exports[name] = value
         self.note_uncertain(name, touched, keep=append)
+        self.note_taint(name, read, kept if append else [])
 
     def note_copy(self, name: str, source: str | None) -> None:
         """`LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK` with the source not known: the unknown value is then named
@@ -2017,27 +2261,95 @@ class _Reader:
         """Reading `name` while a word is expanded: the word depends on the undecided branches that set it. A value
         that is only the variable's unknown marker carries that itself, into the one word it lands in (so that
         `--node_rank $NODE_RANK` depends on the branch, the other words of the same string do not)."""
+        if self.touched_names is not None:
+            self.touched_names.add(name)
         if name in self.shell.uncertain and self.touched is not None \
                 and self.shell.lookup(name) != _unknown(name):
             self.touched.update(self.shell.uncertain[name])
 
     def begin_touch(self) -> set[Undecided]:
         self._touch_stack = getattr(self, "_touch_stack", [])
-        self._touch_stack.append(self.touched)
-        self.touched = set()
+        self._touch_stack.append((self.touched, self.touched_names))
+        self.touched, self.touched_names = set(), set()
         return self.touched
 
+    def names_read(self) -> set[str]:
+        """The variables read since begin_touch (filled while the words are expanded)."""
+        assert self.touched_names is not None
+        return self.touched_names
+
+    def begin_reading(self) -> set[str]:
+        self.begin_touch()
+        return self.names_read()
+
     def end_touch(self) -> None:
-        inner = self.touched or set()
-        self.touched = self._touch_stack.pop()
+        inner, names = self.touched or set(), self.touched_names or set()
+        self.touched, self.touched_names = self._touch_stack.pop()
         if self.touched is not None:
             self.touched |= inner
+        if self.touched_names is not None:
+            self.touched_names |= names
+
+    # -- values a sourced file not read may have changed --------------------------------------------------------
+    def value_state(self, name: str) -> tuple[Any, ...]:
+        if self.associative(name):
+            return (tuple(sorted(self.associative_entries(name).items())), self.shell.scalars[name + "[]"])
+        return _state_of(self.shell, name)
+
+    def value_words(self, name: str) -> list[str]:
+        if self.associative(name):
+            return [w for v in self.associative_entries(name).values() for w in v.split()]
+        return [w for v in self.shell.arrays.get(name, [self.shell.scalars.get(name) or ""]) for w in v.split()]
+
+    def tainted(self, names: set[str], words: Sequence[str]) -> dict[str, tuple[Undecided, ...]]:
+        """Of `words`, made from the variables `names`, those that came from a value a sourced file not read may
+        have changed (see source_not_read), with the sources: a word of that value found among them, else (the value
+        was computed on, `$((N*G))`, `${P%/*}`) every word."""
+        found: dict[str, tuple[Undecided, ...]] = {}
+        tokens = {t for w in words for t in w.split()}
+        for name in names:
+            for group, items in self.valid_taint(name):
+                for target in (group & tokens or tokens):
+                    found[target] = tuple(dict.fromkeys((*found.get(target, ()), *items)))
+        return found
+
+    def valid_taint(self, name: str) -> Taint:
+        state, taint = self.taint.get(name, (None, []))
+        return taint if taint and state == self.value_state(name) else []
+
+    def note_taint(self, name: str, names: set[str], kept: Taint) -> None:
+        """`name` was just set from the variables `names` (`kept`: what its value held before, when added to): it
+        carries what of them a file not read may change."""
+        if not kept and not any(self.taint.get(n) for n in names - {name}):
+            self.taint.pop(name, None)
+            return
+        words = frozenset(self.value_words(name))
+        taint = [(group & words, items) for group, items in kept if group & words]
+        by_items: dict[tuple[Undecided, ...], set[str]] = {}
+        for word, items in self.tainted(names - {name}, sorted(words)).items():
+            by_items.setdefault(items, set()).add(word)
+        taint += [(frozenset(group), items) for items, group in by_items.items()]
+        if taint:
+            self.taint[name] = (self.value_state(name), _merged(taint))
+        else:
+            self.taint.pop(name, None)
 
     # -- commands ---------------------------------------------------------------------------------------------
     def st_command(self, node: Any) -> None:
         trailing, self.redirect_words = self.redirect_words, []
         prefixes = [c for c in node.children if c.type == "variable_assignment"]
         name = node.child_by_field_name("name")
+        redirects = [c for c in node.children if c.type == "file_redirect"]
+        head = [c for c in node.children if c.type in ("variable_assignment", "file_redirect")
+                and (name is None or c.end_byte <= name.start_byte)]
+        if name is not None and head and head[-1].type == "file_redirect" and self.newline_between(head[-1], name):
+            # the grammar joins `X=1 > $LOG` and the next line's command; bash runs them apart
+            if not self.refused_redirect(node, [c for c in head if c.type == "file_redirect"], prefixes):
+                for prefix in prefixes:
+                    self.assign(prefix, export=False)
+            prefixes, redirects = [], [c for c in redirects if c.start_byte > name.start_byte]
+        if self.refused_redirect(node, redirects, prefixes if self.missing_name(node) else []):
+            return
         arguments = [c for c in node.children if c.is_named and c.start_byte > (name.end_byte if name else 0)
                      and c.type not in ("file_redirect", "herestring_redirect", "heredoc_redirect", "comment")]
         if prefixes and name is not None and not arguments and not trailing and (
@@ -2071,14 +2383,17 @@ class _Reader:
         absent: set[Undecided] = set()
         for group in groups:
             touched = self.begin_touch()
+            read = self.names_read()
             try:
                 words = self.word_fields(group)
             finally:
                 self.end_touch()
             if not words:
                 absent |= touched
+            taint = self.tainted(read, words)
             for word in words:
                 needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
+                needs |= {u for token in word.split() for u in taint.get(token, ())}
                 if needs:
                     depends[len(argv)] = tuple(sorted(needs, key=lambda u: u.line))
                 argv.append(word)
@@ -2142,16 +2457,32 @@ class _Reader:
             else:
                 self.reading.skipped.append((self.line(node), f"not run: {why}"))
             return
+        if program == "rm" and self.capture is None:  # a file the script wrote is gone: its text is not known
+            for word in argv[1:]:
+                gone = _written_key(word, self.written)
+                if gone is not None:
+                    del self.written[gone]
         if program == "eval":
             with self.run_through(depends, argv):
                 self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
             return
         if program == "exit":
-            raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]))
+            code = int(argv[1]) % 256 if len(argv) > 1 and re.fullmatch(r"[0-9]{1,9}", argv[1]) else None
+            raise _Exit(self.line(node), "exit " + " ".join(show(a) for a in argv[1:2]), code)
         if program in ("break", "continue"):
             levels = (untrusted.count(argv[1]) if len(argv) > 1 else None) or 1  # '²', 0: bash's own error
+            if not self.loops:  # bash: "only meaningful in a `for', `while', or `until' loop", and goes on
+                self.skip(node, f"{program} outside a loop does nothing (bash says so and goes on)")
+                return
             raise _Break(program == "continue", levels)
         if program == "return":
+            if not self.functions and not self.sources:  # `return 0 2>/dev/null || exit 0` in a script run by bash
+                self.status, self.failed = False, True
+                self.skip(node, "return outside a function or a sourced file: bash refuses it (status 2) and goes "
+                                "on" + (", and set -e ends the script there" if self.errexit else ""))
+                if self.errexit and self.capture is None:
+                    raise _Exit(self.line(node), "set -e, and return outside a function fails")
+                return
             raise _Return()
         if program == "shift":
             given = untrusted.count(argv[1]) if len(argv) > 1 else None  # ASCII digits: '²' is no count
@@ -2210,6 +2541,9 @@ class _Reader:
                 if hosts is not None:
                     self.capture.out.append("".join(_unknown(host) + "\n" for host in hosts))
                     return
+            if program == "cat" and argv[1:] and all(self.file_text(a) is not None for a in argv[1:]):
+                self.capture.out.append("".join(self.file_text(a) or "" for a in argv[1:]))  # files it wrote
+                return
             if program in pbs.FILTERS:  # `wc -l < $PBS_NODEFILE`, `sort -u $PBS_NODEFILE | wc -l`
                 filtered = self.filter_lines(program, argv[1:])
                 if filtered is not None:
@@ -2271,6 +2605,10 @@ class _Reader:
         before = argv[:next((k for k, w in enumerate(argv) if show(w).endswith(".py")), len(argv))]
         if any(base_name(show(word)) == "xargs" for word in before):
             argv = [*argv, _unknown("words xargs reads from its input")]
+        depends = dict(depends)
+        for k, word in enumerate(argv):
+            if word in self.through_sourced:
+                depends[k] = tuple(dict.fromkeys((*depends.get(k, ()), *self.through_sourced[word])))
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    tuple(dict.fromkeys((*self.absent, *self.through))),
                                                    self.through_flags))
@@ -2341,45 +2679,68 @@ class _Reader:
             self.skip(node, f"{what}: not read: it sets up the software environment (a virtualenv, conda, modules, a "
                             "toolkit's set_env.sh), not the run's settings")
             return
+        line = self.line(node)
+        written = self.file_text(given) if _written_key(given, self.written) is not None else None
+        if written is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text the script wrote
+            if given in self.sourcing:
+                self.skip(node, f"{what}: the file sources itself; read once, not again")
+            elif self.sourced_chars + len(written) > MAX_SCRIPT_CHARS:
+                self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters "
+                                f"together); {MAY_SET}")
+                self.source_not_read(self.line(node), what, "the files sourced are too large to read together")
+            else:
+                self.read_sourced(node, argv, written, given)
+            return
         if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
-            self.unread_sources += 1  # source <(…): the script a command prints
             self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
-                            "not known without running the script; what it sets is unknown")
+                            f"not known without running the script; {MAY_SET}")
+            self.source_not_read(line, f"{what} (the script a command prints)", "what the command prints is not "
+                                 "known without running the script")
             return
         if unresolved_names(given):
-            self.unread_sources += 1
+            needs = [n for n in unresolved_names(given) if NAME.fullmatch(n) and n not in self.script_names]
             self.skip(node, f"{what}: the file's path is not known without running the script; the file is not "
-                            "read and what it sets is unknown")
+                            f"read and {MAY_SET}")
+            self.source_not_read(line, what, "its path is not known without running the script"
+                                 + (": give " + " ".join(f"--env {n}=VALUE" for n in needs) + " so that the file "
+                                    "is found and read" if needs else ""))
             return
         if self.directory is None:
-            self.unread_sources += 1
             self.skip(node, f"{what}: not read (the script was not given as a file, so the file's place is not "
-                            "known); what it sets is unknown")
+                            f"known); {MAY_SET}")
+            self.source_not_read(line, what, f"import the script from its file, with "
+                                 f"{show(given)} where it sources it from")
             return
         path = Path(given) if given.startswith("/") else self.directory / given
         key = os.path.realpath(path)
-        if key not in self.sourcing:
-            self.unread_sources += 1  # until it is read below
-        else:
+        if key in self.sourcing:
             self.skip(node, f"{what}: the file sources itself (through {' → '.join(self.sourcing + [key])}); "
                             "read once, not again")
             return
+        put = f"put the file at {show(str(path))} and import again"
         budget = MAX_SCRIPT_CHARS - self.sourced_chars
         if budget <= 0:
             self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters together); "
-                            "what it sets is unknown")
+                            f"{MAY_SET}")
+            self.source_not_read(line, what, "the files sourced are too large to read together")
             return
         try:
             text = untrusted.read_utf8(path, "sourced file", max(budget, 0))
         except UserError as exc:
             shared = (f": the files a script sources hold at most {MAX_SCRIPT_CHARS:,} characters together"
                       if budget < MAX_SCRIPT_CHARS else "")
-            self.skip(node, f"{what}: not read ({exc.problems[0].message}{shared}); what it sets is unknown")
+            self.skip(node, f"{what}: not read ({exc.problems[0].message}{shared}); {MAY_SET}")
+            self.source_not_read(line, what, put)
             return
         if MARK in text:
-            self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); what it sets is unknown")
+            self.skip(node, f"{what}: not read (it holds a NUL byte: a binary file?); {MAY_SET}")
+            self.source_not_read(line, what, put)
             return
-        self.unread_sources -= 1
+        self.read_sourced(node, argv, text, os.path.abspath(path))
+
+    def read_sourced(self, node: Any, argv: list[str], text: str, path: str) -> None:
+        """Read a sourced file's text here (its arguments, if any, are $1 … while it is read)."""
+        key = os.path.realpath(path) if os.path.isabs(path) else path
         self.sourced_chars += len(text)
         saved_positional = self.positional
         if len(argv) > 2:  # `source FILE a b`: $1 … are a b while it is read
@@ -2387,12 +2748,14 @@ class _Reader:
             self.set_positional(self.positional)
         self.sourcing.append(key)
         saved_sources = self.shell.arrays.get("BASH_SOURCE")
-        self.shell.arrays["BASH_SOURCE"] = [os.path.abspath(path), *(saved_sources or [])]
+        self.shell.arrays["BASH_SOURCE"] = [path, *(saved_sources or [])]
+        self.sources += 1
         try:  # its commands are said on the line that sources it
             self.run_source(text, line_offset=0, fixed_line=self.line(node))
         except _Return:
             pass  # `return` ends the sourced file only
         finally:
+            self.sources -= 1
             self.sourcing.pop()
             if saved_sources is None:
                 self.shell.arrays.pop("BASH_SOURCE", None)
@@ -2403,6 +2766,46 @@ class _Reader:
                 self.set_positional(saved_positional or [])
                 if saved_positional is None:
                     self.shell.scalars.pop("#", None)
+
+    def source_not_read(self, line: int, what: str, decide: str) -> None:
+        """A file sourced here and not read may set any variable. From here on an unset one is unknown (unset()),
+        and one the script gave a value before it (`TP=1; source cluster.sh; … $TP`) keeps that value, which bash
+        passes unless the file sets another: each word of a command made from it depends on this line (a model or
+        layout flag is then lost, named with how to decide it), and a test that reads it is not decided. Word by
+        word, not variable by variable: `ARGS=(--log-dir $LOGS --nproc_per_node 8)` after the file depends on it
+        for $LOGS's word only. What the caller and the job's scheduler gave (--env, #SBATCH), still as given, is
+        not the script's own: --env is how the user says what the script runs with."""
+        self.unread_sources += 1
+        item = Undecided(line, f"{what}, not read, may change what the script set before it", decide=decide,
+                         sourced=True)
+        names: dict[str, None] = {}
+        for name in [*self.shell.scalars, *self.shell.arrays]:
+            base = name.partition("[")[0]  # P[key]: a key of an associative array (see declare_associative)
+            if base.isdigit() or base in NOT_SET_BY_SOURCE or base.startswith("__launch_unknown_") or \
+                    name in self.given and _state_of(self.shell, name) == self.given[name]:
+                continue
+            names[base] = None
+        self.step(len(names) // 20)  # as a copy of the shell costs (undecided_fork)
+        for name in names:
+            state = self.value_state(name)
+            held = self.taint.get(name)
+            if held is not None and held[0] == state and len(held[1]) == 1 and \
+                    len(held[1][0][1]) >= MAX_TAINT_SOURCES:
+                continue  # its whole value names as many files as are said already
+            cached = self.value_word_sets.get(name)
+            if cached is None or cached[0] != state:
+                cached = (state, frozenset(self.value_words(name)))
+                self.value_word_sets[name] = cached
+                self.step(1 + len(cached[1]) // 1000)  # work that grows with the value: within the reading's steps
+            taint = held[1] if held is not None and held[0] == state else []
+            if len(taint) == 1 and (taint[0][0] is cached[1] or taint[0][0] == cached[1]):  # already (a loop)
+                items = taint[0][1]
+                if len(items) < MAX_TAINT_SOURCES and item not in items:
+                    self.taint[name] = (state, [(cached[1], (*items, item))])
+                continue
+            self.taint[name] = (state, _merged([*taint, (cached[1], (item,))]))
+        if names:
+            self.reading.undecided.append(item)
 
     @contextlib.contextmanager
     def reading_input(self, text: str | None) -> Iterator[None]:
@@ -2421,24 +2824,34 @@ class _Reader:
         command read from it, whose words no longer say which variable they came from. `start`: where the string
         (with its shell) begins in argv; the words before it are a wrapper's (`deepspeed $HOSTFILE_OPTS bash -c
         "…"`), whose options are not training flags."""
-        saved = self.through, self.through_flags
+        saved = self.through, self.through_flags, self.through_sourced
         self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
         entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
         self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items()
                                                                if k > entry and k >= start for u in needs))))
+        # a value a sourced file not read may have changed decides no branch's flags but the words it gave: each
+        # such word of the string is one the commands read from it depend on
+        self.through_sourced = dict(saved[2])
+        for k, needs in depends.items():
+            sourced = tuple(u for u in needs if u.sourced)
+            if sourced and k >= start and k < len(argv):
+                for token in argv[k].split():
+                    self.through_sourced[token] = tuple(dict.fromkeys((*self.through_sourced.get(token, ()),
+                                                                       *sourced)))
         try:
             yield
         finally:
-            self.through, self.through_flags = saved
+            self.through, self.through_flags, self.through_sourced = saved
 
     def new_shell(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
         outer script's `set -e`."""
-        saved, self.errexit = self.errexit, False
+        saved = self.errexit, self.nounset, self.loops, self.functions, self.sources
+        self.errexit, self.nounset, self.loops, self.functions, self.sources = False, False, 0, 0, 0
         try:
             self.nested(node, text, what, line_offset=line_offset)
         finally:
-            self.errexit = saved
+            self.errexit, self.nounset, self.loops, self.functions, self.sources = saved
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -2480,11 +2893,19 @@ class _Reader:
         self.src, self.line_offset = src, offset
         self.locals.append({})
         self.deeper()
+        self.functions += 1
+        loops, self.loops = self.loops, 0  # bash: a loop of the caller is not the function's to break
+        definition = body.parent
         try:
-            self.statement(body)
+            # `f() { …; } > $LOG`: the definition's redirection is made at each call, and may be refused
+            if definition is None or definition.type != "function_definition" or not self.refused_redirect(
+                    definition, [c for c in definition.children if c.type == "file_redirect"], ()):
+                self.statement(body)
         except _Return:
             pass
         finally:
+            self.functions -= 1
+            self.loops = loops
             self.depth -= 1
             self.src, self.line_offset = saved
             for name, (scalar, array) in self.locals.pop().items():
@@ -2547,9 +2968,15 @@ class _Reader:
             self.depth -= 1
 
     def arith_variable(self, name: str) -> int:
+        """A variable's value in arithmetic: an unset one is 0, as in bash, where it is known to be unset (unset())."""
         self.touch(name)
-        value = self.shell.lookup(name)
-        if value is None or unresolved_names(value):
+        value = self.shell.lookup(self.resolve(name))
+        if value is None:
+            value = self.unset(self.resolve(name))
+            if value == "":
+                self.unbound(name)
+            value = value or "0"
+        if unresolved_names(value):
             raise _Unknown(name)
         return self.arith_text(value)
 
@@ -2710,7 +3137,11 @@ class _Reader:
             return ("val", "0", quoted)
         name = self.resolve(name)
         value = self.shell.lookup(name)
-        return ("val", value if value is not None else self.unset(name), quoted)
+        if value is None:
+            value = self.unset(name)
+            if value == "":
+                self.unbound(name)
+        return ("val", value, quoted)
 
     def caller_variables(self, test: str) -> tuple[str, ...]:
         """The variables a test reads that the script never sets, where nothing else (a file, a command's output)
@@ -2794,6 +3225,8 @@ class _Reader:
                 return ("val", str(len(self.shell.arrays.get(name, [])) if name in self.shell.arrays
                                    else int(name in self.shell.scalars)), quoted)
             value = self.lookup_value(name, index)
+            if index is None and value == "" and self.shell.lookup(name) is None:
+                self.unbound(name)
             return ("val", str(len(value)) if not unresolved_names(value) else _unknown("#" + name), quoted)
         if prefix == "!" and not subscript and rest in ("*", "@"):  # ${!NCCL_*}: names the environment may add to
             return ("val", _unknown(inner), quoted)
@@ -2837,6 +3270,8 @@ class _Reader:
             return self.each_element(node, quoted, self.shell.arrays[name], index == "@")
         value = self.lookup_value(name, index)
         is_set = self.shell.lookup(name) is not None or (name in ("@", "*", "#") and self.positional is not None)
+        if not is_set and index is None and value == "" and not re.match(r":?[-=+?]", rest):
+            self.unbound(name)  # ${X}, ${X%a}, not ${X:-d}
         if not rest:
             return ("val", value, quoted)
         op_match = re.match(r":[-=+?]|[-=+?]|##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,|:|@", rest)
@@ -3257,6 +3692,18 @@ def _uncounted(array: Sequence[str], name: str) -> int | None:
     show hostnames) )` in a job whose #SBATCH lines give its nodes); None: every element is one."""
     return next((k for k, element in enumerate(array) if element == _unknown(name) or (
         UNRESOLVED.fullmatch(element) and not all(map(pbs.is_host, unresolved_names(element))))), None)
+
+
+def _merged(taint: Taint) -> Taint:
+    """The groups of a taint kept few: those of the same sources as one, then those of the same words as one, each
+    naming at most MAX_TAINT_SOURCES sources (a loop that sources a file not read on every pass adds no group)."""
+    by_items: dict[tuple[Undecided, ...], frozenset[str]] = {}
+    for group, items in taint:
+        by_items[items] = by_items[items] | group if items in by_items else group
+    by_words: dict[frozenset[str], tuple[Undecided, ...]] = {}
+    for items, group in by_items.items():
+        by_words[group] = tuple(dict.fromkeys((*by_words.get(group, ()), *items)))[:MAX_TAINT_SOURCES]
+    return [(group, items) for group, items in by_words.items()]
 
 
 def _state_of(shell: Shell, name: str) -> tuple[Any, ...]:

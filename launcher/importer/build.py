@@ -26,6 +26,7 @@ from launcher.importer import attention_vars, per_process, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import (
     MARK,
+    ScriptCommand,
     ShellSyntaxError,
     Undecided,
     read_script,
@@ -38,6 +39,7 @@ from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.makefile import makefile_script
 from launcher.importer.task_yaml import TaskFile, task_file
 from launcher.importer.words import MAX_COUNT, base_name, count, is_count
+from launcher.importer.written_config import describe, written_key
 from launcher.pipeline.shell import shell_comment
 
 # Paths that name the user's data or tokenizer: unresolved, they become settings to fill in, over mock data.
@@ -231,6 +233,8 @@ class Source:
     rank_dependent: tuple[str, ...] = ()  # launcher counts that differ from node to node (not carried)
     set_by_script: frozenset[str] = frozenset()  # names the script sets whatever --env gives (Reading.set_by_script)
     copies: dict[str, str] = field(default_factory=dict)  # NAME → the variable whose value it holds (Reading.copies)
+    written: dict[str, tuple[str, int]] = field(default_factory=dict)  # files the script writes (Reading.written)
+    written_unsure: dict[str, tuple[int, ...]] = field(default_factory=dict)  # (Reading.written_unsure)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -398,7 +402,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
         command = training[-1]
         at = flag_reader.find_entry(command.argv)
         assert at is not None
-        runner, words = [*command.outer, *command.argv[:at + 1]], command.argv[at + 1:]
+        runner, words = [*command.outer, *_unsure_counts(command, at)], command.argv[at + 1:]
         others = [c for c in reading.commands if c is not command]
         env.update(command.env)  # OMP_NUM_THREADS=4 torchrun …, env A=1 torchrun …
         undecided = training_command.undecided_for(command)
@@ -432,7 +436,42 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     # bound): each is said once
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
-                  reading.job_slots, tuple(differing), reading.set_by_script, reading.copies)
+                  reading.job_slots, tuple(differing), reading.set_by_script, reading.copies, reading.written,
+                  reading.written_unsure)
+
+
+def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[str, int]],
+                        unsure: Mapping[str, tuple[int, ...]]) -> tuple[list[str], set[int]]:
+    """A lost flag whose value is a file the script writes itself (its DeepSpeed JSON): said with what the file holds
+    (written_config), never as a file not read; where nothing of it is lost, harmless. (The words left out on purpose,
+    Imported.set_aside; the ids of the words described.)"""
+    aside, described = [], set()
+    for w in flags.of_kind("lost"):
+        flag, eq, inline = w.words[0].partition("=")
+        value = inline if eq else w.words[1] if len(w.words) == 2 else None
+        key = written_key(value, written) if value is not None else None
+        if key is None:
+            continue
+        why, clean = describe(flag, value or "", *written[key], flags.settings)
+        lines = unsure.get(key, ())
+        if lines:  # written from values a sourced file not read may change: not certain
+            why += (f"; it was written from values that the file sourced on line(s) {', '.join(map(str, lines))}, "
+                    "not read, may change")
+            clean = False
+        w.kind, w.why = ("harmless" if clean else "lost"), why
+        described.add(id(w))
+        if clean:
+            aside.append(w.text)
+    return aside, described
+
+
+def _unsure_counts(command: ScriptCommand, at: int) -> list[str]:
+    """The runner's words (up to the entry script), where one that a sourced file not read may have changed
+    (`GPUS=8; source cluster.sh; torchrun --nproc_per_node $GPUS`) is not known: no process count is read from it."""
+    return [f"{MARK}{show(word)}, unless the file sourced on line {needs[0].line} changes it{MARK}"
+            if k < at and not unresolved_names(word)
+            and (needs := [u for u in command.depends.get(k, ()) if u.sourced]) else word
+            for k, word in enumerate(command.argv[:at + 1])]
 
 
 def _remember_credential_flags(words: Sequence[str]) -> None:
@@ -655,8 +694,10 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = []
     set_aside: list[str] = []
+    aside, described = _read_written_files(flags, source.written, source.written_unsure)
+    set_aside += aside
     for w in flags.of_kind("lost"):
-        missing = _missing(w.text)
+        missing = _missing(w.text) if id(w) not in described else []  # a path not known, a text that is
         if not missing:
             lost.append(_comment(f"{w.text}: {w.why}"))
             continue

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from launcher.errors import UserError
-from launcher.importer.bash_subset import MAX_SCRIPT_CHARS, read_script
+from launcher.importer.bash_subset import MAX_SCRIPT_CHARS, read_script, show
 from launcher.importer.build import import_source
 
 RUN = "torchrun --nproc_per_node 1 pretrain_gpt.py --num-layers ${NL:-2} $(model_args) --hidden-size $HIDDEN\n"
@@ -150,3 +150,64 @@ def test_no_training_command_names_the_files_not_read_that_may_hold_it(tmp_path)
         assert "sourced on line(s) 2 were not read" in exc.problems[0].message
     else:
         raise AssertionError("imported without a training command")
+
+
+def test_a_value_the_script_set_before_a_file_not_read_is_not_carried_as_certain(tmp_path):
+    # TP=1; source cluster_env.sh; … $TP: bash passes the file's TP where it sets one
+    run = ("torchrun --nproc_per_node 1 pretrain_gpt.py --num-layers 2 --hidden-size $HIDDEN "
+           "--tensor-model-parallel-size $TP\n")
+    (tmp_path / "train.sh").write_text("TP=1\nHIDDEN=64\nsource ./cluster_env.sh\nHIDDEN=128\n" + run)
+    found = imported(tmp_path / "train.sh")
+    (loss,) = found.lost
+    assert loss.startswith("line 3: source ./cluster_env.sh") and "--tensor-model-parallel-size" in loss
+    assert "--hidden-size" not in loss  # set again after it
+    assert str(tmp_path / "cluster_env.sh") in loss  # how to decide it: the file
+    (tmp_path / "cluster_env.sh").write_text("TP=4\n")
+    found = imported(tmp_path / "train.sh")
+    assert found.settings["tensor_model_parallel_size"] == 4 and found.lost == []
+
+
+def test_after_a_file_not_read_a_test_of_a_value_set_before_is_not_decided():
+    script = ("NODES=1\nMODE=small\nsource conf.sh\nif [ $NODES -gt 1 ]; then TP=8; else TP=1; fi\n"
+              "case $MODE in small) PP=1;; *) PP=4;; esac\n"
+              "torchrun pretrain_gpt.py --tensor-model-parallel-size $TP --pipeline-model-parallel-size $PP\n")
+    reading = read_script(script)
+    assert [show(word) for word in reading.commands[-1].argv[2:]] == [
+        "--tensor-model-parallel-size", "${TP}", "--pipeline-model-parallel-size", "${PP}"]
+
+
+def test_after_a_file_not_read_values_set_before_depend_on_it_the_callers_values_do_not():
+    script = ("ARGS=(--num-layers 2)\ndeclare -A P=([tp]=2)\nsource conf.sh\n"
+              "torchrun pretrain_gpt.py ${ARGS[@]} --tensor-model-parallel-size ${P[tp]} --seq-length $SEQ "
+              "--nnodes $SLURM_NNODES\n")
+    reading = read_script("#!/bin/bash\n#SBATCH --nodes=2\n" + script, environment={"SEQ": "512"})
+    command = reading.commands[-1]
+    assert command.argv[2:] == ["--num-layers", "2", "--tensor-model-parallel-size", "2", "--seq-length", "512",
+                                "--nnodes", "2"]
+    needs = {k: [item.what for item in items] for k, items in command.depends.items()}
+    assert needs == {k: ["source conf.sh, not read, may change what the script set before it"] for k in (2, 3, 5)}
+
+
+def test_only_the_words_made_from_values_set_before_a_file_not_read_depend_on_it(tmp_path):
+    # ARGS is built after the file from one value set before it: that word depends on the file, the others do not;
+    # a process count made from such a value is not read as the script's
+    (tmp_path / "train.sh").write_text(
+        "SAVE=/ckpt\nGPUS=4\nsource ./env.sh\nNL=2\nARGS=(--save $SAVE --num-layers $NL --seq-length $((NL * 64)))\n"
+        "torchrun --nproc_per_node $GPUS pretrain_gpt.py ${ARGS[@]}\n")
+    reading = read_script((tmp_path / "train.sh").read_text(), (), tmp_path / "train.sh")
+    command = reading.commands[-1]
+    assert sorted(command.depends) == [2, 5]  # $GPUS and $SAVE
+    found = imported(tmp_path / "train.sh")
+    assert found.settings["num_layers"] == 2 and found.settings["seq_length"] == 128
+    assert "gpus_per_node" not in found.launcher
+    assert any("--nproc_per_node ${4, unless the file sourced on line 3 changes it}" in n for n in found.not_carried)
+
+
+def test_many_files_not_read_over_many_values_stay_within_bounded_time():
+    # each file not read marks what the script set before it: the work must not grow with passes × values × words
+    values = "".join(f'V{i}="{" ".join(["w"] * 2000)}"\n' for i in range(200))
+    script = values + 'for i in $(seq 1 1000); do source $X/$i.sh; V1="$V1 x"; done\ntorchrun pretrain_gpt.py $V1\n'
+    started = time.monotonic()
+    reading = read_script(script)
+    assert time.monotonic() - started < 30
+    assert len(reading.commands[-1].argv) == 2 + 3000

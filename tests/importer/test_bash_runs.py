@@ -1,0 +1,144 @@
+"""What bash runs, compared with what the import reads: each script below is run by real bash in a scratch
+directory, with `torchrun` a function that prints its words (nothing else of a training run happens), and read by
+the import; the training commands must agree, word for word and in order. The classes: redirections that bash refuses
+(a target that expands to no word, to several, or to an empty one), sourced files (read, missing, ending in `return`
+or `exit`), `set -e`, `set -u`, `exit`, and `return` outside a function."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from launcher.importer.bash_subset import read_script, show
+
+
+def bash_runs(script: str, directory: Path, args: tuple[str, ...] = ()) -> list[list[str]]:
+    """The training commands bash runs (`torchrun` a function that writes its words to a file of its own, whatever
+    the script redirects)."""
+    runs = directory / "runs.txt"
+    runs.write_text("")
+    (directory / "train.sh").write_text(f"torchrun() {{ printf '%s\\x1f' \"$@\" >> {runs}; echo >> {runs}; }}\n"
+                                        + script)
+    subprocess.run(["bash", str(directory / "train.sh"), *args], capture_output=True, timeout=10, cwd=directory)
+    return [line.split("\x1f")[:-1] for line in runs.read_text().splitlines()]
+
+
+def read_runs(script: str, directory: Path, args: tuple[str, ...] = ()) -> list[list[str]]:
+    (directory / "train.sh").write_text(script)
+    reading = read_script(script, list(args), directory / "train.sh")
+    return [[show(word) for word in command.argv[1:]] for command in reading.commands if command.argv[0] == "torchrun"]
+
+
+def agree(script: str, tmp_path: Path, files: dict[str, str] | None = None, args: tuple[str, ...] = ()) -> None:
+    for name, text in (files or {}).items():
+        (tmp_path / name).write_text(text)
+    expected = bash_runs(script, tmp_path, args)
+    got = read_runs(script, tmp_path, args)
+    assert got == expected, (got, expected)
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="compares with bash")
+
+REDIRECTIONS = [
+    # bash: "ambiguous redirect" (no word, several words) or "No such file" (an empty word): the command is not run
+    'LOG=""\ntorchrun pretrain_gpt.py --num-layers 2 > $LOG\ntorchrun pretrain_gpt.py --num-layers 3\n',
+    'if false; then LOG=x; fi\ntorchrun pretrain_gpt.py --num-layers 2 >> $LOG 2>&1\n',
+    'LOG=""\ntorchrun pretrain_gpt.py --num-layers 2 > "$LOG"\n',
+    'LOG="a b.log"\ntorchrun pretrain_gpt.py --n 2 &> $LOG\ntorchrun pretrain_gpt.py --n 3 &> "$LOG"\n',
+    'LOG=""\n{ TP=2; torchrun pretrain_gpt.py --tp $TP; } > $LOG\ntorchrun pretrain_gpt.py --tp ${TP:-1}\n',
+    'LOG=""\nrun() { torchrun pretrain_gpt.py "$@"; }\nrun --a 1 > $LOG\nrun --a 2\n',
+    'LOG=""\nfor L in 2 4; do torchrun pretrain_gpt.py --num-layers $L; done > $LOG\ntorchrun pretrain_gpt.py\n',
+    'LOG=""\nX=4 > $LOG\ntorchrun pretrain_gpt.py --num-layers $X\n',
+    'LOG=""\n> $LOG torchrun pretrain_gpt.py --num-layers 2\n',
+    'LOG=""\ntorchrun pretrain_gpt.py --n 2 > $LOG && T=ok || T=failed\ntorchrun pretrain_gpt.py --t $T\n',
+    'LOG=""\nif torchrun pretrain_gpt.py --n 1 2> $LOG; then T=ok; else T=no; fi\ntorchrun pretrain_gpt.py --t $T\n',
+    'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG\ntorchrun pretrain_gpt.py --n 2\n',
+    'LOG=""\nset -e\ntorchrun pretrain_gpt.py --n 1 > $LOG || true\ntorchrun pretrain_gpt.py --n 2\n',
+    'OUT=out.log\ntorchrun pretrain_gpt.py --n 1 2>&1 > $OUT\ntorchrun pretrain_gpt.py --n 2 >&2\n',
+    'LOG=""\necho x | torchrun pretrain_gpt.py --n 1 > $LOG\ntorchrun pretrain_gpt.py --n 2 | cat > $LOG\n',
+    'LOG=""\nf() { TP=4; } > $LOG\nf\ng() { PP=2; } > /dev/null\ng\ntorchrun pretrain_gpt.py --tp ${TP:-1} --pp $PP\n',
+    'LOG=""\ncat > $LOG <<EOF\nx\nEOF\nwhile read x; do A=$x; done < $LOG\ntorchrun pretrain_gpt.py --a ${A:-none}\n',
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", REDIRECTIONS)
+def test_a_command_whose_redirection_bash_refuses_is_not_run(script, tmp_path):
+    agree(script, tmp_path)
+
+
+T = "torchrun pretrain_gpt.py"
+SHELL_CONTROL = [
+    # (script, the files next to it, the script's arguments)
+    (f"source conf.sh\n{T} --tp $TP\n", {"conf.sh": "TP=2\n"}, ()),
+    (f"{T} --a 1\nsource conf.sh\n{T} --a 2\n", {"conf.sh": "TP=2\nexit 0\n"}, ()),  # exit in it ends the script
+    (f"source conf.sh\n{T} --tp $TP\n", {"conf.sh": "TP=2\nreturn\nTP=3\n"}, ()),  # return ends the file only
+    (f"f() {{ source conf.sh; TP=$((TP+1)); }}\nf\n{T} --tp $TP\n", {"conf.sh": "TP=2\nreturn\n"}, ()),
+    (f"f() {{ source conf.sh; }}\nf\n{T} --a 2\n", {"conf.sh": "exit 0\n"}, ()),
+    (f"source conf.sh 7\n{T} --a $TP $1\n", {"conf.sh": "TP=$1\n"}, ("z",)),
+    # return outside a function or a sourced file: bash refuses it and goes on (the `|| exit` idiom)
+    (f"{T} --a 1\nreturn\n{T} --a 2\n", {}, ()),
+    (f"return 0 2>/dev/null || exit 0\n{T} --a 2\n", {}, ()),
+    (f"set -e\nreturn\n{T} --a 2\n", {}, ()),
+    (f"break\ncontinue\n{T} --a 1\nfor i in 1 2; do f() {{ break; }}; f; {T} --i $i; done\n", {}, ()),
+    (f"for i in 1 2; do for j in 3 4; do {T} --ij $i$j; break 5; done; done\n", {}, ()),
+    # set -u: a variable known to be unset ends the script where it is expanded, not with a default
+    (f"set -u\nif false; then X=1; fi\necho $X\n{T} --a 1\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\n{T} --a ${{X:-2}} ${{X:+y}} ${{X-3}}\n", {}, ()),
+    (f"set -u\nA=$2\n{T} --a $A\n", {}, ("x",)),
+    (f"set -o nounset\nif false; then X=1; fi\nif [ -n \"$X\" ]; then Y=1; fi\n{T} --a 1\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\n{T} --a ${{#X}}\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\n{T} --a ${{X%a}}\n", {}, ()),
+    (f"set -u\nif false; then N=1; fi\nM=$((N+1))\n{T} --a $M\n", {}, ()),
+    (f"set -u\nset +u\nif false; then X=1; fi\n{T} --a $X 1\n", {}, ()),
+    (f"set -u\nif false; then X=1; fi\nY=$(echo $X)\n{T} --a 1 $#\n", {}, ()),
+    (f"set -eu\nexport PATH=/opt/bin:$PATH\n{T} --a 1\n", {}, ()),
+    # an unset variable in arithmetic is 0
+    (f"if false; then N=1; fi\nif (( N > 0 )); then A=1; else A=$((N + 1)); fi\n{T} --a $A\n", {}, ()),
+    # set -e
+    (f"set -e\ni=0\n((i++))\n{T} --a $i\n", {}, ()),
+    (f"set -e\nf() {{ false; }}\nf || true\n{T} --a 1\n", {}, ()),
+    (f"source conf.sh\n[ 1 -eq 2 ]\n{T} --a 1\n", {"conf.sh": "set -e\n"}, ()),
+    (f"( exit 1 )\nX=$(exit 3; echo no)\n{T} --a \"$X\" 1\n", {}, ()),
+    (f"set -e\nfalse && true\n{T} --a 1\ntrue && false\n{T} --a 2\n", {}, ()),  # only a list's last command
+    (f"set -e\ntrue || false\n[ 1 = 2 ] || [ 2 = 2 ]\n{T} --a 1\n[ 1 = 2 ] || false\n{T} --a 2\n", {}, ()),
+    (f"set -e\n( exit 0 )\n{T} --a 1\n( exit 3 )\n{T} --a 2\n", {}, ()),
+    (f"if false; then U=1; fi\n( set -eu; false )\n{T} --a $U 1\n( exit 3 ) || T=failed\n{T} --t $T\n", {}, ()),
+]
+
+
+@needs_bash
+@pytest.mark.parametrize(("script", "files", "args"), SHELL_CONTROL)
+def test_sourcing_exit_return_and_the_shells_options_as_bash_runs_them(script, files, args, tmp_path):
+    agree(script, tmp_path, files, args)
+
+
+WRITTEN_THEN_READ = [
+    f"echo 4 > tp.txt\nTP=$(cat tp.txt)\nPP=$(< tp.txt)\n{T} --tp $TP --pp $PP\n",
+    f"echo '4 2' > tp.txt\nread TP PP < tp.txt\n{T} --tp $TP --pp $PP\n",
+    f"printf 'a\\nb\\n' > l.txt\nwhile read x; do A+=($x); done < l.txt\nmapfile -t B < l.txt\n"
+    f"{T} ${{A[@]}} ${{B[@]}}\n",
+    f"cat > args.txt <<EOF\n--tp 4\nEOF\n{T} $(cat args.txt)\n",
+    f"echo --a > a.txt\necho 1 >> a.txt b\n{T} $(cat a.txt)\n",
+    f"printf 'h1\\nh2\\n' > hosts\n{T} --m $(head -n 1 hosts) --n $(wc -l < hosts)\n",
+    f"echo 'TP=4' > env.sh\nsource env.sh\n{T} --tp $TP\n",
+    f"cat > ./env.sh <<'EOF'\nTP=4\nreturn\nTP=5\nEOF\n. env.sh\n{T} --tp $TP\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", WRITTEN_THEN_READ)
+def test_a_file_the_script_writes_is_read_back_with_its_text(script, tmp_path):
+    expected = bash_runs(script, tmp_path)
+    for name in ("tp.txt", "l.txt", "args.txt", "a.txt", "hosts", "env.sh"):  # what bash wrote is not read here
+        (tmp_path / name).unlink(missing_ok=True)
+    assert read_runs(script, tmp_path) == expected
+
+
+def test_a_file_written_again_by_a_program_or_removed_is_no_longer_known(tmp_path):
+    for script in (f"echo 4 > tp.txt\npython gen.py > tp.txt\n{T} --tp $(cat tp.txt)\n",
+                   f"echo 4 > tp.txt\nrm -f tp.txt\n{T} --tp $(cat tp.txt)\n"):
+        assert read_runs(script, tmp_path) == [["pretrain_gpt.py", "--tp", "${$(cat tp.txt)}"]]
