@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.checks import optimizer_state
+from launcher.checks import checkpoint_args_taken, model_tensors, optimizer_state
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
@@ -53,7 +53,8 @@ NON_PERSISTENT_SUBDIR = "non_persistent"  # checkpointing.py _NON_PERSISTENT_CKP
 CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_state_dict writes at the pin
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
-                "attention_output_gate", "num_experts", "moe_ffn_hidden_size", "shared_expert_size", "moe_layers")
+                "attention_output_gate", "qk_layernorm", "num_experts", "moe_ffn_hidden_size", "shared_expert_size",
+                "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embeddings": "learned position embeddings",
                "untied": "untie_embeddings_and_output_weights", "linear_bias": "add_bias_linear",
                "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers"}
@@ -155,9 +156,10 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
                           "launch doctor shows whether this Python has torch; Megatron itself reads them at load"))
         return ResumeCheck(stored, expected, tuple(items))
     saved = stored.args
-    job_args = job.effective()
+    job_args = checkpoint_args_taken.taken(job.effective(), saved)
+    items += _taken(job.effective(), job_args)
     # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
-    items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
+    items += _shape(job_args, saved, stored, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
     items += _state(job_args, saved, stored)
     vocabulary, padded = _vocabulary(job, job_args, saved, stored)
@@ -171,6 +173,18 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
         items += _data(job_args, saved)
     items += _version(stored)
     return ResumeCheck(stored, expected, tuple(items))
+
+
+def _taken(written: Mapping[str, Any], taken: Mapping[str, Any]) -> list[Item]:
+    """use_checkpoint_args: what Megatron takes from the checkpoint in place of the job's settings."""
+    if not written.get("use_checkpoint_args"):
+        return []
+    changed = [(name, written.get(name), taken[name]) for name in taken
+               if _normal(written.get(name)) != _normal(taken[name])]
+    said = "; ".join(f"{name} {shown(a, 40)} → {shown(b, 40)}" for name, a, b in changed[:12]) or \
+        "none differs from the job's"
+    return [Item("note", "shape", "use_checkpoint_args: Megatron takes the model settings stored with the checkpoint "
+                 f"in place of the job's (checkpointing.py load_args_from_checkpoint), judged so here: {said}")]
 
 
 def _pretrained(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint) -> ResumeCheck:
@@ -205,9 +219,15 @@ def _format(job: Any, stored: StoredCheckpoint) -> list[Item]:
     auto = bool(job.arg("auto_detect_ckpt_format"))
     if stored.format == wanted:
         return [Item("ok", "format", f"format {stored.format}, as the job's ckpt_format")]
-    if stored.format == "torch_dist" and wanted != "torch_dist" and not auto:
-        return [Item("refuse", "format", f"the checkpoint is torch_dist, the job's ckpt_format is {wanted}: "
-                     f"Megatron loads {wanted} only", "set ckpt_format=torch_dist (or auto_detect_ckpt_format=true)")]
+    if stored.format == "torch_dist" and wanted != "torch_dist":
+        # auto_detect_ckpt_format finds the format on disk, but generate_state_dict builds the sharded state dict
+        # that torch_dist loads into only for ckpt_format torch_dist (measured with torch: KeyError: 'model')
+        said = ("auto_detect_ckpt_format detects torch_dist, but Megatron builds the state dict to load into from "
+                f"ckpt_format {wanted} and stops at load (KeyError: 'model', checkpointing.py load_checkpoint)"
+                if auto else f"Megatron loads {wanted} only (RuntimeError: Detected load from a distributed "
+                "checkpoint, but neither --use-dist-ckpt nor --auto-detect-ckpt-format is set)")
+        return [Item("refuse", "format", f"the checkpoint is torch_dist, the job's ckpt_format is {wanted}: {said}",
+                     "set ckpt_format=torch_dist (the next save is torch_dist too)")]
     if stored.format == "torch":
         return [Item("note", "format", f"the checkpoint is in the torch format, the job saves {wanted}: Megatron "
                      f"detects the format on load; the next save is {wanted}")]
@@ -215,7 +235,10 @@ def _format(job: Any, stored: StoredCheckpoint) -> list[Item]:
                  f"set ckpt_format={stored.format} to resume it as saved")]
 
 
-def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: int) -> list[Item]:
+def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint, tp: int) -> list[Item]:
+    """The model's parameter tensors against the checkpoint's (checks/model_tensors.py), judged as the pin loads
+    them (measured: scripts/ckpt_load_matrix.py). The padded vocabulary is _vocabulary's, but for the torch format,
+    which stores the padded table as one tensor loaded strictly."""
     from launcher.estimate.formulas import model_shape
 
     try:
@@ -229,18 +252,83 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: 
                      "not compared")]
     diffs = [(SHAPE_NAMES.get(name, name), getattr(theirs, name), getattr(ours, name)) for name in SHAPE_FIELDS
              if getattr(theirs, name) != getattr(ours, name)]
-    # the torch format stores the padded table as one tensor, loaded strictly; torch_dist loads another number of
-    # rows (_vocabulary)
-    if ours.padded_vocab_size and theirs.padded_vocab_size and fmt == "torch" and \
-            ours.padded_vocab_size != theirs.padded_vocab_size:
+    fmt = stored.format
+    padded = fmt == "torch" and ours.padded_vocab_size and theirs.padded_vocab_size and \
+        ours.padded_vocab_size != theirs.padded_vocab_size
+    if padded:
         diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
-    if not diffs:
+    differ = model_tensors.compare(theirs, ours)
+    if not diffs and not differ:
         return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
                      f"{ours.num_attention_heads} heads)")]
-    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs)
-    return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; loading it fails",
-                 "resume with the checkpoint's model settings, or start a new run without load "
-                 "(--set load=null), or load only weights of the same shape")]
+    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs) or "the same settings"
+    why = _tensors_refused(job_args, saved, stored, differ)
+    if padded and not why:
+        why = "the torch format loads the padded embedding as one tensor: 'size mismatch' at load"
+    if why:
+        return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; {why}",
+                     "resume with the checkpoint's model settings (use_checkpoint_args=true takes them from it), or "
+                     "start a new run without load (--set load=null), or load only weights of the same shape")]
+    effects = []
+    if differ.added:
+        effects.append(f"the job's {_names(differ.added)} are not in the checkpoint and keep their initial values")
+    if differ.dropped:
+        effects.append(f"the checkpoint's {_names(differ.dropped)} are left unread")
+    return [Item("warn", "shape", f"the model differs from the checkpoint's: {said}: Megatron loads it without a "
+                 f"word ({fmt} loads the tensors both have), and trains another model than the one saved: "
+                 f"{'; '.join(effects) or 'its tensors have the same shapes'}",
+                 "resume with the checkpoint's model settings (or use_checkpoint_args=true) to train the model "
+                 "saved")]
+
+
+# dist_ckpt_strictness (dist_checkpointing/validation.py StrictHandling) values that stop the load on a tensor the
+# model asks for and the checkpoint lacks, and on one the checkpoint has and the model does not ask for
+STOPS_ON_ADDED = ("assume_ok_unexpected", "raise_unexpected", "raise_all")
+STOPS_ON_DROPPED = ("raise_all",)
+
+
+def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint,
+                     differ: model_tensors.Difference) -> str:
+    """Why Megatron stops at load on these tensor differences ("" where it loads), as measured at the pin."""
+    if differ.reshaped:
+        name, a, b = differ.reshaped[0]
+        error = "'Global shape mismatch'" if stored.format == "torch_dist" else "'size mismatch'"
+        return f"{name} is {_dims(a)} in the checkpoint and {_dims(b)} in the job: Megatron stops at load ({error})"
+    if not (differ.added or differ.dropped):
+        return ""
+    optimizer_read = _optimizer_read(job_args, saved, stored)
+    if stored.format == "torch":
+        if not optimizer_read:
+            return ""  # the strict load fails, and checkpointing.py's fallback loads non-strictly without a word
+        return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load (ValueError: "
+                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group)")
+    strictness = str(job_args.get("dist_ckpt_strictness") or "assume_ok_unexpected")
+    if differ.added and strictness in STOPS_ON_ADDED:
+        return (f"the job's {_names(differ.added)} are not in the checkpoint: Megatron stops at load (KeyError: '… "
+                f"from model not in state dict', dist_ckpt_strictness {strictness})")
+    if differ.dropped and strictness in STOPS_ON_DROPPED:
+        return (f"the checkpoint's {_names(differ.dropped)} are not in the job's model: Megatron stops at load "
+                "('Some keys found in the checkpoint are missing in the provided sharded state dict', "
+                f"dist_ckpt_strictness {strictness})")
+    if optimizer_read and job_args.get("use_distributed_optimizer") and \
+            optimizer_state.saved_kind(saved, stored.content_metadata) == "dp_reshardable":
+        return (f"the distributed optimizer's state saved dp_reshardable is one flat buffer of every parameter "
+                f"({_counted(differ)} changes its size): Megatron stops at load ('Global shape mismatch' for "
+                "optimizer.distributed.….param); no_load_optim=true lifts it")
+    return ""
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+
+
+def _counted(differ: model_tensors.Difference) -> str:
+    parts = [f"{len(differ.added)} tensor(s) added"] if differ.added else []
+    return ", ".join(parts + ([f"{len(differ.dropped)} dropped"] if differ.dropped else []))
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join("vocabulary" if d == model_tensors.VOCAB else str(d) for d in shape) + ")"
 
 
 def _vocabulary(job: Any, job_args: Mapping[str, Any], saved: Mapping[str, Any],

@@ -33,13 +33,21 @@ BASE = ["entry=pretrain_gpt", "gpus_per_node=1", "tensor_model_parallel_size=1",
 
 
 def overrides(flags: list[str]) -> list[str]:
-    """Megatron flags (`--bf16`, `--vocab-size 256`) as the launcher's settings."""
+    """Megatron flags (`--bf16`, `--vocab-size 256`, `--disable-bias-linear`) as the launcher's settings, through
+    the pinned parser's own table of flags."""
+    from launcher.megatron.args import catalog
+
+    by_flag = {flag: arg for arg in catalog().values() for flag in arg.flags}
     out: list[str] = []
     for flag in flags:
-        if flag.startswith("--"):
-            out.append(flag[2:].replace("-", "_") + "=true")
+        arg = by_flag.get(flag)
+        if arg is None:  # the value of the flag before it
+            out[-1] += flag
+        elif arg.kind == "value":
+            out.append(f"{arg.dest}=")
         else:
-            out[-1] = out[-1].removesuffix("=true") + f"={flag}"
+            on = arg.kind == "true" or (arg.kind == "bool" and not flag.startswith("--no-"))
+            out.append(f"{arg.dest}={'true' if on else 'false'}")
     return out
 
 
