@@ -10,8 +10,9 @@ specs build them (local and Transformer Engine specs save the same names). A loa
     dropped    the checkpoint has it, the job's model does not: it is left unread, and the model is another one
                (torch_dist stops only with dist_ckpt_strictness raise_all)
 
-The vocabulary's rows (the embedding and an untied output layer) are VOCAB: another padded vocabulary is judged
-apart (resume._vocabulary), as torch_dist loads those two at another size.
+The torch format saves one tensor per layer and per expert instead (per_layer): another number of layers adds or
+drops tensors there. The vocabulary's rows (the embedding and an untied output layer) are VOCAB: another padded
+vocabulary is judged apart (resume._vocabulary), as torch_dist loads those two at another size.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def tensors(m: ModelShape) -> dict[str, tuple[int, ...]]:
         out |= _mlp("decoder.layers.mlp", m.ffn_hidden_size, m, (layers - moe,))
     if moe:
         out["decoder.layers.mlp.router.weight"] = (moe, m.num_experts, h)
-        out |= _mlp("decoder.layers.mlp.experts", m.moe_ffn_hidden_size, m, (moe, m.num_experts))
+        out |= _mlp("decoder.layers.mlp.experts.experts", m.moe_ffn_hidden_size, m, (moe, m.num_experts))
         if m.shared_expert_size:
             out |= _mlp("decoder.layers.mlp.shared_experts", m.shared_expert_size, m, (moe,))
     out |= _norm("decoder.final_layernorm", h, m)
@@ -103,8 +104,32 @@ def tensors(m: ModelShape) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def compare(checkpoint: ModelShape, job: ModelShape) -> Difference:
+def per_layer(stacked: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """The torch format's names: one tensor per layer (decoder.layers.0.…) and per expert (local_experts.0.…), so
+    that another number of layers or experts adds or drops tensors rather than reshaping them."""
+    out: dict[str, tuple[int, ...]] = {}
+    for name, shape in stacked.items():
+        if not name.startswith(LAYERS):
+            out[name] = shape
+            continue
+        rest = name.removeprefix(LAYERS)
+        for i in range(shape[0]):
+            if rest.startswith(EXPERTS):
+                for e in range(shape[1]):
+                    out[f"{LAYERS}{i}.mlp.experts.local_experts.{e}.{rest.removeprefix(EXPERTS)}"] = shape[2:]
+            else:
+                out[f"{LAYERS}{i}.{rest}"] = shape[1:]
+    return out
+
+
+LAYERS, EXPERTS = "decoder.layers.", "mlp.experts.experts."
+
+
+def compare(checkpoint: ModelShape, job: ModelShape, fmt: str = "torch_dist") -> Difference:
+    """The tensors of `job` against the checkpoint's, named as `fmt` saves them (torch_dist stacks the layers)."""
     theirs, ours = tensors(checkpoint), tensors(job)
+    if fmt == "torch":
+        theirs, ours = per_layer(theirs), per_layer(ours)
     return Difference(
         reshaped=tuple((name, theirs[name], shape) for name, shape in ours.items()
                        if name in theirs and theirs[name] != shape),

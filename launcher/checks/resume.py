@@ -25,6 +25,7 @@ Levels: "refuse" (the job would fail at load, or silently not resume), "warn", "
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -167,7 +168,7 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     items += _precision(job_args, saved, stored, padded)
     items += _schedule(job_args, saved, stored)
     if not job_args.get("finetune"):
-        items += _megatron_asserts(job_args, saved)
+        items += _megatron_asserts(job_args, saved, any(i.level == "refuse" and i.topic == "shape" for i in items))
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
         items += _batch(job_args, saved, stored)
         items += _data(job_args, saved)
@@ -257,7 +258,7 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
         ours.padded_vocab_size != theirs.padded_vocab_size
     if padded:
         diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
-    differ = model_tensors.compare(theirs, ours)
+    differ = model_tensors.compare(theirs, ours, fmt)
     if not diffs and not differ:
         return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
                      f"{ours.num_attention_heads} heads)")]
@@ -319,7 +320,9 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
 
 
 def _names(names: Sequence[str]) -> str:
-    return ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    """The tensors, the torch format's per-layer and per-expert ones said once (decoder.layers.*.…)."""
+    said = list(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in names))
+    return ", ".join(said[:4]) + (f" and {len(said) - 4} more" if len(said) > 4 else "")
 
 
 def _counted(differ: model_tensors.Difference) -> str:
@@ -587,16 +590,20 @@ def _schedule(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Sto
                  "checkpoint's settings")]
 
 
-# check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load, beyond the
-# model's shape and the torch format's TP/PP compared above; (setting, when the job sets it is compared)
-ASSERTED = (("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
+# check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load unless finetune,
+# beyond the torch format's TP/PP compared above; (setting, when the job sets it is compared: None, always). The
+# model's three are said where _shape has not refused already (torch_dist's load stops before, on the tensors; the
+# torch format's layers are separate tensors, so this is its stop for another number of layers)
+ASSERTED = (("num_layers", None), ("hidden_size", None), ("num_attention_heads", None),
+            ("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
             ("tokenizer_type", "vocab_file"), ("data_parallel_random_init", "data_parallel_random_init"),
             ("global_batch_size", "phase_transition_iterations"))
 
 
-def _megatron_asserts(job_args: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Item]:
+def _megatron_asserts(job_args: Mapping[str, Any], saved: Mapping[str, Any], shape_refused: bool) -> list[Item]:
     differ = [(name, saved[name], job_args.get(name)) for name, when in ASSERTED
-              if job_args.get(when) and name in saved and _normal(saved[name]) != _normal(job_args.get(name))]
+              if (when is not None and job_args.get(when) or when is None and not shape_refused) and name in saved
+              and _normal(saved[name]) != _normal(job_args.get(name))]
     if not differ:
         return []
     said = "; ".join(f"{name} {shown(a, 80)} (checkpoint) ≠ {shown(b, 80)} (job)" for name, a, b in differ)

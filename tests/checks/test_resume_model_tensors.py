@@ -94,7 +94,8 @@ def test_the_torch_format_refuses_any_tensor_change_while_it_loads_the_optimizer
     assert "parameter group that doesn't match" in text(check, "shape")
     weights = judge(job(tmp_path, "bf16=true", "ckpt_format=torch", "no_load_optim=true", *job_settings),
                     saved(tmp_path, settings, fmt="torch"))
-    assert weights.ok and levels(weights, "shape") == ["warn"] and named in text(weights, "shape"), \
+    per_layer = named.replace("decoder.layers.", "decoder.layers.*.")  # the torch format's names, said once
+    assert weights.ok and levels(weights, "shape") == ["warn"] and per_layer in text(weights, "shape"), \
         weights.render()
 
 
@@ -141,6 +142,21 @@ def test_the_tensors_follow_the_settings():
     assert plain["decoder.layers.self_attention.linear_qkv.weight"] == (2, 36, 12)
     assert "output_layer.weight" not in plain and "decoder.final_layernorm.bias" in plain
     moe = tensors(model_shape({**base, "num_experts": 4, "moe_shared_expert_intermediate_size": 8}, 1))
-    assert moe["decoder.layers.mlp.experts.linear_fc1.weight"] == (2, 4, 48, 12)
+    assert moe["decoder.layers.mlp.experts.experts.linear_fc1.weight"] == (2, 4, 48, 12)
     assert moe["decoder.layers.mlp.shared_experts.linear_fc2.weight"] == (2, 12, 8)
     assert not compare(model_shape(base, 1), model_shape({**base, "vocab_size": 300}, 1))  # the vocabulary's rows
+
+
+def test_the_torch_format_loads_another_number_of_layers_only_when_fine_tuning(tmp_path):
+    """One tensor per layer: check_checkpoint_args asserts num_layers unless finetune, and then the load's
+    non-strict fallback keeps the new layers at their initial values."""
+    torch_format = saved(tmp_path, {}, fmt="torch")
+    weights = judge(job(tmp_path, "bf16=true", "ckpt_format=torch", "num_layers=4", "no_load_optim=true"),
+                    torch_format)
+    assert levels(weights, "shape") == ["warn", "refuse"] and "check_checkpoint_args" in text(weights, "shape"), \
+        weights.render()
+    tuned = judge(job(tmp_path, "bf16=true", "ckpt_format=torch", "num_layers=4", "finetune=true"), torch_format)
+    assert tuned.ok and levels(tuned, "shape") == ["warn"], tuned.render()
+    assert "decoder.layers.*.input_layernorm.weight" in text(tuned, "shape")
+    stacked = judge(job(tmp_path, "bf16=true", "num_layers=4", "finetune=true"), saved(tmp_path, {}))
+    assert levels(stacked, "shape") == ["refuse"] and "Global shape mismatch" in text(stacked, "shape")
