@@ -162,6 +162,7 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
     # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
     items += _shape(job_args, saved, stored, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
+    items += _expert_optimizer(job, job_args, saved, stored)
     items += _state(job_args, saved, stored)
     vocabulary, padded = _vocabulary(job, job_args, saved, stored)
     items += vocabulary
@@ -409,6 +410,27 @@ def _layout(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> lis
     if "TP" in changed or "PP" in changed:
         items += _optimizer_reshard(job, saved, stored)
     return items
+
+
+def _expert_optimizer(job: Any, job_args: Mapping[str, Any], saved: Mapping[str, Any],
+                      stored: StoredCheckpoint) -> list[Item]:
+    """Expert parameters get an optimizer of their own only at EP > 1 (tensor_parallel/layers.py and TE's: param
+    .allreduce = not expert_parallel; optimizer/__init__.py chains the two), so an MoE checkpoint saved at EP 1 holds
+    one optimizer's state and one saved at EP > 1 two: across that line the optimizer state does not load
+    (measured, EP 1 → 2: plain 'RuntimeError: Expected 2 entries in state dict, but got 3', ChainedOptimizer;
+    dp_reshardable 'KeyError: chained_0.optimizer.… not in state dict')."""
+    before, now = _int(saved.get("expert_model_parallel_size"), 1), job.layout.ep
+    experts = _int(job_args.get("num_experts"), 0) and _int(saved.get("num_experts"), 0)
+    if stored.format != "torch_dist" or not experts or (before > 1) == (now > 1) or \
+            not _optimizer_read(job_args, saved, stored):
+        return []
+    return [Item("refuse", "optimizer", f"EP {before} → {now} with {experts} experts: expert parameters have an "
+                 "optimizer of their own only at EP > 1, so the checkpoint's optimizer state is "
+                 f"{'one optimizer' if before == 1 else 'two chained optimizers'} and the job's "
+                 f"{'one' if now == 1 else 'two'}: Megatron stops at load (plain optimizer: 'RuntimeError: Expected 2 "
+                 "entries in state dict, but got 3'; distributed: KeyError 'chained_0.optimizer.… not in state dict')",
+                 f"resume at EP {before}" + (" (or another EP above 1)" if before > 1 else "") +
+                 ", or --set no_load_optim=true (the weights load at the new EP; Adam's moments start again)")]
 
 
 def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:

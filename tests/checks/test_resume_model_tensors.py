@@ -160,3 +160,22 @@ def test_the_torch_format_loads_another_number_of_layers_only_when_fine_tuning(t
     assert "decoder.layers.*.input_layernorm.weight" in text(tuned, "shape")
     stacked = judge(job(tmp_path, "bf16=true", "num_layers=4", "finetune=true"), saved(tmp_path, {}))
     assert levels(stacked, "shape") == ["refuse"] and "Global shape mismatch" in text(stacked, "shape")
+
+
+MOE_SAVED = {"num_experts": 2, "moe_ffn_hidden_size": 48, "moe_router_topk": 2, "tensor_model_parallel_size": 1,
+             "padded_vocab_size": 128, "add_bias_linear": False, "add_qkv_bias": False}
+MOE_JOB = ["tensor_model_parallel_size=1", "num_experts=2", "moe_router_topk=2", "add_bias_linear=false"]
+
+
+@pytest.mark.parametrize(("before", "now"), [(1, 2), (2, 1)])
+def test_an_moe_optimizer_state_does_not_load_across_ep_1(tmp_path, before, now):
+    """At EP 1 the expert parameters share the dense optimizer; above it they have their own (chained)."""
+    stored = saved(tmp_path, {**MOE_SAVED, "expert_model_parallel_size": before})
+    check = judge(job(tmp_path, "bf16=true", *MOE_JOB, f"expert_model_parallel_size={now}"), stored)
+    assert levels(check, "optimizer") == ["refuse"] and "Expected 2 entries" in text(check, "optimizer"), \
+        check.render()
+    weights = judge(job(tmp_path, "bf16=true", *MOE_JOB, f"expert_model_parallel_size={now}", "no_load_optim=true"),
+                    stored)
+    assert weights.ok and levels(weights, "optimizer") == [], weights.render()
+    same = judge(job(tmp_path, "bf16=true", *MOE_JOB, f"expert_model_parallel_size={before}"), stored)
+    assert same.ok and levels(same, "optimizer") == [], same.render()
