@@ -418,7 +418,7 @@ def _expert_optimizer(job: Any, job_args: Mapping[str, Any], saved: Mapping[str,
     .allreduce = not expert_parallel; optimizer/__init__.py chains the two), so an MoE checkpoint saved at EP 1 holds
     one optimizer's state and one saved at EP > 1 two: across that line the optimizer state does not load
     (measured, EP 1 → 2: plain 'RuntimeError: Expected 2 entries in state dict, but got 3', ChainedOptimizer;
-    dp_reshardable 'KeyError: chained_0.optimizer.… not in state dict')."""
+    dp_reshardable 'KeyError: chained_0.optimizer.… not in state dict'; EP 2 → 1: plain KeyError: 'pre_wd_mult')."""
     before, now = _int(saved.get("expert_model_parallel_size"), 1), job.layout.ep
     experts = _int(job_args.get("num_experts"), 0) and _int(saved.get("num_experts"), 0)
     if stored.format != "torch_dist" or not experts or (before > 1) == (now > 1) or \
@@ -427,8 +427,10 @@ def _expert_optimizer(job: Any, job_args: Mapping[str, Any], saved: Mapping[str,
     return [Item("refuse", "optimizer", f"EP {before} → {now} with {experts} experts: expert parameters have an "
                  "optimizer of their own only at EP > 1, so the checkpoint's optimizer state is "
                  f"{'one optimizer' if before == 1 else 'two chained optimizers'} and the job's "
-                 f"{'one' if now == 1 else 'two'}: Megatron stops at load (plain optimizer: 'RuntimeError: Expected 2 "
-                 "entries in state dict, but got 3'; distributed: KeyError 'chained_0.optimizer.… not in state dict')",
+                 f"{'one' if now == 1 else 'two'}: Megatron stops at load ("
+                 + ("plain optimizer: 'RuntimeError: Expected 2 entries in state dict, but got 3'; distributed: "
+                    "KeyError 'chained_0.optimizer.… not in state dict')" if now > 1 else
+                    "plain optimizer: KeyError: 'pre_wd_mult')"),
                  f"resume at EP {before}" + (" (or another EP above 1)" if before > 1 else "") +
                  ", or --set no_load_optim=true (the weights load at the new EP; Adam's moments start again)")]
 
