@@ -4,10 +4,12 @@ what the checkpoint says about itself (checks/checkpoint.py), item by item:
     found      a checkpoint where --load expects one (the user's load, or --resume): none → refused, since
                Megatron would start from iteration 0 without a word; with non_persistent_ckpt_type=global, a
                non-persistent checkpoint at least as new is the one Megatron loads, and the one judged
-    shape      the model's shape (layers, hidden, heads, FFN, vocab, …): different → refused, the load fails
+    shape      the model's parameter tensors (checks/model_tensors.py) as the pin loads them: another shape, or one
+               the checkpoint lacks → refused, the load fails; one the job's model lacks → a warning (left unread,
+               another model trains); with use_checkpoint_args, the model settings Megatron takes from the checkpoint
     layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
-               change → refused
+               change, nor an MoE optimizer state EP 1 ↔ EP > 1 → refused
     format     the format on disk against the job's ckpt_format
     precision  the optimizer state against the job's optimizer, as measured at the pin (checks/optimizer_state.py):
                what raises at load (fp32 ↔ fp16/bf16, the distributed optimizer turned on or off, a dp_reshardable
