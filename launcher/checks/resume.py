@@ -269,10 +269,12 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     why = _tensors_refused(job_args, saved, stored, differ)
     if padded and not why:
         why = "the torch format loads the padded embedding as one tensor: 'size mismatch' at load"
+    take = "" if job_args.get("use_checkpoint_args") else \
+        " (--set use_checkpoint_args=true takes most from it: not qk_layernorm, nor sizes the job sets)"
     if why:
         return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; {why}",
-                     "resume with the checkpoint's model settings (use_checkpoint_args=true takes them from it), or "
-                     "start a new run without load (--set load=null), or load only weights of the same shape")]
+                     f"resume with the checkpoint's model settings{take}, or start a new run without load "
+                     "(--set load=null), or load only weights of the same shape")]
     effects = []
     if differ.added:
         effects.append(f"the job's {_names(differ.added)} are not in the checkpoint and keep their initial values")
@@ -281,8 +283,7 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     return [Item("warn", "shape", f"the model differs from the checkpoint's: {said}: Megatron loads it without a "
                  f"word ({fmt} loads the tensors both have), and trains another model than the one saved: "
                  f"{'; '.join(effects) or 'its tensors have the same shapes'}",
-                 "resume with the checkpoint's model settings (or use_checkpoint_args=true) to train the model "
-                 "saved")]
+                 f"resume with the checkpoint's model settings{take} to train the model saved")]
 
 
 # dist_ckpt_strictness (dist_checkpointing/validation.py StrictHandling) values that stop the load on a tensor the
