@@ -65,7 +65,7 @@ def matrix(tmp_path_factory) -> list[dict]:
 
     out = tmp_path_factory.mktemp("matrix")
     done = subprocess.run([sys.executable, str(MATRIX), *CELLS, "--keep", str(out / "saves"), "--json",
-                           str(out / "matrix.json")], capture_output=True, text=True, timeout=900,
+                           str(out / "matrix.json")], capture_output=True, text=True, timeout=2400,
                           env={**os.environ, "MEGATRON_LM_PATH": str(megatron_checkout())})
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads((out / "matrix.json").read_text())
