@@ -303,6 +303,12 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
         return ""
     optimizer_read = _optimizer_read(job_args, saved, stored)
     if stored.format == "torch":
+        asserted = [name for name, when in ASSERTED if when is None and name in saved
+                    and _normal(saved[name]) != _normal(job_args.get(name))]
+        if asserted and not job_args.get("finetune"):
+            said = ", ".join(f"{name} {saved[name]} (checkpoint) ≠ {job_args.get(name)} (job)" for name in asserted)
+            return (f"Megatron asserts {said} equal at load (check_checkpoint_args: AssertionError); with "
+                    "finetune=true it loads the tensors both have instead")
         if not optimizer_read:
             return ""  # the strict load fails, and checkpointing.py's fallback loads non-strictly without a word
         return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load (ValueError: "
