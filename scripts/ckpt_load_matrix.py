@@ -139,7 +139,86 @@ def cells() -> list[Cell]:
              (*_p("fp32", True), "--tensor-model-parallel-size", "2", "--dist-ckpt-optim-fully-reshardable"),
              load_world=2, what="TP 1 → 2 and bf16 → fp32, fully reshardable"),
     ]
+    out += shape_cells()
     return out
+
+
+B16 = PRECISION["bf16"]
+MOE = ("--num-experts", "2", "--moe-router-topk", "2", "--disable-bias-linear")  # the experts take no biases
+
+
+def _change(name: str, save: tuple[str, ...], load: tuple[str, ...], what: str, world: int = 1) -> Cell:
+    """A model-shape or layout change: bf16, the plain optimizer unless the flags say otherwise."""
+    return Cell(name, (*B16, *save), (*B16, *load), save_world=1, load_world=world, what=what)
+
+
+def shape_cells() -> list[Cell]:
+    untied, rope, rms = ("--untie-embeddings-and-output-weights",), ("--position-embedding-type", "rope"), \
+        ("--normalization", "RMSNorm")
+    qkln, nobias, torch_fmt = ("--qk-layernorm",), ("--disable-bias-linear",), ("--ckpt-format", "torch")
+    return [
+        _change("gqa-4-to-2", (), ("--group-query-attention", "--num-query-groups", "2"), "4 → 2 query groups"),
+        _change("swiglu-on", (), ("--swiglu",), "SwiGLU on (fc1 twice as wide)"),
+        _change("untie-on", (), untied, "untie_embeddings_and_output_weights on: an output layer the checkpoint "
+                "lacks"),
+        _change("untie-off", untied, (), "untie_embeddings_and_output_weights off: the saved output layer unused"),
+        _change("rope-to-learned", rope, (), "position embeddings learned_absolute, saved rope"),
+        _change("learned-to-rope", (), rope, "rope, saved with learned position embeddings"),
+        _change("learned-to-rope-raise-all", (), (*rope, "--dist-ckpt-strictness", "raise_all"),
+                "rope, saved learned, dist_ckpt_strictness raise_all"),
+        _change("layernorm-to-rmsnorm", (), rms, "RMSNorm, saved LayerNorm (its biases unused)"),
+        _change("rmsnorm-to-layernorm", rms, (), "LayerNorm, saved RMSNorm (no biases saved)"),
+        _change("qk-layernorm-on", (), qkln, "qk_layernorm on"),
+        _change("qk-layernorm-off", qkln, (), "qk_layernorm off"),
+        _change("bias-linear-off", (), nobias, "add_bias_linear off: the saved biases unused"),
+        _change("bias-linear-on", nobias, (), "add_bias_linear on, saved without biases"),
+        _change("qkv-bias-on", nobias, (*nobias, "--add-qkv-bias"), "add_qkv_bias on, saved without biases"),
+        _change("ffn-256-to-128", (), ("--ffn-hidden-size", "128"), "ffn_hidden_size 256 → 128"),
+        _change("kv-channels-16-to-32", (), ("--kv-channels", "32"), "kv_channels 16 → 32"),
+        _change("max-position-64-to-128", (), ("--max-position-embeddings", "128"),
+                "learned positions: max_position_embeddings 64 → 128"),
+        _change("seq-64-to-32", (), ("--seq-length", "32"), "seq_length 64 → 32, max_position_embeddings kept"),
+        _change("distopt-bias-linear-off", DISTOPT, (*DISTOPT, *nobias), "dp_reshardable, add_bias_linear off"),
+        _change("fully-bias-linear-off", (*DISTOPT, *FULLY), (*DISTOPT, *FULLY, *nobias),
+                "fully_reshardable, add_bias_linear off"),
+        _change("torch-untie-on", torch_fmt, (*torch_fmt, *untied), "torch format, untie on"),
+        _change("torch-qk-layernorm-on", torch_fmt, (*torch_fmt, *qkln), "torch format, qk_layernorm on"),
+        _change("torch-bias-linear-off", torch_fmt, (*torch_fmt, *nobias), "torch format, add_bias_linear off"),
+        _change("torch-layers-2-to-4-no-load-optim", torch_fmt, (*torch_fmt, "--num-layers", "4", "--no-load-optim"),
+                "torch format, 4 layers, the optimizer state not loaded"),
+        _change("torch-layers-2-to-4-finetune", torch_fmt, (*torch_fmt, "--num-layers", "4", "--finetune"),
+                "torch format, 4 layers, finetune"),
+        _change("torch-untie-on-no-load-optim", torch_fmt, (*torch_fmt, *untied, "--no-load-optim"),
+                "torch format, untie on, the optimizer state not loaded"),
+        _change("untie-on-log-unexpected", (), (*untied, "--dist-ckpt-strictness", "log_unexpected"),
+                "untie on, dist_ckpt_strictness log_unexpected"),
+        _change("moe-experts-2-to-4", MOE, ("--num-experts", "4", *MOE[2:]), "MoE: 2 → 4 experts"),
+        _change("moe-shared-expert-on", MOE, (*MOE, "--moe-shared-expert-intermediate-size", "64"),
+                "MoE: a shared expert added"),
+        _change("moe-shared-expert-off", (*MOE, "--moe-shared-expert-intermediate-size", "64"), MOE,
+                "MoE: the shared expert dropped"),
+        _change("moe-ep-1-to-2", MOE, (*MOE, "--expert-model-parallel-size", "2"), "MoE: EP 1 → 2", world=2),
+        _change("moe-ep-1-to-2-no-load-optim", MOE, (*MOE, "--expert-model-parallel-size", "2", "--no-load-optim"),
+                "MoE: EP 1 → 2, the optimizer state not loaded", world=2),
+        Cell("moe-ep-2-to-1", (*B16, *MOE, "--expert-model-parallel-size", "2"), (*B16, *MOE), save_world=2,
+             what="MoE: EP 2 → 1"),
+        _change("distopt-moe-ep-1-to-2", (*MOE, *DISTOPT), (*MOE, *DISTOPT, "--expert-model-parallel-size", "2"),
+                "MoE, dp_reshardable: EP 1 → 2", world=2),
+        _change("pp-1-to-2", (), ("--pipeline-model-parallel-size", "2"), "PP 1 → 2", world=2),
+        _change("pp-1-to-2-vpp", ("--num-layers", "4"), ("--num-layers", "4", "--pipeline-model-parallel-size", "2",
+                                                          "--num-layers-per-virtual-pipeline-stage", "1"),
+                "4 layers: PP 1 → 2 with 2 virtual stages per rank", world=2),
+        _change("finetune-no-load-rng", (), ("--finetune", "--no-load-rng"), "finetune and no_load_rng"),
+        _change("ckpt-step-missing", (), ("--ckpt-step", "5"), "ckpt_step 5, only iteration 2 saved"),
+        _change("use-checkpoint-args-swiglu", ("--swiglu",), ("--use-checkpoint-args",),
+                "saved with SwiGLU, loaded without it and use_checkpoint_args"),
+        _change("use-checkpoint-args-untie", untied, ("--use-checkpoint-args",),
+                "saved untied, loaded tied with use_checkpoint_args"),
+        _change("use-checkpoint-args-qk-layernorm", qkln, ("--use-checkpoint-args",),
+                "saved with qk_layernorm, loaded without it and use_checkpoint_args (which does not take it)"),
+        _change("auto-detect-dist-to-torch", (), (*torch_fmt, "--auto-detect-ckpt-format"),
+                "a torch_dist checkpoint, the job's ckpt_format torch with auto_detect_ckpt_format"),
+    ]
 
 
 @dataclass

@@ -4,10 +4,12 @@ what the checkpoint says about itself (checks/checkpoint.py), item by item:
     found      a checkpoint where --load expects one (the user's load, or --resume): none → refused, since
                Megatron would start from iteration 0 without a word; with non_persistent_ckpt_type=global, a
                non-persistent checkpoint at least as new is the one Megatron loads, and the one judged
-    shape      the model's shape (layers, hidden, heads, FFN, vocab, …): different → refused, the load fails
+    shape      the model's parameter tensors (checks/model_tensors.py) as the pin loads them: another shape, or one
+               the checkpoint lacks → refused, the load fails; one the job's model lacks → a warning (left unread,
+               another model trains); with use_checkpoint_args, the model settings Megatron takes from the checkpoint
     layout     TP/PP/EP/CP: torch_dist reshards on load (a note); the torch format cannot → refused, with the
                conversion Megatron offers; a distributed optimizer saved as dp_reshardable cannot follow a TP/PP
-               change → refused
+               change, nor an MoE optimizer state EP 1 ↔ EP > 1 → refused
     format     the format on disk against the job's ckpt_format
     precision  the optimizer state against the job's optimizer, as measured at the pin (checks/optimizer_state.py):
                what raises at load (fp32 ↔ fp16/bf16, the distributed optimizer turned on or off, a dp_reshardable
@@ -25,12 +27,13 @@ Levels: "refuse" (the job would fail at load, or silently not resume), "warn", "
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from launcher.checks import optimizer_state
+from launcher.checks import checkpoint_args_taken, model_tensors, optimizer_state
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
@@ -53,7 +56,8 @@ NON_PERSISTENT_SUBDIR = "non_persistent"  # checkpointing.py _NON_PERSISTENT_CKP
 CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_state_dict writes at the pin
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
-                "attention_output_gate", "num_experts", "moe_ffn_hidden_size", "shared_expert_size", "moe_layers")
+                "attention_output_gate", "qk_layernorm", "num_experts", "moe_ffn_hidden_size", "shared_expert_size",
+                "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embeddings": "learned position embeddings",
                "untied": "untie_embeddings_and_output_weights", "linear_bias": "add_bias_linear",
                "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers"}
@@ -155,22 +159,36 @@ def judge(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint | Non
                           "launch doctor shows whether this Python has torch; Megatron itself reads them at load"))
         return ResumeCheck(stored, expected, tuple(items))
     saved = stored.args
-    job_args = job.effective()
+    job_args = checkpoint_args_taken.taken(job.effective(), saved)
+    items += _taken(job.effective(), job_args)
     # the vocabulary is padded to a multiple of TP: compared at the checkpoint's TP, a TP change is the layout's
-    items += _shape(job_args, saved, stored.format, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
+    items += _shape(job_args, saved, stored, _int(saved.get("tensor_model_parallel_size"), job.layout.tp))
     items += _layout(job, saved, stored)
+    items += _expert_optimizer(job, job_args, saved, stored)
     items += _state(job_args, saved, stored)
     vocabulary, padded = _vocabulary(job, job_args, saved, stored)
     items += vocabulary
     items += _precision(job_args, saved, stored, padded)
     items += _schedule(job_args, saved, stored)
     if not job_args.get("finetune"):
-        items += _megatron_asserts(job_args, saved)
+        items += _megatron_asserts(job_args, saved, any(i.level == "refuse" and i.topic == "shape" for i in items))
     if not job_args.get("finetune"):  # fine-tuning starts at iteration 0 with its own data and batch
         items += _batch(job_args, saved, stored)
         items += _data(job_args, saved)
     items += _version(stored)
     return ResumeCheck(stored, expected, tuple(items))
+
+
+def _taken(written: Mapping[str, Any], taken: Mapping[str, Any]) -> list[Item]:
+    """use_checkpoint_args: what Megatron takes from the checkpoint in place of the job's settings."""
+    if not written.get("use_checkpoint_args"):
+        return []
+    changed = [(name, written.get(name), taken[name]) for name in taken
+               if _normal(written.get(name)) != _normal(taken[name])]
+    said = "; ".join(f"{name} {shown(a, 40)} → {shown(b, 40)}" for name, a, b in changed[:12]) or \
+        "none differs from the job's"
+    return [Item("note", "shape", "use_checkpoint_args: Megatron takes the model settings stored with the checkpoint "
+                 f"in place of the job's (checkpointing.py load_args_from_checkpoint), judged so here: {said}")]
 
 
 def _pretrained(job: Any, stored: StoredCheckpoint, pretrained: StoredCheckpoint) -> ResumeCheck:
@@ -205,9 +223,15 @@ def _format(job: Any, stored: StoredCheckpoint) -> list[Item]:
     auto = bool(job.arg("auto_detect_ckpt_format"))
     if stored.format == wanted:
         return [Item("ok", "format", f"format {stored.format}, as the job's ckpt_format")]
-    if stored.format == "torch_dist" and wanted != "torch_dist" and not auto:
-        return [Item("refuse", "format", f"the checkpoint is torch_dist, the job's ckpt_format is {wanted}: "
-                     f"Megatron loads {wanted} only", "set ckpt_format=torch_dist (or auto_detect_ckpt_format=true)")]
+    if stored.format == "torch_dist" and wanted != "torch_dist":
+        # auto_detect_ckpt_format finds the format on disk, but generate_state_dict builds the sharded state dict
+        # that torch_dist loads into only for ckpt_format torch_dist (measured with torch: KeyError: 'model')
+        said = ("auto_detect_ckpt_format detects torch_dist, but Megatron builds the state dict to load into from "
+                f"ckpt_format {wanted} and stops at load (KeyError: 'model', checkpointing.py load_checkpoint)"
+                if auto else f"Megatron loads {wanted} only (RuntimeError: Detected load from a distributed "
+                "checkpoint, but neither --use-dist-ckpt nor --auto-detect-ckpt-format is set)")
+        return [Item("refuse", "format", f"the checkpoint is torch_dist, the job's ckpt_format is {wanted}: {said}",
+                     "set ckpt_format=torch_dist (the next save is torch_dist too)")]
     if stored.format == "torch":
         return [Item("note", "format", f"the checkpoint is in the torch format, the job saves {wanted}: Megatron "
                      f"detects the format on load; the next save is {wanted}")]
@@ -215,7 +239,10 @@ def _format(job: Any, stored: StoredCheckpoint) -> list[Item]:
                  f"set ckpt_format={stored.format} to resume it as saved")]
 
 
-def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: int) -> list[Item]:
+def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint, tp: int) -> list[Item]:
+    """The model's parameter tensors against the checkpoint's (checks/model_tensors.py), judged as the pin loads
+    them (measured: scripts/ckpt_load_matrix.py). The padded vocabulary is _vocabulary's, but for the torch format,
+    which stores the padded table as one tensor loaded strictly."""
     from launcher.estimate.formulas import model_shape
 
     try:
@@ -229,18 +256,92 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], fmt: str, tp: 
                      "not compared")]
     diffs = [(SHAPE_NAMES.get(name, name), getattr(theirs, name), getattr(ours, name)) for name in SHAPE_FIELDS
              if getattr(theirs, name) != getattr(ours, name)]
-    # the torch format stores the padded table as one tensor, loaded strictly; torch_dist loads another number of
-    # rows (_vocabulary)
-    if ours.padded_vocab_size and theirs.padded_vocab_size and fmt == "torch" and \
-            ours.padded_vocab_size != theirs.padded_vocab_size:
+    fmt = stored.format
+    padded = fmt == "torch" and ours.padded_vocab_size and theirs.padded_vocab_size and \
+        ours.padded_vocab_size != theirs.padded_vocab_size
+    if padded:
         diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
-    if not diffs:
+    differ = model_tensors.compare(theirs, ours, fmt)
+    if not diffs and not differ:
         return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
                      f"{ours.num_attention_heads} heads)")]
-    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs)
-    return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; loading it fails",
-                 "resume with the checkpoint's model settings, or start a new run without load "
-                 "(--set load=null), or load only weights of the same shape")]
+    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs) or "the same settings"
+    why = _tensors_refused(job_args, saved, stored, differ)
+    if padded and not why:
+        why = "the torch format loads the padded embedding as one tensor: 'size mismatch' at load"
+    take = "" if job_args.get("use_checkpoint_args") else \
+        " (--set use_checkpoint_args=true takes most from it: not qk_layernorm, nor sizes the job sets)"
+    if why:
+        return [Item("refuse", "shape", f"the model differs from the checkpoint's: {said}; {why}",
+                     f"resume with the checkpoint's model settings{take}, or start a new run without load "
+                     "(--set load=null), or load only weights of the same shape")]
+    effects = []
+    if differ.added:
+        effects.append(f"the job's {_names(differ.added)} are not in the checkpoint and keep their initial values")
+    if differ.dropped:
+        effects.append(f"the checkpoint's {_names(differ.dropped)} are left unread")
+    return [Item("warn", "shape", f"the model differs from the checkpoint's: {said}: Megatron loads it without a "
+                 f"word ({fmt} loads the tensors both have), and trains another model than the one saved: "
+                 f"{'; '.join(effects) or 'its tensors have the same shapes'}",
+                 f"resume with the checkpoint's model settings{take} to train the model saved")]
+
+
+# dist_ckpt_strictness (dist_checkpointing/validation.py StrictHandling) values that stop the load on a tensor the
+# model asks for and the checkpoint lacks, and on one the checkpoint has and the model does not ask for
+STOPS_ON_ADDED = ("assume_ok_unexpected", "raise_unexpected", "raise_all")
+STOPS_ON_DROPPED = ("raise_all",)
+
+
+def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: StoredCheckpoint,
+                     differ: model_tensors.Difference) -> str:
+    """Why Megatron stops at load on these tensor differences ("" where it loads), as measured at the pin."""
+    if differ.reshaped:
+        name, a, b = differ.reshaped[0]
+        error = "'Global shape mismatch'" if stored.format == "torch_dist" else "'size mismatch'"
+        return f"{name} is {_dims(a)} in the checkpoint and {_dims(b)} in the job: Megatron stops at load ({error})"
+    if not (differ.added or differ.dropped):
+        return ""
+    optimizer_read = _optimizer_read(job_args, saved, stored)
+    if stored.format == "torch":
+        asserted = [name for name, when in ASSERTED if when is None and name in saved
+                    and _normal(saved[name]) != _normal(job_args.get(name))]
+        if asserted and not job_args.get("finetune"):
+            said = ", ".join(f"{name} {saved[name]} (checkpoint) ≠ {job_args.get(name)} (job)" for name in asserted)
+            return (f"Megatron asserts {said} equal at load (check_checkpoint_args: AssertionError); with "
+                    "finetune=true it loads the tensors both have instead")
+        if not optimizer_read:
+            return ""  # the strict load fails, and checkpointing.py's fallback loads non-strictly without a word
+        return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load (ValueError: "
+                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group)")
+    strictness = str(job_args.get("dist_ckpt_strictness") or "assume_ok_unexpected")
+    if differ.added and strictness in STOPS_ON_ADDED:
+        return (f"the job's {_names(differ.added)} are not in the checkpoint: Megatron stops at load (KeyError: '… "
+                f"from model not in state dict', dist_ckpt_strictness {strictness})")
+    if differ.dropped and strictness in STOPS_ON_DROPPED:
+        return (f"the checkpoint's {_names(differ.dropped)} are not in the job's model: Megatron stops at load "
+                "('Some keys found in the checkpoint are missing in the provided sharded state dict', "
+                f"dist_ckpt_strictness {strictness})")
+    if optimizer_read and job_args.get("use_distributed_optimizer") and \
+            optimizer_state.saved_kind(saved, stored.content_metadata) == "dp_reshardable":
+        return (f"the distributed optimizer's state saved dp_reshardable is one flat buffer of every parameter "
+                f"({_counted(differ)} changes its size): Megatron stops at load ('Global shape mismatch' for "
+                "optimizer.distributed.….param); no_load_optim=true lifts it")
+    return ""
+
+
+def _names(names: Sequence[str]) -> str:
+    """The tensors, the torch format's per-layer and per-expert ones said once (decoder.layers.*.…)."""
+    said = list(dict.fromkeys(re.sub(r"\.\d+\.", ".*.", name) for name in names))
+    return ", ".join(said[:4]) + (f" and {len(said) - 4} more" if len(said) > 4 else "")
+
+
+def _counted(differ: model_tensors.Difference) -> str:
+    parts = [f"{len(differ.added)} tensor(s) added"] if differ.added else []
+    return ", ".join(parts + ([f"{len(differ.dropped)} dropped"] if differ.dropped else []))
+
+
+def _dims(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join("vocabulary" if d == model_tensors.VOCAB else str(d) for d in shape) + ")"
 
 
 def _vocabulary(job: Any, job_args: Mapping[str, Any], saved: Mapping[str, Any],
@@ -318,6 +419,29 @@ def _layout(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> lis
     if "TP" in changed or "PP" in changed:
         items += _optimizer_reshard(job, saved, stored)
     return items
+
+
+def _expert_optimizer(job: Any, job_args: Mapping[str, Any], saved: Mapping[str, Any],
+                      stored: StoredCheckpoint) -> list[Item]:
+    """Expert parameters get an optimizer of their own only at EP > 1 (tensor_parallel/layers.py and TE's: param
+    .allreduce = not expert_parallel; optimizer/__init__.py chains the two), so an MoE checkpoint saved at EP 1 holds
+    one optimizer's state and one saved at EP > 1 two: across that line the optimizer state does not load
+    (measured, EP 1 → 2: plain 'RuntimeError: Expected 2 entries in state dict, but got 3', ChainedOptimizer;
+    dp_reshardable 'KeyError: chained_0.optimizer.… not in state dict'; EP 2 → 1: plain KeyError: 'pre_wd_mult')."""
+    before, now = _int(saved.get("expert_model_parallel_size"), 1), job.layout.ep
+    experts = _int(job_args.get("num_experts"), 0) and _int(saved.get("num_experts"), 0)
+    if stored.format != "torch_dist" or not experts or (before > 1) == (now > 1) or \
+            not _optimizer_read(job_args, saved, stored):
+        return []
+    return [Item("refuse", "optimizer", f"EP {before} → {now} with {experts} experts: expert parameters have an "
+                 "optimizer of their own only at EP > 1, so the checkpoint's optimizer state is "
+                 f"{'one optimizer' if before == 1 else 'two chained optimizers'} and the job's "
+                 f"{'one' if now == 1 else 'two'}: Megatron stops at load ("
+                 + ("plain optimizer: 'RuntimeError: Expected 2 entries in state dict, but got 3'; distributed: "
+                    "KeyError 'chained_0.optimizer.… not in state dict')" if now > 1 else
+                    "plain optimizer: KeyError: 'pre_wd_mult')"),
+                 f"resume at EP {before}" + (" (or another EP above 1)" if before > 1 else "") +
+                 ", or --set no_load_optim=true (the weights load at the new EP; Adam's moments start again)")]
 
 
 def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
@@ -499,16 +623,20 @@ def _schedule(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Sto
                  "checkpoint's settings")]
 
 
-# check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load, beyond the
-# model's shape and the torch format's TP/PP compared above; (setting, when the job sets it is compared)
-ASSERTED = (("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
+# check_checkpoint_args (megatron/training/checkpointing.py): what Megatron asserts equal at load unless finetune,
+# beyond the torch format's TP/PP compared above; (setting, when the job sets it is compared: None, always). The
+# model's three are said where _shape has not refused already (torch_dist's load stops before, on the tensors; the
+# torch format's layers are separate tensors, so this is its stop for another number of layers)
+ASSERTED = (("num_layers", None), ("hidden_size", None), ("num_attention_heads", None),
+            ("max_position_embeddings", "vocab_file"), ("make_vocab_size_divisible_by", "vocab_file"),
             ("tokenizer_type", "vocab_file"), ("data_parallel_random_init", "data_parallel_random_init"),
             ("global_batch_size", "phase_transition_iterations"))
 
 
-def _megatron_asserts(job_args: Mapping[str, Any], saved: Mapping[str, Any]) -> list[Item]:
+def _megatron_asserts(job_args: Mapping[str, Any], saved: Mapping[str, Any], shape_refused: bool) -> list[Item]:
     differ = [(name, saved[name], job_args.get(name)) for name, when in ASSERTED
-              if job_args.get(when) and name in saved and _normal(saved[name]) != _normal(job_args.get(name))]
+              if (when is not None and job_args.get(when) or when is None and not shape_refused) and name in saved
+              and _normal(saved[name]) != _normal(job_args.get(name))]
     if not differ:
         return []
     said = "; ".join(f"{name} {shown(a, 80)} (checkpoint) ≠ {shown(b, 80)} (job)" for name, a, b in differ)
