@@ -109,8 +109,36 @@ def shape(job: object) -> dict:
 
 def shape_key(s: dict) -> str:
     flags = [name for name in ("sp", "dist_opt", "uneven", "layout_string", "te") if s[name]]
-    return " | ".join([s["layout"], *(f"moe {s['moe']}" for _ in [0] if s["moe"]), s["attention"], s["dtype"],
+    return "; ".join([s["layout"], *(f"moe {s['moe']}" for _ in [0] if s["moe"]), s["attention"], s["dtype"],
                        s["ckpt"], *flags])
+
+
+def table(paths: list[Path], out: Path) -> int:
+    records: dict[str, dict] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            record["shape"] = (record.get("shape") or "").replace(" | ", "; ")
+            before = records.get(record["config"])
+            earlier = ([*before.get("earlier", []), before["error"]] if before and not before["ok"] else
+                       before.get("earlier", []) if before else [])
+            records[record["config"]] = {**record, "earlier": earlier}
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "records.jsonl", "w") as sink:
+        for _name, r in sorted(records.items()):
+            sink.write(json.dumps({key: r.get(key) for key in ("config", "shape", "ok", "outcome", "seconds",
+                                                                "error", "said", "earlier")}) + "\n")
+    print("| corpus script | shape (rehearsed layout; the job's features) | outcome | s | what it said | "
+          "earlier run (fixed since) |")
+    print("|---|---|---|---|---|---|")
+    for name, r in sorted(records.items()):
+        said = (r.get("said") if r["ok"] else r["error"]) or ""
+        earlier = " / ".join(e[:160] for e in r["earlier"]) or "–"
+        print(f"| {name} | {r['shape']} | {r['outcome']} | {r['seconds']:.0f} | {said[:160].replace('|', '/')} | "
+              f"{earlier.replace('|', '/')} |")
+    counts = {o: sum(r["outcome"] == o for r in records.values()) for o in ("ok", "failed", "not run", "refused")}
+    print(f"\n{len(records)} rehearsed: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,7 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", action="append", default=[], help="rehearse this script (repeatable)")
     parser.add_argument("--rehearse", action="store_true", help="rehearse one job per shape, one at a time")
     parser.add_argument("--timeout-s", type=float, default=600, help="per torchrun (train, load)")
+    parser.add_argument("--table", type=Path, nargs="*", help="print the markdown table of these layouts.jsonl files "
+                        "(a script's last record counts) and write their lines, trimmed, to OUT/records.jsonl")
     args = parser.parse_args(argv)
+    if args.table is not None:
+        return table(args.table, args.out)
     args.out.mkdir(parents=True, exist_ok=True)
     index = json.loads((icg.CORPUS / "INDEX.json").read_text())
     names = sorted(n for n in index if args.only in n and (not args.config or n in args.config))
