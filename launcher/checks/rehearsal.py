@@ -94,6 +94,15 @@ DEPENDS_ON = {
 }
 
 
+def needing_more_than_one(dest: str) -> tuple[str, ...]:
+    """The switches Megatron allows only where the parallel size `dest` is above 1, as the requirement table says
+    (distribute_saved_activations: TP > 1, arguments.py:1356)."""
+    from launcher.megatron import requirements
+
+    return tuple(switch for row in requirements.table() if (row.needs.get("setting") or {}).get(dest) == {"gt": 1}
+                 for switch, test in row.when.items() if test is True)
+
+
 @dataclass(frozen=True)
 class Rehearsal:
     """The rehearsal's answer for one job: it built and stepped, or the stage that crashed and Megatron's message."""
@@ -143,7 +152,7 @@ def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False,
     for dest, (_name, knobs) in PARALLEL.items():
         if (megatron.get(dest) or 1) > 1:
             settings[dest] = 1
-            for knob in knobs:
+            for knob in (*knobs, *needing_more_than_one(dest)):
                 settings.pop(knob, None)
     if sizes:
         not_rehearsed.append(f"{', '.join(sizes)}: one CPU process plays a world of one (every parallel size 1, "

@@ -35,6 +35,7 @@ from launcher.checks.rehearsal import (
     HEAD_DIM,
     PARALLEL,
     fit_group_limited_router,
+    needing_more_than_one,
     packages_absent_here,
     rehearsal_env,
     rehearsal_python,
@@ -657,6 +658,12 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
                pipeline_model_parallel_size=load.pp, global_batch_size=settings["global_batch_size"])
     if load.tp == 1:
         out.pop("sequence_parallel", None)
+        # what Megatron allows only at TP > 1 (abci_10b_interleaved's distribute_saved_activations asserted here)
+        knobs = (*PARALLEL["tensor_model_parallel_size"][1], *needing_more_than_one("tensor_model_parallel_size"))
+        dropped = [knob for knob in knobs if out.pop(knob, None) not in (None, False) and knob != "sequence_parallel"]
+        if dropped:
+            notes.append(f"{', '.join(dropped)} at {load.short()}: Megatron allows it only at TP > 1; the load "
+                         "there runs without it")
     elif megatron.get("sequence_parallel"):
         out["sequence_parallel"] = True
     if load.etp is not None:

@@ -433,3 +433,32 @@ def test_a_transformer_engine_switch_with_an_exclusion_is_off_here_with_what_onl
     assert offloaded["use_precision_aware_optimizer"] is True
     delayed, notes = without_te_switches({"delay_wgrad_compute": True, "gradient_accumulation_fusion": False})
     assert delayed["delay_wgrad_compute"] is False and notes[0].startswith("delay_wgrad_compute: needs")
+
+
+def test_what_megatron_allows_only_at_tp_above_1_is_left_out_of_the_load_at_tp_1_and_said():
+    """abci_10b_interleaved (TP 2, --distribute-checkpointed-activations) trained at TP 2 and failed loading at TP 1:
+    'can distribute recomputed activations only across tensor model parallel groups' (arguments.py:1356)."""
+    from pathlib import Path
+
+    from launcher.checks.rehearsal_ranks import _load_settings
+
+    layout = RankLayout(tp=2, pp=2, vpp=2)
+    load = load_layout(layout, None)
+    assert load.tp == 1
+    job = {"distribute_saved_activations": True, "recompute_granularity": "full", "recompute_method": "uniform",
+           "global_batch_size": 4, "num_layers": 4}
+    notes: list[str] = []
+    out = _load_settings(job, job, layout, load, Path("/ckpt"), notes)
+    assert "distribute_saved_activations" not in out and out["recompute_granularity"] == "full"
+    assert notes == ["distribute_saved_activations at TP 1 · PP 2 (VPP 2): Megatron allows it only at TP > 1; the "
+                     "load there runs without it"]
+    kept = _load_settings(job, job, layout, replace(layout, pp=1, vpp=None), Path("/ckpt"), [])
+    assert kept["distribute_saved_activations"] is True  # TP 2 there
+
+
+def test_the_one_process_rehearsal_leaves_out_what_megatron_allows_only_at_tp_above_1():
+    from launcher.checks.rehearsal import tiny_settings
+
+    settings, _ = tiny_settings({"tensor_model_parallel_size": 2, "distribute_saved_activations": True,
+                                 "recompute_granularity": "full", "recompute_method": "uniform", "num_layers": 4})
+    assert settings["tensor_model_parallel_size"] == 1 and "distribute_saved_activations" not in settings
