@@ -3,6 +3,7 @@ processes (`launch PRESET --check --rehearse`'s multi-rank rehearsal, launcher/c
 
     python scripts/import_corpus_layouts.py --out DIR                     # import, dry-run, group by layout shape
     MEGATRON_LM_PATH=$MLM python scripts/import_corpus_layouts.py --out DIR --rehearse [--only TEXT] [--config NAME…]
+    python scripts/import_corpus_layouts.py --out DIR --table DIR1/layouts.jsonl …   # the table, DIR/records.jsonl
 
 Each script goes through `launch import` (the arguments INDEX.json gives it; an import that would lose something is
 written as `--accept-loss` writes it). The preset keeps its layout, its world (nodes × GPUs per node; 1 node where
