@@ -52,7 +52,7 @@ PARALLEL = {
                                              "decoder_last_pipeline_num_layers",
                                              "account_for_embedding_in_pipeline_split",
                                              "account_for_loss_in_pipeline_split", "pipeline_model_parallel_layout",
-                                             "variable_seq_lengths", "defer_embedding_wgrad_compute")),
+                                             "defer_embedding_wgrad_compute")),
     "context_parallel_size": ("CP", ("cp_comm_type", "hierarchical_context_parallel_sizes")),
     "expert_model_parallel_size": ("EP", ()),
     "expert_tensor_parallel_size": ("expert TP", ()),
@@ -60,7 +60,7 @@ PARALLEL = {
 # Settings that read or write files, or reach services, that a rehearsal must not touch.
 DROPPED = ("load", "pretrained_checkpoint", "data_path", "train_data_path", "valid_data_path", "test_data_path",
            "data_args_path", "per_split_data_args_path", "split", "vocab_file", "merge_file", "tokenizer_model",
-           "tokenizer_metadata", "data_cache_path", "tensorboard_dir", "wandb_project", "wandb_exp_name",
+           "data_cache_path", "tensorboard_dir", "wandb_project", "wandb_exp_name",
            "wandb_save_dir", "wandb_entity", "rampup_batch_size", "step_batch_size_schedule",
            "use_checkpoint_args", "exit_interval", "exit_duration_in_mins")
 CPU_ONLY_NOT = {  # setting → why it is switched off for the rehearsal (what the GPU run keeps)
@@ -77,16 +77,30 @@ CPU_ONLY_NOT = {  # setting → why it is switched off for the rehearsal (what t
 
 # Settings Megatron allows only next to one switched off above: left out with it (their own checks need it).
 DEPENDS_ON = {
-    "use_megatron_fsdp": ("data_parallel_sharding_strategy", "ckpt_format", "fsdp_double_buffer",
-                          "use_nccl_ub", "init_model_with_meta_device"),
-    "cuda_graph_impl": ("rl_training_cuda_graphs", "cuda_graph_scope", "cuda_graph_modules",
+    # arguments.py:1157-1159, 1507: manual registration and fsdp_dtensor assert Megatron FSDP; NCCL's userbuffers
+    # turn manual registration on under it
+    "use_megatron_fsdp": ("data_parallel_sharding_strategy", "ckpt_format", "fsdp_double_buffer", "nccl_ub",
+                          "fsdp_manual_registration", "init_model_with_meta_device",
+                          "megatron_fsdp_enable_fine_grained_param_gather", "megatron_fsdp_grad_comm_dtype",
+                          "megatron_fsdp_main_grads_dtype", "megatron_fsdp_main_params_dtype",
+                          "strict_fsdp_dtensor_load"),
+    "cuda_graph_impl": ("rl_training_cuda_graphs", "cuda_graph_scope_deprecated", "cuda_graph_modules",
                         "cuda_graph_warmup_steps"),
     # the precision-aware optimizer runs in HybridDeviceOptimizer here; without it Megatron asks TE's FusedAdam
-    "optimizer_cpu_offload": ("offload_fraction", "use_torch_optimizer_for_cpu_offload",
+    "optimizer_cpu_offload": ("optimizer_offload_fraction", "use_torch_optimizer_for_cpu_offload",
                               "overlap_cpu_optimizer_d2h_h2d", "pin_cpu_grads", "pin_cpu_params",
                               "use_precision_aware_optimizer", "main_grads_dtype", "main_params_dtype",
                               "exp_avg_dtype", "exp_avg_sq_dtype"),
 }
+
+
+def needing_more_than_one(dest: str) -> tuple[str, ...]:
+    """The switches Megatron allows only where the parallel size `dest` is above 1, as the requirement table says
+    (distribute_saved_activations: TP > 1, arguments.py:1356)."""
+    from launcher.megatron import requirements
+
+    return tuple(switch for row in requirements.table() if (row.needs.get("setting") or {}).get(dest) == {"gt": 1}
+                 for switch, test in row.when.items() if test is True)
 
 
 @dataclass(frozen=True)
@@ -138,7 +152,7 @@ def tiny_settings(megatron: Mapping[str, Any], *, te_here: bool = False,
     for dest, (_name, knobs) in PARALLEL.items():
         if (megatron.get(dest) or 1) > 1:
             settings[dest] = 1
-            for knob in knobs:
+            for knob in (*knobs, *needing_more_than_one(dest)):
                 settings.pop(knob, None)
     if sizes:
         not_rehearsed.append(f"{', '.join(sizes)}: one CPU process plays a world of one (every parallel size 1, "

@@ -35,6 +35,7 @@ from launcher.checks.rehearsal import (
     HEAD_DIM,
     PARALLEL,
     fit_group_limited_router,
+    needing_more_than_one,
     packages_absent_here,
     rehearsal_env,
     rehearsal_python,
@@ -193,14 +194,19 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
     """The switches only Transformer Engine implements (the requirement table's TE rows whose condition is a
     setting turned on), off for a rehearsal here of a job whose target has TE; each said."""
     from launcher.megatron import requirements
+    from launcher.pipeline.feature_settings import FEATURE_ONLY, drop
     from launcher.pipeline.target_rules import checkpointed_without_output
 
     out, notes = dict(megatron), []
     for row in requirements.applicable(out, ["te"]):
         switches = [dest for dest, test in row.when.items() if test is True and out.get(dest) is True]
-        if switches and len(switches) == len(row.when):
+        # a row of switches, besides exclusions that hold (use_precision_aware_optimizer unless
+        # optimizer_cpu_offload): a condition on a value is no switch to turn off
+        if switches and all(test is True or test is False or test is None for test in row.when.values()):
             for dest in switches:
                 out[dest] = False
+                for assignment in drop(dest, out.get)[1:] if dest in FEATURE_ONLY else ():
+                    out.pop(assignment.partition("=")[0], None)  # what only it reads, at Megatron's default
             notes.append(f"{', '.join(switches)}: needs {row.wanted()} (the target's), off here ({row.cite})")
     modules = checkpointed_without_output(out.get)
     if "layernorm" in modules:  # the norms' checkpoint reads TE's FP8 state (target_rules, random.py:714)
@@ -218,8 +224,6 @@ def without_te_switches(megatron: Mapping[str, Any]) -> tuple[dict[str, Any], li
             out[dest] = ours
             notes.append(f"{dest} {value}: Transformer Engine's (the target's), Megatron's {ours} here ({cite})")
     if out.get("fp8"):  # FP8 is Transformer Engine's alone (transformer_config.py: fp8 needs TE)
-        from launcher.pipeline.feature_settings import drop
-
         dropped = [assignment.partition("=")[0] for assignment in drop("fp8", out.get)]
         notes.append(f"fp8 {out['fp8']}: Transformer Engine's (the target's); rehearsed without it here "
                      f"({', '.join(dropped)} at Megatron's defaults)")
@@ -654,6 +658,12 @@ def _load_settings(settings: Mapping[str, Any], megatron: Mapping[str, Any], lay
                pipeline_model_parallel_size=load.pp, global_batch_size=settings["global_batch_size"])
     if load.tp == 1:
         out.pop("sequence_parallel", None)
+        # what Megatron allows only at TP > 1 (abci_10b_interleaved's distribute_saved_activations asserted here)
+        knobs = (*PARALLEL["tensor_model_parallel_size"][1], *needing_more_than_one("tensor_model_parallel_size"))
+        dropped = [knob for knob in knobs if out.pop(knob, None) not in (None, False) and knob != "sequence_parallel"]
+        if dropped:
+            notes.append(f"{', '.join(dropped)} at {load.short()}: Megatron allows it only at TP > 1; the load "
+                         "there runs without it")
     elif megatron.get("sequence_parallel"):
         out["sequence_parallel"] = True
     if load.etp is not None:

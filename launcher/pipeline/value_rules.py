@@ -124,11 +124,12 @@ def experts(arg: Arg, fail: Fail, te: bool = False) -> None:
              f"{dense}" + (" and expert_model_parallel_size=1" if ep and ep > 1 else "") +
              ", or set a positive number of experts", "runtime")
         return
-    if arg("add_bias_linear") and not arg("moe_grouped_gemm") and not te:
+    if arg("add_bias_linear") and not arg("moe_grouped_gemm") and (not te or fused_bias_activation(arg)):
         # Megatron's SequentialMLP passes each expert its router probabilities; with linear biases every path
         # fails at the first step (measured on an H200, no TE): fused bias-GeLU "Only support fusion of swiglu
         # and quick_gelu with per_token_scale", unfused "a view ... is being modified inplace" (mlp.py's bias
-        # add), SwiGLU "Bias is not supported for weighted swiglu fusion".
+        # add), SwiGLU "Bias is not supported for weighted swiglu fusion". With TE the fused paths are the same
+        # Megatron code (mlp.py:270-291; TE's linears do not change them).
         fail(f"MoE experts ({count}) with linear biases fail at the first training step (Megatron's sequential "
              "experts scale each expert's output by its router probability, which its bias paths cannot)",
              "set add_bias_linear=false (--disable-bias-linear)", "runtime")
@@ -376,6 +377,16 @@ def xavier_uniform_init(arg: Arg, fail: Fail, te: bool = False) -> None:
 RULES = (stopped_by_validate_args, negative_counts, activation_fusion, cpu_offloading, autoresume, xavier_uniform_init,
          attention_backend_local, value_ranges, non_finite, query_groups, experts, attention_mask, async_save,
          no_rope_layers, bf16_end_layers)
+
+
+def fused_bias_activation(arg: Arg) -> bool:
+    """Whether an expert's MLP takes Megatron's fused bias-activation path with the router probabilities
+    (mlp.py:270-291), which is the same with or without Transformer Engine: TE's own activation
+    (use_te_activation_func) is another path; Megatron fuses SwiGLU with --bias-swiglu-fusion and every other
+    activation with --bias-gelu-fusion (argument_utils.py:309-314), both on by default."""
+    if arg("use_te_activation_func") or arg("quick_geglu"):  # quick-GeGLU's weighted fusion: not seen failing
+        return False
+    return bool(arg("bias_swiglu_fusion") if arg("swiglu") else arg("bias_gelu_fusion"))
 
 
 def check_values(arg: Arg, fail: Fail, te: bool = False) -> None:

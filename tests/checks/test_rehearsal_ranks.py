@@ -387,3 +387,78 @@ def test_recomputing_the_norms_of_a_te_target_is_off_here_and_said():
                      "target's) at the pin (tensor_parallel/random.py:714); not recomputed here"]
     alone, _ = without_te_switches({"recompute_granularity": "selective", "recompute_modules": ["layernorm"]})
     assert "recompute_granularity" not in alone and alone.get("recompute_modules") is None
+
+
+def test_every_setting_the_rehearsal_drops_or_keeps_apart_is_a_setting_of_the_pin():
+    """A name Megatron does not know is never in the job, so a table naming it drops nothing (seen: `use_nccl_ub`
+    for Megatron's `nccl_ub`, left on beside Megatron FSDP switched off, whose manual registration then asserted)."""
+    from launcher.checks import rehearsal, rehearsal_ranks
+    from launcher.megatron import args as megatron_args
+
+    named = {*rehearsal.DROPPED, *rehearsal.CPU_ONLY_NOT, *rehearsal.DEPENDS_ON, *rehearsal.SHRUNK_IF_GIVEN,
+             *rehearsal.PARALLEL, *rehearsal_ranks.SAVE_DROPPED, *rehearsal_ranks.TE_ONLY_SWITCHES,
+             *rehearsal_ranks.TE_ONLY_VALUES}
+    named |= {dest for dependents in rehearsal.DEPENDS_ON.values() for dest in dependents}
+    named |= {dest for _, knobs in rehearsal.PARALLEL.values() for dest in knobs}
+    assert sorted(named - set(megatron_args.catalog())) == []
+
+
+def test_megatron_fsdp_off_here_takes_its_userbuffers_and_manual_registration_with_it():
+    """nvidia_megatron_fsdp_llama3_8b_fp8_uv_run (--use-megatron-fsdp --use-nccl-ub --fsdp-manual-registration)
+    failed here at Megatron's arguments: 'FSDP manual registration is only supported with Megatron FSDP'
+    (arguments.py:1158)."""
+    from launcher.checks.rehearsal import tiny_settings
+
+    settings, notes = tiny_settings({"use_megatron_fsdp": True, "nccl_ub": True, "fsdp_manual_registration": True,
+                                     "fsdp_double_buffer": True, "ckpt_format": "fsdp_dtensor",
+                                     "use_distributed_optimizer": True, "num_layers": 4})
+    assert settings["use_megatron_fsdp"] is False
+    assert not {"nccl_ub", "fsdp_manual_registration", "fsdp_double_buffer", "ckpt_format"} & set(settings)
+    assert settings["use_distributed_optimizer"] is True and "Megatron FSDP (CUDA only)" in notes
+
+
+def test_a_transformer_engine_switch_with_an_exclusion_is_off_here_with_what_only_it_reads():
+    """hygon_train_deepseekv3_671B (--use-precision-aware-optimizer, a TE target) failed here at model build:
+    '--use-precision-aware-optimizer requires FusedAdam from TransformerEngine' (optimizer_config.py:453); its
+    requirement row holds unless optimizer_cpu_offload, and rows with such an exclusion were passed over."""
+    from launcher.checks.rehearsal_ranks import without_te_switches
+
+    job = {"use_distributed_optimizer": True, "use_precision_aware_optimizer": True, "main_grads_dtype": "bf16",
+           "exp_avg_dtype": "bf16", "lr": 1e-4}
+    settings, notes = without_te_switches(job)
+    assert settings["use_precision_aware_optimizer"] is False and settings["lr"] == 1e-4
+    assert "main_grads_dtype" not in settings and "exp_avg_dtype" not in settings  # Megatron asserts fp32 without it
+    assert notes[0].startswith("use_precision_aware_optimizer: needs Transformer Engine")
+    offloaded, _ = without_te_switches({**job, "optimizer_cpu_offload": True})  # HybridDeviceOptimizer's, not TE's
+    assert offloaded["use_precision_aware_optimizer"] is True
+    delayed, notes = without_te_switches({"delay_wgrad_compute": True, "gradient_accumulation_fusion": False})
+    assert delayed["delay_wgrad_compute"] is False and notes[0].startswith("delay_wgrad_compute: needs")
+
+
+def test_what_megatron_allows_only_at_tp_above_1_is_left_out_of_the_load_at_tp_1_and_said():
+    """abci_10b_interleaved (TP 2, --distribute-checkpointed-activations) trained at TP 2 and failed loading at TP 1:
+    'can distribute recomputed activations only across tensor model parallel groups' (arguments.py:1356)."""
+    from pathlib import Path
+
+    from launcher.checks.rehearsal_ranks import _load_settings
+
+    layout = RankLayout(tp=2, pp=2, vpp=2)
+    load = load_layout(layout, None)
+    assert load.tp == 1
+    job = {"distribute_saved_activations": True, "recompute_granularity": "full", "recompute_method": "uniform",
+           "global_batch_size": 4, "num_layers": 4}
+    notes: list[str] = []
+    out = _load_settings(job, job, layout, load, Path("/ckpt"), notes)
+    assert "distribute_saved_activations" not in out and out["recompute_granularity"] == "full"
+    assert notes == ["distribute_saved_activations at TP 1 · PP 2 (VPP 2): Megatron allows it only at TP > 1; the "
+                     "load there runs without it"]
+    kept = _load_settings(job, job, layout, replace(layout, pp=1, vpp=None), Path("/ckpt"), [])
+    assert kept["distribute_saved_activations"] is True  # TP 2 there
+
+
+def test_the_one_process_rehearsal_leaves_out_what_megatron_allows_only_at_tp_above_1():
+    from launcher.checks.rehearsal import tiny_settings
+
+    settings, _ = tiny_settings({"tensor_model_parallel_size": 2, "distribute_saved_activations": True,
+                                 "recompute_granularity": "full", "recompute_method": "uniform", "num_layers": 4})
+    assert settings["tensor_model_parallel_size"] == 1 and "distribute_saved_activations" not in settings
