@@ -31,6 +31,7 @@ from launcher.counts import count as read_count
 from launcher.runs import logparse as lp
 
 INFRASTRUCTURE, TRAINING, DATA = "infrastructure", "training", "data"
+GPU_ERROR = "GPU error (CUDA/Xid)"
 
 # Slurm's job states (sacct) that name the cause themselves.
 SLURM_STATES = {"NODE_FAIL": (INFRASTRUCTURE, "node failure (Slurm: NODE_FAIL)"),
@@ -86,7 +87,7 @@ _COMM_EXCEPTION = re.compile(r"^(?:torch\.distributed\.)?Dist(?:Backend|Network|
 # The words, not one library's sentence around them: torch's "CUDA error: …", its old "cuda runtime error (4) : …",
 # THCudaCheck's "error=4 : …", the driver's enum names, the kernel's "fallen off the bus" (its sentence over lines).
 _HOST = [
-    ("GPU error (CUDA/Xid)", ("Xid", "bus", "ECC", "aunch", "AUNCH", "CUDA", "NVML", "cudaError"),
+    (GPU_ERROR, ("Xid", "bus", "ECC", "aunch", "AUNCH", "CUDA", "NVML", "cudaError"),
      re.compile(r"\bXid\b|fallen off the bus|uncorrectable ECC|ECC error|ECC_UNCORRECTABLE"
                 r"|unspecified launch failure|cudaErrorLaunchFailure|CUDA_ERROR_LAUNCH_FAILED"
                 r"|CUDA error: (?:uncorrectable|an illegal instruction|ECC)"
@@ -96,6 +97,18 @@ _HOST = [
 # NCCL's transports in their own words (InfiniBand's completion errors, a socket's), matched from the first "NET/": a
 # link or a peer lost
 _NET = re.compile(r"NET/\w{1,20} ?: .{0,400}(?:[Cc]ompletion|[Ff]ailed|[Ee]rror|[Cc]losed)")
+# The CUDA error behind NCCL's "unhandled cuda error" (ncclUnhandledCudaError), in NCCL's words: its WARN line
+# ("gpu-7:1:2 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'"), its last error as torch passes it on
+# ("Last error:" then "Cuda failure 1 'invalid argument'", on one line or two), with the error's number since NCCL 2.19.
+# The CUDA error says whose failure it is; the collective's exception that follows says only that NCCL failed.
+_NCCL_CUDA = re.compile(r"Cuda failure (?:\d{1,4} )?'(?P<what>[^']{1,120})'")
+# a rank's own code (a kernel's bad address or assertion): like torch's "CUDA error: an illegal memory access"
+NCCL_CUDA_CRASH = ("an illegal memory access was encountered", "misaligned address", "device-side assert triggered")
+# the GPU itself (as _HOST reads them in torch's words): a retry on another machine
+NCCL_CUDA_DEVICE = ("uncorrectable ECC error encountered", "unspecified launch failure",
+                    "an illegal instruction was encountered", "uncorrectable NVLink error detected",
+                    "CUDA-capable device(s) is/are busy or unavailable", "no CUDA-capable device is detected",
+                    "hardware stack error", "the launch timed out and was terminated")
 # NCCL refusing how it was called (two ranks on one GPU, a bad argument): the job's setup, met again by every retry
 _NCCL_USAGE = re.compile(r"ncclInvalidUsage|ncclInvalidArgument|Duplicate GPU detected"
                          r"|NCCL error.{0,400}invalid (?:usage|argument)")
@@ -107,7 +120,7 @@ _CHECKPOINT_MISMATCH = re.compile(r"Error\(s\) in loading state_dict|Checkpointi
 # the same memory at the same step runs out again, so a retry does not fix it.
 _OOM_WORDS = ("out of memory", "OutOfMemory", "ALLOC_FAILED", "MemoryAllocation")
 _OOM = re.compile(r"CUDA out of memory|(?:torch\.|torch\.cuda\.)?OutOfMemoryError: |CUDA error: out of memory"
-                  r"|Cuda failure 'out of memory'|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
+                  r"|Cuda failure (?:\d{1,4} )?'out of memory'|CUBLAS_STATUS_ALLOC_FAILED|CUDNN_STATUS_ALLOC_FAILED"
                   r"|cudaErrorMemoryAllocation")
 _DATA = re.compile(r"megatron/core/datasets/|indexed_dataset|\.idx\b|\.bin\b|IndexedDataset|GPTDataset"
                    r"|BlendedMegatronDatasetBuilder|Failed to compile the C\+\+ dataset helper|helpers_cpp"
@@ -262,6 +275,7 @@ class AttemptReader:
         self.torchrun_exit: str | None = None  # torchrun's "failed (exitcode: N)" for its first failed worker
         self.crash: str | None = None  # the signal a rank's process crashed with, in its own words
         self.nccl_usage: str | None = None  # NCCL refused how it was called
+        self.nccl_crash: str | None = None  # the CUDA error of a rank's own code that NCCL met
 
     def verdict(self, exit_code: int | None = None, slurm_state: str | None = None, *,
                 rank_status: bool = False) -> Triage:
@@ -327,12 +341,14 @@ class AttemptReader:
             self.task = self.task or (task["host"], task["what"])
             return True
         if self.infra is None and (syslog := _SYSLOG_XID.match(line)):  # syslog's line names the machine
-            self.infra = (_HOST[0][0], syslog["host"], True)
+            self.infra = (GPU_ERROR, syslog["host"], True)
             return True
         return False
 
     def _facts(self, line: str, rank: int | None) -> None:
         stripped = line.strip()
+        if "Cuda failure" in line and (cuda := _NCCL_CUDA.search(line)):
+            self._nccl_cuda(line, cuda["what"], rank)
         for reason, words, pattern in _HOST:
             if self.infra is None and _has(line, words) and pattern.search(line):
                 self.infra = (reason, None, True)
@@ -385,6 +401,16 @@ class AttemptReader:
                 self.traceback_open, self.data_frame = False, False
                 return
             self._exception(stripped, rank)
+
+    def _nccl_cuda(self, line: str, what: str, rank: int | None) -> None:
+        """The CUDA error NCCL names (out of memory: the allocator's rule reads it). A GPU's own error names the
+        machine of NCCL's WARN line, where no rank printed it (a rank's text in NCCL's words names no machine)."""
+        if what in NCCL_CUDA_CRASH:
+            self.nccl_crash = self.nccl_crash or what
+        elif what in NCCL_CUDA_DEVICE:
+            warn = _NCCL_WARN.match(line) if rank is None else None
+            if self.infra is None or (self.infra[0] == GPU_ERROR and self.infra[1] is None and warn):
+                self.infra = (GPU_ERROR, warn["host"] if warn else None, True)
 
     def _exception(self, text: str, rank: int | None) -> None:
         self.exception = text[:MAX_REASON]
@@ -442,6 +468,8 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         return Triage(TRAINING, "CUDA out of memory", iteration, rank, host, persistent=True)
     if r.exception is not None:
         return _exception_end(r, iteration, rank, host)
+    if r.nccl_crash is not None:  # a kernel of the rank's own failed; the collective's exception only reported it
+        return Triage(TRAINING, f"rank crashed (CUDA error in NCCL: {r.nccl_crash})", iteration, rank, host)
     if r.nccl_usage is not None:  # raised by a collective, and yet this rank's own: how NCCL was called
         return Triage(TRAINING, f"NCCL refused its call (the job's setup): {r.nccl_usage}", iteration, rank, host,
                       persistent=True)
