@@ -116,7 +116,7 @@ def test_a_program_planted_in_a_cluster_run_is_refused(tmp_path, backend, name, 
     evil, marker = _evil_program(tmp_path)
     _edit_preset(run_dir, lambda d: planted(d, str(evil)))
     result = subprocess.run(
-        [sys.executable, "-m", "launcher", "--resume", str(run_dir), backend, "--no-doctor"], cwd=tmp_path,
+        [sys.executable, "-m", "launcher", "--resume", str(run_dir), backend], cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}, capture_output=True,
         text=True, timeout=120, check=False)
     assert result.returncode == 2, result.stdout + result.stderr
