@@ -532,6 +532,13 @@ class _Reader:
     def __init__(self, reading: Reading, positional: Sequence[str], path: Path | None = None):
         self.reading = reading
         self.directory = path.parent if path is not None else None
+        # where the script is as it runs: its own directory at first (the import's assumption), moved by `cd DIR`,
+        # `pushd DIR`, `popd` of a known DIR; None after one whose DIR is not known here (cwd_why: that command)
+        self.cwd: Path | None = self.directory
+        self.cwd_why = ""
+        self.pushed: list[tuple[Path | None, str]] = []  # pushd's stack of directories
+        # why the command being run gets none of the exported variables (`sudo bash x.sh`, `env -i …`), else ""
+        self.env_dropped = ""
         # the script and the files being sourced, outermost first: a file that sources one of them is not read again
         self.sourcing: list[str] = [os.path.realpath(path)] if path is not None else []
         self.sourced_chars = 0  # of every file sourced: together at most MAX_SCRIPT_CHARS
@@ -854,6 +861,7 @@ class _Reader:
         """( … ): a copy of the shell; an `exit` in it ends the subshell only, with its status (`( exit 1 )` fails,
         and ends a script under set -e)."""
         saved, options = self.shell.copy(), (self.errexit, self.nounset, self.loops)
+        place = self.cwd, self.cwd_why, list(self.pushed)  # a `cd` inside it is the subshell's only
         self.status = None
         try:
             self.block(node.children)
@@ -863,6 +871,7 @@ class _Reader:
         finally:
             self.restore(saved)
             self.errexit, self.nounset, self.loops = options
+            self.cwd, self.cwd_why, self.pushed = place
 
     def restore(self, saved: Shell) -> None:
         self.shell.scalars, self.shell.arrays, self.shell.exports = saved.scalars, saved.arrays, saved.exports
@@ -1331,20 +1340,35 @@ class _Reader:
 
     def script_file(self, word: str) -> Path | None:
         """The file next to the script that `word` names as a script to run (`inner.sh`, `$DIR/job.slurm` of a known
-        DIR): a known path with a script's suffix, relative to the script's directory or absolute, that is a file."""
+        DIR): a known path with a script's suffix, relative to where the script is as it runs (its directory, or
+        where a `cd` moved it) or absolute, that is a file."""
         if self.directory is None or MARK in word or not SCRIPT_SUFFIX.search(word):
             return None
-        path = Path(word) if word.startswith("/") else self.directory / word
-        return path if path.is_file() else None
+        place = Path(word) if word.startswith("/") else self.cwd / word if self.cwd is not None else None
+        return place if place is not None and place.is_file() else None
 
-    def run_script_file(self, node: Any, argv: list[str]) -> bool:
+    def place_not_known(self, word: str) -> bool:
+        """`word` names a script file relative to a directory a `cd` moved to that is not known here."""
+        return self.directory is not None and self.cwd is None and MARK not in word and not word.startswith("/") \
+            and bool(SCRIPT_SUFFIX.search(word))
+
+    def run_script_file(self, node: Any, argv: list[str], env: dict[str, str] | None = None) -> bool:
         """`bash inner.sh ARGS`, `./train.sh ARGS`, `sbatch job.slurm`, `mpirun -n 4 bash inner.sh` of a file next to
         the script: read it as bash runs it (never run), with its arguments, in a shell of its own that starts with
-        the variables exported to it (a value the outer script only assigned is not the inner one's), within the
-        same bounds as the files the script sources. The variables it exports are the training command's."""
+        the variables exported to it and those given on its line (`LAYERS=6 bash inner.sh`, `env LAYERS=6 …`; a
+        value the outer script only assigned is not the inner one's), within the same bounds as the files the
+        script sources. The variables it exports are the training command's."""
         k = _script_at(argv, lambda word: self.script_file(word) is not None)
         path = self.script_file(argv[k]) if k is not None else None
-        if k is None or path is None or os.path.realpath(path) in self.sourcing:
+        if k is None or path is None:
+            unplaced = _script_at(argv, self.place_not_known)
+            if unplaced is None:
+                return False
+            self.skip(node, f"{show(argv[unplaced])}, run by the script: not read (it runs in the directory that "
+                            f"{self.cwd_why} moves to, which is not known here; a file of that name next to the "
+                            "script may be another); what it runs is not known")
+            return False  # named as a script the import does not open, as one that is not there
+        if os.path.realpath(path) in self.sourcing:
             return False
         what = f"{show(argv[k])}, run by the script"
         try:
@@ -1357,8 +1381,15 @@ class _Reader:
             return True
         self.sourced_chars += len(text)
         outer, positional, saved = self.outer, self.positional, self.shell
-        child = Shell(dict(saved.exports), {"BASH_SOURCE": [os.path.abspath(path)]}, dict(saved.exports), {},
-                      {name: why for name, why in saved.uncertain.items() if name in saved.exports})
+        given = {} if self.env_dropped else dict(saved.exports)
+        if self.env_dropped and saved.exports:
+            self.skip(node, f"{what}: read without the variables the script exports ({self.env_dropped} passes "
+                            f"none of them: {', '.join(sorted(saved.exports)[:6])}"
+                            f"{', …' if len(saved.exports) > 6 else ''}"
+                            f"{'; its sudoers may keep some' if self.env_dropped.startswith('sudo') else ''})")
+        given.update(env or {})
+        child = Shell(dict(given), {"BASH_SOURCE": [os.path.abspath(path)]}, dict(given), {},
+                      {name: why for name, why in saved.uncertain.items() if name in given and name not in (env or {})})
         child.scalars["0"] = os.path.abspath(path)
         self.shell, self.positional = child, argv[k + 1:]
         self.set_positional(self.positional)
@@ -1377,6 +1408,59 @@ class _Reader:
             saved.exports.update({name: value for name, value in child.exports.items()
                                   if saved.exports.get(name) != value})
         return True
+
+    def run_sudo(self, node: Any, argv: list[str], env: dict[str, str],
+                 depends: dict[int, tuple[Undecided, ...]]) -> None:
+        """`sudo [-E] [-u USER] [NAME=value …] COMMAND`: the command runs; without -E (--preserve-env) sudo's
+        env_reset passes none of the variables exported to it (its sudoers may keep some: read without them)."""
+        k, keep, place = 1, False, (self.cwd, self.cwd_why)  # -i, -D DIR: the command's place, not the script's
+        while k < len(argv) and argv[k].startswith("-"):
+            word = argv[k]
+            if word == "--":
+                k += 1
+                break
+            if word in ("-E", "--preserve-env") or word.startswith("--preserve-env="):
+                keep = True
+            elif word in ("-i", "--login", "-s", "--shell"):  # a login shell starts in the user's home
+                self.cwd, self.cwd_why = None, f"`sudo {word}`"
+            k += 2 if word in ("-u", "-g", "-p", "-r", "-t", "-C", "-D", "-U", "-T", "--user", "--group",
+                               "--host", "--prompt", "--role", "--type", "--close-from", "--chdir",
+                               "--other-user", "--command-timeout") else 1
+            if word in ("-D", "--chdir") or word.startswith("--chdir="):
+                self.change_directory(["sudo -D", word.partition("=")[2] or " ".join(argv[k - 1:k])])
+        given = dict(env) if keep else {}
+        while k < len(argv) and re.match(r"[A-Za-z_][A-Za-z0-9_]*=", argv[k]):
+            key, _, value = argv[k].partition("=")
+            given[key] = value
+            k += 1
+        if k >= len(argv):
+            self.cwd, self.cwd_why = place
+            return
+        saved = self.env_dropped
+        self.env_dropped = saved if keep else "sudo without -E"
+        try:
+            self.run_argv(node, argv[k:], given, {i - k: d for i, d in depends.items() if i >= k})
+        finally:
+            self.env_dropped = saved
+            self.cwd, self.cwd_why = place
+
+    def change_directory(self, argv: list[str]) -> None:
+        """`cd DIR`, `pushd DIR`, `popd` as bash moves the script: relative to where it is; one whose DIR is not
+        known here (`cd $WORKDIR`, `cd` alone: the home directory, `cd -`) leaves the place not known."""
+        program, operands = base_name(argv[0]), [a for a in argv[1:] if a not in ("-L", "-P", "-e", "--")]
+        if program == "popd":
+            self.cwd, self.cwd_why = self.pushed.pop() if self.pushed and not operands else \
+                (None, f"`{show(' '.join(argv))}`")
+            return
+        if program == "pushd":
+            self.pushed.append((self.cwd, self.cwd_why))
+        target = operands[0] if len(operands) == 1 else ""
+        if not target or MARK in target or target.startswith(("~", "-", "+")):
+            self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
+        elif target.startswith("/"):
+            self.cwd = Path(os.path.normpath(target))
+        elif self.cwd is not None:
+            self.cwd = Path(os.path.normpath(self.cwd / target))
 
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
@@ -2423,9 +2507,13 @@ class _Reader:
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
         program = base_name(argv[0])
         if program == "env":  # env [-i] [-u NAME] NAME=value … command …
-            k = 1
+            k, dropped, place = 1, self.env_dropped, (self.cwd, self.cwd_why)
             while k < len(argv):
                 word = argv[k]
+                if word in ("-C", "--chdir") or word.startswith("--chdir="):  # the command's place, not the script's
+                    self.change_directory(["env -C", word.partition("=")[2] or " ".join(argv[k + 1:k + 2])])
+                if word in ("-i", "--ignore-environment", "-"):  # the command gets only the NAME=value given here
+                    self.env_dropped, env = "env -i", {}
                 if word in ("-u", "--unset", "-C", "--chdir", "-S", "--split-string"):
                     k += 2
                 elif word.startswith("-"):
@@ -2436,8 +2524,11 @@ class _Reader:
                     k += 1
                 else:
                     break
-            if k < len(argv):
-                self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
+            try:
+                if k < len(argv):
+                    self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
+            finally:
+                self.env_dropped, (self.cwd, self.cwd_why) = dropped, place
             return
         if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1 \
                 and not (program == "command" and argv[1] in ("-v", "-V")):  # command -v NAME prints, runs nothing
@@ -2446,9 +2537,14 @@ class _Reader:
                 k += 2 if argv[k] == "-a" else 1
             self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
             return
+        if program == "sudo" and len(argv) > 1 and self.capture is None:
+            self.run_sudo(node, argv, env, depends)
+            return
         if program in self.shell.functions and self.capture is None or argv[0] in self.shell.functions:
             self.call(argv)
             return
+        if program in ("cd", "pushd", "popd") and self.capture is None:
+            self.change_directory(argv)
         if argv[0] in self.unread_functions:  # defined in lines the grammar could not read: what it does is unknown
             why = f"{show(argv[0])}, a function defined in {self.unread_functions[argv[0]]}, which were not read"
             if self.capture is not None:
@@ -2574,7 +2670,7 @@ class _Reader:
             return
         if self.written and self.run_written(node, argv):
             return
-        if self.directory is not None and self.run_script_file(node, argv):
+        if self.directory is not None and self.run_script_file(node, argv, env):
             return
         inner = _shell_c(argv)
         if inner is not None:  # srun … bash -c "python pretrain_gpt.py …"
@@ -2711,7 +2807,15 @@ class _Reader:
             self.source_not_read(line, what, f"import the script from its file, with "
                                  f"{show(given)} where it sources it from")
             return
-        path = Path(given) if given.startswith("/") else self.directory / given
+        if given.startswith("/"):
+            path = Path(given)
+        elif self.cwd is not None:
+            path = self.cwd / given
+        else:
+            self.skip(node, f"{what}: not read (it is found from the directory that {self.cwd_why} moves to, "
+                            f"which is not known here); {MAY_SET}")
+            self.source_not_read(line, what, f"the directory that {self.cwd_why} moves to is not known here")
+            return
         key = os.path.realpath(path)
         if key in self.sourcing:
             self.skip(node, f"{what}: the file sources itself (through {' → '.join(self.sourcing + [key])}); "
@@ -2847,11 +2951,13 @@ class _Reader:
         """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
         outer script's `set -e`."""
         saved = self.errexit, self.nounset, self.loops, self.functions, self.sources
+        place = self.cwd, self.cwd_why, list(self.pushed)  # it starts where the outer one is; its `cd` is its own
         self.errexit, self.nounset, self.loops, self.functions, self.sources = False, False, 0, 0, 0
         try:
             self.nested(node, text, what, line_offset=line_offset)
         finally:
             self.errexit, self.nounset, self.loops, self.functions, self.sources = saved
+            self.cwd, self.cwd_why, self.pushed = place
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An

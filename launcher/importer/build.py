@@ -367,9 +367,12 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
             if other is not None:  # `bash submissions/submit.sh 110 $*`: the training command is in that file
                 line, script, args = other
                 given = " ".join(_comment(a) for a in args)
+                unplaced = next((why.partition("(")[2].rpartition(")")[0] for at, why in reading.skipped
+                                 if at == line and "run by the script: not read (it runs in the directory" in why), "")
                 raise UserError(
                     f"no training command found: no line runs pretrain_gpt.py; line {line} runs another script, "
-                    f"{_comment(script)}, which the import does not open" + stop,
+                    f"{_comment(script)}, which the import does not open" + (f" ({unplaced})" if unplaced else "")
+                    + stop,
                     "import that script with the arguments this one gives it: launch import "
                     + ("-- " if any(a.startswith("-") for a in args) else "")  # `--opt x` is the script's, not ours
                     + _comment(script) + (f" {given}" if given else "")

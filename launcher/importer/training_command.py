@@ -158,6 +158,10 @@ def _switch(word: str) -> bool:
     return arg is not None and arg.kind in ("true", "false", "bool") and "=" not in word
 
 
+# wrappers in RUNS_A_COMMAND whose options of the same names as a launcher's count no processes
+NOT_COUNTING = {"numactl", "taskset", "nice", "timeout", "stdbuf", "env", "time", "nohup"}
+
+
 def undecided_for(command: ScriptCommand) -> list[Undecided]:
     """The undecided constructs the training command depends on, each with the command's flags it decides."""
     affected: dict[Undecided, set[str]] = {}
@@ -169,6 +173,11 @@ def undecided_for(command: ScriptCommand) -> list[Undecided]:
             if index > entry:
                 among_flags.add(item)
             flag = flag_at(command.argv, index)
+            if index < entry and flag in LAYOUT_RUNNER_OPTIONS:
+                owner = next((base_name(w) for w in reversed(command.argv[:index]) if base_name(w) in RUNS_A_COMMAND),
+                             "")
+                if owner in NOT_COUNTING:  # `numactl -N $NUMA`: a NUMA node, no count of processes
+                    flag = f"{owner} {flag}"
             if item.appends and flag not in item.flags:
                 affected.setdefault(item, set())  # held before the branch added its own flags: not decided by it
                 continue
@@ -198,7 +207,13 @@ def _foreign(flag: str) -> bool:
 
 
 # torchrun's options that set the world the layout is checked against
-LAYOUT_RUNNER_OPTIONS = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--num_gpus", "--num_nodes"}
+# a runner's or job launcher's options that give its process counts, its nodes or its hosts: a branch not decided that
+# gives one decides the layout (`mpirun -np $N` as much as `torchrun --nproc_per_node $N`)
+LAYOUT_RUNNER_OPTIONS = {"--nproc_per_node", "--nproc-per-node", "--nnodes", "--num_gpus", "--num_nodes",
+                         *flag_reader.PER_NODE_OPTIONS, *flag_reader.NODE_OPTIONS, *flag_reader.TOTAL_OPTIONS,
+                         *flag_reader.HOST_OPTIONS, "--hostfile", "-hostfile", "--machinefile", "-machinefile",
+                         "--nrs", "--rs_per_host", "--tasks_per_rs", "--worker_num", "--local_worker_num",
+                         "--gpus-per-node", "--gpus-per-task", "--ntasks-per-gpu"}
 HARMLESS_SECTIONS = ("data", "checkpoint", "logging")
 
 

@@ -61,7 +61,7 @@ def test_the_words_read_are_the_words_bash_passes(tmp_path):
     ("#!/bin/bash\nexport LAYERS=6\nsbatch -p gpu job.slurm 4096\n", "job.slurm"),
     # a command line sbatch runs as a job of its own (its --wrap string), a remote shell's
     ("#!/bin/bash\nexport LAYERS=6\nsbatch -N 2 --wrap=\"srun --ntasks-per-node 8 bash inner.sh 4096\"\n", "inner.sh"),
-    ("#!/bin/bash\nexport LAYERS=6\nssh node1 \"cd /w && bash inner.sh 4096\"\n", "inner.sh"),
+    ("#!/bin/bash\nexport LAYERS=6\nssh node1 \"cd run && bash inner.sh 4096\"\n", "run/inner.sh"),
 ])
 def test_each_way_of_running_a_script_file_reads_it(tmp_path, outer, name):
     inner = INNER if name != "job.slurm" else INNER.replace("#!/bin/bash\n", "#!/bin/bash\n#SBATCH -N 4\n").replace(
