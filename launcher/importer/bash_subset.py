@@ -91,6 +91,11 @@ def _split(value: str, ifs: str) -> tuple[list[str], bool, bool]:
 INT64 = 1 << 64
 
 
+# The job manager's directory the job was submitted from (Slurm, PBS, LSF, PJM, Grid Engine) when the caller's
+# environment does not give it: a script reads its files from there, and the import reads it as run from its own
+# directory (the one it is submitted from, as its users run it).
+SUBMIT_DIRECTORIES = ("SLURM_SUBMIT_DIR", "PBS_O_WORKDIR", "LS_SUBCWD", "PJM_O_WORKDIR", "SGE_O_WORKDIR")
+
 class ShellSyntaxError(ValueError):
     pass
 
@@ -1455,7 +1460,12 @@ class _Reader:
         if program == "pushd":
             self.pushed.append((self.cwd, self.cwd_why))
         target = operands[0] if len(operands) == 1 else ""
-        if not target or MARK in target or target.startswith(("~", "-", "+")):
+        submitted = next((target[len(name) + 2:] for name in SUBMIT_DIRECTORIES
+                          if target.startswith(f"{MARK}{name}{MARK}")), None)
+        if submitted is not None and MARK not in submitted and self.directory is not None:
+            # the directory the job was submitted from: where the import reads the script as run from
+            self.cwd, self.cwd_why = Path(os.path.normpath(self.directory / submitted.lstrip("/"))), ""
+        elif not target or MARK in target or target.startswith(("~", "-", "+")):
             self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
         elif target.startswith("/"):
             self.cwd = Path(os.path.normpath(target))

@@ -105,3 +105,13 @@ def test_a_script_file_run_by_sudo_is_read_with_what_sudo_passes(tmp_path, lines
     assert imported.settings["num_layers"] == layers
     assert imported.settings["hidden_size"] == (2048 if "cd run" in lines else 1024)
     assert any("sudo without -E passes none of them: LAYERS" in note for note in imported.not_carried) == said
+
+
+@pytest.mark.parametrize(("lines", "hidden"), [
+    ("cd $SLURM_SUBMIT_DIR && bash x.sh", 1024), ("cd \"${SLURM_SUBMIT_DIR}\"/run; ./x.sh", 2048),
+    ("cd $PBS_O_WORKDIR\nbash x.sh", 1024), ("cd ${LS_SUBCWD}/run/deeper && bash x.sh", 4096),
+    ("cd $PJM_O_WORKDIR; bash run/x.sh", 2048), ("cd $SGE_O_WORKDIR; bash x.sh", 1024),
+])
+def test_the_directory_a_job_was_submitted_from_is_the_scripts_own(tmp_path, lines, hidden):
+    # the job manager sets it to where sbatch/qsub/bsub/pjsub ran: the import reads the script as run from there
+    assert _imported(tmp_path, lines).settings["hidden_size"] == hidden
