@@ -42,9 +42,11 @@ def launch(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     megatron.mkdir(exist_ok=True)
     (megatron / "pretrain_gpt.py").touch()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "0", "PYTHONPATH": str(ROOT)}
-    # --no-doctor: the stand-in needs none of the build tools and packages `launch doctor` checks for.
+    # --no-doctor: the stand-in needs none of the build tools and packages `launch doctor` checks for (a cluster
+    # job runs no doctor here, and is refused the option)
+    here = not {"--slurm", "--submit", "--k8s"} & set(args)
     return subprocess.run([sys.executable, "-m", "launcher", *args, "--megatron-path", str(megatron),
-                           "--no-doctor"],
+                           *(["--no-doctor"] if here else [])],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
