@@ -643,7 +643,10 @@ def plan_for(ns: Any, budget: Budget | None = None) -> tuple[dict[str, Any], Pla
         plan = build_plan(preset.name, args, budget, gpu, ns.top, ns.tflops, tokens, allow_sp=allow_sp, rules=rules,
                           extra_sets=extra_sets, notes=tuple(notes), ckpt_write_gbps=ns.ckpt_write_gbps,
                           built_parameters=built, built_padded_vocab=est.padded_vocab_size(own_args, tp),
-                          own=(own_args, layout_training(own_args, own.layout, kernels=kernels)),
+                          # a preset whose launch is refused here (no micro batch: the plan's to choose) has no
+                          # layout of its own: it is priced as the layouts are
+                          own=(own_args, layout_training(own_args, own.layout, kernels=kernels))
+                          if own.layout.world_size else None,
                           recipe=(ns.preset, *ns.overrides),
                           pinned=frozenset(job.added) & frozenset(ps.settings(training_of_budget)))
     if not kernels.transformer_engine:  # said with the plan's own number, which it must not contradict
