@@ -24,7 +24,8 @@ def test_the_plan_still_chooses_an_unset_micro_batch(capsys):
 def test_a_preset_whose_launch_needs_a_micro_batch_is_planned_with_the_one_chosen(capsys):
     # no micro batch and none for the launcher to pick: the preset's own launch is refused here, and its layout is
     # priced as the listed ones are (it divided by the refused job's zero pipeline stages)
-    argv = ["plan", "345m", "--gpus", "64", "--set", "micro_batch_size=null", "--set", "max_micro_batch_size=null"]
+    argv = ["plan", "345m", "--gpus", "64", "--set", "micro_batch_size=null", "--set", "max_micro_batch_size=null",
+            "--set", "pipeline_model_parallel_size=2"]
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "The preset's layout: TP" in out and "internal error" not in out
