@@ -1454,8 +1454,11 @@ class _Reader:
         known here (`cd $WORKDIR`, `cd` alone: the home directory, `cd -`) leaves the place not known."""
         program, operands = base_name(argv[0]), [a for a in argv[1:] if a not in ("-L", "-P", "-e", "--")]
         if program == "popd":
-            self.cwd, self.cwd_why = self.pushed.pop() if self.pushed and not operands else \
-                (None, f"`{show(' '.join(argv))}`")
+            if self.pushed and not operands:
+                self.cwd, self.cwd_why = self.pushed.pop()
+            elif operands:  # popd +N / -N: an entry of the stack (not followed)
+                self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
+            # an empty stack: bash says so and stays where it is
             return
         if program == "pushd":
             self.pushed.append((self.cwd, self.cwd_why))

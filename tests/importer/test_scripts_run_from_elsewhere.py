@@ -54,6 +54,7 @@ KNOWN = [
     ("D=run\ncd \"$D\" || exit 1\nbash x.sh", 2048, 6),
     ("pushd run > /dev/null\nbash x.sh", 2048, 6),
     ("pushd run > /dev/null\npopd > /dev/null\nbash x.sh", 1024, 6),
+    ("cd run\npopd 2> /dev/null\nbash x.sh", 2048, 6),  # an empty stack: bash stays where it is
     ("(cd run)\nbash x.sh", 1024, 6),  # a subshell's cd is its own
     ("bash -c 'cd run'\nbash x.sh", 1024, 6),
     ("f() { cd run; }\nf\nbash x.sh", 2048, 6),  # a function's cd is the script's
