@@ -10,7 +10,7 @@ specs build them (local and Transformer Engine specs save the same names). A loa
     dropped    the checkpoint has it, the job's model does not: it is left unread, and the model is another one
                (torch_dist stops only with dist_ckpt_strictness raise_all)
 
-The torch format saves one tensor per layer and per expert instead (per_layer): another number of layers adds or
+The torch format saves one tensor per layer and per expert instead (compare): another number of layers adds or
 drops tensors there. The vocabulary's rows (the embedding and an untied output layer) are VOCAB: another padded
 vocabulary is judged apart (resume._vocabulary), as torch_dist loads those two at another size.
 """
@@ -27,8 +27,12 @@ VOCAB = -1  # the padded vocabulary's rows
 @dataclass(frozen=True)
 class Difference:
     reshaped: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...]  # (name, checkpoint's, job's)
+    # the names added or dropped, the torch format's per-layer and per-expert ones once each
+    # (decoder.layers.*.…, local_experts.*.…), and how many tensors they are
     added: tuple[str, ...]
     dropped: tuple[str, ...]
+    added_count: int = 0
+    dropped_count: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.reshaped or self.added or self.dropped)
@@ -104,34 +108,56 @@ def tensors(m: ModelShape) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def per_layer(stacked: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
-    """The torch format's names: one tensor per layer (decoder.layers.0.…) and per expert (local_experts.0.…), so
-    that another number of layers or experts adds or drops tensors rather than reshaping them."""
-    out: dict[str, tuple[int, ...]] = {}
-    for name, shape in stacked.items():
-        if not name.startswith(LAYERS):
-            out[name] = shape
-            continue
-        rest = name.removeprefix(LAYERS)
-        for i in range(shape[0]):
-            if rest.startswith(EXPERTS):
-                for e in range(shape[1]):
-                    out[f"{LAYERS}{i}.mlp.experts.local_experts.{e}.{rest.removeprefix(EXPERTS)}"] = shape[2:]
-            else:
-                out[f"{LAYERS}{i}.{rest}"] = shape[1:]
-    return out
-
-
 LAYERS, EXPERTS = "decoder.layers.", "mlp.experts.experts."
 
 
+def _per_layer(name: str, shape: tuple[int, ...]) -> tuple[str, str, int, tuple[int, ...]]:
+    """The torch format's view of a stacked tensor, which it saves as one tensor per layer (decoder.layers.0.…) and
+    per expert (local_experts.0.…): (their names with * for the indices, the first one's name, how many, the shape
+    of each). Counted, never listed: a checkpoint's stored args may claim any number of layers."""
+    if not name.startswith(LAYERS):
+        return name, name, 1, shape
+    rest = name.removeprefix(LAYERS)
+    if rest.startswith(EXPERTS):
+        inner = f"mlp.experts.local_experts.{{}}.{rest.removeprefix(EXPERTS)}"
+        return f"{LAYERS}*.{inner.format('*')}", f"{LAYERS}0.{inner.format(0)}", shape[0] * shape[1], shape[2:]
+    return f"{LAYERS}*.{rest}", f"{LAYERS}0.{rest}", shape[0], shape[1:]
+
+
+def _common(a: tuple[int, ...], b: tuple[int, ...], name: str) -> int:
+    """How many of a stacked tensor's per-layer (and per-expert) tensors two models both hold."""
+    if not name.startswith(LAYERS):
+        return 1
+    if name.removeprefix(LAYERS).startswith(EXPERTS):
+        return min(a[0], b[0]) * min(a[1], b[1])
+    return min(a[0], b[0])
+
+
 def compare(checkpoint: ModelShape, job: ModelShape, fmt: str = "torch_dist") -> Difference:
-    """The tensors of `job` against the checkpoint's, named as `fmt` saves them (torch_dist stacks the layers)."""
+    """The tensors of `job` against the checkpoint's, named as `fmt` saves them: torch_dist stacks the layers, the
+    torch format saves one tensor per layer and per expert, so that another number of layers or experts adds or
+    drops tensors rather than reshaping them."""
     theirs, ours = tensors(checkpoint), tensors(job)
-    if fmt == "torch":
-        theirs, ours = per_layer(theirs), per_layer(ours)
-    return Difference(
-        reshaped=tuple((name, theirs[name], shape) for name, shape in ours.items()
-                       if name in theirs and theirs[name] != shape),
-        added=tuple(name for name in ours if name not in theirs),
-        dropped=tuple(name for name in theirs if name not in ours))
+    if fmt != "torch":
+        added, dropped = [n for n in ours if n not in theirs], [n for n in theirs if n not in ours]
+        return Difference(reshaped=tuple((name, theirs[name], shape) for name, shape in ours.items()
+                                         if name in theirs and theirs[name] != shape),
+                          added=tuple(added), dropped=tuple(dropped), added_count=len(added),
+                          dropped_count=len(dropped))
+    reshaped, added, dropped, added_count, dropped_count = [], [], [], 0, 0
+    for name, shape in ours.items():
+        said, first, count, each = _per_layer(name, shape)
+        both = _common(theirs[name], shape, name) if name in theirs else 0
+        saved_each = _per_layer(name, theirs[name])[3] if both else each
+        if saved_each != each:
+            reshaped.append((first, saved_each, each))
+        if count > both:
+            added.append(said)
+            added_count += count - both
+    for name, shape in theirs.items():
+        said, _, count, _ = _per_layer(name, shape)
+        both = _common(shape, ours[name], name) if name in ours else 0
+        if count > both:
+            dropped.append(said)
+            dropped_count += count - both
+    return Difference(tuple(reshaped), tuple(added), tuple(dropped), added_count, dropped_count)

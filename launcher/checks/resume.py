@@ -336,8 +336,8 @@ def _names(names: Sequence[str]) -> str:
 
 
 def _counted(differ: model_tensors.Difference) -> str:
-    parts = [f"{len(differ.added)} tensor(s) added"] if differ.added else []
-    return ", ".join(parts + ([f"{len(differ.dropped)} dropped"] if differ.dropped else []))
+    parts = [f"{differ.added_count} tensor(s) added"] if differ.added else []
+    return ", ".join(parts + ([f"{differ.dropped_count} dropped"] if differ.dropped else []))
 
 
 def _dims(shape: tuple[int, ...]) -> str:

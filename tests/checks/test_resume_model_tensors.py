@@ -162,6 +162,25 @@ def test_the_torch_format_loads_another_number_of_layers_only_when_fine_tuning(t
     assert levels(stacked, "shape") == ["refuse"] and "Global shape mismatch" in text(stacked, "shape")
 
 
+def test_a_torch_checkpoint_claiming_billions_of_layers_is_counted_not_listed(tmp_path):
+    # its stored args are the checkpoint's word: the per-layer tensors are counted (they were listed, one name each:
+    # 3,000,000 layers took 47 s and gigabytes here)
+    huge = saved(tmp_path, {"num_layers": 3_000_000_000}, fmt="torch")
+    tuned = judge(job(tmp_path, "bf16=true", "ckpt_format=torch", "finetune=true"), huge)
+    assert levels(tuned, "shape") == ["warn"] and "decoder.layers.*.input_layernorm.weight" in text(tuned, "shape")
+    loaded = judge(job(tmp_path, "bf16=true", "ckpt_format=torch", "num_layers=2"), huge)
+    assert levels(loaded, "shape") == ["refuse"], loaded.render()
+    differ = compare(model_shape({**DEFAULTS, "num_layers": 3_000_000_000, "hidden_size": 12,
+                                  "num_attention_heads": 4, "seq_length": 8, "max_position_embeddings": 8,
+                                  "vocab_size": 100}, 1),
+                     model_shape({**DEFAULTS, "num_layers": 2, "hidden_size": 12, "num_attention_heads": 4,
+                                  "seq_length": 8, "max_position_embeddings": 8, "vocab_size": 100}, 1), "torch")
+    per_layer = sum(name.startswith("decoder.layers.") for name in tensors(model_shape(
+        {**DEFAULTS, "num_layers": 1, "hidden_size": 12, "num_attention_heads": 4, "seq_length": 8,
+         "max_position_embeddings": 8, "vocab_size": 100}, 1)))
+    assert differ.dropped_count == (3_000_000_000 - 2) * per_layer and not differ.added
+
+
 MOE_SAVED = {"num_experts": 2, "moe_ffn_hidden_size": 48, "moe_router_topk": 2, "tensor_model_parallel_size": 1,
              "padded_vocab_size": 128, "add_bias_linear": False, "add_qkv_bias": False}
 MOE_JOB = ["tensor_model_parallel_size=1", "num_experts=2", "moe_router_topk=2", "add_bias_linear=false"]
