@@ -30,7 +30,7 @@ from launcher.errors import Problem, UserError
 from launcher.megatron import requirements
 from launcher.megatron.pin import require_checkout
 from launcher.pipeline.command import LAUNCHER_ROOT, Command, flag_lines, kernel_summary
-from launcher.pipeline.preset import parse_override
+from launcher.pipeline.preset import override_name
 from launcher.pipeline.resolve import PREFLIGHT, ResolvedJob
 from launcher.pipeline.shell import expands, shell_comment, shell_word
 from launcher.pipeline.slurm_settings import MAX_CHAIN, SlurmSettings, check_environment, check_shell_value
@@ -324,7 +324,7 @@ def prepare_job(job: ResolvedJob, command: Command, *, chain: int | None = None)
         if chain and chain > 1:
             raise UserError("--chain does not apply to --preflight", "a preflight job runs once; drop --chain")
         title = f"preflight of preset {name} (all-reduce over every rank, no training)"
-    set_here = any(parse_override(o)[0].removeprefix("launcher.") == "slurm.chain" for o in job.preset.overrides)
+    set_here = any(override_name(o) == "slurm.chain" for o in job.preset.overrides)
     if chain and set_here and chain != settings.chain:  # one of the two would be dropped
         raise UserError(f"--chain {chain} and --set slurm.chain={settings.chain} disagree",
                         "give the number of chained jobs once: --chain K")

@@ -21,7 +21,7 @@ from launcher.errors import Problem, UserError
 from launcher.megatron.pin import checkout_warning, megatron_path
 from launcher.pipeline import elastic, resolve
 from launcher.pipeline.node_range import NodeRange
-from launcher.pipeline.preset import Preset, parse_override
+from launcher.pipeline.preset import Preset, override_name
 from launcher.pipeline.resolve import ResolvedJob, ResumedRun
 
 
@@ -84,7 +84,7 @@ def job_for(preset: Preset, request: JobRequest = JobRequest()) -> tuple[Resolve
     missing = None if request.k8s else checkout_warning(job.megatron_path, job.entry)
     if missing:
         job = replace(job, warnings=(*job.warnings, missing))
-    set_here = any(parse_override(o)[0].removeprefix("launcher.") == "megatron_path" for o in preset.overrides)
+    set_here = any(override_name(o) == "megatron_path" for o in preset.overrides)
     if set_here and request.megatron_path is not None and megatron_path(None, preset.launcher.megatron_path) != path:
         job = replace(job, warnings=(*job.warnings, f"--set megatron_path does nothing for this job: --megatron-path "
                                      f"decides ({path}); drop one of them"))

@@ -532,12 +532,12 @@ def run(ns: Any) -> str:
 def plan_gpu(given: str | None, preset: Any) -> est.Gpu:
     """The GPU a plan prices: --gpu, else the preset's launcher.gpu (what its dry-run estimates on); a --set gpu=
     that --gpu contradicts is refused, not dropped."""
-    from launcher.pipeline.preset import parse_override
+    from launcher.pipeline.preset import override_name
 
     if given is None:
         return est.gpu_by_name(preset.launcher.gpu)
     gpu = est.gpu_by_name(given)
-    set_here = any(parse_override(o)[0].removeprefix("launcher.") == "gpu" for o in preset.overrides)
+    set_here = any(override_name(o) == "gpu" for o in preset.overrides)
     if set_here and gpu.name != preset.launcher.gpu:
         raise UserError(f"--gpu {gpu.name} and --set gpu={preset.launcher.gpu} name two GPUs",
                         "give the GPU once: --gpu NAME")
@@ -547,9 +547,9 @@ def plan_gpu(given: str | None, preset: Any) -> est.Gpu:
 def refuse_world_given_twice(preset: Any, budget: Budget) -> None:
     """A --set nodes= or gpus_per_node= that the budget (--nodes, --gpus-per-node, --gpus) contradicts is refused:
     the plan would price another world than the one the user set."""
-    from launcher.pipeline.preset import parse_override
+    from launcher.pipeline.preset import override_name
 
-    names = {parse_override(o)[0].removeprefix("launcher.") for o in preset.overrides}
+    names = {override_name(o) for o in preset.overrides}
     problems = [Problem(f"--set {name}={value} and the budget's {planned} {name.replace('_', ' ')} disagree",
                         f"give the world once: --nodes N --gpus-per-node G (or --gpus N), or --set {name} alone")
                 for name, value, planned in (("nodes", preset.launcher.nodes, budget.nodes),

@@ -368,6 +368,12 @@ def parse_override(text: str) -> tuple[str, str]:
     return name, value
 
 
+def override_name(text: str) -> str:
+    """The setting a --set item names, as apply_override reads it (`launcher.X` and `megatron.X` are X); never raises:
+    a run's manifest, which anyone may have written, records the items of each attempt."""
+    return text.partition("=")[0].strip().removeprefix("launcher.").removeprefix("megatron.")
+
+
 def unused_backend_overrides(overrides: tuple[str, ...], slurm: bool, k8s: bool) -> list[str]:
     """`--set slurm.X` / `--set k8s.X` given for a job that runs elsewhere: typed for a cluster, used by none.
     (A preset file's own sections are not judged: one preset serves every backend.)"""

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import MAX_SHOWN, clip
-from launcher.pipeline.preset import Preset, parse_override, unused_backend_overrides
+from launcher.pipeline.preset import Preset, override_name, unused_backend_overrides
 from launcher.pipeline.shell import shell_word
 
 
@@ -85,7 +85,7 @@ def other_cluster_settings(preset: Preset, job: JobFacts) -> list[str]:
         return []
     mine, theirs = ("slurm", "k8s") if job.slurm else ("k8s", "slurm")
     own, other = getattr(preset.launcher, mine), getattr(preset.launcher, theirs)
-    given = {parse_override(text)[0].removeprefix("launcher.") for text in preset.overrides}  # said already
+    given = {override_name(text) for text in preset.overrides}  # said already
     found = []
     for slurm_name, k8s_name, what in COUNTERPARTS:
         mine_name, their_name = (slurm_name, k8s_name) if job.slurm else (k8s_name, slurm_name)
@@ -103,7 +103,7 @@ def unused_overrides(preset: Preset, job: JobFacts) -> list[str]:
     warnings = unused_backend_overrides(preset.overrides, job.slurm, job.kubernetes) + other_cluster_settings(preset,
                                                                                                             job)
     for text in preset.overrides:
-        name = parse_override(text)[0].removeprefix("launcher.")
+        name = override_name(text)
         reason = why_unused(name, preset, job)
         if reason is not None:
             warnings.append(f"--set {name} does nothing for this job: {reason}; drop it")
@@ -119,9 +119,9 @@ def overrides_not_given_again(manifest: Mapping[str, Any], overrides: Sequence[s
     before = last.get("overrides") if isinstance(last, dict) else None
     if not isinstance(before, list):
         return []
-    given = {_override_name(text) for text in overrides}
+    given = {override_name(text) for text in overrides}
     dropped = list(dict.fromkeys(text for text in before[:MAX_RECORDED_OVERRIDES]
-                                 if isinstance(text, str) and "=" in text and _override_name(text) not in given))
+                                 if isinstance(text, str) and "=" in text and override_name(text) not in given))
     if not dropped:
         return []
     sets = " ".join(f"--set {clip(shell_word(text), MAX_SHOWN)}" for text in dropped[:20]) + (
@@ -132,7 +132,3 @@ def overrides_not_given_again(manifest: Mapping[str, Any], overrides: Sequence[s
 
 
 MAX_RECORDED_OVERRIDES = 1000  # a manifest's list is read within this many items
-
-
-def _override_name(text: str) -> str:
-    return text.partition("=")[0].strip().removeprefix("launcher.").removeprefix("megatron.")

@@ -13,7 +13,7 @@ from launcher import lock
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.environment import is_loader_variable
 from launcher.pipeline.k8s_settings import DEFAULT_IMAGE as K8S_DEFAULT_IMAGE
-from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, parse_override
+from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, override_name
 from launcher.runs import rundir, secrets
 
 # A run directory is data, not instructions: of its preset.yaml, the settings that decide which program runs (or
@@ -36,7 +36,7 @@ def open_resume(run_dir: str | Path, overrides: list[str],
     atexit.register(lock.release, lock_path, True)
     existing = rundir.open_run_dir(existing.path)  # as it is now that this launch holds it
     preset_file = str(existing.path / rundir.PRESET_FILE)
-    given = {parse_override(text)[0].removeprefix("launcher.").removeprefix("megatron.") for text in overrides}
+    given = {override_name(text) for text in overrides}
     if megatron_path_given:
         given.add("megatron_path")
     refuse_untrusted_changes(load_preset(preset_file), existing, given)
