@@ -1181,7 +1181,7 @@ class _Reader:
     def file_text(self, path: str) -> str | None:
         """The text of a file whose text is known: one the script wrote (`echo 4 > tp.txt`, `cat > f <<EOF`), or a
         scheduler's node file (known_files); None for any other."""
-        key = _written_key(path, self.written)
+        key = file_written_as(path, self.written)
         if key is not None:
             return "".join(text for text, _ in self.written[key])
         return self.known_files.get(path)
@@ -1194,7 +1194,7 @@ class _Reader:
             operator = self.src[redirect.start_byte:target.start_byte].strip() if target is not None else b""
             if target is not None and operator.lstrip(b"0123456789").startswith((b">", b"&>")) and \
                     not operator.endswith(b"&"):
-                key = _written_key(self.joined(target), self.written)
+                key = file_written_as(self.joined(target), self.written)
                 if key is not None:
                     del self.written[key]
 
@@ -1317,8 +1317,8 @@ class _Reader:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
         program = base_name(argv[0])
-        k = _script_at(argv, lambda word: _written_key(word, self.written) is not None)
-        key = _written_key(argv[k], self.written) if k is not None else None
+        k = _script_at(argv, lambda word: file_written_as(word, self.written) is not None)
+        key = file_written_as(argv[k], self.written) if k is not None else None
         if k is None or key is None:
             return False
         chunks = self.written[key]
@@ -2568,7 +2568,7 @@ class _Reader:
             return
         if program == "rm" and self.capture is None:  # a file the script wrote is gone: its text is not known
             for word in argv[1:]:
-                gone = _written_key(word, self.written)
+                gone = file_written_as(word, self.written)
                 if gone is not None:
                     del self.written[gone]
         if program == "eval":
@@ -2789,7 +2789,7 @@ class _Reader:
                             "toolkit's set_env.sh), not the run's settings")
             return
         line = self.line(node)
-        written = self.file_text(given) if _written_key(given, self.written) is not None else None
+        written = self.file_text(given) if file_written_as(given, self.written) is not None else None
         if written is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text the script wrote
             if given in self.sourcing:
                 self.skip(node, f"{what}: the file sources itself; read once, not again")
@@ -4503,7 +4503,7 @@ _MPI_PACKAGED = re.compile(r"(mpirun|mpiexec)[._][\w.]+")  # mpirun.openmpi, mpi
 SCRIPT_SUFFIX = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
 
 
-def _written_key(word: str, written: Mapping[str, object]) -> str | None:
+def file_written_as(word: str, written: Mapping[str, object]) -> str | None:
     """The file the script wrote that `word` names (`./runner.sh` is the `runner.sh` it wrote)."""
     for key in (word, word.removeprefix("./"), "./" + word):
         if key in written:

@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.importer.bash_subset import MARK, show, unresolved_names
+from launcher.importer.bash_subset import MARK, file_written_as, show, unresolved_names
 from launcher.megatron import args as megatron_args
 
 DEEPSPEED_FLAGS = ("--deepspeed_config", "--deepspeed-config")
@@ -31,7 +31,7 @@ def written_key(value: str, written: Mapping[str, object]) -> str | None:
     """The file the script wrote that `value` names (`./ds.json` and `$(pwd)/ds.json` are the `ds.json` it wrote)."""
     for here in (f"{MARK}$(pwd){MARK}/", f"{MARK}PWD{MARK}/", "${PWD}/"):
         value = value.removeprefix(here)
-    return next((key for key in (value, value.removeprefix("./"), "./" + value) if key in written), None)
+    return file_written_as(value, written)
 
 
 def describe(flag: str, value: str, text: str, line: int, settings: Mapping[str, Any]) -> tuple[str, bool]:
