@@ -287,7 +287,21 @@ def train_all(runs: list[tuple[Row, Path]], run_root: Path, jobs: int, deadline:
         one(first)
         first_alone = first[0].gpu in ("refused", "")
     factor, extra = MEMORY_MARGIN
-    ftm.within_budget(runs, lambda item: factor * item[0].memory_gib + extra, one, jobs, GPU_BUDGET_GIB)
+    budget = gpu_budget_gib()
+    for row, _ in runs:  # sized for an H200: on a smaller GPU a job that cannot fit is not run, not failed
+        if row.launcher == "accepted" and factor * row.memory_gib + extra > budget:
+            row.gpu = "not run"
+            row.gpu_reason = (f"needs ~{factor * row.memory_gib + extra:.0f} GiB (the dry-run's estimate for "
+                              f"{GPU}), more than this GPU's {budget:.0f}")
+    runs = [item for item in runs if not item[0].gpu]
+    ftm.within_budget(runs, lambda item: factor * item[0].memory_gib + extra, one, jobs, budget)
+
+
+def gpu_budget_gib() -> float:
+    """GPU_BUDGET_GIB on an H200; on a smaller GPU its total memory less the same margin."""
+    import torch
+    total = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return min(GPU_BUDGET_GIB, total - 3.8)
 
 
 def memory_only(row: Row) -> bool:
