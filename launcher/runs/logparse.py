@@ -14,9 +14,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
-# torchrun's --tee/--log-line-prefix ("[rank3]:", "[default0]:"), srun -l ("3: ") and torchx (NeMo-Run: a role and
-# replica, "pretrain/0 [default2]:") put these in front.
-_PREFIX_RE = re.compile(r"^(?:[\w.-]{1,200}/\d{1,6} \[(?:default)?\d{1,6}\]:)?"
+# torchrun's --tee/--log-line-prefix ("[rank3]:", "[default0]:"), srun -l ("3: "), torchx (NeMo-Run: a role and
+# replica, "pretrain/0 [default2]:") and a multi-node runner's host (pdsh, DeepSpeed's: "gpu-7: [rank3]:") put these in
+# front.
+_PREFIX_RE = re.compile(r"^(?:[\w.-]{1,200}: (?=\[(?:rank|default)\d))?"
+                        r"(?:[\w.-]{1,200}/\d{1,6} \[(?:default)?\d{1,6}\]:)?"
                         r"(?:\[(?:rank|default)\d+\]:|\s*\d{1,5}: )*")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S.%f"

@@ -47,14 +47,17 @@ _SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<hos
 # other ranks then die by SIGKILL or in their collectives, which says nothing more.
 _HOST_OOM = re.compile(r"slurmstepd: error: Detected \d+ oom[-_]kill event"
                        r"|srun: error: \S+: tasks? [\d,-]+: Out Of Memory")
+# the kernel's own words for it (dmesg, syslog, the journal): the machine's memory or the job's cgroup limit
+_KERNEL_OOM = re.compile(r"\b[Oo]ut of memory: Kill(?:ed)? process \d|\boom-kill:constraint=|\binvoked oom-killer: ")
+_HOST_OOM_WORDS = ("oom", "Out Of Memory", "ut of memory")
 _SRUN_OOM = re.compile(r"srun: error: (?P<host>[\w.-]{1,300}): tasks? [\d,-]+: Out Of Memory")
 _SRUN_NODE_FAIL = re.compile(r"srun: error: Node failure on (?P<host>[\w.-]+)")
 _SRUN_TASK = re.compile(r"srun: error: (?P<host>[\w.-]+): tasks? (?P<task>[\d,-]+): (?P<what>Exited with exit code "
                         r"(?P<code>\d+)|Killed|Terminated|Segmentation fault|Bus error|Aborted|Illegal instruction"
                         r"|Floating point exception)")
-# The kernel's Xid line as syslog writes it ("Dec  1 10:00:00 gpu-7 kernel: NVRM: Xid ..."), where a prolog or a
-# health check copies it into the job's log: it names the machine.
-_SYSLOG_XID = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]{1,300}) kernel: (?:\[[\d. ]+\] )?NVRM: Xid")
+# A kernel line as syslog writes it ("Dec  1 10:00:00 gpu-7 kernel: NVRM: Xid ..."), where a prolog or a health
+# check copies it into the job's log: it names the machine (an Xid, the OOM killer).
+_SYSLOG_KERNEL = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d (?P<host>[\w.-]{1,300}) kernel: (?:\[[\d. ]+\] )?")
 # NCCL's own lines (NCCL_DEBUG=WARN or INFO) start with the machine's name: "gpu-7:4242:4300 [3] NCCL WARN ...".
 # A line about a peer (its failure seen here) names the wrong machine; the others say what failed on this one.
 _NCCL_WARN = re.compile(r"^(?P<host>[\w.-]{1,300}):\d{1,10}:\d{1,10} \[\d{1,5}\] (?:\S{1,200} )?NCCL WARN ")
@@ -99,16 +102,30 @@ _HOST = [
 _NET = re.compile(r"NET/\w{1,20} ?: .{0,400}(?:[Cc]ompletion|[Ff]ailed|[Ee]rror|[Cc]losed)")
 # The CUDA error behind NCCL's "unhandled cuda error" (ncclUnhandledCudaError), in NCCL's words: its WARN line
 # ("gpu-7:1:2 [0] enqueue.cc:1085 NCCL WARN Cuda failure 'out of memory'"), its last error as torch passes it on
-# ("Last error:" then "Cuda failure 1 'invalid argument'", on one line or two), with the error's number since NCCL 2.19.
-# The CUDA error says whose failure it is; the collective's exception that follows says only that NCCL failed.
-_NCCL_CUDA = re.compile(r"Cuda failure (?:\d{1,4} )?'(?P<what>[^']{1,120})'")
+# ("Last error:" then "Cuda failure 1 'invalid argument'", on one line or two), with the error's number since NCCL 2.19,
+# its closing quote where a cut line lost it. The CUDA error says whose failure it is; the collective's exception that
+# follows says only that NCCL failed.
+_NCCL_CUDA = re.compile(r"Cuda failure (?:\d{1,4} )?'(?P<what>[^']{1,120})(?:'|$)")
 # a rank's own code (a kernel's bad address or assertion): like torch's "CUDA error: an illegal memory access"
 NCCL_CUDA_CRASH = ("an illegal memory access was encountered", "misaligned address", "device-side assert triggered")
-# the GPU itself (as _HOST reads them in torch's words): a retry on another machine
+# the GPU itself (as _HOST reads them in torch's words): a retry on another machine. The driver's own state too: an
+# unknown error (999) or an initialization error (3) where NCCL sets up the device or NVLS, a system not yet
+# initialized (802): a driver replaced under the running system, a Fabric Manager restarted without a GPU reset or
+# not running; the machine's reboot or reset fixes it, another machine does not meet it
 NCCL_CUDA_DEVICE = ("uncorrectable ECC error encountered", "unspecified launch failure",
                     "an illegal instruction was encountered", "uncorrectable NVLink error detected",
                     "CUDA-capable device(s) is/are busy or unavailable", "no CUDA-capable device is detected",
-                    "hardware stack error", "the launch timed out and was terminated")
+                    "hardware stack error", "the launch timed out and was terminated", "unknown error",
+                    "initialization error", "system not yet initialized")
+# A kernel of the rank's own failing, in any library's words without a Python traceback (a C++ terminate's what(), a
+# trainer's logger line, cuBLAS's or cuDNN's status, glog's failed check): the rank crashed, as with a signal
+_CUDA_CRASH = re.compile(r"an illegal memory access was encountered|\bmisaligned address|device-side assert triggered"
+                         r"|CUBLAS_STATUS_(?:EXECUTION_FAILED|INTERNAL_ERROR)|CUDNN_STATUS_(?:EXECUTION_FAILED"
+                         r"|INTERNAL_ERROR)")
+_CUDA_CRASH_WORDS = ("illegal memory", "misaligned", "device-side assert", "_STATUS_")
+# Megatron's NaN/Inf check in its own words (an assertion before the rerun state machine, its message since): the
+# rank's own failure, though the line alone reaches the log
+_NAN_CHECK = re.compile(r"found (?:NaN|Inf) in local (?:grad norm|forward loss)")
 # NCCL refusing how it was called (two ranks on one GPU, a bad argument): the job's setup, met again by every retry
 _NCCL_USAGE = re.compile(r"ncclInvalidUsage|ncclInvalidArgument|Duplicate GPU detected"
                          r"|NCCL error.{0,400}invalid (?:usage|argument)")
@@ -132,6 +149,11 @@ _STARTUP_PERSISTENT = re.compile(r"^(?:\w+\.)*(?:AssertionError|ValueError|TypeE
                                  r"|IndexError|NotImplementedError|ZeroDivisionError|SyntaxError|FileNotFoundError"
                                  r"|NotADirectoryError|IsADirectoryError|PermissionError)\b")
 _IMPORT = re.compile(r"^(?:\w+\.)*(?:ImportError|ModuleNotFoundError)\b")  # the environment's: at any point
+# a GPU the job's setup names that this machine does not have (more local ranks than GPUs, a rank used as a device)
+_DEVICE_SETUP = re.compile(r"invalid device ordinal")
+# a network file system's handle gone stale under the process (the server restarted, the export remounted): the file
+# system's, not the job's; the next attempt opens its files afresh
+_STALE_HANDLE = re.compile(r"\[Errno 116\]|[Ss]tale (?:NFS )?file handle")
 # the software built for another GPU or against other libraries: the environment's too, whatever the exception
 _BUILD_MISMATCH = re.compile(r"no kernel image is available for execution on the device|undefined symbol: ")
 # A missing or damaged data file stays missing or damaged.
@@ -144,10 +166,10 @@ _ARGPARSE = re.compile(r"^[\w.-]+\.py: error: ")  # argparse's refusal of the co
 _ARGUMENT_ERROR = "argument error: "
 _NAN = re.compile(r"\bnan\b", re.IGNORECASE)
 _TRAINING_BEGINS = "training ..."  # Megatron's print_rank_0 in pretrain() once setup is done
-# A rank's own output as torchrun prefixes it ("[rank3]:", "[default3]:"), behind srun -l's or torchx's label: never
-# a line of slurmstepd, srun or torchrun itself, whatever it says
-_RANK = re.compile(r"^(?:\s*\d{1,5}: )?(?:[\w.-]{1,200}/\d{1,6} \[(?:default)?\d{1,6}\]:)?(?:\[default\d{1,6}\]:)*"
-                   r"\[(?:rank|default)(?P<rank>\d{1,9})\]:")
+# A rank's own output as torchrun prefixes it ("[rank3]:", "[default3]:"), behind srun -l's, a multi-node runner's
+# host or torchx's label: never a line of slurmstepd, srun or torchrun itself, whatever it says
+_RANK = re.compile(r"^(?:\s*[\w.-]{1,200}: )?(?:[\w.-]{1,200}/\d{1,6} \[(?:default)?\d{1,6}\]:)?"
+                   r"(?:\[default\d{1,6}\]:)*\[(?:rank|default)(?P<rank>\d{1,9})\]:")
 # a frame of a Python traceback whose head the log's cut (or a tool's own report) left out
 _FRAME = re.compile(r'", line \d{1,9}, in [^\s"]{1,300}\s*$')
 # torchrun's own line for each failed worker (the exit code; its local rank is no global rank)
@@ -202,6 +224,11 @@ FACT_WINDOW = 8192
 # where NCCL's transport names a link's failure on a line that says NET/…: after the name, within its sentence
 NET_WINDOW = 600
 MAX_SIGNAL = 64  # Linux's signal numbers (SIGRTMAX)
+# A tool that writes its own prefix before each line (a timestamp, a task's name and pid) puts it before a traceback's
+# header too: the prefix is learnt there, its digits aside, and taken off the lines that follow it
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
+MAX_PREFIX = 200
+_DIGITS = str.maketrans("0123456789", "0000000000")
 
 
 @dataclass(frozen=True)
@@ -275,7 +302,9 @@ class AttemptReader:
         self.torchrun_exit: str | None = None  # torchrun's "failed (exitcode: N)" for its first failed worker
         self.crash: str | None = None  # the signal a rank's process crashed with, in its own words
         self.nccl_usage: str | None = None  # NCCL refused how it was called
-        self.nccl_crash: str | None = None  # the CUDA error of a rank's own code that NCCL met
+        self.cuda_crash: str | None = None  # the CUDA error of a rank's own code (NCCL met it, or another library)
+        self.nan_check: str | None = None  # Megatron's NaN/Inf check, in its own words
+        self.prefix = ""  # the shape of the prefix a tool writes before each line of a traceback (digits as 0)
 
     def verdict(self, exit_code: int | None = None, slurm_state: str | None = None, *,
                 rank_status: bool = False) -> Triage:
@@ -285,7 +314,7 @@ class AttemptReader:
         if len(raw) > lp.MAX_LINE:
             return
         rank_match = _RANK.match(raw)
-        line = lp.clean_line(raw)[:FACT_WINDOW]
+        line = self._unprefixed(lp.clean_line(raw)[:FACT_WINDOW])
         if rank_match is not None or not self._launcher_facts(line):
             self._facts(line, int(rank_match["rank"]) if rank_match else None)
         event = self.parser.feed(raw)
@@ -301,6 +330,16 @@ class AttemptReader:
                 self.nan = f"result validation failed: {event.message}"
             case lp.ExitLine(reason="signal"):
                 self.stopped_by_signal = True
+
+    def _unprefixed(self, line: str) -> str:
+        """`line` without the prefix its tool wrote before the traceback's header, where it has that prefix's shape."""
+        if self.prefix and line[:len(self.prefix)].translate(_DIGITS) == self.prefix:
+            return line[len(self.prefix):]
+        at = line.find(_TRACEBACK_HEADER, 0, MAX_PREFIX + len(_TRACEBACK_HEADER))
+        if at > 0 and line[:at].strip():
+            self.prefix = line[:at].translate(_DIGITS)
+            return line[at:]
+        return line
 
     def _launcher_facts(self, line: str) -> bool:
         """What torchrun, srun, slurmstepd and syslog say of the attempt (True: the line was one of theirs), read only
@@ -329,10 +368,10 @@ class AttemptReader:
             # the host slurmstepd names is its own, where it saw the cancel: a failed node is another one
             self.infra = self.infra or (f"{why} (slurmstepd)", step["host"], False)
             return True
-        if _HOST_OOM.search(line):
+        if _has(line, _HOST_OOM_WORDS) and (_HOST_OOM.search(line) or _KERNEL_OOM.search(line)):
             self.host_oom = True
-            if oom := _SRUN_OOM.search(line):
-                self.host_oom_host = self.host_oom_host or oom["host"]
+            if named := _SRUN_OOM.search(line) or _SYSLOG_KERNEL.match(line):  # srun's task or syslog's machine
+                self.host_oom_host = self.host_oom_host or named["host"]
             return True
         if node := _SRUN_NODE_FAIL.search(line):
             self.infra = self.infra or ("node failure (srun)", node["host"], True)
@@ -340,15 +379,15 @@ class AttemptReader:
         if task := _SRUN_TASK.search(line):
             self.task = self.task or (task["host"], task["what"])
             return True
-        if self.infra is None and (syslog := _SYSLOG_XID.match(line)):  # syslog's line names the machine
-            self.infra = (GPU_ERROR, syslog["host"], True)
+        if self.infra is None and (syslog := _SYSLOG_KERNEL.match(line)) and line.startswith("NVRM: Xid", syslog.end()):
+            self.infra = (GPU_ERROR, syslog["host"], True)  # syslog's line names the machine
             return True
         return False
 
     def _facts(self, line: str, rank: int | None) -> None:
         stripped = line.strip()
         if "Cuda failure" in line and (cuda := _NCCL_CUDA.search(line)):
-            self._nccl_cuda(line, cuda["what"], rank)
+            self._nccl_cuda(line, cuda["what"].rstrip(), rank)
         for reason, words, pattern in _HOST:
             if self.infra is None and _has(line, words) and pattern.search(line):
                 self.infra = (reason, None, True)
@@ -366,6 +405,10 @@ class AttemptReader:
         self.comm = self.comm or comm
         if _has(line, _OOM_WORDS) and _OOM.search(line):
             self.oom = True
+        if self.cuda_crash is None and _has(line, _CUDA_CRASH_WORDS) and (crash := _CUDA_CRASH.search(line)):
+            self.cuda_crash = f"CUDA error: {crash[0]}"
+        if self.nan_check is None and "found " in line and _NAN_CHECK.search(line):
+            self.nan_check = stripped[:MAX_REASON]
         if self.nccl_usage is None and ("NCCL" in line or "nccl" in line or "Duplicate GPU" in line) \
                 and _NCCL_USAGE.search(line):
             self.nccl_usage = stripped[:MAX_REASON]
@@ -406,7 +449,7 @@ class AttemptReader:
         """The CUDA error NCCL names (out of memory: the allocator's rule reads it). A GPU's own error names the
         machine of NCCL's WARN line, where no rank printed it (a rank's text in NCCL's words names no machine)."""
         if what in NCCL_CUDA_CRASH:
-            self.nccl_crash = self.nccl_crash or what
+            self.cuda_crash = self.cuda_crash or f"CUDA error in NCCL: {what}"
         elif what in NCCL_CUDA_DEVICE:
             warn = _NCCL_WARN.match(line) if rank is None else None
             if self.infra is None or (self.infra[0] == GPU_ERROR and self.infra[1] is None and warn):
@@ -419,7 +462,10 @@ class AttemptReader:
 
 
 def _has(line: str, words: tuple[str, ...]) -> bool:
-    return any(word in line for word in words)
+    for word in words:  # a loop, not any() over a generator: this runs several times on every line of a log
+        if word in line:
+            return True
+    return False
 
 
 def _signal_name(number: int) -> str:
@@ -468,8 +514,8 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         return Triage(TRAINING, "CUDA out of memory", iteration, rank, host, persistent=True)
     if r.exception is not None:
         return _exception_end(r, iteration, rank, host)
-    if r.nccl_crash is not None:  # a kernel of the rank's own failed; the collective's exception only reported it
-        return Triage(TRAINING, f"rank crashed (CUDA error in NCCL: {r.nccl_crash})", iteration, rank, host)
+    if r.cuda_crash is not None:  # a kernel of the rank's own failed; a collective's exception only reported it
+        return Triage(TRAINING, f"rank crashed ({r.cuda_crash})", iteration, rank, host)
     if r.nccl_usage is not None:  # raised by a collective, and yet this rank's own: how NCCL was called
         return Triage(TRAINING, f"NCCL refused its call (the job's setup): {r.nccl_usage}", iteration, rank, host,
                       persistent=True)
@@ -479,6 +525,8 @@ def judge(r: AttemptReader, exit_code: int | None, slurm_state: str | None, *, r
         away = resume and r.rerun_host is not None
         return Triage(TRAINING, RERUN_EXITS[rerun], iteration, rank, r.rerun_host if away else host,
                       persistent=rerun == FAILED_ON_RESULT_VALIDATION, resume_asked=resume, host_fault=away)
+    if r.nan_check is not None:  # raised by the rank itself: before the timeouts it leaves on the others
+        return Triage(TRAINING, f"NaN: {r.nan_check}", iteration, rank, host)
     if r.nccl_system:
         return _nccl_system_end(r, iteration, rank)
     if r.comm is not None:
@@ -547,15 +595,19 @@ def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, ho
         return Triage(INFRASTRUCTURE, f"disk full: {text}", iteration, rank, host, persistent=True)
     if _CHECKPOINT_MISMATCH.search(text):
         return Triage(TRAINING, f"checkpoint does not fit the model: {text}", iteration, rank, host, persistent=True)
+    if _STALE_HANDLE.search(text):
+        return Triage(INFRASTRUCTURE, f"file system error (stale file handle): {text}", iteration, rank, host)
+    if _IMPORT.search(text):  # the environment's, wherever it is raised (the data code's helpers too)
+        return Triage(TRAINING, f"import error: {text}", iteration, rank, host, persistent=True)
+    if _BUILD_MISMATCH.search(text):
+        return Triage(TRAINING, f"built for another GPU or library: {text}", iteration, rank, host, persistent=True)
+    if _DEVICE_SETUP.search(text):
+        return Triage(TRAINING, f"the job's GPU setup: {text}", iteration, rank, host, persistent=True)
     if r.data_frame or (_DATA_ERROR.search(text) is not None and _DATA.search(text) is not None):
         persistent = r.exception_at_startup or _DATA_PERSISTENT.search(text) is not None
         return Triage(DATA, f"data: {text}", iteration, rank, host, persistent=persistent)
     if _NAN.search(text) and ("AssertionError" in text or "RuntimeError" in text):
         return Triage(TRAINING, f"NaN: {text}", iteration, rank, host)
-    if _IMPORT.search(text):
-        return Triage(TRAINING, f"import error: {text}", iteration, rank, host, persistent=True)
-    if _BUILD_MISMATCH.search(text):
-        return Triage(TRAINING, f"built for another GPU or library: {text}", iteration, rank, host, persistent=True)
     kind = "assertion" if text.startswith("AssertionError") else "Python exception"
     if r.exception_at_startup and _STARTUP_PERSISTENT.search(text):
         return Triage(TRAINING, f"{kind} at start-up: {text}", iteration, rank, host, persistent=True)

@@ -41,6 +41,11 @@ ENDS = {  # the CUDA error: its class, what the requeue policy does the first an
     "719 'unspecified launch failure'": (INFRASTRUCTURE, ("requeue", "requeue"), "GPU error"),
     "74 'uncorrectable NVLink error detected'": (INFRASTRUCTURE, ("requeue", "requeue"), "GPU error"),
     "46 'CUDA-capable device(s) is/are busy or unavailable'": (INFRASTRUCTURE, ("requeue", "requeue"), "GPU error"),
+    # the driver's state on the machine (a driver replaced under it, a Fabric Manager restarted without a GPU reset or
+    # not running): its reboot fixes it, another machine does not meet it
+    "999 'unknown error'": (INFRASTRUCTURE, ("requeue", "requeue"), "GPU error"),
+    "3 'initialization error'": (INFRASTRUCTURE, ("requeue", "requeue"), "GPU error"),
+    "802 'system not yet initialized'": (INFRASTRUCTURE, ("requeue", "requeue"), "GPU error"),
     # a CUDA error that says nothing of whose failure it is: as any failed collective
     "1 'invalid argument'": (INFRASTRUCTURE, ("requeue", "requeue"), "NCCL/network error"),
 }
@@ -79,6 +84,14 @@ def test_a_ranks_own_exception_still_comes_before_nccls_illegal_memory_access():
            "[rank0]: KeyError: 'tokens'"]
     found = triage_lines([*ITERATIONS, *own, warn("700 'an illegal memory access was encountered'"), *UNHANDLED], 1)
     assert found.reason.startswith("Python exception: KeyError"), found
+
+
+def test_a_warn_line_cut_before_its_closing_quote_still_names_the_error():
+    """A line whose end was cut (a copied log, a truncated line) names the error up to the line's end."""
+    found = triage_lines([*ITERATIONS, warn("999 'unknown error")], 1)
+    assert (found.cls, found.host, found.host_fault) == (INFRASTRUCTURE, "gpu-g2", True), found
+    inside = triage_lines([*ITERATIONS, warn("999 'unknown error") + " more words"], 1)
+    assert inside.cls is None, inside  # without its closing quote, the words up to the line's end are the name
 
 
 def test_nccls_cuda_error_is_read_from_a_bounded_window():
