@@ -41,7 +41,10 @@ SLURM_STATES = {"NODE_FAIL": (INFRASTRUCTURE, "node failure (Slurm: NODE_FAIL)")
                 "DEADLINE": (INFRASTRUCTURE, "deadline reached (Slurm: DEADLINE)"),
                 "OUT_OF_MEMORY": (TRAINING, "host out of memory (Slurm: OUT_OF_MEMORY)")}
 # (class, reason, pattern): the first line that matches one decides, in this order of precedence below.
-_SLURMSTEPD = re.compile(r"slurmstepd: error: \*\*\* (?:JOB|STEP) \S+ ON (?P<host>\S+) CANCELLED AT \S+ "
+# slurmstepd's cancel, by its name or, where its log's time format is on, by its timestamp ("[2026-04-20T03:25:23.011]
+# error: *** STEP 7.1 ON gpu-1 CANCELLED AT …")
+_SLURMSTEPD = re.compile(r"(?:slurmstepd: |\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,6})? ?\] )error: \*\*\* "
+                         r"(?:JOB|STEP) \S+ ON (?P<host>\S+) CANCELLED AT \S+ "
                          r"DUE TO (?P<why>TIME LIMIT|PREEMPTION|NODE FAILURE)")
 # The kernel's OOM killer, as slurmstepd and srun report it (Slurm's OUT_OF_MEMORY, where sacct is not asked); the
 # other ranks then die by SIGKILL or in their collectives, which says nothing more.
@@ -363,7 +366,7 @@ class AttemptReader:
                 and (named := _SIGNAL.search(line)):
             self.torchrun_exit = self.torchrun_exit or f"-{named['num']}"  # a failure's field, its header cut off
             return True
-        if step := _SLURMSTEPD.search(line):
+        if "CANCELLED AT" in line and (step := _SLURMSTEPD.search(line)):
             why = {"TIME LIMIT": "time limit", "PREEMPTION": "preempted", "NODE FAILURE": "node failure"}[step["why"]]
             # the host slurmstepd names is its own, where it saw the cancel: a failed node is another one
             self.infra = self.infra or (f"{why} (slurmstepd)", step["host"], False)

@@ -145,3 +145,14 @@ def test_the_words_are_read_from_a_lines_head_only():
         assert triage_lines([*ITERATIONS, "x" * FACT_WINDOW + words], 1).cls is None, words
     far = ["| " * (MAX_PREFIX // 2 + 1) + line for line in frames(None, ["/mlm/pretrain_gpt.py"], "KeyError: 'tokens'")]
     assert triage_lines(far, 1).cls is None
+
+
+def test_slurmstepds_cancel_by_its_timestamp_is_still_slurmstepds():
+    """slurmstepd's line where its log's time format replaces its name (the form a hung teardown's log showed): the
+    time limit, every host kept; a rank's look-alike says nothing."""
+    line = ("[2026-04-20T03:25:23.011] error: *** STEP 1942963.1 ON gpu-a7 CANCELLED AT 2026-04-20T03:25:23 DUE TO "
+            "TIME LIMIT ***")
+    found = triage_lines([*ITERATIONS, "[after training is done] datetime: 2026-04-20 03:17:08", line], 1)
+    assert (found.cls, found.reason, found.host_fault) == (INFRASTRUCTURE, "time limit (slurmstepd)", False), found
+    assert retry([*ITERATIONS, line]) == (INFRASTRUCTURE, "requeue")
+    assert triage_lines([*ITERATIONS, f"[rank2]:{line}"], 1).cls is None
