@@ -4422,6 +4422,27 @@ def _time_blank(match: re.Match[bytes]) -> bytes:
     return match.group(1) + b" " * len(match.group(2))
 
 
+# `<<!` … `!` on lines of their own, a here-document given to no command (scripts use it to comment a block out):
+# bash runs a command of only redirections, which runs nothing, and the document's text is never read as commands.
+# The grammar cannot read a here-document without a command and its recovery took `!` for no end: the lines of the
+# document ran as the script's (a launcher commented out in one was carried). Written `: <<!`, the same null command.
+HEREDOC_ALONE = re.compile(rb"(?m)^([ \t]*)(?=<<-?[ \t]*(?:'[^'\n]+'|\"[^\"\n]+\"|[^\s;&|<>()'\"]+)"
+                           rb"[ \t]*(?:#[^\n]*)?$)")
+
+
+def _heredoc_alone(src: bytes) -> bytes:
+    """The text with each here-document that opens a line without a command given the null command `:` (the same
+    columns after it move by two; the lines stay), unless the `<<` lies in another here-document's text."""
+    bodies = [(start, end) for _, start, end, _ in heredocs.scan(src)]
+    out, at = [], 0
+    for match in HEREDOC_ALONE.finditer(src):
+        if any(start <= match.start() < end for start, end in bodies):
+            continue
+        out += [src[at:match.end()], b": "]
+        at = match.end()
+    return b"".join(out) + src[at:] if out else src
+
+
 # `${N:-$(( (A + 15) / 16 ))}`: inside ${…} the grammar reads `$((` as `$(` and a subshell, and a parenthesised
 # group of the arithmetic then is an error that costs the lines around it; bash reads arithmetic. Written `$[ … ]`
 # (bash's older spelling of the same arithmetic) the grammar reads it as one word.
@@ -4478,6 +4499,8 @@ def _brace_inner_names(src: bytes) -> bytes:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
     if b"time" in src:
         src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
+    if b"<<" in src:
+        src = _heredoc_alone(src)
     if b"${" in src and b"$((" in src:
         src = _arith_in_expansions(src)
     if b"\\ " in src or b"\\\t" in src:

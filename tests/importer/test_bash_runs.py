@@ -142,3 +142,24 @@ def test_a_file_written_again_by_a_program_or_removed_is_no_longer_known(tmp_pat
     for script in (f"echo 4 > tp.txt\npython gen.py > tp.txt\n{T} --tp $(cat tp.txt)\n",
                    f"echo 4 > tp.txt\nrm -f tp.txt\n{T} --tp $(cat tp.txt)\n"):
         assert read_runs(script, tmp_path) == [["pretrain_gpt.py", "--tp", "${$(cat tp.txt)}"]]
+
+
+# a here-document given to no command, the way scripts comment a block out: bash runs nothing and never reads its
+# text as commands (a launcher and a layout set inside it are not the script's)
+HEREDOC_COMMENTS = [
+    f"TP=2\n<<!\nTP=8\nexport RUN='torchrun pretrain_gpt.py --tp 8'\n!\n{T} --tp $TP\n",
+    f"TP=2\n<<COMMENT\nTP=8\nCOMMENT\n{T} --tp $TP\n",
+    f"TP=2\n  <<'END!'  # old runs\nTP=$((TP*4))\n{T} --tp 16\nEND!\n{T} --tp $TP\n",
+    f"TP=2\nif true; then\n\t<<-\"X\"\n\tTP=8\n\tX\n\t{T} --tp $TP\nfi\n",
+    f"cat > notes.txt <<EOF\n<<X\nEOF\nTP=$(wc -l < notes.txt)\n{T} --tp $TP\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", HEREDOC_COMMENTS)
+def test_a_here_document_given_to_no_command_is_not_run(script, tmp_path):
+    expected = bash_runs(script, tmp_path)
+    (tmp_path / "notes.txt").unlink(missing_ok=True)
+    assert read_runs(script, tmp_path) == expected
+    reading = read_script(script, [], tmp_path / "train.sh")
+    assert not [why for _, why in reading.skipped if "not read" in why], reading.skipped
