@@ -573,6 +573,8 @@ class _Reader:
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
+        # of the command being read, each word (blank-split) that holds a value a sourced file not read may change
+        self.command_taint: dict[str, tuple[Undecided, ...]] = {}
         # what the string being run by eval, bash -c or a remote shell depends on: each command read from it may
         # carry the flags those constructs give (they are added to its ScriptCommand.absent)
         self.through: tuple[Undecided, ...] = ()
@@ -2478,6 +2480,7 @@ class _Reader:
             else:
                 groups.append([target])
         absent: set[Undecided] = set()
+        command_taint: dict[str, tuple[Undecided, ...]] = {}
         for group in groups:
             touched = self.begin_touch()
             read = self.names_read()
@@ -2488,6 +2491,8 @@ class _Reader:
             if not words:
                 absent |= touched
             taint = self.tainted(read, words)
+            for token, items in taint.items():
+                command_taint[token] = tuple(dict.fromkeys((*command_taint.get(token, ()), *items)))
             for word in words:
                 needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
                 needs |= {u for token in word.split() for u in taint.get(token, ())}
@@ -2505,6 +2510,7 @@ class _Reader:
             env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
         _bound(argv, self.line(node))
         self.absent = tuple(sorted(absent, key=lambda u: u.line))
+        self.command_taint = command_taint
         herestring = next((c for c in node.children if c.type == "herestring_redirect"), None)
         if herestring is not None and herestring.named_children:  # `read -r TP PP <<< "4 2"`: its input is known
             with self.reading_input(self.joined(herestring.named_children[0]) + "\n"):
@@ -2690,7 +2696,7 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
-                with self.run_through(depends, start=_shell_at(argv)):
+                with self.run_through(depends, start=_shell_at(argv), words=argv):
                     self.new_shell(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
@@ -2703,7 +2709,7 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
-                with self.run_through(depends, start=k):
+                with self.run_through(depends, start=k, words=argv):
                     self.new_shell(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
@@ -2935,13 +2941,15 @@ class _Reader:
 
     @contextlib.contextmanager
     def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = (),
-                    start: int = 0) -> Iterator[None]:
+                    start: int = 0, words: Sequence[str] | None = None) -> Iterator[None]:
         """While a command string is read (`eval $run_cmd`): the constructs its words depend on
         (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
         command read from it, whose words no longer say which variable they came from. `start`: where the string
         (with its shell) begins in argv; the words before it are a wrapper's (`deepspeed $HOSTFILE_OPTS bash -c
-        "…"`), whose options are not training flags."""
+        "…"`), whose options are not training flags. `words`: the command's words, where not `argv` (a string run by
+        another shell, whose entry lies inside it)."""
         saved = self.through, self.through_flags, self.through_sourced
+        words = argv if words is None else words
         self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
         entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
         self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items()
@@ -2951,8 +2959,12 @@ class _Reader:
         self.through_sourced = dict(saved[2])
         for k, needs in depends.items():
             sourced = tuple(u for u in needs if u.sourced)
-            if sourced and k >= start and k < len(argv):
-                for token in argv[k].split():
+            if sourced and k >= start and k < len(words):
+                # a string (eval "…", bash -c "…") is one word: only its own words that hold such a value
+                held = self.command_taint
+                for token in words[k].split():
+                    if held and token not in held:
+                        continue
                     self.through_sourced[token] = tuple(dict.fromkeys((*self.through_sourced.get(token, ()),
                                                                        *sourced)))
         try:
@@ -3742,9 +3754,11 @@ def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
                 target = target.child_by_field_name("name")
             if target is not None:
                 name = src[target.start_byte:target.end_byte].decode("utf-8", "replace")
-                names.add(name)
                 value = node.child_by_field_name("value")
                 told = src[value.start_byte:value.end_byte].decode("utf-8", "replace") if value is not None else ""
+                if node.type == "variable_assignment" and _copies_itself(name, told):
+                    continue  # `X=$X`, `export X="${X}"`: the caller's value, nothing of the script's own
+                names.add(name)
                 if node.type == "for_statement" or not re.search(rf"\$\{{{re.escape(name)}:?[-=]", told):
                     fixed.add(name)
         elif node.type == "command":
@@ -3755,6 +3769,11 @@ def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
                 fixed.update(read)
         stack.extend(node.named_children)
     return names, fixed
+
+
+def _copies_itself(name: str, value: str) -> bool:
+    """Whether an assignment's value is only the variable itself (`$X`, `${X}`, quoted or not)."""
+    return value.strip('"') in (f"${name}", f"${{{name}}}")
 
 
 @lru_cache(maxsize=16)
