@@ -44,9 +44,9 @@ MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval,
 MAX_LOOP = 1_000  # iterations of one loop
 MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # files sourced to set up the software environment, not the run's settings: not read, and the values a script
-# leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
-# /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
-ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
+# leaves unset after them keep their defaults (a virtualenv's bin/activate, conda's activate and deactivate, conda.sh,
+# Lmod's init/bash, ~/.bashrc, /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
+ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|deactivate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
                                r"set_env\.sh|setvars\.sh|init/bash|modules\.sh|lmod\.sh)$|^/etc/")
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -2402,13 +2402,14 @@ class _Reader:
 
     def tainted(self, names: set[str], words: Sequence[str]) -> dict[str, tuple[Undecided, ...]]:
         """Of `words`, made from the variables `names`, those that came from a value a sourced file not read may
-        have changed (see source_not_read), with the sources: a word of that value found among them, else (the value
-        was computed on, `$((N*G))`, `${P%/*}`) every word."""
+        have changed (see source_not_read), with the sources: a word of that value found among them, else the words
+        that hold one (`$DIR/bind.sh`), else (the value was computed on, `$((N*G))`, `${P%/*}`) every word."""
         found: dict[str, tuple[Undecided, ...]] = {}
         tokens = {t for w in words for t in w.split()}
         for name in names:
             for group, items in self.valid_taint(name):
-                for target in (group & tokens or tokens):
+                holding = {t for t in tokens if any(g in t for g in group)} if not group & tokens else set()
+                for target in (group & tokens or holding or tokens):
                     found[target] = tuple(dict.fromkeys((*found.get(target, ()), *items)))
         return found
 

@@ -226,3 +226,13 @@ def test_a_value_set_before_a_file_not_read_stays_uncertain_in_a_string_another_
         (tmp_path / "cluster_env.sh").write_text("TP=4\n")
         assert imported(tmp_path / "train.sh").settings["tensor_model_parallel_size"] == 4
         (tmp_path / "cluster_env.sh").unlink()
+
+
+def test_conda_leaving_an_environment_is_environment_setup_not_the_runs_settings(tmp_path):
+    # `source deactivate` (conda before 4.4, found on PATH) then `conda activate`: no run setting comes from it
+    run = RUN.replace("--hidden-size", "--tensor-model-parallel-size $TP --hidden-size")
+    (tmp_path / "train.sh").write_text("TP=2\nsource deactivate\nsource activate llm\nHIDDEN=64\n"
+                                       "model_args() { :; }\n" + run)
+    found = imported(tmp_path / "train.sh")
+    assert found.lost == [] and found.settings["tensor_model_parallel_size"] == 2
+    assert sum("sets up the software environment" in n for n in found.not_carried) == 2
