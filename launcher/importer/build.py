@@ -37,6 +37,7 @@ from launcher.importer.bash_subset import (
 from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.makefile import makefile_script
+from launcher.importer.program_kind import refuse_other_programs
 from launcher.importer.task_yaml import TaskFile, task_file
 from launcher.importer.words import MAX_COUNT, base_name, count, is_count
 from launcher.importer.written_config import describe, written_key
@@ -307,6 +308,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
     any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
     next to which the files it sources are read; `environment`: the variables it is run with (--env)."""
+    refuse_other_programs(text)
     made = makefile_script(text, positional, environment)
     if made is not None:  # `make train TP=4`: the recipe as make hands it to the shell, its arguments make's
         text, positional = made, ()
