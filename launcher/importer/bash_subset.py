@@ -49,6 +49,7 @@ MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|deactivate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
                                r"set_env\.sh|setvars\.sh|init/bash|modules\.sh|lmod\.sh)$|^/etc/")
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
+WHOLE = "\x02"  # before a test operand that is one word whatever its unknown part holds (a quoted one)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
 ENTRY_WORD = re.compile(r"\.py$")  # the script a runner starts: what follows it are its own flags
@@ -2089,7 +2090,10 @@ class _Reader:
                 return
             # `[ $X != x ]`: test(1) is a command, its operands are split like any command's words (X empty: `[ != x ]`,
             # an error; X="a b": two operands); `[[ ]]` does not split
-            out.extend([self.joined(n)] if double else self.fields(n))
+            fields = [self.joined(n)] if double else self.fields(n)
+            if not double and n.type == "string" and len(fields) == 1 and MARK in fields[0]:
+                fields = [WHOLE + fields[0]]  # `[ -n "$DIR/save" ]`: one operand whatever the unknown part holds
+            out.extend(fields)
 
         for child in node.children:
             walk(child)
@@ -4859,7 +4863,7 @@ class _Test:
         if word in ("-n", "-z") and following is not None:
             self.take()
             operand = self.take()
-            return False if self.skipping else bool(self.operand(operand)) == (word == "-n")
+            return False if self.skipping else self.nonempty(operand) == (word == "-n")
         if word in self.UNARY_FILE or word == "-v":
             self.take()
             if following is not None:
@@ -4868,7 +4872,17 @@ class _Test:
                 return False
             raise _Unknown(word)  # the file system / environment is not read
         self.take()
-        return False if self.skipping else bool(self.operand(word))
+        return False if self.skipping else self.nonempty(word)
+
+    def nonempty(self, word: str) -> bool:
+        """Whether an operand is not empty: known where its known text is not empty, whatever an unknown part of it
+        holds (`"$(pwd)/save"`), when it is one operand for sure (quoted, or in `[[ ]]`)."""
+        try:
+            return bool(self.operand(word))
+        except _Unknown:
+            if (self.double or word.startswith(WHOLE)) and UNRESOLVED.sub("", word.lstrip(WHOLE + "\x01")).strip(MARK):
+                return True
+            raise
 
     def past_group(self) -> None:
         """Past the `)` that closes the group being read (an operand in it was not known)."""
@@ -4882,12 +4896,20 @@ class _Test:
             "-nt", "-ot", "-ef")
 
     def operand(self, word: str) -> str:
-        word = word[1:] if word.startswith("\x01") else word
+        word = word[1:] if word.startswith(("\x01", WHOLE)) else word
         if unresolved_names(word):
             raise _Unknown(word)
         return word
 
     def binary(self, left: str, op: str, right: str) -> bool:
+        if op in ("=", "==", "!=") and ("" in (left, right.removeprefix("\x01")) and unresolved_names(left + right)):
+            # `[ "$DIR/save" != "" ]`: an operand known not to be empty against the empty string
+            other = right if left == "" else left
+            if other.startswith("\x01"):  # `[[ "" == *"$X"/save ]]`: a pattern with a character besides `*`
+                if UNRESOLVED.sub("", other[1:]).replace("*", "").replace("\\", "").strip(MARK):
+                    return op == "!="
+            elif self.nonempty(other):
+                return op == "!="
         left = self.operand(left)
         if op in ("=", "==", "!="):
             if right.startswith("\x01") and self.double:
