@@ -239,6 +239,7 @@ class Source:
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
+ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 
 
 def _manifest_documents(text: str) -> tuple[str, ManifestLayout] | None:
@@ -563,9 +564,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     runner, words, env, notes = source.runner, source.words, source.env, source.notes
     launcher: dict[str, Any] = {}
     nproc_unsaid = False
+    lost_first: list[str] = []  # what makes the training command not run as written
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         nproc_unsaid = launch.nproc_unsaid
+        if launch.wrapper and ASSIGNMENT_WORD.fullmatch(launch.wrapper[0]):
+            # `$ENV_ARGS deepspeed …` with ENV_ARGS="A=1 B=2": bash takes only written words for assignments
+            words_before = next((k for k, w in enumerate(launch.wrapper) if not ASSIGNMENT_WORD.fullmatch(w)),
+                                len(launch.wrapper))
+            lost_first.append(_comment(
+                f"{flag_reader.shown_words(launch.wrapper[:words_before])}: bash runs the first of these words as the "
+                "command (words an expansion gives are never assignments), which is not found (status 127): the "
+                "training command of this line does not run; write the assignments before the command, or export "
+                "them"))
         launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
         notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
@@ -697,7 +708,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
     flag_reader.data_parallel_translations(
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
-    lost: list[str] = []
+    lost: list[str] = list(lost_first)
     set_aside: list[str] = []
     aside, described = _read_written_files(flags, source.written, source.written_unsure)
     set_aside += aside
