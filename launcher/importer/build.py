@@ -753,7 +753,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     notes += [_comment(f"{w.text}: {w.why}") for w in flags.of_kind("harmless")]
     translated = [_comment(f"{w.text} {w.why}" if w.kind == "translated" else w.why)
                   for w in flags.of_kind("translated", "converted")]
-    notes += [f"{flag} is given more than once; the last value is carried (as argparse does)"
+    notes += [f"{flags.repeated_with[flag][0]} and {flag.partition('=')[0]} both set {flags.repeated_with[flag][1]}; "
+              "the last value is carried (as argparse does)" if flag in flags.repeated_with else
+              f"{flag} is given more than once; the last value is carried (as argparse does)"
               for flag in flags.repeated]
     settings = dict(flags.settings)
     replaced: dict[str, str] = {}
