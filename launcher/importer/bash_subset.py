@@ -44,11 +44,12 @@ MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval,
 MAX_LOOP = 1_000  # iterations of one loop
 MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # files sourced to set up the software environment, not the run's settings: not read, and the values a script
-# leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
-# /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
-ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
+# leaves unset after them keep their defaults (a virtualenv's bin/activate, conda's activate and deactivate, conda.sh,
+# Lmod's init/bash, ~/.bashrc, /etc/profile…, Ascend's and oneAPI's set_env.sh / setvars.sh)
+ENVIRONMENT_SETUP = re.compile(r"(?:^|/)(?:activate|deactivate|conda\.sh|mamba\.sh|\.bashrc|\.bash_profile|\.profile|"
                                r"set_env\.sh|setvars\.sh|init/bash|modules\.sh|lmod\.sh)$|^/etc/")
 UNRESOLVED = re.compile(f"{MARK}([^{MARK}]*){MARK}")
+WHOLE = "\x02"  # before a test operand that is one word whatever its unknown part holds (a quoted one)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
 ENTRY_WORD = re.compile(r"\.py$")  # the script a runner starts: what follows it are its own flags
@@ -573,6 +574,8 @@ class _Reader:
         self.under: tuple[Undecided, ...] = ()
         self.outer: list[str] = []  # the launcher words around the `bash -c` being read
         self.absent: tuple[Undecided, ...] = ()  # of the command being read (ScriptCommand.absent)
+        # of the command being read, each word (blank-split) that holds a value a sourced file not read may change
+        self.command_taint: dict[str, tuple[Undecided, ...]] = {}
         # what the string being run by eval, bash -c or a remote shell depends on: each command read from it may
         # carry the flags those constructs give (they are added to its ScriptCommand.absent)
         self.through: tuple[Undecided, ...] = ()
@@ -2087,7 +2090,10 @@ class _Reader:
                 return
             # `[ $X != x ]`: test(1) is a command, its operands are split like any command's words (X empty: `[ != x ]`,
             # an error; X="a b": two operands); `[[ ]]` does not split
-            out.extend([self.joined(n)] if double else self.fields(n))
+            fields = [self.joined(n)] if double else self.fields(n)
+            if not double and n.type == "string" and len(fields) == 1 and MARK in fields[0]:
+                fields = [WHOLE + fields[0]]  # `[ -n "$DIR/save" ]`: one operand whatever the unknown part holds
+            out.extend(fields)
 
         for child in node.children:
             walk(child)
@@ -2400,13 +2406,14 @@ class _Reader:
 
     def tainted(self, names: set[str], words: Sequence[str]) -> dict[str, tuple[Undecided, ...]]:
         """Of `words`, made from the variables `names`, those that came from a value a sourced file not read may
-        have changed (see source_not_read), with the sources: a word of that value found among them, else (the value
-        was computed on, `$((N*G))`, `${P%/*}`) every word."""
+        have changed (see source_not_read), with the sources: a word of that value found among them, else the words
+        that hold one (`$DIR/bind.sh`), else (the value was computed on, `$((N*G))`, `${P%/*}`) every word."""
         found: dict[str, tuple[Undecided, ...]] = {}
         tokens = {t for w in words for t in w.split()}
         for name in names:
             for group, items in self.valid_taint(name):
-                for target in (group & tokens or tokens):
+                holding = {t for t in tokens if any(g in t for g in group)} if not group & tokens else set()
+                for target in (group & tokens or holding or tokens):
                     found[target] = tuple(dict.fromkeys((*found.get(target, ()), *items)))
         return found
 
@@ -2478,6 +2485,7 @@ class _Reader:
             else:
                 groups.append([target])
         absent: set[Undecided] = set()
+        command_taint: dict[str, tuple[Undecided, ...]] = {}
         for group in groups:
             touched = self.begin_touch()
             read = self.names_read()
@@ -2488,6 +2496,8 @@ class _Reader:
             if not words:
                 absent |= touched
             taint = self.tainted(read, words)
+            for token, items in taint.items():
+                command_taint[token] = tuple(dict.fromkeys((*command_taint.get(token, ()), *items)))
             for word in words:
                 needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
                 needs |= {u for token in word.split() for u in taint.get(token, ())}
@@ -2505,6 +2515,7 @@ class _Reader:
             env[pname] = self.joined(value_node) if value_node is not None and value_node.type != "array" else ""
         _bound(argv, self.line(node))
         self.absent = tuple(sorted(absent, key=lambda u: u.line))
+        self.command_taint = command_taint
         herestring = next((c for c in node.children if c.type == "herestring_redirect"), None)
         if herestring is not None and herestring.named_children:  # `read -r TP PP <<< "4 2"`: its input is known
             with self.reading_input(self.joined(herestring.named_children[0]) + "\n"):
@@ -2690,7 +2701,7 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:_shell_at(argv)]]
             try:  # its own bash: an exit there ends only that one
-                with self.run_through(depends, start=_shell_at(argv)):
+                with self.run_through(depends, start=_shell_at(argv), words=argv):
                     self.new_shell(node, inner, f"{show(' '.join(argv[:2]))} … -c")
             except _Exit:
                 pass
@@ -2703,7 +2714,7 @@ class _Reader:
             saved_outer = self.outer
             self.outer = [*saved_outer, *argv[:k]]
             try:  # run by a shell of its own (the remote one, the job's): an exit there ends only that one
-                with self.run_through(depends, start=k):
+                with self.run_through(depends, start=k, words=argv):
                     self.new_shell(node, inner, f"{show(argv[0])} … {show(inner)[:40]!r}")
             except _Exit:
                 pass
@@ -2935,13 +2946,15 @@ class _Reader:
 
     @contextlib.contextmanager
     def run_through(self, depends: dict[int, tuple[Undecided, ...]], argv: Sequence[str] = (),
-                    start: int = 0) -> Iterator[None]:
+                    start: int = 0, words: Sequence[str] | None = None) -> Iterator[None]:
         """While a command string is read (`eval $run_cmd`): the constructs its words depend on
         (`if …; then options="$options --fp16"; fi` before `run_cmd="torchrun … $options"`) stay named with each
         command read from it, whose words no longer say which variable they came from. `start`: where the string
         (with its shell) begins in argv; the words before it are a wrapper's (`deepspeed $HOSTFILE_OPTS bash -c
-        "…"`), whose options are not training flags."""
+        "…"`), whose options are not training flags. `words`: the command's words, where not `argv` (a string run by
+        another shell, whose entry lies inside it)."""
         saved = self.through, self.through_flags, self.through_sourced
+        words = argv if words is None else words
         self.through = tuple(dict.fromkeys((*saved[0], *(u for needs in depends.values() for u in needs))))
         entry = next((k for k, word in enumerate(argv) if ENTRY_WORD.search(show(word))), len(argv))
         self.through_flags = tuple(dict.fromkeys((*saved[1], *(u for k, needs in depends.items()
@@ -2951,8 +2964,12 @@ class _Reader:
         self.through_sourced = dict(saved[2])
         for k, needs in depends.items():
             sourced = tuple(u for u in needs if u.sourced)
-            if sourced and k >= start and k < len(argv):
-                for token in argv[k].split():
+            if sourced and k >= start and k < len(words):
+                # a string (eval "…", bash -c "…") is one word: only its own words that hold such a value
+                held = self.command_taint
+                for token in words[k].split():
+                    if held and token not in held:
+                        continue
                     self.through_sourced[token] = tuple(dict.fromkeys((*self.through_sourced.get(token, ()),
                                                                        *sourced)))
         try:
@@ -3742,9 +3759,11 @@ def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
                 target = target.child_by_field_name("name")
             if target is not None:
                 name = src[target.start_byte:target.end_byte].decode("utf-8", "replace")
-                names.add(name)
                 value = node.child_by_field_name("value")
                 told = src[value.start_byte:value.end_byte].decode("utf-8", "replace") if value is not None else ""
+                if node.type == "variable_assignment" and _copies_itself(name, told):
+                    continue  # `X=$X`, `export X="${X}"`: the caller's value, nothing of the script's own
+                names.add(name)
                 if node.type == "for_statement" or not re.search(rf"\$\{{{re.escape(name)}:?[-=]", told):
                     fixed.add(name)
         elif node.type == "command":
@@ -3755,6 +3774,11 @@ def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
                 fixed.update(read)
         stack.extend(node.named_children)
     return names, fixed
+
+
+def _copies_itself(name: str, value: str) -> bool:
+    """Whether an assignment's value is only the variable itself (`$X`, `${X}`, quoted or not)."""
+    return value.strip('"') in (f"${name}", f"${{{name}}}")
 
 
 @lru_cache(maxsize=16)
@@ -4422,6 +4446,27 @@ def _time_blank(match: re.Match[bytes]) -> bytes:
     return match.group(1) + b" " * len(match.group(2))
 
 
+# `<<!` … `!` on lines of their own, a here-document given to no command (scripts use it to comment a block out):
+# bash runs a command of only redirections, which runs nothing, and the document's text is never read as commands.
+# The grammar cannot read a here-document without a command and its recovery took `!` for no end: the lines of the
+# document ran as the script's (a launcher commented out in one was carried). Written `: <<!`, the same null command.
+HEREDOC_ALONE = re.compile(rb"(?m)^([ \t]*)(?=<<-?[ \t]*(?:'[^'\n]+'|\"[^\"\n]+\"|[^\s;&|<>()'\"]+)"
+                           rb"[ \t]*(?:#[^\n]*)?$)")
+
+
+def _heredoc_alone(src: bytes) -> bytes:
+    """The text with each here-document that opens a line without a command given the null command `:` (the same
+    columns after it move by two; the lines stay), unless the `<<` lies in another here-document's text."""
+    bodies = [(start, end) for _, start, end, _ in heredocs.scan(src)]
+    out, at = [], 0
+    for match in HEREDOC_ALONE.finditer(src):
+        if any(start <= match.start() < end for start, end in bodies):
+            continue
+        out += [src[at:match.end()], b": "]
+        at = match.end()
+    return b"".join(out) + src[at:] if out else src
+
+
 # `${N:-$(( (A + 15) / 16 ))}`: inside ${…} the grammar reads `$((` as `$(` and a subshell, and a parenthesised
 # group of the arithmetic then is an error that costs the lines around it; bash reads arithmetic. Written `$[ … ]`
 # (bash's older spelling of the same arithmetic) the grammar reads it as one word.
@@ -4478,6 +4523,8 @@ def _brace_inner_names(src: bytes) -> bytes:
         src = BACKTICK_NOTE.sub(_backtick_note, src)
     if b"time" in src:
         src = TIME_BEFORE_COMPOUND.sub(_time_blank, src)
+    if b"<<" in src:
+        src = _heredoc_alone(src)
     if b"${" in src and b"$((" in src:
         src = _arith_in_expansions(src)
     if b"\\ " in src or b"\\\t" in src:
@@ -4816,7 +4863,7 @@ class _Test:
         if word in ("-n", "-z") and following is not None:
             self.take()
             operand = self.take()
-            return False if self.skipping else bool(self.operand(operand)) == (word == "-n")
+            return False if self.skipping else self.nonempty(operand) == (word == "-n")
         if word in self.UNARY_FILE or word == "-v":
             self.take()
             if following is not None:
@@ -4825,7 +4872,17 @@ class _Test:
                 return False
             raise _Unknown(word)  # the file system / environment is not read
         self.take()
-        return False if self.skipping else bool(self.operand(word))
+        return False if self.skipping else self.nonempty(word)
+
+    def nonempty(self, word: str) -> bool:
+        """Whether an operand is not empty: known where its known text is not empty, whatever an unknown part of it
+        holds (`"$(pwd)/save"`), when it is one operand for sure (quoted, or in `[[ ]]`)."""
+        try:
+            return bool(self.operand(word))
+        except _Unknown:
+            if (self.double or word.startswith(WHOLE)) and UNRESOLVED.sub("", word.lstrip(WHOLE + "\x01")).strip(MARK):
+                return True
+            raise
 
     def past_group(self) -> None:
         """Past the `)` that closes the group being read (an operand in it was not known)."""
@@ -4839,12 +4896,20 @@ class _Test:
             "-nt", "-ot", "-ef")
 
     def operand(self, word: str) -> str:
-        word = word[1:] if word.startswith("\x01") else word
+        word = word[1:] if word.startswith(("\x01", WHOLE)) else word
         if unresolved_names(word):
             raise _Unknown(word)
         return word
 
     def binary(self, left: str, op: str, right: str) -> bool:
+        if op in ("=", "==", "!=") and ("" in (left, right.removeprefix("\x01")) and unresolved_names(left + right)):
+            # `[ "$DIR/save" != "" ]`: an operand known not to be empty against the empty string
+            other = right if left == "" else left
+            if other.startswith("\x01"):  # `[[ "" == *"$X"/save ]]`: a pattern with a character besides `*`
+                if UNRESOLVED.sub("", other[1:]).replace("*", "").replace("\\", "").strip(MARK):
+                    return op == "!="
+            elif self.nonempty(other):
+                return op == "!="
         left = self.operand(left)
         if op in ("=", "==", "!="):
             if right.startswith("\x01") and self.double:

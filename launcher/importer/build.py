@@ -37,6 +37,7 @@ from launcher.importer.bash_subset import (
 from launcher.importer.flags import CREDENTIAL_FLAG, shown_words
 from launcher.importer.kubernetes_layout import ManifestLayout, manifest_layout
 from launcher.importer.makefile import makefile_script
+from launcher.importer.program_kind import refuse_other_programs
 from launcher.importer.task_yaml import TaskFile, task_file
 from launcher.importer.words import MAX_COUNT, base_name, count, is_count
 from launcher.importer.written_config import describe, written_key
@@ -238,6 +239,7 @@ class Source:
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
+ASSIGNMENT_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=.*", re.S)
 
 
 def _manifest_documents(text: str) -> tuple[str, ManifestLayout] | None:
@@ -307,6 +309,7 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     """The training command's runner and Megatron words, the exported environment and what was not carried, from
     any accepted source; `positional`: the arguments a bash script is run with ($1 …); `path`: the script's file,
     next to which the files it sources are read; `environment`: the variables it is run with (--env)."""
+    refuse_other_programs(text)
     made = makefile_script(text, positional, environment)
     if made is not None:  # `make train TP=4`: the recipe as make hands it to the shell, its arguments make's
         text, positional = made, ()
@@ -561,9 +564,19 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     runner, words, env, notes = source.runner, source.words, source.env, source.notes
     launcher: dict[str, Any] = {}
     nproc_unsaid = False
+    lost_first: list[str] = []  # what makes the training command not run as written
     if runner:
         launch = flag_reader.split_launch([*runner[:-1], runner[-1]])
         nproc_unsaid = launch.nproc_unsaid
+        if launch.wrapper and ASSIGNMENT_WORD.fullmatch(launch.wrapper[0]):
+            # `$ENV_ARGS deepspeed …` with ENV_ARGS="A=1 B=2": bash takes only written words for assignments
+            words_before = next((k for k, w in enumerate(launch.wrapper) if not ASSIGNMENT_WORD.fullmatch(w)),
+                                len(launch.wrapper))
+            lost_first.append(_comment(
+                f"{flag_reader.shown_words(launch.wrapper[:words_before])}: bash runs the first of these words as the "
+                "command (words an expansion gives are never assignments), which is not found (status 127): the "
+                "training command of this line does not run; write the assignments before the command, or export "
+                "them"))
         launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
         notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
@@ -695,7 +708,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     nodes, per_node = launcher.get("nodes"), launcher.get("gpus_per_node")
     flag_reader.data_parallel_translations(
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
-    lost: list[str] = []
+    lost: list[str] = list(lost_first)
     set_aside: list[str] = []
     aside, described = _read_written_files(flags, source.written, source.written_unsure)
     set_aside += aside
@@ -740,7 +753,9 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
     notes += [_comment(f"{w.text}: {w.why}") for w in flags.of_kind("harmless")]
     translated = [_comment(f"{w.text} {w.why}" if w.kind == "translated" else w.why)
                   for w in flags.of_kind("translated", "converted")]
-    notes += [f"{flag} is given more than once; the last value is carried (as argparse does)"
+    notes += [f"{flags.repeated_with[flag][0]} and {flag.partition('=')[0]} both set {flags.repeated_with[flag][1]}; "
+              "the last value is carried (as argparse does)" if flag in flags.repeated_with else
+              f"{flag} is given more than once; the last value is carried (as argparse does)"
               for flag in flags.repeated]
     settings = dict(flags.settings)
     replaced: dict[str, str] = {}

@@ -83,6 +83,8 @@ class Flags:
     flag_of: dict[str, str] = field(default_factory=dict)  # dest → the flag the script spelled
     unknown: list[str] = field(default_factory=list)  # "--flag value…: why", for lost and harmless words alike
     repeated: list[str] = field(default_factory=list)
+    # a repeated flag → (the other flag that set the same setting before it, the setting), where they differ
+    repeated_with: dict[str, tuple[str, str]] = field(default_factory=dict)
     words: list[Word] = field(default_factory=list)
 
     def of_kind(self, *kinds: str) -> list[Word]:
@@ -355,6 +357,9 @@ def read_flags(words: list[str]) -> Flags:
             given.setdefault(key, []).append((item, value))
             if key in out.settings:
                 out.repeated.append(item.words[0])
+                spelled = item.words[0].partition("=")[0]
+                if out.flag_of.get(key, spelled) not in (spelled, "(translated)"):
+                    out.repeated_with[item.words[0]] = (out.flag_of[key], key)
                 del out.settings[key]  # argparse keeps the last; so does the preset, in the last place
             out.settings[key] = value
             out.flag_of[key] = item.words[0].partition("=")[0]
@@ -383,7 +388,10 @@ def _asserted_by_the_fork(out: Flags, given: dict[str, list[tuple[Word, Any]]]) 
             continue
         for dest, value in item.settings.items():
             other = [(word, v) for word, v in given.get(dest, []) if word is not item and v != value]
-            if not other:
+            if not other:  # it asserts the value the script gives: nothing is given twice
+                asserting = item.words[0].partition("=")[0]
+                out.repeated = [w for w in out.repeated if w != item.words[0]
+                                and out.repeated_with.get(w, ("", ""))[0] != asserting]
                 continue
             word, v = other[-1]
             item.kind = "lost"

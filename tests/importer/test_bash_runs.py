@@ -142,3 +142,46 @@ def test_a_file_written_again_by_a_program_or_removed_is_no_longer_known(tmp_pat
     for script in (f"echo 4 > tp.txt\npython gen.py > tp.txt\n{T} --tp $(cat tp.txt)\n",
                    f"echo 4 > tp.txt\nrm -f tp.txt\n{T} --tp $(cat tp.txt)\n"):
         assert read_runs(script, tmp_path) == [["pretrain_gpt.py", "--tp", "${$(cat tp.txt)}"]]
+
+
+# a here-document given to no command, the way scripts comment a block out: bash runs nothing and never reads its
+# text as commands (a launcher and a layout set inside it are not the script's)
+HEREDOC_COMMENTS = [
+    f"TP=2\n<<!\nTP=8\nexport RUN='torchrun pretrain_gpt.py --tp 8'\n!\n{T} --tp $TP\n",
+    f"TP=2\n<<COMMENT\nTP=8\nCOMMENT\n{T} --tp $TP\n",
+    f"TP=2\n  <<'END!'  # old runs\nTP=$((TP*4))\n{T} --tp 16\nEND!\n{T} --tp $TP\n",
+    f"TP=2\nif true; then\n\t<<-\"X\"\n\tTP=8\n\tX\n\t{T} --tp $TP\nfi\n",
+    f"cat > notes.txt <<EOF\n<<X\nEOF\nTP=$(wc -l < notes.txt)\n{T} --tp $TP\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", HEREDOC_COMMENTS)
+def test_a_here_document_given_to_no_command_is_not_run(script, tmp_path):
+    expected = bash_runs(script, tmp_path)
+    (tmp_path / "notes.txt").unlink(missing_ok=True)
+    assert read_runs(script, tmp_path) == expected
+    reading = read_script(script, [], tmp_path / "train.sh")
+    assert not [why for _, why in reading.skipped if "not read" in why], reading.skipped
+
+
+# a test of a value whose known text already decides it, whatever its unknown part (here `$(pwd)`) holds
+PARTLY_KNOWN_TESTS = [
+    f'D="$(pwd)/save"\nif [ -n "$D" ]; then L=2; else L=4; fi\n{T} --num-layers $L\n',
+    f'D=$(pwd)/save\nif [[ -z $D ]]; then L=2; else L=4; fi\n{T} --num-layers $L\n',
+    f'D="$(pwd)/save"\nif [ "$D" != "" ]; then L=2; else L=4; fi\n[[ "" == "$D" ]] && P=8 || P=1\n'
+    f'{T} --num-layers $L --pp $P\n',
+    f'D="$(hostname)-x"\n[ "$D" ] && L=2\n{T} --num-layers ${{L:-4}}\n',
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", PARTLY_KNOWN_TESTS)
+def test_a_test_that_the_known_part_of_its_operand_decides_is_decided(script, tmp_path):
+    agree(script, tmp_path)
+
+
+def test_an_unquoted_operand_with_an_unknown_part_is_not_decided(tmp_path):
+    # `[ -n $D ]`: test(1) gets as many operands as the unknown part splits into (two are an error, status 2)
+    script = f'D=$(pwd)/save\nif [ -n $D ]; then L=2; else L=4; fi\n{T} --num-layers $L\n'
+    assert read_runs(script, tmp_path) == [["pretrain_gpt.py", "--num-layers", "${L}"]]

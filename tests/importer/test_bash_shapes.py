@@ -1071,3 +1071,22 @@ def test_flags_a_branch_gives_are_still_its_own():
                              f"torchrun pretrain_gpt.py {MODEL} $ARGS\n", "train.sh", [])
     assert any("and it decides --fp16" in line for line in imported.lost), imported.lost
     assert not any("--fast" in line.split("and it decides")[1] for line in imported.lost), imported.lost
+
+
+@pytest.mark.parametrize("script", [
+    f'ENV_ARGS="WANDB_DISABLED=true NCCL_DEBUG=INFO"\n$ENV_ARGS torchrun --nproc_per_node 2 pretrain_gpt.py {MODEL}\n',
+    f'PRE=(NCCL_DEBUG=INFO)\n"${{PRE[@]}}" python pretrain_gpt.py {MODEL}\n',
+    f'"TP=2" torchrun pretrain_gpt.py {MODEL}\n',
+])
+def test_an_assignment_an_expansion_gives_is_the_command_bash_does_not_find(script):
+    # bash takes only the words written before a command for assignments: `$ENV_ARGS torchrun …` runs a program
+    # named WANDB_DISABLED=true (command not found, status 127), and the training command never runs
+    imported = import_source(script, "train.sh")
+    (loss,) = imported.lost
+    assert "bash runs the first of these words as the command" in loss and "=" in loss.split(":")[0]
+    assert not any(name in imported.env for name in ("WANDB_DISABLED", "NCCL_DEBUG", "TP"))
+
+
+def test_written_assignments_before_the_command_are_still_its_environment():
+    imported = import_source(f"NCCL_DEBUG=INFO torchrun --nproc_per_node 2 pretrain_gpt.py {MODEL}\n", "train.sh")
+    assert imported.lost == [] and imported.env.get("NCCL_DEBUG") == "INFO"

@@ -110,3 +110,21 @@ def test_a_fork_size_at_its_no_op_value_is_harmless_however_it_is_spelled():
                   "--zero-stage 1", "--low-freq-factor 1.5"):
         (line,) = import_source(TORCHRUN + MODEL + "--deepspeed " + given, "train.sh").lost
         assert line.startswith(given.split()[0]), (given, line)
+
+
+def test_a_setting_two_different_flags_give_is_said_with_both_not_as_one_flag_given_twice():
+    # Megatron-DeepSpeed's --no-pipeline-parallel asserts PP 1: beside --pipeline-model-parallel-size 1 it repeats
+    # nothing; --num-key-value-heads and --num-query-groups are two spellings of one setting
+    base = ("torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 --num-attention-heads 8 "
+            "--seq-length 128 --max-position-embeddings 128 --micro-batch-size 1 --global-batch-size 8 ")
+    asserted = import_source(base + "--pipeline-model-parallel-size 1 --no-pipeline-parallel\n", "train.sh")
+    assert not [n for n in asserted.not_carried if "more than once" in n or "both set" in n]
+    assert asserted.settings["pipeline_model_parallel_size"] == 1 and asserted.lost == []
+    spelled = import_source(base + "--num-query-groups 4 --num-key-value-heads 2\n", "train.sh")
+    (note,) = [n for n in spelled.not_carried if "both set" in n or "more than once" in n]
+    assert note.startswith("--num-query-groups and --num-key-value-heads both set num_query_groups")
+    assert spelled.settings["num_query_groups"] == 2
+    twice = import_source(base + "--num-layers 4\n", "train.sh")
+    assert any(n.startswith("--num-layers is given more than once") for n in twice.not_carried)
+    first = import_source(base + "--no-pipeline-parallel --pipeline-model-parallel-size 1\n", "train.sh")
+    assert not [n for n in first.not_carried if "more than once" in n or "both set" in n]

@@ -90,3 +90,24 @@ def test_the_preset_is_named_after_the_script_whatever_the_environment_it_was_re
     described = yaml.safe_load(imported.text)["description"]
     assert described == "imported from train.sh"
     assert "DATA_PATH=/data/corpus/" in imported.text.splitlines()[0]  # the header still says what it was read with
+
+
+COPIED = """#!/bin/bash
+export DATA_PREFIX=$DATA_PREFIX
+GQA="${GQA}"
+torchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 4 --hidden-size 1024 --num-attention-heads 16 \\
+  --group-query-attention --num-query-groups $GQA --seq-length 1024 --max-position-embeddings 1024 \\
+  --micro-batch-size 4 --global-batch-size 32 --lr 1e-4 --train-iters 100 --eval-interval 10 --eval-iters 1 \\
+  --data-path $DATA_PREFIX/datasets/gpt2_text_document --tokenizer-type NullTokenizer --vocab-size 50257
+"""
+
+
+def test_a_variable_the_script_only_copies_from_its_caller_is_the_callers_not_empty():
+    # `X=$X` sets nothing of the script's own: bash gives the caller's value, which only --env knows here
+    imported = import_source(COPIED, "train.sh")
+    assert any("$GQA is not known" in line and "--env GQA=VALUE" in line for line in imported.lost)
+    assert "num_query_groups" not in imported.settings
+    assert imported.settings.get("data_path") != ["/datasets/gpt2_text_document"]
+    given = import_source(COPIED, "train.sh", environment={"GQA": "4", "DATA_PREFIX": "/data"})
+    assert given.lost == [] and given.settings["num_query_groups"] == 4
+    assert "/data/datasets/gpt2_text_document" in str(given.text)

@@ -211,3 +211,28 @@ def test_many_files_not_read_over_many_values_stay_within_bounded_time():
     reading = read_script(script)
     assert time.monotonic() - started < 30
     assert len(reading.commands[-1].argv) == 2 + 3000
+
+
+def test_a_value_set_before_a_file_not_read_stays_uncertain_in_a_string_another_shell_runs(tmp_path):
+    # srun … bash -c "…$TP…", ssh host "…": the string is read as the script it is, and the words made from such a
+    # value still depend on the file, as they do in the script itself and in `eval`
+    run = "torchrun --nproc_per_node 4 pretrain_gpt.py --num-layers 3 --tensor-model-parallel-size $TP"
+    for shape in (f'srun --mpi=pmi2 bash -c "{run}"', f'ssh node1 "{run}"', f'eval "{run}"', run):
+        (tmp_path / "train.sh").write_text(f"TP=2\nsource ./cluster_env.sh\n{shape}\n")
+        found = imported(tmp_path / "train.sh")
+        (loss,) = found.lost
+        assert loss.startswith("line 2: source ./cluster_env.sh")
+        assert "it decides --tensor-model-parallel-size (" in loss
+        (tmp_path / "cluster_env.sh").write_text("TP=4\n")
+        assert imported(tmp_path / "train.sh").settings["tensor_model_parallel_size"] == 4
+        (tmp_path / "cluster_env.sh").unlink()
+
+
+def test_conda_leaving_an_environment_is_environment_setup_not_the_runs_settings(tmp_path):
+    # `source deactivate` (conda before 4.4, found on PATH) then `conda activate`: no run setting comes from it
+    run = RUN.replace("--hidden-size", "--tensor-model-parallel-size $TP --hidden-size")
+    (tmp_path / "train.sh").write_text("TP=2\nsource deactivate\nsource activate llm\nHIDDEN=64\n"
+                                       "model_args() { :; }\n" + run)
+    found = imported(tmp_path / "train.sh")
+    assert found.lost == [] and found.settings["tensor_model_parallel_size"] == 2
+    assert sum("sets up the software environment" in n for n in found.not_carried) == 2
