@@ -33,7 +33,7 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, flux, heredocs, legacy, pbs, pjm, recovery
+from launcher.importer import arithmetic, coreutils, flux, heredocs, legacy, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
 from launcher.megatron import args as megatron_args
 
@@ -2052,12 +2052,8 @@ class _Reader:
         return True
 
     def arith_verdict(self, node: Any) -> bool | None:
-        inner = [c for c in node.named_children]
         try:
-            value = 0
-            for child in inner:
-                value = self.arith_node(child)
-            return value != 0
+            return self.arith_node(node) != 0
         except _Unknown:
             return None
 
@@ -2073,6 +2069,13 @@ class _Reader:
                 return
             if n.type == "binary_expression" and double and (self.regex_side(n, walk, out)
                                                               or self.pattern_side(n, walk, out)):
+                return
+            if n.type == "unary_expression" and len(n.children) == 2 and not n.children[0].is_named and \
+                    n.children[0].end_byte == n.children[1].start_byte and n.children[1].type in WORDISH:
+                # `-4`, `!x`: the grammar cuts a sign off its word; bash's word is the two together
+                sign, operand = self.text(n.children[0]), n.children[1]
+                fields = [self.joined(operand)] if double else self.fields(operand)
+                out.extend([sign + (fields[0] if fields else ""), *fields[1:]])
                 return
             if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
                           "ternary_expression") or (not n.is_named and n.child_count):
@@ -2145,7 +2148,7 @@ class _Reader:
         return "".join(out)
 
     def test_words(self, words: list[str], double: bool) -> bool | None:
-        test = _Test(words, double)
+        test = _Test(words, double, self.arith_value)
         try:
             value, rest = test.parse()
         except _Unknown:
@@ -2276,7 +2279,7 @@ class _Reader:
             array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
                                                 else [self.shell.scalars[name]]))
             try:
-                k = self.arith_text(index)
+                k = self.arith_value(index)
             except _Unknown:
                 k = -1
             if array == [_unknown(name)]:
@@ -2301,9 +2304,9 @@ class _Reader:
         attributes = self.attributes.get(name, "")
         if "i" in attributes and name not in self.shell.arrays:  # N+=4 under declare -i adds
             try:
-                number = self.arith_text(value or "0")
+                number = self.arith_value(value or "0")
                 if append:
-                    number = _wrap(self.arith_text(self.shell.scalars.get(name) or "0") + number)
+                    number = arithmetic.wrap(self.arith_value(self.shell.scalars.get(name) or "0") + number)
                 value = str(number)
             except _Unknown:
                 value = _unknown(name)
@@ -2606,7 +2609,7 @@ class _Reader:
         if program == "let":  # let X=X+1 "Y = 2": arithmetic, as (( … ))
             for expression in argv[1:]:
                 try:
-                    self.arith_text(expression)
+                    self.arith_value(expression)
                 except _Unknown:
                     for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", expression):
                         self.shell.scalars[name] = _unknown(name)
@@ -3051,141 +3054,85 @@ class _Reader:
     def arith_statement(self, node: Any) -> None:
         self.status = None
         try:
-            value = 0
-            for child in node.named_children:
-                value = self.arith_node(child)
+            value = self.arith_node(node)
             self.status = value != 0  # `((i++))` with i=0 fails
         except _Unknown:
             for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", self.text(node)):
                 self.shell.scalars[name] = _unknown(name)
 
     def arith_text(self, text: str) -> int:
-        """A variable's value used in arithmetic is itself an expression (X=2*3; $((X+1)) is 7)."""
-        text = text.strip()
-        if re.fullmatch(r"-?\d+", text):
-            return _wrap(int(text))
-        if not text:
-            return 0
+        """Arithmetic written in the script (`${A[$i+1]}`, `$[ … ]`): its expansions are made first, as bash does."""
+        if not re.search(r"[$`\"'\\]", text):
+            return self.arith_value(text)
         self.deeper()
+        saved = self.src
         try:
-            saved = self.src
             self.src = ("$((" + text + "))").encode("utf-8", "surrogateescape")
-            try:
-                tree = _parser().parse(self.src)
-                node = tree.root_node
-                while node.named_children and node.type != "arithmetic_expansion":
-                    node = node.named_children[0]
-                if node.type != "arithmetic_expansion" or tree.root_node.has_error:
-                    raise _Unknown(text)
-                value = 0
-                for child in node.named_children:
-                    value = self.arith_node(child)
-                return value
-            finally:
-                self.src = saved
+            tree = _parser().parse(self.src)
+            node = tree.root_node
+            while node.named_children and node.type != "arithmetic_expansion":
+                node = node.named_children[0]
+            if node.type != "arithmetic_expansion" or node.start_byte != 0 or node.end_byte != len(self.src):
+                raise _Unknown(text)
+            return self.arith_node(node)
         finally:
+            self.src = saved
             self.depth -= 1
 
-    def arith_variable(self, name: str) -> int:
-        """A variable's value in arithmetic: an unset one is 0, as in bash, where it is known to be unset (unset())."""
-        self.touch(name)
-        value = self.shell.lookup(self.resolve(name))
-        if value is None:
-            value = self.unset(self.resolve(name))
-            if value == "":
-                self.unbound(name)
-            value = value or "0"
-        if unresolved_names(value):
-            raise _Unknown(name)
-        return self.arith_text(value)
-
-    def arith_node(self, node: Any) -> int:
-        self.step()
+    def arith_value(self, text: str) -> int:
+        """Arithmetic on text already expanded (a `let` word, a `declare -i` value, a variable's value)."""
+        plain = text.strip(" \t\n")
+        if re.fullmatch(r"[1-9][0-9]{0,17}|0", plain):
+            return int(plain)
         self.deeper()
         try:
-            return self._arith(node)
+            return arithmetic.evaluate(text, _Numbers(self))
+        except (arithmetic.Refused, arithmetic.TooDeep) as refused:  # bash's error: the value is none to carry
+            raise _Unknown(str(refused)) from None
         except ShellSyntaxError:
+            if self.steps > MAX_STEPS:
+                raise
             raise _Unknown("too deep") from None
         finally:
             self.depth -= 1
 
-    def _arith(self, node: Any) -> int:
-        kind = node.type
-        if kind == "number":
-            return _number(self.text(node))
-        if kind in ("variable_name", "word"):
-            text = self.text(node)
-            if NAME.fullmatch(text):
-                return self.arith_variable(text)
-            return _number(text)
-        if kind in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "string",
-                    "raw_string", "concatenation"):
-            text = self.joined(node)
-            if unresolved_names(text):
-                raise _Unknown(text)
-            return self.arith_text(text)
-        if kind == "variable_assignment":  # for ((i=0; …)): the grammar makes the initializer an assignment
-            target = node.child_by_field_name("name")
-            value = node.child_by_field_name("value")
-            if target is None or value is None or not NAME.fullmatch(self.text(target)):
-                raise _Unknown("assignment")
-            number = self.arith_node(value)
-            self.shell.scalars[self.text(target)] = str(number)
-            return number
-        if kind == "parenthesized_expression":
-            result = 0
-            for child in node.named_children:
-                result = self.arith_node(child)
-            return result
-        if kind == "unary_expression":
-            op = node.children[0].type
-            operand = self.arith_node(node.named_children[-1])
-            if op in ("++", "--"):
-                return self.arith_update(node.named_children[-1], 1 if op == "++" else -1, prefix=True)
-            return _wrap({"-": -operand, "+": operand, "!": int(not operand), "~": ~operand}.get(op, operand))
-        if kind == "postfix_expression":
-            op = node.children[-1].type
-            return self.arith_update(node.named_children[0], 1 if op == "++" else -1, prefix=False)
-        if kind == "ternary_expression":
-            cond = node.child_by_field_name("condition")
-            cons = node.child_by_field_name("consequence")
-            alt = node.child_by_field_name("alternative")
-            if cond is None or cons is None or alt is None:
-                raise _Unknown("?:")
-            return self.arith_node(cons) if self.arith_node(cond) else self.arith_node(alt)
-        if kind == "binary_expression":
-            left = node.child_by_field_name("left")
-            right = node.child_by_field_name("right")
-            op_node = node.child_by_field_name("operator")
-            if left is None or right is None or op_node is None:
-                raise _Unknown("expression")
-            op = op_node.type
-            if op in ("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="):
-                target = self.text(left)
-                if not NAME.fullmatch(target):
-                    raise _Unknown(target)
-                number = self.arith_node(right)
-                if op != "=":
-                    number = _binary(op[:-1], self.arith_variable(target), number)
-                self.shell.scalars[target] = str(number)
-                return number
-            if op == "&&":
-                return int(bool(self.arith_node(left)) and bool(self.arith_node(right)))
-            if op == "||":
-                return int(bool(self.arith_node(left)) or bool(self.arith_node(right)))
-            if op == ",":
-                self.arith_node(left)
-                return self.arith_node(right)
-            return _binary(op, self.arith_node(left), self.arith_node(right))
-        raise _Unknown(kind)
+    def arith_node(self, node: Any) -> int:
+        """`$((…))`, `$[…]`, `((…))` or one expression of a C-style `for`: its text with each expansion replaced by
+        its value (`$A*2` with A="2+3" is 2+3*2, as bash), then evaluated."""
+        start, end = node.start_byte, node.end_byte
+        if len(node.children) >= 2 and node.children[0].type in ("$((", "((", "$[") and \
+                node.children[-1].type in ("))", "]"):
+            start, end = node.children[0].end_byte, node.children[-1].start_byte
+        out: list[str] = []
+        at = start
 
-    def arith_update(self, target: Any, delta: int, prefix: bool) -> int:
-        name = self.text(target)
-        if not NAME.fullmatch(name):
-            raise _Unknown(name)
-        old = self.arith_variable(name)
-        self.shell.scalars[name] = str(_wrap(old + delta))
-        return _wrap(old + delta) if prefix else old
+        def literal(until: int) -> str:
+            text = self.src[at:until].decode("utf-8", "surrogateescape").replace("\\\n", "")
+            if re.search(r"['`\\]", text):  # bash refuses a quote or an escape left in arithmetic
+                raise _Unknown(text)
+            return text.replace('"', "")
+
+        def walk(child: Any) -> None:
+            nonlocal at
+            if child.end_byte <= at or child.start_byte >= end:
+                return
+            if child.type in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion") \
+                    and child.start_byte >= start:
+                out.append(literal(child.start_byte))
+                value = self.joined(child)
+                if unresolved_names(value):
+                    raise _Unknown(value)
+                out.append(value)
+                at = child.end_byte
+                return
+            for grandchild in child.children:
+                walk(grandchild)
+
+        self.step()
+        for child in node.children:
+            walk(child)
+        out.append(literal(end))
+        return self.arith_value("".join(out))
 
     # -- words ------------------------------------------------------------------------------------------------
     def parts(self, node: Any, quoted: bool = False) -> list[tuple[str, str | list[str], bool]]:
@@ -3230,10 +3177,7 @@ class _Reader:
             return [self.expansion(node, quoted)]
         if kind == "arithmetic_expansion":
             try:
-                value = 0
-                for child in node.named_children:
-                    value = self.arith_node(child)
-                return [("val", str(value), quoted)]
+                return [("val", str(self.arith_node(node)), quoted)]
             except _Unknown:
                 return [("val", _unknown(self.text(node)), quoted)]
         if kind == "command_substitution":
@@ -3374,8 +3318,8 @@ class _Reader:
             numbers = spec.split(":")
             elements = self.shell.arrays[name]
             try:
-                offset = self.arith_text(numbers[0])
-                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+                offset = self.arith_value(numbers[0])
+                length = self.arith_value(numbers[1]) if len(numbers) > 1 else None
             except _Unknown:
                 return ("val", _unknown(inner), quoted)
             if length is not None and length < 0:  # bash: "substring expression < 0", the command does not run
@@ -3455,8 +3399,8 @@ class _Reader:
             spec = self.operand(node, operand_start)
             numbers = spec.split(":")
             try:
-                offset = self.arith_text(numbers[0])
-                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+                offset = self.arith_value(numbers[0])
+                length = self.arith_value(numbers[1]) if len(numbers) > 1 else None
             except _Unknown:
                 return ("val", _unknown(name), quoted)
             start = offset if offset >= 0 else max(0, len(value) + offset)
@@ -3484,8 +3428,8 @@ class _Reader:
             spec = self.operand(node, begin + 2 + len((name + ":").encode()))
             numbers = spec.split(":")
             try:
-                offset = self.arith_text(numbers[0])
-                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+                offset = self.arith_value(numbers[0])
+                length = self.arith_value(numbers[1]) if len(numbers) > 1 else None
             except _Unknown:
                 return ("val", _unknown(name), quoted)
             if self.positional is None and offset >= 1:
@@ -3783,6 +3727,51 @@ def _bash_accepts(source: bytes) -> bool:
     return done.returncode == 0
 
 
+class _Numbers:
+    """The shell's variables as bash's arithmetic reads and sets them (arithmetic.Variables)."""
+
+    def __init__(self, reader: _Reader):
+        self.reader = reader
+
+    def value(self, name: str, index: int | None) -> str:
+        reader = self.reader
+        reader.touch(name)
+        name = reader.resolve(name)
+        if index is not None and name in reader.shell.arrays:
+            value = reader.lookup_value(name, str(index))
+        elif index not in (None, 0) and name in reader.shell.scalars:
+            value = ""  # X[1] of a scalar: unset
+        else:
+            found = reader.shell.lookup(name)
+            value = found if found is not None else reader.unset(name)
+            if found is None and value == "":
+                reader.unbound(name)
+        if unresolved_names(value):
+            raise _Unknown(name)
+        return value
+
+    def assign(self, name: str, index: int | None, number: int) -> None:
+        shell = self.reader.shell
+        name = self.reader.resolve(name)
+        if name in shell.arrays:
+            array = list(shell.arrays[name])
+            k = 0 if index is None else index + len(array) if index < 0 else index
+            if _unknown(name) in array or not 0 <= k <= len(array):
+                raise _Unknown(name)  # a hole in the array: not held here
+            array[k:k + 1] = [str(number)]
+            shell.arrays[name] = array
+        elif index in (None, 0):
+            shell.scalars[name] = str(number)
+        else:
+            raise _Unknown(name)
+
+    def evaluate(self, text: str) -> int:
+        return self.reader.arith_value(text)
+
+    def step(self) -> None:
+        self.reader.step()
+
+
 def _runner(block: Callable[[list[Any]], None], body: list[Any]) -> Callable[[], None]:
     return lambda: block(body)
 
@@ -3903,11 +3892,6 @@ def _unknown_like(value: str) -> str:
     return value if UNRESOLVED.fullmatch(value) else MARK
 
 
-def _wrap(value: int) -> int:
-    """64-bit two's complement, as bash; a value that needed more is not a setting anyone means."""
-    if not -(1 << 63) <= value < (1 << 63):
-        raise _Unknown("overflow")
-    return value
 
 
 class _TestError(Exception):
@@ -3920,46 +3904,10 @@ def _decimal(text: str) -> int:
     found = re.fullmatch(r"[ \t\n]*([-+]?[0-9]+)[ \t\n]*", text)
     if found is None:
         raise _TestError(text)
-    return _wrap(int(found.group(1)))
-
-
-def _number(text: str) -> int:
-    text = text.strip()
-    try:
-        if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
-            return _wrap(int(text, 16))
-        if re.fullmatch(r"-?0[0-7]+", text):
-            return _wrap(int(text, 8))
-        if re.fullmatch(r"-?\d+", text):
-            return _wrap(int(text))
-        based = re.fullmatch(r"(\d+)#([0-9A-Za-z@_]+)", text)
-        if based and 2 <= int(based.group(1)) <= 36:
-            return _wrap(int(based.group(2), int(based.group(1))))
-    except ValueError:
-        pass
-    raise _Unknown(text)
-
-
-def _binary(op: str, left: int, right: int) -> int:
-    if op in ("/", "%") and right == 0:
-        raise _Unknown("division by zero")
-    if op == "**":
-        if right < 0 or (right > 64 and abs(left) > 1):
-            raise _Unknown("exponent")
-        return _wrap(left ** right)
-    if op in ("<<", ">>") and not 0 <= right < 64:
-        raise _Unknown("shift")
-    table: dict[str, Callable[[int, int], int]] = {
-        "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-        "/": lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1),
-        "%": lambda a, b: abs(a) % abs(b) * (1 if a >= 0 else -1),
-        "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b, "&": lambda a, b: a & b, "|": lambda a, b: a | b,
-        "^": lambda a, b: a ^ b, "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
-        "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
-        ">=": lambda a, b: int(a >= b)}
-    if op not in table:
-        raise _Unknown(op)
-    return _wrap(table[op](left, right))
+    value = int(found.group(1))
+    if not arithmetic.LOW <= value < -arithmetic.LOW:  # bash: "integer expression expected"
+        raise _TestError(text)
+    return value
 
 
 def _unescape_unquoted(text: str) -> str:
@@ -4684,8 +4632,9 @@ class _Test:
     INT_OPS = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
                "-ge": int.__ge__}
 
-    def __init__(self, words: list[str], double: bool):
+    def __init__(self, words: list[str], double: bool, number: Callable[[str], int]):
         self.words, self.double, self.at = words, double, 0
+        self.number = number  # [[ ]]'s operand of -eq …: an arithmetic expression
         self.rematch: list[str] | None = None  # BASH_REMATCH of the last `=~` that matched ([] when one failed)
         self.skipping = False  # reading past an operand whose value the other side of -a/-o, &&/|| makes moot
 
@@ -4868,7 +4817,7 @@ class _Test:
             return (left < right) if op == "<" else (left > right)
         if op in self.INT_OPS:
             if self.double:  # [[ ]] reads each side as arithmetic (010 is octal, 0x10 hex)
-                a, b = _number(left), _number(right)
+                a, b = self.number(left), self.number(right)
             else:  # test(1) takes decimal integers only: `[ 010 -eq 8 ]` is false, `[ false -ne 1 ]` an error
                 a, b = _decimal(left), _decimal(right)
             return bool(self.INT_OPS[op](a, b))

@@ -142,3 +142,57 @@ def test_a_file_written_again_by_a_program_or_removed_is_no_longer_known(tmp_pat
     for script in (f"echo 4 > tp.txt\npython gen.py > tp.txt\n{T} --tp $(cat tp.txt)\n",
                    f"echo 4 > tp.txt\nrm -f tp.txt\n{T} --tp $(cat tp.txt)\n"):
         assert read_runs(script, tmp_path) == [["pretrain_gpt.py", "--tp", "${$(cat tp.txt)}"]]
+
+
+ARITHMETIC = [
+    # bash's precedence: unary minus, `!` and `~` bind tighter than any binary operator, `**` groups rightwards
+    f"N=9\n{T} $((-3-1)) $((-N-1)) $((-(3)-1)) $((!0+1)) $((~1+1)) $((-2**2)) $((2**3**2)) $((- -3)) $((10-+3))\n",
+    f"{T} $((1?2:3?4:5)) $((0?1:0?4:5)) $((2>1?10:20)) $((a=b=3)) $a $b $((x=1, y=x+1, x+y))\n",
+    # `$A` is replaced by its text before the expression is read; a bare name is evaluated as an expression of its own
+    f"A='2+3'\n{T} $(($A*2)) $((A*2)) $((${{A}}*2)) $(( \"$A\" * 2 ))\n",
+    f"S=' 3 '\nE='-2'\n{T} $((S*2)) $(($E**2)) $((E**2)) $((1-$E))\n",
+    # 64-bit two's complement: overflow wraps, as bash's does
+    f"N=9223372036854775807\n{T} $((N+1)) $((N*2)) $((-N-1)) $(((-N-1)/-1)) $(((-N-1)%-1)) $((2**63)) $((2**64))\n",
+    f"{T} $((9223372036854775808)) $((18446744073709551617)) $((1<<64)) $((1<<65)) $((-8>>65)) $((3**40))\n",
+    # constants: octal, hex, BASE#DIGITS
+    f"N=010\nM=0x1f\n{T} $((N+1)) $((M)) $((2#101)) $((36#z)) $((37#A)) $((64#_)) $((64#@)) $((0x)) $((0))\n",
+    # `&&`, `||` and `?:` do not evaluate the side they skip (a division by zero there is no error)
+    f"i=0\n{T} $((0&&(i=5))) $((1||(i=6))) $((0?1/0:2)) $i $((i++ + i)) $i $((i+=3)) $((i--)) $i\n",
+    # a variable's value is itself an expression, read where it is used
+    f"A=B+1\nB=C*2\nC=3\n{T} $((A)) $((A+B+C))\narr=(5 6 7)\nj=1\n{T} $((arr[j]+arr[-1])) $((arr)) $((arr[j++])) $j\n",
+    # the same rules for (( )), let, declare -i, C-style for, [[ -eq ]], ${X:o:l} and $[ ]
+    f"x=1\n(( y = -x-1 ))\nlet 'z = 2**3**2' 'w = !0+1'\ndeclare -i d='-2-1'\n{T} $y $z $w $d $[-4-4]\n",
+    f"s=''\nfor (( i = -3-1; i < -1; i++ )); do s=$s$i,; done\n{T} $s\n",
+    f"N=-3-1\nif [[ $N -eq -4 ]]; then A=y; else A=n; fi\nX=abcdef\n{T} $A ${{X:N+5:-1-1}}\n",
+    # a sign next to its number is one word of the test (the grammar cut `-4` into an operator and 4)
+    f"N=-4\n[[ $N -eq -4 ]] && A=y || A=n\n[ -4 -lt $N ] && B=y || B=n\n[ !x = !x ] && C=y || C=n\n{T} $A $B $C\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", ARITHMETIC)
+def test_arithmetic_is_bashs(script, tmp_path):
+    agree(script, tmp_path)
+
+
+REFUSED_ARITHMETIC = [
+    # bash refuses the expression and does not run the command: no value of it may reach the preset
+    f"N=08\n{T} --a $((N+1))\n",
+    f"{T} --a $((1/0))\n",
+    f"{T} --a $((2**-1))\n",
+    f"B=10#\n{T} --a $((B))\n",
+    f"{T} --a $((0x1G))\n",
+    f"A='1 2'\n{T} --a $((A))\n",
+    f"A=A\n{T} --a $((A+1))\n",
+    f"declare -i N=08\n{T} --a $N\n",
+    f"let A=08\n{T} --a ${{A:-1}}\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", REFUSED_ARITHMETIC)
+def test_arithmetic_bash_refuses_gives_no_value(script, tmp_path):
+    assert bash_runs(script, tmp_path) in ([], [["pretrain_gpt.py", "--a"]], [["pretrain_gpt.py", "--a", "1"]])
+    assert [command[:2] for command in read_runs(script, tmp_path)] == [["pretrain_gpt.py", "--a"]]
+    assert all("${" in word for command in read_runs(script, tmp_path) for word in command[2:]), \
+        read_runs(script, tmp_path)
