@@ -541,7 +541,10 @@ class _Reader:
         # `pushd DIR`, `popd` of a known DIR; None after one whose DIR is not known here (cwd_why: that command)
         self.cwd: Path | None = self.directory
         self.cwd_why = ""
-        self.pushed: list[tuple[Path | None, str]] = []  # pushd's stack of directories
+        # the same place as a path from the script's own directory ("." there; None where cwd is not known), also
+        # where that directory is not known (the script given as text): the files the script writes are found by it
+        self.where: str | None = "."
+        self.pushed: list[tuple[Path | None, str, str | None]] = []  # pushd's stack of directories
         # why the command being run gets none of the exported variables (`sudo bash x.sh`, `env -i …`), else ""
         self.env_dropped = ""
         # the script and the files being sourced, outermost first: a file that sources one of them is not read again
@@ -866,7 +869,7 @@ class _Reader:
         """( … ): a copy of the shell; an `exit` in it ends the subshell only, with its status (`( exit 1 )` fails,
         and ends a script under set -e)."""
         saved, options = self.shell.copy(), (self.errexit, self.nounset, self.loops)
-        place = self.cwd, self.cwd_why, list(self.pushed)  # a `cd` inside it is the subshell's only
+        place = self.cwd, self.cwd_why, self.where, list(self.pushed)  # a `cd` inside it is the subshell's only
         self.status = None
         try:
             self.block(node.children)
@@ -876,7 +879,7 @@ class _Reader:
         finally:
             self.restore(saved)
             self.errexit, self.nounset, self.loops = options
-            self.cwd, self.cwd_why, self.pushed = place
+            self.cwd, self.cwd_why, self.where, self.pushed = place
 
     def restore(self, saved: Shell) -> None:
         self.shell.scalars, self.shell.arrays, self.shell.exports = saved.scalars, saved.arrays, saved.exports
@@ -1181,10 +1184,36 @@ class _Reader:
     def file_text(self, path: str) -> str | None:
         """The text of a file whose text is known: one the script wrote (`echo 4 > tp.txt`, `cat > f <<EOF`), or a
         scheduler's node file (known_files); None for any other."""
-        key = file_written_as(path, self.written)
+        key = self.written_file(path)
         if key is not None:
             return "".join(text for text, _ in self.written[key])
         return self.known_files.get(path)
+
+    def written_path(self, word: str) -> str | None:
+        """The file `word` names where the script is now, as the script's writes are kept: its path from the
+        script's own directory (`tp.txt` written after `cd sub` is `sub/tp.txt`), or absolute; None where the
+        directory a `cd` moved to is not known. A path that begins with an unknown part (`$SCRATCH/job.sh`) is
+        kept by its words."""
+        if word.startswith(MARK):
+            return word
+        if word.startswith("/"):
+            return os.path.normpath(word)
+        return None if self.where is None else os.path.normpath(os.path.join(self.where, word))
+
+    def written_file(self, word: str) -> str | None:
+        """The key of the file the script wrote that `word` names where the script is now; None for any other."""
+        key = self.written_path(word)
+        return key if key is not None and key in self.written else None
+
+    def forget_written(self, word: str) -> None:
+        """A file the script wrote is written anew by a command whose output is not known, or removed: its text is
+        no longer known; in a directory not known, any file of that name may be the one."""
+        key = self.written_path(word)
+        if key is None:
+            for other in [k for k in self.written if os.path.basename(k) == os.path.basename(word)]:
+                del self.written[other]
+        else:
+            self.written.pop(key, None)
 
     def overwritten(self, node: Any) -> None:
         """`python gen.py > ds.json`: a file the script wrote is written again by a command whose output is not
@@ -1194,9 +1223,7 @@ class _Reader:
             operator = self.src[redirect.start_byte:target.start_byte].strip() if target is not None else b""
             if target is not None and operator.lstrip(b"0123456789").startswith((b">", b"&>")) and \
                     not operator.endswith(b"&"):
-                key = file_written_as(self.joined(target), self.written)
-                if key is not None:
-                    del self.written[key]
+                self.forget_written(self.joined(target))
 
     def filter_lines(self, program: str, args: list[str]) -> str | None:
         """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
@@ -1230,7 +1257,11 @@ class _Reader:
         if len(redirects) != 1 or self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()[:1] != b">":
             return False
         target = redirects[0].child_by_field_name("destination")
-        path = self.joined(target) if target is not None else MARK
+        word = self.joined(target) if target is not None else MARK
+        path = self.written_path(word)
+        if path is None:  # written in a directory not known here: nothing is read from it
+            self.forget_written(word)
+            return True
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
         # a path with an unknown part ($SCRATCH/run/job.sbatch) is still the same file where the script names it
         # again with the same words
@@ -1262,7 +1293,8 @@ class _Reader:
         target = redirects[0].child_by_field_name("destination")
         if not operator.startswith(b">") or operator.startswith(b">&") or target is None:
             return False
-        path = self.joined(target)
+        word = self.joined(target)
+        path = self.written_path(word)
         capture = self.capture = _Capture()
         names = self.begin_reading()
         self.redirect_words = redirects[0].children_by_field_name("destination")[1:]  # `echo a > f b`: echo's too
@@ -1271,6 +1303,9 @@ class _Reader:
         finally:
             self.capture, self.redirect_words = None, []
             self.end_touch()
+        if path is None:  # written in a directory not known here: nothing is read from it
+            self.forget_written(word)
+            return True
         chunks = self.written.get(path, []) if operator.startswith(b">>") else []
         self.note_written_taint(path, names, "".join(capture.out), bool(chunks))
         if capture.known and not any(unresolved_names(t) for t in capture.out):
@@ -1317,8 +1352,8 @@ class _Reader:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
         program = base_name(argv[0])
-        k = _script_at(argv, lambda word: file_written_as(word, self.written) is not None)
-        key = file_written_as(argv[k], self.written) if k is not None else None
+        k = _script_at(argv, lambda word: self.written_file(word) is not None)
+        key = self.written_file(argv[k]) if k is not None else None
         if k is None or key is None:
             return False
         chunks = self.written[key]
@@ -1418,7 +1453,7 @@ class _Reader:
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
         """`sudo [-E] [-u USER] [NAME=value …] COMMAND`: the command runs; without -E (--preserve-env) sudo's
         env_reset passes none of the variables exported to it (its sudoers may keep some: read without them)."""
-        k, keep, place = 1, False, (self.cwd, self.cwd_why)  # -i, -D DIR: the command's place, not the script's
+        k, keep, place = 1, False, (self.cwd, self.cwd_why, self.where)  # -i, -D DIR: the command's place
         while k < len(argv) and argv[k].startswith("-"):
             word = argv[k]
             if word == "--":
@@ -1427,7 +1462,7 @@ class _Reader:
             if word in ("-E", "--preserve-env") or word.startswith("--preserve-env="):
                 keep = True
             elif word in ("-i", "--login", "-s", "--shell"):  # a login shell starts in the user's home
-                self.cwd, self.cwd_why = None, f"`sudo {word}`"
+                self.cwd, self.cwd_why, self.where = None, f"`sudo {word}`", None
             k += 2 if word in ("-u", "-g", "-p", "-r", "-t", "-C", "-D", "-U", "-T", "--user", "--group",
                                "--host", "--prompt", "--role", "--type", "--close-from", "--chdir",
                                "--other-user", "--command-timeout") else 1
@@ -1439,7 +1474,7 @@ class _Reader:
             given[key] = value
             k += 1
         if k >= len(argv):
-            self.cwd, self.cwd_why = place
+            self.cwd, self.cwd_why, self.where = place
             return
         saved = self.env_dropped
         self.env_dropped = saved if keep else "sudo without -E"
@@ -1447,7 +1482,7 @@ class _Reader:
             self.run_argv(node, argv[k:], given, {i - k: d for i, d in depends.items() if i >= k})
         finally:
             self.env_dropped = saved
-            self.cwd, self.cwd_why = place
+            self.cwd, self.cwd_why, self.where = place
 
     def change_directory(self, argv: list[str]) -> None:
         """`cd DIR`, `pushd DIR`, `popd` as bash moves the script: relative to where it is; one whose DIR is not
@@ -1455,25 +1490,29 @@ class _Reader:
         program, operands = base_name(argv[0]), [a for a in argv[1:] if a not in ("-L", "-P", "-e", "--")]
         if program == "popd":
             if self.pushed and not operands:
-                self.cwd, self.cwd_why = self.pushed.pop()
+                self.cwd, self.cwd_why, self.where = self.pushed.pop()
             elif operands:  # popd +N / -N: an entry of the stack (not followed)
-                self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
+                self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", None
             # an empty stack: bash says so and stays where it is
             return
         if program == "pushd":
-            self.pushed.append((self.cwd, self.cwd_why))
+            self.pushed.append((self.cwd, self.cwd_why, self.where))
         target = operands[0] if len(operands) == 1 else ""
         submitted = next((target[len(name) + 2:] for name in SUBMIT_DIRECTORIES
                           if target.startswith(f"{MARK}{name}{MARK}")), None)
         if submitted is not None and MARK not in submitted and self.directory is not None:
             # the directory the job was submitted from: where the import reads the script as run from
             self.cwd, self.cwd_why = Path(os.path.normpath(self.directory / submitted.lstrip("/"))), ""
+            self.where = os.path.normpath(submitted.lstrip("/") or ".")
         elif not target or MARK in target or target.startswith(("~", "-", "+")):
-            self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
+            self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", None
         elif target.startswith("/"):
-            self.cwd = Path(os.path.normpath(target))
-        elif self.cwd is not None:
-            self.cwd = Path(os.path.normpath(self.cwd / target))
+            self.cwd, self.where = Path(os.path.normpath(target)), os.path.normpath(target)
+        else:
+            if self.cwd is not None:
+                self.cwd = Path(os.path.normpath(self.cwd / target))
+            if self.where is not None:
+                self.where = os.path.normpath(os.path.join(self.where, target))
 
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
@@ -2523,7 +2562,7 @@ class _Reader:
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
         program = base_name(argv[0])
         if program == "env":  # env [-i] [-u NAME] NAME=value … command …
-            k, dropped, place = 1, self.env_dropped, (self.cwd, self.cwd_why)
+            k, dropped, place = 1, self.env_dropped, (self.cwd, self.cwd_why, self.where)
             while k < len(argv):
                 word = argv[k]
                 if word in ("-C", "--chdir") or word.startswith("--chdir="):  # the command's place, not the script's
@@ -2544,7 +2583,7 @@ class _Reader:
                 if k < len(argv):
                     self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
             finally:
-                self.env_dropped, (self.cwd, self.cwd_why) = dropped, place
+                self.env_dropped, (self.cwd, self.cwd_why, self.where) = dropped, place
             return
         if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1 \
                 and not (program == "command" and argv[1] in ("-v", "-V")):  # command -v NAME prints, runs nothing
@@ -2571,9 +2610,7 @@ class _Reader:
             return
         if program == "rm" and self.capture is None:  # a file the script wrote is gone: its text is not known
             for word in argv[1:]:
-                gone = file_written_as(word, self.written)
-                if gone is not None:
-                    del self.written[gone]
+                self.forget_written(word)
         if program == "eval":
             with self.run_through(depends, argv):
                 self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
@@ -2792,16 +2829,17 @@ class _Reader:
                             "toolkit's set_env.sh), not the run's settings")
             return
         line = self.line(node)
-        written = self.file_text(given) if file_written_as(given, self.written) is not None else None
-        if written is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text the script wrote
-            if given in self.sourcing:
+        key = self.written_file(given)
+        written = self.file_text(given) if key is not None else None
+        if written is not None and key is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text it wrote
+            if key in self.sourcing:
                 self.skip(node, f"{what}: the file sources itself; read once, not again")
             elif self.sourced_chars + len(written) > MAX_SCRIPT_CHARS:
                 self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters "
                                 f"together); {MAY_SET}")
                 self.source_not_read(self.line(node), what, "the files sourced are too large to read together")
             else:
-                self.read_sourced(node, argv, written, given)
+                self.read_sourced(node, argv, written, key)
             return
         if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
             self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
@@ -2967,13 +3005,14 @@ class _Reader:
         """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
         outer script's `set -e`."""
         saved = self.errexit, self.nounset, self.loops, self.functions, self.sources
-        place = self.cwd, self.cwd_why, list(self.pushed)  # it starts where the outer one is; its `cd` is its own
+        # it starts where the outer one is; its `cd` is its own
+        place = self.cwd, self.cwd_why, self.where, list(self.pushed)
         self.errexit, self.nounset, self.loops, self.functions, self.sources = False, False, 0, 0, 0
         try:
             self.nested(node, text, what, line_offset=line_offset)
         finally:
             self.errexit, self.nounset, self.loops, self.functions, self.sources = saved
-            self.cwd, self.cwd_why, self.pushed = place
+            self.cwd, self.cwd_why, self.where, self.pushed = place
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An

@@ -196,3 +196,48 @@ def test_arithmetic_bash_refuses_gives_no_value(script, tmp_path):
     assert [command[:2] for command in read_runs(script, tmp_path)] == [["pretrain_gpt.py", "--a"]]
     assert all("${" in word for command in read_runs(script, tmp_path) for word in command[2:]), \
         read_runs(script, tmp_path)
+
+
+WRITTEN_ELSEWHERE = [
+    # a file written after a `cd` is the one in that directory, found again by any path that names it
+    f"mkdir -p sub\ncd sub\necho 4 > tp.txt\ncd ..\n{T} --tp $(cat sub/tp.txt) --pp $(cat ./sub/../sub/tp.txt)\n",
+    f"mkdir -p sub\npushd sub\nprintf '2' > pp.txt\npopd\n{T} --pp $(cat sub/pp.txt)\n",
+    f"mkdir -p sub\necho 'TP=8' > sub/env.sh\ncd sub\nsource env.sh\n{T} --tp $TP $(cat ./env.sh)\n",
+    f"mkdir -p sub\ncd sub\ncat > job.sh <<'EOF'\n{T} --a 1\nEOF\ncd ..\nsource sub/job.sh\n",
+    f"mkdir -p sub\n(cd sub; echo 3 > n.txt)\n{T} --n $(cat sub/n.txt)\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", WRITTEN_ELSEWHERE)
+def test_a_file_written_after_cd_is_found_where_it_was_written(script, tmp_path):
+    expected = bash_runs(script, tmp_path)
+    shutil.rmtree(tmp_path / "sub")
+    assert read_runs(script, tmp_path) == expected
+
+
+NOT_THE_FILE_WRITTEN = [
+    # the same name in another directory is another file (tp.txt and sub/tp.txt hold 8 here): never the text
+    # written elsewhere
+    f"echo 4 > tp.txt\ncd sub\n{T} --tp $(cat tp.txt)\n",
+    f"cd sub\necho 5 > tp.txt\ncd ..\n{T} --tp $(cat tp.txt)\n",
+    f"echo 'TP=4' > tp.txt\ncd sub\nsource ./tp.txt\n{T} --tp $TP\n",
+    # written in a directory not known here: it may be any file of that name, so none is known any more
+    f"echo 4 > tp.txt\ncd $SOMEWHERE\necho 5 > tp.txt\ncd {{}}\n{T} --tp $(cat tp.txt)\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", NOT_THE_FILE_WRITTEN)
+def test_a_file_of_the_same_name_elsewhere_is_not_the_one_written(script, tmp_path):
+    script = script.replace("{}", str(tmp_path))
+    (tmp_path / "sub").mkdir()
+    for name in ("tp.txt", "sub/tp.txt"):
+        (tmp_path / name).write_text("TP=8\n" if "source" in script else "8\n")
+    expected = bash_runs(script.replace("$SOMEWHERE", "sub"), tmp_path)
+    for name in ("tp.txt", "sub/tp.txt"):
+        (tmp_path / name).write_text("TP=8\n" if "source" in script else "8\n")
+    got = read_runs(script, tmp_path)
+    # each word is bash's, or not known (a file the script did not write is not read here)
+    assert len(got) == len(expected) == 1 and len(got[0]) == len(expected[0]), (got, expected)
+    assert all(a == b or "${" in a for a, b in zip(got[0], expected[0])), (got, expected)
