@@ -33,7 +33,7 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import arithmetic, coreutils, flux, heredocs, legacy, pbs, pjm, recovery
+from launcher.importer import arithmetic, bc, coreutils, flux, heredocs, legacy, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
 from launcher.megatron import args as megatron_args
 
@@ -1166,8 +1166,9 @@ class _Reader:
             if self.print_to_file(node, body):
                 return
             self.overwritten(node)
-        if body is not None and heredoc is not None and body.type == "command" and \
-                self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
+        if body is not None and heredoc is not None and body.type == "command" and (
+                self.first_word(body) in READERS or self.capture is not None and self.first_word(body) == "bc"):
+            # read -r -d '' ARGS <<'EOF' … EOF, $(bc <<EOF … EOF): the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
             with self.reading_input(self.heredoc_text(heredoc, document) if document is not None else ""):
                 self.statement(body)
@@ -2706,6 +2707,8 @@ class _Reader:
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
                 and not unresolved_names(self.stdin) else \
                 coreutils.tr(argv[1:], self.stdin) if program == "tr" and self.stdin is not None \
+                and not unresolved_names(self.stdin) else \
+                bc.run(argv[1:], self.stdin) if program == "bc" and self.stdin is not None \
                 and not unresolved_names(self.stdin) else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)

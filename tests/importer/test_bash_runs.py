@@ -241,3 +241,28 @@ def test_a_file_of_the_same_name_elsewhere_is_not_the_one_written(script, tmp_pa
     # each word is bash's, or not known (a file the script did not write is not read here)
     assert len(got) == len(expected) == 1 and len(got[0]) == len(expected[0]), (got, expected)
     assert all(a == b or "${" in a for a, b in zip(got[0], expected[0])), (got, expected)
+
+
+CALCULATORS = [
+    # bc of known input (a pipe, a here-string, a here-document), as the corpus' token counts use it
+    f"B=1.5\nT=$(echo \"${{B}}*1000000000/1\" | bc)\nW=$(echo \"$B * 1000 * 1000\" | bc)\nW2=$(echo \"$W/1\" | bc)\n"
+    f"{T} --train-tokens $T --w $W --w2 $W2\n",
+    f"{T} --min-lr `bc <<< \"scale=3; 3/10\"` --x $(bc -l <<< \"1/3\") --y $(bc<<<\"2^62\") --z $(echo 10/4 | bc -l)\n",
+    f"X=$(bc <<EOF\nscale=4\na=10\na/3\nEOF\n)\nLR=$(printf '%s\\n' 'scale=6' '6 / 10' | bc)\n{T} --x $X --lr $LR\n",
+    f"N=$(echo '3*4' | bc | tr -d '\\n')\nM=$(echo 'x=5; x+1' | bc -q)\n{T} --n $N $M $(echo '-7%2; -2^2' | bc)\n",
+]
+
+
+@needs_bash
+@pytest.mark.skipif(shutil.which("bc") is None, reason="compares with bc")
+@pytest.mark.parametrize("script", CALCULATORS)
+def test_calculators_print_what_they_print(script, tmp_path):
+    agree(script, tmp_path)
+
+
+def test_a_calculation_not_computed_is_not_known(tmp_path):
+    # a division by zero, the math library, bc's own bases, a value not known: each is lost, never a guess
+    script = (f"{T} --a $(echo 3/0 | bc) --b $(echo 's(1)' | bc -l) --c $(echo 'obase=2; 5' | bc) "
+              f"--d $(echo \"$NOT_SET * 2\" | bc)\n")
+    words = read_runs(script, tmp_path)[0]
+    assert words[1::2] == ["--a", "--b", "--c", "--d"] and all("${" in word for word in words[2::2]), words
