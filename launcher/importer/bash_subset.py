@@ -228,6 +228,7 @@ class ScriptCommand:
     # undecided branches behind the training flags of a command string it was read from (`eval $CMD`, where the
     # words after the entry script depended on them)
     among_flags: tuple[Undecided, ...] = ()
+    where: str | None = "."  # the directory it runs in, as _Reader.where: the files it names that the script wrote
 
 
 # the words of a value that came from values a sourced file not read may have changed, each group with those files
@@ -541,9 +542,12 @@ class _Reader:
         # `pushd DIR`, `popd` of a known DIR; None after one whose DIR is not known here (cwd_why: that command)
         self.cwd: Path | None = self.directory
         self.cwd_why = ""
-        # the same place as a path from the script's own directory ("." there; None where cwd is not known), also
-        # where that directory is not known (the script given as text): the files the script writes are found by it
+        # the same place as a path from the script's own directory ("." there), also where that directory is not
+        # known (the script given as text): the files the script writes are kept by it (written_place). A `cd` to a
+        # directory not known starts a place of its own (unknown_place), where the files written after it are found
+        # again until the next `cd`; None where that place is left by `..`
         self.where: str | None = "."
+        self.unknown_places = 0
         self.pushed: list[tuple[Path | None, str, str | None]] = []  # pushd's stack of directories
         # why the command being run gets none of the exported variables (`sudo bash x.sh`, `env -i …`), else ""
         self.env_dropped = ""
@@ -1191,15 +1195,8 @@ class _Reader:
         return self.known_files.get(path)
 
     def written_path(self, word: str) -> str | None:
-        """The file `word` names where the script is now, as the script's writes are kept: its path from the
-        script's own directory (`tp.txt` written after `cd sub` is `sub/tp.txt`), or absolute; None where the
-        directory a `cd` moved to is not known. A path that begins with an unknown part (`$SCRATCH/job.sh`) is
-        kept by its words."""
-        if word.startswith(MARK):
-            return word
-        if word.startswith("/"):
-            return os.path.normpath(word)
-        return None if self.where is None else os.path.normpath(os.path.join(self.where, word))
+        """The file `word` names where the script is now, as the script's writes are kept (written_place)."""
+        return written_place(word, self.where)
 
     def written_file(self, word: str) -> str | None:
         """The key of the file the script wrote that `word` names where the script is now; None for any other."""
@@ -1463,7 +1460,7 @@ class _Reader:
             if word in ("-E", "--preserve-env") or word.startswith("--preserve-env="):
                 keep = True
             elif word in ("-i", "--login", "-s", "--shell"):  # a login shell starts in the user's home
-                self.cwd, self.cwd_why, self.where = None, f"`sudo {word}`", None
+                self.cwd, self.cwd_why, self.where = None, f"`sudo {word}`", self.unknown_place()
             k += 2 if word in ("-u", "-g", "-p", "-r", "-t", "-C", "-D", "-U", "-T", "--user", "--group",
                                "--host", "--prompt", "--role", "--type", "--close-from", "--chdir",
                                "--other-user", "--command-timeout") else 1
@@ -1493,7 +1490,7 @@ class _Reader:
             if self.pushed and not operands:
                 self.cwd, self.cwd_why, self.where = self.pushed.pop()
             elif operands:  # popd +N / -N: an entry of the stack (not followed)
-                self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", None
+                self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", self.unknown_place()
             # an empty stack: bash says so and stays where it is
             return
         if program == "pushd":
@@ -1506,14 +1503,18 @@ class _Reader:
             self.cwd, self.cwd_why = Path(os.path.normpath(self.directory / submitted.lstrip("/"))), ""
             self.where = os.path.normpath(submitted.lstrip("/") or ".")
         elif not target or MARK in target or target.startswith(("~", "-", "+")):
-            self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", None
+            self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", self.unknown_place()
         elif target.startswith("/"):
             self.cwd, self.where = Path(os.path.normpath(target)), os.path.normpath(target)
         else:
             if self.cwd is not None:
                 self.cwd = Path(os.path.normpath(self.cwd / target))
             if self.where is not None:
-                self.where = os.path.normpath(os.path.join(self.where, target))
+                self.where = _below(self.where, target)
+
+    def unknown_place(self) -> str:
+        self.unknown_places += 1
+        return f"{MARK}a directory not known ({self.unknown_places}){MARK}"
 
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
@@ -2763,7 +2764,7 @@ class _Reader:
                 depends[k] = tuple(dict.fromkeys((*depends.get(k, ()), *self.through_sourced[word])))
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    tuple(dict.fromkeys((*self.absent, *self.through))),
-                                                   self.through_flags))
+                                                   self.through_flags, self.where))
 
     def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
         """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
@@ -4493,12 +4494,31 @@ _MPI_PACKAGED = re.compile(r"(mpirun|mpiexec)[._][\w.]+")  # mpirun.openmpi, mpi
 SCRIPT_SUFFIX = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
 
 
+def written_place(word: str, where: str | None) -> str | None:
+    """The key a file the script writes is kept by: its path from the script's own directory (`tp.txt` named where
+    the script moved to `sub` is `sub/tp.txt`), or absolute; None where the directory is not known (`where`). A path
+    that begins with an unknown part (`$SCRATCH/job.sh`) is kept by its words."""
+    if word.startswith(MARK):
+        return word
+    if word.startswith("/"):
+        return os.path.normpath(word)
+    return None if where is None else _below(where, word)
+
+
+def _below(where: str, path: str) -> str | None:
+    """`path` from `where`, normalized; None where it climbs out of a directory not known (`cd $REPO; cd ..`)."""
+    joined = os.path.normpath(os.path.join(where, path))
+    root = where.split("/")[0]
+    if where.startswith(MARK) and joined != root and not joined.startswith(root + "/"):
+        return None
+    return joined
+
+
 def file_written_as(word: str, written: Mapping[str, object]) -> str | None:
-    """The file the script wrote that `word` names (`./runner.sh` is the `runner.sh` it wrote)."""
-    for key in (word, word.removeprefix("./"), "./" + word):
-        if key in written:
-            return key
-    return None
+    """The file the script wrote that `word` names from the script's own directory (`./runner.sh` is the `runner.sh`
+    it wrote, `a//b.json` is `a/b.json`)."""
+    key = written_place(word, ".")
+    return key if key is not None and key in written else None
 
 
 def _script_at(argv: list[str], is_script: Callable[[str], bool]) -> int | None:

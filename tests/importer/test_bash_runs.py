@@ -266,3 +266,26 @@ def test_a_calculation_not_computed_is_not_known(tmp_path):
               f"--d $(echo \"$NOT_SET * 2\" | bc)\n")
     words = read_runs(script, tmp_path)[0]
     assert words[1::2] == ["--a", "--b", "--c", "--d"] and all("${" in word for word in words[2::2]), words
+
+
+IN_A_DIRECTORY_NOT_KNOWN = [
+    # `cd $REPO` (the caller's): the files written there are found there again, and nowhere else
+    f"cd $REPO\necho 'TP=4' > env.sh\nsource env.sh\necho 2 > pp.txt\n{T} --tp $TP --pp $(cat pp.txt)\n",
+    f"cd $REPO\ncat > job.sh <<'EOF'\n{T} --a 1\nEOF\nsource ./job.sh\nmkdir -p x\ncd x\necho 3 > n\ncd ..\n"
+    f"{T} --n $(cat x/n)\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", IN_A_DIRECTORY_NOT_KNOWN)
+def test_a_file_written_in_a_directory_not_known_is_found_there(script, tmp_path):
+    (tmp_path / "sub").mkdir()
+    assert read_runs(script, tmp_path) == bash_runs("REPO=sub\n" + script, tmp_path)
+
+
+def test_a_file_written_in_a_directory_not_known_is_not_found_elsewhere(tmp_path):
+    for script in (f"cd $REPO\necho 4 > tp.txt\ncd ..\n{T} --tp $(cat tp.txt)\n",
+                   f"echo 4 > tp.txt\ncd $REPO\n{T} --tp $(cat tp.txt)\n",
+                   f"cd $REPO\necho 4 > tp.txt\ncd $REPO\n{T} --tp $(cat tp.txt)\n"):
+        (words,) = read_runs(script, tmp_path)
+        assert words[:2] == ["pretrain_gpt.py", "--tp"] and "${" in words[2], (script, words)
