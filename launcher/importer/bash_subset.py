@@ -33,7 +33,7 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import arithmetic, bc, coreutils, flux, heredocs, legacy, pbs, pjm, recovery
+from launcher.importer import arithmetic, awk, bc, coreutils, flux, heredocs, legacy, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
 from launcher.megatron import args as megatron_args
 
@@ -2710,7 +2710,8 @@ class _Reader:
                 coreutils.tr(argv[1:], self.stdin) if program == "tr" and self.stdin is not None \
                 and not unresolved_names(self.stdin) else \
                 bc.run(argv[1:], self.stdin) if program == "bc" and self.stdin is not None \
-                and not unresolved_names(self.stdin) else None
+                and not unresolved_names(self.stdin) else \
+                awk.run(argv[1:]) if program in ("awk", "gawk", "mawk", "nawk") else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)
                 return

@@ -250,11 +250,15 @@ CALCULATORS = [
     f"{T} --min-lr `bc <<< \"scale=3; 3/10\"` --x $(bc -l <<< \"1/3\") --y $(bc<<<\"2^62\") --z $(echo 10/4 | bc -l)\n",
     f"X=$(bc <<EOF\nscale=4\na=10\na/3\nEOF\n)\nLR=$(printf '%s\\n' 'scale=6' '6 / 10' | bc)\n{T} --x $X --lr $LR\n",
     f"N=$(echo '3*4' | bc | tr -d '\\n')\nM=$(echo 'x=5; x+1' | bc -q)\n{T} --n $N $M $(echo '-7%2; -2^2' | bc)\n",
+    # awk's BEGIN arithmetic (ALCF's `sqrt($WORLD_SIZE)`, ROCm's tokens per GPU and second)
+    f"W=16\nTP=$(awk \"BEGIN {{ printf \\\"%.0f\\\", sqrt($W) }}\")\n"
+    f"TGS=$(awk -v bs=4 -v sl=2048 -v tpi=1.5 -v ws=$W 'BEGIN {{printf \"%.6f\", bs * sl * 1000/ (tpi * ws)}}')\n"
+    f"{T} --tp $TP --tgs $TGS $(awk 'BEGIN{{x=3; print x^2, \"n=\" x; print 10/4, -2^2, 1e6}}')\n",
 ]
 
 
 @needs_bash
-@pytest.mark.skipif(shutil.which("bc") is None, reason="compares with bc")
+@pytest.mark.skipif(shutil.which("bc") is None or shutil.which("awk") is None, reason="compares with bc and awk")
 @pytest.mark.parametrize("script", CALCULATORS)
 def test_calculators_print_what_they_print(script, tmp_path):
     agree(script, tmp_path)
