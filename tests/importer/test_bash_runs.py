@@ -158,7 +158,8 @@ ARITHMETIC = [
     f"N=010\nM=0x1f\n{T} $((N+1)) $((M)) $((2#101)) $((36#z)) $((37#A)) $((64#_)) $((64#@)) $((0x)) $((0))\n",
     # `&&`, `||` and `?:` do not evaluate the side they skip (a division by zero there is no error)
     f"i=0\n{T} $((0&&(i=5))) $((1||(i=6))) $((0?1/0:2)) $i $((i++ + i)) $i $((i+=3)) $((i--)) $i\n",
-    # a variable's value is itself an expression, read where it is used
+    # a variable's value is itself an expression, read where it is used (`b -= …` reads b before the right side runs)
+    f"a=0\nb='3*a'\n{T} $((b -= --a**3)) $a $b\n",
     f"A=B+1\nB=C*2\nC=3\n{T} $((A)) $((A+B+C))\narr=(5 6 7)\nj=1\n{T} $((arr[j]+arr[-1])) $((arr)) $((arr[j++])) $j\n",
     # the same rules for (( )), let, declare -i, C-style for, [[ -eq ]], ${X:o:l} and $[ ]
     f"x=1\n(( y = -x-1 ))\nlet 'z = 2**3**2' 'w = !0+1'\ndeclare -i d='-2-1'\n{T} $y $z $w $d $[-4-4]\n",
