@@ -281,10 +281,10 @@ class _Evaluation:
             _, op, name, written, right = node
             index = self.index(written)
             # `b += …`: b's value is read before the right side runs (which may change it), as bash reads it
-            old = None if op == "=" else self.variables.evaluate(self.variables.value(name, index))
+            before = None if op == "=" else self.variables.evaluate(self.variables.value(name, index))
             value = self.run(right)
-            if old is not None:
-                value = binary(op[:-1], old, value)
+            if before is not None:
+                value = binary(op[:-1], before, value)
             self.variables.assign(name, index, value)
             return value
         _, op, left, right = node
