@@ -42,6 +42,7 @@ MAX_VALUE_CHARS = 100_000
 MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
+ASSOC_BUCKETS = 1_024  # bash's hash table of an associative array (assoc.h), which sets the order of its keys
 MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # files sourced to set up the software environment, not the run's settings: not read, and the values a script
 # leaves unset after them keep their defaults (a virtualenv's bin/activate, conda.sh, Lmod's init/bash, ~/.bashrc,
@@ -548,6 +549,7 @@ class _Reader:
         # again until the next `cd`; None where that place is left by `..`
         self.where: str | None = "."
         self.unknown_places = 0
+        self.in_heredoc = False  # expanding a here-document's text, where bash joins $* by blanks
         self.pushed: list[tuple[Path | None, str, str | None]] = []  # pushd's stack of directories
         # why the command being run gets none of the exported variables (`sudo bash x.sh`, `env -i …`), else ""
         self.env_dropped = ""
@@ -1542,7 +1544,11 @@ class _Reader:
         for child in body.named_children:
             if child.type in EXPANSIONS:
                 out.append(self.heredoc_literal(self.src[at:self.start(child)].decode("utf-8", "replace")))
-                out.append(self.joined(child))
+                saved, self.in_heredoc = self.in_heredoc, True
+                try:
+                    out.append(self.joined(child))
+                finally:
+                    self.in_heredoc = saved
                 at = child.end_byte
         out.append(self.heredoc_literal(self.src[at:body.end_byte].decode("utf-8", "replace")))
         return "".join(out)
@@ -1553,8 +1559,10 @@ class _Reader:
         def special(match: re.Match[str]) -> str:
             if len(match.group(1)) % 2:  # an escaped dollar: \$1 stays $1
                 return match.group(0)
+            if match.group(2) == "*" and self.positional is not None:  # bash joins $* in a here-document by blanks
+                return match.group(1) + " ".join(self.positional)
             kind, value, _ = self.variable(match.group(2), quoted=True)
-            return match.group(1) + (" ".join(value) if isinstance(value, list) else value)
+            return match.group(1) + self.flat(kind, value)
         return _unescape_heredoc(re.sub(r"(\\*)\$([0-9@*#])", special, text))
 
     def st_list(self, node: Any) -> None:
@@ -2183,8 +2191,8 @@ class _Reader:
 
     def regex_parts(self, node: Any) -> str:
         out = []
-        for _kind, value, quoted in self.parts(node):
-            piece = " ".join(value) if isinstance(value, list) else value
+        for kind, value, quoted in self.parts(node):
+            piece = self.flat(kind, value)
             out.append(re.escape(piece) if quoted and MARK not in piece else piece)
         return "".join(out)
 
@@ -3230,6 +3238,27 @@ class _Reader:
             return [("val", _unknown(self.text(node)), quoted)]
         return [("lit", self.text(node), quoted)]
 
+    def starred(self, items: list[str], quoted: bool, positional: bool = False) -> tuple[str, str | list[str], bool]:
+        """"$*", "${A[*]}": the words joined by IFS's first character (a here-document's $* by blanks); unquoted,
+        the words (split as $@ is), joined alike where nothing splits (`X=$*`)."""
+        if positional and self.in_heredoc:
+            return ("val", " ".join(items), quoted)
+        return ("val", self.star_join(items), quoted) if quoted else ("star", list(items), quoted)
+
+    def star_join(self, items: list[str]) -> str:
+        """The words of $* joined as bash joins them: by IFS's first character, none where IFS is empty, a blank
+        where it is unset."""
+        ifs = self.shell.scalars.get("IFS")
+        if ifs is not None and unresolved_names(ifs) and len(items) > 1:
+            return _unknown("IFS")  # the caller's IFS: what joins them is not known
+        return (" " if ifs is None else ifs[:1]).join(items)
+
+    def flat(self, kind: str, value: str | list[str]) -> str:
+        """A piece of a word where nothing splits it (an assignment, a test's operand, a pattern)."""
+        if isinstance(value, list):
+            return self.star_join(value) if kind == "star" else " ".join(value)
+        return value
+
     def variable(self, name: str, quoted: bool) -> tuple[str, str | list[str], bool]:
         self.touch(name)
         if name in ("@", "*", "#") and self.positional is None:
@@ -3239,7 +3268,7 @@ class _Reader:
                 return ("list", [], quoted) if name == "@" else ("val", "", quoted)
             if name == "@":
                 return ("list", list(self.positional), quoted)
-            return ("val", " ".join(self.positional), quoted)
+            return self.starred(self.positional, quoted, positional=True)
         if name == "#" and self.positional is None:
             return ("val", "0", quoted)
         name = self.resolve(name)
@@ -3301,7 +3330,7 @@ class _Reader:
             finally:
                 self.element = None
         flat = [r if isinstance(r, str) else " ".join(r) for r in results]
-        return ("list", flat, quoted) if as_list else ("val", " ".join(flat), quoted)
+        return ("list", flat, quoted) if as_list else self.starred(flat, quoted)
 
     def expansion(self, node: Any, quoted: bool) -> tuple[str, str | list[str], bool]:
         """${…}: the name part is read from the text, operands (defaults, patterns) from the tree."""
@@ -3345,7 +3374,8 @@ class _Reader:
         if prefix == "!" and subscript:  # ${!A[@]}: indices
             if _uncounted(self.shell.arrays.get(name, []), name) is not None:
                 return ("val", _unknown("!" + name), quoted)
-            return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
+            indices = [str(i) for i in range(len(self.shell.arrays.get(name, [])))]
+            return ("list", indices, quoted) if index == "@" else self.starred(indices, quoted)
         if subscript and index in ("@", "*") and not rest:
             self.touch(name)
             if name in self.shell.arrays:
@@ -3355,7 +3385,7 @@ class _Reader:
             else:  # unset: empty, or unknown where the caller or a sourced file not read may set it
                 value = self.unset(name)
                 elements = [value] if value else []
-            return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
+            return ("list", elements, quoted) if index == "@" else self.starred(elements, quoted)
         if subscript and index in ("@", "*") and name in self.shell.arrays and re.match(r":(?![-=+?])", rest):
             # ${A[@]:1:2}: elements, not characters
             spec = self.operand(node, begin + 2 + len((inner[:match.end()] + ":").encode("utf-8", "surrogateescape")))
@@ -3370,7 +3400,7 @@ class _Reader:
                 return ("val", _unknown(inner), quoted)
             first = offset if offset >= 0 else max(0, len(elements) + offset)
             chosen = elements[first:] if length is None else elements[first:first + length]
-            return ("list", list(chosen), quoted) if index == "@" else ("val", " ".join(chosen), quoted)
+            return ("list", list(chosen), quoted) if index == "@" else self.starred(list(chosen), quoted)
         if subscript and index in ("@", "*") and self.element is None and name in self.shell.arrays \
                 and re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):
             # "${ARGS[@]/#/--}", ${FILES[@]%.bin}: the operation applies to each element
@@ -3484,7 +3514,7 @@ class _Reader:
                 if length is not None and length < 0:
                     return ("val", _unknown(name), quoted)
                 chosen = everything[first:] if length is None else everything[first:first + length]
-            return ("list", chosen, quoted) if name == "@" else ("val", " ".join(chosen), quoted)
+            return ("list", chosen, quoted) if name == "@" else self.starred(chosen, quoted, positional=True)
         if re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):  # each argument, as each element of an array
             return self.each_element(node, quoted, words, name == "@")
         return None
@@ -3500,8 +3530,11 @@ class _Reader:
         if index in ("@", "*"):
             if prefix == "#":
                 return ("val", str(len(entries)), quoted)
-            items = list(entries) if prefix == "!" else list(entries.values())
-            return ("list", items, quoted) if index == "@" else ("val", " ".join(items), quoted)
+            keys = _hash_order(list(entries))
+            if keys is None:
+                return ("val", _unknown(inner), quoted)
+            items = keys if prefix == "!" else [entries[k] for k in keys]
+            return ("list", items, quoted) if index == "@" else self.starred(items, quoted)
         key = self.word_text(index.encode("utf-8", "surrogateescape"))
         if prefix or unresolved_names(key):
             return ("val", _unknown(inner), quoted)
@@ -3518,7 +3551,8 @@ class _Reader:
         if index in ("@", "*"):
             if name not in self.shell.arrays and name not in self.shell.scalars:
                 return self.unset(name)
-            return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
+            words = self.shell.arrays.get(name, [self.shell.scalars.get(name, "")])
+            return self.star_join(words) if index == "*" else " ".join(words)
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]
             if _unknown(name) in array:  # words not known stand at some places: which one is at k is not known
@@ -3543,8 +3577,8 @@ class _Reader:
 
         def expanded(child: Any) -> str:
             pieces = []
-            for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
-                text = " ".join(value) if isinstance(value, list) else value
+            for kind, value, quoted_part in self.parts(child, quoted=not pattern):
+                text = self.flat(kind, value)
                 pieces.append(_glob_escape(text) if pattern and quoted_part and child.type in (
                     "string", "raw_string") else text)
             return "".join(pieces)
@@ -3590,8 +3624,8 @@ class _Reader:
     def pattern(self, node: Any) -> str:
         """A glob pattern as written: quoted parts match literally."""
         out = []
-        for _kind, value, quoted in self.parts(node):
-            text = " ".join(value) if isinstance(value, list) else value
+        for kind, value, quoted in self.parts(node):
+            text = self.flat(kind, value)
             out.append(_glob_escape(text) if quoted else text)
         return "".join(out)
 
@@ -3670,6 +3704,10 @@ class _Reader:
                 add(value)
                 continue
             ifs = self.shell.scalars.get("IFS", DEFAULT_IFS)
+            if isinstance(value, list) and not quoted and ifs and ifs != DEFAULT_IFS and MARK not in ifs:
+                # unquoted $@, $*, ${A[@]} under the script's own IFS: bash joins the words by IFS's first character
+                # and splits that (IFS=- and A=(x "" z) give x, an empty word, z)
+                value = ifs[0].join(value)
             if isinstance(value, list):
                 items = value if quoted else [w for v in value for w in _split(v, ifs)[0]]
                 for k, item in enumerate(items):
@@ -3706,14 +3744,29 @@ class _Reader:
     def joined(self, node: Any) -> str:
         """A word expanded without splitting (an assignment's value, a test's operand)."""
         text = ""
-        for _kind, value, _quoted in self.parts(node):
-            text += " ".join(value) if isinstance(value, list) else value
+        for kind, value, _quoted in self.parts(node):
+            text += self.flat(kind, value)
         if len(text) > MAX_VALUE_CHARS:
             raise ShellSyntaxError(f"line {self.line(node)}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
         return text
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
+
+def _hash_order(keys: list[str]) -> list[str] | None:
+    """The order bash 5 lists an associative array's keys in (`${!P[@]}`): its hash table's, 1,024 buckets by the
+    key's FNV-1 hash, each bucket newest first (`keys` in the order they were set); None past the size where bash
+    grows the table."""
+    if len(keys) >= 2 * ASSOC_BUCKETS:
+        return None
+    buckets: dict[int, list[str]] = {}
+    for key in keys:
+        hashed = 2166136261
+        for byte in key.encode("utf-8", "surrogateescape"):
+            hashed = (hashed * 16777619) & 0xFFFFFFFF ^ byte
+        buckets.setdefault(hashed & (ASSOC_BUCKETS - 1), []).insert(0, key)
+    return [key for bucket in sorted(buckets) for key in buckets[bucket]]
+
 
 def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
     """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion;

@@ -294,3 +294,25 @@ def test_a_file_written_in_a_directory_not_known_is_not_found_elsewhere(tmp_path
                    f"cd $REPO\necho 4 > tp.txt\ncd $REPO\n{T} --tp $(cat tp.txt)\n"):
         (words,) = read_runs(script, tmp_path)
         assert words[:2] == ["pretrain_gpt.py", "--tp"] and "${" in words[2], (script, words)
+
+
+JOINED_AND_SPLIT = [
+    # "$*" and "${A[*]}" join by IFS's first character (none where IFS is empty); unquoted $@, $*, ${A[@]} are joined
+    # so and split by the script's IFS
+    f"A=(x y z)\nIFS=-\n{T} \"${{A[*]}}\" ${{A[*]}} \"${{!A[*]}}\" \"${{A[*]:1}}\" \"${{A[*]/#/+}}\" \"${{A[*]^^}}\"\n",
+    f"set -- p q r\nIFS=+\nX=$*\nY=${{*:2}}\n{T} \"$*\" \"$@\" \"$X\" \"$Y\" \"${{*:2}}\"\n",
+    f"A=(x '' z)\nIFS=\n{T} ${{A[*]}} \"${{A[*]}}\" ${{A[@]}}\nIFS=-\n{T} ${{A[*]}} ${{A[@]}} \"${{A[*]}}\"\n",
+    f"A=(x y)\nIFS=.\ncase ${{A[*]}} in x.y) R=joined ;; *) R=other ;; esac\n[[ ${{A[*]}} == x.y ]] && S=y || S=n\n"
+    f"for w in \"${{A[*]}}\" ${{A[*]}}; do {T} $R $S $w; done\n",
+    # a here-document joins $* by blanks, an array's [*] by IFS
+    f"set -- a b\nA=(x y)\nIFS=_\ncat > f.txt <<EOF\n$* ${{*}} ${{A[*]}} \"$*\" $@\nEOF\n{T} \"$(cat f.txt)\"\n",
+    # an associative array's keys come in bash's hash-table order, not the order they were set
+    f"declare -A P=([a]=1 [b]=2 [tp]=4 [pp]=2 [num_layers]=32)\nP[zz]=9\nunset 'P[a]'\nP[a]=0\nIFS=/\n"
+    f"{T} \"${{P[*]}}\" \"${{!P[*]}}\" ${{!P[@]}}\nfor k in \"${{!P[@]}}\"; do {T} --$k ${{P[$k]}}; done\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", JOINED_AND_SPLIT)
+def test_words_joined_and_split_as_bash_does(script, tmp_path):
+    agree(script, tmp_path)
