@@ -3197,7 +3197,10 @@ class _Reader:
         if kind == "raw_string":
             return [("lit", self.text(node)[1:-1], True)]
         if kind == "ansi_c_string":
-            return [("lit", _ansi_c(self.text(node)[2:-1]), True)]
+            decoded = _escaped(self.text(node)[2:-1], "dollar")
+            if decoded is None:
+                return [("val", _unknown(self.text(node)), True)]
+            return [("lit", decoded[0], True)]
         if kind in ("string", "translated_string"):
             out: list[tuple[str, str | list[str], bool]] = []
             start = node.start_byte + (2 if kind == "translated_string" else 1)
@@ -4019,9 +4022,48 @@ def _unescape_heredoc(text: str) -> str:
     return re.sub(r"\\([\\$`\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
 
 
-def _ansi_c(text: str) -> str:
-    escapes = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"', "r": "\r", "a": "\a", "e": "\x1b"}
-    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+                   "v": "\v", "\\": "\\"}
+# what each reader of backslash escapes takes beyond the common ones: $'…' (bash's ansicstr), `echo -e`, printf's
+# format; an octal escape is \nnn in $'…' and printf, \0nnn in echo
+_ESCAPE_EXTRAS = {"dollar": {"'": "'", '"': '"', "?": "?"}, "echo": {}, "printf": {'"': '"', "?": "?", "'": "'"}}
+_NUMERIC_ESCAPES = r"x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})"
+_ESCAPES = {"echo": re.compile(r"\\(?:0([0-7]{0,3})|" + _NUMERIC_ESCAPES + r"|(.))", re.S),
+            "other": re.compile(r"\\(?:([0-7]{1,3})|" + _NUMERIC_ESCAPES + r"|(.))", re.S)}
+
+
+def _escaped(text: str, mode: str) -> tuple[str, bool] | None:
+    """`text` with bash's backslash escapes of `mode` ("dollar", "echo", "printf") replaced, and whether `echo -e`'s
+    `\\c` ended the output there; None where a character that is not ASCII (\\xff, \\u00e9, which bash writes
+    by the locale) or a NUL would be written: not known here."""
+    out: list[str] = []
+    at = 0
+    pattern = _ESCAPES["echo" if mode == "echo" else "other"]
+    while True:
+        found = pattern.search(text, at)
+        if found is None:
+            break
+        out.append(text[at:found.start()])
+        at = found.end()
+        octal, hexa, short, wide, other = found.groups()
+        if octal is not None or hexa or short or wide:
+            code = int(octal or "0", 8) if octal is not None else int(hexa or short or wide, 16)
+            if not 0 < code < 0x80:
+                return None
+            out.append("%%" if mode == "printf" and code == 0x25 else chr(code))
+        elif other == "c" and mode == "echo":  # echo writes nothing more
+            return "".join(out), True
+        elif other == "c" and mode == "dollar" and at < len(text):  # \cX: the control character
+            control = text[at]
+            at += 1
+            out.append(chr(0x7F if control == "?" else ord(control.upper()) & 0x1F) if control.isascii() else "")
+            if not control.isascii():
+                return None
+        else:
+            known = _SIMPLE_ESCAPES.get(other, _ESCAPE_EXTRAS[mode].get(other))
+            out.append(known if known is not None else found.group(0))
+    out.append(text[at:])
+    return "".join(out), False
 
 
 MAX_BRACE_WORDS = 1000
@@ -4277,7 +4319,11 @@ def _echo(argv: list[str]) -> str | None:
         words = words[1:]
     text = " ".join(words)
     if escapes:
-        text = _ansi_c(text)
+        decoded = _escaped(text, "echo")
+        if decoded is None:
+            return None
+        text, stopped = decoded
+        newline = newline and not stopped
     return text + ("\n" if newline else "")
 
 
@@ -4326,7 +4372,10 @@ def _printf(argv: list[str]) -> str | None:
         argv = argv[:1] + argv[2:]
     if len(argv) < 2 or argv[1] == "-v":
         return None
-    form, args = _ansi_c(argv[1]), argv[2:]
+    decoded = _escaped(argv[1], "printf")
+    if decoded is None:
+        return None
+    form, args = decoded[0], argv[2:]
     specs = [m for m in PRINTF_SPEC.finditer(form) if m.group(4) != "%"]
     if "%" in PRINTF_SPEC.sub("", form) or any(m.group(4) not in "sdiuxXofFeEgGc" for m in specs) or \
             any(len(m.group(2)) > 4 or len(m.group(3)) > 5 for m in specs):  # a width of 10^9: not printed here

@@ -316,3 +316,25 @@ JOINED_AND_SPLIT = [
 @pytest.mark.parametrize("script", JOINED_AND_SPLIT)
 def test_words_joined_and_split_as_bash_does(script, tmp_path):
     agree(script, tmp_path)
+
+
+ESCAPES = [
+    # $'…', `echo -e` and printf's format, each with bash's escapes (\x41, octal, \u, \c, \? …): they were left as
+    # written but for \n \t \r \a \e \\ \' \"
+    f"{T} $'a\\tb' $'\\x41\\101\\u0042\\U00000043' $'\\cA' $'q\\?\\\"\\'z' $'\\q\\x\\u' $'\\0101'\n",
+    f"{T} \"$(echo -e 'x\\101\\0101\\x41\\q\\\"')\" \"$(printf 'p\\101\\0101\\x41\\q\\\"\\?%s' .)\"\n",
+    f"{T} \"$(echo -e 'a\\cb')\" \"$(echo -e 'a\\nb' | tail -1)\" \"$(printf '\\045d')\" \"${{X:-$'\\x2d'}}\"\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", ESCAPES)
+def test_backslash_escapes_as_bash_reads_them(script, tmp_path):
+    agree(script, tmp_path)
+
+
+def test_an_escape_written_by_the_locale_is_not_known(tmp_path):
+    script = f"X=$'\\xff'\nY=$'\\u00e9'\n{T} --x \"$X\" --y \"$Y\" $(echo -e '\\xff') \"$(printf '\\0')\"\n"
+    (words,) = read_runs(script, tmp_path)
+    assert words[1] == "--x" and words[3] == "--y" and len(words) == 7, words
+    assert all("${" in w for w in (words[2], words[4], *words[5:])), words
