@@ -2367,8 +2367,9 @@ class _Reader:
                 return
             value = "".join(self.appended_to(name)[:1]) + value
         if "l" in attributes or "u" in attributes:
-            value = "".join(part if k % 2 else (part.lower() if "l" in attributes else part.upper())
-                            for k, part in enumerate(re.split(f"({MARK}[^{MARK}]*{MARK})", value)))
+            parts = [part if k % 2 else _cased(part, upper="l" not in attributes)
+                     for k, part in enumerate(re.split(f"({MARK}[^{MARK}]*{MARK})", value))]
+            value = _unknown(name) if None in parts else "".join(p or "" for p in parts)
         _bound([value], self.line(node))
         self.shell.scalars[name] = value
         self.shell.arrays.pop(name, None)
@@ -3461,17 +3462,20 @@ class _Reader:
             pattern = rest[len(op):]  # ${X^^[ab]}: only the characters the pattern matches
             if unresolved_names(pattern):
                 return ("val", _unknown(name), quoted)
-            change = str.upper if op[0] == "^" else str.lower
             try:
-                changed = "".join(change(c) if (k == 0 or len(op) == 2) and (not pattern or _glob_match(c, pattern))
-                                  else c for k, c in enumerate(value))
+                changed = [_cased(c, upper=op[0] == "^") if (k == 0 or len(op) == 2) and (
+                    not pattern or _glob_match(c, pattern)) else c for k, c in enumerate(value)]
             except _Unknown:
                 return ("val", _unknown(name), quoted)
-            return ("val", changed, quoted)
+            return ("val", _unknown(name) if None in changed else "".join(c or "" for c in changed), quoted)
         if op == "@" and rest in ("@U", "@u", "@L", "@Q"):  # bash 5's transformations
-            transformed = {"@U": value.upper(), "@u": value[:1].upper() + value[1:], "@L": value.lower(),
-                           "@Q": "'" + value.replace("'", "'\\''") + "'"}[rest]
-            return ("val", transformed, quoted)
+            transformed = {"@U": _cased(value, upper=True), "@u": _cased(value[:1], upper=True),
+                           "@L": _cased(value, upper=False),
+                           "@Q": "'" + value.replace("'", "'\\''") + "'" if value.isascii() and value.isprintable()
+                           else None}[rest]
+            if transformed is not None and rest == "@u":
+                transformed += value[1:]
+            return ("val", _unknown(name) if transformed is None else transformed, quoted)
         if op == ":":
             spec = self.operand(node, operand_start)
             numbers = spec.split(":")
@@ -3985,6 +3989,14 @@ def _added_to(before: str, value: str | None) -> str | None:
     if before and value.endswith(before) and value[:-len(before)][-1:].isspace():
         return value[:-len(before)]
     return None
+
+
+def _cased(text: str, upper: bool) -> str | None:
+    """bash's case change, where every locale agrees (ASCII letters); None where a letter outside ASCII would change,
+    which bash does by the locale (`ß` stays `ß` in bash, `SS` in Python)."""
+    if any(not c.isascii() and (c.upper() != c or c.lower() != c) for c in text):
+        return None
+    return text.upper() if upper else text.lower()
 
 
 def _unknown_like(value: str) -> str:

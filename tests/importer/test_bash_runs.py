@@ -338,3 +338,13 @@ def test_an_escape_written_by_the_locale_is_not_known(tmp_path):
     (words,) = read_runs(script, tmp_path)
     assert words[1] == "--x" and words[3] == "--y" and len(words) == 7, words
     assert all("${" in w for w in (words[2], words[4], *words[5:])), words
+
+
+def test_a_case_change_outside_ascii_is_not_known(tmp_path):
+    # bash changes a letter outside ASCII by the locale (`declare -u U=ßa` is ßA in bash; Python's upper() made SSA);
+    # ASCII letters change alike everywhere
+    script = (f"declare -u U=ßa\ndeclare -l L=ÀB\nX=straße\nA=abc\nQ=$'a\\tb'\n"
+              f"{T} \"$U\" \"$L\" \"${{X^^}}\" \"${{X@U}}\" \"${{A^^}}\" \"${{A@u}}\" \"${{Q@Q}}\" \"${{A@Q}}\"\n")
+    (words,) = read_runs(script, tmp_path)
+    assert all("${" in w for w in words[1:5]) and words[5:7] == ["ABC", "Abc"], words
+    assert "${" in words[7] and words[8] == "'abc'", words
