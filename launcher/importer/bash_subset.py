@@ -4226,6 +4226,32 @@ POSIX_CLASS = re.compile(r"\[:([a-z]+):\]")
 HELD_CLASS = 0xE000  # a private-use character that stands for a class while fnmatch translates the glob
 
 
+def _caret_negates(pattern: str) -> str:
+    """`[^a]` negates in bash's globs as `[!a]` does (fnmatch read the ^ as one of the set's characters)."""
+    out, k = [], 0
+    while k < len(pattern):
+        if pattern[k] == "\\":
+            out.append(pattern[k:k + 2])
+            k += 2
+            continue
+        if pattern[k] != "[":
+            out.append(pattern[k])
+            k += 1
+            continue
+        end = k + 1 + (pattern[k + 1:k + 2] in ("!", "^"))
+        end += pattern[end:end + 1] == "]"  # a `]` first in the set is one of its characters
+        while end < len(pattern) and pattern[end] != "]":
+            end = pattern.find(":]", end) + 2 if pattern.startswith("[:", end) and ":]" in pattern[end:] else end + 1
+        if end >= len(pattern):  # no set: a `[` that stands for itself
+            out.append(pattern[k])
+            k += 1
+            continue
+        body = pattern[k + 1:end]
+        out.append("[" + ("!" + body[1:] if body.startswith("^") else body) + "]")
+        k = end + 1
+    return "".join(out)
+
+
 def _glob_translate(pattern: str) -> str:
     """fnmatch's regex of a glob, with the POSIX classes fnmatch does not know (`[[:digit:]]*`: it read
     `[[:digit:]` as a set and the rest as text, so `7x` did not match)."""
@@ -4237,7 +4263,7 @@ def _glob_translate(pattern: str) -> str:
         names.append(match.group(1))
         return chr(HELD_CLASS + len(names) - 1)
 
-    regex = fnmatch.translate(POSIX_CLASS.sub(hold, pattern))
+    regex = fnmatch.translate(POSIX_CLASS.sub(hold, _caret_negates(pattern)))
     for k, name in enumerate(names):
         regex = regex.replace(chr(HELD_CLASS + k), POSIX_CLASSES[name])
     return regex

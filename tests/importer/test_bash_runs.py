@@ -309,6 +309,10 @@ JOINED_AND_SPLIT = [
     # an associative array's keys come in bash's hash-table order, not the order they were set
     f"declare -A P=([a]=1 [b]=2 [tp]=4 [pp]=2 [num_layers]=32)\nP[zz]=9\nunset 'P[a]'\nP[a]=0\nIFS=/\n"
     f"{T} \"${{P[*]}}\" \"${{!P[*]}}\" ${{!P[@]}}\nfor k in \"${{!P[@]}}\"; do {T} --$k ${{P[$k]}}; done\n",
+    # `[^a]` negates as `[!a]` does (it was read as the set of ^ and a)
+    f"X='ab12cd34^'\n{T} \"${{X//[^a]/_}}\" \"${{X//[!a]/_}}\" \"${{X//[a^]/_}}\" \"${{X//[^[:digit:]]/.}}\" "
+    f"\"${{X//[\\^]/_}}\"\n",
+    f"X='a^b'\ncase $X in a[^x]b) R=neg ;; *) R=other ;; esac\n[[ $X == a[^^]b ]] && S=y || S=n\n{T} $R $S\n",
 ]
 
 
