@@ -21,8 +21,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import decimal
 import fnmatch
 import functools
+import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -4431,6 +4433,19 @@ def _printf(argv: list[str]) -> str | None:
     return "".join(out)
 
 
+def _float_printed(spec: str, value: str) -> str | None:
+    """printf's %f %e %g of a decimal number, where it does not depend on the machine: bash converts the number to a
+    long double (80 bits on x86, 128 on ARM), so where the decimal is not exactly a double, a result that a double one
+    unit either side would print otherwise (`%.2f` of 1.115, `%.20f` of 0.1) is not known."""
+    x = float(value)
+    printed = spec % x
+    if decimal.Decimal(value.strip()) == decimal.Decimal(x):
+        return printed
+    if math.isinf(x) or spec % math.nextafter(x, -math.inf) != printed or spec % math.nextafter(x, math.inf) != printed:
+        return None
+    return printed
+
+
 def _fill(form: str, values: Any) -> str | None:
     failed = False
 
@@ -4443,6 +4458,9 @@ def _fill(form: str, values: Any) -> str | None:
         spec = "%" + flags + width + precision
         if letter in "sc":
             text = value or ""
+            if not text.isascii() and (width or precision or letter == "c"):
+                failed = True  # printf counts bytes, Python characters
+                return ""
             return (spec + "s") % (text[:1] if letter == "c" else text)
         if letter in "dixXou":
             number = PRINTF_INT.fullmatch(value) if value else PRINTF_INT.fullmatch("0")
@@ -4451,14 +4469,16 @@ def _fill(form: str, values: Any) -> str | None:
                 return ""
             sign, digits = number.groups()
             n = int(digits, 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10)
-            if n >= 2 ** 63 or sign == "-" and letter in "xXou":  # bash's 64-bit wrap: not read
-                failed = True
+            if n >= 2 ** 63 or sign == "-" and letter in "xXou" or letter == "o" and "#" in flags:
+                failed = True  # bash's 64-bit wrap: not read; C's %#o is 010, Python's 0o10
                 return ""
             return (spec + ("d" if letter in "iu" else letter)) % (-n if sign == "-" else n)
         if value and not PRINTF_FLOAT.fullmatch(value):
             failed = True
             return ""
-        return (spec + letter) % float(value or "0")
+        printed = _float_printed(spec + letter, value or "0")
+        failed = failed or printed is None
+        return printed or ""
 
     text = PRINTF_SPEC.sub(one, form)
     return None if failed else text

@@ -352,3 +352,12 @@ def test_a_case_change_outside_ascii_is_not_known(tmp_path):
     (words,) = read_runs(script, tmp_path)
     assert all("${" in w for w in words[1:5]) and words[5:7] == ["ABC", "Abc"], words
     assert "${" in words[7] and words[8] == "'abc'", words
+
+
+def test_printf_where_the_machine_decides_is_not_known(tmp_path):
+    # bash prints %f of a long double (80 bits on x86, 128 on ARM): 1.115 is 1.12 here, Python's double gave 1.11;
+    # %s pads by bytes, %#o is C's 010 (Python's 0o10)
+    script = (f"{T} \"$(printf '%.2f' 1.115)\" \"$(printf '%.20f' 0.1)\" \"$(printf '%5s' é)\" \"$(printf '%#o' 8)\" "
+              f"\"$(printf '%.2f %e %.1f' 2.5 0 0.25)\" \"$(printf '%.3e' 12345.6789)\"\n")
+    (words,) = read_runs(script, tmp_path)
+    assert all("${" in w for w in words[1:5]) and words[5:] == ["2.50 0.000000e+00 0.2", "1.235e+04"], words
