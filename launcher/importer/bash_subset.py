@@ -4098,6 +4098,8 @@ def _brace_expand(word: str) -> list[str] | None:
             sequence = SEQUENCE.fullmatch(body)
             if sequence:
                 items = _sequence(sequence)
+                if items is None:
+                    return None  # a sequence bash expands that is not expanded here: not known
             elif commas:
                 items = []
                 for part in [word[a + 1:b] for a, b in zip([i, *commas], [*commas, j])]:
@@ -4167,9 +4169,11 @@ def _sequence(match: re.Match[str]) -> list[str] | None:
         width = max(len(match.group(1)), len(match.group(2))) if match.group(1).lstrip("-").startswith("0") \
             or match.group(2).lstrip("-").startswith("0") else 0
         numbers = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
-        return [str(n).zfill(width + (1 if n < 0 else 0)) if width else str(n) for n in numbers]
+        return [str(n).zfill(width) if width else str(n) for n in numbers]  # the width counts the sign: -01
     first, last, step = ord(match.group(4)), ord(match.group(5)), abs(int(match.group(6) or 1)) or 1
-    return [chr(c) for c in range(first, last + (1 if last >= first else -1), step if last >= first else -step)]
+    letters = [chr(c) for c in range(first, last + (1 if last >= first else -1), step if last >= first else -step)]
+    # `{Z..b}` passes [ \ ] ^ _ `, which bash then quotes and splits as text: not read here
+    return letters if all(c.isalpha() for c in letters) else None
 
 
 def _separator(src: bytes, start: int, stop: int) -> int | None:

@@ -361,3 +361,12 @@ def test_printf_where_the_machine_decides_is_not_known(tmp_path):
               f"\"$(printf '%.2f %e %.1f' 2.5 0 0.25)\" \"$(printf '%.3e' 12345.6789)\"\n")
     (words,) = read_runs(script, tmp_path)
     assert all("${" in w for w in words[1:5]) and words[5:] == ["2.50 0.000000e+00 0.2", "1.235e+04"], words
+
+
+def test_brace_sequences_as_bash_expands_them(tmp_path):
+    # the width of `{-01..2}` counts the sign (bash's -01, it was -001); a sequence not expanded here (`{Z..b}` passes
+    # through [ \ ] ^ _ `, `{1..5000}` past the bound) is not known, where it was kept as written
+    script = f"{T} {{-01..2}} {{-003..1}} {{0001..3}} {{05..1..2}} {{a..e..2}}\n"
+    agree(script, tmp_path)
+    (words,) = read_runs(f"{T} {{Z..b}} {{1..5000}} x{{1..2}}\n", tmp_path)
+    assert "${" in words[1] and "${" in words[2] and words[3:] == ["x1", "x2"], words
