@@ -552,6 +552,7 @@ class _Reader:
         self.where: str | None = "."
         self.unknown_places = 0
         self.in_heredoc = False  # expanding a here-document's text, where bash joins $* by blanks
+        self.single_quotes_kept = False  # reading the word of "${X:-word}" (double-quoted), where ' is text
         self.pushed: list[tuple[Path | None, str, str | None]] = []  # pushd's stack of directories
         # why the command being run gets none of the exported variables (`sudo bash x.sh`, `env -i …`), else ""
         self.env_dropped = ""
@@ -3197,8 +3198,8 @@ class _Reader:
         if kind in ("word", "number", "extglob_pattern", "regex", "special_variable_name", "variable_name",
                     "test_operator", "brace_expression"):
             return [("lit", _unescape_unquoted(self.text(node)), quoted)]
-        if kind == "raw_string":
-            return [("lit", self.text(node)[1:-1], True)]
+        if kind == "raw_string":  # 'a b'; inside "${X:-'a b'}" the quotes are text, as bash keeps them
+            return [("lit", self.text(node) if self.single_quotes_kept else self.text(node)[1:-1], True)]
         if kind == "ansi_c_string":
             decoded = _escaped(self.text(node)[2:-1], "dollar")
             if decoded is None:
@@ -3430,12 +3431,12 @@ class _Reader:
             if op[-1] in "-=":
                 if not empty:
                     return ("val", value, quoted)
-                word = self.operand(node, operand_start)
+                word = self.default_word(node, operand_start, quoted)
                 if op[-1] == "=" and not name.isdigit():
                     self.shell.scalars[name] = word
                 return ("val", word, quoted or self.quoted_operand(node, operand_start))
             if op[-1] == "+":
-                return ("val", "" if empty else self.operand(node, operand_start),
+                return ("val", "" if empty else self.default_word(node, operand_start, quoted),
                         quoted or self.quoted_operand(node, operand_start))
             return ("val", value if not empty else _unknown(name), quoted)
         if not known:
@@ -3456,6 +3457,8 @@ class _Reader:
             replacement = self.operand(node, slash + 1) if slash is not None else ""
             if unresolved_names(pattern) or unresolved_names(replacement) or len(value) > 10_000:
                 return ("val", _unknown(name), quoted)
+            if slash is not None and b"&" in self.src[slash + 1:node.end_byte]:
+                return ("val", _unknown(name), quoted)  # bash 5.2 puts the match at `&`, bash 5.1 an `&`
             try:
                 return ("val", _replace(value, pattern, replacement, op), quoted)
             except _Unknown:
@@ -3624,6 +3627,14 @@ class _Reader:
         text = "".join(out)
         return _glob_unescape(text) if pattern else _unescape_unquoted(text)
 
+    def default_word(self, node: Any, start: int, quoted: bool) -> str:
+        """The word of ${X:-word}, ${X:+word}, ${X:=word}: inside double quotes its single quotes are text."""
+        saved, self.single_quotes_kept = self.single_quotes_kept, quoted
+        try:
+            return self.operand(node, start)
+        finally:
+            self.single_quotes_kept = saved
+
     def quoted_operand(self, node: Any, start: int) -> bool:
         """${A:-"d e"}: an operand that is one quoted string is not split, even where the expansion is unquoted."""
         text = self.src[start:node.end_byte - 1]
@@ -3640,6 +3651,13 @@ class _Reader:
 
     def substitute(self, node: Any) -> str:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
+        saved, self.single_quotes_kept = self.single_quotes_kept, False
+        try:
+            return self.substituted(node)
+        finally:
+            self.single_quotes_kept = saved
+
+    def substituted(self, node: Any) -> str:
         body = [c for c in node.named_children]
         # the grammar may start the node at the `\` of a continued line before a backtick: not part of it
         text = re.sub(r"^(?:\s|\\\n)+", "", self.text(node)).strip()
@@ -4322,13 +4340,21 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(_glob_translate(pattern), re.S)
 
 
+def _classes_known(value: str, pattern: str) -> None:
+    """`[[:alpha:]]` of a letter outside ASCII is the locale's (bash's UTF-8 `Ä` is alpha; the C locale's not)."""
+    if not value.isascii() and POSIX_CLASS.search(pattern):
+        raise _Unknown(pattern)
+
+
 def _glob_match(value: str, pattern: str) -> bool:
     if pattern.startswith("\x01"):
         pattern = pattern[1:]
+    _classes_known(value, pattern)
     return bool(_glob_regex(pattern).match(value))
 
 
 def _trim(value: str, pattern: str, op: str) -> str:
+    _classes_known(value, pattern)
     regex = _glob_regex(pattern)
     lengths = range(len(value) + 1)
     if op in ("#", "##"):
@@ -4343,6 +4369,7 @@ def _trim(value: str, pattern: str, op: str) -> str:
 
 
 def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
+    _classes_known(value, pattern)
     if not pattern:  # ${X/#/--}: an empty pattern anchored at the start (or the end) matches there
         return replacement + value if op == "/#" else value + replacement if op == "/%" else value
     _glob_regex(pattern)  # refuses a pattern too costly to match
@@ -4351,6 +4378,8 @@ def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
         regex = re.compile(("^" if op == "/#" else "") + "(?:" + body + ")" + ("$" if op == "/%" else ""), re.S)
     except re.error:
         return value
+    if regex.fullmatch(""):  # `*`: the whole value, once (Python's sub also took the empty end: `ZZ`)
+        return replacement
     return regex.sub(lambda _: replacement, value, count=0 if op == "//" else 1)
 
 

@@ -370,3 +370,25 @@ def test_brace_sequences_as_bash_expands_them(tmp_path):
     agree(script, tmp_path)
     (words,) = read_runs(f"{T} {{Z..b}} {{1..5000}} x{{1..2}}\n", tmp_path)
     assert "${" in words[1] and "${" in words[2] and words[3:] == ["x1", "x2"], words
+
+
+PARAMETER_OPERATIONS = [
+    # "${X:+'q r'}": inside double quotes the single quotes of the word are text (they were removed)
+    f"X=ab\nY=\n{T} \"${{X:+'q r'}}\" \"${{Y:-'d'}}\" ${{Y:-'e f'}} \"${{Y-'g'}}\" \"${{Y:-$(echo 'i j')}}\" "
+    f"${{X:+'l'}}\n",
+    # `*` replaces the whole value once (it was replaced, then the empty end again: ZZ)
+    f"X=abc\nY=\n{T} ${{X//*/Z}} \"${{X//*/Z}}\" \"[${{Y//*/Z}}]\" \"${{X/%*/Z}}\" \"${{X//b*/Z}}\" \"${{X//x*/Z}}\"\n",
+]
+
+
+@needs_bash
+@pytest.mark.parametrize("script", PARAMETER_OPERATIONS)
+def test_parameter_operations_as_bash_does(script, tmp_path):
+    agree(script, tmp_path)
+
+
+def test_a_replacement_with_an_ampersand_or_a_class_of_a_letter_outside_ascii_is_not_known(tmp_path):
+    # bash 5.2 puts the match where the replacement has `&` (5.1 an `&`); `[[:alpha:]]` of Ä is the locale's
+    script = f"X='x*y'\nA=ÄbC\n{T} \"${{X/*//&}}\" \"${{A/[[:alpha:]]//}}\" \"${{A#[[:alpha:]]}}\" \"${{X/x/-}}\"\n"
+    (words,) = read_runs(script, tmp_path)
+    assert all("${" in w for w in words[1:4]) and words[4] == "-*y", words
