@@ -3434,9 +3434,12 @@ class _Reader:
                 word = self.default_word(node, operand_start, quoted)
                 if op[-1] == "=" and not name.isdigit():
                     self.shell.scalars[name] = word
+                    return ("val", word, quoted)  # the variable's new value, split as any unquoted value is
                 return ("val", word, quoted or self.quoted_operand(node, operand_start))
             if op[-1] == "+":
-                return ("val", "" if empty else self.default_word(node, operand_start, quoted),
+                if empty:  # the word is not used: nothing, not an empty word
+                    return ("val", "", quoted)
+                return ("val", self.default_word(node, operand_start, quoted),
                         quoted or self.quoted_operand(node, operand_start))
             return ("val", value if not empty else _unknown(name), quoted)
         if not known:
@@ -3597,7 +3600,8 @@ class _Reader:
 
         def raw(begin: int, until: int) -> str:
             text = self.src[begin:until]
-            if b"$" in text or b"`" in text:  # an expansion the grammar left in a pattern node (`${P/$R/y}`)
+            # an expansion the grammar left in a pattern node (`${P/$R/y}`), or quotes (`${X/'b'/-}`: b, quoted)
+            if b"$" in text or b"`" in text or b"'" in text or b'"' in text:
                 return str(self.reparsed(text, expanded, functools.partial(_unknown, text.decode("utf-8", "replace"))))
             return text.decode("utf-8", "replace")
 

@@ -376,6 +376,11 @@ PARAMETER_OPERATIONS = [
     # "${X:+'q r'}": inside double quotes the single quotes of the word are text (they were removed)
     f"X=ab\nY=\n{T} \"${{X:+'q r'}}\" \"${{Y:-'d'}}\" ${{Y:-'e f'}} \"${{Y-'g'}}\" \"${{Y:-$(echo 'i j')}}\" "
     f"${{X:+'l'}}\n",
+    # a quoted pattern is the quoted text (`${X/'b'/-}` kept the quotes and matched nothing); `${X:='q r'}` is X's new
+    # value, split; `${X:+'q r'}` of an empty X is no word
+    f"X=abc\n{T} ${{X#''}} ${{X/'b'/-}} ${{X/#'a'/-}} ${{X/''/-}} ${{X/#''a/-}} ${{X/'*'/-}} \"${{X/'b'/-}}\" "
+    f"${{X/b/'-'}}\n",
+    f"X=\nY=\n{T} ${{X:='q r'}} ${{Y:+'q r'}} \"$X\"\n",
     # `*` replaces the whole value once (it was replaced, then the empty end again: ZZ)
     f"X=abc\nY=\n{T} ${{X//*/Z}} \"${{X//*/Z}}\" \"[${{Y//*/Z}}]\" \"${{X/%*/Z}}\" \"${{X//b*/Z}}\" \"${{X//x*/Z}}\"\n",
 ]
