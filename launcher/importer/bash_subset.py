@@ -21,8 +21,10 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
+import decimal
 import fnmatch
 import functools
+import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -33,7 +35,7 @@ from typing import Any
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import coreutils, flux, heredocs, legacy, pbs, pjm, recovery
+from launcher.importer import arithmetic, awk, bc, coreutils, flux, heredocs, legacy, pbs, pjm, recovery
 from launcher.importer.words import MARK, MAX_COUNT, MAX_HEADER_LINES, base_name, header_directives, is_count
 from launcher.megatron import args as megatron_args
 
@@ -42,6 +44,7 @@ MAX_VALUE_CHARS = 100_000
 MAX_STEPS = 100_000  # nodes evaluated over the whole reading (loops, functions, eval included); real scripts: < 3,000
 MAX_DEPTH = 60  # nesting of evaluation: compound commands, substitutions, eval, function calls
 MAX_LOOP = 1_000  # iterations of one loop
+ASSOC_BUCKETS = 1_024  # bash's hash table of an associative array (assoc.h), which sets the order of its keys
 MAX_BASH_CHECKS = 16  # texts given to `bash -n` (see _Reader.bash_accepts)
 # files sourced to set up the software environment, not the run's settings: not read, and the values a script
 # leaves unset after them keep their defaults (a virtualenv's bin/activate, conda's activate and deactivate, conda.sh,
@@ -229,6 +232,7 @@ class ScriptCommand:
     # undecided branches behind the training flags of a command string it was read from (`eval $CMD`, where the
     # words after the entry script depended on them)
     among_flags: tuple[Undecided, ...] = ()
+    where: str | None = "."  # the directory it runs in, as _Reader.where: the files it names that the script wrote
 
 
 # the words of a value that came from values a sourced file not read may have changed, each group with those files
@@ -542,7 +546,15 @@ class _Reader:
         # `pushd DIR`, `popd` of a known DIR; None after one whose DIR is not known here (cwd_why: that command)
         self.cwd: Path | None = self.directory
         self.cwd_why = ""
-        self.pushed: list[tuple[Path | None, str]] = []  # pushd's stack of directories
+        # the same place as a path from the script's own directory ("." there), also where that directory is not
+        # known (the script given as text): the files the script writes are kept by it (written_place). A `cd` to a
+        # directory not known starts a place of its own (unknown_place), where the files written after it are found
+        # again until the next `cd`; None where that place is left by `..`
+        self.where: str | None = "."
+        self.unknown_places = 0
+        self.in_heredoc = False  # expanding a here-document's text, where bash joins $* by blanks
+        self.single_quotes_kept = False  # reading the word of "${X:-word}" (double-quoted), where ' is text
+        self.pushed: list[tuple[Path | None, str, str | None]] = []  # pushd's stack of directories
         # why the command being run gets none of the exported variables (`sudo bash x.sh`, `env -i …`), else ""
         self.env_dropped = ""
         # the script and the files being sourced, outermost first: a file that sources one of them is not read again
@@ -869,7 +881,7 @@ class _Reader:
         """( … ): a copy of the shell; an `exit` in it ends the subshell only, with its status (`( exit 1 )` fails,
         and ends a script under set -e)."""
         saved, options = self.shell.copy(), (self.errexit, self.nounset, self.loops)
-        place = self.cwd, self.cwd_why, list(self.pushed)  # a `cd` inside it is the subshell's only
+        place = self.cwd, self.cwd_why, self.where, list(self.pushed)  # a `cd` inside it is the subshell's only
         self.status = None
         try:
             self.block(node.children)
@@ -879,7 +891,7 @@ class _Reader:
         finally:
             self.restore(saved)
             self.errexit, self.nounset, self.loops = options
-            self.cwd, self.cwd_why, self.pushed = place
+            self.cwd, self.cwd_why, self.where, self.pushed = place
 
     def restore(self, saved: Shell) -> None:
         self.shell.scalars, self.shell.arrays, self.shell.exports = saved.scalars, saved.arrays, saved.exports
@@ -1166,8 +1178,9 @@ class _Reader:
             if self.print_to_file(node, body):
                 return
             self.overwritten(node)
-        if body is not None and heredoc is not None and body.type == "command" and \
-                self.first_word(body) in READERS:  # read -r -d '' ARGS <<'EOF' … EOF: the document is its input
+        if body is not None and heredoc is not None and body.type == "command" and (
+                self.first_word(body) in READERS or self.capture is not None and self.first_word(body) == "bc"):
+            # read -r -d '' ARGS <<'EOF' … EOF, $(bc <<EOF … EOF): the document is its input
             document = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
             with self.reading_input(self.heredoc_text(heredoc, document) if document is not None else ""):
                 self.statement(body)
@@ -1184,10 +1197,29 @@ class _Reader:
     def file_text(self, path: str) -> str | None:
         """The text of a file whose text is known: one the script wrote (`echo 4 > tp.txt`, `cat > f <<EOF`), or a
         scheduler's node file (known_files); None for any other."""
-        key = file_written_as(path, self.written)
+        key = self.written_file(path)
         if key is not None:
             return "".join(text for text, _ in self.written[key])
         return self.known_files.get(path)
+
+    def written_path(self, word: str) -> str | None:
+        """The file `word` names where the script is now, as the script's writes are kept (written_place)."""
+        return written_place(word, self.where)
+
+    def written_file(self, word: str) -> str | None:
+        """The key of the file the script wrote that `word` names where the script is now; None for any other."""
+        key = self.written_path(word)
+        return key if key is not None and key in self.written else None
+
+    def forget_written(self, word: str) -> None:
+        """A file the script wrote is written anew by a command whose output is not known, or removed: its text is
+        no longer known; in a directory not known, any file of that name may be the one."""
+        key = self.written_path(word)
+        if key is None:
+            for other in [k for k in self.written if os.path.basename(k) == os.path.basename(word)]:
+                del self.written[other]
+        else:
+            self.written.pop(key, None)
 
     def overwritten(self, node: Any) -> None:
         """`python gen.py > ds.json`: a file the script wrote is written again by a command whose output is not
@@ -1197,9 +1229,7 @@ class _Reader:
             operator = self.src[redirect.start_byte:target.start_byte].strip() if target is not None else b""
             if target is not None and operator.lstrip(b"0123456789").startswith((b">", b"&>")) and \
                     not operator.endswith(b"&"):
-                key = file_written_as(self.joined(target), self.written)
-                if key is not None:
-                    del self.written[key]
+                self.forget_written(self.joined(target))
 
     def filter_lines(self, program: str, args: list[str]) -> str | None:
         """What a line filter prints (pbs.filtered) for the known files it names, or for its input where every
@@ -1233,7 +1263,11 @@ class _Reader:
         if len(redirects) != 1 or self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip()[:1] != b">":
             return False
         target = redirects[0].child_by_field_name("destination")
-        path = self.joined(target) if target is not None else MARK
+        word = self.joined(target) if target is not None else MARK
+        path = self.written_path(word)
+        if path is None:  # written in a directory not known here: nothing is read from it
+            self.forget_written(word)
+            return True
         body = next((c for c in heredoc.named_children if c.type == "heredoc_body"), None)
         # a path with an unknown part ($SCRATCH/run/job.sbatch) is still the same file where the script names it
         # again with the same words
@@ -1265,7 +1299,8 @@ class _Reader:
         target = redirects[0].child_by_field_name("destination")
         if not operator.startswith(b">") or operator.startswith(b">&") or target is None:
             return False
-        path = self.joined(target)
+        word = self.joined(target)
+        path = self.written_path(word)
         capture = self.capture = _Capture()
         names = self.begin_reading()
         self.redirect_words = redirects[0].children_by_field_name("destination")[1:]  # `echo a > f b`: echo's too
@@ -1274,6 +1309,9 @@ class _Reader:
         finally:
             self.capture, self.redirect_words = None, []
             self.end_touch()
+        if path is None:  # written in a directory not known here: nothing is read from it
+            self.forget_written(word)
+            return True
         chunks = self.written.get(path, []) if operator.startswith(b">>") else []
         self.note_written_taint(path, names, "".join(capture.out), bool(chunks))
         if capture.known and not any(unresolved_names(t) for t in capture.out):
@@ -1320,8 +1358,8 @@ class _Reader:
         """`sbatch job.sbatch ARGS`, `bash job.sh ARGS`, `./job.sh ARGS` of a file the script wrote: read it as the
         script that runs, with its arguments."""
         program = base_name(argv[0])
-        k = _script_at(argv, lambda word: file_written_as(word, self.written) is not None)
-        key = file_written_as(argv[k], self.written) if k is not None else None
+        k = _script_at(argv, lambda word: self.written_file(word) is not None)
+        key = self.written_file(argv[k]) if k is not None else None
         if k is None or key is None:
             return False
         chunks = self.written[key]
@@ -1421,7 +1459,7 @@ class _Reader:
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
         """`sudo [-E] [-u USER] [NAME=value …] COMMAND`: the command runs; without -E (--preserve-env) sudo's
         env_reset passes none of the variables exported to it (its sudoers may keep some: read without them)."""
-        k, keep, place = 1, False, (self.cwd, self.cwd_why)  # -i, -D DIR: the command's place, not the script's
+        k, keep, place = 1, False, (self.cwd, self.cwd_why, self.where)  # -i, -D DIR: the command's place
         while k < len(argv) and argv[k].startswith("-"):
             word = argv[k]
             if word == "--":
@@ -1430,7 +1468,7 @@ class _Reader:
             if word in ("-E", "--preserve-env") or word.startswith("--preserve-env="):
                 keep = True
             elif word in ("-i", "--login", "-s", "--shell"):  # a login shell starts in the user's home
-                self.cwd, self.cwd_why = None, f"`sudo {word}`"
+                self.cwd, self.cwd_why, self.where = None, f"`sudo {word}`", self.unknown_place()
             k += 2 if word in ("-u", "-g", "-p", "-r", "-t", "-C", "-D", "-U", "-T", "--user", "--group",
                                "--host", "--prompt", "--role", "--type", "--close-from", "--chdir",
                                "--other-user", "--command-timeout") else 1
@@ -1442,7 +1480,7 @@ class _Reader:
             given[key] = value
             k += 1
         if k >= len(argv):
-            self.cwd, self.cwd_why = place
+            self.cwd, self.cwd_why, self.where = place
             return
         saved = self.env_dropped
         self.env_dropped = saved if keep else "sudo without -E"
@@ -1450,7 +1488,7 @@ class _Reader:
             self.run_argv(node, argv[k:], given, {i - k: d for i, d in depends.items() if i >= k})
         finally:
             self.env_dropped = saved
-            self.cwd, self.cwd_why = place
+            self.cwd, self.cwd_why, self.where = place
 
     def change_directory(self, argv: list[str]) -> None:
         """`cd DIR`, `pushd DIR`, `popd` as bash moves the script: relative to where it is; one whose DIR is not
@@ -1458,25 +1496,33 @@ class _Reader:
         program, operands = base_name(argv[0]), [a for a in argv[1:] if a not in ("-L", "-P", "-e", "--")]
         if program == "popd":
             if self.pushed and not operands:
-                self.cwd, self.cwd_why = self.pushed.pop()
+                self.cwd, self.cwd_why, self.where = self.pushed.pop()
             elif operands:  # popd +N / -N: an entry of the stack (not followed)
-                self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
+                self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", self.unknown_place()
             # an empty stack: bash says so and stays where it is
             return
         if program == "pushd":
-            self.pushed.append((self.cwd, self.cwd_why))
+            self.pushed.append((self.cwd, self.cwd_why, self.where))
         target = operands[0] if len(operands) == 1 else ""
         submitted = next((target[len(name) + 2:] for name in SUBMIT_DIRECTORIES
                           if target.startswith(f"{MARK}{name}{MARK}")), None)
         if submitted is not None and MARK not in submitted and self.directory is not None:
             # the directory the job was submitted from: where the import reads the script as run from
             self.cwd, self.cwd_why = Path(os.path.normpath(self.directory / submitted.lstrip("/"))), ""
+            self.where = os.path.normpath(submitted.lstrip("/") or ".")
         elif not target or MARK in target or target.startswith(("~", "-", "+")):
-            self.cwd, self.cwd_why = None, f"`{show(' '.join(argv))}`"
+            self.cwd, self.cwd_why, self.where = None, f"`{show(' '.join(argv))}`", self.unknown_place()
         elif target.startswith("/"):
-            self.cwd = Path(os.path.normpath(target))
-        elif self.cwd is not None:
-            self.cwd = Path(os.path.normpath(self.cwd / target))
+            self.cwd, self.where = Path(os.path.normpath(target)), os.path.normpath(target)
+        else:
+            if self.cwd is not None:
+                self.cwd = Path(os.path.normpath(self.cwd / target))
+            if self.where is not None:
+                self.where = _below(self.where, target)
+
+    def unknown_place(self) -> str:
+        self.unknown_places += 1
+        return f"{MARK}a directory not known ({self.unknown_places}){MARK}"
 
     def heredoc_is_script(self, command: Any) -> bool:
         name = command.child_by_field_name("name")
@@ -1504,7 +1550,11 @@ class _Reader:
         for child in body.named_children:
             if child.type in EXPANSIONS:
                 out.append(self.heredoc_literal(self.src[at:self.start(child)].decode("utf-8", "replace")))
-                out.append(self.joined(child))
+                saved, self.in_heredoc = self.in_heredoc, True
+                try:
+                    out.append(self.joined(child))
+                finally:
+                    self.in_heredoc = saved
                 at = child.end_byte
         out.append(self.heredoc_literal(self.src[at:body.end_byte].decode("utf-8", "replace")))
         return "".join(out)
@@ -1515,8 +1565,10 @@ class _Reader:
         def special(match: re.Match[str]) -> str:
             if len(match.group(1)) % 2:  # an escaped dollar: \$1 stays $1
                 return match.group(0)
+            if match.group(2) == "*" and self.positional is not None:  # bash joins $* in a here-document by blanks
+                return match.group(1) + " ".join(self.positional)
             kind, value, _ = self.variable(match.group(2), quoted=True)
-            return match.group(1) + (" ".join(value) if isinstance(value, list) else value)
+            return match.group(1) + self.flat(kind, value)
         return _unescape_heredoc(re.sub(r"(\\*)\$([0-9@*#])", special, text))
 
     def st_list(self, node: Any) -> None:
@@ -2055,12 +2107,8 @@ class _Reader:
         return True
 
     def arith_verdict(self, node: Any) -> bool | None:
-        inner = [c for c in node.named_children]
         try:
-            value = 0
-            for child in inner:
-                value = self.arith_node(child)
-            return value != 0
+            return self.arith_node(node) != 0
         except _Unknown:
             return None
 
@@ -2076,6 +2124,13 @@ class _Reader:
                 return
             if n.type == "binary_expression" and double and (self.regex_side(n, walk, out)
                                                               or self.pattern_side(n, walk, out)):
+                return
+            if n.type == "unary_expression" and len(n.children) == 2 and not n.children[0].is_named and \
+                    n.children[0].end_byte == n.children[1].start_byte and n.children[1].type in WORDISH:
+                # `-4`, `!x`: the grammar cuts a sign off its word; bash's word is the two together
+                sign, operand = self.text(n.children[0]), n.children[1]
+                fields = [self.joined(operand)] if double else self.fields(operand)
+                out.extend([sign + (fields[0] if fields else ""), *fields[1:]])
                 return
             if n.type in ("binary_expression", "unary_expression", "parenthesized_expression", "postfix_expression",
                           "ternary_expression") or (not n.is_named and n.child_count):
@@ -2145,13 +2200,13 @@ class _Reader:
 
     def regex_parts(self, node: Any) -> str:
         out = []
-        for _kind, value, quoted in self.parts(node):
-            piece = " ".join(value) if isinstance(value, list) else value
+        for kind, value, quoted in self.parts(node):
+            piece = self.flat(kind, value)
             out.append(re.escape(piece) if quoted and MARK not in piece else piece)
         return "".join(out)
 
     def test_words(self, words: list[str], double: bool) -> bool | None:
-        test = _Test(words, double)
+        test = _Test(words, double, self.arith_value)
         try:
             value, rest = test.parse()
         except _Unknown:
@@ -2282,7 +2337,7 @@ class _Reader:
             array = list(self.shell.arrays.get(name, [] if name not in self.shell.scalars
                                                 else [self.shell.scalars[name]]))
             try:
-                k = self.arith_text(index)
+                k = self.arith_value(index)
             except _Unknown:
                 k = -1
             if array == [_unknown(name)]:
@@ -2307,9 +2362,9 @@ class _Reader:
         attributes = self.attributes.get(name, "")
         if "i" in attributes and name not in self.shell.arrays:  # N+=4 under declare -i adds
             try:
-                number = self.arith_text(value or "0")
+                number = self.arith_value(value or "0")
                 if append:
-                    number = _wrap(self.arith_text(self.shell.scalars.get(name) or "0") + number)
+                    number = arithmetic.wrap(self.arith_value(self.shell.scalars.get(name) or "0") + number)
                 value = str(number)
             except _Unknown:
                 value = _unknown(name)
@@ -2321,8 +2376,9 @@ class _Reader:
                 return
             value = "".join(self.appended_to(name)[:1]) + value
         if "l" in attributes or "u" in attributes:
-            value = "".join(part if k % 2 else (part.lower() if "l" in attributes else part.upper())
-                            for k, part in enumerate(re.split(f"({MARK}[^{MARK}]*{MARK})", value)))
+            parts = [part if k % 2 else _cased(part, upper="l" not in attributes)
+                     for k, part in enumerate(re.split(f"({MARK}[^{MARK}]*{MARK})", value))]
+            value = _unknown(name) if None in parts else "".join(p or "" for p in parts)
         _bound([value], self.line(node))
         self.shell.scalars[name] = value
         self.shell.arrays.pop(name, None)
@@ -2531,7 +2587,7 @@ class _Reader:
                  depends: dict[int, tuple[Undecided, ...]]) -> None:
         program = base_name(argv[0])
         if program == "env":  # env [-i] [-u NAME] NAME=value … command …
-            k, dropped, place = 1, self.env_dropped, (self.cwd, self.cwd_why)
+            k, dropped, place = 1, self.env_dropped, (self.cwd, self.cwd_why, self.where)
             while k < len(argv):
                 word = argv[k]
                 if word in ("-C", "--chdir") or word.startswith("--chdir="):  # the command's place, not the script's
@@ -2552,7 +2608,7 @@ class _Reader:
                 if k < len(argv):
                     self.run_argv(node, argv[k:], env, {i - k: d for i, d in depends.items() if i >= k})
             finally:
-                self.env_dropped, (self.cwd, self.cwd_why) = dropped, place
+                self.env_dropped, (self.cwd, self.cwd_why, self.where) = dropped, place
             return
         if program in ("exec", "nohup", "command", "builtin", "time") and len(argv) > 1 \
                 and not (program == "command" and argv[1] in ("-v", "-V")):  # command -v NAME prints, runs nothing
@@ -2579,9 +2635,7 @@ class _Reader:
             return
         if program == "rm" and self.capture is None:  # a file the script wrote is gone: its text is not known
             for word in argv[1:]:
-                gone = file_written_as(word, self.written)
-                if gone is not None:
-                    del self.written[gone]
+                self.forget_written(word)
         if program == "eval":
             with self.run_through(depends, argv):
                 self.nested(node, " ".join(argv[1:]), f"eval {show(' '.join(argv[1:]))[:60]}")
@@ -2617,7 +2671,7 @@ class _Reader:
         if program == "let":  # let X=X+1 "Y = 2": arithmetic, as (( … ))
             for expression in argv[1:]:
                 try:
-                    self.arith_text(expression)
+                    self.arith_value(expression)
                 except _Unknown:
                     for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", expression):
                         self.shell.scalars[name] = _unknown(name)
@@ -2677,7 +2731,10 @@ class _Reader:
                 coreutils.cut(argv[1:], self.stdin) if program == "cut" and self.stdin is not None \
                 and not unresolved_names(self.stdin) else \
                 coreutils.tr(argv[1:], self.stdin) if program == "tr" and self.stdin is not None \
-                and not unresolved_names(self.stdin) else None
+                and not unresolved_names(self.stdin) else \
+                bc.run(argv[1:], self.stdin) if program == "bc" and self.stdin is not None \
+                and not unresolved_names(self.stdin) else \
+                awk.run(argv[1:]) if program in ("awk", "gawk", "mawk", "nawk") else None
             if computed is not None and not any(unresolved_names(a) for a in argv):
                 self.capture.out.append(computed)
                 return
@@ -2731,7 +2788,7 @@ class _Reader:
                 depends[k] = tuple(dict.fromkeys((*depends.get(k, ()), *self.through_sourced[word])))
         self.reading.commands.append(ScriptCommand(argv, self.line(node), env, self.under, depends, list(self.outer),
                                                    tuple(dict.fromkeys((*self.absent, *self.through))),
-                                                   self.through_flags))
+                                                   self.through_flags, self.where))
 
     def read(self, argv: list[str], env: dict[str, str]) -> bool | None:
         """`read [-r] [-d DELIM] [-a ARRAY] NAME…`: from a here-string or here-document whose text is known, bash's
@@ -2800,16 +2857,17 @@ class _Reader:
                             "toolkit's set_env.sh), not the run's settings")
             return
         line = self.line(node)
-        written = self.file_text(given) if file_written_as(given, self.written) is not None else None
-        if written is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text the script wrote
-            if given in self.sourcing:
+        key = self.written_file(given)
+        written = self.file_text(given) if key is not None else None
+        if written is not None and key is not None:  # `echo 'TP=4' > env.sh; source env.sh`: the text it wrote
+            if key in self.sourcing:
                 self.skip(node, f"{what}: the file sources itself; read once, not again")
             elif self.sourced_chars + len(written) > MAX_SCRIPT_CHARS:
                 self.skip(node, f"{what}: not read (the files sourced pass {MAX_SCRIPT_CHARS:,} characters "
                                 f"together); {MAY_SET}")
                 self.source_not_read(self.line(node), what, "the files sourced are too large to read together")
             else:
-                self.read_sourced(node, argv, written, given)
+                self.read_sourced(node, argv, written, key)
             return
         if given.startswith(MARK + "<(") and UNRESOLVED.fullmatch(given):
             self.skip(node, f"{what}: the script that a command prints (a process substitution) is not read: it is "
@@ -2981,13 +3039,14 @@ class _Reader:
         """A script another bash runs (`bash -c`, a job file, a here-document given to sbatch): it starts without the
         outer script's `set -e`."""
         saved = self.errexit, self.nounset, self.loops, self.functions, self.sources
-        place = self.cwd, self.cwd_why, list(self.pushed)  # it starts where the outer one is; its `cd` is its own
+        # it starts where the outer one is; its `cd` is its own
+        place = self.cwd, self.cwd_why, self.where, list(self.pushed)
         self.errexit, self.nounset, self.loops, self.functions, self.sources = False, False, 0, 0, 0
         try:
             self.nested(node, text, what, line_offset=line_offset)
         finally:
             self.errexit, self.nounset, self.loops, self.functions, self.sources = saved
-            self.cwd, self.cwd_why, self.pushed = place
+            self.cwd, self.cwd_why, self.where, self.pushed = place
 
     def nested(self, node: Any, text: str, what: str, line_offset: int | None = None) -> None:
         """eval STRING, bash -c STRING, a here-document's script: read here (eval and -c on the outer line). An
@@ -3068,141 +3127,85 @@ class _Reader:
     def arith_statement(self, node: Any) -> None:
         self.status = None
         try:
-            value = 0
-            for child in node.named_children:
-                value = self.arith_node(child)
+            value = self.arith_node(node)
             self.status = value != 0  # `((i++))` with i=0 fails
         except _Unknown:
             for name in re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:[-+*/%]?=(?!=)|\+\+|--)", self.text(node)):
                 self.shell.scalars[name] = _unknown(name)
 
     def arith_text(self, text: str) -> int:
-        """A variable's value used in arithmetic is itself an expression (X=2*3; $((X+1)) is 7)."""
-        text = text.strip()
-        if re.fullmatch(r"-?\d+", text):
-            return _wrap(int(text))
-        if not text:
-            return 0
+        """Arithmetic written in the script (`${A[$i+1]}`, `$[ … ]`): its expansions are made first, as bash does."""
+        if not re.search(r"[$`\"'\\]", text):
+            return self.arith_value(text)
         self.deeper()
+        saved = self.src
         try:
-            saved = self.src
             self.src = ("$((" + text + "))").encode("utf-8", "surrogateescape")
-            try:
-                tree = _parser().parse(self.src)
-                node = tree.root_node
-                while node.named_children and node.type != "arithmetic_expansion":
-                    node = node.named_children[0]
-                if node.type != "arithmetic_expansion" or tree.root_node.has_error:
-                    raise _Unknown(text)
-                value = 0
-                for child in node.named_children:
-                    value = self.arith_node(child)
-                return value
-            finally:
-                self.src = saved
+            tree = _parser().parse(self.src)
+            node = tree.root_node
+            while node.named_children and node.type != "arithmetic_expansion":
+                node = node.named_children[0]
+            if node.type != "arithmetic_expansion" or node.start_byte != 0 or node.end_byte != len(self.src):
+                raise _Unknown(text)
+            return self.arith_node(node)
         finally:
+            self.src = saved
             self.depth -= 1
 
-    def arith_variable(self, name: str) -> int:
-        """A variable's value in arithmetic: an unset one is 0, as in bash, where it is known to be unset (unset())."""
-        self.touch(name)
-        value = self.shell.lookup(self.resolve(name))
-        if value is None:
-            value = self.unset(self.resolve(name))
-            if value == "":
-                self.unbound(name)
-            value = value or "0"
-        if unresolved_names(value):
-            raise _Unknown(name)
-        return self.arith_text(value)
-
-    def arith_node(self, node: Any) -> int:
-        self.step()
+    def arith_value(self, text: str) -> int:
+        """Arithmetic on text already expanded (a `let` word, a `declare -i` value, a variable's value)."""
+        plain = text.strip(" \t\n")
+        if re.fullmatch(r"[1-9][0-9]{0,17}|0", plain):
+            return int(plain)
         self.deeper()
         try:
-            return self._arith(node)
+            return arithmetic.evaluate(text, _Numbers(self))
+        except (arithmetic.Refused, arithmetic.TooDeep) as refused:  # bash's error: the value is none to carry
+            raise _Unknown(str(refused)) from None
         except ShellSyntaxError:
+            if self.steps > MAX_STEPS:
+                raise
             raise _Unknown("too deep") from None
         finally:
             self.depth -= 1
 
-    def _arith(self, node: Any) -> int:
-        kind = node.type
-        if kind == "number":
-            return _number(self.text(node))
-        if kind in ("variable_name", "word"):
-            text = self.text(node)
-            if NAME.fullmatch(text):
-                return self.arith_variable(text)
-            return _number(text)
-        if kind in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion", "string",
-                    "raw_string", "concatenation"):
-            text = self.joined(node)
-            if unresolved_names(text):
-                raise _Unknown(text)
-            return self.arith_text(text)
-        if kind == "variable_assignment":  # for ((i=0; …)): the grammar makes the initializer an assignment
-            target = node.child_by_field_name("name")
-            value = node.child_by_field_name("value")
-            if target is None or value is None or not NAME.fullmatch(self.text(target)):
-                raise _Unknown("assignment")
-            number = self.arith_node(value)
-            self.shell.scalars[self.text(target)] = str(number)
-            return number
-        if kind == "parenthesized_expression":
-            result = 0
-            for child in node.named_children:
-                result = self.arith_node(child)
-            return result
-        if kind == "unary_expression":
-            op = node.children[0].type
-            operand = self.arith_node(node.named_children[-1])
-            if op in ("++", "--"):
-                return self.arith_update(node.named_children[-1], 1 if op == "++" else -1, prefix=True)
-            return _wrap({"-": -operand, "+": operand, "!": int(not operand), "~": ~operand}.get(op, operand))
-        if kind == "postfix_expression":
-            op = node.children[-1].type
-            return self.arith_update(node.named_children[0], 1 if op == "++" else -1, prefix=False)
-        if kind == "ternary_expression":
-            cond = node.child_by_field_name("condition")
-            cons = node.child_by_field_name("consequence")
-            alt = node.child_by_field_name("alternative")
-            if cond is None or cons is None or alt is None:
-                raise _Unknown("?:")
-            return self.arith_node(cons) if self.arith_node(cond) else self.arith_node(alt)
-        if kind == "binary_expression":
-            left = node.child_by_field_name("left")
-            right = node.child_by_field_name("right")
-            op_node = node.child_by_field_name("operator")
-            if left is None or right is None or op_node is None:
-                raise _Unknown("expression")
-            op = op_node.type
-            if op in ("=", "+=", "-=", "*=", "/=", "%=", "<<=", ">>=", "&=", "|=", "^="):
-                target = self.text(left)
-                if not NAME.fullmatch(target):
-                    raise _Unknown(target)
-                number = self.arith_node(right)
-                if op != "=":
-                    number = _binary(op[:-1], self.arith_variable(target), number)
-                self.shell.scalars[target] = str(number)
-                return number
-            if op == "&&":
-                return int(bool(self.arith_node(left)) and bool(self.arith_node(right)))
-            if op == "||":
-                return int(bool(self.arith_node(left)) or bool(self.arith_node(right)))
-            if op == ",":
-                self.arith_node(left)
-                return self.arith_node(right)
-            return _binary(op, self.arith_node(left), self.arith_node(right))
-        raise _Unknown(kind)
+    def arith_node(self, node: Any) -> int:
+        """`$((…))`, `$[…]`, `((…))` or one expression of a C-style `for`: its text with each expansion replaced by
+        its value (`$A*2` with A="2+3" is 2+3*2, as bash), then evaluated."""
+        start, end = node.start_byte, node.end_byte
+        if len(node.children) >= 2 and node.children[0].type in ("$((", "((", "$[") and \
+                node.children[-1].type in ("))", "]"):
+            start, end = node.children[0].end_byte, node.children[-1].start_byte
+        out: list[str] = []
+        at = start
 
-    def arith_update(self, target: Any, delta: int, prefix: bool) -> int:
-        name = self.text(target)
-        if not NAME.fullmatch(name):
-            raise _Unknown(name)
-        old = self.arith_variable(name)
-        self.shell.scalars[name] = str(_wrap(old + delta))
-        return _wrap(old + delta) if prefix else old
+        def literal(until: int) -> str:
+            text = self.src[at:until].decode("utf-8", "surrogateescape").replace("\\\n", "")
+            if re.search(r"['`\\]", text):  # bash refuses a quote or an escape left in arithmetic
+                raise _Unknown(text)
+            return text.replace('"', "")
+
+        def walk(child: Any) -> None:
+            nonlocal at
+            if child.end_byte <= at or child.start_byte >= end:
+                return
+            if child.type in ("simple_expansion", "expansion", "command_substitution", "arithmetic_expansion") \
+                    and child.start_byte >= start:
+                out.append(literal(child.start_byte))
+                value = self.joined(child)
+                if unresolved_names(value):
+                    raise _Unknown(value)
+                out.append(value)
+                at = child.end_byte
+                return
+            for grandchild in child.children:
+                walk(grandchild)
+
+        self.step()
+        for child in node.children:
+            walk(child)
+        out.append(literal(end))
+        return self.arith_value("".join(out))
 
     # -- words ------------------------------------------------------------------------------------------------
     def parts(self, node: Any, quoted: bool = False) -> list[tuple[str, str | list[str], bool]]:
@@ -3212,10 +3215,13 @@ class _Reader:
         if kind in ("word", "number", "extglob_pattern", "regex", "special_variable_name", "variable_name",
                     "test_operator", "brace_expression"):
             return [("lit", _unescape_unquoted(self.text(node)), quoted)]
-        if kind == "raw_string":
-            return [("lit", self.text(node)[1:-1], True)]
+        if kind == "raw_string":  # 'a b'; inside "${X:-'a b'}" the quotes are text, as bash keeps them
+            return [("lit", self.text(node) if self.single_quotes_kept else self.text(node)[1:-1], True)]
         if kind == "ansi_c_string":
-            return [("lit", _ansi_c(self.text(node)[2:-1]), True)]
+            decoded = _escaped(self.text(node)[2:-1], "dollar")
+            if decoded is None:
+                return [("val", _unknown(self.text(node)), True)]
+            return [("lit", decoded[0], True)]
         if kind in ("string", "translated_string"):
             out: list[tuple[str, str | list[str], bool]] = []
             start = node.start_byte + (2 if kind == "translated_string" else 1)
@@ -3247,10 +3253,7 @@ class _Reader:
             return [self.expansion(node, quoted)]
         if kind == "arithmetic_expansion":
             try:
-                value = 0
-                for child in node.named_children:
-                    value = self.arith_node(child)
-                return [("val", str(value), quoted)]
+                return [("val", str(self.arith_node(node)), quoted)]
             except _Unknown:
                 return [("val", _unknown(self.text(node)), quoted)]
         if kind == "command_substitution":
@@ -3258,6 +3261,27 @@ class _Reader:
         if kind == "process_substitution":
             return [("val", _unknown(self.text(node)), quoted)]
         return [("lit", self.text(node), quoted)]
+
+    def starred(self, items: list[str], quoted: bool, positional: bool = False) -> tuple[str, str | list[str], bool]:
+        """"$*", "${A[*]}": the words joined by IFS's first character (a here-document's $* by blanks); unquoted,
+        the words (split as $@ is), joined alike where nothing splits (`X=$*`)."""
+        if positional and self.in_heredoc:
+            return ("val", " ".join(items), quoted)
+        return ("val", self.star_join(items), quoted) if quoted else ("star", list(items), quoted)
+
+    def star_join(self, items: list[str]) -> str:
+        """The words of $* joined as bash joins them: by IFS's first character, none where IFS is empty, a blank
+        where it is unset."""
+        ifs = self.shell.scalars.get("IFS")
+        if ifs is not None and unresolved_names(ifs) and len(items) > 1:
+            return _unknown("IFS")  # the caller's IFS: what joins them is not known
+        return (" " if ifs is None else ifs[:1]).join(items)
+
+    def flat(self, kind: str, value: str | list[str]) -> str:
+        """A piece of a word where nothing splits it (an assignment, a test's operand, a pattern)."""
+        if isinstance(value, list):
+            return self.star_join(value) if kind == "star" else " ".join(value)
+        return value
 
     def variable(self, name: str, quoted: bool) -> tuple[str, str | list[str], bool]:
         self.touch(name)
@@ -3268,7 +3292,7 @@ class _Reader:
                 return ("list", [], quoted) if name == "@" else ("val", "", quoted)
             if name == "@":
                 return ("list", list(self.positional), quoted)
-            return ("val", " ".join(self.positional), quoted)
+            return self.starred(self.positional, quoted, positional=True)
         if name == "#" and self.positional is None:
             return ("val", "0", quoted)
         name = self.resolve(name)
@@ -3330,7 +3354,7 @@ class _Reader:
             finally:
                 self.element = None
         flat = [r if isinstance(r, str) else " ".join(r) for r in results]
-        return ("list", flat, quoted) if as_list else ("val", " ".join(flat), quoted)
+        return ("list", flat, quoted) if as_list else self.starred(flat, quoted)
 
     def expansion(self, node: Any, quoted: bool) -> tuple[str, str | list[str], bool]:
         """${…}: the name part is read from the text, operands (defaults, patterns) from the tree."""
@@ -3374,7 +3398,8 @@ class _Reader:
         if prefix == "!" and subscript:  # ${!A[@]}: indices
             if _uncounted(self.shell.arrays.get(name, []), name) is not None:
                 return ("val", _unknown("!" + name), quoted)
-            return ("list", [str(i) for i in range(len(self.shell.arrays.get(name, [])))], quoted)
+            indices = [str(i) for i in range(len(self.shell.arrays.get(name, [])))]
+            return ("list", indices, quoted) if index == "@" else self.starred(indices, quoted)
         if subscript and index in ("@", "*") and not rest:
             self.touch(name)
             if name in self.shell.arrays:
@@ -3384,22 +3409,22 @@ class _Reader:
             else:  # unset: empty, or unknown where the caller or a sourced file not read may set it
                 value = self.unset(name)
                 elements = [value] if value else []
-            return ("list", elements, quoted) if index == "@" else ("val", " ".join(elements), quoted)
+            return ("list", elements, quoted) if index == "@" else self.starred(elements, quoted)
         if subscript and index in ("@", "*") and name in self.shell.arrays and re.match(r":(?![-=+?])", rest):
             # ${A[@]:1:2}: elements, not characters
             spec = self.operand(node, begin + 2 + len((inner[:match.end()] + ":").encode("utf-8", "surrogateescape")))
             numbers = spec.split(":")
             elements = self.shell.arrays[name]
             try:
-                offset = self.arith_text(numbers[0])
-                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+                offset = self.arith_value(numbers[0])
+                length = self.arith_value(numbers[1]) if len(numbers) > 1 else None
             except _Unknown:
                 return ("val", _unknown(inner), quoted)
             if length is not None and length < 0:  # bash: "substring expression < 0", the command does not run
                 return ("val", _unknown(inner), quoted)
             first = offset if offset >= 0 else max(0, len(elements) + offset)
             chosen = elements[first:] if length is None else elements[first:first + length]
-            return ("list", list(chosen), quoted) if index == "@" else ("val", " ".join(chosen), quoted)
+            return ("list", list(chosen), quoted) if index == "@" else self.starred(list(chosen), quoted)
         if subscript and index in ("@", "*") and self.element is None and name in self.shell.arrays \
                 and re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):
             # "${ARGS[@]/#/--}", ${FILES[@]%.bin}: the operation applies to each element
@@ -3423,12 +3448,15 @@ class _Reader:
             if op[-1] in "-=":
                 if not empty:
                     return ("val", value, quoted)
-                word = self.operand(node, operand_start)
+                word = self.default_word(node, operand_start, quoted)
                 if op[-1] == "=" and not name.isdigit():
                     self.shell.scalars[name] = word
+                    return ("val", word, quoted)  # the variable's new value, split as any unquoted value is
                 return ("val", word, quoted or self.quoted_operand(node, operand_start))
             if op[-1] == "+":
-                return ("val", "" if empty else self.operand(node, operand_start),
+                if empty:  # the word is not used: nothing, not an empty word
+                    return ("val", "", quoted)
+                return ("val", self.default_word(node, operand_start, quoted),
                         quoted or self.quoted_operand(node, operand_start))
             return ("val", value if not empty else _unknown(name), quoted)
         if not known:
@@ -3449,6 +3477,8 @@ class _Reader:
             replacement = self.operand(node, slash + 1) if slash is not None else ""
             if unresolved_names(pattern) or unresolved_names(replacement) or len(value) > 10_000:
                 return ("val", _unknown(name), quoted)
+            if slash is not None and b"&" in self.src[slash + 1:node.end_byte]:
+                return ("val", _unknown(name), quoted)  # bash 5.2 puts the match at `&`, bash 5.1 an `&`
             try:
                 return ("val", _replace(value, pattern, replacement, op), quoted)
             except _Unknown:
@@ -3457,23 +3487,26 @@ class _Reader:
             pattern = rest[len(op):]  # ${X^^[ab]}: only the characters the pattern matches
             if unresolved_names(pattern):
                 return ("val", _unknown(name), quoted)
-            change = str.upper if op[0] == "^" else str.lower
             try:
-                changed = "".join(change(c) if (k == 0 or len(op) == 2) and (not pattern or _glob_match(c, pattern))
-                                  else c for k, c in enumerate(value))
+                changed = [_cased(c, upper=op[0] == "^") if (k == 0 or len(op) == 2) and (
+                    not pattern or _glob_match(c, pattern)) else c for k, c in enumerate(value)]
             except _Unknown:
                 return ("val", _unknown(name), quoted)
-            return ("val", changed, quoted)
+            return ("val", _unknown(name) if None in changed else "".join(c or "" for c in changed), quoted)
         if op == "@" and rest in ("@U", "@u", "@L", "@Q"):  # bash 5's transformations
-            transformed = {"@U": value.upper(), "@u": value[:1].upper() + value[1:], "@L": value.lower(),
-                           "@Q": "'" + value.replace("'", "'\\''") + "'"}[rest]
-            return ("val", transformed, quoted)
+            transformed = {"@U": _cased(value, upper=True), "@u": _cased(value[:1], upper=True),
+                           "@L": _cased(value, upper=False),
+                           "@Q": "'" + value.replace("'", "'\\''") + "'" if value.isascii() and value.isprintable()
+                           else None}[rest]
+            if transformed is not None and rest == "@u":
+                transformed += value[1:]
+            return ("val", _unknown(name) if transformed is None else transformed, quoted)
         if op == ":":
             spec = self.operand(node, operand_start)
             numbers = spec.split(":")
             try:
-                offset = self.arith_text(numbers[0])
-                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+                offset = self.arith_value(numbers[0])
+                length = self.arith_value(numbers[1]) if len(numbers) > 1 else None
             except _Unknown:
                 return ("val", _unknown(name), quoted)
             start = offset if offset >= 0 else max(0, len(value) + offset)
@@ -3501,8 +3534,8 @@ class _Reader:
             spec = self.operand(node, begin + 2 + len((name + ":").encode()))
             numbers = spec.split(":")
             try:
-                offset = self.arith_text(numbers[0])
-                length = self.arith_text(numbers[1]) if len(numbers) > 1 else None
+                offset = self.arith_value(numbers[0])
+                length = self.arith_value(numbers[1]) if len(numbers) > 1 else None
             except _Unknown:
                 return ("val", _unknown(name), quoted)
             if self.positional is None and offset >= 1:
@@ -3513,7 +3546,7 @@ class _Reader:
                 if length is not None and length < 0:
                     return ("val", _unknown(name), quoted)
                 chosen = everything[first:] if length is None else everything[first:first + length]
-            return ("list", chosen, quoted) if name == "@" else ("val", " ".join(chosen), quoted)
+            return ("list", chosen, quoted) if name == "@" else self.starred(chosen, quoted, positional=True)
         if re.match(r"(##|#|%%|%|//|/#|/%|/|\^\^|\^|,,|,)", rest):  # each argument, as each element of an array
             return self.each_element(node, quoted, words, name == "@")
         return None
@@ -3529,8 +3562,11 @@ class _Reader:
         if index in ("@", "*"):
             if prefix == "#":
                 return ("val", str(len(entries)), quoted)
-            items = list(entries) if prefix == "!" else list(entries.values())
-            return ("list", items, quoted) if index == "@" else ("val", " ".join(items), quoted)
+            keys = _hash_order(list(entries))
+            if keys is None:
+                return ("val", _unknown(inner), quoted)
+            items = keys if prefix == "!" else [entries[k] for k in keys]
+            return ("list", items, quoted) if index == "@" else self.starred(items, quoted)
         key = self.word_text(index.encode("utf-8", "surrogateescape"))
         if prefix or unresolved_names(key):
             return ("val", _unknown(inner), quoted)
@@ -3547,7 +3583,8 @@ class _Reader:
         if index in ("@", "*"):
             if name not in self.shell.arrays and name not in self.shell.scalars:
                 return self.unset(name)
-            return " ".join(self.shell.arrays.get(name, [self.shell.scalars.get(name, "")]))
+            words = self.shell.arrays.get(name, [self.shell.scalars.get(name, "")])
+            return self.star_join(words) if index == "*" else " ".join(words)
         if index is not None and name in self.shell.arrays:
             array = self.shell.arrays[name]
             if _unknown(name) in array:  # words not known stand at some places: which one is at k is not known
@@ -3572,15 +3609,16 @@ class _Reader:
 
         def expanded(child: Any) -> str:
             pieces = []
-            for _kind, value, quoted_part in self.parts(child, quoted=not pattern):
-                text = " ".join(value) if isinstance(value, list) else value
+            for kind, value, quoted_part in self.parts(child, quoted=not pattern):
+                text = self.flat(kind, value)
                 pieces.append(_glob_escape(text) if pattern and quoted_part and child.type in (
                     "string", "raw_string") else text)
             return "".join(pieces)
 
         def raw(begin: int, until: int) -> str:
             text = self.src[begin:until]
-            if b"$" in text or b"`" in text:  # an expansion the grammar left in a pattern node (`${P/$R/y}`)
+            # an expansion the grammar left in a pattern node (`${P/$R/y}`), or quotes (`${X/'b'/-}`: b, quoted)
+            if b"$" in text or b"`" in text or b"'" in text or b'"' in text:
                 return str(self.reparsed(text, expanded, functools.partial(_unknown, text.decode("utf-8", "replace"))))
             return text.decode("utf-8", "replace")
 
@@ -3610,6 +3648,14 @@ class _Reader:
         text = "".join(out)
         return _glob_unescape(text) if pattern else _unescape_unquoted(text)
 
+    def default_word(self, node: Any, start: int, quoted: bool) -> str:
+        """The word of ${X:-word}, ${X:+word}, ${X:=word}: inside double quotes its single quotes are text."""
+        saved, self.single_quotes_kept = self.single_quotes_kept, quoted
+        try:
+            return self.operand(node, start)
+        finally:
+            self.single_quotes_kept = saved
+
     def quoted_operand(self, node: Any, start: int) -> bool:
         """${A:-"d e"}: an operand that is one quoted string is not split, even where the expansion is unquoted."""
         text = self.src[start:node.end_byte - 1]
@@ -3619,13 +3665,20 @@ class _Reader:
     def pattern(self, node: Any) -> str:
         """A glob pattern as written: quoted parts match literally."""
         out = []
-        for _kind, value, quoted in self.parts(node):
-            text = " ".join(value) if isinstance(value, list) else value
+        for kind, value, quoted in self.parts(node):
+            text = self.flat(kind, value)
             out.append(_glob_escape(text) if quoted else text)
         return "".join(out)
 
     def substitute(self, node: Any) -> str:
         """$(…) and `…`: the output of functions and echo/printf the script defines, else unknown."""
+        saved, self.single_quotes_kept = self.single_quotes_kept, False
+        try:
+            return self.substituted(node)
+        finally:
+            self.single_quotes_kept = saved
+
+    def substituted(self, node: Any) -> str:
         body = [c for c in node.named_children]
         # the grammar may start the node at the `\` of a continued line before a backtick: not part of it
         text = re.sub(r"^(?:\s|\\\n)+", "", self.text(node)).strip()
@@ -3699,6 +3752,10 @@ class _Reader:
                 add(value)
                 continue
             ifs = self.shell.scalars.get("IFS", DEFAULT_IFS)
+            if isinstance(value, list) and not quoted and ifs and ifs != DEFAULT_IFS and MARK not in ifs:
+                # unquoted $@, $*, ${A[@]} under the script's own IFS: bash joins the words by IFS's first character
+                # and splits that (IFS=- and A=(x "" z) give x, an empty word, z)
+                value = ifs[0].join(value)
             if isinstance(value, list):
                 items = value if quoted else [w for v in value for w in _split(v, ifs)[0]]
                 for k, item in enumerate(items):
@@ -3735,14 +3792,29 @@ class _Reader:
     def joined(self, node: Any) -> str:
         """A word expanded without splitting (an assignment's value, a test's operand)."""
         text = ""
-        for _kind, value, _quoted in self.parts(node):
-            text += " ".join(value) if isinstance(value, list) else value
+        for kind, value, _quoted in self.parts(node):
+            text += self.flat(kind, value)
         if len(text) > MAX_VALUE_CHARS:
             raise ShellSyntaxError(f"line {self.line(node)}: a value grows beyond {MAX_VALUE_CHARS:,} characters")
         return text
 
 
 # -- helpers --------------------------------------------------------------------------------------------------
+
+def _hash_order(keys: list[str]) -> list[str] | None:
+    """The order bash 5 lists an associative array's keys in (`${!P[@]}`): its hash table's, 1,024 buckets by the
+    key's FNV-1 hash, each bucket newest first (`keys` in the order they were set); None past the size where bash
+    grows the table."""
+    if len(keys) >= 2 * ASSOC_BUCKETS:
+        return None
+    buckets: dict[int, list[str]] = {}
+    for key in keys:
+        hashed = 2166136261
+        for byte in key.encode("utf-8", "surrogateescape"):
+            hashed = (hashed * 16777619) & 0xFFFFFFFF ^ byte
+        buckets.setdefault(hashed & (ASSOC_BUCKETS - 1), []).insert(0, key)
+    return [key for bucket in sorted(buckets) for key in buckets[bucket]]
+
 
 def _assigned_names(root: Any, src: bytes) -> tuple[set[str], set[str]]:
     """The names a script assigns anywhere (NAME=…, for NAME in, read NAME, declare NAME), walked without recursion;
@@ -3805,6 +3877,51 @@ def _bash_accepts(source: bytes) -> bool:
     except (OSError, subprocess.SubprocessError):
         return False
     return done.returncode == 0
+
+
+class _Numbers:
+    """The shell's variables as bash's arithmetic reads and sets them (arithmetic.Variables)."""
+
+    def __init__(self, reader: _Reader):
+        self.reader = reader
+
+    def value(self, name: str, index: int | None) -> str:
+        reader = self.reader
+        reader.touch(name)
+        name = reader.resolve(name)
+        if index is not None and name in reader.shell.arrays:
+            value = reader.lookup_value(name, str(index))
+        elif index not in (None, 0) and name in reader.shell.scalars:
+            value = ""  # X[1] of a scalar: unset
+        else:
+            found = reader.shell.lookup(name)
+            value = found if found is not None else reader.unset(name)
+            if found is None and value == "":
+                reader.unbound(name)
+        if unresolved_names(value):
+            raise _Unknown(name)
+        return value
+
+    def assign(self, name: str, index: int | None, number: int) -> None:
+        shell = self.reader.shell
+        name = self.reader.resolve(name)
+        if name in shell.arrays:
+            array = list(shell.arrays[name])
+            k = 0 if index is None else index + len(array) if index < 0 else index
+            if _unknown(name) in array or not 0 <= k <= len(array):
+                raise _Unknown(name)  # a hole in the array: not held here
+            array[k:k + 1] = [str(number)]
+            shell.arrays[name] = array
+        elif index in (None, 0):
+            shell.scalars[name] = str(number)
+        else:
+            raise _Unknown(name)
+
+    def evaluate(self, text: str) -> int:
+        return self.reader.arith_value(text)
+
+    def step(self) -> None:
+        self.reader.step()
 
 
 def _runner(block: Callable[[list[Any]], None], body: list[Any]) -> Callable[[], None]:
@@ -3922,16 +4039,19 @@ def _added_to(before: str, value: str | None) -> str | None:
     return None
 
 
+def _cased(text: str, upper: bool) -> str | None:
+    """bash's case change, where every locale agrees (ASCII letters); None where a letter outside ASCII would change,
+    which bash does by the locale (`ß` stays `ß` in bash, `SS` in Python)."""
+    if any(not c.isascii() and (c.upper() != c or c.lower() != c) for c in text):
+        return None
+    return text.upper() if upper else text.lower()
+
+
 def _unknown_like(value: str) -> str:
     """The value itself when it is one unknown and nothing else (then nothing of it is known to keep)."""
     return value if UNRESOLVED.fullmatch(value) else MARK
 
 
-def _wrap(value: int) -> int:
-    """64-bit two's complement, as bash; a value that needed more is not a setting anyone means."""
-    if not -(1 << 63) <= value < (1 << 63):
-        raise _Unknown("overflow")
-    return value
 
 
 class _TestError(Exception):
@@ -3944,46 +4064,10 @@ def _decimal(text: str) -> int:
     found = re.fullmatch(r"[ \t\n]*([-+]?[0-9]+)[ \t\n]*", text)
     if found is None:
         raise _TestError(text)
-    return _wrap(int(found.group(1)))
-
-
-def _number(text: str) -> int:
-    text = text.strip()
-    try:
-        if re.fullmatch(r"-?0[xX][0-9a-fA-F]+", text):
-            return _wrap(int(text, 16))
-        if re.fullmatch(r"-?0[0-7]+", text):
-            return _wrap(int(text, 8))
-        if re.fullmatch(r"-?\d+", text):
-            return _wrap(int(text))
-        based = re.fullmatch(r"(\d+)#([0-9A-Za-z@_]+)", text)
-        if based and 2 <= int(based.group(1)) <= 36:
-            return _wrap(int(based.group(2), int(based.group(1))))
-    except ValueError:
-        pass
-    raise _Unknown(text)
-
-
-def _binary(op: str, left: int, right: int) -> int:
-    if op in ("/", "%") and right == 0:
-        raise _Unknown("division by zero")
-    if op == "**":
-        if right < 0 or (right > 64 and abs(left) > 1):
-            raise _Unknown("exponent")
-        return _wrap(left ** right)
-    if op in ("<<", ">>") and not 0 <= right < 64:
-        raise _Unknown("shift")
-    table: dict[str, Callable[[int, int], int]] = {
-        "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
-        "/": lambda a, b: abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1),
-        "%": lambda a, b: abs(a) % abs(b) * (1 if a >= 0 else -1),
-        "<<": lambda a, b: a << b, ">>": lambda a, b: a >> b, "&": lambda a, b: a & b, "|": lambda a, b: a | b,
-        "^": lambda a, b: a ^ b, "==": lambda a, b: int(a == b), "!=": lambda a, b: int(a != b),
-        "<": lambda a, b: int(a < b), ">": lambda a, b: int(a > b), "<=": lambda a, b: int(a <= b),
-        ">=": lambda a, b: int(a >= b)}
-    if op not in table:
-        raise _Unknown(op)
-    return _wrap(table[op](left, right))
+    value = int(found.group(1))
+    if not arithmetic.LOW <= value < -arithmetic.LOW:  # bash: "integer expression expected"
+        raise _TestError(text)
+    return value
 
 
 def _unescape_unquoted(text: str) -> str:
@@ -3998,9 +4082,48 @@ def _unescape_heredoc(text: str) -> str:
     return re.sub(r"\\([\\$`\n])", lambda m: "" if m.group(1) == "\n" else m.group(1), text)
 
 
-def _ansi_c(text: str) -> str:
-    escapes = {"n": "\n", "t": "\t", "\\": "\\", "'": "'", '"': '"', "r": "\r", "a": "\a", "e": "\x1b"}
-    return re.sub(r"\\(.)", lambda m: escapes.get(m.group(1), "\\" + m.group(1)), text, flags=re.S)
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r", "t": "\t",
+                   "v": "\v", "\\": "\\"}
+# what each reader of backslash escapes takes beyond the common ones: $'…' (bash's ansicstr), `echo -e`, printf's
+# format; an octal escape is \nnn in $'…' and printf, \0nnn in echo
+_ESCAPE_EXTRAS = {"dollar": {"'": "'", '"': '"', "?": "?"}, "echo": {}, "printf": {'"': '"', "?": "?", "'": "'"}}
+_NUMERIC_ESCAPES = r"x([0-9A-Fa-f]{1,2})|u([0-9A-Fa-f]{1,4})|U([0-9A-Fa-f]{1,8})"
+_ESCAPES = {"echo": re.compile(r"\\(?:0([0-7]{0,3})|" + _NUMERIC_ESCAPES + r"|(.))", re.S),
+            "other": re.compile(r"\\(?:([0-7]{1,3})|" + _NUMERIC_ESCAPES + r"|(.))", re.S)}
+
+
+def _escaped(text: str, mode: str) -> tuple[str, bool] | None:
+    """`text` with bash's backslash escapes of `mode` ("dollar", "echo", "printf") replaced, and whether `echo -e`'s
+    `\\c` ended the output there; None where a character that is not ASCII (\\xff, \\u00e9, which bash writes
+    by the locale) or a NUL would be written: not known here."""
+    out: list[str] = []
+    at = 0
+    pattern = _ESCAPES["echo" if mode == "echo" else "other"]
+    while True:
+        found = pattern.search(text, at)
+        if found is None:
+            break
+        out.append(text[at:found.start()])
+        at = found.end()
+        octal, hexa, short, wide, other = found.groups()
+        if octal is not None or hexa or short or wide:
+            code = int(octal or "0", 8) if octal is not None else int(hexa or short or wide, 16)
+            if not 0 < code < 0x80:
+                return None
+            out.append("%%" if mode == "printf" and code == 0x25 else chr(code))
+        elif other == "c" and mode == "echo":  # echo writes nothing more
+            return "".join(out), True
+        elif other == "c" and mode == "dollar" and at < len(text):  # \cX: the control character
+            control = text[at]
+            at += 1
+            out.append(chr(0x7F if control == "?" else ord(control.upper()) & 0x1F) if control.isascii() else "")
+            if not control.isascii():
+                return None
+        else:
+            known = _SIMPLE_ESCAPES.get(other, _ESCAPE_EXTRAS[mode].get(other))
+            out.append(known if known is not None else found.group(0))
+    out.append(text[at:])
+    return "".join(out), False
 
 
 MAX_BRACE_WORDS = 1000
@@ -4021,6 +4144,8 @@ def _brace_expand(word: str) -> list[str] | None:
             sequence = SEQUENCE.fullmatch(body)
             if sequence:
                 items = _sequence(sequence)
+                if items is None:
+                    return None  # a sequence bash expands that is not expanded here: not known
             elif commas:
                 items = []
                 for part in [word[a + 1:b] for a, b in zip([i, *commas], [*commas, j])]:
@@ -4090,9 +4215,11 @@ def _sequence(match: re.Match[str]) -> list[str] | None:
         width = max(len(match.group(1)), len(match.group(2))) if match.group(1).lstrip("-").startswith("0") \
             or match.group(2).lstrip("-").startswith("0") else 0
         numbers = range(first, last + (1 if last >= first else -1), step if last >= first else -step)
-        return [str(n).zfill(width + (1 if n < 0 else 0)) if width else str(n) for n in numbers]
+        return [str(n).zfill(width) if width else str(n) for n in numbers]  # the width counts the sign: -01
     first, last, step = ord(match.group(4)), ord(match.group(5)), abs(int(match.group(6) or 1)) or 1
-    return [chr(c) for c in range(first, last + (1 if last >= first else -1), step if last >= first else -step)]
+    letters = [chr(c) for c in range(first, last + (1 if last >= first else -1), step if last >= first else -step)]
+    # `{Z..b}` passes [ \ ] ^ _ `, which bash then quotes and splits as text: not read here
+    return letters if all(c.isalpha() for c in letters) else None
 
 
 def _separator(src: bytes, start: int, stop: int) -> int | None:
@@ -4151,6 +4278,32 @@ POSIX_CLASS = re.compile(r"\[:([a-z]+):\]")
 HELD_CLASS = 0xE000  # a private-use character that stands for a class while fnmatch translates the glob
 
 
+def _caret_negates(pattern: str) -> str:
+    """`[^a]` negates in bash's globs as `[!a]` does (fnmatch read the ^ as one of the set's characters)."""
+    out, k = [], 0
+    while k < len(pattern):
+        if pattern[k] == "\\":
+            out.append(pattern[k:k + 2])
+            k += 2
+            continue
+        if pattern[k] != "[":
+            out.append(pattern[k])
+            k += 1
+            continue
+        end = k + 1 + (pattern[k + 1:k + 2] in ("!", "^"))
+        end += pattern[end:end + 1] == "]"  # a `]` first in the set is one of its characters
+        while end < len(pattern) and pattern[end] != "]":
+            end = pattern.find(":]", end) + 2 if pattern.startswith("[:", end) and ":]" in pattern[end:] else end + 1
+        if end >= len(pattern):  # no set: a `[` that stands for itself
+            out.append(pattern[k])
+            k += 1
+            continue
+        body = pattern[k + 1:end]
+        out.append("[" + ("!" + body[1:] if body.startswith("^") else body) + "]")
+        k = end + 1
+    return "".join(out)
+
+
 def _glob_translate(pattern: str) -> str:
     """fnmatch's regex of a glob, with the POSIX classes fnmatch does not know (`[[:digit:]]*`: it read
     `[[:digit:]` as a set and the rest as text, so `7x` did not match)."""
@@ -4162,7 +4315,7 @@ def _glob_translate(pattern: str) -> str:
         names.append(match.group(1))
         return chr(HELD_CLASS + len(names) - 1)
 
-    regex = fnmatch.translate(POSIX_CLASS.sub(hold, pattern))
+    regex = fnmatch.translate(POSIX_CLASS.sub(hold, _caret_negates(pattern)))
     for k, name in enumerate(names):
         regex = regex.replace(chr(HELD_CLASS + k), POSIX_CLASSES[name])
     return regex
@@ -4215,13 +4368,21 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
     return re.compile(_glob_translate(pattern), re.S)
 
 
+def _classes_known(value: str, pattern: str) -> None:
+    """`[[:alpha:]]` of a letter outside ASCII is the locale's (bash's UTF-8 `Ä` is alpha; the C locale's not)."""
+    if not value.isascii() and POSIX_CLASS.search(pattern):
+        raise _Unknown(pattern)
+
+
 def _glob_match(value: str, pattern: str) -> bool:
     if pattern.startswith("\x01"):
         pattern = pattern[1:]
+    _classes_known(value, pattern)
     return bool(_glob_regex(pattern).match(value))
 
 
 def _trim(value: str, pattern: str, op: str) -> str:
+    _classes_known(value, pattern)
     regex = _glob_regex(pattern)
     lengths = range(len(value) + 1)
     if op in ("#", "##"):
@@ -4236,6 +4397,7 @@ def _trim(value: str, pattern: str, op: str) -> str:
 
 
 def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
+    _classes_known(value, pattern)
     if not pattern:  # ${X/#/--}: an empty pattern anchored at the start (or the end) matches there
         return replacement + value if op == "/#" else value + replacement if op == "/%" else value
     _glob_regex(pattern)  # refuses a pattern too costly to match
@@ -4244,6 +4406,8 @@ def _replace(value: str, pattern: str, replacement: str, op: str) -> str:
         regex = re.compile(("^" if op == "/#" else "") + "(?:" + body + ")" + ("$" if op == "/%" else ""), re.S)
     except re.error:
         return value
+    if regex.fullmatch(""):  # `*`: the whole value, once (Python's sub also took the empty end: `ZZ`)
+        return replacement
     return regex.sub(lambda _: replacement, value, count=0 if op == "//" else 1)
 
 
@@ -4256,7 +4420,11 @@ def _echo(argv: list[str]) -> str | None:
         words = words[1:]
     text = " ".join(words)
     if escapes:
-        text = _ansi_c(text)
+        decoded = _escaped(text, "echo")
+        if decoded is None:
+            return None
+        text, stopped = decoded
+        newline = newline and not stopped
     return text + ("\n" if newline else "")
 
 
@@ -4305,7 +4473,10 @@ def _printf(argv: list[str]) -> str | None:
         argv = argv[:1] + argv[2:]
     if len(argv) < 2 or argv[1] == "-v":
         return None
-    form, args = _ansi_c(argv[1]), argv[2:]
+    decoded = _escaped(argv[1], "printf")
+    if decoded is None:
+        return None
+    form, args = decoded[0], argv[2:]
     specs = [m for m in PRINTF_SPEC.finditer(form) if m.group(4) != "%"]
     if "%" in PRINTF_SPEC.sub("", form) or any(m.group(4) not in "sdiuxXofFeEgGc" for m in specs) or \
             any(len(m.group(2)) > 4 or len(m.group(3)) > 5 for m in specs):  # a width of 10^9: not printed here
@@ -4323,6 +4494,19 @@ def _printf(argv: list[str]) -> str | None:
     return "".join(out)
 
 
+def _float_printed(spec: str, value: str) -> str | None:
+    """printf's %f %e %g of a decimal number, where it does not depend on the machine: bash converts the number to a
+    long double (80 bits on x86, 128 on ARM), so where the decimal is not exactly a double, a result that a double one
+    unit either side would print otherwise (`%.2f` of 1.115, `%.20f` of 0.1) is not known."""
+    x = float(value)
+    printed = spec % x
+    if decimal.Decimal(value.strip()) == decimal.Decimal(x):
+        return printed
+    if math.isinf(x) or spec % math.nextafter(x, -math.inf) != printed or spec % math.nextafter(x, math.inf) != printed:
+        return None
+    return printed
+
+
 def _fill(form: str, values: Any) -> str | None:
     failed = False
 
@@ -4335,6 +4519,9 @@ def _fill(form: str, values: Any) -> str | None:
         spec = "%" + flags + width + precision
         if letter in "sc":
             text = value or ""
+            if not text.isascii() and (width or precision or letter == "c"):
+                failed = True  # printf counts bytes, Python characters
+                return ""
             return (spec + "s") % (text[:1] if letter == "c" else text)
         if letter in "dixXou":
             number = PRINTF_INT.fullmatch(value) if value else PRINTF_INT.fullmatch("0")
@@ -4343,14 +4530,16 @@ def _fill(form: str, values: Any) -> str | None:
                 return ""
             sign, digits = number.groups()
             n = int(digits, 16 if digits[:2].lower() == "0x" else 8 if digits.startswith("0") else 10)
-            if n >= 2 ** 63 or sign == "-" and letter in "xXou":  # bash's 64-bit wrap: not read
-                failed = True
+            if n >= 2 ** 63 or sign == "-" and letter in "xXou" or letter == "o" and "#" in flags:
+                failed = True  # bash's 64-bit wrap: not read; C's %#o is 010, Python's 0o10
                 return ""
             return (spec + ("d" if letter in "iu" else letter)) % (-n if sign == "-" else n)
         if value and not PRINTF_FLOAT.fullmatch(value):
             failed = True
             return ""
-        return (spec + letter) % float(value or "0")
+        printed = _float_printed(spec + letter, value or "0")
+        failed = failed or printed is None
+        return printed or ""
 
     text = PRINTF_SPEC.sub(one, form)
     return None if failed else text
@@ -4550,12 +4739,31 @@ _MPI_PACKAGED = re.compile(r"(mpirun|mpiexec)[._][\w.]+")  # mpirun.openmpi, mpi
 SCRIPT_SUFFIX = re.compile(r"\.(sh|bash|sbatch|slurm|job)$")
 
 
+def written_place(word: str, where: str | None) -> str | None:
+    """The key a file the script writes is kept by: its path from the script's own directory (`tp.txt` named where
+    the script moved to `sub` is `sub/tp.txt`), or absolute; None where the directory is not known (`where`). A path
+    that begins with an unknown part (`$SCRATCH/job.sh`) is kept by its words."""
+    if word.startswith(MARK):
+        return word
+    if word.startswith("/"):
+        return os.path.normpath(word)
+    return None if where is None else _below(where, word)
+
+
+def _below(where: str, path: str) -> str | None:
+    """`path` from `where`, normalized; None where it climbs out of a directory not known (`cd $REPO; cd ..`)."""
+    joined = os.path.normpath(os.path.join(where, path))
+    root = where.split("/")[0]
+    if where.startswith(MARK) and joined != root and not joined.startswith(root + "/"):
+        return None
+    return joined
+
+
 def file_written_as(word: str, written: Mapping[str, object]) -> str | None:
-    """The file the script wrote that `word` names (`./runner.sh` is the `runner.sh` it wrote)."""
-    for key in (word, word.removeprefix("./"), "./" + word):
-        if key in written:
-            return key
-    return None
+    """The file the script wrote that `word` names from the script's own directory (`./runner.sh` is the `runner.sh`
+    it wrote, `a//b.json` is `a/b.json`)."""
+    key = written_place(word, ".")
+    return key if key is not None and key in written else None
 
 
 def _script_at(argv: list[str], is_script: Callable[[str], bool]) -> int | None:
@@ -4731,8 +4939,9 @@ class _Test:
     INT_OPS = {"-eq": int.__eq__, "-ne": int.__ne__, "-lt": int.__lt__, "-le": int.__le__, "-gt": int.__gt__,
                "-ge": int.__ge__}
 
-    def __init__(self, words: list[str], double: bool):
+    def __init__(self, words: list[str], double: bool, number: Callable[[str], int]):
         self.words, self.double, self.at = words, double, 0
+        self.number = number  # [[ ]]'s operand of -eq …: an arithmetic expression
         self.rematch: list[str] | None = None  # BASH_REMATCH of the last `=~` that matched ([] when one failed)
         self.skipping = False  # reading past an operand whose value the other side of -a/-o, &&/|| makes moot
 
@@ -4933,7 +5142,7 @@ class _Test:
             return (left < right) if op == "<" else (left > right)
         if op in self.INT_OPS:
             if self.double:  # [[ ]] reads each side as arithmetic (010 is octal, 0x10 hex)
-                a, b = _number(left), _number(right)
+                a, b = self.number(left), self.number(right)
             else:  # test(1) takes decimal integers only: `[ 010 -eq 8 ]` is false, `[ false -ne 1 ]` an error
                 a, b = _decimal(left), _decimal(right)
             return bool(self.INT_OPS[op](a, b))

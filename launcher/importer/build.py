@@ -236,6 +236,7 @@ class Source:
     copies: dict[str, str] = field(default_factory=dict)  # NAME → the variable whose value it holds (Reading.copies)
     written: dict[str, tuple[str, int]] = field(default_factory=dict)  # files the script writes (Reading.written)
     written_unsure: dict[str, tuple[int, ...]] = field(default_factory=dict)  # (Reading.written_unsure)
+    where: str | None = "."  # the directory the training command runs in (ScriptCommand.where)
 
 
 SHELL_C = re.compile(r"-[a-z]*c[a-z]*")  # bash -c, -lc, -ec, -xec …
@@ -443,11 +444,11 @@ def read_source(text: str, positional: Sequence[str] = (), path: Path | None = N
     notes = list(dict.fromkeys(notes))
     return Source(runner, words, env, notes, undecided, reading.slurm, alternatives, layout.counts, reading.lsf_nodes,
                   reading.job_slots, tuple(differing), reading.set_by_script, reading.copies, reading.written,
-                  reading.written_unsure)
+                  reading.written_unsure, command.where if training else ".")
 
 
 def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[str, int]],
-                        unsure: Mapping[str, tuple[int, ...]]) -> tuple[list[str], set[int]]:
+                        unsure: Mapping[str, tuple[int, ...]], where: str | None) -> tuple[list[str], set[int]]:
     """A lost flag whose value is a file the script writes itself (its DeepSpeed JSON): said with what the file holds
     (written_config), never as a file not read; where nothing of it is lost, harmless. (The words left out on purpose,
     Imported.set_aside; the ids of the words described.)"""
@@ -455,7 +456,7 @@ def _read_written_files(flags: flag_reader.Flags, written: Mapping[str, tuple[st
     for w in flags.of_kind("lost"):
         flag, eq, inline = w.words[0].partition("=")
         value = inline if eq else w.words[1] if len(w.words) == 2 else None
-        key = written_key(value, written) if value is not None else None
+        key = written_key(value, written, where) if value is not None else None
         if key is None:
             continue
         why, clean = describe(flag, value or "", *written[key], flags.settings)
@@ -710,7 +711,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         flags, nodes * per_node if isinstance(nodes, int) and isinstance(per_node, int) else None)
     lost: list[str] = list(lost_first)
     set_aside: list[str] = []
-    aside, described = _read_written_files(flags, source.written, source.written_unsure)
+    aside, described = _read_written_files(flags, source.written, source.written_unsure, source.where)
     set_aside += aside
     for w in flags.of_kind("lost"):
         missing = _missing(w.text) if id(w) not in described else []  # a path not known, a text that is

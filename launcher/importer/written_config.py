@@ -13,7 +13,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.importer.bash_subset import MARK, file_written_as, show, unresolved_names
+from launcher.importer.bash_subset import MARK, show, unresolved_names, written_place
 from launcher.megatron import args as megatron_args
 
 DEEPSPEED_FLAGS = ("--deepspeed_config", "--deepspeed-config")
@@ -27,11 +27,13 @@ LOSS_SCALER = {"initial_scale_power": "initial_loss_scale", "loss_scale_window":
 SHOWN_CHARS = 300
 
 
-def written_key(value: str, written: Mapping[str, object]) -> str | None:
-    """The file the script wrote that `value` names (`./ds.json` and `$(pwd)/ds.json` are the `ds.json` it wrote)."""
+def written_key(value: str, written: Mapping[str, object], where: str | None = ".") -> str | None:
+    """The file the script wrote that `value` names in the directory `where` (_Reader.where) of the command that
+    names it (`./ds.json` and `$(pwd)/ds.json` are the `ds.json` it wrote there)."""
     for here in (f"{MARK}$(pwd){MARK}/", f"{MARK}PWD{MARK}/", "${PWD}/"):
         value = value.removeprefix(here)
-    return file_written_as(value, written)
+    key = written_place(value, where)
+    return key if key is not None and key in written else None
 
 
 def describe(flag: str, value: str, text: str, line: int, settings: Mapping[str, Any]) -> tuple[str, bool]:

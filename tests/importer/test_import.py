@@ -247,8 +247,9 @@ def test_work_is_bounded():
         read_script("#" * 2_000_000)
     with pytest.raises(ShellSyntaxError, match="grows beyond"):
         read_script('A=xxxxxxxxxxxxxxxx\n' + 'A="$A$A"\n' * 40)
-    reading = read_script("X=$(( 2 ** 99999999 ))\ncmd $X\n")  # too large to compute: left unresolved
-    assert show(reading.commands[0].argv[1]) == "${X}"
+    # a power past 64 bits is bash's, modulo 2**64, in a few steps (bash prints 0 and 1826112817018578603)
+    reading = read_script("X=$(( 2 ** 99999999 ))\ncmd $X $(( 3 ** 99999999 ))\n")
+    assert [show(word) for word in reading.commands[0].argv[1:]] == ["0", "1826112817018578603"]
 
 
 # -- scripts in upstream's shapes -------------------------------------------------------------------------------

@@ -81,3 +81,21 @@ def test_a_json_written_from_values_a_file_not_read_may_change_is_not_certain():
     (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--deepspeed_config")]
     assert "train_batch_size 16 = --global-batch-size 16" in line
     assert line.endswith("written from values that the file sourced on line(s) 3, not read, may change")
+
+
+def test_the_json_is_the_one_written_where_the_training_command_runs():
+    body = '{"train_batch_size": $GBS, "train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 2}}'
+    # written after `cd $REPO` (a directory not known) and named there: the same file
+    for script in (f"cd $REPO\n{heredoc(body)}{RUN}--deepspeed_config ds_config.json\n",
+                   f"mkdir -p run\ncd run\n{heredoc(body)}cd ..\n{RUN}--deepspeed_config run/./ds_config.json\n",
+                   f"{heredoc(body, 'a//ds_config.json')}{RUN}--deepspeed_config a/ds_config.json\n"):
+        imported = import_source(script, "train.sh")
+        (line,) = [n for n in imported.lost if n.startswith("--deepspeed_config")]
+        assert "the script writes" in line and "train_micro_batch_size_per_gpu 4" in line, line
+    # named from another directory than the one it was written in: another file, whose text is not known
+    for script in (f"{heredoc(body)}cd $MODEL_DIR\n{RUN}--deepspeed_config ds_config.json\n",
+                   f"{heredoc(body)}cd run\n{RUN}--deepspeed_config ds_config.json\n",
+                   f"cd $REPO\n{heredoc(body)}cd ..\n{RUN}--deepspeed_config ds_config.json\n"):
+        imported = import_source(script, "train.sh")
+        (line,) = [n for n in imported.lost if n.startswith("--deepspeed_config")]
+        assert "the script writes" not in line and "train_micro_batch_size_per_gpu 4" not in line, line
