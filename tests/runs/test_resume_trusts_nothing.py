@@ -83,6 +83,10 @@ def test_a_torchrun_the_manifest_agrees_with_is_still_refused(first_run, tmp_pat
     ("LD_PRELOAD", "/tmp/evil.so"), ("BASH_ENV", "/tmp/evil.sh"), ("PYTHONPATH", "/tmp/evil"),
     ("PYTHONSTARTUP", "/tmp/evil.py"), ("LD_LIBRARY_PATH", "/tmp/evil"), ("PATH", "/tmp/evil:/usr/bin"),
     ("NCCL_NET_PLUGIN", "/tmp/evil.so"), ("ENV", "/tmp/evil.sh"), ("NODE_OPTIONS", "--require /tmp/evil.js"),
+    # where torch.compile's cache of compiled kernels is loaded from (TMPDIR/torchinductor_$USER), a file of NCCL
+    # settings (NCCL_NET_PLUGIN among them), the compiler a JIT build runs
+    ("TMPDIR", "/tmp/evil"), ("USER", "other"), ("NCCL_CONF_FILE", "/tmp/evil.conf"),
+    ("NVCC_PREPEND_FLAGS", "-ccbin /tmp/evil"),
 ])
 def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_path, name, value):
     run_dir, torchrun = first_run
