@@ -19,7 +19,6 @@ Two memory models live here:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
