@@ -250,6 +250,10 @@ def _log_lines(marker: Path) -> list[str]:
         "megatron-launch: job 123 attempt " + "9" * 30 + " on node1, rendezvous x",
         "megatron-launch: attempt 1 ended: " + inj[0],
         "srun: error: node1: task 0: Exited with exit code 1",
+        # exit codes and signals that are no count (5,000 digits: past int()'s limit)
+        "srun: error: node1: task 0: Exited with exit code " + "9" * 5000,
+        "Root Cause (first observed failure):", "[0]:", "  host      : node1", "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : " + "1" + "6" * 4999 + " (pid: 1)", "  traceback : Signal " + "9" * 5000 + " (SIGTERM)",
         "srun: error: " + inj[0] + ": task 0: Exited",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: " + inj[2],
         "[rank0]: RuntimeError: CUDA error: an illegal memory access " + inj[1],
