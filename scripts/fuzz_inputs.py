@@ -14,7 +14,8 @@ of address space for prepare-data, which maps 3.5 GiB importing torch):
     the launcher's config.json; a Megatron checkout's files (doctor, fetch-megatron); fetch-megatron's --source
     tarball; an index cache file in data_cache_path; runs --run-root; an import script's scheduler directives
     (#PJM, # flux:, #PBS, #SBATCH/#BSUB/#$) given hostile counts and shapes; a checkpoint's tracker file
-    (latest_checkpointed_iteration.txt, read by --check) given hostile iterations
+    (latest_checkpointed_iteration.txt, read by --check) given hostile iterations; a DeepSpeed JSON and YAML an
+    import script writes itself, given hostile counts and holding a planted secret
     damages: missing, empty, a directory, a FIFO, links to /dev/zero and /dev/urandom, a link to itself, a
     dangling link, a link to its own directory, a path too long to name it (300- and 5,000-character
     components, where a command names the slot), not UTF-8, NUL bytes, a sparse 10 GB file, a 9 MiB line,
@@ -23,7 +24,8 @@ of address space for prepare-data, which maps 3.5 GiB importing torch):
     without --quick also each slot's own (a gzip bomb of 16 GiB, a tar header of 4 GiB, a stale lock, …)
 
 A finding: an exit status other than 0 or 2 (1 too for report: a failed run), a traceback or "internal error",
-exit 2 without `error:` and `hint:`, more than the time limit, or a half-written file left behind (a temporary
+exit 2 without `error:` and `hint:`, more than the time limit, a planted secret in clear in the output or a file
+written, or a half-written file left behind (a temporary
 of the launcher's, or output files beside a refusal). Prints one line per finding and the totals; exit 1 when
 there are findings.
 """
@@ -177,6 +179,25 @@ TRACKER_VALUES = ("-5", "release", str(1 << 63), "12\nresume: ok", "\x1b[2J50", 
                   "0x10", "50\x00")
 QUICK_TRACKER_VALUES = (str(1 << 63), "12\nresume: ok", "\x1b[2J50")
 
+# a file an import script writes itself and gives to the training command (a DeepSpeed JSON, a YAML of flags), with
+# a planted secret: its counts compared with the flags' (0, -2, true divide nothing), read strictly, the secret
+# shown in no output and no written file
+PLANTED_SECRET = "Zq8sEcretV4lue77xx"  # no credential's form: a secret only by the member holding it
+WRITTEN_CONFIG = ("#!/bin/bash\nMBS={V}\ncat > ds.json <<EOF\n{\"train_batch_size\": {V}, "
+                  "\"train_micro_batch_size_per_gpu\": {V}, \"gradient_accumulation_steps\": 2,\n \"fp16\": "
+                  "{\"enabled\": true, \"initial_scale_power\": {V}, \"loss_scale\": {V}}, \"zero_optimization\": "
+                  "{\"stage\": {V}}, \"gradient_clipping\": {V},\n \"wandb\": {\"api_key\": \"SECRET\"}, "
+                  "\"hf_token\": \"SECRET\", \"x\": {V}}\nEOF\necho '{\"train_batch_size\": {V}, \"comet\": "
+                  "{\"api_key\": \"SECRET\"}}' > cfg.json\ncat > cfg.yaml <<'EOF'\nwandb:\n  api_key: SECRET\n"
+                  "num_layers: {V}\nEOF\ntorchrun --nproc_per_node 8 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                  "--num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 --micro-batch-size $MBS "
+                  "--global-batch-size 8 --train-iters 10 --lr 1e-4 --mock-data --tokenizer-type NullTokenizer "
+                  "--vocab-size 1000 --fp16 --deepspeed_config ds.json --hf-config cfg.json --yaml-cfg cfg.yaml\n"
+                  ).replace("SECRET", PLANTED_SECRET)
+WRITTEN_VALUES = ("0", "-2", "true", "NaN", "1e400", "-1e999", "2.5", str(1 << 64), "9" * 5000,
+                  "[" * 3000 + "]" * 3000, '"x"', "{}", "null", "$(touch MARKER)", "`touch MARKER`")
+QUICK_WRITTEN_VALUES = ("0", "-2", "NaN", "9" * 5000, "[" * 3000 + "]" * 3000)
+
 
 # -------------------------------------------------------------------------------------------------- slots
 
@@ -273,6 +294,10 @@ def slots() -> list[Slot]:
                                                     "import stdin": ["-", "import", "-"]},
              "#!/bin/bash\ntorchrun pretrain_gpt.py --num-layers {V} --hidden-size 8 --lr {V}\n"),
         *directive_slots(),
+        Slot("written config", "ds.sh", WRITTEN_CONFIG.replace("{V}", "2").encode(), {
+            "import -o": ["import", "ds.sh", "-o", "out/p.yaml", "--accept-loss"], "import": ["import", "ds.sh"]},
+            WRITTEN_CONFIG, damages=("a FIFO", "not UTF-8", "cut in half"),
+            values=(QUICK_WRITTEN_VALUES, WRITTEN_VALUES)),
         Slot("checkpoint tracker", "ckpt/latest_checkpointed_iteration.txt", b"50\n", {
             "check": ["toy", "--check", "--set", "load=ckpt", "--megatron-path", "mlm"]},
             "{V}\n", values=(QUICK_TRACKER_VALUES, TRACKER_VALUES)),
@@ -483,7 +508,9 @@ def _whole_yaml(path: Path) -> bool:
         return False
 
 
-def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path) -> list[str]:
+def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path, written: list[Path] | None = None
+          ) -> list[str]:
+    """The findings of one command: `written`, the files it made or changed."""
     allowed = {0, 1, 2} if reader.startswith(("report", "doctor")) else {0, 2}  # a failed run; a failed check
     answer = outcome.out + outcome.err
     if reader == "check":  # --check's report: each refusal is a `refused:` line with its `hint:`
@@ -494,7 +521,18 @@ def judge(reader: str, outcome: Outcome, leftovers: list[str], marker: Path) -> 
         marker.unlink()
     if "needs megatron-core" in outcome.err:  # the sweep's own limits kept the command from its input
         findings.append("SETUP: megatron-core could not be imported within the sweep's limits; the input was not read")
+    shown = [name for name, text in (("stdout", outcome.out), ("stderr", outcome.err)) if PLANTED_SECRET in text]
+    shown += [str(path) for path in written or [] if _holds(path, PLANTED_SECRET)]
+    if shown:
+        findings.append(f"SECRET: a planted secret in clear in {', '.join(shown[:3])}")
     return findings + leftovers
+
+
+def _holds(path: Path, text: str) -> bool:
+    try:
+        return path.is_file() and not path.is_symlink() and text.encode() in path.read_bytes()[:64 << 20]
+    except OSError:
+        return False
 
 
 def main() -> int:
@@ -559,7 +597,9 @@ def main() -> int:
             runs += 1
             if outcome.seconds > slowest:
                 slowest, slowest_case = outcome.seconds, f"{reader} on {case.slot.name} {case.damage}"
-            for finding in judge(reader, outcome, _leftovers(case_dir, before, outcome.status), marker):
+            written = [p for p in (Path(d) / n for d, _, names in os.walk(case_dir) for n in names)
+                       if p not in before]
+            for finding in judge(reader, outcome, _leftovers(case_dir, before, outcome.status), marker, written):
                 line = f"{reader} | {case.slot.name} | {case.damage} | {finding}"
                 findings.append(line)
                 print(line, flush=True)

@@ -9,7 +9,8 @@ Makes real run directories (a local run through a replaying torchrun stand-in th
 Slurm run with its slurm-JOB.out, a Kubernetes run with its pod log), then damages one file of a copy at a time
 in many ways (missing, empty, cut, binary, not UTF-8, huge, an endless line, a link to /dev/zero, to a secret
 file or outside the run root, a FIFO, a directory, deep nesting, NaN, a wrong type at every key, shell
-metacharacters and newlines in every string, planted programs, what killed writes leave (temporaries, an empty
+metacharacters and newlines in every string, planted programs, settings that choose a program (a loader variable,
+TMPDIR, USER, an #SBATCH --export or --chdir), what killed writes leave (temporaries, an empty
 lock), the run directory empty or on a read-only mount) and runs every reader on each:
 
     report (text, json, --partial) · runs / ls (text, json) · diff RUN toy · --resume RUN --slurm / --k8s /
@@ -250,6 +251,10 @@ def _log_lines(marker: Path) -> list[str]:
         "megatron-launch: job 123 attempt " + "9" * 30 + " on node1, rendezvous x",
         "megatron-launch: attempt 1 ended: " + inj[0],
         "srun: error: node1: task 0: Exited with exit code 1",
+        # exit codes and signals that are no count (5,000 digits: past int()'s limit)
+        "srun: error: node1: task 0: Exited with exit code " + "9" * 5000,
+        "Root Cause (first observed failure):", "[0]:", "  host      : node1", "  rank      : 0 (local_rank: 0)",
+        "  exitcode  : " + "1" + "6" * 4999 + " (pid: 1)", "  traceback : Signal " + "9" * 5000 + " (SIGTERM)",
         "srun: error: " + inj[0] + ": task 0: Exited",
         "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: " + inj[2],
         "[rank0]: RuntimeError: CUDA error: an illegal memory access " + inj[1],
@@ -328,6 +333,8 @@ def mutations(bases: dict[str, Path], quick: bool, rng: random.Random) -> list[M
     for base in bases:
         add(base, "preset.yaml", "secrets in clear", _secrets_in_preset)
         add(base, "manifest.json", "secrets in clear", _secrets_in_manifest)
+        for choice in PROGRAM_CHOICES:
+            add(base, "preset.yaml", f"program chosen: {choice}", _program_choice(choice))
         add(base, ".", "run directory a link outside", _run_dir_link)
         add(base, ".", "run directory a FIFO", _run_dir_fifo)
         add(base, ".", "run directory a file", _run_dir_file)
@@ -385,6 +392,32 @@ def _secrets_in_preset(path: Path, _marker: Path) -> None:
     data = yaml.safe_load(path.read_text())
     data["launcher"]["env"] = {**(data["launcher"].get("env") or {}), **SECRETS, "PLAIN": SECRETS["HF_TOKEN"]}
     path.write_text(yaml.safe_dump(data))
+
+
+# Settings of a run's preset.yaml that choose what runs (a loader's variable, the cache compiled kernels are loaded
+# from, an #SBATCH option exporting one or moving the batch script): a resume takes none of them unasked, so none
+# may reach a file a reader writes (an sbatch script, a JobSet, command.sh, the manifest's new attempt)
+PLANTED_CHOICE = "planted-choice-4242"
+PROGRAM_CHOICES = {
+    "env.TMPDIR": ("env", {"TMPDIR": f"/tmp/{PLANTED_CHOICE}"}),
+    "env.USER": ("env", {"USER": PLANTED_CHOICE}),
+    "env.NCCL_CONF_FILE": ("env", {"NCCL_CONF_FILE": f"/tmp/{PLANTED_CHOICE}.conf"}),
+    "env.NVCC_PREPEND_FLAGS": ("env", {"NVCC_PREPEND_FLAGS": f"-ccbin=/tmp/{PLANTED_CHOICE}"}),
+    "env.LD_PRELOAD": ("env", {"LD_PRELOAD": f"/tmp/{PLANTED_CHOICE}.so"}),
+    "slurm.extra_sbatch --export": ("slurm", {"extra_sbatch": [f"--export=ALL,LD_PRELOAD=/tmp/{PLANTED_CHOICE}.so"]}),
+    "slurm.extra_sbatch --chdir": ("slurm", {"extra_sbatch": [f"--chdir=/tmp/{PLANTED_CHOICE}"]}),
+    "slurm.extra_sbatch --container-image": ("slurm", {"extra_sbatch": [f"--container-image={PLANTED_CHOICE}:1"]}),
+}
+
+
+def _program_choice(name: str) -> Callable[[Path, Path], None]:
+    def apply(path: Path, _marker: Path) -> None:
+        import yaml
+        data = yaml.safe_load(path.read_text())
+        section, values = PROGRAM_CHOICES[name]
+        data["launcher"][section] = {**(data["launcher"].get(section) or {}), **values}
+        path.write_text(yaml.safe_dump(data))
+    return apply
 
 
 def _secrets_in_manifest(path: Path, _marker: Path) -> None:
@@ -627,6 +660,8 @@ def judge(reader: str, outcome: Outcome, marker: Path, written: list[Path]) -> l
         for word in SECRET_WORDS:
             if word.encode() in data:
                 findings.append(f"secret in clear in {path}")
+        if PLANTED_CHOICE.encode() in data:
+            findings.append(f"a program chosen by the run directory written to {path.name}")
         if path.name == "jobset.yaml" and data:
             findings += _kept_off_findings(data)
     return findings

@@ -19,7 +19,6 @@ Two memory models live here:
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
@@ -49,7 +48,9 @@ def megatron_value(args: Mapping[str, Any], name: str) -> Any:
 def pad_vocab(vocab_size: int, tensor_parallel: int, divisible_by: int = 128) -> int:
     """Megatron's rule (build_tokenizer.vocab_size_with_padding): round up to a multiple of divisor·TP."""
     multiple = divisible_by * tensor_parallel
-    return math.ceil(vocab_size / multiple) * multiple
+    if multiple < 1:
+        raise ValueError(f"make_vocab_size_divisible_by {divisible_by} × TP {tensor_parallel} is no positive multiple")
+    return -(-vocab_size // multiple) * multiple  # in integers: a float loses a vocabulary of 10^16 and beyond
 
 
 def padded_vocab_size(args: Mapping[str, Any], tp: int) -> int:
@@ -177,7 +178,16 @@ class ModelShape:
 
 
 def model_shape(args: Mapping[str, Any], tensor_parallel: int | None = None) -> ModelShape:
-    """Resolve the model shape from Megatron arguments; TP (for vocab padding) defaults to the args' value."""
+    """Resolve the model shape from Megatron arguments; TP (for vocab padding) defaults to the args' value.
+    ValueError where they give none (a size missing, 0 heads, an infinite or 10^30 size: a checkpoint's stored args
+    and a measurements file hold whatever was written there)."""
+    try:
+        return _model_shape(args, tensor_parallel)
+    except (ArithmeticError, RecursionError) as error:  # ZeroDivisionError, OverflowError
+        raise ValueError(f"no model shape from these settings: {error}") from None
+
+
+def _model_shape(args: Mapping[str, Any], tensor_parallel: int | None) -> ModelShape:
     hidden = int(args["hidden_size"])
     heads = int(args["num_attention_heads"])
     tp = int(tensor_parallel or megatron_value(args, "tensor_model_parallel_size"))

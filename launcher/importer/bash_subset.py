@@ -128,6 +128,39 @@ def remember_secret(name: str, value: str) -> None:
         redaction.remember(name, value)
 
 
+# The words of a file's text: a name, or any other character (a quote, `:`, `=`): linear, whatever the quotes
+_WRITTEN_TOKEN = re.compile(r"[\w.-]+|\S")
+_WRITTEN_VALUE = re.compile(r"""[ \t]*("(?:[^"\\\n]|\\.){0,4096}"|'[^'\n]{0,4096}'|[^\s,;}\]]{1,4096})""")
+
+
+def remember_written_secrets(text: str) -> None:
+    """A file the script writes (a DeepSpeed JSON, a YAML, an env or INI file) whose secret-named member holds a value
+    (`"api_key": "…"`, `hf_token: …`, `PASSWORD=…`, at any depth): the value is remembered as a secret variable's is
+    (remember_secret), so the notes that show the file's text, and the preset, show <redacted> in its place."""
+    if not redaction.SECRET_NAME.search(text):
+        return
+    last: list[re.Match[str] | None] = [None, None]  # the two tokens before this one
+    read_to = 0  # the end of the last value taken: a name inside it is part of that value
+    for token in _WRITTEN_TOKEN.finditer(text):
+        earlier, last = last, [last[1], token]
+        if token.group() not in (":", "="):
+            continue
+        name = earlier[1] if earlier[1] is not None and earlier[1].group() in ('"', "'") else None
+        name = earlier[0] if name is not None else earlier[1]
+        if name is None or name.start() < read_to or not redaction.SECRET_NAME.search(name.group()) \
+                or not re.fullmatch(r"[\w.-]+", name.group()):
+            continue
+        found = _WRITTEN_VALUE.match(text, token.end())
+        if found is None:
+            continue
+        read_to = found.end()
+        value = found.group(1)
+        if value[:1] == '"':
+            with contextlib.suppress(UserError):
+                value = str(untrusted.loads_json(value, "a value"))
+        remember_secret(name.group(), value.strip("\"'"))
+
+
 @lru_cache(maxsize=1)
 def public_words() -> frozenset[str]:
     """The values Megatron's flags choose from (allgather, alltoall, RMSNorm, …), and forks' names for them:
@@ -1279,6 +1312,7 @@ class _Reader:
         appended = self.src[redirects[0].start_byte:redirects[0].end_byte].lstrip().startswith(b">>")
         chunks = self.written.get(path, []) if appended else []
         self.note_written_taint(path, names, text, appended)
+        remember_written_secrets(text)
         offset = self.line(body) - 1 if body is not None else self.line(node)
         self.written[path] = [*chunks, (text, offset)]
         if not chunks:
@@ -1314,6 +1348,7 @@ class _Reader:
             return True
         chunks = self.written.get(path, []) if operator.startswith(b">>") else []
         self.note_written_taint(path, names, "".join(capture.out), bool(chunks))
+        remember_written_secrets("".join(capture.out))
         if capture.known and not any(unresolved_names(t) for t in capture.out):
             self.written[path] = [*chunks, ("".join(capture.out), self.line(node) - 1)]
             if not chunks:

@@ -13,6 +13,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from launcher import untrusted
+from launcher.errors import UserError
 from launcher.importer.bash_subset import MARK, show, unresolved_names, written_place
 from launcher.megatron import args as megatron_args
 
@@ -45,12 +47,11 @@ def describe(flag: str, value: str, text: str, line: int, settings: Mapping[str,
         names = ", ".join(f"${n}" for n in dict.fromkeys(unresolved_names(text)))
         return (f"{where}, with {names} not known without running the script, so what DeepSpeed reads is not known: "
                 f"{_shown(text)}"), False
-    try:  # a value past Python's integer digits limit is a ValueError, not a decoding error
-        config = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return f"{where}, and it is not JSON ({exc.msg}, line {exc.lineno}): {_shown(text)}", False
-    except (ValueError, RecursionError):  # a number of more digits than Python reads, nesting past its stack
-        return f"{where}, and it is not JSON that can be read here: {_shown(text)}", False
+    try:  # strict, as every JSON from elsewhere: no NaN, no number past a float, nesting of at most 64 levels
+        config = untrusted.loads_json(text, "it")
+    except UserError as exc:
+        why = str(exc).removeprefix("it is not valid JSON: ")
+        return f"{where}, and it is not JSON that can be read here ({why}): {_shown(text)}", False
     if not isinstance(config, dict):
         return f"{where}, and it holds no JSON object: {_shown(text)}", False
     agree, differ, lost = _deepspeed(config, settings)
@@ -89,8 +90,9 @@ def _deepspeed(config: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[
             compare(key, value, "--micro-batch-size", settings.get("micro_batch_size"))
         elif key == "gradient_accumulation_steps":
             gbs, mbs = settings.get("global_batch_size"), settings.get("micro_batch_size")
-            if isinstance(value, int) and isinstance(gbs, int) and isinstance(mbs, int) and value > 0 \
-                    and gbs % (mbs * value) == 0:
+            # counts from the script's flags and the JSON are anything written there (0, -2, true): only positive
+            # ones divide
+            if all(_positive(n) for n in (value, gbs, mbs)) and gbs % (mbs * value) == 0:
                 agree.append(f"{key} {value} (Megatron's: --global-batch-size / --micro-batch-size / data-parallel "
                              f"size, so a data-parallel size of {gbs // (mbs * value)})")
             else:
@@ -130,6 +132,10 @@ def _deepspeed(config: Mapping[str, Any], settings: Mapping[str, Any]) -> tuple[
         else:
             lost.append(f"{key} {_shown(_json(value), 80)}")
     return agree, differ, lost
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _listed(items: list[str], limit: int = 20) -> str:

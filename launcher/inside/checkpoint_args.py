@@ -25,6 +25,7 @@ MAX_LEGACY_BYTES = 64 << 20
 MAX_ARGS = 5000  # a Namespace with more attributes than Megatron has is not read further
 MAX_TEXT = 2000  # characters of one string value
 MAX_LIST = 64  # items of one list value (data_path blends are weight/prefix pairs)
+MAX_INT_BITS = 64  # no setting Megatron stores holds a larger integer
 # The real types a checkpoint may hold besides Megatron's own (megatron/core/safe_globals.py lists the same).
 REAL_GLOBALS = ("argparse.Namespace", "signal.Signals", "types.SimpleNamespace", "pathlib.PosixPath",
                 "numpy.ndarray", "numpy.dtype", "numpy.core.multiarray._reconstruct",
@@ -74,6 +75,9 @@ def _plain(value: Any, depth: int = 0) -> Any:
     """A JSON value for one stored setting: scalars, short lists, names of stand-ins; None for anything else."""
     if type(value).__name__ == "Signals":
         return getattr(value, "name", str(value))
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > MAX_INT_BITS:
+        # json.dumps (as str()) refuses an integer past 4,300 digits, and the whole reply with it: said, not written
+        return f"an integer of {value.bit_length()} bits"
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, float):

@@ -37,12 +37,18 @@ def is_env_name(name: object) -> bool:
 # Variables that choose what a process runs or loads before (or instead of) its own code: the dynamic loader's
 # (LD_PRELOAD, LD_AUDIT, GLIBC_TUNABLES), the shells' (BASH_ENV, ENV, BASH_FUNC_x%%, PS4), the interpreters'
 # (PYTHONPATH, PYTHONSTARTUP, PERL5OPT, NODE_OPTIONS), search paths (PATH, CUDA_PATH), plug-ins (NCCL_NET_PLUGIN)
-# and homes (HOME: Python's user site-packages; CUDA_HOME: the compiler). Whoever sets one chooses the program.
+# and homes (HOME: Python's user site-packages; CUDA_HOME: the compiler). Also what names the cache compiled code is
+# loaded from without a compile: torch.compile's is TMPDIR/torchinductor_$USER (tempfile.gettempdir(),
+# getpass.getuser(): TMPDIR/TEMP/TMP, LOGNAME/USER/LNAME/USERNAME), so `USER=other` loads another user's kernels; a
+# config file that sets such variables itself (NCCL_CONF_FILE: NCCL_NET_PLUGIN=…); and a compiler's choice and flags
+# (NVCC_PREPEND_FLAGS=-ccbin PROG, CXXFLAGS=-B DIR: the programs a JIT build runs). Whoever sets one chooses the
+# program.
 _LOADER_NAME = re.compile(
     r"(?:LD|DYLD|PYTHON|BASH|PERL|RUBY|NODE|LUA|JAVA|JDK|TCL|TK|GCONV|GLIBC|MALLOC|TORCHINDUCTOR|TRITON|"
     r"TORCH_EXTENSIONS|CUDA_CACHE|XDG|ZDOTDIR)|^_JAVA|PATH|PRELOAD|PLUGIN|HOME|LIBRARY|^ENV$|^PS4$|"
     r"^PROMPT_COMMAND$|^SHELLOPTS$|^BASHOPTS$|^IFS$|^CDPATH$|OPTIONS$|^TERMINFO|^HOSTALIASES$|^LOCPATH$|"
-    r"^NLSPATH$|^OPENSSL_|^SSL_CERT|^GIT_|^PIP_|^CC$|^CXX$|^LDSHARED$|^CFLAGS$|^LDFLAGS$|^MAKEFLAGS$",
+    r"^NLSPATH$|^OPENSSL_|^SSL_CERT|^GIT_|^PIP_|^CC$|^CXX$|^LDSHARED$|FLAGS$|CCBIN|^CUDA(?:HOST)?CXX$|^NVCC$|"
+    r"^(?:TMPDIR|TEMP|TMP|LOGNAME|USER|LNAME|USERNAME)$|CONF(?:IG)?_?(?:FILE|DIR)S?$",
     re.IGNORECASE)
 
 

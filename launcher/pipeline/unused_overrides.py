@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from launcher import redaction
 from launcher.errors import MAX_SHOWN, clip
 from launcher.pipeline.preset import Preset, override_name, unused_backend_overrides
 from launcher.pipeline.shell import shell_word
@@ -124,7 +125,9 @@ def overrides_not_given_again(manifest: Mapping[str, Any], overrides: Sequence[s
                                  if isinstance(text, str) and "=" in text and override_name(text) not in given))
     if not dropped:
         return []
-    sets = " ".join(f"--set {clip(shell_word(text), MAX_SHOWN)}" for text in dropped[:20]) + (
+    # as a record is written: an item that sets a secret shows <redacted>, whoever wrote the manifest
+    sets = " ".join(f"--set {clip(shell_word(redaction.scrub_assignment(text)), MAX_SHOWN)}"
+                    for text in dropped[:20]) + (
         f" and {len(dropped) - 20} more" if len(dropped) > 20 else "")  # as the user would type them
     return [f"the last attempt ran with {sets}, which this resume does not give: the run's preset.yaml decides "
             f"{'them' if len(dropped) > 1 else 'it'} again (repeat {'them' if len(dropped) > 1 else 'it'} to keep "

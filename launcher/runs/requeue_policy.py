@@ -305,7 +305,7 @@ def main(argv: list[str], environ: dict[str, str] | None = None) -> int:
     decision = decide(ends, excluded, job_nodes)
     if decision.left_out:
         count = environ.get("SLURM_JOB_NUM_NODES") or environ.get("SLURM_NNODES") or ""
-        fewest = fewest if fewest is not None else int(count) if count.isascii() and count.isdigit() else None
+        fewest = fewest if fewest is not None else counts.count(count, 6)
         decision = fit(decision, responding_nodes(environ.get("SLURM_JOB_PARTITION")), fewest)
     if not_taken:
         decision = replace(decision, hosts=f"{decision.hosts}; manifest.json's excluded_nodes: {not_taken}, "

@@ -62,6 +62,16 @@ _LAUNCHER_OWN: dict[str, object] = {
 }
 # Layer specs the launcher itself names (its own modules, Megatron's): any other is code from somewhere else.
 _OWN_SPEC_MODULES = ("launcher.inside.", "megatron.")
+# #SBATCH options of slurm.extra_sbatch that say where and when a job runs and who hears of it. Any other may choose
+# what runs: --export=LD_PRELOAD=…, --export-file, --chdir (the batch script's `python3 -m` imports from its working
+# directory first), pyxis' --container-image/-mounts/-env, --get-user-env, a burst buffer's script (--bb, --bbf).
+_PLACEMENT_SBATCH = frozenset({
+    "mail-type", "mail-user", "constraint", "cluster-constraint", "clusters", "reservation", "comment", "wckey",
+    "nice", "priority", "licenses", "exclude", "nodelist", "switches", "begin", "deadline", "hint", "distribution",
+    "gpu-bind", "gpu-freq", "cpu-freq", "gpus-per-task", "gpus-per-socket", "cpus-per-gpu", "ntasks-per-gpu",
+    "ntasks-per-core", "ntasks-per-socket", "sockets-per-node", "cores-per-socket", "threads-per-core", "mincpus",
+    "tmp", "core-spec", "thread-spec", "spread-job", "use-min-nodes", "contiguous", "oversubscribe", "overcommit",
+    "kill-on-invalid-dep", "no-kill", "acctg-freq", "power", "network", "exclusive", "x", "w", "C"})
 
 
 def program_settings(preset: Preset) -> dict[str, object]:
@@ -74,6 +84,11 @@ def program_settings(preset: Preset) -> dict[str, object]:
         "k8s.image": settings.k8s.get("image", K8S_DEFAULT_IMAGE),
     }
     chosen = {name: value for name, value in found.items() if value != _LAUNCHER_OWN[name]}
+    extra = settings.slurm.get("extra_sbatch")
+    extra = [extra] if isinstance(extra, str) else extra if isinstance(extra, list) else []
+    choosing = [str(o) for o in extra if str(o).lstrip("-").split("=", 1)[0] not in _PLACEMENT_SBATCH]
+    if choosing:
+        chosen["slurm.extra_sbatch"] = choosing
     spec = preset.megatron.get("spec")
     if spec is not None and not (isinstance(spec, (list, tuple)) and spec
                                  and str(spec[0]).startswith(_OWN_SPEC_MODULES)):

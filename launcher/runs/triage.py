@@ -584,8 +584,7 @@ def _rerun_exit(r: AttemptReader, exit_code: int | None) -> int | None:
     codes = [r.root.get("exitcode", "").split(" ")[0] if r.root else "", r.torchrun_exit or "",
              (m["code"] if (m := _SRUN_EXIT_CODE.search(r.task[1])) else "") if r.task else "",
              str(exit_code) if exit_code is not None else ""]
-    return next((int(code) for code in codes if code.isascii() and code.isdigit() and int(code) in RERUN_EXITS),
-                r.rerun_exit)
+    return next((number for code in codes if (number := read_count(code, 4)) in RERUN_EXITS), r.rerun_exit)
 
 
 def _exception_end(r: AttemptReader, iteration: int | None, rank: int | None, host: str | None) -> Triage:

@@ -117,3 +117,32 @@ def test_a_secret_under_such_a_name_is_still_one():
     imported = import_source(f"#!/bin/bash\nDISPATCH_TOKEN={SECRET}x\ntorchrun --nproc_per_node 8 {MODEL} "
                              f"--wandb-exp-name $DISPATCH_TOKEN\n", "train.sh")
     assert SECRET not in imported.text
+
+
+WRITTEN = [
+    ("cat > ds.json <<EOF\n{{\"train_batch_size\": 8, \"comet\": {{\"api_key\": \"{s}\"}}}}\nEOF\n",
+     "--deepspeed_config ds.json"),
+    ("echo '{{\"hf_token\": \"{s}\", \"steps_per_print\": 1}}' > ds.json\n", "--deepspeed_config ds.json"),
+    ("cat > cfg.yaml <<'EOF'\nwandb:\n  api_key: {s}   # the team's\nEOF\n", "--yaml-cfg cfg.yaml"),
+    ("echo \"export DB_PASSWORD={s}\" > creds.env\n", "--yaml-cfg creds.env"),
+    ("cat > ds.json <<EOF\n{{\"x\": {{\"Password\" : '{s}'}}}}\nEOF\n",
+     "--deepspeed_config ds.json --tokenizer-config \"$(cat ds.json)\""),
+]
+
+
+@pytest.mark.parametrize(("writes", "flag"), WRITTEN)
+def test_a_secret_member_of_a_file_the_script_writes_is_shown_nowhere(writes, flag):
+    script = f"#!/bin/bash\n{writes.format(s=SECRET + 'w')}torchrun {MODEL} {flag}\n"
+    imported = import_source(script, "train.sh")
+    written = redaction.for_file(imported.text)
+    assert SECRET not in written, [line for line in written.splitlines() if SECRET in line]
+    notes = [redaction.scrub(n) for n in (*imported.not_carried, *imported.lost)]
+    assert not any(SECRET in n for n in notes), notes
+    assert any("<redacted>" in n for n in notes)  # the file's text is still shown, its secret not
+
+
+def test_a_written_files_members_that_are_no_secret_are_shown_as_written():
+    script = (f"#!/bin/bash\ncat > cfg.yaml <<'EOF'\nkey_bits: 4096\ntokenizer_type: GPT2BPETokenizer\nEOF\n"
+              f"torchrun {MODEL} --yaml-cfg cfg.yaml\n")
+    (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--yaml-cfg")]
+    assert "key_bits: 4096" in redaction.scrub(line) and "tokenizer_type: GPT2BPETokenizer" in redaction.scrub(line)

@@ -4,6 +4,8 @@ it, and names what is not carried; it is never called a file the import does not
 
 from __future__ import annotations
 
+import pytest
+
 from launcher.importer.build import import_source
 
 MODEL = ("--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 128 --max-position-embeddings 128 "
@@ -99,3 +101,21 @@ def test_the_json_is_the_one_written_where_the_training_command_runs():
         imported = import_source(script, "train.sh")
         (line,) = [n for n in imported.lost if n.startswith("--deepspeed_config")]
         assert "the script writes" not in line and "train_micro_batch_size_per_gpu 4" not in line, line
+
+
+@pytest.mark.parametrize("mbs", ["0", "-2"])
+def test_batch_counts_that_are_no_positive_numbers_are_said_to_differ_not_divided(mbs):
+    written = heredoc('{"gradient_accumulation_steps": 2, "train_micro_batch_size_per_gpu": 1}')
+    script = (written.replace("MBS=2", f"MBS={mbs}") + RUN + "--deepspeed_config ds_config.json\n")
+    (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--deepspeed_config")]
+    assert "against the Megatron flags" in line and "gradient_accumulation_steps 2 (Megatron computes it" in line
+
+
+@pytest.mark.parametrize(("body", "said"), [('{"train_batch_size": NaN}', "NaN"),
+                                            ('{"train_batch_size": 1e400}', "1e400"),
+                                            ('{"x": ' + "[" * 2000 + "]" * 2000 + "}", "nesting deeper than 64"),
+                                            ('{"train_batch_size": ' + "9" * 5000 + "}", "digits")])
+def test_a_written_json_no_json_reader_here_takes_whole_is_said_unreadable(body, said):
+    script = heredoc(body) + RUN + "--deepspeed_config ds_config.json\n"
+    (line,) = [n for n in import_source(script, "train.sh").lost if n.startswith("--deepspeed_config")]
+    assert "it is not JSON that can be read here" in line and said in line

@@ -181,3 +181,11 @@ def test_a_manifests_recorded_overrides_of_any_shape_are_read_as_strings_only() 
         assert overrides_not_given_again({"attempts": attempts}, ()) == []
     said = overrides_not_given_again({"attempts": [{"overrides": ["lr=1"] * 5 + ["x=\x1b[31m"]}]}, ("lr=2",))
     assert len(said) == 1 and "\x1b" not in said[0] and "lr=1" not in said[0]
+
+
+def test_a_manifests_recorded_override_of_a_secret_is_said_without_its_value() -> None:
+    from launcher.pipeline.unused_overrides import overrides_not_given_again
+    recorded = ["env.DB_PASSWORD=s3cr3t-Pw9", "launcher.env.WANDB_API_KEY=abc123def456", "--set=env.MY_TOKEN=tkn-77x"]
+    (said,) = overrides_not_given_again({"attempts": [{"overrides": recorded}]}, ())
+    assert not any(value in said for value in ("s3cr3t-Pw9", "abc123def456", "tkn-77x")), said
+    assert "--set 'env.DB_PASSWORD=<redacted>'" in said and "WANDB_API_KEY" in said and "MY_TOKEN" in said

@@ -83,6 +83,10 @@ def test_a_torchrun_the_manifest_agrees_with_is_still_refused(first_run, tmp_pat
     ("LD_PRELOAD", "/tmp/evil.so"), ("BASH_ENV", "/tmp/evil.sh"), ("PYTHONPATH", "/tmp/evil"),
     ("PYTHONSTARTUP", "/tmp/evil.py"), ("LD_LIBRARY_PATH", "/tmp/evil"), ("PATH", "/tmp/evil:/usr/bin"),
     ("NCCL_NET_PLUGIN", "/tmp/evil.so"), ("ENV", "/tmp/evil.sh"), ("NODE_OPTIONS", "--require /tmp/evil.js"),
+    # where torch.compile's cache of compiled kernels is loaded from (TMPDIR/torchinductor_$USER), a file of NCCL
+    # settings (NCCL_NET_PLUGIN among them), the compiler a JIT build runs
+    ("TMPDIR", "/tmp/evil"), ("USER", "other"), ("NCCL_CONF_FILE", "/tmp/evil.conf"),
+    ("NVCC_PREPEND_FLAGS", "-ccbin /tmp/evil"),
 ])
 def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_path, name, value):
     run_dir, torchrun = first_run
@@ -107,6 +111,14 @@ def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_p
     ("k8s.image", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(image="evil.example/x:1")),
     ("slurm.container_image", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
         container_image="evil.example/x:1")),
+    # #SBATCH options that choose what runs: a loader variable exported to the job, the batch script's working
+    # directory (its `python3 -m` imports from there first), a container
+    ("slurm.extra_sbatch", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
+        extra_sbatch=["--mail-type=END", f"--export=ALL,LD_PRELOAD={evil}"])),
+    ("slurm.extra_sbatch", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
+        extra_sbatch=f"--chdir={Path(evil).parent}")),
+    ("slurm.extra_sbatch", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
+        extra_sbatch=["--container-image=evil.example/x:1"])),
 ])
 def test_a_program_planted_in_a_cluster_run_is_refused(tmp_path, backend, name, planted):
     """A run made for Slurm or Kubernetes records no torchrun argv to compare with: the rule holds anyway."""
@@ -275,3 +287,20 @@ def test_a_resume_writes_back_no_secret_it_found_in_clear_in_the_manifest(first_
         assert value not in text
     assert manifest["attempts"][0]["env"]["WANDB_API_KEY"] == "<redacted>"
     assert manifest["notes"] == {"api_key": "<redacted>", "argv": ["HF_TOKEN=<redacted>"]}
+
+
+@pytest.mark.parametrize(("extra", "chosen"), [
+    (["--mail-type=END", "--constraint=h100", "--exclude=node7", "--reservation=big"], None),
+    (["--mail-type=END", "--export=ALL,LD_PRELOAD=/tmp/evil.so"], ["--export=ALL,LD_PRELOAD=/tmp/evil.so"]),
+    ("--chdir=/tmp/evil", ["--chdir=/tmp/evil"]),
+    (["--export-file=/tmp/env", "--get-user-env", "--container-mounts=/tmp:/x", "--bb=x"],
+     ["--export-file=/tmp/env", "--get-user-env", "--container-mounts=/tmp:/x", "--bb=x"]),
+    (["--some-future-option=1"], ["--some-future-option=1"]),  # not known to place the job: given again, or refused
+])
+def test_only_sbatch_options_that_place_the_job_are_taken_from_a_run(tmp_path, extra, chosen):
+    from launcher.pipeline.preset import load_preset
+    from launcher.runs.tracking import program_settings
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(json.dumps({"base": "toy", "launcher": {"slurm": {"extra_sbatch": extra}}}))
+    assert program_settings(load_preset(str(preset))).get("slurm.extra_sbatch") == chosen

@@ -673,3 +673,15 @@ def test_a_lines_facts_are_read_from_its_head_only():
     assert triage_lines([*ITERATIONS, ib], 1).reason == "NCCL/network error"
     far = ib.replace("NET/IB : ", "NET/IB : " + "y" * NET_WINDOW)
     assert triage_lines([*ITERATIONS, far], 1).cls is None
+
+
+# an exit code a log writes is a count like any other (ASCII digits, a few of them): 5,000 digits passed isdigit()
+# and then failed int() (an internal error of report and of the requeue policy), '¹⁶' passed isdigit() too
+@pytest.mark.parametrize("code", ["9" * 5000, "1" + "6" * 4299, "\u00b9\u2076", "016" * 2000])
+@pytest.mark.parametrize("where", ["root cause", "srun"])
+def test_an_exit_code_that_is_no_count_is_no_rerun_exit(code, where):
+    lines = ITERATIONS + UNEXPECTED + (root_cause(1, "gpu-h1", code, "To enable traceback") if where == "root cause"
+                                       else [f"srun: error: gpu-h1: task 0: Exited with exit code {code}"])
+    for exit_code in (None, 1):
+        found = triage_lines(lines, exit_code)
+        assert not found.resume_asked and not found.persistent
