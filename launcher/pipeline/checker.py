@@ -988,6 +988,13 @@ class _Checker:
             warning = megatron_args.deprecation_warning(dest) if value not in (None, False) else None
             if warning:
                 self.warnings.append(warning)
+        if self.arg("yaml_cfg") is not None:
+            self.fail(f"yaml_cfg {self.arg('yaml_cfg')}: at the pin Megatron then builds every setting from that YAML "
+                      "file and ignores the command line (arguments.py:147, yaml_arguments.load_yaml: \"argparse "
+                      "arguments will be ignored\"), so nothing this preset sets, and nothing checked here, would "
+                      "apply to the run",
+                      "write the file's settings into the preset (launch import takes a flag list or a YAML mapping "
+                      "of flags) and drop the file: --set yaml_cfg=null")
         if self.arg("fim_data") and self.arg("mock_data"):
             self.fail("fim_data needs a real dataset: Megatron's mock dataset has no fill-in-the-middle variant "
                       "(arguments.py:1523)", "set data_path to a prepared dataset (launch prepare-data), or drop "

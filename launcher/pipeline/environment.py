@@ -41,14 +41,17 @@ def is_env_name(name: object) -> bool:
 # loaded from without a compile: torch.compile's is TMPDIR/torchinductor_$USER (tempfile.gettempdir(),
 # getpass.getuser(): TMPDIR/TEMP/TMP, LOGNAME/USER/LNAME/USERNAME), so `USER=other` loads another user's kernels; a
 # config file that sets such variables itself (NCCL_CONF_FILE: NCCL_NET_PLUGIN=…); and a compiler's choice and flags
-# (NVCC_PREPEND_FLAGS=-ccbin PROG, CXXFLAGS=-B DIR: the programs a JIT build runs). Whoever sets one chooses the
+# (NVCC_PREPEND_FLAGS=-ccbin PROG, CXXFLAGS=-B DIR: the programs a JIT build runs); torch.load's switch to full
+# unpickling of every checkpoint (TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD: a pickle runs code); where Hugging Face keeps the
+# Python of remote-code tokenizers it imports (HF_MODULES_CACHE, the hub caches). Whoever sets one chooses the
 # program.
 _LOADER_NAME = re.compile(
     r"(?:LD|DYLD|PYTHON|BASH|PERL|RUBY|NODE|LUA|JAVA|JDK|TCL|TK|GCONV|GLIBC|MALLOC|TORCHINDUCTOR|TRITON|"
     r"TORCH_EXTENSIONS|CUDA_CACHE|XDG|ZDOTDIR)|^_JAVA|PATH|PRELOAD|PLUGIN|HOME|LIBRARY|^ENV$|^PS4$|"
     r"^PROMPT_COMMAND$|^SHELLOPTS$|^BASHOPTS$|^IFS$|^CDPATH$|OPTIONS$|^TERMINFO|^HOSTALIASES$|^LOCPATH$|"
     r"^NLSPATH$|^OPENSSL_|^SSL_CERT|^GIT_|^PIP_|^CC$|^CXX$|^LDSHARED$|FLAGS$|CCBIN|^CUDA(?:HOST)?CXX$|^NVCC$|"
-    r"^(?:TMPDIR|TEMP|TMP|LOGNAME|USER|LNAME|USERNAME)$|CONF(?:IG)?_?(?:FILE|DIR)S?$",
+    r"^(?:TMPDIR|TEMP|TMP|LOGNAME|USER|LNAME|USERNAME)$|CONF(?:IG)?_?(?:FILE|DIR)S?$|"
+    r"^TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD$|^HF_MODULES_CACHE$|^(?:HF_HUB|TRANSFORMERS|HUGGINGFACE_HUB)_CACHE$",
     re.IGNORECASE)
 
 

@@ -87,6 +87,8 @@ def test_a_torchrun_the_manifest_agrees_with_is_still_refused(first_run, tmp_pat
     # settings (NCCL_NET_PLUGIN among them), the compiler a JIT build runs
     ("TMPDIR", "/tmp/evil"), ("USER", "other"), ("NCCL_CONF_FILE", "/tmp/evil.conf"),
     ("NVCC_PREPEND_FLAGS", "-ccbin /tmp/evil"),
+    # torch.load then unpickles a checkpoint in full (a pickle runs code); Hugging Face's remote-code modules
+    ("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1"), ("HF_MODULES_CACHE", "/tmp/evil"),
 ])
 def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_path, name, value):
     run_dir, torchrun = first_run
@@ -109,6 +111,8 @@ def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_p
     # Hugging Face's AutoTokenizer then imports the tokenizer directory's own Python
     ("trust_remote_code", lambda d, evil: d["megatron"].update(trust_remote_code=True, tokenizer_model=evil)),
     ("k8s.image", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(image="evil.example/x:1")),
+    # a Python import path Megatron imports and calls (the custom FP8 recipe's quantizer factory)
+    ("fp8_quantizer_factory", lambda d, evil: d["megatron"].update(fp8_quantizer_factory="evil_module.factory")),
     ("slurm.container_image", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
         container_image="evil.example/x:1")),
     # #SBATCH options that choose what runs: a loader variable exported to the job, the batch script's working
