@@ -57,10 +57,17 @@ CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_sta
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
                 "attention_output_gate", "qk_layernorm", "num_experts", "moe_ffn_hidden_size", "shared_expert_size",
-                "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+                "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+                "moe_pattern", "per_layer_keys", "mtp_layers", "softmax_offset", "expert_bias", "shared_expert_gate",
+                "te_names", "grouped_experts")
 SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embeddings": "learned position embeddings",
                "untied": "untie_embeddings_and_output_weights", "linear_bias": "add_bias_linear",
-               "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers"}
+               "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers", "moe_pattern": "moe_layer_freq",
+               "per_layer_keys": "layers saved one by one (moe_layer_freq or linear_attention_freq a list or above 1)",
+               "mtp_layers": "multi-token prediction layers", "softmax_offset": "softmax_type learnable",
+               "expert_bias": "moe_router_enable_expert_bias", "shared_expert_gate": "moe_shared_expert_gate",
+               "te_names": "Transformer Engine's module names (transformer_impl)",
+               "grouped_experts": "TE's grouped experts (moe_grouped_gemm)"}
 DATA_SETTINGS = ("data_path", "train_data_path", "split", "mock_data", "data_args_path", "per_split_data_args_path",
                  "seed")
 LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size"),
@@ -262,10 +269,11 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     if padded:
         diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
     differ = model_tensors.compare(theirs, ours, fmt)
-    if not diffs and not differ:
+    if not differ and not padded:  # settings that name or add no tensor here (TE's names in a dense torch_dist)
         return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
                      f"{ours.num_attention_heads} heads)")]
-    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs) or "the same settings"
+    said = "; ".join(f"{name} {shown(a, 40)} (checkpoint) ≠ {shown(b, 40)} (job)" for name, a, b in diffs) or \
+        "the same settings"
     why = _tensors_refused(job_args, saved, stored, differ)
     if padded and not why:
         why = "the torch format loads the padded embedding as one tensor: 'size mismatch' at load"
@@ -309,10 +317,17 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
             said = ", ".join(f"{name} {saved[name]} (checkpoint) ≠ {job_args.get(name)} (job)" for name in asserted)
             return (f"Megatron asserts {said} equal at load (check_checkpoint_args: AssertionError); with "
                     "finetune=true it loads the tensors both have instead")
-        if not optimizer_read:
+        if not optimizer_read or not differ.params_changed:
             return ""  # the strict load fails, and checkpointing.py's fallback loads non-strictly without a word
-        return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load (ValueError: "
-                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group)")
+        if differ.groups_changed:
+            return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load "
+                    "(ValueError: loaded state dict contains a parameter group that doesn't match the size of "
+                    "optimizer's group)")
+        return (f"the parameters are named otherwise ({_counted(differ)}) while the optimizer's groups keep their "
+                "sizes: the torch format's optimizer state (Adam's moments, the fp32 main weights) is matched by "
+                "position, so it loads onto other tensors (a size mismatch stops the load or the first step), while "
+                "the renamed weights keep their initial values (the non-strict fallback); no_load_optim=true loads "
+                "the weights alone")
     strictness = str(job_args.get("dist_ckpt_strictness") or "assume_ok_unexpected")
     if differ.added and strictness in STOPS_ON_ADDED:
         return (f"the job's {_names(differ.added)} are not in the checkpoint: Megatron stops at load (KeyError: '… "
@@ -321,7 +336,7 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
         return (f"the checkpoint's {_names(differ.dropped)} are not in the job's model: Megatron stops at load "
                 "('Some keys found in the checkpoint are missing in the provided sharded state dict', "
                 f"dist_ckpt_strictness {strictness})")
-    if optimizer_read and job_args.get("use_distributed_optimizer") and \
+    if optimizer_read and differ.params_changed and job_args.get("use_distributed_optimizer") and \
             optimizer_state.saved_kind(saved, stored.content_metadata) == "dp_reshardable":
         return (f"the distributed optimizer's state saved dp_reshardable is one flat buffer of every parameter "
                 f"({_counted(differ)} changes its size): Megatron stops at load ('Global shape mismatch' for "
