@@ -37,6 +37,7 @@ from launcher.checks import checkpoint_args_taken, model_tensors, optimizer_stat
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
+from launcher.megatron import layer_pattern
 from launcher.pipeline.load_rules import training_iterations
 
 # megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer.checkpoint_fully_reshardable_formats
@@ -323,9 +324,9 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
             return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load "
                     "(ValueError: loaded state dict contains a parameter group that doesn't match the size of "
                     "optimizer's group)")
-        return (f"the parameters are named otherwise ({_counted(differ)}) while the optimizer's groups keep their "
-                "sizes: the torch format's optimizer state (Adam's moments, the fp32 main weights) is matched by "
-                "position, so it loads onto other tensors (a size mismatch stops the load or the first step), while "
+        return (f"the parameters are named otherwise (the job's {_names(differ.added)}; the checkpoint's "
+                f"{_names(differ.dropped)}: {_counted(differ)}) while the optimizer's groups keep their sizes: the "
+                "torch format's optimizer state (Adam's moments, the fp32 main weights) is matched by position, so it loads onto other tensors (a size mismatch stops the load or the first step), while "
                 "the renamed weights keep their initial values (the non-strict fallback); no_load_optim=true loads "
                 "the weights alone")
     strictness = str(job_args.get("dist_ckpt_strictness") or "assume_ok_unexpected")
@@ -741,8 +742,11 @@ def _version(stored: StoredCheckpoint) -> list[Item]:
 
 
 def _typed(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored args with only values model_shape can use (numbers, flags, names); the rest unset."""
-    return {k: v for k, v in saved.items() if isinstance(v, (int, float, str, bool))}
+    """The stored args with only values model_shape can use (numbers, flags, names, and flat lists of them no longer
+    than a layer pattern: moe_layer_freq as Megatron stores it, a spec); the rest unset."""
+    plain = (int, float, str, bool)
+    return {k: v for k, v in saved.items() if isinstance(v, plain) or (
+        isinstance(v, list | tuple) and len(v) <= layer_pattern.MAX_LAYERS and all(isinstance(x, plain) for x in v))}
 
 
 def _int(value: Any, default: int) -> int:
