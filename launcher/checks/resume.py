@@ -326,9 +326,10 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
                     "optimizer's group)")
         return (f"the parameters are named otherwise (the job's {_names(differ.added)}; the checkpoint's "
                 f"{_names(differ.dropped)}: {_counted(differ)}) while the optimizer's groups keep their sizes: the "
-                "torch format's optimizer state (Adam's moments, the fp32 main weights) is matched by position, so it loads onto other tensors (a size mismatch stops the load or the first step), while "
-                "the renamed weights keep their initial values (the non-strict fallback); no_load_optim=true loads "
-                "the weights alone")
+                "torch format's optimizer state (Adam's moments, the fp32 main weights) is matched by position, so "
+                "it loads onto other tensors (a size mismatch stops the load or the first step), while the renamed "
+                "weights keep their initial values (the non-strict fallback); no_load_optim=true loads the weights "
+                "alone")
     strictness = str(job_args.get("dist_ckpt_strictness") or "assume_ok_unexpected")
     if differ.added and strictness in STOPS_ON_ADDED:
         return (f"the job's {_names(differ.added)} are not in the checkpoint: Megatron stops at load (KeyError: '… "

@@ -33,7 +33,8 @@ ADDED = [
      "decoder.layers.mlp.shared_experts.gate_weight"),
     ({}, ["softmax_type=learnable"], "decoder.layers.self_attention.core_attention.softmax_offset"),
     ({"position_embedding_type": "rope"}, [*ROPE, "mtp_num_layers=1"], "mtp.layers.*.enorm.weight"),
-    ({"position_embedding_type": "rope", "mtp_num_layers": 1}, [*ROPE, "mtp_num_layers=2"], "mtp.layers.*.hnorm.weight"),
+    ({"position_embedding_type": "rope", "mtp_num_layers": 1}, [*ROPE, "mtp_num_layers=2"],
+     "mtp.layers.*.hnorm.weight"),
     (MLA, [*MLA_JOB, "qk_layernorm=true"], "decoder.layers.self_attention.kv_layernorm.weight"),
     (MLA, [*MLA_JOB, "q_lora_rank=16"], "decoder.layers.self_attention.linear_q_down_proj.weight"),
     # moe_layer_freq a list: each layer under its own name, even where the layers are the same
