@@ -16,7 +16,12 @@ The CPU stands in for the target where Megatron's own code cannot run here:
   state asks for, and looks for a per-parameter `step` the fully reshardable state never holds (KeyError: 'step',
   distrib_optimizer.py:1167); the target's fused Adam (TE's or apex's) keeps its step in the param groups and does
   neither. Both are given as the fused Adam's path gives them (fused_adam_stand_in; `--torch-adam-as-is` leaves
-  Megatron's torch-Adam path alone and shows the assertion).
+  Megatron's torch-Adam path alone and shows the assertion);
+- multi-latent attention cells build both models with the launcher's SDPA spec (the local spec with a core attention
+  that takes MLA's head sizes, as TE's does; the local DotProductAttention raises a TypeError at model build). No
+  core attention holds a parameter here, so the tensors saved are the local spec's.
+Not run here (no Transformer Engine): TE's module names and grouped experts (moe_grouped_gemm with TE); MoE with
+linear biases fails its first step on the CPU (mlp.py: a view modified in place).
 """
 
 from __future__ import annotations
@@ -230,8 +235,10 @@ MLA = ("--multi-latent-attention", "--position-embedding-type", "rope", "--kv-lo
        "--qk-pos-emb-head-dim", "8", "--v-head-dim", "8", *SDPA)
 
 
-def _ep(size: int, distopt: bool) -> tuple[str, ...]:
-    return (*B16, *MOE4, *(DISTOPT if distopt else ()), "--expert-model-parallel-size", str(size))
+def _ep(size: int, distopt: bool, fully: bool = False) -> tuple[str, ...]:
+    """EP 2 and 4 on as many ranks (data parallel 2 and 4: a global batch of 4 on both sides)."""
+    return (*B16, *MOE4, *(DISTOPT if distopt else ()), *(FULLY if fully else ()), "--expert-model-parallel-size",
+            str(size), "--global-batch-size", "4")
 
 
 def conditional_cells() -> list[Cell]:
@@ -241,6 +248,8 @@ def conditional_cells() -> list[Cell]:
     out = [Cell(f"{tag}moe-ep-{a}-to-{b}", _ep(a, dist), _ep(b, dist), save_world=a, load_world=b,
                 what=f"MoE, 4 experts{', dp_reshardable' if dist else ''}: EP {a} → {b}")
            for dist, tag in ((False, ""), (True, "distopt-")) for a, b in ((2, 4), (4, 2))]
+    out.append(Cell("fully-moe-ep-2-to-4", _ep(2, True, True), _ep(4, True, True), save_world=2, load_world=4,
+                    what="MoE, 4 experts, fully_reshardable: EP 2 → 4"))
     gate, bias = ("--moe-shared-expert-intermediate-size", "64", "--moe-shared-expert-gate"), \
         ("--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid")
     q_lora, mla_qkln = ("--q-lora-rank", "16"), ("--qk-layernorm",)

@@ -433,8 +433,12 @@ def _layout(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> lis
         return [Item("note", "layout", f"{said}: the weights do not depend on it")]
     items = [Item("note", "layout", f"{said}: torch_dist reshards on load; the saved RNG state is not used when "
                   "TP or PP changed" if {"TP", "PP"} & set(changed) else f"{said}: torch_dist reshards on load")]
-    if "TP" in changed or "PP" in changed:
-        items += _optimizer_reshard(job, saved, stored)
+    # EP across 1 is _expert_optimizer's; between sizes above 1 the experts' own optimizer state follows the
+    # number of local experts (num_experts / EP)
+    experts = _int(saved.get("num_experts"), 0) and _int(job.arg("num_experts"), 0)
+    ep = "EP" in changed and experts and before["EP"] > 1 and now["EP"] > 1
+    if "TP" in changed or "PP" in changed or ep:
+        items += _optimizer_reshard(job, saved, stored, [s for s in changed if s in ("TP", "PP") or (s == "EP" and ep)])
     return items
 
 
@@ -461,9 +465,11 @@ def _expert_optimizer(job: Any, job_args: Mapping[str, Any], saved: Mapping[str,
                  ", or --set no_load_optim=true (the weights load at the new EP; Adam's moments start again)")]
 
 
-def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint, axes: Sequence[str]) -> list[Item]:
     """Megatron raises at load when a distributed optimizer saved dp_reshardable meets a TP/PP change
-    (checkpointing.py load_checkpoint: 'not supported for DistributedOptimizer with sharding type')."""
+    (checkpointing.py load_checkpoint: 'not supported for DistributedOptimizer with sharding type'), or an MoE
+    model's EP change between sizes above 1 (measured, EP 2 → 4: 'Global shape mismatch' for the experts' flat
+    buffer, chained_1.optimizer.distributed.….param: each rank's buffer holds its local experts)."""
     if not job.arg("use_distributed_optimizer") or job.arg("no_load_optim") or job.arg("finetune") \
             or saved.get("no_save_optim"):
         return []
@@ -475,8 +481,11 @@ def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpo
     if kind in RESHARDABLE_OPTIMIZER:
         return [Item("note", "optimizer", f"the distributed optimizer's state ({kind}) reshards with the model")]
     what = f"saved as {kind}" if kind else "saved without the distributed optimizer"
-    return [Item("refuse", "optimizer", f"the optimizer state was {what}, which cannot follow a TP/PP change: "
-                 "Megatron stops at load", "resume at the saved TP/PP, or drop the optimizer state "
+    said = "/".join(axes)
+    how = ("'Global shape mismatch' for the experts' flat buffer, chained_1.optimizer.distributed.….param: each rank's "
+           "holds num_experts / EP experts") if axes == ["EP"] else "'(TP, PP) mismatch after resume'"
+    return [Item("refuse", "optimizer", f"the optimizer state was {what}, which cannot follow a {said} change: "
+                 f"Megatron stops at load ({how})", f"resume at the saved {said}, or drop the optimizer state "
                  "(--set no_load_optim=true: Adam's moments start again), or save with "
                  "dist_ckpt_optim_fully_reshardable=true next time")]
 

@@ -12,7 +12,9 @@ import pytest
 
 from launcher.checks.model_tensors import Layers, compare, tensors
 from launcher.checks.resume import judge
+from launcher.cli.job import JobRequest, job_for
 from launcher.estimate.formulas import model_shape
+from launcher.pipeline.preset import load_preset
 from tests.checks.test_resume_model_tensors import DEFAULTS, MOE_JOB, MOE_SAVED, saved
 from tests.checks.test_resume_optimizer_state import job, levels, text
 
@@ -138,3 +140,31 @@ def test_layers_saved_one_by_one_are_counted_not_listed():
     assert differ.added_count == 3 * 500_000_000 + 2 * 1_000_000_000
     experts = tensors(huge)["decoder.layers.*.mlp.experts.experts.linear_fc1.weight"]
     assert experts[:2] == (1_500_000_000, 2)
+
+
+def job4(tmp_path, *overrides: str):
+    """test_resume_optimizer_state.job on 4 GPUs (EP 4)."""
+    made, problems = job_for(load_preset("toy", ["entry=pretrain_gpt", "train_iters=200", "global_batch_size=8",
+                                                 "micro_batch_size=2", "ckpt_format=torch_dist", f"load={tmp_path}",
+                                                 *overrides]),
+                             JobRequest(nodes=1, gpus_per_node=4, run_dir=False, local=False))
+    assert not problems, problems
+    return made
+
+
+@pytest.mark.parametrize(("before", "now"), [(2, 4), (4, 2)])
+def test_a_dp_reshardable_expert_optimizer_state_does_not_follow_ep_between_sizes_above_1(tmp_path, before, now):
+    """Each rank's flat buffer of the experts' optimizer holds its num_experts / EP experts (measured, EP 2 → 4:
+    'Global shape mismatch' for chained_1.optimizer.distributed.….param); a plain optimizer's state reshards."""
+    settings = {**MOE, "num_experts": 4, "expert_model_parallel_size": before, "use_distributed_optimizer": True}
+    layout = [*MOE_JOB, "num_experts=4", f"expert_model_parallel_size={now}", "use_distributed_optimizer=true"]
+    check = judge(job4(tmp_path, "bf16=true", *layout), saved(tmp_path, settings, "dp_reshardable"))
+    assert levels(check, "optimizer") == ["refuse"] and "chained_1" in text(check, "optimizer"), check.render()
+    fully = judge(job4(tmp_path, "bf16=true", *layout), saved(tmp_path, settings, "fully_reshardable"))
+    assert fully.ok and levels(fully, "optimizer") == ["note"], fully.render()
+    weights = judge(job4(tmp_path, "bf16=true", *layout, "no_load_optim=true"),
+                    saved(tmp_path, settings, "dp_reshardable"))
+    assert weights.ok, weights.render()
+    plain = judge(job4(tmp_path, "bf16=true", *MOE_JOB, "num_experts=4", f"expert_model_parallel_size={now}"),
+                  saved(tmp_path, {**settings, "use_distributed_optimizer": False}))
+    assert plain.ok and levels(plain, "optimizer") == [], plain.render()
