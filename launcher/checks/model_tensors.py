@@ -174,8 +174,8 @@ def _attention(m: ModelShape, fmt: str) -> dict[str, tuple[int, ...]]:
     return out | _linear(f"{at}.linear_proj", h, m.query_size, m.linear_bias)
 
 
-def _mlp(prefix: str, width: int, m: ModelShape, bias: bool) -> dict[str, tuple[int, ...]]:
-    h = m.hidden_size
+def _mlp(prefix: str, width: int, m: ModelShape, bias: bool, h: int = 0) -> dict[str, tuple[int, ...]]:
+    h = h or m.hidden_size
     return _linear(f"{prefix}.linear_fc1", width * (2 if m.swiglu else 1), h, bias) | \
         _linear(f"{prefix}.linear_fc2", h, width, bias)
 
@@ -209,7 +209,10 @@ def _layer(m: ModelShape, moe: bool, fmt: str) -> tuple[dict[str, tuple[int, ...
         out |= _mlp("mlp.shared_experts", m.shared_expert_size, m, False)
         if m.shared_expert_gate:
             out["mlp.shared_experts.gate_weight"] = (1, h)
-    each = _mlp("", m.moe_ffn_hidden_size, m, m.linear_bias)
+    if m.moe_latent_size:  # moe_layer.py: the experts' input and output projected to and from the latent width
+        out |= _linear("mlp.fc1_latent_proj", m.moe_latent_size, h, m.linear_bias)
+        out |= _linear("mlp.fc2_latent_proj", h, m.moe_latent_size, m.linear_bias)
+    each = _mlp("", m.moe_ffn_hidden_size, m, m.linear_bias, m.moe_latent_size)
     if fmt != "torch":  # stacked over the experts, as SequentialMLP and TE's grouped experts both save them
         out |= {f"mlp.experts.experts{k}": (m.num_experts, *v) for k, v in each.items()}
     elif m.grouped_experts:  # TEGroupedMLP: linear_fc1.weight0, weight1, …

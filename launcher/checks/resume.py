@@ -60,7 +60,7 @@ SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels
                 "attention_output_gate", "qk_layernorm", "num_experts", "moe_ffn_hidden_size", "shared_expert_size",
                 "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
                 "moe_pattern", "per_layer_keys", "mtp_layers", "softmax_offset", "expert_bias", "shared_expert_gate",
-                "te_names", "grouped_experts")
+                "te_names", "grouped_experts", "moe_latent_size")
 SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embeddings": "learned position embeddings",
                "untied": "untie_embeddings_and_output_weights", "linear_bias": "add_bias_linear",
                "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers", "moe_pattern": "moe_layer_freq",
@@ -69,6 +69,10 @@ SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embedd
                "expert_bias": "moe_router_enable_expert_bias", "shared_expert_gate": "moe_shared_expert_gate",
                "te_names": "Transformer Engine's module names (transformer_impl)",
                "grouped_experts": "TE's grouped experts (moe_grouped_gemm)"}
+# settings that build layers checks/model_tensors.py does not model (gated delta net and DSA attention, layers
+# described one by one in a config file)
+UNMODELLED = ("experimental_attention_variant", "linear_attention_freq", "heterogeneous_layers_config_path",
+              "heterogeneous_layers_config_encoded_json")
 DATA_SETTINGS = ("data_path", "train_data_path", "split", "mock_data", "data_args_path", "per_split_data_args_path",
                  "seed")
 LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size"),
@@ -253,6 +257,13 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     which stores the padded table as one tensor loaded strictly."""
     from launcher.estimate.formulas import model_shape
 
+    unknown = [name for name in UNMODELLED if job_args.get(name) not in (None, "", False)
+               or saved.get(name) not in (None, "", False)]
+    if unknown:
+        return [Item("warn", "shape", f"{', '.join(unknown)} builds layers whose tensors are not modelled here: the "
+                     "model's tensors are not compared with the checkpoint's (Megatron stops at load on a tensor of "
+                     "another shape or one the checkpoint lacks, and leaves unread one the job lacks)",
+                     "resume with the checkpoint's model settings")]
     try:
         ours = model_shape(job_args, tp)
     except (KeyError, ValueError, TypeError):

@@ -141,6 +141,7 @@ class ModelShape:
     shared_expert_gate: bool = False
     te_names: bool = False
     grouped_experts: bool = False
+    moe_latent_size: int = 0  # the experts work in a latent width, projected from and to hidden (TE only)
 
     @property
     def query_size(self) -> int:
@@ -254,6 +255,7 @@ def naming_shape(args: Mapping[str, Any]) -> dict[str, Any]:
         bool(megatron_value(args, "moe_shared_expert_intermediate_size")),
         "te_names": te,
         "grouped_experts": te and experts and bool(megatron_value(args, "moe_grouped_gemm")),
+        "moe_latent_size": int(megatron_value(args, "moe_latent_size") or 0) if experts else 0,
     }
 
 

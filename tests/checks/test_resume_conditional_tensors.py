@@ -168,3 +168,23 @@ def test_a_dp_reshardable_expert_optimizer_state_does_not_follow_ep_between_size
     plain = judge(job4(tmp_path, "bf16=true", *MOE_JOB, "num_experts=4", f"expert_model_parallel_size={now}"),
                   saved(tmp_path, {**settings, "use_distributed_optimizer": False}))
     assert plain.ok and levels(plain, "optimizer") == [], plain.render()
+
+
+def test_moe_latent_projections_are_tensors_of_their_own_and_narrow_the_experts():
+    base = {**DEFAULTS, **MOE, "num_layers": 2, "hidden_size": 12, "num_attention_heads": 4, "seq_length": 8,
+            "max_position_embeddings": 8, "vocab_size": 100, "transformer_impl": "transformer_engine",
+            "moe_grouped_gemm": True}
+    latent = tensors(model_shape({**base, "moe_latent_size": 6}, 1))
+    assert latent["decoder.layers.mlp.fc1_latent_proj.weight"] == (2, 6, 12)
+    assert latent["decoder.layers.mlp.experts.experts.linear_fc1.weight"] == (2, 2, 48, 6)
+    assert latent["decoder.layers.mlp.experts.experts.linear_fc2.weight"] == (2, 2, 6, 48)
+    assert "decoder.layers.mlp.fc1_latent_proj.weight" not in tensors(model_shape(base, 1))
+
+
+@pytest.mark.parametrize("setting", ["experimental_attention_variant=gated_delta_net", "linear_attention_freq=2"])
+def test_layers_whose_tensors_are_not_modelled_are_said_not_compared(tmp_path, setting):
+    name, value = setting.split("=")
+    for stored, job_settings in (({name: value}, TE), ({}, [setting, *TE])):
+        check = judge(job(tmp_path, "bf16=true", *job_settings), saved(tmp_path, stored))
+        assert levels(check, "shape") == ["warn"] and "not compared" in text(check, "shape"), check.render()
+        assert name in text(check, "shape")
