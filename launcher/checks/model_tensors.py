@@ -143,7 +143,7 @@ def _linear(name: str, rows: int, cols: int, bias: bool) -> dict[str, tuple[int,
     return out
 
 
-def _attention(m: ModelShape, fmt: str) -> dict[str, tuple[int, ...]]:
+def _attention(m: ModelShape) -> dict[str, tuple[int, ...]]:
     h, at = m.hidden_size, "self_attention"
     out: dict[str, tuple[int, ...]] = {}
     if m.softmax_offset:  # softmax_type learnable: one offset per head
@@ -196,7 +196,7 @@ def _layer(m: ModelShape, moe: bool, fmt: str) -> tuple[dict[str, tuple[int, ...
     """One decoder layer's tensors (each layer's shape), and its experts' (each expert's shape)."""
     h = m.hidden_size
     norm_in, norm_mlp = _norm_names(m, moe, fmt)
-    out = _norm(norm_in, h, m) | _attention(m, fmt) | _norm(norm_mlp, h, m)
+    out = _norm(norm_in, h, m) | _attention(m) | _norm(norm_mlp, h, m)
     experts: dict[str, tuple[int, ...]] = {}
     if not moe:
         return out | _mlp("mlp", m.ffn_hidden_size, m, m.linear_bias), experts
@@ -247,8 +247,7 @@ def entries(m: ModelShape, fmt: str = "torch_dist") -> dict[str, Entry]:
             out[key] = Entry(shape, Layers(count) if held else layers)
         for name, shape in experts.items():
             out[f"decoder.layers.*.{name}"] = Entry(shape, layers, m.num_experts)
-    out |= {f"decoder.final_layernorm.{k.removeprefix('.')}": Entry(v)
-            for k, v in _norm(".", h, m).items()}
+    out |= {k: Entry(v) for k, v in _norm("decoder.final_layernorm.", h, m).items()}
     if m.mtp_layers:  # multi_token_prediction.py: one layer like the decoder's last per MTP depth, named apart
         mtp, inner = Layers(m.mtp_layers), "transformer_layer" if fmt != "torch" else "mtp_model_layer"
         own = _norm("enorm.", h, m) | _norm("hnorm.", h, m) | _norm("final_layernorm.", h, m) | \
