@@ -16,7 +16,12 @@ The CPU stands in for the target where Megatron's own code cannot run here:
   state asks for, and looks for a per-parameter `step` the fully reshardable state never holds (KeyError: 'step',
   distrib_optimizer.py:1167); the target's fused Adam (TE's or apex's) keeps its step in the param groups and does
   neither. Both are given as the fused Adam's path gives them (fused_adam_stand_in; `--torch-adam-as-is` leaves
-  Megatron's torch-Adam path alone and shows the assertion).
+  Megatron's torch-Adam path alone and shows the assertion);
+- multi-latent attention cells build both models with the launcher's SDPA spec (the local spec with a core attention
+  that takes MLA's head sizes, as TE's does; the local DotProductAttention raises a TypeError at model build). No
+  core attention holds a parameter here, so the tensors saved are the local spec's.
+Not run here (no Transformer Engine): TE's module names and grouped experts (moe_grouped_gemm with TE); MoE with
+linear biases fails its first step on the CPU (mlp.py: a view modified in place).
 """
 
 from __future__ import annotations
@@ -218,7 +223,71 @@ def shape_cells() -> list[Cell]:
                 "saved with qk_layernorm, loaded without it and use_checkpoint_args (which does not take it)"),
         _change("auto-detect-dist-to-torch", (), (*torch_fmt, "--auto-detect-ckpt-format"),
                 "a torch_dist checkpoint, the job's ckpt_format torch with auto_detect_ckpt_format"),
+    ] + conditional_cells()
+
+
+MOE4 = ("--num-experts", "4", *MOE[2:])
+# the local DotProductAttention does not take the head sizes MLA gives (k_channels, v_channels: a TypeError at model
+# build); the launcher's SDPA spec is the local spec with a core attention that takes them, as TE's does (neither
+# holds parameters), so both sides of an MLA cell build their model with it
+SDPA = ("--spec", "launcher.inside.megatron_ext.sdpa_spec", "layer_spec")
+MLA = ("--multi-latent-attention", "--position-embedding-type", "rope", "--kv-lora-rank", "16", "--qk-head-dim", "8",
+       "--qk-pos-emb-head-dim", "8", "--v-head-dim", "8", *SDPA)
+
+
+def _ep(size: int, distopt: bool, fully: bool = False) -> tuple[str, ...]:
+    """EP 2 and 4 on as many ranks (data parallel 2 and 4: a global batch of 4 on both sides)."""
+    return (*B16, *MOE4, *(DISTOPT if distopt else ()), *(FULLY if fully else ()), "--expert-model-parallel-size",
+            str(size), "--global-batch-size", "4")
+
+
+def conditional_cells() -> list[Cell]:
+    """Parameters Megatron creates only under a setting (MoE's grouped GEMM, expert bias, shared-expert gate and
+    router bias, MLA, multi-token prediction, a learnable softmax offset, the MoE layer pattern) and EP between
+    sizes above 1."""
+    out = [Cell(f"{tag}moe-ep-{a}-to-{b}", _ep(a, dist), _ep(b, dist), save_world=a, load_world=b,
+                what=f"MoE, 4 experts{', dp_reshardable' if dist else ''}: EP {a} → {b}")
+           for dist, tag in ((False, ""), (True, "distopt-")) for a, b in ((2, 4), (4, 2))]
+    out.append(Cell("fully-moe-ep-2-to-4", _ep(2, True, True), _ep(4, True, True), save_world=2, load_world=4,
+                    what="MoE, 4 experts, fully_reshardable: EP 2 → 4"))
+    gate, bias = ("--moe-shared-expert-intermediate-size", "64", "--moe-shared-expert-gate"), \
+        ("--moe-router-enable-expert-bias", "--moe-router-score-function", "sigmoid")
+    q_lora, mla_qkln = ("--q-lora-rank", "16"), ("--qk-layernorm",)
+    learnable, rope = ("--softmax-type", "learnable"), ("--position-embedding-type", "rope")
+
+    def mtp(n: int) -> tuple[str, ...]:  # MTP takes RoPE or no position embedding (arguments.py)
+        return ("--mtp-num-layers", str(n))
+
+    out += [
+        _change("moe-grouped-gemm-on", MOE, (*MOE, "--moe-grouped-gemm"),
+                "MoE: moe_grouped_gemm on (the local spec's experts stay a SequentialMLP)"),
+        _change("moe-expert-bias-on", MOE, (*MOE, *bias), "MoE: the router's expert bias on (a buffer it saves)"),
+        _change("moe-expert-bias-off", (*MOE, *bias), MOE, "MoE: the router's expert bias off"),
+        _change("moe-shared-gate-on", (*MOE, *gate[:2]), (*MOE, *gate), "MoE: the shared expert's gate on"),
+        _change("moe-shared-gate-off", (*MOE, *gate), (*MOE, *gate[:2]), "MoE: the shared expert's gate off"),
+        _change("moe-layer-freq-1-to-11", MOE, (*MOE, "--moe-layer-freq", "[1,1]"),
+                "MoE on both layers, moe_layer_freq 1 → [1,1] (the same layers, each saved under its own name)"),
+        _change("distopt-moe-expert-bias-off", (*MOE, *DISTOPT, *bias), (*MOE, *DISTOPT),
+                "MoE, dp_reshardable: the router's expert bias off (a buffer, not in the optimizer's buffer)"),
+        _change("moe-layer-freq-10-to-01", (*MOE, "--moe-layer-freq", "[1,0]"), (*MOE, "--moe-layer-freq", "[0,1]"),
+                "MoE on layer 1 of 2, loaded with MoE on layer 2"),
+        _change("moe-layer-freq-11-to-10", MOE, (*MOE, "--moe-layer-freq", "[1,0]"),
+                "MoE on both layers, loaded with MoE on the first only"),
+        _change("mla-on", SDPA, MLA, "multi-latent attention on"),
+        _change("mla-off", MLA, SDPA, "multi-latent attention off"),
+        _change("mla-q-lora-on", MLA, (*MLA, *q_lora), "MLA: q_lora_rank 16 (a low-rank query), saved without"),
+        _change("mla-q-lora-off", (*MLA, *q_lora), MLA, "MLA: q_lora_rank unset, saved with 16"),
+        _change("mla-qk-layernorm-on", MLA, (*MLA, *mla_qkln), "MLA: qk_layernorm on (norms on the latents)"),
+        _change("mla-qk-layernorm-off", (*MLA, *mla_qkln), MLA, "MLA: qk_layernorm off"),
+        _change("mla-kv-lora-16-to-32", MLA, (*MLA, "--kv-lora-rank", "32"), "MLA: kv_lora_rank 16 → 32"),
+        _change("mtp-on", rope, (*rope, *mtp(1)), "multi-token prediction (RoPE): 1 MTP layer added"),
+        _change("mtp-off", (*rope, *mtp(1)), rope, "multi-token prediction (RoPE): the MTP layer dropped"),
+        _change("mtp-1-to-2", (*rope, *mtp(1)), (*rope, *mtp(2)), "MTP layers 1 → 2 (RoPE)"),
+        _change("mtp-2-to-1", (*rope, *mtp(2)), (*rope, *mtp(1)), "MTP layers 2 → 1 (RoPE)"),
+        _change("softmax-learnable-on", (), learnable, "softmax_type learnable: a per-head softmax offset added"),
+        _change("softmax-learnable-off", learnable, (), "softmax_type learnable → vanilla: the offset dropped"),
     ]
+    return out
 
 
 @dataclass

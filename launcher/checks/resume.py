@@ -37,6 +37,7 @@ from launcher.checks import checkpoint_args_taken, model_tensors, optimizer_stat
 from launcher.checks.checkpoint import TRACKER as TRACKER_NAME
 from launcher.checks.checkpoint import StoredCheckpoint
 from launcher.errors import shown
+from launcher.megatron import layer_pattern
 from launcher.pipeline.load_rules import training_iterations
 
 # megatron/core/optimizer/distrib_optimizer.py DistributedOptimizer.checkpoint_fully_reshardable_formats
@@ -57,10 +58,21 @@ CHECKPOINT_VERSION = 3.0  # what megatron/training/checkpointing.py generate_sta
 SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "kv_channels", "num_query_groups",
                 "ffn_hidden_size", "swiglu", "norm_size", "position_embeddings", "untied", "linear_bias", "qkv_bias",
                 "attention_output_gate", "qk_layernorm", "num_experts", "moe_ffn_hidden_size", "shared_expert_size",
-                "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
+                "moe_layers", "mla", "q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+                "moe_pattern", "per_layer_keys", "mtp_layers", "softmax_offset", "expert_bias", "shared_expert_gate",
+                "te_names", "grouped_experts", "moe_latent_size")
 SHAPE_NAMES = {"norm_size": "normalization (weights per norm)", "position_embeddings": "learned position embeddings",
                "untied": "untie_embeddings_and_output_weights", "linear_bias": "add_bias_linear",
-               "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers"}
+               "qkv_bias": "add_qkv_bias", "moe_layers": "MoE layers", "moe_pattern": "moe_layer_freq",
+               "per_layer_keys": "layers saved one by one (moe_layer_freq or linear_attention_freq a list or above 1)",
+               "mtp_layers": "multi-token prediction layers", "softmax_offset": "softmax_type learnable",
+               "expert_bias": "moe_router_enable_expert_bias", "shared_expert_gate": "moe_shared_expert_gate",
+               "te_names": "Transformer Engine's module names (transformer_impl)",
+               "grouped_experts": "TE's grouped experts (moe_grouped_gemm)"}
+# settings that build layers checks/model_tensors.py does not model (gated delta net and DSA attention, layers
+# described one by one in a config file)
+UNMODELLED = ("experimental_attention_variant", "linear_attention_freq", "heterogeneous_layers_config_path",
+              "heterogeneous_layers_config_encoded_json")
 DATA_SETTINGS = ("data_path", "train_data_path", "split", "mock_data", "data_args_path", "per_split_data_args_path",
                  "seed")
 LAYOUT = (("TP", "tensor_model_parallel_size"), ("PP", "pipeline_model_parallel_size"),
@@ -245,6 +257,13 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     which stores the padded table as one tensor loaded strictly."""
     from launcher.estimate.formulas import model_shape
 
+    unknown = [name for name in UNMODELLED if job_args.get(name) not in (None, "", False)
+               or saved.get(name) not in (None, "", False)]
+    if unknown:
+        return [Item("warn", "shape", f"{', '.join(unknown)} builds layers whose tensors are not modelled here: the "
+                     "model's tensors are not compared with the checkpoint's (Megatron stops at load on a tensor of "
+                     "another shape or one the checkpoint lacks, and leaves unread one the job lacks)",
+                     "resume with the checkpoint's model settings")]
     try:
         ours = model_shape(job_args, tp)
     except (KeyError, ValueError, TypeError):
@@ -262,10 +281,11 @@ def _shape(job_args: Mapping[str, Any], saved: Mapping[str, Any], stored: Stored
     if padded:
         diffs.append(("padded vocabulary", theirs.padded_vocab_size, ours.padded_vocab_size))
     differ = model_tensors.compare(theirs, ours, fmt)
-    if not diffs and not differ:
+    if not differ and not padded:  # settings that name or add no tensor here (TE's names in a dense torch_dist)
         return [Item("ok", "shape", f"model shape as saved ({ours.num_layers} layers, hidden {ours.hidden_size}, "
                      f"{ours.num_attention_heads} heads)")]
-    said = "; ".join(f"{name} {a} (checkpoint) ≠ {b} (job)" for name, a, b in diffs) or "the same settings"
+    said = "; ".join(f"{name} {shown(a, 40)} (checkpoint) ≠ {shown(b, 40)} (job)" for name, a, b in diffs) or \
+        "the same settings"
     why = _tensors_refused(job_args, saved, stored, differ)
     if padded and not why:
         why = "the torch format loads the padded embedding as one tensor: 'size mismatch' at load"
@@ -309,10 +329,18 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
             said = ", ".join(f"{name} {saved[name]} (checkpoint) ≠ {job_args.get(name)} (job)" for name in asserted)
             return (f"Megatron asserts {said} equal at load (check_checkpoint_args: AssertionError); with "
                     "finetune=true it loads the tensors both have instead")
-        if not optimizer_read:
+        if not optimizer_read or not differ.params_changed:
             return ""  # the strict load fails, and checkpointing.py's fallback loads non-strictly without a word
-        return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load (ValueError: "
-                "loaded state dict contains a parameter group that doesn't match the size of optimizer's group)")
+        if differ.groups_changed:
+            return (f"the optimizer's parameter groups change ({_counted(differ)}): Megatron stops at load "
+                    "(ValueError: loaded state dict contains a parameter group that doesn't match the size of "
+                    "optimizer's group)")
+        return (f"the parameters are named otherwise (the job's {_names(differ.added)}; the checkpoint's "
+                f"{_names(differ.dropped)}: {_counted(differ)}) while the optimizer's groups keep their sizes: the "
+                "torch format's optimizer state (Adam's moments, the fp32 main weights) is matched by position, so "
+                "it loads onto other tensors (a size mismatch stops the load or the first step), while the renamed "
+                "weights keep their initial values (the non-strict fallback); no_load_optim=true loads the weights "
+                "alone")
     strictness = str(job_args.get("dist_ckpt_strictness") or "assume_ok_unexpected")
     if differ.added and strictness in STOPS_ON_ADDED:
         return (f"the job's {_names(differ.added)} are not in the checkpoint: Megatron stops at load (KeyError: '… "
@@ -321,7 +349,7 @@ def _tensors_refused(job_args: Mapping[str, Any], saved: Mapping[str, Any], stor
         return (f"the checkpoint's {_names(differ.dropped)} are not in the job's model: Megatron stops at load "
                 "('Some keys found in the checkpoint are missing in the provided sharded state dict', "
                 f"dist_ckpt_strictness {strictness})")
-    if optimizer_read and job_args.get("use_distributed_optimizer") and \
+    if optimizer_read and differ.params_changed and job_args.get("use_distributed_optimizer") and \
             optimizer_state.saved_kind(saved, stored.content_metadata) == "dp_reshardable":
         return (f"the distributed optimizer's state saved dp_reshardable is one flat buffer of every parameter "
                 f"({_counted(differ)} changes its size): Megatron stops at load ('Global shape mismatch' for "
@@ -416,8 +444,12 @@ def _layout(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> lis
         return [Item("note", "layout", f"{said}: the weights do not depend on it")]
     items = [Item("note", "layout", f"{said}: torch_dist reshards on load; the saved RNG state is not used when "
                   "TP or PP changed" if {"TP", "PP"} & set(changed) else f"{said}: torch_dist reshards on load")]
-    if "TP" in changed or "PP" in changed:
-        items += _optimizer_reshard(job, saved, stored)
+    # EP across 1 is _expert_optimizer's; between sizes above 1 the experts' own optimizer state follows the
+    # number of local experts (num_experts / EP)
+    experts = _int(saved.get("num_experts"), 0) and _int(job.arg("num_experts"), 0)
+    ep = "EP" in changed and experts and before["EP"] > 1 and now["EP"] > 1
+    if "TP" in changed or "PP" in changed or ep:
+        items += _optimizer_reshard(job, saved, stored, [s for s in changed if s in ("TP", "PP") or (s == "EP" and ep)])
     return items
 
 
@@ -444,9 +476,11 @@ def _expert_optimizer(job: Any, job_args: Mapping[str, Any], saved: Mapping[str,
                  ", or --set no_load_optim=true (the weights load at the new EP; Adam's moments start again)")]
 
 
-def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint) -> list[Item]:
+def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpoint, axes: Sequence[str]) -> list[Item]:
     """Megatron raises at load when a distributed optimizer saved dp_reshardable meets a TP/PP change
-    (checkpointing.py load_checkpoint: 'not supported for DistributedOptimizer with sharding type')."""
+    (checkpointing.py load_checkpoint: 'not supported for DistributedOptimizer with sharding type'), or an MoE
+    model's EP change between sizes above 1 (measured, EP 2 → 4: 'Global shape mismatch' for the experts' flat
+    buffer, chained_1.optimizer.distributed.….param: each rank's buffer holds its local experts)."""
     if not job.arg("use_distributed_optimizer") or job.arg("no_load_optim") or job.arg("finetune") \
             or saved.get("no_save_optim"):
         return []
@@ -458,8 +492,11 @@ def _optimizer_reshard(job: Any, saved: Mapping[str, Any], stored: StoredCheckpo
     if kind in RESHARDABLE_OPTIMIZER:
         return [Item("note", "optimizer", f"the distributed optimizer's state ({kind}) reshards with the model")]
     what = f"saved as {kind}" if kind else "saved without the distributed optimizer"
-    return [Item("refuse", "optimizer", f"the optimizer state was {what}, which cannot follow a TP/PP change: "
-                 "Megatron stops at load", "resume at the saved TP/PP, or drop the optimizer state "
+    said = "/".join(axes)
+    how = ("'Global shape mismatch' for the experts' flat buffer, chained_1.optimizer.distributed.….param: each rank's "
+           "holds num_experts / EP experts") if axes == ["EP"] else "'(TP, PP) mismatch after resume'"
+    return [Item("refuse", "optimizer", f"the optimizer state was {what}, which cannot follow a {said} change: "
+                 f"Megatron stops at load ({how})", f"resume at the saved {said}, or drop the optimizer state "
                  "(--set no_load_optim=true: Adam's moments start again), or save with "
                  "dist_ckpt_optim_fully_reshardable=true next time")]
 
@@ -726,8 +763,11 @@ def _version(stored: StoredCheckpoint) -> list[Item]:
 
 
 def _typed(saved: Mapping[str, Any]) -> dict[str, Any]:
-    """The stored args with only values model_shape can use (numbers, flags, names); the rest unset."""
-    return {k: v for k, v in saved.items() if isinstance(v, (int, float, str, bool))}
+    """The stored args with only values model_shape can use (numbers, flags, names, and flat lists of them no longer
+    than a layer pattern: moe_layer_freq as Megatron stores it, a spec); the rest unset."""
+    plain = (int, float, str, bool)
+    return {k: v for k, v in saved.items() if isinstance(v, plain) or (
+        isinstance(v, list | tuple) and len(v) <= layer_pattern.MAX_LAYERS and all(isinstance(x, plain) for x in v))}
 
 
 def _int(value: Any, default: int) -> int:

@@ -129,6 +129,20 @@ class ModelShape:
     # the layers (window_attn_skip_freq leaves the others full); 0: full causal attention everywhere.
     window: int = 0
     window_layers: int = 0
+    # What the checkpoint's tensors are named and which a setting adds (checks/model_tensors.py): moe_layer_freq as
+    # Megatron reads it (an int N: every N-th layer; or 0/1 per layer); layers saved under their own names
+    # (transformer_block.py: a list or N > 1 in moe_layer_freq or linear_attention_freq) rather than stacked;
+    # multi-token prediction layers built; a learnable softmax offset; the router's expert bias; the shared
+    # expert's gate; Transformer Engine's module names (transformer_impl) and grouped experts (moe_grouped_gemm).
+    moe_pattern: int | tuple[int, ...] = 1
+    per_layer_keys: bool = False
+    mtp_layers: int = 0
+    softmax_offset: bool = False
+    expert_bias: bool = False
+    shared_expert_gate: bool = False
+    te_names: bool = False
+    grouped_experts: bool = False
+    moe_latent_size: int = 0  # the experts work in a latent width, projected from and to hidden (TE only)
 
     @property
     def query_size(self) -> int:
@@ -220,7 +234,39 @@ def _model_shape(args: Mapping[str, Any], tensor_parallel: int | None) -> ModelS
         **moe_shape(args, int(args["num_layers"]), int(ffn)),
         **mla_shape(args),
         **window_shape(args, int(args["num_layers"]), seq),
+        **naming_shape(args),
     )
+
+
+def _heterogeneous(value: Any) -> bool:
+    """transformer_block.py sharded_state_dict: a per-layer pattern that is a list, or an int above 1, saves each
+    layer under its own name."""
+    if value in (None, ""):
+        return False
+    pattern = layer_pattern.parse(value) if not isinstance(value, list | tuple) else list(value)
+    return isinstance(pattern, list) or pattern > 1
+
+
+def naming_shape(args: Mapping[str, Any]) -> dict[str, Any]:
+    """The ModelShape fields that name tensors or add them under a setting (see the class)."""
+    freq = megatron_value(args, "moe_layer_freq")
+    pattern = layer_pattern.parse(freq) if not isinstance(freq, list | tuple) else list(freq)
+    experts = bool(megatron_value(args, "num_experts"))
+    # the launcher's own spec (sdpa_spec) is the local one; another --spec is read as local too
+    te = megatron_value(args, "transformer_impl") == "transformer_engine" and not args.get("spec")
+    mtp = int(megatron_value(args, "mtp_num_layers") or 0)
+    return {
+        "moe_pattern": tuple(int(x) for x in pattern) if isinstance(pattern, list) else int(pattern),
+        "per_layer_keys": _heterogeneous(freq) or _heterogeneous(args.get("linear_attention_freq")),
+        "mtp_layers": min(mtp, 1) if megatron_value(args, "mtp_use_repeated_layer") else mtp,
+        "softmax_offset": megatron_value(args, "softmax_type") == "learnable",
+        "expert_bias": experts and bool(megatron_value(args, "moe_router_enable_expert_bias")),
+        "shared_expert_gate": experts and bool(megatron_value(args, "moe_shared_expert_gate")) and
+        bool(megatron_value(args, "moe_shared_expert_intermediate_size")),
+        "te_names": te,
+        "grouped_experts": te and experts and bool(megatron_value(args, "moe_grouped_gemm")),
+        "moe_latent_size": int(megatron_value(args, "moe_latent_size") or 0) if experts else 0,
+    }
 
 
 def mla_shape(args: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from launcher.checks.model_tensors import VOCAB, tensors
 from launcher.checks.resume import check_job
 from launcher.cli.job import JobRequest, job_for
+from launcher.estimate.formulas import model_shape
 from launcher.pipeline.preset import load_preset
 from tests.checks.test_rehearsal import needs_checkout
 
@@ -29,11 +32,17 @@ CELLS = {"plain-bf16-to-fp16": "loads", "plain-bf16-to-fp32": "raises", "bf16-pl
          "learned-to-rope": "loads", "layernorm-to-rmsnorm": "loads", "bias-linear-off": "loads",
          "untie-on": "raises", "qk-layernorm-on": "raises", "gqa-4-to-2": "raises",
          "learned-to-rope-raise-all": "raises", "untie-on-log-unexpected": "loads",
-         "distopt-bias-linear-off": "raises", "auto-detect-dist-to-torch": "raises", "ckpt-step-missing": "raises"}
-# cells of two more saves (SwiGLU, qk_layernorm): about two minutes more, run with MEGATRON_LAUNCH_FULL_LOAD_MATRIX=1
+         "distopt-bias-linear-off": "raises", "auto-detect-dist-to-torch": "raises", "ckpt-step-missing": "raises",
+         # one MoE save: a buffer a setting adds (the router's expert bias), the same layers saved one by one
+         # (moe_layer_freq a list), grouped GEMM (the local spec's experts stay sequential)
+         "moe-expert-bias-on": "raises", "moe-layer-freq-1-to-11": "raises", "moe-grouped-gemm-on": "loads"}
+# cells of eight more saves (SwiGLU, qk_layernorm, MoE with the expert bias and a gated shared expert, MTP, a
+# learnable softmax, MLA with qk_layernorm): run with MEGATRON_LAUNCH_FULL_LOAD_MATRIX=1
 if os.environ.get("MEGATRON_LAUNCH_FULL_LOAD_MATRIX") == "1":
     CELLS |= {"qk-layernorm-off": "loads", "use-checkpoint-args-qk-layernorm": "loads",
-              "use-checkpoint-args-swiglu": "loads"}
+              "use-checkpoint-args-swiglu": "loads", "moe-expert-bias-off": "loads", "moe-shared-gate-off": "loads",
+              "mtp-off": "loads", "mtp-1-to-2": "raises", "softmax-learnable-off": "loads",
+              "mla-qk-layernorm-off": "loads"}
 # the script's BASE flags as the toy preset's settings (the target declared with Transformer Engine and apex,
 # whose fused Adam loads the distributed optimizer's state)
 BASE = ["entry=pretrain_gpt", "gpus_per_node=1", "tensor_model_parallel_size=1", "hidden_size=64",
@@ -48,8 +57,14 @@ def overrides(flags: list[str]) -> list[str]:
 
     by_flag = {flag: arg for arg in catalog().values() for flag in arg.flags}
     out: list[str] = []
+    spec = False  # the cells' --spec (the launcher's own SDPA spec, which the job chooses itself) is left out
     for flag in flags:
         arg = by_flag.get(flag)
+        if arg is None and spec:
+            continue
+        spec = flag == "--spec"
+        if spec:
+            continue
         if arg is None:  # the value of the flag before it
             out[-1] += flag
         elif arg.kind == "value":
@@ -96,6 +111,33 @@ def test_the_check_warns_where_megatron_loads_another_model_than_the_one_saved(m
         check = check_job(_job(row), sys.executable)
         assert check is not None and any(i.level == "warn" and i.topic == "shape" for i in check.items), \
             (row["line"], check and check.render())
+
+
+@needs_checkout
+def test_the_tensors_modelled_are_those_megatron_saved(matrix):
+    """Every save's tensors (names and global shapes in the torch_dist metadata) are those model_tensors gives for
+    the settings stored with it: the per-layer names, the norms' fused names, what each setting adds."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+
+    for ckpt in sorted({row["saves_at"] for row in matrix if row["saved"]["ok"]}):
+        step = sorted(Path(ckpt).glob("iter_*"))[-1]
+        stored = FileSystemReader(str(step)).read_metadata().state_dict_metadata
+        args = vars(torch.load(step / "common.pt", weights_only=False)["args"])
+        found: dict[str, tuple[int, ...]] = {}
+        for name, meta in stored.items():
+            if name.startswith(("optimizer.", "chained_", "rng_state")) or "_extra_state" in name or \
+                    not hasattr(meta, "size"):  # the optimizer's (chained: MoE at EP > 1), the RNG's
+                continue
+            shape = tuple(meta.size)
+            if name.startswith(("embedding.word_embeddings", "output_layer")):
+                shape = (VOCAB, *shape[1:])
+            family = re.sub(r"^(decoder|mtp)\.layers\.\d+\.", r"\1.layers.*.", name)
+            if family == name:
+                found[name] = shape
+            else:  # one per layer: counted as model_tensors counts them
+                found[family] = (found.get(family, (0,))[0] + 1, *shape)
+        assert found == tensors(model_shape(args)), ckpt
 
 
 def _job(row: dict):

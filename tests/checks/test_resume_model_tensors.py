@@ -21,18 +21,19 @@ DEFAULTS = {"position_embedding_type": "learned_absolute", "add_position_embeddi
             "normalization": "LayerNorm", "add_bias_linear": True, "add_qkv_bias": True,
             "untie_embeddings_and_output_weights": False, "qk_layernorm": False, "swiglu": False,
             "ffn_hidden_size": 48, "kv_channels": 3, "num_query_groups": 1, "group_query_attention": False,
-            "padded_vocab_size": 256, "num_experts": None, "dist_ckpt_strictness": "assume_ok_unexpected"}
+            "padded_vocab_size": 256, "num_experts": None, "dist_ckpt_strictness": "assume_ok_unexpected",
+            "transformer_impl": "local"}
 TORCH_FILE = ("args", "checkpoint_version", "iteration", "model", "optimizer", "opt_param_scheduler", "rng_state")
 
 # (stored with, the job's settings, the tensor named): the job's model lacks a tensor the checkpoint has
 DROPPED = [({}, ["position_embedding_type=rope"], "embedding.position_embeddings.weight"),
-           ({}, ["normalization=RMSNorm"], "decoder.layers.input_layernorm.bias"),
+           ({}, ["normalization=RMSNorm"], "decoder.layers.self_attention.linear_qkv.layer_norm_bias"),
            ({}, ["add_bias_linear=false"], "decoder.layers.self_attention.linear_proj.bias"),
            ({"untie_embeddings_and_output_weights": True}, [], "output_layer.weight"),
            ({"qk_layernorm": True}, [], "decoder.layers.self_attention.q_layernorm.weight")]
 # the job's model has a tensor the checkpoint lacks
 ADDED = [({"position_embedding_type": "rope"}, [], "embedding.position_embeddings.weight"),
-         ({"normalization": "RMSNorm"}, [], "decoder.layers.input_layernorm.bias"),
+         ({"normalization": "RMSNorm"}, [], "decoder.layers.self_attention.linear_qkv.layer_norm_bias"),
          ({"add_bias_linear": False, "add_qkv_bias": False}, [], "decoder.layers.mlp.linear_fc1.bias"),
          ({"add_bias_linear": False, "add_qkv_bias": False}, ["add_bias_linear=false", "add_qkv_bias=true"],
           "decoder.layers.self_attention.linear_qkv.bias"),
@@ -94,7 +95,9 @@ def test_the_torch_format_refuses_any_tensor_change_while_it_loads_the_optimizer
     assert "parameter group that doesn't match" in text(check, "shape")
     weights = judge(job(tmp_path, "bf16=true", "ckpt_format=torch", "no_load_optim=true", *job_settings),
                     saved(tmp_path, settings, fmt="torch"))
-    per_layer = named.replace("decoder.layers.", "decoder.layers.*.")  # the torch format's names, said once
+    # the torch format's names (the local spec's modules), per layer said once
+    per_layer = named.replace("decoder.layers.", "decoder.layers.*.").replace(
+        "self_attention.linear_qkv.layer_norm_", "input_layernorm.")
     assert weights.ok and levels(weights, "shape") == ["warn"] and per_layer in text(weights, "shape"), \
         weights.render()
 

@@ -33,7 +33,7 @@ def stored(tmp_path: Path, precision: str = "bf16", sharding: str | None = None,
              "num_attention_heads": 4, "seq_length": 64, "max_position_embeddings": 64, "vocab_size": 100,
              "make_vocab_size_divisible_by": 128, "global_batch_size": 8, "consumed_train_samples": 800,
              "mock_data": True, "use_distributed_optimizer": bool(sharding), "accumulate_allreduce_grads_in_fp32":
-             False, **PRECISION[precision], **args}
+             False, "transformer_impl": "local", **PRECISION[precision], **args}
     return StoredCheckpoint(str(tmp_path), found=True, iteration=100, directory=str(tmp_path / "iter_0000100"),
                             format="torch_dist", backend={"sharded_backend": "torch_dist"}, args=saved,
                             content_metadata=metadata, checkpoint_version=3.0, keys=FULL_STATE)
