@@ -93,6 +93,25 @@ def norm_standing_in_for_the_targets() -> None:
     WrappedTorchNorm.__new__ = new
 
 
+def params_norm(model: list) -> float:
+    """Megatron's parameter norm (calc_params_l2_norm), with the expert weights summed as expert ones at EP 1 too.
+    Megatron marks them so (`allreduce` false) only at EP > 1 (tensor_parallel/layers.py:849, 914, 1196, 1264); at
+    EP 1 it sums them with the dense weights over TP (training/utils/common_utils.py:102-115, 175-195), so under an
+    expert TP below TP, where each TP rank holds the same experts, it counts them once per TP rank, and a correct
+    load at another TP reads as different weights."""
+    from megatron.training.utils import calc_params_l2_norm
+
+    marked = [param for chunk in model for name, param in chunk.named_parameters()
+              if ".experts." in f".{name}" and getattr(param, "allreduce", True)]
+    for param in marked:
+        param.allreduce = False
+    try:
+        return float(calc_params_l2_norm(model, force_create_fp32_copy=True))
+    finally:
+        for param in marked:
+            param.allreduce = True
+
+
 def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
     """Run the rank; returns the stage reached ("done"), recording facts as it goes; raises on failure."""
     stage = Stages(facts)
@@ -113,7 +132,6 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
         from megatron.core.utils import get_model_config
         from megatron.training import arguments, checkpointing, initialize, training
         from megatron.training.arguments import parse_and_validate_args
-        from megatron.training.utils import calc_params_l2_norm
 
         if os.environ.get(NORM_SP_ENV) == "1":
             norm_standing_in_for_the_targets()
@@ -143,7 +161,7 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
         facts["decoder_layers"] = decoder_layers(model)
         if mode == "load":
             facts["iteration_loaded"] = args.iteration
-            facts["params_norm"] = float(calc_params_l2_norm(model, force_create_fp32_copy=True))
+            facts["params_norm"] = params_norm(model)
         stage.enter("step")
         model_config = get_model_config(model[0])
         model_config.grad_scale_func = optimizer.scale_loss
@@ -174,7 +192,7 @@ def rehearse(argv: list[str], mode: str, steps: int, facts: dict) -> str:
         facts["skipped_steps"] = skipped
         facts["num_microbatches"] = get_num_microbatches()
         if mode == "train":
-            facts["params_norm"] = float(calc_params_l2_norm(model, force_create_fp32_copy=True))
+            facts["params_norm"] = params_norm(model)
             stage.enter("save")
             checkpointing.save_checkpoint(args.iteration, model, optimizer, scheduler, 0)
             torch.distributed.barrier()

@@ -462,3 +462,21 @@ def test_the_one_process_rehearsal_leaves_out_what_megatron_allows_only_at_tp_ab
     settings, _ = tiny_settings({"tensor_model_parallel_size": 2, "distribute_saved_activations": True,
                                  "recompute_granularity": "full", "recompute_method": "uniform", "num_layers": 4})
     assert settings["tensor_model_parallel_size"] == 1 and "distribute_saved_activations" not in settings
+
+
+@needs_checkout
+def test_experts_below_tp_without_expert_parallelism_reload_at_tp_2_with_the_same_norm(monkeypatch):
+    """A MoE job at expert TP 1 and EP 1 (a one-GPU move of a job that sets its expert TP), reloaded at TP 2: each TP
+    rank holds every expert, and Megatron's parameter norm counted them once per TP rank at EP 1, so the correct
+    load read as other weights (habana_mixtral_8x7b_hl_defaults: 19.985 vs 19.233)."""
+    own = tempfile.mkdtemp(prefix="rh-")
+    monkeypatch.setattr(tempfile, "tempdir", own)
+    checkout = megatron_checkout()
+    assert checkout is not None
+    loaded_preset = load_preset("345m", ["num_experts=4", "moe_router_topk=2", "add_bias_linear=false",
+                                         "expert_tensor_parallel_size=1"])
+    resolved = resolve(loaded_preset, 1, 1, kernels=Kernels(False, False, "preset"), megatron_path=checkout)
+    result = rehearse_layout(resolved, target_env(resolved))
+    os.rmdir(own)
+    assert result.ok, "\n".join(result.render())
+    assert "loaded at TP 2 · PP 1" in result.render()[0]
