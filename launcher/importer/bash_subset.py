@@ -564,6 +564,7 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
+        self.input_forked: Any = None  # the command whose unseen input file is being read as present (input_unseen)
         self.nounset = False  # `set -u`: expanding a variable known to be unset ends the script
         self.tail_failed = False  # the last `a && b` list read ran its last command, which failed (see fails)
         # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
@@ -1112,9 +1113,57 @@ class _Reader:
             raise _Exit(self.line(node), f"set -e, and the redirection of {self.first_line(node)} fails")
         return True
 
+    def input_unseen(self, redirects: Sequence[Any]) -> str | None:
+        """The file a `< FILE` of these redirections reads that this import cannot see (not one the script wrote,
+        not a scheduler's node file, not a device): whether bash finds it is decided where the script runs."""
+        for redirect in redirects:
+            target = redirect.child_by_field_name("destination")
+            if target is None:
+                continue
+            operator = self.src[redirect.start_byte:target.start_byte].decode("utf-8", "replace").strip()
+            if operator.lstrip("0123456789") != "<":
+                continue
+            words = self.fields(target)
+            if len(words) != 1 or unresolved_names(words[0]) or words[0].startswith("/dev/"):
+                continue
+            if self.file_text(words[0]) is None:
+                return words[0]
+        return None
+
+    def may_stop_at_input(self, node: Any, redirects: Sequence[Any], assignments: Sequence[Any],
+                          rerun: Callable[[], None]) -> bool:
+        """Under set -e, a command reading a file this import cannot see (`DATA=/data/<path>_text_document`, a
+        template's placeholder, is `DATA=/data/` reading the file `path`): where the file is missing bash refuses the
+        redirection (the assignments of a line without a command still happen) and ends the script there. Both are
+        read (undecided_fork; `rerun` reads the command as if the file were there), and said."""
+        unseen = self.input_unseen(redirects) if self.errexit and self.capture is None else None
+        if unseen is None or self.input_forked is node:
+            return False
+
+        def missing() -> None:
+            for assignment in assignments:
+                self.statement(assignment)
+            raise _Exit(self.line(node), f"set -e, and {show(unseen)}, the input of {self.first_line(node)}, is "
+                                         "missing")
+
+        def present() -> None:
+            saved, self.input_forked = self.input_forked, node
+            try:
+                rerun()
+            finally:
+                self.input_forked = saved
+
+        self.undecided_fork(node, [present, missing], include_nothing=False,
+                            what=f"{self.first_line(node)} reads {show(unseen)}, a file this import cannot see; "
+                                 "set -e ends the script here where it is missing")
+        return True
+
     def st_redirected_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
         redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if self.may_stop_at_input(node, redirects, [body] if body is not None and body.type.startswith(
+                "variable_assignment") else [], lambda: self.st_redirected_statement(node)):
+            return
         if body is not None and body.type == "pipeline" and body.named_children:
             # the grammar hangs `a | b > $LOG` on the whole pipeline; the redirection is b's: a runs whatever it is
             last = body.named_children[-1]
@@ -2446,7 +2495,17 @@ class _Reader:
         redirects = [c for c in node.children if c.type == "file_redirect"]
         head = [c for c in node.children if c.type in ("variable_assignment", "file_redirect")
                 and (name is None or c.end_byte <= name.start_byte)]
-        if name is not None and head and head[-1].type == "file_redirect" and self.newline_between(head[-1], name):
+        joined = name is not None and bool(head) and head[-1].type == "file_redirect" and \
+            self.newline_between(head[-1], name)
+
+        def again() -> None:
+            self.redirect_words = trailing
+            self.st_command(node)
+
+        if self.may_stop_at_input(node, [c for c in head if c.type == "file_redirect"] if joined else redirects,
+                                  prefixes if joined or self.missing_name(node) else [], again):
+            return
+        if joined:
             # the grammar joins `X=1 > $LOG` and the next line's command; bash runs them apart
             if not self.refused_redirect(node, [c for c in head if c.type == "file_redirect"], prefixes):
                 for prefix in prefixes:
