@@ -579,7 +579,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 "them"))
         launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
-        notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
+        notes += [_comment(f"{launch.runner_name or base_name(runner[0])} {d}") for d in launch.runner_notes]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
         visible = env.get("CUDA_VISIBLE_DEVICES", "")
