@@ -497,8 +497,8 @@ def test_a_runner_option_under_a_job_launcher_is_said_of_the_runner_with_what_is
     imported = import_source(f"srun --ntasks-per-node=1 python -m torch.distributed.run --nnodes $N --nproc-per-node 8 "
                              f"--master-port=$P pretrain_gpt.py {MODEL}\n", "train.sh")
     said = " | ".join(imported.not_carried)
-    assert "python --master-port=${P}: not known without running the script" in said, said
-    assert "python --nnodes ${N}: not known without running the script; the preset's nodes is not set" in said
+    assert "torch.distributed.run --master-port=${P}: not known without running the script" in said, said
+    assert "torch.distributed.run --nnodes ${N}: not known without running the script; the preset's nodes" in said
     assert "not a number" not in said and "srun --master-port" not in said
 
 
