@@ -566,6 +566,7 @@ class _Reader:
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
         self.input_forked: Any = None  # the command whose unseen input file is being read as present (input_unseen)
         self.nounset = False  # `set -u`: expanding a variable known to be unset ends the script
+        self.noglob = False  # `set -f`: no pathname expansion
         self.tail_failed = False  # the last `a && b` list read ran its last command, which failed (see fails)
         # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
         # them to cmd, after a
@@ -725,17 +726,19 @@ class _Reader:
 
     def set_errexit(self, options: list[str]) -> None:
         """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off; the same
-        for nounset (`set -u`, `-o nounset`)."""
+        for nounset (`set -u`, `-o nounset`) and noglob (`set -f`, `-o noglob`)."""
         for k, word in enumerate(options):
             if word == "--":
                 return
-            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] in ("errexit", "nounset"):
+            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] in ("errexit", "nounset", "noglob"):
                 setattr(self, options[k + 1], word == "-o")
             elif re.fullmatch(r"[-+][a-zA-Z]+", word):
                 if "e" in word:
                     self.errexit = word[0] == "-"
                 if "u" in word:
                     self.nounset = word[0] == "-"
+                if "f" in word:
+                    self.noglob = word[0] == "-"
 
     def from_environment(self, name: str) -> bool:
         """A variable the environment may well hold whatever the script did (PATH, LD_LIBRARY_PATH, a scheduler's
@@ -2557,9 +2560,12 @@ class _Reader:
             taint = self.tainted(read, words)
             for token, items in taint.items():
                 command_taint[token] = tuple(dict.fromkeys((*command_taint.get(token, ()), *items)))
+            globbed = self.pathname_expanded(group, words)
             for word in words:
                 needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
                 needs |= {u for token in word.split() for u in taint.get(token, ())}
+                if word in globbed:
+                    needs.add(globbed[word])
                 if needs:
                     depends[len(argv)] = tuple(sorted(needs, key=lambda u: u.line))
                 argv.append(word)
@@ -2581,6 +2587,21 @@ class _Reader:
                 self.run_argv(node, argv, env, depends)
             return
         self.run_argv(node, argv, env, depends)
+
+    def pathname_expanded(self, group: Sequence[Any], words: list[str]) -> dict[str, Undecided]:
+        """The words of a command that bash matches against file names (`--data-path /data/*_text_document`,
+        `--load ckpt/iter_???`, `$PATTERN` unquoted): each becomes the names of the files it matches where the script
+        runs (itself where none does), which is not known here."""
+        if self.noglob:
+            return {}
+        written = self.src[group[0].start_byte:group[-1].end_byte].decode("utf-8", "surrogateescape")
+        literal, expansion = _pathname_pattern(written)
+        if not literal and not expansion:
+            return {}
+        return {word: Undecided(self.current_line, f"{show(word)}: bash replaces the word with the names of the "
+                                                   "files it matches where the script runs (the word itself where "
+                                                   "none does)", decide="write the value as the run has it")
+                for word in words if GLOB_CHARACTER.search(word) and MARK not in word}
 
     def newline_between(self, before: Any, after: Any) -> bool:
         gap = self.src[before.end_byte:after.start_byte].replace(b"\\\n", b"")
@@ -4043,6 +4064,55 @@ def _binary(op: str, left: int, right: int) -> int:
     if op not in table:
         raise _Unknown(op)
     return _wrap(table[op](left, right))
+
+
+def _pathname_pattern(written: str) -> tuple[bool, bool]:
+    """How bash's pathname expansion meets a word as written: (a `*`, `?` or `[…]` outside quotes and expansions,
+    an expansion outside quotes, whose value is matched against files too). A rough scan: quotes, backslashes and
+    `$(…)`, `${…}`, `` `…` `` are skipped whole."""
+    literal = expansion = False
+    k, n = 0, len(written)
+    while k < n:
+        c = written[k]
+        if c == "\\":
+            k += 2
+            continue
+        if c == "'":
+            k = written.find("'", k + 1) + 1 or n
+            continue
+        if c == '"':
+            m = k + 1
+            while m < n and written[m] != '"':
+                m += 2 if written[m] == "\\" else 1
+            k = m + 1
+            continue
+        if c == "$" and k + 1 < n and written[k + 1] in "({":
+            expansion, depth, m = True, 0, k + 1
+            while m < n:
+                depth += written[m] in "({"
+                depth -= written[m] in ")}"
+                m += 1
+                if depth == 0:
+                    break
+            k = m
+            continue
+        if c == "$" and k + 1 < n and (written[k + 1].isalnum() or written[k + 1] in "_@*#?"):
+            expansion = True
+            k += 2
+            while k < n and (written[k].isalnum() or written[k] == "_"):
+                k += 1
+            continue
+        if c == "`":
+            expansion = True
+            k = written.find("`", k + 1) + 1 or n
+            continue
+        if c in "*?" or c == "[" and "]" in written[k + 2:]:
+            literal = True
+        k += 1
+    return literal, expansion
+
+
+GLOB_CHARACTER = re.compile(r"[*?]|\[.+\]")
 
 
 def _unescape_unquoted(text: str) -> str:
