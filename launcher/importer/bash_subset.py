@@ -2600,7 +2600,8 @@ class _Reader:
             return {}
         return {word: Undecided(self.current_line, f"{show(word)}: bash replaces the word with the names of the "
                                                    "files it matches where the script runs (the word itself where "
-                                                   "none does)", decide="write the value as the run has it")
+                                                   "none does)",
+                                 decide="quote the word in the script where it means itself")
                 for word in words if GLOB_CHARACTER.search(word) and MARK not in word}
 
     def newline_between(self, before: Any, after: Any) -> bool:
