@@ -772,7 +772,8 @@ def split_launch(argv: list[str]) -> Launch:
     runner = launch.runner
     say = launch.runner_notes.append
     # `python -m torch.distributed.launch --use_env`: the words after the module are the module's options, not python's
-    module_at = runner.index("-m") + 1 if base_name(runner[0]).startswith("python") and "-m" in runner[:-1] else 0
+    python = bool(runner) and base_name(runner[0]).startswith("python")
+    module_at = runner.index("-m") + 1 if python and "-m" in runner[:-1] else 0
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
     msrun: dict[str, int] = {}  # msrun's --worker_num and --local_worker_num
     msrun_unknown = False
@@ -782,11 +783,9 @@ def split_launch(argv: list[str]) -> Launch:
         if not word.startswith("-"):
             k += 1
             continue
-        if base_name(runner[0]).startswith("python") and (k < module_at or not module_at):
+        if python and (k < module_at or not module_at and not word.startswith("--")):
             k += 2 if word == "-m" else 1  # python's own options: -u, -O, -m torch.distributed.run
-            if not word.startswith("--") or module_at:
-                continue
-            k -= 2 if word == "-m" else 1
+            continue
         name, eq, inline = word.lstrip("-").partition("=")
         name = name.replace("-", "_")
         if name in TORCHRUN_SWITCHES:
