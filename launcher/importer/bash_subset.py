@@ -609,7 +609,9 @@ class _Reader:
         self.fixed_line: int | None = None  # inside eval / bash -c: every command is on the outer line
         self.capture: _Capture | None = None
         self.errexit = False  # `set -e`: a command that fails on its own line ends the script
+        self.input_forked: Any = None  # the command whose unseen input file is being read as present (input_unseen)
         self.nounset = False  # `set -u`: expanding a variable known to be unset ends the script
+        self.noglob = False  # `set -f`: no pathname expansion
         self.tail_failed = False  # the last `a && b` list read ran its last command, which failed (see fails)
         # words after a redirection (`cmd a > log b c`): the grammar puts b and c in the redirection; bash passes
         # them to cmd, after a
@@ -769,17 +771,19 @@ class _Reader:
 
     def set_errexit(self, options: list[str]) -> None:
         """`set -e`, `set -euo pipefail`, `set -o errexit` turn errexit on; `set +e`, `set +o errexit` off; the same
-        for nounset (`set -u`, `-o nounset`)."""
+        for nounset (`set -u`, `-o nounset`) and noglob (`set -f`, `-o noglob`)."""
         for k, word in enumerate(options):
             if word == "--":
                 return
-            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] in ("errexit", "nounset"):
+            if word in ("-o", "+o") and k + 1 < len(options) and options[k + 1] in ("errexit", "nounset", "noglob"):
                 setattr(self, options[k + 1], word == "-o")
             elif re.fullmatch(r"[-+][a-zA-Z]+", word):
                 if "e" in word:
                     self.errexit = word[0] == "-"
                 if "u" in word:
                     self.nounset = word[0] == "-"
+                if "f" in word:
+                    self.noglob = word[0] == "-"
 
     def from_environment(self, name: str) -> bool:
         """A variable the environment may well hold whatever the script did (PATH, LD_LIBRARY_PATH, a scheduler's
@@ -1157,9 +1161,57 @@ class _Reader:
             raise _Exit(self.line(node), f"set -e, and the redirection of {self.first_line(node)} fails")
         return True
 
+    def input_unseen(self, redirects: Sequence[Any]) -> str | None:
+        """The file a `< FILE` of these redirections reads that this import cannot see (not one the script wrote,
+        not a scheduler's node file, not a device): whether bash finds it is decided where the script runs."""
+        for redirect in redirects:
+            target = redirect.child_by_field_name("destination")
+            if target is None:
+                continue
+            operator = self.src[redirect.start_byte:target.start_byte].decode("utf-8", "replace").strip()
+            if operator.lstrip("0123456789") != "<":
+                continue
+            words = self.fields(target)
+            if len(words) != 1 or unresolved_names(words[0]) or words[0].startswith("/dev/"):
+                continue
+            if self.file_text(words[0]) is None:
+                return words[0]
+        return None
+
+    def may_stop_at_input(self, node: Any, redirects: Sequence[Any], assignments: Sequence[Any],
+                          rerun: Callable[[], None]) -> bool:
+        """Under set -e, a command reading a file this import cannot see (`DATA=/data/<path>_text_document`, a
+        template's placeholder, is `DATA=/data/` reading the file `path`): where the file is missing bash refuses the
+        redirection (the assignments of a line without a command still happen) and ends the script there. Both are
+        read (undecided_fork; `rerun` reads the command as if the file were there), and said."""
+        unseen = self.input_unseen(redirects) if self.errexit and self.capture is None else None
+        if unseen is None or self.input_forked is node:
+            return False
+
+        def missing() -> None:
+            for assignment in assignments:
+                self.statement(assignment)
+            raise _Exit(self.line(node), f"set -e, and {show(unseen)}, the input of {self.first_line(node)}, is "
+                                         "missing")
+
+        def present() -> None:
+            saved, self.input_forked = self.input_forked, node
+            try:
+                rerun()
+            finally:
+                self.input_forked = saved
+
+        self.undecided_fork(node, [present, missing], include_nothing=False,
+                            what=f"{self.first_line(node)} reads {show(unseen)}, a file this import cannot see; "
+                                 "set -e ends the script here where it is missing")
+        return True
+
     def st_redirected_statement(self, node: Any) -> None:
         body = node.child_by_field_name("body")
         redirects = [c for c in node.named_children if c.type == "file_redirect"]
+        if self.may_stop_at_input(node, redirects, [body] if body is not None and body.type.startswith(
+                "variable_assignment") else [], lambda: self.st_redirected_statement(node)):
+            return
         if body is not None and body.type == "pipeline" and body.named_children:
             # the grammar hangs `a | b > $LOG` on the whole pipeline; the redirection is b's: a runs whatever it is
             last = body.named_children[-1]
@@ -2537,7 +2589,17 @@ class _Reader:
         redirects = [c for c in node.children if c.type == "file_redirect"]
         head = [c for c in node.children if c.type in ("variable_assignment", "file_redirect")
                 and (name is None or c.end_byte <= name.start_byte)]
-        if name is not None and head and head[-1].type == "file_redirect" and self.newline_between(head[-1], name):
+        joined = name is not None and bool(head) and head[-1].type == "file_redirect" and \
+            self.newline_between(head[-1], name)
+
+        def again() -> None:
+            self.redirect_words = trailing
+            self.st_command(node)
+
+        if self.may_stop_at_input(node, [c for c in head if c.type == "file_redirect"] if joined else redirects,
+                                  prefixes if joined or self.missing_name(node) else [], again):
+            return
+        if joined:
             # the grammar joins `X=1 > $LOG` and the next line's command; bash runs them apart
             if not self.refused_redirect(node, [c for c in head if c.type == "file_redirect"], prefixes):
                 for prefix in prefixes:
@@ -2589,9 +2651,12 @@ class _Reader:
             taint = self.tainted(read, words)
             for token, items in taint.items():
                 command_taint[token] = tuple(dict.fromkeys((*command_taint.get(token, ()), *items)))
+            globbed = self.pathname_expanded(group, words)
             for word in words:
                 needs = set(touched) | {u for n in unresolved_names(word) for u in self.shell.uncertain.get(n, ())}
                 needs |= {u for token in word.split() for u in taint.get(token, ())}
+                if word in globbed:
+                    needs.add(globbed[word])
                 if needs:
                     depends[len(argv)] = tuple(sorted(needs, key=lambda u: u.line))
                 argv.append(word)
@@ -2613,6 +2678,22 @@ class _Reader:
                 self.run_argv(node, argv, env, depends)
             return
         self.run_argv(node, argv, env, depends)
+
+    def pathname_expanded(self, group: Sequence[Any], words: list[str]) -> dict[str, Undecided]:
+        """The words of a command that bash matches against file names (`--data-path /data/*_text_document`,
+        `--load ckpt/iter_???`, `$PATTERN` unquoted): each becomes the names of the files it matches where the script
+        runs (itself where none does), which is not known here."""
+        if self.noglob:
+            return {}
+        written = self.src[group[0].start_byte:group[-1].end_byte].decode("utf-8", "surrogateescape")
+        literal, expansion = _pathname_pattern(written)
+        if not literal and not expansion:
+            return {}
+        return {word: Undecided(self.current_line, f"{show(word)}: bash replaces the word with the names of the "
+                                                   "files it matches where the script runs (the word itself where "
+                                                   "none does)",
+                                 decide="quote the word in the script where it means itself")
+                for word in words if GLOB_CHARACTER.search(word) and MARK not in word}
 
     def newline_between(self, before: Any, after: Any) -> bool:
         gap = self.src[before.end_byte:after.start_byte].replace(b"\\\n", b"")
@@ -4103,6 +4184,55 @@ def _decimal(text: str) -> int:
     if not arithmetic.LOW <= value < -arithmetic.LOW:  # bash: "integer expression expected"
         raise _TestError(text)
     return value
+
+
+def _pathname_pattern(written: str) -> tuple[bool, bool]:
+    """How bash's pathname expansion meets a word as written: (a `*`, `?` or `[…]` outside quotes and expansions,
+    an expansion outside quotes, whose value is matched against files too). A rough scan: quotes, backslashes and
+    `$(…)`, `${…}`, `` `…` `` are skipped whole."""
+    literal = expansion = False
+    k, n = 0, len(written)
+    while k < n:
+        c = written[k]
+        if c == "\\":
+            k += 2
+            continue
+        if c == "'":
+            k = written.find("'", k + 1) + 1 or n
+            continue
+        if c == '"':
+            m = k + 1
+            while m < n and written[m] != '"':
+                m += 2 if written[m] == "\\" else 1
+            k = m + 1
+            continue
+        if c == "$" and k + 1 < n and written[k + 1] in "({":
+            expansion, depth, m = True, 0, k + 1
+            while m < n:
+                depth += written[m] in "({"
+                depth -= written[m] in ")}"
+                m += 1
+                if depth == 0:
+                    break
+            k = m
+            continue
+        if c == "$" and k + 1 < n and (written[k + 1].isalnum() or written[k + 1] in "_@*#?"):
+            expansion = True
+            k += 2
+            while k < n and (written[k].isalnum() or written[k] == "_"):
+                k += 1
+            continue
+        if c == "`":
+            expansion = True
+            k = written.find("`", k + 1) + 1 or n
+            continue
+        if c in "*?" or c == "[" and "]" in written[k + 2:]:
+            literal = True
+        k += 1
+    return literal, expansion
+
+
+GLOB_CHARACTER = re.compile(r"[*?]|\[.+\]")
 
 
 def _unescape_unquoted(text: str) -> str:

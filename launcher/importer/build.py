@@ -22,7 +22,7 @@ import yaml
 
 from launcher import redaction, untrusted
 from launcher.errors import UserError
-from launcher.importer import attention_vars, per_process, training_command
+from launcher.importer import attention_vars, per_process, script_env, training_command
 from launcher.importer import flags as flag_reader
 from launcher.importer.bash_subset import (
     MARK,
@@ -580,7 +580,7 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
                 "them"))
         launcher.update({k: v for k, v in launch.launcher.items() if k not in source.rank_dependent})
         notes += [_comment(f"{base_name(runner[0])} {d}") for d in launch.dropped]
-        notes += [_comment(f"{base_name((launch.runner or runner)[0])} {d}") for d in launch.runner_notes]
+        notes += [_comment(f"{launch.runner_name or base_name(runner[0])} {d}") for d in launch.runner_notes]
         # what the wrapper exports reaches every rank, over the script's own exports (mpirun -x A=1 …)
         env = {**env, **launch.env}
         visible = env.get("CUDA_VISIBLE_DEVICES", "")
@@ -826,10 +826,14 @@ def import_source(text: str, source_name: str, positional: Sequence[str] = (),
         if isinstance(value, str) and ("'" in value or '"' in value):
             notes.append(f"{flags.flag_of.get(dest, dest)} {value}: the value holds quote characters; bash passes "
                          "them on like this (quotes inside an array element are not removed)")
+    own = {k: why for k, v in env.items() if not redaction.is_secret(k, v)
+           and (why := script_env.plumbing(k, v, words)) is not None}
     env_ok = {k: v for k, v in env.items() if not unresolved_names(v) and not redaction.is_secret(k, v)
-              and k not in MACHINE_ENV}
+              and k not in MACHINE_ENV and k not in own}
     for k in env:
-        if redaction.is_secret(k, env[k]):
+        if k in own:
+            notes.append(f"export {k}={_comment(env[k])}: {own[k]}; not carried")
+        elif redaction.is_secret(k, env[k]):
             redaction.remember(k, env[k])  # nor in the report or any other output
             notes.append(f"export {k}: a secret, not copied into the preset (export it before launch)")
         elif k in MACHINE_ENV and not unresolved_names(env[k]):

@@ -23,8 +23,12 @@ TORCHRUN_SETTINGS = {"nproc_per_node": "gpus_per_node", "nnodes": "nodes", "mast
 TORCHRUN_DROPPED = {"node_rank": "the launcher gives each node its rank (torchrun rendezvous)",
                     "rdzv_endpoint": "the launcher sets the rendezvous endpoint",
                     "rdzv_backend": "the launcher sets the rendezvous backend",
-                    "rdzv_id": "the launcher names the rendezvous", "standalone": "the launcher picks it for one node"}
-TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path"}
+                    "rdzv_id": "the launcher names the rendezvous", "standalone": "the launcher picks it for one node",
+                    # torch.distributed.launch's: each rank's LOCAL_RANK in its environment instead of a --local_rank
+                    # argument, which torchrun (the launcher's) always does and Megatron reads
+                    "use_env": "each rank's local rank in its environment (LOCAL_RANK), as torchrun, which the "
+                               "launcher runs, always gives it"}
+TORCHRUN_SWITCHES = {"standalone", "no_python", "module", "run_path", "use_env"}
 
 
 # Unknown flags whose names say they only log, name a path, an experiment or where the processes meet (a fork's
@@ -605,6 +609,17 @@ class Launch:
     visible_gpus: str = ""
 
     @property
+    def runner_name(self) -> str:
+        """Whose options the runner's words are: the module of `python -m torch.distributed.launch`, else the
+        program."""
+        if not self.runner:
+            return ""
+        program = base_name(self.runner[0])
+        if program.startswith("python") and "-m" in self.runner[:-1]:
+            return self.runner[self.runner.index("-m") + 1]
+        return program
+
+    @property
     def per_task(self) -> bool:
         """pretrain_gpt.py starts once per process of the job launcher (srun, mpirun): by python directly, or by a
         launch script that runs python with the arguments it is given."""
@@ -756,6 +771,9 @@ def split_launch(argv: list[str]) -> Launch:
                               "(the launcher starts torchrun itself)")
     runner = launch.runner
     say = launch.runner_notes.append
+    # `python -m torch.distributed.launch --use_env`: the words after the module are the module's options, not python's
+    python = bool(runner) and base_name(runner[0]).startswith("python")
+    module_at = runner.index("-m") + 1 if python and "-m" in runner[:-1] else 0
     counts: dict[str, int] = {}  # accelerate's --num_processes (all machines) and --num_machines
     msrun: dict[str, int] = {}  # msrun's --worker_num and --local_worker_num
     msrun_unknown = False
@@ -765,12 +783,14 @@ def split_launch(argv: list[str]) -> Launch:
         if not word.startswith("-"):
             k += 1
             continue
-        if not word.startswith("--") and base_name(runner[0]).startswith("python"):
+        if python and (k < module_at or not module_at and not word.startswith("--")):
             k += 2 if word == "-m" else 1  # python's own options: -u, -O, -m torch.distributed.run
             continue
         name, eq, inline = word.lstrip("-").partition("=")
         name = name.replace("-", "_")
         if name in TORCHRUN_SWITCHES:
+            if name in TORCHRUN_DROPPED and _torch_launcher(runner):
+                say(f"{word}: {TORCHRUN_DROPPED[name]}")
             k += 1
             continue
         # an option followed by another is a switch (accelerate's --multi_gpu): it takes no value
@@ -828,7 +848,7 @@ def split_launch(argv: list[str]) -> Launch:
         elif name in TORCHRUN_DROPPED:
             say(f"{given}: {TORCHRUN_DROPPED[name]}".strip())
         else:
-            say(f"{given}: a {runner[0]} option the launcher does not carry".strip())
+            say(f"{given}: a {launch.runner_name} option the launcher does not carry".strip())
     options = {w.lstrip("-").partition("=")[0].replace("-", "_") for w in runner if w.startswith("-")}
     # torchrun (and torch.distributed.run/launch) without --nproc_per_node start $PET_NPROC_PER_NODE processes a
     # node, else 1: decided where the command's environment is known (build.import_source)

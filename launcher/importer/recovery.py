@@ -56,7 +56,9 @@ class Part:
 @dataclass(frozen=True)
 class _Error:
     row: int
-    kind: str  # "closer" (a closing word read as a command), "error" (an ERROR node), "missing" (a MISSING token)
+    # "closer" (a closing word read as a command), "error" (an ERROR node), "missing" (a MISSING token), "redirect"
+    # (a redirection whose target the grammar took from a later line)
+    kind: str
     text: bytes
 
 
@@ -67,7 +69,34 @@ def _is_blank_error(node: Any, src: bytes) -> bool:
 
 def first_error(root: Any, src: bytes) -> _Error | None:
     """The first thing, in the text's order, that bash would not read as the grammar does: an ERROR that is not a
-    bare line continuation, a MISSING token, a closing word run as a command at the top level."""
+    bare line continuation, a MISSING token, a closing word run as a command at the top level, a redirection whose
+    target is on a later line."""
+    found = _first_grammar_error(root, src)
+    redirect = _redirect_past_line_end(root, src)
+    if redirect is not None and (found is None or redirect.row <= found.row):
+        return redirect
+    return found
+
+
+def _redirect_past_line_end(root: Any, src: bytes) -> _Error | None:
+    """A redirection operator that ends its line (`CKPT=<Specify path>`, a template's placeholder): bash takes the
+    target from the same line and stops with "syntax error near unexpected token `newline'"; the grammar takes the
+    next line's words as the target, and the command written there is lost in it."""
+    stack = [root]
+    first: _Error | None = None
+    while stack:
+        node = stack.pop()
+        if node.type == "file_redirect":
+            targets = node.children_by_field_name("destination")
+            if targets:
+                between = src[node.start_byte:targets[0].start_byte].replace(b"\\\n", b"")
+                if b"\n" in between and (first is None or node.start_point[0] < first.row):
+                    first = _Error(node.start_point[0], "redirect", b"")
+        stack.extend(node.children)
+    return first
+
+
+def _first_grammar_error(root: Any, src: bytes) -> _Error | None:
     if root.type == "ERROR":  # the grammar read nothing of the text as a program
         return _inner_error(root, src)
     for child in root.children:
@@ -205,7 +234,9 @@ def _end(tree: Any, src: bytes, lines: _Lines, start: int, error: _Error, budget
     `done`, `}` …) of what it opened."""
     if error.kind == "missing":
         return lines.count, None  # a construct left open to the end of the text
-    end = _past_spans(tree, src, lines, error.row + 1, heredocs(src) if b"<<" in src else [])
+    # the redirection's statement, as the grammar read it, spans the next line: bash's ends with the operator's line
+    end = error.row + 1 if error.kind == "redirect" else \
+        _past_spans(tree, src, lines, error.row + 1, heredocs(src) if b"<<" in src else [])
     for _ in range(MAX_EXTENSIONS):
         after = src[lines.offset(end):]
         if end >= lines.count or not budget.allows(after):

@@ -497,8 +497,8 @@ def test_a_runner_option_under_a_job_launcher_is_said_of_the_runner_with_what_is
     imported = import_source(f"srun --ntasks-per-node=1 python -m torch.distributed.run --nnodes $N --nproc-per-node 8 "
                              f"--master-port=$P pretrain_gpt.py {MODEL}\n", "train.sh")
     said = " | ".join(imported.not_carried)
-    assert "python --master-port=${P}: not known without running the script" in said, said
-    assert "python --nnodes ${N}: not known without running the script; the preset's nodes is not set" in said
+    assert "torch.distributed.run --master-port=${P}: not known without running the script" in said, said
+    assert "torch.distributed.run --nnodes ${N}: not known without running the script; the preset's nodes" in said
     assert "not a number" not in said and "srun --master-port" not in said
 
 
@@ -1002,3 +1002,17 @@ def test_a_bracket_tests_operands_are_split_and_counted_as_test_counts_them(code
     if shutil.which("bash"):
         assert got == bash_words(code)
     assert "${W}" not in got
+
+
+@pytest.mark.parametrize("python", ["python", "python3 -u", "python -O"])
+def test_the_options_after_a_python_module_are_the_modules(python):
+    # `python -m torch.distributed.launch --use_env`: the module's option (each rank's LOCAL_RANK in its environment,
+    # as torchrun always gives it), not python's; an option of the module's the launcher lacks is said as the module's
+    script = (f"{python} -m torch.distributed.launch --use_env --nproc_per_node 4 --nnodes=1 --max_restarts 3 "
+              f"pretrain_gpt.py {MODEL}\n")
+    imported = import_source(script, "train.sh")
+    assert imported.launcher["gpus_per_node"] == 4 and not imported.lost
+    said = " | ".join(imported.not_carried)
+    assert "torch.distributed.launch --use_env: each rank's local rank in its environment (LOCAL_RANK)" in said, said
+    assert "torch.distributed.launch --max_restarts 3: a torch.distributed.launch option" in said, said
+    assert "python option" not in said and "python --use_env" not in said, said
