@@ -2693,7 +2693,7 @@ class _Reader:
                                                    "files it matches where the script runs (the word itself where "
                                                    "none does)",
                                  decide="quote the word in the script where it means itself")
-                for word in words if GLOB_CHARACTER.search(word) and MARK not in word}
+                for word in words if GLOB_CHARACTER.search(word) and MARK not in word and FILE_LIKE.search(word)}
 
     def newline_between(self, before: Any, after: Any) -> bool:
         gap = self.src[before.end_byte:after.start_byte].replace(b"\\\n", b"")
@@ -4233,6 +4233,10 @@ def _pathname_pattern(written: str) -> tuple[bool, bool]:
 
 
 GLOB_CHARACTER = re.compile(r"[*?]|\[.+\]")
+# A pattern meant for files names a directory or an extension (`data/*_doc`, `ckpt/iter_???`, `*.json`); one with
+# neither, such as Megatron's `--moe-layer-freq [0]*3+[1]*58`, matches no file name a run directory holds, and bash
+# then passes it as written: it is kept so
+FILE_LIKE = re.compile(r"[/.~]")
 
 
 def _unescape_unquoted(text: str) -> str:

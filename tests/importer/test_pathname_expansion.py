@@ -61,3 +61,10 @@ def test_a_model_flag_given_by_a_glob_is_lost_and_said():
     said = " | ".join(imported.not_carried)
     assert "/data/*_text_document: bash replaces the word with the names of the files it matches" in said, said
     assert "--data-path depend(s) on it" in said and "--load depend(s) on it" in said, said
+
+
+def test_a_pattern_naming_no_directory_or_extension_is_kept_as_bash_passes_it():
+    # Megatron's layer-frequency expression: no file of a run's directory is named like it, bash passes it as written
+    imported = import_source(f"torchrun pretrain_gpt.py {MODEL} --num-experts 4 --moe-layer-freq [0]*1+[1]*1\n",
+                             "train.sh")
+    assert not any("files it matches" in note for note in imported.not_carried), imported.not_carried
