@@ -76,6 +76,9 @@ MEMORY = ("memory estimate", "gpu memory")
 TARGET_CHANGES = ("transformer_engine=true", "apex=true")  # not ways out on a machine without them
 # the launch's refusal for the checkpoint's size on this machine's disk, and the way out its hint offers
 DISK_REFUSAL = "error: checkpoint space:"
+# a launch refused for a package that machine lacked (torchao for FP8 without TE): a verdict on that machine, not
+# on the job; a machine with the package runs it again
+PACKAGE_REFUSAL = "torchao's float8 training, which the target lacks"
 # A checkpoint write that this machine's disk broke (several runs writing at once fill it): ENOSPC, or torch.save's
 # zip writer failing to close its file ("unexpected pos N vs M" in write_end_of_file, the symptom that full disks give
 # in public reports), or a run still saving when its time ran out. After 4 good steps that says nothing of the job.
@@ -417,14 +420,15 @@ def rejudge(rows: list[Row], presets: dict[str, str], workdir: Path) -> None:
 
 def fold_previous(rows: list[Row], paths: list[Path], rerun: tuple[str, ...] = ()) -> None:
     """A GPU verdict of an earlier run of the same script with the same --sets is kept (a later file wins); one
-    that did not run to a verdict (not run, timeout), a refusal for that machine's disk (which says nothing of the
-    job), and the scripts named in `rerun` are not."""
+    that did not run to a verdict (not run, timeout), a refusal for that machine's disk or a package it lacked
+    (which says nothing of the job), and the scripts named in `rerun` are not."""
     by_name = {r.config: r for r in rows if r.config not in rerun}
     for path in paths:
         for line in path.read_text().splitlines():
             old = json.loads(line)
             row = by_name.get(old.get("config", ""))
-            disk_only = old.get("gpu") == "refused" and DISK_REFUSAL in old.get("gpu_reason", "")
+            disk_only = old.get("gpu") == "refused" and any(
+                why in old.get("gpu_reason", "") for why in (DISK_REFUSAL, PACKAGE_REFUSAL))
             if row and tuple(old.get("overrides", ())) == row.overrides and old.get("gpu") in VERDICTS[:3] \
                     and not disk_only:
                 row.gpu, row.gpu_reason, row.gpu_seconds = old["gpu"], old["gpu_reason"], old.get("gpu_seconds", 0.0)
