@@ -29,7 +29,8 @@ def test_the_callers_value_wins_over_the_scheduler_lines(variable):
 
 
 def test_a_variable_the_lines_do_not_set_is_given_as_before():
-    script = JOBS["SLURM_JOB_NUM_NODES"] + f"torchrun --nproc_per_node $G --nnodes $SLURM_NNODES pretrain_gpt.py {MODEL}"
+    job = JOBS["SLURM_JOB_NUM_NODES"]
+    script = job + f"torchrun --nproc_per_node $G --nnodes $SLURM_NNODES pretrain_gpt.py {MODEL}"
     given = import_source(script, "job.sh", environment={"G": "4"})
     assert (given.launcher.get("gpus_per_node"), given.launcher.get("nodes")) == (4, 2)
     assert not any("as given (--env)" in line for line in given.not_carried)
