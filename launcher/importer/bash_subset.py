@@ -544,6 +544,7 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     lsf_directives(text, reading)
     pjm_directives(text, reading, reader)
     flux_directives(text, reading)
+    keep_the_callers_values(environment or {}, reading)
     try:
         reader.given = {name: _state_of(reading.shell, name)
                         for name in [*reading.shell.scalars, *reading.shell.arrays]}
@@ -562,6 +563,19 @@ def read_script(text: str, positional: Sequence[str] = (), path: Path | None = N
     reading.set_by_script = frozenset(reader.names_fixed)
     reading.copies = dict(reader.copies)
     return reading
+
+
+def keep_the_callers_values(environment: Mapping[str, str], reading: Reading) -> None:
+    """--env NAME=VALUE is the environment the script runs with (`SLURM_JOB_NUM_NODES=1 bash job.sh`, as a sweep runs
+    a job file under `srun --nodes=1`): a value the scheduler lines (#SBATCH, #$, #PBS …) gave the same name does not
+    replace it; said, with the value the lines would give."""
+    for name, value in environment.items():
+        replaced = reading.shell.scalars.get(name)
+        if replaced is None or replaced == value:
+            continue
+        reading.shell.scalars[name] = reading.shell.exports[name] = value
+        reading.skipped.append((1, f"{name}={show(value)}: as given (--env), over the {show(replaced)} the job "
+                                   "file's scheduler lines give it (as the job runs where it is run with that value)"))
 
 
 @dataclass
