@@ -91,8 +91,11 @@ def make_bases(work: Path) -> dict[str, Path]:
     (work / "megatron-lm" / "pretrain_gpt.py").touch()
     torchrun = _stand_in(work)
     bases: dict[str, Path] = {}
-    for kind, args in (("local", ("--set", f"torchrun={torchrun}", "--no-doctor")), ("slurm", ("--slurm",)),
-                       ("k8s", ("--k8s",))):
+    # the cluster runs train through pretrain_gpt.py: a run of upstream's simple loop cannot resume, and a resume
+    # that stops there never renders the batch script or JobSet a planted program choice would reach
+    cluster = ("--set", "entry=pretrain_gpt")
+    for kind, args in (("local", ("--set", f"torchrun={torchrun}", "--no-doctor")), ("slurm", ("--slurm", *cluster)),
+                       ("k8s", ("--k8s", *cluster))):
         before = set((work / "runs").iterdir()) if (work / "runs").exists() else set()
         done = _launch(work, "toy", *args)
         (made,) = set((work / "runs").iterdir()) - before
