@@ -71,7 +71,10 @@ _LAUNCHER_OWN: dict[str, object] = {
 _OWN_SPEC_MODULES = ("launcher.inside.", "megatron.")
 # Megatron settings that name Python code it imports and calls (core/fp8_utils.py
 # _resolve_callable_from_python_import_path: the custom FP8/FP4 recipe's quantizer factory)
-IMPORT_PATH_SETTINGS = ("fp8_quantizer_factory", "fp4_quantizer_factory")
+IMPORT_PATH_SETTINGS = ("fp8_quantizer_factory", "fp4_quantizer_factory",
+                        # a YAML naming the RL environments' agent classes: `pkg.mod.Class` is imported and
+                        # `file.py:Class` executed (megatron/rl/__init__.py import_class)
+                        "langrl_env_config")
 # #SBATCH options of slurm.extra_sbatch that say where and when a job runs and who hears of it. Any other may choose
 # what runs: --export=LD_PRELOAD=…, --export-file, --chdir (the batch script's `python3 -m` imports from its working
 # directory first), pyxis' --container-image/-mounts/-env, --get-user-env, a burst buffer's script (--bb, --bbf).
@@ -106,7 +109,7 @@ def program_settings(preset: Preset) -> dict[str, object]:
                                  and str(spec[0]).startswith(_OWN_SPEC_MODULES)):
         chosen["spec"] = spec
     chosen.update({f"env.{name}": value for name, value in settings.env.items() if is_loader_variable(name)})
-    for name in IMPORT_PATH_SETTINGS:  # a Python import path that Megatron imports and calls
+    for name in IMPORT_PATH_SETTINGS:  # Python that Megatron imports and calls
         if preset.megatron.get(name) is not None:
             chosen[name] = preset.megatron[name]
     if preset.megatron.get("trust_remote_code"):  # Hugging Face then runs the tokenizer directory's own Python

@@ -334,3 +334,16 @@ def test_only_sbatch_options_that_place_the_job_are_taken_from_a_run(tmp_path, e
     preset = tmp_path / "p.yaml"
     preset.write_text(json.dumps({"base": "toy", "launcher": {"slurm": {"extra_sbatch": extra}}}))
     assert program_settings(load_preset(str(preset))).get("slurm.extra_sbatch") == chosen
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("fp8_quantizer_factory", "evil_module.factory"), ("fp4_quantizer_factory", "evil_module.factory"),
+    # a YAML whose agent classes Megatron's RL imports (`pkg.mod.Class`) or executes (`file.py:Class`)
+    ("langrl_env_config", "/tmp/envs.yaml"), ("spec", ["evil_module", "layer_spec"])])
+def test_megatron_settings_that_name_python_choose_the_program(tmp_path, name, value):
+    from launcher.pipeline.preset import load_preset
+    from launcher.runs.tracking import program_settings
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(json.dumps({"base": "toy", "megatron": {name: value}}))
+    assert name in program_settings(load_preset(str(preset)))
