@@ -43,6 +43,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -91,8 +92,11 @@ def make_bases(work: Path) -> dict[str, Path]:
     (work / "megatron-lm" / "pretrain_gpt.py").touch()
     torchrun = _stand_in(work)
     bases: dict[str, Path] = {}
-    for kind, args in (("local", ("--set", f"torchrun={torchrun}", "--no-doctor")), ("slurm", ("--slurm",)),
-                       ("k8s", ("--k8s",))):
+    # the cluster runs train through pretrain_gpt.py: a run of upstream's simple loop cannot resume, and a resume
+    # that stops there never renders the batch script or JobSet a planted program choice would reach
+    cluster = ("--set", "entry=pretrain_gpt")
+    for kind, args in (("local", ("--set", f"torchrun={torchrun}", "--no-doctor")), ("slurm", ("--slurm", *cluster)),
+                       ("k8s", ("--k8s", *cluster))):
         before = set((work / "runs").iterdir()) if (work / "runs").exists() else set()
         done = _launch(work, "toy", *args)
         (made,) = set((work / "runs").iterdir()) - before
@@ -398,7 +402,7 @@ def _secrets_in_preset(path: Path, _marker: Path) -> None:
 # from, an #SBATCH option exporting one or moving the batch script): a resume takes none of them unasked, so none
 # may reach a file a reader writes (an sbatch script, a JobSet, command.sh, the manifest's new attempt)
 PLANTED_CHOICE = "planted-choice-4242"
-PROGRAM_CHOICES = {
+PROGRAM_CHOICES: dict[str, tuple[Any, ...]] = {
     "env.TMPDIR": ("env", {"TMPDIR": f"/tmp/{PLANTED_CHOICE}"}),
     "env.USER": ("env", {"USER": PLANTED_CHOICE}),
     "env.NCCL_CONF_FILE": ("env", {"NCCL_CONF_FILE": f"/tmp/{PLANTED_CHOICE}.conf"}),
@@ -407,6 +411,11 @@ PROGRAM_CHOICES = {
     "slurm.extra_sbatch --export": ("slurm", {"extra_sbatch": [f"--export=ALL,LD_PRELOAD=/tmp/{PLANTED_CHOICE}.so"]}),
     "slurm.extra_sbatch --chdir": ("slurm", {"extra_sbatch": [f"--chdir=/tmp/{PLANTED_CHOICE}"]}),
     "slurm.extra_sbatch --container-image": ("slurm", {"extra_sbatch": [f"--container-image={PLANTED_CHOICE}:1"]}),
+    # the claim mounted at the run root, the Secret whose keys become the job's environment, their namespace
+    "k8s.pvc": ("k8s", {"pvc": PLANTED_CHOICE}),
+    # (with a secret variable to read from it: the JobSet names the Secret only then)
+    "k8s.secret": ("k8s", {"secret": PLANTED_CHOICE}, "env", {"HF_TOKEN": "<redacted>"}),
+    "k8s.namespace": ("k8s", {"namespace": PLANTED_CHOICE}),
 }
 
 
@@ -414,8 +423,9 @@ def _program_choice(name: str) -> Callable[[Path, Path], None]:
     def apply(path: Path, _marker: Path) -> None:
         import yaml
         data = yaml.safe_load(path.read_text())
-        section, values = PROGRAM_CHOICES[name]
-        data["launcher"][section] = {**(data["launcher"].get(section) or {}), **values}
+        planted = PROGRAM_CHOICES[name]
+        for section, values in zip(planted[::2], planted[1::2]):
+            data["launcher"][section] = {**(data["launcher"].get(section) or {}), **values}
         path.write_text(yaml.safe_dump(data))
     return apply
 
@@ -698,6 +708,15 @@ def _snapshot(root: Path) -> dict[Path, tuple[int, int]]:
     return seen
 
 
+def _relocate(run_dir: Path) -> None:
+    """A copied run directory's manifest names its own checkpoints, as a run launched there does (a resume refuses
+    a checkpoint directory outside the run directory, and would stop before what the readers render)."""
+    manifest = run_dir / "manifest.json"
+    data = json.loads(manifest.read_text())
+    data["checkpoint_dir"] = str(run_dir / "checkpoints")
+    manifest.write_text(json.dumps(data, indent=2))
+
+
 def _secret_case(mutation: Mutation, number: int) -> bool:
     """The readers given secrets on the command line run on the secret mutations and on every tenth other one
     (what they check, secrets in written files, does not depend on the damage)."""
@@ -759,6 +778,7 @@ def main() -> int:
                 if case_root.exists():
                     subprocess.run(["rm", "-rf", str(case_root)], check=False)
             shutil.copytree(bases[mutation.base], run_dir, symlinks=True)
+            _relocate(run_dir)
             try:
                 mutation.apply(target, marker)
             except (OSError, ValueError) as error:

@@ -239,13 +239,31 @@ def _whole_npy(path: str) -> bool:
 
 
 def check_cache(args: Mapping[str, Any]) -> list[Problem]:
-    """A cut index cache file (a job killed while it wrote it) fails every later job that loads its set."""
-    return [Problem(f"{path} is a cut index cache file (its array ends early: a job or build was stopped while "
+    """A cut index cache file (a job killed while it wrote it) fails every later job that loads its set; one that
+    is no NumPy array file at all (a pickle) would run code as Megatron loads it."""
+    way_out = "remove it (rm {}), or run `launch prepare-data --build-index` for this preset, which replaces it"
+    return [Problem(f"{path} is no NumPy array file: Megatron loads its index caches with "
+                    "numpy.load(allow_pickle=True), which unpickles such a file, and a pickle runs code"
+                    if _not_npy(path) else
+                    f"{path} is a cut index cache file (its array ends early: a job or build was stopped while "
                     "writing it, unless one is writing it now); Megatron would take its set as built and fail "
-                    "loading it",
-                    f"remove it (rm {shown(path)}), or run `launch prepare-data --build-index` for this preset, "
-                    "which replaces it")
+                    "loading it", way_out.format(shown(path)))
             for directory in cache_directories(args) for path in cut_cache_files(directory)]
+
+
+def _not_npy(path: str) -> bool:
+    """A file that does not begin as a .npy file does (an empty one, or one cut within the magic, is merely cut)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        head = os.read(fd, len(_NPY_MAGIC))
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return not _NPY_MAGIC.startswith(head)
 
 
 def check_data_sources(megatron_args: Mapping[str, Any]) -> list[Problem]:

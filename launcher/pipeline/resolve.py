@@ -351,10 +351,10 @@ def _exclude_failed_hosts(target: Placement, existing: ResumedRun) -> tuple[Plac
 
 def resume_note(existing: ResumedRun, megatron: Mapping[str, Any]) -> str:
     """What a resumed run takes from its directory, and where it reads and writes outside it."""
-    inside = Path(existing.path).absolute()
+    inside = os.path.normpath(Path(existing.path).absolute())  # `RUN/../x` is outside
     paths = {name: megatron.get(name) for name in ("load", "save", "tensorboard_dir")}
     outside = [f"{name} {value}" for name, value in paths.items()
-               if value and not Path(str(value)).absolute().is_relative_to(inside)]
+               if value and not Path(os.path.normpath(Path(str(value)).absolute())).is_relative_to(inside)]
     return (f"resuming {existing.path}: its preset.yaml gives the settings, its manifest the checkpoint directory "
             f"(load {paths['load']}, save {paths['save']})"
             + (f"; outside the run directory: {', '.join(outside)}" if outside else ""))

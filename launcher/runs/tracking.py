@@ -13,6 +13,7 @@ from launcher import lock
 from launcher.errors import Problem, UserError, shown
 from launcher.pipeline.environment import is_loader_variable
 from launcher.pipeline.k8s_settings import DEFAULT_IMAGE as K8S_DEFAULT_IMAGE
+from launcher.pipeline.k8s_settings import DEFAULT_PVC
 from launcher.pipeline.preset import LauncherSettings, Preset, load_preset, override_name
 from launcher.runs import rundir, secrets
 
@@ -59,12 +60,21 @@ _LAUNCHER_OWN: dict[str, object] = {
     "slurm.container_image": None,
     "slurm.container_mounts": None,
     "k8s.image": K8S_DEFAULT_IMAGE,
+    # the claim mounted at the run root in every pod (the checkpoints loaded, and the code where megatron_path or
+    # the launcher is on it), the Secret whose keys become the job's environment (whose credentials it uses), and
+    # the namespace both names are looked up in
+    "k8s.pvc": DEFAULT_PVC,
+    "k8s.secret": None,
+    "k8s.namespace": "default",
 }
 # Layer specs the launcher itself names (its own modules, Megatron's): any other is code from somewhere else.
 _OWN_SPEC_MODULES = ("launcher.inside.", "megatron.")
 # Megatron settings that name Python code it imports and calls (core/fp8_utils.py
 # _resolve_callable_from_python_import_path: the custom FP8/FP4 recipe's quantizer factory)
-IMPORT_PATH_SETTINGS = ("fp8_quantizer_factory", "fp4_quantizer_factory")
+IMPORT_PATH_SETTINGS = ("fp8_quantizer_factory", "fp4_quantizer_factory",
+                        # a YAML naming the RL environments' agent classes: `pkg.mod.Class` is imported and
+                        # `file.py:Class` executed (megatron/rl/__init__.py import_class)
+                        "langrl_env_config")
 # #SBATCH options of slurm.extra_sbatch that say where and when a job runs and who hears of it. Any other may choose
 # what runs: --export=LD_PRELOAD=…, --export-file, --chdir (the batch script's `python3 -m` imports from its working
 # directory first), pyxis' --container-image/-mounts/-env, --get-user-env, a burst buffer's script (--bb, --bbf).
@@ -85,6 +95,8 @@ def program_settings(preset: Preset) -> dict[str, object]:
         "slurm.container_image": settings.slurm.get("container_image"),
         "slurm.container_mounts": settings.slurm.get("container_mounts") or None,
         "k8s.image": settings.k8s.get("image", K8S_DEFAULT_IMAGE),
+        **{f"k8s.{name}": settings.k8s.get(name, _LAUNCHER_OWN[f"k8s.{name}"])
+           for name in ("pvc", "secret", "namespace")},
     }
     chosen = {name: value for name, value in found.items() if value != _LAUNCHER_OWN[name]}
     extra = settings.slurm.get("extra_sbatch")
@@ -97,7 +109,7 @@ def program_settings(preset: Preset) -> dict[str, object]:
                                  and str(spec[0]).startswith(_OWN_SPEC_MODULES)):
         chosen["spec"] = spec
     chosen.update({f"env.{name}": value for name, value in settings.env.items() if is_loader_variable(name)})
-    for name in IMPORT_PATH_SETTINGS:  # a Python import path that Megatron imports and calls
+    for name in IMPORT_PATH_SETTINGS:  # Python that Megatron imports and calls
         if preset.megatron.get(name) is not None:
             chosen[name] = preset.megatron[name]
     if preset.megatron.get("trust_remote_code"):  # Hugging Face then runs the tokenizer directory's own Python
@@ -115,11 +127,27 @@ def refuse_untrusted_changes(preset: Preset, run: rundir.ExistingRun, given: set
         return any(".".join(parts[:n]) in given for n in range(1, len(parts) + 1))
 
     chosen = [(name, value) for name, value in program_settings(preset).items() if not is_given(name)]
-    if chosen:
-        where = run.path / rundir.PRESET_FILE
-        raise UserError([Problem(
-            f"{where} sets {name}={shown(value)}: a resumed run does not take a program, or what is loaded "
-            "into it, from the run directory",
-            f"give it on the command line if you mean it: --set {name}=…"
-            + (" (or --megatron-path)" if name == "megatron_path" else ""))
-            for name, value in chosen])
+    where = run.path / rundir.PRESET_FILE
+    problems = [Problem(
+        f"{where} sets {name}={shown(value)}: a resumed run does not take a program, or what is loaded "
+        "into it, from the run directory",
+        f"give it on the command line if you mean it: --set {name}=…"
+        + (" (or --megatron-path)" if name == "megatron_path" else ""))
+        for name, value in chosen]
+    problems += [Problem(
+        f"{run.path / (rundir.MANIFEST if name == 'load' else rundir.PRESET_FILE)} names the checkpoint {name}="
+        f"{shown(path)}, outside the run directory: Megatron unpickles a checkpoint's metadata (torch_dist's "
+        ".metadata), and a pickle runs code",
+        f"give it on the command line if you mean to load it: --set {name}=…")
+        for name, path in checkpoints_elsewhere(preset, run).items() if name not in given]
+    if problems:
+        raise UserError(problems)
+
+
+def checkpoints_elsewhere(preset: Preset, run: rundir.ExistingRun) -> dict[str, str]:
+    """The checkpoints a resume would load from outside the run directory: the manifest's checkpoint directory
+    (--load) and the preset's pretrained_checkpoint. name → path."""
+    inside = os.path.normpath(run.path.absolute())
+    found = {"load": run.checkpoint_dir, "pretrained_checkpoint": preset.megatron.get("pretrained_checkpoint")}
+    return {name: str(path) for name, path in found.items()
+            if path and not Path(os.path.normpath(Path(str(path)).absolute())).is_relative_to(inside)}

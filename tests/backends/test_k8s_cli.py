@@ -61,8 +61,8 @@ def test_resume_writes_a_new_jobset_for_the_same_run_directory(launch, tmp_path)
                             f"run_root={tmp_path}/runs")
     assert code == 0, err
     path = Path(out.strip())
-    # the image chooses the program: a resume takes it from the command line, not the run directory
-    code, out, err = launch("--resume", str(path.parent), "--k8s", *REQUIRED[:2])
+    # the image chooses the program, the claim what is mounted: a resume takes them from the command line
+    code, out, err = launch("--resume", str(path.parent), "--k8s", *REQUIRED)
     assert code == 0, err
     obj = yaml.safe_load(path.read_text())
     assert obj["metadata"]["name"] == "train-r2"  # a JobSet's name is its identity: a new attempt, a new JobSet
@@ -80,8 +80,8 @@ def test_a_resumed_jobset_name_fits_the_host_name_label_after_any_number_of_atte
     manifest = json.loads(manifest_path.read_text())
     manifest["attempts"] += [{}] * 123_455
     manifest_path.write_text(json.dumps(manifest))
-    # the image chooses the program: a resume takes it from the command line, not the run directory
-    code, out, err = launch("--resume", str(path.parent), "--k8s", *REQUIRED[:2])
+    # the image chooses the program, the claim what is mounted: a resume takes them from the command line
+    code, out, err = launch("--resume", str(path.parent), "--k8s", *REQUIRED)
     assert code == 0, err
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
     assert name.endswith("-r123457") and len(f"{name}-node-0-0.{name}") <= 63

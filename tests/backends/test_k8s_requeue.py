@@ -137,7 +137,8 @@ def _pod_log(run_dir: Path, pod: int, attempt: int, lines: list[str], machine: s
 
 
 def _resume(launch, run_dir: Path) -> tuple[dict, str]:
-    code, out, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED[:2])
+    # the image and the claim are given again: a resume takes neither from the run directory
+    code, out, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED)
     assert code == 0, err
     obj = yaml.safe_load((run_dir / "jobset.yaml").read_text())
     return obj, err

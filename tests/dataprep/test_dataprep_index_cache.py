@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -251,6 +252,20 @@ def test_a_launch_refuses_a_cut_cache_file_with_the_way_out(tmp_path):
     (default / "x.npy").write_bytes(data[:300])
     problems, _unseen = check_job_data({**args, "data_cache_path": None}, remote=False)
     assert [p for p in problems if "x.npy is a cut index cache file" in p.message]
+
+
+@pytest.mark.parametrize("planted", [pickle.dumps(["any", "object"]), b"PK\x03\x04zip", b"\x93NUMPX"])
+def test_a_cache_file_that_numpy_would_unpickle_is_refused_as_one(tmp_path, planted):
+    """Megatron's numpy.load(allow_pickle=True) unpickles a .npy file without NumPy's magic: code, not an index."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "abc-GPTDataset-train-document_index.npy").write_bytes(planted)
+    args = {"data_path": [str(tmp_path / "corpus")], "data_cache_path": str(cache), "split": "99,1,0"}
+    problems, _unseen = check_job_data(args, remote=False)
+    named = [p for p in problems if "document_index.npy is no NumPy array file" in p.message]
+    assert len(named) == 1 and "allow_pickle=True" in named[0].message and "rm " in named[0].hint
+    (cache / "abc-GPTDataset-train-document_index.npy").write_bytes(b"\x93NUM")  # cut within the magic: merely cut
+    assert [p for p in check_job_data(args, remote=False)[0] if "is a cut index cache file" in p.message]
 
 
 @pytest.mark.parametrize("error", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])

@@ -113,6 +113,11 @@ def test_a_loader_variable_planted_in_the_run_preset_is_refused(first_run, tmp_p
     ("k8s.image", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(image="evil.example/x:1")),
     # a Python import path Megatron imports and calls (the custom FP8 recipe's quantizer factory)
     ("fp8_quantizer_factory", lambda d, evil: d["megatron"].update(fp8_quantizer_factory="evil_module.factory")),
+    # the claim mounted at the run root in the pods (checkpoints loaded, code where megatron_path is on it), the
+    # Secret whose keys become the job's environment (someone else's credentials), the namespace naming both
+    ("k8s.pvc", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(pvc="other-team-runs")),
+    ("k8s.secret", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(secret="other-team-keys")),
+    ("k8s.namespace", lambda d, evil: d["launcher"].setdefault("k8s", {}).update(namespace="other-team")),
     ("slurm.container_image", lambda d, evil: d["launcher"].setdefault("slurm", {}).update(
         container_image="evil.example/x:1")),
     # #SBATCH options that choose what runs: a loader variable exported to the job, the batch script's working
@@ -161,14 +166,35 @@ def test_resume_honours_set_save_and_tensorboard_dir_and_says_where_it_writes(fi
             f"tensorboard_dir {board}") in result.stdout
 
 
-def test_a_checkpoint_dir_moved_in_the_manifest_is_shown(first_run, tmp_path):
+@pytest.mark.parametrize("elsewhere", ["other-ckpt", "run/../../other-ckpt"])
+def test_a_checkpoint_dir_moved_in_the_manifest_is_loaded_only_when_given_again(first_run, tmp_path, elsewhere):
+    """torch_dist's .metadata is read by pickle.load: a checkpoint elsewhere is code chosen by the run directory."""
     run_dir, torchrun = first_run
+    other = str(run_dir / elsewhere) if elsewhere.startswith("run/") else str(tmp_path / elsewhere)
+    other = other.replace(f"{run_dir}/run/", f"{run_dir}/")
     manifest = json.loads((run_dir / "manifest.json").read_text())
-    manifest["checkpoint_dir"] = str(tmp_path / "other-ckpt")
+    manifest["checkpoint_dir"] = other
     (run_dir / "manifest.json").write_text(json.dumps(manifest))
-    result = resume(tmp_path, run_dir, torchrun)
-    assert f"outside the run directory: load {tmp_path / 'other-ckpt'}, save {tmp_path / 'other-ckpt'}" in \
-        result.stdout
+    refused = resume(tmp_path, run_dir, torchrun)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert f"error: {run_dir}/manifest.json names the checkpoint load={shown(other)}, outside the run directory: " \
+        "Megatron unpickles a checkpoint's metadata" in refused.stderr
+    assert "  hint: give it on the command line if you mean to load it: --set load=…" in refused.stderr
+    given = resume(tmp_path, run_dir, torchrun, "--set", f"load={other}", "--set", f"save={other}")
+    assert "outside the run directory: Megatron" not in given.stderr
+    assert f"outside the run directory: load {other}, save {other}" in given.stdout
+
+
+def test_a_pretrained_checkpoint_outside_the_run_is_loaded_only_when_given_again(first_run, tmp_path):
+    run_dir, torchrun = first_run
+    other = tmp_path / "someone-elses-ckpt"
+    _edit_preset(run_dir, lambda d: d["megatron"].update(pretrained_checkpoint=str(other)))
+    refused = resume(tmp_path, run_dir, torchrun)
+    assert refused.returncode == 2
+    assert f"preset.yaml names the checkpoint pretrained_checkpoint={shown(str(other))}, outside" in refused.stderr
+    inside = run_dir / "checkpoints"
+    _edit_preset(run_dir, lambda d: d["megatron"].update(pretrained_checkpoint=str(inside)))
+    assert "names the checkpoint" not in resume(tmp_path, run_dir, torchrun).stderr
 
 
 def test_a_second_resume_of_one_run_is_refused_while_the_first_holds_it(first_run, tmp_path):
@@ -308,3 +334,16 @@ def test_only_sbatch_options_that_place_the_job_are_taken_from_a_run(tmp_path, e
     preset = tmp_path / "p.yaml"
     preset.write_text(json.dumps({"base": "toy", "launcher": {"slurm": {"extra_sbatch": extra}}}))
     assert program_settings(load_preset(str(preset))).get("slurm.extra_sbatch") == chosen
+
+
+@pytest.mark.parametrize(("name", "value"), [
+    ("fp8_quantizer_factory", "evil_module.factory"), ("fp4_quantizer_factory", "evil_module.factory"),
+    # a YAML whose agent classes Megatron's RL imports (`pkg.mod.Class`) or executes (`file.py:Class`)
+    ("langrl_env_config", "/tmp/envs.yaml"), ("spec", ["evil_module", "layer_spec"])])
+def test_megatron_settings_that_name_python_choose_the_program(tmp_path, name, value):
+    from launcher.pipeline.preset import load_preset
+    from launcher.runs.tracking import program_settings
+
+    preset = tmp_path / "p.yaml"
+    preset.write_text(json.dumps({"base": "toy", "megatron": {name: value}}))
+    assert name in program_settings(load_preset(str(preset)))
