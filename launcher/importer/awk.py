@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import re
 
+from launcher.importer import calc_tokens
+
 MAX_PROGRAM = 10_000
 MAX_NESTING = 40
 MAX_OUTPUT = 10_000
@@ -90,19 +92,10 @@ class _Program:
 
     @staticmethod
     def tokenize(text: str) -> list[tuple[str, str]]:
-        tokens: list[tuple[str, str]] = []
-        at = 0
-        while True:
-            while at < len(text) and text[at] in " \t":
-                at += 1
-            if at >= len(text):
-                return [*tokens, ("end", "")]
-            found = _TOKEN.match(text, at)
-            if found is None or text.startswith(("--", "++"), at):
-                raise _NotComputed  # a comparison, a field, a regular expression, `++` …
-            kind = found.lastgroup or ""
-            tokens.append((kind, found.group(kind)))
-            at = found.end()
+        found = calc_tokens.tokens(text, _TOKEN)
+        if found is None:
+            raise _NotComputed  # a comparison, a field, a regular expression, `++` …
+        return found
 
     def peek(self, ahead: int = 0) -> tuple[str, str]:
         return self.tokens[min(self.at + ahead, len(self.tokens) - 1)]

@@ -15,6 +15,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from launcher.importer import calc_tokens
+
 MAX_DIGITS = 2_000  # digits of any value computed (a power past it is not computed)
 MAX_SCALE = 1_000
 MAX_LINE = 60  # bc wraps a line at 69 characters by default (BC_LINE_LENGTH may say otherwise): not computed
@@ -90,19 +92,10 @@ class _Program:
 
     @staticmethod
     def tokenize(text: str) -> list[tuple[str, str]]:
-        tokens: list[tuple[str, str]] = []
-        at = 0
-        while True:
-            while at < len(text) and text[at] in " \t":
-                at += 1
-            if at >= len(text):
-                return [*tokens, ("end", "")]
-            found = _TOKEN.match(text, at)
-            if found is None or text.startswith(("--", "++"), at):
-                raise _NotComputed  # a comparison, a string, a comment, `++`, an upper-case digit …
-            kind = found.lastgroup or ""
-            tokens.append((kind, found.group(kind)))
-            at = found.end()
+        found = calc_tokens.tokens(text, _TOKEN)
+        if found is None:
+            raise _NotComputed  # a comparison, a string, a comment, `++`, an upper-case digit …
+        return found
 
     def peek(self) -> tuple[str, str]:
         return self.tokens[self.at]
