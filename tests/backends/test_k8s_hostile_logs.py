@@ -141,7 +141,7 @@ def test_pod_logs_that_cannot_be_read_are_named_never_waited_on(launch, tmp_path
     with (logs / "node-3-attempt-1.log").open("wb") as sparse:
         sparse.truncate(k8s_policy.MAX_POD_LOG_BYTES + 1)
     (logs / "node-4-attempt-1.log").symlink_to("/dev/zero")
-    code, _, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED[:2])
+    code, _, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED)
     assert code == 0, err
     assert "pod logs not read in full" in err
     for name in ("node-2-attempt-1.log (not a regular file)", "node-3-attempt-1.log (1,073,741,825 bytes",
@@ -159,7 +159,7 @@ def test_a_pod_logs_machine_that_is_no_kubernetes_node_name_stays_out_of_the_job
     run_dir = _run_dir(launch, tmp_path)
     _pod_log(run_dir, 0, 1, [ITERATION], machine="node-a")
     _pod_log(run_dir, 1, 1, [ITERATION, ECC, *root_cause(1, "train-node-0-1", 1)], machine=machine)
-    code, _, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED[:2], cwd=tmp_path)
+    code, _, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED, cwd=tmp_path)
     assert code == 0, err
     text = (run_dir / "jobset.yaml").read_text()
     assert _kept_off(yaml.safe_load(text)) is None and "NotIn" not in text
@@ -175,6 +175,6 @@ def test_a_pod_log_not_utf8_is_read_and_its_names_not_taken(launch, tmp_path):
     (logs / "node-1-attempt-1.log").write_bytes(
         b"megatron-launch: pod 1 of 2 (train-node-0-1\xff), attempt 1, on node node-\xfe, jobset train, x\n"
         + ECC.encode() + b"\n\xff\xfe\x00\n" + "\n".join(root_cause(1, "train-node-0-1", 1)).encode() + b"\n")
-    code, _, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED[:2])
+    code, _, err = launch("--resume", str(run_dir), "--k8s", *REQUIRED)
     assert code == 0, err
     assert _kept_off(yaml.safe_load((run_dir / "jobset.yaml").read_text())) is None
